@@ -1,0 +1,98 @@
+# brisk — one Makefile, one target per job.
+#   make            build/brisk, build/libbrisk.a, build/libbrisk.so (+ CUDA when nvcc is found)
+#   make test       every test (SAN=1: under AddressSanitizer + UBSan, in build-san/)
+#   make demo       build and run the README's demo on the embedded default model
+#   make fuzz       libFuzzer targets (FUZZ_SECONDS per target)
+#   make bench      CPU benchmark side by side with llama.cpp (bench/)
+CC      ?= cc
+SAN     ?= 0
+BUILD   ?= build
+OPT     ?= -O2
+SHARED  ?= $(abspath ../shared)
+LLAMACPP_LIBDIR ?= $(abspath .deps/npm/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64)
+
+ifeq ($(SAN),1)
+BUILD   := build-san
+OPT     := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDSAN   := -fsanitize=address,undefined
+endif
+
+CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow=local \
+           -fPIC -D_GNU_SOURCE -pthread -Iinclude -Isrc $(EXTRA_CFLAGS)
+LDLIBS  := -lpcre2-8 -lcjson -lm -lpthread -ldl
+LDFLAGS := $(LDSAN) -pthread
+
+# Per-ISA kernel files: the rest of the code stays portable x86-64.
+ISA_AVX2   := -mavx2 -mfma -mf16c
+ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
+
+LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
+CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+
+all: $(BUILD)/brisk $(BUILD)/libbrisk.a $(BUILD)/libbrisk.so
+
+$(BUILD)/obj/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(ISA_AVX2) -MMD -MP -c $< -o $@
+$(BUILD)/obj/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(ISA_AVX512) -MMD -MP -c $< -o $@
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libbrisk.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/libbrisk.so: $(LIB_OBJ)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/brisk: $(CLI_OBJ) $(BUILD)/libbrisk.a
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libbrisk.a $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c tests/test.h $(BUILD)/libbrisk.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libbrisk.a $(LDFLAGS) $(LDLIBS)
+
+# The llama.cpp reference harness (dlopens the npm build of llama.cpp v0.4.0).
+$(BUILD)/llamacpp-ref: tests/llamacpp/harness.c .deps/llama.cpp/include/llama.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 -g -D_GNU_SOURCE -I.deps/llama.cpp/include -I.deps/llama.cpp/ggml/include \
+	    -o $@ $< -ldl -lm -pthread
+
+deps: .deps/llama.cpp/include/llama.h
+.deps/llama.cpp/include/llama.h: | .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle
+	rm -rf .deps/llama.cpp
+	git clone -q .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle .deps/llama.cpp
+	touch $@
+.deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle:
+	mkdir -p .deps/npm
+	cd .deps/npm && npm install --omit=optional --no-audit --no-fund --loglevel=error \
+	    node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1
+
+tests: $(TEST_BIN) $(BUILD)/brisk
+
+test: tests $(BUILD)/llamacpp-ref
+	@BUILD=$(BUILD) SHARED=$(SHARED) LLAMACPP_LIBDIR=$(LLAMACPP_LIBDIR) SAN=$(SAN) bash tests/run.sh
+
+demo: all
+	@bash tools/demo.sh $(BUILD)
+
+fuzz:
+	@bash fuzz/run.sh
+
+bench: all $(BUILD)/llamacpp-ref
+	@BUILD=$(BUILD) LLAMACPP_LIBDIR=$(LLAMACPP_LIBDIR) bash bench/cpu_bench.sh
+
+format:
+	clang-format -i $$(find src include tests -name '*.[ch]')
+
+clean:
+	rm -rf build build-san
+
+.PHONY: all test tests demo fuzz bench format clean deps
+-include $(DEPS)

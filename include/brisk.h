@@ -1,0 +1,166 @@
+/*
+ * brisk.h — the public C API of brisk, an LLM inference engine.
+ *
+ * Ownership: every brisk_*_load / brisk_*_new has a matching *_free that
+ * accepts NULL. Functions return a brisk_status; on failure a one-line
+ * message is available from brisk_last_error() (thread-local, valid until
+ * the next failing call on the same thread). No function exits or aborts on
+ * bad input.
+ *
+ * Flow: brisk_model_load() maps a GGUF file (weights are mapped, not copied),
+ * brisk_context_new() sizes and allocates the paged KV cache once, then each
+ * brisk_decode() call runs one batch of (token, position, sequence, wants
+ * logits) entries through the model. Sequences are independent unless they
+ * share a prefix through brisk_seq_share_prefix().
+ */
+#ifndef BRISK_H
+#define BRISK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum brisk_status {
+    BRISK_OK = 0,
+    BRISK_ERR_INVALID_ARG = -1, /* a bad argument from the caller */
+    BRISK_ERR_IO = -2,          /* open/read/mmap/write failed */
+    BRISK_ERR_FORMAT = -3,      /* a corrupt, truncated or inconsistent file */
+    BRISK_ERR_UNSUPPORTED = -4, /* valid input that brisk does not handle */
+    BRISK_ERR_NOMEM = -5,       /* an allocation failed */
+    BRISK_ERR_RANGE = -6,       /* out of range: context full, too many tokens */
+    BRISK_ERR_NOT_FOUND = -7,   /* a key, tensor or sequence is missing */
+    BRISK_ERR_BACKEND = -8,     /* the compute backend failed */
+} brisk_status;
+
+/* The message of the last failure on this thread ("" if none). */
+const char *brisk_last_error(void);
+/* A short fixed name for a status ("format error", ...). */
+const char *brisk_status_str(brisk_status s);
+
+typedef int32_t brisk_token;
+typedef struct brisk_model brisk_model;
+typedef struct brisk_context brisk_context;
+
+/* ---- models ---------------------------------------------------------- */
+
+typedef struct brisk_model_params {
+    bool vocab_only;   /* load metadata and tokenizer, no weights */
+    int n_gpu_layers;  /* -1: all layers on the GPU when one is present */
+    int device;        /* GPU index */
+    bool progress;     /* print loading progress on stderr */
+} brisk_model_params;
+
+brisk_model_params brisk_model_default_params(void);
+brisk_status brisk_model_load(const char *path, const brisk_model_params *params,
+                              brisk_model **out);
+void brisk_model_free(brisk_model *model);
+
+typedef struct brisk_model_info {
+    const char *arch;       /* general.architecture */
+    const char *name;       /* general.name or "" */
+    int n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
+    int n_ctx_train;
+    uint64_t n_params;      /* weights counted by element */
+    uint64_t weight_bytes;  /* bytes of tensor data */
+} brisk_model_info;
+void brisk_model_get_info(const brisk_model *model, brisk_model_info *out);
+
+/* ---- tokenizer ------------------------------------------------------- */
+
+/* Tokenize text. add_special adds BOS/EOS as the model's metadata asks;
+ * parse_special turns "<|im_start|>"-style text into control tokens.
+ * Writes at most cap ids to out, sets *n_out to the number the text needs
+ * (BRISK_ERR_RANGE if it exceeds cap). */
+brisk_status brisk_tokenize(const brisk_model *model, const char *text, size_t len,
+                            bool add_special, bool parse_special, brisk_token *out,
+                            int64_t cap, int64_t *n_out);
+/* The raw bytes of one token (control tokens render as "" unless special). */
+brisk_status brisk_token_to_piece(const brisk_model *model, brisk_token tok, bool special,
+                                  char *buf, size_t cap, size_t *len);
+brisk_token brisk_token_bos(const brisk_model *model); /* -1 if none */
+brisk_token brisk_token_eos(const brisk_model *model);
+bool brisk_token_is_eog(const brisk_model *model, brisk_token tok);
+bool brisk_add_bos(const brisk_model *model);
+int brisk_n_vocab(const brisk_model *model);
+
+/* Streaming detokenizer: feeds token pieces and emits only complete UTF-8. */
+typedef struct brisk_detok {
+    char pending[8]; /* bytes of an incomplete UTF-8 sequence */
+    int n_pending;
+} brisk_detok;
+/* Appends the printable text for tok to buf (NUL-terminated); *len gets its length. */
+brisk_status brisk_detok_push(const brisk_model *model, brisk_detok *st, brisk_token tok,
+                              char *buf, size_t cap, size_t *len);
+
+/* ---- contexts and batches -------------------------------------------- */
+
+typedef enum brisk_kv_type { BRISK_KV_F32 = 0, BRISK_KV_F16 = 1 } brisk_kv_type;
+
+typedef struct brisk_context_params {
+    int n_ctx;         /* KV cache capacity in tokens, shared by all sequences; 0: model's train ctx capped at 4096 */
+    int n_seq_max;     /* sequences that may be live at once */
+    int n_batch;       /* most entries in one brisk_decode call */
+    int n_threads;     /* CPU threads; 0: all cores */
+    brisk_kv_type kv_type;
+    int kv_block_size; /* tokens per KV page (default 16) */
+} brisk_context_params;
+
+brisk_context_params brisk_context_default_params(void);
+brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *params,
+                               brisk_context **out);
+void brisk_context_free(brisk_context *ctx);
+
+typedef struct brisk_batch_entry {
+    brisk_token token;
+    int32_t pos;    /* position in its sequence */
+    int32_t seq;    /* sequence id, 0 .. n_seq_max-1 */
+    bool logits;    /* return logits for this entry */
+} brisk_batch_entry;
+
+/* Runs n entries through the model. Entries of one sequence must come in
+ * increasing position order and continue that sequence's cache. */
+brisk_status brisk_decode(brisk_context *ctx, const brisk_batch_entry *entries, int n);
+/* Logits of the i-th entry of the last batch that asked for them (n_vocab floats), or NULL. */
+const float *brisk_get_logits(brisk_context *ctx, int i);
+
+/* ---- per-sequence cache control -------------------------------------- */
+brisk_status brisk_seq_clear(brisk_context *ctx, int seq);
+/* Drops positions [p0, p1) of seq (p1 < 0: to the end). Only a tail can be dropped. */
+brisk_status brisk_seq_remove(brisk_context *ctx, int seq, int32_t p0, int32_t p1);
+/* dst (cleared first) shares src's cached positions [0, n_tokens): full pages are
+ * shared copy-on-write, the partial tail page is copied. */
+brisk_status brisk_seq_share_prefix(brisk_context *ctx, int src, int dst, int32_t n_tokens);
+/* Next position of seq (its cached length). */
+int32_t brisk_seq_len(const brisk_context *ctx, int seq);
+
+/* ---- sampling -------------------------------------------------------- */
+
+typedef struct brisk_sampler_params {
+    float temp;           /* <= 0: greedy */
+    int top_k;            /* <= 0: off */
+    float top_p;          /* >= 1: off */
+    float min_p;          /* <= 0: off */
+    float repeat_penalty; /* 1: off */
+    float presence_penalty, frequency_penalty;
+    int repeat_last_n;    /* tokens looked back for penalties */
+    uint64_t seed;
+} brisk_sampler_params;
+
+typedef struct brisk_sampler brisk_sampler;
+/* llama.cpp's defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, penalties off. */
+brisk_sampler_params brisk_sampler_default_params(void);
+brisk_status brisk_sampler_new(const brisk_sampler_params *params, int n_vocab, brisk_sampler **out);
+void brisk_sampler_free(brisk_sampler *s);
+/* Picks a token from logits (n_vocab floats; not modified). */
+brisk_token brisk_sampler_sample(brisk_sampler *s, const float *logits);
+/* Records a token (prompt or generated) for the penalties. */
+void brisk_sampler_accept(brisk_sampler *s, brisk_token tok);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,15 @@
+/* cli.h — the `brisk` subcommands. Each returns the process exit status
+ * (0 ok, 1 runtime failure, 2 bad usage) and prints one-line errors as
+ * "brisk: <message>" on stderr. */
+#ifndef BK_CLI_H
+#define BK_CLI_H
+int cmd_info(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+
+/* Prints "brisk: <fmt>" + newline to stderr and returns code. */
+int cli_error(int code, const char *fmt, ...);
+#endif

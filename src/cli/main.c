@@ -1,0 +1,50 @@
+/* main.c — `brisk <command> [options]`: dispatch to the subcommands. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+int cli_error(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("brisk: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return code;
+}
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} commands[] = {
+    {"run", cmd_run, "generate text from a prompt"},
+    {"bench", cmd_bench, "measure prompt and generation speed"},
+    {"perplexity", cmd_perplexity, "perplexity of a text file"},
+    {"tokenize", cmd_tokenize, "print the token ids of stdin"},
+    {"info", cmd_info, "print a GGUF file's metadata and tensors"},
+    {"synth", cmd_synth, "write a random-weight model of a given shape"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: brisk <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n`brisk <command> --help` for a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    return cli_error(2, "unknown command '%s' (try `brisk --help`)", argv[1]);
+}
