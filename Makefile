@@ -17,7 +17,7 @@ OPT     := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitiz
 LDSAN   := -fsanitize=address,undefined
 endif
 
-CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow=local \
+CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow=local -Wno-format-truncation \
            -fPIC -D_GNU_SOURCE -pthread -Iinclude -Isrc $(EXTRA_CFLAGS)
 LDLIBS  := -lpcre2-8 -lcjson -lm -lpthread -ldl
 LDFLAGS := $(LDSAN) -pthread

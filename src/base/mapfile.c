@@ -1,4 +1,3 @@
-#define _GNU_SOURCE
 #include "base/mapfile.h"
 #include "base/status.h"
 
