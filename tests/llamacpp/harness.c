@@ -1,0 +1,737 @@
+// llamacpp-ref: the llama.cpp reference harness that brisk is checked against.
+//
+// It runs the prebuilt CPU llama.cpp (release v0.4.0) that the npm package
+// @node-llama-cpp/linux-x64 ships. Nothing is linked: libggml-base, libggml and
+// libllama are dlopened from LLAMACPP_LIBDIR (or --libdir) and every function is
+// resolved with dlsym into one table; the headers of the matching source tree
+// (.deps/llama.cpp) give the types and struct layouts. The libraries carry
+// RUNPATH $ORIGIN, so loading them by absolute path needs no LD_LIBRARY_PATH.
+// The CPU backend itself (libggml-cpu-<variant>.so, the best one for this CPU)
+// is loaded with ggml_backend_load_all_from_path(libdir).
+//
+// Subcommands (see usage()): tokenize, quantize, eval, bench, info.
+// Every failure prints one line on stderr and exits non-zero.
+#include <ctype.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <glob.h>
+#include <link.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+#include "ggml.h"
+#include "llama.h"
+
+// ---------------------------------------------------------------------------
+// The function table. Each entry is typed from the real prototype.
+
+#define LLAMACPP_FUNCS(X)                                                        \
+    X(ggml_backend_load_all_from_path) X(ggml_backend_dev_by_type)               \
+    X(ggml_backend_dev_backend_reg) X(ggml_backend_dev_description)              \
+    X(ggml_backend_reg_get_proc_address) X(ggml_type_name)                       \
+    X(ggml_threadpool_params_default) X(llama_backend_init) X(llama_backend_free) \
+    X(llama_log_set) X(llama_model_default_params) X(llama_context_default_params) \
+    X(llama_model_quantize_default_params) X(llama_model_quantize)               \
+    X(llama_model_load_from_file) X(llama_model_free) X(llama_model_get_vocab)   \
+    X(llama_model_desc) X(llama_model_n_ctx_train) X(llama_model_n_embd)         \
+    X(llama_model_n_layer) X(llama_model_n_params) X(llama_model_size)           \
+    X(llama_vocab_n_tokens) X(llama_vocab_bos) X(llama_vocab_get_add_bos)        \
+    X(llama_tokenize) X(llama_init_from_model) X(llama_free) X(llama_n_ctx)      \
+    X(llama_attach_threadpool) X(llama_set_n_threads) X(llama_get_memory)        \
+    X(llama_memory_clear) X(llama_batch_get_one) X(llama_decode)                 \
+    X(llama_synchronize) X(llama_get_logits_ith) X(llama_ftype_name)
+
+static struct {
+#define X(fn) __typeof__(&fn) fn;
+    LLAMACPP_FUNCS(X)
+#undef X
+    __typeof__(&ggml_threadpool_new) ggml_threadpool_new;   // from the CPU backend
+    __typeof__(&ggml_threadpool_free) ggml_threadpool_free; // from the CPU backend
+    char cpu_variant[256]; // file name of the libggml-cpu-*.so that got loaded
+} L;
+
+// ---------------------------------------------------------------------------
+// Errors and small helpers.
+
+static int fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("llamacpp-ref: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double peak_rss_mb(void) { // VmHWM from /proc/self/status, in MiB
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0) kb = strtod(line + 6, NULL);
+    fclose(f);
+    return kb / 1024.0;
+}
+
+// Physical cores, the way llama-bench's default thread count counts them on a
+// non-hybrid x86 Linux host: distinct topology/thread_siblings masks.
+static int n_physical_cores(void) {
+    enum { MAX_CPUS = 1024 };
+    static char seen[MAX_CPUS][64];
+    int n = 0;
+    for (int cpu = 0; cpu < MAX_CPUS; cpu++) {
+        char path[128], buf[64] = {0};
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/thread_siblings", cpu);
+        FILE *f = fopen(path, "r");
+        if (!f) break;
+        if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
+        fclose(f);
+        int k = 0;
+        while (k < n && strcmp(seen[k], buf) != 0) k++;
+        if (k == n) memcpy(seen[n++], buf, sizeof buf);
+    }
+    if (n > 0) return n;
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return c > 0 ? (int)c : 4;
+}
+
+static bool streq_ci(const char *a, const char *b) {
+    while (*a && *b && tolower((unsigned char)*a) == tolower((unsigned char)*b)) a++, b++;
+    return *a == 0 && *b == 0;
+}
+
+static bool parse_int(const char *s, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = s ? strtol(s, &end, 10) : 0;
+    if (!s || end == s || *end || errno || v < lo || v > hi) return false;
+    *out = (int)v;
+    return true;
+}
+
+// ---------------------------------------------------------------------------
+// Logging: llama.cpp and ggml log through one callback. We keep messages at
+// or above g_log_min; the first Flash Attention resolution is also noted.
+
+static enum ggml_log_level g_log_min = GGML_LOG_LEVEL_ERROR;
+static enum ggml_log_level g_log_last = GGML_LOG_LEVEL_INFO;
+static const char *g_fa_resolved = "?"; // "on"/"off" once llama.cpp resolves it
+
+static void log_cb(enum ggml_log_level level, const char *text, void *ud) {
+    (void)ud;
+    if (level == GGML_LOG_LEVEL_CONT) level = g_log_last;
+    g_log_last = level;
+    if (strstr(text, "Flash Attention enabled")) g_fa_resolved = "on";
+    if (strstr(text, "Flash Attention not supported")) g_fa_resolved = "off";
+    if (level >= g_log_min && level != GGML_LOG_LEVEL_NONE) fputs(text, stderr);
+}
+
+// ---------------------------------------------------------------------------
+// Loading the libraries.
+
+static int find_variant_cb(struct dl_phdr_info *info, size_t size, void *ud) {
+    (void)size;
+    (void)ud;
+    const char *base = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+    if (base && strncmp(base + 1, "libggml-cpu", 11) == 0)
+        snprintf(L.cpu_variant, sizeof L.cpu_variant, "%s", base + 1);
+    return 0;
+}
+
+// Opens dir/name, or the first dir/pattern match (the npm build names its
+// libraries libllama.v0.4.0.so and libggml.v0.4.0.so).
+static void *open_lib(const char *dir, const char *name, const char *pattern) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (h || !pattern) return h;
+    glob_t g;
+    snprintf(path, sizeof path, "%s/%s", dir, pattern);
+    if (glob(path, 0, NULL, &g) == 0 && g.gl_pathc > 0) h = dlopen(g.gl_pathv[0], RTLD_NOW | RTLD_GLOBAL);
+    globfree(&g);
+    return h;
+}
+
+// Default libdir: $LLAMACPP_LIBDIR, else the npm tree beside build/ when the
+// harness sits at <repo>/build/llamacpp-ref.
+static const char *default_libdir(void) {
+    static char dir[PATH_MAX + 128];
+    const char *env = getenv("LLAMACPP_LIBDIR");
+    if (env && *env) return env;
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return NULL;
+    exe[n] = 0;
+    for (int up = 0; up < 2; up++) { // strip the file name, then build/
+        char *slash = strrchr(exe, '/');
+        if (!slash) return NULL;
+        *slash = 0;
+    }
+    snprintf(dir, sizeof dir, "%s/.deps/npm/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64", exe);
+    return dir;
+}
+
+static int load_llamacpp(const char *libdir) {
+    if (!libdir) return fail("no library directory: set LLAMACPP_LIBDIR or pass --libdir");
+    void *base = open_lib(libdir, "libggml-base.so", NULL);
+    if (!base) return fail("cannot load %s/libggml-base.so: %s", libdir, dlerror());
+    void *ggml = open_lib(libdir, "libggml.so", "libggml.v*.so");
+    if (!ggml) return fail("cannot load libggml from %s: %s", libdir, dlerror());
+    void *llama = open_lib(libdir, "libllama.so", "libllama.v*.so");
+    if (!llama) return fail("cannot load libllama from %s: %s", libdir, dlerror());
+    void *handles[3] = {llama, ggml, base};
+#define X(fn)                                                                     \
+    for (int i = 0; i < 3 && !L.fn; i++) *(void **)&L.fn = dlsym(handles[i], #fn); \
+    if (!L.fn) return fail("symbol %s not found in %s", #fn, libdir);
+    LLAMACPP_FUNCS(X)
+#undef X
+    L.llama_log_set(log_cb, NULL);
+    L.ggml_backend_load_all_from_path(libdir);
+    ggml_backend_dev_t cpu = L.ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    if (!cpu) return fail("no CPU backend (libggml-cpu-*.so) could be loaded from %s", libdir);
+    ggml_backend_reg_t reg = L.ggml_backend_dev_backend_reg(cpu);
+    *(void **)&L.ggml_threadpool_new = L.ggml_backend_reg_get_proc_address(reg, "ggml_threadpool_new");
+    *(void **)&L.ggml_threadpool_free = L.ggml_backend_reg_get_proc_address(reg, "ggml_threadpool_free");
+    if (!L.ggml_threadpool_new || !L.ggml_threadpool_free) return fail("CPU backend lacks ggml_threadpool_new");
+    dl_iterate_phdr(find_variant_cb, NULL);
+    L.llama_backend_init();
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+// Options shared by all subcommands.
+
+struct opts {
+    const char *model, *libdir, *p, *prompt_text, *logits_out;
+    const char *pos[4]; // positional arguments, in order
+    int n_pos;
+    int n_gen, n_ctx, n_threads, reps, top;
+    int fa; // enum llama_flash_attn_type
+    enum ggml_type kv_type, out_type, emb_type;
+    bool add_special, parse_special, pure, allow_requant, leave_output, no_repack, verbose;
+};
+
+static bool parse_ggml_type(const char *s, enum ggml_type *out) {
+    for (int i = 0; i < GGML_TYPE_COUNT; i++) {
+        const char *name = L.ggml_type_name((enum ggml_type)i);
+        if (name && streq_ci(name, s)) {
+            *out = (enum ggml_type)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+// Parses argv[2..] into o. Type names need the libraries, so they are kept as
+// strings here and resolved in resolve_types().
+static const char *g_kv_name = "f32", *g_out_name, *g_emb_name;
+
+static int parse_opts(int argc, char **argv, struct opts *o) {
+    *o = (struct opts){.n_gen = -1, .n_ctx = 0, .n_threads = 0, .reps = 5, .fa = -2};
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool takes = true;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
+        else if (!strcmp(a, "--libdir")) o->libdir = v;
+        else if (!strcmp(a, "-p")) o->p = v;
+        else if (!strcmp(a, "--prompt-text")) o->prompt_text = v;
+        else if (!strcmp(a, "--logits-out")) o->logits_out = v;
+        else if (!strcmp(a, "--kv")) g_kv_name = v;
+        else if (!strcmp(a, "--output-tensor-type")) g_out_name = v;
+        else if (!strcmp(a, "--token-embedding-type")) g_emb_name = v;
+        else if (!strcmp(a, "-n")) { if (!parse_int(v, 0, 1 << 24, &o->n_gen)) return fail("bad -n '%s'", v ? v : ""); }
+        else if (!strcmp(a, "-c")) { if (!parse_int(v, 0, 1 << 24, &o->n_ctx)) return fail("bad -c '%s'", v ? v : ""); }
+        else if (!strcmp(a, "-t")) { if (!parse_int(v, 1, 4096, &o->n_threads)) return fail("bad -t '%s'", v ? v : ""); }
+        else if (!strcmp(a, "-r")) { if (!parse_int(v, 1, 1000000, &o->reps)) return fail("bad -r '%s'", v ? v : ""); }
+        else if (!strcmp(a, "--top")) { if (!parse_int(v, 0, 1 << 24, &o->top)) return fail("bad --top '%s'", v ? v : ""); }
+        else if (!strcmp(a, "--fa") || !strcmp(a, "-fa")) {
+            if (v && !strcmp(v, "on")) o->fa = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+            else if (v && !strcmp(v, "off")) o->fa = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+            else if (v && !strcmp(v, "auto")) o->fa = LLAMA_FLASH_ATTN_TYPE_AUTO;
+            else return fail("bad --fa '%s' (on|off|auto)", v ? v : "");
+        } else {
+            takes = false;
+            if (!strcmp(a, "--add-special")) o->add_special = true;
+            else if (!strcmp(a, "--parse-special")) o->parse_special = true;
+            else if (!strcmp(a, "--pure")) o->pure = true;
+            else if (!strcmp(a, "--allow-requantize")) o->allow_requant = true;
+            else if (!strcmp(a, "--leave-output-tensor")) o->leave_output = true;
+            else if (!strcmp(a, "--no-repack")) o->no_repack = true;
+            else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->verbose = true;
+            else if (a[0] == '-' && a[1]) return fail("unknown option '%s'", a);
+            else if (o->n_pos < 4) o->pos[o->n_pos++] = a;
+            else return fail("too many arguments ('%s')", a);
+        }
+        if (takes) {
+            if (!v) return fail("option %s needs a value", a);
+            i++;
+        }
+    }
+    return 0;
+}
+
+static int resolve_types(struct opts *o) {
+    o->out_type = o->emb_type = GGML_TYPE_COUNT; // GGML_TYPE_COUNT = "not set"
+    if (!parse_ggml_type(g_kv_name, &o->kv_type)) return fail("unknown KV cache type '%s'", g_kv_name);
+    if (g_out_name && !parse_ggml_type(g_out_name, &o->out_type)) return fail("unknown ggml type '%s'", g_out_name);
+    if (g_emb_name && !parse_ggml_type(g_emb_name, &o->emb_type)) return fail("unknown ggml type '%s'", g_emb_name);
+    if (o->n_threads == 0) o->n_threads = n_physical_cores();
+    return 0;
+}
+
+// Loads a model on the CPU, memory-mapped. Returns NULL after printing an error.
+static struct llama_model *load_model(const struct opts *o, bool vocab_only) {
+    if (!o->model) {
+        fail("missing -m FILE");
+        return NULL;
+    }
+    struct llama_model_params mp = L.llama_model_default_params();
+    mp.n_gpu_layers = 0;
+    mp.vocab_only = vocab_only;
+    mp.load_mode = LLAMA_LOAD_MODE_MMAP;
+    mp.use_extra_bufts = !o->no_repack; // weight repacking (e.g. Q4_0 -> interleaved) as llama.cpp does by default
+    struct llama_model *m = L.llama_model_load_from_file(o->model, mp);
+    if (!m) fail("cannot load model '%s'", o->model);
+    return m;
+}
+
+// Tokenizes text into a malloc'd array; *n gets the count. NULL on failure.
+static llama_token *tokenize(const struct llama_vocab *vocab, const char *text, size_t len, bool add_special,
+                             bool parse_special, int *n) {
+    if (len > INT32_MAX / 2) {
+        fail("input too long (%zu bytes)", len);
+        return NULL;
+    }
+    int cap = (int)len + 16;
+    llama_token *ids = malloc(sizeof *ids * (size_t)cap);
+    if (!ids) return NULL;
+    int r = L.llama_tokenize(vocab, text, (int32_t)len, ids, cap, add_special, parse_special);
+    if (r < 0 && r != INT32_MIN) {
+        cap = -r;
+        llama_token *bigger = realloc(ids, sizeof *ids * (size_t)cap);
+        if (!bigger) return free(ids), NULL;
+        ids = bigger;
+        r = L.llama_tokenize(vocab, text, (int32_t)len, ids, cap, add_special, parse_special);
+    }
+    if (r < 0) {
+        free(ids);
+        fail("llama_tokenize failed (%d)", r);
+        return NULL;
+    }
+    *n = r;
+    return ids;
+}
+
+static char *read_all(FILE *f, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *bigger = realloc(buf, cap *= 2);
+        if (!bigger) free(buf);
+        buf = bigger;
+    }
+    if (!buf || ferror(f)) return free(buf), NULL;
+    *len = n;
+    return buf;
+}
+
+static void print_ids(const llama_token *ids, int n) {
+    for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+    putchar('\n');
+}
+
+// ---------------------------------------------------------------------------
+// tokenize
+
+static int cmd_tokenize(const struct opts *o) {
+    struct llama_model *m = load_model(o, true);
+    if (!m) return 1;
+    size_t len;
+    char *text = read_all(stdin, &len);
+    if (!text) return L.llama_model_free(m), fail("cannot read stdin");
+    int n = 0;
+    llama_token *ids = tokenize(L.llama_model_get_vocab(m), text, len, o->add_special, o->parse_special, &n);
+    free(text);
+    L.llama_model_free(m);
+    if (!ids) return 1;
+    print_ids(ids, n);
+    free(ids);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+// quantize
+
+static const struct {
+    const char *name;
+    enum llama_ftype ftype;
+} FTYPES[] = { // the names llama-quantize accepts
+    {"Q4_0", LLAMA_FTYPE_MOSTLY_Q4_0},       {"Q4_1", LLAMA_FTYPE_MOSTLY_Q4_1},
+    {"Q5_0", LLAMA_FTYPE_MOSTLY_Q5_0},       {"Q5_1", LLAMA_FTYPE_MOSTLY_Q5_1},
+    {"Q8_0", LLAMA_FTYPE_MOSTLY_Q8_0},       {"Q2_K", LLAMA_FTYPE_MOSTLY_Q2_K},
+    {"Q2_K_S", LLAMA_FTYPE_MOSTLY_Q2_K_S},   {"Q3_K", LLAMA_FTYPE_MOSTLY_Q3_K_M},
+    {"Q3_K_S", LLAMA_FTYPE_MOSTLY_Q3_K_S},   {"Q3_K_M", LLAMA_FTYPE_MOSTLY_Q3_K_M},
+    {"Q3_K_L", LLAMA_FTYPE_MOSTLY_Q3_K_L},   {"Q4_K", LLAMA_FTYPE_MOSTLY_Q4_K_M},
+    {"Q4_K_S", LLAMA_FTYPE_MOSTLY_Q4_K_S},   {"Q4_K_M", LLAMA_FTYPE_MOSTLY_Q4_K_M},
+    {"Q5_K", LLAMA_FTYPE_MOSTLY_Q5_K_M},     {"Q5_K_S", LLAMA_FTYPE_MOSTLY_Q5_K_S},
+    {"Q5_K_M", LLAMA_FTYPE_MOSTLY_Q5_K_M},   {"Q6_K", LLAMA_FTYPE_MOSTLY_Q6_K},
+    {"IQ4_NL", LLAMA_FTYPE_MOSTLY_IQ4_NL},   {"IQ4_XS", LLAMA_FTYPE_MOSTLY_IQ4_XS},
+    {"MXFP4_MOE", LLAMA_FTYPE_MOSTLY_MXFP4_MOE}, {"TQ1_0", LLAMA_FTYPE_MOSTLY_TQ1_0},
+    {"TQ2_0", LLAMA_FTYPE_MOSTLY_TQ2_0},     {"F16", LLAMA_FTYPE_MOSTLY_F16},
+    {"BF16", LLAMA_FTYPE_MOSTLY_BF16},       {"F32", LLAMA_FTYPE_ALL_F32},
+};
+
+static int cmd_quantize(const struct opts *o) {
+    if (o->n_pos != 3) return fail("usage: quantize IN.gguf OUT.gguf TYPE [-t N] [--pure] ...");
+    const char *type = o->pos[2];
+    int k = 0, n_ftypes = (int)(sizeof FTYPES / sizeof FTYPES[0]);
+    while (k < n_ftypes && !streq_ci(FTYPES[k].name, type)) k++;
+    if (k == n_ftypes) return fail("unknown quantization type '%s'", type);
+    llama_model_quantize_params qp = L.llama_model_quantize_default_params();
+    qp.nthread = o->n_threads;
+    qp.ftype = FTYPES[k].ftype;
+    qp.pure = o->pure;
+    qp.allow_requantize = o->allow_requant;
+    qp.quantize_output_tensor = !o->leave_output;
+    if (o->out_type != GGML_TYPE_COUNT) qp.output_tensor_type = o->out_type;
+    if (o->emb_type != GGML_TYPE_COUNT) qp.token_embedding_type = o->emb_type;
+    double t0 = now_s();
+    uint32_t r = L.llama_model_quantize(o->pos[0], o->pos[1], &qp);
+    if (r != 0) return fail("llama_model_quantize %s -> %s (%s) failed (%u)", o->pos[0], o->pos[1], type, r);
+    fprintf(stderr, "llamacpp-ref: quantized %s -> %s as %s%s in %.2f s\n", o->pos[0], o->pos[1],
+            L.llama_ftype_name(qp.ftype), o->pure ? " (pure)" : "", now_s() - t0);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+// eval
+
+static int parse_id_list(const char *s, llama_token **out, int *n) {
+    int cap = 16, k = 0;
+    llama_token *ids = malloc(sizeof *ids * (size_t)cap);
+    while (ids) {
+        while (*s == ' ' || *s == ',' || *s == '\t' || *s == '\n') s++;
+        if (!*s) break;
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (end == s || errno || v < 0 || v > INT32_MAX) return free(ids), fail("bad token id list near '%.20s'", s);
+        s = end;
+        if (k == cap) {
+            llama_token *bigger = realloc(ids, sizeof *ids * (size_t)(cap *= 2));
+            if (!bigger) free(ids);
+            ids = bigger;
+            if (!ids) break;
+        }
+        ids[k++] = (llama_token)v;
+    }
+    if (!ids) return fail("out of memory");
+    if (k == 0) return free(ids), fail("empty prompt");
+    *out = ids;
+    *n = k;
+    return 0;
+}
+
+// Greedy pick: the first (lowest) id among equal maxima.
+static llama_token argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+// Prints the k best (id, logit) pairs of a row on stderr, ties to the lower id.
+static void print_top(int row, const float *x, int n, int k) {
+    int best[64], m = 0; // ids, best first
+    if (k > 64) k = 64;
+    for (int i = 0; i < n; i++) {
+        int j;
+        if (m < k) j = m++;
+        else if (x[i] > x[best[k - 1]]) j = k - 1;
+        else continue;
+        while (j > 0 && x[i] > x[best[j - 1]]) best[j] = best[j - 1], j--;
+        best[j] = i;
+    }
+    fprintf(stderr, "top row %d:", row);
+    for (int j = 0; j < m; j++) fprintf(stderr, " %d:%.6f", best[j], x[best[j]]);
+    fputc('\n', stderr);
+}
+
+static int run_eval(const struct opts *o, struct llama_model *m, llama_token *prompt, int n_prompt) {
+    const struct llama_vocab *vocab = L.llama_model_get_vocab(m);
+    const int n_vocab = L.llama_vocab_n_tokens(vocab);
+    const int n_gen = o->n_gen < 0 ? 16 : o->n_gen;
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] >= n_vocab) return fail("prompt token %d is outside the vocabulary (%d)", prompt[i], n_vocab);
+
+    struct llama_context_params cp = L.llama_context_default_params();
+    cp.n_ctx = o->n_ctx ? (uint32_t)o->n_ctx : (uint32_t)(n_prompt + n_gen);
+    cp.n_batch = cp.n_ubatch = (uint32_t)(n_prompt > 512 ? n_prompt : 512); // the prompt is one ubatch
+    cp.n_seq_max = 1;
+    cp.n_threads = cp.n_threads_batch = o->n_threads;
+    cp.flash_attn_type = o->fa == -2 ? LLAMA_FLASH_ATTN_TYPE_DISABLED : (enum llama_flash_attn_type)o->fa;
+    cp.type_k = cp.type_v = o->kv_type;
+    cp.no_perf = true;
+    if ((int64_t)n_prompt + n_gen > (int64_t)cp.n_ctx) return fail("n_ctx %u < prompt %d + generated %d", cp.n_ctx, n_prompt, n_gen);
+    struct llama_context *ctx = L.llama_init_from_model(m, cp);
+    if (!ctx) return fail("cannot create context (n_ctx %u, kv %s)", cp.n_ctx, L.ggml_type_name(o->kv_type));
+
+    FILE *lf = NULL;
+    int rc = 0;
+    if (o->logits_out) {
+        int32_t hdr[2] = {n_vocab, n_gen};
+        lf = fopen(o->logits_out, "wb");
+        if (!lf || fwrite(hdr, sizeof hdr, 1, lf) != 1) rc = fail("cannot write %s: %s", o->logits_out, strerror(errno));
+    }
+    llama_token *out = malloc(sizeof *out * (size_t)(n_gen + 1));
+    if (!out) rc = fail("out of memory");
+    double t0 = now_s(), t_prompt = 0;
+    llama_token tok = 0;
+    for (int i = 0; i < n_gen && rc == 0; i++) {
+        // step 0 decodes the whole prompt; step i decodes generated token i
+        struct llama_batch b = i == 0 ? L.llama_batch_get_one(prompt, n_prompt) : L.llama_batch_get_one(&tok, 1);
+        int r = L.llama_decode(ctx, b);
+        if (r != 0) {
+            rc = fail("llama_decode failed (%d) at step %d", r, i);
+            break;
+        }
+        if (i == 0) t_prompt = now_s() - t0;
+        const float *logits = L.llama_get_logits_ith(ctx, -1);
+        if (!logits) {
+            rc = fail("no logits at step %d", i);
+            break;
+        }
+        tok = argmax(logits, n_vocab);
+        out[i] = tok;
+        if (o->top > 0) print_top(i, logits, n_vocab, o->top);
+        if (lf && fwrite(logits, sizeof *logits, (size_t)n_vocab, lf) != (size_t)n_vocab)
+            rc = fail("cannot write %s: %s", o->logits_out, strerror(errno));
+    }
+    double t_all = now_s() - t0;
+    if (lf && fclose(lf) != 0 && rc == 0) rc = fail("cannot write %s: %s", o->logits_out, strerror(errno));
+    if (rc == 0) {
+        print_ids(out, n_gen);
+        fprintf(stderr,
+                "llamacpp-ref: eval n_prompt=%d n_gen=%d n_ctx=%u threads=%d kv=%s flash_attn=%s repack=%s cpu=%s "
+                "prompt=%.1f ms gen=%.2f ms/tok\n",
+                n_prompt, n_gen, L.llama_n_ctx(ctx), o->n_threads, L.ggml_type_name(o->kv_type),
+                cp.flash_attn_type == LLAMA_FLASH_ATTN_TYPE_AUTO ? g_fa_resolved
+                : cp.flash_attn_type == LLAMA_FLASH_ATTN_TYPE_ENABLED ? "on" : "off",
+                o->no_repack ? "off" : "on", L.cpu_variant, 1e3 * t_prompt,
+                n_gen > 1 ? 1e3 * (t_all - t_prompt) / (n_gen - 1) : 0.0);
+    }
+    free(out);
+    L.llama_free(ctx);
+    return rc;
+}
+
+static int cmd_eval(const struct opts *o) {
+    if (!o->p == !o->prompt_text) return fail("eval needs exactly one of -p \"IDS\" or --prompt-text TEXT");
+    struct llama_model *m = load_model(o, false);
+    if (!m) return 1;
+    llama_token *prompt = NULL;
+    int n_prompt = 0, rc;
+    if (o->p) rc = parse_id_list(o->p, &prompt, &n_prompt);
+    else {
+        prompt = tokenize(L.llama_model_get_vocab(m), o->prompt_text, strlen(o->prompt_text), true, false, &n_prompt);
+        rc = !prompt ? 1 : n_prompt == 0 ? fail("prompt text gives no tokens") : 0;
+    }
+    if (rc == 0) rc = run_eval(o, m, prompt, n_prompt);
+    free(prompt);
+    L.llama_model_free(m);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------
+// bench: llama-bench's methodology (tools/llama-bench/llama-bench.cpp, v0.4.0).
+// One context per test with n_ctx = n_prompt + n_gen of that test, n_batch
+// 2048, n_ubatch 512, F16 KV cache, flash attention auto, a ggml threadpool of
+// t threads (poll 50) attached, one warmup run, then r timed repetitions on a
+// cleared cache. Token ids come from rand() with the default seed, the first
+// prompt token being BOS when the vocab adds one, exactly as llama-bench does.
+
+struct bench_result {
+    double mean, sd; // tokens per second over the repetitions
+};
+
+static int bench_prompt(struct llama_context *ctx, const struct llama_vocab *vocab, int n_prompt, int n_batch,
+                        llama_token *buf) {
+    int n_vocab = L.llama_vocab_n_tokens(vocab);
+    for (int done = 0; done < n_prompt;) {
+        int n = n_prompt - done < n_batch ? n_prompt - done : n_batch;
+        buf[0] = done == 0 && L.llama_vocab_get_add_bos(vocab) ? L.llama_vocab_bos(vocab) : rand() % n_vocab;
+        for (int i = 1; i < n; i++) buf[i] = rand() % n_vocab;
+        if (L.llama_decode(ctx, L.llama_batch_get_one(buf, n)) != 0) return fail("decode of a prompt batch failed");
+        done += n;
+    }
+    L.llama_synchronize(ctx);
+    return 0;
+}
+
+static int bench_gen(struct llama_context *ctx, const struct llama_vocab *vocab, int n_gen) {
+    int n_vocab = L.llama_vocab_n_tokens(vocab);
+    llama_token tok = L.llama_vocab_get_add_bos(vocab) ? L.llama_vocab_bos(vocab) : rand() % n_vocab;
+    for (int i = 0; i < n_gen; i++) {
+        if (L.llama_decode(ctx, L.llama_batch_get_one(&tok, 1)) != 0) return fail("decode of a generated token failed");
+        L.llama_synchronize(ctx);
+        tok = rand() % n_vocab;
+    }
+    return 0;
+}
+
+static int bench_one(const struct opts *o, struct llama_model *m, int n_prompt, int n_gen, struct bench_result *res) {
+    const struct llama_vocab *vocab = L.llama_model_get_vocab(m);
+    struct llama_context_params cp = L.llama_context_default_params();
+    cp.n_ctx = o->n_ctx ? (uint32_t)o->n_ctx : (uint32_t)(n_prompt + n_gen);
+    cp.n_batch = 2048;
+    cp.n_ubatch = 512;
+    cp.type_k = cp.type_v = GGML_TYPE_F16;
+    cp.flash_attn_type = o->fa == -2 ? LLAMA_FLASH_ATTN_TYPE_AUTO : (enum llama_flash_attn_type)o->fa;
+    cp.swa_full = false;
+    cp.n_threads = cp.n_threads_batch = o->n_threads;
+    struct llama_context *ctx = L.llama_init_from_model(m, cp);
+    if (!ctx) return fail("cannot create context (n_ctx %u)", cp.n_ctx);
+    struct ggml_threadpool_params tpp = L.ggml_threadpool_params_default(o->n_threads);
+    tpp.poll = 50;
+    struct ggml_threadpool *tp = L.ggml_threadpool_new(&tpp);
+    double *tps = malloc(sizeof *tps * (size_t)o->reps);
+    llama_token *buf = malloc(sizeof *buf * 2048);
+    int rc = !tp || !tps || !buf ? fail("cannot create threadpool or buffers") : 0;
+    if (rc == 0) {
+        L.llama_attach_threadpool(ctx, tp, NULL);
+        L.llama_set_n_threads(ctx, o->n_threads, o->n_threads);
+        L.llama_memory_clear(L.llama_get_memory(ctx), false);
+        rc = n_prompt > 0 ? bench_prompt(ctx, vocab, n_prompt, 2048, buf) : bench_gen(ctx, vocab, 1); // warmup
+    }
+    for (int r = 0; r < o->reps && rc == 0; r++) {
+        L.llama_memory_clear(L.llama_get_memory(ctx), false);
+        double t0 = now_s();
+        rc = n_prompt > 0 ? bench_prompt(ctx, vocab, n_prompt, 2048, buf) : bench_gen(ctx, vocab, n_gen);
+        tps[r] = (n_prompt + n_gen) / (now_s() - t0);
+    }
+    if (rc == 0) {
+        double sum = 0, sq = 0;
+        for (int r = 0; r < o->reps; r++) sum += tps[r];
+        res->mean = sum / o->reps;
+        for (int r = 0; r < o->reps; r++) sq += (tps[r] - res->mean) * (tps[r] - res->mean);
+        res->sd = o->reps > 1 ? sqrt(sq / (o->reps - 1)) : 0;
+    }
+    free(buf);
+    free(tps);
+    L.llama_free(ctx);
+    if (tp) L.ggml_threadpool_free(tp);
+    return rc;
+}
+
+static void json_str(const char *s) { // prints s as a JSON string
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c < 0x20) printf("\\u%04x", c);
+        else putchar(c);
+    }
+    putchar('"');
+}
+
+static int cmd_bench(const struct opts *o) {
+    int n_prompt = 512, n_gen = o->n_gen < 0 ? 128 : o->n_gen;
+    if (o->p && !parse_int(o->p, 0, 1 << 20, &n_prompt)) return fail("bad -p '%s' (a token count)", o->p);
+    struct llama_model *m = load_model(o, false);
+    if (!m) return 1;
+    char desc[256];
+    L.llama_model_desc(m, desc, sizeof desc);
+    srand(1); // std::rand()'s sequence without a seed, as in llama-bench
+    int rc = 0;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        int np = k == 0 ? n_prompt : 0, ng = k == 0 ? 0 : n_gen;
+        if (np + ng == 0) continue;
+        g_fa_resolved = "?";
+        struct bench_result res = {0};
+        rc = bench_one(o, m, np, ng, &res);
+        if (rc) break;
+        printf("{\"test\":\"%s%d\",\"t\":%d,\"tps_mean\":%.3f,\"tps_sd\":%.3f,\"peak_rss_mb\":%.1f,\"reps\":%d,"
+               "\"flash_attn\":\"%s\",\"cpu\":",
+               np ? "pp" : "tg", np ? np : ng, o->n_threads, res.mean, res.sd, peak_rss_mb(), o->reps,
+               o->fa == LLAMA_FLASH_ATTN_TYPE_DISABLED  ? "off"
+               : o->fa == LLAMA_FLASH_ATTN_TYPE_ENABLED ? "on" : g_fa_resolved);
+        json_str(L.cpu_variant);
+        printf(",\"model\":");
+        json_str(desc);
+        printf("}\n");
+        fflush(stdout);
+    }
+    L.llama_model_free(m);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------
+// info
+
+static int cmd_info(const struct opts *o) {
+    struct llama_model *m = load_model(o, false);
+    if (!m) return 1;
+    char desc[256];
+    L.llama_model_desc(m, desc, sizeof desc);
+    printf("n_vocab %d\nn_ctx_train %d\nn_embd %d\nn_layer %d\nn_params %llu\nsize_bytes %llu\ndesc %s\ncpu %s\n",
+           L.llama_vocab_n_tokens(L.llama_model_get_vocab(m)), L.llama_model_n_ctx_train(m), L.llama_model_n_embd(m),
+           L.llama_model_n_layer(m), (unsigned long long)L.llama_model_n_params(m),
+           (unsigned long long)L.llama_model_size(m), desc, L.cpu_variant);
+    L.llama_model_free(m);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+
+static void usage(void) {
+    fputs("usage: llamacpp-ref COMMAND [--libdir DIR] [-v] ...   (DIR defaults to $LLAMACPP_LIBDIR)\n"
+          "  tokenize -m FILE [--add-special] [--parse-special]       < text   -> ids on stdout\n"
+          "  quantize IN.gguf OUT.gguf TYPE [-t N] [--pure] [--output-tensor-type T]\n"
+          "           [--token-embedding-type T] [--allow-requantize] [--leave-output-tensor]\n"
+          "  eval -m FILE (-p \"1 2 3\" | --prompt-text TEXT) [-n 16] [-c N] [-t N] [--kv f32]\n"
+          "       [--fa off|on|auto] [--no-repack] [--logits-out PATH] [--top K]\n"
+          "  bench -m FILE [-p 512] [-n 128] [-t N] [-r 5] [-c N] [--fa auto|on|off]\n"
+          "  info -m FILE\n",
+          stderr);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage();
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    int (*run)(const struct opts *) = !strcmp(cmd, "tokenize") ? cmd_tokenize
+                                      : !strcmp(cmd, "quantize") ? cmd_quantize
+                                      : !strcmp(cmd, "eval")     ? cmd_eval
+                                      : !strcmp(cmd, "bench")    ? cmd_bench
+                                      : !strcmp(cmd, "info")     ? cmd_info : NULL;
+    if (!run) return usage(), fail("unknown command '%s'", cmd);
+    struct opts o;
+    if (parse_opts(argc, argv, &o)) return 1;
+    g_log_min = o.verbose ? GGML_LOG_LEVEL_DEBUG : !strcmp(cmd, "quantize") ? GGML_LOG_LEVEL_WARN : GGML_LOG_LEVEL_ERROR;
+    if (load_llamacpp(o.libdir ? o.libdir : default_libdir()) || resolve_types(&o)) return 1;
+    int rc = run(&o);
+    L.llama_backend_free();
+    return rc;
+}
