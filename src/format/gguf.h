@@ -73,7 +73,9 @@ brisk_status gguf_get_bool(const gguf_file *g, const char *key, bool *out);
 brisk_status gguf_get_str(const gguf_file *g, const char *key, const char **s, size_t *len);
 
 /* Arrays. gguf_get_arr gives the element type and count; for numeric
- * elements *data points at the packed little-endian values in the map. */
+ * elements *data points at the packed little-endian values in the map (not
+ * necessarily aligned: memcpy them out), for string and array elements it is
+ * NULL. Arrays of arrays are validated at open but otherwise unsupported. */
 brisk_status gguf_get_arr(const gguf_file *g, const char *key, gguf_value_type *elem_type,
                           uint64_t *n, const void **data);
 /* i-th string of a string array (O(1): an index is built at open). */
@@ -88,6 +90,9 @@ brisk_status gguf_kv_arr_str(const gguf_file *g, int64_t kv, uint64_t i, const c
  * as "[n x type]" followed by their first few elements. */
 brisk_status gguf_kv_format(const gguf_file *g, int64_t kv, char *buf, size_t cap);
 const char *gguf_type_name(gguf_value_type t);
+/* The value of key kv exactly as stored (the bytes after its u32 type field),
+ * pointing into the map. For gguf_writer_copy_kv. */
+brisk_status gguf_kv_raw(const gguf_file *g, int64_t kv, const void **raw, uint64_t *len);
 
 /* ---- tensors ---- */
 int64_t gguf_tensor_count(const gguf_file *g);
