@@ -66,6 +66,7 @@ typedef struct brisk_model_info {
     int n_ctx_train;
     uint64_t n_params;      /* weights counted by element */
     uint64_t weight_bytes;  /* bytes of tensor data */
+    uint64_t decode_bytes;  /* weight bytes read per decoded token (the embedding table only as the LM head) */
 } brisk_model_info;
 void brisk_model_get_info(const brisk_model *model, brisk_model_info *out);
 
@@ -131,8 +132,8 @@ const float *brisk_get_logits(brisk_context *ctx, int i);
 brisk_status brisk_seq_clear(brisk_context *ctx, int seq);
 /* Drops positions [p0, p1) of seq (p1 < 0: to the end). Only a tail can be dropped. */
 brisk_status brisk_seq_remove(brisk_context *ctx, int seq, int32_t p0, int32_t p1);
-/* dst (cleared first) shares src's cached positions [0, n_tokens): full pages are
- * shared copy-on-write, the partial tail page is copied. */
+/* dst (cleared first) shares src's cached positions [0, n_tokens): the pages
+ * are shared, and copied on the first write into a shared page. */
 brisk_status brisk_seq_share_prefix(brisk_context *ctx, int src, int dst, int32_t n_tokens);
 /* Next position of seq (its cached length). */
 int32_t brisk_seq_len(const brisk_context *ctx, int seq);

@@ -1,6 +1,201 @@
+/* cmd_bench.c — `brisk bench`: prompt processing and generation speed, as
+ * mean ± sd over repetitions, with the bandwidth achieved and its share of
+ * the machine's measured memory bandwidth (llama-bench's method: one warm-up,
+ * then -r runs, each from an empty cache). */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "brisk.h"
 #include "cli/cli.h"
+#include "cli/common.h"
+
+typedef struct {
+    const double *buf;
+    size_t n;
+    double sum;
+} bw_arg;
+
+static void *bw_read(void *p) {
+    bw_arg *a = p;
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= a->n; i += 4) {
+        s0 += a->buf[i];
+        s1 += a->buf[i + 1];
+        s2 += a->buf[i + 2];
+        s3 += a->buf[i + 3];
+    }
+    a->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+/* Measured read bandwidth in GB/s: n_threads threads each sum a slice of a 1 GiB buffer. */
+static double measure_bandwidth_here(int n_threads) {
+    size_t bytes = (size_t)1 << 30, n = bytes / sizeof(double);
+    double *buf = malloc(bytes);
+    if (!buf) return 0;
+    for (size_t i = 0; i < n; i++) buf[i] = (double)(i & 7);
+    double best = 0;
+    pthread_t th[256];
+    bw_arg args[256];
+    if (n_threads > 256) n_threads = 256;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = cli_now();
+        for (int t = 0; t < n_threads; t++) {
+            args[t] = (bw_arg){buf + n / n_threads * t, n / n_threads, 0};
+            pthread_create(&th[t], NULL, bw_read, &args[t]);
+        }
+        for (int t = 0; t < n_threads; t++) pthread_join(th[t], NULL);
+        double gbs = bytes / (cli_now() - t0) / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    free(buf);
+    return best;
+}
+
+/* Runs the measurement in a child process so its buffer never counts in our peak RSS. */
+static double measure_bandwidth(int n_threads) {
+    int fd[2];
+    if (pipe(fd) != 0) return 0;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fd[0]);
+        close(fd[1]);
+        return 0;
+    }
+    if (pid == 0) {
+        double v = measure_bandwidth_here(n_threads);
+        ssize_t w = write(fd[1], &v, sizeof v);
+        _exit(w == sizeof v ? 0 : 1);
+    }
+    close(fd[1]);
+    double v = 0;
+    if (read(fd[0], &v, sizeof v) != sizeof v) v = 0;
+    close(fd[0]);
+    waitpid(pid, NULL, 0);
+    return v;
+}
+
+static void stats(const double *x, int n, double *mean, double *sd) {
+    double s = 0, ss = 0;
+    for (int i = 0; i < n; i++) s += x[i];
+    *mean = s / n;
+    for (int i = 0; i < n; i++) ss += (x[i] - *mean) * (x[i] - *mean);
+    *sd = n > 1 ? sqrt(ss / (n - 1)) : 0;
+}
+
+static uint64_t rng_state = 88172645463325252ull;
+static int rand_token(int n_vocab) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (int)(rng_state % (uint64_t)n_vocab);
+}
+
+/* One run: pp tokens as one batch, or tg tokens one at a time. Returns tokens/s or -1. */
+static double run_once(brisk_context *ctx, int n_vocab, int n_prompt, int n_gen, brisk_batch_entry *batch) {
+    brisk_seq_clear(ctx, 0);
+    double t0 = cli_now();
+    if (n_prompt > 0) {
+        for (int i = 0; i < n_prompt; i++)
+            batch[i] = (brisk_batch_entry){rand_token(n_vocab), i, 0, i == n_prompt - 1};
+        if (brisk_decode(ctx, batch, n_prompt) != BRISK_OK) return -1;
+        return n_prompt / (cli_now() - t0);
+    }
+    for (int i = 0; i < n_gen; i++) {
+        batch[0] = (brisk_batch_entry){rand_token(n_vocab), i, 0, true};
+        if (brisk_decode(ctx, batch, 1) != BRISK_OK) return -1;
+    }
+    return n_gen / (cli_now() - t0);
+}
+
 int cmd_bench(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return cli_error(1, "bench: not built yet");
+    const char *model_path = NULL;
+    int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, n_ctx = 0;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: brisk bench -m FILE [-p 512] [-n 128] [-t N] [-r 5] [-c N] [--json]\n");
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model_path = cli_next(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else {
+            int *dst = !strcmp(a, "-p") ? &n_prompt : !strcmp(a, "-n") ? &n_gen
+                     : !strcmp(a, "-t") ? &n_threads : !strcmp(a, "-r") ? &reps
+                     : !strcmp(a, "-c") ? &n_ctx : NULL;
+            if (!dst) return cli_error(2, "bench: unknown option '%s'", a);
+            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 0, 1 << 20, dst)) return 2;
+        }
+    }
+    if (!model_path) return cli_error(2, "bench: -m FILE is required");
+    if (reps < 1) return cli_error(2, "bench: -r must be at least 1");
+    if (n_threads <= 0) n_threads = cli_default_threads();
+    brisk_model *m = NULL;
+    brisk_context *ctx = NULL;
+    brisk_batch_entry *batch = NULL;
+    int rc = 1;
+    brisk_model_params mp = brisk_model_default_params();
+    if (brisk_model_load(model_path, &mp, &m) != BRISK_OK) {
+        cli_error(1, "%s", brisk_last_error());
+        goto done;
+    }
+    brisk_context_params cp = brisk_context_default_params();
+    cp.n_threads = n_threads;
+    cp.n_ctx = n_ctx > 0 ? n_ctx : (n_prompt > n_gen ? n_prompt : n_gen) + 16;
+    cp.n_batch = n_prompt > 0 ? n_prompt : 1;
+    if (brisk_context_new(m, &cp, &ctx) != BRISK_OK) {
+        cli_error(1, "%s", brisk_last_error());
+        goto done;
+    }
+    batch = malloc((size_t)(cp.n_batch > 1 ? cp.n_batch : 1) * sizeof *batch);
+    if (!batch) goto done;
+    brisk_model_info info;
+    brisk_model_get_info(m, &info);
+    int n_vocab = brisk_n_vocab(m);
+    double bw = measure_bandwidth(cli_default_threads());
+    double *tps = calloc((size_t)reps, sizeof *tps);
+    if (!tps) goto done;
+    if (!json) {
+        printf("model: %s (%s), %.2f GiB, %.2f B params; threads %d; memory bandwidth %.1f GB/s (measured)\n",
+               model_path, info.arch, info.weight_bytes / 1073741824.0, info.n_params / 1e9, n_threads, bw);
+        printf("| %-8s | %18s | %8s | %7s |\n", "test", "tokens/s", "GB/s", "% of bw");
+        printf("|----------|--------------------|----------|---------|\n");
+    }
+    for (int kind = 0; kind < 2; kind++) {
+        int np = kind == 0 ? n_prompt : 0, ng = kind == 0 ? 0 : n_gen;
+        if ((kind == 0 && np == 0) || (kind == 1 && ng == 0)) continue;
+        if (run_once(ctx, n_vocab, np, ng, batch) < 0) { /* warm-up */
+            cli_error(1, "%s", brisk_last_error());
+            goto done_tps;
+        }
+        for (int r = 0; r < reps; r++) tps[r] = run_once(ctx, n_vocab, np, ng, batch);
+        double mean, sd;
+        stats(tps, reps, &mean, &sd);
+        /* bytes per token: all weights once per batch (pp) or per token (tg) */
+        double gbs = kind == 0 ? info.decode_bytes * (mean / np) / 1e9 : info.decode_bytes * mean / 1e9;
+        char name[32];
+        snprintf(name, sizeof name, "%s%d", kind == 0 ? "pp" : "tg", kind == 0 ? np : ng);
+        if (json)
+            printf("{\"test\":\"%s\",\"t\":%d,\"tps_mean\":%.3f,\"tps_sd\":%.3f,\"gbs\":%.2f,\"bw\":%.2f,"
+                   "\"peak_rss_mb\":%.1f}\n",
+                   name, n_threads, mean, sd, gbs, bw, cli_peak_rss_mb());
+        else
+            printf("| %-8s | %9.2f ± %6.2f | %8.2f | %6.1f%% |\n", name, mean, sd, gbs, 100 * gbs / bw);
+    }
+    if (!json) printf("peak RSS: %.1f MiB\n", cli_peak_rss_mb());
+    rc = 0;
+done_tps:
+    free(tps);
+done:
+    free(batch);
+    brisk_context_free(ctx);
+    brisk_model_free(m);
+    return rc;
 }

@@ -1,6 +1,115 @@
+/* cmd_perplexity.c — `brisk perplexity -m FILE -f TEXT [-c 512]`, llama.cpp's
+ * method: the text is cut into chunks of n_ctx tokens (the first replaced by
+ * BOS when the model adds one), and each chunk scores the tokens of its
+ * second half. Prints the running estimate per chunk, then the final value. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "brisk.h"
 #include "cli/cli.h"
+#include "cli/common.h"
+
 int cmd_perplexity(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return cli_error(1, "perplexity: not built yet");
+    const char *model_path = NULL, *text_path = NULL;
+    int n_ctx = 512, n_threads = 0, n_chunks_max = -1;
+    bool kv_f32 = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: brisk perplexity -m FILE -f TEXT [-c 512] [-t N] [--chunks N] [--kv-f32]\n");
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model_path = cli_next(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            if (!(text_path = cli_next(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 16, 1 << 20, &n_ctx)) return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 1, 1024, &n_threads)) return 2;
+        } else if (!strcmp(a, "--chunks")) {
+            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 1, 1 << 30, &n_chunks_max)) return 2;
+        } else if (!strcmp(a, "--kv-f32")) {
+            kv_f32 = true;
+        } else {
+            return cli_error(2, "perplexity: unknown option '%s'", a);
+        }
+    }
+    if (!model_path || !text_path) return cli_error(2, "perplexity: -m FILE and -f TEXT are required");
+    size_t len;
+    char *text = cli_read_all(text_path, &len);
+    if (!text) return 1;
+    int rc = 1;
+    brisk_model *m = NULL;
+    brisk_context *ctx = NULL;
+    brisk_token *toks = NULL;
+    brisk_batch_entry *batch = NULL;
+    brisk_model_params mp = brisk_model_default_params();
+    if (brisk_model_load(model_path, &mp, &m) != BRISK_OK) {
+        cli_error(1, "%s", brisk_last_error());
+        goto done;
+    }
+    int64_t n = 0;
+    brisk_tokenize(m, text, len, false, false, NULL, 0, &n);
+    toks = malloc((size_t)(n > 0 ? n : 1) * sizeof *toks);
+    if (!toks || brisk_tokenize(m, text, len, false, false, toks, n, &n) != BRISK_OK) {
+        cli_error(1, "tokenize: %s", brisk_last_error());
+        goto done;
+    }
+    int64_t n_chunks = n / n_ctx;
+    if (n_chunks_max > 0 && n_chunks > n_chunks_max) n_chunks = n_chunks_max;
+    if (n_chunks < 1) {
+        cli_error(1, "perplexity: the text has %lld tokens, fewer than one chunk of %d (lower -c)",
+                  (long long)n, n_ctx);
+        goto done;
+    }
+    brisk_context_params cp = brisk_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = n_ctx;
+    cp.n_threads = n_threads;
+    cp.kv_type = kv_f32 ? BRISK_KV_F32 : BRISK_KV_F16;
+    if (brisk_context_new(m, &cp, &ctx) != BRISK_OK) {
+        cli_error(1, "%s", brisk_last_error());
+        goto done;
+    }
+    batch = malloc((size_t)n_ctx * sizeof *batch);
+    if (!batch) goto done;
+    int n_vocab = brisk_n_vocab(m), first = n_ctx / 2;
+    bool bos = brisk_add_bos(m) && brisk_token_bos(m) >= 0;
+    double nll = 0;
+    int64_t count = 0;
+    double t0 = cli_now();
+    fprintf(stderr, "perplexity: %lld tokens, %lld chunks of %d\n", (long long)n, (long long)n_chunks, n_ctx);
+    for (int64_t c = 0; c < n_chunks; c++) {
+        const brisk_token *ct = toks + c * n_ctx;
+        brisk_seq_clear(ctx, 0);
+        for (int i = 0; i < n_ctx; i++)
+            batch[i] = (brisk_batch_entry){i == 0 && bos ? brisk_token_bos(m) : ct[i], i, 0, i >= first && i < n_ctx - 1};
+        if (brisk_decode(ctx, batch, n_ctx) != BRISK_OK) {
+            cli_error(1, "%s", brisk_last_error());
+            goto done;
+        }
+        for (int i = first; i < n_ctx - 1; i++) {
+            const float *lg = brisk_get_logits(ctx, i);
+            float mx = lg[0];
+            for (int v = 1; v < n_vocab; v++) mx = lg[v] > mx ? lg[v] : mx;
+            double sum = 0;
+            for (int v = 0; v < n_vocab; v++) sum += exp((double)lg[v] - mx);
+            nll += -((double)lg[ct[i + 1]] - mx - log(sum));
+            count++;
+        }
+        printf("[%lld]%.4f%s", (long long)c + 1, exp(nll / count), c + 1 < n_chunks ? "," : "\n");
+        fflush(stdout);
+    }
+    printf("Final estimate: PPL = %.4f over %lld tokens (%.1f s)\n", exp(nll / count), (long long)count,
+           cli_now() - t0);
+    rc = 0;
+done:
+    free(batch);
+    free(toks);
+    free(text);
+    brisk_context_free(ctx);
+    brisk_model_free(m);
+    return rc;
 }

@@ -1,6 +1,209 @@
+/* cmd_run.c — `brisk run`: generate a continuation of a prompt, streaming it
+ * to stdout; timings go to stderr. Flags follow llama.cpp's. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "brisk.h"
 #include "cli/cli.h"
+#include "cli/common.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: brisk run -m FILE -p TEXT [options]\n"
+            "  -m, --model FILE     GGUF model\n"
+            "  -p, --prompt TEXT    prompt (-f FILE reads it from a file)\n"
+            "  -n, --n-predict N    tokens to generate (default 128; -1: until end of text or context)\n"
+            "  -c, --ctx-size N     context size (default: model's, at most 4096)\n"
+            "  -t, --threads N      CPU threads (default: all cores)\n"
+            "  --temp T             temperature (default 0.8; 0: greedy)\n"
+            "  --top-k K            (default 40)   --top-p P (default 0.95)   --min-p P (default 0.05)\n"
+            "  --repeat-penalty F   (default 1.0)  --repeat-last-n N (default 64)\n"
+            "  --presence-penalty F --frequency-penalty F\n"
+            "  --seed S             RNG seed (default: random)\n"
+            "  --ignore-eos         keep generating past end-of-text\n"
+            "  --kv-f32             f32 KV cache (default f16)\n"
+            "  --no-display-prompt  (default) print only the continuation\n");
+}
+
 int cmd_run(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return cli_error(1, "run: not built yet");
+    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
+    int n_predict = 128, n_ctx = 0, n_threads = 0;
+    bool ignore_eos = false, kv_f32 = false, seed_set = false;
+    brisk_sampler_params sp = brisk_sampler_default_params();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+#define VAL() \
+    if (!(v = cli_next(argc, argv, &i))) return 2
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            VAL();
+            model_path = v;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            VAL();
+            prompt = v;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            VAL();
+            prompt_file = v;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+            VAL();
+            if (!cli_int(a, v, -1, 1 << 30, &n_predict)) return 2;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            VAL();
+            if (!cli_int(a, v, 0, 1 << 24, &n_ctx)) return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            VAL();
+            if (!cli_int(a, v, 1, 1024, &n_threads)) return 2;
+        } else if (!strcmp(a, "--temp")) {
+            VAL();
+            if (!cli_float(a, v, 0, 100, &sp.temp)) return 2;
+        } else if (!strcmp(a, "--top-k")) {
+            VAL();
+            if (!cli_int(a, v, 0, 1 << 30, &sp.top_k)) return 2;
+        } else if (!strcmp(a, "--top-p")) {
+            VAL();
+            if (!cli_float(a, v, 0, 1, &sp.top_p)) return 2;
+        } else if (!strcmp(a, "--min-p")) {
+            VAL();
+            if (!cli_float(a, v, 0, 1, &sp.min_p)) return 2;
+        } else if (!strcmp(a, "--repeat-penalty")) {
+            VAL();
+            if (!cli_float(a, v, 0, 100, &sp.repeat_penalty)) return 2;
+        } else if (!strcmp(a, "--repeat-last-n")) {
+            VAL();
+            if (!cli_int(a, v, 0, 1 << 20, &sp.repeat_last_n)) return 2;
+        } else if (!strcmp(a, "--presence-penalty")) {
+            VAL();
+            if (!cli_float(a, v, -100, 100, &sp.presence_penalty)) return 2;
+        } else if (!strcmp(a, "--frequency-penalty")) {
+            VAL();
+            if (!cli_float(a, v, -100, 100, &sp.frequency_penalty)) return 2;
+        } else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {
+            VAL();
+            if (!cli_u64(a, v, &sp.seed)) return 2;
+            seed_set = true;
+        } else if (!strcmp(a, "--ignore-eos")) {
+            ignore_eos = true;
+        } else if (!strcmp(a, "--kv-f32")) {
+            kv_f32 = true;
+        } else if (!strcmp(a, "--no-display-prompt")) {
+        } else {
+            return cli_error(2, "run: unknown option '%s' (try `brisk run --help`)", a);
+        }
+#undef VAL
+    }
+    if (!model_path) return cli_error(2, "run: -m FILE is required");
+    if (!prompt && !prompt_file) return cli_error(2, "run: -p TEXT or -f FILE is required");
+    if (!seed_set) sp.seed = (uint64_t)(cli_now() * 1e9);
+
+    char *file_text = NULL;
+    size_t plen = 0;
+    if (prompt_file) {
+        if (!(file_text = cli_read_all(prompt_file, &plen))) return 1;
+        prompt = file_text;
+    } else {
+        plen = strlen(prompt);
+    }
+
+    int rc = 1;
+    brisk_model *model = NULL;
+    brisk_context *ctx = NULL;
+    brisk_sampler *smp = NULL;
+    brisk_token *toks = NULL;
+    brisk_batch_entry *batch = NULL;
+    brisk_model_params mp = brisk_model_default_params();
+    if (brisk_model_load(model_path, &mp, &model) != BRISK_OK) {
+        cli_error(1, "%s", brisk_last_error());
+        goto done;
+    }
+    brisk_context_params cp = brisk_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_threads = n_threads;
+    cp.kv_type = kv_f32 ? BRISK_KV_F32 : BRISK_KV_F16;
+    if (brisk_context_new(model, &cp, &ctx) != BRISK_OK) {
+        cli_error(1, "%s", brisk_last_error());
+        goto done;
+    }
+    brisk_model_info info;
+    brisk_model_get_info(model, &info);
+    int ctx_size = n_ctx > 0 ? n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
+    int64_t n_prompt = 0;
+    brisk_status st = brisk_tokenize(model, prompt, plen, true, true, NULL, 0, &n_prompt);
+    if (st != BRISK_OK && st != BRISK_ERR_RANGE) {
+        cli_error(1, "%s", brisk_last_error());
+        goto done;
+    }
+    if (n_prompt == 0) {
+        cli_error(1, "run: the prompt is empty");
+        goto done;
+    }
+    if (n_prompt >= ctx_size) {
+        cli_error(1, "run: the prompt has %lld tokens, more than the context size %d (use -c)",
+                  (long long)n_prompt, ctx_size);
+        goto done;
+    }
+    toks = malloc((size_t)n_prompt * sizeof *toks);
+    batch = malloc(512 * sizeof *batch);
+    if (!toks || !batch) {
+        cli_error(1, "out of memory");
+        goto done;
+    }
+    brisk_tokenize(model, prompt, plen, true, true, toks, n_prompt, &n_prompt);
+    if (brisk_sampler_new(&sp, brisk_n_vocab(model), &smp) != BRISK_OK) {
+        cli_error(1, "%s", brisk_last_error());
+        goto done;
+    }
+    double t0 = cli_now();
+    for (int64_t i = 0; i < n_prompt; i += 512) {
+        int nb = n_prompt - i < 512 ? (int)(n_prompt - i) : 512;
+        for (int j = 0; j < nb; j++) {
+            batch[j] = (brisk_batch_entry){toks[i + j], (int32_t)(i + j), 0, i + j == n_prompt - 1};
+            brisk_sampler_accept(smp, toks[i + j]);
+        }
+        if (brisk_decode(ctx, batch, nb) != BRISK_OK) {
+            cli_error(1, "%s", brisk_last_error());
+            goto done;
+        }
+    }
+    double t1 = cli_now();
+    int n_gen = 0;
+    int32_t pos = (int32_t)n_prompt;
+    brisk_detok dt = {0};
+    char out[1100];
+    const float *logits = brisk_get_logits(ctx, (int)((n_prompt - 1) % 512));
+    while (n_predict < 0 || n_gen < n_predict) {
+        brisk_token t = brisk_sampler_sample(smp, logits);
+        if (!ignore_eos && brisk_token_is_eog(model, t)) break;
+        brisk_sampler_accept(smp, t);
+        size_t len;
+        if (brisk_detok_push(model, &dt, t, out, sizeof out, &len) == BRISK_OK && len) {
+            fwrite(out, 1, len, stdout);
+            fflush(stdout);
+        }
+        n_gen++;
+        if (pos >= ctx_size) break;
+        batch[0] = (brisk_batch_entry){t, pos++, 0, true};
+        if (brisk_decode(ctx, batch, 1) != BRISK_OK) {
+            cli_error(1, "%s", brisk_last_error());
+            goto done;
+        }
+        logits = brisk_get_logits(ctx, 0);
+    }
+    double t2 = cli_now();
+    fputc('\n', stdout);
+    fprintf(stderr, "\nprompt: %lld tokens in %.3f s (%.2f tokens/s)\n", (long long)n_prompt, t1 - t0,
+            n_prompt / (t1 - t0));
+    fprintf(stderr, "generation: %d tokens in %.3f s (%.2f tokens/s)\n", n_gen, t2 - t1,
+            n_gen > 0 ? n_gen / (t2 - t1) : 0.0);
+    rc = 0;
+done:
+    free(batch);
+    free(toks);
+    free(file_text);
+    brisk_sampler_free(smp);
+    brisk_context_free(ctx);
+    brisk_model_free(model);
+    return rc;
 }

@@ -1,0 +1,111 @@
+/* backend.h — the narrow op interface between an architecture's forward pass
+ * and the device that runs it.
+ *
+ * An architecture file (src/model/<arch>.c) calls these ops; it never knows
+ * which device runs them. A backend never knows which architecture calls it.
+ * The CPU backend (backend/cpu/) is always built and is the reference every
+ * other backend is tested against.
+ *
+ * Memory: activations, scratch and the KV cache are backend memory, obtained
+ * once from alloc() at context creation ("sizes first, then allocate once");
+ * no op allocates. Pointers passed to ops are backend pointers (host pointers
+ * on the CPU, device pointers on a GPU). Activations are f32, row-major
+ * (n_tokens, width).
+ */
+#ifndef BK_BACKEND_H
+#define BK_BACKEND_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "brisk.h"
+
+/* A weight matrix y = W x with W (n_out, n_in) stored row by row in a ggml
+ * type (ne[0] = n_in), or a vector (n_out = 1) such as a norm weight. */
+typedef struct bk_weight {
+    const char *name;   /* tensor name, for messages */
+    uint32_t type;      /* ggml type id */
+    int64_t n_in;       /* elements per row (ne[0]) */
+    int64_t n_out;      /* rows */
+    size_t row_bytes;   /* bytes per row */
+    const void *host;   /* mapped file data */
+    void *dev;          /* backend copy, or NULL when the backend reads host memory */
+} bk_weight;
+
+typedef enum bk_rope_mode { BK_ROPE_NORM = 0, BK_ROPE_NEOX = 2 } bk_rope_mode;
+
+typedef struct bk_rope_params {
+    int n_rot;            /* dims rotated per head (<= head_dim) */
+    bk_rope_mode mode;    /* NORM: pairs (2i, 2i+1); NEOX: pairs (i, i + n_rot/2) */
+    float freq_base;      /* theta */
+    float freq_scale;     /* 1/linear factor */
+    float ext_factor;     /* YaRN mix (0: off) */
+    float attn_factor;    /* YaRN magnitude scale */
+    float beta_fast, beta_slow;
+    int n_ctx_orig;       /* YaRN original context */
+    const float *freq_factors; /* (n_rot/2) or NULL (Llama 3 rope_freqs) */
+} bk_rope_params;
+
+/* The paged KV cache of one layer as the attention op sees it. Page p of
+ * layer l holds block_size token slots of kv_dim values (K and V apart). */
+typedef struct bk_kv_view {
+    void *k;             /* (n_pages, block_size, n_head_kv, head_dim) in kv_type */
+    void *v;             /* same shape */
+    int kv_type;         /* BRISK_KV_F32 or BRISK_KV_F16 */
+    int block_size;      /* tokens per page */
+} bk_kv_view;
+
+/* Where each batch entry's K/V goes and what it attends to. */
+typedef struct bk_attn_batch {
+    int n_tokens;
+    const int32_t *pos;        /* (n_tokens) position of each entry */
+    const int32_t *slot;       /* (n_tokens) cache slot = page * block_size + offset, for the write */
+    const int32_t *const *block_table; /* (n_tokens) -> pages of the entry's sequence */
+    /* entry i attends to positions [0, pos[i]] of its sequence */
+} bk_attn_batch;
+
+typedef struct bk_backend bk_backend;
+
+typedef struct bk_backend_ops {
+    const char *name;
+    void (*free)(bk_backend *be);
+    /* Memory for activations, scratch and caches (zeroed). */
+    brisk_status (*alloc)(bk_backend *be, size_t bytes, void **out);
+    void (*release)(bk_backend *be, void *p);
+    /* Makes a weight usable by this backend (the CPU reads the mapping in place). */
+    brisk_status (*bind_weight)(bk_backend *be, bk_weight *w);
+
+    /* out[i,:] = row ids[i] of emb, dequantized to f32. */
+    void (*get_rows)(bk_backend *be, const bk_weight *emb, const int32_t *ids, int n, float *out);
+    /* y = x / rms(x) * w over rows of width dim (y may alias x). w is an f32 vector. */
+    void (*rms_norm)(bk_backend *be, const float *x, const bk_weight *w, float *y, int n_rows,
+                     int dim, float eps);
+    /* For each of n_w matrices: y[j] (n, W[j].n_out) = x (n, n_in) W[j]^T (+ bias[j] if set).
+     * One call for matrices sharing an input (q/k/v, gate/up) lets the backend
+     * convert x once and run them as one parallel job. */
+    void (*matmul)(bk_backend *be, int n_w, const bk_weight *const *w, const bk_weight *const *bias,
+                   const float *x, int n, float *const *y);
+    /* Rotates n_heads heads of head_dim in x (n, n_heads*head_dim) at positions pos. */
+    void (*rope)(bk_backend *be, float *x, int n, int n_heads, int head_dim, const int32_t *pos,
+                 const bk_rope_params *rp);
+    /* Writes k, v (n, n_head_kv*head_dim) into the cache slots, then
+     * out (n, n_head*head_dim) = softmax(q k^T * scale, causal) v per head, GQA. */
+    void (*attention)(bk_backend *be, const float *q, const float *k, const float *v,
+                      const bk_kv_view *kv, const bk_attn_batch *ab, int n_head, int n_head_kv,
+                      int head_dim, float scale, float *out);
+    /* out = silu(gate) * up, elementwise over n values. */
+    void (*swiglu)(bk_backend *be, const float *gate, const float *up, float *out, size_t n);
+    /* x += y, n values. */
+    void (*add)(bk_backend *be, float *x, const float *y, size_t n);
+    /* Copies backend memory to host (the logits), and waits for the device. */
+    brisk_status (*read)(bk_backend *be, const void *src, void *dst, size_t bytes);
+    /* Copies between two cache pages (copy-on-write of shared pages). */
+    void (*copy)(bk_backend *be, void *dst, const void *src, size_t bytes);
+} bk_backend_ops;
+
+struct bk_backend {
+    const bk_backend_ops *ops;
+};
+
+/* The CPU backend with n_threads workers (0: all cores). */
+brisk_status bk_cpu_backend_new(int n_threads, bk_backend **out);
+#endif

@@ -1,0 +1,452 @@
+/* cpu_backend.c — the reference backend: every op on the host, split across a
+ * thread pool. Matrix products convert the activations once to the weight's
+ * vec_dot_type (as ggml does) and run the fused kernels of cpu_dot.h. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_dot.h"
+#include "base/status.h"
+#include "base/threadpool.h"
+#include "quant/quant.h"
+
+#define MAX_MATS 8
+#define ROW_TILE 16  /* weight rows per tile: a few KB, stays in L1 while tokens stream */
+#define TOK_TILE 32  /* activation rows per vec_dot call */
+
+typedef struct cpu_backend {
+    bk_backend base;
+    threadpool *tp;
+    int n_threads;
+    /* Converted activations, grown to the largest request then reused (no
+     * allocation once the first batch of the largest size has run). */
+    void *xq[MAX_MATS];
+    size_t xq_cap[MAX_MATS];
+    float *att_scratch; /* (n_threads, att_cap) attention scores */
+    size_t att_cap;
+} cpu_backend;
+
+static brisk_status grow(void **p, size_t *cap, size_t want) {
+    if (want <= *cap) return BRISK_OK;
+    void *np = realloc(*p, want);
+    if (!np) return bk_fail(BRISK_ERR_NOMEM, "cpu backend: out of memory (%zu bytes)", want);
+    *p = np;
+    *cap = want;
+    return BRISK_OK;
+}
+
+static void cpu_free(bk_backend *be) {
+    cpu_backend *cb = (cpu_backend *)be;
+    if (!cb) return;
+    threadpool_free(cb->tp);
+    for (int i = 0; i < MAX_MATS; i++) free(cb->xq[i]);
+    free(cb->att_scratch);
+    free(cb);
+}
+
+static brisk_status cpu_alloc(bk_backend *be, size_t bytes, void **out) {
+    (void)be;
+    *out = calloc(1, bytes ? bytes : 1);
+    if (!*out) return bk_fail(BRISK_ERR_NOMEM, "cannot allocate %zu bytes of host memory", bytes);
+    return BRISK_OK;
+}
+
+static void cpu_release(bk_backend *be, void *p) {
+    (void)be;
+    free(p);
+}
+
+static brisk_status cpu_bind_weight(bk_backend *be, bk_weight *w) {
+    (void)be;
+    if (w->n_out > 1 && !cpu_get_vec_dot(w->type))
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "no CPU kernel for tensor %s of type %s", w->name,
+                       quant_type_name(w->type));
+    return BRISK_OK;
+}
+
+/* ---- get_rows ---- */
+static void cpu_get_rows(bk_backend *be, const bk_weight *emb, const int32_t *ids, int n, float *out) {
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        const char *row = (const char *)emb->host + (size_t)ids[i] * emb->row_bytes;
+        quant_dequantize(emb->type, row, out + (size_t)i * emb->n_in, emb->n_in);
+    }
+}
+
+/* ---- rms_norm: sums in double like ggml, then scale, then weight ---- */
+typedef struct {
+    const float *x, *w;
+    float *y;
+    int n, dim;
+    float eps;
+} norm_job;
+
+static void norm_worker(void *arg, int ith, int nth) {
+    norm_job *j = arg;
+    long lo, hi;
+    threadpool_range(j->n, ith, nth, &lo, &hi);
+    for (long r = lo; r < hi; r++) {
+        const float *x = j->x + r * j->dim;
+        float *y = j->y + r * j->dim;
+        double sum = 0;
+        for (int i = 0; i < j->dim; i++) sum += (double)(x[i] * x[i]);
+        float scale = 1.0f / sqrtf((float)(sum / j->dim) + j->eps);
+        for (int i = 0; i < j->dim; i++) y[i] = (x[i] * scale) * j->w[i];
+    }
+}
+
+static void cpu_rms_norm(bk_backend *be, const float *x, const bk_weight *w, float *y, int n_rows,
+                         int dim, float eps) {
+    cpu_backend *cb = (cpu_backend *)be;
+    norm_job j = {x, w->host, y, n_rows, dim, eps};
+    if (n_rows * (long)dim < 1 << 16) norm_worker(&j, 0, 1);
+    else threadpool_run(cb->tp, norm_worker, &j);
+}
+
+/* ---- matmul ---- */
+typedef struct {
+    int n_w, n;
+    const bk_weight *const *w;
+    const bk_weight *const *bias;
+    const float *x;
+    float *const *y;
+    const void *xq[MAX_MATS]; /* converted x per matrix */
+    size_t xq_stride[MAX_MATS];
+    cpu_from_float_fn conv[MAX_MATS];
+    int conv_owner[MAX_MATS]; /* index of the matrix whose xq this one shares */
+    long total_rows;
+} mm_job;
+
+static void mm_convert_worker(void *arg, int ith, int nth) {
+    mm_job *j = arg;
+    long lo, hi;
+    threadpool_range(j->n, ith, nth, &lo, &hi);
+    for (int m = 0; m < j->n_w; m++) {
+        if (j->conv_owner[m] != m || !j->conv[m]) continue;
+        int64_t n_in = j->w[m]->n_in;
+        for (long t = lo; t < hi; t++)
+            j->conv[m](j->x + t * n_in, (char *)j->xq[m] + t * j->xq_stride[m], n_in);
+    }
+}
+
+static void mm_dot_worker(void *arg, int ith, int nth) {
+    mm_job *j = arg;
+    long n_tiles = (j->total_rows + ROW_TILE - 1) / ROW_TILE, lo, hi;
+    threadpool_range(n_tiles, ith, nth, &lo, &hi);
+    float s[TOK_TILE];
+    for (long tile = lo; tile < hi; tile++) {
+        long r0 = tile * ROW_TILE, r1 = r0 + ROW_TILE;
+        if (r1 > j->total_rows) r1 = j->total_rows;
+        /* map global rows to (matrix, row); a tile may straddle two matrices */
+        long base = 0;
+        for (int m = 0; m < j->n_w && r0 < r1; m++) {
+            const bk_weight *w = j->w[m];
+            long m_end = base + w->n_out;
+            if (r0 < m_end) {
+                long a = r0 - base, b = (r1 < m_end ? r1 : m_end) - base;
+                cpu_vec_dot_fn dot = cpu_get_vec_dot(w->type);
+                const float *bias = j->bias && j->bias[m] ? j->bias[m]->host : NULL;
+                float *y = j->y[m];
+                for (int t0 = 0; t0 < j->n; t0 += TOK_TILE) {
+                    int nt = j->n - t0 < TOK_TILE ? j->n - t0 : TOK_TILE;
+                    const char *xq = (const char *)j->xq[m] + (size_t)t0 * j->xq_stride[m];
+                    for (long r = a; r < b; r++) {
+                        dot(w->n_in, (const char *)w->host + (size_t)r * w->row_bytes, xq,
+                            j->xq_stride[m], nt, s);
+                        float bb = bias ? bias[r] : 0.0f;
+                        for (int t = 0; t < nt; t++) y[(size_t)(t0 + t) * w->n_out + r] = s[t] + bb;
+                    }
+                }
+                r0 = base + b;
+            }
+            base = m_end;
+        }
+    }
+}
+
+static void cpu_matmul(bk_backend *be, int n_w, const bk_weight *const *w, const bk_weight *const *bias,
+                       const float *x, int n, float *const *y) {
+    cpu_backend *cb = (cpu_backend *)be;
+    mm_job j = {.n_w = n_w, .n = n, .w = w, .bias = bias, .x = x, .y = y};
+    bool need_conv = false;
+    for (int m = 0; m < n_w; m++) {
+        uint32_t vt = quant_get_traits(w[m]->type)->vec_dot_type;
+        j.conv_owner[m] = m;
+        for (int p = 0; p < m; p++)
+            if (w[p]->n_in == w[m]->n_in &&
+                quant_get_traits(w[p]->type)->vec_dot_type == vt)
+                j.conv_owner[m] = j.conv_owner[p];
+        j.total_rows += w[m]->n_out;
+        if (vt == QT_F32) {
+            j.xq[m] = x;
+            j.xq_stride[m] = (size_t)w[m]->n_in * sizeof(float);
+            j.conv[m] = NULL;
+            continue;
+        }
+        j.xq_stride[m] = quant_row_size(vt, w[m]->n_in);
+        if (j.conv_owner[m] == m) {
+            j.conv[m] = cpu_get_from_float(vt);
+            /* A failed grow leaves the old buffer: the caller sized things at context creation,
+             * so this only happens on true memory exhaustion. */
+            if (grow(&cb->xq[m], &cb->xq_cap[m], j.xq_stride[m] * (size_t)n) != BRISK_OK) return;
+            j.xq[m] = cb->xq[m];
+            need_conv = true;
+        } else {
+            j.xq[m] = j.xq[j.conv_owner[m]];
+        }
+    }
+    if (need_conv) {
+        if (n == 1) mm_convert_worker(&j, 0, 1);
+        else threadpool_run(cb->tp, mm_convert_worker, &j);
+    }
+    threadpool_run(cb->tp, mm_dot_worker, &j);
+}
+
+/* ---- rope, as ggml computes it (theta accumulated by repeated multiplication) ---- */
+static float yarn_ramp(float low, float high, int i0) {
+    float y = (i0 / 2 - low) / fmaxf(0.001f, high - low);
+    return 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+}
+
+static void yarn_corr_dims(const bk_rope_params *rp, float dims[2]) {
+    float n = (float)rp->n_rot, base = rp->freq_base;
+    float start = floorf(n * logf((float)rp->n_ctx_orig / (rp->beta_fast * 2.0f * (float)M_PI)) /
+                         (2.0f * logf(base)));
+    float end = ceilf(n * logf((float)rp->n_ctx_orig / (rp->beta_slow * 2.0f * (float)M_PI)) /
+                      (2.0f * logf(base)));
+    dims[0] = fmaxf(0.0f, start);
+    dims[1] = fminf(n - 1, end);
+}
+
+typedef struct {
+    float *x;
+    int n, n_heads, head_dim;
+    const int32_t *pos;
+    const bk_rope_params *rp;
+} rope_job;
+
+static void rope_worker(void *arg, int ith, int nth) {
+    rope_job *j = arg;
+    const bk_rope_params *rp = j->rp;
+    int n_rot = rp->n_rot;
+    float theta_scale = powf(rp->freq_base, -2.0f / (float)n_rot);
+    float corr[2];
+    yarn_corr_dims(rp, corr);
+    float cs[2048]; /* (n_rot/2) cos, sin pairs */
+    long lo, hi;
+    threadpool_range(j->n, ith, nth, &lo, &hi);
+    for (long t = lo; t < hi; t++) {
+        float theta = (float)j->pos[t];
+        for (int i0 = 0; i0 < n_rot; i0 += 2) {
+            float ff = rp->freq_factors ? rp->freq_factors[i0 / 2] : 1.0f;
+            float extrap = theta / ff, interp = rp->freq_scale * extrap, th = interp;
+            float mscale = rp->attn_factor;
+            if (rp->ext_factor != 0.0f) {
+                float mix = yarn_ramp(corr[0], corr[1], i0) * rp->ext_factor;
+                th = interp * (1 - mix) + extrap * mix;
+                mscale *= 1.0f + 0.1f * logf(1.0f / rp->freq_scale);
+            }
+            cs[i0] = cosf(th) * mscale;
+            cs[i0 + 1] = sinf(th) * mscale;
+            theta *= theta_scale;
+        }
+        for (int h = 0; h < j->n_heads; h++) {
+            float *v = j->x + ((size_t)t * j->n_heads + h) * j->head_dim;
+            for (int i0 = 0; i0 < n_rot; i0 += 2) {
+                int a = rp->mode == BK_ROPE_NEOX ? i0 / 2 : i0;
+                int b = rp->mode == BK_ROPE_NEOX ? i0 / 2 + n_rot / 2 : i0 + 1;
+                float x0 = v[a], x1 = v[b], c = cs[i0], s = cs[i0 + 1];
+                v[a] = x0 * c - x1 * s;
+                v[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+static void cpu_rope(bk_backend *be, float *x, int n, int n_heads, int head_dim, const int32_t *pos,
+                     const bk_rope_params *rp) {
+    cpu_backend *cb = (cpu_backend *)be;
+    rope_job j = {x, n, n_heads, head_dim, pos, rp};
+    if (n < 4) rope_worker(&j, 0, 1);
+    else threadpool_run(cb->tp, rope_worker, &j);
+}
+
+/* ---- attention over the paged cache ---- */
+typedef struct {
+    const float *q, *k, *v;
+    const bk_kv_view *kv;
+    const bk_attn_batch *ab;
+    int n_head, n_head_kv, head_dim;
+    float scale;
+    float *out;
+    cpu_backend *cb;
+    size_t att_cap;
+} att_job;
+
+static inline const void *kv_row(const bk_kv_view *kv, const void *base, const int32_t *table, int p,
+                                 int kvh, int n_head_kv, int head_dim) {
+    size_t slot = (size_t)table[p / kv->block_size] * kv->block_size + (size_t)(p % kv->block_size);
+    size_t off = (slot * n_head_kv + kvh) * head_dim;
+    return kv->kv_type == BRISK_KV_F16 ? (const void *)((const uint16_t *)base + off)
+                                       : (const void *)((const float *)base + off);
+}
+
+static void att_write_worker(void *arg, int ith, int nth) {
+    att_job *j = arg;
+    size_t kvd = (size_t)j->n_head_kv * j->head_dim;
+    long lo, hi;
+    threadpool_range(j->ab->n_tokens, ith, nth, &lo, &hi);
+    for (long t = lo; t < hi; t++) {
+        size_t off = (size_t)j->ab->slot[t] * kvd;
+        const float *ks = j->k + t * kvd, *vs = j->v + t * kvd;
+        if (j->kv->kv_type == BRISK_KV_F16) {
+            uint16_t *kd = (uint16_t *)j->kv->k + off, *vd = (uint16_t *)j->kv->v + off;
+            for (size_t i = 0; i < kvd; i++) {
+                kd[i] = quant_f32_to_f16(ks[i]);
+                vd[i] = quant_f32_to_f16(vs[i]);
+            }
+        } else {
+            memcpy((float *)j->kv->k + off, ks, kvd * sizeof(float));
+            memcpy((float *)j->kv->v + off, vs, kvd * sizeof(float));
+        }
+    }
+}
+
+static inline float dot_f32(const float *a, const float *b, int n) {
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int u = 0; u < 8; u++) acc[u] += a[i + u] * b[i + u];
+    float s = 0;
+    for (; i < n; i++) s += a[i] * b[i];
+    return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static void att_worker(void *arg, int ith, int nth) {
+    att_job *j = arg;
+    const bk_attn_batch *ab = j->ab;
+    int hd = j->head_dim, group = j->n_head / j->n_head_kv;
+    float *sc = j->cb->att_scratch + (size_t)ith * j->att_cap;
+    float *kbuf = sc + j->att_cap - 2 * (size_t)hd; /* f16 -> f32 staging for one row */
+    long lo, hi;
+    threadpool_range((long)ab->n_tokens * j->n_head, ith, nth, &lo, &hi);
+    for (long w = lo; w < hi; w++) {
+        int t = (int)(w / j->n_head), h = (int)(w % j->n_head), kvh = h / group;
+        const float *q = j->q + ((size_t)t * j->n_head + h) * hd;
+        const int32_t *table = ab->block_table[t];
+        int np = ab->pos[t] + 1;
+        float mx = -INFINITY;
+        for (int p = 0; p < np; p++) {
+            const void *kr = kv_row(j->kv, j->kv->k, table, p, kvh, j->n_head_kv, hd);
+            const float *kf = kr;
+            if (j->kv->kv_type == BRISK_KV_F16) {
+                for (int i = 0; i < hd; i++) kbuf[i] = quant_f16_to_f32(((const uint16_t *)kr)[i]);
+                kf = kbuf;
+            }
+            float s = dot_f32(q, kf, hd) * j->scale;
+            sc[p] = s;
+            if (s > mx) mx = s;
+        }
+        double sum = 0;
+        for (int p = 0; p < np; p++) {
+            float e = expf(sc[p] - mx);
+            sc[p] = e;
+            sum += e;
+        }
+        float inv = (float)(1.0 / sum);
+        float *o = j->out + ((size_t)t * j->n_head + h) * hd;
+        memset(o, 0, (size_t)hd * sizeof(float));
+        for (int p = 0; p < np; p++) {
+            const void *vr = kv_row(j->kv, j->kv->v, table, p, kvh, j->n_head_kv, hd);
+            float a = sc[p] * inv;
+            if (j->kv->kv_type == BRISK_KV_F16)
+                for (int i = 0; i < hd; i++) o[i] += a * quant_f16_to_f32(((const uint16_t *)vr)[i]);
+            else
+                for (int i = 0; i < hd; i++) o[i] += a * ((const float *)vr)[i];
+        }
+    }
+}
+
+static void cpu_attention(bk_backend *be, const float *q, const float *k, const float *v,
+                          const bk_kv_view *kv, const bk_attn_batch *ab, int n_head, int n_head_kv,
+                          int head_dim, float scale, float *out) {
+    cpu_backend *cb = (cpu_backend *)be;
+    int max_pos = 0;
+    for (int t = 0; t < ab->n_tokens; t++)
+        if (ab->pos[t] > max_pos) max_pos = ab->pos[t];
+    size_t cap = (size_t)max_pos + 1 + 2 * (size_t)head_dim;
+    size_t bytes = cap * sizeof(float) * (size_t)cb->n_threads;
+    if (cap > cb->att_cap) {
+        size_t have = cb->att_cap * sizeof(float) * (size_t)cb->n_threads;
+        if (grow((void **)&cb->att_scratch, &have, bytes) != BRISK_OK) return;
+        cb->att_cap = cap;
+    }
+    att_job j = {q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, out, cb, cb->att_cap};
+    if (ab->n_tokens < 8) att_write_worker(&j, 0, 1);
+    else threadpool_run(cb->tp, att_write_worker, &j);
+    threadpool_run(cb->tp, att_worker, &j);
+}
+
+/* ---- elementwise ---- */
+static void cpu_swiglu(bk_backend *be, const float *gate, const float *up, float *out, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+static void cpu_add(bk_backend *be, float *x, const float *y, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+static brisk_status cpu_read(bk_backend *be, const void *src, void *dst, size_t bytes) {
+    (void)be;
+    if (src != dst) memcpy(dst, src, bytes);
+    return BRISK_OK;
+}
+
+static void cpu_copy(bk_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    memcpy(dst, src, bytes);
+}
+
+static const bk_backend_ops cpu_ops = {
+    .name = "cpu",
+    .free = cpu_free,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .bind_weight = cpu_bind_weight,
+    .get_rows = cpu_get_rows,
+    .rms_norm = cpu_rms_norm,
+    .matmul = cpu_matmul,
+    .rope = cpu_rope,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+    .read = cpu_read,
+    .copy = cpu_copy,
+};
+
+brisk_status bk_cpu_backend_new(int n_threads, bk_backend **out) {
+    *out = NULL;
+    cpu_dot_init();
+    if (n_threads <= 0) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = nc > 0 ? (int)nc : 1;
+    }
+    cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    cb->base.ops = &cpu_ops;
+    cb->n_threads = n_threads;
+    brisk_status s = threadpool_new(n_threads, &cb->tp);
+    if (s != BRISK_OK) {
+        free(cb);
+        return s;
+    }
+    *out = &cb->base;
+    return BRISK_OK;
+}

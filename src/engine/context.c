@@ -1,0 +1,196 @@
+/* context.c — a model's runtime state: backend, paged KV cache, per-step
+ * scratch and logits; brisk_decode() splits a batch into micro-batches and
+ * runs each through the architecture's forward pass. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "engine/kv_cache.h"
+#include "model/arch.h"
+
+#define UBATCH_MAX 512 /* tokens per forward pass; bounds the scratch */
+
+struct brisk_context {
+    brisk_model *model;
+    brisk_context_params p;
+    bk_backend *be;
+    kv_cache *kv;
+    bk_kv_view *views;   /* (n_layer) */
+    int n_ubatch;
+    fwd_scratch s;
+    void *scratch_mem;   /* backend memory carved into s */
+    int32_t *tokens, *pos, *slot, *out_idx; /* (n_ubatch) */
+    const int32_t **tables; /* (n_ubatch) */
+    float *logits;       /* (n_logits_cap, n_vocab) host */
+    int n_logits_cap;
+    int *logit_row;      /* (n_batch) entry -> row in logits, -1 if none */
+    int n_last;          /* entries in the last batch */
+};
+
+brisk_context_params brisk_context_default_params(void) {
+    brisk_context_params p = {.n_ctx = 0, .n_seq_max = 1, .n_batch = 512, .n_threads = 0,
+                              .kv_type = BRISK_KV_F16, .kv_block_size = 16};
+    return p;
+}
+
+void brisk_context_free(brisk_context *c) {
+    if (!c) return;
+    if (c->be) {
+        if (c->scratch_mem) c->be->ops->release(c->be, c->scratch_mem);
+        kv_cache_free(c->kv);
+        c->be->ops->free(c->be);
+    }
+    free(c->views);
+    free(c->tokens);
+    free(c->pos);
+    free(c->slot);
+    free(c->out_idx);
+    free(c->tables);
+    free(c->logits);
+    free(c->logit_row);
+    free(c);
+}
+
+static brisk_status alloc_scratch(brisk_context *c) {
+    const model_hparams *hp = &c->model->hp;
+    size_t n = (size_t)c->n_ubatch, d = hp->n_embd, qd = (size_t)hp->n_head * hp->head_dim,
+           kvd = (size_t)hp->n_head_kv * hp->head_dim, ff = hp->n_ff;
+    size_t sizes[] = {n * d, n * d, n * qd, n * kvd, n * kvd, n * qd, n * ff, n * ff, n * d,
+                      n * (size_t)hp->n_vocab};
+    float **dst[] = {&c->s.x, &c->s.xb, &c->s.q, &c->s.k, &c->s.v, &c->s.att, &c->s.hb, &c->s.hb2,
+                     &c->s.out, &c->s.logits};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += (sizes[i] + 15) & ~(size_t)15;
+    BK_TRY(c->be->ops->alloc(c->be, total * sizeof(float), &c->scratch_mem));
+    float *p = c->scratch_mem;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        *dst[i] = p;
+        p += (sizes[i] + 15) & ~(size_t)15;
+    }
+    return BRISK_OK;
+}
+
+brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *params,
+                               brisk_context **out) {
+    *out = NULL;
+    if (!model || model->vocab_only)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "a context needs a model loaded with its weights");
+    brisk_context_params p = params ? *params : brisk_context_default_params();
+    const model_hparams *hp = &model->hp;
+    if (p.n_ctx <= 0) p.n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    if (p.n_seq_max <= 0) p.n_seq_max = 1;
+    if (p.n_batch <= 0) p.n_batch = 512;
+    if (p.kv_block_size <= 0) p.kv_block_size = 16;
+    if (p.kv_type != BRISK_KV_F32 && p.kv_type != BRISK_KV_F16)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "unknown KV cache type %d", (int)p.kv_type);
+    if (p.n_seq_max > 4096) return bk_fail(BRISK_ERR_INVALID_ARG, "n_seq_max %d is too large", p.n_seq_max);
+
+    brisk_context *c = calloc(1, sizeof *c);
+    if (!c) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    c->model = model;
+    c->p = p;
+    c->n_ubatch = p.n_batch < UBATCH_MAX ? p.n_batch : UBATCH_MAX;
+    brisk_status s = bk_cpu_backend_new(p.n_threads, &c->be);
+    if (s != BRISK_OK) goto fail;
+    s = kv_cache_new(c->be, hp->n_layer, hp->n_head_kv * hp->head_dim, p.n_ctx, p.n_seq_max,
+                     p.kv_block_size, p.kv_type, &c->kv);
+    if (s != BRISK_OK) goto fail;
+    c->views = calloc((size_t)hp->n_layer, sizeof *c->views);
+    c->tokens = calloc((size_t)c->n_ubatch, sizeof(int32_t));
+    c->pos = calloc((size_t)c->n_ubatch, sizeof(int32_t));
+    c->slot = calloc((size_t)c->n_ubatch, sizeof(int32_t));
+    c->out_idx = calloc((size_t)c->n_ubatch, sizeof(int32_t));
+    c->tables = calloc((size_t)c->n_ubatch, sizeof(int32_t *));
+    c->logit_row = calloc((size_t)p.n_batch, sizeof(int));
+    c->n_logits_cap = p.n_seq_max;
+    c->logits = calloc((size_t)c->n_logits_cap * hp->n_vocab, sizeof(float));
+    if (!c->views || !c->tokens || !c->pos || !c->slot || !c->out_idx || !c->tables || !c->logit_row ||
+        !c->logits) {
+        s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int l = 0; l < hp->n_layer; l++) c->views[l] = kv_cache_view(c->kv, l);
+    s = alloc_scratch(c);
+    if (s != BRISK_OK) goto fail;
+    *out = c;
+    return BRISK_OK;
+fail:
+    brisk_context_free(c);
+    return s;
+}
+
+/* Grows the host logits buffer to hold n rows (only when a batch asks for more rows than any before). */
+static brisk_status reserve_logits(brisk_context *c, int n) {
+    if (n <= c->n_logits_cap) return BRISK_OK;
+    float *nl = realloc(c->logits, (size_t)n * c->model->hp.n_vocab * sizeof(float));
+    if (!nl) return bk_fail(BRISK_ERR_NOMEM, "cannot hold logits for %d entries", n);
+    c->logits = nl;
+    c->n_logits_cap = n;
+    return BRISK_OK;
+}
+
+brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
+    if (!c || (!e && n > 0)) return bk_fail(BRISK_ERR_INVALID_ARG, "brisk_decode: null argument");
+    if (n < 0 || n > c->p.n_batch)
+        return bk_fail(BRISK_ERR_RANGE, "batch of %d entries exceeds n_batch %d", n, c->p.n_batch);
+    const model_hparams *hp = &c->model->hp;
+    int n_out = 0;
+    for (int i = 0; i < n; i++) {
+        if (e[i].token < 0 || e[i].token >= hp->n_vocab)
+            return bk_fail(BRISK_ERR_INVALID_ARG, "entry %d: token %d out of range [0, %d)", i, e[i].token,
+                           hp->n_vocab);
+        if (e[i].seq < 0 || e[i].seq >= c->p.n_seq_max)
+            return bk_fail(BRISK_ERR_INVALID_ARG, "entry %d: sequence %d out of range [0, %d)", i, e[i].seq,
+                           c->p.n_seq_max);
+        c->logit_row[i] = e[i].logits ? n_out++ : -1;
+    }
+    BK_TRY(reserve_logits(c, n_out));
+    c->n_last = 0;
+    int row = 0;
+    for (int b0 = 0; b0 < n; b0 += c->n_ubatch) {
+        int nb = n - b0 < c->n_ubatch ? n - b0 : c->n_ubatch, nb_out = 0;
+        for (int i = 0; i < nb; i++) {
+            const brisk_batch_entry *x = &e[b0 + i];
+            c->tokens[i] = x->token;
+            c->pos[i] = x->pos;
+            BK_TRY(kv_cache_claim(c->kv, x->seq, x->pos, &c->slot[i]));
+            if (x->logits) c->out_idx[nb_out++] = i;
+        }
+        /* Tables are read after every claim of the micro-batch: a claim may add pages. */
+        for (int i = 0; i < nb; i++) c->tables[i] = kv_cache_table(c->kv, e[b0 + i].seq);
+        fwd_batch fb = {.n = nb, .tokens = c->tokens,
+                        .ab = {.n_tokens = nb, .pos = c->pos, .slot = c->slot, .block_table = c->tables},
+                        .n_out = nb_out, .out_idx = c->out_idx};
+        BK_TRY(llama_forward(c->model, c->be, c->views, &fb, &c->s));
+        if (nb_out)
+            BK_TRY(c->be->ops->read(c->be, c->s.logits, c->logits + (size_t)row * hp->n_vocab,
+                                    (size_t)nb_out * hp->n_vocab * sizeof(float)));
+        row += nb_out;
+    }
+    c->n_last = n;
+    return BRISK_OK;
+}
+
+const float *brisk_get_logits(brisk_context *c, int i) {
+    if (!c || i < 0 || i >= c->n_last || c->logit_row[i] < 0) return NULL;
+    return c->logits + (size_t)c->logit_row[i] * c->model->hp.n_vocab;
+}
+
+brisk_status brisk_seq_clear(brisk_context *c, int seq) { return kv_cache_seq_clear(c->kv, seq); }
+
+brisk_status brisk_seq_remove(brisk_context *c, int seq, int32_t p0, int32_t p1) {
+    int32_t len = kv_cache_seq_len(c->kv, seq);
+    if (p0 < 0) p0 = 0;
+    if (p1 >= 0 && p1 < len && p0 < p1)
+        return bk_fail(BRISK_ERR_UNSUPPORTED,
+                       "sequence %d: only a tail can be removed ([%d, %d) leaves positions after %d)", seq,
+                       p0, p1, p1);
+    return kv_cache_seq_truncate(c->kv, seq, p0);
+}
+
+brisk_status brisk_seq_share_prefix(brisk_context *c, int src, int dst, int32_t n_tokens) {
+    return kv_cache_seq_share(c->kv, src, dst, n_tokens);
+}
+
+int32_t brisk_seq_len(const brisk_context *c, int seq) { return kv_cache_seq_len(c->kv, seq); }

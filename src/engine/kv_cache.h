@@ -1,0 +1,38 @@
+/* kv_cache.h — the paged KV cache.
+ *
+ * Memory is one pool of pages per layer for K and one for V, each page
+ * holding block_size token slots of (n_head_kv * head_dim) values. A sequence
+ * owns a block table: page ids for its positions 0, bs, 2bs, ... Pages are
+ * reference counted so that sequences can share a prefix; a write into a
+ * shared page copies it first (copy-on-write). All memory is allocated at
+ * creation, from the context limits; nothing is allocated per step.
+ */
+#ifndef BK_KV_CACHE_H
+#define BK_KV_CACHE_H
+#include "backend/backend.h"
+#include "brisk.h"
+
+typedef struct kv_cache kv_cache;
+
+brisk_status kv_cache_new(bk_backend *be, int n_layer, int kv_dim, int n_ctx, int n_seq_max,
+                          int block_size, brisk_kv_type type, kv_cache **out);
+void kv_cache_free(kv_cache *kc);
+
+/* The pools of layer l, for the attention op. */
+bk_kv_view kv_cache_view(const kv_cache *kc, int layer);
+size_t kv_cache_bytes(const kv_cache *kc);
+int kv_cache_pages_used(const kv_cache *kc);
+int kv_cache_n_pages(const kv_cache *kc);
+
+int32_t kv_cache_seq_len(const kv_cache *kc, int seq);
+/* Reserves the slot for position pos of seq (pos <= len; pos < len truncates
+ * first), allocating or un-sharing its page. Sets *slot (page*bs + offset) and
+ * extends the length to pos+1. BRISK_ERR_RANGE when the cache is full. */
+brisk_status kv_cache_claim(kv_cache *kc, int seq, int32_t pos, int32_t *slot);
+/* The page table of seq (valid until the next claim/clear/share). */
+const int32_t *kv_cache_table(const kv_cache *kc, int seq);
+
+brisk_status kv_cache_seq_clear(kv_cache *kc, int seq);
+brisk_status kv_cache_seq_truncate(kv_cache *kc, int seq, int32_t len);
+brisk_status kv_cache_seq_share(kv_cache *kc, int src, int dst, int32_t n_tokens);
+#endif

@@ -1,0 +1,259 @@
+/* model.c — loading: GGUF metadata -> hyperparameters, tensors -> bound weights. */
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "quant/quant.h"
+
+static const struct {
+    const char *name;
+    model_arch arch;
+} known_archs[] = {{"llama", ARCH_LLAMA}, {"qwen2", ARCH_QWEN2}, {"qwen3", ARCH_QWEN3}};
+
+/* Reads "<arch>.<suffix>" as an int; absent keys give dflt (or fail if required). */
+static brisk_status get_int(const gguf_file *g, const char *arch, const char *suffix, bool required,
+                            int64_t dflt, int64_t lo, int64_t hi, int *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int64_t v;
+    brisk_status s = gguf_get_i64(g, key, &v);
+    if (s == BRISK_ERR_NOT_FOUND) {
+        if (required) return bk_fail(BRISK_ERR_FORMAT, "missing metadata key %s", key);
+        v = dflt;
+    } else if (s != BRISK_OK) {
+        return s;
+    }
+    if (v < lo || v > hi)
+        return bk_fail(BRISK_ERR_FORMAT, "metadata %s = %lld is out of range [%lld, %lld]", key,
+                       (long long)v, (long long)lo, (long long)hi);
+    *out = (int)v;
+    return BRISK_OK;
+}
+
+static float get_float(const gguf_file *g, const char *arch, const char *suffix, float dflt) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    float v;
+    return gguf_get_f32(g, key, &v) == BRISK_OK ? v : dflt;
+}
+
+brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp) {
+    memset(hp, 0, sizeof *hp);
+    const char *arch_s;
+    size_t arch_len;
+    if (gguf_get_str(g, "general.architecture", &arch_s, &arch_len) != BRISK_OK)
+        return bk_fail(BRISK_ERR_FORMAT, "missing general.architecture");
+    char arch[32];
+    if (arch_len >= sizeof arch) arch_len = sizeof arch - 1;
+    memcpy(arch, arch_s, arch_len);
+    arch[arch_len] = 0;
+    bool found = false;
+    for (size_t i = 0; i < sizeof known_archs / sizeof known_archs[0]; i++)
+        if (!strcmp(arch, known_archs[i].name)) {
+            hp->arch = known_archs[i].arch;
+            found = true;
+        }
+    if (!found) return bk_fail(BRISK_ERR_UNSUPPORTED, "architecture '%s' is not supported", arch);
+
+    const int64_t BIG = 1 << 24;
+    BK_TRY(get_int(g, arch, "embedding_length", true, 0, 1, BIG, &hp->n_embd));
+    BK_TRY(get_int(g, arch, "block_count", true, 0, 1, 4096, &hp->n_layer));
+    BK_TRY(get_int(g, arch, "feed_forward_length", true, 0, 1, BIG, &hp->n_ff));
+    BK_TRY(get_int(g, arch, "attention.head_count", true, 0, 1, 4096, &hp->n_head));
+    BK_TRY(get_int(g, arch, "attention.head_count_kv", false, hp->n_head, 1, hp->n_head, &hp->n_head_kv));
+    BK_TRY(get_int(g, arch, "context_length", false, 2048, 1, 1 << 30, &hp->n_ctx_train));
+    if (hp->n_head % hp->n_head_kv)
+        return bk_fail(BRISK_ERR_FORMAT, "head_count %d is not a multiple of head_count_kv %d",
+                       hp->n_head, hp->n_head_kv);
+    int hd_default = hp->n_embd / hp->n_head;
+    BK_TRY(get_int(g, arch, "attention.key_length", false, hd_default, 1, 4096, &hp->head_dim));
+    int v_len;
+    BK_TRY(get_int(g, arch, "attention.value_length", false, hp->head_dim, 1, 4096, &v_len));
+    if (v_len != hp->head_dim)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "key_length %d != value_length %d", hp->head_dim, v_len);
+    hp->rms_eps = get_float(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f);
+    if (!(hp->rms_eps > 0 && hp->rms_eps < 1))
+        return bk_fail(BRISK_ERR_FORMAT, "bad layer_norm_rms_epsilon %g", hp->rms_eps);
+    hp->qk_norm = hp->arch == ARCH_QWEN3;
+    hp->qkv_bias = hp->arch == ARCH_QWEN2;
+
+    bk_rope_params *rp = &hp->rope;
+    BK_TRY(get_int(g, arch, "rope.dimension_count", false, hp->head_dim, 2, hp->head_dim, &rp->n_rot));
+    if (rp->n_rot % 2) return bk_fail(BRISK_ERR_FORMAT, "rope.dimension_count %d is odd", rp->n_rot);
+    rp->mode = hp->arch == ARCH_LLAMA ? BK_ROPE_NORM : BK_ROPE_NEOX;
+    rp->freq_base = get_float(g, arch, "rope.freq_base", 10000.0f);
+    rp->freq_scale = 1.0f;
+    rp->ext_factor = 0.0f;
+    rp->attn_factor = 1.0f;
+    rp->beta_fast = get_float(g, arch, "rope.scaling.yarn_beta_fast", 32.0f);
+    rp->beta_slow = get_float(g, arch, "rope.scaling.yarn_beta_slow", 1.0f);
+    BK_TRY(get_int(g, arch, "rope.scaling.original_context_length", false, hp->n_ctx_train, 1,
+                   1 << 30, &rp->n_ctx_orig));
+    char key[128];
+    const char *st = NULL;
+    size_t st_len = 0;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    gguf_get_str(g, key, &st, &st_len);
+    float factor = get_float(g, arch, "rope.scaling.factor", 0.0f);
+    if (factor == 0.0f) {
+        float lin = get_float(g, arch, "rope.scale_linear", 0.0f); /* older files */
+        if (lin > 0) factor = lin;
+    }
+    bool is_yarn = st && st_len == 4 && !memcmp(st, "yarn", 4);
+    bool is_none = st && st_len == 4 && !memcmp(st, "none", 4);
+    if (st && !is_yarn && !is_none && !(st_len == 6 && !memcmp(st, "linear", 6)))
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "rope scaling type '%.*s' is not supported", (int)st_len, st);
+    if (!is_none && factor > 0) rp->freq_scale = 1.0f / factor;
+    if (is_yarn) {
+        rp->ext_factor = get_float(g, arch, "rope.scaling.yarn_ext_factor", 1.0f);
+        rp->attn_factor = get_float(g, arch, "rope.scaling.yarn_attn_factor", 1.0f);
+    }
+    return BRISK_OK;
+}
+
+/* Binds tensor `name` with the expected shape (ne1 = 0: a vector of ne0). */
+static brisk_status bind(brisk_model *m, const char *name, int64_t ne0, int64_t ne1, bool required,
+                         bk_weight *w) {
+    memset(w, 0, sizeof *w);
+    const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+    if (!t) return required ? bk_fail(BRISK_ERR_FORMAT, "missing tensor %s", name) : BRISK_OK;
+    int64_t want1 = ne1 ? ne1 : 1;
+    if (t->ne[0] != ne0 || t->ne[1] != want1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return bk_fail(BRISK_ERR_FORMAT,
+                       "tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
+                       (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                       (long long)t->ne[3], (long long)ne0, (long long)want1);
+    const quant_traits *qt = quant_get_traits(t->type);
+    if (!qt || !qt->can_dequantize)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "tensor %s has type %s, which brisk cannot read", name,
+                       quant_type_name(t->type));
+    if (!ne1 && t->type != QT_F32)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "tensor %s: vector of type %s (want f32)", name,
+                       quant_type_name(t->type));
+    w->name = t->name;
+    w->type = t->type;
+    w->n_in = t->ne[0];
+    w->n_out = t->ne[1];
+    w->row_bytes = quant_row_size(t->type, t->ne[0]);
+    w->host = t->data;
+    m->n_params += (uint64_t)(t->ne[0] * t->ne[1]);
+    m->weight_bytes += t->nbytes;
+    return m->be ? m->be->ops->bind_weight(m->be, w) : BRISK_OK;
+}
+
+static brisk_status bind_all(brisk_model *m) {
+    const model_hparams *hp = &m->hp;
+    int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim,
+            kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+    BK_TRY(bind(m, "token_embd.weight", d, hp->n_vocab, true, &m->tok_embd));
+    BK_TRY(bind(m, "output_norm.weight", d, 0, true, &m->output_norm));
+    BK_TRY(bind(m, "output.weight", d, hp->n_vocab, false, &m->output));
+    m->hp.tied_output = m->output.host == NULL;
+    if (m->hp.tied_output) m->output = m->tok_embd;
+    BK_TRY(bind(m, "rope_freqs.weight", hp->rope.n_rot / 2, 0, false, &m->rope_freqs));
+    if (m->rope_freqs.host) m->hp.rope.freq_factors = m->rope_freqs.host;
+
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    for (int l = 0; l < hp->n_layer; l++) {
+        layer_weights *L = &m->layers[l];
+        char n[96];
+#define BIND(field, suffix, ne0, ne1, req)                             \
+    snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
+    BK_TRY(bind(m, n, ne0, ne1, req, &L->field))
+        BIND(attn_norm, "attn_norm.weight", d, 0, true);
+        BIND(wq, "attn_q.weight", d, qd, true);
+        BIND(wk, "attn_k.weight", d, kvd, true);
+        BIND(wv, "attn_v.weight", d, kvd, true);
+        BIND(wo, "attn_output.weight", qd, d, true);
+        BIND(bq, "attn_q.bias", qd, 0, hp->qkv_bias);
+        BIND(bk, "attn_k.bias", kvd, 0, hp->qkv_bias);
+        BIND(bv, "attn_v.bias", kvd, 0, hp->qkv_bias);
+        BIND(q_norm, "attn_q_norm.weight", hp->head_dim, 0, hp->qk_norm);
+        BIND(k_norm, "attn_k_norm.weight", hp->head_dim, 0, hp->qk_norm);
+        BIND(ffn_norm, "ffn_norm.weight", d, 0, true);
+        BIND(w_gate, "ffn_gate.weight", d, hp->n_ff, true);
+        BIND(w_up, "ffn_up.weight", d, hp->n_ff, true);
+        BIND(w_down, "ffn_down.weight", hp->n_ff, d, true);
+#undef BIND
+    }
+    return BRISK_OK;
+}
+
+brisk_model_params brisk_model_default_params(void) {
+    brisk_model_params p = {.vocab_only = false, .n_gpu_layers = -1, .device = 0, .progress = false};
+    return p;
+}
+
+brisk_status brisk_model_load(const char *path, const brisk_model_params *params, brisk_model **out) {
+    *out = NULL;
+    brisk_model_params dp = brisk_model_default_params();
+    if (!params) params = &dp;
+    brisk_model *m = calloc(1, sizeof *m);
+    if (!m) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    brisk_status s = gguf_open(path, &m->gguf);
+    if (s != BRISK_OK) goto fail;
+    s = tokenizer_from_gguf(m->gguf, &m->tok);
+    if (s != BRISK_OK) {
+        bk_wrap(s, "%s: tokenizer", path);
+        goto fail;
+    }
+    m->vocab_only = params->vocab_only;
+    const char *str;
+    size_t len;
+    if (gguf_get_str(m->gguf, "general.architecture", &str, &len) == BRISK_OK)
+        snprintf(m->arch_name, sizeof m->arch_name, "%.*s", (int)len, str);
+    if (gguf_get_str(m->gguf, "general.name", &str, &len) == BRISK_OK)
+        snprintf(m->name, sizeof m->name, "%.*s", (int)len, str);
+    if (!params->vocab_only) {
+        s = model_read_hparams(m->gguf, &m->hp);
+        if (s != BRISK_OK) {
+            bk_wrap(s, "%s", path);
+            goto fail;
+        }
+        m->hp.n_vocab = tokenizer_n_vocab(m->tok);
+        /* The embedding may be padded beyond the tokenizer (Qwen: 151936 rows). */
+        const gguf_tensor *te = gguf_find_tensor(m->gguf, "token_embd.weight");
+        if (te && te->ne[1] >= m->hp.n_vocab) m->hp.n_vocab = (int)te->ne[1];
+        s = bind_all(m);
+        if (s != BRISK_OK) {
+            bk_wrap(s, "%s", path);
+            goto fail;
+        }
+    }
+    *out = m;
+    return BRISK_OK;
+fail:
+    brisk_model_free(m);
+    return s;
+}
+
+void brisk_model_free(brisk_model *m) {
+    if (!m) return;
+    free(m->layers);
+    if (m->be) m->be->ops->free(m->be);
+    tokenizer_free(m->tok);
+    gguf_close(m->gguf);
+    free(m);
+}
+
+void brisk_model_get_info(const brisk_model *m, brisk_model_info *o) {
+    memset(o, 0, sizeof *o);
+    o->arch = m->arch_name;
+    o->name = m->name;
+    o->n_vocab = m->vocab_only ? tokenizer_n_vocab(m->tok) : m->hp.n_vocab;
+    o->n_embd = m->hp.n_embd;
+    o->n_layer = m->hp.n_layer;
+    o->n_head = m->hp.n_head;
+    o->n_head_kv = m->hp.n_head_kv;
+    o->head_dim = m->hp.head_dim;
+    o->n_ff = m->hp.n_ff;
+    o->n_ctx_train = m->hp.n_ctx_train;
+    o->n_params = m->n_params;
+    o->weight_bytes = m->weight_bytes;
+    uint64_t embd = (uint64_t)m->tok_embd.row_bytes * (uint64_t)m->tok_embd.n_out;
+    o->decode_bytes = m->weight_bytes - embd + (m->hp.tied_output ? embd : 0);
+}

@@ -1,0 +1,58 @@
+/* model.h — a loaded model: hyperparameters from GGUF metadata, weights bound
+ * by name (mapped from the file, never copied on the CPU), the tokenizer, and
+ * the architecture's forward pass.
+ *
+ * Supported architectures: llama (Llama 2/3, TinyLlama, stories), qwen2
+ * (q/k/v biases), qwen3 (QK-norm). All share one decoder-block structure and
+ * differ in the flags below; see model/llama.c.
+ */
+#ifndef BK_MODEL_H
+#define BK_MODEL_H
+#include "backend/backend.h"
+#include "brisk.h"
+#include "format/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+typedef enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3 } model_arch;
+
+typedef struct model_hparams {
+    model_arch arch;
+    int n_vocab, n_embd, n_layer;
+    int n_head, n_head_kv, head_dim; /* head_dim = attention.key_length or n_embd/n_head */
+    int n_ff;
+    int n_ctx_train;
+    float rms_eps;
+    bool qk_norm;   /* qwen3: RMSNorm over head_dim on q and k before RoPE */
+    bool qkv_bias;  /* qwen2 */
+    bool tied_output; /* no output.weight: the LM head is token_embd */
+    bk_rope_params rope;
+} model_hparams;
+
+typedef struct layer_weights {
+    bk_weight attn_norm;            /* (n_embd) f32 */
+    bk_weight wq, wk, wv, wo;       /* (n_head*hd, n_embd), (n_kv*hd, n_embd) x2, (n_embd, n_head*hd) */
+    bk_weight bq, bk, bv;           /* biases, qwen2 only (type 0 / n_out 0 when absent) */
+    bk_weight q_norm, k_norm;       /* (head_dim), qwen3 only */
+    bk_weight ffn_norm;             /* (n_embd) */
+    bk_weight w_gate, w_up, w_down; /* (n_ff, n_embd) x2, (n_embd, n_ff) */
+} layer_weights;
+
+struct brisk_model {
+    gguf_file *gguf;
+    tokenizer *tok;
+    model_hparams hp;
+    bool vocab_only;
+    bk_backend *be;       /* backend holding device copies of the weights; NULL: the CPU reads the map */
+    bk_weight tok_embd;   /* (n_vocab, n_embd) */
+    bk_weight output_norm;/* (n_embd) */
+    bk_weight output;     /* (n_vocab, n_embd); a copy of tok_embd's description when tied */
+    bk_weight rope_freqs; /* optional (n_rot/2) f32 */
+    layer_weights *layers;/* (n_layer) */
+    uint64_t n_params, weight_bytes;
+    char arch_name[32];
+    char name[128];
+};
+
+/* Reads hyperparameters for the file's architecture (BRISK_ERR_UNSUPPORTED for others). */
+brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp);
+#endif
