@@ -127,12 +127,18 @@ static bool parse_int(const char *s, int lo, int hi, int *out) {
 }
 
 // ---------------------------------------------------------------------------
-// Logging: llama.cpp and ggml log through one callback. We keep messages at
-// or above g_log_min; the first Flash Attention resolution is also noted.
+// Logging: llama.cpp and ggml log through one callback. Messages at levels in
+// [g_log_min, g_log_max] are shown; the first error is kept for our own one-line
+// message, and the first Flash Attention resolution is noted.
 
-static enum ggml_log_level g_log_min = GGML_LOG_LEVEL_ERROR;
+static enum ggml_log_level g_log_min = GGML_LOG_LEVEL_NONE, g_log_max = GGML_LOG_LEVEL_NONE;
 static enum ggml_log_level g_log_last = GGML_LOG_LEVEL_INFO;
+static char g_first_err[512];           // first llama.cpp error since clear_error()
 static const char *g_fa_resolved = "?"; // "on"/"off" once llama.cpp resolves it
+
+static void clear_error(void) { g_first_err[0] = 0; }
+
+static const char *llama_error(void) { return g_first_err[0] ? g_first_err : "no details"; }
 
 static void log_cb(enum ggml_log_level level, const char *text, void *ud) {
     (void)ud;
@@ -140,7 +146,11 @@ static void log_cb(enum ggml_log_level level, const char *text, void *ud) {
     g_log_last = level;
     if (strstr(text, "Flash Attention enabled")) g_fa_resolved = "on";
     if (strstr(text, "Flash Attention not supported")) g_fa_resolved = "off";
-    if (level >= g_log_min && level != GGML_LOG_LEVEL_NONE) fputs(text, stderr);
+    if (level == GGML_LOG_LEVEL_ERROR && !g_first_err[0]) {
+        snprintf(g_first_err, sizeof g_first_err, "%s", text);
+        g_first_err[strcspn(g_first_err, "\n")] = 0;
+    }
+    if (level >= g_log_min && level <= g_log_max) fputs(text, stderr);
 }
 
 // ---------------------------------------------------------------------------
@@ -308,8 +318,9 @@ static struct llama_model *load_model(const struct opts *o, bool vocab_only) {
     mp.vocab_only = vocab_only;
     mp.load_mode = LLAMA_LOAD_MODE_MMAP;
     mp.use_extra_bufts = !o->no_repack; // weight repacking (e.g. Q4_0 -> interleaved) as llama.cpp does by default
+    clear_error();
     struct llama_model *m = L.llama_model_load_from_file(o->model, mp);
-    if (!m) fail("cannot load model '%s'", o->model);
+    if (!m) fail("cannot load model '%s': %s", o->model, llama_error());
     return m;
 }
 
@@ -416,8 +427,9 @@ static int cmd_quantize(const struct opts *o) {
     if (o->out_type != GGML_TYPE_COUNT) qp.output_tensor_type = o->out_type;
     if (o->emb_type != GGML_TYPE_COUNT) qp.token_embedding_type = o->emb_type;
     double t0 = now_s();
+    clear_error();
     uint32_t r = L.llama_model_quantize(o->pos[0], o->pos[1], &qp);
-    if (r != 0) return fail("llama_model_quantize %s -> %s (%s) failed (%u)", o->pos[0], o->pos[1], type, r);
+    if (r != 0) return fail("quantize %s -> %s (%s) failed: %s", o->pos[0], o->pos[1], type, llama_error());
     fprintf(stderr, "llamacpp-ref: quantized %s -> %s as %s%s in %.2f s\n", o->pos[0], o->pos[1],
             L.llama_ftype_name(qp.ftype), o->pure ? " (pure)" : "", now_s() - t0);
     return 0;
@@ -493,8 +505,9 @@ static int run_eval(const struct opts *o, struct llama_model *m, llama_token *pr
     cp.type_k = cp.type_v = o->kv_type;
     cp.no_perf = true;
     if ((int64_t)n_prompt + n_gen > (int64_t)cp.n_ctx) return fail("n_ctx %u < prompt %d + generated %d", cp.n_ctx, n_prompt, n_gen);
+    clear_error();
     struct llama_context *ctx = L.llama_init_from_model(m, cp);
-    if (!ctx) return fail("cannot create context (n_ctx %u, kv %s)", cp.n_ctx, L.ggml_type_name(o->kv_type));
+    if (!ctx) return fail("cannot create context (n_ctx %u, kv %s): %s", cp.n_ctx, L.ggml_type_name(o->kv_type), llama_error());
 
     FILE *lf = NULL;
     int rc = 0;
@@ -609,8 +622,9 @@ static int bench_one(const struct opts *o, struct llama_model *m, int n_prompt, 
     cp.flash_attn_type = o->fa == -2 ? LLAMA_FLASH_ATTN_TYPE_AUTO : (enum llama_flash_attn_type)o->fa;
     cp.swa_full = false;
     cp.n_threads = cp.n_threads_batch = o->n_threads;
+    clear_error();
     struct llama_context *ctx = L.llama_init_from_model(m, cp);
-    if (!ctx) return fail("cannot create context (n_ctx %u)", cp.n_ctx);
+    if (!ctx) return fail("cannot create context (n_ctx %u): %s", cp.n_ctx, llama_error());
     struct ggml_threadpool_params tpp = L.ggml_threadpool_params_default(o->n_threads);
     tpp.poll = 50;
     struct ggml_threadpool *tp = L.ggml_threadpool_new(&tpp);
@@ -729,7 +743,9 @@ int main(int argc, char **argv) {
     if (!run) return usage(), fail("unknown command '%s'", cmd);
     struct opts o;
     if (parse_opts(argc, argv, &o)) return 1;
-    g_log_min = o.verbose ? GGML_LOG_LEVEL_DEBUG : !strcmp(cmd, "quantize") ? GGML_LOG_LEVEL_WARN : GGML_LOG_LEVEL_ERROR;
+    // quiet by default; quantize shows its warnings (which tensors fell back to another type)
+    if (o.verbose) g_log_min = GGML_LOG_LEVEL_DEBUG, g_log_max = GGML_LOG_LEVEL_ERROR;
+    else if (!strcmp(cmd, "quantize")) g_log_min = g_log_max = GGML_LOG_LEVEL_WARN;
     if (load_llamacpp(o.libdir ? o.libdir : default_libdir()) || resolve_types(&o)) return 1;
     int rc = run(&o);
     L.llama_backend_free();
