@@ -39,4 +39,41 @@ float quant_f16_to_f32(uint16_t h);
 uint16_t quant_f32_to_f16(float f);
 float quant_bf16_to_f32(uint16_t h);
 uint16_t quant_f32_to_bf16(float f); /* round to nearest even, NaN kept quiet */
+/* Block layouts (all little-endian, packed by natural alignment; sizes are
+ * asserted in quant.c). f16/bf16 fields are raw uint16_t bits. */
+#define QK_K 256
+typedef struct { uint16_t d; uint8_t qs[16]; } blk_q4_0;              /* 32 elems */
+typedef struct { uint16_t d, m; uint8_t qs[16]; } blk_q4_1;           /* 32 */
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } blk_q5_0; /* 32 */
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } blk_q5_1; /* 32 */
+typedef struct { uint16_t d; int8_t qs[32]; } blk_q8_0;               /* 32 */
+typedef struct { uint16_t d, s; int8_t qs[32]; } blk_q8_1;            /* 32, s = d*sum(qs) */
+typedef struct { uint8_t scales[16]; uint8_t qs[64]; uint16_t d, dmin; } blk_q2_K;
+typedef struct { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; uint16_t d; } blk_q3_K;
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } blk_q4_K;
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } blk_q5_K;
+typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } blk_q6_K;
+typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } blk_q8_K; /* bsums: per 16 */
+typedef struct { uint16_t d; uint8_t qs[16]; } blk_iq4_nl;            /* 32 */
+typedef struct { uint16_t d, scales_h; uint8_t scales_l[4]; uint8_t qs[128]; } blk_iq4_xs;
+typedef struct { uint8_t e; uint8_t qs[16]; } blk_mxfp4;              /* 32, E8M0 scale */
+
+/* Codebooks: IQ4_NL/IQ4_XS non-linear values and ggml's doubled E2M1 values. */
+extern const int8_t quant_iq4nl_values[16];
+extern const int8_t quant_mxfp4_values[16];
+/* ggml's ggml_e8m0_to_fp32_half: 2^(e-128), denormal for e < 2. */
+float quant_e8m0_to_f32_half(uint8_t e);
+/* Unpacks Q4_K/Q5_K's 6-bit scale and min for sub-block j (0..7). */
+static inline void quant_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+/* Unpacks Q3_K's sixteen 6-bit scales (already minus 32). */
+void quant_q3k_scales(const uint8_t packed[12], int8_t out[16]);
+
 #endif

@@ -1,0 +1,12 @@
+/* cpu_dot_isa.h — private: the per-ISA kernel tables of the CPU dot module.
+ * Each returns NULL for a weight type it has no kernel for (the caller then
+ * falls back to a lower ISA). Only cpu_dot*.c include this. */
+#ifndef BK_CPU_DOT_ISA_H
+#define BK_CPU_DOT_ISA_H
+#include <stdint.h>
+
+#include "backend/cpu/cpu_dot.h"
+
+cpu_vec_dot_fn cpu_dot_avx2_get(uint32_t weight_type);
+cpu_vec_dot_fn cpu_dot_avx512_get(uint32_t weight_type);
+#endif
