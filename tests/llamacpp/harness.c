@@ -36,7 +36,7 @@
 // The function table. Each entry is typed from the real prototype.
 
 #define LLAMACPP_FUNCS(X)                                                        \
-    X(ggml_backend_load_all_from_path) X(ggml_backend_dev_by_type)               \
+    X(ggml_backend_load_all_from_path) X(ggml_backend_load) X(ggml_backend_dev_by_type)               \
     X(ggml_backend_dev_backend_reg) X(ggml_backend_dev_description)              \
     X(ggml_backend_reg_get_proc_address) X(ggml_type_name)                       \
     X(ggml_threadpool_params_default) X(llama_backend_init) X(llama_backend_free) \
@@ -198,7 +198,9 @@ static const char *default_libdir(void) {
     return dir;
 }
 
-static int load_llamacpp(const char *libdir) {
+// Loads the libraries from libdir and the CPU backend: the best variant for this
+// CPU, or libggml-cpu-<variant>.so when variant is set (to pin the kernels).
+static int load_llamacpp(const char *libdir, const char *variant) {
     if (!libdir) return fail("no library directory: set LLAMACPP_LIBDIR or pass --libdir");
     void *base = open_lib(libdir, "libggml-base.so", NULL);
     if (!base) return fail("cannot load %s/libggml-base.so: %s", libdir, dlerror());
@@ -213,7 +215,13 @@ static int load_llamacpp(const char *libdir) {
     LLAMACPP_FUNCS(X)
 #undef X
     L.llama_log_set(log_cb, NULL);
-    L.ggml_backend_load_all_from_path(libdir);
+    if (variant) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/libggml-cpu-%s.so", libdir, variant);
+        if (!L.ggml_backend_load(path)) return fail("cannot load CPU backend %s", path);
+    } else {
+        L.ggml_backend_load_all_from_path(libdir);
+    }
     ggml_backend_dev_t cpu = L.ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
     if (!cpu) return fail("no CPU backend (libggml-cpu-*.so) could be loaded from %s", libdir);
     ggml_backend_reg_t reg = L.ggml_backend_dev_backend_reg(cpu);
@@ -229,13 +237,14 @@ static int load_llamacpp(const char *libdir) {
 // Options shared by all subcommands.
 
 struct opts {
-    const char *model, *libdir, *p, *prompt_text, *logits_out;
+    const char *model, *libdir, *cpu_variant, *p, *prompt_text, *logits_out;
     const char *pos[4]; // positional arguments, in order
     int n_pos;
     int n_gen, n_ctx, n_threads, reps, top;
     int fa; // enum llama_flash_attn_type
     enum ggml_type kv_type, out_type, emb_type;
-    bool add_special, parse_special, pure, allow_requant, leave_output, no_repack, verbose;
+    int repack; // weight repacking (CPU_REPACK buffers): 1 on, 0 off, -1 the command's default
+    bool add_special, parse_special, pure, allow_requant, leave_output, verbose;
 };
 
 static bool parse_ggml_type(const char *s, enum ggml_type *out) {
@@ -254,13 +263,14 @@ static bool parse_ggml_type(const char *s, enum ggml_type *out) {
 static const char *g_kv_name = "f32", *g_out_name, *g_emb_name;
 
 static int parse_opts(int argc, char **argv, struct opts *o) {
-    *o = (struct opts){.n_gen = -1, .n_ctx = 0, .n_threads = 0, .reps = 5, .fa = -2};
+    *o = (struct opts){.n_gen = -1, .n_ctx = 0, .n_threads = 0, .reps = 5, .fa = -2, .repack = -1};
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool takes = true;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
         else if (!strcmp(a, "--libdir")) o->libdir = v;
+        else if (!strcmp(a, "--cpu-variant")) o->cpu_variant = v;
         else if (!strcmp(a, "-p")) o->p = v;
         else if (!strcmp(a, "--prompt-text")) o->prompt_text = v;
         else if (!strcmp(a, "--logits-out")) o->logits_out = v;
@@ -284,7 +294,8 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
             else if (!strcmp(a, "--pure")) o->pure = true;
             else if (!strcmp(a, "--allow-requantize")) o->allow_requant = true;
             else if (!strcmp(a, "--leave-output-tensor")) o->leave_output = true;
-            else if (!strcmp(a, "--no-repack")) o->no_repack = true;
+            else if (!strcmp(a, "--no-repack")) o->repack = 0;
+            else if (!strcmp(a, "--repack")) o->repack = 1;
             else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) o->verbose = true;
             else if (a[0] == '-' && a[1]) return fail("unknown option '%s'", a);
             else if (o->n_pos < 4) o->pos[o->n_pos++] = a;
@@ -307,8 +318,10 @@ static int resolve_types(struct opts *o) {
     return 0;
 }
 
-// Loads a model on the CPU, memory-mapped. Returns NULL after printing an error.
-static struct llama_model *load_model(const struct opts *o, bool vocab_only) {
+// Loads a model on the CPU, memory-mapped, with weight repacking (llama.cpp's
+// default: e.g. Q4_0 -> q4_0_8x8 interleaved kernels) when repack is set.
+// Returns NULL after printing an error.
+static struct llama_model *load_model(const struct opts *o, bool vocab_only, bool repack) {
     if (!o->model) {
         fail("missing -m FILE");
         return NULL;
@@ -317,7 +330,7 @@ static struct llama_model *load_model(const struct opts *o, bool vocab_only) {
     mp.n_gpu_layers = 0;
     mp.vocab_only = vocab_only;
     mp.load_mode = LLAMA_LOAD_MODE_MMAP;
-    mp.use_extra_bufts = !o->no_repack; // weight repacking (e.g. Q4_0 -> interleaved) as llama.cpp does by default
+    mp.use_extra_bufts = repack;
     clear_error();
     struct llama_model *m = L.llama_model_load_from_file(o->model, mp);
     if (!m) fail("cannot load model '%s': %s", o->model, llama_error());
@@ -375,7 +388,7 @@ static void print_ids(const llama_token *ids, int n) {
 // tokenize
 
 static int cmd_tokenize(const struct opts *o) {
-    struct llama_model *m = load_model(o, true);
+    struct llama_model *m = load_model(o, true, false);
     if (!m) return 1;
     size_t len;
     char *text = read_all(stdin, &len);
@@ -550,7 +563,7 @@ static int run_eval(const struct opts *o, struct llama_model *m, llama_token *pr
                 n_prompt, n_gen, L.llama_n_ctx(ctx), o->n_threads, L.ggml_type_name(o->kv_type),
                 cp.flash_attn_type == LLAMA_FLASH_ATTN_TYPE_AUTO ? g_fa_resolved
                 : cp.flash_attn_type == LLAMA_FLASH_ATTN_TYPE_ENABLED ? "on" : "off",
-                o->no_repack ? "off" : "on", L.cpu_variant, 1e3 * t_prompt,
+                o->repack == 1 ? "on" : "off", L.cpu_variant, 1e3 * t_prompt,
                 n_gen > 1 ? 1e3 * (t_all - t_prompt) / (n_gen - 1) : 0.0);
     }
     free(out);
@@ -560,7 +573,10 @@ static int run_eval(const struct opts *o, struct llama_model *m, llama_token *pr
 
 static int cmd_eval(const struct opts *o) {
     if (!o->p == !o->prompt_text) return fail("eval needs exactly one of -p \"IDS\" or --prompt-text TEXT");
-    struct llama_model *m = load_model(o, false);
+    // Plain per-type vec_dot kernels unless --repack: the repacked kernels sum in
+    // another order, and quantizing activations to Q8 turns that into logit
+    // differences of ~0.1 after a few dozen tokens.
+    struct llama_model *m = load_model(o, false, o->repack == 1);
     if (!m) return 1;
     llama_token *prompt = NULL;
     int n_prompt = 0, rc;
@@ -671,7 +687,7 @@ static void json_str(const char *s) { // prints s as a JSON string
 static int cmd_bench(const struct opts *o) {
     int n_prompt = 512, n_gen = o->n_gen < 0 ? 128 : o->n_gen;
     if (o->p && !parse_int(o->p, 0, 1 << 20, &n_prompt)) return fail("bad -p '%s' (a token count)", o->p);
-    struct llama_model *m = load_model(o, false);
+    struct llama_model *m = load_model(o, false, o->repack != 0);
     if (!m) return 1;
     char desc[256];
     L.llama_model_desc(m, desc, sizeof desc);
@@ -685,10 +701,10 @@ static int cmd_bench(const struct opts *o) {
         rc = bench_one(o, m, np, ng, &res);
         if (rc) break;
         printf("{\"test\":\"%s%d\",\"t\":%d,\"tps_mean\":%.3f,\"tps_sd\":%.3f,\"peak_rss_mb\":%.1f,\"reps\":%d,"
-               "\"flash_attn\":\"%s\",\"cpu\":",
+               "\"flash_attn\":\"%s\",\"repack\":%s,\"cpu\":",
                np ? "pp" : "tg", np ? np : ng, o->n_threads, res.mean, res.sd, peak_rss_mb(), o->reps,
                o->fa == LLAMA_FLASH_ATTN_TYPE_DISABLED  ? "off"
-               : o->fa == LLAMA_FLASH_ATTN_TYPE_ENABLED ? "on" : g_fa_resolved);
+               : o->fa == LLAMA_FLASH_ATTN_TYPE_ENABLED ? "on" : g_fa_resolved, o->repack != 0 ? "true" : "false");
         json_str(L.cpu_variant);
         printf(",\"model\":");
         json_str(desc);
@@ -703,7 +719,7 @@ static int cmd_bench(const struct opts *o) {
 // info
 
 static int cmd_info(const struct opts *o) {
-    struct llama_model *m = load_model(o, false);
+    struct llama_model *m = load_model(o, false, false);
     if (!m) return 1;
     char desc[256];
     L.llama_model_desc(m, desc, sizeof desc);
@@ -718,13 +734,14 @@ static int cmd_info(const struct opts *o) {
 // ---------------------------------------------------------------------------
 
 static void usage(void) {
-    fputs("usage: llamacpp-ref COMMAND [--libdir DIR] [-v] ...   (DIR defaults to $LLAMACPP_LIBDIR)\n"
+    fputs("usage: llamacpp-ref COMMAND [--libdir DIR] [--cpu-variant V] [-v] ...\n"
+          "  DIR defaults to $LLAMACPP_LIBDIR; V pins libggml-cpu-V.so (haswell, zen4, ...)\n"
           "  tokenize -m FILE [--add-special] [--parse-special]       < text   -> ids on stdout\n"
           "  quantize IN.gguf OUT.gguf TYPE [-t N] [--pure] [--output-tensor-type T]\n"
           "           [--token-embedding-type T] [--allow-requantize] [--leave-output-tensor]\n"
           "  eval -m FILE (-p \"1 2 3\" | --prompt-text TEXT) [-n 16] [-c N] [-t N] [--kv f32]\n"
-          "       [--fa off|on|auto] [--no-repack] [--logits-out PATH] [--top K]\n"
-          "  bench -m FILE [-p 512] [-n 128] [-t N] [-r 5] [-c N] [--fa auto|on|off]\n"
+          "       [--fa off|on|auto] [--repack] [--logits-out PATH] [--top K]\n"
+          "  bench -m FILE [-p 512] [-n 128] [-t N] [-r 5] [-c N] [--fa auto|on|off] [--no-repack]\n"
           "  info -m FILE\n",
           stderr);
 }
@@ -746,7 +763,7 @@ int main(int argc, char **argv) {
     // quiet by default; quantize shows its warnings (which tensors fell back to another type)
     if (o.verbose) g_log_min = GGML_LOG_LEVEL_DEBUG, g_log_max = GGML_LOG_LEVEL_ERROR;
     else if (!strcmp(cmd, "quantize")) g_log_min = g_log_max = GGML_LOG_LEVEL_WARN;
-    if (load_llamacpp(o.libdir ? o.libdir : default_libdir()) || resolve_types(&o)) return 1;
+    if (load_llamacpp(o.libdir ? o.libdir : default_libdir(), o.cpu_variant) || resolve_types(&o)) return 1;
     int rc = run(&o);
     L.llama_backend_free();
     return rc;
