@@ -72,14 +72,16 @@ brisk_status threadpool_new(int n_threads, threadpool **out) {
     }
     for (int i = 1; i < n_threads; i++) {
         worker_arg *wa = malloc(sizeof *wa);
+        if (wa) {
+            wa->tp = tp;
+            wa->ith = i;
+        }
         if (!wa || pthread_create(&tp->threads[i], NULL, worker_main, wa) != 0) {
             free(wa);
             tp->n = i; /* only join what started */
             threadpool_free(tp);
             return bk_fail(BRISK_ERR_NOMEM, "threadpool: cannot start thread %d", i);
         }
-        wa->tp = tp;
-        wa->ith = i;
     }
     *out = tp;
     return BRISK_OK;

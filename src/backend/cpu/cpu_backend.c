@@ -377,6 +377,7 @@ static void cpu_attention(bk_backend *be, const float *q, const float *k, const 
     for (int t = 0; t < ab->n_tokens; t++)
         if (ab->pos[t] > max_pos) max_pos = ab->pos[t];
     size_t cap = (size_t)max_pos + 1 + 2 * (size_t)head_dim;
+    if (cap > cb->att_cap && cap < 2 * cb->att_cap) cap = 2 * cb->att_cap; /* grow geometrically */
     size_t bytes = cap * sizeof(float) * (size_t)cb->n_threads;
     if (cap > cb->att_cap) {
         size_t have = cb->att_cap * sizeof(float) * (size_t)cb->n_threads;
