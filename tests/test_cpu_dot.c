@@ -1,0 +1,306 @@
+/* test_cpu_dot.c — the CPU dot kernels: every ISA variant against a double
+ * precision reference on dequantized data, against the portable kernels,
+ * and against ggml's own CPU vec_dot/from_float (dlopen of
+ * libggml-cpu-haswell.so from $LLAMACPP_LIBDIR; BRISK_NO_LLAMACPP=1 skips).
+ *
+ * Tolerance: |ours - ref| <= 1e-5 * (sum_i |w_i x_i|) + 1e-6 (relative to the
+ * magnitude of the products, so cancellation in the sum cannot blow it up). */
+#include <dlfcn.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/cpu/cpu_dot.h"
+#include "brisk.h"
+#include "quant/quant.h"
+#include "test.h"
+
+static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
+static uint32_t rnd_u32(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float rnd_unit(void) { return (float)(rnd_u32() & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f; }
+
+static const uint32_t weight_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q4_0,   QT_Q4_1,   QT_Q5_0,
+                                        QT_Q5_1, QT_Q8_0, QT_Q2_K, QT_Q3_K,   QT_Q4_K,   QT_Q5_K,
+                                        QT_Q6_K, QT_IQ4_NL, QT_IQ4_XS, QT_MXFP4};
+#define N_WT (int)(sizeof weight_types / sizeof weight_types[0])
+
+/* Random weight blocks: random bytes with small finite scale fields. */
+static void fill_weights(uint32_t t, uint8_t *buf, int64_t n) {
+    const quant_traits *tr = quant_get_traits(t);
+    const int64_t nb = n / tr->block_elems;
+    for (int64_t i = 0; i < nb * tr->block_bytes; i++) buf[i] = (uint8_t)rnd_u32();
+    if (t == QT_F32 || t == QT_F16 || t == QT_BF16) {
+        for (int64_t i = 0; i < n; i++) {
+            float v = rnd_unit();
+            if (t == QT_F32) memcpy(buf + 4 * i, &v, 4);
+            else {
+                uint16_t h = t == QT_F16 ? quant_f32_to_f16(v) : quant_f32_to_bf16(v);
+                memcpy(buf + 2 * i, &h, 2);
+            }
+        }
+        return;
+    }
+    int off[2] = {-1, -1};
+    switch (t) {
+    case QT_Q4_0: case QT_Q5_0: case QT_Q8_0: case QT_IQ4_NL: case QT_IQ4_XS: off[0] = 0; break;
+    case QT_Q4_1: case QT_Q5_1: case QT_Q4_K: case QT_Q5_K: off[0] = 0; off[1] = 2; break;
+    case QT_Q2_K: off[0] = 80; off[1] = 82; break;
+    case QT_Q3_K: off[0] = 108; break;
+    case QT_Q6_K: off[0] = 208; break;
+    default: break;
+    }
+    for (int64_t i = 0; i < nb; i++) {
+        uint8_t *b = buf + i * tr->block_bytes;
+        for (int k = 0; k < 2; k++) {
+            if (off[k] < 0) continue;
+            uint16_t h = quant_f32_to_f16(rnd_unit() * 0.05f);
+            memcpy(b + off[k], &h, 2);
+        }
+        if (t == QT_Q8_0) /* q8_0 weights never hold -128 */
+            for (int j = 2; j < 34; j++)
+                if (b[j] == 0x80) b[j] = 0x81;
+        if (t == QT_MXFP4) b[0] = (uint8_t)(118 + rnd_u32() % 16);
+    }
+}
+
+typedef struct {
+    int64_t n;
+    int nx;
+    uint32_t wt, xt;
+    size_t x_stride;
+    uint8_t *w, *x;
+    float *wf, *xf; /* dequantized */
+} dot_case;
+
+static void case_free(dot_case *c) {
+    free(c->w);
+    free(c->x);
+    free(c->wf);
+    free(c->xf);
+}
+
+static dot_case case_make(uint32_t wt, int64_t n, int nx) {
+    dot_case c = {n, nx, wt, quant_get_traits(wt)->vec_dot_type, 0, 0, 0, 0, 0};
+    c.w = malloc(quant_row_size(wt, n));
+    c.x_stride = quant_row_size(c.xt, n) + 64; /* a stride wider than the row */
+    c.x = malloc(c.x_stride * (size_t)nx);
+    c.wf = malloc(sizeof(float) * (size_t)n);
+    c.xf = malloc(sizeof(float) * (size_t)n * (size_t)nx);
+    fill_weights(wt, c.w, n);
+    CHECK_OK(quant_dequantize(wt, c.w, c.wf, n));
+    cpu_from_float_fn ff = cpu_get_from_float(c.xt);
+    CHECK(ff != NULL);
+    float *tmp = malloc(sizeof(float) * (size_t)n);
+    for (int j = 0; j < nx; j++) {
+        for (int64_t i = 0; i < n; i++) tmp[i] = rnd_unit();
+        ff(tmp, c.x + (size_t)j * c.x_stride, n);
+        CHECK_OK(quant_dequantize(c.xt, c.x + (size_t)j * c.x_stride, c.xf + (size_t)j * n, n));
+    }
+    free(tmp);
+    return c;
+}
+
+/* Exact-ish reference and the tolerance scale for activation row j. */
+static void reference(const dot_case *c, int j, double *ref, double *mag) {
+    double s = 0, m = 0;
+    for (int64_t i = 0; i < c->n; i++) {
+        double p = (double)c->wf[i] * c->xf[(size_t)j * c->n + i];
+        s += p;
+        m += fabs(p);
+    }
+    if (c->xt == QT_Q8_1) {
+        /* Q8_1 carries s = f16(d*Σq); the kernels (like ggml) use that rounded
+         * sum for the weight minimum m, so the reference does too. */
+        const blk_q8_1 *xb = (const blk_q8_1 *)(c->x + (size_t)j * c->x_stride);
+        const int bb = quant_get_traits(c->wt)->block_bytes;
+        for (int64_t b = 0; b < c->n / 32; b++) {
+            uint16_t mh;
+            memcpy(&mh, c->w + b * bb + 2, 2);
+            int sq = 0;
+            for (int i = 0; i < 32; i++) sq += xb[b].qs[i];
+            const double dx = quant_f16_to_f32(xb[b].d);
+            s += quant_f16_to_f32(mh) * ((double)quant_f16_to_f32(xb[b].s) - dx * sq);
+        }
+    }
+    *ref = s;
+    *mag = m;
+}
+
+static int check_against_ref(const dot_case *c, const float *s, const char *what) {
+    int bad = 0;
+    for (int j = 0; j < c->nx; j++) {
+        double ref, mag;
+        reference(c, j, &ref, &mag);
+        if (!(fabs(s[j] - ref) <= 1e-5 * mag + 1e-6)) {
+            if (!bad)
+                fprintf(stderr, "  %s %s n=%lld nx=%d row %d: %.9g vs ref %.9g (mag %g)\n", what,
+                        quant_type_name(c->wt), (long long)c->n, c->nx, j, s[j], ref, mag);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+static void test_isa(void) {
+    cpu_dot_init();
+    printf("  detected ISA: %s\n", cpu_isa_name(cpu_dot_isa()));
+    CHECK(cpu_get_vec_dot(QT_Q4_K) != NULL);
+    CHECK(cpu_get_vec_dot(QT_Q8_K) == NULL);
+    CHECK(cpu_get_vec_dot(4) == NULL);
+    CHECK(cpu_get_from_float(QT_Q8_K) != NULL);
+    CHECK(cpu_get_from_float(QT_Q4_K) == NULL);
+    CHECK(!strcmp(cpu_isa_name(CPU_ISA_AVX512), "avx512"));
+}
+
+/* Every ISA the CPU runs, every weight type, nx in {1,3,4,7,32}, odd
+ * block counts: against the double reference and against portable. */
+static void test_all_isas(void) {
+    cpu_dot_init();
+    static const int nxs[] = {1, 3, 4, 7, 32};
+    for (int isa = CPU_ISA_PORTABLE; isa <= (int)cpu_dot_isa(); isa++) {
+        for (int k = 0; k < N_WT; k++) {
+            const uint32_t t = weight_types[k];
+            const int be = quant_get_traits(t)->block_elems;
+            const int64_t ns[] = {be == 1 ? 4096 + 7 : (int64_t)(be == 32 ? 32 * 33 : 256 * 5),
+                                  be == 1 ? 16 : (int64_t)(be == 32 ? 32 : 256)};
+            for (int ni = 0; ni < 2; ni++) {
+                for (size_t q = 0; q < sizeof nxs / sizeof nxs[0]; q++) {
+                    dot_case c = case_make(t, ns[ni], nxs[q]);
+                    float s[32], sp[32];
+                    cpu_vec_dot_fn f = cpu_get_vec_dot_isa(t, (cpu_isa)isa);
+                    cpu_vec_dot_fn fp = cpu_get_vec_dot_isa(t, CPU_ISA_PORTABLE);
+                    CHECK(f && fp);
+                    if (f && fp) {
+                        f(c.n, c.w, c.x, c.x_stride, c.nx, s);
+                        fp(c.n, c.w, c.x, c.x_stride, c.nx, sp);
+                        CHECK(check_against_ref(&c, s, cpu_isa_name((cpu_isa)isa)) == 0);
+                        /* one row at a time gives the same as the batched call */
+                        for (int j = 0; j < c.nx; j++) {
+                            float one;
+                            f(c.n, c.w, c.x + (size_t)j * c.x_stride, c.x_stride, 1, &one);
+                            CHECK(one == s[j]);
+                        }
+                    }
+                    case_free(&c);
+                }
+            }
+        }
+    }
+}
+
+/* ---- ggml parity ---- */
+
+/* Mirrors struct ggml_type_traits_cpu from ggml-cpu.h (node-llama-cpp 3.21.1). */
+typedef void (*ggml_vec_dot_fn)(int n, float *s, size_t bs, const void *x, size_t bx, const void *y, size_t by,
+                                int nrc);
+typedef struct {
+    void (*from_float)(const float *x, void *y, int64_t k);
+    ggml_vec_dot_fn vec_dot;
+    int vec_dot_type;
+    int64_t nrows;
+} ggml_cpu_traits_mirror;
+typedef const ggml_cpu_traits_mirror *(*get_cpu_traits_fn)(int type);
+
+static get_cpu_traits_fn ggml_cpu(bool *skip) {
+    static get_cpu_traits_fn fn;
+    *skip = false;
+    if (fn) return fn;
+    const char *dir = getenv("LLAMACPP_LIBDIR");
+    const char *env = getenv("BRISK_NO_LLAMACPP");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/libggml-base.so", dir ? dir : ".");
+    void *base = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    void *cpu = NULL;
+    static const char *variants[] = {"haswell", "x64"};
+    for (int i = 0; base && !cpu && i < 2; i++) {
+        snprintf(path, sizeof path, "%s/libggml-cpu-%s.so", dir ? dir : ".", variants[i]);
+        cpu = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    }
+    if (!cpu) {
+        if (env && !strcmp(env, "1")) {
+            printf("  (skipped: BRISK_NO_LLAMACPP=1)\n");
+            *skip = true;
+            return NULL;
+        }
+        fprintf(stderr, "  cannot load ggml CPU library from LLAMACPP_LIBDIR=%s (%s); "
+                        "BRISK_NO_LLAMACPP=1 skips\n", dir ? dir : "(unset)", dlerror());
+        return NULL;
+    }
+    void (*init)(void) = (void (*)(void))dlsym(cpu, "ggml_cpu_init");
+    fn = (get_cpu_traits_fn)dlsym(cpu, "ggml_get_type_traits_cpu");
+    if (init) init();
+    if (!fn) fprintf(stderr, "  ggml_get_type_traits_cpu missing\n");
+    return fn;
+}
+
+static void test_ggml_from_float(void) {
+    bool skip;
+    get_cpu_traits_fn gt = ggml_cpu(&skip);
+    if (skip) return;
+    CHECK(gt != NULL);
+    if (!gt) return;
+    static const uint32_t types[] = {QT_F16, QT_BF16, QT_Q8_0, QT_Q8_1, QT_Q8_K};
+    enum { N = 4096 };
+    static float x[N];
+    static uint8_t ours[N * 4], theirs[N * 4];
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        const ggml_cpu_traits_mirror *g = gt((int)types[k]);
+        CHECK(g && g->from_float);
+        if (!g || !g->from_float) continue;
+        for (int i = 0; i < N; i++) x[i] = rnd_unit() * ((i & 255) == 3 ? 10 : 1);
+        for (int i = 0; i < 32; i++) x[i] = (float)(i % 5) * 0.5f - 1.0f; /* exact .5 ties */
+        const size_t bytes = quant_row_size(types[k], N);
+        cpu_get_from_float(types[k])(x, ours, N);
+        g->from_float(x, theirs, N);
+        size_t bad = 0, first = 0;
+        for (size_t i = 0; i < bytes; i++)
+            if (ours[i] != theirs[i] && !bad++) first = i;
+        if (bad)
+            fprintf(stderr, "  from_float %s: %zu bytes differ (first %zu)\n", quant_type_name(types[k]), bad, first);
+        CHECK(bad == 0);
+    }
+}
+
+static void test_ggml_vec_dot(void) {
+    bool skip;
+    get_cpu_traits_fn gt = ggml_cpu(&skip);
+    if (skip) return;
+    CHECK(gt != NULL);
+    if (!gt) return;
+    cpu_dot_init();
+    for (int k = 0; k < N_WT; k++) {
+        const uint32_t t = weight_types[k];
+        const ggml_cpu_traits_mirror *g = gt((int)t);
+        CHECK(g && g->vec_dot);
+        if (!g || !g->vec_dot) continue;
+        CHECK(g->vec_dot_type == (int)quant_get_traits(t)->vec_dot_type);
+        dot_case c = case_make(t, 256 * 16, 4);
+        float s[4];
+        cpu_get_vec_dot(t)(c.n, c.w, c.x, c.x_stride, c.nx, s);
+        for (int j = 0; j < c.nx; j++) {
+            float ref;
+            double dref, mag;
+            g->vec_dot((int)c.n, &ref, 0, c.w, 0, c.x + (size_t)j * c.x_stride, 0, 1);
+            reference(&c, j, &dref, &mag);
+            if (!(fabs(s[j] - ref) <= 1e-5 * mag + 1e-6)) {
+                fprintf(stderr, "  %s row %d: ours %.9g vs ggml %.9g (mag %g)\n", quant_type_name(t), j, s[j], ref, mag);
+                CHECK(0);
+            }
+        }
+        case_free(&c);
+    }
+}
+
+int main(int argc, char **argv) {
+    static const test_case cases[] = {
+        {"isa", test_isa},
+        {"all_isas", test_all_isas},
+        {"ggml_from_float", test_ggml_from_float},
+        {"ggml_vec_dot", test_ggml_vec_dot},
+    };
+    return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
+}
