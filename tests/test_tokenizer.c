@@ -1,0 +1,453 @@
+/* test_tokenizer.c — conformance of src/tokenizer against llama.cpp:
+ * the vocab test vectors of llama.cpp v0.4.0 (models/ggml-vocab-*.gguf.inp/out,
+ * encoded with add_special = false, parse_special = false as its
+ * test-tokenizer-0 does), decode round trips, the Qwen3 tokenizer.json
+ * against the qwen2 GGUF, stories260K SPM cases, and a live comparison with
+ * llama.cpp's own llama_tokenize (dlopen) on tests/data/multilingual.txt. */
+#include <dlfcn.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "format/gguf.h"
+#include "test.h"
+#include "tokenizer/tokenizer.h"
+
+static const char *const k_vocabs[] = {"llama-spm", "phi-3", "gpt-2", "qwen2", "llama-bpe", "qwen35"};
+#define N_VOCABS 6
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) buf[n] = 0;
+    if (len) *len = (size_t)n;
+    return buf;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static tokenizer *load_vocab(const char *name) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/data/llama.cpp-vocab/ggml-vocab-%s.gguf", test_shared_dir(), name);
+    gguf_file *g = NULL;
+    tokenizer *t = NULL;
+    CHECK_OK(gguf_open(path, &g));
+    if (!g) return NULL;
+    CHECK_OK(tokenizer_from_gguf(g, &t));
+    gguf_close(g);
+    return t;
+}
+
+/* Encodes into a malloc'd array (caller frees). */
+static int32_t *encode(const tokenizer *t, const char *s, size_t len, bool add_special,
+                       bool parse_special, int64_t *n) {
+    int64_t cap = (int64_t)len + 8;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    brisk_status st = tokenizer_encode(t, s, len, add_special, parse_special, ids, cap, n);
+    if (st != BRISK_OK) {
+        fprintf(stderr, "  encode: %s\n", brisk_last_error());
+        *n = -1;
+    }
+    return ids;
+}
+
+static char *decode(const tokenizer *t, const int32_t *ids, int64_t n, size_t *len) {
+    size_t cap = 16;
+    char *buf = malloc(cap);
+    brisk_status st = tokenizer_decode(t, ids, n, false, buf, cap, len);
+    if (st == BRISK_ERR_RANGE) {
+        free(buf);
+        cap = *len + 1;
+        buf = malloc(cap);
+        st = tokenizer_decode(t, ids, n, false, buf, cap, len);
+    }
+    if (st != BRISK_OK) *len = 0;
+    return buf;
+}
+
+static void print_ids(const char *tag, const int32_t *ids, int64_t n) {
+    fprintf(stderr, "    %s:", tag);
+    for (int64_t i = 0; i < n && i < 40; i++) fprintf(stderr, " %d", ids[i]);
+    fprintf(stderr, "\n");
+}
+
+/* Runs the .inp/.out pairs of one vocab; returns failures. */
+static int run_vectors(const tokenizer *t, const char *name, int *n_cases, int *n_roundtrip_bad) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/data/llama.cpp-vocab/ggml-vocab-%s.gguf.inp", test_shared_dir(), name);
+    size_t inp_len;
+    char *inp = slurp(path, &inp_len);
+    snprintf(path, sizeof path, "%s/data/llama.cpp-vocab/ggml-vocab-%s.gguf.out", test_shared_dir(), name);
+    char *outp = slurp(path, NULL);
+    CHECK(inp && outp);
+    if (!inp || !outp) {
+        free(inp), free(outp);
+        return 1;
+    }
+    static const char sep[] = "\n__ggml_vocab_test__\n";
+    int bad = 0, cases = 0;
+    char *p = inp, *line = outp;
+    for (;;) {
+        char *e = strstr(p, sep);
+        if (!e || !line || !*line) break;
+        size_t len = (size_t)(e - p);
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        int32_t want[4096];
+        int64_t nw = 0;
+        for (char *q = line;;) {
+            char *end;
+            long v = strtol(q, &end, 10);
+            if (end == q) break;
+            want[nw++] = (int32_t)v;
+            q = end;
+        }
+        int64_t n;
+        int32_t *got = encode(t, p, len, false, false, &n);
+        bool ok = n == nw && memcmp(got, want, (size_t)n * sizeof *got) == 0;
+        if (!ok) {
+            bad++;
+            if (bad <= 3) {
+                fprintf(stderr, "  %s: mismatch on '%.*s'\n", name, (int)len, p);
+                print_ids("want", want, nw);
+                print_ids("got ", got, n);
+            }
+        }
+        if (n >= 0) {
+            size_t dl;
+            char *d = decode(t, got, n, &dl);
+            if (dl != len || memcmp(d, p, len) != 0) (*n_roundtrip_bad)++;
+            free(d);
+        }
+        free(got);
+        cases++;
+        p = e + sizeof sep - 1;
+        line = nl ? nl + 1 : NULL;
+    }
+    *n_cases = cases;
+    free(inp);
+    free(outp);
+    return bad;
+}
+
+static void test_vocab_vectors(void) {
+    for (int v = 0; v < N_VOCABS; v++) {
+        double t0 = now_ms();
+        tokenizer *t = load_vocab(k_vocabs[v]);
+        double t1 = now_ms();
+        if (!t) continue;
+        int cases = 0, rt_bad = 0;
+        int bad = run_vectors(t, k_vocabs[v], &cases, &rt_bad);
+        printf("  %-10s n_vocab %6d load %6.1f ms: %d/%d match, %d decode round-trip differences\n",
+               k_vocabs[v], tokenizer_n_vocab(t), t1 - t0, cases - bad, cases, rt_bad);
+        CHECK(cases >= 40);
+        CHECK(bad == 0);
+        /* llama.cpp's detokenizer is lossless except for gpt2/llama3's clean_spaces */
+        if (strcmp(k_vocabs[v], "gpt-2") && strcmp(k_vocabs[v], "llama-bpe")) CHECK(rt_bad == 0);
+        tokenizer_free(t);
+    }
+}
+
+static void test_load_speed(void) {
+    double best = 1e9;
+    for (int i = 0; i < 3; i++) {
+        double t0 = now_ms();
+        tokenizer *t = load_vocab("qwen35");
+        double dt = now_ms() - t0;
+        if (dt < best) best = dt;
+        tokenizer_free(t);
+    }
+    printf("  qwen35 vocab load (gguf_open + tokenizer_from_gguf): %.1f ms\n", best);
+    CHECK(best < 100);
+}
+
+static void test_special(void) {
+    tokenizer *t = load_vocab("qwen2");
+    if (!t) return;
+    static const char txt[] = "<|im_start|>user\nhi<|im_end|><think>x</think>";
+    int64_t n1, n2;
+    int32_t *a = encode(t, txt, sizeof txt - 1, false, true, &n1);
+    int32_t *b = encode(t, txt, sizeof txt - 1, false, false, &n2);
+    CHECK(n1 > 0 && a[0] == 151644);
+    CHECK(n2 > n1);
+    /* user-defined tokens (<think>) are matched even without parse_special */
+    bool has_think = false;
+    for (int64_t i = 0; i < n2; i++) has_think |= b[i] == 151667;
+    CHECK(has_think);
+    CHECK(tokenizer_is_eog(t, 151645)); /* <|im_end|> */
+    CHECK(tokenizer_is_eog(t, 151643)); /* <|endoftext|> */
+    CHECK(!tokenizer_is_eog(t, 151644));
+    CHECK(!tokenizer_add_bos(t));
+    char buf[64];
+    size_t len;
+    CHECK_OK(tokenizer_token_to_piece(t, 151645, false, buf, sizeof buf, &len));
+    CHECK(len == 0);
+    CHECK_OK(tokenizer_token_to_piece(t, 151645, true, buf, sizeof buf, &len));
+    CHECK(len == 10 && !memcmp(buf, "<|im_end|>", 10));
+    CHECK(tokenizer_token_to_piece(t, 151645, true, buf, 4, &len) == BRISK_ERR_RANGE && len == 10);
+    free(a), free(b);
+    tokenizer_free(t);
+
+    t = load_vocab("llama-spm");
+    if (!t) return;
+    CHECK(tokenizer_add_bos(t) && tokenizer_bos(t) == 1 && tokenizer_eos(t) == 2);
+    CHECK(tokenizer_is_eog(t, 2));
+    int64_t n;
+    a = encode(t, "<s>Hello</s>", 12, true, true, &n);
+    CHECK(n >= 4 && a[0] == 1 && a[1] == 1 && a[n - 1] == 2);
+    free(a);
+    tokenizer_free(t);
+    t = load_vocab("llama-bpe");
+    if (!t) return;
+    CHECK(tokenizer_add_bos(t) && tokenizer_bos(t) == 128000);
+    CHECK(tokenizer_is_eog(t, 128009)); /* <|eot_id|> */
+    tokenizer_free(t);
+}
+
+static void test_qwen3_json(void) {
+    char p1[1024], p2[1024];
+    snprintf(p1, sizeof p1, "%s/data/qwen3-tokenizer/tokenizer.json", test_shared_dir());
+    snprintf(p2, sizeof p2, "%s/data/qwen3-tokenizer/tokenizer_config.json", test_shared_dir());
+    double t0 = now_ms();
+    tokenizer *j = NULL;
+    CHECK_OK(tokenizer_from_hf_json(p1, p2, &j));
+    double t1 = now_ms();
+    tokenizer *g = load_vocab("qwen2");
+    if (!j || !g) {
+        tokenizer_free(j), tokenizer_free(g);
+        return;
+    }
+    printf("  qwen3 tokenizer.json load: %.1f ms\n", t1 - t0);
+    CHECK(tokenizer_n_vocab(j) == 151669);
+    CHECK(tokenizer_eos(j) == 151645);
+    CHECK(tokenizer_bos(j) == -1 && !tokenizer_add_bos(j));
+    int type_diff = 0;
+    for (int32_t i = 0; i < tokenizer_n_vocab(j) && i < tokenizer_n_vocab(g); i++) {
+        size_t l1, l2;
+        const char *a = tokenizer_token_text(j, i, &l1), *b = tokenizer_token_text(g, i, &l2);
+        if (l1 != l2 || memcmp(a, b, l1) || tokenizer_token_type(j, i) != tokenizer_token_type(g, i)) {
+            if (type_diff++ < 3)
+                fprintf(stderr, "  id %d: json '%s' type %d, gguf '%s' type %d\n", (int)i, a,
+                        tokenizer_token_type(j, i), b, tokenizer_token_type(g, i));
+        }
+        CHECK(tokenizer_is_eog(j, i) == tokenizer_is_eog(g, i));
+    }
+    CHECK(type_diff == 0);
+    /* every qwen2 and qwen35 test string, plus the multilingual text, both ways of parse_special */
+    const char *files[] = {"llama.cpp-vocab/ggml-vocab-qwen2.gguf.inp", "llama.cpp-vocab/ggml-vocab-qwen35.gguf.inp"};
+    int cases = 0, bad = 0;
+    for (int f = 0; f < 2; f++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/data/%s", test_shared_dir(), files[f]);
+        char *inp = slurp(path, NULL);
+        CHECK(inp != NULL);
+        for (char *p = inp, *e; inp && (e = strstr(p, "\n__ggml_vocab_test__\n")); p = e + 21) {
+            for (int ps = 0; ps < 2; ps++) {
+                int64_t n1, n2;
+                int32_t *a = encode(j, p, (size_t)(e - p), false, ps, &n1);
+                int32_t *b = encode(g, p, (size_t)(e - p), false, ps, &n2);
+                cases++;
+                if (n1 != n2 || memcmp(a, b, (size_t)n1 * sizeof *a)) bad++;
+                free(a), free(b);
+            }
+        }
+        free(inp);
+    }
+    printf("  qwen3 tokenizer.json vs qwen2 gguf: %d/%d match\n", cases - bad, cases);
+    CHECK(bad == 0);
+    tokenizer_free(j);
+    tokenizer_free(g);
+}
+
+static void test_stories260k(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/data/stories260K/stories260K.gguf", test_shared_dir());
+    gguf_file *g = NULL;
+    tokenizer *t = NULL;
+    CHECK_OK(gguf_open(path, &g));
+    if (!g) return;
+    CHECK_OK(tokenizer_from_gguf(g, &t));
+    gguf_close(g);
+    if (!t) return;
+    /* from greedy_bos_256.json's spm_encode_cases */
+    static const struct { const char *text; int32_t ids[32]; int n; } cases[] = {
+        {"Once upon a time", {403, 407, 261, 378}, 4},
+        {"Hello world", {346, 306, 414, 263, 304, 341}, 6},
+        {" Lily and Tom went to the park.", {410, 317, 269, 274, 287, 263, 377, 267, 265, 282, 295, 433, 426}, 13},
+        {"The quick brown fox jumps over the lazy dog.",
+         {291, 410, 456, 425, 417, 340, 268, 420, 327, 416, 272, 414, 444, 410, 449, 425, 423, 427,
+          419, 334, 330, 265, 278, 412, 451, 422, 400, 428, 426}, 29},
+        {"\xc3\x9cn\xc3\xaf" "c\xc3\xb6" "d\xc3\xa9 \xf0\x9f\xa6\x99 123",
+         {410, 198, 159, 416, 198, 178, 429, 198, 185, 418, 485, 410, 243, 162, 169, 156, 410, 475, 479, 472}, 20},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t n;
+        int32_t *ids = encode(t, cases[c].text, strlen(cases[c].text), false, false, &n);
+        bool ok = n == cases[c].n && !memcmp(ids, cases[c].ids, (size_t)n * sizeof *ids);
+        if (!ok) {
+            fprintf(stderr, "  stories260K '%s'\n", cases[c].text);
+            print_ids("want", cases[c].ids, cases[c].n);
+            print_ids("got ", ids, n);
+        }
+        CHECK(ok);
+        size_t dl;
+        char *d = decode(t, ids, n, &dl);
+        CHECK(dl == strlen(cases[c].text) && !memcmp(d, cases[c].text, dl));
+        free(d);
+        free(ids);
+    }
+    int64_t n;
+    int32_t *ids = encode(t, "Once upon a time", 16, true, false, &n);
+    CHECK(n == 5 && ids[0] == 1);
+    free(ids);
+    tokenizer_free(t);
+}
+
+/* ---- live comparison with llama.cpp (dlopen) ----
+ * Declarations mirrored from llama.cpp v0.4.0 include/llama.h (the Makefile
+ * gives tests no -I for it). struct llama_model_params is 80 bytes with
+ * vocab_only at offset 72 on x86-64; checked against the real header. */
+typedef struct ll_model_params {
+    void *devices;
+    const void *tensor_buft_overrides;
+    int32_t n_gpu_layers;
+    int split_mode, load_mode, lazy_mode; /* enums */
+    int32_t main_gpu;
+    const float *tensor_split;
+    void *progress_callback;
+    void *progress_callback_user_data;
+    const void *kv_overrides;
+    bool vocab_only, check_tensors, use_extra_bufts, no_host, no_alloc, load_mtp;
+} ll_model_params;
+_Static_assert(sizeof(ll_model_params) == 80, "llama_model_params layout");
+
+typedef struct ll_api {
+    void (*backend_init)(void);
+    void (*log_set)(void (*cb)(int, const char *, void *), void *);
+    ll_model_params (*model_default_params)(void);
+    void *(*model_load_from_file)(const char *, ll_model_params);
+    void (*model_free)(void *);
+    const void *(*model_get_vocab)(const void *);
+    int32_t (*tokenize)(const void *, const char *, int32_t, int32_t *, int32_t, bool, bool);
+} ll_api;
+
+static void quiet_log(int level, const char *text, void *ud) { (void)level, (void)text, (void)ud; }
+
+static void *open_llama(ll_api *L) {
+    const char *dir = getenv("LLAMACPP_LIBDIR");
+    const char *names[] = {"libllama.so", "libllama.v0.4.0.so"};
+    void *h = NULL;
+    char path[2048];
+    for (int i = 0; i < 2 && !h && dir && *dir; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    }
+    if (!h) return NULL;
+#define SYM(f, n) *(void **)&L->f = dlsym(h, n)
+    SYM(backend_init, "llama_backend_init");
+    SYM(log_set, "llama_log_set");
+    SYM(model_default_params, "llama_model_default_params");
+    SYM(model_load_from_file, "llama_model_load_from_file");
+    SYM(model_free, "llama_model_free");
+    SYM(model_get_vocab, "llama_model_get_vocab");
+    SYM(tokenize, "llama_tokenize");
+#undef SYM
+    if (!L->backend_init || !L->model_default_params || !L->model_load_from_file ||
+        !L->model_free || !L->model_get_vocab || !L->tokenize) {
+        dlclose(h);
+        return NULL;
+    }
+    return h;
+}
+
+static void test_llamacpp_live(void) {
+    const char *skip = getenv("BRISK_NO_LLAMACPP");
+    if (skip && !strcmp(skip, "1")) {
+        printf("  skipped (BRISK_NO_LLAMACPP=1)\n");
+        return;
+    }
+    if (getenv("SAN") && !strcmp(getenv("SAN"), "1")) {
+        printf("  skipped under sanitizers (llama.cpp's libraries are not instrumented)\n");
+        return;
+    }
+    ll_api L = {0};
+    void *h = open_llama(&L);
+    if (!h) {
+        fprintf(stderr, "  cannot dlopen libllama from LLAMACPP_LIBDIR='%s' (%s); set "
+                        "BRISK_NO_LLAMACPP=1 to skip\n", getenv("LLAMACPP_LIBDIR") ? getenv("LLAMACPP_LIBDIR") : "", dlerror());
+        CHECK(!"llama.cpp libraries missing");
+        return;
+    }
+    if (L.log_set) L.log_set(quiet_log, NULL);
+    L.backend_init();
+    size_t tlen;
+    char *text = slurp("tests/data/multilingual.txt", &tlen);
+    CHECK(text != NULL);
+    for (int v = 0; text && v < N_VOCABS; v++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/data/llama.cpp-vocab/ggml-vocab-%s.gguf", test_shared_dir(), k_vocabs[v]);
+        ll_model_params mp = L.model_default_params();
+        mp.vocab_only = true;
+        void *m = L.model_load_from_file(path, mp);
+        CHECK(m != NULL);
+        if (!m) continue;
+        tokenizer *t = load_vocab(k_vocabs[v]);
+        int bad = 0, total = 0;
+        /* the whole text, then every line alone; parse_special off and on */
+        for (int ps = 0; ps < 2 && t; ps++) {
+            size_t a = 0, b = tlen;
+            for (bool whole = true; a < tlen; whole = false, a = b) {
+                if (!whole) {
+                    b = a;
+                    while (b < tlen && text[b] != '\n') b++;
+                    if (b < tlen) b++;
+                }
+                size_t off = whole ? 0 : a, len = whole ? tlen : b - a;
+                if (whole) b = 0;
+                int32_t *ref = malloc((tlen + 8) * sizeof *ref);
+                int32_t nr = L.tokenize(L.model_get_vocab(m), text + off, (int32_t)len, ref,
+                                        (int32_t)tlen + 8, ps == 1, ps == 1);
+                int64_t n;
+                int32_t *got = encode(t, text + off, len, ps == 1, ps == 1, &n);
+                total++;
+                if (nr != n || memcmp(ref, got, (size_t)n * sizeof *got)) {
+                    if (bad++ < 2) {
+                        fprintf(stderr, "  %s: differs on '%.*s'\n", k_vocabs[v],
+                                (int)(len > 60 ? 60 : len), text + off);
+                        print_ids("llama.cpp", ref, nr);
+                        print_ids("brisk    ", got, n);
+                    }
+                }
+                free(ref), free(got);
+            }
+        }
+        printf("  %-10s vs llama.cpp: %d/%d match\n", k_vocabs[v], total - bad, total);
+        CHECK(bad == 0);
+        tokenizer_free(t);
+        L.model_free(m);
+    }
+    free(text);
+    dlclose(h);
+}
+
+int main(int argc, char **argv) {
+    static const test_case cases[] = {
+        {"vocab_vectors", test_vocab_vectors}, {"load_speed", test_load_speed},
+        {"special", test_special},             {"qwen3_json", test_qwen3_json},
+        {"stories260k", test_stories260k},     {"llamacpp_live", test_llamacpp_live},
+    };
+    return test_main(cases, sizeof cases / sizeof cases[0], argc, argv);
+}
