@@ -253,8 +253,8 @@ KINL void k4_unpack_scales(const uint8_t *p, uint8_t out[16]) {
     const WT *a = w;                                                                           \
     const __m256i m4 = _mm256_set1_epi8(15);                                                   \
     __m256 acc[4];                                                                             \
-    float summ[4] = {0, 0, 0, 0};                                                              \
-    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();                                  \
+    __m128 accm[4];                                                                            \
+    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm_setzero_ps();      \
     for (int64_t i = 0; i < n / 256; i++) {                                                    \
         uint8_t sm[16];                                                                        \
         k4_unpack_scales(a[i].scales, sm);                                                     \
@@ -284,14 +284,13 @@ KINL void k4_unpack_scales(const uint8_t *p, uint8_t out[16]) {
             const blk_q8_K *b = (const blk_q8_K *)XROW(x, xs, r) + i;                          \
             const __m256i bs = _mm256_loadu_si256((const __m256i *)b->bsums);                  \
             const __m128i pair = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)); \
-            __m128i pm = _mm_madd_epi16(mins, pair);                                           \
-            pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));                               \
-            pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1));                               \
-            summ[r] += (b->d * dminw) * (float)_mm_cvtsi128_si32(pm);                          \
+            const __m128i pm = _mm_madd_epi16(mins, pair);                                     \
+            accm[r] = _mm_fmadd_ps(_mm_set1_ps(b->d * dminw), _mm_cvtepi32_ps(pm), accm[r]);   \
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(b->d * dw), _mm256_cvtepi32_ps(isum[r]), acc[r]); \
         }                                                                                      \
     }                                                                                          \
-    for (int r = 0; r < R; r++) s[r] = hsum8(acc[r]) - summ[r];
+    for (int r = 0; r < R; r++)                                                                \
+        s[r] = hsum8(_mm256_sub_ps(acc[r], _mm256_castps128_ps256(accm[r])));
 
 KINL void q4_K_rows(int64_t n, const void *w, const char *x, size_t xs, int R, float *s) { QK45_BODY(blk_q4_K, 0) }
 ROWS_DRIVER(q4_K)
