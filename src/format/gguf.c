@@ -31,7 +31,7 @@ typedef struct gguf_kv {
     const unsigned char *val;   /* into the map: scalar, string bytes, or first array element */
     const unsigned char *raw;   /* into the map: the value as stored, after the type field */
     uint64_t raw_len;           /* bytes */
-    const unsigned char **strs; /* string arrays: (n) pointers to each element's u64 length */
+    uint32_t *strs;             /* string arrays: (n) offsets from val of each element's u64 length */
 } gguf_kv;
 
 struct gguf_file {
@@ -220,7 +220,12 @@ static brisk_status parse_array(parser *ps, int depth, gguf_kv *kv) {
             if (len > left(ps) - 8)
                 return perr(ps, es, "truncated file: string %" PRIu64 " of the array has length %" PRIu64
                             ", %zu bytes left", i, len, left(ps) - 8);
-            if (kv) kv->strs[i] = ps->p + es;
+            if (kv) {
+                size_t off = es - (size_t)(kv->val - ps->p);
+                if (off > UINT32_MAX) /* 4 bytes per entry keep open fast; no vocab comes near */
+                    return bk_fail(BRISK_ERR_UNSUPPORTED, "%s: string array larger than 4 GiB", ps->where);
+                kv->strs[i] = (uint32_t)off;
+            }
             ps->pos += 8 + (size_t)len;
         }
     } else {
@@ -693,8 +698,9 @@ brisk_status gguf_kv_arr_str(const gguf_file *g, int64_t kv, uint64_t i, const c
                        gguf_type_name(a->elem_type));
     if (i >= a->n)
         return bk_fail(BRISK_ERR_RANGE, "key '%s': string %" PRIu64 " of %" PRIu64, a->key, i, a->n);
-    *len = (size_t)le64(a->strs[i]);
-    *s = (const char *)a->strs[i] + 8;
+    const unsigned char *e = a->val + a->strs[i];
+    *len = (size_t)le64(e);
+    *s = (const char *)e + 8;
     return BRISK_OK;
 }
 
@@ -798,7 +804,7 @@ brisk_status gguf_kv_format(const gguf_file *g, int64_t i, char *buf, size_t cap
             }
             sb_put(&b, k ? ", " : " ", k ? 2 : 1);
             if (kv->elem_type == GGUF_TYPE_STRING)
-                sb_quote(&b, kv->strs[k] + 8, le64(kv->strs[k]), 24);
+                sb_quote(&b, kv->val + kv->strs[k] + 8, le64(kv->val + kv->strs[k]), 24);
             else
                 sb_scalar(&b, kv->elem_type, kv->val + k * type_size[kv->elem_type]);
         }
