@@ -232,11 +232,11 @@ static brisk_status load_vocab(tokenizer *t, const cJSON *root, hf_tok **out_tok
             return bk_fail(BRISK_ERR_FORMAT, "tokenizer.json: bad merge #%d", (int)rank);
         }
         size_t len = strlen(m);
+        bool has_space = len > 1 && memchr(m + 1, ' ', len - 1);
         brisk_status s = tok_strtab_push(&t->merges, m, len);
         free(tmp);
         BK_TRY(s);
-        if (len > 1 && memchr(m + 1, ' ', len - 1))
-            tok_strmap_put(&t->merge_map, &t->merges, rank, false);
+        if (has_space) tok_strmap_put(&t->merge_map, &t->merges, rank, false);
         rank++;
     }
     return BRISK_OK;
