@@ -604,9 +604,8 @@ brisk_status gguf_get_u32(const gguf_file *g, const char *key, uint32_t *out) {
     uint64_t v;
     bool neg;
     load_int(kv, &v, &neg);
-    if (neg || v > UINT32_MAX)
-        return bk_fail(BRISK_ERR_FORMAT, "key '%s' = %" PRId64 " does not fit in u32", key,
-                       neg ? (int64_t)v : (int64_t)(v & INT64_MAX));
+    if (neg) return bk_fail(BRISK_ERR_FORMAT, "key '%s' = %" PRId64 " does not fit in u32", key, (int64_t)v);
+    if (v > UINT32_MAX) return bk_fail(BRISK_ERR_FORMAT, "key '%s' = %" PRIu64 " does not fit in u32", key, v);
     *out = (uint32_t)v;
     return BRISK_OK;
 }

@@ -13,6 +13,20 @@
  * never reads outside the mapping. Keys and tensor names are copied as
  * NUL-terminated strings; string values and tensor data point into the map
  * and live until gguf_close().
+ *
+ * What open checks (the message names the item and its byte offset):
+ *   magic; version 2 or 3 (1 and big-endian files: BRISK_ERR_UNSUPPORTED);
+ *   counts that can fit in the bytes left; keys non-empty, NUL-free, unique;
+ *   value and element types known; bools 0 or 1; every string and array
+ *   inside the file (n * elem_size overflow-safe); arrays nested at most 8 deep;
+ *   general.alignment, if present, a u32 power of two (as llama.cpp: 1 is
+ *   allowed, so tensor data is only as aligned as the file says);
+ *   tensor names 1..63 bytes, NUL-free, unique; n_dims <= 4; ne >= 0 and
+ *   their product <= INT64_MAX; type known to quant_get_traits(); ne[0] a
+ *   multiple of the block size; size without overflow; offset a multiple
+ *   of the alignment; data inside the file; no two tensors sharing bytes.
+ * A file without tensors may end before the padding; its data offset is
+ * then the file size.
  */
 #ifndef BK_GGUF_H
 #define BK_GGUF_H
@@ -103,7 +117,11 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *g, const char *name); /* NU
  * Usage: w = gguf_writer_new(); set metadata; declare every tensor with
  * gguf_writer_add_tensor(); gguf_writer_begin(path) writes the header; then
  * gguf_writer_write_tensor() for each tensor in declaration order streams its
- * data (so huge models never sit in memory); gguf_writer_finish() closes. */
+ * data (so huge models never sit in memory); gguf_writer_finish() closes.
+ * Misuse (duplicate key or tensor, wrong byte count, calls out of order)
+ * returns BRISK_ERR_INVALID_ARG and changes nothing. Setting
+ * "general.alignment" (u32, power of two) changes the padding. Freeing a
+ * writer that began but did not finish removes the partial file. */
 typedef struct gguf_writer gguf_writer;
 gguf_writer *gguf_writer_new(void); /* NULL on OOM */
 void gguf_writer_free(gguf_writer *w);

@@ -36,7 +36,6 @@ struct gguf_writer {
     FILE *f;
     char *path;         /* removed again if the writer is freed unfinished */
     int64_t next;       /* next tensor to stream */
-    uint64_t pos;       /* bytes written into the data blob */
 };
 
 static const uint8_t elem_size[GGUF_TYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
@@ -358,7 +357,6 @@ brisk_status gguf_writer_write_tensor(gguf_writer *w, const void *data, uint64_t
     if (nbytes && !data) return bk_fail(BRISK_ERR_INVALID_ARG, "gguf writer: tensor '%s': NULL data", t->name);
     BK_TRY(w_put(w, data, (size_t)nbytes));
     BK_TRY(w_pad(w, nbytes));
-    w->pos = t->offset + nbytes;
     w->next++;
     return BRISK_OK;
 }
