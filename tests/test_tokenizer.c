@@ -372,6 +372,7 @@ typedef struct ll_api {
     void (*model_free)(void *);
     const void *(*model_get_vocab)(const void *);
     int32_t (*tokenize)(const void *, const char *, int32_t, int32_t *, int32_t, bool, bool);
+    int32_t (*detokenize)(const void *, const int32_t *, int32_t, char *, int32_t, bool, bool);
 } ll_api;
 
 static void quiet_log(int level, const char *text, void *ud) { (void)level, (void)text, (void)ud; }
@@ -394,9 +395,10 @@ static void *open_llama(ll_api *L) {
     SYM(model_free, "llama_model_free");
     SYM(model_get_vocab, "llama_model_get_vocab");
     SYM(tokenize, "llama_tokenize");
+    SYM(detokenize, "llama_detokenize");
 #undef SYM
     if (!L->backend_init || !L->model_default_params || !L->model_load_from_file ||
-        !L->model_free || !L->model_get_vocab || !L->tokenize) {
+        !L->model_free || !L->model_get_vocab || !L->tokenize || !L->detokenize) {
         dlclose(h);
         return NULL;
     }
@@ -435,7 +437,7 @@ static void test_llamacpp_live(void) {
         CHECK(m != NULL);
         if (!m) continue;
         tokenizer *t = load_vocab(k_vocabs[v]);
-        int bad = 0, total = 0;
+        int bad = 0, total = 0, dbad = 0, dtotal = 0;
         /* the whole text, then every line alone; parse_special off and on */
         for (int ps = 0; ps < 2 && t; ps++) {
             size_t a = 0, b = tlen;
@@ -510,8 +512,35 @@ static void test_llamacpp_live(void) {
                 }
             }
             free(got);
+            /* decoding llama.cpp's ids (every 4th time random ids instead):
+             * llama_detokenize(remove_special = false, unparse_special) */
+            if (it % 4 == 3) {
+                nr = 1 + (int32_t)((rng >> 40) % 12);
+                for (int32_t k = 0; k < nr; k++) {
+                    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                    ref[k] = (int32_t)((rng >> 33) % (uint64_t)tokenizer_n_vocab(t));
+                }
+            }
+            if (nr > 0) {
+                char want[4096], *have;
+                int32_t nw = L.detokenize(L.model_get_vocab(m), ref, nr, want, sizeof want, false, ps);
+                size_t nh;
+                size_t cap = 4096;
+                have = malloc(cap);
+                brisk_status st = tokenizer_decode(t, ref, nr, ps, have, cap, &nh);
+                dtotal++;
+                if (st != BRISK_OK || nw < 0 || (size_t)nw != nh || memcmp(want, have, nh)) {
+                    if (dbad++ < 3) {
+                        fprintf(stderr, "  %s: decode differs (special %d): llama.cpp %d bytes '%.*s', brisk %zu bytes '%.*s'\n",
+                                k_vocabs[v], ps, nw, nw > 0 ? nw : 0, want, nh, (int)nh, have);
+                    }
+                }
+                free(have);
+            }
         }
-        printf("  %-10s vs llama.cpp: %d/%d match\n", k_vocabs[v], total - bad, total);
+        printf("  %-10s vs llama.cpp: encode %d/%d match, decode %d/%d match\n", k_vocabs[v],
+               total - bad, total, dtotal - dbad, dtotal);
+        CHECK(dbad == 0);
         CHECK(bad == 0);
         tokenizer_free(t);
         L.model_free(m);
