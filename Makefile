@@ -17,7 +17,9 @@ OPT     := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitiz
 LDSAN   := -fsanitize=address,undefined
 endif
 
-CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow=local -Wno-format-truncation \
+# gcc-only warning switches (clang rejects them)
+GCC_WARN := $(if $(shell $(CC) --version 2>/dev/null | grep -qi 'free software foundation' && echo y),-Wshadow=local -Wno-format-truncation)
+CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter $(GCC_WARN) \
            -fPIC -D_GNU_SOURCE -pthread -Iinclude -Isrc $(EXTRA_CFLAGS)
 LDLIBS  := -lpcre2-8 -lcjson -lm -lpthread -ldl
 LDFLAGS := $(LDSAN) -pthread

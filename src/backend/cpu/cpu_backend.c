@@ -314,14 +314,24 @@ static void att_write_worker(void *arg, int ith, int nth) {
     }
 }
 
+/* 16 lanes of fused multiply-adds, then a halving tree (lanes i+8, i+4, then
+ * pairs): the order of ggml's AVX-512 f32 products (tinyBLAS and vec_dot), so
+ * attention scores round exactly as llama.cpp's do. */
+static inline float reduce16(const float *l) {
+    float a[8], b[4];
+    for (int i = 0; i < 8; i++) a[i] = l[i + 8] + l[i];
+    for (int i = 0; i < 4; i++) b[i] = a[i + 4] + a[i];
+    return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
 static inline float dot_f32(const float *a, const float *b, int n) {
-    float acc[8] = {0};
+    float lane[16] = {0};
     int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int u = 0; u < 8; u++) acc[u] += a[i + u] * b[i + u];
-    float s = 0;
-    for (; i < n; i++) s += a[i] * b[i];
-    return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i + 16 <= n; i += 16)
+        for (int u = 0; u < 16; u++) lane[u] = fmaf(a[i + u], b[i + u], lane[u]);
+    float s = reduce16(lane);
+    for (; i < n; i++) s = fmaf(a[i], b[i], s);
+    return s;
 }
 
 static void att_worker(void *arg, int ith, int nth) {
@@ -329,7 +339,7 @@ static void att_worker(void *arg, int ith, int nth) {
     const bk_attn_batch *ab = j->ab;
     int hd = j->head_dim, group = j->n_head / j->n_head_kv;
     float *sc = j->cb->att_scratch + (size_t)ith * j->att_cap;
-    float *kbuf = sc + j->att_cap - 2 * (size_t)hd; /* f16 -> f32 staging for one row */
+    float *kbuf = sc + j->att_cap - 18 * (size_t)hd; /* f16 -> f32 staging for one row, then lanes */
     long lo, hi;
     threadpool_range((long)ab->n_tokens * j->n_head, ith, nth, &lo, &hi);
     for (long w = lo; w < hi; w++) {
@@ -356,15 +366,32 @@ static void att_worker(void *arg, int ith, int nth) {
             sum += e;
         }
         float inv = (float)(1.0 / sum);
+        for (int p = 0; p < np; p++) sc[p] *= inv;
         float *o = j->out + ((size_t)t * j->n_head + h) * hd;
-        memset(o, 0, (size_t)hd * sizeof(float));
-        for (int p = 0; p < np; p++) {
+        /* o[i] = sum_p a[p] v[p][i], reduced over p in 16 lanes like a dot product over positions */
+        float *lanes = kbuf + hd; /* (16, hd) — the staging area is sized for it */
+        int full = np & ~15;
+        memset(lanes, 0, (size_t)16 * hd * sizeof(float));
+        for (int p = 0; p < full; p++) {
             const void *vr = kv_row(j->kv, j->kv->v, table, p, kvh, j->n_head_kv, hd);
-            float a = sc[p] * inv;
+            float a = sc[p], *ln = lanes + (size_t)(p & 15) * hd;
             if (j->kv->kv_type == BRISK_KV_F16)
-                for (int i = 0; i < hd; i++) o[i] += a * quant_f16_to_f32(((const uint16_t *)vr)[i]);
+                for (int i = 0; i < hd; i++) ln[i] = fmaf(quant_f16_to_f32(((const uint16_t *)vr)[i]), a, ln[i]);
             else
-                for (int i = 0; i < hd; i++) o[i] += a * ((const float *)vr)[i];
+                for (int i = 0; i < hd; i++) ln[i] = fmaf(((const float *)vr)[i], a, ln[i]);
+        }
+        for (int i = 0; i < hd; i++) {
+            float l16[16];
+            for (int u = 0; u < 16; u++) l16[u] = lanes[(size_t)u * hd + i];
+            o[i] = reduce16(l16);
+        }
+        for (int p = full; p < np; p++) {
+            const void *vr = kv_row(j->kv, j->kv->v, table, p, kvh, j->n_head_kv, hd);
+            float a = sc[p];
+            if (j->kv->kv_type == BRISK_KV_F16)
+                for (int i = 0; i < hd; i++) o[i] = fmaf(quant_f16_to_f32(((const uint16_t *)vr)[i]), a, o[i]);
+            else
+                for (int i = 0; i < hd; i++) o[i] = fmaf(((const float *)vr)[i], a, o[i]);
         }
     }
 }
@@ -376,7 +403,7 @@ static void cpu_attention(bk_backend *be, const float *q, const float *k, const 
     int max_pos = 0;
     for (int t = 0; t < ab->n_tokens; t++)
         if (ab->pos[t] > max_pos) max_pos = ab->pos[t];
-    size_t cap = (size_t)max_pos + 1 + 2 * (size_t)head_dim;
+    size_t cap = (size_t)max_pos + 1 + 18 * (size_t)head_dim; /* scores + k staging + 16 lanes */
     if (cap > cb->att_cap && cap < 2 * cb->att_cap) cap = 2 * cb->att_cap; /* grow geometrically */
     size_t bytes = cap * sizeof(float) * (size_t)cb->n_threads;
     if (cap > cb->att_cap) {
