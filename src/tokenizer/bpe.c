@@ -22,21 +22,29 @@ typedef struct bpe_ctx {
 
 static bool add_bigram(bpe_ctx *c, int32_t l, int32_t r) {
     if (l < 0 || r < 0) return true;
+    const tokenizer *t = c->t;
     const merge_sym *a = &c->sym[l], *b = &c->sym[r];
-    size_t kl = a->n + 1 + b->n;
-    memcpy(c->key, a->text, a->n);
-    c->key[a->n] = ' ';
-    memcpy(c->key + a->n + 1, b->text, b->n);
-    int32_t rank = tok_strmap_find(&c->t->merge_map, &c->t->merges, c->key, kl);
+    int32_t rank, result;
+    if (a->id >= 0 && b->id >= 0) {
+        rank = tok_pair_find(t, a->id, b->id, &result);
+    } else { /* a side that is not a token: only string-keyed merges can match */
+        size_t kl = a->n + 1 + b->n;
+        memcpy(c->key, a->text, a->n);
+        c->key[a->n] = ' ';
+        memcpy(c->key + a->n + 1, b->text, b->n);
+        rank = tok_strmap_find(&t->merge_map, &t->merges, c->key, kl);
+        result = rank < 0 ? -1 : tok_strmap_find(&t->text_map, &t->text, a->text, a->n + b->n);
+    }
     if (rank < 0) return true;
-    return merge_heap_push(&c->h, (merge_item){-(double)rank, l, r, a->n + b->n});
+    return merge_heap_push(&c->h, (merge_item){-(double)rank, l, r, a->n + b->n, result});
 }
 
 static brisk_status bpe_word(void *ctx, const char *w, size_t len) {
     bpe_ctx *c = ctx;
     const tokenizer *t = c->t;
-    int32_t id = tok_strmap_find(&t->text_map, &t->text, w, len);
-    if (t->ignore_merges && id >= 0) return tok_ids_push(c->out, id);
+    int32_t id;
+    if (t->ignore_merges && (id = tok_strmap_find(&t->text_map, &t->text, w, len)) >= 0)
+        return tok_ids_push(c->out, id);
     if (len > c->sym_cap) {
         size_t cap = len * 2;
         merge_sym *s = realloc(c->sym, cap * sizeof *s);
@@ -51,7 +59,8 @@ static brisk_status bpe_word(void *ctx, const char *w, size_t len) {
     for (size_t off = 0; off < len; n++) {
         size_t cl = tok_utf8_len((unsigned char)w[off]);
         if (cl > len - off) cl = len - off;
-        sym[n] = (merge_sym){n - 1, off + cl == len ? -1 : n + 1, w + off, cl};
+        sym[n] = (merge_sym){n - 1, off + cl == len ? -1 : n + 1, w + off, cl,
+                             tok_strmap_find(&t->text_map, &t->text, w + off, cl)};
         off += cl;
     }
     c->h.n = 0;
@@ -62,6 +71,7 @@ static brisk_status bpe_word(void *ctx, const char *w, size_t len) {
         merge_sym *l = &sym[b.left], *r = &sym[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;
         l->n += r->n;
+        l->id = b.result;
         r->n = 0;
         l->next = r->next;
         if (r->next >= 0) sym[r->next].prev = b.left;
@@ -70,7 +80,7 @@ static brisk_status bpe_word(void *ctx, const char *w, size_t len) {
     if (!ok) return bk_fail(BRISK_ERR_NOMEM, "bpe: out of memory");
     for (int32_t i = 0; i < n; i++) {
         if (sym[i].n == 0) continue;
-        id = tok_strmap_find(&t->text_map, &t->text, sym[i].text, sym[i].n);
+        id = sym[i].id;
         if (id >= 0) {
             BK_TRY(tok_ids_push(c->out, id));
             continue;

@@ -211,7 +211,6 @@ static brisk_status load_vocab(tokenizer *t, const cJSON *root, hf_tok **out_tok
     t->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
 
     const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
-    BK_TRY(tok_strmap_init(&t->merge_map, cJSON_GetArraySize(merges)));
     int32_t rank = 0;
     cJSON_ArrayForEach(it, merges) {
         char *tmp = NULL;
@@ -231,12 +230,9 @@ static brisk_status load_vocab(tokenizer *t, const cJSON *root, hf_tok **out_tok
         } else {
             return bk_fail(BRISK_ERR_FORMAT, "tokenizer.json: bad merge #%d", (int)rank);
         }
-        size_t len = strlen(m);
-        bool has_space = len > 1 && memchr(m + 1, ' ', len - 1);
-        brisk_status s = tok_strtab_push(&t->merges, m, len);
+        brisk_status s = tok_strtab_push(&t->merges, m, strlen(m));
         free(tmp);
         BK_TRY(s);
-        if (has_space) tok_strmap_put(&t->merge_map, &t->merges, rank, false);
         rank++;
     }
     return BRISK_OK;

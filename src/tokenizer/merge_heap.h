@@ -10,7 +10,8 @@
 typedef struct merge_item {
     double key;
     int32_t left, right;
-    size_t size; /* byte length of the merged text when queued */
+    size_t size;    /* byte length of the merged text when queued */
+    int32_t result; /* BPE: id of the merged text, -1 if not a token */
 } merge_item;
 
 typedef struct merge_heap {
@@ -60,5 +61,6 @@ typedef struct merge_sym {
     int32_t prev, next;
     const char *text;
     size_t n;
+    int32_t id; /* BPE: token id of text[0..n), -1 if none */
 } merge_sym;
 #endif

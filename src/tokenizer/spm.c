@@ -20,7 +20,7 @@ static bool try_bigram(const tokenizer *t, const merge_sym *sym, int32_t l, int3
     size_t n = sym[l].n + sym[r].n;
     int32_t id = find(t, sym[l].text, n);
     if (id < 0) return true;
-    return merge_heap_push(h, (merge_item){t->score[id], l, r, n});
+    return merge_heap_push(h, (merge_item){t->score[id], l, r, n, id});
 }
 
 /* llama.cpp's byte_to_token: "<0xXX>", else the byte itself as a token. */
@@ -42,7 +42,7 @@ brisk_status spm_encode(const tokenizer *t, const char *text, size_t len, tok_id
     for (size_t off = 0; off < len; n++) {
         size_t cl = tok_utf8_len((unsigned char)text[off]);
         if (cl > len - off) cl = len - off;
-        sym[n] = (merge_sym){n - 1, off + cl == len ? -1 : n + 1, text + off, cl};
+        sym[n] = (merge_sym){n - 1, off + cl == len ? -1 : n + 1, text + off, cl, -1};
         off += cl;
     }
     bool ok = true;

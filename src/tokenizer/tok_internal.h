@@ -96,6 +96,11 @@ struct tokenizer {
     int32_t *type;      /* (n_vocab) GGUF token types */
     uint32_t *attr;     /* (n_vocab) TOK_ATTR_* bits */
     tok_strtab merges;  /* BPE: "a b" strings, index = rank */
+    /* Merges whose two sides are tokens, keyed by the pair of ids (fast path),
+     * and the rest keyed by their "a b" string (exactness for odd vocabs). */
+    uint64_t *pair_key; /* (pair_mask + 1) a << 32 | b, UINT64_MAX = empty */
+    int32_t *pair_rank, *pair_result;
+    uint64_t pair_mask;
     tok_strmap merge_map;
     pretok *pre;        /* BPE only */
     int32_t *special;   /* (n_special) control/user-defined/unknown ids, longest text first */
@@ -112,6 +117,9 @@ struct tokenizer {
 brisk_status tok_finalize(tokenizer *t, const char *model_name, size_t model_name_len);
 tokenizer *tok_alloc(void);
 brisk_status tok_alloc_arrays(tokenizer *t, int32_t n);
+
+/* Rank of merge (a, b) by token ids, -1 if none; *result = id of a + b. */
+int32_t tok_pair_find(const tokenizer *t, int32_t a, int32_t b, int32_t *result);
 
 /* spm.c / bpe.c: encode one raw-text fragment, appending to a growable id list. */
 typedef struct tok_ids {

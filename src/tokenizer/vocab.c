@@ -148,6 +148,9 @@ void tokenizer_free(tokenizer *t) {
     tok_strmap_free(&t->text_map);
     tok_strtab_free(&t->merges);
     tok_strmap_free(&t->merge_map);
+    free(t->pair_key);
+    free(t->pair_rank);
+    free(t->pair_result);
     pretok_free(t->pre);
     free(t->score);
     free(t->type);
@@ -155,6 +158,76 @@ void tokenizer_free(tokenizer *t) {
     free(t->special);
     free(t->eog);
     free(t);
+}
+
+/* ---- merges ---- */
+
+static uint64_t pair_slot(uint64_t key, uint64_t mask) {
+    return ((key * 0x9E3779B97F4A7C15ull) >> 29) & mask;
+}
+
+int32_t tok_pair_find(const tokenizer *t, int32_t a, int32_t b, int32_t *result) {
+    uint64_t key = (uint64_t)a << 32 | (uint32_t)b;
+    for (uint64_t p = pair_slot(key, t->pair_mask);; p = (p + 1) & t->pair_mask) {
+        if (t->pair_key[p] == key) {
+            *result = t->pair_result[p];
+            return t->pair_rank[p];
+        }
+        if (t->pair_key[p] == UINT64_MAX) return -1;
+    }
+}
+
+/* Splits each merge "a b" at the first space after position 0 (llama.cpp's
+ * rule; entries without one never match) and files it in the pair map when
+ * both sides are tokens, else in the string map. The first (lowest) rank of
+ * a duplicate wins, like bpe_ranks.emplace. Needs text_map. */
+static brisk_status build_merges(tokenizer *t) {
+    int64_t n = t->merges.n;
+    uint64_t cap = 64;
+    while (cap < (uint64_t)n * 2) cap *= 2;
+    t->pair_key = malloc(cap * sizeof *t->pair_key);
+    t->pair_rank = malloc(cap * sizeof *t->pair_rank);
+    t->pair_result = malloc(cap * sizeof *t->pair_result);
+    if (!t->pair_key || !t->pair_rank || !t->pair_result)
+        return bk_fail(BRISK_ERR_NOMEM, "tokenizer: out of memory");
+    memset(t->pair_key, 0xff, cap * sizeof *t->pair_key);
+    t->pair_mask = cap - 1;
+    int64_t n_str = 0;
+    BK_TRY(tok_strmap_init(&t->merge_map, 16));
+    for (int64_t i = 0; i < n; i++) {
+        size_t len;
+        const char *s = tok_strtab_get(&t->merges, i, &len);
+        const char *sp = len > 1 ? memchr(s + 1, ' ', len - 1) : NULL;
+        if (!sp) continue;
+        int32_t a = tok_strmap_find(&t->text_map, &t->text, s, (size_t)(sp - s));
+        int32_t b = tok_strmap_find(&t->text_map, &t->text, sp + 1, len - (size_t)(sp - s) - 1);
+        if (a < 0 || b < 0) {
+            if (++n_str * 2 > (int64_t)t->merge_map.mask) { /* grow: rebuild larger */
+                tok_strmap m2;
+                BK_TRY(tok_strmap_init(&m2, n_str * 2));
+                for (uint64_t p = 0; p <= t->merge_map.mask; p++)
+                    if (t->merge_map.val[p] >= 0) tok_strmap_put(&m2, &t->merges, t->merge_map.val[p], false);
+                tok_strmap_free(&t->merge_map);
+                t->merge_map = m2;
+            }
+            tok_strmap_put(&t->merge_map, &t->merges, (int32_t)i, false);
+            continue;
+        }
+        uint64_t key = (uint64_t)a << 32 | (uint32_t)b, p = pair_slot(key, t->pair_mask);
+        while (t->pair_key[p] != UINT64_MAX && t->pair_key[p] != key) p = (p + 1) & t->pair_mask;
+        if (t->pair_key[p] == key) continue;
+        /* the merged text, "a b" without the space */
+        char stack[256], *buf = len <= sizeof stack ? stack : malloc(len);
+        if (!buf) return bk_fail(BRISK_ERR_NOMEM, "tokenizer: out of memory");
+        size_t la = (size_t)(sp - s);
+        memcpy(buf, s, la);
+        memcpy(buf + la, sp + 1, len - la - 1);
+        t->pair_key[p] = key;
+        t->pair_rank[p] = (int32_t)i;
+        t->pair_result[p] = tok_strmap_find(&t->text_map, &t->text, buf, len - 1);
+        if (buf != stack) free(buf);
+    }
+    return BRISK_OK;
 }
 
 /* ---- llama.cpp's special-token rules ---- */
@@ -224,6 +297,7 @@ brisk_status tok_finalize(tokenizer *t, const char *model_name, size_t model_nam
     int32_t n = t->n_vocab;
     BK_TRY(tok_strmap_init(&t->text_map, n));
     for (int32_t i = 0; i < n; i++) tok_strmap_put(&t->text_map, &t->text, i, true);
+    if (t->kind == TOKENIZER_BPE) BK_TRY(build_merges(t));
 
     if (t->eot < 0) t->eot = find_any(t, k_eot, true);
     if (t->eom < 0) t->eom = find_any(t, k_eom, true);
@@ -336,16 +410,11 @@ static brisk_status load_merges(tokenizer *t, const gguf_file *g) {
     BK_TRY(gguf_kv_arr_info(g, kv, &et, &n));
     if (et != GGUF_TYPE_STRING || n > INT32_MAX)
         return bk_fail(BRISK_ERR_FORMAT, "tokenizer: tokenizer.ggml.merges is not a string array");
-    BK_TRY(tok_strmap_init(&t->merge_map, (int64_t)n));
     for (uint64_t i = 0; i < n; i++) {
         const char *s;
         size_t len;
         BK_TRY(gguf_kv_arr_str(g, kv, i, &s, &len));
         BK_TRY(tok_strtab_push(&t->merges, s, len));
-        /* llama.cpp splits at the first space after position 0; without one
-         * the entry can never match */
-        const char *sp = len > 1 ? memchr(s + 1, ' ', len - 1) : NULL;
-        if (sp) tok_strmap_put(&t->merge_map, &t->merges, (int32_t)i, false);
     }
     return BRISK_OK;
 }
