@@ -7,6 +7,17 @@
  * are matched in the text when parse_special is set. Loaded from GGUF
  * metadata or from a Hugging Face tokenizer.json (+ tokenizer_config.json).
  * The tokenizer owns copies of everything it needs; the GGUF may be closed.
+ * A tokenizer is immutable after loading: encode/decode may run concurrently.
+ *
+ * Conformance: ids and decoded text match llama.cpp v0.4.0 (tests/
+ * test_tokenizer.c, tests/t_tokenizer_llamacpp.sh). Known limits: PCRE2's
+ * Unicode tables (14.0 for PCRE2 10.42) decide \p{L}/\p{N}/\p{M}, so letters
+ * newer than that split differently from llama.cpp; a tokenizer.json NFC
+ * normalizer is not applied; pre-tokenizers whose llama.cpp splitter is not a
+ * plain regex (tekken, gpt-4o, kimi-k2, superbpe, afmoe, gemma4, ...) and the
+ * WPM/UGM/RWKV models are BRISK_ERR_UNSUPPORTED. Files: vocab.c (tables,
+ * GGUF, special-token rules), hfjson.c, pretok.c (regexes, UTF-8, byte map),
+ * spm.c, bpe.c, tokenizer.c (encode/decode).
  */
 #ifndef BK_TOKENIZER_H
 #define BK_TOKENIZER_H
