@@ -314,6 +314,22 @@ static void att_write_worker(void *arg, int ith, int nth) {
     }
 }
 
+/* exp(x) by range reduction to n = round(x/ln2) and a degree-5 polynomial on
+ * the remainder, scaled by 2^n: the single-precision algorithm of Arm's
+ * optimized-routines, which ggml's vectorised softmax and SiLU use. Same
+ * operations in the same order, so the results are bitwise the same. */
+static inline float exp_poly(float x) {
+    const float shift = 0x1.8p23f;
+    float z = fmaf(x, 0x1.715476p+0f, shift);
+    float n = z - shift;
+    float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (!(fabsf(n) <= 192.0f)) return n > 0 ? INFINITY : 0.0f; /* also NaN n from -inf */
+    float u = b * b;
+    float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                   fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(j, (int)n);
+}
+
 /* 16 lanes of fused multiply-adds, then a halving tree (lanes i+8, i+4, then
  * pairs): the order of ggml's AVX-512 f32 products (tinyBLAS and vec_dot), so
  * attention scores round exactly as llama.cpp's do. */
@@ -359,11 +375,12 @@ static void att_worker(void *arg, int ith, int nth) {
             sc[p] = s;
             if (s > mx) mx = s;
         }
+        /* exp in chunks of 16, each chunk reduced like a vector, summed in double */
         double sum = 0;
-        for (int p = 0; p < np; p++) {
-            float e = expf(sc[p] - mx);
-            sc[p] = e;
-            sum += e;
+        for (int p0 = 0; p0 < np; p0 += 16) {
+            float l16[16] = {0};
+            for (int u = 0; u < 16 && p0 + u < np; u++) l16[u] = sc[p0 + u] = exp_poly(sc[p0 + u] - mx);
+            sum += (double)reduce16(l16);
         }
         float inv = (float)(1.0 / sum);
         for (int p = 0; p < np; p++) sc[p] *= inv;
@@ -420,7 +437,12 @@ static void cpu_attention(bk_backend *be, const float *q, const float *k, const 
 /* ---- elementwise ---- */
 static void cpu_swiglu(bk_backend *be, const float *gate, const float *up, float *out, size_t n) {
     (void)be;
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0, vec_end = n & ~(size_t)15;
+    for (; i < vec_end; i++) { /* ggml's vector path: polynomial exp */
+        float g = gate[i];
+        out[i] = g / (1.0f + exp_poly(-g)) * up[i];
+    }
+    for (; i < n; i++) {
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
     }
