@@ -167,6 +167,29 @@ static void run_arch(const char *preset, const char *vocab_file) {
 
 static void test_llama(void) { run_arch("tiny-llama", "ggml-vocab-llama-spm.gguf"); }
 static void test_qwen3(void) { run_arch("tiny-qwen3", "ggml-vocab-gpt-2.gguf"); }
+/* qwen2 (biases) with YaRN, llama with linear RoPE scaling: f32 and q8_0. */
+static void run_small(const char *preset, const char *vocab_file) {
+    char base[1200], vocab[1200], cmd[4096], q[1300];
+    snprintf(base, sizeof base, "%s/%s-f32.gguf", dir, preset);
+    snprintf(vocab, sizeof vocab, "%s/data/llama.cpp-vocab/%s", test_shared_dir(), vocab_file);
+    if (!file_exists(base)) {
+        synth_config c;
+        CHECK_OK(synth_preset(preset, &c));
+        c.seed = 99;
+        CHECK_OK(synth_write(&c, vocab, base, false));
+    }
+    compare(base, preset, 1e-4);
+    snprintf(q, sizeof q, "%s/%s-q8_0.gguf", dir, preset);
+    snprintf(cmd, sizeof cmd, "%s/llamacpp-ref quantize %s %s Q8_0 --pure -t 2 >/dev/null 2>&1", build_dir, base, q);
+    if (!file_exists(q) && run(cmd)) {
+        CHECK(0);
+        return;
+    }
+    compare(q, "q8_0", 2e-3);
+}
+static void test_qwen2_yarn(void) { run_small("tiny-qwen2-yarn", "ggml-vocab-qwen2.gguf"); }
+static void test_llama_linear(void) { run_small("tiny-llama-linear", "ggml-vocab-llama-spm.gguf"); }
+
 static void test_stories260k(void) {
     char p[1024];
     snprintf(p, sizeof p, "%s/data/stories260K/stories260K.gguf", test_shared_dir());
@@ -194,6 +217,8 @@ int main(int argc, char **argv) {
         compare(one, one, 1e-4);
         return 0;
     }
-    test_case cases[] = {{"stories260K", test_stories260k}, {"llama_all_types", test_llama}, {"qwen3_all_types", test_qwen3}};
-    return test_main(cases, 3, argc, argv);
+    test_case cases[] = {{"stories260K", test_stories260k}, {"qwen2_yarn", test_qwen2_yarn},
+                         {"llama_linear_rope", test_llama_linear}, {"llama_all_types", test_llama},
+                         {"qwen3_all_types", test_qwen3}};
+    return test_main(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -13,11 +13,15 @@ static const struct {
     const char *name;
     synth_config c;
 } presets[] = {
-    {"qwen3-0.6b", {"qwen3", "synthetic Qwen3-0.6B", 151936, 1024, 28, 16, 8, 128, 3072, 40960, 1e6f, 1e-6f, true, QT_BF16, 1}},
-    {"qwen3-8b", {"qwen3", "synthetic Qwen3-8B", 151936, 4096, 36, 32, 8, 128, 12288, 40960, 1e6f, 1e-6f, false, QT_BF16, 1}},
-    {"llama3-8b", {"llama", "synthetic Llama-3-8B", 128256, 4096, 32, 32, 8, 128, 14336, 8192, 5e5f, 1e-5f, false, QT_BF16, 1}},
-    {"tiny-llama", {"llama", "synthetic tiny llama", 0, 256, 4, 8, 4, 32, 768, 2048, 1e4f, 1e-5f, false, QT_F32, 1}},
-    {"tiny-qwen3", {"qwen3", "synthetic tiny qwen3", 0, 256, 4, 8, 4, 64, 768, 4096, 1e6f, 1e-6f, true, QT_F32, 1}},
+    {"qwen3-0.6b", {"qwen3", "synthetic Qwen3-0.6B", 151936, 1024, 28, 16, 8, 128, 3072, 40960, 1e6f, 1e-6f, true, QT_BF16, 1, NULL, 0, 0}},
+    {"qwen3-8b", {"qwen3", "synthetic Qwen3-8B", 151936, 4096, 36, 32, 8, 128, 12288, 40960, 1e6f, 1e-6f, false, QT_BF16, 1, NULL, 0, 0}},
+    {"llama3-8b", {"llama", "synthetic Llama-3-8B", 128256, 4096, 32, 32, 8, 128, 14336, 8192, 5e5f, 1e-5f, false, QT_BF16, 1, NULL, 0, 0}},
+    {"tiny-llama", {"llama", "synthetic tiny llama", 0, 256, 4, 8, 4, 32, 768, 2048, 1e4f, 1e-5f, false, QT_F32, 1, NULL, 0, 0}},
+    {"tiny-qwen3", {"qwen3", "synthetic tiny qwen3", 0, 256, 4, 8, 4, 64, 768, 4096, 1e6f, 1e-6f, true, QT_F32, 1, NULL, 0, 0}},
+    /* qwen2 with q/k/v biases and YaRN context extension (x4 over an original 64 positions) */
+    {"tiny-qwen2-yarn", {"qwen2", "synthetic tiny qwen2 yarn", 0, 256, 3, 4, 2, 64, 512, 256, 1e4f, 1e-6f, false, QT_F32, 1, "yarn", 4.0f, 64}},
+    /* llama with linear RoPE scaling (x2) */
+    {"tiny-llama-linear", {"llama", "synthetic tiny llama linear rope", 0, 256, 3, 8, 8, 32, 512, 4096, 1e4f, 1e-5f, false, QT_F32, 1, "linear", 2.0f, 2048}},
 };
 #define N_PRESETS (sizeof presets / sizeof presets[0])
 
@@ -163,6 +167,12 @@ static brisk_status set_meta(gguf_writer *w, const synth_config *c, const gguf_f
     BK_TRY(gguf_writer_set_f32(w, KEY("rope.freq_base"), c->rope_base));
     BK_TRY(gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)c->head_dim));
     BK_TRY(gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)c->n_vocab));
+    if (c->rope_scaling) {
+        BK_TRY(gguf_writer_set_str(w, KEY("rope.scaling.type"), c->rope_scaling));
+        BK_TRY(gguf_writer_set_f32(w, KEY("rope.scaling.factor"), c->rope_factor));
+        if (c->rope_orig_ctx > 0)
+            BK_TRY(gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)c->rope_orig_ctx));
+    }
 #undef KEY
     if (!vocab) {
         int n_tok;

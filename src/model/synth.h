@@ -19,6 +19,9 @@ typedef struct synth_config {
     bool tied;         /* no output.weight */
     uint32_t type;     /* ggml type of the matrices (f32, f16, bf16, q8_0, q4_0, ...) */
     uint64_t seed;
+    const char *rope_scaling; /* NULL, "linear" or "yarn" */
+    float rope_factor;        /* context extension factor */
+    int rope_orig_ctx;        /* original context (yarn) */
 } synth_config;
 
 /* Fills c from a preset name ("qwen3-0.6b", "qwen3-8b", "llama3-8b", "tiny-llama", "tiny-qwen3").
