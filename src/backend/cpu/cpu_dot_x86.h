@@ -9,6 +9,7 @@
  * pass, so a weight block is loaded and unpacked once for 4 tokens. Integer
  * sums follow ggml (int8 x int8 -> int32 per block, then one float scale). */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_dot.h"
@@ -24,6 +25,17 @@ KINL float hsum8(__m256 v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+/* (v0 + v2) + (v1 + v3), as ggml's SSE horizontal sums. */
+KINL float hsum4(__m128 v) {
+    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+}
+
+KINL int hsum_i32_4(__m128i v) {
+    v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
+    return _mm_cvtsi128_si32(_mm_add_epi32(v, _mm_shuffle_epi32(v, 1)));
 }
 
 /* acc += sums of 4 adjacent u8*s8 products (no saturation for our ranges). */
@@ -181,15 +193,61 @@ KINL __m256i iq4nl_lut(void) {
     return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4nl_values));
 }
 
+KINL int hsum_i32_8(__m256i v) {
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
+    return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 1)));
+}
+
+/* ggml's vec_dot order for IQ4_NL and MXFP4 (one row): even blocks in one
+ * 8-lane accumulator, odd blocks in another, their sum reduced, and an odd
+ * last block added as a scalar fused multiply-add. */
+#define Q8_0_PAIRED_BODY(WT, LOADW, WSCALE)                                                   \
+    const WT *a = w;                                                                          \
+    const int64_t nb = n / 32, nb2 = nb & ~(int64_t)1;                                        \
+    __m256 acc[4][2];                                                                         \
+    for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();                  \
+    for (int64_t i = 0; i < nb; i++) {                                                        \
+        const __m256i wv = LOADW;                                                             \
+        const __m256i uw = _mm256_sign_epi8(wv, wv);                                          \
+        const float dw = WSCALE;                                                              \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                 \
+            const blk_q8_0 *b = (const blk_q8_0 *)XROW(x, xs, r) + i;                         \
+            const __m256i yv = _mm256_loadu_si256((const __m256i *)b->qs);                    \
+            const __m256i p = dot_us(_mm256_setzero_si256(), uw, _mm256_sign_epi8(yv, wv));   \
+            if (i < nb2)                                                                      \
+                acc[r][i & 1] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(b->d) * dw), _mm256_cvtepi32_ps(p), acc[r][i & 1]); \
+            else                                                                              \
+                s[r] = fmaf(h2f(b->d) * dw, (float)hsum_i32_8(p), hsum8(_mm256_add_ps(acc[r][0], acc[r][1]))); \
+        }                                                                                     \
+    }                                                                                         \
+    if (nb == nb2)                                                                            \
+        for (int r = 0; r < R; r++) s[r] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1]));
+
+/* IQ4_NL: a decode step (one row) in ggml's vec_dot order; several rows
+ * (a prompt batch) in tinyBLAS's order, one accumulator, as llama.cpp
+ * routes batches of two or more columns through llamafile_sgemm. */
 KINL void iq4_nl_rows(int64_t n, const void *w, const char *x, size_t xs, int R, float *s) {
     const __m256i lut = iq4nl_lut();
     Q8_0_SIGNED_BODY(blk_iq4_nl, _mm256_shuffle_epi8(lut, unpack_nibbles(a[i].qs)), h2f(a[i].d))
 }
-ROWS_DRIVER(iq4_nl)
+KINL void iq4_nl_one(int64_t n, const void *w, const char *x, size_t xs, float *s) {
+    const __m256i lut = iq4nl_lut();
+    const int R = 1;
+    Q8_0_PAIRED_BODY(blk_iq4_nl, _mm256_shuffle_epi8(lut, unpack_nibbles(a[i].qs)), h2f(a[i].d))
+}
+static KATTR void KNAME(iq4_nl)(int64_t n, const void *w, const void *x, size_t xs, int nx, float *s) {
+    if (nx == 1) {
+        iq4_nl_one(n, w, x, xs, s);
+        return;
+    }
+    for (int j = 0; j < nx; j += 4) iq4_nl_rows(n, w, XROW(x, xs, j), xs, nx - j < 4 ? nx - j : 4, s + j);
+}
 
+/* MXFP4 has no tinyBLAS path: always the vec_dot order. */
 KINL void mxfp4_rows(int64_t n, const void *w, const char *x, size_t xs, int R, float *s) {
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_mxfp4_values));
-    Q8_0_SIGNED_BODY(blk_mxfp4, _mm256_shuffle_epi8(lut, unpack_nibbles(a[i].qs)),
+    Q8_0_PAIRED_BODY(blk_mxfp4, _mm256_shuffle_epi8(lut, unpack_nibbles(a[i].qs)),
                      quant_e8m0_to_f32_half(a[i].e))
 }
 ROWS_DRIVER(mxfp4)
@@ -248,12 +306,16 @@ KINL void k4_unpack_scales(const uint8_t *p, uint8_t out[16]) {
 }
 
 /* Q4_K (HAS_QH 0) and Q5_K (1): per 64-element chunk c, low nibbles form
- * sub-block 2c and high nibbles 2c+1. */
+ * sub-block 2c and high nibbles 2c+1. The minimum terms follow ggml's AVX2
+ * vec_dot (also what its AVX-512 builds run): Q4_K keeps 4 lanes of
+ * -d*dmin*Σmin*bsum (FMA), reduced and added after the 8-lane sum; Q5_K
+ * reduces the integer minimum sum per block and accumulates it as a scalar. */
 #define QK45_BODY(WT, HAS_QH)                                                                  \
     const WT *a = w;                                                                           \
     const __m256i m4 = _mm256_set1_epi8(15);                                                   \
     __m256 acc[4];                                                                             \
     __m128 accm[4];                                                                            \
+    float summs[4] = {0, 0, 0, 0};                                                             \
     for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps(), accm[r] = _mm_setzero_ps();      \
     for (int64_t i = 0; i < n / 256; i++) {                                                    \
         uint8_t sm[16];                                                                        \
@@ -285,12 +347,16 @@ KINL void k4_unpack_scales(const uint8_t *p, uint8_t out[16]) {
             const __m256i bs = _mm256_loadu_si256((const __m256i *)b->bsums);                  \
             const __m128i pair = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)); \
             const __m128i pm = _mm_madd_epi16(mins, pair);                                     \
-            accm[r] = _mm_fmadd_ps(_mm_set1_ps(b->d * dminw), _mm_cvtepi32_ps(pm), accm[r]);   \
+            const float negdmin = -b->d * dminw;                                               \
+            if (HAS_QH)                                                                        \
+                summs[r] = fmaf(negdmin, (float)hsum_i32_4(pm), summs[r]);                     \
+            else                                                                               \
+                accm[r] = _mm_fmadd_ps(_mm_set1_ps(negdmin), _mm_cvtepi32_ps(pm), accm[r]);    \
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(b->d * dw), _mm256_cvtepi32_ps(isum[r]), acc[r]); \
         }                                                                                      \
     }                                                                                          \
     for (int r = 0; r < R; r++)                                                                \
-        s[r] = hsum8(_mm256_sub_ps(acc[r], _mm256_castps128_ps256(accm[r])));
+        s[r] = hsum8(acc[r]) + (HAS_QH ? summs[r] : hsum4(accm[r]));
 
 KINL void q4_K_rows(int64_t n, const void *w, const char *x, size_t xs, int R, float *s) { QK45_BODY(blk_q4_K, 0) }
 ROWS_DRIVER(q4_K)
@@ -375,6 +441,93 @@ KINL void iq4_xs_rows(int64_t n, const void *w, const char *x, size_t xs, int R,
 }
 ROWS_DRIVER(iq4_xs)
 
+/* Q2_K and Q3_K, in ggml's AVX2 vec_dot order (its AVX-512 builds run the
+ * same code): 32 weight bytes of a 128-element chunk hold 4 sub-vectors (2
+ * bits each); the int32 lane l of the block sum covers bytes 4l..4l+3 of
+ * every sub-vector (16-element sub-blocks, one scale per 128-bit half), so
+ * the per-lane integer sums, converted once per block, are ggml's. */
+KINL __m256i scale_pair(int lo, int hi) { return _mm256_set_m128i(_mm_set1_epi16((short)hi), _mm_set1_epi16((short)lo)); }
+
+KINL void q2_K_rows(int64_t n, const void *w, const char *x, size_t xs, int R, float *s) {
+    const blk_q2_K *a = w;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(15);
+    __m256 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 256; i++) {
+        const __m128i ms = _mm_loadu_si128((const __m128i *)a[i].scales);
+        const __m256i mins = _mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16(ms, 4), m4));
+        const uint8_t *sc = a[i].scales; /* low nibble: scale of sub-block k */
+        __m256i isum[4];
+        for (int r = 0; r < 4; r++) isum[r] = _mm256_setzero_si256();
+        for (int j = 0; j < 2; j++) {
+            const __m256i q2 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * j));
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * k), m3);
+                const __m256i scv = scale_pair(sc[8 * j + 2 * k] & 15, sc[8 * j + 2 * k + 1] & 15);
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) {
+                    const int8_t *y = ((const blk_q8_K *)XROW(x, xs, r))[i].qs + 128 * j + 32 * k;
+                    isum[r] = _mm256_add_epi32(isum[r], dot_us_scaled(q, _mm256_loadu_si256((const __m256i *)y), scv));
+                }
+            }
+        }
+        const float dw = h2f(a[i].d), dminw = h2f(a[i].dmin);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const blk_q8_K *b = (const blk_q8_K *)XROW(x, xs, r) + i;
+            const __m256i pm = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)b->bsums));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(-b->d * dminw), _mm256_cvtepi32_ps(pm), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(b->d * dw), _mm256_cvtepi32_ps(isum[r]), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) s[r] = hsum8(acc[r]);
+}
+ROWS_DRIVER(q2_K)
+
+/* Q3_K: q = low2 - 4*(high bit clear); the two parts multiply separately
+ * (u8 x s8), their int16 difference is scaled by the signed 6-bit scale. */
+KINL void q3_K_rows(int64_t n, const void *w, const char *x, size_t xs, int R, float *s) {
+    const blk_q3_K *a = w;
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    __m256 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 256; i++) {
+        const uint8_t *p = a[i].scales;
+        int sc[16];
+        for (int k = 0; k < 16; k++)
+            sc[k] = ((k < 8 ? p[k] & 15 : p[k - 8] >> 4) | (((p[8 + (k & 3)] >> (2 * (k >> 2))) & 3) << 4)) - 32;
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)a[i].hmask);
+        __m256i isum[4];
+        for (int r = 0; r < 4; r++) isum[r] = _mm256_setzero_si256();
+        for (int j = 0; j < 2; j++) {
+            const __m256i q3 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * j));
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(q3, 2 * k), m3);
+                const __m256i h4 = _mm256_slli_epi16(_mm256_andnot_si256(_mm256_srli_epi16(hm, 4 * j + k), one), 2);
+                const __m256i scv = scale_pair(sc[8 * j + 2 * k], sc[8 * j + 2 * k + 1]);
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) {
+                    const int8_t *y = ((const blk_q8_K *)XROW(x, xs, r))[i].qs + 128 * j + 32 * k;
+                    const __m256i yv = _mm256_loadu_si256((const __m256i *)y);
+                    const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(lo, yv), _mm256_maddubs_epi16(h4, yv));
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p16, scv));
+                }
+            }
+        }
+        const float dw = h2f(a[i].d);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const blk_q8_K *b = (const blk_q8_K *)XROW(x, xs, r) + i;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(b->d * dw), _mm256_cvtepi32_ps(isum[r]), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) s[r] = hsum8(acc[r]);
+}
+ROWS_DRIVER(q3_K)
+
 /* The kernel table for this ISA. */
 static cpu_vec_dot_fn KNAME(table_get)(uint32_t type) {
     switch (type) {
@@ -388,6 +541,8 @@ static cpu_vec_dot_fn KNAME(table_get)(uint32_t type) {
     case QT_Q5_1: return KNAME(q5_1);
     case QT_IQ4_NL: return KNAME(iq4_nl);
     case QT_MXFP4: return KNAME(mxfp4);
+    case QT_Q2_K: return KNAME(q2_K);
+    case QT_Q3_K: return KNAME(q3_K);
     case QT_Q4_K: return KNAME(q4_K);
     case QT_Q5_K: return KNAME(q5_K);
     case QT_Q6_K: return KNAME(q6_K);
