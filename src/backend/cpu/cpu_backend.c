@@ -12,6 +12,26 @@
 #include "base/threadpool.h"
 #include "quant/quant.h"
 
+/* Hot elementwise/attention loops are compiled for several ISAs and picked at
+ * load time (ifunc): fmaf() must become one instruction, not a libm call. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define BK_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define BK_MULTIVERSION
+#endif
+#define BK_INLINE static inline __attribute__((always_inline))
+
+/* f16 -> f32 for the KV cache: one instruction where the ISA has it (F16C). */
+#if defined(__FLT16_MAX__)
+BK_INLINE float h2f(uint16_t h) {
+    _Float16 f;
+    memcpy(&f, &h, 2);
+    return (float)f;
+}
+#else
+#define h2f quant_f16_to_f32
+#endif
+
 #define MAX_MATS 8
 #define ROW_TILE 16  /* weight rows per tile: a few KB, stays in L1 while tokens stream */
 #define TOK_TILE 32  /* activation rows per vec_dot call */
@@ -285,7 +305,7 @@ typedef struct {
     size_t att_cap;
 } att_job;
 
-static inline const void *kv_row(const bk_kv_view *kv, const void *base, const int32_t *table, int p,
+BK_INLINE const void *kv_row(const bk_kv_view *kv, const void *base, const int32_t *table, int p,
                                  int kvh, int n_head_kv, int head_dim) {
     size_t slot = (size_t)table[p / kv->block_size] * kv->block_size + (size_t)(p % kv->block_size);
     size_t off = (slot * n_head_kv + kvh) * head_dim;
@@ -318,7 +338,7 @@ static void att_write_worker(void *arg, int ith, int nth) {
  * the remainder, scaled by 2^n: the single-precision algorithm of Arm's
  * optimized-routines, which ggml's vectorised softmax and SiLU use. Same
  * operations in the same order, so the results are bitwise the same. */
-static inline float exp_poly(float x) {
+BK_INLINE float exp_poly(float x) {
     const float shift = 0x1.8p23f;
     float z = fmaf(x, 0x1.715476p+0f, shift);
     float n = z - shift;
@@ -333,14 +353,14 @@ static inline float exp_poly(float x) {
 /* 16 lanes of fused multiply-adds, then a halving tree (lanes i+8, i+4, then
  * pairs): the order of ggml's AVX-512 f32 products (tinyBLAS and vec_dot), so
  * attention scores round exactly as llama.cpp's do. */
-static inline float reduce16(const float *l) {
+BK_INLINE float reduce16(const float *l) {
     float a[8], b[4];
     for (int i = 0; i < 8; i++) a[i] = l[i + 8] + l[i];
     for (int i = 0; i < 4; i++) b[i] = a[i + 4] + a[i];
     return (b[0] + b[2]) + (b[1] + b[3]);
 }
 
-static inline float dot_f32(const float *a, const float *b, int n) {
+BK_INLINE float dot_f32(const float *a, const float *b, int n) {
     float lane[16] = {0};
     int i = 0;
     for (; i + 16 <= n; i += 16)
@@ -350,7 +370,7 @@ static inline float dot_f32(const float *a, const float *b, int n) {
     return s;
 }
 
-static void att_worker(void *arg, int ith, int nth) {
+BK_MULTIVERSION static void att_worker(void *arg, int ith, int nth) {
     att_job *j = arg;
     const bk_attn_batch *ab = j->ab;
     int hd = j->head_dim, group = j->n_head / j->n_head_kv;
@@ -368,7 +388,7 @@ static void att_worker(void *arg, int ith, int nth) {
             const void *kr = kv_row(j->kv, j->kv->k, table, p, kvh, j->n_head_kv, hd);
             const float *kf = kr;
             if (j->kv->kv_type == BRISK_KV_F16) {
-                for (int i = 0; i < hd; i++) kbuf[i] = quant_f16_to_f32(((const uint16_t *)kr)[i]);
+                for (int i = 0; i < hd; i++) kbuf[i] = h2f(((const uint16_t *)kr)[i]);
                 kf = kbuf;
             }
             float s = dot_f32(q, kf, hd) * j->scale;
@@ -393,7 +413,7 @@ static void att_worker(void *arg, int ith, int nth) {
             const void *vr = kv_row(j->kv, j->kv->v, table, p, kvh, j->n_head_kv, hd);
             float a = sc[p], *ln = lanes + (size_t)(p & 15) * hd;
             if (j->kv->kv_type == BRISK_KV_F16)
-                for (int i = 0; i < hd; i++) ln[i] = fmaf(quant_f16_to_f32(((const uint16_t *)vr)[i]), a, ln[i]);
+                for (int i = 0; i < hd; i++) ln[i] = fmaf(h2f(((const uint16_t *)vr)[i]), a, ln[i]);
             else
                 for (int i = 0; i < hd; i++) ln[i] = fmaf(((const float *)vr)[i], a, ln[i]);
         }
@@ -406,7 +426,7 @@ static void att_worker(void *arg, int ith, int nth) {
             const void *vr = kv_row(j->kv, j->kv->v, table, p, kvh, j->n_head_kv, hd);
             float a = sc[p];
             if (j->kv->kv_type == BRISK_KV_F16)
-                for (int i = 0; i < hd; i++) o[i] = fmaf(quant_f16_to_f32(((const uint16_t *)vr)[i]), a, o[i]);
+                for (int i = 0; i < hd; i++) o[i] = fmaf(h2f(((const uint16_t *)vr)[i]), a, o[i]);
             else
                 for (int i = 0; i < hd; i++) o[i] = fmaf(((const float *)vr)[i], a, o[i]);
         }
@@ -435,7 +455,7 @@ static void cpu_attention(bk_backend *be, const float *q, const float *k, const 
 }
 
 /* ---- elementwise ---- */
-static void cpu_swiglu(bk_backend *be, const float *gate, const float *up, float *out, size_t n) {
+BK_MULTIVERSION static void cpu_swiglu(bk_backend *be, const float *gate, const float *up, float *out, size_t n) {
     (void)be;
     size_t i = 0, vec_end = n & ~(size_t)15;
     for (; i < vec_end; i++) { /* ggml's vector path: polynomial exp */
