@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The `brisk` command end to end: output, exit codes and one-line errors.
+# Under SAN=1 the same runs go through AddressSanitizer (leaks included).
+set -u
+B=${BUILD:-build}/brisk
+S=${SHARED:-../shared}/data
+M=$S/stories260K/stories260K.gguf
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fail=0
+check() { if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fail=1; fi; }
+
+$B >/dev/null 2>&1; check "no args exits 2" '[ $? -eq 2 ]'
+$B run -p hi >/dev/null 2>"$T/e"; rc=$?
+check "run without -m: exit 2, one line" '[ $rc -eq 2 ] && [ $(wc -l <"$T/e") -eq 1 ] && grep -q "^brisk: " "$T/e"'
+$B run -m /nonexistent.gguf -p hi >/dev/null 2>"$T/e"; rc=$?
+check "missing file: exit 1, one line" '[ $rc -eq 1 ] && [ $(wc -l <"$T/e") -eq 1 ] && grep -q "nonexistent.gguf" "$T/e"'
+head -c 5000 "$M" >"$T/trunc.gguf"
+$B run -m "$T/trunc.gguf" -p hi >/dev/null 2>"$T/e"; rc=$?
+check "truncated file: exit 1, one line" '[ $rc -eq 1 ] && [ $(wc -l <"$T/e") -eq 1 ]'
+$B run -m "$M" -p hi -n abc >/dev/null 2>"$T/e"; rc=$?
+check "bad number: exit 2" '[ $rc -eq 2 ] && grep -q "expected an integer" "$T/e"'
+$B run -m "$M" -p hi --bogus >/dev/null 2>"$T/e"; rc=$?
+check "unknown flag: exit 2" '[ $rc -eq 2 ]'
+
+$B run -m "$M" -p "Once upon a time" -n 24 --temp 0 >"$T/o" 2>"$T/e"; rc=$?
+check "greedy run prints the continuation" '[ $rc -eq 0 ] && grep -q "^, there was a little girl named Lily" "$T/o"'
+check "timings on stderr" 'grep -q "generation: 24 tokens" "$T/e" && grep -q "prompt: 5 tokens" "$T/e"'
+$B run -m "$M" -p "Once upon a time" -n 32 --seed 7 >"$T/o1" 2>/dev/null
+$B run -m "$M" -p "Once upon a time" -n 32 --seed 7 >"$T/o2" 2>/dev/null
+check "seeded sampling is reproducible" 'cmp -s "$T/o1" "$T/o2" && [ -s "$T/o1" ]'
+python3 -c 'print("Once upon a time " * 400)' >"$T/long.txt"
+$B run -m "$M" -f "$T/long.txt" -c 256 >/dev/null 2>"$T/e"; rc=$?
+check "oversized prompt: clear error" '[ $rc -eq 1 ] && grep -q "more than the context size" "$T/e"'
+
+printf "Once upon a time" | $B tokenize -m "$M" >"$T/o"
+check "tokenize" '[ "$(cat "$T/o")" = "403 407 261 378" ]'
+printf "Once upon a time" | $B tokenize -m "$M" --add-special >"$T/o"
+check "tokenize --add-special adds BOS" '[ "$(cat "$T/o")" = "1 403 407 261 378" ]'
+printf "Hello world" | $B tokenize -m "$S/llama.cpp-vocab/ggml-vocab-gpt-2.gguf" >"$T/o"; rc=$?
+check "tokenize on a vocab-only gguf" '[ $rc -eq 0 ] && [ "$(cat "$T/o")" = "15496 995" ]'
+
+$B info "$M" >"$T/o"; rc=$?
+check "info" '[ $rc -eq 0 ] && grep -q "llama.embedding_length" "$T/o" && grep -q "blk.4.ffn_up.weight" "$T/o"'
+$B info "$T/trunc.gguf" >/dev/null 2>"$T/e"; rc=$?
+check "info on a truncated file" '[ $rc -eq 1 ] && [ $(wc -l <"$T/e") -eq 1 ]'
+
+$B bench -m "$M" -p 32 -n 8 -r 2 -t 1 >"$T/o" 2>&1; rc=$?
+check "bench table" '[ $rc -eq 0 ] && grep -q "| pp32 " "$T/o" && grep -q "| tg8 " "$T/o" && grep -q "peak RSS" "$T/o"'
+
+python3 - "$T/story.txt" <<'PY'
+import sys
+open(sys.argv[1], "w").write(("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+  "One day, she saw a big red ball. She wanted to play with it, but it was too high. ") * 20)
+PY
+$B perplexity -m "$M" -f "$T/story.txt" -c 128 >"$T/o" 2>/dev/null; rc=$?
+ppl=$(sed -n 's/.*PPL = \([0-9.]*\).*/\1/p' "$T/o")
+check "perplexity of in-domain text is low" '[ $rc -eq 0 ] && awk -v p="$ppl" "BEGIN{exit !(p > 1 && p < 8)}"'
+exit $fail
