@@ -254,6 +254,24 @@ static void test_sampler(void) {
     brisk_sampler_free(a);
 }
 
+static void test_detok_stream(void) {
+    /* stories260K byte tokens are id = byte + 3: "é" split over two tokens,
+     * then an invalid byte, then a 3-byte char whose tail never comes. */
+    brisk_detok st = {0};
+    char buf[64];
+    size_t len;
+    CHECK_OK(brisk_detok_push(model, &st, 3 + 0xC3, buf, sizeof buf, &len));
+    CHECK(len == 0);
+    CHECK_OK(brisk_detok_push(model, &st, 3 + 0xA9, buf, sizeof buf, &len));
+    CHECK(len == 2 && !memcmp(buf, "\xC3\xA9", 2));
+    CHECK_OK(brisk_detok_push(model, &st, 3 + 0xFF, buf, sizeof buf, &len));
+    CHECK(len == 3 && !memcmp(buf, "\xEF\xBF\xBD", 3));
+    CHECK_OK(brisk_detok_push(model, &st, 3 + 0xE2, buf, sizeof buf, &len));
+    CHECK(len == 0);
+    CHECK_OK(brisk_detok_push(model, &st, 403, buf, sizeof buf, &len)); /* "▁Once" breaks the sequence */
+    CHECK(len > 3 && !memcmp(buf, "\xEF\xBF\xBD", 3) && strstr(buf, "Once"));
+}
+
 static void test_bad_files(void) {
     brisk_model *m = NULL;
     CHECK(brisk_model_load("/nonexistent/model.gguf", NULL, &m) == BRISK_ERR_IO);
@@ -289,6 +307,7 @@ int main(int argc, char **argv) {
         {"share_prefix", test_share_prefix},
         {"limits", test_limits},
         {"sampler", test_sampler},
+        {"detok_stream", test_detok_stream},
         {"bad_files", test_bad_files},
     };
     int rc = test_main(cases, sizeof cases / sizeof cases[0], argc, argv);

@@ -6,7 +6,7 @@ set -euo pipefail
 BUILD=${1:-build}
 MODEL="$BUILD/demo-tiny-llama.gguf"
 [ -f "$MODEL" ] || "$BUILD/brisk" synth --preset tiny-llama --seed 7 -o "$MODEL"
-"$BUILD/brisk" info "$MODEL" | head -n 12
+("$BUILD/brisk" info --no-tensors "$MODEL" | head -n 16) || true
 echo
 echo "\$ brisk run -m $MODEL -p 'Once upon a time' -n 48 --temp 0"
 "$BUILD/brisk" run -m "$MODEL" -p "Once upon a time" -n 48 --temp 0

@@ -21,13 +21,29 @@ bool brisk_token_is_eog(const brisk_model *m, brisk_token t) { return tokenizer_
 bool brisk_add_bos(const brisk_model *m) { return tokenizer_add_bos(m->tok); }
 int brisk_n_vocab(const brisk_model *m) { return m->vocab_only ? tokenizer_n_vocab(m->tok) : m->hp.n_vocab; }
 
-/* Length of the UTF-8 sequence a lead byte starts (1 for invalid bytes, which pass through). */
-static int utf8_len(unsigned char c) {
+/* Length of a valid UTF-8 sequence at s (n bytes available): >0 valid length,
+ * 0 incomplete (could still become valid), -1 invalid lead or continuation. */
+static int utf8_valid_prefix(const unsigned char *s, size_t n) {
+    unsigned char c = s[0];
+    int len;
+    unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
     if (c < 0x80) return 1;
-    if ((c & 0xE0) == 0xC0) return 2;
-    if ((c & 0xF0) == 0xE0) return 3;
-    if ((c & 0xF8) == 0xF0) return 4;
-    return 1;
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F; /* no surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else return -1;
+    for (int i = 1; i < len; i++) {
+        if ((size_t)i >= n) return 0;
+        unsigned b = s[i];
+        if (i == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return -1;
+    }
+    return len;
 }
 
 brisk_status brisk_detok_push(const brisk_model *m, brisk_detok *st, brisk_token tok, char *buf,
@@ -38,23 +54,26 @@ brisk_status brisk_detok_push(const brisk_model *m, brisk_detok *st, brisk_token
     if (cap == 0) return bk_fail(BRISK_ERR_INVALID_ARG, "brisk_detok_push: empty buffer");
     buf[0] = 0;
     BK_TRY(tokenizer_token_to_piece(m->tok, tok, false, piece, sizeof piece, &plen));
-    /* Join pending bytes with the new piece, emit the longest complete prefix. */
-    char all[8 + 1024];
-    size_t n = (size_t)st->n_pending;
+    /* Pending bytes + the new piece; complete valid sequences pass, invalid
+     * bytes become U+FFFD, an incomplete tail waits for the next token. */
+    unsigned char all[8 + 1024];
+    size_t n = (size_t)st->n_pending, out = 0, i = 0;
     memcpy(all, st->pending, n);
     memcpy(all + n, piece, plen);
     n += plen;
-    size_t emit = 0;
-    while (emit < n) {
-        int l = utf8_len((unsigned char)all[emit]);
-        if (emit + (size_t)l > n) break;
-        emit += (size_t)l;
+    while (i < n) {
+        int l = utf8_valid_prefix(all + i, n - i);
+        if (l == 0) break;
+        const unsigned char *src = l > 0 ? all + i : (const unsigned char *)"\xEF\xBF\xBD";
+        size_t w = l > 0 ? (size_t)l : 3;
+        if (out + w + 1 > cap) return bk_fail(BRISK_ERR_RANGE, "brisk_detok_push: buffer too small");
+        memcpy(buf + out, src, w);
+        out += w;
+        i += l > 0 ? (size_t)l : 1;
     }
-    if (emit + 1 > cap) return bk_fail(BRISK_ERR_RANGE, "brisk_detok_push: buffer too small");
-    memcpy(buf, all, emit);
-    buf[emit] = 0;
-    *len = emit;
-    st->n_pending = (int)(n - emit);
-    memcpy(st->pending, all + emit, n - emit);
+    buf[out] = 0;
+    *len = out;
+    st->n_pending = (int)(n - i);
+    memcpy(st->pending, all + i, n - i);
     return BRISK_OK;
 }
