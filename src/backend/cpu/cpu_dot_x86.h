@@ -82,7 +82,9 @@ KINL __m256i bits_to_bytes(const uint8_t *p) {
         }                                                                                       \
     }
 
-/* ---- F16 / BF16 / F32 ---- */
+/* ---- F16 / BF16 / F32 (256-bit; the AVX-512 build overrides F16 and F32
+ * below, and BF16 where the CPU has AVX512_BF16) ---- */
+#if !KVNNI
 
 KINL void f16_rows(int64_t n, const void *w, const char *x, size_t xs, int R, float *s) {
     const uint16_t *a = w;
@@ -107,6 +109,7 @@ KINL void f16_rows(int64_t n, const void *w, const char *x, size_t xs, int R, fl
     }
 }
 ROWS_DRIVER(f16)
+#endif
 
 /* bf16 pairs: the even element is the low half of each 32-bit lane (shift it
  * up), the odd one the high half (mask it): no conversion instruction. */
@@ -135,6 +138,7 @@ KINL void bf16_rows(int64_t n, const void *w, const char *x, size_t xs, int R, f
     }
 }
 ROWS_DRIVER(bf16)
+#if !KVNNI
 
 KINL void f32_rows(int64_t n, const void *w, const char *x, size_t xs, int R, float *s) {
     const float *a = w;
@@ -158,6 +162,7 @@ KINL void f32_rows(int64_t n, const void *w, const char *x, size_t xs, int R, fl
     }
 }
 ROWS_DRIVER(f32)
+#endif
 
 /* ---- 32-element blocks against Q8_0: signed weights w (int8), ggml's
  * abs/sign trick turns s8*s8 into u8*s8. ---- */
@@ -528,12 +533,126 @@ KINL void q3_K_rows(int64_t n, const void *w, const char *x, size_t xs, int R, f
 }
 ROWS_DRIVER(q3_K)
 
+#if KVNNI
+/* ---- AVX-512 F32 / F16 / BF16 in llama.cpp's order (zen4 build) ----
+ * One row (decode): ggml_vec_dot_f32/_f16: 4 accumulators of 16 lanes over
+ * 64 elements, folded (0+2, 1+3, then 0+1) and reduced 8-4-2-1; F16 sums
+ * the reduction and the tail in double. ggml_vec_dot_bf16: vdpbf16ps into 2
+ * accumulators over 64 elements, each reduced, summed in double.
+ * Several rows (a prompt batch): tinyBLAS (llamafile_sgemm), one 16-lane
+ * accumulator per output (vdpbf16ps over 32 bf16 for BF16), reduced; it
+ * applies when n is a multiple of 16 (32 for BF16), else vec_dot's order. */
+KINL float hsum16(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+KINL __m512 ld_f32(const void *p, int64_t i) { return _mm512_loadu_ps((const float *)p + i); }
+KINL __m512 ld_f16(const void *p, int64_t i) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i)));
+}
+
+#define F_ONE(LD, SUMT)                                                                        \
+    __m512 c[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}; \
+    const int64_t np = n & ~(int64_t)63;                                                       \
+    for (int64_t i = 0; i < np; i += 64)                                                       \
+        for (int k = 0; k < 4; k++) c[k] = _mm512_fmadd_ps(LD(w, i + 16 * k), LD(x, i + 16 * k), c[k]); \
+    c[0] = _mm512_add_ps(c[0], c[2]);                                                          \
+    c[1] = _mm512_add_ps(c[1], c[3]);                                                          \
+    SUMT sum = hsum16(_mm512_add_ps(c[0], c[1]));
+
+KINL float f32_one(int64_t n, const void *w, const void *x) {
+    F_ONE(ld_f32, float)
+    /* the tail as the zen4 binary computes it: whole groups of 8 products
+     * rounded then added in order, the last n % 8 fused */
+    const float *a = w, *b = x;
+    const int64_t n8 = np + ((n - np) & ~(int64_t)7);
+    for (int64_t i = np; i < n8; i++) sum += a[i] * b[i];
+    for (int64_t i = n8; i < n; i++) sum = fmaf(a[i], b[i], sum);
+    return sum;
+}
+
+KINL float f16_one(int64_t n, const void *w, const void *x) {
+    F_ONE(ld_f16, double)
+    for (int64_t i = np; i < n; i++) sum += (double)(h2f(((const uint16_t *)w)[i]) * h2f(((const uint16_t *)x)[i]));
+    return (float)sum;
+}
+
+/* tinyBLAS: rows r < R of x against w, one accumulator each (n % 16 == 0). */
+#define F_TINY(LD)                                                                             \
+    __m512 acc[4];                                                                             \
+    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();                                  \
+    for (int64_t i = 0; i < n; i += 16) {                                                      \
+        const __m512 wv = LD(w, i);                                                            \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                                    \
+            acc[r] = _mm512_fmadd_ps(wv, LD(XROW(x, xs, r), i), acc[r]);                       \
+    }                                                                                          \
+    for (int r = 0; r < R; r++) s[r] = hsum16(acc[r]);
+
+KINL void f32_tiny(int64_t n, const void *w, const char *x, size_t xs, int R, float *s) { F_TINY(ld_f32) }
+KINL void f16_tiny(int64_t n, const void *w, const char *x, size_t xs, int R, float *s) { F_TINY(ld_f16) }
+
+#define F_DRIVER(fn, KN)                                                                       \
+    static KATTR void KNAME(fn)(int64_t n, const void *w, const void *x, size_t xs, int nx, float *s) { \
+        if (nx == 1 || n % KN) {                                                               \
+            for (int j = 0; j < nx; j++) s[j] = fn##_one(n, w, XROW(x, xs, j));                \
+            return;                                                                            \
+        }                                                                                      \
+        for (int j = 0; j < nx; j += 4) fn##_tiny(n, w, XROW(x, xs, j), xs, nx - j < 4 ? nx - j : 4, s + j); \
+    }
+F_DRIVER(f32, 16)
+F_DRIVER(f16, 16)
+
+#define BF16ATTR __attribute__((target("avx512vnni,avx512bf16")))
+#define BF16INL static inline __attribute__((always_inline)) BF16ATTR
+
+BF16INL __m512 dp_bf16(__m512 acc, const void *a, const void *b, int64_t i) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512((const uint16_t *)a + i),
+                            (__m512bh)_mm512_loadu_si512((const uint16_t *)b + i));
+}
+
+BF16INL float bf16_one(int64_t n, const void *w, const void *x) {
+    __m512 c1 = _mm512_setzero_ps(), c2 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        c1 = dp_bf16(c1, w, x, i);
+        c2 = dp_bf16(c2, w, x, i + 32);
+    }
+    double sum = (double)hsum16(c1);
+    sum += (double)hsum16(c2);
+    for (; i < n; i++)
+        sum += (double)(quant_bf16_to_f32(((const uint16_t *)w)[i]) * quant_bf16_to_f32(((const uint16_t *)x)[i]));
+    return (float)sum;
+}
+
+BF16INL void bf16_tiny(int64_t n, const void *w, const char *x, size_t xs, int R, float *s) {
+    __m512 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 32) {
+        const __m512bh wv = (__m512bh)_mm512_loadu_si512((const uint16_t *)w + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm512_dpbf16_ps(acc[r], wv, (__m512bh)_mm512_loadu_si512((const uint16_t *)XROW(x, xs, r) + i));
+    }
+    for (int r = 0; r < R; r++) s[r] = hsum16(acc[r]);
+}
+
+static BF16ATTR void bf16_exact_avx512(int64_t n, const void *w, const void *x, size_t xs, int nx, float *s) {
+    if (nx == 1 || n % 32) {
+        for (int j = 0; j < nx; j++) s[j] = bf16_one(n, w, XROW(x, xs, j));
+        return;
+    }
+    for (int j = 0; j < nx; j += 4) bf16_tiny(n, w, XROW(x, xs, j), xs, nx - j < 4 ? nx - j : 4, s + j);
+}
+#endif
+
 /* The kernel table for this ISA. */
 static cpu_vec_dot_fn KNAME(table_get)(uint32_t type) {
     switch (type) {
     case QT_F32: return KNAME(f32);
     case QT_F16: return KNAME(f16);
+#if KVNNI
+    case QT_BF16: return __builtin_cpu_supports("avx512bf16") ? bf16_exact_avx512 : KNAME(bf16);
+#else
     case QT_BF16: return KNAME(bf16);
+#endif
     case QT_Q8_0: return KNAME(q8_0);
     case QT_Q4_0: return KNAME(q4_0);
     case QT_Q4_1: return KNAME(q4_1);
