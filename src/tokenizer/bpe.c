@@ -24,19 +24,18 @@ static bool add_bigram(bpe_ctx *c, int32_t l, int32_t r) {
     if (l < 0 || r < 0) return true;
     const tokenizer *t = c->t;
     const merge_sym *a = &c->sym[l], *b = &c->sym[r];
-    int32_t rank, result;
+    int32_t rank;
     if (a->id >= 0 && b->id >= 0) {
-        rank = tok_pair_find(t, a->id, b->id, &result);
+        rank = tok_pair_find(t, a->id, b->id);
     } else { /* a side that is not a token: only string-keyed merges can match */
         size_t kl = a->n + 1 + b->n;
         memcpy(c->key, a->text, a->n);
         c->key[a->n] = ' ';
         memcpy(c->key + a->n + 1, b->text, b->n);
         rank = tok_strmap_find(&t->merge_map, &t->merges, c->key, kl);
-        result = rank < 0 ? -1 : tok_strmap_find(&t->text_map, &t->text, a->text, a->n + b->n);
     }
     if (rank < 0) return true;
-    return merge_heap_push(&c->h, (merge_item){-(double)rank, l, r, a->n + b->n, result});
+    return merge_heap_push(&c->h, (merge_item){-(double)rank, l, r, a->n + b->n});
 }
 
 static brisk_status bpe_word(void *ctx, const char *w, size_t len) {
@@ -71,7 +70,7 @@ static brisk_status bpe_word(void *ctx, const char *w, size_t len) {
         merge_sym *l = &sym[b.left], *r = &sym[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;
         l->n += r->n;
-        l->id = b.result;
+        l->id = tok_strmap_find(&t->text_map, &t->text, l->text, l->n);
         r->n = 0;
         l->next = r->next;
         if (r->next >= 0) sym[r->next].prev = b.left;

@@ -10,8 +10,7 @@
 typedef struct merge_item {
     double key;
     int32_t left, right;
-    size_t size;    /* byte length of the merged text when queued */
-    int32_t result; /* BPE: id of the merged text, -1 if not a token */
+    size_t size; /* byte length of the merged text when queued */
 } merge_item;
 
 typedef struct merge_heap {

@@ -20,7 +20,7 @@ static bool try_bigram(const tokenizer *t, const merge_sym *sym, int32_t l, int3
     size_t n = sym[l].n + sym[r].n;
     int32_t id = find(t, sym[l].text, n);
     if (id < 0) return true;
-    return merge_heap_push(h, (merge_item){t->score[id], l, r, n, id});
+    return merge_heap_push(h, (merge_item){t->score[id], l, r, n});
 }
 
 /* llama.cpp's byte_to_token: "<0xXX>", else the byte itself as a token. */

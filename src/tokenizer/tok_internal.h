@@ -36,6 +36,8 @@ typedef struct tok_strtab {
 } tok_strtab;
 
 brisk_status tok_strtab_push(tok_strtab *t, const char *s, size_t len);
+/* Room for n more strings of bytes bytes in all (NULs excluded). */
+brisk_status tok_strtab_reserve(tok_strtab *t, int64_t n, uint64_t bytes);
 void tok_strtab_free(tok_strtab *t);
 static inline const char *tok_strtab_get(const tok_strtab *t, int64_t i, size_t *len) {
     *len = (size_t)(t->off[i + 1] - t->off[i] - 1);
@@ -99,7 +101,7 @@ struct tokenizer {
     /* Merges whose two sides are tokens, keyed by the pair of ids (fast path),
      * and the rest keyed by their "a b" string (exactness for odd vocabs). */
     uint64_t *pair_key; /* (pair_mask + 1) a << 32 | b, UINT64_MAX = empty */
-    int32_t *pair_rank, *pair_result;
+    int32_t *pair_rank;
     uint64_t pair_mask;
     tok_strmap merge_map;
     pretok *pre;        /* BPE only */
@@ -118,8 +120,8 @@ brisk_status tok_finalize(tokenizer *t, const char *model_name, size_t model_nam
 tokenizer *tok_alloc(void);
 brisk_status tok_alloc_arrays(tokenizer *t, int32_t n);
 
-/* Rank of merge (a, b) by token ids, -1 if none; *result = id of a + b. */
-int32_t tok_pair_find(const tokenizer *t, int32_t a, int32_t b, int32_t *result);
+/* Rank of merge (a, b) by token ids, -1 if none. */
+int32_t tok_pair_find(const tokenizer *t, int32_t a, int32_t b);
 
 /* spm.c / bpe.c: encode one raw-text fragment, appending to a growable id list. */
 typedef struct tok_ids {

@@ -210,7 +210,6 @@ static void piece_of(const tokenizer *t, int32_t id, sbuf *b) {
             }
         } else {
             for (size_t off = 0; off < len;) {
-                size_t o0 = off;
                 uint32_t c = tok_utf8_decode(s, len, &off);
                 int byte = tok_utf8_to_byte(c);
                 if (byte >= 0) {
@@ -227,7 +226,6 @@ static void piece_of(const tokenizer *t, int32_t id, sbuf *b) {
                     sbuf_put(b, s, len);
                     sbuf_put(b, "]", 1);
                 }
-                (void)o0;
             }
         }
     } else if (a & TOK_ATTR_BYTE) {

@@ -33,6 +33,25 @@ brisk_status tok_strtab_push(tok_strtab *t, const char *s, size_t len) {
     return BRISK_OK;
 }
 
+brisk_status tok_strtab_reserve(tok_strtab *t, int64_t n, uint64_t bytes) {
+    if (t->n + n + 2 > t->cap_n) {
+        int64_t cap = t->n + n + 2;
+        uint64_t *off = realloc(t->off, (size_t)cap * sizeof *off);
+        if (!off) return bk_fail(BRISK_ERR_NOMEM, "tokenizer: out of memory");
+        if (!t->off) off[0] = 0;
+        t->off = off;
+        t->cap_n = cap;
+    }
+    uint64_t need = t->size + bytes + (uint64_t)n + 1;
+    if (need > t->cap_size) {
+        char *d = realloc(t->data, (size_t)need);
+        if (!d) return bk_fail(BRISK_ERR_NOMEM, "tokenizer: out of memory");
+        t->data = d;
+        t->cap_size = need;
+    }
+    return BRISK_OK;
+}
+
 void tok_strtab_free(tok_strtab *t) {
     free(t->data);
     free(t->off);
@@ -150,7 +169,6 @@ void tokenizer_free(tokenizer *t) {
     tok_strmap_free(&t->merge_map);
     free(t->pair_key);
     free(t->pair_rank);
-    free(t->pair_result);
     pretok_free(t->pre);
     free(t->score);
     free(t->type);
@@ -166,13 +184,10 @@ static uint64_t pair_slot(uint64_t key, uint64_t mask) {
     return ((key * 0x9E3779B97F4A7C15ull) >> 29) & mask;
 }
 
-int32_t tok_pair_find(const tokenizer *t, int32_t a, int32_t b, int32_t *result) {
+int32_t tok_pair_find(const tokenizer *t, int32_t a, int32_t b) {
     uint64_t key = (uint64_t)a << 32 | (uint32_t)b;
     for (uint64_t p = pair_slot(key, t->pair_mask);; p = (p + 1) & t->pair_mask) {
-        if (t->pair_key[p] == key) {
-            *result = t->pair_result[p];
-            return t->pair_rank[p];
-        }
+        if (t->pair_key[p] == key) return t->pair_rank[p];
         if (t->pair_key[p] == UINT64_MAX) return -1;
     }
 }
@@ -187,8 +202,7 @@ static brisk_status build_merges(tokenizer *t) {
     while (cap < (uint64_t)n * 2) cap *= 2;
     t->pair_key = malloc(cap * sizeof *t->pair_key);
     t->pair_rank = malloc(cap * sizeof *t->pair_rank);
-    t->pair_result = malloc(cap * sizeof *t->pair_result);
-    if (!t->pair_key || !t->pair_rank || !t->pair_result)
+    if (!t->pair_key || !t->pair_rank)
         return bk_fail(BRISK_ERR_NOMEM, "tokenizer: out of memory");
     memset(t->pair_key, 0xff, cap * sizeof *t->pair_key);
     t->pair_mask = cap - 1;
@@ -216,16 +230,8 @@ static brisk_status build_merges(tokenizer *t) {
         uint64_t key = (uint64_t)a << 32 | (uint32_t)b, p = pair_slot(key, t->pair_mask);
         while (t->pair_key[p] != UINT64_MAX && t->pair_key[p] != key) p = (p + 1) & t->pair_mask;
         if (t->pair_key[p] == key) continue;
-        /* the merged text, "a b" without the space */
-        char stack[256], *buf = len <= sizeof stack ? stack : malloc(len);
-        if (!buf) return bk_fail(BRISK_ERR_NOMEM, "tokenizer: out of memory");
-        size_t la = (size_t)(sp - s);
-        memcpy(buf, s, la);
-        memcpy(buf + la, sp + 1, len - la - 1);
         t->pair_key[p] = key;
         t->pair_rank[p] = (int32_t)i;
-        t->pair_result[p] = tok_strmap_find(&t->text_map, &t->text, buf, len - 1);
-        if (buf != stack) free(buf);
     }
     return BRISK_OK;
 }
@@ -234,12 +240,6 @@ static brisk_status build_merges(tokenizer *t) {
 
 static int32_t find_text(const tokenizer *t, const char *s) {
     return tok_strmap_find(&t->text_map, &t->text, s, strlen(s));
-}
-
-static bool text_is(const tokenizer *t, int32_t id, const char *s) {
-    size_t len;
-    const char *p = tok_strtab_get(&t->text, id, &len);
-    return len == strlen(s) && memcmp(p, s, len) == 0;
 }
 
 /* The first listed text present in the vocab (llama.cpp walks its hash map, so
@@ -373,7 +373,6 @@ brisk_status tok_finalize(tokenizer *t, const char *model_name, size_t model_nam
             if (id >= 0) t->attr[id] &= ~(uint32_t)TOK_ATTR_RSTRIP;
         }
     }
-    (void)text_is;
     return BRISK_OK;
 }
 
@@ -410,6 +409,14 @@ static brisk_status load_merges(tokenizer *t, const gguf_file *g) {
     BK_TRY(gguf_kv_arr_info(g, kv, &et, &n));
     if (et != GGUF_TYPE_STRING || n > INT32_MAX)
         return bk_fail(BRISK_ERR_FORMAT, "tokenizer: tokenizer.ggml.merges is not a string array");
+    uint64_t bytes = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        const char *s;
+        size_t len;
+        BK_TRY(gguf_kv_arr_str(g, kv, i, &s, &len));
+        bytes += len;
+    }
+    BK_TRY(tok_strtab_reserve(&t->merges, (int64_t)n, bytes));
     for (uint64_t i = 0; i < n; i++) {
         const char *s;
         size_t len;
@@ -486,6 +493,14 @@ static brisk_status load_gguf(tokenizer *t, const gguf_file *g) {
     } else {
         for (uint64_t i = 0; i < n; i++) t->type[i] = TOKEN_TYPE_NORMAL, t->attr[i] = TOK_ATTR_NORMAL;
     }
+    uint64_t bytes = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        const char *s;
+        size_t len;
+        BK_TRY(gguf_kv_arr_str(g, kv, i, &s, &len));
+        bytes += len ? len : 20;
+    }
+    BK_TRY(tok_strtab_reserve(&t->text, (int64_t)n, bytes));
     for (uint64_t i = 0; i < n; i++) {
         const char *s;
         size_t len;
