@@ -169,8 +169,11 @@ static void mm_dot_worker(void *arg, int ith, int nth) {
                 cpu_vec_dot_fn dot = cpu_get_vec_dot(w->type);
                 const float *bias = j->bias && j->bias[m] ? j->bias[m]->host : NULL;
                 float *y = j->y[m];
-                for (int t0 = 0; t0 < j->n; t0 += TOK_TILE) {
-                    int nt = j->n - t0 < TOK_TILE ? j->n - t0 : TOK_TILE;
+                for (int t0 = 0, nt; t0 < j->n; t0 += nt) {
+                    nt = j->n - t0 < TOK_TILE ? j->n - t0 : TOK_TILE;
+                    /* never leave a lone last row: kernels called with several rows sum in
+                     * the batch (tinyBLAS) order that llama.cpp uses for the whole batch */
+                    if (j->n - t0 - nt == 1) nt--;
                     const char *xq = (const char *)j->xq[m] + (size_t)t0 * j->xq_stride[m];
                     for (long r = a; r < b; r++) {
                         dot(w->n_in, (const char *)w->host + (size_t)r * w->row_bytes, xq,
@@ -206,6 +209,7 @@ static void cpu_matmul(bk_backend *be, int n_w, const bk_weight *const *w, const
             continue;
         }
         j.xq_stride[m] = quant_row_size(vt, w[m]->n_in);
+        if (j.xq_stride[m] % 4096 == 0) j.xq_stride[m] += 64; /* rows 4 KiB apart alias in L1 */
         if (j.conv_owner[m] == m) {
             j.conv[m] = cpu_get_from_float(vt);
             /* A failed grow leaves the old buffer: the caller sized things at context creation,
