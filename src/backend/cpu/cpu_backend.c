@@ -155,7 +155,7 @@ static void mm_dot_worker(void *arg, int ith, int nth) {
     mm_job *j = arg;
     long n_tiles = (j->total_rows + ROW_TILE - 1) / ROW_TILE, lo, hi;
     threadpool_range(n_tiles, ith, nth, &lo, &hi);
-    float s[TOK_TILE];
+    float s[ROW_TILE * TOK_TILE];
     for (long tile = lo; tile < hi; tile++) {
         long r0 = tile * ROW_TILE, r1 = r0 + ROW_TILE;
         if (r1 > j->total_rows) r1 = j->total_rows;
@@ -166,7 +166,7 @@ static void mm_dot_worker(void *arg, int ith, int nth) {
             long m_end = base + w->n_out;
             if (r0 < m_end) {
                 long a = r0 - base, b = (r1 < m_end ? r1 : m_end) - base;
-                cpu_vec_dot_fn dot = cpu_get_vec_dot(w->type);
+                cpu_gemm_fn gemm = cpu_get_gemm(w->type);
                 const float *bias = j->bias && j->bias[m] ? j->bias[m]->host : NULL;
                 float *y = j->y[m];
                 for (int t0 = 0, nt; t0 < j->n; t0 += nt) {
@@ -175,11 +175,12 @@ static void mm_dot_worker(void *arg, int ith, int nth) {
                      * the batch (tinyBLAS) order that llama.cpp uses for the whole batch */
                     if (j->n - t0 - nt == 1) nt--;
                     const char *xq = (const char *)j->xq[m] + (size_t)t0 * j->xq_stride[m];
+                    gemm(w->n_in, (const char *)w->host + (size_t)a * w->row_bytes, w->row_bytes, (int)(b - a), xq,
+                         j->xq_stride[m], nt, s, TOK_TILE);
                     for (long r = a; r < b; r++) {
-                        dot(w->n_in, (const char *)w->host + (size_t)r * w->row_bytes, xq,
-                            j->xq_stride[m], nt, s);
                         float bb = bias ? bias[r] : 0.0f;
-                        for (int t = 0; t < nt; t++) y[(size_t)(t0 + t) * w->n_out + r] = s[t] + bb;
+                        const float *sr = s + (r - a) * TOK_TILE;
+                        for (int t = 0; t < nt; t++) y[(size_t)(t0 + t) * w->n_out + r] = sr[t] + bb;
                     }
                 }
                 r0 = base + b;

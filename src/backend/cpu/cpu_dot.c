@@ -396,6 +396,53 @@ cpu_vec_dot_fn cpu_get_vec_dot_isa(uint32_t type, cpu_isa isa) {
 
 cpu_vec_dot_fn cpu_get_vec_dot(uint32_t type) { return cpu_get_vec_dot_isa(type, cpu_dot_isa()); }
 
+/* Generic multi-row product: one vec_dot call per weight row. Instantiated per
+ * type so that no function pointer has to travel with the call. */
+#define GEMM_LOOP(T)                                                                              \
+    static void gemm_loop_##T(int64_t n, const void *w, size_t w_stride, int nw, const void *x,    \
+                              size_t x_stride, int nx, float *s, size_t s_stride) {               \
+        cpu_vec_dot_fn dot = cpu_get_vec_dot(T);                                                 \
+        for (int i = 0; i < nw; i++)                                                            \
+            dot(n, (const char *)w + (size_t)i * w_stride, x, x_stride, nx, s + (size_t)i * s_stride); \
+    }
+GEMM_LOOP(QT_F32) GEMM_LOOP(QT_F16) GEMM_LOOP(QT_BF16) GEMM_LOOP(QT_Q4_0) GEMM_LOOP(QT_Q4_1)
+GEMM_LOOP(QT_Q5_0) GEMM_LOOP(QT_Q5_1) GEMM_LOOP(QT_Q8_0) GEMM_LOOP(QT_Q2_K) GEMM_LOOP(QT_Q3_K)
+GEMM_LOOP(QT_Q4_K) GEMM_LOOP(QT_Q5_K) GEMM_LOOP(QT_Q6_K) GEMM_LOOP(QT_IQ4_NL) GEMM_LOOP(QT_IQ4_XS)
+GEMM_LOOP(QT_MXFP4)
+
+cpu_gemm_fn cpu_get_gemm_isa(uint32_t type, cpu_isa isa);
+
+cpu_gemm_fn cpu_get_gemm(uint32_t type) {
+    cpu_gemm_fn f = cpu_get_gemm_isa(type, cpu_dot_isa());
+    if (f || !cpu_get_vec_dot(type)) return f;
+    switch (type) {
+    case QT_F32: return gemm_loop_QT_F32;
+    case QT_F16: return gemm_loop_QT_F16;
+    case QT_BF16: return gemm_loop_QT_BF16;
+    case QT_Q4_0: return gemm_loop_QT_Q4_0;
+    case QT_Q4_1: return gemm_loop_QT_Q4_1;
+    case QT_Q5_0: return gemm_loop_QT_Q5_0;
+    case QT_Q5_1: return gemm_loop_QT_Q5_1;
+    case QT_Q8_0: return gemm_loop_QT_Q8_0;
+    case QT_Q2_K: return gemm_loop_QT_Q2_K;
+    case QT_Q3_K: return gemm_loop_QT_Q3_K;
+    case QT_Q4_K: return gemm_loop_QT_Q4_K;
+    case QT_Q5_K: return gemm_loop_QT_Q5_K;
+    case QT_Q6_K: return gemm_loop_QT_Q6_K;
+    case QT_IQ4_NL: return gemm_loop_QT_IQ4_NL;
+    case QT_IQ4_XS: return gemm_loop_QT_IQ4_XS;
+    case QT_MXFP4: return gemm_loop_QT_MXFP4;
+    default: return NULL;
+    }
+}
+
+/* Fast multi-row kernels per ISA (none yet: the generic loop serves). */
+cpu_gemm_fn cpu_get_gemm_isa(uint32_t type, cpu_isa isa) {
+    (void)type;
+    (void)isa;
+    return NULL;
+}
+
 cpu_from_float_fn cpu_get_from_float(uint32_t type) {
     switch (type) {
     case QT_F32: return ff_f32;

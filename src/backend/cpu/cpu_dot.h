@@ -19,6 +19,12 @@
  * is reused across tokens. n: elements per row. */
 typedef void (*cpu_vec_dot_fn)(int64_t n, const void *w, const void *x, size_t x_stride, int nx,
                                float *s);
+/* Several weight rows at once: s[i*s_stride + j] = dot(w + i*w_stride, x + j*x_stride)
+ * for i in [0, nw), j in [0, nx). Multi-row kernels share activation loads and
+ * the unpacking pipeline across rows; each output keeps the single-row
+ * kernel's float order, so results are bitwise those of cpu_vec_dot_fn. */
+typedef void (*cpu_gemm_fn)(int64_t n, const void *w, size_t w_stride, int nw, const void *x,
+                            size_t x_stride, int nx, float *s, size_t s_stride);
 /* Converts n floats to the vec_dot_type format (n a multiple of its block). */
 typedef void (*cpu_from_float_fn)(const float *x, void *y, int64_t n);
 
@@ -32,6 +38,9 @@ const char *cpu_isa_name(cpu_isa isa);
 /* NULL if the weight type has no kernel. */
 cpu_vec_dot_fn cpu_get_vec_dot(uint32_t weight_type);
 cpu_from_float_fn cpu_get_from_float(uint32_t vec_dot_type);
+/* The multi-row kernel for a weight type on this CPU: a fast one where it
+ * exists, otherwise a loop over cpu_get_vec_dot(). NULL if no kernel. */
+cpu_gemm_fn cpu_get_gemm(uint32_t weight_type);
 /* The same for one explicit ISA (tests compare ISAs against portable). */
 cpu_vec_dot_fn cpu_get_vec_dot_isa(uint32_t weight_type, cpu_isa isa);
 #endif
