@@ -4,6 +4,7 @@
 #   make demo       build and run the README's demo on the embedded default model
 #   make fuzz       libFuzzer targets (FUZZ_SECONDS per target)
 #   make bench      CPU benchmark side by side with llama.cpp (bench/)
+#   make test-cuda  CUDA op parity + end-to-end checks (needs a GPU; tests/cuda/run.sh)
 CC      ?= cc
 SAN     ?= 0
 BUILD   ?= build
@@ -17,21 +18,37 @@ OPT     := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitiz
 LDSAN   := -fsanitize=address,undefined
 endif
 
+# CUDA: on whenever nvcc is found (CI compiles and links it without a GPU);
+# cudart is linked statically so the binary runs wherever a driver is.
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_ARCH ?= sm_90a
+ifneq ($(NVCC),)
+CUDA_HOME   := $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_LIBDIR ?= $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib))
+NVCCFLAGS   := -std=c++17 -O3 -gencode=arch=$(CUDA_ARCH:sm_%=compute_%),code=$(CUDA_ARCH) \
+               -Werror all-warnings -Xcompiler -fPIC,-Wall -Iinclude -Isrc -DBRISK_HAVE_CUDA $(EXTRA_NVCCFLAGS)
+CU_SRC      := $(sort $(wildcard src/backend/cuda/*.cu))
+CUDA_CFLAGS := -DBRISK_HAVE_CUDA
+CUDA_LIBS   := -L$(CUDA_LIBDIR) -lcudart_static -lrt -ldl -lstdc++
+endif
+
 # gcc-only warning switches (clang rejects them)
 GCC_WARN := $(if $(shell $(CC) --version 2>/dev/null | grep -qi 'free software foundation' && echo y),-Wshadow=local -Wno-format-truncation)
 CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter $(GCC_WARN) \
-           -fPIC -D_GNU_SOURCE -pthread -Iinclude -Isrc $(EXTRA_CFLAGS)
-LDLIBS  := -lpcre2-8 -lcjson -lm -lpthread -ldl
+           -fPIC -D_GNU_SOURCE -pthread -Iinclude -Isrc $(CUDA_CFLAGS) $(EXTRA_CFLAGS)
+LDLIBS  := -lpcre2-8 -lcjson -lm -lpthread -ldl $(CUDA_LIBS)
 LDFLAGS := $(LDSAN) -pthread
 
 # Per-ISA kernel files: the rest of the code stays portable x86-64.
 ISA_AVX2   := -mavx2 -mfma -mf16c
 ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
 
+
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
-TEST_SRC := $(sort $(wildcard tests/test_*.c))
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+# test_cuda_ops needs a GPU: it runs under `make test-cuda`, not `make test`.
+TEST_SRC := $(filter-out tests/test_cuda_ops.c,$(sort $(wildcard tests/test_*.c)))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
@@ -44,6 +61,9 @@ $(BUILD)/obj/%_avx2.o: %_avx2.c
 $(BUILD)/obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(ISA_AVX512) -MMD -MP -c $< -o $@
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
@@ -65,6 +85,13 @@ $(BUILD)/llamacpp-ref: tests/llamacpp/harness.c .deps/llama.cpp/include/llama.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O2 -g -D_GNU_SOURCE -I.deps/llama.cpp/include -I.deps/llama.cpp/ggml/include \
 	    -o $@ $< -ldl -lm -pthread
+
+$(BUILD)/tests/test_cuda_ops: tests/test_cuda_ops.c tests/test.h $(BUILD)/libbrisk.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libbrisk.a $(LDFLAGS) $(LDLIBS)
+
+test-cuda: $(BUILD)/tests/test_cuda_ops $(BUILD)/brisk
+	@BUILD=$(BUILD) SHARED=$(SHARED) bash tests/cuda/run.sh
 
 deps: .deps/llama.cpp/include/llama.h
 .deps/llama.cpp/include/llama.h: | .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle
@@ -96,5 +123,5 @@ format:
 clean:
 	rm -rf build build-san
 
-.PHONY: all test tests demo fuzz bench format clean deps
+.PHONY: all test test-cuda tests demo fuzz bench format clean deps
 -include $(DEPS)

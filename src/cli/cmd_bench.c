@@ -115,17 +115,21 @@ static double run_once(brisk_context *ctx, int n_vocab, int n_prompt, int n_gen,
 
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
-    int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, n_ctx = 0;
+    int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, n_ctx = 0, n_gpu_layers = -1, device = 0;
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: brisk bench -m FILE [-p 512] [-n 128] [-t N] [-r 5] [-c N] [--json]\n");
+            printf("usage: brisk bench -m FILE [-p 512] [-n 128] [-t N] [-r 5] [-c N] [-ngl N] [--device I] [--json]\n");
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model_path = cli_next(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) {
+            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, -1, 1 << 20, &n_gpu_layers)) return 2;
+        } else if (!strcmp(a, "--device")) {
+            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 0, 1024, &device)) return 2;
         } else {
             int *dst = !strcmp(a, "-p") ? &n_prompt : !strcmp(a, "-n") ? &n_gen
                      : !strcmp(a, "-t") ? &n_threads : !strcmp(a, "-r") ? &reps
@@ -142,6 +146,8 @@ int cmd_bench(int argc, char **argv) {
     brisk_batch_entry *batch = NULL;
     int rc = 1;
     brisk_model_params mp = brisk_model_default_params();
+    mp.n_gpu_layers = n_gpu_layers;
+    mp.device = device;
     if (brisk_model_load(model_path, &mp, &m) != BRISK_OK) {
         cli_error(1, "%s", brisk_last_error());
         goto done;

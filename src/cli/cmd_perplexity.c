@@ -13,12 +13,12 @@
 
 int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL;
-    int n_ctx = 512, n_threads = 0, n_chunks_max = -1;
+    int n_ctx = 512, n_threads = 0, n_chunks_max = -1, n_gpu_layers = -1, device = 0;
     bool kv_f32 = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: brisk perplexity -m FILE -f TEXT [-c 512] [-t N] [--chunks N] [--kv-f32]\n");
+            printf("usage: brisk perplexity -m FILE -f TEXT [-c 512] [-t N] [--chunks N] [--kv-f32] [-ngl N] [--device I]\n");
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model_path = cli_next(argc, argv, &i))) return 2;
@@ -32,6 +32,10 @@ int cmd_perplexity(int argc, char **argv) {
             if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 1, 1 << 30, &n_chunks_max)) return 2;
         } else if (!strcmp(a, "--kv-f32")) {
             kv_f32 = true;
+        } else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) {
+            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, -1, 1 << 20, &n_gpu_layers)) return 2;
+        } else if (!strcmp(a, "--device")) {
+            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 0, 1024, &device)) return 2;
         } else {
             return cli_error(2, "perplexity: unknown option '%s'", a);
         }
@@ -46,6 +50,8 @@ int cmd_perplexity(int argc, char **argv) {
     brisk_token *toks = NULL;
     brisk_batch_entry *batch = NULL;
     brisk_model_params mp = brisk_model_default_params();
+    mp.n_gpu_layers = n_gpu_layers;
+    mp.device = device;
     if (brisk_model_load(model_path, &mp, &m) != BRISK_OK) {
         cli_error(1, "%s", brisk_last_error());
         goto done;

@@ -23,12 +23,14 @@ static void usage(FILE *f) {
             "  --seed S             RNG seed (default: random)\n"
             "  --ignore-eos         keep generating past end-of-text\n"
             "  --kv-f32             f32 KV cache (default f16)\n"
+            "  -ngl N               layers on the GPU (-1: all when one is present, 0: CPU)\n"
+            "  --device I           GPU index (default 0)\n"
             "  --no-display-prompt  (default) print only the continuation\n");
 }
 
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
-    int n_predict = 128, n_ctx = 0, n_threads = 0;
+    int n_predict = 128, n_ctx = 0, n_threads = 0, n_gpu_layers = -1, device = 0;
     bool ignore_eos = false, kv_f32 = false, seed_set = false;
     brisk_sampler_params sp = brisk_sampler_default_params();
     for (int i = 1; i < argc; i++) {
@@ -56,6 +58,12 @@ int cmd_run(int argc, char **argv) {
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             VAL();
             if (!cli_int(a, v, 1, 1024, &n_threads)) return 2;
+        } else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) {
+            VAL();
+            if (!cli_int(a, v, -1, 1 << 20, &n_gpu_layers)) return 2;
+        } else if (!strcmp(a, "--device")) {
+            VAL();
+            if (!cli_int(a, v, 0, 1024, &device)) return 2;
         } else if (!strcmp(a, "--temp")) {
             VAL();
             if (!cli_float(a, v, 0, 100, &sp.temp)) return 2;
@@ -114,6 +122,8 @@ int cmd_run(int argc, char **argv) {
     brisk_token *toks = NULL;
     brisk_batch_entry *batch = NULL;
     brisk_model_params mp = brisk_model_default_params();
+    mp.n_gpu_layers = n_gpu_layers;
+    mp.device = device;
     if (brisk_model_load(model_path, &mp, &model) != BRISK_OK) {
         cli_error(1, "%s", brisk_last_error());
         goto done;

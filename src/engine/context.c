@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "base/status.h"
 #include "engine/kv_cache.h"
 #include "model/arch.h"
@@ -91,7 +92,11 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
     c->model = model;
     c->p = p;
     c->n_ubatch = p.n_batch < UBATCH_MAX ? p.n_batch : UBATCH_MAX;
-    brisk_status s = bk_cpu_backend_new(p.n_threads, &c->be);
+    /* Compute runs where the weights are: a model bound to a GPU gets a CUDA
+     * backend of its own (own stream and staging) on that device. */
+    int dev;
+    brisk_status s = bk_backend_is_cuda(model->be, &dev) ? bk_cuda_backend_new(dev, &c->be)
+                                                          : bk_cpu_backend_new(p.n_threads, &c->be);
     if (s != BRISK_OK) goto fail;
     s = kv_cache_new(c->be, hp->n_layer, hp->n_head_kv * hp->head_dim, p.n_ctx, p.n_seq_max,
                      p.kv_block_size, p.kv_type, &c->kv);

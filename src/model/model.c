@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "base/status.h"
 #include "quant/quant.h"
 
@@ -215,6 +216,16 @@ brisk_status brisk_model_load(const char *path, const brisk_model_params *params
             goto fail;
         }
         m->hp.n_vocab = tokenizer_n_vocab(m->tok);
+        /* Weights go to the GPU when one is present and layers are asked for
+         * there (-1: all). For now it is all or nothing: any n_gpu_layers != 0
+         * puts every layer on the device. */
+        if (params->n_gpu_layers != 0 && bk_cuda_device_count() > 0) {
+            s = bk_cuda_backend_new(params->device, &m->be);
+            if (s != BRISK_OK) {
+                bk_wrap(s, "%s", path);
+                goto fail;
+            }
+        }
         /* The embedding may be padded beyond the tokenizer (Qwen: 151936 rows). */
         const gguf_tensor *te = gguf_find_tensor(m->gguf, "token_embd.weight");
         if (te && te->ne[1] >= m->hp.n_vocab) m->hp.n_vocab = (int)te->ne[1];
@@ -231,8 +242,24 @@ fail:
     return s;
 }
 
+/* Frees the device copies of the weights (the CPU reads the map and has none). */
+static void release_weights(brisk_model *m) {
+    if (!bk_backend_is_cuda(m->be, NULL)) return;
+    bk_cuda_release_weight(&m->tok_embd);
+    bk_cuda_release_weight(&m->output_norm);
+    if (!m->hp.tied_output) bk_cuda_release_weight(&m->output); /* tied: tok_embd's copy */
+    bk_cuda_release_weight(&m->rope_freqs);
+    for (int l = 0; m->layers && l < m->hp.n_layer; l++) {
+        layer_weights *L = &m->layers[l];
+        bk_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk, &L->bv,
+                           &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) bk_cuda_release_weight(ws[i]);
+    }
+}
+
 void brisk_model_free(brisk_model *m) {
     if (!m) return;
+    release_weights(m);
     free(m->layers);
     if (m->be) m->be->ops->free(m->be);
     tokenizer_free(m->tok);

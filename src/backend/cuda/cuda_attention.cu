@@ -1,0 +1,221 @@
+/* cuda_attention.cu — K/V write into the paged cache, then causal GQA
+ * attention per (token, head) over the page table.
+ *
+ * One block of ATT_TILE threads per (head, token, split): for each tile of
+ * ATT_TILE positions a thread scores one position (its K row against q in
+ * shared memory), the block updates an online softmax, and each thread
+ * accumulates V for head_dim/ATT_TILE dimensions. Long contexts with few
+ * (token, head) pairs are split over positions (flash-decoding): each split
+ * writes (max, sum, unnormalised output) and a combine kernel merges them.
+ *
+ * Metadata: pos, slot and the block tables arrive as host pointers; they are
+ * packed (tokens of one sequence share one copy of its table) and uploaded
+ * to the META_ATT staging slot once per distinct batch. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+
+#define ATT_TILE 128
+#define ATT_MAX_HD 256
+
+template <int F16>
+__global__ void kv_write_kernel(const float *k, const float *v, void *kc, void *vc, const int32_t *slot,
+                                int kvd) {
+    int t = blockIdx.x;
+    size_t off = (size_t)slot[t] * kvd;
+    for (int i = threadIdx.x; i < kvd; i += blockDim.x) {
+        float a = k[(size_t)t * kvd + i], b = v[(size_t)t * kvd + i];
+        if (F16) {
+            ((__half *)kc)[off + i] = __float2half_rn(a);
+            ((__half *)vc)[off + i] = __float2half_rn(b);
+        } else {
+            ((float *)kc)[off + i] = a;
+            ((float *)vc)[off + i] = b;
+        }
+    }
+}
+
+__device__ __forceinline__ float block_reduce(float x, bool is_max, float *red) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float y = __shfl_xor_sync(0xffffffffu, x, o);
+        x = is_max ? fmaxf(x, y) : x + y;
+    }
+    __syncthreads(); /* red may still be read from the previous reduction */
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = x;
+    __syncthreads();
+    x = red[0];
+#pragma unroll
+    for (int w = 1; w < ATT_TILE / 32; w++) x = is_max ? fmaxf(x, red[w]) : x + red[w];
+    return x;
+}
+
+template <int F16> __device__ __forceinline__ float kv_at(const void *base, size_t i) {
+    return F16 ? __half2float(((const __half *)base)[i]) : ((const float *)base)[i];
+}
+
+template <int F16>
+__global__ void __launch_bounds__(ATT_TILE)
+attn_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_t *pos, const int32_t *tab_off,
+            const int32_t *tabs, int n_head, int n_head_kv, int hd, float scale, int chunk, float *out,
+            float *part) {
+    __shared__ float q_s[ATT_MAX_HD], sc[ATT_TILE], red[ATT_TILE / 32];
+    __shared__ int64_t row_s[ATT_TILE];
+    int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
+    int kvh = h / (n_head / n_head_kv);
+    int np = pos[t] + 1, p_begin = sp * chunk, p_end = min(np, p_begin + chunk);
+    const int32_t *table = tabs + tab_off[t];
+    for (int i = tid; i < hd; i += ATT_TILE) q_s[i] = q[((size_t)t * n_head + h) * hd + i];
+    __syncthreads();
+    float acc[ATT_MAX_HD / ATT_TILE] = {0.0f, 0.0f};
+    float m = -INFINITY, l = 0.0f;
+    for (int p0 = p_begin; p0 < p_end; p0 += ATT_TILE) {
+        int p = p0 + tid;
+        float s = -INFINITY;
+        if (p < p_end) {
+            int64_t slot = (int64_t)table[p / bs] * bs + p % bs;
+            int64_t row = (slot * n_head_kv + kvh) * hd;
+            row_s[tid] = row;
+            float d = 0.0f;
+            if (F16 && hd % 8 == 0) {
+                const uint4 *kr = (const uint4 *)((const __half *)kc + row);
+                for (int i = 0; i < hd / 8; i++) {
+                    uint4 u = kr[i];
+                    const __half2 *h2 = (const __half2 *)&u;
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        float2 f = __half22float2(h2[j]);
+                        d += q_s[8 * i + 2 * j] * f.x + q_s[8 * i + 2 * j + 1] * f.y;
+                    }
+                }
+            } else {
+                for (int i = 0; i < hd; i++) d += q_s[i] * kv_at<F16>(kc, row + i);
+            }
+            s = d * scale;
+        }
+        float m_new = fmaxf(m, block_reduce(s, true, red));
+        float e = p < p_end ? expf(s - m_new) : 0.0f;
+        sc[tid] = e;
+        float lt = block_reduce(e, false, red); /* its barriers also publish sc and row_s */
+        float f = expf(m - m_new);
+        l = l * f + lt;
+        m = m_new;
+        int nt = min(ATT_TILE, p_end - p0);
+#pragma unroll
+        for (int a = 0; a < ATT_MAX_HD / ATT_TILE; a++) {
+            int d = tid + a * ATT_TILE;
+            if (d >= hd) break;
+            float o = acc[a] * f;
+            for (int j = 0; j < nt; j++) o += sc[j] * kv_at<F16>(vc, row_s[j] + d);
+            acc[a] = o;
+        }
+        __syncthreads(); /* sc and row_s are rewritten by the next tile */
+    }
+    if (!part) {
+#pragma unroll
+        for (int a = 0; a < ATT_MAX_HD / ATT_TILE; a++) {
+            int d = tid + a * ATT_TILE;
+            if (d < hd) out[((size_t)t * n_head + h) * hd + d] = acc[a] / l;
+        }
+    } else {
+        float *pp = part + (((size_t)t * n_head + h) * gridDim.z + sp) * (hd + 2);
+        if (tid == 0) {
+            pp[0] = m;
+            pp[1] = l;
+        }
+#pragma unroll
+        for (int a = 0; a < ATT_MAX_HD / ATT_TILE; a++) {
+            int d = tid + a * ATT_TILE;
+            if (d < hd) pp[2 + d] = acc[a];
+        }
+    }
+}
+
+/* Merges the splits of one (head, token): one thread per dimension. */
+__global__ void attn_combine_kernel(const float *part, int n_split, int n_head, int hd, float *out) {
+    int h = blockIdx.x, t = blockIdx.y;
+    const float *pp = part + ((size_t)t * n_head + h) * n_split * (hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < n_split; s++) M = fmaxf(M, pp[s * (hd + 2)]);
+    float L = 0.0f;
+    for (int s = 0; s < n_split; s++) L += pp[s * (hd + 2) + 1] * expf(pp[s * (hd + 2)] - M);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o = 0.0f;
+        for (int s = 0; s < n_split; s++) o += pp[s * (hd + 2) + 2 + d] * expf(pp[s * (hd + 2)] - M);
+        out[((size_t)t * n_head + h) * hd + d] = o / L;
+    }
+}
+
+/* Packs pos, slot, per-token table offsets and the distinct tables; returns int32 count or -1. */
+static int64_t pack_meta(cuda_backend *cb, const bk_attn_batch *ab, int bs, int *max_np) {
+    int n = ab->n_tokens;
+    int32_t *pk = (int32_t *)cb->pack;
+    int64_t cap = (int64_t)(cb->meta_cap[META_ATT] / sizeof(int32_t)), cur = 3 * (int64_t)n;
+    if (cur > cap) return -1;
+    memcpy(pk, ab->pos, (size_t)n * 4);
+    memcpy(pk + n, ab->slot, (size_t)n * 4);
+    *max_np = 0;
+    for (int t = 0; t < n;) {
+        int u = t, len = 0; /* tokens [t, u) share one table pointer */
+        for (; u < n && ab->block_table[u] == ab->block_table[t]; u++) {
+            int need = ab->pos[u] / bs + 1;
+            if (need > len) len = need;
+            if (ab->pos[u] + 1 > *max_np) *max_np = ab->pos[u] + 1;
+        }
+        if (cur + len > cap) return -1;
+        memcpy(pk + cur, ab->block_table[t], (size_t)len * 4);
+        for (int i = t; i < u; i++) pk[2 * n + i] = (int32_t)(cur - 3 * n);
+        cur += len;
+        t = u;
+    }
+    return cur;
+}
+
+extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, const float *v,
+                               const bk_kv_view *kv, const bk_attn_batch *ab, int n_head, int n_head_kv,
+                               int head_dim, float scale, float *out) {
+    cuda_backend *cb = (cuda_backend *)be;
+    int n = ab->n_tokens;
+    if (n <= 0) return;
+    if (head_dim > ATT_MAX_HD) {
+        cuda_set_error(cb, bk_fail(BRISK_ERR_UNSUPPORTED, "cuda attention: head_dim %d > %d", head_dim, ATT_MAX_HD));
+        return;
+    }
+    int max_np = 0;
+    int64_t cnt = pack_meta(cb, ab, kv->block_size, &max_np);
+    if (cnt < 0) {
+        cuda_set_error(cb, bk_fail(BRISK_ERR_RANGE, "cuda attention: batch metadata exceeds the staging area"));
+        return;
+    }
+    const int32_t *d = (const int32_t *)cuda_upload(cb, META_ATT, cb->pack, (size_t)cnt * 4);
+    if (!d) return;
+    const int32_t *d_pos = d, *d_slot = d + n, *d_off = d + 2 * n, *d_tabs = d + 3 * n;
+    int kvd = n_head_kv * head_dim;
+    bool f16 = kv->kv_type == BRISK_KV_F16;
+    if (f16) kv_write_kernel<1><<<n, 256, 0, cb->stream>>>(k, v, kv->k, kv->v, d_slot, kvd);
+    else kv_write_kernel<0><<<n, 256, 0, cb->stream>>>(k, v, kv->k, kv->v, d_slot, kvd);
+
+    /* Split over positions when (head, token) pairs alone leave most SMs idle. */
+    int64_t pairs = (int64_t)n * n_head;
+    int n_split = 1;
+    if (pairs < 2 * cb->n_sm && max_np > 2 * ATT_TILE) {
+        n_split = (int)((2 * cb->n_sm + pairs - 1) / pairs);
+        int by_len = (max_np + ATT_TILE - 1) / ATT_TILE;
+        if (n_split > by_len) n_split = by_len;
+        if (n_split > 64) n_split = 64;
+        while (n_split > 1 && pairs * n_split * (head_dim + 2) > (int64_t)cb->att_part_cap) n_split--;
+    }
+    int chunk = (max_np + n_split - 1) / n_split;
+    chunk = (chunk + ATT_TILE - 1) / ATT_TILE * ATT_TILE;
+    dim3 grid(n_head, n, n_split);
+    float *part = n_split > 1 ? cb->att_part : NULL;
+    if (f16)
+        attn_kernel<1><<<grid, ATT_TILE, 0, cb->stream>>>(q, kv->k, kv->v, kv->block_size, d_pos, d_off, d_tabs,
+                                                          n_head, n_head_kv, head_dim, scale, chunk, out, part);
+    else
+        attn_kernel<0><<<grid, ATT_TILE, 0, cb->stream>>>(q, kv->k, kv->v, kv->block_size, d_pos, d_off, d_tabs,
+                                                          n_head, n_head_kv, head_dim, scale, chunk, out, part);
+    if (part) attn_combine_kernel<<<dim3(n_head, n), 128, 0, cb->stream>>>(part, n_split, n_head, head_dim, out);
+    CU_LAUNCHED(cb);
+}

@@ -1,0 +1,201 @@
+/* cuda_backend.cu — memory, the stream, metadata staging and the op table of
+ * the CUDA backend. The op families live in cuda_gemv.cu, cuda_norm_rope.cu,
+ * cuda_attention.cu and cuda_elementwise.cu. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+
+/* Staging capacities in bytes: ids and positions of up to 64K tokens, and
+ * attention metadata (positions, slots, table offsets and the distinct block
+ * tables of a batch) of up to 1M int32. A batch beyond them is an error. */
+#define META_TOKENS_BYTES ((size_t)65536 * 4)
+#define META_FREQ_BYTES ((size_t)4096 * 4)
+#define META_ATT_BYTES ((size_t)1 << 22)
+/* Split-K attention partials: 8M floats (32 MiB). */
+#define ATT_PART_FLOATS ((size_t)8 << 20)
+
+void cuda_set_error(cuda_backend *cb, brisk_status s) {
+    if (cb->err != BRISK_OK) return;
+    cb->err = s;
+    snprintf(cb->errmsg, sizeof cb->errmsg, "%s", brisk_last_error());
+}
+
+const void *cuda_upload(cuda_backend *cb, int slot, const void *host, size_t bytes) {
+    if (bytes > cb->meta_cap[slot]) {
+        cuda_set_error(cb, bk_fail(BRISK_ERR_RANGE, "cuda: batch metadata of %zu bytes exceeds the staging area (%zu)",
+                                   bytes, cb->meta_cap[slot]));
+        return NULL;
+    }
+    if (bytes == cb->meta_len[slot] && !memcmp(cb->meta_last[slot], host, bytes)) return cb->meta_dev[slot];
+    memcpy(cb->meta_last[slot], host, bytes);
+    cb->meta_len[slot] = bytes;
+    /* From pageable memory: the driver has taken the bytes when the call returns,
+     * so meta_last may change afterwards; the copy stays ordered on the stream. */
+    cudaError_t e = cudaMemcpyAsync(cb->meta_dev[slot], cb->meta_last[slot], bytes, cudaMemcpyHostToDevice,
+                                    cb->stream);
+    if (e != cudaSuccess) {
+        cb->meta_len[slot] = (size_t)-1;
+        cuda_set_error(cb, bk_fail(BRISK_ERR_BACKEND, "cuda: metadata upload: %s", cudaGetErrorString(e)));
+        return NULL;
+    }
+    return cb->meta_dev[slot];
+}
+
+static void cuda_free(bk_backend *be) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (!cb) return;
+    cudaSetDevice(cb->device);
+    if (cb->stream) cudaStreamSynchronize(cb->stream);
+    for (int i = 0; i < META_COUNT; i++) {
+        cudaFree(cb->meta_dev[i]);
+        free(cb->meta_last[i]);
+    }
+    cudaFree(cb->att_part);
+    free(cb->pack);
+    if (cb->stream) cudaStreamDestroy(cb->stream);
+    free(cb);
+}
+
+static brisk_status cuda_alloc(bk_backend *be, size_t bytes, void **out) {
+    cuda_backend *cb = (cuda_backend *)be;
+    *out = NULL;
+    CU_TRY(cudaSetDevice(cb->device));
+    cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        *out = NULL;
+        return bk_fail(BRISK_ERR_NOMEM, "cuda device %d: cannot allocate %.1f MiB (%.1f MiB free): %s",
+                       cb->device, bytes / 1048576.0, fr / 1048576.0, cudaGetErrorString(e));
+    }
+    CU_TRY(cudaMemsetAsync(*out, 0, bytes, cb->stream));
+    CU_TRY(cudaStreamSynchronize(cb->stream));
+    return BRISK_OK;
+}
+
+static void cuda_release(bk_backend *be, void *p) {
+    cuda_backend *cb = (cuda_backend *)be;
+    cudaStreamSynchronize(cb->stream);
+    cudaFree(p);
+}
+
+static brisk_status cuda_bind_weight(bk_backend *be, bk_weight *w) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (w->n_out > 1 && !cuda_type_supported(w->type))
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "no CUDA kernel for tensor %s of type %s", w->name,
+                       quant_type_name(w->type));
+    size_t bytes = (size_t)w->n_out * w->row_bytes;
+    CU_TRY(cudaSetDevice(cb->device));
+    void *d = NULL;
+    cudaError_t e = cudaMalloc(&d, bytes ? bytes : 1);
+    if (e != cudaSuccess)
+        return bk_fail(BRISK_ERR_NOMEM, "cuda device %d: cannot allocate %.1f MiB for %s: %s", cb->device,
+                       bytes / 1048576.0, w->name, cudaGetErrorString(e));
+    e = cudaMemcpy(d, w->host, bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        cudaFree(d);
+        return bk_fail(BRISK_ERR_BACKEND, "cuda: uploading %s: %s", w->name, cudaGetErrorString(e));
+    }
+    w->dev = d;
+    return BRISK_OK;
+}
+
+extern "C" void bk_cuda_release_weight(bk_weight *w) {
+    if (w && w->dev) {
+        cudaFree(w->dev);
+        w->dev = NULL;
+    }
+}
+
+static brisk_status cuda_read(bk_backend *be, const void *src, void *dst, size_t bytes) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (cb->err != BRISK_OK) {
+        brisk_status s = cb->err;
+        cb->err = BRISK_OK;
+        return bk_fail(s, "%s", cb->errmsg);
+    }
+    CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cb->stream));
+    CU_TRY(cudaStreamSynchronize(cb->stream));
+    return BRISK_OK;
+}
+
+extern "C" brisk_status bk_cuda_write(bk_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_backend *cb = (cuda_backend *)be;
+    CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb->stream));
+    CU_TRY(cudaStreamSynchronize(cb->stream));
+    return BRISK_OK;
+}
+
+static void cuda_copy(bk_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_backend *cb = (cuda_backend *)be;
+    CU_OP(cb, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->stream));
+}
+
+static const bk_backend_ops cuda_ops = {
+    /* name */ "cuda",
+    /* free */ cuda_free,
+    /* alloc */ cuda_alloc,
+    /* release */ cuda_release,
+    /* bind_weight */ cuda_bind_weight,
+    /* get_rows */ cuda_get_rows,
+    /* rms_norm */ cuda_rms_norm,
+    /* matmul */ cuda_matmul,
+    /* rope */ cuda_rope,
+    /* attention */ cuda_attention,
+    /* swiglu */ cuda_swiglu,
+    /* add */ cuda_add,
+    /* read */ cuda_read,
+    /* copy */ cuda_copy,
+};
+
+extern "C" int bk_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* clear: no driver or no device is not an error here */
+        return 0;
+    }
+    return n;
+}
+
+extern "C" bool bk_backend_is_cuda(const bk_backend *be, int *device) {
+    if (!be || be->ops != &cuda_ops) return false;
+    if (device) *device = ((const cuda_backend *)be)->device;
+    return true;
+}
+
+static brisk_status cuda_init(cuda_backend *cb) {
+    CU_TRY(cudaSetDevice(cb->device));
+    CU_TRY(cudaDeviceGetAttribute(&cb->n_sm, cudaDevAttrMultiProcessorCount, cb->device));
+    CU_TRY(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking));
+    const size_t caps[META_COUNT] = {META_TOKENS_BYTES, META_TOKENS_BYTES, META_FREQ_BYTES, META_ATT_BYTES};
+    for (int i = 0; i < META_COUNT; i++) {
+        cb->meta_cap[i] = caps[i];
+        cb->meta_len[i] = (size_t)-1;
+        CU_TRY(cudaMalloc(&cb->meta_dev[i], caps[i]));
+        if (!(cb->meta_last[i] = malloc(caps[i]))) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    }
+    if (!(cb->pack = malloc(META_ATT_BYTES))) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    cb->att_part_cap = ATT_PART_FLOATS;
+    CU_TRY(cudaMalloc(&cb->att_part, ATT_PART_FLOATS * sizeof(float)));
+    return BRISK_OK;
+}
+
+extern "C" brisk_status bk_cuda_backend_new(int device, bk_backend **out) {
+    *out = NULL;
+    int n = bk_cuda_device_count();
+    if (device < 0 || device >= n)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "CUDA device %d does not exist (%d found)", device, n);
+    cuda_backend *cb = (cuda_backend *)calloc(1, sizeof *cb);
+    if (!cb) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    cb->base.ops = &cuda_ops;
+    cb->device = device;
+    brisk_status s = cuda_init(cb);
+    if (s != BRISK_OK) {
+        cuda_free(&cb->base);
+        return s;
+    }
+    *out = &cb->base;
+    return BRISK_OK;
+}

@@ -1,0 +1,39 @@
+/* cuda_backend.h — the CUDA backend, seen from C. The one header of
+ * src/backend/cuda/ that host code includes; it names no CUDA type.
+ *
+ * A CUDA backend owns one stream, a small device staging area for the batch
+ * metadata (token ids, positions, cache slots, block tables arrive as host
+ * pointers through backend.h; each op copies what it needs to the staging
+ * area, skipping the copy when the bytes equal the previous upload) and an
+ * attention scratch for split-K partial results. All of it is allocated in
+ * bk_cuda_backend_new; no op allocates. Weights bound through it get a
+ * device copy in w->dev (cudaMalloc, freed by the process's exit or by the
+ * backend that bound them: see bk_cuda_release_weight).
+ *
+ * Errors inside ops (which return void) are sticky: the first one is kept
+ * and returned by the next read().
+ *
+ * Built when nvcc is found; otherwise a stub reports no devices. */
+#ifndef BK_CUDA_BACKEND_H
+#define BK_CUDA_BACKEND_H
+#include "backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Number of usable CUDA devices; 0 without a driver, a GPU or a CUDA build. */
+int bk_cuda_device_count(void);
+/* A CUDA backend on device `device`. */
+brisk_status bk_cuda_backend_new(int device, bk_backend **out);
+/* True when be is a CUDA backend; *device (if set) receives its device. */
+bool bk_backend_is_cuda(const bk_backend *be, int *device);
+/* Copies host bytes into backend memory and waits (tests and setup; not an op). */
+brisk_status bk_cuda_write(bk_backend *be, void *dst, const void *src, size_t bytes);
+/* Frees the device copy of a weight bound by a CUDA backend (NULL dev: no-op). */
+void bk_cuda_release_weight(bk_weight *w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

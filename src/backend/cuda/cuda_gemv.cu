@@ -1,0 +1,199 @@
+/* cuda_gemv.cu — embedding rows and matrix products on quantized weights.
+ *
+ * Up to GEMV_MAX_TOK tokens: one warp per output row reads the row once,
+ * decodes 8 elements per lane per step (a warp step covers 256 consecutive
+ * elements, i.e. one K-quant block or eight 32-blocks) and dots them with
+ * every token's activations (decode and small batches: weight-bandwidth bound).
+ * More tokens: a 64x64 tiled SIMT kernel that decodes each weight tile into
+ * shared memory once per 64 tokens. (Tensor cores: a later step.)
+ */
+#include "backend/cuda/cuda_internal.cuh"
+
+#define GEMV_MAX_TOK 8
+#define GEMV_WARPS 4
+
+/* Dispatch over the supported types: inside, TT is the type as a constant. */
+#define BK_TYPE_CASE(T, ...) \
+    case T: {                \
+        constexpr int TT = T; \
+        __VA_ARGS__;         \
+    } break;
+#define BK_DISPATCH(type, ...)                                                   \
+    switch (type) {                                                              \
+        BK_TYPE_CASE(QT_F32, __VA_ARGS__) BK_TYPE_CASE(QT_F16, __VA_ARGS__)      \
+        BK_TYPE_CASE(QT_BF16, __VA_ARGS__) BK_TYPE_CASE(QT_Q8_0, __VA_ARGS__)    \
+        BK_TYPE_CASE(QT_Q4_0, __VA_ARGS__) BK_TYPE_CASE(QT_Q4_1, __VA_ARGS__)    \
+        BK_TYPE_CASE(QT_Q5_0, __VA_ARGS__) BK_TYPE_CASE(QT_Q5_1, __VA_ARGS__)    \
+        BK_TYPE_CASE(QT_IQ4_NL, __VA_ARGS__) BK_TYPE_CASE(QT_Q4_K, __VA_ARGS__)  \
+        BK_TYPE_CASE(QT_Q5_K, __VA_ARGS__) BK_TYPE_CASE(QT_Q6_K, __VA_ARGS__)    \
+        BK_TYPE_CASE(QT_IQ4_XS, __VA_ARGS__)                                     \
+    default: break;                                                              \
+    }
+
+#define IS_FLOAT_T(T) ((T) == QT_F32 || (T) == QT_F16 || (T) == QT_BF16)
+
+/* ---- get_rows: out[i, :] = dequantized row ids[i] ---- */
+template <int T>
+__global__ void get_rows_kernel(const uint8_t *emb, size_t row_bytes, int64_t n_in, const int32_t *ids,
+                                float *out) {
+    const uint8_t *row = emb + (size_t)ids[blockIdx.x] * row_bytes;
+    float *o = out + (size_t)blockIdx.x * n_in;
+    if (!IS_FLOAT_T(T) || n_in % 8 == 0) {
+        for (int64_t p = threadIdx.x; p < n_in / 8; p += blockDim.x) {
+            float v[8];
+            deq8<T>(row, p * 8, v);
+#pragma unroll
+            for (int i = 0; i < 8; i++) o[p * 8 + i] = v[i];
+        }
+    } else {
+        for (int64_t e = threadIdx.x; e < n_in; e += blockDim.x) o[e] = deq1(T, row, e);
+    }
+}
+
+extern "C" void cuda_get_rows(bk_backend *be, const bk_weight *emb, const int32_t *ids, int n, float *out) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (n <= 0) return;
+    const int32_t *d_ids = (const int32_t *)cuda_upload(cb, META_IDS, ids, (size_t)n * sizeof(int32_t));
+    if (!d_ids) return;
+    BK_DISPATCH(emb->type, get_rows_kernel<TT><<<n, 128, 0, cb->stream>>>((const uint8_t *)emb->dev,
+                                                                      emb->row_bytes, emb->n_in, d_ids, out));
+    CU_LAUNCHED(cb);
+}
+
+/* ---- GEMV: y (n, n_out) = x (n, n_in) W^T, n <= GEMV_MAX_TOK ---- */
+template <int T>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+gemv_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, const float *x, int n,
+            const float *bias, float *y) {
+    int lane = threadIdx.x % 32;
+    int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
+    if (r >= n_out) return;
+    const uint8_t *row = W + r * row_bytes;
+    float acc[GEMV_MAX_TOK];
+#pragma unroll
+    for (int t = 0; t < GEMV_MAX_TOK; t++) acc[t] = 0.0f;
+    if (!IS_FLOAT_T(T) || n_in % 8 == 0) {
+        for (int64_t p = lane; p < n_in / 8; p += 32) {
+            float v[8];
+            deq8<T>(row, p * 8, v);
+#pragma unroll
+            for (int t = 0; t < GEMV_MAX_TOK; t++) {
+                if (t < n) {
+                    const float4 *xp = (const float4 *)(x + t * n_in + p * 8);
+                    float4 a = __ldg(xp), b = __ldg(xp + 1);
+                    acc[t] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w + v[4] * b.x + v[5] * b.y +
+                              v[6] * b.z + v[7] * b.w;
+                }
+            }
+        }
+    } else {
+        for (int64_t e = lane; e < n_in; e += 32) {
+            float w = deq1(T, row, e);
+#pragma unroll
+            for (int t = 0; t < GEMV_MAX_TOK; t++)
+                if (t < n) acc[t] += w * __ldg(x + t * n_in + e);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < GEMV_MAX_TOK; t++) {
+        if (t < n) {
+            float s = acc[t];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (lane == 0) y[t * n_out + r] = s + (bias ? bias[r] : 0.0f);
+        }
+    }
+}
+
+/* ---- tiled: 64 rows x 64 tokens per block, 32 elements of K per step ---- */
+#define TM 64
+#define TN 64
+#define TK 32
+template <int T>
+__global__ void __launch_bounds__(256)
+mm_tiled_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, const float *x, int n,
+                const float *bias, float *y) {
+    __shared__ float Ws[TK][TM + 1]; /* [k][row] */
+    __shared__ float Xs[TK][TN + 1]; /* [k][token] */
+    int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    int64_t r0 = (int64_t)blockIdx.x * TM;
+    int t0 = blockIdx.y * TN;
+    int lr = tid / 4, lp = tid % 4; /* loader: row/token lr, piece lp of 8 elements */
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    for (int64_t k0 = 0; k0 < n_in; k0 += TK) {
+        float v[8];
+        if (r0 + lr < n_out) deq8<T>(W + (r0 + lr) * row_bytes, k0 + lp * 8, v);
+        else
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[i] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) Ws[lp * 8 + i][lr] = v[i];
+        if (t0 + lr < n) {
+            const float4 *xp = (const float4 *)(x + (int64_t)(t0 + lr) * n_in + k0 + lp * 8);
+            float4 a = __ldg(xp), b = __ldg(xp + 1);
+            v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+            v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[i] = 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) Xs[lp * 8 + i][lr] = v[i];
+        __syncthreads();
+#pragma unroll 8
+        for (int k = 0; k < TK; k++) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) a[i] = Ws[k][tx + 16 * i];
+#pragma unroll
+            for (int j = 0; j < 4; j++) b[j] = Xs[k][ty + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int t = t0 + ty + 16 * j;
+        if (t >= n) continue;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int64_t r = r0 + tx + 16 * i;
+            if (r < n_out) y[(int64_t)t * n_out + r] = acc[i][j] + (bias ? bias[r] : 0.0f);
+        }
+    }
+}
+
+static void matmul_one(cuda_backend *cb, const bk_weight *w, const bk_weight *bias, const float *x, int n,
+                       float *y) {
+    const uint8_t *W = (const uint8_t *)w->dev;
+    const float *b = bias ? (const float *)bias->dev : NULL;
+    int64_t n_in = w->n_in, n_out = w->n_out;
+    if (n > GEMV_MAX_TOK && n_in % TK == 0) {
+        dim3 grid((unsigned)((n_out + TM - 1) / TM), (unsigned)((n + TN - 1) / TN));
+        BK_DISPATCH(w->type, mm_tiled_kernel<TT><<<grid, 256, 0, cb->stream>>>(W, w->row_bytes, n_in, n_out,
+                                                                              x, n, b, y));
+        return;
+    }
+    unsigned blocks = (unsigned)((n_out + GEMV_WARPS - 1) / GEMV_WARPS);
+    for (int t0 = 0; t0 < n; t0 += GEMV_MAX_TOK) {
+        int nt = n - t0 < GEMV_MAX_TOK ? n - t0 : GEMV_MAX_TOK;
+        BK_DISPATCH(w->type, gemv_kernel<TT><<<blocks, GEMV_WARPS * 32, 0, cb->stream>>>(
+                                 W, w->row_bytes, n_in, n_out, x + (int64_t)t0 * n_in, nt, b,
+                                 y + (int64_t)t0 * n_out));
+    }
+}
+
+extern "C" void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, const bk_weight *const *bias,
+                            const float *x, int n, float *const *y) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (n <= 0) return;
+    for (int m = 0; m < n_w; m++) matmul_one(cb, w[m], bias ? bias[m] : NULL, x, n, y[m]);
+    CU_LAUNCHED(cb);
+}

@@ -1,0 +1,222 @@
+/* cuda_internal.cuh — what the .cu files of the CUDA backend share: the
+ * backend's context struct, the error macro, metadata staging, the block
+ * decoders of every supported weight type, and each op family's launcher. */
+#ifndef BK_CUDA_INTERNAL_CUH
+#define BK_CUDA_INTERNAL_CUH
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "backend/cuda/cuda_backend.h"
+#include "base/status.h"
+#include "quant/quant.h"
+}
+
+/* Metadata staging slots: each op family uploads into its own slot, so a
+ * skipped (unchanged) upload never clobbers another op's live data. */
+enum { META_IDS = 0, META_ROPE_POS, META_ROPE_FREQ, META_ATT, META_COUNT };
+
+typedef struct cuda_backend {
+    bk_backend base;
+    int device;
+    int n_sm;
+    cudaStream_t stream;
+    brisk_status err;           /* sticky: first failure inside a void op */
+    char errmsg[256];
+    void *meta_dev[META_COUNT]; /* device staging per slot */
+    void *meta_last[META_COUNT];/* host copy of what the slot holds */
+    size_t meta_len[META_COUNT];/* bytes valid in meta_last (SIZE_MAX: none) */
+    size_t meta_cap[META_COUNT];/* bytes per slot */
+    void *pack;                 /* host packing buffer, meta_cap[META_ATT] bytes */
+    float *att_part;            /* split-K partials: (n_part, head_dim + 2) floats */
+    size_t att_part_cap;        /* floats */
+} cuda_backend;
+
+/* One check macro: a failing CUDA call becomes a status with file, line and the driver's text. */
+#define CU_TRY(call)                                                                       \
+    do {                                                                                   \
+        cudaError_t cu_e_ = (call);                                                        \
+        if (cu_e_ != cudaSuccess)                                                          \
+            return bk_fail(BRISK_ERR_BACKEND, "%s:%d: %s: %s", __FILE__, __LINE__, #call,   \
+                           cudaGetErrorString(cu_e_));                                     \
+    } while (0)
+
+/* For void ops: records the first error (sticky) and returns from the op. */
+void cuda_set_error(cuda_backend *cb, brisk_status s);
+#define CU_OP(cb, call)                                                                    \
+    do {                                                                                   \
+        cudaError_t cu_e_ = (call);                                                        \
+        if (cu_e_ != cudaSuccess) {                                                        \
+            cuda_set_error(cb, bk_fail(BRISK_ERR_BACKEND, "%s:%d: %s: %s", __FILE__,        \
+                                       __LINE__, #call, cudaGetErrorString(cu_e_)));       \
+            return;                                                                        \
+        }                                                                                  \
+    } while (0)
+#define CU_LAUNCHED(cb) CU_OP(cb, cudaGetLastError())
+
+/* Copies bytes of host data into staging slot `slot` (skipped when equal to
+ * the last upload); returns the device copy, or NULL after recording an error. */
+const void *cuda_upload(cuda_backend *cb, int slot, const void *host, size_t bytes);
+
+/* ---- weight decoding: 8 consecutive elements starting at element e (e % 8 == 0) ---- */
+__device__ __forceinline__ float bk_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float bk_bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+__device__ __forceinline__ uint16_t ld16(const uint8_t *p) { return *(const uint16_t *)p; }
+/* 8 bytes from a 2-byte-aligned address */
+__device__ __forceinline__ uint2 ld8_a2(const uint8_t *p) {
+    const uint16_t *q = (const uint16_t *)p;
+    return make_uint2(q[0] | ((uint32_t)q[1] << 16), q[2] | ((uint32_t)q[3] << 16));
+}
+
+__constant__ static const int8_t bk_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                  1,    13,   25,  38,  53,  69,  89,  113};
+
+/* Scale and min of Q4_K/Q5_K sub-block j (0..7). */
+__device__ __forceinline__ void k4_scale_min(int j, const uint8_t *q, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* Decodes elements [e, e+8) of a row of type T. For float types `row` must be
+ * 16-byte aligned (callers check n_in % 8 == 0; see deq1 otherwise). */
+template <int T> __device__ __forceinline__ void deq8(const uint8_t *row, int64_t e, float v[8]) {
+    if (T == QT_F32) {
+        const float4 *p = (const float4 *)(row + e * 4);
+        float4 a = p[0], b = p[1];
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+        v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    } else if (T == QT_F16 || T == QT_BF16) {
+        uint4 u = *(const uint4 *)(row + e * 2);
+        uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint16_t lo = (uint16_t)(w[i] & 0xFFFF), hi = (uint16_t)(w[i] >> 16);
+            v[2 * i] = T == QT_F16 ? bk_h2f(lo) : bk_bf2f(lo);
+            v[2 * i + 1] = T == QT_F16 ? bk_h2f(hi) : bk_bf2f(hi);
+        }
+    } else if (T == QT_Q8_0) {
+        const uint8_t *b = row + (e / 32) * 34;
+        float d = bk_h2f(ld16(b));
+        uint2 q = ld8_a2(b + 2 + (e % 32));
+        uint32_t w[2] = {q.x, q.y};
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = (float)(int8_t)(w[i / 4] >> (8 * (i % 4))) * d;
+    } else if (T == QT_Q4_0 || T == QT_Q4_1 || T == QT_IQ4_NL) {
+        const int bs = T == QT_Q4_1 ? 20 : 18;
+        const uint8_t *b = row + (e / 32) * bs;
+        float d = bk_h2f(ld16(b)), m = T == QT_Q4_1 ? bk_h2f(ld16(b + 2)) : 0.0f;
+        int j = (int)(e % 32), sh = j >= 16 ? 4 : 0;
+        uint2 q = ld8_a2(b + bs - 16 + (j % 16));
+        uint32_t w[2] = {q.x, q.y};
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int n = (w[i / 4] >> (8 * (i % 4) + sh)) & 15;
+            v[i] = T == QT_Q4_0 ? (n - 8) * d : T == QT_Q4_1 ? n * d + m : bk_iq4nl[n] * d;
+        }
+    } else if (T == QT_Q5_0 || T == QT_Q5_1) {
+        const int bs = T == QT_Q5_1 ? 24 : 22;
+        const uint8_t *b = row + (e / 32) * bs;
+        float d = bk_h2f(ld16(b)), m = T == QT_Q5_1 ? bk_h2f(ld16(b + 2)) : 0.0f;
+        const uint8_t *qhp = b + (T == QT_Q5_1 ? 4 : 2);
+        uint32_t qh = ld16(qhp) | ((uint32_t)ld16(qhp + 2) << 16);
+        int j = (int)(e % 32), sh = j >= 16 ? 4 : 0;
+        uint2 q = ld8_a2(b + bs - 16 + (j % 16));
+        uint32_t w[2] = {q.x, q.y};
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int n = ((w[i / 4] >> (8 * (i % 4) + sh)) & 15) | (((qh >> (j + i)) & 1) << 4);
+            v[i] = T == QT_Q5_0 ? (n - 16) * d : n * d + m;
+        }
+    } else if (T == QT_Q4_K || T == QT_Q5_K) {
+        const int bs = T == QT_Q5_K ? 176 : 144;
+        const uint8_t *b = row + (e / 256) * bs;
+        int ei = (int)(e % 256), c = ei / 64, half = (ei % 64) / 32, l = ei % 32;
+        uint32_t dd = *(const uint32_t *)b;
+        float d = bk_h2f((uint16_t)dd), dmin = bk_h2f((uint16_t)(dd >> 16));
+        int sc, m;
+        k4_scale_min(2 * c + half, b + 4, &sc, &m);
+        float d1 = d * sc, m1 = dmin * m;
+        const uint8_t *qs = b + (T == QT_Q5_K ? 48 : 16) + 32 * c + l;
+        uint2 q = *(const uint2 *)qs;
+        uint32_t w[2] = {q.x, q.y}, hw[2] = {0, 0};
+        if (T == QT_Q5_K) {
+            uint2 h = *(const uint2 *)(b + 16 + l);
+            hw[0] = h.x;
+            hw[1] = h.y;
+        }
+        int sh = half * 4, hb = 2 * c + half;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int n = (w[i / 4] >> (8 * (i % 4) + sh)) & 15;
+            if (T == QT_Q5_K) n += ((hw[i / 4] >> (8 * (i % 4) + hb)) & 1) << 4;
+            v[i] = d1 * n - m1;
+        }
+    } else if (T == QT_Q6_K) {
+        const uint8_t *b = row + (e / 256) * 210;
+        int ei = (int)(e % 256), n = ei / 128, r = ei % 128, qu = r / 32, l = r % 32;
+        float d = bk_h2f(ld16(b + 208));
+        float ds = d * (float)(int8_t)b[192 + 8 * n + l / 16 + 2 * qu];
+        uint2 ql = ld8_a2(b + 64 * n + l + (qu & 1) * 32);
+        uint2 qh = ld8_a2(b + 128 + 32 * n + l);
+        uint32_t wl[2] = {ql.x, ql.y}, wh[2] = {qh.x, qh.y};
+        int shl = qu >= 2 ? 4 : 0, shh = 2 * qu;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int q = ((wl[i / 4] >> (8 * (i % 4) + shl)) & 15) | (((wh[i / 4] >> (8 * (i % 4) + shh)) & 3) << 4);
+            v[i] = ds * (q - 32);
+        }
+    } else if (T == QT_IQ4_XS) {
+        const uint8_t *b = row + (e / 256) * 136;
+        int ei = (int)(e % 256), ib = ei / 32, j = ei % 32;
+        float d = bk_h2f(ld16(b));
+        int sh_h = ld16(b + 2);
+        int ls = ((b[4 + ib / 2] >> 4 * (ib % 2)) & 15) | (((sh_h >> 2 * ib) & 3) << 4);
+        float dl = d * (ls - 32);
+        uint2 q = *(const uint2 *)(b + 8 + 16 * ib + (j % 16));
+        uint32_t w[2] = {q.x, q.y};
+        int sh = j >= 16 ? 4 : 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = dl * bk_iq4nl[(w[i / 4] >> (8 * (i % 4) + sh)) & 15];
+    }
+}
+
+/* One element of a float-type row (any alignment). */
+__device__ __forceinline__ float deq1(int type, const uint8_t *row, int64_t e) {
+    if (type == QT_F32) return ((const float *)row)[e];
+    uint16_t h = ((const uint16_t *)row)[e];
+    return type == QT_F16 ? bk_h2f(h) : bk_bf2f(h);
+}
+
+/* Calls F<T>::run(args...) for the weight type, or returns false for an unsupported one. */
+#define BK_CUDA_TYPES(X) \
+    X(QT_F32) X(QT_F16) X(QT_BF16) X(QT_Q8_0) X(QT_Q4_0) X(QT_Q4_1) X(QT_Q5_0) X(QT_Q5_1) \
+    X(QT_IQ4_NL) X(QT_Q4_K) X(QT_Q5_K) X(QT_Q6_K) X(QT_IQ4_XS)
+static inline bool cuda_type_supported(uint32_t t) {
+#define X(T) if (t == T) return true;
+    BK_CUDA_TYPES(X)
+#undef X
+    return false;
+}
+
+/* ---- launchers, one per op family ---- */
+extern "C" {
+void cuda_get_rows(bk_backend *be, const bk_weight *emb, const int32_t *ids, int n, float *out);
+void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, const bk_weight *const *bias,
+                 const float *x, int n, float *const *y);
+void cuda_rms_norm(bk_backend *be, const float *x, const bk_weight *w, float *y, int n_rows, int dim,
+                   float eps);
+void cuda_rope(bk_backend *be, float *x, int n, int n_heads, int head_dim, const int32_t *pos,
+               const bk_rope_params *rp);
+void cuda_attention(bk_backend *be, const float *q, const float *k, const float *v, const bk_kv_view *kv,
+                    const bk_attn_batch *ab, int n_head, int n_head_kv, int head_dim, float scale,
+                    float *out);
+void cuda_swiglu(bk_backend *be, const float *gate, const float *up, float *out, size_t n);
+void cuda_add(bk_backend *be, float *x, const float *y, size_t n);
+}
+#endif

@@ -1,0 +1,31 @@
+/* cuda_stub.c — the CUDA entry points when brisk is built without nvcc:
+ * no devices, and a clear message if one is asked for anyway. */
+#include "backend/cuda/cuda_backend.h"
+#include "base/status.h"
+
+#ifndef BRISK_HAVE_CUDA
+int bk_cuda_device_count(void) { return 0; }
+
+brisk_status bk_cuda_backend_new(int device, bk_backend **out) {
+    *out = NULL;
+    return bk_fail(BRISK_ERR_UNSUPPORTED, "CUDA device %d: brisk was built without CUDA (no nvcc)", device);
+}
+
+bool bk_backend_is_cuda(const bk_backend *be, int *device) {
+    (void)be;
+    (void)device;
+    return false;
+}
+
+void bk_cuda_release_weight(bk_weight *w) { (void)w; }
+
+brisk_status bk_cuda_write(bk_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    (void)dst;
+    (void)src;
+    (void)bytes;
+    return bk_fail(BRISK_ERR_UNSUPPORTED, "brisk was built without CUDA");
+}
+#else
+typedef int bk_cuda_stub_unused; /* the real backend is in the .cu files */
+#endif

@@ -1,0 +1,470 @@
+/* test_cuda_ops.c — op parity: every CUDA op against the CPU backend (and
+ * the matrix products also against a double-precision reference on the
+ * dequantized weights), for every supported weight type and several shapes,
+ * odd ones included; then end to end: greedy tokens of a model on CUDA equal
+ * those on the CPU for 128 steps, logits within a stated tolerance.
+ *
+ * Tolerances (relative L2 norm of the difference, ||a-b|| / ||b||):
+ *   matmul vs double reference           2e-5 (f32 activations, f32 sums)
+ *   matmul vs CPU backend                1e-5 if the CPU keeps f32 activations,
+ *                                        1e-2 (f16/bf16) or 3e-2 (q8 blocks) when
+ *                                        the CPU quantizes activations first
+ *   get_rows, add, copy, f16 KV writes   exact; swiglu 1e-6; rms_norm 1e-6
+ *   rope 1e-5; attention 1e-5 (f32 KV) and 1e-4 (f16 KV)
+ *   end to end: identical greedy tokens; max |logit diff| <= 2e-2 * max |logit|
+ * Needs a GPU: `make test-cuda` (skips, passing, when none is found). */
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "brisk.h"
+#include "quant/quant.h"
+#include "test.h"
+
+static bk_backend *cpu, *gpu;
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+static float frand(void) { return (rnd() % 2000001) / 1000000.0f - 1.0f; } /* [-1, 1] */
+static void fill(float *x, size_t n, float s) {
+    for (size_t i = 0; i < n; i++) x[i] = frand() * s;
+}
+
+/* Relative L2 difference; NaN never passes. */
+static double rel_err(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (a[i] != a[i] || b[i] != b[i]) return INFINITY;
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Device buffer holding a copy of host data. */
+static void *dev_copy(const void *host, size_t bytes) {
+    void *d = NULL;
+    CHECK_OK(gpu->ops->alloc(gpu, bytes, &d));
+    if (d && host) CHECK_OK(bk_cuda_write(gpu, d, host, bytes));
+    return d;
+}
+static void dev_read(const void *d, void *host, size_t bytes) { CHECK_OK(gpu->ops->read(gpu, d, host, bytes)); }
+
+/* Random rows of a weight type: float types from random values; block types
+ * from random bytes with sane f16 scales (every bit pattern of the quants is valid). */
+static void *make_weight(uint32_t type, int64_t n_in, int64_t n_out, size_t *row_bytes) {
+    const quant_traits *qt = quant_get_traits(type);
+    *row_bytes = quant_row_size(type, n_in);
+    size_t bytes = *row_bytes * (size_t)n_out;
+    uint8_t *w = malloc(bytes);
+    if (type == QT_F32 || type == QT_F16 || type == QT_BF16) {
+        float *tmp = malloc((size_t)n_in * sizeof(float));
+        for (int64_t r = 0; r < n_out; r++) {
+            fill(tmp, (size_t)n_in, 0.5f);
+            quant_quantize(type, tmp, w + r * *row_bytes, n_in);
+        }
+        free(tmp);
+        return w;
+    }
+    for (size_t i = 0; i < bytes; i++) w[i] = (uint8_t)rnd();
+    int f16_off[2] = {0, -1};
+    switch (type) {
+    case QT_Q4_1: case QT_Q5_1: case QT_Q4_K: case QT_Q5_K: f16_off[1] = 2; break;
+    case QT_Q6_K: f16_off[0] = 208; break;
+    default: break;
+    }
+    size_t nb = bytes / (size_t)qt->block_bytes;
+    for (size_t b = 0; b < nb; b++)
+        for (int k = 0; k < 2; k++)
+            if (f16_off[k] >= 0) {
+                uint16_t h = quant_f32_to_f16(frand() * 0.02f);
+                memcpy(w + b * qt->block_bytes + f16_off[k], &h, 2);
+            }
+    return w;
+}
+
+static const uint32_t types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_1, QT_Q5_0,
+                                 QT_Q5_1, QT_IQ4_NL, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_XS};
+#define N_TYPES (int)(sizeof types / sizeof types[0])
+
+static void check_matmul(uint32_t type, int64_t n_in, int64_t n_out, int n, bool with_bias) {
+    size_t rb;
+    void *wh = make_weight(type, n_in, n_out, &rb);
+    bk_weight wc = {"w", type, n_in, n_out, rb, wh, NULL}, wg = wc;
+    CHECK_OK(cpu->ops->bind_weight(cpu, &wc));
+    CHECK_OK(gpu->ops->bind_weight(gpu, &wg));
+    float *bh = malloc((size_t)n_out * 4);
+    fill(bh, (size_t)n_out, 1.0f);
+    bk_weight bc = {"b", QT_F32, n_out, 1, (size_t)n_out * 4, bh, NULL}, bg = bc;
+    CHECK_OK(gpu->ops->bind_weight(gpu, &bg));
+    size_t nx = (size_t)n * n_in, ny = (size_t)n * n_out;
+    float *x = malloc(nx * 4), *yc = malloc(ny * 4), *yg = malloc(ny * 4), *ref = malloc(ny * 4);
+    float *deq = malloc((size_t)n_in * 4);
+    fill(x, nx, 1.0f);
+    float *dx = dev_copy(x, nx * 4), *dy = dev_copy(NULL, ny * 4);
+    const bk_weight *wcp = &wc, *wgp = &wg, *bcp = &bc, *bgp = &bg;
+    cpu->ops->matmul(cpu, 1, &wcp, with_bias ? &bcp : NULL, x, n, &yc);
+    gpu->ops->matmul(gpu, 1, &wgp, with_bias ? &bgp : NULL, dx, n, &dy);
+    dev_read(dy, yg, ny * 4);
+    for (int64_t r = 0; r < n_out; r++) {
+        quant_dequantize(type, (const uint8_t *)wh + r * rb, deq, n_in);
+        for (int t = 0; t < n; t++) {
+            double s = with_bias ? bh[r] : 0;
+            for (int64_t i = 0; i < n_in; i++) s += (double)deq[i] * x[(size_t)t * n_in + i];
+            ref[(size_t)t * n_out + r] = (float)s;
+        }
+    }
+    uint32_t vt = quant_get_traits(type)->vec_dot_type;
+    double tol_cpu = vt == QT_F32 ? 1e-5 : (vt == QT_F16 || vt == QT_BF16) ? 1e-2 : 3e-2;
+    double e_ref = rel_err(yg, ref, ny), e_cpu = rel_err(yg, yc, ny);
+    if (!(e_ref <= 2e-5) || !(e_cpu <= tol_cpu))
+        fprintf(stderr, "  matmul %s n_in %lld n_out %lld n %d: vs ref %.2e, vs cpu %.2e (cpu vs ref %.2e)\n",
+                quant_type_name(type), (long long)n_in, (long long)n_out, n, e_ref, e_cpu, rel_err(yc, ref, ny));
+    CHECK(e_ref <= 2e-5);
+    CHECK(e_cpu <= tol_cpu);
+    gpu->ops->release(gpu, dx);
+    gpu->ops->release(gpu, dy);
+    bk_cuda_release_weight(&wg);
+    bk_cuda_release_weight(&bg);
+    free(wh); free(bh); free(x); free(yc); free(yg); free(ref); free(deq);
+}
+
+static void test_matmul(void) {
+    static const struct { int64_t n_in, n_out; int n; } shapes[] = {
+        {256, 67, 1}, {512, 129, 3}, {1024, 300, 8}, {768, 200, 37}, {256, 64, 130}, {4096, 33, 1}};
+    for (int ti = 0; ti < N_TYPES; ti++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            check_matmul(types[ti], shapes[s].n_in, shapes[s].n_out, shapes[s].n, s == 1);
+    /* float weights with rows that are no multiple of 8 (scalar path) */
+    uint32_t ft[] = {QT_F32, QT_F16, QT_BF16};
+    for (int i = 0; i < 3; i++) {
+        check_matmul(ft[i], 100, 37, 1, false);
+        check_matmul(ft[i], 37, 5, 12, true);
+    }
+}
+
+static void test_matmul_multi(void) {
+    /* q, k, v sharing one input, different types */
+    int64_t n_in = 512;
+    int n = 5;
+    uint32_t ty[3] = {QT_Q4_K, QT_Q8_0, QT_F16};
+    int64_t no[3] = {96, 32, 32};
+    bk_weight wc[3], wg[3];
+    const bk_weight *pc[3], *pg[3];
+    void *hs[3];
+    float *yc[3], *yg[3], *dy[3];
+    float *x = malloc((size_t)n * n_in * 4);
+    fill(x, (size_t)n * n_in, 1.0f);
+    float *dx = dev_copy(x, (size_t)n * n_in * 4);
+    for (int m = 0; m < 3; m++) {
+        size_t rb;
+        hs[m] = make_weight(ty[m], n_in, no[m], &rb);
+        wc[m] = (bk_weight){"w", ty[m], n_in, no[m], rb, hs[m], NULL};
+        wg[m] = wc[m];
+        CHECK_OK(gpu->ops->bind_weight(gpu, &wg[m]));
+        pc[m] = &wc[m];
+        pg[m] = &wg[m];
+        yc[m] = malloc((size_t)n * no[m] * 4);
+        yg[m] = malloc((size_t)n * no[m] * 4);
+        dy[m] = dev_copy(NULL, (size_t)n * no[m] * 4);
+    }
+    cpu->ops->matmul(cpu, 3, pc, NULL, x, n, yc);
+    gpu->ops->matmul(gpu, 3, pg, NULL, dx, n, dy);
+    for (int m = 0; m < 3; m++) {
+        dev_read(dy[m], yg[m], (size_t)n * no[m] * 4);
+        CHECK(rel_err(yg[m], yc[m], (size_t)n * no[m]) < 3e-2);
+        gpu->ops->release(gpu, dy[m]);
+        bk_cuda_release_weight(&wg[m]);
+        free(hs[m]); free(yc[m]); free(yg[m]);
+    }
+    gpu->ops->release(gpu, dx);
+    free(x);
+}
+
+static void test_get_rows(void) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        int64_t n_in = types[ti] <= QT_F16 || types[ti] == QT_BF16 ? 100 : 512, n_out = 50;
+        size_t rb;
+        void *wh = make_weight(types[ti], n_in, n_out, &rb);
+        bk_weight wc = {"emb", types[ti], n_in, n_out, rb, wh, NULL}, wg = wc;
+        CHECK_OK(gpu->ops->bind_weight(gpu, &wg));
+        int32_t ids[7] = {3, 0, 49, 3, 17, 25, 1};
+        float *yc = malloc(7 * n_in * 4), *yg = malloc(7 * n_in * 4);
+        float *dy = dev_copy(NULL, 7 * n_in * 4);
+        cpu->ops->get_rows(cpu, &wc, ids, 7, yc);
+        gpu->ops->get_rows(gpu, &wg, ids, 7, dy);
+        dev_read(dy, yg, 7 * n_in * 4);
+        double e = rel_err(yg, yc, 7 * n_in);
+        if (!(e <= 1e-6)) fprintf(stderr, "  get_rows %s: %.2e\n", quant_type_name(types[ti]), e);
+        CHECK(e <= 1e-6); /* exact up to fused multiply-adds in the K-quant decoders */
+        gpu->ops->release(gpu, dy);
+        bk_cuda_release_weight(&wg);
+        free(wh); free(yc); free(yg);
+    }
+}
+
+static void test_rms_norm(void) {
+    static const int shapes[][2] = {{1, 4096}, {7, 100}, {96, 128}, {3, 8}, {2, 5120}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int n = shapes[s][0], dim = shapes[s][1];
+        size_t nx = (size_t)n * dim;
+        float *x = malloc(nx * 4), *w = malloc((size_t)dim * 4), *yc = malloc(nx * 4), *yg = malloc(nx * 4);
+        fill(x, nx, 3.0f);
+        fill(w, (size_t)dim, 1.0f);
+        bk_weight wc = {"norm", QT_F32, dim, 1, (size_t)dim * 4, w, NULL}, wg = wc;
+        CHECK_OK(gpu->ops->bind_weight(gpu, &wg));
+        float *dx = dev_copy(x, nx * 4);
+        cpu->ops->rms_norm(cpu, x, &wc, yc, n, dim, 1e-6f);
+        gpu->ops->rms_norm(gpu, dx, &wg, dx, n, dim, 1e-6f); /* in place */
+        dev_read(dx, yg, nx * 4);
+        CHECK(rel_err(yg, yc, nx) <= 1e-6);
+        gpu->ops->release(gpu, dx);
+        bk_cuda_release_weight(&wg);
+        free(x); free(w); free(yc); free(yg);
+    }
+}
+
+static void check_rope(bk_rope_params rp, int n, int n_heads, int hd, int max_pos) {
+    size_t nx = (size_t)n * n_heads * hd;
+    float *x = malloc(nx * 4), *xg = malloc(nx * 4);
+    int32_t *pos = malloc((size_t)n * 4);
+    fill(x, nx, 1.0f);
+    for (int i = 0; i < n; i++) pos[i] = (int32_t)(rnd() % (uint32_t)max_pos);
+    float *dx = dev_copy(x, nx * 4);
+    cpu->ops->rope(cpu, x, n, n_heads, hd, pos, &rp);
+    gpu->ops->rope(gpu, dx, n, n_heads, hd, pos, &rp);
+    dev_read(dx, xg, nx * 4);
+    double e = rel_err(xg, x, nx);
+    if (!(e <= 1e-5)) fprintf(stderr, "  rope mode %d n_rot %d hd %d ext %g: %.2e\n", rp.mode, rp.n_rot, hd, rp.ext_factor, e);
+    CHECK(e <= 1e-5);
+    gpu->ops->release(gpu, dx);
+    free(x); free(xg); free(pos);
+}
+
+static void test_rope(void) {
+    bk_rope_params base = {.n_rot = 128, .mode = BK_ROPE_NORM, .freq_base = 10000.0f, .freq_scale = 1.0f,
+                           .ext_factor = 0.0f, .attn_factor = 1.0f, .beta_fast = 32.0f, .beta_slow = 1.0f,
+                           .n_ctx_orig = 4096, .freq_factors = NULL};
+    for (int mode = 0; mode < 2; mode++) {
+        bk_rope_params rp = base;
+        rp.mode = mode ? BK_ROPE_NEOX : BK_ROPE_NORM;
+        check_rope(rp, 5, 8, 128, 4096);
+        rp.n_rot = 64; /* partial rotation */
+        check_rope(rp, 3, 4, 128, 100000);
+        rp.n_rot = 8;
+        check_rope(rp, 17, 3, 8, 256);
+        rp = base;
+        rp.mode = mode ? BK_ROPE_NEOX : BK_ROPE_NORM;
+        rp.freq_base = 1000000.0f;
+        rp.freq_scale = 0.25f; /* YaRN */
+        rp.ext_factor = 1.0f;
+        rp.attn_factor = 1.0f;
+        check_rope(rp, 6, 8, 128, 30000);
+        static float ff[64];
+        for (int i = 0; i < 64; i++) ff[i] = 1.0f + (float)(rnd() % 8);
+        rp = base;
+        rp.freq_factors = ff; /* Llama 3 rope_freqs */
+        check_rope(rp, 4, 8, 128, 8000);
+    }
+}
+
+/* A paged cache with shuffled pages, random contents; two sequences. */
+static void check_attention(int kv_type, int n_head, int n_head_kv, int hd, int n, const int32_t *pos,
+                            const int *seq) {
+    const int bs = 16, n_pages = 512;
+    size_t kvd = (size_t)n_head_kv * hd, esz = kv_type == BRISK_KV_F16 ? 2 : 4;
+    size_t cache_bytes = (size_t)n_pages * bs * kvd * esz;
+    uint8_t *kc = malloc(cache_bytes), *vc = malloc(cache_bytes);
+    for (size_t i = 0; i < cache_bytes / esz; i++) {
+        float a = frand(), b = frand();
+        if (esz == 2) {
+            ((uint16_t *)kc)[i] = quant_f32_to_f16(a);
+            ((uint16_t *)vc)[i] = quant_f32_to_f16(b);
+        } else {
+            ((float *)kc)[i] = a;
+            ((float *)vc)[i] = b;
+        }
+    }
+    /* seq 0 owns even shuffled pages, seq 1 odd ones */
+    int32_t tab[2][256];
+    for (int s = 0; s < 2; s++) {
+        for (int i = 0; i < 256; i++) tab[s][i] = 2 * i + s;
+        for (int i = 255; i > 0; i--) {
+            int j = (int)(rnd() % (uint32_t)(i + 1));
+            int32_t t = tab[s][i];
+            tab[s][i] = tab[s][j];
+            tab[s][j] = t;
+        }
+    }
+    int32_t *slot = malloc((size_t)n * 4);
+    const int32_t **tables = malloc((size_t)n * sizeof *tables);
+    for (int t = 0; t < n; t++) {
+        slot[t] = tab[seq[t]][pos[t] / bs] * bs + pos[t] % bs;
+        tables[t] = tab[seq[t]];
+    }
+    size_t nq = (size_t)n * n_head * hd, nk = (size_t)n * kvd;
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *oc = malloc(nq * 4), *og = malloc(nq * 4);
+    fill(q, nq, 2.0f);
+    fill(k, nk, 1.0f);
+    fill(v, nk, 1.0f);
+    void *dkc = dev_copy(kc, cache_bytes), *dvc = dev_copy(vc, cache_bytes);
+    float *dq = dev_copy(q, nq * 4), *dk = dev_copy(k, nk * 4), *dv = dev_copy(v, nk * 4), *dout = dev_copy(NULL, nq * 4);
+    bk_kv_view vwc = {kc, vc, kv_type, bs}, vwg = {dkc, dvc, kv_type, bs};
+    bk_attn_batch ab = {n, pos, slot, tables};
+    float scale = 1.0f / sqrtf((float)hd);
+    cpu->ops->attention(cpu, q, k, v, &vwc, &ab, n_head, n_head_kv, hd, scale, oc);
+    gpu->ops->attention(gpu, dq, dk, dv, &vwg, &ab, n_head, n_head_kv, hd, scale, dout);
+    dev_read(dout, og, nq * 4);
+    double e = rel_err(og, oc, nq), tol = kv_type == BRISK_KV_F16 ? 1e-4 : 1e-5;
+    if (!(e <= tol))
+        fprintf(stderr, "  attention kv %d heads %d/%d hd %d n %d pos0 %d: %.2e\n", kv_type, n_head, n_head_kv, hd, n,
+                pos[0], e);
+    CHECK(e <= tol);
+    /* the written K rows land in the same slots with the same bytes */
+    uint8_t *kg = malloc(cache_bytes);
+    dev_read(dkc, kg, cache_bytes);
+    CHECK(!memcmp(kg, kc, cache_bytes));
+    free(kg);
+    gpu->ops->release(gpu, dkc); gpu->ops->release(gpu, dvc); gpu->ops->release(gpu, dq);
+    gpu->ops->release(gpu, dk); gpu->ops->release(gpu, dv); gpu->ops->release(gpu, dout);
+    free(kc); free(vc); free(slot); free(tables); free(q); free(k); free(v); free(oc); free(og);
+}
+
+static void test_attention(void) {
+    int32_t pos[40];
+    int seq[40];
+    for (int kt = 0; kt < 2; kt++) {
+        static const int hds[] = {64, 128, 8, 80, 256};
+        for (int h = 0; h < 5; h++) {
+            /* decode, one token: short, then long enough to split over positions */
+            pos[0] = 37; seq[0] = 0;
+            check_attention(kt, 8, 2, hds[h], 1, pos, seq);
+            pos[0] = 3001; seq[0] = 1;
+            check_attention(kt, 8, 2, hds[h], 1, pos, seq);
+            /* a prefill chunk of one sequence, then a mixed batch of two */
+            for (int i = 0; i < 20; i++) { pos[i] = 100 + i; seq[i] = 0; }
+            check_attention(kt, 4, 4, hds[h], 20, pos, seq);
+            for (int i = 0; i < 6; i++) { pos[i] = i < 3 ? 500 + i : 1200 + i; seq[i] = i < 3 ? 0 : 1; }
+            check_attention(kt, 8, 1, hds[h], 6, pos, seq);
+        }
+    }
+}
+
+static void test_elementwise(void) {
+    size_t sizes[] = {1, 15, 16, 1000, 100003};
+    for (size_t s = 0; s < 5; s++) {
+        size_t n = sizes[s];
+        float *g = malloc(n * 4), *u = malloc(n * 4), *oc = malloc(n * 4), *og = malloc(n * 4);
+        fill(g, n, 6.0f);
+        fill(u, n, 2.0f);
+        float *dg = dev_copy(g, n * 4), *du = dev_copy(u, n * 4), *dz = dev_copy(NULL, n * 4);
+        cpu->ops->swiglu(cpu, g, u, oc, n);
+        gpu->ops->swiglu(gpu, dg, du, dz, n);
+        dev_read(dz, og, n * 4);
+        CHECK(rel_err(og, oc, n) <= 1e-6);
+        cpu->ops->add(cpu, g, u, n);
+        gpu->ops->add(gpu, dg, du, n);
+        dev_read(dg, og, n * 4);
+        CHECK(!memcmp(og, g, n * 4));
+        gpu->ops->copy(gpu, dz, du, n * 4);
+        dev_read(dz, og, n * 4);
+        CHECK(!memcmp(og, u, n * 4));
+        gpu->ops->release(gpu, dg); gpu->ops->release(gpu, du); gpu->ops->release(gpu, dz);
+        free(g); free(u); free(oc); free(og);
+    }
+}
+
+/* Greedy decoding from BOS on the CPU and on CUDA: same tokens for 128 steps. */
+static void test_end_to_end(void) {
+    const char *path = getenv("BRISK_E2E_MODEL");
+    char buf[512];
+    if (!path) {
+        snprintf(buf, sizeof buf, "%s/data/stories260K/stories260K.gguf", test_shared_dir());
+        path = buf;
+    }
+    brisk_model *m[2] = {NULL, NULL};
+    brisk_context *c[2] = {NULL, NULL};
+    for (int d = 0; d < 2; d++) {
+        brisk_model_params mp = brisk_model_default_params();
+        mp.n_gpu_layers = d == 0 ? 0 : -1;
+        CHECK_OK(brisk_model_load(path, &mp, &m[d]));
+        if (!m[d]) return;
+        brisk_context_params cp = brisk_context_default_params();
+        cp.n_ctx = 256;
+        CHECK_OK(brisk_context_new(m[d], &cp, &c[d]));
+        if (!c[d]) return;
+    }
+    int nv = brisk_n_vocab(m[0]);
+    brisk_token tok[2];
+    tok[0] = tok[1] = brisk_token_bos(m[0]) >= 0 ? brisk_token_bos(m[0]) : 1;
+    double worst = 0;
+    int same = 0, steps = 128;
+    for (int i = 0; i < steps; i++) {
+        const float *lg[2];
+        for (int d = 0; d < 2; d++) {
+            brisk_batch_entry e = {tok[d], i, 0, true};
+            CHECK_OK(brisk_decode(c[d], &e, 1));
+            lg[d] = brisk_get_logits(c[d], 0);
+        }
+        if (!lg[0] || !lg[1]) return;
+        float mx = 0, diff = 0;
+        for (int d = 0; d < 2; d++) {
+            int best = 0;
+            for (int j = 1; j < nv; j++)
+                if (lg[d][j] > lg[d][best]) best = j;
+            tok[d] = best;
+        }
+        for (int j = 0; j < nv; j++) {
+            if (fabsf(lg[0][j]) > mx) mx = fabsf(lg[0][j]);
+            if (fabsf(lg[0][j] - lg[1][j]) > diff) diff = fabsf(lg[0][j] - lg[1][j]);
+        }
+        if (diff / mx > worst) worst = diff / mx;
+        if (tok[0] == tok[1]) same++;
+        else break;
+    }
+    printf("  e2e %s: %d/%d greedy tokens equal, max |logit diff| / max |logit| = %.2e\n", path, same, steps, worst);
+    CHECK(same == steps);
+    CHECK(worst <= 2e-2);
+    /* a prompt as one batch (the tiled product and multi-token attention) */
+    brisk_batch_entry pe[64];
+    for (int d = 0; d < 2; d++) {
+        brisk_seq_clear(c[d], 0);
+        for (int i = 0; i < 64; i++) pe[i] = (brisk_batch_entry){(brisk_token)((i * 37 + 5) % nv), i, 0, i == 63};
+        CHECK_OK(brisk_decode(c[d], pe, 64));
+    }
+    const float *a = brisk_get_logits(c[0], 63), *b = brisk_get_logits(c[1], 63);
+    if (a && b) {
+        double e = rel_err(b, a, (size_t)nv);
+        printf("  e2e prefill 64: logits rel err %.2e\n", e);
+        CHECK(e <= 1e-2);
+    }
+    for (int d = 0; d < 2; d++) {
+        brisk_context_free(c[d]);
+        brisk_model_free(m[d]);
+    }
+}
+
+int main(int argc, char **argv) {
+    int nd = bk_cuda_device_count();
+    if (nd == 0) {
+        printf("skip: no CUDA device (or a build without CUDA)\n0 passed, 0 failed\n");
+        return 0;
+    }
+    if (bk_cpu_backend_new(0, &cpu) != BRISK_OK || bk_cuda_backend_new(0, &gpu) != BRISK_OK) {
+        fprintf(stderr, "backend: %s\n", brisk_last_error());
+        return 1;
+    }
+    static const test_case cases[] = {
+        {"matmul", test_matmul},         {"matmul_multi", test_matmul_multi}, {"get_rows", test_get_rows},
+        {"rms_norm", test_rms_norm},     {"rope", test_rope},                 {"attention", test_attention},
+        {"elementwise", test_elementwise}, {"end_to_end", test_end_to_end},
+    };
+    int rc = test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
+    cpu->ops->free(cpu);
+    gpu->ops->free(gpu);
+    return rc;
+}
