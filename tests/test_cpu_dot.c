@@ -194,6 +194,53 @@ static void test_all_isas(void) {
     }
 }
 
+/* The multi-row kernels (cpu_get_gemm, and each ISA's fast one) against the
+ * same ISA's per-row vec_dot, bitwise, for every shape of tile the matmul
+ * hands them. */
+static void test_gemm_bitwise(void) {
+    cpu_dot_init();
+    static const int nws[] = {1, 2, 3, 4, 5, 16}, nxs[] = {1, 2, 3, 4, 5, 32};
+    for (int isa = CPU_ISA_PORTABLE; isa <= (int)cpu_dot_isa(); isa++) {
+        for (int k = 0; k < N_WT; k++) {
+            const uint32_t t = weight_types[k];
+            const quant_traits *tr = quant_get_traits(t);
+            const int be = tr->block_elems;
+            const int64_t ns[] = {be == 1 ? 64 * 16 : (int64_t)(be == 32 ? 32 * 33 : 256 * 5),
+                                  be == 1 ? 4096 + 16 + 7 : (int64_t)be};
+            cpu_gemm_fn g = isa == (int)cpu_dot_isa() ? cpu_get_gemm(t) : cpu_get_gemm_isa(t, (cpu_isa)isa);
+            cpu_vec_dot_fn f = cpu_get_vec_dot_isa(t, (cpu_isa)isa);
+            if (!g) continue;
+            CHECK(f != NULL);
+            int bad = 0;
+            for (int ni = 0; ni < 2; ni++) {
+                const int64_t n = ns[ni];
+                const size_t ws = quant_row_size(t, n) + 32;
+                uint8_t *w = malloc(ws * 16);
+                for (int i = 0; i < 16; i++) fill_weights(t, w + (size_t)i * ws, n);
+                dot_case c = case_make(t, n, 32);
+                float *s = malloc(sizeof(float) * 16 * 40), *ref = malloc(sizeof(float) * 32);
+                for (size_t a = 0; a < sizeof nws / sizeof nws[0]; a++) {
+                    for (size_t b = 0; b < sizeof nxs / sizeof nxs[0]; b++) {
+                        const int nw = nws[a], nx = nxs[b];
+                        g(n, w, ws, nw, c.x, c.x_stride, nx, s, 40);
+                        for (int i = 0; i < nw; i++) {
+                            f(n, w + (size_t)i * ws, c.x, c.x_stride, nx, ref);
+                            if (memcmp(ref, s + (size_t)i * 40, sizeof(float) * (size_t)nx) && !bad++)
+                                fprintf(stderr, "  gemm %s %s n=%lld nw=%d nx=%d row %d differs\n",
+                                        cpu_isa_name((cpu_isa)isa), tr->name, (long long)n, nw, nx, i);
+                        }
+                    }
+                }
+                free(s);
+                free(ref);
+                free(w);
+                case_free(&c);
+            }
+            CHECK(bad == 0);
+        }
+    }
+}
+
 /* ---- ggml parity ---- */
 
 /* Mirrors struct ggml_type_traits_cpu from ggml-cpu.h (node-llama-cpp 3.21.1). */
@@ -325,6 +372,7 @@ int main(int argc, char **argv) {
     static const test_case cases[] = {
         {"isa", test_isa},
         {"all_isas", test_all_isas},
+        {"gemm_bitwise", test_gemm_bitwise},
         {"ggml_from_float", test_ggml_from_float},
         {"ggml_vec_dot", test_ggml_vec_dot},
     };

@@ -410,8 +410,6 @@ GEMM_LOOP(QT_Q5_0) GEMM_LOOP(QT_Q5_1) GEMM_LOOP(QT_Q8_0) GEMM_LOOP(QT_Q2_K) GEMM
 GEMM_LOOP(QT_Q4_K) GEMM_LOOP(QT_Q5_K) GEMM_LOOP(QT_Q6_K) GEMM_LOOP(QT_IQ4_NL) GEMM_LOOP(QT_IQ4_XS)
 GEMM_LOOP(QT_MXFP4)
 
-cpu_gemm_fn cpu_get_gemm_isa(uint32_t type, cpu_isa isa);
-
 cpu_gemm_fn cpu_get_gemm(uint32_t type) {
     cpu_gemm_fn f = cpu_get_gemm_isa(type, cpu_dot_isa());
     if (f || !cpu_get_vec_dot(type)) return f;
@@ -436,9 +434,12 @@ cpu_gemm_fn cpu_get_gemm(uint32_t type) {
     }
 }
 
-/* Fast multi-row kernels per ISA (none yet: the generic loop serves). */
+/* Fast multi-row kernels per ISA; NULL where the generic loop serves. */
 cpu_gemm_fn cpu_get_gemm_isa(uint32_t type, cpu_isa isa) {
-    (void)type;
+    if (type >= QT_COUNT) return NULL;
+#if defined(__x86_64__)
+    if (isa == CPU_ISA_AVX512) return cpu_gemm_avx512_get(type);
+#endif
     (void)isa;
     return NULL;
 }

@@ -43,4 +43,7 @@ cpu_from_float_fn cpu_get_from_float(uint32_t vec_dot_type);
 cpu_gemm_fn cpu_get_gemm(uint32_t weight_type);
 /* The same for one explicit ISA (tests compare ISAs against portable). */
 cpu_vec_dot_fn cpu_get_vec_dot_isa(uint32_t weight_type, cpu_isa isa);
+/* The fast multi-row kernel of one ISA; NULL where it has none (then
+ * cpu_get_gemm() loops over the vec_dot). */
+cpu_gemm_fn cpu_get_gemm_isa(uint32_t weight_type, cpu_isa isa);
 #endif

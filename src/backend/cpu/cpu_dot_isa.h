@@ -9,4 +9,6 @@
 
 cpu_vec_dot_fn cpu_dot_avx2_get(uint32_t weight_type);
 cpu_vec_dot_fn cpu_dot_avx512_get(uint32_t weight_type);
+/* Multi-row kernels (cpu_gemm_fn), bitwise those of the same ISA's vec_dot. */
+cpu_gemm_fn cpu_gemm_avx512_get(uint32_t weight_type);
 #endif

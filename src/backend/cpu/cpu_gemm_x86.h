@@ -1,0 +1,254 @@
+/* cpu_gemm_x86.h — private: AVX-512 multi-row kernels (cpu_gemm_fn), included
+ * by cpu_dot_avx512.c after cpu_dot_x86.h (whose helpers it uses).
+ *
+ * A tile is 4 weight rows x RX (1..4) activation rows. The integer work runs
+ * 512 bits wide: a Q4_K chunk's low and high nibbles (64 weights) meet one
+ * 64-byte activation load; maddubs + vpdpwssd apply the sub-block scale.
+ * Two outputs share one zmm for the float part (lanes 0-7 row 2p, 8-15 row
+ * 2p+1), so each output keeps the single-row kernel's 8-lane accumulator and
+ * its exact float order: only loads, unpacking and scale decoding are
+ * shared, and results are bitwise those of cpu_dot_x86.h's kernels.
+ * A tile short of 4 weight rows repeats its last row and drops the result. */
+#define WROW(w, ws, i) ((const char *)(w) + (size_t)(i) * (ws))
+
+/* Prefetch distance in blocks along each weight row stream. */
+#define GEMM_PF 4
+
+/* [a, b] -> lanes 0-7 a + lanes 8-15 of a | same for b: two single-row
+ * 8-lane integer sums from two 16-lane ones. */
+KINL __m512i fold_pair(__m512i a, __m512i b) {
+    return _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xEE));
+}
+
+/* lanes 0-7 = v[2p], lanes 8-15 = v[2p+1] of a 4-float vector. */
+KINL __m512 pair_ps(__m128 v, int p) {
+    const __m512i idx = _mm512_set_epi32(2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1,
+                                         2 * p + 1, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
+}
+
+/* 4 f16 scalars -> 4 floats (exact, as h2f). */
+KINL __m128 h4f(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
+    return _mm_cvtph_ps(_mm_setr_epi16((short)a, (short)b, (short)c, (short)d, 0, 0, 0, 0));
+}
+
+KINL void store_pair(const __m512 acc, float *s0, float *s1, int two) {
+    *s0 = hsum8(_mm512_castps512_ps256(acc));
+    if (two) *s1 = hsum8(_mm512_extractf32x8_ps(acc, 1));
+}
+
+/* ---- Q4_K: single-row order of QK45_BODY (HAS_QH 0) ---- */
+KINL void q4_K_tile(int64_t n, const char *const wr[4], const char *x, size_t xs, const int RX, float *s,
+                    size_t ss, int rw) {
+    const int64_t nb = n / 256;
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    const __m512i wid = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1);
+    const __m512i fid = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    __m512 acc[2][4], accm[4];
+    for (int j = 0; j < 4; j++) acc[0][j] = acc[1][j] = accm[j] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const blk_q4_K *a[4];
+        uint8_t sc[4][16];
+        for (int r = 0; r < 4; r++) {
+            a[r] = (const blk_q4_K *)wr[r] + i;
+            _mm_prefetch((const char *)(a[r] + GEMM_PF), _MM_HINT_T0);
+            _mm_prefetch((const char *)(a[r] + GEMM_PF) + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)(a[r] + GEMM_PF) + 128, _MM_HINT_T0);
+            k4_unpack_scales(a[r]->scales, sc[r]);
+        }
+        __m512i scv[4];
+        for (int r = 0; r < 4; r++) scv[r] = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc[r])));
+        const __m128i mn01 = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(sc[0] + 8)),
+                                                _mm_loadl_epi64((const __m128i *)(sc[1] + 8)));
+        const __m128i mn23 = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(sc[2] + 8)),
+                                                _mm_loadl_epi64((const __m128i *)(sc[3] + 8)));
+        const __m512i mins = _mm512_cvtepu8_epi16(_mm256_set_m128i(mn23, mn01));
+        const __m128 dw = h4f(a[0]->d, a[1]->d, a[2]->d, a[3]->d);
+        const __m128 dm = h4f(a[0]->dmin, a[1]->dmin, a[2]->dmin, a[3]->dmin);
+        __m512i isum[4][4];
+        for (int r = 0; r < 4; r++)
+            for (int j = 0; j < RX; j++) isum[r][j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            const __m512i idx = _mm512_add_epi16(wid, _mm512_set1_epi16((short)(2 * c)));
+            __m512i wv[4], sv[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(a[r]->qs + 32 * c)));
+                wv[r] = _mm512_and_si512(_mm512_srlv_epi16(q, shift), m4);
+                sv[r] = _mm512_permutexvar_epi16(idx, scv[r]);
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < RX; j++) {
+                const __m512i y = _mm512_loadu_si512(((const blk_q8_K *)XROW(x, xs, j))[i].qs + 64 * c);
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++)
+                    isum[r][j] = _mm512_dpwssd_epi32(isum[r][j], _mm512_maddubs_epi16(wv[r], y), sv[r]);
+            }
+        }
+        const __m512 dm4 = _mm512_permutexvar_ps(fid, _mm512_castps128_ps512(dm));
+        const __m512 dw01 = pair_ps(dw, 0), dw23 = pair_ps(dw, 1);
+#pragma GCC unroll 4
+        for (int j = 0; j < RX; j++) {
+            const blk_q8_K *b = (const blk_q8_K *)XROW(x, xs, j) + i;
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)b->bsums);
+            const __m128i pair = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+            const __m512i pm = _mm512_madd_epi16(mins, _mm512_broadcast_i32x4(pair));
+            accm[j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-b->d), dm4), _mm512_cvtepi32_ps(pm), accm[j]);
+            const __m512 dy = _mm512_set1_ps(b->d);
+            acc[0][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw01, dy), _mm512_cvtepi32_ps(fold_pair(isum[0][j], isum[1][j])), acc[0][j]);
+            acc[1][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw23, dy), _mm512_cvtepi32_ps(fold_pair(isum[2][j], isum[3][j])), acc[1][j]);
+        }
+    }
+    for (int j = 0; j < RX; j++) {
+        float m[16];
+        _mm512_storeu_ps(m, accm[j]);
+        for (int r = 0; r < rw; r++) {
+            const __m512 v = acc[r >> 1][j];
+            const float t = hsum8((r & 1) ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v));
+            s[(size_t)r * ss + j] = t + hsum4(_mm_loadu_ps(m + 4 * r));
+        }
+    }
+}
+
+/* ---- Q6_K: single-row order of q6_K_rows ---- */
+KINL void q6_K_tile(int64_t n, const char *const wr[4], const char *x, size_t xs, const int RX, float *s,
+                    size_t ss, int rw) {
+    const int64_t nb = n / 256;
+    const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
+    const __m512i sh0 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1); /* k=0,1: left */
+    const __m512i sh1 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1); /* k=2,3: right */
+    const __m512i sid = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0,
+                                         0, 0, 0, 0, 0, 0);
+    __m512 acc[2][4];
+    for (int j = 0; j < 4; j++) acc[0][j] = acc[1][j] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const blk_q6_K *a[4];
+        __m512i scv[4];
+        for (int r = 0; r < 4; r++) {
+            a[r] = (const blk_q6_K *)wr[r] + i;
+            _mm_prefetch((const char *)(a[r] + GEMM_PF), _MM_HINT_T0);
+            _mm_prefetch((const char *)(a[r] + GEMM_PF) + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)(a[r] + GEMM_PF) + 128, _MM_HINT_T0);
+            _mm_prefetch((const char *)(a[r] + GEMM_PF) + 192, _MM_HINT_T0);
+            scv[r] = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[r]->scales)));
+        }
+        const __m128 dw = h4f(a[0]->d, a[1]->d, a[2]->d, a[3]->d);
+        __m512i isum[4][4];
+        for (int r = 0; r < 4; r++)
+            for (int j = 0; j < RX; j++) isum[r][j] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 2
+            for (int p = 0; p < 2; p++) {
+                const __m512i idx = _mm512_add_epi16(sid, _mm512_set1_epi16((short)(8 * h + 4 * p)));
+                __m512i wv[4], sv[4];
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) {
+                    const __m512i ql = _mm512_loadu_si512(a[r]->ql + 64 * h);
+                    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(a[r]->qh + 32 * h)));
+                    const __m512i lo = p ? _mm512_srli_epi16(ql, 4) : ql;
+                    const __m512i hb = _mm512_and_si512(p ? _mm512_srlv_epi16(qh, sh1) : _mm512_sllv_epi16(qh, sh0), m30);
+                    wv[r] = _mm512_ternarylogic_epi32(lo, m4, hb, 0xEA); /* (lo & m4) | hb */
+                    sv[r] = _mm512_permutexvar_epi16(idx, scv[r]);
+                }
+#pragma GCC unroll 4
+                for (int j = 0; j < RX; j++) {
+                    const __m512i y = _mm512_loadu_si512(((const blk_q8_K *)XROW(x, xs, j))[i].qs + 128 * h + 64 * p);
+#pragma GCC unroll 4
+                    for (int r = 0; r < 4; r++)
+                        isum[r][j] = _mm512_dpwssd_epi32(isum[r][j], _mm512_maddubs_epi16(wv[r], y), sv[r]);
+                }
+            }
+        }
+        const __m512 dw01 = pair_ps(dw, 0), dw23 = pair_ps(dw, 1);
+        const __m512i sc01 = _mm512_inserti64x4(scv[0], _mm512_castsi512_si256(scv[1]), 1);
+        const __m512i sc23 = _mm512_inserti64x4(scv[2], _mm512_castsi512_si256(scv[3]), 1);
+#pragma GCC unroll 4
+        for (int j = 0; j < RX; j++) {
+            const blk_q8_K *b = (const blk_q8_K *)XROW(x, xs, j) + i;
+            const __m512i bs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b->bsums));
+            const __m512i o01 = _mm512_slli_epi32(_mm512_madd_epi16(sc01, bs), 5);
+            const __m512i o23 = _mm512_slli_epi32(_mm512_madd_epi16(sc23, bs), 5);
+            const __m512 dy = _mm512_set1_ps(b->d);
+            const __m512i f01 = _mm512_sub_epi32(fold_pair(isum[0][j], isum[1][j]), o01);
+            const __m512i f23 = _mm512_sub_epi32(fold_pair(isum[2][j], isum[3][j]), o23);
+            acc[0][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw01, dy), _mm512_cvtepi32_ps(f01), acc[0][j]);
+            acc[1][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw23, dy), _mm512_cvtepi32_ps(f23), acc[1][j]);
+        }
+    }
+    for (int j = 0; j < RX; j++)
+        for (int p = 0; p < 2; p++)
+            if (2 * p < rw) store_pair(acc[p][j], s + (size_t)(2 * p) * ss + j, s + (size_t)(2 * p + 1) * ss + j, 2 * p + 1 < rw);
+}
+
+/* ---- Q8_0: single-row order of Q8_0_SIGNED_BODY. s8 x s8 as
+ * (y + 128) x w - 128 x w with vpdpbusd (the same integer). ---- */
+KINL void q8_0_tile(int64_t n, const char *const wr[4], const char *x, size_t xs, const int RX, float *s,
+                    size_t ss, int rw) {
+    const int64_t nb = n / 32;
+    const __m512i k80 = _mm512_set1_epi8((char)0x80);
+    __m512 acc[2][4];
+    for (int j = 0; j < 4; j++) acc[0][j] = acc[1][j] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const blk_q8_0 *a[4];
+        for (int r = 0; r < 4; r++) {
+            a[r] = (const blk_q8_0 *)wr[r] + i;
+            _mm_prefetch((const char *)(a[r] + 4 * GEMM_PF), _MM_HINT_T0);
+        }
+        const __m128 dw = h4f(a[0]->d, a[1]->d, a[2]->d, a[3]->d);
+        __m512i wv[2], nc[2];
+        __m512 dwp[2];
+        for (int p = 0; p < 2; p++) {
+            wv[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a[2 * p]->qs)),
+                                       _mm256_loadu_si256((const __m256i *)a[2 * p + 1]->qs), 1);
+            nc[p] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), k80, wv[p]));
+            dwp[p] = pair_ps(dw, p);
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < RX; j++) {
+            const blk_q8_0 *b = (const blk_q8_0 *)XROW(x, xs, j) + i;
+            const __m512i yu = _mm512_xor_si512(_mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b->qs)), k80);
+            const __m512 dy = _mm512_set1_ps(h2f(b->d));
+            for (int p = 0; p < 2; p++)
+                acc[p][j] = _mm512_fmadd_ps(_mm512_mul_ps(dwp[p], dy), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(nc[p], yu, wv[p])),
+                                            acc[p][j]);
+        }
+    }
+    for (int j = 0; j < RX; j++)
+        for (int p = 0; p < 2; p++)
+            if (2 * p < rw) store_pair(acc[p][j], s + (size_t)(2 * p) * ss + j, s + (size_t)(2 * p + 1) * ss + j, 2 * p + 1 < rw);
+}
+
+/* Tiles of 4 weight rows x 4 activation rows, then the remainder. */
+#define GEMM_DRIVER(fn, ATTR)                                                                  \
+    static ATTR void KNAME(gemm_##fn)(int64_t n, const void *w, size_t ws, int nw, const void *x, size_t xs, \
+                                      int nx, float *s, size_t ss) {                           \
+        for (int i = 0; i < nw; i += 4) {                                                      \
+            const int rw = nw - i < 4 ? nw - i : 4;                                            \
+            const char *wr[4];                                                                 \
+            for (int r = 0; r < 4; r++) wr[r] = WROW(w, ws, i + (r < rw ? r : rw - 1));        \
+            float *si = s + (size_t)i * ss;                                                    \
+            int j = 0;                                                                         \
+            for (; j + 4 <= nx; j += 4) fn##_tile(n, wr, XROW(x, xs, j), xs, 4, si + j, ss, rw); \
+            switch (nx - j) {                                                                  \
+            case 3: fn##_tile(n, wr, XROW(x, xs, j), xs, 3, si + j, ss, rw); break;            \
+            case 2: fn##_tile(n, wr, XROW(x, xs, j), xs, 2, si + j, ss, rw); break;            \
+            case 1: fn##_tile(n, wr, XROW(x, xs, j), xs, 1, si + j, ss, rw); break;            \
+            default: break;                                                                    \
+            }                                                                                  \
+        }                                                                                      \
+    }
+GEMM_DRIVER(q4_K, KATTR)
+GEMM_DRIVER(q6_K, KATTR)
+GEMM_DRIVER(q8_0, KATTR)
+
+static cpu_gemm_fn KNAME(gemm_table_get)(uint32_t type) {
+    switch (type) {
+    case QT_Q4_K: return KNAME(gemm_q4_K);
+    case QT_Q6_K: return KNAME(gemm_q6_K);
+    case QT_Q8_0: return KNAME(gemm_q8_0);
+    default: return NULL;
+    }
+}
