@@ -11,8 +11,11 @@
  * A tile short of 4 weight rows repeats its last row and drops the result. */
 #define WROW(w, ws, i) ((const char *)(w) + (size_t)(i) * (ws))
 
-/* Prefetch distance in blocks along each weight row stream. */
-#define GEMM_PF 4
+/* Prefetch: a tile's rows are short streams (one row is n/256 blocks), so
+ * each block step prefetches the same block of the next tile's rows, which
+ * lie 4 rows further on (the matmul walks rows in order). */
+#define GEMM_PREFETCH(blk, ws, lines)                                                          \
+    for (int l_ = 0; l_ < (lines); l_++) _mm_prefetch((const char *)(blk) + 4 * (ws) + 64 * l_, _MM_HINT_T0)
 
 /* [a, b] -> lanes 0-7 a + lanes 8-15 of a | same for b: two single-row
  * 8-lane integer sums from two 16-lane ones. */
@@ -38,7 +41,7 @@ KINL void store_pair(const __m512 acc, float *s0, float *s1, int two) {
 }
 
 /* ---- Q4_K: single-row order of QK45_BODY (HAS_QH 0) ---- */
-KINL void q4_K_tile(int64_t n, const char *const wr[4], const char *x, size_t xs, const int RX, float *s,
+KINL void q4_K_tile(int64_t n, const char *const wr[4], size_t ws, const char *x, size_t xs, const int RX, float *s,
                     size_t ss, int rw) {
     const int64_t nb = n / 256;
     const __m512i m4 = _mm512_set1_epi8(15);
@@ -52,9 +55,7 @@ KINL void q4_K_tile(int64_t n, const char *const wr[4], const char *x, size_t xs
         uint8_t sc[4][16];
         for (int r = 0; r < 4; r++) {
             a[r] = (const blk_q4_K *)wr[r] + i;
-            _mm_prefetch((const char *)(a[r] + GEMM_PF), _MM_HINT_T0);
-            _mm_prefetch((const char *)(a[r] + GEMM_PF) + 64, _MM_HINT_T0);
-            _mm_prefetch((const char *)(a[r] + GEMM_PF) + 128, _MM_HINT_T0);
+            GEMM_PREFETCH(a[r], ws, 3);
             k4_unpack_scales(a[r]->scales, sc[r]);
         }
         __m512i scv[4];
@@ -113,7 +114,7 @@ KINL void q4_K_tile(int64_t n, const char *const wr[4], const char *x, size_t xs
 }
 
 /* ---- Q6_K: single-row order of q6_K_rows ---- */
-KINL void q6_K_tile(int64_t n, const char *const wr[4], const char *x, size_t xs, const int RX, float *s,
+KINL void q6_K_tile(int64_t n, const char *const wr[4], size_t ws, const char *x, size_t xs, const int RX, float *s,
                     size_t ss, int rw) {
     const int64_t nb = n / 256;
     const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
@@ -128,10 +129,7 @@ KINL void q6_K_tile(int64_t n, const char *const wr[4], const char *x, size_t xs
         __m512i scv[4];
         for (int r = 0; r < 4; r++) {
             a[r] = (const blk_q6_K *)wr[r] + i;
-            _mm_prefetch((const char *)(a[r] + GEMM_PF), _MM_HINT_T0);
-            _mm_prefetch((const char *)(a[r] + GEMM_PF) + 64, _MM_HINT_T0);
-            _mm_prefetch((const char *)(a[r] + GEMM_PF) + 128, _MM_HINT_T0);
-            _mm_prefetch((const char *)(a[r] + GEMM_PF) + 192, _MM_HINT_T0);
+            GEMM_PREFETCH(a[r], ws, 4);
             scv[r] = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[r]->scales)));
         }
         const __m128 dw = h4f(a[0]->d, a[1]->d, a[2]->d, a[3]->d);
@@ -185,7 +183,7 @@ KINL void q6_K_tile(int64_t n, const char *const wr[4], const char *x, size_t xs
 
 /* ---- Q8_0: single-row order of Q8_0_SIGNED_BODY. s8 x s8 as
  * (y + 128) x w - 128 x w with vpdpbusd (the same integer). ---- */
-KINL void q8_0_tile(int64_t n, const char *const wr[4], const char *x, size_t xs, const int RX, float *s,
+KINL void q8_0_tile(int64_t n, const char *const wr[4], size_t ws, const char *x, size_t xs, const int RX, float *s,
                     size_t ss, int rw) {
     const int64_t nb = n / 32;
     const __m512i k80 = _mm512_set1_epi8((char)0x80);
@@ -195,7 +193,7 @@ KINL void q8_0_tile(int64_t n, const char *const wr[4], const char *x, size_t xs
         const blk_q8_0 *a[4];
         for (int r = 0; r < 4; r++) {
             a[r] = (const blk_q8_0 *)wr[r] + i;
-            _mm_prefetch((const char *)(a[r] + 4 * GEMM_PF), _MM_HINT_T0);
+            if ((i & 1) == 0) GEMM_PREFETCH(a[r], ws, 1);
         }
         const __m128 dw = h4f(a[0]->d, a[1]->d, a[2]->d, a[3]->d);
         __m512i wv[2], nc[2];
@@ -231,11 +229,11 @@ KINL void q8_0_tile(int64_t n, const char *const wr[4], const char *x, size_t xs
             for (int r = 0; r < 4; r++) wr[r] = WROW(w, ws, i + (r < rw ? r : rw - 1));        \
             float *si = s + (size_t)i * ss;                                                    \
             int j = 0;                                                                         \
-            for (; j + 4 <= nx; j += 4) fn##_tile(n, wr, XROW(x, xs, j), xs, 4, si + j, ss, rw); \
+            for (; j + 4 <= nx; j += 4) fn##_tile(n, wr, ws, XROW(x, xs, j), xs, 4, si + j, ss, rw); \
             switch (nx - j) {                                                                  \
-            case 3: fn##_tile(n, wr, XROW(x, xs, j), xs, 3, si + j, ss, rw); break;            \
-            case 2: fn##_tile(n, wr, XROW(x, xs, j), xs, 2, si + j, ss, rw); break;            \
-            case 1: fn##_tile(n, wr, XROW(x, xs, j), xs, 1, si + j, ss, rw); break;            \
+            case 3: fn##_tile(n, wr, ws, XROW(x, xs, j), xs, 3, si + j, ss, rw); break;            \
+            case 2: fn##_tile(n, wr, ws, XROW(x, xs, j), xs, 2, si + j, ss, rw); break;            \
+            case 1: fn##_tile(n, wr, ws, XROW(x, xs, j), xs, 1, si + j, ss, rw); break;            \
             default: break;                                                                    \
             }                                                                                  \
         }                                                                                      \
@@ -244,11 +242,88 @@ GEMM_DRIVER(q4_K, KATTR)
 GEMM_DRIVER(q6_K, KATTR)
 GEMM_DRIVER(q8_0, KATTR)
 
+/* ---- BF16 (CPUs with AVX512_BF16): one token in bf16_one's order (two
+ * accumulators per row over 64 elements), a batch in bf16_tiny's (one per
+ * output over 32), as the single-row kernel chooses for the same nx. ---- */
+BF16INL void bf16_one_rows(int64_t n, const char *const wr[4], size_t ws, const void *x, float *s, size_t ss,
+                           int rw) {
+    __m512 c1[4], c2[4];
+    for (int r = 0; r < 4; r++) c1[r] = c2[r] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        const __m512bh xa = (__m512bh)_mm512_loadu_si512((const uint16_t *)x + i);
+        const __m512bh xb = (__m512bh)_mm512_loadu_si512((const uint16_t *)x + i + 32);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            const uint16_t *a = (const uint16_t *)wr[r] + i;
+            GEMM_PREFETCH(a, ws, 2);
+            c1[r] = _mm512_dpbf16_ps(c1[r], (__m512bh)_mm512_loadu_si512(a), xa);
+            c2[r] = _mm512_dpbf16_ps(c2[r], (__m512bh)_mm512_loadu_si512(a + 32), xb);
+        }
+    }
+    for (int r = 0; r < rw; r++) {
+        double sum = (double)hsum16(c1[r]);
+        sum += (double)hsum16(c2[r]);
+        for (int64_t k = i; k < n; k++)
+            sum += (double)(quant_bf16_to_f32(((const uint16_t *)wr[r])[k]) * quant_bf16_to_f32(((const uint16_t *)x)[k]));
+        s[(size_t)r * ss] = (float)sum;
+    }
+}
+
+BF16INL void bf16_tile(int64_t n, const char *const wr[4], size_t ws, const char *x, size_t xs, const int RX,
+                       float *s, size_t ss, int rw) {
+    __m512 acc[4][4];
+    for (int r = 0; r < 4; r++)
+        for (int j = 0; j < 4; j++) acc[r][j] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 32) {
+        __m512bh wv[4];
+        for (int r = 0; r < 4; r++) {
+            wv[r] = (__m512bh)_mm512_loadu_si512((const uint16_t *)wr[r] + i);
+            if ((i & 32) == 0) GEMM_PREFETCH((const uint16_t *)wr[r] + i, ws, 1);
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < RX; j++) {
+            const __m512bh xv = (__m512bh)_mm512_loadu_si512((const uint16_t *)XROW(x, xs, j) + i);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], wv[r], xv);
+        }
+    }
+    for (int r = 0; r < rw; r++)
+        for (int j = 0; j < RX; j++) s[(size_t)r * ss + j] = hsum16(acc[r][j]);
+}
+
+static BF16ATTR void gemm_bf16_avx512(int64_t n, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx,
+                                      float *s, size_t ss) {
+    if (nx > 1 && n % 32) { /* the single-row kernel's order for such rows */
+        for (int i = 0; i < nw; i++) bf16_exact_avx512(n, WROW(w, ws, i), x, xs, nx, s + (size_t)i * ss);
+        return;
+    }
+    for (int i = 0; i < nw; i += 4) {
+        const int rw = nw - i < 4 ? nw - i : 4;
+        const char *wr[4];
+        for (int r = 0; r < 4; r++) wr[r] = WROW(w, ws, i + (r < rw ? r : rw - 1));
+        float *si = s + (size_t)i * ss;
+        if (nx == 1) {
+            bf16_one_rows(n, wr, ws, x, si, ss, rw);
+            continue;
+        }
+        int j = 0;
+        for (; j + 4 <= nx; j += 4) bf16_tile(n, wr, ws, XROW(x, xs, j), xs, 4, si + j, ss, rw);
+        switch (nx - j) {
+        case 3: bf16_tile(n, wr, ws, XROW(x, xs, j), xs, 3, si + j, ss, rw); break;
+        case 2: bf16_tile(n, wr, ws, XROW(x, xs, j), xs, 2, si + j, ss, rw); break;
+        case 1: bf16_tile(n, wr, ws, XROW(x, xs, j), xs, 1, si + j, ss, rw); break;
+        default: break;
+        }
+    }
+}
+
 static cpu_gemm_fn KNAME(gemm_table_get)(uint32_t type) {
     switch (type) {
     case QT_Q4_K: return KNAME(gemm_q4_K);
     case QT_Q6_K: return KNAME(gemm_q6_K);
     case QT_Q8_0: return KNAME(gemm_q8_0);
+    case QT_BF16: return __builtin_cpu_supports("avx512bf16") ? gemm_bf16_avx512 : NULL;
     default: return NULL;
     }
 }
