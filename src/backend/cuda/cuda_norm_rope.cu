@@ -71,21 +71,23 @@ __global__ void rope_kernel(float *x, int n, const int32_t *pos, const float *ff
     float theta = (float)pos[t];
     for (int k = 0; k < i; k++) theta *= a.theta_scale;
     float f = ff ? ff[i] : 1.0f;
-    float extrap = theta / f, interp = a.freq_scale * extrap, th = interp, mscale = a.attn_factor;
+    /* _rn intrinsics: no fused multiply-adds, so the angle rounds as on the CPU */
+    float extrap = __fdiv_rn(theta, f), interp = __fmul_rn(a.freq_scale, extrap), th = interp;
+    float mscale = a.attn_factor;
     if (a.ext_factor != 0.0f) {
         float y = (i0 / 2 - a.corr0) / fmaxf(0.001f, a.corr1 - a.corr0);
         float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
-        float mix = ramp * a.ext_factor;
-        th = interp * (1 - mix) + extrap * mix;
+        float mix = __fmul_rn(ramp, a.ext_factor);
+        th = __fadd_rn(__fmul_rn(interp, 1 - mix), __fmul_rn(extrap, mix));
         mscale *= a.log_mscale;
     }
-    float c = cosf(th) * mscale, s = sinf(th) * mscale;
+    float c = __fmul_rn(cosf(th), mscale), s = __fmul_rn(sinf(th), mscale);
     int ia = a.neox ? i : i0, ib = a.neox ? i + half : i0 + 1;
     for (int h = 0; h < a.n_heads; h++) {
         float *v = x + ((int64_t)t * a.n_heads + h) * a.head_dim;
         float x0 = v[ia], x1 = v[ib];
-        v[ia] = x0 * c - x1 * s;
-        v[ib] = x0 * s + x1 * c;
+        v[ia] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        v[ib] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
     }
 }
 
