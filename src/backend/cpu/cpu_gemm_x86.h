@@ -49,16 +49,19 @@ KINL void q4_K_tile(int64_t n, const char *const wr[4], size_t ws, const char *x
     const __m512i wid = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1);
     const __m512i fid = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     __m512 acc[2][4], accm[4];
+#pragma GCC unroll 4
     for (int j = 0; j < 4; j++) acc[0][j] = acc[1][j] = accm[j] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const blk_q4_K *a[4];
         uint8_t sc[4][16];
+#pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             a[r] = (const blk_q4_K *)wr[r] + i;
             GEMM_PREFETCH(a[r], ws, 3);
             k4_unpack_scales(a[r]->scales, sc[r]);
         }
         __m512i scv[4];
+#pragma GCC unroll 4
         for (int r = 0; r < 4; r++) scv[r] = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc[r])));
         const __m128i mn01 = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(sc[0] + 8)),
                                                 _mm_loadl_epi64((const __m128i *)(sc[1] + 8)));
@@ -68,7 +71,9 @@ KINL void q4_K_tile(int64_t n, const char *const wr[4], size_t ws, const char *x
         const __m128 dw = h4f(a[0]->d, a[1]->d, a[2]->d, a[3]->d);
         const __m128 dm = h4f(a[0]->dmin, a[1]->dmin, a[2]->dmin, a[3]->dmin);
         __m512i isum[4][4];
+#pragma GCC unroll 4
         for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
             for (int j = 0; j < RX; j++) isum[r][j] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
@@ -102,9 +107,11 @@ KINL void q4_K_tile(int64_t n, const char *const wr[4], size_t ws, const char *x
             acc[1][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw23, dy), _mm512_cvtepi32_ps(fold_pair(isum[2][j], isum[3][j])), acc[1][j]);
         }
     }
+#pragma GCC unroll 4
     for (int j = 0; j < RX; j++) {
         float m[16];
         _mm512_storeu_ps(m, accm[j]);
+#pragma GCC unroll 4
         for (int r = 0; r < rw; r++) {
             const __m512 v = acc[r >> 1][j];
             const float t = hsum8((r & 1) ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v));
@@ -123,10 +130,12 @@ KINL void q6_K_tile(int64_t n, const char *const wr[4], size_t ws, const char *x
     const __m512i sid = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0,
                                          0, 0, 0, 0, 0, 0);
     __m512 acc[2][4];
+#pragma GCC unroll 4
     for (int j = 0; j < 4; j++) acc[0][j] = acc[1][j] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const blk_q6_K *a[4];
         __m512i scv[4];
+#pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             a[r] = (const blk_q6_K *)wr[r] + i;
             GEMM_PREFETCH(a[r], ws, 4);
@@ -134,7 +143,9 @@ KINL void q6_K_tile(int64_t n, const char *const wr[4], size_t ws, const char *x
         }
         const __m128 dw = h4f(a[0]->d, a[1]->d, a[2]->d, a[3]->d);
         __m512i isum[4][4];
+#pragma GCC unroll 4
         for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
             for (int j = 0; j < RX; j++) isum[r][j] = _mm512_setzero_si512();
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
@@ -176,7 +187,9 @@ KINL void q6_K_tile(int64_t n, const char *const wr[4], size_t ws, const char *x
             acc[1][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw23, dy), _mm512_cvtepi32_ps(f23), acc[1][j]);
         }
     }
+#pragma GCC unroll 4
     for (int j = 0; j < RX; j++)
+#pragma GCC unroll 4
         for (int p = 0; p < 2; p++)
             if (2 * p < rw) store_pair(acc[p][j], s + (size_t)(2 * p) * ss + j, s + (size_t)(2 * p + 1) * ss + j, 2 * p + 1 < rw);
 }
@@ -188,9 +201,11 @@ KINL void q8_0_tile(int64_t n, const char *const wr[4], size_t ws, const char *x
     const int64_t nb = n / 32;
     const __m512i k80 = _mm512_set1_epi8((char)0x80);
     __m512 acc[2][4];
+#pragma GCC unroll 4
     for (int j = 0; j < 4; j++) acc[0][j] = acc[1][j] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const blk_q8_0 *a[4];
+#pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             a[r] = (const blk_q8_0 *)wr[r] + i;
             if ((i & 1) == 0) GEMM_PREFETCH(a[r], ws, 1);
@@ -198,6 +213,7 @@ KINL void q8_0_tile(int64_t n, const char *const wr[4], size_t ws, const char *x
         const __m128 dw = h4f(a[0]->d, a[1]->d, a[2]->d, a[3]->d);
         __m512i wv[2], nc[2];
         __m512 dwp[2];
+#pragma GCC unroll 4
         for (int p = 0; p < 2; p++) {
             wv[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a[2 * p]->qs)),
                                        _mm256_loadu_si256((const __m256i *)a[2 * p + 1]->qs), 1);
@@ -209,18 +225,27 @@ KINL void q8_0_tile(int64_t n, const char *const wr[4], size_t ws, const char *x
             const blk_q8_0 *b = (const blk_q8_0 *)XROW(x, xs, j) + i;
             const __m512i yu = _mm512_xor_si512(_mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b->qs)), k80);
             const __m512 dy = _mm512_set1_ps(h2f(b->d));
+#pragma GCC unroll 4
             for (int p = 0; p < 2; p++)
                 acc[p][j] = _mm512_fmadd_ps(_mm512_mul_ps(dwp[p], dy), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(nc[p], yu, wv[p])),
                                             acc[p][j]);
         }
     }
+#pragma GCC unroll 4
     for (int j = 0; j < RX; j++)
+#pragma GCC unroll 4
         for (int p = 0; p < 2; p++)
             if (2 * p < rw) store_pair(acc[p][j], s + (size_t)(2 * p) * ss + j, s + (size_t)(2 * p + 1) * ss + j, 2 * p + 1 < rw);
 }
 
-/* Tiles of 4 weight rows x 4 activation rows, then the remainder. */
-#define GEMM_DRIVER(fn, ATTR)                                                                  \
+/* Tiles of 4 weight rows x RXM activation rows, then the remainder. */
+#ifndef Q4K_RX
+#define Q4K_RX 4
+#endif
+#ifndef Q6K_RX
+#define Q6K_RX 4
+#endif
+#define GEMM_DRIVER(fn, ATTR, RXM)                                                                  \
     static ATTR void KNAME(gemm_##fn)(int64_t n, const void *w, size_t ws, int nw, const void *x, size_t xs, \
                                       int nx, float *s, size_t ss) {                           \
         for (int i = 0; i < nw; i += 4) {                                                      \
@@ -229,7 +254,7 @@ KINL void q8_0_tile(int64_t n, const char *const wr[4], size_t ws, const char *x
             for (int r = 0; r < 4; r++) wr[r] = WROW(w, ws, i + (r < rw ? r : rw - 1));        \
             float *si = s + (size_t)i * ss;                                                    \
             int j = 0;                                                                         \
-            for (; j + 4 <= nx; j += 4) fn##_tile(n, wr, ws, XROW(x, xs, j), xs, 4, si + j, ss, rw); \
+            for (; j + (RXM) <= nx; j += (RXM)) fn##_tile(n, wr, ws, XROW(x, xs, j), xs, (RXM), si + j, ss, rw); \
             switch (nx - j) {                                                                  \
             case 3: fn##_tile(n, wr, ws, XROW(x, xs, j), xs, 3, si + j, ss, rw); break;            \
             case 2: fn##_tile(n, wr, ws, XROW(x, xs, j), xs, 2, si + j, ss, rw); break;            \
@@ -238,9 +263,9 @@ KINL void q8_0_tile(int64_t n, const char *const wr[4], size_t ws, const char *x
             }                                                                                  \
         }                                                                                      \
     }
-GEMM_DRIVER(q4_K, KATTR)
-GEMM_DRIVER(q6_K, KATTR)
-GEMM_DRIVER(q8_0, KATTR)
+GEMM_DRIVER(q4_K, KATTR, Q4K_RX)
+GEMM_DRIVER(q6_K, KATTR, Q6K_RX)
+GEMM_DRIVER(q8_0, KATTR, 4)
 
 /* ---- BF16 (CPUs with AVX512_BF16): one token in bf16_one's order (two
  * accumulators per row over 64 elements), a batch in bf16_tiny's (one per
@@ -248,6 +273,7 @@ GEMM_DRIVER(q8_0, KATTR)
 BF16INL void bf16_one_rows(int64_t n, const char *const wr[4], size_t ws, const void *x, float *s, size_t ss,
                            int rw) {
     __m512 c1[4], c2[4];
+#pragma GCC unroll 4
     for (int r = 0; r < 4; r++) c1[r] = c2[r] = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 64 <= n; i += 64) {
@@ -261,6 +287,7 @@ BF16INL void bf16_one_rows(int64_t n, const char *const wr[4], size_t ws, const 
             c2[r] = _mm512_dpbf16_ps(c2[r], (__m512bh)_mm512_loadu_si512(a + 32), xb);
         }
     }
+#pragma GCC unroll 4
     for (int r = 0; r < rw; r++) {
         double sum = (double)hsum16(c1[r]);
         sum += (double)hsum16(c2[r]);
@@ -273,10 +300,13 @@ BF16INL void bf16_one_rows(int64_t n, const char *const wr[4], size_t ws, const 
 BF16INL void bf16_tile(int64_t n, const char *const wr[4], size_t ws, const char *x, size_t xs, const int RX,
                        float *s, size_t ss, int rw) {
     __m512 acc[4][4];
+#pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
         for (int j = 0; j < 4; j++) acc[r][j] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 32) {
         __m512bh wv[4];
+#pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             wv[r] = (__m512bh)_mm512_loadu_si512((const uint16_t *)wr[r] + i);
             if ((i & 32) == 0) GEMM_PREFETCH((const uint16_t *)wr[r] + i, ws, 1);
@@ -288,7 +318,9 @@ BF16INL void bf16_tile(int64_t n, const char *const wr[4], size_t ws, const char
             for (int r = 0; r < 4; r++) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], wv[r], xv);
         }
     }
+#pragma GCC unroll 4
     for (int r = 0; r < rw; r++)
+#pragma GCC unroll 4
         for (int j = 0; j < RX; j++) s[(size_t)r * ss + j] = hsum16(acc[r][j]);
 }
 
@@ -301,6 +333,7 @@ static BF16ATTR void gemm_bf16_avx512(int64_t n, const void *w, size_t ws, int n
     for (int i = 0; i < nw; i += 4) {
         const int rw = nw - i < 4 ? nw - i : 4;
         const char *wr[4];
+#pragma GCC unroll 4
         for (int r = 0; r < 4; r++) wr[r] = WROW(w, ws, i + (r < rw ? r : rw - 1));
         float *si = s + (size_t)i * ss;
         if (nx == 1) {
