@@ -9,6 +9,8 @@
  * its exact float order: only loads, unpacking and scale decoding are
  * shared, and results are bitwise those of cpu_dot_x86.h's kernels.
  * A tile short of 4 weight rows repeats its last row and drops the result. */
+#include <stddef.h>
+
 #define WROW(w, ws, i) ((const char *)(w) + (size_t)(i) * (ws))
 
 /* Prefetch: a tile's rows are short streams (a row is a few hundred bytes
@@ -38,6 +40,11 @@ KINL __m512 pair_ps(__m128 v, int p) {
     return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
 }
 
+/* 16-bit lanes: a in the low 256 bits, b in the high. */
+KINL __m512i halves16(int a, int b) {
+    return _mm512_inserti64x4(_mm512_set1_epi16((short)a), _mm256_set1_epi16((short)b), 1);
+}
+
 /* 4 f16 scalars -> 4 floats (exact, as h2f). */
 KINL __m128 h4f(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
     return _mm_cvtph_ps(_mm_setr_epi16((short)a, (short)b, (short)c, (short)d, 0, 0, 0, 0));
@@ -48,10 +55,15 @@ KINL void store_pair(const __m512 acc, float *s0, float *s1, int two) {
     if (two) *s1 = hsum8(_mm512_extractf32x8_ps(acc, 1));
 }
 
-/* ---- Q4_K: single-row order of QK45_BODY (HAS_QH 0) ---- */
-KINL void q4_K_tile(int64_t n, const char *const wr[4], size_t ws, const char *x, size_t xs, const int RX, float *s,
-                    size_t ss, int rw) {
+/* ---- Q4_K (QH 0) / Q5_K (QH 1): single-row order of QK45_BODY. Q5_K's
+ * minimum term is one scalar per block (an integer sum, FMA'd), kept per row
+ * in lane 4r of summ. ---- */
+KINL void qk45_tile(int64_t n, const char *const wr[4], size_t ws, const char *x, size_t xs, const int RX, float *s,
+                    size_t ss, int rw, const int QH) {
     const int64_t nb = n / 256;
+    const size_t bb = QH ? sizeof(blk_q5_K) : sizeof(blk_q4_K);
+    const size_t oqs = QH ? offsetof(blk_q5_K, qs) : offsetof(blk_q4_K, qs);
+    const __m512i k10 = _mm512_set1_epi8(0x10);
     const __m512i m4 = _mm512_set1_epi8(15);
     const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
     const __m512i wid = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1);
@@ -59,13 +71,14 @@ KINL void q4_K_tile(int64_t n, const char *const wr[4], size_t ws, const char *x
     __m512 acc[2][4], accm[4];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) acc[0][j] = acc[1][j] = accm[j] = _mm512_setzero_ps();
+    (void)k10;
     for (int64_t i = 0; i < nb; i++) {
         const blk_q4_K *a[4];
         uint8_t sc[4][16];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            a[r] = (const blk_q4_K *)wr[r] + i;
-            GEMM_PREFETCH(a[r], ws, 3);
+            a[r] = (const blk_q4_K *)(const void *)(wr[r] + (size_t)i * bb);
+            GEMM_PREFETCH(a[r], ws, 3); /* 144 / 176-byte blocks */
             k4_unpack_scales(a[r]->scales, sc[r]);
         }
         __m512i scv[4];
@@ -89,8 +102,16 @@ KINL void q4_K_tile(int64_t n, const char *const wr[4], size_t ws, const char *x
             __m512i wv[4], sv[4];
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
-                const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(a[r]->qs + 32 * c)));
+                const uint8_t *qs = (const uint8_t *)a[r] + oqs;
+                const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * c)));
                 wv[r] = _mm512_and_si512(_mm512_srlv_epi16(q, shift), m4);
+                if (QH) { /* bit 2c (low half) / 2c+1 (high half) of qh -> bit 4 */
+                    const __m512i qh = _mm512_broadcast_i64x4(
+                        _mm256_loadu_si256((const __m256i *)((const blk_q5_K *)(const void *)a[r])->qh));
+                    const __m512i hs = c < 2 ? _mm512_sllv_epi16(qh, halves16(4 - 2 * c, 3 - 2 * c))
+                                             : _mm512_srlv_epi16(qh, halves16(2 * c - 4, 2 * c - 3));
+                    wv[r] = _mm512_ternarylogic_epi32(hs, k10, wv[r], 0xEA); /* (hs & k10) | wv */
+                }
                 sv[r] = _mm512_permutexvar_epi16(idx, scv[r]);
             }
 #pragma GCC unroll 4
@@ -109,7 +130,12 @@ KINL void q4_K_tile(int64_t n, const char *const wr[4], size_t ws, const char *x
             const __m256i bs = _mm256_loadu_si256((const __m256i *)b->bsums);
             const __m128i pair = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
             const __m512i pm = _mm512_madd_epi16(mins, _mm512_broadcast_i32x4(pair));
-            accm[j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-b->d), dm4), _mm512_cvtepi32_ps(pm), accm[j]);
+            if (QH) { /* the 4 lanes of each row summed (integers), in every lane */
+                __m512i t = _mm512_add_epi32(pm, _mm512_shuffle_epi32(pm, _MM_PERM_BADC));
+                t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_CDAB));
+                accm[j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-b->d), dm4), _mm512_cvtepi32_ps(t), accm[j]);
+            } else
+                accm[j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-b->d), dm4), _mm512_cvtepi32_ps(pm), accm[j]);
             const __m512 dy = _mm512_set1_ps(b->d);
             acc[0][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw01, dy), _mm512_cvtepi32_ps(fold_pair(isum[0][j], isum[1][j])), acc[0][j]);
             acc[1][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw23, dy), _mm512_cvtepi32_ps(fold_pair(isum[2][j], isum[3][j])), acc[1][j]);
@@ -123,9 +149,19 @@ KINL void q4_K_tile(int64_t n, const char *const wr[4], size_t ws, const char *x
         for (int r = 0; r < rw; r++) {
             const __m512 v = acc[r >> 1][j];
             const float t = hsum8((r & 1) ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v));
-            s[(size_t)r * ss + j] = t + hsum4(_mm_loadu_ps(m + 4 * r));
+            s[(size_t)r * ss + j] = t + (QH ? m[4 * r] : hsum4(_mm_loadu_ps(m + 4 * r)));
         }
     }
+}
+
+KINL void q4_K_tile(int64_t n, const char *const wr[4], size_t ws, const char *x, size_t xs, const int RX, float *s,
+                    size_t ss, int rw) {
+    qk45_tile(n, wr, ws, x, xs, RX, s, ss, rw, 0);
+}
+
+KINL void q5_K_tile(int64_t n, const char *const wr[4], size_t ws, const char *x, size_t xs, const int RX, float *s,
+                    size_t ss, int rw) {
+    qk45_tile(n, wr, ws, x, xs, RX, s, ss, rw, 1);
 }
 
 /* ---- Q6_K: single-row order of q6_K_rows ---- */
@@ -272,6 +308,7 @@ KINL void q8_0_tile(int64_t n, const char *const wr[4], size_t ws, const char *x
         }                                                                                      \
     }
 GEMM_DRIVER(q4_K, KATTR, Q4K_RX)
+GEMM_DRIVER(q5_K, KATTR, Q4K_RX)
 GEMM_DRIVER(q6_K, KATTR, Q6K_RX)
 GEMM_DRIVER(q8_0, KATTR, 4)
 
@@ -374,6 +411,7 @@ static BF16ATTR void gemm_bf16_avx512(int64_t n, const void *w, size_t ws, int n
 static cpu_gemm_fn KNAME(gemm_table_get)(uint32_t type) {
     switch (type) {
     case QT_Q4_K: return KNAME(gemm_q4_K);
+    case QT_Q5_K: return KNAME(gemm_q5_K);
     case QT_Q6_K: return KNAME(gemm_q6_K);
     case QT_Q8_0: return gemm_q8_0_sel_avx512;
     case QT_BF16: return __builtin_cpu_supports("avx512bf16") ? gemm_bf16_avx512 : NULL;
