@@ -237,6 +237,8 @@ static void test_gemm_bitwise(void) {
                 case_free(&c);
             }
             CHECK(bad == 0);
+            if (cpu_get_gemm_isa(t, (cpu_isa)isa))
+                printf("  %-7s %s multi-row kernel: %s\n", tr->name, cpu_isa_name((cpu_isa)isa), bad ? "NOT bitwise" : "bitwise");
         }
     }
 }

@@ -238,29 +238,34 @@ KINL void q6_K_tile(int64_t n, const char *const wr[4], size_t ws, const char *x
             if (2 * p < rw) store_pair(acc[p][j], s + (size_t)(2 * p) * ss + j, s + (size_t)(2 * p + 1) * ss + j, 2 * p + 1 < rw);
 }
 
-/* ---- Q8_0: single-row order of Q8_0_SIGNED_BODY. s8 x s8 as
- * (y + 128) x w - 128 x w with vpdpbusd (the same integer). ---- */
-KINL void q8_0_tile(int64_t n, const char *const wr[4], size_t ws, const char *x, size_t xs, const int RX, float *s,
-                    size_t ss, int rw) {
+/* ---- Q8_0 (Q4 0) / Q4_0 (Q4 1): single-row order of Q8_0_SIGNED_BODY.
+ * s8 x s8 as (y + 128) x w - 128 x w with vpdpbusd (the same integer). ---- */
+KINL __m256i q80_w(const void *blk, const int Q4) {
+    if (Q4) return _mm256_sub_epi8(unpack_nibbles(((const blk_q4_0 *)blk)->qs), _mm256_set1_epi8(8));
+    return _mm256_loadu_si256((const __m256i *)((const blk_q8_0 *)blk)->qs);
+}
+
+KINL void q80_tile(int64_t n, const char *const wr[4], size_t ws, const char *x, size_t xs, const int RX, float *s,
+                   size_t ss, int rw, const int Q4) {
+    const size_t bb = Q4 ? sizeof(blk_q4_0) : sizeof(blk_q8_0);
     const int64_t nb = n / 32;
     const __m512i k80 = _mm512_set1_epi8((char)0x80);
     __m512 acc[2][4];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) acc[0][j] = acc[1][j] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        const blk_q8_0 *a[4];
+        const blk_q8_0 *a[4]; /* d leads both block types */
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            a[r] = (const blk_q8_0 *)wr[r] + i;
-            if ((i & 1) == 0) GEMM_PREFETCH(a[r], ws, 2);
+            a[r] = (const blk_q8_0 *)(const void *)(wr[r] + (size_t)i * bb);
+            if ((i & 1) == 0) GEMM_PREFETCH(a[r], ws, Q4 ? 1 : 2);
         }
         const __m128 dw = h4f(a[0]->d, a[1]->d, a[2]->d, a[3]->d);
         __m512i wv[2], nc[2];
         __m512 dwp[2];
 #pragma GCC unroll 4
         for (int p = 0; p < 2; p++) {
-            wv[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a[2 * p]->qs)),
-                                       _mm256_loadu_si256((const __m256i *)a[2 * p + 1]->qs), 1);
+            wv[p] = _mm512_inserti64x4(_mm512_castsi256_si512(q80_w(a[2 * p], Q4)), q80_w(a[2 * p + 1], Q4), 1);
             nc[p] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), k80, wv[p]));
             dwp[p] = pair_ps(dw, p);
         }
@@ -280,6 +285,72 @@ KINL void q8_0_tile(int64_t n, const char *const wr[4], size_t ws, const char *x
 #pragma GCC unroll 4
         for (int p = 0; p < 2; p++)
             if (2 * p < rw) store_pair(acc[p][j], s + (size_t)(2 * p) * ss + j, s + (size_t)(2 * p + 1) * ss + j, 2 * p + 1 < rw);
+}
+
+KINL void q8_0_tile(int64_t n, const char *const wr[4], size_t ws, const char *x, size_t xs, const int RX, float *s,
+                    size_t ss, int rw) {
+    q80_tile(n, wr, ws, x, xs, RX, s, ss, rw, 0);
+}
+
+KINL void q4_0_tile(int64_t n, const char *const wr[4], size_t ws, const char *x, size_t xs, const int RX, float *s,
+                    size_t ss, int rw) {
+    q80_tile(n, wr, ws, x, xs, RX, s, ss, rw, 1);
+}
+
+/* ---- F16: one token in f16_one's order (4 accumulators per row over 64
+ * elements, folded 0+2, 1+3, reduced in double), a batch in f16_tiny's (one
+ * accumulator per output over 16), as the single-row kernel picks. ---- */
+KINL void f16_one_rows(int64_t n, const char *const wr[4], size_t ws, const void *x, float *s, size_t ss, int rw) {
+    __m512 c[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) c[r][k] = _mm512_setzero_ps();
+    const int64_t np = n & ~(int64_t)63;
+    for (int64_t i = 0; i < np; i += 64) {
+        __m512 xv[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) xv[k] = ld_f16(x, i + 16 * k);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            GEMM_PREFETCH((const uint16_t *)wr[r] + i, ws, 2);
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) c[r][k] = _mm512_fmadd_ps(ld_f16(wr[r], i + 16 * k), xv[k], c[r][k]);
+        }
+    }
+    for (int r = 0; r < rw; r++) {
+        const __m512 c0 = _mm512_add_ps(c[r][0], c[r][2]), c1 = _mm512_add_ps(c[r][1], c[r][3]);
+        double sum = hsum16(_mm512_add_ps(c0, c1));
+        for (int64_t i = np; i < n; i++)
+            sum += (double)(h2f(((const uint16_t *)wr[r])[i]) * h2f(((const uint16_t *)x)[i]));
+        s[(size_t)r * ss] = (float)sum;
+    }
+}
+
+KINL void f16_tile(int64_t n, const char *const wr[4], size_t ws, const char *x, size_t xs, const int RX, float *s,
+                   size_t ss, int rw) {
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) acc[r][j] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        __m512 wv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            wv[r] = ld_f16(wr[r], i);
+            if ((i & 16) == 0) GEMM_PREFETCH((const uint16_t *)wr[r] + i, ws, 1);
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < RX; j++) {
+            const __m512 xv = ld_f16(XROW(x, xs, j), i);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) acc[r][j] = _mm512_fmadd_ps(wv[r], xv, acc[r][j]);
+        }
+    }
+    for (int r = 0; r < rw; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < RX; j++) s[(size_t)r * ss + j] = hsum16(acc[r][j]);
 }
 
 /* Tiles of 4 weight rows x RXM activation rows, then the remainder. */
@@ -322,6 +393,28 @@ static KATTR void gemm_q8_0_sel_avx512(int64_t n, const void *w, size_t ws, int 
         return;
     }
     gemm_q8_0_avx512(n, w, ws, nw, x, xs, nx, s, ss);
+}
+
+GEMM_DRIVER(q4_0, KATTR, 4)
+GEMM_DRIVER(f16, KATTR, 4)
+
+/* F16: the single-row kernel's order for the same nx (see f16_one_rows). */
+static KATTR void gemm_f16_sel_avx512(int64_t n, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx,
+                                      float *s, size_t ss) {
+    if (nx > 1 && n % 16) {
+        for (int i = 0; i < nw; i++) f16_avx512(n, WROW(w, ws, i), x, xs, nx, s + (size_t)i * ss);
+        return;
+    }
+    if (nx > 1) {
+        gemm_f16_avx512(n, w, ws, nw, x, xs, nx, s, ss);
+        return;
+    }
+    for (int i = 0; i < nw; i += 4) {
+        const int rw = nw - i < 4 ? nw - i : 4;
+        const char *wr[4];
+        for (int r = 0; r < 4; r++) wr[r] = WROW(w, ws, i + (r < rw ? r : rw - 1));
+        f16_one_rows(n, wr, ws, x, s + (size_t)i * ss, ss, rw);
+    }
 }
 
 /* ---- BF16 (CPUs with AVX512_BF16): one token in bf16_one's order (two
@@ -412,6 +505,8 @@ static cpu_gemm_fn KNAME(gemm_table_get)(uint32_t type) {
     switch (type) {
     case QT_Q4_K: return KNAME(gemm_q4_K);
     case QT_Q5_K: return KNAME(gemm_q5_K);
+    case QT_Q4_0: return KNAME(gemm_q4_0);
+    case QT_F16: return gemm_f16_sel_avx512;
     case QT_Q6_K: return KNAME(gemm_q6_K);
     case QT_Q8_0: return gemm_q8_0_sel_avx512;
     case QT_BF16: return __builtin_cpu_supports("avx512bf16") ? gemm_bf16_avx512 : NULL;
