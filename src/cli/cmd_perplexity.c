@@ -57,12 +57,7 @@ int cmd_perplexity(int argc, char **argv) {
         goto done;
     }
     int64_t n = 0;
-    brisk_tokenize(m, text, len, false, false, NULL, 0, &n);
-    toks = malloc((size_t)(n > 0 ? n : 1) * sizeof *toks);
-    if (!toks || brisk_tokenize(m, text, len, false, false, toks, n, &n) != BRISK_OK) {
-        cli_error(1, "tokenize: %s", brisk_last_error());
-        goto done;
-    }
+    if (!cli_tokenize(m, text, len, false, false, &toks, &n)) goto done;
     int64_t n_chunks = n / n_ctx;
     if (n_chunks_max > 0 && n_chunks > n_chunks_max) n_chunks = n_chunks_max;
     if (n_chunks < 1) {

@@ -140,11 +140,7 @@ int cmd_run(int argc, char **argv) {
     brisk_model_get_info(model, &info);
     int ctx_size = n_ctx > 0 ? n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
     int64_t n_prompt = 0;
-    brisk_status st = brisk_tokenize(model, prompt, plen, true, true, NULL, 0, &n_prompt);
-    if (st != BRISK_OK && st != BRISK_ERR_RANGE) {
-        cli_error(1, "%s", brisk_last_error());
-        goto done;
-    }
+    if (!cli_tokenize(model, prompt, plen, true, true, &toks, &n_prompt)) goto done;
     if (n_prompt == 0) {
         cli_error(1, "run: the prompt is empty");
         goto done;
@@ -154,13 +150,11 @@ int cmd_run(int argc, char **argv) {
                   (long long)n_prompt, ctx_size);
         goto done;
     }
-    toks = malloc((size_t)n_prompt * sizeof *toks);
     batch = malloc(512 * sizeof *batch);
-    if (!toks || !batch) {
+    if (!batch) {
         cli_error(1, "out of memory");
         goto done;
     }
-    brisk_tokenize(model, prompt, plen, true, true, toks, n_prompt, &n_prompt);
     if (brisk_sampler_new(&sp, brisk_n_vocab(model), &smp) != BRISK_OK) {
         cli_error(1, "%s", brisk_last_error());
         goto done;

@@ -41,16 +41,7 @@ int cmd_tokenize(int argc, char **argv) {
         cli_error(1, "%s", brisk_last_error());
         goto done;
     }
-    brisk_status s = brisk_tokenize(m, text, len, add_special, parse_special, NULL, 0, &n);
-    if (s != BRISK_OK && s != BRISK_ERR_RANGE) {
-        cli_error(1, "%s", brisk_last_error());
-        goto done;
-    }
-    ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
-    if (!ids || brisk_tokenize(m, text, len, add_special, parse_special, ids, n, &n) != BRISK_OK) {
-        cli_error(1, "%s", ids ? brisk_last_error() : "out of memory");
-        goto done;
-    }
+    if (!cli_tokenize(m, text, len, add_special, parse_special, &ids, &n)) goto done;
     for (int64_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
     printf("\n");
     rc = 0;

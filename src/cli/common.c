@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "brisk.h"
 #include "cli/cli.h"
 
 bool cli_int(const char *flag, const char *s, long lo, long hi, int *out) {
@@ -106,4 +107,27 @@ double cli_peak_rss_mb(void) {
 int cli_default_threads(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
+}
+
+bool cli_tokenize(const brisk_model *m, const char *text, size_t len, bool add_special, bool parse_special,
+                  int32_t **ids, int64_t *n) {
+    *ids = NULL;
+    *n = 0;
+    brisk_status s = brisk_tokenize(m, text, len, add_special, parse_special, NULL, 0, n);
+    if (s != BRISK_OK && s != BRISK_ERR_RANGE) {
+        cli_error(1, "tokenize: %s", brisk_last_error());
+        return false;
+    }
+    *ids = malloc((size_t)(*n > 0 ? *n : 1) * sizeof **ids);
+    if (!*ids) {
+        cli_error(1, "out of memory");
+        return false;
+    }
+    if (brisk_tokenize(m, text, len, add_special, parse_special, *ids, *n, n) != BRISK_OK) {
+        cli_error(1, "tokenize: %s", brisk_last_error());
+        free(*ids);
+        *ids = NULL;
+        return false;
+    }
+    return true;
 }

@@ -14,6 +14,11 @@ bool cli_float(const char *flag, const char *s, double lo, double hi, float *out
 const char *cli_next(int argc, char **argv, int *i);
 /* Reads a whole file or stdin (path "-") into a NUL-terminated buffer; caller frees. */
 char *cli_read_all(const char *path, size_t *len);
+/* Tokenizes text into a new array (caller frees *ids); prints the error and
+ * returns false on failure. */
+struct brisk_model;
+bool cli_tokenize(const struct brisk_model *m, const char *text, size_t len, bool add_special,
+                  bool parse_special, int32_t **ids, int64_t *n);
 double cli_now(void);         /* seconds, monotonic */
 double cli_peak_rss_mb(void); /* peak resident set size */
 int cli_default_threads(void);
