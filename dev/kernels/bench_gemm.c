@@ -4,7 +4,8 @@
  * 1024x3072 (ffn_down), 3072x1024 (ffn_gate/up), 151936x1024 (LM head),
  * nx = 1 (decode) and nx = 32 (prefill tile), against the per-row vec_dot loop.
  * Build: cc -O2 -Iinclude -Isrc dev/kernels/bench_gemm.c build/libbrisk.a -lm -lpthread
- * Run:   ./a.out [type ...]   (types by name, default q4_K q6_K q8_0 bf16) */
+ * Run:   ./a.out [type ...]   (types by name, default q4_K q6_K q8_0 bf16);
+ *        SHAPE=0|1|2 and NX=1|32 in the environment run one case only. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +38,10 @@ int main(int argc, char **argv) {
             if (quant_get_traits(q) && !strcmp(quant_get_traits(q)->name, nm)) t = q;
         if (t == QT_COUNT) { fprintf(stderr, "unknown type %s\n", nm); continue; }
         const quant_traits *tr = quant_get_traits(t);
+        const int only_sh = getenv("SHAPE") ? atoi(getenv("SHAPE")) : -1;
+        const int only_nx = getenv("NX") ? atoi(getenv("NX")) : 0;
         for (int sh = 0; sh < 3; sh++) {
+            if (only_sh >= 0 && sh != only_sh) continue;
             const int rows = shapes[sh][0], cols = shapes[sh][1];
             const size_t rs = quant_row_size(t, cols), xs = quant_row_size(tr->vec_dot_type, cols) + 64;
             uint8_t *w = malloc(rs * rows), *x = malloc(xs * 32);
@@ -52,12 +56,13 @@ int main(int argc, char **argv) {
                 cpu_get_from_float(tr->vec_dot_type)(xf, x + (size_t)j * xs, cols);
             }
             for (int nx = 1; nx <= 32; nx += 31) {
+                if (only_nx && nx != only_nx) continue;
                 printf("%-5s %6dx%-5d nx=%-2d", nm, rows, cols, nx);
                 for (int v = 0; v < 2; v++) {
                     cpu_gemm_fn g = cpu_get_gemm(t);
                     cpu_vec_dot_fn f = cpu_get_vec_dot(t);
                     double best = 1e9;
-                    const int reps = rows > 10000 ? 2 : 5;
+                    const int reps = rows > 10000 ? 4 : 5;
                     for (int rep = 0; rep < reps; rep++) {
                         double t0 = now();
                         for (int r = 0; r < rows; r += 16) {

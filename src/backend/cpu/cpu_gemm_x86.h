@@ -297,36 +297,9 @@ KINL void q4_0_tile(int64_t n, const char *const wr[4], size_t ws, const char *x
     q80_tile(n, wr, ws, x, xs, RX, s, ss, rw, 1);
 }
 
-/* ---- F16: one token in f16_one's order (4 accumulators per row over 64
- * elements, folded 0+2, 1+3, reduced in double), a batch in f16_tiny's (one
- * accumulator per output over 16), as the single-row kernel picks. ---- */
-KINL void f16_one_rows(int64_t n, const char *const wr[4], size_t ws, const void *x, float *s, size_t ss, int rw) {
-    __m512 c[4][4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) c[r][k] = _mm512_setzero_ps();
-    const int64_t np = n & ~(int64_t)63;
-    for (int64_t i = 0; i < np; i += 64) {
-        __m512 xv[4];
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) xv[k] = ld_f16(x, i + 16 * k);
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            GEMM_PREFETCH((const uint16_t *)wr[r] + i, ws, 2);
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) c[r][k] = _mm512_fmadd_ps(ld_f16(wr[r], i + 16 * k), xv[k], c[r][k]);
-        }
-    }
-    for (int r = 0; r < rw; r++) {
-        const __m512 c0 = _mm512_add_ps(c[r][0], c[r][2]), c1 = _mm512_add_ps(c[r][1], c[r][3]);
-        double sum = hsum16(_mm512_add_ps(c0, c1));
-        for (int64_t i = np; i < n; i++)
-            sum += (double)(h2f(((const uint16_t *)wr[r])[i]) * h2f(((const uint16_t *)x)[i]));
-        s[(size_t)r * ss] = (float)sum;
-    }
-}
-
+/* ---- F16: a batch in f16_tiny's order (one accumulator per output over
+ * 16 elements). One token goes row by row through f16_one: from DRAM, one
+ * sequential stream measured ~10% faster than 4 interleaved ones. ---- */
 KINL void f16_tile(int64_t n, const char *const wr[4], size_t ws, const char *x, size_t xs, const int RX, float *s,
                    size_t ss, int rw) {
     __m512 acc[4][4];
@@ -398,107 +371,14 @@ static KATTR void gemm_q8_0_sel_avx512(int64_t n, const void *w, size_t ws, int 
 GEMM_DRIVER(q4_0, KATTR, 4)
 GEMM_DRIVER(f16, KATTR, 4)
 
-/* F16: the single-row kernel's order for the same nx (see f16_one_rows). */
+/* F16: the single-row kernel's order for the same nx. */
 static KATTR void gemm_f16_sel_avx512(int64_t n, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx,
                                       float *s, size_t ss) {
-    if (nx > 1 && n % 16) {
+    if (nx == 1 || n % 16) {
         for (int i = 0; i < nw; i++) f16_avx512(n, WROW(w, ws, i), x, xs, nx, s + (size_t)i * ss);
         return;
     }
-    if (nx > 1) {
-        gemm_f16_avx512(n, w, ws, nw, x, xs, nx, s, ss);
-        return;
-    }
-    for (int i = 0; i < nw; i += 4) {
-        const int rw = nw - i < 4 ? nw - i : 4;
-        const char *wr[4];
-        for (int r = 0; r < 4; r++) wr[r] = WROW(w, ws, i + (r < rw ? r : rw - 1));
-        f16_one_rows(n, wr, ws, x, s + (size_t)i * ss, ss, rw);
-    }
-}
-
-/* ---- BF16 (CPUs with AVX512_BF16): one token in bf16_one's order (two
- * accumulators per row over 64 elements), a batch in bf16_tiny's (one per
- * output over 32), as the single-row kernel chooses for the same nx. ---- */
-BF16INL void bf16_one_rows(int64_t n, const char *const wr[4], size_t ws, const void *x, float *s, size_t ss,
-                           int rw) {
-    __m512 c1[4], c2[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) c1[r] = c2[r] = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        const __m512bh xa = (__m512bh)_mm512_loadu_si512((const uint16_t *)x + i);
-        const __m512bh xb = (__m512bh)_mm512_loadu_si512((const uint16_t *)x + i + 32);
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            const uint16_t *a = (const uint16_t *)wr[r] + i;
-            GEMM_PREFETCH(a, ws, 2);
-            c1[r] = _mm512_dpbf16_ps(c1[r], (__m512bh)_mm512_loadu_si512(a), xa);
-            c2[r] = _mm512_dpbf16_ps(c2[r], (__m512bh)_mm512_loadu_si512(a + 32), xb);
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < rw; r++) {
-        double sum = (double)hsum16(c1[r]);
-        sum += (double)hsum16(c2[r]);
-        for (int64_t k = i; k < n; k++)
-            sum += (double)(quant_bf16_to_f32(((const uint16_t *)wr[r])[k]) * quant_bf16_to_f32(((const uint16_t *)x)[k]));
-        s[(size_t)r * ss] = (float)sum;
-    }
-}
-
-BF16INL void bf16_tile(int64_t n, const char *const wr[4], size_t ws, const char *x, size_t xs, const int RX,
-                       float *s, size_t ss, int rw) {
-    __m512 acc[4][4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) acc[r][j] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n; i += 32) {
-        __m512bh wv[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            wv[r] = (__m512bh)_mm512_loadu_si512((const uint16_t *)wr[r] + i);
-            if ((i & 32) == 0) GEMM_PREFETCH((const uint16_t *)wr[r] + i, ws, 1);
-        }
-#pragma GCC unroll 4
-        for (int j = 0; j < RX; j++) {
-            const __m512bh xv = (__m512bh)_mm512_loadu_si512((const uint16_t *)XROW(x, xs, j) + i);
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], wv[r], xv);
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < rw; r++)
-#pragma GCC unroll 4
-        for (int j = 0; j < RX; j++) s[(size_t)r * ss + j] = hsum16(acc[r][j]);
-}
-
-static BF16ATTR void gemm_bf16_avx512(int64_t n, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx,
-                                      float *s, size_t ss) {
-    if (nx > 1 && n % 32) { /* the single-row kernel's order for such rows */
-        for (int i = 0; i < nw; i++) bf16_exact_avx512(n, WROW(w, ws, i), x, xs, nx, s + (size_t)i * ss);
-        return;
-    }
-    for (int i = 0; i < nw; i += 4) {
-        const int rw = nw - i < 4 ? nw - i : 4;
-        const char *wr[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) wr[r] = WROW(w, ws, i + (r < rw ? r : rw - 1));
-        float *si = s + (size_t)i * ss;
-        if (nx == 1) {
-            bf16_one_rows(n, wr, ws, x, si, ss, rw);
-            continue;
-        }
-        int j = 0;
-        for (; j + 4 <= nx; j += 4) bf16_tile(n, wr, ws, XROW(x, xs, j), xs, 4, si + j, ss, rw);
-        switch (nx - j) {
-        case 3: bf16_tile(n, wr, ws, XROW(x, xs, j), xs, 3, si + j, ss, rw); break;
-        case 2: bf16_tile(n, wr, ws, XROW(x, xs, j), xs, 2, si + j, ss, rw); break;
-        case 1: bf16_tile(n, wr, ws, XROW(x, xs, j), xs, 1, si + j, ss, rw); break;
-        default: break;
-        }
-    }
+    gemm_f16_avx512(n, w, ws, nw, x, xs, nx, s, ss);
 }
 
 static cpu_gemm_fn KNAME(gemm_table_get)(uint32_t type) {
