@@ -381,6 +381,90 @@ static KATTR void gemm_f16_sel_avx512(int64_t n, const void *w, size_t ws, int n
     gemm_f16_avx512(n, w, ws, nw, x, xs, nx, s, ss);
 }
 
+/* ---- BF16 (CPUs with AVX512_BF16): one token in bf16_one's order (two
+ * accumulators per row over 64 elements), a batch in bf16_tiny's (one per
+ * output over 32), as the single-row kernel chooses for the same nx. ---- */
+BF16INL void bf16_one_rows(int64_t n, const char *const wr[4], size_t ws, const void *x, float *s, size_t ss,
+                           int rw) {
+    __m512 c1[4], c2[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) c1[r] = c2[r] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        const __m512bh xa = (__m512bh)_mm512_loadu_si512((const uint16_t *)x + i);
+        const __m512bh xb = (__m512bh)_mm512_loadu_si512((const uint16_t *)x + i + 32);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            const uint16_t *a = (const uint16_t *)wr[r] + i;
+            GEMM_PREFETCH(a, ws, 2);
+            c1[r] = _mm512_dpbf16_ps(c1[r], (__m512bh)_mm512_loadu_si512(a), xa);
+            c2[r] = _mm512_dpbf16_ps(c2[r], (__m512bh)_mm512_loadu_si512(a + 32), xb);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < rw; r++) {
+        double sum = (double)hsum16(c1[r]);
+        sum += (double)hsum16(c2[r]);
+        for (int64_t k = i; k < n; k++)
+            sum += (double)(quant_bf16_to_f32(((const uint16_t *)wr[r])[k]) * quant_bf16_to_f32(((const uint16_t *)x)[k]));
+        s[(size_t)r * ss] = (float)sum;
+    }
+}
+
+BF16INL void bf16_tile(int64_t n, const char *const wr[4], size_t ws, const char *x, size_t xs, const int RX,
+                       float *s, size_t ss, int rw) {
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) acc[r][j] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 32) {
+        __m512bh wv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            wv[r] = (__m512bh)_mm512_loadu_si512((const uint16_t *)wr[r] + i);
+            if ((i & 32) == 0) GEMM_PREFETCH((const uint16_t *)wr[r] + i, ws, 1);
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < RX; j++) {
+            const __m512bh xv = (__m512bh)_mm512_loadu_si512((const uint16_t *)XROW(x, xs, j) + i);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], wv[r], xv);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < rw; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < RX; j++) s[(size_t)r * ss + j] = hsum16(acc[r][j]);
+}
+
+static BF16ATTR void gemm_bf16_avx512(int64_t n, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx,
+                                      float *s, size_t ss) {
+    if (nx > 1 && n % 32) { /* the single-row kernel's order for such rows */
+        for (int i = 0; i < nw; i++) bf16_exact_avx512(n, WROW(w, ws, i), x, xs, nx, s + (size_t)i * ss);
+        return;
+    }
+    for (int i = 0; i < nw; i += 4) {
+        const int rw = nw - i < 4 ? nw - i : 4;
+        const char *wr[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) wr[r] = WROW(w, ws, i + (r < rw ? r : rw - 1));
+        float *si = s + (size_t)i * ss;
+        if (nx == 1) {
+            bf16_one_rows(n, wr, ws, x, si, ss, rw);
+            continue;
+        }
+        int j = 0;
+        for (; j + 4 <= nx; j += 4) bf16_tile(n, wr, ws, XROW(x, xs, j), xs, 4, si + j, ss, rw);
+        switch (nx - j) {
+        case 3: bf16_tile(n, wr, ws, XROW(x, xs, j), xs, 3, si + j, ss, rw); break;
+        case 2: bf16_tile(n, wr, ws, XROW(x, xs, j), xs, 2, si + j, ss, rw); break;
+        case 1: bf16_tile(n, wr, ws, XROW(x, xs, j), xs, 1, si + j, ss, rw); break;
+        default: break;
+        }
+    }
+}
+
 static cpu_gemm_fn KNAME(gemm_table_get)(uint32_t type) {
     switch (type) {
     case QT_Q4_K: return KNAME(gemm_q4_K);
