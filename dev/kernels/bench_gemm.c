@@ -5,11 +5,14 @@
  * nx = 1 (decode) and nx = 32 (prefill tile), against the per-row vec_dot loop.
  * Build: cc -O2 -Iinclude -Isrc dev/kernels/bench_gemm.c build/libbrisk.a -lm -lpthread
  * Run:   ./a.out [type ...]   (types by name, default q4_K q6_K q8_0 bf16);
- *        SHAPE=0|1|2 and NX=1|32 in the environment run one case only. */
+ *        SHAPE=0|1|2 and NX=1|32 in the environment run one case only;
+ *        PAGES4K=1 puts the weights on 4 KiB pages, as an mmapped GGUF is
+ *        (malloc gives the big matrix transparent huge pages). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "backend/cpu/cpu_dot.h"
@@ -44,7 +47,10 @@ int main(int argc, char **argv) {
             if (only_sh >= 0 && sh != only_sh) continue;
             const int rows = shapes[sh][0], cols = shapes[sh][1];
             const size_t rs = quant_row_size(t, cols), xs = quant_row_size(tr->vec_dot_type, cols) + 64;
-            uint8_t *w = malloc(rs * rows), *x = malloc(xs * 32);
+            uint8_t *w = mmap(NULL, rs * rows, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (w == MAP_FAILED) return 1;
+            madvise(w, rs * rows, getenv("PAGES4K") && atoi(getenv("PAGES4K")) ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
+            uint8_t *x = malloc(xs * 32);
             float *xf = malloc(sizeof(float) * cols), *s = malloc(sizeof(float) * 32 * 16);
             for (int r = 0; r < 64; r++) { /* 64 distinct rows, tiled over the matrix */
                 for (int c = 0; c < cols; c++) xf[c] = (float)rand() / RAND_MAX - 0.5f;
@@ -77,7 +83,7 @@ int main(int argc, char **argv) {
                 }
                 printf("\n");
             }
-            free(w); free(x); free(xf); free(s);
+            munmap(w, rs * rows); free(x); free(xf); free(s);
         }
     }
     return 0;
