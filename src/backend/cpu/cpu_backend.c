@@ -7,10 +7,18 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_attn.h"
 #include "backend/cpu/cpu_dot.h"
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "quant/quant.h"
+
+/* The elementwise and attention loops must vectorize (-O2's cheap cost model
+ * leaves loops that need alias checks scalar). No fast-math: every float
+ * operation keeps its order, so results stay those of the reference. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3", "fp-contract=off")
+#endif
 
 /* Hot elementwise/attention loops are compiled for several ISAs and picked at
  * load time (ifunc): fmaf() must become one instruction, not a libm call. */
@@ -365,6 +373,23 @@ BK_INLINE float reduce16(const float *l) {
     return (b[0] + b[2]) + (b[1] + b[3]);
 }
 
+#if defined(__FLT16_MAX__)
+typedef _Float16 f16_alias __attribute__((may_alias)); /* the cache stores raw f16 bits */
+BK_INLINE void h2f_row(const void *src, float *restrict dst, int n) {
+    const f16_alias *restrict h = src; /* vectorizes to vcvtph2ps where F16C exists */
+    for (int i = 0; i < n; i++) dst[i] = (float)h[i];
+}
+#else
+BK_INLINE void h2f_row(const void *src, float *restrict dst, int n) {
+    for (int i = 0; i < n; i++) dst[i] = h2f(((const uint16_t *)src)[i]);
+}
+#endif
+
+/* y[i] = x[i] * a + y[i], fused, element by element */
+BK_INLINE void fma_row(float *restrict y, const float *restrict x, float a, int n) {
+    for (int i = 0; i < n; i++) y[i] = fmaf(x[i], a, y[i]);
+}
+
 BK_INLINE float dot_f32(const float *a, const float *b, int n) {
     float lane[16] = {0};
     int i = 0;
@@ -381,19 +406,26 @@ BK_MULTIVERSION static void att_worker(void *arg, int ith, int nth) {
     int hd = j->head_dim, group = j->n_head / j->n_head_kv;
     float *sc = j->cb->att_scratch + (size_t)ith * j->att_cap;
     float *kbuf = sc + j->att_cap - 18 * (size_t)hd; /* f16 -> f32 staging for one row, then lanes */
-    long lo, hi;
-    threadpool_range((long)ab->n_tokens * j->n_head, ith, nth, &lo, &hi);
-    for (long w = lo; w < hi; w++) {
+    /* Striped over (token, head): causal rows grow with the position, so
+     * contiguous ranges would give the last thread most of the work. */
+    long n_work = (long)ab->n_tokens * j->n_head;
+    bool use_avx512 = cpu_dot_isa() == CPU_ISA_AVX512;
+    for (long w = ith; w < n_work; w += nth) {
         int t = (int)(w / j->n_head), h = (int)(w % j->n_head), kvh = h / group;
         const float *q = j->q + ((size_t)t * j->n_head + h) * hd;
         const int32_t *table = ab->block_table[t];
         int np = ab->pos[t] + 1;
+        float *o = j->out + ((size_t)t * j->n_head + h) * hd;
+        if (use_avx512) {
+            cpu_attn_head ah = {q, j->kv, table, np, kvh, j->n_head_kv, hd, j->scale, sc, kbuf + hd, o};
+            if (cpu_attn_head_avx512(&ah)) continue;
+        }
         float mx = -INFINITY;
         for (int p = 0; p < np; p++) {
             const void *kr = kv_row(j->kv, j->kv->k, table, p, kvh, j->n_head_kv, hd);
             const float *kf = kr;
             if (j->kv->kv_type == BRISK_KV_F16) {
-                for (int i = 0; i < hd; i++) kbuf[i] = h2f(((const uint16_t *)kr)[i]);
+                h2f_row(kr, kbuf, hd);
                 kf = kbuf;
             }
             float s = dot_f32(q, kf, hd) * j->scale;
@@ -409,31 +441,40 @@ BK_MULTIVERSION static void att_worker(void *arg, int ith, int nth) {
         }
         float inv = (float)(1.0 / sum);
         for (int p = 0; p < np; p++) sc[p] *= inv;
-        float *o = j->out + ((size_t)t * j->n_head + h) * hd;
         /* o[i] = sum_p a[p] v[p][i], reduced over p in 16 lanes like a dot product over positions */
         float *lanes = kbuf + hd; /* (16, hd) — the staging area is sized for it */
         int full = np & ~15;
         memset(lanes, 0, (size_t)16 * hd * sizeof(float));
         for (int p = 0; p < full; p++) {
             const void *vr = kv_row(j->kv, j->kv->v, table, p, kvh, j->n_head_kv, hd);
-            float a = sc[p], *ln = lanes + (size_t)(p & 15) * hd;
-            if (j->kv->kv_type == BRISK_KV_F16)
-                for (int i = 0; i < hd; i++) ln[i] = fmaf(h2f(((const uint16_t *)vr)[i]), a, ln[i]);
-            else
-                for (int i = 0; i < hd; i++) ln[i] = fmaf(((const float *)vr)[i], a, ln[i]);
+            const float *vf = vr;
+            if (j->kv->kv_type == BRISK_KV_F16) {
+                h2f_row(vr, kbuf, hd);
+                vf = kbuf;
+            }
+            fma_row(lanes + (size_t)(p & 15) * hd, vf, sc[p], hd);
         }
-        for (int i = 0; i < hd; i++) {
-            float l16[16];
-            for (int u = 0; u < 16; u++) l16[u] = lanes[(size_t)u * hd + i];
-            o[i] = reduce16(l16);
+        /* reduce16 of each column, as whole-row additions (same pairs, same order) */
+        for (int r = 0; r < 8; r++) {
+            float *restrict a = lanes + (size_t)r * hd;
+            const float *restrict b = lanes + (size_t)(r + 8) * hd;
+            for (int i = 0; i < hd; i++) a[i] = b[i] + a[i];
         }
+        for (int r = 0; r < 4; r++) {
+            float *restrict a = lanes + (size_t)r * hd;
+            const float *restrict b = lanes + (size_t)(r + 4) * hd;
+            for (int i = 0; i < hd; i++) a[i] = b[i] + a[i];
+        }
+        for (int i = 0; i < hd; i++)
+            o[i] = (lanes[i] + lanes[2 * (size_t)hd + i]) + (lanes[(size_t)hd + i] + lanes[3 * (size_t)hd + i]);
         for (int p = full; p < np; p++) {
             const void *vr = kv_row(j->kv, j->kv->v, table, p, kvh, j->n_head_kv, hd);
-            float a = sc[p];
-            if (j->kv->kv_type == BRISK_KV_F16)
-                for (int i = 0; i < hd; i++) o[i] = fmaf(h2f(((const uint16_t *)vr)[i]), a, o[i]);
-            else
-                for (int i = 0; i < hd; i++) o[i] = fmaf(((const float *)vr)[i], a, o[i]);
+            const float *vf = vr;
+            if (j->kv->kv_type == BRISK_KV_F16) {
+                h2f_row(vr, kbuf, hd);
+                vf = kbuf;
+            }
+            fma_row(o, vf, sc[p], hd);
         }
     }
 }

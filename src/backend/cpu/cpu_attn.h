@@ -1,0 +1,25 @@
+/* cpu_attn.h — one (token, head) of attention over the paged KV cache, in
+ * per-ISA versions. All versions compute the same thing in the same float
+ * order (ggml's: 16-lane fused products, a halving reduction, chunked
+ * softmax sums in double), so they agree bitwise with each other. */
+#ifndef BK_CPU_ATTN_H
+#define BK_CPU_ATTN_H
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+typedef struct cpu_attn_head {
+    const float *q;          /* (head_dim) */
+    const bk_kv_view *kv;
+    const int32_t *table;    /* page table of the sequence */
+    int np;                  /* positions attended: [0, np) */
+    int kvh, n_head_kv, hd;
+    float scale;
+    float *scores;           /* (np) scratch */
+    float *lanes;            /* (16, hd) scratch */
+    float *out;              /* (hd) */
+} cpu_attn_head;
+
+/* AVX-512 version; returns 0 (and does nothing) when head_dim is not a multiple of 16. */
+int cpu_attn_head_avx512(const cpu_attn_head *a);
+#endif

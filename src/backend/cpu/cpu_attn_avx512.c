@@ -1,0 +1,93 @@
+/* cpu_attn_avx512.c — attention for one (token, head) with AVX-512: the
+ * portable loop of cpu_backend.c, operation for operation, in 16-wide vectors. */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_attn.h"
+
+static inline const void *row_ptr(const cpu_attn_head *a, const void *base, int p) {
+    const bk_kv_view *kv = a->kv;
+    size_t slot = (size_t)a->table[p / kv->block_size] * kv->block_size + (size_t)(p % kv->block_size);
+    size_t off = (slot * a->n_head_kv + a->kvh) * a->hd;
+    return kv->kv_type == BRISK_KV_F16 ? (const void *)((const uint16_t *)base + off)
+                                       : (const void *)((const float *)base + off);
+}
+
+static inline __m512 load16(const void *row, int i, int f16) {
+    return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i)))
+               : _mm512_loadu_ps((const float *)row + i);
+}
+
+/* The polynomial exp of cpu_backend.c, 16 at a time. */
+static inline __m512 exp_poly16(__m512 x) {
+    const __m512 shift = _mm512_set1_ps(0x1.8p23f);
+    __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), shift);
+    __m512 n = _mm512_sub_ps(z, shift);
+    __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+    __m512 u = _mm512_mul_ps(b, b);
+    __m512 j = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+    __m512 res = _mm512_scalef_ps(j, n);
+    /* |n| > 192 or NaN (from -inf): 0 for n <= 0, inf above */
+    __mmask16 ok = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192.0f), _CMP_LE_OQ);
+    __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_GT_OQ), _mm512_setzero_ps(),
+                                      _mm512_set1_ps(INFINITY));
+    return _mm512_mask_blend_ps(ok, alt, res);
+}
+
+int cpu_attn_head_avx512(const cpu_attn_head *a) {
+    int hd = a->hd, np = a->np, f16 = a->kv->kv_type == BRISK_KV_F16;
+    if (hd % 16) return 0;
+    float *sc = a->scores;
+    float mx = -INFINITY;
+    for (int p = 0; p < np; p++) {
+        const void *kr = row_ptr(a, a->kv->k, p);
+        __m512 acc = _mm512_setzero_ps();
+        for (int i = 0; i < hd; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a->q + i), load16(kr, i, f16), acc);
+        float s = _mm512_reduce_add_ps(acc) * a->scale; /* lanes i+8, i+4, then pairs: reduce16's order */
+        sc[p] = s;
+        if (s > mx) mx = s;
+    }
+    double sum = 0;
+    __m512 vmx = _mm512_set1_ps(mx);
+    for (int p0 = 0; p0 < np; p0 += 16) {
+        __mmask16 m = np - p0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (np - p0)) - 1);
+        __m512 e = exp_poly16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, sc + p0), vmx));
+        e = _mm512_maskz_mov_ps(m, e);
+        _mm512_mask_storeu_ps(sc + p0, m, e);
+        sum += (double)_mm512_reduce_add_ps(e);
+    }
+    __m512 inv = _mm512_set1_ps((float)(1.0 / sum));
+    for (int p0 = 0; p0 < np; p0 += 16) {
+        __mmask16 m = np - p0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (np - p0)) - 1);
+        _mm512_mask_storeu_ps(sc + p0, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sc + p0), inv));
+    }
+    float *lanes = a->lanes;
+    int full = np & ~15;
+    memset(lanes, 0, (size_t)16 * hd * sizeof(float));
+    for (int p = 0; p < full; p++) {
+        const void *vr = row_ptr(a, a->kv->v, p);
+        __m512 w = _mm512_set1_ps(sc[p]);
+        float *ln = lanes + (size_t)(p & 15) * hd;
+        for (int i = 0; i < hd; i += 16)
+            _mm512_storeu_ps(ln + i, _mm512_fmadd_ps(load16(vr, i, f16), w, _mm512_loadu_ps(ln + i)));
+    }
+    for (int i = 0; i < hd; i += 16) {
+        __m512 l[16];
+        for (int r = 0; r < 16; r++) l[r] = _mm512_loadu_ps(lanes + (size_t)r * hd + i);
+        for (int r = 0; r < 8; r++) l[r] = _mm512_add_ps(l[r + 8], l[r]);
+        for (int r = 0; r < 4; r++) l[r] = _mm512_add_ps(l[r + 4], l[r]);
+        _mm512_storeu_ps(a->out + i, _mm512_add_ps(_mm512_add_ps(l[0], l[2]), _mm512_add_ps(l[1], l[3])));
+    }
+    for (int p = full; p < np; p++) {
+        const void *vr = row_ptr(a, a->kv->v, p);
+        __m512 w = _mm512_set1_ps(sc[p]);
+        for (int i = 0; i < hd; i += 16)
+            _mm512_storeu_ps(a->out + i, _mm512_fmadd_ps(load16(vr, i, f16), w, _mm512_loadu_ps(a->out + i)));
+    }
+    return 1;
+}
