@@ -440,7 +440,7 @@ BF16INL void bf16_tile(int64_t n, const char *const wr[4], size_t ws, const char
 
 static BF16ATTR void gemm_bf16_avx512(int64_t n, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx,
                                       float *s, size_t ss) {
-    if (nx > 1 && n % 32) { /* the single-row kernel's order for such rows */
+    if (nx == 1 || n % 32) { /* one token: a single DRAM stream per row is faster; odd rows: that kernel's order */
         for (int i = 0; i < nw; i++) bf16_exact_avx512(n, WROW(w, ws, i), x, xs, nx, s + (size_t)i * ss);
         return;
     }
