@@ -26,6 +26,7 @@ static const struct {
     {"tokenize", cmd_tokenize, "print the token ids of stdin"},
     {"info", cmd_info, "print a GGUF file's metadata and tensors"},
     {"synth", cmd_synth, "write a random-weight model of a given shape"},
+    {"quantize", cmd_quantize, "convert a model's weights to another type"},
 };
 
 static void usage(FILE *f) {
