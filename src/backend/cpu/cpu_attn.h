@@ -4,6 +4,7 @@
  * softmax sums in double), so they agree bitwise with each other. */
 #ifndef BK_CPU_ATTN_H
 #define BK_CPU_ATTN_H
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -19,6 +20,15 @@ typedef struct cpu_attn_head {
     float *lanes;            /* (16, hd) scratch */
     float *out;              /* (hd) */
 } cpu_attn_head;
+
+/* The cache row of position p for kv head kvh: page from the table, then the slot. */
+static inline const void *cpu_kv_row(const bk_kv_view *kv, const void *base, const int32_t *table, int p,
+                                     int kvh, int n_head_kv, int head_dim) {
+    size_t slot = (size_t)table[p / kv->block_size] * kv->block_size + (size_t)(p % kv->block_size);
+    size_t off = (slot * n_head_kv + kvh) * head_dim;
+    return kv->kv_type == BRISK_KV_F16 ? (const void *)((const uint16_t *)base + off)
+                                       : (const void *)((const float *)base + off);
+}
 
 /* AVX-512 version; returns 0 (and does nothing) when head_dim is not a multiple of 16. */
 int cpu_attn_head_avx512(const cpu_attn_head *a);

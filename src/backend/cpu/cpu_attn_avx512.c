@@ -6,13 +6,6 @@
 
 #include "backend/cpu/cpu_attn.h"
 
-static inline const void *row_ptr(const cpu_attn_head *a, const void *base, int p) {
-    const bk_kv_view *kv = a->kv;
-    size_t slot = (size_t)a->table[p / kv->block_size] * kv->block_size + (size_t)(p % kv->block_size);
-    size_t off = (slot * a->n_head_kv + a->kvh) * a->hd;
-    return kv->kv_type == BRISK_KV_F16 ? (const void *)((const uint16_t *)base + off)
-                                       : (const void *)((const float *)base + off);
-}
 
 static inline __m512 load16(const void *row, int i, int f16) {
     return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i)))
@@ -45,7 +38,7 @@ int cpu_attn_head_avx512(const cpu_attn_head *a) {
     float *sc = a->scores;
     float mx = -INFINITY;
     for (int p = 0; p < np; p++) {
-        const void *kr = row_ptr(a, a->kv->k, p);
+        const void *kr = cpu_kv_row(a->kv, a->kv->k, a->table, p, a->kvh, a->n_head_kv, a->hd);
         __m512 acc = _mm512_setzero_ps();
         for (int i = 0; i < hd; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a->q + i), load16(kr, i, f16), acc);
         float s = _mm512_reduce_add_ps(acc) * a->scale; /* lanes i+8, i+4, then pairs: reduce16's order */
@@ -70,7 +63,7 @@ int cpu_attn_head_avx512(const cpu_attn_head *a) {
     int full = np & ~15;
     memset(lanes, 0, (size_t)16 * hd * sizeof(float));
     for (int p = 0; p < full; p++) {
-        const void *vr = row_ptr(a, a->kv->v, p);
+        const void *vr = cpu_kv_row(a->kv, a->kv->v, a->table, p, a->kvh, a->n_head_kv, a->hd);
         __m512 w = _mm512_set1_ps(sc[p]);
         float *ln = lanes + (size_t)(p & 15) * hd;
         for (int i = 0; i < hd; i += 16)
@@ -84,7 +77,7 @@ int cpu_attn_head_avx512(const cpu_attn_head *a) {
         _mm512_storeu_ps(a->out + i, _mm512_add_ps(_mm512_add_ps(l[0], l[2]), _mm512_add_ps(l[1], l[3])));
     }
     for (int p = full; p < np; p++) {
-        const void *vr = row_ptr(a, a->kv->v, p);
+        const void *vr = cpu_kv_row(a->kv, a->kv->v, a->table, p, a->kvh, a->n_head_kv, a->hd);
         __m512 w = _mm512_set1_ps(sc[p]);
         for (int i = 0; i < hd; i += 16)
             _mm512_storeu_ps(a->out + i, _mm512_fmadd_ps(load16(vr, i, f16), w, _mm512_loadu_ps(a->out + i)));

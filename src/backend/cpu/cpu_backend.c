@@ -318,13 +318,6 @@ typedef struct {
     size_t att_cap;
 } att_job;
 
-BK_INLINE const void *kv_row(const bk_kv_view *kv, const void *base, const int32_t *table, int p,
-                                 int kvh, int n_head_kv, int head_dim) {
-    size_t slot = (size_t)table[p / kv->block_size] * kv->block_size + (size_t)(p % kv->block_size);
-    size_t off = (slot * n_head_kv + kvh) * head_dim;
-    return kv->kv_type == BRISK_KV_F16 ? (const void *)((const uint16_t *)base + off)
-                                       : (const void *)((const float *)base + off);
-}
 
 static void att_write_worker(void *arg, int ith, int nth) {
     att_job *j = arg;
@@ -422,7 +415,7 @@ BK_MULTIVERSION static void att_worker(void *arg, int ith, int nth) {
         }
         float mx = -INFINITY;
         for (int p = 0; p < np; p++) {
-            const void *kr = kv_row(j->kv, j->kv->k, table, p, kvh, j->n_head_kv, hd);
+            const void *kr = cpu_kv_row(j->kv, j->kv->k, table, p, kvh, j->n_head_kv, hd);
             const float *kf = kr;
             if (j->kv->kv_type == BRISK_KV_F16) {
                 h2f_row(kr, kbuf, hd);
@@ -446,7 +439,7 @@ BK_MULTIVERSION static void att_worker(void *arg, int ith, int nth) {
         int full = np & ~15;
         memset(lanes, 0, (size_t)16 * hd * sizeof(float));
         for (int p = 0; p < full; p++) {
-            const void *vr = kv_row(j->kv, j->kv->v, table, p, kvh, j->n_head_kv, hd);
+            const void *vr = cpu_kv_row(j->kv, j->kv->v, table, p, kvh, j->n_head_kv, hd);
             const float *vf = vr;
             if (j->kv->kv_type == BRISK_KV_F16) {
                 h2f_row(vr, kbuf, hd);
@@ -468,7 +461,7 @@ BK_MULTIVERSION static void att_worker(void *arg, int ith, int nth) {
         for (int i = 0; i < hd; i++)
             o[i] = (lanes[i] + lanes[2 * (size_t)hd + i]) + (lanes[(size_t)hd + i] + lanes[3 * (size_t)hd + i]);
         for (int p = full; p < np; p++) {
-            const void *vr = kv_row(j->kv, j->kv->v, table, p, kvh, j->n_head_kv, hd);
+            const void *vr = cpu_kv_row(j->kv, j->kv->v, table, p, kvh, j->n_head_kv, hd);
             const float *vf = vr;
             if (j->kv->kv_type == BRISK_KV_F16) {
                 h2f_row(vr, kbuf, hd);
