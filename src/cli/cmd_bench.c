@@ -119,6 +119,11 @@ int cmd_bench(int argc, char **argv) {
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int g = cli_gpu_flag(argc, argv, &i, &n_gpu_layers, &device);
+        if (g) {
+            if (g < 0) return 2;
+            continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: brisk bench -m FILE [-p 512] [-n 128] [-t N] [-r 5] [-c N] [-ngl N] [--device I] [--json]\n");
             return 0;
@@ -126,10 +131,6 @@ int cmd_bench(int argc, char **argv) {
             if (!(model_path = cli_next(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--json")) {
             json = true;
-        } else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) {
-            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, -1, 1 << 20, &n_gpu_layers)) return 2;
-        } else if (!strcmp(a, "--device")) {
-            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 0, 1024, &device)) return 2;
         } else {
             int *dst = !strcmp(a, "-p") ? &n_prompt : !strcmp(a, "-n") ? &n_gen
                      : !strcmp(a, "-t") ? &n_threads : !strcmp(a, "-r") ? &reps
@@ -145,21 +146,12 @@ int cmd_bench(int argc, char **argv) {
     brisk_context *ctx = NULL;
     brisk_batch_entry *batch = NULL;
     int rc = 1;
-    brisk_model_params mp = brisk_model_default_params();
-    mp.n_gpu_layers = n_gpu_layers;
-    mp.device = device;
-    if (brisk_model_load(model_path, &mp, &m) != BRISK_OK) {
-        cli_error(1, "%s", brisk_last_error());
-        goto done;
-    }
+    if (!cli_load_model(model_path, n_gpu_layers, device, &m)) goto done;
     brisk_context_params cp = brisk_context_default_params();
     cp.n_threads = n_threads;
     cp.n_ctx = n_ctx > 0 ? n_ctx : (n_prompt > n_gen ? n_prompt : n_gen) + 16;
     cp.n_batch = n_prompt > 0 ? n_prompt : 1;
-    if (brisk_context_new(m, &cp, &ctx) != BRISK_OK) {
-        cli_error(1, "%s", brisk_last_error());
-        goto done;
-    }
+    if (!cli_new_context(m, &cp, &ctx)) goto done;
     batch = malloc((size_t)(cp.n_batch > 1 ? cp.n_batch : 1) * sizeof *batch);
     if (!batch) goto done;
     brisk_model_info info;

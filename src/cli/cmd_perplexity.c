@@ -17,6 +17,11 @@ int cmd_perplexity(int argc, char **argv) {
     bool kv_f32 = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int g = cli_gpu_flag(argc, argv, &i, &n_gpu_layers, &device);
+        if (g) {
+            if (g < 0) return 2;
+            continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: brisk perplexity -m FILE -f TEXT [-c 512] [-t N] [--chunks N] [--kv-f32] [-ngl N] [--device I]\n");
             return 0;
@@ -32,10 +37,6 @@ int cmd_perplexity(int argc, char **argv) {
             if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 1, 1 << 30, &n_chunks_max)) return 2;
         } else if (!strcmp(a, "--kv-f32")) {
             kv_f32 = true;
-        } else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) {
-            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, -1, 1 << 20, &n_gpu_layers)) return 2;
-        } else if (!strcmp(a, "--device")) {
-            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 0, 1024, &device)) return 2;
         } else {
             return cli_error(2, "perplexity: unknown option '%s'", a);
         }
@@ -49,13 +50,7 @@ int cmd_perplexity(int argc, char **argv) {
     brisk_context *ctx = NULL;
     brisk_token *toks = NULL;
     brisk_batch_entry *batch = NULL;
-    brisk_model_params mp = brisk_model_default_params();
-    mp.n_gpu_layers = n_gpu_layers;
-    mp.device = device;
-    if (brisk_model_load(model_path, &mp, &m) != BRISK_OK) {
-        cli_error(1, "%s", brisk_last_error());
-        goto done;
-    }
+    if (!cli_load_model(model_path, n_gpu_layers, device, &m)) goto done;
     int64_t n = 0;
     if (!cli_tokenize(m, text, len, false, false, &toks, &n)) goto done;
     int64_t n_chunks = n / n_ctx;
@@ -70,10 +65,7 @@ int cmd_perplexity(int argc, char **argv) {
     cp.n_batch = n_ctx;
     cp.n_threads = n_threads;
     cp.kv_type = kv_f32 ? BRISK_KV_F32 : BRISK_KV_F16;
-    if (brisk_context_new(m, &cp, &ctx) != BRISK_OK) {
-        cli_error(1, "%s", brisk_last_error());
-        goto done;
-    }
+    if (!cli_new_context(m, &cp, &ctx)) goto done;
     batch = malloc((size_t)n_ctx * sizeof *batch);
     if (!batch) goto done;
     int n_vocab = brisk_n_vocab(m), first = n_ctx / 2;

@@ -35,6 +35,11 @@ int cmd_run(int argc, char **argv) {
     brisk_sampler_params sp = brisk_sampler_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int g = cli_gpu_flag(argc, argv, &i, &n_gpu_layers, &device);
+        if (g) {
+            if (g < 0) return 2;
+            continue;
+        }
 #define VAL() \
     if (!(v = cli_next(argc, argv, &i))) return 2
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -58,12 +63,6 @@ int cmd_run(int argc, char **argv) {
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             VAL();
             if (!cli_int(a, v, 1, 1024, &n_threads)) return 2;
-        } else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) {
-            VAL();
-            if (!cli_int(a, v, -1, 1 << 20, &n_gpu_layers)) return 2;
-        } else if (!strcmp(a, "--device")) {
-            VAL();
-            if (!cli_int(a, v, 0, 1024, &device)) return 2;
         } else if (!strcmp(a, "--temp")) {
             VAL();
             if (!cli_float(a, v, 0, 100, &sp.temp)) return 2;
@@ -121,21 +120,12 @@ int cmd_run(int argc, char **argv) {
     brisk_sampler *smp = NULL;
     brisk_token *toks = NULL;
     brisk_batch_entry *batch = NULL;
-    brisk_model_params mp = brisk_model_default_params();
-    mp.n_gpu_layers = n_gpu_layers;
-    mp.device = device;
-    if (brisk_model_load(model_path, &mp, &model) != BRISK_OK) {
-        cli_error(1, "%s", brisk_last_error());
-        goto done;
-    }
+    if (!cli_load_model(model_path, n_gpu_layers, device, &model)) goto done;
     brisk_context_params cp = brisk_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_threads = n_threads;
     cp.kv_type = kv_f32 ? BRISK_KV_F32 : BRISK_KV_F16;
-    if (brisk_context_new(model, &cp, &ctx) != BRISK_OK) {
-        cli_error(1, "%s", brisk_last_error());
-        goto done;
-    }
+    if (!cli_new_context(model, &cp, &ctx)) goto done;
     brisk_model_info info;
     brisk_model_get_info(model, &info);
     int ctx_size = n_ctx > 0 ? n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);

@@ -131,3 +131,26 @@ bool cli_tokenize(const brisk_model *m, const char *text, size_t len, bool add_s
     }
     return true;
 }
+
+int cli_gpu_flag(int argc, char **argv, int *i, int *n_gpu_layers, int *device) {
+    const char *a = argv[*i], *v;
+    if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers"))
+        return (v = cli_next(argc, argv, i)) && cli_int(a, v, -1, 1 << 20, n_gpu_layers) ? 1 : -1;
+    if (!strcmp(a, "--device")) return (v = cli_next(argc, argv, i)) && cli_int(a, v, 0, 1024, device) ? 1 : -1;
+    return 0;
+}
+
+bool cli_load_model(const char *path, int n_gpu_layers, int device, brisk_model **out) {
+    brisk_model_params mp = brisk_model_default_params();
+    mp.n_gpu_layers = n_gpu_layers;
+    mp.device = device;
+    if (brisk_model_load(path, &mp, out) == BRISK_OK) return true;
+    cli_error(1, "%s", brisk_last_error());
+    return false;
+}
+
+bool cli_new_context(brisk_model *m, const brisk_context_params *cp, brisk_context **out) {
+    if (brisk_context_new(m, cp, out) == BRISK_OK) return true;
+    cli_error(1, "%s", brisk_last_error());
+    return false;
+}

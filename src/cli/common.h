@@ -19,6 +19,14 @@ char *cli_read_all(const char *path, size_t *len);
 struct brisk_model;
 bool cli_tokenize(const struct brisk_model *m, const char *text, size_t len, bool add_special,
                   bool parse_special, int32_t **ids, int64_t *n);
+/* -ngl N / --n-gpu-layers N / --device I: 1 if argv[*i] was one of them (value
+ * consumed), 0 if not, -1 on a bad value (error printed). */
+int cli_gpu_flag(int argc, char **argv, int *i, int *n_gpu_layers, int *device);
+/* Model load and context creation that print the library's error on failure. */
+struct brisk_context;
+struct brisk_context_params;
+bool cli_load_model(const char *path, int n_gpu_layers, int device, struct brisk_model **out);
+bool cli_new_context(struct brisk_model *m, const struct brisk_context_params *cp, struct brisk_context **out);
 double cli_now(void);         /* seconds, monotonic */
 double cli_peak_rss_mb(void); /* peak resident set size */
 int cli_default_threads(void);
