@@ -22,9 +22,21 @@ endif
 # cudart is linked statically so the binary runs wherever a driver is.
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA_ARCH ?= sm_90a
+# nvcc itself says where its runtime lives (the layout differs between installs);
+# without a static cudart next to it, brisk builds CPU-only rather than failing.
 ifneq ($(NVCC),)
-CUDA_HOME   := $(patsubst %/bin/nvcc,%,$(NVCC))
-CUDA_LIBDIR ?= $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib))
+ifeq ($(origin CUDA_LIBDIR),undefined)
+CUDA_LIBDIR := $(shell for d in $$($(NVCC) --dryrun -x cu /dev/null -o /dev/null 2>&1 | \
+                   sed -n 's/^\#\$$ LIBRARIES=//p' | tr -d '"' | sed 's/-L//g') \
+                   $(dir $(realpath $(NVCC)))../lib64; do \
+                 [ -f $$d/libcudart_static.a ] && { echo $$d; break; }; done)
+endif
+ifeq ($(wildcard $(CUDA_LIBDIR)/libcudart_static.a),)
+$(warning nvcc found at $(NVCC) but no libcudart_static.a beside it: building without CUDA)
+override NVCC :=
+endif
+endif
+ifneq ($(NVCC),)
 NVCCFLAGS   := -std=c++17 -O3 -gencode=arch=$(CUDA_ARCH:sm_%=compute_%),code=$(CUDA_ARCH) \
                -Werror all-warnings -Xcompiler -fPIC,-Wall -Iinclude -Isrc -DBRISK_HAVE_CUDA $(EXTRA_NVCCFLAGS)
 CU_SRC      := $(sort $(wildcard src/backend/cuda/*.cu))
