@@ -135,5 +135,11 @@ format:
 clean:
 	rm -rf build build-san
 
-.PHONY: all test test-cuda tests demo fuzz bench format clean deps
+# What this build found: printed by CI so a failed link can be read off its log.
+config:
+	@echo "CC=$(CC) ($$($(CC) --version | head -1))"
+	@echo "NVCC=$(if $(NVCC),$(NVCC) ($$($(NVCC) --version | tail -1)),none: CPU-only build)"
+	@echo "CUDA_LIBDIR=$(CUDA_LIBDIR)"
+
+.PHONY: config all test test-cuda tests demo fuzz bench format clean deps
 -include $(DEPS)
