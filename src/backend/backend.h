@@ -63,6 +63,16 @@ typedef struct bk_attn_batch {
     /* entry i attends to positions [0, pos[i]] of its sequence */
 } bk_attn_batch;
 
+/* One forward pass's inputs, shown to the backend before its ops (see step_begin). */
+typedef struct bk_step {
+    int n_tokens;
+    const int32_t *tokens;    /* (n_tokens) the ids get_rows will receive */
+    const bk_attn_batch *ab;  /* positions, slots and tables rope and attention will receive */
+    int kv_block_size;        /* tokens per cache page */
+    int n_out;                /* entries that want logits */
+    const int32_t *out_idx;   /* (n_out) */
+} bk_step;
+
 typedef struct bk_backend bk_backend;
 
 typedef struct bk_backend_ops {
@@ -100,6 +110,17 @@ typedef struct bk_backend_ops {
     brisk_status (*read)(bk_backend *be, const void *src, void *dst, size_t bytes);
     /* Copies between two cache pages (copy-on-write of shared pages). */
     void (*copy)(bk_backend *be, void *dst, const void *src, size_t bytes);
+
+    /* Optional (NULL on the CPU): a forward pass bracketed as one step, so a
+     * GPU backend can upload the step's inputs once and replay a captured
+     * graph of the whole pass. The ops between them must receive the step's
+     * own arrays (tokens, ab). step_begin sets *replayed when the backend has
+     * already run the pass: the caller then issues no ops and no step_end.
+     * Otherwise the caller issues the ops, then step_end; when step_end sets
+     * *rerun (a capture failed), the caller issues the same ops once more and
+     * they run eagerly (no second step_end). */
+    brisk_status (*step_begin)(bk_backend *be, const bk_step *st, bool *replayed);
+    brisk_status (*step_end)(bk_backend *be, bool *rerun);
 } bk_backend_ops;
 
 struct bk_backend {

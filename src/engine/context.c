@@ -135,6 +135,21 @@ static brisk_status reserve_logits(brisk_context *c, int n) {
     return BRISK_OK;
 }
 
+/* One forward pass, bracketed as a backend step when the backend takes steps
+ * (the CUDA backend replays a captured graph of the pass). */
+static brisk_status run_forward(brisk_context *c, const fwd_batch *fb) {
+    const bk_backend_ops *op = c->be->ops;
+    if (!op->step_begin) return llama_forward(c->model, c->be, c->views, fb, &c->s);
+    bk_step st = {.n_tokens = fb->n, .tokens = fb->tokens, .ab = &fb->ab, .n_out = fb->n_out,
+                  .out_idx = fb->out_idx, .kv_block_size = c->p.kv_block_size};
+    bool replayed = false, rerun = false;
+    BK_TRY(op->step_begin(c->be, &st, &replayed));
+    if (replayed) return BRISK_OK;
+    BK_TRY(llama_forward(c->model, c->be, c->views, fb, &c->s));
+    BK_TRY(op->step_end(c->be, &rerun));
+    return rerun ? llama_forward(c->model, c->be, c->views, fb, &c->s) : BRISK_OK;
+}
+
 brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
     if (!c || (!e && n > 0)) return bk_fail(BRISK_ERR_INVALID_ARG, "brisk_decode: null argument");
     if (n < 0 || n > c->p.n_batch)
@@ -167,7 +182,7 @@ brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
         fwd_batch fb = {.n = nb, .tokens = c->tokens,
                         .ab = {.n_tokens = nb, .pos = c->pos, .slot = c->slot, .block_table = c->tables},
                         .n_out = nb_out, .out_idx = c->out_idx};
-        BK_TRY(llama_forward(c->model, c->be, c->views, &fb, &c->s));
+        BK_TRY(run_forward(c, &fb));
         if (nb_out)
             BK_TRY(c->be->ops->read(c->be, c->s.logits, c->logits + (size_t)row * hp->n_vocab,
                                     (size_t)nb_out * hp->n_vocab * sizeof(float)));

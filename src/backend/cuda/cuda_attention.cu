@@ -10,7 +10,8 @@
  *
  * Metadata: pos, slot and the block tables arrive as host pointers; they are
  * packed (tokens of one sequence share one copy of its table) and uploaded
- * to the META_ATT staging slot once per distinct batch. */
+ * to the META_ATT staging slot once per distinct batch, or, inside a step
+ * (cuda_graph.cu), read from the step's upload. */
 #include <math.h>
 #include <string.h>
 
@@ -183,14 +184,26 @@ extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, c
         return;
     }
     int max_np = 0;
-    int64_t cnt = pack_meta(cb, ab, kv->block_size, &max_np);
-    if (cnt < 0) {
-        cuda_set_error(cb, bk_fail(BRISK_ERR_RANGE, "cuda attention: batch metadata exceeds the staging area"));
-        return;
+    const int32_t *d_pos, *d_slot, *d_off, *d_tabs;
+    if (cb->step_on) { /* the step's upload; max_np is the length the step is shaped for */
+        max_np = cb->st_np;
+        d_pos = cb->st_pos;
+        d_slot = cb->st_slot;
+        d_off = cb->st_off;
+        d_tabs = cb->st_tabs;
+    } else {
+        int64_t cnt = pack_meta(cb, ab, kv->block_size, &max_np);
+        if (cnt < 0) {
+            cuda_set_error(cb, bk_fail(BRISK_ERR_RANGE, "cuda attention: batch metadata exceeds the staging area"));
+            return;
+        }
+        const int32_t *d = (const int32_t *)cuda_upload(cb, META_ATT, cb->pack, (size_t)cnt * 4);
+        if (!d) return;
+        d_pos = d;
+        d_slot = d + n;
+        d_off = d + 2 * n;
+        d_tabs = d + 3 * n;
     }
-    const int32_t *d = (const int32_t *)cuda_upload(cb, META_ATT, cb->pack, (size_t)cnt * 4);
-    if (!d) return;
-    const int32_t *d_pos = d, *d_slot = d + n, *d_off = d + 2 * n, *d_tabs = d + 3 * n;
     int kvd = n_head_kv * head_dim;
     bool f16 = kv->kv_type == BRISK_KV_F16;
     if (f16) kv_write_kernel<1><<<n, 256, 0, cb->stream>>>(k, v, kv->k, kv->v, d_slot, kvd);

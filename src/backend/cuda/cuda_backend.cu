@@ -31,6 +31,18 @@ const void *cuda_upload(cuda_backend *cb, int slot, const void *host, size_t byt
     if (bytes == cb->meta_len[slot] && !memcmp(cb->meta_last[slot], host, bytes)) return cb->meta_dev[slot];
     memcpy(cb->meta_last[slot], host, bytes);
     cb->meta_len[slot] = bytes;
+    if (cb->capturing) {
+        /* A capture cannot record a copy from pageable memory: copy now, outside
+         * the graph. Only constants (RoPE frequency factors) get here inside a
+         * step, so the replays read the same bytes. */
+        cudaError_t e = cudaMemcpy(cb->meta_dev[slot], cb->meta_last[slot], bytes, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) {
+            cb->meta_len[slot] = (size_t)-1;
+            cuda_set_error(cb, bk_fail(BRISK_ERR_BACKEND, "cuda: metadata upload: %s", cudaGetErrorString(e)));
+            return NULL;
+        }
+        return cb->meta_dev[slot];
+    }
     /* From pageable memory: the driver has taken the bytes when the call returns,
      * so meta_last may change afterwards; the copy stays ordered on the stream. */
     cudaError_t e = cudaMemcpyAsync(cb->meta_dev[slot], cb->meta_last[slot], bytes, cudaMemcpyHostToDevice,
@@ -53,6 +65,7 @@ static void cuda_free(bk_backend *be) {
         free(cb->meta_last[i]);
     }
     cudaFree(cb->att_part);
+    cuda_graph_free(cb);
     free(cb->pack);
     if (cb->stream) cudaStreamDestroy(cb->stream);
     free(cb);
@@ -111,6 +124,7 @@ extern "C" void bk_cuda_release_weight(bk_weight *w) {
 
 static brisk_status cuda_read(bk_backend *be, const void *src, void *dst, size_t bytes) {
     cuda_backend *cb = (cuda_backend *)be;
+    cb->step_on = false;
     if (cb->err != BRISK_OK) {
         brisk_status s = cb->err;
         cb->err = BRISK_OK;
@@ -148,6 +162,8 @@ static const bk_backend_ops cuda_ops = {
     /* add */ cuda_add,
     /* read */ cuda_read,
     /* copy */ cuda_copy,
+    /* step_begin */ cuda_step_begin,
+    /* step_end */ cuda_step_end,
 };
 
 extern "C" int bk_cuda_device_count(void) {
@@ -179,7 +195,7 @@ static brisk_status cuda_init(cuda_backend *cb) {
     if (!(cb->pack = malloc(META_ATT_BYTES))) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     cb->att_part_cap = ATT_PART_FLOATS;
     CU_TRY(cudaMalloc(&cb->att_part, ATT_PART_FLOATS * sizeof(float)));
-    return BRISK_OK;
+    return cuda_graph_init(cb);
 }
 
 extern "C" brisk_status bk_cuda_backend_new(int device, bk_backend **out) {

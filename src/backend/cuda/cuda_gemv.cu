@@ -53,7 +53,8 @@ __global__ void get_rows_kernel(const uint8_t *emb, size_t row_bytes, int64_t n_
 extern "C" void cuda_get_rows(bk_backend *be, const bk_weight *emb, const int32_t *ids, int n, float *out) {
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0) return;
-    const int32_t *d_ids = (const int32_t *)cuda_upload(cb, META_IDS, ids, (size_t)n * sizeof(int32_t));
+    const int32_t *d_ids = cb->step_on ? cb->st_ids
+                                       : (const int32_t *)cuda_upload(cb, META_IDS, ids, (size_t)n * sizeof(int32_t));
     if (!d_ids) return;
     BK_DISPATCH(emb->type, get_rows_kernel<TT><<<n, 128, 0, cb->stream>>>((const uint8_t *)emb->dev,
                                                                       emb->row_bytes, emb->n_in, d_ids, out));

@@ -31,6 +31,21 @@ typedef struct cuda_backend {
     void *pack;                 /* host packing buffer, meta_cap[META_ATT] bytes */
     float *att_part;            /* split-K partials: (n_part, head_dim + 2) floats */
     size_t att_part_cap;        /* floats */
+
+    /* Step mode (cuda_graph.cu): between step_begin and step_end the ops read
+     * the step's inputs from one upload instead of staging their own. */
+    bool step_on;
+    bool capturing;             /* the stream is being captured into a graph */
+    bool graphs_off;            /* BRISK_CUDA_GRAPHS=0, or a capture failed once */
+    const int32_t *st_ids, *st_pos, *st_slot, *st_off, *st_tabs; /* device, inside step_dev */
+    int st_np;                  /* attention length the step's kernels are shaped for */
+    int32_t *step_host;         /* pinned staging of the step's inputs */
+    int32_t *step_dev;          /* its device copy */
+    size_t step_cap;            /* int32 per buffer */
+    cudaEvent_t step_ev;        /* the last step upload: step_host is free once it completed */
+    struct cuda_graph_entry *graphs; /* captured passes, by shape */
+    int n_graphs, cap_graphs, cur_key[4];
+    long n_replays, n_captures; /* counters for tests and bench */
 } cuda_backend;
 
 /* One check macro: a failing CUDA call becomes a status with file, line and the driver's text. */
@@ -218,5 +233,9 @@ void cuda_attention(bk_backend *be, const float *q, const float *k, const float 
                     float *out);
 void cuda_swiglu(bk_backend *be, const float *gate, const float *up, float *out, size_t n);
 void cuda_add(bk_backend *be, float *x, const float *y, size_t n);
+brisk_status cuda_step_begin(bk_backend *be, const bk_step *st, bool *replayed);
+brisk_status cuda_step_end(bk_backend *be, bool *rerun);
+brisk_status cuda_graph_init(cuda_backend *cb);
+void cuda_graph_free(cuda_backend *cb);
 }
 #endif

@@ -111,7 +111,8 @@ extern "C" void cuda_rope(bk_backend *be, float *x, int n, int n_heads, int head
     a.corr0 = fmaxf(0.0f, start);
     a.corr1 = fminf(nr - 1, end);
     a.log_mscale = 1.0f + 0.1f * logf(1.0f / rp->freq_scale);
-    const int32_t *d_pos = (const int32_t *)cuda_upload(cb, META_ROPE_POS, pos, (size_t)n * sizeof(int32_t));
+    const int32_t *d_pos = cb->step_on ? cb->st_pos
+                                       : (const int32_t *)cuda_upload(cb, META_ROPE_POS, pos, (size_t)n * sizeof(int32_t));
     if (!d_pos) return;
     const float *d_ff = NULL;
     if (rp->freq_factors) {

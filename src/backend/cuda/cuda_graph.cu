@@ -1,0 +1,158 @@
+/* cuda_graph.cu — forward passes as steps: one upload of the step's inputs,
+ * and small passes (decode) captured once as a CUDA graph, then replayed.
+ *
+ * Why: a decode step of an 8B model is ~500 kernel launches of a few
+ * microseconds each, the same order as the bandwidth time of the weights
+ * they read. A graph launch replaces them with one call.
+ *
+ * A graph stays valid as positions move because every per-step value is
+ * read from device memory (ids, positions, cache slots, table offsets and
+ * block tables, in step_dev at fixed places), never baked into kernel
+ * arguments. What does shape the kernels is the graph's key: the token
+ * count, which rows want logits, and the attention length bucket (the next
+ * power of two of the longest sequence, at least 256): split-K attention is
+ * sized for the bucket and its kernels skip positions past each sequence's
+ * end, so one graph serves every length in its bucket. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+
+#define GRAPH_MAX_TOKENS 8   /* larger passes amortise their launches: run eagerly */
+#define GRAPH_CACHE_MAX 32
+
+typedef struct cuda_graph_entry {
+    int key[4];              /* n_tokens, n_out, first output row, attention bucket */
+    cudaGraphExec_t exec;
+} cuda_graph_entry;
+
+brisk_status cuda_graph_init(cuda_backend *cb) {
+    const char *env = getenv("BRISK_CUDA_GRAPHS");
+    cb->graphs_off = env && !strcmp(env, "0");
+    cb->step_cap = (size_t)1 << 20; /* int32s: 4 MiB, as the attention staging area */
+    CU_TRY(cudaMallocHost((void **)&cb->step_host, cb->step_cap * sizeof(int32_t)));
+    CU_TRY(cudaMalloc((void **)&cb->step_dev, cb->step_cap * sizeof(int32_t)));
+    CU_TRY(cudaEventCreateWithFlags(&cb->step_ev, cudaEventDisableTiming));
+    cb->cap_graphs = GRAPH_CACHE_MAX;
+    cb->graphs = (cuda_graph_entry *)calloc(GRAPH_CACHE_MAX, sizeof *cb->graphs);
+    if (!cb->graphs) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    return BRISK_OK;
+}
+
+static void drop_graphs(cuda_backend *cb) {
+    for (int i = 0; i < cb->n_graphs; i++) cudaGraphExecDestroy(cb->graphs[i].exec);
+    cb->n_graphs = 0;
+}
+
+void cuda_graph_free(cuda_backend *cb) {
+    if (cb->graphs) drop_graphs(cb);
+    free(cb->graphs);
+    if (cb->step_ev) cudaEventDestroy(cb->step_ev);
+    cudaFreeHost(cb->step_host);
+    cudaFree(cb->step_dev);
+}
+
+/* Packs ids, pos, slot, per-token table offsets, then the distinct tables
+ * (tokens of one sequence share one copy). Returns the int32 count, or -1. */
+static int64_t pack_step(cuda_backend *cb, const bk_step *st, int *max_np) {
+    const bk_attn_batch *ab = st->ab;
+    int n = st->n_tokens, bs = st->kv_block_size;
+    int32_t *pk = cb->step_host;
+    int64_t cap = (int64_t)cb->step_cap, cur = 4 * (int64_t)n;
+    if (cur > cap) return -1;
+    memcpy(pk, st->tokens, (size_t)n * 4);
+    memcpy(pk + n, ab->pos, (size_t)n * 4);
+    memcpy(pk + 2 * n, ab->slot, (size_t)n * 4);
+    *max_np = 0;
+    for (int t = 0; t < n;) {
+        int u = t, np = 0; /* tokens [t, u) share one table; np: their longest span */
+        for (; u < n && ab->block_table[u] == ab->block_table[t]; u++)
+            if (ab->pos[u] + 1 > np) np = ab->pos[u] + 1;
+        if (np > *max_np) *max_np = np;
+        int len = (np + bs - 1) / bs;
+        if (cur + len > cap) return -1;
+        memcpy(pk + cur, ab->block_table[t], (size_t)len * 4);
+        for (int i = t; i < u; i++) pk[3 * n + i] = (int32_t)(cur - 4 * n);
+        cur += len;
+        t = u;
+    }
+    return cur;
+}
+
+static int np_bucket(int np) {
+    int b = 256;
+    while (b < np) b *= 2;
+    return b;
+}
+
+extern "C" brisk_status cuda_step_begin(bk_backend *be, const bk_step *st, bool *replayed) {
+    cuda_backend *cb = (cuda_backend *)be;
+    *replayed = false;
+    cb->step_on = false;
+    if (cb->err != BRISK_OK) return BRISK_OK; /* reported by the next read() */
+    int n = st->n_tokens, max_np = 0;
+    /* step_host is reused: the previous step's upload must have left it */
+    CU_TRY(cudaEventSynchronize(cb->step_ev));
+    int64_t cnt = pack_step(cb, st, &max_np);
+    if (cnt < 0) return bk_fail(BRISK_ERR_RANGE, "cuda: step of %d tokens exceeds the staging area", n);
+    CU_TRY(cudaMemcpyAsync(cb->step_dev, cb->step_host, (size_t)cnt * 4, cudaMemcpyHostToDevice, cb->stream));
+    CU_TRY(cudaEventRecord(cb->step_ev, cb->stream));
+    cb->st_ids = cb->step_dev;
+    cb->st_pos = cb->step_dev + n;
+    cb->st_slot = cb->step_dev + 2 * n;
+    cb->st_off = cb->step_dev + 3 * n;
+    cb->st_tabs = cb->step_dev + 4 * n;
+    cb->step_on = true;
+    bool graph = !cb->graphs_off && n <= GRAPH_MAX_TOKENS;
+    cb->st_np = graph ? np_bucket(max_np) : max_np;
+    if (!graph) return BRISK_OK;
+
+    int key[4] = {n, st->n_out, st->n_out ? st->out_idx[0] : -1, cb->st_np};
+    /* rows wanting logits beyond the first must follow it one by one for the key to describe them */
+    for (int i = 1; i < st->n_out; i++)
+        if (st->out_idx[i] != st->out_idx[0] + i) return BRISK_OK;
+    for (int i = 0; i < cb->n_graphs; i++) {
+        if (memcmp(cb->graphs[i].key, key, sizeof key)) continue;
+        CU_TRY(cudaGraphLaunch(cb->graphs[i].exec, cb->stream));
+        cb->n_replays++;
+        cb->step_on = false;
+        *replayed = true;
+        return BRISK_OK;
+    }
+    if (cb->n_graphs == cb->cap_graphs) drop_graphs(cb);
+    memcpy(cb->cur_key, key, sizeof key);
+    CU_TRY(cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeRelaxed));
+    cb->capturing = true;
+    return BRISK_OK;
+}
+
+extern "C" brisk_status cuda_step_end(bk_backend *be, bool *rerun) {
+    cuda_backend *cb = (cuda_backend *)be;
+    *rerun = false;
+    if (!cb->capturing) {
+        cb->step_on = false;
+        return BRISK_OK;
+    }
+    cb->capturing = false;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(cb->stream, &g);
+    cudaGraphExec_t exec = NULL;
+    if (e == cudaSuccess && cb->err == BRISK_OK) e = cudaGraphInstantiate(&exec, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (e != cudaSuccess || cb->err != BRISK_OK) {
+        /* An op that cannot be captured: run this pass again eagerly, and
+         * every later one too (the error, if it was the op's own, recurs). */
+        cudaGetLastError();
+        cb->err = BRISK_OK;
+        cb->graphs_off = true;
+        *rerun = true;
+        return BRISK_OK;
+    }
+    cuda_graph_entry *ge = &cb->graphs[cb->n_graphs++];
+    memcpy(ge->key, cb->cur_key, sizeof ge->key);
+    ge->exec = exec;
+    cb->n_captures++;
+    cb->step_on = false;
+    CU_TRY(cudaGraphLaunch(exec, cb->stream));
+    return BRISK_OK;
+}
