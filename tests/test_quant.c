@@ -67,7 +67,9 @@ static void test_errors(void) {
     uint8_t b[512] = {0};
     CHECK(quant_dequantize(QT_Q4_0, b, f, 31) == BRISK_ERR_INVALID_ARG);
     CHECK(quant_dequantize(4, b, f, 32) == BRISK_ERR_UNSUPPORTED);
-    CHECK(quant_quantize(QT_Q4_K, f, b, 256) == BRISK_ERR_UNSUPPORTED);
+    CHECK(quant_quantize(4, f, b, 256) == BRISK_ERR_UNSUPPORTED);
+    CHECK(quant_quantize(QT_Q4_K, f, b, 100) == BRISK_ERR_INVALID_ARG);
+    CHECK(quant_quantize_rows(QT_Q6_K, f, b, 1, 32, NULL) == BRISK_ERR_INVALID_ARG);
     CHECK(quant_quantize(QT_Q8_0, f, b, 33) == BRISK_ERR_INVALID_ARG);
     CHECK(strlen(brisk_last_error()) > 0);
 }
@@ -130,7 +132,8 @@ static void test_round_trip(void) {
     static const struct { uint32_t t; float tol; } cases[] = {
         {QT_F16, 1e-3f}, {QT_BF16, 8e-3f}, {QT_Q8_0, 0.01f}, {QT_Q8_1, 0.01f}, {QT_Q8_K, 0.01f},
         {QT_Q4_0, 0.2f}, {QT_Q4_1, 0.12f}, {QT_Q5_0, 0.1f},  {QT_Q5_1, 0.06f}, {QT_IQ4_NL, 0.2f},
-        {QT_MXFP4, 0.34f}, {QT_F32, 0.0f},
+        {QT_MXFP4, 0.34f}, {QT_F32, 0.0f}, {QT_Q2_K, 0.4f}, {QT_Q3_K, 0.25f}, {QT_Q4_K, 0.1f},
+        {QT_Q5_K, 0.05f}, {QT_Q6_K, 0.03f}, {QT_IQ4_XS, 0.2f},
     };
     enum { N = 1024 };
     float x[N], y[N];
@@ -298,8 +301,9 @@ static void test_ggml_quantize(void) {
     if (skip) return;
     CHECK(gt != NULL);
     if (!gt) return;
-    static const uint32_t qtypes[] = {QT_F16, QT_BF16, QT_Q8_0, QT_Q8_1, QT_Q4_0, QT_Q4_1,
-                                      QT_Q5_0, QT_Q5_1, QT_IQ4_NL, QT_MXFP4};
+    static const uint32_t qtypes[] = {QT_F16,  QT_BF16, QT_Q8_0, QT_Q8_1, QT_Q4_0, QT_Q4_1, QT_Q5_0,
+                                      QT_Q5_1, QT_IQ4_NL, QT_MXFP4, QT_Q2_K, QT_Q3_K, QT_Q4_K, QT_Q5_K,
+                                      QT_Q6_K, QT_IQ4_XS};
     enum { NE = 256 * 16 };
     static float x[NE];
     static uint8_t ours[NE * 4], theirs[NE * 4];
@@ -337,6 +341,52 @@ static void test_ggml_quantize(void) {
     }
 }
 
+/* quant_quantize_rows against ggml_quantize_chunk (what llama-quantize calls),
+ * without and with an importance matrix: byte for byte. */
+typedef size_t (*quantize_chunk_fn)(int type, const float *src, void *dst, int64_t start, int64_t nrows,
+                                    int64_t n_per_row, const float *imatrix);
+static void test_ggml_quantize_chunk(void) {
+    bool skip;
+    get_traits_fn gt = ggml_traits(&skip);
+    if (skip) return;
+    CHECK(gt != NULL);
+    if (!gt) return;
+    void *lib = dlopen(NULL, RTLD_NOW); /* libggml-base is loaded RTLD_GLOBAL by ggml_traits */
+    quantize_chunk_fn chunk = lib ? (quantize_chunk_fn)dlsym(lib, "ggml_quantize_chunk") : NULL;
+    CHECK(chunk != NULL);
+    if (!chunk) return;
+    static const uint32_t qtypes[] = {QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q8_0, QT_Q2_K, QT_Q3_K,
+                                      QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_NL, QT_IQ4_XS};
+    enum { NR = 6, NPR = 768 };
+    static float x[NR * NPR], imat[NPR];
+    static uint8_t ours[NR * NPR * 2], theirs[NR * NPR * 2];
+    for (int i = 0; i < NR * NPR; i++) x[i] = rnd_weight() * 0.02f;
+    for (int i = 0; i < 256; i++) x[NPR + i] = 0.0f;              /* an all-zero super-block */
+    for (int i = 0; i < 32; i++) x[2 * NPR + i] = (float)(i % 5); /* non-negative, ties */
+    for (int i = 0; i < NPR; i++) imat[i] = (rnd_unit() + 1.0f) * ((i & 15) == 3 ? 40.0f : 1.0f);
+    for (size_t k = 0; k < sizeof qtypes / sizeof qtypes[0]; k++) {
+        for (int with_imat = 0; with_imat < 2; with_imat++) {
+            const uint32_t t = qtypes[k];
+            const size_t bytes = NR * quant_row_size(t, NPR);
+            memset(ours, 0xAA, bytes);
+            memset(theirs, 0x55, bytes);
+            CHECK_OK(quant_quantize_rows(t, x, ours, NR, NPR, with_imat ? imat : NULL));
+            CHECK(chunk((int)t, x, theirs, 0, NR, NPR, with_imat ? imat : NULL) == bytes);
+            int bad = 0;
+            size_t first = bytes;
+            for (size_t i = 0; i < bytes; i++)
+                if (ours[i] != theirs[i]) {
+                    if (first == bytes) first = i;
+                    bad++;
+                }
+            if (bad)
+                fprintf(stderr, "  %s%s: %d of %zu bytes differ (first %zu)\n", quant_type_name(t),
+                        with_imat ? " +imatrix" : "", bad, bytes, first);
+            CHECK(bad == 0);
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     static const test_case cases[] = {
         {"table", test_table},
@@ -347,6 +397,7 @@ int main(int argc, char **argv) {
         {"ggml_traits", test_ggml_traits},
         {"ggml_dequantize", test_ggml_dequantize},
         {"ggml_quantize", test_ggml_quantize},
+        {"ggml_quantize_chunk", test_ggml_quantize_chunk},
     };
     return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }

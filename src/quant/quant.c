@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "quant/kquant.h"
 
 _Static_assert(sizeof(blk_q4_0) == 18, "q4_0");
 _Static_assert(sizeof(blk_q4_1) == 20, "q4_1");
@@ -44,14 +45,14 @@ static const quant_traits traits_table[QT_COUNT] = {
     [QT_Q5_1] = {"q5_1", 32, 24, QT_Q8_1, true, true},
     [QT_Q8_0] = {"q8_0", 32, 34, QT_Q8_0, true, true},
     [QT_Q8_1] = {"q8_1", 32, 36, QT_Q8_1, true, true},
-    [QT_Q2_K] = {"q2_K", 256, 84, QT_Q8_K, true, false},
-    [QT_Q3_K] = {"q3_K", 256, 110, QT_Q8_K, true, false},
-    [QT_Q4_K] = {"q4_K", 256, 144, QT_Q8_K, true, false},
-    [QT_Q5_K] = {"q5_K", 256, 176, QT_Q8_K, true, false},
-    [QT_Q6_K] = {"q6_K", 256, 210, QT_Q8_K, true, false},
+    [QT_Q2_K] = {"q2_K", 256, 84, QT_Q8_K, true, true},
+    [QT_Q3_K] = {"q3_K", 256, 110, QT_Q8_K, true, true},
+    [QT_Q4_K] = {"q4_K", 256, 144, QT_Q8_K, true, true},
+    [QT_Q5_K] = {"q5_K", 256, 176, QT_Q8_K, true, true},
+    [QT_Q6_K] = {"q6_K", 256, 210, QT_Q8_K, true, true},
     [QT_Q8_K] = {"q8_K", 256, 292, QT_Q8_K, true, true},
     [QT_IQ4_NL] = {"iq4_nl", 32, 18, QT_Q8_0, true, true},
-    [QT_IQ4_XS] = {"iq4_xs", 256, 136, QT_Q8_K, true, false},
+    [QT_IQ4_XS] = {"iq4_xs", 256, 136, QT_Q8_K, true, true},
     [QT_BF16] = {"bf16", 1, 2, QT_BF16, true, true},
     [QT_MXFP4] = {"mxfp4", 32, 17, QT_Q8_0, true, true},
 };
@@ -364,14 +365,6 @@ brisk_status quant_dequantize(uint32_t type, const void *src, float *dst, int64_
 
 /* ---- reference quantizers (match ggml's *_ref) ---- */
 
-/* Round half to even via the 1.5*2^23 trick (ggml's nearest_int); |v| < 2^22. */
-static inline int round_even(float v) {
-    float t = v + 12582912.f;
-    int32_t i;
-    memcpy(&i, &t, 4);
-    return (i & 0x007FFFFF) - 0x00400000;
-}
-
 /* The signed value of largest magnitude (first one wins ties). */
 static float signed_absmax(const float *x, int n, float *amax_out) {
     float amax = 0.0f, max = 0.0f;
@@ -470,48 +463,11 @@ static void quant_q8_K(const float *x, blk_q8_K *y, int64_t nb) {
         }
         const float iscale = -127.f / max;
         for (int j = 0; j < 256; j++) {
-            int v = round_even(iscale * x[j]);
+            int v = kq_nearest_int(iscale * x[j]);
             y[i].qs[j] = (int8_t)(v < 127 ? v : 127);
             y[i].bsums[j / 16] = (int16_t)(y[i].bsums[j / 16] + y[i].qs[j]);
         }
         y[i].d = 1 / iscale;
-    }
-}
-
-/* Nearest codebook index; ties go to the lower one as in ggml. */
-static int iq4_best_index(float x) {
-    const int8_t *v = quant_iq4nl_values;
-    if (x <= v[0]) return 0;
-    if (x >= v[15]) return 15;
-    int lo = 0, hi = 15;
-    while (hi - lo > 1) {
-        int mid = (lo + hi) / 2;
-        if (x < v[mid]) hi = mid;
-        else lo = mid;
-    }
-    return x - v[hi - 1] < v[hi] - x ? hi - 1 : hi;
-}
-
-/* ggml's quantize_row_iq4_nl_ref: one pass, weights x^2, least-squares scale. */
-static void quant_iq4_nl(const float *x, blk_iq4_nl *y, int64_t nb) {
-    for (int64_t i = 0; i < nb; i++, x += 32) {
-        uint8_t L[32] = {0};
-        float amax;
-        const float max = signed_absmax(x, 32, &amax);
-        float d = 0.0f;
-        if (amax >= 1e-15f) {
-            const float id = 1 / (max / quant_iq4nl_values[0]);
-            float sumqx = 0, sumq2 = 0;
-            for (int j = 0; j < 32; j++) {
-                L[j] = (uint8_t)iq4_best_index(id * x[j]);
-                const float q = quant_iq4nl_values[L[j]], w = x[j] * x[j];
-                sumqx += w * q * x[j];
-                sumq2 += w * q * q;
-            }
-            d = sumq2 > 0 ? sumqx / sumq2 : 0.0f;
-        }
-        y[i].d = F2H(d);
-        for (int j = 0; j < 16; j++) y[i].qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
     }
 }
 
@@ -583,9 +539,45 @@ brisk_status quant_quantize(uint32_t type, const float *src, void *dst, int64_t 
         }
         break;
     case QT_Q8_K: quant_q8_K(src, dst, nb); break;
-    case QT_IQ4_NL: quant_iq4_nl(src, dst, nb); break;
+    case QT_IQ4_NL: kq_quantize_iq4(src, dst, n, NULL, -1, false); break;
+    case QT_IQ4_XS: kq_quantize_iq4(src, dst, n, NULL, 7, true); break;
+    case QT_Q2_K: kq_quantize_q2_K(src, dst, n, NULL); break;
+    case QT_Q3_K: kq_quantize_q3_K(src, dst, n, NULL); break;
+    case QT_Q4_K: kq_quantize_q4_K(src, dst, n, NULL); break;
+    case QT_Q5_K: kq_quantize_q5_K(src, dst, n, NULL); break;
+    case QT_Q6_K: kq_quantize_q6_K(src, dst, n, NULL); break;
     case QT_MXFP4: quant_mxfp4(src, dst, nb); break;
     default: return bk_fail(BRISK_ERR_UNSUPPORTED, "quantize: no quantizer for %s", t->name);
+    }
+    return BRISK_OK;
+}
+
+brisk_status quant_quantize_rows(uint32_t type, const float *src, void *dst, int64_t nrows, int64_t n_per_row,
+                                 const float *imatrix) {
+    const size_t row_bytes = quant_row_size(type, n_per_row);
+    if (nrows < 0 || (!row_bytes && n_per_row))
+        return quant_quantize(type, src, dst, n_per_row); /* the same checks, and their messages */
+    for (int64_t r = 0; r < nrows; r++, src += n_per_row, dst = (unsigned char *)dst + row_bytes) {
+        const float *w = imatrix;
+        switch ((quant_type)type) {
+        case QT_Q2_K: kq_quantize_q2_K(src, dst, n_per_row, w); break;
+        case QT_Q3_K: kq_quantize_q3_K(src, dst, n_per_row, w); break;
+        case QT_Q4_K: kq_quantize_q4_K(src, dst, n_per_row, w); break;
+        case QT_Q5_K: kq_quantize_q5_K(src, dst, n_per_row, w); break;
+        case QT_Q6_K: kq_quantize_q6_K(src, dst, n_per_row, w); break;
+        case QT_IQ4_NL: kq_quantize_iq4(src, dst, n_per_row, w, 7, false); break;
+        case QT_IQ4_XS: kq_quantize_iq4(src, dst, n_per_row, w, 7, true); break;
+        case QT_Q4_0:
+        case QT_Q4_1:
+        case QT_Q5_0:
+        case QT_Q5_1:
+            if (w) {
+                kq_quantize_legacy_w(type, src, dst, n_per_row, w);
+                break;
+            }
+            /* fall through */
+        default: BK_TRY(quant_quantize(type, src, dst, n_per_row)); break;
+        }
     }
     return BRISK_OK;
 }

@@ -30,9 +30,17 @@ const char *quant_type_name(uint32_t type); /* "?" if unknown */
 /* Bytes of a row of n elements; 0 if n is not a multiple of the block size or the type is unknown. */
 size_t quant_row_size(uint32_t type, int64_t n);
 
-/* n must be a multiple of the block size. */
+/* n must be a multiple of the block size. quant_quantize is ggml's
+ * from_float_ref (quantize_row_*_ref): deterministic, no importance weights. */
 brisk_status quant_dequantize(uint32_t type, const void *src, float *dst, int64_t n);
 brisk_status quant_quantize(uint32_t type, const float *src, void *dst, int64_t n);
+/* What llama-quantize writes (ggml_quantize_chunk): nrows rows of n_per_row
+ * into dst (nrows * quant_row_size bytes). imatrix is NULL or n_per_row
+ * importance weights (one per column, >= 0). Without one this equals
+ * quant_quantize except IQ4_NL, which searches scales; with one, Q2_K..Q6_K,
+ * IQ4_NL/XS and Q4_0/Q4_1/Q5_0/Q5_1 use the weighted searches (others ignore it). */
+brisk_status quant_quantize_rows(uint32_t type, const float *src, void *dst, int64_t nrows, int64_t n_per_row,
+                                 const float *imatrix);
 
 /* Scalar conversions, exact as in ggml. */
 float quant_f16_to_f32(uint16_t h);
