@@ -48,7 +48,7 @@ endif
 GCC_WARN := $(if $(shell $(CC) --version 2>/dev/null | grep -qi 'free software foundation' && echo y),-Wshadow=local -Wno-format-truncation)
 CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter $(GCC_WARN) \
            -fPIC -D_GNU_SOURCE -pthread -Iinclude -Isrc $(CUDA_CFLAGS) $(EXTRA_CFLAGS)
-LDLIBS  := -lpcre2-8 -lcjson -lm -lpthread -ldl $(CUDA_LIBS)
+LDLIBS  := -lpcre2-8 -lcjson -lmicrohttpd -lm -lpthread -ldl $(CUDA_LIBS)
 LDFLAGS := $(LDSAN) -pthread
 
 # Per-ISA kernel files: the rest of the code stays portable x86-64.
@@ -105,7 +105,10 @@ $(BUILD)/tests/test_cuda_ops: tests/test_cuda_ops.c tests/test.h $(BUILD)/libbri
 test-cuda: $(BUILD)/tests/test_cuda_ops $(BUILD)/brisk
 	@BUILD=$(BUILD) SHARED=$(SHARED) bash tests/cuda/run.sh
 
-deps: .deps/llama.cpp/include/llama.h
+deps: .deps/llama.cpp/include/llama.h .deps/npm/node_modules/openai/package.json
+# the server tests' client (a .deps installed before it was added gets it here)
+.deps/npm/node_modules/openai/package.json: | .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle
+	cd .deps/npm && npm install --no-audit --no-fund --loglevel=error openai@5.23.2
 .deps/llama.cpp/include/llama.h: | .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle
 	rm -rf .deps/llama.cpp
 	git clone -q .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle .deps/llama.cpp
@@ -113,7 +116,7 @@ deps: .deps/llama.cpp/include/llama.h
 .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle:
 	mkdir -p .deps/npm
 	cd .deps/npm && npm install --omit=optional --no-audit --no-fund --loglevel=error \
-	    node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1
+	    node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 openai@5.23.2
 
 tests: $(TEST_BIN) $(BUILD)/brisk
 

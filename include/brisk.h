@@ -69,6 +69,10 @@ typedef struct brisk_model_info {
     uint64_t decode_bytes;  /* weight bytes read per decoded token (the embedding table only as the LM head) */
 } brisk_model_info;
 void brisk_model_get_info(const brisk_model *model, brisk_model_info *out);
+/* A string metadata value of the model's GGUF ("tokenizer.chat_template", ...)
+ * as a new NUL-terminated copy the caller free()s; NULL when the key is
+ * absent, not a string, or memory runs out. */
+char *brisk_model_meta_str(const brisk_model *model, const char *key);
 
 /* ---- tokenizer ------------------------------------------------------- */
 

@@ -21,6 +21,7 @@ static const struct {
     const char *help;
 } commands[] = {
     {"run", cmd_run, "generate text from a prompt"},
+    {"serve", cmd_serve, "an OpenAI-compatible HTTP server"},
     {"bench", cmd_bench, "measure prompt and generation speed"},
     {"perplexity", cmd_perplexity, "perplexity of a text file"},
     {"tokenize", cmd_tokenize, "print the token ids of stdin"},

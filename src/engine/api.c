@@ -1,4 +1,5 @@
 /* api.c — the public tokenizer entry points of brisk.h, over tokenizer.h. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/status.h"
@@ -13,6 +14,17 @@ brisk_status brisk_tokenize(const brisk_model *m, const char *text, size_t len, 
 brisk_status brisk_token_to_piece(const brisk_model *m, brisk_token tok, bool special, char *buf,
                                   size_t cap, size_t *len) {
     return tokenizer_token_to_piece(m->tok, tok, special, buf, cap, len);
+}
+
+char *brisk_model_meta_str(const brisk_model *m, const char *key) {
+    const char *s = NULL;
+    size_t len = 0;
+    if (!m || !m->gguf || !key || gguf_get_str(m->gguf, key, &s, &len) != BRISK_OK) return NULL;
+    char *copy = malloc(len + 1);
+    if (!copy) return NULL;
+    memcpy(copy, s, len);
+    copy[len] = 0;
+    return copy;
 }
 
 brisk_token brisk_token_bos(const brisk_model *m) { return tokenizer_bos(m->tok); }

@@ -1,0 +1,277 @@
+/* chat.c — chat templates and the output parser of chat.h. */
+#include "server/chat.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+
+/* The Jinja interpreter (tokenizer/chat_template.h) is being written; until
+ * it is in the tree every model gets ChatML. */
+#ifdef BK_CHAT_TEMPLATE
+#include "tokenizer/chat_template.h"
+#define HAVE_CHAT_TEMPLATE 1
+#endif
+
+struct chat_fmt {
+    char *bos, *eos; /* token texts for the template */
+#ifdef HAVE_CHAT_TEMPLATE
+    chat_template *tmpl; /* NULL: ChatML */
+#endif
+};
+
+static char *token_text(const brisk_model *m, brisk_token t) {
+    char buf[256];
+    size_t len = 0;
+    if (t < 0 || brisk_token_to_piece(m, t, true, buf, sizeof buf - 1, &len) != BRISK_OK) len = 0;
+    buf[len] = 0;
+    return strdup(buf);
+}
+
+brisk_status chat_fmt_new(const brisk_model *model, chat_fmt **out) {
+    *out = NULL;
+    chat_fmt *f = calloc(1, sizeof *f);
+    if (!f) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    f->bos = token_text(model, brisk_token_bos(model));
+    f->eos = token_text(model, brisk_token_eos(model));
+    if (!f->bos || !f->eos) {
+        chat_fmt_free(f);
+        return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    }
+#ifdef HAVE_CHAT_TEMPLATE
+    char *src = brisk_model_meta_str(model, "tokenizer.chat_template");
+    if (src) {
+        brisk_status s = chat_template_new(src, strlen(src), &f->tmpl);
+        free(src);
+        if (s != BRISK_OK) {
+            chat_fmt_free(f);
+            return bk_wrap(s, "the model's chat template");
+        }
+    }
+#endif
+    *out = f;
+    return BRISK_OK;
+}
+
+void chat_fmt_free(chat_fmt *f) {
+    if (!f) return;
+#ifdef HAVE_CHAT_TEMPLATE
+    chat_template_free(f->tmpl);
+#endif
+    free(f->bos);
+    free(f->eos);
+    free(f);
+}
+
+const char *chat_fmt_kind(const chat_fmt *f) {
+#ifdef HAVE_CHAT_TEMPLATE
+    if (f->tmpl) return "gguf";
+#endif
+    (void)f;
+    return "chatml";
+}
+
+/* ChatML, with Qwen's tool preamble when tools are given. */
+static brisk_status render_chatml(const cJSON *messages, const cJSON *tools, strbuf *b) {
+    const cJSON *m;
+    bool sys_done = false;
+    if (tools && cJSON_GetArraySize(tools) > 0) {
+        sb_puts(b, "<|im_start|>system\n");
+        const cJSON *first = cJSON_GetArrayItem(messages, 0);
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(first, "role");
+        if (cJSON_IsString(role) && !strcmp(role->valuestring, "system")) {
+            const cJSON *c = cJSON_GetObjectItemCaseSensitive(first, "content");
+            if (cJSON_IsString(c)) sb_printf(b, "%s\n\n", c->valuestring);
+            sys_done = true;
+        }
+        sb_puts(b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                   "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+        const cJSON *t;
+        cJSON_ArrayForEach(t, tools) {
+            char *js = cJSON_PrintUnformatted(t);
+            if (!js) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+            sb_printf(b, "\n%s", js);
+            free(js);
+        }
+        sb_puts(b, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+                   "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+                   "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+    }
+    int i = 0;
+    cJSON_ArrayForEach(m, messages) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (i++ == 0 && sys_done) continue;
+        const char *r = role->valuestring;
+        if (!strcmp(r, "tool")) {
+            sb_printf(b, "<|im_start|>user\n<tool_response>\n%s\n</tool_response><|im_end|>\n",
+                      cJSON_IsString(c) ? c->valuestring : "");
+            continue;
+        }
+        sb_printf(b, "<|im_start|>%s\n%s", r, cJSON_IsString(c) ? c->valuestring : "");
+        const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *tc;
+        cJSON_ArrayForEach(tc, calls) {
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+            const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+            char *a = cJSON_IsString(args) ? NULL : cJSON_PrintUnformatted(args);
+            sb_printf(b, "\n<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>",
+                      cJSON_IsString(name) ? name->valuestring : "",
+                      cJSON_IsString(args) ? args->valuestring : (a ? a : "{}"));
+            free(a);
+        }
+        sb_puts(b, "<|im_end|>\n");
+    }
+    sb_puts(b, "<|im_start|>assistant\n");
+    return BRISK_OK;
+}
+
+brisk_status chat_fmt_render(const chat_fmt *f, const cJSON *messages, const cJSON *tools, bool enable_thinking,
+                             char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+#ifdef HAVE_CHAT_TEMPLATE
+    if (f->tmpl) {
+        cJSON *vars = cJSON_CreateObject();
+        if (!vars) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+        /* References: the caller keeps ownership of messages and tools. */
+        cJSON_AddItemReferenceToObject(vars, "messages", (cJSON *)messages);
+        if (tools) cJSON_AddItemReferenceToObject(vars, "tools", (cJSON *)tools);
+        cJSON_AddBoolToObject(vars, "add_generation_prompt", true);
+        cJSON_AddBoolToObject(vars, "enable_thinking", enable_thinking);
+        cJSON_AddStringToObject(vars, "bos_token", f->bos);
+        cJSON_AddStringToObject(vars, "eos_token", f->eos);
+        brisk_status s = chat_template_render(f->tmpl, vars, out, len);
+        cJSON_Delete(vars);
+        return s;
+    }
+#endif
+    (void)enable_thinking;
+    strbuf b = {0};
+    brisk_status s = render_chatml(messages, tools, &b);
+    if (s != BRISK_OK) {
+        sb_free(&b);
+        return s;
+    }
+    *len = b.len;
+    if (!(*out = sb_take(&b))) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    return BRISK_OK;
+}
+
+/* ---- output parser ---------------------------------------------------- */
+
+static const char *const TAG_OPEN_THINK = "<think>", *const TAG_CLOSE_THINK = "</think>",
+                  *const TAG_OPEN_TOOL = "<tool_call>", *const TAG_CLOSE_TOOL = "</tool_call>";
+
+void chat_parser_init(chat_parser *p, bool tools, bool in_reasoning) {
+    *p = (chat_parser){0};
+    p->tools = tools;
+    p->mode = in_reasoning ? 1 : 0;
+    p->trim = in_reasoning;
+}
+
+void chat_parser_free(chat_parser *p) {
+    for (int i = 0; i < p->n_calls; i++) {
+        free(p->calls[i].name);
+        free(p->calls[i].arguments);
+    }
+    free(p->calls);
+    sb_free(&p->pending);
+    sb_free(&p->tool);
+    sb_free(&p->content);
+    sb_free(&p->reasoning);
+    *p = (chat_parser){0};
+}
+
+/* Appends text to the current section's output, dropping leading newlines after a tag. */
+static void emit(chat_parser *p, const char *s, size_t n) {
+    if (p->trim) {
+        while (n && (*s == '\n' || *s == '\r' || *s == ' ')) s++, n--;
+        if (!n) return;
+        p->trim = false;
+    }
+    strbuf *dst = p->mode == 0 ? &p->content : p->mode == 1 ? &p->reasoning : &p->tool;
+    sb_append(dst, s, n);
+}
+
+/* A finished <tool_call> body: a call, or (not JSON of the right shape) content. */
+static void end_tool(chat_parser *p) {
+    cJSON *j = cJSON_ParseWithLength(p->tool.p ? p->tool.p : "", p->tool.len);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
+    if (cJSON_IsString(name) && (!args || cJSON_IsObject(args) || cJSON_IsString(args))) {
+        char *a = !args ? strdup("{}") : cJSON_IsString(args) ? strdup(args->valuestring) : cJSON_PrintUnformatted(args);
+        char *n = strdup(name->valuestring);
+        if (p->n_calls == p->cap_calls) {
+            int cap = p->cap_calls ? 2 * p->cap_calls : 4;
+            chat_tool_call *c = realloc(p->calls, (size_t)cap * sizeof *c);
+            if (c) p->calls = c, p->cap_calls = cap;
+        }
+        if (a && n && p->n_calls < p->cap_calls) {
+            p->calls[p->n_calls++] = (chat_tool_call){n, a};
+            a = n = NULL;
+        } else p->content.failed = true;
+        free(a);
+        free(n);
+    } else {
+        sb_puts(&p->content, TAG_OPEN_TOOL);
+        sb_append(&p->content, p->tool.p ? p->tool.p : "", p->tool.len);
+        sb_puts(&p->content, TAG_CLOSE_TOOL);
+    }
+    cJSON_Delete(j);
+    sb_reset(&p->tool);
+}
+
+bool chat_parser_push(chat_parser *p, const char *text, size_t len, bool final) {
+    sb_append(&p->pending, text, len);
+    size_t at = 0, n = p->pending.len;
+    const char *s = p->pending.p ? p->pending.p : "";
+    for (;;) {
+        const char *tags[2];
+        int nt = 0;
+        if (p->mode == 0) {
+            tags[nt++] = TAG_OPEN_THINK;
+            if (p->tools) tags[nt++] = TAG_OPEN_TOOL;
+        } else tags[nt++] = p->mode == 1 ? TAG_CLOSE_THINK : TAG_CLOSE_TOOL;
+        const char *best = NULL;
+        int bi = -1;
+        for (int i = 0; i < nt; i++) {
+            const char *h = memmem(s + at, n - at, tags[i], strlen(tags[i]));
+            if (h && (!best || h < best)) best = h, bi = i;
+        }
+        if (best) {
+            emit(p, s + at, (size_t)(best - (s + at)));
+            at = (size_t)(best - s) + strlen(tags[bi]);
+            const char *t = tags[bi];
+            if (t == TAG_OPEN_THINK) p->mode = 1, p->trim = true;
+            else if (t == TAG_CLOSE_THINK) p->mode = 0, p->trim = true;
+            else if (t == TAG_OPEN_TOOL) p->mode = 2, p->trim = false;
+            else p->mode = 0, p->trim = true, end_tool(p);
+            continue;
+        }
+        /* No tag: keep back the longest tail that could begin one. */
+        size_t hold = 0;
+        if (!final)
+            for (int i = 0; i < nt; i++)
+                for (size_t k = strlen(tags[i]) - 1; k > hold; k--)
+                    if (k <= n - at && !memcmp(s + n - k, tags[i], k)) {
+                        hold = k;
+                        break;
+                    }
+        emit(p, s + at, n - at - hold);
+        at = n - hold;
+        break;
+    }
+    if (final && p->mode == 2) { /* an unterminated call stays text */
+        sb_puts(&p->content, TAG_OPEN_TOOL);
+        sb_append(&p->content, p->tool.p ? p->tool.p : "", p->tool.len);
+        sb_reset(&p->tool);
+        p->mode = 0;
+    }
+    if (p->pending.p) {
+        memmove(p->pending.p, s + at, n - at);
+        p->pending.len = n - at;
+        p->pending.p[p->pending.len] = 0;
+    }
+    return !(p->pending.failed || p->content.failed || p->reasoning.failed || p->tool.failed);
+}

@@ -1,0 +1,52 @@
+/* chat.h — chat prompts in, chat answers out.
+ *
+ * chat_fmt renders a conversation with the model's own Jinja template
+ * (tokenizer.chat_template, through tokenizer/chat_template.h once it is in
+ * the tree) or, for a model without one, ChatML.
+ *
+ * chat_parser splits generated text as it streams into content, reasoning
+ * (between <think> and </think>) and tool calls (<tool_call>{"name": ...,
+ * "arguments": {...}}</tool_call>, Qwen3 style). Text that could still be the
+ * start of a tag is held back until the next push, so a tag never leaks into
+ * the content in pieces.
+ */
+#ifndef BK_SERVER_CHAT_H
+#define BK_SERVER_CHAT_H
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+
+#include "brisk.h"
+#include "server/strbuf.h"
+
+typedef struct chat_fmt chat_fmt;
+
+/* The model's template, or ChatML when it has none. */
+brisk_status chat_fmt_new(const brisk_model *model, chat_fmt **out);
+void chat_fmt_free(chat_fmt *f);
+const char *chat_fmt_kind(const chat_fmt *f); /* "gguf" or "chatml" */
+/* Renders messages (normalized: content is a string) with the generation
+ * prompt; tools may be NULL. *out is malloc'd. */
+brisk_status chat_fmt_render(const chat_fmt *f, const cJSON *messages, const cJSON *tools,
+                             bool enable_thinking, char **out, size_t *len);
+
+typedef struct chat_tool_call {
+    char *name, *arguments; /* arguments: a JSON text */
+} chat_tool_call;
+
+typedef struct chat_parser {
+    bool tools;          /* parse <tool_call> blocks */
+    int mode;            /* 0 content, 1 reasoning, 2 tool call */
+    bool trim;           /* drop leading newlines of the section just opened */
+    strbuf pending;      /* text not yet classified (a possible tag start) */
+    strbuf tool;         /* body of the tool call being read */
+    strbuf content, reasoning; /* output since the caller last reset them */
+    chat_tool_call *calls;     /* (n_calls) all calls parsed so far */
+    int n_calls, cap_calls;
+} chat_parser;
+
+/* in_reasoning: the prompt ended inside <think> (the template opened it). */
+void chat_parser_init(chat_parser *p, bool tools, bool in_reasoning);
+/* Feeds text; final flushes everything held back. false on OOM. */
+bool chat_parser_push(chat_parser *p, const char *text, size_t len, bool final);
+void chat_parser_free(chat_parser *p);
+#endif

@@ -1,0 +1,569 @@
+/* openai.c — request parsing and response shapes of openai.h. */
+#include "server/openai.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/status.h"
+
+bool oai_fail(oai_error *e, int status, const char *param, const char *fmt, ...) {
+    e->status = status;
+    e->type = status == 401 ? "authentication_error"
+              : status == 429 ? "rate_limit_error"
+              : status >= 500 ? "server_error"
+                              : "invalid_request_error";
+    if (!e->code) e->code = NULL;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+char *oai_error_json(const oai_error *e) {
+    cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(err, "message", e->message);
+    cJSON_AddStringToObject(err, "type", e->type ? e->type : "invalid_request_error");
+    if (e->param[0]) cJSON_AddStringToObject(err, "param", e->param);
+    else cJSON_AddNullToObject(err, "param");
+    if (e->code) cJSON_AddStringToObject(err, "code", e->code);
+    else cJSON_AddNullToObject(err, "code");
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+/* ---- typed field access: absent or null -> false with no error --------- */
+
+static const cJSON *field(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+/* A number in [lo, hi] (integer when asked). *ok false on a type or range error (e filled). */
+static bool get_num(const cJSON *o, const char *key, double lo, double hi, bool integer, double *out, bool *ok,
+                    oai_error *e) {
+    const cJSON *v = field(o, key);
+    if (!v) return false;
+    if (!cJSON_IsNumber(v) || (integer && v->valuedouble != floor(v->valuedouble)))
+        return *ok = oai_fail(e, 400, key, "'%s' must be %s", key, integer ? "an integer" : "a number");
+    if (!(v->valuedouble >= lo && v->valuedouble <= hi))
+        return *ok = oai_fail(e, 400, key, "'%s' must be between %g and %g, got %g", key, lo, hi, v->valuedouble);
+    *out = v->valuedouble;
+    return true;
+}
+
+static bool get_bool(const cJSON *o, const char *key, bool *out, bool *ok, oai_error *e) {
+    const cJSON *v = field(o, key);
+    if (!v) return false;
+    if (!cJSON_IsBool(v)) return *ok = oai_fail(e, 400, key, "'%s' must be a boolean", key);
+    *out = cJSON_IsTrue(v);
+    return true;
+}
+
+/* Content as a string: a string, or an array of {"type":"text","text":...} parts. */
+static bool content_text(const cJSON *c, strbuf *b, oai_error *e) {
+    if (!c || cJSON_IsNull(c)) return true;
+    if (cJSON_IsString(c)) {
+        sb_puts(b, c->valuestring);
+        return true;
+    }
+    if (!cJSON_IsArray(c)) return oai_fail(e, 400, "messages", "message content must be a string or an array of parts");
+    const cJSON *part;
+    cJSON_ArrayForEach(part, c) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "type");
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") || !cJSON_IsString(x))
+            return oai_fail(e, 400, "messages", "only text content parts are supported");
+        sb_puts(b, x->valuestring);
+    }
+    return true;
+}
+
+/* Messages with string contents, checked roles; NULL and e on a bad shape. */
+static cJSON *normalize_messages(const cJSON *msgs, oai_error *e) {
+    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)
+        return oai_fail(e, 400, "messages", "'messages' must be a non-empty array"), NULL;
+    cJSON *out = cJSON_CreateArray();
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        static const char *const roles[] = {"system", "user", "assistant", "tool", "developer"};
+        bool known = false;
+        for (size_t i = 0; cJSON_IsString(role) && i < sizeof roles / sizeof *roles; i++)
+            known |= !strcmp(role->valuestring, roles[i]);
+        if (!cJSON_IsObject(m) || !known) {
+            cJSON_Delete(out);
+            return oai_fail(e, 400, "messages",
+                            "each message must be an object with a role of system, user, assistant, tool or developer"),
+                   NULL;
+        }
+        strbuf b = {0};
+        if (!content_text(cJSON_GetObjectItemCaseSensitive(m, "content"), &b, e)) {
+            sb_free(&b);
+            cJSON_Delete(out);
+            return NULL;
+        }
+        cJSON *n = cJSON_Duplicate(m, true);
+        char *text = sb_take(&b);
+        cJSON_ReplaceItemInObjectCaseSensitive(n, "role",
+                                               cJSON_CreateString(strcmp(role->valuestring, "developer") ? role->valuestring : "system"));
+        cJSON_DeleteItemFromObjectCaseSensitive(n, "content");
+        cJSON_AddStringToObject(n, "content", text ? text : "");
+        free(text);
+        cJSON_AddItemToArray(out, n);
+    }
+    return out;
+}
+
+static bool parse_stop(const cJSON *root, sched_gen_params *p, oai_error *e) {
+    const cJSON *v = field(root, "stop");
+    if (!v) return true;
+    const cJSON *one = v, *it;
+    if (cJSON_IsString(v)) goto add;
+    if (!cJSON_IsArray(v)) return oai_fail(e, 400, "stop", "'stop' must be a string or an array of strings");
+    if (cJSON_GetArraySize(v) > SCHED_MAX_STOP)
+        return oai_fail(e, 400, "stop", "at most %d stop strings", SCHED_MAX_STOP);
+    cJSON_ArrayForEach(it, v) {
+        one = it;
+    add:
+        if (!cJSON_IsString(one)) return oai_fail(e, 400, "stop", "'stop' must be a string or an array of strings");
+        if (!one->valuestring[0]) return oai_fail(e, 400, "stop", "stop strings must not be empty");
+        if (!(p->stop[p->n_stop++] = strdup(one->valuestring))) return oai_fail(e, 500, NULL, "out of memory");
+        if (one == v) break;
+    }
+    return true;
+}
+
+static bool parse_sampling(const cJSON *root, bool chat, oai_job *job, oai_error *e) {
+    sched_gen_params *p = &job->req->p;
+    bool ok = true;
+    double v;
+    if (get_num(root, "temperature", 0, 2, false, &v, &ok, e)) p->sp.temp = (float)v;
+    if (get_num(root, "top_p", 0, 1, false, &v, &ok, e)) p->sp.top_p = (float)v;
+    if (get_num(root, "top_k", 0, 1 << 20, true, &v, &ok, e)) p->sp.top_k = (int)v;
+    if (get_num(root, "min_p", 0, 1, false, &v, &ok, e)) p->sp.min_p = (float)v;
+    if (get_num(root, "presence_penalty", -2, 2, false, &v, &ok, e)) p->sp.presence_penalty = (float)v;
+    if (get_num(root, "frequency_penalty", -2, 2, false, &v, &ok, e)) p->sp.frequency_penalty = (float)v;
+    if (get_num(root, "repeat_penalty", 0, 10, false, &v, &ok, e)) p->sp.repeat_penalty = (float)v;
+    if (get_num(root, "seed", -9.2e18, 1.8e19, true, &v, &ok, e)) p->sp.seed = (uint64_t)(int64_t)v;
+    else p->sp.seed = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)job;
+    if (get_num(root, "max_tokens", 0, 1 << 30, true, &v, &ok, e)) p->max_tokens = (int)v;
+    if (get_num(root, "max_completion_tokens", 0, 1 << 30, true, &v, &ok, e)) p->max_tokens = (int)v;
+    if (get_num(root, "n", 1, 128, true, &v, &ok, e) && v != 1)
+        ok = oai_fail(e, 400, "n", "n > 1 is not supported; send separate requests");
+    get_bool(root, "ignore_eos", &p->ignore_eos, &ok, e);
+    if (chat) {
+        get_bool(root, "logprobs", &job->logprobs, &ok, e);
+        if (get_num(root, "top_logprobs", 0, SCHED_MAX_TOP_LOGPROBS, true, &v, &ok, e)) job->top_logprobs = (int)v;
+    } else if (get_num(root, "logprobs", 0, SCHED_MAX_TOP_LOGPROBS, true, &v, &ok, e)) {
+        job->logprobs = true;
+        job->top_logprobs = (int)v;
+    }
+    if (!ok) return false;
+    p->logprobs = job->logprobs;
+    p->top_logprobs = job->top_logprobs;
+    return parse_stop(root, p, e);
+}
+
+static bool tokenize(const oai_server *srv, const char *text, size_t len, bool add_special, sched_req *r,
+                     oai_error *e) {
+    int64_t n = 0;
+    brisk_status s = brisk_tokenize(srv->model, text, len, add_special, true, NULL, 0, &n);
+    if (s != BRISK_OK && s != BRISK_ERR_RANGE) return oai_fail(e, 400, "prompt", "tokenize: %s", brisk_last_error());
+    if (n > (1 << 24)) return oai_fail(e, 400, "prompt", "the prompt is too long (%lld tokens)", (long long)n);
+    if (!(r->prompt = malloc((size_t)(n > 0 ? n : 1) * sizeof *r->prompt))) return oai_fail(e, 500, NULL, "out of memory");
+    if (brisk_tokenize(srv->model, text, len, add_special, true, r->prompt, n, &n) != BRISK_OK)
+        return oai_fail(e, 400, "prompt", "tokenize: %s", brisk_last_error());
+    r->n_prompt = (int)n;
+    return true;
+}
+
+/* The prompt of /v1/completions: a string, one string in an array, or token ids. */
+static bool completion_prompt(const oai_server *srv, const cJSON *root, sched_req *r, oai_error *e) {
+    const cJSON *p = field(root, "prompt");
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0)))
+        p = cJSON_GetArrayItem(p, 0);
+    if (cJSON_IsString(p)) return tokenize(srv, p->valuestring, strlen(p->valuestring), true, r, e);
+    if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) == 0)
+        return oai_fail(e, 400, "prompt", "'prompt' must be a string or an array of token ids");
+    int n = cJSON_GetArraySize(p), i = 0, nv = brisk_n_vocab(srv->model);
+    if (!(r->prompt = malloc((size_t)n * sizeof *r->prompt))) return oai_fail(e, 500, NULL, "out of memory");
+    const cJSON *t;
+    cJSON_ArrayForEach(t, p) {
+        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 || t->valuedouble >= nv)
+            return oai_fail(e, 400, "prompt", "a prompt array holds one string or token ids in [0, %d)", nv);
+        r->prompt[i++] = (brisk_token)t->valuedouble;
+    }
+    r->n_prompt = n;
+    return true;
+}
+
+static bool chat_prompt(const oai_server *srv, const cJSON *root, oai_job *job, oai_error *e) {
+    cJSON *msgs = normalize_messages(cJSON_GetObjectItemCaseSensitive(root, "messages"), e);
+    if (!msgs) return false;
+    const cJSON *tools = field(root, "tools"), *tc = field(root, "tool_choice");
+    if (tools && !cJSON_IsArray(tools)) {
+        cJSON_Delete(msgs);
+        return oai_fail(e, 400, "tools", "'tools' must be an array");
+    }
+    if (tc && !cJSON_IsString(tc) && !cJSON_IsObject(tc)) {
+        cJSON_Delete(msgs);
+        return oai_fail(e, 400, "tool_choice", "'tool_choice' must be a string or an object");
+    }
+    if (tools && cJSON_GetArraySize(tools) == 0) tools = NULL;
+    if (tc && cJSON_IsString(tc) && !strcmp(tc->valuestring, "none")) tools = NULL;
+    job->tools = tools != NULL;
+    bool think = true, ok = true;
+    const cJSON *kw = field(root, "chat_template_kwargs");
+    if (kw) get_bool(kw, "enable_thinking", &think, &ok, e);
+    char *text = NULL;
+    size_t len = 0;
+    if (ok && chat_fmt_render(srv->fmt, msgs, tools, think, &text, &len) != BRISK_OK)
+        ok = oai_fail(e, 400, "messages", "chat template: %s", brisk_last_error());
+    cJSON_Delete(msgs);
+    if (!ok) return false;
+    /* Generation starts inside <think> when the template opened it. */
+    size_t end = len;
+    while (end && (text[end - 1] == '\n' || text[end - 1] == ' ')) end--;
+    bool in_reasoning = end >= 7 && !memcmp(text + end - 7, "<think>", 7);
+    chat_parser_init(&job->parser, job->tools, in_reasoning);
+    /* A template that writes the BOS itself gets no second one. */
+    char bos[64];
+    size_t bl = 0;
+    brisk_token b = brisk_token_bos(srv->model);
+    bool has_bos = b >= 0 && brisk_token_to_piece(srv->model, b, true, bos, sizeof bos, &bl) == BRISK_OK && bl &&
+                   len >= bl && !memcmp(text, bos, bl);
+    ok = tokenize(srv, text, len, !has_bos, job->req, e);
+    free(text);
+    return ok;
+}
+
+bool oai_parse(const oai_server *srv, const char *body, size_t len, bool chat, oai_job *job, oai_error *e) {
+    memset(job, 0, sizeof *job);
+    job->chat = chat;
+    job->created = (long long)time(NULL);
+    static unsigned long long counter;
+    snprintf(job->id, sizeof job->id, "%s-%llx%llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)job->created,
+             __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!root) return oai_fail(e, 400, NULL, "the body is not valid JSON");
+    bool ok = true;
+    if (!cJSON_IsObject(root)) {
+        ok = oai_fail(e, 400, NULL, "the body must be a JSON object");
+        goto done;
+    }
+    if (!(job->req = sched_req_new())) {
+        ok = oai_fail(e, 500, NULL, "out of memory");
+        goto done;
+    }
+    const cJSON *model = field(root, "model");
+    if (model && !cJSON_IsString(model)) {
+        ok = oai_fail(e, 400, "model", "'model' must be a string");
+        goto done;
+    }
+    get_bool(root, "stream", &job->stream, &ok, e);
+    const cJSON *so = field(root, "stream_options");
+    if (so && !cJSON_IsObject(so)) ok = oai_fail(e, 400, "stream_options", "'stream_options' must be an object");
+    else if (so) get_bool(so, "include_usage", &job->include_usage, &ok, e);
+    const cJSON *rf = field(root, "response_format"), *rt = rf ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+    if (ok && rf && (!cJSON_IsString(rt) || strcmp(rt->valuestring, "text")))
+        ok = oai_fail(e, 400, "response_format", "response_format other than {\"type\": \"text\"} is not supported yet");
+    if (ok) ok = parse_sampling(root, chat, job, e);
+    if (ok) ok = chat ? chat_prompt(srv, root, job, e) : completion_prompt(srv, root, job->req, e);
+done:
+    cJSON_Delete(root);
+    return ok;
+}
+
+void oai_job_free(oai_job *job) {
+    chat_parser_free(&job->parser);
+    sb_free(&job->text);
+}
+
+/* ---- responses ---------------------------------------------------------- */
+
+static cJSON *bytes_array(const char *s, size_t n) {
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)s[i]));
+    return a;
+}
+
+static size_t piece(const oai_server *srv, brisk_token t, char *buf, size_t cap) {
+    size_t len = 0;
+    if (brisk_token_to_piece(srv->model, t, false, buf, cap - 1, &len) != BRISK_OK) len = 0;
+    buf[len] = 0;
+    return len;
+}
+
+/* Chat logprobs: {"content": [{token, logprob, bytes, top_logprobs: [...]}, ...]} */
+static cJSON *chat_logprobs(const oai_server *srv, const sched_token *toks, int n) {
+    cJSON *lp = cJSON_CreateObject(), *content = cJSON_AddArrayToObject(lp, "content");
+    char buf[512];
+    for (int i = 0; i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        size_t len = piece(srv, toks[i].id, buf, sizeof buf);
+        cJSON_AddStringToObject(o, "token", buf);
+        cJSON_AddNumberToObject(o, "logprob", toks[i].logprob);
+        cJSON_AddItemToObject(o, "bytes", bytes_array(buf, len));
+        cJSON *top = cJSON_AddArrayToObject(o, "top_logprobs");
+        for (int k = 0; k < toks[i].n_top; k++) {
+            cJSON *t = cJSON_CreateObject();
+            len = piece(srv, toks[i].top_id[k], buf, sizeof buf);
+            cJSON_AddStringToObject(t, "token", buf);
+            cJSON_AddNumberToObject(t, "logprob", toks[i].top_lp[k]);
+            cJSON_AddItemToObject(t, "bytes", bytes_array(buf, len));
+            cJSON_AddItemToArray(top, t);
+        }
+        cJSON_AddItemToArray(content, o);
+    }
+    return lp;
+}
+
+/* Completions logprobs: {"tokens", "token_logprobs", "top_logprobs", "text_offset"} */
+static cJSON *text_logprobs(const oai_server *srv, const sched_token *toks, int n, size_t offset) {
+    cJSON *lp = cJSON_CreateObject(), *tk = cJSON_AddArrayToObject(lp, "tokens"),
+          *tl = cJSON_AddArrayToObject(lp, "token_logprobs"), *top = cJSON_AddArrayToObject(lp, "top_logprobs"),
+          *off = cJSON_AddArrayToObject(lp, "text_offset");
+    char buf[512];
+    for (int i = 0; i < n; i++) {
+        size_t len = piece(srv, toks[i].id, buf, sizeof buf);
+        cJSON_AddItemToArray(tk, cJSON_CreateString(buf));
+        cJSON_AddItemToArray(tl, cJSON_CreateNumber(toks[i].logprob));
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)offset));
+        offset += len;
+        cJSON *m = cJSON_CreateObject();
+        for (int k = 0; k < toks[i].n_top; k++) {
+            piece(srv, toks[i].top_id[k], buf, sizeof buf);
+            if (!cJSON_GetObjectItemCaseSensitive(m, buf)) cJSON_AddNumberToObject(m, buf, toks[i].top_lp[k]);
+        }
+        cJSON_AddItemToArray(top, m);
+    }
+    return lp;
+}
+
+static cJSON *usage(const oai_delta *d) {
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", d->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", d->n_gen);
+    cJSON_AddNumberToObject(u, "total_tokens", d->n_prompt + d->n_gen);
+    cJSON *pd = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(pd, "cached_tokens", d->n_cached);
+    return u;
+}
+
+static cJSON *envelope(const oai_server *srv, const oai_job *job, const char *object) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", job->id);
+    cJSON_AddStringToObject(o, "object", object);
+    cJSON_AddNumberToObject(o, "created", (double)job->created);
+    cJSON_AddStringToObject(o, "model", srv->model_id);
+    cJSON_AddStringToObject(o, "system_fingerprint", "brisk");
+    return o;
+}
+
+static const char *finish_reason(const oai_job *job, sched_finish f) {
+    if (f == SCHED_FINISH_LENGTH) return "length";
+    return job->chat && job->parser.n_calls > 0 ? "tool_calls" : "stop";
+}
+
+static cJSON *tool_call_json(const chat_tool_call *c, int index, bool with_index) {
+    cJSON *t = cJSON_CreateObject();
+    if (with_index) cJSON_AddNumberToObject(t, "index", index);
+    char id[40];
+    snprintf(id, sizeof id, "call_%d_%08x", index, (unsigned)(uintptr_t)c ^ 0x5bd1e995u);
+    cJSON_AddStringToObject(t, "id", id);
+    cJSON_AddStringToObject(t, "type", "function");
+    cJSON *fn = cJSON_AddObjectToObject(t, "function");
+    cJSON_AddStringToObject(fn, "name", c->name);
+    cJSON_AddStringToObject(fn, "arguments", c->arguments);
+    return t;
+}
+
+static void sse(strbuf *out, cJSON *o) {
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!s) {
+        out->failed = true;
+        return;
+    }
+    sb_puts(out, "data: ");
+    sb_puts(out, s);
+    sb_puts(out, "\n\n");
+    free(s);
+}
+
+/* One streaming chunk with a delta (chat) or text (completions). */
+static cJSON *chunk(const oai_server *srv, const oai_job *job, cJSON *delta_or_text, const char *finish, cJSON *lp) {
+    cJSON *o = envelope(srv, job, job->chat ? "chat.completion.chunk" : "text_completion");
+    cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddItemToObject(c, job->chat ? "delta" : "text", delta_or_text);
+    if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
+    else cJSON_AddNullToObject(c, "logprobs");
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+    else cJSON_AddNullToObject(c, "finish_reason");
+    cJSON_AddItemToArray(ch, c);
+    if (job->include_usage) cJSON_AddNullToObject(o, "usage");
+    return o;
+}
+
+void oai_stream_events(const oai_server *srv, oai_job *job, const oai_delta *d, strbuf *out) {
+    bool fin = d->finish != SCHED_RUNNING;
+    if (d->finish == SCHED_FINISH_ERROR || d->finish == SCHED_FINISH_CANCELLED) {
+        oai_error e = {0};
+        oai_fail(&e, 500, NULL, "%s", d->error && d->error[0] ? d->error : "generation cancelled");
+        char *js = oai_error_json(&e);
+        sb_printf(out, "data: %s\n\ndata: [DONE]\n\n", js ? js : "{}");
+        free(js);
+        return;
+    }
+    cJSON *lp = NULL;
+    if (job->logprobs && d->n_toks)
+        lp = job->chat ? chat_logprobs(srv, d->toks, d->n_toks) : text_logprobs(srv, d->toks, d->n_toks, 0);
+    if (!job->chat) {
+        if (d->len || lp) sse(out, chunk(srv, job, cJSON_CreateString(d->text), NULL, lp));
+    } else {
+        if (!job->head_sent) {
+            cJSON *delta = cJSON_CreateObject();
+            cJSON_AddStringToObject(delta, "role", "assistant");
+            cJSON_AddStringToObject(delta, "content", "");
+            sse(out, chunk(srv, job, delta, NULL, NULL));
+            job->head_sent = true;
+        }
+        chat_parser *p = &job->parser;
+        if (!chat_parser_push(p, d->text, d->len, fin)) out->failed = true;
+        if (p->reasoning.len) {
+            cJSON *delta = cJSON_CreateObject();
+            cJSON_AddStringToObject(delta, "reasoning_content", p->reasoning.p);
+            sse(out, chunk(srv, job, delta, NULL, NULL));
+            sb_reset(&p->reasoning);
+        }
+        if (p->content.len || lp) {
+            cJSON *delta = cJSON_CreateObject();
+            cJSON_AddStringToObject(delta, "content", p->content.len ? p->content.p : "");
+            sse(out, chunk(srv, job, delta, NULL, lp));
+            sb_reset(&p->content);
+        } 
+        for (; job->calls_sent < p->n_calls; job->calls_sent++) {
+            cJSON *delta = cJSON_CreateObject(), *tc = cJSON_AddArrayToObject(delta, "tool_calls");
+            cJSON_AddItemToArray(tc, tool_call_json(&p->calls[job->calls_sent], job->calls_sent, true));
+            sse(out, chunk(srv, job, delta, NULL, NULL));
+        }
+    }
+    if (!fin) return;
+    sse(out, chunk(srv, job, job->chat ? cJSON_CreateObject() : cJSON_CreateString(""), finish_reason(job, d->finish), NULL));
+    if (job->include_usage) {
+        cJSON *o = envelope(srv, job, job->chat ? "chat.completion.chunk" : "text_completion");
+        cJSON_AddArrayToObject(o, "choices");
+        cJSON_AddItemToObject(o, "usage", usage(d));
+        sse(out, o);
+    }
+    sb_puts(out, "data: [DONE]\n\n");
+}
+
+char *oai_response(const oai_server *srv, oai_job *job, const oai_delta *d) {
+    /* Logprobs accumulate in the request; text goes through the parser (chat) or job->text. */
+    if (job->chat) chat_parser_push(&job->parser, d->text, d->len, d->finish != SCHED_RUNNING);
+    else sb_append(&job->text, d->text, d->len);
+    if (d->finish == SCHED_RUNNING) return NULL;
+    cJSON *o = envelope(srv, job, job->chat ? "chat.completion" : "text_completion");
+    cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (job->chat) {
+        chat_parser *p = &job->parser;
+        cJSON *m = cJSON_AddObjectToObject(c, "message");
+        cJSON_AddStringToObject(m, "role", "assistant");
+        if (p->content.len || !p->n_calls) cJSON_AddStringToObject(m, "content", p->content.p ? p->content.p : "");
+        else cJSON_AddNullToObject(m, "content");
+        if (p->reasoning.len) cJSON_AddStringToObject(m, "reasoning_content", p->reasoning.p);
+        if (p->n_calls) {
+            cJSON *tc = cJSON_AddArrayToObject(m, "tool_calls");
+            for (int i = 0; i < p->n_calls; i++) cJSON_AddItemToArray(tc, tool_call_json(&p->calls[i], i, false));
+        }
+    } else {
+        cJSON_AddStringToObject(c, "text", job->text.p ? job->text.p : "");
+    }
+    const sched_req *r = job->req; /* finished: the scheduler no longer writes it */
+    if (job->logprobs)
+        cJSON_AddItemToObject(c, "logprobs", job->chat ? chat_logprobs(srv, r->toks, r->n_toks)
+                                                       : text_logprobs(srv, r->toks, r->n_toks, 0));
+    else cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddStringToObject(c, "finish_reason", finish_reason(job, d->finish));
+    cJSON_AddItemToArray(ch, c);
+    cJSON_AddItemToObject(o, "usage", usage(d));
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* ---- /tokenize and /detokenize (llama.cpp's shapes) -------------------- */
+
+char *oai_tokenize(const oai_server *srv, const char *body, size_t len, oai_error *e) {
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "content");
+    char *res = NULL;
+    bool add = false, pieces = false, ok = true;
+    if (!root) oai_fail(e, 400, NULL, "the body is not valid JSON");
+    else if (!cJSON_IsString(c)) oai_fail(e, 400, "content", "'content' must be a string");
+    else if (get_bool(root, "add_special", &add, &ok, e), get_bool(root, "with_pieces", &pieces, &ok, e), ok) {
+        sched_req r = {0};
+        if (tokenize(srv, c->valuestring, strlen(c->valuestring), add, &r, e)) {
+            cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "tokens");
+            char buf[512];
+            for (int i = 0; i < r.n_prompt; i++) {
+                if (!pieces) {
+                    cJSON_AddItemToArray(a, cJSON_CreateNumber(r.prompt[i]));
+                    continue;
+                }
+                cJSON *t = cJSON_CreateObject();
+                cJSON_AddNumberToObject(t, "id", r.prompt[i]);
+                piece(srv, r.prompt[i], buf, sizeof buf);
+                cJSON_AddStringToObject(t, "piece", buf);
+                cJSON_AddItemToArray(a, t);
+            }
+            res = cJSON_PrintUnformatted(o);
+            cJSON_Delete(o);
+        }
+        free(r.prompt);
+    }
+    cJSON_Delete(root);
+    return res;
+}
+
+char *oai_detokenize(const oai_server *srv, const char *body, size_t len, oai_error *e) {
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    const cJSON *toks = cJSON_GetObjectItemCaseSensitive(root, "tokens"), *t;
+    if (!root) return oai_fail(e, 400, NULL, "the body is not valid JSON"), NULL;
+    if (!cJSON_IsArray(toks)) {
+        cJSON_Delete(root);
+        return oai_fail(e, 400, "tokens", "'tokens' must be an array of token ids"), NULL;
+    }
+    int nv = brisk_n_vocab(srv->model);
+    strbuf b = {0};
+    brisk_detok dt = {0};
+    char buf[1100];
+    cJSON_ArrayForEach(t, toks) {
+        size_t n = 0;
+        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 || t->valuedouble >= nv) {
+            sb_free(&b);
+            cJSON_Delete(root);
+            return oai_fail(e, 400, "tokens", "token ids must be integers in [0, %d)", nv), NULL;
+        }
+        if (brisk_detok_push(srv->model, &dt, (brisk_token)t->valuedouble, buf, sizeof buf, &n) == BRISK_OK)
+            sb_append(&b, buf, n);
+    }
+    cJSON_Delete(root);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "content", b.p ? b.p : "");
+    sb_free(&b);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}

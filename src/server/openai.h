@@ -1,0 +1,70 @@
+/* openai.h — the OpenAI API shapes: request bodies of /v1/chat/completions and
+ * /v1/completions into scheduler requests, generated output into responses
+ * and SSE chunks, errors into {"error": {...}}. No I/O here.
+ */
+#ifndef BK_SERVER_OPENAI_H
+#define BK_SERVER_OPENAI_H
+#include <stdbool.h>
+
+#include "brisk.h"
+#include "server/chat.h"
+#include "server/scheduler.h"
+#include "server/strbuf.h"
+
+typedef struct oai_error {
+    int status;          /* HTTP status */
+    const char *type;    /* "invalid_request_error", ... */
+    const char *code;    /* NULL or a code ("context_length_exceeded") */
+    char param[64];      /* "" or the offending field */
+    char message[512];
+} oai_error;
+
+/* Fills e (and returns false, for `return oai_fail(...)`). */
+bool oai_fail(oai_error *e, int status, const char *param, const char *fmt, ...) BK_PRINTF(4, 5);
+/* {"error": {"message", "type", "param", "code"}} */
+char *oai_error_json(const oai_error *e);
+
+typedef struct oai_server {  /* what every request reads; read-only */
+    brisk_model *model;
+    const chat_fmt *fmt;
+    const char *model_id;
+} oai_server;
+
+typedef struct oai_job {     /* one completion request */
+    bool chat, stream, include_usage, tools, logprobs;
+    int top_logprobs;
+    char id[48];
+    long long created;       /* unix seconds */
+    sched_req *req;          /* prompt and sampling set by oai_parse; the caller submits it */
+    chat_parser parser;      /* chat: content / reasoning / tool calls */
+    bool head_sent;          /* streaming: the role chunk went out */
+    int calls_sent;          /* streaming: tool calls sent */
+    strbuf text;             /* completions: text so far (non-streaming) */
+} oai_job;
+
+/* Validates the body and builds job->req (template rendered, tokenized).
+ * false: e says why (4xx). */
+bool oai_parse(const oai_server *srv, const char *body, size_t len, bool chat, oai_job *job, oai_error *e);
+void oai_job_free(oai_job *job); /* not the request */
+
+/* New output of the request since the last call, copied under the lock. */
+typedef struct oai_delta {
+    const char *text;
+    size_t len;
+    const sched_token *toks;
+    int n_toks;
+    sched_finish finish;     /* SCHED_RUNNING while more may come */
+    const char *error;
+    int n_prompt, n_cached, n_gen;
+} oai_delta;
+
+/* Streaming: appends the SSE events for d (and, when it finishes, the last
+ * chunk, the usage chunk if asked and "data: [DONE]"). */
+void oai_stream_events(const oai_server *srv, oai_job *job, const oai_delta *d, strbuf *out);
+/* Non-streaming: feeds d; when d->finish is set, returns the response body (else NULL). */
+char *oai_response(const oai_server *srv, oai_job *job, const oai_delta *d);
+
+/* /tokenize, /detokenize: the response body, or NULL and e. */
+char *oai_tokenize(const oai_server *srv, const char *body, size_t len, oai_error *e);
+char *oai_detokenize(const oai_server *srv, const char *body, size_t len, oai_error *e);
+#endif

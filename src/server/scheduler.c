@@ -1,0 +1,510 @@
+/* scheduler.c — the batching loop of scheduler.h. */
+#include "server/scheduler.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/status.h"
+
+typedef struct slot {
+    int id;                /* KV sequence */
+    sched_req *req;        /* NULL: idle (its cache stays for prefix reuse) */
+    brisk_sampler *smp;
+    brisk_token *cache;    /* (n_ctx_slot) tokens whose KV is in sequence id */
+    int n_cache;
+    int n_fed;             /* prompt tokens in the cache (reused or decoded) */
+    int max_gen, n_gen;
+    bool generating;       /* next holds a sampled token to feed */
+    brisk_token next;
+    int logit_idx;         /* batch entry whose logits this slot samples from, -1: none */
+    int n_chunk;           /* prompt tokens of this slot in the current batch */
+    sched_token rec;       /* the token sampled this step */
+    brisk_detok dt;
+    double last_used;
+} slot;
+
+struct sched {
+    brisk_model *model;
+    brisk_context *ctx;
+    sched_params p;
+    int n_vocab;
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;     /* work for the scheduler thread */
+    bool stopping;
+    slot *slots;           /* (n_parallel) */
+    sched_req **queue;     /* (max_queue) ring */
+    int q_head, q_len;
+    brisk_batch_entry *batch; /* (n_parallel + prefill_chunk) */
+    int rr;                /* first slot offered prefill next step (fairness) */
+    sched_stats st;
+    double rate_t0;
+    uint64_t rate_n0;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+sched_req *sched_req_new(void) {
+    sched_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    if (pthread_cond_init(&r->cv, NULL)) {
+        free(r);
+        return NULL;
+    }
+    r->refs = 1;
+    r->p.sp = brisk_sampler_default_params();
+    r->p.max_tokens = -1;
+    return r;
+}
+
+void sched_req_free(sched_req *r) {
+    if (!r) return;
+    for (int i = 0; i < r->p.n_stop; i++) free(r->p.stop[i]);
+    free(r->prompt);
+    free(r->text);
+    free(r->toks);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+/* Lock held. */
+static void req_unref(sched_req *r) {
+    if (--r->refs == 0) sched_req_free(r);
+}
+
+void sched_req_release(sched *s, sched_req *r) {
+    if (!r) return;
+    pthread_mutex_lock(&s->mu);
+    req_unref(r);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sched_lock(sched *s) { pthread_mutex_lock(&s->mu); }
+void sched_unlock(sched *s) { pthread_mutex_unlock(&s->mu); }
+int sched_n_ctx_slot(const sched *s) { return s->p.n_ctx_slot; }
+
+void sched_wait(sched *s, sched_req *r, int timeout_ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += timeout_ms / 1000;
+    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&r->cv, &s->mu, &ts);
+}
+
+/* Lock held: ends r with a reason (and message), wakes its reader. */
+static void req_finish(sched *s, sched_req *r, sched_finish f, const char *msg) {
+    if (r->finish != SCHED_RUNNING) return;
+    r->finish = f;
+    if (msg) snprintf(r->error, sizeof r->error, "%s", msg);
+    if (f == SCHED_FINISH_ERROR) s->st.requests_failed++;
+    r->n_visible = r->text_len;
+    pthread_cond_broadcast(&r->cv);
+}
+
+/* Lock held: the slot's request ends; the slot becomes idle with its cache. */
+static void slot_release(sched *s, slot *sl, sched_finish f, const char *msg) {
+    if (!sl->req) return;
+    req_finish(s, sl->req, f, msg);
+    req_unref(sl->req);
+    sl->req = NULL;
+    sl->generating = false;
+    brisk_sampler_free(sl->smp);
+    sl->smp = NULL;
+    sl->last_used = now_s();
+}
+
+brisk_status sched_submit(sched *s, sched_req *r) {
+    if (r->n_prompt <= 0) return bk_fail(BRISK_ERR_INVALID_ARG, "the prompt is empty");
+    if (r->n_prompt >= s->p.n_ctx_slot)
+        return bk_fail(BRISK_ERR_RANGE,
+                       "the prompt has %d tokens but the context holds %d (prompt and completion together); "
+                       "shorten it or start the server with a larger -c",
+                       r->n_prompt, s->p.n_ctx_slot);
+    pthread_mutex_lock(&s->mu);
+    brisk_status st = BRISK_OK;
+    if (s->stopping) st = bk_fail(BRISK_ERR_UNSUPPORTED, "the server is shutting down");
+    else if (s->q_len >= s->p.max_queue)
+        st = bk_fail(BRISK_ERR_NOMEM, "the server is busy (%d requests queued); retry later", s->q_len);
+    else {
+        r->refs++;
+        r->t_submit = now_s();
+        s->queue[(s->q_head + s->q_len++) % s->p.max_queue] = r;
+        s->st.requests++;
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+void sched_cancel(sched *s, sched_req *r) {
+    pthread_mutex_lock(&s->mu);
+    r->cancelled = true;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int common_prefix(const brisk_token *a, int na, const brisk_token *b, int nb) {
+    int n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+/* Lock held: puts r into an idle slot, reusing the longest cached prefix. */
+static void slot_start(sched *s, sched_req *r) {
+    int target = -1, t_lcp = -1, src = -1, s_lcp = 0;
+    for (int i = 0; i < s->p.n_parallel; i++) {
+        slot *sl = &s->slots[i];
+        int l = common_prefix(sl->cache, sl->n_cache, r->prompt, r->n_prompt);
+        if (l > s_lcp) s_lcp = l, src = i;
+        if (sl->req) continue;
+        if (l > t_lcp || (l == t_lcp && sl->last_used < s->slots[target].last_used)) t_lcp = l, target = i;
+    }
+    slot *sl = &s->slots[target];
+    int reuse = s_lcp > t_lcp ? s_lcp : t_lcp;
+    if (reuse > r->n_prompt - 1) reuse = r->n_prompt - 1; /* the last prompt token gives the logits */
+    brisk_status st;
+    if (src >= 0 && src != target && s_lcp > t_lcp) {
+        st = brisk_seq_share_prefix(s->ctx, src, target, reuse);
+        if (st == BRISK_OK) memcpy(sl->cache, s->slots[src].cache, (size_t)reuse * sizeof *sl->cache);
+    } else {
+        if (reuse > t_lcp) reuse = t_lcp;
+        st = brisk_seq_remove(s->ctx, target, reuse, -1);
+    }
+    if (st == BRISK_OK) st = brisk_sampler_new(&r->p.sp, s->n_vocab, &sl->smp);
+    if (st != BRISK_OK) {
+        brisk_seq_clear(s->ctx, target);
+        sl->n_cache = 0;
+        req_finish(s, r, SCHED_FINISH_ERROR, brisk_last_error());
+        req_unref(r);
+        return;
+    }
+    sl->n_cache = sl->n_fed = reuse;
+    for (int i = 0; i < r->n_prompt; i++) brisk_sampler_accept(sl->smp, r->prompt[i]);
+    sl->req = r;
+    sl->n_gen = 0;
+    int room = s->p.n_ctx_slot - r->n_prompt;
+    sl->max_gen = r->p.max_tokens >= 0 && r->p.max_tokens < room ? r->p.max_tokens : room;
+    sl->generating = false;
+    sl->dt = (brisk_detok){0};
+    r->n_cached = reuse;
+    s->st.prompt_tokens += (uint64_t)r->n_prompt;
+    s->st.cached_tokens += (uint64_t)reuse;
+    if (sl->max_gen == 0) slot_release(s, sl, SCHED_FINISH_LENGTH, NULL);
+}
+
+/* Lock held: frees the slots of cancelled requests, then fills idle slots from the queue. */
+static void admit(sched *s) {
+    for (int i = 0; i < s->p.n_parallel; i++)
+        if (s->slots[i].req && s->slots[i].req->cancelled) slot_release(s, &s->slots[i], SCHED_FINISH_CANCELLED, NULL);
+    while (s->q_len > 0) {
+        int idle = 0;
+        for (int i = 0; i < s->p.n_parallel; i++) idle += !s->slots[i].req;
+        sched_req *r = s->queue[s->q_head];
+        if (!r->cancelled && !idle) break;
+        s->q_head = (s->q_head + 1) % s->p.max_queue;
+        s->q_len--;
+        if (r->cancelled) {
+            req_finish(s, r, SCHED_FINISH_CANCELLED, NULL);
+            req_unref(r);
+            continue;
+        }
+        slot_start(s, r);
+    }
+}
+
+/* One token per generating slot, then prompt chunks up to prefill_chunk. Returns the entry count. */
+static int build_batch(sched *s) {
+    int n = 0;
+    for (int i = 0; i < s->p.n_parallel; i++) {
+        slot *sl = &s->slots[i];
+        sl->logit_idx = -1;
+        sl->n_chunk = 0;
+        if (!sl->req || !sl->generating) continue;
+        sl->logit_idx = n;
+        s->batch[n++] = (brisk_batch_entry){sl->next, sl->n_cache, sl->id, true};
+    }
+    int budget = s->p.prefill_chunk;
+    for (int k = 0; k < s->p.n_parallel && budget > 0; k++) {
+        slot *sl = &s->slots[(s->rr + k) % s->p.n_parallel];
+        if (!sl->req || sl->generating) continue;
+        const sched_req *r = sl->req;
+        int take = r->n_prompt - sl->n_fed;
+        if (take > budget) take = budget;
+        for (int j = 0; j < take; j++) {
+            int p = sl->n_fed + j;
+            bool last = p == r->n_prompt - 1;
+            if (last) sl->logit_idx = n;
+            s->batch[n++] = (brisk_batch_entry){r->prompt[p], p, sl->id, last};
+        }
+        sl->n_chunk = take;
+        budget -= take;
+    }
+    s->rr = (s->rr + 1) % s->p.n_parallel;
+    return n;
+}
+
+/* The log-softmax of tok and the top-k alternatives. */
+static void logprobs(const float *logits, int n_vocab, sched_token *rec, int k) {
+    float mx = logits[0];
+    for (int i = 1; i < n_vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < n_vocab; i++) sum += exp((double)(logits[i] - mx));
+    float lse = mx + (float)log(sum);
+    rec->logprob = logits[rec->id] - lse;
+    rec->n_top = 0;
+    for (int i = 0; i < n_vocab && k > 0; i++) {
+        float l = logits[i];
+        if (rec->n_top == k && l <= rec->top_lp[k - 1]) continue;
+        int j = rec->n_top < k ? rec->n_top++ : k - 1;
+        while (j > 0 && rec->top_lp[j - 1] < l) {
+            rec->top_lp[j] = rec->top_lp[j - 1];
+            rec->top_id[j] = rec->top_id[j - 1];
+            j--;
+        }
+        rec->top_lp[j] = l;
+        rec->top_id[j] = i;
+    }
+    for (int j = 0; j < rec->n_top; j++) rec->top_lp[j] -= lse;
+}
+
+static bool text_append(sched_req *r, const char *p, size_t n) {
+    if (r->text_len + n + 1 > r->text_cap) {
+        size_t cap = r->text_cap ? r->text_cap : 256;
+        while (cap < r->text_len + n + 1) cap *= 2;
+        char *t = realloc(r->text, cap);
+        if (!t) return false;
+        r->text = t;
+        r->text_cap = cap;
+    }
+    memcpy(r->text + r->text_len, p, n);
+    r->text_len += n;
+    r->text[r->text_len] = 0;
+    return true;
+}
+
+/* Bytes at the end of the text that could still begin a stop string. */
+static size_t stop_holdback(const sched_req *r) {
+    size_t hold = 0;
+    for (int i = 0; i < r->p.n_stop; i++) {
+        size_t sl = strlen(r->p.stop[i]);
+        for (size_t k = sl - 1; k > hold; k--)
+            if (k <= r->text_len && !memcmp(r->text + r->text_len - k, r->p.stop[i], k)) {
+                hold = k;
+                break;
+            }
+    }
+    return hold;
+}
+
+/* Lock held: publishes the slot's sampled token to its request; ends it on
+ * end-of-generation, a stop string or the length limit. */
+static void publish(sched *s, slot *sl) {
+    sched_req *r = sl->req;
+    brisk_token tok = sl->rec.id;
+    sl->n_gen++;
+    s->st.generated_tokens++;
+    if (r->t_first_token == 0) r->t_first_token = now_s();
+    if (!r->p.ignore_eos && brisk_token_is_eog(s->model, tok)) {
+        slot_release(s, sl, SCHED_FINISH_STOP, NULL);
+        return;
+    }
+    if (r->n_toks == r->toks_cap) {
+        int cap = r->toks_cap ? 2 * r->toks_cap : 64;
+        sched_token *t = realloc(r->toks, (size_t)cap * sizeof *t);
+        if (!t) {
+            slot_release(s, sl, SCHED_FINISH_ERROR, "out of memory");
+            return;
+        }
+        r->toks = t;
+        r->toks_cap = cap;
+    }
+    r->toks[r->n_toks++] = sl->rec;
+    char piece[1100];
+    size_t len = 0;
+    if (brisk_detok_push(s->model, &sl->dt, tok, piece, sizeof piece, &len) != BRISK_OK) len = 0;
+    size_t old = r->text_len;
+    if (!text_append(r, piece, len)) {
+        slot_release(s, sl, SCHED_FINISH_ERROR, "out of memory");
+        return;
+    }
+    for (int i = 0; i < r->p.n_stop; i++) {
+        size_t stl = strlen(r->p.stop[i]);
+        size_t from = old + 1 > stl ? old + 1 - stl : 0;
+        const char *hit = r->text_len >= stl ? memmem(r->text + from, r->text_len - from, r->p.stop[i], stl) : NULL;
+        if (hit) {
+            r->text_len = (size_t)(hit - r->text);
+            r->text[r->text_len] = 0;
+            slot_release(s, sl, SCHED_FINISH_STOP, NULL);
+            return;
+        }
+    }
+    if (sl->n_gen >= sl->max_gen) {
+        slot_release(s, sl, SCHED_FINISH_LENGTH, NULL);
+        return;
+    }
+    size_t vis = r->text_len - stop_holdback(r);
+    if (vis > r->n_visible) r->n_visible = vis;
+    sl->next = tok;
+    sl->generating = true;
+    pthread_cond_broadcast(&r->cv);
+}
+
+/* Runs one batch; false when there was nothing to run. */
+static void step(sched *s, int n) {
+    brisk_status st = brisk_decode(s->ctx, s->batch, n);
+    char err[256] = "";
+    if (st != BRISK_OK) snprintf(err, sizeof err, "decode failed: %s", brisk_last_error());
+    /* Sampling runs outside the lock: the slots belong to this thread. */
+    for (int i = 0; i < s->p.n_parallel && st == BRISK_OK; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->req) continue;
+        if (sl->generating) sl->cache[sl->n_cache++] = sl->next;
+        for (int j = 0; j < sl->n_chunk; j++) sl->cache[sl->n_cache++] = sl->req->prompt[sl->n_fed + j];
+        sl->n_fed += sl->n_chunk;
+        if (sl->logit_idx < 0) continue;
+        const float *lg = brisk_get_logits(s->ctx, sl->logit_idx);
+        sl->rec.id = brisk_sampler_sample(sl->smp, lg);
+        brisk_sampler_accept(sl->smp, sl->rec.id);
+        sl->rec.n_top = 0;
+        sl->rec.logprob = 0;
+        if (sl->req->p.logprobs) logprobs(lg, s->n_vocab, &sl->rec, sl->req->p.top_logprobs);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->st.steps++;
+    for (int i = 0; i < s->p.n_parallel; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->req) continue;
+        if (st != BRISK_OK) {
+            if (sl->logit_idx < 0 && !sl->n_chunk) continue;
+            brisk_seq_clear(s->ctx, sl->id);
+            sl->n_cache = 0;
+            slot_release(s, sl, SCHED_FINISH_ERROR, err);
+            continue;
+        }
+        if (sl->logit_idx < 0) continue;
+        if (!sl->req->started) {
+            sl->req->started = true;
+            pthread_cond_broadcast(&sl->req->cv);
+        }
+        if (sl->req->cancelled) continue;
+        publish(s, sl);
+    }
+    double t = now_s();
+    if (t - s->rate_t0 >= 2.0) {
+        s->st.gen_tok_per_s = (double)(s->st.generated_tokens - s->rate_n0) / (t - s->rate_t0);
+        s->rate_t0 = t;
+        s->rate_n0 = s->st.generated_tokens;
+    }
+}
+
+static void *sched_main(void *arg) {
+    sched *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stopping) {
+        admit(s);
+        int active = 0;
+        for (int i = 0; i < s->p.n_parallel; i++) active += s->slots[i].req != NULL;
+        if (!active) {
+            if (now_s() - s->rate_t0 >= 2.0) s->st.gen_tok_per_s = 0;
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        int n = build_batch(s);
+        if (n > 0) step(s, n);
+        else pthread_mutex_lock(&s->mu);
+    }
+    for (int i = 0; i < s->p.n_parallel; i++) slot_release(s, &s->slots[i], SCHED_FINISH_ERROR, "the server is shutting down");
+    while (s->q_len > 0) {
+        sched_req *r = s->queue[s->q_head];
+        s->q_head = (s->q_head + 1) % s->p.max_queue;
+        s->q_len--;
+        req_finish(s, r, SCHED_FINISH_ERROR, "the server is shutting down");
+        req_unref(r);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+void sched_get_stats(sched *s, sched_stats *out) {
+    pthread_mutex_lock(&s->mu);
+    *out = s->st;
+    out->queue_len = s->q_len;
+    out->n_parallel = s->p.n_parallel;
+    out->active = 0;
+    out->kv_tokens = 0;
+    for (int i = 0; i < s->p.n_parallel; i++) {
+        out->active += s->slots[i].req != NULL;
+        out->kv_tokens += s->slots[i].n_cache;
+    }
+    out->kv_capacity = (int64_t)s->p.n_ctx_slot * s->p.n_parallel;
+    if (now_s() - s->rate_t0 > 4.0) out->gen_tok_per_s = 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sched_free(sched *s) {
+    if (!s) return;
+    if (s->thread_started) {
+        pthread_mutex_lock(&s->mu);
+        s->stopping = true;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+    }
+    if (s->slots)
+        for (int i = 0; i < s->p.n_parallel; i++) {
+            brisk_sampler_free(s->slots[i].smp);
+            free(s->slots[i].cache);
+        }
+    free(s->slots);
+    free(s->queue);
+    free(s->batch);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+brisk_status sched_new(brisk_model *model, brisk_context *ctx, const sched_params *p, sched **out) {
+    *out = NULL;
+    if (p->n_parallel < 1 || p->n_ctx_slot < 2 || p->prefill_chunk < 1 || p->max_queue < 1)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "scheduler: bad limits");
+    sched *s = calloc(1, sizeof *s);
+    if (!s) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->model = model;
+    s->ctx = ctx;
+    s->p = *p;
+    s->n_vocab = brisk_n_vocab(model);
+    s->rate_t0 = now_s();
+    s->slots = calloc((size_t)p->n_parallel, sizeof *s->slots);
+    s->queue = calloc((size_t)p->max_queue, sizeof *s->queue);
+    s->batch = calloc((size_t)(p->n_parallel + p->prefill_chunk), sizeof *s->batch);
+    if (!s->slots || !s->queue || !s->batch) goto oom;
+    for (int i = 0; i < p->n_parallel; i++) {
+        s->slots[i].id = i;
+        if (!(s->slots[i].cache = malloc((size_t)p->n_ctx_slot * sizeof(brisk_token)))) goto oom;
+    }
+    if (pthread_create(&s->thread, NULL, sched_main, s)) {
+        sched_free(s);
+        return bk_fail(BRISK_ERR_NOMEM, "cannot start the scheduler thread");
+    }
+    s->thread_started = true;
+    *out = s;
+    return BRISK_OK;
+oom:
+    sched_free(s);
+    return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+}

@@ -1,0 +1,119 @@
+/* scheduler.h — continuous batching of generation requests over one context.
+ *
+ * One scheduler thread owns the brisk_context. It keeps n_parallel slots (one
+ * KV sequence each). Between steps, queued requests take free slots; each step
+ * is one brisk_decode holding one token for every slot that is generating and
+ * a capped chunk of prompt tokens for slots still in prefill, so a long prompt
+ * never stalls running decodes. A slot keeps its tokens cached after its
+ * request ends; a new prompt that shares a prefix with any slot's cache reuses
+ * it (its own cache, or the pages of another slot through
+ * brisk_seq_share_prefix) and reports it as cached tokens.
+ *
+ * Requests are reference counted: the submitter holds one reference, the
+ * scheduler one while the request is queued or running. The fields marked
+ * "shared" are guarded by the scheduler's lock (sched_lock / sched_unlock);
+ * sched_wait sleeps until the scheduler publishes new output for the request.
+ * The scheduler knows nothing of HTTP or JSON.
+ */
+#ifndef BK_SERVER_SCHEDULER_H
+#define BK_SERVER_SCHEDULER_H
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "brisk.h"
+
+#define SCHED_MAX_STOP 8
+#define SCHED_MAX_TOP_LOGPROBS 20
+
+typedef struct sched_gen_params {
+    brisk_sampler_params sp;
+    int max_tokens;      /* <0: up to the context */
+    char *stop[SCHED_MAX_STOP]; /* owned, NUL-terminated */
+    int n_stop;
+    bool logprobs;
+    int top_logprobs;    /* 0..SCHED_MAX_TOP_LOGPROBS */
+    bool ignore_eos;
+} sched_gen_params;
+
+typedef struct sched_token {     /* one generated token, with logprobs when asked */
+    brisk_token id;
+    float logprob;
+    int n_top;
+    brisk_token top_id[SCHED_MAX_TOP_LOGPROBS];
+    float top_lp[SCHED_MAX_TOP_LOGPROBS];
+} sched_token;
+
+typedef enum sched_finish {
+    SCHED_RUNNING = 0,
+    SCHED_FINISH_STOP,   /* end-of-generation token or a stop string */
+    SCHED_FINISH_LENGTH, /* max_tokens or the context */
+    SCHED_FINISH_ERROR,  /* error holds the message */
+    SCHED_FINISH_CANCELLED,
+} sched_finish;
+
+typedef struct sched_req {
+    /* set by the submitter before sched_submit, read-only afterwards */
+    brisk_token *prompt; /* (n_prompt) owned */
+    int n_prompt;
+    sched_gen_params p;
+    /* shared (under the scheduler lock) */
+    char *text;          /* (text_cap) generated text; [0, n_visible) is final, the rest is held back */
+    size_t text_len, text_cap, n_visible;
+    sched_token *toks;   /* (n_toks) generated tokens (ids always, logprobs when asked) */
+    int n_toks, toks_cap;
+    int n_cached;        /* prompt tokens reused from the cache */
+    bool started;        /* prefill finished (cached/prompt counts are final) */
+    sched_finish finish;
+    char error[256];
+    bool cancelled;
+    int refs;
+    double t_submit, t_first_token; /* seconds, monotonic */
+    pthread_cond_t cv;
+} sched_req;
+
+typedef struct sched_params {
+    int n_parallel;    /* slots */
+    int n_ctx_slot;    /* tokens one request may hold: prompt + completion */
+    int prefill_chunk; /* prompt tokens per step, across slots */
+    int max_queue;     /* waiting requests before sched_submit refuses */
+} sched_params;
+
+typedef struct sched_stats {
+    uint64_t requests, requests_failed, prompt_tokens, cached_tokens, generated_tokens, steps;
+    int queue_len, active, n_parallel;
+    int64_t kv_tokens, kv_capacity; /* cached tokens over all slots (shared pages counted per slot) */
+    double gen_tok_per_s;           /* generation rate over the last few seconds */
+} sched_stats;
+
+typedef struct sched sched;
+
+/* Starts the scheduler thread over ctx (created with n_seq_max >= n_parallel
+ * and n_batch >= n_parallel + prefill_chunk). The model and context stay owned
+ * by the caller and must outlive the scheduler. */
+brisk_status sched_new(brisk_model *model, brisk_context *ctx, const sched_params *p, sched **out);
+/* Stops the thread; queued and running requests finish with an error. Accepts NULL. */
+void sched_free(sched *s);
+
+/* A new request with one reference (the caller's); NULL on OOM. */
+sched_req *sched_req_new(void);
+/* Drops a reference; frees the request with the last one. Takes the lock itself. */
+void sched_req_release(sched *s, sched_req *r);
+/* Frees a request never submitted (no lock, no scheduler). */
+void sched_req_free(sched_req *r);
+
+/* Queues r (the scheduler takes its own reference). BRISK_ERR_RANGE: the
+ * prompt does not fit the slot context; BRISK_ERR_NOMEM: the queue is full
+ * (answer 429); BRISK_ERR_INVALID_ARG: empty prompt; message set. */
+brisk_status sched_submit(sched *s, sched_req *r);
+/* Marks r cancelled; its slot is freed before the next step. */
+void sched_cancel(sched *s, sched_req *r);
+
+void sched_lock(sched *s);
+void sched_unlock(sched *s);
+/* With the lock held: sleeps until r gets new output or timeout_ms passes. */
+void sched_wait(sched *s, sched_req *r, int timeout_ms);
+/* Counters for /metrics (takes the lock itself). */
+void sched_get_stats(sched *s, sched_stats *out);
+int sched_n_ctx_slot(const sched *s);
+#endif
