@@ -130,7 +130,6 @@ static bool wait_delta(conn *c, bool whole, oai_delta *d) {
         if (!has_news(c, whole) && (client_gone(c->fd) || atomic_load(&srv->stopping))) {
             sched_unlock(srv->sch);
             sched_cancel(srv->sch, c->req);
-            atomic_fetch_add(&srv->disconnects, 1);
             return false;
         }
     }
@@ -311,11 +310,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
         }
         if (srv->api_key && strcmp(url, "/health") && !auth_ok(srv, con))
             return fail(srv, con, 401, NULL, "a valid API key is required (Authorization: Bearer KEY)");
+        /* A body over the limit is read and dropped so the client sees the
+         * 413 (answering before it is read resets the connection under the
+         * sender); one far over it is refused at once. */
         const char *cl = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > srv->cfg.max_body) {
-            c->too_large = true;
+        if (cl && strtoull(cl, NULL, 10) > 4 * srv->cfg.max_body)
             return fail(srv, con, 413, NULL, "the request body is too large");
-        }
         return MHD_YES;
     }
     if (*upload_size) {
@@ -338,6 +338,7 @@ static void completed(void *cls, struct MHD_Connection *con, void **con_cls, enu
     conn *c = *con_cls;
     if (!c) return;
     if (c->req) {
+        if (c->submitted && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) atomic_fetch_add(&srv->disconnects, 1);
         if (c->submitted) sched_cancel(srv->sch, c->req); /* no-op for a finished request */
         sched_req_release(srv->sch, c->req);
     }

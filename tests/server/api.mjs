@@ -1,0 +1,155 @@
+// api.mjs — the OpenAI endpoints through the official client: chat, streaming,
+// include_usage, completions, stop strings, logprobs, tools, prefix caching.
+import { client, test, run, assert, eq, raw, metrics, greedy } from './lib.mjs';
+
+const messages = [{ role: 'user', content: 'Tell me a story about a cat.' }];
+
+test('GET /v1/models lists the model', async () => {
+  const list = await client.models.list();
+  assert(list.data.length === 1 && typeof list.data[0].id === 'string', JSON.stringify(list.data));
+});
+
+test('GET /health', async () => {
+  const r = await raw('/health', { method: 'GET' });
+  eq(r.status, 200);
+  eq(r.json, { status: 'ok' });
+});
+
+test('chat: non-streaming shape and usage', async () => {
+  const r = await client.chat.completions.create({ model: 'x', messages, max_tokens: 20, temperature: 0 });
+  eq(r.object, 'chat.completion');
+  const c = r.choices[0];
+  eq(c.message.role, 'assistant');
+  assert(typeof c.message.content === 'string' && c.message.content.length > 0, 'empty content');
+  assert(['stop', 'length'].includes(c.finish_reason), c.finish_reason);
+  assert(r.usage.prompt_tokens > 0 && r.usage.completion_tokens > 0, JSON.stringify(r.usage));
+  eq(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  assert(typeof r.usage.prompt_tokens_details.cached_tokens === 'number', 'no cached_tokens');
+});
+
+test('chat: streaming equals non-streaming; include_usage chunk', async () => {
+  const ref = await client.chat.completions.create({ model: 'x', messages, max_tokens: 30, temperature: 0 });
+  const stream = await client.chat.completions.create({
+    model: 'x', messages, max_tokens: 30, temperature: 0, stream: true, stream_options: { include_usage: true },
+  });
+  let text = '', finish = null, usage = null, role = null, n = 0;
+  for await (const ch of stream) {
+    n++;
+    eq(ch.object, 'chat.completion.chunk');
+    if (ch.usage) {
+      eq(ch.choices, [], 'usage chunk has empty choices');
+      usage = ch.usage;
+      continue;
+    }
+    const d = ch.choices[0].delta;
+    if (d.role) role = d.role;
+    if (d.content) text += d.content;
+    if (ch.choices[0].finish_reason) finish = ch.choices[0].finish_reason;
+  }
+  eq(role, 'assistant');
+  eq(text, ref.choices[0].message.content, 'streamed text');
+  eq(finish, ref.choices[0].finish_reason);
+  assert(usage && usage.completion_tokens === ref.usage.completion_tokens, JSON.stringify(usage));
+  assert(n > 3, 'too few chunks');
+});
+
+test('completions: streaming equals non-streaming', async () => {
+  const ref = await greedy('Once upon a time', 40);
+  const stream = await client.completions.create({ model: 'x', prompt: 'Once upon a time', max_tokens: 40, temperature: 0, stream: true });
+  let text = '';
+  for await (const ch of stream) text += ch.choices[0]?.text ?? '';
+  eq(text, ref);
+});
+
+test('max_tokens: finish_reason length and the exact count', async () => {
+  const r = await client.completions.create({ model: 'x', prompt: 'Once upon a time', max_tokens: 7, temperature: 0, ignore_eos: true });
+  eq(r.choices[0].finish_reason, 'length');
+  eq(r.usage.completion_tokens, 7);
+});
+
+test('stop strings: cut before the stop, nothing leaks into the stream', async () => {
+  const full = await greedy('Once upon a time', 60);
+  const stop = full.slice(20, 26); // a few characters that span tokens
+  const want = full.slice(0, full.indexOf(stop));
+  const r = await client.completions.create({ model: 'x', prompt: 'Once upon a time', max_tokens: 60, temperature: 0, stop: [stop, 'zzzz'] });
+  eq(r.choices[0].text, want, 'non-streaming');
+  eq(r.choices[0].finish_reason, 'stop');
+  const stream = await client.completions.create({ model: 'x', prompt: 'Once upon a time', max_tokens: 60, temperature: 0, stop, stream: true });
+  let text = '';
+  for await (const ch of stream) text += ch.choices[0]?.text ?? '';
+  eq(text, want, 'streaming');
+});
+
+test('seeded sampling is reproducible', async () => {
+  const a = await greedy('The dog', 30, { temperature: 1.0, seed: 42, top_k: 0, top_p: 1, min_p: 0 });
+  const b = await greedy('The dog', 30, { temperature: 1.0, seed: 42, top_k: 0, top_p: 1, min_p: 0 });
+  eq(a, b);
+});
+
+test('chat logprobs: one entry per token, top_logprobs sorted, greedy = top', async () => {
+  const r = await client.chat.completions.create({ model: 'x', messages, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 3 });
+  const lp = r.choices[0].logprobs.content;
+  eq(lp.length, r.usage.completion_tokens);
+  for (const t of lp) {
+    eq(t.top_logprobs.length, 3);
+    assert(t.logprob <= 0 && Math.abs(t.logprob - t.top_logprobs[0].logprob) < 1e-5, JSON.stringify(t));
+    assert(t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob, 'not sorted');
+    assert(Array.isArray(t.bytes), 'bytes');
+  }
+});
+
+test('tools: accepted, answer well-formed', async () => {
+  const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather of a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+  const r = await client.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'Weather in Paris?' }], tools, max_tokens: 16, temperature: 0 });
+  const c = r.choices[0];
+  assert(['stop', 'length', 'tool_calls'].includes(c.finish_reason), c.finish_reason);
+  for (const tc of c.message.tool_calls ?? []) {
+    eq(tc.type, 'function');
+    JSON.parse(tc.function.arguments);
+  }
+  // a conversation holding a tool call and its result renders
+  const r2 = await client.chat.completions.create({ model: 'x', max_tokens: 4, temperature: 0, tools, messages: [
+    { role: 'user', content: 'Weather in Paris?' },
+    { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+    { role: 'tool', tool_call_id: 'call_1', content: '{"temp": 21}' },
+  ] });
+  assert(r2.choices.length === 1);
+});
+
+test('content parts and a system message', async () => {
+  const r = await client.chat.completions.create({ model: 'x', max_tokens: 4, temperature: 0, messages: [
+    { role: 'system', content: 'Be brief.' }, { role: 'user', content: [{ type: 'text', text: 'Hello' }, { type: 'text', text: ' there' }] }] });
+  assert(typeof r.choices[0].message.content === 'string');
+});
+
+test('prefix caching: a repeated prompt reports cached_tokens', async () => {
+  const long = 'Once upon a time there was a little dog named Max who lived in a small house by the sea. ' +
+    'Every morning Max ran to the beach to look for shells and to play with the waves.';
+  const a = await client.completions.create({ model: 'x', prompt: long, max_tokens: 4, temperature: 0 });
+  const b = await client.completions.create({ model: 'x', prompt: long + ' One day', max_tokens: 4, temperature: 0 });
+  assert(b.usage.prompt_tokens_details.cached_tokens >= a.usage.prompt_tokens - 1,
+    `cached ${b.usage.prompt_tokens_details.cached_tokens} of ${a.usage.prompt_tokens}`);
+  // and the cached answer equals a cold one: the same prompt again gives the same text
+  const c = await client.completions.create({ model: 'x', prompt: long, max_tokens: 4, temperature: 0 });
+  eq(c.choices[0].text, a.choices[0].text);
+});
+
+test('/tokenize and /detokenize round trip', async () => {
+  const t = await raw('/tokenize', { body: JSON.stringify({ content: 'Hello world' }) });
+  eq(t.status, 200);
+  assert(t.json.tokens.length > 0);
+  const d = await raw('/detokenize', { body: JSON.stringify({ tokens: t.json.tokens }) });
+  eq(d.status, 200);
+  assert(d.json.content.includes('Hello world'), d.json.content);
+});
+
+test('/metrics: Prometheus text', async () => {
+  const m = await metrics();
+  for (const k of ['brisk_requests_total', 'brisk_generated_tokens_total', 'brisk_queue_length', 'brisk_kv_cache_usage_ratio',
+    'brisk_generation_tokens_per_second', 'brisk_prompt_tokens_cached_total'])
+    assert(k in m, `missing ${k}`);
+  assert(m.brisk_requests_total > 0);
+});
+
+await run();

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# t_server.sh — `brisk serve` against real clients: starts the server on a free
+# port with stories260K, runs tests/server/*.mjs with the official `openai`
+# npm client (make deps), a second server with --parallel 1 --queue 1
+# --api-key for 429 and auth, a short load run, then SIGTERM: the server must
+# exit 0 (under SAN=1 with no leak report).
+set -u
+BUILD=${BUILD:-build}
+SHARED=${SHARED:-$(cd .. && pwd)/shared}
+MODEL=$SHARED/data/stories260K/stories260K.gguf
+export BRISK_NPM=${BRISK_NPM:-$(pwd)/.deps/npm/node_modules}
+[ -f "$MODEL" ] || { echo "t_server: $MODEL missing"; exit 1; }
+command -v node >/dev/null || { echo "t_server: node missing"; exit 1; }
+[ -f "$BRISK_NPM/openai/package.json" ] || { echo "t_server: the openai npm package is missing (make deps)"; exit 1; }
+TMP=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$TMP"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# start NAME ARGS...: starts a server, waits for /health, sets PORT and PID
+start() {
+  local name=$1; shift
+  PORT=$(free_port)
+  "$BUILD/brisk" serve -m "$MODEL" --port "$PORT" -t 1 "$@" >"$TMP/$name.log" 2>&1 &
+  PID=$!
+  pids+=("$PID")
+  for _ in $(seq 1 100); do
+    curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && return 0
+    kill -0 "$PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "t_server: $name did not start"; cat "$TMP/$name.log"; return 1
+}
+
+# stop NAME: SIGTERM, then the exit status must be 0 and the log clean
+stop() {
+  local name=$1 rc
+  kill -TERM "$PID"
+  wait "$PID"; rc=$?
+  if [ $rc -ne 0 ] || grep -q "ERROR: \(Address\|Leak\)Sanitizer\|runtime error" "$TMP/$name.log"; then
+    echo "t_server: $name exited with $rc"; tail -n 60 "$TMP/$name.log"; return 1
+  fi
+}
+
+fail=0
+start main -c 2048 --parallel 4 || exit 1
+export BRISK_URL=http://127.0.0.1:$PORT
+for t in api errors concurrency; do
+  node "tests/server/$t.mjs" || fail=1
+done
+LOAD_SECONDS=${LOAD_SECONDS:-3} LOAD_CLIENTS=${LOAD_CLIENTS:-8} LOAD_PID=$PID node tests/server/load.mjs || fail=1
+stop main || fail=1
+
+start queue -c 2048 --parallel 1 --queue 1 --api-key sekrit || exit 1
+BRISK_URL=http://127.0.0.1:$PORT BRISK_KEY=sekrit BRISK_QUEUE_TEST=1 node tests/server/concurrency.mjs || fail=1
+stop queue || fail=1
+exit $fail
