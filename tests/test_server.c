@@ -1,0 +1,127 @@
+/* test_server.c — the server's pieces that need no model: the chat output
+ * parser (reasoning, tool calls, tags split across pushes) and ChatML. */
+#include "server/chat.h"
+#include "test.h"
+
+/* Pushes s in pieces of `step` bytes, then a final flush. */
+static void feed(chat_parser *p, const char *s, size_t step) {
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n; i += step) chat_parser_push(p, s + i, i + step <= n ? step : n - i, false);
+    chat_parser_push(p, "", 0, true);
+}
+
+static const char *str(const strbuf *b) { return b->p ? b->p : ""; }
+
+static void test_reasoning(void) {
+    for (size_t step = 1; step <= 5; step++) {
+        chat_parser p;
+        chat_parser_init(&p, false, false);
+        feed(&p, "<think>\nplan it</think>\n\nHello <b>world</b>", step);
+        CHECK(!strcmp(str(&p.reasoning), "plan it"));
+        CHECK(!strcmp(str(&p.content), "Hello <b>world</b>"));
+        chat_parser_free(&p);
+    }
+}
+
+static void test_reasoning_opened_by_template(void) {
+    chat_parser p;
+    chat_parser_init(&p, false, true);
+    feed(&p, "\nthinking</think>\n\nanswer", 2);
+    CHECK(!strcmp(str(&p.reasoning), "thinking"));
+    CHECK(!strcmp(str(&p.content), "answer"));
+    chat_parser_free(&p);
+}
+
+static void test_tool_calls(void) {
+    for (size_t step = 1; step <= 7; step += 3) {
+        chat_parser p;
+        chat_parser_init(&p, true, false);
+        feed(&p, "Let me check.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+                 "<tool_call>{\"name\":\"now\",\"arguments\":\"{}\"}</tool_call>", step);
+        CHECK(!strcmp(str(&p.content), "Let me check."));
+        CHECK(p.n_calls == 2);
+        if (p.n_calls == 2) {
+            CHECK(!strcmp(p.calls[0].name, "get_weather"));
+            CHECK(!strcmp(p.calls[0].arguments, "{\"city\":\"Paris\"}"));
+            CHECK(!strcmp(p.calls[1].name, "now"));
+            CHECK(!strcmp(p.calls[1].arguments, "{}"));
+        }
+        chat_parser_free(&p);
+    }
+}
+
+static void test_tool_text_kept(void) {
+    chat_parser p; /* no tools in the request: the tag is plain text */
+    chat_parser_init(&p, false, false);
+    feed(&p, "a<tool_call>{\"name\":\"x\"}</tool_call>", 1);
+    CHECK(!strcmp(str(&p.content), "a<tool_call>{\"name\":\"x\"}</tool_call>"));
+    CHECK(p.n_calls == 0);
+    chat_parser_free(&p);
+    chat_parser_init(&p, true, false); /* not JSON: returned as text */
+    feed(&p, "<tool_call>oops</tool_call>", 4);
+    CHECK(!strcmp(str(&p.content), "<tool_call>oops</tool_call>"));
+    CHECK(p.n_calls == 0);
+    chat_parser_free(&p);
+    chat_parser_init(&p, true, false); /* unterminated */
+    feed(&p, "x<tool_call>{\"name\"", 3);
+    CHECK(!strcmp(str(&p.content), "x<tool_call>{\"name\""));
+    chat_parser_free(&p);
+}
+
+static void test_partial_tag_held_back(void) {
+    chat_parser p;
+    chat_parser_init(&p, true, false);
+    chat_parser_push(&p, "Hello <thi", 10, false);
+    CHECK(!strcmp(str(&p.content), "Hello ")); /* "<thi" may still become <think> */
+    chat_parser_push(&p, "s is fine", 9, false);
+    CHECK(!strcmp(str(&p.content), "Hello <this is fine"));
+    chat_parser_push(&p, " <tool_", 7, true);
+    CHECK(!strcmp(str(&p.content), "Hello <this is fine <tool_"));
+    chat_parser_free(&p);
+}
+
+static void test_chatml(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/data/stories260K/stories260K.gguf", test_shared_dir());
+    brisk_model_params mp = brisk_model_default_params();
+    mp.vocab_only = true;
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(path, &mp, &m));
+    if (!m) return;
+    cJSON *msgs = cJSON_Parse("[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"},"
+                              "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"type\":\"function\",\"function\":"
+                              "{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}}]},{\"role\":\"tool\",\"content\":\"42\"}]");
+    cJSON *tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]");
+    chat_fmt *f = NULL;
+    CHECK_OK(chat_fmt_new(m, &f)); /* stories260K has no template: ChatML */
+    char *out = NULL;
+    size_t len = 0;
+    if (f) CHECK_OK(chat_fmt_render(f, msgs, tools, true, &out, &len));
+    if (out) {
+        CHECK(!strcmp(chat_fmt_kind(f), "chatml"));
+        CHECK(strlen(out) == len);
+        CHECK(!strncmp(out, "<|im_start|>system\nBe brief.\n\n# Tools", 37));
+        CHECK(strstr(out, "<|im_start|>user\nHi<|im_end|>\n"));
+        CHECK(strstr(out, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\":1}}\n</tool_call><|im_end|>"));
+        CHECK(strstr(out, "<tool_response>\n42\n</tool_response>"));
+        CHECK(len > 22 && !strcmp(out + len - 22, "<|im_start|>assistant\n"));
+        CHECK(!strstr(out, "<|im_start|>system\nBe brief.<|im_end|>")); /* the system text went into the tools block */
+    }
+    free(out);
+    chat_fmt_free(f);
+    cJSON_Delete(msgs);
+    cJSON_Delete(tools);
+    brisk_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    static const test_case cases[] = {
+        {"reasoning", test_reasoning},
+        {"reasoning_opened_by_template", test_reasoning_opened_by_template},
+        {"tool_calls", test_tool_calls},
+        {"tool_text_kept", test_tool_text_kept},
+        {"partial_tag_held_back", test_partial_tag_held_back},
+        {"chatml", test_chatml},
+    };
+    return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
+}
