@@ -1,25 +1,36 @@
-/* cmd_quantize.c — `brisk quantize IN.gguf OUT.gguf TYPE [-t N]`. */
+/* cmd_quantize.c — `brisk quantize IN.gguf OUT.gguf TYPE [-t N] [--imatrix FILE] [--pure]`. */
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/common.h"
 #include "quant/model_quant.h"
-#include "quant/quant.h"
+#include "quant/quant_mix.h"
+
+#define USAGE "usage: brisk quantize IN.gguf OUT.gguf TYPE [-t N] [--imatrix FILE] [--pure]"
 
 int cmd_quantize(int argc, char **argv) {
     const char *pos[3] = {0};
-    int n_pos = 0, n_threads = 0;
+    int n_pos = 0;
+    model_quant_opts o = {0};
     for (int i = 1; i < argc; i++) {
         const char *v;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: brisk quantize IN.gguf OUT.gguf TYPE [-t N]\n"
-                   "types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl mxfp4 (every 2-D weight, like --pure)\n");
+            printf(USAGE "\n"
+                   "TYPE is a llama-quantize mix; each tensor gets the type llama.cpp would give it:\n ");
+            for (int k = 0; quant_ftype_at(k); k++) printf(" %s", quant_ftype_at(k)->name);
+            printf("\n  (Q3_K, Q4_K, Q5_K mean Q3_K_M, Q4_K_M, Q5_K_M)\n"
+                   "  --pure          every matrix gets the base type (no per-tensor bumps)\n"
+                   "  --imatrix FILE  importance matrix from llama-imatrix (GGUF or legacy .dat)\n"
+                   "  -t N            threads (default: all cores)\n");
             return 0;
         } else if (!strcmp(argv[i], "-t") || !strcmp(argv[i], "--threads")) {
-            if (!(v = cli_next(argc, argv, &i)) || !cli_int(argv[i - 1], v, 1, 1024, &n_threads)) return 2;
+            if (!(v = cli_next(argc, argv, &i)) || !cli_int(argv[i - 1], v, 1, 256, &o.n_threads)) return 2;
+        } else if (!strcmp(argv[i], "--imatrix")) {
+            if (!(o.imatrix_path = cli_next(argc, argv, &i))) return 2;
+        } else if (!strcmp(argv[i], "--pure")) {
+            o.pure = true;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return cli_error(2, "quantize: unknown option '%s'", argv[i]);
         } else if (n_pos < 3) {
@@ -28,14 +39,10 @@ int cmd_quantize(int argc, char **argv) {
             return cli_error(2, "quantize: too many arguments");
         }
     }
-    if (n_pos != 3) return cli_error(2, "quantize: usage: brisk quantize IN.gguf OUT.gguf TYPE [-t N]");
-    int type = -1;
-    for (uint32_t t = 0; t < QT_COUNT; t++) {
-        const quant_traits *qt = quant_get_traits(t);
-        if (qt && !strcasecmp(qt->name, pos[2])) type = (int)t;
-    }
-    if (type < 0) return cli_error(2, "quantize: unknown type '%s'", pos[2]);
-    if (model_quantize(pos[0], pos[1], (uint32_t)type, n_threads, isatty(2)) != BRISK_OK)
-        return cli_error(1, "%s", brisk_last_error());
+    if (n_pos != 3) return cli_error(2, "quantize: " USAGE);
+    if (!quant_ftype_find(pos[2])) return cli_error(2, "quantize: unknown type '%s' (see brisk quantize --help)", pos[2]);
+    o.ftype = pos[2];
+    o.progress = isatty(2);
+    if (model_quantize(pos[0], pos[1], &o) != BRISK_OK) return cli_error(1, "%s", brisk_last_error());
     return 0;
 }

@@ -1,109 +1,214 @@
 #include "quant/model_quant.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "format/gguf.h"
+#include "quant/imatrix.h"
 #include "quant/quant.h"
+#include "quant/quant_mix.h"
 
-/* llama.cpp's general.file_type for a model made of one type (LLAMA_FTYPE_MOSTLY_*). */
-static int file_type_of(uint32_t t) {
-    switch (t) {
-    case QT_F32: return 0;
-    case QT_F16: return 1;
-    case QT_Q4_0: return 2;
-    case QT_Q4_1: return 3;
-    case QT_Q8_0: return 7;
-    case QT_Q5_0: return 8;
-    case QT_Q5_1: return 9;
-    case QT_IQ4_NL: return 25;
-    case QT_BF16: return 32;
-    default: return -1;
-    }
+#define MAX_THREADS 256
+#define CHUNK_ELEMS 32768 /* rows are handed out in chunks of about this many values */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static bool should_quantize(const gguf_tensor *t, uint32_t type) {
-    size_t n = strlen(t->name);
-    if (t->n_dims != 2 || n < 7 || strcmp(t->name + n - 7, ".weight")) return false;
-    return t->ne[0] % quant_get_traits(type)->block_elems == 0 && quant_get_traits(t->type)->can_dequantize;
+typedef struct {
+    const char *out_path;
+    uint64_t total, done; /* input bytes of all tensors, and of those finished */
+    int64_t i, n;         /* tensor index, count */
+    double last;          /* when the line was last drawn */
+} progress;
+
+static void progress_draw(progress *p, const char *name, double frac_of_tensor, uint64_t tensor_bytes, bool force) {
+    double t = now_s();
+    if (!force && t - p->last < 0.1) return;
+    p->last = t;
+    double pct = 100.0 * ((double)p->done + frac_of_tensor * (double)tensor_bytes) / (double)(p->total ? p->total : 1);
+    fprintf(stderr, "\rquantizing %s: %5.1f%% (%lld/%lld) %-40.40s", p->out_path, pct, (long long)p->i + 1,
+            (long long)p->n, name);
+    fflush(stderr);
 }
 
 typedef struct {
     const gguf_tensor *t;
     uint32_t type;
+    const float *imatrix; /* (ne[2], ne[0]) or NULL */
     size_t in_row, out_row;
+    int64_t nrows, chunk;
     unsigned char *out;
-    brisk_status st[256];
+    float **scratch; /* per thread, CHUNK_ELEMS or ne[0] floats */
+    atomic_llong next, rows_done;
+    progress *prog; /* drawn by thread 0 */
+    brisk_status st[MAX_THREADS];
 } quant_job;
 
 static void quant_worker(void *arg, int ith, int nth) {
     quant_job *j = arg;
-    long lo, hi;
-    threadpool_range((long)j->t->ne[1], ith, nth, &lo, &hi);
-    float *row = malloc((size_t)j->t->ne[0] * sizeof(float));
-    brisk_status s = row ? BRISK_OK : bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    for (long r = lo; r < hi && s == BRISK_OK; r++) {
-        s = quant_dequantize(j->t->type, (const unsigned char *)j->t->data + (size_t)r * j->in_row, row, j->t->ne[0]);
-        if (s == BRISK_OK) s = quant_quantize(j->type, row, j->out + (size_t)r * j->out_row, j->t->ne[0]);
+    const int64_t ne0 = j->t->ne[0], ne1 = j->t->ne[1];
+    float *row = j->scratch[ith];
+    brisk_status s = BRISK_OK;
+    for (;;) {
+        int64_t r0 = atomic_fetch_add(&j->next, j->chunk);
+        if (r0 >= j->nrows || s != BRISK_OK) break;
+        int64_t r1 = r0 + j->chunk < j->nrows ? r0 + j->chunk : j->nrows;
+        for (int64_t r = r0; r < r1 && s == BRISK_OK; r++) {
+            const float *w = j->imatrix ? j->imatrix + (r / ne1) * ne0 : NULL; /* expert r / ne1 */
+            s = quant_dequantize(j->t->type, (const unsigned char *)j->t->data + (size_t)r * j->in_row, row, ne0);
+            if (s == BRISK_OK) s = quant_quantize_rows(j->type, row, j->out + (size_t)r * j->out_row, 1, ne0, w);
+        }
+        int64_t done = atomic_fetch_add(&j->rows_done, r1 - r0) + (r1 - r0);
+        if (ith == 0 && j->prog)
+            progress_draw(j->prog, j->t->name, (double)done / (double)j->nrows, j->t->nbytes, false);
     }
-    free(row);
+    (void)nth;
     j->st[ith] = s;
 }
 
-brisk_status model_quantize(const char *in_path, const char *out_path, uint32_t type, int n_threads, bool progress) {
-    const quant_traits *qt = quant_get_traits(type);
-    if (!qt || !qt->can_quantize)
-        return bk_fail(BRISK_ERR_UNSUPPORTED, "quantize: brisk cannot write type %s yet", quant_type_name(type));
-    if (n_threads <= 0) n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (n_threads > 256) n_threads = 256;
+/* The imatrix entry for t, checked against its shape (NULL if none). */
+static brisk_status imatrix_for(const quant_imatrix *im, const gguf_tensor *t, const float **out) {
+    *out = NULL;
+    int64_t n = 0;
+    const float *v = im ? quant_imatrix_find(im, t->name, &n) : NULL;
+    if (!v) return BRISK_OK;
+    if (n != t->ne[0] * t->ne[2]) {
+        if (!strcmp(t->name, "token_embd.weight")) return BRISK_OK; /* as llama.cpp: ignored there */
+        return bk_fail(BRISK_ERR_FORMAT, "quantize: imatrix has %lld values for %s, which needs %lld", (long long)n,
+                       t->name, (long long)(t->ne[0] * t->ne[2]));
+    }
+    *out = v;
+    return BRISK_OK;
+}
+
+/* Converts tensor t to type into a new buffer (*out, *bytes). */
+static brisk_status convert(threadpool *tp, int n_threads, float **scratch, const gguf_tensor *t, uint32_t type,
+                            const float *imatrix, progress *prog, unsigned char **out, size_t *bytes) {
+    quant_job *j = calloc(1, sizeof *j);
+    if (!j) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    j->t = t;
+    j->type = type;
+    j->imatrix = imatrix;
+    j->in_row = quant_row_size(t->type, t->ne[0]);
+    j->out_row = quant_row_size(type, t->ne[0]);
+    j->nrows = t->ne[1] * t->ne[2] * t->ne[3];
+    j->chunk = t->ne[0] >= CHUNK_ELEMS ? 1 : CHUNK_ELEMS / t->ne[0];
+    j->scratch = scratch;
+    j->prog = prog;
+    atomic_init(&j->next, 0);
+    atomic_init(&j->rows_done, 0);
+    *bytes = j->out_row * (size_t)j->nrows;
+    j->out = malloc(*bytes ? *bytes : 1);
+    brisk_status s = j->out ? BRISK_OK : bk_fail(BRISK_ERR_NOMEM, "quantize: cannot hold tensor %s (%zu bytes)", t->name, *bytes);
+    if (s == BRISK_OK) threadpool_run(tp, quant_worker, j);
+    for (int k = 0; k < n_threads && s == BRISK_OK; k++) s = j->st[k];
+    if (s != BRISK_OK) free(j->out);
+    else *out = j->out;
+    free(j);
+    return s;
+}
+
+brisk_status model_quantize(const char *in_path, const char *out_path, const model_quant_opts *o) {
+    const quant_ftype *ft = quant_ftype_find(o->ftype);
+    if (!ft) return bk_fail(BRISK_ERR_INVALID_ARG, "quantize: unknown type '%s'", o->ftype);
+    int n_threads = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
+    quant_imatrix *im = NULL;
+    if (o->imatrix_path) BK_TRY(quant_imatrix_load(o->imatrix_path, &im));
     gguf_file *g = NULL;
-    BK_TRY(gguf_open(in_path, &g));
+    brisk_status s = gguf_open(in_path, &g);
+    if (s != BRISK_OK) {
+        quant_imatrix_free(im);
+        return s;
+    }
+    const int64_t nt = gguf_tensor_count(g);
+    uint32_t *types = malloc((size_t)(nt ? nt : 1) * sizeof *types);
+    float **scratch = calloc((size_t)n_threads, sizeof *scratch);
     gguf_writer *w = gguf_writer_new();
     threadpool *tp = NULL;
-    brisk_status s = w ? threadpool_new(n_threads, &tp) : bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    for (int64_t i = 0; s == BRISK_OK && i < gguf_kv_count(g); i++)
-        if (strcmp(gguf_kv_key(g, i), "general.file_type")) s = gguf_writer_copy_kv(w, g, i);
-    if (s == BRISK_OK && file_type_of(type) >= 0) s = gguf_writer_set_u32(w, "general.file_type", (uint32_t)file_type_of(type));
-    int64_t nt = gguf_tensor_count(g);
-    uint64_t total = 0, done = 0;
+    if (!types || !scratch || !w) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    int n_fallback = 0;
+    quant_mix_opts mo = {.pure = o->pure, .has_imatrix = im != NULL};
+    if (s == BRISK_OK) s = quant_mix_plan(g, ft, &mo, types, &n_fallback);
+    int64_t max_ne0 = 0;
+    progress prog = {.out_path = out_path, .n = nt};
     for (int64_t i = 0; s == BRISK_OK && i < nt; i++) {
         const gguf_tensor *t = gguf_get_tensor(g, i);
-        uint32_t ot = should_quantize(t, type) ? type : t->type;
-        s = gguf_writer_add_tensor(w, t->name, ot, t->n_dims, t->ne);
-        total += t->nbytes;
+        if (types[i] != t->type && t->ne[0] > max_ne0) max_ne0 = t->ne[0];
+        prog.total += t->nbytes;
+    }
+    for (int k = 0; s == BRISK_OK && k < n_threads; k++) {
+        int64_t n = max_ne0 > CHUNK_ELEMS ? max_ne0 : CHUNK_ELEMS;
+        if (!(scratch[k] = malloc((size_t)n * sizeof(float)))) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    }
+    if (s == BRISK_OK) s = threadpool_new(n_threads, &tp);
+    for (int64_t i = 0; s == BRISK_OK && i < gguf_kv_count(g); i++) {
+        const char *key = gguf_kv_key(g, i);
+        if (strcmp(key, "general.file_type") && strcmp(key, "general.quantization_version"))
+            s = gguf_writer_copy_kv(w, g, i);
+    }
+    if (s == BRISK_OK) s = gguf_writer_set_u32(w, "general.quantization_version", 2);
+    if (s == BRISK_OK) s = gguf_writer_set_u32(w, "general.file_type", ft->id);
+    for (int64_t i = 0; s == BRISK_OK && i < nt; i++) {
+        const gguf_tensor *t = gguf_get_tensor(g, i);
+        s = gguf_writer_add_tensor(w, t->name, types[i], t->n_dims, t->ne);
     }
     if (s == BRISK_OK) s = gguf_writer_begin(w, out_path);
+    uint64_t bytes_out = 0;
+    int n_no_imatrix = 0;
     for (int64_t i = 0; s == BRISK_OK && i < nt; i++) {
         const gguf_tensor *t = gguf_get_tensor(g, i);
-        if (!should_quantize(t, type)) {
+        prog.i = i;
+        if (o->progress) progress_draw(&prog, t->name, 0.0, t->nbytes, true);
+        if (types[i] == t->type) {
             s = gguf_writer_write_tensor(w, t->data, t->nbytes);
+            bytes_out += t->nbytes;
         } else {
-            quant_job j = {.t = t, .type = type, .in_row = quant_row_size(t->type, t->ne[0]),
-                           .out_row = quant_row_size(type, t->ne[0])};
-            size_t bytes = j.out_row * (size_t)t->ne[1];
-            j.out = malloc(bytes ? bytes : 1);
-            if (!j.out) {
-                s = bk_fail(BRISK_ERR_NOMEM, "quantize: cannot hold tensor %s (%zu bytes)", t->name, bytes);
-                break;
+            const float *imat = NULL;
+            s = imatrix_for(im, t, &imat);
+            if (s == BRISK_OK && im && !imat) {
+                n_no_imatrix++;
+                if (ft->id == 21 && types[i] == QT_Q2_K && strcmp(t->name, "output.weight") &&
+                    strcmp(t->name, "token_embd.weight")) /* Q2_K_S */
+                    s = bk_fail(BRISK_ERR_INVALID_ARG, "quantize: the imatrix has no entry for %s, which Q2_K_S needs",
+                                t->name);
             }
-            threadpool_run(tp, quant_worker, &j);
-            for (int k = 0; k < n_threads && s == BRISK_OK; k++) s = j.st[k];
-            if (s == BRISK_OK) s = gguf_writer_write_tensor(w, j.out, bytes);
-            free(j.out);
+            unsigned char *buf = NULL;
+            size_t bytes = 0;
+            if (s == BRISK_OK)
+                s = convert(tp, n_threads, scratch, t, types[i], imat, o->progress ? &prog : NULL, &buf, &bytes);
+            if (s == BRISK_OK) s = gguf_writer_write_tensor(w, buf, bytes);
+            free(buf);
+            bytes_out += bytes;
         }
-        done += t->nbytes;
-        if (progress)
-            fprintf(stderr, "\rquantizing %s: %5.1f%% (%lld/%lld tensors)", out_path, 100.0 * done / (double)(total ? total : 1),
-                    (long long)i + 1, (long long)nt);
+        prog.done += t->nbytes;
     }
     if (s == BRISK_OK) s = gguf_writer_finish(w);
-    if (progress) fprintf(stderr, "\n");
+    if (o->progress) {
+        fprintf(stderr, "\n");
+        if (s == BRISK_OK)
+            fprintf(stderr, "quantized %s -> %s as %s%s: %.2f MiB -> %.2f MiB%s", in_path, out_path, ft->name,
+                    o->pure ? " (pure)" : "", prog.total / 1048576.0, bytes_out / 1048576.0,
+                    n_fallback ? "" : "\n");
+        if (s == BRISK_OK && n_fallback) fprintf(stderr, ", %d tensor(s) fell back to another type\n", n_fallback);
+        if (s == BRISK_OK && n_no_imatrix) fprintf(stderr, "%d tensor(s) had no imatrix entry\n", n_no_imatrix);
+    }
     threadpool_free(tp);
+    for (int k = 0; scratch && k < n_threads; k++) free(scratch[k]);
+    free(scratch);
+    free(types);
     gguf_writer_free(w);
     gguf_close(g);
+    quant_imatrix_free(im);
     return s;
 }

@@ -1,14 +1,23 @@
-/* model_quant.h — re-quantize a GGUF model file, tensor by tensor.
- * Every 2-D ".weight" matrix whose rows fit the target's block size becomes
- * the target type (like llama-quantize --pure); vectors and odd-width
- * matrices keep their type. Metadata is copied, general.file_type updated.
- * Rows are split across n_threads; one tensor is in memory at a time. */
+/* model_quant.h — quantize a GGUF model file the way llama-quantize does.
+ * The mix (quant_mix.h) decides each tensor's type; tensors that change type
+ * are dequantized to f32 and quantized with quant_quantize_rows (with the
+ * imatrix entry of that tensor, if one was given); the others are copied.
+ * Metadata is copied; general.file_type and general.quantization_version are
+ * set. Rows are shared out among n_threads; one tensor is in memory at a time. */
 #ifndef BK_MODEL_QUANT_H
 #define BK_MODEL_QUANT_H
 #include <stdbool.h>
 #include <stdint.h>
+
 #include "brisk.h"
 
-brisk_status model_quantize(const char *in_path, const char *out_path, uint32_t type, int n_threads,
-                            bool progress);
+typedef struct model_quant_opts {
+    const char *ftype;        /* llama-quantize's name: "Q4_K_M", "Q8_0", "IQ4_XS", ... */
+    bool pure;                /* every convertible matrix gets the mix's base type */
+    const char *imatrix_path; /* llama-imatrix output (GGUF or legacy .dat), or NULL */
+    int n_threads;            /* <= 0: one per core */
+    bool progress;            /* a live progress line and a summary on stderr */
+} model_quant_opts;
+
+brisk_status model_quantize(const char *in_path, const char *out_path, const model_quant_opts *o);
 #endif

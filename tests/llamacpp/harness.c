@@ -237,7 +237,7 @@ static int load_llamacpp(const char *libdir, const char *variant) {
 // Options shared by all subcommands.
 
 struct opts {
-    const char *model, *libdir, *cpu_variant, *p, *prompt_text, *logits_out;
+    const char *model, *libdir, *cpu_variant, *p, *prompt_text, *logits_out, *imatrix;
     const char *pos[4]; // positional arguments, in order
     int n_pos;
     int n_gen, n_ctx, n_threads, reps, top;
@@ -274,6 +274,7 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
         else if (!strcmp(a, "-p")) o->p = v;
         else if (!strcmp(a, "--prompt-text")) o->prompt_text = v;
         else if (!strcmp(a, "--logits-out")) o->logits_out = v;
+        else if (!strcmp(a, "--imatrix")) o->imatrix = v;
         else if (!strcmp(a, "--kv")) g_kv_name = v;
         else if (!strcmp(a, "--output-tensor-type")) g_out_name = v;
         else if (!strcmp(a, "--token-embedding-type")) g_emb_name = v;
@@ -425,6 +426,39 @@ static const struct {
     {"BF16", LLAMA_FTYPE_MOSTLY_BF16},       {"F32", LLAMA_FTYPE_ALL_F32},
 };
 
+// A legacy llama-imatrix .dat file as llama-quantize hands it to the library:
+// i32 n; n x {i32 len; name; i32 ncall; i32 nval; f32 x nval}, values / ncall.
+// Returns a list ending in a NULL name (and the number of entries), or NULL.
+static struct llama_model_imatrix_data *load_imatrix_dat(const char *path) {
+    FILE *f = fopen(path, "rb");
+    int32_t n = 0;
+    if (!f || fread(&n, 4, 1, f) != 1 || n < 1 || n > 1000000) {
+        if (f) fclose(f);
+        return NULL;
+    }
+    struct llama_model_imatrix_data *e = calloc((size_t)n + 1, sizeof *e);
+    for (int32_t i = 0; e && i < n; i++) {
+        int32_t len = 0, ncall = 0, nval = 0;
+        char *name = NULL;
+        float *v = NULL;
+        bool ok = fread(&len, 4, 1, f) == 1 && len > 0 && len < 4096 && (name = calloc(1, (size_t)len + 1)) &&
+                  fread(name, 1, (size_t)len, f) == (size_t)len && fread(&ncall, 4, 1, f) == 1 &&
+                  fread(&nval, 4, 1, f) == 1 && nval > 0 && (v = malloc((size_t)nval * 4)) &&
+                  fread(v, 4, (size_t)nval, f) == (size_t)nval;
+        if (!ok) {
+            free(name);
+            free(v);
+            e = NULL; // (a test tool: the partial list leaks)
+            break;
+        }
+        if (ncall > 0)
+            for (int32_t k = 0; k < nval; k++) v[k] = v[k] / (float)(int64_t)ncall;
+        e[i] = (struct llama_model_imatrix_data){name, v, (size_t)nval};
+    }
+    fclose(f);
+    return e;
+}
+
 static int cmd_quantize(const struct opts *o) {
     if (o->n_pos != 3) return fail("usage: quantize IN.gguf OUT.gguf TYPE [-t N] [--pure] ...");
     const char *type = o->pos[2];
@@ -439,6 +473,8 @@ static int cmd_quantize(const struct opts *o) {
     qp.quantize_output_tensor = !o->leave_output;
     if (o->out_type != GGML_TYPE_COUNT) qp.output_tensor_type = o->out_type;
     if (o->emb_type != GGML_TYPE_COUNT) qp.token_embedding_type = o->emb_type;
+    if (o->imatrix && !(qp.imatrix = load_imatrix_dat(o->imatrix)))
+        return fail("cannot read imatrix %s (legacy .dat format only)", o->imatrix);
     double t0 = now_s();
     clear_error();
     uint32_t r = L.llama_model_quantize(o->pos[0], o->pos[1], &qp);
@@ -739,6 +775,7 @@ static void usage(void) {
           "  tokenize -m FILE [--add-special] [--parse-special]       < text   -> ids on stdout\n"
           "  quantize IN.gguf OUT.gguf TYPE [-t N] [--pure] [--output-tensor-type T]\n"
           "           [--token-embedding-type T] [--allow-requantize] [--leave-output-tensor]\n"
+          "           [--imatrix FILE.dat]\n"
           "  eval -m FILE (-p \"1 2 3\" | --prompt-text TEXT) [-n 16] [-c N] [-t N] [--kv f32]\n"
           "       [--fa off|on|auto] [--repack] [--logits-out PATH] [--top K]\n"
           "  bench -m FILE [-p 512] [-n 128] [-t N] [-r 5] [-c N] [--fa auto|on|off] [--no-repack]\n"

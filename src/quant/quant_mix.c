@@ -1,0 +1,272 @@
+/* quant_mix.c — the tensor-type rules of llama.cpp's quantization mixes (see
+ * quant_mix.h). Written from llama.cpp's llama_tensor_get_type for the mixes
+ * brisk can write; the IQ1/IQ2/IQ3 branches are left out. */
+#include "quant/quant_mix.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/status.h"
+#include "quant/quant.h"
+
+enum { /* LLAMA_FTYPE_* */
+    FT_F32 = 0, FT_F16 = 1, FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7, FT_Q5_0 = 8, FT_Q5_1 = 9, FT_Q2_K = 10,
+    FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14, FT_Q4_K_M = 15, FT_Q5_K_S = 16,
+    FT_Q5_K_M = 17, FT_Q6_K = 18, FT_Q2_K_S = 21, FT_IQ4_NL = 25, FT_IQ4_XS = 30, FT_BF16 = 32, FT_MXFP4_MOE = 38
+};
+
+static const quant_ftype ftypes[] = {
+    {"Q4_0", FT_Q4_0, QT_Q4_0},       {"Q4_1", FT_Q4_1, QT_Q4_1},         {"Q5_0", FT_Q5_0, QT_Q5_0},
+    {"Q5_1", FT_Q5_1, QT_Q5_1},       {"Q8_0", FT_Q8_0, QT_Q8_0},         {"Q2_K", FT_Q2_K, QT_Q2_K},
+    {"Q2_K_S", FT_Q2_K_S, QT_Q2_K},   {"Q3_K_S", FT_Q3_K_S, QT_Q3_K},     {"Q3_K_M", FT_Q3_K_M, QT_Q3_K},
+    {"Q3_K_L", FT_Q3_K_L, QT_Q3_K},   {"Q4_K_S", FT_Q4_K_S, QT_Q4_K},     {"Q4_K_M", FT_Q4_K_M, QT_Q4_K},
+    {"Q5_K_S", FT_Q5_K_S, QT_Q5_K},   {"Q5_K_M", FT_Q5_K_M, QT_Q5_K},     {"Q6_K", FT_Q6_K, QT_Q6_K},
+    {"IQ4_NL", FT_IQ4_NL, QT_IQ4_NL}, {"IQ4_XS", FT_IQ4_XS, QT_IQ4_XS},   {"MXFP4_MOE", FT_MXFP4_MOE, QT_MXFP4},
+    {"F16", FT_F16, QT_F16},          {"BF16", FT_BF16, QT_BF16},         {"F32", FT_F32, QT_F32},
+};
+#define N_FTYPES (int)(sizeof ftypes / sizeof ftypes[0])
+
+const quant_ftype *quant_ftype_at(int i) { return i >= 0 && i < N_FTYPES ? &ftypes[i] : NULL; }
+
+const quant_ftype *quant_ftype_find(const char *name) {
+    static const char *alias[][2] = {{"Q3_K", "Q3_K_M"}, {"Q4_K", "Q4_K_M"}, {"Q5_K", "Q5_K_M"}};
+    for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
+        if (!strcasecmp(name, alias[i][0])) name = alias[i][1];
+    for (int i = 0; i < N_FTYPES; i++)
+        if (!strcasecmp(name, ftypes[i].name)) return &ftypes[i];
+    return NULL;
+}
+
+/* ---- which tensors are converted at all ---- */
+
+typedef enum { CAT_OTHER, CAT_TOKEN_EMBD, CAT_OUTPUT, CAT_ATTN_V, CAT_ATTN_K, CAT_ATTN_OUT, CAT_FFN_DOWN } category;
+
+static bool has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
+
+/* llama.cpp's tensor_get_category, reduced to the categories our mixes use
+ * (attn_qkv and attn_kv_b count as attn_v, as there). */
+static category category_of(const char *name) {
+    if (!strcmp(name, "output.weight")) return CAT_OUTPUT;
+    if (!strcmp(name, "token_embd.weight") || !strcmp(name, "per_layer_token_embd.weight")) return CAT_TOKEN_EMBD;
+    if (has(name, "attn_qkv.weight") || has(name, "attn_kv_b.weight") || has(name, "attn_v.weight")) return CAT_ATTN_V;
+    if (has(name, "attn_k.weight")) return CAT_ATTN_K;
+    if (has(name, "attn_q.weight")) return CAT_OTHER;
+    if (has(name, "attn_output.weight")) return CAT_ATTN_OUT;
+    if (has(name, "ffn_up") || has(name, "ffn_gate")) return CAT_OTHER;
+    if (has(name, "ffn_down")) return CAT_FFN_DOWN;
+    return CAT_OTHER;
+}
+
+/* Dimensions not counting trailing ones (ggml_n_dims). */
+static int n_dims_of(const gguf_tensor *t) {
+    int n = 1;
+    for (int i = 1; i < GGUF_MAX_DIMS; i++)
+        if (t->ne[i] > 1) n = i + 1;
+    return n;
+}
+
+/* llama.cpp's tensor_allows_quantization (quantize_output_tensor on). */
+static bool convertible(const gguf_tensor *t) {
+    static const char *never[] = {
+        "_norm.weight", "ffn_gate_inp.weight", "ffn_gate_tid2eid.weight", "altup", "laurel",
+        "per_layer_model_proj", "ssm_conv1d", "shortconv.conv.weight", "indexer.k_proj.weight",
+        "indexer.q_proj.weight", "time_mix_first.weight", "time_mix_w0.weight", "time_mix_w1.weight",
+        "time_mix_w2.weight", "time_mix_v0.weight", "time_mix_v1.weight", "time_mix_v2.weight",
+        "time_mix_a0.weight", "time_mix_a1.weight", "time_mix_a2.weight", "time_mix_g1.weight",
+        "time_mix_g2.weight", "time_mix_decay_w1.weight", "time_mix_decay_w2.weight",
+        "time_mix_lerp_fused.weight", "attn_rel_b.weight", ".position_embd", "sam.pos_embd", "sam.neck.",
+        "sam.net_", ".rel_pos", ".patch_embd", ".patch_merger", "a.rvq.codebook", "mm.a.code_embd"};
+    const char *name = t->name;
+    size_t n = strlen(name);
+    if (n_dims_of(t) < 2 || n < 6 || strcmp(name + n - 6, "weight")) return false;
+    if (!strcmp(name, "position_embd.weight") || !strcmp(name, "token_types.weight")) return false;
+    for (size_t i = 0; i < sizeof never / sizeof never[0]; i++)
+        if (has(name, never[i])) return false;
+    return quant_get_traits(t->type) && quant_get_traits(t->type)->can_dequantize;
+}
+
+/* ---- the model facts the rules look at ---- */
+
+typedef struct {
+    char arch[64];
+    int n_layer, n_gqa, n_expert;
+    bool is_70b, falcon, tied; /* tied: no output.weight, token_embd doubles as it */
+    int n_attn_v, i_attn_v, i_ffn_down;
+} mix_state;
+
+static int64_t kv_first_int(const gguf_file *g, const char *key, int64_t dflt) {
+    int64_t v;
+    if (gguf_get_i64(g, key, &v) == BRISK_OK) return v;
+    gguf_value_type et;
+    uint64_t n;
+    const void *data;
+    if (gguf_get_arr(g, key, &et, &n, &data) == BRISK_OK && n > 0 && data) {
+        if (et == GGUF_TYPE_INT32 || et == GGUF_TYPE_UINT32) {
+            uint32_t u;
+            memcpy(&u, data, 4);
+            return et == GGUF_TYPE_INT32 ? (int32_t)u : (int64_t)u;
+        }
+    }
+    return dflt;
+}
+
+static brisk_status model_facts(const gguf_file *g, mix_state *s) {
+    memset(s, 0, sizeof *s);
+    const char *a;
+    size_t len;
+    if (gguf_get_str(g, "general.architecture", &a, &len) != BRISK_OK || len == 0 || len >= sizeof s->arch)
+        return bk_fail(BRISK_ERR_FORMAT, "quantize: the model has no general.architecture");
+    memcpy(s->arch, a, len);
+    char key[128];
+    snprintf(key, sizeof key, "%s.block_count", s->arch);
+    s->n_layer = (int)kv_first_int(g, key, 0);
+    snprintf(key, sizeof key, "%s.attention.head_count", s->arch);
+    int64_t n_head = kv_first_int(g, key, 0);
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", s->arch);
+    int64_t n_head_kv = kv_first_int(g, key, n_head);
+    snprintf(key, sizeof key, "%s.expert_count", s->arch);
+    s->n_expert = (int)kv_first_int(g, key, 0);
+    s->n_gqa = n_head_kv > 0 ? (int)(n_head / n_head_kv) : 0;
+    /* llama.cpp's LLM_TYPE_70B, the only model size its rules look at */
+    s->is_70b = (!strcmp(s->arch, "llama") && s->n_layer == 80 && n_head != n_head_kv) ||
+                ((!strcmp(s->arch, "qwen2") || !strcmp(s->arch, "olmo") || !strcmp(s->arch, "deci")) && s->n_layer == 80) ||
+                (!strcmp(s->arch, "jais2") && s->n_layer == 68);
+    s->falcon = !strcmp(s->arch, "falcon");
+    s->tied = gguf_find_tensor(g, "output.weight") == NULL;
+    for (int64_t i = 0; i < gguf_tensor_count(g); i++)
+        if (category_of(gguf_get_tensor(g, i)->name) == CAT_ATTN_V) s->n_attn_v++;
+    return BRISK_OK;
+}
+
+/* ---- the rules ---- */
+
+/* The first and last eighth of the layers, and every third one between. */
+static bool more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+static int block_of(uint32_t t) { return quant_get_traits(t)->block_elems; }
+
+/* llama_tensor_get_type_impl for one tensor (counters advance as there). */
+static brisk_status mix_rule(mix_state *s, uint32_t ft, uint32_t t, const gguf_tensor *x, bool imat, uint32_t *out) {
+    const category c = category_of(x->name);
+    if (c == CAT_OUTPUT || (s->tied && c == CAT_TOKEN_EMBD)) {
+        if (ft == FT_MXFP4_MOE || s->falcon || x->ne[0] % block_of(t)) t = QT_Q8_0;
+        else if (t != QT_Q8_0) t = QT_Q6_K;
+    } else if (ft == FT_MXFP4_MOE) {
+        t = x->ne[2] > 1 ? QT_MXFP4 : QT_Q8_0; /* experts -> MXFP4, the rest Q8_0 */
+    } else if (c == CAT_ATTN_V) {
+        const int i = s->i_attn_v++, n = s->n_attn_v;
+        if (ft == FT_Q2_K) t = s->n_gqa >= 4 ? QT_Q4_K : QT_Q3_K;
+        else if (ft == FT_Q2_K_S && s->n_gqa >= 4) t = QT_Q4_K;
+        else if (ft == FT_Q3_K_M) t = i < 2 ? QT_Q5_K : QT_Q4_K;
+        else if (ft == FT_Q3_K_L) t = QT_Q5_K;
+        else if ((ft == FT_IQ4_NL || ft == FT_IQ4_XS) && s->n_gqa >= 4) t = QT_Q5_K;
+        else if ((ft == FT_Q4_K_M || ft == FT_Q5_K_M) && more_bits(i, n)) t = QT_Q6_K;
+        else if (ft == FT_Q4_K_S && i < 4) t = QT_Q5_K;
+        if (s->is_70b && (t == QT_Q3_K || t == QT_Q4_K)) t = QT_Q5_K; /* 8 heads share attn_v */
+        if (s->n_expert == 8) t = QT_Q8_0;
+    } else if (c == CAT_ATTN_K) {
+        if (s->n_expert == 8) t = QT_Q8_0;
+    } else if (c == CAT_FFN_DOWN) {
+        int i = s->i_ffn_down++, n = s->n_layer;
+        if (s->n_expert > 1) { /* experts are not in layer order: read the layer from the name */
+            if (sscanf(x->name, "blk.%d.", &i) != 1 || i < 0 || i >= n)
+                return bk_fail(BRISK_ERR_FORMAT, "quantize: cannot tell the layer of tensor %s", x->name);
+        }
+        if (ft == FT_Q2_K) t = QT_Q3_K;
+        else if (ft == FT_Q2_K_S) t = i < n / 8 ? QT_Q4_K : t;
+        else if (ft == FT_Q3_K_M) t = i < n / 16 ? QT_Q5_K : !s->falcon || more_bits(i, n) ? QT_Q4_K : QT_Q3_K;
+        else if (ft == FT_Q3_K_L) t = s->falcon ? QT_Q4_K : QT_Q5_K;
+        else if (ft == FT_Q4_K_M) {
+            if (s->falcon) t = i < n / 16 ? QT_Q6_K : more_bits(i, n) ? QT_Q5_K : QT_Q4_K;
+            else if (more_bits(i, n)) t = QT_Q6_K;
+        } else if ((ft == FT_IQ4_NL || ft == FT_IQ4_XS) && i < n / 8 && !imat) t = QT_Q5_K;
+        else if (ft == FT_Q5_K_M && more_bits(i, n)) t = QT_Q6_K;
+        else if (ft == FT_Q4_K_S && !s->falcon && i < n / 8) t = QT_Q5_K;
+        else if ((ft == FT_Q4_0 || ft == FT_Q5_0) && imat && i < n / 8) t = ft == FT_Q4_0 ? QT_Q4_1 : QT_Q5_1;
+    } else if (c == CAT_ATTN_OUT) {
+        if (!s->falcon && s->n_expert == 8) {
+            if (ft == FT_Q2_K || ft == FT_Q3_K_S || ft == FT_Q3_K_M || ft == FT_IQ4_NL || ft == FT_Q4_K_S ||
+                ft == FT_Q4_K_M || ft == FT_IQ4_XS)
+                t = QT_Q5_K;
+        } else if (!s->falcon) {
+            if (ft == FT_Q2_K) t = QT_Q3_K;
+            else if (ft == FT_Q3_K_M) t = QT_Q4_K;
+            else if (ft == FT_Q3_K_L) t = QT_Q5_K;
+        } else if (ft == FT_Q3_K_L) {
+            t = QT_Q4_K;
+        }
+    }
+    *out = t;
+    return BRISK_OK;
+}
+
+/* A type whose block does not divide the row: the next one that may, then F16. */
+static brisk_status fallback(const gguf_tensor *x, uint32_t t, uint32_t *out, int *n_fallback) {
+    *out = t;
+    if (x->ne[0] % block_of(t) == 0) return BRISK_OK;
+    (*n_fallback)++;
+    switch (t) {
+    case QT_IQ4_XS: t = QT_IQ4_NL; break;
+    case QT_Q2_K:
+    case QT_Q3_K: t = QT_Q4_0; break;
+    case QT_Q4_K: t = QT_Q5_0; break;
+    case QT_Q5_K: t = QT_Q5_1; break;
+    case QT_Q6_K: t = QT_Q8_0; break;
+    default:
+        if (block_of(t) > 32)
+            return bk_fail(BRISK_ERR_UNSUPPORTED, "quantize: no fallback type for %s (tensor %s)", quant_type_name(t), x->name);
+    }
+    *out = x->ne[0] % block_of(t) ? QT_F16 : t;
+    return BRISK_OK;
+}
+
+/* llama.cpp's order: by layer (tensors outside blk.N first), then by name. */
+typedef struct {
+    int layer;
+    const char *name;
+    int64_t index;
+} order_key;
+static int by_layer_name(const void *a, const void *b) {
+    const order_key *x = a, *y = b;
+    return x->layer != y->layer ? (x->layer < y->layer ? -1 : 1) : strcmp(x->name, y->name);
+}
+
+brisk_status quant_mix_plan(const gguf_file *g, const quant_ftype *ft, const quant_mix_opts *o, uint32_t *types,
+                            int *n_fallback) {
+    mix_state s;
+    BK_TRY(model_facts(g, &s));
+    const int64_t nt = gguf_tensor_count(g);
+    order_key *order = malloc((size_t)(nt ? nt : 1) * sizeof *order);
+    if (!order) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < nt; i++) {
+        const char *name = gguf_get_tensor(g, i)->name;
+        order[i] = (order_key){-1, name, i};
+        if (sscanf(name, "blk.%d.", &order[i].layer) != 1) order[i].layer = -1;
+    }
+    qsort(order, (size_t)nt, sizeof *order, by_layer_name);
+    const bool quantized = ft->base_type != QT_F32 && ft->base_type != QT_F16 && ft->base_type != QT_BF16;
+    int nf = 0;
+    brisk_status st = BRISK_OK;
+    for (int64_t k = 0; k < nt && st == BRISK_OK; k++) {
+        const gguf_tensor *x = gguf_get_tensor(g, order[k].index);
+        uint32_t t = x->type;
+        if (convertible(x)) {
+            t = ft->base_type;
+            if (quantized) {
+                if (!o->pure) st = mix_rule(&s, ft->id, t, x, o->has_imatrix, &t);
+                if (st == BRISK_OK) st = fallback(x, t, &t, &nf);
+            }
+            const category c = category_of(x->name);
+            if (st == BRISK_OK && t == QT_Q2_K && ft->id == FT_Q2_K_S && !o->has_imatrix && c != CAT_OUTPUT &&
+                c != CAT_TOKEN_EMBD)
+                st = bk_fail(BRISK_ERR_INVALID_ARG, "quantize: %s needs an importance matrix (--imatrix) for tensor %s",
+                             ft->name, x->name);
+        }
+        types[order[k].index] = t;
+    }
+    free(order);
+    if (n_fallback) *n_fallback = nf;
+    return st;
+}
