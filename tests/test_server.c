@@ -93,7 +93,7 @@ static void test_chatml(void) {
                               "{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}}]},{\"role\":\"tool\",\"content\":\"42\"}]");
     cJSON *tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]");
     chat_fmt *f = NULL;
-    CHECK_OK(chat_fmt_new(m, &f)); /* stories260K has no template: ChatML */
+    CHECK_OK(chat_fmt_new(m, NULL, &f)); /* stories260K has no template: ChatML */
     char *out = NULL;
     size_t len = 0;
     if (f) CHECK_OK(chat_fmt_render(f, msgs, tools, true, &out, &len));

@@ -21,6 +21,7 @@ static void usage(FILE *f) {
             "  --batch N            prompt tokens per step (default 256): caps how long a step stalls decodes\n"
             "  --queue N            requests waiting for a slot before 429 (default 64)\n"
             "  --api-key KEY        require \"Authorization: Bearer KEY\"\n"
+            "  --chat-template FILE a Jinja chat template instead of the model's (\"chatml\": built-in ChatML)\n"
             "  --alias NAME         model name in /v1/models (default: the file name)\n"
             "  --max-body BYTES     request body limit (default 8 MiB)\n"
             "  -t, --threads N      CPU threads (default: all cores)\n"
@@ -30,7 +31,7 @@ static void usage(FILE *f) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *model_path = NULL, *alias = NULL;
+    const char *model_path = NULL, *alias = NULL, *template_path = NULL;
     int n_ctx = 0, n_threads = 0, n_gpu_layers = -1, device = 0, max_body_mb = 8, max_body = -1;
     bool kv_f32 = false;
     server_config cfg = {.host = "127.0.0.1", .port = 8080, .n_parallel = 4, .prefill_chunk = 256, .max_queue = 64};
@@ -54,6 +55,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--host")) cfg.host = v;
         else if (!strcmp(a, "--api-key")) cfg.api_key = v;
         else if (!strcmp(a, "--alias")) alias = v;
+        else if (!strcmp(a, "--chat-template")) template_path = v;
         else if (!strcmp(a, "--port")) {
             if (!cli_int(a, v, 0, 65535, &cfg.port)) return 2;
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
@@ -84,6 +86,12 @@ int cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     int rc = 1;
+    char *template_src = NULL;
+    size_t template_len = 0;
+    if (template_path && strcmp(template_path, "chatml")) {
+        if (!(template_src = cli_read_all(template_path, &template_len))) return 1;
+        cfg.chat_template = template_src;
+    } else cfg.chat_template = template_path;
     brisk_model *model = NULL;
     brisk_context *ctx = NULL;
     server *srv = NULL;
@@ -113,5 +121,6 @@ done:
     server_stop(srv);
     brisk_context_free(ctx);
     brisk_model_free(model);
+    free(template_src);
     return rc;
 }

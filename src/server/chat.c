@@ -28,7 +28,7 @@ static char *token_text(const brisk_model *m, brisk_token t) {
     return strdup(buf);
 }
 
-brisk_status chat_fmt_new(const brisk_model *model, chat_fmt **out) {
+brisk_status chat_fmt_new(const brisk_model *model, const char *source, chat_fmt **out) {
     *out = NULL;
     chat_fmt *f = calloc(1, sizeof *f);
     if (!f) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
@@ -38,15 +38,22 @@ brisk_status chat_fmt_new(const brisk_model *model, chat_fmt **out) {
         chat_fmt_free(f);
         return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     }
+    bool chatml = source && !strcmp(source, "chatml");
 #ifdef HAVE_CHAT_TEMPLATE
-    char *src = brisk_model_meta_str(model, "tokenizer.chat_template");
+    char *own = source || chatml ? NULL : brisk_model_meta_str(model, "tokenizer.chat_template");
+    const char *src = chatml ? NULL : source ? source : own;
     if (src) {
         brisk_status s = chat_template_new(src, strlen(src), &f->tmpl);
-        free(src);
+        free(own);
         if (s != BRISK_OK) {
             chat_fmt_free(f);
-            return bk_wrap(s, "the model's chat template");
+            return bk_wrap(s, "chat template");
         }
+    }
+#else
+    if (source && !chatml) {
+        chat_fmt_free(f);
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "chat templates other than ChatML need the Jinja interpreter");
     }
 #endif
     *out = f;

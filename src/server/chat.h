@@ -20,8 +20,10 @@
 
 typedef struct chat_fmt chat_fmt;
 
-/* The model's template, or ChatML when it has none. */
-brisk_status chat_fmt_new(const brisk_model *model, chat_fmt **out);
+/* source: a Jinja template, "chatml" for the built-in ChatML, or NULL for
+ * the model's own template (ChatML when it has none). A template the
+ * interpreter cannot parse is an error naming the construct. */
+brisk_status chat_fmt_new(const brisk_model *model, const char *source, chat_fmt **out);
 void chat_fmt_free(chat_fmt *f);
 const char *chat_fmt_kind(const chat_fmt *f); /* "gguf" or "chatml" */
 /* Renders messages (normalized: content is a string) with the generation

@@ -259,7 +259,12 @@ static char *metrics_text(server *srv) {
 
 static bool auth_ok(server *srv, struct MHD_Connection *con) {
     const char *h = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "Authorization");
-    return h && !strncmp(h, "Bearer ", 7) && !strcmp(h + 7, srv->api_key);
+    if (!h || strncmp(h, "Bearer ", 7)) return false;
+    h += 7;
+    size_t n = strlen(h), k = strlen(srv->api_key);
+    unsigned diff = n != k; /* compared in constant time: no early exit on the first wrong byte */
+    for (size_t i = 0; i < k; i++) diff |= (unsigned char)srv->api_key[i] ^ (unsigned char)(i < n ? h[i] : 0);
+    return diff == 0;
 }
 
 static enum MHD_Result route(server *srv, struct MHD_Connection *con, conn *c, const char *url, const char *method) {
@@ -361,11 +366,12 @@ brisk_status server_start(brisk_model *model, brisk_context *ctx, const server_c
     snprintf(srv->model_id, sizeof srv->model_id, "%s", cfg->model_id ? cfg->model_id : "brisk");
     srv->cfg.host = NULL;
     srv->cfg.model_id = NULL;
+    srv->cfg.chat_template = NULL;
     if (cfg->api_key && !(srv->api_key = strdup(cfg->api_key))) {
         server_stop(srv);
         return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     }
-    brisk_status s = chat_fmt_new(model, &srv->fmt);
+    brisk_status s = chat_fmt_new(model, cfg->chat_template, &srv->fmt);
     if (s != BRISK_OK) {
         server_stop(srv);
         return s;

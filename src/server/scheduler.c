@@ -151,6 +151,17 @@ brisk_status sched_submit(sched *s, sched_req *r) {
 void sched_cancel(sched *s, sched_req *r) {
     pthread_mutex_lock(&s->mu);
     r->cancelled = true;
+    /* A queued request leaves the queue now: it must not hold a place others could get. */
+    for (int i = 0; i < s->q_len; i++) {
+        int at = (s->q_head + i) % s->p.max_queue;
+        if (s->queue[at] != r) continue;
+        for (int j = i; j + 1 < s->q_len; j++)
+            s->queue[(s->q_head + j) % s->p.max_queue] = s->queue[(s->q_head + j + 1) % s->p.max_queue];
+        s->q_len--;
+        req_finish(s, r, SCHED_FINISH_CANCELLED, NULL);
+        req_unref(r);
+        break;
+    }
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }

@@ -17,6 +17,7 @@ typedef struct server_config {
     int port;             /* 0: any free port (server_port tells which) */
     const char *api_key;  /* NULL: no auth; else "Authorization: Bearer KEY" on every route but /health */
     const char *model_id; /* the name /v1/models reports */
+    const char *chat_template; /* NULL: the model's; "chatml"; or a Jinja source */
     size_t max_body;      /* request bytes before 413 */
     int n_parallel;       /* slots (KV sequences) */
     int n_ctx_slot;       /* tokens per request: prompt + completion */

@@ -44,6 +44,20 @@ if (process.env.BRISK_QUEUE_TEST) {
     for (let i = 0; i < prompts.length; i++) eq(both[i], single[i], `prompt ${i}`);
   });
 
+  test('a stalled reader does not hold up other requests', async () => {
+    const s = await client.completions.create({ model: 'x', prompt: 'The little bird', max_tokens: 800, temperature: 0,
+      ignore_eos: true, stream: true, stream_options: { include_usage: true } });
+    const it = s[Symbol.asyncIterator]();
+    await it.next(); // then stop reading while the server keeps generating
+    const t0 = Date.now();
+    for (let i = 0; i < 3; i++) assert((await greedy(prompts[i], 16)).length > 0);
+    const dt = Date.now() - t0;
+    let usage = null, r;
+    while (!(r = await it.next()).done) if (r.value.usage) usage = r.value.usage;
+    eq(usage && usage.completion_tokens, 800, 'the stalled stream completes');
+    assert(dt < 10000, `other requests took ${dt} ms`);
+  });
+
   test('a client that disconnects mid-stream frees its slot', async () => {
     const before = await metrics();
     const ac = new AbortController();
