@@ -43,6 +43,9 @@ async function one(id, i, stats) {
 
 const stats = { done: 0, errors: 0, tokens: 0, ttft: [], errs: [] };
 const rss0 = rssMb();
+// RSS once warm (a sixth of the run: every slot has run) and at the end: flat means no leak per request
+let rssWarm = NaN;
+const warm = setTimeout(() => { rssWarm = rssMb(); }, (T * 1000) / 6);
 const tEnd = performance.now() + T * 1000, t0 = performance.now();
 await Promise.all(Array.from({ length: N }, async (_, id) => {
   for (let i = 0; performance.now() < tEnd; i++) {
@@ -50,10 +53,11 @@ await Promise.all(Array.from({ length: N }, async (_, id) => {
   }
 }));
 const secs = (performance.now() - t0) / 1000, rss1 = rssMb();
+clearTimeout(warm);
 stats.ttft.sort((a, b) => a - b);
 console.log(`load: ${N} clients x ${secs.toFixed(1)} s: ${stats.done} completions, ${stats.errors} errors, ` +
   `${(stats.tokens / secs).toFixed(1)} tok/s aggregate, TTFT p50 ${pct(stats.ttft, 50).toFixed(1)} ms ` +
   `p90 ${pct(stats.ttft, 90).toFixed(1)} ms p99 ${pct(stats.ttft, 99).toFixed(1)} ms, ` +
-  `server RSS ${rss0.toFixed(1)} -> ${rss1.toFixed(1)} MB`);
+  `server RSS ${rss0.toFixed(1)} MB at start, ${rssWarm.toFixed(1)} MB warm, ${rss1.toFixed(1)} MB at the end`);
 for (const e of stats.errs) console.log(`  error: ${e}`);
 process.exit(stats.errors || !stats.done ? 1 : 0);
