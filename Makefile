@@ -116,7 +116,7 @@ deps: .deps/llama.cpp/include/llama.h .deps/npm/node_modules/openai/package.json
 .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle:
 	mkdir -p .deps/npm
 	cd .deps/npm && npm install --omit=optional --no-audit --no-fund --loglevel=error \
-	    node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 openai@5.23.2
+	    node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 openai@5.23.2 @huggingface/jinja@0.5.13
 
 tests: $(TEST_BIN) $(BUILD)/brisk
 
