@@ -51,7 +51,14 @@ for t in api errors concurrency; do
   node "tests/server/$t.mjs" || fail=1
 done
 LOAD_SECONDS=${LOAD_SECONDS:-3} LOAD_CLIENTS=${LOAD_CLIENTS:-8} LOAD_PID=$PID node tests/server/load.mjs || fail=1
+# shutdown with requests in flight: they end, the server exits 0 with nothing leaked
+for _ in 1 2; do
+  curl -sN "$BRISK_URL/v1/completions" -d '{"prompt":"Once upon a time","max_tokens":1900,"ignore_eos":true,"stream":true}' \
+    >/dev/null 2>&1 &
+done
+sleep 0.2
 stop main || fail=1
+wait
 
 start queue -c 2048 --parallel 1 --queue 1 --api-key sekrit || exit 1
 BRISK_URL=http://127.0.0.1:$PORT BRISK_KEY=sekrit BRISK_QUEUE_TEST=1 node tests/server/concurrency.mjs || fail=1

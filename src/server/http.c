@@ -386,7 +386,7 @@ brisk_status server_start(brisk_model *model, brisk_context *ctx, const server_c
     struct sockaddr_in a4 = {0};
     struct sockaddr_in6 a6 = {0};
     struct sockaddr *sa;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     if (inet_pton(AF_INET, host, &a4.sin_addr) == 1) {
         a4.sin_family = AF_INET;
         a4.sin_port = htons((uint16_t)cfg->port);

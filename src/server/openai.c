@@ -17,7 +17,6 @@ bool oai_fail(oai_error *e, int status, const char *param, const char *fmt, ...)
               : status == 429 ? "rate_limit_error"
               : status >= 500 ? "server_error"
                               : "invalid_request_error";
-    if (!e->code) e->code = NULL;
     snprintf(e->param, sizeof e->param, "%s", param ? param : "");
     va_list ap;
     va_start(ap, fmt);
@@ -524,7 +523,9 @@ char *oai_tokenize(const oai_server *srv, const char *body, size_t len, oai_erro
                 }
                 cJSON *t = cJSON_CreateObject();
                 cJSON_AddNumberToObject(t, "id", r.prompt[i]);
-                piece(srv, r.prompt[i], buf, sizeof buf);
+                size_t pl = 0; /* control tokens show their text here */
+                if (brisk_token_to_piece(srv->model, r.prompt[i], true, buf, sizeof buf - 1, &pl) != BRISK_OK) pl = 0;
+                buf[pl] = 0;
                 cJSON_AddStringToObject(t, "piece", buf);
                 cJSON_AddItemToArray(a, t);
             }
