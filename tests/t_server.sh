@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # t_server.sh — `brisk serve` against real clients: starts the server on a free
 # port with stories260K, runs tests/server/*.mjs with the official `openai`
-# npm client (make deps), a second server with --parallel 1 --queue 1
-# --api-key for 429 and auth, a short load run, then SIGTERM: the server must
+# npm client (make deps) and a short load run; then a tiny synthetic qwen3
+# with the real Qwen3 chat template, and a server with --parallel 1 --queue 1
+# --api-key for 429 and auth. Each server is stopped with SIGTERM and must
 # exit 0 (under SAN=1 with no leak report).
 set -u
 BUILD=${BUILD:-build}
@@ -23,7 +24,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 start() {
   local name=$1; shift
   PORT=$(free_port)
-  "$BUILD/brisk" serve -m "$MODEL" --port "$PORT" -t 1 "$@" >"$TMP/$name.log" 2>&1 &
+  "$BUILD/brisk" serve -m "${MODEL}" --port "$PORT" -t 1 "$@" >"$TMP/$name.log" 2>&1 &
   PID=$!
   pids+=("$PID")
   for _ in $(seq 1 100); do
@@ -59,6 +60,15 @@ done
 sleep 0.2
 stop main || fail=1
 wait
+
+# a tiny synthetic qwen3 (Qwen's vocabulary) with the real Qwen3 chat template
+QVOCAB=$SHARED/data/llama.cpp-vocab/ggml-vocab-qwen2.gguf
+"$BUILD/brisk" synth --preset tiny-qwen3 --vocab "$QVOCAB" --type q8_0 -o "$TMP/qwen3.gguf" >/dev/null 2>&1 || { echo "t_server: synth failed"; exit 1; }
+node -e 'const fs=require("fs"); fs.writeFileSync(process.argv[2], JSON.parse(fs.readFileSync(process.argv[1])).chat_template)' \
+  "$SHARED/data/qwen3-tokenizer/tokenizer_config.json" "$TMP/qwen3.jinja"
+MODEL=$TMP/qwen3.gguf start qwen3 -c 1024 --parallel 2 --chat-template "$TMP/qwen3.jinja" || exit 1
+BRISK_URL=http://127.0.0.1:$PORT node tests/server/qwen3.mjs || fail=1
+stop qwen3 || fail=1
 
 start queue -c 2048 --parallel 1 --queue 1 --api-key sekrit || exit 1
 BRISK_URL=http://127.0.0.1:$PORT BRISK_KEY=sekrit BRISK_QUEUE_TEST=1 node tests/server/concurrency.mjs || fail=1

@@ -6,18 +6,11 @@
 
 #include "base/status.h"
 
-/* The Jinja interpreter (tokenizer/chat_template.h) is being written; until
- * it is in the tree every model gets ChatML. */
-#ifdef BK_CHAT_TEMPLATE
 #include "tokenizer/chat_template.h"
-#define HAVE_CHAT_TEMPLATE 1
-#endif
 
 struct chat_fmt {
     char *bos, *eos; /* token texts for the template */
-#ifdef HAVE_CHAT_TEMPLATE
     chat_template *tmpl; /* NULL: ChatML */
-#endif
 };
 
 static char *token_text(const brisk_model *m, brisk_token t) {
@@ -39,7 +32,6 @@ brisk_status chat_fmt_new(const brisk_model *model, const char *source, chat_fmt
         return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     }
     bool chatml = source && !strcmp(source, "chatml");
-#ifdef HAVE_CHAT_TEMPLATE
     char *own = source || chatml ? NULL : brisk_model_meta_str(model, "tokenizer.chat_template");
     const char *src = chatml ? NULL : source ? source : own;
     if (src) {
@@ -50,32 +42,20 @@ brisk_status chat_fmt_new(const brisk_model *model, const char *source, chat_fmt
             return bk_wrap(s, "chat template");
         }
     }
-#else
-    if (source && !chatml) {
-        chat_fmt_free(f);
-        return bk_fail(BRISK_ERR_UNSUPPORTED, "chat templates other than ChatML need the Jinja interpreter");
-    }
-#endif
     *out = f;
     return BRISK_OK;
 }
 
 void chat_fmt_free(chat_fmt *f) {
     if (!f) return;
-#ifdef HAVE_CHAT_TEMPLATE
     chat_template_free(f->tmpl);
-#endif
     free(f->bos);
     free(f->eos);
     free(f);
 }
 
 const char *chat_fmt_kind(const chat_fmt *f) {
-#ifdef HAVE_CHAT_TEMPLATE
-    if (f->tmpl) return "gguf";
-#endif
-    (void)f;
-    return "chatml";
+    return f->tmpl ? "jinja" : "chatml";
 }
 
 /* ChatML, with Qwen's tool preamble when tools are given. */
@@ -137,7 +117,6 @@ brisk_status chat_fmt_render(const chat_fmt *f, const cJSON *messages, const cJS
                              char **out, size_t *len) {
     *out = NULL;
     *len = 0;
-#ifdef HAVE_CHAT_TEMPLATE
     if (f->tmpl) {
         cJSON *vars = cJSON_CreateObject();
         if (!vars) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
@@ -152,8 +131,6 @@ brisk_status chat_fmt_render(const chat_fmt *f, const cJSON *messages, const cJS
         cJSON_Delete(vars);
         return s;
     }
-#endif
-    (void)enable_thinking;
     strbuf b = {0};
     brisk_status s = render_chatml(messages, tools, &b);
     if (s != BRISK_OK) {

@@ -1,8 +1,8 @@
 /* chat.h — chat prompts in, chat answers out.
  *
  * chat_fmt renders a conversation with the model's own Jinja template
- * (tokenizer.chat_template, through tokenizer/chat_template.h once it is in
- * the tree) or, for a model without one, ChatML.
+ * (tokenizer.chat_template, through the Jinja interpreter of
+ * tokenizer/chat_template.h) or, for a model without one, ChatML.
  *
  * chat_parser splits generated text as it streams into content, reasoning
  * (between <think> and </think>) and tool calls (<tool_call>{"name": ...,

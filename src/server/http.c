@@ -274,12 +274,13 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *con, conn *c, c
         if (!post) return fail(srv, con, 405, NULL, "use POST");
         return completions(srv, con, c, p[1] == 'c' && p[2] == 'h');
     }
-    if (!strcmp(p, "/tokenize") || !strcmp(p, "/detokenize")) {
+    if (!strcmp(p, "/tokenize") || !strcmp(p, "/detokenize") || !strcmp(p, "/apply-template")) {
         if (!post) return fail(srv, con, 405, NULL, "use POST");
         oai_error e = {0};
         const char *body = c->body.p ? c->body.p : "";
         char *res = p[1] == 't' ? oai_tokenize(&srv->oai, body, c->body.len, &e)
-                                : oai_detokenize(&srv->oai, body, c->body.len, &e);
+                    : p[1] == 'd' ? oai_detokenize(&srv->oai, body, c->body.len, &e)
+                                  : oai_apply_template(&srv->oai, body, c->body.len, &e);
         return res ? send_json(srv, con, 200, res) : send_error(srv, con, &e);
     }
     if (!strcmp(p, "/health") || !strcmp(p, "/models") || !strcmp(p, "/metrics")) {

@@ -204,30 +204,31 @@ static bool completion_prompt(const oai_server *srv, const cJSON *root, sched_re
     return true;
 }
 
-static bool chat_prompt(const oai_server *srv, const cJSON *root, oai_job *job, oai_error *e) {
+/* Renders the request's messages (and tools unless tool_choice is "none") with the chat template. */
+static bool render_chat(const oai_server *srv, const cJSON *root, char **text, size_t *len, bool *tools_on,
+                        oai_error *e) {
     cJSON *msgs = normalize_messages(cJSON_GetObjectItemCaseSensitive(root, "messages"), e);
     if (!msgs) return false;
     const cJSON *tools = field(root, "tools"), *tc = field(root, "tool_choice");
-    if (tools && !cJSON_IsArray(tools)) {
-        cJSON_Delete(msgs);
-        return oai_fail(e, 400, "tools", "'tools' must be an array");
-    }
-    if (tc && !cJSON_IsString(tc) && !cJSON_IsObject(tc)) {
-        cJSON_Delete(msgs);
-        return oai_fail(e, 400, "tool_choice", "'tool_choice' must be a string or an object");
-    }
+    bool ok = true, think = true;
+    if (tools && !cJSON_IsArray(tools)) ok = oai_fail(e, 400, "tools", "'tools' must be an array");
+    else if (tc && !cJSON_IsString(tc) && !cJSON_IsObject(tc))
+        ok = oai_fail(e, 400, "tool_choice", "'tool_choice' must be a string or an object");
     if (tools && cJSON_GetArraySize(tools) == 0) tools = NULL;
     if (tc && cJSON_IsString(tc) && !strcmp(tc->valuestring, "none")) tools = NULL;
-    job->tools = tools != NULL;
-    bool think = true, ok = true;
+    *tools_on = tools != NULL;
     const cJSON *kw = field(root, "chat_template_kwargs");
-    if (kw) get_bool(kw, "enable_thinking", &think, &ok, e);
-    char *text = NULL;
-    size_t len = 0;
-    if (ok && chat_fmt_render(srv->fmt, msgs, tools, think, &text, &len) != BRISK_OK)
+    if (ok && kw) get_bool(kw, "enable_thinking", &think, &ok, e);
+    if (ok && chat_fmt_render(srv->fmt, msgs, tools, think, text, len) != BRISK_OK)
         ok = oai_fail(e, 400, "messages", "chat template: %s", brisk_last_error());
     cJSON_Delete(msgs);
-    if (!ok) return false;
+    return ok;
+}
+
+static bool chat_prompt(const oai_server *srv, const cJSON *root, oai_job *job, oai_error *e) {
+    char *text = NULL;
+    size_t len = 0;
+    if (!render_chat(srv, root, &text, &len, &job->tools, e)) return false;
     /* Generation starts inside <think> when the template opened it. */
     size_t end = len;
     while (end && (text[end - 1] == '\n' || text[end - 1] == ' ')) end--;
@@ -239,9 +240,26 @@ static bool chat_prompt(const oai_server *srv, const cJSON *root, oai_job *job, 
     brisk_token b = brisk_token_bos(srv->model);
     bool has_bos = b >= 0 && brisk_token_to_piece(srv->model, b, true, bos, sizeof bos, &bl) == BRISK_OK && bl &&
                    len >= bl && !memcmp(text, bos, bl);
-    ok = tokenize(srv, text, len, !has_bos, job->req, e);
+    bool ok = tokenize(srv, text, len, !has_bos, job->req, e);
     free(text);
     return ok;
+}
+
+char *oai_apply_template(const oai_server *srv, const char *body, size_t len, oai_error *e) {
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    char *text = NULL, *res = NULL;
+    size_t n = 0;
+    bool tools;
+    if (!cJSON_IsObject(root)) oai_fail(e, 400, NULL, "the body must be a JSON object");
+    else if (render_chat(srv, root, &text, &n, &tools, e)) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "prompt", text);
+        res = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+    }
+    free(text);
+    cJSON_Delete(root);
+    return res;
 }
 
 bool oai_parse(const oai_server *srv, const char *body, size_t len, bool chat, oai_job *job, oai_error *e) {

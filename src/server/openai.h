@@ -67,4 +67,6 @@ char *oai_response(const oai_server *srv, oai_job *job, const oai_delta *d);
 /* /tokenize, /detokenize: the response body, or NULL and e. */
 char *oai_tokenize(const oai_server *srv, const char *body, size_t len, oai_error *e);
 char *oai_detokenize(const oai_server *srv, const char *body, size_t len, oai_error *e);
+/* /apply-template: {"prompt": the chat request's messages rendered by the template}. */
+char *oai_apply_template(const oai_server *srv, const char *body, size_t len, oai_error *e);
 #endif

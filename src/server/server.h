@@ -4,7 +4,7 @@
  * holds its own connection thread).
  *
  * Endpoints: POST /v1/chat/completions, /v1/completions (streaming or not),
- * /tokenize, /detokenize; GET /v1/models, /health, /metrics.
+ * /tokenize, /detokenize, /apply-template; GET /v1/models, /health, /metrics.
  */
 #ifndef BK_SERVER_SERVER_H
 #define BK_SERVER_SERVER_H
