@@ -23,9 +23,10 @@
  * malloc'd string the caller frees. Runaway templates stop with an error:
  * output over 64 MiB, working memory over 512 MiB, over 10^7 loop
  * iterations, or nesting (macro calls, expressions) deeper than 200.
- * Files: chat_template.c (API, arena), chat_template_parse.c (lexer, parser),
- * chat_template_eval.c (interpreter), chat_template_value.c (values, str(),
- * tojson, string helpers), chat_template_internal.h.
+ * Files: chat_template.c (API), chat_template_lex.c, chat_template_parse.c,
+ * chat_template_eval.c (interpreter), chat_template_builtins.c (filters,
+ * tests, methods, globals), chat_template_value.c (arena, values, str(),
+ * tojson), chat_template_internal.h.
  */
 #ifndef BK_CHAT_TEMPLATE_H
 #define BK_CHAT_TEMPLATE_H

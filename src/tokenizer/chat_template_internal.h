@@ -251,6 +251,30 @@ brisk_status ct_iter(ct_ctx *c, const ct_node *at, const ct_val *v, ct_list **ou
 /* A keyword argument by name, else positional i, else NULL. */
 const ct_val *ct_arg(const ct_args *a, size_t i, const char *name);
 
+/* ---- tokens (chat_template_lex.c) ------------------------------------- */
+
+typedef enum ct_tok_type {
+    T_TEXT, T_VAR_BEGIN, T_VAR_END, T_BLOCK_BEGIN, T_BLOCK_END,
+    T_NAME, T_STRING, T_INT, T_FLOAT, T_OP, T_EOF,
+} ct_tok_type;
+
+/* Operator codes beyond single characters. */
+enum { TO_EQ = 256, TO_NE, TO_LE, TO_GE, TO_FLOORDIV, TO_POW };
+
+typedef struct ct_tok {
+    uint8_t type;
+    int op; /* T_OP: the character or TO_* */
+    int line;
+    const char *p; /* T_TEXT, T_NAME, T_STRING: bytes (arena) */
+    size_t n;
+    int64_t i;
+    double f;
+} ct_tok;
+
+/* Tokens of src (newlines already "\n"), ending with T_EOF; *toks is
+ * malloc'd, token text points into src or the arena. */
+brisk_status ct_lex(const char *src, size_t n, ct_arena *a, ct_tok **toks, size_t *ntok);
+
 /* Parses src into a statement list allocated in a (the template's arena). */
 brisk_status ct_parse(const char *src, size_t len, ct_arena *a, ct_node **out);
 
