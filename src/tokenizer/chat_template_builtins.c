@@ -522,8 +522,8 @@ static brisk_status f_select(ct_ctx *c, const ct_node *at, const ct_val *x, cons
     if (test && test->type != CT_STR) return ct_fail(at, BRISK_ERR_FORMAT, "select: the test name must be a string");
     if (test && !ct_test_known(test->s))
         return ct_fail(at, BRISK_ERR_UNSUPPORTED, "unsupported test '%.*s'", (int)test->s.n, test->s.p);
-    ct_args targs = {.np = a->np > first + 1 ? a->np - first - 1 : 0, .pos = a->pos + first + 1, .nk = a->nk,
-                     .kn = a->kn, .kv = a->kv};
+    ct_args targs = {.np = a->np > first + 1 ? a->np - first - 1 : 0, .nk = a->nk, .kn = a->kn, .kv = a->kv};
+    if (targs.np) targs.pos = a->pos + first + 1;
     for (size_t i = 0; i < src->n; i++) {
         ct_val v = with_attr ? attr_path(&src->v[i], a->pos[0].s) : src->v[i];
         bool r;
