@@ -257,6 +257,8 @@ static void test_literals_and_operators(void) {
     CHECK_RENDER("{{ 'x' if true else 'y' }}{{ 'x' if false else 'y' }}[{{ 'x' if false }}]", NULL, "xy[]");
     CHECK_RENDER("{{ 0 or 'b' }} {{ 'a' and 'b' }} {{ '' and 'b' }} {{ not 0 }} {{ not not 'x' }}", NULL, "b b  True True");
     CHECK_RENDER("{{ -3 | abs }} {{ - 2 ** 2 }} {{ -(2) }}", NULL, "3 4 -2");
+    CHECK_RENDER("{{ 'x=%s' % 'a' }} {{ '%s-%d%%' % ('b', 7) }} {{ '%s and %s' | format(1, none) }}", NULL,
+                 "x=a b-7% 1 and None");
     CHECK_RENDER("{{ x.y.z }}|{{ x['y'] }}|{{ none.attr }}", NULL, "||");
 }
 
@@ -482,7 +484,7 @@ static void test_unsupported_constructs(void) {
     CHECK_ERROR("a\n{{ x | urlencode }}", NULL, BRISK_ERR_UNSUPPORTED, "line 2: unsupported filter 'urlencode'");
     CHECK_ERROR("{% if x is prime %}{% endif %}", NULL, BRISK_ERR_UNSUPPORTED, "unsupported test 'prime'");
     CHECK_ERROR("{{ f(*args) }}", NULL, BRISK_ERR_UNSUPPORTED, "*args");
-    CHECK_ERROR("{{ '%s' % 1 }}", NULL, BRISK_ERR_UNSUPPORTED, "printf-style");
+    CHECK_ERROR("{{ '%x' % 1 }}", NULL, BRISK_ERR_UNSUPPORTED, "'%x' in string formatting");
 }
 
 static void test_runtime_errors(void) {
@@ -501,6 +503,8 @@ static void test_runtime_errors(void) {
     CHECK_ERROR("{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", NULL, BRISK_ERR_FORMAT, "takes not more than 1 argument");
     CHECK_ERROR("{% macro m(a) %}{% endmacro %}{{ m(b=2) }}", NULL, BRISK_ERR_FORMAT, "no keyword argument 'b'");
     CHECK_ERROR("{{ 'abc'.split('') }}", NULL, BRISK_ERR_FORMAT, "empty separator");
+    CHECK_ERROR("{{ '%s %s' % 'a' }}", NULL, BRISK_ERR_FORMAT, "not enough arguments");
+    CHECK_ERROR("{{ '%d' % 'a' }}", NULL, BRISK_ERR_FORMAT, "a number is required");
     CHECK_ERROR("{{ 9223372036854775807 + 1 }}", NULL, BRISK_ERR_RANGE, "integer overflow");
     CHECK_ERROR("{{ {'a': 1} | items | tojson }}{{ range | tojson }}", NULL, BRISK_ERR_FORMAT, "not JSON serializable");
     /* the bad variables JSON: not an object */

@@ -14,7 +14,7 @@
 
 static const char *const k_filters[] = {
     "abs", "attr", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first", "float",
-    "forceescape", "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min",
+    "forceescape", "format", "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min",
     "reject", "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "sort", "string",
     "sum", "title", "tojson", "trim", "unique", "upper", "wordcount", NULL};
 
@@ -679,6 +679,53 @@ static brisk_status to_number(const ct_node *at, const ct_val *x, bool want_int,
     return BRISK_OK;
 }
 
+brisk_status ct_printf(ct_ctx *c, const ct_node *at, ct_str fmt, const ct_val *args, size_t nargs, ct_val *out) {
+    ct_buf b = {.limit = CT_MAX_OUTPUT};
+    brisk_status st = BRISK_OK;
+    size_t used = 0;
+    for (size_t i = 0; i < fmt.n && st == BRISK_OK; i++) {
+        if (fmt.p[i] != '%') {
+            st = ct_buf_putc(&b, fmt.p[i]);
+            continue;
+        }
+        char conv = i + 1 < fmt.n ? fmt.p[++i] : 0;
+        if (conv == '%') {
+            st = ct_buf_putc(&b, '%');
+            continue;
+        }
+        if (conv != 's' && conv != 'd' && conv != 'i') {
+            st = ct_fail(at, BRISK_ERR_UNSUPPORTED, "unsupported: '%%%c' in string formatting (only %%s, %%d, %%i, %%%%)",
+                         conv ? conv : '?');
+            break;
+        }
+        if (used == nargs) {
+            st = ct_fail(at, BRISK_ERR_FORMAT, "not enough arguments for format string");
+            break;
+        }
+        const ct_val *v = &args[used++];
+        if (conv == 's') {
+            st = ct_buf_str(&b, v);
+        } else {
+            if (!is_number(v)) {
+                st = ct_fail(at, BRISK_ERR_FORMAT, "%%%c format: a number is required, not %s", conv, ct_type_name(v));
+                break;
+            }
+            char num[32];
+            snprintf(num, sizeof num, "%lld", v->type == CT_FLOAT ? (long long)v->f : (long long)as_int(v));
+            st = ct_buf_put(&b, num, strlen(num));
+        }
+    }
+    if (st == BRISK_OK && used != nargs) st = ct_fail(at, BRISK_ERR_FORMAT, "not all arguments converted during string formatting");
+    char *p = NULL;
+    if (st == BRISK_OK) st = new_str(c, at, b.n, &p);
+    if (st == BRISK_OK) {
+        if (b.n) memcpy(p, b.p, b.n);
+        *out = ct_strv(p, b.n);
+    }
+    free(b.p);
+    return st;
+}
+
 brisk_status ct_filter(ct_ctx *c, const ct_node *at, ct_str name, const ct_val *x, const ct_args *a, ct_val *out) {
     const ct_val *a0 = ct_arg(a, 0, NULL);
     if (IS(name, "safe")) { *out = *x; return BRISK_OK; }
@@ -811,6 +858,7 @@ brisk_status ct_filter(ct_ctx *c, const ct_node *at, ct_str name, const ct_val *
     if (IS(name, "title")) return change_case(c, at, s, CASE_TITLE_FILTER, out);
     if (IS(name, "escape") || IS(name, "e") || IS(name, "forceescape")) return html_escape(c, at, s, out);
     if (IS(name, "indent")) return f_indent(c, at, s, a, out);
+    if (IS(name, "format")) return ct_printf(c, at, s, a->pos, a->np, out);
     if (IS(name, "wordcount")) {
         int64_t words = 0;
         bool in = false;

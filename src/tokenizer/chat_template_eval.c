@@ -364,8 +364,8 @@ static brisk_status arith(ct_ctx *c, const ct_node *at, int op, const ct_val *a,
     }
     if (op == OP_MUL && (a->type == CT_STR || a->type == CT_LIST) && is_intlike(b)) return repeat(c, at, a, as_int(b), out);
     if (op == OP_MUL && (b->type == CT_STR || b->type == CT_LIST) && is_intlike(a)) return repeat(c, at, b, as_int(a), out);
-    if (op == OP_MOD && a->type == CT_STR)
-        return ct_fail(at, BRISK_ERR_UNSUPPORTED, "unsupported: printf-style string formatting with '%%'");
+    if (op == OP_MOD && a->type == CT_STR) /* 'x=%s' % v, 'a %s %d' % (x, y) */
+        return b->type == CT_LIST ? ct_printf(c, at, a->s, b->list->v, b->list->n, out) : ct_printf(c, at, a->s, b, 1, out);
     return type_error(at, opname, a, b);
 overflow:
     return ct_fail(at, BRISK_ERR_RANGE, "integer overflow in '%s'", opname);
@@ -779,15 +779,15 @@ static int exec_for(ct_ctx *c, const ct_node *n, ct_scope *sc) {
         }
         items = kept;
     }
-    ct_loop *loop = NULL;
+    /* one loop object, updated in place: no allocation per iteration */
+    ct_loop *loop = ct_alloc(&c->a, sizeof *loop);
+    if (!loop) return ct_nomem(n);
+    loop->length = (int64_t)count;
+    loop->items = items;
+    if (count && !scope_set(c, ls, cstr("loop"), (ct_val){.type = CT_LOOP, .loop = loop})) return ct_nomem(n);
     for (size_t i = 0; i < count; i++) {
         if (++c->iterations > CT_MAX_ITERATIONS) goto too_many;
-        /* a fresh loop object each time: a stored `loop` keeps its values */
-        if (!(loop = ct_alloc(&c->a, sizeof *loop))) return ct_nomem(n);
         loop->index0 = (int64_t)i;
-        loop->length = (int64_t)count;
-        loop->items = items;
-        if (!scope_set(c, ls, cstr("loop"), (ct_val){.type = CT_LOOP, .loop = loop})) return ct_nomem(n);
         BK_TRY(assign(c, n->k[0], &items[i], ls));
         int r = exec(c, n->k[2], ls);
         if (r < 0) return r;

@@ -243,6 +243,8 @@ brisk_status ct_call_func(ct_ctx *c, const ct_node *at, int func, const ct_args 
 /* obj.name / obj[name] as Jinja's getattr: a dict key, a namespace or loop
  * attribute; undefined when missing. */
 ct_val ct_getattr(const ct_val *obj, const char *name, size_t n);
+/* Python's fmt % args for %s, %d, %i and %%. */
+brisk_status ct_printf(ct_ctx *c, const ct_node *at, ct_str fmt, const ct_val *args, size_t nargs, ct_val *out);
 /* str(v) as a new string value. */
 brisk_status ct_to_str(ct_ctx *c, const ct_node *at, const ct_val *v, ct_val *out);
 /* The items a for loop (or a filter) walks: list items, dict keys, string
