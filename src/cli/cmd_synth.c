@@ -1,31 +1,56 @@
 /* cmd_synth.c — `brisk synth --preset NAME [--vocab VOCAB.gguf] [--type T] -o OUT.gguf`. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "brisk.h"
 #include "cli/cli.h"
 #include "cli/common.h"
 #include "model/synth.h"
 #include "quant/quant.h"
+#include "quant/quant_mix.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: brisk synth --preset NAME [--vocab VOCAB.gguf] [--type f32|f16|bf16|q8_0|q4_0|...]\n"
-               "                   [--layers N] [--seed S] -o OUT.gguf\npresets:");
+    fprintf(f,
+            "usage: brisk synth --preset NAME -o OUT.gguf [--vocab VOCAB.gguf] [--type T] [--pure]\n"
+            "                   [--layers N] [--seed S] [--expert-skew S] [-t N]\n"
+            "  random-weight model of a real shape, written streaming with N threads (default: all cores);\n"
+            "  the same --seed gives the same bytes for any -t. Written as OUT.gguf.tmp, renamed when done.\n"
+            "  --type: a llama-quantize mix (each tensor gets the type llama-quantize would give it):");
+    for (int i = 0; quant_ftype_at(i); i++) fprintf(f, " %s", quant_ftype_at(i)->name);
+    fprintf(f, "\n          or a ggml type for every matrix (q8_1, mxfp4, ...); default: the preset's (bf16 or f32)\n"
+               "  --pure: every matrix gets the mix's base type (llama-quantize --pure)\n"
+               "  --expert-skew S: MoE routers favour some experts, popularity ~ a power law of exponent ~S\n"
+               "presets:");
     for (const char *const *p = synth_preset_names(); *p; p++) fprintf(f, " %s", *p);
     fprintf(f, "\n");
 }
 
+/* The file being written, removed if we are interrupted (async-signal-safe). */
+static char tmp_path[4096];
+static void on_signal(int sig) {
+    if (tmp_path[0]) unlink(tmp_path);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 int cmd_synth(int argc, char **argv) {
     const char *preset = NULL, *vocab = NULL, *out = NULL, *type = NULL;
-    int layers = 0;
+    int layers = 0, threads = 0, slab_kb = 0;
+    float skew = 0;
     uint64_t seed = 0;
-    bool seed_set = false;
+    bool seed_set = false, pure = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--pure")) {
+            pure = true;
+            continue;
         }
         if (!(v = cli_next(argc, argv, &i))) return 2;
         if (!strcmp(a, "--preset")) preset = v;
@@ -34,6 +59,12 @@ int cmd_synth(int argc, char **argv) {
         else if (!strcmp(a, "--type")) type = v;
         else if (!strcmp(a, "--layers")) {
             if (!cli_int(a, v, 1, 4096, &layers)) return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!cli_int(a, v, 1, 256, &threads)) return 2;
+        } else if (!strcmp(a, "--slab-kb")) { /* output generated per step; for tests */
+            if (!cli_int(a, v, 1, 1 << 20, &slab_kb)) return 2;
+        } else if (!strcmp(a, "--expert-skew")) {
+            if (!cli_float(a, v, 0, 64, &skew)) return 2;
         } else if (!strcmp(a, "--seed")) {
             if (!cli_u64(a, v, &seed)) return 2;
             seed_set = true;
@@ -47,17 +78,36 @@ int cmd_synth(int argc, char **argv) {
     if (synth_preset(preset, &c) != BRISK_OK) return cli_error(2, "synth: %s", brisk_last_error());
     if (layers) c.n_layer = layers;
     if (seed_set) c.seed = seed;
-    if (type) {
+    c.n_threads = threads;
+    c.expert_skew = skew;
+    c.slab_bytes = (size_t)slab_kb << 10;
+    if (skew > 0 && c.n_expert == 0) return cli_error(2, "synth: --expert-skew needs a MoE preset, not %s", preset);
+    if (type && quant_ftype_find(type)) c.ftype = type;
+    else if (type) {
         bool found = false;
-        for (uint32_t t = 0; t < QT_COUNT; t++) {
+        for (uint32_t t = 0; t < QT_COUNT && !found; t++) {
             const quant_traits *qt = quant_get_traits(t);
-            if (qt && !strcasecmp(qt->name, type)) {
+            if (qt && qt->can_quantize && !strcasecmp(qt->name, type)) {
                 c.type = t;
                 found = true;
             }
         }
-        if (!found) return cli_error(2, "synth: unknown type '%s'", type);
+        if (!found) return cli_error(2, "synth: unknown type '%s' (see brisk synth --help)", type);
     }
-    if (synth_write(&c, vocab, out, true) != BRISK_OK) return cli_error(1, "%s", brisk_last_error());
+    if (pure && !c.ftype) return cli_error(2, "synth: --pure needs a llama-quantize type (--type Q4_K_M, ...)");
+    c.pure = pure;
+    if (snprintf(tmp_path, sizeof tmp_path, "%s.tmp", out) >= (int)sizeof tmp_path)
+        return cli_error(2, "synth: output path too long");
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    synth_stats st;
+    brisk_status s = synth_write_ex(&c, vocab, out, isatty(2), &st);
+    tmp_path[0] = 0;
+    if (s != BRISK_OK) return cli_error(1, "%s", brisk_last_error());
+    fprintf(stderr, "wrote %s: %lld tensors, %.1f MB in %.2f s (%.1f MB/s, %d threads)\n", out, (long long)st.n_tensors,
+            st.bytes / 1e6, st.seconds, st.bytes / 1e6 / (st.seconds > 0 ? st.seconds : 1e-9), st.n_threads);
     return 0;
 }

@@ -142,5 +142,9 @@ brisk_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t g
                                     int n_dims, const int64_t *ne);
 brisk_status gguf_writer_begin(gguf_writer *w, const char *path);
 brisk_status gguf_writer_write_tensor(gguf_writer *w, const void *data, uint64_t nbytes);
+/* Streams the next nbytes of the current tensor (any split, e.g. a chunk of
+ * rows at a time); the tensor is complete, padded and the next one current
+ * once all its bytes have come. Never more than the tensor has left. */
+brisk_status gguf_writer_write_rows(gguf_writer *w, const void *data, uint64_t nbytes);
 brisk_status gguf_writer_finish(gguf_writer *w);
 #endif

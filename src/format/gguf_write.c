@@ -5,6 +5,7 @@
  * tensor data is then streamed straight to the file in declaration order,
  * each tensor padded to the alignment. Nothing but the metadata and the
  * tensor table is ever held in memory. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@ struct gguf_writer {
     FILE *f;
     char *path;         /* removed again if the writer is freed unfinished */
     int64_t next;       /* next tensor to stream */
+    uint64_t partial;   /* bytes of tensor `next` already streamed by write_rows */
 };
 
 static const uint8_t elem_size[GGUF_TYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
@@ -335,7 +337,7 @@ brisk_status gguf_writer_begin(gguf_writer *w, const char *path) {
     w->f = fopen(path, "wb");
     if (!w->f) {
         w->kv_len = kv_end_at;
-        return bk_fail(BRISK_ERR_IO, "%s: cannot create", path);
+        return bk_fail(BRISK_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     }
     w->state = W_WRITING;
     s = w_put(w, head, sizeof head);
@@ -355,9 +357,31 @@ brisk_status gguf_writer_write_tensor(gguf_writer *w, const void *data, uint64_t
         return bk_fail(BRISK_ERR_INVALID_ARG, "gguf writer: tensor %" PRId64 " '%s': got %" PRIu64
                        " bytes, its shape and type need %" PRIu64, w->next, t->name, nbytes, t->nbytes);
     if (nbytes && !data) return bk_fail(BRISK_ERR_INVALID_ARG, "gguf writer: tensor '%s': NULL data", t->name);
+    if (w->partial)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "gguf writer: tensor '%s': write_tensor after write_rows", t->name);
     BK_TRY(w_put(w, data, (size_t)nbytes));
     BK_TRY(w_pad(w, nbytes));
     w->next++;
+    return BRISK_OK;
+}
+
+brisk_status gguf_writer_write_rows(gguf_writer *w, const void *data, uint64_t nbytes) {
+    if (!w || w->state != W_WRITING)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "gguf writer: write_rows outside begin/finish");
+    if (w->next >= w->n_t)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "gguf writer: all %" PRId64 " tensors already written", w->n_t);
+    const wtensor *t = &w->t[w->next];
+    if (nbytes > t->nbytes - w->partial)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "gguf writer: tensor '%s': %" PRIu64 " more bytes, only %" PRIu64
+                       " left", t->name, nbytes, t->nbytes - w->partial);
+    if (nbytes && !data) return bk_fail(BRISK_ERR_INVALID_ARG, "gguf writer: tensor '%s': NULL data", t->name);
+    BK_TRY(w_put(w, data, (size_t)nbytes));
+    w->partial += nbytes;
+    if (w->partial == t->nbytes) { /* complete: pad and move on */
+        BK_TRY(w_pad(w, t->nbytes));
+        w->partial = 0;
+        w->next++;
+    }
     return BRISK_OK;
 }
 

@@ -1,265 +1,644 @@
+/* synth.c — writes random-weight models (see synth.h): the tensor plan of
+ * each architecture, the metadata and vocabulary, the per-tensor types of a
+ * llama-quantize mix, and the threaded, streaming generation of the rows. */
 #include "model/synth.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/status.h"
+#include "base/threadpool.h"
 #include "format/gguf.h"
 #include "quant/quant.h"
+#include "quant/quant_mix.h"
 
-static const struct {
-    const char *name;
-    synth_config c;
-} presets[] = {
-    {"qwen3-0.6b", {"qwen3", "synthetic Qwen3-0.6B", 151936, 1024, 28, 16, 8, 128, 3072, 40960, 1e6f, 1e-6f, true, QT_BF16, 1, NULL, 0, 0}},
-    {"qwen3-8b", {"qwen3", "synthetic Qwen3-8B", 151936, 4096, 36, 32, 8, 128, 12288, 40960, 1e6f, 1e-6f, false, QT_BF16, 1, NULL, 0, 0}},
-    {"llama3-8b", {"llama", "synthetic Llama-3-8B", 128256, 4096, 32, 32, 8, 128, 14336, 8192, 5e5f, 1e-5f, false, QT_BF16, 1, NULL, 0, 0}},
-    {"tiny-llama", {"llama", "synthetic tiny llama", 0, 256, 4, 8, 4, 32, 768, 2048, 1e4f, 1e-5f, false, QT_F32, 1, NULL, 0, 0}},
-    {"tiny-qwen3", {"qwen3", "synthetic tiny qwen3", 0, 256, 4, 8, 4, 64, 768, 4096, 1e6f, 1e-6f, true, QT_F32, 1, NULL, 0, 0}},
-    /* qwen2 with q/k/v biases and YaRN context extension (x4 over an original 64 positions) */
-    {"tiny-qwen2-yarn", {"qwen2", "synthetic tiny qwen2 yarn", 0, 256, 3, 4, 2, 64, 512, 256, 1e4f, 1e-6f, false, QT_F32, 1, "yarn", 4.0f, 64}},
-    /* llama with linear RoPE scaling (x2) */
-    {"tiny-llama-linear", {"llama", "synthetic tiny llama linear rope", 0, 256, 3, 8, 8, 32, 512, 4096, 1e4f, 1e-5f, false, QT_F32, 1, "linear", 2.0f, 2048}},
-};
-#define N_PRESETS (sizeof presets / sizeof presets[0])
+#define MAX_THREADS 256
+#define SLAB_BYTES (32u << 20)  /* output bytes generated per step (two slabs in memory) */
+#define CHUNK_ELEMS 65536       /* rows are claimed by workers in chunks of about this many values */
 
-const char *const *synth_preset_names(void) {
-    static const char *names[N_PRESETS + 1];
-    for (size_t i = 0; i < N_PRESETS; i++) names[i] = presets[i].name;
-    return names;
-}
+/* ---- a counter-based generator: splitmix64 streams keyed by (seed, tensor, row) ---- */
 
-brisk_status synth_preset(const char *name, synth_config *c) {
-    for (size_t i = 0; i < N_PRESETS; i++)
-        if (!strcmp(name, presets[i].name)) {
-            *c = presets[i].c;
-            return BRISK_OK;
-        }
-    return bk_fail(BRISK_ERR_NOT_FOUND, "unknown preset '%s'", name);
-}
-
-/* xoshiro-style generator seeded per tensor, so files are reproducible. */
-typedef struct { uint64_t s; } rng;
-static uint64_t rng_u64(rng *r) {
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+static uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
-static float rng_normal(rng *r) {
-    double u1 = ((rng_u64(r) >> 11) + 1.0) * 0x1.0p-53, u2 = (rng_u64(r) >> 11) * 0x1.0p-53;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(2 * M_PI * u2));
-}
+static uint64_t next64(uint64_t *s) { return mix64(*s += 0x9E3779B97F4A7C15ull); }
 static uint64_t hash_name(const char *s, uint64_t seed) {
-    uint64_t h = 1469598103934665603ull ^ seed;
+    uint64_t h = 1469598103934665603ull ^ mix64(seed);
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
+    return mix64(h);
 }
+static float unit(uint64_t x) { return (float)((x >> 40) + 0.5) * 0x1.0p-24f; } /* (0, 1) */
+
+/* n standard normals (Box-Muller, both values of each pair). */
+static void fill_normal(uint64_t *s, float *x, int64_t n, float scale) {
+    int64_t i = 0;
+    for (; i + 1 < n; i += 2) {
+        uint64_t r = next64(s);
+        float u1 = unit(r), u2 = unit(r << 24);
+        float m = scale * sqrtf(-2.0f * logf(u1)), c = cosf(6.2831853f * u2), sn = sinf(6.2831853f * u2);
+        x[i] = m * c;
+        x[i + 1] = m * sn;
+    }
+    if (i < n) {
+        uint64_t r = next64(s);
+        x[i] = scale * sqrtf(-2.0f * logf(unit(r))) * cosf(6.2831853f * unit(r << 24));
+    }
+}
+
+/* ---- the tensor plan ---- */
+
+typedef enum { INIT_NORMAL, INIT_ONES, INIT_UNIFORM, INIT_ROUTER } init_kind;
 
 typedef struct tensor_plan {
     char name[64];
-    int64_t ne0, ne1; /* ne1 = 0: vector */
-    float std;        /* 0: all ones */
-    uint32_t type;
+    int n_dims;
+    int64_t ne[3];
+    init_kind init;
+    float a, b;    /* NORMAL, ROUTER: std; UNIFORM: range [a, b] */
+    bool matrix;   /* gets the model's type (else f32) */
+    uint32_t type; /* chosen type */
 } tensor_plan;
 
-static int plan_tensors(const synth_config *c, tensor_plan *p) {
-    int n = 0;
-    int64_t d = c->n_embd, qd = (int64_t)c->n_head * c->head_dim, kvd = (int64_t)c->n_head_kv * c->head_dim;
-    bool qwen3 = !strcmp(c->arch, "qwen3"), qwen2 = !strcmp(c->arch, "qwen2");
-#define ADD(nm, a, b, sd, ty) \
-    do { snprintf(p[n].name, sizeof p[n].name, "%s", nm); p[n].ne0 = a; p[n].ne1 = b; p[n].std = sd; p[n].type = ty; n++; } while (0)
-    ADD("token_embd.weight", d, c->n_vocab, 0.02f, c->type);
-    ADD("output_norm.weight", d, 0, 0, QT_F32);
-    if (!c->tied) ADD("output.weight", d, c->n_vocab, 1.0f / sqrtf((float)d), c->type);
-    for (int l = 0; l < c->n_layer; l++) {
-        char nm[64];
-        float sd = 1.0f / sqrtf((float)d), sf = 1.0f / sqrtf((float)c->n_ff);
-        /* outputs of residual branches are damped by depth so the stream stays O(1) */
-        float so = sd / sqrtf(2.0f * c->n_layer), sdn = sf / sqrtf(2.0f * c->n_layer);
-#define L(suffix) (snprintf(nm, sizeof nm, "blk.%d.%s", l, suffix), nm)
-        ADD(L("attn_norm.weight"), d, 0, 0, QT_F32);
-        ADD(L("attn_q.weight"), d, qd, sd, c->type);
-        ADD(L("attn_k.weight"), d, kvd, sd, c->type);
-        ADD(L("attn_v.weight"), d, kvd, sd, c->type);
-        if (qwen2) {
-            ADD(L("attn_q.bias"), qd, 0, 0.02f, QT_F32);
-            ADD(L("attn_k.bias"), kvd, 0, 0.02f, QT_F32);
-            ADD(L("attn_v.bias"), kvd, 0, 0.02f, QT_F32);
+typedef struct {
+    tensor_plan *p;
+    int n;
+} plan_list;
+
+static void add(plan_list *l, const char *name, init_kind init, float a, bool matrix, int n_dims, int64_t ne0,
+                int64_t ne1, int64_t ne2) {
+    tensor_plan *t = &l->p[l->n++];
+    *t = (tensor_plan){.n_dims = n_dims, .ne = {ne0, ne1, ne2}, .init = init, .a = a, .matrix = matrix};
+    snprintf(t->name, sizeof t->name, "%s", name);
+    if (init == INIT_UNIFORM) t->b = -1.0f, t->a = -16.0f; /* ssm_a = -exp(A_log), A in [1, 16] */
+}
+static void vec(plan_list *l, const char *name, init_kind init, float a, int64_t n) {
+    add(l, name, init, a, false, 1, n, 1, 1);
+}
+static void mat(plan_list *l, const char *name, float std, int64_t n_in, int64_t n_out) {
+    add(l, name, INIT_NORMAL, std, true, 2, n_in, n_out, 1);
+}
+static void experts(plan_list *l, const char *name, float std, int64_t n_in, int64_t n_out, int64_t n_exp) {
+    add(l, name, INIT_NORMAL, std, true, 3, n_in, n_out, n_exp);
+}
+
+static bool is_moe(const synth_config *c) { return !strcmp(c->arch, "qwen3moe") || !strcmp(c->arch, "qwen35moe"); }
+static bool is_hybrid(const synth_config *c) { return !strncmp(c->arch, "qwen35", 6); }
+
+/* Upper bound of tensors per layer, for the allocation. */
+#define MAX_PER_LAYER 24
+
+static void plan_tensors(const synth_config *c, plan_list *l) {
+    const int64_t d = c->n_embd, hd = c->head_dim, qd = (int64_t)c->n_head * hd, kvd = (int64_t)c->n_head_kv * hd;
+    const bool qwen2 = !strcmp(c->arch, "qwen2"), hybrid = is_hybrid(c), moe = is_moe(c);
+    const bool qk_norm = !strcmp(c->arch, "qwen3") || !strcmp(c->arch, "qwen3moe") || hybrid;
+    const float sd = 1.0f / sqrtf((float)d), damp = 1.0f / sqrtf(2.0f * c->n_layer);
+    /* DeltaNet sizes */
+    const int64_t key_dim = (int64_t)c->ssm_n_group * c->ssm_d_state, val_dim = (int64_t)c->ssm_dt_rank * c->ssm_d_state;
+    const int64_t conv_dim = 2 * key_dim + val_dim;
+    char nm[64];
+    l->n = 0;
+    mat(l, "token_embd.weight", 0.02f, d, c->n_vocab);
+    vec(l, "output_norm.weight", INIT_ONES, 0, d);
+    if (!c->tied) mat(l, "output.weight", sd, d, c->n_vocab);
+    for (int i = 0; i < c->n_layer; i++) {
+#define L(suffix) (snprintf(nm, sizeof nm, "blk.%d.%s", i, suffix), nm)
+        vec(l, L("attn_norm.weight"), INIT_ONES, 0, d);
+        if (hybrid && (i + 1) % c->full_attn_interval != 0) { /* Gated DeltaNet */
+            mat(l, L("attn_qkv.weight"), sd, d, conv_dim);
+            mat(l, L("attn_gate.weight"), sd, d, val_dim);
+            add(l, L("ssm_conv1d.weight"), INIT_NORMAL, 1.0f / sqrtf((float)c->ssm_d_conv), false, 2, c->ssm_d_conv,
+                conv_dim, 1);
+            vec(l, L("ssm_dt.bias"), INIT_ONES, 0, c->ssm_dt_rank);
+            vec(l, L("ssm_a"), INIT_UNIFORM, 0, c->ssm_dt_rank);
+            mat(l, L("ssm_beta.weight"), sd, d, c->ssm_dt_rank);
+            mat(l, L("ssm_alpha.weight"), sd, d, c->ssm_dt_rank);
+            vec(l, L("ssm_norm.weight"), INIT_ONES, 0, c->ssm_d_state);
+            mat(l, L("ssm_out.weight"), damp / sqrtf((float)val_dim), val_dim, d);
+        } else {
+            mat(l, L("attn_q.weight"), sd, d, hybrid ? 2 * qd : qd); /* qwen35: query and gate per head */
+            mat(l, L("attn_k.weight"), sd, d, kvd);
+            mat(l, L("attn_v.weight"), sd, d, kvd);
+            if (qwen2) {
+                vec(l, L("attn_q.bias"), INIT_NORMAL, 0.02f, qd);
+                vec(l, L("attn_k.bias"), INIT_NORMAL, 0.02f, kvd);
+                vec(l, L("attn_v.bias"), INIT_NORMAL, 0.02f, kvd);
+            }
+            if (qk_norm) {
+                vec(l, L("attn_q_norm.weight"), INIT_ONES, 0, hd);
+                vec(l, L("attn_k_norm.weight"), INIT_ONES, 0, hd);
+            }
+            mat(l, L("attn_output.weight"), damp / sqrtf((float)qd), qd, d);
         }
-        if (qwen3) {
-            ADD(L("attn_q_norm.weight"), c->head_dim, 0, 0, QT_F32);
-            ADD(L("attn_k_norm.weight"), c->head_dim, 0, 0, QT_F32);
+        vec(l, hybrid ? L("post_attention_norm.weight") : L("ffn_norm.weight"), INIT_ONES, 0, d);
+        if (moe) {
+            add(l, L("ffn_gate_inp.weight"), INIT_ROUTER, sd, false, 2, d, c->n_expert, 1);
+            experts(l, L("ffn_gate_exps.weight"), sd, d, c->n_ff_exp, c->n_expert);
+            experts(l, L("ffn_up_exps.weight"), sd, d, c->n_ff_exp, c->n_expert);
+            experts(l, L("ffn_down_exps.weight"), damp / sqrtf((float)c->n_ff_exp), c->n_ff_exp, d, c->n_expert);
+            if (hybrid) {
+                vec(l, L("ffn_gate_inp_shexp.weight"), INIT_NORMAL, sd, d);
+                mat(l, L("ffn_gate_shexp.weight"), sd, d, c->n_ff_shexp);
+                mat(l, L("ffn_up_shexp.weight"), sd, d, c->n_ff_shexp);
+                mat(l, L("ffn_down_shexp.weight"), damp / sqrtf((float)c->n_ff_shexp), c->n_ff_shexp, d);
+            }
+        } else {
+            mat(l, L("ffn_gate.weight"), sd, d, c->n_ff);
+            mat(l, L("ffn_up.weight"), sd, d, c->n_ff);
+            mat(l, L("ffn_down.weight"), damp / sqrtf((float)c->n_ff), c->n_ff, d);
         }
-        ADD(L("attn_output.weight"), qd, d, so, c->type);
-        ADD(L("ffn_norm.weight"), d, 0, 0, QT_F32);
-        ADD(L("ffn_gate.weight"), d, c->n_ff, sd, c->type);
-        ADD(L("ffn_up.weight"), d, c->n_ff, sd, c->type);
-        ADD(L("ffn_down.weight"), c->n_ff, d, sdn, c->type);
 #undef L
     }
-#undef ADD
-    return n;
+}
+
+static int64_t plan_rows(const tensor_plan *t) { return t->ne[1] * t->ne[2]; }
+
+/* ---- checks ---- */
+
+static brisk_status check_config(const synth_config *c) {
+    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) known |= c->arch && !strcmp(c->arch, archs[i]);
+    if (!known) return bk_fail(BRISK_ERR_UNSUPPORTED, "synth: architecture '%s' is not supported", c->arch ? c->arch : "");
+    if (c->n_head <= 0 || c->n_head_kv <= 0 || c->n_head % c->n_head_kv || c->n_embd <= 0 || c->n_layer <= 0 ||
+        c->head_dim <= 0 || c->n_ff < 0 || c->n_layer > 4096)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "synth: inconsistent shape");
+    if (!is_moe(c) && c->n_ff <= 0) return bk_fail(BRISK_ERR_INVALID_ARG, "synth: %s needs n_ff", c->arch);
+    if (is_moe(c) && (c->n_expert <= 0 || c->n_expert_used <= 0 || c->n_expert_used > c->n_expert ||
+                      c->n_ff_exp <= 0 || (is_hybrid(c) && c->n_ff_shexp <= 0)))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "synth: inconsistent expert shape");
+    if (is_hybrid(c) && (c->ssm_d_conv <= 0 || c->ssm_d_state <= 0 || c->ssm_n_group <= 0 || c->ssm_dt_rank <= 0 ||
+                         c->ssm_dt_rank % c->ssm_n_group || c->full_attn_interval <= 0 || c->n_rot > c->head_dim))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "synth: inconsistent DeltaNet shape");
+    if (!(c->expert_skew >= 0 && c->expert_skew <= 64))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "synth: expert skew %g is outside [0, 64]", (double)c->expert_skew);
+    return BRISK_OK;
+}
+
+/* ---- metadata ---- */
+
+static brisk_status set_arch_meta(gguf_writer *w, const synth_config *c, const quant_ftype *ft) {
+    char k[128];
+    const char *a = c->arch;
+#define KEY(s) (snprintf(k, sizeof k, "%s.%s", a, s), k)
+#define U32(s, v) BK_TRY(gguf_writer_set_u32(w, KEY(s), (uint32_t)(v)))
+    BK_TRY(gguf_writer_set_str(w, "general.architecture", a));
+    BK_TRY(gguf_writer_set_str(w, "general.name", c->name ? c->name : "synthetic"));
+    BK_TRY(gguf_writer_set_u32(w, "general.quantization_version", 2));
+    if (ft) BK_TRY(gguf_writer_set_u32(w, "general.file_type", ft->id));
+    U32("context_length", c->n_ctx);
+    U32("embedding_length", c->n_embd);
+    U32("block_count", c->n_layer);
+    if (c->n_ff > 0) U32("feed_forward_length", c->n_ff);
+    U32("attention.head_count", c->n_head);
+    U32("attention.head_count_kv", c->n_head_kv);
+    U32("attention.key_length", c->head_dim);
+    U32("attention.value_length", c->head_dim);
+    BK_TRY(gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), c->rms_eps));
+    BK_TRY(gguf_writer_set_f32(w, KEY("rope.freq_base"), c->rope_base));
+    U32("rope.dimension_count", c->n_rot > 0 ? c->n_rot : c->head_dim);
+    U32("vocab_size", c->n_vocab);
+    if (c->rope_scaling) {
+        BK_TRY(gguf_writer_set_str(w, KEY("rope.scaling.type"), c->rope_scaling));
+        BK_TRY(gguf_writer_set_f32(w, KEY("rope.scaling.factor"), c->rope_factor));
+        if (c->rope_orig_ctx > 0) U32("rope.scaling.original_context_length", c->rope_orig_ctx);
+    }
+    if (is_moe(c)) {
+        U32("expert_count", c->n_expert);
+        U32("expert_used_count", c->n_expert_used);
+        U32("expert_feed_forward_length", c->n_ff_exp);
+        if (is_hybrid(c)) U32("expert_shared_feed_forward_length", c->n_ff_shexp);
+    }
+    if (is_hybrid(c)) {
+        int32_t sec[4] = {c->rope_sections[0], c->rope_sections[1], c->rope_sections[2], c->rope_sections[3]};
+        BK_TRY(gguf_writer_set_arr(w, KEY("rope.dimension_sections"), GGUF_TYPE_INT32, sec, 4));
+        U32("ssm.conv_kernel", c->ssm_d_conv);
+        U32("ssm.state_size", c->ssm_d_state);
+        U32("ssm.group_count", c->ssm_n_group);
+        U32("ssm.time_step_rank", c->ssm_dt_rank);
+        U32("ssm.inner_size", (int64_t)c->ssm_dt_rank * c->ssm_d_state);
+        U32("full_attention_interval", c->full_attn_interval);
+    }
+#undef U32
+#undef KEY
+    return BRISK_OK;
+}
+
+/* tokens / token_type / scores padded to n_vocab with "[PADi]" (unused) tokens. */
+static brisk_status set_token_arrays(gguf_writer *w, int64_t n_tok, int64_t n_vocab, const char **strs,
+                                     size_t *lens, int32_t *types, float *scores) {
+    char *pad = NULL;
+    if (n_vocab > n_tok && !(pad = malloc((size_t)(n_vocab - n_tok) * 16))) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    for (int64_t i = n_tok; i < n_vocab; i++) {
+        char *p = pad + (i - n_tok) * 16;
+        lens[i] = (size_t)snprintf(p, 16, "[PAD%lld]", (long long)i);
+        strs[i] = p;
+        if (types) types[i] = 5; /* unused */
+        if (scores) scores[i] = -1e9f;
+    }
+    brisk_status s = gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, lens, (uint64_t)n_vocab);
+    if (s == BRISK_OK && types) s = gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)n_vocab);
+    if (s == BRISK_OK && scores) s = gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, (uint64_t)n_vocab);
+    free(pad);
+    return s;
 }
 
 /* A self-contained SentencePiece-style vocabulary: <unk>, <s>, </s>, the 256
  * byte tokens and the printable ASCII characters (with "▁" for space), for
  * models made without a vocab file (the demo). */
-static brisk_status set_builtin_vocab(gguf_writer *w, int *n_tokens) {
-    enum { N = 3 + 256 + 95 };
-    static char texts[N][8];
-    const char *strs[N];
-    size_t lens[N];
-    float scores[N];
-    int32_t types[N];
+enum { BUILTIN_N = 3 + 256 + 95 };
+static brisk_status set_builtin_vocab(gguf_writer *w, int64_t n_vocab) {
+    static char texts[BUILTIN_N][8];
+    const char **strs = malloc((size_t)n_vocab * sizeof *strs);
+    size_t *lens = malloc((size_t)n_vocab * sizeof *lens);
+    int32_t *types = malloc((size_t)n_vocab * sizeof *types);
+    float *scores = malloc((size_t)n_vocab * sizeof *scores);
+    brisk_status s = strs && lens && types && scores ? BRISK_OK : bk_fail(BRISK_ERR_NOMEM, "out of memory");
     int n = 0;
     const char *special[3] = {"<unk>", "<s>", "</s>"};
-    for (int i = 0; i < 3; i++, n++) {
-        snprintf(texts[n], sizeof texts[n], "%s", special[i]);
-        types[n] = i == 0 ? 2 : 3;
-        scores[n] = 0;
-    }
-    for (int b = 0; b < 256; b++, n++) {
-        snprintf(texts[n], sizeof texts[n], "<0x%02X>", b);
-        types[n] = 6;
-        scores[n] = 0;
-    }
-    for (int ch = 32; ch < 127; ch++, n++) {
+    for (; s == BRISK_OK && n < 3; n++) snprintf(texts[n], sizeof texts[n], "%s", special[n]);
+    for (int b = 0; s == BRISK_OK && b < 256; b++, n++) snprintf(texts[n], sizeof texts[n], "<0x%02X>", b);
+    for (int ch = 32; s == BRISK_OK && ch < 127; ch++, n++) {
         if (ch == ' ') snprintf(texts[n], sizeof texts[n], "\xe2\x96\x81");
         else snprintf(texts[n], sizeof texts[n], "%c", ch);
-        types[n] = 1;
-        scores[n] = -(float)(ch - 32);
     }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; s == BRISK_OK && i < BUILTIN_N; i++) {
         strs[i] = texts[i];
         lens[i] = strlen(texts[i]);
+        types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
+        scores[i] = i < 259 ? 0 : -(float)(i - 259);
     }
-    BK_TRY(gguf_writer_set_str(w, "tokenizer.ggml.model", "llama"));
-    BK_TRY(gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, lens, (uint64_t)n));
-    BK_TRY(gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, (uint64_t)n));
-    BK_TRY(gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)n));
-    BK_TRY(gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0));
-    BK_TRY(gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1));
-    BK_TRY(gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2));
-    BK_TRY(gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true));
-    *n_tokens = n;
-    return BRISK_OK;
+    if (s == BRISK_OK) s = gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    if (s == BRISK_OK) s = set_token_arrays(w, BUILTIN_N, n_vocab, strs, lens, types, scores);
+    if (s == BRISK_OK) s = gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    if (s == BRISK_OK) s = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    if (s == BRISK_OK) s = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    if (s == BRISK_OK) s = gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+    free(strs);
+    free(lens);
+    free(types);
+    free(scores);
+    return s;
 }
 
-static brisk_status set_meta(gguf_writer *w, const synth_config *c, const gguf_file *vocab) {
-    char k[128];
-    const char *a = c->arch;
-#define KEY(s) (snprintf(k, sizeof k, "%s.%s", a, s), k)
-    BK_TRY(gguf_writer_set_str(w, "general.architecture", a));
-    BK_TRY(gguf_writer_set_str(w, "general.name", c->name ? c->name : "synthetic"));
-    BK_TRY(gguf_writer_set_u32(w, "general.quantization_version", 2));
-    BK_TRY(gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)c->n_ctx));
-    BK_TRY(gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)c->n_embd));
-    BK_TRY(gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)c->n_layer));
-    BK_TRY(gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)c->n_ff));
-    BK_TRY(gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)c->n_head));
-    BK_TRY(gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)c->n_head_kv));
-    BK_TRY(gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)c->head_dim));
-    BK_TRY(gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)c->head_dim));
-    BK_TRY(gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), c->rms_eps));
-    BK_TRY(gguf_writer_set_f32(w, KEY("rope.freq_base"), c->rope_base));
-    BK_TRY(gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)c->head_dim));
-    BK_TRY(gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)c->n_vocab));
-    if (c->rope_scaling) {
-        BK_TRY(gguf_writer_set_str(w, KEY("rope.scaling.type"), c->rope_scaling));
-        BK_TRY(gguf_writer_set_f32(w, KEY("rope.scaling.factor"), c->rope_factor));
-        if (c->rope_orig_ctx > 0)
-            BK_TRY(gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)c->rope_orig_ctx));
-    }
-#undef KEY
-    if (!vocab) {
-        int n_tok;
-        return set_builtin_vocab(w, &n_tok);
-    }
-    for (int64_t i = 0; i < gguf_kv_count(vocab); i++)
-        if (!strncmp(gguf_kv_key(vocab, i), "tokenizer.", 10)) BK_TRY(gguf_writer_copy_kv(w, vocab, i));
-    return BRISK_OK;
-}
-
-brisk_status synth_write(const synth_config *c0, const char *vocab_path, const char *out_path, bool progress) {
-    synth_config c = *c0;
-    if (c.n_head <= 0 || c.n_head_kv <= 0 || c.n_head % c.n_head_kv || c.n_embd <= 0 || c.n_layer <= 0 ||
-        c.head_dim <= 0 || c.n_ff <= 0)
-        return bk_fail(BRISK_ERR_INVALID_ARG, "synth: inconsistent shape");
-    if (strcmp(c.arch, "llama") && strcmp(c.arch, "qwen2") && strcmp(c.arch, "qwen3"))
-        return bk_fail(BRISK_ERR_UNSUPPORTED, "synth: architecture '%s' is not supported", c.arch);
-    const quant_traits *qt = quant_get_traits(c.type);
-    if (!qt || !qt->can_quantize)
-        return bk_fail(BRISK_ERR_UNSUPPORTED, "synth: cannot write type %s", quant_type_name(c.type));
-    gguf_file *vocab = NULL;
-    uint64_t n_tok = 3 + 256 + 95; /* the built-in vocabulary */
+/* Copies the vocab file's tokenizer.* keys, padding the per-token arrays. */
+static brisk_status set_file_vocab(gguf_writer *w, const gguf_file *v, int64_t n_tok, int64_t n_vocab) {
     gguf_value_type et;
-    const void *unused;
-    if (vocab_path) BK_TRY(gguf_open(vocab_path, &vocab));
-    if (vocab && gguf_get_arr(vocab, "tokenizer.ggml.tokens", &et, &n_tok, &unused) != BRISK_OK) {
-        gguf_close(vocab);
-        return bk_fail(BRISK_ERR_FORMAT, "%s: no tokenizer.ggml.tokens", vocab_path);
+    uint64_t n;
+    const void *tt = NULL, *sc = NULL;
+    bool has_types = gguf_get_arr(v, "tokenizer.ggml.token_type", &et, &n, &tt) == BRISK_OK &&
+                     et == GGUF_TYPE_INT32 && (int64_t)n == n_tok;
+    bool has_scores = gguf_get_arr(v, "tokenizer.ggml.scores", &et, &n, &sc) == BRISK_OK &&
+                      et == GGUF_TYPE_FLOAT32 && (int64_t)n == n_tok;
+    const char **strs = malloc((size_t)n_vocab * sizeof *strs);
+    size_t *lens = malloc((size_t)n_vocab * sizeof *lens);
+    int32_t *types = has_types ? malloc((size_t)n_vocab * sizeof *types) : NULL;
+    float *scores = has_scores ? malloc((size_t)n_vocab * sizeof *scores) : NULL;
+    brisk_status s = strs && lens && (types || !has_types) && (scores || !has_scores)
+                         ? BRISK_OK : bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; s == BRISK_OK && i < n_tok; i++)
+        s = gguf_get_arr_str(v, "tokenizer.ggml.tokens", (uint64_t)i, &strs[i], &lens[i]);
+    if (s == BRISK_OK && types) memcpy(types, tt, (size_t)n_tok * 4);
+    if (s == BRISK_OK && scores) memcpy(scores, sc, (size_t)n_tok * 4);
+    if (s == BRISK_OK) s = set_token_arrays(w, n_tok, n_vocab, strs, lens, types, scores);
+    for (int64_t i = 0; s == BRISK_OK && i < gguf_kv_count(v); i++) {
+        const char *key = gguf_kv_key(v, i);
+        if (strncmp(key, "tokenizer.", 10) || !strcmp(key, "tokenizer.ggml.tokens") ||
+            (types && !strcmp(key, "tokenizer.ggml.token_type")) || (scores && !strcmp(key, "tokenizer.ggml.scores")))
+            continue;
+        s = gguf_writer_copy_kv(w, v, i);
     }
-    if (c.n_vocab <= 0) c.n_vocab = (int)n_tok;
-    if ((uint64_t)c.n_vocab < n_tok) {
-        gguf_close(vocab);
-        return bk_fail(BRISK_ERR_INVALID_ARG, "synth: n_vocab %d is below the vocabulary's %llu tokens",
-                       c.n_vocab, (unsigned long long)n_tok);
-    }
-    int max_t = 16 + c.n_layer * 16;
-    tensor_plan *plan = calloc((size_t)max_t, sizeof *plan);
+    free(strs);
+    free(lens);
+    free(types);
+    free(scores);
+    return s;
+}
+
+/* ---- per-tensor types ---- */
+
+/* The mix's choice for every tensor: quant_mix_plan reads a model file, so it
+ * gets a skeleton at tmp_path: the metadata its rules read and each tensor
+ * with its real row length and at most two rows (two experts), as q8_1 (a
+ * type no mix produces, so "kept as it is" is recognisable) or f32. */
+static brisk_status mix_types(const synth_config *c, const quant_ftype *ft, plan_list *l, const char *tmp_path) {
     gguf_writer *w = gguf_writer_new();
-    float *row = NULL;
-    void *qrow = NULL;
-    brisk_status s = (!plan || !w) ? bk_fail(BRISK_ERR_NOMEM, "out of memory") : BRISK_OK;
-    int n = 0;
-    if (s == BRISK_OK) {
-        n = plan_tensors(&c, plan);
-        s = set_meta(w, &c, vocab);
-    }
-    uint64_t total = 0;
-    for (int i = 0; s == BRISK_OK && i < n; i++) {
-        uint32_t ty = plan[i].type;
-        if (plan[i].ne0 % quant_get_traits(ty)->block_elems) ty = QT_F32; /* odd widths stay f32 */
-        plan[i].type = ty;
-        int64_t ne[2] = {plan[i].ne0, plan[i].ne1 ? plan[i].ne1 : 1};
-        s = gguf_writer_add_tensor(w, plan[i].name, ty, plan[i].ne1 ? 2 : 1, ne);
-        total += quant_row_size(ty, ne[0]) * (uint64_t)ne[1];
-    }
-    if (s == BRISK_OK) s = gguf_writer_begin(w, out_path);
-    /* One tensor is generated in memory at a time (the largest is the embedding). */
+    uint32_t *types = malloc((size_t)l->n * sizeof *types), *skel = malloc((size_t)l->n * sizeof *skel);
+    void *zeros = NULL;
     size_t max_bytes = 0;
-    for (int i = 0; i < n; i++) {
-        size_t b = quant_row_size(plan[i].type, plan[i].ne0) * (size_t)(plan[i].ne1 ? plan[i].ne1 : 1);
+    brisk_status s = w && types && skel ? set_arch_meta(w, c, NULL) : bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    for (int i = 0; s == BRISK_OK && i < l->n; i++) {
+        const tensor_plan *t = &l->p[i];
+        skel[i] = t->ne[0] % 32 ? QT_F32 : QT_Q8_1;
+        int64_t ne[3] = {t->ne[0], t->ne[1] > 1 ? 2 : 1, t->ne[2] > 1 ? 2 : 1};
+        s = gguf_writer_add_tensor(w, t->name, skel[i], t->n_dims, ne);
+        size_t b = quant_row_size(skel[i], ne[0]) * (size_t)(ne[1] * ne[2]);
         if (b > max_bytes) max_bytes = b;
     }
-    int64_t max_row = c.n_embd > c.n_ff ? c.n_embd : c.n_ff;
-    row = malloc((size_t)max_row * sizeof(float));
-    qrow = malloc(max_bytes);
-    if (s == BRISK_OK && (!row || !qrow)) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    uint64_t done = 0;
-    for (int i = 0; s == BRISK_OK && i < n; i++) {
-        tensor_plan *t = &plan[i];
-        rng r = {hash_name(t->name, c.seed)};
-        int64_t rows = t->ne1 ? t->ne1 : 1;
-        size_t rb = quant_row_size(t->type, t->ne0);
-        for (int64_t j = 0; j < rows && s == BRISK_OK; j++) {
-            for (int64_t e = 0; e < t->ne0; e++) row[e] = t->std > 0 ? t->std * rng_normal(&r) : 1.0f;
-            s = quant_quantize(t->type, row, (char *)qrow + (size_t)j * rb, t->ne0);
-        }
-        if (s == BRISK_OK) s = gguf_writer_write_tensor(w, qrow, rb * (uint64_t)rows);
-        done += rb * (uint64_t)rows;
-        if (progress)
-            fprintf(stderr, "\rwriting %s: %5.1f%% (%d/%d tensors)", out_path, 100.0 * done / (double)total, i + 1, n);
+    if (s == BRISK_OK && !(zeros = calloc(1, max_bytes ? max_bytes : 1))) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    if (s == BRISK_OK) s = gguf_writer_begin(w, tmp_path);
+    for (int i = 0; s == BRISK_OK && i < l->n; i++) {
+        const tensor_plan *t = &l->p[i];
+        s = gguf_writer_write_tensor(w, zeros, quant_row_size(skel[i], t->ne[0]) * (t->ne[1] > 1 ? 2 : 1) *
+                                                   (t->ne[2] > 1 ? 2 : 1));
     }
     if (s == BRISK_OK) s = gguf_writer_finish(w);
-    if (progress) fprintf(stderr, "\n");
-    free(row);
-    free(qrow);
-    free(plan);
+    gguf_file *g = NULL;
+    if (s == BRISK_OK) s = gguf_open(tmp_path, &g);
+    quant_mix_opts mo = {.pure = c->pure};
+    if (s == BRISK_OK) s = quant_mix_plan(g, ft, &mo, types, NULL);
+    for (int i = 0; s == BRISK_OK && i < l->n; i++) l->p[i].type = types[i] == skel[i] ? QT_F32 : types[i];
+    gguf_close(g);
     gguf_writer_free(w);
-    gguf_close(vocab);
+    free(types);
+    free(skel);
+    free(zeros);
     return s;
+}
+
+static void pure_types(const synth_config *c, plan_list *l) {
+    for (int i = 0; i < l->n; i++) {
+        tensor_plan *t = &l->p[i];
+        t->type = t->matrix ? c->type : QT_F32;
+        if (t->ne[0] % quant_get_traits(t->type)->block_elems) t->type = QT_F32; /* odd widths stay f32 */
+    }
+}
+
+/* ---- generation ---- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    const char *path;
+    int64_t n_tensors, i;
+    uint64_t total, done; /* output bytes: all, and of finished slabs */
+    double t0, last;
+} progress;
+
+static void progress_draw(progress *p, uint64_t extra, bool force) {
+    double t = now_s();
+    if (!force && t - p->last < 0.2) return;
+    p->last = t;
+    double done = (double)(p->done + extra), rate = done / (t - p->t0 > 1e-6 ? t - p->t0 : 1e-6);
+    double eta = rate > 0 ? ((double)p->total - done) / rate : 0;
+    fprintf(stderr, "\rsynth %s: tensor %lld/%lld %5.1f%% %7.1f MB/s ETA %4.0fs ", p->path, (long long)p->i + 1,
+            (long long)p->n_tensors, 100.0 * done / (double)(p->total ? p->total : 1), rate / 1e6, eta);
+    fflush(stderr);
+}
+
+typedef struct {
+    const tensor_plan *t;
+    uint64_t key;         /* (seed, tensor) */
+    const float *row_scale; /* ROUTER: per row, or NULL */
+    size_t row_bytes;
+    int64_t row0, nrows, chunk; /* the slab's rows; rows per claim */
+    unsigned char *out;   /* the slab */
+    float **scratch;      /* per thread, ne[0] floats */
+    atomic_llong next, rows_done;
+    gguf_writer *w;       /* thread 0 first writes the previous slab */
+    const void *pend;
+    uint64_t pend_bytes;
+    progress *prog;
+    brisk_status st[MAX_THREADS];
+} synth_job;
+
+static void gen_row(const synth_job *j, int64_t r, float *x) {
+    const tensor_plan *t = j->t;
+    const int64_t n = t->ne[0];
+    uint64_t s = mix64(j->key ^ mix64((uint64_t)r + 1));
+    switch (t->init) {
+    case INIT_ONES:
+        for (int64_t e = 0; e < n; e++) x[e] = 1.0f;
+        break;
+    case INIT_UNIFORM:
+        for (int64_t e = 0; e < n; e++) x[e] = t->a + (t->b - t->a) * unit(next64(&s));
+        break;
+    case INIT_NORMAL:
+    case INIT_ROUTER:
+        fill_normal(&s, x, n, t->a * (j->row_scale ? j->row_scale[r] : 1.0f));
+        break;
+    }
+}
+
+static void synth_worker(void *arg, int ith, int nth) {
+    synth_job *j = arg;
+    brisk_status s = BRISK_OK;
+    (void)nth;
+    if (ith == 0 && j->pend_bytes) s = gguf_writer_write_rows(j->w, j->pend, j->pend_bytes);
+    const uint32_t type = j->t->type;
+    const int64_t ne0 = j->t->ne[0];
+    while (s == BRISK_OK) {
+        int64_t r0 = atomic_fetch_add(&j->next, j->chunk);
+        if (r0 >= j->nrows) break;
+        int64_t r1 = r0 + j->chunk < j->nrows ? r0 + j->chunk : j->nrows;
+        for (int64_t r = r0; r < r1 && s == BRISK_OK; r++) {
+            unsigned char *dst = j->out + (size_t)r * j->row_bytes;
+            float *x = type == QT_F32 ? (float *)dst : j->scratch[ith];
+            gen_row(j, j->row0 + r, x);
+            if (type != QT_F32) s = quant_quantize_rows(type, x, dst, 1, ne0, NULL);
+        }
+        int64_t done = atomic_fetch_add(&j->rows_done, r1 - r0) + (r1 - r0);
+        if (ith == 0 && j->prog) progress_draw(j->prog, (uint64_t)done * j->row_bytes, false);
+    }
+    j->st[ith] = s;
+}
+
+/* Router row scales for expert skew: expert e of a layer has popularity rank
+ * perm[e] (a seeded shuffle) and scale (rank+1)^(-skew/4). */
+static brisk_status router_scales(const synth_config *c, uint64_t key, int64_t n, float *scale) {
+    int64_t *rank = malloc((size_t)n * sizeof *rank);
+    if (!rank) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    uint64_t s = key ^ 0x5EEDull;
+    for (int64_t e = 0; e < n; e++) rank[e] = e;
+    for (int64_t e = n - 1; e > 0; e--) { /* Fisher-Yates */
+        int64_t k = (int64_t)(next64(&s) % (uint64_t)(e + 1)), tmp = rank[e];
+        rank[e] = rank[k];
+        rank[k] = tmp;
+    }
+    for (int64_t e = 0; e < n; e++) scale[e] = powf((float)(rank[e] + 1), -c->expert_skew / 4.0f);
+    free(rank);
+    return BRISK_OK;
+}
+
+typedef struct {
+    gguf_writer *w;
+    threadpool *tp;
+    int n_threads;
+    float **scratch;
+    unsigned char *slab[2];
+    size_t slab_cap;
+    int cur;            /* the slab to fill next; the other is pending */
+    uint64_t pend_bytes;
+    progress prog;
+    bool show;
+} writer_state;
+
+/* Generates tensor t slab by slab; each step also writes the previous slab. */
+static brisk_status write_tensor(writer_state *ws, const synth_config *c, const tensor_plan *t) {
+    const int64_t rows = plan_rows(t);
+    const size_t rb = quant_row_size(t->type, t->ne[0]);
+    const int64_t per_slab = ws->slab_cap / rb > 0 ? (int64_t)(ws->slab_cap / rb) : 1;
+    float *scales = NULL;
+    synth_job *j = calloc(1, sizeof *j);
+    if (!j) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    j->t = t;
+    j->key = hash_name(t->name, c->seed);
+    if (t->init == INIT_ROUTER && c->expert_skew > 0) {
+        if (!(scales = malloc((size_t)rows * sizeof *scales))) {
+            free(j);
+            return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+        }
+        brisk_status s = router_scales(c, j->key, rows, scales);
+        if (s != BRISK_OK) {
+            free(scales);
+            free(j);
+            return s;
+        }
+        j->row_scale = scales;
+    }
+    j->row_bytes = rb;
+    j->chunk = t->ne[0] >= CHUNK_ELEMS ? 1 : CHUNK_ELEMS / t->ne[0];
+    j->scratch = ws->scratch;
+    j->w = ws->w;
+    j->prog = ws->show ? &ws->prog : NULL;
+    brisk_status s = BRISK_OK;
+    for (int64_t r0 = 0; r0 < rows && s == BRISK_OK; r0 += per_slab) {
+        j->row0 = r0;
+        j->nrows = rows - r0 < per_slab ? rows - r0 : per_slab;
+        j->out = ws->slab[ws->cur];
+        j->pend = ws->slab[ws->cur ^ 1];
+        j->pend_bytes = ws->pend_bytes;
+        atomic_init(&j->next, 0);
+        atomic_init(&j->rows_done, 0);
+        if (ws->pend_bytes) ws->prog.done += ws->pend_bytes;
+        threadpool_run(ws->tp, synth_worker, j);
+        for (int k = 0; k < ws->n_threads && s == BRISK_OK; k++) s = j->st[k];
+        ws->pend_bytes = (uint64_t)j->nrows * rb;
+        ws->cur ^= 1;
+    }
+    free(scales);
+    free(j);
+    return s;
+}
+
+/* ---- the whole file ---- */
+
+static brisk_status vocab_size(const synth_config *c, const char *vocab_path, gguf_file **vocab, int64_t *n_tok) {
+    gguf_value_type et;
+    uint64_t n = BUILTIN_N;
+    const void *unused;
+    if (vocab_path) {
+        BK_TRY(gguf_open(vocab_path, vocab));
+        if (gguf_get_arr(*vocab, "tokenizer.ggml.tokens", &et, &n, &unused) != BRISK_OK || et != GGUF_TYPE_STRING)
+            return bk_fail(BRISK_ERR_FORMAT, "%s: no tokenizer.ggml.tokens", vocab_path);
+    }
+    *n_tok = (int64_t)n;
+    if (c->n_vocab > 0 && c->n_vocab < (int64_t)n)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "synth: n_vocab %d is below the vocabulary's %llu tokens", c->n_vocab,
+                       (unsigned long long)n);
+    return BRISK_OK;
+}
+
+static brisk_status write_all(writer_state *ws, const synth_config *c, const plan_list *l) {
+    for (int i = 0; i < l->n; i++) {
+        ws->prog.i = i;
+        BK_TRY(write_tensor(ws, c, &l->p[i]));
+    }
+    BK_TRY(gguf_writer_write_rows(ws->w, ws->slab[ws->cur ^ 1], ws->pend_bytes));
+    ws->prog.done += ws->pend_bytes;
+    ws->pend_bytes = 0;
+    return BRISK_OK;
+}
+
+brisk_status synth_write_ex(const synth_config *c0, const char *vocab_path, const char *out_path, bool show,
+                            synth_stats *stats) {
+    synth_config c = *c0;
+    BK_TRY(check_config(&c));
+    const quant_ftype *ft = NULL;
+    if (c.ftype && !(ft = quant_ftype_find(c.ftype)))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "synth: unknown type '%s'", c.ftype);
+    const quant_traits *qt = quant_get_traits(c.type);
+    if (!ft && (!qt || !qt->can_quantize))
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "synth: cannot write type %s", quant_type_name(c.type));
+    double t0 = now_s();
+    int n_threads = c.n_threads > 0 ? c.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    n_threads = n_threads < 1 ? 1 : n_threads > MAX_THREADS ? MAX_THREADS : n_threads;
+
+    size_t plen = strlen(out_path);
+    char *tmp = malloc(plen + 5);
+    gguf_file *vocab = NULL;
+    int64_t n_tok = 0;
+    plan_list l = {calloc((size_t)(8 + c.n_layer * MAX_PER_LAYER), sizeof(tensor_plan)), 0};
+    writer_state ws = {.n_threads = n_threads, .show = show, .prog = {.path = out_path, .t0 = t0}};
+    brisk_status s = tmp && l.p ? BRISK_OK : bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    if (s == BRISK_OK) {
+        memcpy(tmp, out_path, plen);
+        memcpy(tmp + plen, ".tmp", 5);
+        s = vocab_size(&c, vocab_path, &vocab, &n_tok);
+    }
+    if (s == BRISK_OK) {
+        if (c.n_vocab <= 0) c.n_vocab = (int)n_tok;
+        plan_tensors(&c, &l);
+        if (ft) s = mix_types(&c, ft, &l, tmp);
+        else pure_types(&c, &l);
+    }
+    if (s == BRISK_OK && !(ws.w = gguf_writer_new())) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    if (s == BRISK_OK) s = set_arch_meta(ws.w, &c, ft);
+    if (s == BRISK_OK) s = vocab ? set_file_vocab(ws.w, vocab, n_tok, c.n_vocab) : set_builtin_vocab(ws.w, c.n_vocab);
+    size_t max_row = 0;
+    int64_t max_ne0 = 0;
+    for (int i = 0; s == BRISK_OK && i < l.n; i++) {
+        const tensor_plan *t = &l.p[i];
+        s = gguf_writer_add_tensor(ws.w, t->name, t->type, t->n_dims, t->ne);
+        size_t rb = quant_row_size(t->type, t->ne[0]);
+        ws.prog.total += rb * (uint64_t)plan_rows(t);
+        if (rb > max_row) max_row = rb;
+        if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
+    }
+    ws.slab_cap = c.slab_bytes ? c.slab_bytes : SLAB_BYTES;
+    if (ws.slab_cap < max_row) ws.slab_cap = max_row;
+    if (s == BRISK_OK && !(ws.scratch = calloc((size_t)n_threads, sizeof *ws.scratch))) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    for (int k = 0; s == BRISK_OK && k < n_threads; k++)
+        if (!(ws.scratch[k] = malloc((size_t)max_ne0 * sizeof(float)))) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    for (int k = 0; s == BRISK_OK && k < 2; k++)
+        if (!(ws.slab[k] = malloc(ws.slab_cap))) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    if (s == BRISK_OK) s = threadpool_new(n_threads, &ws.tp);
+    if (s == BRISK_OK) s = gguf_writer_begin(ws.w, tmp);
+    if (s == BRISK_OK) s = write_all(&ws, &c, &l);
+    if (s == BRISK_OK) s = gguf_writer_finish(ws.w);
+    if (s == BRISK_OK && rename(tmp, out_path) != 0) {
+        s = bk_fail(BRISK_ERR_IO, "synth: cannot rename %s to %s", tmp, out_path);
+        remove(tmp);
+    }
+    if (show) {
+        progress_draw(&ws.prog, 0, true);
+        fprintf(stderr, "\n");
+    }
+    if (s == BRISK_OK && stats)
+        *stats = (synth_stats){.bytes = ws.prog.total, .n_tensors = l.n, .seconds = now_s() - t0, .n_threads = n_threads};
+    threadpool_free(ws.tp);
+    for (int k = 0; ws.scratch && k < n_threads; k++) free(ws.scratch[k]);
+    free(ws.scratch);
+    free(ws.slab[0]);
+    free(ws.slab[1]);
+    gguf_writer_free(ws.w); /* removes tmp if unfinished */
+    if (s != BRISK_OK && tmp) remove(tmp); /* the mix's skeleton, if it got that far */
+    gguf_close(vocab);
+    free(l.p);
+    free(tmp);
+    return s;
+}
+
+brisk_status synth_write(const synth_config *c, const char *vocab_path, const char *out_path, bool progress) {
+    return synth_write_ex(c, vocab_path, out_path, progress, NULL);
 }
