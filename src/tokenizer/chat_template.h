@@ -15,7 +15,11 @@
  * comparisons, x if c else y, literals, subscripts and slices; the filters,
  * tests and str/dict methods chat templates use (see chat_template_eval.c).
  * Unsupported (an error naming the construct and line at parse time):
- * include, import, extends, block, do, recursive loops, autoescape.
+ * include, import, extends, block, do, recursive loops, autoescape, unknown
+ * filters and tests. Departures from Python's Jinja, all lenient: an
+ * attribute or item of an undefined value is undefined (not an error),
+ * tojson of undefined is null, upper/lower/title/capitalize map ASCII only,
+ * and `'%s' % x` knows %s %d %i %% only.
  *
  * Ownership: chat_template_new() copies what it needs from the source; a
  * template is immutable after parsing, so renders may run concurrently.
