@@ -470,7 +470,13 @@ static brisk_status slice(ct_ctx *c, const ct_node *n, ct_scope *sc, ct_val *out
         *out = (ct_val){.type = CT_LIST, .list = l};
         return BRISK_OK;
     }
-    /* strings: code point offsets first */
+    if (step == 1) { /* s[a:b], the common case: two offsets, no table */
+        size_t o = count ? ct_utf8_offset(obj.s.p, obj.s.n, (size_t)start) : 0;
+        size_t e = count ? ct_utf8_offset(obj.s.p + o, obj.s.n - o, (size_t)count) + o : 0;
+        *out = ct_strv(obj.s.p + o, e - o);
+        return BRISK_OK;
+    }
+    /* other steps: code point offsets first */
     size_t *offs = malloc(((size_t)len + 1) * sizeof *offs);
     char *p = ct_alloc(&c->a, obj.s.n + 1);
     if (!offs || !p) {
