@@ -21,6 +21,10 @@ if [ -f "$MODEL" ]; then
   b=$("$BUILD/brisk" run -m "$MODEL" -p "Once upon a time" -n 128 --temp 0 --ignore-eos 2>/dev/null)
   if [ -n "$a" ] && [ "$a" = "$b" ]; then pass=$((pass + 1)); echo "ok   cli greedy 128 tokens CPU == CUDA"
   else fail=$((fail + 1)); echo "FAIL cli greedy CPU vs CUDA"; echo "cpu: $a"; echo "cuda: $b"; fi
+  # decode steps replayed from captured CUDA graphs give the text of eager launches
+  c=$(BRISK_CUDA_GRAPHS=0 "$BUILD/brisk" run -m "$MODEL" -p "Once upon a time" -n 128 --temp 0 --ignore-eos 2>/dev/null)
+  if [ -n "$c" ] && [ "$c" = "$b" ]; then pass=$((pass + 1)); echo "ok   cli greedy 128 tokens graphs == eager"
+  else fail=$((fail + 1)); echo "FAIL cli greedy graphs vs eager"; echo "eager: $c"; echo "graphs: $b"; fi
 fi
 
 # Speed on synthetic models written here (brisk synth), when asked.

@@ -65,6 +65,8 @@ static void cuda_free(bk_backend *be) {
         free(cb->meta_last[i]);
     }
     cudaFree(cb->att_part);
+    cudaFree(cb->xq);
+    cudaFree(cb->xds);
     cuda_graph_free(cb);
     free(cb->pack);
     if (cb->stream) cudaStreamDestroy(cb->stream);
@@ -195,6 +197,9 @@ static brisk_status cuda_init(cuda_backend *cb) {
     if (!(cb->pack = malloc(META_ATT_BYTES))) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     cb->att_part_cap = ATT_PART_FLOATS;
     CU_TRY(cudaMalloc(&cb->att_part, ATT_PART_FLOATS * sizeof(float)));
+    cb->xq_cap = (size_t)MMVQ_MAX_TOK << 17; /* rows of up to 128K elements */
+    CU_TRY(cudaMalloc(&cb->xq, cb->xq_cap));
+    CU_TRY(cudaMalloc(&cb->xds, cb->xq_cap / 32 * sizeof(float2)));
     return cuda_graph_init(cb);
 }
 

@@ -9,8 +9,11 @@
  */
 #include "backend/cuda/cuda_internal.cuh"
 
-#define GEMV_MAX_TOK 8
+#define GEMV_MAX_TOK 8 /* float-path GEMV; integer-dot types go to cuda_mmvq.cu */
 #define GEMV_WARPS 4
+#ifndef GEMV_ROWS
+#define GEMV_ROWS 2
+#endif
 
 /* Dispatch over the supported types: inside, TT is the type as a constant. */
 #define BK_TYPE_CASE(T, ...) \
@@ -61,47 +64,65 @@ extern "C" void cuda_get_rows(bk_backend *be, const bk_weight *emb, const int32_
     CU_LAUNCHED(cb);
 }
 
-/* ---- GEMV: y (n, n_out) = x (n, n_in) W^T, n <= GEMV_MAX_TOK ---- */
-template <int T>
+/* ---- GEMV: y (n, n_out) = x (n, n_in) W^T, n <= GEMV_MAX_TOK ----
+ * A warp owns R consecutive rows: each lane step loads 8 activations per
+ * token once and dots them with the 8 decoded elements of every row, so the
+ * activation traffic (through L1, 4 bytes per element) is shared by R rows
+ * instead of dwarfing the weight bytes (half a byte per element in Q4). */
+template <int T, int R>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
 gemv_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, const float *x, int n,
             const float *bias, float *y) {
     int lane = threadIdx.x % 32;
-    int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
-    if (r >= n_out) return;
-    const uint8_t *row = W + r * row_bytes;
-    float acc[GEMV_MAX_TOK];
+    int64_t r0 = ((int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32) * R;
+    if (r0 >= n_out) return;
+    const uint8_t *rows[R];
 #pragma unroll
-    for (int t = 0; t < GEMV_MAX_TOK; t++) acc[t] = 0.0f;
+    for (int i = 0; i < R; i++) rows[i] = W + (r0 + i < n_out ? r0 + i : r0) * row_bytes;
+    float acc[R][GEMV_MAX_TOK];
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int t = 0; t < GEMV_MAX_TOK; t++) acc[i][t] = 0.0f;
     if (!IS_FLOAT_T(T) || n_in % 8 == 0) {
         for (int64_t p = lane; p < n_in / 8; p += 32) {
-            float v[8];
-            deq8<T>(row, p * 8, v);
+            float v[R][8];
+#pragma unroll
+            for (int i = 0; i < R; i++) deq8<T>(rows[i], p * 8, v[i]);
 #pragma unroll
             for (int t = 0; t < GEMV_MAX_TOK; t++) {
                 if (t < n) {
                     const float4 *xp = (const float4 *)(x + t * n_in + p * 8);
                     float4 a = __ldg(xp), b = __ldg(xp + 1);
-                    acc[t] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w + v[4] * b.x + v[5] * b.y +
-                              v[6] * b.z + v[7] * b.w;
+#pragma unroll
+                    for (int i = 0; i < R; i++)
+                        acc[i][t] += v[i][0] * a.x + v[i][1] * a.y + v[i][2] * a.z + v[i][3] * a.w +
+                                     v[i][4] * b.x + v[i][5] * b.y + v[i][6] * b.z + v[i][7] * b.w;
                 }
             }
         }
     } else {
         for (int64_t e = lane; e < n_in; e += 32) {
-            float w = deq1(T, row, e);
 #pragma unroll
-            for (int t = 0; t < GEMV_MAX_TOK; t++)
-                if (t < n) acc[t] += w * __ldg(x + t * n_in + e);
+            for (int i = 0; i < R; i++) {
+                float w = deq1(T, rows[i], e);
+#pragma unroll
+                for (int t = 0; t < GEMV_MAX_TOK; t++)
+                    if (t < n) acc[i][t] += w * __ldg(x + t * n_in + e);
+            }
         }
     }
 #pragma unroll
-    for (int t = 0; t < GEMV_MAX_TOK; t++) {
-        if (t < n) {
-            float s = acc[t];
+    for (int i = 0; i < R; i++) {
+        if (r0 + i >= n_out) break;
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if (lane == 0) y[t * n_out + r] = s + (bias ? bias[r] : 0.0f);
+        for (int t = 0; t < GEMV_MAX_TOK; t++) {
+            if (t < n) {
+                float s = acc[i][t];
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                if (lane == 0) y[t * n_out + r0 + i] = s + (bias ? bias[r0 + i] : 0.0f);
+            }
         }
     }
 }
@@ -182,10 +203,13 @@ static void matmul_one(cuda_backend *cb, const bk_weight *w, const bk_weight *bi
                                                                               x, n, b, y));
         return;
     }
-    unsigned blocks = (unsigned)((n_out + GEMV_WARPS - 1) / GEMV_WARPS);
+    /* rows per warp: 2 for decode-sized batches (lab: dev/kernels/gemv_lab.cu) */
+    const int R = GEMV_ROWS;
+    int64_t warps = (n_out + R - 1) / R;
+    unsigned blocks = (unsigned)((warps + GEMV_WARPS - 1) / GEMV_WARPS);
     for (int t0 = 0; t0 < n; t0 += GEMV_MAX_TOK) {
         int nt = n - t0 < GEMV_MAX_TOK ? n - t0 : GEMV_MAX_TOK;
-        BK_DISPATCH(w->type, gemv_kernel<TT><<<blocks, GEMV_WARPS * 32, 0, cb->stream>>>(
+        BK_DISPATCH(w->type, gemv_kernel<TT, R><<<blocks, GEMV_WARPS * 32, 0, cb->stream>>>(
                                  W, w->row_bytes, n_in, n_out, x + (int64_t)t0 * n_in, nt, b,
                                  y + (int64_t)t0 * n_out));
     }
@@ -195,6 +219,15 @@ extern "C" void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, 
                             const float *x, int n, float *const *y) {
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0) return;
+    /* Decode-sized products on integer-dot types: quantize x once for all the matrices. */
+    bool q8 = n <= MMVQ_MAX_TOK && cb->xq;
+    for (int m = 0; m < n_w && q8; m++) q8 = cuda_mmvq_supported(w[m]->type, w[m]->n_in);
+    if (q8 && cuda_mmvq_quantize(cb, x, w[0]->n_in, n)) {
+        for (int m = 0; m < n_w; m++)
+            cuda_mmvq(cb, w[m], bias && bias[m] ? (const float *)bias[m]->dev : NULL, n, y[m]);
+        CU_LAUNCHED(cb);
+        return;
+    }
     for (int m = 0; m < n_w; m++) matmul_one(cb, w[m], bias ? bias[m] : NULL, x, n, y[m]);
     CU_LAUNCHED(cb);
 }

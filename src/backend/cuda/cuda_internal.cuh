@@ -46,7 +46,13 @@ typedef struct cuda_backend {
     struct cuda_graph_entry *graphs; /* captured passes, by shape */
     int n_graphs, cap_graphs, cur_key[4];
     long n_replays, n_captures; /* counters for tests and bench */
+
+    int8_t *xq;                 /* (xq_cap) activations quantized for cuda_mmvq.cu */
+    float2 *xds;                /* (xq_cap / 32) their block scales and sums */
+    size_t xq_cap;              /* int8 values */
 } cuda_backend;
+
+#define MMVQ_MAX_TOK 8          /* tokens per integer-dot matrix product */
 
 /* One check macro: a failing CUDA call becomes a status with file, line and the driver's text. */
 #define CU_TRY(call)                                                                       \
@@ -236,6 +242,11 @@ void cuda_add(bk_backend *be, float *x, const float *y, size_t n);
 brisk_status cuda_step_begin(bk_backend *be, const bk_step *st, bool *replayed);
 brisk_status cuda_step_end(bk_backend *be, bool *rerun);
 brisk_status cuda_graph_init(cuda_backend *cb);
+}
+bool cuda_mmvq_supported(uint32_t type, int64_t n_in);
+bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n);
+void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y);
+extern "C" {
 void cuda_graph_free(cuda_backend *cb);
 }
 #endif

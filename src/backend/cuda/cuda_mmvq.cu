@@ -1,0 +1,174 @@
+/* cuda_mmvq.cu — decode-sized matrix products on quantized weights with
+ * integer dot products: y (n, n_out) = x (n, n_in) W^T for n <= MMVQ_MAX_TOK.
+ *
+ * Why: decoding a 4-bit weight into floats and multiplying it by f32
+ * activations costs ~4 instructions per element, which makes a GEMV issue
+ * bound at 15-25% of HBM bandwidth (dev/kernels/gemv_lab.cu). Here the
+ * activations are quantized once per call to int8 blocks of 32 (scale d and
+ * d * sum of the quants, as ggml's q8_1) and each weight group of 32 meets
+ * them in __dp4a: 4 multiply-adds per instruction on bytes the weight
+ * format already holds. The CPU backend quantizes activations too (q8_0 /
+ * q8_K), so both backends make the same kind of rounding.
+ *
+ * Work split: a warp owns MMVQ_ROWS rows; lane i takes the 32-element groups
+ * i, i+32, ... of each row (one group = one Q4_0/Q8_0 block, a sub-block of
+ * Q4_K, a 32-run of Q6_K), loads its bytes with 2- or 4-byte loads (the
+ * 18-, 34- and 210-byte blocks are only 2-byte aligned) and dots them with
+ * the matching 8 int32 of activations for every token. */
+#include "backend/cuda/cuda_internal.cuh"
+
+#define MMVQ_WARPS 4
+#define MMVQ_ROWS 2
+
+/* ---- activations: x (n, n_in) f32 -> xq (n, n_in) int8 + xds (n, n_in/32) (d, d*sum q) ---- */
+__global__ void quantize_q8_1_kernel(const float *x, int64_t n_in, int8_t *xq, float2 *xds, int64_t n_groups) {
+    int64_t g = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; /* group over all tokens */
+    if (g >= n_groups) return;
+    int lane = threadIdx.x % 32;
+    float v = x[g * 32 + lane];
+    float a = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    float d = a / 127.0f;
+    int q = a == 0.0f ? 0 : (int)roundf(v / d);
+    xq[g * 32 + lane] = (int8_t)q;
+    int s = q;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) xds[g] = make_float2(d, d * (float)s);
+    (void)n_in;
+}
+
+/* A 4-byte little-endian word from a 2-byte-aligned address. */
+__device__ __forceinline__ int ld_i32_a2(const uint8_t *p) {
+    const uint16_t *q = (const uint16_t *)p;
+    return (int)(q[0] | ((uint32_t)q[1] << 16));
+}
+
+/* Dot of weight group g (elements 32g..32g+31) of one row with the int8
+ * activations xi (8 words) of one token; returns the float contribution.
+ * ds = (d, d * sum) of the activation block. */
+template <int T>
+__device__ __forceinline__ float group_dot(const uint8_t *row, int64_t g, const int *xi, float2 ds) {
+    if (T == QT_Q8_0) {
+        const uint8_t *b = row + g * 34;
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) s = __dp4a(ld_i32_a2(b + 2 + 4 * i), xi[i], s);
+        return bk_h2f(ld16(b)) * ds.x * (float)s;
+    } else if (T == QT_Q4_0) {
+        const uint8_t *b = row + g * 18;
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int w = ld_i32_a2(b + 2 + 4 * i);
+            s = __dp4a(w & 0x0F0F0F0F, xi[i], s);
+            s = __dp4a((w >> 4) & 0x0F0F0F0F, xi[4 + i], s);
+        }
+        /* (q - 8) * x = q * x - 8 * x: the offset folds into the block sum */
+        return bk_h2f(ld16(b)) * (ds.x * (float)s - 8.0f * ds.y);
+    } else if (T == QT_Q4_K) {
+        const uint8_t *b = row + (g / 8) * 144;
+        int j = (int)(g % 8), c = j / 2, sh = (j % 2) * 4;
+        const int *qs = (const int *)(b + 16 + 32 * c); /* 144-byte blocks keep 4-byte alignment */
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) s = __dp4a((qs[i] >> sh) & 0x0F0F0F0F, xi[i], s);
+        int sc, m;
+        k4_scale_min(j, b + 4, &sc, &m);
+        uint32_t dd = *(const uint32_t *)b;
+        float d = bk_h2f((uint16_t)dd), dmin = bk_h2f((uint16_t)(dd >> 16));
+        return d * (float)sc * ds.x * (float)s - dmin * (float)m * ds.y;
+    } else { /* QT_Q6_K */
+        const uint8_t *b = row + (g / 8) * 210;
+        int j = (int)(g % 8), n = j / 4, k = j % 4;
+        const uint8_t *ql = b + 64 * n + 32 * (k & 1), *qh = b + 128 + 32 * n;
+        int shl = (k >> 1) * 4, shh = 2 * k;
+        const int8_t *sc = (const int8_t *)(b + 192 + 8 * n + 2 * k);
+        int s0 = 0, s1 = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int lo = (ld_i32_a2(ql + 4 * i) >> shl) & 0x0F0F0F0F;
+            int hi = ((ld_i32_a2(qh + 4 * i) >> shh) & 0x03030303) << 4;
+            int q = __vsubss4(lo | hi, 0x20202020); /* 6-bit values minus 32, per byte */
+            if (i < 4) s0 = __dp4a(q, xi[i], s0);
+            else s1 = __dp4a(q, xi[i], s1);
+        }
+        return bk_h2f(ld16(b + 208)) * ds.x * (float)(sc[0] * s0 + sc[1] * s1);
+    }
+}
+
+template <int T>
+__global__ void __launch_bounds__(MMVQ_WARPS * 32)
+mmvq_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, const int8_t *xq,
+            const float2 *xds, int n, const float *bias, float *y) {
+    int lane = threadIdx.x % 32;
+    int64_t r0 = ((int64_t)blockIdx.x * MMVQ_WARPS + threadIdx.x / 32) * MMVQ_ROWS;
+    if (r0 >= n_out) return;
+    const uint8_t *rows[MMVQ_ROWS];
+#pragma unroll
+    for (int i = 0; i < MMVQ_ROWS; i++) rows[i] = W + (r0 + i < n_out ? r0 + i : r0) * row_bytes;
+    float acc[MMVQ_ROWS][MMVQ_MAX_TOK];
+#pragma unroll
+    for (int i = 0; i < MMVQ_ROWS; i++)
+#pragma unroll
+        for (int t = 0; t < MMVQ_MAX_TOK; t++) acc[i][t] = 0.0f;
+    int64_t n_groups = n_in / 32;
+    for (int64_t g = lane; g < n_groups; g += 32) {
+#pragma unroll
+        for (int t = 0; t < MMVQ_MAX_TOK; t++) {
+            if (t >= n) break;
+            const int4 *xp = (const int4 *)(xq + (int64_t)t * n_in + g * 32);
+            int4 a = __ldg(xp), c = __ldg(xp + 1);
+            int xi[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+            float2 ds = __ldg(xds + (int64_t)t * n_groups + g);
+#pragma unroll
+            for (int i = 0; i < MMVQ_ROWS; i++) acc[i][t] += group_dot<T>(rows[i], g, xi, ds);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < MMVQ_ROWS; i++) {
+        if (r0 + i >= n_out) break;
+#pragma unroll
+        for (int t = 0; t < MMVQ_MAX_TOK; t++) {
+            if (t >= n) break;
+            float s = acc[i][t];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (lane == 0) y[(int64_t)t * n_out + r0 + i] = s + (bias ? bias[r0 + i] : 0.0f);
+        }
+    }
+}
+
+bool cuda_mmvq_supported(uint32_t type, int64_t n_in) {
+    bool t = type == QT_Q8_0 || type == QT_Q4_0 || type == QT_Q4_K || type == QT_Q6_K;
+    return t && n_in % 32 == 0;
+}
+
+/* Quantizes x (n, n_in) into the backend's activation buffer; false when it does not fit. */
+bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n) {
+    int64_t n_groups = (int64_t)n * (n_in / 32);
+    if ((size_t)(n_groups * 32) > cb->xq_cap) return false; /* the caller takes the float path */
+    const int warps = 8;
+    quantize_q8_1_kernel<<<(unsigned)((n_groups + warps - 1) / warps), warps * 32, 0, cb->stream>>>(
+        x, n_in, cb->xq, cb->xds, n_groups);
+    return true;
+}
+
+/* y = W x for activations already quantized by cuda_mmvq_quantize. */
+void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y) {
+    int64_t warps = (w->n_out + MMVQ_ROWS - 1) / MMVQ_ROWS;
+    unsigned blocks = (unsigned)((warps + MMVQ_WARPS - 1) / MMVQ_WARPS);
+    const uint8_t *W = (const uint8_t *)w->dev;
+#define MMVQ_LAUNCH(T)                                                                                   \
+    mmvq_kernel<T><<<blocks, MMVQ_WARPS * 32, 0, cb->stream>>>(W, w->row_bytes, w->n_in, w->n_out, cb->xq, \
+                                                              cb->xds, n, bias, y)
+    switch (w->type) {
+    case QT_Q8_0: MMVQ_LAUNCH(QT_Q8_0); break;
+    case QT_Q4_0: MMVQ_LAUNCH(QT_Q4_0); break;
+    case QT_Q4_K: MMVQ_LAUNCH(QT_Q4_K); break;
+    case QT_Q6_K: MMVQ_LAUNCH(QT_Q6_K); break;
+    default: break;
+    }
+#undef MMVQ_LAUNCH
+}
