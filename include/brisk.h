@@ -67,12 +67,17 @@ typedef struct brisk_model_info {
     uint64_t n_params;      /* weights counted by element */
     uint64_t weight_bytes;  /* bytes of tensor data */
     uint64_t decode_bytes;  /* weight bytes read per decoded token (the embedding table only as the LM head) */
+    int gpu_device;         /* CUDA device holding the weights, or -1 (CPU) */
 } brisk_model_info;
 void brisk_model_get_info(const brisk_model *model, brisk_model_info *out);
 /* A string metadata value of the model's GGUF ("tokenizer.chat_template", ...)
  * as a new NUL-terminated copy the caller free()s; NULL when the key is
  * absent, not a string, or memory runs out. */
 char *brisk_model_meta_str(const brisk_model *model, const char *key);
+/* Measured device-to-device copy bandwidth of CUDA device `device` in GB/s
+ * (bytes read + written per second, 1 GiB copies): the roofline that speed
+ * figures on that GPU are shares of. 0 when there is no such device. */
+double brisk_gpu_bandwidth(int device);
 
 /* ---- tokenizer ------------------------------------------------------- */
 

@@ -157,12 +157,17 @@ int cmd_bench(int argc, char **argv) {
     brisk_model_info info;
     brisk_model_get_info(m, &info);
     int n_vocab = brisk_n_vocab(m);
-    double bw = measure_bandwidth(cli_default_threads());
+    /* the roofline is the memory the weights are read from */
+    double bw = info.gpu_device >= 0 ? brisk_gpu_bandwidth(info.gpu_device) : measure_bandwidth(cli_default_threads());
     double *tps = calloc((size_t)reps, sizeof *tps);
     if (!tps) goto done;
     if (!json) {
-        printf("model: %s (%s), %.2f GiB, %.2f B params; threads %d; memory bandwidth %.1f GB/s (measured)\n",
-               model_path, info.arch, info.weight_bytes / 1073741824.0, info.n_params / 1e9, n_threads, bw);
+        if (info.gpu_device >= 0)
+            printf("model: %s (%s), %.2f GiB, %.2f B params; CUDA device %d; copy bandwidth %.0f GB/s (measured)\n",
+                   model_path, info.arch, info.weight_bytes / 1073741824.0, info.n_params / 1e9, info.gpu_device, bw);
+        else
+            printf("model: %s (%s), %.2f GiB, %.2f B params; threads %d; memory bandwidth %.1f GB/s (measured)\n",
+                   model_path, info.arch, info.weight_bytes / 1073741824.0, info.n_params / 1e9, n_threads, bw);
         printf("| %-8s | %18s | %8s | %7s |\n", "test", "tokens/s", "GB/s", "% of bw");
         printf("|----------|--------------------|----------|---------|\n");
     }

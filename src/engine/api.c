@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "base/status.h"
 #include "model/model.h"
 
@@ -89,3 +90,5 @@ brisk_status brisk_detok_push(const brisk_model *m, brisk_detok *st, brisk_token
     memcpy(st->pending, all + i, n - i);
     return BRISK_OK;
 }
+
+double brisk_gpu_bandwidth(int device) { return bk_cuda_copy_bandwidth(device); }

@@ -283,4 +283,6 @@ void brisk_model_get_info(const brisk_model *m, brisk_model_info *o) {
     o->weight_bytes = m->weight_bytes;
     uint64_t embd = (uint64_t)m->tok_embd.row_bytes * (uint64_t)m->tok_embd.n_out;
     o->decode_bytes = m->weight_bytes - embd + (m->hp.tied_output ? embd : 0);
+    o->gpu_device = -1;
+    bk_backend_is_cuda(m->be, &o->gpu_device);
 }

@@ -183,6 +183,31 @@ extern "C" bool bk_backend_is_cuda(const bk_backend *be, int *device) {
     return true;
 }
 
+extern "C" double bk_cuda_copy_bandwidth(int device) {
+    if (device < 0 || device >= bk_cuda_device_count() || cudaSetDevice(device) != cudaSuccess) return 0.0;
+    const size_t bytes = (size_t)1 << 30;
+    void *a = NULL, *b = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    double gbs = 0.0;
+    if (cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess &&
+        cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess) {
+        cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice); /* warm-up */
+        const int reps = 10;
+        cudaEventRecord(e0);
+        for (int i = 0; i < reps; i++) cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
+        cudaEventRecord(e1);
+        float ms = 0.0f;
+        if (cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms > 0)
+            gbs = 2.0 * bytes * reps / (ms * 1e-3) / 1e9;
+    }
+    cudaGetLastError();
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(b);
+    return gbs;
+}
+
 static brisk_status cuda_init(cuda_backend *cb) {
     CU_TRY(cudaSetDevice(cb->device));
     CU_TRY(cudaDeviceGetAttribute(&cb->n_sm, cudaDevAttrMultiProcessorCount, cb->device));

@@ -30,6 +30,8 @@ brisk_status bk_cuda_backend_new(int device, bk_backend **out);
 bool bk_backend_is_cuda(const bk_backend *be, int *device);
 /* Copies host bytes into backend memory and waits (tests and setup; not an op). */
 brisk_status bk_cuda_write(bk_backend *be, void *dst, const void *src, size_t bytes);
+/* Device-to-device copy bandwidth in GB/s (read + write); 0 on failure. */
+double bk_cuda_copy_bandwidth(int device);
 /* Frees the device copy of a weight bound by a CUDA backend (NULL dev: no-op). */
 void bk_cuda_release_weight(bk_weight *w);
 

@@ -19,6 +19,11 @@ bool bk_backend_is_cuda(const bk_backend *be, int *device) {
 
 void bk_cuda_release_weight(bk_weight *w) { (void)w; }
 
+double bk_cuda_copy_bandwidth(int device) {
+    (void)device;
+    return 0.0;
+}
+
 brisk_status bk_cuda_write(bk_backend *be, void *dst, const void *src, size_t bytes) {
     (void)be;
     (void)dst;
