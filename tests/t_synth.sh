@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# brisk synth: the same bytes for any thread count and slab size; every tensor of a
+# mix gets the type llama.cpp's llama_model_quantize gives it on the f32 version of
+# the same model; the tiny MoE and hybrid presets (qwen3moe, qwen35, qwen35moe) load
+# in llama.cpp and give finite logits and greedy tokens; `brisk info` reads them; an
+# interrupted write leaves no file (and keeps an old one); bad arguments are one
+# line on stderr. The built-in vocabulary keeps the files small (a few MB).
+set -u
+B=${BUILD:-build}
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fail=0
+ok() { echo "ok   $*"; }
+no() { echo "FAIL $*"; fail=1; }
+syn() { "$B/brisk" synth "$@" 2>"$T/err" || { no "synth $*: $(tail -n1 "$T/err")"; return 1; }; }
+types() { "$B/brisk" info "$1" | awk '/^ +[0-9]+  [a-z]/{print $2, $3}' | sort; }
+
+# determinism: -t 1 vs -t 2, different slab sizes (tensors split over many slabs)
+for p in "tiny-qwen35moe --type Q4_K_M --expert-skew 1.5" "tiny-llama --type q8_0 --seed 5" "tiny-qwen3moe --type bf16"; do
+  syn --preset $p --layers 2 -t 1 --slab-kb 40 -o "$T/a.gguf" && syn --preset $p --layers 2 -t 2 --slab-kb 24 -o "$T/b.gguf" &&
+    syn --preset $p --layers 2 -t 2 -o "$T/c.gguf" || continue
+  if cmp -s "$T/a.gguf" "$T/b.gguf" && cmp -s "$T/a.gguf" "$T/c.gguf"; then ok "same bytes for -t 1/2: $p"
+  else no "bytes differ between thread counts: $p"; fi
+done
+syn --preset tiny-llama --type q8_0 --seed 6 -o "$T/d.gguf" && syn --preset tiny-llama --type q8_0 --seed 5 -o "$T/a.gguf" &&
+  { cmp -s "$T/a.gguf" "$T/d.gguf" && no "--seed changes nothing" || ok "--seed changes the weights"; }
+
+# mix tables against llama.cpp (the f32 model quantized by llama_model_quantize)
+# (a few pairs: each costs about a second on 2 cores)
+for pm in "tiny-qwen3moe Q4_K_M" "tiny-qwen35 Q3_K_M" "tiny-qwen35moe Q4_K_M" "tiny-llama Q5_K_S"; do
+  set -- $pm; p=$1; m=$2
+  [ -f "$T/$p-f32.gguf" ] || syn --preset $p --type f32 -o "$T/$p-f32.gguf" || continue
+  syn --preset $p --type $m -o "$T/ours.gguf" || continue
+  "$B/llamacpp-ref" quantize "$T/$p-f32.gguf" "$T/theirs.gguf" $m -t 2 >/dev/null 2>&1 || { no "llama.cpp quantize $p $m"; continue; }
+  if [ "$(types "$T/ours.gguf")" = "$(types "$T/theirs.gguf")" ]; then ok "$p $m: per-tensor types equal llama.cpp's"
+  else no "$p $m: types differ"; diff <(types "$T/ours.gguf") <(types "$T/theirs.gguf") | head -8; fi
+done
+
+# llama.cpp loads the MoE/hybrid presets (2 layers; qwen35*: one DeltaNet, one attention layer)
+for p in tiny-qwen3moe tiny-qwen35 tiny-qwen35moe; do
+  skew=; case $p in *moe) skew="--expert-skew 1";; esac
+  syn --preset $p --layers 2 --type Q4_K_M $skew -o "$T/$p.gguf" || continue
+  out=$("$B/llamacpp-ref" eval -m "$T/$p.gguf" -p 1 -n 4 -t 2 --top 1 2>&1)
+  ids=$(printf '%s\n' "$out" | tail -n1)
+  if printf '%s\n' "$out" | grep -q "^top row" && ! printf '%s\n' "$out" | grep -qiE "nan|inf" &&
+     [ "$(echo $ids | wc -w)" = 4 ]; then ok "llama.cpp runs $p: $ids"
+  else no "llama.cpp on $p: $(printf '%s\n' "$out" | tail -n3)"; fi
+  arch=$("$B/brisk" info "$T/$p.gguf" | awk '$1=="general.architecture"{print $3}')
+  case $p in tiny-qwen3moe) want='"qwen3moe"';; tiny-qwen35) want='"qwen35"';; *) want='"qwen35moe"';; esac
+  [ "$arch" = "$want" ] && ok "brisk info reads $p ($arch)" || no "brisk info $p: arch '$arch'"
+done
+
+# interrupted writes: no OUT (SIGTERM: no OUT.tmp either); an existing OUT survives
+big="--preset qwen3-0.6b --type Q4_K_M -t 1"
+started() { for _ in $(seq 100); do [ -e "$1" ] && return 0; sleep 0.05; done; return 1; }
+"$B/brisk" synth $big -o "$T/x.gguf" 2>/dev/null & pid=$!
+started "$T/x.gguf.tmp" || no "synth never started writing $T/x.gguf.tmp"
+sleep 0.3; kill -TERM $pid; wait $pid 2>/dev/null
+[ ! -e "$T/x.gguf" ] && [ ! -e "$T/x.gguf.tmp" ] && ok "SIGTERM leaves no file" || no "SIGTERM left $(ls "$T" | grep x.gguf)"
+syn --preset tiny-llama -o "$T/y.gguf" && cp "$T/y.gguf" "$T/y0.gguf"
+"$B/brisk" synth $big -o "$T/y.gguf" 2>/dev/null & pid=$!
+started "$T/y.gguf.tmp" || no "synth never started writing $T/y.gguf.tmp"
+sleep 0.3; kill -KILL $pid; wait $pid 2>/dev/null
+cmp -s "$T/y0.gguf" "$T/y.gguf" && ok "SIGKILL keeps the old OUT intact" || no "SIGKILL damaged the old OUT"
+
+# bad arguments: exactly one line on stderr
+bad() { # expected-rc description args...
+  local want=$1 what=$2; shift 2
+  "$B/brisk" synth "$@" >/dev/null 2>"$T/e"; local rc=$?
+  if [ $rc -eq $want ] && [ "$(wc -l <"$T/e")" -eq 1 ]; then ok "$what: $(cat "$T/e")"
+  else no "$what: rc $rc, stderr: $(cat "$T/e")"; fi
+}
+bad 2 "unknown preset" --preset qwen9-1b -o "$T/z.gguf"
+bad 2 "unknown type" --preset tiny-llama --type q7_k -o "$T/z.gguf"
+bad 2 "bad thread count" --preset tiny-llama -t 0 -o "$T/z.gguf"
+bad 2 "skew on a dense model" --preset tiny-llama --expert-skew 1 -o "$T/z.gguf"
+bad 1 "unwritable path" --preset tiny-llama -o "$T/no/such/dir/z.gguf"
+bad 1 "missing vocab" --preset tiny-llama --vocab "$T/none.gguf" -o "$T/z.gguf"
+bad 1 "Q2_K_S without imatrix" --preset tiny-llama --type Q2_K_S -o "$T/z.gguf"
+[ ! -e "$T/z.gguf" ] && [ ! -e "$T/z.gguf.tmp" ] && ok "failed runs leave no file" || no "a failed run left a file"
+exit $fail
