@@ -13,6 +13,7 @@
 
 #include "../../src/backend/cuda/cuda_gemv.cu"
 #include "../../src/backend/cuda/cuda_mmvq.cu"
+#include "../../src/backend/cuda/cuda_mma.cu"
 
 /* The lab times kernels only: staging and error recording are not linked in. */
 const void *cuda_upload(cuda_backend *, int, const void *, size_t) { return NULL; }
@@ -120,6 +121,46 @@ template <int T> static void run_type(const char *name, double bw, int n) {
     }
 }
 
+/* Prefill: the tensor-core product (cuda_mma.cu) against the SIMT tiled kernel, n tokens. */
+template <int T> static void run_prefill(const char *name, int64_t n_in, int64_t n_out, int n) {
+    size_t rb = quant_row_size(T, n_in), bytes = rb * n_out;
+    uint8_t *h = (uint8_t *)malloc(bytes), *W;
+    for (size_t i = 0; i < bytes; i++) h[i] = (uint8_t)(rand() & 0x3F);
+    CK(cudaMalloc(&W, bytes));
+    CK(cudaMemcpy(W, h, bytes, cudaMemcpyHostToDevice));
+    free(h);
+    float *x, *y;
+    CK(cudaMalloc(&x, n_in * n * sizeof(float)));
+    CK(cudaMemset(x, 0, n_in * n * sizeof(float)));
+    CK(cudaMalloc(&y, n_out * n * sizeof(float)));
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    float ms[2];
+    for (int v = 0; v < 2; v++) {
+        for (int it = 0; it < 12; it++) {
+            if (it == 2) cudaEventRecord(a);
+            if (v == 0) {
+                dim3 grid((unsigned)((n_out + MMA_BM - 1) / MMA_BM), (unsigned)((n + MMA_BN - 1) / MMA_BN));
+                mma_kernel<T><<<grid, 256>>>(W, rb, n_in, n_out, x, n, NULL, y);
+            } else {
+                dim3 grid((unsigned)((n_out + TM - 1) / TM), (unsigned)((n + TN - 1) / TN));
+                mm_tiled_kernel<T><<<grid, 256>>>(W, rb, n_in, n_out, x, n, NULL, y);
+            }
+        }
+        cudaEventRecord(b);
+        CK(cudaEventSynchronize(b));
+        cudaEventElapsedTime(&ms[v], a, b);
+        ms[v] /= 10;
+    }
+    double fl = 2.0 * n * n_in * n_out;
+    printf("| %-6s | %d | %6lld x %-6lld | %8.3f ms, %6.1f TFLOP/s | %8.3f ms, %6.1f TFLOP/s |\n", name, n,
+           (long long)n_out, (long long)n_in, ms[0], fl / (ms[0] * 1e-3) / 1e12, ms[1], fl / (ms[1] * 1e-3) / 1e12);
+    cudaFree(W);
+    cudaFree(x);
+    cudaFree(y);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     double bw = copy_bw();
@@ -133,5 +174,13 @@ int main(void) {
         run_type<QT_Q6_K>("q6_K", bw, n);
         run_type<QT_BF16>("bf16", bw, n);
     }
+    printf("\n| type | tokens | rows x cols | tensor cores (cuda_mma) | SIMT tiled |\n|---|---|---|---|---|\n");
+    run_prefill<QT_Q4_0>("q4_0", 4096, 12288, 512);
+    run_prefill<QT_Q4_K>("q4_K", 4096, 12288, 512);
+    run_prefill<QT_Q6_K>("q6_K", 4096, 12288, 512);
+    run_prefill<QT_Q8_0>("q8_0", 4096, 12288, 512);
+    run_prefill<QT_BF16>("bf16", 4096, 12288, 512);
+    run_prefill<QT_Q4_K>("q4_K", 12288, 4096, 512);
+    run_prefill<QT_Q4_K>("q4_K", 4096, 12288, 4096);
     return 0;
 }

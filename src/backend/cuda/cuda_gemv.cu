@@ -4,8 +4,9 @@
  * decodes 8 elements per lane per step (a warp step covers 256 consecutive
  * elements, i.e. one K-quant block or eight 32-blocks) and dots them with
  * every token's activations (decode and small batches: weight-bandwidth bound).
- * More tokens: a 64x64 tiled SIMT kernel that decodes each weight tile into
- * shared memory once per 64 tokens. (Tensor cores: a later step.)
+ * More tokens: tensor cores (cuda_mma.cu); the 64x64 tiled SIMT kernel here
+ * decodes each weight tile into shared memory once per 64 tokens and remains
+ * for rows that are no multiple of 32 (and BRISK_CUDA_MMA=0).
  */
 #include "backend/cuda/cuda_internal.cuh"
 
@@ -197,6 +198,10 @@ static void matmul_one(cuda_backend *cb, const bk_weight *w, const bk_weight *bi
     const uint8_t *W = (const uint8_t *)w->dev;
     const float *b = bias ? (const float *)bias->dev : NULL;
     int64_t n_in = w->n_in, n_out = w->n_out;
+    if (n > GEMV_MAX_TOK && !cb->mma_off && cuda_mma_supported(w->type, n_in)) {
+        cuda_mma(cb, w, b, x, n, y);
+        return;
+    }
     if (n > GEMV_MAX_TOK && n_in % TK == 0) {
         dim3 grid((unsigned)((n_out + TM - 1) / TM), (unsigned)((n + TN - 1) / TN));
         BK_DISPATCH(w->type, mm_tiled_kernel<TT><<<grid, 256, 0, cb->stream>>>(W, w->row_bytes, n_in, n_out,

@@ -50,6 +50,7 @@ typedef struct cuda_backend {
     int8_t *xq;                 /* (xq_cap) activations quantized for cuda_mmvq.cu */
     float2 *xds;                /* (xq_cap / 32) their block scales and sums */
     size_t xq_cap;              /* int8 values */
+    bool mma_off;               /* BRISK_CUDA_MMA=0: prefill products on the SIMT tiled kernel */
 } cuda_backend;
 
 #define MMVQ_MAX_TOK 8          /* tokens per integer-dot matrix product */
@@ -246,6 +247,8 @@ brisk_status cuda_graph_init(cuda_backend *cb);
 bool cuda_mmvq_supported(uint32_t type, int64_t n_in);
 bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n);
 void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y);
+bool cuda_mma_supported(uint32_t type, int64_t n_in);
+void cuda_mma(cuda_backend *cb, const bk_weight *w, const float *bias, const float *x, int n, float *y);
 extern "C" {
 void cuda_graph_free(cuda_backend *cb);
 }
