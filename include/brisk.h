@@ -133,6 +133,16 @@ typedef struct brisk_batch_entry {
 
 /* Runs n entries through the model. Entries of one sequence must come in
  * increasing position order and continue that sequence's cache. */
+/* Where a context's memory went: device -1 is the host (CPU backend). On a
+ * GPU, weights + kv + scratch is what the model and this context hold there;
+ * device_free/total are cudaMemGetInfo's figures when the context was made. */
+typedef struct brisk_memory_report {
+    int device;
+    uint64_t weight_bytes, kv_bytes, scratch_bytes;
+    uint64_t device_free, device_total;
+} brisk_memory_report;
+void brisk_context_memory(const brisk_context *ctx, brisk_memory_report *out);
+
 brisk_status brisk_decode(brisk_context *ctx, const brisk_batch_entry *entries, int n);
 /* Logits of the i-th entry of the last batch that asked for them (n_vocab floats), or NULL. */
 const float *brisk_get_logits(brisk_context *ctx, int i);
@@ -167,8 +177,40 @@ brisk_status brisk_sampler_new(const brisk_sampler_params *params, int n_vocab, 
 void brisk_sampler_free(brisk_sampler *s);
 /* Picks a token from logits (n_vocab floats; not modified). */
 brisk_token brisk_sampler_sample(brisk_sampler *s, const float *logits);
-/* Records a token (prompt or generated) for the penalties. */
+/* Records a token (prompt or generated) for the penalties; with a grammar
+ * set, also advances the grammar (so set it after feeding the prompt). */
 void brisk_sampler_accept(brisk_sampler *s, brisk_token tok);
+
+/* ---- grammars (structured output) ------------------------------------- */
+
+/* A grammar constrains sampling to the sentences of a GBNF grammar
+ * (llama.cpp's syntax): before its chain the sampler masks every token whose
+ * bytes would leave the grammar, and end-of-generation tokens until the text
+ * is complete. Token masks walk a trie of the model's token pieces, built
+ * once per model on first use, and are cached per grammar state. A grammar
+ * holds one parse position: use one per sequence. */
+typedef struct brisk_grammar brisk_grammar;
+/* GBNF text with start rule root ("root" when NULL). A bad grammar is
+ * BRISK_ERR_INVALID_ARG with "grammar: line L, column C: ..." as the message. */
+brisk_status brisk_grammar_new(const brisk_model *model, const char *gbnf, const char *root,
+                               brisk_grammar **out);
+/* A grammar for the JSON values a JSON schema accepts (schema_json: the
+ * schema as JSON text; NULL: any JSON object). Objects keep the schema's
+ * property order; whitespace is bounded. Unsupported keywords (pattern,
+ * allOf, ...) are BRISK_ERR_UNSUPPORTED with the keyword's path. */
+brisk_status brisk_grammar_from_json_schema(const brisk_model *model, const char *schema_json,
+                                            brisk_grammar **out);
+/* The GBNF a schema becomes, as a string the caller free()s. */
+brisk_status brisk_json_schema_to_gbnf(const char *schema_json, char **gbnf);
+void brisk_grammar_free(brisk_grammar *g);
+/* Advances g by a token's bytes. BRISK_ERR_INVALID_ARG (g unchanged) when the
+ * token leaves the grammar; end-of-generation tokens are accepted when complete. */
+brisk_status brisk_grammar_accept(brisk_grammar *g, brisk_token tok);
+/* Whether the text accepted so far is a complete sentence of the grammar. */
+bool brisk_grammar_is_complete(const brisk_grammar *g);
+/* Sampling with g from now on; the sampler owns g afterwards (frees it with
+ * itself or when replaced). NULL detaches and frees the current one. */
+void brisk_sampler_set_grammar(brisk_sampler *s, brisk_grammar *g);
 
 #ifdef __cplusplus
 }

@@ -150,7 +150,15 @@ bool cli_load_model(const char *path, int n_gpu_layers, int device, brisk_model 
 }
 
 bool cli_new_context(brisk_model *m, const brisk_context_params *cp, brisk_context **out) {
-    if (brisk_context_new(m, cp, out) == BRISK_OK) return true;
+    if (brisk_context_new(m, cp, out) == BRISK_OK) {
+        brisk_memory_report r;
+        brisk_context_memory(*out, &r);
+        if (r.device >= 0)
+            fprintf(stderr, "CUDA device %d: weights %.0f MiB, KV cache %.0f MiB, scratch %.0f MiB (%.0f of %.0f MiB were free)\n",
+                    r.device, r.weight_bytes / 1048576.0, r.kv_bytes / 1048576.0, r.scratch_bytes / 1048576.0,
+                    r.device_free / 1048576.0, r.device_total / 1048576.0);
+        return true;
+    }
     cli_error(1, "%s", brisk_last_error());
     return false;
 }

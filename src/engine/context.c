@@ -27,6 +27,7 @@ struct brisk_context {
     int n_logits_cap;
     int *logit_row;      /* (n_batch) entry -> row in logits, -1 if none */
     int n_last;          /* entries in the last batch */
+    brisk_memory_report mem;
 };
 
 brisk_context_params brisk_context_default_params(void) {
@@ -53,21 +54,32 @@ void brisk_context_free(brisk_context *c) {
     free(c);
 }
 
+/* The per-step activations of fwd_scratch, in floats, each rounded to 16. */
+#define N_SCRATCH 10
+static void scratch_sizes(const model_hparams *hp, size_t n, size_t sizes[N_SCRATCH]) {
+    size_t d = hp->n_embd, qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim,
+           ff = hp->n_ff;
+    size_t s[N_SCRATCH] = {n * d, n * d, n * qd, n * kvd, n * kvd, n * qd, n * ff, n * ff, n * d, n * (size_t)hp->n_vocab};
+    for (int i = 0; i < N_SCRATCH; i++) sizes[i] = (s[i] + 15) & ~(size_t)15;
+}
+
+static size_t scratch_bytes(const model_hparams *hp, size_t n) {
+    size_t sizes[N_SCRATCH], total = 0;
+    scratch_sizes(hp, n, sizes);
+    for (int i = 0; i < N_SCRATCH; i++) total += sizes[i];
+    return total * sizeof(float);
+}
+
 static brisk_status alloc_scratch(brisk_context *c) {
-    const model_hparams *hp = &c->model->hp;
-    size_t n = (size_t)c->n_ubatch, d = hp->n_embd, qd = (size_t)hp->n_head * hp->head_dim,
-           kvd = (size_t)hp->n_head_kv * hp->head_dim, ff = hp->n_ff;
-    size_t sizes[] = {n * d, n * d, n * qd, n * kvd, n * kvd, n * qd, n * ff, n * ff, n * d,
-                      n * (size_t)hp->n_vocab};
-    float **dst[] = {&c->s.x, &c->s.xb, &c->s.q, &c->s.k, &c->s.v, &c->s.att, &c->s.hb, &c->s.hb2,
-                     &c->s.out, &c->s.logits};
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += (sizes[i] + 15) & ~(size_t)15;
-    BK_TRY(c->be->ops->alloc(c->be, total * sizeof(float), &c->scratch_mem));
+    size_t sizes[N_SCRATCH];
+    scratch_sizes(&c->model->hp, (size_t)c->n_ubatch, sizes);
+    float **dst[N_SCRATCH] = {&c->s.x, &c->s.xb, &c->s.q, &c->s.k, &c->s.v, &c->s.att, &c->s.hb, &c->s.hb2,
+                              &c->s.out, &c->s.logits};
+    BK_TRY(c->be->ops->alloc(c->be, scratch_bytes(&c->model->hp, (size_t)c->n_ubatch), &c->scratch_mem));
     float *p = c->scratch_mem;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    for (int i = 0; i < N_SCRATCH; i++) {
         *dst[i] = p;
-        p += (sizes[i] + 15) & ~(size_t)15;
+        p += sizes[i];
     }
     return BRISK_OK;
 }
@@ -98,6 +110,32 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
     brisk_status s = bk_backend_is_cuda(model->be, &dev) ? bk_cuda_backend_new(dev, &c->be)
                                                           : bk_cpu_backend_new(p.n_threads, &c->be);
     if (s != BRISK_OK) goto fail;
+    c->mem.device = -1;
+    c->mem.kv_bytes = kv_cache_size_for(hp->n_layer, hp->n_head_kv * hp->head_dim, p.n_ctx, p.n_seq_max,
+                                     p.kv_block_size, p.kv_type);
+    c->mem.scratch_bytes = scratch_bytes(hp, (size_t)c->n_ubatch);
+    if (bk_backend_is_cuda(c->be, &dev)) {
+        /* A context that cannot fit is refused here, with what it needs, never
+         * by an allocation failing halfway or in the middle of generation. */
+        c->mem.device = dev;
+        c->mem.weight_bytes = c->model->weight_bytes;
+        c->mem.scratch_bytes += bk_cuda_backend_overhead();
+        size_t fr = 0, tot = 0;
+        s = bk_cuda_mem_info(dev, &fr, &tot);
+        if (s != BRISK_OK) goto fail;
+        c->mem.device_free = fr;
+        c->mem.device_total = tot;
+        uint64_t need = c->mem.kv_bytes + c->mem.scratch_bytes;
+        if (need > fr) {
+            s = bk_fail(BRISK_ERR_NOMEM,
+                        "the context needs %.0f MiB on CUDA device %d (KV cache %.0f MiB for %d tokens x %d "
+                        "sequences, scratch %.0f MiB for batches of %d) but %.0f MiB are free; lower -c, "
+                        "--parallel or -b",
+                        need / 1048576.0, dev, c->mem.kv_bytes / 1048576.0, p.n_ctx, p.n_seq_max,
+                        c->mem.scratch_bytes / 1048576.0, c->n_ubatch, fr / 1048576.0);
+            goto fail;
+        }
+    }
     s = kv_cache_new(c->be, hp->n_layer, hp->n_head_kv * hp->head_dim, p.n_ctx, p.n_seq_max,
                      p.kv_block_size, p.kv_type, &c->kv);
     if (s != BRISK_OK) goto fail;
@@ -214,3 +252,5 @@ brisk_status brisk_seq_share_prefix(brisk_context *c, int src, int dst, int32_t 
 }
 
 int32_t brisk_seq_len(const brisk_context *c, int seq) { return kv_cache_seq_len(c->kv, seq); }
+
+void brisk_context_memory(const brisk_context *c, brisk_memory_report *out) { *out = c->mem; }

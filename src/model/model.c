@@ -229,6 +229,19 @@ brisk_status brisk_model_load(const char *path, const brisk_model_params *params
         /* The embedding may be padded beyond the tokenizer (Qwen: 151936 rows). */
         const gguf_tensor *te = gguf_find_tensor(m->gguf, "token_embd.weight");
         if (te && te->ne[1] >= m->hp.n_vocab) m->hp.n_vocab = (int)te->ne[1];
+        if (m->be) {
+            /* Refuse up front rather than fail halfway through the upload. */
+            uint64_t need = 0;
+            for (int64_t i = 0; i < gguf_tensor_count(m->gguf); i++) need += gguf_get_tensor(m->gguf, i)->nbytes;
+            size_t fr = 0, tot = 0;
+            if (bk_cuda_mem_info(params->device, &fr, &tot) == BRISK_OK && need > fr) {
+                s = bk_fail(BRISK_ERR_NOMEM,
+                            "%s: the weights need %.0f MiB on CUDA device %d, which has %.0f MiB free of %.0f MiB "
+                            "(run on the CPU with -ngl 0)",
+                            path, need / 1048576.0, params->device, fr / 1048576.0, tot / 1048576.0);
+                goto fail;
+            }
+        }
         s = bind_all(m);
         if (s != BRISK_OK) {
             bk_wrap(s, "%s", path);

@@ -183,6 +183,20 @@ extern "C" bool bk_backend_is_cuda(const bk_backend *be, int *device) {
     return true;
 }
 
+extern "C" brisk_status bk_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes) {
+    *free_bytes = *total_bytes = 0;
+    CU_TRY(cudaSetDevice(device));
+    CU_TRY(cudaMemGetInfo(free_bytes, total_bytes));
+    return BRISK_OK;
+}
+
+extern "C" size_t bk_cuda_backend_overhead(void) {
+    size_t meta = 2 * META_TOKENS_BYTES + META_FREQ_BYTES + META_ATT_BYTES;
+    size_t step = ((size_t)1 << 20) * sizeof(int32_t);
+    size_t xq = ((size_t)MMVQ_MAX_TOK << 17) * (1 + sizeof(float2) / 32);
+    return meta + ATT_PART_FLOATS * sizeof(float) + step + xq;
+}
+
 extern "C" double bk_cuda_copy_bandwidth(int device) {
     if (device < 0 || device >= bk_cuda_device_count() || cudaSetDevice(device) != cudaSuccess) return 0.0;
     const size_t bytes = (size_t)1 << 30;

@@ -30,6 +30,11 @@ brisk_status bk_cuda_backend_new(int device, bk_backend **out);
 bool bk_backend_is_cuda(const bk_backend *be, int *device);
 /* Copies host bytes into backend memory and waits (tests and setup; not an op). */
 brisk_status bk_cuda_write(bk_backend *be, void *dst, const void *src, size_t bytes);
+/* Free and total memory of a device in bytes. */
+brisk_status bk_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes);
+/* Device memory a backend allocates for itself at creation (staging, split-K
+ * partials, activation buffers), beyond what alloc() hands out. */
+size_t bk_cuda_backend_overhead(void);
 /* Device-to-device copy bandwidth in GB/s (read + write); 0 on failure. */
 double bk_cuda_copy_bandwidth(int device);
 /* Frees the device copy of a weight bound by a CUDA backend (NULL dev: no-op). */
