@@ -53,10 +53,10 @@ template <int T> static float time_mmvq(uint8_t **W, int nW, size_t rb, int64_t 
     cudaEvent_t a, b;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
-    for (int i = 0; i < 3; i++) mmvq_kernel<T><<<blocks, MMVQ_WARPS * 32>>>(W[i % nW], rb, n_in, n_out, xq, xds, n, NULL, y);
+    for (int i = 0; i < 3; i++) (n == 1 ? mmvq_kernel<T, 1> : n <= 8 ? mmvq_kernel<T, 8> : mmvq_kernel<T, MMVQ_MAX_TOK>)<<<blocks, MMVQ_WARPS * 32>>>(W[i % nW], rb, n_in, n_out, xq, xds, n, NULL, y);
     const int iters = 40;
     cudaEventRecord(a);
-    for (int i = 0; i < iters; i++) mmvq_kernel<T><<<blocks, MMVQ_WARPS * 32>>>(W[i % nW], rb, n_in, n_out, xq, xds, n, NULL, y);
+    for (int i = 0; i < iters; i++) (n == 1 ? mmvq_kernel<T, 1> : n <= 8 ? mmvq_kernel<T, 8> : mmvq_kernel<T, MMVQ_MAX_TOK>)<<<blocks, MMVQ_WARPS * 32>>>(W[i % nW], rb, n_in, n_out, xq, xds, n, NULL, y);
     cudaEventRecord(b);
     CK(cudaEventSynchronize(b));
     float ms;
@@ -167,7 +167,7 @@ int main(void) {
     printf("copy bandwidth (device to device, read + write): %.0f GB/s\n\n", bw);
     printf("| type | tokens | rows x cols | MB | R=1 GB/s (share) | R=2 GB/s (share) | R=4 GB/s (share) |\n");
     printf("|---|---|---|---|---|---|---|\n");
-    for (int n = 1; n <= 8; n *= 8) {
+    for (int n = 1; n <= 16; n *= n == 1 ? 8 : 2) {
         run_type<QT_Q4_0>("q4_0", bw, n);
         run_type<QT_Q8_0>("q8_0", bw, n);
         run_type<QT_Q4_K>("q4_K", bw, n);

@@ -53,7 +53,7 @@ typedef struct cuda_backend {
     bool mma_off;               /* BRISK_CUDA_MMA=0: prefill products on the SIMT tiled kernel */
 } cuda_backend;
 
-#define MMVQ_MAX_TOK 8          /* tokens per integer-dot matrix product */
+#define MMVQ_MAX_TOK 16         /* tokens per integer-dot matrix product (batched decode) */
 
 /* One check macro: a failing CUDA call becomes a status with file, line and the driver's text. */
 #define CU_TRY(call)                                                                       \

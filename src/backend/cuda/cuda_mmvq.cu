@@ -45,60 +45,76 @@ __device__ __forceinline__ int ld_i32_a2(const uint8_t *p) {
     return (int)(q[0] | ((uint32_t)q[1] << 16));
 }
 
-/* Dot of weight group g (elements 32g..32g+31) of one row with the int8
- * activations xi (8 words) of one token; returns the float contribution.
- * ds = (d, d * sum) of the activation block. */
-template <int T>
-__device__ __forceinline__ float group_dot(const uint8_t *row, int64_t g, const int *xi, float2 ds) {
+/* Weight group g (elements 32g..32g+31) of one row, unpacked once and then
+ * dotted with every token: eight words of signed or unsigned bytes w (bytes
+ * 0-15 in w[0..3], 16-31 in w[4..7]) with integer scales s0, s1 for the two
+ * halves, and float factors so that the group contributes
+ *     a * d_x * (s0 * dot(w[0..3], x[0..3]) + s1 * dot(w[4..7], x[4..7])) - b * (d_x * sum x)
+ * (b folds constant offsets and K-quant minimums into the activation sums). */
+typedef struct wgroup {
+    int w[8];
+    int s0, s1;
+    float a, b;
+} wgroup;
+
+template <int T> __device__ __forceinline__ void group_load(const uint8_t *row, int64_t g, wgroup &q) {
+    q.s0 = q.s1 = 1;
+    q.b = 0.0f;
     if (T == QT_Q8_0) {
         const uint8_t *b = row + g * 34;
-        int s = 0;
 #pragma unroll
-        for (int i = 0; i < 8; i++) s = __dp4a(ld_i32_a2(b + 2 + 4 * i), xi[i], s);
-        return bk_h2f(ld16(b)) * ds.x * (float)s;
+        for (int i = 0; i < 8; i++) q.w[i] = ld_i32_a2(b + 2 + 4 * i);
+        q.a = bk_h2f(ld16(b));
     } else if (T == QT_Q4_0) {
         const uint8_t *b = row + g * 18;
-        int s = 0;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             int w = ld_i32_a2(b + 2 + 4 * i);
-            s = __dp4a(w & 0x0F0F0F0F, xi[i], s);
-            s = __dp4a((w >> 4) & 0x0F0F0F0F, xi[4 + i], s);
+            q.w[i] = w & 0x0F0F0F0F;
+            q.w[4 + i] = (w >> 4) & 0x0F0F0F0F;
         }
-        /* (q - 8) * x = q * x - 8 * x: the offset folds into the block sum */
-        return bk_h2f(ld16(b)) * (ds.x * (float)s - 8.0f * ds.y);
+        q.a = bk_h2f(ld16(b));
+        q.b = 8.0f * q.a; /* (n - 8) * x = n * x - 8 * x */
     } else if (T == QT_Q4_K) {
         const uint8_t *b = row + (g / 8) * 144;
         int j = (int)(g % 8), c = j / 2, sh = (j % 2) * 4;
         const int *qs = (const int *)(b + 16 + 32 * c); /* 144-byte blocks keep 4-byte alignment */
-        int s = 0;
 #pragma unroll
-        for (int i = 0; i < 8; i++) s = __dp4a((qs[i] >> sh) & 0x0F0F0F0F, xi[i], s);
+        for (int i = 0; i < 8; i++) q.w[i] = (qs[i] >> sh) & 0x0F0F0F0F;
         int sc, m;
         k4_scale_min(j, b + 4, &sc, &m);
         uint32_t dd = *(const uint32_t *)b;
-        float d = bk_h2f((uint16_t)dd), dmin = bk_h2f((uint16_t)(dd >> 16));
-        return d * (float)sc * ds.x * (float)s - dmin * (float)m * ds.y;
+        q.a = bk_h2f((uint16_t)dd) * (float)sc;
+        q.b = bk_h2f((uint16_t)(dd >> 16)) * (float)m;
     } else { /* QT_Q6_K */
         const uint8_t *b = row + (g / 8) * 210;
         int j = (int)(g % 8), n = j / 4, k = j % 4;
         const uint8_t *ql = b + 64 * n + 32 * (k & 1), *qh = b + 128 + 32 * n;
         int shl = (k >> 1) * 4, shh = 2 * k;
-        const int8_t *sc = (const int8_t *)(b + 192 + 8 * n + 2 * k);
-        int s0 = 0, s1 = 0;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             int lo = (ld_i32_a2(ql + 4 * i) >> shl) & 0x0F0F0F0F;
             int hi = ((ld_i32_a2(qh + 4 * i) >> shh) & 0x03030303) << 4;
-            int q = __vsubss4(lo | hi, 0x20202020); /* 6-bit values minus 32, per byte */
-            if (i < 4) s0 = __dp4a(q, xi[i], s0);
-            else s1 = __dp4a(q, xi[i], s1);
+            q.w[i] = __vsubss4(lo | hi, 0x20202020); /* 6-bit values minus 32, per byte */
         }
-        return bk_h2f(ld16(b + 208)) * ds.x * (float)(sc[0] * s0 + sc[1] * s1);
+        const int8_t *sc = (const int8_t *)(b + 192 + 8 * n + 2 * k);
+        q.s0 = sc[0];
+        q.s1 = sc[1];
+        q.a = bk_h2f(ld16(b + 208));
     }
 }
 
-template <int T>
+__device__ __forceinline__ float group_dot(const wgroup &q, const int *xi, float2 ds) {
+    int s0 = 0, s1 = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        s0 = __dp4a(q.w[i], xi[i], s0);
+        s1 = __dp4a(q.w[4 + i], xi[4 + i], s1);
+    }
+    return q.a * ds.x * (float)(q.s0 * s0 + q.s1 * s1) - q.b * ds.y;
+}
+
+template <int T, int NT> /* NT: tokens the registers are sized for (n <= NT) */
 __global__ void __launch_bounds__(MMVQ_WARPS * 32)
 mmvq_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, const int8_t *xq,
             const float2 *xds, int n, const float *bias, float *y) {
@@ -108,29 +124,32 @@ mmvq_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, con
     const uint8_t *rows[MMVQ_ROWS];
 #pragma unroll
     for (int i = 0; i < MMVQ_ROWS; i++) rows[i] = W + (r0 + i < n_out ? r0 + i : r0) * row_bytes;
-    float acc[MMVQ_ROWS][MMVQ_MAX_TOK];
+    float acc[MMVQ_ROWS][NT];
 #pragma unroll
     for (int i = 0; i < MMVQ_ROWS; i++)
 #pragma unroll
-        for (int t = 0; t < MMVQ_MAX_TOK; t++) acc[i][t] = 0.0f;
+        for (int t = 0; t < NT; t++) acc[i][t] = 0.0f;
     int64_t n_groups = n_in / 32;
     for (int64_t g = lane; g < n_groups; g += 32) {
+        wgroup q[MMVQ_ROWS];
 #pragma unroll
-        for (int t = 0; t < MMVQ_MAX_TOK; t++) {
+        for (int i = 0; i < MMVQ_ROWS; i++) group_load<T>(rows[i], g, q[i]);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
             if (t >= n) break;
             const int4 *xp = (const int4 *)(xq + (int64_t)t * n_in + g * 32);
             int4 a = __ldg(xp), c = __ldg(xp + 1);
             int xi[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
             float2 ds = __ldg(xds + (int64_t)t * n_groups + g);
 #pragma unroll
-            for (int i = 0; i < MMVQ_ROWS; i++) acc[i][t] += group_dot<T>(rows[i], g, xi, ds);
+            for (int i = 0; i < MMVQ_ROWS; i++) acc[i][t] += group_dot(q[i], xi, ds);
         }
     }
 #pragma unroll
     for (int i = 0; i < MMVQ_ROWS; i++) {
         if (r0 + i >= n_out) break;
 #pragma unroll
-        for (int t = 0; t < MMVQ_MAX_TOK; t++) {
+        for (int t = 0; t < NT; t++) {
             if (t >= n) break;
             float s = acc[i][t];
 #pragma unroll
@@ -155,14 +174,20 @@ bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n) {
     return true;
 }
 
-/* y = W x for activations already quantized by cuda_mmvq_quantize. */
+/* y = W x for activations already quantized by cuda_mmvq_quantize (n <= MMVQ_MAX_TOK). */
 void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y) {
     int64_t warps = (w->n_out + MMVQ_ROWS - 1) / MMVQ_ROWS;
     unsigned blocks = (unsigned)((warps + MMVQ_WARPS - 1) / MMVQ_WARPS);
     const uint8_t *W = (const uint8_t *)w->dev;
-#define MMVQ_LAUNCH(T)                                                                                   \
-    mmvq_kernel<T><<<blocks, MMVQ_WARPS * 32, 0, cb->stream>>>(W, w->row_bytes, w->n_in, w->n_out, cb->xq, \
-                                                              cb->xds, n, bias, y)
+    /* registers sized for the batch: a decode step keeps the occupancy of one token */
+#define MMVQ_NT(T, NT)                                                                                      \
+    mmvq_kernel<T, NT><<<blocks, MMVQ_WARPS * 32, 0, cb->stream>>>(W, w->row_bytes, w->n_in, w->n_out, cb->xq, \
+                                                                  cb->xds, n, bias, y)
+#define MMVQ_LAUNCH(T)                 \
+    if (n == 1) MMVQ_NT(T, 1);         \
+    else if (n <= 4) MMVQ_NT(T, 4);    \
+    else if (n <= 8) MMVQ_NT(T, 8);    \
+    else MMVQ_NT(T, MMVQ_MAX_TOK)
     switch (w->type) {
     case QT_Q8_0: MMVQ_LAUNCH(QT_Q8_0); break;
     case QT_Q4_0: MMVQ_LAUNCH(QT_Q4_0); break;
@@ -170,5 +195,6 @@ void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, f
     case QT_Q6_K: MMVQ_LAUNCH(QT_Q6_K); break;
     default: break;
     }
+#undef MMVQ_NT
 #undef MMVQ_LAUNCH
 }
