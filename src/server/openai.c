@@ -116,6 +116,17 @@ static cJSON *normalize_messages(const cJSON *msgs, oai_error *e) {
         cJSON_DeleteItemFromObjectCaseSensitive(n, "content");
         cJSON_AddStringToObject(n, "content", text ? text : "");
         free(text);
+        /* OpenAI sends tool-call arguments as a JSON string; templates iterate
+         * them as a mapping (Qwen3.5/3.6 `arguments|items`), as HF's apply does. */
+        cJSON *calls = cJSON_GetObjectItemCaseSensitive(n, "tool_calls"), *call;
+        cJSON_ArrayForEach(call, calls) {
+            cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+            cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+            if (!cJSON_IsString(args)) continue;
+            cJSON *obj = cJSON_Parse(args->valuestring);
+            if (cJSON_IsObject(obj)) cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", obj);
+            else cJSON_Delete(obj);
+        }
         cJSON_AddItemToArray(out, n);
     }
     return out;

@@ -18,7 +18,7 @@
 
 #include "backend/cuda/cuda_internal.cuh"
 
-#define GRAPH_MAX_TOKENS 8   /* larger passes amortise their launches: run eagerly */
+#define GRAPH_MAX_TOKENS 16  /* larger passes amortise their launches: run eagerly */
 #define GRAPH_CACHE_MAX 32
 
 typedef struct cuda_graph_entry {
