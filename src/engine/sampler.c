@@ -1,11 +1,14 @@
 /* sampler.c — token selection, in llama.cpp's default chain order:
- * penalties -> top-k -> top-p -> min-p -> temperature -> draw.
- * temp <= 0 is greedy (argmax after penalties; ties go to the lowest id). */
+ * penalties -> grammar mask -> top-k -> top-p -> min-p -> temperature -> draw.
+ * temp <= 0 is greedy (argmax after penalties; ties go to the lowest id).
+ * With a grammar (engine/grammar.h) only the tokens its mask allows stay in
+ * the working set, so the chain runs over fewer candidates. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/status.h"
+#include "engine/grammar.h"
 
 typedef struct cand {
     float logit;
@@ -21,6 +24,7 @@ struct brisk_sampler {
     int n_recent, head;
     uint16_t *count;  /* (n_vocab) scratch occurrence counts */
     uint64_t rng[4];  /* xoshiro256** */
+    brisk_grammar *grammar; /* owned, NULL: none */
 };
 
 brisk_sampler_params brisk_sampler_default_params(void) {
@@ -76,11 +80,23 @@ void brisk_sampler_free(brisk_sampler *s) {
     free(s->c);
     free(s->count);
     free(s->recent);
+    brisk_grammar_free(s->grammar);
     free(s);
 }
 
+void brisk_sampler_set_grammar(brisk_sampler *s, brisk_grammar *g) {
+    if (!s) {
+        brisk_grammar_free(g);
+        return;
+    }
+    if (s->grammar != g) brisk_grammar_free(s->grammar);
+    s->grammar = g;
+}
+
 void brisk_sampler_accept(brisk_sampler *s, brisk_token tok) {
-    if (!s || s->p.repeat_last_n == 0) return;
+    if (!s) return;
+    if (s->grammar) brisk_grammar_accept(s->grammar, tok); /* a token outside the mask leaves it where it was */
+    if (s->p.repeat_last_n == 0) return;
     s->recent[s->head] = tok;
     s->head = (s->head + 1) % s->p.repeat_last_n;
     if (s->n_recent < s->p.repeat_last_n) s->n_recent++;
@@ -145,6 +161,17 @@ brisk_token brisk_sampler_sample(brisk_sampler *s, const float *logits) {
     int n = s->n_vocab;
     for (int i = 0; i < n; i++) s->c[i] = (cand){logits[i], 0.0f, i};
     apply_penalties(s);
+    if (s->grammar) {
+        int n_allowed = 0;
+        const uint32_t *mask = grammar_mask(s->grammar, &n_allowed);
+        if (mask && n_allowed == 0) return grammar_fallback_token(s->grammar); /* a dead end: end the text */
+        if (mask) { /* keep the allowed candidates, in id order */
+            int k = 0, nv = grammar_n_vocab(s->grammar);
+            for (int i = 0; i < n && i < nv; i++)
+                if (mask[i >> 5] >> (i & 31) & 1) s->c[k++] = s->c[i];
+            n = k;
+        }
+    }
     if (p->temp <= 0.0f) {
         int best = 0;
         for (int i = 1; i < n; i++)

@@ -275,6 +275,7 @@ void brisk_model_free(brisk_model *m) {
     release_weights(m);
     free(m->layers);
     if (m->be) m->be->ops->free(m->be);
+    if (m->grammar_vocab_free) m->grammar_vocab_free(m->grammar_vocab);
     tokenizer_free(m->tok);
     gguf_close(m->gguf);
     free(m);

@@ -51,6 +51,8 @@ struct brisk_model {
     uint64_t n_params, weight_bytes;
     char arch_name[32];
     char name[128];
+    void *grammar_vocab;              /* engine/grammar.c's token trie, built on first use */
+    void (*grammar_vocab_free)(void *);
 };
 
 /* Reads hyperparameters for the file's architecture (BRISK_ERR_UNSUPPORTED for others). */

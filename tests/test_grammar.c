@@ -1,0 +1,307 @@
+/* test_grammar.c — GBNF parsing and errors, byte matching, JSON schema to
+ * grammar, token masks over the Qwen vocabulary (checked against matching
+ * every piece one by one) and grammar-constrained sampling. */
+#include "brisk.h"
+#include "engine/grammar.h"
+#include "test.h"
+
+/* Whether text is (prefix: may still become) a sentence of the grammar. */
+static int match(const char *gbnf, const char *text, bool prefix) {
+    brisk_grammar *g = NULL;
+    if (brisk_grammar_new(NULL, gbnf, NULL, &g) != BRISK_OK) {
+        fprintf(stderr, "  parse failed: %s\n", brisk_last_error());
+        return -1;
+    }
+    bool ok = grammar_accept_bytes(g, text, strlen(text)) && (prefix || grammar_is_complete(g));
+    brisk_grammar_free(g);
+    return ok;
+}
+
+/* The error message of a bad grammar ("" when it parses). */
+static const char *parse_error(const char *gbnf) {
+    brisk_grammar *g = NULL;
+    if (brisk_grammar_new(NULL, gbnf, NULL, &g) == BRISK_OK) {
+        brisk_grammar_free(g);
+        return "";
+    }
+    return brisk_last_error();
+}
+
+static void test_parse_errors(void) {
+    CHECK(strstr(parse_error("root ::= foo\n"), "line 1, column 10: rule 'foo' is used but not defined"));
+    CHECK(strstr(parse_error("root ::= \"a\"\nx = \"b\"\n"), "line 2, column 3: unexpected '='"));
+    CHECK(strstr(parse_error("root ::= \"abc\n"), "line 1, column 10: unterminated string"));
+    CHECK(strstr(parse_error("root ::= [a-z\n"), "unterminated character class"));
+    CHECK(strstr(parse_error("root ::= \"\\q\"\n"), "unknown escape"));
+    CHECK(strstr(parse_error("root ::= \"a\"{3,1}\n"), "maximum is below the minimum"));
+    CHECK(strstr(parse_error("root ::= (\"a\"\n"), "without a matching ')'"));
+    CHECK(strstr(parse_error("root ::= \"a\" )\n"), "')' without a matching '('"));
+    CHECK(strstr(parse_error("root ::= root \"a\" | \"b\"\n"), "'root' is left-recursive"));
+    CHECK(strstr(parse_error("root ::= x\nx ::= y? root\ny ::= \"a\"\n"), "left-recursive"));
+    CHECK(strstr(parse_error("x ::= \"a\"\n"), "no rule named 'root'"));
+    CHECK(strstr(parse_error("root ::= \"a\"\nroot ::= \"b\"\n"), "line 2, column 1: rule 'root' is defined twice"));
+    CHECK(strstr(parse_error("root ::= \"a\"{99999999}\n"), "too large"));
+    CHECK(strstr(parse_error("root ::= [\\u00e9-\\u00e0]\n"), "below its start"));
+    CHECK(strstr(parse_error("root ::= *\n"), "unexpected '*'"));
+}
+
+static void test_match(void) {
+    const char *g = "# a comment\n"
+                    "root ::= greeting (\" \" name)? \"!\"{1,3}   # trailing\n"
+                    "greeting ::= \"hi\" | \"hello\"\n"
+                    "  | \"hey\"\n"
+                    "name ::= [A-Z] [a-z]* digits?\n"
+                    "digits ::= [0-9]{2}\n";
+    CHECK(match(g, "hi!", false) == 1);
+    CHECK(match(g, "hey Bob!!!", false) == 1);
+    CHECK(match(g, "hello Al42!", false) == 1);
+    CHECK(match(g, "hello Al4!", false) == 0);
+    CHECK(match(g, "hi!!!!", false) == 0);
+    CHECK(match(g, "hi bob!", false) == 0);
+    CHECK(match(g, "hell", true) == 1);
+    CHECK(match(g, "hell", false) == 0);
+    /* negated classes, escapes, any char, + and {m,} */
+    const char *h = "root ::= [^\"\\\\\\n]+ \"\\x21\" . {2,} \"\\t\"\n";
+    CHECK(match(h, "abc!xy\t", false) == 1);
+    CHECK(match(h, "abc!x\t", false) == 0);
+    CHECK(match(h, "a\"c!xy\t", false) == 0);
+    CHECK(match(h, "!xy\t", false) == 0);
+    /* ambiguity: both parses live until the end */
+    CHECK(match("root ::= \"a\"* \"a\" \"b\" | \"a\"+ \"c\"\n", "aaab", false) == 1);
+    CHECK(match("root ::= \"a\"* \"a\" \"b\" | \"a\"+ \"c\"\n", "aaac", false) == 1);
+    /* empty alternatives and nullable rules */
+    CHECK(match("root ::= x x \"z\"\nx ::= | \"y\"\n", "yz", false) == 1);
+    CHECK(match("root ::= x x \"z\"\nx ::= | \"y\"\n", "yyyz", false) == 0);
+}
+
+static void test_utf8(void) {
+    const char *g = "root ::= [一-龥]+ \"é\" [^a-z]\n";
+    CHECK(match(g, "中文éЖ", false) == 1);
+    CHECK(match(g, "中文éa", false) == 0);
+    CHECK(match(g, "éЖ", false) == 0);
+    /* a partial character: the lead byte of 中 is a prefix, of é (C3) is not, at the start */
+    CHECK(match(g, "\xE4\xB8", true) == 1);
+    CHECK(match(g, "\xC3", true) == 0);
+    CHECK(match(g, "\xFF", true) == 0);
+    CHECK(match("root ::= .\n", "\xC0\x80", true) == 0); /* overlong */
+    CHECK(match("root ::= .\n", "\xED\xA0\x80", true) == 0); /* surrogate */
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
+    if (s) s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+/* llama.cpp's example grammars parse (when the local clone is there). */
+static void test_llamacpp_grammars(void) {
+    static const char *const names[] = {"json", "json_arr", "arithmetic", "c", "chess", "english", "japanese", "list"};
+    int found = 0;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char path[256];
+        snprintf(path, sizeof path, ".deps/llama.cpp/grammars/%s.gbnf", names[i]);
+        char *text = slurp(path);
+        if (!text) continue;
+        found++;
+        brisk_grammar *g = NULL;
+        brisk_status st = brisk_grammar_new(NULL, text, NULL, &g);
+        if (st != BRISK_OK) fprintf(stderr, "  %s: %s\n", path, brisk_last_error());
+        CHECK(st == BRISK_OK);
+        if (!strcmp(names[i], "json") && g) {
+            const char *doc = "{\"a\": [1, 2.5e3, \"x\\u00e9\"], \"b\": {\"c\": null}}";
+            CHECK(grammar_accept_bytes(g, doc, strlen(doc)) && grammar_is_complete(g));
+        }
+        if (!strcmp(names[i], "arithmetic") && g) CHECK(grammar_accept_bytes(g, "(1+2)*3", 7));
+        brisk_grammar_free(g);
+        free(text);
+    }
+    if (!found) printf("  (no .deps/llama.cpp/grammars: skipped)\n");
+}
+
+static int schema_match(const char *schema, const char *doc) {
+    brisk_grammar *g = NULL;
+    if (brisk_grammar_from_json_schema(NULL, schema, &g) != BRISK_OK) {
+        fprintf(stderr, "  schema failed: %s\n", brisk_last_error());
+        return -1;
+    }
+    int ok = grammar_accept_bytes(g, doc, strlen(doc)) && grammar_is_complete(g);
+    brisk_grammar_free(g);
+    return ok;
+}
+
+static const char *person_schema =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":8},"
+    "\"age\":{\"type\":\"integer\"},"
+    "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\",3,null]},\"minItems\":1,\"maxItems\":3},"
+    "\"pet\":{\"anyOf\":[{\"type\":\"null\"},{\"$ref\":\"#/$defs/pet\"}]},"
+    "\"ok\":{\"type\":[\"boolean\",\"number\"]}},"
+    "\"required\":[\"name\",\"age\"],\"additionalProperties\":false,"
+    "\"$defs\":{\"pet\":{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"cat\"},"
+    "\"next\":{\"anyOf\":[{\"$ref\":\"#/$defs/pet\"},{\"type\":\"null\"}]}},\"required\":[\"kind\",\"next\"]}}}";
+
+static void test_json_schema(void) {
+    CHECK(schema_match(person_schema, "{\"name\":\"Al\",\"age\":3}") == 1);
+    CHECK(schema_match(person_schema, "{ \"name\": \"Al\",\n  \"age\": -30, \"tags\": [\"a\", 3, null], \"ok\": true }") == 1);
+    CHECK(schema_match(person_schema, "{\"name\":\"Al\",\"age\":3,\"pet\":{\"kind\":\"cat\",\"next\":{\"kind\":\"cat\",\"next\":null}}}") == 1);
+    CHECK(schema_match(person_schema, "{\"name\":\"Al\",\"age\":3,\"ok\":1.5e3}") == 1);
+    CHECK(schema_match(person_schema, "{\"age\":3}") == 0);                        /* required */
+    CHECK(schema_match(person_schema, "{\"age\":3,\"name\":\"Al\"}") == 0);         /* order */
+    CHECK(schema_match(person_schema, "{\"name\":\"\",\"age\":3}") == 0);           /* minLength */
+    CHECK(schema_match(person_schema, "{\"name\":\"123456789\",\"age\":3}") == 0);  /* maxLength */
+    CHECK(schema_match(person_schema, "{\"name\":\"Al\",\"age\":3.5}") == 0);       /* integer */
+    CHECK(schema_match(person_schema, "{\"name\":\"Al\",\"age\":3,\"x\":1}") == 0); /* additional */
+    CHECK(schema_match(person_schema, "{\"name\":\"Al\",\"age\":3,\"tags\":[]}") == 0);
+    CHECK(schema_match(person_schema, "{\"name\":\"Al\",\"age\":3,\"tags\":[3,3,3,3]}") == 0);
+    CHECK(schema_match(person_schema, "{\"name\":\"Al\",\"age\":3,\"pet\":{\"kind\":\"dog\",\"next\":null}}") == 0);
+    CHECK(schema_match(person_schema, "{\"name\":\"Al\",\"age\":3}           ") == 0); /* bounded whitespace */
+    CHECK(schema_match("{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}", "{\"a\":1,\"b\":2}") == 1);
+    CHECK(schema_match("{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}", "{\"a\":\"x\"}") == 0);
+    CHECK(schema_match("{}", "[1,{\"a\":\"b\"},null]") == 1);
+    CHECK(schema_match("{\"type\":\"array\",\"maxItems\":0}", "[]") == 1);
+    CHECK(schema_match("{\"const\":\"a\\\"b\\\\\\n\"}", "\"a\\\"b\\\\\\n\"") == 1);
+    brisk_grammar *g = NULL;
+    CHECK(brisk_grammar_from_json_schema(NULL, NULL, &g) == BRISK_OK); /* json_object */
+    CHECK(g && grammar_accept_bytes(g, "{\"a\": [1]}", 10) && grammar_is_complete(g));
+    brisk_grammar_free(g);
+    /* errors name the keyword's path */
+    CHECK(brisk_grammar_from_json_schema(NULL, "{\"type\":", &g) == BRISK_ERR_INVALID_ARG);
+    CHECK(brisk_grammar_from_json_schema(NULL, "{\"type\":\"strin\"}", &g) == BRISK_ERR_INVALID_ARG);
+    CHECK(strstr(brisk_last_error(), "unknown type 'strin'"));
+    CHECK(brisk_grammar_from_json_schema(NULL, "{\"properties\":{\"a\":{\"pattern\":\"x\"}}}", &g) == BRISK_ERR_UNSUPPORTED);
+    CHECK(strstr(brisk_last_error(), "schema.properties.a: 'pattern' is not supported"));
+    CHECK(brisk_grammar_from_json_schema(NULL, "{\"$ref\":\"#/$defs/nope\"}", &g) == BRISK_ERR_INVALID_ARG);
+    CHECK(brisk_grammar_from_json_schema(NULL, "{\"properties\":{},\"required\":[\"x\"]}", &g) == BRISK_ERR_INVALID_ARG);
+}
+
+static brisk_model *load_qwen(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/data/llama.cpp-vocab/ggml-vocab-qwen2.gguf", test_shared_dir());
+    brisk_model_params mp = brisk_model_default_params();
+    mp.vocab_only = true;
+    brisk_model *m = NULL;
+    if (brisk_model_load(path, &mp, &m) != BRISK_OK) fprintf(stderr, "  %s: %s\n", path, brisk_last_error());
+    return m;
+}
+
+/* The mask of g's state equals piece-by-piece matching on a copy of the text so far. */
+static void check_mask(brisk_model *m, brisk_grammar *g, const char *gbnf, const char *so_far) {
+    int n_allowed = 0, nv = brisk_n_vocab(m), bad = 0, count = 0;
+    const uint32_t *mask = grammar_mask(g, &n_allowed);
+    CHECK(mask != NULL);
+    if (!mask) return;
+    brisk_grammar *ref = NULL;
+    CHECK_OK(brisk_grammar_new(NULL, gbnf, NULL, &ref));
+    if (!ref) return;
+    CHECK(grammar_accept_bytes(ref, so_far, strlen(so_far)));
+    for (int t = 0; t < nv; t++) {
+        char piece[256];
+        size_t len = 0;
+        bool want;
+        if (brisk_token_is_eog(m, t)) want = grammar_is_complete(ref);
+        else if (brisk_token_to_piece(m, t, false, piece, sizeof piece, &len) != BRISK_OK || len == 0) want = false;
+        else want = grammar_would_accept(ref, piece, len); /* byte by byte, no trie */
+        bool got = mask[t >> 5] >> (t & 31) & 1;
+        count += got;
+        if (got != want && bad++ < 5) fprintf(stderr, "  token %d: mask %d, matching %d\n", t, got, want);
+    }
+    CHECK(bad == 0);
+    CHECK(count == n_allowed);
+    brisk_grammar_free(ref);
+}
+
+static void test_masks(void) {
+    brisk_model *m = load_qwen();
+    CHECK(m != NULL);
+    if (!m) return;
+    /* a small grammar: the reference check builds one matcher per token */
+    const char *gbnf = "root ::= \"{\" ws \"\\\"k\\\"\" ws \":\" ws (num | str) ws \"}\"\n"
+                       "num ::= [0-9]{1,3}\nstr ::= \"\\\"\" [^\"\\\\]{0,4} \"\\\"\"\nws ::= [ \\n]{0,2}\n";
+    brisk_grammar *g = NULL;
+    CHECK_OK(brisk_grammar_new(m, gbnf, NULL, &g));
+    if (g) {
+        check_mask(m, g, gbnf, "");
+        const char *steps[] = {"{", " \"k\"", ":", " \"", "é", "\""};
+        char so_far[64] = "";
+        for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) {
+            CHECK(grammar_accept_bytes(g, steps[i], strlen(steps[i])));
+            strcat(so_far, steps[i]);
+            if (i == 3 || i == 4) check_mask(m, g, gbnf, so_far); /* inside a string; after a partial limit */
+        }
+        CHECK(!brisk_grammar_is_complete(g));
+        CHECK(grammar_accept_bytes(g, "}", 1));
+        CHECK(brisk_grammar_is_complete(g));
+        int n = 0;
+        const uint32_t *mask = grammar_mask(g, &n);
+        brisk_token eos = brisk_token_eos(m);
+        CHECK(mask && n >= 1 && (mask[eos >> 5] >> (eos & 31) & 1));
+        CHECK(brisk_grammar_accept(g, eos) == BRISK_OK);
+        brisk_grammar_free(g);
+    }
+    brisk_model_free(m);
+}
+
+/* Sampling random logits under a schema's grammar gives text the schema's grammar accepts. */
+static void test_sampling(void) {
+    brisk_model *m = load_qwen();
+    if (!m) return;
+    int nv = brisk_n_vocab(m);
+    float *logits = malloc((size_t)nv * sizeof *logits);
+    uint64_t x = 12345;
+    for (int round = 0; round < 2; round++) {
+        brisk_sampler_params sp = brisk_sampler_default_params();
+        sp.temp = round ? 1.0f : 0.0f;
+        sp.top_k = 0, sp.top_p = 1.0f, sp.min_p = 0.0f, sp.seed = (uint64_t)round;
+        brisk_sampler *s = NULL;
+        brisk_grammar *g = NULL;
+        CHECK_OK(brisk_sampler_new(&sp, nv, &s));
+        CHECK_OK(brisk_grammar_from_json_schema(m, person_schema, &g));
+        if (!s || !g) {
+            brisk_sampler_free(s);
+            brisk_grammar_free(g);
+            break;
+        }
+        brisk_sampler_set_grammar(s, g);
+        char text[8192] = "";
+        size_t len = 0;
+        bool ended = false;
+        for (int step = 0; step < 400 && !ended; step++) {
+            for (int i = 0; i < nv; i++) { /* random logits, a fresh draw each step */
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                logits[i] = (float)(x >> 40) / (float)(1 << 24) * 8.0f;
+            }
+            brisk_token t = brisk_sampler_sample(s, logits);
+            brisk_sampler_accept(s, t);
+            if (brisk_token_is_eog(m, t)) {
+                ended = true;
+                break;
+            }
+            size_t pl = 0;
+            CHECK_OK(brisk_token_to_piece(m, t, false, text + len, sizeof text - len - 1, &pl));
+            len += pl;
+            text[len] = 0;
+        }
+        CHECK(ended);
+        CHECK(schema_match(person_schema, text) == 1);
+        if (round == 0) printf("  greedy: %s\n", text);
+        brisk_sampler_free(s);
+    }
+    free(logits);
+    brisk_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    static const test_case cases[] = {
+        {"parse_errors", test_parse_errors}, {"match", test_match},   {"utf8", test_utf8},
+        {"llamacpp_grammars", test_llamacpp_grammars}, {"json_schema", test_json_schema},
+        {"masks", test_masks}, {"sampling", test_sampling},
+    };
+    return test_main(cases, sizeof cases / sizeof *cases, argc, argv);
+}
