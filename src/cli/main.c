@@ -28,6 +28,7 @@ static const struct {
     {"info", cmd_info, "print a GGUF file's metadata and tensors"},
     {"synth", cmd_synth, "write a random-weight model of a given shape"},
     {"quantize", cmd_quantize, "convert a model's weights to another type"},
+    {"convert", cmd_convert, "a Hugging Face checkpoint (safetensors) to GGUF"},
 };
 
 static void usage(FILE *f) {

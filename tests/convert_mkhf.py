@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Writes a tiny Hugging Face checkpoint for `brisk convert` tests (no pip packages).
+
+usage: convert_mkhf.py ARCH OUT_DIR TOKENIZER_DIR [--shards N] [--dtype bf16|f16|f32] [--tied]
+
+ARCH: llama qwen2 qwen3 qwen3_moe qwen3_5 qwen3_5_moe. Weights are random
+(N(0, 1/n_in) matrices, N(0, 0.02) embeddings drawn from a pool of rows so a
+150k vocabulary costs little), shapes as transformers names them. The
+tokenizer files are copied from TOKENIZER_DIR. --shards N splits the
+tensors over N files with model.safetensors.index.json."""
+import json, os, random, shutil, struct, sys
+
+args = sys.argv[1:]
+arch, out, tokdir = args[0], args[1], args[2]
+shards = int(args[args.index("--shards") + 1]) if "--shards" in args else 1
+dtype = args[args.index("--dtype") + 1] if "--dtype" in args else "bf16"
+tied = "--tied" in args
+rng = random.Random(1234)
+os.makedirs(out, exist_ok=True)
+for f in ("tokenizer.json", "tokenizer_config.json"):
+    shutil.copy(os.path.join(tokdir, f), out)
+
+V, D, L, H, KV, HD, FF = 151936, 64, 2, 4, 2, 32, 128
+E, EU, FFE, FFS = 8, 2, 64, 64
+cfg = {"vocab_size": V, "hidden_size": D, "num_hidden_layers": L, "num_attention_heads": H,
+       "num_key_value_heads": KV, "intermediate_size": FF, "max_position_embeddings": 4096,
+       "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": tied,
+       "bos_token_id": 151643, "eos_token_id": 151645, "torch_dtype": "bfloat16"}
+cls = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+       "qwen3_moe": "Qwen3MoeForCausalLM", "qwen3_5": "Qwen3_5ForCausalLM",
+       "qwen3_5_moe": "Qwen3_5MoeForCausalLM"}[arch]
+cfg["architectures"] = [cls]
+cfg["model_type"] = arch
+if arch in ("qwen3", "qwen3_moe", "qwen3_5", "qwen3_5_moe"):
+    cfg["head_dim"] = HD
+if arch in ("qwen3_moe", "qwen3_5_moe"):
+    cfg.update(num_experts=E, num_experts_per_tok=EU, moe_intermediate_size=FFE, norm_topk_prob=True)
+if arch == "qwen3_5_moe":
+    cfg["shared_expert_intermediate_size"] = FFS
+hybrid = arch.startswith("qwen3_5")
+LK, LV, NK, NV, CK = 16, 16, 2, 4, 4
+if hybrid:
+    L = 4
+    HD = 64
+    cfg.update(num_hidden_layers=L, head_dim=HD, linear_key_head_dim=LK, linear_value_head_dim=LV,
+               linear_num_key_heads=NK, linear_num_value_heads=NV, linear_conv_kernel_dim=CK,
+               full_attention_interval=4,
+               rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
+                                "partial_rotary_factor": 0.25, "mrope_section": [2, 1, 1]})
+
+def rand_bf16(n, std):
+    """n random bf16 values of magnitude ~std as bytes: random sign and mantissa,
+    exponent in [e-1, e+2] around std's (byte-level, so a 150k vocabulary is cheap)."""
+    import math
+    e = max(2, min(252, int(math.floor(math.log2(std))) + 127 - 1))
+    tbl = bytes((b & 0x80) | (((e + (b & 3)) >> 1) & 0x7F) for b in range(256))
+    lo_tbl = bytes(((((e + (b & 3)) & 1) << 7) | (b >> 1)) & 0xFF for b in range(256))
+    r = rng.randbytes(n)
+    out = bytearray(2 * n)
+    out[1::2] = r.translate(tbl)
+    out[0::2] = r.translate(lo_tbl)  # same draw: the low exponent bit agrees with the high byte
+    return bytes(out)
+
+pool = {}
+def rows(n_out, n_in, std):
+    """n_out rows of n_in values as packed bytes of `dtype` (bf16/f32: random bytes; f16: a pool of rows)."""
+    if dtype == "bf16":
+        return rand_bf16(n_out * n_in, std)
+    if dtype == "f32":
+        b = rand_bf16(n_out * n_in, std)
+        out = bytearray(4 * n_out * n_in)
+        out[2::4] = b[0::2]
+        out[3::4] = b[1::2]
+        return bytes(out)
+    key = (n_in, std)
+    if key not in pool:
+        pool[key] = [pack([rng.gauss(0, std) for _ in range(n_in)]) for _ in range(min(n_out, 97))]
+    p = pool[key]
+    return b"".join(p[(i * 31 + n_out) % len(p)] for i in range(n_out))
+
+def pack(vals):
+    if dtype == "f32":
+        return struct.pack("<%df" % len(vals), *vals)
+    if dtype == "f16":
+        return struct.pack("<%de" % len(vals), *vals)
+    b = struct.pack("<%df" % len(vals), *vals)  # bf16: the top half of each f32, rounded
+    u = struct.unpack("<%dI" % len(vals), b)
+    return struct.pack("<%dH" % len(vals), *[((x + 0x7FFF + ((x >> 16) & 1)) >> 16) & 0xFFFF for x in u])
+
+T = {}  # name -> (shape, bytes)
+def mat(name, n_out, n_in, std=None):
+    T[name] = ([n_out, n_in], rows(n_out, n_in, std if std else n_in ** -0.5))
+def vec(name, n, val=None, std=0.02):
+    T[name] = ([n], pack([val if val is not None else rng.gauss(0, std) for _ in range(n)]))
+
+mat("model.embed_tokens.weight", V, D, 0.02)
+vec("model.norm.weight", D, 0.0 if hybrid else 1.0)
+if not tied:
+    mat("lm_head.weight", V, D)
+for i in range(L):
+    p = "model.layers.%d." % i
+    vec(p + "input_layernorm.weight", D, 0.0 if hybrid else 1.0)
+    vec(p + "post_attention_layernorm.weight", D, 0.05 if hybrid else 1.0)
+    if hybrid and (i + 1) % 4 != 0:
+        conv = 2 * NK * LK + NV * LV
+        mat(p + "linear_attn.in_proj_qkv.weight", conv, D)
+        mat(p + "linear_attn.in_proj_z.weight", NV * LV, D)
+        mat(p + "linear_attn.in_proj_b.weight", NV, D)
+        mat(p + "linear_attn.in_proj_a.weight", NV, D)
+        T[p + "linear_attn.conv1d.weight"] = ([conv, 1, CK], pack([rng.gauss(0, 0.5) for _ in range(conv * CK)]))
+        vec(p + "linear_attn.A_log", NV, std=0.5)
+        vec(p + "linear_attn.dt_bias", NV, std=0.5)
+        vec(p + "linear_attn.norm.weight", LV, 1.0)
+        mat(p + "linear_attn.out_proj.weight", D, NV * LV)
+    else:
+        q = H * HD * (2 if hybrid else 1)
+        mat(p + "self_attn.q_proj.weight", q, D)
+        mat(p + "self_attn.k_proj.weight", KV * HD, D)
+        mat(p + "self_attn.v_proj.weight", KV * HD, D)
+        mat(p + "self_attn.o_proj.weight", D, H * HD)
+        if arch == "qwen2":
+            vec(p + "self_attn.q_proj.bias", H * HD)
+            vec(p + "self_attn.k_proj.bias", KV * HD)
+            vec(p + "self_attn.v_proj.bias", KV * HD)
+        if arch != "llama" and arch != "qwen2":
+            vec(p + "self_attn.q_norm.weight", HD, 0.0 if hybrid else 1.0)
+            vec(p + "self_attn.k_norm.weight", HD, 0.0 if hybrid else 1.0)
+    if arch in ("qwen3_moe", "qwen3_5_moe"):
+        mat(p + "mlp.gate.weight", E, D)
+        for e in range(E):
+            mat(p + "mlp.experts.%d.gate_proj.weight" % e, FFE, D)
+            mat(p + "mlp.experts.%d.up_proj.weight" % e, FFE, D)
+            mat(p + "mlp.experts.%d.down_proj.weight" % e, D, FFE)
+        if arch == "qwen3_5_moe":
+            mat(p + "mlp.shared_expert.gate_proj.weight", FFS, D)
+            mat(p + "mlp.shared_expert.up_proj.weight", FFS, D)
+            mat(p + "mlp.shared_expert.down_proj.weight", D, FFS)
+            mat(p + "mlp.shared_expert_gate.weight", 1, D)
+    else:
+        mat(p + "mlp.gate_proj.weight", FF, D)
+        mat(p + "mlp.up_proj.weight", FF, D)
+        mat(p + "mlp.down_proj.weight", D, FF)
+
+def write_st(path, names):
+    hdr, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []
+    st = {"f32": "F32", "f16": "F16", "bf16": "BF16"}[dtype]
+    for n in names:
+        shape, data = T[n]
+        hdr[n] = {"dtype": st, "shape": shape, "data_offsets": [off, off + len(data)]}
+        off += len(data)
+        blobs.append(data)
+    h = json.dumps(hdr).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for b in blobs:
+            f.write(b)
+
+names = list(T)
+if shards == 1:
+    write_st(os.path.join(out, "model.safetensors"), names)
+else:
+    wm = {}
+    for s in range(shards):
+        fn = "model-%05d-of-%05d.safetensors" % (s + 1, shards)
+        part = names[s::shards]
+        write_st(os.path.join(out, fn), part)
+        wm.update({n: fn for n in part})
+    json.dump({"metadata": {}, "weight_map": wm}, open(os.path.join(out, "model.safetensors.index.json"), "w"))
+json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=1)
