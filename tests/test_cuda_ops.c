@@ -363,6 +363,9 @@ static void test_attention(void) {
             check_attention(kt, 8, 2, hds[h], 1, pos, seq);
             pos[0] = 3001; seq[0] = 1;
             check_attention(kt, 8, 2, hds[h], 1, pos, seq);
+            /* query heads per KV head 2 (grouped kernel) and 3 (per-head kernel) */
+            check_attention(kt, 8, 4, hds[h], 1, pos, seq);
+            check_attention(kt, 6, 2, hds[h], 1, pos, seq);
             /* a prefill chunk of one sequence, then a mixed batch of two */
             for (int i = 0; i < 20; i++) { pos[i] = 100 + i; seq[i] = 0; }
             check_attention(kt, 4, 4, hds[h], 20, pos, seq);

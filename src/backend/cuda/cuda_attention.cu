@@ -133,6 +133,128 @@ attn_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_
     }
 }
 
+/* GQA-grouped variant: one block per (KV head, token, split) serves the G
+ * query heads that share the KV head, so each K and V row is read once for
+ * all of them (the per-query-head kernel above reads it G times). Each
+ * thread scores one position against the G queries; warps then run the G
+ * online-softmax updates over the tile's scores in shared memory. */
+template <int F16, int G>
+__global__ void __launch_bounds__(ATT_TILE)
+attn_gqa_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_t *pos, const int32_t *tab_off,
+                const int32_t *tabs, int n_head, int n_head_kv, int hd, float scale, int chunk, float *out,
+                float *part) {
+    __shared__ float q_s[G][ATT_MAX_HD], sc[G][ATT_TILE], m_s[G], l_s[G], f_s[G];
+    __shared__ int64_t row_s[ATT_TILE];
+    int kvh = blockIdx.x, t = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    int np = pos[t] + 1, p_begin = sp * chunk, p_end = min(np, p_begin + chunk);
+    const int32_t *table = tabs + tab_off[t];
+    for (int i = tid; i < G * hd; i += ATT_TILE)
+        q_s[i / hd][i % hd] = q[((size_t)t * n_head + kvh * G + i / hd) * hd + i % hd];
+    if (tid < G) {
+        m_s[tid] = -INFINITY;
+        l_s[tid] = 0.0f;
+    }
+    __syncthreads();
+    float acc[G][ATT_MAX_HD / ATT_TILE];
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int a = 0; a < ATT_MAX_HD / ATT_TILE; a++) acc[g][a] = 0.0f;
+    for (int p0 = p_begin; p0 < p_end; p0 += ATT_TILE) {
+        int p = p0 + tid;
+        float d[G];
+#pragma unroll
+        for (int g = 0; g < G; g++) d[g] = 0.0f;
+        if (p < p_end) {
+            int64_t slot = (int64_t)table[p / bs] * bs + p % bs;
+            int64_t row = (slot * n_head_kv + kvh) * hd;
+            row_s[tid] = row;
+            if (F16 && hd % 8 == 0) {
+                const uint4 *kr = (const uint4 *)((const __half *)kc + row);
+                for (int i = 0; i < hd / 8; i++) {
+                    uint4 u = kr[i];
+                    const __half2 *h2 = (const __half2 *)&u;
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        float2 f = __half22float2(h2[j]);
+#pragma unroll
+                        for (int g = 0; g < G; g++) d[g] += q_s[g][8 * i + 2 * j] * f.x + q_s[g][8 * i + 2 * j + 1] * f.y;
+                    }
+                }
+            } else {
+                for (int i = 0; i < hd; i++) {
+                    float k = kv_at<F16>(kc, row + i);
+#pragma unroll
+                    for (int g = 0; g < G; g++) d[g] += q_s[g][i] * k;
+                }
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) sc[g][tid] = p < p_end ? d[g] * scale : -INFINITY;
+        __syncthreads();
+        for (int g = warp; g < G; g += ATT_TILE / 32) {
+            float mx = -INFINITY;
+            for (int j = lane; j < ATT_TILE; j += 32) mx = fmaxf(mx, sc[g][j]);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            float m_new = fmaxf(m_s[g], mx), sum = 0.0f;
+            for (int j = lane; j < ATT_TILE; j += 32) {
+                float e = sc[g][j] == -INFINITY ? 0.0f : expf(sc[g][j] - m_new);
+                sc[g][j] = e;
+                sum += e;
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (lane == 0) {
+                float f = expf(m_s[g] - m_new);
+                f_s[g] = f;
+                l_s[g] = l_s[g] * f + sum;
+                m_s[g] = m_new;
+            }
+        }
+        __syncthreads();
+        int nt = min(ATT_TILE, p_end - p0);
+#pragma unroll
+        for (int a = 0; a < ATT_MAX_HD / ATT_TILE; a++) {
+            int dd = tid + a * ATT_TILE;
+            if (dd >= hd) break;
+            float o[G];
+#pragma unroll
+            for (int g = 0; g < G; g++) o[g] = acc[g][a] * f_s[g];
+            for (int j = 0; j < nt; j++) {
+                float v = kv_at<F16>(vc, row_s[j] + dd);
+#pragma unroll
+                for (int g = 0; g < G; g++) o[g] += sc[g][j] * v;
+            }
+#pragma unroll
+            for (int g = 0; g < G; g++) acc[g][a] = o[g];
+        }
+        __syncthreads(); /* sc, row_s and f_s are rewritten by the next tile */
+    }
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        int h = kvh * G + g;
+        if (!part) {
+#pragma unroll
+            for (int a = 0; a < ATT_MAX_HD / ATT_TILE; a++) {
+                int dd = tid + a * ATT_TILE;
+                if (dd < hd) out[((size_t)t * n_head + h) * hd + dd] = acc[g][a] / l_s[g];
+            }
+        } else {
+            float *pp = part + (((size_t)t * n_head + h) * gridDim.z + sp) * (hd + 2);
+            if (tid == 0) {
+                pp[0] = m_s[g];
+                pp[1] = l_s[g];
+            }
+#pragma unroll
+            for (int a = 0; a < ATT_MAX_HD / ATT_TILE; a++) {
+                int dd = tid + a * ATT_TILE;
+                if (dd < hd) pp[2 + dd] = acc[g][a];
+            }
+        }
+    }
+}
+
 /* Merges the splits of one (head, token): one thread per dimension. */
 __global__ void attn_combine_kernel(const float *part, int n_split, int n_head, int hd, float *out) {
     int h = blockIdx.x, t = blockIdx.y;
@@ -209,26 +331,46 @@ extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, c
     if (f16) kv_write_kernel<1><<<n, 256, 0, cb->stream>>>(k, v, kv->k, kv->v, d_slot, kvd);
     else kv_write_kernel<0><<<n, 256, 0, cb->stream>>>(k, v, kv->k, kv->v, d_slot, kvd);
 
-    /* Split over positions when (head, token) pairs alone leave most SMs idle. */
-    int64_t pairs = (int64_t)n * n_head;
+    /* GQA groups of 1, 2, 4 or 8 query heads per KV head run as one block each */
+    int G = n_head / n_head_kv;
+    bool gqa = n_head % n_head_kv == 0 && (G == 1 || G == 2 || G == 4 || G == 8) && !cb->attn_gqa_off;
+    /* Split over positions when the blocks alone leave most SMs idle. */
+    int64_t pairs = (int64_t)n * (gqa ? n_head_kv : n_head);
     int n_split = 1;
     if (pairs < 2 * cb->n_sm && max_np > 2 * ATT_TILE) {
         n_split = (int)((2 * cb->n_sm + pairs - 1) / pairs);
         int by_len = (max_np + ATT_TILE - 1) / ATT_TILE;
         if (n_split > by_len) n_split = by_len;
         if (n_split > 64) n_split = 64;
-        while (n_split > 1 && pairs * n_split * (head_dim + 2) > (int64_t)cb->att_part_cap) n_split--;
+        while (n_split > 1 && (int64_t)n * n_head * n_split * (head_dim + 2) > (int64_t)cb->att_part_cap) n_split--;
     }
     int chunk = (max_np + n_split - 1) / n_split;
     chunk = (chunk + ATT_TILE - 1) / ATT_TILE * ATT_TILE;
-    dim3 grid(n_head, n, n_split);
     float *part = n_split > 1 ? cb->att_part : NULL;
-    if (f16)
-        attn_kernel<1><<<grid, ATT_TILE, 0, cb->stream>>>(q, kv->k, kv->v, kv->block_size, d_pos, d_off, d_tabs,
-                                                          n_head, n_head_kv, head_dim, scale, chunk, out, part);
-    else
-        attn_kernel<0><<<grid, ATT_TILE, 0, cb->stream>>>(q, kv->k, kv->v, kv->block_size, d_pos, d_off, d_tabs,
-                                                          n_head, n_head_kv, head_dim, scale, chunk, out, part);
+    if (gqa) {
+        dim3 grid(n_head_kv, n, n_split);
+#define GQA_LAUNCH(FF, GG)                                                                                        \
+    attn_gqa_kernel<FF, GG><<<grid, ATT_TILE, 0, cb->stream>>>(q, kv->k, kv->v, kv->block_size, d_pos, d_off, d_tabs, \
+                                                              n_head, n_head_kv, head_dim, scale, chunk, out, part)
+#define GQA_G(FF)                       \
+    switch (G) {                        \
+    case 1: GQA_LAUNCH(FF, 1); break;   \
+    case 2: GQA_LAUNCH(FF, 2); break;   \
+    case 4: GQA_LAUNCH(FF, 4); break;   \
+    default: GQA_LAUNCH(FF, 8); break;  \
+    }
+        if (f16) GQA_G(1) else GQA_G(0)
+#undef GQA_G
+#undef GQA_LAUNCH
+    } else {
+        dim3 grid(n_head, n, n_split);
+        if (f16)
+            attn_kernel<1><<<grid, ATT_TILE, 0, cb->stream>>>(q, kv->k, kv->v, kv->block_size, d_pos, d_off, d_tabs,
+                                                              n_head, n_head_kv, head_dim, scale, chunk, out, part);
+        else
+            attn_kernel<0><<<grid, ATT_TILE, 0, cb->stream>>>(q, kv->k, kv->v, kv->block_size, d_pos, d_off, d_tabs,
+                                                              n_head, n_head_kv, head_dim, scale, chunk, out, part);
+    }
     if (part) attn_combine_kernel<<<dim3(n_head, n), 128, 0, cb->stream>>>(part, n_split, n_head, head_dim, out);
     CU_LAUNCHED(cb);
 }

@@ -51,6 +51,7 @@ typedef struct cuda_backend {
     float2 *xds;                /* (xq_cap / 32) their block scales and sums */
     size_t xq_cap;              /* int8 values */
     bool mma_off;               /* BRISK_CUDA_MMA=0: prefill products on the SIMT tiled kernel */
+    bool attn_gqa_off;          /* BRISK_CUDA_ATTN_GQA=0: one attention block per query head */
 } cuda_backend;
 
 #define MMVQ_MAX_TOK 16         /* tokens per integer-dot matrix product (batched decode) */
