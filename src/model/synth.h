@@ -17,8 +17,11 @@
  * expert with popularity rank r (a seeded permutation per layer; rank 0 the
  * most popular) is scaled by (r+1)^(-S/4). A router logit is then roughly
  * N(0, scale^2), and an expert with a wider logit lands in the top-k more
- * often: the popularity falls off with rank like a power law, as real
- * routers' load does. S = 0: all experts equally likely.
+ * often, falling off with rank like a power law, as real routers' load does.
+ * Measured on i.i.d. Gaussian inputs, 128 experts, top-8, the top 10% of
+ * experts get this share of the picks (uniform: 10%): S=0.5 18%, S=1 27%,
+ * S=2 41%, S=4 56%; with S=1 the most popular expert is picked 4.4x as often
+ * as the uniform rate, the least popular 0.4x. S = 0: all experts equal.
  *
  * Determinism: every row is generated from a counter-based generator keyed
  * by (seed, tensor name, row), so the bytes are the same for any thread count.
