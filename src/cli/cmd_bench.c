@@ -96,26 +96,42 @@ static int rand_token(int n_vocab) {
     return (int)(rng_state % (uint64_t)n_vocab);
 }
 
-/* One run: pp tokens as one batch, or tg tokens one at a time. Returns tokens/s or -1. */
-static double run_once(brisk_context *ctx, int n_vocab, int n_prompt, int n_gen, brisk_batch_entry *batch) {
-    brisk_seq_clear(ctx, 0);
+/* Fills sequences [0, n_seq) with `depth` tokens each, untimed (llama-bench's -d). */
+static int fill_depth(brisk_context *ctx, int n_vocab, int depth, int n_seq, int n_batch, brisk_batch_entry *batch) {
+    for (int s = 0; s < n_seq; s++) {
+        brisk_seq_clear(ctx, s);
+        for (int p0 = 0; p0 < depth; p0 += n_batch) {
+            int nb = depth - p0 < n_batch ? depth - p0 : n_batch;
+            for (int i = 0; i < nb; i++) batch[i] = (brisk_batch_entry){rand_token(n_vocab), p0 + i, s, false};
+            if (brisk_decode(ctx, batch, nb) != BRISK_OK) return -1;
+        }
+    }
+    return 0;
+}
+
+/* One run after `depth` cached tokens: pp tokens as one batch, or tg steps of
+ * one token for each of n_seq sequences. Returns tokens/s (all sequences) or -1. */
+static double run_once(brisk_context *ctx, int n_vocab, int n_prompt, int n_gen, int depth, int n_seq, int n_batch,
+                       brisk_batch_entry *batch) {
+    if (fill_depth(ctx, n_vocab, depth, n_prompt > 0 ? 1 : n_seq, n_batch, batch) < 0) return -1;
     double t0 = cli_now();
     if (n_prompt > 0) {
         for (int i = 0; i < n_prompt; i++)
-            batch[i] = (brisk_batch_entry){rand_token(n_vocab), i, 0, i == n_prompt - 1};
+            batch[i] = (brisk_batch_entry){rand_token(n_vocab), depth + i, 0, i == n_prompt - 1};
         if (brisk_decode(ctx, batch, n_prompt) != BRISK_OK) return -1;
         return n_prompt / (cli_now() - t0);
     }
     for (int i = 0; i < n_gen; i++) {
-        batch[0] = (brisk_batch_entry){rand_token(n_vocab), i, 0, true};
-        if (brisk_decode(ctx, batch, 1) != BRISK_OK) return -1;
+        for (int s = 0; s < n_seq; s++) batch[s] = (brisk_batch_entry){rand_token(n_vocab), depth + i, s, true};
+        if (brisk_decode(ctx, batch, n_seq) != BRISK_OK) return -1;
     }
-    return n_gen / (cli_now() - t0);
+    return (double)n_gen * n_seq / (cli_now() - t0);
 }
 
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
     int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, n_ctx = 0, n_gpu_layers = -1, device = 0;
+    int depth = 0, n_seq = 1;
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -125,7 +141,10 @@ int cmd_bench(int argc, char **argv) {
             continue;
         }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: brisk bench -m FILE [-p 512] [-n 128] [-t N] [-r 5] [-c N] [-ngl N] [--device I] [--json]\n");
+            printf("usage: brisk bench -m FILE [-p 512] [-n 128] [-d DEPTH] [-np SEQS] [-t N] [-r 5] [-c N] [-ngl N]\n"
+                   "                   [--device I] [--json]\n"
+                   "  -d N    run each test after N tokens already in the KV cache (llama-bench's -d)\n"
+                   "  -np N   generation decodes N sequences per step (batched decode; tokens/s of all)\n");
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model_path = cli_next(argc, argv, &i))) return 2;
@@ -134,13 +153,15 @@ int cmd_bench(int argc, char **argv) {
         } else {
             int *dst = !strcmp(a, "-p") ? &n_prompt : !strcmp(a, "-n") ? &n_gen
                      : !strcmp(a, "-t") ? &n_threads : !strcmp(a, "-r") ? &reps
-                     : !strcmp(a, "-c") ? &n_ctx : NULL;
+                     : !strcmp(a, "-c") ? &n_ctx : !strcmp(a, "-d") ? &depth
+                     : !strcmp(a, "-np") ? &n_seq : NULL;
             if (!dst) return cli_error(2, "bench: unknown option '%s'", a);
             if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 0, 1 << 20, dst)) return 2;
         }
     }
     if (!model_path) return cli_error(2, "bench: -m FILE is required");
     if (reps < 1) return cli_error(2, "bench: -r must be at least 1");
+    if (n_seq < 1 || n_seq > 256) return cli_error(2, "bench: -np must be in [1, 256]");
     if (n_threads <= 0) n_threads = cli_default_threads();
     brisk_model *m = NULL;
     brisk_context *ctx = NULL;
@@ -149,8 +170,11 @@ int cmd_bench(int argc, char **argv) {
     if (!cli_load_model(model_path, n_gpu_layers, device, &m)) goto done;
     brisk_context_params cp = brisk_context_default_params();
     cp.n_threads = n_threads;
-    cp.n_ctx = n_ctx > 0 ? n_ctx : (n_prompt > n_gen ? n_prompt : n_gen) + 16;
-    cp.n_batch = n_prompt > 0 ? n_prompt : 1;
+    /* the cache is one page pool for all sequences: room for each of them */
+    cp.n_ctx = n_ctx > 0 ? n_ctx : (depth + (n_prompt > n_gen ? n_prompt : n_gen) + 16) * n_seq;
+    cp.n_seq_max = n_seq;
+    cp.n_batch = n_prompt > n_seq ? n_prompt : n_seq;
+    if (depth > 0 && cp.n_batch < 512) cp.n_batch = 512;
     if (!cli_new_context(m, &cp, &ctx)) goto done;
     batch = malloc((size_t)(cp.n_batch > 1 ? cp.n_batch : 1) * sizeof *batch);
     if (!batch) goto done;
@@ -168,29 +192,35 @@ int cmd_bench(int argc, char **argv) {
         else
             printf("model: %s (%s), %.2f GiB, %.2f B params; threads %d; memory bandwidth %.1f GB/s (measured)\n",
                    model_path, info.arch, info.weight_bytes / 1073741824.0, info.n_params / 1e9, n_threads, bw);
-        printf("| %-8s | %18s | %8s | %7s |\n", "test", "tokens/s", "GB/s", "% of bw");
-        printf("|----------|--------------------|----------|---------|\n");
+        printf("| %-14s | %18s | %8s | %7s |\n", "test", "tokens/s", "GB/s", "% of bw");
+        printf("|----------------|--------------------|----------|---------|\n");
     }
     for (int kind = 0; kind < 2; kind++) {
         int np = kind == 0 ? n_prompt : 0, ng = kind == 0 ? 0 : n_gen;
         if ((kind == 0 && np == 0) || (kind == 1 && ng == 0)) continue;
-        if (run_once(ctx, n_vocab, np, ng, batch) < 0) { /* warm-up */
+        if (run_once(ctx, n_vocab, np, ng, depth, n_seq, cp.n_batch, batch) < 0) { /* warm-up */
             cli_error(1, "%s", brisk_last_error());
             goto done_tps;
         }
-        for (int r = 0; r < reps; r++) tps[r] = run_once(ctx, n_vocab, np, ng, batch);
+        for (int r = 0; r < reps; r++) tps[r] = run_once(ctx, n_vocab, np, ng, depth, n_seq, cp.n_batch, batch);
         double mean, sd;
         stats(tps, reps, &mean, &sd);
         /* bytes per token: all weights once per batch (pp) or per token (tg) */
-        double gbs = kind == 0 ? info.decode_bytes * (mean / np) / 1e9 : info.decode_bytes * mean / 1e9;
-        char name[32];
-        snprintf(name, sizeof name, "%s%d", kind == 0 ? "pp" : "tg", kind == 0 ? np : ng);
+        /* bytes per generated token: the weights once per step (shared by the
+         * step's n_seq tokens) plus the token's own K and V history (f16) */
+        double kv_pos = 2.0 * info.n_layer * info.n_head_kv * info.head_dim * 2.0;
+        double per_tok = (double)info.decode_bytes / n_seq + kv_pos * (depth + ng / 2.0);
+        double gbs = kind == 0 ? info.decode_bytes * (mean / np) / 1e9 : per_tok * mean / 1e9;
+        char name[48];
+        int nl = snprintf(name, sizeof name, "%s%d", kind == 0 ? "pp" : "tg", kind == 0 ? np : ng);
+        if (depth > 0) nl += snprintf(name + nl, sizeof name - (size_t)nl, "@d%d", depth);
+        if (kind == 1 && n_seq > 1) snprintf(name + nl, sizeof name - (size_t)nl, "x%d", n_seq);
         if (json)
             printf("{\"test\":\"%s\",\"t\":%d,\"tps_mean\":%.3f,\"tps_sd\":%.3f,\"gbs\":%.2f,\"bw\":%.2f,"
                    "\"peak_rss_mb\":%.1f}\n",
                    name, n_threads, mean, sd, gbs, bw, cli_peak_rss_mb());
         else
-            printf("| %-8s | %9.2f ± %6.2f | %8.2f | %6.1f%% |\n", name, mean, sd, gbs, 100 * gbs / bw);
+            printf("| %-14s | %9.2f ± %6.2f | %8.2f | %6.1f%% |\n", name, mean, sd, gbs, 100 * gbs / bw);
     }
     if (!json) printf("peak RSS: %.1f MiB\n", cli_peak_rss_mb());
     rc = 0;
