@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Writes a tiny Hugging Face checkpoint for `brisk convert` tests (no pip packages).
 
-usage: convert_mkhf.py ARCH OUT_DIR TOKENIZER_DIR [--shards N] [--dtype bf16|f16|f32] [--tied]
+usage: convert_mkhf.py ARCH OUT_DIR TOKENIZER_DIR [--shards N] [--dtype bf16|f16|f32] [--tied] [--zero-bias]
 
 ARCH: llama qwen2 qwen3 qwen3_moe qwen3_5 qwen3_5_moe. Weights are random
 (N(0, 1/n_in) matrices, N(0, 0.02) embeddings drawn from a pool of rows so a
 150k vocabulary costs little), shapes as transformers names them. The
 tokenizer files are copied from TOKENIZER_DIR. --shards N splits the
-tensors over N files with model.safetensors.index.json."""
+tensors over N files with model.safetensors.index.json. --zero-bias: qwen2's
+q/k/v biases are zero and draw nothing, so qwen2 gets llama's exact weights."""
 import json, os, random, shutil, struct, sys
 
 args = sys.argv[1:]
@@ -15,6 +16,7 @@ arch, out, tokdir = args[0], args[1], args[2]
 shards = int(args[args.index("--shards") + 1]) if "--shards" in args else 1
 dtype = args[args.index("--dtype") + 1] if "--dtype" in args else "bf16"
 tied = "--tied" in args
+zero_bias = "--zero-bias" in args
 rng = random.Random(1234)
 os.makedirs(out, exist_ok=True)
 for f in ("tokenizer.json", "tokenizer_config.json"):
@@ -33,6 +35,8 @@ cfg["architectures"] = [cls]
 cfg["model_type"] = arch
 if arch in ("qwen3", "qwen3_moe", "qwen3_5", "qwen3_5_moe"):
     cfg["head_dim"] = HD
+else:
+    HD = D // H  # llama, qwen2: head_dim implied
 if arch in ("qwen3_moe", "qwen3_5_moe"):
     cfg.update(num_experts=E, num_experts_per_tok=EU, moe_intermediate_size=FFE, norm_topk_prob=True)
 if arch == "qwen3_5_moe":
@@ -119,9 +123,10 @@ for i in range(L):
         mat(p + "self_attn.v_proj.weight", KV * HD, D)
         mat(p + "self_attn.o_proj.weight", D, H * HD)
         if arch == "qwen2":
-            vec(p + "self_attn.q_proj.bias", H * HD)
-            vec(p + "self_attn.k_proj.bias", KV * HD)
-            vec(p + "self_attn.v_proj.bias", KV * HD)
+            z = 0.0 if zero_bias else None
+            vec(p + "self_attn.q_proj.bias", H * HD, z)
+            vec(p + "self_attn.k_proj.bias", KV * HD, z)
+            vec(p + "self_attn.v_proj.bias", KV * HD, z)
         if arch != "llama" and arch != "qwen2":
             vec(p + "self_attn.q_norm.weight", HD, 0.0 if hybrid else 1.0)
             vec(p + "self_attn.k_norm.weight", HD, 0.0 if hybrid else 1.0)

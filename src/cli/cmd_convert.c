@@ -55,10 +55,7 @@ int cmd_convert(int argc, char **argv) {
             if (!cli_int(a, v, 1, 1 << 20, &slab_kb)) return 2;
         } else return cli_error(2, "convert: unknown option '%s'", a);
     }
-    if (!dir || !out) {
-        usage(stderr);
-        return 2;
-    }
+    if (!dir || !out) return cli_error(2, "convert: need HF_DIR and -o OUT.gguf (see brisk convert --help)");
     o.slab_bytes = (size_t)slab_kb << 10;
     o.progress = isatty(2);
     if (snprintf(tmp_path, sizeof tmp_path, "%s.tmp", out) >= (int)sizeof tmp_path)
