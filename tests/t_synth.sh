@@ -41,7 +41,7 @@ for p in tiny-qwen3moe tiny-qwen35 tiny-qwen35moe; do
   syn --preset $p --layers 2 --type Q4_K_M $skew -o "$T/$p.gguf" || continue
   out=$("$B/llamacpp-ref" eval -m "$T/$p.gguf" -p 1 -n 4 -t 2 --top 1 2>&1)
   ids=$(printf '%s\n' "$out" | tail -n1)
-  if printf '%s\n' "$out" | grep -q "^top row" && ! printf '%s\n' "$out" | grep -qiE "nan|inf" &&
+  if printf "%s\n" "$out" | grep -q "^top row" && ! printf "%s\n" "$out" | grep "^top row" | grep -qiE "nan|inf" &&
      [ "$(echo $ids | wc -w)" = 4 ]; then ok "llama.cpp runs $p: $ids"
   else no "llama.cpp on $p: $(printf '%s\n' "$out" | tail -n3)"; fi
   arch=$("$B/brisk" info "$T/$p.gguf" | awk '$1=="general.architecture"{print $3}')
