@@ -64,6 +64,8 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+# The web chat page of `brisk serve`, embedded as a C array (tools/embed.sh).
+LIB_OBJ  += $(BUILD)/obj/gen/webui.o
 
 all: $(BUILD)/brisk $(BUILD)/libbrisk.a $(BUILD)/libbrisk.so
 
@@ -79,6 +81,12 @@ $(BUILD)/obj/%.cu.o: %.cu
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/gen/webui.c: src/server/webui/index.html tools/embed.sh
+	@mkdir -p $(dir $@)
+	sh tools/embed.sh webui_index_html $< $@
+$(BUILD)/obj/gen/webui.o: $(BUILD)/gen/webui.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libbrisk.a: $(LIB_OBJ)
 	@rm -f $@
@@ -105,7 +113,11 @@ $(BUILD)/tests/test_cuda_ops: tests/test_cuda_ops.c tests/test.h $(BUILD)/libbri
 test-cuda: $(BUILD)/tests/test_cuda_ops $(BUILD)/brisk
 	@BUILD=$(BUILD) SHARED=$(SHARED) bash tests/cuda/run.sh
 
-deps: .deps/llama.cpp/include/llama.h .deps/npm/node_modules/openai/package.json
+deps: .deps/llama.cpp/include/llama.h .deps/npm/node_modules/openai/package.json \
+      .deps/npm/node_modules/playwright-core/package.json
+# drives Debian's chromium in tests/t_webui.sh (no browser download)
+.deps/npm/node_modules/playwright-core/package.json: | .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle
+	cd .deps/npm && npm install --omit=optional --no-audit --no-fund --loglevel=error playwright-core@1.64.1
 # the server tests' client (a .deps installed before it was added gets it here)
 .deps/npm/node_modules/openai/package.json: | .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle
 	cd .deps/npm && npm install --no-audit --no-fund --loglevel=error openai@5.23.2
@@ -116,7 +128,7 @@ deps: .deps/llama.cpp/include/llama.h .deps/npm/node_modules/openai/package.json
 .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle:
 	mkdir -p .deps/npm
 	cd .deps/npm && npm install --omit=optional --no-audit --no-fund --loglevel=error \
-	    node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 openai@5.23.2 @huggingface/jinja@0.5.13
+	    node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 openai@5.23.2 @huggingface/jinja@0.5.13 playwright-core@1.64.1
 
 tests: $(TEST_BIN) $(BUILD)/brisk
 

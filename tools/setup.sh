@@ -8,7 +8,8 @@ need=()
 for p in libpcre2-dev libcjson-dev libmicrohttpd-dev; do          # headers: ask dpkg
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
-for c in cc:build-essential make:build-essential clang:clang git:git python3:python3; do   # tools: ask the PATH
+for c in cc:build-essential make:build-essential clang:clang git:git python3:python3 \
+         chromium:chromium; do   # tools: ask the PATH (chromium: tests/t_webui.sh)
   command -v "${c%%:*}" >/dev/null 2>&1 || need+=("${c#*:}")
 done
 # node/npm may come from elsewhere than Debian (a Debian npm would conflict with it)

@@ -21,6 +21,7 @@
 #include "base/status.h"
 #include "server/openai.h"
 #include "server/server.h"
+#include "server/webui/webui.h"
 
 struct server {
     server_config cfg;
@@ -257,6 +258,32 @@ static char *metrics_text(server *srv) {
     return sb_take(&b);
 }
 
+/* GET /: the web chat page (webui.h). Revalidated on every load (no-cache +
+ * ETag: a new build's page shows at once, an unchanged one costs a 304); the
+ * policy lets the page reach this server only, so model output that slipped
+ * into the DOM could load nothing. */
+static enum MHD_Result send_page(server *srv, struct MHD_Connection *con) {
+    const char *inm = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "If-None-Match");
+    bool same = inm && !strcmp(inm, webui_index_html_etag);
+    struct MHD_Response *r = same ? MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT)
+                                  : MHD_create_response_from_buffer(webui_index_html_len, (void *)webui_index_html,
+                                                                    MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/html; charset=utf-8");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_add_response_header(r, "ETag", webui_index_html_etag);
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                            "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+                            "frame-ancestors 'none'");
+    enum MHD_Result ok = MHD_queue_response(con, same ? MHD_HTTP_NOT_MODIFIED : MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    count_status(srv, same ? 304 : 200);
+    return ok;
+}
+
 static bool auth_ok(server *srv, struct MHD_Connection *con) {
     const char *h = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "Authorization");
     if (!h || strncmp(h, "Bearer ", 7)) return false;
@@ -289,6 +316,10 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *con, conn *c, c
         if (p[2] == 'o') return send_json(srv, con, 200, models_json(srv));
         return send_body(srv, con, 200, metrics_text(srv), "text/plain; version=0.0.4", NULL);
     }
+    if (!strcmp(url, "/") || !strcmp(url, "/index.html")) {
+        if (!get && strcmp(method, "HEAD")) return fail(srv, con, 405, NULL, "use GET");
+        return send_page(srv, con);
+    }
     return fail(srv, con, 404, NULL, "no such endpoint");
 }
 
@@ -314,7 +345,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
             MHD_destroy_response(r);
             return ok;
         }
-        if (srv->api_key && strcmp(url, "/health") && !auth_ok(srv, con))
+        /* the page asks for the key itself (a browser cannot send it when loading /) */
+        bool public_url = !strcmp(url, "/health") || !strcmp(url, "/") || !strcmp(url, "/index.html");
+        if (srv->api_key && !public_url && !auth_ok(srv, con))
             return fail(srv, con, 401, NULL, "a valid API key is required (Authorization: Bearer KEY)");
         /* A body over the limit is read and dropped so the client sees the
          * 413 (answering before it is read resets the connection under the
