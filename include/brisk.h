@@ -66,7 +66,8 @@ typedef struct brisk_model_info {
     int n_ctx_train;
     uint64_t n_params;      /* weights counted by element */
     uint64_t weight_bytes;  /* bytes of tensor data */
-    uint64_t decode_bytes;  /* weight bytes read per decoded token (the embedding table only as the LM head) */
+    uint64_t decode_bytes;  /* weight bytes read per decoded token (the embedding table only as the LM head;
+                               MoE: of each layer's experts only the n_expert_used a token routes to) */
     int gpu_device;         /* CUDA device holding the weights, or -1 (CPU) */
 } brisk_model_info;
 void brisk_model_get_info(const brisk_model *model, brisk_model_info *out);

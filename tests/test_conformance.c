@@ -1,6 +1,7 @@
 /* test_conformance.c — brisk against llama.cpp (npm v0.4.0, through
  * build/llamacpp-ref) on synthetic models that brisk's own GGUF writer makes:
- * llama and qwen3 shapes, every weight type, quantized by llama.cpp's own
+ * llama and qwen3 shapes, every weight type, and qwen3moe (routed experts)
+ * in f32, f16, q8_0, q4_K and q6_K, quantized by llama.cpp's own
  * llama_model_quantize (--pure: every matrix of that type). Both sides use an
  * f32 KV cache, llama.cpp with flash attention and weight repacking off.
  *
@@ -19,7 +20,14 @@
  * <= 1e-4 for f32 models, 1e-2 for f16/bf16, 5e-2 for quantized weights
  * (measured: up to 3e-2 once a rounding flip has cascaded).
  * Also reported: greedy steps identical (free-running) and steps with
- * bitwise-equal logits. */
+ * bitwise-equal logits.
+ *
+ * MoE models have a second kind of near-tie: a router whose k-th and
+ * (k+1)-th expert are within the runs' difference picks different experts,
+ * and that one step's logits then differ by up to ~40% (measured on the tiny
+ * model: isolated spikes of 0.3 among steps at 2e-2). Such steps ("expert
+ * flips": rows over the tolerance) are counted and reported, at most
+ * N_STEPS/16 of them, and every other step must stay within the tolerance. */
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,6 +40,7 @@
 static const int prompt[] = {1, 100, 200, 300, 400, 450, 20, 30}; /* valid in every vocab, stories260K (512) included */
 #define N_PROMPT (int)(sizeof prompt / sizeof prompt[0])
 static char dir[1024], build_dir[512];
+static int max_expert_flips; /* > 0 while comparing MoE models */
 
 static int file_exists(const char *p) {
     struct stat st;
@@ -118,7 +127,7 @@ static void compare(const char *model_path, const char *label, double tol) {
     for (int i = 0; i < N_PROMPT; i++) b[i] = (brisk_batch_entry){prompt[i], i, 0, i == N_PROMPT - 1};
     CHECK_OK(brisk_decode(c, b, N_PROMPT));
     const float *lg = brisk_get_logits(c, N_PROMPT - 1);
-    int identical = -1, exact = -1, near_ties = 0, hard = 0;
+    int identical = -1, exact = -1, near_ties = 0, hard = 0, flips = 0;
     double worst = 0;
     for (int step = 0; step < N_STEPS && lg; step++) {
         const float *r = ref + (size_t)step * nv;
@@ -129,7 +138,9 @@ static void compare(const char *model_path, const char *label, double tol) {
             if (fabs(r[v]) > mx) mx = fabs(r[v]);
         }
         double rel = md / (mx > 0 ? mx : 1);
-        if (rel > worst) worst = rel;
+        bool flip = max_expert_flips > 0 && rel > tol;
+        flips += flip;
+        if (rel > worst && !flip) worst = rel;
         if (md > 0 && exact < 0) exact = step;
         if (getenv("CONF_VERBOSE")) printf("    step %d: rel %.2e max|logit| %.3f\n", step, rel, mx);
         int tb = argmax(lg, nv), tr = argmax(r, nv);
@@ -140,7 +151,7 @@ static void compare(const char *model_path, const char *label, double tol) {
             double second = -INFINITY;
             for (int v = 0; v < nv; v++)
                 if (v != tr && r[v] > second) second = r[v];
-            if (r[tr] - second <= 2 * md) near_ties++;
+            if (r[tr] - second <= 2 * md || flip) near_ties++;
             else hard++;
         }
         brisk_batch_entry e = {ref_ids[step], N_PROMPT + step, 0, true};
@@ -153,6 +164,8 @@ static void compare(const char *model_path, const char *label, double tol) {
            label, identical, N_STEPS, exact < 0 ? N_STEPS : exact, near_ties, worst, tol);
     CHECK(hard == 0);
     CHECK(worst <= tol);
+    if (max_expert_flips > 0) printf("  %-22s expert flips %d (at most %d)\n", label, flips, max_expert_flips);
+    CHECK(flips <= max_expert_flips);
     brisk_context_free(c);
     brisk_model_free(m);
     free(ref);
@@ -167,7 +180,8 @@ static const struct {
     {"Q4_K_M", "q4_K"}, {"Q5_K_M", "q5_K"}, {"Q6_K", "q6_K"}, {"IQ4_NL", "iq4_nl"}, {"IQ4_XS", "iq4_xs"},
 };
 
-static void run_arch(const char *preset, const char *vocab_file) {
+/* only: ggml type names to run (NULL: every type). */
+static void run_arch(const char *preset, const char *vocab_file, const char *const *only) {
     char base[1200], vocab[1200], cmd[4096];
     snprintf(base, sizeof base, "%s/%s-f32.gguf", dir, preset);
     snprintf(vocab, sizeof vocab, "%s/data/llama.cpp-vocab/%s", test_shared_dir(), vocab_file);
@@ -183,6 +197,9 @@ static void run_arch(const char *preset, const char *vocab_file) {
     bool san = getenv("SAN") && !strcmp(getenv("SAN"), "1");
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         if (san && strcmp(types[t].ggml, "f32") && strcmp(types[t].ggml, "q8_0") && strcmp(types[t].ggml, "q4_K")) continue;
+        bool listed = !only;
+        for (int o = 0; only && only[o]; o++) listed |= !strcmp(only[o], types[t].ggml);
+        if (!listed) continue;
         char q[1300], label[96];
         snprintf(q, sizeof q, "%s/%s-%s.gguf", dir, preset, types[t].ggml);
         snprintf(label, sizeof label, "%s %s", preset, types[t].ggml);
@@ -200,8 +217,89 @@ static void run_arch(const char *preset, const char *vocab_file) {
     }
 }
 
-static void test_llama(void) { run_arch("tiny-llama", "ggml-vocab-llama-spm.gguf"); }
-static void test_qwen3(void) { run_arch("tiny-qwen3", "ggml-vocab-gpt-2.gguf"); }
+static void test_llama(void) { run_arch("tiny-llama", "ggml-vocab-llama-spm.gguf", NULL); }
+static void test_qwen3(void) { run_arch("tiny-qwen3", "ggml-vocab-gpt-2.gguf", NULL); }
+static const char *const moe_types[] = {"f32", "f16", "q8_0", "q4_K", "q6_K", NULL};
+/* 8 experts, top 2: softmax router, renormalised weights, experts grouped per batch */
+static void test_qwen3moe(void) {
+    max_expert_flips = N_STEPS / 16;
+    run_arch("tiny-qwen3moe", "ggml-vocab-gpt-2.gguf", moe_types);
+    max_expert_flips = 0;
+}
+
+/* Greedy continuations of one prompt (n_prompt tokens) alone in a context. */
+static void moe_alone(brisk_model *m, const int *p, int np, int n, int *out) {
+    brisk_context_params cp = brisk_context_default_params();
+    cp.n_ctx = 256;
+    cp.n_threads = 2;
+    brisk_context *c = NULL;
+    CHECK_OK(brisk_context_new(m, &cp, &c));
+    if (!c) return;
+    brisk_batch_entry b[16];
+    for (int i = 0; i < np; i++) b[i] = (brisk_batch_entry){p[i], i, 0, i == np - 1};
+    CHECK_OK(brisk_decode(c, b, np));
+    int nv = brisk_n_vocab(m), tok = argmax(brisk_get_logits(c, np - 1), nv);
+    for (int i = 0; i < n; i++) {
+        out[i] = tok;
+        brisk_batch_entry e = {tok, np + i, 0, true};
+        CHECK_OK(brisk_decode(c, &e, 1));
+        tok = argmax(brisk_get_logits(c, 0), nv);
+    }
+    brisk_context_free(c);
+}
+
+/* Three sequences decoded alone, then interleaved in shared batches (one
+ * prompt whole, one a token per step beside the others' generation): the
+ * expert products are per token whatever the batch, so the tokens match. */
+static void test_qwen3moe_batches(void) {
+    char path[1300];
+    snprintf(path, sizeof path, "%s/tiny-qwen3moe-q4_K.gguf", dir);
+    if (!file_exists(path)) run_arch("tiny-qwen3moe", "ggml-vocab-gpt-2.gguf", (const char *const[]){"q4_K", NULL});
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(path, NULL, &m));
+    if (!m) return;
+    enum { S = 3, N = 24 };
+    const int prompts[S][8] = {{1, 100, 200, 300}, {7, 450, 20, 30, 40, 50}, {300, 31}};
+    const int plen[S] = {4, 6, 2};
+    int alone[S][N], together[S][N], next[S] = {0}, done[S] = {0}, fed[S] = {0};
+    for (int s = 0; s < S; s++) moe_alone(m, prompts[s], plen[s], N, alone[s]);
+    brisk_context_params cp = brisk_context_default_params();
+    cp.n_ctx = 256;
+    cp.n_seq_max = S;
+    cp.n_threads = 2;
+    brisk_context *c = NULL;
+    CHECK_OK(brisk_context_new(m, &cp, &c));
+    int nv = brisk_n_vocab(m);
+    for (int step = 0; c && step < N + 8; step++) {
+        brisk_batch_entry b[16];
+        int nb = 0, who[16];
+        for (int s = 0; s < S; s++) {
+            if (done[s] >= N) continue;
+            if (fed[s] < plen[s]) {
+                int take = s == 1 ? 1 : plen[s];
+                for (int i = 0; i < take && fed[s] < plen[s]; i++, fed[s]++) {
+                    who[nb] = s;
+                    b[nb++] = (brisk_batch_entry){prompts[s][fed[s]], fed[s], s, fed[s] == plen[s] - 1};
+                }
+            } else {
+                together[s][done[s]] = next[s];
+                who[nb] = s;
+                b[nb++] = (brisk_batch_entry){next[s], plen[s] + done[s], s, true};
+                done[s]++;
+            }
+        }
+        if (!nb) break;
+        CHECK_OK(brisk_decode(c, b, nb));
+        for (int i = 0; i < nb; i++)
+            if (b[i].logits) next[who[i]] = argmax(brisk_get_logits(c, i), nv);
+    }
+    for (int s = 0; s < S; s++) {
+        CHECK(done[s] == N);
+        CHECK(!memcmp(alone[s], together[s], sizeof(int) * N));
+    }
+    brisk_context_free(c);
+    brisk_model_free(m);
+}
 /* qwen2 (biases) with YaRN, llama with linear RoPE scaling: f32 and q8_0. */
 static void run_small(const char *preset, const char *vocab_file) {
     char base[1200], vocab[1200], cmd[4096], q[1300];
@@ -254,6 +352,7 @@ int main(int argc, char **argv) {
     }
     test_case cases[] = {{"stories260K", test_stories260k}, {"qwen2_yarn", test_qwen2_yarn},
                          {"llama_linear_rope", test_llama_linear}, {"llama_all_types", test_llama},
-                         {"qwen3_all_types", test_qwen3}};
+                         {"qwen3_all_types", test_qwen3}, {"qwen3moe_types", test_qwen3moe},
+                         {"qwen3moe_batches", test_qwen3moe_batches}};
     return test_main(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -20,15 +20,20 @@
 #include "brisk.h"
 
 /* A weight matrix y = W x with W (n_out, n_in) stored row by row in a ggml
- * type (ne[0] = n_in), or a vector (n_out = 1) such as a norm weight. */
+ * type (ne[0] = n_in), or a vector (n_out = 1) such as a norm weight.
+ *
+ * A MoE expert tensor (GGUF ne {n_in, rows, n_expert}) is one bk_weight of
+ * n_out = n_expert * rows rows: expert e owns the contiguous rows
+ * [e * rows, (e + 1) * rows), so n_out * row_bytes is still the whole tensor. */
 typedef struct bk_weight {
     const char *name;   /* tensor name, for messages */
     uint32_t type;      /* ggml type id */
     int64_t n_in;       /* elements per row (ne[0]) */
-    int64_t n_out;      /* rows */
+    int64_t n_out;      /* rows (all experts' rows for an expert tensor) */
     size_t row_bytes;   /* bytes per row */
     const void *host;   /* mapped file data */
     void *dev;          /* backend copy, or NULL when the backend reads host memory */
+    int n_expert;       /* experts stacked in the rows (0 or 1: an ordinary matrix) */
 } bk_weight;
 
 typedef enum bk_rope_mode { BK_ROPE_NORM = 0, BK_ROPE_NEOX = 2 } bk_rope_mode;
@@ -74,6 +79,8 @@ typedef struct bk_step {
 } bk_step;
 
 typedef struct bk_backend bk_backend;
+
+#define BK_MOE_MAX_EXPERTS 1024 /* as llama.cpp's LLAMA_MAX_EXPERTS */
 
 typedef struct bk_backend_ops {
     const char *name;
@@ -121,6 +128,23 @@ typedef struct bk_backend_ops {
      * they run eagerly (no second step_end). */
     brisk_status (*step_begin)(bk_backend *be, const bk_step *st, bool *replayed);
     brisk_status (*step_end)(bk_backend *be, bool *rerun);
+
+    /* ---- mixture of experts (n_expert <= BK_MOE_MAX_EXPERTS) ---- */
+    /* The router, per token t < n: p = softmax(logits[t]) over n_expert (fp32);
+     * ids[t] (k) = the k most probable experts, most probable first (ties: the
+     * lower id); weights[t] (k) = their p, divided by their sum when norm (the
+     * sum clamped below at 2^-14, as llama.cpp does), times scale when scale is
+     * not 0 or 1. logits (n, n_expert), ids and weights (n, k): backend memory. */
+    void (*moe_route)(bk_backend *be, const float *logits, int n, int n_expert, int k, bool norm,
+                      float scale, int32_t *ids, float *weights);
+    /* out (n, n_embd) = sum over j < k, in j order, of
+     *   weights[t,j] * down_e (silu(gate_e x[t]) * up_e x[t]),  e = ids[t,j],
+     * with gate, up (n_expert * n_ff, n_embd) and down (n_expert * n_embd, n_ff)
+     * expert tensors (bk_weight.n_expert). The batch is grouped by expert, so
+     * an active expert's weights are read once per call; experts no token
+     * chose are not read. x (n, n_embd), out: backend memory, not aliased. */
+    void (*moe_ffn)(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
+                    const float *x, int n, const int32_t *ids, const float *weights, int k, float *out);
 } bk_backend_ops;
 
 struct bk_backend {

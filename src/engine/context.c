@@ -12,10 +12,19 @@
 
 #define UBATCH_MAX 512 /* tokens per forward pass; bounds the scratch */
 
+/* Each architecture's forward pass (model/<arch>.c). */
+static const arch_forward_fn forward_by_arch[ARCH_COUNT] = {
+    [ARCH_LLAMA] = llama_forward,
+    [ARCH_QWEN2] = llama_forward,
+    [ARCH_QWEN3] = llama_forward,
+    [ARCH_QWEN3MOE] = qwen3moe_forward,
+};
+
 struct brisk_context {
     brisk_model *model;
     brisk_context_params p;
     bk_backend *be;
+    arch_forward_fn forward;
     kv_cache *kv;
     bk_kv_view *views;   /* (n_layer) */
     int n_ubatch;
@@ -55,11 +64,12 @@ void brisk_context_free(brisk_context *c) {
 }
 
 /* The per-step activations of fwd_scratch, in floats, each rounded to 16. */
-#define N_SCRATCH 10
+#define N_SCRATCH 14
 static void scratch_sizes(const model_hparams *hp, size_t n, size_t sizes[N_SCRATCH]) {
     size_t d = hp->n_embd, qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim,
-           ff = hp->n_ff;
-    size_t s[N_SCRATCH] = {n * d, n * d, n * qd, n * kvd, n * kvd, n * qd, n * ff, n * ff, n * d, n * (size_t)hp->n_vocab};
+           ff = hp->n_ff, ne = (size_t)hp->n_expert, nk = (size_t)hp->n_expert_used, dm = ne ? d : 0;
+    size_t s[N_SCRATCH] = {n * d,  n * d,  n * qd, n * kvd, n * kvd, n * qd, n * ff, n * ff,
+                           n * ne, n * nk, n * nk, n * dm,  n * d,   n * (size_t)hp->n_vocab};
     for (int i = 0; i < N_SCRATCH; i++) sizes[i] = (s[i] + 15) & ~(size_t)15;
 }
 
@@ -73,8 +83,10 @@ static size_t scratch_bytes(const model_hparams *hp, size_t n) {
 static brisk_status alloc_scratch(brisk_context *c) {
     size_t sizes[N_SCRATCH];
     scratch_sizes(&c->model->hp, (size_t)c->n_ubatch, sizes);
-    float **dst[N_SCRATCH] = {&c->s.x, &c->s.xb, &c->s.q, &c->s.k, &c->s.v, &c->s.att, &c->s.hb, &c->s.hb2,
-                              &c->s.out, &c->s.logits};
+    float **dst[N_SCRATCH] = {&c->s.x,          &c->s.xb,    &c->s.q,       &c->s.k,
+                              &c->s.v,          &c->s.att,   &c->s.hb,      &c->s.hb2,
+                              &c->s.moe_logits, (float **)&c->s.moe_ids, &c->s.moe_w, &c->s.moe_out,
+                              &c->s.out,        &c->s.logits};
     BK_TRY(c->be->ops->alloc(c->be, scratch_bytes(&c->model->hp, (size_t)c->n_ubatch), &c->scratch_mem));
     float *p = c->scratch_mem;
     for (int i = 0; i < N_SCRATCH; i++) {
@@ -99,9 +111,12 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
         return bk_fail(BRISK_ERR_INVALID_ARG, "unknown KV cache type %d", (int)p.kv_type);
     if (p.n_seq_max > 4096) return bk_fail(BRISK_ERR_INVALID_ARG, "n_seq_max %d is too large", p.n_seq_max);
 
+    if ((unsigned)hp->arch >= ARCH_COUNT || !forward_by_arch[hp->arch])
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "no forward pass for architecture %s", model->arch_name);
     brisk_context *c = calloc(1, sizeof *c);
     if (!c) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     c->model = model;
+    c->forward = forward_by_arch[hp->arch];
     c->p = p;
     c->n_ubatch = p.n_batch < UBATCH_MAX ? p.n_batch : UBATCH_MAX;
     /* Compute runs where the weights are: a model bound to a GPU gets a CUDA
@@ -177,15 +192,15 @@ static brisk_status reserve_logits(brisk_context *c, int n) {
  * (the CUDA backend replays a captured graph of the pass). */
 static brisk_status run_forward(brisk_context *c, const fwd_batch *fb) {
     const bk_backend_ops *op = c->be->ops;
-    if (!op->step_begin) return llama_forward(c->model, c->be, c->views, fb, &c->s);
+    if (!op->step_begin) return c->forward(c->model, c->be, c->views, fb, &c->s);
     bk_step st = {.n_tokens = fb->n, .tokens = fb->tokens, .ab = &fb->ab, .n_out = fb->n_out,
                   .out_idx = fb->out_idx, .kv_block_size = c->p.kv_block_size};
     bool replayed = false, rerun = false;
     BK_TRY(op->step_begin(c->be, &st, &replayed));
     if (replayed) return BRISK_OK;
-    BK_TRY(llama_forward(c->model, c->be, c->views, fb, &c->s));
+    BK_TRY(c->forward(c->model, c->be, c->views, fb, &c->s));
     BK_TRY(op->step_end(c->be, &rerun));
-    return rerun ? llama_forward(c->model, c->be, c->views, fb, &c->s) : BRISK_OK;
+    return rerun ? c->forward(c->model, c->be, c->views, fb, &c->s) : BRISK_OK;
 }
 
 brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {

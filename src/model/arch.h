@@ -14,6 +14,10 @@ typedef struct fwd_scratch {
     float *att;  /* (n, n_head*head_dim) attention output */
     float *hb;   /* (n, n_ff) gate, then silu(gate)*up */
     float *hb2;  /* (n, n_ff) up */
+    float *moe_logits; /* (n, n_expert) router logits (MoE only) */
+    int32_t *moe_ids;  /* (n, n_expert_used) chosen experts */
+    float *moe_w;      /* (n, n_expert_used) their weights */
+    float *moe_out;    /* (n, n_embd) the experts' weighted sum */
     float *out;  /* (n_out, n_embd) rows that produce logits */
     float *logits; /* (n_out, n_vocab) in backend memory */
 } fwd_scratch;
@@ -26,7 +30,19 @@ typedef struct fwd_batch {
     const int32_t *out_idx;/* (n_out) their indices, increasing */
 } fwd_batch;
 
-/* Runs the batch; writes n_out rows of logits to s->logits. */
+/* An architecture's forward pass: runs the batch and writes n_out rows of
+ * logits to s->logits. The context picks one by model_arch. */
+typedef brisk_status (*arch_forward_fn)(const brisk_model *m, bk_backend *be, const bk_kv_view *kv,
+                                        const fwd_batch *b, fwd_scratch *s);
 brisk_status llama_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv,
                            const fwd_batch *b, fwd_scratch *s);
+brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv,
+                              const fwd_batch *b, fwd_scratch *s);
+
+/* Pieces the decoders share (model/llama.c): x += the attention block of layer l
+ * (norm, q/k/v, QK-norm, RoPE, cached attention, output projection); and the
+ * final norm and LM head over the rows that want logits. */
+void decoder_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
+                       fwd_scratch *s, int l);
+void decoder_logits(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s);
 #endif

@@ -10,40 +10,64 @@
  *     h = rmsnorm(x) * ffn_norm
  *     x += Wdown (silu(Wgate h) * Wup h)
  *   logits = Wout (rmsnorm(x) * output_norm)     for the entries that want them
+ *
+ * The attention block and the LM head are shared with the MoE decoder
+ * (model/qwen3moe.c), which replaces only the FFN.
  */
 #include <math.h>
 #include <string.h>
 
 #include "model/arch.h"
 
+void decoder_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
+                       fwd_scratch *s, int l) {
+    const model_hparams *hp = &m->hp;
+    const bk_backend_ops *op = be->ops;
+    const layer_weights *L = &m->layers[l];
+    int n = b->n, d = hp->n_embd, hd = hp->head_dim;
+    float scale = 1.0f / sqrtf((float)hd);
+
+    op->rms_norm(be, s->x, &L->attn_norm, s->xb, n, d, hp->rms_eps);
+    const bk_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    const bk_weight *bias[3] = {L->bq.host ? &L->bq : NULL, L->bk.host ? &L->bk : NULL,
+                                L->bv.host ? &L->bv : NULL};
+    float *qkv_out[3] = {s->q, s->k, s->v};
+    op->matmul(be, 3, qkv, hp->qkv_bias ? bias : NULL, s->xb, n, qkv_out);
+    if (hp->qk_norm) {
+        op->rms_norm(be, s->q, &L->q_norm, s->q, n * hp->n_head, hd, hp->rms_eps);
+        op->rms_norm(be, s->k, &L->k_norm, s->k, n * hp->n_head_kv, hd, hp->rms_eps);
+    }
+    op->rope(be, s->q, n, hp->n_head, hd, b->ab.pos, &hp->rope);
+    op->rope(be, s->k, n, hp->n_head_kv, hd, b->ab.pos, &hp->rope);
+    op->attention(be, s->q, s->k, s->v, &kv[l], &b->ab, hp->n_head, hp->n_head_kv, hd, scale,
+                  s->att);
+    const bk_weight *wo = &L->wo;
+    op->matmul(be, 1, &wo, NULL, s->att, n, &s->xb);
+    op->add(be, s->x, s->xb, (size_t)n * d);
+}
+
+void decoder_logits(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s) {
+    const model_hparams *hp = &m->hp;
+    const bk_backend_ops *op = be->ops;
+    int d = hp->n_embd;
+    /* Only the rows that want logits go through the final norm and the LM head. */
+    for (int i = 0; i < b->n_out; i++)
+        op->copy(be, s->out + (size_t)i * d, s->x + (size_t)b->out_idx[i] * d, (size_t)d * sizeof(float));
+    op->rms_norm(be, s->out, &m->output_norm, s->out, b->n_out, d, hp->rms_eps);
+    const bk_weight *wout = &m->output;
+    op->matmul(be, 1, &wout, NULL, s->out, b->n_out, &s->logits);
+}
+
 brisk_status llama_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv,
                            const fwd_batch *b, fwd_scratch *s) {
     const model_hparams *hp = &m->hp;
     const bk_backend_ops *op = be->ops;
-    int n = b->n, d = hp->n_embd, hd = hp->head_dim;
-    float scale = 1.0f / sqrtf((float)hd);
+    int n = b->n, d = hp->n_embd;
 
     op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);
     for (int l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
-
-        op->rms_norm(be, s->x, &L->attn_norm, s->xb, n, d, hp->rms_eps);
-        const bk_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
-        const bk_weight *bias[3] = {L->bq.host ? &L->bq : NULL, L->bk.host ? &L->bk : NULL,
-                                    L->bv.host ? &L->bv : NULL};
-        float *qkv_out[3] = {s->q, s->k, s->v};
-        op->matmul(be, 3, qkv, hp->qkv_bias ? bias : NULL, s->xb, n, qkv_out);
-        if (hp->qk_norm) {
-            op->rms_norm(be, s->q, &L->q_norm, s->q, n * hp->n_head, hd, hp->rms_eps);
-            op->rms_norm(be, s->k, &L->k_norm, s->k, n * hp->n_head_kv, hd, hp->rms_eps);
-        }
-        op->rope(be, s->q, n, hp->n_head, hd, b->ab.pos, &hp->rope);
-        op->rope(be, s->k, n, hp->n_head_kv, hd, b->ab.pos, &hp->rope);
-        op->attention(be, s->q, s->k, s->v, &kv[l], &b->ab, hp->n_head, hp->n_head_kv, hd, scale,
-                      s->att);
-        const bk_weight *wo = &L->wo;
-        op->matmul(be, 1, &wo, NULL, s->att, n, &s->xb);
-        op->add(be, s->x, s->xb, (size_t)n * d);
+        decoder_attention(m, be, kv, b, s, l);
 
         op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
         const bk_weight *gu[2] = {&L->w_gate, &L->w_up};
@@ -54,12 +78,6 @@ brisk_status llama_forward(const brisk_model *m, bk_backend *be, const bk_kv_vie
         op->matmul(be, 1, &wd, NULL, s->hb, n, &s->xb);
         op->add(be, s->x, s->xb, (size_t)n * d);
     }
-    if (b->n_out == 0) return BRISK_OK;
-    /* Only the rows that want logits go through the final norm and the LM head. */
-    for (int i = 0; i < b->n_out; i++)
-        op->copy(be, s->out + (size_t)i * d, s->x + (size_t)b->out_idx[i] * d, (size_t)d * sizeof(float));
-    op->rms_norm(be, s->out, &m->output_norm, s->out, b->n_out, d, hp->rms_eps);
-    const bk_weight *wout = &m->output;
-    op->matmul(be, 1, &wout, NULL, s->out, b->n_out, &s->logits);
+    if (b->n_out) decoder_logits(m, be, b, s);
     return BRISK_OK;
 }

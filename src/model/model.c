@@ -12,7 +12,8 @@
 static const struct {
     const char *name;
     model_arch arch;
-} known_archs[] = {{"llama", ARCH_LLAMA}, {"qwen2", ARCH_QWEN2}, {"qwen3", ARCH_QWEN3}};
+} known_archs[] = {{"llama", ARCH_LLAMA}, {"qwen2", ARCH_QWEN2}, {"qwen3", ARCH_QWEN3},
+                  {"qwen3moe", ARCH_QWEN3MOE}};
 
 /* Reads "<arch>.<suffix>" as an int; absent keys give dflt (or fail if required). */
 static brisk_status get_int(const gguf_file *g, const char *arch, const char *suffix, bool required,
@@ -62,7 +63,14 @@ brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp) {
     const int64_t BIG = 1 << 24;
     BK_TRY(get_int(g, arch, "embedding_length", true, 0, 1, BIG, &hp->n_embd));
     BK_TRY(get_int(g, arch, "block_count", true, 0, 1, 4096, &hp->n_layer));
-    BK_TRY(get_int(g, arch, "feed_forward_length", true, 0, 1, BIG, &hp->n_ff));
+    bool moe = hp->arch == ARCH_QWEN3MOE;
+    BK_TRY(get_int(g, arch, "feed_forward_length", !moe, 0, moe ? 0 : 1, BIG, &hp->n_ff));
+    if (moe) { /* as llama.cpp: n_ff_exp defaults to n_ff / n_expert_used */
+        BK_TRY(get_int(g, arch, "expert_count", true, 0, 2, BK_MOE_MAX_EXPERTS, &hp->n_expert));
+        BK_TRY(get_int(g, arch, "expert_used_count", true, 0, 1, hp->n_expert, &hp->n_expert_used));
+        BK_TRY(get_int(g, arch, "expert_feed_forward_length", false, hp->n_ff / hp->n_expert_used, 1, BIG,
+                       &hp->n_ff_exp));
+    }
     BK_TRY(get_int(g, arch, "attention.head_count", true, 0, 1, 4096, &hp->n_head));
     BK_TRY(get_int(g, arch, "attention.head_count_kv", false, hp->n_head, 1, hp->n_head, &hp->n_head_kv));
     BK_TRY(get_int(g, arch, "context_length", false, 2048, 1, 1 << 30, &hp->n_ctx_train));
@@ -78,7 +86,7 @@ brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp) {
     hp->rms_eps = get_float(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f);
     if (!(hp->rms_eps > 0 && hp->rms_eps < 1))
         return bk_fail(BRISK_ERR_FORMAT, "bad layer_norm_rms_epsilon %g", hp->rms_eps);
-    hp->qk_norm = hp->arch == ARCH_QWEN3;
+    hp->qk_norm = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN3MOE;
     hp->qkv_bias = hp->arch == ARCH_QWEN2;
 
     bk_rope_params *rp = &hp->rope;
@@ -115,18 +123,19 @@ brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp) {
     return BRISK_OK;
 }
 
-/* Binds tensor `name` with the expected shape (ne1 = 0: a vector of ne0). */
-static brisk_status bind(brisk_model *m, const char *name, int64_t ne0, int64_t ne1, bool required,
-                         bk_weight *w) {
+/* Binds tensor `name` with the expected shape (ne1 = 0: a vector of ne0; ne2 > 1:
+ * ne2 stacked experts, bound as one weight of ne1 * ne2 rows, see bk_weight). */
+static brisk_status bind3(brisk_model *m, const char *name, int64_t ne0, int64_t ne1, int64_t ne2,
+                          bool required, bk_weight *w) {
     memset(w, 0, sizeof *w);
     const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
     if (!t) return required ? bk_fail(BRISK_ERR_FORMAT, "missing tensor %s", name) : BRISK_OK;
     int64_t want1 = ne1 ? ne1 : 1;
-    if (t->ne[0] != ne0 || t->ne[1] != want1 || t->ne[2] != 1 || t->ne[3] != 1)
+    if (t->ne[0] != ne0 || t->ne[1] != want1 || t->ne[2] != ne2 || t->ne[3] != 1)
         return bk_fail(BRISK_ERR_FORMAT,
-                       "tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
+                       "tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
                        (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
-                       (long long)t->ne[3], (long long)ne0, (long long)want1);
+                       (long long)t->ne[3], (long long)ne0, (long long)want1, (long long)ne2);
     const quant_traits *qt = quant_get_traits(t->type);
     if (!qt || !qt->can_dequantize)
         return bk_fail(BRISK_ERR_UNSUPPORTED, "tensor %s has type %s, which brisk cannot read", name,
@@ -137,12 +146,18 @@ static brisk_status bind(brisk_model *m, const char *name, int64_t ne0, int64_t 
     w->name = t->name;
     w->type = t->type;
     w->n_in = t->ne[0];
-    w->n_out = t->ne[1];
+    w->n_out = t->ne[1] * t->ne[2];
+    w->n_expert = ne2 > 1 ? (int)ne2 : 0;
     w->row_bytes = quant_row_size(t->type, t->ne[0]);
     w->host = t->data;
-    m->n_params += (uint64_t)(t->ne[0] * t->ne[1]);
+    m->n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2]);
     m->weight_bytes += t->nbytes;
     return m->be ? m->be->ops->bind_weight(m->be, w) : BRISK_OK;
+}
+
+static brisk_status bind(brisk_model *m, const char *name, int64_t ne0, int64_t ne1, bool required,
+                         bk_weight *w) {
+    return bind3(m, name, ne0, ne1, 1, required, w);
 }
 
 static brisk_status bind_all(brisk_model *m) {
@@ -176,6 +191,18 @@ static brisk_status bind_all(brisk_model *m) {
         BIND(q_norm, "attn_q_norm.weight", hp->head_dim, 0, hp->qk_norm);
         BIND(k_norm, "attn_k_norm.weight", hp->head_dim, 0, hp->qk_norm);
         BIND(ffn_norm, "ffn_norm.weight", d, 0, true);
+        if (hp->n_expert) {
+            int64_t ne = hp->n_expert, ff = hp->n_ff_exp;
+            BIND(ffn_gate_inp, "ffn_gate_inp.weight", d, ne, true);
+#define BIND_EXPERTS(field, suffix, ne0, ne1)                          \
+    snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
+    BK_TRY(bind3(m, n, ne0, ne1, ne, true, &L->field))
+            BIND_EXPERTS(gate_exps, "ffn_gate_exps.weight", d, ff);
+            BIND_EXPERTS(up_exps, "ffn_up_exps.weight", d, ff);
+            BIND_EXPERTS(down_exps, "ffn_down_exps.weight", ff, d);
+#undef BIND_EXPERTS
+            continue;
+        }
         BIND(w_gate, "ffn_gate.weight", d, hp->n_ff, true);
         BIND(w_up, "ffn_up.weight", d, hp->n_ff, true);
         BIND(w_down, "ffn_down.weight", hp->n_ff, d, true);
@@ -265,7 +292,8 @@ static void release_weights(brisk_model *m) {
     for (int l = 0; m->layers && l < m->hp.n_layer; l++) {
         layer_weights *L = &m->layers[l];
         bk_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk, &L->bv,
-                           &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+                           &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down,
+                           &L->ffn_gate_inp, &L->gate_exps, &L->up_exps, &L->down_exps};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) bk_cuda_release_weight(ws[i]);
     }
 }
@@ -297,6 +325,14 @@ void brisk_model_get_info(const brisk_model *m, brisk_model_info *o) {
     o->weight_bytes = m->weight_bytes;
     uint64_t embd = (uint64_t)m->tok_embd.row_bytes * (uint64_t)m->tok_embd.n_out;
     o->decode_bytes = m->weight_bytes - embd + (m->hp.tied_output ? embd : 0);
+    /* MoE: a token reads only its n_expert_used experts of each layer */
+    for (int l = 0; m->hp.n_expert && m->layers && l < m->hp.n_layer; l++) {
+        const layer_weights *L = &m->layers[l];
+        uint64_t exps = (uint64_t)L->gate_exps.n_out * L->gate_exps.row_bytes +
+                        (uint64_t)L->up_exps.n_out * L->up_exps.row_bytes +
+                        (uint64_t)L->down_exps.n_out * L->down_exps.row_bytes;
+        o->decode_bytes -= exps - exps / (uint64_t)m->hp.n_expert * (uint64_t)m->hp.n_expert_used;
+    }
     o->gpu_device = -1;
     bk_backend_is_cuda(m->be, &o->gpu_device);
 }

@@ -4,7 +4,8 @@
  *
  * Supported architectures: llama (Llama 2/3, TinyLlama, stories), qwen2
  * (q/k/v biases), qwen3 (QK-norm). All share one decoder-block structure and
- * differ in the flags below; see model/llama.c.
+ * differ in the flags below; see model/llama.c. qwen3moe (model/qwen3moe.c)
+ * is qwen3 with a routed mixture of experts in place of the dense FFN.
  */
 #ifndef BK_MODEL_H
 #define BK_MODEL_H
@@ -13,14 +14,18 @@
 #include "format/gguf.h"
 #include "tokenizer/tokenizer.h"
 
-typedef enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3 } model_arch;
+typedef enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE, ARCH_COUNT } model_arch;
 
 typedef struct model_hparams {
     model_arch arch;
     int n_vocab, n_embd, n_layer;
     int n_head, n_head_kv, head_dim; /* head_dim = attention.key_length or n_embd/n_head */
-    int n_ff;
+    int n_ff;       /* dense FFN width (unused by qwen3moe, whose every layer is MoE) */
     int n_ctx_train;
+    /* MoE (qwen3moe): router softmax -> top n_expert_used -> weights renormalised
+     * to sum 1 (llama.cpp hard-codes both for qwen3moe and ignores any
+     * expert_weights_norm/scale keys) -> weighted sum of SwiGLU experts of n_ff_exp. */
+    int n_expert, n_expert_used, n_ff_exp;
     float rms_eps;
     bool qk_norm;   /* qwen3: RMSNorm over head_dim on q and k before RoPE */
     bool qkv_bias;  /* qwen2 */
@@ -35,6 +40,9 @@ typedef struct layer_weights {
     bk_weight q_norm, k_norm;       /* (head_dim), qwen3 only */
     bk_weight ffn_norm;             /* (n_embd) */
     bk_weight w_gate, w_up, w_down; /* (n_ff, n_embd) x2, (n_embd, n_ff) */
+    bk_weight ffn_gate_inp;         /* MoE router (n_expert, n_embd) */
+    bk_weight gate_exps, up_exps;   /* (n_expert * n_ff_exp, n_embd), n_expert set */
+    bk_weight down_exps;            /* (n_expert * n_embd, n_ff_exp) */
 } layer_weights;
 
 struct brisk_model {

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_attn.h"
 #include "backend/cpu/cpu_dot.h"
+#include "backend/cpu/cpu_moe.h"
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "quant/quant.h"
@@ -20,14 +21,7 @@
 #pragma GCC optimize("O3", "fp-contract=off")
 #endif
 
-/* Hot elementwise/attention loops are compiled for several ISAs and picked at
- * load time (ifunc): fmaf() must become one instruction, not a libm call. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define BK_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define BK_MULTIVERSION
-#endif
-#define BK_INLINE static inline __attribute__((always_inline))
+#include "backend/cpu/cpu_math.h"
 
 /* f16 -> f32 for the KV cache: one instruction where the ISA has it (F16C). */
 #if defined(__FLT16_MAX__)
@@ -54,6 +48,7 @@ typedef struct cpu_backend {
     size_t xq_cap[MAX_MATS];
     float *att_scratch; /* (n_threads, att_cap) attention scores */
     size_t att_cap;
+    cpu_moe_scratch moe;
 } cpu_backend;
 
 static brisk_status grow(void **p, size_t *cap, size_t want) {
@@ -71,6 +66,7 @@ static void cpu_free(bk_backend *be) {
     threadpool_free(cb->tp);
     for (int i = 0; i < MAX_MATS; i++) free(cb->xq[i]);
     free(cb->att_scratch);
+    cpu_moe_scratch_free(&cb->moe);
     free(cb);
 }
 
@@ -340,32 +336,6 @@ static void att_write_worker(void *arg, int ith, int nth) {
     }
 }
 
-/* exp(x) by range reduction to n = round(x/ln2) and a degree-5 polynomial on
- * the remainder, scaled by 2^n: the single-precision algorithm of Arm's
- * optimized-routines, which ggml's vectorised softmax and SiLU use. Same
- * operations in the same order, so the results are bitwise the same. */
-BK_INLINE float exp_poly(float x) {
-    const float shift = 0x1.8p23f;
-    float z = fmaf(x, 0x1.715476p+0f, shift);
-    float n = z - shift;
-    float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
-    if (!(fabsf(n) <= 192.0f)) return n > 0 ? INFINITY : 0.0f; /* also NaN n from -inf */
-    float u = b * b;
-    float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
-                   fmaf(0x1.ffffecp-1f, b, 1.0f));
-    return ldexpf(j, (int)n);
-}
-
-/* 16 lanes of fused multiply-adds, then a halving tree (lanes i+8, i+4, then
- * pairs): the order of ggml's AVX-512 f32 products (tinyBLAS and vec_dot), so
- * attention scores round exactly as llama.cpp's do. */
-BK_INLINE float reduce16(const float *l) {
-    float a[8], b[4];
-    for (int i = 0; i < 8; i++) a[i] = l[i + 8] + l[i];
-    for (int i = 0; i < 4; i++) b[i] = a[i + 4] + a[i];
-    return (b[0] + b[2]) + (b[1] + b[3]);
-}
-
 #if defined(__FLT16_MAX__)
 typedef _Float16 f16_alias __attribute__((may_alias)); /* the cache stores raw f16 bits */
 BK_INLINE void h2f_row(const void *src, float *restrict dst, int n) {
@@ -496,15 +466,7 @@ static void cpu_attention(bk_backend *be, const float *q, const float *k, const 
 /* ---- elementwise ---- */
 BK_MULTIVERSION static void cpu_swiglu(bk_backend *be, const float *gate, const float *up, float *out, size_t n) {
     (void)be;
-    size_t i = 0, vec_end = n & ~(size_t)15;
-    for (; i < vec_end; i++) { /* ggml's vector path: polynomial exp */
-        float g = gate[i];
-        out[i] = g / (1.0f + exp_poly(-g)) * up[i];
-    }
-    for (; i < n; i++) {
-        float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+    swiglu_row(gate, up, out, n);
 }
 
 static void cpu_add(bk_backend *be, float *x, const float *y, size_t n) {
@@ -523,6 +485,18 @@ static void cpu_copy(bk_backend *be, void *dst, const void *src, size_t bytes) {
     memcpy(dst, src, bytes);
 }
 
+/* ---- mixture of experts (cpu_moe.c) ---- */
+static void cpu_moe_route_op(bk_backend *be, const float *logits, int n, int n_expert, int k, bool norm,
+                             float scale, int32_t *ids, float *weights) {
+    cpu_moe_route(((cpu_backend *)be)->tp, logits, n, n_expert, k, norm, scale, ids, weights);
+}
+
+static void cpu_moe_ffn_op(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
+                           const float *x, int n, const int32_t *ids, const float *weights, int k, float *out) {
+    cpu_backend *cb = (cpu_backend *)be;
+    cpu_moe_ffn(cb->tp, &cb->moe, gate, up, down, x, n, ids, weights, k, out);
+}
+
 static const bk_backend_ops cpu_ops = {
     .name = "cpu",
     .free = cpu_free,
@@ -538,6 +512,8 @@ static const bk_backend_ops cpu_ops = {
     .add = cpu_add,
     .read = cpu_read,
     .copy = cpu_copy,
+    .moe_route = cpu_moe_route_op,
+    .moe_ffn = cpu_moe_ffn_op,
 };
 
 brisk_status bk_cpu_backend_new(int n_threads, bk_backend **out) {

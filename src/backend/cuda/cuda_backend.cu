@@ -149,6 +149,16 @@ static void cuda_copy(bk_backend *be, void *dst, const void *src, size_t bytes) 
     CU_OP(cb, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->stream));
 }
 
+/* MoE: not on the GPU yet; the first call records the error the step returns. */
+static void cuda_moe_route(bk_backend *be, const float *, int, int, int, bool, float, int32_t *, float *) {
+    cuda_set_error((cuda_backend *)be, bk_fail(BRISK_ERR_UNSUPPORTED, "MoE not yet on CUDA"));
+}
+
+static void cuda_moe_ffn(bk_backend *be, const bk_weight *, const bk_weight *, const bk_weight *, const float *, int,
+                         const int32_t *, const float *, int, float *) {
+    cuda_set_error((cuda_backend *)be, bk_fail(BRISK_ERR_UNSUPPORTED, "MoE not yet on CUDA"));
+}
+
 static const bk_backend_ops cuda_ops = {
     /* name */ "cuda",
     /* free */ cuda_free,
@@ -166,6 +176,8 @@ static const bk_backend_ops cuda_ops = {
     /* copy */ cuda_copy,
     /* step_begin */ cuda_step_begin,
     /* step_end */ cuda_step_end,
+    /* moe_route */ cuda_moe_route,
+    /* moe_ffn */ cuda_moe_ffn,
 };
 
 extern "C" int bk_cuda_device_count(void) {

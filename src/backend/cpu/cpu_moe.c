@@ -1,0 +1,300 @@
+/* cpu_moe.c — mixture of experts on the CPU: the router (softmax, top-k,
+ * renormalisation) and the routed SwiGLU experts.
+ *
+ * The expert FFN groups the batch by expert: every (token, slot) pair that
+ * chose expert e is a column of e's products, and a tile of e's weight rows
+ * is multiplied with all of them while it sits in L1, so an active expert's
+ * weights are read once per call and an idle expert's not at all. Threads
+ * take (expert, row tile) tasks from a shared counter: popular experts have
+ * more columns, and fixed ranges would leave threads idle. */
+#include "backend/cpu/cpu_moe.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_dot.h"
+#include "base/status.h"
+#include "quant/quant.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3", "fp-contract=off")
+#endif
+
+#include "backend/cpu/cpu_math.h"
+
+#define ROW_TILE 16 /* weight rows per task */
+
+static bool grow(void **p, size_t *cap, size_t want) {
+    if (want <= *cap) return true;
+    void *np = realloc(*p, want);
+    if (!np) {
+        bk_fail(BRISK_ERR_NOMEM, "cpu backend: out of memory (%zu bytes)", want);
+        return false;
+    }
+    *p = np;
+    *cap = want;
+    return true;
+}
+
+void cpu_moe_scratch_free(cpu_moe_scratch *sc) {
+    free(sc->xq);
+    free(sc->xq_up);
+    free(sc->gu);
+    free(sc->hq);
+    free(sc->dout);
+    free(sc->group);
+    memset(sc, 0, sizeof *sc);
+}
+
+/* ---- router ---- */
+typedef struct {
+    const float *logits;
+    int n, n_expert, k;
+    bool norm;
+    float scale;
+    int32_t *ids;
+    float *w;
+} route_job;
+
+/* softmax as ggml_vec_soft_max_f32 (AVX-512): groups of 16 through the
+ * polynomial exp, each group summed as a vector reduction, the tail through
+ * expf, the sum in double; then every value times the float 1/sum. */
+BK_MULTIVERSION static void softmax_row(const float *x, float *p, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int u = 0; u < 16; u++) p[i + u] = exp_poly(x[i + u] - mx);
+        sum += (double)reduce16(p + i);
+    }
+    for (; i < n; i++) {
+        p[i] = expf(x[i] - mx);
+        sum += (double)p[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (i = 0; i < n; i++) p[i] *= inv;
+}
+
+static void route_worker(void *arg, int ith, int nth) {
+    route_job *j = arg;
+    float p[BK_MOE_MAX_EXPERTS];
+    long lo, hi;
+    threadpool_range(j->n, ith, nth, &lo, &hi);
+    for (long t = lo; t < hi; t++) {
+        softmax_row(j->logits + t * j->n_expert, p, j->n_expert);
+        int32_t *ids = j->ids + t * j->k;
+        float *w = j->w + t * j->k;
+        /* top-k, most probable first; ties go to the lower id */
+        for (int s = 0; s < j->k; s++) {
+            int best = -1;
+            for (int e = 0; e < j->n_expert; e++) {
+                bool taken = false;
+                for (int q = 0; q < s; q++) taken |= ids[q] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            ids[s] = best;
+            w[s] = p[best];
+        }
+        if (j->norm) { /* ggml_sum_rows (double), clamp to f16's smallest normal, divide */
+            double sum = 0;
+            for (int s = 0; s < j->k; s++) sum += (double)w[s];
+            float fs = (float)sum;
+            if (fs < 6.103515625e-5f) fs = 6.103515625e-5f;
+            for (int s = 0; s < j->k; s++) w[s] = w[s] / fs;
+        }
+        if (j->scale != 0.0f && j->scale != 1.0f)
+            for (int s = 0; s < j->k; s++) w[s] *= j->scale;
+    }
+}
+
+void cpu_moe_route(threadpool *tp, const float *logits, int n, int n_expert, int k, bool norm, float scale,
+                   int32_t *ids, float *weights) {
+    route_job j = {logits, n, n_expert, k, norm, scale, ids, weights};
+    if (n < 8) route_worker(&j, 0, 1);
+    else threadpool_run(tp, route_worker, &j);
+}
+
+/* ---- expert FFN ---- */
+typedef struct {
+    const bk_weight *gate, *up, *down;
+    const float *x;
+    int n, k, n_act;
+    int64_t n_ff, n_embd;
+    const int32_t *off, *ent;  /* group offsets by expert, entries t*k+j */
+    const int32_t *act;        /* (n_act) experts with at least one entry */
+    const void *xq, *xq_up;    /* x converted for gate and up */
+    size_t xq_stride, xq_up_stride;
+    float *gu;                 /* (n*k, 2*n_ff) */
+    const void *hq;            /* down's input rows */
+    size_t hq_stride;
+    float *dout;               /* (n*k, n_embd) */
+    const int32_t *ids;
+    const float *w;
+    float *out;
+    cpu_from_float_fn conv_g, conv_u, conv_d;
+    void *hq_buf;
+    atomic_long next;          /* next task of the current phase */
+} ffn_job;
+
+static void convert_worker(void *arg, int ith, int nth) {
+    ffn_job *j = arg;
+    long lo, hi;
+    threadpool_range(j->n, ith, nth, &lo, &hi);
+    for (long t = lo; t < hi; t++) {
+        const float *xr = j->x + t * j->n_embd;
+        if (j->conv_g) j->conv_g(xr, (char *)j->xq + t * j->xq_stride, j->n_embd);
+        if (j->conv_u) j->conv_u(xr, (char *)j->xq_up + t * j->xq_up_stride, j->n_embd);
+    }
+}
+
+/* One row tile of one expert's matrix against every column routed to it:
+ * y[ent * y_stride + r] = dot(row r, x[ent]) for the tile's rows. Each column
+ * is its own single-token product, as ggml's mul_mat_id computes it. */
+static void expert_tile(const bk_weight *wt, int64_t rows, int e, int64_t r0, int nr, const ffn_job *j,
+                        const void *x, size_t x_stride, int x_by_entry, float *y, size_t y_stride) {
+    cpu_gemm_fn gemm = cpu_get_gemm(wt->type);
+    const char *w = (const char *)wt->host + ((size_t)e * rows + r0) * wt->row_bytes;
+    float s[ROW_TILE];
+    for (int32_t c = j->off[e]; c < j->off[e + 1]; c++) {
+        int32_t ent = j->ent[c];
+        size_t xi = x_by_entry ? (size_t)ent : (size_t)(ent / j->k);
+        gemm(wt->n_in, w, wt->row_bytes, nr, (const char *)x + xi * x_stride, x_stride, 1, s, 1);
+        memcpy(y + (size_t)ent * y_stride + r0, s, (size_t)nr * sizeof(float));
+    }
+}
+
+/* gate and up: tasks (active expert, row tile of gate then of up) */
+static void gate_up_worker(void *arg, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    ffn_job *j = arg;
+    long tiles = (j->n_ff + ROW_TILE - 1) / ROW_TILE, total = (long)j->n_act * 2 * tiles;
+    for (long task; (task = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < total;) {
+        int e = j->act[task / (2 * tiles)];
+        long tl = task % (2 * tiles);
+        bool is_up = tl >= tiles;
+        int64_t r0 = (tl % tiles) * ROW_TILE;
+        int nr = (int)(j->n_ff - r0 < ROW_TILE ? j->n_ff - r0 : ROW_TILE);
+        expert_tile(is_up ? j->up : j->gate, j->n_ff, e, r0, nr, j, is_up ? j->xq_up : j->xq,
+                    is_up ? j->xq_up_stride : j->xq_stride, 0, j->gu + (is_up ? j->n_ff : 0), 2 * (size_t)j->n_ff);
+    }
+}
+
+/* silu(gate) * up per (token, slot) row, then to down's vec_dot_type */
+BK_MULTIVERSION static void swiglu_worker(void *arg, int ith, int nth) {
+    ffn_job *j = arg;
+    long lo, hi;
+    threadpool_range((long)j->n * j->k, ith, nth, &lo, &hi);
+    for (long r = lo; r < hi; r++) {
+        float *g = j->gu + r * 2 * j->n_ff;
+        swiglu_row(g, g + j->n_ff, g, (size_t)j->n_ff);
+        if (j->conv_d) j->conv_d(g, (char *)j->hq_buf + r * j->hq_stride, j->n_ff);
+    }
+}
+
+static void down_worker(void *arg, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    ffn_job *j = arg;
+    long tiles = (j->n_embd + ROW_TILE - 1) / ROW_TILE, total = (long)j->n_act * tiles;
+    for (long task; (task = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < total;) {
+        int e = j->act[task / tiles];
+        int64_t r0 = (task % tiles) * ROW_TILE;
+        int nr = (int)(j->n_embd - r0 < ROW_TILE ? j->n_embd - r0 : ROW_TILE);
+        expert_tile(j->down, j->n_embd, e, r0, nr, j, j->hq, j->hq_stride, 1, j->dout, (size_t)j->n_embd);
+    }
+}
+
+/* out[t] = dout[t,0]*w0 + dout[t,1]*w1 + ..., each product rounded, summed in slot order */
+static void combine_worker(void *arg, int ith, int nth) {
+    ffn_job *j = arg;
+    long lo, hi;
+    threadpool_range(j->n, ith, nth, &lo, &hi);
+    size_t d = (size_t)j->n_embd;
+    for (long t = lo; t < hi; t++) {
+        float *o = j->out + t * d;
+        const float *v = j->dout + (size_t)t * j->k * d, *w = j->w + t * j->k;
+        for (size_t i = 0; i < d; i++) o[i] = v[i] * w[0];
+        for (int s = 1; s < j->k; s++)
+            for (size_t i = 0; i < d; i++) o[i] = o[i] + v[s * d + i] * w[s];
+    }
+}
+
+/* Activation rows for weight type `type`: the converter (NULL for f32, used
+ * as is) and the row stride, padded off multiples of 4 KiB (L1 aliasing). */
+static cpu_from_float_fn act_format(uint32_t type, int64_t n_in, size_t *stride) {
+    uint32_t vt = quant_get_traits(type)->vec_dot_type;
+    if (vt == QT_F32) {
+        *stride = (size_t)n_in * sizeof(float);
+        return NULL;
+    }
+    *stride = quant_row_size(vt, n_in);
+    if (*stride % 4096 == 0) *stride += 64;
+    return cpu_get_from_float(vt);
+}
+
+void cpu_moe_ffn(threadpool *tp, cpu_moe_scratch *sc, const bk_weight *gate, const bk_weight *up,
+                 const bk_weight *down, const float *x, int n, const int32_t *ids, const float *weights, int k,
+                 float *out) {
+    int n_expert = gate->n_expert > 0 ? gate->n_expert : 1;
+    ffn_job j = {.gate = gate, .up = up, .down = down, .x = x, .n = n, .k = k, .n_ff = gate->n_out / n_expert,
+                 .n_embd = gate->n_in, .ids = ids, .w = weights, .out = out};
+    size_t nk = (size_t)n * k;
+    /* sizes first */
+    j.conv_g = act_format(gate->type, j.n_embd, &j.xq_stride);
+    bool same_up = quant_get_traits(up->type)->vec_dot_type == quant_get_traits(gate->type)->vec_dot_type;
+    j.conv_u = same_up ? NULL : act_format(up->type, j.n_embd, &j.xq_up_stride);
+    j.conv_d = act_format(down->type, j.n_ff, &j.hq_stride);
+    if (!j.conv_d) j.hq_stride = 2 * (size_t)j.n_ff * sizeof(float); /* f32: read the gate half of gu */
+    if (!grow(&sc->xq, &sc->cap[0], j.conv_g ? j.xq_stride * n : 1) ||
+        !grow(&sc->xq_up, &sc->cap[1], j.conv_u ? j.xq_up_stride * n : 1) ||
+        !grow((void **)&sc->gu, &sc->cap[2], nk * 2 * (size_t)j.n_ff * sizeof(float)) ||
+        !grow(&sc->hq, &sc->cap[3], j.conv_d ? j.hq_stride * nk : 1) ||
+        !grow((void **)&sc->dout, &sc->cap[4], nk * (size_t)j.n_embd * sizeof(float)) ||
+        !grow((void **)&sc->group, &sc->cap[5], ((size_t)2 * n_expert + 1 + nk) * sizeof(int32_t)))
+        return;
+    j.xq = j.conv_g ? sc->xq : (const void *)x;
+    if (same_up) {
+        j.xq_up = j.xq;
+        j.xq_up_stride = j.xq_stride;
+    } else {
+        j.xq_up = j.conv_u ? sc->xq_up : (const void *)x;
+        if (!j.conv_u) j.xq_up_stride = (size_t)j.n_embd * sizeof(float);
+    }
+    j.gu = sc->gu;
+    j.hq_buf = sc->hq;
+    j.hq = j.conv_d ? sc->hq : (const void *)sc->gu;
+    j.dout = sc->dout;
+
+    /* group the (token, slot) entries by expert, tokens in order */
+    int32_t *off = sc->group, *act = off + n_expert + 1, *ent = act + n_expert;
+    memset(off, 0, ((size_t)n_expert + 1) * sizeof(int32_t));
+    for (size_t i = 0; i < nk; i++) off[ids[i] + 1]++;
+    int n_act = 0;
+    for (int e = 0; e < n_expert; e++) {
+        if (off[e + 1]) act[n_act++] = e;
+        off[e + 1] += off[e];
+    }
+    for (size_t i = 0; i < nk; i++) ent[off[ids[i]]++] = (int32_t)i;
+    for (int e = n_expert; e > 0; e--) off[e] = off[e - 1]; /* the fill advanced each start to the next */
+    off[0] = 0;
+    j.off = off;
+    j.ent = ent;
+    j.act = act;
+    j.n_act = n_act;
+
+    if (j.conv_g || j.conv_u) {
+        if (n == 1) convert_worker(&j, 0, 1);
+        else threadpool_run(tp, convert_worker, &j);
+    }
+    atomic_store(&j.next, 0);
+    threadpool_run(tp, gate_up_worker, &j);
+    if (nk < 4) swiglu_worker(&j, 0, 1);
+    else threadpool_run(tp, swiglu_worker, &j);
+    atomic_store(&j.next, 0);
+    threadpool_run(tp, down_worker, &j);
+    if (n < 4) combine_worker(&j, 0, 1);
+    else threadpool_run(tp, combine_worker, &j);
+}

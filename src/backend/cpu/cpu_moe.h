@@ -1,0 +1,35 @@
+/* cpu_moe.h — the CPU backend's mixture-of-experts ops (router and expert
+ * FFN), split across the backend's thread pool. The contracts are those of
+ * moe_route and moe_ffn in backend/backend.h; cpu_backend.c puts these in
+ * its op table. Arithmetic follows llama.cpp's graph (build_moe_ffn) and
+ * ggml's CPU kernels: softmax as ggml_vec_soft_max_f32, each expert product
+ * as ggml's mul_mat_id (one vec_dot per weight row and token, never the
+ * batched tinyBLAS order), weights applied and summed in expert-slot order. */
+#ifndef BK_CPU_MOE_H
+#define BK_CPU_MOE_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "base/threadpool.h"
+
+/* Buffers the FFN op reuses between calls, grown to the largest batch seen
+ * (no allocation once the largest batch has run); zero-initialise. */
+typedef struct cpu_moe_scratch {
+    void *xq;        /* (n, ·) x in gate's vec_dot_type */
+    void *xq_up;     /* (n, ·) x in up's vec_dot_type, when it differs from gate's */
+    float *gu;       /* (n*k, 2*n_ff) gate | up products; silu(gate)*up overwrites gate */
+    void *hq;        /* (n*k, ·) silu(gate)*up in down's vec_dot_type */
+    float *dout;     /* (n*k, n_embd) each chosen expert's output, unweighted */
+    int32_t *group;  /* (n_expert + 1) offsets, then (n*k) entries t*k+j grouped by expert */
+    size_t cap[6];   /* bytes held by each buffer above, in order */
+} cpu_moe_scratch;
+
+void cpu_moe_route(threadpool *tp, const float *logits, int n, int n_expert, int k, bool norm, float scale,
+                   int32_t *ids, float *weights);
+void cpu_moe_ffn(threadpool *tp, cpu_moe_scratch *sc, const bk_weight *gate, const bk_weight *up,
+                 const bk_weight *down, const float *x, int n, const int32_t *ids, const float *weights, int k,
+                 float *out);
+void cpu_moe_scratch_free(cpu_moe_scratch *sc);
+#endif

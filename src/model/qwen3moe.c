@@ -1,0 +1,43 @@
+/* qwen3moe.c — the Qwen3-MoE decoder (Qwen3-30B-A3B, Qwen3-235B-A22B):
+ * qwen3's attention block, and in every layer a routed mixture of SwiGLU
+ * experts in place of the dense FFN:
+ *
+ *   x = embed(tokens)
+ *   for each layer:
+ *     x += attention block                         (as qwen3, model/llama.c)
+ *     h = rmsnorm(x) * ffn_norm
+ *     p = softmax(Wr h)                            (n_expert router probabilities, fp32)
+ *     E = the n_expert_used largest p; w_e = p_e / sum_E p   (renormalised)
+ *     x += sum_{e in E} w_e * Wdown_e (silu(Wgate_e h) * Wup_e h)
+ *   logits = Wout (rmsnorm(x) * output_norm)
+ *
+ * As llama.cpp's qwen3moe graph: renormalisation always on, no weight scale,
+ * no shared expert.
+ */
+#include "base/status.h"
+#include "model/arch.h"
+
+brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv,
+                              const fwd_batch *b, fwd_scratch *s) {
+    const model_hparams *hp = &m->hp;
+    const bk_backend_ops *op = be->ops;
+    int n = b->n, d = hp->n_embd, k = hp->n_expert_used;
+    if (!op->moe_route || !op->moe_ffn)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "the %s backend has no MoE ops", op->name);
+
+    op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const layer_weights *L = &m->layers[l];
+        decoder_attention(m, be, kv, b, s, l);
+
+        op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
+        const bk_weight *router = &L->ffn_gate_inp;
+        op->matmul(be, 1, &router, NULL, s->xb, n, &s->moe_logits);
+        op->moe_route(be, s->moe_logits, n, hp->n_expert, k, true, 0.0f, s->moe_ids, s->moe_w);
+        op->moe_ffn(be, &L->gate_exps, &L->up_exps, &L->down_exps, s->xb, n, s->moe_ids, s->moe_w, k,
+                    s->moe_out);
+        op->add(be, s->x, s->moe_out, (size_t)n * d);
+    }
+    if (b->n_out) decoder_logits(m, be, b, s);
+    return BRISK_OK;
+}
