@@ -1,12 +1,13 @@
 /* cuda_attention.cu — K/V write into the paged cache, then causal GQA
  * attention per (token, head) over the page table.
  *
- * One block of ATT_TILE threads per (head, token, split): for each tile of
- * ATT_TILE positions a thread scores one position (its K row against q in
- * shared memory), the block updates an online softmax, and each thread
- * accumulates V for head_dim/ATT_TILE dimensions. Long contexts with few
- * (token, head) pairs are split over positions (flash-decoding): each split
- * writes (max, sum, unnormalised output) and a combine kernel merges them.
+ * One block of ATT_TILE threads per (GQA group of query heads, token,
+ * split): for each tile of ATT_TILE positions a thread scores one position
+ * (its K row against the group's queries in shared memory), warps update the
+ * online softmaxes, and each thread accumulates V for head_dim/ATT_TILE
+ * dimensions. Long contexts with few (token, group) pairs are split over
+ * positions (flash-decoding): each split writes (max, sum, unnormalised
+ * output) and a combine kernel merges them.
  *
  * Metadata: pos, slot and the block tables arrive as host pointers; they are
  * packed (tokens of one sequence share one copy of its table) and uploaded
@@ -37,119 +38,30 @@ __global__ void kv_write_kernel(const float *k, const float *v, void *kc, void *
     }
 }
 
-__device__ __forceinline__ float block_reduce(float x, bool is_max, float *red) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        float y = __shfl_xor_sync(0xffffffffu, x, o);
-        x = is_max ? fmaxf(x, y) : x + y;
-    }
-    __syncthreads(); /* red may still be read from the previous reduction */
-    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = x;
-    __syncthreads();
-    x = red[0];
-#pragma unroll
-    for (int w = 1; w < ATT_TILE / 32; w++) x = is_max ? fmaxf(x, red[w]) : x + red[w];
-    return x;
-}
-
 template <int F16> __device__ __forceinline__ float kv_at(const void *base, size_t i) {
     return F16 ? __half2float(((const __half *)base)[i]) : ((const float *)base)[i];
 }
 
-template <int F16>
-__global__ void __launch_bounds__(ATT_TILE)
-attn_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_t *pos, const int32_t *tab_off,
-            const int32_t *tabs, int n_head, int n_head_kv, int hd, float scale, int chunk, float *out,
-            float *part) {
-    __shared__ float q_s[ATT_MAX_HD], sc[ATT_TILE], red[ATT_TILE / 32];
-    __shared__ int64_t row_s[ATT_TILE];
-    int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
-    int kvh = h / (n_head / n_head_kv);
-    int np = pos[t] + 1, p_begin = sp * chunk, p_end = min(np, p_begin + chunk);
-    const int32_t *table = tabs + tab_off[t];
-    for (int i = tid; i < hd; i += ATT_TILE) q_s[i] = q[((size_t)t * n_head + h) * hd + i];
-    __syncthreads();
-    float acc[ATT_MAX_HD / ATT_TILE] = {0.0f, 0.0f};
-    float m = -INFINITY, l = 0.0f;
-    for (int p0 = p_begin; p0 < p_end; p0 += ATT_TILE) {
-        int p = p0 + tid;
-        float s = -INFINITY;
-        if (p < p_end) {
-            int64_t slot = (int64_t)table[p / bs] * bs + p % bs;
-            int64_t row = (slot * n_head_kv + kvh) * hd;
-            row_s[tid] = row;
-            float d = 0.0f;
-            if (F16 && hd % 8 == 0) {
-                const uint4 *kr = (const uint4 *)((const __half *)kc + row);
-                for (int i = 0; i < hd / 8; i++) {
-                    uint4 u = kr[i];
-                    const __half2 *h2 = (const __half2 *)&u;
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        float2 f = __half22float2(h2[j]);
-                        d += q_s[8 * i + 2 * j] * f.x + q_s[8 * i + 2 * j + 1] * f.y;
-                    }
-                }
-            } else {
-                for (int i = 0; i < hd; i++) d += q_s[i] * kv_at<F16>(kc, row + i);
-            }
-            s = d * scale;
-        }
-        float m_new = fmaxf(m, block_reduce(s, true, red));
-        float e = p < p_end ? expf(s - m_new) : 0.0f;
-        sc[tid] = e;
-        float lt = block_reduce(e, false, red); /* its barriers also publish sc and row_s */
-        float f = expf(m - m_new);
-        l = l * f + lt;
-        m = m_new;
-        int nt = min(ATT_TILE, p_end - p0);
-#pragma unroll
-        for (int a = 0; a < ATT_MAX_HD / ATT_TILE; a++) {
-            int d = tid + a * ATT_TILE;
-            if (d >= hd) break;
-            float o = acc[a] * f;
-            for (int j = 0; j < nt; j++) o += sc[j] * kv_at<F16>(vc, row_s[j] + d);
-            acc[a] = o;
-        }
-        __syncthreads(); /* sc and row_s are rewritten by the next tile */
-    }
-    if (!part) {
-#pragma unroll
-        for (int a = 0; a < ATT_MAX_HD / ATT_TILE; a++) {
-            int d = tid + a * ATT_TILE;
-            if (d < hd) out[((size_t)t * n_head + h) * hd + d] = acc[a] / l;
-        }
-    } else {
-        float *pp = part + (((size_t)t * n_head + h) * gridDim.z + sp) * (hd + 2);
-        if (tid == 0) {
-            pp[0] = m;
-            pp[1] = l;
-        }
-#pragma unroll
-        for (int a = 0; a < ATT_MAX_HD / ATT_TILE; a++) {
-            int d = tid + a * ATT_TILE;
-            if (d < hd) pp[2 + d] = acc[a];
-        }
-    }
-}
-
-/* GQA-grouped variant: one block per (KV head, token, split) serves the G
- * query heads that share the KV head, so each K and V row is read once for
- * all of them (the per-query-head kernel above reads it G times). Each
- * thread scores one position against the G queries; warps then run the G
- * online-softmax updates over the tile's scores in shared memory. */
+/* One block per (G query heads, token, split). With G = the model's query
+ * heads per KV head (1, 2, 4 or 8) a block serves a whole GQA group, so each
+ * K and V row is read once for all of its heads; other ratios run G = 1
+ * (`group` maps a query head to its KV head). Each thread scores one
+ * position against the G queries; warps then run the G online-softmax
+ * updates over the tile's scores in shared memory, and each thread
+ * accumulates V for head_dim/ATT_TILE dimensions of every head. */
 template <int F16, int G>
 __global__ void __launch_bounds__(ATT_TILE)
-attn_gqa_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_t *pos, const int32_t *tab_off,
-                const int32_t *tabs, int n_head, int n_head_kv, int hd, float scale, int chunk, float *out,
-                float *part) {
+attn_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_t *pos, const int32_t *tab_off,
+            const int32_t *tabs, int n_head, int n_head_kv, int group, int hd, float scale, int chunk, float *out,
+            float *part) {
     __shared__ float q_s[G][ATT_MAX_HD], sc[G][ATT_TILE], m_s[G], l_s[G], f_s[G];
     __shared__ int64_t row_s[ATT_TILE];
-    int kvh = blockIdx.x, t = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    int h0 = blockIdx.x * G, kvh = h0 / group, t = blockIdx.y, sp = blockIdx.z;
+    int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     int np = pos[t] + 1, p_begin = sp * chunk, p_end = min(np, p_begin + chunk);
     const int32_t *table = tabs + tab_off[t];
     for (int i = tid; i < G * hd; i += ATT_TILE)
-        q_s[i / hd][i % hd] = q[((size_t)t * n_head + kvh * G + i / hd) * hd + i % hd];
+        q_s[i / hd][i % hd] = q[((size_t)t * n_head + h0 + i / hd) * hd + i % hd];
     if (tid < G) {
         m_s[tid] = -INFINITY;
         l_s[tid] = 0.0f;
@@ -233,7 +145,7 @@ attn_gqa_kernel(const float *q, const void *kc, const void *vc, int bs, const in
     }
 #pragma unroll
     for (int g = 0; g < G; g++) {
-        int h = kvh * G + g;
+        int h = h0 + g;
         if (!part) {
 #pragma unroll
             for (int a = 0; a < ATT_MAX_HD / ATT_TILE; a++) {
@@ -331,11 +243,11 @@ extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, c
     if (f16) kv_write_kernel<1><<<n, 256, 0, cb->stream>>>(k, v, kv->k, kv->v, d_slot, kvd);
     else kv_write_kernel<0><<<n, 256, 0, cb->stream>>>(k, v, kv->k, kv->v, d_slot, kvd);
 
-    /* GQA groups of 1, 2, 4 or 8 query heads per KV head run as one block each */
-    int G = n_head / n_head_kv;
-    bool gqa = n_head % n_head_kv == 0 && (G == 1 || G == 2 || G == 4 || G == 8) && !cb->attn_gqa_off;
+    /* GQA groups of 2, 4 or 8 query heads per KV head run as one block each */
+    int group = n_head / n_head_kv, G = group;
+    if ((G != 2 && G != 4 && G != 8) || cb->attn_gqa_off) G = 1;
     /* Split over positions when the blocks alone leave most SMs idle. */
-    int64_t pairs = (int64_t)n * (gqa ? n_head_kv : n_head);
+    int64_t pairs = (int64_t)n * (n_head / G);
     int n_split = 1;
     if (pairs < 2 * cb->n_sm && max_np > 2 * ATT_TILE) {
         n_split = (int)((2 * cb->n_sm + pairs - 1) / pairs);
@@ -347,30 +259,20 @@ extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, c
     int chunk = (max_np + n_split - 1) / n_split;
     chunk = (chunk + ATT_TILE - 1) / ATT_TILE * ATT_TILE;
     float *part = n_split > 1 ? cb->att_part : NULL;
-    if (gqa) {
-        dim3 grid(n_head_kv, n, n_split);
-#define GQA_LAUNCH(FF, GG)                                                                                        \
-    attn_gqa_kernel<FF, GG><<<grid, ATT_TILE, 0, cb->stream>>>(q, kv->k, kv->v, kv->block_size, d_pos, d_off, d_tabs, \
-                                                              n_head, n_head_kv, head_dim, scale, chunk, out, part)
-#define GQA_G(FF)                       \
-    switch (G) {                        \
-    case 1: GQA_LAUNCH(FF, 1); break;   \
-    case 2: GQA_LAUNCH(FF, 2); break;   \
-    case 4: GQA_LAUNCH(FF, 4); break;   \
-    default: GQA_LAUNCH(FF, 8); break;  \
+    dim3 grid(n_head / G, n, n_split);
+#define ATT_LAUNCH(FF, GG)                                                                                     \
+    attn_kernel<FF, GG><<<grid, ATT_TILE, 0, cb->stream>>>(q, kv->k, kv->v, kv->block_size, d_pos, d_off, d_tabs, \
+                                                          n_head, n_head_kv, group, head_dim, scale, chunk, out, part)
+#define ATT_G(FF)                      \
+    switch (G) {                       \
+    case 2: ATT_LAUNCH(FF, 2); break;  \
+    case 4: ATT_LAUNCH(FF, 4); break;  \
+    case 8: ATT_LAUNCH(FF, 8); break;  \
+    default: ATT_LAUNCH(FF, 1); break; \
     }
-        if (f16) GQA_G(1) else GQA_G(0)
-#undef GQA_G
-#undef GQA_LAUNCH
-    } else {
-        dim3 grid(n_head, n, n_split);
-        if (f16)
-            attn_kernel<1><<<grid, ATT_TILE, 0, cb->stream>>>(q, kv->k, kv->v, kv->block_size, d_pos, d_off, d_tabs,
-                                                              n_head, n_head_kv, head_dim, scale, chunk, out, part);
-        else
-            attn_kernel<0><<<grid, ATT_TILE, 0, cb->stream>>>(q, kv->k, kv->v, kv->block_size, d_pos, d_off, d_tabs,
-                                                              n_head, n_head_kv, head_dim, scale, chunk, out, part);
-    }
+    if (f16) ATT_G(1) else ATT_G(0)
+#undef ATT_G
+#undef ATT_LAUNCH
     if (part) attn_combine_kernel<<<dim3(n_head, n), 128, 0, cb->stream>>>(part, n_split, n_head, head_dim, out);
     CU_LAUNCHED(cb);
 }

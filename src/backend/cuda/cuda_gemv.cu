@@ -113,19 +113,7 @@ gemv_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, con
             }
         }
     }
-#pragma unroll
-    for (int i = 0; i < R; i++) {
-        if (r0 + i >= n_out) break;
-#pragma unroll
-        for (int t = 0; t < GEMV_MAX_TOK; t++) {
-            if (t < n) {
-                float s = acc[i][t];
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-                if (lane == 0) y[t * n_out + r0 + i] = s + (bias ? bias[r0 + i] : 0.0f);
-            }
-        }
-    }
+    warp_store_rows(acc, lane, r0, n_out, n, bias, y);
 }
 
 /* ---- tiled: 64 rows x 64 tokens per block, 32 elements of K per step ---- */

@@ -216,6 +216,26 @@ __device__ __forceinline__ float deq1(int type, const uint8_t *row, int64_t e) {
     return type == QT_F16 ? bk_h2f(h) : bk_bf2f(h);
 }
 
+/* The end of a warp-per-rows product: sums each of the R rows x NT tokens
+ * over the warp and lane 0 writes y[t, r0 + i] (+ bias), for rows < n_out
+ * and tokens < n. */
+template <int R, int NT>
+__device__ __forceinline__ void warp_store_rows(float (&acc)[R][NT], int lane, int64_t r0, int64_t n_out, int n,
+                                                const float *bias, float *y) {
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        if (r0 + i >= n_out) break;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= n) break;
+            float s = acc[i][t];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (lane == 0) y[(int64_t)t * n_out + r0 + i] = s + (bias ? bias[r0 + i] : 0.0f);
+        }
+    }
+}
+
 /* Calls F<T>::run(args...) for the weight type, or returns false for an unsupported one. */
 #define BK_CUDA_TYPES(X) \
     X(QT_F32) X(QT_F16) X(QT_BF16) X(QT_Q8_0) X(QT_Q4_0) X(QT_Q4_1) X(QT_Q5_0) X(QT_Q5_1) \

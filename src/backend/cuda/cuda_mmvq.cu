@@ -145,18 +145,7 @@ mmvq_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, con
             for (int i = 0; i < MMVQ_ROWS; i++) acc[i][t] += group_dot(q[i], xi, ds);
         }
     }
-#pragma unroll
-    for (int i = 0; i < MMVQ_ROWS; i++) {
-        if (r0 + i >= n_out) break;
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            if (t >= n) break;
-            float s = acc[i][t];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if (lane == 0) y[(int64_t)t * n_out + r0 + i] = s + (bias ? bias[r0 + i] : 0.0f);
-        }
-    }
+    warp_store_rows(acc, lane, r0, n_out, n, bias, y);
 }
 
 bool cuda_mmvq_supported(uint32_t type, int64_t n_in) {
