@@ -48,7 +48,7 @@ stop() {
 fail=0
 start main -c 2048 --parallel 4 || exit 1
 export BRISK_URL=http://127.0.0.1:$PORT
-for t in api errors concurrency; do
+for t in api errors concurrency structured; do
   node "tests/server/$t.mjs" || fail=1
 done
 LOAD_SECONDS=${LOAD_SECONDS:-3} LOAD_CLIENTS=${LOAD_CLIENTS:-8} LOAD_PID=$PID node tests/server/load.mjs || fail=1
@@ -68,6 +68,7 @@ node -e 'const fs=require("fs"); fs.writeFileSync(process.argv[2], JSON.parse(fs
   "$SHARED/data/qwen3-tokenizer/tokenizer_config.json" "$TMP/qwen3.jinja"
 MODEL=$TMP/qwen3.gguf start qwen3 -c 1024 --parallel 2 --chat-template "$TMP/qwen3.jinja" || exit 1
 BRISK_URL=http://127.0.0.1:$PORT node tests/server/qwen3.mjs || fail=1
+BRISK_URL=http://127.0.0.1:$PORT node tests/server/structured.mjs || fail=1 # masks over a 151k vocabulary
 stop qwen3 || fail=1
 
 start queue -c 2048 --parallel 1 --queue 1 --api-key sekrit || exit 1

@@ -182,6 +182,41 @@ static bool parse_sampling(const cJSON *root, bool chat, oai_job *job, oai_error
     return parse_stop(root, p, e);
 }
 
+/* Structured output: response_format {type: text | json_object | json_schema}
+ * or a GBNF `grammar` string become the request's grammar. */
+static bool parse_grammar(const oai_server *srv, const cJSON *root, sched_req *r, oai_error *e) {
+    const cJSON *rf = field(root, "response_format"), *gr = field(root, "grammar");
+    const cJSON *rt = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+    brisk_status st = BRISK_OK;
+    if (rf && !cJSON_IsString(rt))
+        return oai_fail(e, 400, "response_format", "'response_format' must be an object with a string 'type'");
+    if (gr && !cJSON_IsString(gr)) return oai_fail(e, 400, "grammar", "'grammar' must be a string (GBNF)");
+    bool text = !rf || !strcmp(rt->valuestring, "text");
+    if (gr && !text) return oai_fail(e, 400, "grammar", "use 'grammar' or a JSON 'response_format', not both");
+    if (gr) {
+        if ((st = brisk_grammar_new(srv->model, gr->valuestring, "root", &r->p.grammar)) != BRISK_OK)
+            return oai_fail(e, st == BRISK_ERR_NOMEM ? 500 : 400, "grammar", "%s", brisk_last_error());
+        return true;
+    }
+    if (text) return true;
+    if (!strcmp(rt->valuestring, "json_object")) st = brisk_grammar_from_json_schema(srv->model, NULL, &r->p.grammar);
+    else if (!strcmp(rt->valuestring, "json_schema")) {
+        const cJSON *js = field(rf, "json_schema"), *schema = js ? field(js, "schema") : NULL;
+        if (!cJSON_IsObject(js))
+            return oai_fail(e, 400, "response_format", "'response_format.json_schema' must be an object");
+        if (schema && !cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+            return oai_fail(e, 400, "response_format", "'response_format.json_schema.schema' must be an object");
+        char *text_schema = schema ? cJSON_PrintUnformatted(schema) : NULL;
+        if (schema && !text_schema) return oai_fail(e, 500, NULL, "out of memory");
+        st = brisk_grammar_from_json_schema(srv->model, text_schema, &r->p.grammar);
+        free(text_schema);
+    } else
+        return oai_fail(e, 400, "response_format", "'response_format.type' must be text, json_object or json_schema");
+    if (st != BRISK_OK)
+        return oai_fail(e, st == BRISK_ERR_NOMEM ? 500 : 400, "response_format", "%s", brisk_last_error());
+    return true;
+}
+
 static bool tokenize(const oai_server *srv, const char *text, size_t len, bool add_special, sched_req *r,
                      oai_error *e) {
     int64_t n = 0;
@@ -300,10 +335,8 @@ bool oai_parse(const oai_server *srv, const char *body, size_t len, bool chat, o
     const cJSON *so = field(root, "stream_options");
     if (so && !cJSON_IsObject(so)) ok = oai_fail(e, 400, "stream_options", "'stream_options' must be an object");
     else if (so) get_bool(so, "include_usage", &job->include_usage, &ok, e);
-    const cJSON *rf = field(root, "response_format"), *rt = rf ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
-    if (ok && rf && (!cJSON_IsString(rt) || strcmp(rt->valuestring, "text")))
-        ok = oai_fail(e, 400, "response_format", "response_format other than {\"type\": \"text\"} is not supported yet");
     if (ok) ok = parse_sampling(root, chat, job, e);
+    if (ok) ok = parse_grammar(srv, root, job->req, e);
     if (ok) ok = chat ? chat_prompt(srv, root, job, e) : completion_prompt(srv, root, job->req, e);
 done:
     cJSON_Delete(root);

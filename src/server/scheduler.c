@@ -68,6 +68,7 @@ sched_req *sched_req_new(void) {
 void sched_req_free(sched_req *r) {
     if (!r) return;
     for (int i = 0; i < r->p.n_stop; i++) free(r->p.stop[i]);
+    brisk_grammar_free(r->p.grammar);
     free(r->prompt);
     free(r->text);
     free(r->toks);
@@ -203,6 +204,8 @@ static void slot_start(sched *s, sched_req *r) {
     }
     sl->n_cache = sl->n_fed = reuse;
     for (int i = 0; i < r->n_prompt; i++) brisk_sampler_accept(sl->smp, r->prompt[i]);
+    brisk_sampler_set_grammar(sl->smp, r->p.grammar); /* after the prompt: the grammar sees generated tokens only */
+    r->p.grammar = NULL;
     sl->req = r;
     sl->n_gen = 0;
     int room = s->p.n_ctx_slot - r->n_prompt;

@@ -34,6 +34,7 @@ typedef struct sched_gen_params {
     bool logprobs;
     int top_logprobs;    /* 0..SCHED_MAX_TOP_LOGPROBS */
     bool ignore_eos;
+    brisk_grammar *grammar; /* owned until the request's sampler takes it; NULL: free text */
 } sched_gen_params;
 
 typedef struct sched_token {     /* one generated token, with logprobs when asked */

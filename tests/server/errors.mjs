@@ -31,8 +31,9 @@ test('n > 1 -> 400', async () => {
   isError(await raw('/v1/completions', { body: JSON.stringify({ prompt: 'hi', n: 2 }) }), 400, 'n');
 });
 
-test('response_format json_schema -> 400 (not supported yet)', async () => {
-  isError(await raw('/v1/chat/completions', { body: JSON.stringify({ messages: [{ role: 'user', content: 'x' }], response_format: { type: 'json_object' } }) }), 400, 'response_format');
+test('a bad response_format or grammar -> 400 (structured.mjs has more)', async () => {
+  isError(await raw('/v1/chat/completions', { body: JSON.stringify({ messages: [{ role: 'user', content: 'x' }], response_format: { type: 'xml' } }) }), 400, 'response_format');
+  isError(await raw('/v1/completions', { body: JSON.stringify({ prompt: 'x', grammar: 'root ::= (' }) }), 400, 'grammar');
 });
 
 test('huge body -> 413', async () => {
