@@ -75,6 +75,7 @@ bad 2 "bad thread count" --preset tiny-llama -t 0 -o "$T/z.gguf"
 bad 2 "skew on a dense model" --preset tiny-llama --expert-skew 1 -o "$T/z.gguf"
 bad 1 "unwritable path" --preset tiny-llama -o "$T/no/such/dir/z.gguf"
 bad 1 "missing vocab" --preset tiny-llama --vocab "$T/none.gguf" -o "$T/z.gguf"
+bad 1 "hybrid without an attention layer" --preset tiny-qwen35 --layers 1 -o "$T/z.gguf"
 bad 1 "Q2_K_S without imatrix" --preset tiny-llama --type Q2_K_S -o "$T/z.gguf"
 [ ! -e "$T/z.gguf" ] && [ ! -e "$T/z.gguf.tmp" ] && ok "failed runs leave no file" || no "a failed run left a file"
 exit $fail

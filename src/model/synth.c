@@ -176,6 +176,9 @@ static brisk_status check_config(const synth_config *c) {
     if (is_hybrid(c) && (c->ssm_d_conv <= 0 || c->ssm_d_state <= 0 || c->ssm_n_group <= 0 || c->ssm_dt_rank <= 0 ||
                          c->ssm_dt_rank % c->ssm_n_group || c->full_attn_interval <= 0 || c->n_rot > c->head_dim))
         return bk_fail(BRISK_ERR_INVALID_ARG, "synth: inconsistent DeltaNet shape");
+    if (is_hybrid(c) && c->n_layer < c->full_attn_interval) /* llama.cpp cannot run a model without one */
+        return bk_fail(BRISK_ERR_INVALID_ARG, "synth: %s needs at least %d layers (one of full attention)", c->arch,
+                       c->full_attn_interval);
     if (!(c->expert_skew >= 0 && c->expert_skew <= 64))
         return bk_fail(BRISK_ERR_INVALID_ARG, "synth: expert skew %g is outside [0, 64]", (double)c->expert_skew);
     return BRISK_OK;
