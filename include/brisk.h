@@ -109,7 +109,11 @@ brisk_status brisk_detok_push(const brisk_model *model, brisk_detok *st, brisk_t
 
 /* ---- contexts and batches -------------------------------------------- */
 
-typedef enum brisk_kv_type { BRISK_KV_F32 = 0, BRISK_KV_F16 = 1 } brisk_kv_type;
+/* KV cache element types. Q8_0: blocks of 32 values with one f16 scale (34
+ * bytes per 32, ggml's q8_0), about half of f16; needs head_dim % 32 == 0. */
+typedef enum brisk_kv_type { BRISK_KV_F32 = 0, BRISK_KV_F16 = 1, BRISK_KV_Q8_0 = 2 } brisk_kv_type;
+/* "f32", "f16", "q8_0" -> type; -1 for an unknown name. */
+int brisk_kv_type_from_name(const char *name);
 
 typedef struct brisk_context_params {
     int n_ctx;         /* KV cache capacity in tokens, shared by all sequences; 0: model's train ctx capped at 4096 */

@@ -55,4 +55,17 @@ PY
 $B perplexity -m "$M" -f "$T/story.txt" -c 128 >"$T/o" 2>/dev/null; rc=$?
 ppl=$(sed -n 's/.*PPL = \([0-9.]*\).*/\1/p' "$T/o")
 check "perplexity of in-domain text is low" '[ $rc -eq 0 ] && awk -v p="$ppl" "BEGIN{exit !(p > 1 && p < 8)}"'
+
+# KV cache types: q8_0 on a model with 64-wide heads stays within 1% of f16's perplexity
+$B synth --preset tiny-qwen3 -o "$T/tq.gguf" >/dev/null 2>&1
+$B perplexity -m "$T/tq.gguf" -f "$T/story.txt" -c 128 --chunks 2 >"$T/o16" 2>/dev/null
+$B perplexity -m "$T/tq.gguf" -f "$T/story.txt" -c 128 --chunks 2 -ctk q8_0 -ctv q8_0 >"$T/o8" 2>/dev/null; rc=$?
+p16=$(sed -n 's/.*PPL = \([0-9.]*\).*/\1/p' "$T/o16"); p8=$(sed -n 's/.*PPL = \([0-9.]*\).*/\1/p' "$T/o8")
+check "q8_0 KV cache: perplexity within 1% of f16" '[ $rc -eq 0 ] && awk -v a="$p8" -v b="$p16" "BEGIN{d=a/b-1; exit !(b > 0 && d < 0.01 && d > -0.01)}"'
+$B run -m "$M" -p hi -n 2 --kv-type q8_0 >/dev/null 2>"$T/e"; rc=$?
+check "q8_0 KV on 8-wide heads: clear error" '[ $rc -eq 1 ] && grep -q "multiple of 32" "$T/e"'
+$B run -m "$M" -p hi -n 2 --kv-type q3 >/dev/null 2>"$T/e"; rc=$?
+check "unknown KV type: exit 2" '[ $rc -eq 2 ] && grep -q "unknown KV cache type" "$T/e"'
+$B run -m "$M" -p hi -n 2 -ctk q8_0 -ctv f16 >/dev/null 2>"$T/e"; rc=$?
+check "different K and V types: exit 2" '[ $rc -eq 2 ] && [ $(wc -l <"$T/e") -eq 1 ]'
 exit $fail

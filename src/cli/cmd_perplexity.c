@@ -14,7 +14,7 @@
 int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL;
     int n_ctx = 512, n_threads = 0, n_chunks_max = -1, n_gpu_layers = -1, device = 0;
-    bool kv_f32 = false;
+    int kv_type = BRISK_KV_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         int g = cli_gpu_flag(argc, argv, &i, &n_gpu_layers, &device);
@@ -22,8 +22,13 @@ int cmd_perplexity(int argc, char **argv) {
             if (g < 0) return 2;
             continue;
         }
+        int kf = cli_kv_flag(argc, argv, &i, &kv_type);
+        if (kf) {
+            if (kf < 0) return 2;
+            continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: brisk perplexity -m FILE -f TEXT [-c 512] [-t N] [--chunks N] [--kv-f32] [-ngl N] [--device I]\n");
+            printf("usage: brisk perplexity -m FILE -f TEXT [-c 512] [-t N] [--chunks N] [--kv-type f16|q8_0|f32] [-ngl N] [--device I]\n");
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model_path = cli_next(argc, argv, &i))) return 2;
@@ -35,8 +40,6 @@ int cmd_perplexity(int argc, char **argv) {
             if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 1, 1024, &n_threads)) return 2;
         } else if (!strcmp(a, "--chunks")) {
             if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 1, 1 << 30, &n_chunks_max)) return 2;
-        } else if (!strcmp(a, "--kv-f32")) {
-            kv_f32 = true;
         } else {
             return cli_error(2, "perplexity: unknown option '%s'", a);
         }
@@ -64,7 +67,7 @@ int cmd_perplexity(int argc, char **argv) {
     cp.n_ctx = n_ctx;
     cp.n_batch = n_ctx;
     cp.n_threads = n_threads;
-    cp.kv_type = kv_f32 ? BRISK_KV_F32 : BRISK_KV_F16;
+    cp.kv_type = (brisk_kv_type)kv_type;
     if (!cli_new_context(m, &cp, &ctx)) goto done;
     batch = malloc((size_t)n_ctx * sizeof *batch);
     if (!batch) goto done;

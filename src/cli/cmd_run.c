@@ -22,7 +22,7 @@ static void usage(FILE *f) {
             "  --presence-penalty F --frequency-penalty F\n"
             "  --seed S             RNG seed (default: random)\n"
             "  --ignore-eos         keep generating past end-of-text\n"
-            "  --kv-f32             f32 KV cache (default f16)\n"
+            CLI_KV_HELP
             "  -ngl N               layers on the GPU (-1: all when one is present, 0: CPU)\n"
             "  --device I           GPU index (default 0)\n"
             "  --no-display-prompt  (default) print only the continuation\n");
@@ -31,13 +31,19 @@ static void usage(FILE *f) {
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
     int n_predict = 128, n_ctx = 0, n_threads = 0, n_gpu_layers = -1, device = 0;
-    bool ignore_eos = false, kv_f32 = false, seed_set = false;
+    bool ignore_eos = false, seed_set = false;
+    int kv_type = BRISK_KV_F16;
     brisk_sampler_params sp = brisk_sampler_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         int g = cli_gpu_flag(argc, argv, &i, &n_gpu_layers, &device);
         if (g) {
             if (g < 0) return 2;
+            continue;
+        }
+        int kf = cli_kv_flag(argc, argv, &i, &kv_type);
+        if (kf) {
+            if (kf < 0) return 2;
             continue;
         }
 #define VAL() \
@@ -93,8 +99,6 @@ int cmd_run(int argc, char **argv) {
             seed_set = true;
         } else if (!strcmp(a, "--ignore-eos")) {
             ignore_eos = true;
-        } else if (!strcmp(a, "--kv-f32")) {
-            kv_f32 = true;
         } else if (!strcmp(a, "--no-display-prompt")) {
         } else {
             return cli_error(2, "run: unknown option '%s' (try `brisk run --help`)", a);
@@ -124,7 +128,7 @@ int cmd_run(int argc, char **argv) {
     brisk_context_params cp = brisk_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_threads = n_threads;
-    cp.kv_type = kv_f32 ? BRISK_KV_F32 : BRISK_KV_F16;
+    cp.kv_type = (brisk_kv_type)kv_type;
     if (!cli_new_context(model, &cp, &ctx)) goto done;
     brisk_model_info info;
     brisk_model_get_info(model, &info);

@@ -25,7 +25,7 @@ static void usage(FILE *f) {
             "  --alias NAME         model name in /v1/models (default: the file name)\n"
             "  --max-body BYTES     request body limit (default 8 MiB)\n"
             "  -t, --threads N      CPU threads (default: all cores)\n"
-            "  --kv-f32             f32 KV cache (default f16)\n"
+            CLI_KV_HELP
             "  -ngl N               layers on the GPU (-1: all when one is present, 0: CPU)\n"
             "  --device I           GPU index (default 0)\n");
 }
@@ -33,7 +33,7 @@ static void usage(FILE *f) {
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *alias = NULL, *template_path = NULL;
     int n_ctx = 0, n_threads = 0, n_gpu_layers = -1, device = 0, max_body_mb = 8, max_body = -1;
-    bool kv_f32 = false;
+    int kv_type = BRISK_KV_F16;
     server_config cfg = {.host = "127.0.0.1", .port = 8080, .n_parallel = 4, .prefill_chunk = 256, .max_queue = 64};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -42,13 +42,14 @@ int cmd_serve(int argc, char **argv) {
             if (g < 0) return 2;
             continue;
         }
+        int kf = cli_kv_flag(argc, argv, &i, &kv_type);
+        if (kf) {
+            if (kf < 0) return 2;
+            continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        }
-        if (!strcmp(a, "--kv-f32")) {
-            kv_f32 = true;
-            continue;
         }
         if (!(v = cli_next(argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = v;
@@ -104,7 +105,7 @@ int cmd_serve(int argc, char **argv) {
     cp.n_seq_max = cfg.n_parallel;
     cp.n_batch = cfg.n_parallel + cfg.prefill_chunk;
     cp.n_threads = n_threads;
-    cp.kv_type = kv_f32 ? BRISK_KV_F32 : BRISK_KV_F16;
+    cp.kv_type = (brisk_kv_type)kv_type;
     if (!cli_new_context(model, &cp, &ctx)) goto done;
     if (server_start(model, ctx, &cfg, &srv) != BRISK_OK) {
         cli_error(1, "serve: %s", brisk_last_error());

@@ -140,6 +140,31 @@ int cli_gpu_flag(int argc, char **argv, int *i, int *n_gpu_layers, int *device) 
     return 0;
 }
 
+int cli_kv_flag(int argc, char **argv, int *i, int *kv_type) {
+    const char *a = argv[*i], *v;
+    if (!strcmp(a, "--kv-f32")) {
+        *kv_type = BRISK_KV_F32;
+        return 1;
+    }
+    /* llama.cpp's -ctk/-ctv name K and V apart; brisk keeps one type for both */
+    bool k = !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k"), vv = !strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v");
+    if (!k && !vv && strcmp(a, "--kv-type")) return 0;
+    if (!(v = cli_next(argc, argv, i))) return -1;
+    int t = brisk_kv_type_from_name(v);
+    if (t < 0) {
+        cli_error(2, "%s: unknown KV cache type '%s' (f32, f16 or q8_0)", a, v);
+        return -1;
+    }
+    static int other = -1; /* the type one of -ctk/-ctv set before */
+    if ((k || vv) && other >= 0 && other != t) {
+        cli_error(2, "%s %s: brisk keeps K and V in one type; give both the same", a, v);
+        return -1;
+    }
+    if (k || vv) other = t;
+    *kv_type = t;
+    return 1;
+}
+
 bool cli_load_model(const char *path, int n_gpu_layers, int device, brisk_model **out) {
     brisk_model_params mp = brisk_model_default_params();
     mp.n_gpu_layers = n_gpu_layers;

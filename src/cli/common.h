@@ -22,6 +22,10 @@ bool cli_tokenize(const struct brisk_model *m, const char *text, size_t len, boo
 /* -ngl N / --n-gpu-layers N / --device I: 1 if argv[*i] was one of them (value
  * consumed), 0 if not, -1 on a bad value (error printed). */
 int cli_gpu_flag(int argc, char **argv, int *i, int *n_gpu_layers, int *device);
+/* KV cache type flags: --kv-type T, llama.cpp's -ctk/-ctv T (one type for
+ * both), and --kv-f32. Same returns as cli_gpu_flag; *kv_type is a brisk_kv_type. */
+int cli_kv_flag(int argc, char **argv, int *i, int *kv_type);
+#define CLI_KV_HELP "  --kv-type T          KV cache type: f16 (default), q8_0 or f32 (also -ctk/-ctv T, --kv-f32)\n"
 /* Model load and context creation that print the library's error on failure. */
 struct brisk_context;
 struct brisk_context_params;

@@ -39,6 +39,13 @@ struct brisk_context {
     brisk_memory_report mem;
 };
 
+int brisk_kv_type_from_name(const char *name) {
+    static const char *const names[] = {"f32", "f16", "q8_0"};
+    for (int i = 0; i < 3; i++)
+        if (name && !strcmp(name, names[i])) return i;
+    return -1;
+}
+
 brisk_context_params brisk_context_default_params(void) {
     brisk_context_params p = {.n_ctx = 0, .n_seq_max = 1, .n_batch = 512, .n_threads = 0,
                               .kv_type = BRISK_KV_F16, .kv_block_size = 16};
@@ -107,8 +114,11 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
     if (p.n_seq_max <= 0) p.n_seq_max = 1;
     if (p.n_batch <= 0) p.n_batch = 512;
     if (p.kv_block_size <= 0) p.kv_block_size = 16;
-    if (p.kv_type != BRISK_KV_F32 && p.kv_type != BRISK_KV_F16)
+    if (p.kv_type != BRISK_KV_F32 && p.kv_type != BRISK_KV_F16 && p.kv_type != BRISK_KV_Q8_0)
         return bk_fail(BRISK_ERR_INVALID_ARG, "unknown KV cache type %d", (int)p.kv_type);
+    if (p.kv_type == BRISK_KV_Q8_0 && hp->head_dim % 32 != 0)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "a q8_0 KV cache needs a head size that is a multiple of 32 (this model: %d)",
+                       hp->head_dim);
     if (p.n_seq_max > 4096) return bk_fail(BRISK_ERR_INVALID_ARG, "n_seq_max %d is too large", p.n_seq_max);
 
     if ((unsigned)hp->arch >= ARCH_COUNT || !forward_by_arch[hp->arch])

@@ -41,8 +41,7 @@ brisk_status kv_cache_new(bk_backend *be, int n_layer, int kv_dim, int n_ctx, in
     kc->max_pages = (n_ctx + block_size - 1) / block_size;
     /* One spare page per sequence for partially filled tails (kv_cache_size_for counts the same). */
     kc->n_pages = kc->max_pages + (n_seq_max > 1 ? n_seq_max : 0);
-    size_t elt = type == BRISK_KV_F16 ? 2 : 4;
-    kc->page_bytes = (size_t)block_size * kv_dim * elt;
+    kc->page_bytes = (size_t)block_size * kv_cache_row_bytes(type, kv_dim);
     kc->k = calloc((size_t)n_layer, sizeof *kc->k);
     kc->v = calloc((size_t)n_layer, sizeof *kc->v);
     kc->refs = calloc((size_t)kc->n_pages, sizeof *kc->refs);
@@ -71,12 +70,15 @@ oom:
     return bk_fail(BRISK_ERR_NOMEM, "kv cache: out of memory");
 }
 
+size_t kv_cache_row_bytes(brisk_kv_type type, int kv_dim) {
+    return type == BRISK_KV_Q8_0 ? (size_t)kv_dim / 32 * 34 : (size_t)kv_dim * (type == BRISK_KV_F16 ? 2 : 4);
+}
+
 size_t kv_cache_size_for(int n_layer, int kv_dim, int n_ctx, int n_seq_max, int block_size, brisk_kv_type type) {
     if (n_ctx < 1 || n_seq_max < 1 || block_size < 1) return 0;
     size_t max_pages = (size_t)(n_ctx + block_size - 1) / block_size;
     size_t n_pages = max_pages + (n_seq_max > 1 ? (size_t)n_seq_max : 0);
-    size_t elt = type == BRISK_KV_F16 ? 2 : 4;
-    return (size_t)block_size * kv_dim * elt * n_pages * 2 * (size_t)n_layer;
+    return (size_t)block_size * kv_cache_row_bytes(type, kv_dim) * n_pages * 2 * (size_t)n_layer;
 }
 
 void kv_cache_free(kv_cache *kc) {

@@ -26,10 +26,12 @@ static inline const void *cpu_kv_row(const bk_kv_view *kv, const void *base, con
                                      int kvh, int n_head_kv, int head_dim) {
     size_t slot = (size_t)table[p / kv->block_size] * kv->block_size + (size_t)(p % kv->block_size);
     size_t off = (slot * n_head_kv + kvh) * head_dim;
+    if (kv->kv_type == BRISK_KV_Q8_0) return (const char *)base + off / 32 * 34; /* 34-byte blocks of 32 */
     return kv->kv_type == BRISK_KV_F16 ? (const void *)((const uint16_t *)base + off)
                                        : (const void *)((const float *)base + off);
 }
 
-/* AVX-512 version; returns 0 (and does nothing) when head_dim is not a multiple of 16. */
+/* AVX-512 version; returns 0 (and does nothing) when head_dim is not a
+ * multiple of 16 or the cache is q8_0 (the portable version handles those). */
 int cpu_attn_head_avx512(const cpu_attn_head *a);
 #endif

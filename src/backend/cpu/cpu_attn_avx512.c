@@ -33,6 +33,7 @@ static inline __m512 exp_poly16(__m512 x) {
 }
 
 int cpu_attn_head_avx512(const cpu_attn_head *a) {
+    if (a->kv->kv_type == BRISK_KV_Q8_0) return 0;
     int hd = a->hd, np = a->np, f16 = a->kv->kv_type == BRISK_KV_F16;
     if (hd % 16) return 0;
     float *sc = a->scores;

@@ -323,7 +323,10 @@ static void att_write_worker(void *arg, int ith, int nth) {
     for (long t = lo; t < hi; t++) {
         size_t off = (size_t)j->ab->slot[t] * kvd;
         const float *ks = j->k + t * kvd, *vs = j->v + t * kvd;
-        if (j->kv->kv_type == BRISK_KV_F16) {
+        if (j->kv->kv_type == BRISK_KV_Q8_0) { /* kvd % 32 == 0: whole blocks, head by head alike */
+            quant_quantize(QT_Q8_0, ks, (char *)j->kv->k + off / 32 * 34, (int64_t)kvd);
+            quant_quantize(QT_Q8_0, vs, (char *)j->kv->v + off / 32 * 34, (int64_t)kvd);
+        } else if (j->kv->kv_type == BRISK_KV_F16) {
             uint16_t *kd = (uint16_t *)j->kv->k + off, *vd = (uint16_t *)j->kv->v + off;
             for (size_t i = 0; i < kvd; i++) {
                 kd[i] = quant_f32_to_f16(ks[i]);
@@ -347,6 +350,14 @@ BK_INLINE void h2f_row(const void *src, float *restrict dst, int n) {
     for (int i = 0; i < n; i++) dst[i] = h2f(((const uint16_t *)src)[i]);
 }
 #endif
+
+/* A cache row as f32: in place for an f32 cache, else decoded into buf. */
+BK_INLINE const float *kv_row_f32(const bk_kv_view *kv, const void *row, float *buf, int hd) {
+    if (kv->kv_type == BRISK_KV_F16) h2f_row(row, buf, hd);
+    else if (kv->kv_type == BRISK_KV_Q8_0) quant_dequantize(QT_Q8_0, row, buf, hd);
+    else return row;
+    return buf;
+}
 
 /* y[i] = x[i] * a + y[i], fused, element by element */
 BK_INLINE void fma_row(float *restrict y, const float *restrict x, float a, int n) {
@@ -385,12 +396,7 @@ BK_MULTIVERSION static void att_worker(void *arg, int ith, int nth) {
         }
         float mx = -INFINITY;
         for (int p = 0; p < np; p++) {
-            const void *kr = cpu_kv_row(j->kv, j->kv->k, table, p, kvh, j->n_head_kv, hd);
-            const float *kf = kr;
-            if (j->kv->kv_type == BRISK_KV_F16) {
-                h2f_row(kr, kbuf, hd);
-                kf = kbuf;
-            }
+            const float *kf = kv_row_f32(j->kv, cpu_kv_row(j->kv, j->kv->k, table, p, kvh, j->n_head_kv, hd), kbuf, hd);
             float s = dot_f32(q, kf, hd) * j->scale;
             sc[p] = s;
             if (s > mx) mx = s;
@@ -409,12 +415,7 @@ BK_MULTIVERSION static void att_worker(void *arg, int ith, int nth) {
         int full = np & ~15;
         memset(lanes, 0, (size_t)16 * hd * sizeof(float));
         for (int p = 0; p < full; p++) {
-            const void *vr = cpu_kv_row(j->kv, j->kv->v, table, p, kvh, j->n_head_kv, hd);
-            const float *vf = vr;
-            if (j->kv->kv_type == BRISK_KV_F16) {
-                h2f_row(vr, kbuf, hd);
-                vf = kbuf;
-            }
+            const float *vf = kv_row_f32(j->kv, cpu_kv_row(j->kv, j->kv->v, table, p, kvh, j->n_head_kv, hd), kbuf, hd);
             fma_row(lanes + (size_t)(p & 15) * hd, vf, sc[p], hd);
         }
         /* reduce16 of each column, as whole-row additions (same pairs, same order) */
@@ -431,12 +432,7 @@ BK_MULTIVERSION static void att_worker(void *arg, int ith, int nth) {
         for (int i = 0; i < hd; i++)
             o[i] = (lanes[i] + lanes[2 * (size_t)hd + i]) + (lanes[(size_t)hd + i] + lanes[3 * (size_t)hd + i]);
         for (int p = full; p < np; p++) {
-            const void *vr = cpu_kv_row(j->kv, j->kv->v, table, p, kvh, j->n_head_kv, hd);
-            const float *vf = vr;
-            if (j->kv->kv_type == BRISK_KV_F16) {
-                h2f_row(vr, kbuf, hd);
-                vf = kbuf;
-            }
+            const float *vf = kv_row_f32(j->kv, cpu_kv_row(j->kv, j->kv->v, table, p, kvh, j->n_head_kv, hd), kbuf, hd);
             fma_row(o, vf, sc[p], hd);
         }
     }

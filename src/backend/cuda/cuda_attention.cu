@@ -21,14 +21,37 @@
 #define ATT_TILE 128
 #define ATT_MAX_HD 256
 
-template <int F16>
+/* KV element types (brisk_kv_type): f32, f16, or q8_0 blocks of 32 values
+ * with an f16 scale (34 bytes). Cache positions are counted in elements for
+ * all three: element e of a q8_0 cache lives in block e / 32. */
+enum { KT_F32 = 0, KT_F16 = 1, KT_Q8_0 = 2 };
+
+/* One block per token; for q8_0 each warp quantizes one 32-value block
+ * (kvd % 32 == 0, blockDim a multiple of 32), as ggml's q8_0 reference. */
+template <int KT>
 __global__ void kv_write_kernel(const float *k, const float *v, void *kc, void *vc, const int32_t *slot,
                                 int kvd) {
     int t = blockIdx.x;
     size_t off = (size_t)slot[t] * kvd;
     for (int i = threadIdx.x; i < kvd; i += blockDim.x) {
         float a = k[(size_t)t * kvd + i], b = v[(size_t)t * kvd + i];
-        if (F16) {
+        if (KT == KT_Q8_0) {
+            float ma = fabsf(a), mb = fabsf(b);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                ma = fmaxf(ma, __shfl_xor_sync(0xffffffffu, ma, o));
+                mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, o));
+            }
+            float da = ma / 127.0f, db = mb / 127.0f; /* x * (1/d), rounded: the CPU's (ggml's) order */
+            float ia = da != 0.0f ? 1.0f / da : 0.0f, ib = db != 0.0f ? 1.0f / db : 0.0f;
+            uint8_t *ka = (uint8_t *)kc + (off + i) / 32 * 34, *vb = (uint8_t *)vc + (off + i) / 32 * 34;
+            ka[2 + i % 32] = (uint8_t)(int8_t)roundf(a * ia);
+            vb[2 + i % 32] = (uint8_t)(int8_t)roundf(b * ib);
+            if (i % 32 == 0) {
+                *(__half *)ka = __float2half_rn(da);
+                *(__half *)vb = __float2half_rn(db);
+            }
+        } else if (KT == KT_F16) {
             ((__half *)kc)[off + i] = __float2half_rn(a);
             ((__half *)vc)[off + i] = __float2half_rn(b);
         } else {
@@ -38,8 +61,12 @@ __global__ void kv_write_kernel(const float *k, const float *v, void *kc, void *
     }
 }
 
-template <int F16> __device__ __forceinline__ float kv_at(const void *base, size_t i) {
-    return F16 ? __half2float(((const __half *)base)[i]) : ((const float *)base)[i];
+template <int KT> __device__ __forceinline__ float kv_at(const void *base, size_t i) {
+    if (KT == KT_Q8_0) {
+        const uint8_t *b = (const uint8_t *)base + i / 32 * 34;
+        return __half2float(*(const __half *)b) * (float)(int8_t)b[2 + i % 32];
+    }
+    return KT == KT_F16 ? __half2float(((const __half *)base)[i]) : ((const float *)base)[i];
 }
 
 /* One block per (G query heads, token, split). With G = the model's query
@@ -49,7 +76,7 @@ template <int F16> __device__ __forceinline__ float kv_at(const void *base, size
  * position against the G queries; warps then run the G online-softmax
  * updates over the tile's scores in shared memory, and each thread
  * accumulates V for head_dim/ATT_TILE dimensions of every head. */
-template <int F16, int G>
+template <int KT, int G>
 __global__ void __launch_bounds__(ATT_TILE)
 attn_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_t *pos, const int32_t *tab_off,
             const int32_t *tabs, int n_head, int n_head_kv, int group, int hd, float scale, int chunk, float *out,
@@ -81,7 +108,7 @@ attn_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_
             int64_t slot = (int64_t)table[p / bs] * bs + p % bs;
             int64_t row = (slot * n_head_kv + kvh) * hd;
             row_s[tid] = row;
-            if (F16 && hd % 8 == 0) {
+            if (KT == KT_F16 && hd % 8 == 0) {
                 const uint4 *kr = (const uint4 *)((const __half *)kc + row);
                 for (int i = 0; i < hd / 8; i++) {
                     uint4 u = kr[i];
@@ -95,7 +122,7 @@ attn_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_
                 }
             } else {
                 for (int i = 0; i < hd; i++) {
-                    float k = kv_at<F16>(kc, row + i);
+                    float k = kv_at<KT>(kc, row + i);
 #pragma unroll
                     for (int g = 0; g < G; g++) d[g] += q_s[g][i] * k;
                 }
@@ -134,7 +161,7 @@ attn_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_
 #pragma unroll
             for (int g = 0; g < G; g++) o[g] = acc[g][a] * f_s[g];
             for (int j = 0; j < nt; j++) {
-                float v = kv_at<F16>(vc, row_s[j] + dd);
+                float v = kv_at<KT>(vc, row_s[j] + dd);
 #pragma unroll
                 for (int g = 0; g < G; g++) o[g] += sc[g][j] * v;
             }
@@ -239,9 +266,14 @@ extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, c
         d_tabs = d + 3 * n;
     }
     int kvd = n_head_kv * head_dim;
-    bool f16 = kv->kv_type == BRISK_KV_F16;
-    if (f16) kv_write_kernel<1><<<n, 256, 0, cb->stream>>>(k, v, kv->k, kv->v, d_slot, kvd);
-    else kv_write_kernel<0><<<n, 256, 0, cb->stream>>>(k, v, kv->k, kv->v, d_slot, kvd);
+    int kt = kv->kv_type;
+    if (kt == KT_Q8_0 && head_dim % 32 != 0) {
+        cuda_set_error(cb, bk_fail(BRISK_ERR_UNSUPPORTED, "cuda attention: q8_0 KV needs head_dim %% 32 == 0"));
+        return;
+    }
+    if (kt == KT_Q8_0) kv_write_kernel<KT_Q8_0><<<n, 256, 0, cb->stream>>>(k, v, kv->k, kv->v, d_slot, kvd);
+    else if (kt == KT_F16) kv_write_kernel<KT_F16><<<n, 256, 0, cb->stream>>>(k, v, kv->k, kv->v, d_slot, kvd);
+    else kv_write_kernel<KT_F32><<<n, 256, 0, cb->stream>>>(k, v, kv->k, kv->v, d_slot, kvd);
 
     /* GQA groups of 2, 4 or 8 query heads per KV head run as one block each */
     int group = n_head / n_head_kv, G = group;
@@ -270,7 +302,7 @@ extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, c
     case 8: ATT_LAUNCH(FF, 8); break;  \
     default: ATT_LAUNCH(FF, 1); break; \
     }
-    if (f16) ATT_G(1) else ATT_G(0)
+    if (kt == KT_Q8_0) ATT_G(KT_Q8_0) else if (kt == KT_F16) ATT_G(KT_F16) else ATT_G(KT_F32)
 #undef ATT_G
 #undef ATT_LAUNCH
     if (part) attn_combine_kernel<<<dim3(n_head, n), 128, 0, cb->stream>>>(part, n_split, n_head, head_dim, out);
