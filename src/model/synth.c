@@ -457,7 +457,7 @@ static void synth_worker(void *arg, int ith, int nth) {
 }
 
 /* Router row scales for expert skew: expert e of a layer has popularity rank
- * perm[e] (a seeded shuffle) and scale (rank+1)^(-skew/4). */
+ * rank[e] (a seeded shuffle) and scale (rank+1)^(-skew/4). */
 static brisk_status router_scales(const synth_config *c, uint64_t key, int64_t n, float *scale) {
     int64_t *rank = malloc((size_t)n * sizeof *rank);
     if (!rank) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
