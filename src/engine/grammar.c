@@ -13,6 +13,7 @@
  * subtree of a dead one.
  */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -281,13 +282,15 @@ static int state_get(brisk_grammar *g, const int32_t *s, uint32_t n, uint32_t va
             return g->shash[k] - 1;
     }
     if (!grow_arr((void **)&g->states, &g->cap_states, g->n_states + 1, sizeof *g->states)) return g->oom = true, -1;
-    if (g->n_sset + n > g->cap_sset) {
+    if (g->n_sset + n > g->cap_sset) { /* s may point into sset (a partial character's state) */
+        ptrdiff_t inside = g->sset && s >= g->sset && s < g->sset + g->n_sset ? s - g->sset : -1;
         size_t nc = g->cap_sset ? g->cap_sset : 1024;
         while (nc < g->n_sset + n) nc *= 2;
         int32_t *q = realloc(g->sset, nc * sizeof *q);
         if (!q) return g->oom = true, -1;
         g->sset = q;
         g->cap_sset = nc;
+        if (inside >= 0) s = g->sset + inside;
     }
     if (s != g->sset + g->n_sset) memmove(g->sset + g->n_sset, s, n * sizeof *s);
     gstate *t = &g->states[g->n_states];
