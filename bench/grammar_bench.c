@@ -9,6 +9,13 @@
  * (cached states included), in microseconds per token. For scale, it also
  * times one mask computed the naive way, matching every piece on its own.
  * Not part of `make test`.
+ *
+ * Figures (Qwen2/3 vocabulary, 151,936 tokens; one core of a shared 2-core
+ * CI-class machine, so +-2x between runs): trie built in 90-400 ms once per
+ * model; start-state mask 50-70 us by trie scan vs 18-70 ms matching every
+ * piece; json_object 12-31 us/token on average (98% of masks cached, a new
+ * state 0.5-1.4 ms); a schema whose strings have maxLength makes every
+ * in-string position a new state: 1.3-3.9 ms/token (a full trie scan).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>

@@ -339,6 +339,7 @@ static int32_t stack_pop(brisk_grammar *g, int32_t k) {
 
 /* Whether class c may match some code point of [lo, hi]. */
 static bool class_may_match(const gram_rules *r, const gram_class *c, uint32_t lo, uint32_t hi) {
+    if (c->n == 0) return c->neg;
     const uint32_t *rg = r->ranges + 2 * c->off;
     if (!c->neg) {
         for (uint32_t j = 0; j < c->n; j++)

@@ -566,6 +566,7 @@ brisk_status gram_parse(const char *text, size_t len, const char *root, gram_rul
 }
 
 bool gram_class_match(const gram_rules *r, const gram_class *c, uint32_t cp) {
+    if (c->n == 0) return c->neg; /* `.` or []: no ranges (r->ranges may be NULL) */
     const uint32_t *rg = r->ranges + 2 * c->off;
     for (uint32_t i = 0; i < c->n; i++)
         if (cp >= rg[2 * i] && cp <= rg[2 * i + 1]) return !c->neg;
