@@ -55,7 +55,7 @@ function check(text) {
 }
 
 test('json_schema: the output parses and validates (greedy and sampled)', async () => {
-  for (const [temperature, seed] of [[0, 1], [1, 2], [1, 3]]) {
+  for (const [temperature, seed] of [[0, 1], [1, 2]]) {
     const r = await client.chat.completions.create({ model: 'x', messages, response_format, max_tokens: 400, temperature, seed });
     eq(r.choices[0].finish_reason, 'stop', `finish (${r.choices[0].message.content})`);
     check(r.choices[0].message.content);
