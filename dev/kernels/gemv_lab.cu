@@ -28,10 +28,10 @@ template <int T, int R> static float time_gemv(uint8_t **W, int nW, size_t rb, i
     cudaEvent_t a, b;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
-    for (int i = 0; i < 3; i++) gemv_kernel<T, R><<<blocks, GEMV_WARPS * 32>>>(W[i % nW], rb, n_in, n_out, x, n, NULL, y);
+    for (int i = 0; i < 3; i++) gemv_kernel<T, R><<<blocks, GEMV_WARPS * 32>>>(W[i % nW], rb, n_in, n_out, x, n, NULL, y, 0);
     const int iters = 40;
     cudaEventRecord(a);
-    for (int i = 0; i < iters; i++) gemv_kernel<T, R><<<blocks, GEMV_WARPS * 32>>>(W[i % nW], rb, n_in, n_out, x, n, NULL, y);
+    for (int i = 0; i < iters; i++) gemv_kernel<T, R><<<blocks, GEMV_WARPS * 32>>>(W[i % nW], rb, n_in, n_out, x, n, NULL, y, 0);
     cudaEventRecord(b);
     CK(cudaEventSynchronize(b));
     float ms;
@@ -53,10 +53,10 @@ template <int T> static float time_mmvq(uint8_t **W, int nW, size_t rb, int64_t 
     cudaEvent_t a, b;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
-    for (int i = 0; i < 3; i++) (n == 1 ? mmvq_kernel<T, 1> : n <= 8 ? mmvq_kernel<T, 8> : mmvq_kernel<T, MMVQ_MAX_TOK>)<<<blocks, MMVQ_WARPS * 32>>>(W[i % nW], rb, n_in, n_out, xq, xds, n, NULL, y);
+    for (int i = 0; i < 3; i++) (n == 1 ? mmvq_kernel<T, 1> : n <= 8 ? mmvq_kernel<T, 8> : mmvq_kernel<T, MMVQ_MAX_TOK>)<<<blocks, MMVQ_WARPS * 32>>>(W[i % nW], rb, n_in, n_out, xq, xds, n, NULL, y, 0);
     const int iters = 40;
     cudaEventRecord(a);
-    for (int i = 0; i < iters; i++) (n == 1 ? mmvq_kernel<T, 1> : n <= 8 ? mmvq_kernel<T, 8> : mmvq_kernel<T, MMVQ_MAX_TOK>)<<<blocks, MMVQ_WARPS * 32>>>(W[i % nW], rb, n_in, n_out, xq, xds, n, NULL, y);
+    for (int i = 0; i < iters; i++) (n == 1 ? mmvq_kernel<T, 1> : n <= 8 ? mmvq_kernel<T, 8> : mmvq_kernel<T, MMVQ_MAX_TOK>)<<<blocks, MMVQ_WARPS * 32>>>(W[i % nW], rb, n_in, n_out, xq, xds, n, NULL, y, 0);
     cudaEventRecord(b);
     CK(cudaEventSynchronize(b));
     float ms;
@@ -142,10 +142,10 @@ template <int T> static void run_prefill(const char *name, int64_t n_in, int64_t
             if (it == 2) cudaEventRecord(a);
             if (v == 0) {
                 dim3 grid((unsigned)((n_out + MMA_BM - 1) / MMA_BM), (unsigned)((n + MMA_BN - 1) / MMA_BN));
-                mma_kernel<T><<<grid, 256>>>(W, rb, n_in, n_out, x, n, NULL, y);
+                mma_kernel<T><<<grid, 256>>>(W, rb, n_in, n_out, x, n, NULL, y, 0);
             } else {
                 dim3 grid((unsigned)((n_out + TM - 1) / TM), (unsigned)((n + TN - 1) / TN));
-                mm_tiled_kernel<T><<<grid, 256>>>(W, rb, n_in, n_out, x, n, NULL, y);
+                mm_tiled_kernel<T><<<grid, 256>>>(W, rb, n_in, n_out, x, n, NULL, y, 0);
             }
         }
         cudaEventRecord(b);

@@ -113,6 +113,10 @@ typedef struct bk_backend_ops {
     void (*swiglu)(bk_backend *be, const float *gate, const float *up, float *out, size_t n);
     /* x += y, n values. */
     void (*add)(bk_backend *be, float *x, const float *y, size_t n);
+    /* Optional (NULL: matmul then add, see bk_matmul_add): y (n, W.n_out) += x W^T,
+     * the residual add folded into the product (a GPU saves a kernel and a
+     * pass over y). x and y do not overlap. */
+    void (*matmul_add)(bk_backend *be, const bk_weight *w, const float *x, int n, float *y);
     /* Copies backend memory to host (the logits), and waits for the device. */
     brisk_status (*read)(bk_backend *be, const void *src, void *dst, size_t bytes);
     /* Copies between two cache pages (copy-on-write of shared pages). */
@@ -153,4 +157,13 @@ struct bk_backend {
 
 /* The CPU backend with n_threads workers (0: all cores). */
 brisk_status bk_cpu_backend_new(int n_threads, bk_backend **out);
+/* y += x W^T through the backend's fused op, or as matmul into tmp (n, W.n_out) then add. */
+static inline void bk_matmul_add(bk_backend *be, const bk_weight *w, const float *x, int n, float *tmp, float *y) {
+    if (be->ops->matmul_add) {
+        be->ops->matmul_add(be, w, x, n, y);
+        return;
+    }
+    be->ops->matmul(be, 1, &w, NULL, x, n, &tmp);
+    be->ops->add(be, y, tmp, (size_t)n * (size_t)w->n_out);
+}
 #endif

@@ -41,9 +41,7 @@ void decoder_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *k
     op->rope(be, s->k, n, hp->n_head_kv, hd, b->ab.pos, &hp->rope);
     op->attention(be, s->q, s->k, s->v, &kv[l], &b->ab, hp->n_head, hp->n_head_kv, hd, scale,
                   s->att);
-    const bk_weight *wo = &L->wo;
-    op->matmul(be, 1, &wo, NULL, s->att, n, &s->xb);
-    op->add(be, s->x, s->xb, (size_t)n * d);
+    bk_matmul_add(be, &L->wo, s->att, n, s->xb, s->x);
 }
 
 void decoder_logits(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s) {
@@ -74,9 +72,7 @@ brisk_status llama_forward(const brisk_model *m, bk_backend *be, const bk_kv_vie
         float *gu_out[2] = {s->hb, s->hb2};
         op->matmul(be, 2, gu, NULL, s->xb, n, gu_out);
         op->swiglu(be, s->hb, s->hb2, s->hb, (size_t)n * hp->n_ff);
-        const bk_weight *wd = &L->w_down;
-        op->matmul(be, 1, &wd, NULL, s->hb, n, &s->xb);
-        op->add(be, s->x, s->xb, (size_t)n * d);
+        bk_matmul_add(be, &L->w_down, s->hb, n, s->xb, s->x);
     }
     if (b->n_out) decoder_logits(m, be, b, s);
     return BRISK_OK;

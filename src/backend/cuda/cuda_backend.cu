@@ -172,6 +172,7 @@ static const bk_backend_ops cuda_ops = {
     /* attention */ cuda_attention,
     /* swiglu */ cuda_swiglu,
     /* add */ cuda_add,
+    /* matmul_add */ cuda_matmul_add,
     /* read */ cuda_read,
     /* copy */ cuda_copy,
     /* step_begin */ cuda_step_begin,

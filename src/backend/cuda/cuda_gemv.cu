@@ -73,7 +73,7 @@ extern "C" void cuda_get_rows(bk_backend *be, const bk_weight *emb, const int32_
 template <int T, int R>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
 gemv_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, const float *x, int n,
-            const float *bias, float *y) {
+            const float *bias, float *y, int accum) {
     int lane = threadIdx.x % 32;
     int64_t r0 = ((int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32) * R;
     if (r0 >= n_out) return;
@@ -113,7 +113,7 @@ gemv_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, con
             }
         }
     }
-    warp_store_rows(acc, lane, r0, n_out, n, bias, y);
+    warp_store_rows(acc, lane, r0, n_out, n, bias, y, accum);
 }
 
 /* ---- tiled: 64 rows x 64 tokens per block, 32 elements of K per step ---- */
@@ -123,7 +123,7 @@ gemv_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, con
 template <int T>
 __global__ void __launch_bounds__(256)
 mm_tiled_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, const float *x, int n,
-                const float *bias, float *y) {
+                const float *bias, float *y, int accum) {
     __shared__ float Ws[TK][TM + 1]; /* [k][row] */
     __shared__ float Xs[TK][TN + 1]; /* [k][token] */
     int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -176,24 +176,27 @@ mm_tiled_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out,
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             int64_t r = r0 + tx + 16 * i;
-            if (r < n_out) y[(int64_t)t * n_out + r] = acc[i][j] + (bias ? bias[r] : 0.0f);
+            if (r >= n_out) continue;
+            float *o = y + (int64_t)t * n_out + r;
+            *o = (accum ? *o : 0.0f) + acc[i][j] + (bias ? bias[r] : 0.0f);
         }
     }
 }
 
+/* y (n, n_out) = x W^T (+ bias), or y += x W^T when accum is set. */
 static void matmul_one(cuda_backend *cb, const bk_weight *w, const bk_weight *bias, const float *x, int n,
-                       float *y) {
+                       float *y, int accum) {
     const uint8_t *W = (const uint8_t *)w->dev;
     const float *b = bias ? (const float *)bias->dev : NULL;
     int64_t n_in = w->n_in, n_out = w->n_out;
     if (n > GEMV_MAX_TOK && !cb->mma_off && cuda_mma_supported(w->type, n_in)) {
-        cuda_mma(cb, w, b, x, n, y);
+        cuda_mma(cb, w, b, x, n, y, accum);
         return;
     }
     if (n > GEMV_MAX_TOK && n_in % TK == 0) {
         dim3 grid((unsigned)((n_out + TM - 1) / TM), (unsigned)((n + TN - 1) / TN));
         BK_DISPATCH(w->type, mm_tiled_kernel<TT><<<grid, 256, 0, cb->stream>>>(W, w->row_bytes, n_in, n_out,
-                                                                              x, n, b, y));
+                                                                              x, n, b, y, accum));
         return;
     }
     /* rows per warp: 2 for decode-sized batches (lab: dev/kernels/gemv_lab.cu) */
@@ -204,7 +207,7 @@ static void matmul_one(cuda_backend *cb, const bk_weight *w, const bk_weight *bi
         int nt = n - t0 < GEMV_MAX_TOK ? n - t0 : GEMV_MAX_TOK;
         BK_DISPATCH(w->type, gemv_kernel<TT, R><<<blocks, GEMV_WARPS * 32, 0, cb->stream>>>(
                                  W, w->row_bytes, n_in, n_out, x + (int64_t)t0 * n_in, nt, b,
-                                 y + (int64_t)t0 * n_out));
+                                 y + (int64_t)t0 * n_out, accum));
     }
 }
 
@@ -217,10 +220,21 @@ extern "C" void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, 
     for (int m = 0; m < n_w && q8; m++) q8 = cuda_mmvq_supported(w[m]->type, w[m]->n_in);
     if (q8 && cuda_mmvq_quantize(cb, x, w[0]->n_in, n)) {
         for (int m = 0; m < n_w; m++)
-            cuda_mmvq(cb, w[m], bias && bias[m] ? (const float *)bias[m]->dev : NULL, n, y[m]);
+            cuda_mmvq(cb, w[m], bias && bias[m] ? (const float *)bias[m]->dev : NULL, n, y[m], 0);
         CU_LAUNCHED(cb);
         return;
     }
-    for (int m = 0; m < n_w; m++) matmul_one(cb, w[m], bias ? bias[m] : NULL, x, n, y[m]);
+    for (int m = 0; m < n_w; m++) matmul_one(cb, w[m], bias ? bias[m] : NULL, x, n, y[m], 0);
+    CU_LAUNCHED(cb);
+}
+
+/* y += x W^T: the residual add folded into the product's store (one kernel less). */
+extern "C" void cuda_matmul_add(bk_backend *be, const bk_weight *w, const float *x, int n, float *y) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (n <= 0) return;
+    if (n <= MMVQ_MAX_TOK && cb->xq && cuda_mmvq_supported(w->type, w->n_in) && cuda_mmvq_quantize(cb, x, w->n_in, n))
+        cuda_mmvq(cb, w, NULL, n, y, 1);
+    else
+        matmul_one(cb, w, NULL, x, n, y, 1);
     CU_LAUNCHED(cb);
 }

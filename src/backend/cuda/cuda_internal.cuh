@@ -217,11 +217,11 @@ __device__ __forceinline__ float deq1(int type, const uint8_t *row, int64_t e) {
 }
 
 /* The end of a warp-per-rows product: sums each of the R rows x NT tokens
- * over the warp and lane 0 writes y[t, r0 + i] (+ bias), for rows < n_out
- * and tokens < n. */
+ * over the warp and lane 0 writes y[t, r0 + i] (+ bias), or adds it to y
+ * when accum is set, for rows < n_out and tokens < n. */
 template <int R, int NT>
 __device__ __forceinline__ void warp_store_rows(float (&acc)[R][NT], int lane, int64_t r0, int64_t n_out, int n,
-                                                const float *bias, float *y) {
+                                                const float *bias, float *y, int accum) {
 #pragma unroll
     for (int i = 0; i < R; i++) {
         if (r0 + i >= n_out) break;
@@ -231,7 +231,8 @@ __device__ __forceinline__ void warp_store_rows(float (&acc)[R][NT], int lane, i
             float s = acc[i][t];
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if (lane == 0) y[(int64_t)t * n_out + r0 + i] = s + (bias ? bias[r0 + i] : 0.0f);
+            float *o = y + (int64_t)t * n_out + r0 + i;
+            if (lane == 0) *o = (accum ? *o : 0.0f) + s + (bias ? bias[r0 + i] : 0.0f);
         }
     }
 }
@@ -261,15 +262,16 @@ void cuda_attention(bk_backend *be, const float *q, const float *k, const float 
                     float *out);
 void cuda_swiglu(bk_backend *be, const float *gate, const float *up, float *out, size_t n);
 void cuda_add(bk_backend *be, float *x, const float *y, size_t n);
+void cuda_matmul_add(bk_backend *be, const bk_weight *w, const float *x, int n, float *y);
 brisk_status cuda_step_begin(bk_backend *be, const bk_step *st, bool *replayed);
 brisk_status cuda_step_end(bk_backend *be, bool *rerun);
 brisk_status cuda_graph_init(cuda_backend *cb);
 }
 bool cuda_mmvq_supported(uint32_t type, int64_t n_in);
 bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n);
-void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y);
+void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum);
 bool cuda_mma_supported(uint32_t type, int64_t n_in);
-void cuda_mma(cuda_backend *cb, const bk_weight *w, const float *bias, const float *x, int n, float *y);
+void cuda_mma(cuda_backend *cb, const bk_weight *w, const float *bias, const float *x, int n, float *y, int accum);
 extern "C" {
 void cuda_graph_free(cuda_backend *cb);
 }

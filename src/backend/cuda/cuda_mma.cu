@@ -25,7 +25,7 @@ using namespace nvcuda;
 template <int T>
 __global__ void __launch_bounds__(256)
 mma_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, const float *x, int n,
-           const float *bias, float *y) {
+           const float *bias, float *y, int accum) {
     /* the input tiles and the output staging are never live together: one buffer (48 KB static limit) */
     __shared__ __align__(128) union {
         struct {
@@ -104,8 +104,10 @@ mma_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, cons
     /* y[t][r]: consecutive threads take consecutive rows (coalesced along n_out) */
     for (int e = tid; e < MMA_BM * MMA_BN; e += 256) {
         int t = e / MMA_BM, r = e % MMA_BM;
-        if (t0 + t < n && r0 + r < n_out)
-            y[(int64_t)(t0 + t) * n_out + r0 + r] = Cs[t][r] + (bias ? bias[r0 + r] : 0.0f);
+        if (t0 + t < n && r0 + r < n_out) {
+            float *o = y + (int64_t)(t0 + t) * n_out + r0 + r;
+            *o = (accum ? *o : 0.0f) + Cs[t][r] + (bias ? bias[r0 + r] : 0.0f);
+        }
     }
 }
 
@@ -113,12 +115,12 @@ bool cuda_mma_supported(uint32_t type, int64_t n_in) {
     return cuda_type_supported(type) && n_in % MMA_BK == 0;
 }
 
-void cuda_mma(cuda_backend *cb, const bk_weight *w, const float *bias, const float *x, int n, float *y) {
+void cuda_mma(cuda_backend *cb, const bk_weight *w, const float *bias, const float *x, int n, float *y, int accum) {
     dim3 grid((unsigned)((w->n_out + MMA_BM - 1) / MMA_BM), (unsigned)((n + MMA_BN - 1) / MMA_BN));
     const uint8_t *W = (const uint8_t *)w->dev;
 #define X(T)                                                                                              \
     if (w->type == T) {                                                                                   \
-        mma_kernel<T><<<grid, 256, 0, cb->stream>>>(W, w->row_bytes, w->n_in, w->n_out, x, n, bias, y); \
+        mma_kernel<T><<<grid, 256, 0, cb->stream>>>(W, w->row_bytes, w->n_in, w->n_out, x, n, bias, y, accum); \
         return;                                                                                           \
     }
     BK_CUDA_TYPES(X)

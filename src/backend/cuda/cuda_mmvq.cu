@@ -117,7 +117,7 @@ __device__ __forceinline__ float group_dot(const wgroup &q, const int *xi, float
 template <int T, int NT> /* NT: tokens the registers are sized for (n <= NT) */
 __global__ void __launch_bounds__(MMVQ_WARPS * 32)
 mmvq_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, const int8_t *xq,
-            const float2 *xds, int n, const float *bias, float *y) {
+            const float2 *xds, int n, const float *bias, float *y, int accum) {
     int lane = threadIdx.x % 32;
     int64_t r0 = ((int64_t)blockIdx.x * MMVQ_WARPS + threadIdx.x / 32) * MMVQ_ROWS;
     if (r0 >= n_out) return;
@@ -145,7 +145,7 @@ mmvq_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, con
             for (int i = 0; i < MMVQ_ROWS; i++) acc[i][t] += group_dot(q[i], xi, ds);
         }
     }
-    warp_store_rows(acc, lane, r0, n_out, n, bias, y);
+    warp_store_rows(acc, lane, r0, n_out, n, bias, y, accum);
 }
 
 bool cuda_mmvq_supported(uint32_t type, int64_t n_in) {
@@ -164,14 +164,14 @@ bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n) {
 }
 
 /* y = W x for activations already quantized by cuda_mmvq_quantize (n <= MMVQ_MAX_TOK). */
-void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y) {
+void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum) {
     int64_t warps = (w->n_out + MMVQ_ROWS - 1) / MMVQ_ROWS;
     unsigned blocks = (unsigned)((warps + MMVQ_WARPS - 1) / MMVQ_WARPS);
     const uint8_t *W = (const uint8_t *)w->dev;
     /* registers sized for the batch: a decode step keeps the occupancy of one token */
 #define MMVQ_NT(T, NT)                                                                                      \
     mmvq_kernel<T, NT><<<blocks, MMVQ_WARPS * 32, 0, cb->stream>>>(W, w->row_bytes, w->n_in, w->n_out, cb->xq, \
-                                                                  cb->xds, n, bias, y)
+                                                                  cb->xds, n, bias, y, accum)
 #define MMVQ_LAUNCH(T)                 \
     if (n == 1) MMVQ_NT(T, 1);         \
     else if (n <= 4) MMVQ_NT(T, 4);    \
