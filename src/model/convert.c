@@ -433,46 +433,29 @@ static void base_types(plan *p, uint32_t type) {
 
 static brisk_status set_meta(gguf_writer *w, const hf_config *c, const char *name, uint32_t file_type);
 
-/* A llama-quantize mix: quant_mix_plan reads a model file, so it gets a
- * skeleton at tmp_path with the metadata and each tensor at its real row
- * length with at most two rows (two experts), as q8_1 (which no mix
- * produces, so "kept" is recognisable) or, for what the converter keeps in
- * f32, f32. Kept q8_1 tensors become f16, as the converter wrote them. */
+/* A llama-quantize mix: quant_mix_plan_shapes plans the tensors from their
+ * shapes; what the mix leaves alone stays f32 (norms, routers) or f16, as the
+ * converter writes it otherwise. */
 static brisk_status mix_types(plan *p, const hf_config *c, const quant_ftype *ft, const char *tmp_path) {
     gguf_writer *w = gguf_writer_new();
-    uint32_t *types = malloc((size_t)p->n * sizeof *types), *skel = malloc((size_t)p->n * sizeof *skel);
-    void *zeros = NULL;
-    size_t max_bytes = 0;
-    brisk_status s = w && types && skel ? set_meta(w, c, "skeleton", ft->id) : bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    uint32_t *types = malloc((size_t)p->n * sizeof *types);
+    quant_mix_tensor *mt = malloc((size_t)p->n * sizeof *mt);
+    brisk_status s = w && types && mt ? set_meta(w, c, "skeleton", ft->id) : bk_fail(BRISK_ERR_NOMEM, "out of memory");
     base_types(p, QT_F16);
-    for (int i = 0; s == BRISK_OK && i < p->n; i++) {
+    for (int i = 0; i < p->n && mt; i++) {
         const out_tensor *o = &p->t[i];
-        skel[i] = o->force_f32 ? QT_F32 : o->ne[0] % 32 ? QT_F16 : QT_Q8_1;
-        int64_t ne[3] = {o->ne[0], o->ne[1] > 1 ? 2 : 1, o->ne[2] > 1 ? 2 : 1};
-        s = gguf_writer_add_tensor(w, o->name, skel[i], o->n_dims, ne);
-        size_t b = quant_row_size(skel[i], ne[0]) * (size_t)(ne[1] * ne[2]);
-        if (b > max_bytes) max_bytes = b;
+        mt[i] = (quant_mix_tensor){o->name, o->n_dims, {o->ne[0], o->ne[1], o->ne[2]}, o->force_f32};
     }
-    if (s == BRISK_OK && !(zeros = calloc(1, max_bytes ? max_bytes : 1))) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    if (s == BRISK_OK) s = gguf_writer_begin(w, tmp_path);
-    for (int i = 0; s == BRISK_OK && i < p->n; i++) {
-        const out_tensor *o = &p->t[i];
-        s = gguf_writer_write_tensor(w, zeros, quant_row_size(skel[i], o->ne[0]) * (o->ne[1] > 1 ? 2 : 1) *
-                                                   (o->ne[2] > 1 ? 2 : 1));
-    }
-    if (s == BRISK_OK) s = gguf_writer_finish(w);
-    gguf_file *g = NULL;
-    if (s == BRISK_OK) s = gguf_open(tmp_path, &g);
     quant_mix_opts mo = {0};
-    if (s == BRISK_OK) s = quant_mix_plan(g, ft, &mo, types, NULL);
+    if (s == BRISK_OK) {
+        s = quant_mix_plan_shapes(w, p->n, mt, ft, &mo, tmp_path, types);
+        w = NULL; /* consumed */
+    }
     for (int i = 0; s == BRISK_OK && i < p->n; i++)
-        p->t[i].type = types[i] != skel[i] ? types[i] : skel[i] == QT_Q8_1 ? QT_F16 : skel[i];
-    gguf_close(g);
+        p->t[i].type = types[i] != QT_COUNT ? types[i] : p->t[i].force_f32 ? QT_F32 : QT_F16;
     gguf_writer_free(w);
-    remove(tmp_path);
     free(types);
-    free(skel);
-    free(zeros);
+    free(mt);
     return s;
 }
 

@@ -326,42 +326,26 @@ static brisk_status set_file_vocab(gguf_writer *w, const gguf_file *v, int64_t n
 
 /* ---- per-tensor types ---- */
 
-/* The mix's choice for every tensor: quant_mix_plan reads a model file, so it
- * gets a skeleton at tmp_path: the metadata its rules read and each tensor
- * with its real row length and at most two rows (two experts), as q8_1 (a
- * type no mix produces, so "kept as it is" is recognisable) or f32. */
+/* The mix's choice for every tensor, planned from the shapes
+ * (quant_mix_plan_shapes); what the mix leaves alone stays f32. */
 static brisk_status mix_types(const synth_config *c, const quant_ftype *ft, plan_list *l, const char *tmp_path) {
     gguf_writer *w = gguf_writer_new();
-    uint32_t *types = malloc((size_t)l->n * sizeof *types), *skel = malloc((size_t)l->n * sizeof *skel);
-    void *zeros = NULL;
-    size_t max_bytes = 0;
-    brisk_status s = w && types && skel ? set_arch_meta(w, c, NULL) : bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    for (int i = 0; s == BRISK_OK && i < l->n; i++) {
+    uint32_t *types = malloc((size_t)l->n * sizeof *types);
+    quant_mix_tensor *mt = malloc((size_t)l->n * sizeof *mt);
+    brisk_status s = w && types && mt ? set_arch_meta(w, c, NULL) : bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < l->n && mt; i++) {
         const tensor_plan *t = &l->p[i];
-        skel[i] = t->ne[0] % 32 ? QT_F32 : QT_Q8_1;
-        int64_t ne[3] = {t->ne[0], t->ne[1] > 1 ? 2 : 1, t->ne[2] > 1 ? 2 : 1};
-        s = gguf_writer_add_tensor(w, t->name, skel[i], t->n_dims, ne);
-        size_t b = quant_row_size(skel[i], ne[0]) * (size_t)(ne[1] * ne[2]);
-        if (b > max_bytes) max_bytes = b;
+        mt[i] = (quant_mix_tensor){t->name, t->n_dims, {t->ne[0], t->ne[1], t->ne[2]}, false};
     }
-    if (s == BRISK_OK && !(zeros = calloc(1, max_bytes ? max_bytes : 1))) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    if (s == BRISK_OK) s = gguf_writer_begin(w, tmp_path);
-    for (int i = 0; s == BRISK_OK && i < l->n; i++) {
-        const tensor_plan *t = &l->p[i];
-        s = gguf_writer_write_tensor(w, zeros, quant_row_size(skel[i], t->ne[0]) * (t->ne[1] > 1 ? 2 : 1) *
-                                                   (t->ne[2] > 1 ? 2 : 1));
-    }
-    if (s == BRISK_OK) s = gguf_writer_finish(w);
-    gguf_file *g = NULL;
-    if (s == BRISK_OK) s = gguf_open(tmp_path, &g);
     quant_mix_opts mo = {.pure = c->pure};
-    if (s == BRISK_OK) s = quant_mix_plan(g, ft, &mo, types, NULL);
-    for (int i = 0; s == BRISK_OK && i < l->n; i++) l->p[i].type = types[i] == skel[i] ? QT_F32 : types[i];
-    gguf_close(g);
+    if (s == BRISK_OK) {
+        s = quant_mix_plan_shapes(w, l->n, mt, ft, &mo, tmp_path, types);
+        w = NULL; /* consumed */
+    }
+    for (int i = 0; s == BRISK_OK && i < l->n; i++) l->p[i].type = types[i] == QT_COUNT ? QT_F32 : types[i];
     gguf_writer_free(w);
     free(types);
-    free(skel);
-    free(zeros);
+    free(mt);
     return s;
 }
 

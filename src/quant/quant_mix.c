@@ -270,3 +270,36 @@ brisk_status quant_mix_plan(const gguf_file *g, const quant_ftype *ft, const qua
     if (n_fallback) *n_fallback = nf;
     return st;
 }
+
+brisk_status quant_mix_plan_shapes(gguf_writer *w, int n, const quant_mix_tensor *t, const quant_ftype *ft,
+                                   const quant_mix_opts *o, const char *tmp_path, uint32_t *types) {
+    /* q8_1 is a type no mix produces, so a tensor still q8_1 afterwards is one the mix kept */
+    uint32_t *skel = malloc((size_t)(n > 0 ? n : 1) * sizeof *skel);
+    void *zeros = NULL;
+    size_t max_bytes = 0;
+    brisk_status s = w && skel ? BRISK_OK : bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    for (int i = 0; s == BRISK_OK && i < n; i++) {
+        skel[i] = t[i].keep_f32 || t[i].ne[0] % 32 ? QT_F32 : QT_Q8_1;
+        int64_t ne[3] = {t[i].ne[0], t[i].ne[1] > 1 ? 2 : 1, t[i].ne[2] > 1 ? 2 : 1};
+        s = gguf_writer_add_tensor(w, t[i].name, skel[i], t[i].n_dims, ne);
+        size_t b = quant_row_size(skel[i], ne[0]) * (size_t)(ne[1] * ne[2]);
+        if (b > max_bytes) max_bytes = b;
+    }
+    if (s == BRISK_OK && !(zeros = calloc(1, max_bytes ? max_bytes : 1))) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    if (s == BRISK_OK) s = gguf_writer_begin(w, tmp_path);
+    for (int i = 0; s == BRISK_OK && i < n; i++)
+        s = gguf_writer_write_tensor(w, zeros, quant_row_size(skel[i], t[i].ne[0]) * (t[i].ne[1] > 1 ? 2 : 1) *
+                                                   (t[i].ne[2] > 1 ? 2 : 1));
+    if (s == BRISK_OK) s = gguf_writer_finish(w);
+    gguf_file *g = NULL;
+    if (s == BRISK_OK) s = gguf_open(tmp_path, &g);
+    if (s == BRISK_OK) s = quant_mix_plan(g, ft, o, types, NULL);
+    for (int i = 0; s == BRISK_OK && i < n; i++)
+        if (types[i] == skel[i]) types[i] = QT_COUNT;
+    gguf_close(g);
+    gguf_writer_free(w);
+    remove(tmp_path);
+    free(skel);
+    free(zeros);
+    return s;
+}
