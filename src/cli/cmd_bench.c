@@ -130,19 +130,20 @@ static double run_once(brisk_context *ctx, int n_vocab, int n_prompt, int n_gen,
 
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
-    int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, n_ctx = 0, n_gpu_layers = -1, device = 0;
+    int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, n_ctx = 0;
     int depth = 0, n_seq = 1;
     bool json = false;
+    cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        int g = cli_gpu_flag(argc, argv, &i, &n_gpu_layers, &device);
+        int g = cli_model_flag(argc, argv, &i, &mo);
         if (g) {
             if (g < 0) return 2;
             continue;
         }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: brisk bench -m FILE [-p 512] [-n 128] [-d DEPTH] [-np SEQS] [-t N] [-r 5] [-c N] [-ngl N]\n"
-                   "                   [--device I] [--json]\n"
+                   "                   [--device I] [--kv-type T] [--json]\n"
                    "  -d N    run each test after N tokens already in the KV cache (llama-bench's -d)\n"
                    "  -np N   generation decodes N sequences per step (batched decode; tokens/s of all)\n");
             return 0;
@@ -167,9 +168,10 @@ int cmd_bench(int argc, char **argv) {
     brisk_context *ctx = NULL;
     brisk_batch_entry *batch = NULL;
     int rc = 1;
-    if (!cli_load_model(model_path, n_gpu_layers, device, &m)) goto done;
+    if (!cli_load_model(model_path, mo.n_gpu_layers, mo.device, &m)) goto done;
     brisk_context_params cp = brisk_context_default_params();
     cp.n_threads = n_threads;
+    cp.kv_type = (brisk_kv_type)mo.kv_type;
     /* the cache is one page pool for all sequences: room for each of them */
     cp.n_ctx = n_ctx > 0 ? n_ctx : (depth + (n_prompt > n_gen ? n_prompt : n_gen) + 16) * n_seq;
     cp.n_seq_max = n_seq;
@@ -207,8 +209,9 @@ int cmd_bench(int argc, char **argv) {
         stats(tps, reps, &mean, &sd);
         /* bytes per token: all weights once per batch (pp) or per token (tg) */
         /* bytes per generated token: the weights once per step (shared by the
-         * step's n_seq tokens) plus the token's own K and V history (f16) */
-        double kv_pos = 2.0 * info.n_layer * info.n_head_kv * info.head_dim * 2.0;
+         * step's n_seq tokens) plus the token's own K and V history */
+        double kv_elt = cp.kv_type == BRISK_KV_F32 ? 4.0 : cp.kv_type == BRISK_KV_Q8_0 ? 34.0 / 32 : 2.0;
+        double kv_pos = 2.0 * info.n_layer * info.n_head_kv * info.head_dim * kv_elt;
         double per_tok = (double)info.decode_bytes / n_seq + kv_pos * (depth + ng / 2.0);
         double gbs = kind == 0 ? info.decode_bytes * (mean / np) / 1e9 : per_tok * mean / 1e9;
         char name[48];

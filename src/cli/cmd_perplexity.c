@@ -13,18 +13,13 @@
 
 int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL;
-    int n_ctx = 512, n_threads = 0, n_chunks_max = -1, n_gpu_layers = -1, device = 0;
-    int kv_type = BRISK_KV_F16;
+    int n_ctx = 512, n_threads = 0, n_chunks_max = -1;
+    cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        int g = cli_gpu_flag(argc, argv, &i, &n_gpu_layers, &device);
+        int g = cli_model_flag(argc, argv, &i, &mo);
         if (g) {
             if (g < 0) return 2;
-            continue;
-        }
-        int kf = cli_kv_flag(argc, argv, &i, &kv_type);
-        if (kf) {
-            if (kf < 0) return 2;
             continue;
         }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -53,7 +48,7 @@ int cmd_perplexity(int argc, char **argv) {
     brisk_context *ctx = NULL;
     brisk_token *toks = NULL;
     brisk_batch_entry *batch = NULL;
-    if (!cli_load_model(model_path, n_gpu_layers, device, &m)) goto done;
+    if (!cli_load_model(model_path, mo.n_gpu_layers, mo.device, &m)) goto done;
     int64_t n = 0;
     if (!cli_tokenize(m, text, len, false, false, &toks, &n)) goto done;
     int64_t n_chunks = n / n_ctx;
@@ -67,7 +62,7 @@ int cmd_perplexity(int argc, char **argv) {
     cp.n_ctx = n_ctx;
     cp.n_batch = n_ctx;
     cp.n_threads = n_threads;
-    cp.kv_type = (brisk_kv_type)kv_type;
+    cp.kv_type = (brisk_kv_type)mo.kv_type;
     if (!cli_new_context(m, &cp, &ctx)) goto done;
     batch = malloc((size_t)n_ctx * sizeof *batch);
     if (!batch) goto done;

@@ -30,20 +30,15 @@ static void usage(FILE *f) {
 
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
-    int n_predict = 128, n_ctx = 0, n_threads = 0, n_gpu_layers = -1, device = 0;
+    int n_predict = 128, n_ctx = 0, n_threads = 0;
     bool ignore_eos = false, seed_set = false;
-    int kv_type = BRISK_KV_F16;
     brisk_sampler_params sp = brisk_sampler_default_params();
+    cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        int g = cli_gpu_flag(argc, argv, &i, &n_gpu_layers, &device);
+        int g = cli_model_flag(argc, argv, &i, &mo);
         if (g) {
             if (g < 0) return 2;
-            continue;
-        }
-        int kf = cli_kv_flag(argc, argv, &i, &kv_type);
-        if (kf) {
-            if (kf < 0) return 2;
             continue;
         }
 #define VAL() \
@@ -124,11 +119,11 @@ int cmd_run(int argc, char **argv) {
     brisk_sampler *smp = NULL;
     brisk_token *toks = NULL;
     brisk_batch_entry *batch = NULL;
-    if (!cli_load_model(model_path, n_gpu_layers, device, &model)) goto done;
+    if (!cli_load_model(model_path, mo.n_gpu_layers, mo.device, &model)) goto done;
     brisk_context_params cp = brisk_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_threads = n_threads;
-    cp.kv_type = (brisk_kv_type)kv_type;
+    cp.kv_type = (brisk_kv_type)mo.kv_type;
     if (!cli_new_context(model, &cp, &ctx)) goto done;
     brisk_model_info info;
     brisk_model_get_info(model, &info);

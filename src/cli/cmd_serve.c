@@ -32,19 +32,14 @@ static void usage(FILE *f) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *alias = NULL, *template_path = NULL;
-    int n_ctx = 0, n_threads = 0, n_gpu_layers = -1, device = 0, max_body_mb = 8, max_body = -1;
-    int kv_type = BRISK_KV_F16;
+    int n_ctx = 0, n_threads = 0, max_body_mb = 8, max_body = -1;
     server_config cfg = {.host = "127.0.0.1", .port = 8080, .n_parallel = 4, .prefill_chunk = 256, .max_queue = 64};
+    cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        int g = cli_gpu_flag(argc, argv, &i, &n_gpu_layers, &device);
+        int g = cli_model_flag(argc, argv, &i, &mo);
         if (g) {
             if (g < 0) return 2;
-            continue;
-        }
-        int kf = cli_kv_flag(argc, argv, &i, &kv_type);
-        if (kf) {
-            if (kf < 0) return 2;
             continue;
         }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -96,7 +91,7 @@ int cmd_serve(int argc, char **argv) {
     brisk_model *model = NULL;
     brisk_context *ctx = NULL;
     server *srv = NULL;
-    if (!cli_load_model(model_path, n_gpu_layers, device, &model)) goto done;
+    if (!cli_load_model(model_path, mo.n_gpu_layers, mo.device, &model)) goto done;
     brisk_model_info info;
     brisk_model_get_info(model, &info);
     cfg.n_ctx_slot = n_ctx > 0 ? n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
@@ -105,7 +100,7 @@ int cmd_serve(int argc, char **argv) {
     cp.n_seq_max = cfg.n_parallel;
     cp.n_batch = cfg.n_parallel + cfg.prefill_chunk;
     cp.n_threads = n_threads;
-    cp.kv_type = (brisk_kv_type)kv_type;
+    cp.kv_type = (brisk_kv_type)mo.kv_type;
     if (!cli_new_context(model, &cp, &ctx)) goto done;
     if (server_start(model, ctx, &cfg, &srv) != BRISK_OK) {
         cli_error(1, "serve: %s", brisk_last_error());

@@ -165,6 +165,11 @@ int cli_kv_flag(int argc, char **argv, int *i, int *kv_type) {
     return 1;
 }
 
+int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
+    int r = cli_gpu_flag(argc, argv, i, &o->n_gpu_layers, &o->device);
+    return r ? r : cli_kv_flag(argc, argv, i, &o->kv_type);
+}
+
 bool cli_load_model(const char *path, int n_gpu_layers, int device, brisk_model **out) {
     brisk_model_params mp = brisk_model_default_params();
     mp.n_gpu_layers = n_gpu_layers;

@@ -25,6 +25,15 @@ int cli_gpu_flag(int argc, char **argv, int *i, int *n_gpu_layers, int *device);
 /* KV cache type flags: --kv-type T, llama.cpp's -ctk/-ctv T (one type for
  * both), and --kv-f32. Same returns as cli_gpu_flag; *kv_type is a brisk_kv_type. */
 int cli_kv_flag(int argc, char **argv, int *i, int *kv_type);
+/* Where and how a model runs: -ngl/--device and the KV cache type flags in one. */
+typedef struct cli_model_opts {
+    int n_gpu_layers; /* -1: all when a GPU is present */
+    int device;
+    int kv_type;      /* brisk_kv_type */
+} cli_model_opts;
+#define CLI_MODEL_OPTS_DEFAULT {-1, 0, BRISK_KV_F16}
+/* 1: argv[*i] (and its value) was one of them; 0: not one; -1: bad (message printed). */
+int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o);
 #define CLI_KV_HELP "  --kv-type T          KV cache type: f16 (default), q8_0 or f32 (also -ctk/-ctv T, --kv-f32)\n"
 /* Model load and context creation that print the library's error on failure. */
 struct brisk_context;
