@@ -1,7 +1,9 @@
 // load.mjs — N concurrent streaming clients for T seconds against BRISK_URL.
 // Reports completed requests, errors, time-to-first-token percentiles,
 // aggregate generated tokens/s and the server's RSS before and after
-// (LOAD_PID: the server's pid, read from /proc). Exits 1 on any error.
+// (LOAD_PID: the server's pid, read from /proc). Exits 1 on any error, and,
+// with LOAD_RSS_SLACK_MB, when the server's RSS grew by more than that
+// between the warm point and the end (a leak per request would).
 //   LOAD_CLIENTS=64 LOAD_SECONDS=120 LOAD_MAX_TOKENS=128 node tests/server/load.mjs
 import { readFileSync } from 'node:fs';
 import { client } from './lib.mjs';
@@ -60,4 +62,7 @@ console.log(`load: ${N} clients x ${secs.toFixed(1)} s: ${stats.done} completion
   `p90 ${pct(stats.ttft, 90).toFixed(1)} ms p99 ${pct(stats.ttft, 99).toFixed(1)} ms, ` +
   `server RSS ${rss0.toFixed(1)} MB at start, ${rssWarm.toFixed(1)} MB warm, ${rss1.toFixed(1)} MB at the end`);
 for (const e of stats.errs) console.log(`  error: ${e}`);
-process.exit(stats.errors || !stats.done ? 1 : 0);
+const slack = Number(process.env.LOAD_RSS_SLACK_MB || NaN);
+const grew = !Number.isNaN(slack) && !(rss1 - rssWarm <= slack);
+if (grew) console.log(`  RSS grew by ${(rss1 - rssWarm).toFixed(1)} MB after warm-up (allowed ${slack} MB)`);
+process.exit(stats.errors || !stats.done || grew ? 1 : 0);
