@@ -35,6 +35,7 @@
 #include "model/synth.h"
 #include "quant/quant.h"
 #include "test.h"
+#include "llamacpp/ref_util.h"
 
 #define N_STEPS 128
 static const int prompt[] = {1, 100, 200, 300, 400, 450, 20, 30}; /* valid in every vocab, stories260K (512) included */
@@ -47,37 +48,7 @@ static int file_exists(const char *p) {
     return stat(p, &st) == 0 && st.st_size > 0;
 }
 
-static int run(const char *cmd) {
-    int rc = system(cmd);
-    if (rc != 0) fprintf(stderr, "  command failed (%d): %s\n", rc, cmd);
-    return rc;
-}
 
-/* Reads llamacpp-ref's logits file: int32 n_vocab, int32 n_rows, rows. */
-static float *read_logits(const char *path, int *n_vocab, int *n_rows) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    int32_t h[2];
-    float *x = NULL;
-    if (fread(h, 4, 2, f) == 2 && h[0] > 0 && h[1] > 0) {
-        x = malloc((size_t)h[0] * h[1] * sizeof(float));
-        if (x && fread(x, sizeof(float), (size_t)h[0] * h[1], f) != (size_t)h[0] * h[1]) {
-            free(x);
-            x = NULL;
-        }
-        *n_vocab = h[0];
-        *n_rows = h[1];
-    }
-    fclose(f);
-    return x;
-}
-
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
 
 typedef struct {
     const char *preset, *vocab;
@@ -96,12 +67,12 @@ static void compare(const char *model_path, const char *label, double tol) {
     for (int i = 0; i < N_PROMPT; i++) snprintf(pstr + strlen(pstr), sizeof pstr - strlen(pstr), "%s%d", i ? " " : "", prompt[i]);
     snprintf(cmd, sizeof cmd, "%s/llamacpp-ref eval -m %s -p '%s' -n %d --kv f32 -t 1 --logits-out %s > %s 2>/dev/null",
              build_dir, model_path, pstr, N_STEPS, ref_path, ids_path);
-    if (run(cmd)) {
+    if (ref_run(cmd)) {
         CHECK(0);
         return;
     }
     int nv = 0, nr = 0, ref_ids[N_STEPS], n_ids = 0;
-    float *ref = read_logits(ref_path, &nv, &nr);
+    float *ref = ref_read_logits(ref_path, &nv, &nr);
     FILE *f = fopen(ids_path, "r");
     while (f && n_ids < N_STEPS && fscanf(f, "%d", &ref_ids[n_ids]) == 1) n_ids++;
     if (f) fclose(f);
@@ -143,7 +114,7 @@ static void compare(const char *model_path, const char *label, double tol) {
         if (rel > worst && !flip) worst = rel;
         if (md > 0 && exact < 0) exact = step;
         if (getenv("CONF_VERBOSE")) printf("    step %d: rel %.2e max|logit| %.3f\n", step, rel, mx);
-        int tb = argmax(lg, nv), tr = argmax(r, nv);
+        int tb = ref_argmax(lg, nv), tr = ref_argmax(r, nv);
         CHECK(tr == ref_ids[step]);
         if (tb != tr) {
             if (identical < 0) identical = step;
@@ -207,7 +178,7 @@ static void run_arch(const char *preset, const char *vocab_file, const char *con
             snprintf(cmd, sizeof cmd,
                      "%s/llamacpp-ref quantize %s %s %s --pure --output-tensor-type %s --token-embedding-type %s -t 2 >/dev/null 2>&1",
                      build_dir, base, q, types[t].ftype, types[t].ggml, types[t].ggml);
-            if (run(cmd)) {
+            if (ref_run(cmd)) {
                 CHECK(0);
                 continue;
             }
@@ -238,12 +209,12 @@ static void moe_alone(brisk_model *m, const int *p, int np, int n, int *out) {
     brisk_batch_entry b[16];
     for (int i = 0; i < np; i++) b[i] = (brisk_batch_entry){p[i], i, 0, i == np - 1};
     CHECK_OK(brisk_decode(c, b, np));
-    int nv = brisk_n_vocab(m), tok = argmax(brisk_get_logits(c, np - 1), nv);
+    int nv = brisk_n_vocab(m), tok = ref_argmax(brisk_get_logits(c, np - 1), nv);
     for (int i = 0; i < n; i++) {
         out[i] = tok;
         brisk_batch_entry e = {tok, np + i, 0, true};
         CHECK_OK(brisk_decode(c, &e, 1));
-        tok = argmax(brisk_get_logits(c, 0), nv);
+        tok = ref_argmax(brisk_get_logits(c, 0), nv);
     }
     brisk_context_free(c);
 }
@@ -291,7 +262,7 @@ static void test_qwen3moe_batches(void) {
         if (!nb) break;
         CHECK_OK(brisk_decode(c, b, nb));
         for (int i = 0; i < nb; i++)
-            if (b[i].logits) next[who[i]] = argmax(brisk_get_logits(c, i), nv);
+            if (b[i].logits) next[who[i]] = ref_argmax(brisk_get_logits(c, i), nv);
     }
     for (int s = 0; s < S; s++) {
         CHECK(done[s] == N);
@@ -314,7 +285,7 @@ static void run_small(const char *preset, const char *vocab_file) {
     compare(base, preset, 1e-4);
     snprintf(q, sizeof q, "%s/%s-q8_0.gguf", dir, preset);
     snprintf(cmd, sizeof cmd, "%s/llamacpp-ref quantize %s %s Q8_0 --pure -t 2 >/dev/null 2>&1", build_dir, base, q);
-    if (!file_exists(q) && run(cmd)) {
+    if (!file_exists(q) && ref_run(cmd)) {
         CHECK(0);
         return;
     }

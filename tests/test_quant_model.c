@@ -19,17 +19,13 @@
 #include "quant/model_quant.h"
 #include "quant/quant.h"
 #include "test.h"
+#include "llamacpp/ref_util.h"
 
 static char dir[1024], build_dir[512], model_a[1100], model_b[1100];
 static bool san;
 /* squared errors vs f32 per output type, summed over every comparison made */
 static double g_se_ours[QT_COUNT], g_se_theirs[QT_COUNT], g_cnt[QT_COUNT], g_worst_ratio;
 
-static int run(const char *cmd) {
-    int rc = system(cmd);
-    if (rc != 0) fprintf(stderr, "  command failed (%d): %s\n", rc, cmd);
-    return rc;
-}
 
 static void make_model(const char *path, const char *arch, int n_layer, int n_head, int n_head_kv, int head_dim,
                        int n_ff, bool tied) {
@@ -106,7 +102,7 @@ static bool quantize_both(const char *model, const char *mix, bool pure, const c
     CHECK_OK(s);
     snprintf(cmd, sizeof cmd, "%s/llamacpp-ref quantize %s %s %s%s%s%s -t 2 >/dev/null 2>&1", build_dir, model, theirs,
              mix, pure ? " --pure" : "", imatrix_dat ? " --imatrix " : "", imatrix_dat ? imatrix_dat : "");
-    if (s != BRISK_OK || run(cmd)) {
+    if (s != BRISK_OK || ref_run(cmd)) {
         CHECK(0);
         return false;
     }
@@ -286,31 +282,6 @@ static void test_errors(void) {
     CHECK(strstr(brisk_last_error(), "blk.0.attn_q.weight") != NULL);
 }
 
-/* Reads llamacpp-ref's logits file: int32 n_vocab, int32 n_rows, rows. */
-static float *read_logits(const char *path, int *n_vocab, int *n_rows) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    int32_t h[2];
-    float *x = NULL;
-    if (fread(h, 4, 2, f) == 2 && h[0] > 0 && h[1] > 0) {
-        x = malloc((size_t)h[0] * h[1] * sizeof(float));
-        if (x && fread(x, sizeof(float), (size_t)h[0] * h[1], f) != (size_t)h[0] * h[1]) {
-            free(x);
-            x = NULL;
-        }
-        *n_vocab = h[0];
-        *n_rows = h[1];
-    }
-    fclose(f);
-    return x;
-}
-
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
 
 /* llama.cpp loads brisk's Q4_K_M file and runs greedy; brisk, fed the same
  * tokens, picks the same one at every step (a random tiny model has flat
@@ -327,12 +298,12 @@ static void test_round_trip(void) {
     snprintf(cmd, sizeof cmd,
              "%s/llamacpp-ref eval -m %s -p '1 70 80 90 100' -n %d --kv f32 -t 1 --logits-out %s >/dev/null 2>&1",
              build_dir, q, N_GEN, lg_path);
-    if (run(cmd)) {
+    if (ref_run(cmd)) {
         CHECK(0);
         return;
     }
     int nv = 0, nr = 0;
-    float *ref = read_logits(lg_path, &nv, &nr);
+    float *ref = ref_read_logits(lg_path, &nv, &nr);
     CHECK(ref && nr == N_GEN);
     brisk_model *m = NULL;
     CHECK_OK(brisk_model_load(q, NULL, &m));
@@ -354,7 +325,7 @@ static void test_round_trip(void) {
     const float *lg = c && brisk_decode(c, b, N_PROMPT) == BRISK_OK ? brisk_get_logits(c, N_PROMPT - 1) : NULL;
     for (int step = 0; step < N_GEN && lg; step++, steps++) {
         const float *r = ref + (size_t)step * nv;
-        int tb = argmax(lg, nv), tr = argmax(r, nv);
+        int tb = ref_argmax(lg, nv), tr = ref_argmax(r, nv);
         if (tb == tr) {
             same++;
         } else {
