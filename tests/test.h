@@ -39,6 +39,26 @@ static int test_failed_ = 0, tests_run_ = 0, tests_bad_ = 0;
 typedef void (*test_fn)(void);
 typedef struct { const char *name; test_fn fn; } test_case;
 
+/* A whole file, NUL-terminated (*len, if set, gets its size); NULL if unreadable. Caller frees. */
+static inline char *test_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = 0;
+        if (len) *len = (size_t)n;
+    }
+    return buf;
+}
+
 static inline const char *test_shared_dir(void) {
     const char *s = getenv("SHARED");
     return s ? s : "../shared";

@@ -17,24 +17,6 @@
 
 #define DATA "tests/data/chat_templates"
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = 0;
-        if (len) *len = (size_t)n;
-    }
-    return buf;
-}
 
 /* Renders src with vars (JSON text; NULL for none) at a fixed clock. */
 static brisk_status render(const char *src, const char *vars_json, char **out) {
@@ -100,7 +82,7 @@ static char *load_template(const char *name) {
     char path[1024];
     if (!strncmp(name, "shared:", 7)) {
         snprintf(path, sizeof path, "%s/%s", test_shared_dir(), name + 7);
-        char *text = slurp(path, NULL);
+        char *text = test_read_file(path, NULL);
         if (!text) return NULL;
         cJSON *cfg = cJSON_Parse(text);
         free(text);
@@ -110,7 +92,7 @@ static char *load_template(const char *name) {
         return src;
     }
     snprintf(path, sizeof path, DATA "/%s", name);
-    return slurp(path, NULL);
+    return test_read_file(path, NULL);
 }
 
 /* <dir>/<name>__<vars>.expected, as ref.mjs's caseName(). */
@@ -148,7 +130,7 @@ static void show_diff(const char *got, size_t gn, const char *want, size_t wn) {
 static int run_cases(const char *list_file, const char *dir) {
     char lpath[512];
     snprintf(lpath, sizeof lpath, DATA "/%s", list_file);
-    char *list = slurp(lpath, NULL);
+    char *list = test_read_file(lpath, NULL);
     CHECK(list != NULL);
     if (!list) return 0;
     int n = 0, bad = 0;
@@ -158,9 +140,9 @@ static int run_cases(const char *list_file, const char *dir) {
         char path[1024], expected_path[1024];
         case_name(dir, tname, vname, expected_path, sizeof expected_path);
         snprintf(path, sizeof path, DATA "/vars/%s", vname);
-        char *src = load_template(tname), *vars = slurp(path, NULL);
+        char *src = load_template(tname), *vars = test_read_file(path, NULL);
         size_t wn = 0;
-        char *want = slurp(expected_path, &wn);
+        char *want = test_read_file(expected_path, &wn);
         n++;
         if (!src || !vars || !want) {
             fprintf(stderr, "  %s + %s: missing %s\n", tname, vname, !src ? "template" : !vars ? "vars" : expected_path);

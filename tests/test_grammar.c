@@ -87,18 +87,6 @@ static void test_utf8(void) {
     CHECK(match("root ::= .\n", "\xED\xA0\x80", true) == 0); /* surrogate */
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
 
 /* llama.cpp's example grammars parse (when the local clone is there). */
 static void test_llamacpp_grammars(void) {
@@ -107,7 +95,7 @@ static void test_llamacpp_grammars(void) {
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         char path[256];
         snprintf(path, sizeof path, ".deps/llama.cpp/grammars/%s.gbnf", names[i]);
-        char *text = slurp(path);
+        char *text = test_read_file(path, NULL);
         if (!text) continue;
         found++;
         brisk_grammar *g = NULL;

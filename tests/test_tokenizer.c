@@ -16,22 +16,6 @@
 static const char *const k_vocabs[] = {"llama-spm", "phi-3", "gpt-2", "qwen2", "llama-bpe", "qwen35"};
 #define N_VOCABS 6
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[n] = 0;
-    if (len) *len = (size_t)n;
-    return buf;
-}
 
 static double now_ms(void) {
     struct timespec ts;
@@ -96,9 +80,9 @@ static int run_vectors(const tokenizer *t, const char *name, int *n_cases, int *
     char path[1024];
     snprintf(path, sizeof path, "%s/data/llama.cpp-vocab/ggml-vocab-%s.gguf.inp", test_shared_dir(), name);
     size_t inp_len;
-    char *inp = slurp(path, &inp_len);
+    char *inp = test_read_file(path, &inp_len);
     snprintf(path, sizeof path, "%s/data/llama.cpp-vocab/ggml-vocab-%s.gguf.out", test_shared_dir(), name);
-    char *outp = slurp(path, NULL);
+    char *outp = test_read_file(path, NULL);
     CHECK(inp && outp);
     if (!inp || !outp) {
         free(inp), free(outp);
@@ -185,7 +169,7 @@ static void test_load_speed(void) {
 
     /* encode speed on ~1 MB of the multilingual text */
     size_t tlen;
-    char *text = slurp("tests/data/multilingual.txt", &tlen);
+    char *text = test_read_file("tests/data/multilingual.txt", &tlen);
     CHECK(text != NULL);
     if (!text) return;
     size_t reps = (1 << 20) / tlen + 1, big_len = reps * tlen;
@@ -291,7 +275,7 @@ static void test_qwen3_json(void) {
     for (int f = 0; f < 2; f++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/data/%s", test_shared_dir(), files[f]);
-        char *inp = slurp(path, NULL);
+        char *inp = test_read_file(path, NULL);
         CHECK(inp != NULL);
         for (char *p = inp, *e; inp && (e = strstr(p, "\n__ggml_vocab_test__\n")); p = e + 21) {
             for (int ps = 0; ps < 2; ps++) {
@@ -435,7 +419,7 @@ static void test_llamacpp_live(void) {
     if (L.log_set) L.log_set(quiet_log, NULL);
     L.backend_init();
     size_t tlen;
-    char *text = slurp("tests/data/multilingual.txt", &tlen);
+    char *text = test_read_file("tests/data/multilingual.txt", &tlen);
     CHECK(text != NULL);
     for (int v = 0; text && v < N_VOCABS; v++) {
         char path[1024];
