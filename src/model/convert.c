@@ -7,7 +7,6 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,15 +15,13 @@
 #include <unistd.h>
 
 #include "base/status.h"
-#include "base/threadpool.h"
+#include "format/gguf_rows.h"
 #include "format/safetensors.h"
 #include "quant/quant.h"
 #include "quant/quant_mix.h"
 
 #define MAX_THREADS 256
 #define MAX_SHARDS 4096
-#define SLAB_BYTES (32u << 20)
-#define CHUNK_ELEMS 65536
 
 /* ---- the shards ---- */
 
@@ -533,44 +530,9 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-typedef struct {
-    const char *path;
-    int64_t n_tensors, i;
-    uint64_t total, done;
-    double t0, last;
-} progress;
-
-static void progress_draw(progress *p, uint64_t extra, bool force) {
-    double t = now_s();
-    if (!force && t - p->last < 0.2) return;
-    p->last = t;
-    double done = (double)(p->done + extra), rate = done / (t - p->t0 > 1e-6 ? t - p->t0 : 1e-6);
-    double frac = done / (double)(p->total ? p->total : 1);
-    char bar[31];
-    int fill = (int)(frac * 30);
-    for (int k = 0; k < 30; k++) bar[k] = k < fill ? '#' : '.';
-    bar[30] = 0;
-    fprintf(stderr, "\rconvert [%s] %5.1f%% tensor %lld/%lld %7.1f MB/s ETA %4.0fs ", bar, 100 * frac,
-            (long long)p->i + 1, (long long)p->n_tensors, rate / 1e6, rate > 0 ? ((double)p->total - done) / rate : 0);
-    fflush(stderr);
-}
-
-typedef struct {
-    const out_tensor *t;
-    size_t row_bytes;
-    int64_t row0, nrows, chunk;
-    unsigned char *out;
-    float **scratch;      /* per thread: 2 * max_ne0 floats */
-    atomic_llong next, rows_done;
-    gguf_writer *w;
-    const void *pend;
-    uint64_t pend_bytes;
-    progress *prog;
-    brisk_status st[MAX_THREADS];
-} conv_job;
-
-/* Output row r of t as floats in x (tmp: ne[0] scratch). */
-static brisk_status gather_row(const out_tensor *t, int64_t r, float *x, float *tmp) {
+/* Output row r of tensor ctx as floats in x (tmp: ne[0] scratch): a gguf_row_fn. */
+static brisk_status gather_row(void *ctx, int64_t r, float *x, float *tmp) {
+    const out_tensor *t = ctx;
     const int64_t ne0 = t->ne[0];
     if (t->gen) {
         memcpy(x, t->gen + r * ne0, (size_t)ne0 * sizeof *x);
@@ -590,89 +552,13 @@ static brisk_status gather_row(const out_tensor *t, int64_t r, float *x, float *
     return BRISK_OK;
 }
 
-static void conv_worker(void *arg, int ith, int nth) {
-    conv_job *j = arg;
-    brisk_status s = BRISK_OK;
-    (void)nth;
-    if (ith == 0 && j->pend_bytes) s = gguf_writer_write_rows(j->w, j->pend, j->pend_bytes);
-    const out_tensor *t = j->t;
-    const int64_t ne0 = t->ne[0];
-    float *x = j->scratch[ith], *tmp = x + ne0;
-    while (s == BRISK_OK) {
-        int64_t r0 = atomic_fetch_add(&j->next, j->chunk);
-        if (r0 >= j->nrows) break;
-        int64_t r1 = r0 + j->chunk < j->nrows ? r0 + j->chunk : j->nrows;
-        for (int64_t r = r0; r < r1 && s == BRISK_OK; r++) {
-            unsigned char *dst = j->out + (size_t)r * j->row_bytes;
-            s = gather_row(t, j->row0 + r, t->type == QT_F32 ? (float *)dst : x, tmp);
-            if (s != BRISK_OK) break;
-            if (t->type == QT_F16)
-                for (int64_t k = 0; k < ne0; k++) ((uint16_t *)dst)[k] = quant_f32_to_f16(x[k]);
-            else if (t->type == QT_BF16)
-                for (int64_t k = 0; k < ne0; k++) ((uint16_t *)dst)[k] = quant_f32_to_bf16(x[k]);
-            else if (t->type != QT_F32)
-                s = quant_quantize_rows(t->type, x, dst, 1, ne0, NULL);
-        }
-        int64_t done = atomic_fetch_add(&j->rows_done, r1 - r0) + (r1 - r0);
-        if (ith == 0 && j->prog) progress_draw(j->prog, (uint64_t)done * j->row_bytes, false);
-    }
-    j->st[ith] = s;
-}
-
-typedef struct {
-    gguf_writer *w;
-    threadpool *tp;
-    int n_threads;
-    float **scratch;
-    unsigned char *slab[2];
-    size_t slab_cap;
-    int cur;
-    uint64_t pend_bytes;
-    progress prog;
-    bool show;
-} writer_state;
-
-static brisk_status write_tensor(writer_state *ws, const out_tensor *t) {
-    const int64_t rows = t->ne[1] * t->ne[2];
-    const size_t rb = quant_row_size(t->type, t->ne[0]);
-    const int64_t per_slab = ws->slab_cap / rb > 0 ? (int64_t)(ws->slab_cap / rb) : 1;
-    conv_job *j = calloc(1, sizeof *j);
-    if (!j) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    j->t = t;
-    j->row_bytes = rb;
-    j->chunk = t->ne[0] >= CHUNK_ELEMS ? 1 : CHUNK_ELEMS / t->ne[0];
-    j->scratch = ws->scratch;
-    j->w = ws->w;
-    j->prog = ws->show ? &ws->prog : NULL;
-    brisk_status s = BRISK_OK;
-    for (int64_t r0 = 0; r0 < rows && s == BRISK_OK; r0 += per_slab) {
-        j->row0 = r0;
-        j->nrows = rows - r0 < per_slab ? rows - r0 : per_slab;
-        j->out = ws->slab[ws->cur];
-        j->pend = ws->slab[ws->cur ^ 1];
-        j->pend_bytes = ws->pend_bytes;
-        atomic_init(&j->next, 0);
-        atomic_init(&j->rows_done, 0);
-        ws->prog.done += ws->pend_bytes;
-        threadpool_run(ws->tp, conv_worker, j);
-        for (int k = 0; k < ws->n_threads && s == BRISK_OK; k++) s = j->st[k];
-        ws->pend_bytes = (uint64_t)j->nrows * rb;
-        ws->cur ^= 1;
-    }
-    free(j);
-    for (int i = 0; i < t->n_src; i++) st_release(t->src[i].file, t->src[i].t);
-    return s;
-}
-
-static brisk_status write_all(writer_state *ws, const plan *p) {
+static brisk_status write_all(gguf_rows *rs, const plan *p) {
     for (int i = 0; i < p->n; i++) {
-        ws->prog.i = i;
-        BK_TRY(write_tensor(ws, &p->t[i]));
+        const out_tensor *t = &p->t[i];
+        BK_TRY(gguf_rows_tensor(rs, t->type, t->ne[0], t->ne[1] * t->ne[2], gather_row, (void *)t));
+        for (int k = 0; k < t->n_src; k++) st_release(t->src[k].file, t->src[k].t); /* drop its pages */
     }
-    BK_TRY(gguf_writer_write_rows(ws->w, ws->slab[ws->cur ^ 1], ws->pend_bytes));
-    ws->prog.done += ws->pend_bytes;
-    ws->pend_bytes = 0;
-    return BRISK_OK;
+    return gguf_rows_finish(rs);
 }
 
 /* ---- the whole conversion ---- */
@@ -728,7 +614,9 @@ brisk_status convert_hf(const char *dir, const char *out_path, const convert_opt
     shard_set ss = {0};
     plan p = {0};
     convert_stats st = {.n_threads = n_threads};
-    writer_state ws = {.n_threads = n_threads, .show = o->progress, .prog = {.path = out_path, .t0 = t0}};
+    gguf_writer *w = NULL;
+    gguf_rows *rs = NULL;
+    uint64_t total = 0;
     brisk_status s = tmp ? open_shards(dir, &ss) : bk_fail(BRISK_ERR_NOMEM, "out of memory");
     if (s == BRISK_OK) {
         memcpy(tmp, out_path, plen + 1);
@@ -741,50 +629,36 @@ brisk_status convert_hf(const char *dir, const char *out_path, const convert_opt
         if (mix) s = mix_types(&p, &c, mix, tmp);
         else base_types(&p, type);
     }
-    if (s == BRISK_OK && !(ws.w = gguf_writer_new())) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    if (s == BRISK_OK) s = set_meta(ws.w, &c, name, file_type);
-    if (s == BRISK_OK) s = convert_write_vocab(ws.w, dir, &c, o->pre, st.pre, sizeof st.pre);
+    if (s == BRISK_OK && !(w = gguf_writer_new())) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    if (s == BRISK_OK) s = set_meta(w, &c, name, file_type);
+    if (s == BRISK_OK) s = convert_write_vocab(w, dir, &c, o->pre, st.pre, sizeof st.pre);
     size_t max_row = 0;
     int64_t max_ne0 = 0;
     for (int i = 0; s == BRISK_OK && i < p.n; i++) {
         const out_tensor *t = &p.t[i];
-        s = gguf_writer_add_tensor(ws.w, t->name, t->type, t->n_dims, t->ne);
+        s = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne);
         size_t rb = quant_row_size(t->type, t->ne[0]);
-        ws.prog.total += rb * (uint64_t)(t->ne[1] * t->ne[2]);
+        total += rb * (uint64_t)(t->ne[1] * t->ne[2]);
         if (rb > max_row) max_row = rb;
         if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
     }
-    ws.prog.n_tensors = p.n;
-    ws.slab_cap = o->slab_bytes ? o->slab_bytes : SLAB_BYTES;
-    if (ws.slab_cap < max_row) ws.slab_cap = max_row;
-    if (s == BRISK_OK && !(ws.scratch = calloc((size_t)n_threads, sizeof *ws.scratch)))
-        s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    for (int k = 0; s == BRISK_OK && k < n_threads; k++)
-        if (!(ws.scratch[k] = malloc((size_t)(2 * max_ne0) * sizeof(float)))) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    for (int k = 0; s == BRISK_OK && k < 2; k++)
-        if (!(ws.slab[k] = malloc(ws.slab_cap))) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    if (s == BRISK_OK) s = threadpool_new(n_threads, &ws.tp);
-    if (s == BRISK_OK) s = gguf_writer_begin(ws.w, tmp);
-    if (s == BRISK_OK) s = write_all(&ws, &p);
-    if (s == BRISK_OK) s = gguf_writer_finish(ws.w);
+    gguf_rows_opts ro = {.n_threads = n_threads, .slab_bytes = o->slab_bytes, .max_ne0 = max_ne0,
+                         .max_row_bytes = max_row, .label = o->progress ? "convert" : NULL, .total_bytes = total,
+                         .n_tensors = p.n};
+    if (s == BRISK_OK) s = gguf_writer_begin(w, tmp);
+    if (s == BRISK_OK) s = gguf_rows_new(w, &ro, &rs);
+    if (s == BRISK_OK) s = write_all(rs, &p);
+    if (s == BRISK_OK) s = gguf_writer_finish(w);
     if (s == BRISK_OK && rename(tmp, out_path) != 0) {
         s = bk_fail(BRISK_ERR_IO, "convert: cannot rename %s to %s", tmp, out_path);
         remove(tmp);
     }
-    if (o->progress && ws.prog.total) {
-        progress_draw(&ws.prog, 0, true);
-        fprintf(stderr, "\n");
-    }
     st.n_tensors = p.n;
-    st.bytes = ws.prog.total;
+    st.bytes = total;
     st.seconds = now_s() - t0;
     if (s == BRISK_OK && stats) *stats = st;
-    threadpool_free(ws.tp);
-    for (int k = 0; ws.scratch && k < n_threads; k++) free(ws.scratch[k]);
-    free(ws.scratch);
-    free(ws.slab[0]);
-    free(ws.slab[1]);
-    gguf_writer_free(ws.w); /* removes tmp if unfinished */
+    gguf_rows_free(rs);
+    gguf_writer_free(w); /* removes tmp if unfinished */
     plan_free(&p);
     close_shards(&ss);
     free(tmp);

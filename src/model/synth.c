@@ -4,7 +4,6 @@
 #include "model/synth.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,14 +11,12 @@
 #include <unistd.h>
 
 #include "base/status.h"
-#include "base/threadpool.h"
 #include "format/gguf.h"
+#include "format/gguf_rows.h"
 #include "quant/quant.h"
 #include "quant/quant_mix.h"
 
 #define MAX_THREADS 256
-#define SLAB_BYTES (32u << 20)  /* output bytes generated per step (two slabs in memory) */
-#define CHUNK_ELEMS 65536       /* rows are claimed by workers in chunks of about this many values */
 
 /* ---- a counter-based generator: splitmix64 streams keyed by (seed, tensor, row) ---- */
 
@@ -366,43 +363,18 @@ static double now_s(void) {
 }
 
 typedef struct {
-    const char *path;
-    int64_t n_tensors, i;
-    uint64_t total, done; /* output bytes: all, and of finished slabs */
-    double t0, last;
-} progress;
-
-static void progress_draw(progress *p, uint64_t extra, bool force) {
-    double t = now_s();
-    if (!force && t - p->last < 0.2) return;
-    p->last = t;
-    double done = (double)(p->done + extra), rate = done / (t - p->t0 > 1e-6 ? t - p->t0 : 1e-6);
-    double eta = rate > 0 ? ((double)p->total - done) / rate : 0;
-    fprintf(stderr, "\rsynth %s: tensor %lld/%lld %5.1f%% %7.1f MB/s ETA %4.0fs ", p->path, (long long)p->i + 1,
-            (long long)p->n_tensors, 100.0 * done / (double)(p->total ? p->total : 1), rate / 1e6, eta);
-    fflush(stderr);
-}
-
-typedef struct {
     const tensor_plan *t;
-    uint64_t key;         /* (seed, tensor) */
+    uint64_t key;           /* (seed, tensor) */
     const float *row_scale; /* ROUTER: per row, or NULL */
-    size_t row_bytes;
-    int64_t row0, nrows, chunk; /* the slab's rows; rows per claim */
-    unsigned char *out;   /* the slab */
-    float **scratch;      /* per thread, ne[0] floats */
-    atomic_llong next, rows_done;
-    gguf_writer *w;       /* thread 0 first writes the previous slab */
-    const void *pend;
-    uint64_t pend_bytes;
-    progress *prog;
-    brisk_status st[MAX_THREADS];
-} synth_job;
+} gen_ctx;
 
-static void gen_row(const synth_job *j, int64_t r, float *x) {
-    const tensor_plan *t = j->t;
+/* Row r of the tensor: its numbers depend on (seed, tensor, row) only. */
+static brisk_status gen_row(void *ctx, int64_t r, float *x, float *tmp) {
+    const gen_ctx *g = ctx;
+    const tensor_plan *t = g->t;
     const int64_t n = t->ne[0];
-    uint64_t s = mix64(j->key ^ mix64((uint64_t)r + 1));
+    uint64_t s = mix64(g->key ^ mix64((uint64_t)r + 1));
+    (void)tmp;
     switch (t->init) {
     case INIT_ONES:
         for (int64_t e = 0; e < n; e++) x[e] = 1.0f;
@@ -412,32 +384,10 @@ static void gen_row(const synth_job *j, int64_t r, float *x) {
         break;
     case INIT_NORMAL:
     case INIT_ROUTER:
-        fill_normal(&s, x, n, t->a * (j->row_scale ? j->row_scale[r] : 1.0f));
+        fill_normal(&s, x, n, t->a * (g->row_scale ? g->row_scale[r] : 1.0f));
         break;
     }
-}
-
-static void synth_worker(void *arg, int ith, int nth) {
-    synth_job *j = arg;
-    brisk_status s = BRISK_OK;
-    (void)nth;
-    if (ith == 0 && j->pend_bytes) s = gguf_writer_write_rows(j->w, j->pend, j->pend_bytes);
-    const uint32_t type = j->t->type;
-    const int64_t ne0 = j->t->ne[0];
-    while (s == BRISK_OK) {
-        int64_t r0 = atomic_fetch_add(&j->next, j->chunk);
-        if (r0 >= j->nrows) break;
-        int64_t r1 = r0 + j->chunk < j->nrows ? r0 + j->chunk : j->nrows;
-        for (int64_t r = r0; r < r1 && s == BRISK_OK; r++) {
-            unsigned char *dst = j->out + (size_t)r * j->row_bytes;
-            float *x = type == QT_F32 ? (float *)dst : j->scratch[ith];
-            gen_row(j, j->row0 + r, x);
-            if (type != QT_F32) s = quant_quantize_rows(type, x, dst, 1, ne0, NULL);
-        }
-        int64_t done = atomic_fetch_add(&j->rows_done, r1 - r0) + (r1 - r0);
-        if (ith == 0 && j->prog) progress_draw(j->prog, (uint64_t)done * j->row_bytes, false);
-    }
-    j->st[ith] = s;
+    return BRISK_OK;
 }
 
 /* Router row scales for expert skew: expert e of a layer has popularity rank
@@ -457,64 +407,22 @@ static brisk_status router_scales(const synth_config *c, uint64_t key, int64_t n
     return BRISK_OK;
 }
 
-typedef struct {
-    gguf_writer *w;
-    threadpool *tp;
-    int n_threads;
-    float **scratch;
-    unsigned char *slab[2];
-    size_t slab_cap;
-    int cur;            /* the slab to fill next; the other is pending */
-    uint64_t pend_bytes;
-    progress prog;
-    bool show;
-} writer_state;
-
-/* Generates tensor t slab by slab; each step also writes the previous slab. */
-static brisk_status write_tensor(writer_state *ws, const synth_config *c, const tensor_plan *t) {
+/* Generates tensor t, streamed out through rs. */
+static brisk_status write_tensor(gguf_rows *rs, const synth_config *c, const tensor_plan *t) {
     const int64_t rows = plan_rows(t);
-    const size_t rb = quant_row_size(t->type, t->ne[0]);
-    const int64_t per_slab = ws->slab_cap / rb > 0 ? (int64_t)(ws->slab_cap / rb) : 1;
+    gen_ctx g = {t, hash_name(t->name, c->seed), NULL};
     float *scales = NULL;
-    synth_job *j = calloc(1, sizeof *j);
-    if (!j) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    j->t = t;
-    j->key = hash_name(t->name, c->seed);
     if (t->init == INIT_ROUTER && c->expert_skew > 0) {
-        if (!(scales = malloc((size_t)rows * sizeof *scales))) {
-            free(j);
-            return bk_fail(BRISK_ERR_NOMEM, "out of memory");
-        }
-        brisk_status s = router_scales(c, j->key, rows, scales);
+        if (!(scales = malloc((size_t)rows * sizeof *scales))) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+        brisk_status s = router_scales(c, g.key, rows, scales);
         if (s != BRISK_OK) {
             free(scales);
-            free(j);
             return s;
         }
-        j->row_scale = scales;
+        g.row_scale = scales;
     }
-    j->row_bytes = rb;
-    j->chunk = t->ne[0] >= CHUNK_ELEMS ? 1 : CHUNK_ELEMS / t->ne[0];
-    j->scratch = ws->scratch;
-    j->w = ws->w;
-    j->prog = ws->show ? &ws->prog : NULL;
-    brisk_status s = BRISK_OK;
-    for (int64_t r0 = 0; r0 < rows && s == BRISK_OK; r0 += per_slab) {
-        j->row0 = r0;
-        j->nrows = rows - r0 < per_slab ? rows - r0 : per_slab;
-        j->out = ws->slab[ws->cur];
-        j->pend = ws->slab[ws->cur ^ 1];
-        j->pend_bytes = ws->pend_bytes;
-        atomic_init(&j->next, 0);
-        atomic_init(&j->rows_done, 0);
-        if (ws->pend_bytes) ws->prog.done += ws->pend_bytes;
-        threadpool_run(ws->tp, synth_worker, j);
-        for (int k = 0; k < ws->n_threads && s == BRISK_OK; k++) s = j->st[k];
-        ws->pend_bytes = (uint64_t)j->nrows * rb;
-        ws->cur ^= 1;
-    }
+    brisk_status s = gguf_rows_tensor(rs, t->type, t->ne[0], rows, gen_row, &g);
     free(scales);
-    free(j);
     return s;
 }
 
@@ -536,15 +444,9 @@ static brisk_status vocab_size(const synth_config *c, const char *vocab_path, gg
     return BRISK_OK;
 }
 
-static brisk_status write_all(writer_state *ws, const synth_config *c, const plan_list *l) {
-    for (int i = 0; i < l->n; i++) {
-        ws->prog.i = i;
-        BK_TRY(write_tensor(ws, c, &l->p[i]));
-    }
-    BK_TRY(gguf_writer_write_rows(ws->w, ws->slab[ws->cur ^ 1], ws->pend_bytes));
-    ws->prog.done += ws->pend_bytes;
-    ws->pend_bytes = 0;
-    return BRISK_OK;
+static brisk_status write_all(gguf_rows *rs, const synth_config *c, const plan_list *l) {
+    for (int i = 0; i < l->n; i++) BK_TRY(write_tensor(rs, c, &l->p[i]));
+    return gguf_rows_finish(rs);
 }
 
 brisk_status synth_write_ex(const synth_config *c0, const char *vocab_path, const char *out_path, bool show,
@@ -566,7 +468,9 @@ brisk_status synth_write_ex(const synth_config *c0, const char *vocab_path, cons
     gguf_file *vocab = NULL;
     int64_t n_tok = 0;
     plan_list l = {calloc((size_t)(8 + c.n_layer * MAX_PER_LAYER), sizeof(tensor_plan)), 0};
-    writer_state ws = {.n_threads = n_threads, .show = show, .prog = {.path = out_path, .t0 = t0}};
+    gguf_writer *w = NULL;
+    gguf_rows *rs = NULL;
+    uint64_t total = 0;
     brisk_status s = tmp && l.p ? BRISK_OK : bk_fail(BRISK_ERR_NOMEM, "out of memory");
     if (s == BRISK_OK) {
         memcpy(tmp, out_path, plen);
@@ -579,46 +483,36 @@ brisk_status synth_write_ex(const synth_config *c0, const char *vocab_path, cons
         if (ft) s = mix_types(&c, ft, &l, tmp);
         else pure_types(&c, &l);
     }
-    if (s == BRISK_OK && !(ws.w = gguf_writer_new())) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    if (s == BRISK_OK) s = set_arch_meta(ws.w, &c, ft);
-    if (s == BRISK_OK) s = vocab ? set_file_vocab(ws.w, vocab, n_tok, c.n_vocab) : set_builtin_vocab(ws.w, c.n_vocab);
+    if (s == BRISK_OK && !(w = gguf_writer_new())) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    if (s == BRISK_OK) s = set_arch_meta(w, &c, ft);
+    if (s == BRISK_OK) s = vocab ? set_file_vocab(w, vocab, n_tok, c.n_vocab) : set_builtin_vocab(w, c.n_vocab);
     size_t max_row = 0;
     int64_t max_ne0 = 0;
     for (int i = 0; s == BRISK_OK && i < l.n; i++) {
         const tensor_plan *t = &l.p[i];
-        s = gguf_writer_add_tensor(ws.w, t->name, t->type, t->n_dims, t->ne);
+        s = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne);
         size_t rb = quant_row_size(t->type, t->ne[0]);
-        ws.prog.total += rb * (uint64_t)plan_rows(t);
+        total += rb * (uint64_t)plan_rows(t);
         if (rb > max_row) max_row = rb;
         if (t->ne[0] > max_ne0) max_ne0 = t->ne[0];
     }
-    ws.slab_cap = c.slab_bytes ? c.slab_bytes : SLAB_BYTES;
-    if (ws.slab_cap < max_row) ws.slab_cap = max_row;
-    if (s == BRISK_OK && !(ws.scratch = calloc((size_t)n_threads, sizeof *ws.scratch))) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    for (int k = 0; s == BRISK_OK && k < n_threads; k++)
-        if (!(ws.scratch[k] = malloc((size_t)max_ne0 * sizeof(float)))) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    for (int k = 0; s == BRISK_OK && k < 2; k++)
-        if (!(ws.slab[k] = malloc(ws.slab_cap))) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    if (s == BRISK_OK) s = threadpool_new(n_threads, &ws.tp);
-    if (s == BRISK_OK) s = gguf_writer_begin(ws.w, tmp);
-    if (s == BRISK_OK) s = write_all(&ws, &c, &l);
-    if (s == BRISK_OK) s = gguf_writer_finish(ws.w);
+    char label[4200];
+    snprintf(label, sizeof label, "synth %s", out_path);
+    gguf_rows_opts ro = {.n_threads = n_threads, .slab_bytes = c.slab_bytes, .max_ne0 = max_ne0,
+                         .max_row_bytes = max_row, .label = show ? label : NULL, .total_bytes = total,
+                         .n_tensors = l.n};
+    if (s == BRISK_OK) s = gguf_writer_begin(w, tmp);
+    if (s == BRISK_OK) s = gguf_rows_new(w, &ro, &rs);
+    if (s == BRISK_OK) s = write_all(rs, &c, &l);
+    if (s == BRISK_OK) s = gguf_writer_finish(w);
     if (s == BRISK_OK && rename(tmp, out_path) != 0) {
         s = bk_fail(BRISK_ERR_IO, "synth: cannot rename %s to %s", tmp, out_path);
         remove(tmp);
     }
-    if (show) {
-        progress_draw(&ws.prog, 0, true);
-        fprintf(stderr, "\n");
-    }
     if (s == BRISK_OK && stats)
-        *stats = (synth_stats){.bytes = ws.prog.total, .n_tensors = l.n, .seconds = now_s() - t0, .n_threads = n_threads};
-    threadpool_free(ws.tp);
-    for (int k = 0; ws.scratch && k < n_threads; k++) free(ws.scratch[k]);
-    free(ws.scratch);
-    free(ws.slab[0]);
-    free(ws.slab[1]);
-    gguf_writer_free(ws.w); /* removes tmp if unfinished */
+        *stats = (synth_stats){.bytes = total, .n_tensors = l.n, .seconds = now_s() - t0, .n_threads = n_threads};
+    gguf_rows_free(rs);
+    gguf_writer_free(w); /* removes tmp if unfinished */
     if (s != BRISK_OK && tmp) remove(tmp); /* the mix's skeleton, if it got that far */
     gguf_close(vocab);
     free(l.p);
