@@ -152,12 +152,21 @@ brisk_status brisk_decode(brisk_context *ctx, const brisk_batch_entry *entries, 
 /* Logits of the i-th entry of the last batch that asked for them (n_vocab floats), or NULL. */
 const float *brisk_get_logits(brisk_context *ctx, int i);
 
-/* ---- per-sequence cache control -------------------------------------- */
+/* ---- per-sequence cache control --------------------------------------
+ * Recurrent models (qwen35, qwen35moe: Gated DeltaNet layers) keep, besides
+ * the KV pages of their attention layers, a fixed-size state per sequence
+ * that summarises every position so far and cannot be rewound. For them a
+ * batch entry must continue its sequence (pos == brisk_seq_len), removing
+ * positions is only a clear (p0 == 0), and sharing is only of the whole
+ * sequence (n_tokens == brisk_seq_len(src), or 0); anything else returns
+ * BRISK_ERR_UNSUPPORTED and changes nothing. */
+/* Forgets seq's cache (and recurrent state). */
 brisk_status brisk_seq_clear(brisk_context *ctx, int seq);
 /* Drops positions [p0, p1) of seq (p1 < 0: to the end). Only a tail can be dropped. */
 brisk_status brisk_seq_remove(brisk_context *ctx, int seq, int32_t p0, int32_t p1);
 /* dst (cleared first) shares src's cached positions [0, n_tokens): the pages
- * are shared, and copied on the first write into a shared page. */
+ * are shared, and copied on the first write into a shared page; a recurrent
+ * state is copied. */
 brisk_status brisk_seq_share_prefix(brisk_context *ctx, int src, int dst, int32_t n_tokens);
 /* Next position of seq (its cached length). */
 int32_t brisk_seq_len(const brisk_context *ctx, int seq);

@@ -199,7 +199,7 @@ static void test_qwen3moe(void) {
 }
 
 /* Greedy continuations of one prompt (n_prompt tokens) alone in a context. */
-static void moe_alone(brisk_model *m, const int *p, int np, int n, int *out) {
+static void run_alone(brisk_model *m, const int *p, int np, int n, int *out) {
     brisk_context_params cp = brisk_context_default_params();
     cp.n_ctx = 256;
     cp.n_threads = 2;
@@ -221,11 +221,9 @@ static void moe_alone(brisk_model *m, const int *p, int np, int n, int *out) {
 
 /* Three sequences decoded alone, then interleaved in shared batches (one
  * prompt whole, one a token per step beside the others' generation): the
- * expert products are per token whatever the batch, so the tokens match. */
-static void test_qwen3moe_batches(void) {
-    char path[1300];
-    snprintf(path, sizeof path, "%s/tiny-qwen3moe-q4_K.gguf", dir);
-    if (!file_exists(path)) run_arch("tiny-qwen3moe", "ggml-vocab-gpt-2.gguf", (const char *const[]){"q4_K", NULL});
+ * products are per token whatever the batch (and a recurrent state per
+ * sequence), so the tokens match. */
+static void batches_match_alone(const char *path) {
     brisk_model *m = NULL;
     CHECK_OK(brisk_model_load(path, NULL, &m));
     if (!m) return;
@@ -233,7 +231,7 @@ static void test_qwen3moe_batches(void) {
     const int prompts[S][8] = {{1, 100, 200, 300}, {7, 450, 20, 30, 40, 50}, {300, 31}};
     const int plen[S] = {4, 6, 2};
     int alone[S][N], together[S][N], next[S] = {0}, done[S] = {0}, fed[S] = {0};
-    for (int s = 0; s < S; s++) moe_alone(m, prompts[s], plen[s], N, alone[s]);
+    for (int s = 0; s < S; s++) run_alone(m, prompts[s], plen[s], N, alone[s]);
     brisk_context_params cp = brisk_context_default_params();
     cp.n_ctx = 256;
     cp.n_seq_max = S;
@@ -271,6 +269,81 @@ static void test_qwen3moe_batches(void) {
     brisk_context_free(c);
     brisk_model_free(m);
 }
+
+static void test_qwen3moe_batches(void) {
+    char path[1300];
+    snprintf(path, sizeof path, "%s/tiny-qwen3moe-q4_K.gguf", dir);
+    if (!file_exists(path)) run_arch("tiny-qwen3moe", "ggml-vocab-gpt-2.gguf", (const char *const[]){"q4_K", NULL});
+    batches_match_alone(path);
+}
+
+/* qwen35: interleaved sequences as alone; brisk_seq_clear resets the
+ * recurrent state (a cleared sequence reproduces a fresh context's logits
+ * bitwise); a whole-sequence share carries the state; partial sharing and
+ * truncation of a recurrent sequence are refused. */
+static void test_qwen35_sequences(void) {
+    char path[1300];
+    snprintf(path, sizeof path, "%s/tiny-qwen35-f32.gguf", dir);
+    if (!file_exists(path)) run_arch("tiny-qwen35", "ggml-vocab-gpt-2.gguf", (const char *const[]){"f32", NULL});
+    batches_match_alone(path);
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(path, NULL, &m));
+    if (!m) return;
+    int nv = brisk_n_vocab(m);
+    brisk_context_params cp = brisk_context_default_params();
+    cp.n_ctx = 64;
+    cp.n_seq_max = 2;
+    cp.n_threads = 2;
+    brisk_context *c = NULL, *fresh = NULL;
+    CHECK_OK(brisk_context_new(m, &cp, &c));
+    CHECK_OK(brisk_context_new(m, &cp, &fresh));
+    if (!c || !fresh) goto out;
+    const int pa[] = {1, 100, 200, 300, 400}, pb[] = {7, 450, 20};
+    brisk_batch_entry b[8];
+    for (int i = 0; i < 5; i++) b[i] = (brisk_batch_entry){pa[i], i, 0, i == 4};
+    CHECK_OK(brisk_decode(c, b, 5));
+    /* a recurrent state cannot be rewound: no partial share, no truncation, no re-fed position */
+    CHECK(brisk_seq_share_prefix(c, 0, 1, 3) == BRISK_ERR_UNSUPPORTED);
+    CHECK(brisk_seq_remove(c, 0, 2, -1) == BRISK_ERR_UNSUPPORTED);
+    b[0] = (brisk_batch_entry){pa[4], 4, 0, true};
+    CHECK(brisk_decode(c, b, 1) == BRISK_ERR_UNSUPPORTED);
+    /* whole share: seq 1 continues exactly as seq 0 */
+    CHECK_OK(brisk_seq_share_prefix(c, 0, 1, 5));
+    brisk_batch_entry two[2] = {{30, 5, 0, true}, {30, 5, 1, true}};
+    CHECK_OK(brisk_decode(c, two, 2));
+    CHECK(!memcmp(brisk_get_logits(c, 0), brisk_get_logits(c, 1), sizeof(float) * nv));
+    /* clear: seq 0 starts over as in a fresh context */
+    CHECK_OK(brisk_seq_clear(c, 0));
+    CHECK(brisk_seq_len(c, 0) == 0);
+    for (int i = 0; i < 3; i++) b[i] = (brisk_batch_entry){pb[i], i, 0, i == 2};
+    CHECK_OK(brisk_decode(c, b, 3));
+    CHECK_OK(brisk_decode(fresh, b, 3));
+    CHECK(!memcmp(brisk_get_logits(c, 2), brisk_get_logits(fresh, 2), sizeof(float) * nv));
+    /* removing the whole sequence is a clear */
+    CHECK_OK(brisk_seq_remove(c, 1, 0, -1));
+    CHECK(brisk_seq_len(c, 1) == 0);
+    for (int i = 0; i < 3; i++) b[i].seq = 1;
+    CHECK_OK(brisk_decode(c, b, 3));
+    CHECK(!memcmp(brisk_get_logits(c, 2), brisk_get_logits(fresh, 2), sizeof(float) * nv));
+out:
+    brisk_context_free(c);
+    brisk_context_free(fresh);
+    brisk_model_free(m);
+}
+/* qwen35: Gated DeltaNet layers (recurrent state) and gated attention with
+ * partial RoPE, every 2nd layer (tiny preset); qwen35moe adds routed experts
+ * and the sigmoid-gated shared expert. */
+static const char *const *hybrid_types(void) {
+    static const char *const all[] = {"f32", "f16", "q8_0", NULL}, *const san[] = {"f32", NULL};
+    return getenv("SAN") && !strcmp(getenv("SAN"), "1") ? san : all; /* SAN: memory errors, not numerics */
+}
+static void test_qwen35(void) { run_arch("tiny-qwen35", "ggml-vocab-gpt-2.gguf", hybrid_types()); }
+static void test_qwen35moe(void) {
+    max_expert_flips = N_STEPS / 16;
+    run_arch("tiny-qwen35moe", "ggml-vocab-gpt-2.gguf", hybrid_types());
+    max_expert_flips = 0;
+}
+
 /* qwen2 (biases) with YaRN, llama with linear RoPE scaling: f32 and q8_0. */
 static void run_small(const char *preset, const char *vocab_file) {
     char base[1200], vocab[1200], cmd[4096], q[1300];
@@ -324,6 +397,8 @@ int main(int argc, char **argv) {
     test_case cases[] = {{"stories260K", test_stories260k}, {"qwen2_yarn", test_qwen2_yarn},
                          {"llama_linear_rope", test_llama_linear}, {"llama_all_types", test_llama},
                          {"qwen3_all_types", test_qwen3}, {"qwen3moe_types", test_qwen3moe},
-                         {"qwen3moe_batches", test_qwen3moe_batches}};
+                         {"qwen3moe_batches", test_qwen3moe_batches}, {"qwen35_types", test_qwen35},
+                         {"qwen35_sequences", test_qwen35_sequences},
+                         {"qwen35moe_types", test_qwen35moe}};
     return test_main(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -57,6 +57,11 @@ typedef struct bk_kv_view {
     void *v;             /* same shape */
     int kv_type;         /* BRISK_KV_F32 or BRISK_KV_F16 */
     int block_size;      /* tokens per page */
+    /* A recurrent (Gated DeltaNet) layer has no pages (k, v NULL) but a fixed
+     * state per sequence slot; slot n_seq_max stays zero (brisk_seq_clear
+     * copies it). Both NULL for an attention layer. */
+    float *conv;         /* (n_seq_max + 1, d_conv - 1, conv_dim) the short conv's last inputs, oldest first */
+    float *ssm;          /* (n_seq_max + 1, n_v_heads, d_state, d_state) delta-rule state, row = value dim */
 } bk_kv_view;
 
 /* Where each batch entry's K/V goes and what it attends to. */
@@ -65,6 +70,7 @@ typedef struct bk_attn_batch {
     const int32_t *pos;        /* (n_tokens) position of each entry */
     const int32_t *slot;       /* (n_tokens) cache slot = page * block_size + offset, for the write */
     const int32_t *const *block_table; /* (n_tokens) -> pages of the entry's sequence */
+    const int32_t *seq;        /* (n_tokens) sequence of each entry (the recurrent state slot) */
     /* entry i attends to positions [0, pos[i]] of its sequence */
 } bk_attn_batch;
 
@@ -149,6 +155,31 @@ typedef struct bk_backend_ops {
      * chose are not read. x (n, n_embd), out: backend memory, not aliased. */
     void (*moe_ffn)(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
                     const float *x, int n, const int32_t *ids, const float *weights, int k, float *out);
+
+    /* ---- Gated DeltaNet (qwen35); see backend/cpu/cpu_ssm.c ----
+     * A batch may hold entries of several sequences, each sequence's entries
+     * in position order; seq (n) picks each entry's state slot. conv and ssm
+     * are a layer's bk_kv_view.conv / .ssm and are updated in place. */
+    /* out[t,c] = silu(sum_j w[c,j] * u[j]) over the window u = the d_conv - 1
+     * carried inputs of entry t's sequence then x[t,c]; the window's tail
+     * becomes the carried state. x, out (n, channels); w: ne {d_conv, channels} f32. */
+    void (*ssm_conv)(bk_backend *be, const float *x, const bk_weight *w, float *conv, const int32_t *seq, int n,
+                     int channels, int d_conv, float *out);
+    /* The gated delta rule, per entry t and value head h (key head h % n_k_heads,
+     * the "tiled" order of qwen35 GGUFs), as llama.cpp computes it:
+     *   q, k = l2norm(q_t), l2norm(k_t) (x / max(|x|, eps)); beta = sigmoid(b[t,h]);
+     *   g = a_scale[h] * softplus(a[t,h] + a_bias[h]);  S *= exp(g);
+     *   S += beta (v - S k) k^T;  out[t,h] = S q / sqrt(d)          (S: d x d, row = value dim)
+     * qkv (n, (2 * n_k_heads + n_v_heads) * d): q heads, k heads, v heads;
+     * b, a (n, n_v_heads); a_bias (ssm_dt.bias), a_scale (ssm_a = -exp(A_log)): f32 vectors;
+     * out (n, n_v_heads * d). */
+    void (*gated_delta)(bk_backend *be, const float *qkv, const float *b, const float *a, const bk_weight *a_bias,
+                        const bk_weight *a_scale, float *ssm, const int32_t *seq, int n, int n_k_heads,
+                        int n_v_heads, int d, float eps, float *out);
+    /* x[r,i] *= sigmoid(gate[r, gate_width == 1 ? 0 : i]) over n_rows rows of
+     * width; gate (n_rows, gate_width). The output gate of gated attention
+     * (gate_width = width) and of the shared expert (gate_width = 1). */
+    void (*sigmoid_mul)(bk_backend *be, float *x, const float *gate, int n_rows, int width, int gate_width);
 } bk_backend_ops;
 
 struct bk_backend {

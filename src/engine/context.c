@@ -18,6 +18,8 @@ static const arch_forward_fn forward_by_arch[ARCH_COUNT] = {
     [ARCH_QWEN2] = llama_forward,
     [ARCH_QWEN3] = llama_forward,
     [ARCH_QWEN3MOE] = qwen3moe_forward,
+    [ARCH_QWEN35] = qwen35_forward,
+    [ARCH_QWEN35MOE] = qwen35_forward,
 };
 
 struct brisk_context {
@@ -25,12 +27,13 @@ struct brisk_context {
     brisk_context_params p;
     bk_backend *be;
     arch_forward_fn forward;
-    kv_cache *kv;
+    kv_cache *kv;        /* pages for the attention layers only (hp.n_attn_layers) */
     bk_kv_view *views;   /* (n_layer) */
+    void *rs_mem;        /* recurrent layers' per-sequence state, see rs_layer_floats */
     int n_ubatch;
     fwd_scratch s;
     void *scratch_mem;   /* backend memory carved into s */
-    int32_t *tokens, *pos, *slot, *out_idx; /* (n_ubatch) */
+    int32_t *tokens, *pos, *slot, *seq, *out_idx; /* (n_ubatch) */
     const int32_t **tables; /* (n_ubatch) */
     float *logits;       /* (n_logits_cap, n_vocab) host */
     int n_logits_cap;
@@ -56,6 +59,7 @@ void brisk_context_free(brisk_context *c) {
     if (!c) return;
     if (c->be) {
         if (c->scratch_mem) c->be->ops->release(c->be, c->scratch_mem);
+        if (c->rs_mem) c->be->ops->release(c->be, c->rs_mem);
         kv_cache_free(c->kv);
         c->be->ops->free(c->be);
     }
@@ -63,6 +67,7 @@ void brisk_context_free(brisk_context *c) {
     free(c->tokens);
     free(c->pos);
     free(c->slot);
+    free(c->seq);
     free(c->out_idx);
     free(c->tables);
     free(c->logits);
@@ -71,12 +76,20 @@ void brisk_context_free(brisk_context *c) {
 }
 
 /* The per-step activations of fwd_scratch, in floats, each rounded to 16. */
-#define N_SCRATCH 14
+#define N_SCRATCH 21
+static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 static void scratch_sizes(const model_hparams *hp, size_t n, size_t sizes[N_SCRATCH]) {
     size_t d = hp->n_embd, qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim,
-           ff = hp->n_ff, ne = (size_t)hp->n_expert, nk = (size_t)hp->n_expert_used, dm = ne ? d : 0;
-    size_t s[N_SCRATCH] = {n * d,  n * d,  n * qd, n * kvd, n * kvd, n * qd, n * ff, n * ff,
-                           n * ne, n * nk, n * nk, n * dm,  n * d,   n * (size_t)hp->n_vocab};
+           ff = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp, ne = (size_t)hp->n_expert,
+           nk = (size_t)hp->n_expert_used, dm = ne ? d : 0;
+    /* Gated DeltaNet and gated attention (0 for the other architectures) */
+    bool hy = hp->full_attn_interval > 0;
+    size_t nv = (size_t)hp->ssm_n_v_heads, vd = nv * hp->ssm_d_state,
+           conv = (2 * (size_t)hp->ssm_n_k_heads + nv) * hp->ssm_d_state, sh = hp->n_ff_shexp ? d : 0;
+    size_t s[N_SCRATCH] = {n * d,  n * d,  n * qd, n * kvd, n * kvd, n * max3(qd, vd, 0), n * ff, n * ff,
+                           n * ne, n * nk, n * nk, n * dm,  n * d,   n * (size_t)hp->n_vocab,
+                           hy ? n * max3(2 * qd, conv, 0) : 0, hy ? n * max3(qd, vd, 0) : 0, n * conv,
+                           n * nv, n * nv, n * sh, sh ? n : 0};
     for (int i = 0; i < N_SCRATCH; i++) sizes[i] = (s[i] + 15) & ~(size_t)15;
 }
 
@@ -93,7 +106,9 @@ static brisk_status alloc_scratch(brisk_context *c) {
     float **dst[N_SCRATCH] = {&c->s.x,          &c->s.xb,    &c->s.q,       &c->s.k,
                               &c->s.v,          &c->s.att,   &c->s.hb,      &c->s.hb2,
                               &c->s.moe_logits, (float **)&c->s.moe_ids, &c->s.moe_w, &c->s.moe_out,
-                              &c->s.out,        &c->s.logits};
+                              &c->s.out,        &c->s.logits, &c->s.qg,     &c->s.gz,
+                              &c->s.conv,       &c->s.dn_beta, &c->s.dn_alpha, &c->s.sh,
+                              &c->s.sh_gate};
     BK_TRY(c->be->ops->alloc(c->be, scratch_bytes(&c->model->hp, (size_t)c->n_ubatch), &c->scratch_mem));
     float *p = c->scratch_mem;
     for (int i = 0; i < N_SCRATCH; i++) {
@@ -101,6 +116,51 @@ static brisk_status alloc_scratch(brisk_context *c) {
         p += sizes[i];
     }
     return BRISK_OK;
+}
+
+/* A recurrent layer's state, in floats: per sequence slot (n_seq_max of them
+ * plus one that stays zero, the source of brisk_seq_clear) the conv's last
+ * d_conv - 1 inputs and the n_v_heads delta-rule matrices. */
+static void rs_layer_floats(const model_hparams *hp, size_t *conv, size_t *ssm) {
+    size_t ds = (size_t)hp->ssm_d_state;
+    *conv = (size_t)(hp->ssm_d_conv - 1) * (2 * (size_t)hp->ssm_n_k_heads + hp->ssm_n_v_heads) * ds;
+    *ssm = (size_t)hp->ssm_n_v_heads * ds * ds;
+}
+
+static size_t rs_bytes(const model_hparams *hp, int n_seq_max) {
+    size_t conv, ssm;
+    rs_layer_floats(hp, &conv, &ssm);
+    return (size_t)(hp->n_layer - hp->n_attn_layers) * (size_t)(n_seq_max + 1) * (conv + ssm) * sizeof(float);
+}
+
+/* Allocates the recurrent state once and points the recurrent layers' views into it. */
+static brisk_status alloc_rs(brisk_context *c) {
+    const model_hparams *hp = &c->model->hp;
+    if (hp->n_attn_layers == hp->n_layer) return BRISK_OK;
+    BK_TRY(c->be->ops->alloc(c->be, rs_bytes(hp, c->p.n_seq_max), &c->rs_mem));
+    size_t conv, ssm, slots = (size_t)c->p.n_seq_max + 1;
+    rs_layer_floats(hp, &conv, &ssm);
+    float *p = c->rs_mem;
+    for (int l = 0; l < hp->n_layer; l++) {
+        if (!model_layer_recurrent(hp, l)) continue;
+        c->views[l].conv = p;
+        c->views[l].ssm = p + slots * conv;
+        p += slots * (conv + ssm);
+    }
+    return BRISK_OK;
+}
+
+/* Copies the recurrent state of slot src (n_seq_max: the zero slot) to dst. */
+static void rs_copy(brisk_context *c, int src, int dst) {
+    const model_hparams *hp = &c->model->hp;
+    size_t conv, ssm;
+    rs_layer_floats(hp, &conv, &ssm);
+    for (int l = 0; c->rs_mem && l < hp->n_layer; l++) {
+        const bk_kv_view *v = &c->views[l];
+        if (!v->conv) continue;
+        c->be->ops->copy(c->be, v->conv + (size_t)dst * conv, v->conv + (size_t)src * conv, conv * sizeof(float));
+        c->be->ops->copy(c->be, v->ssm + (size_t)dst * ssm, v->ssm + (size_t)src * ssm, ssm * sizeof(float));
+    }
 }
 
 brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *params,
@@ -136,8 +196,9 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
                                                           : bk_cpu_backend_new(p.n_threads, &c->be);
     if (s != BRISK_OK) goto fail;
     c->mem.device = -1;
-    c->mem.kv_bytes = kv_cache_size_for(hp->n_layer, hp->n_head_kv * hp->head_dim, p.n_ctx, p.n_seq_max,
-                                     p.kv_block_size, p.kv_type);
+    c->mem.kv_bytes = kv_cache_size_for(hp->n_attn_layers, hp->n_head_kv * hp->head_dim, p.n_ctx, p.n_seq_max,
+                                        p.kv_block_size, p.kv_type) +
+                      rs_bytes(hp, p.n_seq_max);
     c->mem.scratch_bytes = scratch_bytes(hp, (size_t)c->n_ubatch);
     if (bk_backend_is_cuda(c->be, &dev)) {
         /* A context that cannot fit is refused here, with what it needs, never
@@ -161,24 +222,29 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
             goto fail;
         }
     }
-    s = kv_cache_new(c->be, hp->n_layer, hp->n_head_kv * hp->head_dim, p.n_ctx, p.n_seq_max,
+    s = kv_cache_new(c->be, hp->n_attn_layers, hp->n_head_kv * hp->head_dim, p.n_ctx, p.n_seq_max,
                      p.kv_block_size, p.kv_type, &c->kv);
     if (s != BRISK_OK) goto fail;
     c->views = calloc((size_t)hp->n_layer, sizeof *c->views);
     c->tokens = calloc((size_t)c->n_ubatch, sizeof(int32_t));
     c->pos = calloc((size_t)c->n_ubatch, sizeof(int32_t));
     c->slot = calloc((size_t)c->n_ubatch, sizeof(int32_t));
+    c->seq = calloc((size_t)c->n_ubatch, sizeof(int32_t));
     c->out_idx = calloc((size_t)c->n_ubatch, sizeof(int32_t));
     c->tables = calloc((size_t)c->n_ubatch, sizeof(int32_t *));
     c->logit_row = calloc((size_t)p.n_batch, sizeof(int));
     c->n_logits_cap = p.n_seq_max;
     c->logits = calloc((size_t)c->n_logits_cap * hp->n_vocab, sizeof(float));
-    if (!c->views || !c->tokens || !c->pos || !c->slot || !c->out_idx || !c->tables || !c->logit_row ||
+    if (!c->views || !c->tokens || !c->pos || !c->slot || !c->seq || !c->out_idx || !c->tables || !c->logit_row ||
         !c->logits) {
         s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    for (int l = 0; l < hp->n_layer; l++) c->views[l] = kv_cache_view(c->kv, l);
+    /* Attention layer l uses the cache's layer (number of attention layers before l). */
+    for (int l = 0, a = 0; l < hp->n_layer; l++)
+        if (!model_layer_recurrent(hp, l)) c->views[l] = kv_cache_view(c->kv, a++);
+    s = alloc_rs(c);
+    if (s != BRISK_OK) goto fail;
     s = alloc_scratch(c);
     if (s != BRISK_OK) goto fail;
     *out = c;
@@ -237,13 +303,20 @@ brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
             const brisk_batch_entry *x = &e[b0 + i];
             c->tokens[i] = x->token;
             c->pos[i] = x->pos;
+            c->seq[i] = x->seq;
+            if (c->rs_mem && x->pos != kv_cache_seq_len(c->kv, x->seq))
+                return bk_fail(BRISK_ERR_UNSUPPORTED,
+                               "entry %d: sequence %d of a recurrent model continues at position %d, not %d "
+                               "(its state cannot be rewound; clear the sequence to start over)",
+                               b0 + i, x->seq, kv_cache_seq_len(c->kv, x->seq), x->pos);
             BK_TRY(kv_cache_claim(c->kv, x->seq, x->pos, &c->slot[i]));
             if (x->logits) c->out_idx[nb_out++] = i;
         }
         /* Tables are read after every claim of the micro-batch: a claim may add pages. */
         for (int i = 0; i < nb; i++) c->tables[i] = kv_cache_table(c->kv, e[b0 + i].seq);
         fwd_batch fb = {.n = nb, .tokens = c->tokens,
-                        .ab = {.n_tokens = nb, .pos = c->pos, .slot = c->slot, .block_table = c->tables},
+                        .ab = {.n_tokens = nb, .pos = c->pos, .slot = c->slot, .block_table = c->tables,
+                               .seq = c->seq},
                         .n_out = nb_out, .out_idx = c->out_idx};
         BK_TRY(run_forward(c, &fb));
         if (nb_out)
@@ -260,7 +333,11 @@ const float *brisk_get_logits(brisk_context *c, int i) {
     return c->logits + (size_t)c->logit_row[i] * c->model->hp.n_vocab;
 }
 
-brisk_status brisk_seq_clear(brisk_context *c, int seq) { return kv_cache_seq_clear(c->kv, seq); }
+brisk_status brisk_seq_clear(brisk_context *c, int seq) {
+    BK_TRY(kv_cache_seq_clear(c->kv, seq));
+    rs_copy(c, c->p.n_seq_max, seq);
+    return BRISK_OK;
+}
 
 brisk_status brisk_seq_remove(brisk_context *c, int seq, int32_t p0, int32_t p1) {
     int32_t len = kv_cache_seq_len(c->kv, seq);
@@ -269,11 +346,24 @@ brisk_status brisk_seq_remove(brisk_context *c, int seq, int32_t p0, int32_t p1)
         return bk_fail(BRISK_ERR_UNSUPPORTED,
                        "sequence %d: only a tail can be removed ([%d, %d) leaves positions after %d)", seq,
                        p0, p1, p1);
+    if (c->rs_mem && p0 < len) {
+        if (p0 > 0)
+            return bk_fail(BRISK_ERR_UNSUPPORTED,
+                           "sequence %d: a recurrent model's state cannot be truncated to %d of %d positions "
+                           "(only cleared)", seq, p0, len);
+        return brisk_seq_clear(c, seq);
+    }
     return kv_cache_seq_truncate(c->kv, seq, p0);
 }
 
 brisk_status brisk_seq_share_prefix(brisk_context *c, int src, int dst, int32_t n_tokens) {
-    return kv_cache_seq_share(c->kv, src, dst, n_tokens);
+    if (c->rs_mem && n_tokens != 0 && n_tokens != kv_cache_seq_len(c->kv, src))
+        return bk_fail(BRISK_ERR_UNSUPPORTED,
+                       "sequence %d: a recurrent model shares only a whole sequence (%d positions), not %d", src,
+                       kv_cache_seq_len(c->kv, src), n_tokens);
+    BK_TRY(kv_cache_seq_share(c->kv, src, dst, n_tokens));
+    rs_copy(c, n_tokens ? src : c->p.n_seq_max, dst);
+    return BRISK_OK;
 }
 
 int32_t brisk_seq_len(const brisk_context *c, int seq) { return kv_cache_seq_len(c->kv, seq); }

@@ -98,7 +98,7 @@ void kv_cache_free(kv_cache *kc) {
 }
 
 bk_kv_view kv_cache_view(const kv_cache *kc, int layer) {
-    bk_kv_view v = {kc->k[layer], kc->v[layer], kc->type, kc->block_size};
+    bk_kv_view v = {.k = kc->k[layer], .v = kc->v[layer], .kv_type = kc->type, .block_size = kc->block_size};
     return v;
 }
 

@@ -20,6 +20,14 @@ typedef struct fwd_scratch {
     float *moe_out;    /* (n, n_embd) the experts' weighted sum */
     float *out;  /* (n_out, n_embd) rows that produce logits */
     float *logits; /* (n_out, n_vocab) in backend memory */
+    /* qwen35 (NULL / empty otherwise); att is (n, max(n_head*head_dim, value_dim)) there */
+    float *qg;       /* (n, max(2*n_head*head_dim, conv_dim)) query|gate, or DeltaNet q|k|v before the conv */
+    float *gz;       /* (n, max(n_head*head_dim, value_dim)) attention output gate, or the DeltaNet z */
+    float *conv;     /* (n, conv_dim) conv output */
+    float *dn_beta;  /* (n, n_v_heads) beta logits */
+    float *dn_alpha; /* (n, n_v_heads) decay logits */
+    float *sh;       /* (n, n_embd) shared expert output (qwen35moe) */
+    float *sh_gate;  /* (n) its gate logit */
 } fwd_scratch;
 
 typedef struct fwd_batch {
@@ -38,6 +46,8 @@ brisk_status llama_forward(const brisk_model *m, bk_backend *be, const bk_kv_vie
                            const fwd_batch *b, fwd_scratch *s);
 brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv,
                               const fwd_batch *b, fwd_scratch *s);
+brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
+                            fwd_scratch *s);
 
 /* Pieces the decoders share (model/llama.c): x += the attention block of layer l
  * (norm, q/k/v, QK-norm, RoPE, cached attention, output projection); and the

@@ -13,7 +13,8 @@ static const struct {
     const char *name;
     model_arch arch;
 } known_archs[] = {{"llama", ARCH_LLAMA}, {"qwen2", ARCH_QWEN2}, {"qwen3", ARCH_QWEN3},
-                  {"qwen3moe", ARCH_QWEN3MOE}};
+                  {"qwen3moe", ARCH_QWEN3MOE}, {"qwen35", ARCH_QWEN35},
+                  {"qwen35moe", ARCH_QWEN35MOE}};
 
 /* Reads "<arch>.<suffix>" as an int; absent keys give dflt (or fail if required). */
 static brisk_status get_int(const gguf_file *g, const char *arch, const char *suffix, bool required,
@@ -42,6 +43,37 @@ static float get_float(const gguf_file *g, const char *arch, const char *suffix,
     return gguf_get_f32(g, key, &v) == BRISK_OK ? v : dflt;
 }
 
+/* The Gated DeltaNet keys of qwen35/qwen35moe (llama.cpp's qwen35 loader).
+ * The multi-token-prediction blocks (nextn_predict_layers) are appended after
+ * the trunk; brisk runs the trunk only. Positions of text tokens are equal in
+ * the three M-RoPE streams, so rope.dimension_sections reduces to NEOX RoPE
+ * over rope.dimension_count dims and is not read. */
+static brisk_status read_hybrid(const gguf_file *g, const char *arch, model_hparams *hp) {
+    int inner, nextn;
+    BK_TRY(get_int(g, arch, "ssm.conv_kernel", true, 0, 1, 64, &hp->ssm_d_conv));
+    BK_TRY(get_int(g, arch, "ssm.state_size", true, 0, 1, 512, &hp->ssm_d_state));
+    BK_TRY(get_int(g, arch, "ssm.group_count", true, 0, 1, 4096, &hp->ssm_n_k_heads));
+    BK_TRY(get_int(g, arch, "ssm.time_step_rank", true, 0, 1, 4096, &hp->ssm_n_v_heads));
+    BK_TRY(get_int(g, arch, "ssm.inner_size", true, 0, 1, 1 << 24, &inner));
+    BK_TRY(get_int(g, arch, "full_attention_interval", false, 4, 1, 4096, &hp->full_attn_interval));
+    BK_TRY(get_int(g, arch, "nextn_predict_layers", false, 0, 0, hp->n_layer - 1, &nextn));
+    hp->n_layer -= nextn;
+    if (hp->ssm_n_v_heads % hp->ssm_n_k_heads)
+        return bk_fail(BRISK_ERR_FORMAT, "ssm.time_step_rank %d is not a multiple of ssm.group_count %d",
+                       hp->ssm_n_v_heads, hp->ssm_n_k_heads);
+    if (inner != hp->ssm_n_v_heads * hp->ssm_d_state)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "ssm.inner_size %d != time_step_rank %d x state_size %d", inner,
+                       hp->ssm_n_v_heads, hp->ssm_d_state);
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.recurrent_layers", arch);
+    int64_t v;
+    if (gguf_get_i64(g, key, &v) != BRISK_ERR_NOT_FOUND)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "%s (a per-layer list) is not supported, only full_attention_interval", key);
+    if (hp->arch == ARCH_QWEN35MOE)
+        BK_TRY(get_int(g, arch, "expert_shared_feed_forward_length", false, hp->n_ff, 1, 1 << 24, &hp->n_ff_shexp));
+    return BRISK_OK;
+}
+
 brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp) {
     memset(hp, 0, sizeof *hp);
     const char *arch_s;
@@ -63,7 +95,8 @@ brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp) {
     const int64_t BIG = 1 << 24;
     BK_TRY(get_int(g, arch, "embedding_length", true, 0, 1, BIG, &hp->n_embd));
     BK_TRY(get_int(g, arch, "block_count", true, 0, 1, 4096, &hp->n_layer));
-    bool moe = hp->arch == ARCH_QWEN3MOE;
+    bool moe = hp->arch == ARCH_QWEN3MOE || hp->arch == ARCH_QWEN35MOE;
+    bool hybrid = hp->arch == ARCH_QWEN35 || hp->arch == ARCH_QWEN35MOE;
     BK_TRY(get_int(g, arch, "feed_forward_length", !moe, 0, moe ? 0 : 1, BIG, &hp->n_ff));
     if (moe) { /* as llama.cpp: n_ff_exp defaults to n_ff / n_expert_used */
         BK_TRY(get_int(g, arch, "expert_count", true, 0, 2, BK_MOE_MAX_EXPERTS, &hp->n_expert));
@@ -71,6 +104,7 @@ brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp) {
         BK_TRY(get_int(g, arch, "expert_feed_forward_length", false, hp->n_ff / hp->n_expert_used, 1, BIG,
                        &hp->n_ff_exp));
     }
+    if (hybrid) BK_TRY(read_hybrid(g, arch, hp));
     BK_TRY(get_int(g, arch, "attention.head_count", true, 0, 1, 4096, &hp->n_head));
     BK_TRY(get_int(g, arch, "attention.head_count_kv", false, hp->n_head, 1, hp->n_head, &hp->n_head_kv));
     BK_TRY(get_int(g, arch, "context_length", false, 2048, 1, 1 << 30, &hp->n_ctx_train));
@@ -86,7 +120,9 @@ brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp) {
     hp->rms_eps = get_float(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f);
     if (!(hp->rms_eps > 0 && hp->rms_eps < 1))
         return bk_fail(BRISK_ERR_FORMAT, "bad layer_norm_rms_epsilon %g", hp->rms_eps);
-    hp->qk_norm = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN3MOE;
+    hp->qk_norm = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN3MOE || hybrid;
+    hp->n_attn_layers = 0;
+    for (int l = 0; l < hp->n_layer; l++) hp->n_attn_layers += !model_layer_recurrent(hp, l);
     hp->qkv_bias = hp->arch == ARCH_QWEN2;
 
     bk_rope_params *rp = &hp->rope;
@@ -164,6 +200,7 @@ static brisk_status bind_all(brisk_model *m) {
     const model_hparams *hp = &m->hp;
     int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim,
             kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+    bool hybrid = hp->full_attn_interval > 0;
     BK_TRY(bind(m, "token_embd.weight", d, hp->n_vocab, true, &m->tok_embd));
     BK_TRY(bind(m, "output_norm.weight", d, 0, true, &m->output_norm));
     BK_TRY(bind(m, "output.weight", d, hp->n_vocab, false, &m->output));
@@ -181,16 +218,39 @@ static brisk_status bind_all(brisk_model *m) {
     snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
     BK_TRY(bind(m, n, ne0, ne1, req, &L->field))
         BIND(attn_norm, "attn_norm.weight", d, 0, true);
-        BIND(wq, "attn_q.weight", d, qd, true);
-        BIND(wk, "attn_k.weight", d, kvd, true);
-        BIND(wv, "attn_v.weight", d, kvd, true);
-        BIND(wo, "attn_output.weight", qd, d, true);
-        BIND(bq, "attn_q.bias", qd, 0, hp->qkv_bias);
-        BIND(bk, "attn_k.bias", kvd, 0, hp->qkv_bias);
-        BIND(bv, "attn_v.bias", kvd, 0, hp->qkv_bias);
-        BIND(q_norm, "attn_q_norm.weight", hp->head_dim, 0, hp->qk_norm);
-        BIND(k_norm, "attn_k_norm.weight", hp->head_dim, 0, hp->qk_norm);
-        BIND(ffn_norm, "ffn_norm.weight", d, 0, true);
+        if (model_layer_recurrent(hp, l)) {
+            int64_t ds = hp->ssm_d_state, nv = hp->ssm_n_v_heads, vd = nv * ds,
+                    conv_dim = 2 * hp->ssm_n_k_heads * ds + vd;
+            BIND(ssm_qkv, "attn_qkv.weight", d, conv_dim, true);
+            BIND(ssm_z, "attn_gate.weight", d, vd, true);
+            BIND(ssm_conv1d, "ssm_conv1d.weight", hp->ssm_d_conv, conv_dim, true);
+            if (L->ssm_conv1d.type != QT_F32)
+                return bk_fail(BRISK_ERR_UNSUPPORTED, "tensor %s: type %s (want f32)", n,
+                               quant_type_name(L->ssm_conv1d.type));
+            BIND(ssm_dt_bias, "ssm_dt.bias", nv, 0, true);
+            BIND(ssm_a, "ssm_a", nv, 0, true);
+            BIND(ssm_beta, "ssm_beta.weight", d, nv, true);
+            BIND(ssm_alpha, "ssm_alpha.weight", d, nv, true);
+            BIND(ssm_norm, "ssm_norm.weight", ds, 0, true);
+            BIND(ssm_out, "ssm_out.weight", vd, d, true);
+        } else {
+            BIND(wq, "attn_q.weight", d, hybrid ? 2 * qd : qd, true);
+            BIND(wk, "attn_k.weight", d, kvd, true);
+            BIND(wv, "attn_v.weight", d, kvd, true);
+            BIND(wo, "attn_output.weight", qd, d, true);
+            BIND(bq, "attn_q.bias", qd, 0, hp->qkv_bias);
+            BIND(bk, "attn_k.bias", kvd, 0, hp->qkv_bias);
+            BIND(bv, "attn_v.bias", kvd, 0, hp->qkv_bias);
+            BIND(q_norm, "attn_q_norm.weight", hp->head_dim, 0, hp->qk_norm);
+            BIND(k_norm, "attn_k_norm.weight", hp->head_dim, 0, hp->qk_norm);
+        }
+        BIND(ffn_norm, hybrid ? "post_attention_norm.weight" : "ffn_norm.weight", d, 0, true);
+        if (hp->n_ff_shexp) {
+            BIND(gate_inp_shexp, "ffn_gate_inp_shexp.weight", d, 0, true);
+            BIND(gate_shexp, "ffn_gate_shexp.weight", d, hp->n_ff_shexp, true);
+            BIND(up_shexp, "ffn_up_shexp.weight", d, hp->n_ff_shexp, true);
+            BIND(down_shexp, "ffn_down_shexp.weight", hp->n_ff_shexp, d, true);
+        }
         if (hp->n_expert) {
             int64_t ne = hp->n_expert, ff = hp->n_ff_exp;
             BIND(ffn_gate_inp, "ffn_gate_inp.weight", d, ne, true);
@@ -293,7 +353,10 @@ static void release_weights(brisk_model *m) {
         layer_weights *L = &m->layers[l];
         bk_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk, &L->bv,
                            &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down,
-                           &L->ffn_gate_inp, &L->gate_exps, &L->up_exps, &L->down_exps};
+                           &L->ffn_gate_inp, &L->gate_exps, &L->up_exps, &L->down_exps, &L->ssm_qkv,
+                           &L->ssm_z, &L->ssm_conv1d, &L->ssm_dt_bias, &L->ssm_a, &L->ssm_beta, &L->ssm_alpha,
+                           &L->ssm_norm, &L->ssm_out, &L->gate_inp_shexp, &L->gate_shexp, &L->up_shexp,
+                           &L->down_shexp};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) bk_cuda_release_weight(ws[i]);
     }
 }

@@ -6,6 +6,9 @@
  * (q/k/v biases), qwen3 (QK-norm). All share one decoder-block structure and
  * differ in the flags below; see model/llama.c. qwen3moe (model/qwen3moe.c)
  * is qwen3 with a routed mixture of experts in place of the dense FFN.
+ * qwen35 / qwen35moe (model/qwen35.c) are the Qwen3.5/3.6 hybrids: Gated
+ * DeltaNet layers with a per-sequence recurrent state, and every
+ * full_attn_interval-th layer gated full attention with partial RoPE.
  */
 #ifndef BK_MODEL_H
 #define BK_MODEL_H
@@ -14,7 +17,8 @@
 #include "format/gguf.h"
 #include "tokenizer/tokenizer.h"
 
-typedef enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE, ARCH_COUNT } model_arch;
+typedef enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE, ARCH_QWEN35, ARCH_QWEN35MOE,
+                         ARCH_COUNT } model_arch;
 
 typedef struct model_hparams {
     model_arch arch;
@@ -26,6 +30,15 @@ typedef struct model_hparams {
      * to sum 1 (llama.cpp hard-codes both for qwen3moe and ignores any
      * expert_weights_norm/scale keys) -> weighted sum of SwiGLU experts of n_ff_exp. */
     int n_expert, n_expert_used, n_ff_exp;
+    int n_ff_shexp; /* qwen35moe: the shared expert's width, its output scaled by sigmoid(w . x) */
+    /* Gated DeltaNet (qwen35*), keys ssm.* as llama.cpp's loader reads them.
+     * Layer l is full attention iff (l + 1) % full_attn_interval == 0. */
+    int ssm_d_conv;    /* ssm.conv_kernel: taps of the causal depthwise conv */
+    int ssm_d_state;   /* ssm.state_size: head size of q, k and v */
+    int ssm_n_k_heads; /* ssm.group_count: q/k heads */
+    int ssm_n_v_heads; /* ssm.time_step_rank: value heads (ssm.inner_size = n_v_heads * d_state) */
+    int full_attn_interval;
+    int n_attn_layers; /* layers with a KV cache (all but the recurrent ones) */
     float rms_eps;
     bool qk_norm;   /* qwen3: RMSNorm over head_dim on q and k before RoPE */
     bool qkv_bias;  /* qwen2 */
@@ -33,12 +46,28 @@ typedef struct model_hparams {
     bk_rope_params rope;
 } model_hparams;
 
+/* Is layer l a recurrent (Gated DeltaNet) layer? */
+static inline bool model_layer_recurrent(const model_hparams *hp, int l) {
+    return hp->full_attn_interval > 0 && (l + 1) % hp->full_attn_interval != 0;
+}
+
 typedef struct layer_weights {
     bk_weight attn_norm;            /* (n_embd) f32 */
-    bk_weight wq, wk, wv, wo;       /* (n_head*hd, n_embd), (n_kv*hd, n_embd) x2, (n_embd, n_head*hd) */
+    bk_weight wq, wk, wv, wo;       /* (n_head*hd, n_embd), (n_kv*hd, n_embd) x2, (n_embd, n_head*hd);
+                                       qwen35: wq (n_head*2*hd, n_embd), per head hd query then hd gate rows */
     bk_weight bq, bk, bv;           /* biases, qwen2 only (type 0 / n_out 0 when absent) */
     bk_weight q_norm, k_norm;       /* (head_dim), qwen3 only */
-    bk_weight ffn_norm;             /* (n_embd) */
+    bk_weight ffn_norm;             /* (n_embd); qwen35: post_attention_norm */
+    /* Gated DeltaNet layer (qwen35): conv_dim = (2 n_k_heads + n_v_heads) d_state, value_dim = n_v_heads d_state */
+    bk_weight ssm_qkv;              /* attn_qkv (conv_dim, n_embd) */
+    bk_weight ssm_z;                /* attn_gate (value_dim, n_embd): the output norm's SiLU gate */
+    bk_weight ssm_conv1d;           /* (conv_dim, d_conv) f32 */
+    bk_weight ssm_dt_bias, ssm_a;   /* (n_v_heads) f32: softplus bias, -exp(A_log) */
+    bk_weight ssm_beta, ssm_alpha;  /* (n_v_heads, n_embd) */
+    bk_weight ssm_norm;             /* (d_state) */
+    bk_weight ssm_out;              /* (n_embd, value_dim) */
+    bk_weight gate_inp_shexp;       /* qwen35moe shared expert: gate (n_embd) f32, FFN (n_ff_shexp) */
+    bk_weight gate_shexp, up_shexp, down_shexp;
     bk_weight w_gate, w_up, w_down; /* (n_ff, n_embd) x2, (n_embd, n_ff) */
     bk_weight ffn_gate_inp;         /* MoE router (n_expert, n_embd) */
     bk_weight gate_exps, up_exps;   /* (n_expert * n_ff_exp, n_embd), n_expert set */

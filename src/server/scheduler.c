@@ -194,6 +194,10 @@ static void slot_start(sched *s, sched_req *r) {
         if (reuse > t_lcp) reuse = t_lcp;
         st = brisk_seq_remove(s->ctx, target, reuse, -1);
     }
+    if (st == BRISK_ERR_UNSUPPORTED) { /* a recurrent model's state cannot be rewound: start over */
+        reuse = 0;
+        st = brisk_seq_clear(s->ctx, target);
+    }
     if (st == BRISK_OK) st = brisk_sampler_new(&r->p.sp, s->n_vocab, &sl->smp);
     if (st != BRISK_OK) {
         brisk_seq_clear(s->ctx, target);

@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu_attn.h"
 #include "backend/cpu/cpu_dot.h"
 #include "backend/cpu/cpu_moe.h"
+#include "backend/cpu/cpu_ssm.h"
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "quant/quant.h"
@@ -493,6 +494,24 @@ static void cpu_moe_ffn_op(bk_backend *be, const bk_weight *gate, const bk_weigh
     cpu_moe_ffn(cb->tp, &cb->moe, gate, up, down, x, n, ids, weights, k, out);
 }
 
+/* ---- Gated DeltaNet and the sigmoid gate (cpu_ssm.c) ---- */
+static void cpu_ssm_conv_op(bk_backend *be, const float *x, const bk_weight *w, float *conv, const int32_t *seq,
+                            int n, int channels, int d_conv, float *out) {
+    cpu_ssm_conv(((cpu_backend *)be)->tp, x, w, conv, seq, n, channels, d_conv, out);
+}
+
+static void cpu_gated_delta_op(bk_backend *be, const float *qkv, const float *b, const float *a,
+                               const bk_weight *a_bias, const bk_weight *a_scale, float *ssm, const int32_t *seq,
+                               int n, int n_k_heads, int n_v_heads, int d, float eps, float *out) {
+    cpu_gated_delta(((cpu_backend *)be)->tp, qkv, b, a, a_bias, a_scale, ssm, seq, n, n_k_heads, n_v_heads, d, eps,
+                    out);
+}
+
+static void cpu_sigmoid_mul_op(bk_backend *be, float *x, const float *gate, int n_rows, int width, int gate_width) {
+    (void)be;
+    cpu_sigmoid_mul(x, gate, n_rows, width, gate_width);
+}
+
 static const bk_backend_ops cpu_ops = {
     .name = "cpu",
     .free = cpu_free,
@@ -510,6 +529,9 @@ static const bk_backend_ops cpu_ops = {
     .copy = cpu_copy,
     .moe_route = cpu_moe_route_op,
     .moe_ffn = cpu_moe_ffn_op,
+    .ssm_conv = cpu_ssm_conv_op,
+    .gated_delta = cpu_gated_delta_op,
+    .sigmoid_mul = cpu_sigmoid_mul_op,
 };
 
 brisk_status bk_cpu_backend_new(int n_threads, bk_backend **out) {

@@ -159,6 +159,21 @@ static void cuda_moe_ffn(bk_backend *be, const bk_weight *, const bk_weight *, c
     cuda_set_error((cuda_backend *)be, bk_fail(BRISK_ERR_UNSUPPORTED, "MoE not yet on CUDA"));
 }
 
+/* Gated DeltaNet (qwen35): not on the GPU yet; the first call records the error the step returns. */
+static void cuda_ssm_conv(bk_backend *be, const float *, const bk_weight *, float *, const int32_t *, int, int, int,
+                          float *) {
+    cuda_set_error((cuda_backend *)be, bk_fail(BRISK_ERR_UNSUPPORTED, "qwen35 not yet on CUDA"));
+}
+
+static void cuda_gated_delta(bk_backend *be, const float *, const float *, const float *, const bk_weight *,
+                             const bk_weight *, float *, const int32_t *, int, int, int, int, float, float *) {
+    cuda_set_error((cuda_backend *)be, bk_fail(BRISK_ERR_UNSUPPORTED, "qwen35 not yet on CUDA"));
+}
+
+static void cuda_sigmoid_mul(bk_backend *be, float *, const float *, int, int, int) {
+    cuda_set_error((cuda_backend *)be, bk_fail(BRISK_ERR_UNSUPPORTED, "qwen35 not yet on CUDA"));
+}
+
 static const bk_backend_ops cuda_ops = {
     /* name */ "cuda",
     /* free */ cuda_free,
@@ -179,6 +194,9 @@ static const bk_backend_ops cuda_ops = {
     /* step_end */ cuda_step_end,
     /* moe_route */ cuda_moe_route,
     /* moe_ffn */ cuda_moe_ffn,
+    /* ssm_conv */ cuda_ssm_conv,
+    /* gated_delta */ cuda_gated_delta,
+    /* sigmoid_mul */ cuda_sigmoid_mul,
 };
 
 extern "C" int bk_cuda_device_count(void) {

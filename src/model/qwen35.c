@@ -1,0 +1,125 @@
+/* qwen35.c — the Qwen3.5/3.6 hybrid decoder (llama.cpp: qwen35, qwen35moe):
+ * Gated DeltaNet layers with a recurrent state, and every
+ * full_attn_interval-th layer gated full attention.
+ *
+ *   x = embed(tokens)
+ *   for each layer:
+ *     h = rmsnorm(x) * attn_norm
+ *     if Gated DeltaNet:                       (state per sequence: conv inputs, S per value head)
+ *       u = silu(causal_conv1d(Wqkv h))         q|k|v heads, conv carried across steps
+ *       beta = sigmoid(Wbeta h), g = ssm_a * softplus(Walpha h + dt_bias)
+ *       S = exp(g) S + beta (v - S k) k^T       q, k L2-normed; v-head i reads k-head i mod n_k
+ *       o = S q / sqrt(d)
+ *       x += Wout (rmsnorm(o) * ssm_norm * silu(Wz h))
+ *     else (gated attention):
+ *       q|gate = Wq h (per head: hd query rows, then hd gate rows); k, v = Wk h, Wv h
+ *       q, k = rmsnorm_head(q) * q_norm, rmsnorm_head(k) * k_norm
+ *       q, k = rope(q, k; first n_rot dims, NEOX)   (M-RoPE with equal text positions)
+ *       x += Wo (attention(q, k, v) * sigmoid(gate))
+ *     h = rmsnorm(x) * post_attention_norm
+ *     x += Wdown (silu(Wgate h) * Wup h)                               (qwen35)
+ *     x += moe(h) + sigmoid(w_sh . h) * shared_expert(h)               (qwen35moe)
+ *   logits = Wout (rmsnorm(x) * output_norm)
+ *
+ * In the files every norm weight already carries HF's (1 + w) offset. */
+#include <math.h>
+
+#include "base/status.h"
+#include "model/arch.h"
+
+static void gated_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
+                            fwd_scratch *s, int l) {
+    const model_hparams *hp = &m->hp;
+    const bk_backend_ops *op = be->ops;
+    const layer_weights *L = &m->layers[l];
+    int n = b->n, hd = hp->head_dim, nh = hp->n_head, qd = nh * hd;
+
+    const bk_weight *w[3] = {&L->wq, &L->wk, &L->wv};
+    float *out[3] = {s->qg, s->k, s->v};
+    op->matmul(be, 3, w, NULL, s->xb, n, out);
+    for (int t = 0; t < n; t++) /* split each head's query and gate rows */
+        for (int h = 0; h < nh; h++) {
+            const float *src = s->qg + (size_t)t * 2 * qd + (size_t)h * 2 * hd;
+            size_t dst = (size_t)t * qd + (size_t)h * hd;
+            op->copy(be, s->q + dst, src, (size_t)hd * sizeof(float));
+            op->copy(be, s->gz + dst, src + hd, (size_t)hd * sizeof(float));
+        }
+    op->rms_norm(be, s->q, &L->q_norm, s->q, n * nh, hd, hp->rms_eps);
+    op->rms_norm(be, s->k, &L->k_norm, s->k, n * hp->n_head_kv, hd, hp->rms_eps);
+    op->rope(be, s->q, n, nh, hd, b->ab.pos, &hp->rope);
+    op->rope(be, s->k, n, hp->n_head_kv, hd, b->ab.pos, &hp->rope);
+    op->attention(be, s->q, s->k, s->v, &kv[l], &b->ab, nh, hp->n_head_kv, hd, 1.0f / sqrtf((float)hd), s->att);
+    op->sigmoid_mul(be, s->att, s->gz, n, qd, qd);
+    bk_matmul_add(be, &L->wo, s->att, n, s->xb, s->x);
+}
+
+static void gated_deltanet(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
+                           fwd_scratch *s, int l) {
+    const model_hparams *hp = &m->hp;
+    const bk_backend_ops *op = be->ops;
+    const layer_weights *L = &m->layers[l];
+    int n = b->n, ds = hp->ssm_d_state, nk = hp->ssm_n_k_heads, nv = hp->ssm_n_v_heads;
+    int conv_dim = (2 * nk + nv) * ds;
+
+    const bk_weight *w[4] = {&L->ssm_qkv, &L->ssm_z, &L->ssm_beta, &L->ssm_alpha};
+    float *out[4] = {s->qg, s->gz, s->dn_beta, s->dn_alpha};
+    op->matmul(be, 4, w, NULL, s->xb, n, out);
+    op->ssm_conv(be, s->qg, &L->ssm_conv1d, kv[l].conv, b->ab.seq, n, conv_dim, hp->ssm_d_conv, s->conv);
+    op->gated_delta(be, s->conv, s->dn_beta, s->dn_alpha, &L->ssm_dt_bias, &L->ssm_a, kv[l].ssm, b->ab.seq, n, nk,
+                    nv, ds, hp->rms_eps, s->att);
+    op->rms_norm(be, s->att, &L->ssm_norm, s->att, n * nv, ds, hp->rms_eps);
+    op->swiglu(be, s->gz, s->att, s->att, (size_t)n * nv * ds); /* silu(z) * norm(o) */
+    bk_matmul_add(be, &L->ssm_out, s->att, n, s->xb, s->x);
+}
+
+/* x += the FFN of layer l on h = s->xb: dense SwiGLU, or routed experts plus
+ * the gated shared expert (summed before the residual, as llama.cpp does). */
+static void ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l) {
+    const model_hparams *hp = &m->hp;
+    const bk_backend_ops *op = be->ops;
+    const layer_weights *L = &m->layers[l];
+    int n = b->n, d = hp->n_embd;
+    if (!hp->n_expert) {
+        const bk_weight *gu[2] = {&L->w_gate, &L->w_up};
+        float *gu_out[2] = {s->hb, s->hb2};
+        op->matmul(be, 2, gu, NULL, s->xb, n, gu_out);
+        op->swiglu(be, s->hb, s->hb2, s->hb, (size_t)n * hp->n_ff);
+        bk_matmul_add(be, &L->w_down, s->hb, n, s->att, s->x);
+        return;
+    }
+    const bk_weight *router = &L->ffn_gate_inp;
+    op->matmul(be, 1, &router, NULL, s->xb, n, &s->moe_logits);
+    op->moe_route(be, s->moe_logits, n, hp->n_expert, hp->n_expert_used, true, 0.0f, s->moe_ids, s->moe_w);
+    op->moe_ffn(be, &L->gate_exps, &L->up_exps, &L->down_exps, s->xb, n, s->moe_ids, s->moe_w, hp->n_expert_used,
+                s->moe_out);
+    const bk_weight *sw[3] = {&L->gate_shexp, &L->up_shexp, &L->gate_inp_shexp};
+    float *sw_out[3] = {s->hb, s->hb2, s->sh_gate};
+    op->matmul(be, 3, sw, NULL, s->xb, n, sw_out);
+    op->swiglu(be, s->hb, s->hb2, s->hb, (size_t)n * hp->n_ff_shexp);
+    const bk_weight *down = &L->down_shexp;
+    op->matmul(be, 1, &down, NULL, s->hb, n, &s->sh);
+    op->sigmoid_mul(be, s->sh, s->sh_gate, n, d, 1);
+    op->add(be, s->moe_out, s->sh, (size_t)n * d);
+    op->add(be, s->x, s->moe_out, (size_t)n * d);
+}
+
+brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
+                            fwd_scratch *s) {
+    const model_hparams *hp = &m->hp;
+    const bk_backend_ops *op = be->ops;
+    int n = b->n, d = hp->n_embd;
+    if (!op->ssm_conv || !op->gated_delta || !op->sigmoid_mul || (hp->n_expert && (!op->moe_route || !op->moe_ffn)))
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "the %s backend lacks the ops of %s", op->name, m->arch_name);
+
+    op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const layer_weights *L = &m->layers[l];
+        op->rms_norm(be, s->x, &L->attn_norm, s->xb, n, d, hp->rms_eps);
+        if (model_layer_recurrent(hp, l)) gated_deltanet(m, be, kv, b, s, l);
+        else gated_attention(m, be, kv, b, s, l);
+        op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
+        ffn(m, be, b, s, l);
+    }
+    if (b->n_out) decoder_logits(m, be, b, s);
+    return BRISK_OK;
+}
