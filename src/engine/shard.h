@@ -1,0 +1,42 @@
+/* shard.h — tensor-parallel sharding of a decoder's weights (issue 7's math,
+ * before any GPU or NCCL is involved).
+ *
+ * With N ranks, each attention and FFN block runs as N partial blocks:
+ *  - SHARD_ROWS (q, k, v, gate, up): rank r keeps output rows
+ *    [r * n_out / N, (r + 1) * n_out / N) — whole heads for q/k/v — and
+ *    computes its slice of the outputs exactly as the whole matrix would
+ *    (each output row is its own dot product);
+ *  - SHARD_COLS (attention output, down): rank r keeps input columns
+ *    [r * n_in / N, (r + 1) * n_in / N) of every row and computes a partial
+ *    product over its slice of the inputs; the ranks' partial outputs summed
+ *    (the all-reduce) give the product;
+ *  - SHARD_REPLICATE (norms, embeddings, the LM head): every rank the whole.
+ * So one layer costs two all-reduces (after attention, after the FFN).
+ *
+ * A shard is a view, not a copy: the same mapped bytes, a row pointer offset
+ * (ROWS) or a column offset with the original row stride kept in row_bytes
+ * (COLS). Backends that read host weights (the CPU) use views as they are;
+ * a GPU rank packs its view when it uploads it. Column splits must fall on
+ * whole blocks of the weight type and on whole heads (`unit`). */
+#ifndef BK_SHARD_H
+#define BK_SHARD_H
+#include "backend/backend.h"
+
+typedef enum shard_kind { SHARD_REPLICATE = 0, SHARD_ROWS = 1, SHARD_COLS = 2 } shard_kind;
+
+/* Rank `rank`'s view of w (of n_ranks), splitting in multiples of `unit`
+ * rows (ROWS) or columns (COLS): head_dim for per-head splits, 1 otherwise.
+ * Fails with a message when the split does not divide evenly into units and
+ * (COLS) whole blocks of w's type. */
+brisk_status shard_weight(const bk_weight *w, shard_kind kind, int rank, int n_ranks, int64_t unit, bk_weight *out);
+
+/* How a model's heads split: each rank gets n_head / n_ranks query heads and
+ * n_head_kv / n_ranks KV heads (or, with fewer KV heads than ranks, each KV
+ * head serves n_ranks / n_head_kv ranks and is replicated there). */
+typedef struct shard_heads {
+    int n_head, n_head_kv;   /* per rank */
+    int kv_first;            /* first KV head of the rank */
+    bool kv_replicated;      /* the rank holds a copy of a shared KV head */
+} shard_heads;
+brisk_status shard_heads_for(int n_head, int n_head_kv, int rank, int n_ranks, shard_heads *out);
+#endif
