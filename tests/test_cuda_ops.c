@@ -345,8 +345,9 @@ static void check_attention(int kv_type, int n_head, int n_head_kv, int hd, int 
     fill(v, nk, 1.0f);
     void *dkc = dev_copy(kc, cache_bytes), *dvc = dev_copy(vc, cache_bytes);
     float *dq = dev_copy(q, nq * 4), *dk = dev_copy(k, nk * 4), *dv = dev_copy(v, nk * 4), *dout = dev_copy(NULL, nq * 4);
-    bk_kv_view vwc = {kc, vc, kv_type, bs}, vwg = {dkc, dvc, kv_type, bs};
-    bk_attn_batch ab = {n, pos, slot, tables};
+    bk_kv_view vwc = {.k = kc, .v = vc, .kv_type = kv_type, .block_size = bs},
+               vwg = {.k = dkc, .v = dvc, .kv_type = kv_type, .block_size = bs};
+    bk_attn_batch ab = {.n_tokens = n, .pos = pos, .slot = slot, .block_table = tables};
     float scale = 1.0f / sqrtf((float)hd);
     cpu->ops->attention(cpu, q, k, v, &vwc, &ab, n_head, n_head_kv, hd, scale, oc);
     gpu->ops->attention(gpu, dq, dk, dv, &vwg, &ab, n_head, n_head_kv, hd, scale, dout);
