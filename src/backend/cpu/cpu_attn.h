@@ -9,16 +9,21 @@
 
 #include "backend/backend.h"
 
+/* n_q query heads that share KV head kvh (a GQA group), done together so
+ * each K and V row is loaded and converted once for all of them; each head's
+ * arithmetic is exactly that of a head done alone. */
 typedef struct cpu_attn_head {
-    const float *q;          /* (head_dim) */
+    const float *q;          /* (n_q, head_dim): consecutive heads */
     const bk_kv_view *kv;
     const int32_t *table;    /* page table of the sequence */
     int np;                  /* positions attended: [0, np) */
     int kvh, n_head_kv, hd;
     float scale;
-    float *scores;           /* (np) scratch */
-    float *lanes;            /* (16, hd) scratch */
-    float *out;              /* (hd) */
+    float *scores;           /* (n_q, sc_stride) scratch, sc_stride >= np */
+    size_t sc_stride;
+    float *lanes;            /* (n_q, 16, hd) scratch */
+    float *out;              /* (n_q, hd) */
+    int n_q;
 } cpu_attn_head;
 
 /* The cache row of position p for kv head kvh: page from the table, then the slot. */

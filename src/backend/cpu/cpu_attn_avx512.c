@@ -34,54 +34,72 @@ static inline __m512 exp_poly16(__m512 x) {
 
 int cpu_attn_head_avx512(const cpu_attn_head *a) {
     if (a->kv->kv_type == BRISK_KV_Q8_0) return 0;
-    int hd = a->hd, np = a->np, f16 = a->kv->kv_type == BRISK_KV_F16;
-    if (hd % 16) return 0;
-    float *sc = a->scores;
-    float mx = -INFINITY;
+    int hd = a->hd, np = a->np, f16 = a->kv->kv_type == BRISK_KV_F16, nq = a->n_q;
+    if (hd % 16 || nq < 1 || nq > 16) return 0;
+    float mx[16];
+    for (int g = 0; g < nq; g++) mx[g] = -INFINITY;
     for (int p = 0; p < np; p++) {
         const void *kr = cpu_kv_row(a->kv, a->kv->k, a->table, p, a->kvh, a->n_head_kv, a->hd);
-        __m512 acc = _mm512_setzero_ps();
-        for (int i = 0; i < hd; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a->q + i), load16(kr, i, f16), acc);
-        float s = _mm512_reduce_add_ps(acc) * a->scale; /* lanes i+8, i+4, then pairs: reduce16's order */
-        sc[p] = s;
-        if (s > mx) mx = s;
+        for (int g = 0; g < nq; g++) {
+            const float *q = a->q + (size_t)g * hd;
+            __m512 acc = _mm512_setzero_ps();
+            for (int i = 0; i < hd; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load16(kr, i, f16), acc);
+            float s = _mm512_reduce_add_ps(acc) * a->scale; /* lanes i+8, i+4, then pairs: reduce16's order */
+            a->scores[g * a->sc_stride + p] = s;
+            if (s > mx[g]) mx[g] = s;
+        }
     }
-    double sum = 0;
-    __m512 vmx = _mm512_set1_ps(mx);
-    for (int p0 = 0; p0 < np; p0 += 16) {
-        __mmask16 m = np - p0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (np - p0)) - 1);
-        __m512 e = exp_poly16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, sc + p0), vmx));
-        e = _mm512_maskz_mov_ps(m, e);
-        _mm512_mask_storeu_ps(sc + p0, m, e);
-        sum += (double)_mm512_reduce_add_ps(e);
+    for (int g = 0; g < nq; g++) {
+        float *sc = a->scores + g * a->sc_stride;
+        double sum = 0;
+        __m512 vmx = _mm512_set1_ps(mx[g]);
+        for (int p0 = 0; p0 < np; p0 += 16) {
+            __mmask16 m = np - p0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (np - p0)) - 1);
+            __m512 e = exp_poly16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, sc + p0), vmx));
+            e = _mm512_maskz_mov_ps(m, e);
+            _mm512_mask_storeu_ps(sc + p0, m, e);
+            sum += (double)_mm512_reduce_add_ps(e);
+        }
+        __m512 inv = _mm512_set1_ps((float)(1.0 / sum));
+        for (int p0 = 0; p0 < np; p0 += 16) {
+            __mmask16 m = np - p0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (np - p0)) - 1);
+            _mm512_mask_storeu_ps(sc + p0, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sc + p0), inv));
+        }
     }
-    __m512 inv = _mm512_set1_ps((float)(1.0 / sum));
-    for (int p0 = 0; p0 < np; p0 += 16) {
-        __mmask16 m = np - p0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (np - p0)) - 1);
-        _mm512_mask_storeu_ps(sc + p0, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sc + p0), inv));
-    }
-    float *lanes = a->lanes;
+    const size_t lstride = (size_t)16 * hd; /* one head's lanes */
     int full = np & ~15;
-    memset(lanes, 0, (size_t)16 * hd * sizeof(float));
+    memset(a->lanes, 0, (size_t)nq * lstride * sizeof(float));
     for (int p = 0; p < full; p++) {
         const void *vr = cpu_kv_row(a->kv, a->kv->v, a->table, p, a->kvh, a->n_head_kv, a->hd);
-        __m512 w = _mm512_set1_ps(sc[p]);
-        float *ln = lanes + (size_t)(p & 15) * hd;
-        for (int i = 0; i < hd; i += 16)
-            _mm512_storeu_ps(ln + i, _mm512_fmadd_ps(load16(vr, i, f16), w, _mm512_loadu_ps(ln + i)));
+        for (int i = 0; i < hd; i += 16) {
+            __m512 v = load16(vr, i, f16);
+            for (int g = 0; g < nq; g++) {
+                float *ln = a->lanes + g * lstride + (size_t)(p & 15) * hd + i;
+                _mm512_storeu_ps(ln, _mm512_fmadd_ps(v, _mm512_set1_ps(a->scores[g * a->sc_stride + p]),
+                                                     _mm512_loadu_ps(ln)));
+            }
+        }
     }
-    for (int i = 0; i < hd; i += 16) {
-        __m512 l[16];
-        for (int r = 0; r < 16; r++) l[r] = _mm512_loadu_ps(lanes + (size_t)r * hd + i);
-        for (int r = 0; r < 8; r++) l[r] = _mm512_add_ps(l[r + 8], l[r]);
-        for (int r = 0; r < 4; r++) l[r] = _mm512_add_ps(l[r + 4], l[r]);
-        _mm512_storeu_ps(a->out + i, _mm512_add_ps(_mm512_add_ps(l[0], l[2]), _mm512_add_ps(l[1], l[3])));
+    for (int g = 0; g < nq; g++) {
+        const float *lanes = a->lanes + g * lstride;
+        float *out = a->out + (size_t)g * hd;
+        for (int i = 0; i < hd; i += 16) {
+            __m512 l[16];
+            for (int r = 0; r < 16; r++) l[r] = _mm512_loadu_ps(lanes + (size_t)r * hd + i);
+            for (int r = 0; r < 8; r++) l[r] = _mm512_add_ps(l[r + 8], l[r]);
+            for (int r = 0; r < 4; r++) l[r] = _mm512_add_ps(l[r + 4], l[r]);
+            _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_add_ps(l[0], l[2]), _mm512_add_ps(l[1], l[3])));
+        }
     }
     for (int p = full; p < np; p++) {
         const void *vr = cpu_kv_row(a->kv, a->kv->v, a->table, p, a->kvh, a->n_head_kv, a->hd);
-        __m512 w = _mm512_set1_ps(sc[p]);
-        for (int i = 0; i < hd; i += 16)
-            _mm512_storeu_ps(a->out + i, _mm512_fmadd_ps(load16(vr, i, f16), w, _mm512_loadu_ps(a->out + i)));
+        for (int i = 0; i < hd; i += 16) {
+            __m512 v = load16(vr, i, f16);
+            for (int g = 0; g < nq; g++) {
+                float *o = a->out + (size_t)g * hd + i;
+                _mm512_storeu_ps(o, _mm512_fmadd_ps(v, _mm512_set1_ps(a->scores[g * a->sc_stride + p]), _mm512_loadu_ps(o)));
+            }
+        }
     }
     return 1;
 }

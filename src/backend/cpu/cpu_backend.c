@@ -312,7 +312,9 @@ typedef struct {
     float scale;
     float *out;
     cpu_backend *cb;
-    size_t att_cap;
+    size_t att_cap;     /* floats per thread: n_q score rows, a staging row, n_q lane blocks */
+    size_t sc_stride;   /* floats per score row (>= the longest span) */
+    int n_q;            /* query heads per work unit: the GQA group on AVX-512, else 1 */
 } att_job;
 
 
@@ -378,21 +380,23 @@ BK_INLINE float dot_f32(const float *a, const float *b, int n) {
 BK_MULTIVERSION static void att_worker(void *arg, int ith, int nth) {
     att_job *j = arg;
     const bk_attn_batch *ab = j->ab;
-    int hd = j->head_dim, group = j->n_head / j->n_head_kv;
+    int hd = j->head_dim, group = j->n_head / j->n_head_kv, nq = j->n_q;
     float *sc = j->cb->att_scratch + (size_t)ith * j->att_cap;
-    float *kbuf = sc + j->att_cap - 18 * (size_t)hd; /* f16 -> f32 staging for one row, then lanes */
-    /* Striped over (token, head): causal rows grow with the position, so
-     * contiguous ranges would give the last thread most of the work. */
-    long n_work = (long)ab->n_tokens * j->n_head;
-    bool use_avx512 = cpu_dot_isa() == CPU_ISA_AVX512;
+    float *kbuf = sc + (size_t)nq * j->sc_stride; /* f16 -> f32 staging for one row, then lanes */
+    /* Striped over (token, head group): causal rows grow with the position,
+     * so contiguous ranges would give the last thread most of the work. */
+    int units = j->n_head / nq;
+    long n_work = (long)ab->n_tokens * units;
     for (long w = ith; w < n_work; w += nth) {
-        int t = (int)(w / j->n_head), h = (int)(w % j->n_head), kvh = h / group;
+        int t = (int)(w / units), h = (int)(w % units) * nq, kvh = h / group;
         const float *q = j->q + ((size_t)t * j->n_head + h) * hd;
         const int32_t *table = ab->block_table[t];
         int np = ab->pos[t] + 1;
         float *o = j->out + ((size_t)t * j->n_head + h) * hd;
-        if (use_avx512) {
-            cpu_attn_head ah = {q, j->kv, table, np, kvh, j->n_head_kv, hd, j->scale, sc, kbuf + hd, o};
+        if (nq > 1 || cpu_dot_isa() == CPU_ISA_AVX512) {
+            cpu_attn_head ah = {.q = q, .kv = j->kv, .table = table, .np = np, .kvh = kvh, .n_head_kv = j->n_head_kv,
+                                .hd = hd, .scale = j->scale, .scores = sc, .sc_stride = j->sc_stride,
+                                .lanes = kbuf + hd, .out = o, .n_q = nq};
             if (cpu_attn_head_avx512(&ah)) continue;
         }
         float mx = -INFINITY;
@@ -446,7 +450,12 @@ static void cpu_attention(bk_backend *be, const float *q, const float *k, const 
     int max_pos = 0;
     for (int t = 0; t < ab->n_tokens; t++)
         if (ab->pos[t] > max_pos) max_pos = ab->pos[t];
-    size_t cap = (size_t)max_pos + 1 + 18 * (size_t)head_dim; /* scores + k staging + 16 lanes */
+    /* GQA groups go through the AVX-512 kernel together (K/V rows read once per group) */
+    int group = n_head / n_head_kv;
+    int nq = cpu_dot_isa() == CPU_ISA_AVX512 && kv->kv_type != BRISK_KV_Q8_0 && head_dim % 16 == 0 &&
+                     group <= 16 && n_head % n_head_kv == 0 ? group : 1;
+    size_t stride = ((size_t)max_pos + 1 + 15) & ~(size_t)15;
+    size_t cap = (size_t)nq * stride + 2 * (size_t)head_dim + (size_t)nq * 16 * head_dim; /* scores, staging, lanes */
     if (cap > cb->att_cap && cap < 2 * cb->att_cap) cap = 2 * cb->att_cap; /* grow geometrically */
     size_t bytes = cap * sizeof(float) * (size_t)cb->n_threads;
     if (cap > cb->att_cap) {
@@ -454,7 +463,7 @@ static void cpu_attention(bk_backend *be, const float *q, const float *k, const 
         if (grow((void **)&cb->att_scratch, &have, bytes) != BRISK_OK) return;
         cb->att_cap = cap;
     }
-    att_job j = {q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, out, cb, cb->att_cap};
+    att_job j = {q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, out, cb, cb->att_cap, stride, nq};
     if (ab->n_tokens < 8) att_write_worker(&j, 0, 1);
     else threadpool_run(cb->tp, att_write_worker, &j);
     threadpool_run(cb->tp, att_worker, &j);
