@@ -16,7 +16,14 @@
  *   get_rows, add, copy, f16 KV writes   exact; swiglu 1e-6; rms_norm 1e-6
  *   rope 1e-5 (2e-5 with YaRN: angles up to 3e4 rad, cosf/sinf 1-ulp apart); attention 1e-5 (f32 KV) and 1e-4 (f16, q8_0 KV);
  *   q8_0 KV writes byte-identical to the CPU's
+ *   moe_route: same ids in the same order (another id only at a near tie) and
+ *     weights within 1e-5 relative; moe_ffn 1e-4 vs a double reference, and vs
+ *     the CPU twice the CPU's own error + 1e-4 (the CPU quantizes activations)
+ *   ssm_conv 1e-6, carried inputs exact; gated_delta 1e-4 (outputs and the
+ *     fp32 state, after up to 24 entries); sigmoid_mul 1e-6
  *   end to end: identical greedy tokens; max |logit diff| <= 2e-2 * max |logit|
+ *     (stories260K, and the models of BRISK_E2E_MODELS: tiny MoE and hybrids,
+ *     also two sequences per batch)
  * Needs a GPU: `make test-cuda` (skips, passing, when none is found). */
 #include <stdint.h>
 
@@ -415,14 +422,259 @@ static void test_elementwise(void) {
     }
 }
 
-/* Greedy decoding from BOS on the CPU and on CUDA: same tokens for 128 steps. */
-static void test_end_to_end(void) {
-    const char *path = getenv("BRISK_E2E_MODEL");
-    char buf[512];
-    if (!path) {
-        snprintf(buf, sizeof buf, "%s/data/stories260K/stories260K.gguf", test_shared_dir());
-        path = buf;
+/* ---- mixture of experts ---- */
+
+/* Router: the same experts in the same order and weights within 1e-5; a
+ * different id is accepted only at a near tie (the CPU's polynomial exp and
+ * the GPU's expf differ in the last bits): equal weights within 1e-5. */
+static void check_moe_route(int n, int n_expert, int k, bool norm, float scale) {
+    size_t nl = (size_t)n * n_expert, nk = (size_t)n * k;
+    float *lg = malloc(nl * 4), *wc = malloc(nk * 4), *wg = malloc(nk * 4);
+    int32_t *ic = malloc(nk * 4), *ig = malloc(nk * 4);
+    fill(lg, nl, 4.0f);
+    float *dl = dev_copy(lg, nl * 4), *dw = dev_copy(NULL, nk * 4);
+    int32_t *di = dev_copy(NULL, nk * 4);
+    cpu->ops->moe_route(cpu, lg, n, n_expert, k, norm, scale, ic, wc);
+    gpu->ops->moe_route(gpu, dl, n, n_expert, k, norm, scale, di, dw);
+    dev_read(di, ig, nk * 4);
+    dev_read(dw, wg, nk * 4);
+    int bad = 0;
+    for (size_t i = 0; i < nk; i++) {
+        double tol = 1e-5 * fabs((double)wc[i]) + 1e-7;
+        if (fabs((double)wg[i] - wc[i]) > tol) bad++;
+        else if (ig[i] != ic[i] && (ig[i] < 0 || ig[i] >= n_expert)) bad++;
     }
+    if (bad)
+        fprintf(stderr, "  moe_route n %d experts %d k %d norm %d scale %g: %d entries differ\n", n, n_expert, k, norm,
+                scale, bad);
+    CHECK(bad == 0);
+    gpu->ops->release(gpu, dl); gpu->ops->release(gpu, dw); gpu->ops->release(gpu, di);
+    free(lg); free(wc); free(wg); free(ic); free(ig);
+}
+
+static void test_moe_route(void) {
+    check_moe_route(1, 8, 2, true, 0.0f);
+    check_moe_route(37, 128, 8, true, 0.0f);
+    check_moe_route(5, 256, 8, true, 2.5f);
+    check_moe_route(3, 60, 4, false, 0.0f);
+    check_moe_route(2, 1024, 16, true, 0.0f);
+    check_moe_route(600, 64, 6, true, 1.0f);
+}
+
+/* Expert FFN on random expert tensors and random routes (k distinct experts
+ * per token, random weights): against a double-precision reference on the
+ * dequantized weights (1e-4: f32 activations and sums on the GPU) and
+ * against the CPU (which quantizes activations to the weights' vec_dot type:
+ * held to twice the CPU's own distance from the reference, + 1e-4). */
+static void check_moe_ffn(uint32_t tg, uint32_t tu, uint32_t td, int64_t n_embd, int64_t n_ff, int n_expert, int k,
+                          int n) {
+    size_t rg, ru, rd;
+    void *hg = make_weight(tg, n_embd, n_expert * n_ff, &rg), *hu = make_weight(tu, n_embd, n_expert * n_ff, &ru),
+         *hd = make_weight(td, n_ff, n_expert * n_embd, &rd);
+    bk_weight gc = {.name = "gate_exps", .type = tg, .n_in = n_embd, .n_out = n_expert * n_ff, .row_bytes = rg,
+                    .host = hg, .n_expert = n_expert},
+              uc = {.name = "up_exps", .type = tu, .n_in = n_embd, .n_out = n_expert * n_ff, .row_bytes = ru,
+                    .host = hu, .n_expert = n_expert},
+              dc = {.name = "down_exps", .type = td, .n_in = n_ff, .n_out = n_expert * n_embd, .row_bytes = rd,
+                    .host = hd, .n_expert = n_expert},
+              gg = gc, ug = uc, dg = dc;
+    CHECK_OK(gpu->ops->bind_weight(gpu, &gg));
+    CHECK_OK(gpu->ops->bind_weight(gpu, &ug));
+    CHECK_OK(gpu->ops->bind_weight(gpu, &dg));
+    size_t nx = (size_t)n * n_embd, nk = (size_t)n * k;
+    float *x = malloc(nx * 4), *yc = malloc(nx * 4), *yg = malloc(nx * 4), *ref = malloc(nx * 4), *w = malloc(nk * 4);
+    int32_t *ids = malloc(nk * 4);
+    fill(x, nx, 1.0f);
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            int e, dup;
+            do { /* distinct experts per token, skewed towards the low ids */
+                e = (int)(rnd() % (uint32_t)n_expert);
+                if (rnd() % 2) e /= 2;
+                dup = 0;
+                for (int q = 0; q < j; q++) dup |= ids[(size_t)t * k + q] == e;
+            } while (dup);
+            ids[(size_t)t * k + j] = e;
+            w[(size_t)t * k + j] = 0.1f + (rnd() % 1000) / 1000.0f;
+        }
+    float *dx = dev_copy(x, nx * 4), *dy = dev_copy(NULL, nx * 4), *dw = dev_copy(w, nk * 4);
+    int32_t *di = dev_copy(ids, nk * 4);
+    cpu->ops->moe_ffn(cpu, &gc, &uc, &dc, x, n, ids, w, k, yc);
+    gpu->ops->moe_ffn(gpu, &gg, &ug, &dg, dx, n, di, dw, k, dy);
+    dev_read(dy, yg, nx * 4);
+    /* reference: each used expert dequantized once */
+    float *wgd = malloc((size_t)n_ff * n_embd * 4), *wud = malloc((size_t)n_ff * n_embd * 4),
+          *wdd = malloc((size_t)n_embd * n_ff * 4);
+    double *acc = calloc(nx, sizeof(double)), *hh = malloc((size_t)n_ff * sizeof(double));
+    for (int e = 0; e < n_expert; e++) {
+        bool used = false;
+        for (size_t i = 0; i < nk && !used; i++) used = ids[i] == e;
+        if (!used) continue;
+        for (int64_t r = 0; r < n_ff; r++) {
+            quant_dequantize(tg, (const uint8_t *)hg + ((size_t)e * n_ff + r) * rg, wgd + r * n_embd, n_embd);
+            quant_dequantize(tu, (const uint8_t *)hu + ((size_t)e * n_ff + r) * ru, wud + r * n_embd, n_embd);
+        }
+        for (int64_t r = 0; r < n_embd; r++)
+            quant_dequantize(td, (const uint8_t *)hd + ((size_t)e * n_embd + r) * rd, wdd + r * n_ff, n_ff);
+        for (size_t i = 0; i < nk; i++) {
+            if (ids[i] != e) continue;
+            const float *xt = x + (i / k) * n_embd;
+            for (int64_t r = 0; r < n_ff; r++) {
+                double g = 0, u = 0;
+                for (int64_t c = 0; c < n_embd; c++) {
+                    g += (double)wgd[r * n_embd + c] * xt[c];
+                    u += (double)wud[r * n_embd + c] * xt[c];
+                }
+                hh[r] = g / (1.0 + exp(-g)) * u;
+            }
+            for (int64_t r = 0; r < n_embd; r++) {
+                double s = 0;
+                for (int64_t c = 0; c < n_ff; c++) s += (double)wdd[r * n_ff + c] * hh[c];
+                acc[(i / k) * n_embd + r] += w[i] * s;
+            }
+        }
+    }
+    for (size_t i = 0; i < nx; i++) ref[i] = (float)acc[i];
+    double e_ref = rel_err(yg, ref, nx), e_cpu = rel_err(yg, yc, nx), c_ref = rel_err(yc, ref, nx);
+    double tol_cpu = 2 * c_ref + 1e-4;
+    if (!(e_ref <= 1e-4) || !(e_cpu <= tol_cpu))
+        fprintf(stderr, "  moe_ffn %s/%s/%s embd %lld ff %lld experts %d k %d n %d: vs ref %.2e, vs cpu %.2e (cpu vs ref %.2e)\n",
+                quant_type_name(tg), quant_type_name(tu), quant_type_name(td), (long long)n_embd, (long long)n_ff,
+                n_expert, k, n, e_ref, e_cpu, c_ref);
+    CHECK(e_ref <= 1e-4);
+    CHECK(e_cpu <= tol_cpu);
+    gpu->ops->release(gpu, dx); gpu->ops->release(gpu, dy); gpu->ops->release(gpu, dw); gpu->ops->release(gpu, di);
+    bk_cuda_release_weight(&gg); bk_cuda_release_weight(&ug); bk_cuda_release_weight(&dg);
+    free(hg); free(hu); free(hd); free(x); free(yc); free(yg); free(ref); free(w); free(ids);
+    free(wgd); free(wud); free(wdd); free(acc); free(hh);
+}
+
+static void test_moe_ffn(void) {
+    /* every type: decode (1 token), a small batch, and two sequences' worth */
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        check_moe_ffn(types[ti], types[ti], types[ti], 256, 256, 8, 2, 1);
+        check_moe_ffn(types[ti], types[ti], types[ti], 512, 256, 16, 4, 9);
+    }
+    /* a Q4_K_M-like mix: gate and up of different types (two passes), down apart */
+    check_moe_ffn(QT_Q4_K, QT_Q5_K, QT_Q6_K, 256, 256, 8, 2, 5);
+    check_moe_ffn(QT_Q8_0, QT_Q4_0, QT_F16, 256, 256, 8, 3, 1);
+    /* more entries than one chunk (2048 / k tokens per pass), many experts idle or popular */
+    check_moe_ffn(QT_F32, QT_F32, QT_F32, 64, 32, 64, 8, 300);
+    check_moe_ffn(QT_Q4_K, QT_Q4_K, QT_Q6_K, 256, 256, 32, 8, 260);
+    /* float rows that are no multiple of 8 (scalar path) */
+    check_moe_ffn(QT_F16, QT_F16, QT_F32, 100, 36, 4, 2, 3);
+}
+
+/* ---- Gated DeltaNet ---- */
+
+/* Three sequence slots (the last one stays zero in a context); entries in a
+ * mixed order. Outputs 1e-6 (only SiLU's exp differs), carried inputs exact. */
+static void check_ssm_conv(int channels, int d_conv, int n, const int32_t *seq) {
+    const int slots = 3;
+    size_t nx = (size_t)n * channels, ns = (size_t)slots * (d_conv - 1) * channels;
+    float *x = malloc(nx * 4), *w = malloc((size_t)d_conv * channels * 4), *st = malloc(ns * 4 + 4),
+          *stg = malloc(ns * 4 + 4), *oc = malloc(nx * 4), *og = malloc(nx * 4);
+    fill(x, nx, 2.0f);
+    fill(w, (size_t)d_conv * channels, 1.0f);
+    fill(st, ns, 2.0f);
+    bk_weight wc = {.name = "conv1d", .type = QT_F32, .n_in = d_conv, .n_out = channels,
+                    .row_bytes = (size_t)d_conv * 4, .host = w},
+              wg = wc;
+    CHECK_OK(gpu->ops->bind_weight(gpu, &wg));
+    float *dx = dev_copy(x, nx * 4), *ds = dev_copy(st, ns * 4 + 4), *dout = dev_copy(NULL, nx * 4);
+    cpu->ops->ssm_conv(cpu, x, &wc, st, seq, n, channels, d_conv, oc);
+    gpu->ops->ssm_conv(gpu, dx, &wg, ds, seq, n, channels, d_conv, dout);
+    dev_read(dout, og, nx * 4);
+    dev_read(ds, stg, ns * 4);
+    double e = rel_err(og, oc, nx);
+    if (!(e <= 1e-6)) fprintf(stderr, "  ssm_conv channels %d d_conv %d n %d: %.2e\n", channels, d_conv, n, e);
+    CHECK(e <= 1e-6);
+    CHECK(!memcmp(stg, st, ns * 4));
+    gpu->ops->release(gpu, dx); gpu->ops->release(gpu, ds); gpu->ops->release(gpu, dout);
+    bk_cuda_release_weight(&wg);
+    free(x); free(w); free(st); free(stg); free(oc); free(og);
+}
+
+/* Outputs and the carried states within 1e-4 (fp32 state, sums in another
+ * order than the CPU's 16-lane dot products, compounded over the entries). */
+static void check_gated_delta(int nk, int nv, int d, int n, const int32_t *seq) {
+    const int slots = 3;
+    size_t width = (size_t)(2 * nk + nv) * d, nq = (size_t)n * width, nba = (size_t)n * nv,
+           ns = (size_t)slots * nv * d * d, no = (size_t)n * nv * d;
+    float *qkv = malloc(nq * 4), *b = malloc(nba * 4), *a = malloc(nba * 4), *ab = malloc((size_t)nv * 4),
+          *as = malloc((size_t)nv * 4), *st = malloc(ns * 4), *stg = malloc(ns * 4), *oc = malloc(no * 4),
+          *og = malloc(no * 4);
+    fill(qkv, nq, 1.0f);
+    fill(b, nba, 3.0f);
+    fill(a, nba, 3.0f);
+    fill(ab, (size_t)nv, 1.0f);
+    for (int h = 0; h < nv; h++) as[h] = -expf(frand()); /* -exp(A_log) */
+    fill(st, ns, 0.05f);
+    bk_weight abc = {.name = "ssm_dt.bias", .type = QT_F32, .n_in = nv, .n_out = 1, .row_bytes = (size_t)nv * 4,
+                     .host = ab},
+              asc = {.name = "ssm_a", .type = QT_F32, .n_in = nv, .n_out = 1, .row_bytes = (size_t)nv * 4, .host = as},
+              abg = abc, asg = asc;
+    CHECK_OK(gpu->ops->bind_weight(gpu, &abg));
+    CHECK_OK(gpu->ops->bind_weight(gpu, &asg));
+    float *dq = dev_copy(qkv, nq * 4), *db = dev_copy(b, nba * 4), *da = dev_copy(a, nba * 4), *ds = dev_copy(st, ns * 4),
+          *dout = dev_copy(NULL, no * 4);
+    cpu->ops->gated_delta(cpu, qkv, b, a, &abc, &asc, st, seq, n, nk, nv, d, 1e-6f, oc);
+    gpu->ops->gated_delta(gpu, dq, db, da, &abg, &asg, ds, seq, n, nk, nv, d, 1e-6f, dout);
+    dev_read(dout, og, no * 4);
+    dev_read(ds, stg, ns * 4);
+    double eo = rel_err(og, oc, no), es = rel_err(stg, st, ns);
+    if (!(eo <= 1e-4) || !(es <= 1e-4))
+        fprintf(stderr, "  gated_delta heads %d/%d d %d n %d: out %.2e, state %.2e\n", nk, nv, d, n, eo, es);
+    CHECK(eo <= 1e-4);
+    CHECK(es <= 1e-4);
+    gpu->ops->release(gpu, dq); gpu->ops->release(gpu, db); gpu->ops->release(gpu, da);
+    gpu->ops->release(gpu, ds); gpu->ops->release(gpu, dout);
+    bk_cuda_release_weight(&abg); bk_cuda_release_weight(&asg);
+    free(qkv); free(b); free(a); free(ab); free(as); free(st); free(stg); free(oc); free(og);
+}
+
+static void test_ssm(void) {
+    static const int32_t one[1] = {1}, mixed[9] = {0, 1, 0, 0, 1, 1, 0, 1, 0}, run[24] = {0};
+    /* conv: tiny-qwen35's channels (512) and odd ones; d_conv 4 (Qwen3.5) and 2, 1 */
+    check_ssm_conv(512, 4, 1, one);
+    check_ssm_conv(512, 4, 9, mixed);
+    check_ssm_conv(100, 4, 24, run);
+    check_ssm_conv(8192, 4, 1, one);
+    check_ssm_conv(37, 2, 9, mixed);
+    check_ssm_conv(37, 1, 9, mixed);
+    /* delta rule: tiny-qwen35 (2/4 heads of 64), Qwen3.6-35B-A3B (16/32 of 128), odd sizes */
+    check_gated_delta(2, 4, 64, 1, one);
+    check_gated_delta(2, 4, 64, 9, mixed);
+    check_gated_delta(16, 32, 128, 1, one);
+    check_gated_delta(16, 32, 128, 9, mixed);
+    check_gated_delta(1, 2, 128, 24, run);
+    check_gated_delta(1, 3, 40, 9, mixed);
+    check_gated_delta(2, 2, 256, 3, mixed);
+}
+
+static void check_sigmoid_mul(int n_rows, int width, int gate_width) {
+    size_t nx = (size_t)n_rows * width, ng = (size_t)n_rows * gate_width;
+    float *x = malloc(nx * 4), *g = malloc(ng * 4), *xg = malloc(nx * 4);
+    fill(x, nx, 2.0f);
+    fill(g, ng, 8.0f);
+    float *dx = dev_copy(x, nx * 4), *dg = dev_copy(g, ng * 4);
+    cpu->ops->sigmoid_mul(cpu, x, g, n_rows, width, gate_width);
+    gpu->ops->sigmoid_mul(gpu, dx, dg, n_rows, width, gate_width);
+    dev_read(dx, xg, nx * 4);
+    CHECK(rel_err(xg, x, nx) <= 1e-6);
+    gpu->ops->release(gpu, dx); gpu->ops->release(gpu, dg);
+    free(x); free(g); free(xg);
+}
+
+static void test_sigmoid_mul(void) {
+    check_sigmoid_mul(1, 256, 256); /* gated attention's output gate */
+    check_sigmoid_mul(7, 1000, 1000);
+    check_sigmoid_mul(1, 256, 1);   /* the shared expert's scalar gate */
+    check_sigmoid_mul(9, 2048, 1);
+}
+
+/* Greedy decoding from BOS on the CPU and on CUDA: same tokens for 128 steps. */
+static void e2e_model(const char *path) {
     brisk_model *m[2] = {NULL, NULL};
     brisk_context *c[2] = {NULL, NULL};
     for (int d = 0; d < 2; d++) {
@@ -485,6 +737,99 @@ static void test_end_to_end(void) {
     }
 }
 
+static void test_end_to_end(void) {
+    const char *path = getenv("BRISK_E2E_MODEL");
+    char buf[512];
+    if (!path) {
+        snprintf(buf, sizeof buf, "%s/data/stories260K/stories260K.gguf", test_shared_dir());
+        path = buf;
+    }
+    e2e_model(path);
+}
+
+/* Two sequences in every batch: an interleaved prompt of 16 entries, then 32
+ * steps of one entry per sequence (graphs captured and replayed with the
+ * sequences read from the step's upload): same greedy tokens on both
+ * backends, logits within 2e-2 of the largest. */
+static void e2e_two_seqs(const char *path) {
+    brisk_model *m[2] = {NULL, NULL};
+    brisk_context *c[2] = {NULL, NULL};
+    for (int d = 0; d < 2; d++) {
+        brisk_model_params mp = brisk_model_default_params();
+        mp.n_gpu_layers = d == 0 ? 0 : -1;
+        CHECK_OK(brisk_model_load(path, &mp, &m[d]));
+        if (!m[d]) goto done;
+        brisk_context_params cp = brisk_context_default_params();
+        cp.n_ctx = 256;
+        cp.n_seq_max = 2;
+        CHECK_OK(brisk_context_new(m[d], &cp, &c[d]));
+        if (!c[d]) goto done;
+    }
+    int nv = brisk_n_vocab(m[0]), same = 0, steps = 32;
+    double worst = 0;
+    brisk_batch_entry e[16];
+    brisk_token tok[2][2]; /* [backend][sequence] */
+    for (int i = 0; i < 16; i++) {
+        int sq = i % 2, p = i / 2;
+        e[i] = (brisk_batch_entry){(brisk_token)((p * 37 + 5 + sq * 11) % nv), p, sq, i >= 14};
+    }
+    for (int step = 0; step <= steps; step++) {
+        const float *lg[2][2];
+        for (int d = 0; d < 2; d++) {
+            if (step == 0) CHECK_OK(brisk_decode(c[d], e, 16));
+            else {
+                brisk_batch_entry b2[2] = {{tok[d][0], 7 + step, 0, true}, {tok[d][1], 7 + step, 1, true}};
+                CHECK_OK(brisk_decode(c[d], b2, 2));
+            }
+            for (int sq = 0; sq < 2; sq++) lg[d][sq] = brisk_get_logits(c[d], step == 0 ? 14 + sq : sq);
+        }
+        if (!lg[0][0] || !lg[0][1] || !lg[1][0] || !lg[1][1]) goto done;
+        bool agree = true;
+        for (int sq = 0; sq < 2; sq++) {
+            float mx = 0, diff = 0;
+            for (int d = 0; d < 2; d++) {
+                int best = 0;
+                for (int j = 1; j < nv; j++)
+                    if (lg[d][sq][j] > lg[d][sq][best]) best = j;
+                tok[d][sq] = best;
+            }
+            for (int j = 0; j < nv; j++) {
+                if (fabsf(lg[0][sq][j]) > mx) mx = fabsf(lg[0][sq][j]);
+                if (fabsf(lg[0][sq][j] - lg[1][sq][j]) > diff) diff = fabsf(lg[0][sq][j] - lg[1][sq][j]);
+            }
+            if (diff / mx > worst) worst = diff / mx;
+            agree &= tok[0][sq] == tok[1][sq];
+        }
+        if (!agree) break;
+        same++;
+    }
+    printf("  e2e two sequences %s: %d/%d steps with equal greedy tokens, max |logit diff| / max |logit| = %.2e\n",
+           path, same, steps + 1, worst);
+    CHECK(same == steps + 1);
+    CHECK(worst <= 2e-2);
+done:
+    for (int d = 0; d < 2; d++) {
+        brisk_context_free(c[d]);
+        brisk_model_free(m[d]);
+    }
+}
+
+/* The models in BRISK_E2E_MODELS (space-separated paths: tests/cuda/run.sh
+ * synthesizes tiny qwen3moe, qwen35 and qwen35moe ones); skipped when unset. */
+static void test_end_to_end_models(void) {
+    const char *list = getenv("BRISK_E2E_MODELS");
+    if (!list || !*list) {
+        printf("  skip: BRISK_E2E_MODELS not set\n");
+        return;
+    }
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *p = strtok_r(buf, " ", &save); p; p = strtok_r(NULL, " ", &save)) {
+        e2e_model(p);
+        e2e_two_seqs(p);
+    }
+}
+
 int main(int argc, char **argv) {
     int nd = bk_cuda_device_count();
     if (nd == 0) {
@@ -498,7 +843,9 @@ int main(int argc, char **argv) {
     static const test_case cases[] = {
         {"matmul", test_matmul},         {"matmul_multi", test_matmul_multi}, {"get_rows", test_get_rows},
         {"rms_norm", test_rms_norm},     {"rope", test_rope},                 {"attention", test_attention},
-        {"elementwise", test_elementwise}, {"end_to_end", test_end_to_end},
+        {"elementwise", test_elementwise}, {"moe_route", test_moe_route},   {"moe_ffn", test_moe_ffn},
+        {"ssm", test_ssm},               {"sigmoid_mul", test_sigmoid_mul},   {"end_to_end", test_end_to_end},
+        {"end_to_end_models", test_end_to_end_models},
     };
     int rc = test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
     cpu->ops->free(cpu);

@@ -8,6 +8,19 @@ SHARED=${SHARED:-$(cd .. && pwd)/shared}
 MODEL=${MODEL:-$SHARED/data/stories260K/stories260K.gguf}
 export BRISK_E2E_MODEL=$MODEL
 pass=0; fail=0
+
+# Tiny MoE and hybrid (Gated DeltaNet) models, written here by the built brisk
+# with its built-in byte vocabulary (no ../shared needed): test_cuda_ops runs
+# them end to end (BRISK_E2E_MODELS), and the CLI check below too.
+E2E_DIR=$(mktemp -d); trap 'rm -rf "$E2E_DIR"' EXIT
+models=
+for spec in "tiny-qwen3moe" "tiny-qwen35" "tiny-qwen35moe --expert-skew 1"; do
+  set -- $spec; p=$1; shift
+  if "$BUILD/brisk" synth --preset "$p" "$@" -o "$E2E_DIR/$p.gguf" >/dev/null 2>"$E2E_DIR/err"; then
+    models="$models $E2E_DIR/$p.gguf"
+  else fail=$((fail + 1)); echo "FAIL synth $p: $(tail -n1 "$E2E_DIR/err")"; fi
+done
+export BRISK_E2E_MODELS="${models# }"
 out=$("$BUILD/tests/test_cuda_ops" 2>&1); rc=$?
 printf '%s\n' "$out"
 p=$(printf '%s\n' "$out" | awk '/^[0-9]+ passed, [0-9]+ failed$/{print $1}' | tail -n1)
@@ -16,16 +29,19 @@ pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0}))
 [ $rc -ne 0 ] && [ "${f:-0}" = 0 ] && fail=$((fail + 1))
 
 # The CLI end to end: the same greedy text on CPU (-ngl 0) and CUDA (default).
-if [ -f "$MODEL" ]; then
-  a=$("$BUILD/brisk" run -m "$MODEL" -p "Once upon a time" -n 128 --temp 0 --ignore-eos -ngl 0 2>/dev/null)
-  b=$("$BUILD/brisk" run -m "$MODEL" -p "Once upon a time" -n 128 --temp 0 --ignore-eos 2>/dev/null)
-  if [ -n "$a" ] && [ "$a" = "$b" ]; then pass=$((pass + 1)); echo "ok   cli greedy 128 tokens CPU == CUDA"
-  else fail=$((fail + 1)); echo "FAIL cli greedy CPU vs CUDA"; echo "cpu: $a"; echo "cuda: $b"; fi
+cli_check() { # model
+  local m=$1 name; name=$(basename "$m")
+  a=$("$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 128 --temp 0 --ignore-eos -ngl 0 2>/dev/null)
+  b=$("$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 128 --temp 0 --ignore-eos 2>/dev/null)
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then pass=$((pass + 1)); echo "ok   cli greedy 128 tokens CPU == CUDA ($name)"
+  else fail=$((fail + 1)); echo "FAIL cli greedy CPU vs CUDA ($name)"; echo "cpu: $a"; echo "cuda: $b"; fi
   # decode steps replayed from captured CUDA graphs give the text of eager launches
-  c=$(BRISK_CUDA_GRAPHS=0 "$BUILD/brisk" run -m "$MODEL" -p "Once upon a time" -n 128 --temp 0 --ignore-eos 2>/dev/null)
-  if [ -n "$c" ] && [ "$c" = "$b" ]; then pass=$((pass + 1)); echo "ok   cli greedy 128 tokens graphs == eager"
-  else fail=$((fail + 1)); echo "FAIL cli greedy graphs vs eager"; echo "eager: $c"; echo "graphs: $b"; fi
-fi
+  c=$(BRISK_CUDA_GRAPHS=0 "$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 128 --temp 0 --ignore-eos 2>/dev/null)
+  if [ -n "$c" ] && [ "$c" = "$b" ]; then pass=$((pass + 1)); echo "ok   cli greedy 128 tokens graphs == eager ($name)"
+  else fail=$((fail + 1)); echo "FAIL cli greedy graphs vs eager ($name)"; echo "eager: $c"; echo "graphs: $b"; fi
+}
+[ -f "$MODEL" ] && cli_check "$MODEL"
+for m in $BRISK_E2E_MODELS; do cli_check "$m"; done
 
 # Speed on synthetic models written here (brisk synth), when asked.
 if [ "${BENCH:-0}" = 1 ] && [ -n "${VOCAB:-}" ]; then

@@ -1,6 +1,7 @@
 /* cuda_backend.cu — memory, the stream, metadata staging and the op table of
  * the CUDA backend. The op families live in cuda_gemv.cu, cuda_norm_rope.cu,
- * cuda_attention.cu and cuda_elementwise.cu. */
+ * cuda_attention.cu, cuda_elementwise.cu, cuda_moe.cu (router, experts) and
+ * cuda_ssm.cu (Gated DeltaNet). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,7 @@ static void cuda_free(bk_backend *be) {
     cudaFree(cb->att_part);
     cudaFree(cb->xq);
     cudaFree(cb->xds);
+    cuda_moe_free(cb);
     cuda_graph_free(cb);
     free(cb->pack);
     if (cb->stream) cudaStreamDestroy(cb->stream);
@@ -149,31 +151,6 @@ static void cuda_copy(bk_backend *be, void *dst, const void *src, size_t bytes) 
     CU_OP(cb, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->stream));
 }
 
-/* MoE: not on the GPU yet; the first call records the error the step returns. */
-static void cuda_moe_route(bk_backend *be, const float *, int, int, int, bool, float, int32_t *, float *) {
-    cuda_set_error((cuda_backend *)be, bk_fail(BRISK_ERR_UNSUPPORTED, "MoE not yet on CUDA"));
-}
-
-static void cuda_moe_ffn(bk_backend *be, const bk_weight *, const bk_weight *, const bk_weight *, const float *, int,
-                         const int32_t *, const float *, int, float *) {
-    cuda_set_error((cuda_backend *)be, bk_fail(BRISK_ERR_UNSUPPORTED, "MoE not yet on CUDA"));
-}
-
-/* Gated DeltaNet (qwen35): not on the GPU yet; the first call records the error the step returns. */
-static void cuda_ssm_conv(bk_backend *be, const float *, const bk_weight *, float *, const int32_t *, int, int, int,
-                          float *) {
-    cuda_set_error((cuda_backend *)be, bk_fail(BRISK_ERR_UNSUPPORTED, "qwen35 not yet on CUDA"));
-}
-
-static void cuda_gated_delta(bk_backend *be, const float *, const float *, const float *, const bk_weight *,
-                             const bk_weight *, float *, const int32_t *, int, int, int, int, float, float *) {
-    cuda_set_error((cuda_backend *)be, bk_fail(BRISK_ERR_UNSUPPORTED, "qwen35 not yet on CUDA"));
-}
-
-static void cuda_sigmoid_mul(bk_backend *be, float *, const float *, int, int, int) {
-    cuda_set_error((cuda_backend *)be, bk_fail(BRISK_ERR_UNSUPPORTED, "qwen35 not yet on CUDA"));
-}
-
 static const bk_backend_ops cuda_ops = {
     /* name */ "cuda",
     /* free */ cuda_free,
@@ -222,7 +199,7 @@ extern "C" brisk_status bk_cuda_mem_info(int device, size_t *free_bytes, size_t 
 }
 
 extern "C" size_t bk_cuda_backend_overhead(void) {
-    size_t meta = 2 * META_TOKENS_BYTES + META_FREQ_BYTES + META_ATT_BYTES;
+    size_t meta = 3 * META_TOKENS_BYTES + META_FREQ_BYTES + META_ATT_BYTES;
     size_t step = ((size_t)1 << 20) * sizeof(int32_t);
     size_t xq = ((size_t)MMVQ_MAX_TOK << 17) * (1 + sizeof(float2) / 32);
     return meta + ATT_PART_FLOATS * sizeof(float) + step + xq;
@@ -257,7 +234,8 @@ static brisk_status cuda_init(cuda_backend *cb) {
     CU_TRY(cudaSetDevice(cb->device));
     CU_TRY(cudaDeviceGetAttribute(&cb->n_sm, cudaDevAttrMultiProcessorCount, cb->device));
     CU_TRY(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking));
-    const size_t caps[META_COUNT] = {META_TOKENS_BYTES, META_TOKENS_BYTES, META_FREQ_BYTES, META_ATT_BYTES};
+    const size_t caps[META_COUNT] = {META_TOKENS_BYTES, META_TOKENS_BYTES, META_FREQ_BYTES, META_ATT_BYTES,
+                                     META_TOKENS_BYTES};
     for (int i = 0; i < META_COUNT; i++) {
         cb->meta_cap[i] = caps[i];
         cb->meta_len[i] = (size_t)-1;

@@ -1,4 +1,4 @@
-/* cuda_elementwise.cu — SwiGLU and the residual add. */
+/* cuda_elementwise.cu — SwiGLU, the residual add and the sigmoid gate. */
 #include "backend/cuda/cuda_internal.cuh"
 
 __global__ void swiglu_kernel(const float *gate, const float *up, float *out, size_t n) {
@@ -13,6 +13,15 @@ __global__ void add_kernel(float *x, const float *y, size_t n) {
     if (i < n) x[i] += y[i];
 }
 
+/* x[r, i] *= sigmoid(gate[r, gate_width == 1 ? 0 : i]), as the CPU (expf, then one multiply) */
+__global__ void sigmoid_mul_kernel(float *x, const float *gate, size_t n, int width, int gate_width) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    size_t r = i / (size_t)width, c = i % (size_t)width;
+    float g = gate[r * (size_t)gate_width + (gate_width == 1 ? 0 : c)];
+    x[i] *= 1.0f / (1.0f + expf(-g));
+}
+
 extern "C" void cuda_swiglu(bk_backend *be, const float *gate, const float *up, float *out, size_t n) {
     cuda_backend *cb = (cuda_backend *)be;
     if (!n) return;
@@ -24,5 +33,13 @@ extern "C" void cuda_add(bk_backend *be, float *x, const float *y, size_t n) {
     cuda_backend *cb = (cuda_backend *)be;
     if (!n) return;
     add_kernel<<<(unsigned)((n + 255) / 256), 256, 0, cb->stream>>>(x, y, n);
+    CU_LAUNCHED(cb);
+}
+
+extern "C" void cuda_sigmoid_mul(bk_backend *be, float *x, const float *gate, int n_rows, int width, int gate_width) {
+    cuda_backend *cb = (cuda_backend *)be;
+    size_t n = (size_t)n_rows * (size_t)width;
+    if (n_rows <= 0 || width <= 0) return;
+    sigmoid_mul_kernel<<<(unsigned)((n + 255) / 256), 256, 0, cb->stream>>>(x, gate, n, width, gate_width);
     CU_LAUNCHED(cb);
 }

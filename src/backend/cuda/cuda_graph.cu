@@ -52,17 +52,21 @@ void cuda_graph_free(cuda_backend *cb) {
     cudaFree(cb->step_dev);
 }
 
-/* Packs ids, pos, slot, per-token table offsets, then the distinct tables
- * (tokens of one sequence share one copy). Returns the int32 count, or -1. */
+/* Packs ids, pos, slot, seq, per-token table offsets, then the distinct
+ * tables (tokens of one sequence share one copy). Returns the int32 count,
+ * or -1. seq is packed because the recurrent ops (cuda_ssm.cu) index their
+ * state by it, and a replayed graph must read this step's sequences. */
 static int64_t pack_step(cuda_backend *cb, const bk_step *st, int *max_np) {
     const bk_attn_batch *ab = st->ab;
     int n = st->n_tokens, bs = st->kv_block_size;
     int32_t *pk = cb->step_host;
-    int64_t cap = (int64_t)cb->step_cap, cur = 4 * (int64_t)n;
+    int64_t cap = (int64_t)cb->step_cap, cur = 5 * (int64_t)n;
     if (cur > cap) return -1;
     memcpy(pk, st->tokens, (size_t)n * 4);
     memcpy(pk + n, ab->pos, (size_t)n * 4);
     memcpy(pk + 2 * n, ab->slot, (size_t)n * 4);
+    if (ab->seq) memcpy(pk + 3 * n, ab->seq, (size_t)n * 4);
+    else memset(pk + 3 * n, 0, (size_t)n * 4);
     *max_np = 0;
     for (int t = 0; t < n;) {
         int u = t, np = 0; /* tokens [t, u) share one table; np: their longest span */
@@ -72,7 +76,7 @@ static int64_t pack_step(cuda_backend *cb, const bk_step *st, int *max_np) {
         int len = (np + bs - 1) / bs;
         if (cur + len > cap) return -1;
         memcpy(pk + cur, ab->block_table[t], (size_t)len * 4);
-        for (int i = t; i < u; i++) pk[3 * n + i] = (int32_t)(cur - 4 * n);
+        for (int i = t; i < u; i++) pk[4 * n + i] = (int32_t)(cur - 5 * n);
         cur += len;
         t = u;
     }
@@ -100,8 +104,9 @@ extern "C" brisk_status cuda_step_begin(bk_backend *be, const bk_step *st, bool 
     cb->st_ids = cb->step_dev;
     cb->st_pos = cb->step_dev + n;
     cb->st_slot = cb->step_dev + 2 * n;
-    cb->st_off = cb->step_dev + 3 * n;
-    cb->st_tabs = cb->step_dev + 4 * n;
+    cb->st_seq = cb->step_dev + 3 * n;
+    cb->st_off = cb->step_dev + 4 * n;
+    cb->st_tabs = cb->step_dev + 5 * n;
     cb->step_on = true;
     bool graph = !cb->graphs_off && n <= GRAPH_MAX_TOKENS;
     cb->st_np = graph ? np_bucket(max_np) : max_np;

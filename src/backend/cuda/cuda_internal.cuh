@@ -15,7 +15,7 @@ extern "C" {
 
 /* Metadata staging slots: each op family uploads into its own slot, so a
  * skipped (unchanged) upload never clobbers another op's live data. */
-enum { META_IDS = 0, META_ROPE_POS, META_ROPE_FREQ, META_ATT, META_COUNT };
+enum { META_IDS = 0, META_ROPE_POS, META_ROPE_FREQ, META_ATT, META_SEQ, META_COUNT };
 
 typedef struct cuda_backend {
     bk_backend base;
@@ -38,6 +38,7 @@ typedef struct cuda_backend {
     bool capturing;             /* the stream is being captured into a graph */
     bool graphs_off;            /* BRISK_CUDA_GRAPHS=0, or a capture failed once */
     const int32_t *st_ids, *st_pos, *st_slot, *st_off, *st_tabs; /* device, inside step_dev */
+    const int32_t *st_seq;      /* the entries' sequences (recurrent state slots), inside step_dev */
     int st_np;                  /* attention length the step's kernels are shaped for */
     int32_t *step_host;         /* pinned staging of the step's inputs */
     int32_t *step_dev;          /* its device copy */
@@ -52,6 +53,15 @@ typedef struct cuda_backend {
     size_t xq_cap;              /* int8 values */
     bool mma_off;               /* BRISK_CUDA_MMA=0: prefill products on the SIMT tiled kernel */
     bool attn_gqa_off;          /* BRISK_CUDA_ATTN_GQA=0: one attention block per query head */
+
+    /* MoE scratch (cuda_moe.cu): sized at the first moe_ffn call for the
+     * model's dims and a whole chunk of entries, so later calls never grow it.
+     * A buffer outgrown (other dims: tests) is retired, not freed, until the
+     * backend is: captured graphs may still point into it. */
+    void *moe_buf;
+    size_t moe_cap;             /* bytes */
+    void *moe_retired[8];
+    int n_moe_retired;
 } cuda_backend;
 
 #define MMVQ_MAX_TOK 16         /* tokens per integer-dot matrix product (batched decode) */
@@ -266,6 +276,17 @@ void cuda_matmul_add(bk_backend *be, const bk_weight *w, const float *x, int n, 
 brisk_status cuda_step_begin(bk_backend *be, const bk_step *st, bool *replayed);
 brisk_status cuda_step_end(bk_backend *be, bool *rerun);
 brisk_status cuda_graph_init(cuda_backend *cb);
+void cuda_moe_route(bk_backend *be, const float *logits, int n, int n_expert, int k, bool norm, float scale,
+                    int32_t *ids, float *weights);
+void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down, const float *x,
+                  int n, const int32_t *ids, const float *weights, int k, float *out);
+void cuda_ssm_conv(bk_backend *be, const float *x, const bk_weight *w, float *conv, const int32_t *seq, int n,
+                   int channels, int d_conv, float *out);
+void cuda_gated_delta(bk_backend *be, const float *qkv, const float *b, const float *a, const bk_weight *a_bias,
+                      const bk_weight *a_scale, float *ssm, const int32_t *seq, int n, int n_k_heads, int n_v_heads,
+                      int d, float eps, float *out);
+void cuda_sigmoid_mul(bk_backend *be, float *x, const float *gate, int n_rows, int width, int gate_width);
+void cuda_moe_free(cuda_backend *cb);
 }
 bool cuda_mmvq_supported(uint32_t type, int64_t n_in);
 bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n);

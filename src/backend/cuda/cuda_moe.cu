@@ -1,0 +1,459 @@
+/* cuda_moe.cu — mixture of experts on the GPU: the router (softmax, top-k,
+ * renormalisation in fp32) and the routed SwiGLU experts.
+ *
+ * The expert FFN never leaves the device to learn the routing: a one-block
+ * kernel groups the (token, slot) entries of the batch by expert (offsets,
+ * the list of active experts and its length, all in device memory), then
+ * each product is one launch over (row tile, active-expert slot). The grid
+ * has min(n_expert, entries) slots, a bound known before routing, so a
+ * captured graph fits every routing; a block whose slot is past the number
+ * of active experts returns at once. A warp owns MOE_ROWS rows of one
+ * expert and runs them against all that expert's entries, MOE_NT at a time,
+ * so an active expert's weights come from memory once per call (the token
+ * groups after the first hit L1/L2) and an idle expert's not at all.
+ *
+ * Per chunk of entries:
+ *   group    ids -> off (n_expert + 1), act (active experts), n_act, ent (entries by expert)
+ *   gate·up  h[ent] = silu(gate_e x[t]) * up_e x[t]       (fused when gate and up share a type)
+ *   down     dout[ent] = down_e h[ent]
+ *   combine  out[t] = sum_j weights[t,j] * dout[t*k + j]  (slot order, each product rounded, as the CPU)
+ *
+ * Weights are decoded to f32 with the shared block decoders (deq8/deq1 of
+ * cuda_internal.cuh) and dotted with f32 activations, as the float GEMV of
+ * cuda_gemv.cu. (The int8 __dp4a path of cuda_mmvq.cu would be faster for
+ * decode; it is not used here yet.) */
+#include "backend/cuda/cuda_internal.cuh"
+
+#define ROUTE_THREADS 128
+#define GROUP_THREADS 256
+#define MOE_WARPS 4
+#define MOE_ROWS 2      /* weight rows per warp */
+#define MOE_NT 8        /* entries per pass over a row */
+#define MOE_MAX_ENT 2048 /* (token, slot) entries per chunk: bounds the scratch */
+
+/* Dispatch over the supported types: inside, TT is the type as a constant. */
+#define MOE_TYPE_CASE(T, ...) \
+    case T: {                 \
+        constexpr int TT = T; \
+        __VA_ARGS__;          \
+    } break;
+#define MOE_DISPATCH(type, ...)                                                  \
+    switch (type) {                                                              \
+        MOE_TYPE_CASE(QT_F32, __VA_ARGS__) MOE_TYPE_CASE(QT_F16, __VA_ARGS__)    \
+        MOE_TYPE_CASE(QT_BF16, __VA_ARGS__) MOE_TYPE_CASE(QT_Q8_0, __VA_ARGS__)  \
+        MOE_TYPE_CASE(QT_Q4_0, __VA_ARGS__) MOE_TYPE_CASE(QT_Q4_1, __VA_ARGS__)  \
+        MOE_TYPE_CASE(QT_Q5_0, __VA_ARGS__) MOE_TYPE_CASE(QT_Q5_1, __VA_ARGS__)  \
+        MOE_TYPE_CASE(QT_IQ4_NL, __VA_ARGS__) MOE_TYPE_CASE(QT_Q4_K, __VA_ARGS__) \
+        MOE_TYPE_CASE(QT_Q5_K, __VA_ARGS__) MOE_TYPE_CASE(QT_Q6_K, __VA_ARGS__)  \
+        MOE_TYPE_CASE(QT_IQ4_XS, __VA_ARGS__)                                    \
+    default: break;                                                              \
+    }
+
+#define IS_FLOAT_TYPE(T) ((T) == QT_F32 || (T) == QT_F16 || (T) == QT_BF16)
+
+/* ---- router: one block per token ---- */
+__global__ void __launch_bounds__(ROUTE_THREADS)
+moe_route_kernel(const float *logits, int n_expert, int k, int norm, float scale, int32_t *ids, float *weights) {
+    __shared__ float p[BK_MOE_MAX_EXPERTS]; /* probabilities; a chosen expert's becomes -inf */
+    __shared__ float red_f[ROUTE_THREADS / 32];
+    __shared__ int red_i[ROUTE_THREADS / 32];
+    __shared__ double red_d[ROUTE_THREADS / 32];
+    const int tid = threadIdx.x, lane = tid % 32, wid = tid / 32, nw = ROUTE_THREADS / 32;
+    const float *x = logits + (size_t)blockIdx.x * n_expert;
+    int32_t *id = ids + (size_t)blockIdx.x * k;
+    float *w = weights + (size_t)blockIdx.x * k;
+
+    float mx = -INFINITY;
+    for (int e = tid; e < n_expert; e += ROUTE_THREADS) mx = fmaxf(mx, x[e]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) red_f[wid] = mx;
+    __syncthreads();
+    mx = red_f[0];
+    for (int i = 1; i < nw; i++) mx = fmaxf(mx, red_f[i]);
+    /* the sum in double and one float reciprocal, as the CPU (ggml_vec_soft_max_f32) */
+    double sum = 0;
+    for (int e = tid; e < n_expert; e += ROUTE_THREADS) {
+        float v = expf(x[e] - mx);
+        p[e] = v;
+        sum += (double)v;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) red_d[wid] = sum;
+    __syncthreads();
+    sum = 0;
+    for (int i = 0; i < nw; i++) sum += red_d[i];
+    float inv = (float)(1.0 / sum);
+    for (int e = tid; e < n_expert; e += ROUTE_THREADS) p[e] *= inv;
+    __syncthreads();
+
+    /* top-k, most probable first; ties go to the lower id */
+    for (int s = 0; s < k; s++) {
+        float bv = -INFINITY;
+        int bi = n_expert;
+        for (int e = tid; e < n_expert; e += ROUTE_THREADS)
+            if (p[e] > bv) { /* ascending e: the first of equals is the lowest id */
+                bv = p[e];
+                bi = e;
+            }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        if (lane == 0) {
+            red_f[wid] = bv;
+            red_i[wid] = bi;
+        }
+        __syncthreads();
+        if (tid == 0) {
+            for (int i = 1; i < nw; i++)
+                if (red_f[i] > bv || (red_f[i] == bv && red_i[i] < bi)) {
+                    bv = red_f[i];
+                    bi = red_i[i];
+                }
+            if (bi >= n_expert) bi = 0; /* NaN logits: keep the id in range for the FFN */
+            id[s] = bi;
+            w[s] = p[bi];
+            p[bi] = -INFINITY;
+        }
+        __syncthreads();
+    }
+    if (tid == 0) {
+        if (norm) { /* sum in double, clamped below at f16's smallest normal, as the CPU */
+            double ws = 0;
+            for (int s = 0; s < k; s++) ws += (double)w[s];
+            float fs = (float)ws;
+            if (fs < 6.103515625e-5f) fs = 6.103515625e-5f;
+            for (int s = 0; s < k; s++) w[s] = w[s] / fs;
+        }
+        if (scale != 0.0f && scale != 1.0f)
+            for (int s = 0; s < k; s++) w[s] *= scale;
+    }
+}
+
+extern "C" void cuda_moe_route(bk_backend *be, const float *logits, int n, int n_expert, int k, bool norm,
+                               float scale, int32_t *ids, float *weights) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (n <= 0) return;
+    if (n_expert < 1 || n_expert > BK_MOE_MAX_EXPERTS || k < 1 || k > n_expert) {
+        cuda_set_error(cb, bk_fail(BRISK_ERR_INVALID_ARG, "cuda moe_route: %d of %d experts", k, n_expert));
+        return;
+    }
+    moe_route_kernel<<<(unsigned)n, ROUTE_THREADS, 0, cb->stream>>>(logits, n_expert, k, norm ? 1 : 0, scale, ids,
+                                                                    weights);
+    CU_LAUNCHED(cb);
+}
+
+/* ---- grouping: one block; the order inside an expert's group is free
+ * (every entry's products are computed alone, so the results do not depend on it) ---- */
+__global__ void __launch_bounds__(GROUP_THREADS)
+moe_group_kernel(const int32_t *ids, int nk, int n_expert, int32_t *off, int32_t *act, int32_t *n_act,
+                 int32_t *ent) {
+    __shared__ int cnt[BK_MOE_MAX_EXPERTS];
+    __shared__ int fill[BK_MOE_MAX_EXPERTS];
+    const int tid = threadIdx.x, lane = tid % 32;
+    for (int e = tid; e < n_expert; e += GROUP_THREADS) cnt[e] = 0;
+    __syncthreads();
+    for (int i = tid; i < nk; i += GROUP_THREADS) {
+        int e = min(max(ids[i], 0), n_expert - 1);
+        atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    if (tid < 32) { /* exclusive scan of the counts, 32 experts per step, and the active list */
+        int run = 0, na = 0;
+        for (int base = 0; base < n_expert; base += 32) {
+            int e = base + lane, c = e < n_expert ? cnt[e] : 0, incl = c;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                int v = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += v;
+            }
+            if (e < n_expert) {
+                fill[e] = run + incl - c;
+                off[e] = run + incl - c;
+            }
+            unsigned m = __ballot_sync(0xffffffffu, c > 0);
+            if (c > 0) act[na + __popc(m & ((1u << lane) - 1u))] = e;
+            run += __shfl_sync(0xffffffffu, incl, 31);
+            na += __popc(m);
+        }
+        if (lane == 0) {
+            off[n_expert] = run;
+            *n_act = na;
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < nk; i += GROUP_THREADS) {
+        int e = min(max(ids[i], 0), n_expert - 1);
+        ent[atomicAdd(&fill[e], 1)] = i;
+    }
+}
+
+/* acc[i][t] += dot(row i, xs[t]) over this lane's part of n_in, for t < nt
+ * (the loop of cuda_gemv.cu's gemv_kernel over scattered activation rows). */
+template <int T, int R, int NT>
+__device__ __forceinline__ void rows_dot(const uint8_t *const (&rows)[R], int64_t n_in, const float *const (&xs)[NT],
+                                         int nt, int lane, float (&acc)[R][NT]) {
+    if (!IS_FLOAT_TYPE(T) || n_in % 8 == 0) {
+        for (int64_t p = lane; p < n_in / 8; p += 32) {
+            float v[R][8];
+#pragma unroll
+            for (int i = 0; i < R; i++) deq8<T>(rows[i], p * 8, v[i]);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t < nt) {
+                    const float4 *xp = (const float4 *)(xs[t] + p * 8);
+                    float4 a = __ldg(xp), b = __ldg(xp + 1);
+#pragma unroll
+                    for (int i = 0; i < R; i++)
+                        acc[i][t] += v[i][0] * a.x + v[i][1] * a.y + v[i][2] * a.z + v[i][3] * a.w +
+                                     v[i][4] * b.x + v[i][5] * b.y + v[i][6] * b.z + v[i][7] * b.w;
+                }
+            }
+        }
+    } else {
+        for (int64_t e = lane; e < n_in; e += 32) {
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                float w = deq1(T, rows[i], e);
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    if (t < nt) acc[i][t] += w * __ldg(xs[t] + e);
+            }
+        }
+    }
+}
+
+template <int R, int NT> __device__ __forceinline__ void warp_sum(float (&acc)[R][NT], int nt) {
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (t < nt)
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) acc[i][t] += __shfl_xor_sync(0xffffffffu, acc[i][t], o);
+}
+
+__device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }
+
+/* The grouped entries' slot of this block, or -1 when the slot is idle. */
+__device__ __forceinline__ int block_expert(const int32_t *act, const int32_t *n_act) {
+    return (int)blockIdx.y < *n_act ? act[blockIdx.y] : -1;
+}
+
+/* h (entries, n_ff). BOTH: gate and up of one type, h = silu(gate x) * up x in
+ * one pass. Otherwise stage 0 writes h = gate x and stage 1 makes it
+ * silu(h) * up x. x rows are tokens: entry i reads x[i / k]. */
+template <int T, bool BOTH>
+__global__ void __launch_bounds__(MOE_WARPS * 32)
+moe_gate_up_kernel(const uint8_t *G, const uint8_t *U, size_t row_bytes, int64_t n_in, int64_t n_ff, const float *x,
+                   int k, const int32_t *off, const int32_t *act, const int32_t *n_act, const int32_t *ent, float *h,
+                   int stage) {
+    int e = block_expert(act, n_act);
+    if (e < 0) return;
+    int lane = threadIdx.x % 32;
+    int64_t r0 = ((int64_t)blockIdx.x * MOE_WARPS + threadIdx.x / 32) * MOE_ROWS;
+    if (r0 >= n_ff) return;
+    const uint8_t *W = BOTH || stage == 0 ? G : U;
+    const uint8_t *rg[MOE_ROWS], *ru[MOE_ROWS];
+#pragma unroll
+    for (int i = 0; i < MOE_ROWS; i++) {
+        int64_t r = (int64_t)e * n_ff + (r0 + i < n_ff ? r0 + i : r0);
+        rg[i] = W + r * row_bytes;
+        ru[i] = U + r * row_bytes;
+    }
+    int beg = off[e], end = off[e + 1];
+    for (int c0 = beg; c0 < end; c0 += MOE_NT) {
+        int nt = end - c0 < MOE_NT ? end - c0 : MOE_NT;
+        int en[MOE_NT];
+        const float *xs[MOE_NT];
+#pragma unroll
+        for (int t = 0; t < MOE_NT; t++) {
+            en[t] = ent[c0 + (t < nt ? t : 0)];
+            xs[t] = x + (int64_t)(en[t] / k) * n_in;
+        }
+        float ag[MOE_ROWS][MOE_NT], au[MOE_ROWS][MOE_NT];
+#pragma unroll
+        for (int i = 0; i < MOE_ROWS; i++)
+#pragma unroll
+            for (int t = 0; t < MOE_NT; t++) ag[i][t] = au[i][t] = 0.0f;
+        rows_dot<T, MOE_ROWS, MOE_NT>(rg, n_in, xs, nt, lane, ag);
+        warp_sum(ag, nt);
+        if (BOTH) {
+            rows_dot<T, MOE_ROWS, MOE_NT>(ru, n_in, xs, nt, lane, au);
+            warp_sum(au, nt);
+        }
+        if (lane == 0)
+#pragma unroll
+            for (int i = 0; i < MOE_ROWS; i++) {
+                if (r0 + i >= n_ff) break;
+#pragma unroll
+                for (int t = 0; t < MOE_NT; t++) {
+                    if (t >= nt) break;
+                    float *o = h + (int64_t)en[t] * n_ff + r0 + i;
+                    if (BOTH) *o = silu_f(ag[i][t]) * au[i][t];
+                    else if (stage == 0) *o = ag[i][t];
+                    else *o = silu_f(*o) * ag[i][t];
+                }
+            }
+    }
+}
+
+/* dout (entries, n_embd) = down_e h[entry], unweighted. */
+template <int T>
+__global__ void __launch_bounds__(MOE_WARPS * 32)
+moe_down_kernel(const uint8_t *D, size_t row_bytes, int64_t n_ff, int64_t n_embd, const float *h, const int32_t *off,
+                const int32_t *act, const int32_t *n_act, const int32_t *ent, float *dout) {
+    int e = block_expert(act, n_act);
+    if (e < 0) return;
+    int lane = threadIdx.x % 32;
+    int64_t r0 = ((int64_t)blockIdx.x * MOE_WARPS + threadIdx.x / 32) * MOE_ROWS;
+    if (r0 >= n_embd) return;
+    const uint8_t *rows[MOE_ROWS];
+#pragma unroll
+    for (int i = 0; i < MOE_ROWS; i++) rows[i] = D + ((int64_t)e * n_embd + (r0 + i < n_embd ? r0 + i : r0)) * row_bytes;
+    int beg = off[e], end = off[e + 1];
+    for (int c0 = beg; c0 < end; c0 += MOE_NT) {
+        int nt = end - c0 < MOE_NT ? end - c0 : MOE_NT;
+        int en[MOE_NT];
+        const float *xs[MOE_NT];
+#pragma unroll
+        for (int t = 0; t < MOE_NT; t++) {
+            en[t] = ent[c0 + (t < nt ? t : 0)];
+            xs[t] = h + (int64_t)en[t] * n_ff;
+        }
+        float acc[MOE_ROWS][MOE_NT];
+#pragma unroll
+        for (int i = 0; i < MOE_ROWS; i++)
+#pragma unroll
+            for (int t = 0; t < MOE_NT; t++) acc[i][t] = 0.0f;
+        rows_dot<T, MOE_ROWS, MOE_NT>(rows, n_ff, xs, nt, lane, acc);
+        warp_sum(acc, nt);
+        if (lane == 0)
+#pragma unroll
+            for (int i = 0; i < MOE_ROWS; i++) {
+                if (r0 + i >= n_embd) break;
+#pragma unroll
+                for (int t = 0; t < MOE_NT; t++) {
+                    if (t >= nt) break;
+                    dout[(int64_t)en[t] * n_embd + r0 + i] = acc[i][t];
+                }
+            }
+    }
+}
+
+/* out[t] = dout[t,0] * w0 + dout[t,1] * w1 + ...: each product rounded, summed in slot order (no fma, as the CPU) */
+__global__ void moe_combine_kernel(const float *dout, const float *w, int n, int k, int64_t n_embd, float *out) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)n * n_embd) return;
+    int64_t t = i / n_embd, c = i % n_embd;
+    const float *v = dout + t * k * n_embd + c, *wt = w + t * k;
+    float o = __fmul_rn(v[0], wt[0]);
+    for (int s = 1; s < k; s++) o = __fadd_rn(o, __fmul_rn(v[(int64_t)s * n_embd], wt[s]));
+    out[i] = o;
+}
+
+/* Makes moe_buf hold `need` bytes. Inside a capture the allocation is made
+ * anyway (relaxed mode allows it; it is not part of the graph, and the buffer
+ * outlives every graph that uses it). An outgrown buffer is freed when no
+ * graph can point into it, else retired until the backend is freed. */
+static bool moe_reserve(cuda_backend *cb, size_t need) {
+    if (need <= cb->moe_cap) return true;
+    if (cb->moe_buf) {
+        if (!cb->capturing && cb->n_graphs == 0) {
+            cudaError_t e = cudaStreamSynchronize(cb->stream);
+            if (e != cudaSuccess) {
+                cuda_set_error(cb, bk_fail(BRISK_ERR_BACKEND, "cuda moe: %s", cudaGetErrorString(e)));
+                return false;
+            }
+            cudaFree(cb->moe_buf);
+        } else if (cb->n_moe_retired < (int)(sizeof cb->moe_retired / sizeof cb->moe_retired[0])) {
+            cb->moe_retired[cb->n_moe_retired++] = cb->moe_buf;
+        } else {
+            cuda_set_error(cb, bk_fail(BRISK_ERR_NOMEM, "cuda moe: scratch regrown too often"));
+            return false;
+        }
+        cb->moe_buf = NULL;
+        cb->moe_cap = 0;
+    }
+    cudaError_t e = cudaMalloc(&cb->moe_buf, need);
+    if (e != cudaSuccess) {
+        cb->moe_buf = NULL;
+        cudaGetLastError();
+        cuda_set_error(cb, bk_fail(BRISK_ERR_NOMEM, "cuda moe: cannot allocate %.1f MiB of scratch: %s",
+                                   need / 1048576.0, cudaGetErrorString(e)));
+        return false;
+    }
+    cb->moe_cap = need;
+    return true;
+}
+
+extern "C" void cuda_moe_free(cuda_backend *cb) {
+    cudaFree(cb->moe_buf);
+    for (int i = 0; i < cb->n_moe_retired; i++) cudaFree(cb->moe_retired[i]);
+    cb->moe_buf = NULL;
+    cb->moe_cap = 0;
+    cb->n_moe_retired = 0;
+}
+
+static size_t al256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
+                             const float *x, int n, const int32_t *ids, const float *weights, int k, float *out) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (n <= 0) return;
+    int n_expert = gate->n_expert > 0 ? gate->n_expert : 1;
+    int64_t n_ff = gate->n_out / n_expert, n_embd = gate->n_in;
+    if (n_expert > BK_MOE_MAX_EXPERTS || k < 1 || k > n_expert || up->n_out != gate->n_out || up->n_in != n_embd ||
+        down->n_in != n_ff || down->n_out != n_expert * n_embd || !cuda_type_supported(gate->type) ||
+        !cuda_type_supported(up->type) || !cuda_type_supported(down->type)) {
+        cuda_set_error(cb, bk_fail(BRISK_ERR_INVALID_ARG, "cuda moe_ffn: expert tensors %s, %s, %s do not fit",
+                                   gate->name, up->name, down->name));
+        return;
+    }
+    /* sizes first: a whole chunk, whatever n, so a model's later calls never regrow */
+    int chunk = MOE_MAX_ENT / k > 0 ? MOE_MAX_ENT / k : 1; /* tokens per pass */
+    size_t ents = (size_t)chunk * k;
+    size_t b_h = al256(ents * n_ff * sizeof(float)), b_d = al256(ents * n_embd * sizeof(float)),
+           b_off = al256(((size_t)n_expert + 1) * 4), b_act = al256((size_t)n_expert * 4), b_na = 256,
+           b_ent = al256(ents * 4);
+    if (!moe_reserve(cb, b_h + b_d + b_off + b_act + b_na + b_ent)) return;
+    char *p = (char *)cb->moe_buf;
+    float *h = (float *)p, *dout = (float *)(p + b_h);
+    int32_t *off = (int32_t *)(p + b_h + b_d), *act = (int32_t *)((char *)off + b_off),
+            *n_act = (int32_t *)((char *)act + b_act), *ent = (int32_t *)((char *)n_act + b_na);
+    const uint8_t *G = (const uint8_t *)gate->dev, *U = (const uint8_t *)up->dev, *D = (const uint8_t *)down->dev;
+    bool both = gate->type == up->type && gate->row_bytes == up->row_bytes;
+    const int rows_per_block = MOE_WARPS * MOE_ROWS;
+
+    for (int t0 = 0; t0 < n; t0 += chunk) {
+        int nc = n - t0 < chunk ? n - t0 : chunk, nk = nc * k;
+        unsigned slots = (unsigned)(nk < n_expert ? nk : n_expert);
+        moe_group_kernel<<<1, GROUP_THREADS, 0, cb->stream>>>(ids + (size_t)t0 * k, nk, n_expert, off, act, n_act,
+                                                             ent);
+        const float *xc = x + (size_t)t0 * n_embd;
+        dim3 g1((unsigned)((n_ff + rows_per_block - 1) / rows_per_block), slots);
+        if (both) {
+            MOE_DISPATCH(gate->type, moe_gate_up_kernel<TT, true><<<g1, MOE_WARPS * 32, 0, cb->stream>>>(
+                                         G, U, gate->row_bytes, n_embd, n_ff, xc, k, off, act, n_act, ent, h, 0));
+        } else {
+            MOE_DISPATCH(gate->type, moe_gate_up_kernel<TT, false><<<g1, MOE_WARPS * 32, 0, cb->stream>>>(
+                                         G, U, gate->row_bytes, n_embd, n_ff, xc, k, off, act, n_act, ent, h, 0));
+            MOE_DISPATCH(up->type, moe_gate_up_kernel<TT, false><<<g1, MOE_WARPS * 32, 0, cb->stream>>>(
+                                       G, U, up->row_bytes, n_embd, n_ff, xc, k, off, act, n_act, ent, h, 1));
+        }
+        dim3 g2((unsigned)((n_embd + rows_per_block - 1) / rows_per_block), slots);
+        MOE_DISPATCH(down->type, moe_down_kernel<TT><<<g2, MOE_WARPS * 32, 0, cb->stream>>>(
+                                     D, down->row_bytes, n_ff, n_embd, h, off, act, n_act, ent, dout));
+        int64_t tot = (int64_t)nc * n_embd;
+        moe_combine_kernel<<<(unsigned)((tot + 255) / 256), 256, 0, cb->stream>>>(dout, weights + (size_t)t0 * k, nc,
+                                                                                k, n_embd, out + (size_t)t0 * n_embd);
+    }
+    CU_LAUNCHED(cb);
+}
