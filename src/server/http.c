@@ -48,11 +48,15 @@ typedef struct conn {
     strbuf out;          /* SSE bytes not yet handed to MHD */
     size_t out_off;
     bool out_done;
-    size_t text_done;    /* bytes of the request's text already formatted */
-    int toks_done;
-    strbuf text;         /* the delta being formatted */
-    sched_token *toks;   /* (toks_cap) logprob records of the delta */
-    int toks_cap;
+    struct conn_choice {
+        size_t text_done; /* bytes of the choice's text already formatted */
+        int toks_done;
+        strbuf text;      /* the delta being formatted */
+        sched_token *toks; /* (toks_cap) logprob records of the delta */
+        int toks_cap;
+    } *cc;               /* (n_cc) one per choice of the request */
+    oai_choice_delta *cd; /* (n_cc) */
+    int n_cc;
     char error[256];
 } conn;
 
@@ -117,7 +121,34 @@ static bool has_news(const conn *c, bool whole) {
     const sched_req *r = c->req;
     if (r->finish != SCHED_RUNNING) return true;
     if (whole) return false;
-    return r->n_visible > c->text_done || (r->p.logprobs && r->n_toks > c->toks_done);
+    for (int i = 0; i < c->n_cc; i++) {
+        const sched_choice *ch = &r->ch[i];
+        if (ch->n_visible > c->cc[i].text_done || (r->p.logprobs && ch->n_toks > c->cc[i].toks_done) ||
+            (ch->finish != SCHED_RUNNING && c->cd[i].finish == SCHED_RUNNING))
+            return true;
+    }
+    return false;
+}
+
+/* Lock held: copies choice i's new output into c->cc[i] and c->cd[i]; false on OOM. */
+static bool copy_choice(conn *c, int i) {
+    const sched_req *r = c->req;
+    const sched_choice *ch = &r->ch[i];
+    struct conn_choice *k = &c->cc[i];
+    sb_reset(&k->text);
+    sb_append(&k->text, ch->text ? ch->text + k->text_done : "", ch->n_visible - k->text_done);
+    k->text_done = ch->n_visible;
+    int nt = r->p.logprobs ? ch->n_toks - k->toks_done : 0;
+    if (nt > k->toks_cap) {
+        sched_token *t = realloc(k->toks, (size_t)nt * sizeof *t);
+        if (t) k->toks = t, k->toks_cap = nt;
+        else nt = 0;
+    }
+    if (nt > 0) memcpy(k->toks, ch->toks + k->toks_done, (size_t)nt * sizeof *k->toks);
+    k->toks_done += nt;
+    c->cd[i] = (oai_choice_delta){.text = k->text.p ? k->text.p : "", .len = k->text.len, .toks = k->toks,
+                                  .n_toks = nt, .finish = ch->finish, .n_gen = ch->n_toks};
+    return !k->text.failed;
 }
 
 /* Sleeps until the request has news (whole: until it finishes), then copies
@@ -135,23 +166,13 @@ static bool wait_delta(conn *c, bool whole, oai_delta *d) {
         }
     }
     sched_req *r = c->req;
-    sb_reset(&c->text);
-    sb_append(&c->text, r->text ? r->text + c->text_done : "", r->n_visible - c->text_done);
-    c->text_done = r->n_visible;
-    int nt = r->p.logprobs ? r->n_toks - c->toks_done : 0;
-    if (nt > c->toks_cap) {
-        sched_token *t = realloc(c->toks, (size_t)nt * sizeof *t);
-        if (t) c->toks = t, c->toks_cap = nt;
-        else nt = 0;
-    }
-    if (nt > 0) memcpy(c->toks, r->toks + c->toks_done, (size_t)nt * sizeof *c->toks);
-    c->toks_done += nt;
+    bool ok = true;
+    for (int i = 0; i < c->n_cc; i++) ok &= copy_choice(c, i);
     snprintf(c->error, sizeof c->error, "%s", r->error);
-    *d = (oai_delta){.text = c->text.p ? c->text.p : "", .len = c->text.len, .toks = c->toks, .n_toks = nt,
-                     .finish = r->finish, .error = c->error, .n_prompt = r->n_prompt, .n_cached = r->n_cached,
-                     .n_gen = r->n_toks};
+    *d = (oai_delta){.n = c->n_cc, .ch = c->cd, .finish = r->finish, .error = c->error, .n_prompt = r->n_prompt,
+                     .n_cached = r->n_cached};
     sched_unlock(srv->sch);
-    return !c->text.failed;
+    return ok;
 }
 
 static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -180,6 +201,10 @@ static enum MHD_Result completions(server *srv, struct MHD_Connection *con, conn
     c->have_job = true;
     c->req = c->job.req;
     if (!ok) return send_error(srv, con, &e);
+    c->n_cc = c->req->n_choices;
+    c->cc = calloc((size_t)c->n_cc, sizeof *c->cc);
+    c->cd = calloc((size_t)c->n_cc, sizeof *c->cd);
+    if (!c->cc || !c->cd) return fail(srv, con, 500, NULL, "out of memory");
     brisk_status st = sched_submit(srv->sch, c->req);
     if (st != BRISK_OK) {
         int status = st == BRISK_ERR_RANGE ? 400 : st == BRISK_ERR_NOMEM ? 429 : st == BRISK_ERR_INVALID_ARG ? 400 : 503;
@@ -384,8 +409,12 @@ static void completed(void *cls, struct MHD_Connection *con, void **con_cls, enu
     if (c->have_job) oai_job_free(&c->job);
     sb_free(&c->body);
     sb_free(&c->out);
-    sb_free(&c->text);
-    free(c->toks);
+    for (int i = 0; c->cc && i < c->n_cc; i++) {
+        sb_free(&c->cc[i].text);
+        free(c->cc[i].toks);
+    }
+    free(c->cc);
+    free(c->cd);
     free(c);
     *con_cls = NULL;
 }
@@ -410,7 +439,7 @@ brisk_status server_start(brisk_model *model, brisk_context *ctx, const server_c
         server_stop(srv);
         return s;
     }
-    srv->oai = (oai_server){model, srv->fmt, srv->model_id};
+    srv->oai = (oai_server){model, srv->fmt, srv->model_id, cfg->n_parallel};
     sched_params sp = {cfg->n_parallel, cfg->n_ctx_slot, cfg->prefill_chunk, cfg->max_queue};
     if ((s = sched_new(model, ctx, &sp, &srv->sch)) != BRISK_OK) {
         server_stop(srv);

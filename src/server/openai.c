@@ -151,7 +151,7 @@ static bool parse_stop(const cJSON *root, sched_gen_params *p, oai_error *e) {
     return true;
 }
 
-static bool parse_sampling(const cJSON *root, bool chat, oai_job *job, oai_error *e) {
+static bool parse_sampling(const oai_server *srv, const cJSON *root, bool chat, oai_job *job, oai_error *e) {
     sched_gen_params *p = &job->req->p;
     bool ok = true;
     double v;
@@ -166,8 +166,13 @@ static bool parse_sampling(const cJSON *root, bool chat, oai_job *job, oai_error
     else p->sp.seed = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)job;
     if (get_num(root, "max_tokens", 0, 1 << 30, true, &v, &ok, e)) p->max_tokens = (int)v;
     if (get_num(root, "max_completion_tokens", 0, 1 << 30, true, &v, &ok, e)) p->max_tokens = (int)v;
-    if (get_num(root, "n", 1, 128, true, &v, &ok, e) && v != 1)
-        ok = oai_fail(e, 400, "n", "n > 1 is not supported; send separate requests");
+    job->n = 1;
+    if (get_num(root, "n", 1, 128, true, &v, &ok, e)) {
+        if (v > srv->n_parallel)
+            ok = oai_fail(e, 400, "n", "n is %d but the server decodes at most %d sequences at once (--parallel)",
+                          (int)v, srv->n_parallel);
+        else job->n = (int)v;
+    }
     get_bool(root, "ignore_eos", &p->ignore_eos, &ok, e);
     if (chat) {
         get_bool(root, "logprobs", &job->logprobs, &ok, e);
@@ -183,8 +188,8 @@ static bool parse_sampling(const cJSON *root, bool chat, oai_job *job, oai_error
 }
 
 /* Structured output: response_format {type: text | json_object | json_schema}
- * or a GBNF `grammar` string become the request's grammar. */
-static bool parse_grammar(const oai_server *srv, const cJSON *root, sched_req *r, oai_error *e) {
+ * or a GBNF `grammar` string become *g (NULL: free text). */
+static bool parse_grammar1(const oai_server *srv, const cJSON *root, brisk_grammar **g, oai_error *e) {
     const cJSON *rf = field(root, "response_format"), *gr = field(root, "grammar");
     const cJSON *rt = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
     brisk_status st = BRISK_OK;
@@ -194,12 +199,12 @@ static bool parse_grammar(const oai_server *srv, const cJSON *root, sched_req *r
     bool text = !rf || !strcmp(rt->valuestring, "text");
     if (gr && !text) return oai_fail(e, 400, "grammar", "use 'grammar' or a JSON 'response_format', not both");
     if (gr) {
-        if ((st = brisk_grammar_new(srv->model, gr->valuestring, "root", &r->p.grammar)) != BRISK_OK)
+        if ((st = brisk_grammar_new(srv->model, gr->valuestring, "root", g)) != BRISK_OK)
             return oai_fail(e, st == BRISK_ERR_NOMEM ? 500 : 400, "grammar", "%s", brisk_last_error());
         return true;
     }
     if (text) return true;
-    if (!strcmp(rt->valuestring, "json_object")) st = brisk_grammar_from_json_schema(srv->model, NULL, &r->p.grammar);
+    if (!strcmp(rt->valuestring, "json_object")) st = brisk_grammar_from_json_schema(srv->model, NULL, g);
     else if (!strcmp(rt->valuestring, "json_schema")) {
         const cJSON *js = field(rf, "json_schema"), *schema = js ? field(js, "schema") : NULL;
         if (!cJSON_IsObject(js))
@@ -208,12 +213,19 @@ static bool parse_grammar(const oai_server *srv, const cJSON *root, sched_req *r
             return oai_fail(e, 400, "response_format", "'response_format.json_schema.schema' must be an object");
         char *text_schema = schema ? cJSON_PrintUnformatted(schema) : NULL;
         if (schema && !text_schema) return oai_fail(e, 500, NULL, "out of memory");
-        st = brisk_grammar_from_json_schema(srv->model, text_schema, &r->p.grammar);
+        st = brisk_grammar_from_json_schema(srv->model, text_schema, g);
         free(text_schema);
     } else
         return oai_fail(e, 400, "response_format", "'response_format.type' must be text, json_object or json_schema");
     if (st != BRISK_OK)
         return oai_fail(e, st == BRISK_ERR_NOMEM ? 500 : 400, "response_format", "%s", brisk_last_error());
+    return true;
+}
+
+/* Every choice gets its own grammar: a grammar holds one parse position. */
+static bool parse_grammar(const oai_server *srv, const cJSON *root, sched_req *r, oai_error *e) {
+    for (int i = 0; i < r->n_choices; i++)
+        if (!parse_grammar1(srv, root, &r->ch[i].grammar, e)) return false;
     return true;
 }
 
@@ -279,7 +291,7 @@ static bool chat_prompt(const oai_server *srv, const cJSON *root, oai_job *job, 
     size_t end = len;
     while (end && (text[end - 1] == '\n' || text[end - 1] == ' ')) end--;
     bool in_reasoning = end >= 7 && !memcmp(text + end - 7, "<think>", 7);
-    chat_parser_init(&job->parser, job->tools, in_reasoning);
+    for (int i = 0; i < job->n; i++) chat_parser_init(&job->ch[i].parser, job->tools, in_reasoning);
     /* A template that writes the BOS itself gets no second one. */
     char bos[64];
     size_t bl = 0;
@@ -335,7 +347,9 @@ bool oai_parse(const oai_server *srv, const char *body, size_t len, bool chat, o
     const cJSON *so = field(root, "stream_options");
     if (so && !cJSON_IsObject(so)) ok = oai_fail(e, 400, "stream_options", "'stream_options' must be an object");
     else if (so) get_bool(so, "include_usage", &job->include_usage, &ok, e);
-    if (ok) ok = parse_sampling(root, chat, job, e);
+    if (ok) ok = parse_sampling(srv, root, chat, job, e);
+    if (ok && sched_req_set_choices(job->req, job->n) != BRISK_OK) ok = oai_fail(e, 500, NULL, "out of memory");
+    if (ok && !(job->ch = calloc((size_t)job->n, sizeof *job->ch))) ok = oai_fail(e, 500, NULL, "out of memory");
     if (ok) ok = parse_grammar(srv, root, job->req, e);
     if (ok) ok = chat ? chat_prompt(srv, root, job, e) : completion_prompt(srv, root, job->req, e);
 done:
@@ -344,8 +358,12 @@ done:
 }
 
 void oai_job_free(oai_job *job) {
-    chat_parser_free(&job->parser);
-    sb_free(&job->text);
+    for (int i = 0; job->ch && i < job->n; i++) {
+        chat_parser_free(&job->ch[i].parser);
+        sb_free(&job->ch[i].text);
+    }
+    free(job->ch);
+    job->ch = NULL;
 }
 
 /* ---- responses ---------------------------------------------------------- */
@@ -409,11 +427,14 @@ static cJSON *text_logprobs(const oai_server *srv, const sched_token *toks, int 
     return lp;
 }
 
+/* Usage as OpenAI counts it for n choices: the prompt once, the completions summed. */
 static cJSON *usage(const oai_delta *d) {
+    int n_gen = 0;
+    for (int i = 0; i < d->n; i++) n_gen += d->ch[i].n_gen;
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", d->n_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", d->n_gen);
-    cJSON_AddNumberToObject(u, "total_tokens", d->n_prompt + d->n_gen);
+    cJSON_AddNumberToObject(u, "completion_tokens", n_gen);
+    cJSON_AddNumberToObject(u, "total_tokens", d->n_prompt + n_gen);
     cJSON *pd = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     cJSON_AddNumberToObject(pd, "cached_tokens", d->n_cached);
     return u;
@@ -429,9 +450,9 @@ static cJSON *envelope(const oai_server *srv, const oai_job *job, const char *ob
     return o;
 }
 
-static const char *finish_reason(const oai_job *job, sched_finish f) {
+static const char *finish_reason(const oai_job *job, const oai_choice *c, sched_finish f) {
     if (f == SCHED_FINISH_LENGTH) return "length";
-    return job->chat && job->parser.n_calls > 0 ? "tool_calls" : "stop";
+    return job->chat && c->parser.n_calls > 0 ? "tool_calls" : "stop";
 }
 
 static cJSON *tool_call_json(const chat_tool_call *c, int index, bool with_index) {
@@ -460,11 +481,12 @@ static void sse(strbuf *out, cJSON *o) {
     free(s);
 }
 
-/* One streaming chunk with a delta (chat) or text (completions). */
-static cJSON *chunk(const oai_server *srv, const oai_job *job, cJSON *delta_or_text, const char *finish, cJSON *lp) {
+/* One streaming chunk of choice `index` with a delta (chat) or text (completions). */
+static cJSON *chunk(const oai_server *srv, const oai_job *job, int index, cJSON *delta_or_text, const char *finish,
+                    cJSON *lp) {
     cJSON *o = envelope(srv, job, job->chat ? "chat.completion.chunk" : "text_completion");
     cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", index);
     cJSON_AddItemToObject(c, job->chat ? "delta" : "text", delta_or_text);
     if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
     else cJSON_AddNullToObject(c, "logprobs");
@@ -475,8 +497,51 @@ static cJSON *chunk(const oai_server *srv, const oai_job *job, cJSON *delta_or_t
     return o;
 }
 
-void oai_stream_events(const oai_server *srv, oai_job *job, const oai_delta *d, strbuf *out) {
+/* The SSE events of one choice's new output (and its finish chunk when it ended). */
+static void stream_choice(const oai_server *srv, oai_job *job, int i, const oai_choice_delta *d, strbuf *out) {
+    oai_choice *c = &job->ch[i];
+    if (c->done) return;
     bool fin = d->finish != SCHED_RUNNING;
+    cJSON *lp = NULL;
+    if (job->logprobs && d->n_toks)
+        lp = job->chat ? chat_logprobs(srv, d->toks, d->n_toks) : text_logprobs(srv, d->toks, d->n_toks, 0);
+    if (!job->chat) {
+        if (d->len || lp) sse(out, chunk(srv, job, i, cJSON_CreateString(d->text), NULL, lp));
+    } else {
+        if (!c->head_sent) {
+            cJSON *delta = cJSON_CreateObject();
+            cJSON_AddStringToObject(delta, "role", "assistant");
+            cJSON_AddStringToObject(delta, "content", "");
+            sse(out, chunk(srv, job, i, delta, NULL, NULL));
+            c->head_sent = true;
+        }
+        chat_parser *p = &c->parser;
+        if (!chat_parser_push(p, d->text, d->len, fin)) out->failed = true;
+        if (p->reasoning.len) {
+            cJSON *delta = cJSON_CreateObject();
+            cJSON_AddStringToObject(delta, "reasoning_content", p->reasoning.p);
+            sse(out, chunk(srv, job, i, delta, NULL, NULL));
+            sb_reset(&p->reasoning);
+        }
+        if (p->content.len || lp) {
+            cJSON *delta = cJSON_CreateObject();
+            cJSON_AddStringToObject(delta, "content", p->content.len ? p->content.p : "");
+            sse(out, chunk(srv, job, i, delta, NULL, lp));
+            sb_reset(&p->content);
+        }
+        for (; c->calls_sent < p->n_calls; c->calls_sent++) {
+            cJSON *delta = cJSON_CreateObject(), *tc = cJSON_AddArrayToObject(delta, "tool_calls");
+            cJSON_AddItemToArray(tc, tool_call_json(&p->calls[c->calls_sent], c->calls_sent, true));
+            sse(out, chunk(srv, job, i, delta, NULL, NULL));
+        }
+    }
+    if (!fin) return;
+    sse(out, chunk(srv, job, i, job->chat ? cJSON_CreateObject() : cJSON_CreateString(""),
+                   finish_reason(job, c, d->finish), NULL));
+    c->done = true;
+}
+
+void oai_stream_events(const oai_server *srv, oai_job *job, const oai_delta *d, strbuf *out) {
     if (d->finish == SCHED_FINISH_ERROR || d->finish == SCHED_FINISH_CANCELLED) {
         oai_error e = {0};
         oai_fail(&e, 500, NULL, "%s", d->error && d->error[0] ? d->error : "generation cancelled");
@@ -485,41 +550,8 @@ void oai_stream_events(const oai_server *srv, oai_job *job, const oai_delta *d, 
         free(js);
         return;
     }
-    cJSON *lp = NULL;
-    if (job->logprobs && d->n_toks)
-        lp = job->chat ? chat_logprobs(srv, d->toks, d->n_toks) : text_logprobs(srv, d->toks, d->n_toks, 0);
-    if (!job->chat) {
-        if (d->len || lp) sse(out, chunk(srv, job, cJSON_CreateString(d->text), NULL, lp));
-    } else {
-        if (!job->head_sent) {
-            cJSON *delta = cJSON_CreateObject();
-            cJSON_AddStringToObject(delta, "role", "assistant");
-            cJSON_AddStringToObject(delta, "content", "");
-            sse(out, chunk(srv, job, delta, NULL, NULL));
-            job->head_sent = true;
-        }
-        chat_parser *p = &job->parser;
-        if (!chat_parser_push(p, d->text, d->len, fin)) out->failed = true;
-        if (p->reasoning.len) {
-            cJSON *delta = cJSON_CreateObject();
-            cJSON_AddStringToObject(delta, "reasoning_content", p->reasoning.p);
-            sse(out, chunk(srv, job, delta, NULL, NULL));
-            sb_reset(&p->reasoning);
-        }
-        if (p->content.len || lp) {
-            cJSON *delta = cJSON_CreateObject();
-            cJSON_AddStringToObject(delta, "content", p->content.len ? p->content.p : "");
-            sse(out, chunk(srv, job, delta, NULL, lp));
-            sb_reset(&p->content);
-        } 
-        for (; job->calls_sent < p->n_calls; job->calls_sent++) {
-            cJSON *delta = cJSON_CreateObject(), *tc = cJSON_AddArrayToObject(delta, "tool_calls");
-            cJSON_AddItemToArray(tc, tool_call_json(&p->calls[job->calls_sent], job->calls_sent, true));
-            sse(out, chunk(srv, job, delta, NULL, NULL));
-        }
-    }
-    if (!fin) return;
-    sse(out, chunk(srv, job, job->chat ? cJSON_CreateObject() : cJSON_CreateString(""), finish_reason(job, d->finish), NULL));
+    for (int i = 0; i < d->n && i < job->n; i++) stream_choice(srv, job, i, &d->ch[i], out);
+    if (d->finish == SCHED_RUNNING) return;
     if (job->include_usage) {
         cJSON *o = envelope(srv, job, job->chat ? "chat.completion.chunk" : "text_completion");
         cJSON_AddArrayToObject(o, "choices");
@@ -529,16 +561,13 @@ void oai_stream_events(const oai_server *srv, oai_job *job, const oai_delta *d, 
     sb_puts(out, "data: [DONE]\n\n");
 }
 
-char *oai_response(const oai_server *srv, oai_job *job, const oai_delta *d) {
-    /* Logprobs accumulate in the request; text goes through the parser (chat) or job->text. */
-    if (job->chat) chat_parser_push(&job->parser, d->text, d->len, d->finish != SCHED_RUNNING);
-    else sb_append(&job->text, d->text, d->len);
-    if (d->finish == SCHED_RUNNING) return NULL;
-    cJSON *o = envelope(srv, job, job->chat ? "chat.completion" : "text_completion");
-    cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+/* The finished choice i of a non-streaming response. */
+static cJSON *choice_json(const oai_server *srv, const oai_job *job, int i, sched_finish f) {
+    const oai_choice *ch = &job->ch[i];
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", i);
     if (job->chat) {
-        chat_parser *p = &job->parser;
+        const chat_parser *p = &ch->parser;
         cJSON *m = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
         if (p->content.len || !p->n_calls) cJSON_AddStringToObject(m, "content", p->content.p ? p->content.p : "");
@@ -546,18 +575,31 @@ char *oai_response(const oai_server *srv, oai_job *job, const oai_delta *d) {
         if (p->reasoning.len) cJSON_AddStringToObject(m, "reasoning_content", p->reasoning.p);
         if (p->n_calls) {
             cJSON *tc = cJSON_AddArrayToObject(m, "tool_calls");
-            for (int i = 0; i < p->n_calls; i++) cJSON_AddItemToArray(tc, tool_call_json(&p->calls[i], i, false));
+            for (int k = 0; k < p->n_calls; k++) cJSON_AddItemToArray(tc, tool_call_json(&p->calls[k], k, false));
         }
     } else {
-        cJSON_AddStringToObject(c, "text", job->text.p ? job->text.p : "");
+        cJSON_AddStringToObject(c, "text", ch->text.p ? ch->text.p : "");
     }
-    const sched_req *r = job->req; /* finished: the scheduler no longer writes it */
+    const sched_choice *sc = &job->req->ch[i]; /* finished: the scheduler no longer writes it */
     if (job->logprobs)
-        cJSON_AddItemToObject(c, "logprobs", job->chat ? chat_logprobs(srv, r->toks, r->n_toks)
-                                                       : text_logprobs(srv, r->toks, r->n_toks, 0));
+        cJSON_AddItemToObject(c, "logprobs", job->chat ? chat_logprobs(srv, sc->toks, sc->n_toks)
+                                                       : text_logprobs(srv, sc->toks, sc->n_toks, 0));
     else cJSON_AddNullToObject(c, "logprobs");
-    cJSON_AddStringToObject(c, "finish_reason", finish_reason(job, d->finish));
-    cJSON_AddItemToArray(ch, c);
+    cJSON_AddStringToObject(c, "finish_reason", finish_reason(job, ch, f));
+    return c;
+}
+
+char *oai_response(const oai_server *srv, oai_job *job, const oai_delta *d) {
+    /* Logprobs accumulate in the request; text goes through the parser (chat) or the choice's text. */
+    for (int i = 0; i < d->n && i < job->n; i++) {
+        const oai_choice_delta *cd = &d->ch[i];
+        if (job->chat) chat_parser_push(&job->ch[i].parser, cd->text, cd->len, cd->finish != SCHED_RUNNING);
+        else sb_append(&job->ch[i].text, cd->text, cd->len);
+    }
+    if (d->finish == SCHED_RUNNING) return NULL;
+    cJSON *o = envelope(srv, job, job->chat ? "chat.completion" : "text_completion");
+    cJSON *ch = cJSON_AddArrayToObject(o, "choices");
+    for (int i = 0; i < d->n && i < job->n; i++) cJSON_AddItemToArray(ch, choice_json(srv, job, i, d->ch[i].finish));
     cJSON_AddItemToObject(o, "usage", usage(d));
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);

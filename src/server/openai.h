@@ -28,7 +28,16 @@ typedef struct oai_server {  /* what every request reads; read-only */
     brisk_model *model;
     const chat_fmt *fmt;
     const char *model_id;
+    int n_parallel;          /* slots: the largest `n` a request may ask for */
 } oai_server;
+
+typedef struct oai_choice {  /* the output state of one of a job's n choices */
+    chat_parser parser;      /* chat: content / reasoning / tool calls */
+    bool head_sent;          /* streaming: the role chunk went out */
+    bool done;               /* streaming: the finish chunk went out */
+    int calls_sent;          /* streaming: tool calls sent */
+    strbuf text;             /* completions: text so far (non-streaming) */
+} oai_choice;
 
 typedef struct oai_job {     /* one completion request */
     bool chat, stream, include_usage, tools, logprobs;
@@ -36,10 +45,8 @@ typedef struct oai_job {     /* one completion request */
     char id[48];
     long long created;       /* unix seconds */
     sched_req *req;          /* prompt and sampling set by oai_parse; the caller submits it */
-    chat_parser parser;      /* chat: content / reasoning / tool calls */
-    bool head_sent;          /* streaming: the role chunk went out */
-    int calls_sent;          /* streaming: tool calls sent */
-    strbuf text;             /* completions: text so far (non-streaming) */
+    int n;                   /* choices (`n`) */
+    oai_choice *ch;          /* (n) */
 } oai_job;
 
 /* Validates the body and builds job->req (template rendered, tokenized).
@@ -47,19 +54,27 @@ typedef struct oai_job {     /* one completion request */
 bool oai_parse(const oai_server *srv, const char *body, size_t len, bool chat, oai_job *job, oai_error *e);
 void oai_job_free(oai_job *job); /* not the request */
 
-/* New output of the request since the last call, copied under the lock. */
-typedef struct oai_delta {
+/* New output of one choice since the last call, copied under the lock. */
+typedef struct oai_choice_delta {
     const char *text;
     size_t len;
     const sched_token *toks;
     int n_toks;
     sched_finish finish;     /* SCHED_RUNNING while more may come */
+    int n_gen;               /* tokens generated so far */
+} oai_choice_delta;
+
+typedef struct oai_delta {
+    int n;                   /* choices */
+    const oai_choice_delta *ch; /* (n) */
+    sched_finish finish;     /* the request's: SCHED_RUNNING while any choice runs */
     const char *error;
-    int n_prompt, n_cached, n_gen;
+    int n_prompt, n_cached;
 } oai_delta;
 
-/* Streaming: appends the SSE events for d (and, when it finishes, the last
- * chunk, the usage chunk if asked and "data: [DONE]"). */
+/* Streaming: appends the SSE events for d (each choice's chunks carry its
+ * index; when a choice ends its finish chunk; when the request ends, the
+ * usage chunk if asked and "data: [DONE]"). */
 void oai_stream_events(const oai_server *srv, oai_job *job, const oai_delta *d, strbuf *out);
 /* Non-streaming: feeds d; when d->finish is set, returns the response body (else NULL). */
 char *oai_response(const oai_server *srv, oai_job *job, const oai_delta *d);

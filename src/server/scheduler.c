@@ -12,6 +12,9 @@
 typedef struct slot {
     int id;                /* KV sequence */
     sched_req *req;        /* NULL: idle (its cache stays for prefix reuse) */
+    int ci;                /* the request's choice this slot decodes */
+    bool fork_wait;        /* a choice > 0: waits for the prompt of the request's first slot */
+    bool fork_failed;      /* sharing that prompt failed: the request ends with an error */
     brisk_sampler *smp;
     brisk_token *cache;    /* (n_ctx_slot) tokens whose KV is in sequence id */
     int n_cache;
@@ -59,19 +62,39 @@ sched_req *sched_req_new(void) {
         free(r);
         return NULL;
     }
+    if (!(r->ch = calloc(1, sizeof *r->ch))) {
+        pthread_cond_destroy(&r->cv);
+        free(r);
+        return NULL;
+    }
+    r->n_choices = 1;
     r->refs = 1;
     r->p.sp = brisk_sampler_default_params();
     r->p.max_tokens = -1;
     return r;
 }
 
+brisk_status sched_req_set_choices(sched_req *r, int n) {
+    if (n < 1 || n > 128) return bk_fail(BRISK_ERR_INVALID_ARG, "choices: %d not in [1, 128]", n);
+    sched_choice *ch = calloc((size_t)n, sizeof *ch);
+    if (!ch) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < r->n_choices; i++) brisk_grammar_free(r->ch[i].grammar);
+    free(r->ch);
+    r->ch = ch;
+    r->n_choices = n;
+    return BRISK_OK;
+}
+
 void sched_req_free(sched_req *r) {
     if (!r) return;
     for (int i = 0; i < r->p.n_stop; i++) free(r->p.stop[i]);
-    brisk_grammar_free(r->p.grammar);
+    for (int i = 0; i < r->n_choices; i++) {
+        brisk_grammar_free(r->ch[i].grammar);
+        free(r->ch[i].text);
+        free(r->ch[i].toks);
+    }
+    free(r->ch);
     free(r->prompt);
-    free(r->text);
-    free(r->toks);
     pthread_cond_destroy(&r->cv);
     free(r);
 }
@@ -104,23 +127,43 @@ void sched_wait(sched *s, sched_req *r, int timeout_ms) {
     pthread_cond_timedwait(&r->cv, &s->mu, &ts);
 }
 
-/* Lock held: ends r with a reason (and message), wakes its reader. */
+/* Lock held: ends r and every choice still running with a reason (and message), wakes its reader. */
 static void req_finish(sched *s, sched_req *r, sched_finish f, const char *msg) {
     if (r->finish != SCHED_RUNNING) return;
     r->finish = f;
     if (msg) snprintf(r->error, sizeof r->error, "%s", msg);
     if (f == SCHED_FINISH_ERROR) s->st.requests_failed++;
-    r->n_visible = r->text_len;
+    for (int i = 0; i < r->n_choices; i++) {
+        sched_choice *c = &r->ch[i];
+        if (c->finish == SCHED_RUNNING) c->finish = f;
+        c->n_visible = c->text_len;
+    }
     pthread_cond_broadcast(&r->cv);
 }
 
-/* Lock held: the slot's request ends; the slot becomes idle with its cache. */
+/* Lock held: choice ci of r ends; an error or a cancel ends the whole request,
+ * the last choice to stop or reach its length ends it too. */
+static void choice_finish(sched *s, sched_req *r, int ci, sched_finish f, const char *msg) {
+    sched_choice *c = &r->ch[ci];
+    if (f == SCHED_FINISH_ERROR || f == SCHED_FINISH_CANCELLED) {
+        req_finish(s, r, f, msg);
+        return;
+    }
+    if (c->finish != SCHED_RUNNING) return;
+    c->finish = f;
+    c->n_visible = c->text_len;
+    if (--r->n_running == 0) req_finish(s, r, f, NULL);
+    pthread_cond_broadcast(&r->cv);
+}
+
+/* Lock held: the slot's choice ends; the slot becomes idle with its cache. */
 static void slot_release(sched *s, slot *sl, sched_finish f, const char *msg) {
     if (!sl->req) return;
-    req_finish(s, sl->req, f, msg);
+    choice_finish(s, sl->req, sl->ci, f, msg);
     req_unref(sl->req);
     sl->req = NULL;
     sl->generating = false;
+    sl->fork_wait = false;
     brisk_sampler_free(sl->smp);
     sl->smp = NULL;
     sl->last_used = now_s();
@@ -128,6 +171,10 @@ static void slot_release(sched *s, slot *sl, sched_finish f, const char *msg) {
 
 brisk_status sched_submit(sched *s, sched_req *r) {
     if (r->n_prompt <= 0) return bk_fail(BRISK_ERR_INVALID_ARG, "the prompt is empty");
+    if (r->n_choices > s->p.n_parallel)
+        return bk_fail(BRISK_ERR_INVALID_ARG,
+                       "n is %d but the server decodes at most %d sequences at once (--parallel)", r->n_choices,
+                       s->p.n_parallel);
     if (r->n_prompt >= s->p.n_ctx_slot)
         return bk_fail(BRISK_ERR_RANGE,
                        "the prompt has %d tokens but the context holds %d (prompt and completion together); "
@@ -140,6 +187,7 @@ brisk_status sched_submit(sched *s, sched_req *r) {
         st = bk_fail(BRISK_ERR_NOMEM, "the server is busy (%d requests queued); retry later", s->q_len);
     else {
         r->refs++;
+        r->n_running = r->n_choices;
         r->t_submit = now_s();
         s->queue[(s->q_head + s->q_len++) % s->p.max_queue] = r;
         s->st.requests++;
@@ -173,7 +221,37 @@ static int common_prefix(const brisk_token *a, int na, const brisk_token *b, int
     return i;
 }
 
-/* Lock held: puts r into an idle slot, reusing the longest cached prefix. */
+/* Lock held: binds sl to choice ci of r: a sampler seeded seed + ci that has
+ * seen the prompt, and the choice's grammar. */
+static brisk_status slot_bind(sched *s, slot *sl, sched_req *r, int ci) {
+    brisk_sampler_params sp = r->p.sp;
+    sp.seed += (uint64_t)ci;
+    BK_TRY(brisk_sampler_new(&sp, s->n_vocab, &sl->smp));
+    for (int i = 0; i < r->n_prompt; i++) brisk_sampler_accept(sl->smp, r->prompt[i]);
+    brisk_sampler_set_grammar(sl->smp, r->ch[ci].grammar); /* after the prompt: the grammar sees generated tokens only */
+    r->ch[ci].grammar = NULL;
+    sl->req = r;
+    sl->ci = ci;
+    sl->n_gen = 0;
+    int room = s->p.n_ctx_slot - r->n_prompt;
+    sl->max_gen = r->p.max_tokens >= 0 && r->p.max_tokens < room ? r->p.max_tokens : room;
+    sl->generating = false;
+    sl->fork_wait = ci > 0;
+    sl->dt = (brisk_detok){0};
+    return BRISK_OK;
+}
+
+/* Lock held: the idle slot used longest ago, -1 if none. */
+static int idle_lru(const sched *s) {
+    int best = -1;
+    for (int i = 0; i < s->p.n_parallel; i++)
+        if (!s->slots[i].req && (best < 0 || s->slots[i].last_used < s->slots[best].last_used)) best = i;
+    return best;
+}
+
+/* Lock held: puts r into an idle slot, reusing the longest cached prefix;
+ * choices 1..n-1 take further idle slots (admit made sure there are enough)
+ * that wait for the prompt (fork_choices). */
 static void slot_start(sched *s, sched_req *r) {
     int target = -1, t_lcp = -1, src = -1, s_lcp = 0;
     for (int i = 0; i < s->p.n_parallel; i++) {
@@ -198,7 +276,6 @@ static void slot_start(sched *s, sched_req *r) {
         reuse = 0;
         st = brisk_seq_clear(s->ctx, target);
     }
-    if (st == BRISK_OK) st = brisk_sampler_new(&r->p.sp, s->n_vocab, &sl->smp);
     if (st != BRISK_OK) {
         brisk_seq_clear(s->ctx, target);
         sl->n_cache = 0;
@@ -207,30 +284,47 @@ static void slot_start(sched *s, sched_req *r) {
         return;
     }
     sl->n_cache = sl->n_fed = reuse;
-    for (int i = 0; i < r->n_prompt; i++) brisk_sampler_accept(sl->smp, r->prompt[i]);
-    brisk_sampler_set_grammar(sl->smp, r->p.grammar); /* after the prompt: the grammar sees generated tokens only */
-    r->p.grammar = NULL;
-    sl->req = r;
-    sl->n_gen = 0;
-    int room = s->p.n_ctx_slot - r->n_prompt;
-    sl->max_gen = r->p.max_tokens >= 0 && r->p.max_tokens < room ? r->p.max_tokens : room;
-    sl->generating = false;
-    sl->dt = (brisk_detok){0};
     r->n_cached = reuse;
     s->st.prompt_tokens += (uint64_t)r->n_prompt;
     s->st.cached_tokens += (uint64_t)reuse;
-    if (sl->max_gen == 0) slot_release(s, sl, SCHED_FINISH_LENGTH, NULL);
+    if (r->p.max_tokens == 0) { /* nothing to generate: no slot needed */
+        for (int ci = 0; ci < r->n_choices; ci++) choice_finish(s, r, ci, SCHED_FINISH_LENGTH, NULL);
+        req_unref(r);
+        return;
+    }
+    /* The queue's reference goes to the first slot, each further slot takes one. */
+    for (int ci = 0; ci < r->n_choices && r->finish == SCHED_RUNNING; ci++) {
+        slot *c = ci ? &s->slots[idle_lru(s)] : sl;
+        if (ci) {
+            brisk_seq_clear(s->ctx, c->id);
+            c->n_cache = c->n_fed = 0;
+            r->refs++;
+        }
+        if ((st = slot_bind(s, c, r, ci)) != BRISK_OK) {
+            req_finish(s, r, SCHED_FINISH_ERROR, brisk_last_error());
+            req_unref(r);
+        }
+    }
+}
+
+/* Lock held: frees the slots of requests cancelled or ended by an error of another choice. */
+static void reap(sched *s) {
+    for (int i = 0; i < s->p.n_parallel; i++) {
+        const sched_req *r = s->slots[i].req;
+        if (!r) continue;
+        if (r->cancelled) slot_release(s, &s->slots[i], SCHED_FINISH_CANCELLED, NULL);
+        else if (r->finish != SCHED_RUNNING) slot_release(s, &s->slots[i], r->finish, NULL);
+    }
 }
 
 /* Lock held: frees the slots of cancelled requests, then fills idle slots from the queue. */
 static void admit(sched *s) {
-    for (int i = 0; i < s->p.n_parallel; i++)
-        if (s->slots[i].req && s->slots[i].req->cancelled) slot_release(s, &s->slots[i], SCHED_FINISH_CANCELLED, NULL);
+    reap(s);
     while (s->q_len > 0) {
         int idle = 0;
         for (int i = 0; i < s->p.n_parallel; i++) idle += !s->slots[i].req;
         sched_req *r = s->queue[s->q_head];
-        if (!r->cancelled && !idle) break;
+        if (!r->cancelled && idle < r->n_choices) break;
         s->q_head = (s->q_head + 1) % s->p.max_queue;
         s->q_len--;
         if (r->cancelled) {
@@ -240,6 +334,7 @@ static void admit(sched *s) {
         }
         slot_start(s, r);
     }
+    reap(s);
 }
 
 /* One token per generating slot, then prompt chunks up to prefill_chunk. Returns the entry count. */
@@ -256,7 +351,7 @@ static int build_batch(sched *s) {
     int budget = s->p.prefill_chunk;
     for (int k = 0; k < s->p.n_parallel && budget > 0; k++) {
         slot *sl = &s->slots[(s->rr + k) % s->p.n_parallel];
-        if (!sl->req || sl->generating) continue;
+        if (!sl->req || sl->generating || sl->fork_wait) continue;
         const sched_req *r = sl->req;
         int take = r->n_prompt - sl->n_fed;
         if (take > budget) take = budget;
@@ -297,28 +392,28 @@ static void logprobs(const float *logits, int n_vocab, sched_token *rec, int k) 
     for (int j = 0; j < rec->n_top; j++) rec->top_lp[j] -= lse;
 }
 
-static bool text_append(sched_req *r, const char *p, size_t n) {
-    if (r->text_len + n + 1 > r->text_cap) {
-        size_t cap = r->text_cap ? r->text_cap : 256;
-        while (cap < r->text_len + n + 1) cap *= 2;
-        char *t = realloc(r->text, cap);
+static bool text_append(sched_choice *c, const char *p, size_t n) {
+    if (c->text_len + n + 1 > c->text_cap) {
+        size_t cap = c->text_cap ? c->text_cap : 256;
+        while (cap < c->text_len + n + 1) cap *= 2;
+        char *t = realloc(c->text, cap);
         if (!t) return false;
-        r->text = t;
-        r->text_cap = cap;
+        c->text = t;
+        c->text_cap = cap;
     }
-    memcpy(r->text + r->text_len, p, n);
-    r->text_len += n;
-    r->text[r->text_len] = 0;
+    memcpy(c->text + c->text_len, p, n);
+    c->text_len += n;
+    c->text[c->text_len] = 0;
     return true;
 }
 
-/* Bytes at the end of the text that could still begin a stop string. */
-static size_t stop_holdback(const sched_req *r) {
+/* Bytes at the end of c's text that could still begin a stop string. */
+static size_t stop_holdback(const sched_req *r, const sched_choice *c) {
     size_t hold = 0;
     for (int i = 0; i < r->p.n_stop; i++) {
         size_t sl = strlen(r->p.stop[i]);
         for (size_t k = sl - 1; k > hold; k--)
-            if (k <= r->text_len && !memcmp(r->text + r->text_len - k, r->p.stop[i], k)) {
+            if (k <= c->text_len && !memcmp(c->text + c->text_len - k, r->p.stop[i], k)) {
                 hold = k;
                 break;
             }
@@ -326,10 +421,11 @@ static size_t stop_holdback(const sched_req *r) {
     return hold;
 }
 
-/* Lock held: publishes the slot's sampled token to its request; ends it on
- * end-of-generation, a stop string or the length limit. */
+/* Lock held: publishes the slot's sampled token to its choice; ends the
+ * choice on end-of-generation, a stop string or the length limit. */
 static void publish(sched *s, slot *sl) {
     sched_req *r = sl->req;
+    sched_choice *c = &r->ch[sl->ci];
     brisk_token tok = sl->rec.id;
     sl->n_gen++;
     s->st.generated_tokens++;
@@ -338,32 +434,32 @@ static void publish(sched *s, slot *sl) {
         slot_release(s, sl, SCHED_FINISH_STOP, NULL);
         return;
     }
-    if (r->n_toks == r->toks_cap) {
-        int cap = r->toks_cap ? 2 * r->toks_cap : 64;
-        sched_token *t = realloc(r->toks, (size_t)cap * sizeof *t);
+    if (c->n_toks == c->toks_cap) {
+        int cap = c->toks_cap ? 2 * c->toks_cap : 64;
+        sched_token *t = realloc(c->toks, (size_t)cap * sizeof *t);
         if (!t) {
             slot_release(s, sl, SCHED_FINISH_ERROR, "out of memory");
             return;
         }
-        r->toks = t;
-        r->toks_cap = cap;
+        c->toks = t;
+        c->toks_cap = cap;
     }
-    r->toks[r->n_toks++] = sl->rec;
+    c->toks[c->n_toks++] = sl->rec;
     char piece[1100];
     size_t len = 0;
     if (brisk_detok_push(s->model, &sl->dt, tok, piece, sizeof piece, &len) != BRISK_OK) len = 0;
-    size_t old = r->text_len;
-    if (!text_append(r, piece, len)) {
+    size_t old = c->text_len;
+    if (!text_append(c, piece, len)) {
         slot_release(s, sl, SCHED_FINISH_ERROR, "out of memory");
         return;
     }
     for (int i = 0; i < r->p.n_stop; i++) {
         size_t stl = strlen(r->p.stop[i]);
         size_t from = old + 1 > stl ? old + 1 - stl : 0;
-        const char *hit = r->text_len >= stl ? memmem(r->text + from, r->text_len - from, r->p.stop[i], stl) : NULL;
+        const char *hit = c->text_len >= stl ? memmem(c->text + from, c->text_len - from, r->p.stop[i], stl) : NULL;
         if (hit) {
-            r->text_len = (size_t)(hit - r->text);
-            r->text[r->text_len] = 0;
+            c->text_len = (size_t)(hit - c->text);
+            c->text[c->text_len] = 0;
             slot_release(s, sl, SCHED_FINISH_STOP, NULL);
             return;
         }
@@ -372,14 +468,32 @@ static void publish(sched *s, slot *sl) {
         slot_release(s, sl, SCHED_FINISH_LENGTH, NULL);
         return;
     }
-    size_t vis = r->text_len - stop_holdback(r);
-    if (vis > r->n_visible) r->n_visible = vis;
+    size_t vis = c->text_len - stop_holdback(r, c);
+    if (vis > c->n_visible) c->n_visible = vis;
     sl->next = tok;
     sl->generating = true;
     pthread_cond_broadcast(&r->cv);
 }
 
-/* Runs one batch; false when there was nothing to run. */
+/* The first slot of a request with n > 1 choices has just decoded its
+ * prompt: the slots of the other choices take its whole sequence (shared
+ * pages; a recurrent state is copied) and sample from the same logits. */
+static void fork_choices(sched *s, const slot *lead) {
+    for (int i = 0; i < s->p.n_parallel; i++) {
+        slot *f = &s->slots[i];
+        if (f->req != lead->req || !f->fork_wait) continue;
+        f->fork_wait = false;
+        if (brisk_seq_share_prefix(s->ctx, lead->id, f->id, lead->n_cache) != BRISK_OK) {
+            f->fork_failed = true;
+            continue;
+        }
+        memcpy(f->cache, lead->cache, (size_t)lead->n_cache * sizeof *f->cache);
+        f->n_cache = f->n_fed = lead->n_cache;
+        f->logit_idx = lead->logit_idx;
+    }
+}
+
+/* Runs one batch. */
 static void step(sched *s, int n) {
     brisk_status st = brisk_decode(s->ctx, s->batch, n);
     char err[256] = "";
@@ -391,7 +505,14 @@ static void step(sched *s, int n) {
         if (sl->generating) sl->cache[sl->n_cache++] = sl->next;
         for (int j = 0; j < sl->n_chunk; j++) sl->cache[sl->n_cache++] = sl->req->prompt[sl->n_fed + j];
         sl->n_fed += sl->n_chunk;
-        if (sl->logit_idx < 0) continue;
+    }
+    for (int i = 0; i < s->p.n_parallel && st == BRISK_OK; i++) {
+        const slot *sl = &s->slots[i];
+        if (sl->req && sl->logit_idx >= 0 && !sl->generating && sl->req->n_choices > 1) fork_choices(s, sl);
+    }
+    for (int i = 0; i < s->p.n_parallel && st == BRISK_OK; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->req || sl->logit_idx < 0) continue;
         const float *lg = brisk_get_logits(s->ctx, sl->logit_idx);
         sl->rec.id = brisk_sampler_sample(sl->smp, lg);
         brisk_sampler_accept(sl->smp, sl->rec.id);
@@ -404,6 +525,13 @@ static void step(sched *s, int n) {
     for (int i = 0; i < s->p.n_parallel; i++) {
         slot *sl = &s->slots[i];
         if (!sl->req) continue;
+        if (sl->fork_failed) {
+            sl->fork_failed = false;
+            brisk_seq_clear(s->ctx, sl->id);
+            sl->n_cache = 0;
+            slot_release(s, sl, SCHED_FINISH_ERROR, "cannot share the prompt between choices");
+            continue;
+        }
         if (st != BRISK_OK) {
             if (sl->logit_idx < 0 && !sl->n_chunk) continue;
             brisk_seq_clear(s->ctx, sl->id);
@@ -416,7 +544,7 @@ static void step(sched *s, int n) {
             sl->req->started = true;
             pthread_cond_broadcast(&sl->req->cv);
         }
-        if (sl->req->cancelled) continue;
+        if (sl->req->cancelled || sl->req->finish != SCHED_RUNNING) continue;
         publish(s, sl);
     }
     double t = now_s();

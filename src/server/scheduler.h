@@ -9,6 +9,12 @@
  * it (its own cache, or the pages of another slot through
  * brisk_seq_share_prefix) and reports it as cached tokens.
  *
+ * A request may ask for n choices (OpenAI's `n`): it waits for n idle slots,
+ * one slot decodes the prompt, and when the prompt's logits are there the
+ * other n - 1 slots share its whole sequence (brisk_seq_share_prefix: the
+ * pages, copy-on-write, and a recurrent state) and sample from the same
+ * logits, each with its own sampler (seed + choice index) and grammar.
+ *
  * Requests are reference counted: the submitter holds one reference, the
  * scheduler one while the request is queued or running. The fields marked
  * "shared" are guarded by the scheduler's lock (sched_lock / sched_unlock);
@@ -34,7 +40,6 @@ typedef struct sched_gen_params {
     bool logprobs;
     int top_logprobs;    /* 0..SCHED_MAX_TOP_LOGPROBS */
     bool ignore_eos;
-    brisk_grammar *grammar; /* owned until the request's sampler takes it; NULL: free text */
 } sched_gen_params;
 
 typedef struct sched_token {     /* one generated token, with logprobs when asked */
@@ -53,19 +58,30 @@ typedef enum sched_finish {
     SCHED_FINISH_CANCELLED,
 } sched_finish;
 
-typedef struct sched_req {
-    /* set by the submitter before sched_submit, read-only afterwards */
-    brisk_token *prompt; /* (n_prompt) owned */
-    int n_prompt;
-    sched_gen_params p;
+typedef struct sched_choice {
+    /* set by the submitter before sched_submit */
+    brisk_grammar *grammar; /* owned until the choice's sampler takes it; NULL: free text */
     /* shared (under the scheduler lock) */
     char *text;          /* (text_cap) generated text; [0, n_visible) is final, the rest is held back */
     size_t text_len, text_cap, n_visible;
     sched_token *toks;   /* (n_toks) generated tokens (ids always, logprobs when asked) */
     int n_toks, toks_cap;
+    sched_finish finish; /* this choice's end (SCHED_RUNNING while it runs) */
+} sched_choice;
+
+typedef struct sched_req {
+    /* set by the submitter before sched_submit, read-only afterwards */
+    brisk_token *prompt; /* (n_prompt) owned */
+    int n_prompt;
+    sched_gen_params p;  /* choice i samples with seed p.sp.seed + i */
+    int n_choices;       /* 1 unless sched_req_set_choices */
+    sched_choice *ch;    /* (n_choices) */
+    /* shared (under the scheduler lock) */
     int n_cached;        /* prompt tokens reused from the cache */
     bool started;        /* prefill finished (cached/prompt counts are final) */
-    sched_finish finish;
+    int n_running;       /* choices not finished */
+    sched_finish finish; /* the request's: set when every choice has finished (their reasons are
+                            in ch[].finish), or for all of them at once on an error or a cancel */
     char error[256];
     bool cancelled;
     int refs;
@@ -96,8 +112,10 @@ brisk_status sched_new(brisk_model *model, brisk_context *ctx, const sched_param
 /* Stops the thread; queued and running requests finish with an error. Accepts NULL. */
 void sched_free(sched *s);
 
-/* A new request with one reference (the caller's); NULL on OOM. */
+/* A new request with one reference (the caller's) and one choice; NULL on OOM. */
 sched_req *sched_req_new(void);
+/* Before sched_submit: n choices (1..128), their grammars NULL. BRISK_ERR_NOMEM keeps the old ones. */
+brisk_status sched_req_set_choices(sched_req *r, int n);
 /* Drops a reference; frees the request with the last one. Takes the lock itself. */
 void sched_req_release(sched *s, sched_req *r);
 /* Frees a request never submitted (no lock, no scheduler). */
@@ -105,7 +123,8 @@ void sched_req_free(sched_req *r);
 
 /* Queues r (the scheduler takes its own reference). BRISK_ERR_RANGE: the
  * prompt does not fit the slot context; BRISK_ERR_NOMEM: the queue is full
- * (answer 429); BRISK_ERR_INVALID_ARG: empty prompt; message set. */
+ * (answer 429); BRISK_ERR_INVALID_ARG: empty prompt, or more choices than
+ * slots; message set. */
 brisk_status sched_submit(sched *s, sched_req *r);
 /* Marks r cancelled; its slot is freed before the next step. */
 void sched_cancel(sched *s, sched_req *r);

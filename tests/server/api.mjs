@@ -1,5 +1,5 @@
 // api.mjs — the OpenAI endpoints through the official client: chat, streaming,
-// include_usage, completions, stop strings, logprobs, tools, prefix caching.
+// include_usage, completions, stop strings, logprobs, tools, prefix caching, n > 1.
 import { client, test, run, assert, eq, raw, metrics, greedy } from './lib.mjs';
 
 const messages = [{ role: 'user', content: 'Tell me a story about a cat.' }];
@@ -133,6 +133,51 @@ test('prefix caching: a repeated prompt reports cached_tokens', async () => {
   // and the cached answer equals a cold one: the same prompt again gives the same text
   const c = await client.completions.create({ model: 'x', prompt: long, max_tokens: 4, temperature: 0 });
   eq(c.choices[0].text, a.choices[0].text);
+});
+
+test('n > 1: choice i equals a single request with seed + i; usage sums the completions', async () => {
+  const sp = { model: 'x', prompt: 'The little bird', max_tokens: 12, temperature: 1.0, top_k: 0, top_p: 1, min_p: 0, ignore_eos: true };
+  const r = await client.completions.create({ ...sp, n: 3, seed: 7 });
+  eq(r.choices.map((c) => c.index), [0, 1, 2]);
+  for (let i = 0; i < 3; i++) {
+    const one = await client.completions.create({ ...sp, seed: 7 + i });
+    eq(r.choices[i].text, one.choices[0].text, `choice ${i}`);
+    eq(r.choices[i].finish_reason, 'length');
+    if (i === 0) eq(r.usage.prompt_tokens, one.usage.prompt_tokens, 'the prompt counts once');
+  }
+  assert(new Set(r.choices.map((c) => c.text)).size > 1, 'the choices are all the same');
+  eq(r.usage.completion_tokens, 36);
+  eq(r.usage.total_tokens, r.usage.prompt_tokens + 36);
+});
+
+test('n > 1 streaming chat: chunks carry each index, same text as non-streaming', async () => {
+  const q = { model: 'x', messages, max_tokens: 16, temperature: 0.9, seed: 3, n: 2 };
+  const ref = await client.chat.completions.create(q);
+  eq(ref.choices.length, 2);
+  const stream = await client.chat.completions.create({ ...q, stream: true, stream_options: { include_usage: true } });
+  const text = ['', ''], finish = [null, null], role = [null, null];
+  let usage = null;
+  for await (const ch of stream) {
+    if (ch.usage) { usage = ch.usage; continue; }
+    for (const c of ch.choices) {
+      if (c.delta.role) role[c.index] = c.delta.role;
+      text[c.index] += c.delta.content ?? '';
+      if (c.finish_reason) { assert(finish[c.index] === null, 'two finish chunks'); finish[c.index] = c.finish_reason; }
+    }
+  }
+  eq(role, ['assistant', 'assistant']);
+  eq(text, ref.choices.map((c) => c.message.content));
+  eq(finish, ref.choices.map((c) => c.finish_reason));
+  eq(usage.completion_tokens, ref.usage.completion_tokens);
+});
+
+test('n > 1 greedy: every choice is the greedy answer; n above --parallel is a 400', async () => {
+  const r = await client.completions.create({ model: 'x', prompt: 'Once upon a time', max_tokens: 10, temperature: 0, n: 4 });
+  const one = await greedy('Once upon a time', 10);
+  eq(r.choices.map((c) => c.text), [one, one, one, one]);
+  const bad = await raw('/v1/completions', { body: JSON.stringify({ prompt: 'x', n: 64 }) });
+  eq(bad.status, 400);
+  eq(bad.json.error.param, 'n');
 });
 
 test('/tokenize and /detokenize round trip', async () => {

@@ -27,8 +27,10 @@ test('wrong types -> 400 with the field', async () => {
   isError(await raw('/v1/completions', { body: JSON.stringify({ prompt: 'hi', temperature: 5 }) }), 400, 'temperature');
 });
 
-test('n > 1 -> 400', async () => {
-  isError(await raw('/v1/completions', { body: JSON.stringify({ prompt: 'hi', n: 2 }) }), 400, 'n');
+test('n above --parallel, or not a positive integer -> 400', async () => {
+  isError(await raw('/v1/completions', { body: JSON.stringify({ prompt: 'hi', n: 100 }) }), 400, 'n');
+  isError(await raw('/v1/completions', { body: JSON.stringify({ prompt: 'hi', n: 0 }) }), 400, 'n');
+  isError(await raw('/v1/completions', { body: JSON.stringify({ prompt: 'hi', n: 1.5 }) }), 400, 'n');
 });
 
 test('a bad response_format or grammar -> 400 (structured.mjs has more)', async () => {

@@ -95,6 +95,14 @@ test('grammar (GBNF): the output is a sentence of the grammar', async () => {
   }
 });
 
+test('grammar with n = 2: every choice is a sentence (each has its own grammar state)', async () => {
+  const grammar = 'root ::= ("yes" | "no") " " [0-9]{1,3} "!"\n';
+  const r = await raw('/v1/completions', { body: JSON.stringify({ prompt: 'Once', max_tokens: 20, temperature: 1, seed: 9, grammar, n: 2 }) });
+  eq(r.status, 200, r.text.slice(0, 200));
+  eq(r.json.choices.length, 2);
+  for (const c of r.json.choices) assert(/^(yes|no) [0-9]{1,3}!$/.test(c.text), JSON.stringify(c.text));
+});
+
 async function bad(body, param, msg) {
   const r = await raw('/v1/chat/completions', { body: JSON.stringify({ messages, ...body }) });
   eq(r.status, 400, r.text.slice(0, 200));
