@@ -18,7 +18,9 @@
  *   q8_0 KV writes byte-identical to the CPU's
  *   moe_route: same ids in the same order (another id only at a near tie) and
  *     weights within 1e-5 relative; moe_ffn 1e-4 vs a double reference, and vs
- *     the CPU twice the CPU's own error + 1e-4 (the CPU quantizes activations)
+ *     the CPU twice the CPU's own error + 1e-4 (the CPU quantizes activations);
+ *     where a product takes the int8-dot path (Q8_0/Q4_0/Q4_K/Q6_K) twice the
+ *     CPU's error + 1e-4 vs the reference, three times vs the CPU
  *   ssm_conv 1e-6, carried inputs exact; gated_delta 1e-4 (outputs and the
  *     fp32 state, after up to 24 entries); sigmoid_mul 1e-6
  *   end to end: identical greedy tokens; max |logit diff| <= 2e-2 * max |logit|
@@ -536,12 +538,18 @@ static void check_moe_ffn(uint32_t tg, uint32_t tu, uint32_t td, int64_t n_embd,
     }
     for (size_t i = 0; i < nx; i++) ref[i] = (float)acc[i];
     double e_ref = rel_err(yg, ref, nx), e_cpu = rel_err(yg, yc, nx), c_ref = rel_err(yc, ref, nx);
-    double tol_cpu = 2 * c_ref + 1e-4;
-    if (!(e_ref <= 1e-4) || !(e_cpu <= tol_cpu))
+    /* Q8_0/Q4_0/Q4_K/Q6_K products quantize their activations to int8 blocks of
+     * 32 (as cuda_mmvq.cu; the CPU does the same to q8_0/q8_K): then the GPU is
+     * held to twice the CPU's own error, and to three times it against the CPU */
+#define Q8T(t) ((t) == QT_Q8_0 || (t) == QT_Q4_0 || (t) == QT_Q4_K || (t) == QT_Q6_K)
+    bool q8 = Q8T(tg) || Q8T(tu) || Q8T(td);
+#undef Q8T
+    double tol_ref = q8 ? 2 * c_ref + 1e-4 : 1e-4, tol_cpu = (q8 ? 3 : 2) * c_ref + 1e-4;
+    if (!(e_ref <= tol_ref) || !(e_cpu <= tol_cpu))
         fprintf(stderr, "  moe_ffn %s/%s/%s embd %lld ff %lld experts %d k %d n %d: vs ref %.2e, vs cpu %.2e (cpu vs ref %.2e)\n",
                 quant_type_name(tg), quant_type_name(tu), quant_type_name(td), (long long)n_embd, (long long)n_ff,
                 n_expert, k, n, e_ref, e_cpu, c_ref);
-    CHECK(e_ref <= 1e-4);
+    CHECK(e_ref <= tol_ref);
     CHECK(e_cpu <= tol_cpu);
     gpu->ops->release(gpu, dx); gpu->ops->release(gpu, dy); gpu->ops->release(gpu, dw); gpu->ops->release(gpu, di);
     bk_cuda_release_weight(&gg); bk_cuda_release_weight(&ug); bk_cuda_release_weight(&dg);

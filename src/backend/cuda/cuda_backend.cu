@@ -249,6 +249,8 @@ static brisk_status cuda_init(cuda_backend *cb) {
     cb->mma_off = mma && !strcmp(mma, "0");
     const char *gqa = getenv("BRISK_CUDA_ATTN_GQA");
     cb->attn_gqa_off = gqa && !strcmp(gqa, "0");
+    const char *mq8 = getenv("BRISK_CUDA_MOE_Q8");
+    cb->moe_q8_off = mq8 && !strcmp(mq8, "0");
     cb->xq_cap = (size_t)MMVQ_MAX_TOK << 17; /* rows of up to 128K elements */
     CU_TRY(cudaMalloc(&cb->xq, cb->xq_cap));
     CU_TRY(cudaMalloc(&cb->xds, cb->xq_cap / 32 * sizeof(float2)));

@@ -39,80 +39,8 @@ __global__ void quantize_q8_1_kernel(const float *x, int64_t n_in, int8_t *xq, f
     (void)n_in;
 }
 
-/* A 4-byte little-endian word from a 2-byte-aligned address. */
-__device__ __forceinline__ int ld_i32_a2(const uint8_t *p) {
-    const uint16_t *q = (const uint16_t *)p;
-    return (int)(q[0] | ((uint32_t)q[1] << 16));
-}
-
-/* Weight group g (elements 32g..32g+31) of one row, unpacked once and then
- * dotted with every token: eight words of signed or unsigned bytes w (bytes
- * 0-15 in w[0..3], 16-31 in w[4..7]) with integer scales s0, s1 for the two
- * halves, and float factors so that the group contributes
- *     a * d_x * (s0 * dot(w[0..3], x[0..3]) + s1 * dot(w[4..7], x[4..7])) - b * (d_x * sum x)
- * (b folds constant offsets and K-quant minimums into the activation sums). */
-typedef struct wgroup {
-    int w[8];
-    int s0, s1;
-    float a, b;
-} wgroup;
-
-template <int T> __device__ __forceinline__ void group_load(const uint8_t *row, int64_t g, wgroup &q) {
-    q.s0 = q.s1 = 1;
-    q.b = 0.0f;
-    if (T == QT_Q8_0) {
-        const uint8_t *b = row + g * 34;
-#pragma unroll
-        for (int i = 0; i < 8; i++) q.w[i] = ld_i32_a2(b + 2 + 4 * i);
-        q.a = bk_h2f(ld16(b));
-    } else if (T == QT_Q4_0) {
-        const uint8_t *b = row + g * 18;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int w = ld_i32_a2(b + 2 + 4 * i);
-            q.w[i] = w & 0x0F0F0F0F;
-            q.w[4 + i] = (w >> 4) & 0x0F0F0F0F;
-        }
-        q.a = bk_h2f(ld16(b));
-        q.b = 8.0f * q.a; /* (n - 8) * x = n * x - 8 * x */
-    } else if (T == QT_Q4_K) {
-        const uint8_t *b = row + (g / 8) * 144;
-        int j = (int)(g % 8), c = j / 2, sh = (j % 2) * 4;
-        const int *qs = (const int *)(b + 16 + 32 * c); /* 144-byte blocks keep 4-byte alignment */
-#pragma unroll
-        for (int i = 0; i < 8; i++) q.w[i] = (qs[i] >> sh) & 0x0F0F0F0F;
-        int sc, m;
-        k4_scale_min(j, b + 4, &sc, &m);
-        uint32_t dd = *(const uint32_t *)b;
-        q.a = bk_h2f((uint16_t)dd) * (float)sc;
-        q.b = bk_h2f((uint16_t)(dd >> 16)) * (float)m;
-    } else { /* QT_Q6_K */
-        const uint8_t *b = row + (g / 8) * 210;
-        int j = (int)(g % 8), n = j / 4, k = j % 4;
-        const uint8_t *ql = b + 64 * n + 32 * (k & 1), *qh = b + 128 + 32 * n;
-        int shl = (k >> 1) * 4, shh = 2 * k;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            int lo = (ld_i32_a2(ql + 4 * i) >> shl) & 0x0F0F0F0F;
-            int hi = ((ld_i32_a2(qh + 4 * i) >> shh) & 0x03030303) << 4;
-            q.w[i] = __vsubss4(lo | hi, 0x20202020); /* 6-bit values minus 32, per byte */
-        }
-        const int8_t *sc = (const int8_t *)(b + 192 + 8 * n + 2 * k);
-        q.s0 = sc[0];
-        q.s1 = sc[1];
-        q.a = bk_h2f(ld16(b + 208));
-    }
-}
-
-__device__ __forceinline__ float group_dot(const wgroup &q, const int *xi, float2 ds) {
-    int s0 = 0, s1 = 0;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        s0 = __dp4a(q.w[i], xi[i], s0);
-        s1 = __dp4a(q.w[4 + i], xi[4 + i], s1);
-    }
-    return q.a * ds.x * (float)(q.s0 * s0 + q.s1 * s1) - q.b * ds.y;
-}
+/* The weight groups (wgroup, group_load, group_dot) live in cuda_internal.cuh:
+ * the expert products of cuda_moe.cu use them too. */
 
 template <int T, int NT> /* NT: tokens the registers are sized for (n <= NT) */
 __global__ void __launch_bounds__(MMVQ_WARPS * 32)

@@ -49,6 +49,14 @@
     default: break;                                                              \
     }
 
+/* The integer-dot types (cuda_mmvq_supported): group_load knows only these. */
+#define MOE_Q8_DISPATCH(type, ...)                                               \
+    switch (type) {                                                              \
+        MOE_TYPE_CASE(QT_Q8_0, __VA_ARGS__) MOE_TYPE_CASE(QT_Q4_0, __VA_ARGS__)  \
+        MOE_TYPE_CASE(QT_Q4_K, __VA_ARGS__) MOE_TYPE_CASE(QT_Q6_K, __VA_ARGS__)  \
+    default: break;                                                              \
+    }
+
 #define IS_FLOAT_TYPE(T) ((T) == QT_F32 || (T) == QT_F16 || (T) == QT_BF16)
 
 /* ---- router: one block per token ---- */
@@ -195,36 +203,73 @@ moe_group_kernel(const int32_t *ids, int nk, int n_expert, int32_t *off, int32_t
     }
 }
 
-/* acc[i][t] += dot(row i, xs[t]) over this lane's part of n_in, for t < nt
- * (the loop of cuda_gemv.cu's gemv_kernel over scattered activation rows). */
-template <int T, int R, int NT>
-__device__ __forceinline__ void rows_dot(const uint8_t *const (&rows)[R], int64_t n_in, const float *const (&xs)[NT],
+/* The activation rows an expert product reads: entry en reads row en / div
+ * (div = k: its token's row of x; div = 1: its own row of h), as f32 rows
+ * (x) or, on the integer-dot path, as int8 blocks of 32 with their scales
+ * and sums (xq, xds: cuda_mmvq_quantize's layout). */
+typedef struct moe_act {
+    const float *x;
+    const int8_t *xq;
+    const float2 *xds;
+    int64_t n_in;
+    int div;
+} moe_act;
+
+/* acc[i][t] += dot(row i, activations of entry en[t]) over this lane's part
+ * of n_in, for t < nt. Float path: the loop of cuda_gemv.cu's gemv_kernel;
+ * Q8 path: that of cuda_mmvq.cu's mmvq_kernel (Q8_0, Q4_0, Q4_K, Q6_K). */
+template <int T, bool Q8, int R, int NT>
+__device__ __forceinline__ void rows_dot(const uint8_t *const (&rows)[R], const moe_act &a, const int (&en)[NT],
                                          int nt, int lane, float (&acc)[R][NT]) {
-    if (!IS_FLOAT_TYPE(T) || n_in % 8 == 0) {
-        for (int64_t p = lane; p < n_in / 8; p += 32) {
-            float v[R][8];
+    const int64_t n_in = a.n_in;
+    if constexpr (Q8) {
+        const int64_t n_groups = n_in / 32;
+        for (int64_t g = lane; g < n_groups; g += 32) {
+            wgroup q[R];
 #pragma unroll
-            for (int i = 0; i < R; i++) deq8<T>(rows[i], p * 8, v[i]);
+            for (int i = 0; i < R; i++) group_load<T>(rows[i], g, q[i]);
 #pragma unroll
             for (int t = 0; t < NT; t++) {
-                if (t < nt) {
-                    const float4 *xp = (const float4 *)(xs[t] + p * 8);
-                    float4 a = __ldg(xp), b = __ldg(xp + 1);
+                if (t >= nt) break;
+                int64_t xr = en[t] / a.div;
+                const int4 *xp = (const int4 *)(a.xq + xr * n_in + g * 32);
+                int4 u = __ldg(xp), v = __ldg(xp + 1);
+                int xi[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
+                float2 ds = __ldg(a.xds + xr * n_groups + g);
 #pragma unroll
-                    for (int i = 0; i < R; i++)
-                        acc[i][t] += v[i][0] * a.x + v[i][1] * a.y + v[i][2] * a.z + v[i][3] * a.w +
-                                     v[i][4] * b.x + v[i][5] * b.y + v[i][6] * b.z + v[i][7] * b.w;
-                }
+                for (int i = 0; i < R; i++) acc[i][t] += group_dot(q[i], xi, ds);
             }
         }
     } else {
-        for (int64_t e = lane; e < n_in; e += 32) {
+        const float *xs[NT];
 #pragma unroll
-            for (int i = 0; i < R; i++) {
-                float w = deq1(T, rows[i], e);
+        for (int t = 0; t < NT; t++) xs[t] = a.x + (int64_t)(en[t] / a.div) * n_in;
+        if (!IS_FLOAT_TYPE(T) || n_in % 8 == 0) {
+            for (int64_t p = lane; p < n_in / 8; p += 32) {
+                float v[R][8];
 #pragma unroll
-                for (int t = 0; t < NT; t++)
-                    if (t < nt) acc[i][t] += w * __ldg(xs[t] + e);
+                for (int i = 0; i < R; i++) deq8<T>(rows[i], p * 8, v[i]);
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    if (t < nt) {
+                        const float4 *xp = (const float4 *)(xs[t] + p * 8);
+                        float4 a4 = __ldg(xp), b4 = __ldg(xp + 1);
+#pragma unroll
+                        for (int i = 0; i < R; i++)
+                            acc[i][t] += v[i][0] * a4.x + v[i][1] * a4.y + v[i][2] * a4.z + v[i][3] * a4.w +
+                                         v[i][4] * b4.x + v[i][5] * b4.y + v[i][6] * b4.z + v[i][7] * b4.w;
+                    }
+                }
+            }
+        } else {
+            for (int64_t e = lane; e < n_in; e += 32) {
+#pragma unroll
+                for (int i = 0; i < R; i++) {
+                    float w = deq1(T, rows[i], e);
+#pragma unroll
+                    for (int t = 0; t < NT; t++)
+                        if (t < nt) acc[i][t] += w * __ldg(xs[t] + e);
+                }
             }
         }
     }
@@ -242,51 +287,45 @@ template <int R, int NT> __device__ __forceinline__ void warp_sum(float (&acc)[R
 
 __device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }
 
-/* The grouped entries' slot of this block, or -1 when the slot is idle. */
+/* The active expert of this block's slot, or -1 when the slot is idle. */
 __device__ __forceinline__ int block_expert(const int32_t *act, const int32_t *n_act) {
     return (int)blockIdx.y < *n_act ? act[blockIdx.y] : -1;
 }
 
 /* h (entries, n_ff). BOTH: gate and up of one type, h = silu(gate x) * up x in
  * one pass. Otherwise stage 0 writes h = gate x and stage 1 makes it
- * silu(h) * up x. x rows are tokens: entry i reads x[i / k]. */
-template <int T, bool BOTH>
+ * silu(h) * up x (W: the stage's matrix). Activations: x rows by token. */
+template <int T, bool BOTH, bool Q8>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
-moe_gate_up_kernel(const uint8_t *G, const uint8_t *U, size_t row_bytes, int64_t n_in, int64_t n_ff, const float *x,
-                   int k, const int32_t *off, const int32_t *act, const int32_t *n_act, const int32_t *ent, float *h,
-                   int stage) {
+moe_gate_up_kernel(const uint8_t *W, const uint8_t *U, size_t row_bytes, int64_t n_ff, moe_act a, const int32_t *off,
+                   const int32_t *act, const int32_t *n_act, const int32_t *ent, float *h, int stage) {
     int e = block_expert(act, n_act);
     if (e < 0) return;
     int lane = threadIdx.x % 32;
     int64_t r0 = ((int64_t)blockIdx.x * MOE_WARPS + threadIdx.x / 32) * MOE_ROWS;
     if (r0 >= n_ff) return;
-    const uint8_t *W = BOTH || stage == 0 ? G : U;
     const uint8_t *rg[MOE_ROWS], *ru[MOE_ROWS];
 #pragma unroll
     for (int i = 0; i < MOE_ROWS; i++) {
         int64_t r = (int64_t)e * n_ff + (r0 + i < n_ff ? r0 + i : r0);
         rg[i] = W + r * row_bytes;
-        ru[i] = U + r * row_bytes;
+        ru[i] = BOTH ? U + r * row_bytes : rg[i];
     }
     int beg = off[e], end = off[e + 1];
     for (int c0 = beg; c0 < end; c0 += MOE_NT) {
         int nt = end - c0 < MOE_NT ? end - c0 : MOE_NT;
         int en[MOE_NT];
-        const float *xs[MOE_NT];
 #pragma unroll
-        for (int t = 0; t < MOE_NT; t++) {
-            en[t] = ent[c0 + (t < nt ? t : 0)];
-            xs[t] = x + (int64_t)(en[t] / k) * n_in;
-        }
+        for (int t = 0; t < MOE_NT; t++) en[t] = ent[c0 + (t < nt ? t : 0)];
         float ag[MOE_ROWS][MOE_NT], au[MOE_ROWS][MOE_NT];
 #pragma unroll
         for (int i = 0; i < MOE_ROWS; i++)
 #pragma unroll
             for (int t = 0; t < MOE_NT; t++) ag[i][t] = au[i][t] = 0.0f;
-        rows_dot<T, MOE_ROWS, MOE_NT>(rg, n_in, xs, nt, lane, ag);
+        rows_dot<T, Q8, MOE_ROWS, MOE_NT>(rg, a, en, nt, lane, ag);
         warp_sum(ag, nt);
         if (BOTH) {
-            rows_dot<T, MOE_ROWS, MOE_NT>(ru, n_in, xs, nt, lane, au);
+            rows_dot<T, Q8, MOE_ROWS, MOE_NT>(ru, a, en, nt, lane, au);
             warp_sum(au, nt);
         }
         if (lane == 0)
@@ -305,11 +344,11 @@ moe_gate_up_kernel(const uint8_t *G, const uint8_t *U, size_t row_bytes, int64_t
     }
 }
 
-/* dout (entries, n_embd) = down_e h[entry], unweighted. */
-template <int T>
+/* dout (entries, n_embd) = down_e h[entry], unweighted. Activations: h rows by entry. */
+template <int T, bool Q8>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
-moe_down_kernel(const uint8_t *D, size_t row_bytes, int64_t n_ff, int64_t n_embd, const float *h, const int32_t *off,
-                const int32_t *act, const int32_t *n_act, const int32_t *ent, float *dout) {
+moe_down_kernel(const uint8_t *D, size_t row_bytes, int64_t n_embd, moe_act a, const int32_t *off, const int32_t *act,
+                const int32_t *n_act, const int32_t *ent, float *dout) {
     int e = block_expert(act, n_act);
     if (e < 0) return;
     int lane = threadIdx.x % 32;
@@ -322,18 +361,14 @@ moe_down_kernel(const uint8_t *D, size_t row_bytes, int64_t n_ff, int64_t n_embd
     for (int c0 = beg; c0 < end; c0 += MOE_NT) {
         int nt = end - c0 < MOE_NT ? end - c0 : MOE_NT;
         int en[MOE_NT];
-        const float *xs[MOE_NT];
 #pragma unroll
-        for (int t = 0; t < MOE_NT; t++) {
-            en[t] = ent[c0 + (t < nt ? t : 0)];
-            xs[t] = h + (int64_t)en[t] * n_ff;
-        }
+        for (int t = 0; t < MOE_NT; t++) en[t] = ent[c0 + (t < nt ? t : 0)];
         float acc[MOE_ROWS][MOE_NT];
 #pragma unroll
         for (int i = 0; i < MOE_ROWS; i++)
 #pragma unroll
             for (int t = 0; t < MOE_NT; t++) acc[i][t] = 0.0f;
-        rows_dot<T, MOE_ROWS, MOE_NT>(rows, n_ff, xs, nt, lane, acc);
+        rows_dot<T, Q8, MOE_ROWS, MOE_NT>(rows, a, en, nt, lane, acc);
         warp_sum(acc, nt);
         if (lane == 0)
 #pragma unroll
@@ -431,26 +466,47 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
     const uint8_t *G = (const uint8_t *)gate->dev, *U = (const uint8_t *)up->dev, *D = (const uint8_t *)down->dev;
     bool both = gate->type == up->type && gate->row_bytes == up->row_bytes;
     const int rows_per_block = MOE_WARPS * MOE_ROWS;
+    /* integer dots where the type has them and the quantized rows fit cuda_mmvq's buffer */
+    bool q8_ok = !cb->moe_q8_off && cb->xq;
+    bool q8_g = q8_ok && cuda_mmvq_supported(gate->type, n_embd), q8_u = q8_ok && cuda_mmvq_supported(up->type, n_embd),
+         q8_d = q8_ok && cuda_mmvq_supported(down->type, n_ff);
 
     for (int t0 = 0; t0 < n; t0 += chunk) {
         int nc = n - t0 < chunk ? n - t0 : chunk, nk = nc * k;
         unsigned slots = (unsigned)(nk < n_expert ? nk : n_expert);
         moe_group_kernel<<<1, GROUP_THREADS, 0, cb->stream>>>(ids + (size_t)t0 * k, nk, n_expert, off, act, n_act,
                                                              ent);
-        const float *xc = x + (size_t)t0 * n_embd;
+        moe_act ax = {x + (size_t)t0 * n_embd, cb->xq, cb->xds, n_embd, k};
+        bool qx = (q8_g || q8_u) && (size_t)nc * n_embd <= cb->xq_cap && cuda_mmvq_quantize(cb, ax.x, n_embd, nc);
         dim3 g1((unsigned)((n_ff + rows_per_block - 1) / rows_per_block), slots);
+#define GATE_UP(T_ID, BOTH, Q8, W, RB, STAGE)                                                                      \
+    do {                                                                                                           \
+        if (Q8) {                                                                                                  \
+            MOE_Q8_DISPATCH(T_ID, moe_gate_up_kernel<TT, BOTH, true><<<g1, MOE_WARPS * 32, 0, cb->stream>>>(       \
+                                      W, U, RB, n_ff, ax, off, act, n_act, ent, h, STAGE))                         \
+        } else {                                                                                                   \
+            MOE_DISPATCH(T_ID, moe_gate_up_kernel<TT, BOTH, false><<<g1, MOE_WARPS * 32, 0, cb->stream>>>(         \
+                                   W, U, RB, n_ff, ax, off, act, n_act, ent, h, STAGE))                            \
+        }                                                                                                          \
+    } while (0)
         if (both) {
-            MOE_DISPATCH(gate->type, moe_gate_up_kernel<TT, true><<<g1, MOE_WARPS * 32, 0, cb->stream>>>(
-                                         G, U, gate->row_bytes, n_embd, n_ff, xc, k, off, act, n_act, ent, h, 0));
+            GATE_UP(gate->type, true, qx && q8_g, G, gate->row_bytes, 0);
         } else {
-            MOE_DISPATCH(gate->type, moe_gate_up_kernel<TT, false><<<g1, MOE_WARPS * 32, 0, cb->stream>>>(
-                                         G, U, gate->row_bytes, n_embd, n_ff, xc, k, off, act, n_act, ent, h, 0));
-            MOE_DISPATCH(up->type, moe_gate_up_kernel<TT, false><<<g1, MOE_WARPS * 32, 0, cb->stream>>>(
-                                       G, U, up->row_bytes, n_embd, n_ff, xc, k, off, act, n_act, ent, h, 1));
+            GATE_UP(gate->type, false, qx && q8_g, G, gate->row_bytes, 0);
+            GATE_UP(up->type, false, qx && q8_u, U, up->row_bytes, 1);
         }
+#undef GATE_UP
+        /* h's rows are quantized after gate/up have read x's (the same buffer, in stream order) */
+        moe_act ah = {h, cb->xq, cb->xds, n_ff, 1};
+        bool qh = q8_d && (size_t)nk * n_ff <= cb->xq_cap && cuda_mmvq_quantize(cb, h, n_ff, nk);
         dim3 g2((unsigned)((n_embd + rows_per_block - 1) / rows_per_block), slots);
-        MOE_DISPATCH(down->type, moe_down_kernel<TT><<<g2, MOE_WARPS * 32, 0, cb->stream>>>(
-                                     D, down->row_bytes, n_ff, n_embd, h, off, act, n_act, ent, dout));
+        if (qh) {
+            MOE_Q8_DISPATCH(down->type, moe_down_kernel<TT, true><<<g2, MOE_WARPS * 32, 0, cb->stream>>>(
+                                            D, down->row_bytes, n_embd, ah, off, act, n_act, ent, dout));
+        } else {
+            MOE_DISPATCH(down->type, moe_down_kernel<TT, false><<<g2, MOE_WARPS * 32, 0, cb->stream>>>(
+                                         D, down->row_bytes, n_embd, ah, off, act, n_act, ent, dout));
+        }
         int64_t tot = (int64_t)nc * n_embd;
         moe_combine_kernel<<<(unsigned)((tot + 255) / 256), 256, 0, cb->stream>>>(dout, weights + (size_t)t0 * k, nc,
                                                                                 k, n_embd, out + (size_t)t0 * n_embd);
