@@ -18,10 +18,13 @@
  *   down     dout[ent] = down_e h[ent]
  *   combine  out[t] = sum_j weights[t,j] * dout[t*k + j]  (slot order, each product rounded, as the CPU)
  *
- * Weights are decoded to f32 with the shared block decoders (deq8/deq1 of
- * cuda_internal.cuh) and dotted with f32 activations, as the float GEMV of
- * cuda_gemv.cu. (The int8 __dp4a path of cuda_mmvq.cu would be faster for
- * decode; it is not used here yet.) */
+ * The products reuse the dense kernels' device code (cuda_internal.cuh): on
+ * Q8_0, Q4_0, Q4_K and Q6_K the weight groups of cuda_mmvq.cu meet
+ * activations quantized to int8 blocks of 32 in __dp4a (x once per chunk, h
+ * once before down; as the CPU quantizes them), on the other types (and
+ * with BRISK_CUDA_MOE_Q8=0) the block decoders deq8/deq1 meet f32
+ * activations, as cuda_gemv.cu's float GEMV. Prefill runs the same kernels
+ * (no tensor-core expert GEMM yet). */
 #include "backend/cuda/cuda_internal.cuh"
 
 #define ROUTE_THREADS 128
