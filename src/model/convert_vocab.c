@@ -206,6 +206,13 @@ static brisk_status detect_pre(const char *tok_json, const char *tok_cfg, const 
             hash_ids(ids, n, tokenizer_bos(t), hex2);
             *pre = convert_pre_from_hash(hex2);
         }
+        if (!*pre && tokenizer_pre_family(t)) {
+            /* a vocabulary trained with a known family's pre-tokenizer (brisk's own
+             * models are): llama.cpp's table cannot know its hash, its regexes tell */
+            *pre = tokenizer_pre_family(t);
+            fprintf(stderr, "convert: pre-tokenizer %s, recognized by its regexes (check-string hash %s is new)\n",
+                    *pre, hex);
+        }
         if (!*pre)
             s = bk_fail(BRISK_ERR_UNSUPPORTED,
                         "convert: the BPE pre-tokenizer was not recognized (check-string hash %s); "

@@ -259,6 +259,15 @@ static brisk_status load_hf(tokenizer *t, const cJSON *root, const cJSON *cfg) {
         s = bk_fail(BRISK_ERR_UNSUPPORTED, "tokenizer.json: no byte-level pre-tokenizer");
     if (s == BRISK_OK) s = pretok_new((const char *const *)re, nre, &t->pre);
     if (s != BRISK_OK) goto done;
+    /* A newly trained vocabulary has no known check-string hash, but its
+     * pre-tokenizer may be a known family's exactly (the converter's fallback).
+     * Only families whose other flags are llama.cpp's defaults qualify. */
+    for (int f = 0; f < 2 && !t->pre_family; f++) {
+        const tok_pre_info *pi = tok_pre_lookup(f ? "qwen35" : "qwen2", f ? 6 : 5);
+        int k = 0;
+        while (pi && k < 6 && pi->regexes[k] && k < nre && !strcmp(pi->regexes[k], re[k])) k++;
+        if (pi && k == nre && (k == 6 || !pi->regexes[k])) t->pre_family = pi->name;
+    }
 
     if (cfg) {
         t->add_bos = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token"));

@@ -105,6 +105,7 @@ struct tokenizer {
     uint64_t pair_mask;
     tok_strmap merge_map;
     pretok *pre;        /* BPE only */
+    const char *pre_family; /* tokenizer.json: the llama.cpp pre name whose regexes it uses, or NULL */
     int32_t *special;   /* (n_special) control/user-defined/unknown ids, longest text first */
     int32_t n_special;
     uint8_t *eog;       /* (n_vocab) 1 = end of generation */

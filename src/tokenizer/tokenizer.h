@@ -46,6 +46,9 @@ void tokenizer_free(tokenizer *t);
 tokenizer_kind tokenizer_get_kind(const tokenizer *t);
 int32_t tokenizer_n_vocab(const tokenizer *t);
 int32_t tokenizer_bos(const tokenizer *t); /* -1 if none */
+/* From tokenizer.json: the llama.cpp pre-tokenizer name (qwen2, qwen35) whose
+ * regexes this tokenizer's pre-tokenizer equals exactly; NULL if none. */
+const char *tokenizer_pre_family(const tokenizer *t);
 int32_t tokenizer_eos(const tokenizer *t);
 bool tokenizer_add_bos(const tokenizer *t);
 bool tokenizer_add_eos(const tokenizer *t);

@@ -546,6 +546,7 @@ brisk_status tokenizer_from_gguf(const gguf_file *g, tokenizer **out) {
 tokenizer_kind tokenizer_get_kind(const tokenizer *t) { return t->kind; }
 int32_t tokenizer_n_vocab(const tokenizer *t) { return t->n_vocab; }
 int32_t tokenizer_bos(const tokenizer *t) { return t->bos; }
+const char *tokenizer_pre_family(const tokenizer *t) { return t->pre_family; }
 int32_t tokenizer_eos(const tokenizer *t) { return t->eos; }
 bool tokenizer_add_bos(const tokenizer *t) { return t->add_bos && t->bos >= 0; }
 bool tokenizer_add_eos(const tokenizer *t) { return t->add_eos && t->eos >= 0; }

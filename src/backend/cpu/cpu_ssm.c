@@ -81,11 +81,14 @@ typedef struct {
     float eps;
 } gd_job;
 
-/* ggml_l2_norm_f32: the sum of squares in double, x / max(|x|, eps). */
+/* The L2 norm of the Hugging Face reference (modeling_qwen3_5's l2norm):
+ * x * rsqrt(sum x^2 + eps), the sum in double. llama.cpp's ggml_l2_norm
+ * divides by max(|x|, eps) instead; the two part when |x|^2 is not far above
+ * eps (seen at 1e-3 relative on random-init weights, tests/test_hf_ref.c). */
 BK_INLINE void l2norm(const float *x, float *y, int d, float eps) {
     double sum = 0;
     for (int i = 0; i < d; i++) sum += (double)(x[i] * x[i]);
-    float scale = 1.0f / fmaxf(sqrtf((float)sum), eps);
+    float scale = 1.0f / sqrtf((float)sum + eps);
     for (int i = 0; i < d; i++) y[i] = x[i] * scale;
 }
 
