@@ -122,6 +122,7 @@ typedef struct brisk_context_params {
     int n_threads;     /* CPU threads; 0: all cores */
     brisk_kv_type kv_type;
     int kv_block_size; /* tokens per KV page (default 16) */
+    int n_seq_checkpoints; /* recurrent models: state snapshots each sequence keeps (brisk_seq_checkpoint); default 0 */
 } brisk_context_params;
 
 brisk_context_params brisk_context_default_params(void);
@@ -158,8 +159,18 @@ const float *brisk_get_logits(brisk_context *ctx, int i);
  * that summarises every position so far and cannot be rewound. For them a
  * batch entry must continue its sequence (pos == brisk_seq_len), removing
  * positions is only a clear (p0 == 0), and sharing is only of the whole
- * sequence (n_tokens == brisk_seq_len(src), or 0); anything else returns
- * BRISK_ERR_UNSUPPORTED and changes nothing. */
+ * sequence (n_tokens == brisk_seq_len(src), or 0), unless the sequence holds
+ * a checkpoint at that position (below); anything else returns
+ * BRISK_ERR_UNSUPPORTED and changes nothing.
+ *
+ * Checkpoints: a context made with n_seq_checkpoints > 0 keeps up to that
+ * many snapshots of each sequence's recurrent state. brisk_seq_checkpoint
+ * saves seq's state at its current length P; afterwards brisk_seq_remove may
+ * cut seq back to P and brisk_seq_share_prefix may share its first P
+ * positions, both restoring the snapshot. When a sequence's snapshots are
+ * all taken the one whose removal leaves the smallest gap between its
+ * neighbours goes (never the newest); a cut drops the snapshots past it, a
+ * clear or being the dst of a share drops them all. */
 /* Forgets seq's cache (and recurrent state). */
 brisk_status brisk_seq_clear(brisk_context *ctx, int seq);
 /* Drops positions [p0, p1) of seq (p1 < 0: to the end). Only a tail can be dropped. */
@@ -170,6 +181,17 @@ brisk_status brisk_seq_remove(brisk_context *ctx, int seq, int32_t p0, int32_t p
 brisk_status brisk_seq_share_prefix(brisk_context *ctx, int src, int dst, int32_t n_tokens);
 /* Next position of seq (its cached length). */
 int32_t brisk_seq_len(const brisk_context *ctx, int seq);
+/* Snapshots seq's recurrent state at its current length (see Checkpoints
+ * above); a no-op for models without recurrent state or contexts made
+ * without checkpoints. */
+brisk_status brisk_seq_checkpoint(brisk_context *ctx, int seq);
+/* The longest prefix of seq, at most n_tokens, that brisk_seq_remove and
+ * brisk_seq_share_prefix can keep: min(n_tokens, length) without recurrent
+ * state; else the whole sequence if it fits, or its latest checkpoint at or
+ * before n_tokens, or 0. */
+int32_t brisk_seq_keepable(const brisk_context *ctx, int seq, int32_t n_tokens);
+/* Snapshots a sequence can keep: 0 for a model without recurrent state. */
+int brisk_context_n_checkpoints(const brisk_context *ctx);
 
 /* ---- sampling -------------------------------------------------------- */
 

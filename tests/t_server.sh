@@ -2,9 +2,10 @@
 # t_server.sh — `brisk serve` against real clients: starts the server on a free
 # port with stories260K, runs tests/server/*.mjs with the official `openai`
 # npm client (make deps) and a short load run; then a tiny synthetic qwen3
-# with the real Qwen3 chat template, and a server with --parallel 1 --queue 1
-# --api-key for 429 and auth. Each server is stopped with SIGTERM and must
-# exit 0 (under SAN=1 with no leak report).
+# with the real Qwen3 chat template, a tiny hybrid (qwen35) for recurrent-state
+# checkpoints, and a server with --parallel 1 --queue 1 --api-key for 429 and
+# auth. Each server is stopped with SIGTERM and must exit 0 (under SAN=1 with
+# no leak report).
 set -u
 BUILD=${BUILD:-build}
 SHARED=${SHARED:-$(cd .. && pwd)/shared}
@@ -70,6 +71,18 @@ MODEL=$TMP/qwen3.gguf start qwen3 -c 1024 --parallel 2 --chat-template "$TMP/qwe
 BRISK_URL=http://127.0.0.1:$PORT node tests/server/qwen3.mjs || fail=1
 BRISK_URL=http://127.0.0.1:$PORT node tests/server/structured.mjs || fail=1 # masks over a 151k vocabulary
 stop qwen3 || fail=1
+
+# a tiny synthetic hybrid (qwen35: Gated DeltaNet; GPT-2's vocabulary and ChatML keep it
+# small): recurrent-state checkpoints for prefix reuse, against a server without them (the
+# same prompt chunks: --batch 16)
+"$BUILD/brisk" synth --preset tiny-qwen35 --vocab "$SHARED/data/llama.cpp-vocab/ggml-vocab-gpt-2.gguf" --type q8_0 \
+  -o "$TMP/qwen35.gguf" >/dev/null 2>&1 || { echo "t_server: synth qwen35 failed"; exit 1; }
+MODEL=$TMP/qwen35.gguf start nockpt -c 1024 --parallel 2 --batch 16 --ctx-checkpoints 0 || exit 1
+NOCKPT_PORT=$PORT NOCKPT_PID=$PID
+MODEL=$TMP/qwen35.gguf start hybrid -c 1024 --parallel 2 --batch 16 || exit 1
+BRISK_URL=http://127.0.0.1:$PORT BRISK_URL_NOCKPT=http://127.0.0.1:$NOCKPT_PORT node tests/server/hybrid.mjs || fail=1
+stop hybrid || fail=1
+PID=$NOCKPT_PID stop nockpt || fail=1
 
 start queue -c 2048 --parallel 1 --queue 1 --api-key sekrit || exit 1
 BRISK_URL=http://127.0.0.1:$PORT BRISK_KEY=sekrit BRISK_QUEUE_TEST=1 node tests/server/concurrency.mjs || fail=1

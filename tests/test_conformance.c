@@ -330,6 +330,87 @@ out:
     brisk_context_free(fresh);
     brisk_model_free(m);
 }
+/* Feeds tokens [from, to) of t to seq in one batch; copies the last entry's logits to out (n_vocab floats). */
+static void feed(brisk_context *c, int seq, const brisk_token *t, int from, int to, float *out, int nv) {
+    brisk_batch_entry b[32];
+    for (int i = from; i < to; i++) b[i - from] = (brisk_batch_entry){t[i], i, seq, i == to - 1};
+    CHECK_OK(brisk_decode(c, b, to - from));
+    const float *lg = brisk_get_logits(c, to - from - 1);
+    if (lg) memcpy(out, lg, sizeof(float) * nv);
+}
+
+/* qwen35 checkpoints: a sequence cut back to a snapshot, or shared up to one,
+ * continues bitwise as one fed straight through (the same chunks); other cuts
+ * are still refused; a cut drops the snapshots past it; a full set evicts the
+ * one leaving the smallest gap; a clear drops them all. */
+static void test_qwen35_checkpoints(void) {
+    char path[1300];
+    snprintf(path, sizeof path, "%s/tiny-qwen35-f32.gguf", dir);
+    if (!file_exists(path)) run_arch("tiny-qwen35", "ggml-vocab-gpt-2.gguf", (const char *const[]){"f32", NULL});
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(path, NULL, &m));
+    if (!m) return;
+    int nv = brisk_n_vocab(m);
+    brisk_context_params cp = brisk_context_default_params();
+    cp.n_ctx = 64;
+    cp.n_seq_max = 2;
+    cp.n_threads = 2;
+    brisk_context *c = NULL, *ref = NULL;
+    CHECK_OK(brisk_context_new(m, &cp, &ref));
+    cp.n_seq_checkpoints = 2;
+    CHECK_OK(brisk_context_new(m, &cp, &c));
+    float *want = malloc(sizeof(float) * nv * 3), *got = malloc(sizeof(float) * nv);
+    if (!c || !ref || !want || !got) goto out;
+    CHECK(brisk_context_n_checkpoints(c) == 2 && brisk_context_n_checkpoints(ref) == 0);
+    brisk_token t[24];
+    for (int i = 0; i < 24; i++) t[i] = (brisk_token)((i * 37 + 5) % nv);
+    /* the reference: chunks [0,8) [8,16) [16,20), logits after each */
+    feed(ref, 0, t, 0, 8, want, nv);
+    feed(ref, 0, t, 8, 16, want + nv, nv);
+    feed(ref, 0, t, 16, 20, want + 2 * nv, nv);
+    CHECK_OK(brisk_seq_checkpoint(ref, 0)); /* no room: a no-op */
+    CHECK(brisk_seq_keepable(ref, 0, 10) == 0);
+
+    feed(c, 0, t, 0, 8, got, nv);
+    CHECK_OK(brisk_seq_checkpoint(c, 0));
+    feed(c, 0, t, 8, 16, got, nv);
+    CHECK_OK(brisk_seq_checkpoint(c, 0));
+    feed(c, 0, t, 16, 24, got, nv);
+    CHECK(brisk_seq_keepable(c, 0, 12) == 8 && brisk_seq_keepable(c, 0, 16) == 16);
+    CHECK(brisk_seq_keepable(c, 0, 5) == 0 && brisk_seq_keepable(c, 0, 100) == 24);
+    CHECK(brisk_seq_remove(c, 0, 12, -1) == BRISK_ERR_UNSUPPORTED);
+    CHECK(brisk_seq_share_prefix(c, 0, 1, 12) == BRISK_ERR_UNSUPPORTED);
+    CHECK(brisk_seq_checkpoint(c, 5) == BRISK_ERR_INVALID_ARG);
+    /* shared up to the snapshot at 16: seq 1 continues as the reference */
+    CHECK_OK(brisk_seq_share_prefix(c, 0, 1, 16));
+    CHECK(brisk_seq_len(c, 1) == 16 && brisk_seq_keepable(c, 1, 10) == 0); /* a share leaves dst no snapshots */
+    feed(c, 1, t, 16, 20, got, nv);
+    CHECK(!memcmp(got, want + 2 * nv, sizeof(float) * nv));
+    /* cut back to 8: the snapshot at 16 goes, the sequence continues as the reference */
+    CHECK_OK(brisk_seq_remove(c, 0, 8, -1));
+    CHECK(brisk_seq_len(c, 0) == 8 && brisk_seq_keepable(c, 0, 20) == 8);
+    feed(c, 0, t, 8, 16, got, nv);
+    CHECK(!memcmp(got, want + nv, sizeof(float) * nv));
+    /* snapshots 8, 16, then 20: 16 leaves the smaller gap (20 - 8 against 16 - 0) */
+    CHECK_OK(brisk_seq_checkpoint(c, 0));
+    feed(c, 0, t, 16, 20, got, nv);
+    CHECK(!memcmp(got, want + 2 * nv, sizeof(float) * nv));
+    CHECK_OK(brisk_seq_checkpoint(c, 0));
+    CHECK(brisk_seq_keepable(c, 0, 19) == 8);
+    feed(c, 0, t, 20, 22, got, nv);
+    CHECK(brisk_seq_keepable(c, 0, 21) == 20);
+    CHECK_OK(brisk_seq_clear(c, 0));
+    feed(c, 0, t, 0, 8, got, nv);
+    CHECK(!memcmp(got, want, sizeof(float) * nv));
+    CHECK(brisk_seq_keepable(c, 0, 7) == 0);
+out:
+    free(want);
+    free(got);
+    brisk_context_free(c);
+    brisk_context_free(ref);
+    brisk_model_free(m);
+}
+
 /* qwen35: Gated DeltaNet layers (recurrent state) and gated attention with
  * partial RoPE, every 2nd layer (tiny preset); qwen35moe adds routed experts
  * and the sigmoid-gated shared expert. */
@@ -399,6 +480,7 @@ int main(int argc, char **argv) {
                          {"qwen3_all_types", test_qwen3}, {"qwen3moe_types", test_qwen3moe},
                          {"qwen3moe_batches", test_qwen3moe_batches}, {"qwen35_types", test_qwen35},
                          {"qwen35_sequences", test_qwen35_sequences},
+                         {"qwen35_checkpoints", test_qwen35_checkpoints},
                          {"qwen35moe_types", test_qwen35moe}};
     return test_main(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -20,6 +20,8 @@ static void usage(FILE *f) {
             "  --parallel N         requests decoded together (default 4); the KV cache holds N x ctx-size\n"
             "  --batch N            prompt tokens per step (default 256): caps how long a step stalls decodes\n"
             "  --queue N            requests waiting for a slot before 429 (default 64)\n"
+            "  --ctx-checkpoints N  hybrid (recurrent) models: state snapshots kept per slot for prefix reuse\n"
+            "                       (default 4; 0: a prompt reuses a slot's cache only when it extends all of it)\n"
             "  --api-key KEY        require \"Authorization: Bearer KEY\"\n"
             "  --chat-template FILE a Jinja chat template instead of the model's (\"chatml\": built-in ChatML)\n"
             "  --alias NAME         model name in /v1/models (default: the file name)\n"
@@ -32,7 +34,7 @@ static void usage(FILE *f) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *alias = NULL, *template_path = NULL;
-    int n_ctx = 0, n_threads = 0, max_body_mb = 8, max_body = -1;
+    int n_ctx = 0, n_threads = 0, max_body_mb = 8, max_body = -1, n_ckpt = 4;
     server_config cfg = {.host = "127.0.0.1", .port = 8080, .n_parallel = 4, .prefill_chunk = 256, .max_queue = 64};
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
     for (int i = 1; i < argc; i++) {
@@ -60,6 +62,8 @@ int cmd_serve(int argc, char **argv) {
             if (!cli_int(a, v, 1, 1024, &cfg.n_parallel)) return 2;
         } else if (!strcmp(a, "--batch") || !strcmp(a, "-b")) {
             if (!cli_int(a, v, 1, 1 << 16, &cfg.prefill_chunk)) return 2;
+        } else if (!strcmp(a, "--ctx-checkpoints")) {
+            if (!cli_int(a, v, 0, 256, &n_ckpt)) return 2;
         } else if (!strcmp(a, "--queue")) {
             if (!cli_int(a, v, 1, 1 << 20, &cfg.max_queue)) return 2;
         } else if (!strcmp(a, "--max-body")) {
@@ -101,6 +105,8 @@ int cmd_serve(int argc, char **argv) {
     cp.n_batch = cfg.n_parallel + cfg.prefill_chunk;
     cp.n_threads = n_threads;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
+    cp.n_seq_checkpoints = n_ckpt;
+    cfg.ckpt_interval = cp.kv_block_size;
     if (!cli_new_context(model, &cp, &ctx)) goto done;
     if (server_start(model, ctx, &cfg, &srv) != BRISK_OK) {
         cli_error(1, "serve: %s", brisk_last_error());

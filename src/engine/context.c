@@ -30,6 +30,9 @@ struct brisk_context {
     kv_cache *kv;        /* pages for the attention layers only (hp.n_attn_layers) */
     bk_kv_view *views;   /* (n_layer) */
     void *rs_mem;        /* recurrent layers' per-sequence state, see rs_layer_floats */
+    void *ck_mem;        /* (n_seq_max, n_ckpt) snapshots of one sequence's recurrent state, see ck_xfer */
+    int n_ckpt;          /* snapshots per sequence; 0 without recurrent state */
+    int32_t *ck_pos;     /* (n_seq_max, n_ckpt) the length each snapshot was taken at, -1: free */
     int n_ubatch;
     fwd_scratch s;
     void *scratch_mem;   /* backend memory carved into s */
@@ -60,10 +63,12 @@ void brisk_context_free(brisk_context *c) {
     if (c->be) {
         if (c->scratch_mem) c->be->ops->release(c->be, c->scratch_mem);
         if (c->rs_mem) c->be->ops->release(c->be, c->rs_mem);
+        if (c->ck_mem) c->be->ops->release(c->be, c->ck_mem);
         kv_cache_free(c->kv);
         c->be->ops->free(c->be);
     }
     free(c->views);
+    free(c->ck_pos);
     free(c->tokens);
     free(c->pos);
     free(c->slot);
@@ -150,6 +155,48 @@ static brisk_status alloc_rs(brisk_context *c) {
     return BRISK_OK;
 }
 
+/* One snapshot of a sequence's recurrent state, in floats: every recurrent layer's conv and ssm state. */
+static size_t ck_floats(const model_hparams *hp) {
+    size_t conv, ssm;
+    rs_layer_floats(hp, &conv, &ssm);
+    return (size_t)(hp->n_layer - hp->n_attn_layers) * (conv + ssm);
+}
+
+static size_t ck_bytes(const model_hparams *hp, int n_seq_max, int n_ckpt) {
+    return hp->n_attn_layers == hp->n_layer ? 0 : (size_t)n_seq_max * (size_t)n_ckpt * ck_floats(hp) * sizeof(float);
+}
+
+/* Snapshot k (seq * n_ckpt + j) to or from the live recurrent state of seq. */
+static void ck_xfer(brisk_context *c, int k, int seq, bool save) {
+    const model_hparams *hp = &c->model->hp;
+    size_t conv, ssm;
+    rs_layer_floats(hp, &conv, &ssm);
+    float *snap = (float *)c->ck_mem + (size_t)k * ck_floats(hp);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const bk_kv_view *v = &c->views[l];
+        if (!v->conv) continue;
+        float *lc = v->conv + (size_t)seq * conv, *ls = v->ssm + (size_t)seq * ssm;
+        c->be->ops->copy(c->be, save ? snap : lc, save ? lc : snap, conv * sizeof(float));
+        c->be->ops->copy(c->be, save ? snap + conv : ls, save ? ls : snap + conv, ssm * sizeof(float));
+        snap += conv + ssm;
+    }
+}
+
+/* The snapshot of seq taken at length pos, -1 if none. */
+static int ck_find(const brisk_context *c, int seq, int32_t pos) {
+    for (int j = 0; j < c->n_ckpt; j++)
+        if (c->ck_pos[(size_t)seq * c->n_ckpt + j] == pos) return j;
+    return -1;
+}
+
+/* Forgets seq's snapshots past pos (pos 0: all of them). */
+static void ck_drop_after(brisk_context *c, int seq, int32_t pos) {
+    for (int j = 0; j < c->n_ckpt; j++)
+        if (c->ck_pos[(size_t)seq * c->n_ckpt + j] > pos) c->ck_pos[(size_t)seq * c->n_ckpt + j] = -1;
+}
+
+static bool seq_ok(const brisk_context *c, int seq) { return seq >= 0 && seq < c->p.n_seq_max; }
+
 /* Copies the recurrent state of slot src (n_seq_max: the zero slot) to dst. */
 static void rs_copy(brisk_context *c, int src, int dst) {
     const model_hparams *hp = &c->model->hp;
@@ -180,6 +227,9 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
         return bk_fail(BRISK_ERR_UNSUPPORTED, "a q8_0 KV cache needs a head size that is a multiple of 32 (this model: %d)",
                        hp->head_dim);
     if (p.n_seq_max > 4096) return bk_fail(BRISK_ERR_INVALID_ARG, "n_seq_max %d is too large", p.n_seq_max);
+    if (p.n_seq_checkpoints < 0 || p.n_seq_checkpoints > 256)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "n_seq_checkpoints %d not in [0, 256]", p.n_seq_checkpoints);
+    if (hp->n_attn_layers == hp->n_layer) p.n_seq_checkpoints = 0;
 
     if ((unsigned)hp->arch >= ARCH_COUNT || !forward_by_arch[hp->arch])
         return bk_fail(BRISK_ERR_UNSUPPORTED, "no forward pass for architecture %s", model->arch_name);
@@ -198,7 +248,7 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
     c->mem.device = -1;
     c->mem.kv_bytes = kv_cache_size_for(hp->n_attn_layers, hp->n_head_kv * hp->head_dim, p.n_ctx, p.n_seq_max,
                                         p.kv_block_size, p.kv_type) +
-                      rs_bytes(hp, p.n_seq_max);
+                      rs_bytes(hp, p.n_seq_max) + ck_bytes(hp, p.n_seq_max, p.n_seq_checkpoints);
     c->mem.scratch_bytes = scratch_bytes(hp, (size_t)c->n_ubatch);
     if (bk_backend_is_cuda(c->be, &dev)) {
         /* A context that cannot fit is refused here, with what it needs, never
@@ -245,6 +295,15 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
         if (!model_layer_recurrent(hp, l)) c->views[l] = kv_cache_view(c->kv, a++);
     s = alloc_rs(c);
     if (s != BRISK_OK) goto fail;
+    if ((c->n_ckpt = p.n_seq_checkpoints) > 0) {
+        s = c->be->ops->alloc(c->be, ck_bytes(hp, p.n_seq_max, c->n_ckpt), &c->ck_mem);
+        if (s != BRISK_OK) goto fail;
+        if (!(c->ck_pos = malloc((size_t)p.n_seq_max * c->n_ckpt * sizeof *c->ck_pos))) {
+            s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < (size_t)p.n_seq_max * c->n_ckpt; i++) c->ck_pos[i] = -1;
+    }
     s = alloc_scratch(c);
     if (s != BRISK_OK) goto fail;
     *out = c;
@@ -336,6 +395,7 @@ const float *brisk_get_logits(brisk_context *c, int i) {
 brisk_status brisk_seq_clear(brisk_context *c, int seq) {
     BK_TRY(kv_cache_seq_clear(c->kv, seq));
     rs_copy(c, c->p.n_seq_max, seq);
+    ck_drop_after(c, seq, 0);
     return BRISK_OK;
 }
 
@@ -347,25 +407,74 @@ brisk_status brisk_seq_remove(brisk_context *c, int seq, int32_t p0, int32_t p1)
                        "sequence %d: only a tail can be removed ([%d, %d) leaves positions after %d)", seq,
                        p0, p1, p1);
     if (c->rs_mem && p0 < len) {
-        if (p0 > 0)
+        if (p0 == 0) return brisk_seq_clear(c, seq);
+        int j = ck_find(c, seq, p0); /* len > 0: seq is in range */
+        if (j < 0)
             return bk_fail(BRISK_ERR_UNSUPPORTED,
                            "sequence %d: a recurrent model's state cannot be truncated to %d of %d positions "
-                           "(only cleared)", seq, p0, len);
-        return brisk_seq_clear(c, seq);
+                           "(only cleared, or cut back to a checkpoint)", seq, p0, len);
+        BK_TRY(kv_cache_seq_truncate(c->kv, seq, p0));
+        ck_xfer(c, seq * c->n_ckpt + j, seq, false);
+        ck_drop_after(c, seq, p0);
+        return BRISK_OK;
     }
     return kv_cache_seq_truncate(c->kv, seq, p0);
 }
 
 brisk_status brisk_seq_share_prefix(brisk_context *c, int src, int dst, int32_t n_tokens) {
-    if (c->rs_mem && n_tokens != 0 && n_tokens != kv_cache_seq_len(c->kv, src))
+    int32_t len = kv_cache_seq_len(c->kv, src);
+    int j = -1;
+    if (c->rs_mem && n_tokens != 0 && n_tokens != len && (!seq_ok(c, src) || (j = ck_find(c, src, n_tokens)) < 0))
         return bk_fail(BRISK_ERR_UNSUPPORTED,
-                       "sequence %d: a recurrent model shares only a whole sequence (%d positions), not %d", src,
-                       kv_cache_seq_len(c->kv, src), n_tokens);
+                       "sequence %d: a recurrent model shares only a whole sequence (%d positions) or up to a "
+                       "checkpoint, not %d", src, len, n_tokens);
     BK_TRY(kv_cache_seq_share(c->kv, src, dst, n_tokens));
-    rs_copy(c, n_tokens ? src : c->p.n_seq_max, dst);
+    if (j >= 0) ck_xfer(c, src * c->n_ckpt + j, dst, false);
+    else rs_copy(c, n_tokens ? src : c->p.n_seq_max, dst);
+    ck_drop_after(c, dst, 0);
     return BRISK_OK;
 }
 
 int32_t brisk_seq_len(const brisk_context *c, int seq) { return kv_cache_seq_len(c->kv, seq); }
+
+brisk_status brisk_seq_checkpoint(brisk_context *c, int seq) {
+    if (!seq_ok(c, seq)) return bk_fail(BRISK_ERR_INVALID_ARG, "sequence id %d out of range [0, %d)", seq, c->p.n_seq_max);
+    int32_t len = kv_cache_seq_len(c->kv, seq), *pos = c->ck_pos + (size_t)seq * c->n_ckpt;
+    if (!c->n_ckpt || len == 0 || ck_find(c, seq, len) >= 0) return BRISK_OK;
+    /* A free place, else the snapshot whose loss widens the gap between its
+     * neighbours least (snapshots past len were dropped by the cut that made len). */
+    int victim = -1;
+    for (int k = 0; k < c->n_ckpt && victim < 0; k++)
+        if (pos[k] < 0) victim = k;
+    if (victim < 0) {
+        int32_t best_gap = INT32_MAX;
+        for (int k = 0; k < c->n_ckpt; k++) {
+            int32_t prev = 0, next = len;
+            for (int o = 0; o < c->n_ckpt; o++) {
+                if (pos[o] < pos[k] && pos[o] > prev) prev = pos[o];
+                if (pos[o] > pos[k] && pos[o] < next) next = pos[o];
+            }
+            if (next - prev < best_gap) best_gap = next - prev, victim = k;
+        }
+    }
+    ck_xfer(c, seq * c->n_ckpt + victim, seq, true);
+    pos[victim] = len;
+    return BRISK_OK;
+}
+
+int32_t brisk_seq_keepable(const brisk_context *c, int seq, int32_t n_tokens) {
+    int32_t len = kv_cache_seq_len(c->kv, seq);
+    if (n_tokens >= len) return len;
+    if (n_tokens <= 0) return 0;
+    if (!c->rs_mem) return n_tokens;
+    int32_t best = 0;
+    for (int j = 0; seq_ok(c, seq) && j < c->n_ckpt; j++) {
+        int32_t p = c->ck_pos[(size_t)seq * c->n_ckpt + j];
+        if (p <= n_tokens && p > best) best = p;
+    }
+    return best;
+}
+
+int brisk_context_n_checkpoints(const brisk_context *c) { return c->n_ckpt; }
 
 void brisk_context_memory(const brisk_context *c, brisk_memory_report *out) { *out = c->mem; }

@@ -440,7 +440,7 @@ brisk_status server_start(brisk_model *model, brisk_context *ctx, const server_c
         return s;
     }
     srv->oai = (oai_server){model, srv->fmt, srv->model_id, cfg->n_parallel};
-    sched_params sp = {cfg->n_parallel, cfg->n_ctx_slot, cfg->prefill_chunk, cfg->max_queue};
+    sched_params sp = {cfg->n_parallel, cfg->n_ctx_slot, cfg->prefill_chunk, cfg->max_queue, cfg->ckpt_interval};
     if ((s = sched_new(model, ctx, &sp, &srv->sch)) != BRISK_OK) {
         server_stop(srv);
         return s;

@@ -44,6 +44,7 @@ struct sched {
     int q_head, q_len;
     brisk_batch_entry *batch; /* (n_parallel + prefill_chunk) */
     int rr;                /* first slot offered prefill next step (fairness) */
+    int ckpt;              /* recurrent state checkpoints every ckpt prompt tokens, 0: none */
     sched_stats st;
     double rate_t0;
     uint64_t rate_n0;
@@ -256,14 +257,15 @@ static void slot_start(sched *s, sched_req *r) {
     int target = -1, t_lcp = -1, src = -1, s_lcp = 0;
     for (int i = 0; i < s->p.n_parallel; i++) {
         slot *sl = &s->slots[i];
-        int l = common_prefix(sl->cache, sl->n_cache, r->prompt, r->n_prompt);
+        /* the last prompt token gives the logits; a recurrent state restarts at a checkpoint */
+        int l = common_prefix(sl->cache, sl->n_cache, r->prompt, r->n_prompt - 1);
+        l = brisk_seq_keepable(s->ctx, sl->id, l);
         if (l > s_lcp) s_lcp = l, src = i;
         if (sl->req) continue;
         if (l > t_lcp || (l == t_lcp && sl->last_used < s->slots[target].last_used)) t_lcp = l, target = i;
     }
     slot *sl = &s->slots[target];
     int reuse = s_lcp > t_lcp ? s_lcp : t_lcp;
-    if (reuse > r->n_prompt - 1) reuse = r->n_prompt - 1; /* the last prompt token gives the logits */
     brisk_status st;
     if (src >= 0 && src != target && s_lcp > t_lcp) {
         st = brisk_seq_share_prefix(s->ctx, src, target, reuse);
@@ -272,7 +274,7 @@ static void slot_start(sched *s, sched_req *r) {
         if (reuse > t_lcp) reuse = t_lcp;
         st = brisk_seq_remove(s->ctx, target, reuse, -1);
     }
-    if (st == BRISK_ERR_UNSUPPORTED) { /* a recurrent model's state cannot be rewound: start over */
+    if (st == BRISK_ERR_UNSUPPORTED) { /* not expected after brisk_seq_keepable: start over */
         reuse = 0;
         st = brisk_seq_clear(s->ctx, target);
     }
@@ -355,6 +357,8 @@ static int build_batch(sched *s) {
         const sched_req *r = sl->req;
         int take = r->n_prompt - sl->n_fed;
         if (take > budget) take = budget;
+        int cut = s->ckpt ? (sl->n_fed + take) / s->ckpt * s->ckpt : 0;
+        if (cut > sl->n_fed && cut < sl->n_fed + take) take = cut - sl->n_fed; /* end on a checkpoint */
         for (int j = 0; j < take; j++) {
             int p = sl->n_fed + j;
             bool last = p == r->n_prompt - 1;
@@ -505,6 +509,8 @@ static void step(sched *s, int n) {
         if (sl->generating) sl->cache[sl->n_cache++] = sl->next;
         for (int j = 0; j < sl->n_chunk; j++) sl->cache[sl->n_cache++] = sl->req->prompt[sl->n_fed + j];
         sl->n_fed += sl->n_chunk;
+        /* a failed snapshot only costs a later prompt its reuse */
+        if (s->ckpt && sl->n_chunk && sl->n_fed % s->ckpt == 0) brisk_seq_checkpoint(s->ctx, sl->id);
     }
     for (int i = 0; i < s->p.n_parallel && st == BRISK_OK; i++) {
         const slot *sl = &s->slots[i];
@@ -634,6 +640,7 @@ brisk_status sched_new(brisk_model *model, brisk_context *ctx, const sched_param
     s->ctx = ctx;
     s->p = *p;
     s->n_vocab = brisk_n_vocab(model);
+    s->ckpt = brisk_context_n_checkpoints(ctx) > 0 && p->ckpt_interval > 0 ? p->ckpt_interval : 0;
     s->rate_t0 = now_s();
     s->slots = calloc((size_t)p->n_parallel, sizeof *s->slots);
     s->queue = calloc((size_t)p->max_queue, sizeof *s->queue);

@@ -9,6 +9,11 @@
  * it (its own cache, or the pages of another slot through
  * brisk_seq_share_prefix) and reports it as cached tokens.
  *
+ * A recurrent model's state cannot be rewound, so for hybrids the prompt is
+ * fed in chunks that end on KV-block boundaries and the state is saved at
+ * each (brisk_seq_checkpoint); a later prompt sharing a prefix restarts from
+ * the latest checkpoint inside the shared part (brisk_seq_keepable).
+ *
  * A request may ask for n choices (OpenAI's `n`): it waits for n idle slots,
  * one slot decodes the prompt, and when the prompt's logits are there the
  * other n - 1 slots share its whole sequence (brisk_seq_share_prefix: the
@@ -94,6 +99,8 @@ typedef struct sched_params {
     int n_ctx_slot;    /* tokens one request may hold: prompt + completion */
     int prefill_chunk; /* prompt tokens per step, across slots */
     int max_queue;     /* waiting requests before sched_submit refuses */
+    int ckpt_interval; /* recurrent models (a context with checkpoints): prompt chunks end on multiples of this
+                          (the KV block size) and the state is saved there; 0: off */
 } sched_params;
 
 typedef struct sched_stats {

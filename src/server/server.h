@@ -23,6 +23,8 @@ typedef struct server_config {
     int n_ctx_slot;       /* tokens per request: prompt + completion */
     int prefill_chunk;    /* prompt tokens per step */
     int max_queue;        /* waiting requests before 429 */
+    int ckpt_interval;    /* recurrent models: prompt tokens between state checkpoints (the KV block size; the
+                             context needs n_seq_checkpoints > 0); 0: none */
 } server_config;
 
 typedef struct server server;
