@@ -752,6 +752,12 @@ static void test_end_to_end(void) {
         snprintf(buf, sizeof buf, "%s/data/stories260K/stories260K.gguf", test_shared_dir());
         path = buf;
     }
+    FILE *f = fopen(path, "rb");
+    if (!f) { /* a GPU machine without ../shared: the synthesized models still run (end_to_end_models) */
+        printf("  skip: %s not found\n", path);
+        return;
+    }
+    fclose(f);
     e2e_model(path);
 }
 
