@@ -9,7 +9,7 @@
 // The CPU backend itself (libggml-cpu-<variant>.so, the best one for this CPU)
 // is loaded with ggml_backend_load_all_from_path(libdir).
 //
-// Subcommands (see usage()): tokenize, quantize, eval, bench, info.
+// Subcommands (see usage()): tokenize, quantize, eval, bench, batched, info.
 // Every failure prints one line on stderr and exits non-zero.
 #include <ctype.h>
 #include <dlfcn.h>
@@ -49,7 +49,8 @@
     X(llama_tokenize) X(llama_init_from_model) X(llama_free) X(llama_n_ctx)      \
     X(llama_attach_threadpool) X(llama_set_n_threads) X(llama_get_memory)        \
     X(llama_memory_clear) X(llama_batch_get_one) X(llama_decode)                 \
-    X(llama_synchronize) X(llama_get_logits_ith) X(llama_ftype_name)
+    X(llama_synchronize) X(llama_get_logits_ith) X(llama_ftype_name)             \
+    X(llama_batch_init) X(llama_batch_free)
 
 static struct {
 #define X(fn) __typeof__(&fn) fn;
@@ -237,7 +238,7 @@ static int load_llamacpp(const char *libdir, const char *variant) {
 // Options shared by all subcommands.
 
 struct opts {
-    const char *model, *libdir, *cpu_variant, *p, *prompt_text, *logits_out, *imatrix;
+    const char *model, *libdir, *cpu_variant, *p, *prompt_text, *logits_out, *imatrix, *npl;
     const char *pos[4]; // positional arguments, in order
     int n_pos;
     int n_gen, n_ctx, n_threads, reps, top;
@@ -275,6 +276,7 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
         else if (!strcmp(a, "--prompt-text")) o->prompt_text = v;
         else if (!strcmp(a, "--logits-out")) o->logits_out = v;
         else if (!strcmp(a, "--imatrix")) o->imatrix = v;
+        else if (!strcmp(a, "-npl")) o->npl = v;
         else if (!strcmp(a, "--kv")) g_kv_name = v;
         else if (!strcmp(a, "--output-tensor-type")) g_out_name = v;
         else if (!strcmp(a, "--token-embedding-type")) g_emb_name = v;
@@ -752,6 +754,120 @@ static int cmd_bench(const struct opts *o) {
 }
 
 // ---------------------------------------------------------------------------
+// batched: llama.cpp's batched-bench (tools/batched-bench, v0.4.0) for the
+// server comparison: one context with n_seq_max = the largest B, n_ctx =
+// B_max * (P + N) unless -c, n_batch 2048, n_ubatch 512, F16 KV cache (not
+// unified), flash attention auto. For each B: the cache cleared, B prompts of
+// P random tokens decoded together (logits for each last one), then N steps
+// of one token per sequence. Prints one JSON line per B: prompt and
+// generation tokens/s of all sequences together (S_PP, S_TG), as batched-bench.
+
+static int batched_decode(struct llama_context *ctx, struct llama_batch *b, int n_batch) {
+    for (int i = 0; i < b->n_tokens; i += n_batch) {
+        int n = b->n_tokens - i < n_batch ? b->n_tokens - i : n_batch;
+        struct llama_batch v = {n, b->token + i, NULL, b->pos + i, b->n_seq_id + i, b->seq_id + i, b->logits + i};
+        if (L.llama_decode(ctx, v) != 0) return fail("batched: decode of %d tokens failed: %s", n, llama_error());
+    }
+    L.llama_synchronize(ctx);
+    return 0;
+}
+
+static void batch_put(struct llama_batch *b, llama_token t, int pos, int seq, bool logits) {
+    int i = b->n_tokens++;
+    b->token[i] = t;
+    b->pos[i] = pos;
+    b->n_seq_id[i] = 1;
+    b->seq_id[i][0] = seq;
+    b->logits[i] = logits;
+}
+
+static int cmd_batched(const struct opts *o) {
+    int pp = 128, tg = o->n_gen < 0 ? 128 : o->n_gen, pl[16], n_pl = 0, pl_max = 0;
+    if (o->p && !parse_int(o->p, 1, 1 << 20, &pp)) return fail("bad -p '%s' (a token count)", o->p);
+    char list[256];
+    snprintf(list, sizeof list, "%s", o->npl ? o->npl : "1,8,32,64");
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (n_pl == 16 || !parse_int(t, 1, 4096, &pl[n_pl])) return fail("bad -npl '%s' (up to 16 counts)", o->npl);
+        if (pl[n_pl] > pl_max) pl_max = pl[n_pl];
+        n_pl++;
+    }
+    struct llama_model *m = load_model(o, false, o->repack != 0);
+    if (!m) return 1;
+    const struct llama_vocab *vocab = L.llama_model_get_vocab(m);
+    int n_vocab = L.llama_vocab_n_tokens(vocab);
+    char desc[256];
+    L.llama_model_desc(m, desc, sizeof desc);
+    struct llama_context_params cp = L.llama_context_default_params();
+    cp.n_ctx = o->n_ctx ? (uint32_t)o->n_ctx : (uint32_t)(pl_max * (pp + tg));
+    cp.n_batch = 2048;
+    cp.n_ubatch = 512;
+    cp.n_seq_max = (uint32_t)pl_max;
+    cp.kv_unified = false;
+    cp.type_k = cp.type_v = GGML_TYPE_F16;
+    cp.flash_attn_type = o->fa == -2 ? LLAMA_FLASH_ATTN_TYPE_AUTO : (enum llama_flash_attn_type)o->fa;
+    cp.n_threads = cp.n_threads_batch = o->n_threads;
+    clear_error();
+    struct llama_context *ctx = L.llama_init_from_model(m, cp);
+    if (!ctx) {
+        L.llama_model_free(m);
+        return fail("cannot create context (n_ctx %u, %d sequences): %s", cp.n_ctx, pl_max, llama_error());
+    }
+    struct ggml_threadpool_params tpp = L.ggml_threadpool_params_default(o->n_threads);
+    tpp.poll = 50;
+    struct ggml_threadpool *tp = L.ggml_threadpool_new(&tpp);
+    int cap = pl_max * pp > pl_max ? pl_max * pp : pl_max;
+    struct llama_batch b = L.llama_batch_init(cap < 16 ? 16 : cap, 0, 1);
+    int rc = tp ? 0 : fail("cannot create a threadpool");
+    if (rc == 0) {
+        L.llama_attach_threadpool(ctx, tp, NULL);
+        L.llama_set_n_threads(ctx, o->n_threads, o->n_threads);
+        b.n_tokens = 0; // warmup, as batched-bench: 16 tokens of sequence 0
+        for (int i = 0; i < 16; i++) batch_put(&b, rand() % n_vocab, i, 0, false);
+        rc = batched_decode(ctx, &b, 2048);
+    }
+    for (int k = 0; k < n_pl && rc == 0; k++) {
+        int B = pl[k];
+        if ((uint32_t)(B * (pp + tg)) > L.llama_n_ctx(ctx)) continue;
+        double spp = 0, stg = 0, tpp_s = 0, ttg_s = 0;
+        for (int r = 0; r < o->reps && rc == 0; r++) {
+            L.llama_memory_clear(L.llama_get_memory(ctx), false);
+            b.n_tokens = 0;
+            for (int j = 0; j < B; j++)
+                for (int i = 0; i < pp; i++) batch_put(&b, rand() % n_vocab, i, j, i == pp - 1);
+            double t0 = now_s();
+            rc = batched_decode(ctx, &b, 2048);
+            double t1 = now_s();
+            for (int i = 0; i < tg && rc == 0; i++) {
+                b.n_tokens = 0;
+                for (int j = 0; j < B; j++) batch_put(&b, rand() % n_vocab, pp + i, j, true);
+                rc = batched_decode(ctx, &b, 2048);
+            }
+            double t2 = now_s();
+            tpp_s += t1 - t0;
+            ttg_s += t2 - t1;
+            spp += B * pp / (t1 - t0);
+            stg += B * tg / (t2 - t1);
+        }
+        if (rc) break;
+        printf("{\"test\":\"batched\",\"pp\":%d,\"tg\":%d,\"pl\":%d,\"t\":%d,\"reps\":%d,\"t_pp\":%.4f,\"speed_pp\":%.3f,"
+               "\"t_tg\":%.4f,\"speed_tg\":%.3f,\"flash_attn\":\"%s\",\"cpu\":",
+               pp, tg, B, o->n_threads, o->reps, tpp_s / o->reps, spp / o->reps, ttg_s / o->reps, stg / o->reps,
+               o->fa == LLAMA_FLASH_ATTN_TYPE_DISABLED  ? "off"
+               : o->fa == LLAMA_FLASH_ATTN_TYPE_ENABLED ? "on" : g_fa_resolved);
+        json_str(L.cpu_variant);
+        printf(",\"model\":");
+        json_str(desc);
+        printf("}\n");
+        fflush(stdout);
+    }
+    L.llama_batch_free(b);
+    L.llama_free(ctx);
+    if (tp) L.ggml_threadpool_free(tp);
+    L.llama_model_free(m);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------
 // info
 
 static int cmd_info(const struct opts *o) {
@@ -779,6 +895,7 @@ static void usage(void) {
           "  eval -m FILE (-p \"1 2 3\" | --prompt-text TEXT) [-n 16] [-c N] [-t N] [--kv f32]\n"
           "       [--fa off|on|auto] [--repack] [--logits-out PATH] [--top K]\n"
           "  bench -m FILE [-p 512] [-n 128] [-t N] [-r 5] [-c N] [--fa auto|on|off] [--no-repack]\n"
+          "  batched -m FILE [-p 128] [-n 128] [-npl 1,8,32,64] [-t N] [-r 5] [-c N] [--fa auto|on|off]\n"
           "  info -m FILE\n",
           stderr);
 }
@@ -793,6 +910,7 @@ int main(int argc, char **argv) {
                                       : !strcmp(cmd, "quantize") ? cmd_quantize
                                       : !strcmp(cmd, "eval")     ? cmd_eval
                                       : !strcmp(cmd, "bench")    ? cmd_bench
+                                      : !strcmp(cmd, "batched")  ? cmd_batched
                                       : !strcmp(cmd, "info")     ? cmd_info : NULL;
     if (!run) return usage(), fail("unknown command '%s'", cmd);
     struct opts o;
