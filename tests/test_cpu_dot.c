@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "backend/cpu/cpu_dot.h"
+#include "backend/cpu/cpu_pgemm.h"
 #include "brisk.h"
 #include "quant/quant.h"
 #include "test.h"
@@ -370,11 +371,74 @@ static void test_ggml_vec_dot(void) {
     }
 }
 
+/* The packed prompt GEMM (cpu_pgemm.h) against the double reference on the
+ * dequantized operands: a full and a partial panel of rows, full and partial
+ * token tiles, the same tolerance as the dot kernels. */
+static void test_pgemm(void) {
+    static const uint32_t types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_Q8_0, QT_Q4_0, QT_BF16};
+    const int64_t k = 768;
+    const int R = CPU_PGEMM_ROWS + 5;
+    int tested = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t wt = types[ti], vt = quant_get_traits(wt)->vec_dot_type;
+        const int T = cpu_pgemm_tile_tokens(wt);
+        if (!T) continue;
+        tested++;
+        const int N = 2 * T + 3;
+        const size_t ws = quant_row_size(wt, k), xs = quant_row_size(vt, k);
+        uint8_t *w = malloc(ws * R), *xq = malloc(xs * (size_t)N);
+        float *wf = malloc(sizeof(float) * (size_t)k * R), *xf = malloc(sizeof(float) * (size_t)k * N);
+        float *tmp = malloc(sizeof(float) * (size_t)k);
+        for (int r = 0; r < R; r++) {
+            fill_weights(wt, w + (size_t)r * ws, k);
+            CHECK_OK(quant_dequantize(wt, w + (size_t)r * ws, wf + (size_t)r * k, k));
+        }
+        for (int t = 0; t < N; t++) {
+            for (int64_t i = 0; i < k; i++) tmp[i] = rnd_unit();
+            cpu_get_from_float(vt)(tmp, xq + (size_t)t * xs, k);
+            CHECK_OK(quant_dequantize(vt, xq + (size_t)t * xs, xf + (size_t)t * k, k));
+        }
+        const int n_tiles = (N + T - 1) / T;
+        const size_t tb = cpu_pgemm_act_bytes(wt, k);
+        uint8_t *tiles = aligned_alloc(64, tb * n_tiles), *panel = aligned_alloc(64, cpu_pgemm_panel_bytes(wt, k));
+        float *out = malloc(sizeof(float) * CPU_PGEMM_ROWS * T);
+        for (int i = 0; i < n_tiles; i++)
+            cpu_pgemm_pack_act(wt, k, xq + (size_t)i * T * xs, xs, N - i * T < T ? N - i * T : T, tiles + (size_t)i * tb);
+        int bad = 0;
+        for (int r0 = 0; r0 < R; r0 += CPU_PGEMM_ROWS) {
+            const int nr = R - r0 < CPU_PGEMM_ROWS ? R - r0 : CPU_PGEMM_ROWS;
+            cpu_pgemm_pack_panel(wt, k, w + (size_t)r0 * ws, ws, nr, panel);
+            for (int i = 0; i < n_tiles; i++) {
+                cpu_pgemm_tile(wt, k, panel, tiles + (size_t)i * tb, out);
+                for (int t = i * T; t < N && t < (i + 1) * T; t++)
+                    for (int r = r0; r < r0 + nr; r++) {
+                        double ref = 0, mag = 0;
+                        for (int64_t e = 0; e < k; e++) {
+                            double p = (double)wf[(size_t)r * k + e] * xf[(size_t)t * k + e];
+                            ref += p;
+                            mag += fabs(p);
+                        }
+                        const float got = out[(t - i * T) * CPU_PGEMM_ROWS + (r - r0)];
+                        if (!(fabs(got - ref) <= 1e-5 * mag + 1e-6)) {
+                            if (!bad) fprintf(stderr, "  pgemm %s row %d token %d: %.9g vs ref %.9g (mag %g)\n",
+                                              quant_type_name(wt), r, t, got, ref, mag);
+                            bad++;
+                        }
+                    }
+            }
+        }
+        CHECK(bad == 0);
+        free(w), free(xq), free(wf), free(xf), free(tmp), free(tiles), free(panel), free(out);
+    }
+    printf("  packed GEMM: %d types tested\n", tested);
+}
+
 int main(int argc, char **argv) {
     static const test_case cases[] = {
         {"isa", test_isa},
         {"all_isas", test_all_isas},
         {"gemm_bitwise", test_gemm_bitwise},
+        {"pgemm", test_pgemm},
         {"ggml_from_float", test_ggml_from_float},
         {"ggml_vec_dot", test_ggml_vec_dot},
     };

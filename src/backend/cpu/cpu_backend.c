@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu_attn.h"
 #include "backend/cpu/cpu_dot.h"
 #include "backend/cpu/cpu_moe.h"
+#include "backend/cpu/cpu_pgemm.h"
 #include "backend/cpu/cpu_ssm.h"
 #include "base/status.h"
 #include "base/threadpool.h"
@@ -47,6 +48,10 @@ typedef struct cpu_backend {
      * allocation once the first batch of the largest size has run). */
     void *xq[MAX_MATS];
     size_t xq_cap[MAX_MATS];
+    void *xp[MAX_MATS];  /* packed activation tiles (cpu_pgemm.h), per converted x */
+    size_t xp_cap[MAX_MATS];
+    void **panel;        /* (n_threads) one weight panel each */
+    size_t panel_cap;
     float *att_scratch; /* (n_threads, att_cap) attention scores */
     size_t att_cap;
     cpu_moe_scratch moe;
@@ -61,11 +66,25 @@ static brisk_status grow(void **p, size_t *cap, size_t want) {
     return BRISK_OK;
 }
 
+/* As grow(), 64-byte aligned and without keeping the contents. */
+static brisk_status grow_aligned(void **p, size_t *cap, size_t want) {
+    if (want <= *cap) return BRISK_OK;
+    free(*p);
+    *cap = 0;
+    *p = aligned_alloc(64, (want + 63) & ~(size_t)63);
+    if (!*p) return bk_fail(BRISK_ERR_NOMEM, "cpu backend: out of memory (%zu bytes)", want);
+    *cap = want;
+    return BRISK_OK;
+}
+
 static void cpu_free(bk_backend *be) {
     cpu_backend *cb = (cpu_backend *)be;
     if (!cb) return;
     threadpool_free(cb->tp);
     for (int i = 0; i < MAX_MATS; i++) free(cb->xq[i]);
+    for (int i = 0; i < MAX_MATS; i++) free(cb->xp[i]);
+    for (int i = 0; cb->panel && i < cb->n_threads; i++) free(cb->panel[i]);
+    free(cb->panel);
     free(cb->att_scratch);
     cpu_moe_scratch_free(&cb->moe);
     free(cb);
@@ -195,9 +214,118 @@ static void mm_dot_worker(void *arg, int ith, int nth) {
     }
 }
 
+/* ---- matmul of a prompt batch on packed panels (cpu_pgemm.h) ---- */
+#define PGEMM_MIN_TOKENS 16 /* fewer tokens: the panel unpacking costs more than it saves */
+
+typedef struct {
+    int n_w, n;
+    const bk_weight *const *w;
+    const bk_weight *const *bias;
+    const float *x;
+    float *const *y;
+    int owner[MAX_MATS];      /* the matrix whose converted x this one shares */
+    int tt[MAX_MATS];         /* tokens per tile */
+    void *xq[MAX_MATS];       /* converted rows (staging for the tiles) */
+    size_t xq_stride[MAX_MATS];
+    void *xp[MAX_MATS];       /* (n / tt, tile_bytes) packed tiles */
+    size_t tile_bytes[MAX_MATS];
+    cpu_from_float_fn conv[MAX_MATS];
+    long n_panels;
+    void **panel;             /* (n_threads) */
+} pg_job;
+
+static void pg_pack_worker(void *arg, int ith, int nth) {
+    pg_job *j = arg;
+    for (int m = 0; m < j->n_w; m++) {
+        if (j->owner[m] != m) continue;
+        const int T = j->tt[m];
+        const int64_t k = j->w[m]->n_in;
+        long lo, hi;
+        threadpool_range((j->n + T - 1) / T, ith, nth, &lo, &hi);
+        for (long tile = lo; tile < hi; tile++) {
+            const long t0 = tile * T, nt = j->n - t0 < T ? j->n - t0 : T;
+            char *xq = (char *)j->xq[m] + (size_t)t0 * j->xq_stride[m];
+            for (long t = 0; t < nt; t++) j->conv[m](j->x + (t0 + t) * k, xq + (size_t)t * j->xq_stride[m], k);
+            cpu_pgemm_pack_act(j->w[m]->type, k, xq, j->xq_stride[m], (int)nt, (char *)j->xp[m] + (size_t)tile * j->tile_bytes[m]);
+        }
+    }
+}
+
+static void pg_dot_worker(void *arg, int ith, int nth) {
+    pg_job *j = arg;
+    long lo, hi, base = 0;
+    threadpool_range(j->n_panels, ith, nth, &lo, &hi);
+    float out[CPU_PGEMM_ROWS * 16];
+    for (int m = 0; m < j->n_w && base < hi; m++) {
+        const bk_weight *w = j->w[m];
+        const long np = (w->n_out + CPU_PGEMM_ROWS - 1) / CPU_PGEMM_ROWS;
+        const int o = j->owner[m], T = j->tt[m];
+        const float *bias = j->bias && j->bias[m] ? j->bias[m]->host : NULL;
+        for (long p = lo > base ? lo - base : 0; p < np && base + p < hi; p++) {
+            const long r0 = p * CPU_PGEMM_ROWS;
+            const int nr = w->n_out - r0 < CPU_PGEMM_ROWS ? (int)(w->n_out - r0) : CPU_PGEMM_ROWS;
+            cpu_pgemm_pack_panel(w->type, w->n_in, (const char *)w->host + (size_t)r0 * w->row_bytes, w->row_bytes, nr,
+                                 j->panel[ith]);
+            for (long t0 = 0; t0 < j->n; t0 += T) {
+                cpu_pgemm_tile(w->type, w->n_in, j->panel[ith], (const char *)j->xp[o] + (size_t)(t0 / T) * j->tile_bytes[o], out);
+                const long nt = j->n - t0 < T ? j->n - t0 : T;
+                for (long t = 0; t < nt; t++) {
+                    float *yr = j->y[m] + (size_t)(t0 + t) * w->n_out + r0;
+                    for (int r = 0; r < nr; r++) yr[r] = out[t * CPU_PGEMM_ROWS + r] + (bias ? bias[r0 + r] : 0.0f);
+                }
+            }
+        }
+        base += np;
+    }
+}
+
+/* The packed path when every matrix has a packed kernel; false (nothing done) otherwise. */
+static bool pg_matmul(cpu_backend *cb, int n_w, const bk_weight *const *w, const bk_weight *const *bias,
+                      const float *x, int n, float *const *y) {
+    if (n < PGEMM_MIN_TOKENS) return false;
+    pg_job j = {.n_w = n_w, .n = n, .w = w, .bias = bias, .x = x, .y = y};
+    size_t panel_bytes = 0;
+    for (int m = 0; m < n_w; m++) {
+        j.tt[m] = cpu_pgemm_tile_tokens(w[m]->type);
+        if (!j.tt[m] || w[m]->n_in % 2) return false;
+        size_t pb = cpu_pgemm_panel_bytes(w[m]->type, w[m]->n_in);
+        if (pb > panel_bytes) panel_bytes = pb;
+        j.n_panels += (w[m]->n_out + CPU_PGEMM_ROWS - 1) / CPU_PGEMM_ROWS;
+    }
+    if (cb->panel_cap < panel_bytes) {
+        if (!cb->panel && !(cb->panel = calloc((size_t)cb->n_threads, sizeof *cb->panel))) return false;
+        for (int i = 0; i < cb->n_threads; i++) {
+            size_t cap = cb->panel_cap;
+            if (grow_aligned(&cb->panel[i], &cap, panel_bytes) != BRISK_OK) return false;
+        }
+        cb->panel_cap = panel_bytes;
+    }
+    j.panel = cb->panel;
+    for (int m = 0; m < n_w; m++) {
+        uint32_t vt = quant_get_traits(w[m]->type)->vec_dot_type;
+        j.owner[m] = m;
+        for (int p = 0; p < m; p++)
+            if (w[p]->n_in == w[m]->n_in && quant_get_traits(w[p]->type)->vec_dot_type == vt) j.owner[m] = j.owner[p];
+        if (j.owner[m] != m) continue;
+        j.conv[m] = cpu_get_from_float(vt);
+        j.xq_stride[m] = quant_row_size(vt, w[m]->n_in);
+        j.tile_bytes[m] = cpu_pgemm_act_bytes(w[m]->type, w[m]->n_in);
+        const size_t n_tiles = (size_t)(n + j.tt[m] - 1) / j.tt[m];
+        if (!j.conv[m] || grow(&cb->xq[m], &cb->xq_cap[m], j.xq_stride[m] * (size_t)n) != BRISK_OK ||
+            grow_aligned(&cb->xp[m], &cb->xp_cap[m], j.tile_bytes[m] * n_tiles) != BRISK_OK)
+            return false;
+        j.xq[m] = cb->xq[m];
+        j.xp[m] = cb->xp[m];
+    }
+    threadpool_run(cb->tp, pg_pack_worker, &j);
+    threadpool_run(cb->tp, pg_dot_worker, &j);
+    return true;
+}
+
 static void cpu_matmul(bk_backend *be, int n_w, const bk_weight *const *w, const bk_weight *const *bias,
                        const float *x, int n, float *const *y) {
     cpu_backend *cb = (cpu_backend *)be;
+    if (pg_matmul(cb, n_w, w, bias, x, n, y)) return;
     mm_job j = {.n_w = n_w, .n = n, .w = w, .bias = bias, .x = x, .y = y};
     bool need_conv = false;
     for (int m = 0; m < n_w; m++) {
