@@ -255,7 +255,8 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
          * by an allocation failing halfway or in the middle of generation. */
         c->mem.device = dev;
         c->mem.weight_bytes = c->model->weight_bytes;
-        c->mem.scratch_bytes += bk_cuda_backend_overhead();
+        c->mem.scratch_bytes += bk_cuda_backend_overhead() +
+                                bk_cuda_moe_scratch_bytes(hp->n_embd, hp->n_ff_exp, hp->n_expert, hp->n_expert_used);
         size_t fr = 0, tot = 0;
         s = bk_cuda_mem_info(dev, &fr, &tot);
         if (s != BRISK_OK) goto fail;

@@ -35,6 +35,10 @@ brisk_status bk_cuda_mem_info(int device, size_t *free_bytes, size_t *total_byte
 /* Device memory a backend allocates for itself at creation (staging, split-K
  * partials, activation buffers), beyond what alloc() hands out. */
 size_t bk_cuda_backend_overhead(void);
+/* Device memory the MoE op (cuda_moe.cu) allocates at its first call for
+ * experts of this shape (0 when n_expert is 0): a chunk of entries' hidden
+ * and output rows, whatever the batch, so it never grows afterwards. */
+size_t bk_cuda_moe_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_expert, int k);
 /* Device-to-device copy bandwidth in GB/s (read + write); 0 on failure. */
 double bk_cuda_copy_bandwidth(int device);
 /* Frees the device copy of a weight bound by a CUDA backend (NULL dev: no-op). */

@@ -442,6 +442,33 @@ extern "C" void cuda_moe_free(cuda_backend *cb) {
 
 static size_t al256(size_t b) { return (b + 255) & ~(size_t)255; }
 
+/* The scratch of moe_ffn, carved in this order: h (entries, n_ff), dout
+ * (entries, n_embd), off (n_expert + 1), act (n_expert), n_act, ent (entries),
+ * for a whole chunk of entries (tokens * k). */
+typedef struct moe_layout {
+    int chunk;   /* tokens per pass */
+    size_t b_h, b_d, b_off, b_act, b_na, b_ent;
+} moe_layout;
+
+static moe_layout moe_sizes(int64_t n_embd, int64_t n_ff, int n_expert, int k) {
+    moe_layout l;
+    l.chunk = MOE_MAX_ENT / k > 0 ? MOE_MAX_ENT / k : 1;
+    size_t ents = (size_t)l.chunk * k;
+    l.b_h = al256(ents * n_ff * sizeof(float));
+    l.b_d = al256(ents * n_embd * sizeof(float));
+    l.b_off = al256(((size_t)n_expert + 1) * 4);
+    l.b_act = al256((size_t)n_expert * 4);
+    l.b_na = 256;
+    l.b_ent = al256(ents * 4);
+    return l;
+}
+
+extern "C" size_t bk_cuda_moe_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_expert, int k) {
+    if (n_expert <= 0 || k <= 0) return 0;
+    moe_layout l = moe_sizes(n_embd, n_ff, n_expert, k);
+    return l.b_h + l.b_d + l.b_off + l.b_act + l.b_na + l.b_ent;
+}
+
 extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
                              const float *x, int n, const int32_t *ids, const float *weights, int k, float *out) {
     cuda_backend *cb = (cuda_backend *)be;
@@ -456,16 +483,13 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
         return;
     }
     /* sizes first: a whole chunk, whatever n, so a model's later calls never regrow */
-    int chunk = MOE_MAX_ENT / k > 0 ? MOE_MAX_ENT / k : 1; /* tokens per pass */
-    size_t ents = (size_t)chunk * k;
-    size_t b_h = al256(ents * n_ff * sizeof(float)), b_d = al256(ents * n_embd * sizeof(float)),
-           b_off = al256(((size_t)n_expert + 1) * 4), b_act = al256((size_t)n_expert * 4), b_na = 256,
-           b_ent = al256(ents * 4);
-    if (!moe_reserve(cb, b_h + b_d + b_off + b_act + b_na + b_ent)) return;
+    moe_layout l = moe_sizes(n_embd, n_ff, n_expert, k);
+    const int chunk = l.chunk;
+    if (!moe_reserve(cb, bk_cuda_moe_scratch_bytes(n_embd, n_ff, n_expert, k))) return;
     char *p = (char *)cb->moe_buf;
-    float *h = (float *)p, *dout = (float *)(p + b_h);
-    int32_t *off = (int32_t *)(p + b_h + b_d), *act = (int32_t *)((char *)off + b_off),
-            *n_act = (int32_t *)((char *)act + b_act), *ent = (int32_t *)((char *)n_act + b_na);
+    float *h = (float *)p, *dout = (float *)(p + l.b_h);
+    int32_t *off = (int32_t *)(p + l.b_h + l.b_d), *act = (int32_t *)((char *)off + l.b_off),
+            *n_act = (int32_t *)((char *)act + l.b_act), *ent = (int32_t *)((char *)n_act + l.b_na);
     const uint8_t *G = (const uint8_t *)gate->dev, *U = (const uint8_t *)up->dev, *D = (const uint8_t *)down->dev;
     bool both = gate->type == up->type && gate->row_bytes == up->row_bytes;
     const int rows_per_block = MOE_WARPS * MOE_ROWS;

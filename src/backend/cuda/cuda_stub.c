@@ -26,6 +26,14 @@ brisk_status bk_cuda_mem_info(int device, size_t *free_bytes, size_t *total_byte
 
 size_t bk_cuda_backend_overhead(void) { return 0; }
 
+size_t bk_cuda_moe_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_expert, int k) {
+    (void)n_embd;
+    (void)n_ff;
+    (void)n_expert;
+    (void)k;
+    return 0;
+}
+
 double bk_cuda_copy_bandwidth(int device) {
     (void)device;
     return 0.0;
