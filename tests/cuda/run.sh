@@ -42,7 +42,11 @@ cli_check() { # model
   else fail=$((fail + 1)); echo "FAIL cli greedy graphs vs eager ($name)"; echo "eager: $c"; echo "graphs: $b"; fi
 }
 [ -f "$MODEL" ] && cli_check "$MODEL"
-for m in $BRISK_E2E_MODELS; do cli_check "$m"; done
+# Random-weight models have flat logits (top two within 1e-3 of each other at
+# some steps): their prompts go through the f32 tiled product rather than the
+# f16 tensor cores, whose rounding would flip such near-ties. What is checked
+# here is the MoE and Gated DeltaNet path; the tensor cores are checked above.
+for m in $BRISK_E2E_MODELS; do BRISK_CUDA_MMA=0 cli_check "$m"; done
 
 # Speed on synthetic models written here (brisk synth), when asked.
 if [ "${BENCH:-0}" = 1 ] && [ -n "${VOCAB:-}" ]; then
