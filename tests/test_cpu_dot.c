@@ -371,6 +371,24 @@ static void test_ggml_vec_dot(void) {
     }
 }
 
+/* The converter cpu_get_from_float(Q8_K) picks (AVX-512 on such CPUs) is
+ * bitwise the reference quantizer, ties of |x| and zero blocks included. */
+static void test_q8K_from_float(void) {
+    enum { N = 256 * 6 };
+    float x[N];
+    blk_q8_K a[N / 256], b[N / 256];
+    for (int rep = 0; rep < 20; rep++) {
+        for (int i = 0; i < N; i++) x[i] = rnd_unit() * (float)(1 << (rep % 8));
+        for (int i = 0; i < 256; i++) x[256 + i] = 0.0f;   /* a zero block */
+        x[600] = 9.0f, x[700] = -9.0f, x[520] = -9.0f; /* ties: the first decides the sign */
+        memset(a, 0x55, sizeof a);
+        memset(b, 0x55, sizeof b);
+        cpu_get_from_float(QT_Q8_K)(x, a, N);
+        CHECK_OK(quant_quantize(QT_Q8_K, x, b, N));
+        CHECK(!memcmp(a, b, sizeof a));
+    }
+}
+
 /* The packed prompt GEMM (cpu_pgemm.h) against the double reference on the
  * dequantized operands: a full and a partial panel of rows, full and partial
  * token tiles, the same tolerance as the dot kernels. */
@@ -439,6 +457,7 @@ int main(int argc, char **argv) {
         {"all_isas", test_all_isas},
         {"gemm_bitwise", test_gemm_bitwise},
         {"pgemm", test_pgemm},
+        {"q8K_from_float", test_q8K_from_float},
         {"ggml_from_float", test_ggml_from_float},
         {"ggml_vec_dot", test_ggml_vec_dot},
     };

@@ -36,7 +36,34 @@ static inline const void *cpu_kv_row(const bk_kv_view *kv, const void *base, con
                                        : (const void *)((const float *)base + off);
 }
 
+/* A block of query tokens of one sequence against KV head kvh, all the
+ * group's query heads with it: lane l = token l / group, head l % group, at
+ * most 16 lanes. K/V rows are converted once per 16-position tile and used by
+ * every lane; scores and outputs keep one query per vector lane, so there is
+ * no horizontal sum, and the softmax runs online (running max and sum per
+ * lane, one pass over the cache). Not ggml's float order: the caller keeps
+ * cpu_attn_head for decode and short batches. */
+typedef struct cpu_attn_block {
+    const float *q;          /* token 0 of the block, head kvh * group */
+    float *out;              /* same place in the output */
+    size_t tok_stride;       /* floats between tokens in q and out (n_head * hd) */
+    const int32_t *pos;      /* (nt) each token attends to [0, pos] */
+    int nt, group;           /* nt * group <= 16 */
+    const bk_kv_view *kv;
+    const int32_t *table;
+    int kvh, n_head_kv, hd;
+    float scale;
+    float *scratch;          /* 4 * 16 * hd floats */
+} cpu_attn_block;
+
+/* Returns 0 (and does nothing) for a q8_0 cache, head_dim not a multiple of
+ * 16 or more than 16 lanes. */
+int cpu_attn_block_avx512(const cpu_attn_block *a);
+
 /* AVX-512 version; returns 0 (and does nothing) when head_dim is not a
  * multiple of 16 or the cache is q8_0 (the portable version handles those). */
 int cpu_attn_head_avx512(const cpu_attn_head *a);
+/* out = silu(gate) * up, bitwise swiglu_row of cpu_math.h (it shares this
+ * file's 16-lane exp). */
+void cpu_swiglu_avx512(const float *gate, const float *up, float *out, size_t n);
 #endif

@@ -103,3 +103,89 @@ int cpu_attn_head_avx512(const cpu_attn_head *a) {
     }
     return 1;
 }
+
+/* cpu_attn_block (cpu_attn.h): one 16-position tile at a time,
+ * S = Q K^T with queries in lanes (Q pre-scaled, transposed: Qt[i][lane]),
+ * online softmax per lane, O^T += P V with O transposed (Ot[d][lane]). */
+int cpu_attn_block_avx512(const cpu_attn_block *a) {
+    const int hd = a->hd, L = a->nt * a->group, f16 = a->kv->kv_type == BRISK_KV_F16;
+    if (a->kv->kv_type == BRISK_KV_Q8_0 || hd % 16 || L < 1 || L > 16) return 0;
+    float *Qt = a->scratch, *Ot = Qt + 16 * hd, *Kf = Ot + 16 * hd, *Vf = Kf + 16 * hd;
+    int32_t posl[16];
+    int maxp = 0;
+    for (int l = 0; l < 16; l++) {
+        const int tt = l < L ? l / a->group : 0, g = l < L ? l % a->group : 0;
+        const float *q = a->q + (size_t)tt * a->tok_stride + (size_t)g * hd;
+        for (int i = 0; i < hd; i++) Qt[i * 16 + l] = q[i] * a->scale;
+        posl[l] = a->pos[tt];
+        if (posl[l] > maxp) maxp = posl[l];
+    }
+    memset(Ot, 0, sizeof(float) * 16 * hd);
+    const __m512i pv = _mm512_loadu_si512(posl);
+    __m512 m = _mm512_set1_ps(-INFINITY), lsum = _mm512_setzero_ps();
+    for (int p0 = 0; p0 <= maxp; p0 += 16) {
+        const int np = maxp + 1 - p0 < 16 ? maxp + 1 - p0 : 16;
+        for (int j = 0; j < 16; j++) {
+            float *kd = Kf + j * hd, *vd = Vf + j * hd;
+            if (j >= np) { /* beyond the last position: masked below, kept finite */
+                memset(kd, 0, sizeof(float) * hd);
+                memset(vd, 0, sizeof(float) * hd);
+                continue;
+            }
+            const void *kr = cpu_kv_row(a->kv, a->kv->k, a->table, p0 + j, a->kvh, a->n_head_kv, hd);
+            const void *vr = cpu_kv_row(a->kv, a->kv->v, a->table, p0 + j, a->kvh, a->n_head_kv, hd);
+            for (int i = 0; i < hd; i += 16) {
+                _mm512_storeu_ps(kd + i, load16(kr, i, f16));
+                _mm512_storeu_ps(vd + i, load16(vr, i, f16));
+            }
+        }
+        __m512 s[16];
+        for (int j = 0; j < 16; j++) s[j] = _mm512_setzero_ps();
+        for (int i = 0; i < hd; i++) {
+            const __m512 qv = _mm512_loadu_ps(Qt + i * 16);
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++) s[j] = _mm512_fmadd_ps(qv, _mm512_set1_ps(Kf[j * hd + i]), s[j]);
+        }
+        __m512 mx = m;
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) { /* causal mask: lane attends to p0 + j only if pos >= p0 + j */
+            const __mmask16 ok = _mm512_cmp_epi32_mask(pv, _mm512_set1_epi32(p0 + j), _MM_CMPINT_NLT);
+            s[j] = _mm512_mask_blend_ps(ok, _mm512_set1_ps(-INFINITY), s[j]);
+            mx = _mm512_max_ps(mx, s[j]);
+        }
+        const __m512 alpha = exp_poly16(_mm512_sub_ps(m, mx)); /* exp(-inf) = 0 on the first tile */
+        __m512 ts = _mm512_setzero_ps();
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) {
+            s[j] = exp_poly16(_mm512_sub_ps(s[j], mx));
+            ts = _mm512_add_ps(ts, s[j]);
+        }
+        lsum = _mm512_fmadd_ps(lsum, alpha, ts);
+        m = mx;
+        for (int d = 0; d < hd; d++) {
+            __m512 o = _mm512_mul_ps(_mm512_loadu_ps(Ot + d * 16), alpha);
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++) o = _mm512_fmadd_ps(s[j], _mm512_set1_ps(Vf[j * hd + d]), o);
+            _mm512_storeu_ps(Ot + d * 16, o);
+        }
+    }
+    float inv[16];
+    _mm512_storeu_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), lsum));
+    for (int l = 0; l < L; l++) {
+        float *o = a->out + (size_t)(l / a->group) * a->tok_stride + (size_t)(l % a->group) * hd;
+        for (int d = 0; d < hd; d++) o[d] = Ot[d * 16 + l] * inv[l];
+    }
+    return 1;
+}
+
+/* swiglu_row (cpu_math.h) 16 at a time: the same exp, the same operations. */
+void cpu_swiglu_avx512(const float *gate, const float *up, float *out, size_t n) {
+    const size_t vec_end = n & ~(size_t)15;
+    for (size_t i = 0; i < vec_end; i += 16) {
+        const __m512 g = _mm512_loadu_ps(gate + i);
+        const __m512 e = exp_poly16(_mm512_xor_ps(g, _mm512_set1_ps(-0.0f)));
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)),
+                                                _mm512_loadu_ps(up + i)));
+    }
+    for (size_t i = vec_end; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}

@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_attn.h"
@@ -37,6 +40,11 @@ BK_INLINE float h2f(uint16_t h) {
 #endif
 
 #define MAX_MATS 8
+/* Query-blocked attention (cpu_attn_block) for batches of at least this many
+ * entries, on blocks of at least this many lanes; decode and short batches
+ * keep cpu_attn_head, which sums in ggml's order. */
+#define ATT_BLOCK_MIN_TOKENS 16
+#define ATT_BLOCK_MIN_LANES 8
 #define ROW_TILE 16  /* weight rows per tile: a few KB, stays in L1 while tokens stream */
 #define TOK_TILE 32  /* activation rows per vec_dot call */
 
@@ -53,6 +61,8 @@ typedef struct cpu_backend {
     void **panel;        /* (n_threads) one weight panel each */
     size_t panel_cap;
     float *att_scratch; /* (n_threads, att_cap) attention scores */
+    int *att_blk;       /* query block starts (cpu_attention) */
+    size_t att_blk_cap;
     size_t att_cap;
     cpu_moe_scratch moe;
 } cpu_backend;
@@ -86,6 +96,7 @@ static void cpu_free(bk_backend *be) {
     for (int i = 0; cb->panel && i < cb->n_threads; i++) free(cb->panel[i]);
     free(cb->panel);
     free(cb->att_scratch);
+    free(cb->att_blk);
     cpu_moe_scratch_free(&cb->moe);
     free(cb);
 }
@@ -443,8 +454,36 @@ typedef struct {
     size_t att_cap;     /* floats per thread: n_q score rows, a staging row, n_q lane blocks */
     size_t sc_stride;   /* floats per score row (>= the longest span) */
     int n_q;            /* query heads per work unit: the GQA group on AVX-512, else 1 */
+    const int *blk;     /* (n_blk + 1) first token of each query block (cpu_attn_block), or NULL */
+    int n_blk;
 } att_job;
 
+
+/* f32 -> f16 rounded to nearest even (quant_f32_to_f16's rounding; the
+ * hardware conversion where the clone's ISA has one). */
+#if defined(__FLT16_MAX__) && defined(__x86_64__)
+__attribute__((target("avx512f"))) static void f2h_row_avx512(const float *src, uint16_t *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++) dst[i] = quant_f32_to_f16(src[i]);
+}
+
+static void f2h_row(const float *restrict src, uint16_t *restrict dst, size_t n) {
+    if (cpu_dot_isa() == CPU_ISA_AVX512) {
+        f2h_row_avx512(src, dst, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        _Float16 h = (_Float16)src[i];
+        memcpy(dst + i, &h, 2);
+    }
+}
+#else
+static void f2h_row(const float *restrict src, uint16_t *restrict dst, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = quant_f32_to_f16(src[i]);
+}
+#endif
 
 static void att_write_worker(void *arg, int ith, int nth) {
     att_job *j = arg;
@@ -458,11 +497,8 @@ static void att_write_worker(void *arg, int ith, int nth) {
             quant_quantize(QT_Q8_0, ks, (char *)j->kv->k + off / 32 * 34, (int64_t)kvd);
             quant_quantize(QT_Q8_0, vs, (char *)j->kv->v + off / 32 * 34, (int64_t)kvd);
         } else if (j->kv->kv_type == BRISK_KV_F16) {
-            uint16_t *kd = (uint16_t *)j->kv->k + off, *vd = (uint16_t *)j->kv->v + off;
-            for (size_t i = 0; i < kvd; i++) {
-                kd[i] = quant_f32_to_f16(ks[i]);
-                vd[i] = quant_f32_to_f16(vs[i]);
-            }
+            f2h_row(ks, (uint16_t *)j->kv->k + off, kvd);
+            f2h_row(vs, (uint16_t *)j->kv->v + off, kvd);
         } else {
             memcpy((float *)j->kv->k + off, ks, kvd * sizeof(float));
             memcpy((float *)j->kv->v + off, vs, kvd * sizeof(float));
@@ -505,18 +541,13 @@ BK_INLINE float dot_f32(const float *a, const float *b, int n) {
     return s;
 }
 
-BK_MULTIVERSION static void att_worker(void *arg, int ith, int nth) {
-    att_job *j = arg;
+/* One token's query heads h .. h + n_q - 1 (one work unit of att_worker). */
+BK_MULTIVERSION static void att_unit(att_job *j, int ith, int t, int h) {
     const bk_attn_batch *ab = j->ab;
-    int hd = j->head_dim, group = j->n_head / j->n_head_kv, nq = j->n_q;
+    int hd = j->head_dim, group = j->n_head / j->n_head_kv, nq = j->n_q, kvh = h / group;
     float *sc = j->cb->att_scratch + (size_t)ith * j->att_cap;
     float *kbuf = sc + (size_t)nq * j->sc_stride; /* f16 -> f32 staging for one row, then lanes */
-    /* Striped over (token, head group): causal rows grow with the position,
-     * so contiguous ranges would give the last thread most of the work. */
-    int units = j->n_head / nq;
-    long n_work = (long)ab->n_tokens * units;
-    for (long w = ith; w < n_work; w += nth) {
-        int t = (int)(w / units), h = (int)(w % units) * nq, kvh = h / group;
+    {
         const float *q = j->q + ((size_t)t * j->n_head + h) * hd;
         const int32_t *table = ab->block_table[t];
         int np = ab->pos[t] + 1;
@@ -525,7 +556,7 @@ BK_MULTIVERSION static void att_worker(void *arg, int ith, int nth) {
             cpu_attn_head ah = {.q = q, .kv = j->kv, .table = table, .np = np, .kvh = kvh, .n_head_kv = j->n_head_kv,
                                 .hd = hd, .scale = j->scale, .scores = sc, .sc_stride = j->sc_stride,
                                 .lanes = kbuf + hd, .out = o, .n_q = nq};
-            if (cpu_attn_head_avx512(&ah)) continue;
+            if (cpu_attn_head_avx512(&ah)) return;
         }
         float mx = -INFINITY;
         for (int p = 0; p < np; p++) {
@@ -571,6 +602,34 @@ BK_MULTIVERSION static void att_worker(void *arg, int ith, int nth) {
     }
 }
 
+/* Striped over work units: causal rows grow with the position, so contiguous
+ * ranges would give the last thread most of the work. A unit is (token, head
+ * group), or with query blocks (block, KV head): a block of enough lanes goes
+ * through cpu_attn_block, a short one token by token. */
+static void att_worker(void *arg, int ith, int nth) {
+    att_job *j = arg;
+    const int units = j->n_head / j->n_q, group = j->n_head / j->n_head_kv;
+    if (!j->blk) {
+        const long n_work = (long)j->ab->n_tokens * units;
+        for (long w = ith; w < n_work; w += nth) att_unit(j, ith, (int)(w / units), (int)(w % units) * j->n_q);
+        return;
+    }
+    const long n_work = (long)j->n_blk * j->n_head_kv;
+    for (long w = ith; w < n_work; w += nth) {
+        const int b = (int)(w / j->n_head_kv), kvh = (int)(w % j->n_head_kv), t0 = j->blk[b], nt = j->blk[b + 1] - t0;
+        if (nt * group >= ATT_BLOCK_MIN_LANES) {
+            const size_t ts = (size_t)j->n_head * j->head_dim, off = (size_t)t0 * ts + (size_t)kvh * group * j->head_dim;
+            cpu_attn_block ab = {.q = j->q + off, .out = j->out + off, .tok_stride = ts, .pos = j->ab->pos + t0,
+                                 .nt = nt, .group = group, .kv = j->kv, .table = j->ab->block_table[t0], .kvh = kvh,
+                                 .n_head_kv = j->n_head_kv, .hd = j->head_dim, .scale = j->scale,
+                                 .scratch = j->cb->att_scratch + (size_t)ith * j->att_cap};
+            if (cpu_attn_block_avx512(&ab)) continue;
+        }
+        for (int t = t0; t < t0 + nt; t++)
+            for (int h = kvh * group; h < (kvh + 1) * group; h += j->n_q) att_unit(j, ith, t, h);
+    }
+}
+
 static void cpu_attention(bk_backend *be, const float *q, const float *k, const float *v,
                           const bk_kv_view *kv, const bk_attn_batch *ab, int n_head, int n_head_kv,
                           int head_dim, float scale, float *out) {
@@ -584,6 +643,7 @@ static void cpu_attention(bk_backend *be, const float *q, const float *k, const 
                      group <= 16 && n_head % n_head_kv == 0 ? group : 1;
     size_t stride = ((size_t)max_pos + 1 + 15) & ~(size_t)15;
     size_t cap = (size_t)nq * stride + 2 * (size_t)head_dim + (size_t)nq * 16 * head_dim; /* scores, staging, lanes */
+    if (cap < (size_t)64 * head_dim) cap = (size_t)64 * head_dim; /* cpu_attn_block's four tiles */
     if (cap > cb->att_cap && cap < 2 * cb->att_cap) cap = 2 * cb->att_cap; /* grow geometrically */
     size_t bytes = cap * sizeof(float) * (size_t)cb->n_threads;
     if (cap > cb->att_cap) {
@@ -591,7 +651,20 @@ static void cpu_attention(bk_backend *be, const float *q, const float *k, const 
         if (grow((void **)&cb->att_scratch, &have, bytes) != BRISK_OK) return;
         cb->att_cap = cap;
     }
-    att_job j = {q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, out, cb, cb->att_cap, stride, nq};
+    att_job j = {q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, out, cb, cb->att_cap, stride, nq, NULL, 0};
+    /* Query blocks: runs of entries of one sequence, 16 lanes (tokens x group) at most. */
+    if (ab->n_tokens >= ATT_BLOCK_MIN_TOKENS && cpu_dot_isa() == CPU_ISA_AVX512 && kv->kv_type != BRISK_KV_Q8_0 &&
+        head_dim % 16 == 0 && group <= 16 && n_head % n_head_kv == 0 &&
+        grow((void **)&cb->att_blk, &cb->att_blk_cap, sizeof(int) * ((size_t)ab->n_tokens + 1)) == BRISK_OK) {
+        const int per = 16 / group;
+        int nb = 0;
+        for (int t = 0; t < ab->n_tokens; t++)
+            if (!nb || t - cb->att_blk[nb - 1] >= per || ab->block_table[t] != ab->block_table[cb->att_blk[nb - 1]])
+                cb->att_blk[nb++] = t;
+        cb->att_blk[nb] = ab->n_tokens;
+        j.blk = cb->att_blk;
+        j.n_blk = nb;
+    }
     if (ab->n_tokens < 8) att_write_worker(&j, 0, 1);
     else threadpool_run(cb->tp, att_write_worker, &j);
     threadpool_run(cb->tp, att_worker, &j);
@@ -600,6 +673,10 @@ static void cpu_attention(bk_backend *be, const float *q, const float *k, const 
 /* ---- elementwise ---- */
 BK_MULTIVERSION static void cpu_swiglu(bk_backend *be, const float *gate, const float *up, float *out, size_t n) {
     (void)be;
+    if (cpu_dot_isa() == CPU_ISA_AVX512) {
+        cpu_swiglu_avx512(gate, up, out, n);
+        return;
+    }
     swiglu_row(gate, up, out, n);
 }
 

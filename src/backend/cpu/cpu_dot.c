@@ -451,7 +451,11 @@ cpu_from_float_fn cpu_get_from_float(uint32_t type) {
     case QT_BF16: return ff_bf16;
     case QT_Q8_0: return ff_q8_0;
     case QT_Q8_1: return ff_q8_1;
-    case QT_Q8_K: return ff_q8_K;
+    case QT_Q8_K:
+#if defined(__x86_64__)
+        if (cpu_dot_isa() == CPU_ISA_AVX512) return cpu_q8_K_from_float_avx512;
+#endif
+        return ff_q8_K;
     default: return NULL;
     }
 }

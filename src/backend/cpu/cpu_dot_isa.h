@@ -11,4 +11,6 @@ cpu_vec_dot_fn cpu_dot_avx2_get(uint32_t weight_type);
 cpu_vec_dot_fn cpu_dot_avx512_get(uint32_t weight_type);
 /* Multi-row kernels (cpu_gemm_fn), bitwise those of the same ISA's vec_dot. */
 cpu_gemm_fn cpu_gemm_avx512_get(uint32_t weight_type);
+/* The Q8_K converter, bitwise the reference (cpu_from_float_fn). */
+void cpu_q8_K_from_float_avx512(const float *x, void *y, int64_t n);
 #endif
