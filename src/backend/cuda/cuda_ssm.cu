@@ -74,13 +74,13 @@ __device__ __forceinline__ double warp_sum_d(double v) {
     return v;
 }
 
-/* x / max(|x|, eps) with the sum of squares in double, as ggml_l2_norm_f32 */
+/* x * rsqrt(sum x^2 + eps), the sum in double: the HF reference's l2norm, as cpu_ssm.c */
 template <int J> __device__ __forceinline__ void l2norm_lanes(float (&x)[J], float eps) {
     double s = 0;
 #pragma unroll
     for (int j = 0; j < J; j++) s += (double)(x[j] * x[j]);
     s = warp_sum_d(s);
-    float scale = 1.0f / fmaxf(sqrtf((float)s), eps);
+    float scale = 1.0f / sqrtf((float)s + eps);
 #pragma unroll
     for (int j = 0; j < J; j++) x[j] *= scale;
 }
