@@ -79,9 +79,13 @@ stop qwen3 || fail=1
   -o "$TMP/qwen35.gguf" >/dev/null 2>&1 || { echo "t_server: synth qwen35 failed"; exit 1; }
 MODEL=$TMP/qwen35.gguf start nockpt -c 1024 --parallel 2 --batch 16 --ctx-checkpoints 0 || exit 1
 NOCKPT_PORT=$PORT NOCKPT_PID=$PID
+MODEL=$TMP/qwen35.gguf start big -c 1024 --parallel 1 || exit 1
+BIG_PORT=$PORT BIG_PID=$PID
 MODEL=$TMP/qwen35.gguf start hybrid -c 1024 --parallel 2 --batch 16 || exit 1
-BRISK_URL=http://127.0.0.1:$PORT BRISK_URL_NOCKPT=http://127.0.0.1:$NOCKPT_PORT node tests/server/hybrid.mjs || fail=1
+BRISK_URL=http://127.0.0.1:$PORT BRISK_URL_NOCKPT=http://127.0.0.1:$NOCKPT_PORT BRISK_URL_BIG=http://127.0.0.1:$BIG_PORT \
+  node tests/server/hybrid.mjs || fail=1
 stop hybrid || fail=1
+PID=$BIG_PID stop big || fail=1
 PID=$NOCKPT_PID stop nockpt || fail=1
 
 start queue -c 2048 --parallel 1 --queue 1 --api-key sekrit || exit 1

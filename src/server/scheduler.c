@@ -9,6 +9,8 @@
 
 #include "base/status.h"
 
+#define CKPT_END_MARGIN 4 /* prompt tokens a checkpoint stays before the end of a prompt */
+
 typedef struct slot {
     int id;                /* KV sequence */
     sched_req *req;        /* NULL: idle (its cache stays for prefix reuse) */
@@ -357,8 +359,11 @@ static int build_batch(sched *s) {
         const sched_req *r = sl->req;
         int take = r->n_prompt - sl->n_fed;
         if (take > budget) take = budget;
-        int cut = s->ckpt ? (sl->n_fed + take) / s->ckpt * s->ckpt : 0;
-        if (cut > sl->n_fed && cut < sl->n_fed + take) take = cut - sl->n_fed; /* end on a checkpoint */
+        /* End on a checkpoint boundary; near the prompt's end, on one a few tokens before it: a
+         * follow-up turn re-renders the generation prompt ("<think>\n") differently. */
+        int end = sl->n_fed + take, limit = end == r->n_prompt ? end - CKPT_END_MARGIN : end;
+        int cut = s->ckpt && limit > 0 ? limit / s->ckpt * s->ckpt : 0;
+        if (cut > sl->n_fed && cut < end) take = cut - sl->n_fed;
         for (int j = 0; j < take; j++) {
             int p = sl->n_fed + j;
             bool last = p == r->n_prompt - 1;

@@ -4,7 +4,8 @@
 // restarts from the latest snapshot inside the shared prefix.
 // BRISK_URL: a server with --batch 16 (prompt chunks on block boundaries);
 // BRISK_URL_NOCKPT: the same with --ctx-checkpoints 0, the uncached baseline
-// (same chunks, so its greedy output must be the same token for token).
+// (same chunks, so its greedy output must be the same token for token);
+// BRISK_URL_BIG: one with the default --batch and --parallel 1.
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { client, test, run, assert, eq, raw } from './lib.mjs';
@@ -59,6 +60,18 @@ test('an unaligned reuse realigns: the next chunk ends on a block boundary and i
   assert(n % 16 !== 0 && want > n, `the prompts do not test a realigned chunk (n ${n}, lcp ${lcp})`);
   const rc = await client.completions.create({ model: 'x', prompt: c, max_tokens: 1, temperature: 0 });
   eq(cachedOf(rc), want, `cached tokens (first ${n}, shared ${lcp} of ${tc.length})`);
+});
+
+test('the checkpoint nearest a prompt\'s end stays a few tokens before it (a re-rendered generation prompt)', async () => {
+  if (!process.env.BRISK_URL_BIG) return; // a server with the default --batch (256)
+  const big = new OpenAI({ baseURL: `${process.env.BRISK_URL_BIG}/v1`, apiKey: 'none', maxRetries: 0 });
+  const ids = Array.from({ length: 60 }, (_, i) => (i * 7919 + 13) % 50000);
+  // 49 tokens in one chunk: cut at 32 (the last boundary <= 49 - 4), not 48, then [32, 49)
+  const a = await big.completions.create({ model: 'x', prompt: ids.slice(0, 49), max_tokens: 1, temperature: 0 });
+  eq(cachedOf(a), 0);
+  // a follow-up that shares 47 tokens (the last two re-rendered) restarts at 32
+  const b = await big.completions.create({ model: 'x', prompt: [...ids.slice(0, 47), 7, 8, 9], max_tokens: 1, temperature: 0 });
+  eq(cachedOf(b), 32);
 });
 
 await run();
