@@ -107,9 +107,8 @@ int cpu_attn_head_avx512(const cpu_attn_head *a) {
 /* cpu_attn_block (cpu_attn.h): one 16-position tile at a time,
  * S = Q K^T with queries in lanes (Q pre-scaled, transposed: Qt[i][lane]),
  * online softmax per lane, O^T += P V with O transposed (Ot[d][lane]). */
-int cpu_attn_block_avx512(const cpu_attn_block *a) {
-    const int hd = a->hd, L = a->nt * a->group, f16 = a->kv->kv_type == BRISK_KV_F16;
-    if (a->kv->kv_type == BRISK_KV_Q8_0 || hd % 16 || L < 1 || L > 16) return 0;
+static inline __attribute__((always_inline)) void attn_block(const cpu_attn_block *a, const int hd) {
+    const int L = a->nt * a->group, f16 = a->kv->kv_type == BRISK_KV_F16;
     float *Qt = a->scratch, *Ot = Qt + 16 * hd, *Kf = Ot + 16 * hd, *Vf = Kf + 16 * hd;
     int32_t posl[16];
     int maxp = 0;
@@ -174,6 +173,19 @@ int cpu_attn_block_avx512(const cpu_attn_block *a) {
     for (int l = 0; l < L; l++) {
         float *o = a->out + (size_t)(l / a->group) * a->tok_stride + (size_t)(l % a->group) * hd;
         for (int d = 0; d < hd; d++) o[d] = Ot[d * 16 + l] * inv[l];
+    }
+}
+
+/* Common head sizes as constants: the tile rows' offsets then fit in the
+ * instructions instead of taking a register each. */
+int cpu_attn_block_avx512(const cpu_attn_block *a) {
+    const int L = a->nt * a->group;
+    if (a->kv->kv_type == BRISK_KV_Q8_0 || a->hd % 16 || L < 1 || L > 16) return 0;
+    switch (a->hd) {
+    case 64: attn_block(a, 64); break;
+    case 128: attn_block(a, 128); break;
+    case 256: attn_block(a, 256); break;
+    default: attn_block(a, a->hd); break;
     }
     return 1;
 }

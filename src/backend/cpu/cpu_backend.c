@@ -616,7 +616,8 @@ static void att_worker(void *arg, int ith, int nth) {
     }
     const long n_work = (long)j->n_blk * j->n_head_kv;
     for (long w = ith; w < n_work; w += nth) {
-        const int b = (int)(w / j->n_head_kv), kvh = (int)(w % j->n_head_kv), t0 = j->blk[b], nt = j->blk[b + 1] - t0;
+        /* KV-head major: a thread's consecutive units reread one head's K/V rows from L2 */
+        const int b = (int)(w % j->n_blk), kvh = (int)(w / j->n_blk), t0 = j->blk[b], nt = j->blk[b + 1] - t0;
         if (nt * group >= ATT_BLOCK_MIN_LANES) {
             const size_t ts = (size_t)j->n_head * j->head_dim, off = (size_t)t0 * ts + (size_t)kvh * group * j->head_dim;
             cpu_attn_block ab = {.q = j->q + off, .out = j->out + off, .tok_stride = ts, .pos = j->ab->pos + t0,
