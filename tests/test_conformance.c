@@ -38,8 +38,13 @@
 #include "llamacpp/ref_util.h"
 
 #define N_STEPS 128
-static const int prompt[] = {1, 100, 200, 300, 400, 450, 20, 30}; /* valid in every vocab, stories260K (512) included */
-#define N_PROMPT (int)(sizeof prompt / sizeof prompt[0])
+static const int short_prompt[] = {1, 100, 200, 300, 400, 450, 20, 30}; /* valid in every vocab, stories260K (512) included */
+#define MAX_PROMPT 64
+/* The prompt compare() feeds: the short one, or (test_qwen3_long_prompt) one
+ * long enough for the prompt-batch kernels (packed GEMM, query-blocked attention). */
+static const int *prompt = short_prompt;
+static int n_prompt = (int)(sizeof short_prompt / sizeof short_prompt[0]);
+static const char *ref_tag = ""; /* reference file suffix per prompt */
 static char dir[1024], build_dir[512];
 static int max_expert_flips; /* > 0 while comparing MoE models */
 
@@ -61,10 +66,10 @@ typedef struct {
 static void compare(const char *model_path, const char *label, double tol) {
     char ref_path[1200], ids_path[1200], cmd[4096];
     const char *base = strrchr(model_path, '/') ? strrchr(model_path, '/') + 1 : model_path;
-    snprintf(ref_path, sizeof ref_path, "%s/%s.ref.bin", dir, base); /* never beside the model: ../shared is read-only */
-    snprintf(ids_path, sizeof ids_path, "%s/%s.ref.ids", dir, base);
-    char pstr[256] = "";
-    for (int i = 0; i < N_PROMPT; i++) snprintf(pstr + strlen(pstr), sizeof pstr - strlen(pstr), "%s%d", i ? " " : "", prompt[i]);
+    snprintf(ref_path, sizeof ref_path, "%s/%s%s.ref.bin", dir, base, ref_tag); /* never beside the model: ../shared is read-only */
+    snprintf(ids_path, sizeof ids_path, "%s/%s%s.ref.ids", dir, base, ref_tag);
+    char pstr[1024] = "";
+    for (int i = 0; i < n_prompt; i++) snprintf(pstr + strlen(pstr), sizeof pstr - strlen(pstr), "%s%d", i ? " " : "", prompt[i]);
     snprintf(cmd, sizeof cmd, "%s/llamacpp-ref eval -m %s -p '%s' -n %d --kv f32 -t 1 --logits-out %s > %s 2>/dev/null",
              build_dir, model_path, pstr, N_STEPS, ref_path, ids_path);
     if (ref_run(cmd)) {
@@ -94,10 +99,10 @@ static void compare(const char *model_path, const char *label, double tol) {
     cp.n_threads = 2;
     brisk_context *c = NULL;
     CHECK_OK(brisk_context_new(m, &cp, &c));
-    brisk_batch_entry b[N_PROMPT];
-    for (int i = 0; i < N_PROMPT; i++) b[i] = (brisk_batch_entry){prompt[i], i, 0, i == N_PROMPT - 1};
-    CHECK_OK(brisk_decode(c, b, N_PROMPT));
-    const float *lg = brisk_get_logits(c, N_PROMPT - 1);
+    brisk_batch_entry b[MAX_PROMPT];
+    for (int i = 0; i < n_prompt; i++) b[i] = (brisk_batch_entry){prompt[i], i, 0, i == n_prompt - 1};
+    CHECK_OK(brisk_decode(c, b, n_prompt));
+    const float *lg = brisk_get_logits(c, n_prompt - 1);
     int identical = -1, exact = -1, near_ties = 0, hard = 0, flips = 0;
     double worst = 0;
     for (int step = 0; step < N_STEPS && lg; step++) {
@@ -125,7 +130,7 @@ static void compare(const char *model_path, const char *label, double tol) {
             if (r[tr] - second <= 2 * md || flip) near_ties++;
             else hard++;
         }
-        brisk_batch_entry e = {ref_ids[step], N_PROMPT + step, 0, true};
+        brisk_batch_entry e = {ref_ids[step], n_prompt + step, 0, true};
         if (brisk_decode(c, &e, 1) != BRISK_OK) break;
         lg = brisk_get_logits(c, 0);
     }
@@ -190,6 +195,21 @@ static void run_arch(const char *preset, const char *vocab_file, const char *con
 
 static void test_llama(void) { run_arch("tiny-llama", "ggml-vocab-llama-spm.gguf", NULL); }
 static void test_qwen3(void) { run_arch("tiny-qwen3", "ggml-vocab-gpt-2.gguf", NULL); }
+/* A 48-token prompt: the prompt goes through the batch kernels (>= 16
+ * entries: packed-panel GEMM, query-blocked attention), which sum in another
+ * order than ggml; the same tolerances hold. */
+static void test_qwen3_long_prompt(void) {
+    static int lp[48];
+    for (int i = 0; i < 48; i++) lp[i] = 100 + (37 * i) % 400;
+    prompt = lp;
+    n_prompt = 48;
+    ref_tag = "-p48";
+    run_arch("tiny-qwen3", "ggml-vocab-gpt-2.gguf",
+             (const char *const[]){"f32", "f16", "bf16", "q4_0", "q8_0", "q4_K", "q5_K", "q6_K", NULL});
+    prompt = short_prompt;
+    n_prompt = (int)(sizeof short_prompt / sizeof short_prompt[0]);
+    ref_tag = "";
+}
 static const char *const moe_types[] = {"f32", "f16", "q8_0", "q4_K", "q6_K", NULL};
 /* 8 experts, top 2: softmax router, renormalised weights, experts grouped per batch */
 static void test_qwen3moe(void) {
@@ -477,7 +497,7 @@ int main(int argc, char **argv) {
     }
     test_case cases[] = {{"stories260K", test_stories260k}, {"qwen2_yarn", test_qwen2_yarn},
                          {"llama_linear_rope", test_llama_linear}, {"llama_all_types", test_llama},
-                         {"qwen3_all_types", test_qwen3}, {"qwen3moe_types", test_qwen3moe},
+                         {"qwen3_all_types", test_qwen3}, {"qwen3_long_prompt", test_qwen3_long_prompt}, {"qwen3moe_types", test_qwen3moe},
                          {"qwen3moe_batches", test_qwen3moe_batches}, {"qwen35_types", test_qwen35},
                          {"qwen35_sequences", test_qwen35_sequences},
                          {"qwen35_checkpoints", test_qwen35_checkpoints},
