@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# make demo: writes the embedded default model (until brisk's own trained model
-# lands, a small random-weight llama with a built-in byte vocabulary: its text
-# is noise, the point is the whole path from file to streamed tokens) and runs it.
+# make demo: runs the embedded default model, brisk's own brisk-kjv-6m (a 5.8M-parameter
+# qwen3 trained on the King James Bible, models/README.md), greedy and sampled.
 set -euo pipefail
 BUILD=${1:-build}
-MODEL="$BUILD/demo-tiny-llama.gguf"
-[ -f "$MODEL" ] || "$BUILD/brisk" synth --preset tiny-llama --seed 7 -o "$MODEL"
-("$BUILD/brisk" info --no-tensors "$MODEL" | head -n 16) || true
+MODEL=models/brisk-kjv-6m.gguf
+("$BUILD/brisk" info --no-tensors "$MODEL" | head -n 12) || true
 echo
-echo "\$ brisk run -m $MODEL -p 'Once upon a time' -n 48 --temp 0"
-"$BUILD/brisk" run -m "$MODEL" -p "Once upon a time" -n 48 --temp 0
+echo "\$ brisk run -m $MODEL -p 'In the beginning God created' -n 64 --temp 0"
+"$BUILD/brisk" run -m "$MODEL" -p "In the beginning God created" -n 64 --temp 0
+echo
+echo "\$ brisk run -m $MODEL -p 'And Jesus said unto them,' -n 64 --seed 7 --repeat-penalty 1.1"
+"$BUILD/brisk" run -m "$MODEL" -p "And Jesus said unto them," -n 64 --seed 7 --repeat-penalty 1.1

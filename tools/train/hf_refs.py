@@ -67,6 +67,12 @@ def write_ref(out, name, model, tok, source, extra):
     import transformers
     ids = tok(PROMPT, add_special_tokens=False)["input_ids"]
     logits, greedy, margin = reference(model, ids)
+    # causality check on the reference itself: the prompt's logits must not move
+    # when the greedy tokens follow them (transformers' qwen3_5_moe fails this on the CPU)
+    with torch.no_grad():
+        full = model(input_ids=torch.tensor([ids + greedy])).logits[0, :len(ids)].float()
+    causal = ((full - logits).abs().max() / logits.abs().max()).item()
+    extra = dict(extra, hf_causality_rel_err=causal)
     with open(os.path.join(out, name + ".logits"), "wb") as f:
         f.write(logits.contiguous().numpy().astype("<f4").tobytes())
     if os.environ.get("HFREF_SEQ"):  # debugging: every position of prompt + greedy tokens
@@ -104,6 +110,8 @@ def main():
     V = 4096 if V <= 4096 else V
     if a.random:
         for name, cfg_name, model_name, kw in tiny_configs(V, eos):
+            if os.environ.get("HFREF_ONLY") and name not in os.environ["HFREF_ONLY"].split(","):
+                continue
             try:
                 torch.manual_seed(7)
                 cfg = getattr(transformers, cfg_name)(**kw)

@@ -152,6 +152,7 @@ def train_one(key, spec, tok, train, val, out, budget, dev, batch=64, T=256, max
     warm, probe0, probe = 50, 10, 40
     total = None
     rows = []
+    best = (float("inf"), -1, None)
     t0 = time.time()
     step = 0
     while total is None or step < total:
@@ -178,11 +179,16 @@ def train_one(key, spec, tok, train, val, out, budget, dev, batch=64, T=256, max
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % 10 == 0 or (total and step == total - 1):
-            vl = val_loss(model, val, T, dev, 8) if step % 200 == 0 else float("nan")
+            vl = val_loss(model, val, T, dev, 1 << 30) if step % 100 == 0 and step else float("nan")
             rows.append((step, loss.item(), cur, vl))
-            if step % 200 == 0:
+            if vl < best[0]:  # early stopping: 1M tokens of corpus, small models overfit
+                best = (vl, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
+            if step % 100 == 0:
                 log(f"   step {step:5d} loss {loss.item():.4f} val {vl:.4f} lr {cur:.2e} {time.time()-t0:.0f}s")
         step += 1
+    if best[2] is not None:
+        model.load_state_dict(best[2])
+        log(f"   best validation loss {best[0]:.4f} at step {best[1]}: that checkpoint is kept")
     train_s = time.time() - t0
     model.eval()
     model.to(torch.float16)
@@ -200,7 +206,7 @@ def train_one(key, spec, tok, train, val, out, budget, dev, batch=64, T=256, max
     samples.append(sample(model, tok, dev, "And it came to pass", temp=0.8, seed=1))
     with open(os.path.join(d, "samples.txt"), "w") as f:
         f.write("\n\n".join(samples) + "\n")
-    summ = dict(name=name, arch=type(model).__name__, params=nparam, steps=total, batch=batch, seq=T,
+    summ = dict(name=name, arch=type(model).__name__, params=nparam, steps=total, kept_step=best[1], batch=batch, seq=T,
                 tokens_seen=total * batch * T, train_seconds=round(train_s, 1),
                 final_train_loss=rows[-1][1], val_loss=vl, val_ppl=math.exp(vl),
                 train_tokens=len(train), val_tokens=len(val), lr=lr)

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# brisk's own trained models (models/*.gguf, made by tools/train/, see models/README.md):
+#  1. llama.cpp (the npm v0.4.0 build) loads each of them and its greedy tokens equal brisk's;
+#  2. the dense model quantized by brisk and by llama.cpp's llama_model_quantize to the same type
+#     has the same perplexity within 0.5% on held-out KJV text (both files evaluated by brisk);
+#  3. make demo's model writes KJV-style text (a sanity check on the file, not on quality).
+# (Logits against Hugging Face transformers: tests/test_hf_ref.c.)
+set -u
+B=${BUILD:-build}
+S=${SHARED:-../shared}
+TOKJ=tests/data/hf/tokenizer/tokenizer.json
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fail=0
+ok() { echo "ok   $*"; }
+no() { echo "FAIL $*"; fail=1; }
+PROMPT="In the beginning God created"
+N=32
+[ "${SAN:-0}" = 1 ] && N=12
+
+# 1. llama.cpp's greedy ids, decoded with the byte-level tokenizer, against brisk's text
+ref_text() {
+  local ids
+  ids=$("$B/llamacpp-ref" eval -m "$1" --prompt-text "$PROMPT" -n "$N" -t 2 2>"$T/le") || { echo "ERR $(tail -n1 "$T/le")"; return; }
+  python3 - "$TOKJ" "$ids" <<'EOF'
+import json, sys
+tj = json.load(open(sys.argv[1]))
+vocab = {v: k for k, v in tj["model"]["vocab"].items()}
+special = {t["id"] for t in tj["added_tokens"] if t.get("special")}
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+dec = {chr(c): b for b, c in zip(bs, cs)}
+out = bytearray()
+for i in map(int, sys.argv[2].split()):
+    if i not in special:
+        out += bytes(dec[ch] for ch in vocab.get(i, ""))
+sys.stdout.buffer.write(out)
+EOF
+}
+for m in brisk-kjv-6m brisk-kjv-draft brisk-kjv-moe brisk-kjv-hybrid; do
+  f=models/$m.gguf
+  [ -f "$f" ] || { no "$f missing"; continue; }
+  a=$(ref_text "$f")
+  b=$("$B/brisk" run -m "$f" -p "$PROMPT" -n "$N" --temp 0 --ignore-eos -t 2 2>/dev/null)
+  if [ -n "$b" ] && [ "$a" = "$b" ]; then ok "$m: llama.cpp = brisk, $N greedy tokens: $(printf '%s' "$b" | head -c 60 | tr '\n' ' ')..."
+  else no "$m: llama.cpp '$a' / brisk '$b'"; fi
+done
+
+# 2. perplexity of brisk's and llama.cpp's quantizations of the dense model
+if [ "${SAN:-0}" != 1 ] && [ -f "$S/data/corpus/kjv_verses.txt.gz" ]; then
+  # the last 300 verses (Revelation 12-22): plain text, the "Book C:V " prefix stripped
+  zcat "$S/data/corpus/kjv_verses.txt.gz" | sed 's/^[^ ]* //' | tail -n 300 > "$T/val.txt"
+  ppl() { "$B/brisk" perplexity -m "$1" -f "$T/val.txt" -c 256 -t 2 2>&1 | sed -n 's/.*PPL = \([0-9.]*\).*/\1/p'; }
+  base=$(ppl models/brisk-kjv-6m.gguf)
+  for ty in Q8_0 Q4_K_M; do
+    "$B/brisk" quantize models/brisk-kjv-6m.gguf "$T/b.gguf" $ty -t 2 >/dev/null 2>&1 || { no "brisk quantize $ty"; continue; }
+    "$B/llamacpp-ref" quantize models/brisk-kjv-6m.gguf "$T/l.gguf" $ty -t 2 >/dev/null 2>&1 || { no "llama.cpp quantize $ty"; continue; }
+    pb=$(ppl "$T/b.gguf"); pl=$(ppl "$T/l.gguf")
+    if python3 -c "import sys; b,l=float('$pb'),float('$pl'); sys.exit(0 if abs(b-l)/l <= 0.005 else 1)" 2>/dev/null; then
+      ok "brisk-kjv-6m $ty: perplexity brisk's file $pb, llama.cpp's $pl (f16 $base), within 0.5%"
+    else no "brisk-kjv-6m $ty: perplexity brisk's file '$pb' vs llama.cpp's '$pl'"; fi
+  done
+fi
+
+# 3. the demo model writes words of the corpus
+out=$("$B/brisk" run -m models/brisk-kjv-6m.gguf -p "And God said" -n 24 --temp 0 -t 2 2>/dev/null)
+case "$out" in *LORD*|*God*|*unto*|*the*) ok "demo model: And God said$(printf '%s' "$out" | head -c 80 | tr '\n' ' ')";;
+  *) no "demo model output: '$out'";; esac
+exit $fail
