@@ -266,9 +266,11 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
         if (need > fr) {
             s = bk_fail(BRISK_ERR_NOMEM,
                         "the context needs %.0f MiB on CUDA device %d (KV cache %.0f MiB for %d tokens x %d "
-                        "sequences, scratch %.0f MiB for batches of %d) but %.0f MiB are free; lower -c, "
-                        "--parallel or -b",
+                        "sequences, of it %.0f MiB for %d recurrent-state snapshots per sequence; scratch %.0f "
+                        "MiB for batches of %d) but %.0f MiB are free; lower -c, --parallel, -b or "
+                        "--ctx-checkpoints",
                         need / 1048576.0, dev, c->mem.kv_bytes / 1048576.0, p.n_ctx, p.n_seq_max,
+                        ck_bytes(hp, p.n_seq_max, p.n_seq_checkpoints) / 1048576.0, p.n_seq_checkpoints,
                         c->mem.scratch_bytes / 1048576.0, c->n_ubatch, fr / 1048576.0);
             goto fail;
         }
