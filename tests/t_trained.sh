@@ -2,7 +2,8 @@
 # brisk's own trained models (models/*.gguf, made by tools/train/, see models/README.md):
 #  1. llama.cpp (the npm v0.4.0 build) loads each of them and its greedy tokens equal brisk's;
 #  2. the dense model quantized by brisk and by llama.cpp's llama_model_quantize to the same type
-#     has the same perplexity within 0.5% on held-out KJV text (both files evaluated by brisk);
+#     has the same perplexity within 0.5% on KJV text (both files evaluated by brisk; Revelation
+#     12-22, mostly training text: the point is brisk's quantizer against llama.cpp's);
 #  3. make demo's model writes KJV-style text (a sanity check on the file, not on quality).
 # (Logits against Hugging Face transformers: tests/test_hf_ref.c.)
 set -u
