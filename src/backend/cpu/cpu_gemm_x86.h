@@ -440,7 +440,9 @@ BF16INL void bf16_tile(int64_t n, const char *const wr[4], size_t ws, const char
 
 static BF16ATTR void gemm_bf16_avx512(int64_t n, const void *w, size_t ws, int nw, const void *x, size_t xs, int nx,
                                       float *s, size_t ss) {
-    if (nx == 1 || n % 32) { /* one token: a single DRAM stream per row is faster; odd rows: that kernel's order */
+    /* One token: 4 rows interleaved with prefetch 16 rows ahead (on 4 KiB-paged mapped weights,
+     * 9.7-10.3 GB/s against 7.7-8.4 row by row on the LM head); odd rows: that kernel's order. */
+    if (n % 32) {
         for (int i = 0; i < nw; i++) bf16_exact_avx512(n, WROW(w, ws, i), x, xs, nx, s + (size_t)i * ss);
         return;
     }
