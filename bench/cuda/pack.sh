@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Packs what a GPU-machine benchmark run needs into .device/ (git-ignored; the device
+# tool carries it: carry [".device"]). Run here, after `make`:
+#   bash bench/cuda/pack.sh [BUILD]
+# .device/build/{brisk,tests/test_cuda_ops} stripped; .device/lib: libmicrohttpd + libcjson
+# (the GPU machine lacks them); .device/llsrc.tar.xz: llama.cpp v0.4.0's sources from the
+# git bundle in node-llama-cpp@3.21.1 (built there, never committed here);
+# .device/vocab.gguf.xz: the Qwen2 vocabulary for `brisk synth`.
+set -euo pipefail
+B=${1:-build}
+S=${SHARED:-$(cd .. && pwd)/shared}
+D=.device
+mkdir -p $D/build/tests $D/lib
+strip -o $D/build/brisk "$B/brisk"
+strip -o $D/build/tests/test_cuda_ops "$B/tests/test_cuda_ops"
+cp tests/cuda/run.sh $D/cuda_run.sh
+if [ ! -f $D/lib/libmicrohttpd.so.12 ] || [ ! -f $D/lib/libcjson.so.1 ]; then
+  t=$(mktemp -d)
+  (cd "$t" && apt-get download libmicrohttpd12 libcjson1 >/dev/null 2>&1)
+  for deb in "$t"/*.deb; do dpkg -x "$deb" "$t/x"; done
+  cp -L "$t"/x/usr/lib/x86_64-linux-gnu/libmicrohttpd.so.12 "$t"/x/usr/lib/x86_64-linux-gnu/libcjson.so.1 $D/lib/
+  rm -rf "$t"
+fi
+if [ ! -f $D/llsrc.tar.xz ]; then
+  bundle=.deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle
+  t=$(mktemp -d)
+  git clone -q "$bundle" "$t/src"
+  ex=""; for b in sycl vulkan opencl hexagon cann metal webgpu zdnn musa openvino zendnn; do ex="$ex --exclude=ggml/src/ggml-$b"; done
+  tar cJf $D/llsrc.tar.xz -C "$t/src" $ex CMakeLists.txt cmake common ggml include src tools vendor scripts licenses LICENSE
+  rm -rf "$t"
+fi
+[ -f $D/vocab.gguf.xz ] || xz -T2 -c "$S/data/llama.cpp-vocab/ggml-vocab-qwen2.gguf" > $D/vocab.gguf.xz
+[ -f $D/stories260K.gguf ] || cp "$S/data/stories260K/stories260K.gguf" $D/
+du -sh $D
