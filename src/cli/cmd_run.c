@@ -7,6 +7,7 @@
 #include "brisk.h"
 #include "cli/cli.h"
 #include "cli/common.h"
+#include "engine/speculative.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -25,12 +26,75 @@ static void usage(FILE *f) {
             CLI_KV_HELP
             "  -ngl N               layers on the GPU (-1: all when one is present, 0: CPU)\n"
             "  --device I           GPU index (default 0)\n"
-            "  --no-display-prompt  (default) print only the continuation\n");
+            "  --no-display-prompt  (default) print only the continuation\n"
+            "  -md, --model-draft FILE  speculative decoding: a small model of the same vocabulary\n"
+            "                       proposes tokens, the target checks them in one batch (same output)\n"
+            "  --draft-max N        tokens proposed per round (default 8, at most 64)\n");
+}
+
+/* Speculative generation: the emit callback streams text and applies -n and end-of-text. */
+typedef struct run_emit {
+    const brisk_model *model;
+    brisk_detok dt;
+    int n_gen, n_predict;
+    bool ignore_eos;
+} run_emit;
+
+static bool run_emit_token(void *user, brisk_token t) {
+    run_emit *e = user;
+    if (e->n_predict >= 0 && e->n_gen >= e->n_predict) return false;
+    if (!e->ignore_eos && brisk_token_is_eog(e->model, t)) return false;
+    char out[1100];
+    size_t len;
+    if (brisk_detok_push(e->model, &e->dt, t, out, sizeof out, &len) == BRISK_OK && len) {
+        fwrite(out, 1, len, stdout);
+        fflush(stdout);
+    }
+    e->n_gen++;
+    return true;
+}
+
+static int run_speculative(brisk_model *model, brisk_context *ctx, const brisk_context_params *cp,
+                           const cli_model_opts *mo, const char *draft_path, int n_draft, brisk_sampler *smp,
+                           const brisk_token *toks, int64_t n_prompt, int ctx_size, int n_predict,
+                           bool ignore_eos) {
+    brisk_model *dm = NULL;
+    brisk_context *dc = NULL;
+    int rc = 1;
+    char why[256];
+    if (!cli_load_model(draft_path, mo->n_gpu_layers, mo->device, &dm)) goto done;
+    if (!spec_compatible(model, dm, why, sizeof why)) {
+        cli_error(1, "run: %s cannot draft for %s: %s", draft_path, "the model", why);
+        goto done;
+    }
+    if (!cli_new_context(dm, cp, &dc)) goto done;
+    run_emit e = {.model = model, .n_predict = n_predict, .ignore_eos = ignore_eos};
+    spec_stats st;
+    double t0 = cli_now();
+    brisk_status s = spec_generate(ctx, dc, brisk_n_vocab(model), smp, toks, n_prompt, n_draft, ctx_size,
+                                   run_emit_token, &e, &st);
+    double t1 = cli_now();
+    fputc('\n', stdout);
+    if (s != BRISK_OK) {
+        cli_error(1, "%s", brisk_last_error());
+        goto done;
+    }
+    fprintf(stderr, "\nprompt + generation: %lld + %d tokens in %.3f s (%.2f generated tokens/s)\n",
+            (long long)n_prompt, e.n_gen, t1 - t0, e.n_gen / (t1 - t0));
+    fprintf(stderr, "draft: %lld rounds, %lld proposed, %lld accepted (%.1f%%), %.2f tokens per target step\n",
+            (long long)st.rounds, (long long)st.drafted, (long long)st.accepted,
+            st.drafted ? 100.0 * st.accepted / st.drafted : 0.0,
+            st.rounds ? (double)(st.emitted - 1) / st.rounds : 0.0);
+    rc = 0;
+done:
+    brisk_context_free(dc);
+    brisk_model_free(dm);
+    return rc;
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
-    int n_predict = 128, n_ctx = 0, n_threads = 0;
+    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *draft_path = NULL;
+    int n_predict = 128, n_ctx = 0, n_threads = 0, n_draft = 8;
     bool ignore_eos = false, seed_set = false;
     brisk_sampler_params sp = brisk_sampler_default_params();
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
@@ -92,6 +156,12 @@ int cmd_run(int argc, char **argv) {
             VAL();
             if (!cli_u64(a, v, &sp.seed)) return 2;
             seed_set = true;
+        } else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) {
+            VAL();
+            draft_path = v;
+        } else if (!strcmp(a, "--draft-max") || !strcmp(a, "--draft")) {
+            VAL();
+            if (!cli_int(a, v, 1, 64, &n_draft)) return 2;
         } else if (!strcmp(a, "--ignore-eos")) {
             ignore_eos = true;
         } else if (!strcmp(a, "--no-display-prompt")) {
@@ -146,6 +216,15 @@ int cmd_run(int argc, char **argv) {
     }
     if (brisk_sampler_new(&sp, brisk_n_vocab(model), &smp) != BRISK_OK) {
         cli_error(1, "%s", brisk_last_error());
+        goto done;
+    }
+    if (draft_path) {
+        cp.n_seq_checkpoints = 2; /* recurrent models roll a rejected draft back from a snapshot */
+        brisk_context_free(ctx);
+        ctx = NULL;
+        if (!cli_new_context(model, &cp, &ctx)) goto done;
+        rc = run_speculative(model, ctx, &cp, &mo, draft_path, n_draft, smp, toks, n_prompt, ctx_size, n_predict,
+                             ignore_eos);
         goto done;
     }
     double t0 = cli_now();

@@ -1,0 +1,139 @@
+/* speculative.c — draft-and-verify decoding (see speculative.h). */
+#include "engine/speculative.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+
+#define SPEC_MAX_DRAFT 64
+#define PREFILL_CHUNK 512
+#define TRY(expr)                              \
+    do {                                       \
+        if ((s = (expr)) != BRISK_OK) goto out; \
+    } while (0)
+
+static brisk_token argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* Decodes hist[from, to) into seq 0 of ctx, logits for the last entry only. */
+static brisk_status feed(brisk_context *ctx, const brisk_token *hist, int32_t from, int32_t to,
+                         brisk_batch_entry *batch) {
+    for (int32_t i = from; i < to; i += PREFILL_CHUNK) {
+        int n = to - i < PREFILL_CHUNK ? to - i : PREFILL_CHUNK;
+        for (int j = 0; j < n; j++) batch[j] = (brisk_batch_entry){hist[i + j], i + j, 0, i + j == to - 1};
+        BK_TRY(brisk_decode(ctx, batch, n));
+    }
+    return BRISK_OK;
+}
+
+/* Cuts seq 0 of ctx back to `keep` positions (hist holds the tokens). Where
+ * recurrent state allows no direct cut, restores the snapshot at `snap`
+ * (taken before the round) and re-decodes hist[snap, keep). */
+static brisk_status cut_to(brisk_context *ctx, const brisk_token *hist, int32_t keep, int32_t snap,
+                           brisk_batch_entry *batch) {
+    int32_t len = brisk_seq_len(ctx, 0);
+    if (len <= keep) return BRISK_OK;
+    if (brisk_seq_keepable(ctx, 0, keep) == keep) return brisk_seq_remove(ctx, 0, keep, -1);
+    if (brisk_seq_keepable(ctx, 0, snap) != snap)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "speculative: cannot roll back a recurrent state (no checkpoint)");
+    BK_TRY(brisk_seq_remove(ctx, 0, snap, -1));
+    return feed(ctx, hist, snap, keep, batch);
+}
+
+bool spec_compatible(const brisk_model *target, const brisk_model *draft, char *msg, size_t cap) {
+    if (brisk_n_vocab(target) != brisk_n_vocab(draft)) {
+        snprintf(msg, cap, "the draft's vocabulary has %d tokens, the target's %d", brisk_n_vocab(draft),
+                 brisk_n_vocab(target));
+        return false;
+    }
+    if (brisk_token_bos(target) != brisk_token_bos(draft) || brisk_token_eos(target) != brisk_token_eos(draft)) {
+        snprintf(msg, cap, "the draft's special tokens (bos %d, eos %d) differ from the target's (bos %d, eos %d)",
+                 brisk_token_bos(draft), brisk_token_eos(draft), brisk_token_bos(target), brisk_token_eos(target));
+        return false;
+    }
+    return true;
+}
+
+brisk_status spec_generate(brisk_context *target, brisk_context *draft, int n_vocab, brisk_sampler *smp,
+                           const brisk_token *prompt, int64_t n_prompt, int n_draft, int32_t ctx_size,
+                           spec_emit_fn emit, void *user, spec_stats *stats) {
+    memset(stats, 0, sizeof *stats);
+    if (n_prompt <= 0 || n_prompt >= ctx_size) return bk_fail(BRISK_ERR_INVALID_ARG, "speculative: bad prompt length");
+    if (n_draft < 1) n_draft = 1;
+    if (n_draft > SPEC_MAX_DRAFT) n_draft = SPEC_MAX_DRAFT;
+    brisk_token *hist = malloc((size_t)ctx_size * sizeof *hist);
+    brisk_batch_entry *batch = malloc(PREFILL_CHUNK * sizeof *batch);
+    if (!hist || !batch) {
+        free(hist);
+        free(batch);
+        return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    }
+    memcpy(hist, prompt, (size_t)n_prompt * sizeof *hist);
+    for (int64_t i = 0; i < n_prompt; i++) brisk_sampler_accept(smp, prompt[i]); /* as plain decoding does */
+    brisk_status s = feed(target, hist, 0, (int32_t)n_prompt, batch);
+    if (s == BRISK_OK) s = feed(draft, hist, 0, (int32_t)n_prompt - 1, batch);
+    int32_t n = (int32_t)n_prompt; /* tokens in hist */
+    const float *logits = s == BRISK_OK ? brisk_get_logits(target, ((int)n_prompt - 1) % PREFILL_CHUNK) : NULL;
+    brisk_token t = logits ? brisk_sampler_sample(smp, logits) : 0;
+    if (s != BRISK_OK || !emit(user, t)) goto out;
+    brisk_sampler_accept(smp, t);
+    hist[n++] = t;
+    stats->emitted = 1;
+    brisk_token d[SPEC_MAX_DRAFT + 1];
+    /* Invariant: hist[n-1] is the newest emitted token, in neither cache. */
+    while (n < ctx_size) {
+        int32_t pos = n - 1;
+        int k = n_draft;
+        if (k > ctx_size - 1 - n) k = ctx_size - 1 - n; /* the target decodes positions pos .. pos+k */
+        if (k < 0) k = 0;
+        /* 1. the draft catches up to hist[n-1] and proposes k tokens greedily */
+        TRY(brisk_seq_checkpoint(draft, 0));
+        int32_t dsnap = brisk_seq_len(draft, 0);
+        if (k > 0) {
+            TRY(feed(draft, hist, dsnap, n, batch));
+            d[0] = argmax(brisk_get_logits(draft, (n - 1 - dsnap) % PREFILL_CHUNK), n_vocab);
+            for (int i = 1; i < k; i++) {
+                brisk_batch_entry e = {d[i - 1], pos + i, 0, true};
+                TRY(brisk_decode(draft, &e, 1));
+                d[i] = argmax(brisk_get_logits(draft, 0), n_vocab);
+            }
+        }
+        /* 2. the target scores hist[n-1] and the k proposals in one batch */
+        TRY(brisk_seq_checkpoint(target, 0));
+        batch[0] = (brisk_batch_entry){hist[n - 1], pos, 0, true};
+        for (int i = 0; i < k; i++) batch[i + 1] = (brisk_batch_entry){d[i], pos + 1 + i, 0, true};
+        TRY(brisk_decode(target, batch, k + 1));
+        stats->rounds++;
+        stats->drafted += k;
+        /* 3. sample as plain decoding would; a draft token is kept while the samples match it */
+        int m = 0;
+        bool stop = false;
+        for (int i = 0; i <= k; i++) {
+            brisk_token x = brisk_sampler_sample(smp, brisk_get_logits(target, i));
+            if (!emit(user, x)) {
+                stop = true;
+                break;
+            }
+            brisk_sampler_accept(smp, x);
+            hist[n++] = x;
+            m++;
+            stats->emitted++;
+            if (i == k || x != d[i] || n >= ctx_size) break;
+            stats->accepted++;
+        }
+        if (stop || n >= ctx_size) break;
+        /* 4. the caches keep hist[0, pos + m): the round's last sample is the next round's input */
+        TRY(cut_to(target, hist, pos + m, pos, batch));
+        TRY(cut_to(draft, hist, pos + m, dsnap, batch));
+    }
+out:
+    free(hist);
+    free(batch);
+    return s;
+}
