@@ -32,26 +32,7 @@ cv() { # dir out args...
 ref_text() { # model n
   local ids
   ids=$("$B/llamacpp-ref" eval -m "$1" --prompt-text "Hello world" -n "$2" -t 2 2>"$T/le") || { echo "ERR $(tail -n1 "$T/le")"; return; }
-  python3 - "$TOK/tokenizer.json" "$ids" <<'EOF'
-import json, sys
-tj = json.load(open(sys.argv[1]))
-vocab = {v: k for k, v in tj["model"]["vocab"].items()}
-special = {t["id"] for t in tj["added_tokens"] if t.get("special")}
-for t in tj["added_tokens"]:
-    vocab[t["id"]] = t["content"]
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b); cs.append(256 + n); n += 1
-dec = {chr(c): b for b, c in zip(bs, cs)}
-out = bytearray()
-for i in map(int, sys.argv[2].split()):
-    s = vocab.get(i, "")
-    if i not in special:
-        out += bytes(dec[ch] for ch in s) if all(ch in dec for ch in s) else s.encode()
-sys.stdout.buffer.write(out.decode("utf-8", errors="replace").encode())
-EOF
+  python3 tests/bytelevel_decode.py "$TOK/tokenizer.json" "$ids" --replace
 }
 fffd() { sed 's/\xef\xbf\xbd\(\xef\xbf\xbd\)*/?/g'; }
 brisk_text() { "$B/brisk" run -m "$1" -p "Hello world" -n "$2" --temp 0 --ignore-eos -t 2 2>/dev/null | fffd; }

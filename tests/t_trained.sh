@@ -22,23 +22,7 @@ N=32
 ref_text() {
   local ids
   ids=$("$B/llamacpp-ref" eval -m "$1" --prompt-text "$PROMPT" -n "$N" -t 2 2>"$T/le") || { echo "ERR $(tail -n1 "$T/le")"; return; }
-  python3 - "$TOKJ" "$ids" <<'EOF'
-import json, sys
-tj = json.load(open(sys.argv[1]))
-vocab = {v: k for k, v in tj["model"]["vocab"].items()}
-special = {t["id"] for t in tj["added_tokens"] if t.get("special")}
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b); cs.append(256 + n); n += 1
-dec = {chr(c): b for b, c in zip(bs, cs)}
-out = bytearray()
-for i in map(int, sys.argv[2].split()):
-    if i not in special:
-        out += bytes(dec[ch] for ch in vocab.get(i, ""))
-sys.stdout.buffer.write(out)
-EOF
+  python3 tests/bytelevel_decode.py "$TOKJ" "$ids"
 }
 for m in brisk-kjv-6m brisk-kjv-draft brisk-kjv-moe brisk-kjv-hybrid; do
   f=models/$m.gguf

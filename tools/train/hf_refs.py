@@ -108,39 +108,37 @@ def main():
         tok.save_pretrained(tdir)
     V, eos = len(tok), tok.convert_tokens_to_ids("<|endoftext|>")
     V = 4096 if V <= 4096 else V
+
+    def load(d):
+        return AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
+
+    def random_model(name, cfg_name, model_name, kw):
+        torch.manual_seed(7)
+        model = getattr(transformers, model_name)(getattr(transformers, cfg_name)(**kw)).eval()
+        with torch.no_grad():
+            for _, p in model.named_parameters():
+                if p.ndim == 1:
+                    p.add_(0.1 * torch.randn_like(p))
+        d = os.path.join(a.out, name)
+        model.to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
+        write_ref(a.out, name, load(d), tok, "random-init, bf16 weights", dict(weights="bf16"))
+
+    jobs = []
     if a.random:
-        for name, cfg_name, model_name, kw in tiny_configs(V, eos):
-            if os.environ.get("HFREF_ONLY") and name not in os.environ["HFREF_ONLY"].split(","):
-                continue
-            try:
-                torch.manual_seed(7)
-                cfg = getattr(transformers, cfg_name)(**kw)
-                model = getattr(transformers, model_name)(cfg).eval()
-                with torch.no_grad():
-                    for pn, p in model.named_parameters():
-                        if p.ndim == 1:
-                            p.add_(0.1 * torch.randn_like(p))
-                model.to(torch.bfloat16)
-                d = os.path.join(a.out, name)
-                model.save_pretrained(d, safe_serialization=True)
-                model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32,
-                                                             attn_implementation="eager").eval()
-                write_ref(a.out, name, model, tok, "random-init, bf16 weights", dict(weights="bf16"))
-            except Exception as e:
-                import traceback
-                traceback.print_exc()
-                print(f"!! {name} failed: {e}", flush=True)
+        jobs += [(c[0], lambda c=c: random_model(*c)) for c in tiny_configs(V, eos)
+                 if not os.environ.get("HFREF_ONLY") or c[0] in os.environ["HFREF_ONLY"].split(",")]
     for d in a.trained:
         name = os.path.basename(os.path.normpath(d))
-        try:
-            model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32,
-                                                         attn_implementation="eager").eval()
-            write_ref(a.out, name, model, tok, "tools/train/train.py, f16 weights", dict(weights="f16"))
+        jobs.append((name, lambda d=d, name=name: write_ref(a.out, name, load(d), tok,
+                                                             "tools/train/train.py, f16 weights",
+                                                             dict(weights="f16"))))
+    for name, job in jobs:
+        try:  # one architecture failing must not lose the others
+            job()
         except Exception as e:
             import traceback
             traceback.print_exc()
             print(f"!! {name} failed: {e}", flush=True)
-
 
 if __name__ == "__main__":
     main()
