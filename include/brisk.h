@@ -123,12 +123,19 @@ typedef struct brisk_context_params {
     brisk_kv_type kv_type;
     int kv_block_size; /* tokens per KV page (default 16) */
     int n_seq_checkpoints; /* recurrent models: state snapshots each sequence keeps (brisk_seq_checkpoint); default 0 */
+    bool collect_expert_stats; /* MoE models on the CPU: count each token's routed experts (brisk_context_expert_counts) */
 } brisk_context_params;
 
 brisk_context_params brisk_context_default_params(void);
 brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *params,
                                brisk_context **out);
 void brisk_context_free(brisk_context *ctx);
+/* MoE routing statistics of a context made with collect_expert_stats: how often
+ * each expert was among a decoded token's top-k, per layer. Writes
+ * n_layer * n_expert counts (layer-major) if cap allows, and the two sizes;
+ * BRISK_ERR_UNSUPPORTED for a model without experts or a context without stats. */
+brisk_status brisk_context_expert_counts(const brisk_context *ctx, int64_t *counts, int64_t cap, int *n_layer,
+                                         int *n_expert);
 
 typedef struct brisk_batch_entry {
     brisk_token token;

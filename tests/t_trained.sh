@@ -73,4 +73,19 @@ done
 rc=$?
 if [ $rc -eq 1 ] && [ "$(wc -l < "$T/se")" -eq 1 ] && grep -q vocabulary "$T/se"; then ok "a draft of another vocabulary: $(cat "$T/se")"
 else no "mismatched draft: rc $rc, $(cat "$T/se")"; fi
+# 5. brisk calibrate: every token routes to top-k experts in every layer, so each layer's counts
+#    sum to tokens * k; a dense model is refused in one line
+printf '%s\n' "And God said, Let there be light: and there was light." "And God saw the light, that it was good." \
+  > "$T/cal.txt"
+if "$B/brisk" calibrate -m models/brisk-kjv-moe.gguf -f "$T/cal.txt" -o "$T/stats.json" -c 64 -t 2 > "$T/co" 2>&1 &&
+   python3 - "$T/stats.json" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["n_layer"] == 4 and s["n_expert"] == 8 and s["n_expert_used"] == 2 and s["tokens"] > 10, s
+assert all(sum(r) == s["tokens"] * 2 and len(r) == 8 for r in s["counts"]), s["counts"]
+EOF
+then ok "calibrate: $(head -n 1 "$T/co")"; else no "calibrate: $(cat "$T/co")"; fi
+"$B/brisk" calibrate -m models/brisk-kjv-6m.gguf -f "$T/cal.txt" -o "$T/x.json" >/dev/null 2>"$T/se"
+rc=$?
+[ $rc -eq 1 ] && [ "$(wc -l < "$T/se")" -eq 1 ] && ok "calibrate on a dense model: $(cat "$T/se")" || no "calibrate dense: rc $rc $(cat "$T/se")"
 exit $fail

@@ -12,6 +12,7 @@ int cmd_synth(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
 
 /* Prints "brisk: <fmt>" + newline to stderr and returns code. */
 int cli_error(int code, const char *fmt, ...);

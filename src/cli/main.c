@@ -24,6 +24,7 @@ static const struct {
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server"},
     {"bench", cmd_bench, "measure prompt and generation speed"},
     {"perplexity", cmd_perplexity, "perplexity of a text file"},
+    {"calibrate", cmd_calibrate, "count an MoE model's expert routings over a text"},
     {"tokenize", cmd_tokenize, "print the token ids of stdin"},
     {"info", cmd_info, "print a GGUF file's metadata and tensors"},
     {"synth", cmd_synth, "write a random-weight model of a given shape"},

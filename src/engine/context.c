@@ -77,6 +77,8 @@ void brisk_context_free(brisk_context *c) {
     free(c->tables);
     free(c->logits);
     free(c->logit_row);
+    free(c->s.expert_counts);
+    free(c->s.ids_host);
     free(c);
 }
 
@@ -309,11 +311,38 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
     }
     s = alloc_scratch(c);
     if (s != BRISK_OK) goto fail;
+    if (p.collect_expert_stats && hp->n_expert > 0) {
+        /* read back per layer: a host sync inside the step, so the CPU backend only */
+        if (bk_backend_is_cuda(c->be, &dev)) {
+            s = bk_fail(BRISK_ERR_UNSUPPORTED, "expert statistics are collected on the CPU (load with -ngl 0)");
+            goto fail;
+        }
+        c->s.expert_counts = calloc((size_t)hp->n_layer * hp->n_expert, sizeof(int64_t));
+        c->s.ids_host = malloc((size_t)c->n_ubatch * hp->n_expert_used * sizeof(int32_t));
+        if (!c->s.expert_counts || !c->s.ids_host) {
+            s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+    }
     *out = c;
     return BRISK_OK;
 fail:
     brisk_context_free(c);
     return s;
+}
+
+brisk_status brisk_context_expert_counts(const brisk_context *c, int64_t *counts, int64_t cap, int *n_layer,
+                                         int *n_expert) {
+    const model_hparams *hp = &c->model->hp;
+    if (!c->s.expert_counts)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, hp->n_expert ? "the context was made without collect_expert_stats"
+                                                           : "the model has no experts");
+    int64_t n = (int64_t)hp->n_layer * hp->n_expert;
+    if (n_layer) *n_layer = hp->n_layer;
+    if (n_expert) *n_expert = hp->n_expert;
+    if (counts && cap >= n) memcpy(counts, c->s.expert_counts, (size_t)n * sizeof(int64_t));
+    return counts && cap < n ? bk_fail(BRISK_ERR_RANGE, "%lld counts do not fit in %lld", (long long)n, (long long)cap)
+                             : BRISK_OK;
 }
 
 /* Grows the host logits buffer to hold n rows (only when a batch asks for more rows than any before). */

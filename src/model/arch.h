@@ -28,6 +28,9 @@ typedef struct fwd_scratch {
     float *dn_alpha; /* (n, n_v_heads) decay logits */
     float *sh;       /* (n, n_embd) shared expert output (qwen35moe) */
     float *sh_gate;  /* (n) its gate logit */
+    /* routing statistics (brisk_context_params.collect_expert_stats), host memory, or NULL */
+    int64_t *expert_counts; /* (n_layer, n_expert) */
+    int32_t *ids_host;      /* (n, n_expert_used) a layer's choices read back */
 } fwd_scratch;
 
 typedef struct fwd_batch {
@@ -55,4 +58,6 @@ brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_vi
 void decoder_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
                        fwd_scratch *s, int l);
 void decoder_logits(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s);
+/* (model/qwen3moe.c) Adds layer l's routed experts (s->moe_ids) to s->expert_counts, if kept. */
+void moe_count_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l);
 #endif

@@ -90,6 +90,7 @@ static void ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_sc
     const bk_weight *router = &L->ffn_gate_inp;
     op->matmul(be, 1, &router, NULL, s->xb, n, &s->moe_logits);
     op->moe_route(be, s->moe_logits, n, hp->n_expert, hp->n_expert_used, true, 0.0f, s->moe_ids, s->moe_w);
+    moe_count_experts(m, be, b, s, l);
     op->moe_ffn(be, &L->gate_exps, &L->up_exps, &L->down_exps, s->xb, n, s->moe_ids, s->moe_w, hp->n_expert_used,
                 s->moe_out);
     const bk_weight *sw[3] = {&L->gate_shexp, &L->up_shexp, &L->gate_inp_shexp};

@@ -17,6 +17,14 @@
 #include "base/status.h"
 #include "model/arch.h"
 
+void moe_count_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l) {
+    if (!s->expert_counts) return;
+    int k = m->hp.n_expert_used, ne = m->hp.n_expert;
+    if (be->ops->read(be, s->moe_ids, s->ids_host, (size_t)b->n * k * sizeof(int32_t)) != BRISK_OK) return;
+    for (int i = 0; i < b->n * k; i++)
+        if (s->ids_host[i] >= 0 && s->ids_host[i] < ne) s->expert_counts[(size_t)l * ne + s->ids_host[i]]++;
+}
+
 brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv,
                               const fwd_batch *b, fwd_scratch *s) {
     const model_hparams *hp = &m->hp;
@@ -34,6 +42,7 @@ brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_
         const bk_weight *router = &L->ffn_gate_inp;
         op->matmul(be, 1, &router, NULL, s->xb, n, &s->moe_logits);
         op->moe_route(be, s->moe_logits, n, hp->n_expert, k, true, 0.0f, s->moe_ids, s->moe_w);
+        moe_count_experts(m, be, b, s, l);
         op->moe_ffn(be, &L->gate_exps, &L->up_exps, &L->down_exps, s->xb, n, s->moe_ids, s->moe_w, k,
                     s->moe_out);
         op->add(be, s->x, s->moe_out, (size_t)n * d);

@@ -1,0 +1,165 @@
+/* cmd_calibrate.c — `brisk calibrate -m FILE -f TEXT -o STATS [-c 512]`: runs a
+ * text through an MoE model on the CPU and records how often each expert is
+ * routed to, per layer: the input of expert offload's hot-expert cache (which
+ * experts to keep on the GPU under a memory budget). Writes STATS as JSON and
+ * prints, per layer, the share of routings the most popular experts take. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "brisk.h"
+#include "cli/cli.h"
+#include "cli/common.h"
+
+static int cmp_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Share of one layer's routings taken by its top `frac` of experts. */
+static double top_share(const int64_t *row, int n_expert, double frac, int64_t *tmp) {
+    memcpy(tmp, row, (size_t)n_expert * sizeof *tmp);
+    qsort(tmp, (size_t)n_expert, sizeof *tmp, cmp_desc);
+    int64_t total = 0, top = 0;
+    int k = (int)(frac * n_expert + 0.5);
+    if (k < 1) k = 1;
+    for (int e = 0; e < n_expert; e++) {
+        total += tmp[e];
+        if (e < k) top += tmp[e];
+    }
+    return total ? (double)top / (double)total : 0.0;
+}
+
+static bool write_stats(const char *path, const char *model_path, int n_layer, int n_expert, int k, int64_t tokens,
+                        const int64_t *counts) {
+    cJSON *root = cJSON_CreateObject(), *rows = cJSON_CreateArray();
+    cJSON_AddStringToObject(root, "format", "brisk-expert-stats-1");
+    cJSON_AddStringToObject(root, "model", model_path);
+    cJSON_AddNumberToObject(root, "n_layer", n_layer);
+    cJSON_AddNumberToObject(root, "n_expert", n_expert);
+    cJSON_AddNumberToObject(root, "n_expert_used", k);
+    cJSON_AddNumberToObject(root, "tokens", (double)tokens);
+    for (int l = 0; l < n_layer; l++) {
+        cJSON *r = cJSON_CreateArray();
+        for (int e = 0; e < n_expert; e++) cJSON_AddItemToArray(r, cJSON_CreateNumber((double)counts[(size_t)l * n_expert + e]));
+        cJSON_AddItemToArray(rows, r);
+    }
+    cJSON_AddItemToObject(root, "counts", rows);
+    char *txt = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    FILE *f = txt ? fopen(path, "w") : NULL;
+    bool ok = f && fputs(txt, f) >= 0 && fputc('\n', f) != EOF;
+    if (f && fclose(f)) ok = false;
+    free(txt);
+    if (!ok) cli_error(1, "calibrate: cannot write %s", path);
+    return ok;
+}
+
+int cmd_calibrate(int argc, char **argv) {
+    const char *model_path = NULL, *text_path = NULL, *out_path = NULL;
+    int n_ctx = 512, n_threads = 0, n_chunks_max = -1;
+    cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: brisk calibrate -m FILE -f TEXT -o STATS.json [-c 512] [-t N] [--chunks N]\n"
+                   "  counts, per layer, how often each expert of an MoE model is routed to over TEXT (on the CPU)\n");
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model_path = cli_next(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            if (!(text_path = cli_next(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (!(out_path = cli_next(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 16, 1 << 20, &n_ctx)) return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 1, 1024, &n_threads)) return 2;
+        } else if (!strcmp(a, "--chunks")) {
+            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 1, 1 << 30, &n_chunks_max)) return 2;
+        } else {
+            return cli_error(2, "calibrate: unknown option '%s'", a);
+        }
+    }
+    if (!model_path || !text_path || !out_path)
+        return cli_error(2, "calibrate: -m FILE, -f TEXT and -o STATS are required");
+    size_t len;
+    char *text = cli_read_all(text_path, &len);
+    if (!text) return 1;
+    int rc = 1;
+    brisk_model *m = NULL;
+    brisk_context *ctx = NULL;
+    brisk_token *toks = NULL;
+    brisk_batch_entry *batch = NULL;
+    int64_t *counts = NULL, *tmp = NULL;
+    if (!cli_load_model(model_path, 0, mo.device, &m)) goto done;
+    int64_t n = 0;
+    if (!cli_tokenize(m, text, len, true, false, &toks, &n)) goto done;
+    if (n < 1) {
+        cli_error(1, "calibrate: %s has no tokens", text_path);
+        goto done;
+    }
+    brisk_context_params cp = brisk_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = n_ctx;
+    cp.n_threads = n_threads;
+    cp.collect_expert_stats = true;
+    if (!cli_new_context(m, &cp, &ctx)) goto done;
+    int n_layer = 0, n_expert = 0;
+    if (brisk_context_expert_counts(ctx, NULL, 0, &n_layer, &n_expert) != BRISK_OK) {
+        cli_error(1, "calibrate: %s: %s", model_path, brisk_last_error());
+        goto done;
+    }
+    batch = malloc((size_t)n_ctx * sizeof *batch);
+    counts = malloc((size_t)n_layer * n_expert * sizeof *counts);
+    tmp = malloc((size_t)n_expert * sizeof *tmp);
+    if (!batch || !counts || !tmp) {
+        cli_error(1, "out of memory");
+        goto done;
+    }
+    int64_t n_chunks = (n + n_ctx - 1) / n_ctx, done_tok = 0;
+    if (n_chunks_max > 0 && n_chunks > n_chunks_max) n_chunks = n_chunks_max;
+    double t0 = cli_now();
+    for (int64_t c = 0; c < n_chunks; c++) {
+        int nb = (int)(n - c * n_ctx < n_ctx ? n - c * n_ctx : n_ctx);
+        brisk_seq_clear(ctx, 0);
+        for (int i = 0; i < nb; i++) batch[i] = (brisk_batch_entry){toks[c * n_ctx + i], i, 0, i == nb - 1};
+        if (brisk_decode(ctx, batch, nb) != BRISK_OK) {
+            cli_error(1, "%s", brisk_last_error());
+            goto done;
+        }
+        done_tok += nb;
+        if (isatty(2))
+            fprintf(stderr, "\rcalibrate: %lld / %lld tokens (%.0f tokens/s)", (long long)done_tok, (long long)n,
+                    done_tok / (cli_now() - t0));
+    }
+    if (isatty(2)) fputc('\n', stderr);
+    if (brisk_context_expert_counts(ctx, counts, (int64_t)n_layer * n_expert, NULL, NULL) != BRISK_OK) goto done;
+    int64_t routed = 0; /* each token routes to k experts in every layer */
+    for (int e = 0; e < n_expert; e++) routed += counts[e];
+    int k = (int)(routed / done_tok);
+    if (!write_stats(out_path, model_path, n_layer, n_expert, k, done_tok, counts)) goto done;
+    printf("%lld tokens, %d layers x %d experts (top-%d); share of routings taken by the most used experts:\n",
+           (long long)done_tok, n_layer, n_expert, k);
+    printf("| layer | top 10%% | top 25%% | top 50%% | unused experts |\n|---|---|---|---|---|\n");
+    for (int l = 0; l < n_layer; l++) {
+        const int64_t *row = counts + (size_t)l * n_expert;
+        int unused = 0;
+        for (int e = 0; e < n_expert; e++) unused += row[e] == 0;
+        printf("| %d | %.1f%% | %.1f%% | %.1f%% | %d |\n", l, 100 * top_share(row, n_expert, 0.10, tmp),
+               100 * top_share(row, n_expert, 0.25, tmp), 100 * top_share(row, n_expert, 0.50, tmp), unused);
+    }
+    fprintf(stderr, "wrote %s\n", out_path);
+    rc = 0;
+done:
+    free(tmp);
+    free(counts);
+    free(batch);
+    free(toks);
+    free(text);
+    brisk_context_free(ctx);
+    brisk_model_free(m);
+    return rc;
+}
