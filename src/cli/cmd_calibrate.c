@@ -58,31 +58,27 @@ static bool write_stats(const char *path, const char *model_path, int n_layer, i
 }
 
 int cmd_calibrate(int argc, char **argv) {
-    const char *model_path = NULL, *text_path = NULL, *out_path = NULL;
-    int n_ctx = 512, n_threads = 0, n_chunks_max = -1;
-    cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
+    cli_text_opts to = CLI_TEXT_OPTS_DEFAULT;
+    const char *out_path = NULL;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
+        int g = cli_text_flag(argc, argv, &i, &to);
+        if (g) {
+            if (g < 0) return 2;
+            continue;
+        }
+        const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: brisk calibrate -m FILE -f TEXT -o STATS.json [-c 512] [-t N] [--chunks N]\n"
                    "  counts, per layer, how often each expert of an MoE model is routed to over TEXT (on the CPU)\n");
             return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model_path = cli_next(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (!(text_path = cli_next(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!(out_path = cli_next(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 16, 1 << 20, &n_ctx)) return 2;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 1, 1024, &n_threads)) return 2;
-        } else if (!strcmp(a, "--chunks")) {
-            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 1, 1 << 30, &n_chunks_max)) return 2;
         } else {
             return cli_error(2, "calibrate: unknown option '%s'", a);
         }
     }
+    const char *model_path = to.model_path, *text_path = to.text_path;
+    int n_ctx = to.n_ctx, n_threads = to.n_threads, n_chunks_max = to.n_chunks_max;
     if (!model_path || !text_path || !out_path)
         return cli_error(2, "calibrate: -m FILE, -f TEXT and -o STATS are required");
     size_t len;
@@ -94,7 +90,7 @@ int cmd_calibrate(int argc, char **argv) {
     brisk_token *toks = NULL;
     brisk_batch_entry *batch = NULL;
     int64_t *counts = NULL, *tmp = NULL;
-    if (!cli_load_model(model_path, 0, mo.device, &m)) goto done;
+    if (!cli_load_model(model_path, 0, 0, &m)) goto done; /* the statistics are read on the CPU */
     int64_t n = 0;
     if (!cli_tokenize(m, text, len, true, false, &toks, &n)) goto done;
     if (n < 1) {

@@ -12,33 +12,23 @@
 #include "cli/common.h"
 
 int cmd_perplexity(int argc, char **argv) {
-    const char *model_path = NULL, *text_path = NULL;
-    int n_ctx = 512, n_threads = 0, n_chunks_max = -1;
+    cli_text_opts to = CLI_TEXT_OPTS_DEFAULT;
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
         int g = cli_model_flag(argc, argv, &i, &mo);
+        if (!g) g = cli_text_flag(argc, argv, &i, &to);
         if (g) {
             if (g < 0) return 2;
             continue;
         }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: brisk perplexity -m FILE -f TEXT [-c 512] [-t N] [--chunks N] [--kv-type f16|q8_0|f32] [-ngl N] [--device I]\n");
             return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model_path = cli_next(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (!(text_path = cli_next(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 16, 1 << 20, &n_ctx)) return 2;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 1, 1024, &n_threads)) return 2;
-        } else if (!strcmp(a, "--chunks")) {
-            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 1, 1 << 30, &n_chunks_max)) return 2;
-        } else {
-            return cli_error(2, "perplexity: unknown option '%s'", a);
         }
+        return cli_error(2, "perplexity: unknown option '%s'", argv[i]);
     }
+    const char *model_path = to.model_path, *text_path = to.text_path;
+    int n_ctx = to.n_ctx, n_threads = to.n_threads, n_chunks_max = to.n_chunks_max;
     if (!model_path || !text_path) return cli_error(2, "perplexity: -m FILE and -f TEXT are required");
     size_t len;
     char *text = cli_read_all(text_path, &len);

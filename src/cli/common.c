@@ -170,6 +170,19 @@ int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
     return r ? r : cli_kv_flag(argc, argv, i, &o->kv_type);
 }
 
+int cli_text_flag(int argc, char **argv, int *i, cli_text_opts *o) {
+    const char *a = argv[*i], *v;
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) return (o->model_path = cli_next(argc, argv, i)) ? 1 : -1;
+    if (!strcmp(a, "-f") || !strcmp(a, "--file")) return (o->text_path = cli_next(argc, argv, i)) ? 1 : -1;
+    if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
+        return (v = cli_next(argc, argv, i)) && cli_int(a, v, 16, 1 << 20, &o->n_ctx) ? 1 : -1;
+    if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
+        return (v = cli_next(argc, argv, i)) && cli_int(a, v, 1, 1024, &o->n_threads) ? 1 : -1;
+    if (!strcmp(a, "--chunks"))
+        return (v = cli_next(argc, argv, i)) && cli_int(a, v, 1, 1 << 30, &o->n_chunks_max) ? 1 : -1;
+    return 0;
+}
+
 bool cli_load_model(const char *path, int n_gpu_layers, int device, brisk_model **out) {
     brisk_model_params mp = brisk_model_default_params();
     mp.n_gpu_layers = n_gpu_layers;

@@ -34,6 +34,14 @@ typedef struct cli_model_opts {
 #define CLI_MODEL_OPTS_DEFAULT {-1, 0, BRISK_KV_F16}
 /* 1: argv[*i] (and its value) was one of them; 0: not one; -1: bad (message printed). */
 int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o);
+/* The flags of the commands that run a model over a text file (perplexity,
+ * calibrate): -m FILE, -f TEXT, -c N, -t N, --chunks N. Same returns as above. */
+typedef struct cli_text_opts {
+    const char *model_path, *text_path;
+    int n_ctx, n_threads, n_chunks_max; /* 512, 0 (all cores), -1 (all) */
+} cli_text_opts;
+#define CLI_TEXT_OPTS_DEFAULT {NULL, NULL, 512, 0, -1}
+int cli_text_flag(int argc, char **argv, int *i, cli_text_opts *o);
 #define CLI_KV_HELP "  --kv-type T          KV cache type: f16 (default), q8_0 or f32 (also -ctk/-ctv T, --kv-f32)\n"
 /* Model load and context creation that print the library's error on failure. */
 struct brisk_context;
