@@ -1,6 +1,9 @@
 /* cpu_backend.c — the reference backend: every op on the host, split across a
  * thread pool. Matrix products convert the activations once to the weight's
- * vec_dot_type (as ggml does) and run the fused kernels of cpu_dot.h. */
+ * vec_dot_type (as ggml does) and run the fused kernels of cpu_dot.h; prompt
+ * batches (16+ entries) run on packed weight panels (cpu_pgemm.h) and
+ * query-blocked attention (cpu_attn.h), which sum in another float order.
+ * Decode and short batches keep ggml's order. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
