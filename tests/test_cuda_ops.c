@@ -6,7 +6,9 @@
  *
  * Tolerances (relative L2 norm of the difference, ||a-b|| / ||b||):
  *   matmul vs double reference           2e-5 (f32 activations, f32 sums); for the
- *                                        int8-dot path (n <= 16 on Q4_0/Q8_0/Q4_K/Q6_K)
+ *                                        int8-dot path (n <= 64 on Q4_0/Q8_0/Q4_K/Q6_K,
+ *                                        in slices of 16 beyond 16; 16 with
+ *                                        BRISK_CUDA_MMVQ_SLICES=0)
  *                                        twice the CPU's own error + 1e-5; for the
  *                                        tensor-core path (n > 8, n_in % 32 == 0,
  *                                        f16 inputs) 3e-3, also against the CPU
@@ -14,7 +16,8 @@
  *                                        1e-2 (f16/bf16) or 3e-2 (q8 blocks) when
  *                                        the CPU quantizes activations first
  *   get_rows, add, copy, f16 KV writes   exact; swiglu 1e-6; rms_norm 1e-6
- *   rope 1e-5 (2e-5 with YaRN: angles up to 3e4 rad, cosf/sinf 1-ulp apart); attention 1e-5 (f32 KV) and 1e-4 (f16, q8_0 KV);
+ *   rope 1e-5 (2e-5 with YaRN: angles up to 3e4 rad, cosf/sinf 1-ulp apart); attention 1e-5 (f32 KV) and 1e-4 (f16, q8_0 KV),
+ *     for the decode kernel (<= 64 tokens) and the tile kernel (BRISK_CUDA_ATTN_V1=1) alike;
  *   q8_0 KV writes byte-identical to the CPU's
  *   moe_route: same ids in the same order (another id only at a near tie) and
  *     weights within 1e-5 relative; moe_ffn 1e-4 vs a double reference, and vs
@@ -36,6 +39,7 @@
 #include "test.h"
 
 static bk_backend *cpu, *gpu;
+static bk_backend *gpu_v1; /* BRISK_CUDA_ATTN_V1=1: the tile attention kernel for every batch */
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint32_t rnd(void) {
     rng ^= rng << 13;
@@ -139,7 +143,9 @@ static void check_matmul(uint32_t type, int64_t n_in, int64_t n_out, int n, bool
     /* Decode-sized products on Q4_0/Q8_0/Q4_K/Q6_K quantize the activations to
      * int8 blocks of 32 (cuda_mmvq.cu), as the CPU does to q8_0/q8_K: hold the
      * GPU to the CPU's own distance from the exact product instead of 2e-5. */
-    bool int8_path = n <= 16 && n_in % 32 == 0 &&
+    const char *sl = getenv("BRISK_CUDA_MMVQ_SLICES");
+    int int8_max = sl && !strcmp(sl, "0") ? 16 : 64;
+    bool int8_path = n <= int8_max && n_in % 32 == 0 &&
                      (type == QT_Q4_0 || type == QT_Q8_0 || type == QT_Q4_K || type == QT_Q6_K);
     /* Larger batches on rows of a multiple of 32 run on tensor cores with f16
      * inputs (cuda_mma.cu): 11 significant bits per factor. */
@@ -160,7 +166,8 @@ static void check_matmul(uint32_t type, int64_t n_in, int64_t n_out, int n, bool
 
 static void test_matmul(void) {
     static const struct { int64_t n_in, n_out; int n; } shapes[] = {
-        {256, 67, 1}, {512, 129, 3}, {1024, 300, 8}, {512, 70, 16}, {768, 200, 37}, {256, 64, 130}, {4096, 33, 1}};
+        {256, 67, 1}, {512, 129, 3}, {1024, 300, 8}, {512, 70, 16}, {768, 200, 37}, {256, 64, 130}, {4096, 33, 1},
+        {1024, 160, 32}, {512, 96, 64}, {256, 40, 17}};
     for (int ti = 0; ti < N_TYPES; ti++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             check_matmul(types[ti], shapes[s].n_in, shapes[s].n_out, shapes[s].n, s == 1);
@@ -303,7 +310,11 @@ static void test_rope(void) {
 /* A paged cache with shuffled pages, random contents; two sequences. */
 static void check_attention(int kv_type, int n_head, int n_head_kv, int hd, int n, const int32_t *pos,
                             const int *seq) {
-    const int bs = 16, n_pages = 512;
+    /* per sequence: the pages up to the longest position, at least 256 */
+    int max_pos = 0;
+    for (int t = 0; t < n; t++)
+        if (pos[t] > max_pos) max_pos = pos[t];
+    const int bs = 16, per = max_pos / bs + 1 > 256 ? max_pos / bs + 1 : 256, n_pages = 2 * per;
     size_t kvd = (size_t)n_head_kv * hd, esz = kv_type == BRISK_KV_F16 ? 2 : 4;
     size_t row_bytes = kv_type == BRISK_KV_Q8_0 ? kvd / 32 * 34 : kvd * esz;
     size_t cache_bytes = (size_t)n_pages * bs * row_bytes;
@@ -331,10 +342,10 @@ static void check_attention(int kv_type, int n_head, int n_head_kv, int hd, int 
         }
     }
     /* seq 0 owns even shuffled pages, seq 1 odd ones */
-    int32_t tab[2][256];
+    int32_t *tab[2] = {malloc((size_t)per * 4), malloc((size_t)per * 4)};
     for (int s = 0; s < 2; s++) {
-        for (int i = 0; i < 256; i++) tab[s][i] = 2 * i + s;
-        for (int i = 255; i > 0; i--) {
+        for (int i = 0; i < per; i++) tab[s][i] = 2 * i + s;
+        for (int i = per - 1; i > 0; i--) {
             int j = (int)(rnd() % (uint32_t)(i + 1));
             int32_t t = tab[s][i];
             tab[s][i] = tab[s][j];
@@ -363,8 +374,8 @@ static void check_attention(int kv_type, int n_head, int n_head_kv, int hd, int 
     dev_read(dout, og, nq * 4);
     double e = rel_err(og, oc, nq), tol = kv_type == BRISK_KV_F32 ? 1e-5 : 1e-4;
     if (!(e <= tol))
-        fprintf(stderr, "  attention kv %d heads %d/%d hd %d n %d pos0 %d: %.2e\n", kv_type, n_head, n_head_kv, hd, n,
-                pos[0], e);
+        fprintf(stderr, "  attention%s kv %d heads %d/%d hd %d n %d pos0 %d: %.2e\n", gpu == gpu_v1 ? " (v1)" : "",
+                kv_type, n_head, n_head_kv, hd, n, pos[0], e);
     CHECK(e <= tol);
     /* the written K rows land in the same slots with the same bytes */
     uint8_t *kg = malloc(cache_bytes);
@@ -374,22 +385,24 @@ static void check_attention(int kv_type, int n_head, int n_head_kv, int hd, int 
     gpu->ops->release(gpu, dkc); gpu->ops->release(gpu, dvc); gpu->ops->release(gpu, dq);
     gpu->ops->release(gpu, dk); gpu->ops->release(gpu, dv); gpu->ops->release(gpu, dout);
     free(kc); free(vc); free(slot); free(tables); free(q); free(k); free(v); free(oc); free(og);
+    free(tab[0]); free(tab[1]);
 }
 
-static void test_attention(void) {
+static void attention_cases(void) {
     int32_t pos[40];
     int seq[40];
     for (int kt = 0; kt < 3; kt++) {
-        static const int hds[] = {64, 128, 8, 80, 256};
-        for (int h = 0; h < 5; h++) {
+        static const int hds[] = {64, 128, 8, 80, 256, 32};
+        for (int h = 0; h < 6; h++) {
             if (kt == BRISK_KV_Q8_0 && hds[h] % 32) continue; /* q8_0 rows are whole 32-blocks */
             /* decode, one token: short, then long enough to split over positions */
             pos[0] = 37; seq[0] = 0;
             check_attention(kt, 8, 2, hds[h], 1, pos, seq);
             pos[0] = 3001; seq[0] = 1;
             check_attention(kt, 8, 2, hds[h], 1, pos, seq);
-            /* query heads per KV head 2 (grouped kernel) and 3 (per-head kernel) */
+            /* query heads per KV head 2 and 8 (grouped kernels) and 3 (per-head kernel) */
             check_attention(kt, 8, 4, hds[h], 1, pos, seq);
+            check_attention(kt, 16, 2, hds[h], 1, pos, seq);
             check_attention(kt, 6, 2, hds[h], 1, pos, seq);
             /* a prefill chunk of one sequence, then a mixed batch of two */
             for (int i = 0; i < 20; i++) { pos[i] = 100 + i; seq[i] = 0; }
@@ -397,6 +410,32 @@ static void test_attention(void) {
             for (int i = 0; i < 6; i++) { pos[i] = i < 3 ? 500 + i : 1200 + i; seq[i] = i < 3 ? 0 : 1; }
             check_attention(kt, 8, 1, hds[h], 6, pos, seq);
         }
+    }
+    /* Qwen3-8B's shape (32/8 heads of 128) and GQA 8 at long depths: many splits, f16 and q8_0 KV */
+    for (int kt = BRISK_KV_F16; kt <= BRISK_KV_Q8_0; kt++) {
+        pos[0] = 3000; seq[0] = 0;
+        check_attention(kt, 32, 8, 128, 1, pos, seq);
+        check_attention(kt, 64, 8, 128, 1, pos, seq);
+        pos[0] = 20000; seq[0] = 1;
+        check_attention(kt, 32, 8, 128, 1, pos, seq);
+        check_attention(kt, 16, 2, 128, 1, pos, seq);
+        /* 32 sequences' worth of decode tokens at mixed depths (two page tables) */
+        for (int i = 0; i < 32; i++) { pos[i] = i % 2 ? 700 + 97 * i : 2500 + i; seq[i] = i % 2; }
+        check_attention(kt, 32, 8, 128, 32, pos, seq);
+        /* a 40-token prefill chunk deep in a sequence: the decode kernel too (<= 64 tokens) */
+        for (int i = 0; i < 40; i++) { pos[i] = 5000 + i; seq[i] = 0; }
+        check_attention(kt, 32, 8, 128, 40, pos, seq);
+    }
+}
+
+static void test_attention(void) {
+    attention_cases();
+    /* the same cases on the tile kernel, kept for A/B measurements */
+    if (gpu_v1) {
+        bk_backend *g = gpu;
+        gpu = gpu_v1;
+        attention_cases();
+        gpu = g;
     }
 }
 
@@ -863,6 +902,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "backend: %s\n", brisk_last_error());
         return 1;
     }
+    /* a second backend with the switch read at creation (the environment is left as it was) */
+    const char *v1 = getenv("BRISK_CUDA_ATTN_V1");
+    if (!v1) {
+        setenv("BRISK_CUDA_ATTN_V1", "1", 1);
+        if (bk_cuda_backend_new(0, &gpu_v1) != BRISK_OK) gpu_v1 = NULL;
+        unsetenv("BRISK_CUDA_ATTN_V1");
+    }
     static const test_case cases[] = {
         {"matmul", test_matmul},         {"matmul_multi", test_matmul_multi}, {"get_rows", test_get_rows},
         {"rms_norm", test_rms_norm},     {"rope", test_rope},                 {"attention", test_attention},
@@ -873,5 +919,6 @@ int main(int argc, char **argv) {
     int rc = test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
     cpu->ops->free(cpu);
     gpu->ops->free(gpu);
+    if (gpu_v1) gpu_v1->ops->free(gpu_v1);
     return rc;
 }

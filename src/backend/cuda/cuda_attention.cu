@@ -21,10 +21,12 @@
 #define ATT_TILE 128
 #define ATT_MAX_HD 256
 
-/* KV element types (brisk_kv_type): f32, f16, or q8_0 blocks of 32 values
- * with an f16 scale (34 bytes). Cache positions are counted in elements for
- * all three: element e of a q8_0 cache lives in block e / 32. */
-enum { KT_F32 = 0, KT_F16 = 1, KT_Q8_0 = 2 };
+/* Batches up to this many tokens (decode steps, batched decode of up to 64
+ * sequences, short speculative runs) go to cuda_attn_decode.cu's warp-per-row
+ * kernel; prefill stays on the tile kernel below (BRISK_CUDA_ATTN_V1=1: all). */
+#define ATT_DEC_MAX_TOK 64
+
+/* The KV element types (KT_*) are in cuda_internal.cuh. */
 
 /* One block per token; for q8_0 each warp quantizes one 32-value block
  * (kvd % 32 == 0, blockDim a multiple of 32), as ggml's q8_0 reference. */
@@ -275,6 +277,11 @@ extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, c
     else if (kt == KT_F16) kv_write_kernel<KT_F16><<<n, 256, 0, cb->stream>>>(k, v, kv->k, kv->v, d_slot, kvd);
     else kv_write_kernel<KT_F32><<<n, 256, 0, cb->stream>>>(k, v, kv->k, kv->v, d_slot, kvd);
 
+    if (!cb->attn_v1 && n <= ATT_DEC_MAX_TOK && cuda_attn_decode_supported(head_dim)) {
+        cuda_attn_decode(cb, q, kv, n, max_np, d_pos, d_off, d_tabs, n_head, n_head_kv, head_dim, scale, out);
+        CU_LAUNCHED(cb);
+        return;
+    }
     /* GQA groups of 2, 4 or 8 query heads per KV head run as one block each */
     int group = n_head / n_head_kv, G = group;
     if ((G != 2 && G != 4 && G != 8) || cb->attn_gqa_off) G = 1;

@@ -1,7 +1,7 @@
 /* cuda_backend.cu — memory, the stream, metadata staging and the op table of
  * the CUDA backend. The op families live in cuda_gemv.cu, cuda_norm_rope.cu,
- * cuda_attention.cu, cuda_elementwise.cu, cuda_moe.cu (router, experts) and
- * cuda_ssm.cu (Gated DeltaNet). */
+ * cuda_attention.cu (decode batches: cuda_attn_decode.cu), cuda_elementwise.cu,
+ * cuda_moe.cu (router, experts) and cuda_ssm.cu (Gated DeltaNet). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,6 +251,10 @@ static brisk_status cuda_init(cuda_backend *cb) {
     cb->attn_gqa_off = gqa && !strcmp(gqa, "0");
     const char *mq8 = getenv("BRISK_CUDA_MOE_Q8");
     cb->moe_q8_off = mq8 && !strcmp(mq8, "0");
+    const char *av1 = getenv("BRISK_CUDA_ATTN_V1");
+    cb->attn_v1 = av1 && !strcmp(av1, "1");
+    const char *sl = getenv("BRISK_CUDA_MMVQ_SLICES");
+    cb->mmvq_slices_off = sl && !strcmp(sl, "0");
     cb->xq_cap = (size_t)MMVQ_MAX_TOK << 17; /* rows of up to 128K elements */
     CU_TRY(cudaMalloc(&cb->xq, cb->xq_cap));
     CU_TRY(cudaMalloc(&cb->xds, cb->xq_cap / 32 * sizeof(float2)));

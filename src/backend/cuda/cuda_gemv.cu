@@ -211,12 +211,16 @@ static void matmul_one(cuda_backend *cb, const bk_weight *w, const bk_weight *bi
     }
 }
 
+/* The largest batch for the integer-dot products: up to MMVQ_SLICE_MAX tokens run as
+ * MMVQ_MAX_TOK-token slices (cuda_mmvq.cu), unless BRISK_CUDA_MMVQ_SLICES=0. */
+static int mmvq_max_tok(const cuda_backend *cb) { return cb->mmvq_slices_off ? MMVQ_MAX_TOK : MMVQ_SLICE_MAX; }
+
 extern "C" void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, const bk_weight *const *bias,
                             const float *x, int n, float *const *y) {
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0) return;
     /* Decode-sized products on integer-dot types: quantize x once for all the matrices. */
-    bool q8 = n <= MMVQ_MAX_TOK && cb->xq;
+    bool q8 = n <= mmvq_max_tok(cb) && cb->xq;
     for (int m = 0; m < n_w && q8; m++) q8 = cuda_mmvq_supported(w[m]->type, w[m]->n_in);
     if (q8 && cuda_mmvq_quantize(cb, x, w[0]->n_in, n)) {
         for (int m = 0; m < n_w; m++)
@@ -232,7 +236,7 @@ extern "C" void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, 
 extern "C" void cuda_matmul_add(bk_backend *be, const bk_weight *w, const float *x, int n, float *y) {
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0) return;
-    if (n <= MMVQ_MAX_TOK && cb->xq && cuda_mmvq_supported(w->type, w->n_in) && cuda_mmvq_quantize(cb, x, w->n_in, n))
+    if (n <= mmvq_max_tok(cb) && cb->xq && cuda_mmvq_supported(w->type, w->n_in) && cuda_mmvq_quantize(cb, x, w->n_in, n))
         cuda_mmvq(cb, w, NULL, n, y, 1);
     else
         matmul_one(cb, w, NULL, x, n, y, 1);

@@ -12,7 +12,9 @@
  * count, which rows want logits, and the attention length bucket (the next
  * power of two of the longest sequence, at least 256): split-K attention is
  * sized for the bucket and its kernels skip positions past each sequence's
- * end, so one graph serves every length in its bucket. */
+ * end (the decode kernel, cuda_attn_decode.cu, deals each sequence's own
+ * length over the bucket's splits), so one graph serves every length in its
+ * bucket. */
 #include <stdlib.h>
 #include <string.h>
 

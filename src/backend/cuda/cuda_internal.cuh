@@ -54,6 +54,8 @@ typedef struct cuda_backend {
     bool mma_off;               /* BRISK_CUDA_MMA=0: prefill products on the SIMT tiled kernel */
     bool attn_gqa_off;          /* BRISK_CUDA_ATTN_GQA=0: one attention block per query head */
     bool moe_q8_off;            /* BRISK_CUDA_MOE_Q8=0: expert products on f32 activations only */
+    bool attn_v1;               /* BRISK_CUDA_ATTN_V1=1: decode batches on the tile kernel too (A/B) */
+    bool mmvq_slices_off;       /* BRISK_CUDA_MMVQ_SLICES=0: 17..MMVQ_SLICE_MAX tokens on the prefill path */
 
     /* MoE scratch (cuda_moe.cu): sized at the first moe_ffn call for the
      * model's dims and a whole chunk of entries, so later calls never grow it.
@@ -66,6 +68,14 @@ typedef struct cuda_backend {
 } cuda_backend;
 
 #define MMVQ_MAX_TOK 16         /* tokens per integer-dot matrix product (batched decode) */
+/* Batches up to this size run the integer-dot product in MMVQ_MAX_TOK-token slices (the weights
+ * are read once per slice): the tensor-core kernel's 128x64 tiles leave most SMs idle there. */
+#define MMVQ_SLICE_MAX 64
+
+/* KV cache element types (brisk_kv_type): f32, f16, or q8_0 blocks of 32 values with an f16
+ * scale (34 bytes). Cache positions are counted in elements for all three: element e of a
+ * q8_0 cache lives in block e / 32. */
+enum { KT_F32 = 0, KT_F16 = 1, KT_Q8_0 = 2 };
 
 /* One check macro: a failing CUDA call becomes a status with file, line and the driver's text. */
 #define CU_TRY(call)                                                                       \
@@ -368,6 +378,10 @@ void cuda_moe_free(cuda_backend *cb);
 bool cuda_mmvq_supported(uint32_t type, int64_t n_in);
 bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n);
 void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum);
+bool cuda_attn_decode_supported(int head_dim);
+void cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, int max_np, const int32_t *d_pos,
+                      const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
+                      float *out);
 bool cuda_mma_supported(uint32_t type, int64_t n_in);
 void cuda_mma(cuda_backend *cb, const bk_weight *w, const float *bias, const float *x, int n, float *y, int accum);
 extern "C" {

@@ -1,5 +1,6 @@
 /* cuda_mmvq.cu — decode-sized matrix products on quantized weights with
- * integer dot products: y (n, n_out) = x (n, n_in) W^T for n <= MMVQ_MAX_TOK.
+ * integer dot products: y (n, n_out) = x (n, n_in) W^T for n <= MMVQ_MAX_TOK
+ * per launch (up to MMVQ_SLICE_MAX tokens as several launches).
  *
  * Why: decoding a 4-bit weight into floats and multiplying it by f32
  * activations costs ~4 instructions per element, which makes a GEMV issue
@@ -91,27 +92,37 @@ bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n) {
     return true;
 }
 
-/* y = W x for activations already quantized by cuda_mmvq_quantize (n <= MMVQ_MAX_TOK). */
+/* y = W x for activations already quantized by cuda_mmvq_quantize. Up to MMVQ_MAX_TOK tokens are one
+ * launch; larger batches (up to MMVQ_SLICE_MAX, cuda_gemv.cu) run as slices of MMVQ_MAX_TOK tokens,
+ * each reading the weights again: at 32 tokens two slices beat the tensor-core tile kernel, whose
+ * 128-row x 64-token tiles give a 4096-row matrix 32 blocks for 132 SMs. */
 void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum) {
     int64_t warps = (w->n_out + MMVQ_ROWS - 1) / MMVQ_ROWS;
     unsigned blocks = (unsigned)((warps + MMVQ_WARPS - 1) / MMVQ_WARPS);
     const uint8_t *W = (const uint8_t *)w->dev;
-    /* registers sized for the batch: a decode step keeps the occupancy of one token */
-#define MMVQ_NT(T, NT)                                                                                      \
-    mmvq_kernel<T, NT><<<blocks, MMVQ_WARPS * 32, 0, cb->stream>>>(W, w->row_bytes, w->n_in, w->n_out, cb->xq, \
-                                                                  cb->xds, n, bias, y, accum)
+    int64_t n_groups = w->n_in / 32;
+    for (int t0 = 0; t0 < n; t0 += MMVQ_MAX_TOK) {
+        int nt = n - t0 < MMVQ_MAX_TOK ? n - t0 : MMVQ_MAX_TOK;
+        const int8_t *xq = cb->xq + (int64_t)t0 * w->n_in;
+        const float2 *xds = cb->xds + (int64_t)t0 * n_groups;
+        float *ys = y + (int64_t)t0 * w->n_out;
+        /* registers sized for the slice: a decode step keeps the occupancy of one token */
+#define MMVQ_NT(T, NT)                                                                                   \
+    mmvq_kernel<T, NT><<<blocks, MMVQ_WARPS * 32, 0, cb->stream>>>(W, w->row_bytes, w->n_in, w->n_out, xq, \
+                                                                  xds, nt, bias, ys, accum)
 #define MMVQ_LAUNCH(T)                 \
-    if (n == 1) MMVQ_NT(T, 1);         \
-    else if (n <= 4) MMVQ_NT(T, 4);    \
-    else if (n <= 8) MMVQ_NT(T, 8);    \
+    if (nt == 1) MMVQ_NT(T, 1);        \
+    else if (nt <= 4) MMVQ_NT(T, 4);   \
+    else if (nt <= 8) MMVQ_NT(T, 8);   \
     else MMVQ_NT(T, MMVQ_MAX_TOK)
-    switch (w->type) {
-    case QT_Q8_0: MMVQ_LAUNCH(QT_Q8_0); break;
-    case QT_Q4_0: MMVQ_LAUNCH(QT_Q4_0); break;
-    case QT_Q4_K: MMVQ_LAUNCH(QT_Q4_K); break;
-    case QT_Q6_K: MMVQ_LAUNCH(QT_Q6_K); break;
-    default: break;
-    }
+        switch (w->type) {
+        case QT_Q8_0: MMVQ_LAUNCH(QT_Q8_0); break;
+        case QT_Q4_0: MMVQ_LAUNCH(QT_Q4_0); break;
+        case QT_Q4_K: MMVQ_LAUNCH(QT_Q4_K); break;
+        case QT_Q6_K: MMVQ_LAUNCH(QT_Q6_K); break;
+        default: break;
+        }
 #undef MMVQ_NT
 #undef MMVQ_LAUNCH
+    }
 }

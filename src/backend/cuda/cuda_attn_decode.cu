@@ -1,0 +1,306 @@
+/* cuda_attn_decode.cu — causal GQA attention over the paged cache for
+ * decode-sized batches (a few query tokens, each its own sequence or a short
+ * run of one), flash-decoding style.
+ *
+ * Why a second kernel: cuda_attention.cu's tile kernel gives each thread one
+ * K row (rows 2 KB apart in the cache: uncoalesced, 16 dependent loads per
+ * thread) and walks V one row per iteration; at depth 8K it read the KV at a
+ * few percent of bandwidth (bench/RESULTS.md, session 3). Here the unit is a
+ * warp and a row of head_dim values is read by head_dim/8 lanes at 8 values
+ * each (one 16-byte load for f16), so a warp instruction covers whole rows;
+ * each lane keeps NR K rows and NR V rows in flight per step, and the block
+ * count is split over positions until the GPU has thousands of warps.
+ *
+ * Work split: one block of DEC_WARPS warps per (G query heads sharing a KV
+ * head, token, split). The split's positions are dealt to the warps in steps
+ * of NR * (32 / lanes-per-row) rows; each warp keeps its own online softmax
+ * (max, sum, output accumulator: registers), and at the end the warps merge
+ * through shared memory. The split's length is computed in the kernel from
+ * the token's own position, so a graph captured for a length bucket
+ * (cuda_graph.cu) spreads every length in it over all splits.
+ *
+ * Scores are kept in base 2 (q is pre-scaled by scale * log2 e, exp2f), and so
+ * are the partials' maxima: attn_dec_combine_kernel reads them the same way. */
+#include <math.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+
+#define DEC_WARPS 4
+#define DEC_MAX_HD 256
+#define DEC_MAX_SPLIT 256
+#define DEC_MIN_ROWS 64 /* positions per split at the longest length the launch is shaped for */
+
+/* 8 consecutive cache elements as loaded: f16 in a, f32 in a and b, q8_0's 8 bytes in a.x, a.y and its
+ * block's f16 scale in a.z. Split from the conversion so a lane issues all its loads before it waits. */
+typedef struct kv8 {
+    uint4 a, b;
+} kv8;
+
+template <int KT> __device__ __forceinline__ kv8 kv_load8(const void *base, int64_t e) {
+    kv8 r;
+    if (KT == KT_F16) {
+        r.a = *(const uint4 *)((const __half *)base + e);
+    } else if (KT == KT_F32) {
+        const uint4 *p = (const uint4 *)((const float *)base + e);
+        r.a = p[0];
+        r.b = p[1];
+    } else { /* 34-byte blocks: 2-byte alignment only */
+        const uint8_t *b = (const uint8_t *)base + e / 32 * 34;
+        uint2 q = ld8_a2(b + 2 + e % 32);
+        r.a.x = q.x;
+        r.a.y = q.y;
+        r.a.z = ld16(b);
+    }
+    return r;
+}
+
+template <int KT> __device__ __forceinline__ void kv_cvt8(const kv8 &r, float v[8]) {
+    if (KT == KT_F16) {
+        uint32_t w[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            v[2 * i] = bk_h2f((uint16_t)(w[i] & 0xFFFF));
+            v[2 * i + 1] = bk_h2f((uint16_t)(w[i] >> 16));
+        }
+    } else if (KT == KT_F32) {
+        uint32_t w[8] = {r.a.x, r.a.y, r.a.z, r.a.w, r.b.x, r.b.y, r.b.z, r.b.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = __uint_as_float(w[i]);
+    } else {
+        float d = bk_h2f((uint16_t)r.a.z);
+        uint32_t w[2] = {r.a.x, r.a.y};
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = d * (float)(int8_t)(w[i / 4] >> (8 * (i % 4)));
+    }
+}
+
+/* Cache row index (slot * n_head_kv + kvh) of position p. */
+__device__ __forceinline__ int dec_row(const int32_t *table, int bs, int p, int n_head_kv, int kvh) {
+    return (table[p / bs] * bs + p % bs) * n_head_kv + kvh;
+}
+
+/* One block per (G query heads from h0 = blockIdx.x * G, token, split). lpr = head_dim / 8 lanes per row
+ * (4, 8, 16 or 32). Writes out (no split) or the split's (max, sum, unnormalised output) to part. */
+template <int KT, int G, int NR>
+__global__ void __launch_bounds__(DEC_WARPS * 32)
+attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_t *pos, const int32_t *tab_off,
+                const int32_t *tabs, int n_head, int n_head_kv, int group, int hd, float scale_log2, float *out,
+                float *part) {
+    __shared__ __align__(16) float q_s[G][DEC_MAX_HD];
+    __shared__ float o_s[DEC_WARPS][G][DEC_MAX_HD], m_s[DEC_WARPS][G], l_s[DEC_WARPS][G];
+    const unsigned full = 0xffffffffu;
+    int h0 = blockIdx.x * G, kvh = h0 / group, t = blockIdx.y, sp = blockIdx.z, n_split = gridDim.z;
+    int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    int lpr = hd / 8, rpw = 32 / lpr, sub = lane % lpr, rg = lane / lpr;
+    int rs = NR * rpw; /* rows per warp step (<= 32: one lane computes each row's index) */
+    int np = pos[t] + 1;
+    /* this token's split: multiples of 32 positions, sized from its own length */
+    int chunk = ((np + n_split - 1) / n_split + 31) / 32 * 32;
+    int p_begin = sp * chunk, p_end = min(np, p_begin + chunk);
+    const int32_t *table = tabs + tab_off[t];
+
+    /* the queries, pre-scaled, in shared memory: registers hold the accumulators and the loads */
+    for (int i = tid; i < G * hd; i += DEC_WARPS * 32)
+        q_s[i / hd][i % hd] = q[((size_t)t * n_head + h0 + i / hd) * hd + i % hd] * scale_log2;
+    float acc[G][8], m[G], l[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[g][e] = 0.0f;
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+    }
+    __syncthreads();
+
+    const int stride = DEC_WARPS * rs;
+    int p0 = p_begin + warp * rs;
+    /* lane i < rs holds the row index of position p0 + i (a past-the-end position reads p0's row, masked) */
+    int my_row = 0;
+    if (p0 < p_end && lane < rs) my_row = dec_row(table, bs, p0 + lane < p_end ? p0 + lane : p0, n_head_kv, kvh);
+    for (; p0 < p_end; p0 += stride) {
+        int rows[NR];
+#pragma unroll
+        for (int i = 0; i < NR; i++) rows[i] = __shfl_sync(full, my_row, i * rpw + rg);
+        int pn = p0 + stride; /* the next step's indices: their table loads overlap this step */
+        if (pn < p_end && lane < rs) my_row = dec_row(table, bs, pn + lane < p_end ? pn + lane : pn, n_head_kv, kvh);
+        kv8 kr[NR], vr[NR];
+#pragma unroll
+        for (int i = 0; i < NR; i++) {
+            int64_t e = (int64_t)rows[i] * hd + 8 * sub;
+            kr[i] = kv_load8<KT>(kc, e);
+            vr[i] = kv_load8<KT>(vc, e);
+        }
+        float s[NR][G];
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            const float4 *qp = (const float4 *)&q_s[g][8 * sub];
+            float4 qa = qp[0], qb = qp[1];
+#pragma unroll
+            for (int i = 0; i < NR; i++) {
+                float k[8];
+                kv_cvt8<KT>(kr[i], k);
+                s[i][g] = qa.x * k[0] + qa.y * k[1] + qa.z * k[2] + qa.w * k[3] + qb.x * k[4] + qb.y * k[5] +
+                          qb.z * k[6] + qb.w * k[7];
+            }
+        }
+        for (int o = lpr / 2; o > 0; o >>= 1)
+#pragma unroll
+            for (int i = 0; i < NR; i++)
+#pragma unroll
+                for (int g = 0; g < G; g++) s[i][g] += __shfl_xor_sync(full, s[i][g], o);
+#pragma unroll
+        for (int i = 0; i < NR; i++)
+            if (p0 + i * rpw + rg >= p_end)
+#pragma unroll
+                for (int g = 0; g < G; g++) s[i][g] = -INFINITY;
+        /* online softmax: the step's max over all row groups (row p0 is valid: finite) */
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float mx = s[0][g];
+#pragma unroll
+            for (int i = 1; i < NR; i++) mx = fmaxf(mx, s[i][g]);
+            for (int o = lpr; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(full, mx, o));
+            float m_new = fmaxf(m[g], mx), f = exp2f(m[g] - m_new);
+            m[g] = m_new;
+            l[g] *= f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[g][e] *= f;
+#pragma unroll
+            for (int i = 0; i < NR; i++) {
+                s[i][g] = exp2f(s[i][g] - m_new);
+                l[g] += s[i][g];
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < NR; i++) {
+            float v[8];
+            kv_cvt8<KT>(vr[i], v);
+#pragma unroll
+            for (int g = 0; g < G; g++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[g][e] += s[i][g] * v[e];
+        }
+    }
+    /* sums over the warp's row groups (lanes with the same sub hold the same dimensions) */
+    for (int o = lpr; o < 32; o <<= 1)
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            l[g] += __shfl_xor_sync(full, l[g], o);
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[g][e] += __shfl_xor_sync(full, acc[g][e], o);
+        }
+    if (rg == 0)
+#pragma unroll
+        for (int g = 0; g < G; g++)
+#pragma unroll
+            for (int e = 0; e < 8; e++) o_s[warp][g][8 * sub + e] = acc[g][e];
+    if (lane == 0)
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            m_s[warp][g] = m[g];
+            l_s[warp][g] = l[g];
+        }
+    __syncthreads();
+    /* merge the warps; a warp (or the whole split) without positions has max -inf and weighs 0 */
+    for (int i = tid; i < G * hd; i += DEC_WARPS * 32) {
+        int g = i / hd, d = i % hd, h = h0 + g;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, m_s[w][g]);
+        float o = 0.0f, L = 0.0f;
+        if (M != -INFINITY)
+#pragma unroll
+            for (int w = 0; w < DEC_WARPS; w++) {
+                float f = exp2f(m_s[w][g] - M);
+                o += o_s[w][g][d] * f;
+                L += l_s[w][g] * f;
+            }
+        if (!part) {
+            out[((size_t)t * n_head + h) * hd + d] = o / L;
+        } else {
+            float *pp = part + (((size_t)t * n_head + h) * n_split + sp) * (hd + 2);
+            if (d == 0) {
+                pp[0] = M;
+                pp[1] = L;
+            }
+            pp[2 + d] = o;
+        }
+    }
+}
+
+/* Merges the splits of one (head, token): the split weights once into shared memory, then one
+ * thread per dimension (coalesced reads of the partials). Maxima are base 2 (see the header). */
+__global__ void __launch_bounds__(128)
+attn_dec_combine_kernel(const float *part, int n_split, int n_head, int hd, float *out) {
+    __shared__ float w_s[DEC_MAX_SPLIT], red[4];
+    int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const float *pp = part + ((size_t)t * n_head + h) * n_split * (hd + 2);
+    float mx = -INFINITY;
+    for (int s = tid; s < n_split; s += 128) mx = fmaxf(mx, pp[(size_t)s * (hd + 2)]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) red[warp] = mx;
+    __syncthreads();
+    float M = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3])); /* finite: split 0 holds position 0 */
+    __syncthreads();
+    float ls = 0.0f;
+    for (int s = tid; s < n_split; s += 128) {
+        float w = exp2f(pp[(size_t)s * (hd + 2)] - M);
+        w_s[s] = w;
+        ls += w * pp[(size_t)s * (hd + 2) + 1];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ls += __shfl_xor_sync(0xffffffffu, ls, o);
+    if (lane == 0) red[warp] = ls;
+    __syncthreads();
+    float inv = 1.0f / (red[0] + red[1] + red[2] + red[3]);
+    for (int d = tid; d < hd; d += 128) {
+        float o = 0.0f;
+        for (int s = 0; s < n_split; s++) o += w_s[s] * pp[(size_t)s * (hd + 2) + 2 + d];
+        out[((size_t)t * n_head + h) * hd + d] = o * inv;
+    }
+}
+
+bool cuda_attn_decode_supported(int head_dim) {
+    return head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256;
+}
+
+/* Launches the decode kernels (the KV write is the caller's). max_np: the longest length the launch
+ * must serve (the graph bucket inside a step); the split count depends on it and on n only. */
+void cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, int max_np, const int32_t *d_pos,
+                      const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
+                      float *out) {
+    int group = n_head / n_head_kv, G = group;
+    if ((G != 2 && G != 4 && G != 8) || cb->attn_gqa_off) G = 1;
+    /* Splits: about four blocks per SM (one resident wave at ~128 registers a thread), at least
+     * DEC_MIN_ROWS positions each, and within the partials buffer. */
+    int64_t pairs = (int64_t)n * (n_head / G), target = 4 * (int64_t)cb->n_sm;
+    int n_split = 1;
+    if (pairs < target && max_np > DEC_MIN_ROWS) {
+        int64_t ns = (target + pairs - 1) / pairs, by_len = (max_np + DEC_MIN_ROWS - 1) / DEC_MIN_ROWS;
+        int64_t by_cap = (int64_t)(cb->att_part_cap / ((size_t)n * n_head * (hd + 2)));
+        if (ns > by_len) ns = by_len;
+        if (ns > by_cap) ns = by_cap;
+        if (ns > DEC_MAX_SPLIT) ns = DEC_MAX_SPLIT;
+        n_split = ns > 1 ? (int)ns : 1;
+    }
+    float *part = n_split > 1 ? cb->att_part : NULL;
+    dim3 grid(n_head / G, n, n_split);
+    float sl2 = scale * 1.4426950408889634f; /* log2 e */
+#define DEC_LAUNCH(KK, GG, NN)                                                                                    \
+    attn_dec_kernel<KK, GG, NN><<<grid, DEC_WARPS * 32, 0, cb->stream>>>(q, kv->k, kv->v, kv->block_size, d_pos, \
+                                                                         d_off, d_tabs, n_head, n_head_kv, group,  \
+                                                                         hd, sl2, out, part)
+#define DEC_G(KK)                         \
+    switch (G) {                          \
+    case 2: DEC_LAUNCH(KK, 2, 4); break;  \
+    case 4: DEC_LAUNCH(KK, 4, 4); break;  \
+    case 8: DEC_LAUNCH(KK, 8, 2); break;  \
+    default: DEC_LAUNCH(KK, 1, 4); break; \
+    }
+    int kt = kv->kv_type;
+    if (kt == KT_Q8_0) DEC_G(KT_Q8_0) else if (kt == KT_F16) DEC_G(KT_F16) else DEC_G(KT_F32)
+#undef DEC_G
+#undef DEC_LAUNCH
+    if (part) attn_dec_combine_kernel<<<dim3(n_head, n), 128, 0, cb->stream>>>(part, n_split, n_head, hd, out);
+}
