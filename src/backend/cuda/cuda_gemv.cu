@@ -16,23 +16,6 @@
 #define GEMV_ROWS 2
 #endif
 
-/* Dispatch over the supported types: inside, TT is the type as a constant. */
-#define BK_TYPE_CASE(T, ...) \
-    case T: {                \
-        constexpr int TT = T; \
-        __VA_ARGS__;         \
-    } break;
-#define BK_DISPATCH(type, ...)                                                   \
-    switch (type) {                                                              \
-        BK_TYPE_CASE(QT_F32, __VA_ARGS__) BK_TYPE_CASE(QT_F16, __VA_ARGS__)      \
-        BK_TYPE_CASE(QT_BF16, __VA_ARGS__) BK_TYPE_CASE(QT_Q8_0, __VA_ARGS__)    \
-        BK_TYPE_CASE(QT_Q4_0, __VA_ARGS__) BK_TYPE_CASE(QT_Q4_1, __VA_ARGS__)    \
-        BK_TYPE_CASE(QT_Q5_0, __VA_ARGS__) BK_TYPE_CASE(QT_Q5_1, __VA_ARGS__)    \
-        BK_TYPE_CASE(QT_IQ4_NL, __VA_ARGS__) BK_TYPE_CASE(QT_Q4_K, __VA_ARGS__)  \
-        BK_TYPE_CASE(QT_Q5_K, __VA_ARGS__) BK_TYPE_CASE(QT_Q6_K, __VA_ARGS__)    \
-        BK_TYPE_CASE(QT_IQ4_XS, __VA_ARGS__)                                     \
-    default: break;                                                              \
-    }
 
 #define IS_FLOAT_T(T) ((T) == QT_F32 || (T) == QT_F16 || (T) == QT_BF16)
 

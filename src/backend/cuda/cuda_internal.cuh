@@ -387,4 +387,23 @@ void cuda_mma(cuda_backend *cb, const bk_weight *w, const float *bias, const flo
 extern "C" {
 void cuda_graph_free(cuda_backend *cb);
 }
+/* Dispatch over the weight types the CUDA kernels support (cuda_gemv.cu, cuda_moe.cu):
+ * inside, TT is the type as a constant. */
+#define BK_TYPE_CASE(T, ...) \
+    case T: {                \
+        constexpr int TT = T; \
+        __VA_ARGS__;         \
+    } break;
+#define BK_DISPATCH(type, ...)                                                   \
+    switch (type) {                                                              \
+        BK_TYPE_CASE(QT_F32, __VA_ARGS__) BK_TYPE_CASE(QT_F16, __VA_ARGS__)      \
+        BK_TYPE_CASE(QT_BF16, __VA_ARGS__) BK_TYPE_CASE(QT_Q8_0, __VA_ARGS__)    \
+        BK_TYPE_CASE(QT_Q4_0, __VA_ARGS__) BK_TYPE_CASE(QT_Q4_1, __VA_ARGS__)    \
+        BK_TYPE_CASE(QT_Q5_0, __VA_ARGS__) BK_TYPE_CASE(QT_Q5_1, __VA_ARGS__)    \
+        BK_TYPE_CASE(QT_IQ4_NL, __VA_ARGS__) BK_TYPE_CASE(QT_Q4_K, __VA_ARGS__)  \
+        BK_TYPE_CASE(QT_Q5_K, __VA_ARGS__) BK_TYPE_CASE(QT_Q6_K, __VA_ARGS__)    \
+        BK_TYPE_CASE(QT_IQ4_XS, __VA_ARGS__)                                     \
+    default: break;                                                              \
+    }
+
 #endif

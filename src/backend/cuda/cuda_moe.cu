@@ -34,29 +34,11 @@
 #define MOE_NT 8        /* entries per pass over a row */
 #define MOE_MAX_ENT 2048 /* (token, slot) entries per chunk: bounds the scratch */
 
-/* Dispatch over the supported types: inside, TT is the type as a constant. */
-#define MOE_TYPE_CASE(T, ...) \
-    case T: {                 \
-        constexpr int TT = T; \
-        __VA_ARGS__;          \
-    } break;
-#define MOE_DISPATCH(type, ...)                                                  \
-    switch (type) {                                                              \
-        MOE_TYPE_CASE(QT_F32, __VA_ARGS__) MOE_TYPE_CASE(QT_F16, __VA_ARGS__)    \
-        MOE_TYPE_CASE(QT_BF16, __VA_ARGS__) MOE_TYPE_CASE(QT_Q8_0, __VA_ARGS__)  \
-        MOE_TYPE_CASE(QT_Q4_0, __VA_ARGS__) MOE_TYPE_CASE(QT_Q4_1, __VA_ARGS__)  \
-        MOE_TYPE_CASE(QT_Q5_0, __VA_ARGS__) MOE_TYPE_CASE(QT_Q5_1, __VA_ARGS__)  \
-        MOE_TYPE_CASE(QT_IQ4_NL, __VA_ARGS__) MOE_TYPE_CASE(QT_Q4_K, __VA_ARGS__) \
-        MOE_TYPE_CASE(QT_Q5_K, __VA_ARGS__) MOE_TYPE_CASE(QT_Q6_K, __VA_ARGS__)  \
-        MOE_TYPE_CASE(QT_IQ4_XS, __VA_ARGS__)                                    \
-    default: break;                                                              \
-    }
-
 /* The integer-dot types (cuda_mmvq_supported): group_load knows only these. */
 #define MOE_Q8_DISPATCH(type, ...)                                               \
     switch (type) {                                                              \
-        MOE_TYPE_CASE(QT_Q8_0, __VA_ARGS__) MOE_TYPE_CASE(QT_Q4_0, __VA_ARGS__)  \
-        MOE_TYPE_CASE(QT_Q4_K, __VA_ARGS__) MOE_TYPE_CASE(QT_Q6_K, __VA_ARGS__)  \
+        BK_TYPE_CASE(QT_Q8_0, __VA_ARGS__) BK_TYPE_CASE(QT_Q4_0, __VA_ARGS__)  \
+        BK_TYPE_CASE(QT_Q4_K, __VA_ARGS__) BK_TYPE_CASE(QT_Q6_K, __VA_ARGS__)  \
     default: break;                                                              \
     }
 
@@ -512,7 +494,7 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
             MOE_Q8_DISPATCH(T_ID, moe_gate_up_kernel<TT, BOTH, true><<<g1, MOE_WARPS * 32, 0, cb->stream>>>(       \
                                       W, U, RB, n_ff, ax, off, act, n_act, ent, h, STAGE))                         \
         } else {                                                                                                   \
-            MOE_DISPATCH(T_ID, moe_gate_up_kernel<TT, BOTH, false><<<g1, MOE_WARPS * 32, 0, cb->stream>>>(         \
+            BK_DISPATCH(T_ID, moe_gate_up_kernel<TT, BOTH, false><<<g1, MOE_WARPS * 32, 0, cb->stream>>>(         \
                                    W, U, RB, n_ff, ax, off, act, n_act, ent, h, STAGE))                            \
         }                                                                                                          \
     } while (0)
@@ -531,7 +513,7 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
             MOE_Q8_DISPATCH(down->type, moe_down_kernel<TT, true><<<g2, MOE_WARPS * 32, 0, cb->stream>>>(
                                             D, down->row_bytes, n_embd, ah, off, act, n_act, ent, dout));
         } else {
-            MOE_DISPATCH(down->type, moe_down_kernel<TT, false><<<g2, MOE_WARPS * 32, 0, cb->stream>>>(
+            BK_DISPATCH(down->type, moe_down_kernel<TT, false><<<g2, MOE_WARPS * 32, 0, cb->stream>>>(
                                          D, down->row_bytes, n_embd, ah, off, act, n_act, ent, dout));
         }
         int64_t tot = (int64_t)nc * n_embd;
