@@ -54,7 +54,8 @@ out=$("$B/brisk" run -m models/brisk-kjv-6m.gguf -p "And God said" -n 24 --temp 
 case "$out" in *LORD*|*God*|*unto*|*the*) ok "demo model: And God said$(printf '%s' "$out" | head -c 80 | tr '\n' ' ')";;
   *) no "demo model output: '$out'";; esac
 # 4. speculative decoding (-md): the target's own output, greedy and sampled, for a dense, an MoE
-#    and a hybrid target (rollback of the recurrent state from a checkpoint) with the 1M draft.
+#    and a hybrid target (rollback of the recurrent state from a checkpoint) with the 1M draft;
+#    --draft-p-min 0 keeps every round at 6 proposals, so rejections and rollbacks happen.
 #    q8_0 copies: their batch and single-token logits are bitwise equal, so even sampled text
 #    must match exactly (f16 weights differ ~1e-4 between the two paths, enough to move a sample).
 for m in brisk-kjv-6m brisk-kjv-draft brisk-kjv-moe brisk-kjv-hybrid; do
@@ -63,12 +64,16 @@ done
 for m in brisk-kjv-6m brisk-kjv-moe brisk-kjv-hybrid; do
   for temp in 0 0.8; do
     a=$("$B/brisk" run -m "$T/$m.gguf" -p "$PROMPT" -n 48 --temp $temp --seed 11 -t 2 2>/dev/null)
-    b=$("$B/brisk" run -m "$T/$m.gguf" -md "$T/brisk-kjv-draft.gguf" --draft-max 6 -p "$PROMPT" -n 48 --temp $temp \
+    b=$("$B/brisk" run -m "$T/$m.gguf" -md "$T/brisk-kjv-draft.gguf" --draft-max 6 --draft-p-min 0 -p "$PROMPT" -n 48 --temp $temp \
         --seed 11 -t 2 2>"$T/se")
     if [ -n "$a" ] && [ "$a" = "$b" ] && grep -q "accepted" "$T/se"; then ok "speculative $m temp $temp: same text; $(grep accepted "$T/se")"
     else no "speculative $m temp $temp: plain '$a' / speculative '$b' ($(tail -n1 "$T/se"))"; fi
   done
 done
+# the default --draft-p-min (rounds with few or no proposals) keeps the text too
+a=$("$B/brisk" run -m "$T/brisk-kjv-hybrid.gguf" -p "$PROMPT" -n 48 --temp 0.8 --seed 3 -t 2 2>/dev/null)
+b=$("$B/brisk" run -m "$T/brisk-kjv-hybrid.gguf" -md "$T/brisk-kjv-draft.gguf" -p "$PROMPT" -n 48 --temp 0.8 --seed 3 -t 2 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok "speculative, default draft-p-min: same text" || no "speculative default p-min: '$a' / '$b'"
 "$B/brisk" run -m "$T/brisk-kjv-6m.gguf" -md "$S/data/stories260K/stories260K.gguf" -p "$PROMPT" -n 4 >/dev/null 2>"$T/se"
 rc=$?
 if [ $rc -eq 1 ] && [ "$(wc -l < "$T/se")" -eq 1 ] && grep -q vocabulary "$T/se"; then ok "a draft of another vocabulary: $(cat "$T/se")"

@@ -29,7 +29,8 @@ static void usage(FILE *f) {
             "  --no-display-prompt  (default) print only the continuation\n"
             "  -md, --model-draft FILE  speculative decoding: a small model of the same vocabulary\n"
             "                       proposes tokens, the target checks them in one batch (same output)\n"
-            "  --draft-max N        tokens proposed per round (default 8, at most 64)\n");
+            "  --draft-max N        tokens proposed per round (default 8, at most 64)\n"
+            "  --draft-p-min P      stop a round's proposals below this draft probability (default 0.75)\n");
 }
 
 /* Speculative generation: the emit callback streams text and applies -n and end-of-text. */
@@ -55,7 +56,8 @@ static bool run_emit_token(void *user, brisk_token t) {
 }
 
 static int run_speculative(brisk_model *model, brisk_context *ctx, const brisk_context_params *cp,
-                           const cli_model_opts *mo, const char *draft_path, int n_draft, brisk_sampler *smp,
+                           const cli_model_opts *mo, const char *draft_path, int n_draft, float p_min,
+                           brisk_sampler *smp,
                            const brisk_token *toks, int64_t n_prompt, int ctx_size, int n_predict,
                            bool ignore_eos) {
     brisk_model *dm = NULL;
@@ -71,7 +73,7 @@ static int run_speculative(brisk_model *model, brisk_context *ctx, const brisk_c
     run_emit e = {.model = model, .n_predict = n_predict, .ignore_eos = ignore_eos};
     spec_stats st;
     double t0 = cli_now();
-    brisk_status s = spec_generate(ctx, dc, brisk_n_vocab(model), smp, toks, n_prompt, n_draft, ctx_size,
+    brisk_status s = spec_generate(ctx, dc, brisk_n_vocab(model), smp, toks, n_prompt, n_draft, p_min, ctx_size,
                                    run_emit_token, &e, &st);
     double t1 = cli_now();
     fputc('\n', stdout);
@@ -95,6 +97,7 @@ done:
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *draft_path = NULL;
     int n_predict = 128, n_ctx = 0, n_threads = 0, n_draft = 8;
+    float draft_p_min = 0.75f;
     bool ignore_eos = false, seed_set = false;
     brisk_sampler_params sp = brisk_sampler_default_params();
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
@@ -162,6 +165,9 @@ int cmd_run(int argc, char **argv) {
         } else if (!strcmp(a, "--draft-max") || !strcmp(a, "--draft")) {
             VAL();
             if (!cli_int(a, v, 1, 64, &n_draft)) return 2;
+        } else if (!strcmp(a, "--draft-p-min")) {
+            VAL();
+            if (!cli_float(a, v, 0, 1, &draft_p_min)) return 2;
         } else if (!strcmp(a, "--ignore-eos")) {
             ignore_eos = true;
         } else if (!strcmp(a, "--no-display-prompt")) {
@@ -223,8 +229,8 @@ int cmd_run(int argc, char **argv) {
         brisk_context_free(ctx);
         ctx = NULL;
         if (!cli_new_context(model, &cp, &ctx)) goto done;
-        rc = run_speculative(model, ctx, &cp, &mo, draft_path, n_draft, smp, toks, n_prompt, ctx_size, n_predict,
-                             ignore_eos);
+        rc = run_speculative(model, ctx, &cp, &mo, draft_path, n_draft, draft_p_min, smp, toks, n_prompt, ctx_size,
+                             n_predict, ignore_eos);
         goto done;
     }
     double t0 = cli_now();

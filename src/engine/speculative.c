@@ -1,6 +1,7 @@
 /* speculative.c — draft-and-verify decoding (see speculative.h). */
 #include "engine/speculative.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,10 +15,14 @@
         if ((s = (expr)) != BRISK_OK) goto out; \
     } while (0)
 
-static brisk_token argmax(const float *x, int n) {
+/* The draft's greedy token and its softmax probability. */
+static brisk_token argmax_p(const float *x, int n, float *p) {
     int best = 0;
     for (int i = 1; i < n; i++)
         if (x[i] > x[best]) best = i;
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)x[i] - x[best]);
+    *p = (float)(1.0 / sum);
     return best;
 }
 
@@ -61,8 +66,8 @@ bool spec_compatible(const brisk_model *target, const brisk_model *draft, char *
 }
 
 brisk_status spec_generate(brisk_context *target, brisk_context *draft, int n_vocab, brisk_sampler *smp,
-                           const brisk_token *prompt, int64_t n_prompt, int n_draft, int32_t ctx_size,
-                           spec_emit_fn emit, void *user, spec_stats *stats) {
+                           const brisk_token *prompt, int64_t n_prompt, int n_draft, float p_min,
+                           int32_t ctx_size, spec_emit_fn emit, void *user, spec_stats *stats) {
     memset(stats, 0, sizeof *stats);
     if (n_prompt <= 0 || n_prompt >= ctx_size) return bk_fail(BRISK_ERR_INVALID_ARG, "speculative: bad prompt length");
     if (n_draft < 1) n_draft = 1;
@@ -97,12 +102,18 @@ brisk_status spec_generate(brisk_context *target, brisk_context *draft, int n_vo
         int32_t dsnap = brisk_seq_len(draft, 0);
         if (k > 0) {
             TRY(feed(draft, hist, dsnap, n, batch));
-            d[0] = argmax(brisk_get_logits(draft, (n - 1 - dsnap) % PREFILL_CHUNK), n_vocab);
-            for (int i = 1; i < k; i++) {
+            /* proposals stop where the draft is unsure: a likely rejection costs a draft step
+             * and a wider target batch for nothing */
+            float p;
+            d[0] = argmax_p(brisk_get_logits(draft, (n - 1 - dsnap) % PREFILL_CHUNK), n_vocab, &p);
+            int kk = p >= p_min ? 1 : 0;
+            for (int i = 1; i < k && kk == i; i++) {
                 brisk_batch_entry e = {d[i - 1], pos + i, 0, true};
                 TRY(brisk_decode(draft, &e, 1));
-                d[i] = argmax(brisk_get_logits(draft, 0), n_vocab);
+                d[i] = argmax_p(brisk_get_logits(draft, 0), n_vocab, &p);
+                if (p >= p_min) kk++;
             }
+            k = kk;
         }
         /* 2. the target scores hist[n-1] and the k proposals in one batch */
         TRY(brisk_seq_checkpoint(target, 0));

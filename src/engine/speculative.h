@@ -32,10 +32,12 @@ typedef struct spec_stats {
 typedef bool (*spec_emit_fn)(void *user, brisk_token tok);
 
 /* Decodes the prompt in both contexts, then generates until emit returns
- * false or the context (ctx_size positions) is full. */
+ * false or the context (ctx_size positions) is full. A round proposes up to
+ * n_draft tokens and stops at the first whose draft probability is below
+ * p_min (0: always n_draft). */
 brisk_status spec_generate(brisk_context *target, brisk_context *draft, int n_vocab, brisk_sampler *smp,
-                           const brisk_token *prompt, int64_t n_prompt, int n_draft, int32_t ctx_size,
-                           spec_emit_fn emit, void *user, spec_stats *stats);
+                           const brisk_token *prompt, int64_t n_prompt, int n_draft, float p_min,
+                           int32_t ctx_size, spec_emit_fn emit, void *user, spec_stats *stats);
 
 /* Whether two models can pair (same vocabulary size and special tokens); if not, why in msg. */
 bool spec_compatible(const brisk_model *target, const brisk_model *draft, char *msg, size_t cap);
