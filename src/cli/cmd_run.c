@@ -200,6 +200,7 @@ int cmd_run(int argc, char **argv) {
     cp.n_ctx = n_ctx;
     cp.n_threads = n_threads;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
+    if (draft_path) cp.n_seq_checkpoints = 2; /* recurrent models roll a rejected draft back from a snapshot */
     if (!cli_new_context(model, &cp, &ctx)) goto done;
     brisk_model_info info;
     brisk_model_get_info(model, &info);
@@ -225,10 +226,6 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     if (draft_path) {
-        cp.n_seq_checkpoints = 2; /* recurrent models roll a rejected draft back from a snapshot */
-        brisk_context_free(ctx);
-        ctx = NULL;
-        if (!cli_new_context(model, &cp, &ctx)) goto done;
         rc = run_speculative(model, ctx, &cp, &mo, draft_path, n_draft, draft_p_min, smp, toks, n_prompt, ctx_size,
                              n_predict, ignore_eos);
         goto done;
