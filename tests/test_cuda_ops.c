@@ -892,6 +892,159 @@ static void test_end_to_end_models(void) {
     if (!mma_set) unsetenv("BRISK_CUDA_MMA");
 }
 
+/* ---- prefill products through cuBLAS (cuda_blas.cu) ----
+ * On a backend of its own, made with the default threshold (cuBLAS from 128
+ * tokens) and a 1 MiB weight scratch, so that the products below run in
+ * several row chunks, the last one partial (rows of 800: 640 + 60; of 512:
+ * 1024 + 76). Held to the tensor-core tolerance (f16 inputs, f32 sums: 3e-3
+ * vs the double reference). Skipped, passing, where cuBLAS cannot be loaded
+ * (or BRISK_CUDA_CUBLAS=0). */
+static bk_backend *blas_backend_new(void) {
+    const char *keys[2] = {"BRISK_CUDA_CUBLAS_MIN_TOK", "BRISK_CUDA_CUBLAS_SCRATCH_MB"}, *vals[2] = {"128", "1"};
+    char *saved[2];
+    for (int i = 0; i < 2; i++) {
+        saved[i] = getenv(keys[i]) ? strdup(getenv(keys[i])) : NULL;
+        setenv(keys[i], vals[i], 1);
+    }
+    bk_backend *b = NULL;
+    if (bk_cuda_backend_new(0, &b) != BRISK_OK) b = NULL;
+    for (int i = 0; i < 2; i++) {
+        if (saved[i]) setenv(keys[i], saved[i], 1);
+        else unsetenv(keys[i]);
+        free(saved[i]);
+    }
+    return b;
+}
+
+/* The CPU's tolerance for a weight type (check_matmul's), at least the f16 inputs' 3e-3. */
+static double blas_tol_cpu(uint32_t type) {
+    uint32_t vt = quant_get_traits(type)->vec_dot_type;
+    double t = vt == QT_F32 ? 1e-5 : (vt == QT_F16 || vt == QT_BF16) ? 1e-2 : 3e-2;
+    return t < 3e-3 ? 3e-3 : t;
+}
+
+/* y += x W^T (matmul_add: accum) onto a y0 of the product's own size, so that a
+ * dropped or doubled y0 shows; the products (y - y0) are compared. */
+static void check_blas_matmul_add(uint32_t type, int64_t n_in, int64_t n_out, int n) {
+    size_t rb;
+    void *wh = make_weight(type, n_in, n_out, &rb);
+    bk_weight wc = {.name = "w", .type = type, .n_in = n_in, .n_out = n_out, .row_bytes = rb, .host = wh}, wg = wc;
+    CHECK_OK(cpu->ops->bind_weight(cpu, &wc));
+    CHECK_OK(gpu->ops->bind_weight(gpu, &wg));
+    size_t nx = (size_t)n * n_in, ny = (size_t)n * n_out;
+    float *x = malloc(nx * 4), *y0 = malloc(ny * 4), *yc = malloc(ny * 4), *yg = malloc(ny * 4), *ref = malloc(ny * 4);
+    float *deq = malloc((size_t)n_in * 4);
+    fill(x, nx, 1.0f);
+    double ss = 0;
+    for (int64_t r = 0; r < n_out; r++) {
+        quant_dequantize(type, (const uint8_t *)wh + r * rb, deq, n_in);
+        for (int t = 0; t < n; t++) {
+            double s = 0;
+            for (int64_t i = 0; i < n_in; i++) s += (double)deq[i] * x[(size_t)t * n_in + i];
+            ref[(size_t)t * n_out + r] = (float)s;
+            ss += s * s;
+        }
+    }
+    fill(y0, ny, (float)sqrt(ss / (double)ny));
+    memcpy(yc, y0, ny * 4);
+    float *dx = dev_copy(x, nx * 4), *dy = dev_copy(y0, ny * 4);
+    float *tmp = malloc(ny * 4); /* the CPU adds a separate product (no matmul_add op) */
+    bk_matmul_add(cpu, &wc, x, n, tmp, yc);
+    free(tmp);
+    gpu->ops->matmul_add(gpu, &wg, dx, n, dy);
+    dev_read(dy, yg, ny * 4);
+    for (size_t i = 0; i < ny; i++) {
+        yc[i] -= y0[i];
+        yg[i] -= y0[i];
+    }
+    double e_ref = rel_err(yg, ref, ny), e_cpu = rel_err(yg, yc, ny);
+    if (!(e_ref <= 3e-3) || !(e_cpu <= blas_tol_cpu(type)))
+        fprintf(stderr, "  cublas matmul_add %s n_in %lld n_out %lld n %d: vs ref %.2e, vs cpu %.2e\n",
+                quant_type_name(type), (long long)n_in, (long long)n_out, n, e_ref, e_cpu);
+    CHECK(e_ref <= 3e-3);
+    CHECK(e_cpu <= blas_tol_cpu(type));
+    gpu->ops->release(gpu, dx);
+    gpu->ops->release(gpu, dy);
+    bk_cuda_release_weight(&wg);
+    free(wh); free(x); free(y0); free(yc); free(yg); free(ref); free(deq);
+}
+
+/* q/k/v-like: three matrices of different types on one x (converted to f16 once), one with a bias. */
+static void check_blas_multi(int n) {
+    int64_t n_in = 512;
+    uint32_t ty[3] = {QT_Q4_K, QT_Q6_K, QT_F16};
+    int64_t no[3] = {1100, 256, 300};
+    bk_weight wc[3], wg[3], bc, bg;
+    const bk_weight *pc[3], *pg[3], *bpc[3] = {NULL, &bc, NULL}, *bpg[3] = {NULL, &bg, NULL};
+    void *hs[3];
+    float *yc[3], *yg[3], *dy[3];
+    float *x = malloc((size_t)n * n_in * 4), *bh = malloc((size_t)no[1] * 4);
+    fill(x, (size_t)n * n_in, 1.0f);
+    fill(bh, (size_t)no[1], 1.0f);
+    bc = (bk_weight){.name = "b", .type = QT_F32, .n_in = no[1], .n_out = 1, .row_bytes = (size_t)no[1] * 4, .host = bh};
+    bg = bc;
+    CHECK_OK(gpu->ops->bind_weight(gpu, &bg));
+    float *dx = dev_copy(x, (size_t)n * n_in * 4);
+    for (int m = 0; m < 3; m++) {
+        size_t rb;
+        hs[m] = make_weight(ty[m], n_in, no[m], &rb);
+        wc[m] = (bk_weight){.name = "w", .type = ty[m], .n_in = n_in, .n_out = no[m], .row_bytes = rb, .host = hs[m]};
+        wg[m] = wc[m];
+        CHECK_OK(cpu->ops->bind_weight(cpu, &wc[m]));
+        CHECK_OK(gpu->ops->bind_weight(gpu, &wg[m]));
+        pc[m] = &wc[m];
+        pg[m] = &wg[m];
+        yc[m] = malloc((size_t)n * no[m] * 4);
+        yg[m] = malloc((size_t)n * no[m] * 4);
+        dy[m] = dev_copy(NULL, (size_t)n * no[m] * 4);
+    }
+    cpu->ops->matmul(cpu, 3, pc, bpc, x, n, yc);
+    gpu->ops->matmul(gpu, 3, pg, bpg, dx, n, dy);
+    for (int m = 0; m < 3; m++) {
+        dev_read(dy[m], yg[m], (size_t)n * no[m] * 4);
+        double e = rel_err(yg[m], yc[m], (size_t)n * no[m]);
+        if (!(e <= blas_tol_cpu(ty[m])))
+            fprintf(stderr, "  cublas multi %s n_out %lld n %d: vs cpu %.2e\n", quant_type_name(ty[m]), (long long)no[m],
+                    n, e);
+        CHECK(e <= blas_tol_cpu(ty[m]));
+        gpu->ops->release(gpu, dy[m]);
+        bk_cuda_release_weight(&wg[m]);
+        free(hs[m]); free(yc[m]); free(yg[m]);
+    }
+    bk_cuda_release_weight(&bg);
+    gpu->ops->release(gpu, dx);
+    free(x); free(bh);
+}
+
+static void test_matmul_cublas(void) {
+    bk_backend *b = blas_backend_new();
+    long n0 = b ? bk_cuda_blas_products(b) : -1;
+    if (n0 < 0) {
+        printf("  skip: cuBLAS not loaded (no libcublas, or BRISK_CUDA_CUBLAS=0)\n");
+        if (b) b->ops->free(b);
+        return;
+    }
+    bk_backend *main_gpu = gpu;
+    gpu = b; /* check_matmul and the helpers run on the global gpu */
+    const int n = 300;
+    int expect = 0;
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        uint32_t t = types[ti];
+        bool k_quant = t == QT_Q4_K || t == QT_Q5_K || t == QT_Q6_K || t == QT_IQ4_XS; /* blocks of 256 */
+        check_matmul(t, k_quant ? 512 : 800, k_quant ? 1100 : 700, n, ti % 2 == 0);
+        expect++;
+    }
+    uint32_t acc_types[3] = {QT_Q4_K, QT_Q8_0, QT_BF16};
+    for (int i = 0; i < 3; i++, expect++) check_blas_matmul_add(acc_types[i], 512, 1100, n);
+    check_blas_multi(n);
+    expect += 3;
+    long n1 = bk_cuda_blas_products(b);
+    if (n1 - n0 != expect) fprintf(stderr, "  cublas products: %ld, expected %d\n", n1 - n0, expect);
+    CHECK(n1 - n0 == expect);
+    gpu = main_gpu;
+    b->ops->free(b);
+}
+
 int main(int argc, char **argv) {
     int nd = bk_cuda_device_count();
     if (nd == 0) {
@@ -915,6 +1068,7 @@ int main(int argc, char **argv) {
         {"elementwise", test_elementwise}, {"moe_route", test_moe_route},   {"moe_ffn", test_moe_ffn},
         {"ssm", test_ssm},               {"sigmoid_mul", test_sigmoid_mul},   {"end_to_end", test_end_to_end},
         {"end_to_end_models", test_end_to_end_models},
+        {"matmul_cublas", test_matmul_cublas},
     };
     int rc = test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
     cpu->ops->free(cpu);

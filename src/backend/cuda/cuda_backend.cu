@@ -69,6 +69,7 @@ static void cuda_free(bk_backend *be) {
     cudaFree(cb->xq);
     cudaFree(cb->xds);
     cuda_moe_free(cb);
+    cuda_blas_free(cb);
     cuda_graph_free(cb);
     free(cb->pack);
     if (cb->stream) cudaStreamDestroy(cb->stream);
@@ -202,7 +203,7 @@ extern "C" size_t bk_cuda_backend_overhead(void) {
     size_t meta = 3 * META_TOKENS_BYTES + META_FREQ_BYTES + META_ATT_BYTES;
     size_t step = ((size_t)1 << 20) * sizeof(int32_t);
     size_t xq = ((size_t)MMVQ_MAX_TOK << 17) * (1 + sizeof(float2) / 32);
-    return meta + ATT_PART_FLOATS * sizeof(float) + step + xq;
+    return meta + ATT_PART_FLOATS * sizeof(float) + step + xq + cuda_blas_reserve();
 }
 
 extern "C" double bk_cuda_copy_bandwidth(int device) {
@@ -258,6 +259,8 @@ static brisk_status cuda_init(cuda_backend *cb) {
     cb->xq_cap = (size_t)MMVQ_MAX_TOK << 17; /* rows of up to 128K elements */
     CU_TRY(cudaMalloc(&cb->xq, cb->xq_cap));
     CU_TRY(cudaMalloc(&cb->xds, cb->xq_cap / 32 * sizeof(float2)));
+    brisk_status s = cuda_blas_init(cb);
+    if (s != BRISK_OK) return s;
     return cuda_graph_init(cb);
 }
 

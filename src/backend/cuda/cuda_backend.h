@@ -6,7 +6,9 @@
  * pointers through backend.h; each op copies what it needs to the staging
  * area, skipping the copy when the bytes equal the previous upload) and an
  * attention scratch for split-K partial results. All of it is allocated in
- * bk_cuda_backend_new; no op allocates. Weights bound through it get a
+ * bk_cuda_backend_new; no op allocates, but for the bounded cuBLAS scratch of
+ * prefill products (cuda_blas.cu: at the first such product, never while a
+ * graph is captured; counted in bk_cuda_backend_overhead). Weights bound through it get a
  * device copy in w->dev (cudaMalloc, freed by the process's exit or by the
  * backend that bound them: see bk_cuda_release_weight).
  *
@@ -43,6 +45,10 @@ size_t bk_cuda_moe_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_expert, int
 double bk_cuda_copy_bandwidth(int device);
 /* Frees the device copy of a weight bound by a CUDA backend (NULL dev: no-op). */
 void bk_cuda_release_weight(bk_weight *w);
+/* Matrix products this backend has run through cuBLAS (prefill batches on
+ * dequantized weights: cuda_blas.cu), or -1 when cuBLAS is off
+ * (BRISK_CUDA_CUBLAS=0) or cannot be loaded. Loads it if no product has. */
+long bk_cuda_blas_products(bk_backend *be);
 
 #ifdef __cplusplus
 }

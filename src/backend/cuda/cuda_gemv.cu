@@ -4,7 +4,8 @@
  * decodes 8 elements per lane per step (a warp step covers 256 consecutive
  * elements, i.e. one K-quant block or eight 32-blocks) and dots them with
  * every token's activations (decode and small batches: weight-bandwidth bound).
- * More tokens: tensor cores (cuda_mma.cu); the 64x64 tiled SIMT kernel here
+ * More tokens: tensor cores (cuda_mma.cu; from BLAS_MIN_TOK tokens cuBLAS on
+ * weights dequantized to f16, when it loads: cuda_blas.cu); the 64x64 tiled SIMT kernel here
  * decodes each weight tile into shared memory once per 64 tokens and remains
  * for rows that are no multiple of 32 (and BRISK_CUDA_MMA=0).
  */
@@ -166,14 +167,16 @@ mm_tiled_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out,
     }
 }
 
-/* y (n, n_out) = x W^T (+ bias), or y += x W^T when accum is set. */
+/* y (n, n_out) = x W^T (+ bias), or y += x W^T when accum is set. *x16 notes that x is
+ * already in f16 for cuBLAS (cuda_blas.cu): the matrices of one cuda_matmul call share it. */
 static void matmul_one(cuda_backend *cb, const bk_weight *w, const bk_weight *bias, const float *x, int n,
-                       float *y, int accum) {
+                       float *y, int accum, bool *x16) {
     const uint8_t *W = (const uint8_t *)w->dev;
     const float *b = bias ? (const float *)bias->dev : NULL;
     int64_t n_in = w->n_in, n_out = w->n_out;
     if (n > GEMV_MAX_TOK && !cb->mma_off && cuda_mma_supported(w->type, n_in)) {
-        cuda_mma(cb, w, b, x, n, y, accum);
+        /* from BLAS_MIN_TOK tokens dequantized weights through cuBLAS when it loaded */
+        if (!cuda_blas_matmul(cb, w, b, x, n, y, accum, x16)) cuda_mma(cb, w, b, x, n, y, accum);
         return;
     }
     if (n > GEMV_MAX_TOK && n_in % TK == 0) {
@@ -211,7 +214,8 @@ extern "C" void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, 
         CU_LAUNCHED(cb);
         return;
     }
-    for (int m = 0; m < n_w; m++) matmul_one(cb, w[m], bias ? bias[m] : NULL, x, n, y[m], 0);
+    bool x16 = false;
+    for (int m = 0; m < n_w; m++) matmul_one(cb, w[m], bias ? bias[m] : NULL, x, n, y[m], 0, &x16);
     CU_LAUNCHED(cb);
 }
 
@@ -221,7 +225,9 @@ extern "C" void cuda_matmul_add(bk_backend *be, const bk_weight *w, const float 
     if (n <= 0) return;
     if (n <= mmvq_max_tok(cb) && cb->xq && cuda_mmvq_supported(w->type, w->n_in) && cuda_mmvq_quantize(cb, x, w->n_in, n))
         cuda_mmvq(cb, w, NULL, n, y, 1);
-    else
-        matmul_one(cb, w, NULL, x, n, y, 1);
+    else {
+        bool x16 = false;
+        matmul_one(cb, w, NULL, x, n, y, 1, &x16);
+    }
     CU_LAUNCHED(cb);
 }

@@ -65,6 +65,8 @@ typedef struct cuda_backend {
     size_t moe_cap;             /* bytes */
     void *moe_retired[8];
     int n_moe_retired;
+
+    struct cuda_blas *blas;     /* cuda_blas.cu: cuBLAS for prefill products; NULL with BRISK_CUDA_CUBLAS=0 */
 } cuda_backend;
 
 #define MMVQ_MAX_TOK 16         /* tokens per integer-dot matrix product (batched decode) */
@@ -384,6 +386,17 @@ void cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
                       float *out);
 bool cuda_mma_supported(uint32_t type, int64_t n_in);
 void cuda_mma(cuda_backend *cb, const bk_weight *w, const float *bias, const float *x, int n, float *y, int accum);
+brisk_status cuda_blas_init(cuda_backend *cb);
+void cuda_blas_free(cuda_backend *cb);
+size_t cuda_blas_reserve(void);
+bool cuda_blas_matmul(cuda_backend *cb, const bk_weight *w, const float *bias, const float *x, int n, float *y,
+                      int accum, bool *x16_ready);
+/* cuda_blas_matmul's steps, for dev/kernels/gemm_lab.cu */
+bool cuda_blas_ready(cuda_backend *cb);
+bool cuda_blas_dequant(cuda_backend *cb, const bk_weight *w, int64_t r0, int64_t rows, half *out);
+bool cuda_blas_to_f16(cuda_backend *cb, const float *x, int64_t count, half *out);
+bool cuda_blas_gemm(cuda_backend *cb, const half *a, int64_t rows, int64_t n_in, const half *x16, int n, float *c,
+                    int64_t ldc, float beta);
 extern "C" {
 void cuda_graph_free(cuda_backend *cb);
 }

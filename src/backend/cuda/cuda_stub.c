@@ -19,6 +19,11 @@ bool bk_backend_is_cuda(const bk_backend *be, int *device) {
 
 void bk_cuda_release_weight(bk_weight *w) { (void)w; }
 
+long bk_cuda_blas_products(bk_backend *be) {
+    (void)be;
+    return -1;
+}
+
 brisk_status bk_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes) {
     *free_bytes = *total_bytes = 0;
     return bk_fail(BRISK_ERR_UNSUPPORTED, "CUDA device %d: brisk was built without CUDA (no nvcc)", device);
