@@ -307,6 +307,103 @@ static void test_rope(void) {
     }
 }
 
+/* The fused QK-norm + rope against the CPU's op-by-op norm and rope. */
+static void check_qk_norm_rope(bk_rope_params rp, int n, int n_head, int n_head_kv, int hd, bool norm) {
+    size_t nq = (size_t)n * n_head * hd, nk = (size_t)n * n_head_kv * hd;
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *qg = malloc(nq * 4), *kg = malloc(nk * 4);
+    float *wq = malloc((size_t)hd * 4), *wk = malloc((size_t)hd * 4);
+    int32_t *pos = malloc((size_t)n * 4);
+    fill(q, nq, 2.0f);
+    fill(k, nk, 2.0f);
+    fill(wq, (size_t)hd, 1.0f);
+    fill(wk, (size_t)hd, 1.0f);
+    for (int i = 0; i < n; i++) pos[i] = (int32_t)(rnd() % 5000u);
+    bk_weight qwc = {.name = "qn", .type = QT_F32, .n_in = hd, .n_out = 1, .row_bytes = (size_t)hd * 4, .host = wq};
+    bk_weight kwc = qwc, qwg, kwg;
+    kwc.host = wk;
+    qwg = qwc;
+    kwg = kwc;
+    CHECK_OK(gpu->ops->bind_weight(gpu, &qwg));
+    CHECK_OK(gpu->ops->bind_weight(gpu, &kwg));
+    float *dq = dev_copy(q, nq * 4), *dk = dev_copy(k, nk * 4);
+    bk_qk_norm_rope(cpu, q, k, n, n_head, n_head_kv, hd, norm ? &qwc : NULL, norm ? &kwc : NULL, 1e-6f, pos, &rp);
+    CHECK(gpu->ops->qk_norm_rope != NULL);
+    bk_qk_norm_rope(gpu, dq, dk, n, n_head, n_head_kv, hd, norm ? &qwg : NULL, norm ? &kwg : NULL, 1e-6f, pos, &rp);
+    dev_read(dq, qg, nq * 4);
+    dev_read(dk, kg, nk * 4);
+    double eq = rel_err(qg, q, nq), ek = rel_err(kg, k, nk);
+    if (!(eq <= 1e-5 && ek <= 1e-5))
+        fprintf(stderr, "  qk_norm_rope n %d heads %d/%d hd %d n_rot %d norm %d: %.2e %.2e\n", n, n_head, n_head_kv, hd,
+                rp.n_rot, norm, eq, ek);
+    CHECK(eq <= 1e-5 && ek <= 1e-5);
+    gpu->ops->release(gpu, dq);
+    gpu->ops->release(gpu, dk);
+    bk_cuda_release_weight(&qwg);
+    bk_cuda_release_weight(&kwg);
+    free(q); free(k); free(qg); free(kg); free(wq); free(wk); free(pos);
+}
+
+static void test_qk_norm_rope(void) {
+    bk_rope_params rp = {.n_rot = 128, .mode = BK_ROPE_NEOX, .freq_base = 1000000.0f, .freq_scale = 1.0f,
+                         .ext_factor = 0.0f, .attn_factor = 1.0f, .beta_fast = 32.0f, .beta_slow = 1.0f,
+                         .n_ctx_orig = 4096, .freq_factors = NULL};
+    check_qk_norm_rope(rp, 1, 32, 8, 128, true);  /* a qwen3-8b decode step */
+    check_qk_norm_rope(rp, 70, 16, 4, 128, true); /* prefill-sized */
+    rp.mode = BK_ROPE_NORM;
+    check_qk_norm_rope(rp, 3, 8, 8, 128, false);  /* llama: rope only */
+    rp.mode = BK_ROPE_NEOX;
+    rp.n_rot = 64; /* partial rotation of a wide head */
+    check_qk_norm_rope(rp, 5, 8, 2, 256, true);
+    rp.n_rot = 64;
+    check_qk_norm_rope(rp, 9, 4, 4, 64, true);
+}
+
+/* The fused gate/up/SwiGLU product (and the RMS norm that quantizes its output for it) against the CPU. */
+static void check_matmul_swiglu(uint32_t type, int64_t n_in, int64_t n_ff, int n, bool via_norm) {
+    size_t rb;
+    void *gh = make_weight(type, n_in, n_ff, &rb), *uh = make_weight(type, n_in, n_ff, &rb);
+    bk_weight gc = {.name = "gate", .type = type, .n_in = n_in, .n_out = n_ff, .row_bytes = rb, .host = gh}, uc = gc;
+    uc.name = "up";
+    uc.host = uh;
+    bk_weight gg = gc, ug = uc;
+    CHECK_OK(gpu->ops->bind_weight(gpu, &gg));
+    CHECK_OK(gpu->ops->bind_weight(gpu, &ug));
+    size_t nx = (size_t)n * n_in, ny = (size_t)n * n_ff;
+    float *x = malloc(nx * 4), *w = malloc((size_t)n_in * 4), *xn = malloc(nx * 4);
+    float *yc = malloc(ny * 4), *tc = malloc(ny * 4), *yg = malloc(ny * 4);
+    fill(x, nx, 2.0f);
+    fill(w, (size_t)n_in, 1.0f);
+    bk_weight nc = {.name = "norm", .type = QT_F32, .n_in = n_in, .n_out = 1, .row_bytes = (size_t)n_in * 4, .host = w},
+              ng = nc;
+    CHECK_OK(gpu->ops->bind_weight(gpu, &ng));
+    float *dx = dev_copy(x, nx * 4), *dxn = dev_copy(NULL, nx * 4), *dy = dev_copy(NULL, ny * 4),
+          *dt = dev_copy(NULL, ny * 4);
+    const float *in_c = x, *in_g = dx;
+    if (via_norm) {
+        cpu->ops->rms_norm(cpu, x, &nc, xn, n, (int)n_in, 1e-6f);
+        gpu->ops->rms_norm(gpu, dx, &ng, dxn, n, (int)n_in, 1e-6f);
+        in_c = xn;
+        in_g = dxn;
+    }
+    bk_matmul_swiglu(cpu, &gc, &uc, in_c, n, tc, yc);
+    bk_matmul_swiglu(gpu, &gg, &ug, in_g, n, dt, dy);
+    dev_read(dy, yg, ny * 4);
+    double e = rel_err(yg, yc, ny);
+    if (!(e < 3e-2)) fprintf(stderr, "  matmul_swiglu %s n %d via_norm %d: %.2e\n", quant_type_name(type), n, via_norm, e);
+    CHECK(e < 3e-2);
+    gpu->ops->release(gpu, dx); gpu->ops->release(gpu, dxn); gpu->ops->release(gpu, dy); gpu->ops->release(gpu, dt);
+    bk_cuda_release_weight(&gg); bk_cuda_release_weight(&ug); bk_cuda_release_weight(&ng);
+    free(gh); free(uh); free(x); free(w); free(xn); free(yc); free(tc); free(yg);
+}
+
+static void test_matmul_swiglu(void) {
+    uint32_t ty[] = {QT_Q4_K, QT_Q6_K, QT_Q8_0, QT_Q4_0, QT_F16};
+    int ns[] = {1, 3, 16, 40};
+    for (size_t t = 0; t < sizeof ty / sizeof ty[0]; t++)
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) check_matmul_swiglu(ty[t], 512, 96, ns[i], i % 2 == 0);
+    check_matmul_swiglu(QT_Q4_K, 4096, 300, 1, true); /* wide rows: the block norm kernel */
+}
+
 /* A paged cache with shuffled pages, random contents; two sequences. */
 static void check_attention(int kv_type, int n_head, int n_head_kv, int hd, int n, const int32_t *pos,
                             const int *seq) {
@@ -1064,7 +1161,8 @@ int main(int argc, char **argv) {
     }
     static const test_case cases[] = {
         {"matmul", test_matmul},         {"matmul_multi", test_matmul_multi}, {"get_rows", test_get_rows},
-        {"rms_norm", test_rms_norm},     {"rope", test_rope},                 {"attention", test_attention},
+        {"rms_norm", test_rms_norm},     {"rope", test_rope},
+        {"qk_norm_rope", test_qk_norm_rope}, {"matmul_swiglu", test_matmul_swiglu},                 {"attention", test_attention},
         {"elementwise", test_elementwise}, {"moe_route", test_moe_route},   {"moe_ffn", test_moe_ffn},
         {"ssm", test_ssm},               {"sigmoid_mul", test_sigmoid_mul},   {"end_to_end", test_end_to_end},
         {"end_to_end_models", test_end_to_end_models},

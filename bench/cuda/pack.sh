@@ -11,6 +11,7 @@ B=${1:-build}
 S=${SHARED:-$(cd .. && pwd)/shared}
 D=.device
 mkdir -p $D/build/tests $D/lib
+make -s BUILD="$B" "$B/brisk" "$B/tests/test_cuda_ops" # (test_cuda_ops is not part of `make`)
 strip -o $D/build/brisk "$B/brisk"
 strip -o $D/build/tests/test_cuda_ops "$B/tests/test_cuda_ops"
 cp tests/cuda/run.sh $D/cuda_run.sh

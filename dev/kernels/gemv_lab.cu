@@ -53,10 +53,10 @@ template <int T> static float time_mmvq(uint8_t **W, int nW, size_t rb, int64_t 
     cudaEvent_t a, b;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
-    for (int i = 0; i < 3; i++) (n == 1 ? mmvq_kernel<T, 1> : n <= 8 ? mmvq_kernel<T, 8> : mmvq_kernel<T, MMVQ_MAX_TOK>)<<<blocks, MMVQ_WARPS * 32>>>(W[i % nW], rb, n_in, n_out, xq, xds, n, NULL, y, 0);
+    for (int i = 0; i < 3; i++) (n == 1 ? mmvq_kernel<T, 1, false> : n <= 8 ? mmvq_kernel<T, 8, false> : mmvq_kernel<T, MMVQ_MAX_TOK, false>)<<<blocks, MMVQ_WARPS * 32>>>(W[i % nW], NULL, rb, n_in, n_out, xq, xds, n, NULL, y, 0);
     const int iters = 40;
     cudaEventRecord(a);
-    for (int i = 0; i < iters; i++) (n == 1 ? mmvq_kernel<T, 1> : n <= 8 ? mmvq_kernel<T, 8> : mmvq_kernel<T, MMVQ_MAX_TOK>)<<<blocks, MMVQ_WARPS * 32>>>(W[i % nW], rb, n_in, n_out, xq, xds, n, NULL, y, 0);
+    for (int i = 0; i < iters; i++) (n == 1 ? mmvq_kernel<T, 1, false> : n <= 8 ? mmvq_kernel<T, 8, false> : mmvq_kernel<T, MMVQ_MAX_TOK, false>)<<<blocks, MMVQ_WARPS * 32>>>(W[i % nW], NULL, rb, n_in, n_out, xq, xds, n, NULL, y, 0);
     cudaEventRecord(b);
     CK(cudaEventSynchronize(b));
     float ms;

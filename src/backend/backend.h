@@ -123,6 +123,17 @@ typedef struct bk_backend_ops {
      * the residual add folded into the product (a GPU saves a kernel and a
      * pass over y). x and y do not overlap. */
     void (*matmul_add)(bk_backend *be, const bk_weight *w, const float *x, int n, float *y);
+    /* Optional (NULL: bk_matmul_swiglu's matmul + swiglu): out (n, n_ff) = silu(x Wgate^T) * (x Wup^T),
+     * the FFN's two products and its gate in one pass (a GPU reads x once and never stores the
+     * two products); tmp (n, n_ff) is scratch a backend may use when it cannot fuse. */
+    void (*matmul_swiglu)(bk_backend *be, const bk_weight *gate, const bk_weight *up, const float *x, int n,
+                          float *tmp, float *out);
+    /* Optional (NULL: bk_qk_norm_rope's rms_norm + rope per tensor): the per-head RMS norm of q and k
+     * (when q_norm / k_norm are set: weights of head_dim) and their rotation, in place, one pass.
+     * q (n, n_head*head_dim), k (n, n_head_kv*head_dim). */
+    void (*qk_norm_rope)(bk_backend *be, float *q, float *k, int n, int n_head, int n_head_kv, int head_dim,
+                         const bk_weight *q_norm, const bk_weight *k_norm, float eps, const int32_t *pos,
+                         const bk_rope_params *rp);
     /* Copies backend memory to host (the logits), and waits for the device. */
     brisk_status (*read)(bk_backend *be, const void *src, void *dst, size_t bytes);
     /* Copies between two cache pages (copy-on-write of shared pages). */
@@ -196,5 +207,30 @@ static inline void bk_matmul_add(bk_backend *be, const bk_weight *w, const float
     }
     be->ops->matmul(be, 1, &w, NULL, x, n, &tmp);
     be->ops->add(be, y, tmp, (size_t)n * (size_t)w->n_out);
+}
+/* out = silu(x Wgate^T) * (x Wup^T) through the backend's fused op, or as two products and swiglu. */
+static inline void bk_matmul_swiglu(bk_backend *be, const bk_weight *gate, const bk_weight *up, const float *x, int n,
+                                    float *tmp, float *out) {
+    if (be->ops->matmul_swiglu) {
+        be->ops->matmul_swiglu(be, gate, up, x, n, tmp, out);
+        return;
+    }
+    const bk_weight *gu[2] = {gate, up};
+    float *gu_out[2] = {out, tmp};
+    be->ops->matmul(be, 2, gu, NULL, x, n, gu_out);
+    be->ops->swiglu(be, out, tmp, out, (size_t)n * (size_t)gate->n_out);
+}
+/* QK-norm (weights may be NULL: no norm) and rope of q and k through the backend's fused op, or op by op. */
+static inline void bk_qk_norm_rope(bk_backend *be, float *q, float *k, int n, int n_head, int n_head_kv, int head_dim,
+                                   const bk_weight *q_norm, const bk_weight *k_norm, float eps, const int32_t *pos,
+                                   const bk_rope_params *rp) {
+    if (be->ops->qk_norm_rope) {
+        be->ops->qk_norm_rope(be, q, k, n, n_head, n_head_kv, head_dim, q_norm, k_norm, eps, pos, rp);
+        return;
+    }
+    if (q_norm) be->ops->rms_norm(be, q, q_norm, q, n * n_head, head_dim, eps);
+    if (k_norm) be->ops->rms_norm(be, k, k_norm, k, n * n_head_kv, head_dim, eps);
+    be->ops->rope(be, q, n, n_head, head_dim, pos, rp);
+    be->ops->rope(be, k, n, n_head_kv, head_dim, pos, rp);
 }
 #endif

@@ -33,12 +33,8 @@ void decoder_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *k
                                 L->bv.host ? &L->bv : NULL};
     float *qkv_out[3] = {s->q, s->k, s->v};
     op->matmul(be, 3, qkv, hp->qkv_bias ? bias : NULL, s->xb, n, qkv_out);
-    if (hp->qk_norm) {
-        op->rms_norm(be, s->q, &L->q_norm, s->q, n * hp->n_head, hd, hp->rms_eps);
-        op->rms_norm(be, s->k, &L->k_norm, s->k, n * hp->n_head_kv, hd, hp->rms_eps);
-    }
-    op->rope(be, s->q, n, hp->n_head, hd, b->ab.pos, &hp->rope);
-    op->rope(be, s->k, n, hp->n_head_kv, hd, b->ab.pos, &hp->rope);
+    bk_qk_norm_rope(be, s->q, s->k, n, hp->n_head, hp->n_head_kv, hd, hp->qk_norm ? &L->q_norm : NULL,
+                    hp->qk_norm ? &L->k_norm : NULL, hp->rms_eps, b->ab.pos, &hp->rope);
     op->attention(be, s->q, s->k, s->v, &kv[l], &b->ab, hp->n_head, hp->n_head_kv, hd, scale,
                   s->att);
     bk_matmul_add(be, &L->wo, s->att, n, s->xb, s->x);
@@ -68,10 +64,7 @@ brisk_status llama_forward(const brisk_model *m, bk_backend *be, const bk_kv_vie
         decoder_attention(m, be, kv, b, s, l);
 
         op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
-        const bk_weight *gu[2] = {&L->w_gate, &L->w_up};
-        float *gu_out[2] = {s->hb, s->hb2};
-        op->matmul(be, 2, gu, NULL, s->xb, n, gu_out);
-        op->swiglu(be, s->hb, s->hb2, s->hb, (size_t)n * hp->n_ff);
+        bk_matmul_swiglu(be, &L->w_gate, &L->w_up, s->xb, n, s->hb2, s->hb);
         bk_matmul_add(be, &L->w_down, s->hb, n, s->xb, s->x);
     }
     if (b->n_out) decoder_logits(m, be, b, s);

@@ -107,11 +107,14 @@ static brisk_status cuda_bind_weight(bk_backend *be, bk_weight *w) {
     size_t bytes = (size_t)w->n_out * w->row_bytes;
     CU_TRY(cudaSetDevice(cb->device));
     void *d = NULL;
-    cudaError_t e = cudaMalloc(&d, bytes ? bytes : 1);
+    /* BK_CUDA_WEIGHT_PAD spare bytes: the integer-dot loaders read aligned words up to 8 bytes
+     * past a group (ld32_a2) */
+    cudaError_t e = cudaMalloc(&d, bytes + BK_CUDA_WEIGHT_PAD);
     if (e != cudaSuccess)
         return bk_fail(BRISK_ERR_NOMEM, "cuda device %d: cannot allocate %.1f MiB for %s: %s", cb->device,
                        bytes / 1048576.0, w->name, cudaGetErrorString(e));
-    e = cudaMemcpy(d, w->host, bytes, cudaMemcpyHostToDevice);
+    e = cudaMemset((uint8_t *)d + bytes, 0, BK_CUDA_WEIGHT_PAD);
+    if (e == cudaSuccess) e = cudaMemcpy(d, w->host, bytes, cudaMemcpyHostToDevice);
     if (e != cudaSuccess) {
         cudaFree(d);
         return bk_fail(BRISK_ERR_BACKEND, "cuda: uploading %s: %s", w->name, cudaGetErrorString(e));
@@ -149,6 +152,7 @@ extern "C" brisk_status bk_cuda_write(bk_backend *be, void *dst, const void *src
 
 static void cuda_copy(bk_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_backend *cb = (cuda_backend *)be;
+    cb->xq_src = NULL; /* dst may be the input the quantized activations stand for */
     CU_OP(cb, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->stream));
 }
 
@@ -166,6 +170,8 @@ static const bk_backend_ops cuda_ops = {
     /* swiglu */ cuda_swiglu,
     /* add */ cuda_add,
     /* matmul_add */ cuda_matmul_add,
+    /* matmul_swiglu */ cuda_matmul_swiglu,
+    /* qk_norm_rope */ cuda_qk_norm_rope,
     /* read */ cuda_read,
     /* copy */ cuda_copy,
     /* step_begin */ cuda_step_begin,
@@ -256,6 +262,11 @@ static brisk_status cuda_init(cuda_backend *cb) {
     cb->attn_v1 = av1 && !strcmp(av1, "1");
     const char *sl = getenv("BRISK_CUDA_MMVQ_SLICES");
     cb->mmvq_slices_off = sl && !strcmp(sl, "0");
+    cb->fa_off = getenv("BRISK_CUDA_FA") && !strcmp(getenv("BRISK_CUDA_FA"), "0");
+    const char *glu = getenv("BRISK_CUDA_GLU"), *qkr = getenv("BRISK_CUDA_QKROPE"), *nq = getenv("BRISK_CUDA_NORMQ");
+    cb->glu_off = glu && !strcmp(glu, "0");
+    cb->qkrope_off = qkr && !strcmp(qkr, "0");
+    cb->normq_off = nq && !strcmp(nq, "0");
     cb->xq_cap = (size_t)MMVQ_MAX_TOK << 17; /* rows of up to 128K elements */
     CU_TRY(cudaMalloc(&cb->xq, cb->xq_cap));
     CU_TRY(cudaMalloc(&cb->xds, cb->xq_cap / 32 * sizeof(float2)));

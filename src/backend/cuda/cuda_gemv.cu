@@ -208,7 +208,7 @@ extern "C" void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, 
     /* Decode-sized products on integer-dot types: quantize x once for all the matrices. */
     bool q8 = n <= mmvq_max_tok(cb) && cb->xq;
     for (int m = 0; m < n_w && q8; m++) q8 = cuda_mmvq_supported(w[m]->type, w[m]->n_in);
-    if (q8 && cuda_mmvq_quantize(cb, x, w[0]->n_in, n)) {
+    if (q8 && cuda_mmvq_prepare(cb, x, w[0]->n_in, n)) {
         for (int m = 0; m < n_w; m++)
             cuda_mmvq(cb, w[m], bias && bias[m] ? (const float *)bias[m]->dev : NULL, n, y[m], 0);
         CU_LAUNCHED(cb);
@@ -223,11 +223,28 @@ extern "C" void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, 
 extern "C" void cuda_matmul_add(bk_backend *be, const bk_weight *w, const float *x, int n, float *y) {
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0) return;
-    if (n <= mmvq_max_tok(cb) && cb->xq && cuda_mmvq_supported(w->type, w->n_in) && cuda_mmvq_quantize(cb, x, w->n_in, n))
+    if (n <= mmvq_max_tok(cb) && cb->xq && cuda_mmvq_supported(w->type, w->n_in) && cuda_mmvq_prepare(cb, x, w->n_in, n))
         cuda_mmvq(cb, w, NULL, n, y, 1);
     else {
         bool x16 = false;
         matmul_one(cb, w, NULL, x, n, y, 1, &x16);
     }
     CU_LAUNCHED(cb);
+}
+
+/* out = silu(x Wgate^T) * (x Wup^T): decode-sized batches in one integer-dot launch that never
+ * stores the two products; others as two products into out and tmp, then the gate. */
+extern "C" void cuda_matmul_swiglu(bk_backend *be, const bk_weight *gate, const bk_weight *up, const float *x, int n,
+                                   float *tmp, float *out) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (n <= 0) return;
+    if (n <= MMVQ_MAX_TOK && cb->xq && !cb->glu_off && cuda_mmvq_supported(gate->type, gate->n_in) &&
+        cuda_mmvq_prepare(cb, x, gate->n_in, n) && cuda_mmvq_glu(cb, gate, up, n, out)) {
+        CU_LAUNCHED(cb);
+        return;
+    }
+    const bk_weight *gu[2] = {gate, up};
+    float *gu_out[2] = {out, tmp};
+    cuda_matmul(be, 2, gu, NULL, x, n, gu_out);
+    cuda_swiglu(be, out, tmp, out, (size_t)n * (size_t)gate->n_out);
 }

@@ -51,10 +51,19 @@ typedef struct cuda_backend {
     int8_t *xq;                 /* (xq_cap) activations quantized for cuda_mmvq.cu */
     float2 *xds;                /* (xq_cap / 32) their block scales and sums */
     size_t xq_cap;              /* int8 values */
+    /* xq/xds already hold the quantization of xq_src (xq_n rows of xq_dim): the RMS norm that
+     * wrote xq_src quantized its output on the way (cuda_rms_norm), so the product that reads it
+     * next skips its quantize launch. Every other op clears it (CU_LAUNCHED, cuda_copy). */
+    const float *xq_src;
+    int xq_n;
+    int64_t xq_dim;
     bool mma_off;               /* BRISK_CUDA_MMA=0: prefill products on the SIMT tiled kernel */
     bool attn_gqa_off;          /* BRISK_CUDA_ATTN_GQA=0: one attention block per query head */
     bool moe_q8_off;            /* BRISK_CUDA_MOE_Q8=0: expert products on f32 activations only */
     bool attn_v1;               /* BRISK_CUDA_ATTN_V1=1: decode batches on the tile kernel too (A/B) */
+    bool glu_off;               /* BRISK_CUDA_GLU=0: gate and up as two products, then swiglu (A/B) */
+    bool qkrope_off;            /* BRISK_CUDA_QKROPE=0: QK-norm and rope op by op (A/B) */
+    bool normq_off;             /* BRISK_CUDA_NORMQ=0: the RMS norm does not quantize its output (A/B) */
     bool mmvq_slices_off;       /* BRISK_CUDA_MMVQ_SLICES=0: 17..MMVQ_SLICE_MAX tokens on the prefill path */
 
     /* MoE scratch (cuda_moe.cu): sized at the first moe_ffn call for the
@@ -67,6 +76,7 @@ typedef struct cuda_backend {
     int n_moe_retired;
 
     struct cuda_blas *blas;     /* cuda_blas.cu: cuBLAS for prefill products; NULL with BRISK_CUDA_CUBLAS=0 */
+    bool fa_off;                /* BRISK_CUDA_FA=0: prefill attention on the SIMT tile kernel (A/B) */
 } cuda_backend;
 
 #define MMVQ_MAX_TOK 16         /* tokens per integer-dot matrix product (batched decode) */
@@ -99,7 +109,13 @@ void cuda_set_error(cuda_backend *cb, brisk_status s);
             return;                                                                        \
         }                                                                                  \
     } while (0)
-#define CU_LAUNCHED(cb) CU_OP(cb, cudaGetLastError())
+/* The end of every op that launched work: checks the launch and forgets which input the
+ * quantized activations stand for (the op may have written it). */
+#define CU_LAUNCHED(cb)                     \
+    do {                                    \
+        (cb)->xq_src = NULL;                \
+        CU_OP(cb, cudaGetLastError());      \
+    } while (0)
 
 /* Copies bytes of host data into staging slot `slot` (skipped when equal to
  * the last upload); returns the device copy, or NULL after recording an error. */
@@ -279,44 +295,101 @@ typedef struct wgroup {
     float a, b;
 } wgroup;
 
+/* 32 bytes (eight little-endian words) from a 2-byte-aligned address: five aligned 8-byte loads and
+ * funnel shifts instead of sixteen 2-byte loads (the 34- and 210-byte blocks of Q8_0 and Q6_K are
+ * only 2-byte aligned). Reads up to 8 bytes past p + 32: bind_weight pads every weight by
+ * BK_CUDA_WEIGHT_PAD bytes. */
+#define BK_CUDA_WEIGHT_PAD 64
+__device__ __forceinline__ void ld32_a2(const uint8_t *p, int w[8]) {
+    uintptr_t a = (uintptr_t)p;
+    const uint2 *q = (const uint2 *)(a & ~(uintptr_t)7);
+    uint32_t W[10];
+#pragma unroll
+    for (int i = 0; i < 5; i++) {
+        uint2 u = __ldg(q + i);
+        W[2 * i] = u.x;
+        W[2 * i + 1] = u.y;
+    }
+    int o = (int)((a >> 2) & 1), sh = (int)(a & 3) * 8;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        uint32_t lo = o ? W[i + 1] : W[i], hi = o ? W[i + 2] : W[i + 1];
+        w[i] = (int)__funnelshift_r(lo, hi, sh);
+    }
+}
+/* 16 bytes from a 2-byte-aligned address (three aligned 8-byte loads). */
+__device__ __forceinline__ void ld16_a2(const uint8_t *p, int w[4]) {
+    uintptr_t a = (uintptr_t)p;
+    const uint2 *q = (const uint2 *)(a & ~(uintptr_t)7);
+    uint32_t W[6];
+#pragma unroll
+    for (int i = 0; i < 3; i++) {
+        uint2 u = __ldg(q + i);
+        W[2 * i] = u.x;
+        W[2 * i + 1] = u.y;
+    }
+    int o = (int)((a >> 2) & 1), sh = (int)(a & 3) * 8;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint32_t lo = o ? W[i + 1] : W[i], hi = o ? W[i + 2] : W[i + 1];
+        w[i] = (int)__funnelshift_r(lo, hi, sh);
+    }
+}
+/* Byte i (0..3, any value at run time) of a word. */
+__device__ __forceinline__ int byte_of(uint32_t w, int i) { return (int)((w >> (8 * i)) & 0xFF); }
+
 template <int T> __device__ __forceinline__ void group_load(const uint8_t *row, int64_t g, wgroup &q) {
     q.s0 = q.s1 = 1;
     q.b = 0.0f;
     if (T == QT_Q8_0) {
         const uint8_t *b = row + g * 34;
-#pragma unroll
-        for (int i = 0; i < 8; i++) q.w[i] = ld_i32_a2(b + 2 + 4 * i);
+        ld32_a2(b + 2, q.w);
         q.a = bk_h2f(ld16(b));
     } else if (T == QT_Q4_0) {
         const uint8_t *b = row + g * 18;
+        int w[4];
+        ld16_a2(b + 2, w);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            int w = ld_i32_a2(b + 2 + 4 * i);
-            q.w[i] = w & 0x0F0F0F0F;
-            q.w[4 + i] = (w >> 4) & 0x0F0F0F0F;
+            q.w[i] = w[i] & 0x0F0F0F0F;
+            q.w[4 + i] = (w[i] >> 4) & 0x0F0F0F0F;
         }
         q.a = bk_h2f(ld16(b));
         q.b = 8.0f * q.a; /* (n - 8) * x = n * x - 8 * x */
     } else if (T == QT_Q4_K) {
+        /* 144-byte blocks keep 16-byte alignment: the header (d, dmin, 12 scale bytes) is one
+         * 16-byte load and the group's 32 nibbles half of two 16-byte loads */
         const uint8_t *b = row + (g / 8) * 144;
         int j = (int)(g % 8), c = j / 2, sh = (j % 2) * 4;
-        const int *qs = (const int *)(b + 16 + 32 * c); /* 144-byte blocks keep 4-byte alignment */
+        uint4 h = __ldg((const uint4 *)b);
+        const uint4 *qs = (const uint4 *)(b + 16 + 32 * c);
+        uint4 u0 = __ldg(qs), u1 = __ldg(qs + 1);
+        int qw[8] = {(int)u0.x, (int)u0.y, (int)u0.z, (int)u0.w, (int)u1.x, (int)u1.y, (int)u1.z, (int)u1.w};
 #pragma unroll
-        for (int i = 0; i < 8; i++) q.w[i] = (qs[i] >> sh) & 0x0F0F0F0F;
+        for (int i = 0; i < 8; i++) q.w[i] = (qw[i] >> sh) & 0x0F0F0F0F;
+        /* scales bytes 0-3 in h.y, 4-7 in h.z, 8-11 in h.w (k4_scale_min's layout) */
         int sc, m;
-        k4_scale_min(j, b + 4, &sc, &m);
-        uint32_t dd = *(const uint32_t *)b;
-        q.a = bk_h2f((uint16_t)dd) * (float)sc;
-        q.b = bk_h2f((uint16_t)(dd >> 16)) * (float)m;
+        if (j < 4) {
+            sc = byte_of(h.y, j) & 63;
+            m = byte_of(h.z, j) & 63;
+        } else {
+            sc = (byte_of(h.w, j - 4) & 0xF) | ((byte_of(h.y, j - 4) >> 6) << 4);
+            m = (byte_of(h.w, j - 4) >> 4) | ((byte_of(h.z, j - 4) >> 6) << 4);
+        }
+        q.a = bk_h2f((uint16_t)h.x) * (float)sc;
+        q.b = bk_h2f((uint16_t)(h.x >> 16)) * (float)m;
     } else { /* QT_Q6_K */
         const uint8_t *b = row + (g / 8) * 210;
         int j = (int)(g % 8), n = j / 4, k = j % 4;
         const uint8_t *ql = b + 64 * n + 32 * (k & 1), *qh = b + 128 + 32 * n;
         int shl = (k >> 1) * 4, shh = 2 * k;
+        int lw[8], hw[8];
+        ld32_a2(ql, lw);
+        ld32_a2(qh, hw);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            int lo = (ld_i32_a2(ql + 4 * i) >> shl) & 0x0F0F0F0F;
-            int hi = ((ld_i32_a2(qh + 4 * i) >> shh) & 0x03030303) << 4;
+            int lo = (lw[i] >> shl) & 0x0F0F0F0F;
+            int hi = ((hw[i] >> shh) & 0x03030303) << 4;
             q.w[i] = __vsubss4(lo | hi, 0x20202020); /* 6-bit values minus 32, per byte */
         }
         const int8_t *sc = (const int8_t *)(b + 192 + 8 * n + 2 * k);
@@ -362,6 +435,11 @@ void cuda_attention(bk_backend *be, const float *q, const float *k, const float 
 void cuda_swiglu(bk_backend *be, const float *gate, const float *up, float *out, size_t n);
 void cuda_add(bk_backend *be, float *x, const float *y, size_t n);
 void cuda_matmul_add(bk_backend *be, const bk_weight *w, const float *x, int n, float *y);
+void cuda_matmul_swiglu(bk_backend *be, const bk_weight *gate, const bk_weight *up, const float *x, int n,
+                        float *tmp, float *out);
+void cuda_qk_norm_rope(bk_backend *be, float *q, float *k, int n, int n_head, int n_head_kv, int head_dim,
+                       const bk_weight *q_norm, const bk_weight *k_norm, float eps, const int32_t *pos,
+                       const bk_rope_params *rp);
 brisk_status cuda_step_begin(bk_backend *be, const bk_step *st, bool *replayed);
 brisk_status cuda_step_end(bk_backend *be, bool *rerun);
 brisk_status cuda_graph_init(cuda_backend *cb);
@@ -380,10 +458,17 @@ void cuda_moe_free(cuda_backend *cb);
 bool cuda_mmvq_supported(uint32_t type, int64_t n_in);
 bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n);
 void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum);
+bool cuda_mmvq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, int n, float *out);
+/* The activations of x (n rows of n_in) are quantized: reuses the fused norm's (xq_src) or quantizes. */
+bool cuda_mmvq_prepare(cuda_backend *cb, const float *x, int64_t n_in, int n);
 bool cuda_attn_decode_supported(int head_dim);
 void cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, int max_np, const int32_t *d_pos,
                       const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
                       float *out);
+bool cuda_attn_prefill_supported(int head_dim, int n_head, int n_head_kv);
+void cuda_attn_prefill(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, const int32_t *d_pos,
+                       const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
+                       float *out);
 bool cuda_mma_supported(uint32_t type, int64_t n_in);
 void cuda_mma(cuda_backend *cb, const bk_weight *w, const float *bias, const float *x, int n, float *y, int accum);
 brisk_status cuda_blas_init(cuda_backend *cb);

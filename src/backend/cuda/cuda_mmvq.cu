@@ -43,38 +43,80 @@ __global__ void quantize_q8_1_kernel(const float *x, int64_t n_in, int8_t *xq, f
 /* The weight groups (wgroup, group_load, group_dot) live in cuda_internal.cuh:
  * the expert products of cuda_moe.cu use them too. */
 
-template <int T, int NT> /* NT: tokens the registers are sized for (n <= NT) */
+/* Groups each lane loads before it uses any (a warp keeps U * MMVQ_ROWS groups of loads in flight;
+ * a 4096-wide row is 128 groups, 4 per lane). Q6_K's unpacking needs many registers: two groups
+ * (one for the LM head, see cuda_mmvq) keep its occupancy; dev/kernels/mmvq_lab.cu on the H200:
+ * Q4_K 4096x4096 9.5 -> 6.9 us from U = 1 to 4; Q6_K 4096x12288 31.1 / 25.7 / 49.0 us at U = 1 / 2 / 4,
+ * the 151936-row LM head 218 / 231 / 401 us. */
+template <int T, int NT> struct mmvq_unroll {
+    static constexpr int U = T == QT_Q6_K ? (NT == 1 ? 2 : 1) : NT == 1 ? 4 : NT <= 4 ? 2 : 1;
+};
+
+/* GLU: the warp's two rows are row r of the gate matrix W and row r of the up matrix W2, and it
+ * stores silu(gate) * up (the FFN's SwiGLU, as swiglu_kernel computes it) to y[t, r].
+ * Warps stride over the rows (a grid smaller than the matrix makes the kernel persistent;
+ * dev/kernels/mmvq_lab.cu times both). */
+template <int T, int NT, bool GLU, int U = mmvq_unroll<T, NT>::U> /* NT: tokens the registers are sized for */
 __global__ void __launch_bounds__(MMVQ_WARPS * 32)
-mmvq_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, const int8_t *xq,
+mmvq_kernel(const uint8_t *W, const uint8_t *W2, size_t row_bytes, int64_t n_in, int64_t n_out, const int8_t *xq,
             const float2 *xds, int n, const float *bias, float *y, int accum) {
     int lane = threadIdx.x % 32;
-    int64_t r0 = ((int64_t)blockIdx.x * MMVQ_WARPS + threadIdx.x / 32) * MMVQ_ROWS;
-    if (r0 >= n_out) return;
-    const uint8_t *rows[MMVQ_ROWS];
-#pragma unroll
-    for (int i = 0; i < MMVQ_ROWS; i++) rows[i] = W + (r0 + i < n_out ? r0 + i : r0) * row_bytes;
-    float acc[MMVQ_ROWS][NT];
-#pragma unroll
-    for (int i = 0; i < MMVQ_ROWS; i++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) acc[i][t] = 0.0f;
     int64_t n_groups = n_in / 32;
-    for (int64_t g = lane; g < n_groups; g += 32) {
-        wgroup q[MMVQ_ROWS];
+    for (int64_t wid = (int64_t)blockIdx.x * MMVQ_WARPS + threadIdx.x / 32;; wid += (int64_t)gridDim.x * MMVQ_WARPS) {
+        int64_t r0 = GLU ? wid : wid * MMVQ_ROWS;
+        if (r0 >= n_out) return;
+        const uint8_t *rows[MMVQ_ROWS];
+        if (GLU) {
+            rows[0] = W + r0 * row_bytes;
+            rows[1] = W2 + r0 * row_bytes;
+        } else {
 #pragma unroll
-        for (int i = 0; i < MMVQ_ROWS; i++) group_load<T>(rows[i], g, q[i]);
+            for (int i = 0; i < MMVQ_ROWS; i++) rows[i] = W + (r0 + i < n_out ? r0 + i : r0) * row_bytes;
+        }
+        float acc[MMVQ_ROWS][NT];
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            if (t >= n) break;
-            const int4 *xp = (const int4 *)(xq + (int64_t)t * n_in + g * 32);
-            int4 a = __ldg(xp), c = __ldg(xp + 1);
-            int xi[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
-            float2 ds = __ldg(xds + (int64_t)t * n_groups + g);
+        for (int i = 0; i < MMVQ_ROWS; i++)
 #pragma unroll
-            for (int i = 0; i < MMVQ_ROWS; i++) acc[i][t] += group_dot(q[i], xi, ds);
+            for (int t = 0; t < NT; t++) acc[i][t] = 0.0f;
+        for (int64_t g0 = lane; g0 < n_groups; g0 += 32 * U) {
+            wgroup q[U][MMVQ_ROWS];
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (g0 + 32 * u < n_groups)
+#pragma unroll
+                    for (int i = 0; i < MMVQ_ROWS; i++) group_load<T>(rows[i], g0 + 32 * u, q[u][i]);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                int64_t g = g0 + 32 * u;
+                if (g >= n_groups) break;
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    if (t >= n) break;
+                    const int4 *xp = (const int4 *)(xq + (int64_t)t * n_in + g * 32);
+                    int4 a = __ldg(xp), c = __ldg(xp + 1);
+                    int xi[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+                    float2 ds = __ldg(xds + (int64_t)t * n_groups + g);
+#pragma unroll
+                    for (int i = 0; i < MMVQ_ROWS; i++) acc[i][t] += group_dot(q[u][i], xi, ds);
+                }
+            }
+        }
+        if (GLU) {
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= n) break;
+                float g = acc[0][t], u = acc[1][t];
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) {
+                    g += __shfl_xor_sync(0xffffffffu, g, o);
+                    u += __shfl_xor_sync(0xffffffffu, u, o);
+                }
+                if (lane == 0) y[(int64_t)t * n_out + r0] = g / (1.0f + expf(-g)) * u;
+            }
+        } else {
+            warp_store_rows(acc, lane, r0, n_out, n, bias, y, accum);
         }
     }
-    warp_store_rows(acc, lane, r0, n_out, n, bias, y, accum);
 }
 
 bool cuda_mmvq_supported(uint32_t type, int64_t n_in) {
@@ -108,10 +150,14 @@ void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, f
         float *ys = y + (int64_t)t0 * w->n_out;
         /* registers sized for the slice: a decode step keeps the occupancy of one token */
 #define MMVQ_NT(T, NT)                                                                                   \
-    mmvq_kernel<T, NT><<<blocks, MMVQ_WARPS * 32, 0, cb->stream>>>(W, w->row_bytes, w->n_in, w->n_out, xq, \
-                                                                  xds, nt, bias, ys, accum)
-#define MMVQ_LAUNCH(T)                 \
-    if (nt == 1) MMVQ_NT(T, 1);        \
+    mmvq_kernel<T, NT, false><<<blocks, MMVQ_WARPS * 32, 0, cb->stream>>>(W, NULL, w->row_bytes, w->n_in,   \
+                                                                         w->n_out, xq, xds, nt, bias, ys, accum)
+#define MMVQ_LAUNCH(T)                                                                                   \
+    if (nt == 1 && T == QT_Q6_K && w->n_out > 32768) /* many rows: occupancy beats loads in flight */     \
+        mmvq_kernel<T, 1, false, 1><<<blocks, MMVQ_WARPS * 32, 0, cb->stream>>>(W, NULL, w->row_bytes,       \
+                                                                               w->n_in, w->n_out, xq, xds, \
+                                                                               nt, bias, ys, accum);        \
+    else if (nt == 1) MMVQ_NT(T, 1);   \
     else if (nt <= 4) MMVQ_NT(T, 4);   \
     else if (nt <= 8) MMVQ_NT(T, 8);   \
     else MMVQ_NT(T, MMVQ_MAX_TOK)
@@ -125,4 +171,39 @@ void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, f
 #undef MMVQ_NT
 #undef MMVQ_LAUNCH
     }
+}
+
+/* x is already quantized (cuda_mmvq_prepare); the fused norm's output is reused as it stands. */
+bool cuda_mmvq_prepare(cuda_backend *cb, const float *x, int64_t n_in, int n) {
+    if (cb->xq_src == x && cb->xq_n == n && cb->xq_dim == n_in) return true;
+    return cuda_mmvq_quantize(cb, x, n_in, n);
+}
+
+/* out (n, n_ff) = silu(x Wgate^T) * (x Wup^T) for activations already quantized, n <= MMVQ_MAX_TOK:
+ * one warp per output row reads its gate and up rows (false: types or shapes it does not take). */
+bool cuda_mmvq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, int n, float *out) {
+    if (n > MMVQ_MAX_TOK || gate->type != up->type || gate->n_in != up->n_in || gate->n_out != up->n_out ||
+        gate->row_bytes != up->row_bytes || !cuda_mmvq_supported(gate->type, gate->n_in))
+        return false;
+    unsigned blocks = (unsigned)((gate->n_out + MMVQ_WARPS - 1) / MMVQ_WARPS);
+    const uint8_t *G = (const uint8_t *)gate->dev, *U = (const uint8_t *)up->dev;
+#define GLU_NT(T, NT)                                                                                       \
+    mmvq_kernel<T, NT, true><<<blocks, MMVQ_WARPS * 32, 0, cb->stream>>>(G, U, gate->row_bytes, gate->n_in, \
+                                                                        gate->n_out, cb->xq, cb->xds, n, NULL, \
+                                                                        out, 0)
+#define GLU_LAUNCH(T)                 \
+    if (n == 1) GLU_NT(T, 1);         \
+    else if (n <= 4) GLU_NT(T, 4);    \
+    else if (n <= 8) GLU_NT(T, 8);    \
+    else GLU_NT(T, MMVQ_MAX_TOK)
+    switch (gate->type) {
+    case QT_Q8_0: GLU_LAUNCH(QT_Q8_0); break;
+    case QT_Q4_0: GLU_LAUNCH(QT_Q4_0); break;
+    case QT_Q4_K: GLU_LAUNCH(QT_Q4_K); break;
+    case QT_Q6_K: GLU_LAUNCH(QT_Q6_K); break;
+    default: return false;
+    }
+#undef GLU_NT
+#undef GLU_LAUNCH
+    return true;
 }

@@ -11,8 +11,30 @@ __device__ __forceinline__ double warp_sum_d(double s) {
     return s;
 }
 
+/* With Q, the normalized values are also quantized in groups of 32 for the integer-dot products
+ * (xq, xds as quantize_q8_1_kernel writes them; dim % 32 == 0): the product that reads y next
+ * skips its own quantize launch (cuda_mmvq_prepare). */
+template <bool Q>
+__device__ __forceinline__ void norm_store(float v, float *yr, int i, int lane, int8_t *xq, float2 *xds,
+                                           int64_t row, int dim) {
+    yr[i] = v;
+    if (!Q) return;
+    float a = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    float d = a / 127.0f;
+    int q = a == 0.0f ? 0 : (int)roundf(v / d);
+    xq[row * dim + i] = (int8_t)q;
+    int s = q;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) xds[(row * dim + i) / 32] = make_float2(d, d * (float)s);
+}
+
 /* One warp per row: rows of up to ~1K (head norms, small models). */
-__global__ void rms_norm_warp_kernel(const float *x, const float *w, float *y, int n_rows, int dim, float eps) {
+template <bool Q>
+__global__ void rms_norm_warp_kernel(const float *x, const float *w, float *y, int n_rows, int dim, float eps,
+                                     int8_t *xq, float2 *xds) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= n_rows) return;
     const float *xr = x + (int64_t)row * dim;
@@ -21,27 +43,56 @@ __global__ void rms_norm_warp_kernel(const float *x, const float *w, float *y, i
     for (int i = lane; i < dim; i += 32) s += (double)(xr[i] * xr[i]);
     s = warp_sum_d(s);
     float scale = 1.0f / sqrtf((float)(s / dim) + eps);
-    for (int i = lane; i < dim; i += 32) yr[i] = (xr[i] * scale) * w[i];
+    for (int i = lane; i < dim; i += 32) norm_store<Q>((xr[i] * scale) * w[i], yr, i, lane, xq, xds, row, dim);
 }
 
-/* One block per row: wide rows (the model width). */
-__global__ void rms_norm_block_kernel(const float *x, const float *w, float *y, int dim, float eps) {
+/* One block per row: wide rows (the model width). With Q, blockDim and dim are multiples of 32,
+ * so each warp's step covers one whole group of 32. Rows of up to NORM_EPT * blockDim values are
+ * read once into registers, all loads issued before the first use (a decode step's single block
+ * otherwise waits one memory latency per loop step, twice). */
+#define NORM_EPT 8
+template <bool Q>
+__global__ void __launch_bounds__(1024)
+rms_norm_block_kernel(const float *x, const float *w, float *y, int dim, float eps, int8_t *xq, float2 *xds) {
     __shared__ double part[32];
     const float *xr = x + (int64_t)blockIdx.x * dim;
     float *yr = y + (int64_t)blockIdx.x * dim;
+    int nb = blockDim.x, tid = threadIdx.x;
+    bool regs = dim <= NORM_EPT * nb;
+    float v[NORM_EPT], wv[NORM_EPT];
     double s = 0;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) s += (double)(xr[i] * xr[i]);
+    if (regs) {
+#pragma unroll
+        for (int k = 0; k < NORM_EPT; k++) {
+            int i = tid + k * nb;
+            v[k] = i < dim ? xr[i] : 0.0f;
+            wv[k] = i < dim ? w[i] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < NORM_EPT; k++) s += (double)(v[k] * v[k]);
+    } else {
+        for (int i = tid; i < dim; i += nb) s += (double)(xr[i] * xr[i]);
+    }
     s = warp_sum_d(s);
-    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = s;
+    if (tid % 32 == 0) part[tid / 32] = s;
     __syncthreads();
-    if (threadIdx.x < 32) {
-        s = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0;
+    if (tid < 32) {
+        s = tid < nb / 32 ? part[tid] : 0.0;
         s = warp_sum_d(s);
-        if (threadIdx.x == 0) part[0] = s;
+        if (tid == 0) part[0] = s;
     }
     __syncthreads();
     float scale = 1.0f / sqrtf((float)(part[0] / dim) + eps);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = (xr[i] * scale) * w[i];
+    if (regs) {
+#pragma unroll
+        for (int k = 0; k < NORM_EPT; k++) {
+            int i = tid + k * nb; /* uniform over a warp: dim and nb are multiples of 32 when Q */
+            if (i < dim) norm_store<Q>((v[k] * scale) * wv[k], yr, i, tid % 32, xq, xds, blockIdx.x, dim);
+        }
+    } else {
+        for (int i = tid; i < dim; i += nb)
+            norm_store<Q>((xr[i] * scale) * w[i], yr, i, tid % 32, xq, xds, blockIdx.x, dim);
+    }
 }
 
 extern "C" void cuda_rms_norm(bk_backend *be, const float *x, const bk_weight *w, float *y, int n_rows, int dim,
@@ -49,11 +100,25 @@ extern "C" void cuda_rms_norm(bk_backend *be, const float *x, const bk_weight *w
     cuda_backend *cb = (cuda_backend *)be;
     if (n_rows <= 0) return;
     const float *wd = (const float *)w->dev;
-    if (dim <= 1024)
-        rms_norm_warp_kernel<<<(n_rows + 7) / 8, 256, 0, cb->stream>>>(x, wd, y, n_rows, dim, eps);
-    else
-        rms_norm_block_kernel<<<n_rows, 512, 0, cb->stream>>>(x, wd, y, dim, eps);
+    /* decode-sized batches: quantize on the way for the integer-dot product that follows */
+    bool q = !cb->normq_off && cb->xq && dim % 32 == 0 && n_rows <= MMVQ_SLICE_MAX &&
+             (size_t)n_rows * (size_t)dim <= cb->xq_cap;
+    if (dim <= 1024) {
+        if (q) rms_norm_warp_kernel<true><<<(n_rows + 7) / 8, 256, 0, cb->stream>>>(x, wd, y, n_rows, dim, eps, cb->xq, cb->xds);
+        else rms_norm_warp_kernel<false><<<(n_rows + 7) / 8, 256, 0, cb->stream>>>(x, wd, y, n_rows, dim, eps, NULL, NULL);
+    } else {
+        /* about 4 values a thread: a single row (decode) keeps 1,024 loads in flight */
+        int nb = (dim / 4 + 31) / 32 * 32;
+        nb = nb < 128 ? 128 : nb > 1024 ? 1024 : nb;
+        if (q) rms_norm_block_kernel<true><<<n_rows, nb, 0, cb->stream>>>(x, wd, y, dim, eps, cb->xq, cb->xds);
+        else rms_norm_block_kernel<false><<<n_rows, nb, 0, cb->stream>>>(x, wd, y, dim, eps, NULL, NULL);
+    }
     CU_LAUNCHED(cb);
+    if (q) {
+        cb->xq_src = y;
+        cb->xq_n = n_rows;
+        cb->xq_dim = dim;
+    }
 }
 
 /* ---- rope ---- */
@@ -62,13 +127,12 @@ typedef struct rope_args {
     float theta_scale, freq_scale, ext_factor, attn_factor, corr0, corr1, log_mscale;
 } rope_args;
 
-/* One thread per (token, rotated pair); it rotates that pair in every head. */
-__global__ void rope_kernel(float *x, int n, const int32_t *pos, const float *ff, rope_args a) {
-    int half = a.n_rot / 2;
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (int64_t)n * half) return;
-    int t = (int)(idx / half), i = (int)(idx % half), i0 = 2 * i;
-    float theta = (float)pos[t];
+#define ROPE_MAX_HALF 256 /* rotated pairs per head (n_rot <= 512) */
+
+/* cos and sin (times the YaRN magnitude) of rotated pair i at position p, as the CPU computes them. */
+__device__ __forceinline__ void rope_cs(int i, int p, const float *ff, const rope_args &a, float *c, float *s) {
+    int i0 = 2 * i;
+    float theta = (float)p;
     for (int k = 0; k < i; k++) theta *= a.theta_scale;
     float f = ff ? ff[i] : 1.0f;
     /* _rn intrinsics: no fused multiply-adds, so the angle rounds as on the CPU */
@@ -81,14 +145,92 @@ __global__ void rope_kernel(float *x, int n, const int32_t *pos, const float *ff
         th = __fadd_rn(__fmul_rn(interp, 1 - mix), __fmul_rn(extrap, mix));
         mscale *= a.log_mscale;
     }
-    float c = __fmul_rn(cosf(th), mscale), s = __fmul_rn(sinf(th), mscale);
-    int ia = a.neox ? i : i0, ib = a.neox ? i + half : i0 + 1;
-    for (int h = 0; h < a.n_heads; h++) {
-        float *v = x + ((int64_t)t * a.n_heads + h) * a.head_dim;
-        float x0 = v[ia], x1 = v[ib];
-        v[ia] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-        v[ib] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    *c = __fmul_rn(cosf(th), mscale);
+    *s = __fmul_rn(sinf(th), mscale);
+}
+
+/* Rotates pair i of v (one head) by (c, s). */
+__device__ __forceinline__ void rope_pair(float *v, int i, float c, float s, const rope_args &a) {
+    int half = a.n_rot / 2;
+    int ia = a.neox ? i : 2 * i, ib = a.neox ? i + half : 2 * i + 1;
+    float x0 = v[ia], x1 = v[ib];
+    v[ia] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    v[ib] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+}
+
+/* One block per token: the pairs' angles once into shared memory, then every (head, pair) of the
+ * token in parallel (a decode step rotates 32 heads with one block instead of 64 threads looping). */
+__global__ void rope_kernel(float *x, int n, const int32_t *pos, const float *ff, rope_args a) {
+    __shared__ float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
+    int t = blockIdx.x, half = a.n_rot / 2;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) rope_cs(i, pos[t], ff, a, &cs[i], &sn[i]);
+    __syncthreads();
+    for (int e = threadIdx.x; e < a.n_heads * half; e += blockDim.x) {
+        int h = e / half, i = e % half;
+        rope_pair(x + ((int64_t)t * a.n_heads + h) * a.head_dim, i, cs[i], sn[i], a);
     }
+    (void)n;
+}
+
+/* QK-norm and rope in one pass, blocks of (token, 8 heads): each warp takes whole heads (q heads,
+ * then k heads), normalises a head as rms_norm_warp_kernel does (same sums, same order) into its shared
+ * row, then rotates it from there. n_heads of a holds the q heads; nk the k heads. */
+__global__ void qk_norm_rope_kernel(float *q, float *k, const float *qw, const float *kw, float eps, int nk,
+                                    const int32_t *pos, const float *ff, rope_args a) {
+    extern __shared__ float qk_sm[]; /* cs[half], sn[half], rows[warps][head_dim] */
+    int t = blockIdx.x, half = a.n_rot / 2, hd = a.head_dim, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int warps = blockDim.x / 32;
+    float *cs = qk_sm, *sn = qk_sm + half, *row = qk_sm + 2 * half + warp * hd;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) rope_cs(i, pos[t], ff, a, &cs[i], &sn[i]);
+    __syncthreads();
+    int nq = a.n_heads;
+    for (int h = blockIdx.y * warps + warp; h < nq + nk; h += gridDim.y * warps) {
+        bool isq = h < nq;
+        float *v = isq ? q + ((int64_t)t * nq + h) * hd : k + ((int64_t)t * nk + (h - nq)) * hd;
+        const float *w = isq ? qw : kw;
+        if (w) {
+            double s = 0;
+            for (int i = lane; i < hd; i += 32) s += (double)(v[i] * v[i]);
+            s = warp_sum_d(s);
+            float scale = 1.0f / sqrtf((float)(s / hd) + eps);
+            for (int i = lane; i < hd; i += 32) row[i] = (v[i] * scale) * w[i];
+        } else {
+            for (int i = lane; i < hd; i += 32) row[i] = v[i];
+        }
+        __syncwarp();
+        for (int i = lane; i < half; i += 32) rope_pair(row, i, cs[i], sn[i], a);
+        __syncwarp();
+        for (int i = lane; i < hd; i += 32) v[i] = row[i];
+        __syncwarp();
+    }
+}
+
+/* The rope arguments and the device copies of pos and freq_factors; false after an error. */
+static bool rope_setup(cuda_backend *cb, int n, int n_heads, int head_dim, const int32_t *pos,
+                       const bk_rope_params *rp, rope_args *a, const int32_t **d_pos, const float **d_ff) {
+    a->n_rot = rp->n_rot;
+    a->neox = rp->mode == BK_ROPE_NEOX;
+    a->n_heads = n_heads;
+    a->head_dim = head_dim;
+    a->theta_scale = powf(rp->freq_base, -2.0f / (float)rp->n_rot);
+    a->freq_scale = rp->freq_scale;
+    a->ext_factor = rp->ext_factor;
+    a->attn_factor = rp->attn_factor;
+    /* YaRN correction dims, as the CPU computes them */
+    float nr = (float)rp->n_rot, base = rp->freq_base;
+    float start = floorf(nr * logf((float)rp->n_ctx_orig / (rp->beta_fast * 2.0f * (float)M_PI)) / (2.0f * logf(base)));
+    float end = ceilf(nr * logf((float)rp->n_ctx_orig / (rp->beta_slow * 2.0f * (float)M_PI)) / (2.0f * logf(base)));
+    a->corr0 = fmaxf(0.0f, start);
+    a->corr1 = fminf(nr - 1, end);
+    a->log_mscale = 1.0f + 0.1f * logf(1.0f / rp->freq_scale);
+    *d_pos = cb->step_on ? cb->st_pos : (const int32_t *)cuda_upload(cb, META_ROPE_POS, pos, (size_t)n * sizeof(int32_t));
+    if (!*d_pos) return false;
+    *d_ff = NULL;
+    if (rp->freq_factors) {
+        *d_ff = (const float *)cuda_upload(cb, META_ROPE_FREQ, rp->freq_factors, (size_t)(rp->n_rot / 2) * sizeof(float));
+        if (!*d_ff) return false;
+    }
+    return true;
 }
 
 extern "C" void cuda_rope(bk_backend *be, float *x, int n, int n_heads, int head_dim, const int32_t *pos,
@@ -96,30 +238,35 @@ extern "C" void cuda_rope(bk_backend *be, float *x, int n, int n_heads, int head
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0) return;
     rope_args a;
-    a.n_rot = rp->n_rot;
-    a.neox = rp->mode == BK_ROPE_NEOX;
-    a.n_heads = n_heads;
-    a.head_dim = head_dim;
-    a.theta_scale = powf(rp->freq_base, -2.0f / (float)rp->n_rot);
-    a.freq_scale = rp->freq_scale;
-    a.ext_factor = rp->ext_factor;
-    a.attn_factor = rp->attn_factor;
-    /* YaRN correction dims, as the CPU computes them */
-    float nr = (float)rp->n_rot, base = rp->freq_base;
-    float start = floorf(nr * logf((float)rp->n_ctx_orig / (rp->beta_fast * 2.0f * (float)M_PI)) / (2.0f * logf(base)));
-    float end = ceilf(nr * logf((float)rp->n_ctx_orig / (rp->beta_slow * 2.0f * (float)M_PI)) / (2.0f * logf(base)));
-    a.corr0 = fmaxf(0.0f, start);
-    a.corr1 = fminf(nr - 1, end);
-    a.log_mscale = 1.0f + 0.1f * logf(1.0f / rp->freq_scale);
-    const int32_t *d_pos = cb->step_on ? cb->st_pos
-                                       : (const int32_t *)cuda_upload(cb, META_ROPE_POS, pos, (size_t)n * sizeof(int32_t));
-    if (!d_pos) return;
-    const float *d_ff = NULL;
-    if (rp->freq_factors) {
-        d_ff = (const float *)cuda_upload(cb, META_ROPE_FREQ, rp->freq_factors, (size_t)(rp->n_rot / 2) * sizeof(float));
-        if (!d_ff) return;
+    const int32_t *d_pos;
+    const float *d_ff;
+    if (!rope_setup(cb, n, n_heads, head_dim, pos, rp, &a, &d_pos, &d_ff)) return;
+    rope_kernel<<<n, 256, 0, cb->stream>>>(x, n, d_pos, d_ff, a);
+    CU_LAUNCHED(cb);
+}
+
+extern "C" void cuda_qk_norm_rope(bk_backend *be, float *q, float *k, int n, int n_head, int n_head_kv, int head_dim,
+                                  const bk_weight *q_norm, const bk_weight *k_norm, float eps, const int32_t *pos,
+                                  const bk_rope_params *rp) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (n <= 0) return;
+    if (cb->qkrope_off || rp->n_rot > head_dim || rp->n_rot / 2 > ROPE_MAX_HALF) {
+        if (q_norm) cuda_rms_norm(be, q, q_norm, q, n * n_head, head_dim, eps);
+        if (k_norm) cuda_rms_norm(be, k, k_norm, k, n * n_head_kv, head_dim, eps);
+        cuda_rope(be, q, n, n_head, head_dim, pos, rp);
+        cuda_rope(be, k, n, n_head_kv, head_dim, pos, rp);
+        return;
     }
-    int64_t total = (int64_t)n * (rp->n_rot / 2);
-    rope_kernel<<<(unsigned)((total + 255) / 256), 256, 0, cb->stream>>>(x, n, d_pos, d_ff, a);
+    rope_args a;
+    const int32_t *d_pos;
+    const float *d_ff;
+    if (!rope_setup(cb, n, n_head, head_dim, pos, rp, &a, &d_pos, &d_ff)) return;
+    /* one head per warp: a decode step's 40 heads run side by side, not five after another */
+    const int warps = 8;
+    size_t smem = (size_t)(rp->n_rot + warps * head_dim) * sizeof(float);
+    dim3 grid((unsigned)n, (unsigned)((n_head + n_head_kv + warps - 1) / warps));
+    qk_norm_rope_kernel<<<grid, warps * 32, smem, cb->stream>>>(q, k, q_norm ? (const float *)q_norm->dev : NULL,
+                                                             k_norm ? (const float *)k_norm->dev : NULL, eps,
+                                                             n_head_kv, d_pos, d_ff, a);
     CU_LAUNCHED(cb);
 }
