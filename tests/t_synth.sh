@@ -62,6 +62,47 @@ started "$T/y.gguf.tmp" || no "synth never started writing $T/y.gguf.tmp"
 sleep 0.3; kill -KILL $pid; wait $pid 2>/dev/null
 cmp -s "$T/y0.gguf" "$T/y.gguf" && ok "SIGKILL keeps the old OUT intact" || no "SIGKILL damaged the old OUT"
 
+# --repeat-rows: same tensors and size, rows repeat with the period, the model runs
+syn --preset tiny-qwen3moe --type q4_k_m --expert-skew 1 -o "$T/r0.gguf" &&
+  syn --preset tiny-qwen3moe --type q4_k_m --expert-skew 1 --repeat-rows 8 -o "$T/r8.gguf"
+if [ "$(stat -c %s "$T/r0.gguf")" = "$(stat -c %s "$T/r8.gguf")" ] &&
+   ! cmp -s "$T/r0.gguf" "$T/r8.gguf" &&
+   "$B/brisk" run -m "$T/r8.gguf" -p "hi" -n 4 --temp 0 -ngl 0 >/dev/null 2>&1; then
+  ok "--repeat-rows: same size, other bytes, runs"
+else no "--repeat-rows"; fi
+python3 - "$T/r8.gguf" <<'PY' && ok "--repeat-rows 8: rows r and r + 8 of blk.0.ffn_up_exps are equal" || no "--repeat-rows: rows differ"
+import struct, sys
+# minimal GGUF v3 reader: find blk.0.ffn_up_exps.weight and compare row 0 with row 8
+f = open(sys.argv[1], 'rb').read()
+o = 8; nt, nkv = struct.unpack_from('<QQ', f, o); o += 16
+def rstr(o):
+    n, = struct.unpack_from('<Q', f, o); return f[o + 8:o + 8 + n].decode(), o + 8 + n
+SZ = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+def skip(t, o):
+    if t == 8: return rstr(o)[1]
+    if t == 9:
+        et, n = struct.unpack_from('<IQ', f, o); o += 12
+        for _ in range(n): o = skip(et, o)
+        return o
+    return o + SZ[t]
+align = 32
+for _ in range(nkv):
+    k, o = rstr(o); t, = struct.unpack_from('<I', f, o); o += 4
+    if k == 'general.alignment': align, = struct.unpack_from('<I', f, o)
+    o = skip(t, o)
+infos = []
+for _ in range(nt):
+    name, o = rstr(o); nd, = struct.unpack_from('<I', f, o); o += 4
+    ne = struct.unpack_from('<%dQ' % nd, f, o); o += 8 * nd
+    ty, off = struct.unpack_from('<IQ', f, o); o += 12
+    infos.append((name, ne, ty, off))
+base = (o + align - 1) // align * align
+name, ne, ty, off = [i for i in infos if i[0] == 'blk.0.ffn_up_exps.weight'][0]
+rb = {12: 144 * ne[0] // 256, 14: 210 * ne[0] // 256, 8: 34 * ne[0] // 32}[ty]
+a = base + off
+sys.exit(0 if f[a:a + rb] == f[a + 8 * rb:a + 9 * rb] and f[a:a + rb] != f[a + rb:a + 2 * rb] else 1)
+PY
+
 # bad arguments: exactly one line on stderr
 bad() { # expected-rc description args...
   local want=$1 what=$2; shift 2

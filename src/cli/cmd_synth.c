@@ -15,7 +15,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: brisk synth --preset NAME -o OUT.gguf [--vocab VOCAB.gguf] [--type T] [--pure]\n"
-            "                   [--layers N] [--seed S] [--expert-skew S] [-t N]\n"
+            "                   [--layers N] [--seed S] [--expert-skew S] [--repeat-rows N] [-t N]\n"
             "  random-weight model of a real shape, written streaming with N threads (default: all cores);\n"
             "  the same --seed gives the same bytes for any -t. Written as OUT.gguf.tmp, renamed when done.\n"
             "  --type: a llama-quantize mix (each tensor gets the type llama-quantize would give it):");
@@ -24,6 +24,8 @@ static void usage(FILE *f) {
                "  --pure: every matrix gets the mix's base type (llama-quantize --pure)\n"
                "  --expert-skew S: MoE routers favour some experts (router rows scaled by rank^(-S/4));\n"
                "     128 experts top-8: the top 10%% of experts get 18%%/27%%/41%% of picks at S=0.5/1/2\n"
+               "  --repeat-rows N: each matrix repeats its first N rows (generated once: fast files for speed\n"
+               "     benchmarks, same shapes and types; the router keeps distinct rows)\n"
                "presets:");
     for (const char *const *p = synth_preset_names(); *p; p++) fprintf(f, " %s", *p);
     fprintf(f, "\n");
@@ -39,7 +41,7 @@ static void on_signal(int sig) {
 
 int cmd_synth(int argc, char **argv) {
     const char *preset = NULL, *vocab = NULL, *out = NULL, *type = NULL;
-    int layers = 0, threads = 0, slab_kb = 0;
+    int layers = 0, threads = 0, slab_kb = 0, repeat = 0;
     float skew = 0;
     uint64_t seed = 0;
     bool seed_set = false, pure = false;
@@ -64,6 +66,8 @@ int cmd_synth(int argc, char **argv) {
             if (!cli_int(a, v, 1, 256, &threads)) return 2;
         } else if (!strcmp(a, "--slab-kb")) { /* output generated per step; for tests */
             if (!cli_int(a, v, 1, 1 << 20, &slab_kb)) return 2;
+        } else if (!strcmp(a, "--repeat-rows")) {
+            if (!cli_int(a, v, 1, 1 << 30, &repeat)) return 2;
         } else if (!strcmp(a, "--expert-skew")) {
             if (!cli_float(a, v, 0, 64, &skew)) return 2;
         } else if (!strcmp(a, "--seed")) {
@@ -82,6 +86,7 @@ int cmd_synth(int argc, char **argv) {
     c.n_threads = threads;
     c.expert_skew = skew;
     c.slab_bytes = (size_t)slab_kb << 10;
+    c.repeat_rows = repeat;
     if (skew > 0 && c.n_expert == 0) return cli_error(2, "synth: --expert-skew needs a MoE preset, not %s", preset);
     if (type && quant_ftype_find(type)) c.ftype = type;
     else if (type) {

@@ -28,6 +28,7 @@ struct gguf_rows {
     int64_t n_tensors, i;
     uint64_t total, done;  /* output bytes: all, and of written slabs */
     double t0, last;
+    int64_t period;        /* > 0: a tensor's rows repeat its first `period` rows (gguf_rows_set_period) */
 };
 
 typedef struct {
@@ -38,6 +39,9 @@ typedef struct {
     gguf_row_fn fn;
     void *ctx;
     unsigned char *out;
+    const unsigned char *cache; /* the first `period` converted rows, copied for every row; or NULL */
+    int64_t period;
+    bool no_flush;              /* producing the cache: the pending slab waits for the tensor's rows */
     atomic_llong next, rows_done;
     brisk_status st[MAX_THREADS];
 } rows_job;
@@ -75,7 +79,7 @@ static void rows_worker(void *arg, int ith, int nth) {
     gguf_rows *r = j->r;
     brisk_status s = BRISK_OK;
     (void)nth;
-    if (ith == 0 && r->pend_bytes) s = gguf_writer_write_rows(r->w, r->slab[r->cur ^ 1], r->pend_bytes);
+    if (ith == 0 && r->pend_bytes && !j->no_flush) s = gguf_writer_write_rows(r->w, r->slab[r->cur ^ 1], r->pend_bytes);
     float *x = r->scratch[ith], *tmp = x + j->ne0;
     while (s == BRISK_OK) {
         int64_t r0 = atomic_fetch_add(&j->next, j->chunk);
@@ -83,6 +87,10 @@ static void rows_worker(void *arg, int ith, int nth) {
         int64_t r1 = r0 + j->chunk < j->nrows ? r0 + j->chunk : j->nrows;
         for (int64_t k = r0; k < r1 && s == BRISK_OK; k++) {
             unsigned char *dst = j->out + (size_t)k * j->row_bytes;
+            if (j->cache) {
+                memcpy(dst, j->cache + (size_t)((j->row0 + k) % j->period) * j->row_bytes, j->row_bytes);
+                continue;
+            }
             float *row = j->type == QT_F32 ? (float *)dst : x; /* f32 rows are produced in place */
             s = j->fn(j->ctx, j->row0 + k, row, tmp);
             if (s == BRISK_OK) s = convert_row(j->type, row, dst, j->ne0);
@@ -135,6 +143,25 @@ brisk_status gguf_rows_tensor(gguf_rows *r, uint32_t type, int64_t ne0, int64_t 
                     .chunk = ne0 >= CHUNK_ELEMS ? 1 : CHUNK_ELEMS / ne0};
     r->i++;
     brisk_status s = BRISK_OK;
+    unsigned char *cache = NULL;
+    if (r->period > 0 && rows > r->period) { /* the first rows once, then copies */
+        if (!(cache = malloc((size_t)r->period * rb))) {
+            free(j);
+            return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+        }
+        j->row0 = 0;
+        j->nrows = r->period;
+        j->out = cache;
+        j->no_flush = true;
+        atomic_init(&j->next, 0);
+        atomic_init(&j->rows_done, 0);
+        threadpool_run(r->tp, rows_worker, j);
+        for (int k = 0; k < r->n_threads && s == BRISK_OK; k++) s = j->st[k];
+        j->no_flush = false;
+        j->cache = cache;
+        j->period = r->period;
+        j->chunk = 64;
+    }
     for (int64_t r0 = 0; r0 < rows && s == BRISK_OK; r0 += per_slab) {
         j->row0 = r0;
         j->nrows = rows - r0 < per_slab ? rows - r0 : per_slab;
@@ -148,8 +175,11 @@ brisk_status gguf_rows_tensor(gguf_rows *r, uint32_t type, int64_t ne0, int64_t 
         r->cur ^= 1;
     }
     free(j);
+    free(cache);
     return s;
 }
+
+void gguf_rows_set_period(gguf_rows *r, int64_t period) { r->period = period > 0 ? period : 0; }
 
 brisk_status gguf_rows_finish(gguf_rows *r) {
     brisk_status s = r->pend_bytes ? gguf_writer_write_rows(r->w, r->slab[r->cur ^ 1], r->pend_bytes) : BRISK_OK;

@@ -41,6 +41,9 @@ typedef struct gguf_rows gguf_rows;
 brisk_status gguf_rows_new(gguf_writer *w, const gguf_rows_opts *o, gguf_rows **out);
 /* Produces, converts and streams out the next tensor: `rows` rows of ne0 values in `type`. */
 brisk_status gguf_rows_tensor(gguf_rows *r, uint32_t type, int64_t ne0, int64_t rows, gguf_row_fn fn, void *ctx);
+/* From the next tensor on, tensors of more than `period` rows repeat their first `period` rows
+ * (generated and converted once): fast synthesis of benchmark models (0: off, the default). */
+void gguf_rows_set_period(gguf_rows *r, int64_t period);
 /* Writes the last pending slab and ends the progress line. */
 brisk_status gguf_rows_finish(gguf_rows *r);
 void gguf_rows_free(gguf_rows *r);

@@ -421,6 +421,7 @@ static brisk_status write_tensor(gguf_rows *rs, const synth_config *c, const ten
         }
         g.row_scale = scales;
     }
+    gguf_rows_set_period(rs, t->init == INIT_ROUTER ? 0 : c->repeat_rows);
     brisk_status s = gguf_rows_tensor(rs, t->type, t->ne[0], rows, gen_row, &g);
     free(scales);
     return s;

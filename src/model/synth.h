@@ -70,6 +70,8 @@ typedef struct synth_config {
     bool pure;                /* with ftype: every matrix gets the mix's base type */
     int n_threads;            /* <= 0: one per core */
     size_t slab_bytes;        /* output bytes per generation step; 0: 32 MiB (tests use small ones) */
+    int64_t repeat_rows;      /* > 0: matrices repeat their first N rows (fast, for speed benchmarks;
+                               * the router keeps distinct rows, so --expert-skew still holds) */
 } synth_config;
 
 /* Fills c from a preset name (see synth_preset_names). BRISK_ERR_NOT_FOUND for unknown names. */
