@@ -47,11 +47,19 @@ typedef struct brisk_context brisk_context;
 
 /* ---- models ---------------------------------------------------------- */
 
+/* Partial offload (llama.cpp's -ngl): with 0 < n_gpu_layers < n_layer the
+ * token embedding and layers [0, n_layer - n_gpu_layers) run on the CPU, the
+ * last n_gpu_layers layers and the output layer (final norm, LM head) on the
+ * GPU; each layer's KV cache and recurrent state live with it, and each batch
+ * crosses once (the residual stream, n_embd floats a token). n_gpu_layers
+ * >= n_layer or -1: all on the GPU; 0, or no GPU: all on the CPU. */
 typedef struct brisk_model_params {
     bool vocab_only;   /* load metadata and tokenizer, no weights */
-    int n_gpu_layers;  /* -1: all layers on the GPU when one is present */
+    int n_gpu_layers;  /* layers on the GPU, the last ones; -1: all, when one is present */
     int device;        /* GPU index */
     bool progress;     /* print loading progress on stderr */
+    bool split_cpu;    /* for tests without a GPU: split as n_gpu_layers says, with a second CPU
+                          backend in the GPU's place (also set by the environment's BRISK_SPLIT_CPU=1) */
 } brisk_model_params;
 
 brisk_model_params brisk_model_default_params(void);
@@ -69,6 +77,8 @@ typedef struct brisk_model_info {
     uint64_t decode_bytes;  /* weight bytes read per decoded token (the embedding table only as the LM head;
                                MoE: of each layer's experts only the n_expert_used a token routes to) */
     int gpu_device;         /* CUDA device holding the weights, or -1 (CPU) */
+    int n_gpu_layers;       /* layers on that device (the last ones; the output layer with them),
+                               or on the second CPU backend of a split_cpu model; 0: none */
 } brisk_model_info;
 void brisk_model_get_info(const brisk_model *model, brisk_model_info *out);
 /* A string metadata value of the model's GGUF ("tokenizer.chat_template", ...)

@@ -68,4 +68,10 @@ $B run -m "$M" -p hi -n 2 --kv-type q3 >/dev/null 2>"$T/e"; rc=$?
 check "unknown KV type: exit 2" '[ $rc -eq 2 ] && grep -q "unknown KV cache type" "$T/e"'
 $B run -m "$M" -p hi -n 2 -ctk q8_0 -ctv f16 >/dev/null 2>"$T/e"; rc=$?
 check "different K and V types: exit 2" '[ $rc -eq 2 ] && [ $(wc -l <"$T/e") -eq 1 ]'
+
+# Partial offload (-ngl below the layer count), with a second CPU backend in the GPU's place
+$B run -m "$M" -p "Once upon a time" -n 32 --temp 0 -ngl 0 >"$T/o0" 2>/dev/null
+BRISK_SPLIT_CPU=1 $B run -m "$M" -p "Once upon a time" -n 32 --temp 0 -ngl 2 >"$T/o2" 2>"$T/e"; rc=$?
+check "-ngl 2 split (BRISK_SPLIT_CPU=1): the text of -ngl 0, the split said at load" \
+  '[ $rc -eq 0 ] && [ -s "$T/o0" ] && cmp -s "$T/o0" "$T/o2" && grep -q "^offloaded 2/5 layers to a second CPU backend: layers 3-4" "$T/e"'
 exit $fail

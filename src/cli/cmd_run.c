@@ -24,7 +24,7 @@ static void usage(FILE *f) {
             "  --seed S             RNG seed (default: random)\n"
             "  --ignore-eos         keep generating past end-of-text\n"
             CLI_KV_HELP
-            "  -ngl N               layers on the GPU (-1: all when one is present, 0: CPU)\n"
+            "  -ngl N               layers on the GPU, the last ones (-1: all when one is present, 0: CPU)\n"
             "  --device I           GPU index (default 0)\n"
             "  --no-display-prompt  (default) print only the continuation\n"
             "  -md, --model-draft FILE  speculative decoding: a small model of the same vocabulary\n"

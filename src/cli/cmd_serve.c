@@ -28,7 +28,7 @@ static void usage(FILE *f) {
             "  --max-body BYTES     request body limit (default 8 MiB)\n"
             "  -t, --threads N      CPU threads (default: all cores)\n"
             CLI_KV_HELP
-            "  -ngl N               layers on the GPU (-1: all when one is present, 0: CPU)\n"
+            "  -ngl N               layers on the GPU, the last ones (-1: all when one is present, 0: CPU)\n"
             "  --device I           GPU index (default 0)\n");
 }
 

@@ -187,9 +187,23 @@ bool cli_load_model(const char *path, int n_gpu_layers, int device, brisk_model 
     brisk_model_params mp = brisk_model_default_params();
     mp.n_gpu_layers = n_gpu_layers;
     mp.device = device;
-    if (brisk_model_load(path, &mp, out) == BRISK_OK) return true;
-    cli_error(1, "%s", brisk_last_error());
-    return false;
+    if (brisk_model_load(path, &mp, out) != BRISK_OK) {
+        cli_error(1, "%s", brisk_last_error());
+        return false;
+    }
+    /* Where the layers run, as llama.cpp says it ("offloaded 20/36 layers to GPU"). */
+    brisk_model_info in;
+    brisk_model_get_info(*out, &in);
+    int ng = in.n_gpu_layers, nc = in.n_layer - ng;
+    char where[32];
+    if (in.gpu_device >= 0) snprintf(where, sizeof where, "CUDA device %d", in.gpu_device);
+    else snprintf(where, sizeof where, "a second CPU backend");
+    if (ng > 0 && nc > 0)
+        fprintf(stderr, "offloaded %d/%d layers to %s: layers %d-%d and the output layer there, the embedding and "
+                "layers 0-%d on the CPU\n", ng, in.n_layer, where, nc, in.n_layer - 1, nc - 1);
+    else if (ng > 0 && in.gpu_device >= 0)
+        fprintf(stderr, "offloaded %d/%d layers to %s\n", ng, in.n_layer, where);
+    return true;
 }
 
 bool cli_new_context(brisk_model *m, const brisk_context_params *cp, brisk_context **out) {

@@ -1,6 +1,12 @@
 /* context.c — a model's runtime state: backend, paged KV cache, per-step
  * scratch and logits; brisk_decode() splits a batch into micro-batches and
- * runs each through the architecture's forward pass. */
+ * runs each through the architecture's forward pass.
+ *
+ * A model whose layers are split across two backends (partial offload, see
+ * brisk_model_params) runs as two stages, each with its own backend, scratch,
+ * recurrent state and checkpoints and its layers' KV pages; the block tables
+ * are shared. A forward pass runs the first stage's layers, copies the
+ * residual stream across, then the second's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,20 +28,31 @@ static const arch_forward_fn forward_by_arch[ARCH_COUNT] = {
     [ARCH_QWEN35MOE] = qwen35_forward,
 };
 
+/* Consecutive layers [l0, l1) on one backend. */
+typedef struct ctx_stage {
+    bk_backend *be;
+    int l0, l1;
+    int n_rec;           /* recurrent layers among them */
+    void *rs_mem;        /* their per-sequence state, see rs_layer_floats */
+    void *ck_mem;        /* (n_seq_max, n_ckpt) snapshots of one sequence's state in these layers, see ck_xfer */
+    fwd_scratch s;
+    void *scratch_mem;   /* backend memory carved into s */
+} ctx_stage;
+
 struct brisk_context {
     brisk_model *model;
     brisk_context_params p;
-    bk_backend *be;
+    ctx_stage st[2];     /* the first runs the embedding, the last the output layer */
+    int n_stage;         /* 1, or 2 for a split model */
     arch_forward_fn forward;
-    kv_cache *kv;        /* pages for the attention layers only (hp.n_attn_layers) */
+    kv_cache *kv;        /* pages for the attention layers only (hp.n_attn_layers), each on its stage's backend */
     bk_kv_view *views;   /* (n_layer) */
-    void *rs_mem;        /* recurrent layers' per-sequence state, see rs_layer_floats */
-    void *ck_mem;        /* (n_seq_max, n_ckpt) snapshots of one sequence's recurrent state, see ck_xfer */
+    bool recurrent;      /* the model has recurrent layers */
     int n_ckpt;          /* snapshots per sequence; 0 without recurrent state */
     int32_t *ck_pos;     /* (n_seq_max, n_ckpt) the length each snapshot was taken at, -1: free */
     int n_ubatch;
-    fwd_scratch s;
-    void *scratch_mem;   /* backend memory carved into s */
+    int64_t *expert_counts; /* (n_layer, n_expert) routing statistics, or NULL (fwd_scratch.expert_counts) */
+    int32_t *ids_host;      /* (n_ubatch, n_expert_used) */
     int32_t *tokens, *pos, *slot, *seq, *out_idx; /* (n_ubatch) */
     const int32_t **tables; /* (n_ubatch) */
     float *logits;       /* (n_logits_cap, n_vocab) host */
@@ -60,12 +77,14 @@ brisk_context_params brisk_context_default_params(void) {
 
 void brisk_context_free(brisk_context *c) {
     if (!c) return;
-    if (c->be) {
-        if (c->scratch_mem) c->be->ops->release(c->be, c->scratch_mem);
-        if (c->rs_mem) c->be->ops->release(c->be, c->rs_mem);
-        if (c->ck_mem) c->be->ops->release(c->be, c->ck_mem);
-        kv_cache_free(c->kv);
-        c->be->ops->free(c->be);
+    kv_cache_free(c->kv);
+    for (int i = 0; i < 2; i++) {
+        ctx_stage *st = &c->st[i];
+        if (!st->be) continue;
+        if (st->scratch_mem) st->be->ops->release(st->be, st->scratch_mem);
+        if (st->rs_mem) st->be->ops->release(st->be, st->rs_mem);
+        if (st->ck_mem) st->be->ops->release(st->be, st->ck_mem);
+        st->be->ops->free(st->be);
     }
     free(c->views);
     free(c->ck_pos);
@@ -77,15 +96,15 @@ void brisk_context_free(brisk_context *c) {
     free(c->tables);
     free(c->logits);
     free(c->logit_row);
-    free(c->s.expert_counts);
-    free(c->s.ids_host);
+    free(c->expert_counts);
+    free(c->ids_host);
     free(c);
 }
 
 /* The per-step activations of fwd_scratch, in floats, each rounded to 16. */
 #define N_SCRATCH 21
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
-static void scratch_sizes(const model_hparams *hp, size_t n, size_t sizes[N_SCRATCH]) {
+static void scratch_sizes(const model_hparams *hp, size_t n, bool logits, size_t sizes[N_SCRATCH]) {
     size_t d = hp->n_embd, qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim,
            ff = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp, ne = (size_t)hp->n_expert,
            nk = (size_t)hp->n_expert_used, dm = ne ? d : 0;
@@ -94,30 +113,35 @@ static void scratch_sizes(const model_hparams *hp, size_t n, size_t sizes[N_SCRA
     size_t nv = (size_t)hp->ssm_n_v_heads, vd = nv * hp->ssm_d_state,
            conv = (2 * (size_t)hp->ssm_n_k_heads + nv) * hp->ssm_d_state, sh = hp->n_ff_shexp ? d : 0;
     size_t s[N_SCRATCH] = {n * d,  n * d,  n * qd, n * kvd, n * kvd, n * max3(qd, vd, 0), n * ff, n * ff,
-                           n * ne, n * nk, n * nk, n * dm,  n * d,   n * (size_t)hp->n_vocab,
+                           n * ne, n * nk, n * nk, n * dm,  logits ? n * d : 0, logits ? n * (size_t)hp->n_vocab : 0,
                            hy ? n * max3(2 * qd, conv, 0) : 0, hy ? n * max3(qd, vd, 0) : 0, n * conv,
                            n * nv, n * nv, n * sh, sh ? n : 0};
     for (int i = 0; i < N_SCRATCH; i++) sizes[i] = (s[i] + 15) & ~(size_t)15;
 }
 
-static size_t scratch_bytes(const model_hparams *hp, size_t n) {
+/* logits: the stage runs the output layer (out and logits are sized). */
+static size_t scratch_bytes(const model_hparams *hp, size_t n, bool logits) {
     size_t sizes[N_SCRATCH], total = 0;
-    scratch_sizes(hp, n, sizes);
+    scratch_sizes(hp, n, logits, sizes);
     for (int i = 0; i < N_SCRATCH; i++) total += sizes[i];
     return total * sizeof(float);
 }
 
-static brisk_status alloc_scratch(brisk_context *c) {
+static bool is_last(const brisk_context *c, const ctx_stage *st) { return st == &c->st[c->n_stage - 1]; }
+
+static brisk_status alloc_scratch(brisk_context *c, ctx_stage *st) {
     size_t sizes[N_SCRATCH];
-    scratch_sizes(&c->model->hp, (size_t)c->n_ubatch, sizes);
-    float **dst[N_SCRATCH] = {&c->s.x,          &c->s.xb,    &c->s.q,       &c->s.k,
-                              &c->s.v,          &c->s.att,   &c->s.hb,      &c->s.hb2,
-                              &c->s.moe_logits, (float **)&c->s.moe_ids, &c->s.moe_w, &c->s.moe_out,
-                              &c->s.out,        &c->s.logits, &c->s.qg,     &c->s.gz,
-                              &c->s.conv,       &c->s.dn_beta, &c->s.dn_alpha, &c->s.sh,
-                              &c->s.sh_gate};
-    BK_TRY(c->be->ops->alloc(c->be, scratch_bytes(&c->model->hp, (size_t)c->n_ubatch), &c->scratch_mem));
-    float *p = c->scratch_mem;
+    fwd_scratch *s = &st->s;
+    scratch_sizes(&c->model->hp, (size_t)c->n_ubatch, is_last(c, st), sizes);
+    float **dst[N_SCRATCH] = {&s->x,          &s->xb,     &s->q,        &s->k,
+                              &s->v,          &s->att,    &s->hb,       &s->hb2,
+                              &s->moe_logits, (float **)&s->moe_ids, &s->moe_w, &s->moe_out,
+                              &s->out,        &s->logits, &s->qg,       &s->gz,
+                              &s->conv,       &s->dn_beta, &s->dn_alpha, &s->sh,
+                              &s->sh_gate};
+    BK_TRY(st->be->ops->alloc(st->be, scratch_bytes(&c->model->hp, (size_t)c->n_ubatch, is_last(c, st)),
+                              &st->scratch_mem));
+    float *p = st->scratch_mem;
     for (int i = 0; i < N_SCRATCH; i++) {
         *dst[i] = p;
         p += sizes[i];
@@ -134,21 +158,22 @@ static void rs_layer_floats(const model_hparams *hp, size_t *conv, size_t *ssm) 
     *ssm = (size_t)hp->ssm_n_v_heads * ds * ds;
 }
 
-static size_t rs_bytes(const model_hparams *hp, int n_seq_max) {
+/* Backend bytes of the recurrent state of n_rec layers. */
+static size_t rs_bytes(const model_hparams *hp, int n_rec, int n_seq_max) {
     size_t conv, ssm;
     rs_layer_floats(hp, &conv, &ssm);
-    return (size_t)(hp->n_layer - hp->n_attn_layers) * (size_t)(n_seq_max + 1) * (conv + ssm) * sizeof(float);
+    return (size_t)n_rec * (size_t)(n_seq_max + 1) * (conv + ssm) * sizeof(float);
 }
 
-/* Allocates the recurrent state once and points the recurrent layers' views into it. */
-static brisk_status alloc_rs(brisk_context *c) {
+/* Allocates a stage's recurrent state once and points its recurrent layers' views into it. */
+static brisk_status alloc_rs(brisk_context *c, ctx_stage *st) {
     const model_hparams *hp = &c->model->hp;
-    if (hp->n_attn_layers == hp->n_layer) return BRISK_OK;
-    BK_TRY(c->be->ops->alloc(c->be, rs_bytes(hp, c->p.n_seq_max), &c->rs_mem));
+    if (!st->n_rec) return BRISK_OK;
+    BK_TRY(st->be->ops->alloc(st->be, rs_bytes(hp, st->n_rec, c->p.n_seq_max), &st->rs_mem));
     size_t conv, ssm, slots = (size_t)c->p.n_seq_max + 1;
     rs_layer_floats(hp, &conv, &ssm);
-    float *p = c->rs_mem;
-    for (int l = 0; l < hp->n_layer; l++) {
+    float *p = st->rs_mem;
+    for (int l = st->l0; l < st->l1; l++) {
         if (!model_layer_recurrent(hp, l)) continue;
         c->views[l].conv = p;
         c->views[l].ssm = p + slots * conv;
@@ -157,30 +182,34 @@ static brisk_status alloc_rs(brisk_context *c) {
     return BRISK_OK;
 }
 
-/* One snapshot of a sequence's recurrent state, in floats: every recurrent layer's conv and ssm state. */
-static size_t ck_floats(const model_hparams *hp) {
+/* One snapshot of a sequence's state in n_rec recurrent layers, in floats: each layer's conv and ssm state. */
+static size_t ck_floats(const model_hparams *hp, int n_rec) {
     size_t conv, ssm;
     rs_layer_floats(hp, &conv, &ssm);
-    return (size_t)(hp->n_layer - hp->n_attn_layers) * (conv + ssm);
+    return (size_t)n_rec * (conv + ssm);
 }
 
-static size_t ck_bytes(const model_hparams *hp, int n_seq_max, int n_ckpt) {
-    return hp->n_attn_layers == hp->n_layer ? 0 : (size_t)n_seq_max * (size_t)n_ckpt * ck_floats(hp) * sizeof(float);
+static size_t ck_bytes(const model_hparams *hp, int n_rec, int n_seq_max, int n_ckpt) {
+    return (size_t)n_seq_max * (size_t)n_ckpt * ck_floats(hp, n_rec) * sizeof(float);
 }
 
-/* Snapshot k (seq * n_ckpt + j) to or from the live recurrent state of seq. */
+/* Snapshot k (seq * n_ckpt + j) to or from the live recurrent state of seq, in every stage. */
 static void ck_xfer(brisk_context *c, int k, int seq, bool save) {
     const model_hparams *hp = &c->model->hp;
     size_t conv, ssm;
     rs_layer_floats(hp, &conv, &ssm);
-    float *snap = (float *)c->ck_mem + (size_t)k * ck_floats(hp);
-    for (int l = 0; l < hp->n_layer; l++) {
-        const bk_kv_view *v = &c->views[l];
-        if (!v->conv) continue;
-        float *lc = v->conv + (size_t)seq * conv, *ls = v->ssm + (size_t)seq * ssm;
-        c->be->ops->copy(c->be, save ? snap : lc, save ? lc : snap, conv * sizeof(float));
-        c->be->ops->copy(c->be, save ? snap + conv : ls, save ? ls : snap + conv, ssm * sizeof(float));
-        snap += conv + ssm;
+    for (int i = 0; i < c->n_stage; i++) {
+        const ctx_stage *st = &c->st[i];
+        if (!st->n_rec) continue;
+        float *snap = (float *)st->ck_mem + (size_t)k * ck_floats(hp, st->n_rec);
+        for (int l = st->l0; l < st->l1; l++) {
+            const bk_kv_view *v = &c->views[l];
+            if (!v->conv) continue;
+            float *lc = v->conv + (size_t)seq * conv, *ls = v->ssm + (size_t)seq * ssm;
+            st->be->ops->copy(st->be, save ? snap : lc, save ? lc : snap, conv * sizeof(float));
+            st->be->ops->copy(st->be, save ? snap + conv : ls, save ? ls : snap + conv, ssm * sizeof(float));
+            snap += conv + ssm;
+        }
     }
 }
 
@@ -204,12 +233,54 @@ static void rs_copy(brisk_context *c, int src, int dst) {
     const model_hparams *hp = &c->model->hp;
     size_t conv, ssm;
     rs_layer_floats(hp, &conv, &ssm);
-    for (int l = 0; c->rs_mem && l < hp->n_layer; l++) {
-        const bk_kv_view *v = &c->views[l];
-        if (!v->conv) continue;
-        c->be->ops->copy(c->be, v->conv + (size_t)dst * conv, v->conv + (size_t)src * conv, conv * sizeof(float));
-        c->be->ops->copy(c->be, v->ssm + (size_t)dst * ssm, v->ssm + (size_t)src * ssm, ssm * sizeof(float));
+    for (int i = 0; i < c->n_stage; i++) {
+        const ctx_stage *st = &c->st[i];
+        for (int l = st->l0; st->rs_mem && l < st->l1; l++) {
+            const bk_kv_view *v = &c->views[l];
+            if (!v->conv) continue;
+            st->be->ops->copy(st->be, v->conv + (size_t)dst * conv, v->conv + (size_t)src * conv, conv * sizeof(float));
+            st->be->ops->copy(st->be, v->ssm + (size_t)dst * ssm, v->ssm + (size_t)src * ssm, ssm * sizeof(float));
+        }
     }
+}
+
+/* The stages of a model: one, or two when its layers are split (model_split).
+ * Each gets a backend of its own: the CPU's, or for a GPU stage a CUDA
+ * backend (own stream and staging) on the device that holds its weights. */
+static brisk_status make_stages(brisk_context *c) {
+    const brisk_model *m = c->model;
+    int n_layer = m->hp.n_layer, split = model_split(m), dev = 0;
+    c->n_stage = split ? 2 : 1;
+    c->st[0].l0 = 0;
+    c->st[0].l1 = split ? split : n_layer;
+    c->st[1].l0 = split;
+    c->st[1].l1 = n_layer;
+    for (int i = 0; i < c->n_stage; i++) {
+        ctx_stage *st = &c->st[i];
+        bool gpu = bk_backend_is_cuda(m->be, &dev) && (i == 1 || !split);
+        BK_TRY(gpu ? bk_cuda_backend_new(dev, &st->be) : bk_cpu_backend_new(c->p.n_threads, &st->be));
+        for (int l = st->l0; l < st->l1; l++) st->n_rec += model_layer_recurrent(&m->hp, l);
+    }
+    return BRISK_OK;
+}
+
+/* The stage's share of the context's memory: KV pages, recurrent state and snapshots; scratch. */
+static void stage_bytes(const brisk_context *c, const ctx_stage *st, uint64_t *kv, uint64_t *scratch) {
+    const model_hparams *hp = &c->model->hp;
+    const brisk_context_params *p = &c->p;
+    int n_attn = (st->l1 - st->l0) - st->n_rec;
+    *kv = kv_cache_size_for(n_attn, hp->n_head_kv * hp->head_dim, p->n_ctx, p->n_seq_max, p->kv_block_size,
+                            p->kv_type) +
+          rs_bytes(hp, st->n_rec, p->n_seq_max) + ck_bytes(hp, st->n_rec, p->n_seq_max, p->n_seq_checkpoints);
+    *scratch = scratch_bytes(hp, (size_t)c->n_ubatch, is_last(c, st));
+}
+
+/* Copies the residual stream (n tokens) from one stage's scratch to the next's:
+ * one of the two backends is the CPU. */
+static brisk_status stage_transfer(brisk_context *c, const ctx_stage *from, const ctx_stage *to, int n) {
+    size_t bytes = (size_t)n * (size_t)c->model->hp.n_embd * sizeof(float);
+    if (bk_backend_is_cuda(to->be, NULL)) return bk_cuda_write(to->be, to->s.x, from->s.x, bytes);
+    return from->be->ops->read(from->be, from->s.x, to->s.x, bytes); /* to the host: a GPU copies back and waits */
 }
 
 brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *params,
@@ -241,24 +312,27 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
     c->forward = forward_by_arch[hp->arch];
     c->p = p;
     c->n_ubatch = p.n_batch < UBATCH_MAX ? p.n_batch : UBATCH_MAX;
-    /* Compute runs where the weights are: a model bound to a GPU gets a CUDA
-     * backend of its own (own stream and staging) on that device. */
-    int dev;
-    brisk_status s = bk_backend_is_cuda(model->be, &dev) ? bk_cuda_backend_new(dev, &c->be)
-                                                          : bk_cpu_backend_new(p.n_threads, &c->be);
+    c->recurrent = hp->n_attn_layers < hp->n_layer;
+    bk_backend **kv_be = NULL; /* (n_attn_layers) the backend of each attention layer's pages */
+    brisk_status s = make_stages(c);
     if (s != BRISK_OK) goto fail;
     c->mem.device = -1;
-    c->mem.kv_bytes = kv_cache_size_for(hp->n_attn_layers, hp->n_head_kv * hp->head_dim, p.n_ctx, p.n_seq_max,
-                                        p.kv_block_size, p.kv_type) +
-                      rs_bytes(hp, p.n_seq_max) + ck_bytes(hp, p.n_seq_max, p.n_seq_checkpoints);
-    c->mem.scratch_bytes = scratch_bytes(hp, (size_t)c->n_ubatch);
-    if (bk_backend_is_cuda(c->be, &dev)) {
+    for (int i = 0; i < c->n_stage; i++) {
+        uint64_t kv, scratch;
+        stage_bytes(c, &c->st[i], &kv, &scratch);
+        int dev;
+        if (!bk_backend_is_cuda(c->st[i].be, &dev)) {
+            if (c->mem.device < 0) c->mem.kv_bytes += kv, c->mem.scratch_bytes += scratch;
+            continue;
+        }
         /* A context that cannot fit is refused here, with what it needs, never
-         * by an allocation failing halfway or in the middle of generation. */
+         * by an allocation failing halfway or in the middle of generation. The
+         * report is the GPU's share. */
         c->mem.device = dev;
-        c->mem.weight_bytes = c->model->weight_bytes;
-        c->mem.scratch_bytes += bk_cuda_backend_overhead() +
-                                bk_cuda_moe_scratch_bytes(hp->n_embd, hp->n_ff_exp, hp->n_expert, hp->n_expert_used);
+        c->mem.weight_bytes = model->gpu_weight_bytes;
+        c->mem.kv_bytes = kv;
+        c->mem.scratch_bytes = scratch + bk_cuda_backend_overhead() +
+                               bk_cuda_moe_scratch_bytes(hp->n_embd, hp->n_ff_exp, hp->n_expert, hp->n_expert_used);
         size_t fr = 0, tot = 0;
         s = bk_cuda_mem_info(dev, &fr, &tot);
         if (s != BRISK_OK) goto fail;
@@ -272,15 +346,13 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
                         "MiB for batches of %d) but %.0f MiB are free; lower -c, --parallel, -b or "
                         "--ctx-checkpoints",
                         need / 1048576.0, dev, c->mem.kv_bytes / 1048576.0, p.n_ctx, p.n_seq_max,
-                        ck_bytes(hp, p.n_seq_max, p.n_seq_checkpoints) / 1048576.0, p.n_seq_checkpoints,
-                        c->mem.scratch_bytes / 1048576.0, c->n_ubatch, fr / 1048576.0);
+                        ck_bytes(hp, c->st[i].n_rec, p.n_seq_max, p.n_seq_checkpoints) / 1048576.0,
+                        p.n_seq_checkpoints, c->mem.scratch_bytes / 1048576.0, c->n_ubatch, fr / 1048576.0);
             goto fail;
         }
     }
-    s = kv_cache_new(c->be, hp->n_attn_layers, hp->n_head_kv * hp->head_dim, p.n_ctx, p.n_seq_max,
-                     p.kv_block_size, p.kv_type, &c->kv);
-    if (s != BRISK_OK) goto fail;
     c->views = calloc((size_t)hp->n_layer, sizeof *c->views);
+    kv_be = calloc((size_t)hp->n_attn_layers + 1, sizeof *kv_be);
     c->tokens = calloc((size_t)c->n_ubatch, sizeof(int32_t));
     c->pos = calloc((size_t)c->n_ubatch, sizeof(int32_t));
     c->slot = calloc((size_t)c->n_ubatch, sizeof(int32_t));
@@ -290,43 +362,58 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
     c->logit_row = calloc((size_t)p.n_batch, sizeof(int));
     c->n_logits_cap = p.n_seq_max;
     c->logits = calloc((size_t)c->n_logits_cap * hp->n_vocab, sizeof(float));
-    if (!c->views || !c->tokens || !c->pos || !c->slot || !c->seq || !c->out_idx || !c->tables || !c->logit_row ||
-        !c->logits) {
+    if (!c->views || !kv_be || !c->tokens || !c->pos || !c->slot || !c->seq || !c->out_idx || !c->tables ||
+        !c->logit_row || !c->logits) {
         s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    /* Attention layer l uses the cache's layer (number of attention layers before l). */
+    /* Attention layer l uses the cache's layer a (the number of attention layers before l). */
+    for (int i = 0, a = 0; i < c->n_stage; i++)
+        for (int l = c->st[i].l0; l < c->st[i].l1; l++)
+            if (!model_layer_recurrent(hp, l)) kv_be[a++] = c->st[i].be;
+    s = kv_cache_new(kv_be, hp->n_attn_layers, hp->n_head_kv * hp->head_dim, p.n_ctx, p.n_seq_max,
+                     p.kv_block_size, p.kv_type, &c->kv);
+    if (s != BRISK_OK) goto fail;
     for (int l = 0, a = 0; l < hp->n_layer; l++)
         if (!model_layer_recurrent(hp, l)) c->views[l] = kv_cache_view(c->kv, a++);
-    s = alloc_rs(c);
-    if (s != BRISK_OK) goto fail;
-    if ((c->n_ckpt = p.n_seq_checkpoints) > 0) {
-        s = c->be->ops->alloc(c->be, ck_bytes(hp, p.n_seq_max, c->n_ckpt), &c->ck_mem);
+    c->n_ckpt = p.n_seq_checkpoints;
+    for (int i = 0; i < c->n_stage; i++) {
+        ctx_stage *st = &c->st[i];
+        s = alloc_rs(c, st);
+        if (s == BRISK_OK && c->n_ckpt > 0 && st->n_rec > 0)
+            s = st->be->ops->alloc(st->be, ck_bytes(hp, st->n_rec, p.n_seq_max, c->n_ckpt), &st->ck_mem);
+        if (s == BRISK_OK) s = alloc_scratch(c, st);
         if (s != BRISK_OK) goto fail;
+    }
+    if (c->n_ckpt > 0) {
         if (!(c->ck_pos = malloc((size_t)p.n_seq_max * c->n_ckpt * sizeof *c->ck_pos))) {
             s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
             goto fail;
         }
         for (size_t i = 0; i < (size_t)p.n_seq_max * c->n_ckpt; i++) c->ck_pos[i] = -1;
     }
-    s = alloc_scratch(c);
-    if (s != BRISK_OK) goto fail;
     if (p.collect_expert_stats && hp->n_expert > 0) {
         /* read back per layer: a host sync inside the step, so the CPU backend only */
-        if (bk_backend_is_cuda(c->be, &dev)) {
+        if (c->mem.device >= 0) {
             s = bk_fail(BRISK_ERR_UNSUPPORTED, "expert statistics are collected on the CPU (load with -ngl 0)");
             goto fail;
         }
-        c->s.expert_counts = calloc((size_t)hp->n_layer * hp->n_expert, sizeof(int64_t));
-        c->s.ids_host = malloc((size_t)c->n_ubatch * hp->n_expert_used * sizeof(int32_t));
-        if (!c->s.expert_counts || !c->s.ids_host) {
+        c->expert_counts = calloc((size_t)hp->n_layer * hp->n_expert, sizeof(int64_t));
+        c->ids_host = malloc((size_t)c->n_ubatch * hp->n_expert_used * sizeof(int32_t));
+        if (!c->expert_counts || !c->ids_host) {
             s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
             goto fail;
         }
+        for (int i = 0; i < c->n_stage; i++) {
+            c->st[i].s.expert_counts = c->expert_counts;
+            c->st[i].s.ids_host = c->ids_host;
+        }
     }
+    free(kv_be);
     *out = c;
     return BRISK_OK;
 fail:
+    free(kv_be);
     brisk_context_free(c);
     return s;
 }
@@ -334,13 +421,13 @@ fail:
 brisk_status brisk_context_expert_counts(const brisk_context *c, int64_t *counts, int64_t cap, int *n_layer,
                                          int *n_expert) {
     const model_hparams *hp = &c->model->hp;
-    if (!c->s.expert_counts)
+    if (!c->expert_counts)
         return bk_fail(BRISK_ERR_UNSUPPORTED, hp->n_expert ? "the context was made without collect_expert_stats"
                                                            : "the model has no experts");
     int64_t n = (int64_t)hp->n_layer * hp->n_expert;
     if (n_layer) *n_layer = hp->n_layer;
     if (n_expert) *n_expert = hp->n_expert;
-    if (counts && cap >= n) memcpy(counts, c->s.expert_counts, (size_t)n * sizeof(int64_t));
+    if (counts && cap >= n) memcpy(counts, c->expert_counts, (size_t)n * sizeof(int64_t));
     return counts && cap < n ? bk_fail(BRISK_ERR_RANGE, "%lld counts do not fit in %lld", (long long)n, (long long)cap)
                              : BRISK_OK;
 }
@@ -355,19 +442,28 @@ static brisk_status reserve_logits(brisk_context *c, int n) {
     return BRISK_OK;
 }
 
-/* One forward pass, bracketed as a backend step when the backend takes steps
- * (the CUDA backend replays a captured graph of the pass). */
-static brisk_status run_forward(brisk_context *c, const fwd_batch *fb) {
-    const bk_backend_ops *op = c->be->ops;
-    if (!op->step_begin) return c->forward(c->model, c->be, c->views, fb, &c->s);
+/* A stage's layers of one forward pass, bracketed as a backend step when the
+ * backend takes steps (the CUDA backend replays a captured graph of them). */
+static brisk_status run_stage(brisk_context *c, ctx_stage *stg, const fwd_batch *fb) {
+    const bk_backend_ops *op = stg->be->ops;
+    if (!op->step_begin) return c->forward(c->model, stg->be, c->views, fb, &stg->s, stg->l0, stg->l1);
     bk_step st = {.n_tokens = fb->n, .tokens = fb->tokens, .ab = &fb->ab, .n_out = fb->n_out,
                   .out_idx = fb->out_idx, .kv_block_size = c->p.kv_block_size};
     bool replayed = false, rerun = false;
-    BK_TRY(op->step_begin(c->be, &st, &replayed));
+    BK_TRY(op->step_begin(stg->be, &st, &replayed));
     if (replayed) return BRISK_OK;
-    BK_TRY(c->forward(c->model, c->be, c->views, fb, &c->s));
-    BK_TRY(op->step_end(c->be, &rerun));
-    return rerun ? c->forward(c->model, c->be, c->views, fb, &c->s) : BRISK_OK;
+    BK_TRY(c->forward(c->model, stg->be, c->views, fb, &stg->s, stg->l0, stg->l1));
+    BK_TRY(op->step_end(stg->be, &rerun));
+    return rerun ? c->forward(c->model, stg->be, c->views, fb, &stg->s, stg->l0, stg->l1) : BRISK_OK;
+}
+
+/* One forward pass: the stages in turn, the residual stream handed on between them. */
+static brisk_status run_forward(brisk_context *c, const fwd_batch *fb) {
+    for (int i = 0; i < c->n_stage; i++) {
+        if (i > 0) BK_TRY(stage_transfer(c, &c->st[i - 1], &c->st[i], fb->n));
+        BK_TRY(run_stage(c, &c->st[i], fb));
+    }
+    return BRISK_OK;
 }
 
 brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
@@ -395,7 +491,7 @@ brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
             c->tokens[i] = x->token;
             c->pos[i] = x->pos;
             c->seq[i] = x->seq;
-            if (c->rs_mem && x->pos != kv_cache_seq_len(c->kv, x->seq))
+            if (c->recurrent && x->pos != kv_cache_seq_len(c->kv, x->seq))
                 return bk_fail(BRISK_ERR_UNSUPPORTED,
                                "entry %d: sequence %d of a recurrent model continues at position %d, not %d "
                                "(its state cannot be rewound; clear the sequence to start over)",
@@ -410,9 +506,10 @@ brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
                                .seq = c->seq},
                         .n_out = nb_out, .out_idx = c->out_idx};
         BK_TRY(run_forward(c, &fb));
+        const ctx_stage *last = &c->st[c->n_stage - 1];
         if (nb_out)
-            BK_TRY(c->be->ops->read(c->be, c->s.logits, c->logits + (size_t)row * hp->n_vocab,
-                                    (size_t)nb_out * hp->n_vocab * sizeof(float)));
+            BK_TRY(last->be->ops->read(last->be, last->s.logits, c->logits + (size_t)row * hp->n_vocab,
+                                       (size_t)nb_out * hp->n_vocab * sizeof(float)));
         row += nb_out;
     }
     c->n_last = n;
@@ -438,7 +535,7 @@ brisk_status brisk_seq_remove(brisk_context *c, int seq, int32_t p0, int32_t p1)
         return bk_fail(BRISK_ERR_UNSUPPORTED,
                        "sequence %d: only a tail can be removed ([%d, %d) leaves positions after %d)", seq,
                        p0, p1, p1);
-    if (c->rs_mem && p0 < len) {
+    if (c->recurrent && p0 < len) {
         if (p0 == 0) return brisk_seq_clear(c, seq);
         int j = ck_find(c, seq, p0); /* len > 0: seq is in range */
         if (j < 0)
@@ -456,7 +553,7 @@ brisk_status brisk_seq_remove(brisk_context *c, int seq, int32_t p0, int32_t p1)
 brisk_status brisk_seq_share_prefix(brisk_context *c, int src, int dst, int32_t n_tokens) {
     int32_t len = kv_cache_seq_len(c->kv, src);
     int j = -1;
-    if (c->rs_mem && n_tokens != 0 && n_tokens != len && (!seq_ok(c, src) || (j = ck_find(c, src, n_tokens)) < 0))
+    if (c->recurrent && n_tokens != 0 && n_tokens != len && (!seq_ok(c, src) || (j = ck_find(c, src, n_tokens)) < 0))
         return bk_fail(BRISK_ERR_UNSUPPORTED,
                        "sequence %d: a recurrent model shares only a whole sequence (%d positions) or up to a "
                        "checkpoint, not %d", src, len, n_tokens);
@@ -498,7 +595,7 @@ int32_t brisk_seq_keepable(const brisk_context *c, int seq, int32_t n_tokens) {
     int32_t len = kv_cache_seq_len(c->kv, seq);
     if (n_tokens >= len) return len;
     if (n_tokens <= 0) return 0;
-    if (!c->rs_mem) return n_tokens;
+    if (!c->recurrent) return n_tokens;
     int32_t best = 0;
     for (int j = 0; seq_ok(c, seq) && j < c->n_ckpt; j++) {
         int32_t p = c->ck_pos[(size_t)seq * c->n_ckpt + j];

@@ -12,7 +12,7 @@ typedef struct kv_seq {
 } kv_seq;
 
 struct kv_cache {
-    bk_backend *be;
+    bk_backend **be;   /* (n_layer) the backend of each layer's pools */
     int n_layer, kv_dim, block_size, n_pages, max_pages, n_seq_max, n_ctx;
     brisk_kv_type type;
     size_t page_bytes; /* bytes of one page of one layer's K (or V) */
@@ -23,7 +23,7 @@ struct kv_cache {
     kv_seq *seqs;      /* (n_seq_max) */
 };
 
-brisk_status kv_cache_new(bk_backend *be, int n_layer, int kv_dim, int n_ctx, int n_seq_max,
+brisk_status kv_cache_new(bk_backend *const *be, int n_layer, int kv_dim, int n_ctx, int n_seq_max,
                           int block_size, brisk_kv_type type, kv_cache **out) {
     *out = NULL;
     if (n_ctx < 1 || n_seq_max < 1 || block_size < 1 || block_size > 4096)
@@ -31,7 +31,6 @@ brisk_status kv_cache_new(bk_backend *be, int n_layer, int kv_dim, int n_ctx, in
                        n_seq_max, block_size);
     kv_cache *kc = calloc(1, sizeof *kc);
     if (!kc) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    kc->be = be;
     kc->n_layer = n_layer;
     kc->kv_dim = kv_dim;
     kc->block_size = block_size;
@@ -42,19 +41,21 @@ brisk_status kv_cache_new(bk_backend *be, int n_layer, int kv_dim, int n_ctx, in
     /* One spare page per sequence for partially filled tails (kv_cache_size_for counts the same). */
     kc->n_pages = kc->max_pages + (n_seq_max > 1 ? n_seq_max : 0);
     kc->page_bytes = (size_t)block_size * kv_cache_row_bytes(type, kv_dim);
+    kc->be = calloc((size_t)n_layer + 1, sizeof *kc->be);
     kc->k = calloc((size_t)n_layer, sizeof *kc->k);
     kc->v = calloc((size_t)n_layer, sizeof *kc->v);
     kc->refs = calloc((size_t)kc->n_pages, sizeof *kc->refs);
     kc->free_ids = calloc((size_t)kc->n_pages, sizeof *kc->free_ids);
     kc->seqs = calloc((size_t)n_seq_max, sizeof *kc->seqs);
-    if (!kc->k || !kc->v || !kc->refs || !kc->free_ids || !kc->seqs) goto oom;
+    if (!kc->be || !kc->k || !kc->v || !kc->refs || !kc->free_ids || !kc->seqs) goto oom;
     for (int s = 0; s < n_seq_max; s++) {
         kc->seqs[s].pages = calloc((size_t)kc->max_pages, sizeof(int32_t));
         if (!kc->seqs[s].pages) goto oom;
     }
     for (int l = 0; l < n_layer; l++) {
-        brisk_status st = be->ops->alloc(be, kc->page_bytes * kc->n_pages, &kc->k[l]);
-        if (st == BRISK_OK) st = be->ops->alloc(be, kc->page_bytes * kc->n_pages, &kc->v[l]);
+        kc->be[l] = be[l];
+        brisk_status st = be[l]->ops->alloc(be[l], kc->page_bytes * kc->n_pages, &kc->k[l]);
+        if (st == BRISK_OK) st = be[l]->ops->alloc(be[l], kc->page_bytes * kc->n_pages, &kc->v[l]);
         if (st != BRISK_OK) {
             kv_cache_free(kc);
             return bk_wrap(st, "kv cache (%zu MiB)",
@@ -84,12 +85,13 @@ size_t kv_cache_size_for(int n_layer, int kv_dim, int n_ctx, int n_seq_max, int 
 void kv_cache_free(kv_cache *kc) {
     if (!kc) return;
     for (int l = 0; l < kc->n_layer; l++) {
-        if (kc->k && kc->k[l]) kc->be->ops->release(kc->be, kc->k[l]);
-        if (kc->v && kc->v[l]) kc->be->ops->release(kc->be, kc->v[l]);
+        if (kc->k && kc->k[l]) kc->be[l]->ops->release(kc->be[l], kc->k[l]);
+        if (kc->v && kc->v[l]) kc->be[l]->ops->release(kc->be[l], kc->v[l]);
     }
     if (kc->seqs)
         for (int s = 0; s < kc->n_seq_max; s++) free(kc->seqs[s].pages);
     free(kc->seqs);
+    free(kc->be);
     free(kc->k);
     free(kc->v);
     free(kc->refs);
@@ -133,10 +135,11 @@ static brisk_status page_new(kv_cache *kc, int32_t *p) {
 
 static void page_copy(kv_cache *kc, int32_t dst, int32_t src) {
     for (int l = 0; l < kc->n_layer; l++) {
-        kc->be->ops->copy(kc->be, (char *)kc->k[l] + dst * kc->page_bytes,
-                          (char *)kc->k[l] + src * kc->page_bytes, kc->page_bytes);
-        kc->be->ops->copy(kc->be, (char *)kc->v[l] + dst * kc->page_bytes,
-                          (char *)kc->v[l] + src * kc->page_bytes, kc->page_bytes);
+        bk_backend *be = kc->be[l];
+        be->ops->copy(be, (char *)kc->k[l] + dst * kc->page_bytes, (char *)kc->k[l] + src * kc->page_bytes,
+                      kc->page_bytes);
+        be->ops->copy(be, (char *)kc->v[l] + dst * kc->page_bytes, (char *)kc->v[l] + src * kc->page_bytes,
+                      kc->page_bytes);
     }
 }
 

@@ -14,7 +14,10 @@
 
 typedef struct kv_cache kv_cache;
 
-brisk_status kv_cache_new(bk_backend *be, int n_layer, int kv_dim, int n_ctx, int n_seq_max,
+/* be (n_layer): the backend holding each layer's pools (a model split across
+ * two backends keeps each layer's pages with the layer; the block tables are
+ * host memory, one per sequence for every layer). */
+brisk_status kv_cache_new(bk_backend *const *be, int n_layer, int kv_dim, int n_ctx, int n_seq_max,
                           int block_size, brisk_kv_type type, kv_cache **out);
 void kv_cache_free(kv_cache *kc);
 /* Bytes of one token's K (or V) row of kv_dim values (a multiple of 32 for q8_0). */

@@ -41,16 +41,20 @@ typedef struct fwd_batch {
     const int32_t *out_idx;/* (n_out) their indices, increasing */
 } fwd_batch;
 
-/* An architecture's forward pass: runs the batch and writes n_out rows of
- * logits to s->logits. The context picks one by model_arch. */
+/* An architecture's forward pass over layers [l0, l1) of the batch: first,
+ * when l0 == 0, the token embedding into s->x; last, when l1 == n_layer, the
+ * final norm and LM head write n_out rows of logits to s->logits. The context
+ * runs a model on one backend as one call (0, n_layer), a model split across
+ * two backends as two, s->x copied from the first's scratch to the second's.
+ * The context picks one by model_arch. */
 typedef brisk_status (*arch_forward_fn)(const brisk_model *m, bk_backend *be, const bk_kv_view *kv,
-                                        const fwd_batch *b, fwd_scratch *s);
+                                        const fwd_batch *b, fwd_scratch *s, int l0, int l1);
 brisk_status llama_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv,
-                           const fwd_batch *b, fwd_scratch *s);
+                           const fwd_batch *b, fwd_scratch *s, int l0, int l1);
 brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv,
-                              const fwd_batch *b, fwd_scratch *s);
+                              const fwd_batch *b, fwd_scratch *s, int l0, int l1);
 brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
-                            fwd_scratch *s);
+                            fwd_scratch *s, int l0, int l1);
 
 /* Pieces the decoders share (model/llama.c): x += the attention block of layer l
  * (norm, q/k/v, QK-norm, RoPE, cached attention, output projection); and the

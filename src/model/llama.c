@@ -53,13 +53,13 @@ void decoder_logits(const brisk_model *m, bk_backend *be, const fwd_batch *b, fw
 }
 
 brisk_status llama_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv,
-                           const fwd_batch *b, fwd_scratch *s) {
+                           const fwd_batch *b, fwd_scratch *s, int l0, int l1) {
     const model_hparams *hp = &m->hp;
     const bk_backend_ops *op = be->ops;
     int n = b->n, d = hp->n_embd;
 
-    op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);
-    for (int l = 0; l < hp->n_layer; l++) {
+    if (l0 == 0) op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);
+    for (int l = l0; l < l1; l++) {
         const layer_weights *L = &m->layers[l];
         decoder_attention(m, be, kv, b, s, l);
 
@@ -67,6 +67,6 @@ brisk_status llama_forward(const brisk_model *m, bk_backend *be, const bk_kv_vie
         bk_matmul_swiglu(be, &L->w_gate, &L->w_up, s->xb, n, s->hb2, s->hb);
         bk_matmul_add(be, &L->w_down, s->hb, n, s->xb, s->x);
     }
-    if (b->n_out) decoder_logits(m, be, b, s);
+    if (l1 == hp->n_layer && b->n_out) decoder_logits(m, be, b, s);
     return BRISK_OK;
 }

@@ -160,8 +160,9 @@ brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp) {
 }
 
 /* Binds tensor `name` with the expected shape (ne1 = 0: a vector of ne0; ne2 > 1:
- * ne2 stacked experts, bound as one weight of ne1 * ne2 rows, see bk_weight). */
-static brisk_status bind3(brisk_model *m, const char *name, int64_t ne0, int64_t ne1, int64_t ne2,
+ * ne2 stacked experts, bound as one weight of ne1 * ne2 rows, see bk_weight)
+ * to backend be (NULL: the CPU, which reads the map). */
+static brisk_status bind3(brisk_model *m, bk_backend *be, const char *name, int64_t ne0, int64_t ne1, int64_t ne2,
                           bool required, bk_weight *w) {
     memset(w, 0, sizeof *w);
     const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
@@ -188,12 +189,14 @@ static brisk_status bind3(brisk_model *m, const char *name, int64_t ne0, int64_t
     w->host = t->data;
     m->n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2]);
     m->weight_bytes += t->nbytes;
-    return m->be ? m->be->ops->bind_weight(m->be, w) : BRISK_OK;
+    if (!be) return BRISK_OK;
+    m->gpu_weight_bytes += t->nbytes;
+    return be->ops->bind_weight(be, w);
 }
 
-static brisk_status bind(brisk_model *m, const char *name, int64_t ne0, int64_t ne1, bool required,
+static brisk_status bind(brisk_model *m, bk_backend *be, const char *name, int64_t ne0, int64_t ne1, bool required,
                          bk_weight *w) {
-    return bind3(m, name, ne0, ne1, 1, required, w);
+    return bind3(m, be, name, ne0, ne1, 1, required, w);
 }
 
 static brisk_status bind_all(brisk_model *m) {
@@ -201,22 +204,32 @@ static brisk_status bind_all(brisk_model *m) {
     int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim,
             kvd = (int64_t)hp->n_head_kv * hp->head_dim;
     bool hybrid = hp->full_attn_interval > 0;
-    BK_TRY(bind(m, "token_embd.weight", d, hp->n_vocab, true, &m->tok_embd));
-    BK_TRY(bind(m, "output_norm.weight", d, 0, true, &m->output_norm));
-    BK_TRY(bind(m, "output.weight", d, hp->n_vocab, false, &m->output));
+    /* The embedding goes with the first layer, the output layer with the last. */
+    bk_backend *first = m->n_cpu_layers > 0 ? NULL : m->be, *last = m->be;
+    BK_TRY(bind(m, first, "token_embd.weight", d, hp->n_vocab, true, &m->tok_embd));
+    BK_TRY(bind(m, last, "output_norm.weight", d, 0, true, &m->output_norm));
+    BK_TRY(bind(m, last, "output.weight", d, hp->n_vocab, false, &m->output));
     m->hp.tied_output = m->output.host == NULL;
-    if (m->hp.tied_output) m->output = m->tok_embd;
-    BK_TRY(bind(m, "rope_freqs.weight", hp->rope.n_rot / 2, 0, false, &m->rope_freqs));
+    if (m->hp.tied_output) {
+        m->output = m->tok_embd;
+        if (last != first) { /* split: the LM head needs its own device copy of the embedding */
+            m->output.dev = NULL;
+            m->gpu_weight_bytes += (uint64_t)m->output.n_out * m->output.row_bytes;
+            BK_TRY(last->ops->bind_weight(last, &m->output));
+        }
+    }
+    BK_TRY(bind(m, last, "rope_freqs.weight", hp->rope.n_rot / 2, 0, false, &m->rope_freqs));
     if (m->rope_freqs.host) m->hp.rope.freq_factors = m->rope_freqs.host;
 
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     for (int l = 0; l < hp->n_layer; l++) {
         layer_weights *L = &m->layers[l];
+        bk_backend *be = l < m->n_cpu_layers ? NULL : m->be;
         char n[96];
 #define BIND(field, suffix, ne0, ne1, req)                             \
     snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
-    BK_TRY(bind(m, n, ne0, ne1, req, &L->field))
+    BK_TRY(bind(m, be, n, ne0, ne1, req, &L->field))
         BIND(attn_norm, "attn_norm.weight", d, 0, true);
         if (model_layer_recurrent(hp, l)) {
             int64_t ds = hp->ssm_d_state, nv = hp->ssm_n_v_heads, vd = nv * ds,
@@ -256,7 +269,7 @@ static brisk_status bind_all(brisk_model *m) {
             BIND(ffn_gate_inp, "ffn_gate_inp.weight", d, ne, true);
 #define BIND_EXPERTS(field, suffix, ne0, ne1)                          \
     snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
-    BK_TRY(bind3(m, n, ne0, ne1, ne, true, &L->field))
+    BK_TRY(bind3(m, be, n, ne0, ne1, ne, true, &L->field))
             BIND_EXPERTS(gate_exps, "ffn_gate_exps.weight", d, ff);
             BIND_EXPERTS(up_exps, "ffn_up_exps.weight", d, ff);
             BIND_EXPERTS(down_exps, "ffn_down_exps.weight", ff, d);
@@ -272,8 +285,46 @@ static brisk_status bind_all(brisk_model *m) {
 }
 
 brisk_model_params brisk_model_default_params(void) {
-    brisk_model_params p = {.vocab_only = false, .n_gpu_layers = -1, .device = 0, .progress = false};
+    brisk_model_params p = {.vocab_only = false, .n_gpu_layers = -1, .device = 0, .progress = false,
+                            .split_cpu = false};
     return p;
+}
+
+/* Bytes bind_all puts on the GPU: layers [n_cpu_layers, n_layer) and the
+ * output layer, with the embedding when it is on the GPU or the tied LM head. */
+static uint64_t gpu_bytes_needed(const brisk_model *m) {
+    bool tied = !gguf_find_tensor(m->gguf, "output.weight");
+    uint64_t need = 0;
+    for (int64_t i = 0; i < gguf_tensor_count(m->gguf); i++) {
+        const gguf_tensor *t = gguf_get_tensor(m->gguf, i);
+        int l;
+        bool gpu = true;
+        if (sscanf(t->name, "blk.%d.", &l) == 1) gpu = l >= m->n_cpu_layers && l < m->hp.n_layer;
+        else if (!strcmp(t->name, "token_embd.weight")) gpu = m->n_cpu_layers == 0 || tied;
+        if (gpu) need += t->nbytes;
+    }
+    return need;
+}
+
+/* Picks where the layers run (see brisk_model_params) and makes the GPU backend if any. */
+static brisk_status place_layers(brisk_model *m, const brisk_model_params *params) {
+    int n_layer = m->hp.n_layer, ngl = params->n_gpu_layers;
+    int n_gpu = ngl < 0 || ngl > n_layer ? n_layer : ngl;
+    const char *env = getenv("BRISK_SPLIT_CPU");
+    bool split_cpu = params->split_cpu || (env && !strcmp(env, "1"));
+    m->n_cpu_layers = n_layer;
+    if (n_gpu > 0 && split_cpu) m->n_cpu_layers = n_layer - n_gpu; /* the second stage on a CPU backend */
+    if (n_gpu == 0 || split_cpu || bk_cuda_device_count() == 0) return BRISK_OK;
+    m->n_cpu_layers = n_layer - n_gpu;
+    /* Refuse up front rather than fail halfway through the upload. */
+    uint64_t need = gpu_bytes_needed(m);
+    size_t fr = 0, tot = 0;
+    if (bk_cuda_mem_info(params->device, &fr, &tot) == BRISK_OK && need > fr)
+        return bk_fail(BRISK_ERR_NOMEM,
+                       "the weights of %d layers need %.0f MiB on CUDA device %d, which has %.0f MiB free of "
+                       "%.0f MiB (offload fewer layers with -ngl N, or none with -ngl 0)",
+                       n_gpu, need / 1048576.0, params->device, fr / 1048576.0, tot / 1048576.0);
+    return bk_cuda_backend_new(params->device, &m->be);
 }
 
 brisk_status brisk_model_load(const char *path, const brisk_model_params *params, brisk_model **out) {
@@ -303,31 +354,13 @@ brisk_status brisk_model_load(const char *path, const brisk_model_params *params
             goto fail;
         }
         m->hp.n_vocab = tokenizer_n_vocab(m->tok);
-        /* Weights go to the GPU when one is present and layers are asked for
-         * there (-1: all). For now it is all or nothing: any n_gpu_layers != 0
-         * puts every layer on the device. */
-        if (params->n_gpu_layers != 0 && bk_cuda_device_count() > 0) {
-            s = bk_cuda_backend_new(params->device, &m->be);
-            if (s != BRISK_OK) {
-                bk_wrap(s, "%s", path);
-                goto fail;
-            }
-        }
         /* The embedding may be padded beyond the tokenizer (Qwen: 151936 rows). */
         const gguf_tensor *te = gguf_find_tensor(m->gguf, "token_embd.weight");
         if (te && te->ne[1] >= m->hp.n_vocab) m->hp.n_vocab = (int)te->ne[1];
-        if (m->be) {
-            /* Refuse up front rather than fail halfway through the upload. */
-            uint64_t need = 0;
-            for (int64_t i = 0; i < gguf_tensor_count(m->gguf); i++) need += gguf_get_tensor(m->gguf, i)->nbytes;
-            size_t fr = 0, tot = 0;
-            if (bk_cuda_mem_info(params->device, &fr, &tot) == BRISK_OK && need > fr) {
-                s = bk_fail(BRISK_ERR_NOMEM,
-                            "%s: the weights need %.0f MiB on CUDA device %d, which has %.0f MiB free of %.0f MiB "
-                            "(run on the CPU with -ngl 0)",
-                            path, need / 1048576.0, params->device, fr / 1048576.0, tot / 1048576.0);
-                goto fail;
-            }
+        s = place_layers(m, params);
+        if (s != BRISK_OK) {
+            bk_wrap(s, "%s", path);
+            goto fail;
         }
         s = bind_all(m);
         if (s != BRISK_OK) {
@@ -345,9 +378,9 @@ fail:
 /* Frees the device copies of the weights (the CPU reads the map and has none). */
 static void release_weights(brisk_model *m) {
     if (!bk_backend_is_cuda(m->be, NULL)) return;
+    if (m->output.dev != m->tok_embd.dev) bk_cuda_release_weight(&m->output); /* else tied: tok_embd's copy */
     bk_cuda_release_weight(&m->tok_embd);
     bk_cuda_release_weight(&m->output_norm);
-    if (!m->hp.tied_output) bk_cuda_release_weight(&m->output); /* tied: tok_embd's copy */
     bk_cuda_release_weight(&m->rope_freqs);
     for (int l = 0; m->layers && l < m->hp.n_layer; l++) {
         layer_weights *L = &m->layers[l];
@@ -398,4 +431,5 @@ void brisk_model_get_info(const brisk_model *m, brisk_model_info *o) {
     }
     o->gpu_device = -1;
     bk_backend_is_cuda(m->be, &o->gpu_device);
+    o->n_gpu_layers = m->be || model_split(m) ? m->hp.n_layer - m->n_cpu_layers : 0;
 }

@@ -79,7 +79,11 @@ struct brisk_model {
     tokenizer *tok;
     model_hparams hp;
     bool vocab_only;
-    bk_backend *be;       /* backend holding device copies of the weights; NULL: the CPU reads the map */
+    bk_backend *be;       /* GPU backend holding device copies of layers [n_cpu_layers, n_layer) and the
+                             output layer; NULL: the CPU reads the map */
+    int n_cpu_layers;     /* layers [0, n_cpu_layers) and the token embedding run on the CPU; the rest on be,
+                             or (be NULL, a split_cpu model) on a second CPU backend. See model_split. */
+    uint64_t gpu_weight_bytes; /* bytes of the device copies */
     bk_weight tok_embd;   /* (n_vocab, n_embd) */
     bk_weight output_norm;/* (n_embd) */
     bk_weight output;     /* (n_vocab, n_embd); a copy of tok_embd's description when tied */
@@ -91,6 +95,12 @@ struct brisk_model {
     void *grammar_vocab;              /* engine/grammar.c's token trie, built on first use */
     void (*grammar_vocab_free)(void *);
 };
+
+/* The first layer of the model's second stage when its layers are split
+ * across two backends (0 < split < n_layer); 0 when one backend runs them all. */
+static inline int model_split(const brisk_model *m) {
+    return m->n_cpu_layers > 0 && m->n_cpu_layers < m->hp.n_layer ? m->n_cpu_layers : 0;
+}
 
 /* Reads hyperparameters for the file's architecture (BRISK_ERR_UNSUPPORTED for others). */
 brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp);

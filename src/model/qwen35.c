@@ -105,15 +105,15 @@ static void ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_sc
 }
 
 brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
-                            fwd_scratch *s) {
+                            fwd_scratch *s, int l0, int l1) {
     const model_hparams *hp = &m->hp;
     const bk_backend_ops *op = be->ops;
     int n = b->n, d = hp->n_embd;
     if (!op->ssm_conv || !op->gated_delta || !op->sigmoid_mul || (hp->n_expert && (!op->moe_route || !op->moe_ffn)))
         return bk_fail(BRISK_ERR_UNSUPPORTED, "the %s backend lacks the ops of %s", op->name, m->arch_name);
 
-    op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);
-    for (int l = 0; l < hp->n_layer; l++) {
+    if (l0 == 0) op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);
+    for (int l = l0; l < l1; l++) {
         const layer_weights *L = &m->layers[l];
         op->rms_norm(be, s->x, &L->attn_norm, s->xb, n, d, hp->rms_eps);
         if (model_layer_recurrent(hp, l)) gated_deltanet(m, be, kv, b, s, l);
@@ -121,6 +121,6 @@ brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_vi
         op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
         ffn(m, be, b, s, l);
     }
-    if (b->n_out) decoder_logits(m, be, b, s);
+    if (l1 == hp->n_layer && b->n_out) decoder_logits(m, be, b, s);
     return BRISK_OK;
 }

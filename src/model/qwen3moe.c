@@ -26,15 +26,15 @@ void moe_count_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b,
 }
 
 brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv,
-                              const fwd_batch *b, fwd_scratch *s) {
+                              const fwd_batch *b, fwd_scratch *s, int l0, int l1) {
     const model_hparams *hp = &m->hp;
     const bk_backend_ops *op = be->ops;
     int n = b->n, d = hp->n_embd, k = hp->n_expert_used;
     if (!op->moe_route || !op->moe_ffn)
         return bk_fail(BRISK_ERR_UNSUPPORTED, "the %s backend has no MoE ops", op->name);
 
-    op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);
-    for (int l = 0; l < hp->n_layer; l++) {
+    if (l0 == 0) op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);
+    for (int l = l0; l < l1; l++) {
         const layer_weights *L = &m->layers[l];
         decoder_attention(m, be, kv, b, s, l);
 
@@ -47,6 +47,6 @@ brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_
                     s->moe_out);
         op->add(be, s->x, s->moe_out, (size_t)n * d);
     }
-    if (b->n_out) decoder_logits(m, be, b, s);
+    if (l1 == hp->n_layer && b->n_out) decoder_logits(m, be, b, s);
     return BRISK_OK;
 }

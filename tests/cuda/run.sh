@@ -42,6 +42,18 @@ cli_check() { # model
   else fail=$((fail + 1)); echo "FAIL cli greedy graphs vs eager ($name)"; echo "eager: $c"; echo "graphs: $b"; fi
 }
 [ -f "$MODEL" ] && cli_check "$MODEL"
+# Partial offload: -ngl 2 runs the first layers on the CPU and the last two on
+# the GPU, the residual stream crossing once a step; its greedy text is the CPU's.
+ngl_check() { # model
+  local m=$1 name; name=$(basename "$m")
+  a=$("$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 64 --temp 0 --ignore-eos -ngl 0 2>/dev/null | tr -d '\000')
+  b=$("$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 64 --temp 0 --ignore-eos -ngl 2 2>"$E2E_DIR/err" | tr -d '\000')
+  if [ -n "$a" ] && [ "$a" = "$b" ] && grep -q "^offloaded 2/" "$E2E_DIR/err"; then
+    pass=$((pass + 1)); echo "ok   cli greedy 64 tokens -ngl 2 (split CPU + CUDA) == -ngl 0 ($name)"
+  else fail=$((fail + 1)); echo "FAIL cli -ngl 2 vs -ngl 0 ($name)"; echo "cpu: $a"; echo "split: $b"; grep -i offloaded "$E2E_DIR/err"; fi
+}
+[ -f "$MODEL" ] && ngl_check "$MODEL"
+for m in $BRISK_E2E_MODELS; do BRISK_CUDA_MMA=0 ngl_check "$m"; done
 # Random-weight models have flat logits (top two within 1e-3 of each other at
 # some steps): their prompts go through the f32 tiled product rather than the
 # f16 tensor cores, whose rounding would flip such near-ties. What is checked

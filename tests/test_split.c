@@ -1,0 +1,154 @@
+/* test_split.c — partial offload (-ngl below the layer count) without a GPU:
+ * the model's layers split across two CPU backends (brisk_model_params.split_cpu)
+ * run the staging, the residual stream's hand-over, the per-stage KV pages,
+ * recurrent state and checkpoints exactly as a CPU + GPU split does. The same
+ * CPU kernels run either way, so every logit must equal the unsplit run's bit
+ * for bit: through a prefill of two interleaved sequences, decode steps,
+ * a checkpoint, a shared prefix, a cut back, and a clear. */
+#include "brisk.h"
+#include "test.h"
+
+/* A fixed, model-independent token stream, so both runs see the same inputs. */
+static brisk_token tok_at(int i, int n_vocab) { return (brisk_token)((i * 7 + 3) % (n_vocab - 4) + 2); }
+
+typedef struct logbuf {
+    float *v;
+    size_t n, cap;
+} logbuf;
+
+static void keep_logits(brisk_context *c, int n_entries, int n_vocab, logbuf *out) {
+    for (int i = 0; i < n_entries; i++) {
+        const float *l = brisk_get_logits(c, i);
+        CHECK(l != NULL);
+        if (!l) return;
+        if (out->n + (size_t)n_vocab > out->cap) {
+            out->cap = (out->n + (size_t)n_vocab) * 2;
+            out->v = realloc(out->v, out->cap * sizeof(float));
+        }
+        memcpy(out->v + out->n, l, (size_t)n_vocab * sizeof(float));
+        out->n += (size_t)n_vocab;
+    }
+}
+
+/* Decodes n entries (seq[i], continuing each sequence's cache), every entry asking for logits. */
+static void step(brisk_context *c, const int *seq, int n, int *k, int n_vocab, logbuf *out) {
+    brisk_batch_entry e[16] = {{0}};
+    for (int i = 0; i < n; i++) {
+        int32_t pos = brisk_seq_len(c, seq[i]);
+        for (int j = 0; j < i; j++) pos += seq[j] == seq[i]; /* earlier entries of this batch */
+        e[i] = (brisk_batch_entry){.token = tok_at((*k)++, n_vocab), .pos = pos, .seq = seq[i], .logits = true};
+    }
+    CHECK_OK(brisk_decode(c, e, n));
+    keep_logits(c, n, n_vocab, out);
+}
+
+/* The scenario, on a model loaded with n_gpu_layers (split_cpu: split on two CPU backends). */
+static bool run(const char *path, int n_gpu_layers, bool split, logbuf *out, int *n_layer) {
+    brisk_model_params mp = brisk_model_default_params();
+    mp.n_gpu_layers = n_gpu_layers;
+    mp.split_cpu = split;
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(path, &mp, &m));
+    if (!m) return false;
+    brisk_model_info info;
+    brisk_model_get_info(m, &info);
+    *n_layer = info.n_layer;
+    int want = split && n_gpu_layers > 0 && n_gpu_layers < info.n_layer ? n_gpu_layers : 0;
+    CHECK(info.n_gpu_layers == want);
+    brisk_context_params cp = brisk_context_default_params();
+    cp.n_ctx = 128;
+    cp.n_seq_max = 3;
+    cp.n_batch = 16;
+    cp.n_threads = 2;
+    cp.n_seq_checkpoints = 2;
+    brisk_context *c = NULL;
+    CHECK_OK(brisk_context_new(m, &cp, &c));
+    if (!c) {
+        brisk_model_free(m);
+        return false;
+    }
+    int nv = brisk_n_vocab(m), k = 0;
+    /* prefill: seq 0 (8 tokens) and seq 1 (5) interleaved in one batch */
+    int pre[13] = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0, 0};
+    step(c, pre, 13, &k, nv, out);
+    CHECK(brisk_seq_len(c, 0) == 8 && brisk_seq_len(c, 1) == 5);
+    CHECK_OK(brisk_seq_checkpoint(c, 0));
+    int both[2] = {0, 1};
+    for (int t = 0; t < 4; t++) step(c, both, 2, &k, nv, out);
+    /* seq 2 takes seq 0's first 8 positions (pages shared, or the checkpoint's state), seq 0 is cut back to 8 */
+    CHECK_OK(brisk_seq_share_prefix(c, 0, 2, 8));
+    CHECK_OK(brisk_seq_remove(c, 0, 8, -1));
+    CHECK(brisk_seq_len(c, 0) == 8 && brisk_seq_len(c, 2) == 8);
+    int three[3] = {2, 0, 1};
+    for (int t = 0; t < 3; t++) step(c, three, 3, &k, nv, out);
+    /* seq 1 starts over, two entries of it in one batch */
+    CHECK_OK(brisk_seq_clear(c, 1));
+    int again[3] = {1, 2, 1};
+    step(c, again, 3, &k, nv, out);
+    brisk_context_free(c);
+    brisk_model_free(m);
+    return true;
+}
+
+static void check_model(const char *path, const int *ngl, int n_ngl) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "  skip: %s not found\n", path);
+        return;
+    }
+    fclose(f);
+    logbuf ref = {0};
+    int n_layer = 0;
+    if (!run(path, 0, false, &ref, &n_layer)) return;
+    CHECK(ref.n > 0);
+    for (size_t i = 0; i < ref.n; i++)
+        if (!isfinite(ref.v[i])) {
+            CHECK(isfinite(ref.v[i]));
+            break;
+        }
+    for (int i = 0; i < n_ngl; i++) {
+        logbuf got = {0};
+        int nl = 0;
+        if (run(path, ngl[i], true, &got, &nl)) {
+            bool same = got.n == ref.n && !memcmp(got.v, ref.v, ref.n * sizeof(float));
+            if (!same)
+                fprintf(stderr, "  %s: -ngl %d of %d layers: logits differ from the unsplit run\n", path, ngl[i], nl);
+            CHECK(same);
+        }
+        free(got.v);
+    }
+    free(ref.v);
+}
+
+static void t_llama_stories(void) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/data/stories260K/stories260K.gguf", test_shared_dir());
+    int ngl[] = {1, 2, 4, 5, -1}; /* 5 layers: splits after 4, 3, 1; then all "on the GPU" (one stage) */
+    check_model(p, ngl, 5);
+}
+
+static void t_qwen3(void) {
+    int ngl[] = {1, 3, 5}; /* 6 layers */
+    check_model("models/brisk-kjv-6m.gguf", ngl, 3);
+}
+
+static void t_qwen3moe(void) {
+    int ngl[] = {1, 2, 3}; /* 4 layers */
+    check_model("models/brisk-kjv-moe.gguf", ngl, 3);
+}
+
+static void t_qwen35_hybrid(void) {
+    /* 4 layers, 0-2 Gated DeltaNet, 3 attention: stage 2 holds one, two or three recurrent layers */
+    int ngl[] = {1, 2, 3};
+    check_model("models/brisk-kjv-hybrid.gguf", ngl, 3);
+}
+
+int main(int argc, char **argv) {
+    static const test_case cases[] = {
+        {"llama_stories", t_llama_stories},
+        {"qwen3", t_qwen3},
+        {"qwen3moe", t_qwen3moe},
+        {"qwen35_hybrid", t_qwen35_hybrid},
+    };
+    return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
+}
