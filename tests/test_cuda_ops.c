@@ -18,6 +18,7 @@
  *   get_rows, add, copy, f16 KV writes   exact; swiglu 1e-6; rms_norm 1e-6
  *   rope 1e-5 (2e-5 with YaRN: angles up to 3e4 rad, cosf/sinf 1-ulp apart); attention 1e-5 (f32 KV) and 1e-4 (f16, q8_0 KV),
  *     for the decode kernel (<= 64 tokens) and the tile kernel (BRISK_CUDA_ATTN_V1=1) alike;
+ *     prefill attention on tensor cores (> 64 tokens, head_dim 64/128/256: f16 Q and P) 2e-3;
  *   q8_0 KV writes byte-identical to the CPU's
  *   moe_route: same ids in the same order (another id only at a near tie) and
  *     weights within 1e-5 relative; moe_ffn 1e-4 vs a double reference, and vs
@@ -1142,6 +1143,139 @@ static void test_matmul_cublas(void) {
     b->ops->free(b);
 }
 
+/* ---- prefill attention on tensor cores (cuda_attn_prefill.cu) ----
+ * Batches of more than 64 entries with head_dim 64/128/256 run the tensor-core
+ * kernel: Q and P are rounded to f16 (and K, V too from f32 and q8_0 caches),
+ * sums and softmax stay f32. Expected relative L2 error vs the CPU: 2-4e-4
+ * (a host emulation of the kernel measured <= 3.4e-4 on these shapes);
+ * tolerance 2e-3. The same batches on a backend made with BRISK_CUDA_FA=0
+ * (the SIMT tile kernel) keep the tile kernel's tolerances (1e-5 f32 KV, 1e-4). */
+static bk_backend *gpu_fa_off;
+
+/* A paged cache of random contents (shuffled pages, n_seq sequences, bs tokens a page);
+ * the batch's entries write their own K/V, positions below them are the prefix. */
+static void check_prefill(int kv_type, int n_head, int n_head_kv, int hd, int bs, int n, const int32_t *pos,
+                          const int *seq) {
+    int max_pos = 0, n_seq = 0;
+    for (int t = 0; t < n; t++) {
+        if (pos[t] > max_pos) max_pos = pos[t];
+        if (seq[t] + 1 > n_seq) n_seq = seq[t] + 1;
+    }
+    const int per = max_pos / bs + 2, n_pages = n_seq * per;
+    size_t kvd = (size_t)n_head_kv * hd, esz = kv_type == BRISK_KV_F16 ? 2 : 4;
+    size_t row_bytes = kv_type == BRISK_KV_Q8_0 ? kvd / 32 * 34 : kvd * esz;
+    size_t cache_bytes = (size_t)n_pages * bs * row_bytes;
+    uint8_t *kc = malloc(cache_bytes), *vc = malloc(cache_bytes);
+    float *ra = malloc(kvd * 4), *rb = malloc(kvd * 4);
+    uint32_t qt = kv_type == BRISK_KV_Q8_0 ? QT_Q8_0 : kv_type == BRISK_KV_F16 ? QT_F16 : QT_F32;
+    for (size_t r = 0; r < (size_t)n_pages * bs; r++) {
+        fill(ra, kvd, 1.0f);
+        fill(rb, kvd, 1.0f);
+        quant_quantize(qt, ra, kc + r * row_bytes, (int64_t)kvd);
+        quant_quantize(qt, rb, vc + r * row_bytes, (int64_t)kvd);
+    }
+    free(ra);
+    free(rb);
+    /* sequence s owns pages s, s + n_seq, ... in shuffled order */
+    int32_t **tab = malloc((size_t)n_seq * sizeof *tab);
+    for (int s = 0; s < n_seq; s++) {
+        tab[s] = malloc((size_t)per * 4);
+        for (int i = 0; i < per; i++) tab[s][i] = n_seq * i + s;
+        for (int i = per - 1; i > 0; i--) {
+            int j = (int)(rnd() % (uint32_t)(i + 1));
+            int32_t x = tab[s][i];
+            tab[s][i] = tab[s][j];
+            tab[s][j] = x;
+        }
+    }
+    int32_t *slot = malloc((size_t)n * 4);
+    const int32_t **tables = malloc((size_t)n * sizeof *tables);
+    for (int t = 0; t < n; t++) {
+        slot[t] = tab[seq[t]][pos[t] / bs] * bs + pos[t] % bs;
+        tables[t] = tab[seq[t]];
+    }
+    size_t nq = (size_t)n * n_head * hd, nk = (size_t)n * kvd;
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *oc = malloc(nq * 4), *og = malloc(nq * 4);
+    fill(q, nq, 2.0f);
+    fill(k, nk, 1.0f);
+    fill(v, nk, 1.0f);
+    void *dkc = dev_copy(kc, cache_bytes), *dvc = dev_copy(vc, cache_bytes);
+    float *dq = dev_copy(q, nq * 4), *dk = dev_copy(k, nk * 4), *dv = dev_copy(v, nk * 4), *dout = dev_copy(NULL, nq * 4);
+    bk_kv_view vwc = {.k = kc, .v = vc, .kv_type = kv_type, .block_size = bs},
+               vwg = {.k = dkc, .v = dvc, .kv_type = kv_type, .block_size = bs};
+    bk_attn_batch ab = {.n_tokens = n, .pos = pos, .slot = slot, .block_table = tables};
+    float scale = 1.0f / sqrtf((float)hd);
+    cpu->ops->attention(cpu, q, k, v, &vwc, &ab, n_head, n_head_kv, hd, scale, oc);
+    gpu->ops->attention(gpu, dq, dk, dv, &vwg, &ab, n_head, n_head_kv, hd, scale, dout);
+    dev_read(dout, og, nq * 4);
+    double e = rel_err(og, oc, nq);
+    if (!(e <= 2e-3))
+        fprintf(stderr, "  prefill attention kv %d heads %d/%d hd %d bs %d n %d pos0 %d: %.2e\n", kv_type, n_head,
+                n_head_kv, hd, bs, n, pos[0], e);
+    CHECK(e <= 2e-3);
+    uint8_t *kg = malloc(cache_bytes);
+    dev_read(dkc, kg, cache_bytes);
+    CHECK(!memcmp(kg, kc, cache_bytes)); /* the batch's K rows, written as the CPU writes them */
+    free(kg);
+    if (gpu_fa_off) { /* the SIMT kernel on the same device buffers (its own stream: read() syncs it) */
+        gpu_fa_off->ops->attention(gpu_fa_off, dq, dk, dv, &vwg, &ab, n_head, n_head_kv, hd, scale, dout);
+        CHECK_OK(gpu_fa_off->ops->read(gpu_fa_off, dout, og, nq * 4));
+        double e0 = rel_err(og, oc, nq), tol0 = kv_type == BRISK_KV_F32 ? 1e-5 : 1e-4;
+        if (!(e0 <= tol0))
+            fprintf(stderr, "  prefill attention (FA=0) kv %d heads %d/%d hd %d bs %d n %d pos0 %d: %.2e\n", kv_type,
+                    n_head, n_head_kv, hd, bs, n, pos[0], e0);
+        CHECK(e0 <= tol0);
+    }
+    gpu->ops->release(gpu, dkc); gpu->ops->release(gpu, dvc); gpu->ops->release(gpu, dq);
+    gpu->ops->release(gpu, dk); gpu->ops->release(gpu, dv); gpu->ops->release(gpu, dout);
+    for (int s = 0; s < n_seq; s++) free(tab[s]);
+    free(tab); free(kc); free(vc); free(slot); free(tables); free(q); free(k); free(v); free(oc); free(og);
+}
+
+static void test_attention_prefill(void) {
+    /* a second backend with the switch read at creation (the environment is left as it was) */
+    if (!getenv("BRISK_CUDA_FA")) {
+        setenv("BRISK_CUDA_FA", "0", 1);
+        if (bk_cuda_backend_new(0, &gpu_fa_off) != BRISK_OK) gpu_fa_off = NULL;
+        unsetenv("BRISK_CUDA_FA");
+    }
+    static int32_t pos[512];
+    static int seq[512];
+    static const int hds[] = {64, 128, 256};
+    for (int kt = 0; kt < 3; kt++)
+        for (int h = 0; h < 3; h++) {
+            int hd = hds[h];
+            /* a prompt's first chunk, one sequence, GQA 4 */
+            for (int i = 0; i < 77; i++) { pos[i] = i; seq[i] = 0; }
+            check_prefill(kt, 8, 2, hd, 16, 77, pos, seq);
+            /* its second chunk: 300 positions already in the cache, no GQA */
+            for (int i = 0; i < 200; i++) { pos[i] = 300 + i; seq[i] = 0; }
+            check_prefill(kt, 4, 4, hd, 16, 200, pos, seq);
+            /* two sequences one after the other (the second with a prefix of 40), GQA 8 */
+            for (int i = 0; i < 300; i++) { seq[i] = i >= 150; pos[i] = i < 150 ? i : 40 + i - 150; }
+            check_prefill(kt, 16, 2, hd, 16, 300, pos, seq);
+            /* two sequences interleaved entry by entry, GQA 4 */
+            for (int i = 0; i < 200; i++) { seq[i] = i % 2; pos[i] = (i % 2 ? 500 : 0) + i / 2; }
+            check_prefill(kt, 8, 2, hd, 16, 200, pos, seq);
+        }
+    /* GQA 3 and 6 (2 heads a block), 7-token pages, positions out of order within a sequence */
+    for (int i = 0; i < 90; i++) { pos[i] = 30 + (i * 37) % 90; seq[i] = 0; }
+    check_prefill(BRISK_KV_F16, 6, 2, 128, 7, 90, pos, seq);
+    check_prefill(BRISK_KV_F32, 12, 2, 64, 7, 90, pos, seq);
+    /* three sequences in runs (one appears twice), q8_0 */
+    for (int i = 0; i < 120; i++) { seq[i] = i < 30 ? 0 : i < 50 ? 2 : i < 100 ? 1 : 0; pos[i] = 20 * seq[i] + i; }
+    check_prefill(BRISK_KV_Q8_0, 8, 2, 128, 16, 120, pos, seq);
+    /* Qwen3-8B's shape (32/8 heads of 128): 65 and 512 entries deep in a prompt, f16 and q8_0 */
+    for (int kt = BRISK_KV_F16; kt <= BRISK_KV_Q8_0; kt++) {
+        for (int i = 0; i < 65; i++) { pos[i] = 3000 + i; seq[i] = 0; }
+        check_prefill(kt, 32, 8, 128, 16, 65, pos, seq);
+        for (int i = 0; i < 512; i++) { pos[i] = 1000 + i; seq[i] = 0; }
+        check_prefill(kt, 32, 8, 128, 16, 512, pos, seq);
+    }
+    if (gpu_fa_off) gpu_fa_off->ops->free(gpu_fa_off);
+    gpu_fa_off = NULL;
+}
+
 int main(int argc, char **argv) {
     int nd = bk_cuda_device_count();
     if (nd == 0) {
@@ -1167,6 +1301,7 @@ int main(int argc, char **argv) {
         {"ssm", test_ssm},               {"sigmoid_mul", test_sigmoid_mul},   {"end_to_end", test_end_to_end},
         {"end_to_end_models", test_end_to_end_models},
         {"matmul_cublas", test_matmul_cublas},
+        {"attention_prefill", test_attention_prefill},
     };
     int rc = test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
     cpu->ops->free(cpu);

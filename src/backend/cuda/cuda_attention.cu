@@ -9,6 +9,9 @@
  * positions (flash-decoding): each split writes (max, sum, unnormalised
  * output) and a combine kernel merges them.
  *
+ * Prefill batches (more than ATT_DEC_MAX_TOK entries) with head_dim 64, 128 or
+ * 256 run on tensor cores in cuda_attn_prefill.cu (BRISK_CUDA_FA=0: here).
+ *
  * Metadata: pos, slot and the block tables arrive as host pointers; they are
  * packed (tokens of one sequence share one copy of its table) and uploaded
  * to the META_ATT staging slot once per distinct batch, or, inside a step
@@ -279,6 +282,12 @@ extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, c
 
     if (!cb->attn_v1 && n <= ATT_DEC_MAX_TOK && cuda_attn_decode_supported(head_dim)) {
         cuda_attn_decode(cb, q, kv, n, max_np, d_pos, d_off, d_tabs, n_head, n_head_kv, head_dim, scale, out);
+        CU_LAUNCHED(cb);
+        return;
+    }
+    /* prefill on tensor cores (cuda_attn_prefill.cu); BRISK_CUDA_FA=0 keeps it on the tile kernel below */
+    if (!cb->fa_off && n > ATT_DEC_MAX_TOK && cuda_attn_prefill_supported(cb, head_dim, n_head, n_head_kv)) {
+        cuda_attn_prefill(cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, head_dim, scale, out);
         CU_LAUNCHED(cb);
         return;
     }

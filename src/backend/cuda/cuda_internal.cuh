@@ -465,7 +465,7 @@ bool cuda_attn_decode_supported(int head_dim);
 void cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, int max_np, const int32_t *d_pos,
                       const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
                       float *out);
-bool cuda_attn_prefill_supported(int head_dim, int n_head, int n_head_kv);
+bool cuda_attn_prefill_supported(const cuda_backend *cb, int head_dim, int n_head, int n_head_kv);
 void cuda_attn_prefill(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, const int32_t *d_pos,
                        const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
                        float *out);
