@@ -399,6 +399,40 @@ template <int T> __device__ __forceinline__ void group_load(const uint8_t *row, 
     }
 }
 
+/* Groups 2p and 2p + 1 of a Q4_K row: the low and high nibbles of the same 32 bytes, so one
+ * lane loads the header and the quants once for both (the decode kernels' pair path). */
+__device__ __forceinline__ void group_load_q4k_pair(const uint8_t *row, int64_t p, wgroup &lo, wgroup &hi) {
+    const uint8_t *b = row + (p / 4) * 144;
+    int c = (int)(p % 4);
+    uint4 h = __ldg((const uint4 *)b);
+    const uint4 *qs = (const uint4 *)(b + 16 + 32 * c);
+    uint4 u0 = __ldg(qs), u1 = __ldg(qs + 1);
+    int qw[8] = {(int)u0.x, (int)u0.y, (int)u0.z, (int)u0.w, (int)u1.x, (int)u1.y, (int)u1.z, (int)u1.w};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        lo.w[i] = qw[i] & 0x0F0F0F0F;
+        hi.w[i] = (qw[i] >> 4) & 0x0F0F0F0F;
+    }
+    lo.s0 = lo.s1 = hi.s0 = hi.s1 = 1;
+    float d = bk_h2f((uint16_t)h.x), dmin = bk_h2f((uint16_t)(h.x >> 16));
+    int j0 = 2 * c, j1 = 2 * c + 1, sc0, m0, sc1, m1;
+    if (c < 2) { /* sub-blocks 0-3 */
+        sc0 = byte_of(h.y, j0) & 63;
+        m0 = byte_of(h.z, j0) & 63;
+        sc1 = byte_of(h.y, j1) & 63;
+        m1 = byte_of(h.z, j1) & 63;
+    } else {     /* sub-blocks 4-7 */
+        sc0 = (byte_of(h.w, j0 - 4) & 0xF) | ((byte_of(h.y, j0 - 4) >> 6) << 4);
+        m0 = (byte_of(h.w, j0 - 4) >> 4) | ((byte_of(h.z, j0 - 4) >> 6) << 4);
+        sc1 = (byte_of(h.w, j1 - 4) & 0xF) | ((byte_of(h.y, j1 - 4) >> 6) << 4);
+        m1 = (byte_of(h.w, j1 - 4) >> 4) | ((byte_of(h.z, j1 - 4) >> 6) << 4);
+    }
+    lo.a = d * (float)sc0;
+    lo.b = dmin * (float)m0;
+    hi.a = d * (float)sc1;
+    hi.b = dmin * (float)m1;
+}
+
 __device__ __forceinline__ float group_dot(const wgroup &q, const int *xi, float2 ds) {
     int s0 = 0, s1 = 0;
 #pragma unroll

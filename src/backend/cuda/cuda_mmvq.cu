@@ -48,8 +48,9 @@ __global__ void quantize_q8_1_kernel(const float *x, int64_t n_in, int8_t *xq, f
  * (one for the LM head, see cuda_mmvq) keep its occupancy; dev/kernels/mmvq_lab.cu on the H200:
  * Q4_K 4096x4096 9.5 -> 6.9 us from U = 1 to 4; Q6_K 4096x12288 31.1 / 25.7 / 49.0 us at U = 1 / 2 / 4,
  * the 151936-row LM head 218 / 231 / 401 us. */
-template <int T, int NT> struct mmvq_unroll {
-    static constexpr int U = T == QT_Q6_K ? (NT == 1 ? 2 : 1) : NT == 1 ? 4 : NT <= 4 ? 2 : 1;
+template <int T, int NT> struct mmvq_unroll { /* Q4_K: pairs of groups */
+    static constexpr int U = T == QT_Q6_K ? (NT == 1 ? 2 : 1) : T == QT_Q4_K ? (NT == 1 ? 2 : 1)
+                                                              : NT == 1 ? 4 : NT <= 4 ? 2 : 1;
 };
 
 /* GLU: the warp's two rows are row r of the gate matrix W and row r of the up matrix W2, and it
@@ -78,6 +79,35 @@ mmvq_kernel(const uint8_t *W, const uint8_t *W2, size_t row_bytes, int64_t n_in,
         for (int i = 0; i < MMVQ_ROWS; i++)
 #pragma unroll
             for (int t = 0; t < NT; t++) acc[i][t] = 0.0f;
+        if constexpr (T == QT_Q4_K) { /* lanes take pairs of groups that share their bytes (group_load_q4k_pair) */
+            int64_t n_pairs = n_groups / 2;
+            for (int64_t p0 = lane; p0 < n_pairs; p0 += 32 * U) {
+                wgroup lo[U][MMVQ_ROWS], hi[U][MMVQ_ROWS];
+#pragma unroll
+                for (int u = 0; u < U; u++)
+                    if (p0 + 32 * u < n_pairs)
+#pragma unroll
+                        for (int i = 0; i < MMVQ_ROWS; i++) group_load_q4k_pair(rows[i], p0 + 32 * u, lo[u][i], hi[u][i]);
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    int64_t g = 2 * (p0 + 32 * u);
+                    if (g >= n_groups) break;
+#pragma unroll
+                    for (int t = 0; t < NT; t++) {
+                        if (t >= n) break;
+                        const int4 *xp = (const int4 *)(xq + (int64_t)t * n_in + g * 32);
+                        int4 a0 = __ldg(xp), a1 = __ldg(xp + 1), b0 = __ldg(xp + 2), b1 = __ldg(xp + 3);
+                        int xl[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+                        int xh[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+                        float4 ds = __ldg((const float4 *)(xds + (int64_t)t * n_groups + g));
+#pragma unroll
+                        for (int i = 0; i < MMVQ_ROWS; i++)
+                            acc[i][t] += group_dot(lo[u][i], xl, make_float2(ds.x, ds.y)) +
+                                         group_dot(hi[u][i], xh, make_float2(ds.z, ds.w));
+                    }
+                }
+            }
+        } else
         for (int64_t g0 = lane; g0 < n_groups; g0 += 32 * U) {
             wgroup q[U][MMVQ_ROWS];
 #pragma unroll
