@@ -405,6 +405,32 @@ static void test_matmul_swiglu(void) {
     check_matmul_swiglu(QT_Q4_K, 4096, 300, 1, true); /* wide rows: the block norm kernel */
 }
 
+/* Page tables for a paged-cache test: sequence s owns pages s, s + n_seq, s + 2 n_seq, ... (per
+ * pages each) in shuffled order; slot[t] and tables[t] place entry t (seq[t], pos[t]). */
+static void paged_batch(int n_seq, int per, int n, const int32_t *seq, const int32_t *pos, int bs, int32_t ***tab_out,
+                        int32_t **slot_out, const int32_t ***tables_out) {
+    int32_t **tab = malloc((size_t)n_seq * sizeof *tab);
+    for (int s = 0; s < n_seq; s++) {
+        tab[s] = malloc((size_t)per * 4);
+        for (int i = 0; i < per; i++) tab[s][i] = n_seq * i + s;
+        for (int i = per - 1; i > 0; i--) {
+            int j = (int)(rnd() % (uint32_t)(i + 1));
+            int32_t x = tab[s][i];
+            tab[s][i] = tab[s][j];
+            tab[s][j] = x;
+        }
+    }
+    int32_t *slot = malloc((size_t)n * 4);
+    const int32_t **tables = malloc((size_t)n * sizeof *tables);
+    for (int t = 0; t < n; t++) {
+        slot[t] = tab[seq[t]][pos[t] / bs] * bs + pos[t] % bs;
+        tables[t] = tab[seq[t]];
+    }
+    *tab_out = tab;
+    *slot_out = slot;
+    *tables_out = tables;
+}
+
 /* A paged cache with shuffled pages, random contents; two sequences. */
 static void check_attention(int kv_type, int n_head, int n_head_kv, int hd, int n, const int32_t *pos,
                             const int *seq) {
@@ -440,22 +466,9 @@ static void check_attention(int kv_type, int n_head, int n_head_kv, int hd, int 
         }
     }
     /* seq 0 owns even shuffled pages, seq 1 odd ones */
-    int32_t *tab[2] = {malloc((size_t)per * 4), malloc((size_t)per * 4)};
-    for (int s = 0; s < 2; s++) {
-        for (int i = 0; i < per; i++) tab[s][i] = 2 * i + s;
-        for (int i = per - 1; i > 0; i--) {
-            int j = (int)(rnd() % (uint32_t)(i + 1));
-            int32_t t = tab[s][i];
-            tab[s][i] = tab[s][j];
-            tab[s][j] = t;
-        }
-    }
-    int32_t *slot = malloc((size_t)n * 4);
-    const int32_t **tables = malloc((size_t)n * sizeof *tables);
-    for (int t = 0; t < n; t++) {
-        slot[t] = tab[seq[t]][pos[t] / bs] * bs + pos[t] % bs;
-        tables[t] = tab[seq[t]];
-    }
+    int32_t **tab, *slot;
+    const int32_t **tables;
+    paged_batch(2, per, n, seq, pos, bs, &tab, &slot, &tables);
     size_t nq = (size_t)n * n_head * hd, nk = (size_t)n * kvd;
     float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *oc = malloc(nq * 4), *og = malloc(nq * 4);
     fill(q, nq, 2.0f);
@@ -483,7 +496,7 @@ static void check_attention(int kv_type, int n_head, int n_head_kv, int hd, int 
     gpu->ops->release(gpu, dkc); gpu->ops->release(gpu, dvc); gpu->ops->release(gpu, dq);
     gpu->ops->release(gpu, dk); gpu->ops->release(gpu, dv); gpu->ops->release(gpu, dout);
     free(kc); free(vc); free(slot); free(tables); free(q); free(k); free(v); free(oc); free(og);
-    free(tab[0]); free(tab[1]);
+    free(tab[0]); free(tab[1]); free(tab);
 }
 
 static void attention_cases(void) {
@@ -1177,23 +1190,9 @@ static void check_prefill(int kv_type, int n_head, int n_head_kv, int hd, int bs
     free(ra);
     free(rb);
     /* sequence s owns pages s, s + n_seq, ... in shuffled order */
-    int32_t **tab = malloc((size_t)n_seq * sizeof *tab);
-    for (int s = 0; s < n_seq; s++) {
-        tab[s] = malloc((size_t)per * 4);
-        for (int i = 0; i < per; i++) tab[s][i] = n_seq * i + s;
-        for (int i = per - 1; i > 0; i--) {
-            int j = (int)(rnd() % (uint32_t)(i + 1));
-            int32_t x = tab[s][i];
-            tab[s][i] = tab[s][j];
-            tab[s][j] = x;
-        }
-    }
-    int32_t *slot = malloc((size_t)n * 4);
-    const int32_t **tables = malloc((size_t)n * sizeof *tables);
-    for (int t = 0; t < n; t++) {
-        slot[t] = tab[seq[t]][pos[t] / bs] * bs + pos[t] % bs;
-        tables[t] = tab[seq[t]];
-    }
+    int32_t **tab, *slot;
+    const int32_t **tables;
+    paged_batch(n_seq, per, n, seq, pos, bs, &tab, &slot, &tables);
     size_t nq = (size_t)n * n_head * hd, nk = (size_t)n * kvd;
     float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *oc = malloc(nq * 4), *og = malloc(nq * 4);
     fill(q, nq, 2.0f);

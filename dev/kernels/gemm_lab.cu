@@ -25,11 +25,11 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "lab.cuh"
 
 #define PEAK_TFLOPS 989.0
 #define MAX_N 4096
 #define MAX_DIM 12288
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint32_t rnd(void) {

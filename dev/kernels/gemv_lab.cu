@@ -14,12 +14,12 @@
 #include "../../src/backend/cuda/cuda_gemv.cu"
 #include "../../src/backend/cuda/cuda_mmvq.cu"
 #include "../../src/backend/cuda/cuda_mma.cu"
+#include "lab.cuh"
 
 /* The lab times kernels only: staging and error recording are not linked in. */
 const void *cuda_upload(cuda_backend *, int, const void *, size_t) { return NULL; }
 void cuda_set_error(cuda_backend *, brisk_status) {}
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 template <int T, int R> static float time_gemv(uint8_t **W, int nW, size_t rb, int64_t n_in, int64_t n_out,
                                                 const float *x, float *y, int n) {
@@ -66,25 +66,6 @@ template <int T> static float time_mmvq(uint8_t **W, int nW, size_t rb, int64_t 
     return ms / iters;
 }
 
-static double copy_bw(void) {
-    size_t bytes = (size_t)2 << 30;
-    void *s, *d;
-    CK(cudaMalloc(&s, bytes));
-    CK(cudaMalloc(&d, bytes));
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    cudaMemcpy(d, s, bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(a);
-    for (int i = 0; i < 10; i++) cudaMemcpy(d, s, bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms;
-    cudaEventElapsedTime(&ms, a, b);
-    cudaFree(s);
-    cudaFree(d);
-    return 2.0 * bytes * 10 / (ms * 1e-3) / 1e9; /* read + write */
-}
 
 template <int T> static void run_type(const char *name, double bw, int n) {
     const int64_t shapes[][2] = {{4096, 4096}, {4096, 12288}, {12288, 4096}, {4096, 151936}};

@@ -12,11 +12,11 @@
 #include <string.h>
 
 #include "../../src/backend/cuda/cuda_mmvq.cu"
+#include "lab.cuh"
 
 const void *cuda_upload(cuda_backend *, int, const void *, size_t) { return NULL; }
 void cuda_set_error(cuda_backend *, brisk_status) {}
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 static int n_sm;
 
@@ -45,25 +45,6 @@ static float time_it(uint8_t **W, int nW, size_t rb, int64_t n_in, int64_t n_out
     return ms / iters;
 }
 
-static double copy_bw(void) {
-    size_t bytes = (size_t)2 << 30;
-    void *s, *d;
-    CK(cudaMalloc(&s, bytes));
-    CK(cudaMalloc(&d, bytes));
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    cudaMemcpy(d, s, bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(a);
-    for (int i = 0; i < 10; i++) cudaMemcpy(d, s, bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms;
-    cudaEventElapsedTime(&ms, a, b);
-    cudaFree(s);
-    cudaFree(d);
-    return 2.0 * bytes * 10 / (ms * 1e-3) / 1e9;
-}
 
 static const char *tname(int t) {
     return t == QT_Q4_K ? "q4_K" : t == QT_Q6_K ? "q6_K" : t == QT_Q8_0 ? "q8_0" : "q4_0";

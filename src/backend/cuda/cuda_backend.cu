@@ -108,7 +108,7 @@ static brisk_status cuda_bind_weight(bk_backend *be, bk_weight *w) {
     CU_TRY(cudaSetDevice(cb->device));
     void *d = NULL;
     /* BK_CUDA_WEIGHT_PAD spare bytes: the integer-dot loaders read aligned words up to 8 bytes
-     * past a group (ld32_a2) */
+     * past a group (ld_a2) */
     cudaError_t e = cudaMalloc(&d, bytes + BK_CUDA_WEIGHT_PAD);
     if (e != cudaSuccess)
         return bk_fail(BRISK_ERR_NOMEM, "cuda device %d: cannot allocate %.1f MiB for %s: %s", cb->device,

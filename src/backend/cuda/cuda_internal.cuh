@@ -295,42 +295,24 @@ typedef struct wgroup {
     float a, b;
 } wgroup;
 
-/* 32 bytes (eight little-endian words) from a 2-byte-aligned address: five aligned 8-byte loads and
- * funnel shifts instead of sixteen 2-byte loads (the 34- and 210-byte blocks of Q8_0 and Q6_K are
- * only 2-byte aligned). Reads up to 8 bytes past p + 32: bind_weight pads every weight by
- * BK_CUDA_WEIGHT_PAD bytes. */
+/* NW little-endian words (4 * NW bytes) from a 2-byte-aligned address: NW / 2 + 1 aligned 8-byte
+ * loads and funnel shifts instead of 2 * NW 2-byte loads (the 18-, 34- and 210-byte blocks of
+ * Q4_0, Q8_0 and Q6_K are only 2-byte aligned). Reads up to 8 bytes past p + 4 * NW: bind_weight
+ * pads every weight by BK_CUDA_WEIGHT_PAD bytes. */
 #define BK_CUDA_WEIGHT_PAD 64
-__device__ __forceinline__ void ld32_a2(const uint8_t *p, int w[8]) {
+template <int NW> __device__ __forceinline__ void ld_a2(const uint8_t *p, int w[NW]) {
     uintptr_t a = (uintptr_t)p;
     const uint2 *q = (const uint2 *)(a & ~(uintptr_t)7);
-    uint32_t W[10];
+    uint32_t W[NW + 2];
 #pragma unroll
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < NW / 2 + 1; i++) {
         uint2 u = __ldg(q + i);
         W[2 * i] = u.x;
         W[2 * i + 1] = u.y;
     }
     int o = (int)((a >> 2) & 1), sh = (int)(a & 3) * 8;
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        uint32_t lo = o ? W[i + 1] : W[i], hi = o ? W[i + 2] : W[i + 1];
-        w[i] = (int)__funnelshift_r(lo, hi, sh);
-    }
-}
-/* 16 bytes from a 2-byte-aligned address (three aligned 8-byte loads). */
-__device__ __forceinline__ void ld16_a2(const uint8_t *p, int w[4]) {
-    uintptr_t a = (uintptr_t)p;
-    const uint2 *q = (const uint2 *)(a & ~(uintptr_t)7);
-    uint32_t W[6];
-#pragma unroll
-    for (int i = 0; i < 3; i++) {
-        uint2 u = __ldg(q + i);
-        W[2 * i] = u.x;
-        W[2 * i + 1] = u.y;
-    }
-    int o = (int)((a >> 2) & 1), sh = (int)(a & 3) * 8;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < NW; i++) {
         uint32_t lo = o ? W[i + 1] : W[i], hi = o ? W[i + 2] : W[i + 1];
         w[i] = (int)__funnelshift_r(lo, hi, sh);
     }
@@ -343,12 +325,12 @@ template <int T> __device__ __forceinline__ void group_load(const uint8_t *row, 
     q.b = 0.0f;
     if (T == QT_Q8_0) {
         const uint8_t *b = row + g * 34;
-        ld32_a2(b + 2, q.w);
+        ld_a2<8>(b + 2, q.w);
         q.a = bk_h2f(ld16(b));
     } else if (T == QT_Q4_0) {
         const uint8_t *b = row + g * 18;
         int w[4];
-        ld16_a2(b + 2, w);
+        ld_a2<4>(b + 2, w);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             q.w[i] = w[i] & 0x0F0F0F0F;
@@ -384,8 +366,8 @@ template <int T> __device__ __forceinline__ void group_load(const uint8_t *row, 
         const uint8_t *ql = b + 64 * n + 32 * (k & 1), *qh = b + 128 + 32 * n;
         int shl = (k >> 1) * 4, shh = 2 * k;
         int lw[8], hw[8];
-        ld32_a2(ql, lw);
-        ld32_a2(qh, hw);
+        ld_a2<8>(ql, lw);
+        ld_a2<8>(qh, hw);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             int lo = (lw[i] >> shl) & 0x0F0F0F0F;
