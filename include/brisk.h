@@ -52,7 +52,17 @@ typedef struct brisk_context brisk_context;
  * last n_gpu_layers layers and the output layer (final norm, LM head) on the
  * GPU; each layer's KV cache and recurrent state live with it, and each batch
  * crosses once (the residual stream, n_embd floats a token). n_gpu_layers
- * >= n_layer or -1: all on the GPU; 0, or no GPU: all on the CPU. */
+ * >= n_layer or -1: all on the GPU; 0, or no GPU: all on the CPU.
+ *
+ * Experts in host memory (llama.cpp's --n-cpu-moe): with n_cpu_moe > 0 the
+ * routed-expert tensors of layers [0, n_cpu_moe) of a MoE model stay in host
+ * memory (read from the mapping, never copied) and those layers' expert FFN
+ * runs on the CPU; everything else of a GPU layer (attention, norms, router,
+ * shared expert) stays on the GPU. Each such layer sends its normed input and
+ * routing (n_embd floats and 2 * n_expert_used values a token) to the host
+ * and the experts' sum back. No effect without a GPU or on layers that run on
+ * the CPU anyway. Decode steps of such a model are not captured as CUDA
+ * graphs (host work inside the pass). */
 typedef struct brisk_model_params {
     bool vocab_only;   /* load metadata and tokenizer, no weights */
     int n_gpu_layers;  /* layers on the GPU, the last ones; -1: all, when one is present */
@@ -60,6 +70,7 @@ typedef struct brisk_model_params {
     bool progress;     /* print loading progress on stderr */
     bool split_cpu;    /* for tests without a GPU: split as n_gpu_layers says, with a second CPU
                           backend in the GPU's place (also set by the environment's BRISK_SPLIT_CPU=1) */
+    int n_cpu_moe;     /* MoE: layers [0, n_cpu_moe) keep their routed experts in host memory; <= 0: none */
 } brisk_model_params;
 
 brisk_model_params brisk_model_default_params(void);
@@ -79,6 +90,9 @@ typedef struct brisk_model_info {
     int gpu_device;         /* CUDA device holding the weights, or -1 (CPU) */
     int n_gpu_layers;       /* layers on that device (the last ones; the output layer with them),
                                or on the second CPU backend of a split_cpu model; 0: none */
+    int n_cpu_moe;          /* layers [0, n_cpu_moe) keep their routed experts in host memory (see
+                               brisk_model_params); 0: none, or no GPU (nor split_cpu) */
+    uint64_t cpu_moe_bytes; /* bytes of those experts that would otherwise be on the GPU */
 } brisk_model_info;
 void brisk_model_get_info(const brisk_model *model, brisk_model_info *out);
 /* A string metadata value of the model's GGUF ("tokenizer.chat_template", ...)

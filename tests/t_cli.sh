@@ -74,4 +74,13 @@ $B run -m "$M" -p "Once upon a time" -n 32 --temp 0 -ngl 0 >"$T/o0" 2>/dev/null
 BRISK_SPLIT_CPU=1 $B run -m "$M" -p "Once upon a time" -n 32 --temp 0 -ngl 2 >"$T/o2" 2>"$T/e"; rc=$?
 check "-ngl 2 split (BRISK_SPLIT_CPU=1): the text of -ngl 0, the split said at load" \
   '[ $rc -eq 0 ] && [ -s "$T/o0" ] && cmp -s "$T/o0" "$T/o2" && grep -q "^offloaded 2/5 layers to a second CPU backend: layers 3-4" "$T/e"'
+# --n-cpu-moe: the experts of the first layers on the host, the rest of those layers on the "GPU"
+$B synth --preset tiny-qwen3moe -o "$T/moe.gguf" >/dev/null 2>&1
+$B run -m "$T/moe.gguf" -p "Once upon a time" -n 16 --temp 0 --ignore-eos -ngl 0 >"$T/o0" 2>/dev/null
+BRISK_SPLIT_CPU=1 $B run -m "$T/moe.gguf" -p "Once upon a time" -n 16 --temp 0 --ignore-eos --n-cpu-moe 2 -ngl 3 \
+  >"$T/o2" 2>"$T/e"; rc=$?
+check "--n-cpu-moe 2 -ngl 3 (BRISK_SPLIT_CPU=1): the text of -ngl 0, said at load" \
+  '[ $rc -eq 0 ] && [ -s "$T/o0" ] && cmp -s "$T/o0" "$T/o2" && grep -q "^experts of layers 0-1 in host memory (--n-cpu-moe 2): [0-9.]* MiB stay off a second CPU backend" "$T/e"'
+$B run -m "$M" -p hi -n 2 --n-cpu-moe x >/dev/null 2>"$T/e"; rc=$?
+check "--n-cpu-moe x: exit 2" '[ $rc -eq 2 ] && grep -q "expected an integer" "$T/e"'
 exit $fail

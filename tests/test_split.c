@@ -4,8 +4,15 @@
  * recurrent state and checkpoints exactly as a CPU + GPU split does. The same
  * CPU kernels run either way, so every logit must equal the unsplit run's bit
  * for bit: through a prefill of two interleaved sequences, decode steps,
- * a checkpoint, a shared prefix, a cut back, and a clear. */
+ * a checkpoint, a shared prefix, a cut back, and a clear.
+ *
+ * Experts in host memory (n_cpu_moe) the same way: the "GPU" stage's layers
+ * among the first n_cpu_moe run their experts on the context's extra CPU
+ * backend through the host buffers and transfers a GPU stage uses. */
+#include <unistd.h>
+
 #include "brisk.h"
+#include "model/synth.h"
 #include "test.h"
 
 /* A fixed, model-independent token stream, so both runs see the same inputs. */
@@ -42,11 +49,13 @@ static void step(brisk_context *c, const int *seq, int n, int *k, int n_vocab, l
     keep_logits(c, n, n_vocab, out);
 }
 
-/* The scenario, on a model loaded with n_gpu_layers (split_cpu: split on two CPU backends). */
-static bool run(const char *path, int n_gpu_layers, bool split, logbuf *out, int *n_layer) {
+/* The scenario, on a model loaded with n_gpu_layers (split_cpu: split on two CPU backends)
+ * and n_cpu_moe. */
+static bool run(const char *path, int n_gpu_layers, int n_cpu_moe, bool split, logbuf *out, int *n_layer) {
     brisk_model_params mp = brisk_model_default_params();
     mp.n_gpu_layers = n_gpu_layers;
     mp.split_cpu = split;
+    mp.n_cpu_moe = n_cpu_moe;
     brisk_model *m = NULL;
     CHECK_OK(brisk_model_load(path, &mp, &m));
     if (!m) return false;
@@ -55,6 +64,11 @@ static bool run(const char *path, int n_gpu_layers, bool split, logbuf *out, int
     *n_layer = info.n_layer;
     int want = split && n_gpu_layers > 0 && n_gpu_layers < info.n_layer ? n_gpu_layers : 0;
     CHECK(info.n_gpu_layers == want);
+    /* the layers in [first "GPU" layer, n_cpu_moe) keep their experts on the host */
+    int first_gpu = n_gpu_layers < 0 || n_gpu_layers > info.n_layer ? 0 : info.n_layer - n_gpu_layers;
+    int want_moe = split && n_gpu_layers != 0 && n_cpu_moe > 0 ? (n_cpu_moe < info.n_layer ? n_cpu_moe : info.n_layer) : 0;
+    CHECK(info.n_cpu_moe == want_moe);
+    CHECK((info.cpu_moe_bytes > 0) == (want_moe > first_gpu));
     brisk_context_params cp = brisk_context_default_params();
     cp.n_ctx = 128;
     cp.n_seq_max = 3;
@@ -90,7 +104,9 @@ static bool run(const char *path, int n_gpu_layers, bool split, logbuf *out, int
     return true;
 }
 
-static void check_model(const char *path, const int *ngl, int n_ngl) {
+/* Runs the scenario unsplit, then with n_gpu_layers ngl[i] and n_cpu_moe cpu_moe[i] (cpu_moe NULL: 0),
+ * and checks every run's logits equal the unsplit run's bit for bit. */
+static void check_model_moe(const char *path, const int *ngl, const int *cpu_moe, int n_ngl) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         fprintf(stderr, "  skip: %s not found\n", path);
@@ -99,7 +115,7 @@ static void check_model(const char *path, const int *ngl, int n_ngl) {
     fclose(f);
     logbuf ref = {0};
     int n_layer = 0;
-    if (!run(path, 0, false, &ref, &n_layer)) return;
+    if (!run(path, 0, 0, false, &ref, &n_layer)) return;
     CHECK(ref.n > 0);
     for (size_t i = 0; i < ref.n; i++)
         if (!isfinite(ref.v[i])) {
@@ -109,16 +125,20 @@ static void check_model(const char *path, const int *ngl, int n_ngl) {
     for (int i = 0; i < n_ngl; i++) {
         logbuf got = {0};
         int nl = 0;
-        if (run(path, ngl[i], true, &got, &nl)) {
+        int ncm = cpu_moe ? cpu_moe[i] : 0;
+        if (run(path, ngl[i], ncm, true, &got, &nl)) {
             bool same = got.n == ref.n && !memcmp(got.v, ref.v, ref.n * sizeof(float));
             if (!same)
-                fprintf(stderr, "  %s: -ngl %d of %d layers: logits differ from the unsplit run\n", path, ngl[i], nl);
+                fprintf(stderr, "  %s: -ngl %d --n-cpu-moe %d of %d layers: logits differ from the unsplit run\n",
+                        path, ngl[i], ncm, nl);
             CHECK(same);
         }
         free(got.v);
     }
     free(ref.v);
 }
+
+static void check_model(const char *path, const int *ngl, int n_ngl) { check_model_moe(path, ngl, NULL, n_ngl); }
 
 static void t_llama_stories(void) {
     char p[1024];
@@ -137,6 +157,33 @@ static void t_qwen3moe(void) {
     check_model("models/brisk-kjv-moe.gguf", ngl, 3);
 }
 
+/* --n-cpu-moe on the 4-layer qwen3moe: all layers "on the GPU" (one stage) with the experts of
+ * layer 0 or of every layer on the host; split after layer 2 with the experts of layer 2 (the
+ * second stage's first) on the host; split after layer 1 with all of the second stage's. */
+static void t_qwen3moe_cpu_moe(void) {
+    int ngl[] = {-1, -1, 2, 3, 2}, cpu_moe[] = {1, 4, 3, 99, 1};
+    check_model_moe("models/brisk-kjv-moe.gguf", ngl, cpu_moe, 5);
+}
+
+/* The same on a synthetic qwen35moe (Gated DeltaNet + attention, routed and shared experts). */
+static void t_qwen35moe_cpu_moe(void) {
+    char dir[] = "/tmp/brisk-test-split-XXXXXX", path[64];
+    if (!mkdtemp(dir)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    snprintf(path, sizeof path, "%s/tiny-qwen35moe.gguf", dir);
+    synth_config c;
+    CHECK_OK(synth_preset("tiny-qwen35moe", &c));
+    c.expert_skew = 1;
+    c.n_threads = 2;
+    CHECK_OK(synth_write(&c, NULL, path, false));
+    int ngl[] = {-1, -1, 2, 3}, cpu_moe[] = {1, 4, 3, 4};
+    check_model_moe(path, ngl, cpu_moe, 4);
+    unlink(path);
+    rmdir(dir);
+}
+
 static void t_qwen35_hybrid(void) {
     /* 4 layers, 0-2 Gated DeltaNet, 3 attention: stage 2 holds one, two or three recurrent layers */
     int ngl[] = {1, 2, 3};
@@ -149,6 +196,8 @@ int main(int argc, char **argv) {
         {"qwen3", t_qwen3},
         {"qwen3moe", t_qwen3moe},
         {"qwen35_hybrid", t_qwen35_hybrid},
+        {"qwen3moe_cpu_moe", t_qwen3moe_cpu_moe},
+        {"qwen35moe_cpu_moe", t_qwen35moe_cpu_moe},
     };
     return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }

@@ -90,7 +90,9 @@ int cmd_calibrate(int argc, char **argv) {
     brisk_token *toks = NULL;
     brisk_batch_entry *batch = NULL;
     int64_t *counts = NULL, *tmp = NULL;
-    if (!cli_load_model(model_path, 0, 0, &m)) goto done; /* the statistics are read on the CPU */
+    cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
+    mo.n_gpu_layers = 0; /* the statistics are read on the CPU */
+    if (!cli_load_model(model_path, &mo, &m)) goto done;
     int64_t n = 0;
     if (!cli_tokenize(m, text, len, true, false, &toks, &n)) goto done;
     if (n < 1) {

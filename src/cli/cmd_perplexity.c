@@ -22,7 +22,8 @@ int cmd_perplexity(int argc, char **argv) {
             continue;
         }
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: brisk perplexity -m FILE -f TEXT [-c 512] [-t N] [--chunks N] [--kv-type f16|q8_0|f32] [-ngl N] [--device I]\n");
+            printf("usage: brisk perplexity -m FILE -f TEXT [-c 512] [-t N] [--chunks N] [--kv-type f16|q8_0|f32] [-ngl N] [--device I]\n"
+                   "                        [--n-cpu-moe N]\n");
             return 0;
         }
         return cli_error(2, "perplexity: unknown option '%s'", argv[i]);
@@ -38,7 +39,7 @@ int cmd_perplexity(int argc, char **argv) {
     brisk_context *ctx = NULL;
     brisk_token *toks = NULL;
     brisk_batch_entry *batch = NULL;
-    if (!cli_load_model(model_path, mo.n_gpu_layers, mo.device, &m)) goto done;
+    if (!cli_load_model(model_path, &mo, &m)) goto done;
     int64_t n = 0;
     if (!cli_tokenize(m, text, len, false, false, &toks, &n)) goto done;
     int64_t n_chunks = n / n_ctx;

@@ -25,6 +25,7 @@ static void usage(FILE *f) {
             "  --ignore-eos         keep generating past end-of-text\n"
             CLI_KV_HELP
             "  -ngl N               layers on the GPU, the last ones (-1: all when one is present, 0: CPU)\n"
+            CLI_CPU_MOE_HELP
             "  --device I           GPU index (default 0)\n"
             "  --no-display-prompt  (default) print only the continuation\n"
             "  -md, --model-draft FILE  speculative decoding: a small model of the same vocabulary\n"
@@ -64,7 +65,9 @@ static int run_speculative(brisk_model *model, brisk_context *ctx, const brisk_c
     brisk_context *dc = NULL;
     int rc = 1;
     char why[256];
-    if (!cli_load_model(draft_path, mo->n_gpu_layers, mo->device, &dm)) goto done;
+    cli_model_opts dmo = *mo;
+    dmo.n_cpu_moe = 0; /* the draft is small: all of it where -ngl puts it */
+    if (!cli_load_model(draft_path, &dmo, &dm)) goto done;
     if (!spec_compatible(model, dm, why, sizeof why)) {
         cli_error(1, "run: %s cannot draft for %s: %s", draft_path, "the model", why);
         goto done;
@@ -195,7 +198,7 @@ int cmd_run(int argc, char **argv) {
     brisk_sampler *smp = NULL;
     brisk_token *toks = NULL;
     brisk_batch_entry *batch = NULL;
-    if (!cli_load_model(model_path, mo.n_gpu_layers, mo.device, &model)) goto done;
+    if (!cli_load_model(model_path, &mo, &model)) goto done;
     brisk_context_params cp = brisk_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_threads = n_threads;

@@ -29,6 +29,7 @@ static void usage(FILE *f) {
             "  -t, --threads N      CPU threads (default: all cores)\n"
             CLI_KV_HELP
             "  -ngl N               layers on the GPU, the last ones (-1: all when one is present, 0: CPU)\n"
+            CLI_CPU_MOE_HELP
             "  --device I           GPU index (default 0)\n");
 }
 
@@ -95,7 +96,7 @@ int cmd_serve(int argc, char **argv) {
     brisk_model *model = NULL;
     brisk_context *ctx = NULL;
     server *srv = NULL;
-    if (!cli_load_model(model_path, mo.n_gpu_layers, mo.device, &model)) goto done;
+    if (!cli_load_model(model_path, &mo, &model)) goto done;
     brisk_model_info info;
     brisk_model_get_info(model, &info);
     cfg.n_ctx_slot = n_ctx > 0 ? n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);

@@ -166,6 +166,9 @@ int cli_kv_flag(int argc, char **argv, int *i, int *kv_type) {
 }
 
 int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
+    const char *a = argv[*i], *v;
+    if (!strcmp(a, "--n-cpu-moe") || !strcmp(a, "-ncmoe"))
+        return (v = cli_next(argc, argv, i)) && cli_int(a, v, 0, 1 << 20, &o->n_cpu_moe) ? 1 : -1;
     int r = cli_gpu_flag(argc, argv, i, &o->n_gpu_layers, &o->device);
     return r ? r : cli_kv_flag(argc, argv, i, &o->kv_type);
 }
@@ -183,10 +186,11 @@ int cli_text_flag(int argc, char **argv, int *i, cli_text_opts *o) {
     return 0;
 }
 
-bool cli_load_model(const char *path, int n_gpu_layers, int device, brisk_model **out) {
+bool cli_load_model(const char *path, const cli_model_opts *mo, brisk_model **out) {
     brisk_model_params mp = brisk_model_default_params();
-    mp.n_gpu_layers = n_gpu_layers;
-    mp.device = device;
+    mp.n_gpu_layers = mo->n_gpu_layers;
+    mp.device = mo->device;
+    mp.n_cpu_moe = mo->n_cpu_moe;
     if (brisk_model_load(path, &mp, out) != BRISK_OK) {
         cli_error(1, "%s", brisk_last_error());
         return false;
@@ -203,6 +207,12 @@ bool cli_load_model(const char *path, int n_gpu_layers, int device, brisk_model 
                 "layers 0-%d on the CPU\n", ng, in.n_layer, where, nc, in.n_layer - 1, nc - 1);
     else if (ng > 0 && in.gpu_device >= 0)
         fprintf(stderr, "offloaded %d/%d layers to %s\n", ng, in.n_layer, where);
+    if (in.n_cpu_moe > 0) {
+        double gib = in.cpu_moe_bytes / 1073741824.0;
+        fprintf(stderr, "experts of layers 0-%d in host memory (--n-cpu-moe %d): %.*f %s stay off %s\n",
+                in.n_cpu_moe - 1, mo->n_cpu_moe, gib >= 1 ? 1 : 0, gib >= 1 ? gib : gib * 1024,
+                gib >= 1 ? "GiB" : "MiB", where);
+    }
     return true;
 }
 

@@ -25,13 +25,15 @@ int cli_gpu_flag(int argc, char **argv, int *i, int *n_gpu_layers, int *device);
 /* KV cache type flags: --kv-type T, llama.cpp's -ctk/-ctv T (one type for
  * both), and --kv-f32. Same returns as cli_gpu_flag; *kv_type is a brisk_kv_type. */
 int cli_kv_flag(int argc, char **argv, int *i, int *kv_type);
-/* Where and how a model runs: -ngl/--device and the KV cache type flags in one. */
+/* Where and how a model runs: -ngl/--device, --n-cpu-moe N and the KV cache type flags in one. */
 typedef struct cli_model_opts {
     int n_gpu_layers; /* -1: all when a GPU is present */
     int device;
     int kv_type;      /* brisk_kv_type */
+    int n_cpu_moe;    /* MoE: the first N layers keep their experts in host memory; 0: none */
 } cli_model_opts;
-#define CLI_MODEL_OPTS_DEFAULT {-1, 0, BRISK_KV_F16}
+#define CLI_MODEL_OPTS_DEFAULT {-1, 0, BRISK_KV_F16, 0}
+#define CLI_CPU_MOE_HELP "  --n-cpu-moe N        MoE: the experts of the first N layers stay in host memory, run by the CPU\n"
 /* 1: argv[*i] (and its value) was one of them; 0: not one; -1: bad (message printed). */
 int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o);
 /* The flags of the commands that run a model over a text file (perplexity,
@@ -46,7 +48,8 @@ int cli_text_flag(int argc, char **argv, int *i, cli_text_opts *o);
 /* Model load and context creation that print the library's error on failure. */
 struct brisk_context;
 struct brisk_context_params;
-bool cli_load_model(const char *path, int n_gpu_layers, int device, struct brisk_model **out);
+/* Loads with mo's placement (-ngl, --device, --n-cpu-moe) and says where the layers went. */
+bool cli_load_model(const char *path, const cli_model_opts *mo, struct brisk_model **out);
 bool cli_new_context(struct brisk_model *m, const struct brisk_context_params *cp, struct brisk_context **out);
 double cli_now(void);         /* seconds, monotonic */
 double cli_peak_rss_mb(void); /* peak resident set size */

@@ -6,7 +6,11 @@
  * brisk_model_params) runs as two stages, each with its own backend, scratch,
  * recurrent state and checkpoints and its layers' KV pages; the block tables
  * are shared. A forward pass runs the first stage's layers, copies the
- * residual stream across, then the second's. */
+ * residual stream across, then the second's.
+ *
+ * A GPU stage whose layers keep their experts in host memory (n_cpu_moe)
+ * holds a moe_offload (engine/offload.h): a CPU backend of its own and host
+ * buffers, through which those layers' expert FFN runs on the CPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +18,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "base/status.h"
 #include "engine/kv_cache.h"
+#include "engine/offload.h"
 #include "model/arch.h"
 
 #define UBATCH_MAX 512 /* tokens per forward pass; bounds the scratch */
@@ -85,6 +90,7 @@ void brisk_context_free(brisk_context *c) {
         if (st->rs_mem) st->be->ops->release(st->be, st->rs_mem);
         if (st->ck_mem) st->be->ops->release(st->be, st->ck_mem);
         st->be->ops->free(st->be);
+        moe_offload_free(st->s.moe_offload);
     }
     free(c->views);
     free(c->ck_pos);
@@ -246,7 +252,8 @@ static void rs_copy(brisk_context *c, int src, int dst) {
 
 /* The stages of a model: one, or two when its layers are split (model_split).
  * Each gets a backend of its own: the CPU's, or for a GPU stage a CUDA
- * backend (own stream and staging) on the device that holds its weights. */
+ * backend (own stream and staging) on the device that holds its weights;
+ * and a moe_offload when some of its layers keep their experts in host memory. */
 static brisk_status make_stages(brisk_context *c) {
     const brisk_model *m = c->model;
     int n_layer = m->hp.n_layer, split = model_split(m), dev = 0;
@@ -259,7 +266,14 @@ static brisk_status make_stages(brisk_context *c) {
         ctx_stage *st = &c->st[i];
         bool gpu = bk_backend_is_cuda(m->be, &dev) && (i == 1 || !split);
         BK_TRY(gpu ? bk_cuda_backend_new(dev, &st->be) : bk_cpu_backend_new(c->p.n_threads, &st->be));
-        for (int l = st->l0; l < st->l1; l++) st->n_rec += model_layer_recurrent(&m->hp, l);
+        bool exps_host = false;
+        for (int l = st->l0; l < st->l1; l++) {
+            st->n_rec += model_layer_recurrent(&m->hp, l);
+            exps_host |= m->layers[l].exps_host;
+        }
+        if (exps_host)
+            BK_TRY(moe_offload_new(c->p.n_threads, c->n_ubatch, m->hp.n_embd, m->hp.n_expert_used,
+                                   &st->s.moe_offload));
     }
     return BRISK_OK;
 }
@@ -279,8 +293,7 @@ static void stage_bytes(const brisk_context *c, const ctx_stage *st, uint64_t *k
  * one of the two backends is the CPU. */
 static brisk_status stage_transfer(brisk_context *c, const ctx_stage *from, const ctx_stage *to, int n) {
     size_t bytes = (size_t)n * (size_t)c->model->hp.n_embd * sizeof(float);
-    if (bk_backend_is_cuda(to->be, NULL)) return bk_cuda_write(to->be, to->s.x, from->s.x, bytes);
-    return from->be->ops->read(from->be, from->s.x, to->s.x, bytes); /* to the host: a GPU copies back and waits */
+    return offload_transfer(from->be, from->s.x, to->be, to->s.x, bytes);
 }
 
 brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *params,
@@ -331,8 +344,11 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
         c->mem.device = dev;
         c->mem.weight_bytes = model->gpu_weight_bytes;
         c->mem.kv_bytes = kv;
+        int gpu_experts = 0; /* the stage's layers whose experts are on the GPU (n_cpu_moe keeps some on the host) */
+        for (int l = c->st[i].l0; hp->n_expert && l < c->st[i].l1; l++) gpu_experts += !model->layers[l].exps_host;
         c->mem.scratch_bytes = scratch + bk_cuda_backend_overhead() +
-                               bk_cuda_moe_scratch_bytes(hp->n_embd, hp->n_ff_exp, hp->n_expert, hp->n_expert_used);
+                               bk_cuda_moe_scratch_bytes(hp->n_embd, hp->n_ff_exp, gpu_experts ? hp->n_expert : 0,
+                                                         hp->n_expert_used);
         size_t fr = 0, tot = 0;
         s = bk_cuda_mem_info(dev, &fr, &tot);
         if (s != BRISK_OK) goto fail;
@@ -443,10 +459,14 @@ static brisk_status reserve_logits(brisk_context *c, int n) {
 }
 
 /* A stage's layers of one forward pass, bracketed as a backend step when the
- * backend takes steps (the CUDA backend replays a captured graph of them). */
+ * backend takes steps (the CUDA backend replays a captured graph of them).
+ * A stage with experts in host memory runs its ops unbracketed: the CPU's
+ * work and the copies in the middle of the pass cannot be captured in a
+ * graph (correct first; each op then uploads its own inputs). */
 static brisk_status run_stage(brisk_context *c, ctx_stage *stg, const fwd_batch *fb) {
     const bk_backend_ops *op = stg->be->ops;
-    if (!op->step_begin) return c->forward(c->model, stg->be, c->views, fb, &stg->s, stg->l0, stg->l1);
+    if (!op->step_begin || stg->s.moe_offload)
+        return c->forward(c->model, stg->be, c->views, fb, &stg->s, stg->l0, stg->l1);
     bk_step st = {.n_tokens = fb->n, .tokens = fb->tokens, .ab = &fb->ab, .n_out = fb->n_out,
                   .out_idx = fb->out_idx, .kv_block_size = c->p.kv_block_size};
     bool replayed = false, rerun = false;

@@ -4,6 +4,9 @@
 #include "backend/backend.h"
 #include "model/model.h"
 
+/* The CPU side of experts kept in host memory (engine/offload.h). */
+typedef struct moe_offload moe_offload;
+
 /* Per-step activations, allocated once by the context for n_max tokens. */
 typedef struct fwd_scratch {
     float *x;    /* (n, n_embd) residual stream */
@@ -31,6 +34,8 @@ typedef struct fwd_scratch {
     /* routing statistics (brisk_context_params.collect_expert_stats), host memory, or NULL */
     int64_t *expert_counts; /* (n_layer, n_expert) */
     int32_t *ids_host;      /* (n, n_expert_used) a layer's choices read back */
+    /* runs the experts of layers with exps_host (n_cpu_moe) on the CPU; NULL when the stage has none */
+    moe_offload *moe_offload;
 } fwd_scratch;
 
 typedef struct fwd_batch {
@@ -64,4 +69,12 @@ void decoder_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *k
 void decoder_logits(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s);
 /* (model/qwen3moe.c) Adds layer l's routed experts (s->moe_ids) to s->expert_counts, if kept. */
 void moe_count_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l);
+/* (model/qwen3moe.c) s->moe_out = layer l's routed experts over s->xb as s->moe_ids and s->moe_w chose
+ * them (backend.h's moe_ffn): on be, or on the CPU when the layer keeps its experts in host memory. */
+brisk_status moe_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l);
+/* (engine/offload.c) moe_ffn on mo's CPU backend: x, ids and weights (backend memory of be) are copied
+ * to host buffers, the sum back into out; the weights must be host memory. */
+brisk_status moe_offload_ffn(moe_offload *mo, bk_backend *be, const bk_weight *gate, const bk_weight *up,
+                             const bk_weight *down, const float *x, int n, const int32_t *ids, const float *weights,
+                             int k, float *out);
 #endif

@@ -267,9 +267,13 @@ static brisk_status bind_all(brisk_model *m) {
         if (hp->n_expert) {
             int64_t ne = hp->n_expert, ff = hp->n_ff_exp;
             BIND(ffn_gate_inp, "ffn_gate_inp.weight", d, ne, true);
+            /* --n-cpu-moe: a GPU layer's experts stay in the map for the CPU to read */
+            L->exps_host = l < m->n_cpu_moe && l >= m->n_cpu_layers;
+            bk_backend *ebe = L->exps_host ? NULL : be;
 #define BIND_EXPERTS(field, suffix, ne0, ne1)                          \
     snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
-    BK_TRY(bind3(m, be, n, ne0, ne1, ne, true, &L->field))
+    BK_TRY(bind3(m, ebe, n, ne0, ne1, ne, true, &L->field));           \
+    if (L->exps_host) m->cpu_moe_bytes += (uint64_t)L->field.n_out * L->field.row_bytes
             BIND_EXPERTS(gate_exps, "ffn_gate_exps.weight", d, ff);
             BIND_EXPERTS(up_exps, "ffn_up_exps.weight", d, ff);
             BIND_EXPERTS(down_exps, "ffn_down_exps.weight", ff, d);
@@ -286,12 +290,13 @@ static brisk_status bind_all(brisk_model *m) {
 
 brisk_model_params brisk_model_default_params(void) {
     brisk_model_params p = {.vocab_only = false, .n_gpu_layers = -1, .device = 0, .progress = false,
-                            .split_cpu = false};
+                            .split_cpu = false, .n_cpu_moe = 0};
     return p;
 }
 
 /* Bytes bind_all puts on the GPU: layers [n_cpu_layers, n_layer) and the
- * output layer, with the embedding when it is on the GPU or the tied LM head. */
+ * output layer, with the embedding when it is on the GPU or the tied LM head,
+ * less the experts of layers [0, n_cpu_moe). */
 static uint64_t gpu_bytes_needed(const brisk_model *m) {
     bool tied = !gguf_find_tensor(m->gguf, "output.weight");
     uint64_t need = 0;
@@ -299,7 +304,8 @@ static uint64_t gpu_bytes_needed(const brisk_model *m) {
         const gguf_tensor *t = gguf_get_tensor(m->gguf, i);
         int l;
         bool gpu = true;
-        if (sscanf(t->name, "blk.%d.", &l) == 1) gpu = l >= m->n_cpu_layers && l < m->hp.n_layer;
+        if (sscanf(t->name, "blk.%d.", &l) == 1)
+            gpu = l >= m->n_cpu_layers && l < m->hp.n_layer && !(l < m->n_cpu_moe && strstr(t->name, "_exps."));
         else if (!strcmp(t->name, "token_embd.weight")) gpu = m->n_cpu_layers == 0 || tied;
         if (gpu) need += t->nbytes;
     }
@@ -312,18 +318,21 @@ static brisk_status place_layers(brisk_model *m, const brisk_model_params *param
     int n_gpu = ngl < 0 || ngl > n_layer ? n_layer : ngl;
     const char *env = getenv("BRISK_SPLIT_CPU");
     bool split_cpu = params->split_cpu || (env && !strcmp(env, "1"));
+    bool gpu = n_gpu > 0 && !split_cpu && bk_cuda_device_count() > 0;
     m->n_cpu_layers = n_layer;
-    if (n_gpu > 0 && split_cpu) m->n_cpu_layers = n_layer - n_gpu; /* the second stage on a CPU backend */
-    if (n_gpu == 0 || split_cpu || bk_cuda_device_count() == 0) return BRISK_OK;
-    m->n_cpu_layers = n_layer - n_gpu;
+    if (gpu || (n_gpu > 0 && split_cpu)) m->n_cpu_layers = n_layer - n_gpu; /* split_cpu: a second CPU backend */
+    if (m->hp.n_expert && params->n_cpu_moe > 0 && m->n_cpu_layers < n_layer)
+        m->n_cpu_moe = params->n_cpu_moe < n_layer ? params->n_cpu_moe : n_layer;
+    if (!gpu) return BRISK_OK;
     /* Refuse up front rather than fail halfway through the upload. */
     uint64_t need = gpu_bytes_needed(m);
     size_t fr = 0, tot = 0;
     if (bk_cuda_mem_info(params->device, &fr, &tot) == BRISK_OK && need > fr)
         return bk_fail(BRISK_ERR_NOMEM,
                        "the weights of %d layers need %.0f MiB on CUDA device %d, which has %.0f MiB free of "
-                       "%.0f MiB (offload fewer layers with -ngl N, or none with -ngl 0)",
-                       n_gpu, need / 1048576.0, params->device, fr / 1048576.0, tot / 1048576.0);
+                       "%.0f MiB (offload fewer layers with -ngl N, or none with -ngl 0%s)",
+                       n_gpu, need / 1048576.0, params->device, fr / 1048576.0, tot / 1048576.0,
+                       m->hp.n_expert ? "; or keep experts in host memory with --n-cpu-moe N" : "");
     return bk_cuda_backend_new(params->device, &m->be);
 }
 
@@ -432,4 +441,6 @@ void brisk_model_get_info(const brisk_model *m, brisk_model_info *o) {
     o->gpu_device = -1;
     bk_backend_is_cuda(m->be, &o->gpu_device);
     o->n_gpu_layers = m->be || model_split(m) ? m->hp.n_layer - m->n_cpu_layers : 0;
+    o->n_cpu_moe = m->n_cpu_moe;
+    o->cpu_moe_bytes = m->cpu_moe_bytes;
 }

@@ -72,6 +72,8 @@ typedef struct layer_weights {
     bk_weight ffn_gate_inp;         /* MoE router (n_expert, n_embd) */
     bk_weight gate_exps, up_exps;   /* (n_expert * n_ff_exp, n_embd), n_expert set */
     bk_weight down_exps;            /* (n_expert * n_embd, n_ff_exp) */
+    bool exps_host;                 /* a GPU layer whose experts stay in host memory (n_cpu_moe): its
+                                       expert FFN runs on the CPU, see moe_experts */
 } layer_weights;
 
 struct brisk_model {
@@ -83,7 +85,10 @@ struct brisk_model {
                              output layer; NULL: the CPU reads the map */
     int n_cpu_layers;     /* layers [0, n_cpu_layers) and the token embedding run on the CPU; the rest on be,
                              or (be NULL, a split_cpu model) on a second CPU backend. See model_split. */
+    int n_cpu_moe;        /* layers [0, n_cpu_moe) keep their experts in host memory (brisk_model_params);
+                             0 when no layer runs off the CPU */
     uint64_t gpu_weight_bytes; /* bytes of the device copies */
+    uint64_t cpu_moe_bytes;    /* expert bytes kept in host memory by n_cpu_moe (of layers off the CPU) */
     bk_weight tok_embd;   /* (n_vocab, n_embd) */
     bk_weight output_norm;/* (n_embd) */
     bk_weight output;     /* (n_vocab, n_embd); a copy of tok_embd's description when tied */

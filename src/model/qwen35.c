@@ -74,7 +74,7 @@ static void gated_deltanet(const brisk_model *m, bk_backend *be, const bk_kv_vie
 
 /* x += the FFN of layer l on h = s->xb: dense SwiGLU, or routed experts plus
  * the gated shared expert (summed before the residual, as llama.cpp does). */
-static void ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l) {
+static brisk_status ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l) {
     const model_hparams *hp = &m->hp;
     const bk_backend_ops *op = be->ops;
     const layer_weights *L = &m->layers[l];
@@ -85,14 +85,13 @@ static void ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_sc
         op->matmul(be, 2, gu, NULL, s->xb, n, gu_out);
         op->swiglu(be, s->hb, s->hb2, s->hb, (size_t)n * hp->n_ff);
         bk_matmul_add(be, &L->w_down, s->hb, n, s->att, s->x);
-        return;
+        return BRISK_OK;
     }
     const bk_weight *router = &L->ffn_gate_inp;
     op->matmul(be, 1, &router, NULL, s->xb, n, &s->moe_logits);
     op->moe_route(be, s->moe_logits, n, hp->n_expert, hp->n_expert_used, true, 0.0f, s->moe_ids, s->moe_w);
     moe_count_experts(m, be, b, s, l);
-    op->moe_ffn(be, &L->gate_exps, &L->up_exps, &L->down_exps, s->xb, n, s->moe_ids, s->moe_w, hp->n_expert_used,
-                s->moe_out);
+    BK_TRY(moe_experts(m, be, b, s, l));
     const bk_weight *sw[3] = {&L->gate_shexp, &L->up_shexp, &L->gate_inp_shexp};
     float *sw_out[3] = {s->hb, s->hb2, s->sh_gate};
     op->matmul(be, 3, sw, NULL, s->xb, n, sw_out);
@@ -102,6 +101,7 @@ static void ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_sc
     op->sigmoid_mul(be, s->sh, s->sh_gate, n, d, 1);
     op->add(be, s->moe_out, s->sh, (size_t)n * d);
     op->add(be, s->x, s->moe_out, (size_t)n * d);
+    return BRISK_OK;
 }
 
 brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
@@ -119,7 +119,7 @@ brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_vi
         if (model_layer_recurrent(hp, l)) gated_deltanet(m, be, kv, b, s, l);
         else gated_attention(m, be, kv, b, s, l);
         op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
-        ffn(m, be, b, s, l);
+        BK_TRY(ffn(m, be, b, s, l));
     }
     if (l1 == hp->n_layer && b->n_out) decoder_logits(m, be, b, s);
     return BRISK_OK;

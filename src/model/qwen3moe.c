@@ -25,6 +25,17 @@ void moe_count_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b,
         if (s->ids_host[i] >= 0 && s->ids_host[i] < ne) s->expert_counts[(size_t)l * ne + s->ids_host[i]]++;
 }
 
+brisk_status moe_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l) {
+    const layer_weights *L = &m->layers[l];
+    int k = m->hp.n_expert_used;
+    if (L->exps_host) /* --n-cpu-moe: the experts stay in host memory, the CPU runs them */
+        return moe_offload_ffn(s->moe_offload, be, &L->gate_exps, &L->up_exps, &L->down_exps, s->xb, b->n,
+                               s->moe_ids, s->moe_w, k, s->moe_out);
+    be->ops->moe_ffn(be, &L->gate_exps, &L->up_exps, &L->down_exps, s->xb, b->n, s->moe_ids, s->moe_w, k,
+                     s->moe_out);
+    return BRISK_OK;
+}
+
 brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv,
                               const fwd_batch *b, fwd_scratch *s, int l0, int l1) {
     const model_hparams *hp = &m->hp;
@@ -43,8 +54,7 @@ brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_
         op->matmul(be, 1, &router, NULL, s->xb, n, &s->moe_logits);
         op->moe_route(be, s->moe_logits, n, hp->n_expert, k, true, 0.0f, s->moe_ids, s->moe_w);
         moe_count_experts(m, be, b, s, l);
-        op->moe_ffn(be, &L->gate_exps, &L->up_exps, &L->down_exps, s->xb, n, s->moe_ids, s->moe_w, k,
-                    s->moe_out);
+        BK_TRY(moe_experts(m, be, b, s, l));
         op->add(be, s->x, s->moe_out, (size_t)n * d);
     }
     if (l1 == hp->n_layer && b->n_out) decoder_logits(m, be, b, s);

@@ -54,6 +54,21 @@ ngl_check() { # model
 }
 [ -f "$MODEL" ] && ngl_check "$MODEL"
 for m in $BRISK_E2E_MODELS; do BRISK_CUDA_MMA=0 ngl_check "$m"; done
+# Experts in host memory: --n-cpu-moe 2 keeps the experts of layers 0-1 on the
+# host (the CPU runs them, the rest of those layers on the GPU); with -ngl 3
+# layer 0 runs on the CPU and layer 1 is a GPU layer with host experts. Both
+# give the CPU's greedy text.
+cpu_moe_check() { # model [extra flags]
+  local m=$1 name; name=$(basename "$m"); shift
+  a=$("$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 64 --temp 0 --ignore-eos -ngl 0 2>/dev/null | tr -d '\000')
+  b=$("$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 64 --temp 0 --ignore-eos --n-cpu-moe 2 "$@" 2>"$E2E_DIR/err" | tr -d '\000')
+  if [ -n "$a" ] && [ "$a" = "$b" ] && grep -q "^experts of layers 0-1 in host memory (--n-cpu-moe 2)" "$E2E_DIR/err"; then
+    pass=$((pass + 1)); echo "ok   cli greedy 64 tokens --n-cpu-moe 2 $* == -ngl 0 ($name)"
+  else fail=$((fail + 1)); echo "FAIL cli --n-cpu-moe 2 $* vs -ngl 0 ($name)"; echo "cpu: $a"; echo "cpu-moe: $b"; cat "$E2E_DIR/err"; fi
+}
+for m in $BRISK_E2E_MODELS; do
+  case $(basename "$m") in *moe*) BRISK_CUDA_MMA=0 cpu_moe_check "$m"; BRISK_CUDA_MMA=0 cpu_moe_check "$m" -ngl 3 ;; esac
+done
 # Random-weight models have flat logits (top two within 1e-3 of each other at
 # some steps): their prompts go through the f32 tiled product rather than the
 # f16 tensor cores, whose rounding would flip such near-ties. What is checked
