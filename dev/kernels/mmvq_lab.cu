@@ -2,7 +2,8 @@
  * groups-in-flight unroll U and the grid (one warp per row pair, or a persistent grid of a few
  * blocks per SM striding over the rows), on decode-shaped matrices, against the copy bandwidth.
  *
- *   nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc dev/kernels/mmvq_lab.cu build/libbrisk.a -o build/mmvq_lab
+ *   nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc dev/kernels/mmvq_lab.cu build/libbrisk.a -o build/mmvq_lab \
+ *        -lpcre2-8 -lcjson -lmicrohttpd -ldl
  *   build/mmvq_lab
  *
  * Weights hold random bytes with valid f16 scales (timing only); copies rotate so that no matrix
