@@ -151,6 +151,16 @@ typedef struct brisk_context_params {
 } brisk_context_params;
 
 brisk_context_params brisk_context_default_params(void);
+/* For a GPU budget (llama.cpp users' --n-cpu-moe picked for them): the smallest n_cpu_moe with which
+ * the GPU's share of the MoE model at path, loaded with mp (its n_gpu_layers), and of one context
+ * made with cp (NULL: defaults) fits in gpu_mem bytes: the non-expert weights of the GPU's layers,
+ * KV cache, recurrent state and scratch, and the experts of as many layers as fit, the last ones
+ * first. An estimate of what brisk_model_load and brisk_context_new allocate there (the driver's own
+ * memory not counted). 0 without a GPU (and without split_cpu) or when everything fits;
+ * BRISK_ERR_NOMEM with the figures when even every expert in host memory does not fit;
+ * BRISK_ERR_UNSUPPORTED for a model without experts. */
+brisk_status brisk_model_fit_n_cpu_moe(const char *path, const brisk_model_params *mp,
+                                       const brisk_context_params *cp, uint64_t gpu_mem, int *n_cpu_moe);
 brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *params,
                                brisk_context **out);
 void brisk_context_free(brisk_context *ctx);

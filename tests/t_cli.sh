@@ -81,6 +81,13 @@ BRISK_SPLIT_CPU=1 $B run -m "$T/moe.gguf" -p "Once upon a time" -n 16 --temp 0 -
   >"$T/o2" 2>"$T/e"; rc=$?
 check "--n-cpu-moe 2 -ngl 3 (BRISK_SPLIT_CPU=1): the text of -ngl 0, said at load" \
   '[ $rc -eq 0 ] && [ -s "$T/o0" ] && cmp -s "$T/o0" "$T/o2" && grep -q "^experts of layers 0-1 in host memory (--n-cpu-moe 2): [0-9.]* MiB stay off a second CPU backend" "$T/e"'
+BRISK_SPLIT_CPU=1 $B run -m "$T/moe.gguf" -p "Once upon a time" -n 16 --temp 0 --ignore-eos --gpu-mem 1G >"$T/o3" 2>"$T/e"; rc=$?
+check "--gpu-mem 1G (BRISK_SPLIT_CPU=1): every expert fits, the text of -ngl 0" \
+  '[ $rc -eq 0 ] && cmp -s "$T/o0" "$T/o3" && ! grep -q "in host memory" "$T/e"'
+BRISK_SPLIT_CPU=1 $B run -m "$T/moe.gguf" -p hi -n 2 --gpu-mem 64K >/dev/null 2>"$T/e"; rc=$?
+check "--gpu-mem 64K: exit 1, what it needs" '[ $rc -eq 1 ] && [ $(wc -l <"$T/e") -eq 1 ] && grep -q "every expert in host memory" "$T/e"'
+$B run -m "$T/moe.gguf" -p hi -n 2 --gpu-mem 12X >/dev/null 2>"$T/e"; rc=$?
+check "--gpu-mem 12X: exit 2" '[ $rc -eq 2 ] && grep -q "expected a size" "$T/e"'
 $B run -m "$M" -p hi -n 2 --n-cpu-moe x >/dev/null 2>"$T/e"; rc=$?
 check "--n-cpu-moe x: exit 2" '[ $rc -eq 2 ] && grep -q "expected an integer" "$T/e"'
 exit $fail

@@ -184,6 +184,70 @@ static void t_qwen35moe_cpu_moe(void) {
     rmdir(dir);
 }
 
+/* brisk_model_fit_n_cpu_moe (--gpu-mem): the smallest budget for each n_cpu_moe N falls by one
+ * layer's experts per layer moved back to the GPU, and a model loaded with the fitted N has it. */
+static uint64_t min_budget(const char *path, const brisk_model_params *mp, const brisk_context_params *cp, int n) {
+    uint64_t lo = 0, hi = (uint64_t)1 << 40; /* fit(hi) <= n; find the least such budget */
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        int got = -1;
+        bool ok = brisk_model_fit_n_cpu_moe(path, mp, cp, mid, &got) == BRISK_OK;
+        if (ok && got <= n) hi = mid;
+        else lo = mid;
+    }
+    return hi;
+}
+
+static void t_fit_cpu_moe(void) {
+    const char *path = "models/brisk-kjv-moe.gguf";
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "  skip: %s not found\n", path);
+        return;
+    }
+    fclose(f);
+    brisk_model_params mp = brisk_model_default_params();
+    mp.split_cpu = true; /* without a GPU the fit is 0: the second CPU backend stands in */
+    brisk_context_params cp = brisk_context_default_params();
+    cp.n_ctx = 256;
+    int n = -1;
+    CHECK_OK(brisk_model_fit_n_cpu_moe(path, &mp, &cp, (uint64_t)1 << 40, &n));
+    CHECK(n == 0);
+    CHECK(brisk_model_fit_n_cpu_moe(path, &mp, &cp, 1024, &n) == BRISK_ERR_NOMEM);
+    CHECK(strstr(brisk_last_error(), "every expert in host memory") != NULL);
+    mp.n_cpu_moe = 1;
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(path, &mp, &m));
+    if (!m) return;
+    brisk_model_info info;
+    brisk_model_get_info(m, &info);
+    brisk_model_free(m);
+    uint64_t layer = info.cpu_moe_bytes; /* one layer's experts */
+    CHECK(layer > 0);
+    uint64_t b[5];
+    mp.n_cpu_moe = 0;
+    for (int i = 0; i < 5; i++) b[i] = min_budget(path, &mp, &cp, i);
+    for (int i = 1; i < 4; i++) CHECK(b[i - 1] - b[i] == layer);
+    CHECK(b[3] - b[4] >= layer); /* the first layer back also brings the MoE op's scratch */
+    CHECK_OK(brisk_model_fit_n_cpu_moe(path, &mp, &cp, b[2], &n));
+    CHECK(n == 2);
+    CHECK_OK(brisk_model_fit_n_cpu_moe(path, &mp, &cp, b[2] - 1, &n));
+    CHECK(n == 3);
+    mp.n_cpu_moe = n;
+    CHECK_OK(brisk_model_load(path, &mp, &m));
+    if (!m) return;
+    brisk_model_get_info(m, &info);
+    CHECK(info.n_cpu_moe == 3 && info.cpu_moe_bytes == 3 * layer);
+    brisk_model_free(m);
+    /* -ngl 2: layers 0-1 run on the CPU anyway, so the fit is 0, 3 or 4 */
+    mp.n_gpu_layers = 2;
+    mp.n_cpu_moe = 0;
+    CHECK_OK(brisk_model_fit_n_cpu_moe(path, &mp, &cp, min_budget(path, &mp, &cp, 3), &n));
+    CHECK(n == 3);
+    CHECK_OK(brisk_model_fit_n_cpu_moe(path, &mp, &cp, (uint64_t)1 << 40, &n));
+    CHECK(n == 0);
+}
+
 static void t_qwen35_hybrid(void) {
     /* 4 layers, 0-2 Gated DeltaNet, 3 attention: stage 2 holds one, two or three recurrent layers */
     int ngl[] = {1, 2, 3};
@@ -198,6 +262,7 @@ int main(int argc, char **argv) {
         {"qwen35_hybrid", t_qwen35_hybrid},
         {"qwen3moe_cpu_moe", t_qwen3moe_cpu_moe},
         {"qwen35moe_cpu_moe", t_qwen35moe_cpu_moe},
+        {"fit_cpu_moe", t_fit_cpu_moe},
     };
     return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }

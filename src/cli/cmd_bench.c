@@ -143,7 +143,7 @@ int cmd_bench(int argc, char **argv) {
         }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: brisk bench -m FILE [-p 512] [-n 128] [-d DEPTH] [-np SEQS] [-t N] [-r 5] [-c N] [-ngl N]\n"
-                   "                   [--device I] [--n-cpu-moe N] [--kv-type T] [--json]\n"
+                   "                   [--device I] [--n-cpu-moe N | --gpu-mem SIZE] [--kv-type T] [--json]\n"
                    "  -d N    run each test after N tokens already in the KV cache (llama-bench's -d)\n"
                    "  -np N   generation decodes N sequences per step (batched decode; tokens/s of all)\n");
             return 0;
@@ -168,7 +168,6 @@ int cmd_bench(int argc, char **argv) {
     brisk_context *ctx = NULL;
     brisk_batch_entry *batch = NULL;
     int rc = 1;
-    if (!cli_load_model(model_path, &mo, &m)) goto done;
     brisk_context_params cp = brisk_context_default_params();
     cp.n_threads = n_threads;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
@@ -177,6 +176,7 @@ int cmd_bench(int argc, char **argv) {
     cp.n_seq_max = n_seq;
     cp.n_batch = n_prompt > n_seq ? n_prompt : n_seq;
     if (depth > 0 && cp.n_batch < 512) cp.n_batch = 512;
+    if (!cli_load_model(model_path, &mo, &cp, &m)) goto done;
     if (!cli_new_context(m, &cp, &ctx)) goto done;
     batch = malloc((size_t)(cp.n_batch > 1 ? cp.n_batch : 1) * sizeof *batch);
     if (!batch) goto done;

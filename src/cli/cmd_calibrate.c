@@ -92,7 +92,7 @@ int cmd_calibrate(int argc, char **argv) {
     int64_t *counts = NULL, *tmp = NULL;
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
     mo.n_gpu_layers = 0; /* the statistics are read on the CPU */
-    if (!cli_load_model(model_path, &mo, &m)) goto done;
+    if (!cli_load_model(model_path, &mo, NULL, &m)) goto done;
     int64_t n = 0;
     if (!cli_tokenize(m, text, len, true, false, &toks, &n)) goto done;
     if (n < 1) {

@@ -23,7 +23,7 @@ int cmd_perplexity(int argc, char **argv) {
         }
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: brisk perplexity -m FILE -f TEXT [-c 512] [-t N] [--chunks N] [--kv-type f16|q8_0|f32] [-ngl N] [--device I]\n"
-                   "                        [--n-cpu-moe N]\n");
+                   "                        [--n-cpu-moe N | --gpu-mem SIZE]\n");
             return 0;
         }
         return cli_error(2, "perplexity: unknown option '%s'", argv[i]);
@@ -39,7 +39,12 @@ int cmd_perplexity(int argc, char **argv) {
     brisk_context *ctx = NULL;
     brisk_token *toks = NULL;
     brisk_batch_entry *batch = NULL;
-    if (!cli_load_model(model_path, &mo, &m)) goto done;
+    brisk_context_params cp = brisk_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = n_ctx;
+    cp.n_threads = n_threads;
+    cp.kv_type = (brisk_kv_type)mo.kv_type;
+    if (!cli_load_model(model_path, &mo, &cp, &m)) goto done;
     int64_t n = 0;
     if (!cli_tokenize(m, text, len, false, false, &toks, &n)) goto done;
     int64_t n_chunks = n / n_ctx;
@@ -49,11 +54,6 @@ int cmd_perplexity(int argc, char **argv) {
                   (long long)n, n_ctx);
         goto done;
     }
-    brisk_context_params cp = brisk_context_default_params();
-    cp.n_ctx = n_ctx;
-    cp.n_batch = n_ctx;
-    cp.n_threads = n_threads;
-    cp.kv_type = (brisk_kv_type)mo.kv_type;
     if (!cli_new_context(m, &cp, &ctx)) goto done;
     batch = malloc((size_t)n_ctx * sizeof *batch);
     if (!batch) goto done;

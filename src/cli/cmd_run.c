@@ -67,7 +67,8 @@ static int run_speculative(brisk_model *model, brisk_context *ctx, const brisk_c
     char why[256];
     cli_model_opts dmo = *mo;
     dmo.n_cpu_moe = 0; /* the draft is small: all of it where -ngl puts it */
-    if (!cli_load_model(draft_path, &dmo, &dm)) goto done;
+    dmo.gpu_mem = 0;
+    if (!cli_load_model(draft_path, &dmo, NULL, &dm)) goto done;
     if (!spec_compatible(model, dm, why, sizeof why)) {
         cli_error(1, "run: %s cannot draft for %s: %s", draft_path, "the model", why);
         goto done;
@@ -198,12 +199,12 @@ int cmd_run(int argc, char **argv) {
     brisk_sampler *smp = NULL;
     brisk_token *toks = NULL;
     brisk_batch_entry *batch = NULL;
-    if (!cli_load_model(model_path, &mo, &model)) goto done;
     brisk_context_params cp = brisk_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_threads = n_threads;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
     if (draft_path) cp.n_seq_checkpoints = 2; /* recurrent models roll a rejected draft back from a snapshot */
+    if (!cli_load_model(model_path, &mo, &cp, &model)) goto done;
     if (!cli_new_context(model, &cp, &ctx)) goto done;
     brisk_model_info info;
     brisk_model_get_info(model, &info);

@@ -96,17 +96,18 @@ int cmd_serve(int argc, char **argv) {
     brisk_model *model = NULL;
     brisk_context *ctx = NULL;
     server *srv = NULL;
-    if (!cli_load_model(model_path, &mo, &model)) goto done;
-    brisk_model_info info;
-    brisk_model_get_info(model, &info);
-    cfg.n_ctx_slot = n_ctx > 0 ? n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
     brisk_context_params cp = brisk_context_default_params();
-    cp.n_ctx = cfg.n_ctx_slot * cfg.n_parallel;
+    cp.n_ctx = (n_ctx > 0 ? n_ctx : 4096) * cfg.n_parallel; /* --gpu-mem's estimate: at most this */
     cp.n_seq_max = cfg.n_parallel;
     cp.n_batch = cfg.n_parallel + cfg.prefill_chunk;
     cp.n_threads = n_threads;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
     cp.n_seq_checkpoints = n_ckpt;
+    if (!cli_load_model(model_path, &mo, &cp, &model)) goto done;
+    brisk_model_info info;
+    brisk_model_get_info(model, &info);
+    cfg.n_ctx_slot = n_ctx > 0 ? n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
+    cp.n_ctx = cfg.n_ctx_slot * cfg.n_parallel;
     cfg.ckpt_interval = cp.kv_block_size;
     if (!cli_new_context(model, &cp, &ctx)) goto done;
     if (server_start(model, ctx, &cfg, &srv) != BRISK_OK) {

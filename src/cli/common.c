@@ -1,5 +1,6 @@
 #include "cli/common.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -165,10 +166,32 @@ int cli_kv_flag(int argc, char **argv, int *i, int *kv_type) {
     return 1;
 }
 
+/* A byte count: a number with an optional binary unit K, M, G or T (also KiB, KB, ...). */
+static bool cli_size(const char *flag, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    double mul = 1;
+    const char *units = "KMGT";
+    const char *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
+    if (u) {
+        for (const char *q = units; q <= u; q++) mul *= 1024;
+        end++;
+        if (!strcmp(end, "iB") || !strcmp(end, "B")) end += strlen(end);
+    }
+    if (errno || end == s || *end || !(v > 0) || v * mul > 1e18) {
+        cli_error(2, "%s: expected a size such as 20G or 512M, got '%s'", flag, s);
+        return false;
+    }
+    *out = (uint64_t)(v * mul);
+    return true;
+}
+
 int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
     const char *a = argv[*i], *v;
     if (!strcmp(a, "--n-cpu-moe") || !strcmp(a, "-ncmoe"))
         return (v = cli_next(argc, argv, i)) && cli_int(a, v, 0, 1 << 20, &o->n_cpu_moe) ? 1 : -1;
+    if (!strcmp(a, "--gpu-mem")) return (v = cli_next(argc, argv, i)) && cli_size(a, v, &o->gpu_mem) ? 1 : -1;
     int r = cli_gpu_flag(argc, argv, i, &o->n_gpu_layers, &o->device);
     return r ? r : cli_kv_flag(argc, argv, i, &o->kv_type);
 }
@@ -186,11 +209,15 @@ int cli_text_flag(int argc, char **argv, int *i, cli_text_opts *o) {
     return 0;
 }
 
-bool cli_load_model(const char *path, const cli_model_opts *mo, brisk_model **out) {
+bool cli_load_model(const char *path, const cli_model_opts *mo, const brisk_context_params *cp, brisk_model **out) {
     brisk_model_params mp = brisk_model_default_params();
     mp.n_gpu_layers = mo->n_gpu_layers;
     mp.device = mo->device;
     mp.n_cpu_moe = mo->n_cpu_moe;
+    if (mo->gpu_mem && !mo->n_cpu_moe && brisk_model_fit_n_cpu_moe(path, &mp, cp, mo->gpu_mem, &mp.n_cpu_moe) != BRISK_OK) {
+        cli_error(1, "--gpu-mem: %s", brisk_last_error());
+        return false;
+    }
     if (brisk_model_load(path, &mp, out) != BRISK_OK) {
         cli_error(1, "%s", brisk_last_error());
         return false;
@@ -209,9 +236,9 @@ bool cli_load_model(const char *path, const cli_model_opts *mo, brisk_model **ou
         fprintf(stderr, "offloaded %d/%d layers to %s\n", ng, in.n_layer, where);
     if (in.n_cpu_moe > 0) {
         double gib = in.cpu_moe_bytes / 1073741824.0;
-        fprintf(stderr, "experts of layers 0-%d in host memory (--n-cpu-moe %d): %.*f %s stay off %s\n",
-                in.n_cpu_moe - 1, mo->n_cpu_moe, gib >= 1 ? 1 : 0, gib >= 1 ? gib : gib * 1024,
-                gib >= 1 ? "GiB" : "MiB", where);
+        fprintf(stderr, "experts of layers 0-%d in host memory (--n-cpu-moe %d%s): %.*f %s stay off %s\n",
+                in.n_cpu_moe - 1, mp.n_cpu_moe, mo->n_cpu_moe ? "" : ", fit to --gpu-mem", gib >= 1 ? 1 : 0,
+                gib >= 1 ? gib : gib * 1024, gib >= 1 ? "GiB" : "MiB", where);
     }
     return true;
 }

@@ -17,6 +17,7 @@ char *cli_read_all(const char *path, size_t *len);
 /* Tokenizes text into a new array (caller frees *ids); prints the error and
  * returns false on failure. */
 struct brisk_model;
+struct brisk_context_params;
 bool cli_tokenize(const struct brisk_model *m, const char *text, size_t len, bool add_special,
                   bool parse_special, int32_t **ids, int64_t *n);
 /* -ngl N / --n-gpu-layers N / --device I: 1 if argv[*i] was one of them (value
@@ -31,9 +32,12 @@ typedef struct cli_model_opts {
     int device;
     int kv_type;      /* brisk_kv_type */
     int n_cpu_moe;    /* MoE: the first N layers keep their experts in host memory; 0: none */
+    uint64_t gpu_mem; /* MoE, --gpu-mem: bytes the model and its context may take on the GPU (picks n_cpu_moe); 0: off */
 } cli_model_opts;
-#define CLI_MODEL_OPTS_DEFAULT {-1, 0, BRISK_KV_F16, 0}
-#define CLI_CPU_MOE_HELP "  --n-cpu-moe N        MoE: the experts of the first N layers stay in host memory, run by the CPU\n"
+#define CLI_MODEL_OPTS_DEFAULT {-1, 0, BRISK_KV_F16, 0, 0}
+#define CLI_CPU_MOE_HELP                                                                                      \
+    "  --n-cpu-moe N        MoE: the experts of the first N layers stay in host memory, run by the CPU\n"    \
+    "  --gpu-mem SIZE       MoE: keep as few layers' experts in host memory as fit SIZE (e.g. 20G) on the GPU\n"
 /* 1: argv[*i] (and its value) was one of them; 0: not one; -1: bad (message printed). */
 int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o);
 /* The flags of the commands that run a model over a text file (perplexity,
@@ -47,9 +51,10 @@ int cli_text_flag(int argc, char **argv, int *i, cli_text_opts *o);
 #define CLI_KV_HELP "  --kv-type T          KV cache type: f16 (default), q8_0 or f32 (also -ctk/-ctv T, --kv-f32)\n"
 /* Model load and context creation that print the library's error on failure. */
 struct brisk_context;
-struct brisk_context_params;
-/* Loads with mo's placement (-ngl, --device, --n-cpu-moe) and says where the layers went. */
-bool cli_load_model(const char *path, const cli_model_opts *mo, struct brisk_model **out);
+/* Loads with mo's placement (-ngl, --device, --n-cpu-moe, or --gpu-mem for the context cp will
+ * make; cp may be NULL without --gpu-mem) and says where the layers went. */
+bool cli_load_model(const char *path, const cli_model_opts *mo, const struct brisk_context_params *cp,
+                    struct brisk_model **out);
 bool cli_new_context(struct brisk_model *m, const struct brisk_context_params *cp, struct brisk_context **out);
 double cli_now(void);         /* seconds, monotonic */
 double cli_peak_rss_mb(void); /* peak resident set size */

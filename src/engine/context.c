@@ -278,15 +278,81 @@ static brisk_status make_stages(brisk_context *c) {
     return BRISK_OK;
 }
 
-/* The stage's share of the context's memory: KV pages, recurrent state and snapshots; scratch. */
-static void stage_bytes(const brisk_context *c, const ctx_stage *st, uint64_t *kv, uint64_t *scratch) {
-    const model_hparams *hp = &c->model->hp;
-    const brisk_context_params *p = &c->p;
-    int n_attn = (st->l1 - st->l0) - st->n_rec;
+/* The share of a context's memory of the stage of layers [l0, l1): KV pages, recurrent state and
+ * snapshots; scratch for micro-batches of n_ubatch (with the output layer's when last). */
+static void stage_bytes(const model_hparams *hp, const brisk_context_params *p, int n_ubatch, int l0, int l1,
+                        bool last, uint64_t *kv, uint64_t *scratch) {
+    int n_rec = 0;
+    for (int l = l0; l < l1; l++) n_rec += model_layer_recurrent(hp, l);
+    int n_attn = (l1 - l0) - n_rec;
     *kv = kv_cache_size_for(n_attn, hp->n_head_kv * hp->head_dim, p->n_ctx, p->n_seq_max, p->kv_block_size,
                             p->kv_type) +
-          rs_bytes(hp, st->n_rec, p->n_seq_max) + ck_bytes(hp, st->n_rec, p->n_seq_max, p->n_seq_checkpoints);
-    *scratch = scratch_bytes(hp, (size_t)c->n_ubatch, is_last(c, st));
+          rs_bytes(hp, n_rec, p->n_seq_max) + ck_bytes(hp, n_rec, p->n_seq_max, p->n_seq_checkpoints);
+    *scratch = scratch_bytes(hp, (size_t)n_ubatch, last);
+}
+
+/* What a CUDA backend allocates for itself besides alloc(): staging, and the MoE op's chunk
+ * when some of its layers run their experts there. */
+static uint64_t cuda_extra_bytes(const model_hparams *hp, bool gpu_experts) {
+    return bk_cuda_backend_overhead() +
+           bk_cuda_moe_scratch_bytes(hp->n_embd, hp->n_ff_exp, gpu_experts ? hp->n_expert : 0, hp->n_expert_used);
+}
+
+/* Checks p and fills in its defaults for the model (see brisk_context_params). */
+static brisk_status fix_params(const model_hparams *hp, brisk_context_params *p) {
+    if (p->n_ctx <= 0) p->n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    if (p->n_seq_max <= 0) p->n_seq_max = 1;
+    if (p->n_batch <= 0) p->n_batch = 512;
+    if (p->kv_block_size <= 0) p->kv_block_size = 16;
+    if (p->kv_type != BRISK_KV_F32 && p->kv_type != BRISK_KV_F16 && p->kv_type != BRISK_KV_Q8_0)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "unknown KV cache type %d", (int)p->kv_type);
+    if (p->kv_type == BRISK_KV_Q8_0 && hp->head_dim % 32 != 0)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "a q8_0 KV cache needs a head size that is a multiple of 32 (this model: %d)",
+                       hp->head_dim);
+    if (p->n_seq_max > 4096) return bk_fail(BRISK_ERR_INVALID_ARG, "n_seq_max %d is too large", p->n_seq_max);
+    if (p->n_seq_checkpoints < 0 || p->n_seq_checkpoints > 256)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "n_seq_checkpoints %d not in [0, 256]", p->n_seq_checkpoints);
+    if (hp->n_attn_layers == hp->n_layer) p->n_seq_checkpoints = 0;
+    return BRISK_OK;
+}
+
+static int ubatch_for(const brisk_context_params *p) { return p->n_batch < UBATCH_MAX ? p->n_batch : UBATCH_MAX; }
+
+brisk_status brisk_model_fit_n_cpu_moe(const char *path, const brisk_model_params *mp, const brisk_context_params *cp,
+                                       uint64_t gpu_mem, int *n_cpu_moe) {
+    *n_cpu_moe = 0;
+    brisk_model_params dmp = brisk_model_default_params();
+    brisk_context_params p = cp ? *cp : brisk_context_default_params();
+    if (!mp) mp = &dmp;
+    const char *env = getenv("BRISK_SPLIT_CPU");
+    if (!mp->split_cpu && !(env && !strcmp(env, "1")) && bk_cuda_device_count() == 0) return BRISK_OK; /* no GPU */
+    gguf_file *g = NULL;
+    BK_TRY(gguf_open(path, &g));
+    model_hparams hp;
+    brisk_status s = model_read_hparams(g, &hp);
+    const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
+    hp.n_vocab = te ? (int)te->ne[1] : 0; /* the LM head's rows, as the loader pads the vocabulary */
+    if (s == BRISK_OK && !hp.n_expert) s = bk_fail(BRISK_ERR_UNSUPPORTED, "%s has no experts", path);
+    if (s == BRISK_OK) s = fix_params(&hp, &p);
+    int n_layer = hp.n_layer, ngl = mp->n_gpu_layers;
+    int l0 = ngl < 0 || ngl > n_layer ? 0 : n_layer - ngl; /* the first GPU layer */
+    uint64_t need = 0;
+    /* n = l0 keeps every expert of the GPU's layers there; each further n moves one layer's to the host */
+    for (int n = l0; s == BRISK_OK && l0 < n_layer && n <= n_layer; n++) {
+        uint64_t kv, scratch;
+        stage_bytes(&hp, &p, ubatch_for(&p), l0, n_layer, true, &kv, &scratch);
+        need = model_gpu_bytes(g, n_layer, l0, n) + kv + scratch + cuda_extra_bytes(&hp, n < n_layer);
+        if (need <= gpu_mem) {
+            *n_cpu_moe = n > l0 ? n : 0;
+            break;
+        }
+        if (n == n_layer)
+            s = bk_fail(BRISK_ERR_NOMEM,
+                        "%s: with every expert in host memory the GPU still needs %.0f MiB (weights, KV cache for %d "
+                        "tokens, scratch), more than %.0f MiB", path, need / 1048576.0, p.n_ctx, gpu_mem / 1048576.0);
+    }
+    gguf_close(g);
+    return s;
 }
 
 /* Copies the residual stream (n tokens) from one stage's scratch to the next's:
@@ -303,19 +369,7 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
         return bk_fail(BRISK_ERR_INVALID_ARG, "a context needs a model loaded with its weights");
     brisk_context_params p = params ? *params : brisk_context_default_params();
     const model_hparams *hp = &model->hp;
-    if (p.n_ctx <= 0) p.n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
-    if (p.n_seq_max <= 0) p.n_seq_max = 1;
-    if (p.n_batch <= 0) p.n_batch = 512;
-    if (p.kv_block_size <= 0) p.kv_block_size = 16;
-    if (p.kv_type != BRISK_KV_F32 && p.kv_type != BRISK_KV_F16 && p.kv_type != BRISK_KV_Q8_0)
-        return bk_fail(BRISK_ERR_INVALID_ARG, "unknown KV cache type %d", (int)p.kv_type);
-    if (p.kv_type == BRISK_KV_Q8_0 && hp->head_dim % 32 != 0)
-        return bk_fail(BRISK_ERR_UNSUPPORTED, "a q8_0 KV cache needs a head size that is a multiple of 32 (this model: %d)",
-                       hp->head_dim);
-    if (p.n_seq_max > 4096) return bk_fail(BRISK_ERR_INVALID_ARG, "n_seq_max %d is too large", p.n_seq_max);
-    if (p.n_seq_checkpoints < 0 || p.n_seq_checkpoints > 256)
-        return bk_fail(BRISK_ERR_INVALID_ARG, "n_seq_checkpoints %d not in [0, 256]", p.n_seq_checkpoints);
-    if (hp->n_attn_layers == hp->n_layer) p.n_seq_checkpoints = 0;
+    BK_TRY(fix_params(hp, &p));
 
     if ((unsigned)hp->arch >= ARCH_COUNT || !forward_by_arch[hp->arch])
         return bk_fail(BRISK_ERR_UNSUPPORTED, "no forward pass for architecture %s", model->arch_name);
@@ -324,7 +378,7 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
     c->model = model;
     c->forward = forward_by_arch[hp->arch];
     c->p = p;
-    c->n_ubatch = p.n_batch < UBATCH_MAX ? p.n_batch : UBATCH_MAX;
+    c->n_ubatch = ubatch_for(&p);
     c->recurrent = hp->n_attn_layers < hp->n_layer;
     bk_backend **kv_be = NULL; /* (n_attn_layers) the backend of each attention layer's pages */
     brisk_status s = make_stages(c);
@@ -332,7 +386,7 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
     c->mem.device = -1;
     for (int i = 0; i < c->n_stage; i++) {
         uint64_t kv, scratch;
-        stage_bytes(c, &c->st[i], &kv, &scratch);
+        stage_bytes(hp, &c->p, c->n_ubatch, c->st[i].l0, c->st[i].l1, is_last(c, &c->st[i]), &kv, &scratch);
         int dev;
         if (!bk_backend_is_cuda(c->st[i].be, &dev)) {
             if (c->mem.device < 0) c->mem.kv_bytes += kv, c->mem.scratch_bytes += scratch;
@@ -344,11 +398,9 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
         c->mem.device = dev;
         c->mem.weight_bytes = model->gpu_weight_bytes;
         c->mem.kv_bytes = kv;
-        int gpu_experts = 0; /* the stage's layers whose experts are on the GPU (n_cpu_moe keeps some on the host) */
-        for (int l = c->st[i].l0; hp->n_expert && l < c->st[i].l1; l++) gpu_experts += !model->layers[l].exps_host;
-        c->mem.scratch_bytes = scratch + bk_cuda_backend_overhead() +
-                               bk_cuda_moe_scratch_bytes(hp->n_embd, hp->n_ff_exp, gpu_experts ? hp->n_expert : 0,
-                                                         hp->n_expert_used);
+        bool gpu_experts = false; /* n_cpu_moe may keep every expert of the stage on the host */
+        for (int l = c->st[i].l0; hp->n_expert && l < c->st[i].l1; l++) gpu_experts |= !model->layers[l].exps_host;
+        c->mem.scratch_bytes = scratch + cuda_extra_bytes(hp, gpu_experts);
         size_t fr = 0, tot = 0;
         s = bk_cuda_mem_info(dev, &fr, &tot);
         if (s != BRISK_OK) goto fail;

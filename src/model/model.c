@@ -294,19 +294,16 @@ brisk_model_params brisk_model_default_params(void) {
     return p;
 }
 
-/* Bytes bind_all puts on the GPU: layers [n_cpu_layers, n_layer) and the
- * output layer, with the embedding when it is on the GPU or the tied LM head,
- * less the experts of layers [0, n_cpu_moe). */
-static uint64_t gpu_bytes_needed(const brisk_model *m) {
-    bool tied = !gguf_find_tensor(m->gguf, "output.weight");
+uint64_t model_gpu_bytes(const gguf_file *g, int n_layer, int n_cpu_layers, int n_cpu_moe) {
+    bool tied = !gguf_find_tensor(g, "output.weight");
     uint64_t need = 0;
-    for (int64_t i = 0; i < gguf_tensor_count(m->gguf); i++) {
-        const gguf_tensor *t = gguf_get_tensor(m->gguf, i);
+    for (int64_t i = 0; i < gguf_tensor_count(g); i++) {
+        const gguf_tensor *t = gguf_get_tensor(g, i);
         int l;
         bool gpu = true;
         if (sscanf(t->name, "blk.%d.", &l) == 1)
-            gpu = l >= m->n_cpu_layers && l < m->hp.n_layer && !(l < m->n_cpu_moe && strstr(t->name, "_exps."));
-        else if (!strcmp(t->name, "token_embd.weight")) gpu = m->n_cpu_layers == 0 || tied;
+            gpu = l >= n_cpu_layers && l < n_layer && !(l < n_cpu_moe && strstr(t->name, "_exps."));
+        else if (!strcmp(t->name, "token_embd.weight")) gpu = n_cpu_layers == 0 || tied;
         if (gpu) need += t->nbytes;
     }
     return need;
@@ -325,7 +322,7 @@ static brisk_status place_layers(brisk_model *m, const brisk_model_params *param
         m->n_cpu_moe = params->n_cpu_moe < n_layer ? params->n_cpu_moe : n_layer;
     if (!gpu) return BRISK_OK;
     /* Refuse up front rather than fail halfway through the upload. */
-    uint64_t need = gpu_bytes_needed(m);
+    uint64_t need = model_gpu_bytes(m->gguf, n_layer, m->n_cpu_layers, m->n_cpu_moe);
     size_t fr = 0, tot = 0;
     if (bk_cuda_mem_info(params->device, &fr, &tot) == BRISK_OK && need > fr)
         return bk_fail(BRISK_ERR_NOMEM,

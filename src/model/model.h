@@ -107,6 +107,10 @@ static inline int model_split(const brisk_model *m) {
     return m->n_cpu_layers > 0 && m->n_cpu_layers < m->hp.n_layer ? m->n_cpu_layers : 0;
 }
 
+/* Bytes of weights a model puts on the GPU when layers [0, n_cpu_layers) run on the CPU and
+ * layers [0, n_cpu_moe) keep their experts in host memory: the other layers, the output layer,
+ * and the embedding when it is on the GPU or serves as the tied LM head. */
+uint64_t model_gpu_bytes(const gguf_file *g, int n_layer, int n_cpu_layers, int n_cpu_moe);
 /* Reads hyperparameters for the file's architecture (BRISK_ERR_UNSUPPORTED for others). */
 brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp);
 #endif
