@@ -71,6 +71,7 @@ typedef struct brisk_model_params {
     bool split_cpu;    /* for tests without a GPU: split as n_gpu_layers says, with a second CPU
                           backend in the GPU's place (also set by the environment's BRISK_SPLIT_CPU=1) */
     int n_cpu_moe;     /* MoE: layers [0, n_cpu_moe) keep their routed experts in host memory; <= 0: none */
+    bool no_mmap;      /* read the file into (huge-page) memory instead of mapping it (llama.cpp's --no-mmap) */
 } brisk_model_params;
 
 brisk_model_params brisk_model_default_params(void);

@@ -74,6 +74,9 @@ $B run -m "$M" -p "Once upon a time" -n 32 --temp 0 -ngl 0 >"$T/o0" 2>/dev/null
 BRISK_SPLIT_CPU=1 $B run -m "$M" -p "Once upon a time" -n 32 --temp 0 -ngl 2 >"$T/o2" 2>"$T/e"; rc=$?
 check "-ngl 2 split (BRISK_SPLIT_CPU=1): the text of -ngl 0, the split said at load" \
   '[ $rc -eq 0 ] && [ -s "$T/o0" ] && cmp -s "$T/o0" "$T/o2" && grep -q "^offloaded 2/5 layers to a second CPU backend: layers 3-4" "$T/e"'
+# --no-mmap: the model read into memory gives the same text as the mapped file
+$B run -m "$M" -p "Once upon a time" -n 32 --temp 0 -ngl 0 --no-mmap >"$T/o4" 2>/dev/null; rc=$?
+check "--no-mmap: the text of the mapped model" '[ $rc -eq 0 ] && [ -s "$T/o4" ] && cmp -s "$T/o0" "$T/o4"'
 # --n-cpu-moe: the experts of the first layers on the host, the rest of those layers on the "GPU"
 $B synth --preset tiny-qwen3moe -o "$T/moe.gguf" >/dev/null 2>&1
 $B run -m "$T/moe.gguf" -p "Once upon a time" -n 16 --temp 0 --ignore-eos -ngl 0 >"$T/o0" 2>/dev/null

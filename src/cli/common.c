@@ -191,6 +191,10 @@ int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
     const char *a = argv[*i], *v;
     if (!strcmp(a, "--n-cpu-moe") || !strcmp(a, "-ncmoe"))
         return (v = cli_next(argc, argv, i)) && cli_int(a, v, 0, 1 << 20, &o->n_cpu_moe) ? 1 : -1;
+    if (!strcmp(a, "--no-mmap")) {
+        o->no_mmap = true;
+        return 1;
+    }
     if (!strcmp(a, "--gpu-mem")) return (v = cli_next(argc, argv, i)) && cli_size(a, v, &o->gpu_mem) ? 1 : -1;
     int r = cli_gpu_flag(argc, argv, i, &o->n_gpu_layers, &o->device);
     return r ? r : cli_kv_flag(argc, argv, i, &o->kv_type);
@@ -214,6 +218,7 @@ bool cli_load_model(const char *path, const cli_model_opts *mo, const brisk_cont
     mp.n_gpu_layers = mo->n_gpu_layers;
     mp.device = mo->device;
     mp.n_cpu_moe = mo->n_cpu_moe;
+    mp.no_mmap = mo->no_mmap;
     if (mo->gpu_mem && !mo->n_cpu_moe && brisk_model_fit_n_cpu_moe(path, &mp, cp, mo->gpu_mem, &mp.n_cpu_moe) != BRISK_OK) {
         cli_error(1, "--gpu-mem: %s", brisk_last_error());
         return false;

@@ -33,11 +33,13 @@ typedef struct cli_model_opts {
     int kv_type;      /* brisk_kv_type */
     int n_cpu_moe;    /* MoE: the first N layers keep their experts in host memory; 0: none */
     uint64_t gpu_mem; /* MoE, --gpu-mem: bytes the model and its context may take on the GPU (picks n_cpu_moe); 0: off */
+    bool no_mmap;     /* --no-mmap: read the model into memory */
 } cli_model_opts;
-#define CLI_MODEL_OPTS_DEFAULT {-1, 0, BRISK_KV_F16, 0, 0}
+#define CLI_MODEL_OPTS_DEFAULT {-1, 0, BRISK_KV_F16, 0, 0, false}
 #define CLI_CPU_MOE_HELP                                                                                      \
     "  --n-cpu-moe N        MoE: the experts of the first N layers stay in host memory, run by the CPU\n"    \
-    "  --gpu-mem SIZE       MoE: keep as few layers' experts in host memory as fit SIZE (e.g. 20G) on the GPU\n"
+    "  --gpu-mem SIZE       MoE: keep as few layers' experts in host memory as fit SIZE (e.g. 20G) on the GPU\n" \
+    "  --no-mmap            read the model into memory (huge pages) instead of mapping it: faster CPU decode\n"
 /* 1: argv[*i] (and its value) was one of them; 0: not one; -1: bad (message printed). */
 int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o);
 /* The flags of the commands that run a model over a text file (perplexity,

@@ -486,12 +486,14 @@ brisk_status gguf_open_memory(const void *data, size_t size, gguf_file **out) {
     return open_common(g, out);
 }
 
-brisk_status gguf_open(const char *path, gguf_file **out) {
+brisk_status gguf_open(const char *path, gguf_file **out) { return gguf_open_ex(path, false, out); }
+
+brisk_status gguf_open_ex(const char *path, bool copy, gguf_file **out) {
     if (!out || !path) return bk_fail(BRISK_ERR_INVALID_ARG, "gguf_open: NULL argument");
     *out = NULL;
     gguf_file *g = calloc(1, sizeof *g);
     if (!g) return bk_fail(BRISK_ERR_NOMEM, "gguf: handle");
-    brisk_status s = mapfile_open(path, &g->map);
+    brisk_status s = mapfile_open_ex(path, copy, &g->map);
     if (s != BRISK_OK) {
         free(g);
         return s;

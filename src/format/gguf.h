@@ -59,6 +59,8 @@ typedef struct gguf_tensor {
 
 /* Opens and validates a file (mmap). */
 brisk_status gguf_open(const char *path, gguf_file **out);
+/* copy: read the file into memory instead of mapping it (mapfile_open_ex). */
+brisk_status gguf_open_ex(const char *path, bool copy, gguf_file **out);
 /* Parses a caller-owned buffer (not copied; must outlive the handle). For fuzzing and tests. */
 brisk_status gguf_open_memory(const void *data, size_t size, gguf_file **out);
 void gguf_close(gguf_file *g);

@@ -290,7 +290,7 @@ static brisk_status bind_all(brisk_model *m) {
 
 brisk_model_params brisk_model_default_params(void) {
     brisk_model_params p = {.vocab_only = false, .n_gpu_layers = -1, .device = 0, .progress = false,
-                            .split_cpu = false, .n_cpu_moe = 0};
+                            .split_cpu = false, .n_cpu_moe = 0, .no_mmap = false};
     return p;
 }
 
@@ -339,7 +339,7 @@ brisk_status brisk_model_load(const char *path, const brisk_model_params *params
     if (!params) params = &dp;
     brisk_model *m = calloc(1, sizeof *m);
     if (!m) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    brisk_status s = gguf_open(path, &m->gguf);
+    brisk_status s = gguf_open_ex(path, params->no_mmap && !params->vocab_only, &m->gguf);
     if (s != BRISK_OK) goto fail;
     s = tokenizer_from_gguf(m->gguf, &m->tok);
     if (s != BRISK_OK) {
