@@ -149,6 +149,43 @@ mmvq_kernel(const uint8_t *W, const uint8_t *W2, size_t row_bytes, int64_t n_in,
     }
 }
 
+/* One launch of mmvq_kernel for weight type T: registers sized for the nt tokens (a decode step keeps
+ * the occupancy of one token). A Q6_K matrix of many rows (the LM head) takes one group in flight:
+ * there occupancy beats loads in flight (mmvq_lab). */
+template <int T, bool GLU>
+static void mmvq_launch_t(cuda_backend *cb, unsigned blocks, const uint8_t *W, const uint8_t *W2, size_t row_bytes,
+                          int64_t n_in, int64_t n_out, const int8_t *xq, const float2 *xds, int nt, const float *bias,
+                          float *y, int accum) {
+#define MMVQ_GO(NT, ...) \
+    mmvq_kernel<T, NT, GLU, ##__VA_ARGS__><<<blocks, MMVQ_WARPS * 32, 0, cb->stream>>>(W, W2, row_bytes, n_in, n_out, \
+                                                                                   xq, xds, nt, bias, y, accum)
+    if constexpr (!GLU && T == QT_Q6_K) {
+        if (nt == 1 && n_out > 32768) {
+            MMVQ_GO(1, 1);
+            return;
+        }
+    }
+    if (nt == 1) MMVQ_GO(1);
+    else if (nt <= 4) MMVQ_GO(4);
+    else if (nt <= 8) MMVQ_GO(8);
+    else MMVQ_GO(MMVQ_MAX_TOK);
+#undef MMVQ_GO
+}
+
+/* The type dispatch of mmvq_launch_t; false for a type the integer-dot kernels do not take. */
+template <bool GLU>
+static bool mmvq_launch(cuda_backend *cb, uint32_t type, unsigned blocks, const uint8_t *W, const uint8_t *W2,
+                        size_t row_bytes, int64_t n_in, int64_t n_out, const int8_t *xq, const float2 *xds, int nt,
+                        const float *bias, float *y, int accum) {
+    switch (type) {
+    case QT_Q8_0: mmvq_launch_t<QT_Q8_0, GLU>(cb, blocks, W, W2, row_bytes, n_in, n_out, xq, xds, nt, bias, y, accum); return true;
+    case QT_Q4_0: mmvq_launch_t<QT_Q4_0, GLU>(cb, blocks, W, W2, row_bytes, n_in, n_out, xq, xds, nt, bias, y, accum); return true;
+    case QT_Q4_K: mmvq_launch_t<QT_Q4_K, GLU>(cb, blocks, W, W2, row_bytes, n_in, n_out, xq, xds, nt, bias, y, accum); return true;
+    case QT_Q6_K: mmvq_launch_t<QT_Q6_K, GLU>(cb, blocks, W, W2, row_bytes, n_in, n_out, xq, xds, nt, bias, y, accum); return true;
+    default: return false;
+    }
+}
+
 bool cuda_mmvq_supported(uint32_t type, int64_t n_in) {
     bool t = type == QT_Q8_0 || type == QT_Q4_0 || type == QT_Q4_K || type == QT_Q6_K;
     return t && n_in % 32 == 0;
@@ -178,28 +215,8 @@ void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, f
         const int8_t *xq = cb->xq + (int64_t)t0 * w->n_in;
         const float2 *xds = cb->xds + (int64_t)t0 * n_groups;
         float *ys = y + (int64_t)t0 * w->n_out;
-        /* registers sized for the slice: a decode step keeps the occupancy of one token */
-#define MMVQ_NT(T, NT)                                                                                   \
-    mmvq_kernel<T, NT, false><<<blocks, MMVQ_WARPS * 32, 0, cb->stream>>>(W, NULL, w->row_bytes, w->n_in,   \
-                                                                         w->n_out, xq, xds, nt, bias, ys, accum)
-#define MMVQ_LAUNCH(T)                                                                                   \
-    if (nt == 1 && T == QT_Q6_K && w->n_out > 32768) /* many rows: occupancy beats loads in flight */     \
-        mmvq_kernel<T, 1, false, 1><<<blocks, MMVQ_WARPS * 32, 0, cb->stream>>>(W, NULL, w->row_bytes,       \
-                                                                               w->n_in, w->n_out, xq, xds, \
-                                                                               nt, bias, ys, accum);        \
-    else if (nt == 1) MMVQ_NT(T, 1);   \
-    else if (nt <= 4) MMVQ_NT(T, 4);   \
-    else if (nt <= 8) MMVQ_NT(T, 8);   \
-    else MMVQ_NT(T, MMVQ_MAX_TOK)
-        switch (w->type) {
-        case QT_Q8_0: MMVQ_LAUNCH(QT_Q8_0); break;
-        case QT_Q4_0: MMVQ_LAUNCH(QT_Q4_0); break;
-        case QT_Q4_K: MMVQ_LAUNCH(QT_Q4_K); break;
-        case QT_Q6_K: MMVQ_LAUNCH(QT_Q6_K); break;
-        default: break;
-        }
-#undef MMVQ_NT
-#undef MMVQ_LAUNCH
+        mmvq_launch<false>(cb, w->type, blocks, W, NULL, w->row_bytes, w->n_in, w->n_out, xq, xds, nt, bias, ys,
+                           accum);
     }
 }
 
@@ -217,23 +234,6 @@ bool cuda_mmvq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up,
         return false;
     unsigned blocks = (unsigned)((gate->n_out + MMVQ_WARPS - 1) / MMVQ_WARPS);
     const uint8_t *G = (const uint8_t *)gate->dev, *U = (const uint8_t *)up->dev;
-#define GLU_NT(T, NT)                                                                                       \
-    mmvq_kernel<T, NT, true><<<blocks, MMVQ_WARPS * 32, 0, cb->stream>>>(G, U, gate->row_bytes, gate->n_in, \
-                                                                        gate->n_out, cb->xq, cb->xds, n, NULL, \
-                                                                        out, 0)
-#define GLU_LAUNCH(T)                 \
-    if (n == 1) GLU_NT(T, 1);         \
-    else if (n <= 4) GLU_NT(T, 4);    \
-    else if (n <= 8) GLU_NT(T, 8);    \
-    else GLU_NT(T, MMVQ_MAX_TOK)
-    switch (gate->type) {
-    case QT_Q8_0: GLU_LAUNCH(QT_Q8_0); break;
-    case QT_Q4_0: GLU_LAUNCH(QT_Q4_0); break;
-    case QT_Q4_K: GLU_LAUNCH(QT_Q4_K); break;
-    case QT_Q6_K: GLU_LAUNCH(QT_Q6_K); break;
-    default: return false;
-    }
-#undef GLU_NT
-#undef GLU_LAUNCH
-    return true;
+    return mmvq_launch<true>(cb, gate->type, blocks, G, U, gate->row_bytes, gate->n_in, gate->n_out, cb->xq, cb->xds, n,
+                             NULL, out, 0);
 }
