@@ -13,6 +13,7 @@ set -u
 OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
 B=.device/build; export LD_LIBRARY_PATH=$PWD/.device/lib; d=/tmp/bm; L=/tmp/ll/b/bin; mkdir -p $d
 MODELS=${*:-qwen3-8b:q4_k_m qwen3-8b:q8_0}
+SD=${SERVER_DURATION:-12}; DR=${DEPTH_REPS:-2}   # server seconds per stream count, depth-row repetitions
 MOE_MODELS=${MOE_MODELS-qwen3-30b-a3b@24:q4_k_m qwen3.6-35b-a3b@20:q4_k_m qwen3.6-27b@32:q4_k_m}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,clocks.max.sm,power.draw --format=csv,noheader | tee "$OUT/smi.txt"
 ( mkdir -p /tmp/ll && cd /tmp/ll && tar xJf "$OLDPWD/.device/llsrc.tar.xz" &&
@@ -37,8 +38,8 @@ for m in $MODELS; do f=$d/${m%%:*}-${m##*:}.gguf
   { $B/brisk bench -m $f -p 512 -n 128 -r 3 2>&1 | grep -E '^\| (pp|tg)|bandwidth|CUDA device'
     $B/brisk bench -m $f -p 4096 -n 0 -r 2 2>&1 | grep -E '^\| pp'
     [ -x $L/llama-bench ] && $L/llama-bench -m $f -p 512,4096 -n 128 -fa 1 -ngl 99 -r 3 2>&1 | grep -E '^\| [a-z]'
-    for dd in 8192 32768; do $B/brisk bench -m $f -p 0 -n 128 -d $dd -c $((dd + 512)) -r 2 2>&1 | grep -E '^\| tg'; done
-    [ -x $L/llama-bench ] && $L/llama-bench -m $f -p 0 -n 128 -d 8192,32768 -fa 1 -ngl 99 -r 2 2>&1 | grep -E '^\| [a-z]'
+    for dd in 8192 32768; do $B/brisk bench -m $f -p 0 -n 128 -d $dd -c $((dd + 512)) -r $DR 2>&1 | grep -E '^\| tg'; done
+    [ -x $L/llama-bench ] && $L/llama-bench -m $f -p 0 -n 128 -d 8192,32768 -fa 1 -ngl 99 -r $DR 2>&1 | grep -E '^\| [a-z]'
     for np in 8 32; do $B/brisk bench -m $f -p 0 -n 128 -np $np -r 2 2>&1 | grep -E '^\| tg'; done
     [ -x $L/llama-batched-bench ] && $L/llama-batched-bench -m $f -c 16384 -b 2048 -ub 512 -npp 128 -ntg 128 -npl 1,8,32 -fa on -ngl 99 2>&1 | grep -E '^\|'
   } >> "$OUT/bench.txt" 2>&1
@@ -51,13 +52,13 @@ for m in $MOE_MODELS; do p=${m%%@*}; r=${m#*@}; nl=${r%%:*}; t=${m##*:}; f=$d/$p
 done
 f=$d/$(echo $MODELS | awk '{print $1}' | tr : -).gguf
 row "=== server: brisk"
-timeout 120 python3 bench/server_bench.py --brisk $B/brisk -m $f --streams 1 8 32 64 --duration 12 --max-tokens 128 2>&1 | grep -E '^\|' >> "$OUT/bench.txt"
+timeout 120 python3 bench/server_bench.py --brisk $B/brisk -m $f --streams 1 8 32 64 --duration $SD --max-tokens 128 2>&1 | grep -E '^\|' >> "$OUT/bench.txt"
 if [ -x $L/llama-server ]; then
   row "=== server: llama.cpp"
   $L/llama-server -m $f -c 24576 -np 64 -ngl 99 -fa on --port 18080 > /tmp/lls.log 2>&1 & SP=$!
   for i in $(seq 90); do sleep 1; python3 -c "import urllib.request;urllib.request.urlopen('http://127.0.0.1:18080/health')" 2>/dev/null && break; done
   row "llama-server GPU memory in use: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"
-  timeout 120 python3 bench/server_bench.py --url http://127.0.0.1:18080 --streams 1 8 32 64 --duration 12 --max-tokens 128 2>&1 | grep -E '^\|' >> "$OUT/bench.txt"
+  timeout 120 python3 bench/server_bench.py --url http://127.0.0.1:18080 --streams 1 8 32 64 --duration $SD --max-tokens 128 2>&1 | grep -E '^\|' >> "$OUT/bench.txt"
   kill $SP; wait $SP 2>/dev/null
 fi
 $B/brisk serve -m $f -c 24576 --parallel 64 --port 18081 > /tmp/bs.log 2>&1 & SP=$!
