@@ -6,9 +6,10 @@
  *
  * Tolerances (relative L2 norm of the difference, ||a-b|| / ||b||):
  *   matmul vs double reference           2e-5 (f32 activations, f32 sums); for the
- *                                        int8-dot path (n <= 64 on Q4_0/Q8_0/Q4_K/Q6_K,
- *                                        in slices of 16 beyond 16; 16 with
- *                                        BRISK_CUDA_MMVQ_SLICES=0)
+ *                                        int8-dot path (n < 128 on Q4_0/Q8_0/Q4_K/Q6_K:
+ *                                        1 token on cuda_mmvq.cu, 2..127 on int8 tensor
+ *                                        cores, cuda_mmq.cu; with BRISK_CUDA_MMQ=0 n <= 64
+ *                                        in mmvq slices of 16, 16 with BRISK_CUDA_MMVQ_SLICES=0)
  *                                        twice the CPU's own error + 1e-5; for the
  *                                        tensor-core path (n > 8, n_in % 32 == 0,
  *                                        f16 inputs) 3e-3, also against the CPU
@@ -110,6 +111,35 @@ static const uint32_t types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q8_0, QT_Q4_0, QT
                                  QT_Q5_1, QT_IQ4_NL, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_XS};
 #define N_TYPES (int)(sizeof types / sizeof types[0])
 
+/* An integer environment switch, or def when unset (or not positive). */
+static int env_int(const char *name, int def) {
+    const char *v = getenv(name);
+    return v && atoi(v) > 0 ? atoi(v) : def;
+}
+
+/* The tolerances of a product of n tokens of type, vs the double reference and vs the CPU (whose
+ * own distance from the reference is cpu_err); see the header. */
+static void matmul_tol(uint32_t type, int64_t n_in, int n, double cpu_err, double *tol_ref,
+                       double *tol_cpu) {
+    uint32_t vt = quant_get_traits(type)->vec_dot_type;
+    *tol_cpu = vt == QT_F32 ? 1e-5 : (vt == QT_F16 || vt == QT_BF16) ? 1e-2 : 3e-2;
+    /* Products on Q4_0/Q8_0/Q4_K/Q6_K below cuBLAS's minimum quantize the activations to int8
+     * blocks of 32 (cuda_mmvq.cu for 1 token and with BRISK_CUDA_MMQ=0 up to 64 in slices of 16;
+     * cuda_mmq.cu's tensor cores for 2..127), as the CPU does to q8_0/q8_K: hold the GPU to the
+     * CPU's own distance from the exact product instead of 2e-5. */
+    const char *sl = getenv("BRISK_CUDA_MMVQ_SLICES"), *mq = getenv("BRISK_CUDA_MMQ");
+    int int8_max = sl && !strcmp(sl, "0") ? 16 : 64;
+    int mmq_max = env_int("BRISK_CUDA_MMQ_MAX", env_int("BRISK_CUDA_CUBLAS_MIN_TOK", 128)), mmq_min = env_int("BRISK_CUDA_MMQ_MIN", 2);
+    bool mmq = !(mq && !strcmp(mq, "0")) && n >= mmq_min && n < mmq_max;
+    bool int8_path = (mmq || n <= int8_max) && n_in % 32 == 0 &&
+                     (type == QT_Q4_0 || type == QT_Q8_0 || type == QT_Q4_K || type == QT_Q6_K);
+    /* Larger batches on rows of a multiple of 32 run on tensor cores with f16
+     * inputs (cuda_mma.cu, cuda_blas.cu): 11 significant bits per factor. */
+    bool f16_path = !int8_path && n > 8 && n_in % 32 == 0;
+    *tol_ref = int8_path ? 2 * cpu_err + 1e-5 : f16_path ? 3e-3 : 2e-5;
+    if (f16_path && *tol_cpu < 3e-3) *tol_cpu = 3e-3;
+}
+
 static void check_matmul(uint32_t type, int64_t n_in, int64_t n_out, int n, bool with_bias) {
     size_t rb;
     void *wh = make_weight(type, n_in, n_out, &rb);
@@ -138,21 +168,8 @@ static void check_matmul(uint32_t type, int64_t n_in, int64_t n_out, int n, bool
             ref[(size_t)t * n_out + r] = (float)s;
         }
     }
-    uint32_t vt = quant_get_traits(type)->vec_dot_type;
-    double tol_cpu = vt == QT_F32 ? 1e-5 : (vt == QT_F16 || vt == QT_BF16) ? 1e-2 : 3e-2;
-    double e_ref = rel_err(yg, ref, ny), e_cpu = rel_err(yg, yc, ny);
-    /* Decode-sized products on Q4_0/Q8_0/Q4_K/Q6_K quantize the activations to
-     * int8 blocks of 32 (cuda_mmvq.cu), as the CPU does to q8_0/q8_K: hold the
-     * GPU to the CPU's own distance from the exact product instead of 2e-5. */
-    const char *sl = getenv("BRISK_CUDA_MMVQ_SLICES");
-    int int8_max = sl && !strcmp(sl, "0") ? 16 : 64;
-    bool int8_path = n <= int8_max && n_in % 32 == 0 &&
-                     (type == QT_Q4_0 || type == QT_Q8_0 || type == QT_Q4_K || type == QT_Q6_K);
-    /* Larger batches on rows of a multiple of 32 run on tensor cores with f16
-     * inputs (cuda_mma.cu): 11 significant bits per factor. */
-    bool f16_path = !int8_path && n > 8 && n_in % 32 == 0;
-    double tol_ref = int8_path ? 2 * rel_err(yc, ref, ny) + 1e-5 : f16_path ? 3e-3 : 2e-5;
-    if (f16_path && tol_cpu < 3e-3) tol_cpu = 3e-3;
+    double e_ref = rel_err(yg, ref, ny), e_cpu = rel_err(yg, yc, ny), tol_ref, tol_cpu;
+    matmul_tol(type, n_in, n, rel_err(yc, ref, ny), &tol_ref, &tol_cpu);
     if (!(e_ref <= tol_ref) || !(e_cpu <= tol_cpu))
         fprintf(stderr, "  matmul %s n_in %lld n_out %lld n %d: vs ref %.2e, vs cpu %.2e (cpu vs ref %.2e)\n",
                 quant_type_name(type), (long long)n_in, (long long)n_out, n, e_ref, e_cpu, rel_err(yc, ref, ny));
@@ -177,6 +194,69 @@ static void test_matmul(void) {
     for (int i = 0; i < 3; i++) {
         check_matmul(ft[i], 100, 37, 1, false);
         check_matmul(ft[i], 37, 5, 12, true);
+    }
+}
+
+/* y += x W^T (matmul_add: accum) onto a y0 of the product's own size, so that a
+ * dropped or doubled y0 shows; the products (y - y0) are compared, held to check_matmul's tolerances. */
+static void check_matmul_add(uint32_t type, int64_t n_in, int64_t n_out, int n) {
+    size_t rb;
+    void *wh = make_weight(type, n_in, n_out, &rb);
+    bk_weight wc = {.name = "w", .type = type, .n_in = n_in, .n_out = n_out, .row_bytes = rb, .host = wh}, wg = wc;
+    CHECK_OK(cpu->ops->bind_weight(cpu, &wc));
+    CHECK_OK(gpu->ops->bind_weight(gpu, &wg));
+    size_t nx = (size_t)n * n_in, ny = (size_t)n * n_out;
+    float *x = malloc(nx * 4), *y0 = malloc(ny * 4), *yc = malloc(ny * 4), *yg = malloc(ny * 4), *ref = malloc(ny * 4);
+    float *deq = malloc((size_t)n_in * 4);
+    fill(x, nx, 1.0f);
+    double ss = 0;
+    for (int64_t r = 0; r < n_out; r++) {
+        quant_dequantize(type, (const uint8_t *)wh + r * rb, deq, n_in);
+        for (int t = 0; t < n; t++) {
+            double s = 0;
+            for (int64_t i = 0; i < n_in; i++) s += (double)deq[i] * x[(size_t)t * n_in + i];
+            ref[(size_t)t * n_out + r] = (float)s;
+            ss += s * s;
+        }
+    }
+    fill(y0, ny, (float)sqrt(ss / (double)ny));
+    memcpy(yc, y0, ny * 4);
+    float *dx = dev_copy(x, nx * 4), *dy = dev_copy(y0, ny * 4);
+    float *tmp = malloc(ny * 4); /* the CPU adds a separate product (no matmul_add op) */
+    bk_matmul_add(cpu, &wc, x, n, tmp, yc);
+    free(tmp);
+    gpu->ops->matmul_add(gpu, &wg, dx, n, dy);
+    dev_read(dy, yg, ny * 4);
+    for (size_t i = 0; i < ny; i++) {
+        yc[i] -= y0[i];
+        yg[i] -= y0[i];
+    }
+    double e_ref = rel_err(yg, ref, ny), e_cpu = rel_err(yg, yc, ny), tol_ref, tol_cpu, c_ref = rel_err(yc, ref, ny);
+    matmul_tol(type, n_in, n, c_ref, &tol_ref, &tol_cpu);
+    if (!(e_ref <= tol_ref) || !(e_cpu <= tol_cpu))
+        fprintf(stderr, "  matmul_add %s n_in %lld n_out %lld n %d: vs ref %.2e, vs cpu %.2e (cpu vs ref %.2e)\n",
+                quant_type_name(type), (long long)n_in, (long long)n_out, n, e_ref, e_cpu, c_ref);
+    CHECK(e_ref <= tol_ref);
+    CHECK(e_cpu <= tol_cpu);
+    gpu->ops->release(gpu, dx);
+    gpu->ops->release(gpu, dy);
+    bk_cuda_release_weight(&wg);
+    free(wh); free(x); free(y0); free(yc); free(yg); free(ref); free(deq);
+}
+
+/* Batches of 2..127 tokens on int8 tensor cores (cuda_mmq.cu): every integer-dot type, token
+ * counts around its 8/16/32/64-token tiles (100: two tiles), rows no multiple of its 32-row
+ * tiles, and rows of a few groups (a warp step of 4 groups cut short; fewer steps than warps). */
+static void test_matmul_mmq(void) {
+    static const uint32_t ty[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K};
+    static const int ns[] = {2, 3, 8, 16, 17, 33, 64, 100};
+    for (size_t ti = 0; ti < sizeof ty / sizeof ty[0]; ti++) {
+        bool k_quant = ty[ti] == QT_Q4_K || ty[ti] == QT_Q6_K; /* blocks of 256 */
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+            int64_t n_in = k_quant ? (i % 2 ? 2304 : 512) : (i % 2 ? 1056 : 160);
+            check_matmul(ty[ti], n_in, i % 3 ? 200 : 96, ns[i], i % 2 == 0);
+            check_matmul_add(ty[ti], n_in, 72, ns[i]);
+        }
     }
 }
 
@@ -1034,52 +1114,6 @@ static double blas_tol_cpu(uint32_t type) {
     return t < 3e-3 ? 3e-3 : t;
 }
 
-/* y += x W^T (matmul_add: accum) onto a y0 of the product's own size, so that a
- * dropped or doubled y0 shows; the products (y - y0) are compared. */
-static void check_blas_matmul_add(uint32_t type, int64_t n_in, int64_t n_out, int n) {
-    size_t rb;
-    void *wh = make_weight(type, n_in, n_out, &rb);
-    bk_weight wc = {.name = "w", .type = type, .n_in = n_in, .n_out = n_out, .row_bytes = rb, .host = wh}, wg = wc;
-    CHECK_OK(cpu->ops->bind_weight(cpu, &wc));
-    CHECK_OK(gpu->ops->bind_weight(gpu, &wg));
-    size_t nx = (size_t)n * n_in, ny = (size_t)n * n_out;
-    float *x = malloc(nx * 4), *y0 = malloc(ny * 4), *yc = malloc(ny * 4), *yg = malloc(ny * 4), *ref = malloc(ny * 4);
-    float *deq = malloc((size_t)n_in * 4);
-    fill(x, nx, 1.0f);
-    double ss = 0;
-    for (int64_t r = 0; r < n_out; r++) {
-        quant_dequantize(type, (const uint8_t *)wh + r * rb, deq, n_in);
-        for (int t = 0; t < n; t++) {
-            double s = 0;
-            for (int64_t i = 0; i < n_in; i++) s += (double)deq[i] * x[(size_t)t * n_in + i];
-            ref[(size_t)t * n_out + r] = (float)s;
-            ss += s * s;
-        }
-    }
-    fill(y0, ny, (float)sqrt(ss / (double)ny));
-    memcpy(yc, y0, ny * 4);
-    float *dx = dev_copy(x, nx * 4), *dy = dev_copy(y0, ny * 4);
-    float *tmp = malloc(ny * 4); /* the CPU adds a separate product (no matmul_add op) */
-    bk_matmul_add(cpu, &wc, x, n, tmp, yc);
-    free(tmp);
-    gpu->ops->matmul_add(gpu, &wg, dx, n, dy);
-    dev_read(dy, yg, ny * 4);
-    for (size_t i = 0; i < ny; i++) {
-        yc[i] -= y0[i];
-        yg[i] -= y0[i];
-    }
-    double e_ref = rel_err(yg, ref, ny), e_cpu = rel_err(yg, yc, ny);
-    if (!(e_ref <= 3e-3) || !(e_cpu <= blas_tol_cpu(type)))
-        fprintf(stderr, "  cublas matmul_add %s n_in %lld n_out %lld n %d: vs ref %.2e, vs cpu %.2e\n",
-                quant_type_name(type), (long long)n_in, (long long)n_out, n, e_ref, e_cpu);
-    CHECK(e_ref <= 3e-3);
-    CHECK(e_cpu <= blas_tol_cpu(type));
-    gpu->ops->release(gpu, dx);
-    gpu->ops->release(gpu, dy);
-    bk_cuda_release_weight(&wg);
-    free(wh); free(x); free(y0); free(yc); free(yg); free(ref); free(deq);
-}
-
 /* q/k/v-like: three matrices of different types on one x (converted to f16 once), one with a bias. */
 static void check_blas_multi(int n) {
     int64_t n_in = 512;
@@ -1146,7 +1180,7 @@ static void test_matmul_cublas(void) {
         expect++;
     }
     uint32_t acc_types[3] = {QT_Q4_K, QT_Q8_0, QT_BF16};
-    for (int i = 0; i < 3; i++, expect++) check_blas_matmul_add(acc_types[i], 512, 1100, n);
+    for (int i = 0; i < 3; i++, expect++) check_matmul_add(acc_types[i], 512, 1100, n);
     check_blas_multi(n);
     expect += 3;
     long n1 = bk_cuda_blas_products(b);
@@ -1293,7 +1327,7 @@ int main(int argc, char **argv) {
         unsetenv("BRISK_CUDA_ATTN_V1");
     }
     static const test_case cases[] = {
-        {"matmul", test_matmul},         {"matmul_multi", test_matmul_multi}, {"get_rows", test_get_rows},
+        {"matmul", test_matmul},         {"matmul_mmq", test_matmul_mmq},     {"matmul_multi", test_matmul_multi}, {"get_rows", test_get_rows},
         {"rms_norm", test_rms_norm},     {"rope", test_rope},
         {"qk_norm_rope", test_qk_norm_rope}, {"matmul_swiglu", test_matmul_swiglu},                 {"attention", test_attention},
         {"elementwise", test_elementwise}, {"moe_route", test_moe_route},   {"moe_ffn", test_moe_ffn},

@@ -267,6 +267,15 @@ static brisk_status cuda_init(cuda_backend *cb) {
     cb->glu_off = glu && !strcmp(glu, "0");
     cb->qkrope_off = qkr && !strcmp(qkr, "0");
     cb->normq_off = nq && !strcmp(nq, "0");
+    /* mmq: below cuBLAS's first batch (the same BRISK_CUDA_CUBLAS_MIN_TOK cuda_blas.cu reads) */
+    const char *mq = getenv("BRISK_CUDA_MMQ"), *mqmin = getenv("BRISK_CUDA_MMQ_MIN"),
+               *mqmax = getenv("BRISK_CUDA_MMQ_MAX"), *bmin = getenv("BRISK_CUDA_CUBLAS_MIN_TOK");
+    cb->mmq_off = mq && !strcmp(mq, "0");
+    cb->mmq_min = mqmin && atoi(mqmin) > 0 ? atoi(mqmin) : MMQ_MIN_TOK;
+    cb->mmq_max = mqmax && atoi(mqmax) > 0 ? atoi(mqmax) : bmin && atoi(bmin) > 0 ? atoi(bmin) : MMQ_MAX_TOK;
+    const char *mm = getenv("BRISK_CUDA_MOE_MMQ"), *mmmin = getenv("BRISK_CUDA_MOE_MMQ_MIN");
+    cb->moe_mmq_off = mm && !strcmp(mm, "0");
+    cb->moe_mmq_min = mmmin && atoi(mmmin) > 0 ? atoi(mmmin) : MOE_MMQ_MIN_ENT;
     cb->xq_cap = (size_t)MMVQ_MAX_TOK << 17; /* rows of up to 128K elements */
     CU_TRY(cudaMalloc(&cb->xq, cb->xq_cap));
     CU_TRY(cudaMalloc(&cb->xds, cb->xq_cap / 32 * sizeof(float2)));

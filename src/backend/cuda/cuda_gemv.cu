@@ -4,6 +4,9 @@
  * decodes 8 elements per lane per step (a warp step covers 256 consecutive
  * elements, i.e. one K-quant block or eight 32-blocks) and dots them with
  * every token's activations (decode and small batches: weight-bandwidth bound).
+ * Integer-dot types (Q8_0, Q4_0, Q4_K, Q6_K) quantize the activations instead:
+ * one token on cuda_mmvq.cu, batches below cuBLAS's minimum on int8 tensor
+ * cores (cuda_mmq.cu; q8_path below says which).
  * More tokens: tensor cores (cuda_mma.cu; from BLAS_MIN_TOK tokens cuBLAS on
  * weights dequantized to f16, when it loads: cuda_blas.cu); the 64x64 tiled SIMT kernel here
  * decodes each weight tile into shared memory once per 64 tokens and remains
@@ -201,16 +204,33 @@ static void matmul_one(cuda_backend *cb, const bk_weight *w, const bk_weight *bi
  * MMVQ_MAX_TOK-token slices (cuda_mmvq.cu), unless BRISK_CUDA_MMVQ_SLICES=0. */
 static int mmvq_max_tok(const cuda_backend *cb) { return cb->mmvq_slices_off ? MMVQ_MAX_TOK : MMVQ_SLICE_MAX; }
 
+/* Integer-dot paths by batch size: mmq_min <= n < mmq_max on int8 tensor cores (cuda_mmq.cu), else up
+ * to mmvq_max_tok on the integer-dot GEMV (cuda_mmvq.cu); 0: neither (the float paths of matmul_one). */
+enum { Q8_NONE = 0, Q8_MMVQ, Q8_MMQ };
+static int q8_path(const cuda_backend *cb, int n) {
+    if (!cb->xq) return Q8_NONE;
+    if (cuda_mmq_use(cb, n)) return Q8_MMQ;
+    return n <= mmvq_max_tok(cb) ? Q8_MMVQ : Q8_NONE;
+}
+
+/* y = x W^T (+ bias) or y += x W^T on the integer-dot path chosen for x (already quantized). */
+static void q8_matmul(cuda_backend *cb, int path, const bk_weight *w, const float *bias, int n, float *y, int accum) {
+    if (path == Q8_MMQ) cuda_mmq(cb, w, bias, n, y, accum);
+    else cuda_mmvq(cb, w, bias, n, y, accum);
+}
+
 extern "C" void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, const bk_weight *const *bias,
                             const float *x, int n, float *const *y) {
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0) return;
-    /* Decode-sized products on integer-dot types: quantize x once for all the matrices. */
-    bool q8 = n <= mmvq_max_tok(cb) && cb->xq;
-    for (int m = 0; m < n_w && q8; m++) q8 = cuda_mmvq_supported(w[m]->type, w[m]->n_in);
-    if (q8 && cuda_mmvq_prepare(cb, x, w[0]->n_in, n)) {
+    /* Decode- and batch-sized products on integer-dot types: quantize x once for all the matrices
+     * (x too large for cb->xq: the float paths). */
+    int path = q8_path(cb, n);
+    for (int m = 0; m < n_w && path; m++)
+        if (!cuda_mmvq_supported(w[m]->type, w[m]->n_in)) path = Q8_NONE;
+    if (path && cuda_mmvq_prepare(cb, x, w[0]->n_in, n)) {
         for (int m = 0; m < n_w; m++)
-            cuda_mmvq(cb, w[m], bias && bias[m] ? (const float *)bias[m]->dev : NULL, n, y[m], 0);
+            q8_matmul(cb, path, w[m], bias && bias[m] ? (const float *)bias[m]->dev : NULL, n, y[m], 0);
         CU_LAUNCHED(cb);
         return;
     }
@@ -223,8 +243,9 @@ extern "C" void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, 
 extern "C" void cuda_matmul_add(bk_backend *be, const bk_weight *w, const float *x, int n, float *y) {
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0) return;
-    if (n <= mmvq_max_tok(cb) && cb->xq && cuda_mmvq_supported(w->type, w->n_in) && cuda_mmvq_prepare(cb, x, w->n_in, n))
-        cuda_mmvq(cb, w, NULL, n, y, 1);
+    int path = q8_path(cb, n);
+    if (path && cuda_mmvq_supported(w->type, w->n_in) && cuda_mmvq_prepare(cb, x, w->n_in, n))
+        q8_matmul(cb, path, w, NULL, n, y, 1);
     else {
         bool x16 = false;
         matmul_one(cb, w, NULL, x, n, y, 1, &x16);
@@ -232,14 +253,18 @@ extern "C" void cuda_matmul_add(bk_backend *be, const bk_weight *w, const float 
     CU_LAUNCHED(cb);
 }
 
-/* out = silu(x Wgate^T) * (x Wup^T): decode-sized batches in one integer-dot launch that never
- * stores the two products; others as two products into out and tmp, then the gate. */
+/* out = silu(x Wgate^T) * (x Wup^T): one integer-dot launch that never stores the two products
+ * (decode: cuda_mmvq.cu's GLU kernel; batches in mmq's range: cuda_mmq.cu's); others as two
+ * products into out and tmp, then the gate. */
 extern "C" void cuda_matmul_swiglu(bk_backend *be, const bk_weight *gate, const bk_weight *up, const float *x, int n,
                                    float *tmp, float *out) {
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0) return;
-    if (n <= MMVQ_MAX_TOK && cb->xq && !cb->glu_off && cuda_mmvq_supported(gate->type, gate->n_in) &&
-        cuda_mmvq_prepare(cb, x, gate->n_in, n) && cuda_mmvq_glu(cb, gate, up, n, out)) {
+    int path = q8_path(cb, n);
+    if (path == Q8_MMVQ && n > MMVQ_MAX_TOK) path = Q8_NONE; /* the GLU kernel takes one slice */
+    if (path && !cb->glu_off && cuda_mmvq_supported(gate->type, gate->n_in) &&
+        cuda_mmvq_prepare(cb, x, gate->n_in, n) &&
+        (path == Q8_MMQ ? cuda_mmq_glu(cb, gate, up, n, out) : cuda_mmvq_glu(cb, gate, up, n, out))) {
         CU_LAUNCHED(cb);
         return;
     }

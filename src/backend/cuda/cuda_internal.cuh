@@ -65,6 +65,13 @@ typedef struct cuda_backend {
     bool qkrope_off;            /* BRISK_CUDA_QKROPE=0: QK-norm and rope op by op (A/B) */
     bool normq_off;             /* BRISK_CUDA_NORMQ=0: the RMS norm does not quantize its output (A/B) */
     bool mmvq_slices_off;       /* BRISK_CUDA_MMVQ_SLICES=0: 17..MMVQ_SLICE_MAX tokens on the prefill path */
+    /* int8 tensor-core products (cuda_mmq.cu) for batches of mmq_min <= n < mmq_max tokens on the
+     * integer-dot types; below, cuda_mmvq.cu; from mmq_max, cuda_blas.cu / cuda_mma.cu */
+    bool mmq_off;               /* BRISK_CUDA_MMQ=0 */
+    int mmq_min;                /* BRISK_CUDA_MMQ_MIN (default MMQ_MIN_TOK) */
+    int mmq_max;                /* BRISK_CUDA_MMQ_MAX (default: BRISK_CUDA_CUBLAS_MIN_TOK, else MMQ_MAX_TOK) */
+    bool moe_mmq_off;           /* BRISK_CUDA_MOE_MMQ=0: expert products on the GEMV-style kernels only */
+    int moe_mmq_min;            /* BRISK_CUDA_MOE_MMQ_MIN: (token, expert) entries from which cuda_moe.cu uses mmq */
 
     /* MoE scratch (cuda_moe.cu): sized at the first moe_ffn call for the
      * model's dims and a whole chunk of entries, so later calls never grow it.
@@ -83,6 +90,9 @@ typedef struct cuda_backend {
 /* Batches up to this size run the integer-dot product in MMVQ_MAX_TOK-token slices (the weights
  * are read once per slice): the tensor-core kernel's 128x64 tiles leave most SMs idle there. */
 #define MMVQ_SLICE_MAX 64
+#define MMQ_MIN_TOK 2           /* default smallest batch of the tensor-core integer product (cuda_mmq.cu) */
+#define MMQ_MAX_TOK 128         /* default first batch it leaves to cuBLAS (cuda_blas.cu's BLAS_MIN_TOK) */
+#define MOE_MMQ_MIN_ENT 64      /* default smallest (token, expert) entry count of grouped mmq expert products */
 
 /* KV cache element types (brisk_kv_type): f32, f16, or q8_0 blocks of 32 values with an f16
  * scale (34 bytes). Cache positions are counted in elements for all three: element e of a
@@ -475,6 +485,11 @@ bool cuda_mmvq_supported(uint32_t type, int64_t n_in);
 bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n);
 void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum);
 bool cuda_mmvq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, int n, float *out);
+/* cuda_mmq.cu: the same products on int8 tensor cores for activations already quantized
+ * (cuda_mmvq_prepare); cuda_mmq_use says whether a batch of n tokens belongs to it. */
+bool cuda_mmq_use(const cuda_backend *cb, int n);
+void cuda_mmq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum);
+bool cuda_mmq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, int n, float *out);
 /* The activations of x (n rows of n_in) are quantized: reuses the fused norm's (xq_src) or quantizes. */
 bool cuda_mmvq_prepare(cuda_backend *cb, const float *x, int64_t n_in, int n);
 bool cuda_attn_decode_supported(int head_dim);

@@ -1,0 +1,57 @@
+/* cuda_mmq.cu — small and medium batches (cb->mmq_min <= n < cb->mmq_max tokens, by default
+ * 2..127) on quantized weights with int8 tensor cores: y (n, n_out) = x W^T (+ bias), y += x W^T,
+ * or silu(x Wgate^T) * (x Wup^T), on activations quantized once per call (cuda_mmvq_quantize).
+ *
+ * Why: the integer-dot GEMV of cuda_mmvq.cu reads the weights once per 16 tokens and spends
+ * ~8 __dp4a per group and token, so 16 tokens cost ~3x one token and 32 sequences decode at a
+ * third of llama.cpp's speed; one m16n8k32 mma does the work of 128 __dp4a. The kernel (shared
+ * with the expert products of cuda_moe.cu) lives in cuda_mmq.cuh; dev/kernels/mmq_lab.cu times it
+ * against the mmvq slices and cuBLAS and checks it against mmvq. */
+#include "backend/cuda/cuda_mmq.cuh"
+
+/* Token tile for a batch: the smallest of 8, 16, 32, 64 that holds it (larger batches: tiles of 64). */
+static int mmq_tile(int n) { return n <= 8 ? 8 : n <= 16 ? 16 : n <= 32 ? 32 : 64; }
+
+bool cuda_mmq_use(const cuda_backend *cb, int n) { return !cb->mmq_off && n >= cb->mmq_min && n < cb->mmq_max; }
+
+/* y = x W^T for activations already quantized into cb->xq / cb->xds (n rows of w->n_in). */
+void cuda_mmq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum) {
+    int nt = mmq_tile(n);
+    mmq_args p = {};
+    p.W = (const uint8_t *)w->dev;
+    p.row_bytes = w->row_bytes;
+    p.n_in = w->n_in;
+    p.n_rows = w->n_out;
+    p.xq = cb->xq;
+    p.xds = cb->xds;
+    p.bias = bias;
+    p.y = y;
+    p.ldy = w->n_out;
+    p.accum = accum;
+    p.mode = MMQ_STORE;
+    p.n = n;
+    dim3 grid((unsigned)((w->n_out + MMQ_ROWS - 1) / MMQ_ROWS), (unsigned)((n + nt - 1) / nt));
+    mmq_launch<false, false>(cb->stream, w->type, grid, nt, p);
+}
+
+/* out (n, n_ff) = silu(x Wgate^T) * (x Wup^T) for activations already quantized: a block's 32 rows
+ * are 16 gate rows and the same 16 up rows (false: types or shapes it does not take). */
+bool cuda_mmq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, int n, float *out) {
+    if (gate->type != up->type || gate->n_in != up->n_in || gate->n_out != up->n_out ||
+        gate->row_bytes != up->row_bytes || !cuda_mmvq_supported(gate->type, gate->n_in))
+        return false;
+    int nt = mmq_tile(n);
+    mmq_args p = {};
+    p.W = (const uint8_t *)gate->dev;
+    p.W2 = (const uint8_t *)up->dev;
+    p.row_bytes = gate->row_bytes;
+    p.n_in = gate->n_in;
+    p.n_rows = gate->n_out;
+    p.xq = cb->xq;
+    p.xds = cb->xds;
+    p.y = out;
+    p.ldy = gate->n_out;
+    p.n = n;
+    dim3 grid((unsigned)((gate->n_out + MMQ_ROWS / 2 - 1) / (MMQ_ROWS / 2)), (unsigned)((n + nt - 1) / nt));
+    return mmq_launch<true, false>(cb->stream, gate->type, grid, nt, p);
+}
