@@ -149,6 +149,19 @@ typedef struct brisk_context_params {
     int kv_block_size; /* tokens per KV page (default 16) */
     int n_seq_checkpoints; /* recurrent models: state snapshots each sequence keeps (brisk_seq_checkpoint); default 0 */
     bool collect_expert_stats; /* MoE models on the CPU: count each token's routed experts (brisk_context_expert_counts) */
+    /* Hot-expert cache (MoE, experts in host memory by n_cpu_moe, on a GPU stage): each such layer keeps
+     * copies of its most used experts on the GPU. A token's entries routed to a cached expert run there,
+     * the others on the CPU at the same time (or, for a large batch, copied to spare GPU slots when that
+     * is cheaper), and the two sums are added. The cache is refreshed while the model runs (decayed
+     * routing counts; a hotter expert replaces the coldest cached one through an asynchronous copy).
+     * Off by default (both sizes 0). */
+    int cache_experts;          /* experts cached per such layer; 0: as cache_gpu_mem allows */
+    uint64_t cache_gpu_mem;     /* with cache_experts 0: the bytes the model and this context may take on the
+                                   GPU (--gpu-mem); the cache takes what the rest leaves; 0: no cache */
+    const int64_t *expert_stats;/* (expert_stats_layers, expert_stats_experts) routing counts of a calibration
+                                   run (brisk_expert_stats_read) that pick the first cached experts; NULL: the
+                                   first batches' counts pick them. Read at creation only. */
+    int expert_stats_layers, expert_stats_experts; /* must equal the model's n_layer and expert count */
 } brisk_context_params;
 
 brisk_context_params brisk_context_default_params(void);
@@ -171,6 +184,27 @@ void brisk_context_free(brisk_context *ctx);
  * BRISK_ERR_UNSUPPORTED for a model without experts or a context without stats. */
 brisk_status brisk_context_expert_counts(const brisk_context *ctx, int64_t *counts, int64_t cap, int *n_layer,
                                          int *n_expert);
+/* Expert statistics files (`brisk calibrate -o`; JSON, see engine/expert_stats.c): counts is
+ * (n_layer, n_expert), layer-major, over `tokens` tokens routed to n_expert_used experts each. */
+brisk_status brisk_expert_stats_write(const char *path, const char *model_path, int n_layer, int n_expert,
+                                      int n_expert_used, int64_t tokens, const int64_t *counts);
+/* Reads such a file into *counts (malloc'd, the caller frees): BRISK_ERR_FORMAT with what is wrong
+ * for a corrupt or truncated file, BRISK_ERR_IO when it cannot be read. */
+brisk_status brisk_expert_stats_read(const char *path, int *n_layer, int *n_expert, int64_t **counts);
+/* What a context's hot-expert cache (brisk_context_params.cache_experts) did so far, over all its
+ * layers (layer -1) or for one layer (zeros for a layer without a cache). hits + misses is every
+ * routed (token, expert) entry of the cached layers. */
+typedef struct brisk_expert_cache_stats {
+    int n_layers;        /* layers with a cache; 0: the context has none */
+    int slots;           /* experts cached per layer */
+    int spare_slots;     /* GPU slots for missed experts copied for one batch (shared by the layers) */
+    int64_t hits;        /* entries whose expert was cached */
+    int64_t misses;      /* the others */
+    int64_t miss_copied; /* misses computed on the GPU from an expert copied for the batch (prefill) */
+    int64_t copies;      /* experts copied into the cache by the refresh (and the first fill) */
+    int64_t miss_copies; /* experts copied into spare slots for one batch */
+} brisk_expert_cache_stats;
+brisk_status brisk_context_expert_cache_stats(const brisk_context *ctx, int layer, brisk_expert_cache_stats *out);
 
 typedef struct brisk_batch_entry {
     brisk_token token;
@@ -188,6 +222,7 @@ typedef struct brisk_memory_report {
     int device;
     uint64_t weight_bytes, kv_bytes, scratch_bytes;
     uint64_t device_free, device_total;
+    uint64_t expert_cache_bytes; /* the hot-expert cache's slots and buffers (in none of the above) */
 } brisk_memory_report;
 void brisk_context_memory(const brisk_context *ctx, brisk_memory_report *out);
 

@@ -163,7 +163,10 @@ typedef struct bk_backend_ops {
      * with gate, up (n_expert * n_ff, n_embd) and down (n_expert * n_embd, n_ff)
      * expert tensors (bk_weight.n_expert). The batch is grouped by expert, so
      * an active expert's weights are read once per call; experts no token
-     * chose are not read. x (n, n_embd), out: backend memory, not aliased. */
+     * chose are not read. An entry whose id is < 0 is skipped, as if its weight
+     * were 0 (a row with none is 0): offload.c splits one routing between a
+     * GPU's expert cache and the CPU this way. x (n, n_embd), out: backend
+     * memory, not aliased. */
     void (*moe_ffn)(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
                     const float *x, int n, const int32_t *ids, const float *weights, int k, float *out);
 

@@ -1,9 +1,10 @@
 /* cmd_calibrate.c — `brisk calibrate -m FILE -f TEXT -o STATS [-c 512]`: runs a
  * text through an MoE model on the CPU and records how often each expert is
  * routed to, per layer: the input of expert offload's hot-expert cache (which
- * experts to keep on the GPU under a memory budget). Writes STATS as JSON and
- * prints, per layer, the share of routings the most popular experts take. */
-#include <cjson/cJSON.h>
+ * experts to keep on the GPU under a memory budget: `--expert-stats STATS`).
+ * Writes STATS as JSON (brisk_expert_stats_write, engine/expert_stats.c, which
+ * also reads it back) and prints, per layer, the share of routings the most
+ * popular experts take. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,31 +31,6 @@ static double top_share(const int64_t *row, int n_expert, double frac, int64_t *
         if (e < k) top += tmp[e];
     }
     return total ? (double)top / (double)total : 0.0;
-}
-
-static bool write_stats(const char *path, const char *model_path, int n_layer, int n_expert, int k, int64_t tokens,
-                        const int64_t *counts) {
-    cJSON *root = cJSON_CreateObject(), *rows = cJSON_CreateArray();
-    cJSON_AddStringToObject(root, "format", "brisk-expert-stats-1");
-    cJSON_AddStringToObject(root, "model", model_path);
-    cJSON_AddNumberToObject(root, "n_layer", n_layer);
-    cJSON_AddNumberToObject(root, "n_expert", n_expert);
-    cJSON_AddNumberToObject(root, "n_expert_used", k);
-    cJSON_AddNumberToObject(root, "tokens", (double)tokens);
-    for (int l = 0; l < n_layer; l++) {
-        cJSON *r = cJSON_CreateArray();
-        for (int e = 0; e < n_expert; e++) cJSON_AddItemToArray(r, cJSON_CreateNumber((double)counts[(size_t)l * n_expert + e]));
-        cJSON_AddItemToArray(rows, r);
-    }
-    cJSON_AddItemToObject(root, "counts", rows);
-    char *txt = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    FILE *f = txt ? fopen(path, "w") : NULL;
-    bool ok = f && fputs(txt, f) >= 0 && fputc('\n', f) != EOF;
-    if (f && fclose(f)) ok = false;
-    free(txt);
-    if (!ok) cli_error(1, "calibrate: cannot write %s", path);
-    return ok;
 }
 
 int cmd_calibrate(int argc, char **argv) {
@@ -138,7 +114,10 @@ int cmd_calibrate(int argc, char **argv) {
     int64_t routed = 0; /* each token routes to k experts in every layer */
     for (int e = 0; e < n_expert; e++) routed += counts[e];
     int k = (int)(routed / done_tok);
-    if (!write_stats(out_path, model_path, n_layer, n_expert, k, done_tok, counts)) goto done;
+    if (brisk_expert_stats_write(out_path, model_path, n_layer, n_expert, k, done_tok, counts) != BRISK_OK) {
+        cli_error(1, "calibrate: %s", brisk_last_error());
+        goto done;
+    }
     printf("%lld tokens, %d layers x %d experts (top-%d); share of routings taken by the most used experts:\n",
            (long long)done_tok, n_layer, n_expert, k);
     printf("| layer | top 10%% | top 25%% | top 50%% | unused experts |\n|---|---|---|---|---|\n");

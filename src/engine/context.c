@@ -89,8 +89,8 @@ void brisk_context_free(brisk_context *c) {
         if (st->scratch_mem) st->be->ops->release(st->be, st->scratch_mem);
         if (st->rs_mem) st->be->ops->release(st->be, st->rs_mem);
         if (st->ck_mem) st->be->ops->release(st->be, st->ck_mem);
+        moe_offload_free(st->s.moe_offload); /* its expert cache lives on st->be */
         st->be->ops->free(st->be);
-        moe_offload_free(st->s.moe_offload);
     }
     free(c->views);
     free(c->ck_pos);
@@ -298,6 +298,33 @@ static uint64_t cuda_extra_bytes(const model_hparams *hp, bool gpu_experts) {
            bk_cuda_moe_scratch_bytes(hp->n_embd, hp->n_ff_exp, gpu_experts ? hp->n_expert : 0, hp->n_expert_used);
 }
 
+/* The hot-expert cache of a stage whose n_off layers keep their experts in host memory: slots per
+ * layer and spare slots. cache_experts fixes the slots; else cache_gpu_mem less `used` (the GPU's
+ * other bytes: weights, KV cache, scratch) is spread over the n_off layers' slots, after the
+ * spare slots (a copied miss is worth most in a prefill, where many experts miss at once) and
+ * the buffers. */
+static void cache_size(const brisk_model *m, const brisk_context_params *p, int n_off, int n_ubatch, uint64_t used,
+                       int *slots, int *spare) {
+    const model_hparams *hp = &m->hp;
+    int ne = hp->n_expert, want_spare = 2 * hp->n_expert_used > ne / 8 ? 2 * hp->n_expert_used : ne / 8;
+    *slots = *spare = 0;
+    if (n_off <= 0 || !ne) return;
+    if (p->cache_experts > 0) {
+        *slots = p->cache_experts < ne ? p->cache_experts : ne;
+    } else if (p->cache_gpu_mem > used) {
+        int l = 0;
+        while (!m->layers[l].exps_host) l++;
+        uint64_t e = moe_cache_expert_bytes(m, l), fixed = moe_cache_bytes(m, n_off, 1, 0, n_ubatch) - e * n_off;
+        uint64_t left = p->cache_gpu_mem - used, t = left > fixed ? (left - fixed) / e : 0;
+        uint64_t sp = t / (uint64_t)(n_off + 1) < (uint64_t)want_spare ? t / (uint64_t)(n_off + 1) : (uint64_t)want_spare;
+        uint64_t per = (t - sp) / (uint64_t)n_off;
+        *slots = per < (uint64_t)ne ? (int)per : ne;
+        want_spare = (int)sp;
+    }
+    if (*slots <= 0) return;
+    *spare = *slots >= ne ? 0 : ne - *slots < want_spare ? ne - *slots : want_spare;
+}
+
 /* Checks p and fills in its defaults for the model (see brisk_context_params). */
 static brisk_status fix_params(const model_hparams *hp, brisk_context_params *p) {
     if (p->n_ctx <= 0) p->n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
@@ -362,6 +389,37 @@ static brisk_status stage_transfer(brisk_context *c, const ctx_stage *from, cons
     return offload_transfer(from->be, from->s.x, to->be, to->s.x, bytes);
 }
 
+/* The stage's hot-expert cache (brisk_context_params.cache_experts), when it has layers with experts
+ * in host memory and one was asked for: sized (cache_size), checked against the device's free memory,
+ * filled from the calibration counts if given. */
+static brisk_status make_cache(brisk_context *c, ctx_stage *st) {
+    const brisk_model *m = c->model;
+    const brisk_context_params *p = &c->p;
+    if (!st->s.moe_offload || (p->cache_experts <= 0 && !p->cache_gpu_mem)) return BRISK_OK;
+    if (p->expert_stats && (p->expert_stats_layers != m->hp.n_layer || p->expert_stats_experts != m->hp.n_expert))
+        return bk_fail(BRISK_ERR_INVALID_ARG,
+                       "expert statistics of %d layers x %d experts do not fit this model (%d x %d)",
+                       p->expert_stats_layers, p->expert_stats_experts, m->hp.n_layer, m->hp.n_expert);
+    int n_off = 0, slots, spare;
+    for (int l = st->l0; l < st->l1; l++) n_off += m->layers[l].exps_host;
+    uint64_t used = m->gpu_weight_bytes + c->mem.kv_bytes + c->mem.scratch_bytes;
+    cache_size(m, p, n_off, c->n_ubatch, used, &slots, &spare);
+    if (slots <= 0) return BRISK_OK;
+    uint64_t bytes = moe_cache_bytes(m, n_off, slots, spare, c->n_ubatch);
+    int dev;
+    if (bk_backend_is_cuda(st->be, &dev)) {
+        size_t fr = 0, tot = 0;
+        BK_TRY(bk_cuda_mem_info(dev, &fr, &tot));
+        if (bytes > fr)
+            return bk_fail(BRISK_ERR_NOMEM,
+                           "the expert cache (%d experts in each of %d layers, %d spare) needs %.0f MiB on CUDA "
+                           "device %d, but %.0f MiB are free; lower --cache-experts", slots, n_off, spare,
+                           bytes / 1048576.0, dev, fr / 1048576.0);
+    }
+    c->mem.expert_cache_bytes += bytes;
+    return moe_offload_cache(st->s.moe_offload, st->be, m, st->l0, st->l1, slots, spare, p->expert_stats);
+}
+
 brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *params,
                                brisk_context **out) {
     *out = NULL;
@@ -400,7 +458,8 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
         c->mem.kv_bytes = kv;
         bool gpu_experts = false; /* n_cpu_moe may keep every expert of the stage on the host */
         for (int l = c->st[i].l0; hp->n_expert && l < c->st[i].l1; l++) gpu_experts |= !model->layers[l].exps_host;
-        c->mem.scratch_bytes = scratch + cuda_extra_bytes(hp, gpu_experts);
+        c->mem.scratch_bytes = scratch + cuda_extra_bytes(hp, gpu_experts || p.cache_experts > 0 ||
+                                                                   p.cache_gpu_mem > 0);
         size_t fr = 0, tot = 0;
         s = bk_cuda_mem_info(dev, &fr, &tot);
         if (s != BRISK_OK) goto fail;
@@ -451,6 +510,7 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
         if (s == BRISK_OK && c->n_ckpt > 0 && st->n_rec > 0)
             s = st->be->ops->alloc(st->be, ck_bytes(hp, st->n_rec, p.n_seq_max, c->n_ckpt), &st->ck_mem);
         if (s == BRISK_OK) s = alloc_scratch(c, st);
+        if (s == BRISK_OK) s = make_cache(c, st);
         if (s != BRISK_OK) goto fail;
     }
     if (c->n_ckpt > 0) {
@@ -527,6 +587,13 @@ static brisk_status run_stage(brisk_context *c, ctx_stage *stg, const fwd_batch 
     BK_TRY(c->forward(c->model, stg->be, c->views, fb, &stg->s, stg->l0, stg->l1));
     BK_TRY(op->step_end(stg->be, &rerun));
     return rerun ? c->forward(c->model, stg->be, c->views, fb, &stg->s, stg->l0, stg->l1) : BRISK_OK;
+}
+
+brisk_status brisk_context_expert_cache_stats(const brisk_context *c, int layer, brisk_expert_cache_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!c) return bk_fail(BRISK_ERR_INVALID_ARG, "brisk_context_expert_cache_stats: null context");
+    for (int i = 0; i < c->n_stage; i++) moe_offload_cache_stats(c->st[i].s.moe_offload, layer, out);
+    return BRISK_OK;
 }
 
 /* One forward pass: the stages in turn, the residual stream handed on between them. */

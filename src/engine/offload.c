@@ -1,10 +1,64 @@
 /* offload.c — see offload.h. */
 #include "engine/offload.h"
 
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "base/status.h"
+
+/* The refresh: routing counts decay by XC_DECAY per token (a half-life of
+ * about 70 tokens), and an uncached expert replaces the coldest cached one
+ * when its count exceeds XC_SWAP_RATIO times that one's plus XC_SWAP_MARGIN:
+ * the margin keeps two experts of about equal use from swapping back and
+ * forth, each swap costing a copy of the expert over PCIe. One replacement
+ * per layer and call at most, and none while the layer's last copy is still
+ * on its way, so the copies stay a trickle beside the compute. */
+#define XC_DECAY 0.99
+#define XC_SWAP_RATIO 1.5
+#define XC_SWAP_MARGIN 1.0
+#define XC_PAD 256 /* bytes after each slot array: the CUDA kernels read aligned words past a row's end */
+
+/* One layer's cache. slot_of[e]: the slot serving expert e (>= 0), -1 when e
+ * is not cached, or -2 - s while e is being copied into slot s; compute reads
+ * a slot only through slot_of, which is set after the copy finished. */
+typedef struct xc_layer {
+    int layer;
+    bk_weight w[3];         /* gate, up, down over the slots (n_expert = slots, the model's row layout) */
+    void *mem;              /* their backend memory */
+    const bk_weight *src[3];/* the model's tensors in host memory */
+    size_t eb[3];           /* bytes of one expert in each */
+    int32_t *slot_of;       /* (n_expert) see above */
+    int32_t *in_slot;       /* (slots) the expert a slot serves or is being filled with, -1: empty */
+    uint64_t *ticket;       /* (slots) the copy that fills it (while slot_of says it is on its way) */
+    float *score;           /* (n_expert) decayed routing counts */
+    int64_t hits, misses, miss_copied, copies, miss_copies;
+} xc_layer;
+
+typedef struct xc_cache {
+    bk_backend *be;         /* the stage's backend, where the slots live */
+    bk_cuda_copier *cp;     /* NULL on a CPU backend (split_cpu's stand-in): copies are memcpy, done at once */
+    int l0, l1;             /* xl[l - l0]: layer l's cache, NULL for a layer without one */
+    xc_layer **xl;
+    int slots, spare, n_layers, n_expert, k;
+    bk_weight sw[3];        /* the spare slots, shared by the layers (one layer runs at a time) */
+    void *spare_mem;
+    void *dev_mem;          /* backend memory carved into the three below */
+    int32_t *ids_dev;       /* (n_max, k) slot of each hit entry, -1 for the others */
+    int32_t *sid_dev;       /* (n_max, k) spare slot of each entry of a copied miss, -1 for the others */
+    float *tmp_dev;         /* (n_max, n_embd) a partial sum before it is added */
+    void *host_mem;         /* CPU backend memory carved into the two below */
+    int32_t *gid, *sid;     /* (n_max, k) host sides of ids_dev, sid_dev */
+    int32_t *miss_n;        /* (n_expert) this batch's CPU-bound entries per expert */
+    int32_t *spare_of;      /* (n_expert) this batch's spare slot of an expert, -1: none */
+    int32_t *order;         /* (n_expert) missed experts, most entries first */
+    double flops_entry;     /* flops of one entry through one expert: 6 n_embd n_ff */
+    double pcie_gbs;        /* host-to-backend copy speed */
+    double cpu_gflops;      /* measured speed of the CPU's expert products, 0: not yet measured */
+    int miss_mode;          /* BRISK_XCACHE_MISS: 0 auto (cost model), 1 always the CPU, 2 always copy */
+} xc_cache;
 
 struct moe_offload {
     bk_backend *cpu;
@@ -14,6 +68,7 @@ struct moe_offload {
     int32_t *ids;   /* (n_max, k) the router's choices */
     float *w;       /* (n_max, k) their weights */
     float *out;     /* (n_max, n_embd) the experts' weighted sum */
+    xc_cache *xc;   /* the hot-expert cache, or NULL */
 };
 
 brisk_status offload_transfer(bk_backend *from, const void *src, bk_backend *to, void *dst, size_t bytes) {
@@ -43,17 +98,372 @@ brisk_status moe_offload_new(int n_threads, int n_max, int n_embd, int k, moe_of
     return BRISK_OK;
 }
 
+static void xc_free(xc_cache *xc) {
+    if (!xc) return;
+    bk_cuda_copier_free(xc->cp); /* waits for its copies before the slots go */
+    for (int l = 0; xc->xl && l < xc->l1 - xc->l0; l++) {
+        xc_layer *L = xc->xl[l];
+        if (!L) continue;
+        if (L->mem) xc->be->ops->release(xc->be, L->mem);
+        free(L->slot_of);
+        free(L->in_slot);
+        free(L->ticket);
+        free(L->score);
+        free(L);
+    }
+    free(xc->xl);
+    if (xc->spare_mem) xc->be->ops->release(xc->be, xc->spare_mem);
+    if (xc->dev_mem) xc->be->ops->release(xc->be, xc->dev_mem);
+    free(xc->host_mem);
+    free(xc);
+}
+
 void moe_offload_free(moe_offload *mo) {
     if (!mo) return;
+    xc_free(mo->xc);
     if (mo->mem) mo->cpu->ops->release(mo->cpu, mo->mem);
     if (mo->cpu) mo->cpu->ops->free(mo->cpu);
     free(mo);
 }
 
+/* ---- the hot-expert cache ---- */
+
+static const bk_weight *layer_exps(const brisk_model *m, int l, int i) {
+    const layer_weights *L = &m->layers[l];
+    return i == 0 ? &L->gate_exps : i == 1 ? &L->up_exps : &L->down_exps;
+}
+
+uint64_t moe_cache_expert_bytes(const brisk_model *m, int l) {
+    uint64_t b = 0;
+    for (int i = 0; i < 3; i++) {
+        const bk_weight *w = layer_exps(m, l, i);
+        b += (uint64_t)(w->n_out / m->hp.n_expert) * w->row_bytes;
+    }
+    return b;
+}
+
+/* Every MoE layer of a model has experts of one shape, so one layer's figure serves all. */
+uint64_t moe_cache_bytes(const brisk_model *m, int n_layers, int slots, int spare, int n_max) {
+    if (n_layers <= 0 || slots <= 0) return 0;
+    int l = 0;
+    while (l < m->hp.n_layer && !m->layers[l].gate_exps.n_expert) l++;
+    if (l == m->hp.n_layer) return 0;
+    uint64_t e = moe_cache_expert_bytes(m, l);
+    return e * ((uint64_t)n_layers * slots + (uint64_t)spare) + (uint64_t)(n_layers + 1) * 3 * XC_PAD +
+           (uint64_t)n_max * (2 * (uint64_t)m->hp.n_expert_used * 4 + (uint64_t)m->hp.n_embd * 4);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Three compact weights of n slots shaped as layer l's experts, in one allocation on be. */
+static brisk_status slot_weights(xc_cache *xc, const brisk_model *m, int l, int n, bk_weight w[3], void **mem) {
+    size_t eb[3], total = 0;
+    for (int i = 0; i < 3; i++) {
+        const bk_weight *src = layer_exps(m, l, i);
+        eb[i] = (size_t)(src->n_out / m->hp.n_expert) * src->row_bytes;
+        total += eb[i] * (size_t)n + XC_PAD;
+    }
+    BK_TRY(xc->be->ops->alloc(xc->be, total, mem));
+    bool cuda = xc->cp != NULL;
+    char *p = *mem;
+    for (int i = 0; i < 3; i++) {
+        const bk_weight *src = layer_exps(m, l, i);
+        w[i] = *src;
+        w[i].n_expert = n;
+        w[i].n_out = src->n_out / m->hp.n_expert * n;
+        w[i].host = cuda ? NULL : p; /* the CPU reads host, a GPU dev */
+        w[i].dev = cuda ? p : NULL;
+        p += eb[i] * (size_t)n + XC_PAD;
+    }
+    return BRISK_OK;
+}
+
+static void *slot_ptr(const bk_weight *w, int slot) {
+    size_t eb = (size_t)(w->n_out / w->n_expert) * w->row_bytes;
+    return (char *)(w->dev ? w->dev : (void *)w->host) + (size_t)slot * eb;
+}
+
+static const void *expert_ptr(const bk_weight *src, int n_expert, int e) {
+    size_t eb = (size_t)(src->n_out / n_expert) * src->row_bytes;
+    return (const char *)src->host + (size_t)e * eb;
+}
+
+/* Queues the copy of expert e of layer L's tensors into slot `slot` of w. */
+static brisk_status copy_expert(xc_cache *xc, const xc_layer *L, const bk_weight w[3], int slot, int e) {
+    for (int i = 0; i < 3; i++) {
+        void *dst = slot_ptr(&w[i], slot);
+        const void *src = expert_ptr(L->src[i], xc->n_expert, e);
+        if (xc->cp) BK_TRY(bk_cuda_copier_copy(xc->cp, dst, src, L->eb[i]));
+        else memcpy(dst, src, L->eb[i]);
+    }
+    return BRISK_OK;
+}
+
+/* Starts filling slot s with expert e; slot_of[e] says it is on its way until land() sees the copy done. */
+static brisk_status fill_slot(xc_cache *xc, xc_layer *L, int s, int e) {
+    BK_TRY(copy_expert(xc, L, L->w, s, e));
+    uint64_t t = 0;
+    if (xc->cp) BK_TRY(bk_cuda_copier_mark(xc->cp, &t));
+    L->ticket[s] = t;
+    L->in_slot[s] = e;
+    L->slot_of[e] = -2 - s;
+    L->copies++;
+    return BRISK_OK;
+}
+
+/* Lets compute use the slots whose copies have finished. */
+static void land(xc_cache *xc, xc_layer *L) {
+    for (int s = 0; s < xc->slots; s++) {
+        int e = L->in_slot[s];
+        if (e >= 0 && L->slot_of[e] == -2 - s && (!xc->cp || bk_cuda_copier_done(xc->cp, L->ticket[s])))
+            L->slot_of[e] = s;
+    }
+}
+
+/* The hottest expert that is neither cached nor on its way, -1 if none was routed to. */
+static int hottest_uncached(const xc_cache *xc, const xc_layer *L) {
+    int best = -1;
+    for (int e = 0; e < xc->n_expert; e++)
+        if (L->slot_of[e] == -1 && L->score[e] > 0 && (best < 0 || L->score[e] > L->score[best])) best = e;
+    return best;
+}
+
+/* Between calls of a layer: empty slots take the hottest uncached experts; then, when no copy of
+ * the layer is still on its way, the hottest uncached expert replaces the coldest cached one if it
+ * is hotter by the margin. The victim leaves the map before its slot is overwritten; the copier
+ * orders the copy after every product already queued (see bk_cuda_copier_copy). */
+static brisk_status refresh(xc_cache *xc, xc_layer *L) {
+    int victim = -1;
+    bool busy = false;
+    for (int s = 0; s < xc->slots; s++) {
+        int e = L->in_slot[s];
+        if (e < 0) {
+            int c = hottest_uncached(xc, L);
+            if (c < 0) return BRISK_OK;
+            BK_TRY(fill_slot(xc, L, s, c));
+            busy = true;
+            continue;
+        }
+        if (L->slot_of[e] < 0) busy = true;
+        else if (victim < 0 || L->score[e] < L->score[L->in_slot[victim]]) victim = s;
+    }
+    if (busy || victim < 0) return BRISK_OK;
+    int c = hottest_uncached(xc, L), v = L->in_slot[victim];
+    if (c < 0 || !(L->score[c] > L->score[v] * XC_SWAP_RATIO + XC_SWAP_MARGIN)) return BRISK_OK;
+    L->slot_of[v] = -1;
+    return fill_slot(xc, L, victim, c);
+}
+
+brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_model *m, int l0, int l1, int slots,
+                               int spare, const int64_t *stats) {
+    const model_hparams *hp = &m->hp;
+    if (!mo || slots <= 0) return BRISK_OK;
+    if (slots > hp->n_expert) slots = hp->n_expert;
+    if (spare > hp->n_expert - slots) spare = hp->n_expert - slots;
+    xc_cache *xc = calloc(1, sizeof *xc);
+    if (!xc) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    mo->xc = xc;
+    xc->be = be;
+    xc->l0 = l0;
+    xc->l1 = l1;
+    xc->slots = slots;
+    xc->spare = spare;
+    xc->n_expert = hp->n_expert;
+    xc->k = hp->n_expert_used;
+    xc->flops_entry = 6.0 * hp->n_embd * hp->n_ff_exp;
+    const char *mode = getenv("BRISK_XCACHE_MISS");
+    xc->miss_mode = mode && !strcmp(mode, "cpu") ? 1 : mode && !strcmp(mode, "copy") ? 2 : 0;
+    if (bk_backend_is_cuda(be, NULL)) {
+        BK_TRY(bk_cuda_copier_new(be, &xc->cp));
+        xc->pcie_gbs = bk_cuda_copier_bandwidth(xc->cp);
+    } else {
+        xc->pcie_gbs = 16.0; /* the stand-in's "PCIe": a nominal figure, the cost model's input only */
+    }
+    size_t nk = (size_t)mo->n_max * xc->k, ne = (size_t)hp->n_expert;
+    xc->xl = calloc((size_t)(l1 - l0), sizeof *xc->xl);
+    xc->host_mem = malloc((2 * nk + 3 * ne) * sizeof(int32_t));
+    if (!xc->xl || !xc->host_mem) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    xc->gid = xc->host_mem;
+    xc->sid = xc->gid + nk;
+    xc->miss_n = xc->sid + nk;
+    xc->spare_of = xc->miss_n + ne;
+    xc->order = xc->spare_of + ne;
+    BK_TRY(be->ops->alloc(be, nk * 2 * sizeof(int32_t) + (size_t)mo->n_max * mo->n_embd * sizeof(float),
+                          &xc->dev_mem));
+    xc->tmp_dev = xc->dev_mem;
+    xc->ids_dev = (int32_t *)(xc->tmp_dev + (size_t)mo->n_max * mo->n_embd);
+    xc->sid_dev = xc->ids_dev + nk;
+    /* pin the host experts once, one range over all of them (tensors may share pages) */
+    const char *lo = NULL, *hi = NULL;
+    for (int l = l0; l < l1; l++) {
+        if (!m->layers[l].exps_host) continue;
+        xc_layer *L = calloc(1, sizeof *L);
+        if (!L) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+        xc->xl[l - l0] = L;
+        xc->n_layers++;
+        L->layer = l;
+        L->slot_of = malloc(ne * sizeof *L->slot_of);
+        L->in_slot = malloc((size_t)slots * sizeof *L->in_slot);
+        L->ticket = calloc((size_t)slots, sizeof *L->ticket);
+        L->score = calloc(ne, sizeof *L->score);
+        if (!L->slot_of || !L->in_slot || !L->ticket || !L->score) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+        for (size_t e = 0; e < ne; e++) L->slot_of[e] = -1;
+        for (int s = 0; s < slots; s++) L->in_slot[s] = -1;
+        for (int i = 0; i < 3; i++) {
+            L->src[i] = layer_exps(m, l, i);
+            L->eb[i] = (size_t)(L->src[i]->n_out / hp->n_expert) * L->src[i]->row_bytes;
+            const char *a = L->src[i]->host, *b = a + (size_t)L->src[i]->n_out * L->src[i]->row_bytes;
+            if (!lo || a < lo) lo = a;
+            if (!hi || b > hi) hi = b;
+        }
+        BK_TRY(slot_weights(xc, m, l, slots, L->w, &L->mem));
+        if (!xc->sw[0].n_expert && spare > 0) BK_TRY(slot_weights(xc, m, l, spare, xc->sw, &xc->spare_mem));
+    }
+    if (xc->cp && lo) bk_cuda_copier_pin(xc->cp, lo, (size_t)(hi - lo));
+    if (!stats) return BRISK_OK;
+    /* the calibration's counts, scaled to what the decayed counts of k routings a token come to
+     * (k / (1 - decay)), so a run's own counts take over at about the rate they would from a fill
+     * made by the first batches */
+    for (int l = l0; l < l1; l++) {
+        xc_layer *L = xc->xl[l - l0];
+        if (!L) continue;
+        const int64_t *row = stats + (size_t)l * ne;
+        double total = 0;
+        for (size_t e = 0; e < ne; e++) total += (double)row[e];
+        for (size_t e = 0; total > 0 && e < ne; e++)
+            L->score[e] = (float)(row[e] / total * xc->k / (1.0 - XC_DECAY));
+        BK_TRY(refresh(xc, L)); /* fills every slot */
+        land(xc, L);
+    }
+    return BRISK_OK;
+}
+
+bool moe_offload_cache_stats(const moe_offload *mo, int layer, brisk_expert_cache_stats *out) {
+    const xc_cache *xc = mo ? mo->xc : NULL;
+    if (!xc) return false;
+    out->n_layers += xc->n_layers;
+    out->slots = xc->slots;
+    out->spare_slots = xc->spare;
+    for (int l = xc->l0; l < xc->l1; l++) {
+        const xc_layer *L = xc->xl[l - xc->l0];
+        if (!L || (layer >= 0 && layer != l)) continue;
+        out->hits += L->hits;
+        out->misses += L->misses;
+        out->miss_copied += L->miss_copied;
+        out->copies += L->copies;
+        out->miss_copies += L->miss_copies;
+    }
+    return true;
+}
+
+static int cmp_miss(const void *a, const void *b, void *arg) {
+    const int32_t *n = arg;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return n[x] != n[y] ? (n[y] > n[x] ? 1 : -1) : (x > y) - (x < y);
+}
+
+/* Which missed experts go to spare slots for this batch. The cost model, per missed expert e with
+ * m_e entries: the CPU takes m_e * F / R_cpu (F = 6 n_embd n_ff flops an entry, R_cpu the speed the
+ * CPU's expert products showed so far), a copy E / B (E the expert's bytes, B the measured
+ * host-to-device bandwidth; the GPU's own product time is small beside both and left out). So e is
+ * copied when m_e > E R_cpu / (F B): decode (m_e = 1) stays on the CPU, a prefill's popular misses
+ * move. Before the CPU's speed is measured nothing is copied. Returns the number of copied experts;
+ * misses of the rest stay in miss_n. */
+static int pick_copies(xc_cache *xc, const xc_layer *L) {
+    if (!xc->spare || xc->miss_mode == 1 || (xc->miss_mode == 0 && !(xc->cpu_gflops > 0))) return 0;
+    double E = (double)(L->eb[0] + L->eb[1] + L->eb[2]);
+    double m_min = xc->miss_mode == 2 ? 0 : E * xc->cpu_gflops / (xc->flops_entry * xc->pcie_gbs);
+    int n = 0;
+    for (int e = 0; e < xc->n_expert; e++)
+        if (xc->miss_n[e] > m_min) xc->order[n++] = e;
+    qsort_r(xc->order, (size_t)n, sizeof *xc->order, cmp_miss, xc->miss_n);
+    if (n > xc->spare) n = xc->spare;
+    for (int i = 0; i < n; i++) xc->spare_of[xc->order[i]] = i;
+    return n;
+}
+
+/* The layer's experts with the cache: hits on be from the slots, misses on the CPU at the same time
+ * (or, chosen by pick_copies, on be from spare slots), the partial sums added into out. mo->x, ids
+ * and w hold the batch (read back); x, weights and out are be's. The split of one weighted sum into
+ * parts changes its rounding (the parts are summed apart, then added). */
+static brisk_status cache_ffn(moe_offload *mo, xc_layer *L, bk_backend *be, const bk_weight *gate,
+                              const bk_weight *up, const bk_weight *down, const float *x, int n,
+                              const float *weights, int k, float *out) {
+    xc_cache *xc = mo->xc;
+    size_t nk = (size_t)n * k, xb = (size_t)n * mo->n_embd * sizeof(float), kb = nk * sizeof(int32_t);
+    land(xc, L);
+    float decay = (float)pow(XC_DECAY, n);
+    for (int e = 0; e < xc->n_expert; e++) {
+        L->score[e] *= decay;
+        xc->miss_n[e] = 0;
+        xc->spare_of[e] = -1;
+    }
+    int64_t hits = 0;
+    for (size_t i = 0; i < nk; i++) {
+        int e = mo->ids[i];
+        if (e < 0 || e >= xc->n_expert) return bk_fail(BRISK_ERR_BACKEND, "moe offload: routed expert %d", e);
+        L->score[e] += 1.0f;
+        if (L->slot_of[e] >= 0) hits++;
+        else xc->miss_n[e]++;
+    }
+    int n_copy = pick_copies(xc, L);
+    for (int e = 0; e < xc->n_expert; e++)
+        if (xc->spare_of[e] >= 0) BK_TRY(copy_expert(xc, L, xc->sw, xc->spare_of[e], e));
+    if (n_copy && xc->cp) BK_TRY(bk_cuda_copier_fence(xc->cp)); /* be's products wait for them, the host does not */
+    int64_t copied = 0, cpu = 0;
+    for (size_t i = 0; i < nk; i++) { /* mo->ids becomes the CPU's share */
+        int e = mo->ids[i], slot = L->slot_of[e];
+        xc->gid[i] = slot >= 0 ? slot : -1;
+        xc->sid[i] = slot < 0 ? xc->spare_of[e] : -1;
+        copied += xc->sid[i] >= 0;
+        mo->ids[i] = slot < 0 && xc->sid[i] < 0 ? e : -1;
+        cpu += mo->ids[i] >= 0;
+    }
+    L->hits += hits;
+    L->misses += (int64_t)nk - hits;
+    L->miss_copied += copied;
+    L->miss_copies += n_copy;
+    /* be's part is queued first (a GPU returns at once), so the CPU's runs meanwhile; the first
+     * part written goes to out, each later one through tmp_dev and an add (stream order on a GPU) */
+    bool wrote = false;
+    if (hits) {
+        BK_TRY(offload_transfer(mo->cpu, xc->gid, be, xc->ids_dev, kb));
+        be->ops->moe_ffn(be, &L->w[0], &L->w[1], &L->w[2], x, n, xc->ids_dev, weights, k, out);
+        wrote = true;
+    }
+    if (copied) {
+        BK_TRY(offload_transfer(mo->cpu, xc->sid, be, xc->sid_dev, kb));
+        be->ops->moe_ffn(be, &xc->sw[0], &xc->sw[1], &xc->sw[2], x, n, xc->sid_dev, weights, k,
+                         wrote ? xc->tmp_dev : out);
+        if (wrote) be->ops->add(be, out, xc->tmp_dev, (size_t)n * mo->n_embd);
+        wrote = true;
+    }
+    if (cpu) {
+        double t0 = now_s();
+        mo->cpu->ops->moe_ffn(mo->cpu, gate, up, down, mo->x, n, mo->ids, mo->w, k, mo->out);
+        double dt = now_s() - t0;
+        int n_exp = 0;
+        for (int e = 0; e < xc->n_expert; e++) n_exp += xc->miss_n[e] > 0 && xc->spare_of[e] < 0;
+        /* the speed of products with a few entries per expert (decode's one reads each expert
+         * once per entry and measures memory, not the arithmetic a prefill's misses cost) */
+        if (cpu >= 4 * (int64_t)n_exp && dt > 0) {
+            double g = (double)cpu * xc->flops_entry / dt * 1e-9;
+            xc->cpu_gflops = xc->cpu_gflops > 0 ? 0.75 * xc->cpu_gflops + 0.25 * g : g;
+        }
+        BK_TRY(offload_transfer(mo->cpu, mo->out, be, wrote ? xc->tmp_dev : out, xb));
+        if (wrote) be->ops->add(be, out, xc->tmp_dev, (size_t)n * mo->n_embd);
+    }
+    return refresh(xc, L); /* the copies overlap the next layers */
+}
+
 /* The backend's work so far is done once x, ids and weights are read back
  * (read waits); the sum is written back before the caller's next op, so the
  * pass continues in order on be. */
-brisk_status moe_offload_ffn(moe_offload *mo, bk_backend *be, const bk_weight *gate, const bk_weight *up,
+brisk_status moe_offload_ffn(moe_offload *mo, bk_backend *be, int layer, const bk_weight *gate, const bk_weight *up,
                              const bk_weight *down, const float *x, int n, const int32_t *ids, const float *weights,
                              int k, float *out) {
     if (!mo) return bk_fail(BRISK_ERR_BACKEND, "experts in host memory, but the context has no CPU backend for them");
@@ -64,6 +474,9 @@ brisk_status moe_offload_ffn(moe_offload *mo, bk_backend *be, const bk_weight *g
     BK_TRY(offload_transfer(be, x, mo->cpu, mo->x, xb));
     BK_TRY(offload_transfer(be, ids, mo->cpu, mo->ids, kb));
     BK_TRY(offload_transfer(be, weights, mo->cpu, mo->w, kb));
+    xc_cache *xc = mo->xc;
+    xc_layer *L = xc && layer >= xc->l0 && layer < xc->l1 ? xc->xl[layer - xc->l0] : NULL;
+    if (L) return cache_ffn(mo, L, be, gate, up, down, x, n, weights, k, out);
     mo->cpu->ops->moe_ffn(mo->cpu, gate, up, down, mo->x, n, mo->ids, mo->w, k, mo->out);
     return offload_transfer(mo->cpu, mo->out, be, out, xb);
 }

@@ -1,11 +1,19 @@
 /* offload.h — moving activations between the CPU and a GPU backend: the
  * residual stream handed from one stage of a split model to the next, and
  * the routed experts of layers whose expert tensors stay in host memory
- * (brisk_model_params.n_cpu_moe), run on the CPU for a GPU stage.
+ * (brisk_model_params.n_cpu_moe), run on the CPU for a GPU stage, with an
+ * optional hot-expert cache on the GPU (brisk_context_params.cache_experts).
  *
  * A moe_offload owns a CPU backend (its own thread pool) and host buffers
  * for one micro-batch, allocated once at context creation; the context frees
- * it. The forward pass reaches it through fwd_scratch.moe_offload (arch.h). */
+ * it. The forward pass reaches it through fwd_scratch.moe_offload (arch.h).
+ *
+ * The hot-expert cache, per layer with experts in host memory: C slots on
+ * the stage's backend holding copies of C experts (three compact bk_weights,
+ * n_expert = C, the rows laid out as the model's), a map expert -> slot, and
+ * decayed routing counts; plus P spare slots shared by the layers (layers run
+ * one after another) for missed experts copied for one batch. See offload.c
+ * for the split of a batch, the cost model and the refresh. */
 #ifndef BK_OFFLOAD_H
 #define BK_OFFLOAD_H
 #include "backend/backend.h"
@@ -19,4 +27,17 @@ brisk_status offload_transfer(bk_backend *from, const void *src, bk_backend *to,
  * of n_embd floats routed to k experts each. */
 brisk_status moe_offload_new(int n_threads, int n_max, int n_embd, int k, moe_offload **out);
 void moe_offload_free(moe_offload *mo);
+
+/* Bytes of one expert of layer l (gate, up and down rows), and the cache's backend memory for
+ * `slots` slots in each of n_layers layers, `spare` spare slots and its buffers for n_max tokens. */
+uint64_t moe_cache_expert_bytes(const brisk_model *m, int l);
+uint64_t moe_cache_bytes(const brisk_model *m, int n_layers, int slots, int spare, int n_max);
+/* Gives mo a hot-expert cache on be (the stage's backend) for the layers of [l0, l1) whose experts
+ * are in host memory: `slots` per layer, `spare` shared. stats (n_layer, n_expert) or NULL picks the
+ * first experts (the most routed of each layer, copied before this returns); without it the cache
+ * fills from the first batches' counts. */
+brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_model *m, int l0, int l1, int slots,
+                               int spare, const int64_t *stats);
+/* Adds the cache's counters (layer -1: all its layers) to out; false when mo has no cache. */
+bool moe_offload_cache_stats(const moe_offload *mo, int layer, brisk_expert_cache_stats *out);
 #endif

@@ -72,9 +72,10 @@ void moe_count_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b,
 /* (model/qwen3moe.c) s->moe_out = layer l's routed experts over s->xb as s->moe_ids and s->moe_w chose
  * them (backend.h's moe_ffn): on be, or on the CPU when the layer keeps its experts in host memory. */
 brisk_status moe_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l);
-/* (engine/offload.c) moe_ffn on mo's CPU backend: x, ids and weights (backend memory of be) are copied
- * to host buffers, the sum back into out; the weights must be host memory. */
-brisk_status moe_offload_ffn(moe_offload *mo, bk_backend *be, const bk_weight *gate, const bk_weight *up,
+/* (engine/offload.c) moe_ffn of layer `layer` on mo's CPU backend: x, ids and weights (backend memory
+ * of be) are copied to host buffers, the sum back into out; the weights must be host memory. With a
+ * hot-expert cache for the layer, the entries of cached experts run on be meanwhile (offload.h). */
+brisk_status moe_offload_ffn(moe_offload *mo, bk_backend *be, int layer, const bk_weight *gate, const bk_weight *up,
                              const bk_weight *down, const float *x, int n, const int32_t *ids, const float *weights,
                              int k, float *out);
 #endif

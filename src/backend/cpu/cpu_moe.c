@@ -188,6 +188,7 @@ BK_MULTIVERSION static void swiglu_worker(void *arg, int ith, int nth) {
     long lo, hi;
     threadpool_range((long)j->n * j->k, ith, nth, &lo, &hi);
     for (long r = lo; r < hi; r++) {
+        if (j->ids[r] < 0) continue; /* a skipped entry: gate/up never wrote its row */
         float *g = j->gu + r * 2 * j->n_ff;
         swiglu_row(g, g + j->n_ff, g, (size_t)j->n_ff);
         if (j->conv_d) j->conv_d(g, (char *)j->hq_buf + r * j->hq_stride, j->n_ff);
@@ -207,7 +208,8 @@ static void down_worker(void *arg, int ith, int nth) {
     }
 }
 
-/* out[t] = dout[t,0]*w0 + dout[t,1]*w1 + ..., each product rounded, summed in slot order */
+/* out[t] = dout[t,0]*w0 + dout[t,1]*w1 + ..., each product rounded, summed in slot order;
+ * entries with id < 0 are left out (a row with none is 0) */
 static void combine_worker(void *arg, int ith, int nth) {
     ffn_job *j = arg;
     long lo, hi;
@@ -216,9 +218,17 @@ static void combine_worker(void *arg, int ith, int nth) {
     for (long t = lo; t < hi; t++) {
         float *o = j->out + t * d;
         const float *v = j->dout + (size_t)t * j->k * d, *w = j->w + t * j->k;
-        for (size_t i = 0; i < d; i++) o[i] = v[i] * w[0];
-        for (int s = 1; s < j->k; s++)
-            for (size_t i = 0; i < d; i++) o[i] = o[i] + v[s * d + i] * w[s];
+        const int32_t *id = j->ids + t * j->k;
+        int s = 0;
+        while (s < j->k && id[s] < 0) s++;
+        if (s == j->k) {
+            memset(o, 0, d * sizeof(float));
+            continue;
+        }
+        for (size_t i = 0; i < d; i++) o[i] = v[s * d + i] * w[s];
+        for (s++; s < j->k; s++)
+            if (id[s] >= 0)
+                for (size_t i = 0; i < d; i++) o[i] = o[i] + v[s * d + i] * w[s];
     }
 }
 
@@ -268,16 +278,19 @@ void cpu_moe_ffn(threadpool *tp, cpu_moe_scratch *sc, const bk_weight *gate, con
     j.hq = j.conv_d ? sc->hq : (const void *)sc->gu;
     j.dout = sc->dout;
 
-    /* group the (token, slot) entries by expert, tokens in order */
+    /* group the (token, slot) entries by expert, tokens in order; an entry whose id is < 0 (the
+     * expert is computed elsewhere: offload.c's hot-expert cache) is in no group and never read */
     int32_t *off = sc->group, *act = off + n_expert + 1, *ent = act + n_expert;
     memset(off, 0, ((size_t)n_expert + 1) * sizeof(int32_t));
-    for (size_t i = 0; i < nk; i++) off[ids[i] + 1]++;
+    for (size_t i = 0; i < nk; i++)
+        if (ids[i] >= 0) off[ids[i] + 1]++;
     int n_act = 0;
     for (int e = 0; e < n_expert; e++) {
         if (off[e + 1]) act[n_act++] = e;
         off[e + 1] += off[e];
     }
-    for (size_t i = 0; i < nk; i++) ent[off[ids[i]]++] = (int32_t)i;
+    for (size_t i = 0; i < nk; i++)
+        if (ids[i] >= 0) ent[off[ids[i]]++] = (int32_t)i;
     for (int e = n_expert; e > 0; e--) off[e] = off[e - 1]; /* the fill advanced each start to the next */
     off[0] = 0;
     j.off = off;

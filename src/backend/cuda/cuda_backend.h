@@ -50,6 +50,30 @@ void bk_cuda_release_weight(bk_weight *w);
  * (BRISK_CUDA_CUBLAS=0) or cannot be loaded. Loads it if no product has. */
 long bk_cuda_blas_products(bk_backend *be);
 
+/* ---- host-to-device expert copies (cuda_expert_cache.cu) ----
+ * A copier belongs to one CUDA backend and owns a copy stream of its own, a
+ * ring of events and a pinned staging buffer. Copies run on the copy stream,
+ * each after the work queued so far on the backend's stream (so a slot is
+ * never overwritten while a queued product still reads it), and overlap the
+ * backend's later work. engine/offload.c's hot-expert cache is its user. */
+typedef struct bk_cuda_copier bk_cuda_copier;
+brisk_status bk_cuda_copier_new(bk_backend *be, bk_cuda_copier **out);
+/* Waits for its copies, unpins what it pinned, frees it (NULL: no-op). */
+void bk_cuda_copier_free(bk_cuda_copier *cp);
+/* Pins host bytes [host, host + bytes) for direct asynchronous copies: anonymous memory (--no-mmap)
+ * as is, a read-only file mapping with cudaHostRegisterReadOnly. False when neither works: copies
+ * from there then go through the pinned staging buffer. At most 8 ranges per copier. */
+bool bk_cuda_copier_pin(bk_cuda_copier *cp, const void *host, size_t bytes);
+/* Queues a copy of host bytes to device memory dev (see above). */
+brisk_status bk_cuda_copier_copy(bk_cuda_copier *cp, void *dev, const void *host, size_t bytes);
+/* A ticket for the copies queued so far; bk_cuda_copier_done says whether they have finished. */
+brisk_status bk_cuda_copier_mark(bk_cuda_copier *cp, uint64_t *ticket);
+bool bk_cuda_copier_done(bk_cuda_copier *cp, uint64_t ticket);
+/* The backend's stream waits (on the device, the host goes on) for every copy queued so far. */
+brisk_status bk_cuda_copier_fence(bk_cuda_copier *cp);
+/* Host-to-device bandwidth in GB/s from pinned memory, measured at creation. */
+double bk_cuda_copier_bandwidth(const bk_cuda_copier *cp);
+
 #ifdef __cplusplus
 }
 #endif

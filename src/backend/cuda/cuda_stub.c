@@ -51,6 +51,51 @@ brisk_status bk_cuda_write(bk_backend *be, void *dst, const void *src, size_t by
     (void)bytes;
     return bk_fail(BRISK_ERR_UNSUPPORTED, "brisk was built without CUDA");
 }
+
+brisk_status bk_cuda_copier_new(bk_backend *be, bk_cuda_copier **out) {
+    (void)be;
+    *out = NULL;
+    return bk_fail(BRISK_ERR_UNSUPPORTED, "brisk was built without CUDA");
+}
+
+void bk_cuda_copier_free(bk_cuda_copier *cp) { (void)cp; }
+
+bool bk_cuda_copier_pin(bk_cuda_copier *cp, const void *host, size_t bytes) {
+    (void)cp;
+    (void)host;
+    (void)bytes;
+    return false;
+}
+
+brisk_status bk_cuda_copier_copy(bk_cuda_copier *cp, void *dev, const void *host, size_t bytes) {
+    (void)cp;
+    (void)dev;
+    (void)host;
+    (void)bytes;
+    return bk_fail(BRISK_ERR_UNSUPPORTED, "brisk was built without CUDA");
+}
+
+brisk_status bk_cuda_copier_mark(bk_cuda_copier *cp, uint64_t *ticket) {
+    (void)cp;
+    *ticket = 0;
+    return BRISK_OK;
+}
+
+bool bk_cuda_copier_done(bk_cuda_copier *cp, uint64_t ticket) {
+    (void)cp;
+    (void)ticket;
+    return true;
+}
+
+brisk_status bk_cuda_copier_fence(bk_cuda_copier *cp) {
+    (void)cp;
+    return BRISK_OK;
+}
+
+double bk_cuda_copier_bandwidth(const bk_cuda_copier *cp) {
+    (void)cp;
+    return 0.0;
+}
 #else
 typedef int bk_cuda_stub_unused; /* the real backend is in the .cu files */
 #endif

@@ -1,0 +1,177 @@
+/* cuda_expert_cache.cu — host-to-device copies for the hot-expert cache
+ * (engine/offload.c): a copy stream beside the backend's, pinned sources,
+ * a staging ring for sources that cannot be pinned, and tickets (events)
+ * that tell the host when a copy has landed. See cuda_backend.h.
+ *
+ * Ordering: every copy first makes the copy stream wait for an event
+ * recorded on the backend's stream, so it starts only after the products
+ * already queued there (which may read the slot it overwrites); the
+ * backend's stream waits for the copies only where offload.c asks
+ * (bk_cuda_copier_fence: a batch's spare slots), and the refresh's copies
+ * are never waited on by the device: the host swaps an expert into the map
+ * once bk_cuda_copier_done says its copy finished. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+
+#define CP_EVENTS 64                   /* tickets in flight before the oldest is waited for */
+#define CP_STAGE_CHUNKS 4              /* staging ring: chunks, each reused once its copy has run */
+#define CP_STAGE_CHUNK (8u << 20)      /* bytes per chunk */
+#define CP_MAX_PINS 8
+
+struct bk_cuda_copier {
+    cuda_backend *cb;
+    cudaStream_t stream;               /* the copy stream */
+    cudaEvent_t after;                 /* recorded on the backend's stream before each copy */
+    cudaEvent_t ev[CP_EVENTS];         /* ticket t is ev[t % CP_EVENTS] */
+    uint64_t next;                     /* the next ticket */
+    uint8_t *stage;                    /* (CP_STAGE_CHUNKS, CP_STAGE_CHUNK) pinned */
+    cudaEvent_t stage_ev[CP_STAGE_CHUNKS];
+    bool stage_used[CP_STAGE_CHUNKS];
+    int stage_at;
+    const uint8_t *pin_lo[CP_MAX_PINS], *pin_hi[CP_MAX_PINS];
+    bool pin_reg[CP_MAX_PINS];         /* registered by us (unregistered at free) */
+    int n_pins;
+    double gbs;                        /* measured host-to-device bandwidth */
+};
+
+/* Times a copy of the staging buffer (pinned) to the device: the PCIe speed the cost model uses. */
+static double measure(bk_cuda_copier *cp) {
+    size_t bytes = (size_t)CP_STAGE_CHUNKS * CP_STAGE_CHUNK;
+    void *d = NULL;
+    cudaEvent_t a, b;
+    if (cudaMalloc(&d, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return 16.0;
+    }
+    float ms = 0;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    cudaMemcpyAsync(d, cp->stage, bytes, cudaMemcpyHostToDevice, cp->stream); /* warm-up */
+    cudaEventRecord(a, cp->stream);
+    for (int i = 0; i < 4; i++) cudaMemcpyAsync(d, cp->stage, bytes, cudaMemcpyHostToDevice, cp->stream);
+    cudaEventRecord(b, cp->stream);
+    bool ok = cudaEventSynchronize(b) == cudaSuccess && cudaEventElapsedTime(&ms, a, b) == cudaSuccess && ms > 0;
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaFree(d);
+    cudaGetLastError();
+    return ok ? 4.0 * bytes / (ms * 1e-3) * 1e-9 : 16.0;
+}
+
+extern "C" brisk_status bk_cuda_copier_new(bk_backend *be, bk_cuda_copier **out) {
+    *out = NULL;
+    bk_cuda_copier *cp = (bk_cuda_copier *)calloc(1, sizeof *cp);
+    if (!cp) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    cp->cb = (cuda_backend *)be;
+    *out = cp; /* bk_cuda_copier_free undoes a partial setup */
+    CU_TRY(cudaSetDevice(cp->cb->device));
+    CU_TRY(cudaStreamCreateWithFlags(&cp->stream, cudaStreamNonBlocking));
+    CU_TRY(cudaEventCreateWithFlags(&cp->after, cudaEventDisableTiming));
+    for (int i = 0; i < CP_EVENTS; i++) CU_TRY(cudaEventCreateWithFlags(&cp->ev[i], cudaEventDisableTiming));
+    for (int i = 0; i < CP_STAGE_CHUNKS; i++)
+        CU_TRY(cudaEventCreateWithFlags(&cp->stage_ev[i], cudaEventDisableTiming));
+    CU_TRY(cudaMallocHost((void **)&cp->stage, (size_t)CP_STAGE_CHUNKS * CP_STAGE_CHUNK));
+    cp->gbs = measure(cp);
+    return BRISK_OK;
+}
+
+extern "C" void bk_cuda_copier_free(bk_cuda_copier *cp) {
+    if (!cp) return;
+    cudaSetDevice(cp->cb->device);
+    if (cp->stream) cudaStreamSynchronize(cp->stream);
+    for (int i = 0; i < cp->n_pins; i++)
+        if (cp->pin_reg[i]) cudaHostUnregister((void *)cp->pin_lo[i]);
+    if (cp->stage) cudaFreeHost(cp->stage);
+    for (int i = 0; i < CP_STAGE_CHUNKS; i++)
+        if (cp->stage_ev[i]) cudaEventDestroy(cp->stage_ev[i]);
+    for (int i = 0; i < CP_EVENTS; i++)
+        if (cp->ev[i]) cudaEventDestroy(cp->ev[i]);
+    if (cp->after) cudaEventDestroy(cp->after);
+    if (cp->stream) cudaStreamDestroy(cp->stream);
+    cudaGetLastError();
+    free(cp);
+}
+
+extern "C" bool bk_cuda_copier_pin(bk_cuda_copier *cp, const void *host, size_t bytes) {
+    if (!cp || !host || !bytes || cp->n_pins == CP_MAX_PINS) return false;
+    cudaSetDevice(cp->cb->device);
+    /* Anonymous memory (--no-mmap) registers as is; a read-only file mapping needs the read-only
+     * flag (where the device supports it: cudaDevAttrHostRegisterReadOnlySupported) */
+    cudaError_t e = cudaHostRegister((void *)host, bytes, cudaHostRegisterPortable);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        e = cudaHostRegister((void *)host, bytes, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+    }
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return false; /* copies from there go through the staging ring */
+    }
+    int i = cp->n_pins++;
+    cp->pin_lo[i] = (const uint8_t *)host;
+    cp->pin_hi[i] = (const uint8_t *)host + bytes;
+    cp->pin_reg[i] = true;
+    return true;
+}
+
+static bool pinned(const bk_cuda_copier *cp, const void *host, size_t bytes) {
+    const uint8_t *p = (const uint8_t *)host;
+    for (int i = 0; i < cp->n_pins; i++)
+        if (p >= cp->pin_lo[i] && p + bytes <= cp->pin_hi[i]) return true;
+    return false;
+}
+
+extern "C" brisk_status bk_cuda_copier_copy(bk_cuda_copier *cp, void *dev, const void *host, size_t bytes) {
+    CU_TRY(cudaEventRecord(cp->after, cp->cb->stream));
+    CU_TRY(cudaStreamWaitEvent(cp->stream, cp->after, 0));
+    if (pinned(cp, host, bytes)) {
+        CU_TRY(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, cp->stream));
+        return BRISK_OK;
+    }
+    /* unpinned: through the staging ring, a chunk at a time, each chunk reused after its copy ran */
+    for (size_t done = 0; done < bytes;) {
+        size_t n = bytes - done < CP_STAGE_CHUNK ? bytes - done : CP_STAGE_CHUNK;
+        int c = cp->stage_at;
+        cp->stage_at = (c + 1) % CP_STAGE_CHUNKS;
+        if (cp->stage_used[c]) CU_TRY(cudaEventSynchronize(cp->stage_ev[c]));
+        uint8_t *st = cp->stage + (size_t)c * CP_STAGE_CHUNK;
+        memcpy(st, (const uint8_t *)host + done, n);
+        CU_TRY(cudaMemcpyAsync((uint8_t *)dev + done, st, n, cudaMemcpyHostToDevice, cp->stream));
+        CU_TRY(cudaEventRecord(cp->stage_ev[c], cp->stream));
+        cp->stage_used[c] = true;
+        done += n;
+    }
+    return BRISK_OK;
+}
+
+extern "C" brisk_status bk_cuda_copier_mark(bk_cuda_copier *cp, uint64_t *ticket) {
+    uint64_t t = cp->next;
+    cudaEvent_t ev = cp->ev[t % CP_EVENTS];
+    /* the ring slot's last ticket must be done before it is reused: done() answers from the count */
+    if (t >= CP_EVENTS) CU_TRY(cudaEventSynchronize(ev));
+    CU_TRY(cudaEventRecord(ev, cp->stream));
+    cp->next = t + 1;
+    *ticket = t;
+    return BRISK_OK;
+}
+
+extern "C" bool bk_cuda_copier_done(bk_cuda_copier *cp, uint64_t ticket) {
+    if (ticket + CP_EVENTS < cp->next) return true; /* its event was waited for before reuse */
+    cudaError_t e = cudaEventQuery(cp->ev[ticket % CP_EVENTS]);
+    if (e == cudaErrorNotReady) return false;
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        /* a failed copy: keep the slot out of the map; the next copy or read reports the error */
+        return false;
+    }
+    return true;
+}
+
+extern "C" brisk_status bk_cuda_copier_fence(bk_cuda_copier *cp) {
+    CU_TRY(cudaEventRecord(cp->after, cp->stream));
+    CU_TRY(cudaStreamWaitEvent(cp->cb->stream, cp->after, 0));
+    return BRISK_OK;
+}
+
+extern "C" double bk_cuda_copier_bandwidth(const bk_cuda_copier *cp) { return cp ? cp->gbs : 0.0; }

@@ -1,0 +1,298 @@
+/* test_expert_cache.c — the hot-expert GPU cache for experts in host memory
+ * (brisk_context_params.cache_experts, engine/offload.c) without a GPU: the
+ * model "on the GPU" is split_cpu's second CPU backend, which holds the
+ * cache's slots, while the context's extra CPU backend runs the misses, as
+ * a GPU stage does. Each layer's weighted expert sum is then two sums added,
+ * so logits match the all-CPU run to rounding (1e-4 of the row's largest)
+ * and greedy tokens exactly; the counters add up; the calibration file
+ * round-trips and a broken one is refused with a message. */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "brisk.h"
+#include "model/synth.h"
+#include "test.h"
+
+#define N_PROMPT 24
+#define N_GEN 12
+
+typedef struct run_opts {
+    int n_cpu_moe;        /* 0: the all-CPU reference */
+    int cache_experts;
+    const char *miss;     /* BRISK_XCACHE_MISS: "cpu", "copy" or NULL (the cost model) */
+    const int64_t *stats; /* (n_layer, n_expert) or NULL */
+    int stats_layers, stats_experts;
+    int k;                /* the model's n_expert_used */
+} run_opts;
+
+typedef struct run_out {
+    float *logits;        /* (N_GEN + 1, n_vocab): the prompt's last row, then each generated token's */
+    brisk_token tokens[N_GEN + 1];
+    int n_vocab, n_layer, k;
+    brisk_expert_cache_stats st;
+    int64_t routed;       /* entries routed in the cached layers */
+} run_out;
+
+static bool run(const char *path, const run_opts *o, run_out *r) {
+    memset(r, 0, sizeof *r);
+    brisk_model_params mp = brisk_model_default_params();
+    mp.split_cpu = o->n_cpu_moe > 0; /* all layers on the stand-in "GPU", the experts of n_cpu_moe on the host */
+    mp.n_gpu_layers = o->n_cpu_moe > 0 ? -1 : 0;
+    mp.n_cpu_moe = o->n_cpu_moe;
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(path, &mp, &m));
+    if (!m) return false;
+    brisk_model_info info;
+    brisk_model_get_info(m, &info);
+    r->n_layer = info.n_layer;
+    r->n_vocab = brisk_n_vocab(m);
+    brisk_context_params cp = brisk_context_default_params();
+    cp.n_ctx = 128;
+    cp.n_batch = 32;
+    cp.n_threads = 2;
+    cp.cache_experts = o->cache_experts;
+    cp.expert_stats = o->stats;
+    cp.expert_stats_layers = o->stats_layers;
+    cp.expert_stats_experts = o->stats_experts;
+    if (o->miss) setenv("BRISK_XCACHE_MISS", o->miss, 1);
+    else unsetenv("BRISK_XCACHE_MISS");
+    brisk_context *c = NULL;
+    CHECK_OK(brisk_context_new(m, &cp, &c));
+    unsetenv("BRISK_XCACHE_MISS");
+    if (!c) {
+        brisk_model_free(m);
+        return false;
+    }
+    r->logits = malloc((size_t)(N_GEN + 1) * r->n_vocab * sizeof(float));
+    brisk_batch_entry e[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++)
+        e[i] = (brisk_batch_entry){.token = (i * 7 + 3) % (r->n_vocab - 4) + 2, .pos = i, .seq = 0,
+                                   .logits = i == N_PROMPT - 1};
+    bool ok = brisk_decode(c, e, N_PROMPT) == BRISK_OK;
+    CHECK(ok);
+    for (int t = 0; ok && t <= N_GEN; t++) {
+        const float *l = brisk_get_logits(c, t == 0 ? N_PROMPT - 1 : 0);
+        CHECK(l != NULL);
+        if (!l) break;
+        memcpy(r->logits + (size_t)t * r->n_vocab, l, (size_t)r->n_vocab * sizeof(float));
+        int best = 0;
+        for (int v = 1; v < r->n_vocab; v++)
+            if (l[v] > l[best]) best = v;
+        r->tokens[t] = best;
+        if (t == N_GEN) break;
+        brisk_batch_entry g = {.token = best, .pos = N_PROMPT + t, .seq = 0, .logits = true};
+        ok = brisk_decode(c, &g, 1) == BRISK_OK;
+        CHECK(ok);
+    }
+    CHECK_OK(brisk_context_expert_cache_stats(c, -1, &r->st));
+    int n_cached = o->n_cpu_moe < info.n_layer ? o->n_cpu_moe : info.n_layer;
+    r->k = o->k;
+    r->routed = r->st.n_layers ? (int64_t)(N_PROMPT + N_GEN) * r->k * n_cached : 0;
+    /* the per-layer figures add up to the whole */
+    brisk_expert_cache_stats sum = {0};
+    for (int l = 0; l < info.n_layer; l++) {
+        brisk_expert_cache_stats one;
+        CHECK_OK(brisk_context_expert_cache_stats(c, l, &one));
+        sum.hits += one.hits;
+        sum.misses += one.misses;
+        sum.copies += one.copies;
+    }
+    CHECK(sum.hits == r->st.hits && sum.misses == r->st.misses && sum.copies == r->st.copies);
+    brisk_context_free(c);
+    brisk_model_free(m);
+    return ok;
+}
+
+/* Same greedy tokens, and every logit within 1e-4 of its row's largest magnitude. */
+static void check_same(const run_out *ref, const run_out *got, const char *what) {
+    bool same_tok = !memcmp(ref->tokens, got->tokens, sizeof ref->tokens);
+    double worst = 0;
+    for (int t = 0; t <= N_GEN; t++) {
+        const float *a = ref->logits + (size_t)t * ref->n_vocab, *b = got->logits + (size_t)t * ref->n_vocab;
+        double mx = 0, d = 0;
+        for (int v = 0; v < ref->n_vocab; v++) {
+            mx = fabs(a[v]) > mx ? fabs(a[v]) : mx;
+            d = fabs((double)a[v] - b[v]) > d ? fabs((double)a[v] - b[v]) : d;
+        }
+        if (mx > 0 && d / mx > worst) worst = d / mx;
+    }
+    if (getenv("XC_VERBOSE")) fprintf(stderr, "  %s: worst %.3g hits %lld misses %lld copied %lld k %d\n", what, worst, (long long)got->st.hits, (long long)got->st.misses, (long long)got->st.miss_copied, got->k);
+    if (!same_tok || !(worst <= 1e-4))
+        fprintf(stderr, "  %s: tokens %s, worst logit difference %.3g of the row's largest\n", what,
+                same_tok ? "equal" : "DIFFER", worst);
+    CHECK(same_tok);
+    CHECK(worst <= 1e-4);
+}
+
+static bool synth(const char *preset, uint32_t type, int k, char *dir, char *path, size_t cap) {
+    strcpy(dir, "/tmp/brisk-test-xcache-XXXXXX");
+    if (!mkdtemp(dir)) {
+        CHECK(!"mkdtemp");
+        return false;
+    }
+    snprintf(path, cap, "%s/%s.gguf", dir, preset);
+    synth_config c;
+    CHECK_OK(synth_preset(preset, &c));
+    c.expert_skew = 1;
+    c.n_threads = 2;
+    if (type) c.type = type;
+    c.n_expert_used = k;
+    return synth_write(&c, NULL, path, false) == BRISK_OK;
+}
+
+static void cleanup(const char *dir, const char *path) {
+    unlink(path);
+    rmdir(dir);
+}
+
+/* The cache on every layer of a model, misses on the CPU, copied, or as the cost model says, with
+ * and without calibration counts. */
+static void check_model(const char *preset, uint32_t type, int k) {
+    char dir[64], path[128];
+    if (!synth(preset, type, k, dir, path, sizeof path)) return;
+    run_out ref, got;
+    run_opts ro = {.k = k};
+    if (!run(path, &ro, &ref)) return;
+    CHECK(ref.st.n_layers == 0 && ref.st.hits == 0);
+    int nl = ref.n_layer, ne = 8;
+    /* experts in host memory without a cache: the old path, bit for bit as all-CPU */
+    run_opts plain = {.n_cpu_moe = nl, .k = k};
+    if (run(path, &plain, &got)) {
+        CHECK(!memcmp(ref.logits, got.logits, (size_t)(N_GEN + 1) * ref.n_vocab * sizeof(float)));
+        CHECK(got.st.n_layers == 0);
+        free(got.logits);
+    }
+    /* counts that favour low ids, as expert_skew does, and one run's own counts */
+    int64_t *stats = malloc((size_t)nl * ne * sizeof *stats);
+    for (int l = 0; l < nl; l++)
+        for (int e = 0; e < ne; e++) stats[l * ne + e] = (ne - e) * 10 + l;
+    const char *modes[] = {"cpu", "copy", NULL};
+    for (int mi = 0; mi < 3; mi++)
+        for (int with_stats = 0; with_stats < 2; with_stats++) {
+            run_opts o = {.n_cpu_moe = nl, .cache_experts = 3, .miss = modes[mi], .stats = with_stats ? stats : NULL,
+                          .stats_layers = nl, .stats_experts = ne, .k = k};
+            char what[160];
+            snprintf(what, sizeof what, "%s: 3 of 8 experts cached, misses %s, %s", preset,
+                     modes[mi] ? modes[mi] : "by cost", with_stats ? "calibrated" : "from the first batch");
+            if (!run(path, &o, &got)) continue;
+            check_same(&ref, &got, what);
+            CHECK(got.st.n_layers == nl && got.st.slots == 3 && got.st.spare_slots == (2 * k < 5 ? 2 * k : 5));
+            CHECK(got.st.hits + got.st.misses == got.routed);
+            CHECK(got.st.hits > 0 && got.st.misses > 0);
+            CHECK(got.st.copies >= (int64_t)3 * nl); /* every slot was filled */
+            CHECK(got.st.miss_copied <= got.st.misses);
+            if (mi == 0) CHECK(got.st.miss_copied == 0 && got.st.miss_copies == 0);
+            if (mi == 1) CHECK(got.st.miss_copied > 0 && got.st.miss_copies > 0);
+            if (with_stats) CHECK(got.st.copies >= (int64_t)3 * nl);
+            free(got.logits);
+        }
+    /* every expert cached: all hits (after the first batch fills the slots) */
+    run_opts all = {.n_cpu_moe = nl, .cache_experts = 8, .stats = stats, .stats_layers = nl, .stats_experts = ne, .k = k};
+    if (run(path, &all, &got)) {
+        check_same(&ref, &got, "all 8 experts cached");
+        CHECK(got.st.misses == 0 && got.st.hits == got.routed && got.st.spare_slots == 0);
+        free(got.logits);
+    }
+    /* the cache on the first layer only */
+    run_opts one = {.n_cpu_moe = 1, .cache_experts = 2, .miss = "copy", .k = k};
+    if (run(path, &one, &got)) {
+        check_same(&ref, &got, "layer 0's experts on the host, 2 cached");
+        CHECK(got.st.n_layers == 1 && got.st.hits + got.st.misses == got.routed);
+        free(got.logits);
+    }
+    /* statistics of another shape are refused */
+    brisk_model_params mp = brisk_model_default_params();
+    mp.split_cpu = true;
+    mp.n_cpu_moe = nl;
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(path, &mp, &m));
+    if (m) {
+        brisk_context_params cp = brisk_context_default_params();
+        cp.n_ctx = 64;
+        cp.cache_experts = 2;
+        cp.expert_stats = stats;
+        cp.expert_stats_layers = nl + 1;
+        cp.expert_stats_experts = ne;
+        brisk_context *c = NULL;
+        CHECK(brisk_context_new(m, &cp, &c) == BRISK_ERR_INVALID_ARG && !c);
+        CHECK(strstr(brisk_last_error(), "do not fit this model") != NULL);
+        brisk_model_free(m);
+    }
+    free(stats);
+    free(ref.logits);
+    cleanup(dir, path);
+}
+
+/* k = 2 splits a sum of two products into its two terms: exact; k = 4 regroups the terms */
+static void t_qwen3moe(void) { check_model("tiny-qwen3moe", 0, 2); }
+static void t_qwen3moe_k4_q8(void) { check_model("tiny-qwen3moe", 8 /* QT_Q8_0 */, 4); }
+static void t_qwen35moe(void) { check_model("tiny-qwen35moe", 0, 4); }
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+static void t_stats_file(void) {
+    char path[] = "/tmp/brisk-test-xstats-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    int64_t counts[3 * 5];
+    for (int i = 0; i < 15; i++) counts[i] = (int64_t)i * i * 1000003 + (i == 7 ? (int64_t)1 << 40 : 0);
+    CHECK_OK(brisk_expert_stats_write(path, "m.gguf", 3, 5, 2, 12345, counts));
+    int nl = 0, ne = 0;
+    int64_t *got = NULL;
+    CHECK_OK(brisk_expert_stats_read(path, &nl, &ne, &got));
+    CHECK(nl == 3 && ne == 5 && got && !memcmp(got, counts, sizeof counts));
+    free(got);
+    /* truncated: every prefix of the file is refused with a message */
+    size_t len = 0;
+    char *txt = test_read_file(path, &len);
+    CHECK(txt && len > 10);
+    for (size_t cut = 0; txt && cut + 1 < len; cut += 7) {
+        char *pre = strndup(txt, cut);
+        write_text(path, pre);
+        free(pre);
+        got = NULL;
+        brisk_status s = brisk_expert_stats_read(path, &nl, &ne, &got);
+        CHECK(s == BRISK_ERR_FORMAT && got == NULL);
+        CHECK(strstr(brisk_last_error(), "expert statistics") != NULL);
+    }
+    free(txt);
+    static const char *bad[] = {
+        "{\"format\":\"brisk-expert-stats-1\",\"n_layer\":2,\"n_expert\":2,\"tokens\":1,\"counts\":[[1,2],[3]]}",
+        "{\"format\":\"brisk-expert-stats-1\",\"n_layer\":2,\"n_expert\":2,\"tokens\":1,\"counts\":[[1,2]]}",
+        "{\"format\":\"brisk-expert-stats-1\",\"n_layer\":1,\"n_expert\":2,\"tokens\":1,\"counts\":[[1,-2]]}",
+        "{\"format\":\"brisk-expert-stats-1\",\"n_layer\":1,\"n_expert\":2,\"tokens\":1,\"counts\":[[1,\"x\"]]}",
+        "{\"format\":\"brisk-expert-stats-1\",\"n_layer\":1,\"n_expert\":2,\"tokens\":1,\"counts\":[[1,2.5]]}",
+        "{\"format\":\"other\",\"n_layer\":1,\"n_expert\":1,\"tokens\":1,\"counts\":[[1]]}",
+        "{\"format\":\"brisk-expert-stats-1\",\"n_layer\":0,\"n_expert\":1,\"tokens\":1,\"counts\":[]}",
+        "[1, 2, 3]",
+        "\x01\x02garbage",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_text(path, bad[i]);
+        got = NULL;
+        brisk_status s = brisk_expert_stats_read(path, &nl, &ne, &got);
+        if (s != BRISK_ERR_FORMAT) fprintf(stderr, "  accepted: %s\n", bad[i]);
+        CHECK(s == BRISK_ERR_FORMAT && got == NULL);
+    }
+    unlink(path);
+    CHECK(brisk_expert_stats_read(path, &nl, &ne, &got) == BRISK_ERR_IO);
+    CHECK(strstr(brisk_last_error(), path) != NULL);
+}
+
+int main(int argc, char **argv) {
+    static const test_case cases[] = {
+        {"stats_file", t_stats_file},
+        {"qwen3moe", t_qwen3moe},
+        {"qwen3moe_k4_q8", t_qwen3moe_k4_q8},
+        {"qwen35moe", t_qwen35moe},
+    };
+    return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
+}
