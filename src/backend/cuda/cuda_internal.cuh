@@ -65,6 +65,8 @@ typedef struct cuda_backend {
     bool qkrope_off;            /* BRISK_CUDA_QKROPE=0: QK-norm and rope op by op (A/B) */
     bool normq_off;             /* BRISK_CUDA_NORMQ=0: the RMS norm does not quantize its output (A/B) */
     bool mmvq_slices_off;       /* BRISK_CUDA_MMVQ_SLICES=0: 17..MMVQ_SLICE_MAX tokens on the prefill path */
+    bool gd_chunk_off;          /* BRISK_CUDA_GD_CHUNK=0: prefill delta rule and short conv token by token (A/B) */
+
     /* int8 tensor-core products (cuda_mmq.cu) for batches of mmq_min <= n < mmq_max tokens on the
      * integer-dot types; below, cuda_mmvq.cu; from mmq_max, cuda_blas.cu / cuda_mma.cu */
     bool mmq_off;               /* BRISK_CUDA_MMQ=0 */

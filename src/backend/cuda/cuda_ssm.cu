@@ -1,24 +1,42 @@
 /* cuda_ssm.cu — Gated DeltaNet (qwen35) on the GPU: the short causal conv
  * with its carried inputs, and the gated delta rule with its fp32 state.
  *
- * Both walk the batch's entries in order (the recurrent form), so entries
- * of one sequence see each other's updates and entries of different
- * sequences, interleaved or not, touch different state slots. The sequence
- * of each entry (its state slot) is read from device memory: the step's
- * upload inside a step (a replayed graph reads that step's sequences), else
- * the op's own staging.
+ * The sequence of each entry (its state slot) is read from device memory:
+ * the step's upload inside a step (a replayed graph reads that step's
+ * sequences), else the op's own staging. Entries of one sequence see each
+ * other's updates in batch order; entries of different sequences, interleaved
+ * or not, touch different state slots.
  *
- * Delta rule: row r (a value dim) of a head's state S evolves on its own:
+ * Decode (and every batch inside a graph capture, or with
+ * BRISK_CUDA_GD_CHUNK=0) runs the recurrent form: row r (a value dim) of a
+ * head's state S evolves on its own,
  *   S_r *= exp(g);  S_r += beta (v_r - S_r . k) k;  o_r = S_r . q / sqrt(d)
  * so a warp owns one row of one head and keeps it in registers across the
  * entries (d / 32 floats per lane), loading it once per run of a sequence
  * and storing it back when the sequence changes and at the end. Each warp
  * L2-normalises q and k itself (2d floats from L1) rather than syncing with
- * its block. Decode is this one fused kernel; prefill runs the same kernel
- * token by token (correct, not the chunked tensor-core form). */
+ * its block.
+ *
+ * Prefill (at least GDC_MIN_PER_SEQ entries per sequence on average, d <= 128)
+ * runs the chunked form (gd_chunk_kernel): per sequence and value head, the
+ * entries in chunks of C = 64, each chunk in parallel (WY/UT form, derived and
+ * checked in dev/kernels/gated_delta_lab.c). With G the log-decays summed
+ * inside the chunk, the incoming state S_0 and U the chunk's corrected values,
+ *   (I + A) U = X,  A[i][j] = beta_i (k_i . k_j) e^{G_i - G_j} (j < i),
+ *                   X = diag(beta) (V - diag(e^G) K S_0^T)
+ *   O = diag(e^G) Q S_0^T + (Q K^T (.) e^{G_i - G_j}, j <= i) U
+ *   S = e^{G_C} S_0 + U^T diag(e^{G_C - G}) K
+ * every exponent <= 0, G summed in double. The products are fp32 SIMT tiles
+ * in shared memory: TF32 tensor cores cost 4-6e-4 relative error (the lab),
+ * beyond the op's 1e-4. The short conv likewise runs one thread per (entry,
+ * channel) over each entry's window (the carried inputs and the earlier
+ * entries of its sequence), then writes the new carried inputs. */
 #include "backend/cuda/cuda_internal.cuh"
 
 #define CONV_THREADS 128
+#define CONV_ENT 32      /* entries per block of the parallel conv */
+#define CONV_BACK_MAX 7  /* carried inputs (d_conv - 1) the parallel conv handles */
+#define CONV_PAR_MIN 17  /* batches of this many entries take the parallel conv (graphs hold <= 16) */
 #define GD_WARPS 4 /* state rows (warps) per block */
 
 /* The entries' sequences on the device, or NULL after recording an error. */
@@ -47,6 +65,95 @@ ssm_conv_kernel(const float *x, const float *w, float *conv, const int32_t *seq,
     }
 }
 
+/* ---- ssm_conv, parallel over entries: thread = channel, block = CONV_ENT entries ----
+ * Entry t's window, position j < dc - 1: src[j] >= 0 is the entry whose input
+ * sits there (an earlier entry of t's sequence), src[j] < 0 the carried input
+ * -1 - src[j] of its slot. The history of a sequence is its carried inputs
+ * then its entries' inputs; t, with m earlier entries in the batch, is at
+ * place dc - 1 + m of it, and position j holds place m + j. */
+__device__ void conv_window(const int32_t *seq, int t, int dc, int *src) {
+    int s = seq[t], m = 0, back[CONV_BACK_MAX]; /* back[b - 1]: the b-th entry before t of its sequence */
+    for (int u = t - 1; u >= 0 && m < dc - 1; u--)
+        if (seq[u] == s) back[m++] = u;
+    for (int j = 0; j < dc - 1; j++) {
+        int bd = dc - 1 - j; /* entries back */
+        src[j] = bd <= m ? back[bd - 1] : -1 - (dc - 1 + m - bd);
+    }
+}
+
+/* The outputs; the carried inputs are only read (ssm_conv_state_kernel writes them afterwards).
+ * Same sums as ssm_conv_kernel. */
+__global__ void __launch_bounds__(CONV_THREADS)
+ssm_conv_par_kernel(const float *x, const float *w, const float *conv, const int32_t *seq, int n, int nc, int dc,
+                    float *out) {
+    __shared__ int src[CONV_ENT][CONV_BACK_MAX];
+    __shared__ int slot[CONV_ENT];
+    const int t0 = blockIdx.y * CONV_ENT, ne = min(CONV_ENT, n - t0);
+    if (threadIdx.x < ne) {
+        conv_window(seq, t0 + threadIdx.x, dc, src[threadIdx.x]);
+        slot[threadIdx.x] = seq[t0 + threadIdx.x];
+    }
+    __syncthreads();
+    const int c = blockIdx.x * CONV_THREADS + threadIdx.x;
+    if (c >= nc) return;
+    const float *wc = w + (size_t)c * dc;
+    const size_t slot_stride = (size_t)(dc - 1) * nc;
+    for (int e = 0; e < ne; e++) {
+        const float *st = conv + (size_t)slot[e] * slot_stride + c;
+        float s = 0.0f;
+        for (int j = 0; j < dc - 1; j++) {
+            int sj = src[e][j];
+            float u = sj >= 0 ? x[(size_t)sj * nc + c] : st[(size_t)(-1 - sj) * nc];
+            s = __fadd_rn(s, __fmul_rn(u, wc[j]));
+        }
+        size_t o = (size_t)(t0 + e) * nc + c;
+        s = __fadd_rn(s, __fmul_rn(x[o], wc[dc - 1]));
+        out[o] = s / (1.0f + expf(-s));
+    }
+}
+
+/* The new carried inputs of each sequence: the last dc - 1 places of its last entry's window
+ * (one thread per slot and channel reads them all, then writes). */
+__global__ void __launch_bounds__(CONV_THREADS)
+ssm_conv_state_kernel(const float *x, float *conv, const int32_t *seq, int n, int nc, int dc) {
+    __shared__ int src[CONV_ENT][CONV_BACK_MAX];
+    __shared__ int slot[CONV_ENT]; /* -1: not its sequence's last entry */
+    __shared__ int any;
+    const int t0 = blockIdx.y * CONV_ENT, ne = min(CONV_ENT, n - t0);
+    if (threadIdx.x == 0) any = 0;
+    __syncthreads();
+    if (threadIdx.x < ne) {
+        int t = t0 + threadIdx.x, s = seq[t];
+        bool last = true;
+        for (int u = t + 1; u < n && last; u++) last = seq[u] != s;
+        slot[threadIdx.x] = last ? s : -1;
+        if (last) {
+            conv_window(seq, t, dc, src[threadIdx.x]);
+            any = 1;
+        }
+    }
+    __syncthreads();
+    const int c = blockIdx.x * CONV_THREADS + threadIdx.x;
+    if (!any || c >= nc) return;
+    const size_t slot_stride = (size_t)(dc - 1) * nc;
+    for (int e = 0; e < ne; e++) {
+        if (slot[e] < 0) continue;
+        float *st = conv + (size_t)slot[e] * slot_stride + c;
+        float win[CONV_BACK_MAX + 1], xt = x[(size_t)(t0 + e) * nc + c];
+#pragma unroll
+        for (int j = 0; j < CONV_BACK_MAX; j++) {
+            if (j >= dc - 1) break;
+            int sj = src[e][j];
+            win[j] = sj >= 0 ? x[(size_t)sj * nc + c] : st[(size_t)(-1 - sj) * nc];
+        }
+#pragma unroll
+        for (int i = 0; i < CONV_BACK_MAX; i++) {
+            if (i >= dc - 1) break;
+            st[(size_t)i * nc] = i + 1 < dc - 1 ? win[i + 1] : xt;
+        }
+    }
+}
+
 extern "C" void cuda_ssm_conv(bk_backend *be, const float *x, const bk_weight *w, float *conv, const int32_t *seq,
                               int n, int channels, int d_conv, float *out) {
     cuda_backend *cb = (cuda_backend *)be;
@@ -57,8 +164,18 @@ extern "C" void cuda_ssm_conv(bk_backend *be, const float *x, const bk_weight *w
     }
     const int32_t *d_seq = seq_dev(cb, seq, n);
     if (!d_seq) return;
-    ssm_conv_kernel<<<(unsigned)((channels + CONV_THREADS - 1) / CONV_THREADS), CONV_THREADS, 0, cb->stream>>>(
-        x, (const float *)w->dev, conv, d_seq, n, channels, d_conv, out);
+    const unsigned gx = (unsigned)((channels + CONV_THREADS - 1) / CONV_THREADS);
+    if (cb->gd_chunk_off || cb->capturing || n < CONV_PAR_MIN || d_conv - 1 > CONV_BACK_MAX) {
+        ssm_conv_kernel<<<gx, CONV_THREADS, 0, cb->stream>>>(x, (const float *)w->dev, conv, d_seq, n, channels,
+                                                             d_conv, out);
+        CU_LAUNCHED(cb);
+        return;
+    }
+    dim3 grid(gx, (unsigned)((n + CONV_ENT - 1) / CONV_ENT));
+    ssm_conv_par_kernel<<<grid, CONV_THREADS, 0, cb->stream>>>(x, (const float *)w->dev, conv, d_seq, n, channels,
+                                                               d_conv, out);
+    if (d_conv > 1) /* after every window has read the old carried inputs */
+        ssm_conv_state_kernel<<<grid, CONV_THREADS, 0, cb->stream>>>(x, conv, d_seq, n, channels, d_conv);
     CU_LAUNCHED(cb);
 }
 
@@ -148,6 +265,324 @@ gated_delta_kernel(const float *qkv, const float *b, const float *a, const float
             if (lane + 32 * j < d) row_s[lane + 32 * j] = S[j];
 }
 
+/* ---- gated_delta, chunked (prefill): block = (32 value rows, value head, sequence) ----
+ * The block keeps its 32 x DK slice of the state in shared memory across the
+ * chunks of its sequence and walks them in order; A, P and the solve depend
+ * on the keys only, so the d / 32 blocks of a head each compute them (cheaper
+ * than a second pass through global scratch at these sizes). Thread tiles of
+ * the products: rows i = ti + 16 a (a < 4) of the chunk with ti = tid / 16;
+ * columns tj + 16 b with tj = tid % 16 (b < 4 over the chunk's entries for
+ * A and P, b < 2 over the 32 value rows for K S^T, Q S^T and O). */
+#define GDC_C 64            /* entries per chunk */
+#define GDC_DV 32           /* value rows (state rows) per block */
+#define GDC_THREADS 256
+#define GDC_BLOCKS_SM 2     /* blocks per SM: 96 KiB of shared memory each at d = 128 */
+#define GDC_SEQ_MAX 32      /* sequences per launch */
+#define GDC_MIN_PER_SEQ 16  /* entries per sequence (average) from which prefill takes the chunked form */
+
+typedef struct gdc_slots {
+    int32_t s[GDC_SEQ_MAX]; /* the state slot of blockIdx.z */
+} gdc_slots;
+
+template <int DK> struct gdc_shared {
+    float k[GDC_C][DK + 4];       /* the chunk's l2-normed keys, zero past d and past the chunk's end */
+    union {                       /* the queries are read once (the pass over the keys), then A and P */
+        float q[GDC_C][DK + 4];   /* the chunk's l2-normed queries */
+        struct {
+            float a[GDC_C][GDC_C + 1]; /* A (strictly lower) */
+            float p[GDC_C][GDC_C + 1]; /* Q K^T (.) e^{G_i - G_j} (lower, diagonal included) */
+        };
+    };
+    float s[GDC_DV][DK + 4];      /* state rows r0 + r, keys along the row */
+    float u[GDC_C][GDC_DV + 4];   /* X, then U (in place), then U (.) e^{G_C - G} */
+    double G[GDC_C];              /* log-decays summed inside the chunk */
+    float beta[GDC_C], gl[GDC_C], gam[GDC_C], dec[GDC_C]; /* sigmoid(b), g, e^G, e^{G_C - G} */
+    float gam_last;               /* e^{G_C} */
+    int idx[GDC_C];               /* the chunk's entries in the batch */
+    int nc, cur;                  /* entries in the chunk; where the next gather starts */
+};
+
+__device__ __forceinline__ float dot4(float4 x, float4 y, float acc) {
+    acc = fmaf(x.x, y.x, acc);
+    acc = fmaf(x.y, y.y, acc);
+    acc = fmaf(x.z, y.z, acc);
+    return fmaf(x.w, y.w, acc);
+}
+
+template <int DK>
+__global__ void __launch_bounds__(GDC_THREADS, GDC_BLOCKS_SM)
+gd_chunk_kernel(const float *qkv, const float *b, const float *a, const float *a_bias, const float *a_scale,
+                float *ssm, const int32_t *seq, gdc_slots slots, int n, int nk, int nv, int d, float eps, float *out) {
+    static_assert(GDC_THREADS == 256 && GDC_DV == 32 && GDC_C == 64, "the thread tiles assume these");
+    constexpr int J = DK / 32;
+    extern __shared__ __align__(16) unsigned char gdc_raw[];
+    gdc_shared<DK> &sm = *reinterpret_cast<gdc_shared<DK> *>(gdc_raw);
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, ti = tid / 16, tj = tid % 16;
+    const int r0 = blockIdx.x * GDC_DV, h = blockIdx.y, slot = slots.s[blockIdx.z], hk = h % nk;
+    const size_t width = (size_t)(2 * nk + nv) * d;
+    const float scale = 1.0f / sqrtf((float)d), ab_h = a_bias[h], as_h = a_scale[h];
+    float *S = ssm + ((size_t)slot * nv + h) * d * d; /* S[r * d + x]: value r, key x */
+
+    for (int e = tid; e < GDC_DV * DK; e += GDC_THREADS) {
+        int r = e / DK, x = e % DK;
+        sm.s[r][x] = r0 + r < d && x < d ? S[(size_t)(r0 + r) * d + x] : 0.0f;
+    }
+    if (tid == 0) sm.cur = 0;
+    __syncthreads();
+    for (;;) {
+        /* the sequence's next (up to) C entries, in batch order (warp 0) */
+        if (warp == 0) {
+            int cnt = 0, cur = sm.cur;
+            while (cnt < GDC_C && cur < n) {
+                int t = cur + lane;
+                bool hit = t < n && seq[t] == slot;
+                unsigned m = __ballot_sync(0xffffffffu, hit);
+                int take = min(__popc(m), GDC_C - cnt), rank = __popc(m & ((1u << lane) - 1u));
+                if (hit && rank < take) sm.idx[cnt + rank] = t;
+                if (take < __popc(m)) { /* the chunk is full: the next gather starts at the first hit left */
+                    for (int i = 0; i < take; i++) m &= m - 1;
+                    cur += __ffs(m) - 1;
+                } else {
+                    cur += 32;
+                }
+                cnt += take;
+            }
+            if (lane == 0) {
+                sm.nc = cnt;
+                sm.cur = cur;
+            }
+        }
+        __syncthreads();
+        const int nc = sm.nc;
+        if (nc == 0) break;
+
+        /* q, k l2-normed as the recurrent kernel does; beta, g; rows past nc zero (beta = g = 0) */
+        for (int i = warp; i < GDC_C; i += GDC_THREADS / 32) {
+            float qv[J], kv[J];
+            if (i < nc) {
+                const int t = sm.idx[i];
+                const float *row = qkv + (size_t)t * width;
+                const float *qp = row + (size_t)hk * d, *kp = row + (size_t)(nk + hk) * d;
+#pragma unroll
+                for (int j = 0; j < J; j++) {
+                    int x = lane + 32 * j;
+                    qv[j] = x < d ? qp[x] : 0.0f;
+                    kv[j] = x < d ? kp[x] : 0.0f;
+                }
+                l2norm_lanes<J>(qv, eps);
+                l2norm_lanes<J>(kv, eps);
+                if (lane == 0) {
+                    float ab = a[(size_t)t * nv + h] + ab_h;
+                    float sp = ab > 20.0f ? ab : logf(1.0f + expf(ab));
+                    sm.beta[i] = 1.0f / (1.0f + expf(-b[(size_t)t * nv + h]));
+                    sm.gl[i] = sp * as_h;
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < J; j++) qv[j] = kv[j] = 0.0f;
+                if (lane == 0) sm.beta[i] = sm.gl[i] = 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < J; j++) {
+                sm.q[i][lane + 32 * j] = qv[j];
+                sm.k[i][lane + 32 * j] = kv[j];
+            }
+        }
+        __syncthreads();
+        if (warp == 0) { /* G: inclusive scan in double, rows lane and lane + 32 */
+            double g0 = sm.gl[lane], g1 = sm.gl[lane + 32];
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                double v0 = __shfl_up_sync(0xffffffffu, g0, o), v1 = __shfl_up_sync(0xffffffffu, g1, o);
+                if (lane >= o) {
+                    g0 += v0;
+                    g1 += v1;
+                }
+            }
+            g1 += __shfl_sync(0xffffffffu, g0, 31);
+            double last = __shfl_sync(0xffffffffu, g1, 31);
+            sm.G[lane] = g0;
+            sm.G[lane + 32] = g1;
+            sm.gam[lane] = expf((float)g0);
+            sm.gam[lane + 32] = expf((float)g1);
+            sm.dec[lane] = expf((float)(last - g0));
+            sm.dec[lane + 32] = expf((float)(last - g1));
+            if (lane == 0) sm.gam_last = expf((float)last);
+        }
+
+        /* K K^T, Q K^T (chunk x chunk) and K S^T, Q S^T (chunk x 32 value rows) in one pass over the keys */
+        float acc_a[4][4] = {}, acc_p[4][4] = {}, acc_ks[4][2] = {}, acc_qs[4][2] = {};
+#pragma unroll 2
+        for (int x = 0; x < DK; x += 4) {
+            float4 ki[4], qi[4], kj[4], sv[2];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                ki[i] = *(const float4 *)&sm.k[ti + 16 * i][x];
+                qi[i] = *(const float4 *)&sm.q[ti + 16 * i][x];
+                kj[i] = *(const float4 *)&sm.k[tj + 16 * i][x];
+            }
+#pragma unroll
+            for (int c = 0; c < 2; c++) sv[c] = *(const float4 *)&sm.s[tj + 16 * c][x];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    acc_a[i][j] = dot4(ki[i], kj[j], acc_a[i][j]);
+                    acc_p[i][j] = dot4(qi[i], kj[j], acc_p[i][j]);
+                }
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    acc_ks[i][c] = dot4(ki[i], sv[c], acc_ks[i][c]);
+                    acc_qs[i][c] = dot4(qi[i], sv[c], acc_qs[i][c]);
+                }
+            }
+        }
+        __syncthreads(); /* G ready; q dead (a and p take its place) */
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int ri = ti + 16 * i;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int cj = tj + 16 * j;
+                float e = cj <= ri ? expf((float)(sm.G[ri] - sm.G[cj])) : 0.0f; /* never e^{positive} */
+                sm.a[ri][cj] = cj < ri ? sm.beta[ri] * acc_a[i][j] * e : 0.0f;
+                sm.p[ri][cj] = acc_p[i][j] * e;
+            }
+#pragma unroll
+            for (int c = 0; c < 2; c++) { /* X = beta (v - e^G K S^T) */
+                const int cc = tj + 16 * c, r = r0 + cc;
+                float v = ri < nc && r < d ? qkv[(size_t)sm.idx[ri] * width + (size_t)(2 * nk + h) * d + r] : 0.0f;
+                sm.u[ri][cc] = sm.beta[ri] * (v - sm.gam[ri] * acc_ks[i][c]);
+            }
+        }
+        __syncthreads();
+
+        /* (I + A) U = X by forward substitution: warp w solves columns 4w..4w+3, eight lanes a
+         * column, each summing every eighth earlier row */
+        {
+            const int c = 4 * warp + lane / 8, q8 = lane % 8;
+            for (int i = 1; i < nc; i++) {
+                float part = 0.0f;
+                for (int l = q8; l < i; l += 8) part = fmaf(sm.a[i][l], sm.u[l][c], part);
+                part += __shfl_xor_sync(0xffffffffu, part, 1);
+                part += __shfl_xor_sync(0xffffffffu, part, 2);
+                part += __shfl_xor_sync(0xffffffffu, part, 4);
+                if (q8 == 0) sm.u[i][c] -= part;
+                __syncwarp();
+            }
+        }
+        __syncthreads();
+
+        /* O = e^G Q S^T + P U */
+        {
+            float o[4][2];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int c = 0; c < 2; c++) o[i][c] = sm.gam[ti + 16 * i] * acc_qs[i][c];
+            for (int j = 0; j < nc; j++) {
+                float pa[4], ub[2];
+#pragma unroll
+                for (int i = 0; i < 4; i++) pa[i] = sm.p[ti + 16 * i][j];
+#pragma unroll
+                for (int c = 0; c < 2; c++) ub[c] = sm.u[j][tj + 16 * c];
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+#pragma unroll
+                    for (int c = 0; c < 2; c++) o[i][c] = fmaf(pa[i], ub[c], o[i][c]);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int ri = ti + 16 * i;
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const int r = r0 + tj + 16 * c;
+                    if (ri < nc && r < d) out[(size_t)sm.idx[ri] * nv * d + (size_t)h * d + r] = o[i][c] * scale;
+                }
+            }
+        }
+        __syncthreads();
+        for (int e = tid; e < GDC_C * GDC_DV; e += GDC_THREADS) sm.u[e / GDC_DV][e % GDC_DV] *= sm.dec[e / GDC_DV];
+        __syncthreads();
+
+        /* S = e^{G_C} S + U'^T K: warp w owns rows w + 8m, lane the keys lane + 32j */
+        {
+            float st[4][J];
+            const float gc = sm.gam_last;
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+#pragma unroll
+                for (int j = 0; j < J; j++) st[m][j] = gc * sm.s[warp + 8 * m][lane + 32 * j];
+            for (int i = 0; i < nc; i++) {
+                float kx[J];
+#pragma unroll
+                for (int j = 0; j < J; j++) kx[j] = sm.k[i][lane + 32 * j];
+#pragma unroll
+                for (int m = 0; m < 4; m++) {
+                    float u = sm.u[i][warp + 8 * m];
+#pragma unroll
+                    for (int j = 0; j < J; j++) st[m][j] = fmaf(u, kx[j], st[m][j]);
+                }
+            }
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+#pragma unroll
+                for (int j = 0; j < J; j++) sm.s[warp + 8 * m][lane + 32 * j] = st[m][j];
+        }
+        __syncthreads();
+    }
+    for (int e = tid; e < GDC_DV * DK; e += GDC_THREADS) {
+        int r = e / DK, x = e % DK;
+        if (r0 + r < d && x < d) S[(size_t)(r0 + r) * d + x] = sm.s[r][x];
+    }
+}
+
+/* The chunked form when the batch is a prefill: outside a capture (a graph's
+ * kernels must not depend on the batch's layout), d <= 128, and on average
+ * GDC_MIN_PER_SEQ entries or more per sequence. Returns false to leave the
+ * batch to the recurrent kernel; true when launched (the caller checks the
+ * launch) or an error is recorded. */
+static bool gd_chunk_launch(cuda_backend *cb, const float *qkv, const float *b, const float *a, const float *ab,
+                            const float *as, float *ssm, const int32_t *seq, const int32_t *d_seq, int n, int nk,
+                            int nv, int d, float eps, float *out) {
+    if (cb->gd_chunk_off || cb->capturing || !seq || d > 128 || n < GDC_MIN_PER_SEQ) return false;
+    int32_t slots[8 * GDC_SEQ_MAX];
+    const int max_seq = n / GDC_MIN_PER_SEQ < 8 * GDC_SEQ_MAX ? n / GDC_MIN_PER_SEQ : 8 * GDC_SEQ_MAX;
+    int ns = 0;
+    for (int t = 0; t < n; t++) {
+        if (t > 0 && seq[t] == seq[t - 1]) continue;
+        int i = 0;
+        while (i < ns && slots[i] != seq[t]) i++;
+        if (i < ns) continue;
+        if (ns == max_seq) return false; /* too few entries per sequence */
+        slots[ns++] = seq[t];
+    }
+    const size_t smem = d <= 64 ? sizeof(gdc_shared<64>) : sizeof(gdc_shared<128>);
+    cudaError_t e = d <= 64 ? cudaFuncSetAttribute(gd_chunk_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   (int)smem)
+                            : cudaFuncSetAttribute(gd_chunk_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   (int)smem);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        cuda_set_error(cb, bk_fail(BRISK_ERR_BACKEND, "cuda gated_delta: %zu bytes of shared memory: %s", smem,
+                                   cudaGetErrorString(e)));
+        return true;
+    }
+    for (int z0 = 0; z0 < ns; z0 += GDC_SEQ_MAX) {
+        gdc_slots sl;
+        int nz = ns - z0 < GDC_SEQ_MAX ? ns - z0 : GDC_SEQ_MAX;
+        for (int i = 0; i < GDC_SEQ_MAX; i++) sl.s[i] = i < nz ? slots[z0 + i] : 0;
+        dim3 grid((unsigned)((d + GDC_DV - 1) / GDC_DV), (unsigned)nv, (unsigned)nz);
+        if (d <= 64)
+            gd_chunk_kernel<64><<<grid, GDC_THREADS, smem, cb->stream>>>(qkv, b, a, ab, as, ssm, d_seq, sl, n, nk, nv,
+                                                                         d, eps, out);
+        else
+            gd_chunk_kernel<128><<<grid, GDC_THREADS, smem, cb->stream>>>(qkv, b, a, ab, as, ssm, d_seq, sl, n, nk, nv,
+                                                                          d, eps, out);
+    }
+    return true;
+}
+
 extern "C" void cuda_gated_delta(bk_backend *be, const float *qkv, const float *b, const float *a,
                                  const bk_weight *a_bias, const bk_weight *a_scale, float *ssm, const int32_t *seq,
                                  int n, int n_k_heads, int n_v_heads, int d, float eps, float *out) {
@@ -160,8 +595,12 @@ extern "C" void cuda_gated_delta(bk_backend *be, const float *qkv, const float *
     }
     const int32_t *d_seq = seq_dev(cb, seq, n);
     if (!d_seq) return;
-    dim3 grid((unsigned)((d + GD_WARPS - 1) / GD_WARPS), (unsigned)n_v_heads);
     const float *ab = (const float *)a_bias->dev, *as = (const float *)a_scale->dev;
+    if (gd_chunk_launch(cb, qkv, b, a, ab, as, ssm, seq, d_seq, n, n_k_heads, n_v_heads, d, eps, out)) {
+        CU_LAUNCHED(cb);
+        return;
+    }
+    dim3 grid((unsigned)((d + GD_WARPS - 1) / GD_WARPS), (unsigned)n_v_heads);
 #define GD_LAUNCH(J)                                                                                          \
     gated_delta_kernel<J><<<grid, GD_WARPS * 32, 0, cb->stream>>>(qkv, b, a, ab, as, ssm, d_seq, n, n_k_heads, \
                                                                   n_v_heads, d, eps, out)
