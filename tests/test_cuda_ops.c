@@ -697,9 +697,10 @@ static void test_moe_route(void) {
  * per token, random weights): against a double-precision reference on the
  * dequantized weights (1e-4: f32 activations and sums on the GPU) and
  * against the CPU (which quantizes activations to the weights' vec_dot type:
- * held to twice the CPU's own distance from the reference, + 1e-4). */
+ * held to twice the CPU's own distance from the reference, + 1e-4).
+ * skip > 0: every skip-th entry gets expert id -1 (computed elsewhere: it adds nothing). */
 static void check_moe_ffn(uint32_t tg, uint32_t tu, uint32_t td, int64_t n_embd, int64_t n_ff, int n_expert, int k,
-                          int n) {
+                          int n, int skip) {
     size_t rg, ru, rd;
     void *hg = make_weight(tg, n_embd, n_expert * n_ff, &rg), *hu = make_weight(tu, n_embd, n_expert * n_ff, &ru),
          *hd = make_weight(td, n_ff, n_expert * n_embd, &rd);
@@ -729,6 +730,8 @@ static void check_moe_ffn(uint32_t tg, uint32_t tu, uint32_t td, int64_t n_embd,
             ids[(size_t)t * k + j] = e;
             w[(size_t)t * k + j] = 0.1f + (rnd() % 1000) / 1000.0f;
         }
+    for (size_t i = 0; skip > 0 && i < nk; i++)
+        if (i % (size_t)skip == (size_t)skip - 1) ids[i] = -1;
     float *dx = dev_copy(x, nx * 4), *dy = dev_copy(NULL, nx * 4), *dw = dev_copy(w, nk * 4);
     int32_t *di = dev_copy(ids, nk * 4);
     cpu->ops->moe_ffn(cpu, &gc, &uc, &dc, x, n, ids, w, k, yc);
@@ -776,9 +779,9 @@ static void check_moe_ffn(uint32_t tg, uint32_t tu, uint32_t td, int64_t n_embd,
 #undef Q8T
     double tol_ref = q8 ? 2 * c_ref + 1e-4 : 1e-4, tol_cpu = (q8 ? 3 : 2) * c_ref + 1e-4;
     if (!(e_ref <= tol_ref) || !(e_cpu <= tol_cpu))
-        fprintf(stderr, "  moe_ffn %s/%s/%s embd %lld ff %lld experts %d k %d n %d: vs ref %.2e, vs cpu %.2e (cpu vs ref %.2e)\n",
-                quant_type_name(tg), quant_type_name(tu), quant_type_name(td), (long long)n_embd, (long long)n_ff,
-                n_expert, k, n, e_ref, e_cpu, c_ref);
+        fprintf(stderr, "  moe_ffn %s/%s/%s embd %lld ff %lld experts %d k %d n %d skip %d: vs ref %.2e, vs cpu %.2e "
+                "(cpu vs ref %.2e)\n", quant_type_name(tg), quant_type_name(tu), quant_type_name(td), (long long)n_embd,
+                (long long)n_ff, n_expert, k, n, skip, e_ref, e_cpu, c_ref);
     CHECK(e_ref <= tol_ref);
     CHECK(e_cpu <= tol_cpu);
     gpu->ops->release(gpu, dx); gpu->ops->release(gpu, dy); gpu->ops->release(gpu, dw); gpu->ops->release(gpu, di);
@@ -790,25 +793,60 @@ static void check_moe_ffn(uint32_t tg, uint32_t tu, uint32_t td, int64_t n_embd,
 static void test_moe_ffn(void) {
     /* every type: decode (1 token), a small batch, and two sequences' worth */
     for (int ti = 0; ti < N_TYPES; ti++) {
-        check_moe_ffn(types[ti], types[ti], types[ti], 256, 256, 8, 2, 1);
-        check_moe_ffn(types[ti], types[ti], types[ti], 512, 256, 16, 4, 9);
+        check_moe_ffn(types[ti], types[ti], types[ti], 256, 256, 8, 2, 1, 0);
+        check_moe_ffn(types[ti], types[ti], types[ti], 512, 256, 16, 4, 9, 0);
     }
     /* a Q4_K_M-like mix: gate and up of different types (two passes), down apart */
-    check_moe_ffn(QT_Q4_K, QT_Q5_K, QT_Q6_K, 256, 256, 8, 2, 5);
-    check_moe_ffn(QT_Q8_0, QT_Q4_0, QT_F16, 256, 256, 8, 3, 1);
+    check_moe_ffn(QT_Q4_K, QT_Q5_K, QT_Q6_K, 256, 256, 8, 2, 5, 0);
+    check_moe_ffn(QT_Q8_0, QT_Q4_0, QT_F16, 256, 256, 8, 3, 1, 0);
     /* more entries than one chunk (2048 / k tokens per pass), many experts idle or popular */
-    check_moe_ffn(QT_F32, QT_F32, QT_F32, 64, 32, 64, 8, 300);
-    check_moe_ffn(QT_Q4_K, QT_Q4_K, QT_Q6_K, 256, 256, 32, 8, 260);
+    check_moe_ffn(QT_F32, QT_F32, QT_F32, 64, 32, 64, 8, 300, 0);
+    check_moe_ffn(QT_Q4_K, QT_Q4_K, QT_Q6_K, 256, 256, 32, 8, 260, 0);
     /* float rows that are no multiple of 8 (scalar path) */
-    check_moe_ffn(QT_F16, QT_F16, QT_F32, 100, 36, 4, 2, 3);
+    check_moe_ffn(QT_F16, QT_F16, QT_F32, 100, 36, 4, 2, 3, 0);
+    /* entries of expert -1 (the hot-expert cache's) on the GEMV-style kernels: decode and a small batch */
+    check_moe_ffn(QT_Q4_K, QT_Q4_K, QT_Q6_K, 256, 256, 8, 2, 1, 2);
+    check_moe_ffn(QT_Q8_0, QT_F16, QT_Q4_0, 256, 256, 16, 4, 9, 3);
 }
 
-/* ---- Gated DeltaNet ---- */
+/* Grouped tensor-core expert products (cuda_mmq.cuh through cuda_moe.cu: >= 64 entries by
+ * default): 64 and 512 tokens, 8 of 32 or 64 experts (token tiles of 16..64 entries, one and
+ * several chunks), the fused silu(gate) * up epilogue and the two-stage one (gate and up of
+ * different types, one of them on the old kernel), n_ff no multiple of the 32-row tiles, and
+ * entries of expert -1. */
+static void test_moe_ffn_mmq(void) {
+    check_moe_ffn(QT_Q4_K, QT_Q4_K, QT_Q6_K, 256, 256, 32, 8, 64, 0);
+    check_moe_ffn(QT_Q8_0, QT_Q8_0, QT_Q8_0, 256, 160, 64, 8, 64, 5);
+    check_moe_ffn(QT_Q4_0, QT_Q4_0, QT_Q4_0, 256, 96, 32, 8, 512, 0);
+    check_moe_ffn(QT_Q4_K, QT_Q4_K, QT_Q6_K, 512, 256, 64, 8, 512, 7);
+    check_moe_ffn(QT_Q6_K, QT_Q6_K, QT_Q4_K, 256, 512, 32, 8, 512, 3);
+    check_moe_ffn(QT_Q4_K, QT_Q5_K, QT_Q6_K, 256, 256, 32, 8, 64, 4);  /* up on the old kernel: stage 1 */
+    check_moe_ffn(QT_Q8_0, QT_Q4_0, QT_Q8_0, 256, 256, 64, 8, 512, 0); /* both stages on mmq */
+}
 
-/* Three sequence slots (the last one stays zero in a context); entries in a
- * mixed order. Outputs 1e-6 (only SiLU's exp differs), carried inputs exact. */
+/* ---- Gated DeltaNet ----
+ * Every case runs on `gpu` and, when made, on gpu_gd_off (BRISK_CUDA_GD_CHUNK=0:
+ * the token-by-token kernels), from the same inputs, against the CPU.
+ * Batches of >= 17 entries take the parallel conv, and batches with >= 16
+ * entries per sequence (d <= 128) the chunked delta rule (chunks of 64, fp32
+ * products; dev/kernels/gated_delta_lab.c measured 3e-7 relative against a
+ * double-precision recurrence, the fp32 recurrence 2-6e-7). Tolerances are
+ * the same for both forms: conv outputs 1e-6, carried inputs exact; delta
+ * rule outputs and states 1e-4. test_ssm prints the largest errors seen. */
+static bk_backend *gpu_gd_off;
+static double ssm_worst[2][3]; /* [gpu, gpu_gd_off][conv out, delta out, delta state] */
+
+/* Sequence slots: at least three (the last one stays zero in a context), more when seq names more. */
+static int ssm_slots(const int32_t *seq, int n) {
+    int s = 3;
+    for (int t = 0; t < n; t++)
+        if (seq[t] + 1 > s) s = seq[t] + 1;
+    return s;
+}
+
+/* Outputs 1e-6 (only SiLU's exp differs), carried inputs exact. */
 static void check_ssm_conv(int channels, int d_conv, int n, const int32_t *seq) {
-    const int slots = 3;
+    const int slots = ssm_slots(seq, n);
     size_t nx = (size_t)n * channels, ns = (size_t)slots * (d_conv - 1) * channels;
     float *x = malloc(nx * 4), *w = malloc((size_t)d_conv * channels * 4), *st = malloc(ns * 4 + 4),
           *stg = malloc(ns * 4 + 4), *oc = malloc(nx * 4), *og = malloc(nx * 4);
@@ -819,16 +857,26 @@ static void check_ssm_conv(int channels, int d_conv, int n, const int32_t *seq) 
                     .row_bytes = (size_t)d_conv * 4, .host = w},
               wg = wc;
     CHECK_OK(gpu->ops->bind_weight(gpu, &wg));
-    float *dx = dev_copy(x, nx * 4), *ds = dev_copy(st, ns * 4 + 4), *dout = dev_copy(NULL, nx * 4);
+    bk_backend *gs[2] = {gpu, gpu_gd_off};
+    float *dx = dev_copy(x, nx * 4), *dout = dev_copy(NULL, nx * 4), *ds[2];
+    for (int g = 0; g < 2; g++) ds[g] = gs[g] ? dev_copy(st, ns * 4 + 4) : NULL;
     cpu->ops->ssm_conv(cpu, x, &wc, st, seq, n, channels, d_conv, oc);
-    gpu->ops->ssm_conv(gpu, dx, &wg, ds, seq, n, channels, d_conv, dout);
-    dev_read(dout, og, nx * 4);
-    dev_read(ds, stg, ns * 4);
-    double e = rel_err(og, oc, nx);
-    if (!(e <= 1e-6)) fprintf(stderr, "  ssm_conv channels %d d_conv %d n %d: %.2e\n", channels, d_conv, n, e);
-    CHECK(e <= 1e-6);
-    CHECK(!memcmp(stg, st, ns * 4));
-    gpu->ops->release(gpu, dx); gpu->ops->release(gpu, ds); gpu->ops->release(gpu, dout);
+    for (int g = 0; g < 2; g++) {
+        if (!gs[g]) continue;
+        gs[g]->ops->ssm_conv(gs[g], dx, &wg, ds[g], seq, n, channels, d_conv, dout);
+        CHECK_OK(gs[g]->ops->read(gs[g], dout, og, nx * 4));
+        CHECK_OK(gs[g]->ops->read(gs[g], ds[g], stg, ns * 4));
+        double e = rel_err(og, oc, nx);
+        bool st_ok = !memcmp(stg, st, ns * 4);
+        if (!(e <= 1e-6) || !st_ok)
+            fprintf(stderr, "  ssm_conv%s channels %d d_conv %d n %d slots %d: out %.2e, carried inputs %s\n",
+                    g ? " (GD_CHUNK=0)" : "", channels, d_conv, n, slots, e, st_ok ? "equal" : "DIFFER");
+        CHECK(e <= 1e-6);
+        CHECK(st_ok);
+        if (!(e <= ssm_worst[g][0])) ssm_worst[g][0] = e;
+        gpu->ops->release(gpu, ds[g]);
+    }
+    gpu->ops->release(gpu, dx); gpu->ops->release(gpu, dout);
     bk_cuda_release_weight(&wg);
     free(x); free(w); free(st); free(stg); free(oc); free(og);
 }
@@ -836,7 +884,7 @@ static void check_ssm_conv(int channels, int d_conv, int n, const int32_t *seq) 
 /* Outputs and the carried states within 1e-4 (fp32 state, sums in another
  * order than the CPU's 16-lane dot products, compounded over the entries). */
 static void check_gated_delta(int nk, int nv, int d, int n, const int32_t *seq) {
-    const int slots = 3;
+    const int slots = ssm_slots(seq, n);
     size_t width = (size_t)(2 * nk + nv) * d, nq = (size_t)n * width, nba = (size_t)n * nv,
            ns = (size_t)slots * nv * d * d, no = (size_t)n * nv * d;
     float *qkv = malloc(nq * 4), *b = malloc(nba * 4), *a = malloc(nba * 4), *ab = malloc((size_t)nv * 4),
@@ -854,24 +902,47 @@ static void check_gated_delta(int nk, int nv, int d, int n, const int32_t *seq) 
               abg = abc, asg = asc;
     CHECK_OK(gpu->ops->bind_weight(gpu, &abg));
     CHECK_OK(gpu->ops->bind_weight(gpu, &asg));
-    float *dq = dev_copy(qkv, nq * 4), *db = dev_copy(b, nba * 4), *da = dev_copy(a, nba * 4), *ds = dev_copy(st, ns * 4),
-          *dout = dev_copy(NULL, no * 4);
+    bk_backend *gs[2] = {gpu, gpu_gd_off};
+    float *dq = dev_copy(qkv, nq * 4), *db = dev_copy(b, nba * 4), *da = dev_copy(a, nba * 4),
+          *dout = dev_copy(NULL, no * 4), *ds[2];
+    for (int g = 0; g < 2; g++) ds[g] = gs[g] ? dev_copy(st, ns * 4) : NULL;
     cpu->ops->gated_delta(cpu, qkv, b, a, &abc, &asc, st, seq, n, nk, nv, d, 1e-6f, oc);
-    gpu->ops->gated_delta(gpu, dq, db, da, &abg, &asg, ds, seq, n, nk, nv, d, 1e-6f, dout);
-    dev_read(dout, og, no * 4);
-    dev_read(ds, stg, ns * 4);
-    double eo = rel_err(og, oc, no), es = rel_err(stg, st, ns);
-    if (!(eo <= 1e-4) || !(es <= 1e-4))
-        fprintf(stderr, "  gated_delta heads %d/%d d %d n %d: out %.2e, state %.2e\n", nk, nv, d, n, eo, es);
-    CHECK(eo <= 1e-4);
-    CHECK(es <= 1e-4);
+    for (int g = 0; g < 2; g++) {
+        if (!gs[g]) continue;
+        gs[g]->ops->gated_delta(gs[g], dq, db, da, &abg, &asg, ds[g], seq, n, nk, nv, d, 1e-6f, dout);
+        CHECK_OK(gs[g]->ops->read(gs[g], dout, og, no * 4));
+        CHECK_OK(gs[g]->ops->read(gs[g], ds[g], stg, ns * 4));
+        double eo = rel_err(og, oc, no), es = rel_err(stg, st, ns);
+        if (!(eo <= 1e-4) || !(es <= 1e-4)) {
+            double mo = 0;
+            size_t at = 0;
+            for (size_t i = 0; i < no; i++)
+                if (!(fabs((double)og[i] - oc[i]) <= mo)) mo = fabs((double)og[i] - oc[i]), at = i;
+            fprintf(stderr,
+                    "  gated_delta%s heads %d/%d d %d n %d slots %d: out %.2e, state %.2e; largest |diff| %.2e "
+                    "at entry %zu head %zu row %zu (gpu %g, cpu %g)\n",
+                    g ? " (GD_CHUNK=0)" : "", nk, nv, d, n, slots, eo, es, mo, at / ((size_t)nv * d),
+                    at / d % nv, at % d, og[at], oc[at]);
+        }
+        CHECK(eo <= 1e-4);
+        CHECK(es <= 1e-4);
+        if (!(eo <= ssm_worst[g][1])) ssm_worst[g][1] = eo;
+        if (!(es <= ssm_worst[g][2])) ssm_worst[g][2] = es;
+        gpu->ops->release(gpu, ds[g]);
+    }
     gpu->ops->release(gpu, dq); gpu->ops->release(gpu, db); gpu->ops->release(gpu, da);
-    gpu->ops->release(gpu, ds); gpu->ops->release(gpu, dout);
+    gpu->ops->release(gpu, dout);
     bk_cuda_release_weight(&abg); bk_cuda_release_weight(&asg);
     free(qkv); free(b); free(a); free(ab); free(as); free(st); free(stg); free(oc); free(og);
 }
 
 static void test_ssm(void) {
+    /* a second backend with the switch read at creation (the environment is left as it was) */
+    if (!getenv("BRISK_CUDA_GD_CHUNK")) {
+        setenv("BRISK_CUDA_GD_CHUNK", "0", 1);
+        if (bk_cuda_backend_new(0, &gpu_gd_off) != BRISK_OK) gpu_gd_off = NULL;
+        unsetenv("BRISK_CUDA_GD_CHUNK");
+    }
     static const int32_t one[1] = {1}, mixed[9] = {0, 1, 0, 0, 1, 1, 0, 1, 0}, run[24] = {0};
     /* conv: tiny-qwen35's channels (512) and odd ones; d_conv 4 (Qwen3.5) and 2, 1 */
     check_ssm_conv(512, 4, 1, one);
@@ -888,6 +959,44 @@ static void test_ssm(void) {
     check_gated_delta(1, 2, 128, 24, run);
     check_gated_delta(1, 3, 40, 9, mixed);
     check_gated_delta(2, 2, 256, 3, mixed);
+
+    /* prefill: one sequence (slot 1), three interleaved entry by entry, three in runs of 7;
+     * 63/64/65 entries around one chunk, 200 and 512 several (the last one partial) */
+    static int32_t s1[600], s3[600], r3[600], few[200], many[600];
+    for (int t = 0; t < 600; t++) {
+        s1[t] = 1;
+        s3[t] = t % 3;
+        r3[t] = t / 7 % 3;
+        many[t] = t % 36; /* 36 sequences of ~17 entries: two launches of the chunked kernel */
+    }
+    for (int t = 0; t < 200; t++) few[t] = t % 20 ? 0 : 2; /* slot 2 has 10 entries in a batch of 200 */
+    static const int ns[] = {1, 63, 64, 65, 200, 512};
+    for (int i = 0; i < 6; i++) {
+        int n = ns[i];
+        check_ssm_conv(10240, 4, n, s1); /* qwen3.6-27b's conv_dim */
+        check_ssm_conv(10240, 4, n, s3);
+        check_ssm_conv(512, 4, n, r3);
+        check_gated_delta(16, 48, 128, n, s1); /* qwen3.6-27b's heads */
+        check_gated_delta(16, 48, 128, n, s3);
+        check_gated_delta(2, 4, 64, n, r3);
+    }
+    check_ssm_conv(37, 2, 200, r3);
+    check_ssm_conv(37, 1, 65, s3);
+    check_ssm_conv(512, 4, 200, few);
+    check_ssm_conv(100, 4, 600, many);
+    check_gated_delta(16, 32, 128, 200, r3);
+    check_gated_delta(1, 3, 40, 200, s3); /* head size 40: zero-padded 64-key tiles, a partial row tile */
+    check_gated_delta(1, 2, 128, 200, few);
+    check_gated_delta(2, 4, 64, 600, many);
+    check_gated_delta(2, 2, 256, 65, s1); /* d > 128: the recurrent kernel */
+    printf("  ssm: largest relative errors vs the CPU: conv %.2e, delta rule out %.2e state %.2e", ssm_worst[0][0],
+           ssm_worst[0][1], ssm_worst[0][2]);
+    if (gpu_gd_off)
+        printf("; BRISK_CUDA_GD_CHUNK=0: conv %.2e, out %.2e, state %.2e", ssm_worst[1][0], ssm_worst[1][1],
+               ssm_worst[1][2]);
+    printf("\n");
+    if (gpu_gd_off) gpu_gd_off->ops->free(gpu_gd_off);
+    gpu_gd_off = NULL;
 }
 
 static void check_sigmoid_mul(int n_rows, int width, int gate_width) {
@@ -1330,7 +1439,7 @@ int main(int argc, char **argv) {
         {"matmul", test_matmul},         {"matmul_mmq", test_matmul_mmq},     {"matmul_multi", test_matmul_multi}, {"get_rows", test_get_rows},
         {"rms_norm", test_rms_norm},     {"rope", test_rope},
         {"qk_norm_rope", test_qk_norm_rope}, {"matmul_swiglu", test_matmul_swiglu},                 {"attention", test_attention},
-        {"elementwise", test_elementwise}, {"moe_route", test_moe_route},   {"moe_ffn", test_moe_ffn},
+        {"elementwise", test_elementwise}, {"moe_route", test_moe_route},   {"moe_ffn", test_moe_ffn}, {"moe_ffn_mmq", test_moe_ffn_mmq},
         {"ssm", test_ssm},               {"sigmoid_mul", test_sigmoid_mul},   {"end_to_end", test_end_to_end},
         {"end_to_end_models", test_end_to_end_models},
         {"matmul_cublas", test_matmul_cublas},
