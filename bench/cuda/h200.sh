@@ -12,7 +12,7 @@
 set -u
 OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
 B=.device/build; export LD_LIBRARY_PATH=$PWD/.device/lib; d=/tmp/bm; L=/tmp/ll/b/bin; mkdir -p $d
-MODELS=${*:-qwen3-8b:q4_k_m qwen3-8b:q8_0}
+MODELS=${*:-${MODELS:-qwen3-8b:q4_k_m qwen3-8b:q8_0}}
 SD=${SERVER_DURATION:-12}; DR=${DEPTH_REPS:-2}   # server seconds per stream count, depth-row repetitions
 MOE_MODELS=${MOE_MODELS-qwen3-30b-a3b@24:q4_k_m qwen3.6-35b-a3b@20:q4_k_m qwen3.6-27b@32:q4_k_m}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,clocks.max.sm,power.draw --format=csv,noheader | tee "$OUT/smi.txt"
