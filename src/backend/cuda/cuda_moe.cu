@@ -23,9 +23,21 @@
  * activations quantized to int8 blocks of 32 in __dp4a (x once per chunk, h
  * once before down; as the CPU quantizes them), on the other types (and
  * with BRISK_CUDA_MOE_Q8=0) the block decoders deq8/deq1 meet f32
- * activations, as cuda_gemv.cu's float GEMV. Prefill runs the same kernels
- * (no tensor-core expert GEMM yet). */
-#include "backend/cuda/cuda_internal.cuh"
+ * activations, as cuda_gemv.cu's float GEMV.
+ *
+ * Batches of many entries (>= cb->moe_mmq_min, BRISK_CUDA_MOE_MMQ_MIN; off with
+ * BRISK_CUDA_MOE_MMQ=0) run the integer-dot products as grouped tensor-core
+ * launches instead (cuda_mmq.cuh's kernel): the grouping also cuts each
+ * active expert's entries into tiles of NT (8..64, from the mean entries per
+ * expert) and lists them (tiles, n_tiles), and one launch per product covers
+ * (row tile, listed tile), so an active expert's weight rows are read once
+ * per tile of its entries. The list's length is bounded before routing
+ * (active experts + entries / NT), which sizes the grid as above.
+ *
+ * An entry whose expert id is negative contributes nothing: the grouping
+ * skips it and the combine counts it as weight 0 (the hot-expert cache of
+ * engine/offload.c marks experts it computes elsewhere so). */
+#include "backend/cuda/cuda_mmq.cuh"
 
 #define ROUTE_THREADS 128
 #define GROUP_THREADS 256
@@ -145,47 +157,67 @@ extern "C" void cuda_moe_route(bk_backend *be, const float *logits, int n, int n
 
 /* ---- grouping: one block; the order inside an expert's group is free
  * (every entry's products are computed alone, so the results do not depend on it) ---- */
+/* Expert of entry i, or -1 for an entry that contributes nothing (a negative id); ids past the
+ * experts (NaN logits upstream) are kept in range. */
+__device__ __forceinline__ int moe_entry_expert(const int32_t *ids, int i, int n_expert) {
+    int e = ids[i];
+    return e < 0 ? -1 : min(e, n_expert - 1);
+}
+
+/* tile_nt > 0 also lists the tiles of up to tile_nt entries of each active expert for the
+ * grouped mmq launches: tiles[j] = (expert, first entry), *n_tiles of them. */
 __global__ void __launch_bounds__(GROUP_THREADS)
-moe_group_kernel(const int32_t *ids, int nk, int n_expert, int32_t *off, int32_t *act, int32_t *n_act,
-                 int32_t *ent) {
-    __shared__ int cnt[BK_MOE_MAX_EXPERTS];
+moe_group_kernel(const int32_t *ids, int nk, int n_expert, int tile_nt, int32_t *off, int32_t *act, int32_t *n_act,
+                 int32_t *ent, int2 *tiles, int32_t *n_tiles) {
+    __shared__ int cnt[BK_MOE_MAX_EXPERTS];  /* entries per expert, then its first tile */
     __shared__ int fill[BK_MOE_MAX_EXPERTS];
     const int tid = threadIdx.x, lane = tid % 32;
     for (int e = tid; e < n_expert; e += GROUP_THREADS) cnt[e] = 0;
     __syncthreads();
     for (int i = tid; i < nk; i += GROUP_THREADS) {
-        int e = min(max(ids[i], 0), n_expert - 1);
-        atomicAdd(&cnt[e], 1);
+        int e = moe_entry_expert(ids, i, n_expert);
+        if (e >= 0) atomicAdd(&cnt[e], 1);
     }
     __syncthreads();
-    if (tid < 32) { /* exclusive scan of the counts, 32 experts per step, and the active list */
-        int run = 0, na = 0;
+    if (tid < 32) { /* exclusive scans of the counts and tile counts, 32 experts per step, and the active list */
+        int run = 0, na = 0, trun = 0;
         for (int base = 0; base < n_expert; base += 32) {
             int e = base + lane, c = e < n_expert ? cnt[e] : 0, incl = c;
+            int tc = tile_nt > 0 ? (c + tile_nt - 1) / tile_nt : 0, tincl = tc;
 #pragma unroll
             for (int o = 1; o < 32; o <<= 1) {
-                int v = __shfl_up_sync(0xffffffffu, incl, o);
-                if (lane >= o) incl += v;
+                int v = __shfl_up_sync(0xffffffffu, incl, o), tv = __shfl_up_sync(0xffffffffu, tincl, o);
+                if (lane >= o) {
+                    incl += v;
+                    tincl += tv;
+                }
             }
             if (e < n_expert) {
                 fill[e] = run + incl - c;
                 off[e] = run + incl - c;
+                cnt[e] = trun + tincl - tc;
             }
             unsigned m = __ballot_sync(0xffffffffu, c > 0);
             if (c > 0) act[na + __popc(m & ((1u << lane) - 1u))] = e;
             run += __shfl_sync(0xffffffffu, incl, 31);
+            trun += __shfl_sync(0xffffffffu, tincl, 31);
             na += __popc(m);
         }
         if (lane == 0) {
             off[n_expert] = run;
             *n_act = na;
+            if (tile_nt > 0) *n_tiles = trun;
         }
     }
     __syncthreads();
     for (int i = tid; i < nk; i += GROUP_THREADS) {
-        int e = min(max(ids[i], 0), n_expert - 1);
-        ent[atomicAdd(&fill[e], 1)] = i;
+        int e = moe_entry_expert(ids, i, n_expert);
+        if (e >= 0) ent[atomicAdd(&fill[e], 1)] = i;
     }
+    if (tile_nt > 0) /* off[] was written before the barrier: visible to the block */
+        for (int e = tid; e < n_expert; e += GROUP_THREADS)
+            for (int j0 = off[e], j = 0; j0 + j * tile_nt < off[e + 1]; j++)
+                tiles[cnt[e] + j] = make_int2(e, j0 + j * tile_nt);
 }
 
 /* The activation rows an expert product reads: entry en reads row en / div
@@ -368,14 +400,18 @@ moe_down_kernel(const uint8_t *D, size_t row_bytes, int64_t n_embd, moe_act a, c
     }
 }
 
-/* out[t] = dout[t,0] * w0 + dout[t,1] * w1 + ...: each product rounded, summed in slot order (no fma, as the CPU) */
-__global__ void moe_combine_kernel(const float *dout, const float *w, int n, int k, int64_t n_embd, float *out) {
+/* out[t] = dout[t,0] * w0 + dout[t,1] * w1 + ...: each product rounded, summed in slot order (no fma, as the CPU).
+ * A slot of a negative id adds nothing (its dout row was never written: not even 0 * it). */
+__global__ void moe_combine_kernel(const float *dout, const float *w, const int32_t *ids, int n, int k, int64_t n_embd,
+                                   float *out) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n * n_embd) return;
     int64_t t = i / n_embd, c = i % n_embd;
     const float *v = dout + t * k * n_embd + c, *wt = w + t * k;
-    float o = __fmul_rn(v[0], wt[0]);
-    for (int s = 1; s < k; s++) o = __fadd_rn(o, __fmul_rn(v[(int64_t)s * n_embd], wt[s]));
+    const int32_t *id = ids + t * k;
+    float o = id[0] < 0 ? 0.0f : __fmul_rn(v[0], wt[0]);
+    for (int s = 1; s < k; s++)
+        if (id[s] >= 0) o = __fadd_rn(o, __fmul_rn(v[(int64_t)s * n_embd], wt[s]));
     out[i] = o;
 }
 
@@ -426,11 +462,14 @@ static size_t al256(size_t b) { return (b + 255) & ~(size_t)255; }
 
 /* The scratch of moe_ffn, carved in this order: h (entries, n_ff), dout
  * (entries, n_embd), off (n_expert + 1), act (n_expert), n_act, ent (entries),
- * for a whole chunk of entries (tokens * k). */
+ * tiles (n_expert + entries / MOE_TILE_MIN + 1) and n_tiles, for a whole chunk
+ * of entries (tokens * k). */
 typedef struct moe_layout {
     int chunk;   /* tokens per pass */
-    size_t b_h, b_d, b_off, b_act, b_na, b_ent;
+    size_t b_h, b_d, b_off, b_act, b_na, b_ent, b_tiles, b_nt;
 } moe_layout;
+
+#define MOE_TILE_MIN 8 /* the smallest mmq token tile: bounds the tile list */
 
 static moe_layout moe_sizes(int64_t n_embd, int64_t n_ff, int n_expert, int k) {
     moe_layout l;
@@ -442,13 +481,15 @@ static moe_layout moe_sizes(int64_t n_embd, int64_t n_ff, int n_expert, int k) {
     l.b_act = al256((size_t)n_expert * 4);
     l.b_na = 256;
     l.b_ent = al256(ents * 4);
+    l.b_tiles = al256(((size_t)n_expert + ents / MOE_TILE_MIN + 1) * sizeof(int2));
+    l.b_nt = 256;
     return l;
 }
 
 extern "C" size_t bk_cuda_moe_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_expert, int k) {
     if (n_expert <= 0 || k <= 0) return 0;
     moe_layout l = moe_sizes(n_embd, n_ff, n_expert, k);
-    return l.b_h + l.b_d + l.b_off + l.b_act + l.b_na + l.b_ent;
+    return l.b_h + l.b_d + l.b_off + l.b_act + l.b_na + l.b_ent + l.b_tiles + l.b_nt;
 }
 
 extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
@@ -472,6 +513,8 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
     float *h = (float *)p, *dout = (float *)(p + l.b_h);
     int32_t *off = (int32_t *)(p + l.b_h + l.b_d), *act = (int32_t *)((char *)off + l.b_off),
             *n_act = (int32_t *)((char *)act + l.b_act), *ent = (int32_t *)((char *)n_act + l.b_na);
+    int2 *tiles = (int2 *)((char *)ent + l.b_ent);
+    int32_t *n_tiles = (int32_t *)((char *)tiles + l.b_tiles);
     const uint8_t *G = (const uint8_t *)gate->dev, *U = (const uint8_t *)up->dev, *D = (const uint8_t *)down->dev;
     bool both = gate->type == up->type && gate->row_bytes == up->row_bytes;
     const int rows_per_block = MOE_WARPS * MOE_ROWS;
@@ -483,10 +526,31 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
     for (int t0 = 0; t0 < n; t0 += chunk) {
         int nc = n - t0 < chunk ? n - t0 : chunk, nk = nc * k;
         unsigned slots = (unsigned)(nk < n_expert ? nk : n_expert);
-        moe_group_kernel<<<1, GROUP_THREADS, 0, cb->stream>>>(ids + (size_t)t0 * k, nk, n_expert, off, act, n_act,
-                                                             ent);
+        /* many entries: the integer-dot products as grouped tensor-core launches over tiles of tnt entries */
+        int tnt = 0;
+        if (!cb->moe_mmq_off && nk >= cb->moe_mmq_min && (q8_g || q8_u || q8_d)) {
+            int mean = (nk + (int)slots - 1) / (int)slots;
+            tnt = mean <= 8 ? 8 : mean <= 16 ? 16 : mean <= 32 ? 32 : 64;
+        }
+        const unsigned tile_cap = tnt ? slots + (unsigned)(nk / tnt) : 0; /* >= the tiles listed */
+        const int32_t *ids_c = ids + (size_t)t0 * k;
+        moe_group_kernel<<<1, GROUP_THREADS, 0, cb->stream>>>(ids_c, nk, n_expert, tnt, off, act, n_act, ent, tiles,
+                                                             n_tiles);
         moe_act ax = {x + (size_t)t0 * n_embd, cb->xq, cb->xds, n_embd, k};
         bool qx = (q8_g || q8_u) && (size_t)nc * n_embd <= cb->xq_cap && cuda_mmvq_quantize(cb, ax.x, n_embd, nc);
+        /* the grouped mmq launch's arguments for h or dout (rows per expert n_rows, activations by entry / div) */
+        mmq_args mq = {};
+        mq.xq = cb->xq;
+        mq.xds = cb->xds;
+        mq.tiles = tiles;
+        mq.n_tiles = n_tiles;
+        mq.off = off;
+        mq.ent = ent;
+        mq.n_in = n_embd;
+        mq.n_rows = n_ff;
+        mq.y = h;
+        mq.ldy = n_ff;
+        mq.div = k;
         dim3 g1((unsigned)((n_ff + rows_per_block - 1) / rows_per_block), slots);
 #define GATE_UP(T_ID, BOTH, Q8, W, RB, STAGE)                                                                      \
     do {                                                                                                           \
@@ -498,18 +562,50 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
                                    W, U, RB, n_ff, ax, off, act, n_act, ent, h, STAGE))                            \
         }                                                                                                          \
     } while (0)
-        if (both) {
+        if (both && tnt && qx && q8_g) { /* silu(gate) * up in the epilogue: 16 gate and 16 up rows per block */
+            mq.W = G;
+            mq.W2 = U;
+            mq.row_bytes = gate->row_bytes;
+            mmq_launch<true, true>(cb->stream, gate->type, dim3((unsigned)((n_ff + 15) / 16), tile_cap), tnt, mq);
+        } else if (both) {
             GATE_UP(gate->type, true, qx && q8_g, G, gate->row_bytes, 0);
         } else {
-            GATE_UP(gate->type, false, qx && q8_g, G, gate->row_bytes, 0);
-            GATE_UP(up->type, false, qx && q8_u, U, up->row_bytes, 1);
+            dim3 gm((unsigned)((n_ff + MMQ_ROWS - 1) / MMQ_ROWS), tile_cap);
+            if (tnt && qx && q8_g) {
+                mq.W = G;
+                mq.row_bytes = gate->row_bytes;
+                mq.mode = MMQ_STORE;
+                mmq_launch<false, true>(cb->stream, gate->type, gm, tnt, mq);
+            } else {
+                GATE_UP(gate->type, false, qx && q8_g, G, gate->row_bytes, 0);
+            }
+            if (tnt && qx && q8_u) {
+                mq.W = U;
+                mq.row_bytes = up->row_bytes;
+                mq.mode = MMQ_SILU_MUL;
+                mmq_launch<false, true>(cb->stream, up->type, gm, tnt, mq);
+            } else {
+                GATE_UP(up->type, false, qx && q8_u, U, up->row_bytes, 1);
+            }
         }
 #undef GATE_UP
         /* h's rows are quantized after gate/up have read x's (the same buffer, in stream order) */
         moe_act ah = {h, cb->xq, cb->xds, n_ff, 1};
         bool qh = q8_d && (size_t)nk * n_ff <= cb->xq_cap && cuda_mmvq_quantize(cb, h, n_ff, nk);
         dim3 g2((unsigned)((n_embd + rows_per_block - 1) / rows_per_block), slots);
-        if (qh) {
+        if (qh && tnt) {
+            mq.W = D;
+            mq.W2 = NULL;
+            mq.row_bytes = down->row_bytes;
+            mq.n_in = n_ff;
+            mq.n_rows = n_embd;
+            mq.y = dout;
+            mq.ldy = n_embd;
+            mq.div = 1;
+            mq.mode = MMQ_STORE;
+            mmq_launch<false, true>(cb->stream, down->type,
+                                    dim3((unsigned)((n_embd + MMQ_ROWS - 1) / MMQ_ROWS), tile_cap), tnt, mq);
+        } else if (qh) {
             MOE_Q8_DISPATCH(down->type, moe_down_kernel<TT, true><<<g2, MOE_WARPS * 32, 0, cb->stream>>>(
                                             D, down->row_bytes, n_embd, ah, off, act, n_act, ent, dout));
         } else {
@@ -517,8 +613,8 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
                                          D, down->row_bytes, n_embd, ah, off, act, n_act, ent, dout));
         }
         int64_t tot = (int64_t)nc * n_embd;
-        moe_combine_kernel<<<(unsigned)((tot + 255) / 256), 256, 0, cb->stream>>>(dout, weights + (size_t)t0 * k, nc,
-                                                                                k, n_embd, out + (size_t)t0 * n_embd);
+        moe_combine_kernel<<<(unsigned)((tot + 255) / 256), 256, 0, cb->stream>>>(
+            dout, weights + (size_t)t0 * k, ids_c, nc, k, n_embd, out + (size_t)t0 * n_embd);
     }
     CU_LAUNCHED(cb);
 }
