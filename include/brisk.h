@@ -192,7 +192,8 @@ brisk_status brisk_expert_stats_write(const char *path, const char *model_path, 
  * for a corrupt or truncated file, BRISK_ERR_IO when it cannot be read. */
 brisk_status brisk_expert_stats_read(const char *path, int *n_layer, int *n_expert, int64_t **counts);
 /* What a context's hot-expert cache (brisk_context_params.cache_experts) did so far, over all its
- * layers (layer -1) or for one layer (zeros for a layer without a cache). hits + misses is every
+ * layers (layer -1) or for one layer (zeros for a layer without a cache; BRISK_ERR_RANGE past the
+ * last). hits + misses is every
  * routed (token, expert) entry of the cached layers. */
 typedef struct brisk_expert_cache_stats {
     int n_layers;        /* layers with a cache; 0: the context has none */

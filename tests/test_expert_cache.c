@@ -31,6 +31,7 @@ typedef struct run_out {
     int n_vocab, n_layer, k;
     brisk_expert_cache_stats st;
     int64_t routed;       /* entries routed in the cached layers */
+    int64_t *counts;      /* the reference run's routing counts (n_layer, n_expert) */
 } run_out;
 
 static bool run(const char *path, const run_opts *o, run_out *r) {
@@ -54,6 +55,7 @@ static bool run(const char *path, const run_opts *o, run_out *r) {
     cp.expert_stats = o->stats;
     cp.expert_stats_layers = o->stats_layers;
     cp.expert_stats_experts = o->stats_experts;
+    cp.collect_expert_stats = o->n_cpu_moe == 0; /* the reference's counts: the calibration of the others */
     if (o->miss) setenv("BRISK_XCACHE_MISS", o->miss, 1);
     else unsetenv("BRISK_XCACHE_MISS");
     brisk_context *c = NULL;
@@ -85,6 +87,10 @@ static bool run(const char *path, const run_opts *o, run_out *r) {
         CHECK(ok);
     }
     CHECK_OK(brisk_context_expert_cache_stats(c, -1, &r->st));
+    if (cp.collect_expert_stats) {
+        r->counts = malloc((size_t)info.n_layer * 8 * sizeof *r->counts);
+        CHECK_OK(brisk_context_expert_counts(c, r->counts, (int64_t)info.n_layer * 8, NULL, NULL));
+    }
     int n_cached = o->n_cpu_moe < info.n_layer ? o->n_cpu_moe : info.n_layer;
     r->k = o->k;
     r->routed = r->st.n_layers ? (int64_t)(N_PROMPT + N_GEN) * r->k * n_cached : 0;
@@ -116,7 +122,10 @@ static void check_same(const run_out *ref, const run_out *got, const char *what)
         }
         if (mx > 0 && d / mx > worst) worst = d / mx;
     }
-    if (getenv("XC_VERBOSE")) fprintf(stderr, "  %s: worst %.3g hits %lld misses %lld copied %lld k %d\n", what, worst, (long long)got->st.hits, (long long)got->st.misses, (long long)got->st.miss_copied, got->k);
+    if (getenv("XC_VERBOSE"))
+        fprintf(stderr, "  %s: worst %.3g, hits %lld, misses %lld (copied %lld), refresh copies %lld\n", what, worst,
+                (long long)got->st.hits, (long long)got->st.misses, (long long)got->st.miss_copied,
+                (long long)got->st.copies);
     if (!same_tok || !(worst <= 1e-4))
         fprintf(stderr, "  %s: tokens %s, worst logit difference %.3g of the row's largest\n", what,
                 same_tok ? "equal" : "DIFFER", worst);
@@ -162,11 +171,10 @@ static void check_model(const char *preset, uint32_t type, int k) {
         CHECK(got.st.n_layers == 0);
         free(got.logits);
     }
-    /* counts that favour low ids, as expert_skew does, and one run's own counts */
-    int64_t *stats = malloc((size_t)nl * ne * sizeof *stats);
-    for (int l = 0; l < nl; l++)
-        for (int e = 0; e < ne; e++) stats[l * ne + e] = (ne - e) * 10 + l;
+    /* the reference run's own counts as the calibration, and one run's own counts */
+    int64_t *stats = ref.counts;
     const char *modes[] = {"cpu", "copy", NULL};
+    int64_t hits[2] = {0, 0}; /* misses on the CPU: from the first batch, calibrated */
     for (int mi = 0; mi < 3; mi++)
         for (int with_stats = 0; with_stats < 2; with_stats++) {
             run_opts o = {.n_cpu_moe = nl, .cache_experts = 3, .miss = modes[mi], .stats = with_stats ? stats : NULL,
@@ -183,11 +191,23 @@ static void check_model(const char *preset, uint32_t type, int k) {
             CHECK(got.st.miss_copied <= got.st.misses);
             if (mi == 0) CHECK(got.st.miss_copied == 0 && got.st.miss_copies == 0);
             if (mi == 1) CHECK(got.st.miss_copied > 0 && got.st.miss_copies > 0);
-            if (with_stats) CHECK(got.st.copies >= (int64_t)3 * nl);
+            if (mi == 0) hits[with_stats] = got.st.hits;
             free(got.logits);
         }
-    /* every expert cached: all hits (after the first batch fills the slots) */
-    run_opts all = {.n_cpu_moe = nl, .cache_experts = 8, .stats = stats, .stats_layers = nl, .stats_experts = ne, .k = k};
+    CHECK(hits[1] > hits[0]); /* the calibration's experts serve the first batch too */
+    /* counts that rank the experts upside down: the refresh replaces the coldest as the run's own
+     * counts grow */
+    for (int i = 0; i < nl * ne; i++) stats[i] = 1000000 - stats[i];
+    run_opts wrong = {.n_cpu_moe = nl, .cache_experts = 3, .miss = "cpu", .stats = stats, .stats_layers = nl,
+                      .stats_experts = ne, .k = k};
+    if (run(path, &wrong, &got)) {
+        check_same(&ref, &got, "3 cached, from misleading counts");
+        CHECK(got.st.copies > (int64_t)3 * nl);
+        CHECK(got.st.hits + got.st.misses == got.routed);
+        free(got.logits);
+    }
+    /* every expert cached: all hits, the slots filled at creation */
+    run_opts all = {.n_cpu_moe = nl, .cache_experts = 8, .k = k};
     if (run(path, &all, &got)) {
         check_same(&ref, &got, "all 8 experts cached");
         CHECK(got.st.misses == 0 && got.st.hits == got.routed && got.st.spare_slots == 0);

@@ -144,6 +144,7 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: brisk bench -m FILE [-p 512] [-n 128] [-d DEPTH] [-np SEQS] [-t N] [-r 5] [-c N] [-ngl N]\n"
                    "                   [--device I] [--n-cpu-moe N | --gpu-mem SIZE] [--no-mmap] [--kv-type T] [--json]\n"
+                   "                   [--cache-experts N|auto] [--expert-stats FILE]\n"
                    "  -d N    run each test after N tokens already in the KV cache (llama-bench's -d)\n"
                    "  -np N   generation decodes N sequences per step (batched decode; tokens/s of all)\n");
             return 0;
@@ -226,10 +227,12 @@ int cmd_bench(int argc, char **argv) {
             printf("| %-14s | %9.2f ± %6.2f | %8.2f | %6.1f%% |\n", name, mean, sd, gbs, 100 * gbs / bw);
     }
     if (!json) printf("peak RSS: %.1f MiB\n", cli_peak_rss_mb());
+    cli_report_expert_cache(m, ctx);
     rc = 0;
 done_tps:
     free(tps);
 done:
+    cli_free_expert_stats(&cp);
     free(batch);
     brisk_context_free(ctx);
     brisk_model_free(m);

@@ -276,8 +276,10 @@ int cmd_run(int argc, char **argv) {
             n_prompt / (t1 - t0));
     fprintf(stderr, "generation: %d tokens in %.3f s (%.2f tokens/s)\n", n_gen, t2 - t1,
             n_gen > 0 ? n_gen / (t2 - t1) : 0.0);
+    cli_report_expert_cache(model, ctx);
     rc = 0;
 done:
+    cli_free_expert_stats(&cp);
     free(batch);
     free(toks);
     free(file_text);

@@ -196,6 +196,15 @@ int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
         return 1;
     }
     if (!strcmp(a, "--gpu-mem")) return (v = cli_next(argc, argv, i)) && cli_size(a, v, &o->gpu_mem) ? 1 : -1;
+    if (!strcmp(a, "--cache-experts")) {
+        if (!(v = cli_next(argc, argv, i))) return -1;
+        if (!strcmp(v, "auto")) {
+            o->cache_experts = -1;
+            return 1;
+        }
+        return cli_int(a, v, 0, 1 << 20, &o->cache_experts) ? 1 : -1;
+    }
+    if (!strcmp(a, "--expert-stats")) return (o->expert_stats = cli_next(argc, argv, i)) ? 1 : -1;
     int r = cli_gpu_flag(argc, argv, i, &o->n_gpu_layers, &o->device);
     return r ? r : cli_kv_flag(argc, argv, i, &o->kv_type);
 }
@@ -213,18 +222,58 @@ int cli_text_flag(int argc, char **argv, int *i, cli_text_opts *o) {
     return 0;
 }
 
-bool cli_load_model(const char *path, const cli_model_opts *mo, const brisk_context_params *cp, brisk_model **out) {
+void cli_free_expert_stats(brisk_context_params *cp) {
+    if (!cp) return;
+    free((void *)cp->expert_stats);
+    cp->expert_stats = NULL;
+}
+
+/* --cache-experts / --expert-stats into cp: a fixed size, or (auto, or stats alone) the --gpu-mem budget. */
+static bool cache_params(const cli_model_opts *mo, brisk_context_params *cp) {
+    bool want = mo->cache_experts != 0 || mo->expert_stats;
+    if (!want) return true;
+    if (!mo->n_cpu_moe && !mo->gpu_mem) {
+        cli_error(2, "--cache-experts/--expert-stats: the cache is for experts in host memory: add --gpu-mem SIZE "
+                     "(or --n-cpu-moe N)");
+        return false;
+    }
+    if (mo->cache_experts > 0) cp->cache_experts = mo->cache_experts;
+    else if (mo->gpu_mem) cp->cache_gpu_mem = mo->gpu_mem;
+    else {
+        cli_error(2, "--cache-experts auto sizes the cache from --gpu-mem SIZE; give one, or a number");
+        return false;
+    }
+    if (!mo->expert_stats) return true;
+    int64_t *counts = NULL;
+    if (brisk_expert_stats_read(mo->expert_stats, &cp->expert_stats_layers, &cp->expert_stats_experts, &counts) !=
+        BRISK_OK) {
+        cli_error(1, "--expert-stats: %s", brisk_last_error());
+        return false;
+    }
+    cp->expert_stats = counts;
+    return true;
+}
+
+bool cli_load_model(const char *path, const cli_model_opts *mo, brisk_context_params *cp, brisk_model **out) {
     brisk_model_params mp = brisk_model_default_params();
     mp.n_gpu_layers = mo->n_gpu_layers;
     mp.device = mo->device;
     mp.n_cpu_moe = mo->n_cpu_moe;
     mp.no_mmap = mo->no_mmap;
+    if (cp && !cache_params(mo, cp)) return false;
+    bool cache = cp && (cp->cache_experts > 0 || cp->cache_gpu_mem > 0);
     if (mo->gpu_mem && !mo->n_cpu_moe && brisk_model_fit_n_cpu_moe(path, &mp, cp, mo->gpu_mem, &mp.n_cpu_moe) != BRISK_OK) {
         cli_error(1, "--gpu-mem: %s", brisk_last_error());
+        cli_free_expert_stats(cp);
         return false;
     }
+    /* With the cache every expert stays on the host and the GPU's room beyond the rest goes to the
+     * cache: the hot experts of every layer rather than all experts of some (the fit above still
+     * refuses a budget that not even the rest fits). */
+    if (cache && mo->gpu_mem && !mo->n_cpu_moe) mp.n_cpu_moe = 1 << 20;
     if (brisk_model_load(path, &mp, out) != BRISK_OK) {
         cli_error(1, "%s", brisk_last_error());
+        cli_free_expert_stats(cp);
         return false;
     }
     /* Where the layers run, as llama.cpp says it ("offloaded 20/36 layers to GPU"). */
@@ -242,8 +291,9 @@ bool cli_load_model(const char *path, const cli_model_opts *mo, const brisk_cont
     if (in.n_cpu_moe > 0) {
         double gib = in.cpu_moe_bytes / 1073741824.0;
         fprintf(stderr, "experts of layers 0-%d in host memory (--n-cpu-moe %d%s): %.*f %s stay off %s\n",
-                in.n_cpu_moe - 1, mp.n_cpu_moe, mo->n_cpu_moe ? "" : ", fit to --gpu-mem", gib >= 1 ? 1 : 0,
-                gib >= 1 ? gib : gib * 1024, gib >= 1 ? "GiB" : "MiB", where);
+                in.n_cpu_moe - 1, in.n_cpu_moe,
+                mo->n_cpu_moe ? "" : cache ? ", all of them, for the expert cache" : ", fit to --gpu-mem",
+                gib >= 1 ? 1 : 0, gib >= 1 ? gib : gib * 1024, gib >= 1 ? "GiB" : "MiB", where);
     }
     return true;
 }
@@ -256,8 +306,49 @@ bool cli_new_context(brisk_model *m, const brisk_context_params *cp, brisk_conte
             fprintf(stderr, "CUDA device %d: weights %.0f MiB, KV cache %.0f MiB, scratch %.0f MiB (%.0f of %.0f MiB were free)\n",
                     r.device, r.weight_bytes / 1048576.0, r.kv_bytes / 1048576.0, r.scratch_bytes / 1048576.0,
                     r.device_free / 1048576.0, r.device_total / 1048576.0);
+        brisk_expert_cache_stats st;
+        if (brisk_context_expert_cache_stats(*out, -1, &st) == BRISK_OK && st.n_layers)
+            fprintf(stderr, "expert cache: %d experts in each of %d layers, %d spare slots, %.0f MiB%s\n", st.slots,
+                    st.n_layers, st.spare_slots, r.expert_cache_bytes / 1048576.0,
+                    cp && cp->expert_stats ? ", filled from --expert-stats" : ", filled by the first batches");
+        else if (cp && (cp->cache_experts > 0 || cp->cache_gpu_mem > 0))
+            fprintf(stderr, "expert cache: none (no layer keeps its experts on the host of a GPU stage, or no room)\n");
         return true;
     }
     cli_error(1, "%s", brisk_last_error());
     return false;
+}
+
+void cli_report_expert_cache(const brisk_model *m, const brisk_context *ctx) {
+    brisk_expert_cache_stats all, one;
+    if (!ctx || brisk_context_expert_cache_stats(ctx, -1, &all) != BRISK_OK || !all.n_layers) return;
+    brisk_model_info in;
+    brisk_model_get_info(m, &in);
+    /* the whole, then the layers with the lowest and highest hit rates */
+    int lo = -1, hi = -1;
+    double rlo = 2, rhi = -1;
+    for (int l = 0; l < in.n_layer; l++) {
+        if (brisk_context_expert_cache_stats(ctx, l, &one) != BRISK_OK) break;
+        int64_t n = one.hits + one.misses;
+        if (!n) continue;
+        double r = (double)one.hits / (double)n;
+        if (r < rlo) rlo = r, lo = l;
+        if (r > rhi) rhi = r, hi = l;
+    }
+    int64_t n = all.hits + all.misses;
+    fprintf(stderr, "expert cache (%d layers x %d experts, %d spare):\n", all.n_layers, all.slots, all.spare_slots);
+    fprintf(stderr, "| layers | hits | misses | hit rate | misses copied for their batch | refresh copies | batch copies |\n"
+                    "|---|---|---|---|---|---|---|\n");
+    fprintf(stderr, "| all | %lld | %lld | %.1f%% | %lld | %lld | %lld |\n", (long long)all.hits, (long long)all.misses,
+            n ? 100.0 * all.hits / n : 0.0, (long long)all.miss_copied, (long long)all.copies,
+            (long long)all.miss_copies);
+    for (int i = 0; i < 2 && lo >= 0; i++) {
+        int l = i ? hi : lo;
+        if (i && hi == lo) break;
+        brisk_context_expert_cache_stats(ctx, l, &one);
+        int64_t nl = one.hits + one.misses;
+        fprintf(stderr, "| %d (%s) | %lld | %lld | %.1f%% | %lld | %lld | %lld |\n", l, i ? "best" : "worst",
+                (long long)one.hits, (long long)one.misses, nl ? 100.0 * one.hits / nl : 0.0,
+                (long long)one.miss_copied, (long long)one.copies, (long long)one.miss_copies);
+    }
 }

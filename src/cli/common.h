@@ -34,12 +34,19 @@ typedef struct cli_model_opts {
     int n_cpu_moe;    /* MoE: the first N layers keep their experts in host memory; 0: none */
     uint64_t gpu_mem; /* MoE, --gpu-mem: bytes the model and its context may take on the GPU (picks n_cpu_moe); 0: off */
     bool no_mmap;     /* --no-mmap: read the model into memory */
+    int cache_experts;        /* --cache-experts N: hot experts cached on the GPU per host-expert layer; -1: auto
+                                 (from --gpu-mem); 0: none */
+    const char *expert_stats; /* --expert-stats FILE (`brisk calibrate -o`): picks the first cached experts */
 } cli_model_opts;
-#define CLI_MODEL_OPTS_DEFAULT {-1, 0, BRISK_KV_F16, 0, 0, false}
+#define CLI_MODEL_OPTS_DEFAULT {-1, 0, BRISK_KV_F16, 0, 0, false, 0, NULL}
 #define CLI_CPU_MOE_HELP                                                                                      \
     "  --n-cpu-moe N        MoE: the experts of the first N layers stay in host memory, run by the CPU\n"    \
     "  --gpu-mem SIZE       MoE: keep as few layers' experts in host memory as fit SIZE (e.g. 20G) on the GPU\n" \
-    "  --no-mmap            read the model into memory (huge pages) instead of mapping it: faster CPU decode\n"
+    "  --no-mmap            read the model into memory (huge pages) instead of mapping it: faster CPU decode\n" \
+    "  --cache-experts N|auto  MoE: cache the N most used experts of each host-expert layer on the GPU (misses\n" \
+    "                       run on the CPU); with --gpu-mem every expert stays on the host and auto sizes the\n" \
+    "                       cache from what the budget leaves\n" \
+    "  --expert-stats FILE  MoE: fill that cache from `brisk calibrate -o FILE` counts (else from the first batches)\n"
 /* 1: argv[*i] (and its value) was one of them; 0: not one; -1: bad (message printed). */
 int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o);
 /* The flags of the commands that run a model over a text file (perplexity,
@@ -55,8 +62,13 @@ int cli_text_flag(int argc, char **argv, int *i, cli_text_opts *o);
 struct brisk_context;
 /* Loads with mo's placement (-ngl, --device, --n-cpu-moe, or --gpu-mem for the context cp will
  * make; cp may be NULL without --gpu-mem) and says where the layers went. */
-bool cli_load_model(const char *path, const cli_model_opts *mo, const struct brisk_context_params *cp,
+bool cli_load_model(const char *path, const cli_model_opts *mo, struct brisk_context_params *cp,
                     struct brisk_model **out);
+/* With --cache-experts / --expert-stats, cli_load_model also sets cp's cache fields; the counts it
+ * read (cp->expert_stats) are the caller's to free with this, once the context is made. */
+void cli_free_expert_stats(struct brisk_context_params *cp);
+/* The hot-expert cache's hits and misses on stderr, a short table (nothing without a cache). */
+void cli_report_expert_cache(const struct brisk_model *m, const struct brisk_context *ctx);
 bool cli_new_context(struct brisk_model *m, const struct brisk_context_params *cp, struct brisk_context **out);
 double cli_now(void);         /* seconds, monotonic */
 double cli_peak_rss_mb(void); /* peak resident set size */

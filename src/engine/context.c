@@ -592,6 +592,8 @@ static brisk_status run_stage(brisk_context *c, ctx_stage *stg, const fwd_batch 
 brisk_status brisk_context_expert_cache_stats(const brisk_context *c, int layer, brisk_expert_cache_stats *out) {
     memset(out, 0, sizeof *out);
     if (!c) return bk_fail(BRISK_ERR_INVALID_ARG, "brisk_context_expert_cache_stats: null context");
+    if (layer < -1 || layer >= c->model->hp.n_layer)
+        return bk_fail(BRISK_ERR_RANGE, "layer %d out of range [-1, %d)", layer, c->model->hp.n_layer);
     for (int i = 0; i < c->n_stage; i++) moe_offload_cache_stats(c->st[i].s.moe_offload, layer, out);
     return BRISK_OK;
 }

@@ -19,6 +19,7 @@
 #define XC_DECAY 0.99
 #define XC_SWAP_RATIO 1.5
 #define XC_SWAP_MARGIN 1.0
+#define XC_PRIOR_TOKENS 16 /* calibration counts weigh as much as this many tokens' routings */
 #define XC_PAD 256 /* bytes after each slot array: the CUDA kernels read aligned words past a row's end */
 
 /* One layer's cache. slot_of[e]: the slot serving expert e (>= 0), -1 when e
@@ -264,6 +265,11 @@ brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_mode
     if (!mo || slots <= 0) return BRISK_OK;
     if (slots > hp->n_expert) slots = hp->n_expert;
     if (spare > hp->n_expert - slots) spare = hp->n_expert - slots;
+    /* the CUDA moe_ffn takes a tensor of at least k experts (cuda_moe.cu checks k <= n_expert) */
+    if (bk_backend_is_cuda(be, NULL)) {
+        if (slots < hp->n_expert_used) slots = hp->n_expert_used;
+        if (spare < hp->n_expert_used) spare = 0;
+    }
     xc_cache *xc = calloc(1, sizeof *xc);
     if (!xc) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     mo->xc = xc;
@@ -324,18 +330,18 @@ brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_mode
         if (!xc->sw[0].n_expert && spare > 0) BK_TRY(slot_weights(xc, m, l, spare, xc->sw, &xc->spare_mem));
     }
     if (xc->cp && lo) bk_cuda_copier_pin(xc->cp, lo, (size_t)(hi - lo));
-    if (!stats) return BRISK_OK;
-    /* the calibration's counts, scaled to what the decayed counts of k routings a token come to
-     * (k / (1 - decay)), so a run's own counts take over at about the rate they would from a fill
-     * made by the first batches */
+    if (!stats && slots < hp->n_expert) return BRISK_OK; /* the first batches' counts fill it */
+    /* the calibration's counts, scaled to XC_PRIOR_TOKENS tokens' routings: they pick the first
+     * experts, and a run whose routing differs takes over within a few dozen tokens (the steady
+     * state of the decayed counts is k / (1 - decay) = 100 tokens' worth) */
     for (int l = l0; l < l1; l++) {
         xc_layer *L = xc->xl[l - l0];
         if (!L) continue;
-        const int64_t *row = stats + (size_t)l * ne;
+        const int64_t *row = stats ? stats + (size_t)l * ne : NULL;
         double total = 0;
-        for (size_t e = 0; e < ne; e++) total += (double)row[e];
-        for (size_t e = 0; total > 0 && e < ne; e++)
-            L->score[e] = (float)(row[e] / total * xc->k / (1.0 - XC_DECAY));
+        for (size_t e = 0; row && e < ne; e++) total += (double)row[e];
+        for (size_t e = 0; e < ne; e++) /* (without counts every expert fits: all of them, in order) */
+            L->score[e] = total > 0 ? (float)(row[e] / total * xc->k * XC_PRIOR_TOKENS) : 1e-3f * (float)(ne - e);
         BK_TRY(refresh(xc, L)); /* fills every slot */
         land(xc, L);
     }
