@@ -697,9 +697,10 @@ static void test_moe_route(void) {
  * per token, random weights): against a double-precision reference on the
  * dequantized weights (1e-4: f32 activations and sums on the GPU) and
  * against the CPU (which quantizes activations to the weights' vec_dot type:
- * held to twice the CPU's own distance from the reference, + 1e-4). */
+ * held to twice the CPU's own distance from the reference, + 1e-4).
+ * skip > 0: every skip-th entry gets expert id -1 (computed elsewhere: it adds nothing). */
 static void check_moe_ffn(uint32_t tg, uint32_t tu, uint32_t td, int64_t n_embd, int64_t n_ff, int n_expert, int k,
-                          int n) {
+                          int n, int skip) {
     size_t rg, ru, rd;
     void *hg = make_weight(tg, n_embd, n_expert * n_ff, &rg), *hu = make_weight(tu, n_embd, n_expert * n_ff, &ru),
          *hd = make_weight(td, n_ff, n_expert * n_embd, &rd);
@@ -729,6 +730,8 @@ static void check_moe_ffn(uint32_t tg, uint32_t tu, uint32_t td, int64_t n_embd,
             ids[(size_t)t * k + j] = e;
             w[(size_t)t * k + j] = 0.1f + (rnd() % 1000) / 1000.0f;
         }
+    for (size_t i = 0; skip > 0 && i < nk; i++)
+        if (i % (size_t)skip == (size_t)skip - 1) ids[i] = -1;
     float *dx = dev_copy(x, nx * 4), *dy = dev_copy(NULL, nx * 4), *dw = dev_copy(w, nk * 4);
     int32_t *di = dev_copy(ids, nk * 4);
     cpu->ops->moe_ffn(cpu, &gc, &uc, &dc, x, n, ids, w, k, yc);
@@ -776,9 +779,9 @@ static void check_moe_ffn(uint32_t tg, uint32_t tu, uint32_t td, int64_t n_embd,
 #undef Q8T
     double tol_ref = q8 ? 2 * c_ref + 1e-4 : 1e-4, tol_cpu = (q8 ? 3 : 2) * c_ref + 1e-4;
     if (!(e_ref <= tol_ref) || !(e_cpu <= tol_cpu))
-        fprintf(stderr, "  moe_ffn %s/%s/%s embd %lld ff %lld experts %d k %d n %d: vs ref %.2e, vs cpu %.2e (cpu vs ref %.2e)\n",
-                quant_type_name(tg), quant_type_name(tu), quant_type_name(td), (long long)n_embd, (long long)n_ff,
-                n_expert, k, n, e_ref, e_cpu, c_ref);
+        fprintf(stderr, "  moe_ffn %s/%s/%s embd %lld ff %lld experts %d k %d n %d skip %d: vs ref %.2e, vs cpu %.2e "
+                "(cpu vs ref %.2e)\n", quant_type_name(tg), quant_type_name(tu), quant_type_name(td), (long long)n_embd,
+                (long long)n_ff, n_expert, k, n, skip, e_ref, e_cpu, c_ref);
     CHECK(e_ref <= tol_ref);
     CHECK(e_cpu <= tol_cpu);
     gpu->ops->release(gpu, dx); gpu->ops->release(gpu, dy); gpu->ops->release(gpu, dw); gpu->ops->release(gpu, di);
@@ -790,17 +793,35 @@ static void check_moe_ffn(uint32_t tg, uint32_t tu, uint32_t td, int64_t n_embd,
 static void test_moe_ffn(void) {
     /* every type: decode (1 token), a small batch, and two sequences' worth */
     for (int ti = 0; ti < N_TYPES; ti++) {
-        check_moe_ffn(types[ti], types[ti], types[ti], 256, 256, 8, 2, 1);
-        check_moe_ffn(types[ti], types[ti], types[ti], 512, 256, 16, 4, 9);
+        check_moe_ffn(types[ti], types[ti], types[ti], 256, 256, 8, 2, 1, 0);
+        check_moe_ffn(types[ti], types[ti], types[ti], 512, 256, 16, 4, 9, 0);
     }
     /* a Q4_K_M-like mix: gate and up of different types (two passes), down apart */
-    check_moe_ffn(QT_Q4_K, QT_Q5_K, QT_Q6_K, 256, 256, 8, 2, 5);
-    check_moe_ffn(QT_Q8_0, QT_Q4_0, QT_F16, 256, 256, 8, 3, 1);
+    check_moe_ffn(QT_Q4_K, QT_Q5_K, QT_Q6_K, 256, 256, 8, 2, 5, 0);
+    check_moe_ffn(QT_Q8_0, QT_Q4_0, QT_F16, 256, 256, 8, 3, 1, 0);
     /* more entries than one chunk (2048 / k tokens per pass), many experts idle or popular */
-    check_moe_ffn(QT_F32, QT_F32, QT_F32, 64, 32, 64, 8, 300);
-    check_moe_ffn(QT_Q4_K, QT_Q4_K, QT_Q6_K, 256, 256, 32, 8, 260);
+    check_moe_ffn(QT_F32, QT_F32, QT_F32, 64, 32, 64, 8, 300, 0);
+    check_moe_ffn(QT_Q4_K, QT_Q4_K, QT_Q6_K, 256, 256, 32, 8, 260, 0);
     /* float rows that are no multiple of 8 (scalar path) */
-    check_moe_ffn(QT_F16, QT_F16, QT_F32, 100, 36, 4, 2, 3);
+    check_moe_ffn(QT_F16, QT_F16, QT_F32, 100, 36, 4, 2, 3, 0);
+    /* entries of expert -1 (the hot-expert cache's) on the GEMV-style kernels: decode and a small batch */
+    check_moe_ffn(QT_Q4_K, QT_Q4_K, QT_Q6_K, 256, 256, 8, 2, 1, 2);
+    check_moe_ffn(QT_Q8_0, QT_F16, QT_Q4_0, 256, 256, 16, 4, 9, 3);
+}
+
+/* Grouped tensor-core expert products (cuda_mmq.cuh through cuda_moe.cu: >= 64 entries by
+ * default): 64 and 512 tokens, 8 of 32 or 64 experts (token tiles of 16..64 entries, one and
+ * several chunks), the fused silu(gate) * up epilogue and the two-stage one (gate and up of
+ * different types, one of them on the old kernel), n_ff no multiple of the 32-row tiles, and
+ * entries of expert -1. */
+static void test_moe_ffn_mmq(void) {
+    check_moe_ffn(QT_Q4_K, QT_Q4_K, QT_Q6_K, 256, 256, 32, 8, 64, 0);
+    check_moe_ffn(QT_Q8_0, QT_Q8_0, QT_Q8_0, 256, 160, 64, 8, 64, 5);
+    check_moe_ffn(QT_Q4_0, QT_Q4_0, QT_Q4_0, 256, 96, 32, 8, 512, 0);
+    check_moe_ffn(QT_Q4_K, QT_Q4_K, QT_Q6_K, 512, 256, 64, 8, 512, 7);
+    check_moe_ffn(QT_Q6_K, QT_Q6_K, QT_Q4_K, 256, 512, 32, 8, 512, 3);
+    check_moe_ffn(QT_Q4_K, QT_Q5_K, QT_Q6_K, 256, 256, 32, 8, 64, 4);  /* up on the old kernel: stage 1 */
+    check_moe_ffn(QT_Q8_0, QT_Q4_0, QT_Q8_0, 256, 256, 64, 8, 512, 0); /* both stages on mmq */
 }
 
 /* ---- Gated DeltaNet ----
@@ -1418,7 +1439,7 @@ int main(int argc, char **argv) {
         {"matmul", test_matmul},         {"matmul_mmq", test_matmul_mmq},     {"matmul_multi", test_matmul_multi}, {"get_rows", test_get_rows},
         {"rms_norm", test_rms_norm},     {"rope", test_rope},
         {"qk_norm_rope", test_qk_norm_rope}, {"matmul_swiglu", test_matmul_swiglu},                 {"attention", test_attention},
-        {"elementwise", test_elementwise}, {"moe_route", test_moe_route},   {"moe_ffn", test_moe_ffn},
+        {"elementwise", test_elementwise}, {"moe_route", test_moe_route},   {"moe_ffn", test_moe_ffn}, {"moe_ffn_mmq", test_moe_ffn_mmq},
         {"ssm", test_ssm},               {"sigmoid_mul", test_sigmoid_mul},   {"end_to_end", test_end_to_end},
         {"end_to_end_models", test_end_to_end_models},
         {"matmul_cublas", test_matmul_cublas},
