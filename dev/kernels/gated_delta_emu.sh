@@ -1,0 +1,18 @@
+#!/bin/sh
+# Cuts the Gated DeltaNet kernels out of src/backend/cuda/cuda_ssm.cu and runs
+# them on the CPU (dev/kernels/gated_delta_emu.cpp). From the repository root.
+set -e
+out=${TMPDIR:-/tmp}/gated_delta_emu
+mkdir -p "$out"
+python3 - "$out/gated_delta_emu.inc" <<'PY'
+import sys
+s = open('src/backend/cuda/cuda_ssm.cu').read()
+cut = lambda a, b: s[s.index(a):s.index(b)]
+k = cut('#define CONV_THREADS', '/* The entries\' sequences on the device')
+k += cut('/* ---- ssm_conv: one thread per channel', 'extern "C" void cuda_ssm_conv(')
+k += cut('/* ---- gated_delta: warp = (head, state row)', '/* The chunked form when the batch is a prefill')
+k = k.replace('extern __shared__ __align__(16) unsigned char gdc_raw[];', 'unsigned char *gdc_raw = g_dyn;')
+open(sys.argv[1], 'w').write(k)
+PY
+g++ -std=c++20 -O1 -ffp-contract=off -pthread -w -I"$out" dev/kernels/gated_delta_emu.cpp -o "$out/emu"
+"$out/emu"
