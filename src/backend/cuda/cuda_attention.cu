@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 
 #define ATT_TILE 128
 #define ATT_MAX_HD 256
@@ -36,6 +37,8 @@
 template <int KT>
 __global__ void kv_write_kernel(const float *k, const float *v, void *kc, void *vc, const int32_t *slot,
                                 int kvd) {
+    pdl_wait();
+    pdl_allow_next();
     int t = blockIdx.x;
     size_t off = (size_t)slot[t] * kvd;
     for (int i = threadIdx.x; i < kvd; i += blockDim.x) {
@@ -276,9 +279,9 @@ extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, c
         cuda_set_error(cb, bk_fail(BRISK_ERR_UNSUPPORTED, "cuda attention: q8_0 KV needs head_dim %% 32 == 0"));
         return;
     }
-    if (kt == KT_Q8_0) kv_write_kernel<KT_Q8_0><<<n, 256, 0, cb->stream>>>(k, v, kv->k, kv->v, d_slot, kvd);
-    else if (kt == KT_F16) kv_write_kernel<KT_F16><<<n, 256, 0, cb->stream>>>(k, v, kv->k, kv->v, d_slot, kvd);
-    else kv_write_kernel<KT_F32><<<n, 256, 0, cb->stream>>>(k, v, kv->k, kv->v, d_slot, kvd);
+    void (*kw)(const float *, const float *, void *, void *, const int32_t *, int) =
+        kt == KT_Q8_0 ? kv_write_kernel<KT_Q8_0> : kt == KT_F16 ? kv_write_kernel<KT_F16> : kv_write_kernel<KT_F32>;
+    pdl_launch(cb, kw, dim3((unsigned)n), dim3(256), 0, k, v, kv->k, kv->v, d_slot, kvd);
 
     if (!cb->attn_v1 && n <= ATT_DEC_MAX_TOK && cuda_attn_decode_supported(head_dim)) {
         cuda_attn_decode(cb, q, kv, n, max_np, d_pos, d_off, d_tabs, n_head, n_head_kv, head_dim, scale, out);

@@ -24,6 +24,7 @@
 #include <math.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 
 #define DEC_WARPS 4
 #define DEC_MAX_HD 256
@@ -86,6 +87,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
 attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_t *pos, const int32_t *tab_off,
                 const int32_t *tabs, int n_head, int n_head_kv, int group, int hd, float scale_log2, float *out,
                 float *part) {
+    pdl_wait();
+    pdl_allow_next();
     __shared__ __align__(16) float q_s[G][DEC_MAX_HD];
     __shared__ float o_s[DEC_WARPS][G][DEC_MAX_HD], m_s[DEC_WARPS][G], l_s[DEC_WARPS][G];
     const unsigned full = 0xffffffffu;
@@ -232,6 +235,8 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
  * thread per dimension (coalesced reads of the partials). Maxima are base 2 (see the header). */
 __global__ void __launch_bounds__(128)
 attn_dec_combine_kernel(const float *part, int n_split, int n_head, int hd, float *out) {
+    pdl_wait();
+    pdl_allow_next();
     __shared__ float w_s[DEC_MAX_SPLIT], red[4];
     int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const float *pp = part + ((size_t)t * n_head + h) * n_split * (hd + 2);
@@ -288,9 +293,9 @@ void cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
     dim3 grid(n_head / G, n, n_split);
     float sl2 = scale * 1.4426950408889634f; /* log2 e */
 #define DEC_LAUNCH(KK, GG, NN)                                                                                    \
-    attn_dec_kernel<KK, GG, NN><<<grid, DEC_WARPS * 32, 0, cb->stream>>>(q, kv->k, kv->v, kv->block_size, d_pos, \
-                                                                         d_off, d_tabs, n_head, n_head_kv, group,  \
-                                                                         hd, sl2, out, part)
+    pdl_launch(cb, attn_dec_kernel<KK, GG, NN>, grid, dim3(DEC_WARPS * 32), 0, q, (const void *)kv->k,           \
+               (const void *)kv->v, kv->block_size, d_pos, d_off, d_tabs, n_head, n_head_kv, group, hd, sl2, out, \
+               part)
 #define DEC_G(KK)                         \
     switch (G) {                          \
     case 2: DEC_LAUNCH(KK, 2, 4); break;  \
@@ -302,5 +307,6 @@ void cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
     if (kt == KT_Q8_0) DEC_G(KT_Q8_0) else if (kt == KT_F16) DEC_G(KT_F16) else DEC_G(KT_F32)
 #undef DEC_G
 #undef DEC_LAUNCH
-    if (part) attn_dec_combine_kernel<<<dim3(n_head, n), 128, 0, cb->stream>>>(part, n_split, n_head, hd, out);
+    if (part) pdl_launch(cb, attn_dec_combine_kernel, dim3(n_head, n), dim3(128), 0, (const float *)part, n_split, n_head,
+                         hd, out);
 }

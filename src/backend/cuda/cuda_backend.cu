@@ -263,6 +263,9 @@ static brisk_status cuda_init(cuda_backend *cb) {
     const char *sl = getenv("BRISK_CUDA_MMVQ_SLICES");
     cb->mmvq_slices_off = sl && !strcmp(sl, "0");
     cb->fa_off = getenv("BRISK_CUDA_FA") && !strcmp(getenv("BRISK_CUDA_FA"), "0");
+    int cc_major = 0;
+    CU_TRY(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, cb->device));
+    cb->pdl_off = cc_major < 9 || (getenv("BRISK_CUDA_PDL") && !strcmp(getenv("BRISK_CUDA_PDL"), "0"));
     cb->gd_chunk_off = getenv("BRISK_CUDA_GD_CHUNK") && !strcmp(getenv("BRISK_CUDA_GD_CHUNK"), "0");
     const char *glu = getenv("BRISK_CUDA_GLU"), *qkr = getenv("BRISK_CUDA_QKROPE"), *nq = getenv("BRISK_CUDA_NORMQ");
     cb->glu_off = glu && !strcmp(glu, "0");

@@ -1,7 +1,10 @@
-/* cuda_elementwise.cu — SwiGLU, the residual add and the sigmoid gate. */
+/* cuda_elementwise.cu — SwiGLU, the residual add and the sigmoid gate (programmatic launches: cuda_pdl.cuh). */
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 
 __global__ void swiglu_kernel(const float *gate, const float *up, float *out, size_t n) {
+    pdl_wait();
+    pdl_allow_next();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float g = gate[i];
@@ -9,12 +12,16 @@ __global__ void swiglu_kernel(const float *gate, const float *up, float *out, si
 }
 
 __global__ void add_kernel(float *x, const float *y, size_t n) {
+    pdl_wait();
+    pdl_allow_next();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] += y[i];
 }
 
 /* x[r, i] *= sigmoid(gate[r, gate_width == 1 ? 0 : i]), as the CPU (expf, then one multiply) */
 __global__ void sigmoid_mul_kernel(float *x, const float *gate, size_t n, int width, int gate_width) {
+    pdl_wait();
+    pdl_allow_next();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     size_t r = i / (size_t)width, c = i % (size_t)width;
@@ -25,14 +32,14 @@ __global__ void sigmoid_mul_kernel(float *x, const float *gate, size_t n, int wi
 extern "C" void cuda_swiglu(bk_backend *be, const float *gate, const float *up, float *out, size_t n) {
     cuda_backend *cb = (cuda_backend *)be;
     if (!n) return;
-    swiglu_kernel<<<(unsigned)((n + 255) / 256), 256, 0, cb->stream>>>(gate, up, out, n);
+    pdl_launch(cb, swiglu_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, gate, up, out, n);
     CU_LAUNCHED(cb);
 }
 
 extern "C" void cuda_add(bk_backend *be, float *x, const float *y, size_t n) {
     cuda_backend *cb = (cuda_backend *)be;
     if (!n) return;
-    add_kernel<<<(unsigned)((n + 255) / 256), 256, 0, cb->stream>>>(x, y, n);
+    pdl_launch(cb, add_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, x, y, n);
     CU_LAUNCHED(cb);
 }
 
@@ -40,6 +47,6 @@ extern "C" void cuda_sigmoid_mul(bk_backend *be, float *x, const float *gate, in
     cuda_backend *cb = (cuda_backend *)be;
     size_t n = (size_t)n_rows * (size_t)width;
     if (n_rows <= 0 || width <= 0) return;
-    sigmoid_mul_kernel<<<(unsigned)((n + 255) / 256), 256, 0, cb->stream>>>(x, gate, n, width, gate_width);
+    pdl_launch(cb, sigmoid_mul_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, x, gate, n, width, gate_width);
     CU_LAUNCHED(cb);
 }

@@ -17,12 +17,15 @@
  * 18-, 34- and 210-byte blocks are only 2-byte aligned) and dots them with
  * the matching 8 int32 of activations for every token. */
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 
 #define MMVQ_WARPS 4
 #define MMVQ_ROWS 2
 
 /* ---- activations: x (n, n_in) f32 -> xq (n, n_in) int8 + xds (n, n_in/32) (d, d*sum q) ---- */
 __global__ void quantize_q8_1_kernel(const float *x, int64_t n_in, int8_t *xq, float2 *xds, int64_t n_groups) {
+    pdl_wait();
+    pdl_allow_next();
     int64_t g = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; /* group over all tokens */
     if (g >= n_groups) return;
     int lane = threadIdx.x % 32;
@@ -61,6 +64,9 @@ template <int T, int NT, bool GLU, int U = mmvq_unroll<T, NT>::U> /* NT: tokens 
 __global__ void __launch_bounds__(MMVQ_WARPS * 32)
 mmvq_kernel(const uint8_t *W, const uint8_t *W2, size_t row_bytes, int64_t n_in, int64_t n_out, const int8_t *xq,
             const float2 *xds, int n, const float *bias, float *y, int accum) {
+    /* The weights do not depend on the kernel before this one: the first loads are issued before
+     * pdl_wait, so under a programmatic launch they stream in while that kernel finishes. */
+    bool waited = false;
     int lane = threadIdx.x % 32;
     int64_t n_groups = n_in / 32;
     for (int64_t wid = (int64_t)blockIdx.x * MMVQ_WARPS + threadIdx.x / 32;; wid += (int64_t)gridDim.x * MMVQ_WARPS) {
@@ -88,6 +94,11 @@ mmvq_kernel(const uint8_t *W, const uint8_t *W2, size_t row_bytes, int64_t n_in,
                     if (p0 + 32 * u < n_pairs)
 #pragma unroll
                         for (int i = 0; i < MMVQ_ROWS; i++) group_load_q4k_pair(rows[i], p0 + 32 * u, lo[u][i], hi[u][i]);
+                if (!waited) {
+                    pdl_wait();
+                    pdl_allow_next();
+                    waited = true;
+                }
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     int64_t g = 2 * (p0 + 32 * u);
@@ -115,6 +126,11 @@ mmvq_kernel(const uint8_t *W, const uint8_t *W2, size_t row_bytes, int64_t n_in,
                 if (g0 + 32 * u < n_groups)
 #pragma unroll
                     for (int i = 0; i < MMVQ_ROWS; i++) group_load<T>(rows[i], g0 + 32 * u, q[u][i]);
+            if (!waited) {
+                pdl_wait();
+                pdl_allow_next();
+                waited = true;
+            }
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 int64_t g = g0 + 32 * u;
@@ -130,6 +146,11 @@ mmvq_kernel(const uint8_t *W, const uint8_t *W2, size_t row_bytes, int64_t n_in,
                     for (int i = 0; i < MMVQ_ROWS; i++) acc[i][t] += group_dot(q[u][i], xi, ds);
                 }
             }
+        }
+        if (!waited) { /* a lane without groups still stores (and reads y when accum) */
+            pdl_wait();
+            pdl_allow_next();
+            waited = true;
         }
         if (GLU) {
 #pragma unroll
@@ -157,8 +178,8 @@ static void mmvq_launch_t(cuda_backend *cb, unsigned blocks, const uint8_t *W, c
                           int64_t n_in, int64_t n_out, const int8_t *xq, const float2 *xds, int nt, const float *bias,
                           float *y, int accum) {
 #define MMVQ_GO(NT, ...) \
-    mmvq_kernel<T, NT, GLU, ##__VA_ARGS__><<<blocks, MMVQ_WARPS * 32, 0, cb->stream>>>(W, W2, row_bytes, n_in, n_out, \
-                                                                                   xq, xds, nt, bias, y, accum)
+    pdl_launch(cb, mmvq_kernel<T, NT, GLU, ##__VA_ARGS__>, dim3(blocks), dim3(MMVQ_WARPS * 32), 0, W, W2, row_bytes, \
+               n_in, n_out, xq, xds, nt, bias, y, accum)
     if constexpr (!GLU && T == QT_Q6_K) {
         if (nt == 1 && n_out > 32768) {
             MMVQ_GO(1, 1);
@@ -196,8 +217,8 @@ bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n) {
     int64_t n_groups = (int64_t)n * (n_in / 32);
     if ((size_t)(n_groups * 32) > cb->xq_cap) return false; /* the caller takes the float path */
     const int warps = 8;
-    quantize_q8_1_kernel<<<(unsigned)((n_groups + warps - 1) / warps), warps * 32, 0, cb->stream>>>(
-        x, n_in, cb->xq, cb->xds, n_groups);
+    pdl_launch(cb, quantize_q8_1_kernel, dim3((unsigned)((n_groups + warps - 1) / warps)), dim3(warps * 32), 0, x, n_in,
+               cb->xq, cb->xds, n_groups);
     return true;
 }
 

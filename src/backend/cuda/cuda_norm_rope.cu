@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 
 __device__ __forceinline__ double warp_sum_d(double s) {
 #pragma unroll
@@ -35,6 +36,8 @@ __device__ __forceinline__ void norm_store(float v, float *yr, int i, int lane, 
 template <bool Q>
 __global__ void rms_norm_warp_kernel(const float *x, const float *w, float *y, int n_rows, int dim, float eps,
                                      int8_t *xq, float2 *xds) {
+    pdl_wait();
+    pdl_allow_next();
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= n_rows) return;
     const float *xr = x + (int64_t)row * dim;
@@ -61,16 +64,24 @@ rms_norm_block_kernel(const float *x, const float *w, float *y, int dim, float e
     bool regs = dim <= NORM_EPT * nb;
     float v[NORM_EPT], wv[NORM_EPT];
     double s = 0;
-    if (regs) {
+    if (regs) { /* the weights (constant) load before pdl_wait, the row after */
+#pragma unroll
+        for (int k = 0; k < NORM_EPT; k++) {
+            int i = tid + k * nb;
+            wv[k] = i < dim ? w[i] : 0.0f;
+        }
+        pdl_wait();
+        pdl_allow_next();
 #pragma unroll
         for (int k = 0; k < NORM_EPT; k++) {
             int i = tid + k * nb;
             v[k] = i < dim ? xr[i] : 0.0f;
-            wv[k] = i < dim ? w[i] : 0.0f;
         }
 #pragma unroll
         for (int k = 0; k < NORM_EPT; k++) s += (double)(v[k] * v[k]);
     } else {
+        pdl_wait();
+        pdl_allow_next();
         for (int i = tid; i < dim; i += nb) s += (double)(xr[i] * xr[i]);
     }
     s = warp_sum_d(s);
@@ -104,14 +115,16 @@ extern "C" void cuda_rms_norm(bk_backend *be, const float *x, const bk_weight *w
     bool q = !cb->normq_off && cb->xq && dim % 32 == 0 && n_rows <= MMVQ_SLICE_MAX &&
              (size_t)n_rows * (size_t)dim <= cb->xq_cap;
     if (dim <= 1024) {
-        if (q) rms_norm_warp_kernel<true><<<(n_rows + 7) / 8, 256, 0, cb->stream>>>(x, wd, y, n_rows, dim, eps, cb->xq, cb->xds);
-        else rms_norm_warp_kernel<false><<<(n_rows + 7) / 8, 256, 0, cb->stream>>>(x, wd, y, n_rows, dim, eps, NULL, NULL);
+        dim3 g((unsigned)((n_rows + 7) / 8)), b(256);
+        if (q) pdl_launch(cb, rms_norm_warp_kernel<true>, g, b, 0, x, wd, y, n_rows, dim, eps, cb->xq, cb->xds);
+        else pdl_launch(cb, rms_norm_warp_kernel<false>, g, b, 0, x, wd, y, n_rows, dim, eps, (int8_t *)NULL, (float2 *)NULL);
     } else {
         /* about 4 values a thread: a single row (decode) keeps 1,024 loads in flight */
         int nb = (dim / 4 + 31) / 32 * 32;
         nb = nb < 128 ? 128 : nb > 1024 ? 1024 : nb;
-        if (q) rms_norm_block_kernel<true><<<n_rows, nb, 0, cb->stream>>>(x, wd, y, dim, eps, cb->xq, cb->xds);
-        else rms_norm_block_kernel<false><<<n_rows, nb, 0, cb->stream>>>(x, wd, y, dim, eps, NULL, NULL);
+        dim3 g((unsigned)n_rows), b((unsigned)nb);
+        if (q) pdl_launch(cb, rms_norm_block_kernel<true>, g, b, 0, x, wd, y, dim, eps, cb->xq, cb->xds);
+        else pdl_launch(cb, rms_norm_block_kernel<false>, g, b, 0, x, wd, y, dim, eps, (int8_t *)NULL, (float2 *)NULL);
     }
     CU_LAUNCHED(cb);
     if (q) {
@@ -164,6 +177,8 @@ __global__ void rope_kernel(float *x, int n, const int32_t *pos, const float *ff
     __shared__ float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
     int t = blockIdx.x, half = a.n_rot / 2;
     for (int i = threadIdx.x; i < half; i += blockDim.x) rope_cs(i, pos[t], ff, a, &cs[i], &sn[i]);
+    pdl_wait(); /* the angles need only the step's positions (copied before any kernel) */
+    pdl_allow_next();
     __syncthreads();
     for (int e = threadIdx.x; e < a.n_heads * half; e += blockDim.x) {
         int h = e / half, i = e % half;
@@ -182,6 +197,8 @@ __global__ void qk_norm_rope_kernel(float *q, float *k, const float *qw, const f
     int warps = blockDim.x / 32;
     float *cs = qk_sm, *sn = qk_sm + half, *row = qk_sm + 2 * half + warp * hd;
     for (int i = threadIdx.x; i < half; i += blockDim.x) rope_cs(i, pos[t], ff, a, &cs[i], &sn[i]);
+    pdl_wait(); /* the angles need only the step's positions (copied before any kernel) */
+    pdl_allow_next();
     __syncthreads();
     int nq = a.n_heads;
     for (int h = blockIdx.y * warps + warp; h < nq + nk; h += gridDim.y * warps) {
@@ -241,7 +258,7 @@ extern "C" void cuda_rope(bk_backend *be, float *x, int n, int n_heads, int head
     const int32_t *d_pos;
     const float *d_ff;
     if (!rope_setup(cb, n, n_heads, head_dim, pos, rp, &a, &d_pos, &d_ff)) return;
-    rope_kernel<<<n, 256, 0, cb->stream>>>(x, n, d_pos, d_ff, a);
+    pdl_launch(cb, rope_kernel, dim3((unsigned)n), dim3(256), 0, x, n, d_pos, d_ff, a);
     CU_LAUNCHED(cb);
 }
 
@@ -265,8 +282,8 @@ extern "C" void cuda_qk_norm_rope(bk_backend *be, float *q, float *k, int n, int
     const int warps = 8;
     size_t smem = (size_t)(rp->n_rot + warps * head_dim) * sizeof(float);
     dim3 grid((unsigned)n, (unsigned)((n_head + n_head_kv + warps - 1) / warps));
-    qk_norm_rope_kernel<<<grid, warps * 32, smem, cb->stream>>>(q, k, q_norm ? (const float *)q_norm->dev : NULL,
-                                                             k_norm ? (const float *)k_norm->dev : NULL, eps,
-                                                             n_head_kv, d_pos, d_ff, a);
+    pdl_launch(cb, qk_norm_rope_kernel, grid, dim3(warps * 32), smem, q, k,
+               q_norm ? (const float *)q_norm->dev : (const float *)NULL,
+               k_norm ? (const float *)k_norm->dev : (const float *)NULL, eps, n_head_kv, d_pos, d_ff, a);
     CU_LAUNCHED(cb);
 }
