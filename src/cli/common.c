@@ -267,10 +267,11 @@ bool cli_load_model(const char *path, const cli_model_opts *mo, brisk_context_pa
         cli_free_expert_stats(cp);
         return false;
     }
-    /* With the cache every expert stays on the host and the GPU's room beyond the rest goes to the
-     * cache: the hot experts of every layer rather than all experts of some (the fit above still
-     * refuses a budget that not even the rest fits). */
-    if (cache && mo->gpu_mem && !mo->n_cpu_moe) mp.n_cpu_moe = 1 << 20;
+    /* With the cache, a model that does not fit keeps every expert on the host and the GPU's room
+     * beyond the rest goes to the cache: the hot experts of every layer rather than all experts of
+     * some (the fit above still refuses a budget that not even the rest fits; one that fits whole
+     * needs no cache). */
+    if (cache && mo->gpu_mem && !mo->n_cpu_moe && mp.n_cpu_moe > 0) mp.n_cpu_moe = 1 << 20;
     if (brisk_model_load(path, &mp, out) != BRISK_OK) {
         cli_error(1, "%s", brisk_last_error());
         cli_free_expert_stats(cp);

@@ -393,9 +393,10 @@ static int pick_copies(xc_cache *xc, const xc_layer *L) {
 }
 
 /* The layer's experts with the cache: hits on be from the slots, misses on the CPU at the same time
- * (or, chosen by pick_copies, on be from spare slots), the partial sums added into out. mo->x, ids
- * and w hold the batch (read back); x, weights and out are be's. The split of one weighted sum into
- * parts changes its rounding (the parts are summed apart, then added). */
+ * (or, chosen by pick_copies, on be from spare slots), the partial sums added into out. mo->ids holds
+ * the routing (read back); x, weights and out are be's, read back only when the CPU has a share
+ * (a batch of hits costs one read and one write of ids). The split of one weighted sum into parts
+ * changes its rounding (the parts are summed apart, then added). */
 static brisk_status cache_ffn(moe_offload *mo, xc_layer *L, bk_backend *be, const bk_weight *gate,
                               const bk_weight *up, const bk_weight *down, const float *x, int n,
                               const float *weights, int k, float *out) {
@@ -433,6 +434,11 @@ static brisk_status cache_ffn(moe_offload *mo, xc_layer *L, bk_backend *be, cons
     L->misses += (int64_t)nk - hits;
     L->miss_copied += copied;
     L->miss_copies += n_copy;
+    /* the CPU's inputs come back before be's part is queued (a read waits for be's queue) */
+    if (cpu) {
+        BK_TRY(offload_transfer(be, x, mo->cpu, mo->x, xb));
+        BK_TRY(offload_transfer(be, weights, mo->cpu, mo->w, nk * sizeof(float)));
+    }
     /* be's part is queued first (a GPU returns at once), so the CPU's runs meanwhile; the first
      * part written goes to out, each later one through tmp_dev and an add (stream order on a GPU) */
     bool wrote = false;
@@ -466,9 +472,9 @@ static brisk_status cache_ffn(moe_offload *mo, xc_layer *L, bk_backend *be, cons
     return refresh(xc, L); /* the copies overlap the next layers */
 }
 
-/* The backend's work so far is done once x, ids and weights are read back
- * (read waits); the sum is written back before the caller's next op, so the
- * pass continues in order on be. */
+/* The backend's work so far is done once ids are read back (read waits); the
+ * sum is written back before the caller's next op, so the pass continues in
+ * order on be. */
 brisk_status moe_offload_ffn(moe_offload *mo, bk_backend *be, int layer, const bk_weight *gate, const bk_weight *up,
                              const bk_weight *down, const float *x, int n, const int32_t *ids, const float *weights,
                              int k, float *out) {
@@ -477,12 +483,12 @@ brisk_status moe_offload_ffn(moe_offload *mo, bk_backend *be, int layer, const b
         return bk_fail(BRISK_ERR_RANGE, "moe offload: %d tokens x %d experts exceed its buffers (%d x %d)", n, k,
                        mo->n_max, mo->k);
     size_t xb = (size_t)n * mo->n_embd * sizeof(float), kb = (size_t)n * k * sizeof(float);
-    BK_TRY(offload_transfer(be, x, mo->cpu, mo->x, xb));
     BK_TRY(offload_transfer(be, ids, mo->cpu, mo->ids, kb));
-    BK_TRY(offload_transfer(be, weights, mo->cpu, mo->w, kb));
     xc_cache *xc = mo->xc;
     xc_layer *L = xc && layer >= xc->l0 && layer < xc->l1 ? xc->xl[layer - xc->l0] : NULL;
     if (L) return cache_ffn(mo, L, be, gate, up, down, x, n, weights, k, out);
+    BK_TRY(offload_transfer(be, x, mo->cpu, mo->x, xb));
+    BK_TRY(offload_transfer(be, weights, mo->cpu, mo->w, kb));
     mo->cpu->ops->moe_ffn(mo->cpu, gate, up, down, mo->x, n, mo->ids, mo->w, k, mo->out);
     return offload_transfer(mo->cpu, mo->out, be, out, xb);
 }

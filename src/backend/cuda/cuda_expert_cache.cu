@@ -97,6 +97,10 @@ extern "C" void bk_cuda_copier_free(bk_cuda_copier *cp) {
 extern "C" bool bk_cuda_copier_pin(bk_cuda_copier *cp, const void *host, size_t bytes) {
     if (!cp || !host || !bytes || cp->n_pins == CP_MAX_PINS) return false;
     cudaSetDevice(cp->cb->device);
+    /* whole pages (a mapping, file or anonymous, covers the pages of what it holds) */
+    uintptr_t lo = (uintptr_t)host & ~(uintptr_t)4095, hi = ((uintptr_t)host + bytes + 4095) & ~(uintptr_t)4095;
+    host = (const void *)lo;
+    bytes = hi - lo;
     /* Anonymous memory (--no-mmap) registers as is; a read-only file mapping needs the read-only
      * flag (where the device supports it: cudaDevAttrHostRegisterReadOnlySupported) */
     cudaError_t e = cudaHostRegister((void *)host, bytes, cudaHostRegisterPortable);
