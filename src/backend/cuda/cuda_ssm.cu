@@ -356,36 +356,49 @@ gd_chunk_kernel(const float *qkv, const float *b, const float *a, const float *a
         const int nc = sm.nc;
         if (nc == 0) break;
 
-        /* q, k l2-normed as the recurrent kernel does; beta, g; rows past nc zero (beta = g = 0) */
-        for (int i = warp; i < GDC_C; i += GDC_THREADS / 32) {
-            float qv[J], kv[J];
-            if (i < nc) {
-                const int t = sm.idx[i];
-                const float *row = qkv + (size_t)t * width;
-                const float *qp = row + (size_t)hk * d, *kp = row + (size_t)(nk + hk) * d;
-#pragma unroll
-                for (int j = 0; j < J; j++) {
-                    int x = lane + 32 * j;
-                    qv[j] = x < d ? qp[x] : 0.0f;
-                    kv[j] = x < d ? kp[x] : 0.0f;
-                }
-                l2norm_lanes<J>(qv, eps);
-                l2norm_lanes<J>(kv, eps);
-                if (lane == 0) {
-                    float ab = a[(size_t)t * nv + h] + ab_h;
+        /* q, k l2-normed as the recurrent kernel does; beta, g; rows past nc zero (beta = g = 0).
+         * Warp w takes rows w + 8m, four rows' loads in flight before their first sum. */
+        {
+            constexpr int R = GDC_C / (GDC_THREADS / 32), RG = 4;
+            if (lane < R) { /* lane m: the gates of row warp + 8m */
+                const int i = warp + 8 * lane;
+                float beta = 0.0f, g = 0.0f;
+                if (i < nc) {
+                    const size_t tb = (size_t)sm.idx[i] * nv + h;
+                    float ab = a[tb] + ab_h;
                     float sp = ab > 20.0f ? ab : logf(1.0f + expf(ab));
-                    sm.beta[i] = 1.0f / (1.0f + expf(-b[(size_t)t * nv + h]));
-                    sm.gl[i] = sp * as_h;
+                    beta = 1.0f / (1.0f + expf(-b[tb]));
+                    g = sp * as_h;
                 }
-            } else {
-#pragma unroll
-                for (int j = 0; j < J; j++) qv[j] = kv[j] = 0.0f;
-                if (lane == 0) sm.beta[i] = sm.gl[i] = 0.0f;
+                sm.beta[i] = beta;
+                sm.gl[i] = g;
             }
+#pragma unroll 1
+            for (int m0 = 0; m0 < R; m0 += RG) {
+                float qv[RG][J], kv[RG][J];
 #pragma unroll
-            for (int j = 0; j < J; j++) {
-                sm.q[i][lane + 32 * j] = qv[j];
-                sm.k[i][lane + 32 * j] = kv[j];
+                for (int m = 0; m < RG; m++) {
+                    const int i = warp + 8 * (m0 + m);
+                    const float *row = qkv + (size_t)(i < nc ? sm.idx[i] : 0) * width;
+                    const float *qp = row + (size_t)hk * d, *kp = row + (size_t)(nk + hk) * d;
+#pragma unroll
+                    for (int j = 0; j < J; j++) {
+                        const int x = lane + 32 * j;
+                        const bool in = i < nc && x < d;
+                        qv[m][j] = in ? qp[x] : 0.0f;
+                        kv[m][j] = in ? kp[x] : 0.0f;
+                    }
+                }
+#pragma unroll
+                for (int m = 0; m < RG; m++) {
+                    l2norm_lanes<J>(qv[m], eps);
+                    l2norm_lanes<J>(kv[m], eps);
+#pragma unroll
+                    for (int j = 0; j < J; j++) {
+                        sm.q[warp + 8 * (m0 + m)][lane + 32 * j] = qv[m][j];
+                        sm.k[warp + 8 * (m0 + m)][lane + 32 * j] = kv[m][j];
+                    }
+                }
             }
         }
         __syncthreads();
