@@ -10,7 +10,9 @@
  *
  * A GPU stage whose layers keep their experts in host memory (n_cpu_moe)
  * holds a moe_offload (engine/offload.h): a CPU backend of its own and host
- * buffers, through which those layers' expert FFN runs on the CPU. */
+ * buffers, through which those layers' expert FFN runs on the CPU, and with
+ * cache_experts / cache_gpu_mem a hot-expert cache on the stage's device
+ * (sized by make_cache after the KV cache and scratch, from what is left). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

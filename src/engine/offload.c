@@ -343,8 +343,10 @@ brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_mode
         for (size_t e = 0; e < ne; e++) /* (without counts every expert fits: all of them, in order) */
             L->score[e] = total > 0 ? (float)(row[e] / total * xc->k * XC_PRIOR_TOKENS) : 1e-3f * (float)(ne - e);
         BK_TRY(refresh(xc, L)); /* fills every slot */
-        land(xc, L);
     }
+    if (xc->cp) BK_TRY(bk_cuda_copier_wait(xc->cp)); /* so the first batch finds them */
+    for (int l = l0; l < l1; l++)
+        if (xc->xl[l - l0]) land(xc, xc->xl[l - l0]);
     return BRISK_OK;
 }
 

@@ -71,6 +71,8 @@ brisk_status bk_cuda_copier_mark(bk_cuda_copier *cp, uint64_t *ticket);
 bool bk_cuda_copier_done(bk_cuda_copier *cp, uint64_t ticket);
 /* The backend's stream waits (on the device, the host goes on) for every copy queued so far. */
 brisk_status bk_cuda_copier_fence(bk_cuda_copier *cp);
+/* The host waits for every copy queued so far (setup: the cache's first fill). */
+brisk_status bk_cuda_copier_wait(bk_cuda_copier *cp);
 /* Host-to-device bandwidth in GB/s from pinned memory, measured at creation. */
 double bk_cuda_copier_bandwidth(const bk_cuda_copier *cp);
 

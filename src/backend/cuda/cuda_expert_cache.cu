@@ -178,4 +178,9 @@ extern "C" brisk_status bk_cuda_copier_fence(bk_cuda_copier *cp) {
     return BRISK_OK;
 }
 
+extern "C" brisk_status bk_cuda_copier_wait(bk_cuda_copier *cp) {
+    CU_TRY(cudaStreamSynchronize(cp->stream));
+    return BRISK_OK;
+}
+
 extern "C" double bk_cuda_copier_bandwidth(const bk_cuda_copier *cp) { return cp ? cp->gbs : 0.0; }
