@@ -420,9 +420,6 @@ static brisk_status cache_ffn(moe_offload *mo, xc_layer *L, bk_backend *be, cons
         else xc->miss_n[e]++;
     }
     int n_copy = pick_copies(xc, L);
-    for (int e = 0; e < xc->n_expert; e++)
-        if (xc->spare_of[e] >= 0) BK_TRY(copy_expert(xc, L, xc->sw, xc->spare_of[e], e));
-    if (n_copy && xc->cp) BK_TRY(bk_cuda_copier_fence(xc->cp)); /* be's products wait for them, the host does not */
     int64_t copied = 0, cpu = 0;
     for (size_t i = 0; i < nk; i++) { /* mo->ids becomes the CPU's share */
         int e = mo->ids[i], slot = L->slot_of[e];
@@ -436,21 +433,26 @@ static brisk_status cache_ffn(moe_offload *mo, xc_layer *L, bk_backend *be, cons
     L->misses += (int64_t)nk - hits;
     L->miss_copied += copied;
     L->miss_copies += n_copy;
-    /* the CPU's inputs come back before be's part is queued (a read waits for be's queue) */
+    /* Order on a GPU: the waiting transfers first, while be's queue is empty (the ids read emptied
+     * it); then the spare slots' copies on the copy stream (nothing queued on be for them to wait
+     * for); the hits' product, which runs beside the copies; be waits for the copies (fence) before
+     * the spare slots' product; the CPU's share meanwhile on the host. The first part written goes
+     * to out, each later one through tmp_dev and an add. */
     if (cpu) {
         BK_TRY(offload_transfer(be, x, mo->cpu, mo->x, xb));
         BK_TRY(offload_transfer(be, weights, mo->cpu, mo->w, nk * sizeof(float)));
     }
-    /* be's part is queued first (a GPU returns at once), so the CPU's runs meanwhile; the first
-     * part written goes to out, each later one through tmp_dev and an add (stream order on a GPU) */
+    if (hits) BK_TRY(offload_transfer(mo->cpu, xc->gid, be, xc->ids_dev, kb));
+    if (copied) BK_TRY(offload_transfer(mo->cpu, xc->sid, be, xc->sid_dev, kb));
+    for (int e = 0; e < xc->n_expert; e++)
+        if (xc->spare_of[e] >= 0) BK_TRY(copy_expert(xc, L, xc->sw, xc->spare_of[e], e));
     bool wrote = false;
     if (hits) {
-        BK_TRY(offload_transfer(mo->cpu, xc->gid, be, xc->ids_dev, kb));
         be->ops->moe_ffn(be, &L->w[0], &L->w[1], &L->w[2], x, n, xc->ids_dev, weights, k, out);
         wrote = true;
     }
     if (copied) {
-        BK_TRY(offload_transfer(mo->cpu, xc->sid, be, xc->sid_dev, kb));
+        if (xc->cp) BK_TRY(bk_cuda_copier_fence(xc->cp));
         be->ops->moe_ffn(be, &xc->sw[0], &xc->sw[1], &xc->sw[2], x, n, xc->sid_dev, weights, k,
                          wrote ? xc->tmp_dev : out);
         if (wrote) be->ops->add(be, out, xc->tmp_dev, (size_t)n * mo->n_embd);
