@@ -155,16 +155,10 @@ static void case_gd(int nk, int nv, int d, int n, const int32_t *seq, bool chunk
             if (!f) sl.s[nsq++] = seq[t];
         }
         dim3 grid((d + 31) / 32, nv, nsq);
-        if (d <= 64)
-            launch(grid, GDC_THREADS, sizeof(gdc_shared<64>), [&] {
-                gd_chunk_kernel<64>(qkv.data(), b.data(), a.data(), ab.data(), as.data(), st.data(), seq, sl, n, nk,
-                                    nv, d, 1e-6f, out.data());
-            });
-        else
-            launch(grid, GDC_THREADS, sizeof(gdc_shared<128>), [&] {
-                gd_chunk_kernel<128>(qkv.data(), b.data(), a.data(), ab.data(), as.data(), st.data(), seq, sl, n, nk,
-                                     nv, d, 1e-6f, out.data());
-            });
+        gdc_args p = {qkv.data(), b.data(), a.data(), ab.data(), as.data(), st.data(), out.data(), seq, n, nk, nv, d,
+                      1e-6f};
+        if (d <= 64) launch(grid, GDC_THREADS, sizeof(gdc_shared<64>), [&] { gd_chunk_kernel<64>(p, sl); });
+        else launch(grid, GDC_THREADS, sizeof(gdc_shared<128>), [&] { gd_chunk_kernel<128>(p, sl); });
     } else {
         dim3 grid((d + GD_WARPS - 1) / GD_WARPS, nv);
         launch(grid, GD_WARPS * 32, 0, [&] {

@@ -309,20 +309,259 @@ __device__ __forceinline__ float dot4(float4 x, float4 y, float acc) {
     return fmaf(x.w, y.w, acc);
 }
 
+/* The kernel's arguments (device pointers; the op's shapes). */
+typedef struct gdc_args {
+    const float *qkv, *b, *a, *a_bias, *a_scale;
+    float *ssm, *out;
+    const int32_t *seq;
+    int n, nk, nv, d;
+    float eps;
+} gdc_args;
+
+/* Warp 0: the sequence's next (up to) C entries in batch order into sm.idx, their count into sm.nc. */
+template <int DK> __device__ __forceinline__ void gdc_gather(gdc_shared<DK> &sm, const int32_t *seq, int n, int slot) {
+    const int lane = threadIdx.x % 32;
+    int cnt = 0, cur = sm.cur;
+    while (cnt < GDC_C && cur < n) {
+        int t = cur + lane;
+        bool hit = t < n && seq[t] == slot;
+        unsigned m = __ballot_sync(0xffffffffu, hit);
+        int take = min(__popc(m), GDC_C - cnt), rank = __popc(m & ((1u << lane) - 1u));
+        if (hit && rank < take) sm.idx[cnt + rank] = t;
+        if (take < __popc(m)) { /* the chunk is full: the next gather starts at the first hit left */
+            for (int i = 0; i < take; i++) m &= m - 1;
+            cur += __ffs(m) - 1;
+        } else {
+            cur += 32;
+        }
+        cnt += take;
+    }
+    if (lane == 0) {
+        sm.nc = cnt;
+        sm.cur = cur;
+    }
+}
+
+/* q, k l2-normed as the recurrent kernel does, beta and g; rows past nc zero (beta = g = 0).
+ * Warp w takes rows w + 8m, four rows' loads in flight before their first sum. */
+template <int DK> __device__ __forceinline__ void gdc_load(gdc_shared<DK> &sm, const gdc_args &p, int nc) {
+    constexpr int J = DK / 32, R = GDC_C / (GDC_THREADS / 32), RG = 4;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, h = blockIdx.y, hk = h % p.nk, d = p.d;
+    const size_t width = (size_t)(2 * p.nk + p.nv) * d;
+    if (lane < R) { /* lane m: the gates of row warp + 8m */
+        const int i = warp + 8 * lane;
+        float beta = 0.0f, g = 0.0f;
+        if (i < nc) {
+            const size_t tb = (size_t)sm.idx[i] * p.nv + h;
+            float ab = p.a[tb] + p.a_bias[h];
+            float sp = ab > 20.0f ? ab : logf(1.0f + expf(ab));
+            beta = 1.0f / (1.0f + expf(-p.b[tb]));
+            g = sp * p.a_scale[h];
+        }
+        sm.beta[i] = beta;
+        sm.gl[i] = g;
+    }
+#pragma unroll 1
+    for (int m0 = 0; m0 < R; m0 += RG) {
+        float qv[RG][J], kv[RG][J];
+#pragma unroll
+        for (int m = 0; m < RG; m++) {
+            const int i = warp + 8 * (m0 + m);
+            const float *row = p.qkv + (size_t)(i < nc ? sm.idx[i] : 0) * width;
+            const float *qp = row + (size_t)hk * d, *kp = row + (size_t)(p.nk + hk) * d;
+#pragma unroll
+            for (int j = 0; j < J; j++) {
+                const int x = lane + 32 * j;
+                const bool in = i < nc && x < d;
+                qv[m][j] = in ? qp[x] : 0.0f;
+                kv[m][j] = in ? kp[x] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < RG; m++) {
+            l2norm_lanes<J>(qv[m], p.eps);
+            l2norm_lanes<J>(kv[m], p.eps);
+#pragma unroll
+            for (int j = 0; j < J; j++) {
+                sm.q[warp + 8 * (m0 + m)][lane + 32 * j] = qv[m][j];
+                sm.k[warp + 8 * (m0 + m)][lane + 32 * j] = kv[m][j];
+            }
+        }
+    }
+}
+
+/* Warp 0: G as an inclusive scan in double (rows lane and lane + 32), and its exponentials. */
+template <int DK> __device__ __forceinline__ void gdc_scan(gdc_shared<DK> &sm) {
+    const int lane = threadIdx.x % 32;
+    double g0 = sm.gl[lane], g1 = sm.gl[lane + 32];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        double v0 = __shfl_up_sync(0xffffffffu, g0, o), v1 = __shfl_up_sync(0xffffffffu, g1, o);
+        if (lane >= o) {
+            g0 += v0;
+            g1 += v1;
+        }
+    }
+    g1 += __shfl_sync(0xffffffffu, g0, 31);
+    double last = __shfl_sync(0xffffffffu, g1, 31);
+    sm.G[lane] = g0;
+    sm.G[lane + 32] = g1;
+    sm.gam[lane] = expf((float)g0);
+    sm.gam[lane + 32] = expf((float)g1);
+    sm.dec[lane] = expf((float)(last - g0));
+    sm.dec[lane + 32] = expf((float)(last - g1));
+    if (lane == 0) sm.gam_last = expf((float)last);
+}
+
+/* K K^T, Q K^T (chunk x chunk) and K S^T, Q S^T (chunk x 32 value rows) in one pass over the keys. */
 template <int DK>
-__global__ void __launch_bounds__(GDC_THREADS, GDC_BLOCKS_SM)
-gd_chunk_kernel(const float *qkv, const float *b, const float *a, const float *a_bias, const float *a_scale,
-                float *ssm, const int32_t *seq, gdc_slots slots, int n, int nk, int nv, int d, float eps, float *out) {
-    static_assert(GDC_THREADS == 256 && GDC_DV == 32 && GDC_C == 64, "the thread tiles assume these");
+__device__ __forceinline__ void gdc_products(const gdc_shared<DK> &sm, float (&acc_a)[4][4], float (&acc_p)[4][4],
+                                             float (&acc_ks)[4][2], float (&acc_qs)[4][2]) {
+    const int ti = threadIdx.x / 16, tj = threadIdx.x % 16;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc_a[i][j] = acc_p[i][j] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < 2; c++) acc_ks[i][c] = acc_qs[i][c] = 0.0f;
+    }
+#pragma unroll 2
+    for (int x = 0; x < DK; x += 4) {
+        float4 ki[4], qi[4], kj[4], sv[2];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            ki[i] = *(const float4 *)&sm.k[ti + 16 * i][x];
+            qi[i] = *(const float4 *)&sm.q[ti + 16 * i][x];
+            kj[i] = *(const float4 *)&sm.k[tj + 16 * i][x];
+        }
+#pragma unroll
+        for (int c = 0; c < 2; c++) sv[c] = *(const float4 *)&sm.s[tj + 16 * c][x];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                acc_a[i][j] = dot4(ki[i], kj[j], acc_a[i][j]);
+                acc_p[i][j] = dot4(qi[i], kj[j], acc_p[i][j]);
+            }
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                acc_ks[i][c] = dot4(ki[i], sv[c], acc_ks[i][c]);
+                acc_qs[i][c] = dot4(qi[i], sv[c], acc_qs[i][c]);
+            }
+        }
+    }
+}
+
+/* A and P (over q's place: every thread is past its last read of q), and X = beta (v - e^G K S^T). */
+template <int DK>
+__device__ __forceinline__ void gdc_store_apx(gdc_shared<DK> &sm, const gdc_args &p, int nc, const float (&acc_a)[4][4],
+                                              const float (&acc_p)[4][4], const float (&acc_ks)[4][2]) {
+    const int ti = threadIdx.x / 16, tj = threadIdx.x % 16, r0 = blockIdx.x * GDC_DV, h = blockIdx.y, d = p.d;
+    const size_t width = (size_t)(2 * p.nk + p.nv) * d;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int ri = ti + 16 * i;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int cj = tj + 16 * j;
+            float e = cj <= ri ? expf((float)(sm.G[ri] - sm.G[cj])) : 0.0f; /* never e^{positive} */
+            sm.a[ri][cj] = cj < ri ? sm.beta[ri] * acc_a[i][j] * e : 0.0f;
+            sm.p[ri][cj] = acc_p[i][j] * e;
+        }
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int cc = tj + 16 * c, r = r0 + cc;
+            float v = ri < nc && r < d ? p.qkv[(size_t)sm.idx[ri] * width + (size_t)(2 * p.nk + h) * d + r] : 0.0f;
+            sm.u[ri][cc] = sm.beta[ri] * (v - sm.gam[ri] * acc_ks[i][c]);
+        }
+    }
+}
+
+/* (I + A) U = X in place by forward substitution: warp w solves columns 4w..4w+3, eight lanes a
+ * column, each summing every eighth earlier row. */
+template <int DK> __device__ __forceinline__ void gdc_solve(gdc_shared<DK> &sm, int nc) {
+    const int lane = threadIdx.x % 32, c = 4 * (threadIdx.x / 32) + lane / 8, q8 = lane % 8;
+    for (int i = 1; i < nc; i++) {
+        float part = 0.0f;
+        for (int l = q8; l < i; l += 8) part = fmaf(sm.a[i][l], sm.u[l][c], part);
+        part += __shfl_xor_sync(0xffffffffu, part, 1);
+        part += __shfl_xor_sync(0xffffffffu, part, 2);
+        part += __shfl_xor_sync(0xffffffffu, part, 4);
+        if (q8 == 0) sm.u[i][c] -= part;
+        __syncwarp();
+    }
+}
+
+/* out = (e^G Q S^T + P U) / sqrt(d) for the chunk's entries and this block's value rows. */
+template <int DK>
+__device__ __forceinline__ void gdc_output(const gdc_shared<DK> &sm, const gdc_args &p, int nc,
+                                           const float (&acc_qs)[4][2]) {
+    const int ti = threadIdx.x / 16, tj = threadIdx.x % 16, r0 = blockIdx.x * GDC_DV, h = blockIdx.y, d = p.d;
+    float o[4][2];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int c = 0; c < 2; c++) o[i][c] = sm.gam[ti + 16 * i] * acc_qs[i][c];
+    for (int j = 0; j < nc; j++) {
+        float pa[4], ub[2];
+#pragma unroll
+        for (int i = 0; i < 4; i++) pa[i] = sm.p[ti + 16 * i][j];
+#pragma unroll
+        for (int c = 0; c < 2; c++) ub[c] = sm.u[j][tj + 16 * c];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) o[i][c] = fmaf(pa[i], ub[c], o[i][c]);
+    }
+    const float scale = 1.0f / sqrtf((float)d);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int ri = ti + 16 * i;
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int r = r0 + tj + 16 * c;
+            if (ri < nc && r < d) p.out[(size_t)sm.idx[ri] * p.nv * d + (size_t)h * d + r] = o[i][c] * scale;
+        }
+    }
+}
+
+/* S = e^{G_C} S + U'^T K with U' = U (.) e^{G_C - G} (in sm.u): warp w owns rows w + 8m, lane the
+ * keys lane + 32j. */
+template <int DK> __device__ __forceinline__ void gdc_update_state(gdc_shared<DK> &sm, int nc) {
     constexpr int J = DK / 32;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float st[4][J];
+    const float gc = sm.gam_last;
+#pragma unroll
+    for (int m = 0; m < 4; m++)
+#pragma unroll
+        for (int j = 0; j < J; j++) st[m][j] = gc * sm.s[warp + 8 * m][lane + 32 * j];
+    for (int i = 0; i < nc; i++) {
+        float kx[J];
+#pragma unroll
+        for (int j = 0; j < J; j++) kx[j] = sm.k[i][lane + 32 * j];
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            float u = sm.u[i][warp + 8 * m];
+#pragma unroll
+            for (int j = 0; j < J; j++) st[m][j] = fmaf(u, kx[j], st[m][j]);
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < 4; m++)
+#pragma unroll
+        for (int j = 0; j < J; j++) sm.s[warp + 8 * m][lane + 32 * j] = st[m][j];
+}
+
+/* Block (value rows blockIdx.x * 32.., value head blockIdx.y, sequence slots.s[blockIdx.z]):
+ * its slice of the state stays in shared memory while it walks the sequence's chunks. */
+template <int DK>
+__global__ void __launch_bounds__(GDC_THREADS, GDC_BLOCKS_SM) gd_chunk_kernel(gdc_args p, gdc_slots slots) {
+    static_assert(GDC_THREADS == 256 && GDC_DV == 32 && GDC_C == 64, "the thread tiles assume these");
     extern __shared__ __align__(16) unsigned char gdc_raw[];
     gdc_shared<DK> &sm = *reinterpret_cast<gdc_shared<DK> *>(gdc_raw);
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, ti = tid / 16, tj = tid % 16;
-    const int r0 = blockIdx.x * GDC_DV, h = blockIdx.y, slot = slots.s[blockIdx.z], hk = h % nk;
-    const size_t width = (size_t)(2 * nk + nv) * d;
-    const float scale = 1.0f / sqrtf((float)d), ab_h = a_bias[h], as_h = a_scale[h];
-    float *S = ssm + ((size_t)slot * nv + h) * d * d; /* S[r * d + x]: value r, key x */
-
+    const int tid = threadIdx.x, r0 = blockIdx.x * GDC_DV, slot = slots.s[blockIdx.z], d = p.d;
+    float *S = p.ssm + ((size_t)slot * p.nv + blockIdx.y) * d * d; /* S[r * d + x]: value r, key x */
     for (int e = tid; e < GDC_DV * DK; e += GDC_THREADS) {
         int r = e / DK, x = e % DK;
         sm.s[r][x] = r0 + r < d && x < d ? S[(size_t)(r0 + r) * d + x] : 0.0f;
@@ -330,218 +569,25 @@ gd_chunk_kernel(const float *qkv, const float *b, const float *a, const float *a
     if (tid == 0) sm.cur = 0;
     __syncthreads();
     for (;;) {
-        /* the sequence's next (up to) C entries, in batch order (warp 0) */
-        if (warp == 0) {
-            int cnt = 0, cur = sm.cur;
-            while (cnt < GDC_C && cur < n) {
-                int t = cur + lane;
-                bool hit = t < n && seq[t] == slot;
-                unsigned m = __ballot_sync(0xffffffffu, hit);
-                int take = min(__popc(m), GDC_C - cnt), rank = __popc(m & ((1u << lane) - 1u));
-                if (hit && rank < take) sm.idx[cnt + rank] = t;
-                if (take < __popc(m)) { /* the chunk is full: the next gather starts at the first hit left */
-                    for (int i = 0; i < take; i++) m &= m - 1;
-                    cur += __ffs(m) - 1;
-                } else {
-                    cur += 32;
-                }
-                cnt += take;
-            }
-            if (lane == 0) {
-                sm.nc = cnt;
-                sm.cur = cur;
-            }
-        }
+        if (tid < 32) gdc_gather(sm, p.seq, p.n, slot);
         __syncthreads();
         const int nc = sm.nc;
         if (nc == 0) break;
-
-        /* q, k l2-normed as the recurrent kernel does; beta, g; rows past nc zero (beta = g = 0).
-         * Warp w takes rows w + 8m, four rows' loads in flight before their first sum. */
-        {
-            constexpr int R = GDC_C / (GDC_THREADS / 32), RG = 4;
-            if (lane < R) { /* lane m: the gates of row warp + 8m */
-                const int i = warp + 8 * lane;
-                float beta = 0.0f, g = 0.0f;
-                if (i < nc) {
-                    const size_t tb = (size_t)sm.idx[i] * nv + h;
-                    float ab = a[tb] + ab_h;
-                    float sp = ab > 20.0f ? ab : logf(1.0f + expf(ab));
-                    beta = 1.0f / (1.0f + expf(-b[tb]));
-                    g = sp * as_h;
-                }
-                sm.beta[i] = beta;
-                sm.gl[i] = g;
-            }
-#pragma unroll 1
-            for (int m0 = 0; m0 < R; m0 += RG) {
-                float qv[RG][J], kv[RG][J];
-#pragma unroll
-                for (int m = 0; m < RG; m++) {
-                    const int i = warp + 8 * (m0 + m);
-                    const float *row = qkv + (size_t)(i < nc ? sm.idx[i] : 0) * width;
-                    const float *qp = row + (size_t)hk * d, *kp = row + (size_t)(nk + hk) * d;
-#pragma unroll
-                    for (int j = 0; j < J; j++) {
-                        const int x = lane + 32 * j;
-                        const bool in = i < nc && x < d;
-                        qv[m][j] = in ? qp[x] : 0.0f;
-                        kv[m][j] = in ? kp[x] : 0.0f;
-                    }
-                }
-#pragma unroll
-                for (int m = 0; m < RG; m++) {
-                    l2norm_lanes<J>(qv[m], eps);
-                    l2norm_lanes<J>(kv[m], eps);
-#pragma unroll
-                    for (int j = 0; j < J; j++) {
-                        sm.q[warp + 8 * (m0 + m)][lane + 32 * j] = qv[m][j];
-                        sm.k[warp + 8 * (m0 + m)][lane + 32 * j] = kv[m][j];
-                    }
-                }
-            }
-        }
+        gdc_load(sm, p, nc);
         __syncthreads();
-        if (warp == 0) { /* G: inclusive scan in double, rows lane and lane + 32 */
-            double g0 = sm.gl[lane], g1 = sm.gl[lane + 32];
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                double v0 = __shfl_up_sync(0xffffffffu, g0, o), v1 = __shfl_up_sync(0xffffffffu, g1, o);
-                if (lane >= o) {
-                    g0 += v0;
-                    g1 += v1;
-                }
-            }
-            g1 += __shfl_sync(0xffffffffu, g0, 31);
-            double last = __shfl_sync(0xffffffffu, g1, 31);
-            sm.G[lane] = g0;
-            sm.G[lane + 32] = g1;
-            sm.gam[lane] = expf((float)g0);
-            sm.gam[lane + 32] = expf((float)g1);
-            sm.dec[lane] = expf((float)(last - g0));
-            sm.dec[lane + 32] = expf((float)(last - g1));
-            if (lane == 0) sm.gam_last = expf((float)last);
-        }
-
-        /* K K^T, Q K^T (chunk x chunk) and K S^T, Q S^T (chunk x 32 value rows) in one pass over the keys */
-        float acc_a[4][4] = {}, acc_p[4][4] = {}, acc_ks[4][2] = {}, acc_qs[4][2] = {};
-#pragma unroll 2
-        for (int x = 0; x < DK; x += 4) {
-            float4 ki[4], qi[4], kj[4], sv[2];
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                ki[i] = *(const float4 *)&sm.k[ti + 16 * i][x];
-                qi[i] = *(const float4 *)&sm.q[ti + 16 * i][x];
-                kj[i] = *(const float4 *)&sm.k[tj + 16 * i][x];
-            }
-#pragma unroll
-            for (int c = 0; c < 2; c++) sv[c] = *(const float4 *)&sm.s[tj + 16 * c][x];
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    acc_a[i][j] = dot4(ki[i], kj[j], acc_a[i][j]);
-                    acc_p[i][j] = dot4(qi[i], kj[j], acc_p[i][j]);
-                }
-#pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    acc_ks[i][c] = dot4(ki[i], sv[c], acc_ks[i][c]);
-                    acc_qs[i][c] = dot4(qi[i], sv[c], acc_qs[i][c]);
-                }
-            }
-        }
-        __syncthreads(); /* G ready; q dead (a and p take its place) */
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int ri = ti + 16 * i;
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int cj = tj + 16 * j;
-                float e = cj <= ri ? expf((float)(sm.G[ri] - sm.G[cj])) : 0.0f; /* never e^{positive} */
-                sm.a[ri][cj] = cj < ri ? sm.beta[ri] * acc_a[i][j] * e : 0.0f;
-                sm.p[ri][cj] = acc_p[i][j] * e;
-            }
-#pragma unroll
-            for (int c = 0; c < 2; c++) { /* X = beta (v - e^G K S^T) */
-                const int cc = tj + 16 * c, r = r0 + cc;
-                float v = ri < nc && r < d ? qkv[(size_t)sm.idx[ri] * width + (size_t)(2 * nk + h) * d + r] : 0.0f;
-                sm.u[ri][cc] = sm.beta[ri] * (v - sm.gam[ri] * acc_ks[i][c]);
-            }
-        }
+        if (tid < 32) gdc_scan(sm); /* while the other warps start on the products */
+        float acc_a[4][4], acc_p[4][4], acc_ks[4][2], acc_qs[4][2];
+        gdc_products(sm, acc_a, acc_p, acc_ks, acc_qs);
+        __syncthreads(); /* G ready; q read for the last time */
+        gdc_store_apx(sm, p, nc, acc_a, acc_p, acc_ks);
         __syncthreads();
-
-        /* (I + A) U = X by forward substitution: warp w solves columns 4w..4w+3, eight lanes a
-         * column, each summing every eighth earlier row */
-        {
-            const int c = 4 * warp + lane / 8, q8 = lane % 8;
-            for (int i = 1; i < nc; i++) {
-                float part = 0.0f;
-                for (int l = q8; l < i; l += 8) part = fmaf(sm.a[i][l], sm.u[l][c], part);
-                part += __shfl_xor_sync(0xffffffffu, part, 1);
-                part += __shfl_xor_sync(0xffffffffu, part, 2);
-                part += __shfl_xor_sync(0xffffffffu, part, 4);
-                if (q8 == 0) sm.u[i][c] -= part;
-                __syncwarp();
-            }
-        }
+        gdc_solve(sm, nc);
         __syncthreads();
-
-        /* O = e^G Q S^T + P U */
-        {
-            float o[4][2];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int c = 0; c < 2; c++) o[i][c] = sm.gam[ti + 16 * i] * acc_qs[i][c];
-            for (int j = 0; j < nc; j++) {
-                float pa[4], ub[2];
-#pragma unroll
-                for (int i = 0; i < 4; i++) pa[i] = sm.p[ti + 16 * i][j];
-#pragma unroll
-                for (int c = 0; c < 2; c++) ub[c] = sm.u[j][tj + 16 * c];
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-#pragma unroll
-                    for (int c = 0; c < 2; c++) o[i][c] = fmaf(pa[i], ub[c], o[i][c]);
-            }
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int ri = ti + 16 * i;
-#pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    const int r = r0 + tj + 16 * c;
-                    if (ri < nc && r < d) out[(size_t)sm.idx[ri] * nv * d + (size_t)h * d + r] = o[i][c] * scale;
-                }
-            }
-        }
+        gdc_output(sm, p, nc, acc_qs);
         __syncthreads();
         for (int e = tid; e < GDC_C * GDC_DV; e += GDC_THREADS) sm.u[e / GDC_DV][e % GDC_DV] *= sm.dec[e / GDC_DV];
         __syncthreads();
-
-        /* S = e^{G_C} S + U'^T K: warp w owns rows w + 8m, lane the keys lane + 32j */
-        {
-            float st[4][J];
-            const float gc = sm.gam_last;
-#pragma unroll
-            for (int m = 0; m < 4; m++)
-#pragma unroll
-                for (int j = 0; j < J; j++) st[m][j] = gc * sm.s[warp + 8 * m][lane + 32 * j];
-            for (int i = 0; i < nc; i++) {
-                float kx[J];
-#pragma unroll
-                for (int j = 0; j < J; j++) kx[j] = sm.k[i][lane + 32 * j];
-#pragma unroll
-                for (int m = 0; m < 4; m++) {
-                    float u = sm.u[i][warp + 8 * m];
-#pragma unroll
-                    for (int j = 0; j < J; j++) st[m][j] = fmaf(u, kx[j], st[m][j]);
-                }
-            }
-#pragma unroll
-            for (int m = 0; m < 4; m++)
-#pragma unroll
-                for (int j = 0; j < J; j++) sm.s[warp + 8 * m][lane + 32 * j] = st[m][j];
-        }
+        gdc_update_state(sm, nc);
         __syncthreads();
     }
     for (int e = tid; e < GDC_DV * DK; e += GDC_THREADS) {
@@ -581,17 +627,14 @@ static bool gd_chunk_launch(cuda_backend *cb, const float *qkv, const float *b, 
                                    cudaGetErrorString(e)));
         return true;
     }
+    const gdc_args args = {qkv, b, a, ab, as, ssm, out, d_seq, n, nk, nv, d, eps};
     for (int z0 = 0; z0 < ns; z0 += GDC_SEQ_MAX) {
         gdc_slots sl;
         int nz = ns - z0 < GDC_SEQ_MAX ? ns - z0 : GDC_SEQ_MAX;
         for (int i = 0; i < GDC_SEQ_MAX; i++) sl.s[i] = i < nz ? slots[z0 + i] : 0;
         dim3 grid((unsigned)((d + GDC_DV - 1) / GDC_DV), (unsigned)nv, (unsigned)nz);
-        if (d <= 64)
-            gd_chunk_kernel<64><<<grid, GDC_THREADS, smem, cb->stream>>>(qkv, b, a, ab, as, ssm, d_seq, sl, n, nk, nv,
-                                                                         d, eps, out);
-        else
-            gd_chunk_kernel<128><<<grid, GDC_THREADS, smem, cb->stream>>>(qkv, b, a, ab, as, ssm, d_seq, sl, n, nk, nv,
-                                                                          d, eps, out);
+        if (d <= 64) gd_chunk_kernel<64><<<grid, GDC_THREADS, smem, cb->stream>>>(args, sl);
+        else gd_chunk_kernel<128><<<grid, GDC_THREADS, smem, cb->stream>>>(args, sl);
     }
     return true;
 }
