@@ -323,6 +323,7 @@ bool cli_new_context(brisk_model *m, const brisk_context_params *cp, brisk_conte
 void cli_report_expert_cache(const brisk_model *m, const brisk_context *ctx) {
     brisk_expert_cache_stats all, one;
     if (!ctx || brisk_context_expert_cache_stats(ctx, -1, &all) != BRISK_OK || !all.n_layers) return;
+    fflush(stdout); /* after the command's own table */
     brisk_model_info in;
     brisk_model_get_info(m, &in);
     /* the whole, then the layers with the lowest and highest hit rates */
@@ -338,8 +339,8 @@ void cli_report_expert_cache(const brisk_model *m, const brisk_context *ctx) {
     }
     int64_t n = all.hits + all.misses;
     fprintf(stderr, "expert cache (%d layers x %d experts, %d spare):\n", all.n_layers, all.slots, all.spare_slots);
-    fprintf(stderr, "| layers | hits | misses | hit rate | misses copied for their batch | refresh copies | batch copies |\n"
-                    "|---|---|---|---|---|---|---|\n");
+    fprintf(stderr, "| layers | hits | misses | hit rate | misses copied for their batch | refresh copies "
+                    "| batch copies |\n|---|---|---|---|---|---|---|\n");
     fprintf(stderr, "| all | %lld | %lld | %.1f%% | %lld | %lld | %lld |\n", (long long)all.hits, (long long)all.misses,
             n ? 100.0 * all.hits / n : 0.0, (long long)all.miss_copied, (long long)all.copies,
             (long long)all.miss_copies);

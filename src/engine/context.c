@@ -318,7 +318,8 @@ static void cache_size(const brisk_model *m, const brisk_context_params *p, int 
         while (!m->layers[l].exps_host) l++;
         uint64_t e = moe_cache_expert_bytes(m, l), fixed = moe_cache_bytes(m, n_off, 1, 0, n_ubatch) - e * n_off;
         uint64_t left = p->cache_gpu_mem - used, t = left > fixed ? (left - fixed) / e : 0;
-        uint64_t sp = t / (uint64_t)(n_off + 1) < (uint64_t)want_spare ? t / (uint64_t)(n_off + 1) : (uint64_t)want_spare;
+        uint64_t sp = t / (uint64_t)(n_off + 1);
+        if (sp > (uint64_t)want_spare) sp = (uint64_t)want_spare;
         uint64_t per = (t - sp) / (uint64_t)n_off;
         *slots = per < (uint64_t)ne ? (int)per : ne;
         want_spare = (int)sp;
