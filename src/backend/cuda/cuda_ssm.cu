@@ -413,7 +413,8 @@ template <int DK> __device__ __forceinline__ void gdc_scan(gdc_shared<DK> &sm) {
     if (lane == 0) sm.gam_last = expf((float)last);
 }
 
-/* K K^T, Q K^T (chunk x chunk) and K S^T, Q S^T (chunk x 32 value rows) in one pass over the keys. */
+/* K K^T, Q K^T (chunk x chunk, the lower triangle's tiles) and K S^T, Q S^T (chunk x 32 value
+ * rows) in one pass over the keys. */
 template <int DK>
 __device__ __forceinline__ void gdc_products(const gdc_shared<DK> &sm, float (&acc_a)[4][4], float (&acc_p)[4][4],
                                              float (&acc_ks)[4][2], float (&acc_qs)[4][2]) {
@@ -439,7 +440,7 @@ __device__ __forceinline__ void gdc_products(const gdc_shared<DK> &sm, float (&a
 #pragma unroll
         for (int i = 0; i < 4; i++) {
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
+            for (int j = 0; j <= i; j++) { /* columns tj + 16j > rows ti + 16i for j > i: zero there */
                 acc_a[i][j] = dot4(ki[i], kj[j], acc_a[i][j]);
                 acc_p[i][j] = dot4(qi[i], kj[j], acc_p[i][j]);
             }
@@ -464,7 +465,7 @@ __device__ __forceinline__ void gdc_store_apx(gdc_shared<DK> &sm, const gdc_args
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int cj = tj + 16 * j;
-            float e = cj <= ri ? expf((float)(sm.G[ri] - sm.G[cj])) : 0.0f; /* never e^{positive} */
+            float e = j <= i && cj <= ri ? expf((float)(sm.G[ri] - sm.G[cj])) : 0.0f; /* never e^{positive} */
             sm.a[ri][cj] = cj < ri ? sm.beta[ri] * acc_a[i][j] * e : 0.0f;
             sm.p[ri][cj] = acc_p[i][j] * e;
         }
