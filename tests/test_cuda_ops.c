@@ -835,10 +835,11 @@ static void test_moe_ffn_mmq(void) {
 /* ---- Gated DeltaNet ----
  * Every case runs on `gpu` and, when made, on gpu_gd_off (BRISK_CUDA_GD_CHUNK=0:
  * the token-by-token kernels), from the same inputs, against the CPU.
- * Batches of >= 17 entries take the parallel conv, and batches with >= 16
- * entries per sequence (d <= 128) the chunked delta rule (chunks of 64, fp32
+ * Batches of >= 17 entries take the parallel conv, and sequences with >= 16
+ * entries in the batch (d <= 128) the chunked delta rule (chunks of 64, fp32
  * products; dev/kernels/gated_delta_lab.c measured 3e-7 relative against a
- * double-precision recurrence, the fp32 recurrence 2-6e-7). Tolerances are
+ * double-precision recurrence, the fp32 recurrence 2-6e-7), the batch's other
+ * sequences the recurrent kernel in the same call. Tolerances are
  * the same for both forms: conv outputs 1e-6, carried inputs exact; delta
  * rule outputs and states 1e-4. test_ssm prints the largest errors seen. */
 static bk_backend *gpu_gd_off;
@@ -970,13 +971,14 @@ static void test_ssm(void) {
 
     /* prefill: one sequence (slot 1), three interleaved entry by entry, three in runs of 7;
      * 63/64/65 entries around one chunk, 200 and 512 several (the last one partial) */
-    static int32_t s1[600], s3[600], r3[600], few[200], many[600];
+    static int32_t s1[600], s3[600], r3[600], few[200], many[600], dec[300];
     for (int t = 0; t < 600; t++) {
         s1[t] = 1;
         s3[t] = t % 3;
         r3[t] = t / 7 % 3;
         many[t] = t % 36; /* 36 sequences of ~17 entries: two launches of the chunked kernel */
     }
+    for (int t = 0; t < 300; t++) dec[t] = t % 3 ? 0 : 1 + t / 3; /* a prefill of 200 among 100 decode entries */
     for (int t = 0; t < 200; t++) few[t] = t % 20 ? 0 : 2; /* slot 2 has 10 entries in a batch of 200 */
     static const int ns[] = {1, 63, 64, 65, 200, 512};
     for (int i = 0; i < 6; i++) {
@@ -992,10 +994,12 @@ static void test_ssm(void) {
     check_ssm_conv(37, 1, 65, s3);
     check_ssm_conv(512, 4, 200, few);
     check_ssm_conv(100, 4, 600, many);
+    check_ssm_conv(100, 4, 300, dec);
     check_gated_delta(16, 32, 128, 200, r3);
     check_gated_delta(1, 3, 40, 200, s3); /* head size 40: zero-padded 64-key tiles, a partial row tile */
-    check_gated_delta(1, 2, 128, 200, few);
+    check_gated_delta(1, 2, 128, 200, few); /* slot 0 chunked, slot 2 (10 entries) recurrent */
     check_gated_delta(2, 4, 64, 600, many);
+    check_gated_delta(2, 4, 64, 300, dec);
     check_gated_delta(2, 2, 256, 65, s1); /* d > 128: the recurrent kernel */
     printf("  ssm: largest relative errors vs the CPU: conv %.2e, delta rule out %.2e state %.2e", ssm_worst[0][0],
            ssm_worst[0][1], ssm_worst[0][2]);

@@ -133,7 +133,7 @@ static void ref_gd(const float *qkv, const float *b, const float *a, const float
 }
 
 static int fails = 0;
-static void case_gd(int nk, int nv, int d, int n, const int32_t *seq, bool chunked) {
+static void case_gd(int nk, int nv, int d, int n, const int32_t *seq, int mode) {
     int slots = 3;
     size_t width = (size_t)(2 * nk + nv) * d, nq = n * width, nba = (size_t)n * nv, ns = (size_t)slots * nv * d * d,
            no = (size_t)n * nv * d;
@@ -146,31 +146,48 @@ static void case_gd(int nk, int nv, int d, int n, const int32_t *seq, bool chunk
     for (auto &x : st) x = 0.05f * frand();
     std::vector<double> sd(st.begin(), st.end()), od(no);
     ref_gd(qkv.data(), b.data(), a.data(), ab.data(), as.data(), sd.data(), seq, n, nk, nv, d, od.data());
-    if (chunked) {
-        gdc_slots sl;
-        int nsq = 0;
-        for (int t = 0; t < n; t++) {
-            bool f = false;
-            for (int i = 0; i < nsq; i++) f |= sl.s[i] == seq[t];
-            if (!f) sl.s[nsq++] = seq[t];
+    /* mode 0: the recurrent kernel alone; 1: the chunked kernel for every sequence; 2: as cuda_gated_delta
+     * splits a batch: sequences of >= GDC_MIN_PER_SEQ entries chunked, the others recurrent (skipping those) */
+    gdc_slots sl;
+    gd_skip skip;
+    memset(&skip, 0, sizeof skip);
+    int nsq = 0, left = n;
+    for (int t = 0; t < n; t++) {
+        int c = 0;
+        bool f = false;
+        for (int i = 0; i < nsq; i++) f |= sl.s[i] == seq[t];
+        for (int u = 0; u < n; u++) c += seq[u] == seq[t];
+        if (!f && mode > 0 && (mode == 1 || c >= GDC_MIN_PER_SEQ)) {
+            sl.s[nsq++] = seq[t];
+            skip.bits[seq[t] / 32] |= 1u << (seq[t] % 32);
+            left -= c;
         }
+    }
+    if (nsq) {
         dim3 grid((d + 31) / 32, nv, nsq);
         gdc_args p = {qkv.data(), b.data(), a.data(), ab.data(), as.data(), st.data(), out.data(), seq, n, nk, nv, d,
                       1e-6f};
         if (d <= 64) launch(grid, GDC_THREADS, sizeof(gdc_shared<64>), [&] { gd_chunk_kernel<64>(p, sl); });
         else launch(grid, GDC_THREADS, sizeof(gdc_shared<128>), [&] { gd_chunk_kernel<128>(p, sl); });
-    } else {
+    }
+    if (left > 0) {
         dim3 grid((d + GD_WARPS - 1) / GD_WARPS, nv);
-        launch(grid, GD_WARPS * 32, 0, [&] {
-            gated_delta_kernel<4>(qkv.data(), b.data(), a.data(), ab.data(), as.data(), st.data(), seq, n, nk, nv, d,
-                                  1e-6f, out.data());
-        });
+        if (d <= 64)
+            launch(grid, GD_WARPS * 32, 0, [&] {
+                gated_delta_kernel<2>(qkv.data(), b.data(), a.data(), ab.data(), as.data(), st.data(), seq, skip, n,
+                                      nk, nv, d, 1e-6f, out.data());
+            });
+        else
+            launch(grid, GD_WARPS * 32, 0, [&] {
+                gated_delta_kernel<4>(qkv.data(), b.data(), a.data(), ab.data(), as.data(), st.data(), seq, skip, n,
+                                      nk, nv, d, 1e-6f, out.data());
+            });
     }
     double eo = rel(out.data(), od.data(), no), es = rel(st.data(), sd.data(), ns);
     bool ok = eo <= 1e-5 && es <= 1e-5;
     fails += !ok;
-    printf("%s gated_delta %s heads %d/%d d %d n %d: out %.2e state %.2e\n", ok ? "ok  " : "FAIL",
-           chunked ? "chunked" : "recurrent", nk, nv, d, n, eo, es);
+    printf("%s gated_delta %s (%d chunked) heads %d/%d d %d n %d: out %.2e state %.2e\n", ok ? "ok  " : "FAIL",
+           mode == 0 ? "recurrent" : mode == 1 ? "chunked" : "split", nsq, nk, nv, d, n, eo, es);
 }
 
 static void case_conv(int nc, int dc, int n, const int32_t *seq) {
@@ -201,21 +218,26 @@ static void case_conv(int nc, int dc, int n, const int32_t *seq) {
 }
 
 int main() {
-    static int32_t s1[600], s3[600], r3[600], few[600];
-    for (int t = 0; t < 600; t++) { s1[t] = 1; s3[t] = t % 3; r3[t] = t / 7 % 3; few[t] = t % 20 ? 0 : 2; }
+    static int32_t s1[600], s3[600], r3[600], few[600], dec[600];
+    for (int t = 0; t < 600; t++) {
+        s1[t] = 1; s3[t] = t % 3; r3[t] = t / 7 % 3; few[t] = t % 20 ? 0 : 2;
+        dec[t] = t % 9 == 4 ? 1 + t / 9 % 2 : 0; /* slot 0: 80 entries; slots 1, 2: 5 each */
+    }
     case_conv(200, 4, 70, s3);
     case_conv(130, 4, 100, r3);
     case_conv(40, 4, 65, few);
     case_conv(40, 2, 40, s3);
     case_conv(40, 1, 40, s3);
-    case_gd(1, 2, 128, 50, s3, false);
-    case_gd(1, 2, 128, 150, s1, true);
-    case_gd(1, 2, 128, 200, s3, true);
-    case_gd(1, 3, 40, 65, s3, true);
-    case_gd(2, 4, 64, 130, r3, true);
-    case_gd(1, 2, 128, 200, few, true);
-    case_gd(1, 1, 128, 64, s1, true);
-    case_gd(1, 1, 128, 1, s1, true);
+    case_gd(1, 2, 128, 50, s3, 0);
+    case_gd(1, 2, 128, 150, s1, 1);
+    case_gd(1, 2, 128, 200, s3, 1);
+    case_gd(1, 3, 40, 65, s3, 1);
+    case_gd(2, 4, 64, 130, r3, 1);
+    case_gd(1, 2, 128, 200, few, 1);
+    case_gd(1, 1, 128, 64, s1, 1);
+    case_gd(1, 1, 128, 1, s1, 1);
+    case_gd(1, 2, 128, 200, few, 2); /* slot 0 chunked, slot 2 (10 entries) recurrent */
+    case_gd(2, 4, 64, 90, dec, 2);   /* one long prefill among single decode entries */
     printf("%d failed\n", fails);
     return fails != 0;
 }

@@ -10,7 +10,7 @@ s = open('src/backend/cuda/cuda_ssm.cu').read()
 cut = lambda a, b: s[s.index(a):s.index(b)]
 k = cut('#define CONV_THREADS', '/* The entries\' sequences on the device')
 k += cut('/* ---- ssm_conv: one thread per channel', 'extern "C" void cuda_ssm_conv(')
-k += cut('/* ---- gated_delta: warp = (head, state row)', '/* The chunked form when the batch is a prefill')
+k += cut('/* ---- gated_delta: warp = (head, state row)', '/* The chunked form for the batch')
 k = k.replace('extern __shared__ __align__(16) unsigned char gdc_raw[];', 'unsigned char *gdc_raw = g_dyn;')
 open(sys.argv[1], 'w').write(k)
 PY

@@ -7,8 +7,9 @@
  * other's updates in batch order; entries of different sequences, interleaved
  * or not, touch different state slots.
  *
- * Decode (and every batch inside a graph capture, or with
- * BRISK_CUDA_GD_CHUNK=0) runs the recurrent form: row r (a value dim) of a
+ * Decode (every sequence of fewer than GDC_MIN_PER_SEQ entries in the batch,
+ * every batch inside a graph capture or with BRISK_CUDA_GD_CHUNK=0, and
+ * d > 128) runs the recurrent form: row r (a value dim) of a
  * head's state S evolves on its own,
  *   S_r *= exp(g);  S_r += beta (v_r - S_r . k) k;  o_r = S_r . q / sqrt(d)
  * so a warp owns one row of one head and keeps it in registers across the
@@ -17,10 +18,12 @@
  * L2-normalises q and k itself (2d floats from L1) rather than syncing with
  * its block.
  *
- * Prefill (at least GDC_MIN_PER_SEQ entries per sequence on average, d <= 128)
- * runs the chunked form (gd_chunk_kernel): per sequence and value head, the
+ * Prefill (the sequences with GDC_MIN_PER_SEQ entries or more; the recurrent
+ * kernel skips them in the same call) runs the chunked form (gd_chunk_kernel):
+ * per sequence and value head, the
  * entries in chunks of C = 64, each chunk in parallel (WY/UT form, derived and
- * checked in dev/kernels/gated_delta_lab.c). With G the log-decays summed
+ * checked in dev/kernels/gated_delta_lab.c; the kernels themselves run on the
+ * CPU in dev/kernels/gated_delta_emu.cpp). With G the log-decays summed
  * inside the chunk, the incoming state S_0 and U the chunk's corrected values,
  *   (I + A) U = X,  A[i][j] = beta_i (k_i . k_j) e^{G_i - G_j} (j < i),
  *                   X = diag(beta) (V - diag(e^G) K S_0^T)
@@ -202,10 +205,15 @@ template <int J> __device__ __forceinline__ void l2norm_lanes(float (&x)[J], flo
     for (int j = 0; j < J; j++) x[j] *= scale;
 }
 
+#define GD_SKIP_SLOTS 1024 /* state slots the recurrent kernel can be told to leave alone */
+typedef struct gd_skip {
+    uint32_t bits[GD_SKIP_SLOTS / 32]; /* bit s: slot s's entries are the chunked kernel's */
+} gd_skip;
+
 template <int J>
 __global__ void __launch_bounds__(GD_WARPS * 32)
 gated_delta_kernel(const float *qkv, const float *b, const float *a, const float *a_bias, const float *a_scale,
-                   float *ssm, const int32_t *seq, int n, int nk, int nv, int d, float eps, float *out) {
+                   float *ssm, const int32_t *seq, gd_skip skip, int n, int nk, int nv, int d, float eps, float *out) {
     const int h = blockIdx.y, lane = threadIdx.x % 32;
     const int r = blockIdx.x * GD_WARPS + threadIdx.x / 32;
     if (r >= d) return;
@@ -217,6 +225,7 @@ gated_delta_kernel(const float *qkv, const float *b, const float *a, const float
     int cur = -1;
     for (int t = 0; t < n; t++) {
         int s = seq[t];
+        if ((unsigned)s < GD_SKIP_SLOTS && (skip.bits[s / 32] >> (s % 32) & 1u)) continue;
         if (s != cur) {
             if (row_s)
 #pragma unroll
@@ -278,7 +287,8 @@ gated_delta_kernel(const float *qkv, const float *b, const float *a, const float
 #define GDC_THREADS 256
 #define GDC_BLOCKS_SM 2     /* blocks per SM: 96 KiB of shared memory each at d = 128 */
 #define GDC_SEQ_MAX 32      /* sequences per launch */
-#define GDC_MIN_PER_SEQ 16  /* entries per sequence (average) from which prefill takes the chunked form */
+#define GDC_LIST_MAX 256    /* sequences a batch may hold for the chunked form */
+#define GDC_MIN_PER_SEQ 16  /* a sequence's entries from which the chunked form takes it */
 
 typedef struct gdc_slots {
     int32_t s[GDC_SEQ_MAX]; /* the state slot of blockIdx.z */
@@ -597,26 +607,37 @@ __global__ void __launch_bounds__(GDC_THREADS, GDC_BLOCKS_SM) gd_chunk_kernel(gd
     }
 }
 
-/* The chunked form when the batch is a prefill: outside a capture (a graph's
- * kernels must not depend on the batch's layout), d <= 128, and on average
- * GDC_MIN_PER_SEQ entries or more per sequence. Returns false to leave the
- * batch to the recurrent kernel; true when launched (the caller checks the
- * launch) or an error is recorded. */
-static bool gd_chunk_launch(cuda_backend *cb, const float *qkv, const float *b, const float *a, const float *ab,
-                            const float *as, float *ssm, const int32_t *seq, const int32_t *d_seq, int n, int nk,
-                            int nv, int d, float eps, float *out) {
-    if (cb->gd_chunk_off || cb->capturing || !seq || d > 128 || n < GDC_MIN_PER_SEQ) return false;
-    int32_t slots[8 * GDC_SEQ_MAX];
-    const int max_seq = n / GDC_MIN_PER_SEQ < 8 * GDC_SEQ_MAX ? n / GDC_MIN_PER_SEQ : 8 * GDC_SEQ_MAX;
-    int ns = 0;
-    for (int t = 0; t < n; t++) {
-        if (t > 0 && seq[t] == seq[t - 1]) continue;
-        int i = 0;
-        while (i < ns && slots[i] != seq[t]) i++;
-        if (i < ns) continue;
-        if (ns == max_seq) return false; /* too few entries per sequence */
-        slots[ns++] = seq[t];
+/* The chunked form for the batch's sequences of at least GDC_MIN_PER_SEQ entries,
+ * when the batch is a prefill: outside a capture (a graph's kernels must not
+ * depend on the batch's layout) and d <= 128. Marks those sequences in *skip
+ * and returns how many entries it left to the recurrent kernel (n: all);
+ * -1 after recording an error. */
+static int gd_chunk_launch(cuda_backend *cb, const gdc_args *args, const int32_t *seq, gd_skip *skip) {
+    const int n = args->n, d = args->d;
+    if (cb->gd_chunk_off || cb->capturing || !seq || d > 128 || n < GDC_MIN_PER_SEQ) return n;
+    int32_t slots[GDC_LIST_MAX], cnt[GDC_LIST_MAX];
+    int ns = 0, i = 0;
+    for (int t = 0; t < n; t++) { /* the sequences and their entry counts */
+        if (t == 0 || seq[t] != seq[t - 1]) {
+            for (i = 0; i < ns && slots[i] != seq[t]; i++) {}
+            if (i == ns) {
+                if (ns == GDC_LIST_MAX) return n;
+                slots[ns] = seq[t];
+                cnt[ns++] = 0;
+            }
+        }
+        cnt[i]++;
     }
+    int nl = 0, left = n;
+    for (int j = 0; j < ns; j++)
+        if (cnt[j] >= GDC_MIN_PER_SEQ && (slots[j] < 0 || slots[j] >= GD_SKIP_SLOTS)) return n;
+    for (int j = 0; j < ns; j++) { /* the chunked ones to the front of slots */
+        if (cnt[j] < GDC_MIN_PER_SEQ) continue;
+        skip->bits[slots[j] / 32] |= 1u << (slots[j] % 32);
+        left -= cnt[j];
+        slots[nl++] = slots[j];
+    }
+    if (nl == 0) return n;
     const size_t smem = d <= 64 ? sizeof(gdc_shared<64>) : sizeof(gdc_shared<128>);
     cudaError_t e = d <= 64 ? cudaFuncSetAttribute(gd_chunk_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    (int)smem)
@@ -626,18 +647,17 @@ static bool gd_chunk_launch(cuda_backend *cb, const float *qkv, const float *b, 
         cudaGetLastError();
         cuda_set_error(cb, bk_fail(BRISK_ERR_BACKEND, "cuda gated_delta: %zu bytes of shared memory: %s", smem,
                                    cudaGetErrorString(e)));
-        return true;
+        return -1;
     }
-    const gdc_args args = {qkv, b, a, ab, as, ssm, out, d_seq, n, nk, nv, d, eps};
-    for (int z0 = 0; z0 < ns; z0 += GDC_SEQ_MAX) {
+    for (int z0 = 0; z0 < nl; z0 += GDC_SEQ_MAX) {
         gdc_slots sl;
-        int nz = ns - z0 < GDC_SEQ_MAX ? ns - z0 : GDC_SEQ_MAX;
-        for (int i = 0; i < GDC_SEQ_MAX; i++) sl.s[i] = i < nz ? slots[z0 + i] : 0;
-        dim3 grid((unsigned)((d + GDC_DV - 1) / GDC_DV), (unsigned)nv, (unsigned)nz);
-        if (d <= 64) gd_chunk_kernel<64><<<grid, GDC_THREADS, smem, cb->stream>>>(args, sl);
-        else gd_chunk_kernel<128><<<grid, GDC_THREADS, smem, cb->stream>>>(args, sl);
+        int nz = nl - z0 < GDC_SEQ_MAX ? nl - z0 : GDC_SEQ_MAX;
+        for (int j = 0; j < GDC_SEQ_MAX; j++) sl.s[j] = j < nz ? slots[z0 + j] : 0;
+        dim3 grid((unsigned)((d + GDC_DV - 1) / GDC_DV), (unsigned)args->nv, (unsigned)nz);
+        if (d <= 64) gd_chunk_kernel<64><<<grid, GDC_THREADS, smem, cb->stream>>>(*args, sl);
+        else gd_chunk_kernel<128><<<grid, GDC_THREADS, smem, cb->stream>>>(*args, sl);
     }
-    return true;
+    return left;
 }
 
 extern "C" void cuda_gated_delta(bk_backend *be, const float *qkv, const float *b, const float *a,
@@ -653,19 +673,22 @@ extern "C" void cuda_gated_delta(bk_backend *be, const float *qkv, const float *
     const int32_t *d_seq = seq_dev(cb, seq, n);
     if (!d_seq) return;
     const float *ab = (const float *)a_bias->dev, *as = (const float *)a_scale->dev;
-    if (gd_chunk_launch(cb, qkv, b, a, ab, as, ssm, seq, d_seq, n, n_k_heads, n_v_heads, d, eps, out)) {
-        CU_LAUNCHED(cb);
-        return;
-    }
-    dim3 grid((unsigned)((d + GD_WARPS - 1) / GD_WARPS), (unsigned)n_v_heads);
-#define GD_LAUNCH(J)                                                                                          \
-    gated_delta_kernel<J><<<grid, GD_WARPS * 32, 0, cb->stream>>>(qkv, b, a, ab, as, ssm, d_seq, n, n_k_heads, \
+    const gdc_args args = {qkv, b, a, ab, as, ssm, out, d_seq, n, n_k_heads, n_v_heads, d, eps};
+    gd_skip skip;
+    memset(&skip, 0, sizeof skip);
+    int left = gd_chunk_launch(cb, &args, seq, &skip);
+    if (left < 0) return;
+    if (left > 0) { /* decode, and the sequences with few entries */
+        dim3 grid((unsigned)((d + GD_WARPS - 1) / GD_WARPS), (unsigned)n_v_heads);
+#define GD_LAUNCH(J)                                                                                                  \
+    gated_delta_kernel<J><<<grid, GD_WARPS * 32, 0, cb->stream>>>(qkv, b, a, ab, as, ssm, d_seq, skip, n, n_k_heads, \
                                                                   n_v_heads, d, eps, out)
-    if (d <= 32) GD_LAUNCH(1);
-    else if (d <= 64) GD_LAUNCH(2);
-    else if (d <= 128) GD_LAUNCH(4);
-    else if (d <= 256) GD_LAUNCH(8);
-    else GD_LAUNCH(16);
+        if (d <= 32) GD_LAUNCH(1);
+        else if (d <= 64) GD_LAUNCH(2);
+        else if (d <= 128) GD_LAUNCH(4);
+        else if (d <= 256) GD_LAUNCH(8);
+        else GD_LAUNCH(16);
 #undef GD_LAUNCH
+    }
     CU_LAUNCHED(cb);
 }
