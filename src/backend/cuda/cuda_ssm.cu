@@ -276,16 +276,18 @@ gated_delta_kernel(const float *qkv, const float *b, const float *a, const float
 
 /* ---- gated_delta, chunked (prefill): block = (32 value rows, value head, sequence) ----
  * The block keeps its 32 x DK slice of the state in shared memory across the
- * chunks of its sequence and walks them in order; A, P and the solve depend
- * on the keys only, so the d / 32 blocks of a head each compute them (cheaper
- * than a second pass through global scratch at these sizes). Thread tiles of
+ * chunks of its sequence and walks them in order. A and P depend on the
+ * chunk's keys, queries and gates alone, so the d / 32 blocks of a head each
+ * compute them (cheaper than a pass through global scratch at these sizes,
+ * and no scratch to size); the solve's right side X and everything after it
+ * are the block's own 32 value rows. Thread tiles of
  * the products: rows i = ti + 16 a (a < 4) of the chunk with ti = tid / 16;
  * columns tj + 16 b with tj = tid % 16 (b < 4 over the chunk's entries for
  * A and P, b < 2 over the 32 value rows for K S^T, Q S^T and O). */
 #define GDC_C 64            /* entries per chunk */
 #define GDC_DV 32           /* value rows (state rows) per block */
 #define GDC_THREADS 256
-#define GDC_BLOCKS_SM 2     /* blocks per SM: 96 KiB of shared memory each at d = 128 */
+#define GDC_BLOCKS_SM 2     /* blocks per SM: 93 KiB of shared memory each at d <= 128, 69 KiB at d <= 64 */
 #define GDC_SEQ_MAX 32      /* sequences per launch */
 #define GDC_LIST_MAX 256    /* sequences a batch may hold for the chunked form */
 #define GDC_MIN_PER_SEQ 16  /* a sequence's entries from which the chunked form takes it */
