@@ -194,6 +194,12 @@ typedef struct bk_backend_ops {
      * width; gate (n_rows, gate_width). The output gate of gated attention
      * (gate_width = width) and of the shared expert (gate_width = 1). */
     void (*sigmoid_mul)(bk_backend *be, float *x, const float *gate, int n_rows, int width, int gate_width);
+
+    /* Optional (NULL: one copy per row, see bk_copy_rows): n_rows rows of row_bytes from src
+     * (rows src_pitch bytes apart) to dst (dst_pitch apart), in one operation. Splitting
+     * interleaved heads (qwen35's query|gate rows) would otherwise be n * n_head copies. */
+    void (*copy_rows)(bk_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                      size_t row_bytes, size_t n_rows);
 } bk_backend_ops;
 
 struct bk_backend {
@@ -222,6 +228,16 @@ static inline void bk_matmul_swiglu(bk_backend *be, const bk_weight *gate, const
     float *gu_out[2] = {out, tmp};
     be->ops->matmul(be, 2, gu, NULL, x, n, gu_out);
     be->ops->swiglu(be, out, tmp, out, (size_t)n * (size_t)gate->n_out);
+}
+/* Strided rows through the backend's copy_rows, or one copy per row. */
+static inline void bk_copy_rows(bk_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                                size_t row_bytes, size_t n_rows) {
+    if (be->ops->copy_rows) {
+        be->ops->copy_rows(be, dst, dst_pitch, src, src_pitch, row_bytes, n_rows);
+        return;
+    }
+    for (size_t r = 0; r < n_rows; r++)
+        be->ops->copy(be, (char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, row_bytes);
 }
 /* QK-norm (weights may be NULL: no norm) and rope of q and k through the backend's fused op, or op by op. */
 static inline void bk_qk_norm_rope(bk_backend *be, float *q, float *k, int n, int n_head, int n_head_kv, int head_dim,

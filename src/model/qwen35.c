@@ -37,17 +37,12 @@ static void gated_attention(const brisk_model *m, bk_backend *be, const bk_kv_vi
     const bk_weight *w[3] = {&L->wq, &L->wk, &L->wv};
     float *out[3] = {s->qg, s->k, s->v};
     op->matmul(be, 3, w, NULL, s->xb, n, out);
-    for (int t = 0; t < n; t++) /* split each head's query and gate rows */
-        for (int h = 0; h < nh; h++) {
-            const float *src = s->qg + (size_t)t * 2 * qd + (size_t)h * 2 * hd;
-            size_t dst = (size_t)t * qd + (size_t)h * hd;
-            op->copy(be, s->q + dst, src, (size_t)hd * sizeof(float));
-            op->copy(be, s->gz + dst, src + hd, (size_t)hd * sizeof(float));
-        }
-    op->rms_norm(be, s->q, &L->q_norm, s->q, n * nh, hd, hp->rms_eps);
-    op->rms_norm(be, s->k, &L->k_norm, s->k, n * hp->n_head_kv, hd, hp->rms_eps);
-    op->rope(be, s->q, n, nh, hd, b->ab.pos, &hp->rope);
-    op->rope(be, s->k, n, hp->n_head_kv, hd, b->ab.pos, &hp->rope);
+    /* split each head's query and gate rows: (n * nh) rows of hd, 2 * hd apart */
+    size_t row = (size_t)hd * sizeof(float);
+    bk_copy_rows(be, s->q, row, s->qg, 2 * row, row, (size_t)n * nh);
+    bk_copy_rows(be, s->gz, row, s->qg + hd, 2 * row, row, (size_t)n * nh);
+    bk_qk_norm_rope(be, s->q, s->k, n, nh, hp->n_head_kv, hd, &L->q_norm, &L->k_norm, hp->rms_eps, b->ab.pos,
+                    &hp->rope);
     op->attention(be, s->q, s->k, s->v, &kv[l], &b->ab, nh, hp->n_head_kv, hd, 1.0f / sqrtf((float)hd), s->att);
     op->sigmoid_mul(be, s->att, s->gz, n, qd, qd);
     bk_matmul_add(be, &L->wo, s->att, n, s->xb, s->x);

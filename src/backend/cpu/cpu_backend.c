@@ -700,6 +700,12 @@ static void cpu_copy(bk_backend *be, void *dst, const void *src, size_t bytes) {
     memcpy(dst, src, bytes);
 }
 
+static void cpu_copy_rows(bk_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                          size_t row_bytes, size_t n_rows) {
+    (void)be;
+    for (size_t r = 0; r < n_rows; r++) memcpy((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, row_bytes);
+}
+
 /* ---- mixture of experts (cpu_moe.c) ---- */
 static void cpu_moe_route_op(bk_backend *be, const float *logits, int n, int n_expert, int k, bool norm,
                              float scale, int32_t *ids, float *weights) {
@@ -745,6 +751,7 @@ static const bk_backend_ops cpu_ops = {
     .add = cpu_add,
     .read = cpu_read,
     .copy = cpu_copy,
+    .copy_rows = cpu_copy_rows,
     .moe_route = cpu_moe_route_op,
     .moe_ffn = cpu_moe_ffn_op,
     .ssm_conv = cpu_ssm_conv_op,

@@ -156,6 +156,15 @@ static void cuda_copy(bk_backend *be, void *dst, const void *src, size_t bytes) 
     CU_OP(cb, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->stream));
 }
 
+/* One 2-D copy (a single graph node) instead of a copy per row. */
+static void cuda_copy_rows(bk_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                           size_t row_bytes, size_t n_rows) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (!n_rows || !row_bytes) return;
+    cb->xq_src = NULL;
+    CU_OP(cb, cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, n_rows, cudaMemcpyDeviceToDevice, cb->stream));
+}
+
 static const bk_backend_ops cuda_ops = {
     /* name */ "cuda",
     /* free */ cuda_free,
@@ -181,6 +190,7 @@ static const bk_backend_ops cuda_ops = {
     /* ssm_conv */ cuda_ssm_conv,
     /* gated_delta */ cuda_gated_delta,
     /* sigmoid_mul */ cuda_sigmoid_mul,
+    /* copy_rows */ cuda_copy_rows,
 };
 
 extern "C" int bk_cuda_device_count(void) {
