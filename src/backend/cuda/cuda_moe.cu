@@ -36,8 +36,15 @@
  *
  * An entry whose expert id is negative contributes nothing: the grouping
  * skips it and the combine counts it as weight 0 (the hot-expert cache of
- * engine/offload.c marks experts it computes elsewhere so). */
+ * engine/offload.c marks experts it computes elsewhere so).
+ *
+ * Expert tensors with a table of expert pointers (bk_weight.expert_ptrs, all
+ * three or none) take expert e's rows from tab[e], read from device memory
+ * when the kernel runs: the hot-expert cache points an expert at its GPU
+ * slot or at its bytes in mapped host memory (streamed over PCIe), and a
+ * captured graph follows the table's later changes. */
 #include "backend/cuda/cuda_mmq.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 
 #define ROUTE_THREADS 128
 #define GROUP_THREADS 256
@@ -59,6 +66,8 @@
 /* ---- router: one block per token ---- */
 __global__ void __launch_bounds__(ROUTE_THREADS)
 moe_route_kernel(const float *logits, int n_expert, int k, int norm, float scale, int32_t *ids, float *weights) {
+    pdl_wait(); /* programmatic launches (cuda_pdl.cuh): everything here reads the previous kernel's output */
+    pdl_allow_next();
     __shared__ float p[BK_MOE_MAX_EXPERTS]; /* probabilities; a chosen expert's becomes -inf */
     __shared__ float red_f[ROUTE_THREADS / 32];
     __shared__ int red_i[ROUTE_THREADS / 32];
@@ -150,8 +159,8 @@ extern "C" void cuda_moe_route(bk_backend *be, const float *logits, int n, int n
         cuda_set_error(cb, bk_fail(BRISK_ERR_INVALID_ARG, "cuda moe_route: %d of %d experts", k, n_expert));
         return;
     }
-    moe_route_kernel<<<(unsigned)n, ROUTE_THREADS, 0, cb->stream>>>(logits, n_expert, k, norm ? 1 : 0, scale, ids,
-                                                                    weights);
+    pdl_launch(cb, moe_route_kernel, dim3((unsigned)n), dim3(ROUTE_THREADS), 0, logits, n_expert, k, norm ? 1 : 0, scale,
+               ids, weights);
     CU_LAUNCHED(cb);
 }
 
@@ -169,6 +178,8 @@ __device__ __forceinline__ int moe_entry_expert(const int32_t *ids, int i, int n
 __global__ void __launch_bounds__(GROUP_THREADS)
 moe_group_kernel(const int32_t *ids, int nk, int n_expert, int tile_nt, int32_t *off, int32_t *act, int32_t *n_act,
                  int32_t *ent, int2 *tiles, int32_t *n_tiles) {
+    pdl_wait();
+    pdl_allow_next();
     __shared__ int cnt[BK_MOE_MAX_EXPERTS];  /* entries per expert, then its first tile */
     __shared__ int fill[BK_MOE_MAX_EXPERTS];
     const int tid = threadIdx.x, lane = tid % 32;
@@ -230,7 +241,16 @@ typedef struct moe_act {
     const float2 *xds;
     int64_t n_in;
     int div;
+    /* the launch's weight tables when its experts are placed one by one (bk_weight.expert_ptrs):
+     * [0] for W (or D), [1] for U; NULL: expert e's rows follow e * rows rows of W */
+    const uint8_t *const *wtab[2];
 } moe_act;
+
+/* The first row of expert e: tab[e], or e * rows rows into the contiguous tensor W. */
+__device__ __forceinline__ const uint8_t *moe_expert_base(const uint8_t *W, const uint8_t *const *tab, int e,
+                                                          int64_t rows, size_t row_bytes) {
+    return tab ? tab[e] : W + (int64_t)e * rows * (int64_t)row_bytes;
+}
 
 /* acc[i][t] += dot(row i, activations of entry en[t]) over this lane's part
  * of n_in, for t < nt. Float path: the loop of cuda_gemv.cu's gemv_kernel;
@@ -316,17 +336,21 @@ template <int T, bool BOTH, bool Q8>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
 moe_gate_up_kernel(const uint8_t *W, const uint8_t *U, size_t row_bytes, int64_t n_ff, moe_act a, const int32_t *off,
                    const int32_t *act, const int32_t *n_act, const int32_t *ent, float *h, int stage) {
+    pdl_wait();
+    pdl_allow_next();
     int e = block_expert(act, n_act);
     if (e < 0) return;
     int lane = threadIdx.x % 32;
     int64_t r0 = ((int64_t)blockIdx.x * MOE_WARPS + threadIdx.x / 32) * MOE_ROWS;
     if (r0 >= n_ff) return;
     const uint8_t *rg[MOE_ROWS], *ru[MOE_ROWS];
+    const uint8_t *wb = moe_expert_base(W, a.wtab[0], e, n_ff, row_bytes),
+                  *ub = BOTH ? moe_expert_base(U, a.wtab[1], e, n_ff, row_bytes) : wb;
 #pragma unroll
     for (int i = 0; i < MOE_ROWS; i++) {
-        int64_t r = (int64_t)e * n_ff + (r0 + i < n_ff ? r0 + i : r0);
-        rg[i] = W + r * row_bytes;
-        ru[i] = BOTH ? U + r * row_bytes : rg[i];
+        int64_t r = r0 + i < n_ff ? r0 + i : r0;
+        rg[i] = wb + r * row_bytes;
+        ru[i] = BOTH ? ub + r * row_bytes : rg[i];
     }
     int beg = off[e], end = off[e + 1];
     for (int c0 = beg; c0 < end; c0 += MOE_NT) {
@@ -366,14 +390,16 @@ template <int T, bool Q8>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
 moe_down_kernel(const uint8_t *D, size_t row_bytes, int64_t n_embd, moe_act a, const int32_t *off, const int32_t *act,
                 const int32_t *n_act, const int32_t *ent, float *dout) {
+    pdl_wait();
+    pdl_allow_next();
     int e = block_expert(act, n_act);
     if (e < 0) return;
     int lane = threadIdx.x % 32;
     int64_t r0 = ((int64_t)blockIdx.x * MOE_WARPS + threadIdx.x / 32) * MOE_ROWS;
     if (r0 >= n_embd) return;
-    const uint8_t *rows[MOE_ROWS];
+    const uint8_t *rows[MOE_ROWS], *db = moe_expert_base(D, a.wtab[0], e, n_embd, row_bytes);
 #pragma unroll
-    for (int i = 0; i < MOE_ROWS; i++) rows[i] = D + ((int64_t)e * n_embd + (r0 + i < n_embd ? r0 + i : r0)) * row_bytes;
+    for (int i = 0; i < MOE_ROWS; i++) rows[i] = db + (r0 + i < n_embd ? r0 + i : r0) * row_bytes;
     int beg = off[e], end = off[e + 1];
     for (int c0 = beg; c0 < end; c0 += MOE_NT) {
         int nt = end - c0 < MOE_NT ? end - c0 : MOE_NT;
@@ -404,6 +430,8 @@ moe_down_kernel(const uint8_t *D, size_t row_bytes, int64_t n_embd, moe_act a, c
  * A slot of a negative id adds nothing (its dout row was never written: not even 0 * it). */
 __global__ void moe_combine_kernel(const float *dout, const float *w, const int32_t *ids, int n, int k, int64_t n_embd,
                                    float *out) {
+    pdl_wait();
+    pdl_allow_next();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n * n_embd) return;
     int64_t t = i / n_embd, c = i % n_embd;
@@ -500,7 +528,8 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
     int64_t n_ff = gate->n_out / n_expert, n_embd = gate->n_in;
     if (n_expert > BK_MOE_MAX_EXPERTS || k < 1 || k > n_expert || up->n_out != gate->n_out || up->n_in != n_embd ||
         down->n_in != n_ff || down->n_out != n_expert * n_embd || !cuda_type_supported(gate->type) ||
-        !cuda_type_supported(up->type) || !cuda_type_supported(down->type)) {
+        !cuda_type_supported(up->type) || !cuda_type_supported(down->type) ||
+        !gate->expert_ptrs != !up->expert_ptrs || !gate->expert_ptrs != !down->expert_ptrs) {
         cuda_set_error(cb, bk_fail(BRISK_ERR_INVALID_ARG, "cuda moe_ffn: expert tensors %s, %s, %s do not fit",
                                    gate->name, up->name, down->name));
         return;
@@ -516,6 +545,10 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
     int2 *tiles = (int2 *)((char *)ent + l.b_ent);
     int32_t *n_tiles = (int32_t *)((char *)tiles + l.b_tiles);
     const uint8_t *G = (const uint8_t *)gate->dev, *U = (const uint8_t *)up->dev, *D = (const uint8_t *)down->dev;
+    /* experts placed one by one: their tables (device memory), else NULL */
+    const uint8_t *const *tg = (const uint8_t *const *)gate->expert_ptrs,
+                         *const *tu = (const uint8_t *const *)up->expert_ptrs,
+                         *const *td = (const uint8_t *const *)down->expert_ptrs;
     bool both = gate->type == up->type && gate->row_bytes == up->row_bytes;
     const int rows_per_block = MOE_WARPS * MOE_ROWS;
     /* integer dots where the type has them and the quantized rows fit cuda_mmvq's buffer */
@@ -534,9 +567,9 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
         }
         const unsigned tile_cap = tnt ? slots + (unsigned)(nk / tnt) : 0; /* >= the tiles listed */
         const int32_t *ids_c = ids + (size_t)t0 * k;
-        moe_group_kernel<<<1, GROUP_THREADS, 0, cb->stream>>>(ids_c, nk, n_expert, tnt, off, act, n_act, ent, tiles,
-                                                             n_tiles);
-        moe_act ax = {x + (size_t)t0 * n_embd, cb->xq, cb->xds, n_embd, k};
+        pdl_launch(cb, moe_group_kernel, dim3(1), dim3(GROUP_THREADS), 0, ids_c, nk, n_expert, tnt, off, act, n_act, ent,
+                   tiles, n_tiles);
+        moe_act ax = {x + (size_t)t0 * n_embd, cb->xq, cb->xds, n_embd, k, {tg, tu}};
         bool qx = (q8_g || q8_u) && (size_t)nc * n_embd <= cb->xq_cap && cuda_mmvq_quantize(cb, ax.x, n_embd, nc);
         /* the grouped mmq launch's arguments for h or dout (rows per expert n_rows, activations by entry / div) */
         mmq_args mq = {};
@@ -555,16 +588,18 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
 #define GATE_UP(T_ID, BOTH, Q8, W, RB, STAGE)                                                                      \
     do {                                                                                                           \
         if (Q8) {                                                                                                  \
-            MOE_Q8_DISPATCH(T_ID, moe_gate_up_kernel<TT, BOTH, true><<<g1, MOE_WARPS * 32, 0, cb->stream>>>(       \
-                                      W, U, RB, n_ff, ax, off, act, n_act, ent, h, STAGE))                         \
+            MOE_Q8_DISPATCH(T_ID, pdl_launch(cb, moe_gate_up_kernel<TT, BOTH, true>, g1, dim3(MOE_WARPS * 32), 0, \
+                                             W, U, RB, n_ff, ax, off, act, n_act, ent, h, STAGE))                  \
         } else {                                                                                                   \
-            BK_DISPATCH(T_ID, moe_gate_up_kernel<TT, BOTH, false><<<g1, MOE_WARPS * 32, 0, cb->stream>>>(         \
-                                   W, U, RB, n_ff, ax, off, act, n_act, ent, h, STAGE))                            \
+            BK_DISPATCH(T_ID, pdl_launch(cb, moe_gate_up_kernel<TT, BOTH, false>, g1, dim3(MOE_WARPS * 32), 0,    \
+                                         W, U, RB, n_ff, ax, off, act, n_act, ent, h, STAGE))                      \
         }                                                                                                          \
     } while (0)
         if (both && tnt && qx && q8_g) { /* silu(gate) * up in the epilogue: 16 gate and 16 up rows per block */
             mq.W = G;
             mq.W2 = U;
+            mq.Wtab = tg;
+            mq.W2tab = tu;
             mq.row_bytes = gate->row_bytes;
             mmq_launch<true, true>(cb->stream, gate->type, dim3((unsigned)((n_ff + 15) / 16), tile_cap), tnt, mq);
         } else if (both) {
@@ -573,6 +608,7 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
             dim3 gm((unsigned)((n_ff + MMQ_ROWS - 1) / MMQ_ROWS), tile_cap);
             if (tnt && qx && q8_g) {
                 mq.W = G;
+                mq.Wtab = tg;
                 mq.row_bytes = gate->row_bytes;
                 mq.mode = MMQ_STORE;
                 mmq_launch<false, true>(cb->stream, gate->type, gm, tnt, mq);
@@ -581,21 +617,25 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
             }
             if (tnt && qx && q8_u) {
                 mq.W = U;
+                mq.Wtab = tu;
                 mq.row_bytes = up->row_bytes;
                 mq.mode = MMQ_SILU_MUL;
                 mmq_launch<false, true>(cb->stream, up->type, gm, tnt, mq);
             } else {
+                ax.wtab[0] = tu; /* stage 1's W is up */
                 GATE_UP(up->type, false, qx && q8_u, U, up->row_bytes, 1);
             }
         }
 #undef GATE_UP
         /* h's rows are quantized after gate/up have read x's (the same buffer, in stream order) */
-        moe_act ah = {h, cb->xq, cb->xds, n_ff, 1};
+        moe_act ah = {h, cb->xq, cb->xds, n_ff, 1, {td, NULL}};
         bool qh = q8_d && (size_t)nk * n_ff <= cb->xq_cap && cuda_mmvq_quantize(cb, h, n_ff, nk);
         dim3 g2((unsigned)((n_embd + rows_per_block - 1) / rows_per_block), slots);
         if (qh && tnt) {
             mq.W = D;
             mq.W2 = NULL;
+            mq.Wtab = td;
+            mq.W2tab = NULL;
             mq.row_bytes = down->row_bytes;
             mq.n_in = n_ff;
             mq.n_rows = n_embd;
@@ -606,15 +646,15 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
             mmq_launch<false, true>(cb->stream, down->type,
                                     dim3((unsigned)((n_embd + MMQ_ROWS - 1) / MMQ_ROWS), tile_cap), tnt, mq);
         } else if (qh) {
-            MOE_Q8_DISPATCH(down->type, moe_down_kernel<TT, true><<<g2, MOE_WARPS * 32, 0, cb->stream>>>(
-                                            D, down->row_bytes, n_embd, ah, off, act, n_act, ent, dout));
+            MOE_Q8_DISPATCH(down->type, pdl_launch(cb, moe_down_kernel<TT, true>, g2, dim3(MOE_WARPS * 32), 0, D,
+                                                   down->row_bytes, n_embd, ah, off, act, n_act, ent, dout));
         } else {
-            BK_DISPATCH(down->type, moe_down_kernel<TT, false><<<g2, MOE_WARPS * 32, 0, cb->stream>>>(
-                                         D, down->row_bytes, n_embd, ah, off, act, n_act, ent, dout));
+            BK_DISPATCH(down->type, pdl_launch(cb, moe_down_kernel<TT, false>, g2, dim3(MOE_WARPS * 32), 0, D,
+                                               down->row_bytes, n_embd, ah, off, act, n_act, ent, dout));
         }
         int64_t tot = (int64_t)nc * n_embd;
-        moe_combine_kernel<<<(unsigned)((tot + 255) / 256), 256, 0, cb->stream>>>(
-            dout, weights + (size_t)t0 * k, ids_c, nc, k, n_embd, out + (size_t)t0 * n_embd);
+        pdl_launch(cb, moe_combine_kernel, dim3((unsigned)((tot + 255) / 256)), dim3(256), 0, (const float *)dout,
+                   weights + (size_t)t0 * k, ids_c, nc, k, n_embd, out + (size_t)t0 * n_embd);
     }
     CU_LAUNCHED(cb);
 }
