@@ -13,6 +13,7 @@
  * for rows that are no multiple of 32 (and BRISK_CUDA_MMA=0).
  */
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 
 #define GEMV_MAX_TOK 8 /* float-path GEMV; integer-dot types go to cuda_mmvq.cu */
 #define GEMV_WARPS 4
@@ -61,6 +62,8 @@ template <int T, int R>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
 gemv_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, const float *x, int n,
             const float *bias, float *y, int accum) {
+    pdl_wait(); /* a programmatic launch (cuda_pdl.cuh): x is the previous kernel's output */
+    pdl_allow_next();
     int lane = threadIdx.x % 32;
     int64_t r0 = ((int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32) * R;
     if (r0 >= n_out) return;
@@ -194,9 +197,9 @@ static void matmul_one(cuda_backend *cb, const bk_weight *w, const bk_weight *bi
     unsigned blocks = (unsigned)((warps + GEMV_WARPS - 1) / GEMV_WARPS);
     for (int t0 = 0; t0 < n; t0 += GEMV_MAX_TOK) {
         int nt = n - t0 < GEMV_MAX_TOK ? n - t0 : GEMV_MAX_TOK;
-        BK_DISPATCH(w->type, gemv_kernel<TT, R><<<blocks, GEMV_WARPS * 32, 0, cb->stream>>>(
-                                 W, w->row_bytes, n_in, n_out, x + (int64_t)t0 * n_in, nt, b,
-                                 y + (int64_t)t0 * n_out, accum));
+        BK_DISPATCH(w->type, pdl_launch(cb, gemv_kernel<TT, R>, dim3(blocks), dim3(GEMV_WARPS * 32), 0, W,
+                                        w->row_bytes, n_in, n_out, x + (int64_t)t0 * n_in, nt, b,
+                                        y + (int64_t)t0 * n_out, accum));
     }
 }
 
@@ -225,17 +228,18 @@ extern "C" void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, 
     if (n <= 0) return;
     /* Decode- and batch-sized products on integer-dot types: quantize x once for all the matrices
      * (x too large for cb->xq: the float paths). */
+    /* A matrix of another type in the call (a float vector such as qwen35moe's shared-expert gate
+     * beside its Q4_K gate and up) takes the float path alone; the others keep theirs. */
     int path = q8_path(cb, n);
-    for (int m = 0; m < n_w && path; m++)
-        if (!cuda_mmvq_supported(w[m]->type, w[m]->n_in)) path = Q8_NONE;
-    if (path && cuda_mmvq_prepare(cb, x, w[0]->n_in, n)) {
-        for (int m = 0; m < n_w; m++)
-            q8_matmul(cb, path, w[m], bias && bias[m] ? (const float *)bias[m]->dev : NULL, n, y[m], 0);
-        CU_LAUNCHED(cb);
-        return;
-    }
+    bool any_q8 = false;
+    for (int m = 0; m < n_w && path; m++) any_q8 |= cuda_mmvq_supported(w[m]->type, w[m]->n_in);
+    if (!(any_q8 && cuda_mmvq_prepare(cb, x, w[0]->n_in, n))) path = Q8_NONE;
     bool x16 = false;
-    for (int m = 0; m < n_w; m++) matmul_one(cb, w[m], bias ? bias[m] : NULL, x, n, y[m], 0, &x16);
+    for (int m = 0; m < n_w; m++) {
+        if (path && cuda_mmvq_supported(w[m]->type, w[m]->n_in))
+            q8_matmul(cb, path, w[m], bias && bias[m] ? (const float *)bias[m]->dev : NULL, n, y[m], 0);
+        else matmul_one(cb, w[m], bias ? bias[m] : NULL, x, n, y[m], 0, &x16);
+    }
     CU_LAUNCHED(cb);
 }
 

@@ -93,7 +93,8 @@ typedef struct cuda_backend {
 /* Batches up to this size run the integer-dot product in MMVQ_MAX_TOK-token slices (the weights
  * are read once per slice): the tensor-core kernel's 128x64 tiles leave most SMs idle there. */
 #define MMVQ_SLICE_MAX 64
-#define MMQ_MIN_TOK 2           /* default smallest batch of the tensor-core integer product (cuda_mmq.cu) */
+#define MMQ_MIN_TOK 8           /* default smallest batch of the tensor-core integer product (cuda_mmq.cu; H200, session 5:
+                                 * 4 sequences decode at 545 tok/s on it, 776 on the mmvq slices) */
 #define MMQ_MAX_TOK 128         /* default first batch it leaves to cuBLAS (cuda_blas.cu's BLAS_MIN_TOK) */
 #define MOE_MMQ_MIN_ENT 64      /* default smallest (token, expert) entry count of grouped mmq expert products */
 
