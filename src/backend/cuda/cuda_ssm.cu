@@ -35,6 +35,7 @@
  * channel) over each entry's window (the carried inputs and the earlier
  * entries of its sequence), then writes the new carried inputs. */
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 
 #define CONV_THREADS 128
 #define CONV_ENT 32      /* entries per block of the parallel conv */
@@ -53,6 +54,8 @@ static const int32_t *seq_dev(cuda_backend *cb, const int32_t *seq, int n) {
  * contraction), so only the SiLU's exp differs. */
 __global__ void __launch_bounds__(CONV_THREADS)
 ssm_conv_kernel(const float *x, const float *w, float *conv, const int32_t *seq, int n, int nc, int dc, float *out) {
+    pdl_wait(); /* a programmatic launch (cuda_pdl.cuh): x is the previous kernel's output */
+    pdl_allow_next();
     int c = blockIdx.x * CONV_THREADS + threadIdx.x;
     if (c >= nc) return;
     const float *wc = w + (size_t)c * dc;
@@ -169,8 +172,8 @@ extern "C" void cuda_ssm_conv(bk_backend *be, const float *x, const bk_weight *w
     if (!d_seq) return;
     const unsigned gx = (unsigned)((channels + CONV_THREADS - 1) / CONV_THREADS);
     if (cb->gd_chunk_off || cb->capturing || n < CONV_PAR_MIN || d_conv - 1 > CONV_BACK_MAX) {
-        ssm_conv_kernel<<<gx, CONV_THREADS, 0, cb->stream>>>(x, (const float *)w->dev, conv, d_seq, n, channels,
-                                                             d_conv, out);
+        pdl_launch(cb, ssm_conv_kernel, dim3(gx), dim3(CONV_THREADS), 0, x, (const float *)w->dev, conv, d_seq, n,
+                   channels, d_conv, out);
         CU_LAUNCHED(cb);
         return;
     }
@@ -223,6 +226,20 @@ gated_delta_kernel(const float *qkv, const float *b, const float *a, const float
     float S[J];
     float *row_s = NULL; /* S[r, :] of the current sequence in memory */
     int cur = -1;
+    /* A programmatic launch (cuda_pdl.cuh): the first entry's state row was last written by this
+     * layer's previous step (complete: only the kernel right before this one may still run), so it
+     * loads before pdl_wait; q, k, v, a and b are the previous kernels' outputs. */
+    if (n > 0) {
+        int s0 = seq[0];
+        if (!((unsigned)s0 < GD_SKIP_SLOTS && (skip.bits[s0 / 32] >> (s0 % 32) & 1u))) {
+            row_s = ssm + ((size_t)s0 * nv + h) * dd + (size_t)r * d;
+#pragma unroll
+            for (int j = 0; j < J; j++) S[j] = lane + 32 * j < d ? row_s[lane + 32 * j] : 0.0f;
+            cur = s0;
+        }
+    }
+    pdl_wait();
+    pdl_allow_next();
     for (int t = 0; t < n; t++) {
         int s = seq[t];
         if ((unsigned)s < GD_SKIP_SLOTS && (skip.bits[s / 32] >> (s % 32) & 1u)) continue;
@@ -683,8 +700,8 @@ extern "C" void cuda_gated_delta(bk_backend *be, const float *qkv, const float *
     if (left > 0) { /* decode, and the sequences with few entries */
         dim3 grid((unsigned)((d + GD_WARPS - 1) / GD_WARPS), (unsigned)n_v_heads);
 #define GD_LAUNCH(J)                                                                                                  \
-    gated_delta_kernel<J><<<grid, GD_WARPS * 32, 0, cb->stream>>>(qkv, b, a, ab, as, ssm, d_seq, skip, n, n_k_heads, \
-                                                                  n_v_heads, d, eps, out)
+    pdl_launch(cb, gated_delta_kernel<J>, grid, dim3(GD_WARPS * 32), 0, qkv, b, a, ab, as, ssm, d_seq, skip, n,     \
+               n_k_heads, n_v_heads, d, eps, out)
         if (d <= 32) GD_LAUNCH(1);
         else if (d <= 64) GD_LAUNCH(2);
         else if (d <= 128) GD_LAUNCH(4);
