@@ -273,6 +273,7 @@ static brisk_status cuda_init(cuda_backend *cb) {
     const char *sl = getenv("BRISK_CUDA_MMVQ_SLICES");
     cb->mmvq_slices_off = sl && !strcmp(sl, "0");
     cb->fa_off = getenv("BRISK_CUDA_FA") && !strcmp(getenv("BRISK_CUDA_FA"), "0");
+    cb->mmvq_multi_off = getenv("BRISK_CUDA_MMVQ_MULTI") && !strcmp(getenv("BRISK_CUDA_MMVQ_MULTI"), "0");
     int cc_major = 0;
     CU_TRY(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, cb->device));
     cb->pdl_off = cc_major < 9 || (getenv("BRISK_CUDA_PDL") && !strcmp(getenv("BRISK_CUDA_PDL"), "0"));
@@ -285,6 +286,7 @@ static brisk_status cuda_init(cuda_backend *cb) {
     const char *mq = getenv("BRISK_CUDA_MMQ"), *mqmin = getenv("BRISK_CUDA_MMQ_MIN"),
                *mqmax = getenv("BRISK_CUDA_MMQ_MAX"), *bmin = getenv("BRISK_CUDA_CUBLAS_MIN_TOK");
     cb->mmq_off = mq && !strcmp(mq, "0");
+    cb->mmq_v1 = getenv("BRISK_CUDA_MMQ_V1") && !strcmp(getenv("BRISK_CUDA_MMQ_V1"), "1");
     cb->mmq_min = mqmin && atoi(mqmin) > 0 ? atoi(mqmin) : MMQ_MIN_TOK;
     cb->mmq_max = mqmax && atoi(mqmax) > 0 ? atoi(mqmax) : bmin && atoi(bmin) > 0 ? atoi(bmin) : MMQ_MAX_TOK;
     const char *mm = getenv("BRISK_CUDA_MOE_MMQ"), *mmmin = getenv("BRISK_CUDA_MOE_MMQ_MIN");

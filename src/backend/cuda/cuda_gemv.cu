@@ -236,6 +236,16 @@ extern "C" void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, 
     if (!(any_q8 && cuda_mmvq_prepare(cb, x, w[0]->n_in, n))) path = Q8_NONE;
     bool x16 = false;
     for (int m = 0; m < n_w; m++) {
+        if (path == Q8_MMVQ && n <= MMVQ_MAX_TOK && n_w - m > 1) { /* runs of one type in one launch */
+            const float *bs[MMVQ_MULTI_MAX];
+            int cnt = n_w - m < MMVQ_MULTI_MAX ? n_w - m : MMVQ_MULTI_MAX;
+            for (int i = 0; i < cnt; i++) bs[i] = bias && bias[m + i] ? (const float *)bias[m + i]->dev : NULL;
+            int took = cuda_mmvq_multi(cb, cnt, w + m, bs, n, y + m);
+            if (took > 0) {
+                m += took - 1;
+                continue;
+            }
+        }
         if (path && cuda_mmvq_supported(w[m]->type, w[m]->n_in))
             q8_matmul(cb, path, w[m], bias && bias[m] ? (const float *)bias[m]->dev : NULL, n, y[m], 0);
         else matmul_one(cb, w[m], bias ? bias[m] : NULL, x, n, y[m], 0, &x16);

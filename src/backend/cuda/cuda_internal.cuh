@@ -65,12 +65,14 @@ typedef struct cuda_backend {
     bool qkrope_off;            /* BRISK_CUDA_QKROPE=0: QK-norm and rope op by op (A/B) */
     bool normq_off;             /* BRISK_CUDA_NORMQ=0: the RMS norm does not quantize its output (A/B) */
     bool mmvq_slices_off;       /* BRISK_CUDA_MMVQ_SLICES=0: 17..MMVQ_SLICE_MAX tokens on the prefill path */
+    bool mmvq_multi_off;        /* BRISK_CUDA_MMVQ_MULTI=0: one launch per matrix of a call (A/B) */
     bool pdl_off;               /* BRISK_CUDA_PDL=0 or before sm_90: decode kernels launched the ordinary way (cuda_pdl.cuh) */
     bool gd_chunk_off;          /* BRISK_CUDA_GD_CHUNK=0: prefill delta rule and short conv token by token (A/B) */
 
     /* int8 tensor-core products (cuda_mmq.cu) for batches of mmq_min <= n < mmq_max tokens on the
      * integer-dot types; below, cuda_mmvq.cu; from mmq_max, cuda_blas.cu / cuda_mma.cu */
     bool mmq_off;               /* BRISK_CUDA_MMQ=0 */
+    bool mmq_v1;                /* BRISK_CUDA_MMQ_V1=1: dense products on the first mmq kernel (A/B) */
     int mmq_min;                /* BRISK_CUDA_MMQ_MIN (default MMQ_MIN_TOK) */
     int mmq_max;                /* BRISK_CUDA_MMQ_MAX (default: BRISK_CUDA_CUBLAS_MIN_TOK, else MMQ_MAX_TOK) */
     bool moe_mmq_off;           /* BRISK_CUDA_MOE_MMQ=0: expert products on the GEMV-style kernels only */
@@ -90,6 +92,7 @@ typedef struct cuda_backend {
 } cuda_backend;
 
 #define MMVQ_MAX_TOK 16         /* tokens per integer-dot matrix product (batched decode) */
+#define MMVQ_MULTI_MAX 8        /* matrices of one matmul call cuda_mmvq_multi looks at (it launches runs of up to 3) */
 /* Batches up to this size run the integer-dot product in MMVQ_MAX_TOK-token slices (the weights
  * are read once per slice): the tensor-core kernel's 128x64 tiles leave most SMs idle there. */
 #define MMVQ_SLICE_MAX 64
@@ -488,6 +491,8 @@ void cuda_moe_free(cuda_backend *cb);
 bool cuda_mmvq_supported(uint32_t type, int64_t n_in);
 bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n);
 void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum);
+int cuda_mmvq_multi(cuda_backend *cb, int n_w, const bk_weight *const *w, const float *const *bias, int n,
+                    float *const *y);
 bool cuda_mmvq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, int n, float *out);
 /* cuda_mmq.cu: the same products on int8 tensor cores for activations already quantized
  * (cuda_mmvq_prepare); cuda_mmq_use says whether a batch of n tokens belongs to it. */

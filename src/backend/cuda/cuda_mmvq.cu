@@ -60,16 +60,16 @@ template <int T, int NT> struct mmvq_unroll { /* Q4_K: pairs of groups */
  * stores silu(gate) * up (the FFN's SwiGLU, as swiglu_kernel computes it) to y[t, r].
  * Warps stride over the rows (a grid smaller than the matrix makes the kernel persistent;
  * dev/kernels/mmvq_lab.cu times both). */
-template <int T, int NT, bool GLU, int U = mmvq_unroll<T, NT>::U> /* NT: tokens the registers are sized for */
-__global__ void __launch_bounds__(MMVQ_WARPS * 32)
-mmvq_kernel(const uint8_t *W, const uint8_t *W2, size_t row_bytes, int64_t n_in, int64_t n_out, const int8_t *xq,
-            const float2 *xds, int n, const float *bias, float *y, int accum) {
+template <int T, int NT, bool GLU, int U>
+__device__ __forceinline__ void mmvq_rows(const uint8_t *W, const uint8_t *W2, size_t row_bytes, int64_t n_in,
+                                          int64_t n_out, const int8_t *xq, const float2 *xds, int n, const float *bias,
+                                          float *y, int accum, int64_t wid0, int64_t wid_stride) {
     /* The weights do not depend on the kernel before this one: the first loads are issued before
      * pdl_wait, so under a programmatic launch they stream in while that kernel finishes. */
     bool waited = false;
     int lane = threadIdx.x % 32;
     int64_t n_groups = n_in / 32;
-    for (int64_t wid = (int64_t)blockIdx.x * MMVQ_WARPS + threadIdx.x / 32;; wid += (int64_t)gridDim.x * MMVQ_WARPS) {
+    for (int64_t wid = wid0;; wid += wid_stride) {
         int64_t r0 = GLU ? wid : wid * MMVQ_ROWS;
         if (r0 >= n_out) return;
         const uint8_t *rows[MMVQ_ROWS];
@@ -170,6 +170,38 @@ mmvq_kernel(const uint8_t *W, const uint8_t *W2, size_t row_bytes, int64_t n_in,
     }
 }
 
+template <int T, int NT, bool GLU, int U = mmvq_unroll<T, NT>::U> /* NT: tokens the registers are sized for */
+__global__ void __launch_bounds__(MMVQ_WARPS * 32)
+mmvq_kernel(const uint8_t *W, const uint8_t *W2, size_t row_bytes, int64_t n_in, int64_t n_out, const int8_t *xq,
+            const float2 *xds, int n, const float *bias, float *y, int accum) {
+    mmvq_rows<T, NT, GLU, U>(W, W2, row_bytes, n_in, n_out, xq, xds, n, bias, y, accum,
+                             (int64_t)blockIdx.x * MMVQ_WARPS + threadIdx.x / 32, (int64_t)gridDim.x * MMVQ_WARPS);
+}
+
+/* Up to MMVQ_MULTI matrices of one type and width on the same activations in one launch (a layer's
+ * q, k and v: two launches fewer per layer). Block b belongs to the matrix m with
+ * bend[m - 1] <= b < bend[m]; its warps take that matrix's rows as mmvq_kernel's would. */
+#define MMVQ_MULTI 3
+typedef struct mmvq_mats {
+    const uint8_t *W[MMVQ_MULTI];
+    const float *bias[MMVQ_MULTI];
+    float *y[MMVQ_MULTI];
+    int64_t n_out[MMVQ_MULTI];
+    unsigned bend[MMVQ_MULTI];
+    int count;
+} mmvq_mats;
+
+template <int T, int NT, int U = mmvq_unroll<T, NT>::U>
+__global__ void __launch_bounds__(MMVQ_WARPS * 32)
+mmvq_multi_kernel(mmvq_mats mm, size_t row_bytes, int64_t n_in, const int8_t *xq, const float2 *xds, int n, int accum) {
+    int m = 0;
+    while (m + 1 < mm.count && blockIdx.x >= mm.bend[m]) m++;
+    unsigned b0 = m ? mm.bend[m - 1] : 0;
+    mmvq_rows<T, NT, false, U>(mm.W[m], NULL, row_bytes, n_in, mm.n_out[m], xq, xds, n, mm.bias[m], mm.y[m], accum,
+                               (int64_t)(blockIdx.x - b0) * MMVQ_WARPS + threadIdx.x / 32,
+                               (int64_t)(mm.bend[m] - b0) * MMVQ_WARPS);
+}
+
 /* One launch of mmvq_kernel for weight type T: registers sized for the nt tokens (a decode step keeps
  * the occupancy of one token). A Q6_K matrix of many rows (the LM head) takes one group in flight:
  * there occupancy beats loads in flight (mmvq_lab). */
@@ -257,4 +289,54 @@ bool cuda_mmvq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up,
     const uint8_t *G = (const uint8_t *)gate->dev, *U = (const uint8_t *)up->dev;
     return mmvq_launch<true>(cb, gate->type, blocks, G, U, gate->row_bytes, gate->n_in, gate->n_out, cb->xq, cb->xds, n,
                              NULL, out, 0);
+}
+
+/* The matrices w[0..count) (one type, row size and width; count <= MMVQ_MULTI) on activations
+ * already quantized, n <= MMVQ_MAX_TOK: one launch of mmvq_multi_kernel. */
+template <int T>
+static void mmvq_multi_launch_t(cuda_backend *cb, const mmvq_mats &mm, size_t row_bytes, int64_t n_in, int nt,
+                                int accum) {
+    dim3 grid(mm.bend[mm.count - 1]), block(MMVQ_WARPS * 32);
+    if (nt == 1) pdl_launch(cb, mmvq_multi_kernel<T, 1>, grid, block, 0, mm, row_bytes, n_in, (const int8_t *)cb->xq,
+                            (const float2 *)cb->xds, nt, accum);
+    else if (nt <= 4) pdl_launch(cb, mmvq_multi_kernel<T, 4>, grid, block, 0, mm, row_bytes, n_in,
+                                 (const int8_t *)cb->xq, (const float2 *)cb->xds, nt, accum);
+    else if (nt <= 8) pdl_launch(cb, mmvq_multi_kernel<T, 8>, grid, block, 0, mm, row_bytes, n_in,
+                                 (const int8_t *)cb->xq, (const float2 *)cb->xds, nt, accum);
+    else pdl_launch(cb, mmvq_multi_kernel<T, MMVQ_MAX_TOK>, grid, block, 0, mm, row_bytes, n_in, (const int8_t *)cb->xq,
+                    (const float2 *)cb->xds, nt, accum);
+}
+
+/* y[m] = x W[m]^T (+ bias[m]) for the integer-dot matrices of one call, x already quantized and
+ * n <= MMVQ_MAX_TOK: runs of consecutive matrices of one type and row size (q and k of a Q4_K_M
+ * layer; all three where v has their type too) share a launch. Returns how many of w it took:
+ * the caller runs the rest (from the first it could not take) another way. */
+int cuda_mmvq_multi(cuda_backend *cb, int n_w, const bk_weight *const *w, const float *const *bias, int n,
+                    float *const *y) {
+    if (n > MMVQ_MAX_TOK || cb->mmvq_multi_off) return 0;
+    int done = 0;
+    while (done < n_w && cuda_mmvq_supported(w[done]->type, w[done]->n_in)) {
+        mmvq_mats mm = {};
+        unsigned blocks = 0;
+        const bk_weight *w0 = w[done];
+        while (done < n_w && mm.count < MMVQ_MULTI && w[done]->type == w0->type &&
+               w[done]->row_bytes == w0->row_bytes && w[done]->n_in == w0->n_in) {
+            int64_t warps = (w[done]->n_out + MMVQ_ROWS - 1) / MMVQ_ROWS;
+            blocks += (unsigned)((warps + MMVQ_WARPS - 1) / MMVQ_WARPS);
+            mm.W[mm.count] = (const uint8_t *)w[done]->dev;
+            mm.bias[mm.count] = bias ? bias[done] : NULL;
+            mm.y[mm.count] = y[done];
+            mm.n_out[mm.count] = w[done]->n_out;
+            mm.bend[mm.count] = blocks;
+            mm.count++;
+            done++;
+        }
+        switch (w0->type) {
+        case QT_Q8_0: mmvq_multi_launch_t<QT_Q8_0>(cb, mm, w0->row_bytes, w0->n_in, n, 0); break;
+        case QT_Q4_0: mmvq_multi_launch_t<QT_Q4_0>(cb, mm, w0->row_bytes, w0->n_in, n, 0); break;
+        case QT_Q4_K: mmvq_multi_launch_t<QT_Q4_K>(cb, mm, w0->row_bytes, w0->n_in, n, 0); break;
+        default: mmvq_multi_launch_t<QT_Q6_K>(cb, mm, w0->row_bytes, w0->n_in, n, 0); break;
+        }
+    }
+    return done;
 }
