@@ -80,13 +80,53 @@ __device__ __forceinline__ int dec_row(const int32_t *table, int bs, int p, int 
     return (table[p / bs] * bs + p % bs) * n_head_kv + kvh;
 }
 
+/* Merges the n_split partials of one (head h, token t) into out, with the DEC_WARPS * 32 threads of a
+ * block: the split weights once into shared memory (w_s), then one thread per dimension (coalesced
+ * reads of the partials). Maxima are base 2 (see the header). The partials are read through L2
+ * (__ldcg): in the fused form other blocks of the same grid wrote them. */
+__device__ __forceinline__ void dec_combine_head(const float *part, int n_split, int n_head, int hd, int h, int t,
+                                                 float *out, float *w_s, float *red) {
+    const int nt = DEC_WARPS * 32, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const float *pp = part + ((size_t)t * n_head + h) * n_split * (hd + 2);
+    float mx = -INFINITY;
+    for (int s = tid; s < n_split; s += nt) mx = fmaxf(mx, __ldcg(pp + (size_t)s * (hd + 2)));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) red[warp] = mx;
+    __syncthreads();
+    float M = red[0]; /* finite: split 0 holds position 0 */
+#pragma unroll
+    for (int w = 1; w < DEC_WARPS; w++) M = fmaxf(M, red[w]);
+    __syncthreads();
+    float ls = 0.0f;
+    for (int s = tid; s < n_split; s += nt) {
+        float w = exp2f(__ldcg(pp + (size_t)s * (hd + 2)) - M);
+        w_s[s] = w;
+        ls += w * __ldcg(pp + (size_t)s * (hd + 2) + 1);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ls += __shfl_xor_sync(0xffffffffu, ls, o);
+    if (lane == 0) red[warp] = ls;
+    __syncthreads();
+    float L = 0.0f;
+#pragma unroll
+    for (int w = 0; w < DEC_WARPS; w++) L += red[w];
+    float inv = 1.0f / L;
+    for (int d = tid; d < hd; d += nt) {
+        float o = 0.0f;
+        for (int s = 0; s < n_split; s++) o += w_s[s] * __ldcg(pp + (size_t)s * (hd + 2) + 2 + d);
+        out[((size_t)t * n_head + h) * hd + d] = o * inv;
+    }
+    __syncthreads(); /* w_s and red are reused by the next head */
+}
+
 /* One block per (G query heads from h0 = blockIdx.x * G, token, split). lpr = head_dim / 8 lanes per row
  * (4, 8, 16 or 32). Writes out (no split) or the split's (max, sum, unnormalised output) to part. */
 template <int KT, int G, int NR>
 __global__ void __launch_bounds__(DEC_WARPS * 32)
 attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_t *pos, const int32_t *tab_off,
                 const int32_t *tabs, int n_head, int n_head_kv, int group, int hd, float scale_log2, float *out,
-                float *part) {
+                float *part, int *cnt) {
     pdl_wait();
     pdl_allow_next();
     __shared__ __align__(16) float q_s[G][DEC_MAX_HD];
@@ -229,41 +269,32 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
             pp[2 + d] = o;
         }
     }
+    /* With cnt (one counter per (token, head group), zero between launches), the split that
+     * finishes last merges the partials: no combine kernel. Its writes are fenced before the
+     * count, as in the CUDA programming guide's last-block reduction. */
+    if (part && cnt) {
+        __shared__ float cw_s[DEC_MAX_SPLIT], cred[DEC_WARPS];
+        __shared__ int last;
+        __threadfence();
+        __syncthreads();
+        int *c = cnt + (size_t)t * gridDim.x + blockIdx.x;
+        if (tid == 0) last = atomicAdd(c, 1) == n_split - 1;
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        for (int g = 0; g < G; g++) dec_combine_head(part, n_split, n_head, hd, h0 + g, t, out, cw_s, cred);
+        if (tid == 0) *c = 0; /* ready for the next launch (the grid's end orders it before) */
+    }
 }
 
-/* Merges the splits of one (head, token): the split weights once into shared memory, then one
- * thread per dimension (coalesced reads of the partials). Maxima are base 2 (see the header). */
-__global__ void __launch_bounds__(128)
+/* Merges the splits of one (head, token) (BRISK_CUDA_ATTN_FUSE=0, or more (token, head group) pairs than
+ * counters): one block per pair, as dec_combine_head. */
+__global__ void __launch_bounds__(DEC_WARPS * 32)
 attn_dec_combine_kernel(const float *part, int n_split, int n_head, int hd, float *out) {
     pdl_wait();
     pdl_allow_next();
-    __shared__ float w_s[DEC_MAX_SPLIT], red[4];
-    int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const float *pp = part + ((size_t)t * n_head + h) * n_split * (hd + 2);
-    float mx = -INFINITY;
-    for (int s = tid; s < n_split; s += 128) mx = fmaxf(mx, pp[(size_t)s * (hd + 2)]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if (lane == 0) red[warp] = mx;
-    __syncthreads();
-    float M = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3])); /* finite: split 0 holds position 0 */
-    __syncthreads();
-    float ls = 0.0f;
-    for (int s = tid; s < n_split; s += 128) {
-        float w = exp2f(pp[(size_t)s * (hd + 2)] - M);
-        w_s[s] = w;
-        ls += w * pp[(size_t)s * (hd + 2) + 1];
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ls += __shfl_xor_sync(0xffffffffu, ls, o);
-    if (lane == 0) red[warp] = ls;
-    __syncthreads();
-    float inv = 1.0f / (red[0] + red[1] + red[2] + red[3]);
-    for (int d = tid; d < hd; d += 128) {
-        float o = 0.0f;
-        for (int s = 0; s < n_split; s++) o += w_s[s] * pp[(size_t)s * (hd + 2) + 2 + d];
-        out[((size_t)t * n_head + h) * hd + d] = o * inv;
-    }
+    __shared__ float w_s[DEC_MAX_SPLIT], red[DEC_WARPS];
+    dec_combine_head(part, n_split, n_head, hd, blockIdx.x, blockIdx.y, out, w_s, red);
 }
 
 bool cuda_attn_decode_supported(int head_dim) {
@@ -291,11 +322,12 @@ void cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
     }
     float *part = n_split > 1 ? cb->att_part : NULL;
     dim3 grid(n_head / G, n, n_split);
+    int *cnt = part && !cb->attn_fuse_off && (size_t)n * (n_head / G) <= ATT_CNT_N ? cb->att_cnt : NULL;
     float sl2 = scale * 1.4426950408889634f; /* log2 e */
 #define DEC_LAUNCH(KK, GG, NN)                                                                                    \
     pdl_launch(cb, attn_dec_kernel<KK, GG, NN>, grid, dim3(DEC_WARPS * 32), 0, q, (const void *)kv->k,           \
                (const void *)kv->v, kv->block_size, d_pos, d_off, d_tabs, n_head, n_head_kv, group, hd, sl2, out, \
-               part)
+               part, cnt)
 #define DEC_G(KK)                         \
     switch (G) {                          \
     case 2: DEC_LAUNCH(KK, 2, 4); break;  \
@@ -307,6 +339,7 @@ void cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
     if (kt == KT_Q8_0) DEC_G(KT_Q8_0) else if (kt == KT_F16) DEC_G(KT_F16) else DEC_G(KT_F32)
 #undef DEC_G
 #undef DEC_LAUNCH
-    if (part) pdl_launch(cb, attn_dec_combine_kernel, dim3(n_head, n), dim3(128), 0, (const float *)part, n_split, n_head,
-                         hd, out);
+    if (part && !cnt)
+        pdl_launch(cb, attn_dec_combine_kernel, dim3(n_head, n), dim3(DEC_WARPS * 32), 0, (const float *)part, n_split,
+                   n_head, hd, out);
 }

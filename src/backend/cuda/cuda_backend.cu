@@ -66,6 +66,7 @@ static void cuda_free(bk_backend *be) {
         free(cb->meta_last[i]);
     }
     cudaFree(cb->att_part);
+    cudaFree(cb->att_cnt);
     cudaFree(cb->xq);
     cudaFree(cb->xds);
     cuda_moe_free(cb);
@@ -262,6 +263,9 @@ static brisk_status cuda_init(cuda_backend *cb) {
     if (!(cb->pack = malloc(META_ATT_BYTES))) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     cb->att_part_cap = ATT_PART_FLOATS;
     CU_TRY(cudaMalloc(&cb->att_part, ATT_PART_FLOATS * sizeof(float)));
+    CU_TRY(cudaMalloc(&cb->att_cnt, ATT_CNT_N * sizeof(int)));
+    CU_TRY(cudaMemset(cb->att_cnt, 0, ATT_CNT_N * sizeof(int)));
+    cb->attn_fuse_off = getenv("BRISK_CUDA_ATTN_FUSE") && !strcmp(getenv("BRISK_CUDA_ATTN_FUSE"), "0");
     const char *mma = getenv("BRISK_CUDA_MMA");
     cb->mma_off = mma && !strcmp(mma, "0");
     const char *gqa = getenv("BRISK_CUDA_ATTN_GQA");

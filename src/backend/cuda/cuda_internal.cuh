@@ -66,6 +66,8 @@ typedef struct cuda_backend {
     bool normq_off;             /* BRISK_CUDA_NORMQ=0: the RMS norm does not quantize its output (A/B) */
     bool mmvq_slices_off;       /* BRISK_CUDA_MMVQ_SLICES=0: 17..MMVQ_SLICE_MAX tokens on the prefill path */
     bool mmvq_multi_off;        /* BRISK_CUDA_MMVQ_MULTI=0: one launch per matrix of a call (A/B) */
+    bool attn_fuse_off;         /* BRISK_CUDA_ATTN_FUSE=0: decode attention merges its splits in a kernel of its own (A/B) */
+    int *att_cnt;               /* (ATT_CNT_N) per (token, head group) split counters of the decode attention, zero between launches */
     bool pdl_off;               /* BRISK_CUDA_PDL=0 or before sm_90: decode kernels launched the ordinary way (cuda_pdl.cuh) */
     bool gd_chunk_off;          /* BRISK_CUDA_GD_CHUNK=0: prefill delta rule and short conv token by token (A/B) */
 
@@ -92,6 +94,7 @@ typedef struct cuda_backend {
 } cuda_backend;
 
 #define MMVQ_MAX_TOK 16         /* tokens per integer-dot matrix product (batched decode) */
+#define ATT_CNT_N 16384         /* decode attention split counters: (tokens x head groups) of one launch */
 #define MMVQ_MULTI_MAX 8        /* matrices of one matmul call cuda_mmvq_multi looks at (it launches runs of up to 3) */
 /* Batches up to this size run the integer-dot product in MMVQ_MAX_TOK-token slices (the weights
  * are read once per slice): the tensor-core kernel's 128x64 tiles leave most SMs idle there. */
