@@ -832,6 +832,115 @@ static void test_moe_ffn_mmq(void) {
     show_err = false;
 }
 
+/* Experts placed one by one (bk_weight.expert_ptrs, engine/offload.c's map mode): tables mixing
+ * device slots (in another order than the experts') and experts read over PCIe from pinned, mapped
+ * host memory give the contiguous tensors' result bit for bit, on the GEMV-style kernels (1 and 9
+ * tokens) and the grouped mmq ones (64, 512), fused and two-stage gate/up; and the routing
+ * counters (bk_cuda_expert_count) add up to the routing, twice. */
+static void check_moe_table(uint32_t tg, uint32_t tu, uint32_t td, int64_t n_embd, int64_t n_ff, int n_expert, int k,
+                            int n) {
+    const uint32_t ty[3] = {tg, tu, td};
+    const int64_t n_in[3] = {n_embd, n_embd, n_ff}, rows[3] = {n_ff, n_ff, n_embd};
+    bk_cuda_copier *cp = NULL;
+    CHECK_OK(bk_cuda_copier_new(gpu, &cp));
+    if (!cp) return;
+    bk_weight wc[3], wt[3];
+    void *hw[3], *hmap[3], *slots[3], *tabd[3];
+    int n_slot = (n_expert + 1) / 2;
+    for (int i = 0; i < 3; i++) {
+        size_t rb;
+        hw[i] = make_weight(ty[i], n_in[i], n_expert * rows[i], &rb);
+        size_t eb = rb * (size_t)rows[i], bytes = eb * (size_t)n_expert, al = (bytes + 256 + 4095) & ~(size_t)4095;
+        hmap[i] = aligned_alloc(4096, al);
+        memset(hmap[i], 0, al);
+        memcpy(hmap[i], hw[i], bytes);
+        CHECK(bk_cuda_copier_pin(cp, hmap[i], al));
+        wc[i] = (bk_weight){.name = "exps", .type = ty[i], .n_in = n_in[i], .n_out = n_expert * rows[i],
+                            .row_bytes = rb, .host = hw[i], .n_expert = n_expert};
+        CHECK_OK(gpu->ops->bind_weight(gpu, &wc[i]));
+        /* even experts in slots n_slot - 1 - e / 2, odd ones read from the mapping */
+        slots[i] = dev_copy(NULL, eb * (size_t)n_slot + 256);
+        const void **tab = malloc((size_t)n_expert * sizeof *tab);
+        for (int e = 0; e < n_expert; e++) {
+            const uint8_t *src = (const uint8_t *)hw[i] + (size_t)e * eb;
+            if (e % 2 == 0) {
+                uint8_t *d = (uint8_t *)slots[i] + (size_t)(n_slot - 1 - e / 2) * eb;
+                CHECK_OK(bk_cuda_write(gpu, d, src, eb));
+                tab[e] = d;
+            } else {
+                tab[e] = bk_cuda_copier_device_ptr(cp, (const uint8_t *)hmap[i] + (size_t)e * eb);
+                CHECK(tab[e] != NULL);
+            }
+        }
+        tabd[i] = dev_copy(tab, (size_t)n_expert * sizeof *tab);
+        free(tab);
+        wt[i] = wc[i];
+        wt[i].dev = NULL;
+        wt[i].host = NULL;
+        wt[i].expert_ptrs = (const void *const *)tabd[i];
+    }
+    size_t nx = (size_t)n * n_embd, nk = (size_t)n * k;
+    float *x = malloc(nx * 4), *w = malloc(nk * 4), *y0 = malloc(nx * 4), *y1 = malloc(nx * 4);
+    int32_t *ids = malloc(nk * 4), *cached = malloc((size_t)n_expert * 4);
+    uint32_t *cnt = calloc((size_t)n_expert + 1, 4), *want = calloc((size_t)n_expert + 1, 4);
+    fill(x, nx, 1.0f);
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            int e, dup;
+            do {
+                e = (int)(rnd() % (uint32_t)n_expert);
+                dup = 0;
+                for (int q = 0; q < j; q++) dup |= ids[(size_t)t * k + q] == e;
+            } while (dup);
+            ids[(size_t)t * k + j] = e;
+            w[(size_t)t * k + j] = 0.1f + (rnd() % 1000) / 1000.0f;
+        }
+    for (int e = 0; e < n_expert; e++) cached[e] = e % 2 == 0;
+    for (size_t i = 0; i < nk; i++) {
+        want[ids[i]] += 2;
+        want[n_expert] += cached[ids[i]] ? 2 : 0;
+    }
+    float *dx = dev_copy(x, nx * 4), *dy = dev_copy(NULL, nx * 4), *dw = dev_copy(w, nk * 4);
+    int32_t *di = dev_copy(ids, nk * 4), *dcached = dev_copy(cached, (size_t)n_expert * 4);
+    uint32_t *dcnt = dev_copy(cnt, ((size_t)n_expert + 1) * 4);
+    gpu->ops->moe_ffn(gpu, &wc[0], &wc[1], &wc[2], dx, n, di, dw, k, dy);
+    dev_read(dy, y0, nx * 4);
+    gpu->ops->moe_ffn(gpu, &wt[0], &wt[1], &wt[2], dx, n, di, dw, k, dy);
+    dev_read(dy, y1, nx * 4);
+    bk_cuda_expert_count(gpu, di, (int)nk, n_expert, dcached, dcnt);
+    bk_cuda_expert_count(gpu, di, (int)nk, n_expert, dcached, dcnt);
+    dev_read(dcnt, cnt, ((size_t)n_expert + 1) * 4);
+    size_t diff = 0;
+    for (size_t i = 0; i < nx; i++) diff += memcmp(&y0[i], &y1[i], 4) != 0;
+    if (diff || memcmp(cnt, want, ((size_t)n_expert + 1) * 4))
+        fprintf(stderr, "  moe table %s/%s/%s experts %d k %d n %d: %zu of %zu outputs differ; hits counted %u of %u\n",
+                quant_type_name(tg), quant_type_name(tu), quant_type_name(td), n_expert, k, n, diff, nx, cnt[n_expert],
+                want[n_expert]);
+    CHECK(diff == 0);
+    CHECK(!memcmp(cnt, want, ((size_t)n_expert + 1) * 4));
+    gpu->ops->release(gpu, dx); gpu->ops->release(gpu, dy); gpu->ops->release(gpu, dw); gpu->ops->release(gpu, di);
+    gpu->ops->release(gpu, dcached); gpu->ops->release(gpu, dcnt);
+    for (int i = 0; i < 3; i++) {
+        gpu->ops->release(gpu, slots[i]);
+        gpu->ops->release(gpu, tabd[i]);
+        bk_cuda_release_weight(&wc[i]);
+    }
+    bk_cuda_copier_free(cp); /* unpins */
+    for (int i = 0; i < 3; i++) {
+        free(hw[i]);
+        free(hmap[i]);
+    }
+    free(x); free(w); free(y0); free(y1); free(ids); free(cached); free(cnt); free(want);
+}
+
+static void test_moe_ffn_table(void) {
+    check_moe_table(QT_Q4_K, QT_Q4_K, QT_Q6_K, 256, 256, 32, 8, 1);   /* decode, GEMV kernels */
+    check_moe_table(QT_Q4_K, QT_Q5_K, QT_Q6_K, 256, 256, 32, 8, 9);   /* gate/up apart, float path for up */
+    check_moe_table(QT_F16, QT_F16, QT_F32, 256, 128, 16, 4, 3);      /* float kernels */
+    check_moe_table(QT_Q4_K, QT_Q4_K, QT_Q6_K, 256, 256, 32, 8, 64);  /* grouped mmq, fused gate/up */
+    check_moe_table(QT_Q8_0, QT_Q4_0, QT_Q8_0, 256, 256, 64, 8, 512); /* mmq, two stages */
+}
+
 /* ---- Gated DeltaNet ----
  * Every case runs on `gpu` and, when made, on gpu_gd_off (BRISK_CUDA_GD_CHUNK=0:
  * the token-by-token kernels), from the same inputs, against the CPU.
@@ -1451,7 +1560,7 @@ int main(int argc, char **argv) {
         {"matmul", test_matmul},         {"matmul_mmq", test_matmul_mmq},     {"matmul_multi", test_matmul_multi}, {"get_rows", test_get_rows},
         {"rms_norm", test_rms_norm},     {"rope", test_rope},
         {"qk_norm_rope", test_qk_norm_rope}, {"matmul_swiglu", test_matmul_swiglu},                 {"attention", test_attention},
-        {"elementwise", test_elementwise}, {"moe_route", test_moe_route},   {"moe_ffn", test_moe_ffn}, {"moe_ffn_mmq", test_moe_ffn_mmq},
+        {"elementwise", test_elementwise}, {"moe_route", test_moe_route},   {"moe_ffn", test_moe_ffn}, {"moe_ffn_mmq", test_moe_ffn_mmq}, {"moe_ffn_table", test_moe_ffn_table},
         {"ssm", test_ssm},               {"sigmoid_mul", test_sigmoid_mul},   {"end_to_end", test_end_to_end},
         {"end_to_end_models", test_end_to_end_models},
         {"matmul_cublas", test_matmul_cublas},

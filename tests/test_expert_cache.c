@@ -5,7 +5,14 @@
  * a GPU stage does. Each layer's weighted expert sum is then two sums added,
  * so logits match the all-CPU run to rounding (1e-4 of the row's largest)
  * and greedy tokens exactly; the counters add up; the calibration file
- * round-trips and a broken one is refused with a message. */
+ * round-trips and a broken one is refused with a message.
+ *
+ * The default (map) mode runs a cached layer as one moe_ffn through tables of
+ * expert pointers (a slot, or the expert's host bytes: on the stand-in both
+ * are host memory) and counts routings in "device" counters read back between
+ * passes: its logits equal the all-CPU run's bit for bit, its hit count is what
+ * the reference's routing gives the initial cache, and its refresh still
+ * follows the routing. */
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -19,7 +26,8 @@
 typedef struct run_opts {
     int n_cpu_moe;        /* 0: the all-CPU reference */
     int cache_experts;
-    const char *miss;     /* BRISK_XCACHE_MISS: "cpu", "copy" or NULL (the cost model) */
+    const char *miss;     /* BRISK_XCACHE_MISS: "cpu", "copy", "map" or NULL (auto: map) */
+    const char *read_every; /* BRISK_XCACHE_READ_EVERY or NULL */
     const int64_t *stats; /* (n_layer, n_expert) or NULL */
     int stats_layers, stats_experts;
     int k;                /* the model's n_expert_used */
@@ -58,9 +66,12 @@ static bool run(const char *path, const run_opts *o, run_out *r) {
     cp.collect_expert_stats = o->n_cpu_moe == 0; /* the reference's counts: the calibration of the others */
     if (o->miss) setenv("BRISK_XCACHE_MISS", o->miss, 1);
     else unsetenv("BRISK_XCACHE_MISS");
+    if (o->read_every) setenv("BRISK_XCACHE_READ_EVERY", o->read_every, 1);
+    else unsetenv("BRISK_XCACHE_READ_EVERY");
     brisk_context *c = NULL;
     CHECK_OK(brisk_context_new(m, &cp, &c));
     unsetenv("BRISK_XCACHE_MISS");
+    unsetenv("BRISK_XCACHE_READ_EVERY");
     if (!c) {
         brisk_model_free(m);
         return false;
@@ -154,6 +165,38 @@ static void cleanup(const char *dir, const char *path) {
     rmdir(dir);
 }
 
+/* Map mode's device counters, exactly: with calibration counts the cache starts with each layer's 3
+ * most counted experts (ties: the lower id), and with no readback before the end (none is due in
+ * 13 passes) nothing is swapped, so its hits are the reference's routings to those experts; the
+ * final stats read the counters back. */
+static void check_map_counts(const char *path, const run_out *ref, int nl, int ne, int k) {
+    run_opts o = {.n_cpu_moe = nl, .cache_experts = 3, .miss = "map", .read_every = "1000", .stats = ref->counts,
+                  .stats_layers = nl, .stats_experts = ne, .k = k};
+    run_out got;
+    if (!run(path, &o, &got)) return;
+    int64_t want = 0;
+    for (int l = 0; l < nl; l++) {
+        const int64_t *c = ref->counts + (size_t)l * ne;
+        bool taken[64] = {false};
+        for (int s = 0; s < 3; s++) {
+            int best = -1;
+            for (int e = 0; e < ne; e++)
+                if (!taken[e] && c[e] > 0 && (best < 0 || c[e] > c[best])) best = e;
+            if (best < 0) break;
+            taken[best] = true;
+            want += c[best];
+        }
+    }
+    if (got.st.hits != want)
+        fprintf(stderr, "  map counters: hits %lld, the reference's routing gives %lld\n", (long long)got.st.hits,
+                (long long)want);
+    CHECK(got.st.hits == want);
+    CHECK(got.st.hits + got.st.misses == got.routed);
+    CHECK(got.st.copies == (int64_t)3 * nl); /* the first fill only */
+    CHECK(!memcmp(ref->logits, got.logits, (size_t)(N_GEN + 1) * ref->n_vocab * sizeof(float)));
+    free(got.logits);
+}
+
 /* The cache on every layer of a model, misses on the CPU, copied, or as the cost model says, with
  * and without calibration counts. */
 static void check_model(const char *preset, uint32_t type, int k) {
@@ -191,10 +234,15 @@ static void check_model(const char *preset, uint32_t type, int k) {
             CHECK(got.st.miss_copied <= got.st.misses);
             if (mi == 0) CHECK(got.st.miss_copied == 0 && got.st.miss_copies == 0);
             if (mi == 1) CHECK(got.st.miss_copied > 0 && got.st.miss_copies > 0);
+            if (mi == 2) { /* auto maps: the layer in one product, as the reference computes it */
+                CHECK(got.st.miss_copied == 0 && got.st.miss_copies == 0);
+                CHECK(!memcmp(ref.logits, got.logits, (size_t)(N_GEN + 1) * ref.n_vocab * sizeof(float)));
+            }
             if (mi == 0) hits[with_stats] = got.st.hits;
             free(got.logits);
         }
     CHECK(hits[1] > hits[0]); /* the calibration's experts serve the first batch too */
+    check_map_counts(path, &ref, nl, ne, k);
     /* counts that rank the experts upside down: the refresh replaces the coldest as the run's own
      * counts grow */
     for (int i = 0; i < nl * ne; i++) stats[i] = 1000000 - stats[i];
@@ -202,6 +250,15 @@ static void check_model(const char *preset, uint32_t type, int k) {
                       .stats_experts = ne, .k = k};
     if (run(path, &wrong, &got)) {
         check_same(&ref, &got, "3 cached, from misleading counts");
+        CHECK(got.st.copies > (int64_t)3 * nl);
+        CHECK(got.st.hits + got.st.misses == got.routed);
+        free(got.logits);
+    }
+    /* the same in map mode: the refresh from the counters read back after every pass */
+    wrong.miss = "map";
+    wrong.read_every = "1";
+    if (run(path, &wrong, &got)) {
+        check_same(&ref, &got, "3 cached, from misleading counts, map");
         CHECK(got.st.copies > (int64_t)3 * nl);
         CHECK(got.st.hits + got.st.misses == got.routed);
         free(got.logits);

@@ -24,7 +24,15 @@
  *
  * A MoE expert tensor (GGUF ne {n_in, rows, n_expert}) is one bk_weight of
  * n_out = n_expert * rows rows: expert e owns the contiguous rows
- * [e * rows, (e + 1) * rows), so n_out * row_bytes is still the whole tensor. */
+ * [e * rows, (e + 1) * rows), so n_out * row_bytes is still the whole tensor.
+ *
+ * expert_ptrs, when set (moe_ffn's expert tensors only), places each expert on
+ * its own: expert e's rows start at expert_ptrs[e] (rows * row_bytes bytes, at
+ * least 16-byte aligned, readable for 256 bytes past the end), and host / dev are
+ * not read. The array (n_expert) is backend memory read by the op when it runs, so
+ * a CUDA graph that captured the op follows later changes of its entries; an entry
+ * may point at device memory or at mapped host memory (offload.c's expert cache:
+ * a GPU slot, or the expert's bytes in pinned host memory read over PCIe). */
 typedef struct bk_weight {
     const char *name;   /* tensor name, for messages */
     uint32_t type;      /* ggml type id */
@@ -34,6 +42,7 @@ typedef struct bk_weight {
     const void *host;   /* mapped file data */
     void *dev;          /* backend copy, or NULL when the backend reads host memory */
     int n_expert;       /* experts stacked in the rows (0 or 1: an ordinary matrix) */
+    const void *const *expert_ptrs; /* (n_expert) backend memory: each expert's first row, or NULL (see above) */
 } bk_weight;
 
 typedef enum bk_rope_mode { BK_ROPE_NORM = 0, BK_ROPE_NEOX = 2 } bk_rope_mode;

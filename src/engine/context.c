@@ -12,7 +12,10 @@
  * holds a moe_offload (engine/offload.h): a CPU backend of its own and host
  * buffers, through which those layers' expert FFN runs on the CPU, and with
  * cache_experts / cache_gpu_mem a hot-expert cache on the stage's device
- * (sized by make_cache after the KV cache and scratch, from what is left). */
+ * (sized by make_cache after the KV cache and scratch, from what is left).
+ * Such a stage runs its passes eagerly when they wait for the host (the CPU
+ * runs experts: --n-cpu-moe without a cache, BRISK_XCACHE_MISS=cpu|copy) and
+ * as CUDA graphs when its cache reads misses from mapped host memory. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -575,12 +578,17 @@ static brisk_status reserve_logits(brisk_context *c, int n) {
 
 /* A stage's layers of one forward pass, bracketed as a backend step when the
  * backend takes steps (the CUDA backend replays a captured graph of them).
- * A stage with experts in host memory runs its ops unbracketed: the CPU's
- * work and the copies in the middle of the pass cannot be captured in a
- * graph (correct first; each op then uploads its own inputs). */
+ * A stage with experts in host memory runs its ops unbracketed when the pass
+ * waits for the host (the CPU's share of the experts, copies decided from the
+ * routing: they cannot be captured in a graph; each op then uploads its own
+ * inputs); one whose host experts are all behind a map-mode cache
+ * (moe_offload_no_sync) never does and takes steps as any other. The cache's
+ * refresh runs between passes (moe_offload_step), outside any capture. */
 static brisk_status run_stage(brisk_context *c, ctx_stage *stg, const fwd_batch *fb) {
     const bk_backend_ops *op = stg->be->ops;
-    if (!op->step_begin || stg->s.moe_offload)
+    moe_offload *mo = stg->s.moe_offload;
+    BK_TRY(moe_offload_step(mo));
+    if (!op->step_begin || (mo && !moe_offload_no_sync(mo, fb->n)))
         return c->forward(c->model, stg->be, c->views, fb, &stg->s, stg->l0, stg->l1);
     bk_step st = {.n_tokens = fb->n, .tokens = fb->tokens, .ab = &fb->ab, .n_out = fb->n_out,
                   .out_idx = fb->out_idx, .kv_block_size = c->p.kv_block_size};

@@ -1,7 +1,35 @@
-/* offload.c — see offload.h. */
+/* offload.c — see offload.h.
+ *
+ * How a cached layer runs its misses (BRISK_XCACHE_MISS, or auto):
+ *   map   the GPU reads them where they are: each layer has a device table of
+ *         expert pointers per tensor (bk_weight.expert_ptrs), a cached expert's
+ *         entry points at its slot, an uncached one's at its bytes in pinned,
+ *         mapped host memory; one moe_ffn over the model's routing computes the
+ *         layer (the same kernels and bytes as an all-GPU run: the same result)
+ *         and a tiny count kernel adds the routing into device counters. Nothing
+ *         comes back to the host, so the step can be a CUDA graph. The counters
+ *         are read back asynchronously every read_every passes (between passes,
+ *         moe_offload_step), and the refresh runs on the host from them: the
+ *         copy into a slot goes on the copy stream, the table entry is changed
+ *         on the compute stream once the copy has landed (and before the slot is
+ *         overwritten, on eviction).
+ *   cpu   the routing is read back, the hits run on the GPU from the slots, the
+ *         misses on the CPU meanwhile (the host syncs with the GPU every layer).
+ *   copy  as cpu, but the batch's misses are first copied into spare slots.
+ * auto: map where the host experts could be mapped, else the cost model of
+ * pick_copies between cpu and copy. The rule between map and copy: a mapped
+ * miss with m entries is streamed over PCIe once per pass of the product over
+ * its entries, ceil(m / T) times (T: 8 entries a pass on the GEMV path, the
+ * token tile on the grouped mmq path, 8..64 from the mean entries per expert),
+ * a copied one once plus a read from GPU memory (small beside it) plus the host
+ * round trip of the layer, so map wins until m exceeds a couple of tiles: a
+ * batch takes the copy path when its mean entries per expert, n k / n_expert,
+ * exceed XC_MAP_READS tiles of 64 (for 256 experts, k 8: batches of more than
+ * 4096 tokens, beyond the micro-batch; every decode step and prefill maps). */
 #include "engine/offload.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -21,6 +49,10 @@
 #define XC_SWAP_MARGIN 1.0
 #define XC_PRIOR_TOKENS 16 /* calibration counts weigh as much as this many tokens' routings */
 #define XC_PAD 256 /* bytes after each slot array: the CUDA kernels read aligned words past a row's end */
+#define XC_MAP_READS 2   /* see the rule above */
+#define XC_READ_EVERY 16 /* passes between readbacks of the map mode's counters (BRISK_XCACHE_READ_EVERY) */
+
+enum { XC_AUTO = 0, XC_CPU = 1, XC_COPY = 2, XC_MAP = 3 };
 
 /* One layer's cache. slot_of[e]: the slot serving expert e (>= 0), -1 when e
  * is not cached, or -2 - s while e is being copied into slot s; compute reads
@@ -36,6 +68,12 @@ typedef struct xc_layer {
     uint64_t *ticket;       /* (slots) the copy that fills it (while slot_of says it is on its way) */
     float *score;           /* (n_expert) decayed routing counts */
     int64_t hits, misses, miss_copied, copies, miss_copies;
+    /* map mode (NULL otherwise): backend memory inside xc->tab_mem */
+    const void **tab;       /* (3, n_expert) gate, up, down: each expert's slot or mapped host bytes */
+    int32_t *cached;        /* (n_expert) 1 where tab points at a slot (the count kernel's hits) */
+    uint32_t *count;        /* (n_expert + 1) routings per expert since creation, then hits (wrap mod 2^32) */
+    bk_weight tw[3];        /* the model's tensors addressed through tab (expert_ptrs) */
+    int idx;                /* its row of xc->snap / xc->prev */
 } xc_layer;
 
 typedef struct xc_cache {
@@ -58,7 +96,16 @@ typedef struct xc_cache {
     double flops_entry;     /* flops of one entry through one expert: 6 n_embd n_ff */
     double pcie_gbs;        /* host-to-backend copy speed */
     double cpu_gflops;      /* measured speed of the CPU's expert products, 0: not yet measured */
-    int miss_mode;          /* BRISK_XCACHE_MISS: 0 auto (cost model), 1 always the CPU, 2 always copy */
+    int miss_mode;          /* BRISK_XCACHE_MISS: XC_AUTO, XC_CPU, XC_COPY or XC_MAP */
+    bool map;               /* the layers have tables: misses read from mapped host memory */
+    double map_gbs;         /* a kernel's read speed from mapped host memory, measured at creation */
+    void *tab_mem;          /* backend memory: every layer's tab, then cached, then count (rows by idx) */
+    uint32_t *count_all;    /* (n_layers, n_expert + 1) inside tab_mem: one readback */
+    uint32_t *snap;         /* (n_layers, n_expert + 1) the readback's host side (pinned on a GPU) */
+    uint32_t *prev;         /* (n_layers, n_expert + 1) the counts already folded into the layers */
+    const void **tab_host;  /* (3 n_expert pointers + n_expert int32) sync_tables' host side */
+    int read_every, passes; /* passes between readbacks, passes since the last */
+    bool rb_pending;        /* a readback into snap is on its way */
 } xc_cache;
 
 struct moe_offload {
@@ -101,7 +148,12 @@ brisk_status moe_offload_new(int n_threads, int n_max, int n_embd, int k, moe_of
 
 static void xc_free(xc_cache *xc) {
     if (!xc) return;
-    bk_cuda_copier_free(xc->cp); /* waits for its copies before the slots go */
+    bk_cuda_copier_free(xc->cp); /* waits for its copies and the backend's queue before the slots go */
+    if (xc->cp) bk_cuda_host_free(xc->snap);
+    else free(xc->snap);
+    free(xc->prev);
+    free(xc->tab_host);
+    if (xc->tab_mem) xc->be->ops->release(xc->be, xc->tab_mem);
     for (int l = 0; xc->xl && l < xc->l1 - xc->l0; l++) {
         xc_layer *L = xc->xl[l];
         if (!L) continue;
@@ -149,8 +201,9 @@ uint64_t moe_cache_bytes(const brisk_model *m, int n_layers, int slots, int spar
     int l = 0;
     while (l < m->hp.n_layer && !m->layers[l].gate_exps.n_expert) l++;
     if (l == m->hp.n_layer) return 0;
-    uint64_t e = moe_cache_expert_bytes(m, l);
-    return e * ((uint64_t)n_layers * slots + (uint64_t)spare) + (uint64_t)(n_layers + 1) * 3 * XC_PAD +
+    uint64_t e = moe_cache_expert_bytes(m, l), ne = (uint64_t)m->hp.n_expert;
+    uint64_t tables = (uint64_t)n_layers * (3 * ne * sizeof(void *) + ne * 4 + (ne + 1) * 4);
+    return e * ((uint64_t)n_layers * slots + (uint64_t)spare) + (uint64_t)(n_layers + 1) * 3 * XC_PAD + tables +
            (uint64_t)n_max * (2 * (uint64_t)m->hp.n_expert_used * 4 + (uint64_t)m->hp.n_embd * 4);
 }
 
@@ -204,6 +257,37 @@ static brisk_status copy_expert(xc_cache *xc, const xc_layer *L, const bk_weight
     return BRISK_OK;
 }
 
+/* Host bytes to backend memory on be's stream, in order with its ops (the stand-in: at once). */
+static brisk_status put(xc_cache *xc, void *dst, const void *src, size_t bytes) {
+    if (xc->cp) return bk_cuda_copier_upload(xc->cp, dst, src, bytes);
+    memcpy(dst, src, bytes);
+    return BRISK_OK;
+}
+
+/* Where expert e of tensor i is read from in map mode: its slot when slot_of says it is served from
+ * one, else its bytes in host memory through their mapping (NULL: not mapped). */
+static const void *entry_ptr(const xc_cache *xc, const xc_layer *L, int i, int e) {
+    int s = L->slot_of[e];
+    if (s >= 0) return slot_ptr(&L->w[i], s);
+    const void *h = expert_ptr(L->src[i], xc->n_expert, e);
+    return xc->cp ? bk_cuda_copier_device_ptr(xc->cp, h) : h;
+}
+
+/* Makes the layer's device tables follow slot_of (map mode; a no-op without tables): its three
+ * tables and cached flags rewritten whole (4 uploads of n_expert entries, however many changed).
+ * Queued on be's stream: the work queued before still reads the old tables, the work after the new. */
+static brisk_status sync_tables(xc_cache *xc, xc_layer *L) {
+    if (!L->tab) return BRISK_OK;
+    size_t ne = (size_t)xc->n_expert;
+    const void **t = xc->tab_host;
+    int32_t *c = (int32_t *)(t + 3 * ne);
+    for (int i = 0; i < 3; i++)
+        for (size_t e = 0; e < ne; e++) t[(size_t)i * ne + e] = entry_ptr(xc, L, i, (int)e);
+    for (size_t e = 0; e < ne; e++) c[e] = L->slot_of[e] >= 0;
+    for (int i = 0; i < 3; i++) BK_TRY(put(xc, (void *)(L->tab + (size_t)i * ne), t + (size_t)i * ne, ne * sizeof *t));
+    return put(xc, L->cached, c, ne * sizeof *c);
+}
+
 /* Starts filling slot s with expert e; slot_of[e] says it is on its way until land() sees the copy done. */
 static brisk_status fill_slot(xc_cache *xc, xc_layer *L, int s, int e) {
     BK_TRY(copy_expert(xc, L, L->w, s, e));
@@ -216,13 +300,17 @@ static brisk_status fill_slot(xc_cache *xc, xc_layer *L, int s, int e) {
     return BRISK_OK;
 }
 
-/* Lets compute use the slots whose copies have finished. */
-static void land(xc_cache *xc, xc_layer *L) {
+/* Lets compute use the slots whose copies have finished (their table entries too, in map mode). */
+static brisk_status land(xc_cache *xc, xc_layer *L) {
+    bool changed = false;
     for (int s = 0; s < xc->slots; s++) {
         int e = L->in_slot[s];
-        if (e >= 0 && L->slot_of[e] == -2 - s && (!xc->cp || bk_cuda_copier_done(xc->cp, L->ticket[s])))
+        if (e >= 0 && L->slot_of[e] == -2 - s && (!xc->cp || bk_cuda_copier_done(xc->cp, L->ticket[s]))) {
             L->slot_of[e] = s;
+            changed = true;
+        }
     }
+    return changed ? sync_tables(xc, L) : BRISK_OK;
 }
 
 /* The hottest expert that is neither cached nor on its way, -1 if none was routed to. */
@@ -256,7 +344,90 @@ static brisk_status refresh(xc_cache *xc, xc_layer *L) {
     int c = hottest_uncached(xc, L), v = L->in_slot[victim];
     if (c < 0 || !(L->score[c] > L->score[v] * XC_SWAP_RATIO + XC_SWAP_MARGIN)) return BRISK_OK;
     L->slot_of[v] = -1;
+    BK_TRY(sync_tables(xc, L)); /* the victim's reads go to host memory before its slot is overwritten */
     return fill_slot(xc, L, victim, c);
+}
+
+/* What load prints about the cache's misses (on a GPU: the stand-in's runs stay quiet). */
+static void report(const xc_cache *xc) {
+    if (!xc->cp) return;
+    if (xc->map)
+        fprintf(stderr, "expert cache: misses read by the GPU from mapped host memory (%.1f GB/s; copies %.1f GB/s), "
+                "no host round trip: decode steps run as CUDA graphs (BRISK_XCACHE_MISS=cpu|copy: the host's)\n",
+                xc->map_gbs, xc->pcie_gbs);
+    else
+        fprintf(stderr, "expert cache: misses %s, the host syncs with the GPU in every cached layer%s; "
+                "host->device %.1f GB/s\n",
+                xc->miss_mode == XC_CPU ? "on the CPU" : xc->miss_mode == XC_COPY ? "copied to spare slots"
+                                                                                 : "on the CPU or copied (cost model)",
+                xc->miss_mode == XC_CPU || xc->miss_mode == XC_COPY ? "" : " (the host experts could not be mapped)",
+                xc->pcie_gbs);
+}
+
+/* Map mode, when asked for or by default and every host expert has a device address: each layer's
+ * tables from slot_of, zeroed counters, the readback's buffers. Called once the first fill landed. */
+static brisk_status make_tables(moe_offload *mo, xc_cache *xc) {
+    size_t ne = (size_t)xc->n_expert, rowc = ne + 1;
+    bool want = xc->miss_mode == XC_AUTO || xc->miss_mode == XC_MAP;
+    for (int l = 0; want && l < xc->l1 - xc->l0; l++) {
+        const xc_layer *L = xc->xl[l];
+        for (size_t e = 0; L && e < ne && want; e++)
+            for (int i = 0; i < 3; i++) /* the first and last bytes of each expert */
+                want = want && (!xc->cp || (bk_cuda_copier_device_ptr(xc->cp, expert_ptr(L->src[i], xc->n_expert,
+                                                                                         (int)e)) &&
+                                            bk_cuda_copier_device_ptr(xc->cp, (const char *)expert_ptr(
+                                                L->src[i], xc->n_expert, (int)e) + L->eb[i] - 1)));
+    }
+    if (!want || !xc->n_layers) {
+        if (xc->miss_mode == XC_MAP) xc->miss_mode = XC_AUTO; /* asked for, but nothing is mapped */
+        report(xc);
+        return BRISK_OK;
+    }
+    size_t nl = (size_t)xc->n_layers, per = 3 * ne * sizeof(void *), bytes = nl * (per + ne * 4 + rowc * 4);
+    BK_TRY(xc->be->ops->alloc(xc->be, bytes, &xc->tab_mem));
+    char *host = calloc(1, bytes);
+    xc->prev = calloc(nl * rowc, sizeof *xc->prev);
+    xc->tab_host = malloc(3 * ne * sizeof(void *) + ne * sizeof(int32_t));
+    if (xc->cp) BK_TRY(bk_cuda_host_alloc(nl * rowc * sizeof *xc->snap, (void **)&xc->snap));
+    else xc->snap = calloc(nl * rowc, sizeof *xc->snap);
+    if (!host || !xc->prev || !xc->snap || !xc->tab_host) {
+        free(host);
+        return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    }
+    char *dev = xc->tab_mem;
+    xc->count_all = (uint32_t *)(dev + nl * (per + ne * 4));
+    int idx = 0;
+    for (int l = 0; l < xc->l1 - xc->l0; l++) {
+        xc_layer *L = xc->xl[l];
+        if (!L) continue;
+        L->idx = idx;
+        const void **ht = (const void **)(host + (size_t)idx * per);
+        int32_t *hc = (int32_t *)(host + nl * per + (size_t)idx * ne * 4);
+        for (int i = 0; i < 3; i++)
+            for (size_t e = 0; e < ne; e++) ht[(size_t)i * ne + e] = entry_ptr(xc, L, i, (int)e);
+        for (size_t e = 0; e < ne; e++) hc[e] = L->slot_of[e] >= 0;
+        L->tab = (const void **)(dev + (size_t)idx * per);
+        L->cached = (int32_t *)(dev + nl * per + (size_t)idx * ne * 4);
+        L->count = xc->count_all + (size_t)idx * rowc;
+        for (int i = 0; i < 3; i++) {
+            L->tw[i] = *L->src[i];
+            L->tw[i].dev = NULL; /* read through the table only */
+            L->tw[i].expert_ptrs = L->tab + (size_t)i * ne;
+        }
+        idx++;
+    }
+    brisk_status st = offload_transfer(mo->cpu, host, xc->be, xc->tab_mem, bytes); /* counters from 0 */
+    free(host);
+    BK_TRY(st);
+    xc->map = true;
+    if (xc->cp) { /* a kernel streaming up to 64 MiB of the first layer's gate experts through the mapping */
+        const xc_layer *L = NULL;
+        for (int l = 0; !L; l++) L = xc->xl[l];
+        size_t b = (size_t)L->src[0]->n_out * L->src[0]->row_bytes;
+        xc->map_gbs = bk_cuda_copier_mapped_bandwidth(xc->cp, L->src[0]->host, b < (64u << 20) ? b : (64u << 20));
+    }
+    report(xc);
+    return BRISK_OK;
 }
 
 brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_model *m, int l0, int l1, int slots,
@@ -281,8 +452,12 @@ brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_mode
     xc->n_expert = hp->n_expert;
     xc->k = hp->n_expert_used;
     xc->flops_entry = 6.0 * hp->n_embd * hp->n_ff_exp;
-    const char *mode = getenv("BRISK_XCACHE_MISS");
-    xc->miss_mode = mode && !strcmp(mode, "cpu") ? 1 : mode && !strcmp(mode, "copy") ? 2 : 0;
+    const char *mode = getenv("BRISK_XCACHE_MISS"), *every = getenv("BRISK_XCACHE_READ_EVERY");
+    xc->miss_mode = !mode ? XC_AUTO
+                    : !strcmp(mode, "cpu") ? XC_CPU
+                    : !strcmp(mode, "copy") ? XC_COPY
+                    : !strcmp(mode, "map") ? XC_MAP : XC_AUTO;
+    xc->read_every = every && atoi(every) > 0 ? atoi(every) : XC_READ_EVERY;
     if (bk_backend_is_cuda(be, NULL)) {
         BK_TRY(bk_cuda_copier_new(be, &xc->cp));
         xc->pcie_gbs = bk_cuda_copier_bandwidth(xc->cp);
@@ -329,8 +504,10 @@ brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_mode
         BK_TRY(slot_weights(xc, m, l, slots, L->w, &L->mem));
         if (!xc->sw[0].n_expert && spare > 0) BK_TRY(slot_weights(xc, m, l, spare, xc->sw, &xc->spare_mem));
     }
-    if (xc->cp && lo) bk_cuda_copier_pin(xc->cp, lo, (size_t)(hi - lo));
-    if (!stats && slots < hp->n_expert) return BRISK_OK; /* the first batches' counts fill it */
+    /* with XC_PAD bytes past the last expert where the mapping has them (the kernels' reads past a row) */
+    if (xc->cp && lo && !bk_cuda_copier_pin(xc->cp, lo, (size_t)(hi - lo) + XC_PAD))
+        bk_cuda_copier_pin(xc->cp, lo, (size_t)(hi - lo));
+    if (!stats && slots < hp->n_expert) return make_tables(mo, xc); /* the first batches' counts fill it */
     /* the calibration's counts, scaled to XC_PRIOR_TOKENS tokens' routings: they pick the first
      * experts, and a run whose routing differs takes over within a few dozen tokens (the steady
      * state of the decayed counts is k / (1 - decay) = 100 tokens' worth) */
@@ -346,13 +523,100 @@ brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_mode
     }
     if (xc->cp) BK_TRY(bk_cuda_copier_wait(xc->cp)); /* so the first batch finds them */
     for (int l = l0; l < l1; l++)
-        if (xc->xl[l - l0]) land(xc, xc->xl[l - l0]);
+        if (xc->xl[l - l0]) BK_TRY(land(xc, xc->xl[l - l0]));
+    return make_tables(mo, xc);
+}
+
+/* ---- map mode: the counters ---- */
+
+/* Adds the counts in snap beyond those of prev to the layers: hits and misses, and the decayed
+ * routing counts the refresh ranks by (decayed by the tokens the interval held, then the
+ * interval's routings added: the per-batch update of cache_ffn, coarser). The counters wrap
+ * modulo 2^32; a difference is right while an interval holds fewer routings. */
+static void fold(xc_cache *xc) {
+    size_t ne = (size_t)xc->n_expert, rowc = ne + 1;
+    for (int l = 0; l < xc->l1 - xc->l0; l++) {
+        xc_layer *L = xc->xl[l];
+        if (!L || !L->tab) continue;
+        const uint32_t *now = xc->snap + (size_t)L->idx * rowc;
+        uint32_t *was = xc->prev + (size_t)L->idx * rowc;
+        int64_t total = 0;
+        for (size_t e = 0; e < ne; e++) total += (uint32_t)(now[e] - was[e]);
+        int64_t hits = (uint32_t)(now[ne] - was[ne]);
+        if (!total) continue;
+        L->hits += hits;
+        L->misses += total - hits;
+        float decay = (float)pow(XC_DECAY, (double)total / xc->k);
+        for (size_t e = 0; e < ne; e++) L->score[e] = L->score[e] * decay + (float)(uint32_t)(now[e] - was[e]);
+        memcpy(was, now, rowc * sizeof *was);
+    }
+}
+
+/* Queues the counters' readback into snap (a GPU: after the work queued so far; the stand-in: now). */
+static brisk_status readback(moe_offload *mo, xc_cache *xc) {
+    size_t bytes = (size_t)xc->n_layers * (xc->n_expert + 1) * sizeof(uint32_t);
+    if (xc->cp) BK_TRY(bk_cuda_copier_readback(xc->cp, xc->snap, xc->count_all, bytes));
+    else BK_TRY(offload_transfer(xc->be, xc->count_all, mo->cpu, xc->snap, bytes));
+    xc->rb_pending = true;
     return BRISK_OK;
 }
 
-bool moe_offload_cache_stats(const moe_offload *mo, int layer, brisk_expert_cache_stats *out) {
+/* Folds every count up to now in (the host waits for the device): exact figures for the stats. */
+static brisk_status flush(moe_offload *mo, xc_cache *xc) {
+    if (xc->rb_pending) {
+        if (xc->cp) BK_TRY(bk_cuda_copier_readback_wait(xc->cp));
+        fold(xc);
+        xc->rb_pending = false;
+    }
+    BK_TRY(readback(mo, xc));
+    if (xc->cp) BK_TRY(bk_cuda_copier_readback_wait(xc->cp));
+    fold(xc);
+    xc->rb_pending = false;
+    return BRISK_OK;
+}
+
+brisk_status moe_offload_step(moe_offload *mo) {
+    xc_cache *xc = mo ? mo->xc : NULL;
+    if (!xc || !xc->map) return BRISK_OK;
+    bool empty = false; /* a slot not yet filled: read the counts every pass until the cache is full */
+    for (int l = 0; l < xc->l1 - xc->l0; l++) {
+        xc_layer *L = xc->xl[l];
+        if (!L) continue;
+        BK_TRY(land(xc, L));
+        for (int s = 0; s < xc->slots && !empty; s++) empty = L->in_slot[s] < 0;
+    }
+    if (!xc->rb_pending && ++xc->passes >= (empty ? 1 : xc->read_every)) {
+        xc->passes = 0;
+        BK_TRY(readback(mo, xc)); /* lands now if the device is idle (the stand-in: at once) */
+    }
+    if (xc->rb_pending && (!xc->cp || bk_cuda_copier_readback_done(xc->cp))) {
+        fold(xc);
+        xc->rb_pending = false;
+        for (int l = 0; l < xc->l1 - xc->l0; l++)
+            if (xc->xl[l]) BK_TRY(refresh(xc, xc->xl[l])); /* copies on the copy stream; evictions' entries now */
+    }
+    return BRISK_OK;
+}
+
+/* Whether a batch of n tokens takes the map path (the rule in the header comment). */
+static bool map_batch(const xc_cache *xc, int n) {
+    if (!xc->map) return false;
+    if (xc->miss_mode == XC_MAP) return true;
+    return (double)n * xc->k / xc->n_expert <= XC_MAP_READS * 64.0;
+}
+
+bool moe_offload_no_sync(const moe_offload *mo, int n) {
     const xc_cache *xc = mo ? mo->xc : NULL;
+    if (!xc || !map_batch(xc, n)) return false;
+    for (int l = xc->l0; l < xc->l1; l++) /* a host-expert layer has a cache (xl) in every stage layer */
+        if (xc->xl[l - xc->l0] && !xc->xl[l - xc->l0]->tab) return false;
+    return true;
+}
+
+bool moe_offload_cache_stats(moe_offload *mo, int layer, brisk_expert_cache_stats *out) {
+    xc_cache *xc = mo ? mo->xc : NULL;
     if (!xc) return false;
+    if (xc->map && flush(mo, xc) != BRISK_OK) return false;
     out->n_layers += xc->n_layers;
     out->slots = xc->slots;
     out->spare_slots = xc->spare;
@@ -404,7 +668,7 @@ static brisk_status cache_ffn(moe_offload *mo, xc_layer *L, bk_backend *be, cons
                               const float *weights, int k, float *out) {
     xc_cache *xc = mo->xc;
     size_t nk = (size_t)n * k, xb = (size_t)n * mo->n_embd * sizeof(float), kb = nk * sizeof(int32_t);
-    land(xc, L);
+    BK_TRY(land(xc, L));
     float decay = (float)pow(XC_DECAY, n);
     for (int e = 0; e < xc->n_expert; e++) {
         L->score[e] *= decay;
@@ -476,7 +740,19 @@ static brisk_status cache_ffn(moe_offload *mo, xc_layer *L, bk_backend *be, cons
     return refresh(xc, L); /* the copies overlap the next layers */
 }
 
-/* The backend's work so far is done once ids are read back (read waits); the
+/* bk_cuda_expert_count on the stand-in, whose backend memory is host memory. */
+static void count_host(const xc_cache *xc, xc_layer *L, const int32_t *ids, int nk) {
+    for (int i = 0; i < nk; i++) {
+        int e = ids[i];
+        if (e < 0) continue;
+        if (e >= xc->n_expert) e = xc->n_expert - 1;
+        L->count[e]++;
+        if (L->cached[e]) L->count[xc->n_expert]++;
+    }
+}
+
+/* Map mode: one moe_ffn through the layer's tables, no host round trip (see the header comment).
+ * Otherwise: the backend's work so far is done once ids are read back (read waits); the
  * sum is written back before the caller's next op, so the pass continues in
  * order on be. */
 brisk_status moe_offload_ffn(moe_offload *mo, bk_backend *be, int layer, const bk_weight *gate, const bk_weight *up,
@@ -487,9 +763,15 @@ brisk_status moe_offload_ffn(moe_offload *mo, bk_backend *be, int layer, const b
         return bk_fail(BRISK_ERR_RANGE, "moe offload: %d tokens x %d experts exceed its buffers (%d x %d)", n, k,
                        mo->n_max, mo->k);
     size_t xb = (size_t)n * mo->n_embd * sizeof(float), kb = (size_t)n * k * sizeof(float);
-    BK_TRY(offload_transfer(be, ids, mo->cpu, mo->ids, kb));
     xc_cache *xc = mo->xc;
     xc_layer *L = xc && layer >= xc->l0 && layer < xc->l1 ? xc->xl[layer - xc->l0] : NULL;
+    if (L && L->tab && map_batch(xc, n)) { /* all on be: the routing counted, the experts through the tables */
+        if (xc->cp) bk_cuda_expert_count(be, ids, n * k, xc->n_expert, L->cached, L->count);
+        else count_host(xc, L, ids, n * k);
+        be->ops->moe_ffn(be, &L->tw[0], &L->tw[1], &L->tw[2], x, n, ids, weights, k, out);
+        return BRISK_OK;
+    }
+    BK_TRY(offload_transfer(be, ids, mo->cpu, mo->ids, kb));
     if (L) return cache_ffn(mo, L, be, gate, up, down, x, n, weights, k, out);
     BK_TRY(offload_transfer(be, x, mo->cpu, mo->x, xb));
     BK_TRY(offload_transfer(be, weights, mo->cpu, mo->w, kb));

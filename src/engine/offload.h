@@ -12,8 +12,13 @@
  * the stage's backend holding copies of C experts (three compact bk_weights,
  * n_expert = C, the rows laid out as the model's), a map expert -> slot, and
  * decayed routing counts; plus P spare slots shared by the layers (layers run
- * one after another) for missed experts copied for one batch. See offload.c
- * for the split of a batch, the cost model and the refresh. */
+ * one after another) for missed experts copied for one batch. By default
+ * (map mode) each cached layer also has device tables of expert pointers
+ * (slot or mapped host bytes) and routing counters: the GPU reads misses over
+ * PCIe and never waits for the host, so the step can be a CUDA graph; the
+ * host reads the counters back every few passes and refreshes the cache
+ * between passes (moe_offload_step). See offload.c for the modes, the split
+ * of a batch, the cost rules and the refresh. */
 #ifndef BK_OFFLOAD_H
 #define BK_OFFLOAD_H
 #include "backend/backend.h"
@@ -38,6 +43,16 @@ uint64_t moe_cache_bytes(const brisk_model *m, int n_layers, int slots, int spar
  * fills from the first batches' counts. */
 brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_model *m, int l0, int l1, int slots,
                                int spare, const int64_t *stats);
-/* Adds the cache's counters (layer -1: all its layers) to out; false when mo has no cache. */
-bool moe_offload_cache_stats(const moe_offload *mo, int layer, brisk_expert_cache_stats *out);
+/* Adds the cache's counters (layer -1: all its layers) to out; false when mo has no cache. In map
+ * mode it first reads the device counters back and waits for them (exact figures; not for the
+ * decode loop). */
+bool moe_offload_cache_stats(moe_offload *mo, int layer, brisk_expert_cache_stats *out);
+/* Between forward passes of the stage (never inside a captured step): lets finished copies into the
+ * tables, folds a landed counter readback in and runs the refresh on it, and queues the next
+ * readback every BRISK_XCACHE_READ_EVERY (16) passes (every pass while a slot is empty). A no-op
+ * unless the cache is in map mode. */
+brisk_status moe_offload_step(moe_offload *mo);
+/* True when a pass of n tokens through mo's layers never waits for the host (every host-expert
+ * layer cached in map mode, and n within the map rule): the stage may capture it as a graph. */
+bool moe_offload_no_sync(const moe_offload *mo, int n);
 #endif

@@ -28,7 +28,8 @@ void moe_count_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b,
 brisk_status moe_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l) {
     const layer_weights *L = &m->layers[l];
     int k = m->hp.n_expert_used;
-    if (L->exps_host) /* --n-cpu-moe: the experts stay in host memory, the CPU runs them (or a GPU cache) */
+    if (L->exps_host) /* --n-cpu-moe: the experts stay in host memory; the CPU runs them, or a GPU cache with
+                       * its misses on the CPU or read by the GPU from mapped host memory (offload.c) */
         return moe_offload_ffn(s->moe_offload, be, l, &L->gate_exps, &L->up_exps, &L->down_exps, s->xb, b->n,
                                s->moe_ids, s->moe_w, k, s->moe_out);
     be->ops->moe_ffn(be, &L->gate_exps, &L->up_exps, &L->down_exps, s->xb, b->n, s->moe_ids, s->moe_w, k,

@@ -155,7 +155,8 @@ static void convert_worker(void *arg, int ith, int nth) {
 static void expert_tile(const bk_weight *wt, int64_t rows, int e, int64_t r0, int nr, const ffn_job *j,
                         const void *x, size_t x_stride, int x_by_entry, float *y, size_t y_stride) {
     cpu_gemm_fn gemm = cpu_get_gemm(wt->type);
-    const char *w = (const char *)wt->host + ((size_t)e * rows + r0) * wt->row_bytes;
+    const char *w = wt->expert_ptrs ? (const char *)wt->expert_ptrs[e] + (size_t)r0 * wt->row_bytes
+                                    : (const char *)wt->host + ((size_t)e * rows + r0) * wt->row_bytes;
     float s[ROW_TILE];
     for (int32_t c = j->off[e]; c < j->off[e + 1]; c++) {
         int32_t ent = j->ent[c];

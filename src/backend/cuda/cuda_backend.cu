@@ -278,6 +278,8 @@ static brisk_status cuda_init(cuda_backend *cb) {
     cb->mmvq_slices_off = sl && !strcmp(sl, "0");
     cb->fa_off = getenv("BRISK_CUDA_FA") && !strcmp(getenv("BRISK_CUDA_FA"), "0");
     cb->mmvq_multi_off = getenv("BRISK_CUDA_MMVQ_MULTI") && !strcmp(getenv("BRISK_CUDA_MMVQ_MULTI"), "0");
+    const char *q6q = getenv("BRISK_CUDA_Q6K_QUAD");
+    cb->q6k_quad = q6q ? atoi(q6q) : 1;
     int cc_major = 0;
     CU_TRY(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, cb->device));
     cb->pdl_off = cc_major < 9 || (getenv("BRISK_CUDA_PDL") && !strcmp(getenv("BRISK_CUDA_PDL"), "0"));

@@ -60,10 +60,35 @@ typedef struct bk_cuda_copier bk_cuda_copier;
 brisk_status bk_cuda_copier_new(bk_backend *be, bk_cuda_copier **out);
 /* Waits for its copies, unpins what it pinned, frees it (NULL: no-op). */
 void bk_cuda_copier_free(bk_cuda_copier *cp);
-/* Pins host bytes [host, host + bytes) for direct asynchronous copies: anonymous memory (--no-mmap)
- * as is, a read-only file mapping with cudaHostRegisterReadOnly. False when neither works: copies
- * from there then go through the pinned staging buffer. At most 8 ranges per copier. */
+/* Pins host bytes [host, host + bytes) (rounded out to whole pages) for direct asynchronous copies
+ * and maps them into the device's address space: anonymous memory (--no-mmap) as is, a read-only
+ * file mapping with cudaHostRegisterReadOnly. False when neither works: copies from there then go
+ * through the pinned staging buffer. At most 8 ranges per copier. */
 bool bk_cuda_copier_pin(bk_cuda_copier *cp, const void *host, size_t bytes);
+/* The address through which kernels read host byte `host` of a pinned range over PCIe (the host
+ * pointer itself where the device can use it, cudaDevAttrCanUseHostPointerForRegisteredMem), or
+ * NULL when no mapped range holds it. */
+const void *bk_cuda_copier_device_ptr(const bk_cuda_copier *cp, const void *host);
+/* GB/s of a kernel reading `bytes` from `host` through its mapping (0: not mapped or failed). */
+double bk_cuda_copier_mapped_bandwidth(bk_cuda_copier *cp, const void *host, size_t bytes);
+/* Queues a copy of <= 8192 host bytes to device memory dev on the backend's stream (ordered with its
+ * ops; not on the copy stream), from a pinned ring: the host may reuse `host` at once. */
+brisk_status bk_cuda_copier_upload(bk_cuda_copier *cp, void *dev, const void *host, size_t bytes);
+/* Queues a copy of device bytes to pinned host memory (bk_cuda_host_alloc) on the backend's stream,
+ * after its queued ops; _done says whether the latest one has landed (true when none is pending),
+ * _wait waits for it. */
+brisk_status bk_cuda_copier_readback(bk_cuda_copier *cp, void *host, const void *dev, size_t bytes);
+bool bk_cuda_copier_readback_done(bk_cuda_copier *cp);
+brisk_status bk_cuda_copier_readback_wait(bk_cuda_copier *cp);
+/* Pinned host memory (cudaMallocHost) and its release (NULL: no-op). */
+brisk_status bk_cuda_host_alloc(size_t bytes, void **out);
+void bk_cuda_host_free(void *p);
+/* An op on be's stream (captured in a step's graph like the others): for the nk entries of ids
+ * (device), counts[e] += the entries routed to expert e (ids past the experts count as the last,
+ * negative ids not at all) and counts[n_expert] += those whose cached[e] != 0. counts (n_expert + 1)
+ * and cached (n_expert): device memory. */
+void bk_cuda_expert_count(bk_backend *be, const int32_t *ids, int nk, int n_expert, const int32_t *cached,
+                          uint32_t *counts);
 /* Queues a copy of host bytes to device memory dev (see above). */
 brisk_status bk_cuda_copier_copy(bk_cuda_copier *cp, void *dev, const void *host, size_t bytes);
 /* A ticket for the copies queued so far; bk_cuda_copier_done says whether they have finished. */

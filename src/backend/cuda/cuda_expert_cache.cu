@@ -9,7 +9,14 @@
  * backend's stream waits for the copies only where offload.c asks
  * (bk_cuda_copier_fence: a batch's spare slots), and the refresh's copies
  * are never waited on by the device: the host swaps an expert into the map
- * once bk_cuda_copier_done says its copy finished. */
+ * once bk_cuda_copier_done says its copy finished.
+ *
+ * The no-sync cache layers (offload.c's map mode) also use: the pinned ranges
+ * mapped into the device's address space (their device addresses for the
+ * expert tables), small uploads of table entries on the backend's stream
+ * from a pinned ring (the host may change its copy at once), an
+ * asynchronous readback of the routing counters with an event, and the
+ * counting kernel itself (captured in the step's graph like any op). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +26,8 @@
 #define CP_STAGE_CHUNKS 4              /* staging ring: chunks, each reused once its copy has run */
 #define CP_STAGE_CHUNK (8u << 20)      /* bytes per chunk */
 #define CP_MAX_PINS 8
+#define CP_UPD_SLOTS 64                /* upload ring: slots of CP_UPD_BYTES, each reused once its copy has run */
+#define CP_UPD_BYTES 8192              /* a table of 1024 experts' pointers */
 
 struct bk_cuda_copier {
     cuda_backend *cb;
@@ -32,8 +41,15 @@ struct bk_cuda_copier {
     int stage_at;
     const uint8_t *pin_lo[CP_MAX_PINS], *pin_hi[CP_MAX_PINS];
     bool pin_reg[CP_MAX_PINS];         /* registered by us (unregistered at free) */
+    const uint8_t *pin_dev[CP_MAX_PINS]; /* the range's device address (mapped), NULL: not mapped */
     int n_pins;
     double gbs;                        /* measured host-to-device bandwidth */
+    uint8_t *upd;                      /* (CP_UPD_SLOTS, CP_UPD_BYTES) pinned: sources of uploads */
+    cudaEvent_t upd_ev[CP_UPD_SLOTS];
+    bool upd_used[CP_UPD_SLOTS];
+    int upd_at;
+    cudaEvent_t rb_ev;                 /* the last readback */
+    bool rb_on;                        /* a readback was queued and not yet seen done */
 };
 
 /* Times a copy of the staging buffer (pinned) to the device: the PCIe speed the cost model uses. */
@@ -73,6 +89,9 @@ extern "C" brisk_status bk_cuda_copier_new(bk_backend *be, bk_cuda_copier **out)
     for (int i = 0; i < CP_STAGE_CHUNKS; i++)
         CU_TRY(cudaEventCreateWithFlags(&cp->stage_ev[i], cudaEventDisableTiming));
     CU_TRY(cudaMallocHost((void **)&cp->stage, (size_t)CP_STAGE_CHUNKS * CP_STAGE_CHUNK));
+    CU_TRY(cudaMallocHost((void **)&cp->upd, (size_t)CP_UPD_SLOTS * CP_UPD_BYTES));
+    for (int i = 0; i < CP_UPD_SLOTS; i++) CU_TRY(cudaEventCreateWithFlags(&cp->upd_ev[i], cudaEventDisableTiming));
+    CU_TRY(cudaEventCreateWithFlags(&cp->rb_ev, cudaEventDisableTiming));
     cp->gbs = measure(cp);
     return BRISK_OK;
 }
@@ -81,9 +100,15 @@ extern "C" void bk_cuda_copier_free(bk_cuda_copier *cp) {
     if (!cp) return;
     cudaSetDevice(cp->cb->device);
     if (cp->stream) cudaStreamSynchronize(cp->stream);
+    /* the backend's queued work may read mapped ranges, uploads and readbacks use our pinned buffers */
+    cudaStreamSynchronize(cp->cb->stream);
     for (int i = 0; i < cp->n_pins; i++)
         if (cp->pin_reg[i]) cudaHostUnregister((void *)cp->pin_lo[i]);
     if (cp->stage) cudaFreeHost(cp->stage);
+    if (cp->upd) cudaFreeHost(cp->upd);
+    for (int i = 0; i < CP_UPD_SLOTS; i++)
+        if (cp->upd_ev[i]) cudaEventDestroy(cp->upd_ev[i]);
+    if (cp->rb_ev) cudaEventDestroy(cp->rb_ev);
     for (int i = 0; i < CP_STAGE_CHUNKS; i++)
         if (cp->stage_ev[i]) cudaEventDestroy(cp->stage_ev[i]);
     for (int i = 0; i < CP_EVENTS; i++)
@@ -102,11 +127,13 @@ extern "C" bool bk_cuda_copier_pin(bk_cuda_copier *cp, const void *host, size_t 
     host = (const void *)lo;
     bytes = hi - lo;
     /* Anonymous memory (--no-mmap) registers as is; a read-only file mapping needs the read-only
-     * flag (where the device supports it: cudaDevAttrHostRegisterReadOnlySupported) */
-    cudaError_t e = cudaHostRegister((void *)host, bytes, cudaHostRegisterPortable);
+     * flag (where the device supports it: cudaDevAttrHostRegisterReadOnlySupported). Mapped: the
+     * kernels may read it over PCIe (bk_cuda_copier_device_ptr). */
+    const unsigned fl = cudaHostRegisterPortable | cudaHostRegisterMapped;
+    cudaError_t e = cudaHostRegister((void *)host, bytes, fl);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        e = cudaHostRegister((void *)host, bytes, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+        e = cudaHostRegister((void *)host, bytes, fl | cudaHostRegisterReadOnly);
     }
     if (e != cudaSuccess) {
         cudaGetLastError();
@@ -116,7 +143,24 @@ extern "C" bool bk_cuda_copier_pin(bk_cuda_copier *cp, const void *host, size_t 
     cp->pin_lo[i] = (const uint8_t *)host;
     cp->pin_hi[i] = (const uint8_t *)host + bytes;
     cp->pin_reg[i] = true;
+    /* the device's address of the range: the host's own where the device can use it */
+    int same = 0;
+    void *d = NULL;
+    if (cudaDeviceGetAttribute(&same, cudaDevAttrCanUseHostPointerForRegisteredMem, cp->cb->device) == cudaSuccess &&
+        same)
+        d = (void *)host;
+    else if (cudaHostGetDevicePointer(&d, (void *)host, 0) != cudaSuccess)
+        d = NULL;
+    cudaGetLastError();
+    cp->pin_dev[i] = (const uint8_t *)d;
     return true;
+}
+
+extern "C" const void *bk_cuda_copier_device_ptr(const bk_cuda_copier *cp, const void *host) {
+    const uint8_t *p = (const uint8_t *)host;
+    for (int i = 0; cp && i < cp->n_pins; i++)
+        if (p >= cp->pin_lo[i] && p < cp->pin_hi[i] && cp->pin_dev[i]) return cp->pin_dev[i] + (p - cp->pin_lo[i]);
+    return NULL;
 }
 
 static bool pinned(const bk_cuda_copier *cp, const void *host, size_t bytes) {
@@ -184,3 +228,114 @@ extern "C" brisk_status bk_cuda_copier_wait(bk_cuda_copier *cp) {
 }
 
 extern "C" double bk_cuda_copier_bandwidth(const bk_cuda_copier *cp) { return cp ? cp->gbs : 0.0; }
+
+extern "C" brisk_status bk_cuda_copier_upload(bk_cuda_copier *cp, void *dev, const void *host, size_t bytes) {
+    if (bytes > CP_UPD_BYTES)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "bk_cuda_copier_upload: %zu bytes (at most %d)", bytes, CP_UPD_BYTES);
+    int i = cp->upd_at;
+    cp->upd_at = (i + 1) % CP_UPD_SLOTS;
+    if (cp->upd_used[i]) CU_TRY(cudaEventSynchronize(cp->upd_ev[i])); /* 64 uploads ago: long done */
+    uint8_t *src = cp->upd + (size_t)i * CP_UPD_BYTES;
+    memcpy(src, host, bytes);
+    CU_TRY(cudaMemcpyAsync(dev, src, bytes, cudaMemcpyHostToDevice, cp->cb->stream));
+    CU_TRY(cudaEventRecord(cp->upd_ev[i], cp->cb->stream));
+    cp->upd_used[i] = true;
+    return BRISK_OK;
+}
+
+extern "C" brisk_status bk_cuda_copier_readback(bk_cuda_copier *cp, void *host, const void *dev, size_t bytes) {
+    CU_TRY(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, cp->cb->stream));
+    CU_TRY(cudaEventRecord(cp->rb_ev, cp->cb->stream));
+    cp->rb_on = true;
+    return BRISK_OK;
+}
+
+extern "C" bool bk_cuda_copier_readback_done(bk_cuda_copier *cp) {
+    if (!cp->rb_on) return true;
+    cudaError_t e = cudaEventQuery(cp->rb_ev);
+    if (e == cudaErrorNotReady) return false;
+    cudaGetLastError(); /* a failed readback: the backend's next read reports the stream's error */
+    cp->rb_on = false;
+    return true;
+}
+
+extern "C" brisk_status bk_cuda_copier_readback_wait(bk_cuda_copier *cp) {
+    if (cp->rb_on) CU_TRY(cudaEventSynchronize(cp->rb_ev));
+    cp->rb_on = false;
+    return BRISK_OK;
+}
+
+extern "C" brisk_status bk_cuda_host_alloc(size_t bytes, void **out) {
+    *out = NULL;
+    CU_TRY(cudaMallocHost(out, bytes));
+    return BRISK_OK;
+}
+
+extern "C" void bk_cuda_host_free(void *p) {
+    if (p) cudaFreeHost(p);
+}
+
+/* ---- the routing counters of a no-sync cache layer ----
+ * counts[e] += entries routed to expert e, counts[n_expert] += those whose expert is cached
+ * (cached[e] != 0). One block: a chunk's entries are at most a few thousand. */
+__global__ void xc_count_kernel(const int32_t *ids, int nk, int n_expert, const int32_t *cached, uint32_t *counts) {
+    __shared__ uint32_t c[BK_MOE_MAX_EXPERTS + 1];
+    for (int e = threadIdx.x; e <= n_expert; e += blockDim.x) c[e] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < nk; i += blockDim.x) {
+        int e = ids[i];
+        if (e < 0) continue;
+        e = min(e, n_expert - 1); /* as the grouping keeps NaN routings in range */
+        atomicAdd(&c[e], 1u);
+        if (cached[e]) atomicAdd(&c[n_expert], 1u);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e <= n_expert; e += blockDim.x)
+        if (c[e]) counts[e] += c[e];
+}
+
+extern "C" void bk_cuda_expert_count(bk_backend *be, const int32_t *ids, int nk, int n_expert, const int32_t *cached,
+                                     uint32_t *counts) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (nk <= 0) return;
+    if (n_expert < 1 || n_expert > BK_MOE_MAX_EXPERTS) {
+        cuda_set_error(cb, bk_fail(BRISK_ERR_INVALID_ARG, "cuda expert count: %d experts", n_expert));
+        return;
+    }
+    xc_count_kernel<<<1, 256, 0, cb->stream>>>(ids, nk, n_expert, cached, counts);
+    CU_LAUNCHED(cb);
+}
+
+/* ---- the speed of a mapped read: what a missed expert costs a product ---- */
+__global__ void xc_touch_kernel(const uint4 *p, size_t n, unsigned *sink) {
+    unsigned acc = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint4 v = __ldg(p + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u) *sink = acc; /* keeps the loads; never true in practice, harmless if so */
+}
+
+extern "C" double bk_cuda_copier_mapped_bandwidth(bk_cuda_copier *cp, const void *host, size_t bytes) {
+    const void *d = bk_cuda_copier_device_ptr(cp, host);
+    if (!d || bytes < 16 || ((uintptr_t)d & 15)) return 0.0;
+    unsigned *sink = NULL;
+    cudaEvent_t a = NULL, b = NULL;
+    float ms = 0;
+    bool ok = cudaMalloc((void **)&sink, sizeof *sink) == cudaSuccess && cudaEventCreate(&a) == cudaSuccess &&
+              cudaEventCreate(&b) == cudaSuccess;
+    if (ok) {
+        size_t n = bytes / 16;
+        unsigned blocks = (unsigned)(cp->cb->n_sm > 0 ? 4 * cp->cb->n_sm : 512);
+        xc_touch_kernel<<<blocks, 256, 0, cp->stream>>>((const uint4 *)d, n, sink); /* warm-up (TLB) */
+        cudaEventRecord(a, cp->stream);
+        xc_touch_kernel<<<blocks, 256, 0, cp->stream>>>((const uint4 *)d, n, sink);
+        cudaEventRecord(b, cp->stream);
+        ok = cudaEventSynchronize(b) == cudaSuccess && cudaEventElapsedTime(&ms, a, b) == cudaSuccess && ms > 0;
+    }
+    if (a) cudaEventDestroy(a);
+    if (b) cudaEventDestroy(b);
+    cudaFree(sink);
+    cudaGetLastError();
+    return ok ? (double)(bytes / 16 * 16) / (ms * 1e-3) * 1e-9 : 0.0;
+}

@@ -68,6 +68,7 @@ typedef struct cuda_backend {
     bool mmvq_multi_off;        /* BRISK_CUDA_MMVQ_MULTI=0: one launch per matrix of a call (A/B) */
     bool attn_fuse_off;         /* BRISK_CUDA_ATTN_FUSE=0: decode attention merges its splits in a kernel of its own (A/B) */
     int *att_cnt;               /* (ATT_CNT_N) per (token, head group) split counters of the decode attention, zero between launches */
+    int q6k_quad;               /* BRISK_CUDA_Q6K_QUAD: 0 off, 1 (default) Q6_K decode products in quads of groups, 2 the LM head too */
     bool pdl_off;               /* BRISK_CUDA_PDL=0 or before sm_90: decode kernels launched the ordinary way (cuda_pdl.cuh) */
     bool gd_chunk_off;          /* BRISK_CUDA_GD_CHUNK=0: prefill delta rule and short conv token by token (A/B) */
 
@@ -433,6 +434,33 @@ __device__ __forceinline__ void group_load_q4k_pair(const uint8_t *row, int64_t 
     lo.b = dmin * (float)m0;
     hi.a = d * (float)sc1;
     hi.b = dmin * (float)m1;
+}
+
+/* Groups 4h..4h+3 of a Q6_K row: the 128 weights of half h % 2 of block h / 2. Their low bits share
+ * 64 ql bytes (group k: the low (k < 2) or high nibbles of bytes 32 (k & 1) ..) and their high bits
+ * 32 qh bytes (group k: bits 2k, 2k + 1), so one lane loads each byte once for all four instead of
+ * ql twice and qh four times (the decode kernels' quad path; group_load<QT_Q6_K> is one of them). */
+__device__ __forceinline__ void group_load_q6k_quad(const uint8_t *row, int64_t h, wgroup (&q)[4]) {
+    const uint8_t *b = row + (h / 2) * 210;
+    int n = (int)(h % 2);
+    int lw[16], hw[8];
+    ld_a2<16>(b + 64 * n, lw);
+    ld_a2<8>(b + 128 + 32 * n, hw);
+    float d = bk_h2f(ld16(b + 208));
+    const int8_t *sc = (const int8_t *)(b + 192 + 8 * n);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int lo = (lw[8 * (k & 1) + i] >> ((k >> 1) * 4)) & 0x0F0F0F0F;
+            int hi = ((hw[i] >> (2 * k)) & 0x03030303) << 4;
+            q[k].w[i] = __vsubss4(lo | hi, 0x20202020);
+        }
+        q[k].s0 = sc[2 * k];
+        q[k].s1 = sc[2 * k + 1];
+        q[k].a = d;
+        q[k].b = 0.0f;
+    }
 }
 
 __device__ __forceinline__ float group_dot(const wgroup &q, const int *xi, float2 ds) {

@@ -50,9 +50,12 @@ enum { MMQ_STORE = 0, MMQ_SILU_MUL = 1 };
 /* One mmq launch. Dense: tokens t of blockIdx.y's tile read xq row t and write y row t.
  * Grouped (MOE): blockIdx.y is a tile of the grouping's list: expert tiles[y].x, its entries
  * ent[tiles[y].y ..] (up to NT, not past off[expert + 1]); entry en reads xq row en / div and
- * writes y row en; the expert's rows are [expert * n_rows, (expert + 1) * n_rows) of W (and W2). */
+ * writes y row en; the expert's rows are [expert * n_rows, (expert + 1) * n_rows) of W (and W2), or,
+ * with tables (Wtab, W2tab: device arrays of each expert's first row, bk_weight.expert_ptrs), the
+ * n_rows rows from Wtab[expert] (W2tab[expert]). */
 typedef struct mmq_args {
     const uint8_t *W, *W2;  /* weights; W2: the up matrix of a GLU launch (same type and row bytes) */
+    const uint8_t *const *Wtab, *const *W2tab; /* MOE: per-expert first rows of W, W2 (device), or NULL */
     size_t row_bytes;
     int64_t n_in;           /* % 32 == 0 (Q4_K, Q6_K: % 256) */
     int64_t n_rows;         /* output rows (of one expert) */
@@ -157,7 +160,9 @@ __global__ void __launch_bounds__(MMQ_THREADS, NT >= 32 ? 1 : 2) mmq_kernel(mmq_
     /* lane's row for unpacking (rows past the matrix repeat its last row; never stored) */
     int64_t rr = r0 + (GLU ? (lane & 15) : lane);
     if (rr >= p.n_rows) rr = p.n_rows - 1;
-    const uint8_t *row = (GLU && lane >= 16 ? p.W2 : p.W) + (e * p.n_rows + rr) * p.row_bytes;
+    const uint8_t *const *tab = MOE ? (GLU && lane >= 16 ? p.W2tab : p.Wtab) : NULL;
+    const uint8_t *base = tab ? tab[e] : (GLU && lane >= 16 ? p.W2 : p.W) + e * p.n_rows * p.row_bytes;
+    const uint8_t *row = base + rr * p.row_bytes;
     __syncthreads();
 
     /* int32 offsets (xq holds at most xq_cap < 2^31 values): B rows and the (d, sum) rows */

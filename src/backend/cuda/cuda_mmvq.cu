@@ -60,7 +60,7 @@ template <int T, int NT> struct mmvq_unroll { /* Q4_K: pairs of groups */
  * stores silu(gate) * up (the FFN's SwiGLU, as swiglu_kernel computes it) to y[t, r].
  * Warps stride over the rows (a grid smaller than the matrix makes the kernel persistent;
  * dev/kernels/mmvq_lab.cu times both). */
-template <int T, int NT, bool GLU, int U>
+template <int T, int NT, bool GLU, int U, bool Q6Q>
 __device__ __forceinline__ void mmvq_rows(const uint8_t *W, const uint8_t *W2, size_t row_bytes, int64_t n_in,
                                           int64_t n_out, const int8_t *xq, const float2 *xds, int n, const float *bias,
                                           float *y, int accum, int64_t wid0, int64_t wid_stride) {
@@ -118,6 +118,35 @@ __device__ __forceinline__ void mmvq_rows(const uint8_t *W, const uint8_t *W2, s
                     }
                 }
             }
+        } else if constexpr (T == QT_Q6_K && Q6Q) { /* lanes take quads of groups that share their bytes */
+            int64_t n_quads = n_groups / 4;
+            for (int64_t h = lane; h < n_quads; h += 32) {
+                wgroup q[MMVQ_ROWS][4];
+#pragma unroll
+                for (int i = 0; i < MMVQ_ROWS; i++) group_load_q6k_quad(rows[i], h, q[i]);
+                if (!waited) {
+                    pdl_wait();
+                    pdl_allow_next();
+                    waited = true;
+                }
+                int64_t g = 4 * h;
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    if (t >= n) break;
+                    const int4 *xp = (const int4 *)(xq + (int64_t)t * n_in + g * 32);
+                    const float4 *dp = (const float4 *)(xds + (int64_t)t * n_groups + g);
+                    float4 d01 = __ldg(dp), d23 = __ldg(dp + 1);
+                    float2 ds[4] = {make_float2(d01.x, d01.y), make_float2(d01.z, d01.w), make_float2(d23.x, d23.y),
+                                    make_float2(d23.z, d23.w)};
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        int4 a = __ldg(xp + 2 * k), c = __ldg(xp + 2 * k + 1);
+                        int xi[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+#pragma unroll
+                        for (int i = 0; i < MMVQ_ROWS; i++) acc[i][t] += group_dot(q[i][k], xi, ds[k]);
+                    }
+                }
+            }
         } else
         for (int64_t g0 = lane; g0 < n_groups; g0 += 32 * U) {
             wgroup q[U][MMVQ_ROWS];
@@ -170,18 +199,18 @@ __device__ __forceinline__ void mmvq_rows(const uint8_t *W, const uint8_t *W2, s
     }
 }
 
-template <int T, int NT, bool GLU, int U = mmvq_unroll<T, NT>::U> /* NT: tokens the registers are sized for */
+template <int T, int NT, bool GLU, int U = mmvq_unroll<T, NT>::U, bool Q6Q = false> /* NT: tokens the registers are sized for */
 __global__ void __launch_bounds__(MMVQ_WARPS * 32)
 mmvq_kernel(const uint8_t *W, const uint8_t *W2, size_t row_bytes, int64_t n_in, int64_t n_out, const int8_t *xq,
             const float2 *xds, int n, const float *bias, float *y, int accum) {
-    mmvq_rows<T, NT, GLU, U>(W, W2, row_bytes, n_in, n_out, xq, xds, n, bias, y, accum,
+    mmvq_rows<T, NT, GLU, U, Q6Q>(W, W2, row_bytes, n_in, n_out, xq, xds, n, bias, y, accum,
                              (int64_t)blockIdx.x * MMVQ_WARPS + threadIdx.x / 32, (int64_t)gridDim.x * MMVQ_WARPS);
 }
 
 /* Up to MMVQ_MULTI matrices of one type and width on the same activations in one launch (a layer's
  * q, k and v: two launches fewer per layer). Block b belongs to the matrix m with
  * bend[m - 1] <= b < bend[m]; its warps take that matrix's rows as mmvq_kernel's would. */
-#define MMVQ_MULTI 3
+#define MMVQ_MULTI 3 /* mmvq_multi_kernel selects among these with constant indices */
 typedef struct mmvq_mats {
     const uint8_t *W[MMVQ_MULTI];
     const float *bias[MMVQ_MULTI];
@@ -191,15 +220,19 @@ typedef struct mmvq_mats {
     int count;
 } mmvq_mats;
 
-template <int T, int NT, int U = mmvq_unroll<T, NT>::U>
+template <int T, int NT, int U = mmvq_unroll<T, NT>::U, bool Q6Q = false>
 __global__ void __launch_bounds__(MMVQ_WARPS * 32)
 mmvq_multi_kernel(mmvq_mats mm, size_t row_bytes, int64_t n_in, const int8_t *xq, const float2 *xds, int n, int accum) {
-    int m = 0;
-    while (m + 1 < mm.count && blockIdx.x >= mm.bend[m]) m++;
-    unsigned b0 = m ? mm.bend[m - 1] : 0;
-    mmvq_rows<T, NT, false, U>(mm.W[m], NULL, row_bytes, n_in, mm.n_out[m], xq, xds, n, mm.bias[m], mm.y[m], accum,
-                               (int64_t)(blockIdx.x - b0) * MMVQ_WARPS + threadIdx.x / 32,
-                               (int64_t)(mm.bend[m] - b0) * MMVQ_WARPS);
+    /* constant indices only: a dynamic index would copy the parameter struct to local memory */
+    const unsigned b = blockIdx.x;
+    const bool m1 = mm.count > 1 && b >= mm.bend[0], m2 = mm.count > 2 && b >= mm.bend[1];
+    const uint8_t *W = m2 ? mm.W[2] : m1 ? mm.W[1] : mm.W[0];
+    const float *bias = m2 ? mm.bias[2] : m1 ? mm.bias[1] : mm.bias[0];
+    float *y = m2 ? mm.y[2] : m1 ? mm.y[1] : mm.y[0];
+    int64_t n_out = m2 ? mm.n_out[2] : m1 ? mm.n_out[1] : mm.n_out[0];
+    unsigned b0 = m2 ? mm.bend[1] : m1 ? mm.bend[0] : 0, b1 = m2 ? mm.bend[2] : m1 ? mm.bend[1] : mm.bend[0];
+    mmvq_rows<T, NT, false, U, Q6Q>(W, NULL, row_bytes, n_in, n_out, xq, xds, n, bias, y, accum,
+                                    (int64_t)(b - b0) * MMVQ_WARPS + threadIdx.x / 32, (int64_t)(b1 - b0) * MMVQ_WARPS);
 }
 
 /* One launch of mmvq_kernel for weight type T: registers sized for the nt tokens (a decode step keeps
@@ -212,8 +245,17 @@ static void mmvq_launch_t(cuda_backend *cb, unsigned blocks, const uint8_t *W, c
 #define MMVQ_GO(NT, ...) \
     pdl_launch(cb, mmvq_kernel<T, NT, GLU, ##__VA_ARGS__>, dim3(blocks), dim3(MMVQ_WARPS * 32), 0, W, W2, row_bytes, \
                n_in, n_out, xq, xds, nt, bias, y, accum)
-    if constexpr (!GLU && T == QT_Q6_K) {
-        if (nt == 1 && n_out > 32768) {
+    if constexpr (T == QT_Q6_K) {
+        /* quads (group_load_q6k_quad) for decode batches; the LM head keeps one group in flight
+         * unless BRISK_CUDA_Q6K_QUAD=2 */
+        bool lm_head = !GLU && nt == 1 && n_out > 32768;
+        if (cb->q6k_quad > (lm_head ? 1 : 0) && nt <= 8) {
+            if (nt == 1) MMVQ_GO(1, 1, true);
+            else if (nt <= 4) MMVQ_GO(4, 1, true);
+            else MMVQ_GO(8, 1, true);
+            return;
+        }
+        if (lm_head) {
             MMVQ_GO(1, 1);
             return;
         }

@@ -101,6 +101,63 @@ double bk_cuda_copier_bandwidth(const bk_cuda_copier *cp) {
     (void)cp;
     return 0.0;
 }
+
+const void *bk_cuda_copier_device_ptr(const bk_cuda_copier *cp, const void *host) {
+    (void)cp;
+    (void)host;
+    return NULL;
+}
+
+double bk_cuda_copier_mapped_bandwidth(bk_cuda_copier *cp, const void *host, size_t bytes) {
+    (void)cp;
+    (void)host;
+    (void)bytes;
+    return 0.0;
+}
+
+brisk_status bk_cuda_copier_upload(bk_cuda_copier *cp, void *dev, const void *host, size_t bytes) {
+    (void)cp;
+    (void)dev;
+    (void)host;
+    (void)bytes;
+    return bk_fail(BRISK_ERR_UNSUPPORTED, "brisk was built without CUDA");
+}
+
+brisk_status bk_cuda_copier_readback(bk_cuda_copier *cp, void *host, const void *dev, size_t bytes) {
+    (void)cp;
+    (void)host;
+    (void)dev;
+    (void)bytes;
+    return bk_fail(BRISK_ERR_UNSUPPORTED, "brisk was built without CUDA");
+}
+
+bool bk_cuda_copier_readback_done(bk_cuda_copier *cp) {
+    (void)cp;
+    return true;
+}
+
+brisk_status bk_cuda_copier_readback_wait(bk_cuda_copier *cp) {
+    (void)cp;
+    return BRISK_OK;
+}
+
+brisk_status bk_cuda_host_alloc(size_t bytes, void **out) {
+    (void)bytes;
+    *out = NULL;
+    return bk_fail(BRISK_ERR_UNSUPPORTED, "brisk was built without CUDA");
+}
+
+void bk_cuda_host_free(void *p) { (void)p; }
+
+void bk_cuda_expert_count(bk_backend *be, const int32_t *ids, int nk, int n_expert, const int32_t *cached,
+                          uint32_t *counts) {
+    (void)be;
+    (void)ids;
+    (void)nk;
+    (void)n_expert;
+    (void)cached;
+    (void)counts;
+}
 #else
 typedef int bk_cuda_stub_unused; /* the real backend is in the .cu files */
 #endif
