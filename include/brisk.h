@@ -72,6 +72,9 @@ typedef struct brisk_model_params {
                           backend in the GPU's place (also set by the environment's BRISK_SPLIT_CPU=1) */
     int n_cpu_moe;     /* MoE: layers [0, n_cpu_moe) keep their routed experts in host memory; <= 0: none */
     bool no_mmap;      /* read the file into (huge-page) memory instead of mapping it (llama.cpp's --no-mmap) */
+    /* Tensor parallelism (llama, qwen2, qwen3): this process is rank tp_rank of tp_size and holds
+     * its shard of the attention heads and FFN columns (engine/tp.h runs the ranks); 0: off */
+    int tp_rank, tp_size;
 } brisk_model_params;
 
 brisk_model_params brisk_model_default_params(void);

@@ -209,6 +209,12 @@ typedef struct bk_backend_ops {
      * interleaved heads (qwen35's query|gate rows) would otherwise be n * n_head copies. */
     void (*copy_rows)(bk_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
                       size_t row_bytes, size_t n_rows);
+
+    /* Optional (NULL: one rank): x (n floats, backend memory) = its sum over the ranks of a
+     * tensor-parallel group (engine/tp.h), in place, queued on the backend's stream like any op
+     * (a CUDA graph captures it). The sharded forward pass calls it on the partial products of
+     * the column-split weights (attention output, FFN down) before adding them to the residual. */
+    void (*all_reduce)(bk_backend *be, float *x, size_t n);
 } bk_backend_ops;
 
 struct bk_backend {

@@ -24,6 +24,7 @@
 #include "base/status.h"
 #include "engine/kv_cache.h"
 #include "engine/offload.h"
+#include "engine/tp.h"
 #include "model/arch.h"
 
 #define UBATCH_MAX 512 /* tokens per forward pass; bounds the scratch */
@@ -87,6 +88,7 @@ brisk_context_params brisk_context_default_params(void) {
 
 void brisk_context_free(brisk_context *c) {
     if (!c) return;
+    if (c->model) tp_mirror(c->model, TP_CONTEXT_FREE, NULL, NULL, 0);
     kv_cache_free(c->kv);
     for (int i = 0; i < 2; i++) {
         ctx_stage *st = &c->st[i];
@@ -271,6 +273,7 @@ static brisk_status make_stages(brisk_context *c) {
         ctx_stage *st = &c->st[i];
         bool gpu = bk_backend_is_cuda(m->be, &dev) && (i == 1 || !split);
         BK_TRY(gpu ? bk_cuda_backend_new(dev, &st->be) : bk_cpu_backend_new(c->p.n_threads, &st->be));
+        BK_TRY(tp_attach(m, st->be)); /* tensor parallelism: the backend's all_reduce over the ranks */
         bool exps_host = false;
         for (int l = st->l0; l < st->l1; l++) {
             st->n_rec += model_layer_recurrent(&m->hp, l);
@@ -437,6 +440,7 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
 
     if ((unsigned)hp->arch >= ARCH_COUNT || !forward_by_arch[hp->arch])
         return bk_fail(BRISK_ERR_UNSUPPORTED, "no forward pass for architecture %s", model->arch_name);
+    BK_TRY(tp_context_begin(model, &p)); /* tensor parallelism: the other ranks make theirs meanwhile */
     brisk_context *c = calloc(1, sizeof *c);
     if (!c) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     c->model = model;
@@ -634,6 +638,7 @@ brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
         c->logit_row[i] = e[i].logits ? n_out++ : -1;
     }
     BK_TRY(reserve_logits(c, n_out));
+    BK_TRY(tp_mirror(c->model, TP_DECODE, (const int32_t[3]){n, 0, 0}, e, (size_t)n * sizeof *e));
     c->n_last = 0;
     int row = 0;
     for (int b0 = 0; b0 < n; b0 += c->n_ubatch) {
@@ -674,6 +679,7 @@ const float *brisk_get_logits(brisk_context *c, int i) {
 }
 
 brisk_status brisk_seq_clear(brisk_context *c, int seq) {
+    BK_TRY(tp_mirror(c->model, TP_SEQ_CLEAR, (const int32_t[3]){seq, 0, 0}, NULL, 0));
     BK_TRY(kv_cache_seq_clear(c->kv, seq));
     rs_copy(c, c->p.n_seq_max, seq);
     ck_drop_after(c, seq, 0);
@@ -681,6 +687,7 @@ brisk_status brisk_seq_clear(brisk_context *c, int seq) {
 }
 
 brisk_status brisk_seq_remove(brisk_context *c, int seq, int32_t p0, int32_t p1) {
+    BK_TRY(tp_mirror(c->model, TP_SEQ_REMOVE, (const int32_t[3]){seq, p0, p1}, NULL, 0));
     int32_t len = kv_cache_seq_len(c->kv, seq);
     if (p0 < 0) p0 = 0;
     if (p1 >= 0 && p1 < len && p0 < p1)
@@ -703,6 +710,7 @@ brisk_status brisk_seq_remove(brisk_context *c, int seq, int32_t p0, int32_t p1)
 }
 
 brisk_status brisk_seq_share_prefix(brisk_context *c, int src, int dst, int32_t n_tokens) {
+    BK_TRY(tp_mirror(c->model, TP_SEQ_SHARE, (const int32_t[3]){src, dst, n_tokens}, NULL, 0));
     int32_t len = kv_cache_seq_len(c->kv, src);
     int j = -1;
     if (c->recurrent && n_tokens != 0 && n_tokens != len && (!seq_ok(c, src) || (j = ck_find(c, src, n_tokens)) < 0))
@@ -719,6 +727,7 @@ brisk_status brisk_seq_share_prefix(brisk_context *c, int src, int dst, int32_t 
 int32_t brisk_seq_len(const brisk_context *c, int seq) { return kv_cache_seq_len(c->kv, seq); }
 
 brisk_status brisk_seq_checkpoint(brisk_context *c, int seq) {
+    BK_TRY(tp_mirror(c->model, TP_SEQ_CHECKPOINT, (const int32_t[3]){seq, 0, 0}, NULL, 0));
     if (!seq_ok(c, seq)) return bk_fail(BRISK_ERR_INVALID_ARG, "sequence id %d out of range [0, %d)", seq, c->p.n_seq_max);
     int32_t len = kv_cache_seq_len(c->kv, seq), *pos = c->ck_pos + (size_t)seq * c->n_ckpt;
     if (!c->n_ckpt || len == 0 || ck_find(c, seq, len) >= 0) return BRISK_OK;

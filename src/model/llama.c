@@ -13,11 +13,35 @@
  *
  * The attention block and the LM head are shared with the MoE decoder
  * (model/qwen3moe.c), which replaces only the FFN.
+ *
+ * Tensor parallelism (brisk_model_params.tp_size, engine/tp.h): each rank
+ * holds whole heads of q/k/v and its slice of the FFN width, so everything up
+ * to the two branch-closing products runs on its shard alone; Wo and Wdown
+ * hold the matching input columns and give partial products, which are
+ * summed over the ranks (the backend's all_reduce) before the residual add.
+ * Norms, embedding and LM head are replicated: every rank computes the same
+ * logits (only rank 0 samples them).
  */
 #include <math.h>
 #include <string.h>
 
 #include "model/arch.h"
+
+/* y += x W^T for a weight that closes a residual branch (attention output, FFN down). Sharded
+ * (m->tp_size > 0), W holds this rank's input columns: the partial product goes to tmp, is
+ * summed over the ranks (all_reduce) and then added, so the residual y stays the same on every
+ * rank. Otherwise the product is added in one fused op. */
+static void residual_matmul(const brisk_model *m, bk_backend *be, const bk_weight *w, const float *x, int n,
+                            float *tmp, float *y) {
+    if (m->tp_size > 0 && be->ops->all_reduce) {
+        size_t len = (size_t)n * (size_t)w->n_out;
+        be->ops->matmul(be, 1, &w, NULL, x, n, &tmp);
+        be->ops->all_reduce(be, tmp, len);
+        be->ops->add(be, y, tmp, len);
+        return;
+    }
+    bk_matmul_add(be, w, x, n, tmp, y);
+}
 
 void decoder_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
                        fwd_scratch *s, int l) {
@@ -37,7 +61,7 @@ void decoder_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *k
                     hp->qk_norm ? &L->k_norm : NULL, hp->rms_eps, b->ab.pos, &hp->rope);
     op->attention(be, s->q, s->k, s->v, &kv[l], &b->ab, hp->n_head, hp->n_head_kv, hd, scale,
                   s->att);
-    bk_matmul_add(be, &L->wo, s->att, n, s->xb, s->x);
+    residual_matmul(m, be, &L->wo, s->att, n, s->xb, s->x);
 }
 
 void decoder_logits(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s) {
@@ -65,7 +89,7 @@ brisk_status llama_forward(const brisk_model *m, bk_backend *be, const bk_kv_vie
 
         op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
         bk_matmul_swiglu(be, &L->w_gate, &L->w_up, s->xb, n, s->hb2, s->hb);
-        bk_matmul_add(be, &L->w_down, s->hb, n, s->xb, s->x);
+        residual_matmul(m, be, &L->w_down, s->hb, n, s->xb, s->x);
     }
     if (l1 == hp->n_layer && b->n_out) decoder_logits(m, be, b, s);
     return BRISK_OK;

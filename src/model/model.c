@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "base/status.h"
+#include "engine/shard.h"
 #include "quant/quant.h"
 
 static const struct {
@@ -199,6 +200,45 @@ static brisk_status bind(brisk_model *m, bk_backend *be, const char *name, int64
     return bind3(m, be, name, ne0, ne1, 1, required, w);
 }
 
+/* Tensor parallelism: binds rank m->tp_rank's shard of a tensor (engine/shard.h) to be: ROWS
+ * keeps whole output rows (a vector: its elements, e.g. a q/k/v bias), COLS input columns, in
+ * units of `unit` (head_dim for per-head splits). kv: the k/v split, where a KV head may be shared
+ * by several ranks (shard_heads_for). A GPU rank uploads a column shard packed (its rows are not
+ * contiguous in the file): the packed copy is kept in m->tp_packed. */
+static brisk_status bind_shard(brisk_model *m, bk_backend *be, const char *name, int64_t ne0, int64_t ne1,
+                               bool required, shard_kind kind, int64_t unit, bool kv, bk_weight *w) {
+    if (m->tp_size < 1) return bind3(m, be, name, ne0, ne1, 1, required, w);
+    BK_TRY(bind3(m, NULL, name, ne0, ne1, 1, required, w));
+    if (!w->host) return BRISK_OK; /* an absent optional tensor */
+    int rank = m->tp_rank, n = m->tp_size;
+    shard_heads sh;
+    if (kv) {
+        BK_TRY(shard_heads_for(m->tp_n_head, m->tp_n_head_kv, rank, n, &sh));
+        if (sh.kv_replicated) rank = sh.kv_first, n = m->tp_n_head_kv;
+    }
+    if (!ne1) kind = SHARD_COLS; /* a vector's elements are its columns */
+    bk_weight full = *w;
+    BK_TRY(shard_weight(&full, kind, rank, n, unit, w));
+    if (!be) return BRISK_OK; /* the CPU reads the view in place (row stride row_bytes) */
+    size_t packed = quant_row_size(w->type, w->n_in);
+    if (packed != w->row_bytes) {
+        void **list = realloc(m->tp_packed, (size_t)(m->n_tp_packed + 1) * sizeof *list);
+        char *buf = malloc((size_t)w->n_out * packed);
+        if (list) m->tp_packed = list;
+        if (!list || !buf) {
+            free(buf);
+            return bk_fail(BRISK_ERR_NOMEM, "out of memory packing %s", name);
+        }
+        for (int64_t r = 0; r < w->n_out; r++)
+            memcpy(buf + (size_t)r * packed, (const char *)w->host + (size_t)r * w->row_bytes, packed);
+        m->tp_packed[m->n_tp_packed++] = buf;
+        w->host = buf;
+        w->row_bytes = packed;
+    }
+    m->gpu_weight_bytes += (uint64_t)w->n_out * w->row_bytes;
+    return be->ops->bind_weight(be, w);
+}
+
 static brisk_status bind_all(brisk_model *m) {
     const model_hparams *hp = &m->hp;
     int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim,
@@ -247,13 +287,17 @@ static brisk_status bind_all(brisk_model *m) {
             BIND(ssm_norm, "ssm_norm.weight", ds, 0, true);
             BIND(ssm_out, "ssm_out.weight", vd, d, true);
         } else {
-            BIND(wq, "attn_q.weight", d, hybrid ? 2 * qd : qd, true);
-            BIND(wk, "attn_k.weight", d, kvd, true);
-            BIND(wv, "attn_v.weight", d, kvd, true);
-            BIND(wo, "attn_output.weight", qd, d, true);
-            BIND(bq, "attn_q.bias", qd, 0, hp->qkv_bias);
-            BIND(bk, "attn_k.bias", kvd, 0, hp->qkv_bias);
-            BIND(bv, "attn_v.bias", kvd, 0, hp->qkv_bias);
+#define BIND_TP(field, suffix, ne0, ne1, req, kind, unit, kv)          \
+    snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
+    BK_TRY(bind_shard(m, be, n, ne0, ne1, req, kind, unit, kv, &L->field))
+            int64_t hd = hp->head_dim;
+            BIND_TP(wq, "attn_q.weight", d, hybrid ? 2 * qd : qd, true, SHARD_ROWS, hd, false);
+            BIND_TP(wk, "attn_k.weight", d, kvd, true, SHARD_ROWS, hd, true);
+            BIND_TP(wv, "attn_v.weight", d, kvd, true, SHARD_ROWS, hd, true);
+            BIND_TP(wo, "attn_output.weight", qd, d, true, SHARD_COLS, hd, false);
+            BIND_TP(bq, "attn_q.bias", qd, 0, hp->qkv_bias, SHARD_ROWS, hd, false);
+            BIND_TP(bk, "attn_k.bias", kvd, 0, hp->qkv_bias, SHARD_ROWS, hd, true);
+            BIND_TP(bv, "attn_v.bias", kvd, 0, hp->qkv_bias, SHARD_ROWS, hd, true);
             BIND(q_norm, "attn_q_norm.weight", hp->head_dim, 0, hp->qk_norm);
             BIND(k_norm, "attn_k_norm.weight", hp->head_dim, 0, hp->qk_norm);
         }
@@ -280,9 +324,10 @@ static brisk_status bind_all(brisk_model *m) {
 #undef BIND_EXPERTS
             continue;
         }
-        BIND(w_gate, "ffn_gate.weight", d, hp->n_ff, true);
-        BIND(w_up, "ffn_up.weight", d, hp->n_ff, true);
-        BIND(w_down, "ffn_down.weight", hp->n_ff, d, true);
+        BIND_TP(w_gate, "ffn_gate.weight", d, hp->n_ff, true, SHARD_ROWS, 1, false);
+        BIND_TP(w_up, "ffn_up.weight", d, hp->n_ff, true, SHARD_ROWS, 1, false);
+        BIND_TP(w_down, "ffn_down.weight", hp->n_ff, d, true, SHARD_COLS, 1, false);
+#undef BIND_TP
 #undef BIND
     }
     return BRISK_OK;
@@ -309,6 +354,28 @@ uint64_t model_gpu_bytes(const gguf_file *g, int n_layer, int n_cpu_layers, int 
     return need;
 }
 
+/* Tensor parallelism (params->tp_size > 0): checks that the model splits into tp_size ranks. */
+static brisk_status tp_setup(brisk_model *m, const brisk_model_params *params) {
+    if (params->tp_size <= 0) return BRISK_OK;
+    const model_hparams *hp = &m->hp;
+    if (hp->arch != ARCH_LLAMA && hp->arch != ARCH_QWEN2 && hp->arch != ARCH_QWEN3)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "tensor parallelism runs llama, qwen2 and qwen3 models, not %s",
+                       m->arch_name);
+    if (params->tp_rank < 0 || params->tp_rank >= params->tp_size)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "tensor parallelism: rank %d of %d", params->tp_rank, params->tp_size);
+    shard_heads sh;
+    BK_TRY(shard_heads_for(hp->n_head, hp->n_head_kv, params->tp_rank, params->tp_size, &sh));
+    if (hp->n_ff % params->tp_size)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "tensor parallelism: FFN width %d does not split over %d ranks",
+                       hp->n_ff, params->tp_size);
+    m->tp_rank = params->tp_rank;
+    m->tp_size = params->tp_size;
+    m->tp_n_head = hp->n_head;
+    m->tp_n_head_kv = hp->n_head_kv;
+    m->tp_n_ff = hp->n_ff;
+    return BRISK_OK;
+}
+
 /* Picks where the layers run (see brisk_model_params) and makes the GPU backend if any. */
 static brisk_status place_layers(brisk_model *m, const brisk_model_params *params) {
     int n_layer = m->hp.n_layer, ngl = params->n_gpu_layers;
@@ -323,6 +390,7 @@ static brisk_status place_layers(brisk_model *m, const brisk_model_params *param
     if (!gpu) return BRISK_OK;
     /* Refuse up front rather than fail halfway through the upload. */
     uint64_t need = model_gpu_bytes(m->gguf, n_layer, m->n_cpu_layers, m->n_cpu_moe);
+    if (m->tp_size > 1) need /= (uint64_t)m->tp_size; /* about a rank's share (the embedding is replicated) */
     size_t fr = 0, tot = 0;
     if (bk_cuda_mem_info(params->device, &fr, &tot) == BRISK_OK && need > fr)
         return bk_fail(BRISK_ERR_NOMEM,
@@ -363,7 +431,10 @@ brisk_status brisk_model_load(const char *path, const brisk_model_params *params
         /* The embedding may be padded beyond the tokenizer (Qwen: 151936 rows). */
         const gguf_tensor *te = gguf_find_tensor(m->gguf, "token_embd.weight");
         if (te && te->ne[1] >= m->hp.n_vocab) m->hp.n_vocab = (int)te->ne[1];
-        s = place_layers(m, params);
+        s = tp_setup(m, params);
+        if (s == BRISK_OK) s = place_layers(m, params);
+        if (s == BRISK_OK && m->tp_size > 0 && model_split(m))
+            s = bk_fail(BRISK_ERR_UNSUPPORTED, "tensor parallelism keeps every layer on the GPUs (no -ngl split)");
         if (s != BRISK_OK) {
             bk_wrap(s, "%s", path);
             goto fail;
@@ -372,6 +443,11 @@ brisk_status brisk_model_load(const char *path, const brisk_model_params *params
         if (s != BRISK_OK) {
             bk_wrap(s, "%s", path);
             goto fail;
+        }
+        if (m->tp_size > 0) { /* the forward pass and the context see this rank's heads and FFN columns */
+            m->hp.n_head /= m->tp_size;
+            m->hp.n_head_kv = m->tp_n_head_kv >= m->tp_size ? m->tp_n_head_kv / m->tp_size : 1;
+            m->hp.n_ff /= m->tp_size;
         }
     }
     *out = m;
@@ -404,6 +480,9 @@ void brisk_model_free(brisk_model *m) {
     if (!m) return;
     release_weights(m);
     free(m->layers);
+    for (int i = 0; i < m->n_tp_packed; i++) free(m->tp_packed[i]);
+    free(m->tp_packed);
+    if (m->tp_free) m->tp_free(m->tp);
     if (m->be) m->be->ops->free(m->be);
     if (m->grammar_vocab_free) m->grammar_vocab_free(m->grammar_vocab);
     tokenizer_free(m->tok);
@@ -422,6 +501,11 @@ void brisk_model_get_info(const brisk_model *m, brisk_model_info *o) {
     o->n_head_kv = m->hp.n_head_kv;
     o->head_dim = m->hp.head_dim;
     o->n_ff = m->hp.n_ff;
+    if (m->tp_size > 0) { /* the whole model's, not this rank's shard */
+        o->n_head = m->tp_n_head;
+        o->n_head_kv = m->tp_n_head_kv;
+        o->n_ff = m->tp_n_ff;
+    }
     o->n_ctx_train = m->hp.n_ctx_train;
     o->n_params = m->n_params;
     o->weight_bytes = m->weight_bytes;

@@ -99,6 +99,15 @@ struct brisk_model {
     char name[128];
     void *grammar_vocab;              /* engine/grammar.c's token trie, built on first use */
     void (*grammar_vocab_free)(void *);
+    /* Tensor parallelism (brisk_model_params.tp_size > 0): this rank's shard of q/k/v and gate/up
+     * (rows: whole heads) and of the attention output and down (columns); hp.n_head, n_head_kv and
+     * n_ff are this rank's. The forward pass all-reduces the column-split products. */
+    int tp_rank, tp_size;
+    int tp_n_head, tp_n_head_kv, tp_n_ff; /* the whole model's */
+    void **tp_packed;                 /* (n_tp_packed) host copies of column shards packed for upload */
+    int n_tp_packed;
+    struct tp_link *tp;               /* engine/tp.h: the ranks this one mirrors its calls to, or NULL */
+    void (*tp_free)(struct tp_link *);
 };
 
 /* The first layer of the model's second stage when its layers are split

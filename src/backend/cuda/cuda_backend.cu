@@ -71,6 +71,7 @@ static void cuda_free(bk_backend *be) {
     cudaFree(cb->xds);
     cuda_moe_free(cb);
     cuda_blas_free(cb);
+    cuda_nccl_free(cb);
     cuda_graph_free(cb);
     free(cb->pack);
     if (cb->stream) cudaStreamDestroy(cb->stream);
@@ -192,6 +193,7 @@ static const bk_backend_ops cuda_ops = {
     /* gated_delta */ cuda_gated_delta,
     /* sigmoid_mul */ cuda_sigmoid_mul,
     /* copy_rows */ cuda_copy_rows,
+    /* all_reduce */ cuda_all_reduce,
 };
 
 extern "C" int bk_cuda_device_count(void) {

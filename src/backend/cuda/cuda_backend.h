@@ -101,6 +101,14 @@ brisk_status bk_cuda_copier_wait(bk_cuda_copier *cp);
 /* Host-to-device bandwidth in GB/s from pinned memory, measured at creation. */
 double bk_cuda_copier_bandwidth(const bk_cuda_copier *cp);
 
+/* ---- NCCL (cuda_nccl.cu): libnccl.so.2 is dlopen'd at first use, never linked ---- */
+/* A fresh ncclUniqueId (128 bytes) for a communicator of several processes (rank 0 makes it). */
+brisk_status bk_cuda_nccl_unique_id(unsigned char id[128]);
+/* Makes be rank `rank` of an n_ranks communicator (ncclCommInitRank, collective: every rank calls
+ * it with the same id); its all_reduce op then sums over them (ncclAllReduce on its stream). Sets
+ * NCCL_NVLS_ENABLE=0 unless the environment sets it. */
+brisk_status bk_cuda_nccl_init(bk_backend *be, const unsigned char id[128], int rank, int n_ranks);
+
 #ifdef __cplusplus
 }
 #endif

@@ -92,6 +92,7 @@ typedef struct cuda_backend {
 
     struct cuda_blas *blas;     /* cuda_blas.cu: cuBLAS for prefill products; NULL with BRISK_CUDA_CUBLAS=0 */
     bool fa_off;                /* BRISK_CUDA_FA=0: prefill attention on the SIMT tile kernel (A/B) */
+    struct cuda_nccl *nccl;     /* cuda_nccl.cu: this backend's communicator (tensor parallelism), or NULL */
 } cuda_backend;
 
 #define MMVQ_MAX_TOK 16         /* tokens per integer-dot matrix product (batched decode) */
@@ -575,4 +576,8 @@ void cuda_graph_free(cuda_backend *cb);
     default: break;                                                              \
     }
 
+/* cuda_nccl.cu: sum over the communicator's ranks in place (no communicator: nothing to sum), and
+ * the communicator's release with the backend. */
+void cuda_all_reduce(bk_backend *be, float *x, size_t n);
+void cuda_nccl_free(cuda_backend *cb);
 #endif

@@ -158,6 +158,19 @@ void bk_cuda_expert_count(bk_backend *be, const int32_t *ids, int nk, int n_expe
     (void)cached;
     (void)counts;
 }
+
+brisk_status bk_cuda_nccl_unique_id(unsigned char id[128]) {
+    (void)id;
+    return bk_fail(BRISK_ERR_UNSUPPORTED, "brisk was built without CUDA (no NCCL)");
+}
+
+brisk_status bk_cuda_nccl_init(bk_backend *be, const unsigned char id[128], int rank, int n_ranks) {
+    (void)be;
+    (void)id;
+    (void)rank;
+    (void)n_ranks;
+    return bk_fail(BRISK_ERR_UNSUPPORTED, "brisk was built without CUDA (no NCCL)");
+}
 #else
 typedef int bk_cuda_stub_unused; /* the real backend is in the .cu files */
 #endif
