@@ -903,13 +903,14 @@ static void check_moe_table(uint32_t tg, uint32_t tu, uint32_t td, int64_t n_emb
     float *dx = dev_copy(x, nx * 4), *dy = dev_copy(NULL, nx * 4), *dw = dev_copy(w, nk * 4);
     int32_t *di = dev_copy(ids, nk * 4), *dcached = dev_copy(cached, (size_t)n_expert * 4);
     uint32_t *dcnt = dev_copy(cnt, ((size_t)n_expert + 1) * 4);
+    CHECK_OK(gpu->ops->read(gpu, dx, y0, 4)); /* (an error left by the setup) */
     gpu->ops->moe_ffn(gpu, &wc[0], &wc[1], &wc[2], dx, n, di, dw, k, dy);
-    dev_read(dy, y0, nx * 4);
+    CHECK_OK(gpu->ops->read(gpu, dy, y0, nx * 4)); /* contiguous */
     gpu->ops->moe_ffn(gpu, &wt[0], &wt[1], &wt[2], dx, n, di, dw, k, dy);
-    dev_read(dy, y1, nx * 4);
+    CHECK_OK(gpu->ops->read(gpu, dy, y1, nx * 4)); /* through the tables */
     bk_cuda_expert_count(gpu, di, (int)nk, n_expert, dcached, dcnt);
     bk_cuda_expert_count(gpu, di, (int)nk, n_expert, dcached, dcnt);
-    dev_read(dcnt, cnt, ((size_t)n_expert + 1) * 4);
+    CHECK_OK(gpu->ops->read(gpu, dcnt, cnt, ((size_t)n_expert + 1) * 4)); /* counters */
     size_t diff = 0;
     for (size_t i = 0; i < nx; i++) diff += memcmp(&y0[i], &y1[i], 4) != 0;
     if (diff || memcmp(cnt, want, ((size_t)n_expert + 1) * 4))
