@@ -17,7 +17,9 @@
  * Models: stories260K (llama, F32, 8 heads / 4 KV heads, FFN 172 wide: 43
  * columns a rank at N = 4), a tiny qwen3 (QK-norm, tied LM head) in Q8_0
  * (column splits on whole 32-blocks) and a tiny qwen2 (q/k/v biases, 2 KV
- * heads: at N = 4 each KV head is replicated on two ranks), both synthesized. */
+ * heads: at N = 4 each KV head is replicated on two ranks), both synthesized.
+ * Then the ranks as processes: `brisk run --tp 2|4 -ngl 0` (workers started
+ * by rank 0, the all-reduce over their sockets) prints the unsharded text. */
 #include <pthread.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -244,6 +246,47 @@ static void test_qwen2(void) {
     check_synth("tiny-qwen2-yarn", QT_Q8_0);
 }
 
+/* The ranks as processes (engine/tp.c): `brisk run --tp N` starts N-1 workers that mirror rank 0's
+ * load, context and decode calls over sockets; on the CPU their all_reduce also goes over the
+ * sockets. The greedy text equals the unsharded run's. */
+static char *run_cli(const char *model, const char *extra) {
+    const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s/brisk run -m %s -p 'Once upon a time' -n 48 --temp 0 --ignore-eos -ngl 0 -t 1 %s 2>/dev/null",
+             build, model, extra);
+    FILE *f = popen(cmd, "r");
+    if (!f) return NULL;
+    char *out = calloc(1, 8192);
+    size_t n = out ? fread(out, 1, 8191, f) : 0;
+    (void)n;
+    if (pclose(f) != 0) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+static void test_processes(void) {
+    char p[1024], exe[1100];
+    snprintf(p, sizeof p, "%s/data/stories260K/stories260K.gguf", test_shared_dir());
+    snprintf(exe, sizeof exe, "%s/brisk", getenv("BUILD") ? getenv("BUILD") : "build");
+    if (access(p, R_OK) || access(exe, X_OK)) {
+        printf("  skipped: %s or %s not found\n", p, exe);
+        return;
+    }
+    char *ref = run_cli(p, "");
+    CHECK(ref && strlen(ref) > 40);
+    for (int n = 2; n <= 4; n += 2) {
+        char flag[16];
+        snprintf(flag, sizeof flag, "--tp %d", n);
+        char *got = run_cli(p, flag);
+        CHECK(got && ref && !strcmp(got, ref));
+        if (got && ref && strcmp(got, ref)) fprintf(stderr, "  --tp %d: '%s'\n  plain: '%s'\n", n, got, ref);
+        free(got);
+    }
+    free(ref);
+}
+
 static void test_errors(void) {
     char p[1024];
     snprintf(p, sizeof p, "%s/data/stories260K/stories260K.gguf", test_shared_dir());
@@ -266,6 +309,7 @@ static void test_errors(void) {
 
 int main(int argc, char **argv) {
     static const test_case cases[] = {
-        {"stories", test_stories}, {"qwen3", test_qwen3}, {"qwen2", test_qwen2}, {"errors", test_errors}};
-    return test_main(cases, 4, argc, argv);
+        {"stories", test_stories}, {"qwen3", test_qwen3},         {"qwen2", test_qwen2},
+        {"processes", test_processes}, {"errors", test_errors}};
+    return test_main(cases, 5, argc, argv);
 }

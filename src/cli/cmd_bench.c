@@ -144,7 +144,7 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: brisk bench -m FILE [-p 512] [-n 128] [-d DEPTH] [-np SEQS] [-t N] [-r 5] [-c N] [-ngl N]\n"
                    "                   [--device I] [--n-cpu-moe N | --gpu-mem SIZE] [--no-mmap] [--kv-type T] [--json]\n"
-                   "                   [--cache-experts N|auto] [--expert-stats FILE]\n"
+                   "                   [--cache-experts N|auto] [--expert-stats FILE] [--tp N]\n"
                    "  -d N    run each test after N tokens already in the KV cache (llama-bench's -d)\n"
                    "  -np N   generation decodes N sequences per step (batched decode; tokens/s of all)\n");
             return 0;

@@ -27,6 +27,7 @@ static void usage(FILE *f) {
             "  -ngl N               layers on the GPU, the last ones (-1: all when one is present, 0: CPU)\n"
             CLI_CPU_MOE_HELP
             "  --device I           GPU index (default 0)\n"
+            CLI_TP_HELP
             "  --no-display-prompt  (default) print only the continuation\n"
             "  -md, --model-draft FILE  speculative decoding: a small model of the same vocabulary\n"
             "                       proposes tokens, the target checks them in one batch (same output)\n"
@@ -68,6 +69,7 @@ static int run_speculative(brisk_model *model, brisk_context *ctx, const brisk_c
     cli_model_opts dmo = *mo;
     dmo.n_cpu_moe = 0; /* the draft is small: all of it where -ngl puts it */
     dmo.gpu_mem = 0;
+    dmo.tp = 0; /* the draft runs whole on rank 0's GPU */
     if (!cli_load_model(draft_path, &dmo, NULL, &dm)) goto done;
     if (!spec_compatible(model, dm, why, sizeof why)) {
         cli_error(1, "run: %s cannot draft for %s: %s", draft_path, "the model", why);

@@ -30,7 +30,8 @@ static void usage(FILE *f) {
             CLI_KV_HELP
             "  -ngl N               layers on the GPU, the last ones (-1: all when one is present, 0: CPU)\n"
             CLI_CPU_MOE_HELP
-            "  --device I           GPU index (default 0)\n");
+            "  --device I           GPU index (default 0)\n"
+            CLI_TP_HELP);
 }
 
 int cmd_serve(int argc, char **argv) {

@@ -12,6 +12,7 @@
 
 #include "brisk.h"
 #include "cli/cli.h"
+#include "engine/tp.h"
 
 bool cli_int(const char *flag, const char *s, long lo, long hi, int *out) {
     char *end;
@@ -205,6 +206,8 @@ int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
         return cli_int(a, v, 0, 1 << 20, &o->cache_experts) ? 1 : -1;
     }
     if (!strcmp(a, "--expert-stats")) return (o->expert_stats = cli_next(argc, argv, i)) ? 1 : -1;
+    if (!strcmp(a, "--tp")) return (v = cli_next(argc, argv, i)) && cli_int(a, v, 1, 1024, &o->tp) ? 1 : -1;
+    if (!strcmp(a, "--pp")) return (v = cli_next(argc, argv, i)) && cli_int(a, v, 1, 1024, &o->pp) ? 1 : -1;
     int r = cli_gpu_flag(argc, argv, i, &o->n_gpu_layers, &o->device);
     return r ? r : cli_kv_flag(argc, argv, i, &o->kv_type);
 }
@@ -272,11 +275,27 @@ bool cli_load_model(const char *path, const cli_model_opts *mo, brisk_context_pa
      * some (the fit above still refuses a budget that not even the rest fits; one that fits whole
      * needs no cache). */
     if (cache && mo->gpu_mem && !mo->n_cpu_moe && mp.n_cpu_moe > 0) mp.n_cpu_moe = 1 << 20;
-    if (brisk_model_load(path, &mp, out) != BRISK_OK) {
-        cli_error(1, "%s", brisk_last_error());
+    if (mo->pp > 1) {
+        cli_error(2, "--pp %d: pipeline parallelism is not implemented yet (tensor parallelism is: --tp N)", mo->pp);
         cli_free_expert_stats(cp);
         return false;
     }
+    tp_link *tp = NULL;
+    if (mo->tp > 0 && tp_launch(mo->tp, mo->device, &tp) != BRISK_OK) {
+        cli_error(1, "--tp %d: %s", mo->tp, brisk_last_error());
+        cli_free_expert_stats(cp);
+        return false;
+    }
+    /* --tp: every rank loads its shard; the model owns the workers from here on */
+    if ((tp ? tp_model_load(tp, path, &mp, out) : brisk_model_load(path, &mp, out)) != BRISK_OK) {
+        cli_error(1, "%s", brisk_last_error());
+        tp_link_free(tp);
+        cli_free_expert_stats(cp);
+        return false;
+    }
+    if (tp)
+        fprintf(stderr, "tensor parallelism: %d ranks, each with 1/%d of the attention heads and FFN columns "
+                "(rank 0 here on device %d; the LM head is replicated)\n", mo->tp, mo->tp, mo->device);
     /* Where the layers run, as llama.cpp says it ("offloaded 20/36 layers to GPU"). */
     brisk_model_info in;
     brisk_model_get_info(*out, &in);

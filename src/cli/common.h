@@ -37,8 +37,13 @@ typedef struct cli_model_opts {
     int cache_experts;        /* --cache-experts N: hot experts cached on the GPU per host-expert layer; -1: auto
                                  (from --gpu-mem); 0: none */
     const char *expert_stats; /* --expert-stats FILE (`brisk calibrate -o`): picks the first cached experts */
+    int tp;                   /* --tp N: tensor parallelism over N GPUs (engine/tp.h); 0: off */
+    int pp;                   /* --pp N: pipeline parallelism (not implemented: only 1 is accepted) */
 } cli_model_opts;
-#define CLI_MODEL_OPTS_DEFAULT {-1, 0, BRISK_KV_F16, 0, 0, false, 0, NULL}
+#define CLI_MODEL_OPTS_DEFAULT {-1, 0, BRISK_KV_F16, 0, 0, false, 0, NULL, 0, 0}
+#define CLI_TP_HELP                                                                                           \
+    "  --tp N               tensor parallelism: llama/qwen2/qwen3 split over N GPUs (--device, --device + 1, ...),\n" \
+    "                       one process each (across hosts: see README, \"Several GPUs\")\n"
 #define CLI_CPU_MOE_HELP                                                                                      \
     "  --n-cpu-moe N        MoE: the experts of the first N layers stay in host memory, run by the CPU\n"    \
     "  --gpu-mem SIZE       MoE: keep as few layers' experts in host memory as fit SIZE (e.g. 20G) on the GPU\n" \
@@ -47,7 +52,7 @@ typedef struct cli_model_opts {
     "                       run on the CPU); with --gpu-mem every expert stays on the host and auto sizes the\n" \
     "                       cache from what the budget leaves\n" \
     "  --expert-stats FILE  MoE: fill that cache from `brisk calibrate -o FILE` counts (else from the first batches)\n"
-/* 1: argv[*i] (and its value) was one of them; 0: not one; -1: bad (message printed). */
+/* 1: argv[*i] (and its value) was one of them; 0: not one; -1: bad (message printed). Also --tp N, --pp N. */
 int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o);
 /* The flags of the commands that run a model over a text file (perplexity,
  * calibrate): -m FILE, -f TEXT, -c N, -t N, --chunks N. Same returns as above. */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "engine/tp.h"
 
 int cli_error(int code, const char *fmt, ...) {
     va_list ap;
@@ -40,6 +41,8 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    /* a tensor-parallel worker rank (engine/tp.h): serves rank 0, whatever the command line */
+    if (tp_env_is_worker()) return tp_worker_main() == BRISK_OK ? 0 : 1;
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -30,7 +30,19 @@ struct tp_link {
     unsigned char id[128]; /* the NCCL id of the context being made */
     tp_attach_fn attach;   /* TP_LOCAL: the test's hook */
     void *user;
+    struct tp_ops *ops;    /* CPU backends given the socket all_reduce (a list, freed with the link) */
+    float *rbuf;           /* (rcap) rank 0: one worker's partial sums */
+    size_t rcap;
+    bool broken;           /* a socket all_reduce failed: the next mirrored call reports it */
 };
+
+/* A CPU backend's op table with the socket all_reduce, and the link it runs over (the backend's
+ * ops pointer points at `ops`, the first member, so the op finds its link without a global). */
+typedef struct tp_ops {
+    bk_backend_ops ops;
+    tp_link *t;
+    struct tp_ops *next;
+} tp_ops;
 
 typedef struct tp_msg {
     int32_t op, a[3];
@@ -88,8 +100,24 @@ void tp_link_free(tp_link *t) {
         if (t->role == TP_ROOT) send_all(t->fd[r], &q, sizeof q);
         close(t->fd[r]);
     }
-    for (int r = 1; t->role == TP_ROOT && r < t->size; r++)
-        if (t->pid[r] > 0) waitpid(t->pid[r], NULL, 0);
+    /* A worker that does not end within 10 s is stuck (in a collective rank 0 never joined, after
+     * an error here): it is ended, by its pid. */
+    for (int r = 1; t->role == TP_ROOT && r < t->size; r++) {
+        if (t->pid[r] <= 0) continue;
+        pid_t w;
+        for (int i = 0; (w = waitpid(t->pid[r], NULL, WNOHANG)) == 0 && i < 200; i++)
+            nanosleep(&(struct timespec){0, 50000000}, NULL);
+        if (w == 0) {
+            kill(t->pid[r], SIGTERM);
+            waitpid(t->pid[r], NULL, 0);
+        }
+    }
+    while (t->ops) {
+        tp_ops *o = t->ops;
+        t->ops = o->next;
+        free(o);
+    }
+    free(t->rbuf);
     free(t->fd);
     free(t->pid);
     free(t);
@@ -305,6 +333,33 @@ brisk_status tp_context_begin(const brisk_model *m, const brisk_context_params *
     return send_msg(t, TP_CONTEXT_NEW, NULL, &cp, sizeof cp, t->id, sizeof t->id);
 }
 
+/* The CPU's all_reduce between processes (no NCCL): each worker sends its partial sums to rank 0,
+ * which adds them in rank order and sends the sum back to each. A socket round trip per call, so
+ * slow; it lets the multi-process path run where there is no GPU (tests/test_tp.c). */
+static void sock_all_reduce(bk_backend *be, float *x, size_t n) {
+    tp_link *t = ((const tp_ops *)be->ops)->t;
+    size_t bytes = n * sizeof(float);
+    if (t->broken || !n) return;
+    if (t->role == TP_WORKER) {
+        t->broken = !send_all(t->fd[0], x, bytes) || !recv_all(t->fd[0], x, bytes);
+        return;
+    }
+    if (n > t->rcap) {
+        float *nb = realloc(t->rbuf, bytes);
+        if (!nb) {
+            t->broken = true;
+            return;
+        }
+        t->rbuf = nb;
+        t->rcap = n;
+    }
+    for (int r = 1; r < t->size && !t->broken; r++) {
+        if (!recv_all(t->fd[r], t->rbuf, bytes)) t->broken = true;
+        for (size_t i = 0; !t->broken && i < n; i++) x[i] += t->rbuf[i];
+    }
+    for (int r = 1; r < t->size && !t->broken; r++) t->broken = !send_all(t->fd[r], x, bytes);
+}
+
 brisk_status tp_attach(const brisk_model *m, bk_backend *be) {
     tp_link *t = m->tp;
     if (m->tp_size < 1) return BRISK_OK;
@@ -314,11 +369,21 @@ brisk_status tp_attach(const brisk_model *m, bk_backend *be) {
         return bk_cuda_nccl_init(be, t->id, m->tp_rank, m->tp_size);
     }
     if (m->tp_size == 1) return BRISK_OK;
-    return bk_fail(BRISK_ERR_UNSUPPORTED, "tensor parallelism over %d ranks needs CUDA devices and NCCL", m->tp_size);
+    if (!t) return bk_fail(BRISK_ERR_UNSUPPORTED, "tensor parallelism over %d CPU ranks needs their link", m->tp_size);
+    tp_ops *o = calloc(1, sizeof *o);
+    if (!o) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    o->ops = *be->ops;
+    o->ops.all_reduce = sock_all_reduce;
+    o->t = t;
+    o->next = t->ops;
+    t->ops = o;
+    be->ops = &o->ops;
+    return BRISK_OK;
 }
 
 brisk_status tp_mirror(const brisk_model *m, int op, const int32_t *a, const void *data, size_t bytes) {
     tp_link *t = m->tp;
+    if (t && t->broken) return bk_fail(BRISK_ERR_IO, "tensor parallelism: a rank was lost in an all-reduce");
     if (!t || t->role != TP_ROOT || t->size < 2) return BRISK_OK;
     return send_msg(t, op, a, data, bytes, NULL, 0);
 }

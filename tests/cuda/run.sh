@@ -97,6 +97,28 @@ xcache_check() { # model
 for m in $BRISK_E2E_MODELS; do
   case $(basename "$m") in *moe*) BRISK_CUDA_MMA=0 xcache_check "$m" ;; esac
 done
+# Tensor parallelism through NCCL (engine/tp.h, cuda_nccl.cu): --tp 1 is one rank of a world of
+# one, its two all-reduces per layer real ncclAllReduce calls on the backend's stream (captured in
+# the decode graphs, and eager); its greedy text is the plain run's. With two or more GPUs, --tp 2
+# too (one worker process). Skipped, saying so, where libnccl.so.2 cannot be loaded.
+tp_check() { # model
+  local m=$1 name; name=$(basename "$m")
+  a=$("$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 64 --temp 0 --ignore-eos 2>/dev/null | tr -d '\000')
+  b=$("$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 64 --temp 0 --ignore-eos --tp 1 2>"$E2E_DIR/err" | tr -d '\000')
+  if grep -q "NCCL is not installed" "$E2E_DIR/err"; then
+    echo "skip cli --tp 1 ($name): libnccl.so.2 cannot be loaded (install NCCL 2 to run the tensor-parallel checks)"; return
+  fi
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then pass=$((pass + 1)); echo "ok   cli greedy 64 tokens --tp 1 (NCCL, world size 1) == plain ($name)"
+  else fail=$((fail + 1)); echo "FAIL cli --tp 1 vs plain ($name)"; echo "plain: $a"; echo "tp 1: $b"; cat "$E2E_DIR/err"; fi
+  c=$(BRISK_CUDA_GRAPHS=0 "$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 64 --temp 0 --ignore-eos --tp 1 2>/dev/null | tr -d '\000')
+  if [ -n "$c" ] && [ "$c" = "$b" ]; then pass=$((pass + 1)); echo "ok   cli greedy 64 tokens --tp 1 graphs == eager ($name)"
+  else fail=$((fail + 1)); echo "FAIL cli --tp 1 graphs vs eager ($name)"; echo "eager: $c"; echo "graphs: $b"; fi
+  [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ] || return 0
+  d=$("$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 64 --temp 0 --ignore-eos --tp 2 2>"$E2E_DIR/err" | tr -d '\000')
+  if [ -n "$d" ] && [ "$d" = "$a" ]; then pass=$((pass + 1)); echo "ok   cli greedy 64 tokens --tp 2 (2 GPUs) == plain ($name)"
+  else fail=$((fail + 1)); echo "FAIL cli --tp 2 vs plain ($name)"; echo "plain: $a"; echo "tp 2: $d"; cat "$E2E_DIR/err"; fi
+}
+[ -f "$MODEL" ] && tp_check "$MODEL"
 # Random-weight models have flat logits (top two within 1e-3 of each other at
 # some steps): their prompts go through the f32 tiled product rather than the
 # f16 tensor cores, whose rounding would flip such near-ties. What is checked
