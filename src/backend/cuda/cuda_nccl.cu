@@ -10,8 +10,9 @@
  * The communicator belongs to the backend (cb->nccl); the op is an
  * ncclAllReduce on the backend's stream, in place, so a step captured as a
  * CUDA graph (cuda_graph.cu) holds it as one more node (NCCL >= 2.9 allows
- * capture). NVLink SHARP multicast stays off: NCCL_NVLS_ENABLE=0 is set
- * before the first communicator unless the environment sets it. */
+ * capture; the connections are set up beforehand by an eager warm-up). NVLink
+ * SHARP multicast stays off: NCCL_NVLS_ENABLE=0 is set before the first
+ * communicator unless the environment sets it. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +98,25 @@ extern "C" brisk_status bk_cuda_nccl_unique_id(unsigned char id[128]) {
     return BRISK_OK;
 }
 
+/* Two all-reduces run eagerly right after the communicator is made (a decode step's size and a
+ * prefill chunk's): NCCL sets up its connections at a communicator's first collectives, which are
+ * then never inside a graph capture (a step's first pass is captured without an eager run). */
+static brisk_status nccl_warm_up(cuda_backend *cb) {
+    const size_t n = (size_t)1 << 20;
+    float *buf = NULL;
+    CU_TRY(cudaMalloc((void **)&buf, n * sizeof(float)));
+    cudaError_t e = cudaMemsetAsync(buf, 0, n * sizeof(float), cb->stream);
+    ncclResult_t r = NCCL_SUCCESS;
+    const size_t sizes[2] = {(size_t)8192, n};
+    for (int i = 0; i < 2 && e == cudaSuccess && r == NCCL_SUCCESS; i++)
+        r = lib.all_reduce(buf, buf, sizes[i], NCCL_FLOAT32, NCCL_SUM, cb->nccl->comm, cb->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cb->stream);
+    cudaFree(buf);
+    if (r != NCCL_SUCCESS) return nccl_fail("ncclAllReduce (warm-up)", r);
+    if (e != cudaSuccess) return bk_fail(BRISK_ERR_BACKEND, "nccl warm-up: %s", cudaGetErrorString(e));
+    return BRISK_OK;
+}
+
 extern "C" brisk_status bk_cuda_nccl_init(bk_backend *be, const unsigned char id[128], int rank, int n_ranks) {
     cuda_backend *cb = (cuda_backend *)be;
     if (cb->nccl) return bk_fail(BRISK_ERR_INVALID_ARG, "nccl: the backend already has a communicator");
@@ -115,7 +135,7 @@ extern "C" brisk_status bk_cuda_nccl_init(bk_backend *be, const unsigned char id
     nc->rank = rank;
     nc->n_ranks = n_ranks;
     cb->nccl = nc;
-    return BRISK_OK;
+    return nccl_warm_up(cb);
 }
 
 void cuda_nccl_free(cuda_backend *cb) {
