@@ -82,14 +82,16 @@ static brisk_status ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b
         bk_matmul_add(be, &L->w_down, s->hb, n, s->att, s->x);
         return BRISK_OK;
     }
+    /* Every product of h first (router, shared expert's gate and up), then the routed experts: a GPU
+     * quantizes h once for all of them (cuda_gemv.cu's tag), the experts included. */
     const bk_weight *router = &L->ffn_gate_inp;
     op->matmul(be, 1, &router, NULL, s->xb, n, &s->moe_logits);
-    op->moe_route(be, s->moe_logits, n, hp->n_expert, hp->n_expert_used, true, 0.0f, s->moe_ids, s->moe_w);
-    moe_count_experts(m, be, b, s, l);
-    BK_TRY(moe_experts(m, be, b, s, l));
     const bk_weight *sw[3] = {&L->gate_shexp, &L->up_shexp, &L->gate_inp_shexp};
     float *sw_out[3] = {s->hb, s->hb2, s->sh_gate};
     op->matmul(be, 3, sw, NULL, s->xb, n, sw_out);
+    op->moe_route(be, s->moe_logits, n, hp->n_expert, hp->n_expert_used, true, 0.0f, s->moe_ids, s->moe_w);
+    moe_count_experts(m, be, b, s, l);
+    BK_TRY(moe_experts(m, be, b, s, l));
     op->swiglu(be, s->hb, s->hb2, s->hb, (size_t)n * hp->n_ff_shexp);
     const bk_weight *down = &L->down_shexp;
     op->matmul(be, 1, &down, NULL, s->hb, n, &s->sh);
