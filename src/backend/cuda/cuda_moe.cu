@@ -570,7 +570,7 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
         pdl_launch(cb, moe_group_kernel, dim3(1), dim3(GROUP_THREADS), 0, ids_c, nk, n_expert, tnt, off, act, n_act, ent,
                    tiles, n_tiles);
         moe_act ax = {x + (size_t)t0 * n_embd, cb->xq, cb->xds, n_embd, k, {tg, tu}};
-        bool qx = (q8_g || q8_u) && (size_t)nc * n_embd <= cb->xq_cap && cuda_mmvq_quantize(cb, ax.x, n_embd, nc);
+        bool qx = (q8_g || q8_u) && (size_t)nc * n_embd <= cb->xq_cap && cuda_mmvq_prepare(cb, ax.x, n_embd, nc);
         /* the grouped mmq launch's arguments for h or dout (rows per expert n_rows, activations by entry / div) */
         mmq_args mq = {};
         mq.xq = cb->xq;
