@@ -159,9 +159,15 @@ extern "C" void cuda_moe_route(bk_backend *be, const float *logits, int n, int n
         cuda_set_error(cb, bk_fail(BRISK_ERR_INVALID_ARG, "cuda moe_route: %d of %d experts", k, n_expert));
         return;
     }
+    const float *tag = cb->xq_src; /* the router writes only ids and weights: h's quantized copy stays valid */
     pdl_launch(cb, moe_route_kernel, dim3((unsigned)n), dim3(ROUTE_THREADS), 0, logits, n_expert, k, norm ? 1 : 0, scale,
                ids, weights);
     CU_LAUNCHED(cb);
+    bool hit = tag && ((const void *)(weights + (size_t)n * k) > (const void *)tag &&
+                       (const void *)weights < (const void *)(tag + (size_t)cb->xq_n * cb->xq_dim));
+    hit = hit || (tag && (const void *)(ids + (size_t)n * k) > (const void *)tag &&
+                  (const void *)ids < (const void *)(tag + (size_t)cb->xq_n * cb->xq_dim));
+    if (!hit) cb->xq_src = tag;
 }
 
 /* ---- grouping: one block; the order inside an expert's group is free
