@@ -15,7 +15,10 @@
  *         overwritten, on eviction).
  *   cpu   the routing is read back, the hits run on the GPU from the slots, the
  *         misses on the CPU meanwhile (the host syncs with the GPU every layer).
- *   copy  as cpu, but the batch's misses are first copied into spare slots.
+ *   copy  as cpu, but the batch's misses are first copied into spare slots (up
+ *         to their number; the rest on the CPU). Where the experts are mapped,
+ *         only batches of more than XC_COPY_MIN tokens (prefill) take this path,
+ *         the others (decode) map.
  * auto: map where the host experts could be mapped, else the cost model of
  * pick_copies between cpu and copy. The rule between map and copy: a mapped
  * miss with m entries is streamed over PCIe once per pass of the product over
@@ -51,6 +54,7 @@
 #define XC_PAD 256 /* bytes after each slot array: the CUDA kernels read aligned words past a row's end */
 #define XC_MAP_READS 2   /* see the rule above */
 #define XC_READ_EVERY 16 /* passes between readbacks of the map mode's counters (BRISK_XCACHE_READ_EVERY) */
+#define XC_COPY_MIN 16   /* BRISK_XCACHE_MISS=copy with mapped experts: larger batches copy, the others map */
 
 enum { XC_AUTO = 0, XC_CPU = 1, XC_COPY = 2, XC_MAP = 3 };
 
@@ -353,8 +357,10 @@ static void report(const xc_cache *xc) {
     if (!xc->cp) return;
     if (xc->map)
         fprintf(stderr, "expert cache: misses read by the GPU from mapped host memory (%.1f GB/s; copies %.1f GB/s), "
-                "no host round trip: decode steps run as CUDA graphs (BRISK_XCACHE_MISS=cpu|copy: the host's)\n",
-                xc->map_gbs, xc->pcie_gbs);
+                "no host round trip: decode steps run as CUDA graphs%s\n", xc->map_gbs, xc->pcie_gbs,
+                xc->miss_mode == XC_COPY ? "; batches of more than 16 tokens copy misses to spare slots (the host "
+                                           "syncs in every cached layer)"
+                                         : " (BRISK_XCACHE_MISS=cpu|copy: the host's paths)");
     else
         fprintf(stderr, "expert cache: misses %s, the host syncs with the GPU in every cached layer%s; "
                 "host->device %.1f GB/s\n",
@@ -368,7 +374,7 @@ static void report(const xc_cache *xc) {
  * tables from slot_of, zeroed counters, the readback's buffers. Called once the first fill landed. */
 static brisk_status make_tables(moe_offload *mo, xc_cache *xc) {
     size_t ne = (size_t)xc->n_expert, rowc = ne + 1;
-    bool want = xc->miss_mode == XC_AUTO || xc->miss_mode == XC_MAP;
+    bool want = xc->miss_mode != XC_CPU;
     for (int l = 0; want && l < xc->l1 - xc->l0; l++) {
         const xc_layer *L = xc->xl[l];
         for (size_t e = 0; L && e < ne && want; e++)
@@ -602,6 +608,7 @@ brisk_status moe_offload_step(moe_offload *mo) {
 static bool map_batch(const xc_cache *xc, int n) {
     if (!xc->map) return false;
     if (xc->miss_mode == XC_MAP) return true;
+    if (xc->miss_mode == XC_COPY) return n <= XC_COPY_MIN;
     return (double)n * xc->k / xc->n_expert <= XC_MAP_READS * 64.0;
 }
 
