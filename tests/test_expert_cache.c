@@ -7,7 +7,7 @@
  * and greedy tokens exactly; the counters add up; the calibration file
  * round-trips and a broken one is refused with a message.
  *
- * The default (map) mode runs a cached layer as one moe_ffn through tables of
+ * The map mode (the default for decode steps) runs a cached layer as one moe_ffn through tables of
  * expert pointers (a slot, or the expert's host bytes: on the stand-in both
  * are host memory) and counts routings in "device" counters read back between
  * passes: its logits equal the all-CPU run's bit for bit, its hit count is what
@@ -234,10 +234,6 @@ static void check_model(const char *preset, uint32_t type, int k) {
             CHECK(got.st.miss_copied <= got.st.misses);
             if (mi == 0) CHECK(got.st.miss_copied == 0 && got.st.miss_copies == 0);
             if (mi == 1) CHECK(got.st.miss_copied > 0 && got.st.miss_copies > 0);
-            if (mi == 2) { /* auto maps: the layer in one product, as the reference computes it */
-                CHECK(got.st.miss_copied == 0 && got.st.miss_copies == 0);
-                CHECK(!memcmp(ref.logits, got.logits, (size_t)(N_GEN + 1) * ref.n_vocab * sizeof(float)));
-            }
             if (mi == 0) hits[with_stats] = got.st.hits;
             free(got.logits);
         }

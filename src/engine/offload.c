@@ -19,16 +19,19 @@
  *         to their number; the rest on the CPU). Where the experts are mapped,
  *         only batches of more than XC_COPY_MIN tokens (prefill) take this path,
  *         the others (decode) map.
- * auto: map where the host experts could be mapped, else the cost model of
- * pick_copies between cpu and copy. The rule between map and copy: a mapped
- * miss with m entries is streamed over PCIe once per pass of the product over
- * its entries, ceil(m / T) times (T: 8 entries a pass on the GEMV path, the
- * token tile on the grouped mmq path, 8..64 from the mean entries per expert),
- * a copied one once plus a read from GPU memory (small beside it) plus the host
- * round trip of the layer, so map wins until m exceeds a couple of tiles: a
- * batch takes the copy path when its mean entries per expert, n k / n_expert,
- * exceed XC_MAP_READS tiles of 64 (for 256 experts, k 8: batches of more than
- * 4096 tokens, beyond the micro-batch; every decode step and prefill maps). */
+ * auto: where the host experts could be mapped, batches of up to XC_MAP_MAX
+ * tokens (decode: the steps CUDA graphs capture) map and larger ones (prefill)
+ * take the host's path with pick_copies' cost model between cpu and copy; where
+ * they could not be mapped, every batch takes that path. The rule between map
+ * and copy: a mapped miss costs a read of its bytes over PCIe by the product's
+ * kernels, a copied one a copy (55 GB/s on the H200) plus a read from GPU memory
+ * plus the layer's host round trip. The mapped read is latency-bound: a decode
+ * step's GEMV-style kernels keep enough loads in flight to stream a miss or two
+ * per layer (tg128 of the 35B-A3B shape at a 16 GB budget, the cache filled by
+ * the first batches: 197 tok/s), but a prefill's grouped mmq products, whose few loads per
+ * warp wait on PCIe, streamed the ~250 missed experts of a 512-token batch at
+ * ~3.4 GB/s (pp512 95 tok/s against 923 through the host), so large batches
+ * copy. XC_MAP_MAX is the graphs' token limit (cuda_graph.cu's GRAPH_MAX_TOKENS). */
 #include "engine/offload.h"
 
 #include <math.h>
@@ -52,7 +55,7 @@
 #define XC_SWAP_MARGIN 1.0
 #define XC_PRIOR_TOKENS 16 /* calibration counts weigh as much as this many tokens' routings */
 #define XC_PAD 256 /* bytes after each slot array: the CUDA kernels read aligned words past a row's end */
-#define XC_MAP_READS 2   /* see the rule above */
+#define XC_MAP_MAX 16    /* auto: batches of up to this many tokens map (see above) */
 #define XC_READ_EVERY 16 /* passes between readbacks of the map mode's counters (BRISK_XCACHE_READ_EVERY) */
 #define XC_COPY_MIN 16   /* BRISK_XCACHE_MISS=copy with mapped experts: larger batches copy, the others map */
 
@@ -358,9 +361,11 @@ static void report(const xc_cache *xc) {
     if (xc->map)
         fprintf(stderr, "expert cache: misses read by the GPU from mapped host memory (%.1f GB/s; copies %.1f GB/s), "
                 "no host round trip: decode steps run as CUDA graphs%s\n", xc->map_gbs, xc->pcie_gbs,
-                xc->miss_mode == XC_COPY ? "; batches of more than 16 tokens copy misses to spare slots (the host "
-                                           "syncs in every cached layer)"
-                                         : " (BRISK_XCACHE_MISS=cpu|copy: the host's paths)");
+                xc->miss_mode == XC_COPY  ? "; batches of more than 16 tokens copy misses to spare slots (the host "
+                                            "syncs in every cached layer)"
+                : xc->miss_mode == XC_MAP ? " and prefill maps too (BRISK_XCACHE_MISS=map)"
+                                          : "; batches of more than 16 tokens (prefill) run misses on the CPU or "
+                                            "copy them (cost model; the host syncs in every cached layer)");
     else
         fprintf(stderr, "expert cache: misses %s, the host syncs with the GPU in every cached layer%s; "
                 "host->device %.1f GB/s\n",
@@ -608,8 +613,7 @@ brisk_status moe_offload_step(moe_offload *mo) {
 static bool map_batch(const xc_cache *xc, int n) {
     if (!xc->map) return false;
     if (xc->miss_mode == XC_MAP) return true;
-    if (xc->miss_mode == XC_COPY) return n <= XC_COPY_MIN;
-    return (double)n * xc->k / xc->n_expert <= XC_MAP_READS * 64.0;
+    return n <= (xc->miss_mode == XC_COPY ? XC_COPY_MIN : XC_MAP_MAX);
 }
 
 bool moe_offload_no_sync(const moe_offload *mo, int n) {
