@@ -70,29 +70,37 @@ for m in $BRISK_E2E_MODELS; do
   case $(basename "$m") in *moe*) BRISK_CUDA_MMA=0 cpu_moe_check "$m"; BRISK_CUDA_MMA=0 cpu_moe_check "$m" -ngl 3 ;; esac
 done
 # The hot-expert cache: every layer's experts in host memory, 3 of 8 cached per layer.
-# By default the GPU reads the misses from mapped host memory (one product over the
-# layer's expert tables, no host round trip, decode steps as CUDA graphs): the greedy
-# text of the run without offload, and the same with graphs off. BRISK_XCACHE_MISS=cpu
-# (the hits on the GPU, the misses on the CPU, the host synced every layer) gives the
-# CPU's text, as --n-cpu-moe does above.
+# BRISK_XCACHE_MISS=map: the GPU reads every batch's misses from mapped host memory (one
+# product over the layer's expert tables, the kernels and bytes of a run without offload,
+# no host round trip, decode steps as CUDA graphs): that run's greedy text, with graphs and
+# without. The default (auto: decode maps, the prompt takes the host's path) and
+# BRISK_XCACHE_MISS=cpu (the misses on the CPU, the host synced every layer) give the text
+# of the run without offload and of the CPU, as --n-cpu-moe does above.
+xc_run() { # model env... : greedy text of the cached run, its stderr in $E2E_DIR/err
+  local m=$1; shift
+  env "$@" "$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 64 --temp 0 --ignore-eos --n-cpu-moe 99 \
+    --cache-experts 3 2>"$E2E_DIR/err" | tr -d '\000'
+}
+xc_ok() { # want got label grep...
+  local want=$1 got=$2 label=$3; shift 3
+  local g ok=1; for g in "$@"; do grep -q "$g" "$E2E_DIR/err" || ok=0; done
+  if [ -n "$want" ] && [ "$want" = "$got" ] && [ $ok = 1 ]; then pass=$((pass + 1)); echo "ok   cli $label"
+  else fail=$((fail + 1)); echo "FAIL cli $label"; echo "want: $want"; echo "got:  $got"; cat "$E2E_DIR/err"; fi
+}
 xcache_check() { # model
-  local m=$1 name; name=$(basename "$m")
-  local args=(-p "Once upon a time" -n 64 --temp 0 --ignore-eos)
-  a=$("$BUILD/brisk" run -m "$m" "${args[@]}" 2>/dev/null | tr -d '\000')
-  c=$("$BUILD/brisk" run -m "$m" "${args[@]}" -ngl 0 2>/dev/null | tr -d '\000')
-  b=$("$BUILD/brisk" run -m "$m" "${args[@]}" --n-cpu-moe 99 --cache-experts 3 2>"$E2E_DIR/err" | tr -d '\000')
-  if [ -n "$a" ] && [ "$a" = "$b" ] && grep -q "^expert cache: 3 experts in each of" "$E2E_DIR/err" &&
-     grep -q "misses read by the GPU from mapped host memory" "$E2E_DIR/err"; then
-    pass=$((pass + 1)); echo "ok   cli greedy 64 tokens --n-cpu-moe 99 --cache-experts 3 (mapped misses) == no offload ($name)"
-  else fail=$((fail + 1)); echo "FAIL cli --cache-experts 3, mapped misses, vs no offload ($name)"; echo "gpu: $a"; echo "cache: $b"; cat "$E2E_DIR/err"; fi
-  b=$(BRISK_CUDA_GRAPHS=0 "$BUILD/brisk" run -m "$m" "${args[@]}" --n-cpu-moe 99 --cache-experts 3 2>"$E2E_DIR/err" | tr -d '\000')
-  if [ -n "$a" ] && [ "$a" = "$b" ]; then
-    pass=$((pass + 1)); echo "ok   cli greedy 64 tokens --cache-experts 3 (mapped misses) graphs == eager ($name)"
-  else fail=$((fail + 1)); echo "FAIL cli --cache-experts 3, mapped misses, BRISK_CUDA_GRAPHS=0 ($name)"; echo "gpu: $a"; echo "eager: $b"; cat "$E2E_DIR/err"; fi
-  b=$(BRISK_XCACHE_MISS=cpu "$BUILD/brisk" run -m "$m" "${args[@]}" --n-cpu-moe 99 --cache-experts 3 2>"$E2E_DIR/err" | tr -d '\000')
-  if [ -n "$c" ] && [ "$c" = "$b" ] && grep -q "^expert cache: misses on the CPU" "$E2E_DIR/err"; then
-    pass=$((pass + 1)); echo "ok   cli greedy 64 tokens --cache-experts 3 BRISK_XCACHE_MISS=cpu == -ngl 0 ($name)"
-  else fail=$((fail + 1)); echo "FAIL cli --cache-experts 3 BRISK_XCACHE_MISS=cpu vs -ngl 0 ($name)"; echo "cpu: $c"; echo "cache: $b"; cat "$E2E_DIR/err"; fi
+  local m=$1 name a c b; name=$(basename "$m")
+  a=$("$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 64 --temp 0 --ignore-eos 2>/dev/null | tr -d '\000')
+  c=$("$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 64 --temp 0 --ignore-eos -ngl 0 2>/dev/null | tr -d '\000')
+  b=$(xc_run "$m" BRISK_XCACHE_MISS=map)
+  xc_ok "$a" "$b" "--n-cpu-moe 99 --cache-experts 3 BRISK_XCACHE_MISS=map == no offload ($name)" \
+    "^expert cache: 3 experts in each of" "misses read by the GPU from mapped host memory"
+  b=$(xc_run "$m" BRISK_XCACHE_MISS=map BRISK_CUDA_GRAPHS=0)
+  xc_ok "$a" "$b" "--cache-experts 3 BRISK_XCACHE_MISS=map graphs == eager ($name)"
+  b=$(xc_run "$m")
+  xc_ok "$a" "$b" "--cache-experts 3 (auto: decode mapped, prompt on the host) == no offload ($name)" \
+    "misses read by the GPU from mapped host memory"
+  b=$(xc_run "$m" BRISK_XCACHE_MISS=cpu)
+  xc_ok "$c" "$b" "--cache-experts 3 BRISK_XCACHE_MISS=cpu == -ngl 0 ($name)" "^expert cache: misses on the CPU"
 }
 for m in $BRISK_E2E_MODELS; do
   case $(basename "$m") in *moe*) BRISK_CUDA_MMA=0 xcache_check "$m" ;; esac
