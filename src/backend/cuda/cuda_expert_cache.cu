@@ -302,8 +302,10 @@ extern "C" void bk_cuda_expert_count(bk_backend *be, const int32_t *ids, int nk,
         cuda_set_error(cb, bk_fail(BRISK_ERR_INVALID_ARG, "cuda expert count: %d experts", n_expert));
         return;
     }
+    const float *tag = cb->xq_src; /* it writes only the counters: the quantized activations' tag stays */
     xc_count_kernel<<<1, 256, 0, cb->stream>>>(ids, nk, n_expert, cached, counts);
     CU_LAUNCHED(cb);
+    cb->xq_src = tag;
 }
 
 /* ---- the speed of a mapped read: what a missed expert costs a product ---- */
