@@ -1,49 +1,75 @@
 /* cuda_mmq.cuh — the int8 tensor-core product on quantized weights ("mmq"), shared by the dense
  * products (cuda_mmq.cu) and the grouped expert products (cuda_moe.cu).
  *
- * y (tokens, rows) = x W^T for the integer-dot weight types (Q8_0, Q4_0, Q4_K, Q6_K: those
- * group_load knows) on activations already quantized to int8 blocks of 32 with their (d, d * sum)
- * pairs (cuda_mmvq_quantize's xq / xds). Per 32-group the int32 product of mma.sync is scaled as
+ * y (tokens, rows) = x W^T for the integer-dot weight types (Q8_0, Q4_0, Q4_K, Q6_K) on
+ * activations already quantized to int8 blocks of 32 with their (d, d * sum) pairs
+ * (cuda_mmvq_quantize's xq / xds). Per 32-group the int32 product of mma.sync is scaled as
  * group_dot scales its __dp4a sums, so results equal cuda_mmvq's up to fp32 summation order:
  *     acc += a_w * d_x * (float)(s0 * dot_lo + s1 * dot_hi) - b_w * (d_x * sum x)
  *
- * Work split. A block owns MMQ_ROWS (32) weight rows and NT tokens (8, 16, 32, 64; n-tiles of 8
- * past the valid tokens are skipped) and reads those rows' bytes once. Its MMQ_WARPS warps split
- * K: warp w takes the steps of MMQ_GS groups w, w + MMQ_WARPS, ... (split-K inside the block keeps
- * a 4096-row matrix at 128 blocks of 8 warps, enough loads in flight to stream the weights; rows
- * per warp would leave most SMs idle). Per step lane l unpacks row l's MMQ_GS groups with
- * group_load (the decode kernels' loaders: 2-byte-aligned blocks, Q4_K pairs) into the warp's own
- * shared slot as int8 words plus the float factors a, b (and Q6_K's integer half scales), issues
- * the next step's loads, then runs the step's mma on the slot (only __syncwarp: no block barrier
- * in the K loop). The activations' B fragments and (d, sum) pairs come straight from global
- * memory (L1/L2: every row tile reads them). At the end the warps' fp32 partial sums are added in
- * warp order through shared memory (deterministic) and the block stores them: plain (+ bias, or
- * y += when accumulating), silu(gate) * up (GLU: rows 0-15 of the tile are gate rows, 16-31 the
- * same up rows), or silu(y) * v (the second stage of an unfused gate/up).
+ * Why this shape: at 8-64 tokens the integer math is trivial for the tensor cores; the product
+ * costs what streaming the weights costs, and that needs ~4-5 MB of loads in flight GPU-wide
+ * (4.3 TB/s x ~1 us). The first kernel (32 rows per block, weights unpacked through shared
+ * memory; cuda_mmq.cu keeps it as v1 behind BRISK_CUDA_MMQ_V1=1) gave a 4096-row matrix 128
+ * blocks, ~8 warps per SM and a shared-memory round trip per step: 11-20% of bandwidth.
  *
- * mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 (and m16n8k16 for Q6_K, whose 16-element halves
- * have their own scales). groupID g = lane >> 2, threadID_in_group c = lane % 4; "word j" is bytes
- * 4j..4j+3 of a 32-group (byte i of a .b32 register is element i, little-endian):
- *   A (16 rows x 32 k, row-major), 4 regs:  a0 = row g word c, a1 = row g+8 word c,
- *                                           a2 = row g word 4+c, a3 = row g+8 word 4+c
- *   B (32 k x 8 tokens, col-major), 2 regs: b0 = token g word c, b1 = token g word 4+c
+ * Work split. A warp owns one m16 tile: 16 weight rows (GLU: 8 gate rows and the same 8 up rows,
+ * so the epilogue finds gate and up of a row in one tile) and a K-slice. A block is MMQ_WARPS (8)
+ * warps: RT row tiles x KS = 8 / RT K-slices (dense: RT = 1, 16 rows per block; grouped experts:
+ * RT = 2, MMQ_ROWS = 32 rows per block, the grids cuda_moe.cu computes). Warp (tile, ks) takes
+ * the rounds ks, ks + KS, ... of the K axis; a round is RG 32-groups (Q4_K: two superblocks,
+ * 16 groups; the others: 8 groups) of its 16 rows, all loaded before any is used. A 4096 x 4096
+ * Q4_K matrix is 256 blocks = 2,048 warps (16 per SM, all resident), each with one round of
+ * 16 rows x 2 x 144 B = 4.6 KB in flight: the whole 9.4 MB matrix is requested at once; a
+ * 12288-row one keeps ~264 blocks x 8 x 4.6 KB ~ 9.7 MB in flight. At the end the KS warps of a
+ * tile write their fp32 partial sums to shared memory and the block adds them in ks order
+ * (deterministic; no atomics, no second pass), then stores: plain (+ bias, or y += when
+ * accumulating), silu(gate) * up (GLU), or silu(y) * v (the second stage of an unfused gate/up).
+ * The activations' B fragments and (d, sum) pairs come from global memory (L1/L2: the
+ * co-resident blocks of an SM read the same K range), loaded D groups ahead into registers (4 for
+ * one n-tile, 2 for two, else 1): a warp's groups are a chain, and loading a group's activations
+ * only when it is multiplied exposed an L2 round trip per group (H200, q4_K 4096 x 4096: 7.6 us
+ * at 1..8 tokens without it). Dense batches of more than 32 tokens run as tiles of 32
+ * (cuda_mmq.cu): a 64-token tile needs ~210 registers.
+ *
+ * Fragments. mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 (m16n8k16 for Q6_K, whose
+ * 16-element halves have their own scales). groupID g = lane >> 2, c = lane % 4:
+ *   A (16 rows x 32 k, row-major), 4 regs:  a0 = (row g, k 4c..4c+3), a1 = (row g+8, k 4c..),
+ *                                           a2 = (row g, k 16+4c..),  a3 = (row g+8, k 16+4c..)
+ *   B (32 k x 8 tokens, col-major), 2 regs: b0 = (k 4c..4c+3, token g), b1 = (k 16+4c.., token g)
  *   C/D (16 x 8 s32), 4 regs:               c0 = (row g, token 2c), c1 = (row g, token 2c+1),
  *                                           c2 = (row g+8, token 2c), c3 = (row g+8, token 2c+1)
- *   m16n8k16 (Q6_K): low half  a = {row g word c, row g+8 word c}, b = token g word c;
- *                    high half a = {row g word 4+c, row g+8 word 4+c}, b = token g word 4+c; C as above.
- * The shared slot stores a group's words in the order w0 w4 w1 w5 w2 w6 w3 w7, so that lane c's
- * two words of a row (c and 4+c) are one 8-byte load. */
+ *   m16n8k16 (Q6_K): low half  a = {(g, k 4c..), (g+8, k 4c..)}, b = (k 4c.., token g);
+ *                    high half a = {(g, k 16+4c..), (g+8, k 16+4c..)}, b = (k 16+4c.., token g).
+ * Lane (g, c) therefore loads its fragments straight from the packed rows g and g+8 of its tile
+ * into registers, and the tile's scales are those of the same two rows (c0..c3's rows). The sum
+ * over k of one group may take its 32 elements in any order as long as A and B agree, so each
+ * type picks the order its packing makes cheap (mmq_frag<T>::P8):
+ *   natural (Q4_0, Q6_K): the lane's two words are elements 4c..4c+3 and 16+4c..16+4c+3 (Q4_0:
+ *     the low and high nibbles of quant bytes 4c..4c+3; Q6_K: its halves keep their scales);
+ *     B: words c and 4 + c of the token's group;
+ *   P8 (Q8_0, Q4_K): the lane's two words are elements 8c..8c+3 and 8c+4..8c+7, one 8-byte load
+ *     (Q4_K: the same 8 bytes give group 2p in the low nibbles and 2p + 1 in the high ones);
+ *     B: bytes 8c..8c+7 of the token's group, one int2.
+ * Loads per lane and round: Q4_K 2 x (one 16-byte header + 4 x 8 bytes) per superblock; Q8_0
+ * 2 x 8 x (8 + 2 bytes); Q4_0 2 x 8 x (4 + 2); Q6_K 2 x 33 two-byte loads (210-byte blocks are
+ * 2-byte aligned).
+ *
+ * Programmatic dependent launch (cuda_pdl.cuh): the dense launch issues its first round of
+ * weight loads before pdl_wait() (the weights never depend on the kernel before; xq, xds and y
+ * do), then pdl_allow_next(). The grouped launch waits first: its tiles come from the grouping
+ * kernel. */
 #ifndef BK_CUDA_MMQ_CUH
 #define BK_CUDA_MMQ_CUH
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 
 #define MMQ_WARPS 8
 #define MMQ_THREADS (MMQ_WARPS * 32)
-#define MMQ_ROWS 32   /* weight rows per block: a lane per row when unpacking, two m16 tiles */
-#define MMQ_GS 4      /* 32-groups per warp step (two Q4_K pairs) */
-#define MMQ_RED_LD 36 /* floats per token row of the reduction buffer: lanes (g, c) write rows g at
-                       * tokens 2c, 2c+1, i.e. banks 8c + g + const: conflict-free */
-
+#define MMQ_ROWS 32       /* weight rows per grouped (MOE) block: two warp tiles (cuda_moe.cu's grids) */
+#define MMQ_DENSE_ROWS 16 /* weight rows per dense block: one warp tile, split K eight ways */
+#define MMQ_LD 20         /* floats per token of a warp's partial tile: lanes (g, c) write rows g (+8)
+                           * at tokens 2c, 2c+1, i.e. banks 8c + g + const: conflict-free */
 /* Where the block's products go after the sums (mmq_args.mode). */
 enum { MMQ_STORE = 0, MMQ_SILU_MUL = 1 };
 
@@ -105,38 +131,227 @@ __device__ __forceinline__ void mmq_mma16(int c[4], int a0, int a1, int b0) {
 
 __device__ __forceinline__ float mmq_silu(float g) { return g / (1.0f + expf(-g)); }
 
-/* The groups g0 .. g0 + MMQ_GS - 1 of one row (those < n_groups). */
-template <int T> __device__ __forceinline__ void mmq_load_step(const uint8_t *row, int64_t g0, int64_t n_groups,
-                                                               wgroup (&q)[MMQ_GS]) {
-    if constexpr (T == QT_Q4_K) { /* n_groups % 8 == 0 and g0 % 4 == 0: whole pairs */
+/* Weight loads. MMQ_WEIGHT_CG=1 (a build flag, e.g. EXTRA_NVCCFLAGS=-DMMQ_WEIGHT_CG=1; untested
+ * on the GPU) makes them skip L1 (ld.global.cg): the weights stream through once, and through
+ * L1 they may evict the activations that every warp of the SM reads again. The default (0) is
+ * the measured kernel: ld.global.nc / plain loads through L1, as the decode kernels do. */
+#ifndef MMQ_WEIGHT_CG
+#define MMQ_WEIGHT_CG 0
+#endif
+#if MMQ_WEIGHT_CG
+#define MMQ_LDW(p) __ldcg(p)
+__device__ __forceinline__ uint16_t mmq_ld16(const uint8_t *p) { return __ldcg((const unsigned short *)p); }
+__device__ __forceinline__ int mmq_ld32_a2(const uint8_t *p) {
+    return (int)(mmq_ld16(p) | ((uint32_t)mmq_ld16(p + 2) << 16));
+}
+__device__ __forceinline__ void mmq_ld64_a2(const uint8_t *p, int w[2]) { /* 8 bytes, 2-byte aligned (ld_a2<2>) */
+    uintptr_t a = (uintptr_t)p;
+    const uint2 *q = (const uint2 *)(a & ~(uintptr_t)7);
+    const uint2 u0 = __ldcg(q), u1 = __ldcg(q + 1);
+    const uint32_t W[4] = {u0.x, u0.y, u1.x, u1.y};
+    const int o = (int)((a >> 2) & 1), sh = (int)(a & 3) * 8;
 #pragma unroll
-        for (int j = 0; j < MMQ_GS / 2; j++) group_load_q4k_pair(row, g0 / 2 + j, q[2 * j], q[2 * j + 1]);
-    } else {
+    for (int i = 0; i < 2; i++) w[i] = (int)__funnelshift_r(o ? W[i + 1] : W[i], o ? W[i + 2] : W[i + 1], sh);
+}
+#else
+#define MMQ_LDW(p) __ldg(p)
+__device__ __forceinline__ uint16_t mmq_ld16(const uint8_t *p) { return ld16(p); }
+__device__ __forceinline__ int mmq_ld32_a2(const uint8_t *p) { return ld_i32_a2(p); }
+__device__ __forceinline__ void mmq_ld64_a2(const uint8_t *p, int w[2]) { ld_a2<2>(p, w); }
+#endif
+
+/* ---- per type: one round of a lane's fragments (rows g and g + 8 of its tile, h = 0 / 1) ----
+ * load() issues the round's loads (groups G0 .. G0 + RG - 1 that are < n_groups), get() unpacks
+ * group j of row h into the A words x (k 4c..4c+3) and y (k 16+4c..) in the type's k order and
+ * its factors a, b and half scales s0, s1 (group_dot's meaning). Raw bytes stay packed in
+ * registers until get() so that a round's loads are all in flight together. */
+template <int T> struct mmq_frag;
+
+template <> struct mmq_frag<QT_Q4_K> {
+    static constexpr int RG = 16; /* two superblocks (n_groups % 8 == 0: whole ones) */
+    static constexpr bool P8 = true;
+    static constexpr bool HAS_B = true; /* a nonzero b (offsets, minimums) */
+    uint4 hd[2][2];   /* [superblock][h]: d, dmin, 12 scale bytes */
+    uint2 q[2][2][4]; /* [superblock][h][pair]: bytes 8c..8c+7 of the pair's 32 quant bytes */
+    __device__ __forceinline__ void load(const uint8_t *const r[2], int64_t G0, int64_t n_groups, int c) {
 #pragma unroll
-        for (int j = 0; j < MMQ_GS; j++)
-            if (g0 + j < n_groups) group_load<T>(row, g0 + j, q[j]);
+        for (int u = 0; u < 2; u++) {
+            if (G0 + 8 * u >= n_groups) break;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *b = r[h] + (G0 / 8 + u) * 144; /* 144-byte blocks: 16-byte aligned */
+                hd[u][h] = MMQ_LDW((const uint4 *)b);
+#pragma unroll
+                for (int pp = 0; pp < 4; pp++) q[u][h][pp] = MMQ_LDW((const uint2 *)(b + 16 + 32 * pp + 8 * c));
+            }
+        }
+    }
+    __device__ __forceinline__ void get(int j, int h, int &x, int &y, float &a, float &b, int &s0, int &s1) const {
+        const int u = j / 8, jj = j % 8, sh = (jj & 1) * 4; /* group 2p: low nibbles, 2p + 1: high */
+        const uint2 w = q[u][h][jj / 2];
+        x = (int)((w.x >> sh) & 0x0F0F0F0Fu);
+        y = (int)((w.y >> sh) & 0x0F0F0F0Fu);
+        const uint4 hh = hd[u][h]; /* scale bytes 0-3 in .y, 4-7 in .z, 8-11 in .w (k4_scale_min) */
+        int sc, m;
+        if (jj < 4) {
+            sc = byte_of(hh.y, jj) & 63;
+            m = byte_of(hh.z, jj) & 63;
+        } else {
+            sc = (byte_of(hh.w, jj - 4) & 0xF) | ((byte_of(hh.y, jj - 4) >> 6) << 4);
+            m = (byte_of(hh.w, jj - 4) >> 4) | ((byte_of(hh.z, jj - 4) >> 6) << 4);
+        }
+        a = bk_h2f((uint16_t)hh.x) * (float)sc;
+        b = bk_h2f((uint16_t)(hh.x >> 16)) * (float)m;
+        s0 = s1 = 1;
+    }
+};
+
+template <> struct mmq_frag<QT_Q8_0> {
+    static constexpr int RG = 8;
+    static constexpr bool P8 = true;
+    static constexpr bool HAS_B = false; /* a nonzero b (offsets, minimums) */
+    int w[8][2][2];       /* [group][h]: quant bytes 8c..8c+7 */
+    uint16_t d[8][2];     /* [group][h]: f16 scale */
+    __device__ __forceinline__ void load(const uint8_t *const r[2], int64_t G0, int64_t n_groups, int c) {
+#pragma unroll
+        for (int j = 0; j < RG; j++) {
+            if (G0 + j >= n_groups) break;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *b = r[h] + (G0 + j) * 34; /* 34-byte blocks: 2-byte aligned */
+                d[j][h] = mmq_ld16(b);
+                mmq_ld64_a2(b + 2 + 8 * c, w[j][h]);
+            }
+        }
+    }
+    __device__ __forceinline__ void get(int j, int h, int &x, int &y, float &a, float &b, int &s0, int &s1) const {
+        x = w[j][h][0];
+        y = w[j][h][1];
+        a = bk_h2f(d[j][h]);
+        b = 0.0f;
+        s0 = s1 = 1;
+    }
+};
+
+template <> struct mmq_frag<QT_Q4_0> {
+    static constexpr int RG = 8;
+    static constexpr bool P8 = false;
+    static constexpr bool HAS_B = true; /* a nonzero b (offsets, minimums) */
+    int w[8][2];      /* [group][h]: quant bytes 4c..4c+3 (elements 4c.. low, 16+4c.. high nibbles) */
+    uint16_t d[8][2]; /* [group][h]: f16 scale */
+    __device__ __forceinline__ void load(const uint8_t *const r[2], int64_t G0, int64_t n_groups, int c) {
+#pragma unroll
+        for (int j = 0; j < RG; j++) {
+            if (G0 + j >= n_groups) break;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *b = r[h] + (G0 + j) * 18; /* 18-byte blocks: 2-byte aligned */
+                d[j][h] = mmq_ld16(b);
+                w[j][h] = mmq_ld32_a2(b + 2 + 4 * c);
+            }
+        }
+    }
+    __device__ __forceinline__ void get(int j, int h, int &x, int &y, float &a, float &b, int &s0, int &s1) const {
+        const unsigned v = (unsigned)w[j][h];
+        x = (int)(v & 0x0F0F0F0Fu);
+        y = (int)((v >> 4) & 0x0F0F0F0Fu);
+        a = bk_h2f(d[j][h]);
+        b = 8.0f * a; /* (n - 8) * x = n * x - 8 * x */
+        s0 = s1 = 1;
+    }
+};
+
+template <> struct mmq_frag<QT_Q6_K> {
+    static constexpr int RG = 8; /* one superblock (G0 % 8 == 0, n_groups % 8 == 0) */
+    static constexpr bool P8 = false;
+    static constexpr bool HAS_B = false; /* a nonzero b (offsets, minimums) */
+    int ql[2][2][2][2]; /* [h][half n][k & 1][word c / 4 + c] of the 4-bit quants */
+    int qh[2][2][2];    /* [h][half n][word c / 4 + c] of the 2-bit highs */
+    uint16_t sc[2][8];  /* [h][group]: its two int8 half scales */
+    uint16_t d[2];      /* [h]: f16 superblock scale */
+    __device__ __forceinline__ void load(const uint8_t *const r[2], int64_t G0, int64_t n_groups, int c) {
+        (void)n_groups;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *b = r[h] + (G0 / 8) * 210; /* 210-byte blocks: 2-byte aligned */
+#pragma unroll
+            for (int n = 0; n < 2; n++) {
+#pragma unroll
+                for (int k = 0; k < 2; k++) {
+                    const uint8_t *l = b + 64 * n + 32 * k;
+                    ql[h][n][k][0] = mmq_ld32_a2(l + 4 * c);
+                    ql[h][n][k][1] = mmq_ld32_a2(l + 16 + 4 * c);
+                }
+                qh[h][n][0] = mmq_ld32_a2(b + 128 + 32 * n + 4 * c);
+                qh[h][n][1] = mmq_ld32_a2(b + 128 + 32 * n + 16 + 4 * c);
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++) sc[h][j] = mmq_ld16(b + 192 + 2 * j); /* 8 n + 2 k = 2 j */
+            d[h] = mmq_ld16(b + 208);
+        }
+    }
+    __device__ __forceinline__ void get(int j, int h, int &x, int &y, float &a, float &b, int &s0, int &s1) const {
+        const int n = j / 4, k = j % 4, shl = (k >> 1) * 4, shh = 2 * k;
+        const unsigned l0 = (unsigned)ql[h][n][k & 1][0], l1 = (unsigned)ql[h][n][k & 1][1];
+        const unsigned h0 = (unsigned)qh[h][n][0], h1 = (unsigned)qh[h][n][1];
+        x = (int)__vsubss4((int)(((l0 >> shl) & 0x0F0F0F0Fu) | (((h0 >> shh) & 0x03030303u) << 4)), 0x20202020);
+        y = (int)__vsubss4((int)(((l1 >> shl) & 0x0F0F0F0Fu) | (((h1 >> shh) & 0x03030303u) << 4)), 0x20202020);
+        s0 = (int)(int8_t)(sc[h][j] & 0xFF);
+        s1 = (int)(int8_t)(sc[h][j] >> 8);
+        a = bk_h2f(d[h]);
+        b = 0.0f;
+    }
+};
+
+/* One group's activation side for the lane: B words b0, b1 of token g of each n-tile (in the
+ * weight type's k order) and the (d, d * sum) pairs of tokens 2c and 2c + 1 (C's columns). */
+struct mmq_bfrag {
+    int b0, b1;
+    float2 d0, d1;
+};
+template <bool P8, int NTT>
+__device__ __forceinline__ void mmq_load_b(const mmq_args &p, const int (&ob)[NTT], const int (&od0)[NTT],
+                                           const int (&od1)[NTT], int64_t G, int64_t n_groups, int nv, int c,
+                                           mmq_bfrag (&o)[NTT]) {
+    if (G >= n_groups) return;
+#pragma unroll
+    for (int nt = 0; nt < NTT; nt++) {
+        if (nt * 8 >= nv) break;
+        const int8_t *xb = p.xq + ob[nt] + G * 32;
+        if constexpr (P8) {
+            const int2 v = __ldg((const int2 *)xb + c);
+            o[nt].b0 = v.x;
+            o[nt].b1 = v.y;
+        } else {
+            o[nt].b0 = __ldg((const int *)xb + c);
+            o[nt].b1 = __ldg((const int *)xb + 4 + c);
+        }
+        o[nt].d0 = __ldg(p.xds + od0[nt] + G);
+        o[nt].d1 = __ldg(p.xds + od1[nt] + G);
     }
 }
 
-/* The warp's shared slot: MMQ_GS groups of 32 rows. */
-struct mmq_slot {
-    int4 w[MMQ_GS][MMQ_ROWS][2]; /* words w0 w4 w1 w5 | w2 w6 w3 w7 */
-    float a[MMQ_GS][MMQ_ROWS], b[MMQ_GS][MMQ_ROWS];
-    int s[MMQ_GS][MMQ_ROWS];     /* Q6_K: s0 in the low 16 bits, s1 in the high (signed) */
-};
-
-template <int T, int NT, bool GLU, bool MOE>
-__global__ void __launch_bounds__(MMQ_THREADS, NT >= 32 ? 1 : 2) mmq_kernel(mmq_args p) {
+/* RT row tiles x KS K-slices per block (see the top). */
+template <int T, int NT, int RT, bool GLU, bool MOE>
+__global__ void __launch_bounds__(MMQ_THREADS, NT >= 64 ? 1 : 2) mmq_kernel(mmq_args p) {
     static_assert(NT % 8 == 0 && NT <= 64, "token tile");
-    constexpr int NTT = NT / 8; /* n-tiles */
-    __shared__ mmq_slot slots[MMQ_WARPS];
+    static_assert(MMQ_WARPS % RT == 0, "row tiles");
+    constexpr int NTT = NT / 8, KS = MMQ_WARPS / RT;
+    constexpr int RO = GLU ? 8 : 16; /* output rows per tile */
+    using F = mmq_frag<T>;
+    __shared__ float part[MMQ_WARPS][NT * MMQ_LD]; /* per warp: [token][tile row] partial sums */
     __shared__ int xrow[NT], yrow[NT];
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, c = lane & 3;
+    const int tile = warp % RT, ks = warp / RT;
+    bool waited = false;
 
     /* the block's tokens: activation rows, output rows, how many are real */
     int64_t e = 0;
     int nv;
     if constexpr (MOE) {
+        pdl_wait(); /* the tile list is the grouping kernel's output */
+        pdl_allow_next();
+        waited = true;
         if ((int)blockIdx.y >= *p.n_tiles) return;
         int2 tl = p.tiles[blockIdx.y];
         e = tl.x;
@@ -155,17 +370,23 @@ __global__ void __launch_bounds__(MMQ_THREADS, NT >= 32 ? 1 : 2) mmq_kernel(mmq_
             yrow[t] = t0 + t;
         }
     }
-    const int64_t r0 = (int64_t)blockIdx.x * (GLU ? MMQ_ROWS / 2 : MMQ_ROWS);
-    const int64_t n_in = p.n_in, n_groups = n_in / 32;
-    /* lane's row for unpacking (rows past the matrix repeat its last row; never stored) */
-    int64_t rr = r0 + (GLU ? (lane & 15) : lane);
-    if (rr >= p.n_rows) rr = p.n_rows - 1;
-    const uint8_t *const *tab = MOE ? (GLU && lane >= 16 ? p.W2tab : p.Wtab) : NULL;
-    const uint8_t *base = tab ? tab[e] : (GLU && lane >= 16 ? p.W2 : p.W) + e * p.n_rows * p.row_bytes;
-    const uint8_t *row = base + rr * p.row_bytes;
+    /* the lane's rows g (h = 0) and g + 8 (h = 1) of its tile; GLU: gate row and up row r0 + g.
+     * Rows past the matrix repeat its last row (never stored). */
+    const int64_t rb = (int64_t)blockIdx.x * RT * RO, r0 = rb + tile * RO;
+    const uint8_t *rows[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int64_t rr = r0 + g + (GLU ? 0 : 8 * h);
+        if (rr >= p.n_rows) rr = p.n_rows - 1;
+        const bool up = GLU && h == 1;
+        const uint8_t *const *tab = MOE ? (up ? p.W2tab : p.Wtab) : NULL;
+        const uint8_t *base = tab ? tab[e] : (up ? p.W2 : p.W) + e * p.n_rows * p.row_bytes;
+        rows[h] = base + rr * p.row_bytes;
+    }
     __syncthreads();
 
     /* int32 offsets (xq holds at most xq_cap < 2^31 values): B rows and the (d, sum) rows */
+    const int64_t n_in = p.n_in, n_groups = n_in / 32;
     int ob[NTT], od0[NTT], od1[NTT];
 #pragma unroll
     for (int nt = 0; nt < NTT; nt++) {
@@ -173,134 +394,130 @@ __global__ void __launch_bounds__(MMQ_THREADS, NT >= 32 ? 1 : 2) mmq_kernel(mmq_
         od0[nt] = xrow[nt * 8 + 2 * c] * (int)n_groups;
         od1[nt] = xrow[nt * 8 + 2 * c + 1] * (int)n_groups;
     }
-    float acc[2][NTT][4];
+    float acc[NTT][4];
 #pragma unroll
-    for (int mt = 0; mt < 2; mt++)
+    for (int nt = 0; nt < NTT; nt++)
 #pragma unroll
-        for (int nt = 0; nt < NTT; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+        for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
 
-    mmq_slot &sl = slots[warp];
-    const int64_t stride = (int64_t)MMQ_WARPS * MMQ_GS;
-    wgroup q[MMQ_GS];
-    int64_t g0 = (int64_t)warp * MMQ_GS;
-    if (g0 < n_groups) mmq_load_step<T>(row, g0, n_groups, q);
-    for (; g0 < n_groups; g0 += stride) {
-#pragma unroll
-        for (int j = 0; j < MMQ_GS; j++) {
-            sl.w[j][lane][0] = make_int4(q[j].w[0], q[j].w[4], q[j].w[1], q[j].w[5]);
-            sl.w[j][lane][1] = make_int4(q[j].w[2], q[j].w[6], q[j].w[3], q[j].w[7]);
-            sl.a[j][lane] = q[j].a;
-            sl.b[j][lane] = q[j].b;
-            if (T == QT_Q6_K) sl.s[j][lane] = (int)(((unsigned)q[j].s0 & 0xFFFFu) | ((unsigned)q[j].s1 << 16));
+    /* B fragments and (d, sum) pairs of MMQ_BD<NTT> groups ahead in registers: a warp's groups
+     * are a chain, and loading each group's activations only when it is multiplied would expose
+     * an L2 round trip per group */
+    constexpr int D = NTT == 1 ? 4 : NTT == 2 ? 2 : 1;
+    mmq_bfrag bq[D][NTT];
+    F f;
+    for (int64_t G0 = (int64_t)ks * F::RG; G0 < n_groups; G0 += (int64_t)KS * F::RG) {
+        f.load(rows, G0, n_groups, c);
+        if (!waited) { /* the first round's weights are in flight: now the activations */
+            pdl_wait();
+            pdl_allow_next();
+            waited = true;
         }
-        __syncwarp();
-        /* the next step's loads fly while this one multiplies */
-        if (g0 + stride < n_groups) mmq_load_step<T>(row, g0 + stride, n_groups, q);
 #pragma unroll
-        for (int j = 0; j < MMQ_GS; j++) {
-            const int64_t G = g0 + j;
+        for (int j = 0; j < D; j++) mmq_load_b<F::P8, NTT>(p, ob, od0, od1, G0 + j, n_groups, nv, c, bq[j]);
+#pragma unroll
+        for (int j = 0; j < F::RG; j++) {
+            const int64_t G = G0 + j;
             if (G >= n_groups) break;
-            int A[2][4];
-            float fa[2][2], fb[2][2];
-            int s0[2][2], s1[2][2];
+            int A[4], s0[2], s1[2];
+            float fa[2], fb[2];
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int r = mt * 16 + g + 8 * h;
-                    int2 wv = ((const int2 *)sl.w[j][r])[c]; /* words c and 4 + c */
-                    A[mt][h] = wv.x;                        /* a0 / a1 */
-                    A[mt][2 + h] = wv.y;                    /* a2 / a3 */
-                    fa[mt][h] = sl.a[j][r];
-                    fb[mt][h] = sl.b[j][r];
-                    if (T == QT_Q6_K) {
-                        int s = sl.s[j][r];
-                        s0[mt][h] = (int)(short)(s & 0xFFFF);
-                        s1[mt][h] = s >> 16;
-                    }
-                }
+            for (int h = 0; h < 2; h++) f.get(j, h, A[h], A[2 + h], fa[h], fb[h], s0[h], s1[h]);
 #pragma unroll
             for (int nt = 0; nt < NTT; nt++) {
                 if (nt * 8 >= nv) break;
-                const int8_t *xb = p.xq + ob[nt] + G * 32;
-                int b0 = __ldg((const int *)xb + c), b1 = __ldg((const int *)xb + 4 + c);
-                float2 d0 = __ldg(p.xds + od0[nt] + G), d1 = __ldg(p.xds + od1[nt] + G);
+                const mmq_bfrag &bf = bq[j % D][nt];
+                int cc[4];
+                if constexpr (T == QT_Q6_K) {
+                    int lo[4], hi[4];
+                    mmq_mma16(lo, A[0], A[1], bf.b0);
+                    mmq_mma16(hi, A[2], A[3], bf.b1);
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    int cc[4];
-                    if constexpr (T == QT_Q6_K) {
-                        int lo[4], hi[4];
-                        mmq_mma16(lo, A[mt][0], A[mt][1], b0);
-                        mmq_mma16(hi, A[mt][2], A[mt][3], b1);
+                    for (int i = 0; i < 4; i++) cc[i] = s0[i >> 1] * lo[i] + s1[i >> 1] * hi[i];
+                } else {
+                    mmq_mma32(cc, A[0], A[1], A[2], A[3], bf.b0, bf.b1);
+                }
+                /* group_dot's a * d_x * (float)isum - b * (d_x * sum x) */
 #pragma unroll
-                        for (int i = 0; i < 4; i++) cc[i] = s0[mt][i >> 1] * lo[i] + s1[mt][i >> 1] * hi[i];
-                    } else {
-                        mmq_mma32(cc, A[mt][0], A[mt][1], A[mt][2], A[mt][3], b0, b1);
-                    }
-                    /* group_dot's a * d_x * (float)isum - b * (d_x * sum x) */
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const float2 d = (i & 1) ? d1 : d0;
-                        acc[mt][nt][i] += fa[mt][i >> 1] * d.x * (float)cc[i] - fb[mt][i >> 1] * d.y;
-                    }
+                for (int i = 0; i < 4; i++) {
+                    const float2 d = (i & 1) ? bf.d1 : bf.d0;
+                    if constexpr (F::HAS_B) acc[nt][i] += fa[i >> 1] * d.x * (float)cc[i] - fb[i >> 1] * d.y;
+                    else acc[nt][i] += fa[i >> 1] * d.x * (float)cc[i];
                 }
             }
+            if (j + D < F::RG) mmq_load_b<F::P8, NTT>(p, ob, od0, od1, G + D, n_groups, nv, c, bq[j % D]);
         }
-        __syncwarp(); /* the slot is rewritten next step */
+    }
+    if (!waited) { /* a warp without rounds still stores (and reads y when accumulating) */
+        pdl_wait();
+        pdl_allow_next();
     }
 
-    /* the warps' partial sums, added in warp order (the slots are free once every warp is done) */
-    __syncthreads();
-    float *red = (float *)slots; /* (NT, MMQ_RED_LD): [token][row] */
-    static_assert(sizeof(slots) >= NT * MMQ_RED_LD * sizeof(float), "reduction buffer");
-    for (int w = 0; w < MMQ_WARPS; w++) {
-        if (warp == w) {
+    /* the K-slices' partial sums, added in ks order (deterministic) */
+    float *pw = part[warp];
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++)
+    for (int nt = 0; nt < NTT; nt++) {
+        if (nt * 8 >= nv) break;
 #pragma unroll
-                for (int nt = 0; nt < NTT; nt++) {
-                    if (nt * 8 >= nv) break;
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        float *o = red + (nt * 8 + 2 * c + (i & 1)) * MMQ_RED_LD + mt * 16 + g + 8 * (i >> 1);
-                        *o = (w ? *o : 0.0f) + acc[mt][nt][i];
-                    }
-                }
-        }
-        __syncthreads();
+        for (int i = 0; i < 4; i++) pw[(nt * 8 + 2 * c + (i & 1)) * MMQ_LD + g + 8 * (i >> 1)] = acc[nt][i];
     }
-    constexpr int RO = GLU ? MMQ_ROWS / 2 : MMQ_ROWS; /* output rows of the tile */
-    for (int i = tid; i < NT * RO; i += MMQ_THREADS) {
-        const int t = i / RO, r = i % RO;
-        if (t >= nv || r0 + r >= p.n_rows) continue;
-        float *o = p.y + (int64_t)yrow[t] * p.ldy + r0 + r;
-        const float v = red[t * MMQ_RED_LD + r];
-        if (GLU) *o = mmq_silu(v) * red[t * MMQ_RED_LD + 16 + r];
+    __syncthreads();
+    constexpr int BR = RT * RO; /* output rows of the block */
+    for (int i = tid; i < NT * BR; i += MMQ_THREADS) {
+        const int t = i / BR, rr = i % BR, tl = rr / RO, m = rr % RO;
+        if (t >= nv || rb + rr >= p.n_rows) continue;
+        float v = 0.0f, u = 0.0f;
+#pragma unroll
+        for (int k = 0; k < KS; k++) {
+            const float *pk = part[k * RT + tl] + t * MMQ_LD;
+            v += pk[m];
+            if (GLU) u += pk[8 + m];
+        }
+        float *o = p.y + (int64_t)yrow[t] * p.ldy + rb + rr;
+        if (GLU) *o = mmq_silu(v) * u;
         else if (p.mode == MMQ_SILU_MUL) *o = mmq_silu(*o) * v;
-        else *o = (p.accum ? *o : 0.0f) + v + (p.bias ? p.bias[r0 + r] : 0.0f);
+        else *o = (p.accum ? *o : 0.0f) + v + (p.bias ? p.bias[rb + rr] : 0.0f);
     }
 }
 
-/* One launch for weight type T over the grid, with the token tile nt (8, 16, 32 or 64). */
+/* One launch for weight type T with the token tile nt (8, 16, 32 or 64): dense (MOE false) as a
+ * programmatic launch on cb's stream, 16 rows per block (GLU: 8); grouped on stream s, the
+ * ordinary way, MMQ_ROWS rows per block (GLU: MMQ_ROWS / 2). */
 template <int T, bool GLU, bool MOE>
-static void mmq_launch_nt(cudaStream_t s, dim3 grid, int nt, const mmq_args &p) {
-    if (nt <= 8) mmq_kernel<T, 8, GLU, MOE><<<grid, MMQ_THREADS, 0, s>>>(p);
-    else if (nt <= 16) mmq_kernel<T, 16, GLU, MOE><<<grid, MMQ_THREADS, 0, s>>>(p);
-    else if (nt <= 32) mmq_kernel<T, 32, GLU, MOE><<<grid, MMQ_THREADS, 0, s>>>(p);
-    else mmq_kernel<T, 64, GLU, MOE><<<grid, MMQ_THREADS, 0, s>>>(p);
+static void mmq_launch_nt(cuda_backend *cb, cudaStream_t s, dim3 grid, int nt, const mmq_args &p) {
+    constexpr int RT = MOE ? MMQ_ROWS / 16 : MMQ_DENSE_ROWS / 16;
+#define MMQ_GO(NT)                                                                      \
+    do {                                                                                \
+        if (cb) pdl_launch(cb, mmq_kernel<T, NT, RT, GLU, MOE>, grid, dim3(MMQ_THREADS), 0, p); \
+        else mmq_kernel<T, NT, RT, GLU, MOE><<<grid, MMQ_THREADS, 0, s>>>(p);           \
+    } while (0)
+    if (nt <= 8) MMQ_GO(8);
+    else if (nt <= 16) MMQ_GO(16);
+    else if (nt <= 32) MMQ_GO(32);
+    else MMQ_GO(64);
+#undef MMQ_GO
 }
 
 /* The type dispatch; false for a type the integer-dot loaders do not know. */
 template <bool GLU, bool MOE>
-static bool mmq_launch(cudaStream_t s, uint32_t type, dim3 grid, int nt, const mmq_args &p) {
+static bool mmq_launch_any(cuda_backend *cb, cudaStream_t s, uint32_t type, dim3 grid, int nt, const mmq_args &p) {
     switch (type) {
-    case QT_Q8_0: mmq_launch_nt<QT_Q8_0, GLU, MOE>(s, grid, nt, p); return true;
-    case QT_Q4_0: mmq_launch_nt<QT_Q4_0, GLU, MOE>(s, grid, nt, p); return true;
-    case QT_Q4_K: mmq_launch_nt<QT_Q4_K, GLU, MOE>(s, grid, nt, p); return true;
-    case QT_Q6_K: mmq_launch_nt<QT_Q6_K, GLU, MOE>(s, grid, nt, p); return true;
+    case QT_Q8_0: mmq_launch_nt<QT_Q8_0, GLU, MOE>(cb, s, grid, nt, p); return true;
+    case QT_Q4_0: mmq_launch_nt<QT_Q4_0, GLU, MOE>(cb, s, grid, nt, p); return true;
+    case QT_Q4_K: mmq_launch_nt<QT_Q4_K, GLU, MOE>(cb, s, grid, nt, p); return true;
+    case QT_Q6_K: mmq_launch_nt<QT_Q6_K, GLU, MOE>(cb, s, grid, nt, p); return true;
     default: return false;
     }
+}
+/* Grouped expert products (cuda_moe.cu): grid (ceil(n_rows / MMQ_ROWS) (GLU: / (MMQ_ROWS / 2)), tiles). */
+template <bool GLU, bool MOE>
+static bool mmq_launch(cudaStream_t s, uint32_t type, dim3 grid, int nt, const mmq_args &p) {
+    return mmq_launch_any<GLU, MOE>(NULL, s, type, grid, nt, p);
+}
+/* Dense products (cuda_mmq.cu), programmatic on cb's stream: grid (ceil(n_rows / MMQ_DENSE_ROWS)
+ * (GLU: / (MMQ_DENSE_ROWS / 2)), token tiles). */
+template <bool GLU, bool MOE>
+static bool mmq_launch(cuda_backend *cb, uint32_t type, dim3 grid, int nt, const mmq_args &p) {
+    return mmq_launch_any<GLU, MOE>(cb, cb->stream, type, grid, nt, p);
 }
 #endif
