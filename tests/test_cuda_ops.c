@@ -128,14 +128,14 @@ static void matmul_tol(uint32_t type, int64_t n_in, int n, double cpu_err, doubl
     uint32_t vt = quant_get_traits(type)->vec_dot_type;
     *tol_cpu = vt == QT_F32 ? 1e-5 : (vt == QT_F16 || vt == QT_BF16) ? 1e-2 : 3e-2;
     /* Products on Q4_0/Q8_0/Q4_K/Q6_K below cuBLAS's minimum quantize the activations to int8
-     * blocks of 32 (cuda_mmvq.cu for 1 token and with BRISK_CUDA_MMQ=0 up to 64 in slices of 16;
-     * cuda_mmq.cu's tensor cores for 2..127), as the CPU does to q8_0/q8_K: hold the GPU to the
+     * blocks of 32 (cuda_mmvq.cu up to 7 tokens, and with BRISK_CUDA_MMQ=0 up to 64 in slices of 16;
+     * cuda_mmq.cu's tensor cores for 8..47; cuBLAS from 48), as the CPU does to q8_0/q8_K: hold the GPU to the
      * CPU's own distance from the exact product instead of 2e-5. */
     const char *sl = getenv("BRISK_CUDA_MMVQ_SLICES"), *mq = getenv("BRISK_CUDA_MMQ");
     int int8_max = sl && !strcmp(sl, "0") ? 16 : 64;
-    int mmq_max = env_int("BRISK_CUDA_MMQ_MAX", env_int("BRISK_CUDA_CUBLAS_MIN_TOK", 128)), mmq_min = env_int("BRISK_CUDA_MMQ_MIN", 2);
-    bool mmq = !(mq && !strcmp(mq, "0")) && n >= mmq_min && n < mmq_max;
-    bool int8_path = (mmq || n <= int8_max) && n_in % 32 == 0 &&
+    int mmq_max = env_int("BRISK_CUDA_MMQ_MAX", env_int("BRISK_CUDA_CUBLAS_MIN_TOK", 48)), mmq_min = env_int("BRISK_CUDA_MMQ_MIN", 8);
+    bool mmq_on = !(mq && !strcmp(mq, "0")), mmq = mmq_on && n >= mmq_min && n < mmq_max;
+    bool int8_path = (mmq || (n <= int8_max && !(mmq_on && n >= mmq_max))) && n_in % 32 == 0 &&
                      (type == QT_Q4_0 || type == QT_Q8_0 || type == QT_Q4_K || type == QT_Q6_K);
     /* Larger batches on rows of a multiple of 32 run on tensor cores with f16
      * inputs (cuda_mma.cu, cuda_blas.cu): 11 significant bits per factor. */

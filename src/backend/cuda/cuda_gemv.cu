@@ -213,6 +213,7 @@ enum { Q8_NONE = 0, Q8_MMVQ, Q8_MMQ };
 static int q8_path(const cuda_backend *cb, int n) {
     if (!cb->xq) return Q8_NONE;
     if (cuda_mmq_use(cb, n)) return Q8_MMQ;
+    if (!cb->mmq_off && n >= cb->mmq_max) return Q8_NONE; /* cuBLAS's batches (slices would read W n/16 times) */
     return n <= mmvq_max_tok(cb) ? Q8_MMVQ : Q8_NONE;
 }
 

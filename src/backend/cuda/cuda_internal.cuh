@@ -103,7 +103,7 @@ typedef struct cuda_backend {
 #define MMVQ_SLICE_MAX 64
 #define MMQ_MIN_TOK 8           /* default smallest batch of the tensor-core integer product (cuda_mmq.cu; H200, session 5:
                                  * 4 sequences decode at 545 tok/s on it, 776 on the mmvq slices) */
-#define MMQ_MAX_TOK 128         /* default first batch it leaves to cuBLAS (cuda_blas.cu's BLAS_MIN_TOK) */
+#define MMQ_MAX_TOK 48          /* default first batch it leaves to cuBLAS (cuda_blas.cu's BLAS_MIN_TOK) */
 #define MOE_MMQ_MIN_ENT 64      /* default smallest (token, expert) entry count of grouped mmq expert products */
 
 /* KV cache element types (brisk_kv_type): f32, f16, or q8_0 blocks of 32 values with an f16
