@@ -31,46 +31,6 @@
 #define MAX_N 4096
 #define MAX_DIM 12288
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint32_t rnd(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
-static float frand(void) { return (rnd() % 2000001) / 1000000.0f - 1.0f; } /* [-1, 1] */
-
-static void check_backend(cuda_backend *cb) {
-    if (cb->err == BRISK_OK) return;
-    printf("backend error: %s\n", cb->errmsg);
-    exit(1);
-}
-
-/* Milliseconds per call of f(i) on the stream: one warm-up call (it also grows
- * the cuBLAS scratch), one timed call to size the run, then ~50 ms of calls. */
-template <class F> static float time_ms(cudaStream_t s, F f) {
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    f(0);
-    CK(cudaEventRecord(a, s));
-    f(1);
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    int iters = ms > 0 ? (int)(50.0f / ms) : 50;
-    iters = iters < 3 ? 3 : iters > 50 ? 50 : iters;
-    CK(cudaEventRecord(a, s));
-    for (int i = 0; i < iters; i++) f(2 + i);
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    CK(cudaEventElapsedTime(&ms, a, b));
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return ms / iters;
-}
-
 /* Host rows of a weight type: bf16 from random values; block types from random
  * bytes with small f16 scales at their offsets (every quant bit pattern is valid). */
 static uint8_t *make_weight(uint32_t type, int64_t n_in, int64_t n_out, size_t *row_bytes) {

@@ -29,48 +29,6 @@
 #include "backend/cuda/cuda_internal.cuh"
 #include "lab.cuh"
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint32_t rnd(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
-static float frand(void) { return (rnd() % 2000001) / 1000000.0f - 1.0f; } /* [-1, 1] */
-
-static void check_backend(cuda_backend *cb) {
-    if (cb->err == BRISK_OK) return;
-    printf("backend error: %s\n", cb->errmsg);
-    exit(1);
-}
-
-/* Milliseconds per call of f(i) on the stream: a warm-up call, then ~30 ms of calls, best of 3. */
-template <class F> static float time_ms(cudaStream_t s, F f) {
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    f(0);
-    CK(cudaEventRecord(a, s));
-    f(1);
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0, best = 1e30f;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    int iters = ms > 0 ? (int)(30.0f / ms) : 100;
-    iters = iters < 3 ? 3 : iters > 200 ? 200 : iters;
-    for (int rep = 0; rep < 3; rep++) {
-        CK(cudaEventRecord(a, s));
-        for (int i = 0; i < iters; i++) f(2 + i);
-        CK(cudaEventRecord(b, s));
-        CK(cudaEventSynchronize(b));
-        CK(cudaEventElapsedTime(&ms, a, b));
-        if (ms / iters < best) best = ms / iters;
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return best;
-}
-
 /* Host rows of a block type: random bytes with small f16 scales at their offsets. */
 static uint8_t *make_weight(uint32_t type, int64_t n_in, int64_t n_out, size_t *row_bytes) {
     *row_bytes = quant_row_size(type, n_in);
