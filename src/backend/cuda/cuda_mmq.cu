@@ -203,9 +203,8 @@ static int mmq_tile_v2(int n) { return n <= 8 ? 8 : n <= 16 ? 16 : 32; }
 
 bool cuda_mmq_use(const cuda_backend *cb, int n) { return !cb->mmq_off && n >= cb->mmq_min && n < cb->mmq_max; }
 
-/* y = x W^T for activations already quantized into cb->xq / cb->xds (n rows of w->n_in). */
-void cuda_mmq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum) {
-    int nt = cb->mmq_v1 ? mmq_tile(n) : mmq_tile_v2(n);
+/* The arguments of a dense launch over w's rows into y (n, w->n_out), on the quantized activations. */
+static mmq_args mmq_dense_args(const cuda_backend *cb, const bk_weight *w, int n, float *y) {
     mmq_args p = {};
     p.W = (const uint8_t *)w->dev;
     p.row_bytes = w->row_bytes;
@@ -213,12 +212,19 @@ void cuda_mmq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, fl
     p.n_rows = w->n_out;
     p.xq = cb->xq;
     p.xds = cb->xds;
-    p.bias = bias;
     p.y = y;
     p.ldy = w->n_out;
+    p.n = n;
+    return p;
+}
+
+/* y = x W^T for activations already quantized into cb->xq / cb->xds (n rows of w->n_in). */
+void cuda_mmq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum) {
+    int nt = cb->mmq_v1 ? mmq_tile(n) : mmq_tile_v2(n);
+    mmq_args p = mmq_dense_args(cb, w, n, y);
+    p.bias = bias;
     p.accum = accum;
     p.mode = MMQ_STORE;
-    p.n = n;
     unsigned tiles = (unsigned)((n + nt - 1) / nt);
     if (cb->mmq_v1) {
         dim3 grid((unsigned)((w->n_out + MMQ_V1_ROWS - 1) / MMQ_V1_ROWS), tiles);
@@ -236,17 +242,8 @@ bool cuda_mmq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, 
         gate->row_bytes != up->row_bytes || !cuda_mmvq_supported(gate->type, gate->n_in))
         return false;
     int nt = cb->mmq_v1 ? mmq_tile(n) : mmq_tile_v2(n);
-    mmq_args p = {};
-    p.W = (const uint8_t *)gate->dev;
+    mmq_args p = mmq_dense_args(cb, gate, n, out);
     p.W2 = (const uint8_t *)up->dev;
-    p.row_bytes = gate->row_bytes;
-    p.n_in = gate->n_in;
-    p.n_rows = gate->n_out;
-    p.xq = cb->xq;
-    p.xds = cb->xds;
-    p.y = out;
-    p.ldy = gate->n_out;
-    p.n = n;
     unsigned tiles = (unsigned)((n + nt - 1) / nt);
     if (cb->mmq_v1) {
         dim3 grid((unsigned)((gate->n_out + MMQ_V1_ROWS / 2 - 1) / (MMQ_V1_ROWS / 2)), tiles);
