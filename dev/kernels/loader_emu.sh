@@ -1,0 +1,23 @@
+#!/bin/sh
+# Cuts the integer-dot weight loaders out of src/backend/cuda/cuda_internal.cuh and checks on the
+# CPU that the decode kernels' shared-byte loaders (group_load_q4k_pair, group_load_q6k_quad) give
+# exactly the groups group_load<T> gives one by one, at every 2-byte alignment (group_load is what
+# test-cuda holds against the CPU). From the repository root; no GPU needed.
+set -e
+out=${TMPDIR:-/tmp}/loader_emu
+mkdir -p "$out"
+python3 - "$out/loader_emu.inc" <<'PY'
+import sys
+s = open('src/backend/cuda/cuda_internal.cuh').read()
+def grab(a, end='\n}\n'):
+    i = s.index(a)
+    return s[i:s.index(end, i) + len(end)]
+k = grab('typedef struct wgroup {', '} wgroup;\n')
+k += grab('template <int NW> __device__ __forceinline__ void ld_a2(')
+k += grab('template <int T> __device__ __forceinline__ void group_load(')
+k += grab('__device__ __forceinline__ void group_load_q4k_pair(')
+k += grab('__device__ __forceinline__ void group_load_q6k_quad(')
+open(sys.argv[1], 'w').write(k)
+PY
+g++ -std=c++17 -O1 -w -I"$out" -Isrc -Iinclude dev/kernels/loader_emu.cpp -o "$out/emu"
+"$out/emu"
