@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The CUDA decode kernels' shared-byte weight loaders (Q6_K quads, Q4_K pairs), cut out of
+# src/backend/cuda/cuda_internal.cuh and compiled for the CPU, give bit for bit the groups that
+# group_load<T> (held against the CPU by make test-cuda) gives one by one. No GPU needed.
+set -eu
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+out=$(TMPDIR=$d sh dev/kernels/loader_emu.sh 2>&1)
+echo "$out"
+printf '%s\n' "$out" | grep -q '^[0-9][0-9]* groups compared, 0 mismatches$'
