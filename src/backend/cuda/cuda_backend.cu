@@ -97,6 +97,7 @@ static brisk_status cuda_alloc(bk_backend *be, size_t bytes, void **out) {
 
 static void cuda_release(bk_backend *be, void *p) {
     cuda_backend *cb = (cuda_backend *)be;
+    cb->xq_src = NULL; /* the next allocation may reuse the address for other activations */
     cudaStreamSynchronize(cb->stream);
     cudaFree(p);
 }
@@ -147,6 +148,7 @@ static brisk_status cuda_read(bk_backend *be, const void *src, void *dst, size_t
 
 extern "C" brisk_status bk_cuda_write(bk_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_backend *cb = (cuda_backend *)be;
+    cb->xq_src = NULL; /* dst may be the input the quantized activations stand for (partial offload) */
     CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb->stream));
     CU_TRY(cudaStreamSynchronize(cb->stream));
     return BRISK_OK;
