@@ -1,0 +1,487 @@
+/* ops_moe_ssm.c — test_cuda_ops's mixture-of-experts and Gated DeltaNet cases (router, grouped
+ * expert products, expert tables, conv and delta-rule recurrence, sigmoid gates). Not a
+ * translation unit of its own: tests/test_cuda_ops.c includes it, because test.h keeps its
+ * pass/fail counters per file and the cases share that file's backends and helpers. */
+
+/* ---- mixture of experts ---- */
+
+/* Router: the same experts in the same order and weights within 1e-5; a
+ * different id is accepted only at a near tie (the CPU's polynomial exp and
+ * the GPU's expf differ in the last bits): equal weights within 1e-5. */
+static void check_moe_route(int n, int n_expert, int k, bool norm, float scale) {
+    size_t nl = (size_t)n * n_expert, nk = (size_t)n * k;
+    float *lg = malloc(nl * 4), *wc = malloc(nk * 4), *wg = malloc(nk * 4);
+    int32_t *ic = malloc(nk * 4), *ig = malloc(nk * 4);
+    fill(lg, nl, 4.0f);
+    float *dl = dev_copy(lg, nl * 4), *dw = dev_copy(NULL, nk * 4);
+    int32_t *di = dev_copy(NULL, nk * 4);
+    cpu->ops->moe_route(cpu, lg, n, n_expert, k, norm, scale, ic, wc);
+    gpu->ops->moe_route(gpu, dl, n, n_expert, k, norm, scale, di, dw);
+    dev_read(di, ig, nk * 4);
+    dev_read(dw, wg, nk * 4);
+    int bad = 0;
+    for (size_t i = 0; i < nk; i++) {
+        double tol = 1e-5 * fabs((double)wc[i]) + 1e-7;
+        if (fabs((double)wg[i] - wc[i]) > tol) bad++;
+        else if (ig[i] != ic[i] && (ig[i] < 0 || ig[i] >= n_expert)) bad++;
+    }
+    if (bad)
+        fprintf(stderr, "  moe_route n %d experts %d k %d norm %d scale %g: %d entries differ\n", n, n_expert, k, norm,
+                scale, bad);
+    CHECK(bad == 0);
+    gpu->ops->release(gpu, dl); gpu->ops->release(gpu, dw); gpu->ops->release(gpu, di);
+    free(lg); free(wc); free(wg); free(ic); free(ig);
+}
+
+static void test_moe_route(void) {
+    check_moe_route(1, 8, 2, true, 0.0f);
+    check_moe_route(37, 128, 8, true, 0.0f);
+    check_moe_route(5, 256, 8, true, 2.5f);
+    check_moe_route(3, 60, 4, false, 0.0f);
+    check_moe_route(2, 1024, 16, true, 0.0f);
+    check_moe_route(600, 64, 6, true, 1.0f);
+}
+
+/* Expert FFN on random expert tensors and random routes (k distinct experts
+ * per token, random weights): against a double-precision reference on the
+ * dequantized weights (1e-4: f32 activations and sums on the GPU) and
+ * against the CPU (which quantizes activations to the weights' vec_dot type:
+ * held to twice the CPU's own distance from the reference, + 1e-4).
+ * skip > 0: every skip-th entry gets expert id -1 (computed elsewhere: it adds nothing). */
+static void check_moe_ffn(uint32_t tg, uint32_t tu, uint32_t td, int64_t n_embd, int64_t n_ff, int n_expert, int k,
+                          int n, int skip) {
+    size_t rg, ru, rd;
+    void *hg = make_weight(tg, n_embd, n_expert * n_ff, &rg), *hu = make_weight(tu, n_embd, n_expert * n_ff, &ru),
+         *hd = make_weight(td, n_ff, n_expert * n_embd, &rd);
+    bk_weight gc = {.name = "gate_exps", .type = tg, .n_in = n_embd, .n_out = n_expert * n_ff, .row_bytes = rg,
+                    .host = hg, .n_expert = n_expert},
+              uc = {.name = "up_exps", .type = tu, .n_in = n_embd, .n_out = n_expert * n_ff, .row_bytes = ru,
+                    .host = hu, .n_expert = n_expert},
+              dc = {.name = "down_exps", .type = td, .n_in = n_ff, .n_out = n_expert * n_embd, .row_bytes = rd,
+                    .host = hd, .n_expert = n_expert},
+              gg = gc, ug = uc, dg = dc;
+    CHECK_OK(gpu->ops->bind_weight(gpu, &gg));
+    CHECK_OK(gpu->ops->bind_weight(gpu, &ug));
+    CHECK_OK(gpu->ops->bind_weight(gpu, &dg));
+    size_t nx = (size_t)n * n_embd, nk = (size_t)n * k;
+    float *x = malloc(nx * 4), *yc = malloc(nx * 4), *yg = malloc(nx * 4), *ref = malloc(nx * 4), *w = malloc(nk * 4);
+    int32_t *ids = malloc(nk * 4);
+    fill(x, nx, 1.0f);
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            int e, dup;
+            do { /* distinct experts per token, skewed towards the low ids */
+                e = (int)(rnd() % (uint32_t)n_expert);
+                if (rnd() % 2) e /= 2;
+                dup = 0;
+                for (int q = 0; q < j; q++) dup |= ids[(size_t)t * k + q] == e;
+            } while (dup);
+            ids[(size_t)t * k + j] = e;
+            w[(size_t)t * k + j] = 0.1f + (rnd() % 1000) / 1000.0f;
+        }
+    for (size_t i = 0; skip > 0 && i < nk; i++)
+        if (i % (size_t)skip == (size_t)skip - 1) ids[i] = -1;
+    float *dx = dev_copy(x, nx * 4), *dy = dev_copy(NULL, nx * 4), *dw = dev_copy(w, nk * 4);
+    int32_t *di = dev_copy(ids, nk * 4);
+    cpu->ops->moe_ffn(cpu, &gc, &uc, &dc, x, n, ids, w, k, yc);
+    gpu->ops->moe_ffn(gpu, &gg, &ug, &dg, dx, n, di, dw, k, dy);
+    dev_read(dy, yg, nx * 4);
+    /* reference: each used expert dequantized once */
+    float *wgd = malloc((size_t)n_ff * n_embd * 4), *wud = malloc((size_t)n_ff * n_embd * 4),
+          *wdd = malloc((size_t)n_embd * n_ff * 4);
+    double *acc = calloc(nx, sizeof(double)), *hh = malloc((size_t)n_ff * sizeof(double));
+    for (int e = 0; e < n_expert; e++) {
+        bool used = false;
+        for (size_t i = 0; i < nk && !used; i++) used = ids[i] == e;
+        if (!used) continue;
+        for (int64_t r = 0; r < n_ff; r++) {
+            quant_dequantize(tg, (const uint8_t *)hg + ((size_t)e * n_ff + r) * rg, wgd + r * n_embd, n_embd);
+            quant_dequantize(tu, (const uint8_t *)hu + ((size_t)e * n_ff + r) * ru, wud + r * n_embd, n_embd);
+        }
+        for (int64_t r = 0; r < n_embd; r++)
+            quant_dequantize(td, (const uint8_t *)hd + ((size_t)e * n_embd + r) * rd, wdd + r * n_ff, n_ff);
+        for (size_t i = 0; i < nk; i++) {
+            if (ids[i] != e) continue;
+            const float *xt = x + (i / k) * n_embd;
+            for (int64_t r = 0; r < n_ff; r++) {
+                double g = 0, u = 0;
+                for (int64_t c = 0; c < n_embd; c++) {
+                    g += (double)wgd[r * n_embd + c] * xt[c];
+                    u += (double)wud[r * n_embd + c] * xt[c];
+                }
+                hh[r] = g / (1.0 + exp(-g)) * u;
+            }
+            for (int64_t r = 0; r < n_embd; r++) {
+                double s = 0;
+                for (int64_t c = 0; c < n_ff; c++) s += (double)wdd[r * n_ff + c] * hh[c];
+                acc[(i / k) * n_embd + r] += w[i] * s;
+            }
+        }
+    }
+    for (size_t i = 0; i < nx; i++) ref[i] = (float)acc[i];
+    double e_ref = rel_err(yg, ref, nx), e_cpu = rel_err(yg, yc, nx), c_ref = rel_err(yc, ref, nx);
+    /* Q8_0/Q4_0/Q4_K/Q6_K products quantize their activations to int8 blocks of
+     * 32 (as cuda_mmvq.cu; the CPU does the same to q8_0/q8_K): then the GPU is
+     * held to twice the CPU's own error, and to three times it against the CPU */
+#define Q8T(t) ((t) == QT_Q8_0 || (t) == QT_Q4_0 || (t) == QT_Q4_K || (t) == QT_Q6_K)
+    bool q8 = Q8T(tg) || Q8T(tu) || Q8T(td);
+#undef Q8T
+    double tol_ref = q8 ? 2 * c_ref + 1e-4 : 1e-4, tol_cpu = (q8 ? 3 : 2) * c_ref + 1e-4;
+    if (show_err || !(e_ref <= tol_ref) || !(e_cpu <= tol_cpu))
+        fprintf(stderr, "  moe_ffn %s/%s/%s embd %lld ff %lld experts %d k %d n %d skip %d: vs ref %.2e, vs cpu %.2e "
+                "(cpu vs ref %.2e)\n", quant_type_name(tg), quant_type_name(tu), quant_type_name(td), (long long)n_embd,
+                (long long)n_ff, n_expert, k, n, skip, e_ref, e_cpu, c_ref);
+    CHECK(e_ref <= tol_ref);
+    CHECK(e_cpu <= tol_cpu);
+    gpu->ops->release(gpu, dx); gpu->ops->release(gpu, dy); gpu->ops->release(gpu, dw); gpu->ops->release(gpu, di);
+    bk_cuda_release_weight(&gg); bk_cuda_release_weight(&ug); bk_cuda_release_weight(&dg);
+    free(hg); free(hu); free(hd); free(x); free(yc); free(yg); free(ref); free(w); free(ids);
+    free(wgd); free(wud); free(wdd); free(acc); free(hh);
+}
+
+static void test_moe_ffn(void) {
+    /* every type: decode (1 token), a small batch, and two sequences' worth */
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        check_moe_ffn(types[ti], types[ti], types[ti], 256, 256, 8, 2, 1, 0);
+        check_moe_ffn(types[ti], types[ti], types[ti], 512, 256, 16, 4, 9, 0);
+    }
+    /* a Q4_K_M-like mix: gate and up of different types (two passes), down apart */
+    check_moe_ffn(QT_Q4_K, QT_Q5_K, QT_Q6_K, 256, 256, 8, 2, 5, 0);
+    check_moe_ffn(QT_Q8_0, QT_Q4_0, QT_F16, 256, 256, 8, 3, 1, 0);
+    /* more entries than one chunk (2048 / k tokens per pass), many experts idle or popular */
+    check_moe_ffn(QT_F32, QT_F32, QT_F32, 64, 32, 64, 8, 300, 0);
+    check_moe_ffn(QT_Q4_K, QT_Q4_K, QT_Q6_K, 256, 256, 32, 8, 260, 0);
+    /* float rows that are no multiple of 8 (scalar path) */
+    check_moe_ffn(QT_F16, QT_F16, QT_F32, 100, 36, 4, 2, 3, 0);
+    /* entries of expert -1 (the hot-expert cache's) on the GEMV-style kernels: decode and a small batch */
+    check_moe_ffn(QT_Q4_K, QT_Q4_K, QT_Q6_K, 256, 256, 8, 2, 1, 2);
+    check_moe_ffn(QT_Q8_0, QT_F16, QT_Q4_0, 256, 256, 16, 4, 9, 3);
+}
+
+/* Grouped tensor-core expert products (cuda_mmq.cuh through cuda_moe.cu: >= 64 entries by
+ * default): 64 and 512 tokens, 8 of 32 or 64 experts (token tiles of 16..64 entries, one and
+ * several chunks), the fused silu(gate) * up epilogue and the two-stage one (gate and up of
+ * different types, one of them on the old kernel), n_ff no multiple of the 32-row tiles, and
+ * entries of expert -1. */
+static void test_moe_ffn_mmq(void) {
+    show_err = true;
+    check_moe_ffn(QT_Q4_K, QT_Q4_K, QT_Q6_K, 256, 256, 32, 8, 64, 0);
+    check_moe_ffn(QT_Q8_0, QT_Q8_0, QT_Q8_0, 256, 160, 64, 8, 64, 5);
+    check_moe_ffn(QT_Q4_0, QT_Q4_0, QT_Q4_0, 256, 96, 32, 8, 512, 0);
+    check_moe_ffn(QT_Q4_K, QT_Q4_K, QT_Q6_K, 512, 256, 64, 8, 512, 7);
+    check_moe_ffn(QT_Q6_K, QT_Q6_K, QT_Q4_K, 256, 512, 32, 8, 512, 3);
+    check_moe_ffn(QT_Q4_K, QT_Q5_K, QT_Q6_K, 256, 256, 32, 8, 64, 4);  /* up on the old kernel: stage 1 */
+    check_moe_ffn(QT_Q8_0, QT_Q4_0, QT_Q8_0, 256, 256, 64, 8, 512, 0); /* both stages on mmq */
+    show_err = false;
+}
+
+/* Experts placed one by one (bk_weight.expert_ptrs, engine/offload.c's map mode): tables mixing
+ * device slots (in another order than the experts') and experts read over PCIe from pinned, mapped
+ * host memory give the contiguous tensors' result bit for bit, on the GEMV-style kernels (1 and 9
+ * tokens) and the grouped mmq ones (64, 512), fused and two-stage gate/up; and the routing
+ * counters (bk_cuda_expert_count) add up to the routing, twice. */
+static void check_moe_table(uint32_t tg, uint32_t tu, uint32_t td, int64_t n_embd, int64_t n_ff, int n_expert, int k,
+                            int n) {
+    const uint32_t ty[3] = {tg, tu, td};
+    const int64_t n_in[3] = {n_embd, n_embd, n_ff}, rows[3] = {n_ff, n_ff, n_embd};
+    bk_cuda_copier *cp = NULL;
+    CHECK_OK(bk_cuda_copier_new(gpu, &cp));
+    if (!cp) return;
+    bk_weight wc[3], wt[3];
+    void *hw[3], *hmap[3], *slots[3], *tabd[3];
+    int n_slot = (n_expert + 1) / 2;
+    for (int i = 0; i < 3; i++) {
+        size_t rb;
+        hw[i] = make_weight(ty[i], n_in[i], n_expert * rows[i], &rb);
+        size_t eb = rb * (size_t)rows[i], bytes = eb * (size_t)n_expert, al = (bytes + 256 + 4095) & ~(size_t)4095;
+        hmap[i] = aligned_alloc(4096, al);
+        memset(hmap[i], 0, al);
+        memcpy(hmap[i], hw[i], bytes);
+        CHECK(bk_cuda_copier_pin(cp, hmap[i], al));
+        wc[i] = (bk_weight){.name = "exps", .type = ty[i], .n_in = n_in[i], .n_out = n_expert * rows[i],
+                            .row_bytes = rb, .host = hw[i], .n_expert = n_expert};
+        CHECK_OK(gpu->ops->bind_weight(gpu, &wc[i]));
+        /* even experts in slots n_slot - 1 - e / 2, odd ones read from the mapping */
+        slots[i] = dev_copy(NULL, eb * (size_t)n_slot + 256);
+        const void **tab = malloc((size_t)n_expert * sizeof *tab);
+        for (int e = 0; e < n_expert; e++) {
+            const uint8_t *src = (const uint8_t *)hw[i] + (size_t)e * eb;
+            if (e % 2 == 0) {
+                uint8_t *d = (uint8_t *)slots[i] + (size_t)(n_slot - 1 - e / 2) * eb;
+                CHECK_OK(bk_cuda_write(gpu, d, src, eb));
+                tab[e] = d;
+            } else {
+                tab[e] = bk_cuda_copier_device_ptr(cp, (const uint8_t *)hmap[i] + (size_t)e * eb);
+                CHECK(tab[e] != NULL);
+            }
+        }
+        tabd[i] = dev_copy(tab, (size_t)n_expert * sizeof *tab);
+        free(tab);
+        wt[i] = wc[i];
+        wt[i].dev = NULL;
+        wt[i].host = NULL;
+        wt[i].expert_ptrs = (const void *const *)tabd[i];
+    }
+    size_t nx = (size_t)n * n_embd, nk = (size_t)n * k;
+    float *x = malloc(nx * 4), *w = malloc(nk * 4), *y0 = malloc(nx * 4), *y1 = malloc(nx * 4);
+    int32_t *ids = malloc(nk * 4), *cached = malloc((size_t)n_expert * 4);
+    uint32_t *cnt = calloc((size_t)n_expert + 1, 4), *want = calloc((size_t)n_expert + 1, 4);
+    fill(x, nx, 1.0f);
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            int e, dup;
+            do {
+                e = (int)(rnd() % (uint32_t)n_expert);
+                dup = 0;
+                for (int q = 0; q < j; q++) dup |= ids[(size_t)t * k + q] == e;
+            } while (dup);
+            ids[(size_t)t * k + j] = e;
+            w[(size_t)t * k + j] = 0.1f + (rnd() % 1000) / 1000.0f;
+        }
+    for (int e = 0; e < n_expert; e++) cached[e] = e % 2 == 0;
+    for (size_t i = 0; i < nk; i++) {
+        want[ids[i]] += 2;
+        want[n_expert] += cached[ids[i]] ? 2 : 0;
+    }
+    float *dx = dev_copy(x, nx * 4), *dy = dev_copy(NULL, nx * 4), *dw = dev_copy(w, nk * 4);
+    int32_t *di = dev_copy(ids, nk * 4), *dcached = dev_copy(cached, (size_t)n_expert * 4);
+    uint32_t *dcnt = dev_copy(cnt, ((size_t)n_expert + 1) * 4);
+    CHECK_OK(gpu->ops->read(gpu, dx, y0, 4)); /* (an error left by the setup) */
+    gpu->ops->moe_ffn(gpu, &wc[0], &wc[1], &wc[2], dx, n, di, dw, k, dy);
+    CHECK_OK(gpu->ops->read(gpu, dy, y0, nx * 4)); /* contiguous */
+    gpu->ops->moe_ffn(gpu, &wt[0], &wt[1], &wt[2], dx, n, di, dw, k, dy);
+    CHECK_OK(gpu->ops->read(gpu, dy, y1, nx * 4)); /* through the tables */
+    bk_cuda_expert_count(gpu, di, (int)nk, n_expert, dcached, dcnt);
+    bk_cuda_expert_count(gpu, di, (int)nk, n_expert, dcached, dcnt);
+    CHECK_OK(gpu->ops->read(gpu, dcnt, cnt, ((size_t)n_expert + 1) * 4)); /* counters */
+    size_t diff = 0;
+    for (size_t i = 0; i < nx; i++) diff += memcmp(&y0[i], &y1[i], 4) != 0;
+    if (diff || memcmp(cnt, want, ((size_t)n_expert + 1) * 4))
+        fprintf(stderr, "  moe table %s/%s/%s experts %d k %d n %d: %zu of %zu outputs differ; hits counted %u of %u\n",
+                quant_type_name(tg), quant_type_name(tu), quant_type_name(td), n_expert, k, n, diff, nx, cnt[n_expert],
+                want[n_expert]);
+    CHECK(diff == 0);
+    CHECK(!memcmp(cnt, want, ((size_t)n_expert + 1) * 4));
+    gpu->ops->release(gpu, dx); gpu->ops->release(gpu, dy); gpu->ops->release(gpu, dw); gpu->ops->release(gpu, di);
+    gpu->ops->release(gpu, dcached); gpu->ops->release(gpu, dcnt);
+    for (int i = 0; i < 3; i++) {
+        gpu->ops->release(gpu, slots[i]);
+        gpu->ops->release(gpu, tabd[i]);
+        bk_cuda_release_weight(&wc[i]);
+    }
+    bk_cuda_copier_free(cp); /* unpins */
+    for (int i = 0; i < 3; i++) {
+        free(hw[i]);
+        free(hmap[i]);
+    }
+    free(x); free(w); free(y0); free(y1); free(ids); free(cached); free(cnt); free(want);
+}
+
+static void test_moe_ffn_table(void) {
+    check_moe_table(QT_Q4_K, QT_Q4_K, QT_Q6_K, 256, 256, 32, 8, 1);   /* decode, GEMV kernels */
+    check_moe_table(QT_Q4_K, QT_Q5_K, QT_Q6_K, 256, 256, 32, 8, 9);   /* gate/up apart, float path for up */
+    check_moe_table(QT_F16, QT_F16, QT_F32, 256, 128, 16, 4, 3);      /* float kernels */
+    check_moe_table(QT_Q4_K, QT_Q4_K, QT_Q6_K, 256, 256, 32, 8, 64);  /* grouped mmq, fused gate/up */
+    check_moe_table(QT_Q8_0, QT_Q4_0, QT_Q8_0, 256, 256, 64, 8, 512); /* mmq, two stages */
+}
+
+/* ---- Gated DeltaNet ----
+ * Every case runs on `gpu` and, when made, on gpu_gd_off (BRISK_CUDA_GD_CHUNK=0:
+ * the token-by-token kernels), from the same inputs, against the CPU.
+ * Batches of >= 17 entries take the parallel conv, and sequences with >= 16
+ * entries in the batch (d <= 128) the chunked delta rule (chunks of 64, fp32
+ * products; dev/kernels/gated_delta_lab.c measured 3e-7 relative against a
+ * double-precision recurrence, the fp32 recurrence 2-6e-7), the batch's other
+ * sequences the recurrent kernel in the same call. Tolerances are
+ * the same for both forms: conv outputs 1e-6, carried inputs exact; delta
+ * rule outputs and states 1e-4. test_ssm prints the largest errors seen. */
+static bk_backend *gpu_gd_off;
+static double ssm_worst[2][3]; /* [gpu, gpu_gd_off][conv out, delta out, delta state] */
+
+/* Sequence slots: at least three (the last one stays zero in a context), more when seq names more. */
+static int ssm_slots(const int32_t *seq, int n) {
+    int s = 3;
+    for (int t = 0; t < n; t++)
+        if (seq[t] + 1 > s) s = seq[t] + 1;
+    return s;
+}
+
+/* Outputs 1e-6 (only SiLU's exp differs), carried inputs exact. */
+static void check_ssm_conv(int channels, int d_conv, int n, const int32_t *seq) {
+    const int slots = ssm_slots(seq, n);
+    size_t nx = (size_t)n * channels, ns = (size_t)slots * (d_conv - 1) * channels;
+    float *x = malloc(nx * 4), *w = malloc((size_t)d_conv * channels * 4), *st = malloc(ns * 4 + 4),
+          *stg = malloc(ns * 4 + 4), *oc = malloc(nx * 4), *og = malloc(nx * 4);
+    fill(x, nx, 2.0f);
+    fill(w, (size_t)d_conv * channels, 1.0f);
+    fill(st, ns, 2.0f);
+    bk_weight wc = {.name = "conv1d", .type = QT_F32, .n_in = d_conv, .n_out = channels,
+                    .row_bytes = (size_t)d_conv * 4, .host = w},
+              wg = wc;
+    CHECK_OK(gpu->ops->bind_weight(gpu, &wg));
+    bk_backend *gs[2] = {gpu, gpu_gd_off};
+    float *dx = dev_copy(x, nx * 4), *dout = dev_copy(NULL, nx * 4), *ds[2];
+    for (int g = 0; g < 2; g++) ds[g] = gs[g] ? dev_copy(st, ns * 4 + 4) : NULL;
+    cpu->ops->ssm_conv(cpu, x, &wc, st, seq, n, channels, d_conv, oc);
+    for (int g = 0; g < 2; g++) {
+        if (!gs[g]) continue;
+        gs[g]->ops->ssm_conv(gs[g], dx, &wg, ds[g], seq, n, channels, d_conv, dout);
+        CHECK_OK(gs[g]->ops->read(gs[g], dout, og, nx * 4));
+        CHECK_OK(gs[g]->ops->read(gs[g], ds[g], stg, ns * 4));
+        double e = rel_err(og, oc, nx);
+        bool st_ok = !memcmp(stg, st, ns * 4);
+        if (!(e <= 1e-6) || !st_ok)
+            fprintf(stderr, "  ssm_conv%s channels %d d_conv %d n %d slots %d: out %.2e, carried inputs %s\n",
+                    g ? " (GD_CHUNK=0)" : "", channels, d_conv, n, slots, e, st_ok ? "equal" : "DIFFER");
+        CHECK(e <= 1e-6);
+        CHECK(st_ok);
+        if (!(e <= ssm_worst[g][0])) ssm_worst[g][0] = e;
+        gpu->ops->release(gpu, ds[g]);
+    }
+    gpu->ops->release(gpu, dx); gpu->ops->release(gpu, dout);
+    bk_cuda_release_weight(&wg);
+    free(x); free(w); free(st); free(stg); free(oc); free(og);
+}
+
+/* Outputs and the carried states within 1e-4 (fp32 state, sums in another
+ * order than the CPU's 16-lane dot products, compounded over the entries). */
+static void check_gated_delta(int nk, int nv, int d, int n, const int32_t *seq) {
+    const int slots = ssm_slots(seq, n);
+    size_t width = (size_t)(2 * nk + nv) * d, nq = (size_t)n * width, nba = (size_t)n * nv,
+           ns = (size_t)slots * nv * d * d, no = (size_t)n * nv * d;
+    float *qkv = malloc(nq * 4), *b = malloc(nba * 4), *a = malloc(nba * 4), *ab = malloc((size_t)nv * 4),
+          *as = malloc((size_t)nv * 4), *st = malloc(ns * 4), *stg = malloc(ns * 4), *oc = malloc(no * 4),
+          *og = malloc(no * 4);
+    fill(qkv, nq, 1.0f);
+    fill(b, nba, 3.0f);
+    fill(a, nba, 3.0f);
+    fill(ab, (size_t)nv, 1.0f);
+    for (int h = 0; h < nv; h++) as[h] = -expf(frand()); /* -exp(A_log) */
+    fill(st, ns, 0.05f);
+    bk_weight abc = {.name = "ssm_dt.bias", .type = QT_F32, .n_in = nv, .n_out = 1, .row_bytes = (size_t)nv * 4,
+                     .host = ab},
+              asc = {.name = "ssm_a", .type = QT_F32, .n_in = nv, .n_out = 1, .row_bytes = (size_t)nv * 4, .host = as},
+              abg = abc, asg = asc;
+    CHECK_OK(gpu->ops->bind_weight(gpu, &abg));
+    CHECK_OK(gpu->ops->bind_weight(gpu, &asg));
+    bk_backend *gs[2] = {gpu, gpu_gd_off};
+    float *dq = dev_copy(qkv, nq * 4), *db = dev_copy(b, nba * 4), *da = dev_copy(a, nba * 4),
+          *dout = dev_copy(NULL, no * 4), *ds[2];
+    for (int g = 0; g < 2; g++) ds[g] = gs[g] ? dev_copy(st, ns * 4) : NULL;
+    cpu->ops->gated_delta(cpu, qkv, b, a, &abc, &asc, st, seq, n, nk, nv, d, 1e-6f, oc);
+    for (int g = 0; g < 2; g++) {
+        if (!gs[g]) continue;
+        gs[g]->ops->gated_delta(gs[g], dq, db, da, &abg, &asg, ds[g], seq, n, nk, nv, d, 1e-6f, dout);
+        CHECK_OK(gs[g]->ops->read(gs[g], dout, og, no * 4));
+        CHECK_OK(gs[g]->ops->read(gs[g], ds[g], stg, ns * 4));
+        double eo = rel_err(og, oc, no), es = rel_err(stg, st, ns);
+        if (!(eo <= 1e-4) || !(es <= 1e-4)) {
+            double mo = 0;
+            size_t at = 0;
+            for (size_t i = 0; i < no; i++)
+                if (!(fabs((double)og[i] - oc[i]) <= mo)) mo = fabs((double)og[i] - oc[i]), at = i;
+            fprintf(stderr,
+                    "  gated_delta%s heads %d/%d d %d n %d slots %d: out %.2e, state %.2e; largest |diff| %.2e "
+                    "at entry %zu head %zu row %zu (gpu %g, cpu %g)\n",
+                    g ? " (GD_CHUNK=0)" : "", nk, nv, d, n, slots, eo, es, mo, at / ((size_t)nv * d),
+                    at / d % nv, at % d, og[at], oc[at]);
+        }
+        CHECK(eo <= 1e-4);
+        CHECK(es <= 1e-4);
+        if (!(eo <= ssm_worst[g][1])) ssm_worst[g][1] = eo;
+        if (!(es <= ssm_worst[g][2])) ssm_worst[g][2] = es;
+        gpu->ops->release(gpu, ds[g]);
+    }
+    gpu->ops->release(gpu, dq); gpu->ops->release(gpu, db); gpu->ops->release(gpu, da);
+    gpu->ops->release(gpu, dout);
+    bk_cuda_release_weight(&abg); bk_cuda_release_weight(&asg);
+    free(qkv); free(b); free(a); free(ab); free(as); free(st); free(stg); free(oc); free(og);
+}
+
+static void test_ssm(void) {
+    /* a second backend with the switch read at creation (the environment is left as it was) */
+    if (!getenv("BRISK_CUDA_GD_CHUNK")) {
+        setenv("BRISK_CUDA_GD_CHUNK", "0", 1);
+        if (bk_cuda_backend_new(0, &gpu_gd_off) != BRISK_OK) gpu_gd_off = NULL;
+        unsetenv("BRISK_CUDA_GD_CHUNK");
+    }
+    static const int32_t one[1] = {1}, mixed[9] = {0, 1, 0, 0, 1, 1, 0, 1, 0}, run[24] = {0};
+    /* conv: tiny-qwen35's channels (512) and odd ones; d_conv 4 (Qwen3.5) and 2, 1 */
+    check_ssm_conv(512, 4, 1, one);
+    check_ssm_conv(512, 4, 9, mixed);
+    check_ssm_conv(100, 4, 24, run);
+    check_ssm_conv(8192, 4, 1, one);
+    check_ssm_conv(37, 2, 9, mixed);
+    check_ssm_conv(37, 1, 9, mixed);
+    /* delta rule: tiny-qwen35 (2/4 heads of 64), Qwen3.6-35B-A3B (16/32 of 128), odd sizes */
+    check_gated_delta(2, 4, 64, 1, one);
+    check_gated_delta(2, 4, 64, 9, mixed);
+    check_gated_delta(16, 32, 128, 1, one);
+    check_gated_delta(16, 32, 128, 9, mixed);
+    check_gated_delta(1, 2, 128, 24, run);
+    check_gated_delta(1, 3, 40, 9, mixed);
+    check_gated_delta(2, 2, 256, 3, mixed);
+
+    /* prefill: one sequence (slot 1), three interleaved entry by entry, three in runs of 7;
+     * 63/64/65 entries around one chunk, 200 and 512 several (the last one partial) */
+    static int32_t s1[600], s3[600], r3[600], few[200], many[600], dec[300];
+    for (int t = 0; t < 600; t++) {
+        s1[t] = 1;
+        s3[t] = t % 3;
+        r3[t] = t / 7 % 3;
+        many[t] = t % 36; /* 36 sequences of ~17 entries: two launches of the chunked kernel */
+    }
+    for (int t = 0; t < 300; t++) dec[t] = t % 3 ? 0 : 1 + t / 3; /* a prefill of 200 among 100 decode entries */
+    for (int t = 0; t < 200; t++) few[t] = t % 20 ? 0 : 2; /* slot 2 has 10 entries in a batch of 200 */
+    static const int ns[] = {1, 63, 64, 65, 200, 512};
+    for (int i = 0; i < 6; i++) {
+        int n = ns[i];
+        check_ssm_conv(10240, 4, n, s1); /* qwen3.6-27b's conv_dim */
+        check_ssm_conv(10240, 4, n, s3);
+        check_ssm_conv(512, 4, n, r3);
+        check_gated_delta(16, 48, 128, n, s1); /* qwen3.6-27b's heads */
+        check_gated_delta(16, 48, 128, n, s3);
+        check_gated_delta(2, 4, 64, n, r3);
+    }
+    check_ssm_conv(37, 2, 200, r3);
+    check_ssm_conv(37, 1, 65, s3);
+    check_ssm_conv(512, 4, 200, few);
+    check_ssm_conv(100, 4, 600, many);
+    check_ssm_conv(100, 4, 300, dec);
+    check_gated_delta(16, 32, 128, 200, r3);
+    check_gated_delta(1, 3, 40, 200, s3); /* head size 40: zero-padded 64-key tiles, a partial row tile */
+    check_gated_delta(1, 2, 128, 200, few); /* slot 0 chunked, slot 2 (10 entries) recurrent */
+    check_gated_delta(2, 4, 64, 600, many);
+    check_gated_delta(2, 4, 64, 300, dec);
+    check_gated_delta(2, 2, 256, 65, s1); /* d > 128: the recurrent kernel */
+    printf("  ssm: largest relative errors vs the CPU: conv %.2e, delta rule out %.2e state %.2e", ssm_worst[0][0],
+           ssm_worst[0][1], ssm_worst[0][2]);
+    if (gpu_gd_off)
+        printf("; BRISK_CUDA_GD_CHUNK=0: conv %.2e, out %.2e, state %.2e", ssm_worst[1][0], ssm_worst[1][1],
+               ssm_worst[1][2]);
+    printf("\n");
+    if (gpu_gd_off) gpu_gd_off->ops->free(gpu_gd_off);
+    gpu_gd_off = NULL;
+}
+
+static void check_sigmoid_mul(int n_rows, int width, int gate_width) {
+    size_t nx = (size_t)n_rows * width, ng = (size_t)n_rows * gate_width;
+    float *x = malloc(nx * 4), *g = malloc(ng * 4), *xg = malloc(nx * 4);
+    fill(x, nx, 2.0f);
+    fill(g, ng, 8.0f);
+    float *dx = dev_copy(x, nx * 4), *dg = dev_copy(g, ng * 4);
+    cpu->ops->sigmoid_mul(cpu, x, g, n_rows, width, gate_width);
+    gpu->ops->sigmoid_mul(gpu, dx, dg, n_rows, width, gate_width);
+    dev_read(dx, xg, nx * 4);
+    CHECK(rel_err(xg, x, nx) <= 1e-6);
+    gpu->ops->release(gpu, dx); gpu->ops->release(gpu, dg);
+    free(x); free(g); free(xg);
+}
+
+static void test_sigmoid_mul(void) {
+    check_sigmoid_mul(1, 256, 256); /* gated attention's output gate */
+    check_sigmoid_mul(7, 1000, 1000);
+    check_sigmoid_mul(1, 256, 1);   /* the shared expert's scalar gate */
+    check_sigmoid_mul(9, 2048, 1);
+}
+
