@@ -75,24 +75,20 @@ static brisk_status ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b
     const layer_weights *L = &m->layers[l];
     int n = b->n, d = hp->n_embd;
     if (!hp->n_expert) {
-        const bk_weight *gu[2] = {&L->w_gate, &L->w_up};
-        float *gu_out[2] = {s->hb, s->hb2};
-        op->matmul(be, 2, gu, NULL, s->xb, n, gu_out);
-        op->swiglu(be, s->hb, s->hb2, s->hb, (size_t)n * hp->n_ff);
+        bk_matmul_swiglu(be, &L->w_gate, &L->w_up, s->xb, n, s->hb2, s->hb);
         bk_matmul_add(be, &L->w_down, s->hb, n, s->att, s->x);
         return BRISK_OK;
     }
-    /* Every product of h first (router, shared expert's gate and up), then the routed experts: a GPU
-     * quantizes h once for all of them (cuda_gemv.cu's tag), the experts included. */
-    const bk_weight *router = &L->ffn_gate_inp;
-    op->matmul(be, 1, &router, NULL, s->xb, n, &s->moe_logits);
-    const bk_weight *sw[3] = {&L->gate_shexp, &L->up_shexp, &L->gate_inp_shexp};
-    float *sw_out[3] = {s->hb, s->hb2, s->sh_gate};
-    op->matmul(be, 3, sw, NULL, s->xb, n, sw_out);
+    /* Every product of h first (router, shared expert's gate, its gate and up with their SwiGLU),
+     * then the routed experts: a GPU quantizes h once for all of them (cuda_gemv.cu's tag), the
+     * experts included. */
+    const bk_weight *router[2] = {&L->ffn_gate_inp, &L->gate_inp_shexp};
+    float *router_out[2] = {s->moe_logits, s->sh_gate};
+    op->matmul(be, 2, router, NULL, s->xb, n, router_out);
+    bk_matmul_swiglu(be, &L->gate_shexp, &L->up_shexp, s->xb, n, s->hb2, s->hb);
     op->moe_route(be, s->moe_logits, n, hp->n_expert, hp->n_expert_used, true, 0.0f, s->moe_ids, s->moe_w);
     moe_count_experts(m, be, b, s, l);
     BK_TRY(moe_experts(m, be, b, s, l));
-    op->swiglu(be, s->hb, s->hb2, s->hb, (size_t)n * hp->n_ff_shexp);
     const bk_weight *down = &L->down_shexp;
     op->matmul(be, 1, &down, NULL, s->hb, n, &s->sh);
     op->sigmoid_mul(be, s->sh, s->sh_gate, n, d, 1);

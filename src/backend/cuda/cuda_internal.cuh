@@ -79,6 +79,9 @@ typedef struct cuda_backend {
     int mmq_min;                /* BRISK_CUDA_MMQ_MIN (default MMQ_MIN_TOK) */
     int mmq_max;                /* BRISK_CUDA_MMQ_MAX (default: BRISK_CUDA_CUBLAS_MIN_TOK, else MMQ_MAX_TOK) */
     bool moe_mmq_off;           /* BRISK_CUDA_MOE_MMQ=0: expert products on the GEMV-style kernels only */
+    bool moe_vec_off;           /* BRISK_CUDA_MOE_VEC=0: one token's experts through the grouped kernels (A/B) */
+    int moe_vec_r;              /* BRISK_CUDA_MOE_VEC_R: weight rows per warp of those kernels (2, 4, 8) */
+    bool route_warp_off;        /* BRISK_CUDA_ROUTE_WARP=0: the router's block-per-token kernel only (A/B) */
     int moe_mmq_min;            /* BRISK_CUDA_MOE_MMQ_MIN: (token, expert) entries from which cuda_moe.cu uses mmq */
 
     /* MoE scratch (cuda_moe.cu): sized at the first moe_ffn call for the

@@ -44,6 +44,7 @@
  * slot or at its bytes in mapped host memory (streamed over PCIe), and a
  * captured graph follows the table's later changes. */
 #include "backend/cuda/cuda_mmq.cuh"
+#include "backend/cuda/cuda_mmvq.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
 
 #define ROUTE_THREADS 128
@@ -151,6 +152,89 @@ moe_route_kernel(const float *logits, int n_expert, int k, int norm, float scale
     }
 }
 
+/* The router for up to ROUTE_WARP_MAX experts: a warp per token, the logits in registers (lane l
+ * holds experts l, l + 32, ...), no block barrier. Same arithmetic as moe_route_kernel (softmax
+ * with the sum in double and one float reciprocal, top-k with ties to the lower id, the
+ * renormalisation's sum in double): ncu put the block kernel's k rounds of two barriers at
+ * ~7 us per call for one token, more than the expert products' bandwidth time. */
+#define ROUTE_WARP_MAX 256
+#define ROUTE_WARPS 4
+__global__ void __launch_bounds__(ROUTE_WARPS * 32)
+moe_route_warp_kernel(const float *logits, int n, int n_expert, int k, int norm, float scale, int32_t *ids,
+                      float *weights) {
+    pdl_wait();
+    pdl_allow_next();
+    constexpr int PER = ROUTE_WARP_MAX / 32;
+    const int lane = threadIdx.x % 32, t = blockIdx.x * ROUTE_WARPS + threadIdx.x / 32;
+    if (t >= n) return;
+    const float *x = logits + (size_t)t * n_expert;
+    float p[PER];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        int e = lane + 32 * i;
+        p[i] = e < n_expert ? x[e] : -INFINITY;
+        mx = fmaxf(mx, p[i]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    double sum = 0;
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        if (lane + 32 * i < n_expert) {
+            p[i] = expf(p[i] - mx);
+            sum += (double)p[i];
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    float inv = (float)(1.0 / sum);
+#pragma unroll
+    for (int i = 0; i < PER; i++) p[i] = lane + 32 * i < n_expert ? p[i] * inv : -INFINITY;
+    int32_t *id = ids + (size_t)t * k;
+    float *w = weights + (size_t)t * k;
+    double ws = 0;
+    for (int s = 0; s < k; s++) {
+        float bv = -INFINITY;
+        int bi = n_expert;
+#pragma unroll
+        for (int i = 0; i < PER; i++) /* ascending e within the lane: the first of equals is the lowest id */
+            if (p[i] > bv) {
+                bv = p[i];
+                bi = lane + 32 * i;
+            }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        if (bi >= n_expert) bi = 0; /* NaN logits: keep the id in range for the FFN */
+        float pv = __shfl_sync(0xffffffffu, bv, 0);
+        if (lane == bi % 32)
+#pragma unroll
+            for (int i = 0; i < PER; i++)
+                if (i == bi / 32) p[i] = -INFINITY;
+        if (lane == 0) {
+            id[s] = bi;
+            w[s] = pv;
+        }
+        ws += (double)pv;
+    }
+    if (lane == 0) {
+        if (norm) { /* clamped below at f16's smallest normal, as the CPU */
+            float fs = (float)ws;
+            if (fs < 6.103515625e-5f) fs = 6.103515625e-5f;
+            for (int s = 0; s < k; s++) w[s] = w[s] / fs;
+        }
+        if (scale != 0.0f && scale != 1.0f)
+            for (int s = 0; s < k; s++) w[s] *= scale;
+    }
+}
+
 extern "C" void cuda_moe_route(bk_backend *be, const float *logits, int n, int n_expert, int k, bool norm,
                                float scale, int32_t *ids, float *weights) {
     cuda_backend *cb = (cuda_backend *)be;
@@ -160,8 +244,12 @@ extern "C" void cuda_moe_route(bk_backend *be, const float *logits, int n, int n
         return;
     }
     const float *tag = cb->xq_src; /* the router writes only ids and weights: h's quantized copy stays valid */
-    pdl_launch(cb, moe_route_kernel, dim3((unsigned)n), dim3(ROUTE_THREADS), 0, logits, n_expert, k, norm ? 1 : 0, scale,
-               ids, weights);
+    if (n_expert <= ROUTE_WARP_MAX && !cb->route_warp_off)
+        pdl_launch(cb, moe_route_warp_kernel, dim3((unsigned)((n + ROUTE_WARPS - 1) / ROUTE_WARPS)),
+                   dim3(ROUTE_WARPS * 32), 0, logits, n, n_expert, k, norm ? 1 : 0, scale, ids, weights);
+    else
+        pdl_launch(cb, moe_route_kernel, dim3((unsigned)n), dim3(ROUTE_THREADS), 0, logits, n_expert, k, norm ? 1 : 0,
+                   scale, ids, weights);
     CU_LAUNCHED(cb);
     bool hit = tag && ((const void *)(weights + (size_t)n * k) > (const void *)tag &&
                        (const void *)weights < (const void *)(tag + (size_t)cb->xq_n * cb->xq_dim));
@@ -443,10 +531,56 @@ __global__ void moe_combine_kernel(const float *dout, const float *w, const int3
     int64_t t = i / n_embd, c = i % n_embd;
     const float *v = dout + t * k * n_embd + c, *wt = w + t * k;
     const int32_t *id = ids + t * k;
+    /* the rows are read whatever the ids (every row of dout is allocated), so the loads go out
+     * together; a negative id's value is then not used */
     float o = id[0] < 0 ? 0.0f : __fmul_rn(v[0], wt[0]);
-    for (int s = 1; s < k; s++)
-        if (id[s] >= 0) o = __fadd_rn(o, __fmul_rn(v[(int64_t)s * n_embd], wt[s]));
+    if (k <= 8) {
+        float vs[8];
+#pragma unroll
+        for (int s = 1; s < 8; s++) vs[s] = s < k ? v[(int64_t)s * n_embd] : 0.0f;
+#pragma unroll
+        for (int s = 1; s < 8; s++)
+            if (s < k && id[s] >= 0) o = __fadd_rn(o, __fmul_rn(vs[s], wt[s]));
+    } else {
+        for (int s = 1; s < k; s++)
+            if (id[s] >= 0) o = __fadd_rn(o, __fmul_rn(v[(int64_t)s * n_embd], wt[s]));
+    }
     out[i] = o;
+}
+
+/* ---- one token (decode): the router's k slots name k different experts, so each product is a
+ * matrix-vector product on one expert's rows, slot j in blockIdx.y: cuda_mmvq.cuh's warp loop with
+ * all of a row's groups in flight, the expert read from ids without the grouping kernel. ncu on the
+ * Qwen3-30B-A3B shape put the grouped kernels at 14 us (gate·up) and 11-15 us (down) per layer for
+ * ~14 and ~10 MB: the warps there walk their row groups in dependent rounds and the down grid ran
+ * in several waves of half-idle warps. ---- */
+template <int T, int R>
+__global__ void __launch_bounds__(MMVQ_WARPS * 32)
+moe_vec_gate_up_kernel(const uint8_t *G, const uint8_t *U, const uint8_t *const *tg, const uint8_t *const *tu,
+                       size_t row_bytes, int64_t n_embd, int64_t n_ff, int n_expert, const int32_t *ids,
+                       const int8_t *xq, const float2 *xds, float *h) {
+    pdl_wait(); /* ids come from the router */
+    int e = moe_entry_expert(ids, (int)blockIdx.y, n_expert);
+    if (e < 0) return;
+    mmvq_rows<T, 1, true, 1, false, R>(moe_expert_base(G, tg, e, n_ff, row_bytes),
+                                    moe_expert_base(U, tu, e, n_ff, row_bytes), row_bytes, n_embd, n_ff, xq, xds, 1,
+                                    NULL, h + (int64_t)blockIdx.y * n_ff,
+                                    0, (int64_t)blockIdx.x * MMVQ_WARPS + threadIdx.x / 32,
+                                    (int64_t)gridDim.x * MMVQ_WARPS);
+}
+
+template <int T, int R>
+__global__ void __launch_bounds__(MMVQ_WARPS * 32)
+moe_vec_down_kernel(const uint8_t *D, const uint8_t *const *td, size_t row_bytes, int64_t n_ff, int64_t n_embd,
+                    int n_expert, const int32_t *ids, const int8_t *hq, const float2 *hds, float *dout) {
+    pdl_wait();
+    const int j = (int)blockIdx.y, e = moe_entry_expert(ids, j, n_expert);
+    if (e < 0) return;
+    mmvq_rows<T, 1, false, 1, false, R>(moe_expert_base(D, td, e, n_embd, row_bytes), NULL, row_bytes, n_ff, n_embd,
+                                     hq + (int64_t)j * n_ff, hds + (int64_t)j * (n_ff / 32), 1, NULL,
+                                     dout + (int64_t)j * n_embd, 0,
+                                     (int64_t)blockIdx.x * MMVQ_WARPS + threadIdx.x / 32,
+                                     (int64_t)gridDim.x * MMVQ_WARPS);
 }
 
 /* Makes moe_buf hold `need` bytes. Inside a capture the allocation is made
@@ -562,6 +696,35 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
     bool q8_g = q8_ok && cuda_mmvq_supported(gate->type, n_embd), q8_u = q8_ok && cuda_mmvq_supported(up->type, n_embd),
          q8_d = q8_ok && cuda_mmvq_supported(down->type, n_ff);
 
+    /* one token: the matrix-vector kernels above, no grouping (k experts; n_ff and h's rows fit the
+     * activation buffer) */
+    if (n == 1 && !cb->moe_vec_off && both && q8_g && q8_d && (size_t)k * n_ff <= cb->xq_cap &&
+        cuda_mmvq_prepare(cb, x, n_embd, 1)) {
+        const unsigned ku = (unsigned)k;
+        /* weight rows per warp (BRISK_CUDA_MOE_VEC_R=2/4/8 for the A/B; gate·up rows count gate and up) */
+        const int r = cb->moe_vec_r;
+#define VEC_GU(RR)                                                                                                 \
+    MOE_Q8_DISPATCH(gate->type,                                                                                    \
+                    pdl_launch(cb, moe_vec_gate_up_kernel<TT, RR>,                                                 \
+                               dim3((unsigned)((n_ff + (RR / 2) * MMVQ_WARPS - 1) / ((RR / 2) * MMVQ_WARPS)), ku), \
+                               dim3(MMVQ_WARPS * 32), 0, G, U, tg, tu, gate->row_bytes, n_embd, n_ff, n_expert, ids, \
+                               (const int8_t *)cb->xq, (const float2 *)cb->xds, h))
+#define VEC_DOWN(RR)                                                                                               \
+    MOE_Q8_DISPATCH(down->type,                                                                                    \
+                    pdl_launch(cb, moe_vec_down_kernel<TT, RR>,                                                    \
+                               dim3((unsigned)((n_embd + RR * MMVQ_WARPS - 1) / (RR * MMVQ_WARPS)), ku),           \
+                               dim3(MMVQ_WARPS * 32), 0, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids,      \
+                               (const int8_t *)cb->xq, (const float2 *)cb->xds, dout))
+        if (r == 2) VEC_GU(2) else if (r == 8) VEC_GU(8) else VEC_GU(4)
+        cuda_mmvq_quantize(cb, h, n_ff, k);
+        if (r == 2) VEC_DOWN(2) else if (r == 8) VEC_DOWN(8) else VEC_DOWN(4)
+#undef VEC_GU
+#undef VEC_DOWN
+        pdl_launch(cb, moe_combine_kernel, dim3((unsigned)((n_embd + 255) / 256)), dim3(256), 0, (const float *)dout,
+                   weights, ids, 1, k, n_embd, out);
+        CU_LAUNCHED(cb);
+        return;
+    }
     for (int t0 = 0; t0 < n; t0 += chunk) {
         int nc = n - t0 < chunk ? n - t0 : chunk, nk = nc * k;
         unsigned slots = (unsigned)(nk < n_expert ? nk : n_expert);

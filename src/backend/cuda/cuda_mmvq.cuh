@@ -1,0 +1,176 @@
+/* cuda_mmvq.cuh — the integer-dot decode product's device code (the warp's loop over its rows),
+ * shared by cuda_mmvq.cu (dense weights) and cuda_moe.cu (one token's experts). See cuda_mmvq.cu
+ * for the method. */
+#ifndef BK_CUDA_MMVQ_CUH
+#define BK_CUDA_MMVQ_CUH
+#include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
+
+#define MMVQ_WARPS 4
+#define MMVQ_ROWS 2
+
+/* Groups each lane loads before it uses any (a warp keeps U * R groups of loads in flight;
+ * a 4096-wide row is 128 groups, 4 per lane). Q6_K's unpacking needs many registers: two groups
+ * (one for the LM head, see cuda_mmvq) keep its occupancy; dev/kernels/mmvq_lab.cu on the H200:
+ * Q4_K 4096x4096 9.5 -> 6.9 us from U = 1 to 4; Q6_K 4096x12288 31.1 / 25.7 / 49.0 us at U = 1 / 2 / 4,
+ * the 151936-row LM head 218 / 231 / 401 us. */
+template <int T, int NT> struct mmvq_unroll { /* Q4_K: pairs of groups */
+    static constexpr int U = T == QT_Q6_K ? (NT == 1 ? 2 : 1) : T == QT_Q4_K ? (NT == 1 ? 2 : 1)
+                                                              : NT == 1 ? 4 : NT <= 4 ? 2 : 1;
+};
+
+/* R: weight rows per warp (cuda_mmvq.cu: MMVQ_ROWS; the expert products of cuda_moe.cu take more,
+ * so that one wave of warps covers a layer's active experts). GLU: the warp's rows are R / 2 rows
+ * r.. of the gate matrix W, each followed by the same row of the up matrix W2, and it stores
+ * silu(gate) * up (the FFN's SwiGLU, as swiglu_kernel computes it) to y[t, r..].
+ * Warps stride over the rows (a grid smaller than the matrix makes the kernel persistent;
+ * dev/kernels/mmvq_lab.cu times both). */
+template <int T, int NT, bool GLU, int U, bool Q6Q, int R = MMVQ_ROWS>
+__device__ __forceinline__ void mmvq_rows(const uint8_t *W, const uint8_t *W2, size_t row_bytes, int64_t n_in,
+                                          int64_t n_out, const int8_t *xq, const float2 *xds, int n, const float *bias,
+                                          float *y, int accum, int64_t wid0, int64_t wid_stride) {
+    /* The weights do not depend on the kernel before this one: the first loads are issued before
+     * pdl_wait, so under a programmatic launch they stream in while that kernel finishes. */
+    bool waited = false;
+    int lane = threadIdx.x % 32;
+    int64_t n_groups = n_in / 32;
+    for (int64_t wid = wid0;; wid += wid_stride) {
+        static_assert(!GLU || R % 2 == 0, "GLU rows come in (gate, up) pairs");
+        int64_t r0 = wid * (GLU ? R / 2 : R);
+        if (r0 >= n_out) return;
+        const uint8_t *rows[R];
+        if (GLU) {
+#pragma unroll
+            for (int i = 0; i < R / 2; i++) {
+                int64_t r = r0 + i < n_out ? r0 + i : r0;
+                rows[2 * i] = W + r * row_bytes;
+                rows[2 * i + 1] = W2 + r * row_bytes;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < R; i++) rows[i] = W + (r0 + i < n_out ? r0 + i : r0) * row_bytes;
+        }
+        float acc[R][NT];
+#pragma unroll
+        for (int i = 0; i < R; i++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) acc[i][t] = 0.0f;
+        if constexpr (T == QT_Q4_K) { /* lanes take pairs of groups that share their bytes (group_load_q4k_pair) */
+            int64_t n_pairs = n_groups / 2;
+            for (int64_t p0 = lane; p0 < n_pairs; p0 += 32 * U) {
+                wgroup lo[U][R], hi[U][R];
+#pragma unroll
+                for (int u = 0; u < U; u++)
+                    if (p0 + 32 * u < n_pairs)
+#pragma unroll
+                        for (int i = 0; i < R; i++) group_load_q4k_pair(rows[i], p0 + 32 * u, lo[u][i], hi[u][i]);
+                if (!waited) {
+                    pdl_wait();
+                    pdl_allow_next();
+                    waited = true;
+                }
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    int64_t g = 2 * (p0 + 32 * u);
+                    if (g >= n_groups) break;
+#pragma unroll
+                    for (int t = 0; t < NT; t++) {
+                        if (t >= n) break;
+                        const int4 *xp = (const int4 *)(xq + (int64_t)t * n_in + g * 32);
+                        int4 a0 = __ldg(xp), a1 = __ldg(xp + 1), b0 = __ldg(xp + 2), b1 = __ldg(xp + 3);
+                        int xl[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+                        int xh[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+                        float4 ds = __ldg((const float4 *)(xds + (int64_t)t * n_groups + g));
+#pragma unroll
+                        for (int i = 0; i < R; i++)
+                            acc[i][t] += group_dot(lo[u][i], xl, make_float2(ds.x, ds.y)) +
+                                         group_dot(hi[u][i], xh, make_float2(ds.z, ds.w));
+                    }
+                }
+            }
+        } else if constexpr (T == QT_Q6_K && Q6Q) { /* lanes take quads of groups that share their bytes */
+            int64_t n_quads = n_groups / 4;
+            for (int64_t h = lane; h < n_quads; h += 32) {
+                wgroup q[R][4];
+#pragma unroll
+                for (int i = 0; i < R; i++) group_load_q6k_quad(rows[i], h, q[i]);
+                if (!waited) {
+                    pdl_wait();
+                    pdl_allow_next();
+                    waited = true;
+                }
+                int64_t g = 4 * h;
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    if (t >= n) break;
+                    const int4 *xp = (const int4 *)(xq + (int64_t)t * n_in + g * 32);
+                    const float4 *dp = (const float4 *)(xds + (int64_t)t * n_groups + g);
+                    float4 d01 = __ldg(dp), d23 = __ldg(dp + 1);
+                    float2 ds[4] = {make_float2(d01.x, d01.y), make_float2(d01.z, d01.w), make_float2(d23.x, d23.y),
+                                    make_float2(d23.z, d23.w)};
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        int4 a = __ldg(xp + 2 * k), c = __ldg(xp + 2 * k + 1);
+                        int xi[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+#pragma unroll
+                        for (int i = 0; i < R; i++) acc[i][t] += group_dot(q[i][k], xi, ds[k]);
+                    }
+                }
+            }
+        } else
+        for (int64_t g0 = lane; g0 < n_groups; g0 += 32 * U) {
+            wgroup q[U][R];
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (g0 + 32 * u < n_groups)
+#pragma unroll
+                    for (int i = 0; i < R; i++) group_load<T>(rows[i], g0 + 32 * u, q[u][i]);
+            if (!waited) {
+                pdl_wait();
+                pdl_allow_next();
+                waited = true;
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                int64_t g = g0 + 32 * u;
+                if (g >= n_groups) break;
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    if (t >= n) break;
+                    const int4 *xp = (const int4 *)(xq + (int64_t)t * n_in + g * 32);
+                    int4 a = __ldg(xp), c = __ldg(xp + 1);
+                    int xi[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+                    float2 ds = __ldg(xds + (int64_t)t * n_groups + g);
+#pragma unroll
+                    for (int i = 0; i < R; i++) acc[i][t] += group_dot(q[u][i], xi, ds);
+                }
+            }
+        }
+        if (!waited) { /* a lane without groups still stores (and reads y when accum) */
+            pdl_wait();
+            pdl_allow_next();
+            waited = true;
+        }
+        if (GLU) {
+#pragma unroll
+            for (int i = 0; i < R / 2; i++) {
+                if (r0 + i >= n_out) break;
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    if (t >= n) break;
+                    float g = acc[2 * i][t], u = acc[2 * i + 1][t];
+#pragma unroll
+                    for (int o = 16; o > 0; o >>= 1) {
+                        g += __shfl_xor_sync(0xffffffffu, g, o);
+                        u += __shfl_xor_sync(0xffffffffu, u, o);
+                    }
+                    if (lane == 0) y[(int64_t)t * n_out + r0 + i] = g / (1.0f + expf(-g)) * u;
+                }
+            }
+        } else {
+            warp_store_rows(acc, lane, r0, n_out, n, bias, y, accum);
+        }
+    }
+}
+
+#endif
