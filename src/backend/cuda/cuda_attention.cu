@@ -284,8 +284,14 @@ extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, c
     pdl_launch(cb, kw, dim3((unsigned)n), dim3(256), 0, k, v, kv->k, kv->v, d_slot, kvd);
 
     if (!cb->attn_v1 && n <= ATT_DEC_MAX_TOK && cuda_attn_decode_supported(head_dim)) {
-        cuda_attn_decode(cb, q, kv, n, max_np, d_pos, d_off, d_tabs, n_head, n_head_kv, head_dim, scale, out);
+        bool quant = cuda_attn_decode(cb, q, kv, n, max_np, d_pos, d_off, d_tabs, n_head, n_head_kv, head_dim, scale,
+                                      out);
         CU_LAUNCHED(cb);
+        if (quant) { /* the output projection finds out quantized (cuda_mmvq_prepare) */
+            cb->xq_src = out;
+            cb->xq_n = n;
+            cb->xq_dim = (int64_t)n_head * head_dim;
+        }
         return;
     }
     /* prefill on tensor cores (cuda_attn_prefill.cu); BRISK_CUDA_FA=0 keeps it on the tile kernel below */

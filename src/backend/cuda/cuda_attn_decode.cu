@@ -85,7 +85,7 @@ __device__ __forceinline__ int dec_row(const int32_t *table, int bs, int p, int 
  * reads of the partials). Maxima are base 2 (see the header). The partials are read through L2
  * (__ldcg): in the fused form other blocks of the same grid wrote them. */
 __device__ __forceinline__ void dec_combine_head(const float *part, int n_split, int n_head, int hd, int h, int t,
-                                                 float *out, float *w_s, float *red) {
+                                                 float *out, float *w_s, float *red, int8_t *xq, float2 *xds) {
     const int nt = DEC_WARPS * 32, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const float *pp = part + ((size_t)t * n_head + h) * n_split * (hd + 2);
     float mx = -INFINITY;
@@ -115,7 +115,9 @@ __device__ __forceinline__ void dec_combine_head(const float *part, int n_split,
     for (int d = tid; d < hd; d += nt) {
         float o = 0.0f;
         for (int s = 0; s < n_split; s++) o += w_s[s] * __ldcg(pp + (size_t)s * (hd + 2) + 2 + d);
-        out[((size_t)t * n_head + h) * hd + d] = o * inv;
+        size_t oi = ((size_t)t * n_head + h) * hd + d;
+        out[oi] = o * inv;
+        if (xq) q8_1_store_lane(o * inv, (int64_t)oi, lane, xq, xds); /* hd % 32 == 0: a warp holds one group */
     }
     __syncthreads(); /* w_s and red are reused by the next head */
 }
@@ -126,7 +128,7 @@ template <int KT, int G, int NR>
 __global__ void __launch_bounds__(DEC_WARPS * 32)
 attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_t *pos, const int32_t *tab_off,
                 const int32_t *tabs, int n_head, int n_head_kv, int group, int hd, float scale_log2, float *out,
-                float *part, int *cnt) {
+                float *part, int *cnt, int8_t *xq, float2 *xds) {
     pdl_wait();
     pdl_allow_next();
     __shared__ __align__(16) float q_s[G][DEC_MAX_HD];
@@ -259,7 +261,10 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
                 L += l_s[w][g] * f;
             }
         if (!part) {
-            out[((size_t)t * n_head + h) * hd + d] = o / L;
+            size_t oi = ((size_t)t * n_head + h) * hd + d;
+            out[oi] = o / L;
+            /* a warp's 32 values are one group of 32 (hd % 32 == 0, the block a multiple of 32) */
+            if (xq) q8_1_store_lane(o / L, (int64_t)oi, tid % 32, xq, xds);
         } else {
             float *pp = part + (((size_t)t * n_head + h) * n_split + sp) * (hd + 2);
             if (d == 0) {
@@ -282,7 +287,7 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
         __syncthreads();
         if (!last) return;
         __threadfence();
-        for (int g = 0; g < G; g++) dec_combine_head(part, n_split, n_head, hd, h0 + g, t, out, cw_s, cred);
+        for (int g = 0; g < G; g++) dec_combine_head(part, n_split, n_head, hd, h0 + g, t, out, cw_s, cred, xq, xds);
         if (tid == 0) *c = 0; /* ready for the next launch (the grid's end orders it before) */
     }
 }
@@ -290,11 +295,11 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
 /* Merges the splits of one (head, token) (BRISK_CUDA_ATTN_FUSE=0, or more (token, head group) pairs than
  * counters): one block per pair, as dec_combine_head. */
 __global__ void __launch_bounds__(DEC_WARPS * 32)
-attn_dec_combine_kernel(const float *part, int n_split, int n_head, int hd, float *out) {
+attn_dec_combine_kernel(const float *part, int n_split, int n_head, int hd, float *out, int8_t *xq, float2 *xds) {
     pdl_wait();
     pdl_allow_next();
     __shared__ float w_s[DEC_MAX_SPLIT], red[DEC_WARPS];
-    dec_combine_head(part, n_split, n_head, hd, blockIdx.x, blockIdx.y, out, w_s, red);
+    dec_combine_head(part, n_split, n_head, hd, blockIdx.x, blockIdx.y, out, w_s, red, xq, xds);
 }
 
 bool cuda_attn_decode_supported(int head_dim) {
@@ -302,8 +307,11 @@ bool cuda_attn_decode_supported(int head_dim) {
 }
 
 /* Launches the decode kernels (the KV write is the caller's). max_np: the longest length the launch
- * must serve (the graph bucket inside a step); the split count depends on it and on n only. */
-void cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, int max_np, const int32_t *d_pos,
+ * must serve (the graph bucket inside a step); the split count depends on it and on n only.
+ * The output is also quantized for the integer-dot product that reads it next (the attention
+ * output projection: one quantize launch less per layer) when it fits the activation buffer:
+ * returns true then, and the caller tags out as quantized (after its CU_LAUNCHED). */
+bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, int max_np, const int32_t *d_pos,
                       const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
                       float *out) {
     int group = n_head / n_head_kv, G = group;
@@ -324,10 +332,13 @@ void cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
     dim3 grid(n_head / G, n, n_split);
     int *cnt = part && !cb->attn_fuse_off && (size_t)n * (n_head / G) <= ATT_CNT_N ? cb->att_cnt : NULL;
     float sl2 = scale * 1.4426950408889634f; /* log2 e */
+    bool quant = !cb->attnq_off && cb->xq && (size_t)n * (size_t)n_head * (size_t)hd <= cb->xq_cap;
+    int8_t *xq = quant ? cb->xq : NULL;
+    float2 *xds = quant ? cb->xds : NULL;
 #define DEC_LAUNCH(KK, GG, NN)                                                                                    \
     pdl_launch(cb, attn_dec_kernel<KK, GG, NN>, grid, dim3(DEC_WARPS * 32), 0, q, (const void *)kv->k,           \
                (const void *)kv->v, kv->block_size, d_pos, d_off, d_tabs, n_head, n_head_kv, group, hd, sl2, out, \
-               part, cnt)
+               part, cnt, xq, xds)
 #define DEC_G(KK)                         \
     switch (G) {                          \
     case 2: DEC_LAUNCH(KK, 2, 4); break;  \
@@ -341,5 +352,6 @@ void cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
 #undef DEC_LAUNCH
     if (part && !cnt)
         pdl_launch(cb, attn_dec_combine_kernel, dim3(n_head, n), dim3(DEC_WARPS * 32), 0, (const float *)part, n_split,
-                   n_head, hd, out);
+                   n_head, hd, out, xq, xds);
+    return quant;
 }

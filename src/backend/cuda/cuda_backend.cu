@@ -296,13 +296,13 @@ static brisk_status cuda_init(cuda_backend *cb) {
     const char *mq = getenv("BRISK_CUDA_MMQ"), *mqmin = getenv("BRISK_CUDA_MMQ_MIN"),
                *mqmax = getenv("BRISK_CUDA_MMQ_MAX"), *bmin = getenv("BRISK_CUDA_CUBLAS_MIN_TOK");
     cb->mmq_off = mq && !strcmp(mq, "0");
-    cb->mmq_v1 = getenv("BRISK_CUDA_MMQ_V1") && !strcmp(getenv("BRISK_CUDA_MMQ_V1"), "1");
     cb->mmq_min = mqmin && atoi(mqmin) > 0 ? atoi(mqmin) : MMQ_MIN_TOK;
     cb->mmq_max = mqmax && atoi(mqmax) > 0 ? atoi(mqmax) : bmin && atoi(bmin) > 0 ? atoi(bmin) : MMQ_MAX_TOK;
     const char *mm = getenv("BRISK_CUDA_MOE_MMQ"), *mmmin = getenv("BRISK_CUDA_MOE_MMQ_MIN");
     cb->moe_mmq_off = mm && !strcmp(mm, "0");
     cb->moe_vec_off = getenv("BRISK_CUDA_MOE_VEC") && !strcmp(getenv("BRISK_CUDA_MOE_VEC"), "0");
     cb->moe_vec_r = getenv("BRISK_CUDA_MOE_VEC_R") ? atoi(getenv("BRISK_CUDA_MOE_VEC_R")) : 4;
+    cb->attnq_off = getenv("BRISK_CUDA_ATTNQ") && !strcmp(getenv("BRISK_CUDA_ATTNQ"), "0");
     cb->route_warp_off = getenv("BRISK_CUDA_ROUTE_WARP") && !strcmp(getenv("BRISK_CUDA_ROUTE_WARP"), "0");
     cb->moe_mmq_min = mmmin && atoi(mmmin) > 0 ? atoi(mmmin) : MOE_MMQ_MIN_ENT;
     cb->xq_cap = (size_t)MMVQ_MAX_TOK << 17; /* rows of up to 128K elements */

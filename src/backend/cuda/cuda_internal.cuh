@@ -75,11 +75,11 @@ typedef struct cuda_backend {
     /* int8 tensor-core products (cuda_mmq.cu) for batches of mmq_min <= n < mmq_max tokens on the
      * integer-dot types; below, cuda_mmvq.cu; from mmq_max, cuda_blas.cu / cuda_mma.cu */
     bool mmq_off;               /* BRISK_CUDA_MMQ=0 */
-    bool mmq_v1;                /* BRISK_CUDA_MMQ_V1=1: dense products on the first mmq kernel (A/B) */
     int mmq_min;                /* BRISK_CUDA_MMQ_MIN (default MMQ_MIN_TOK) */
     int mmq_max;                /* BRISK_CUDA_MMQ_MAX (default: BRISK_CUDA_CUBLAS_MIN_TOK, else MMQ_MAX_TOK) */
     bool moe_mmq_off;           /* BRISK_CUDA_MOE_MMQ=0: expert products on the GEMV-style kernels only */
     bool moe_vec_off;           /* BRISK_CUDA_MOE_VEC=0: one token's experts through the grouped kernels (A/B) */
+    bool attnq_off;             /* BRISK_CUDA_ATTNQ=0: the decode attention does not quantize its output (A/B) */
     int moe_vec_r;              /* BRISK_CUDA_MOE_VEC_R: weight rows per warp of those kernels (2, 4, 8) */
     bool route_warp_off;        /* BRISK_CUDA_ROUTE_WARP=0: the router's block-per-token kernel only (A/B) */
     int moe_mmq_min;            /* BRISK_CUDA_MOE_MMQ_MIN: (token, expert) entries from which cuda_moe.cu uses mmq */
@@ -299,6 +299,24 @@ __device__ __forceinline__ void warp_store_rows(float (&acc)[R][NT], int lane, i
             if (lane == 0) *o = (accum ? *o : 0.0f) + s + (bias ? bias[r0 + i] : 0.0f);
         }
     }
+}
+
+/* The 32 lanes of a warp hold one group of 32 consecutive activations (lane l: element i, the
+ * group's first at i - l): lane l stores its int8 quant to xq[i] and lane 0 the group's (d, d * sum
+ * of the quants) to xds[i / 32], the int8 blocks the integer-dot products read (q8_1 as ggml's).
+ * Every kernel that quantizes activations on the way (the norm, the decode attention's output,
+ * quantize_q8_1_kernel itself) stores through this, so all give the same bytes. */
+__device__ __forceinline__ void q8_1_store_lane(float v, int64_t i, int lane, int8_t *xq, float2 *xds) {
+    float a = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    float d = a / 127.0f;
+    int q = a == 0.0f ? 0 : (int)roundf(v / d);
+    xq[i] = (int8_t)q;
+    int s = q;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) xds[i / 32] = make_float2(d, d * (float)s);
 }
 
 /* ---- integer-dot weight groups (cuda_mmvq.cu, cuda_moe.cu): Q8_0, Q4_0, Q4_K, Q6_K only ---- */
@@ -537,7 +555,7 @@ bool cuda_mmq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, 
 /* The activations of x (n rows of n_in) are quantized: reuses the fused norm's (xq_src) or quantizes. */
 bool cuda_mmvq_prepare(cuda_backend *cb, const float *x, int64_t n_in, int n);
 bool cuda_attn_decode_supported(int head_dim);
-void cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, int max_np, const int32_t *d_pos,
+bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, int max_np, const int32_t *d_pos,
                       const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
                       float *out);
 bool cuda_attn_prefill_supported(const cuda_backend *cb, int head_dim, int n_head, int n_head_kv);

@@ -25,17 +25,7 @@ __global__ void quantize_q8_1_kernel(const float *x, int64_t n_in, int8_t *xq, f
     int64_t g = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; /* group over all tokens */
     if (g >= n_groups) return;
     int lane = threadIdx.x % 32;
-    float v = x[g * 32 + lane];
-    float a = fabsf(v);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-    float d = a / 127.0f;
-    int q = a == 0.0f ? 0 : (int)roundf(v / d);
-    xq[g * 32 + lane] = (int8_t)q;
-    int s = q;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) xds[g] = make_float2(d, d * (float)s);
+    q8_1_store_lane(x[g * 32 + lane], g * 32 + lane, lane, xq, xds);
     (void)n_in;
 }
 

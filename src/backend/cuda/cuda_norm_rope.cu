@@ -19,17 +19,7 @@ template <bool Q>
 __device__ __forceinline__ void norm_store(float v, float *yr, int i, int lane, int8_t *xq, float2 *xds,
                                            int64_t row, int dim) {
     yr[i] = v;
-    if (!Q) return;
-    float a = fabsf(v);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-    float d = a / 127.0f;
-    int q = a == 0.0f ? 0 : (int)roundf(v / d);
-    xq[row * dim + i] = (int8_t)q;
-    int s = q;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) xds[(row * dim + i) / 32] = make_float2(d, d * (float)s);
+    if (Q) q8_1_store_lane(v, row * dim + i, lane, xq, xds);
 }
 
 /* One warp per row: rows of up to ~1K (head norms, small models). */
