@@ -215,6 +215,11 @@ typedef struct bk_backend_ops {
      * (a CUDA graph captures it). The sharded forward pass calls it on the partial products of
      * the column-split weights (attention output, FFN down) before adding them to the residual. */
     void (*all_reduce)(bk_backend *be, float *x, size_t n);
+
+    /* Optional (NULL: sigmoid_mul, add, add; see bk_gated_residual): x[r,i] += m[r,i] + s[r,i] *
+     * sigmoid(gate[r]) in one pass, rounded as those three ops round (qwen35moe closes each MoE
+     * layer so: routed experts m plus the gated shared expert s). m and s are scratch. */
+    void (*gated_residual)(bk_backend *be, float *x, float *m, float *s, const float *gate, int n_rows, int width);
 } bk_backend_ops;
 
 struct bk_backend {
@@ -243,6 +248,18 @@ static inline void bk_matmul_swiglu(bk_backend *be, const bk_weight *gate, const
     float *gu_out[2] = {out, tmp};
     be->ops->matmul(be, 2, gu, NULL, x, n, gu_out);
     be->ops->swiglu(be, out, tmp, out, (size_t)n * (size_t)gate->n_out);
+}
+/* x += m + s * sigmoid(gate[row]) through the backend's fused op, or as s *= sigmoid(gate); m += s; x += m. */
+static inline void bk_gated_residual(bk_backend *be, float *x, float *m, float *s, const float *gate, int n_rows,
+                                     int width) {
+    if (be->ops->gated_residual) {
+        be->ops->gated_residual(be, x, m, s, gate, n_rows, width);
+        return;
+    }
+    size_t n = (size_t)n_rows * (size_t)width;
+    be->ops->sigmoid_mul(be, s, gate, n_rows, width, 1);
+    be->ops->add(be, m, s, n);
+    be->ops->add(be, x, m, n);
 }
 /* Strided rows through the backend's copy_rows, or one copy per row. */
 static inline void bk_copy_rows(bk_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,

@@ -91,9 +91,7 @@ static brisk_status ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b
     BK_TRY(moe_experts(m, be, b, s, l));
     const bk_weight *down = &L->down_shexp;
     op->matmul(be, 1, &down, NULL, s->hb, n, &s->sh);
-    op->sigmoid_mul(be, s->sh, s->sh_gate, n, d, 1);
-    op->add(be, s->moe_out, s->sh, (size_t)n * d);
-    op->add(be, s->x, s->moe_out, (size_t)n * d);
+    bk_gated_residual(be, s->x, s->moe_out, s->sh, s->sh_gate, n, d);
     return BRISK_OK;
 }
 

@@ -478,10 +478,39 @@ static void check_sigmoid_mul(int n_rows, int width, int gate_width) {
     free(x); free(g); free(xg);
 }
 
+/* x += m + s * sigmoid(gate[row]) (qwen35moe's layer end): the fused op against the CPU's three ops
+ * (1e-6: expf) and bit for bit against the GPU's own sigmoid_mul, add, add. */
+static void check_gated_residual(int n_rows, int width) {
+    size_t nx = (size_t)n_rows * width;
+    float *x = malloc(nx * 4), *m = malloc(nx * 4), *sv = malloc(nx * 4), *g = malloc((size_t)n_rows * 4);
+    float *xf = malloc(nx * 4), *xu = malloc(nx * 4);
+    fill(x, nx, 2.0f);
+    fill(m, nx, 1.0f);
+    fill(sv, nx, 1.0f);
+    fill(g, (size_t)n_rows, 8.0f);
+    float *dx = dev_copy(x, nx * 4), *dm = dev_copy(m, nx * 4), *ds = dev_copy(sv, nx * 4), *dg = dev_copy(g, (size_t)n_rows * 4);
+    float *ux = dev_copy(x, nx * 4), *um = dev_copy(m, nx * 4), *us = dev_copy(sv, nx * 4);
+    CHECK(gpu->ops->gated_residual != NULL);
+    if (gpu->ops->gated_residual) gpu->ops->gated_residual(gpu, dx, dm, ds, dg, n_rows, width);
+    gpu->ops->sigmoid_mul(gpu, us, dg, n_rows, width, 1);
+    gpu->ops->add(gpu, um, us, nx);
+    gpu->ops->add(gpu, ux, um, nx);
+    bk_gated_residual(cpu, x, m, sv, g, n_rows, width); /* the CPU has no fused op: its three ops */
+    dev_read(dx, xf, nx * 4);
+    dev_read(ux, xu, nx * 4);
+    CHECK(rel_err(xf, x, nx) <= 1e-6);
+    CHECK(memcmp(xf, xu, nx * 4) == 0);
+    float *all[] = {dx, dm, ds, dg, ux, um, us};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->ops->release(gpu, all[i]);
+    free(x); free(m); free(sv); free(g); free(xf); free(xu);
+}
+
 static void test_sigmoid_mul(void) {
     check_sigmoid_mul(1, 256, 256); /* gated attention's output gate */
     check_sigmoid_mul(7, 1000, 1000);
     check_sigmoid_mul(1, 256, 1);   /* the shared expert's scalar gate */
     check_sigmoid_mul(9, 2048, 1);
+    check_gated_residual(1, 2048);
+    check_gated_residual(5, 1000);
 }
 

@@ -196,6 +196,7 @@ static const bk_backend_ops cuda_ops = {
     /* sigmoid_mul */ cuda_sigmoid_mul,
     /* copy_rows */ cuda_copy_rows,
     /* all_reduce */ cuda_all_reduce,
+    /* gated_residual */ cuda_gated_residual,
 };
 
 extern "C" int bk_cuda_device_count(void) {

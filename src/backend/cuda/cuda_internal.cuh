@@ -539,6 +539,7 @@ void cuda_gated_delta(bk_backend *be, const float *qkv, const float *b, const fl
                       const bk_weight *a_scale, float *ssm, const int32_t *seq, int n, int n_k_heads, int n_v_heads,
                       int d, float eps, float *out);
 void cuda_sigmoid_mul(bk_backend *be, float *x, const float *gate, int n_rows, int width, int gate_width);
+void cuda_gated_residual(bk_backend *be, float *x, float *m, float *s, const float *gate, int n_rows, int width);
 void cuda_moe_free(cuda_backend *cb);
 }
 bool cuda_mmvq_supported(uint32_t type, int64_t n_in);
