@@ -64,6 +64,19 @@
 
 #define IS_FLOAT_TYPE(T) ((T) == QT_F32 || (T) == QT_F16 || (T) == QT_BF16)
 
+/* The warp's largest (value, id) into every lane's bv, bi: ties go to the lower id. */
+__device__ __forceinline__ void warp_argmax(float &bv, int &bi) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > bv || (ov == bv && oi < bi)) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+}
+
 /* ---- router: one block per token ---- */
 __global__ void __launch_bounds__(ROUTE_THREADS)
 moe_route_kernel(const float *logits, int n_expert, int k, int norm, float scale, int32_t *ids, float *weights) {
@@ -112,15 +125,7 @@ moe_route_kernel(const float *logits, int n_expert, int k, int norm, float scale
                 bv = p[e];
                 bi = e;
             }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) {
-                bv = ov;
-                bi = oi;
-            }
-        }
+        warp_argmax(bv, bi);
         if (lane == 0) {
             red_f[wid] = bv;
             red_i[wid] = bi;
@@ -203,15 +208,7 @@ moe_route_warp_kernel(const float *logits, int n, int n_expert, int k, int norm,
                 bv = p[i];
                 bi = lane + 32 * i;
             }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) {
-                bv = ov;
-                bi = oi;
-            }
-        }
+        warp_argmax(bv, bi);
         if (bi >= n_expert) bi = 0; /* NaN logits: keep the id in range for the FFN */
         float pv = __shfl_sync(0xffffffffu, bv, 0);
         if (lane == bi % 32)
