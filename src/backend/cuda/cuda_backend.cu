@@ -302,7 +302,7 @@ static brisk_status cuda_init(cuda_backend *cb) {
     const char *mm = getenv("BRISK_CUDA_MOE_MMQ"), *mmmin = getenv("BRISK_CUDA_MOE_MMQ_MIN");
     cb->moe_mmq_off = mm && !strcmp(mm, "0");
     cb->moe_vec_off = getenv("BRISK_CUDA_MOE_VEC") && !strcmp(getenv("BRISK_CUDA_MOE_VEC"), "0");
-    cb->moe_vec_r = getenv("BRISK_CUDA_MOE_VEC_R") ? atoi(getenv("BRISK_CUDA_MOE_VEC_R")) : 4;
+    cb->moe_vec_r = getenv("BRISK_CUDA_MOE_VEC_R") ? atoi(getenv("BRISK_CUDA_MOE_VEC_R")) : 2;
     cb->attnq_off = getenv("BRISK_CUDA_ATTNQ") && !strcmp(getenv("BRISK_CUDA_ATTNQ"), "0");
     cb->route_warp_off = getenv("BRISK_CUDA_ROUTE_WARP") && !strcmp(getenv("BRISK_CUDA_ROUTE_WARP"), "0");
     cb->moe_mmq_min = mmmin && atoi(mmmin) > 0 ? atoi(mmmin) : MOE_MMQ_MIN_ENT;

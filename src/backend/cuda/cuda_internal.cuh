@@ -80,7 +80,7 @@ typedef struct cuda_backend {
     bool moe_mmq_off;           /* BRISK_CUDA_MOE_MMQ=0: expert products on the GEMV-style kernels only */
     bool moe_vec_off;           /* BRISK_CUDA_MOE_VEC=0: one token's experts through the grouped kernels (A/B) */
     bool attnq_off;             /* BRISK_CUDA_ATTNQ=0: the decode attention does not quantize its output (A/B) */
-    int moe_vec_r;              /* BRISK_CUDA_MOE_VEC_R: weight rows per warp of those kernels (2, 4, 8) */
+    int moe_vec_r;              /* BRISK_CUDA_MOE_VEC_R: weight rows per warp of those kernels (2; 4 for A/B) */
     bool route_warp_off;        /* BRISK_CUDA_ROUTE_WARP=0: the router's block-per-token kernel only (A/B) */
     int moe_mmq_min;            /* BRISK_CUDA_MOE_MMQ_MIN: (token, expert) entries from which cuda_moe.cu uses mmq */
 

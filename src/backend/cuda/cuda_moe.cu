@@ -698,7 +698,8 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
     if (n == 1 && !cb->moe_vec_off && both && q8_g && q8_d && (size_t)k * n_ff <= cb->xq_cap &&
         cuda_mmvq_prepare(cb, x, n_embd, 1)) {
         const unsigned ku = (unsigned)k;
-        /* weight rows per warp (BRISK_CUDA_MOE_VEC_R=2/4/8 for the A/B; gate·up rows count gate and up) */
+        /* weight rows per warp, gate·up's counting gate and up: 2 (BRISK_CUDA_MOE_VEC_R=4 for the A/B; H200,
+         * tg128: qwen3-30b-a3b@24 553 / 539 / 477 tok/s at 2 / 4 / 8, qwen3.6-35b-a3b 305 / 298) */
         const int r = cb->moe_vec_r;
 #define VEC_GU(RR)                                                                                                 \
     MOE_Q8_DISPATCH(gate->type,                                                                                    \
@@ -712,9 +713,9 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
                                dim3((unsigned)((n_embd + RR * MMVQ_WARPS - 1) / (RR * MMVQ_WARPS)), ku),           \
                                dim3(MMVQ_WARPS * 32), 0, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids,      \
                                (const int8_t *)cb->xq, (const float2 *)cb->xds, dout))
-        if (r == 2) VEC_GU(2) else if (r == 8) VEC_GU(8) else VEC_GU(4)
+        if (r == 4) VEC_GU(4) else VEC_GU(2)
         cuda_mmvq_quantize(cb, h, n_ff, k);
-        if (r == 2) VEC_DOWN(2) else if (r == 8) VEC_DOWN(8) else VEC_DOWN(4)
+        if (r == 4) VEC_DOWN(4) else VEC_DOWN(2)
 #undef VEC_GU
 #undef VEC_DOWN
         pdl_launch(cb, moe_combine_kernel, dim3((unsigned)((n_embd + 255) / 256)), dim3(256), 0, (const float *)dout,
