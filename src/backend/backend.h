@@ -220,6 +220,11 @@ typedef struct bk_backend_ops {
      * sigmoid(gate[r]) in one pass, rounded as those three ops round (qwen35moe closes each MoE
      * layer so: routed experts m plus the gated shared expert s). m and s are scratch. */
     void (*gated_residual)(bk_backend *be, float *x, float *m, float *s, const float *gate, int n_rows, int width);
+    /* Optional (NULL: matmul then moe_route, see bk_moe_router): the MoE router's logits (n, w.n_out)
+     * = x W^T and the routing of moe_route on them, in one pass where the backend can (a GPU's last
+     * block to finish the product routes the token). */
+    void (*moe_router)(bk_backend *be, const bk_weight *w, const float *x, int n, int k, bool norm, float scale,
+                       float *logits, int32_t *ids, float *weights);
 } bk_backend_ops;
 
 struct bk_backend {
@@ -260,6 +265,17 @@ static inline void bk_gated_residual(bk_backend *be, float *x, float *m, float *
     be->ops->sigmoid_mul(be, s, gate, n_rows, width, 1);
     be->ops->add(be, m, s, n);
     be->ops->add(be, x, m, n);
+}
+/* The router's logits = x W^T and moe_route on them (w.n_out experts), through the backend's fused op
+ * or as the two ops. */
+static inline void bk_moe_router(bk_backend *be, const bk_weight *w, const float *x, int n, int k, bool norm,
+                                 float scale, float *logits, int32_t *ids, float *weights) {
+    if (be->ops->moe_router) {
+        be->ops->moe_router(be, w, x, n, k, norm, scale, logits, ids, weights);
+        return;
+    }
+    be->ops->matmul(be, 1, &w, NULL, x, n, &logits);
+    be->ops->moe_route(be, logits, n, (int)w->n_out, k, norm, scale, ids, weights);
 }
 /* Strided rows through the backend's copy_rows, or one copy per row. */
 static inline void bk_copy_rows(bk_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,

@@ -82,11 +82,11 @@ static brisk_status ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b
     /* Every product of h first (router, shared expert's gate, its gate and up with their SwiGLU),
      * then the routed experts: a GPU quantizes h once for all of them (cuda_gemv.cu's tag), the
      * experts included. */
-    const bk_weight *router[2] = {&L->ffn_gate_inp, &L->gate_inp_shexp};
-    float *router_out[2] = {s->moe_logits, s->sh_gate};
-    op->matmul(be, 2, router, NULL, s->xb, n, router_out);
+    bk_moe_router(be, &L->ffn_gate_inp, s->xb, n, hp->n_expert_used, true, 0.0f, s->moe_logits, s->moe_ids,
+                  s->moe_w);
+    const bk_weight *shg = &L->gate_inp_shexp;
+    op->matmul(be, 1, &shg, NULL, s->xb, n, &s->sh_gate);
     bk_matmul_swiglu(be, &L->gate_shexp, &L->up_shexp, s->xb, n, s->hb2, s->hb);
-    op->moe_route(be, s->moe_logits, n, hp->n_expert, hp->n_expert_used, true, 0.0f, s->moe_ids, s->moe_w);
     moe_count_experts(m, be, b, s, l);
     BK_TRY(moe_experts(m, be, b, s, l));
     const bk_weight *down = &L->down_shexp;

@@ -51,9 +51,7 @@ brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_
         decoder_attention(m, be, kv, b, s, l);
 
         op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
-        const bk_weight *router = &L->ffn_gate_inp;
-        op->matmul(be, 1, &router, NULL, s->xb, n, &s->moe_logits);
-        op->moe_route(be, s->moe_logits, n, hp->n_expert, k, true, 0.0f, s->moe_ids, s->moe_w);
+        bk_moe_router(be, &L->ffn_gate_inp, s->xb, n, k, true, 0.0f, s->moe_logits, s->moe_ids, s->moe_w);
         moe_count_experts(m, be, b, s, l);
         BK_TRY(moe_experts(m, be, b, s, l));
         op->add(be, s->x, s->moe_out, (size_t)n * d);

@@ -67,6 +67,7 @@ static void cuda_free(bk_backend *be) {
     }
     cudaFree(cb->att_part);
     cudaFree(cb->att_cnt);
+    cudaFree(cb->route_cnt);
     cudaFree(cb->xq);
     cudaFree(cb->xds);
     cuda_moe_free(cb);
@@ -197,6 +198,7 @@ static const bk_backend_ops cuda_ops = {
     /* copy_rows */ cuda_copy_rows,
     /* all_reduce */ cuda_all_reduce,
     /* gated_residual */ cuda_gated_residual,
+    /* moe_router */ cuda_moe_router,
 };
 
 extern "C" int bk_cuda_device_count(void) {
@@ -270,6 +272,8 @@ static brisk_status cuda_init(cuda_backend *cb) {
     CU_TRY(cudaMalloc(&cb->att_part, ATT_PART_FLOATS * sizeof(float)));
     CU_TRY(cudaMalloc(&cb->att_cnt, ATT_CNT_N * sizeof(int)));
     CU_TRY(cudaMemset(cb->att_cnt, 0, ATT_CNT_N * sizeof(int)));
+    CU_TRY(cudaMalloc(&cb->route_cnt, sizeof(int)));
+    CU_TRY(cudaMemset(cb->route_cnt, 0, sizeof(int)));
     cb->attn_fuse_off = getenv("BRISK_CUDA_ATTN_FUSE") && !strcmp(getenv("BRISK_CUDA_ATTN_FUSE"), "0");
     const char *mma = getenv("BRISK_CUDA_MMA");
     cb->mma_off = mma && !strcmp(mma, "0");
@@ -304,6 +308,7 @@ static brisk_status cuda_init(cuda_backend *cb) {
     cb->moe_vec_off = getenv("BRISK_CUDA_MOE_VEC") && !strcmp(getenv("BRISK_CUDA_MOE_VEC"), "0");
     cb->moe_vec_r = getenv("BRISK_CUDA_MOE_VEC_R") ? atoi(getenv("BRISK_CUDA_MOE_VEC_R")) : 2;
     cb->attnq_off = getenv("BRISK_CUDA_ATTNQ") && !strcmp(getenv("BRISK_CUDA_ATTNQ"), "0");
+    cb->router_fuse_off = getenv("BRISK_CUDA_ROUTER_FUSE") && !strcmp(getenv("BRISK_CUDA_ROUTER_FUSE"), "0");
     cb->route_warp_off = getenv("BRISK_CUDA_ROUTE_WARP") && !strcmp(getenv("BRISK_CUDA_ROUTE_WARP"), "0");
     cb->moe_mmq_min = mmmin && atoi(mmmin) > 0 ? atoi(mmmin) : MOE_MMQ_MIN_ENT;
     cb->xq_cap = (size_t)MMVQ_MAX_TOK << 17; /* rows of up to 128K elements */

@@ -107,9 +107,12 @@ gemv_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, con
 }
 
 /* ---- GEMV for few rows (an MoE router: 128-256 rows of 2048): a block per row, its warps split
- * the row's K, a lane's steps unrolled so their loads go out together. With a warp per row pair
- * the router's 16-32 blocks walked 8 dependent load rounds each (ncu: 7.4 us for 1 MB). ---- */
-#define GEMV_SK_WARPS 4
+ * the row's K (block_row_dot in cuda_internal.cuh). With a warp per row pair the router's 16-32
+ * blocks walked 8 dependent load rounds each (ncu: 7.4 us for 1 MB). ---- */
+bool cuda_gemv_splitk_use(const bk_weight *w) {
+    return IS_FLOAT_T(w->type) && w->n_out <= 1024 && w->n_in % 8 == 0 && w->n_in >= 1024;
+}
+
 template <int T>
 __global__ void __launch_bounds__(GEMV_SK_WARPS * 32)
 gemv_splitk_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, const float *x, int n,
@@ -117,43 +120,12 @@ gemv_splitk_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_o
     pdl_wait();
     pdl_allow_next();
     __shared__ float part[GEMV_SK_WARPS][GEMV_MAX_TOK];
-    const int lane = threadIdx.x % 32, wp = threadIdx.x / 32;
     const int64_t r = blockIdx.x;
-    const uint8_t *row = W + r * row_bytes;
-    float acc[GEMV_MAX_TOK];
-#pragma unroll
-    for (int t = 0; t < GEMV_MAX_TOK; t++) acc[t] = 0.0f;
-    const int64_t steps = n_in / 8; /* the caller checks n_in % 8 == 0 */
-#pragma unroll 4
-    for (int64_t p = wp * 32 + lane; p < steps; p += GEMV_SK_WARPS * 32) {
-        float v[8];
-        deq8<T>(row, p * 8, v);
-#pragma unroll
-        for (int t = 0; t < GEMV_MAX_TOK; t++) {
-            if (t < n) {
-                const float4 *xp = (const float4 *)(x + t * n_in + p * 8);
-                float4 a = __ldg(xp), b = __ldg(xp + 1);
-                acc[t] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w + v[4] * b.x + v[5] * b.y + v[6] * b.z +
-                          v[7] * b.w;
-            }
-        }
-    }
-#pragma unroll
-    for (int t = 0; t < GEMV_MAX_TOK; t++) {
-        if (t >= n) break;
-        float s = acc[t];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane == 0) part[wp][t] = s;
-    }
-    __syncthreads();
+    block_row_dot<T, GEMV_MAX_TOK, GEMV_SK_WARPS>(W + r * row_bytes, x, n_in, n, part);
     if ((int)threadIdx.x < n) {
         const int t = threadIdx.x;
-        float s = part[0][t];
-#pragma unroll
-        for (int w = 1; w < GEMV_SK_WARPS; w++) s += part[w][t];
         float *o = y + (int64_t)t * n_out + r;
-        *o = (accum ? *o : 0.0f) + s + (bias ? bias[r] : 0.0f);
+        *o = (accum ? *o : 0.0f) + block_row_sum(part, t) + (bias ? bias[r] : 0.0f);
     }
 }
 
@@ -243,7 +215,7 @@ static void matmul_one(cuda_backend *cb, const bk_weight *w, const bk_weight *bi
         return;
     }
     /* few rows of a float type (routers): a block per row (gemv_splitk_kernel) */
-    if (IS_FLOAT_T(w->type) && n_out <= 1024 && n_in % 8 == 0 && n_in >= 1024) {
+    if (cuda_gemv_splitk_use(w)) {
         for (int t0 = 0; t0 < n; t0 += GEMV_MAX_TOK) {
             int nt = n - t0 < GEMV_MAX_TOK ? n - t0 : GEMV_MAX_TOK;
             BK_DISPATCH(w->type, pdl_launch(cb, gemv_splitk_kernel<TT>, dim3((unsigned)n_out), dim3(GEMV_SK_WARPS * 32),

@@ -67,6 +67,7 @@ typedef struct cuda_backend {
     bool mmvq_slices_off;       /* BRISK_CUDA_MMVQ_SLICES=0: 17..MMVQ_SLICE_MAX tokens on the prefill path */
     bool mmvq_multi_off;        /* BRISK_CUDA_MMVQ_MULTI=0: one launch per matrix of a call (A/B) */
     bool attn_fuse_off;         /* BRISK_CUDA_ATTN_FUSE=0: decode attention merges its splits in a kernel of its own (A/B) */
+    int *route_cnt;             /* the fused MoE router's finished-block counter (cuda_moe.cu), zero between launches */
     int *att_cnt;               /* (ATT_CNT_N) per (token, head group) split counters of the decode attention, zero between launches */
     int q6k_quad;               /* BRISK_CUDA_Q6K_QUAD: 0 off, 1 (default) Q6_K decode products in quads of groups, 2 the LM head too */
     bool pdl_off;               /* BRISK_CUDA_PDL=0 or before sm_90: decode kernels launched the ordinary way (cuda_pdl.cuh) */
@@ -82,6 +83,7 @@ typedef struct cuda_backend {
     bool attnq_off;             /* BRISK_CUDA_ATTNQ=0: the decode attention does not quantize its output (A/B) */
     int moe_vec_r;              /* BRISK_CUDA_MOE_VEC_R: weight rows per warp of those kernels (2; 4 for A/B) */
     bool route_warp_off;        /* BRISK_CUDA_ROUTE_WARP=0: the router's block-per-token kernel only (A/B) */
+    bool router_fuse_off;       /* BRISK_CUDA_ROUTER_FUSE=0: the router's product and routing as two launches (A/B) */
     int moe_mmq_min;            /* BRISK_CUDA_MOE_MMQ_MIN: (token, expert) entries from which cuda_moe.cu uses mmq */
 
     /* MoE scratch (cuda_moe.cu): sized at the first moe_ffn call for the
@@ -299,6 +301,52 @@ __device__ __forceinline__ void warp_store_rows(float (&acc)[R][NT], int lane, i
             if (lane == 0) *o = (accum ? *o : 0.0f) + s + (bias ? bias[r0 + i] : 0.0f);
         }
     }
+}
+
+/* One weight row dotted with n <= NT activation rows x (n, n_in) by a block of WARPS warps on the
+ * float path (deq8; n_in % 8 == 0): the warps split K, a lane's steps unrolled so their loads go out
+ * together; after the call (it ends in a barrier) part[w][t] holds warp w's sum for token t, and
+ * block_row_sum adds them in warp order. The split-K GEMV (cuda_gemv.cu) and the fused MoE router
+ * (cuda_moe.cu) share it, so their logits are the same. */
+#define GEMV_SK_WARPS 4
+template <int T, int NT, int WARPS>
+__device__ __forceinline__ void block_row_dot(const uint8_t *row, const float *x, int64_t n_in, int n,
+                                              float (&part)[WARPS][NT]) {
+    const int lane = threadIdx.x % 32, wp = threadIdx.x / 32;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    const int64_t steps = n_in / 8;
+#pragma unroll 4
+    for (int64_t p = wp * 32 + lane; p < steps; p += WARPS * 32) {
+        float v[8];
+        deq8<T>(row, p * 8, v);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t < n) {
+                const float4 *xp = (const float4 *)(x + t * n_in + p * 8);
+                float4 a = __ldg(xp), b = __ldg(xp + 1);
+                acc[t] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w + v[4] * b.x + v[5] * b.y + v[6] * b.z +
+                          v[7] * b.w;
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (t >= n) break;
+        float s = acc[t];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0) part[wp][t] = s;
+    }
+    __syncthreads();
+}
+
+template <int NT, int WARPS> __device__ __forceinline__ float block_row_sum(const float (&part)[WARPS][NT], int t) {
+    float s = part[0][t];
+#pragma unroll
+    for (int w = 1; w < WARPS; w++) s += part[w][t];
+    return s;
 }
 
 /* The 32 lanes of a warp hold one group of 32 consecutive activations (lane l: element i, the
@@ -540,8 +588,12 @@ void cuda_gated_delta(bk_backend *be, const float *qkv, const float *b, const fl
                       int d, float eps, float *out);
 void cuda_sigmoid_mul(bk_backend *be, float *x, const float *gate, int n_rows, int width, int gate_width);
 void cuda_gated_residual(bk_backend *be, float *x, float *m, float *s, const float *gate, int n_rows, int width);
+void cuda_moe_router(bk_backend *be, const bk_weight *w, const float *x, int n, int k, bool norm, float scale,
+                     float *logits, int32_t *ids, float *weights);
 void cuda_moe_free(cuda_backend *cb);
 }
+/* A float matrix of few, wide rows (a router) takes the split-K GEMV at decode (a block per row). */
+bool cuda_gemv_splitk_use(const bk_weight *w);
 bool cuda_mmvq_supported(uint32_t type, int64_t n_in);
 bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n);
 void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum);

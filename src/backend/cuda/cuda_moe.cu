@@ -164,21 +164,18 @@ moe_route_kernel(const float *logits, int n_expert, int k, int norm, float scale
  * ~7 us per call for one token, more than the expert products' bandwidth time. */
 #define ROUTE_WARP_MAX 256
 #define ROUTE_WARPS 4
-__global__ void __launch_bounds__(ROUTE_WARPS * 32)
-moe_route_warp_kernel(const float *logits, int n, int n_expert, int k, int norm, float scale, int32_t *ids,
-                      float *weights) {
-    pdl_wait();
-    pdl_allow_next();
+/* One token's routing by one warp: x its n_expert logits (read through L2: in the fused router other
+ * blocks of the grid wrote them), id / w its k slots. */
+__device__ __forceinline__ void route_token_warp(const float *x, int n_expert, int k, int norm, float scale,
+                                                 int32_t *id, float *w) {
     constexpr int PER = ROUTE_WARP_MAX / 32;
-    const int lane = threadIdx.x % 32, t = blockIdx.x * ROUTE_WARPS + threadIdx.x / 32;
-    if (t >= n) return;
-    const float *x = logits + (size_t)t * n_expert;
+    const int lane = threadIdx.x % 32;
     float p[PER];
     float mx = -INFINITY;
 #pragma unroll
     for (int i = 0; i < PER; i++) {
         int e = lane + 32 * i;
-        p[i] = e < n_expert ? x[e] : -INFINITY;
+        p[i] = e < n_expert ? __ldcg(x + e) : -INFINITY;
         mx = fmaxf(mx, p[i]);
     }
 #pragma unroll
@@ -196,8 +193,6 @@ moe_route_warp_kernel(const float *logits, int n, int n_expert, int k, int norm,
     float inv = (float)(1.0 / sum);
 #pragma unroll
     for (int i = 0; i < PER; i++) p[i] = lane + 32 * i < n_expert ? p[i] * inv : -INFINITY;
-    int32_t *id = ids + (size_t)t * k;
-    float *w = weights + (size_t)t * k;
     double ws = 0;
     for (int s = 0; s < k; s++) {
         float bv = -INFINITY;
@@ -232,6 +227,52 @@ moe_route_warp_kernel(const float *logits, int n, int n_expert, int k, int norm,
     }
 }
 
+__global__ void __launch_bounds__(ROUTE_WARPS * 32)
+moe_route_warp_kernel(const float *logits, int n, int n_expert, int k, int norm, float scale, int32_t *ids,
+                      float *weights) {
+    pdl_wait();
+    pdl_allow_next();
+    const int t = blockIdx.x * ROUTE_WARPS + threadIdx.x / 32;
+    if (t >= n) return;
+    route_token_warp(logits + (size_t)t * n_expert, n_expert, k, norm, scale, ids + (size_t)t * k,
+                     weights + (size_t)t * k);
+}
+
+/* The router of one token in one launch: a block per expert row computes its logit as the split-K
+ * GEMV does (block_row_dot: the same logits), and the block that finishes last routes the token
+ * (the last-block reduction of the CUDA programming guide: each block's logit is fenced before it
+ * counts; the counter is zero between launches). One launch instead of two per MoE layer. */
+template <int T>
+__global__ void __launch_bounds__(GEMV_SK_WARPS * 32)
+moe_router_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int n_expert, const float *x, int k, int norm,
+                  float scale, float *logits, int32_t *ids, float *weights, int *cnt) {
+    pdl_wait();
+    pdl_allow_next();
+    __shared__ float part[GEMV_SK_WARPS][1];
+    __shared__ int last;
+    const int64_t r = blockIdx.x;
+    block_row_dot<T, 1, GEMV_SK_WARPS>(W + r * row_bytes, x, n_in, 1, part);
+    if (threadIdx.x == 0) {
+        logits[r] = block_row_sum(part, 0);
+        __threadfence();
+        last = atomicAdd(cnt, 1) == n_expert - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (threadIdx.x < 32) route_token_warp(logits, n_expert, k, norm, scale, ids, weights);
+    if (threadIdx.x == 0) *cnt = 0; /* ready for the next launch (the grid's end orders it before) */
+}
+
+/* The quantized-activation tag (cuda_internal.cuh: xq_src) after an op that writes only ids and
+ * weights: t again, unless one of them overlaps the tagged rows. */
+static void route_tag_keep(cuda_backend *cb, const float *t, const int32_t *ids, const float *weights, size_t nk) {
+    const void *lo = t, *hi = t ? t + (size_t)cb->xq_n * cb->xq_dim : NULL;
+    bool hit = t && (((const void *)(weights + nk) > lo && (const void *)weights < hi) ||
+                     ((const void *)(ids + nk) > lo && (const void *)ids < hi));
+    cb->xq_src = hit ? NULL : t;
+}
+
 extern "C" void cuda_moe_route(bk_backend *be, const float *logits, int n, int n_expert, int k, bool norm,
                                float scale, int32_t *ids, float *weights) {
     cuda_backend *cb = (cuda_backend *)be;
@@ -248,11 +289,29 @@ extern "C" void cuda_moe_route(bk_backend *be, const float *logits, int n, int n
         pdl_launch(cb, moe_route_kernel, dim3((unsigned)n), dim3(ROUTE_THREADS), 0, logits, n_expert, k, norm ? 1 : 0,
                    scale, ids, weights);
     CU_LAUNCHED(cb);
-    bool hit = tag && ((const void *)(weights + (size_t)n * k) > (const void *)tag &&
-                       (const void *)weights < (const void *)(tag + (size_t)cb->xq_n * cb->xq_dim));
-    hit = hit || (tag && (const void *)(ids + (size_t)n * k) > (const void *)tag &&
-                  (const void *)ids < (const void *)(tag + (size_t)cb->xq_n * cb->xq_dim));
-    if (!hit) cb->xq_src = tag;
+    route_tag_keep(cb, tag, ids, weights, (size_t)n * k);
+}
+
+/* The MoE router: one token with a float router of up to ROUTE_WARP_MAX experts in one launch
+ * (moe_router_kernel), anything else as the product and moe_route. */
+extern "C" void cuda_moe_router(bk_backend *be, const bk_weight *w, const float *x, int n, int k, bool norm,
+                                float scale, float *logits, int32_t *ids, float *weights) {
+    cuda_backend *cb = (cuda_backend *)be;
+    const int n_expert = (int)w->n_out;
+    /* the product as the split-K GEMV computes it (the same logits as the two-launch path) */
+    if (n == 1 && !cb->router_fuse_off && !cb->route_warp_off && cuda_gemv_splitk_use(w) &&
+        n_expert <= ROUTE_WARP_MAX && k >= 1 && k <= n_expert) {
+        const float *tag = cb->xq_src; /* the product reads x; its outputs are logits, ids and weights */
+        BK_DISPATCH(w->type, pdl_launch(cb, moe_router_kernel<TT>, dim3((unsigned)n_expert), dim3(GEMV_SK_WARPS * 32), 0,
+                                        (const uint8_t *)w->dev, w->row_bytes, w->n_in, n_expert, x, k, norm ? 1 : 0,
+                                        scale, logits, ids, weights, cb->route_cnt));
+        CU_LAUNCHED(cb);
+        bool over = tag && logits < tag + (size_t)cb->xq_n * cb->xq_dim && tag < logits + n_expert;
+        route_tag_keep(cb, over ? NULL : tag, ids, weights, (size_t)k);
+        return;
+    }
+    cuda_matmul(be, 1, &w, NULL, x, n, &logits);
+    cuda_moe_route(be, logits, n, n_expert, k, norm, scale, ids, weights);
 }
 
 /* ---- grouping: one block; the order inside an expert's group is free
