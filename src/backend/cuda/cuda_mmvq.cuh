@@ -19,6 +19,14 @@ template <int T, int NT> struct mmvq_unroll { /* Q4_K: pairs of groups */
                                                               : NT == 1 ? 4 : NT <= 4 ? 2 : 1;
 };
 
+/* The first time only: wait for the kernel before (its outputs are the activations) and let the next one launch. */
+__device__ __forceinline__ void pdl_wait_once(bool &waited) {
+    if (waited) return;
+    pdl_wait();
+    pdl_allow_next();
+    waited = true;
+}
+
 /* R: weight rows per warp (cuda_mmvq.cu: MMVQ_ROWS; the expert products of cuda_moe.cu take more,
  * so that one wave of warps covers a layer's active experts). GLU: the warp's rows are R / 2 rows
  * r.. of the gate matrix W, each followed by the same row of the up matrix W2, and it stores
@@ -64,11 +72,7 @@ __device__ __forceinline__ void mmvq_rows(const uint8_t *W, const uint8_t *W2, s
                     if (p0 + 32 * u < n_pairs)
 #pragma unroll
                         for (int i = 0; i < R; i++) group_load_q4k_pair(rows[i], p0 + 32 * u, lo[u][i], hi[u][i]);
-                if (!waited) {
-                    pdl_wait();
-                    pdl_allow_next();
-                    waited = true;
-                }
+                pdl_wait_once(waited);
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     int64_t g = 2 * (p0 + 32 * u);
@@ -94,11 +98,7 @@ __device__ __forceinline__ void mmvq_rows(const uint8_t *W, const uint8_t *W2, s
                 wgroup q[R][4];
 #pragma unroll
                 for (int i = 0; i < R; i++) group_load_q6k_quad(rows[i], h, q[i]);
-                if (!waited) {
-                    pdl_wait();
-                    pdl_allow_next();
-                    waited = true;
-                }
+                pdl_wait_once(waited);
                 int64_t g = 4 * h;
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
@@ -125,11 +125,7 @@ __device__ __forceinline__ void mmvq_rows(const uint8_t *W, const uint8_t *W2, s
                 if (g0 + 32 * u < n_groups)
 #pragma unroll
                     for (int i = 0; i < R; i++) group_load<T>(rows[i], g0 + 32 * u, q[u][i]);
-            if (!waited) {
-                pdl_wait();
-                pdl_allow_next();
-                waited = true;
-            }
+            pdl_wait_once(waited);
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 int64_t g = g0 + 32 * u;
@@ -146,11 +142,7 @@ __device__ __forceinline__ void mmvq_rows(const uint8_t *W, const uint8_t *W2, s
                 }
             }
         }
-        if (!waited) { /* a lane without groups still stores (and reads y when accum) */
-            pdl_wait();
-            pdl_allow_next();
-            waited = true;
-        }
+        pdl_wait_once(waited); /* a lane without groups still stores (and reads y when accum) */
         if (GLU) {
 #pragma unroll
             for (int i = 0; i < R / 2; i++) {
