@@ -22,12 +22,15 @@
  *     prefill attention on tensor cores (> 64 tokens, head_dim 64/128/256: f16 Q and P) 2e-3;
  *   q8_0 KV writes byte-identical to the CPU's
  *   moe_route: same ids in the same order (another id only at a near tie) and
- *     weights within 1e-5 relative; moe_ffn 1e-4 vs a double reference, and vs
+ *     weights within 1e-5 relative; moe_router (the fused product + routing) bit for
+ *     bit against the GPU's matmul + moe_route, and on f32 routers against the CPU's
+ *     (logits 1e-5, then as moe_route); moe_ffn 1e-4 vs a double reference, and vs
  *     the CPU twice the CPU's own error + 1e-4 (the CPU quantizes activations);
  *     where a product takes the int8-dot path (Q8_0/Q4_0/Q4_K/Q6_K) twice the
  *     CPU's error + 1e-4 vs the reference, three times vs the CPU
  *   ssm_conv 1e-6, carried inputs exact; gated_delta 1e-4 (outputs and the
- *     fp32 state, after up to 24 entries); sigmoid_mul 1e-6
+ *     fp32 state, after up to 24 entries); sigmoid_mul 1e-6; gated_residual 1e-6 vs
+ *     the CPU's three ops, bit for bit vs the GPU's
  *   end to end: identical greedy tokens; max |logit diff| <= 2e-2 * max |logit|
  *     (stories260K, and the models of BRISK_E2E_MODELS: tiny MoE and hybrids,
  *     also two sequences per batch)
