@@ -354,29 +354,12 @@ KINL void f16_tile(int64_t n, const char *const wr[4], size_t ws, const char *x,
 GEMM_DRIVER(q4_K, KATTR, Q4K_RX)
 GEMM_DRIVER(q5_K, KATTR, Q4K_RX)
 GEMM_DRIVER(q6_K, KATTR, Q6K_RX)
+/* One token too: four interleaved rows with the tile's prefetch beat one row at a time with a whole
+ * row prefetched two rows ahead (qwen3-0.6b Q8_0 tg32 on the 2-core VM, alternating: 1 thread
+ * 15.9 / 15.0 against 13.6 / 11.7 tok/s, 2 threads 25.4 / 31.8 against 20.4 / 24.1); the results are
+ * the same (q80_tile keeps the single-row kernel's order). */
 GEMM_DRIVER(q8_0, KATTR, 4)
 
-/* One token through Q8_0 streams weights from DRAM faster one row at a time
- * (one sequential stream; 4 interleaved short streams measured ~30% slower),
- * and the row kernel's result is the same. The row Q80_PF_ROWS ahead is
- * prefetched whole: the hardware prefetcher alone left one core at ~6 GB/s
- * (qwen3-0.6b Q8_0 tg32 on the 2-core VM: 10.1 -> 12.3-13.3 tok/s at 1 thread,
- * 17.7 -> 25.0 at 2; 1, 4 and 8 rows ahead measured within the noise). */
-#ifndef Q80_PF_ROWS
-#define Q80_PF_ROWS 2
-#endif
-static KATTR void gemm_q8_0_sel_avx512(int64_t n, const void *w, size_t ws, int nw, const void *x, size_t xs,
-                                       int nx, float *s, size_t ss) {
-    if (nx == 1) {
-        for (int i = 0; i < nw; i++) {
-            if (Q80_PF_ROWS && i + Q80_PF_ROWS < nw)
-                for (size_t l = 0; l < ws; l += 64) _mm_prefetch(WROW(w, ws, i + Q80_PF_ROWS) + l, _MM_HINT_T0);
-            q8_0_avx512(n, WROW(w, ws, i), x, xs, 1, s + (size_t)i * ss);
-        }
-        return;
-    }
-    gemm_q8_0_avx512(n, w, ws, nw, x, xs, nx, s, ss);
-}
 
 GEMM_DRIVER(q4_0, KATTR, 4)
 GEMM_DRIVER(f16, KATTR, 4)
@@ -484,7 +467,7 @@ static cpu_gemm_fn KNAME(gemm_table_get)(uint32_t type) {
     case QT_Q4_0: return KNAME(gemm_q4_0);
     case QT_F16: return gemm_f16_sel_avx512;
     case QT_Q6_K: return KNAME(gemm_q6_K);
-    case QT_Q8_0: return gemm_q8_0_sel_avx512;
+    case QT_Q8_0: return KNAME(gemm_q8_0);
     case QT_BF16: return __builtin_cpu_supports("avx512bf16") ? gemm_bf16_avx512 : NULL;
     default: return NULL;
     }
