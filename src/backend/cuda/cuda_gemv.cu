@@ -250,30 +250,6 @@ static int q8_path(const cuda_backend *cb, int n) {
     return n <= mmvq_max_tok(cb) ? Q8_MMVQ : Q8_NONE;
 }
 
-/* The quantized activations' tag (cuda_internal.cuh: xq_src) across a product call. A product reads
- * x and xq and writes only its outputs, so the tag outlives it: it names x when the call quantized x
- * (or found it quantized), else stays as it was, unless an output overwrote the tagged rows. So the
- * MoE router's product, which sits between the norm that quantized h and the experts that read h,
- * no longer costs the experts a quantize launch. */
-typedef struct q8_tag {
-    const float *src;
-    int n;
-    int64_t dim;
-} q8_tag;
-
-static q8_tag q8_tag_now(const cuda_backend *cb) {
-    q8_tag t = {cb->xq_src, cb->xq_n, cb->xq_dim};
-    return t;
-}
-
-/* After CU_LAUNCHED (which clears the tag): t again, unless output [y, y + len) overlaps its rows. */
-static void q8_tag_keep(cuda_backend *cb, q8_tag t, const float *y, size_t len) {
-    if (t.src && y < t.src + (size_t)t.n * (size_t)t.dim && t.src < y + len) t.src = NULL;
-    cb->xq_src = t.src;
-    cb->xq_n = t.n;
-    cb->xq_dim = t.dim;
-}
-
 /* y = x W^T (+ bias) or y += x W^T on the integer-dot path chosen for x (already quantized). */
 static void q8_matmul(cuda_backend *cb, int path, const bk_weight *w, const float *bias, int n, float *y, int accum) {
     if (path == Q8_MMQ) cuda_mmq(cb, w, bias, n, y, accum);

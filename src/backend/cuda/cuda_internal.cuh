@@ -592,6 +592,31 @@ void cuda_moe_router(bk_backend *be, const bk_weight *w, const float *x, int n, 
                      float *logits, int32_t *ids, float *weights);
 void cuda_moe_free(cuda_backend *cb);
 }
+/* The quantized activations' tag (xq_src above) across an op that reads x and xq and writes only
+ * other outputs (the products of cuda_gemv.cu, the MoE router of cuda_moe.cu). A product reads
+ * x and xq and writes only its outputs, so the tag outlives it: it names x when the call quantized x
+ * (or found it quantized), else stays as it was, unless an output overwrote the tagged rows. So the
+ * MoE router's product, which sits between the norm that quantized h and the experts that read h,
+ * no longer costs the experts a quantize launch. */
+typedef struct q8_tag {
+    const float *src;
+    int n;
+    int64_t dim;
+} q8_tag;
+
+static inline q8_tag q8_tag_now(const cuda_backend *cb) {
+    q8_tag t = {cb->xq_src, cb->xq_n, cb->xq_dim};
+    return t;
+}
+
+/* After CU_LAUNCHED (which clears the tag): t again, unless output [y, y + len) overlaps its rows. */
+static inline void q8_tag_keep(cuda_backend *cb, q8_tag t, const float *y, size_t len) {
+    if (t.src && y < t.src + (size_t)t.n * (size_t)t.dim && t.src < y + len) t.src = NULL;
+    cb->xq_src = t.src;
+    cb->xq_n = t.n;
+    cb->xq_dim = t.dim;
+}
+
 /* A float matrix of few, wide rows (a router) takes the split-K GEMV at decode (a block per row). */
 bool cuda_gemv_splitk_use(const bk_weight *w);
 bool cuda_mmvq_supported(uint32_t type, int64_t n_in);

@@ -264,13 +264,10 @@ moe_router_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int n_expert
     if (threadIdx.x == 0) *cnt = 0; /* ready for the next launch (the grid's end orders it before) */
 }
 
-/* The quantized-activation tag (cuda_internal.cuh: xq_src) after an op that writes only ids and
- * weights: t again, unless one of them overlaps the tagged rows. */
-static void route_tag_keep(cuda_backend *cb, const float *t, const int32_t *ids, const float *weights, size_t nk) {
-    const void *lo = t, *hi = t ? t + (size_t)cb->xq_n * cb->xq_dim : NULL;
-    bool hit = t && (((const void *)(weights + nk) > lo && (const void *)weights < hi) ||
-                     ((const void *)(ids + nk) > lo && (const void *)ids < hi));
-    cb->xq_src = hit ? NULL : t;
+/* The tag after an op whose outputs are nk ids and nk weights (cuda_internal.cuh: q8_tag_keep). */
+static void route_outputs_keep_tag(cuda_backend *cb, q8_tag t, const int32_t *ids, const float *weights, size_t nk) {
+    q8_tag_keep(cb, t, weights, nk);
+    q8_tag_keep(cb, q8_tag_now(cb), (const float *)(const void *)ids, nk);
 }
 
 extern "C" void cuda_moe_route(bk_backend *be, const float *logits, int n, int n_expert, int k, bool norm,
@@ -281,7 +278,7 @@ extern "C" void cuda_moe_route(bk_backend *be, const float *logits, int n, int n
         cuda_set_error(cb, bk_fail(BRISK_ERR_INVALID_ARG, "cuda moe_route: %d of %d experts", k, n_expert));
         return;
     }
-    const float *tag = cb->xq_src; /* the router writes only ids and weights: h's quantized copy stays valid */
+    q8_tag tag = q8_tag_now(cb); /* the router writes only ids and weights: h's quantized copy stays valid */
     if (n_expert <= ROUTE_WARP_MAX && !cb->route_warp_off)
         pdl_launch(cb, moe_route_warp_kernel, dim3((unsigned)((n + ROUTE_WARPS - 1) / ROUTE_WARPS)),
                    dim3(ROUTE_WARPS * 32), 0, logits, n, n_expert, k, norm ? 1 : 0, scale, ids, weights);
@@ -289,7 +286,7 @@ extern "C" void cuda_moe_route(bk_backend *be, const float *logits, int n, int n
         pdl_launch(cb, moe_route_kernel, dim3((unsigned)n), dim3(ROUTE_THREADS), 0, logits, n_expert, k, norm ? 1 : 0,
                    scale, ids, weights);
     CU_LAUNCHED(cb);
-    route_tag_keep(cb, tag, ids, weights, (size_t)n * k);
+    route_outputs_keep_tag(cb, tag, ids, weights, (size_t)n * k);
 }
 
 /* The MoE router: one token with a float router of up to ROUTE_WARP_MAX experts in one launch
@@ -301,13 +298,13 @@ extern "C" void cuda_moe_router(bk_backend *be, const bk_weight *w, const float 
     /* the product as the split-K GEMV computes it (the same logits as the two-launch path) */
     if (n == 1 && !cb->router_fuse_off && !cb->route_warp_off && cuda_gemv_splitk_use(w) &&
         n_expert <= ROUTE_WARP_MAX && k >= 1 && k <= n_expert) {
-        const float *tag = cb->xq_src; /* the product reads x; its outputs are logits, ids and weights */
+        q8_tag tag = q8_tag_now(cb); /* the product reads x; its outputs are logits, ids and weights */
         BK_DISPATCH(w->type, pdl_launch(cb, moe_router_kernel<TT>, dim3((unsigned)n_expert), dim3(GEMV_SK_WARPS * 32), 0,
                                         (const uint8_t *)w->dev, w->row_bytes, w->n_in, n_expert, x, k, norm ? 1 : 0,
                                         scale, logits, ids, weights, cb->route_cnt));
         CU_LAUNCHED(cb);
-        bool over = tag && logits < tag + (size_t)cb->xq_n * cb->xq_dim && tag < logits + n_expert;
-        route_tag_keep(cb, over ? NULL : tag, ids, weights, (size_t)k);
+        q8_tag_keep(cb, tag, logits, (size_t)n_expert);
+        route_outputs_keep_tag(cb, q8_tag_now(cb), ids, weights, (size_t)k);
         return;
     }
     cuda_matmul(be, 1, &w, NULL, x, n, &logits);
