@@ -72,9 +72,15 @@ typedef struct brisk_model_params {
                           backend in the GPU's place (also set by the environment's BRISK_SPLIT_CPU=1) */
     int n_cpu_moe;     /* MoE: layers [0, n_cpu_moe) keep their routed experts in host memory; <= 0: none */
     bool no_mmap;      /* read the file into (huge-page) memory instead of mapping it (llama.cpp's --no-mmap) */
-    /* Tensor parallelism (llama, qwen2, qwen3): this process is rank tp_rank of tp_size and holds
-     * its shard of the attention heads and FFN columns (engine/tp.h runs the ranks); 0: off */
+    /* Tensor parallelism (llama, qwen2, qwen3, qwen3moe): this process is rank tp_rank of tp_size and
+     * holds its shard of the attention heads and FFN columns, or of a qwen3moe's experts (whole experts
+     * a rank; with every expert in GPU memory: no n_cpu_moe) (engine/tp.h runs the ranks); 0: off */
     int tp_rank, tp_size;
+    /* Pipeline parallelism (any architecture; not with tp_size): this process is rank pp_rank of
+     * pp_size and holds a contiguous run of the layers (model_pp_layers), rank 0 also the embedding
+     * and the output layer: the residual stream goes rank to rank and back to rank 0 for the
+     * logits (engine/context.c); 0: off */
+    int pp_rank, pp_size;
 } brisk_model_params;
 
 brisk_model_params brisk_model_default_params(void);

@@ -27,7 +27,8 @@
  *     (logits 1e-5, then as moe_route); moe_ffn 1e-4 vs a double reference, and vs
  *     the CPU twice the CPU's own error + 1e-4 (the CPU quantizes activations);
  *     where a product takes the int8-dot path (Q8_0/Q4_0/Q4_K/Q6_K) twice the
- *     CPU's error + 1e-4 vs the reference, three times vs the CPU
+ *     CPU's error + 1e-4 vs the reference, three times vs the CPU; the same on a
+ *     tensor-parallel rank's slice of the experts (ids from moe_ids_local, exact vs the CPU's)
  *   ssm_conv 1e-6, carried inputs exact; gated_delta 1e-4 (outputs and the
  *     fp32 state, after up to 24 entries); sigmoid_mul 1e-6; gated_residual 1e-6 vs
  *     the CPU's three ops, bit for bit vs the GPU's
@@ -1085,7 +1086,7 @@ int main(int argc, char **argv) {
         {"matmul", test_matmul},         {"matmul_mmq", test_matmul_mmq},     {"matmul_multi", test_matmul_multi}, {"get_rows", test_get_rows},
         {"rms_norm", test_rms_norm},     {"rope", test_rope},
         {"qk_norm_rope", test_qk_norm_rope}, {"matmul_swiglu", test_matmul_swiglu},                 {"attention", test_attention},
-        {"elementwise", test_elementwise}, {"moe_route", test_moe_route},   {"moe_ffn", test_moe_ffn}, {"moe_ffn_mmq", test_moe_ffn_mmq}, {"moe_ffn_table", test_moe_ffn_table},
+        {"elementwise", test_elementwise}, {"moe_route", test_moe_route},   {"moe_ffn", test_moe_ffn}, {"moe_ffn_mmq", test_moe_ffn_mmq}, {"moe_ffn_ep", test_moe_ffn_ep}, {"moe_ffn_table", test_moe_ffn_table},
         {"ssm", test_ssm},               {"sigmoid_mul", test_sigmoid_mul},   {"end_to_end", test_end_to_end},
         {"end_to_end_models", test_end_to_end_models},
         {"matmul_cublas", test_matmul_cublas},

@@ -6,7 +6,12 @@
  * the all-reduce would). Each rank's q/k/v rows equal the whole product's
  * bit for bit; the layer output agrees within 1e-5 (only the order of the
  * final sums differs). F32, Q8_0 and Q4_K weights; 2 and 4 ranks; GQA with
- * more and with fewer KV heads than ranks. */
+ * more and with fewer KV heads than ranks.
+ *
+ * A MoE layer's experts placed by expert (SHARD_EXPERTS): moe_ffn skips the
+ * slots whose id is -1 exactly (bit for bit the sum over the other slots),
+ * and the ranks' moe_ffn over their expert slices, ids made local by
+ * moe_ids_local, sum to the whole layer's output. */
 #include <math.h>
 #include <stdint.h>
 
@@ -169,6 +174,111 @@ static void test_layer(void) {
     check_layer(QT_Q4_K, 2, gqa);  /* column halves of 256: whole 256-blocks */
 }
 
+/* ---- experts placed by expert ---- */
+/* (n, k) routing of n tokens over ne experts: k distinct ids a token, positive weights. */
+static void route(int n, int ne, int k, int32_t *ids, float *w) {
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            int32_t e;
+            bool taken;
+            do {
+                rng = rng * 1664525u + 1013904223u;
+                e = (int32_t)((rng >> 8) % (uint32_t)ne);
+                taken = false;
+                for (int q = 0; q < j; q++) taken |= ids[t * k + q] == e;
+            } while (taken);
+            ids[t * k + j] = e;
+            w[t * k + j] = 0.25f + 0.5f * (frand() + 1.0f);
+        }
+}
+
+static void make_experts(uint32_t type, int d, int ff, int ne, bk_weight w[3]) {
+    w[0] = make_w("gate_exps", type, d, (int64_t)ne * ff, 0.1f);
+    w[1] = make_w("up_exps", type, d, (int64_t)ne * ff, 0.1f);
+    w[2] = make_w("down_exps", type, ff, (int64_t)ne * d, 0.1f);
+    for (int i = 0; i < 3; i++) w[i].n_expert = ne;
+}
+
+/* moe_ffn with some slots' ids -1 equals moe_ffn over the other slots alone, bit for bit (every
+ * product is computed on its own and the kept slots are summed in the same order); a token whose
+ * slots are all -1 gets 0. */
+static void test_moe_skip(void) {
+    enum { D = 256, FF = 128, NE = 8, K = 4, N = 6 };
+    static const int keep[N][2] = {{0, 1}, {0, 3}, {1, 2}, {2, 3}, {1, 3}, {0, 2}};
+    bk_weight w[3];
+    make_experts(QT_Q8_0, D, FF, NE, w);
+    int32_t ids[N * K], skip[N * K], ids2[N * 2];
+    float wt[N * K], wt2[N * 2];
+    route(N, NE, K, ids, wt);
+    for (int t = 0; t < N; t++)
+        for (int j = 0; j < K; j++) {
+            bool kept = j == keep[t][0] || j == keep[t][1];
+            skip[t * K + j] = kept ? ids[t * K + j] : -1;
+            if (kept) {
+                int c = j == keep[t][0] ? 0 : 1;
+                ids2[t * 2 + c] = ids[t * K + j];
+                wt2[t * 2 + c] = wt[t * K + j];
+            }
+        }
+    float *x = buf((size_t)N * D), *a = buf((size_t)N * D), *b = buf((size_t)N * D);
+    for (int i = 0; i < N * D; i++) x[i] = frand();
+    be->ops->moe_ffn(be, &w[0], &w[1], &w[2], x, N, skip, wt, K, a);
+    be->ops->moe_ffn(be, &w[0], &w[1], &w[2], x, N, ids2, wt2, 2, b);
+    CHECK(!memcmp(a, b, (size_t)N * D * sizeof(float)));
+    for (int j = 0; j < K; j++) skip[K + j] = -1; /* token 1: nothing here */
+    be->ops->moe_ffn(be, &w[0], &w[1], &w[2], x, N, skip, wt, K, a);
+    bool zero = true;
+    for (int i = 0; i < D; i++) zero &= a[D + i] == 0.0f;
+    CHECK(zero);
+    CHECK(!memcmp(a, b, D * sizeof(float)) && !memcmp(a + 2 * D, b + 2 * D, (size_t)(N - 2) * D * sizeof(float)));
+    for (int i = 0; i < 3; i++) free((void *)w[i].host);
+    free(x); free(a); free(b);
+}
+
+/* The whole layer's moe_ffn against the sum over n_ranks ranks of moe_ffn on each rank's expert
+ * slice, its ids made local by moe_ids_local (k = 3 exceeds the 2 experts a rank holds at 4
+ * ranks: the slots of other ranks' experts are -1). Only the order of the final sums differs. */
+static void check_experts(uint32_t type, int n_ranks) {
+    enum { D = 256, FF = 256, NE = 8, K = 3, N = 5 }; /* FF: whole Q4_K blocks for down's rows */
+    bk_weight w[3];
+    make_experts(type, D, FF, NE, w);
+    int32_t ids[N * K], loc[N * K];
+    float wt[N * K];
+    route(N, NE, K, ids, wt);
+    float *x = buf((size_t)N * D), *ref = buf((size_t)N * D), *got = buf((size_t)N * D), *part = buf((size_t)N * D);
+    for (int i = 0; i < N * D; i++) x[i] = frand();
+    be->ops->moe_ffn(be, &w[0], &w[1], &w[2], x, N, ids, wt, K, ref);
+    int per = NE / n_ranks;
+    bool ids_ok = true;
+    for (int r = 0; r < n_ranks; r++) {
+        bk_weight s[3];
+        for (int i = 0; i < 3; i++) {
+            CHECK_OK(shard_weight(&w[i], SHARD_EXPERTS, r, n_ranks, 1, &s[i]));
+            CHECK(s[i].n_expert == per && s[i].n_out == w[i].n_out / n_ranks && s[i].row_bytes == w[i].row_bytes &&
+                  s[i].host == (const char *)w[i].host + (size_t)(r * s[i].n_out) * w[i].row_bytes);
+        }
+        memcpy(loc, ids, sizeof ids);
+        be->ops->moe_ids_local(be, loc, N * K, r * per, (r + 1) * per);
+        for (int i = 0; i < N * K; i++)
+            ids_ok &= loc[i] == (ids[i] >= r * per && ids[i] < (r + 1) * per ? ids[i] - r * per : -1);
+        be->ops->moe_ffn(be, &s[0], &s[1], &s[2], x, N, loc, wt, K, part);
+        for (int i = 0; i < N * D; i++) got[i] += part[i];
+    }
+    CHECK(ids_ok);
+    double e = rel_err(got, ref, (size_t)N * D);
+    if (!(e <= 1e-6)) fprintf(stderr, "  experts %s, %d ranks: rel err %.2e\n", quant_type_name(type), n_ranks, e);
+    CHECK(e <= 1e-6);
+    for (int i = 0; i < 3; i++) free((void *)w[i].host);
+    free(x); free(ref); free(got); free(part);
+}
+
+static void test_experts(void) {
+    check_experts(QT_F32, 2);
+    check_experts(QT_F32, 4);
+    check_experts(QT_Q8_0, 4);
+    check_experts(QT_Q4_K, 2);
+}
+
 static void test_errors(void) {
     bk_weight w = make_w("w", QT_Q4_K, 512, 64, 0.1f), out;
     CHECK(shard_weight(&w, SHARD_COLS, 0, 4, 1, &out) == BRISK_ERR_INVALID_ARG); /* 128 columns: half a Q4_K block */
@@ -179,6 +289,13 @@ static void test_errors(void) {
     shard_heads sh;
     CHECK(shard_heads_for(8, 3, 0, 2, &sh) == BRISK_ERR_INVALID_ARG);
     CHECK(shard_heads_for(6, 2, 0, 4, &sh) == BRISK_ERR_INVALID_ARG);
+    /* experts: whole experts a rank; an expert tensor splits by expert only */
+    CHECK(shard_weight(&w, SHARD_EXPERTS, 0, 2, 1, &out) == BRISK_ERR_INVALID_ARG); /* no experts */
+    w.n_expert = 4; /* 4 experts of 16 rows */
+    CHECK(shard_weight(&w, SHARD_EXPERTS, 0, 3, 1, &out) == BRISK_ERR_INVALID_ARG);
+    CHECK(shard_weight(&w, SHARD_ROWS, 0, 2, 1, &out) == BRISK_ERR_UNSUPPORTED);
+    CHECK_OK(shard_weight(&w, SHARD_EXPERTS, 1, 2, 1, &out));
+    CHECK(out.n_expert == 2 && out.n_out == 32 && out.host == (const char *)w.host + 32 * w.row_bytes);
     free((void *)w.host);
 }
 
@@ -187,8 +304,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cpu backend: %s\n", brisk_last_error());
         return 1;
     }
-    static const test_case cases[] = {{"layer", test_layer}, {"errors", test_errors}};
-    int rc = test_main(cases, 2, argc, argv);
+    static const test_case cases[] = {
+        {"layer", test_layer}, {"moe_skip", test_moe_skip}, {"experts", test_experts}, {"errors", test_errors}};
+    int rc = test_main(cases, 4, argc, argv);
     be->ops->free(be);
     return rc;
 }

@@ -83,6 +83,14 @@ typedef struct bk_attn_batch {
     /* entry i attends to positions [0, pos[i]] of its sequence */
 } bk_attn_batch;
 
+/* One transfer of a p2p group: n floats of backend memory to (send) or from rank peer. */
+typedef struct bk_p2p {
+    float *buf;
+    size_t n;
+    int peer;
+    bool send;
+} bk_p2p;
+
 /* One forward pass's inputs, shown to the backend before its ops (see step_begin). */
 typedef struct bk_step {
     int n_tokens;
@@ -174,8 +182,9 @@ typedef struct bk_backend_ops {
      * an active expert's weights are read once per call; experts no token
      * chose are not read. An entry whose id is < 0 is skipped, as if its weight
      * were 0 (a row with none is 0): offload.c splits one routing between a
-     * GPU's expert cache and the CPU this way. x (n, n_embd), out: backend
-     * memory, not aliased. */
+     * GPU's expert cache and the CPU this way, and a tensor-parallel rank
+     * keeps the slots of its own experts (moe_ids_local; k may then exceed
+     * the n_expert it holds). x (n, n_embd), out: backend memory, not aliased. */
     void (*moe_ffn)(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
                     const float *x, int n, const int32_t *ids, const float *weights, int k, float *out);
 
@@ -215,6 +224,12 @@ typedef struct bk_backend_ops {
      * (a CUDA graph captures it). The sharded forward pass calls it on the partial products of
      * the column-split weights (attention output, FFN down) before adding them to the residual. */
     void (*all_reduce)(bk_backend *be, float *x, size_t n);
+    /* Optional (NULL: no pipeline parallelism on this backend): the sends and receives of
+     * list[0..n) between ranks of a pipeline (engine/context.c's pp schedule) as one group, queued
+     * on the backend's stream: they progress together, so two ranks that each send to and receive
+     * from the other in one group cannot wait on each other. A send's buffer may be reused and a
+     * receive's read by the ops queued after it. Fails (with a message) when the transport does. */
+    brisk_status (*p2p)(bk_backend *be, const struct bk_p2p *list, int n);
 
     /* Optional (NULL: sigmoid_mul, add, add; see bk_gated_residual): x[r,i] += m[r,i] + s[r,i] *
      * sigmoid(gate[r]) in one pass, rounded as those three ops round (qwen35moe closes each MoE
@@ -225,6 +240,11 @@ typedef struct bk_backend_ops {
      * block to finish the product routes the token). */
     void (*moe_router)(bk_backend *be, const bk_weight *w, const float *x, int n, int k, bool norm, float scale,
                        float *logits, int32_t *ids, float *weights);
+    /* Expert parallelism (engine/shard.h's SHARD_EXPERTS): ids (n values, backend memory, in place)
+     * made local to a rank that holds experts [e0, e1): an id in range becomes id - e0, any other -1,
+     * so moe_ffn on the rank's expert slice skips the slot (its weight is left as it is). Needed
+     * only by a sharded MoE model (NULL: such a model cannot run on the backend). */
+    void (*moe_ids_local)(bk_backend *be, int32_t *ids, int n, int e0, int e1);
 } bk_backend_ops;
 
 struct bk_backend {

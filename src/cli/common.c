@@ -13,6 +13,7 @@
 #include "brisk.h"
 #include "cli/cli.h"
 #include "engine/tp.h"
+#include "model/model.h"
 
 bool cli_int(const char *flag, const char *s, long lo, long hi, int *out) {
     char *end;
@@ -275,14 +276,18 @@ bool cli_load_model(const char *path, const cli_model_opts *mo, brisk_context_pa
      * some (the fit above still refuses a budget that not even the rest fits; one that fits whole
      * needs no cache). */
     if (cache && mo->gpu_mem && !mo->n_cpu_moe && mp.n_cpu_moe > 0) mp.n_cpu_moe = 1 << 20;
-    if (mo->pp > 1) {
-        cli_error(2, "--pp %d: pipeline parallelism is not implemented yet (tensor parallelism is: --tp N)", mo->pp);
+    if (mo->pp > 1 && mo->tp > 1) {
+        cli_error(2, "--tp %d --pp %d: pipeline and tensor parallelism together are not supported yet", mo->tp,
+                  mo->pp);
         cli_free_expert_stats(cp);
         return false;
     }
+    /* --pp N: the ranks are started and linked as for --tp; each loads its run of layers */
+    int ranks = mo->pp > 1 ? mo->pp : mo->tp;
+    if (mo->pp > 1) mp.pp_size = mo->pp;
     tp_link *tp = NULL;
-    if (mo->tp > 0 && tp_launch(mo->tp, mo->device, &tp) != BRISK_OK) {
-        cli_error(1, "--tp %d: %s", mo->tp, brisk_last_error());
+    if (ranks > 0 && tp_launch(ranks, mo->device, &tp) != BRISK_OK) {
+        cli_error(1, "--%s %d: %s", mo->pp > 1 ? "pp" : "tp", ranks, brisk_last_error());
         cli_free_expert_stats(cp);
         return false;
     }
@@ -293,9 +298,16 @@ bool cli_load_model(const char *path, const cli_model_opts *mo, brisk_context_pa
         cli_free_expert_stats(cp);
         return false;
     }
-    if (tp)
-        fprintf(stderr, "tensor parallelism: %d ranks, each with 1/%d of the attention heads and FFN columns "
-                "(rank 0 here on device %d; the LM head is replicated)\n", mo->tp, mo->tp, mo->device);
+    if (tp && mo->pp > 1) {
+        int l0, l1;
+        model_pp_layers((*out)->hp.n_layer, 0, mo->pp, &l0, &l1);
+        fprintf(stderr, "pipeline parallelism: %d ranks, each with a run of the layers (rank 0 here: layers %d-%d, "
+                "the embedding and the LM head); batches go round in up to %d micro-batches\n", mo->pp, l0, l1 - 1,
+                mo->pp);
+    } else if (tp)
+        fprintf(stderr, "tensor parallelism: %d ranks, each with 1/%d of the attention heads and %s "
+                "(rank 0 here on device %d; the LM head is replicated)\n", mo->tp, mo->tp,
+                (*out)->tp_n_expert_local ? "of the experts (whole experts)" : "FFN columns", mo->device);
     /* Where the layers run, as llama.cpp says it ("offloaded 20/36 layers to GPU"). */
     brisk_model_info in;
     brisk_model_get_info(*out, &in);

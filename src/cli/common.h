@@ -38,7 +38,7 @@ typedef struct cli_model_opts {
                                  (from --gpu-mem); 0: none */
     const char *expert_stats; /* --expert-stats FILE (`brisk calibrate -o`): picks the first cached experts */
     int tp;                   /* --tp N: tensor parallelism over N GPUs (engine/tp.h); 0: off */
-    int pp;                   /* --pp N: pipeline parallelism (not implemented: only 1 is accepted) */
+    int pp;                   /* --pp N: pipeline parallelism over N GPUs (engine/context.c's pp_forward) */
 } cli_model_opts;
 #define CLI_MODEL_OPTS_DEFAULT {-1, 0, BRISK_KV_F16, 0, 0, false, 0, NULL, 0, 0}
 #define CLI_TP_HELP                                                                                           \

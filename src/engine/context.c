@@ -47,7 +47,9 @@ typedef struct ctx_stage {
     void *rs_mem;        /* their per-sequence state, see rs_layer_floats */
     void *ck_mem;        /* (n_seq_max, n_ckpt) snapshots of one sequence's state in these layers, see ck_xfer */
     fwd_scratch s;
-    void *scratch_mem;   /* backend memory carved into s */
+    void *scratch_mem;   /* backend memory carved into s (and pp_x) */
+    float *pp_x;         /* pipeline parallelism: (n_ubatch, n_embd) the residual stream received from the
+                          * rank before (rank 0: from the last rank, for the logits), else NULL */
 } ctx_stage;
 
 struct brisk_context {
@@ -65,6 +67,7 @@ struct brisk_context {
     int64_t *expert_counts; /* (n_layer, n_expert) routing statistics, or NULL (fwd_scratch.expert_counts) */
     int32_t *ids_host;      /* (n_ubatch, n_expert_used) */
     int32_t *tokens, *pos, *slot, *seq, *out_idx; /* (n_ubatch) */
+    int32_t *pp_out;        /* (n_ubatch) pipeline parallelism: out_idx cut by micro-batch */
     const int32_t **tables; /* (n_ubatch) */
     float *logits;       /* (n_logits_cap, n_vocab) host */
     int n_logits_cap;
@@ -106,6 +109,7 @@ void brisk_context_free(brisk_context *c) {
     free(c->slot);
     free(c->seq);
     free(c->out_idx);
+    free(c->pp_out);
     free(c->tables);
     free(c->logits);
     free(c->logit_row);
@@ -142,23 +146,38 @@ static size_t scratch_bytes(const model_hparams *hp, size_t n, bool logits) {
 
 static bool is_last(const brisk_context *c, const ctx_stage *st) { return st == &c->st[c->n_stage - 1]; }
 
+/* Pipeline parallelism over more than one rank (engine/context.c's pp_forward). */
+static bool pipelined(const brisk_model *m) { return m->pp_size > 1; }
+
+/* Whether a stage computes logits: the last one, or in a pipeline rank 0's (its only stage). */
+static bool runs_logits(const brisk_context *c, const ctx_stage *st) {
+    return pipelined(c->model) ? c->model->pp_rank == 0 : is_last(c, st);
+}
+
+/* A stage's scratch bytes, with a pipeline's receive buffer. */
+static size_t stage_scratch_bytes(const brisk_model *m, size_t n_ubatch, bool logits) {
+    return scratch_bytes(&m->hp, n_ubatch, logits) +
+           (pipelined(m) ? n_ubatch * (size_t)m->hp.n_embd * sizeof(float) : 0);
+}
+
 static brisk_status alloc_scratch(brisk_context *c, ctx_stage *st) {
     size_t sizes[N_SCRATCH];
     fwd_scratch *s = &st->s;
-    scratch_sizes(&c->model->hp, (size_t)c->n_ubatch, is_last(c, st), sizes);
+    bool logits = runs_logits(c, st);
+    scratch_sizes(&c->model->hp, (size_t)c->n_ubatch, logits, sizes);
     float **dst[N_SCRATCH] = {&s->x,          &s->xb,     &s->q,        &s->k,
                               &s->v,          &s->att,    &s->hb,       &s->hb2,
                               &s->moe_logits, (float **)&s->moe_ids, &s->moe_w, &s->moe_out,
                               &s->out,        &s->logits, &s->qg,       &s->gz,
                               &s->conv,       &s->dn_beta, &s->dn_alpha, &s->sh,
                               &s->sh_gate};
-    BK_TRY(st->be->ops->alloc(st->be, scratch_bytes(&c->model->hp, (size_t)c->n_ubatch, is_last(c, st)),
-                              &st->scratch_mem));
+    BK_TRY(st->be->ops->alloc(st->be, stage_scratch_bytes(c->model, (size_t)c->n_ubatch, logits), &st->scratch_mem));
     float *p = st->scratch_mem;
     for (int i = 0; i < N_SCRATCH; i++) {
         *dst[i] = p;
         p += sizes[i];
     }
+    if (pipelined(c->model)) st->pp_x = p;
     return BRISK_OK;
 }
 
@@ -267,6 +286,10 @@ static brisk_status make_stages(brisk_context *c) {
     c->n_stage = split ? 2 : 1;
     c->st[0].l0 = 0;
     c->st[0].l1 = split ? split : n_layer;
+    if (m->pp_size > 0) { /* pipeline parallelism: this rank's layers (never split) */
+        c->st[0].l0 = m->pp_l0;
+        c->st[0].l1 = m->pp_l1;
+    }
     c->st[1].l0 = split;
     c->st[1].l1 = n_layer;
     for (int i = 0; i < c->n_stage; i++) {
@@ -288,15 +311,15 @@ static brisk_status make_stages(brisk_context *c) {
 
 /* The share of a context's memory of the stage of layers [l0, l1): KV pages, recurrent state and
  * snapshots; scratch for micro-batches of n_ubatch (with the output layer's when last). */
-static void stage_bytes(const model_hparams *hp, const brisk_context_params *p, int n_ubatch, int l0, int l1,
-                        bool last, uint64_t *kv, uint64_t *scratch) {
+static void stage_bytes(const brisk_model *m, const model_hparams *hp, const brisk_context_params *p, int n_ubatch,
+                        int l0, int l1, bool last, uint64_t *kv, uint64_t *scratch) {
     int n_rec = 0;
     for (int l = l0; l < l1; l++) n_rec += model_layer_recurrent(hp, l);
     int n_attn = (l1 - l0) - n_rec;
     *kv = kv_cache_size_for(n_attn, hp->n_head_kv * hp->head_dim, p->n_ctx, p->n_seq_max, p->kv_block_size,
                             p->kv_type) +
           rs_bytes(hp, n_rec, p->n_seq_max) + ck_bytes(hp, n_rec, p->n_seq_max, p->n_seq_checkpoints);
-    *scratch = scratch_bytes(hp, (size_t)n_ubatch, last);
+    *scratch = m ? stage_scratch_bytes(m, (size_t)n_ubatch, last) : scratch_bytes(hp, (size_t)n_ubatch, last);
 }
 
 /* What a CUDA backend allocates for itself besides alloc(): staging, and the MoE op's chunk
@@ -376,7 +399,7 @@ brisk_status brisk_model_fit_n_cpu_moe(const char *path, const brisk_model_param
     /* n = l0 keeps every expert of the GPU's layers there; each further n moves one layer's to the host */
     for (int n = l0; s == BRISK_OK && l0 < n_layer && n <= n_layer; n++) {
         uint64_t kv, scratch;
-        stage_bytes(&hp, &p, ubatch_for(&p), l0, n_layer, true, &kv, &scratch);
+        stage_bytes(NULL, &hp, &p, ubatch_for(&p), l0, n_layer, true, &kv, &scratch);
         need = model_gpu_bytes(g, n_layer, l0, n) + kv + scratch + cuda_extra_bytes(&hp, n < n_layer);
         if (need <= gpu_mem) {
             *n_cpu_moe = n > l0 ? n : 0;
@@ -454,7 +477,8 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
     c->mem.device = -1;
     for (int i = 0; i < c->n_stage; i++) {
         uint64_t kv, scratch;
-        stage_bytes(hp, &c->p, c->n_ubatch, c->st[i].l0, c->st[i].l1, is_last(c, &c->st[i]), &kv, &scratch);
+        stage_bytes(model, hp, &c->p, c->n_ubatch, c->st[i].l0, c->st[i].l1, runs_logits(c, &c->st[i]), &kv,
+                    &scratch);
         int dev;
         if (!bk_backend_is_cuda(c->st[i].be, &dev)) {
             if (c->mem.device < 0) c->mem.kv_bytes += kv, c->mem.scratch_bytes += scratch;
@@ -495,24 +519,27 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
     c->slot = calloc((size_t)c->n_ubatch, sizeof(int32_t));
     c->seq = calloc((size_t)c->n_ubatch, sizeof(int32_t));
     c->out_idx = calloc((size_t)c->n_ubatch, sizeof(int32_t));
+    c->pp_out = calloc((size_t)c->n_ubatch, sizeof(int32_t));
     c->tables = calloc((size_t)c->n_ubatch, sizeof(int32_t *));
     c->logit_row = calloc((size_t)p.n_batch, sizeof(int));
     c->n_logits_cap = p.n_seq_max;
     c->logits = calloc((size_t)c->n_logits_cap * hp->n_vocab, sizeof(float));
-    if (!c->views || !kv_be || !c->tokens || !c->pos || !c->slot || !c->seq || !c->out_idx || !c->tables ||
+    if (!c->views || !kv_be || !c->tokens || !c->pos || !c->slot || !c->seq || !c->out_idx || !c->pp_out || !c->tables ||
         !c->logit_row || !c->logits) {
         s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
         goto fail;
     }
     /* Attention layer l uses the cache's layer a (the number of attention layers before l). */
+    int n_attn = 0; /* the context's attention layers: all, or a pipeline rank's */
+    for (int i = 0; i < c->n_stage; i++)
+        for (int l = c->st[i].l0; l < c->st[i].l1; l++)
+            if (!model_layer_recurrent(hp, l)) kv_be[n_attn++] = c->st[i].be;
+    s = kv_cache_new(kv_be, n_attn, hp->n_head_kv * hp->head_dim, p.n_ctx, p.n_seq_max, p.kv_block_size,
+                     p.kv_type, &c->kv);
+    if (s != BRISK_OK) goto fail;
     for (int i = 0, a = 0; i < c->n_stage; i++)
         for (int l = c->st[i].l0; l < c->st[i].l1; l++)
-            if (!model_layer_recurrent(hp, l)) kv_be[a++] = c->st[i].be;
-    s = kv_cache_new(kv_be, hp->n_attn_layers, hp->n_head_kv * hp->head_dim, p.n_ctx, p.n_seq_max,
-                     p.kv_block_size, p.kv_type, &c->kv);
-    if (s != BRISK_OK) goto fail;
-    for (int l = 0, a = 0; l < hp->n_layer; l++)
-        if (!model_layer_recurrent(hp, l)) c->views[l] = kv_cache_view(c->kv, a++);
+            if (!model_layer_recurrent(hp, l)) c->views[l] = kv_cache_view(c->kv, a++);
     c->n_ckpt = p.n_seq_checkpoints;
     for (int i = 0; i < c->n_stage; i++) {
         ctx_stage *st = &c->st[i];
@@ -622,6 +649,67 @@ static brisk_status run_forward(brisk_context *c, const fwd_batch *fb) {
     return BRISK_OK;
 }
 
+/* Pipeline parallelism: a micro-batch's entries [o, o + n) of fb. Its logit rows are fb's out_idx
+ * entries in that range, made relative (written to idx, which has room for them). */
+static fwd_batch pp_slice(const fwd_batch *fb, int o, int n, int32_t *idx) {
+    fwd_batch mb = {.n = n, .tokens = fb->tokens + o,
+                    .ab = {.n_tokens = n, .pos = fb->ab.pos + o, .slot = fb->ab.slot + o,
+                           .block_table = fb->ab.block_table + o, .seq = fb->ab.seq + o},
+                    .out_idx = idx};
+    for (int i = 0; i < fb->n_out; i++)
+        if (fb->out_idx[i] >= o && fb->out_idx[i] < o + n) idx[mb.n_out++] = fb->out_idx[i] - o;
+    return mb;
+}
+
+#define PP_MAX_MICRO 16 /* micro-batches of one forward pass */
+
+/* One forward pass over a pipeline of N ranks (model->pp_size), as every rank runs it. The batch
+ * is cut into M micro-batches (one per rank, when it has the entries) that go round the ranks:
+ * rank 0 embeds and runs its layers, each rank hands the residual stream to the next, and the
+ * last hands it back to rank 0, which runs the final norm and the LM head. Time runs in ticks:
+ * at tick t rank r runs micro-batch t - r, then in one p2p group sends it on and receives
+ * micro-batch t + 1 - r (rank 0: the returning t - N + 1). A send and its receive are in the
+ * same tick on both ranks and each rank's groups are in tick order, so the ranks cannot wait on
+ * each other in a cycle; and from the second tick on every rank has a micro-batch to run. */
+static brisk_status pp_forward(brisk_context *c, const fwd_batch *fb) {
+    const brisk_model *m = c->model;
+    ctx_stage *st = &c->st[0];
+    bk_backend *be = st->be;
+    int N = m->pp_size, r = m->pp_rank, d = m->hp.n_embd, V = m->hp.n_vocab;
+    int M = fb->n < N ? fb->n : N;
+    if (M > PP_MAX_MICRO) M = PP_MAX_MICRO;
+    if (!be->ops->p2p) return bk_fail(BRISK_ERR_UNSUPPORTED, "pipeline parallelism: the %s backend has no p2p", be->ops->name);
+    fwd_batch mb[PP_MAX_MICRO];
+    int row[PP_MAX_MICRO]; /* each micro-batch's first row of logits */
+    for (int i = 0, k = 0; i < M; i++) {
+        int o = (int)((int64_t)fb->n * i / M), e = (int)((int64_t)fb->n * (i + 1) / M);
+        mb[i] = pp_slice(fb, o, e - o, c->pp_out + k);
+        row[i] = k;
+        k += mb[i].n_out;
+    }
+    for (int t = 0; t < M + N - 1; t++) {
+        int run = t - r, recv = r > 0 ? t + 1 - r : t - (N - 1);
+        bool runs = run >= 0 && run < M, recvs = recv >= 0 && recv < M;
+        if (runs) {
+            if (r > 0) be->ops->copy(be, st->s.x, st->pp_x, (size_t)mb[run].n * d * sizeof(float));
+            BK_TRY(run_stage(c, st, &mb[run]));
+        }
+        bk_p2p g[2];
+        int ng = 0;
+        if (runs) g[ng++] = (bk_p2p){.buf = st->s.x, .n = (size_t)mb[run].n * d, .peer = (r + 1) % N, .send = true};
+        if (recvs) g[ng++] = (bk_p2p){.buf = st->pp_x, .n = (size_t)mb[recv].n * d, .peer = r > 0 ? r - 1 : N - 1};
+        if (ng) BK_TRY(be->ops->p2p(be, g, ng));
+        if (r == 0 && recvs && mb[recv].n_out) { /* its logits rows, from the returned stream */
+            fwd_scratch s = st->s;
+            s.x = st->pp_x;
+            s.out += (size_t)row[recv] * d;
+            s.logits += (size_t)row[recv] * V;
+            decoder_logits(m, be, &mb[recv], &s);
+        }
+    }
+    return BRISK_OK;
+}
+
 brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
     if (!c || (!e && n > 0)) return bk_fail(BRISK_ERR_INVALID_ARG, "brisk_decode: null argument");
     if (n < 0 || n > c->p.n_batch)
@@ -662,9 +750,9 @@ brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
                         .ab = {.n_tokens = nb, .pos = c->pos, .slot = c->slot, .block_table = c->tables,
                                .seq = c->seq},
                         .n_out = nb_out, .out_idx = c->out_idx};
-        BK_TRY(run_forward(c, &fb));
+        BK_TRY(pipelined(c->model) ? pp_forward(c, &fb) : run_forward(c, &fb));
         const ctx_stage *last = &c->st[c->n_stage - 1];
-        if (nb_out)
+        if (nb_out && runs_logits(c, last))
             BK_TRY(last->be->ops->read(last->be, last->s.logits, c->logits + (size_t)row * hp->n_vocab,
                                        (size_t)nb_out * hp->n_vocab * sizeof(float)));
         row += nb_out;

@@ -42,8 +42,8 @@ brisk_status kv_cache_new(bk_backend *const *be, int n_layer, int kv_dim, int n_
     kc->n_pages = kc->max_pages + (n_seq_max > 1 ? n_seq_max : 0);
     kc->page_bytes = (size_t)block_size * kv_cache_row_bytes(type, kv_dim);
     kc->be = calloc((size_t)n_layer + 1, sizeof *kc->be);
-    kc->k = calloc((size_t)n_layer, sizeof *kc->k);
-    kc->v = calloc((size_t)n_layer, sizeof *kc->v);
+    kc->k = calloc((size_t)n_layer + 1, sizeof *kc->k); /* + 1: a pipeline rank may hold no attention layer */
+    kc->v = calloc((size_t)n_layer + 1, sizeof *kc->v);
     kc->refs = calloc((size_t)kc->n_pages, sizeof *kc->refs);
     kc->free_ids = calloc((size_t)kc->n_pages, sizeof *kc->free_ids);
     kc->seqs = calloc((size_t)n_seq_max, sizeof *kc->seqs);

@@ -10,6 +10,18 @@ brisk_status shard_weight(const bk_weight *w, shard_kind kind, int rank, int n_r
         return bk_fail(BRISK_ERR_INVALID_ARG, "shard: rank %d of %d", rank, n_ranks);
     if (kind == SHARD_REPLICATE || n_ranks == 1) return BRISK_OK;
     if (unit < 1) unit = 1;
+    if (kind == SHARD_EXPERTS) { /* expert e's rows are [e * rows, (e + 1) * rows): a slice of rows */
+        if (w->n_expert < 2 || w->n_expert % n_ranks)
+            return bk_fail(BRISK_ERR_INVALID_ARG, "shard: %s: %d experts do not split over %d ranks", w->name,
+                           w->n_expert, n_ranks);
+        int per = w->n_expert / n_ranks;
+        int64_t rows = w->n_out / w->n_expert;
+        out->n_expert = per;
+        out->n_out = (int64_t)per * rows;
+        out->host = (const char *)w->host + (size_t)((int64_t)rank * per * rows) * w->row_bytes;
+        out->dev = NULL;
+        return BRISK_OK;
+    }
     if (w->n_expert > 1)
         return bk_fail(BRISK_ERR_UNSUPPORTED, "shard: %s: expert tensors are placed by expert, not split", w->name);
     if (kind == SHARD_ROWS) {

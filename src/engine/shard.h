@@ -10,24 +10,33 @@
  *    [r * n_in / N, (r + 1) * n_in / N) of every row and computes a partial
  *    product over its slice of the inputs; the ranks' partial outputs summed
  *    (the all-reduce) give the product;
- *  - SHARD_REPLICATE (norms, embeddings, the LM head): every rank the whole.
+ *  - SHARD_REPLICATE (norms, embeddings, the LM head, a MoE router): every
+ *    rank the whole;
+ *  - SHARD_EXPERTS (a MoE layer's stacked expert tensors): rank r keeps the
+ *    whole experts [r * E / N, (r + 1) * E / N) — expert parallelism: every
+ *    rank routes over all E experts, runs the chosen ones it holds (the
+ *    others' slots skipped: backend.h's moe_ids_local) and the all-reduce
+ *    sums the ranks' partial expert outputs.
  * So one layer costs two all-reduces (after attention, after the FFN).
  *
  * A shard is a view, not a copy: the same mapped bytes, a row pointer offset
- * (ROWS) or a column offset with the original row stride kept in row_bytes
- * (COLS). Backends that read host weights (the CPU) use views as they are;
- * a GPU rank packs its view when it uploads it. Column splits must fall on
+ * (ROWS, EXPERTS: an expert's rows are contiguous) or a column offset with
+ * the original row stride kept in row_bytes (COLS). Backends that read host
+ * weights (the CPU) use views as they are; a GPU rank packs its view when it
+ * uploads it (an EXPERTS view is contiguous: uploaded as it is). Column splits must fall on
  * whole blocks of the weight type and on whole heads (`unit`). */
 #ifndef BK_SHARD_H
 #define BK_SHARD_H
 #include "backend/backend.h"
 
-typedef enum shard_kind { SHARD_REPLICATE = 0, SHARD_ROWS = 1, SHARD_COLS = 2 } shard_kind;
+typedef enum shard_kind { SHARD_REPLICATE = 0, SHARD_ROWS = 1, SHARD_COLS = 2, SHARD_EXPERTS = 3 } shard_kind;
 
 /* Rank `rank`'s view of w (of n_ranks), splitting in multiples of `unit`
- * rows (ROWS) or columns (COLS): head_dim for per-head splits, 1 otherwise.
+ * rows (ROWS) or columns (COLS): head_dim for per-head splits, 1 otherwise;
+ * EXPERTS: whole experts of an expert tensor (unit unused; the view's
+ * n_expert is the rank's count, its first expert rank * that count).
  * Fails with a message when the split does not divide evenly into units and
- * (COLS) whole blocks of w's type. */
+ * (COLS) whole blocks of w's type, or (EXPERTS) into whole experts. */
 brisk_status shard_weight(const bk_weight *w, shard_kind kind, int rank, int n_ranks, int64_t unit, bk_weight *out);
 
 /* How a model's heads split: each rank gets n_head / n_ranks query heads and

@@ -295,8 +295,10 @@ static brisk_status send_msg(tp_link *t, int op, const int32_t *a, const void *p
 brisk_status tp_model_load(tp_link *t, const char *path, const brisk_model_params *mp, brisk_model **out) {
     *out = NULL;
     brisk_model_params p = *mp;
-    p.tp_rank = 0;
-    p.tp_size = t->size;
+    if (p.pp_size > 0) /* pipeline ranks (the caller asked for them with pp_size) */
+        p.pp_rank = 0, p.pp_size = t->size;
+    else
+        p.tp_rank = 0, p.tp_size = t->size;
     p.device = t->device;
     BK_TRY(send_msg(t, TP_MODEL_LOAD, NULL, &p, sizeof p, path, strlen(path) + 1));
     brisk_status s = brisk_model_load(path, &p, out);
@@ -362,13 +364,19 @@ static void sock_all_reduce(bk_backend *be, float *x, size_t n) {
 
 brisk_status tp_attach(const brisk_model *m, bk_backend *be) {
     tp_link *t = m->tp;
-    if (m->tp_size < 1) return BRISK_OK;
-    if (t && t->role == TP_LOCAL) return t->attach(t->user, be, m->tp_rank);
+    bool pp = m->pp_size > 0;
+    int rank = pp ? m->pp_rank : m->tp_rank, size = pp ? m->pp_size : m->tp_size;
+    if (size < 1) return BRISK_OK;
+    if (t && t->role == TP_LOCAL) return t->attach(t->user, be, rank);
     if (bk_backend_is_cuda(be, NULL)) {
-        if (!t) return bk_fail(BRISK_ERR_INVALID_ARG, "tensor parallelism on CUDA: the model was not loaded by tp_model_load");
-        return bk_cuda_nccl_init(be, t->id, m->tp_rank, m->tp_size);
+        if (!t) return bk_fail(BRISK_ERR_INVALID_ARG, "%s parallelism on CUDA: the model was not loaded by tp_model_load",
+                               pp ? "pipeline" : "tensor");
+        return bk_cuda_nccl_init(be, t->id, rank, size);
     }
-    if (m->tp_size == 1) return BRISK_OK;
+    if (size == 1) return BRISK_OK;
+    if (pp) /* the CPU's socket link is a star through rank 0, not the ring a pipeline needs */
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "pipeline parallelism runs on CUDA devices (over NCCL); on the CPU "
+                                              "use --tp N");
     if (!t) return bk_fail(BRISK_ERR_UNSUPPORTED, "tensor parallelism over %d CPU ranks needs their link", m->tp_size);
     tp_ops *o = calloc(1, sizeof *o);
     if (!o) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
@@ -406,8 +414,10 @@ static brisk_status serve_one(tp_link *t, const tp_msg *h, char *pl, brisk_model
         if (h->bytes <= sizeof p) return bk_fail(BRISK_ERR_FORMAT, "tensor parallelism: short load message");
         memcpy(&p, pl, sizeof p);
         pl[h->bytes - 1] = 0;
-        p.tp_rank = t->rank;
-        p.tp_size = t->size;
+        if (p.pp_size > 0)
+            p.pp_rank = t->rank, p.pp_size = t->size;
+        else
+            p.tp_rank = t->rank, p.tp_size = t->size;
         p.device = t->device;
         brisk_status s = *m ? bk_fail(BRISK_ERR_UNSUPPORTED, "tensor parallelism: one model at a time")
                             : brisk_model_load(pl + sizeof p, &p, m);
@@ -480,7 +490,7 @@ brisk_status tp_worker_main(void) {
         if (h.bytes && !recv_all(t->fd[0], pl, (size_t)h.bytes)) break;
         s = serve_one(t, &h, pl, &m, &c);
     }
-    if (s != BRISK_OK) fprintf(stderr, "brisk: tensor-parallel rank %d: %s\n", rank, brisk_last_error());
+    if (s != BRISK_OK) fprintf(stderr, "brisk: rank %d: %s\n", rank, brisk_last_error());
     brisk_context_free(c);
     brisk_model_free(m);
     free(pl);

@@ -4,9 +4,18 @@
  * The math is model/llama.c's and engine/shard.h's: every rank loads its
  * shard of the weights (brisk_model_params.tp_rank / tp_size) and runs the
  * same forward pass on the same batch; the backend's all_reduce sums the two
- * column-split products per layer (on CUDA: ncclAllReduce on the backend's
- * stream, captured in the decode step's graph; cuda_nccl.cu). Only rank 0
- * samples: every rank computes the same logits, the others discard them.
+ * column-split products per layer (in a qwen3moe layer the second sums the
+ * ranks' expert outputs: its experts are placed by expert, model/qwen3moe.c).
+ * On CUDA that is ncclAllReduce on the backend's stream, captured in the
+ * decode step's graph (cuda_nccl.cu). Only rank 0 samples: every rank
+ * computes the same logits, the others discard them.
+ *
+ * Pipeline parallelism (brisk_model_params.pp_size, --pp N) uses the same
+ * ranks, link and messages: a model loaded with pp_size > 0 (tp_model_load
+ * passes it on) gives each rank pp_rank and its run of layers instead of a
+ * shard, tp_attach gives its CUDA backend the communicator for the p2p op,
+ * and every rank's brisk_decode runs engine/context.c's pp_forward schedule
+ * on the mirrored batch (only rank 0 computes logits).
  *
  * Processes. `brisk run|bench|serve --tp N` on one host: rank 0 (the command)
  * starts N-1 workers, each a fork + exec of /proc/self/exe with

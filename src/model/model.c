@@ -239,6 +239,20 @@ static brisk_status bind_shard(brisk_model *m, bk_backend *be, const char *name,
     return be->ops->bind_weight(be, w);
 }
 
+/* An expert tensor (ne2 experts): whole, or with tensor parallelism rank m->tp_rank's slice of
+ * whole experts (shard.h's SHARD_EXPERTS: a view of the mapped bytes, contiguous, so a GPU rank
+ * uploads only its slice and the CPU reads it in place). */
+static brisk_status bind_experts(brisk_model *m, bk_backend *be, const char *name, int64_t ne0, int64_t ne1,
+                                 int64_t ne2, bk_weight *w) {
+    if (m->tp_size < 1) return bind3(m, be, name, ne0, ne1, ne2, true, w);
+    BK_TRY(bind3(m, NULL, name, ne0, ne1, ne2, true, w));
+    bk_weight full = *w;
+    BK_TRY(shard_weight(&full, SHARD_EXPERTS, m->tp_rank, m->tp_size, 1, w));
+    if (!be) return BRISK_OK;
+    m->gpu_weight_bytes += (uint64_t)w->n_out * w->row_bytes;
+    return be->ops->bind_weight(be, w);
+}
+
 static brisk_status bind_all(brisk_model *m) {
     const model_hparams *hp = &m->hp;
     int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim,
@@ -246,6 +260,7 @@ static brisk_status bind_all(brisk_model *m) {
     bool hybrid = hp->full_attn_interval > 0;
     /* The embedding goes with the first layer, the output layer with the last. */
     bk_backend *first = m->n_cpu_layers > 0 ? NULL : m->be, *last = m->be;
+    if (m->pp_rank > 0) first = last = NULL; /* pipeline: rank 0 runs them (here host views, never read) */
     BK_TRY(bind(m, first, "token_embd.weight", d, hp->n_vocab, true, &m->tok_embd));
     BK_TRY(bind(m, last, "output_norm.weight", d, 0, true, &m->output_norm));
     BK_TRY(bind(m, last, "output.weight", d, hp->n_vocab, false, &m->output));
@@ -258,12 +273,13 @@ static brisk_status bind_all(brisk_model *m) {
             BK_TRY(last->ops->bind_weight(last, &m->output));
         }
     }
-    BK_TRY(bind(m, last, "rope_freqs.weight", hp->rope.n_rot / 2, 0, false, &m->rope_freqs));
+    BK_TRY(bind(m, m->be, "rope_freqs.weight", hp->rope.n_rot / 2, 0, false, &m->rope_freqs));
     if (m->rope_freqs.host) m->hp.rope.freq_factors = m->rope_freqs.host;
 
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     for (int l = 0; l < hp->n_layer; l++) {
+        if (m->pp_size > 0 && (l < m->pp_l0 || l >= m->pp_l1)) continue; /* another pipeline rank's */
         layer_weights *L = &m->layers[l];
         bk_backend *be = l < m->n_cpu_layers ? NULL : m->be;
         char n[96];
@@ -316,7 +332,7 @@ static brisk_status bind_all(brisk_model *m) {
             bk_backend *ebe = L->exps_host ? NULL : be;
 #define BIND_EXPERTS(field, suffix, ne0, ne1)                          \
     snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
-    BK_TRY(bind3(m, ebe, n, ne0, ne1, ne, true, &L->field));           \
+    BK_TRY(bind_experts(m, ebe, n, ne0, ne1, ne, &L->field));          \
     if (L->exps_host) m->cpu_moe_bytes += (uint64_t)L->field.n_out * L->field.row_bytes
             BIND_EXPERTS(gate_exps, "ffn_gate_exps.weight", d, ff);
             BIND_EXPERTS(up_exps, "ffn_up_exps.weight", d, ff);
@@ -358,14 +374,18 @@ uint64_t model_gpu_bytes(const gguf_file *g, int n_layer, int n_cpu_layers, int 
 static brisk_status tp_setup(brisk_model *m, const brisk_model_params *params) {
     if (params->tp_size <= 0) return BRISK_OK;
     const model_hparams *hp = &m->hp;
-    if (hp->arch != ARCH_LLAMA && hp->arch != ARCH_QWEN2 && hp->arch != ARCH_QWEN3)
-        return bk_fail(BRISK_ERR_UNSUPPORTED, "tensor parallelism runs llama, qwen2 and qwen3 models, not %s",
-                       m->arch_name);
+    bool moe = hp->arch == ARCH_QWEN3MOE; /* experts placed by expert, not split by columns */
+    if (hp->arch != ARCH_LLAMA && hp->arch != ARCH_QWEN2 && hp->arch != ARCH_QWEN3 && !moe)
+        return bk_fail(BRISK_ERR_UNSUPPORTED,
+                       "tensor parallelism runs llama, qwen2, qwen3 and qwen3moe models, not %s", m->arch_name);
     if (params->tp_rank < 0 || params->tp_rank >= params->tp_size)
         return bk_fail(BRISK_ERR_INVALID_ARG, "tensor parallelism: rank %d of %d", params->tp_rank, params->tp_size);
     shard_heads sh;
     BK_TRY(shard_heads_for(hp->n_head, hp->n_head_kv, params->tp_rank, params->tp_size, &sh));
-    if (hp->n_ff % params->tp_size)
+    if (moe && hp->n_expert % params->tp_size)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "tensor parallelism: %d experts do not split over %d ranks",
+                       hp->n_expert, params->tp_size);
+    if (!moe && hp->n_ff % params->tp_size)
         return bk_fail(BRISK_ERR_INVALID_ARG, "tensor parallelism: FFN width %d does not split over %d ranks",
                        hp->n_ff, params->tp_size);
     m->tp_rank = params->tp_rank;
@@ -373,7 +393,43 @@ static brisk_status tp_setup(brisk_model *m, const brisk_model_params *params) {
     m->tp_n_head = hp->n_head;
     m->tp_n_head_kv = hp->n_head_kv;
     m->tp_n_ff = hp->n_ff;
+    if (moe) {
+        m->tp_n_expert_local = hp->n_expert / params->tp_size;
+        m->tp_expert0 = params->tp_rank * m->tp_n_expert_local;
+    }
     return BRISK_OK;
+}
+
+/* Pipeline parallelism (params->pp_size > 0): this rank's layers. */
+static brisk_status pp_setup(brisk_model *m, const brisk_model_params *params) {
+    if (params->pp_size <= 0) return BRISK_OK;
+    if (params->tp_size > 0)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "pipeline and tensor parallelism together are not supported yet");
+    if (params->pp_rank < 0 || params->pp_rank >= params->pp_size)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "pipeline parallelism: rank %d of %d", params->pp_rank, params->pp_size);
+    if (params->pp_size > m->hp.n_layer)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "pipeline parallelism: %d layers do not split over %d ranks",
+                       m->hp.n_layer, params->pp_size);
+    if (params->n_cpu_moe > 0)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "pipeline parallelism keeps the experts on the GPUs (no --n-cpu-moe)");
+    m->pp_rank = params->pp_rank;
+    m->pp_size = params->pp_size;
+    model_pp_layers(m->hp.n_layer, m->pp_rank, m->pp_size, &m->pp_l0, &m->pp_l1);
+    return BRISK_OK;
+}
+
+/* Whether this rank holds layer l (all of them without pipeline parallelism). */
+static bool holds_layer(const brisk_model *m, int l) { return m->pp_size <= 0 || (l >= m->pp_l0 && l < m->pp_l1); }
+
+/* A pipeline rank's weight bytes: its layers, and on rank 0 everything outside the layers. */
+static uint64_t pp_gpu_bytes(const brisk_model *m) {
+    uint64_t need = 0;
+    for (int64_t i = 0; i < gguf_tensor_count(m->gguf); i++) {
+        const gguf_tensor *t = gguf_get_tensor(m->gguf, i);
+        int l;
+        if (sscanf(t->name, "blk.%d.", &l) == 1 ? holds_layer(m, l) : m->pp_rank == 0) need += t->nbytes;
+    }
+    return need;
 }
 
 /* Picks where the layers run (see brisk_model_params) and makes the GPU backend if any. */
@@ -391,6 +447,7 @@ static brisk_status place_layers(brisk_model *m, const brisk_model_params *param
     /* Refuse up front rather than fail halfway through the upload. */
     uint64_t need = model_gpu_bytes(m->gguf, n_layer, m->n_cpu_layers, m->n_cpu_moe);
     if (m->tp_size > 1) need /= (uint64_t)m->tp_size; /* about a rank's share (the embedding is replicated) */
+    if (m->pp_size > 1) need = pp_gpu_bytes(m);
     size_t fr = 0, tot = 0;
     if (bk_cuda_mem_info(params->device, &fr, &tot) == BRISK_OK && need > fr)
         return bk_fail(BRISK_ERR_NOMEM,
@@ -432,9 +489,15 @@ brisk_status brisk_model_load(const char *path, const brisk_model_params *params
         const gguf_tensor *te = gguf_find_tensor(m->gguf, "token_embd.weight");
         if (te && te->ne[1] >= m->hp.n_vocab) m->hp.n_vocab = (int)te->ne[1];
         s = tp_setup(m, params);
+        if (s == BRISK_OK) s = pp_setup(m, params);
         if (s == BRISK_OK) s = place_layers(m, params);
-        if (s == BRISK_OK && m->tp_size > 0 && model_split(m))
-            s = bk_fail(BRISK_ERR_UNSUPPORTED, "tensor parallelism keeps every layer on the GPUs (no -ngl split)");
+        if (s == BRISK_OK && (m->tp_size > 0 || m->pp_size > 0) && model_split(m))
+            s = bk_fail(BRISK_ERR_UNSUPPORTED, "%s parallelism keeps every layer on the GPUs (no -ngl split)",
+                        m->tp_size > 0 ? "tensor" : "pipeline");
+        /* a rank's experts live on its GPU: the host-memory paths (offload.c) know no expert slices */
+        if (s == BRISK_OK && m->tp_size > 0 && m->n_cpu_moe > 0)
+            s = bk_fail(BRISK_ERR_UNSUPPORTED, "tensor parallelism keeps every rank's experts on its GPU (no "
+                                               "--n-cpu-moe, --gpu-mem fit or expert cache)");
         if (s != BRISK_OK) {
             bk_wrap(s, "%s", path);
             goto fail;
@@ -447,7 +510,7 @@ brisk_status brisk_model_load(const char *path, const brisk_model_params *params
         if (m->tp_size > 0) { /* the forward pass and the context see this rank's heads and FFN columns */
             m->hp.n_head /= m->tp_size;
             m->hp.n_head_kv = m->tp_n_head_kv >= m->tp_size ? m->tp_n_head_kv / m->tp_size : 1;
-            m->hp.n_ff /= m->tp_size;
+            if (!m->hp.n_expert) m->hp.n_ff /= m->tp_size; /* a MoE rank holds whole experts instead */
         }
     }
     *out = m;
@@ -511,13 +574,15 @@ void brisk_model_get_info(const brisk_model *m, brisk_model_info *o) {
     o->weight_bytes = m->weight_bytes;
     uint64_t embd = (uint64_t)m->tok_embd.row_bytes * (uint64_t)m->tok_embd.n_out;
     o->decode_bytes = m->weight_bytes - embd + (m->hp.tied_output ? embd : 0);
-    /* MoE: a token reads only its n_expert_used experts of each layer */
+    /* MoE: a token reads only its n_expert_used experts of each layer (of the whole model's; with
+     * tensor parallelism the tensors hold the rank's experts only) */
+    uint64_t held = m->tp_n_expert_local > 0 ? (uint64_t)m->tp_n_expert_local : (uint64_t)m->hp.n_expert;
     for (int l = 0; m->hp.n_expert && m->layers && l < m->hp.n_layer; l++) {
         const layer_weights *L = &m->layers[l];
         uint64_t exps = (uint64_t)L->gate_exps.n_out * L->gate_exps.row_bytes +
                         (uint64_t)L->up_exps.n_out * L->up_exps.row_bytes +
                         (uint64_t)L->down_exps.n_out * L->down_exps.row_bytes;
-        o->decode_bytes -= exps - exps / (uint64_t)m->hp.n_expert * (uint64_t)m->hp.n_expert_used;
+        o->decode_bytes -= exps / held * (uint64_t)(m->hp.n_expert - m->hp.n_expert_used);
     }
     o->gpu_device = -1;
     bk_backend_is_cuda(m->be, &o->gpu_device);

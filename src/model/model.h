@@ -70,7 +70,8 @@ typedef struct layer_weights {
     bk_weight gate_shexp, up_shexp, down_shexp;
     bk_weight w_gate, w_up, w_down; /* (n_ff, n_embd) x2, (n_embd, n_ff) */
     bk_weight ffn_gate_inp;         /* MoE router (n_expert, n_embd) */
-    bk_weight gate_exps, up_exps;   /* (n_expert * n_ff_exp, n_embd), n_expert set */
+    bk_weight gate_exps, up_exps;   /* (n_expert * n_ff_exp, n_embd), n_expert set; tensor parallelism:
+                                       the rank's tp_n_expert_local experts */
     bk_weight down_exps;            /* (n_expert * n_embd, n_ff_exp) */
     bool exps_host;                 /* a GPU layer whose experts stay in host memory (n_cpu_moe): its
                                        expert FFN runs on the CPU, see moe_experts */
@@ -101,11 +102,19 @@ struct brisk_model {
     void (*grammar_vocab_free)(void *);
     /* Tensor parallelism (brisk_model_params.tp_size > 0): this rank's shard of q/k/v and gate/up
      * (rows: whole heads) and of the attention output and down (columns); hp.n_head, n_head_kv and
-     * n_ff are this rank's. The forward pass all-reduces the column-split products. */
+     * n_ff are this rank's. The forward pass all-reduces the column-split products. A MoE model
+     * (qwen3moe) holds whole experts instead of FFN columns: the expert tensors are the rank's
+     * slice [tp_expert0, tp_expert0 + tp_n_expert_local) while hp.n_expert, which the router
+     * spans, stays the whole model's (and hp.n_ff, unused there, is not split). */
     int tp_rank, tp_size;
     int tp_n_head, tp_n_head_kv, tp_n_ff; /* the whole model's */
+    int tp_expert0, tp_n_expert_local;    /* MoE: this rank's experts (0, 0 without experts) */
     void **tp_packed;                 /* (n_tp_packed) host copies of column shards packed for upload */
     int n_tp_packed;
+    /* Pipeline parallelism (brisk_model_params.pp_size > 0): this rank holds layers [pp_l0, pp_l1)
+     * (model_pp_layers), rank 0 also the embedding, the final norm and the LM head; the other
+     * layers are not bound. The link (tp below) runs the ranks as for tensor parallelism. */
+    int pp_rank, pp_size, pp_l0, pp_l1;
     struct tp_link *tp;               /* engine/tp.h: the ranks this one mirrors its calls to, or NULL */
     void (*tp_free)(struct tp_link *);
 };
@@ -114,6 +123,15 @@ struct brisk_model {
  * across two backends (0 < split < n_layer); 0 when one backend runs them all. */
 static inline int model_split(const brisk_model *m) {
     return m->n_cpu_layers > 0 && m->n_cpu_layers < m->hp.n_layer ? m->n_cpu_layers : 0;
+}
+
+/* The layers [*l0, *l1) of pipeline rank `rank` of n_ranks: consecutive runs as even as the
+ * count allows, the first ranks taking one more (rank 0 also runs the LM head, but the split
+ * stays by layers: a layer's share of a step is the same on every rank). */
+static inline void model_pp_layers(int n_layer, int rank, int n_ranks, int *l0, int *l1) {
+    int base = n_layer / n_ranks, extra = n_layer % n_ranks;
+    *l0 = rank * base + (rank < extra ? rank : extra);
+    *l1 = *l0 + base + (rank < extra);
 }
 
 /* Bytes of weights a model puts on the GPU when layers [0, n_cpu_layers) run on the CPU and

@@ -13,6 +13,13 @@
  *
  * As llama.cpp's qwen3moe graph: renormalisation always on, no weight scale,
  * no shared expert.
+ *
+ * Tensor parallelism (engine/shard.h) places the experts by expert: attention
+ * is split by heads as qwen3's; the router and norms are replicated, so every
+ * rank routes over all n_expert experts and gets the same E and w_e; a rank
+ * holds experts [e0, e1) and sums only the chosen ones among them (the other
+ * slots' ids become -1: moe_ids_local); the all-reduce of these partial sums
+ * over the ranks gives the layer's sum before the residual add.
  */
 #include "base/status.h"
 #include "model/arch.h"
@@ -42,7 +49,10 @@ brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_
     const model_hparams *hp = &m->hp;
     const bk_backend_ops *op = be->ops;
     int n = b->n, d = hp->n_embd, k = hp->n_expert_used;
-    if (!op->moe_route || !op->moe_ffn)
+    /* expert parallelism: this rank holds experts [e0, e1) of the router's n_expert (a world of one: all) */
+    bool ep = m->tp_size > 1;
+    int e0 = m->tp_expert0, e1 = m->tp_expert0 + m->tp_n_expert_local;
+    if (!op->moe_route || !op->moe_ffn || (ep && !op->moe_ids_local))
         return bk_fail(BRISK_ERR_UNSUPPORTED, "the %s backend has no MoE ops", op->name);
 
     if (l0 == 0) op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);
@@ -53,7 +63,9 @@ brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_
         op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
         bk_moe_router(be, &L->ffn_gate_inp, s->xb, n, k, true, 0.0f, s->moe_logits, s->moe_ids, s->moe_w);
         moe_count_experts(m, be, b, s, l);
+        if (ep) op->moe_ids_local(be, s->moe_ids, n * k, e0, e1);
         BK_TRY(moe_experts(m, be, b, s, l));
+        if (m->tp_size > 0 && op->all_reduce) op->all_reduce(be, s->moe_out, (size_t)n * d);
         op->add(be, s->x, s->moe_out, (size_t)n * d);
     }
     if (l1 == hp->n_layer && b->n_out) decoder_logits(m, be, b, s);

@@ -99,9 +99,10 @@ static void test_moe_route(void) {
  * dequantized weights (1e-4: f32 activations and sums on the GPU) and
  * against the CPU (which quantizes activations to the weights' vec_dot type:
  * held to twice the CPU's own distance from the reference, + 1e-4).
- * skip > 0: every skip-th entry gets expert id -1 (computed elsewhere: it adds nothing). */
-static void check_moe_ffn(uint32_t tg, uint32_t tu, uint32_t td, int64_t n_embd, int64_t n_ff, int n_expert, int k,
-                          int n, int skip) {
+ * skip > 0: every skip-th entry gets expert id -1 (computed elsewhere: it adds nothing).
+ * ids_in (n, k), when not NULL: the routing to use instead (ids < n_expert, or -1). */
+static void check_moe_ffn_ids(uint32_t tg, uint32_t tu, uint32_t td, int64_t n_embd, int64_t n_ff, int n_expert,
+                              int k, int n, int skip, const int32_t *ids_in) {
     size_t rg, ru, rd;
     void *hg = make_weight(tg, n_embd, n_expert * n_ff, &rg), *hu = make_weight(tu, n_embd, n_expert * n_ff, &ru),
          *hd = make_weight(td, n_ff, n_expert * n_embd, &rd);
@@ -121,13 +122,13 @@ static void check_moe_ffn(uint32_t tg, uint32_t tu, uint32_t td, int64_t n_embd,
     fill(x, nx, 1.0f);
     for (int t = 0; t < n; t++)
         for (int j = 0; j < k; j++) {
-            int e, dup;
-            do { /* distinct experts per token, skewed towards the low ids */
+            int e = ids_in ? ids_in[(size_t)t * k + j] : 0, dup = !ids_in;
+            while (dup) { /* distinct experts per token, skewed towards the low ids */
                 e = (int)(rnd() % (uint32_t)n_expert);
                 if (rnd() % 2) e /= 2;
                 dup = 0;
                 for (int q = 0; q < j; q++) dup |= ids[(size_t)t * k + q] == e;
-            } while (dup);
+            }
             ids[(size_t)t * k + j] = e;
             w[(size_t)t * k + j] = 0.1f + (rnd() % 1000) / 1000.0f;
         }
@@ -191,6 +192,11 @@ static void check_moe_ffn(uint32_t tg, uint32_t tu, uint32_t td, int64_t n_embd,
     free(wgd); free(wud); free(wdd); free(acc); free(hh);
 }
 
+static void check_moe_ffn(uint32_t tg, uint32_t tu, uint32_t td, int64_t n_embd, int64_t n_ff, int n_expert, int k,
+                          int n, int skip) {
+    check_moe_ffn_ids(tg, tu, td, n_embd, n_ff, n_expert, k, n, skip, NULL);
+}
+
 static void test_moe_ffn(void) {
     /* every type: decode (1 token), a small batch, and two sequences' worth */
     for (int ti = 0; ti < N_TYPES; ti++) {
@@ -225,6 +231,66 @@ static void test_moe_ffn_mmq(void) {
     check_moe_ffn(QT_Q4_K, QT_Q5_K, QT_Q6_K, 256, 256, 32, 8, 64, 4);  /* up on the old kernel: stage 1 */
     check_moe_ffn(QT_Q8_0, QT_Q4_0, QT_Q8_0, 256, 256, 64, 8, 512, 0); /* both stages on mmq */
     show_err = false;
+}
+
+/* Expert parallelism (a tensor-parallel rank of a MoE model: engine/shard.h's SHARD_EXPERTS). Token
+ * t's k distinct experts among the whole model's n_ranks * n_expert put (t + in0) % (min(k, n_expert)
+ * + 1) of its slots, at random places, on `rank`'s slice [rank * n_expert, (rank + 1) * n_expert) and
+ * the rest elsewhere. moe_ids_local makes the ids local to the slice (the GPU's bit for bit the
+ * CPU's: id - e0 in range, else -1), then moe_ffn runs on the slice's n_expert experts (k may exceed
+ * them) against the CPU and the reference as check_moe_ffn: one token (the vec kernels; with in0 = 0
+ * none of its experts is here: a zero row) and batches (grouped, tensor-core mmq, two chunks). */
+static void check_moe_ep(uint32_t type, int64_t n_embd, int64_t n_ff, int n_expert, int k, int n, int n_ranks,
+                         int rank, int in0) {
+    const int e0 = rank * n_expert, e1 = e0 + n_expert, n_other = (n_ranks - 1) * n_expert,
+              cmax = k < n_expert ? k : n_expert;
+    CHECK(n_ranks >= 2 && k <= n_other); /* else a token's slots cannot all be elsewhere */
+    if (n_ranks < 2 || k > n_other) return;
+    size_t nk = (size_t)n * k;
+    int32_t *ids = malloc(nk * 4), *lc = malloc(nk * 4), *lg = malloc(nk * 4);
+    for (int t = 0; t < n; t++) {
+        int32_t *id = ids + (size_t)t * k;
+        int c = (t + in0) % (cmax + 1);
+        for (int j = 0; j < k; j++) {
+            int e, dup;
+            do { /* the first c slots here, the others on other ranks; distinct */
+                e = j < c ? e0 + (int)(rnd() % (uint32_t)n_expert) : (int)(rnd() % (uint32_t)n_other);
+                if (j >= c && e >= e0) e += n_expert;
+                dup = 0;
+                for (int q = 0; q < j; q++) dup |= id[q] == e;
+            } while (dup);
+            id[j] = e;
+        }
+        for (int j = k - 1; j > 0; j--) { /* at random slots */
+            int q = (int)(rnd() % (uint32_t)(j + 1));
+            int32_t v = id[j];
+            id[j] = id[q];
+            id[q] = v;
+        }
+    }
+    memcpy(lc, ids, nk * 4);
+    cpu->ops->moe_ids_local(cpu, lc, (int)nk, e0, e1);
+    int32_t *di = dev_copy(ids, nk * 4);
+    CHECK(gpu->ops->moe_ids_local != NULL);
+    if (gpu->ops->moe_ids_local) gpu->ops->moe_ids_local(gpu, di, (int)nk, e0, e1);
+    dev_read(di, lg, nk * 4);
+    bool same = !memcmp(lc, lg, nk * 4);
+    for (size_t i = 0; i < nk; i++) same &= lc[i] == (ids[i] >= e0 && ids[i] < e1 ? ids[i] - e0 : -1);
+    if (!same) fprintf(stderr, "  moe_ids_local %zu ids, experts [%d, %d): differ\n", nk, e0, e1);
+    CHECK(same);
+    check_moe_ffn_ids(type, type, type, n_embd, n_ff, n_expert, k, n, 0, lc);
+    gpu->ops->release(gpu, di);
+    free(ids); free(lc); free(lg);
+}
+
+static void test_moe_ffn_ep(void) {
+    check_moe_ep(QT_Q8_0, 256, 256, 16, 8, 1, 8, 3, 2);  /* Qwen3-30B-A3B's 128 experts on 8 ranks: the vec kernels */
+    check_moe_ep(QT_Q4_K, 256, 256, 2, 4, 1, 4, 1, 2);   /* k 4 > the 2 experts here, both chosen */
+    check_moe_ep(QT_Q8_0, 256, 256, 2, 4, 1, 4, 0, 0);   /* none of the token's experts here: 0 */
+    check_moe_ep(QT_F16, 256, 256, 4, 8, 9, 4, 2, 1);    /* grouped kernels, float activations */
+    check_moe_ep(QT_Q8_0, 256, 256, 4, 8, 5, 4, 1, 0);   /* grouped kernels, int8 dots (40 entries: no mmq) */
+    check_moe_ep(QT_Q4_K, 256, 256, 16, 8, 64, 8, 5, 1); /* tensor-core mmq */
+    check_moe_ep(QT_Q8_0, 256, 256, 4, 8, 300, 4, 3, 2); /* two chunks of 256 tokens */
 }
 
 /* Experts placed one by one (bk_weight.expert_ptrs, engine/offload.c's map mode): tables mixing

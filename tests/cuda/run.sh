@@ -127,6 +127,27 @@ tp_check() { # model
   else fail=$((fail + 1)); echo "FAIL cli --tp 2 vs plain ($name)"; echo "plain: $a"; echo "tp 2: $d"; cat "$E2E_DIR/err"; fi
 }
 [ -f "$MODEL" ] && tp_check "$MODEL"
+# Pipeline parallelism's schedule (engine/context.c's pp_forward) on the GPU: tests/test_pp.c's
+# ranks as threads, each with its own CUDA backend on this GPU and a p2p double made of device
+# copies (NCCL refuses two ranks on one GPU); greedy tokens equal the unsplit GPU run's. With two
+# or more GPUs, --pp 2 through NCCL too.
+if [ -x "$BUILD/tests/test_pp" ]; then
+  out=$(BRISK_PP_GPU=1 "$BUILD/tests/test_pp" 2>&1); rc=$?
+  printf '%s\n' "$out" | sed 's/^/  pp: /'
+  p=$(printf '%s\n' "$out" | awk '/^[0-9]+ passed, [0-9]+ failed$/{print $1}' | tail -n1)
+  f=$(printf '%s\n' "$out" | awk '/^[0-9]+ passed, [0-9]+ failed$/{print $3}' | tail -n1)
+  pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0}))
+  [ $rc -ne 0 ] && [ "${f:-0}" = 0 ] && fail=$((fail + 1))
+fi
+pp_check() { # model
+  local m=$1 name; name=$(basename "$m")
+  [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ] || { echo "skip cli --pp 2 ($name): one GPU"; return 0; }
+  a=$("$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 64 --temp 0 --ignore-eos 2>/dev/null | tr -d '\000')
+  d=$("$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 64 --temp 0 --ignore-eos --pp 2 2>"$E2E_DIR/err" | tr -d '\000')
+  if [ -n "$d" ] && [ "$d" = "$a" ]; then pass=$((pass + 1)); echo "ok   cli greedy 64 tokens --pp 2 (2 GPUs) == plain ($name)"
+  else fail=$((fail + 1)); echo "FAIL cli --pp 2 vs plain ($name)"; echo "plain: $a"; echo "pp 2: $d"; cat "$E2E_DIR/err"; fi
+}
+[ -f "$MODEL" ] && pp_check "$MODEL"
 # Random-weight models have flat logits (top two within 1e-3 of each other at
 # some steps): their prompts go through the f32 tiled product rather than the
 # f16 tensor cores, whose rounding would flip such near-ties. What is checked

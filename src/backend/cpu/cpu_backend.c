@@ -718,6 +718,11 @@ static void cpu_moe_ffn_op(bk_backend *be, const bk_weight *gate, const bk_weigh
     cpu_moe_ffn(cb->tp, &cb->moe, gate, up, down, x, n, ids, weights, k, out);
 }
 
+static void cpu_moe_ids_local_op(bk_backend *be, int32_t *ids, int n, int e0, int e1) {
+    (void)be;
+    cpu_moe_ids_local(ids, n, e0, e1);
+}
+
 /* ---- Gated DeltaNet and the sigmoid gate (cpu_ssm.c) ---- */
 static void cpu_ssm_conv_op(bk_backend *be, const float *x, const bk_weight *w, float *conv, const int32_t *seq,
                             int n, int channels, int d_conv, float *out) {
@@ -754,6 +759,7 @@ static const bk_backend_ops cpu_ops = {
     .copy_rows = cpu_copy_rows,
     .moe_route = cpu_moe_route_op,
     .moe_ffn = cpu_moe_ffn_op,
+    .moe_ids_local = cpu_moe_ids_local_op,
     .ssm_conv = cpu_ssm_conv_op,
     .gated_delta = cpu_gated_delta_op,
     .sigmoid_mul = cpu_sigmoid_mul_op,

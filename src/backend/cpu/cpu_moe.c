@@ -116,6 +116,11 @@ void cpu_moe_route(threadpool *tp, const float *logits, int n, int n_expert, int
     else threadpool_run(tp, route_worker, &j);
 }
 
+/* a few values a layer (n tokens * k): no threads */
+void cpu_moe_ids_local(int32_t *ids, int n, int e0, int e1) {
+    for (int i = 0; i < n; i++) ids[i] = ids[i] >= e0 && ids[i] < e1 ? ids[i] - e0 : -1;
+}
+
 /* ---- expert FFN ---- */
 typedef struct {
     const bk_weight *gate, *up, *down;

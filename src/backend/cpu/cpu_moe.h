@@ -1,7 +1,7 @@
 /* cpu_moe.h — the CPU backend's mixture-of-experts ops (router and expert
  * FFN), split across the backend's thread pool. The contracts are those of
- * moe_route and moe_ffn in backend/backend.h; cpu_backend.c puts these in
- * its op table. Arithmetic follows llama.cpp's graph (build_moe_ffn) and
+ * moe_route, moe_ffn and moe_ids_local in backend/backend.h; cpu_backend.c
+ * puts these in its op table. Arithmetic follows llama.cpp's graph (build_moe_ffn) and
  * ggml's CPU kernels: softmax as ggml_vec_soft_max_f32, each expert product
  * as ggml's mul_mat_id (one vec_dot per weight row and token, never the
  * batched tinyBLAS order), weights applied and summed in expert-slot order. */
@@ -32,4 +32,6 @@ void cpu_moe_ffn(threadpool *tp, cpu_moe_scratch *sc, const bk_weight *gate, con
                  const bk_weight *down, const float *x, int n, const int32_t *ids, const float *weights, int k,
                  float *out);
 void cpu_moe_scratch_free(cpu_moe_scratch *sc);
+/* backend.h's moe_ids_local: ids (n) in [e0, e1) become id - e0, the others -1. */
+void cpu_moe_ids_local(int32_t *ids, int n, int e0, int e1);
 #endif

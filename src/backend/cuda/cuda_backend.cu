@@ -197,8 +197,10 @@ static const bk_backend_ops cuda_ops = {
     /* sigmoid_mul */ cuda_sigmoid_mul,
     /* copy_rows */ cuda_copy_rows,
     /* all_reduce */ cuda_all_reduce,
+    /* p2p */ cuda_p2p,
     /* gated_residual */ cuda_gated_residual,
     /* moe_router */ cuda_moe_router,
+    /* moe_ids_local */ cuda_moe_ids_local,
 };
 
 extern "C" int bk_cuda_device_count(void) {

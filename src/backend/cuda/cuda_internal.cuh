@@ -590,6 +590,7 @@ void cuda_sigmoid_mul(bk_backend *be, float *x, const float *gate, int n_rows, i
 void cuda_gated_residual(bk_backend *be, float *x, float *m, float *s, const float *gate, int n_rows, int width);
 void cuda_moe_router(bk_backend *be, const bk_weight *w, const float *x, int n, int k, bool norm, float scale,
                      float *logits, int32_t *ids, float *weights);
+void cuda_moe_ids_local(bk_backend *be, int32_t *ids, int n, int e0, int e1);
 void cuda_moe_free(cuda_backend *cb);
 }
 /* The quantized activations' tag (xq_src above) across an op that reads x and xq and writes only
@@ -678,5 +679,6 @@ void cuda_graph_free(cuda_backend *cb);
 /* cuda_nccl.cu: sum over the communicator's ranks in place (no communicator: nothing to sum), and
  * the communicator's release with the backend. */
 void cuda_all_reduce(bk_backend *be, float *x, size_t n);
+brisk_status cuda_p2p(bk_backend *be, const bk_p2p *list, int n);
 void cuda_nccl_free(cuda_backend *cb);
 #endif

@@ -35,8 +35,10 @@
  * (active experts + entries / NT), which sizes the grid as above.
  *
  * An entry whose expert id is negative contributes nothing: the grouping
- * skips it and the combine counts it as weight 0 (the hot-expert cache of
- * engine/offload.c marks experts it computes elsewhere so).
+ * skips it, the one-token kernels' blocks of its slot return at once, and
+ * the combine counts it as weight 0 (the hot-expert cache of
+ * engine/offload.c marks experts it computes elsewhere so; under tensor
+ * parallelism moe_ids_local marks the experts other ranks hold).
  *
  * Expert tensors with a table of expert pointers (bk_weight.expert_ptrs, all
  * three or none) take expert e's rows from tab[e], read from device memory
@@ -309,6 +311,24 @@ extern "C" void cuda_moe_router(bk_backend *be, const bk_weight *w, const float 
     }
     cuda_matmul(be, 1, &w, NULL, x, n, &logits);
     cuda_moe_route(be, logits, n, n_expert, k, norm, scale, ids, weights);
+}
+
+/* ---- expert parallelism (backend.h's moe_ids_local): the router's ids made local to a rank's
+ * experts [e0, e1), the others -1 (the grouping and the combine then skip them) ---- */
+__global__ void moe_ids_local_kernel(int32_t *ids, int n, int e0, int e1) {
+    pdl_wait(); /* the ids come from the router */
+    pdl_allow_next();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) ids[i] = ids[i] >= e0 && ids[i] < e1 ? ids[i] - e0 : -1;
+}
+
+extern "C" void cuda_moe_ids_local(bk_backend *be, int32_t *ids, int n, int e0, int e1) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (n <= 0) return;
+    q8_tag tag = q8_tag_now(cb); /* it writes only ids: the experts' quantized input stays valid */
+    pdl_launch(cb, moe_ids_local_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, ids, n, e0, e1);
+    CU_LAUNCHED(cb);
+    q8_tag_keep(cb, tag, (const float *)(const void *)ids, (size_t)n);
 }
 
 /* ---- grouping: one block; the order inside an expert's group is free
@@ -719,9 +739,10 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
     if (n <= 0) return;
     int n_expert = gate->n_expert > 0 ? gate->n_expert : 1;
     int64_t n_ff = gate->n_out / n_expert, n_embd = gate->n_in;
-    if (n_expert > BK_MOE_MAX_EXPERTS || k < 1 || k > n_expert || up->n_out != gate->n_out || up->n_in != n_embd ||
-        down->n_in != n_ff || down->n_out != n_expert * n_embd || !cuda_type_supported(gate->type) ||
-        !cuda_type_supported(up->type) || !cuda_type_supported(down->type) ||
+    /* k may exceed n_expert: a tensor-parallel rank holds a slice of the experts, the other slots -1 */
+    if (n_expert > BK_MOE_MAX_EXPERTS || k < 1 || k > BK_MOE_MAX_EXPERTS || up->n_out != gate->n_out ||
+        up->n_in != n_embd || down->n_in != n_ff || down->n_out != n_expert * n_embd ||
+        !cuda_type_supported(gate->type) || !cuda_type_supported(up->type) || !cuda_type_supported(down->type) ||
         !gate->expert_ptrs != !up->expert_ptrs || !gate->expert_ptrs != !down->expert_ptrs) {
         cuda_set_error(cb, bk_fail(BRISK_ERR_INVALID_ARG, "cuda moe_ffn: expert tensors %s, %s, %s do not fit",
                                    gate->name, up->name, down->name));

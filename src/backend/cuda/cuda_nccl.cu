@@ -1,5 +1,7 @@
 /* cuda_nccl.cu — the all_reduce op of a tensor-parallel CUDA backend through
- * NCCL (engine/tp.h runs the ranks; model/llama.c calls the op twice a layer).
+ * NCCL (engine/tp.h runs the ranks; model/llama.c calls the op twice a layer),
+ * and the p2p op of a pipeline rank (engine/context.c's pp_forward hands the
+ * residual stream on with ncclSend / ncclRecv, grouped).
  *
  * Loading: libnccl.so.2 is dlopen'd at the first communicator, never linked:
  * brisk builds (and CI links) without NCCL's header or library, and a process
@@ -33,6 +35,9 @@ typedef ncclResult_t (*nccl_all_reduce_fn)(const void *, void *, size_t, int, in
 typedef ncclResult_t (*nccl_comm_destroy_fn)(ncclComm_t);
 typedef const char *(*nccl_get_error_string_fn)(ncclResult_t);
 typedef ncclResult_t (*nccl_get_version_fn)(int *);
+typedef ncclResult_t (*nccl_send_fn)(const void *, size_t, int, int, ncclComm_t, cudaStream_t);
+typedef ncclResult_t (*nccl_recv_fn)(void *, size_t, int, int, ncclComm_t, cudaStream_t);
+typedef ncclResult_t (*nccl_group_fn)(void);
 
 /* The library's entry points: loaded once per process and kept (no dlclose, as cuda_blas.cu). */
 typedef struct nccl_lib {
@@ -43,6 +48,9 @@ typedef struct nccl_lib {
     nccl_all_reduce_fn all_reduce;
     nccl_comm_destroy_fn comm_destroy;
     nccl_get_error_string_fn error_string;
+    nccl_send_fn send;
+    nccl_recv_fn recv;
+    nccl_group_fn group_start, group_end;
     int version;
 } nccl_lib;
 static nccl_lib lib; /* the mapping of a shared library, not device state */
@@ -71,7 +79,12 @@ static bool nccl_load(void) {
     lib.comm_destroy = (nccl_comm_destroy_fn)dlsym(h, "ncclCommDestroy");
     lib.error_string = (nccl_get_error_string_fn)dlsym(h, "ncclGetErrorString");
     nccl_get_version_fn get_version = (nccl_get_version_fn)dlsym(h, "ncclGetVersion");
-    if (!lib.get_unique_id || !lib.comm_init_rank || !lib.all_reduce || !lib.comm_destroy || !lib.error_string) {
+    lib.send = (nccl_send_fn)dlsym(h, "ncclSend");
+    lib.recv = (nccl_recv_fn)dlsym(h, "ncclRecv");
+    lib.group_start = (nccl_group_fn)dlsym(h, "ncclGroupStart");
+    lib.group_end = (nccl_group_fn)dlsym(h, "ncclGroupEnd");
+    if (!lib.get_unique_id || !lib.comm_init_rank || !lib.all_reduce || !lib.comm_destroy || !lib.error_string ||
+        !lib.send || !lib.recv || !lib.group_start || !lib.group_end) {
         snprintf(lib.why, sizeof lib.why, "libnccl.so.2 lacks an entry point brisk needs (NCCL 2.x expected)");
         return false;
     }
@@ -151,4 +164,21 @@ void cuda_all_reduce(bk_backend *be, float *x, size_t n) {
     cb->xq_src = NULL; /* x changes: it no longer matches any quantized copy */
     ncclResult_t r = lib.all_reduce(x, x, n, NCCL_FLOAT32, NCCL_SUM, cb->nccl->comm, cb->stream);
     if (r != NCCL_SUCCESS) cuda_set_error(cb, nccl_fail("ncclAllReduce", r));
+}
+
+/* The transfers of list as one NCCL group on the backend's stream (ncclSend / ncclRecv between
+ * group start and end progress together, which pp_forward's schedule relies on). */
+brisk_status cuda_p2p(bk_backend *be, const bk_p2p *list, int n) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (!cb->nccl) return bk_fail(BRISK_ERR_UNSUPPORTED, "p2p: the backend has no communicator");
+    cb->xq_src = NULL; /* a receive rewrites its buffer: no quantized copy matches it any more */
+    ncclResult_t r = lib.group_start();
+    if (r != NCCL_SUCCESS) return nccl_fail("ncclGroupStart", r);
+    for (int i = 0; i < n && r == NCCL_SUCCESS; i++)
+        r = list[i].send ? lib.send(list[i].buf, list[i].n, NCCL_FLOAT32, list[i].peer, cb->nccl->comm, cb->stream)
+                         : lib.recv(list[i].buf, list[i].n, NCCL_FLOAT32, list[i].peer, cb->nccl->comm, cb->stream);
+    ncclResult_t e = lib.group_end(); /* always closes the group it opened */
+    if (r != NCCL_SUCCESS) return nccl_fail(list[0].send ? "ncclSend" : "ncclRecv", r);
+    if (e != NCCL_SUCCESS) return nccl_fail("ncclGroupEnd", e);
+    return BRISK_OK;
 }
