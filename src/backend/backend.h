@@ -99,6 +99,8 @@ typedef struct bk_step {
     int kv_block_size;        /* tokens per cache page */
     int n_out;                /* entries that want logits */
     const int32_t *out_idx;   /* (n_out) */
+    const bk_weight *emb;     /* the token embedding get_rows will read, when the pass starts with it
+                                 (a GPU backend gathers rows of one kept in host memory here); or NULL */
 } bk_step;
 
 typedef struct bk_backend bk_backend;

@@ -622,7 +622,8 @@ static brisk_status run_stage(brisk_context *c, ctx_stage *stg, const fwd_batch 
     if (!op->step_begin || (mo && !moe_offload_no_sync(mo, fb->n)))
         return c->forward(c->model, stg->be, c->views, fb, &stg->s, stg->l0, stg->l1);
     bk_step st = {.n_tokens = fb->n, .tokens = fb->tokens, .ab = &fb->ab, .n_out = fb->n_out,
-                  .out_idx = fb->out_idx, .kv_block_size = c->p.kv_block_size};
+                  .out_idx = fb->out_idx, .kv_block_size = c->p.kv_block_size,
+                  .emb = stg->l0 == 0 ? &c->model->tok_embd : NULL};
     bool replayed = false, rerun = false;
     BK_TRY(op->step_begin(stg->be, &st, &replayed));
     if (replayed) return BRISK_OK;

@@ -1,6 +1,9 @@
 /* shard.c — see shard.h. */
 #include "engine/shard.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "base/status.h"
 #include "quant/quant.h"
 
@@ -43,6 +46,49 @@ brisk_status shard_weight(const bk_weight *w, shard_kind kind, int rank, int n_r
     out->n_in = per;
     out->host = (const char *)w->host + quant_row_size(w->type, per * rank); /* row stride stays row_bytes */
     out->dev = NULL;
+    return BRISK_OK;
+}
+
+brisk_status shard_gather(const bk_weight *w, shard_kind kind, int n_blocks, int rank, int n_ranks, int64_t unit,
+                          void **buf, bk_weight *out) {
+    *out = *w;
+    *buf = NULL;
+    bool rows = kind == SHARD_ROWS;
+    if (n_ranks < 1 || rank < 0 || rank >= n_ranks || n_blocks < 1 || (!rows && kind != SHARD_COLS))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "shard: %s: gather of rank %d of %d over %d blocks", w->name, rank,
+                       n_ranks, n_blocks);
+    if (w->n_expert > 1)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "shard: %s: expert tensors are placed by expert, not split", w->name);
+    if (unit < 1) unit = 1;
+    const quant_traits *tr = quant_get_traits(w->type);
+    int64_t dim = rows ? w->n_out : w->n_in, qblk = rows || !tr ? 1 : tr->block_elems;
+    int64_t blk = dim / n_blocks, per = blk / n_ranks; /* rows or columns: a block's, a rank's of it */
+    if (dim % n_blocks || blk % ((int64_t)n_ranks * unit) || blk % qblk || per % qblk)
+        return bk_fail(BRISK_ERR_INVALID_ARG,
+                       "shard: %s: %d blocks of %lld %s do not split into %d ranks of whole %lld-%s units "
+                       "and %s blocks", w->name, n_blocks, (long long)dim, rows ? "rows" : "columns", n_ranks,
+                       (long long)unit, rows ? "row" : "column", quant_type_name(w->type));
+    int64_t n_out = rows ? per * n_blocks : w->n_out, n_in = rows ? w->n_in : per * n_blocks;
+    size_t row = quant_row_size(w->type, n_in), seg = quant_row_size(w->type, per);
+    char *p = malloc((size_t)n_out * row);
+    if (!p) return bk_fail(BRISK_ERR_NOMEM, "out of memory packing %s", w->name);
+    const char *src = w->host;
+    for (int b = 0; b < n_blocks; b++) {
+        int64_t first = (int64_t)b * blk + (int64_t)rank * per; /* the rank's first row / column of block b */
+        if (rows)
+            for (int64_t r = 0; r < per; r++)
+                memcpy(p + (size_t)(b * per + r) * row, src + (size_t)(first + r) * w->row_bytes, row);
+        else
+            for (int64_t r = 0; r < n_out; r++)
+                memcpy(p + (size_t)r * row + (size_t)b * seg,
+                       src + (size_t)r * w->row_bytes + quant_row_size(w->type, first), seg);
+    }
+    out->n_out = n_out;
+    out->n_in = n_in;
+    out->row_bytes = row;
+    out->host = p;
+    out->dev = NULL;
+    *buf = p;
     return BRISK_OK;
 }
 

@@ -18,6 +18,8 @@
  *    others' slots skipped: backend.h's moe_ids_local) and the all-reduce
  *    sums the ranks' partial expert outputs.
  * So one layer costs two all-reduces (after attention, after the FFN).
+ * A shard that is several runs of rows or columns (qwen35's Gated DeltaNet
+ * heads, see shard_gather) is a packed copy instead of a view.
  *
  * A shard is a view, not a copy: the same mapped bytes, a row pointer offset
  * (ROWS, EXPERTS: an expert's rows are contiguous) or a column offset with
@@ -38,6 +40,19 @@ typedef enum shard_kind { SHARD_REPLICATE = 0, SHARD_ROWS = 1, SHARD_COLS = 2, S
  * Fails with a message when the split does not divide evenly into units and
  * (COLS) whole blocks of w's type, or (EXPERTS) into whole experts. */
 brisk_status shard_weight(const bk_weight *w, shard_kind kind, int rank, int n_ranks, int64_t unit, bk_weight *out);
+
+/* Rank `rank`'s slice of each of n_blocks equal blocks of w's rows (ROWS) or columns (COLS): of
+ * every block the units [rank * per, (rank + 1) * per) of `unit` rows or columns (per = a block's
+ * units / n_ranks), gathered in block order into a packed copy *buf that out points into (malloc'd:
+ * the caller frees it once out is unbound). A Gated DeltaNet (qwen35) shard is not one run of rows:
+ * its rank holds key heads [r * n_k / N, (r + 1) * n_k / N) and the value heads that read them,
+ * which in the files' tiled value-head order (value head i reads key head i mod n_k) are n_v / n_k
+ * runs of as many heads, n_k heads apart. So a per-value-head dimension is n_v / n_k blocks of n_k
+ * heads, the fused q|k|v projection (and its conv channels) 2 + n_v / n_k such blocks, and the
+ * gathered heads keep the tiled order among the rank's own n_k / N key heads. Fails with a message
+ * when the blocks do not split into whole units and (COLS) whole blocks of w's type. */
+brisk_status shard_gather(const bk_weight *w, shard_kind kind, int n_blocks, int rank, int n_ranks, int64_t unit,
+                          void **buf, bk_weight *out);
 
 /* How a model's heads split: each rank gets n_head / n_ranks query heads and
  * n_head_kv / n_ranks KV heads (or, with fewer KV heads than ranks, each KV

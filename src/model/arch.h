@@ -67,6 +67,10 @@ brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_vi
 void decoder_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
                        fwd_scratch *s, int l);
 void decoder_logits(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s);
+/* (model/llama.c) y (n, w.n_out) += x W^T for a weight that closes a residual branch; tensor-parallel,
+ * the rank's partial product is summed over the ranks (all_reduce) in tmp (n, w.n_out) first. */
+void residual_matmul(const brisk_model *m, bk_backend *be, const bk_weight *w, const float *x, int n, float *tmp,
+                     float *y);
 /* (model/qwen3moe.c) Adds layer l's routed experts (s->moe_ids) to s->expert_counts, if kept. */
 void moe_count_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l);
 /* (model/qwen3moe.c) s->moe_out = layer l's routed experts over s->xb as s->moe_ids and s->moe_w chose

@@ -31,8 +31,8 @@
  * (m->tp_size > 0), W holds this rank's input columns: the partial product goes to tmp, is
  * summed over the ranks (all_reduce) and then added, so the residual y stays the same on every
  * rank. Otherwise the product is added in one fused op. */
-static void residual_matmul(const brisk_model *m, bk_backend *be, const bk_weight *w, const float *x, int n,
-                            float *tmp, float *y) {
+void residual_matmul(const brisk_model *m, bk_backend *be, const bk_weight *w, const float *x, int n, float *tmp,
+                     float *y) {
     if (m->tp_size > 0 && be->ops->all_reduce) {
         size_t len = (size_t)n * (size_t)w->n_out;
         be->ops->matmul(be, 1, &w, NULL, x, n, &tmp);

@@ -200,6 +200,19 @@ static brisk_status bind(brisk_model *m, bk_backend *be, const char *name, int64
     return bind3(m, be, name, ne0, ne1, 1, required, w);
 }
 
+/* Keeps buf, a packed host copy of a shard (malloc'd), in m->tp_packed until the model is freed;
+ * frees it when the list cannot grow. */
+static brisk_status keep_packed(brisk_model *m, void *buf, const char *name) {
+    void **list = realloc(m->tp_packed, (size_t)(m->n_tp_packed + 1) * sizeof *list);
+    if (!list) {
+        free(buf);
+        return bk_fail(BRISK_ERR_NOMEM, "out of memory packing %s", name);
+    }
+    m->tp_packed = list;
+    m->tp_packed[m->n_tp_packed++] = buf;
+    return BRISK_OK;
+}
+
 /* Tensor parallelism: binds rank m->tp_rank's shard of a tensor (engine/shard.h) to be: ROWS
  * keeps whole output rows (a vector: its elements, e.g. a q/k/v bias), COLS input columns, in
  * units of `unit` (head_dim for per-head splits). kv: the k/v split, where a KV head may be shared
@@ -222,19 +235,31 @@ static brisk_status bind_shard(brisk_model *m, bk_backend *be, const char *name,
     if (!be) return BRISK_OK; /* the CPU reads the view in place (row stride row_bytes) */
     size_t packed = quant_row_size(w->type, w->n_in);
     if (packed != w->row_bytes) {
-        void **list = realloc(m->tp_packed, (size_t)(m->n_tp_packed + 1) * sizeof *list);
         char *buf = malloc((size_t)w->n_out * packed);
-        if (list) m->tp_packed = list;
-        if (!list || !buf) {
-            free(buf);
-            return bk_fail(BRISK_ERR_NOMEM, "out of memory packing %s", name);
-        }
+        if (!buf) return bk_fail(BRISK_ERR_NOMEM, "out of memory packing %s", name);
         for (int64_t r = 0; r < w->n_out; r++)
             memcpy(buf + (size_t)r * packed, (const char *)w->host + (size_t)r * w->row_bytes, packed);
-        m->tp_packed[m->n_tp_packed++] = buf;
+        BK_TRY(keep_packed(m, buf, name));
         w->host = buf;
         w->row_bytes = packed;
     }
+    m->gpu_weight_bytes += (uint64_t)w->n_out * w->row_bytes;
+    return be->ops->bind_weight(be, w);
+}
+
+/* A Gated DeltaNet tensor: whole, or with tensor parallelism rank m->tp_rank's key heads and the
+ * value heads that read them, the same slice of each of n_blocks blocks of its rows (ROWS) or
+ * columns (COLS; a vector: its elements) in units of `unit` (shard.h's shard_gather). The slice is
+ * several runs, so it is always a packed copy (kept in m->tp_packed), read by the CPU or uploaded. */
+static brisk_status bind_gather(brisk_model *m, bk_backend *be, const char *name, int64_t ne0, int64_t ne1,
+                                shard_kind kind, int n_blocks, int64_t unit, bk_weight *w) {
+    if (m->tp_size < 2) return bind3(m, be, name, ne0, ne1, 1, true, w);
+    BK_TRY(bind3(m, NULL, name, ne0, ne1, 1, true, w));
+    bk_weight full = *w;
+    void *buf;
+    BK_TRY(shard_gather(&full, ne1 ? kind : SHARD_COLS, n_blocks, m->tp_rank, m->tp_size, unit, &buf, w));
+    BK_TRY(keep_packed(m, buf, name));
+    if (!be) return BRISK_OK;
     m->gpu_weight_bytes += (uint64_t)w->n_out * w->row_bytes;
     return be->ops->bind_weight(be, w);
 }
@@ -258,8 +283,12 @@ static brisk_status bind_all(brisk_model *m) {
     int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim,
             kvd = (int64_t)hp->n_head_kv * hp->head_dim;
     bool hybrid = hp->full_attn_interval > 0;
-    /* The embedding goes with the first layer, the output layer with the last. */
-    bk_backend *first = m->n_cpu_layers > 0 ? NULL : m->be, *last = m->be;
+    /* The output layer goes with the last layer. The embedding stays in host memory, as llama.cpp
+     * keeps it (a GPU backend gathers a step's rows on the host: n_embd floats a token against
+     * 334 MiB of qwen3-8b's table on the GPU); BRISK_CUDA_EMB_GPU=1 puts it with the first layer.
+     * Tied, the LM head gets its own device copy below. */
+    const char *eg = getenv("BRISK_CUDA_EMB_GPU");
+    bk_backend *first = m->n_cpu_layers > 0 || !(eg && !strcmp(eg, "1")) ? NULL : m->be, *last = m->be;
     if (m->pp_rank > 0) first = last = NULL; /* pipeline: rank 0 runs them (here host views, never read) */
     BK_TRY(bind(m, first, "token_embd.weight", d, hp->n_vocab, true, &m->tok_embd));
     BK_TRY(bind(m, last, "output_norm.weight", d, 0, true, &m->output_norm));
@@ -286,26 +315,32 @@ static brisk_status bind_all(brisk_model *m) {
 #define BIND(field, suffix, ne0, ne1, req)                             \
     snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
     BK_TRY(bind(m, be, n, ne0, ne1, req, &L->field))
+#define BIND_TP(field, suffix, ne0, ne1, req, kind, unit, kv)          \
+    snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
+    BK_TRY(bind_shard(m, be, n, ne0, ne1, req, kind, unit, kv, &L->field))
+#define BIND_SSM(field, suffix, ne0, ne1, kind, n_blocks, unit)        \
+    snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
+    BK_TRY(bind_gather(m, be, n, ne0, ne1, kind, n_blocks, unit, &L->field))
         BIND(attn_norm, "attn_norm.weight", d, 0, true);
         if (model_layer_recurrent(hp, l)) {
             int64_t ds = hp->ssm_d_state, nv = hp->ssm_n_v_heads, vd = nv * ds,
                     conv_dim = 2 * hp->ssm_n_k_heads * ds + vd;
-            BIND(ssm_qkv, "attn_qkv.weight", d, conv_dim, true);
-            BIND(ssm_z, "attn_gate.weight", d, vd, true);
-            BIND(ssm_conv1d, "ssm_conv1d.weight", hp->ssm_d_conv, conv_dim, true);
+            /* sharded by key heads: a per-value-head dimension is nv / nk blocks of nk heads, q|k|v
+             * and the conv channels two blocks more (shard_gather) */
+            int vb = hp->ssm_n_v_heads / hp->ssm_n_k_heads;
+            BIND_SSM(ssm_qkv, "attn_qkv.weight", d, conv_dim, SHARD_ROWS, 2 + vb, ds);
+            BIND_SSM(ssm_z, "attn_gate.weight", d, vd, SHARD_ROWS, vb, ds);
+            BIND_SSM(ssm_conv1d, "ssm_conv1d.weight", hp->ssm_d_conv, conv_dim, SHARD_ROWS, 2 + vb, ds);
             if (L->ssm_conv1d.type != QT_F32)
                 return bk_fail(BRISK_ERR_UNSUPPORTED, "tensor %s: type %s (want f32)", n,
                                quant_type_name(L->ssm_conv1d.type));
-            BIND(ssm_dt_bias, "ssm_dt.bias", nv, 0, true);
-            BIND(ssm_a, "ssm_a", nv, 0, true);
-            BIND(ssm_beta, "ssm_beta.weight", d, nv, true);
-            BIND(ssm_alpha, "ssm_alpha.weight", d, nv, true);
+            BIND_SSM(ssm_dt_bias, "ssm_dt.bias", nv, 0, SHARD_COLS, vb, 1);
+            BIND_SSM(ssm_a, "ssm_a", nv, 0, SHARD_COLS, vb, 1);
+            BIND_SSM(ssm_beta, "ssm_beta.weight", d, nv, SHARD_ROWS, vb, 1);
+            BIND_SSM(ssm_alpha, "ssm_alpha.weight", d, nv, SHARD_ROWS, vb, 1);
             BIND(ssm_norm, "ssm_norm.weight", ds, 0, true);
-            BIND(ssm_out, "ssm_out.weight", vd, d, true);
+            BIND_SSM(ssm_out, "ssm_out.weight", vd, d, SHARD_COLS, vb, ds);
         } else {
-#define BIND_TP(field, suffix, ne0, ne1, req, kind, unit, kv)          \
-    snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
-    BK_TRY(bind_shard(m, be, n, ne0, ne1, req, kind, unit, kv, &L->field))
             int64_t hd = hp->head_dim;
             BIND_TP(wq, "attn_q.weight", d, hybrid ? 2 * qd : qd, true, SHARD_ROWS, hd, false);
             BIND_TP(wk, "attn_k.weight", d, kvd, true, SHARD_ROWS, hd, true);
@@ -318,11 +353,11 @@ static brisk_status bind_all(brisk_model *m) {
             BIND(k_norm, "attn_k_norm.weight", hp->head_dim, 0, hp->qk_norm);
         }
         BIND(ffn_norm, hybrid ? "post_attention_norm.weight" : "ffn_norm.weight", d, 0, true);
-        if (hp->n_ff_shexp) {
+        if (hp->n_ff_shexp) { /* its gate (one logit a token) replicated, its FFN split as a dense one */
             BIND(gate_inp_shexp, "ffn_gate_inp_shexp.weight", d, 0, true);
-            BIND(gate_shexp, "ffn_gate_shexp.weight", d, hp->n_ff_shexp, true);
-            BIND(up_shexp, "ffn_up_shexp.weight", d, hp->n_ff_shexp, true);
-            BIND(down_shexp, "ffn_down_shexp.weight", hp->n_ff_shexp, d, true);
+            BIND_TP(gate_shexp, "ffn_gate_shexp.weight", d, hp->n_ff_shexp, true, SHARD_ROWS, 1, false);
+            BIND_TP(up_shexp, "ffn_up_shexp.weight", d, hp->n_ff_shexp, true, SHARD_ROWS, 1, false);
+            BIND_TP(down_shexp, "ffn_down_shexp.weight", hp->n_ff_shexp, d, true, SHARD_COLS, 1, false);
         }
         if (hp->n_expert) {
             int64_t ne = hp->n_expert, ff = hp->n_ff_exp;
@@ -343,6 +378,7 @@ static brisk_status bind_all(brisk_model *m) {
         BIND_TP(w_gate, "ffn_gate.weight", d, hp->n_ff, true, SHARD_ROWS, 1, false);
         BIND_TP(w_up, "ffn_up.weight", d, hp->n_ff, true, SHARD_ROWS, 1, false);
         BIND_TP(w_down, "ffn_down.weight", hp->n_ff, d, true, SHARD_COLS, 1, false);
+#undef BIND_SSM
 #undef BIND_TP
 #undef BIND
     }
@@ -364,7 +400,7 @@ uint64_t model_gpu_bytes(const gguf_file *g, int n_layer, int n_cpu_layers, int 
         bool gpu = true;
         if (sscanf(t->name, "blk.%d.", &l) == 1)
             gpu = l >= n_cpu_layers && l < n_layer && !(l < n_cpu_moe && strstr(t->name, "_exps."));
-        else if (!strcmp(t->name, "token_embd.weight")) gpu = n_cpu_layers == 0 || tied;
+        else if (!strcmp(t->name, "token_embd.weight")) gpu = tied; /* as the LM head; else host (bind_all) */
         if (gpu) need += t->nbytes;
     }
     return need;
@@ -374,27 +410,44 @@ uint64_t model_gpu_bytes(const gguf_file *g, int n_layer, int n_cpu_layers, int 
 static brisk_status tp_setup(brisk_model *m, const brisk_model_params *params) {
     if (params->tp_size <= 0) return BRISK_OK;
     const model_hparams *hp = &m->hp;
-    bool moe = hp->arch == ARCH_QWEN3MOE; /* experts placed by expert, not split by columns */
-    if (hp->arch != ARCH_LLAMA && hp->arch != ARCH_QWEN2 && hp->arch != ARCH_QWEN3 && !moe)
+    int n = params->tp_size;
+    bool moe = hp->n_expert > 0; /* qwen3moe, qwen35moe: experts placed by expert, not split by columns */
+    /* a new architecture opts in once its forward pass all-reduces its column-split products */
+    static const bool runs[ARCH_COUNT] = {[ARCH_LLAMA] = true,    [ARCH_QWEN2] = true,  [ARCH_QWEN3] = true,
+                                          [ARCH_QWEN3MOE] = true, [ARCH_QWEN35] = true, [ARCH_QWEN35MOE] = true};
+    if ((unsigned)hp->arch >= ARCH_COUNT || !runs[hp->arch])
         return bk_fail(BRISK_ERR_UNSUPPORTED,
-                       "tensor parallelism runs llama, qwen2, qwen3 and qwen3moe models, not %s", m->arch_name);
-    if (params->tp_rank < 0 || params->tp_rank >= params->tp_size)
-        return bk_fail(BRISK_ERR_INVALID_ARG, "tensor parallelism: rank %d of %d", params->tp_rank, params->tp_size);
+                       "tensor parallelism runs llama, qwen2, qwen3, qwen3moe, qwen35 and qwen35moe models, not %s",
+                       m->arch_name);
+    if (params->tp_rank < 0 || params->tp_rank >= n)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "tensor parallelism: rank %d of %d", params->tp_rank, n);
     shard_heads sh;
-    BK_TRY(shard_heads_for(hp->n_head, hp->n_head_kv, params->tp_rank, params->tp_size, &sh));
-    if (moe && hp->n_expert % params->tp_size)
+    BK_TRY(shard_heads_for(hp->n_head, hp->n_head_kv, params->tp_rank, n, &sh));
+    /* a rank holds whole key heads with all their value heads (shard_gather), so each value head's
+     * key head is local */
+    if (hp->ssm_n_k_heads && hp->ssm_n_k_heads % n)
+        return bk_fail(BRISK_ERR_INVALID_ARG,
+                       "tensor parallelism: %d DeltaNet key heads (each read by %d value heads) do not split over "
+                       "%d ranks", hp->ssm_n_k_heads, hp->ssm_n_v_heads / hp->ssm_n_k_heads, n);
+    if (moe && hp->n_expert % n)
         return bk_fail(BRISK_ERR_INVALID_ARG, "tensor parallelism: %d experts do not split over %d ranks",
-                       hp->n_expert, params->tp_size);
-    if (!moe && hp->n_ff % params->tp_size)
+                       hp->n_expert, n);
+    if (hp->n_ff_shexp % n)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "tensor parallelism: shared expert width %d does not split over %d ranks",
+                       hp->n_ff_shexp, n);
+    if (!moe && hp->n_ff % n)
         return bk_fail(BRISK_ERR_INVALID_ARG, "tensor parallelism: FFN width %d does not split over %d ranks",
-                       hp->n_ff, params->tp_size);
+                       hp->n_ff, n);
     m->tp_rank = params->tp_rank;
-    m->tp_size = params->tp_size;
+    m->tp_size = n;
     m->tp_n_head = hp->n_head;
     m->tp_n_head_kv = hp->n_head_kv;
     m->tp_n_ff = hp->n_ff;
+    m->tp_ssm_n_k_heads = hp->ssm_n_k_heads;
+    m->tp_ssm_n_v_heads = hp->ssm_n_v_heads;
+    m->tp_n_ff_shexp = hp->n_ff_shexp;
     if (moe) {
-        m->tp_n_expert_local = hp->n_expert / params->tp_size;
+        m->tp_n_expert_local = hp->n_expert / n;
         m->tp_expert0 = params->tp_rank * m->tp_n_expert_local;
     }
     return BRISK_OK;
@@ -511,6 +564,9 @@ brisk_status brisk_model_load(const char *path, const brisk_model_params *params
             m->hp.n_head /= m->tp_size;
             m->hp.n_head_kv = m->tp_n_head_kv >= m->tp_size ? m->tp_n_head_kv / m->tp_size : 1;
             if (!m->hp.n_expert) m->hp.n_ff /= m->tp_size; /* a MoE rank holds whole experts instead */
+            m->hp.n_ff_shexp /= m->tp_size;
+            m->hp.ssm_n_k_heads /= m->tp_size; /* and so its recurrent state holds only its heads' */
+            m->hp.ssm_n_v_heads /= m->tp_size;
         }
     }
     *out = m;

@@ -105,9 +105,12 @@ struct brisk_model {
      * n_ff are this rank's. The forward pass all-reduces the column-split products. A MoE model
      * (qwen3moe) holds whole experts instead of FFN columns: the expert tensors are the rank's
      * slice [tp_expert0, tp_expert0 + tp_n_expert_local) while hp.n_expert, which the router
-     * spans, stays the whole model's (and hp.n_ff, unused there, is not split). */
+     * spans, stays the whole model's (and hp.n_ff, unused there, is not split). qwen35*: hp's
+     * ssm_n_k_heads / ssm_n_v_heads (Gated DeltaNet heads, by whole key heads with their value
+     * heads, see shard.h's shard_gather) and n_ff_shexp (the shared expert) are the rank's too. */
     int tp_rank, tp_size;
-    int tp_n_head, tp_n_head_kv, tp_n_ff; /* the whole model's */
+    int tp_n_head, tp_n_head_kv, tp_n_ff;                  /* the whole model's */
+    int tp_ssm_n_k_heads, tp_ssm_n_v_heads, tp_n_ff_shexp; /* the whole model's (qwen35*) */
     int tp_expert0, tp_n_expert_local;    /* MoE: this rank's experts (0, 0 without experts) */
     void **tp_packed;                 /* (n_tp_packed) host copies of column shards packed for upload */
     int n_tp_packed;
@@ -136,7 +139,7 @@ static inline void model_pp_layers(int n_layer, int rank, int n_ranks, int *l0, 
 
 /* Bytes of weights a model puts on the GPU when layers [0, n_cpu_layers) run on the CPU and
  * layers [0, n_cpu_moe) keep their experts in host memory: the other layers, the output layer,
- * and the embedding when it is on the GPU or serves as the tied LM head. */
+ * and the embedding when it serves as the tied LM head (else it stays in host memory). */
 uint64_t model_gpu_bytes(const gguf_file *g, int n_layer, int n_cpu_layers, int n_cpu_moe);
 /* Reads hyperparameters for the file's architecture (BRISK_ERR_UNSUPPORTED for others). */
 brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp);

@@ -21,7 +21,22 @@
  *     x += moe(h) + sigmoid(w_sh . h) * shared_expert(h)               (qwen35moe)
  *   logits = Wout (rmsnorm(x) * output_norm)
  *
- * In the files every norm weight already carries HF's (1 + w) offset. */
+ * In the files every norm weight already carries HF's (1 + w) offset.
+ *
+ * Tensor parallelism (engine/shard.h; the two all-reduces of a layer as in
+ * llama.c): a gated attention layer is split by whole heads as qwen3's (a
+ * head's gate rows travel with its query rows; Wo by columns). A Gated
+ * DeltaNet layer is split by whole key heads with the value heads that read
+ * them: in the files' tiled order those are n_v / n_k runs of heads, n_k
+ * apart, gathered into a packed copy (shard_gather) of Wqkv's q, k and v rows
+ * and conv channels, Wz, Wbeta, Walpha rows, dt_bias and ssm_a, and Wout's
+ * columns, so a rank runs the recurrence for its own value heads and its
+ * state holds only theirs; Wout's partial products are all-reduced. The
+ * dense FFN splits as qwen3's. qwen35moe places the routed experts by expert
+ * as qwen3moe.c does and splits the shared expert's width; its gate (one
+ * logit a token) is replicated, so each rank's routed partial sum plus its
+ * gated shared partial is summed by one all-reduce: sum_r (m_r + sigmoid(g)
+ * s_r) = m + sigmoid(g) s. */
 #include <math.h>
 
 #include "base/status.h"
@@ -45,7 +60,7 @@ static void gated_attention(const brisk_model *m, bk_backend *be, const bk_kv_vi
                     &hp->rope);
     op->attention(be, s->q, s->k, s->v, &kv[l], &b->ab, nh, hp->n_head_kv, hd, 1.0f / sqrtf((float)hd), s->att);
     op->sigmoid_mul(be, s->att, s->gz, n, qd, qd);
-    bk_matmul_add(be, &L->wo, s->att, n, s->xb, s->x);
+    residual_matmul(m, be, &L->wo, s->att, n, s->xb, s->x);
 }
 
 static void gated_deltanet(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
@@ -64,7 +79,7 @@ static void gated_deltanet(const brisk_model *m, bk_backend *be, const bk_kv_vie
                     nv, ds, hp->rms_eps, s->att);
     op->rms_norm(be, s->att, &L->ssm_norm, s->att, n * nv, ds, hp->rms_eps);
     op->swiglu(be, s->gz, s->att, s->att, (size_t)n * nv * ds); /* silu(z) * norm(o) */
-    bk_matmul_add(be, &L->ssm_out, s->att, n, s->xb, s->x);
+    residual_matmul(m, be, &L->ssm_out, s->att, n, s->xb, s->x);
 }
 
 /* x += the FFN of layer l on h = s->xb: dense SwiGLU, or routed experts plus
@@ -74,9 +89,9 @@ static brisk_status ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b
     const bk_backend_ops *op = be->ops;
     const layer_weights *L = &m->layers[l];
     int n = b->n, d = hp->n_embd;
-    if (!hp->n_expert) {
+    if (!hp->n_expert) { /* tmp: h (s->xb), spent; s->att may be narrower than n_embd on a rank */
         bk_matmul_swiglu(be, &L->w_gate, &L->w_up, s->xb, n, s->hb2, s->hb);
-        bk_matmul_add(be, &L->w_down, s->hb, n, s->att, s->x);
+        residual_matmul(m, be, &L->w_down, s->hb, n, s->xb, s->x);
         return BRISK_OK;
     }
     /* Every product of h first (router, shared expert's gate, its gate and up with their SwiGLU),
@@ -88,9 +103,19 @@ static brisk_status ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b
     op->matmul(be, 1, &shg, NULL, s->xb, n, &s->sh_gate);
     bk_matmul_swiglu(be, &L->gate_shexp, &L->up_shexp, s->xb, n, s->hb2, s->hb);
     moe_count_experts(m, be, b, s, l);
+    if (m->tp_size > 1) /* expert parallelism: this rank runs the chosen experts it holds */
+        op->moe_ids_local(be, s->moe_ids, n * hp->n_expert_used, m->tp_expert0, m->tp_expert0 + m->tp_n_expert_local);
     BK_TRY(moe_experts(m, be, b, s, l));
     const bk_weight *down = &L->down_shexp;
     op->matmul(be, 1, &down, NULL, s->hb, n, &s->sh);
+    if (m->tp_size > 0 && op->all_reduce) { /* bk_gated_residual's unfused steps, one all-reduce before x */
+        size_t len = (size_t)n * d;
+        op->sigmoid_mul(be, s->sh, s->sh_gate, n, d, 1);
+        op->add(be, s->moe_out, s->sh, len);
+        op->all_reduce(be, s->moe_out, len);
+        op->add(be, s->x, s->moe_out, len);
+        return BRISK_OK;
+    }
     bk_gated_residual(be, s->x, s->moe_out, s->sh, s->sh_gate, n, d);
     return BRISK_OK;
 }
@@ -100,7 +125,8 @@ brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_vi
     const model_hparams *hp = &m->hp;
     const bk_backend_ops *op = be->ops;
     int n = b->n, d = hp->n_embd;
-    if (!op->ssm_conv || !op->gated_delta || !op->sigmoid_mul || (hp->n_expert && (!op->moe_route || !op->moe_ffn)))
+    if (!op->ssm_conv || !op->gated_delta || !op->sigmoid_mul || (hp->n_expert && (!op->moe_route || !op->moe_ffn)) ||
+        (hp->n_expert && m->tp_size > 1 && !op->moe_ids_local))
         return bk_fail(BRISK_ERR_UNSUPPORTED, "the %s backend lacks the ops of %s", op->name, m->arch_name);
 
     if (l0 == 0) op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);

@@ -46,7 +46,32 @@ static void drop_graphs(cuda_backend *cb) {
     cb->n_graphs = 0;
 }
 
+/* The step's embedding rows from a table in host memory into emb_dev (cuda_backend.emb_host).
+ * The buffers hold 512 tokens (the engine's largest micro-batch) and grow, dropping the captured
+ * graphs that read the old address, only for a larger step. */
+static brisk_status stage_embedding(cuda_backend *cb, const bk_weight *emb, const int32_t *tokens, int n) {
+    size_t need = (size_t)n * (size_t)emb->n_in, want = need > (size_t)512 * emb->n_in ? need : (size_t)512 * emb->n_in;
+    if (need > cb->emb_cap) {
+        drop_graphs(cb);
+        cudaFreeHost(cb->emb_host);
+        cudaFree(cb->emb_dev);
+        cb->emb_host = cb->emb_dev = NULL;
+        cb->emb_cap = 0;
+        CU_TRY(cudaMallocHost((void **)&cb->emb_host, want * sizeof(float)));
+        CU_TRY(cudaMalloc((void **)&cb->emb_dev, want * sizeof(float)));
+        cb->emb_cap = want;
+    }
+    for (int i = 0; i < n; i++)
+        BK_TRY(quant_dequantize(emb->type, (const uint8_t *)emb->host + (size_t)tokens[i] * emb->row_bytes,
+                                cb->emb_host + (size_t)i * emb->n_in, emb->n_in));
+    CU_TRY(cudaMemcpyAsync(cb->emb_dev, cb->emb_host, need * sizeof(float), cudaMemcpyHostToDevice, cb->stream));
+    cb->st_emb = cb->emb_dev;
+    return BRISK_OK;
+}
+
 void cuda_graph_free(cuda_backend *cb) {
+    cudaFreeHost(cb->emb_host);
+    cudaFree(cb->emb_dev);
     if (cb->graphs) drop_graphs(cb);
     free(cb->graphs);
     if (cb->step_ev) cudaEventDestroy(cb->step_ev);
@@ -102,6 +127,8 @@ extern "C" brisk_status cuda_step_begin(bk_backend *be, const bk_step *st, bool 
     int64_t cnt = pack_step(cb, st, &max_np);
     if (cnt < 0) return bk_fail(BRISK_ERR_RANGE, "cuda: step of %d tokens exceeds the staging area", n);
     CU_TRY(cudaMemcpyAsync(cb->step_dev, cb->step_host, (size_t)cnt * 4, cudaMemcpyHostToDevice, cb->stream));
+    cb->st_emb = NULL;
+    if (st->emb && !st->emb->dev && st->emb->host && n > 0) BK_TRY(stage_embedding(cb, st->emb, st->tokens, n));
     CU_TRY(cudaEventRecord(cb->step_ev, cb->stream));
     cb->st_ids = cb->step_dev;
     cb->st_pos = cb->step_dev + n;

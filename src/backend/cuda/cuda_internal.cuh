@@ -44,6 +44,12 @@ typedef struct cuda_backend {
     int32_t *step_dev;          /* its device copy */
     size_t step_cap;            /* int32 per buffer */
     cudaEvent_t step_ev;        /* the last step upload: step_host is free once it completed */
+    /* A token embedding kept in host memory (as llama.cpp keeps it: a 150K-row table read a row a
+     * token): step_begin dequantizes the step's rows into emb_host and uploads them to emb_dev,
+     * which get_rows copies (a graph node reading a fixed address). (emb_cap) floats each. */
+    float *emb_host, *emb_dev;
+    size_t emb_cap;
+    const float *st_emb;        /* this step's rows in emb_dev, or NULL */
     struct cuda_graph_entry *graphs; /* captured passes, by shape */
     int n_graphs, cap_graphs, cur_key[4];
     long n_replays, n_captures; /* counters for tests and bench */
