@@ -171,6 +171,11 @@ typedef struct brisk_context_params {
                                    run (brisk_expert_stats_read) that pick the first cached experts; NULL: the
                                    first batches' counts pick them. Read at creation only. */
     int expert_stats_layers, expert_stats_experts; /* must equal the model's n_layer and expert count */
+    /* Rows of logits one forward pass computes at most: a batch whose entries want more runs as
+     * several passes (the same logits). The output layer's scratch is sized for these rows (a row is
+     * n_vocab floats: 0.6 MB for a 152K vocabulary). 0: n_seq_max, at least 64; a user of every
+     * position's logits (perplexity) sets n_batch. */
+    int n_outputs_max;
 } brisk_context_params;
 
 brisk_context_params brisk_context_default_params(void);

@@ -42,6 +42,7 @@ int cmd_perplexity(int argc, char **argv) {
     brisk_context_params cp = brisk_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_batch = n_ctx;
+    cp.n_outputs_max = n_ctx; /* every position's logits, a pass of up to 512 at a time */
     cp.n_threads = n_threads;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
     if (!cli_load_model(model_path, &mo, &cp, &m)) goto done;

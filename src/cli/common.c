@@ -305,8 +305,9 @@ bool cli_load_model(const char *path, const cli_model_opts *mo, brisk_context_pa
                 "the embedding and the LM head); batches go round in up to %d micro-batches\n", mo->pp, l0, l1 - 1,
                 mo->pp);
     } else if (tp)
-        fprintf(stderr, "tensor parallelism: %d ranks, each with 1/%d of the attention heads and %s "
+        fprintf(stderr, "tensor parallelism: %d ranks, each with 1/%d of the %s and %s "
                 "(rank 0 here on device %d; the LM head is replicated)\n", mo->tp, mo->tp,
+                (*out)->tp_ssm_n_k_heads ? "attention and DeltaNet heads" : "attention heads",
                 (*out)->tp_n_expert_local ? "of the experts (whole experts)" : "FFN columns", mo->device);
     /* Where the layers run, as llama.cpp says it ("offloaded 20/36 layers to GPU"). */
     brisk_model_info in;

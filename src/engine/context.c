@@ -29,6 +29,12 @@
 
 #define UBATCH_MAX 512 /* tokens per forward pass; bounds the scratch */
 
+/* Rows of logits a forward pass of up to n_ubatch entries computes (brisk_context_params.n_outputs_max). */
+static int outs_for(const brisk_context_params *p, int n_ubatch) {
+    int cap = p->n_outputs_max > 0 ? p->n_outputs_max : p->n_seq_max > 64 ? p->n_seq_max : 64;
+    return cap < n_ubatch ? cap : n_ubatch;
+}
+
 /* Each architecture's forward pass (model/<arch>.c). */
 static const arch_forward_fn forward_by_arch[ARCH_COUNT] = {
     [ARCH_LLAMA] = llama_forward,
@@ -64,6 +70,7 @@ struct brisk_context {
     int n_ckpt;          /* snapshots per sequence; 0 without recurrent state */
     int32_t *ck_pos;     /* (n_seq_max, n_ckpt) the length each snapshot was taken at, -1: free */
     int n_ubatch;
+    int n_out_cap;       /* rows of logits a forward pass computes at most (outs_for) */
     int64_t *expert_counts; /* (n_layer, n_expert) routing statistics, or NULL (fwd_scratch.expert_counts) */
     int32_t *ids_host;      /* (n_ubatch, n_expert_used) */
     int32_t *tokens, *pos, *slot, *seq, *out_idx; /* (n_ubatch) */
@@ -121,7 +128,7 @@ void brisk_context_free(brisk_context *c) {
 /* The per-step activations of fwd_scratch, in floats, each rounded to 16. */
 #define N_SCRATCH 21
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
-static void scratch_sizes(const model_hparams *hp, size_t n, bool logits, size_t sizes[N_SCRATCH]) {
+static void scratch_sizes(const model_hparams *hp, size_t n, size_t n_out, size_t sizes[N_SCRATCH]) {
     size_t d = hp->n_embd, qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim,
            ff = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp, ne = (size_t)hp->n_expert,
            nk = (size_t)hp->n_expert_used, dm = ne ? d : 0;
@@ -130,16 +137,16 @@ static void scratch_sizes(const model_hparams *hp, size_t n, bool logits, size_t
     size_t nv = (size_t)hp->ssm_n_v_heads, vd = nv * hp->ssm_d_state,
            conv = (2 * (size_t)hp->ssm_n_k_heads + nv) * hp->ssm_d_state, sh = hp->n_ff_shexp ? d : 0;
     size_t s[N_SCRATCH] = {n * d,  n * d,  n * qd, n * kvd, n * kvd, n * max3(qd, vd, 0), n * ff, n * ff,
-                           n * ne, n * nk, n * nk, n * dm,  logits ? n * d : 0, logits ? n * (size_t)hp->n_vocab : 0,
+                           n * ne, n * nk, n * nk, n * dm,  n_out * d, n_out * (size_t)hp->n_vocab,
                            hy ? n * max3(2 * qd, conv, 0) : 0, hy ? n * max3(qd, vd, 0) : 0, n * conv,
                            n * nv, n * nv, n * sh, sh ? n : 0};
     for (int i = 0; i < N_SCRATCH; i++) sizes[i] = (s[i] + 15) & ~(size_t)15;
 }
 
-/* logits: the stage runs the output layer (out and logits are sized). */
-static size_t scratch_bytes(const model_hparams *hp, size_t n, bool logits) {
+/* n_out: rows of logits when the stage runs the output layer (out and logits are sized), else 0. */
+static size_t scratch_bytes(const model_hparams *hp, size_t n, size_t n_out) {
     size_t sizes[N_SCRATCH], total = 0;
-    scratch_sizes(hp, n, logits, sizes);
+    scratch_sizes(hp, n, n_out, sizes);
     for (int i = 0; i < N_SCRATCH; i++) total += sizes[i];
     return total * sizeof(float);
 }
@@ -155,23 +162,23 @@ static bool runs_logits(const brisk_context *c, const ctx_stage *st) {
 }
 
 /* A stage's scratch bytes, with a pipeline's receive buffer. */
-static size_t stage_scratch_bytes(const brisk_model *m, size_t n_ubatch, bool logits) {
-    return scratch_bytes(&m->hp, n_ubatch, logits) +
+static size_t stage_scratch_bytes(const brisk_model *m, size_t n_ubatch, size_t n_out) {
+    return scratch_bytes(&m->hp, n_ubatch, n_out) +
            (pipelined(m) ? n_ubatch * (size_t)m->hp.n_embd * sizeof(float) : 0);
 }
 
 static brisk_status alloc_scratch(brisk_context *c, ctx_stage *st) {
     size_t sizes[N_SCRATCH];
     fwd_scratch *s = &st->s;
-    bool logits = runs_logits(c, st);
-    scratch_sizes(&c->model->hp, (size_t)c->n_ubatch, logits, sizes);
+    size_t n_out = runs_logits(c, st) ? (size_t)c->n_out_cap : 0;
+    scratch_sizes(&c->model->hp, (size_t)c->n_ubatch, n_out, sizes);
     float **dst[N_SCRATCH] = {&s->x,          &s->xb,     &s->q,        &s->k,
                               &s->v,          &s->att,    &s->hb,       &s->hb2,
                               &s->moe_logits, (float **)&s->moe_ids, &s->moe_w, &s->moe_out,
                               &s->out,        &s->logits, &s->qg,       &s->gz,
                               &s->conv,       &s->dn_beta, &s->dn_alpha, &s->sh,
                               &s->sh_gate};
-    BK_TRY(st->be->ops->alloc(st->be, stage_scratch_bytes(c->model, (size_t)c->n_ubatch, logits), &st->scratch_mem));
+    BK_TRY(st->be->ops->alloc(st->be, stage_scratch_bytes(c->model, (size_t)c->n_ubatch, n_out), &st->scratch_mem));
     float *p = st->scratch_mem;
     for (int i = 0; i < N_SCRATCH; i++) {
         *dst[i] = p;
@@ -319,7 +326,8 @@ static void stage_bytes(const brisk_model *m, const model_hparams *hp, const bri
     *kv = kv_cache_size_for(n_attn, hp->n_head_kv * hp->head_dim, p->n_ctx, p->n_seq_max, p->kv_block_size,
                             p->kv_type) +
           rs_bytes(hp, n_rec, p->n_seq_max) + ck_bytes(hp, n_rec, p->n_seq_max, p->n_seq_checkpoints);
-    *scratch = m ? stage_scratch_bytes(m, (size_t)n_ubatch, last) : scratch_bytes(hp, (size_t)n_ubatch, last);
+    size_t n_out = last ? (size_t)outs_for(p, n_ubatch) : 0;
+    *scratch = m ? stage_scratch_bytes(m, (size_t)n_ubatch, n_out) : scratch_bytes(hp, (size_t)n_ubatch, n_out);
 }
 
 /* What a CUDA backend allocates for itself besides alloc(): staging, and the MoE op's chunk
@@ -470,6 +478,7 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
     c->forward = forward_by_arch[hp->arch];
     c->p = p;
     c->n_ubatch = ubatch_for(&p);
+    c->n_out_cap = outs_for(&p, c->n_ubatch);
     c->recurrent = hp->n_attn_layers < hp->n_layer;
     bk_backend **kv_be = NULL; /* (n_attn_layers) the backend of each attention layer's pages */
     brisk_status s = make_stages(c);
@@ -730,8 +739,11 @@ brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
     BK_TRY(tp_mirror(c->model, TP_DECODE, (const int32_t[3]){n, 0, 0}, e, (size_t)n * sizeof *e));
     c->n_last = 0;
     int row = 0;
-    for (int b0 = 0; b0 < n; b0 += c->n_ubatch) {
-        int nb = n - b0 < c->n_ubatch ? n - b0 : c->n_ubatch, nb_out = 0;
+    for (int b0 = 0, nb; b0 < n; b0 += nb) {
+        /* a pass takes up to n_ubatch entries, of them up to n_out_cap wanting logits */
+        int nb_out = 0, want = 0;
+        for (nb = 0; b0 + nb < n && nb < c->n_ubatch && !(e[b0 + nb].logits && want == c->n_out_cap); nb++)
+            want += e[b0 + nb].logits;
         for (int i = 0; i < nb; i++) {
             const brisk_batch_entry *x = &e[b0 + i];
             c->tokens[i] = x->token;
