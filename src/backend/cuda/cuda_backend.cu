@@ -257,10 +257,11 @@ extern "C" double bk_cuda_copy_bandwidth(int device) {
     return gbs;
 }
 
-static brisk_status cuda_init(cuda_backend *cb) {
+static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     CU_TRY(cudaSetDevice(cb->device));
     CU_TRY(cudaDeviceGetAttribute(&cb->n_sm, cudaDevAttrMultiProcessorCount, cb->device));
     CU_TRY(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking));
+    if (weights_only) return BRISK_OK;
     const size_t caps[META_COUNT] = {META_TOKENS_BYTES, META_TOKENS_BYTES, META_FREQ_BYTES, META_ATT_BYTES,
                                      META_TOKENS_BYTES};
     for (int i = 0; i < META_COUNT; i++) {
@@ -321,7 +322,7 @@ static brisk_status cuda_init(cuda_backend *cb) {
     return cuda_graph_init(cb);
 }
 
-extern "C" brisk_status bk_cuda_backend_new(int device, bk_backend **out) {
+static brisk_status backend_new(int device, bool weights_only, bk_backend **out) {
     *out = NULL;
     int n = bk_cuda_device_count();
     if (device < 0 || device >= n)
@@ -330,11 +331,16 @@ extern "C" brisk_status bk_cuda_backend_new(int device, bk_backend **out) {
     if (!cb) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     cb->base.ops = &cuda_ops;
     cb->device = device;
-    brisk_status s = cuda_init(cb);
+    brisk_status s = cuda_init(cb, weights_only);
     if (s != BRISK_OK) {
         cuda_free(&cb->base);
         return s;
     }
     *out = &cb->base;
     return BRISK_OK;
+}
+
+extern "C" brisk_status bk_cuda_backend_new(int device, bk_backend **out) { return backend_new(device, false, out); }
+extern "C" brisk_status bk_cuda_weights_backend_new(int device, bk_backend **out) {
+    return backend_new(device, true, out);
 }

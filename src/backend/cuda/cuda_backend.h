@@ -28,6 +28,9 @@ extern "C" {
 int bk_cuda_device_count(void);
 /* A CUDA backend on device `device`. */
 brisk_status bk_cuda_backend_new(int device, bk_backend **out);
+/* A CUDA backend that only holds weights (bind_weight, alloc, release): a model's, whose contexts
+ * run the ops on backends of their own. None of the ops' staging and scratch (about 45 MiB). */
+brisk_status bk_cuda_weights_backend_new(int device, bk_backend **out);
 /* True when be is a CUDA backend; *device (if set) receives its device. */
 bool bk_backend_is_cuda(const bk_backend *be, int *device);
 /* Copies host bytes into backend memory and waits (tests and setup; not an op). */

@@ -11,6 +11,8 @@ brisk_status bk_cuda_backend_new(int device, bk_backend **out) {
     return bk_fail(BRISK_ERR_UNSUPPORTED, "CUDA device %d: brisk was built without CUDA (no nvcc)", device);
 }
 
+brisk_status bk_cuda_weights_backend_new(int device, bk_backend **out) { return bk_cuda_backend_new(device, out); }
+
 bool bk_backend_is_cuda(const bk_backend *be, int *device) {
     (void)be;
     (void)device;
