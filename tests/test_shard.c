@@ -11,7 +11,10 @@
  * A MoE layer's experts placed by expert (SHARD_EXPERTS): moe_ffn skips the
  * slots whose id is -1 exactly (bit for bit the sum over the other slots),
  * and the ranks' moe_ffn over their expert slices, ids made local by
- * moe_ids_local, sum to the whole layer's output. */
+ * moe_ids_local, sum to the whole layer's output.
+ *
+ * A gathered shard (shard_gather, qwen35's Gated DeltaNet heads): the rank's
+ * slice of every block of rows or columns, packed in block order. */
 #include <math.h>
 #include <stdint.h>
 
@@ -299,14 +302,42 @@ static void test_errors(void) {
     free((void *)w.host);
 }
 
+/* shard_gather: rows of 3 blocks of 4 two-row heads, and Q8_0 columns of 2 blocks of 2 32-column heads. */
+static void test_gather(void) {
+    bk_weight w = make_w("w", QT_Q8_0, 64, 24, 1.0f), c = make_w("c", QT_Q8_0, 128, 3, 1.0f), out;
+    void *p = NULL;
+    CHECK_OK(shard_gather(&w, SHARD_ROWS, 3, 1, 2, 2, &p, &out)); /* rank 1 of 2: heads 2, 3 of each block */
+    CHECK(p && out.host == p && out.n_out == 12 && out.n_in == 64 && out.row_bytes == w.row_bytes);
+    for (int b = 0; p && b < 3; b++)
+        CHECK(!memcmp((char *)p + (size_t)b * 4 * w.row_bytes, (const char *)w.host + (size_t)(b * 8 + 4) * w.row_bytes,
+                      4 * w.row_bytes));
+    free(p);
+    CHECK_OK(shard_gather(&c, SHARD_COLS, 2, 1, 2, 32, &p, &out)); /* columns [32, 64) and [96, 128) */
+    CHECK(p && out.n_out == 3 && out.n_in == 64 && out.row_bytes == quant_row_size(QT_Q8_0, 64));
+    float whole[128], part[64];
+    for (int r = 0; p && r < 3; r++) {
+        quant_dequantize(QT_Q8_0, (const char *)c.host + (size_t)r * c.row_bytes, whole, 128);
+        quant_dequantize(QT_Q8_0, (const char *)p + (size_t)r * out.row_bytes, part, 64);
+        CHECK(!memcmp(part, whole + 32, 32 * sizeof(float)) && !memcmp(part + 32, whole + 96, 32 * sizeof(float)));
+    }
+    free(p);
+    p = NULL;
+    CHECK(shard_gather(&c, SHARD_COLS, 2, 0, 4, 1, &p, &out) == BRISK_ERR_INVALID_ARG && !p); /* 16: half a block */
+    CHECK(shard_gather(&w, SHARD_ROWS, 3, 0, 3, 2, &p, &out) == BRISK_ERR_INVALID_ARG && !p); /* 8 rows, 3 ranks */
+    CHECK(shard_gather(&w, SHARD_ROWS, 5, 0, 2, 1, &p, &out) == BRISK_ERR_INVALID_ARG && !p); /* 24 rows, 5 blocks */
+    free((void *)w.host);
+    free((void *)c.host);
+}
+
 int main(int argc, char **argv) {
     if (bk_cpu_backend_new(2, &be) != BRISK_OK) {
         fprintf(stderr, "cpu backend: %s\n", brisk_last_error());
         return 1;
     }
     static const test_case cases[] = {
-        {"layer", test_layer}, {"moe_skip", test_moe_skip}, {"experts", test_experts}, {"errors", test_errors}};
-    int rc = test_main(cases, 4, argc, argv);
+        {"layer", test_layer},   {"moe_skip", test_moe_skip}, {"experts", test_experts},
+        {"gather", test_gather}, {"errors", test_errors}};
+    int rc = test_main(cases, 5, argc, argv);
     be->ops->free(be);
     return rc;
 }
