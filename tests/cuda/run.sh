@@ -127,6 +127,7 @@ tp_check() { # model
   else fail=$((fail + 1)); echo "FAIL cli --tp 2 vs plain ($name)"; echo "plain: $a"; echo "tp 2: $d"; cat "$E2E_DIR/err"; fi
 }
 [ -f "$MODEL" ] && tp_check "$MODEL"
+for m in $BRISK_E2E_MODELS; do BRISK_CUDA_MMA=0 tp_check "$m"; done # MoE experts by expert, DeltaNet heads
 # Pipeline parallelism's schedule (engine/context.c's pp_forward) on the GPU: tests/test_pp.c's
 # ranks as threads, each with its own CUDA backend on this GPU and a p2p double made of device
 # copies (NCCL refuses two ranks on one GPU); greedy tokens equal the unsplit GPU run's. With two
