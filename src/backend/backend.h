@@ -43,6 +43,7 @@ typedef struct bk_weight {
     void *dev;          /* backend copy, or NULL when the backend reads host memory */
     int n_expert;       /* experts stacked in the rows (0 or 1: an ordinary matrix) */
     const void *const *expert_ptrs; /* (n_expert) backend memory: each expert's first row, or NULL (see above) */
+    bool dev_pooled;    /* dev lies in its backend's weight pool, freed with that backend (not alone) */
 } bk_weight;
 
 typedef enum bk_rope_mode { BK_ROPE_NORM = 0, BK_ROPE_NEOX = 2 } bk_rope_mode;

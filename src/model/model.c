@@ -508,7 +508,9 @@ static brisk_status place_layers(brisk_model *m, const brisk_model_params *param
                        "%.0f MiB (offload fewer layers with -ngl N, or none with -ngl 0%s)",
                        n_gpu, need / 1048576.0, params->device, fr / 1048576.0, tot / 1048576.0,
                        m->hp.n_expert ? "; or keep experts in host memory with --n-cpu-moe N" : "");
-    return bk_cuda_weights_backend_new(params->device, &m->be); /* the contexts run the ops on their own */
+    BK_TRY(bk_cuda_weights_backend_new(params->device, &m->be)); /* the contexts run the ops on their own */
+    bk_cuda_weights_expect(m->be, need);
+    return BRISK_OK;
 }
 
 brisk_status brisk_model_load(const char *path, const brisk_model_params *params, brisk_model **out) {

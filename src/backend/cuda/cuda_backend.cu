@@ -74,6 +74,10 @@ static void cuda_free(bk_backend *be) {
     cuda_blas_free(cb);
     cuda_nccl_free(cb);
     cuda_graph_free(cb);
+    for (int i = 0; i < cb->n_slab; i++) cudaFree(cb->slab[i]);
+    free(cb->slab);
+    free(cb->slab_used);
+    free(cb->slab_cap);
     free(cb->pack);
     if (cb->stream) cudaStreamDestroy(cb->stream);
     free(cb);
@@ -103,6 +107,43 @@ static void cuda_release(bk_backend *be, void *p) {
     cudaFree(p);
 }
 
+#define WEIGHT_SLAB_BYTES ((size_t)512 << 20)
+
+/* `bytes` from the pool of a weights backend (256-byte aligned), or NULL: first fit over the
+ * slabs, else a new slab of WEIGHT_SLAB_BYTES or what the model still expects, whichever is
+ * less (but at least `bytes`). */
+static void *pool_alloc(cuda_backend *cb, size_t bytes) {
+    size_t need = (bytes + 255) & ~(size_t)255;
+    for (int i = 0; i < cb->n_slab; i++)
+        if (cb->slab_cap[i] - cb->slab_used[i] >= need) {
+            void *p = cb->slab[i] + cb->slab_used[i];
+            cb->slab_used[i] += need;
+            return p;
+        }
+    size_t cap = cb->pool_expect + ((size_t)4 << 20) < WEIGHT_SLAB_BYTES ? (size_t)cb->pool_expect + ((size_t)4 << 20)
+                                                                         : WEIGHT_SLAB_BYTES;
+    if (cap < need) cap = need;
+    uint8_t **s = (uint8_t **)realloc(cb->slab, (size_t)(cb->n_slab + 1) * sizeof *s);
+    if (s) cb->slab = s;
+    size_t *u = (size_t *)realloc(cb->slab_used, (size_t)(cb->n_slab + 1) * sizeof *u);
+    if (u) cb->slab_used = u;
+    size_t *c = (size_t *)realloc(cb->slab_cap, (size_t)(cb->n_slab + 1) * sizeof *c);
+    if (c) cb->slab_cap = c;
+    void *d = NULL;
+    if (!s || !u || !c || cudaMalloc(&d, cap) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    cb->slab[cb->n_slab] = (uint8_t *)d;
+    cb->slab_used[cb->n_slab] = need;
+    cb->slab_cap[cb->n_slab++] = cap;
+    return d;
+}
+
+extern "C" void bk_cuda_weights_expect(bk_backend *be, uint64_t bytes) {
+    if (bk_backend_is_cuda(be, NULL)) ((cuda_backend *)be)->pool_expect = bytes;
+}
+
 static brisk_status cuda_bind_weight(bk_backend *be, bk_weight *w) {
     cuda_backend *cb = (cuda_backend *)be;
     if (w->n_out > 1 && !cuda_type_supported(w->type))
@@ -113,24 +154,34 @@ static brisk_status cuda_bind_weight(bk_backend *be, bk_weight *w) {
     void *d = NULL;
     /* BK_CUDA_WEIGHT_PAD spare bytes: the integer-dot loaders read aligned words up to 8 bytes
      * past a group (ld_a2) */
-    cudaError_t e = cudaMalloc(&d, bytes + BK_CUDA_WEIGHT_PAD);
+    cudaError_t e = cudaSuccess;
+    bool pooled = cb->weights_only && !(getenv("BRISK_CUDA_WEIGHT_POOL") && !strcmp(getenv("BRISK_CUDA_WEIGHT_POOL"), "0"));
+    if (pooled) {
+        d = pool_alloc(cb, bytes + BK_CUDA_WEIGHT_PAD);
+        if (!d) e = cudaErrorMemoryAllocation;
+        cb->pool_expect = cb->pool_expect > bytes ? cb->pool_expect - bytes : 0;
+    } else {
+        e = cudaMalloc(&d, bytes + BK_CUDA_WEIGHT_PAD);
+    }
     if (e != cudaSuccess)
         return bk_fail(BRISK_ERR_NOMEM, "cuda device %d: cannot allocate %.1f MiB for %s: %s", cb->device,
                        bytes / 1048576.0, w->name, cudaGetErrorString(e));
     e = cudaMemset((uint8_t *)d + bytes, 0, BK_CUDA_WEIGHT_PAD);
     if (e == cudaSuccess) e = cudaMemcpy(d, w->host, bytes, cudaMemcpyHostToDevice);
     if (e != cudaSuccess) {
-        cudaFree(d);
+        if (!pooled) cudaFree(d);
         return bk_fail(BRISK_ERR_BACKEND, "cuda: uploading %s: %s", w->name, cudaGetErrorString(e));
     }
     w->dev = d;
+    w->dev_pooled = pooled;
     return BRISK_OK;
 }
 
 extern "C" void bk_cuda_release_weight(bk_weight *w) {
     if (w && w->dev) {
-        cudaFree(w->dev);
+        if (!w->dev_pooled) cudaFree(w->dev); /* (a pooled one goes with its backend's slabs) */
         w->dev = NULL;
+        w->dev_pooled = false;
     }
 }
 
@@ -331,6 +382,7 @@ static brisk_status backend_new(int device, bool weights_only, bk_backend **out)
     if (!cb) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     cb->base.ops = &cuda_ops;
     cb->device = device;
+    cb->weights_only = weights_only;
     brisk_status s = cuda_init(cb, weights_only);
     if (s != BRISK_OK) {
         cuda_free(&cb->base);

@@ -31,6 +31,9 @@ brisk_status bk_cuda_backend_new(int device, bk_backend **out);
 /* A CUDA backend that only holds weights (bind_weight, alloc, release): a model's, whose contexts
  * run the ops on backends of their own. None of the ops' staging and scratch (about 45 MiB). */
 brisk_status bk_cuda_weights_backend_new(int device, bk_backend **out);
+/* The bytes a weights backend's bind_weight calls will take in all (a hint: its pool's slabs are
+ * sized to it, so the last one does not end in a large unused tail). */
+void bk_cuda_weights_expect(bk_backend *be, uint64_t bytes);
 /* True when be is a CUDA backend; *device (if set) receives its device. */
 bool bk_backend_is_cuda(const bk_backend *be, int *device);
 /* Copies host bytes into backend memory and waits (tests and setup; not an op). */

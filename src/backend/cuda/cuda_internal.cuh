@@ -86,6 +86,14 @@ typedef struct cuda_backend {
     int mmq_max;                /* BRISK_CUDA_MMQ_MAX (default: BRISK_CUDA_CUBLAS_MIN_TOK, else MMQ_MAX_TOK) */
     bool moe_mmq_off;           /* BRISK_CUDA_MOE_MMQ=0: expert products on the GEMV-style kernels only */
     bool moe_vec_off;           /* BRISK_CUDA_MOE_VEC=0: one token's experts through the grouped kernels (A/B) */
+    /* A weights backend's pool (bk_cuda_weights_backend_new): slabs the weights are carved from,
+     * as llama.cpp puts a model in one buffer, instead of a cudaMalloc each (rounded up to the
+     * allocator's 2 MiB pages: ~1 MiB lost per tensor, hundreds of tensors). */
+    bool weights_only;
+    uint8_t **slab;
+    size_t *slab_used, *slab_cap;
+    int n_slab;
+    uint64_t pool_expect;       /* bytes the model still expects to bind (bk_cuda_weights_expect) */
     bool attnq_off;             /* BRISK_CUDA_ATTNQ=0: the decode attention does not quantize its output (A/B) */
     int moe_vec_r;              /* BRISK_CUDA_MOE_VEC_R: weight rows per warp of those kernels (2; 4 for A/B) */
     bool route_warp_off;        /* BRISK_CUDA_ROUTE_WARP=0: the router's block-per-token kernel only (A/B) */
