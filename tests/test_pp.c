@@ -33,6 +33,7 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "quant/quant.h"
+#include "ranks.h"
 #include "test.h"
 
 #define N_STEPS 24
@@ -150,13 +151,6 @@ typedef struct rank_run {
     brisk_status s;
 } rank_run;
 
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 static void *run_batches(void *arg) {
     rank_run *r = arg;
     static const int32_t p0[] = {1, 40, 61, 79, 63}, p1[] = {1, 52, 33};
@@ -172,7 +166,7 @@ static void *run_batches(void *arg) {
         if (leader && r->s == BRISK_OK) {
             const float *lg = brisk_get_logits(r->c, last);
             memcpy(r->logits + (size_t)(t + 1) * r->n_vocab, lg, (size_t)r->n_vocab * sizeof(float));
-            G.token = r->tokens[t] = argmax(lg, r->n_vocab);
+            G.token = r->tokens[t] = ranks_argmax(lg, r->n_vocab);
         }
         if (sync) pthread_barrier_wait(&G.bar);
         int tok = sync ? G.token : r->tokens[t], n = 1;
@@ -183,17 +177,6 @@ static void *run_batches(void *arg) {
         last = 0;
     }
     return NULL;
-}
-
-static brisk_context *new_ctx(brisk_model *m) {
-    brisk_context_params cp = brisk_context_default_params();
-    cp.n_ctx = 256;
-    cp.n_seq_max = 2;
-    cp.n_threads = 1;
-    cp.kv_type = BRISK_KV_F32;
-    brisk_context *c = NULL;
-    CHECK_OK(brisk_context_new(m, &cp, &c));
-    return c;
 }
 
 static bool on_gpu(void) { return getenv("BRISK_PP_GPU") && !strcmp(getenv("BRISK_PP_GPU"), "1"); }
@@ -220,7 +203,7 @@ static void check_model(const char *path, int n_ranks, double tol) {
         brisk_model_free(ref_m);
         return;
     }
-    rank_run ref = {.c = new_ctx(ref_m), .n_vocab = brisk_n_vocab(ref_m)};
+    rank_run ref = {.c = ranks_new_ctx(ref_m, 2), .n_vocab = brisk_n_vocab(ref_m)};
     ref.logits = malloc((size_t)(N_STEPS + 1) * ref.n_vocab * sizeof(float));
     if (ref.c) run_batches(&ref);
     CHECK_OK(ref.s);
@@ -246,7 +229,7 @@ static void check_model(const char *path, int n_ranks, double tol) {
         m[r]->tp = link; /* the model does not own it (no tp_free) */
         CHECK(m[r]->pp_l0 == covered && m[r]->pp_l1 > m[r]->pp_l0);
         covered = m[r]->pp_l1;
-        run[r] = (rank_run){.c = new_ctx(m[r]), .rank = r, .n_ranks = n_ranks, .n_vocab = ref.n_vocab};
+        run[r] = (rank_run){.c = ranks_new_ctx(m[r], 2), .rank = r, .n_ranks = n_ranks, .n_vocab = ref.n_vocab};
         run[r].logits = malloc((size_t)(N_STEPS + 1) * ref.n_vocab * sizeof(float));
         ok &= run[r].c != NULL;
     }
@@ -256,16 +239,7 @@ static void check_model(const char *path, int n_ranks, double tol) {
         for (int r = 0; r < n_ranks; r++) pthread_join(th[r], NULL);
         for (int r = 0; r < n_ranks; r++) CHECK_OK(run[r].s);
         CHECK(!memcmp(run[0].tokens, ref.tokens, sizeof ref.tokens));
-        double worst = 0;
-        for (int t = 0; t <= N_STEPS; t++) {
-            const float *a = run[0].logits + (size_t)t * ref.n_vocab, *b = ref.logits + (size_t)t * ref.n_vocab;
-            double num = 0, den = 0;
-            for (int i = 0; i < ref.n_vocab; i++) {
-                num = fmax(num, fabs((double)a[i] - b[i]));
-                den = fmax(den, fabs((double)b[i]));
-            }
-            worst = fmax(worst, num / (den > 0 ? den : 1));
-        }
+        double worst = ranks_logit_diff(run[0].logits, ref.logits, N_STEPS + 1, ref.n_vocab);
         CHECK(worst <= (on_gpu() ? LOGIT_TOL_GPU : tol));
         long want = sends_of(8, n_ranks);
         for (int t = 0; t < N_STEPS; t++) want += sends_of(t % 4 == 3 ? 2 : 1, n_ranks);
@@ -298,25 +272,18 @@ static void check_model(const char *path, int n_ranks, double tol) {
 
 static void test_stories(void) {
     char p[1024];
-    snprintf(p, sizeof p, "%s/data/stories260K/stories260K.gguf", test_shared_dir());
-    if (access(p, R_OK)) {
-        printf("  skipped: %s not found\n", p);
-        return;
-    }
+    if (!ranks_stories(p)) return;
     for (int n = 2; n <= 4; n++) check_model(p, n, LOGIT_TOL_F32);
 }
 
 /* A tiny synthesized model of preset in matrix type `type`, written to a temporary file. */
 static void check_synth(const char *preset, uint32_t type) {
     char p[256];
-    snprintf(p, sizeof p, "/tmp/brisk-test-pp-%d-%s.gguf", (int)getpid(), preset);
     synth_config c;
     CHECK_OK(synth_preset(preset, &c));
     c.type = type;
     c.seed = 11;
-    c.n_threads = 2;
-    c.slab_bytes = 1 << 20;
-    CHECK_OK(synth_write(&c, NULL, p, false));
+    CHECK_OK(ranks_write_model(&c, "pp", preset, p));
     for (int n = 2; n <= 4; n++) check_model(p, n, 0.0); /* bit for bit */
     unlink(p);
 }

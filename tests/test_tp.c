@@ -38,6 +38,7 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "quant/quant.h"
+#include "ranks.h"
 #include "test.h"
 
 #define N_STEPS 40
@@ -113,13 +114,6 @@ typedef struct rank_run {
     brisk_status s;
 } rank_run;
 
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 static void *greedy(void *arg) {
     rank_run *r = arg;
     brisk_batch_entry e[16];
@@ -130,22 +124,12 @@ static void *greedy(void *arg) {
     for (int t = 0; t < N_STEPS && r->s == BRISK_OK; t++) {
         const float *lg = brisk_get_logits(r->c, last);
         memcpy(r->logits + (size_t)t * r->n_vocab, lg, (size_t)r->n_vocab * sizeof(float));
-        r->tokens[t] = argmax(lg, r->n_vocab);
+        r->tokens[t] = ranks_argmax(lg, r->n_vocab);
         e[0] = (brisk_batch_entry){.token = r->tokens[t], .pos = r->n_prompt + t, .seq = 0, .logits = true};
         r->s = brisk_decode(r->c, e, 1);
         last = 0;
     }
     return NULL;
-}
-
-static brisk_context *new_ctx(brisk_model *m) {
-    brisk_context_params cp = brisk_context_default_params();
-    cp.n_ctx = 256;
-    cp.n_threads = 1;
-    cp.kv_type = BRISK_KV_F32;
-    brisk_context *c = NULL;
-    CHECK_OK(brisk_context_new(m, &cp, &c));
-    return c;
 }
 
 static brisk_model *load(const char *path, int rank, int n_ranks) {
@@ -162,7 +146,7 @@ static void check_model(const char *path, int n_ranks, double tol) {
     static const int32_t prompt[] = {1, 40, 61, 79, 63};
     brisk_model *ref_m = load(path, 0, 0);
     if (!ref_m) return;
-    rank_run ref = {.c = new_ctx(ref_m), .n_vocab = brisk_n_vocab(ref_m), .prompt = prompt, .n_prompt = 5};
+    rank_run ref = {.c = ranks_new_ctx(ref_m, 1), .n_vocab = brisk_n_vocab(ref_m), .prompt = prompt, .n_prompt = 5};
     ref.logits = malloc((size_t)N_STEPS * ref.n_vocab * sizeof(float));
     if (ref.c) greedy(&ref);
     CHECK_OK(ref.s);
@@ -185,7 +169,7 @@ static void check_model(const char *path, int n_ranks, double tol) {
             break;
         }
         m[r]->tp = link; /* the model does not own it (no tp_free) */
-        run[r] = (rank_run){.c = new_ctx(m[r]), .n_vocab = ref.n_vocab, .prompt = prompt, .n_prompt = 5};
+        run[r] = (rank_run){.c = ranks_new_ctx(m[r], 1), .n_vocab = ref.n_vocab, .prompt = prompt, .n_prompt = 5};
         run[r].logits = malloc((size_t)N_STEPS * ref.n_vocab * sizeof(float));
         ok &= run[r].c != NULL;
     }
@@ -204,21 +188,13 @@ static void check_model(const char *path, int n_ranks, double tol) {
                   m[0]->tp_ssm_n_v_heads == ref_m->hp.ssm_n_v_heads);
         for (int r = 0; r < n_ranks; r++) pthread_create(&th[r], NULL, greedy, &run[r]);
         for (int r = 0; r < n_ranks; r++) pthread_join(th[r], NULL);
-        double worst = 0;
+        double worst;
         for (int r = 0; r < n_ranks; r++) {
             CHECK_OK(run[r].s);
             CHECK(!memcmp(run[r].tokens, ref.tokens, sizeof ref.tokens));
             CHECK(!memcmp(run[r].logits, run[0].logits, (size_t)N_STEPS * ref.n_vocab * sizeof(float)));
         }
-        for (int t = 0; t < N_STEPS; t++) {
-            const float *a = run[0].logits + (size_t)t * ref.n_vocab, *b = ref.logits + (size_t)t * ref.n_vocab;
-            double num = 0, den = 0;
-            for (int i = 0; i < ref.n_vocab; i++) {
-                num = fmax(num, fabs((double)a[i] - b[i]));
-                den = fmax(den, fabs((double)b[i]));
-            }
-            worst = fmax(worst, num / (den > 0 ? den : 1));
-        }
+        worst = ranks_logit_diff(run[0].logits, ref.logits, N_STEPS, ref.n_vocab);
         CHECK(worst <= tol);
         /* two all-reduces per layer per forward pass: the prompt and N_STEPS steps */
         CHECK(G.n_calls == (long)2 * ref_m->hp.n_layer * (N_STEPS + 1));
@@ -241,11 +217,7 @@ static void check_model(const char *path, int n_ranks, double tol) {
 
 static void test_stories(void) {
     char p[1024];
-    snprintf(p, sizeof p, "%s/data/stories260K/stories260K.gguf", test_shared_dir());
-    if (access(p, R_OK)) {
-        printf("  skipped: %s not found\n", p);
-        return;
-    }
+    if (!ranks_stories(p)) return;
     check_model(p, 2, LOGIT_TOL_F32);
     check_model(p, 4, LOGIT_TOL_F32);
 }
@@ -254,12 +226,9 @@ static void test_stories(void) {
  * file, at 2 ranks and, when four, at 4. */
 static void check_config(synth_config c, const char *tag, uint32_t type, bool four) {
     char p[256];
-    snprintf(p, sizeof p, "/tmp/brisk-test-tp-%d-%s.gguf", (int)getpid(), tag);
     c.type = type;
     c.seed = 7;
-    c.n_threads = 2;
-    c.slab_bytes = 1 << 20;
-    CHECK_OK(synth_write(&c, NULL, p, false));
+    CHECK_OK(ranks_write_model(&c, "tp", tag, p));
     double tol = type == QT_F32 ? LOGIT_TOL_F32 : LOGIT_TOL_Q8;
     check_model(p, 2, tol);
     if (four) check_model(p, 4, tol);
@@ -373,13 +342,10 @@ static void test_errors(void) {
 /* MoE: the experts must split into whole experts a rank, and stay off host memory. */
 static void test_moe_errors(void) {
     char p[256];
-    snprintf(p, sizeof p, "/tmp/brisk-test-tp-%d-moe6.gguf", (int)getpid());
     synth_config sc;
     CHECK_OK(synth_preset("tiny-qwen3moe", &sc));
     sc.n_expert = 6; /* 8 heads and 4 KV heads split over 4 ranks, 6 experts do not */
-    sc.n_threads = 2;
-    sc.slab_bytes = 1 << 20;
-    CHECK_OK(synth_write(&sc, NULL, p, false));
+    CHECK_OK(ranks_write_model(&sc, "tp", "moe6", p));
     brisk_model_params mp = brisk_model_default_params();
     brisk_model *m = NULL;
     mp.n_gpu_layers = 0;
@@ -404,13 +370,10 @@ static void test_moe_errors(void) {
 /* qwen35*: the DeltaNet key heads and the shared expert's width must split too, each named. */
 static void test_hybrid_errors(void) {
     char p[256];
-    snprintf(p, sizeof p, "/tmp/brisk-test-tp-%d-hybrid-err.gguf", (int)getpid());
     synth_config sc;
     CHECK_OK(synth_preset("tiny-qwen35moe", &sc));
     sc.n_ff_shexp = 255; /* 2 key heads split over 2 ranks, a shared expert 255 wide does not */
-    sc.n_threads = 2;
-    sc.slab_bytes = 1 << 20;
-    CHECK_OK(synth_write(&sc, NULL, p, false));
+    CHECK_OK(ranks_write_model(&sc, "tp", "hybrid-err", p));
     brisk_model_params mp = brisk_model_default_params();
     brisk_model *m = NULL;
     mp.n_gpu_layers = 0;
