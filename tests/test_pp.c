@@ -321,6 +321,7 @@ static void test_errors(void) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a rank's abort must not swallow what the others printed */
     static const test_case cases[] = {{"stories", test_stories}, {"qwen3", test_qwen3}, {"qwen3moe", test_qwen3moe},
                                       {"qwen35", test_qwen35},   {"errors", test_errors}};
     return test_main(cases, 5, argc, argv);

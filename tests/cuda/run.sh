@@ -134,7 +134,7 @@ for m in $BRISK_E2E_MODELS; do BRISK_CUDA_MMA=0 tp_check "$m"; done # MoE expert
 # or more GPUs, --pp 2 through NCCL too.
 if [ -x "$BUILD/tests/test_pp" ]; then
   out=$(BRISK_PP_GPU=1 "$BUILD/tests/test_pp" 2>&1); rc=$?
-  printf '%s\n' "$out" | sed 's/^/  pp: /'
+  printf '%s\n' "$out" | sed 's/^/  pp: /'; [ $rc -ne 0 ] && echo "  pp: exit status $rc"
   p=$(printf '%s\n' "$out" | awk '/^[0-9]+ passed, [0-9]+ failed$/{print $1}' | tail -n1)
   f=$(printf '%s\n' "$out" | awk '/^[0-9]+ passed, [0-9]+ failed$/{print $3}' | tail -n1)
   pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0}))

@@ -28,7 +28,7 @@
 template <int T>
 __global__ void get_rows_kernel(const uint8_t *emb, size_t row_bytes, int64_t n_in, const int32_t *ids,
                                 float *out) {
-    const uint8_t *row = emb + (size_t)ids[blockIdx.x] * row_bytes;
+    const uint8_t *row = emb + (size_t)(ids ? ids[blockIdx.x] : (int32_t)blockIdx.x) * row_bytes; /* NULL: rows in order */
     float *o = out + (size_t)blockIdx.x * n_in;
     if (!IS_FLOAT_T(T) || n_in % 8 == 0) {
         for (int64_t p = threadIdx.x; p < n_in / 8; p += blockDim.x) {
@@ -47,8 +47,9 @@ extern "C" void cuda_get_rows(bk_backend *be, const bk_weight *emb, const int32_
     if (n <= 0) return;
     if (!emb->dev) { /* a table in host memory (model.c): rows staged by step_begin, or gathered here */
         if (cb->step_on && cb->st_emb) {
-            CU_OP(cb, cudaMemcpyAsync(out, cb->st_emb, (size_t)n * emb->n_in * sizeof(float), cudaMemcpyDeviceToDevice,
-                                      cb->stream));
+            BK_DISPATCH(emb->type, get_rows_kernel<TT><<<n, 128, 0, cb->stream>>>(cb->st_emb, emb->row_bytes,
+                                                                              emb->n_in, NULL, out));
+            CU_LAUNCHED(cb);
             return;
         }
         float *rows = (float *)malloc((size_t)n * emb->n_in * sizeof(float));

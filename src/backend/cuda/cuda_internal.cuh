@@ -45,11 +45,12 @@ typedef struct cuda_backend {
     size_t step_cap;            /* int32 per buffer */
     cudaEvent_t step_ev;        /* the last step upload: step_host is free once it completed */
     /* A token embedding kept in host memory (as llama.cpp keeps it: a 150K-row table read a row a
-     * token): step_begin dequantizes the step's rows into emb_host and uploads them to emb_dev,
-     * which get_rows copies (a graph node reading a fixed address). (emb_cap) floats each. */
-    float *emb_host, *emb_dev;
+     * token): step_begin copies the step's rows, still quantized, into emb_host and uploads them
+     * to emb_dev, which get_rows dequantizes (a graph node reading a fixed address). (emb_cap)
+     * bytes each. */
+    uint8_t *emb_host, *emb_dev;
     size_t emb_cap;
-    const float *st_emb;        /* this step's rows in emb_dev, or NULL */
+    const uint8_t *st_emb;      /* this step's rows in emb_dev, or NULL */
     struct cuda_graph_entry *graphs; /* captured passes, by shape */
     int n_graphs, cap_graphs, cur_key[4];
     long n_replays, n_captures; /* counters for tests and bench */
