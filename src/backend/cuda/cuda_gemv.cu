@@ -45,23 +45,21 @@ __global__ void get_rows_kernel(const uint8_t *emb, size_t row_bytes, int64_t n_
 extern "C" void cuda_get_rows(bk_backend *be, const bk_weight *emb, const int32_t *ids, int n, float *out) {
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0) return;
-    if (!emb->dev) { /* a table in host memory (model.c): rows staged by step_begin, or gathered here */
-        if (cb->step_on && cb->st_emb) {
-            BK_DISPATCH(emb->type, get_rows_kernel<TT><<<n, 128, 0, cb->stream>>>(cb->st_emb, emb->row_bytes,
-                                                                              emb->n_in, NULL, out));
-            CU_LAUNCHED(cb);
-            return;
+    if (!emb->dev) { /* a table in host memory (model.c): rows staged by step_begin, or here outside a step */
+        if (!(cb->step_on && cb->st_emb)) {
+            brisk_status s = cudaEventSynchronize(cb->step_ev) == cudaSuccess
+                                 ? cuda_stage_embedding(cb, emb, ids, n)
+                                 : bk_fail(BRISK_ERR_BACKEND, "cuda get_rows: waiting for the staging area");
+            if (s == BRISK_OK && cudaEventRecord(cb->step_ev, cb->stream) != cudaSuccess)
+                s = bk_fail(BRISK_ERR_BACKEND, "cuda get_rows: recording the staging event");
+            if (s != BRISK_OK) {
+                cuda_set_error(cb, s);
+                return;
+            }
         }
-        float *rows = (float *)malloc((size_t)n * emb->n_in * sizeof(float));
-        brisk_status s = rows ? BRISK_OK : bk_fail(BRISK_ERR_NOMEM, "out of memory");
-        for (int i = 0; s == BRISK_OK && i < n; i++)
-            s = quant_dequantize(emb->type, (const uint8_t *)emb->host + (size_t)ids[i] * emb->row_bytes,
-                                 rows + (size_t)i * emb->n_in, emb->n_in);
-        if (s != BRISK_OK) cuda_set_error(cb, s);
-        /* from pageable memory the driver has taken the bytes when the call returns */
-        else CU_OP(cb, cudaMemcpyAsync(out, rows, (size_t)n * emb->n_in * sizeof(float), cudaMemcpyHostToDevice,
-                                       cb->stream));
-        free(rows);
+        BK_DISPATCH(emb->type, get_rows_kernel<TT><<<n, 128, 0, cb->stream>>>(cb->st_emb, emb->row_bytes,
+                                                                          emb->n_in, NULL, out));
+        CU_LAUNCHED(cb);
         return;
     }
     const int32_t *d_ids = cb->step_on ? cb->st_ids

@@ -51,7 +51,7 @@ static void drop_graphs(cuda_backend *cb) {
  * memory into emb_dev (cuda_backend.emb_host). The buffers hold 512 tokens (the engine's largest
  * micro-batch) and grow, dropping the captured graphs that read the old address, only for a
  * larger step. */
-static brisk_status stage_embedding(cuda_backend *cb, const bk_weight *emb, const int32_t *tokens, int n) {
+brisk_status cuda_stage_embedding(cuda_backend *cb, const bk_weight *emb, const int32_t *tokens, int n) {
     size_t need = (size_t)n * emb->row_bytes, want = need > (size_t)512 * emb->row_bytes ? need : (size_t)512 * emb->row_bytes;
     if (need > cb->emb_cap) {
         drop_graphs(cb);
@@ -130,7 +130,7 @@ extern "C" brisk_status cuda_step_begin(bk_backend *be, const bk_step *st, bool 
     if (cnt < 0) return bk_fail(BRISK_ERR_RANGE, "cuda: step of %d tokens exceeds the staging area", n);
     CU_TRY(cudaMemcpyAsync(cb->step_dev, cb->step_host, (size_t)cnt * 4, cudaMemcpyHostToDevice, cb->stream));
     cb->st_emb = NULL;
-    if (st->emb && !st->emb->dev && st->emb->host && n > 0) BK_TRY(stage_embedding(cb, st->emb, st->tokens, n));
+    if (st->emb && !st->emb->dev && st->emb->host && n > 0) BK_TRY(cuda_stage_embedding(cb, st->emb, st->tokens, n));
     CU_TRY(cudaEventRecord(cb->step_ev, cb->stream));
     cb->st_ids = cb->step_dev;
     cb->st_pos = cb->step_dev + n;

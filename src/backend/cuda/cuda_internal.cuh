@@ -695,5 +695,8 @@ void cuda_graph_free(cuda_backend *cb);
  * the communicator's release with the backend. */
 void cuda_all_reduce(bk_backend *be, float *x, size_t n);
 brisk_status cuda_p2p(bk_backend *be, const bk_p2p *list, int n);
+/* Rows tokens[0..n) of an embedding in host memory, still quantized, into cb->emb_dev (st_emb);
+ * the caller has waited for step_ev (emb_host is reused) and records it after (cuda_graph.cu). */
+brisk_status cuda_stage_embedding(cuda_backend *cb, const bk_weight *emb, const int32_t *tokens, int n);
 void cuda_nccl_free(cuda_backend *cb);
 #endif
