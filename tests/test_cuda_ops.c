@@ -270,12 +270,8 @@ static void test_matmul_mmq(void) {
     show_err = false;
 }
 
-static void test_matmul_multi(void) {
-    /* q, k, v sharing one input, different types */
-    int64_t n_in = 512;
-    int n = 5;
-    uint32_t ty[3] = {QT_Q4_K, QT_Q8_0, QT_F16};
-    int64_t no[3] = {96, 32, 32};
+/* q, k, v sharing one input: three matrices in one call (one launch where their types agree) */
+static void check_matmul_multi(const uint32_t ty[3], int64_t n_in, const int64_t no[3], int n) {
     bk_weight wc[3], wg[3];
     const bk_weight *pc[3], *pg[3];
     void *hs[3];
@@ -306,6 +302,116 @@ static void test_matmul_multi(void) {
     }
     gpu->ops->release(gpu, dx);
     free(x);
+}
+
+static void test_matmul_multi(void) {
+    static const uint32_t ty[3] = {QT_Q4_K, QT_Q8_0, QT_F16};
+    static const int64_t no[3] = {96, 32, 32};
+    check_matmul_multi(ty, 512, no, 5);
+}
+
+/* One token's products streamed through shared memory (cuda_mmvs.cu) for each integer-dot type:
+ * rows enough for every warp's ring of stages to wrap round (20,000), rows wide enough for only two
+ * stages per warp (12,288 columns), a bias, y += (matmul_add), the fused gate/up/SwiGLU, and three
+ * matrices of one type in one launch. */
+static void check_matmul_swiglu(uint32_t type, int64_t n_in, int64_t n_ff, int n, bool via_norm);
+static void test_matmul_stream(void) {
+    static const uint32_t ty[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K};
+    show_err = true;
+    for (size_t ti = 0; ti < sizeof ty / sizeof ty[0]; ti++) {
+        int64_t narrow = ty[ti] == QT_Q6_K ? 2048 : 256; /* Q6_K rows are 16-byte multiples from 2048 on */
+        check_matmul(ty[ti], narrow, 20000, 1, true);
+        check_matmul(ty[ti], 12288, 300, 1, false);
+        check_matmul_add(ty[ti], 2048, 700, 1);
+        check_matmul_swiglu(ty[ti], 2048, 1500, 1, true);
+        const uint32_t same[3] = {ty[ti], ty[ti], ty[ti]};
+        const int64_t no[3] = {512, 128, 128};
+        check_matmul_multi(same, 2048, no, 1);
+    }
+    show_err = false;
+}
+
+/* The RMS norm inside the product (norm_matmul, norm_swiglu: at one token the norm runs in the
+ * streamed product's prologue) against the CPU's rms_norm + matmul: the products, xn, and a
+ * product after it that reuses xn's quantization (it must stand for xn). n = 3 takes the two ops. */
+static void check_norm_matmul(uint32_t type, int64_t d, int n, bool glu) {
+    size_t rb;
+    const int64_t no[3] = {glu ? 1100 : 512, 128, 96};
+    const int n_w = glu ? 2 : 3;
+    void *hs[3];
+    bk_weight wc[3], wg[3];
+    const bk_weight *pc[3], *pg[3];
+    for (int m = 0; m < n_w; m++) {
+        /* the third matrix in F16: a second launch on the same input after the fused one */
+        uint32_t t = !glu && m == 2 ? QT_F16 : type;
+        hs[m] = make_weight(t, d, glu ? no[0] : no[m], &rb);
+        wc[m] = (bk_weight){.name = "w", .type = t, .n_in = d, .n_out = glu ? no[0] : no[m], .row_bytes = rb,
+                            .host = hs[m]};
+        wg[m] = wc[m];
+        CHECK_OK(gpu->ops->bind_weight(gpu, &wg[m]));
+        pc[m] = &wc[m];
+        pg[m] = &wg[m];
+    }
+    float *x = malloc((size_t)n * d * 4), *w = malloc((size_t)d * 4);
+    fill(x, (size_t)n * d, 3.0f);
+    fill(w, (size_t)d, 1.0f);
+    bk_weight nc = {.name = "norm", .type = QT_F32, .n_in = d, .n_out = 1, .row_bytes = (size_t)d * 4, .host = w},
+              ng = nc;
+    CHECK_OK(gpu->ops->bind_weight(gpu, &ng));
+    size_t ny = (size_t)n * 1100;
+    float *xn_c = malloc((size_t)n * d * 4), *xn_g = malloc((size_t)n * d * 4), *yc[3], *yg[3], *dy[3];
+    float *dx = dev_copy(x, (size_t)n * d * 4), *dxn = dev_copy(NULL, (size_t)n * d * 4), *dt = dev_copy(NULL, ny * 4);
+    float *tc = malloc(ny * 4);
+    for (int m = 0; m < 3; m++) {
+        yc[m] = malloc(ny * 4);
+        yg[m] = malloc(ny * 4);
+        dy[m] = dev_copy(NULL, ny * 4);
+    }
+    cpu->ops->rms_norm(cpu, x, &nc, xn_c, n, (int)d, 1e-6f);
+    if (glu) {
+        bk_matmul_swiglu(cpu, pc[0], pc[1], xn_c, n, tc, yc[0]);
+        gpu->ops->norm_swiglu(gpu, dx, &ng, 1e-6f, dxn, n, pg[0], pg[1], dt, dy[0]);
+        /* a product after it on xn (reuses the quantization the fused kernel left) */
+        cpu->ops->matmul(cpu, 1, pc, NULL, xn_c, n, &yc[1]);
+        gpu->ops->matmul(gpu, 1, pg, NULL, dxn, n, &dy[1]);
+    } else {
+        cpu->ops->matmul(cpu, 3, pc, NULL, xn_c, n, yc);
+        gpu->ops->norm_matmul(gpu, dx, &ng, 1e-6f, dxn, n, 3, pg, NULL, dy);
+    }
+    dev_read(dxn, xn_g, (size_t)n * d * 4);
+    double e_xn = rel_err(xn_g, xn_c, (size_t)n * d);
+    CHECK(e_xn < 1e-6);
+    for (int m = 0; m < (glu ? 2 : 3); m++) {
+        size_t len = (size_t)n * (glu ? no[0] : no[m]);
+        dev_read(dy[m], yg[m], len * 4);
+        double e = rel_err(yg[m], yc[m], len);
+        if (!(e < 3e-2) || !(e_xn < 1e-6))
+            fprintf(stderr, "  norm_%s %s d %lld n %d out %d: %.2e (xn %.2e)\n", glu ? "swiglu" : "matmul",
+                    quant_type_name(type), (long long)d, n, m, e, e_xn);
+        CHECK(e < 3e-2);
+    }
+    for (int m = 0; m < 3; m++) {
+        gpu->ops->release(gpu, dy[m]);
+        free(yc[m]);
+        free(yg[m]);
+    }
+    for (int m = 0; m < n_w; m++) {
+        bk_cuda_release_weight(&wg[m]);
+        free(hs[m]);
+    }
+    bk_cuda_release_weight(&ng);
+    gpu->ops->release(gpu, dx); gpu->ops->release(gpu, dxn); gpu->ops->release(gpu, dt);
+    free(x); free(w); free(xn_c); free(xn_g); free(tc);
+}
+
+static void test_norm_matmul(void) {
+    static const uint32_t ty[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K};
+    for (size_t ti = 0; ti < sizeof ty / sizeof ty[0]; ti++)
+        for (int glu = 0; glu < 2; glu++) {
+            check_norm_matmul(ty[ti], 2048, 1, glu);
+            check_norm_matmul(ty[ti], 4096, 1, glu);
+            check_norm_matmul(ty[ti], 2048, 3, glu);
+        }
 }
 
 static void test_get_rows(void) {
@@ -1083,7 +1189,7 @@ int main(int argc, char **argv) {
         unsetenv("BRISK_CUDA_ATTN_V1");
     }
     static const test_case cases[] = {
-        {"matmul", test_matmul},         {"matmul_mmq", test_matmul_mmq},     {"matmul_multi", test_matmul_multi}, {"get_rows", test_get_rows},
+        {"matmul", test_matmul},         {"matmul_mmq", test_matmul_mmq},     {"matmul_multi", test_matmul_multi}, {"matmul_stream", test_matmul_stream}, {"norm_matmul", test_norm_matmul}, {"get_rows", test_get_rows},
         {"rms_norm", test_rms_norm},     {"rope", test_rope},
         {"qk_norm_rope", test_qk_norm_rope}, {"matmul_swiglu", test_matmul_swiglu},                 {"attention", test_attention},
         {"elementwise", test_elementwise}, {"moe_route", test_moe_route},   {"moe_ffn", test_moe_ffn}, {"moe_ffn_mmq", test_moe_ffn_mmq}, {"moe_ffn_ep", test_moe_ffn_ep}, {"moe_ffn_table", test_moe_ffn_table},

@@ -248,6 +248,14 @@ typedef struct bk_backend_ops {
      * so moe_ffn on the rank's expert slice skips the slot (its weight is left as it is). Needed
      * only by a sharded MoE model (NULL: such a model cannot run on the backend). */
     void (*moe_ids_local)(bk_backend *be, int32_t *ids, int n, int e0, int e1);
+    /* Optional (NULL: rms_norm then matmul, see bk_norm_matmul): xn (n, dim) = rms_norm of x with
+     * the f32 weight norm (dim = w[0]->n_in), then matmul's products on xn, each result as the two
+     * ops give it (a GPU runs the norm inside the product at one token: a launch less). */
+    void (*norm_matmul)(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n, int n_w,
+                        const bk_weight *const *w, const bk_weight *const *bias, float *const *y);
+    /* Optional (NULL: rms_norm then bk_matmul_swiglu): the same before the FFN's gate/up/SwiGLU. */
+    void (*norm_swiglu)(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n,
+                        const bk_weight *gate, const bk_weight *up, float *tmp, float *out);
 } bk_backend_ops;
 
 struct bk_backend {
@@ -276,6 +284,26 @@ static inline void bk_matmul_swiglu(bk_backend *be, const bk_weight *gate, const
     float *gu_out[2] = {out, tmp};
     be->ops->matmul(be, 2, gu, NULL, x, n, gu_out);
     be->ops->swiglu(be, out, tmp, out, (size_t)n * (size_t)gate->n_out);
+}
+/* xn = rms_norm(x) * norm, then y[j] = xn W[j]^T (+ bias[j]): the backend's fused op or the two. */
+static inline void bk_norm_matmul(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n,
+                                  int n_w, const bk_weight *const *w, const bk_weight *const *bias, float *const *y) {
+    if (be->ops->norm_matmul) {
+        be->ops->norm_matmul(be, x, norm, eps, xn, n, n_w, w, bias, y);
+        return;
+    }
+    be->ops->rms_norm(be, x, norm, xn, n, (int)w[0]->n_in, eps);
+    be->ops->matmul(be, n_w, w, bias, xn, n, y);
+}
+/* xn = rms_norm(x) * norm, then out = silu(xn Wgate^T) * (xn Wup^T): the backend's fused op or the two. */
+static inline void bk_norm_swiglu(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n,
+                                  const bk_weight *gate, const bk_weight *up, float *tmp, float *out) {
+    if (be->ops->norm_swiglu) {
+        be->ops->norm_swiglu(be, x, norm, eps, xn, n, gate, up, tmp, out);
+        return;
+    }
+    be->ops->rms_norm(be, x, norm, xn, n, (int)gate->n_in, eps);
+    bk_matmul_swiglu(be, gate, up, xn, n, tmp, out);
 }
 /* x += m + s * sigmoid(gate[row]) through the backend's fused op, or as s *= sigmoid(gate); m += s; x += m. */
 static inline void bk_gated_residual(bk_backend *be, float *x, float *m, float *s, const float *gate, int n_rows,

@@ -702,7 +702,11 @@ static brisk_status pp_forward(brisk_context *c, const fwd_batch *fb) {
         bool runs = run >= 0 && run < M, recvs = recv >= 0 && recv < M;
         if (runs) {
             if (r > 0) be->ops->copy(be, st->s.x, st->pp_x, (size_t)mb[run].n * d * sizeof(float));
-            BK_TRY(run_stage(c, st, &mb[run]));
+            /* no logits here: the last rank's forward ends the layers without the LM head, which
+             * only rank 0 holds (it runs it below on the returned stream) */
+            fwd_batch layers_only = mb[run];
+            layers_only.n_out = 0;
+            BK_TRY(run_stage(c, st, &layers_only));
         }
         bk_p2p g[2];
         int ng = 0;

@@ -48,15 +48,14 @@ void decoder_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *k
     const model_hparams *hp = &m->hp;
     const bk_backend_ops *op = be->ops;
     const layer_weights *L = &m->layers[l];
-    int n = b->n, d = hp->n_embd, hd = hp->head_dim;
+    int n = b->n, hd = hp->head_dim;
     float scale = 1.0f / sqrtf((float)hd);
 
-    op->rms_norm(be, s->x, &L->attn_norm, s->xb, n, d, hp->rms_eps);
     const bk_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
     const bk_weight *bias[3] = {L->bq.host ? &L->bq : NULL, L->bk.host ? &L->bk : NULL,
                                 L->bv.host ? &L->bv : NULL};
     float *qkv_out[3] = {s->q, s->k, s->v};
-    op->matmul(be, 3, qkv, hp->qkv_bias ? bias : NULL, s->xb, n, qkv_out);
+    bk_norm_matmul(be, s->x, &L->attn_norm, hp->rms_eps, s->xb, n, 3, qkv, hp->qkv_bias ? bias : NULL, qkv_out);
     bk_qk_norm_rope(be, s->q, s->k, n, hp->n_head, hp->n_head_kv, hd, hp->qk_norm ? &L->q_norm : NULL,
                     hp->qk_norm ? &L->k_norm : NULL, hp->rms_eps, b->ab.pos, &hp->rope);
     op->attention(be, s->q, s->k, s->v, &kv[l], &b->ab, hp->n_head, hp->n_head_kv, hd, scale,
@@ -80,15 +79,14 @@ brisk_status llama_forward(const brisk_model *m, bk_backend *be, const bk_kv_vie
                            const fwd_batch *b, fwd_scratch *s, int l0, int l1) {
     const model_hparams *hp = &m->hp;
     const bk_backend_ops *op = be->ops;
-    int n = b->n, d = hp->n_embd;
+    int n = b->n;
 
     if (l0 == 0) op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);
     for (int l = l0; l < l1; l++) {
         const layer_weights *L = &m->layers[l];
         decoder_attention(m, be, kv, b, s, l);
 
-        op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
-        bk_matmul_swiglu(be, &L->w_gate, &L->w_up, s->xb, n, s->hb2, s->hb);
+        bk_norm_swiglu(be, s->x, &L->ffn_norm, hp->rms_eps, s->xb, n, &L->w_gate, &L->w_up, s->hb2, s->hb);
         residual_matmul(m, be, &L->w_down, s->hb, n, s->xb, s->x);
     }
     if (l1 == hp->n_layer && b->n_out) decoder_logits(m, be, b, s);

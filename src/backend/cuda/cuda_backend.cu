@@ -252,6 +252,8 @@ static const bk_backend_ops cuda_ops = {
     /* gated_residual */ cuda_gated_residual,
     /* moe_router */ cuda_moe_router,
     /* moe_ids_local */ cuda_moe_ids_local,
+    /* norm_matmul */ cuda_norm_matmul,
+    /* norm_swiglu */ cuda_norm_swiglu,
 };
 
 extern "C" int bk_cuda_device_count(void) {
@@ -341,6 +343,9 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->mmvq_slices_off = sl && !strcmp(sl, "0");
     cb->fa_off = getenv("BRISK_CUDA_FA") && !strcmp(getenv("BRISK_CUDA_FA"), "0");
     cb->mmvq_multi_off = getenv("BRISK_CUDA_MMVQ_MULTI") && !strcmp(getenv("BRISK_CUDA_MMVQ_MULTI"), "0");
+    cb->mmvs_off = getenv("BRISK_CUDA_MMVS") && !strcmp(getenv("BRISK_CUDA_MMVS"), "0");
+    cb->norm_fuse_off = getenv("BRISK_CUDA_NORM_FUSE") && !strcmp(getenv("BRISK_CUDA_NORM_FUSE"), "0");
+    cb->mmvs_warps = getenv("BRISK_CUDA_MMVS_WARPS") ? atoi(getenv("BRISK_CUDA_MMVS_WARPS")) : 16;
     const char *q6q = getenv("BRISK_CUDA_Q6K_QUAD");
     cb->q6k_quad = q6q ? atoi(q6q) : 1;
     int cc_major = 0;

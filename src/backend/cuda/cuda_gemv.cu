@@ -14,6 +14,7 @@
  */
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
+#include "backend/cuda/cuda_mmvq.cuh" /* mmvs_mats, cuda_mmvs: the norm inside the streamed product */
 
 #define GEMV_MAX_TOK 8 /* float-path GEMV; integer-dot types go to cuda_mmvq.cu */
 #define GEMV_WARPS 4
@@ -345,4 +346,58 @@ extern "C" void cuda_matmul_swiglu(bk_backend *be, const bk_weight *gate, const 
     float *gu_out[2] = {out, tmp};
     cuda_matmul(be, 2, gu, NULL, x, n, gu_out);
     cuda_swiglu(be, out, tmp, out, (size_t)n * (size_t)gate->n_out);
+}
+
+/* ---- the RMS norm inside the product (one token) ---- */
+/* The streamed product (cuda_mmvs.cu) of the first run of w (up to MMVS_MATS matrices of one
+ * integer-dot type and row size; with up, the gate/up pair) with the norm of x in its prologue; it
+ * leaves xn and its quantization as cuda_rms_norm does. Returns the matrices it took (0: none). */
+static int norm_mmvs(cuda_backend *cb, const float *x, const bk_weight *norm, float eps, float *xn, int n_w,
+                     const bk_weight *const *w, const bk_weight *const *bias, float *const *y, const bk_weight *up) {
+    int64_t d = w[0]->n_in;
+    if (cb->norm_fuse_off || cb->normq_off || !cb->xq || norm->type != QT_F32 || d % 32 || (size_t)d > cb->xq_cap ||
+        !cuda_mmvq_supported(w[0]->type, d) || (up && (cb->glu_off || up->type != w[0]->type ||
+                                                        up->n_out != w[0]->n_out || up->row_bytes != w[0]->row_bytes)))
+        return 0;
+    mmvs_mats mm = {};
+    int64_t rows = 0;
+    while (mm.count < (up ? 1 : n_w) && mm.count < MMVS_MATS && w[mm.count]->type == w[0]->type &&
+           w[mm.count]->row_bytes == w[0]->row_bytes && w[mm.count]->n_in == d) {
+        int m = mm.count;
+        mm.W[m] = (const uint8_t *)w[m]->dev;
+        mm.bias[m] = bias && bias[m] ? (const float *)bias[m]->dev : NULL;
+        mm.y[m] = y[m];
+        rows += w[m]->n_out;
+        mm.rend[m] = rows;
+        mm.count++;
+    }
+    if (up) mm.W2 = (const uint8_t *)up->dev;
+    mmvs_norm nm = {x, (const float *)norm->dev, xn, eps};
+    return cuda_mmvs(cb, w[0]->type, up != NULL, mm, w[0]->row_bytes, d, 0, &nm) ? mm.count : 0;
+}
+
+extern "C" void cuda_norm_matmul(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n,
+                                 int n_w, const bk_weight *const *w, const bk_weight *const *bias, float *const *y) {
+    cuda_backend *cb = (cuda_backend *)be;
+    int took = n == 1 && n_w > 0 ? norm_mmvs(cb, x, norm, eps, xn, n_w, w, bias, y, NULL) : 0;
+    if (took > 0) {
+        CU_LAUNCHED(cb);
+        /* the prologue's block 0 stored xn's quantization too: the products after it reuse it */
+        q8_tag_keep(cb, q8_tag{xn, 1, w[0]->n_in}, NULL, 0);
+    } else {
+        cuda_rms_norm(be, x, norm, xn, n, (int)w[0]->n_in, eps);
+    }
+    if (took < n_w) cuda_matmul(be, n_w - took, w + took, bias ? bias + took : NULL, xn, n, y + took);
+}
+
+extern "C" void cuda_norm_swiglu(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n,
+                                 const bk_weight *gate, const bk_weight *up, float *tmp, float *out) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (n == 1 && norm_mmvs(cb, x, norm, eps, xn, 1, &gate, NULL, &out, up)) {
+        CU_LAUNCHED(cb);
+        q8_tag_keep(cb, q8_tag{xn, 1, gate->n_in}, out, (size_t)gate->n_out);
+        return;
+    }
+    cuda_rms_norm(be, x, norm, xn, n, (int)gate->n_in, eps);
+    cuda_matmul_swiglu(be, gate, up, xn, n, tmp, out);
 }

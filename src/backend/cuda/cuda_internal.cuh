@@ -73,6 +73,9 @@ typedef struct cuda_backend {
     bool normq_off;             /* BRISK_CUDA_NORMQ=0: the RMS norm does not quantize its output (A/B) */
     bool mmvq_slices_off;       /* BRISK_CUDA_MMVQ_SLICES=0: 17..MMVQ_SLICE_MAX tokens on the prefill path */
     bool mmvq_multi_off;        /* BRISK_CUDA_MMVQ_MULTI=0: one launch per matrix of a call (A/B) */
+    bool mmvs_off;              /* BRISK_CUDA_MMVS=0: one token's products through cuda_mmvq's kernel, not cuda_mmvs's (A/B) */
+    bool norm_fuse_off;         /* BRISK_CUDA_NORM_FUSE=0: norm_matmul / norm_swiglu as the norm kernel, then the product (A/B) */
+    int mmvs_warps;             /* BRISK_CUDA_MMVS_WARPS=8: cuda_mmvs's 8-warp blocks only (A/B) */
     bool attn_fuse_off;         /* BRISK_CUDA_ATTN_FUSE=0: decode attention merges its splits in a kernel of its own (A/B) */
     int *route_cnt;             /* the fused MoE router's finished-block counter (cuda_moe.cu), zero between launches */
     int *att_cnt;               /* (ATT_CNT_N) per (token, head group) split counters of the decode attention, zero between launches */
@@ -406,13 +409,19 @@ typedef struct wgroup {
  * Q4_0, Q8_0 and Q6_K are only 2-byte aligned). Reads up to 8 bytes past p + 4 * NW: bind_weight
  * pads every weight by BK_CUDA_WEIGHT_PAD bytes. */
 #define BK_CUDA_WEIGHT_PAD 64
-template <int NW> __device__ __forceinline__ void ld_a2(const uint8_t *p, int w[NW]) {
+/* A read-only load: through the non-coherent cache from global memory, or a plain load when SH
+ * (the row was staged in shared memory: cuda_mmvs.cu). */
+template <bool SH, class V> __device__ __forceinline__ V ld_ro(const V *p) {
+    if constexpr (SH) return *p;
+    else return __ldg(p);
+}
+template <int NW, bool SH = false> __device__ __forceinline__ void ld_a2(const uint8_t *p, int w[NW]) {
     uintptr_t a = (uintptr_t)p;
     const uint2 *q = (const uint2 *)(a & ~(uintptr_t)7);
     uint32_t W[NW + 2];
 #pragma unroll
     for (int i = 0; i < NW / 2 + 1; i++) {
-        uint2 u = __ldg(q + i);
+        uint2 u = ld_ro<SH>(q + i);
         W[2 * i] = u.x;
         W[2 * i + 1] = u.y;
     }
@@ -426,17 +435,17 @@ template <int NW> __device__ __forceinline__ void ld_a2(const uint8_t *p, int w[
 /* Byte i (0..3, any value at run time) of a word. */
 __device__ __forceinline__ int byte_of(uint32_t w, int i) { return (int)((w >> (8 * i)) & 0xFF); }
 
-template <int T> __device__ __forceinline__ void group_load(const uint8_t *row, int64_t g, wgroup &q) {
+template <int T, bool SH = false> __device__ __forceinline__ void group_load(const uint8_t *row, int64_t g, wgroup &q) {
     q.s0 = q.s1 = 1;
     q.b = 0.0f;
     if (T == QT_Q8_0) {
         const uint8_t *b = row + g * 34;
-        ld_a2<8>(b + 2, q.w);
+        ld_a2<8, SH>(b + 2, q.w);
         q.a = bk_h2f(ld16(b));
     } else if (T == QT_Q4_0) {
         const uint8_t *b = row + g * 18;
         int w[4];
-        ld_a2<4>(b + 2, w);
+        ld_a2<4, SH>(b + 2, w);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             q.w[i] = w[i] & 0x0F0F0F0F;
@@ -449,9 +458,9 @@ template <int T> __device__ __forceinline__ void group_load(const uint8_t *row, 
          * 16-byte load and the group's 32 nibbles half of two 16-byte loads */
         const uint8_t *b = row + (g / 8) * 144;
         int j = (int)(g % 8), c = j / 2, sh = (j % 2) * 4;
-        uint4 h = __ldg((const uint4 *)b);
+        uint4 h = ld_ro<SH>((const uint4 *)b);
         const uint4 *qs = (const uint4 *)(b + 16 + 32 * c);
-        uint4 u0 = __ldg(qs), u1 = __ldg(qs + 1);
+        uint4 u0 = ld_ro<SH>(qs), u1 = ld_ro<SH>(qs + 1);
         int qw[8] = {(int)u0.x, (int)u0.y, (int)u0.z, (int)u0.w, (int)u1.x, (int)u1.y, (int)u1.z, (int)u1.w};
 #pragma unroll
         for (int i = 0; i < 8; i++) q.w[i] = (qw[i] >> sh) & 0x0F0F0F0F;
@@ -472,8 +481,8 @@ template <int T> __device__ __forceinline__ void group_load(const uint8_t *row, 
         const uint8_t *ql = b + 64 * n + 32 * (k & 1), *qh = b + 128 + 32 * n;
         int shl = (k >> 1) * 4, shh = 2 * k;
         int lw[8], hw[8];
-        ld_a2<8>(ql, lw);
-        ld_a2<8>(qh, hw);
+        ld_a2<8, SH>(ql, lw);
+        ld_a2<8, SH>(qh, hw);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             int lo = (lw[i] >> shl) & 0x0F0F0F0F;
@@ -489,12 +498,12 @@ template <int T> __device__ __forceinline__ void group_load(const uint8_t *row, 
 
 /* Groups 2p and 2p + 1 of a Q4_K row: the low and high nibbles of the same 32 bytes, so one
  * lane loads the header and the quants once for both (the decode kernels' pair path). */
-__device__ __forceinline__ void group_load_q4k_pair(const uint8_t *row, int64_t p, wgroup &lo, wgroup &hi) {
+template <bool SH = false> __device__ __forceinline__ void group_load_q4k_pair(const uint8_t *row, int64_t p, wgroup &lo, wgroup &hi) {
     const uint8_t *b = row + (p / 4) * 144;
     int c = (int)(p % 4);
-    uint4 h = __ldg((const uint4 *)b);
+    uint4 h = ld_ro<SH>((const uint4 *)b);
     const uint4 *qs = (const uint4 *)(b + 16 + 32 * c);
-    uint4 u0 = __ldg(qs), u1 = __ldg(qs + 1);
+    uint4 u0 = ld_ro<SH>(qs), u1 = ld_ro<SH>(qs + 1);
     int qw[8] = {(int)u0.x, (int)u0.y, (int)u0.z, (int)u0.w, (int)u1.x, (int)u1.y, (int)u1.z, (int)u1.w};
 #pragma unroll
     for (int i = 0; i < 8; i++) {
@@ -525,12 +534,12 @@ __device__ __forceinline__ void group_load_q4k_pair(const uint8_t *row, int64_t 
  * 64 ql bytes (group k: the low (k < 2) or high nibbles of bytes 32 (k & 1) ..) and their high bits
  * 32 qh bytes (group k: bits 2k, 2k + 1), so one lane loads each byte once for all four instead of
  * ql twice and qh four times (the decode kernels' quad path; group_load<QT_Q6_K> is one of them). */
-__device__ __forceinline__ void group_load_q6k_quad(const uint8_t *row, int64_t h, wgroup (&q)[4]) {
+template <bool SH = false> __device__ __forceinline__ void group_load_q6k_quad(const uint8_t *row, int64_t h, wgroup (&q)[4]) {
     const uint8_t *b = row + (h / 2) * 210;
     int n = (int)(h % 2);
     int lw[16], hw[8];
-    ld_a2<16>(b + 64 * n, lw);
-    ld_a2<8>(b + 128 + 32 * n, hw);
+    ld_a2<16, SH>(b + 64 * n, lw);
+    ld_a2<8, SH>(b + 128 + 32 * n, hw);
     float d = bk_h2f(ld16(b + 208));
     const int8_t *sc = (const int8_t *)(b + 192 + 8 * n);
 #pragma unroll
@@ -576,6 +585,10 @@ void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, const bk_we
                  const float *x, int n, float *const *y);
 void cuda_rms_norm(bk_backend *be, const float *x, const bk_weight *w, float *y, int n_rows, int dim,
                    float eps);
+void cuda_norm_matmul(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n, int n_w,
+                      const bk_weight *const *w, const bk_weight *const *bias, float *const *y);
+void cuda_norm_swiglu(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n,
+                      const bk_weight *gate, const bk_weight *up, float *tmp, float *out);
 void cuda_rope(bk_backend *be, float *x, int n, int n_heads, int head_dim, const int32_t *pos,
                const bk_rope_params *rp);
 void cuda_attention(bk_backend *be, const float *q, const float *k, const float *v, const bk_kv_view *kv,

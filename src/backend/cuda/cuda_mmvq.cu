@@ -134,6 +134,15 @@ bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n) {
  * each reading the weights again: at 32 tokens two slices beat the tensor-core tile kernel, whose
  * 128-row x 64-token tiles give a 4096-row matrix 32 blocks for 132 SMs. */
 void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum) {
+    if (n == 1) {
+        mmvs_mats mm = {};
+        mm.W[0] = (const uint8_t *)w->dev;
+        mm.bias[0] = bias;
+        mm.y[0] = y;
+        mm.rend[0] = w->n_out;
+        mm.count = 1;
+        if (cuda_mmvs(cb, w->type, false, mm, w->row_bytes, w->n_in, accum, NULL)) return;
+    }
     int64_t warps = (w->n_out + MMVQ_ROWS - 1) / MMVQ_ROWS;
     unsigned blocks = (unsigned)((warps + MMVQ_WARPS - 1) / MMVQ_WARPS);
     const uint8_t *W = (const uint8_t *)w->dev;
@@ -160,8 +169,17 @@ bool cuda_mmvq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up,
     if (n > MMVQ_MAX_TOK || gate->type != up->type || gate->n_in != up->n_in || gate->n_out != up->n_out ||
         gate->row_bytes != up->row_bytes || !cuda_mmvq_supported(gate->type, gate->n_in))
         return false;
-    unsigned blocks = (unsigned)((gate->n_out + MMVQ_WARPS - 1) / MMVQ_WARPS);
     const uint8_t *G = (const uint8_t *)gate->dev, *U = (const uint8_t *)up->dev;
+    if (n == 1) {
+        mmvs_mats mm = {};
+        mm.W[0] = G;
+        mm.W2 = U;
+        mm.y[0] = out;
+        mm.rend[0] = gate->n_out;
+        mm.count = 1;
+        if (cuda_mmvs(cb, gate->type, true, mm, gate->row_bytes, gate->n_in, 0, NULL)) return true;
+    }
+    unsigned blocks = (unsigned)((gate->n_out + MMVQ_WARPS - 1) / MMVQ_WARPS);
     return mmvq_launch<true>(cb, gate->type, blocks, G, U, gate->row_bytes, gate->n_in, gate->n_out, cb->xq, cb->xds, n,
                              NULL, out, 0);
 }
@@ -205,6 +223,17 @@ int cuda_mmvq_multi(cuda_backend *cb, int n_w, const bk_weight *const *w, const 
             mm.bend[mm.count] = blocks;
             mm.count++;
             done++;
+        }
+        if (n == 1) { /* the streamed kernel over the same run of matrices */
+            mmvs_mats ms = {};
+            for (int m = 0; m < mm.count; m++) {
+                ms.W[m] = mm.W[m];
+                ms.bias[m] = mm.bias[m];
+                ms.y[m] = mm.y[m];
+                ms.rend[m] = (m ? ms.rend[m - 1] : 0) + mm.n_out[m];
+            }
+            ms.count = mm.count;
+            if (cuda_mmvs(cb, w0->type, false, ms, w0->row_bytes, w0->n_in, 0, NULL)) continue;
         }
         switch (w0->type) {
         case QT_Q8_0: mmvq_multi_launch_t<QT_Q8_0>(cb, mm, w0->row_bytes, w0->n_in, n, 0); break;

@@ -165,4 +165,23 @@ __device__ __forceinline__ void mmvq_rows(const uint8_t *W, const uint8_t *W2, s
     }
 }
 
+/* cuda_mmvs.cu: one token's products streamed through shared memory (see there). */
+#define MMVS_MATS 3
+typedef struct mmvs_mats {
+    const uint8_t *W[MMVS_MATS];
+    const float *bias[MMVS_MATS];
+    float *y[MMVS_MATS];
+    int64_t rend[MMVS_MATS]; /* cumulative row ends: matrix m holds rows [rend[m - 1], rend[m]) */
+    const uint8_t *W2;       /* GLU: the up matrix beside W[0] (the gate) */
+    int count;
+} mmvs_mats;
+/* The RMS norm a product may run in its prologue: y = x / rms(x) * w (one row). */
+typedef struct mmvs_norm {
+    const float *x, *w;
+    float *y;
+    float eps;
+} mmvs_norm;
+bool cuda_mmvs(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, size_t row_bytes, int64_t n_in,
+               int accum, const mmvs_norm *norm);
+
 #endif

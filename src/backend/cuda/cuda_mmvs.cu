@@ -1,0 +1,365 @@
+/* cuda_mmvs.cu — one token's products on quantized weights (the decode step's matrix-vector
+ * products at batch 1), the weight rows streamed into shared memory by Hopper's bulk-copy engine.
+ *
+ * Why: the warp-per-row-pair kernel of cuda_mmvq.cu holds its loads in registers, issued as 16-byte
+ * pieces that each cover half of a 32-byte sector, and retires a whole block before the next one can
+ * load: on the H200 it reads Q4_K at 30-55% of bandwidth (bench/RESULTS.md, session 4's lab). Here
+ * one block per SM stays resident; each warp owns a ring of shared-memory stages, one weight row per
+ * stage (a gate row and its up row for the fused SwiGLU), and its lane 0 asks the copy engine for
+ * whole contiguous rows (cp.async.bulk, completion counted in bytes on an mbarrier per stage). The
+ * bytes in flight (up to ~200 KB per SM) no longer cost registers or instructions, every copy is one
+ * contiguous run of DRAM, and a warp refills a stage as soon as it has read it. The activations
+ * (quantized as for cuda_mmvq: int8 groups of 32 with d and d * sum) stay in the lane's registers
+ * for the whole kernel, since a lane meets the same columns in every row; the weight groups are the
+ * same wgroup loaders and integer dots as cuda_mmvq's, reading shared memory instead of global.
+ *
+ * Rows are dealt to warps round-robin (warp w of W takes rows w, w + W, ...), so neighbouring warps
+ * read neighbouring rows; the copies carry an L2 evict-first hint (weights are read once per step,
+ * the KV cache and activations should keep the L2). Up to MMVS_MATS matrices of one type and width
+ * (a layer's q, k, v) run as one launch over their concatenated rows. */
+#include "backend/cuda/cuda_mmvq.cuh"
+
+#define MMVS_WARPS_MAX 16
+#define MMVS_SMEM_MAX (200 * 1024) /* of the H200's 227 KB per block: room for the runtime's share */
+#define MMVS_STAGES_MAX 8
+#define MMVS_PAD 64 /* ld_a2 reads up to 8 bytes past a group: the last stage's row may not end the allocation */
+
+
+/* ---- the bulk-copy engine and its barriers (PTX ISA 8.0, sm_90) ---- */
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+/* makes the barriers' initialisation visible to the copy engine */
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+
+/* the one arrival of the stage's phase, announcing the bytes its copies will deliver */
+__device__ __forceinline__ void mbar_expect_bytes(uint64_t *bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+    asm volatile("{\n\t.reg .pred done;\n"
+                 "mmvs_wait_%=:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+                 "@!done bra mmvs_wait_%=;\n}" ::"r"(smem_u32(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned), counted on bar */
+__device__ __forceinline__ void bulk_copy_g2s(void *dst, const void *src, uint32_t bytes, uint64_t *bar,
+                                              uint64_t policy) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+                 ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
+                 : "memory");
+}
+
+/* ---- the unit a lane takes per row: the groups whose weight bytes it loads together ---- */
+/* Q4_K: a pair of groups (the low and high nibbles of 32 bytes); Q6_K: a quad (half a block);
+ * Q8_0, Q4_0: one group. */
+template <int T> struct mmvs_unit {
+    static constexpr int W = T == QT_Q4_K ? 64 : T == QT_Q6_K ? 128 : 32; /* weights */
+    static constexpr int XW = W / 4;                                       /* activation words */
+    static constexpr int G = W / 32;                                       /* groups */
+};
+
+template <int T, bool SH>
+__device__ __forceinline__ void mmvs_load_x(const int8_t *xq, const float2 *xds, int64_t u, int *xw, float2 *xd) {
+    constexpr int W = mmvs_unit<T>::W;
+    const int4 *xp = (const int4 *)(xq + u * W);
+#pragma unroll
+    for (int k = 0; k < W / 16; k++) {
+        int4 a = ld_ro<SH>(xp + k);
+        xw[4 * k] = a.x;
+        xw[4 * k + 1] = a.y;
+        xw[4 * k + 2] = a.z;
+        xw[4 * k + 3] = a.w;
+    }
+#pragma unroll
+    for (int k = 0; k < W / 32; k++) xd[k] = ld_ro<SH>(xds + u * (W / 32) + k);
+}
+
+template <int T>
+__device__ __forceinline__ float mmvs_unit_dot(const uint8_t *row, int64_t u, const int *xw, const float2 *xd) {
+    if constexpr (T == QT_Q4_K) {
+        wgroup lo, hi;
+        group_load_q4k_pair<true>(row, u, lo, hi);
+        return group_dot(lo, xw, xd[0]) + group_dot(hi, xw + 8, xd[1]);
+    } else if constexpr (T == QT_Q6_K) {
+        wgroup q[4];
+        group_load_q6k_quad<true>(row, u, q);
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) s += group_dot(q[k], xw + 8 * k, xd[k]);
+        return s;
+    } else {
+        wgroup q;
+        group_load<T, true>(row, u, q);
+        return group_dot(q, xw, xd[0]);
+    }
+}
+
+/* Lane 0 asks for row r of the concatenated matrices (and the same row of the up matrix) into a stage. */
+template <bool GLU>
+__device__ __forceinline__ void mmvs_issue(const mmvs_mats &mm, int64_t r, uint32_t row_bytes, uint8_t *dst,
+                                           uint64_t *bar, uint64_t policy) {
+    const bool m1 = mm.count > 1 && r >= mm.rend[0], m2 = mm.count > 2 && r >= mm.rend[1];
+    const uint8_t *W = m2 ? mm.W[2] : m1 ? mm.W[1] : mm.W[0];
+    const int64_t r0 = m2 ? mm.rend[1] : m1 ? mm.rend[0] : 0;
+    mbar_expect_bytes(bar, GLU ? 2 * row_bytes : row_bytes);
+    bulk_copy_g2s(dst, W + (r - r0) * (int64_t)row_bytes, row_bytes, bar, policy);
+    if (GLU) bulk_copy_g2s(dst + row_bytes, mm.W2 + r * (int64_t)row_bytes, row_bytes, bar, policy);
+}
+
+/* Shared-memory bytes of the fused norm's quantized row (int8 + (d, d * sum) per group + the
+ * warps' partial sums), and of the barriers; the ring follows them. */
+__host__ __device__ __forceinline__ size_t mmvs_norm_bytes(int64_t n_in) {
+    return ((size_t)n_in + (size_t)n_in / 4 + 8 * MMVS_WARPS_MAX + 127) & ~(size_t)127;
+}
+__host__ __device__ __forceinline__ size_t mmvs_bar_bytes(int nw, int stages) {
+    return ((size_t)nw * stages * 8 + 127) & ~(size_t)127;
+}
+
+/* The RMS norm of the kernel's input row in its prologue (NORM): every block computes
+ * xn = x / rms(x) * w as cuda_rms_norm does and quantizes it into its shared memory, from where its
+ * lanes take their activations; block 0 also stores xn and its quantization (cb->xq) for the
+ * products that follow on the same input. */
+__device__ __forceinline__ double mmvs_warp_sum_d(double s) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+/* K: values per thread (the row's width is at most K * NW * 32). All loads are issued before the
+ * first use (a loop that adds as it loads waits one memory latency per step: 7 us at 4096 on the
+ * H200); the weights before pdl_wait, the row after (mmvs_norm_load). */
+template <int NW, int K> struct mmvs_norm_regs {
+    float v[K], w[K];
+};
+template <int NW, int K>
+__device__ __forceinline__ void mmvs_norm_load_w(const mmvs_norm &nm, int64_t n_in, mmvs_norm_regs<NW, K> &r) {
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int64_t i = threadIdx.x + (int64_t)k * NW * 32;
+        r.w[k] = i < n_in ? nm.w[i] : 0.0f;
+    }
+}
+template <int NW, int K>
+__device__ __forceinline__ void mmvs_norm_prologue(const mmvs_norm &nm, int64_t n_in, mmvs_norm_regs<NW, K> &r,
+                                                   uint8_t *sm, int8_t *gxq, float2 *gxds) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int8_t *xs = (int8_t *)sm;
+    float2 *ds = (float2 *)(sm + n_in);
+    double *part = (double *)(sm + n_in + (n_in / 32) * 8);
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int64_t i = threadIdx.x + (int64_t)k * NW * 32;
+        r.v[k] = i < n_in ? nm.x[i] : 0.0f;
+    }
+    double s = 0;
+#pragma unroll
+    for (int k = 0; k < K; k++) s += (double)(r.v[k] * r.v[k]);
+    s = mmvs_warp_sum_d(s);
+    if (lane == 0) part[warp] = s;
+    __syncthreads();
+    double tot = 0;
+#pragma unroll
+    for (int w = 0; w < NW; w++) tot += part[w];
+    const float scale = 1.0f / sqrtf((float)(tot / n_in) + nm.eps);
+    /* element i = threadIdx.x + k * NW * 32: for each k a warp holds one group of 32 (n_in % 32 == 0) */
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int64_t i = threadIdx.x + (int64_t)k * NW * 32;
+        if (i < n_in) {
+            float v = (r.v[k] * scale) * r.w[k];
+            q8_1_store_lane(v, i, lane, xs, ds);
+            if (blockIdx.x == 0) {
+                nm.y[i] = v;
+                q8_1_store_lane(v, i, lane, gxq, gxds);
+            }
+        }
+    }
+    __syncthreads();
+}
+
+/* NI: units per lane (the activations a lane keeps in registers: NI * XW words); NW: warps. */
+template <int T, bool GLU, int NI, int NW, bool NORM>
+__global__ void __launch_bounds__(NW * 32, 1)
+mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *xds, int accum, int stages,
+            mmvs_norm nm) {
+    using U = mmvs_unit<T>;
+    extern __shared__ __align__(128) uint8_t mmvs_smem[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const uint32_t stage_bytes = GLU ? 2 * row_bytes : row_bytes;
+    const size_t head = mmvs_bar_bytes(NW, stages);
+    uint64_t *bar = (uint64_t *)mmvs_smem + warp * stages;
+    uint8_t *ring = mmvs_smem + head + (NORM ? mmvs_norm_bytes(n_in) : 0) + (size_t)warp * stages * stage_bytes;
+    const int64_t n_rows = mm.count > 2 ? mm.rend[2] : mm.count > 1 ? mm.rend[1] : mm.rend[0];
+    const int64_t gw = (int64_t)blockIdx.x * NW + warp, nw = (int64_t)gridDim.x * NW;
+    const int64_t mine = gw < n_rows ? (n_rows - 1 - gw) / nw + 1 : 0;
+    constexpr int NK = NORM ? (NI * 32 * U::W + NW * 32 - 1) / (NW * 32) : 1; /* the norm's values per thread */
+    mmvs_norm_regs<NW, NK> nr;
+    if constexpr (NORM) mmvs_norm_load_w<NW, NK>(nm, n_in, nr);
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    /* the weights do not depend on the kernel before: their copies start before pdl_wait */
+    if (lane == 0) {
+        for (int s = 0; s < stages; s++) mbar_init(bar + s, 1);
+        mbar_init_fence();
+        for (int64_t i = 0; i < mine && i < stages; i++)
+            mmvs_issue<GLU>(mm, gw + i * nw, row_bytes, ring + (size_t)i * stage_bytes, bar + i, policy);
+    }
+    __syncwarp();
+    pdl_wait();
+    const int8_t *xsrc = xq;
+    const float2 *dsrc = xds;
+    if constexpr (NORM) {
+        mmvs_norm_prologue<NW, NK>(nm, n_in, nr, mmvs_smem + head, xq, xds);
+        xsrc = (const int8_t *)(mmvs_smem + head);
+        dsrc = (const float2 *)(mmvs_smem + head + n_in);
+    }
+    const int64_t n_units = n_in / U::W;
+    int xw[NI][U::XW];
+    float2 xd[NI][U::G];
+#pragma unroll
+    for (int k = 0; k < NI; k++)
+        if (lane + 32 * k < n_units) mmvs_load_x<T, NORM>(xsrc, dsrc, lane + 32 * k, xw[k], xd[k]);
+    pdl_allow_next();
+    int s = 0;
+    uint32_t parity = 0;
+    for (int64_t i = 0; i < mine; i++) {
+        mbar_wait(bar + s, parity);
+        const uint8_t *row = ring + (size_t)s * stage_bytes;
+        float a = 0.0f, b = 0.0f;
+#pragma unroll
+        for (int k = 0; k < NI; k++) {
+            int64_t u = lane + 32 * k;
+            if (u < n_units) {
+                a += mmvs_unit_dot<T>(row, u, xw[k], xd[k]);
+                if (GLU) b += mmvs_unit_dot<T>(row + row_bytes, u, xw[k], xd[k]);
+            }
+        }
+        __syncwarp(); /* every lane has read the stage: it may be refilled */
+        if (lane == 0 && i + stages < mine)
+            mmvs_issue<GLU>(mm, gw + (i + stages) * nw, row_bytes, ring + (size_t)s * stage_bytes, bar + s, policy);
+        if (++s == stages) {
+            s = 0;
+            parity ^= 1u;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            a += __shfl_xor_sync(0xffffffffu, a, o);
+            if (GLU) b += __shfl_xor_sync(0xffffffffu, b, o);
+        }
+        if (lane == 0) {
+            const int64_t r = gw + i * nw;
+            if (GLU) {
+                mm.y[0][r] = a / (1.0f + expf(-a)) * b; /* as swiglu_kernel computes it */
+            } else {
+                const bool m1 = mm.count > 1 && r >= mm.rend[0], m2 = mm.count > 2 && r >= mm.rend[1];
+                float *y = m2 ? mm.y[2] : m1 ? mm.y[1] : mm.y[0];
+                const float *bias = m2 ? mm.bias[2] : m1 ? mm.bias[1] : mm.bias[0];
+                const int64_t rr = r - (m2 ? mm.rend[1] : m1 ? mm.rend[0] : 0);
+                float v = a + (bias ? bias[rr] : 0.0f);
+                y[rr] = accum ? y[rr] + v : v;
+            }
+        }
+    }
+}
+
+/* The NI instances per type: as many activation words per lane as 12288 columns of Q4_K need (96). */
+template <int T> static constexpr bool mmvs_ni_ok(int ni) { return ni * mmvs_unit<T>::XW <= 96; }
+/* Sixteen warps per SM where a lane's registers fit 128 (the 16-warp launch bound): the integer dots
+ * of 8 warps leave the schedulers idle on their shared-memory and dependency latencies. */
+template <int T> static constexpr bool mmvs_w16_ok(int ni) {
+    return T == QT_Q6_K ? ni == 1 : ni * mmvs_unit<T>::XW <= 48;
+}
+
+template <int T, bool GLU, int NI, int NW, bool NORM>
+static bool mmvs_go_w(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, int64_t n_in, int accum,
+                      int64_t n_rows, const mmvs_norm &nm) {
+    const uint32_t stage_bytes = GLU ? 2 * row_bytes : row_bytes;
+    const size_t nb = NORM ? mmvs_norm_bytes(n_in) : 0;
+    if (128 + MMVS_PAD + nb >= MMVS_SMEM_MAX) return false;
+    int stages = (int)((MMVS_SMEM_MAX - 128 - MMVS_PAD - nb) / (NW * ((size_t)stage_bytes + 8)));
+    if (stages < 2) return false; /* rows too wide for two stages per warp */
+    int64_t blocks = (n_rows + NW - 1) / NW;
+    if (blocks > cb->n_sm) blocks = cb->n_sm;
+    int64_t per_warp = (n_rows + blocks * NW - 1) / (blocks * NW);
+    if (stages > MMVS_STAGES_MAX) stages = MMVS_STAGES_MAX;
+    if (stages > per_warp) stages = (int)per_warp; /* no more smem than rows: the block before may stay beside it */
+    if (stages < 1) stages = 1;
+    size_t smem = mmvs_bar_bytes(NW, stages) + nb + (size_t)NW * stages * stage_bytes + MMVS_PAD;
+    static int attr_set[64]; /* per device: the opt-in to more than 48 KB of dynamic shared memory */
+    int dev = cb->device & 63;
+    if (!attr_set[dev]) {
+        if (cudaFuncSetAttribute(mmvs_kernel<T, GLU, NI, NW, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 MMVS_SMEM_MAX) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return false;
+        }
+        attr_set[dev] = 1;
+    }
+    pdl_launch(cb, mmvs_kernel<T, GLU, NI, NW, NORM>, dim3((unsigned)blocks), dim3(NW * 32), smem, mm, row_bytes,
+               n_in, cb->xq, cb->xds, accum, stages, nm);
+    return true;
+}
+
+template <int T, bool GLU, int NI, bool NORM>
+static bool mmvs_go(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, int64_t n_in, int accum,
+                    int64_t n_rows, const mmvs_norm &nm) {
+    if constexpr (!mmvs_ni_ok<T>(NI) || (NORM && NI > 4)) { /* the norm: rows of n_embd, at most 8192 wide */
+        return false;
+    } else {
+        if constexpr (mmvs_w16_ok<T>(NI))
+            if (cb->mmvs_warps != 8 && mmvs_go_w<T, GLU, NI, 16, NORM>(cb, mm, row_bytes, n_in, accum, n_rows, nm))
+                return true;
+        return mmvs_go_w<T, GLU, NI, 8, NORM>(cb, mm, row_bytes, n_in, accum, n_rows, nm);
+    }
+}
+
+template <int T, bool GLU, bool NORM>
+static bool mmvs_type(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, int64_t n_in, int accum,
+                      int64_t n_rows, const mmvs_norm &nm) {
+    int64_t units = n_in / mmvs_unit<T>::W, ni = (units + 31) / 32;
+    if (n_in % mmvs_unit<T>::W) return false;
+#define MMVS_NI(N) \
+    if (ni <= N) return mmvs_go<T, GLU, N, NORM>(cb, mm, row_bytes, n_in, accum, n_rows, nm);
+    MMVS_NI(1) MMVS_NI(2) MMVS_NI(3) MMVS_NI(4) MMVS_NI(6) MMVS_NI(8) MMVS_NI(12)
+#undef MMVS_NI
+    return false;
+}
+
+/* One token: y[m] (+)= x W[m]^T (+ bias[m]) for count matrices of one type, row size and width, or
+ * with GLU (count 1, W2 the up matrix) y[0] = silu(x W^T) * (x W2^T). x is already quantized
+ * (cuda_mmvq_prepare), or with norm (not NULL) the kernel normalizes norm->x itself (see
+ * mmvs_norm_prologue). False when this kernel does not take the shape (the caller runs cuda_mmvq's,
+ * after the norm). The H200 lab (dev/kernels/mmvs_lab.cu), whose launches run back to back without
+ * programmatic launches, has cuda_mmvq's kernel ahead on matrices of 1,024-12,288 rows and this one
+ * on the gate/up pairs and the LM head; in the decode step (graphs, programmatic launches) this one
+ * everywhere was faster (qwen3-8b tg128 344.9 against 338.0 with the small ones left to cuda_mmvq). */
+bool cuda_mmvs(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, size_t row_bytes, int64_t n_in,
+               int accum, const mmvs_norm *norm) {
+    if (cb->mmvs_off || row_bytes % 16 || row_bytes > UINT32_MAX / 4) return false;
+    int64_t n_rows = mm.rend[mm.count - 1];
+    for (int m = 0; m < mm.count; m++)
+        if ((uintptr_t)mm.W[m] % 16) return false;
+    if (glu && (mm.count != 1 || (uintptr_t)mm.W2 % 16)) return false;
+    uint32_t rb = (uint32_t)row_bytes;
+    mmvs_norm nm = norm ? *norm : mmvs_norm{};
+#define MMVS_T(TT)                                                                                           \
+    case TT:                                                                                                 \
+        if (norm) return glu ? mmvs_type<TT, true, true>(cb, mm, rb, n_in, accum, n_rows, nm)               \
+                             : mmvs_type<TT, false, true>(cb, mm, rb, n_in, accum, n_rows, nm);             \
+        return glu ? mmvs_type<TT, true, false>(cb, mm, rb, n_in, accum, n_rows, nm)                         \
+                   : mmvs_type<TT, false, false>(cb, mm, rb, n_in, accum, n_rows, nm);
+    switch (type) {
+        MMVS_T(QT_Q4_K)
+        MMVS_T(QT_Q6_K)
+        MMVS_T(QT_Q8_0)
+        MMVS_T(QT_Q4_0)
+    default: return false;
+    }
+#undef MMVS_T
+}
