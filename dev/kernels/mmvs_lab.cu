@@ -145,6 +145,7 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&cb->xds, 32768 / 32 * sizeof(float2)));
     cb->q6k_quad = 1;
     cb->mmvs_warps = 16;
+    cb->mmvs_min_in = 0; /* every shape here, also the narrow one */
     double bw = copy_bw();
     printf("copy bandwidth %.0f GB/s, %d SMs; %% = share of it; rel = max |new - old| / max |old|\n", bw, cb->n_sm);
     printf("| type | mats x rows x cols | cuda_mmvq | cuda_mmvs 8 warps | cuda_mmvs | speed-up | rel |\n|---|---|---|---|---|---|---|\n");

@@ -344,7 +344,9 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->fa_off = getenv("BRISK_CUDA_FA") && !strcmp(getenv("BRISK_CUDA_FA"), "0");
     cb->mmvq_multi_off = getenv("BRISK_CUDA_MMVQ_MULTI") && !strcmp(getenv("BRISK_CUDA_MMVQ_MULTI"), "0");
     cb->mmvs_off = getenv("BRISK_CUDA_MMVS") && !strcmp(getenv("BRISK_CUDA_MMVS"), "0");
-    cb->norm_fuse_off = getenv("BRISK_CUDA_NORM_FUSE") && !strcmp(getenv("BRISK_CUDA_NORM_FUSE"), "0");
+    cb->norm_fuse_on = getenv("BRISK_CUDA_NORM_FUSE") && !strcmp(getenv("BRISK_CUDA_NORM_FUSE"), "1");
+    cb->mmvs_min_in = getenv("BRISK_CUDA_MMVS_MIN_IN") ? atoll(getenv("BRISK_CUDA_MMVS_MIN_IN")) : 4096;
+    cb->mmvs_wide_off = getenv("BRISK_CUDA_MMVS_WIDE") && !strcmp(getenv("BRISK_CUDA_MMVS_WIDE"), "0");
     cb->mmvs_warps = getenv("BRISK_CUDA_MMVS_WARPS") ? atoi(getenv("BRISK_CUDA_MMVS_WARPS")) : 16;
     const char *q6q = getenv("BRISK_CUDA_Q6K_QUAD");
     cb->q6k_quad = q6q ? atoi(q6q) : 1;

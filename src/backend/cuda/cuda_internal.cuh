@@ -74,7 +74,9 @@ typedef struct cuda_backend {
     bool mmvq_slices_off;       /* BRISK_CUDA_MMVQ_SLICES=0: 17..MMVQ_SLICE_MAX tokens on the prefill path */
     bool mmvq_multi_off;        /* BRISK_CUDA_MMVQ_MULTI=0: one launch per matrix of a call (A/B) */
     bool mmvs_off;              /* BRISK_CUDA_MMVS=0: one token's products through cuda_mmvq's kernel, not cuda_mmvs's (A/B) */
-    bool norm_fuse_off;         /* BRISK_CUDA_NORM_FUSE=0: norm_matmul / norm_swiglu as the norm kernel, then the product (A/B) */
+    bool norm_fuse_on;          /* BRISK_CUDA_NORM_FUSE=1: norm_matmul / norm_swiglu in one kernel at one token (A/B; off: slower) */
+    int64_t mmvs_min_in;        /* BRISK_CUDA_MMVS_MIN_IN (default 4096): narrower rows through cuda_mmvq's kernel */
+    bool mmvs_wide_off;         /* BRISK_CUDA_MMVS_WIDE=0: rows wider than 8,192 columns through cuda_mmvq's kernel (A/B) */
     int mmvs_warps;             /* BRISK_CUDA_MMVS_WARPS=8: cuda_mmvs's 8-warp blocks only (A/B) */
     bool attn_fuse_off;         /* BRISK_CUDA_ATTN_FUSE=0: decode attention merges its splits in a kernel of its own (A/B) */
     int *route_cnt;             /* the fused MoE router's finished-block counter (cuda_moe.cu), zero between launches */

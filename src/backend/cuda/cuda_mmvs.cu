@@ -338,11 +338,17 @@ static bool mmvs_type(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes,
  * after the norm). The H200 lab (dev/kernels/mmvs_lab.cu), whose launches run back to back without
  * programmatic launches, has cuda_mmvq's kernel ahead on matrices of 1,024-12,288 rows and this one
  * on the gate/up pairs and the LM head; in the decode step (graphs, programmatic launches) this one
- * everywhere was faster (qwen3-8b tg128 344.9 against 338.0 with the small ones left to cuda_mmvq). */
+ * everywhere was faster (qwen3-8b tg128 375.0; 365.4 / 355.6 / 316.8 with products of less than
+ * 4 / 16 / 64 MB left to cuda_mmvq, 311.5 without this kernel). Rows narrower than 4,096 columns
+ * stay with cuda_mmvq: there a row is a few hundred cycles of work, the per-row wait, refill and
+ * reduction dominate and a Q6_K row leaves half the lanes idle (qwen3.6-35b-a3b, 2,048 wide:
+ * tg128 284.8 with them here, 299.7 without this kernel). */
 bool cuda_mmvs(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, size_t row_bytes, int64_t n_in,
                int accum, const mmvs_norm *norm) {
-    if (cb->mmvs_off || row_bytes % 16 || row_bytes > UINT32_MAX / 4) return false;
+    if (cb->mmvs_off || row_bytes % 16 || row_bytes > UINT32_MAX / 4 || (cb->mmvs_wide_off && n_in > 8192))
+        return false;
     int64_t n_rows = mm.rend[mm.count - 1];
+    if (n_in < cb->mmvs_min_in) return false; /* see above */
     for (int m = 0; m < mm.count; m++)
         if ((uintptr_t)mm.W[m] % 16) return false;
     if (glu && (mm.count != 1 || (uintptr_t)mm.W2 % 16)) return false;
