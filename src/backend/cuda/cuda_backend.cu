@@ -353,6 +353,7 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     int cc_major = 0;
     CU_TRY(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, cb->device));
     cb->pdl_off = cc_major < 9 || (getenv("BRISK_CUDA_PDL") && !strcmp(getenv("BRISK_CUDA_PDL"), "0"));
+    cb->mmvs_off |= cc_major < 9; /* the bulk-copy engine and its barriers are sm_90's */
     cb->gd_chunk_off = getenv("BRISK_CUDA_GD_CHUNK") && !strcmp(getenv("BRISK_CUDA_GD_CHUNK"), "0");
     const char *glu = getenv("BRISK_CUDA_GLU"), *qkr = getenv("BRISK_CUDA_QKROPE"), *nq = getenv("BRISK_CUDA_NORMQ");
     cb->glu_off = glu && !strcmp(glu, "0");

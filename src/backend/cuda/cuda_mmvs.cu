@@ -25,9 +25,20 @@
 #define MMVS_PAD 64 /* ld_a2 reads up to 8 bytes past a group: the last stage's row may not end the allocation */
 
 
-/* ---- the bulk-copy engine and its barriers (PTX ISA 8.0, sm_90) ---- */
+/* ---- the bulk-copy engine and its barriers (PTX ISA 8.0, sm_90; a build for an older
+ * CUDA_ARCH compiles them to traps, and the backend never launches the kernel there) ---- */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define MMVS_NO_BULK 1
+#endif
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
+#ifdef MMVS_NO_BULK
+__device__ __forceinline__ void mbar_init(uint64_t *, uint32_t) { __trap(); }
+__device__ __forceinline__ void mbar_init_fence() {}
+__device__ __forceinline__ void mbar_expect_bytes(uint64_t *, uint32_t) {}
+__device__ __forceinline__ void mbar_wait(uint64_t *, uint32_t) {}
+__device__ __forceinline__ void bulk_copy_g2s(void *, const void *, uint32_t, uint64_t *, uint64_t) {}
+#else
 __device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
 }
@@ -55,6 +66,7 @@ __device__ __forceinline__ void bulk_copy_g2s(void *dst, const void *src, uint32
                  ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
                  : "memory");
 }
+#endif
 
 /* ---- the unit a lane takes per row: the groups whose weight bytes it loads together ---- */
 /* Q4_K: a pair of groups (the low and high nibbles of 32 bytes); Q6_K: a quad (half a block);
@@ -201,8 +213,10 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
     constexpr int NK = NORM ? (NI * 32 * U::W + NW * 32 - 1) / (NW * 32) : 1; /* the norm's values per thread */
     mmvs_norm_regs<NW, NK> nr;
     if constexpr (NORM) mmvs_norm_load_w<NW, NK>(nm, n_in, nr);
-    uint64_t policy;
+    uint64_t policy = 0;
+#ifndef MMVS_NO_BULK
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+#endif
     /* the weights do not depend on the kernel before: their copies start before pdl_wait */
     if (lane == 0) {
         for (int s = 0; s < stages; s++) mbar_init(bar + s, 1);
