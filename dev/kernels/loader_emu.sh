@@ -13,10 +13,11 @@ def grab(a, end='\n}\n'):
     i = s.index(a)
     return s[i:s.index(end, i) + len(end)]
 k = grab('typedef struct wgroup {', '} wgroup;\n')
-k += grab('template <int NW> __device__ __forceinline__ void ld_a2(')
-k += grab('template <int T> __device__ __forceinline__ void group_load(')
-k += grab('__device__ __forceinline__ void group_load_q4k_pair(')
-k += grab('__device__ __forceinline__ void group_load_q6k_quad(')
+k += grab('template <bool SH, class V> __device__ __forceinline__ V ld_ro(')
+k += grab('template <int NW, bool SH = false> __device__ __forceinline__ void ld_a2(')
+k += grab('template <int T, bool SH = false> __device__ __forceinline__ void group_load(')
+k += grab('template <bool SH = false> __device__ __forceinline__ void group_load_q4k_pair(')
+k += grab('template <bool SH = false> __device__ __forceinline__ void group_load_q6k_quad(')
 open(sys.argv[1], 'w').write(k)
 PY
 g++ -std=c++17 -O1 -w -I"$out" -Isrc -Iinclude dev/kernels/loader_emu.cpp -o "$out/emu"
