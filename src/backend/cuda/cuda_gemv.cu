@@ -364,17 +364,10 @@ static int norm_mmvs(cuda_backend *cb, const float *x, const bk_weight *norm, fl
                                                         up->n_out != w[0]->n_out || up->row_bytes != w[0]->row_bytes)))
         return 0;
     mmvs_mats mm = {};
-    int64_t rows = 0;
-    while (mm.count < (up ? 1 : n_w) && mm.count < MMVS_MATS && w[mm.count]->type == w[0]->type &&
-           w[mm.count]->row_bytes == w[0]->row_bytes && w[mm.count]->n_in == d) {
-        int m = mm.count;
-        mm.W[m] = (const uint8_t *)w[m]->dev;
-        mm.bias[m] = bias && bias[m] ? (const float *)bias[m]->dev : NULL;
-        mm.y[m] = y[m];
-        rows += w[m]->n_out;
-        mm.rend[m] = rows;
-        mm.count++;
-    }
+    for (int m = 0; m < (up ? 1 : n_w) && m < MMVS_MATS && w[m]->type == w[0]->type &&
+                    w[m]->row_bytes == w[0]->row_bytes && w[m]->n_in == d; m++)
+        mmvs_add(mm, (const uint8_t *)w[m]->dev, bias && bias[m] ? (const float *)bias[m]->dev : NULL, y[m],
+                 w[m]->n_out);
     if (up) mm.W2 = (const uint8_t *)up->dev;
     mmvs_norm nm = {x, (const float *)norm->dev, xn, eps};
     return cuda_mmvs(cb, w[0]->type, up != NULL, mm, w[0]->row_bytes, d, 0, &nm) ? mm.count : 0;

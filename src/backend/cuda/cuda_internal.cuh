@@ -369,6 +369,13 @@ template <int NT, int WARPS> __device__ __forceinline__ float block_row_sum(cons
     return s;
 }
 
+/* The sum of s over the warp's lanes, in double (the norms' sums of squares). */
+__device__ __forceinline__ double warp_sum_d(double s) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
 /* The 32 lanes of a warp hold one group of 32 consecutive activations (lane l: element i, the
  * group's first at i - l): lane l stores its int8 quant to xq[i] and lane 0 the group's (d, d * sum
  * of the quants) to xds[i / 32], the int8 blocks the integer-dot products read (q8_1 as ggml's).

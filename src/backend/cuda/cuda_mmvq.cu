@@ -136,11 +136,7 @@ bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n) {
 void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum) {
     if (n == 1) {
         mmvs_mats mm = {};
-        mm.W[0] = (const uint8_t *)w->dev;
-        mm.bias[0] = bias;
-        mm.y[0] = y;
-        mm.rend[0] = w->n_out;
-        mm.count = 1;
+        mmvs_add(mm, (const uint8_t *)w->dev, bias, y, w->n_out);
         if (cuda_mmvs(cb, w->type, false, mm, w->row_bytes, w->n_in, accum, NULL)) return;
     }
     int64_t warps = (w->n_out + MMVQ_ROWS - 1) / MMVQ_ROWS;
@@ -172,11 +168,8 @@ bool cuda_mmvq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up,
     const uint8_t *G = (const uint8_t *)gate->dev, *U = (const uint8_t *)up->dev;
     if (n == 1) {
         mmvs_mats mm = {};
-        mm.W[0] = G;
+        mmvs_add(mm, G, NULL, out, gate->n_out);
         mm.W2 = U;
-        mm.y[0] = out;
-        mm.rend[0] = gate->n_out;
-        mm.count = 1;
         if (cuda_mmvs(cb, gate->type, true, mm, gate->row_bytes, gate->n_in, 0, NULL)) return true;
     }
     unsigned blocks = (unsigned)((gate->n_out + MMVQ_WARPS - 1) / MMVQ_WARPS);
@@ -226,13 +219,7 @@ int cuda_mmvq_multi(cuda_backend *cb, int n_w, const bk_weight *const *w, const 
         }
         if (n == 1) { /* the streamed kernel over the same run of matrices */
             mmvs_mats ms = {};
-            for (int m = 0; m < mm.count; m++) {
-                ms.W[m] = mm.W[m];
-                ms.bias[m] = mm.bias[m];
-                ms.y[m] = mm.y[m];
-                ms.rend[m] = (m ? ms.rend[m - 1] : 0) + mm.n_out[m];
-            }
-            ms.count = mm.count;
+            for (int m = 0; m < mm.count; m++) mmvs_add(ms, mm.W[m], mm.bias[m], mm.y[m], mm.n_out[m]);
             if (cuda_mmvs(cb, w0->type, false, ms, w0->row_bytes, w0->n_in, 0, NULL)) continue;
         }
         switch (w0->type) {

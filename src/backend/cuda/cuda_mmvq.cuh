@@ -175,6 +175,14 @@ typedef struct mmvs_mats {
     const uint8_t *W2;       /* GLU: the up matrix beside W[0] (the gate) */
     int count;
 } mmvs_mats;
+/* Appends a matrix of n_out rows to mm (its rows follow the ones already there). */
+static inline void mmvs_add(mmvs_mats &mm, const uint8_t *W, const float *bias, float *y, int64_t n_out) {
+    int m = mm.count++;
+    mm.W[m] = W;
+    mm.bias[m] = bias;
+    mm.y[m] = y;
+    mm.rend[m] = (m > 0 ? mm.rend[m - 1] : 0) + n_out;
+}
 /* The RMS norm a product may run in its prologue: y = x / rms(x) * w (one row). */
 typedef struct mmvs_norm {
     const float *x, *w;

@@ -138,11 +138,6 @@ __host__ __device__ __forceinline__ size_t mmvs_bar_bytes(int nw, int stages) {
  * xn = x / rms(x) * w as cuda_rms_norm does and quantizes it into its shared memory, from where its
  * lanes take their activations; block 0 also stores xn and its quantization (cb->xq) for the
  * products that follow on the same input. */
-__device__ __forceinline__ double mmvs_warp_sum_d(double s) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    return s;
-}
 /* K: values per thread (the row's width is at most K * NW * 32). All loads are issued before the
  * first use (a loop that adds as it loads waits one memory latency per step: 7 us at 4096 on the
  * H200); the weights before pdl_wait, the row after (mmvs_norm_load). */
@@ -172,7 +167,7 @@ __device__ __forceinline__ void mmvs_norm_prologue(const mmvs_norm &nm, int64_t 
     double s = 0;
 #pragma unroll
     for (int k = 0; k < K; k++) s += (double)(r.v[k] * r.v[k]);
-    s = mmvs_warp_sum_d(s);
+    s = warp_sum_d(s);
     if (lane == 0) part[warp] = s;
     __syncthreads();
     double tot = 0;

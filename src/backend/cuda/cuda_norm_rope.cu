@@ -6,11 +6,6 @@
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
 
-__device__ __forceinline__ double warp_sum_d(double s) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    return s;
-}
 
 /* With Q, the normalized values are also quantized in groups of 32 for the integer-dot products
  * (xq, xds as quantize_q8_1_kernel writes them; dim % 32 == 0): the product that reads y next

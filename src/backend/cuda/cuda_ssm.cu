@@ -191,11 +191,6 @@ __device__ __forceinline__ float warp_sum_f(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
-__device__ __forceinline__ double warp_sum_d(double v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 /* x * rsqrt(sum x^2 + eps), the sum in double: the HF reference's l2norm, as cpu_ssm.c */
 template <int J> __device__ __forceinline__ void l2norm_lanes(float (&x)[J], float eps) {
