@@ -444,6 +444,17 @@ static void test_qwen35moe(void) {
     run_arch("tiny-qwen35moe", "ggml-vocab-gpt-2.gguf", hybrid_types());
     max_expert_flips = 0;
 }
+/* qwen3next: qwen35moe's layers with the value heads in HF's grouped order and
+ * beta/alpha interleaved per key head in ssm_ba; -legacy: older files' fused
+ * ssm_in (q|k|v|z per key head), which llama.cpp splits in its graph and brisk
+ * at load. */
+static void test_qwen3next(void) {
+    max_expert_flips = N_STEPS / 16;
+    run_arch("tiny-qwen3next", "ggml-vocab-gpt-2.gguf", hybrid_types());
+    static const char *const f32[] = {"f32", NULL};
+    run_arch("tiny-qwen3next-legacy", "ggml-vocab-gpt-2.gguf", f32);
+    max_expert_flips = 0;
+}
 
 /* qwen2 (biases) with YaRN, llama with linear RoPE scaling: f32 and q8_0. */
 static void run_small(const char *preset, const char *vocab_file) {
@@ -501,6 +512,6 @@ int main(int argc, char **argv) {
                          {"qwen3moe_batches", test_qwen3moe_batches}, {"qwen35_types", test_qwen35},
                          {"qwen35_sequences", test_qwen35_sequences},
                          {"qwen35_checkpoints", test_qwen35_checkpoints},
-                         {"qwen35moe_types", test_qwen35moe}};
+                         {"qwen35moe_types", test_qwen35moe}, {"qwen3next_types", test_qwen3next}};
     return test_main(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -921,7 +921,7 @@ done:
 }
 
 /* The models in BRISK_E2E_MODELS (space-separated paths: tests/cuda/run.sh
- * synthesizes tiny qwen3moe, qwen35 and qwen35moe ones); skipped when unset.
+ * synthesizes tiny qwen3moe, qwen35, qwen35moe and qwen3next ones); skipped when unset.
  * Random-weight models have flat logits (on tiny-qwen3moe the top two come
  * within 3e-5 of the largest logit in 128 greedy steps), so their batches run
  * on the f32 tiled product (BRISK_CUDA_MMA=0, read when a context creates its

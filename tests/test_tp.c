@@ -384,6 +384,12 @@ static void test_hybrid_errors(void) {
     CHECK(brisk_model_load(p, &mp, &m) == BRISK_ERR_INVALID_ARG && !m);
     CHECK(strstr(brisk_last_error(), "shared expert width 255 does not split over 2 ranks") != NULL);
     unlink(p);
+    /* qwen3next is not split: refused by name at load */
+    CHECK_OK(synth_preset("tiny-qwen3next", &sc));
+    CHECK_OK(ranks_write_model(&sc, "tp", "next-err", p));
+    CHECK(brisk_model_load(p, &mp, &m) == BRISK_ERR_UNSUPPORTED && !m);
+    CHECK(strstr(brisk_last_error(), "not qwen3next") != NULL);
+    unlink(p);
 }
 
 int main(int argc, char **argv) {

@@ -108,12 +108,12 @@ static double rel(const float *a, const double *b, size_t n) {
 
 /* double reference of the op (per entry in batch order) */
 static void ref_gd(const float *qkv, const float *b, const float *a, const float *ab, const float *as, double *S,
-                   const int32_t *seq, int n, int nk, int nv, int d, double *out) {
+                   const int32_t *seq, int n, int nk, int nv, int group, int d, double *out) {
     size_t width = (size_t)(2 * nk + nv) * d;
     std::vector<double> qn(d), kn(d);
     for (int t = 0; t < n; t++)
         for (int h = 0; h < nv; h++) {
-            int hk = h % nk;
+            int hk = group ? h / group : h % nk;
             const float *row = qkv + t * width;
             for (int w = 0; w < 2; w++) {
                 const float *x = row + (size_t)(w * nk + hk) * d;
@@ -136,7 +136,8 @@ static void ref_gd(const float *qkv, const float *b, const float *a, const float
 }
 
 static int fails = 0;
-static void case_gd(int nk, int nv, int d, int n, const int32_t *seq, int mode) {
+/* group: 0 tiled value-head order (qwen35), else nv / nk (grouped, qwen3next) */
+static void case_gd(int nk, int nv, int d, int n, const int32_t *seq, int mode, int group = 0) {
     int slots = 3;
     size_t width = (size_t)(2 * nk + nv) * d, nq = n * width, nba = (size_t)n * nv, ns = (size_t)slots * nv * d * d,
            no = (size_t)n * nv * d;
@@ -148,7 +149,7 @@ static void case_gd(int nk, int nv, int d, int n, const int32_t *seq, int mode) 
     for (auto &x : as) x = -expf(frand());
     for (auto &x : st) x = 0.05f * frand();
     std::vector<double> sd(st.begin(), st.end()), od(no);
-    ref_gd(qkv.data(), b.data(), a.data(), ab.data(), as.data(), sd.data(), seq, n, nk, nv, d, od.data());
+    ref_gd(qkv.data(), b.data(), a.data(), ab.data(), as.data(), sd.data(), seq, n, nk, nv, group, d, od.data());
     /* mode 0: the recurrent kernel alone; 1: the chunked kernel for every sequence; 2: as cuda_gated_delta
      * splits a batch: sequences of >= GDC_MIN_PER_SEQ entries chunked, the others recurrent (skipping those) */
     gdc_slots sl;
@@ -169,7 +170,7 @@ static void case_gd(int nk, int nv, int d, int n, const int32_t *seq, int mode) 
     if (nsq) {
         dim3 grid((d + 31) / 32, nv, nsq);
         gdc_args p = {qkv.data(), b.data(), a.data(), ab.data(), as.data(), st.data(), out.data(), seq, n, nk, nv, d,
-                      1e-6f};
+                      group, 1e-6f};
         if (d <= 64) launch(grid, GDC_THREADS, sizeof(gdc_shared<64>), [&] { gd_chunk_kernel<64>(p, sl); });
         else launch(grid, GDC_THREADS, sizeof(gdc_shared<128>), [&] { gd_chunk_kernel<128>(p, sl); });
     }
@@ -178,19 +179,20 @@ static void case_gd(int nk, int nv, int d, int n, const int32_t *seq, int mode) 
         if (d <= 64)
             launch(grid, GD_WARPS * 32, 0, [&] {
                 gated_delta_kernel<2>(qkv.data(), b.data(), a.data(), ab.data(), as.data(), st.data(), seq, skip, n,
-                                      nk, nv, d, 1e-6f, out.data());
+                                      nk, nv, group, d, 1e-6f, out.data());
             });
         else
             launch(grid, GD_WARPS * 32, 0, [&] {
                 gated_delta_kernel<4>(qkv.data(), b.data(), a.data(), ab.data(), as.data(), st.data(), seq, skip, n,
-                                      nk, nv, d, 1e-6f, out.data());
+                                      nk, nv, group, d, 1e-6f, out.data());
             });
     }
     double eo = rel(out.data(), od.data(), no), es = rel(st.data(), sd.data(), ns);
     bool ok = eo <= 1e-5 && es <= 1e-5;
     fails += !ok;
-    printf("%s gated_delta %s (%d chunked) heads %d/%d d %d n %d: out %.2e state %.2e\n", ok ? "ok  " : "FAIL",
-           mode == 0 ? "recurrent" : mode == 1 ? "chunked" : "split", nsq, nk, nv, d, n, eo, es);
+    printf("%s gated_delta %s%s (%d chunked) heads %d/%d d %d n %d: out %.2e state %.2e\n", ok ? "ok  " : "FAIL",
+           mode == 0 ? "recurrent" : mode == 1 ? "chunked" : "split", group ? " grouped" : "", nsq, nk, nv, d, n, eo,
+           es);
 }
 
 static void case_conv(int nc, int dc, int n, const int32_t *seq) {
@@ -241,6 +243,8 @@ int main() {
     case_gd(1, 1, 128, 1, s1, 1);
     case_gd(1, 2, 128, 200, few, 2); /* slot 0 chunked, slot 2 (10 entries) recurrent */
     case_gd(2, 4, 64, 90, dec, 2);   /* one long prefill among single decode entries */
+    case_gd(2, 4, 64, 90, dec, 2, 2); /* the same in qwen3next's grouped order */
+    case_gd(2, 6, 64, 20, s3, 0, 3);
     printf("%d failed\n", fails);
     return fails != 0;
 }

@@ -200,8 +200,9 @@ typedef struct bk_backend_ops {
      * becomes the carried state. x, out (n, channels); w: ne {d_conv, channels} f32. */
     void (*ssm_conv)(bk_backend *be, const float *x, const bk_weight *w, float *conv, const int32_t *seq, int n,
                      int channels, int d_conv, float *out);
-    /* The gated delta rule, per entry t and value head h (key head h % n_k_heads,
-     * the "tiled" order of qwen35 GGUFs), as llama.cpp computes it:
+    /* The gated delta rule, per entry t and value head h, as llama.cpp computes it. Value head h
+     * reads key head h % n_k_heads (the "tiled" order of qwen35 GGUFs) or, v_grouped, key head
+     * h / (n_v_heads / n_k_heads) (HF's order, kept by qwen3next GGUFs):
      *   q, k = l2norm(q_t), l2norm(k_t) (x / max(|x|, eps)); beta = sigmoid(b[t,h]);
      *   g = a_scale[h] * softplus(a[t,h] + a_bias[h]);  S *= exp(g);
      *   S += beta (v - S k) k^T;  out[t,h] = S q / sqrt(d)          (S: d x d, row = value dim)
@@ -210,7 +211,7 @@ typedef struct bk_backend_ops {
      * out (n, n_v_heads * d). */
     void (*gated_delta)(bk_backend *be, const float *qkv, const float *b, const float *a, const bk_weight *a_bias,
                         const bk_weight *a_scale, float *ssm, const int32_t *seq, int n, int n_k_heads,
-                        int n_v_heads, int d, float eps, float *out);
+                        int n_v_heads, bool v_grouped, int d, float eps, float *out);
     /* x[r,i] *= sigmoid(gate[r, gate_width == 1 ? 0 : i]) over n_rows rows of
      * width; gate (n_rows, gate_width). The output gate of gated attention
      * (gate_width = width) and of the shared expert (gate_width = 1). */

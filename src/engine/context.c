@@ -43,6 +43,7 @@ static const arch_forward_fn forward_by_arch[ARCH_COUNT] = {
     [ARCH_QWEN3MOE] = qwen3moe_forward,
     [ARCH_QWEN35] = qwen35_forward,
     [ARCH_QWEN35MOE] = qwen35_forward,
+    [ARCH_QWEN3NEXT] = qwen35_forward,
 };
 
 /* Consecutive layers [l0, l1) on one backend. */

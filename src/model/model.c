@@ -15,7 +15,7 @@ static const struct {
     model_arch arch;
 } known_archs[] = {{"llama", ARCH_LLAMA}, {"qwen2", ARCH_QWEN2}, {"qwen3", ARCH_QWEN3},
                   {"qwen3moe", ARCH_QWEN3MOE}, {"qwen35", ARCH_QWEN35},
-                  {"qwen35moe", ARCH_QWEN35MOE}};
+                  {"qwen35moe", ARCH_QWEN35MOE}, {"qwen3next", ARCH_QWEN3NEXT}};
 
 /* Reads "<arch>.<suffix>" as an int; absent keys give dflt (or fail if required). */
 static brisk_status get_int(const gguf_file *g, const char *arch, const char *suffix, bool required,
@@ -44,7 +44,7 @@ static float get_float(const gguf_file *g, const char *arch, const char *suffix,
     return gguf_get_f32(g, key, &v) == BRISK_OK ? v : dflt;
 }
 
-/* The Gated DeltaNet keys of qwen35/qwen35moe (llama.cpp's qwen35 loader).
+/* The Gated DeltaNet keys of qwen35/qwen35moe/qwen3next (llama.cpp's qwen35 and qwen3next loaders).
  * The multi-token-prediction blocks (nextn_predict_layers) are appended after
  * the trunk; brisk runs the trunk only. Positions of text tokens are equal in
  * the three M-RoPE streams, so rope.dimension_sections reduces to NEOX RoPE
@@ -70,8 +70,9 @@ static brisk_status read_hybrid(const gguf_file *g, const char *arch, model_hpar
     int64_t v;
     if (gguf_get_i64(g, key, &v) != BRISK_ERR_NOT_FOUND)
         return bk_fail(BRISK_ERR_UNSUPPORTED, "%s (a per-layer list) is not supported, only full_attention_interval", key);
-    if (hp->arch == ARCH_QWEN35MOE)
+    if (hp->arch == ARCH_QWEN35MOE || hp->arch == ARCH_QWEN3NEXT)
         BK_TRY(get_int(g, arch, "expert_shared_feed_forward_length", false, hp->n_ff, 1, 1 << 24, &hp->n_ff_shexp));
+    hp->ssm_v_grouped = hp->arch == ARCH_QWEN3NEXT;
     return BRISK_OK;
 }
 
@@ -96,8 +97,8 @@ brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp) {
     const int64_t BIG = 1 << 24;
     BK_TRY(get_int(g, arch, "embedding_length", true, 0, 1, BIG, &hp->n_embd));
     BK_TRY(get_int(g, arch, "block_count", true, 0, 1, 4096, &hp->n_layer));
-    bool moe = hp->arch == ARCH_QWEN3MOE || hp->arch == ARCH_QWEN35MOE;
-    bool hybrid = hp->arch == ARCH_QWEN35 || hp->arch == ARCH_QWEN35MOE;
+    bool moe = hp->arch == ARCH_QWEN3MOE || hp->arch == ARCH_QWEN35MOE || hp->arch == ARCH_QWEN3NEXT;
+    bool hybrid = hp->arch == ARCH_QWEN35 || hp->arch == ARCH_QWEN35MOE || hp->arch == ARCH_QWEN3NEXT;
     BK_TRY(get_int(g, arch, "feed_forward_length", !moe, 0, moe ? 0 : 1, BIG, &hp->n_ff));
     if (moe) { /* as llama.cpp: n_ff_exp defaults to n_ff / n_expert_used */
         BK_TRY(get_int(g, arch, "expert_count", true, 0, 2, BK_MOE_MAX_EXPERTS, &hp->n_expert));
@@ -200,8 +201,8 @@ static brisk_status bind(brisk_model *m, bk_backend *be, const char *name, int64
     return bind3(m, be, name, ne0, ne1, 1, required, w);
 }
 
-/* Keeps buf, a packed host copy of a shard (malloc'd), in m->tp_packed until the model is freed;
- * frees it when the list cannot grow. */
+/* Keeps buf, a packed host copy of a shard or of rows picked out of a tensor (malloc'd), in
+ * m->tp_packed until the model is freed; frees it when the list cannot grow. */
 static brisk_status keep_packed(brisk_model *m, void *buf, const char *name) {
     void **list = realloc(m->tp_packed, (size_t)(m->n_tp_packed + 1) * sizeof *list);
     if (!list) {
@@ -262,6 +263,58 @@ static brisk_status bind_gather(brisk_model *m, bk_backend *be, const char *name
     if (!be) return BRISK_OK;
     m->gpu_weight_bytes += (uint64_t)w->n_out * w->row_bytes;
     return be->ops->bind_weight(be, w);
+}
+
+/* Rows picked out of `full` (a host view from bind3) into a packed copy bound as w: for each
+ * segment s, for each of n_blocks blocks of block_rows rows, rows [first[s], first[s] + len[s])
+ * of that block. Whole rows, so any type. qwen3next's per-key-head interleaved tensors become
+ * qwen35moe's separate ones this way (bind_deltanet). */
+static brisk_status bind_picked(brisk_model *m, bk_backend *be, const bk_weight *full, int n_seg, const int64_t *first,
+                                const int64_t *len, int64_t n_blocks, int64_t block_rows, bk_weight *w) {
+    int64_t rows = 0;
+    for (int s = 0; s < n_seg; s++) rows += len[s] * n_blocks;
+    *w = *full;
+    w->n_out = rows;
+    char *buf = malloc((size_t)rows * full->row_bytes), *p = buf;
+    if (!buf) return bk_fail(BRISK_ERR_NOMEM, "out of memory unpacking %s", full->name);
+    for (int s = 0; s < n_seg; s++)
+        for (int64_t b = 0; b < n_blocks; b++, p += (size_t)len[s] * full->row_bytes)
+            memcpy(p, (const char *)full->host + (size_t)(b * block_rows + first[s]) * full->row_bytes,
+                   (size_t)len[s] * full->row_bytes);
+    BK_TRY(keep_packed(m, buf, full->name));
+    w->host = buf;
+    if (!be) return BRISK_OK;
+    m->gpu_weight_bytes += (uint64_t)rows * w->row_bytes;
+    return be->ops->bind_weight(be, w);
+}
+
+/* qwen3next's Gated DeltaNet projections, bound as qwen35moe's (ssm_qkv, ssm_z, ssm_beta,
+ * ssm_alpha) in the file's grouped value-head order (hp->ssm_v_grouped). ssm_ba's rows are, per
+ * key head, r = n_v / n_k beta rows then r alpha rows. Older files (llama.cpp's "legacy" path)
+ * carry ssm_in instead of attn_qkv + attn_gate: per key head q (d_state rows), k (d_state),
+ * v (r d_state), z (r d_state). */
+static brisk_status bind_deltanet(brisk_model *m, bk_backend *be, int l, layer_weights *L) {
+    const model_hparams *hp = &m->hp;
+    const int64_t d = hp->n_embd, ds = hp->ssm_d_state, nk = hp->ssm_n_k_heads, r = hp->ssm_n_v_heads / nk;
+    char n[96];
+    bk_weight full;
+    snprintf(n, sizeof n, "blk.%d.ssm_ba.weight", l);
+    BK_TRY(bind3(m, NULL, n, d, 2 * nk * r, 1, true, &full));
+    const int64_t beta0 = 0, alpha0 = r;
+    BK_TRY(bind_picked(m, be, &full, 1, &beta0, &r, nk, 2 * r, &L->ssm_beta));
+    BK_TRY(bind_picked(m, be, &full, 1, &alpha0, &r, nk, 2 * r, &L->ssm_alpha));
+    snprintf(n, sizeof n, "blk.%d.ssm_in.weight", l);
+    if (!gguf_find_tensor(m->gguf, n)) {
+        snprintf(n, sizeof n, "blk.%d.attn_qkv.weight", l);
+        BK_TRY(bind(m, be, n, d, (2 * nk + nk * r) * ds, true, &L->ssm_qkv));
+        snprintf(n, sizeof n, "blk.%d.attn_gate.weight", l);
+        return bind(m, be, n, d, nk * r * ds, true, &L->ssm_z);
+    }
+    const int64_t blk = (2 + 2 * r) * ds, qkv_first[3] = {0, ds, 2 * ds}, qkv_len[3] = {ds, ds, r * ds},
+                  z_first = (2 + r) * ds, z_len = r * ds;
+    BK_TRY(bind3(m, NULL, n, d, nk * blk, 1, true, &full));
+    BK_TRY(bind_picked(m, be, &full, 3, qkv_first, qkv_len, nk, blk, &L->ssm_qkv));
+    return bind_picked(m, be, &full, 1, &z_first, &z_len, nk, blk, &L->ssm_z);
 }
 
 /* An expert tensor (ne2 experts): whole, or with tensor parallelism rank m->tp_rank's slice of
@@ -328,16 +381,20 @@ static brisk_status bind_all(brisk_model *m) {
             /* sharded by key heads: a per-value-head dimension is nv / nk blocks of nk heads, q|k|v
              * and the conv channels two blocks more (shard_gather) */
             int vb = hp->ssm_n_v_heads / hp->ssm_n_k_heads;
-            BIND_SSM(ssm_qkv, "attn_qkv.weight", d, conv_dim, SHARD_ROWS, 2 + vb, ds);
-            BIND_SSM(ssm_z, "attn_gate.weight", d, vd, SHARD_ROWS, vb, ds);
+            if (hp->arch == ARCH_QWEN3NEXT) {
+                BK_TRY(bind_deltanet(m, be, l, L));
+            } else {
+                BIND_SSM(ssm_qkv, "attn_qkv.weight", d, conv_dim, SHARD_ROWS, 2 + vb, ds);
+                BIND_SSM(ssm_z, "attn_gate.weight", d, vd, SHARD_ROWS, vb, ds);
+                BIND_SSM(ssm_beta, "ssm_beta.weight", d, nv, SHARD_ROWS, vb, 1);
+                BIND_SSM(ssm_alpha, "ssm_alpha.weight", d, nv, SHARD_ROWS, vb, 1);
+            }
             BIND_SSM(ssm_conv1d, "ssm_conv1d.weight", hp->ssm_d_conv, conv_dim, SHARD_ROWS, 2 + vb, ds);
             if (L->ssm_conv1d.type != QT_F32)
                 return bk_fail(BRISK_ERR_UNSUPPORTED, "tensor %s: type %s (want f32)", n,
                                quant_type_name(L->ssm_conv1d.type));
             BIND_SSM(ssm_dt_bias, "ssm_dt.bias", nv, 0, SHARD_COLS, vb, 1);
             BIND_SSM(ssm_a, "ssm_a", nv, 0, SHARD_COLS, vb, 1);
-            BIND_SSM(ssm_beta, "ssm_beta.weight", d, nv, SHARD_ROWS, vb, 1);
-            BIND_SSM(ssm_alpha, "ssm_alpha.weight", d, nv, SHARD_ROWS, vb, 1);
             BIND(ssm_norm, "ssm_norm.weight", ds, 0, true);
             BIND_SSM(ssm_out, "ssm_out.weight", vd, d, SHARD_COLS, vb, ds);
         } else {
@@ -412,7 +469,8 @@ static brisk_status tp_setup(brisk_model *m, const brisk_model_params *params) {
     const model_hparams *hp = &m->hp;
     int n = params->tp_size;
     bool moe = hp->n_expert > 0; /* qwen3moe, qwen35moe: experts placed by expert, not split by columns */
-    /* a new architecture opts in once its forward pass all-reduces its column-split products */
+    /* a new architecture opts in once its forward pass all-reduces its column-split products
+     * (qwen3next's grouped value heads would need their own gather, bind_deltanet's rows by rank) */
     static const bool runs[ARCH_COUNT] = {[ARCH_LLAMA] = true,    [ARCH_QWEN2] = true,  [ARCH_QWEN3] = true,
                                           [ARCH_QWEN3MOE] = true, [ARCH_QWEN35] = true, [ARCH_QWEN35MOE] = true};
     if ((unsigned)hp->arch >= ARCH_COUNT || !runs[hp->arch])

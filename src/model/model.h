@@ -9,6 +9,10 @@
  * qwen35 / qwen35moe (model/qwen35.c) are the Qwen3.5/3.6 hybrids: Gated
  * DeltaNet layers with a per-sequence recurrent state, and every
  * full_attn_interval-th layer gated full attention with partial RoPE.
+ * qwen3next (Qwen3-Next, the same forward pass) is qwen35moe with the value
+ * heads in HF's grouped order, one ssm_ba tensor for beta and alpha and, in
+ * older files, one fused ssm_in for q|k|v and z; the loader maps those onto
+ * qwen35moe's weights (bind_deltanet).
  */
 #ifndef BK_MODEL_H
 #define BK_MODEL_H
@@ -18,7 +22,7 @@
 #include "tokenizer/tokenizer.h"
 
 typedef enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE, ARCH_QWEN35, ARCH_QWEN35MOE,
-                         ARCH_COUNT } model_arch;
+                         ARCH_QWEN3NEXT, ARCH_COUNT } model_arch;
 
 typedef struct model_hparams {
     model_arch arch;
@@ -38,6 +42,8 @@ typedef struct model_hparams {
     int ssm_n_k_heads; /* ssm.group_count: q/k heads */
     int ssm_n_v_heads; /* ssm.time_step_rank: value heads (ssm.inner_size = n_v_heads * d_state) */
     int full_attn_interval;
+    bool ssm_v_grouped; /* qwen3next: value head i reads key head i / (n_v / n_k), HF's order; qwen35*:
+                           key head i mod n_k (llama.cpp's converter tiles the value heads) */
     int n_attn_layers; /* layers with a KV cache (all but the recurrent ones) */
     float rms_eps;
     bool qk_norm;   /* qwen3: RMSNorm over head_dim on q and k before RoPE */
@@ -57,13 +63,13 @@ typedef struct layer_weights {
                                        qwen35: wq (n_head*2*hd, n_embd), per head hd query then hd gate rows */
     bk_weight bq, bk, bv;           /* biases, qwen2 only (type 0 / n_out 0 when absent) */
     bk_weight q_norm, k_norm;       /* (head_dim), qwen3 only */
-    bk_weight ffn_norm;             /* (n_embd); qwen35: post_attention_norm */
+    bk_weight ffn_norm;             /* (n_embd); the hybrids: post_attention_norm */
     /* Gated DeltaNet layer (qwen35): conv_dim = (2 n_k_heads + n_v_heads) d_state, value_dim = n_v_heads d_state */
     bk_weight ssm_qkv;              /* attn_qkv (conv_dim, n_embd) */
     bk_weight ssm_z;                /* attn_gate (value_dim, n_embd): the output norm's SiLU gate */
     bk_weight ssm_conv1d;           /* (conv_dim, d_conv) f32 */
     bk_weight ssm_dt_bias, ssm_a;   /* (n_v_heads) f32: softplus bias, -exp(A_log) */
-    bk_weight ssm_beta, ssm_alpha;  /* (n_v_heads, n_embd) */
+    bk_weight ssm_beta, ssm_alpha;  /* (n_v_heads, n_embd); qwen3next: rows picked out of ssm_ba */
     bk_weight ssm_norm;             /* (d_state) */
     bk_weight ssm_out;              /* (n_embd, value_dim) */
     bk_weight gate_inp_shexp;       /* qwen35moe shared expert: gate (n_embd) f32, FFN (n_ff_shexp) */

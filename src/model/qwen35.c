@@ -1,5 +1,5 @@
-/* qwen35.c — the Qwen3.5/3.6 hybrid decoder (llama.cpp: qwen35, qwen35moe):
- * Gated DeltaNet layers with a recurrent state, and every
+/* qwen35.c — the Qwen3.5/3.6 and Qwen3-Next hybrid decoder (llama.cpp: qwen35,
+ * qwen35moe, qwen3next): Gated DeltaNet layers with a recurrent state, and every
  * full_attn_interval-th layer gated full attention.
  *
  *   x = embed(tokens)
@@ -8,7 +8,8 @@
  *     if Gated DeltaNet:                       (state per sequence: conv inputs, S per value head)
  *       u = silu(causal_conv1d(Wqkv h))         q|k|v heads, conv carried across steps
  *       beta = sigmoid(Wbeta h), g = ssm_a * softplus(Walpha h + dt_bias)
- *       S = exp(g) S + beta (v - S k) k^T       q, k L2-normed; v-head i reads k-head i mod n_k
+ *       S = exp(g) S + beta (v - S k) k^T       q, k L2-normed; v-head i reads k-head
+ *                                             i mod n_k (qwen35*) or i / (n_v / n_k) (qwen3next)
  *       o = S q / sqrt(d)
  *       x += Wout (rmsnorm(o) * ssm_norm * silu(Wz h))
  *     else (gated attention):
@@ -18,7 +19,7 @@
  *       x += Wo (attention(q, k, v) * sigmoid(gate))
  *     h = rmsnorm(x) * post_attention_norm
  *     x += Wdown (silu(Wgate h) * Wup h)                               (qwen35)
- *     x += moe(h) + sigmoid(w_sh . h) * shared_expert(h)               (qwen35moe)
+ *     x += moe(h) + sigmoid(w_sh . h) * shared_expert(h)               (qwen35moe, qwen3next)
  *   logits = Wout (rmsnorm(x) * output_norm)
  *
  * In the files every norm weight already carries HF's (1 + w) offset.
@@ -76,7 +77,7 @@ static void gated_deltanet(const brisk_model *m, bk_backend *be, const bk_kv_vie
     op->matmul(be, 4, w, NULL, s->xb, n, out);
     op->ssm_conv(be, s->qg, &L->ssm_conv1d, kv[l].conv, b->ab.seq, n, conv_dim, hp->ssm_d_conv, s->conv);
     op->gated_delta(be, s->conv, s->dn_beta, s->dn_alpha, &L->ssm_dt_bias, &L->ssm_a, kv[l].ssm, b->ab.seq, n, nk,
-                    nv, ds, hp->rms_eps, s->att);
+                    nv, hp->ssm_v_grouped, ds, hp->rms_eps, s->att);
     op->rms_norm(be, s->att, &L->ssm_norm, s->att, n * nv, ds, hp->rms_eps);
     op->swiglu(be, s->gz, s->att, s->att, (size_t)n * nv * ds); /* silu(z) * norm(o) */
     residual_matmul(m, be, &L->ssm_out, s->att, n, s->xb, s->x);

@@ -85,8 +85,11 @@ static void experts(plan_list *l, const char *name, float std, int64_t n_in, int
     add(l, name, INIT_NORMAL, std, true, 3, n_in, n_out, n_exp);
 }
 
-static bool is_moe(const synth_config *c) { return !strcmp(c->arch, "qwen3moe") || !strcmp(c->arch, "qwen35moe"); }
-static bool is_hybrid(const synth_config *c) { return !strncmp(c->arch, "qwen35", 6); }
+static bool is_next(const synth_config *c) { return !strcmp(c->arch, "qwen3next"); }
+static bool is_moe(const synth_config *c) {
+    return !strcmp(c->arch, "qwen3moe") || !strcmp(c->arch, "qwen35moe") || is_next(c);
+}
+static bool is_hybrid(const synth_config *c) { return !strncmp(c->arch, "qwen35", 6) || is_next(c); }
 
 /* Upper bound of tensors per layer, for the allocation. */
 #define MAX_PER_LAYER 24
@@ -108,14 +111,22 @@ static void plan_tensors(const synth_config *c, plan_list *l) {
 #define L(suffix) (snprintf(nm, sizeof nm, "blk.%d.%s", i, suffix), nm)
         vec(l, L("attn_norm.weight"), INIT_ONES, 0, d);
         if (hybrid && (i + 1) % c->full_attn_interval != 0) { /* Gated DeltaNet */
-            mat(l, L("attn_qkv.weight"), sd, d, conv_dim);
-            mat(l, L("attn_gate.weight"), sd, d, val_dim);
+            if (c->ssm_in) { /* qwen3next's older layout: q, k, v, z fused, interleaved per key head */
+                mat(l, L("ssm_in.weight"), sd, d, conv_dim + val_dim);
+            } else {
+                mat(l, L("attn_qkv.weight"), sd, d, conv_dim);
+                mat(l, L("attn_gate.weight"), sd, d, val_dim);
+            }
             add(l, L("ssm_conv1d.weight"), INIT_NORMAL, 1.0f / sqrtf((float)c->ssm_d_conv), false, 2, c->ssm_d_conv,
                 conv_dim, 1);
             vec(l, L("ssm_dt.bias"), INIT_ONES, 0, c->ssm_dt_rank);
             vec(l, L("ssm_a"), INIT_UNIFORM, 0, c->ssm_dt_rank);
-            mat(l, L("ssm_beta.weight"), sd, d, c->ssm_dt_rank);
-            mat(l, L("ssm_alpha.weight"), sd, d, c->ssm_dt_rank);
+            if (is_next(c)) { /* per key head: its value heads' beta rows, then their alpha rows */
+                mat(l, L("ssm_ba.weight"), sd, d, 2 * c->ssm_dt_rank);
+            } else {
+                mat(l, L("ssm_beta.weight"), sd, d, c->ssm_dt_rank);
+                mat(l, L("ssm_alpha.weight"), sd, d, c->ssm_dt_rank);
+            }
             vec(l, L("ssm_norm.weight"), INIT_ONES, 0, c->ssm_d_state);
             mat(l, L("ssm_out.weight"), damp / sqrtf((float)val_dim), val_dim, d);
         } else {
@@ -159,7 +170,7 @@ static int64_t plan_rows(const tensor_plan *t) { return t->ne[1] * t->ne[2]; }
 /* ---- checks ---- */
 
 static brisk_status check_config(const synth_config *c) {
-    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe"};
+    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next"};
     bool known = false;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) known |= c->arch && !strcmp(c->arch, archs[i]);
     if (!known) return bk_fail(BRISK_ERR_UNSUPPORTED, "synth: architecture '%s' is not supported", c->arch ? c->arch : "");
@@ -173,6 +184,8 @@ static brisk_status check_config(const synth_config *c) {
     if (is_hybrid(c) && (c->ssm_d_conv <= 0 || c->ssm_d_state <= 0 || c->ssm_n_group <= 0 || c->ssm_dt_rank <= 0 ||
                          c->ssm_dt_rank % c->ssm_n_group || c->full_attn_interval <= 0 || c->n_rot > c->head_dim))
         return bk_fail(BRISK_ERR_INVALID_ARG, "synth: inconsistent DeltaNet shape");
+    if (c->ssm_in && !is_next(c))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "synth: a fused ssm_in is qwen3next's, not %s's", c->arch);
     if (is_hybrid(c) && c->n_layer < c->full_attn_interval) /* llama.cpp cannot run a model without one */
         return bk_fail(BRISK_ERR_INVALID_ARG, "synth: %s needs at least %d layers (one of full attention)", c->arch,
                        c->full_attn_interval);
@@ -215,9 +228,11 @@ static brisk_status set_arch_meta(gguf_writer *w, const synth_config *c, const q
         U32("expert_feed_forward_length", c->n_ff_exp);
         if (is_hybrid(c)) U32("expert_shared_feed_forward_length", c->n_ff_shexp);
     }
-    if (is_hybrid(c)) {
+    if (is_hybrid(c) && !is_next(c)) { /* qwen3next's RoPE is plain NEOX */
         int32_t sec[4] = {c->rope_sections[0], c->rope_sections[1], c->rope_sections[2], c->rope_sections[3]};
         BK_TRY(gguf_writer_set_arr(w, KEY("rope.dimension_sections"), GGUF_TYPE_INT32, sec, 4));
+    }
+    if (is_hybrid(c)) {
         U32("ssm.conv_kernel", c->ssm_d_conv);
         U32("ssm.state_size", c->ssm_d_state);
         U32("ssm.group_count", c->ssm_n_group);

@@ -46,7 +46,7 @@
 #include "brisk.h"
 
 typedef struct synth_config {
-    const char *arch;  /* "llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe" */
+    const char *arch;  /* "llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next" */
     const char *name;
     int n_vocab;       /* 0: the vocab file's token count */
     int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx; /* n_ff 0: no dense FFN key */
@@ -57,14 +57,15 @@ typedef struct synth_config {
     const char *rope_scaling; /* NULL, "linear" or "yarn" */
     float rope_factor;        /* context extension factor */
     int rope_orig_ctx;        /* original context (yarn) */
-    /* MoE (qwen3moe, qwen35moe) */
-    int n_expert, n_expert_used, n_ff_exp, n_ff_shexp; /* n_ff_shexp: qwen35moe's shared expert */
+    /* MoE (qwen3moe, qwen35moe, qwen3next) */
+    int n_expert, n_expert_used, n_ff_exp, n_ff_shexp; /* n_ff_shexp: the hybrids' shared expert */
     float expert_skew;        /* Zipf-like router popularity exponent, 0 = uniform */
-    /* hybrid (qwen35, qwen35moe) */
+    /* hybrid (qwen35, qwen35moe, qwen3next) */
     int n_rot;                /* rotary dims (0: head_dim) */
     int ssm_d_conv, ssm_d_state, ssm_n_group, ssm_dt_rank; /* conv kernel, head dim, QK heads, V heads */
     int full_attn_interval;   /* every n-th layer is full attention */
     int rope_sections[4];     /* IMRoPE sections (qwen35*) */
+    bool ssm_in;              /* qwen3next: the fused ssm_in of older files, not attn_qkv + attn_gate */
     /* writing */
     const char *ftype;        /* llama-quantize mix name ("Q4_K_M", "Q8_0", "F16", ...) or NULL */
     bool pure;                /* with ftype: every matrix gets the mix's base type */

@@ -9,10 +9,11 @@
 #include "quant/quant.h"
 
 #define QWEN3_COMMON .n_vocab = 151936, .head_dim = 128, .n_ctx = 40960, .rope_base = 1e6f, .rms_eps = 1e-6f
-/* Qwen3.5/3.6: head_dim 256 with 64 rotary dims, DeltaNet heads of 128, conv 4, QK heads 16 */
-#define QWEN36_COMMON                                                                                          \
-    .n_vocab = 248320, .head_dim = 256, .n_rot = 64, .n_ctx = 262144, .rope_base = 1e7f, .rms_eps = 1e-6f,     \
-    .ssm_d_conv = 4, .ssm_d_state = 128, .ssm_n_group = 16, .full_attn_interval = 4, .rope_sections = {11, 11, 10, 0}
+/* Qwen3-Next and Qwen3.5/3.6: head_dim 256 with 64 rotary dims, DeltaNet heads of 128, conv 4, QK heads 16 */
+#define HYBRID_COMMON                                                                                          \
+    .head_dim = 256, .n_rot = 64, .n_ctx = 262144, .rope_base = 1e7f, .rms_eps = 1e-6f, .ssm_d_conv = 4,        \
+    .ssm_d_state = 128, .ssm_n_group = 16, .full_attn_interval = 4
+#define QWEN36_COMMON HYBRID_COMMON, .n_vocab = 248320, .rope_sections = {11, 11, 10, 0}
 #define TINY_QWEN35                                                                                            \
     .n_embd = 256, .n_layer = 4, .n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_rot = 16, .n_ctx = 4096,       \
     .rope_base = 1e7f, .rms_eps = 1e-6f, .type = QT_F32, .ssm_d_conv = 4, .ssm_d_state = 64, .ssm_n_group = 2,  \
@@ -37,6 +38,10 @@ static const struct {
     {"qwen3.6-35b-a3b", {.arch = "qwen35moe", .name = "synthetic Qwen3.6-35B-A3B", QWEN36_COMMON, .n_embd = 2048,
                          .n_layer = 40, .n_head = 16, .n_head_kv = 2, .ssm_dt_rank = 32, .n_expert = 256,
                          .n_expert_used = 8, .n_ff_exp = 512, .n_ff_shexp = 512, .type = QT_BF16}},
+    {"qwen3-next-80b-a3b", {.arch = "qwen3next", .name = "synthetic Qwen3-Next-80B-A3B", HYBRID_COMMON,
+                            .n_vocab = 151936, .n_embd = 2048, .n_layer = 48, .n_head = 16, .n_head_kv = 2,
+                            .ssm_dt_rank = 32, .n_expert = 512, .n_expert_used = 10, .n_ff_exp = 512,
+                            .n_ff_shexp = 512, .type = QT_BF16}},
     {"tiny-llama", {.arch = "llama", .name = "synthetic tiny llama", .n_embd = 256, .n_layer = 4, .n_head = 8,
                     .n_head_kv = 4, .head_dim = 32, .n_ff = 768, .n_ctx = 2048, .rope_base = 1e4f, .rms_eps = 1e-5f,
                     .type = QT_F32}},
@@ -50,6 +55,12 @@ static const struct {
     {"tiny-qwen35", {.arch = "qwen35", .name = "synthetic tiny qwen35", TINY_QWEN35, .n_ff = 512}},
     {"tiny-qwen35moe", {.arch = "qwen35moe", .name = "synthetic tiny qwen35moe", TINY_QWEN35, .n_expert = 8,
                         .n_expert_used = 2, .n_ff_exp = 256, .n_ff_shexp = 256}},
+    /* value heads in HF's grouped order, beta/alpha in one ssm_ba; -legacy: the fused ssm_in */
+    {"tiny-qwen3next", {.arch = "qwen3next", .name = "synthetic tiny qwen3next", TINY_QWEN35, .n_expert = 8,
+                        .n_expert_used = 2, .n_ff_exp = 256, .n_ff_shexp = 256}},
+    {"tiny-qwen3next-legacy", {.arch = "qwen3next", .name = "synthetic tiny qwen3next (ssm_in)", TINY_QWEN35,
+                               .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256, .n_ff_shexp = 256,
+                               .ssm_in = true}},
     /* qwen2 with q/k/v biases and YaRN context extension (x4 over an original 64 positions) */
     {"tiny-qwen2-yarn", {.arch = "qwen2", .name = "synthetic tiny qwen2 yarn", .n_embd = 256, .n_layer = 3,
                          .n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_ff = 512, .n_ctx = 256, .rope_base = 1e4f,

@@ -463,7 +463,8 @@ static void check_ssm_conv(int channels, int d_conv, int n, const int32_t *seq) 
 
 /* Outputs and the carried states within 1e-4 (fp32 state, sums in another
  * order than the CPU's 16-lane dot products, compounded over the entries). */
-static void check_gated_delta(int nk, int nv, int d, int n, const int32_t *seq) {
+/* grouped: qwen3next's value-head order (head h reads key head h / (nv / nk)), else qwen35's tiled one */
+static void check_gated_delta(int nk, int nv, int d, int n, const int32_t *seq, bool grouped) {
     const int slots = ssm_slots(seq, n);
     size_t width = (size_t)(2 * nk + nv) * d, nq = (size_t)n * width, nba = (size_t)n * nv,
            ns = (size_t)slots * nv * d * d, no = (size_t)n * nv * d;
@@ -486,10 +487,10 @@ static void check_gated_delta(int nk, int nv, int d, int n, const int32_t *seq) 
     float *dq = dev_copy(qkv, nq * 4), *db = dev_copy(b, nba * 4), *da = dev_copy(a, nba * 4),
           *dout = dev_copy(NULL, no * 4), *ds[2];
     for (int g = 0; g < 2; g++) ds[g] = gs[g] ? dev_copy(st, ns * 4) : NULL;
-    cpu->ops->gated_delta(cpu, qkv, b, a, &abc, &asc, st, seq, n, nk, nv, d, 1e-6f, oc);
+    cpu->ops->gated_delta(cpu, qkv, b, a, &abc, &asc, st, seq, n, nk, nv, grouped, d, 1e-6f, oc);
     for (int g = 0; g < 2; g++) {
         if (!gs[g]) continue;
-        gs[g]->ops->gated_delta(gs[g], dq, db, da, &abg, &asg, ds[g], seq, n, nk, nv, d, 1e-6f, dout);
+        gs[g]->ops->gated_delta(gs[g], dq, db, da, &abg, &asg, ds[g], seq, n, nk, nv, grouped, d, 1e-6f, dout);
         CHECK_OK(gs[g]->ops->read(gs[g], dout, og, no * 4));
         CHECK_OK(gs[g]->ops->read(gs[g], ds[g], stg, ns * 4));
         double eo = rel_err(og, oc, no), es = rel_err(stg, st, ns);
@@ -499,9 +500,9 @@ static void check_gated_delta(int nk, int nv, int d, int n, const int32_t *seq) 
             for (size_t i = 0; i < no; i++)
                 if (!(fabs((double)og[i] - oc[i]) <= mo)) mo = fabs((double)og[i] - oc[i]), at = i;
             fprintf(stderr,
-                    "  gated_delta%s heads %d/%d d %d n %d slots %d: out %.2e, state %.2e; largest |diff| %.2e "
+                    "  gated_delta%s%s heads %d/%d d %d n %d slots %d: out %.2e, state %.2e; largest |diff| %.2e "
                     "at entry %zu head %zu row %zu (gpu %g, cpu %g)\n",
-                    g ? " (GD_CHUNK=0)" : "", nk, nv, d, n, slots, eo, es, mo, at / ((size_t)nv * d),
+                    g ? " (GD_CHUNK=0)" : "", grouped ? " grouped" : "", nk, nv, d, n, slots, eo, es, mo, at / ((size_t)nv * d),
                     at / d % nv, at % d, og[at], oc[at]);
         }
         CHECK(eo <= 1e-4);
@@ -532,13 +533,16 @@ static void test_ssm(void) {
     check_ssm_conv(37, 2, 9, mixed);
     check_ssm_conv(37, 1, 9, mixed);
     /* delta rule: tiny-qwen35 (2/4 heads of 64), Qwen3.6-35B-A3B (16/32 of 128), odd sizes */
-    check_gated_delta(2, 4, 64, 1, one);
-    check_gated_delta(2, 4, 64, 9, mixed);
-    check_gated_delta(16, 32, 128, 1, one);
-    check_gated_delta(16, 32, 128, 9, mixed);
-    check_gated_delta(1, 2, 128, 24, run);
-    check_gated_delta(1, 3, 40, 9, mixed);
-    check_gated_delta(2, 2, 256, 3, mixed);
+    check_gated_delta(2, 4, 64, 1, one, false);
+    check_gated_delta(2, 4, 64, 9, mixed, false);
+    check_gated_delta(16, 32, 128, 1, one, false);
+    check_gated_delta(16, 32, 128, 9, mixed, false);
+    check_gated_delta(1, 2, 128, 24, run, false);
+    check_gated_delta(1, 3, 40, 9, mixed, false);
+    check_gated_delta(2, 2, 256, 3, mixed, false);
+    check_gated_delta(2, 4, 64, 9, mixed, true); /* tiny-qwen3next, qwen3-next-80b's 16/32 of 128 */
+    check_gated_delta(16, 32, 128, 1, one, true);
+    check_gated_delta(1, 3, 40, 9, mixed, true);
 
     /* prefill: one sequence (slot 1), three interleaved entry by entry, three in runs of 7;
      * 63/64/65 entries around one chunk, 200 and 512 several (the last one partial) */
@@ -557,21 +561,22 @@ static void test_ssm(void) {
         check_ssm_conv(10240, 4, n, s1); /* qwen3.6-27b's conv_dim */
         check_ssm_conv(10240, 4, n, s3);
         check_ssm_conv(512, 4, n, r3);
-        check_gated_delta(16, 48, 128, n, s1); /* qwen3.6-27b's heads */
-        check_gated_delta(16, 48, 128, n, s3);
-        check_gated_delta(2, 4, 64, n, r3);
+        check_gated_delta(16, 48, 128, n, s1, false); /* qwen3.6-27b's heads */
+        check_gated_delta(16, 48, 128, n, s3, false);
+        check_gated_delta(2, 4, 64, n, r3, false);
+        check_gated_delta(16, 32, 128, n, s3, true);
     }
     check_ssm_conv(37, 2, 200, r3);
     check_ssm_conv(37, 1, 65, s3);
     check_ssm_conv(512, 4, 200, few);
     check_ssm_conv(100, 4, 600, many);
     check_ssm_conv(100, 4, 300, dec);
-    check_gated_delta(16, 32, 128, 200, r3);
-    check_gated_delta(1, 3, 40, 200, s3); /* head size 40: zero-padded 64-key tiles, a partial row tile */
-    check_gated_delta(1, 2, 128, 200, few); /* slot 0 chunked, slot 2 (10 entries) recurrent */
-    check_gated_delta(2, 4, 64, 600, many);
-    check_gated_delta(2, 4, 64, 300, dec);
-    check_gated_delta(2, 2, 256, 65, s1); /* d > 128: the recurrent kernel */
+    check_gated_delta(16, 32, 128, 200, r3, false);
+    check_gated_delta(1, 3, 40, 200, s3, false); /* head size 40: zero-padded 64-key tiles, a partial row tile */
+    check_gated_delta(1, 2, 128, 200, few, false); /* slot 0 chunked, slot 2 (10 entries) recurrent */
+    check_gated_delta(2, 4, 64, 600, many, false);
+    check_gated_delta(2, 4, 64, 300, dec, false);
+    check_gated_delta(2, 2, 256, 65, s1, false); /* d > 128: the recurrent kernel */
     printf("  ssm: largest relative errors vs the CPU: conv %.2e, delta rule out %.2e state %.2e", ssm_worst[0][0],
            ssm_worst[0][1], ssm_worst[0][2]);
     if (gpu_gd_off)

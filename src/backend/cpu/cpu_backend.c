@@ -731,9 +731,9 @@ static void cpu_ssm_conv_op(bk_backend *be, const float *x, const bk_weight *w, 
 
 static void cpu_gated_delta_op(bk_backend *be, const float *qkv, const float *b, const float *a,
                                const bk_weight *a_bias, const bk_weight *a_scale, float *ssm, const int32_t *seq,
-                               int n, int n_k_heads, int n_v_heads, int d, float eps, float *out) {
-    cpu_gated_delta(((cpu_backend *)be)->tp, qkv, b, a, a_bias, a_scale, ssm, seq, n, n_k_heads, n_v_heads, d, eps,
-                    out);
+                               int n, int n_k_heads, int n_v_heads, bool v_grouped, int d, float eps, float *out) {
+    cpu_gated_delta(((cpu_backend *)be)->tp, qkv, b, a, a_bias, a_scale, ssm, seq, n, n_k_heads, n_v_heads, v_grouped,
+                    d, eps, out);
 }
 
 static void cpu_sigmoid_mul_op(bk_backend *be, float *x, const float *gate, int n_rows, int width, int gate_width) {

@@ -78,6 +78,7 @@ typedef struct {
     float *ssm, *out;
     const int32_t *seq;
     int n, n_k, n_v, d;
+    int group; /* > 0: value head h reads key head h / group (grouped order); 0: h mod n_k (tiled) */
     float eps;
 } gd_job;
 
@@ -101,7 +102,7 @@ BK_MULTIVERSION static void gd_worker(void *arg, int ith, int nth) {
     float qn[CPU_SSM_MAX_D], kn[CPU_SSM_MAX_D], delta[CPU_SSM_MAX_D];
     const float scale = 1.0f / sqrtf((float)d);
     for (long h = lo; h < hi; h++) {
-        int hk = (int)(h % nk); /* tiled: value head h reads key head h mod n_k */
+        int hk = j->group ? (int)(h / j->group) : (int)(h % nk);
         for (int t = 0; t < j->n; t++) {
             const float *row = j->qkv + (size_t)t * width;
             l2norm(row + (size_t)hk * d, qn, d, j->eps);
@@ -126,8 +127,9 @@ BK_MULTIVERSION static void gd_worker(void *arg, int ith, int nth) {
 
 void cpu_gated_delta(threadpool *tp, const float *qkv, const float *b, const float *a, const bk_weight *a_bias,
                      const bk_weight *a_scale, float *ssm, const int32_t *seq, int n, int n_k_heads, int n_v_heads,
-                     int d, float eps, float *out) {
-    gd_job j = {qkv, b, a, a_bias->host, a_scale->host, ssm, out, seq, n, n_k_heads, n_v_heads, d, eps};
+                     bool v_grouped, int d, float eps, float *out) {
+    gd_job j = {qkv, b, a, a_bias->host, a_scale->host, ssm, out, seq, n, n_k_heads, n_v_heads, d,
+                v_grouped ? n_v_heads / n_k_heads : 0, eps};
     threadpool_run(tp, gd_worker, &j);
 }
 

@@ -15,6 +15,6 @@ void cpu_ssm_conv(threadpool *tp, const float *x, const bk_weight *w, float *con
                   int channels, int d_conv, float *out);
 void cpu_gated_delta(threadpool *tp, const float *qkv, const float *b, const float *a, const bk_weight *a_bias,
                      const bk_weight *a_scale, float *ssm, const int32_t *seq, int n, int n_k_heads, int n_v_heads,
-                     int d, float eps, float *out);
+                     bool v_grouped, int d, float eps, float *out);
 void cpu_sigmoid_mul(float *x, const float *gate, int n_rows, int width, int gate_width);
 #endif

@@ -622,7 +622,7 @@ void cuda_ssm_conv(bk_backend *be, const float *x, const bk_weight *w, float *co
                    int channels, int d_conv, float *out);
 void cuda_gated_delta(bk_backend *be, const float *qkv, const float *b, const float *a, const bk_weight *a_bias,
                       const bk_weight *a_scale, float *ssm, const int32_t *seq, int n, int n_k_heads, int n_v_heads,
-                      int d, float eps, float *out);
+                      bool v_grouped, int d, float eps, float *out);
 void cuda_sigmoid_mul(bk_backend *be, float *x, const float *gate, int n_rows, int width, int gate_width);
 void cuda_gated_residual(bk_backend *be, float *x, float *m, float *s, const float *gate, int n_rows, int width);
 void cuda_moe_router(bk_backend *be, const bk_weight *w, const float *x, int n, int k, bool norm, float scale,

@@ -211,11 +211,12 @@ typedef struct gd_skip {
 template <int J>
 __global__ void __launch_bounds__(GD_WARPS * 32)
 gated_delta_kernel(const float *qkv, const float *b, const float *a, const float *a_bias, const float *a_scale,
-                   float *ssm, const int32_t *seq, gd_skip skip, int n, int nk, int nv, int d, float eps, float *out) {
+                   float *ssm, const int32_t *seq, gd_skip skip, int n, int nk, int nv, int group, int d, float eps,
+                   float *out) {
     const int h = blockIdx.y, lane = threadIdx.x % 32;
     const int r = blockIdx.x * GD_WARPS + threadIdx.x / 32;
     if (r >= d) return;
-    const int hk = h % nk; /* tiled: value head h reads key head h mod n_k */
+    const int hk = group ? h / group : h % nk; /* grouped (qwen3next) or tiled (qwen35) order */
     const size_t width = (size_t)(2 * nk + nv) * d, dd = (size_t)d * d;
     const float scale = 1.0f / sqrtf((float)d);
     float S[J];
@@ -339,6 +340,7 @@ typedef struct gdc_args {
     float *ssm, *out;
     const int32_t *seq;
     int n, nk, nv, d;
+    int group; /* > 0: value head h reads key head h / group (grouped order); 0: h mod nk (tiled) */
     float eps;
 } gdc_args;
 
@@ -370,7 +372,8 @@ template <int DK> __device__ __forceinline__ void gdc_gather(gdc_shared<DK> &sm,
  * Warp w takes rows w + 8m, four rows' loads in flight before their first sum. */
 template <int DK> __device__ __forceinline__ void gdc_load(gdc_shared<DK> &sm, const gdc_args &p, int nc) {
     constexpr int J = DK / 32, R = GDC_C / (GDC_THREADS / 32), RG = 4;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, h = blockIdx.y, hk = h % p.nk, d = p.d;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, h = blockIdx.y, d = p.d;
+    const int hk = p.group ? h / p.group : h % p.nk;
     const size_t width = (size_t)(2 * p.nk + p.nv) * d;
     if (lane < R) { /* lane m: the gates of row warp + 8m */
         const int i = warp + 8 * lane;
@@ -676,7 +679,7 @@ static int gd_chunk_launch(cuda_backend *cb, const gdc_args *args, const int32_t
 
 extern "C" void cuda_gated_delta(bk_backend *be, const float *qkv, const float *b, const float *a,
                                  const bk_weight *a_bias, const bk_weight *a_scale, float *ssm, const int32_t *seq,
-                                 int n, int n_k_heads, int n_v_heads, int d, float eps, float *out) {
+                                 int n, int n_k_heads, int n_v_heads, bool v_grouped, int d, float eps, float *out) {
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0) return;
     if (d < 1 || d > 512 || n_k_heads < 1 || n_v_heads < 1 || n_v_heads % n_k_heads) {
@@ -687,7 +690,8 @@ extern "C" void cuda_gated_delta(bk_backend *be, const float *qkv, const float *
     const int32_t *d_seq = seq_dev(cb, seq, n);
     if (!d_seq) return;
     const float *ab = (const float *)a_bias->dev, *as = (const float *)a_scale->dev;
-    const gdc_args args = {qkv, b, a, ab, as, ssm, out, d_seq, n, n_k_heads, n_v_heads, d, eps};
+    const int group = v_grouped ? n_v_heads / n_k_heads : 0;
+    const gdc_args args = {qkv, b, a, ab, as, ssm, out, d_seq, n, n_k_heads, n_v_heads, d, group, eps};
     gd_skip skip;
     memset(&skip, 0, sizeof skip);
     int left = gd_chunk_launch(cb, &args, seq, &skip);
@@ -696,7 +700,7 @@ extern "C" void cuda_gated_delta(bk_backend *be, const float *qkv, const float *
         dim3 grid((unsigned)((d + GD_WARPS - 1) / GD_WARPS), (unsigned)n_v_heads);
 #define GD_LAUNCH(J)                                                                                                  \
     pdl_launch(cb, gated_delta_kernel<J>, grid, dim3(GD_WARPS * 32), 0, qkv, b, a, ab, as, ssm, d_seq, skip, n,     \
-               n_k_heads, n_v_heads, d, eps, out)
+               n_k_heads, n_v_heads, group, d, eps, out)
         if (d <= 32) GD_LAUNCH(1);
         else if (d <= 64) GD_LAUNCH(2);
         else if (d <= 128) GD_LAUNCH(4);
