@@ -2,13 +2,19 @@
 """Writes a tiny Hugging Face checkpoint for `brisk convert` tests (no pip packages).
 
 usage: convert_mkhf.py ARCH OUT_DIR TOKENIZER_DIR [--shards N] [--dtype bf16|f16|f32] [--tied] [--zero-bias]
+                      [--mrope A,B,C]
 
-ARCH: llama qwen2 qwen3 qwen3_moe qwen3_5 qwen3_5_moe. Weights are random
+ARCH: llama qwen2 qwen3 qwen3_moe qwen3_5 qwen3_5_moe qwen3_next. Weights are random
 (N(0, 1/n_in) matrices, N(0, 0.02) embeddings drawn from a pool of rows so a
 150k vocabulary costs little), shapes as transformers names them. The
 tokenizer files are copied from TOKENIZER_DIR. --shards N splits the
 tensors over N files with model.safetensors.index.json. --zero-bias: qwen2's
-q/k/v biases are zero and draw nothing, so qwen2 gets llama's exact weights."""
+q/k/v biases are zero and draw nothing, so qwen2 gets llama's exact weights.
+qwen3_next draws qwen3_5_moe's exact weights, then fuses them as Qwen3-Next
+stores them (per key head: in_proj_qkvz [q | k | v | z], in_proj_ba [b | a]);
+its config has layer_types and no MRoPE. --mrope: qwen3_5*'s mrope_section
+(default 2,1,1; 3,3,2 covers all 8 rotary pairs, so text positions rotate as
+qwen3_next's plain RoPE does)."""
 import json, os, random, shutil, struct, sys
 
 args = sys.argv[1:]
@@ -17,6 +23,7 @@ shards = int(args[args.index("--shards") + 1]) if "--shards" in args else 1
 dtype = args[args.index("--dtype") + 1] if "--dtype" in args else "bf16"
 tied = "--tied" in args
 zero_bias = "--zero-bias" in args
+mrope = [int(x) for x in args[args.index("--mrope") + 1].split(",")] if "--mrope" in args else [2, 1, 1]
 rng = random.Random(1234)
 os.makedirs(out, exist_ok=True)
 for f in ("tokenizer.json", "tokenizer_config.json"):
@@ -30,18 +37,19 @@ cfg = {"vocab_size": V, "hidden_size": D, "num_hidden_layers": L, "num_attention
        "bos_token_id": 151643, "eos_token_id": 151645, "torch_dtype": "bfloat16"}
 cls = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
        "qwen3_moe": "Qwen3MoeForCausalLM", "qwen3_5": "Qwen3_5ForCausalLM",
-       "qwen3_5_moe": "Qwen3_5MoeForCausalLM"}[arch]
+       "qwen3_5_moe": "Qwen3_5MoeForCausalLM", "qwen3_next": "Qwen3NextForCausalLM"}[arch]
 cfg["architectures"] = [cls]
 cfg["model_type"] = arch
-if arch in ("qwen3", "qwen3_moe", "qwen3_5", "qwen3_5_moe"):
+if arch not in ("llama", "qwen2"):
     cfg["head_dim"] = HD
 else:
     HD = D // H  # llama, qwen2: head_dim implied
-if arch in ("qwen3_moe", "qwen3_5_moe"):
+moe = arch in ("qwen3_moe", "qwen3_5_moe", "qwen3_next")
+if moe:
     cfg.update(num_experts=E, num_experts_per_tok=EU, moe_intermediate_size=FFE, norm_topk_prob=True)
-if arch == "qwen3_5_moe":
+if arch in ("qwen3_5_moe", "qwen3_next"):
     cfg["shared_expert_intermediate_size"] = FFS
-hybrid = arch.startswith("qwen3_5")
+hybrid = arch.startswith("qwen3_5") or arch == "qwen3_next"
 LK, LV, NK, NV, CK = 16, 16, 2, 4, 4
 if hybrid:
     L = 4
@@ -50,7 +58,11 @@ if hybrid:
                linear_num_key_heads=NK, linear_num_value_heads=NV, linear_conv_kernel_dim=CK,
                full_attention_interval=4,
                rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
-                                "partial_rotary_factor": 0.25, "mrope_section": [2, 1, 1]})
+                                "partial_rotary_factor": 0.25, "mrope_section": mrope})
+if arch == "qwen3_next":  # as transformers 5 saves it: layer_types, no interval; no MRoPE
+    del cfg["full_attention_interval"], cfg["rope_parameters"]["mrope_section"]
+    cfg.update(layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(L)],
+               decoder_sparse_step=1, mlp_only_layers=[])
 
 def rand_bf16(n, std):
     """n random bf16 values of magnitude ~std as bytes: random sign and mantissa,
@@ -130,13 +142,13 @@ for i in range(L):
         if arch != "llama" and arch != "qwen2":
             vec(p + "self_attn.q_norm.weight", HD, 0.0 if hybrid else 1.0)
             vec(p + "self_attn.k_norm.weight", HD, 0.0 if hybrid else 1.0)
-    if arch in ("qwen3_moe", "qwen3_5_moe"):
+    if moe:
         mat(p + "mlp.gate.weight", E, D)
         for e in range(E):
             mat(p + "mlp.experts.%d.gate_proj.weight" % e, FFE, D)
             mat(p + "mlp.experts.%d.up_proj.weight" % e, FFE, D)
             mat(p + "mlp.experts.%d.down_proj.weight" % e, D, FFE)
-        if arch == "qwen3_5_moe":
+        if arch != "qwen3_moe":
             mat(p + "mlp.shared_expert.gate_proj.weight", FFS, D)
             mat(p + "mlp.shared_expert.up_proj.weight", FFS, D)
             mat(p + "mlp.shared_expert.down_proj.weight", D, FFS)
@@ -145,6 +157,29 @@ for i in range(L):
         mat(p + "mlp.gate_proj.weight", FF, D)
         mat(p + "mlp.up_proj.weight", FF, D)
         mat(p + "mlp.down_proj.weight", D, FF)
+
+def fuse_next(p):
+    """Layer p's in_proj_qkv/z/b/a (qwen3_5 layout) as Qwen3-Next's in_proj_qkvz / in_proj_ba."""
+    def heads(name, start, size):  # rows [start, start + NK*size) as NK chunks of size rows
+        shape, data = T[p + name]
+        row = len(data) // shape[0]
+        return [data[(start + h * size) * row:(start + (h + 1) * size) * row] for h in range(NK)]
+    R = NV // NK
+    q = heads("linear_attn.in_proj_qkv.weight", 0, LK)
+    k = heads("linear_attn.in_proj_qkv.weight", NK * LK, LK)
+    v = heads("linear_attn.in_proj_qkv.weight", 2 * NK * LK, R * LV)
+    z = heads("linear_attn.in_proj_z.weight", 0, R * LV)
+    b, a = heads("linear_attn.in_proj_b.weight", 0, R), heads("linear_attn.in_proj_a.weight", 0, R)
+    for n in ("qkv", "z", "b", "a"):
+        del T[p + "linear_attn.in_proj_%s.weight" % n]
+    T[p + "linear_attn.in_proj_qkvz.weight"] = ([NK * (2 * LK + 2 * R * LV), D],
+                                                b"".join(q[h] + k[h] + v[h] + z[h] for h in range(NK)))
+    T[p + "linear_attn.in_proj_ba.weight"] = ([2 * NV, D], b"".join(b[h] + a[h] for h in range(NK)))
+
+if arch == "qwen3_next":
+    for i in range(L):
+        if (i + 1) % 4 != 0:
+            fuse_next("model.layers.%d." % i)
 
 def write_st(path, names):
     hdr, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []

@@ -10,8 +10,11 @@
 #  - llama's q/k permutation: a llama checkpoint and a qwen2 checkpoint of the same
 #    weights (zero biases; NeoX RoPE on unpermuted rows is HF's rotate-half)
 #    generate the same text in brisk;
-#  - qwen3_moe, qwen3_5 and qwen3_5_moe (brisk does not run them yet): llama.cpp
-#    loads the conversion and decodes;
+#  - qwen3_moe, qwen3_5, qwen3_5_moe and qwen3_next: llama.cpp loads the
+#    conversion and decodes;
+#  - qwen3_next's fused in_proj_qkvz / in_proj_ba, split as llama.cpp's converter
+#    does: the same weights as a qwen3_5_moe checkpoint decode alike in llama.cpp,
+#    and brisk's greedy tokens on the conversion equal llama.cpp's;
 #  - errors: one line on stderr, status 2 for usage, 1 for bad input.
 # Under SAN=1 (everything ~10x slower) only the first, fourth (qwen3_5_moe) and
 # last parts run; the pre-tokenizer is detected once, then given with --pre.
@@ -75,7 +78,7 @@ fi
 
 # 4. architectures brisk does not run yet: llama.cpp loads and decodes them
 fi
-archs="qwen3_moe qwen3_5 qwen3_5_moe"; [ "$SAN" = 1 ] && archs=qwen3_5_moe
+archs="qwen3_moe qwen3_5 qwen3_5_moe qwen3_next"; [ "$SAN" = 1 ] && archs=qwen3_5_moe
 for a in $archs; do
   mk $a "$T/$a/m" "$TOK" --tied
   cv "$T/$a/m" "$T/$a.gguf" --type bf16 $PRE || continue
@@ -83,6 +86,20 @@ for a in $archs; do
   n=$(printf '%s\n' "$out" | tail -n 1 | wc -w)
   [ "$n" = 4 ] && ok "$a: llama.cpp decodes: $(printf '%s\n' "$out" | tail -n 1)" || no "$a: $(printf '%s\n' "$out" | tail -n 2)"
 done
+
+# 4b. qwen3_next = qwen3_5_moe on the same weights (MRoPE sections that cover every
+# rotary pair turn Qwen3.5's RoPE into Qwen3-Next's for text)
+if [ "$SAN" != 1 ]; then
+mk qwen3_5_moe "$T/s35/m" "$TOK" --mrope 3,3,2
+mk qwen3_next "$T/s3n/m" "$TOK"
+if cv "$T/s35/m" "$T/s35.gguf" --type f32 $PRE && cv "$T/s3n/m" "$T/s3n.gguf" --type f32 $PRE; then
+  x=$("$B/llamacpp-ref" eval -m "$T/s35.gguf" -p "1 2 3" -n 12 -t 2 2>/dev/null | tail -n 1)
+  y=$("$B/llamacpp-ref" eval -m "$T/s3n.gguf" -p "1 2 3" -n 12 -t 2 2>/dev/null | tail -n 1)
+  [ -n "$x" ] && [ "$x" = "$y" ] && ok "qwen3_next = qwen3_5_moe on the same weights in llama.cpp: $x" ||
+    no "qwen3_5_moe '$x' / qwen3_next '$y'"
+  same_as_llamacpp "$T/s3n.gguf" 12 "qwen3_next f32"
+fi
+fi
 
 # 5. errors
 bad() { # expected-rc description args...

@@ -15,7 +15,8 @@ static void usage(FILE *f) {
             "usage: brisk convert HF_DIR -o OUT.gguf [--type T] [-t N] [--pre NAME]\n"
             "  a Hugging Face checkpoint (config.json, tokenizer.json, tokenizer_config.json,\n"
             "  model.safetensors or shards with model.safetensors.index.json; f32/f16/bf16) to GGUF with\n"
-            "  llama.cpp's names and metadata: llama, qwen2, qwen3, qwen3_moe, qwen3_5, qwen3_5_moe.\n"
+            "  llama.cpp's names and metadata: llama, qwen2, qwen3, qwen3_moe, qwen3_5, qwen3_5_moe,\n"
+            "  qwen3_next.\n"
             "  Streams with N threads (default: all cores); written as OUT.gguf.tmp, renamed when done.\n"
             "  --type: f32, f16 (default), bf16, q8_0 for every matrix, or a llama-quantize mix:");
     for (int i = 0; quant_ftype_at(i); i++) fprintf(f, " %s", quant_ftype_at(i)->name);

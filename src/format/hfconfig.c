@@ -21,6 +21,7 @@ static const struct {
     {"Qwen3_5ForCausalLM", "qwen3_5_text", "qwen35", HF_QWEN35},
     {"Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", "qwen35moe", HF_QWEN35_MOE},
     {"Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", "qwen35moe", HF_QWEN35_MOE},
+    {"Qwen3NextForCausalLM", "qwen3_next", "qwen3next", HF_QWEN3_NEXT},
 };
 
 /* Looks key up in the text config first, then at the top level. */
@@ -75,6 +76,60 @@ static void read_rope(hf_config *c, const cJSON *text, const cJSON *root) {
     }
 }
 
+/* Every layer MoE: the GGUF has no way to say a layer is dense (transformers'
+ * decoder_sparse_step and mlp_only_layers). */
+static brisk_status check_all_moe(const cJSON *text, const cJSON *root) {
+    const cJSON *step = get(text, root, "decoder_sparse_step"), *dense = get(text, root, "mlp_only_layers");
+    if ((cJSON_IsNumber(step) && step->valuedouble != 1) || (cJSON_IsArray(dense) && cJSON_GetArraySize(dense)))
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "config.json: dense layers in a MoE model (decoder_sparse_step != 1 or "
+                                              "mlp_only_layers) are not supported");
+    return BRISK_OK;
+}
+
+/* 1: a full attention layer, 0: a linear (DeltaNet) one, -1: neither
+ * (transformers' legacy names "attention" and "mamba" included). */
+static int layer_is_full(const cJSON *t) {
+    const char *s = cJSON_IsString(t) ? t->valuestring : "";
+    if (!strcmp(s, "full_attention") || !strcmp(s, "attention")) return 1;
+    if (!strcmp(s, "linear_attention") || !strcmp(s, "mamba")) return 0;
+    return -1;
+}
+
+/* The DeltaNet shape with its defaults, and the attention interval: from
+ * full_attention_interval, else from layer_types (transformers 5 saves only
+ * that for Qwen3-Next), which must then follow it layer by layer since the
+ * GGUF stores only the interval. */
+static brisk_status read_hybrid(hf_config *c, const cJSON *text, const cJSON *root) {
+    if (c->ssm_conv < 0) c->ssm_conv = 4;
+    if (isnan(c->partial_rotary)) c->partial_rotary = 0.25;
+    const cJSON *lt = get(text, root, "layer_types"), *t;
+    if (cJSON_IsArray(lt) && cJSON_GetArraySize(lt) != c->n_layer)
+        return bk_fail(BRISK_ERR_FORMAT, "config.json: layer_types has %d entries for %lld layers",
+                       cJSON_GetArraySize(lt), (long long)c->n_layer);
+    if (c->full_attn_interval < 0 && cJSON_IsArray(lt)) {
+        int i = 0;
+        cJSON_ArrayForEach(t, lt) {
+            i++;
+            if (layer_is_full(t) == 1 && c->full_attn_interval < 0) c->full_attn_interval = i;
+        }
+    }
+    if (c->full_attn_interval < 0) c->full_attn_interval = 4;
+    if (c->ssm_k_dim <= 0 || c->ssm_v_dim <= 0 || c->ssm_n_k <= 0 || c->ssm_n_v <= 0 || c->ssm_n_v % c->ssm_n_k ||
+        c->ssm_conv <= 0 || c->full_attn_interval <= 0)
+        return bk_fail(BRISK_ERR_FORMAT, "config.json: inconsistent linear attention (DeltaNet) shape");
+    if (c->arch != HF_QWEN35 && c->n_ff_shexp <= 0)
+        return bk_fail(BRISK_ERR_FORMAT, "config.json: shared_expert_intermediate_size missing");
+    if (!cJSON_IsArray(lt)) return BRISK_OK;
+    int64_t i = 0;
+    cJSON_ArrayForEach(t, lt) {
+        if (layer_is_full(t) != ((i + 1) % c->full_attn_interval == 0))
+            return bk_fail(BRISK_ERR_UNSUPPORTED, "config.json: layer_types[%lld] does not follow a full attention "
+                           "layer every %lld layers", (long long)i, (long long)c->full_attn_interval);
+        i++;
+    }
+    return BRISK_OK;
+}
+
 static brisk_status parse_root(const cJSON *root, hf_config *c) {
     if (!cJSON_IsObject(root)) return bk_fail(BRISK_ERR_FORMAT, "config.json: not a JSON object");
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text_config");
@@ -93,7 +148,7 @@ static brisk_status parse_root(const cJSON *root, hf_config *c) {
     if (found < 0)
         return bk_fail(BRISK_ERR_UNSUPPORTED,
                        "config.json: architecture '%s' (model_type '%s') is not supported (llama, qwen2, qwen3, "
-                       "qwen3_moe, qwen3_5, qwen3_5_moe)", cls, mtype);
+                       "qwen3_moe, qwen3_5, qwen3_5_moe, qwen3_next)", cls, mtype);
     c->arch = archs[found].arch;
     c->gguf_arch = archs[found].gguf;
     if (!*c->hf_class) snprintf(c->hf_class, sizeof c->hf_class, "%s", archs[found].hf_class);
@@ -139,20 +194,16 @@ static brisk_status parse_root(const cJSON *root, hf_config *c) {
                        "num_key_value_heads must be positive (heads a multiple of kv heads)");
     if (c->head_dim <= 0 && c->n_embd % c->n_head)
         return bk_fail(BRISK_ERR_FORMAT, "config.json: hidden_size is no multiple of num_attention_heads");
-    bool moe = c->arch == HF_QWEN3_MOE || c->arch == HF_QWEN35_MOE;
+    bool moe = c->arch == HF_QWEN3_MOE || c->arch == HF_QWEN35_MOE || c->arch == HF_QWEN3_NEXT;
     if (moe && (c->n_expert <= 0 || c->n_expert_used <= 0 || c->n_expert_used > c->n_expert || c->n_ff_exp <= 0))
         return bk_fail(BRISK_ERR_FORMAT, "config.json: num_experts, num_experts_per_tok, moe_intermediate_size");
+    if (moe) BK_TRY(check_all_moe(text, root));
     if (!moe && c->n_ff <= 0) return bk_fail(BRISK_ERR_FORMAT, "config.json: intermediate_size missing");
-    if (c->arch == HF_QWEN35 || c->arch == HF_QWEN35_MOE) {
-        if (c->ssm_conv < 0) c->ssm_conv = 4;
-        if (c->full_attn_interval < 0) c->full_attn_interval = 4;
-        if (isnan(c->partial_rotary)) c->partial_rotary = 0.25;
-        if (c->ssm_k_dim <= 0 || c->ssm_v_dim <= 0 || c->ssm_n_k <= 0 || c->ssm_n_v <= 0 ||
-            c->ssm_n_v % c->ssm_n_k || c->ssm_conv <= 0 || c->full_attn_interval <= 0)
-            return bk_fail(BRISK_ERR_FORMAT, "config.json: inconsistent linear attention (DeltaNet) shape");
-        if (c->arch == HF_QWEN35_MOE && c->n_ff_shexp <= 0)
-            return bk_fail(BRISK_ERR_FORMAT, "config.json: shared_expert_intermediate_size missing");
-    }
+    bool hybrid = c->arch == HF_QWEN35 || c->arch == HF_QWEN35_MOE || c->arch == HF_QWEN3_NEXT;
+    if (hybrid) BK_TRY(read_hybrid(c, text, root));
+    if (c->arch == HF_QWEN3_NEXT && cJSON_IsFalse(get(text, root, "norm_topk_prob")))
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "config.json: norm_topk_prob false (llama.cpp's qwen3next always "
+                                              "renormalizes the top-k expert weights)");
     return BRISK_OK;
 }
 

@@ -6,8 +6,13 @@
  * settings are read from "rope_parameters" (transformers 5) or
  * "rope_scaling", with top-level rope_theta / partial_rotary_factor as
  * fallbacks. Missing optional values are -1 (integers) or NAN (floats);
- * Qwen3.5's documented defaults (conv kernel 4, full attention every 4th
- * layer, partial rotary 0.25) are filled in. The struct owns no memory.
+ * the hybrid architectures' documented defaults (conv kernel 4, full
+ * attention every 4th layer, partial rotary 0.25) are filled in, the
+ * attention interval from "layer_types" when only that is given (as
+ * transformers 5 saves Qwen3-Next). Layouts brisk cannot run are refused:
+ * dense layers inside a MoE model (decoder_sparse_step != 1, a non-empty
+ * mlp_only_layers), layer_types that no fixed interval explains. The struct
+ * owns no memory.
  */
 #ifndef BK_HFCONFIG_H
 #define BK_HFCONFIG_H
@@ -15,14 +20,14 @@
 #include <stdint.h>
 #include "brisk.h"
 
-typedef enum hf_arch { HF_LLAMA, HF_QWEN2, HF_QWEN3, HF_QWEN3_MOE, HF_QWEN35, HF_QWEN35_MOE } hf_arch;
+typedef enum hf_arch { HF_LLAMA, HF_QWEN2, HF_QWEN3, HF_QWEN3_MOE, HF_QWEN35, HF_QWEN35_MOE, HF_QWEN3_NEXT } hf_arch;
 
 /* Special token kinds, in llama.cpp's SpecialVocab order. */
 enum { HF_TOK_BOS, HF_TOK_EOS, HF_TOK_UNK, HF_TOK_SEP, HF_TOK_PAD, HF_TOK_CLS, HF_TOK_MASK, HF_TOK_COUNT };
 
 typedef struct hf_config {
     hf_arch arch;
-    const char *gguf_arch;       /* "llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe" */
+    const char *gguf_arch;       /* "llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next" */
     char hf_class[64];           /* architectures[0] */
     int64_t n_vocab, n_embd, n_layer, n_head, n_head_kv;
     int64_t head_dim;            /* config's head_dim, -1 if absent */
@@ -35,13 +40,13 @@ typedef struct hf_config {
     double rope_factor, rope_low_freq, rope_high_freq; /* NAN if absent */
     double yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
     int64_t rope_orig_ctx;
-    double partial_rotary;       /* NAN if absent (qwen35: 0.25) */
+    double partial_rotary;       /* NAN if absent (hybrids: 0.25) */
     int mrope[4];
     bool has_mrope;
     int64_t token_id[HF_TOK_COUNT]; /* <kind>_token_id, -1 if absent or not an integer */
     /* MoE */
     int64_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
-    /* Gated DeltaNet (qwen35*) */
+    /* Gated DeltaNet (qwen35*, qwen3next) */
     int64_t ssm_conv, ssm_k_dim, ssm_v_dim, ssm_n_k, ssm_n_v, full_attn_interval;
     int64_t n_mtp;               /* mtp_num_hidden_layers, 0 if absent */
 } hf_config;

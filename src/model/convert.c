@@ -118,16 +118,28 @@ static src_ref find_src(const shard_set *ss, const char *name) {
 
 /* ---- the plan: one entry per output tensor ---- */
 
-typedef enum { PERM_NONE, PERM_LLAMA, PERM_VHEAD } perm_kind;
+typedef enum { PERM_NONE, PERM_LLAMA, PERM_VHEAD, PERM_UNGROUP } perm_kind;
 
-/* An index permutation over rows (or, for 1-D tensors and out_proj, columns):
- * out index i reads source index perm_apply(i). */
+/* An index map over rows (or, for 1-D tensors and out_proj, columns): out
+ * index i reads source index perm_apply(i). UNGROUP is a selection rather
+ * than a permutation: the source holds n_k groups of parts laid side by side
+ * (Qwen3-Next's in_proj_qkvz: per key head [q | k | v | z]); the output takes
+ * parts first .. first+n_parts-1, each part for all groups before the next. */
 typedef struct {
     perm_kind kind;
     int64_t n_head, hd; /* LLAMA: heads, head dim */
-    int64_t n_k, r;     /* VHEAD: key heads, value heads per key head, hd = value head dim */
+    int64_t n_k, r;     /* VHEAD: key heads, value heads per key head, hd = value head dim; UNGROUP: groups */
     int64_t skip;       /* VHEAD: indices below this are unchanged (qkv: the q and k rows) */
+    int64_t part[4];    /* UNGROUP: the size of each part within a group */
+    int first, n_parts; /* UNGROUP: the parts taken, in order */
 } perm;
+
+/* UNGROUP: the size of parts from .. to-1 of one group. */
+static int64_t part_sum(const perm *p, int from, int to) {
+    int64_t n = 0;
+    for (int k = from; k < to; k++) n += p->part[k];
+    return n;
+}
 
 static int64_t perm_apply(const perm *p, int64_t i) {
     if (p->kind == PERM_LLAMA) { /* (h, hd/2, 2) <- (h, 2, hd/2) */
@@ -137,6 +149,14 @@ static int64_t perm_apply(const perm *p, int64_t i) {
     if (p->kind == PERM_VHEAD && i >= p->skip) { /* tiled head o = j*n_k + k <- grouped head k*r + j */
         int64_t v = i - p->skip, o = v / p->hd, d = v % p->hd;
         return p->skip + ((o % p->n_k) * p->r + o / p->n_k) * p->hd + d;
+    }
+    if (p->kind == PERM_UNGROUP) { /* part k of group g <- source group g, offset of part k */
+        for (int k = p->first; k < p->first + p->n_parts; k++) {
+            const int64_t n = p->part[k];
+            if (i < p->n_k * n) return (i / n) * part_sum(p, 0, 4) + part_sum(p, 0, k) + i % n;
+            i -= p->n_k * n;
+        }
+        return -1; /* past the selection: the output's shape rules it out */
     }
     return i;
 }
@@ -185,7 +205,8 @@ static void plan_free(plan *p) {
     free(p->t);
 }
 
-static bool is_hybrid(const hf_config *c) { return c->arch == HF_QWEN35 || c->arch == HF_QWEN35_MOE; }
+static bool is_qwen35(const hf_config *c) { return c->arch == HF_QWEN35 || c->arch == HF_QWEN35_MOE; }
+static bool is_hybrid(const hf_config *c) { return is_qwen35(c) || c->arch == HF_QWEN3_NEXT; }
 
 /* HF suffix -> GGUF suffix within a block (experts and DeltaNet handled apart). */
 static const char *block_name(const hf_config *c, const char *rest) {
@@ -204,6 +225,7 @@ static const char *block_name(const hf_config *c, const char *rest) {
         {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
         {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight"}, {"linear_attn.in_proj_z.weight", "attn_gate.weight"},
         {"linear_attn.in_proj_b.weight", "ssm_beta.weight"}, {"linear_attn.in_proj_a.weight", "ssm_alpha.weight"},
+        {"linear_attn.in_proj_ba.weight", "ssm_ba.weight"}, /* qwen3next: per key head [b x r | a x r], as is */
         {"linear_attn.conv1d.weight", "ssm_conv1d.weight"}, {"linear_attn.A_log", "ssm_a"},
         {"linear_attn.dt_bias", "ssm_dt.bias"}, {"linear_attn.norm.weight", "ssm_norm.weight"},
         {"linear_attn.out_proj.weight", "ssm_out.weight"},
@@ -231,7 +253,7 @@ static bool dropped(const char *name) {
 static void set_transforms(const hf_config *c, out_tensor *o, const char *rest, const st_tensor *t) {
     const int64_t hd = c->head_dim > 0 ? c->head_dim : c->n_embd / c->n_head;
     if (c->arch == HF_LLAMA && (!strncmp(rest, "self_attn.q_proj.", 17) || !strncmp(rest, "self_attn.k_proj.", 17))) {
-        perm p = {PERM_LLAMA, rest[10] == 'q' ? c->n_head : c->n_head_kv, hd, 0, 0, 0};
+        perm p = {.kind = PERM_LLAMA, .n_head = rest[10] == 'q' ? c->n_head : c->n_head_kv, .hd = hd};
         if (t->n_dims == 1) o->col_perm = p;
         else o->row_perm = p;
     }
@@ -239,9 +261,10 @@ static void set_transforms(const hf_config *c, out_tensor *o, const char *rest, 
     size_t l = strlen(rest);
     if (l >= 11 && !strcmp(rest + l - 11, "norm.weight") && strcmp(rest, "linear_attn.norm.weight")) o->op = OP_PLUS1;
     if (!strcmp(rest, "linear_attn.A_log")) o->op = OP_NEG_EXP;
-    if (c->ssm_n_k == c->ssm_n_v || strncmp(rest, "linear_attn.", 12)) return;
+    /* llama.cpp's qwen35 graph wants value heads tiled; its qwen3next graph takes HF's grouped order */
+    if (!is_qwen35(c) || c->ssm_n_k == c->ssm_n_v || strncmp(rest, "linear_attn.", 12)) return;
     const int64_t key_dim = c->ssm_n_k * c->ssm_k_dim;
-    perm v = {PERM_VHEAD, 0, c->ssm_v_dim, c->ssm_n_k, c->ssm_n_v / c->ssm_n_k, 0};
+    perm v = {.kind = PERM_VHEAD, .hd = c->ssm_v_dim, .n_k = c->ssm_n_k, .r = c->ssm_n_v / c->ssm_n_k};
     const char *r = rest + 12;
     if (!strcmp(r, "in_proj_qkv.weight")) v.skip = 2 * key_dim, o->row_perm = v;
     else if (!strcmp(r, "conv1d.weight")) v.skip = 2 * key_dim, o->row_perm = v;
@@ -266,6 +289,23 @@ static brisk_status add_simple(plan *p, const hf_config *c, const char *gname, c
     for (int k = 0; k < 3; k++) o->ne[k] = k < nd ? shp[nd - 1 - k] : 1;
     o->src_rows_per_exp = o->ne[1];
     set_transforms(c, o, rest ? rest : "", t);
+    return BRISK_OK;
+}
+
+/* Qwen3-Next's in_proj_qkvz: per key head [q (hk) | k (hk) | v (r*hv) | z (r*hv)]
+ * rows. As llama.cpp's converter: attn_qkv takes every head's q, then k, then v
+ * rows (value heads grouped by key head, as HF's conv channels), attn_gate the z rows. */
+static brisk_status add_qkvz(plan *p, const hf_config *c, int il, src_ref s) {
+    const int64_t hk = c->ssm_k_dim, vr = c->ssm_n_v / c->ssm_n_k * c->ssm_v_dim;
+    char gname[64];
+    for (int gate = 0; gate < 2; gate++) {
+        snprintf(gname, sizeof gname, "blk.%d.%s", il, gate ? "attn_gate.weight" : "attn_qkv.weight");
+        BK_TRY(add_simple(p, c, gname, NULL, s));
+        out_tensor *o = &p->t[p->n - 1];
+        o->row_perm = (perm){.kind = PERM_UNGROUP, .n_k = c->ssm_n_k, .part = {hk, hk, vr, vr},
+                             .first = gate ? 3 : 0, .n_parts = gate ? 1 : 3};
+        o->ne[1] = c->ssm_n_k * part_sum(&o->row_perm, o->row_perm.first, o->row_perm.first + o->row_perm.n_parts);
+    }
     return BRISK_OK;
 }
 
@@ -365,6 +405,10 @@ static brisk_status build_plan(const hf_config *c, const shard_set *ss, plan *p)
             if (is_expert(rest)) {
                 if (il != last_exp_layer) s = add_experts(p, c, ss, prefix, il);
                 last_exp_layer = il;
+                continue;
+            }
+            if (c->arch == HF_QWEN3_NEXT && !strcmp(rest, "linear_attn.in_proj_qkvz.weight")) {
+                s = add_qkvz(p, c, il, it[i].s);
                 continue;
             }
             const char *g = block_name(c, rest);
@@ -486,7 +530,7 @@ static brisk_status set_meta(gguf_writer *w, const hf_config *c, const char *nam
         if (!isnan(c->yarn_beta_fast)) F32("rope.scaling.yarn_beta_fast", c->yarn_beta_fast);
         if (!isnan(c->yarn_beta_slow)) F32("rope.scaling.yarn_beta_slow", c->yarn_beta_slow);
     }
-    if (c->has_mrope || is_hybrid(c)) {
+    if (c->has_mrope || is_qwen35(c)) { /* qwen35's loader needs the sections; qwen3next has none */
         int32_t sec[4] = {11, 11, 10, 0};
         if (c->has_mrope) memcpy(sec, c->mrope, sizeof sec);
         BK_TRY(gguf_writer_set_arr(w, KEY("rope.dimension_sections"), GGUF_TYPE_INT32, sec, 4));
@@ -588,7 +632,9 @@ static brisk_status check_shapes(const hf_config *c, const plan *p) {
         if (o->ne[0] <= 0 || (o->col_perm.kind == PERM_VHEAD && o->ne[0] != o->col_perm.skip + c->ssm_n_v * o->col_perm.hd) ||
             (o->row_perm.kind == PERM_VHEAD && o->ne[1] != o->row_perm.skip + c->ssm_n_v * o->row_perm.hd) ||
             (o->row_perm.kind == PERM_LLAMA && o->ne[1] != o->row_perm.n_head * o->row_perm.hd) ||
-            (o->col_perm.kind == PERM_LLAMA && o->ne[0] != o->col_perm.n_head * o->col_perm.hd))
+            (o->col_perm.kind == PERM_LLAMA && o->ne[0] != o->col_perm.n_head * o->col_perm.hd) ||
+            (o->row_perm.kind == PERM_UNGROUP &&
+             (o->src[0].t->n_dims != 2 || o->src[0].t->shape[0] != o->row_perm.n_k * part_sum(&o->row_perm, 0, 4))))
             return bk_fail(BRISK_ERR_FORMAT, "convert: %s has a shape the config does not explain", o->name);
     }
     return BRISK_OK;

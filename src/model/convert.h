@@ -8,7 +8,10 @@
  * qwen3_moe (per-expert or fused expert tensors stacked into 3-D
  * *_exps), qwen3_5 / qwen3_5_moe (norm weights stored as 1+w, A_log as
  * -exp(A_log), the conv squeezed, DeltaNet value heads reordered from
- * grouped to tiled order; MTP and vision weights are dropped).
+ * grouped to tiled order; MTP and vision weights are dropped), qwen3_next
+ * (the same, but value heads stay grouped, as llama.cpp's qwen3next wants;
+ * the fused in_proj_qkvz, per key head [q | k | v | z], is split into
+ * attn_qkv and attn_gate; in_proj_ba is kept whole as ssm_ba).
  *
  * Weights: safetensors are mapped, never read whole. Each output tensor
  * is produced row by row by n_threads workers (gather from one or more

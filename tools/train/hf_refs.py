@@ -5,7 +5,7 @@
                                  [--random] [--trained DIR ...]
 
 --random: for each architecture brisk converts (llama, qwen2, qwen3, qwen3_moe, qwen3_5,
-  qwen3_5_moe) a tiny random-init model built from a config by transformers itself, with
+  qwen3_5_moe, qwen3_next) a tiny random-init model built from a config by transformers itself, with
   every 1-D parameter (norms, biases, A_log, dt_bias) perturbed so no conversion rule is
   hidden by a default value; weights rounded to bf16 and saved (OUT/<name>/ config.json +
   model.safetensors; the tokenizer lives once in OUT/tokenizer/).
@@ -43,6 +43,12 @@ def tiny_configs(V, eos):
         ("rand-qwen35", "Qwen3_5TextConfig", "Qwen3_5ForCausalLM", dict(base, **hyb, tie_word_embeddings=True)),
         ("rand-qwen35moe", "Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM",
          dict(base, **hyb, **moe, shared_expert_intermediate_size=64, tie_word_embeddings=False)),
+        # Qwen3-Next: Qwen3.5-MoE's layout before it (fused in_proj_qkvz / in_proj_ba, no MRoPE);
+        # no full_attention_interval: transformers 5 keeps only layer_types, which brisk reads
+        ("rand-qwen3next", "Qwen3NextConfig", "Qwen3NextForCausalLM",
+         dict(base, **{k: v for k, v in hyb.items() if k not in ("full_attention_interval", "rope_parameters")},
+              **moe, rope_parameters=dict(rope, partial_rotary_factor=0.25), shared_expert_intermediate_size=64,
+              decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False)),
     ]
 
 

@@ -1,0 +1,345 @@
+/* test_convert.c — `brisk convert` (convert_hf) on a tiny Qwen3-Next checkpoint
+ * written here (f32, every value distinct and exact), the GGUF read back and
+ * checked against llama.cpp's converter (conversion/qwen.py, Qwen3NextModel)
+ * restated independently: in_proj_qkvz split into attn_qkv (all q, all k, all
+ * v rows) and attn_gate (the z rows), in_proj_ba kept whole as ssm_ba, value
+ * heads left in HF's grouped order, A_log -> -exp(A_log), 1 added to every
+ * norm but the DeltaNet's, experts stacked, MTP dropped, the names (HF's
+ * post_attention_layernorm is post_attention_norm) and the metadata; then the
+ * configs the converter refuses. Needs only tests/data/hf/tokenizer. */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "brisk.h"
+#include "format/gguf.h"
+#include "format/hfconfig.h"
+#include "model/convert.h"
+#include "quant/quant.h"
+#include "test.h"
+
+/* The shape: 2 layers (DeltaNet, then attention), 2 key heads of 4, 4 value heads of 4. */
+enum { V = 4096, D = 16, L = 2, H = 2, KV = 1, HD = 8, FF = 32, E = 4, FFE = 8, FFS = 8 };
+enum { NK = 2, NV = 4, HK = 4, HV = 4, CK = 4, R = NV / NK, GROUP = 2 * HK + 2 * R * HV };
+
+static const char *CONFIG =
+    "{%s\"architectures\":[\"Qwen3NextForCausalLM\"],\"model_type\":\"qwen3_next\",\"vocab_size\":4096,"
+    "\"hidden_size\":16,\"num_hidden_layers\":2,\"num_attention_heads\":2,\"num_key_value_heads\":1,"
+    "\"head_dim\":8,\"intermediate_size\":32,\"max_position_embeddings\":512,\"rms_norm_eps\":1e-6,"
+    "\"tie_word_embeddings\":false,\"num_experts\":4,\"num_experts_per_tok\":2,\"moe_intermediate_size\":8,"
+    "\"shared_expert_intermediate_size\":8,\"norm_topk_prob\":true,\"decoder_sparse_step\":1,"
+    "\"mlp_only_layers\":[],\"linear_conv_kernel_dim\":4,\"linear_key_head_dim\":4,\"linear_value_head_dim\":4,"
+    "\"linear_num_key_heads\":2,\"linear_num_value_heads\":4,"
+    "\"layer_types\":[\"linear_attention\",\"full_attention\"],\"rope_parameters\":{\"rope_type\":\"default\","
+    "\"rope_theta\":10000.0,\"partial_rotary_factor\":0.25},\"eos_token_id\":0}";
+
+/* The config with `extra` keys first (cJSON takes a key's first occurrence). */
+static char *config(const char *extra) {
+    size_t n = strlen(CONFIG) + strlen(extra) + 1;
+    char *s = malloc(n);
+    snprintf(s, n, CONFIG, extra);
+    return s;
+}
+
+/* ---- the checkpoint ---- */
+
+typedef struct {
+    char name[80];
+    int n_dims;
+    int64_t shape[3], n;
+    float *data;
+} src_tensor;
+
+static src_tensor T[96];
+static int n_src;
+
+/* Adds a tensor named by fmt whose element k is (id * 65536 + k) / 1024:
+ * distinct, and exact in f32 also plus one. Returns its id. */
+static int add(int n_dims, int64_t d0, int64_t d1, int64_t d2, const char *fmt, ...) {
+    src_tensor *t = &T[n_src];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->name, sizeof t->name, fmt, ap);
+    va_end(ap);
+    t->n_dims = n_dims;
+    t->shape[0] = d0, t->shape[1] = d1, t->shape[2] = d2;
+    t->n = d0 * (n_dims > 1 ? d1 : 1) * (n_dims > 2 ? d2 : 1);
+    t->data = malloc((size_t)t->n * sizeof(float));
+    for (int64_t k = 0; k < t->n; k++) t->data[k] = (float)(n_src * 65536 + k) / 1024.0f;
+    return n_src++;
+}
+
+static int find(const char *name) {
+    for (int i = 0; i < n_src; i++)
+        if (!strcmp(T[i].name, name)) return i;
+    return -1;
+}
+
+#define P "model.layers.%d."
+static void add_layer(int il) {
+    add(1, D, 0, 0, P "input_layernorm.weight", il);
+    add(1, D, 0, 0, P "post_attention_layernorm.weight", il);
+    if (il == 0) {
+        add(2, NK * GROUP, D, 0, P "linear_attn.in_proj_qkvz.weight", il);
+        add(2, 2 * NV, D, 0, P "linear_attn.in_proj_ba.weight", il);
+        add(3, 2 * NK * HK + NV * HV, 1, CK, P "linear_attn.conv1d.weight", il);
+        int a = add(1, NV, 0, 0, P "linear_attn.A_log", il);
+        for (int k = 0; k < NV; k++) T[a].data[k] = 0.25f * (float)k - 0.5f; /* -exp of these stays readable */
+        add(1, NV, 0, 0, P "linear_attn.dt_bias", il);
+        add(1, HV, 0, 0, P "linear_attn.norm.weight", il);
+        add(2, D, NV * HV, 0, P "linear_attn.out_proj.weight", il);
+    } else {
+        add(2, 2 * H * HD, D, 0, P "self_attn.q_proj.weight", il); /* per head: query rows, then gate rows */
+        add(2, KV * HD, D, 0, P "self_attn.k_proj.weight", il);
+        add(2, KV * HD, D, 0, P "self_attn.v_proj.weight", il);
+        add(2, D, H * HD, 0, P "self_attn.o_proj.weight", il);
+        add(1, HD, 0, 0, P "self_attn.q_norm.weight", il);
+        add(1, HD, 0, 0, P "self_attn.k_norm.weight", il);
+    }
+    add(2, E, D, 0, P "mlp.gate.weight", il);
+    for (int e = 0; e < E; e++) {
+        add(2, FFE, D, 0, P "mlp.experts.%d.gate_proj.weight", il, e);
+        add(2, FFE, D, 0, P "mlp.experts.%d.up_proj.weight", il, e);
+        add(2, D, FFE, 0, P "mlp.experts.%d.down_proj.weight", il, e);
+    }
+    add(2, FFS, D, 0, P "mlp.shared_expert.gate_proj.weight", il);
+    add(2, FFS, D, 0, P "mlp.shared_expert.up_proj.weight", il);
+    add(2, D, FFS, 0, P "mlp.shared_expert.down_proj.weight", il);
+    add(2, 1, D, 0, P "mlp.shared_expert_gate.weight", il);
+}
+#undef P
+
+static bool write_checkpoint(const char *dir) {
+    add(2, V, D, 0, "model.embed_tokens.weight");
+    add(1, D, 0, 0, "model.norm.weight");
+    add(2, V, D, 0, "lm_head.weight");
+    add(2, D, 2 * D, 0, "mtp.fc.weight"); /* dropped */
+    for (int il = 0; il < L; il++) add_layer(il);
+    size_t cap = 64 << 10, len = 0;
+    char *hdr = malloc(cap);
+    int64_t off = 0;
+    len += (size_t)snprintf(hdr + len, cap - len, "{");
+    for (int i = 0; i < n_src; i++) {
+        const src_tensor *t = &T[i];
+        len += (size_t)snprintf(hdr + len, cap - len, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld", i ? "," : "",
+                                t->name, (long long)t->shape[0]);
+        for (int k = 1; k < t->n_dims; k++) len += (size_t)snprintf(hdr + len, cap - len, ",%lld", (long long)t->shape[k]);
+        len += (size_t)snprintf(hdr + len, cap - len, "],\"data_offsets\":[%lld,%lld]}", (long long)off,
+                                (long long)(off + 4 * t->n));
+        off += 4 * t->n;
+    }
+    len += (size_t)snprintf(hdr + len, cap - len, "}");
+    char path[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    uint64_t hl = len;
+    bool ok = f && len < cap && fwrite(&hl, 8, 1, f) == 1 && fwrite(hdr, 1, len, f) == len;
+    for (int i = 0; ok && i < n_src; i++) ok = fwrite(T[i].data, sizeof(float), (size_t)T[i].n, f) == (size_t)T[i].n;
+    if (f) ok = fclose(f) == 0 && ok;
+    free(hdr);
+    return ok;
+}
+
+static bool write_text(const char *dir, const char *file, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fputs(text, f) >= 0;
+    return f ? fclose(f) == 0 && ok : false;
+}
+
+/* ---- checks on the GGUF ---- */
+
+enum { RAW, PLUS1, NEG_EXP };
+
+/* Tensor `name` is f32 of shape ne, and equals `rows` rows (each ne[0] long) of
+ * source tensor `src` (rows[r] its row index; NULL: row r), op applied. */
+static void check_tensor(const gguf_file *g, const char *name, int n_dims, int64_t ne0, int64_t ne1, const char *src,
+                         const int64_t *rows, int op) {
+    const gguf_tensor *t = gguf_find_tensor(g, name);
+    const int s = find(src);
+    CHECK(t && s >= 0);
+    if (!t || s < 0) {
+        fprintf(stderr, "  missing %s or %s\n", name, src);
+        return;
+    }
+    CHECK(t->type == QT_F32 && t->n_dims == n_dims && t->ne[0] == ne0 && t->ne[1] == ne1);
+    if (t->type != QT_F32 || t->ne[0] != ne0 || t->ne[1] != ne1) return;
+    const float *got = t->data;
+    int bad = 0;
+    for (int64_t r = 0; r < ne1; r++)
+        for (int64_t k = 0; k < ne0; k++) {
+            float want = T[s].data[(rows ? rows[r] : r) * ne0 + k];
+            want = op == PLUS1 ? want + 1.0f : op == NEG_EXP ? -expf(want) : want;
+            bad += got[r * ne0 + k] != want;
+        }
+    if (bad) fprintf(stderr, "  %s: %d values differ from %s\n", name, bad, src);
+    CHECK(bad == 0);
+}
+
+static void check_u32(const gguf_file *g, const char *key, uint32_t want) {
+    uint32_t v = 0;
+    CHECK_OK(gguf_get_u32(g, key, &v));
+    if (v != want) fprintf(stderr, "  %s = %u, want %u\n", key, v, want);
+    CHECK(v == want);
+}
+
+/* The rows of in_proj_qkvz that attn_qkv (gate 0) or attn_gate (gate 1) holds, as
+ * llama.cpp's converter derives them: view the rows as (n_k, [q | k | v | z]),
+ * split the last axis, flatten each of q, k, v (or z) over the key heads, concatenate. */
+static int64_t qkvz_rows(int gate, int64_t *rows) {
+    static const int64_t size[4] = {HK, HK, R * HV, R * HV}, at[4] = {0, HK, 2 * HK, 2 * HK + R * HV};
+    int64_t n = 0;
+    for (int part = gate ? 3 : 0; part < (gate ? 4 : 3); part++)
+        for (int64_t h = 0; h < NK; h++)
+            for (int64_t d = 0; d < size[part]; d++) rows[n++] = h * GROUP + at[part] + d;
+    return n;
+}
+
+static void check_metadata(const gguf_file *g) {
+    const char *s = NULL;
+    size_t n = 0;
+    CHECK_OK(gguf_get_str(g, "general.architecture", &s, &n));
+    CHECK(s && n == 9 && !memcmp(s, "qwen3next", 9));
+    static const struct { const char *key; uint32_t v; } want[] = {
+        {"qwen3next.block_count", L}, {"qwen3next.embedding_length", D}, {"qwen3next.feed_forward_length", FF},
+        {"qwen3next.attention.head_count", H}, {"qwen3next.attention.head_count_kv", KV},
+        {"qwen3next.attention.key_length", HD}, {"qwen3next.attention.value_length", HD},
+        {"qwen3next.expert_count", E}, {"qwen3next.expert_used_count", 2},
+        {"qwen3next.expert_feed_forward_length", FFE}, {"qwen3next.expert_shared_feed_forward_length", FFS},
+        {"qwen3next.ssm.conv_kernel", CK}, {"qwen3next.ssm.state_size", HK}, {"qwen3next.ssm.group_count", NK},
+        {"qwen3next.ssm.time_step_rank", NV}, {"qwen3next.ssm.inner_size", NV * HV},
+        {"qwen3next.full_attention_interval", 2}, /* from layer_types alone */
+        {"qwen3next.rope.dimension_count", HD / 4}, {"qwen3next.context_length", 512},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) check_u32(g, want[i].key, want[i].v);
+    float f = 0;
+    CHECK_OK(gguf_get_f32(g, "qwen3next.rope.freq_base", &f));
+    CHECK(f == 10000.0f);
+    CHECK(gguf_find_key(g, "qwen3next.rope.dimension_sections") < 0); /* no MRoPE in qwen3next */
+}
+
+static void check_tensors(const gguf_file *g) {
+    int64_t rows[NK * GROUP];
+    const char *p = "model.layers.0.";
+    char src[128];
+#define SRC(x) (snprintf(src, sizeof src, "%s%s", p, x), src)
+    CHECK(qkvz_rows(0, rows) == 2 * NK * HK + NV * HV);
+    CHECK(rows[4] == GROUP && rows[8] == HK && rows[16] == 2 * HK && rows[24] == GROUP + 2 * HK); /* spot checks */
+    check_tensor(g, "blk.0.attn_qkv.weight", 2, D, 2 * NK * HK + NV * HV, SRC("linear_attn.in_proj_qkvz.weight"),
+                 rows, RAW);
+    CHECK(qkvz_rows(1, rows) == NV * HV && rows[0] == 2 * HK + R * HV && rows[8] == GROUP + 2 * HK + R * HV);
+    check_tensor(g, "blk.0.attn_gate.weight", 2, D, NV * HV, SRC("linear_attn.in_proj_qkvz.weight"), rows, RAW);
+    check_tensor(g, "blk.0.ssm_ba.weight", 2, D, 2 * NV, SRC("linear_attn.in_proj_ba.weight"), NULL, RAW);
+    check_tensor(g, "blk.0.ssm_conv1d.weight", 2, CK, 2 * NK * HK + NV * HV, SRC("linear_attn.conv1d.weight"), NULL,
+                 RAW);
+    check_tensor(g, "blk.0.ssm_a", 1, NV, 1, SRC("linear_attn.A_log"), NULL, NEG_EXP);
+    check_tensor(g, "blk.0.ssm_dt.bias", 1, NV, 1, SRC("linear_attn.dt_bias"), NULL, RAW);
+    check_tensor(g, "blk.0.ssm_norm.weight", 1, HV, 1, SRC("linear_attn.norm.weight"), NULL, RAW);
+    check_tensor(g, "blk.0.ssm_out.weight", 2, NV * HV, D, SRC("linear_attn.out_proj.weight"), NULL, RAW);
+    check_tensor(g, "blk.0.attn_norm.weight", 1, D, 1, SRC("input_layernorm.weight"), NULL, PLUS1);
+    check_tensor(g, "blk.0.post_attention_norm.weight", 1, D, 1, SRC("post_attention_layernorm.weight"), NULL, PLUS1);
+    check_tensor(g, "blk.0.ffn_gate_inp.weight", 2, D, E, SRC("mlp.gate.weight"), NULL, RAW);
+    check_tensor(g, "blk.0.ffn_gate_inp_shexp.weight", 2, D, 1, SRC("mlp.shared_expert_gate.weight"), NULL, RAW);
+    check_tensor(g, "blk.0.ffn_up_shexp.weight", 2, D, FFS, SRC("mlp.shared_expert.up_proj.weight"), NULL, RAW);
+    check_tensor(g, "blk.0.ffn_down_shexp.weight", 2, FFS, D, SRC("mlp.shared_expert.down_proj.weight"), NULL, RAW);
+    const gguf_tensor *x = gguf_find_tensor(g, "blk.0.ffn_down_exps.weight");
+    const int e2 = find("model.layers.0.mlp.experts.2.down_proj.weight");
+    CHECK(x && x->n_dims == 3 && x->ne[0] == FFE && x->ne[1] == D && x->ne[2] == E && e2 >= 0);
+    if (x && e2 >= 0) CHECK(!memcmp((const float *)x->data + 2 * D * FFE, T[e2].data, sizeof(float) * D * FFE));
+    p = "model.layers.1.";
+    check_tensor(g, "blk.1.attn_q.weight", 2, D, 2 * H * HD, SRC("self_attn.q_proj.weight"), NULL, RAW);
+    check_tensor(g, "blk.1.attn_q_norm.weight", 1, HD, 1, SRC("self_attn.q_norm.weight"), NULL, PLUS1);
+    check_tensor(g, "blk.1.attn_k_norm.weight", 1, HD, 1, SRC("self_attn.k_norm.weight"), NULL, PLUS1);
+    check_tensor(g, "blk.1.attn_output.weight", 2, H * HD, D, SRC("self_attn.o_proj.weight"), NULL, RAW);
+    check_tensor(g, "blk.1.post_attention_norm.weight", 1, D, 1, SRC("post_attention_layernorm.weight"), NULL, PLUS1);
+#undef SRC
+    check_tensor(g, "output_norm.weight", 1, D, 1, "model.norm.weight", NULL, PLUS1);
+    check_tensor(g, "output.weight", 2, D, V, "lm_head.weight", NULL, RAW);
+    /* 3 global, 10 per layer, 8 for DeltaNet, 6 for attention; no MTP, no fused qkvz, no qwen35 names */
+    CHECK(gguf_tensor_count(g) == 3 + L * 10 + 8 + 6);
+    CHECK(!gguf_find_tensor(g, "blk.0.ssm_in.weight") && !gguf_find_tensor(g, "blk.0.ssm_beta.weight") &&
+          !gguf_find_tensor(g, "blk.0.attn_post_norm.weight") && !gguf_find_tensor(g, "blk.2.nextn.eh_proj.weight"));
+}
+
+static void test_qwen3next(void) {
+    char dir[] = "/tmp/brisk-convert-XXXXXX", cwd[256], a[512], b[512], out[600];
+    CHECK(mkdtemp(dir) && getcwd(cwd, sizeof cwd));
+    static const char *tok[] = {"tokenizer.json", "tokenizer_config.json"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(a, sizeof a, "%s/tests/data/hf/tokenizer/%s", cwd, tok[i]);
+        snprintf(b, sizeof b, "%s/%s", dir, tok[i]);
+        CHECK(symlink(a, b) == 0);
+    }
+    char *cfg = config("");
+    CHECK(write_checkpoint(dir) && write_text(dir, "config.json", cfg));
+    free(cfg);
+    snprintf(out, sizeof out, "%s/out.gguf", dir);
+    convert_opts o = {.type = "f32", .n_threads = 2, .pre = "qwen2"};
+    CHECK_OK(convert_hf(dir, out, &o, NULL));
+    gguf_file *g = NULL;
+    CHECK_OK(gguf_open(out, &g));
+    if (g) {
+        check_metadata(g);
+        check_tensors(g);
+    }
+    gguf_close(g);
+    unlink(out);
+
+    /* in_proj_qkvz rows the config does not explain: an error, no file */
+    cfg = config("\"linear_key_head_dim\":2,");
+    CHECK(write_text(dir, "config.json", cfg));
+    free(cfg);
+    CHECK(convert_hf(dir, out, &o, NULL) == BRISK_ERR_FORMAT);
+    CHECK(access(out, F_OK) != 0);
+
+    static const char *files[] = {"tokenizer.json", "tokenizer_config.json", "config.json", "model.safetensors"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(b, sizeof b, "%s/%s", dir, files[i]);
+        unlink(b);
+    }
+    rmdir(dir);
+    for (int i = 0; i < n_src; i++) free(T[i].data);
+    n_src = 0;
+}
+
+/* What config.json reading makes of Qwen3-Next, and what it refuses. */
+static void test_qwen3next_config(void) {
+    static const struct { const char *extra; brisk_status want; int64_t interval; } cases[] = {
+        {"", BRISK_OK, 2},
+        {"\"layer_types\":[\"mamba\",\"attention\"],", BRISK_OK, 2},  /* transformers' legacy names */
+        {"\"full_attention_interval\":2,", BRISK_OK, 2},
+        {"\"full_attention_interval\":4,", BRISK_ERR_UNSUPPORTED, 0}, /* layer_types say otherwise */
+        {"\"layer_types\":[\"full_attention\",\"linear_attention\"],", BRISK_ERR_UNSUPPORTED, 0},
+        {"\"layer_types\":[\"linear_attention\",\"sliding_attention\"],", BRISK_ERR_UNSUPPORTED, 0},
+        {"\"layer_types\":[\"full_attention\"],", BRISK_ERR_FORMAT, 0},
+        {"\"decoder_sparse_step\":2,", BRISK_ERR_UNSUPPORTED, 0},
+        {"\"mlp_only_layers\":[1],", BRISK_ERR_UNSUPPORTED, 0},
+        {"\"norm_topk_prob\":false,", BRISK_ERR_UNSUPPORTED, 0},
+        {"\"linear_num_value_heads\":3,", BRISK_ERR_FORMAT, 0},
+        {"\"shared_expert_intermediate_size\":0,", BRISK_ERR_FORMAT, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *js = config(cases[i].extra);
+        hf_config c;
+        brisk_status s = hf_config_parse(js, strlen(js), &c);
+        free(js);
+        if (s != cases[i].want) fprintf(stderr, "  '%s': status %d: %s\n", cases[i].extra, (int)s, brisk_last_error());
+        CHECK(s == cases[i].want);
+        if (s != BRISK_OK) continue;
+        CHECK(c.arch == HF_QWEN3_NEXT && !strcmp(c.gguf_arch, "qwen3next") && !c.tied && !c.has_mrope);
+        CHECK(c.full_attn_interval == cases[i].interval && c.partial_rotary == 0.25 && c.ssm_conv == 4);
+        CHECK(c.n_ff_shexp == FFS && c.ssm_n_k == NK && c.ssm_n_v == NV);
+    }
+}
+
+int main(int argc, char **argv) {
+    static const test_case cases[] = {
+        {"qwen3next", test_qwen3next},
+        {"qwen3next_config", test_qwen3next_config},
+    };
+    return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
+}
