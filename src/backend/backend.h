@@ -241,9 +241,11 @@ typedef struct bk_backend_ops {
     void (*gated_residual)(bk_backend *be, float *x, float *m, float *s, const float *gate, int n_rows, int width);
     /* Optional (NULL: matmul then moe_route, see bk_moe_router): the MoE router's logits (n, w.n_out)
      * = x W^T and the routing of moe_route on them, in one pass where the backend can (a GPU's last
-     * block to finish the product routes the token). */
+     * block to finish the product routes the token). w2 (NULL: none): a second product of the same
+     * x, out2 (n, w2.n_out) = x W2^T, joined to the router's launch where it can (qwen35moe's shared
+     * expert gate: one logit a token, else a launch of its own each MoE layer). */
     void (*moe_router)(bk_backend *be, const bk_weight *w, const float *x, int n, int k, bool norm, float scale,
-                       float *logits, int32_t *ids, float *weights);
+                       float *logits, int32_t *ids, float *weights, const bk_weight *w2, float *out2);
     /* Expert parallelism (engine/shard.h's SHARD_EXPERTS): ids (n values, backend memory, in place)
      * made local to a rank that holds experts [e0, e1): an id in range becomes id - e0, any other -1,
      * so moe_ffn on the rank's expert slice skips the slot (its weight is left as it is). Needed
@@ -318,16 +320,18 @@ static inline void bk_gated_residual(bk_backend *be, float *x, float *m, float *
     be->ops->add(be, m, s, n);
     be->ops->add(be, x, m, n);
 }
-/* The router's logits = x W^T and moe_route on them (w.n_out experts), through the backend's fused op
- * or as the two ops. */
+/* The router's logits = x W^T and moe_route on them (w.n_out experts), and out2 = x W2^T when w2 is
+ * given, through the backend's fused op or as the separate ops. */
 static inline void bk_moe_router(bk_backend *be, const bk_weight *w, const float *x, int n, int k, bool norm,
-                                 float scale, float *logits, int32_t *ids, float *weights) {
+                                 float scale, float *logits, int32_t *ids, float *weights, const bk_weight *w2,
+                                 float *out2) {
     if (be->ops->moe_router) {
-        be->ops->moe_router(be, w, x, n, k, norm, scale, logits, ids, weights);
+        be->ops->moe_router(be, w, x, n, k, norm, scale, logits, ids, weights, w2, out2);
         return;
     }
     be->ops->matmul(be, 1, &w, NULL, x, n, &logits);
     be->ops->moe_route(be, logits, n, (int)w->n_out, k, norm, scale, ids, weights);
+    if (w2) be->ops->matmul(be, 1, &w2, NULL, x, n, &out2);
 }
 /* Strided rows through the backend's copy_rows, or one copy per row. */
 static inline void bk_copy_rows(bk_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,

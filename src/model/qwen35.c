@@ -99,9 +99,7 @@ static brisk_status ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b
      * then the routed experts: a GPU quantizes h once for all of them (cuda_gemv.cu's tag), the
      * experts included. */
     bk_moe_router(be, &L->ffn_gate_inp, s->xb, n, hp->n_expert_used, true, 0.0f, s->moe_logits, s->moe_ids,
-                  s->moe_w);
-    const bk_weight *shg = &L->gate_inp_shexp;
-    op->matmul(be, 1, &shg, NULL, s->xb, n, &s->sh_gate);
+                  s->moe_w, &L->gate_inp_shexp, s->sh_gate);
     bk_matmul_swiglu(be, &L->gate_shexp, &L->up_shexp, s->xb, n, s->hb2, s->hb);
     moe_count_experts(m, be, b, s, l);
     if (m->tp_size > 1) /* expert parallelism: this rank runs the chosen experts it holds */

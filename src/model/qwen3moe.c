@@ -61,7 +61,7 @@ brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_
         decoder_attention(m, be, kv, b, s, l);
 
         op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
-        bk_moe_router(be, &L->ffn_gate_inp, s->xb, n, k, true, 0.0f, s->moe_logits, s->moe_ids, s->moe_w);
+        bk_moe_router(be, &L->ffn_gate_inp, s->xb, n, k, true, 0.0f, s->moe_logits, s->moe_ids, s->moe_w, NULL, NULL);
         moe_count_experts(m, be, b, s, l);
         if (ep) op->moe_ids_local(be, s->moe_ids, n * k, e0, e1);
         BK_TRY(moe_experts(m, be, b, s, l));

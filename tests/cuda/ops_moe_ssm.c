@@ -37,14 +37,18 @@ static void check_moe_route(int n, int n_expert, int k, bool norm, float scale) 
  * GPU's own matmul + moe_route bit for bit (the fused kernel's product is the split-K GEMV's), and on
  * f32 routers against the CPU's: logits within 1e-5, weights within 1e-5 slot by slot (the same
  * experts but for near-ties; other types quantize x differently on the two sides). Twice in a row:
- * the finished-block counter must be back at zero. */
+ * the finished-block counter must be back at zero. Each time also with a second one-row product of
+ * the same x (the shared expert's gate, joined to the launch as one more block): the routing
+ * unchanged, out2 the GPU's own matmul of that row bit for bit. */
 static void check_moe_router(uint32_t type, int64_t n_in, int n_expert, int k) {
     size_t rb;
-    void *hw = make_weight(type, n_in, n_expert, &rb);
+    void *hw = make_weight(type, n_in, n_expert, &rb), *hw2 = make_weight(type, n_in, 1, &rb);
     bk_weight wc = {.name = "ffn_gate_inp", .type = type, .n_in = n_in, .n_out = n_expert, .row_bytes = rb, .host = hw},
-              wg = wc;
+              wg = wc, w2 = {.name = "ffn_gate_inp_shexp", .type = type, .n_in = n_in, .n_out = 1, .row_bytes = rb,
+                             .host = hw2};
     CHECK_OK(gpu->ops->bind_weight(gpu, &wg));
-    const bk_weight *wp = &wg;
+    CHECK_OK(gpu->ops->bind_weight(gpu, &w2));
+    const bk_weight *wp = &wg, *wp2 = &w2;
     size_t nl = (size_t)n_expert * 4, nk = (size_t)k * 4;
     float *x = malloc((size_t)n_in * 4), *lc = malloc(nl), *lg = malloc(nl), *lu = malloc(nl);
     float *wtc = malloc(nk), *wtg = malloc(nk), *wtu = malloc(nk);
@@ -55,14 +59,21 @@ static void check_moe_router(uint32_t type, int64_t n_in, int n_expert, int k) {
         float *dx = dev_copy(x, (size_t)n_in * 4), *dl = dev_copy(NULL, nl), *dw = dev_copy(NULL, nk),
               *ul = dev_copy(NULL, nl), *uw = dev_copy(NULL, nk);
         int32_t *di = dev_copy(NULL, nk), *ui = dev_copy(NULL, nk);
-        gpu->ops->moe_router(gpu, &wg, dx, 1, k, true, 0.0f, dl, di, dw);
+        gpu->ops->moe_router(gpu, &wg, dx, 1, k, true, 0.0f, dl, di, dw, NULL, NULL);
         gpu->ops->matmul(gpu, 1, &wp, NULL, dx, 1, &ul);
         gpu->ops->moe_route(gpu, ul, 1, n_expert, k, true, 0.0f, ui, uw);
         dev_read(dl, lg, nl); dev_read(di, ig, nk); dev_read(dw, wtg, nk);
         dev_read(ul, lu, nl); dev_read(ui, iu, nk); dev_read(uw, wtu, nk);
         CHECK(!memcmp(lg, lu, nl) && !memcmp(ig, iu, nk) && !memcmp(wtg, wtu, nk));
+        float *d2 = dev_copy(NULL, 4), *u2 = dev_copy(NULL, 4), o2[2];
+        gpu->ops->moe_router(gpu, &wg, dx, 1, k, true, 0.0f, ul, ui, uw, &w2, d2);
+        gpu->ops->matmul(gpu, 1, &wp2, NULL, dx, 1, &u2);
+        dev_read(ul, lu, nl); dev_read(ui, iu, nk); dev_read(uw, wtu, nk);
+        dev_read(d2, o2, 4); dev_read(u2, o2 + 1, 4);
+        CHECK(!memcmp(lg, lu, nl) && !memcmp(ig, iu, nk) && !memcmp(wtg, wtu, nk) && !memcmp(o2, o2 + 1, 4));
+        gpu->ops->release(gpu, d2); gpu->ops->release(gpu, u2);
         if (type == QT_F32) {
-            bk_moe_router(cpu, &wc, x, 1, k, true, 0.0f, lc, ic, wtc);
+            bk_moe_router(cpu, &wc, x, 1, k, true, 0.0f, lc, ic, wtc, NULL, NULL);
             CHECK(rel_err(lg, lc, (size_t)n_expert) <= 1e-5);
             int bad = 0;
             for (int j = 0; j < k; j++) /* as check_moe_route: a different id only between near-equal weights */
@@ -77,7 +88,8 @@ static void check_moe_router(uint32_t type, int64_t n_in, int n_expert, int k) {
         gpu->ops->release(gpu, di); gpu->ops->release(gpu, ui);
     }
     bk_cuda_release_weight(&wg);
-    free(hw); free(x); free(lc); free(lg); free(lu); free(wtc); free(wtg); free(wtu); free(ic); free(ig); free(iu);
+    bk_cuda_release_weight(&w2);
+    free(hw); free(hw2); free(x); free(lc); free(lg); free(lu); free(wtc); free(wtg); free(wtu); free(ic); free(ig); free(iu);
 }
 
 static void test_moe_route(void) {

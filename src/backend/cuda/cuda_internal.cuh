@@ -104,6 +104,7 @@ typedef struct cuda_backend {
     int moe_vec_r;              /* BRISK_CUDA_MOE_VEC_R: weight rows per warp of those kernels (2; 4 for A/B) */
     bool route_warp_off;        /* BRISK_CUDA_ROUTE_WARP=0: the router's block-per-token kernel only (A/B) */
     bool router_fuse_off;       /* BRISK_CUDA_ROUTER_FUSE=0: the router's product and routing as two launches (A/B) */
+    bool router_join_off;       /* BRISK_CUDA_ROUTER_JOIN=0: the shared expert's gate in a launch of its own (A/B) */
     int moe_mmq_min;            /* BRISK_CUDA_MOE_MMQ_MIN: (token, expert) entries from which cuda_moe.cu uses mmq */
 
     /* MoE scratch (cuda_moe.cu): sized at the first moe_ffn call for the
@@ -626,7 +627,7 @@ void cuda_gated_delta(bk_backend *be, const float *qkv, const float *b, const fl
 void cuda_sigmoid_mul(bk_backend *be, float *x, const float *gate, int n_rows, int width, int gate_width);
 void cuda_gated_residual(bk_backend *be, float *x, float *m, float *s, const float *gate, int n_rows, int width);
 void cuda_moe_router(bk_backend *be, const bk_weight *w, const float *x, int n, int k, bool norm, float scale,
-                     float *logits, int32_t *ids, float *weights);
+                     float *logits, int32_t *ids, float *weights, const bk_weight *w2, float *out2);
 void cuda_moe_ids_local(bk_backend *be, int32_t *ids, int n, int e0, int e1);
 void cuda_moe_free(cuda_backend *cb);
 }

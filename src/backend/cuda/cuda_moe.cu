@@ -243,21 +243,24 @@ moe_route_warp_kernel(const float *logits, int n, int n_expert, int k, int norm,
 /* The router of one token in one launch: a block per expert row computes its logit as the split-K
  * GEMV does (block_row_dot: the same logits), and the block that finishes last routes the token
  * (the last-block reduction of the CUDA programming guide: each block's logit is fenced before it
- * counts; the counter is zero between launches). One launch instead of two per MoE layer. */
+ * counts; the counter is zero between launches). One launch instead of two per MoE layer. With W2
+ * (one row of the same type: the shared expert's gate), block n_expert computes out2 = W2 . x too,
+ * as the split-K GEMV would, so that product needs no launch of its own. */
 template <int T>
 __global__ void __launch_bounds__(GEMV_SK_WARPS * 32)
 moe_router_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int n_expert, const float *x, int k, int norm,
-                  float scale, float *logits, int32_t *ids, float *weights, int *cnt) {
+                  float scale, float *logits, int32_t *ids, float *weights, const uint8_t *W2, float *out2,
+                  int *cnt) {
     pdl_wait();
     pdl_allow_next();
     __shared__ float part[GEMV_SK_WARPS][1];
     __shared__ int last;
     const int64_t r = blockIdx.x;
-    block_row_dot<T, 1, GEMV_SK_WARPS>(W + r * row_bytes, x, n_in, 1, part);
+    block_row_dot<T, 1, GEMV_SK_WARPS>(r < n_expert ? W + r * row_bytes : W2, x, n_in, 1, part);
     if (threadIdx.x == 0) {
-        logits[r] = block_row_sum(part, 0);
+        *(r < n_expert ? logits + r : out2) = block_row_sum(part, 0);
         __threadfence();
-        last = atomicAdd(cnt, 1) == n_expert - 1;
+        last = atomicAdd(cnt, 1) == (int)gridDim.x - 1;
     }
     __syncthreads();
     if (!last) return;
@@ -294,23 +297,32 @@ extern "C" void cuda_moe_route(bk_backend *be, const float *logits, int n, int n
 /* The MoE router: one token with a float router of up to ROUTE_WARP_MAX experts in one launch
  * (moe_router_kernel), anything else as the product and moe_route. */
 extern "C" void cuda_moe_router(bk_backend *be, const bk_weight *w, const float *x, int n, int k, bool norm,
-                                float scale, float *logits, int32_t *ids, float *weights) {
+                                float scale, float *logits, int32_t *ids, float *weights, const bk_weight *w2,
+                                float *out2) {
     cuda_backend *cb = (cuda_backend *)be;
     const int n_expert = (int)w->n_out;
     /* the product as the split-K GEMV computes it (the same logits as the two-launch path) */
     if (n == 1 && !cb->router_fuse_off && !cb->route_warp_off && cuda_gemv_splitk_use(w) &&
         n_expert <= ROUTE_WARP_MAX && k >= 1 && k <= n_expert) {
-        q8_tag tag = q8_tag_now(cb); /* the product reads x; its outputs are logits, ids and weights */
-        BK_DISPATCH(w->type, pdl_launch(cb, moe_router_kernel<TT>, dim3((unsigned)n_expert), dim3(GEMV_SK_WARPS * 32), 0,
-                                        (const uint8_t *)w->dev, w->row_bytes, w->n_in, n_expert, x, k, norm ? 1 : 0,
-                                        scale, logits, ids, weights, cb->route_cnt));
+        /* w2 joins as one more block when it is one row of w's type and width */
+        const bool join = w2 && !cb->router_join_off && w2->type == w->type && w2->n_in == w->n_in && w2->n_out == 1;
+        q8_tag tag = q8_tag_now(cb); /* the product reads x; its outputs are logits, ids, weights (and out2) */
+        BK_DISPATCH(w->type, pdl_launch(cb, moe_router_kernel<TT>, dim3((unsigned)(n_expert + join)),
+                                        dim3(GEMV_SK_WARPS * 32), 0, (const uint8_t *)w->dev, w->row_bytes, w->n_in,
+                                        n_expert, x, k, norm ? 1 : 0, scale, logits, ids, weights,
+                                        join ? (const uint8_t *)w2->dev : NULL, join ? out2 : NULL, cb->route_cnt));
         CU_LAUNCHED(cb);
         q8_tag_keep(cb, tag, logits, (size_t)n_expert);
         route_outputs_keep_tag(cb, q8_tag_now(cb), ids, weights, (size_t)k);
-        return;
+        if (join) {
+            q8_tag_keep(cb, q8_tag_now(cb), out2, 1);
+            return;
+        }
+    } else {
+        cuda_matmul(be, 1, &w, NULL, x, n, &logits);
+        cuda_moe_route(be, logits, n, n_expert, k, norm, scale, ids, weights);
     }
-    cuda_matmul(be, 1, &w, NULL, x, n, &logits);
-    cuda_moe_route(be, logits, n, n_expert, k, norm, scale, ids, weights);
+    if (w2) cuda_matmul(be, 1, &w2, NULL, x, n, &out2);
 }
 
 /* ---- expert parallelism (backend.h's moe_ids_local): the router's ids made local to a rank's
