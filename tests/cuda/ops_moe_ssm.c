@@ -233,6 +233,89 @@ static void test_moe_ffn(void) {
  * several chunks), the fused silu(gate) * up epilogue and the two-stage one (gate and up of
  * different types, one of them on the old kernel), n_ff no multiple of the 32-row tiles, and
  * entries of expert -1. */
+/* moe_ffn_shared (one token: the shared expert as slot k of the routed launches, closing the
+ * residual) against the GPU's separate ops (moe_ffn, the shared expert's SwiGLU and down,
+ * gated_residual): within 1e-6 relative, and within 5e-2 of the CPU's separate ops (int8 activations
+ * in blocks of 32 here, q8_K there: ~1.4e-2 seen on the 35B shape). Refused
+ * (false, x untouched) at two tokens and when the shared down's type differs from the routed one. */
+static void check_moe_ffn_shared(uint32_t tgu, uint32_t td, int64_t n_embd, int64_t n_ff, int n_expert, int k) {
+    size_t rg, rd;
+    void *hg = make_weight(tgu, n_embd, n_expert * n_ff, &rg), *hu = make_weight(tgu, n_embd, n_expert * n_ff, &rg),
+         *hd = make_weight(td, n_ff, n_expert * n_embd, &rd), *sg = make_weight(tgu, n_embd, n_ff, &rg),
+         *su = make_weight(tgu, n_embd, n_ff, &rg), *sd = make_weight(td, n_ff, n_embd, &rd);
+    bk_weight wc[6] = {
+        {.name = "gate_exps", .type = tgu, .n_in = n_embd, .n_out = n_expert * n_ff, .row_bytes = rg, .host = hg,
+         .n_expert = n_expert},
+        {.name = "up_exps", .type = tgu, .n_in = n_embd, .n_out = n_expert * n_ff, .row_bytes = rg, .host = hu,
+         .n_expert = n_expert},
+        {.name = "down_exps", .type = td, .n_in = n_ff, .n_out = n_expert * n_embd, .row_bytes = rd, .host = hd,
+         .n_expert = n_expert},
+        {.name = "gate_shexp", .type = tgu, .n_in = n_embd, .n_out = n_ff, .row_bytes = rg, .host = sg},
+        {.name = "up_shexp", .type = tgu, .n_in = n_embd, .n_out = n_ff, .row_bytes = rg, .host = su},
+        {.name = "down_shexp", .type = td, .n_in = n_ff, .n_out = n_embd, .row_bytes = rd, .host = sd}},
+              wg[6];
+    for (int i = 0; i < 6; i++) {
+        wg[i] = wc[i];
+        CHECK_OK(gpu->ops->bind_weight(gpu, &wg[i]));
+    }
+    size_t nx = (size_t)n_embd, nf = (size_t)n_ff, nk = (size_t)k;
+    float *h = malloc(nx * 4), *x0 = malloc(nx * 4), *w = malloc(nk * 4), g = 0.7f, *xf = malloc(nx * 4),
+          *xu = malloc(nx * 4), *xc = malloc(nx * 4), *m = malloc(nx * 4), *s = malloc(nx * 4), *t1 = malloc(nf * 4),
+          *t2 = malloc(nf * 4);
+    int32_t *ids = malloc(nk * 4);
+    fill(h, nx, 1.0f);
+    fill(x0, nx, 1.0f);
+    for (int j = 0; j < k; j++) ids[j] = (j * 7 + 3) % n_expert, w[j] = 0.1f + 0.1f * (float)j;
+    float *dh = dev_copy(h, nx * 4), *dxf = dev_copy(x0, nx * 4), *dxu = dev_copy(x0, nx * 4),
+          *dm = dev_copy(NULL, nx * 4), *ds = dev_copy(NULL, nx * 4), *dt1 = dev_copy(NULL, nf * 4),
+          *dt2 = dev_copy(NULL, nf * 4), *dw = dev_copy(w, nk * 4), *dg = dev_copy(&g, 4);
+    int32_t *di = dev_copy(ids, nk * 4);
+    CHECK(gpu->ops->moe_ffn_shared != NULL);
+    bool done = gpu->ops->moe_ffn_shared(gpu, &wg[0], &wg[1], &wg[2], &wg[3], &wg[4], &wg[5], dh, 1, di, dw, k, dg, dxf);
+    CHECK(done);
+    /* the separate ops, on the GPU and on the CPU */
+    bk_backend *be[2] = {gpu, cpu};
+    for (int b = 0; b < 2; b++) {
+        bk_weight *W = b ? wc : wg;
+        const bk_weight *dn = &W[5];
+        float *hh = b ? h : dh, *xx = b ? xc : dxu, *mm = b ? m : dm, *ss = b ? s : ds, *a1 = b ? t1 : dt1,
+              *a2 = b ? t2 : dt2;
+        if (b) memcpy(xc, x0, nx * 4);
+        be[b]->ops->moe_ffn(be[b], &W[0], &W[1], &W[2], hh, 1, b ? ids : di, b ? w : dw, k, mm);
+        bk_matmul_swiglu(be[b], &W[3], &W[4], hh, 1, a2, a1);
+        be[b]->ops->matmul(be[b], 1, &dn, NULL, a1, 1, &ss);
+        bk_gated_residual(be[b], xx, mm, ss, b ? &g : dg, 1, (int)n_embd);
+    }
+    dev_read(dxf, xf, nx * 4);
+    dev_read(dxu, xu, nx * 4);
+    double e_gpu = rel_err(xf, xu, nx), e_cpu = rel_err(xf, xc, nx);
+    if (show_err || !(e_gpu <= 1e-6) || !(e_cpu <= 5e-2))
+        fprintf(stderr, "  moe_ffn_shared %s/%s embd %lld ff %lld experts %d k %d: vs separate ops %.2e, vs cpu %.2e\n",
+                quant_type_name(tgu), quant_type_name(td), (long long)n_embd, (long long)n_ff, n_expert, k, e_gpu,
+                e_cpu);
+    CHECK(e_gpu <= 1e-6);
+    CHECK(e_cpu <= 5e-2);
+    /* not applicable: nothing launched, x as it was */
+    bk_weight other = wg[5];
+    other.type = td == QT_Q8_0 ? QT_Q4_0 : QT_Q8_0;
+    CHECK(!gpu->ops->moe_ffn_shared(gpu, &wg[0], &wg[1], &wg[2], &wg[3], &wg[4], &other, dh, 1, di, dw, k, dg, dxf));
+    CHECK(!gpu->ops->moe_ffn_shared(gpu, &wg[0], &wg[1], &wg[2], &wg[3], &wg[4], &wg[5], dh, 2, di, dw, k, dg, dxf));
+    dev_read(dxf, xu, nx * 4);
+    CHECK(!memcmp(xu, xf, nx * 4));
+    float *fl[] = {dh, dxf, dxu, dm, ds, dt1, dt2, dw, dg};
+    for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) gpu->ops->release(gpu, fl[i]);
+    gpu->ops->release(gpu, di);
+    for (int i = 0; i < 6; i++) bk_cuda_release_weight(&wg[i]);
+    free(hg); free(hu); free(hd); free(sg); free(su); free(sd); free(h); free(x0); free(w); free(xf); free(xu);
+    free(xc); free(m); free(s); free(t1); free(t2); free(ids);
+}
+
+static void test_moe_ffn_shared(void) {
+    check_moe_ffn_shared(QT_Q4_K, QT_Q6_K, 2048, 512, 256, 8); /* Qwen3.6-35B-A3B's layer */
+    check_moe_ffn_shared(QT_Q4_K, QT_Q4_K, 2048, 512, 64, 10);
+    check_moe_ffn_shared(QT_Q8_0, QT_Q8_0, 256, 256, 8, 2); /* tiny-qwen35moe's */
+}
+
 static void test_moe_ffn_mmq(void) {
     show_err = true;
     check_moe_ffn(QT_Q4_K, QT_Q4_K, QT_Q6_K, 256, 256, 32, 8, 64, 0);

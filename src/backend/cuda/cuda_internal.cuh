@@ -105,6 +105,7 @@ typedef struct cuda_backend {
     bool route_warp_off;        /* BRISK_CUDA_ROUTE_WARP=0: the router's block-per-token kernel only (A/B) */
     bool router_fuse_off;       /* BRISK_CUDA_ROUTER_FUSE=0: the router's product and routing as two launches (A/B) */
     bool router_join_off;       /* BRISK_CUDA_ROUTER_JOIN=0: the shared expert's gate in a launch of its own (A/B) */
+    bool moe_shared_off;        /* BRISK_CUDA_MOE_SHARED=0: the shared expert in launches of its own (A/B) */
     int moe_mmq_min;            /* BRISK_CUDA_MOE_MMQ_MIN: (token, expert) entries from which cuda_moe.cu uses mmq */
 
     /* MoE scratch (cuda_moe.cu): sized at the first moe_ffn call for the
@@ -629,6 +630,9 @@ void cuda_gated_residual(bk_backend *be, float *x, float *m, float *s, const flo
 void cuda_moe_router(bk_backend *be, const bk_weight *w, const float *x, int n, int k, bool norm, float scale,
                      float *logits, int32_t *ids, float *weights, const bk_weight *w2, float *out2);
 void cuda_moe_ids_local(bk_backend *be, int32_t *ids, int n, int e0, int e1);
+bool cuda_moe_ffn_shared(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
+                         const bk_weight *gs, const bk_weight *us, const bk_weight *ds, const float *h, int n,
+                         const int32_t *ids, const float *weights, int k, const float *sh_logit, float *x);
 void cuda_moe_free(cuda_backend *cb);
 }
 /* The quantized activations' tag (xq_src above) across an op that reads x and xq and writes only

@@ -607,15 +607,8 @@ moe_down_kernel(const uint8_t *D, size_t row_bytes, int64_t n_embd, moe_act a, c
 
 /* out[t] = dout[t,0] * w0 + dout[t,1] * w1 + ...: each product rounded, summed in slot order (no fma, as the CPU).
  * A slot of a negative id adds nothing (its dout row was never written: not even 0 * it). */
-__global__ void moe_combine_kernel(const float *dout, const float *w, const int32_t *ids, int n, int k, int64_t n_embd,
-                                   float *out) {
-    pdl_wait();
-    pdl_allow_next();
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (int64_t)n * n_embd) return;
-    int64_t t = i / n_embd, c = i % n_embd;
-    const float *v = dout + t * k * n_embd + c, *wt = w + t * k;
-    const int32_t *id = ids + t * k;
+__device__ __forceinline__ float moe_combine_one(const float *v, const float *wt, const int32_t *id, int k,
+                                                int64_t n_embd) {
     /* the rows are read whatever the ids (every row of dout is allocated), so the loads go out
      * together; a negative id's value is then not used */
     float o = id[0] < 0 ? 0.0f : __fmul_rn(v[0], wt[0]);
@@ -630,7 +623,30 @@ __global__ void moe_combine_kernel(const float *dout, const float *w, const int3
         for (int s = 1; s < k; s++)
             if (id[s] >= 0) o = __fadd_rn(o, __fmul_rn(v[(int64_t)s * n_embd], wt[s]));
     }
-    out[i] = o;
+    return o;
+}
+
+__global__ void moe_combine_kernel(const float *dout, const float *w, const int32_t *ids, int n, int k, int64_t n_embd,
+                                   float *out) {
+    pdl_wait();
+    pdl_allow_next();
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)n * n_embd) return;
+    int64_t t = i / n_embd, c = i % n_embd;
+    out[i] = moe_combine_one(dout + t * k * n_embd + c, w + t * k, ids + t * k, k, n_embd);
+}
+
+/* One token with the shared expert in slot k (cuda_moe_ffn_shared): x += m + s * sigmoid(g), m the
+ * routed slots' combine, s slot k's row, rounded as moe_combine_kernel then gated_residual_kernel. */
+__global__ void moe_combine_shared_kernel(const float *dout, const float *w, const int32_t *ids, int k,
+                                          int64_t n_embd, const float *sh_logit, float *x) {
+    pdl_wait();
+    pdl_allow_next();
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n_embd) return;
+    float m = moe_combine_one(dout + c, w, ids, k, n_embd);
+    float sg = __fmul_rn(dout[(int64_t)k * n_embd + c], 1.0f / (1.0f + expf(-sh_logit[0])));
+    x[c] = __fadd_rn(x[c], __fadd_rn(m, sg));
 }
 
 /* ---- one token (decode): the router's k slots name k different experts, so each product is a
@@ -639,17 +655,20 @@ __global__ void moe_combine_kernel(const float *dout, const float *w, const int3
  * Qwen3-30B-A3B shape put the grouped kernels at 14 us (gate·up) and 11-15 us (down) per layer for
  * ~14 and ~10 MB: the warps there walk their row groups in dependent rounds and the down grid ran
  * in several waves of half-idle warps. ---- */
+/* Slot k (blockIdx.y == k, the grid one slot taller) is the shared expert when Gs is given
+ * (cuda_moe_ffn_shared): its gate/up (Gs, Us) or down (Ds) matrices, of the routed ones' type and shape. */
 template <int T, int R>
 __global__ void __launch_bounds__(MMVQ_WARPS * 32)
 moe_vec_gate_up_kernel(const uint8_t *G, const uint8_t *U, const uint8_t *const *tg, const uint8_t *const *tu,
                        size_t row_bytes, int64_t n_embd, int64_t n_ff, int n_expert, const int32_t *ids,
-                       const int8_t *xq, const float2 *xds, float *h) {
+                       const int8_t *xq, const float2 *xds, float *h, const uint8_t *Gs, const uint8_t *Us, int k) {
     pdl_wait(); /* ids come from the router */
-    int e = moe_entry_expert(ids, (int)blockIdx.y, n_expert);
+    const bool sh = Gs && (int)blockIdx.y == k;
+    int e = sh ? 0 : moe_entry_expert(ids, (int)blockIdx.y, n_expert);
     if (e < 0) return;
-    mmvq_rows<T, 1, true, 1, false, R>(moe_expert_base(G, tg, e, n_ff, row_bytes),
-                                    moe_expert_base(U, tu, e, n_ff, row_bytes), row_bytes, n_embd, n_ff, xq, xds, 1,
-                                    NULL, h + (int64_t)blockIdx.y * n_ff,
+    mmvq_rows<T, 1, true, 1, false, R>(sh ? Gs : moe_expert_base(G, tg, e, n_ff, row_bytes),
+                                    sh ? Us : moe_expert_base(U, tu, e, n_ff, row_bytes), row_bytes, n_embd, n_ff, xq,
+                                    xds, 1, NULL, h + (int64_t)blockIdx.y * n_ff,
                                     0, (int64_t)blockIdx.x * MMVQ_WARPS + threadIdx.x / 32,
                                     (int64_t)gridDim.x * MMVQ_WARPS);
 }
@@ -657,11 +676,15 @@ moe_vec_gate_up_kernel(const uint8_t *G, const uint8_t *U, const uint8_t *const 
 template <int T, int R>
 __global__ void __launch_bounds__(MMVQ_WARPS * 32)
 moe_vec_down_kernel(const uint8_t *D, const uint8_t *const *td, size_t row_bytes, int64_t n_ff, int64_t n_embd,
-                    int n_expert, const int32_t *ids, const int8_t *hq, const float2 *hds, float *dout) {
+                    int n_expert, const int32_t *ids, const int8_t *hq, const float2 *hds, float *dout,
+                    const uint8_t *Ds, int k) {
     pdl_wait();
-    const int j = (int)blockIdx.y, e = moe_entry_expert(ids, j, n_expert);
+    const int j = (int)blockIdx.y;
+    const bool sh = Ds && j == k;
+    const int e = sh ? 0 : moe_entry_expert(ids, j, n_expert);
     if (e < 0) return;
-    mmvq_rows<T, 1, false, 1, false, R>(moe_expert_base(D, td, e, n_embd, row_bytes), NULL, row_bytes, n_ff, n_embd,
+    mmvq_rows<T, 1, false, 1, false, R>(sh ? Ds : moe_expert_base(D, td, e, n_embd, row_bytes), NULL, row_bytes, n_ff,
+                                     n_embd,
                                      hq + (int64_t)j * n_ff, hds + (int64_t)j * (n_ff / 32), 1, NULL,
                                      dout + (int64_t)j * n_embd, 0,
                                      (int64_t)blockIdx.x * MMVQ_WARPS + threadIdx.x / 32,
@@ -745,12 +768,58 @@ extern "C" size_t bk_cuda_moe_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_
     return l.b_h + l.b_d + l.b_off + l.b_act + l.b_na + l.b_ent + l.b_tiles + l.b_nt;
 }
 
-extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
-                             const float *x, int n, const int32_t *ids, const float *weights, int k, float *out) {
-    cuda_backend *cb = (cuda_backend *)be;
-    if (n <= 0) return;
-    int n_expert = gate->n_expert > 0 ? gate->n_expert : 1;
-    int64_t n_ff = gate->n_out / n_expert, n_embd = gate->n_in;
+/* One token's experts through the matrix-vector kernels (no grouping kernel): gate·up for the k
+ * slots, h quantized, down, the combine into out. With sh (the shared expert's gate, up and down,
+ * of the routed tensors' types and shapes) slot k is the shared expert and the combine closes the
+ * layer instead: x = out += m + s * sigmoid(sh_logit). false, nothing launched, where it does not
+ * apply (the k (+1) rows of n_ff must fit the activation buffer). h, dout: moe_buf's. */
+static bool moe_vec(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
+                    const bk_weight *const *sh, const float *x, const int32_t *ids, const float *weights, int k,
+                    const float *sh_logit, float *h, float *dout, float *out) {
+    const int n_expert = gate->n_expert > 0 ? gate->n_expert : 1;
+    const int64_t n_ff = gate->n_out / n_expert, n_embd = gate->n_in;
+    const int slots = k + (sh != NULL);
+    if (cb->moe_vec_off || (size_t)slots * n_ff > cb->xq_cap || !cuda_mmvq_prepare(cb, x, n_embd, 1)) return false;
+    const uint8_t *G = (const uint8_t *)gate->dev, *U = (const uint8_t *)up->dev, *D = (const uint8_t *)down->dev;
+    const uint8_t *Gs = sh ? (const uint8_t *)sh[0]->dev : NULL, *Us = sh ? (const uint8_t *)sh[1]->dev : NULL,
+                  *Ds = sh ? (const uint8_t *)sh[2]->dev : NULL;
+    const uint8_t *const *tg = (const uint8_t *const *)gate->expert_ptrs,
+                         *const *tu = (const uint8_t *const *)up->expert_ptrs,
+                         *const *td = (const uint8_t *const *)down->expert_ptrs;
+    const unsigned ku = (unsigned)slots;
+    /* weight rows per warp, gate·up's counting gate and up: 2 (BRISK_CUDA_MOE_VEC_R=4 for the A/B; H200,
+     * tg128: qwen3-30b-a3b@24 553 / 539 / 477 tok/s at 2 / 4 / 8, qwen3.6-35b-a3b 305 / 298) */
+    const int r = cb->moe_vec_r;
+#define VEC_GU(RR)                                                                                                 \
+    MOE_Q8_DISPATCH(gate->type,                                                                                    \
+                    pdl_launch(cb, moe_vec_gate_up_kernel<TT, RR>,                                                 \
+                               dim3((unsigned)((n_ff + (RR / 2) * MMVQ_WARPS - 1) / ((RR / 2) * MMVQ_WARPS)), ku), \
+                               dim3(MMVQ_WARPS * 32), 0, G, U, tg, tu, gate->row_bytes, n_embd, n_ff, n_expert, ids, \
+                               (const int8_t *)cb->xq, (const float2 *)cb->xds, h, Gs, Us, k))
+#define VEC_DOWN(RR)                                                                                               \
+    MOE_Q8_DISPATCH(down->type,                                                                                    \
+                    pdl_launch(cb, moe_vec_down_kernel<TT, RR>,                                                    \
+                               dim3((unsigned)((n_embd + RR * MMVQ_WARPS - 1) / (RR * MMVQ_WARPS)), ku),           \
+                               dim3(MMVQ_WARPS * 32), 0, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids,      \
+                               (const int8_t *)cb->xq, (const float2 *)cb->xds, dout, Ds, k))
+    if (r == 4) VEC_GU(4) else VEC_GU(2)
+    cuda_mmvq_quantize(cb, h, n_ff, slots);
+    if (r == 4) VEC_DOWN(4) else VEC_DOWN(2)
+#undef VEC_GU
+#undef VEC_DOWN
+    if (sh)
+        pdl_launch(cb, moe_combine_shared_kernel, dim3((unsigned)((n_embd + 255) / 256)), dim3(256), 0,
+                   (const float *)dout, weights, ids, k, n_embd, sh_logit, out);
+    else
+        pdl_launch(cb, moe_combine_kernel, dim3((unsigned)((n_embd + 255) / 256)), dim3(256), 0, (const float *)dout,
+                   weights, ids, 1, k, n_embd, out);
+    return true;
+}
+
+/* The checks and scratch of moe_ffn: false after recording an error. */
+static bool moe_prepare(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, const bk_weight *down, int k) {
+    const int n_expert = gate->n_expert > 0 ? gate->n_expert : 1;
+    const int64_t n_ff = gate->n_out / n_expert, n_embd = gate->n_in;
     /* k may exceed n_expert: a tensor-parallel rank holds a slice of the experts, the other slots -1 */
     if (n_expert > BK_MOE_MAX_EXPERTS || k < 1 || k > BK_MOE_MAX_EXPERTS || up->n_out != gate->n_out ||
         up->n_in != n_embd || down->n_in != n_ff || down->n_out != n_expert * n_embd ||
@@ -758,12 +827,47 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
         !gate->expert_ptrs != !up->expert_ptrs || !gate->expert_ptrs != !down->expert_ptrs) {
         cuda_set_error(cb, bk_fail(BRISK_ERR_INVALID_ARG, "cuda moe_ffn: expert tensors %s, %s, %s do not fit",
                                    gate->name, up->name, down->name));
-        return;
+        return false;
     }
     /* sizes first: a whole chunk, whatever n, so a model's later calls never regrow */
+    return moe_reserve(cb, bk_cuda_moe_scratch_bytes(n_embd, n_ff, n_expert, k));
+}
+
+static void moe_launched(cuda_backend *cb) { CU_LAUNCHED(cb); } /* (CU_LAUNCHED returns void on an error) */
+
+/* The shared expert as slot k of the one-token kernels where its tensors match the routed ones. */
+extern "C" bool cuda_moe_ffn_shared(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
+                                    const bk_weight *gs, const bk_weight *us, const bk_weight *ds, const float *h,
+                                    int n, const int32_t *ids, const float *weights, int k, const float *sh_logit,
+                                    float *x) {
+    cuda_backend *cb = (cuda_backend *)be;
+    const int n_expert = gate->n_expert > 0 ? gate->n_expert : 1;
+    const int64_t n_ff = gate->n_out / n_expert, n_embd = gate->n_in;
+    if (n != 1 || cb->moe_shared_off || cb->moe_q8_off || !cb->xq || gate->type != up->type ||
+        gate->row_bytes != up->row_bytes || !cuda_mmvq_supported(gate->type, n_embd) ||
+        !cuda_mmvq_supported(down->type, n_ff) || gs->type != gate->type || us->type != up->type ||
+        ds->type != down->type || gs->n_in != n_embd || gs->n_out != n_ff || us->n_in != n_embd ||
+        us->n_out != n_ff || ds->n_in != n_ff || ds->n_out != n_embd || gs->row_bytes != gate->row_bytes ||
+        us->row_bytes != up->row_bytes || ds->row_bytes != down->row_bytes || !gs->dev || !us->dev || !ds->dev)
+        return false;
+    if (!moe_prepare(cb, gate, up, down, k)) return true; /* the error is recorded */
+    moe_layout l = moe_sizes(n_embd, n_ff, n_expert, k);
+    float *hb = (float *)cb->moe_buf, *dout = (float *)((char *)cb->moe_buf + l.b_h);
+    const bk_weight *sh[3] = {gs, us, ds};
+    if (!moe_vec(cb, gate, up, down, sh, h, ids, weights, k, sh_logit, hb, dout, x)) return false;
+    moe_launched(cb);
+    return true;
+}
+
+extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
+                             const float *x, int n, const int32_t *ids, const float *weights, int k, float *out) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (n <= 0) return;
+    int n_expert = gate->n_expert > 0 ? gate->n_expert : 1;
+    int64_t n_ff = gate->n_out / n_expert, n_embd = gate->n_in;
+    if (!moe_prepare(cb, gate, up, down, k)) return;
     moe_layout l = moe_sizes(n_embd, n_ff, n_expert, k);
     const int chunk = l.chunk;
-    if (!moe_reserve(cb, bk_cuda_moe_scratch_bytes(n_embd, n_ff, n_expert, k))) return;
     char *p = (char *)cb->moe_buf;
     float *h = (float *)p, *dout = (float *)(p + l.b_h);
     int32_t *off = (int32_t *)(p + l.b_h + l.b_d), *act = (int32_t *)((char *)off + l.b_off),
@@ -782,33 +886,8 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
     bool q8_g = q8_ok && cuda_mmvq_supported(gate->type, n_embd), q8_u = q8_ok && cuda_mmvq_supported(up->type, n_embd),
          q8_d = q8_ok && cuda_mmvq_supported(down->type, n_ff);
 
-    /* one token: the matrix-vector kernels above, no grouping (k experts; n_ff and h's rows fit the
-     * activation buffer) */
-    if (n == 1 && !cb->moe_vec_off && both && q8_g && q8_d && (size_t)k * n_ff <= cb->xq_cap &&
-        cuda_mmvq_prepare(cb, x, n_embd, 1)) {
-        const unsigned ku = (unsigned)k;
-        /* weight rows per warp, gate·up's counting gate and up: 2 (BRISK_CUDA_MOE_VEC_R=4 for the A/B; H200,
-         * tg128: qwen3-30b-a3b@24 553 / 539 / 477 tok/s at 2 / 4 / 8, qwen3.6-35b-a3b 305 / 298) */
-        const int r = cb->moe_vec_r;
-#define VEC_GU(RR)                                                                                                 \
-    MOE_Q8_DISPATCH(gate->type,                                                                                    \
-                    pdl_launch(cb, moe_vec_gate_up_kernel<TT, RR>,                                                 \
-                               dim3((unsigned)((n_ff + (RR / 2) * MMVQ_WARPS - 1) / ((RR / 2) * MMVQ_WARPS)), ku), \
-                               dim3(MMVQ_WARPS * 32), 0, G, U, tg, tu, gate->row_bytes, n_embd, n_ff, n_expert, ids, \
-                               (const int8_t *)cb->xq, (const float2 *)cb->xds, h))
-#define VEC_DOWN(RR)                                                                                               \
-    MOE_Q8_DISPATCH(down->type,                                                                                    \
-                    pdl_launch(cb, moe_vec_down_kernel<TT, RR>,                                                    \
-                               dim3((unsigned)((n_embd + RR * MMVQ_WARPS - 1) / (RR * MMVQ_WARPS)), ku),           \
-                               dim3(MMVQ_WARPS * 32), 0, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids,      \
-                               (const int8_t *)cb->xq, (const float2 *)cb->xds, dout))
-        if (r == 4) VEC_GU(4) else VEC_GU(2)
-        cuda_mmvq_quantize(cb, h, n_ff, k);
-        if (r == 4) VEC_DOWN(4) else VEC_DOWN(2)
-#undef VEC_GU
-#undef VEC_DOWN
-        pdl_launch(cb, moe_combine_kernel, dim3((unsigned)((n_embd + 255) / 256)), dim3(256), 0, (const float *)dout,
-                   weights, ids, 1, k, n_embd, out);
+    /* one token: the matrix-vector kernels above, no grouping */
+    if (n == 1 && both && q8_g && q8_d && moe_vec(cb, gate, up, down, NULL, x, ids, weights, k, NULL, h, dout, out)) {
         CU_LAUNCHED(cb);
         return;
     }
