@@ -260,11 +260,11 @@ typedef struct bk_backend_ops {
     void (*norm_swiglu)(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n,
                         const bk_weight *gate, const bk_weight *up, float *tmp, float *out);
     /* Optional (NULL, or false returned with nothing launched: the separate ops): a MoE layer's end
-     * with a gated shared expert (qwen35moe, qwen3next) in one pass where the backend can, the
-     * shared expert (gs, us, ds: its gate, up and down) run as one more expert beside the routed
-     * ones (backend.h's moe_ffn):
+     * in one pass where the backend can: with a gated shared expert (qwen35moe, qwen3next; gs, us,
+     * ds: its gate, up and down, run as one more expert beside the routed ones)
      *   x += moe_ffn(h) + sigmoid(sh_logit) * down_s(silu(gate_s h) * up_s h)
-     * rounded as moe_ffn, the shared expert's products, then gated_residual round. sh_logit (n). */
+     * rounded as moe_ffn, the shared expert's products, then gated_residual round (sh_logit (n));
+     * without (gs, us, ds, sh_logit NULL: qwen3moe) x += moe_ffn(h), rounded as moe_ffn then add. */
     bool (*moe_ffn_shared)(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
                            const bk_weight *gs, const bk_weight *us, const bk_weight *ds, const float *h, int n,
                            const int32_t *ids, const float *weights, int k, const float *sh_logit, float *x);

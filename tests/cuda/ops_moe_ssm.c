@@ -237,7 +237,8 @@ static void test_moe_ffn(void) {
  * residual) against the GPU's separate ops (moe_ffn, the shared expert's SwiGLU and down,
  * gated_residual): within 1e-6 relative, and within 5e-2 of the CPU's separate ops (int8 activations
  * in blocks of 32 here, q8_K there: ~1.4e-2 seen on the 35B shape). Refused
- * (false, x untouched) at two tokens and when the shared down's type differs from the routed one. */
+ * (false, x untouched) at two tokens and when the shared down's type differs from the routed one.
+ * Without a shared expert (qwen3moe's layer end): moe_ffn then add, bit for bit. */
 static void check_moe_ffn_shared(uint32_t tgu, uint32_t td, int64_t n_embd, int64_t n_ff, int n_expert, int k) {
     size_t rg, rd;
     void *hg = make_weight(tgu, n_embd, n_expert * n_ff, &rg), *hu = make_weight(tgu, n_embd, n_expert * n_ff, &rg),
@@ -302,6 +303,15 @@ static void check_moe_ffn_shared(uint32_t tgu, uint32_t td, int64_t n_embd, int6
     CHECK(!gpu->ops->moe_ffn_shared(gpu, &wg[0], &wg[1], &wg[2], &wg[3], &wg[4], &wg[5], dh, 2, di, dw, k, dg, dxf));
     dev_read(dxf, xu, nx * 4);
     CHECK(!memcmp(xu, xf, nx * 4));
+    /* without a shared expert (qwen3moe): x += moe_ffn(h), bit for bit moe_ffn then add */
+    float *dxr = dev_copy(x0, nx * 4), *dxa = dev_copy(x0, nx * 4);
+    CHECK(gpu->ops->moe_ffn_shared(gpu, &wg[0], &wg[1], &wg[2], NULL, NULL, NULL, dh, 1, di, dw, k, NULL, dxr));
+    gpu->ops->moe_ffn(gpu, &wg[0], &wg[1], &wg[2], dh, 1, di, dw, k, dm);
+    gpu->ops->add(gpu, dxa, dm, nx);
+    dev_read(dxr, xf, nx * 4);
+    dev_read(dxa, xu, nx * 4);
+    CHECK(!memcmp(xu, xf, nx * 4));
+    gpu->ops->release(gpu, dxr); gpu->ops->release(gpu, dxa);
     float *fl[] = {dh, dxf, dxu, dm, ds, dt1, dt2, dw, dg};
     for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) gpu->ops->release(gpu, fl[i]);
     gpu->ops->release(gpu, di);

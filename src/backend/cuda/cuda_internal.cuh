@@ -105,7 +105,8 @@ typedef struct cuda_backend {
     bool route_warp_off;        /* BRISK_CUDA_ROUTE_WARP=0: the router's block-per-token kernel only (A/B) */
     bool router_fuse_off;       /* BRISK_CUDA_ROUTER_FUSE=0: the router's product and routing as two launches (A/B) */
     bool router_join_off;       /* BRISK_CUDA_ROUTER_JOIN=0: the shared expert's gate in a launch of its own (A/B) */
-    bool moe_shared_off;        /* BRISK_CUDA_MOE_SHARED=0: the shared expert in launches of its own (A/B) */
+    bool moe_shared_off;        /* BRISK_CUDA_MOE_SHARED=0: one token's MoE layer end (the shared expert, the
+                                   residual) in launches of their own (A/B) */
     int moe_mmq_min;            /* BRISK_CUDA_MOE_MMQ_MIN: (token, expert) entries from which cuda_moe.cu uses mmq */
 
     /* MoE scratch (cuda_moe.cu): sized at the first moe_ffn call for the

@@ -636,17 +636,19 @@ __global__ void moe_combine_kernel(const float *dout, const float *w, const int3
     out[i] = moe_combine_one(dout + t * k * n_embd + c, w + t * k, ids + t * k, k, n_embd);
 }
 
-/* One token with the shared expert in slot k (cuda_moe_ffn_shared): x += m + s * sigmoid(g), m the
- * routed slots' combine, s slot k's row, rounded as moe_combine_kernel then gated_residual_kernel. */
-__global__ void moe_combine_shared_kernel(const float *dout, const float *w, const int32_t *ids, int k,
-                                          int64_t n_embd, const float *sh_logit, float *x) {
+/* One token's combine closing the residual (cuda_moe_ffn_shared): x += m, m the routed slots'
+ * combine, rounded as moe_combine_kernel then add_kernel; with the shared expert in slot k (sh_logit
+ * given) x += m + s * sigmoid(g), s slot k's row, rounded as moe_combine_kernel then
+ * gated_residual_kernel. */
+__global__ void moe_combine_residual_kernel(const float *dout, const float *w, const int32_t *ids, int k,
+                                            int64_t n_embd, const float *sh_logit, float *x) {
     pdl_wait();
     pdl_allow_next();
     int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= n_embd) return;
     float m = moe_combine_one(dout + c, w, ids, k, n_embd);
-    float sg = __fmul_rn(dout[(int64_t)k * n_embd + c], 1.0f / (1.0f + expf(-sh_logit[0])));
-    x[c] = __fadd_rn(x[c], __fadd_rn(m, sg));
+    if (sh_logit) m = __fadd_rn(m, __fmul_rn(dout[(int64_t)k * n_embd + c], 1.0f / (1.0f + expf(-sh_logit[0]))));
+    x[c] = __fadd_rn(x[c], m);
 }
 
 /* ---- one token (decode): the router's k slots name k different experts, so each product is a
@@ -769,13 +771,13 @@ extern "C" size_t bk_cuda_moe_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_
 }
 
 /* One token's experts through the matrix-vector kernels (no grouping kernel): gate·up for the k
- * slots, h quantized, down, the combine into out. With sh (the shared expert's gate, up and down,
- * of the routed tensors' types and shapes) slot k is the shared expert and the combine closes the
- * layer instead: x = out += m + s * sigmoid(sh_logit). false, nothing launched, where it does not
- * apply (the k (+1) rows of n_ff must fit the activation buffer). h, dout: moe_buf's. */
+ * slots, h quantized, down, the combine into out. residual: the combine closes the layer instead,
+ * out += m; with sh (the shared expert's gate, up and down, of the routed tensors' types and shapes)
+ * slot k is the shared expert and out += m + s * sigmoid(sh_logit). false, nothing launched, where
+ * it does not apply (the k (+1) rows of n_ff must fit the activation buffer). h, dout: moe_buf's. */
 static bool moe_vec(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
-                    const bk_weight *const *sh, const float *x, const int32_t *ids, const float *weights, int k,
-                    const float *sh_logit, float *h, float *dout, float *out) {
+                    const bk_weight *const *sh, bool residual, const float *x, const int32_t *ids,
+                    const float *weights, int k, const float *sh_logit, float *h, float *dout, float *out) {
     const int n_expert = gate->n_expert > 0 ? gate->n_expert : 1;
     const int64_t n_ff = gate->n_out / n_expert, n_embd = gate->n_in;
     const int slots = k + (sh != NULL);
@@ -807,9 +809,9 @@ static bool moe_vec(cuda_backend *cb, const bk_weight *gate, const bk_weight *up
     if (r == 4) VEC_DOWN(4) else VEC_DOWN(2)
 #undef VEC_GU
 #undef VEC_DOWN
-    if (sh)
-        pdl_launch(cb, moe_combine_shared_kernel, dim3((unsigned)((n_embd + 255) / 256)), dim3(256), 0,
-                   (const float *)dout, weights, ids, k, n_embd, sh_logit, out);
+    if (residual)
+        pdl_launch(cb, moe_combine_residual_kernel, dim3((unsigned)((n_embd + 255) / 256)), dim3(256), 0,
+                   (const float *)dout, weights, ids, k, n_embd, sh ? sh_logit : NULL, out);
     else
         pdl_launch(cb, moe_combine_kernel, dim3((unsigned)((n_embd + 255) / 256)), dim3(256), 0, (const float *)dout,
                    weights, ids, 1, k, n_embd, out);
@@ -835,7 +837,8 @@ static bool moe_prepare(cuda_backend *cb, const bk_weight *gate, const bk_weight
 
 static void moe_launched(cuda_backend *cb) { CU_LAUNCHED(cb); } /* (CU_LAUNCHED returns void on an error) */
 
-/* The shared expert as slot k of the one-token kernels where its tensors match the routed ones. */
+/* One token's MoE closing the residual: the shared expert (if any) as slot k of the one-token
+ * kernels where its tensors match the routed ones. */
 extern "C" bool cuda_moe_ffn_shared(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
                                     const bk_weight *gs, const bk_weight *us, const bk_weight *ds, const float *h,
                                     int n, const int32_t *ids, const float *weights, int k, const float *sh_logit,
@@ -845,16 +848,18 @@ extern "C" bool cuda_moe_ffn_shared(bk_backend *be, const bk_weight *gate, const
     const int64_t n_ff = gate->n_out / n_expert, n_embd = gate->n_in;
     if (n != 1 || cb->moe_shared_off || cb->moe_q8_off || !cb->xq || gate->type != up->type ||
         gate->row_bytes != up->row_bytes || !cuda_mmvq_supported(gate->type, n_embd) ||
-        !cuda_mmvq_supported(down->type, n_ff) || gs->type != gate->type || us->type != up->type ||
-        ds->type != down->type || gs->n_in != n_embd || gs->n_out != n_ff || us->n_in != n_embd ||
-        us->n_out != n_ff || ds->n_in != n_ff || ds->n_out != n_embd || gs->row_bytes != gate->row_bytes ||
-        us->row_bytes != up->row_bytes || ds->row_bytes != down->row_bytes || !gs->dev || !us->dev || !ds->dev)
+        !cuda_mmvq_supported(down->type, n_ff) || !gs != !us || !gs != !ds || !gs != !sh_logit)
+        return false;
+    if (gs && (gs->type != gate->type || us->type != up->type || ds->type != down->type || gs->n_in != n_embd ||
+               gs->n_out != n_ff || us->n_in != n_embd || us->n_out != n_ff || ds->n_in != n_ff ||
+               ds->n_out != n_embd || gs->row_bytes != gate->row_bytes || us->row_bytes != up->row_bytes ||
+               ds->row_bytes != down->row_bytes || !gs->dev || !us->dev || !ds->dev))
         return false;
     if (!moe_prepare(cb, gate, up, down, k)) return true; /* the error is recorded */
     moe_layout l = moe_sizes(n_embd, n_ff, n_expert, k);
     float *hb = (float *)cb->moe_buf, *dout = (float *)((char *)cb->moe_buf + l.b_h);
     const bk_weight *sh[3] = {gs, us, ds};
-    if (!moe_vec(cb, gate, up, down, sh, h, ids, weights, k, sh_logit, hb, dout, x)) return false;
+    if (!moe_vec(cb, gate, up, down, gs ? sh : NULL, true, h, ids, weights, k, sh_logit, hb, dout, x)) return false;
     moe_launched(cb);
     return true;
 }
@@ -887,7 +892,7 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
          q8_d = q8_ok && cuda_mmvq_supported(down->type, n_ff);
 
     /* one token: the matrix-vector kernels above, no grouping */
-    if (n == 1 && both && q8_g && q8_d && moe_vec(cb, gate, up, down, NULL, x, ids, weights, k, NULL, h, dout, out)) {
+    if (n == 1 && both && q8_g && q8_d && moe_vec(cb, gate, up, down, NULL, false, x, ids, weights, k, NULL, h, dout, out)) {
         CU_LAUNCHED(cb);
         return;
     }
