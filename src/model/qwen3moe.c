@@ -44,6 +44,14 @@ brisk_status moe_experts(const brisk_model *m, bk_backend *be, const fwd_batch *
     return BRISK_OK;
 }
 
+bool moe_residual(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l, bool shared) {
+    const layer_weights *L = &m->layers[l];
+    if (m->tp_size != 0 || L->exps_host || !be->ops->moe_ffn_shared) return false;
+    return be->ops->moe_ffn_shared(be, &L->gate_exps, &L->up_exps, &L->down_exps, shared ? &L->gate_shexp : NULL,
+                                   shared ? &L->up_shexp : NULL, shared ? &L->down_shexp : NULL, s->xb, b->n,
+                                   s->moe_ids, s->moe_w, m->hp.n_expert_used, shared ? s->sh_gate : NULL, s->x);
+}
+
 brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv,
                               const fwd_batch *b, fwd_scratch *s, int l0, int l1) {
     const model_hparams *hp = &m->hp;
@@ -63,11 +71,7 @@ brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_
         op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
         bk_moe_router(be, &L->ffn_gate_inp, s->xb, n, k, true, 0.0f, s->moe_logits, s->moe_ids, s->moe_w, NULL, NULL);
         moe_count_experts(m, be, b, s, l);
-        /* the combine closes the residual where the backend can (experts here, no tensor parallelism) */
-        if (m->tp_size == 0 && !L->exps_host && op->moe_ffn_shared &&
-            op->moe_ffn_shared(be, &L->gate_exps, &L->up_exps, &L->down_exps, NULL, NULL, NULL, s->xb, n, s->moe_ids,
-                               s->moe_w, k, NULL, s->x))
-            continue;
+        if (moe_residual(m, be, b, s, l, false)) continue; /* the combine closed the residual */
         if (ep) op->moe_ids_local(be, s->moe_ids, n * k, e0, e1);
         BK_TRY(moe_experts(m, be, b, s, l));
         if (m->tp_size > 0 && op->all_reduce) op->all_reduce(be, s->moe_out, (size_t)n * d);

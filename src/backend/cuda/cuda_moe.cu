@@ -774,14 +774,16 @@ extern "C" size_t bk_cuda_moe_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_
  * slots, h quantized, down, the combine into out. residual: the combine closes the layer instead,
  * out += m; with sh (the shared expert's gate, up and down, of the routed tensors' types and shapes)
  * slot k is the shared expert and out += m + s * sigmoid(sh_logit). false, nothing launched, where
- * it does not apply (the k (+1) rows of n_ff must fit the activation buffer). h, dout: moe_buf's. */
+ * it does not apply (the k (+1) rows of n_ff must fit the activation buffer). h and dout are
+ * moe_buf's (moe_prepare sized it), as in moe_ffn's chunks. */
 static bool moe_vec(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
                     const bk_weight *const *sh, bool residual, const float *x, const int32_t *ids,
-                    const float *weights, int k, const float *sh_logit, float *h, float *dout, float *out) {
+                    const float *weights, int k, const float *sh_logit, float *out) {
     const int n_expert = gate->n_expert > 0 ? gate->n_expert : 1;
     const int64_t n_ff = gate->n_out / n_expert, n_embd = gate->n_in;
     const int slots = k + (sh != NULL);
     if (cb->moe_vec_off || (size_t)slots * n_ff > cb->xq_cap || !cuda_mmvq_prepare(cb, x, n_embd, 1)) return false;
+    float *h = (float *)cb->moe_buf, *dout = (float *)((char *)cb->moe_buf + moe_sizes(n_embd, n_ff, n_expert, k).b_h);
     const uint8_t *G = (const uint8_t *)gate->dev, *U = (const uint8_t *)up->dev, *D = (const uint8_t *)down->dev;
     const uint8_t *Gs = sh ? (const uint8_t *)sh[0]->dev : NULL, *Us = sh ? (const uint8_t *)sh[1]->dev : NULL,
                   *Ds = sh ? (const uint8_t *)sh[2]->dev : NULL;
@@ -856,10 +858,8 @@ extern "C" bool cuda_moe_ffn_shared(bk_backend *be, const bk_weight *gate, const
                ds->row_bytes != down->row_bytes || !gs->dev || !us->dev || !ds->dev))
         return false;
     if (!moe_prepare(cb, gate, up, down, k)) return true; /* the error is recorded */
-    moe_layout l = moe_sizes(n_embd, n_ff, n_expert, k);
-    float *hb = (float *)cb->moe_buf, *dout = (float *)((char *)cb->moe_buf + l.b_h);
     const bk_weight *sh[3] = {gs, us, ds};
-    if (!moe_vec(cb, gate, up, down, gs ? sh : NULL, true, h, ids, weights, k, sh_logit, hb, dout, x)) return false;
+    if (!moe_vec(cb, gate, up, down, gs ? sh : NULL, true, h, ids, weights, k, sh_logit, x)) return false;
     moe_launched(cb);
     return true;
 }
@@ -892,7 +892,7 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
          q8_d = q8_ok && cuda_mmvq_supported(down->type, n_ff);
 
     /* one token: the matrix-vector kernels above, no grouping */
-    if (n == 1 && both && q8_g && q8_d && moe_vec(cb, gate, up, down, NULL, false, x, ids, weights, k, NULL, h, dout, out)) {
+    if (n == 1 && both && q8_g && q8_d && moe_vec(cb, gate, up, down, NULL, false, x, ids, weights, k, NULL, out)) {
         CU_LAUNCHED(cb);
         return;
     }
