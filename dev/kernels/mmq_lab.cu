@@ -6,6 +6,7 @@
  *   make -j2 && nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc dev/kernels/mmq_lab.cu build/libbrisk.a \
  *        -o build/mmq_lab -lpcre2-8 -lcjson -lmicrohttpd -ldl
  *   build/mmq_lab            (one table; add -Xptxas -v to the build to see registers and spills)
+ *   build/mmq_lab q4_K 12288 4096 32   (one type, shape and batch: what a profiler run wants; "all", 0 0: any)
  *
  * It drives the mainline code through a real backend (bk_cuda_backend_new), on its stream, timed
  * with CUDA events (best of the mean of ~30 ms of calls, after a warm-up):
@@ -61,7 +62,11 @@ static double rel_l2(const float *a, const float *b, size_t n) {
 #define MAX_IN 12288
 #define MAX_OUT 151936
 
-int main(void) {
+int main(int argc, char **argv) {
+    /* optional filters: type name, n_out n_in, batch */
+    const char *f_type = argc > 1 && strcmp(argv[1], "all") ? argv[1] : NULL; /* "all": every type */
+    int64_t f_out = argc > 3 ? atoll(argv[2]) : 0, f_in = argc > 3 ? atoll(argv[3]) : 0;
+    int f_n = argc > 4 ? atoi(argv[4]) : 0;
     setenv("BRISK_CUDA_CUBLAS_MIN_TOK", "1", 1); /* cuda_blas_matmul takes every batch here */
     bk_backend *be = NULL;
     if (bk_cuda_backend_new(0, &be) != BRISK_OK) {
@@ -99,8 +104,10 @@ int main(void) {
            "|--------|---------|---------|\n");
     int fails = 0;
     for (auto &ty : types) {
+        if (f_type && strcmp(f_type, ty.name)) continue;
         for (auto &sh : shapes) {
-            int64_t n_out = sh[0], n_in = sh[1];
+            int64_t n_out = f_out ? f_out : sh[0], n_in = f_in ? f_in : sh[1];
+            if (f_out && &sh != &shapes[0]) break; /* the one shape asked for */
             size_t rb;
             uint8_t *h = make_weight(ty.type, n_in, n_out, &rb);
             size_t bytes = rb * (size_t)n_out;
@@ -118,6 +125,7 @@ int main(void) {
             free(h);
             float t_one = 0;
             for (int n : ns) {
+                if (f_n && n != f_n) continue;
                 if (!cuda_mmvq_quantize(cb, x, n_in, n)) {
                     printf("(x of %d x %lld does not fit the activation buffer)\n", n, (long long)n_in);
                     continue;

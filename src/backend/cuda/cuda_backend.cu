@@ -365,6 +365,7 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
                *mqmax = getenv("BRISK_CUDA_MMQ_MAX"), *bmin = getenv("BRISK_CUDA_CUBLAS_MIN_TOK");
     cb->mmq_off = mq && !strcmp(mq, "0");
     cb->mmq_min = mqmin && atoi(mqmin) > 0 ? atoi(mqmin) : MMQ_MIN_TOK;
+    cb->mmq_mt = getenv("BRISK_CUDA_MMQ_MT") && atoi(getenv("BRISK_CUDA_MMQ_MT")) == 1 ? 1 : 2;
     cb->mmq_max = mqmax && atoi(mqmax) > 0 ? atoi(mqmax) : bmin && atoi(bmin) > 0 ? atoi(bmin) : MMQ_MAX_TOK;
     const char *mm = getenv("BRISK_CUDA_MOE_MMQ"), *mmmin = getenv("BRISK_CUDA_MOE_MMQ_MIN");
     cb->moe_mmq_off = mm && !strcmp(mm, "0");

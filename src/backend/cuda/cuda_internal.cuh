@@ -89,6 +89,7 @@ typedef struct cuda_backend {
      * integer-dot types; below, cuda_mmvq.cu; from mmq_max, cuda_blas.cu / cuda_mma.cu */
     bool mmq_off;               /* BRISK_CUDA_MMQ=0 */
     int mmq_min;                /* BRISK_CUDA_MMQ_MIN (default MMQ_MIN_TOK) */
+    int mmq_mt;                 /* BRISK_CUDA_MMQ_MT: m16 tiles per mmq warp from 16 tokens (1 or 2, default 2) */
     int mmq_max;                /* BRISK_CUDA_MMQ_MAX (default: BRISK_CUDA_CUBLAS_MIN_TOK, else MMQ_MAX_TOK) */
     bool moe_mmq_off;           /* BRISK_CUDA_MOE_MMQ=0: expert products on the GEMV-style kernels only */
     bool moe_vec_off;           /* BRISK_CUDA_MOE_VEC=0: one token's experts through the grouped kernels (A/B) */

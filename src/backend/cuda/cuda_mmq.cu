@@ -41,8 +41,9 @@ void cuda_mmq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, fl
     p.accum = accum;
     p.mode = MMQ_STORE;
     unsigned tiles = (unsigned)((n + nt - 1) / nt);
-    dim3 grid((unsigned)((w->n_out + MMQ_DENSE_ROWS - 1) / MMQ_DENSE_ROWS), tiles);
-    mmq_launch<false, false>(cb, w->type, grid, nt, p);
+    const int mt = mmq_mt(cb, w->type, nt, w->n_out), rows = MMQ_DENSE_ROWS * mt;
+    dim3 grid((unsigned)((w->n_out + rows - 1) / rows), tiles);
+    mmq_launch<false, false>(cb, w->type, grid, nt, mt, p);
 }
 
 /* out (n, n_ff) = silu(x Wgate^T) * (x Wup^T) for activations already quantized: a warp tile's 16
@@ -55,7 +56,7 @@ bool cuda_mmq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, 
     mmq_args p = mmq_dense_args(cb, gate, n, out);
     p.W2 = (const uint8_t *)up->dev;
     unsigned tiles = (unsigned)((n + nt - 1) / nt);
-    const int rows = MMQ_DENSE_ROWS / 2;
+    const int mt = mmq_mt(cb, gate->type, nt, 2 * gate->n_out), rows = MMQ_DENSE_ROWS / 2 * mt;
     dim3 grid((unsigned)((gate->n_out + rows - 1) / rows), tiles);
-    return mmq_launch<true, false>(cb, gate->type, grid, nt, p);
+    return mmq_launch<true, false>(cb, gate->type, grid, nt, mt, p);
 }

@@ -31,6 +31,10 @@
  * only when it is multiplied exposed an L2 round trip per group (H200, q4_K 4096 x 4096: 7.6 us
  * at 1..8 tokens without it). Dense batches of more than 32 tokens run as tiles of 32
  * (cuda_mmq.cu): a 64-token tile needs ~210 registers.
+ * From 16 tokens a warp may own MT = 2 m16 tiles (mmq_mt: large K-quant matrices and the expert
+ * products): 32 rows (GLU: 16 gate and up rows) that share each B fragment the warp loads. At 16
+ * tokens (two blocks an SM) a round is then half as long (mmq_frag's HALF) so that both tiles'
+ * rounds fit the registers; at 32 a block takes the SM alone (~220 registers) with whole rounds.
  *
  * Fragments. mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 (m16n8k16 for Q6_K, whose
  * 16-element halves have their own scales). groupID g = lane >> 2, c = lane % 4:
@@ -165,17 +169,20 @@ __device__ __forceinline__ void mmq_ld64_a2(const uint8_t *p, int w[2]) { ld_a2<
  * group j of row h into the A words x (k 4c..4c+3) and y (k 16+4c..) in the type's k order and
  * its factors a, b and half scales s0, s1 (group_dot's meaning). Raw bytes stay packed in
  * registers until get() so that a round's loads are all in flight together. */
-template <int T> struct mmq_frag;
+/* HALF: a round of half the groups (the kernel's MT > 1 at two blocks an SM: both tiles' rounds in
+ * registers at once). */
+template <int T, bool HALF> struct mmq_frag;
 
-template <> struct mmq_frag<QT_Q4_K> {
-    static constexpr int RG = 16; /* two superblocks (n_groups % 8 == 0: whole ones) */
+template <bool HALF> struct mmq_frag<QT_Q4_K, HALF> {
+    static constexpr int NSB = HALF ? 1 : 2; /* superblocks a round */
+    static constexpr int RG = 8 * NSB;     /* whole superblocks (n_groups % 8 == 0) */
     static constexpr bool P8 = true;
     static constexpr bool HAS_B = true; /* a nonzero b (offsets, minimums) */
-    uint4 hd[2][2];   /* [superblock][h]: d, dmin, 12 scale bytes */
-    uint2 q[2][2][4]; /* [superblock][h][pair]: bytes 8c..8c+7 of the pair's 32 quant bytes */
+    uint4 hd[NSB][2]; /* [superblock][h]: d, dmin, 12 scale bytes */
+    uint2 q[NSB][2][4]; /* [superblock][h][pair]: bytes 8c..8c+7 of the pair's 32 quant bytes */
     __device__ __forceinline__ void load(const uint8_t *const r[2], int64_t G0, int64_t n_groups, int c) {
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
+        for (int u = 0; u < NSB; u++) {
             if (G0 + 8 * u >= n_groups) break;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
@@ -206,12 +213,12 @@ template <> struct mmq_frag<QT_Q4_K> {
     }
 };
 
-template <> struct mmq_frag<QT_Q8_0> {
-    static constexpr int RG = 8;
+template <bool HALF> struct mmq_frag<QT_Q8_0, HALF> {
+    static constexpr int RG = HALF ? 4 : 8;
     static constexpr bool P8 = true;
     static constexpr bool HAS_B = false; /* a nonzero b (offsets, minimums) */
-    int w[8][2][2];       /* [group][h]: quant bytes 8c..8c+7 */
-    uint16_t d[8][2];     /* [group][h]: f16 scale */
+    int w[RG][2][2];       /* [group][h]: quant bytes 8c..8c+7 */
+    uint16_t d[RG][2];     /* [group][h]: f16 scale */
     __device__ __forceinline__ void load(const uint8_t *const r[2], int64_t G0, int64_t n_groups, int c) {
 #pragma unroll
         for (int j = 0; j < RG; j++) {
@@ -233,12 +240,12 @@ template <> struct mmq_frag<QT_Q8_0> {
     }
 };
 
-template <> struct mmq_frag<QT_Q4_0> {
-    static constexpr int RG = 8;
+template <bool HALF> struct mmq_frag<QT_Q4_0, HALF> {
+    static constexpr int RG = HALF ? 4 : 8;
     static constexpr bool P8 = false;
     static constexpr bool HAS_B = true; /* a nonzero b (offsets, minimums) */
-    int w[8][2];      /* [group][h]: quant bytes 4c..4c+3 (elements 4c.. low, 16+4c.. high nibbles) */
-    uint16_t d[8][2]; /* [group][h]: f16 scale */
+    int w[RG][2];      /* [group][h]: quant bytes 4c..4c+3 (elements 4c.. low, 16+4c.. high nibbles) */
+    uint16_t d[RG][2]; /* [group][h]: f16 scale */
     __device__ __forceinline__ void load(const uint8_t *const r[2], int64_t G0, int64_t n_groups, int c) {
 #pragma unroll
         for (int j = 0; j < RG; j++) {
@@ -261,32 +268,34 @@ template <> struct mmq_frag<QT_Q4_0> {
     }
 };
 
-template <> struct mmq_frag<QT_Q6_K> {
-    static constexpr int RG = 8; /* one superblock (G0 % 8 == 0, n_groups % 8 == 0) */
+template <bool HALF> struct mmq_frag<QT_Q6_K, HALF> {
+    static constexpr int NH = HALF ? 1 : 2; /* 128-element halves of the superblock a round */
+    static constexpr int RG = 4 * NH;       /* one superblock, or half of one (G0 % RG == 0, n_groups % 8 == 0) */
     static constexpr bool P8 = false;
     static constexpr bool HAS_B = false; /* a nonzero b (offsets, minimums) */
-    int ql[2][2][2][2]; /* [h][half n][k & 1][word c / 4 + c] of the 4-bit quants */
-    int qh[2][2][2];    /* [h][half n][word c / 4 + c] of the 2-bit highs */
-    uint16_t sc[2][8];  /* [h][group]: its two int8 half scales */
-    uint16_t d[2];      /* [h]: f16 superblock scale */
+    int ql[2][NH][2][2]; /* [h][half n][k & 1][word c / 4 + c] of the 4-bit quants */
+    int qh[2][NH][2];    /* [h][half n][word c / 4 + c] of the 2-bit highs */
+    uint16_t sc[2][RG];  /* [h][group]: its two int8 half scales */
+    uint16_t d[2];       /* [h]: f16 superblock scale */
     __device__ __forceinline__ void load(const uint8_t *const r[2], int64_t G0, int64_t n_groups, int c) {
         (void)n_groups;
+        const int n0 = HALF ? (int)(G0 / 4 % 2) : 0; /* the round's first half */
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const uint8_t *b = r[h] + (G0 / 8) * 210; /* 210-byte blocks: 2-byte aligned */
 #pragma unroll
-            for (int n = 0; n < 2; n++) {
+            for (int n = 0; n < NH; n++) {
 #pragma unroll
                 for (int k = 0; k < 2; k++) {
-                    const uint8_t *l = b + 64 * n + 32 * k;
+                    const uint8_t *l = b + 64 * (n0 + n) + 32 * k;
                     ql[h][n][k][0] = mmq_ld32_a2(l + 4 * c);
                     ql[h][n][k][1] = mmq_ld32_a2(l + 16 + 4 * c);
                 }
-                qh[h][n][0] = mmq_ld32_a2(b + 128 + 32 * n + 4 * c);
-                qh[h][n][1] = mmq_ld32_a2(b + 128 + 32 * n + 16 + 4 * c);
+                qh[h][n][0] = mmq_ld32_a2(b + 128 + 32 * (n0 + n) + 4 * c);
+                qh[h][n][1] = mmq_ld32_a2(b + 128 + 32 * (n0 + n) + 16 + 4 * c);
             }
 #pragma unroll
-            for (int j = 0; j < 8; j++) sc[h][j] = mmq_ld16(b + 192 + 2 * j); /* 8 n + 2 k = 2 j */
+            for (int j = 0; j < RG; j++) sc[h][j] = mmq_ld16(b + 192 + 2 * (4 * n0 + j)); /* 8 n + 2 k = 2 j */
             d[h] = mmq_ld16(b + 208);
         }
     }
@@ -331,15 +340,17 @@ __device__ __forceinline__ void mmq_load_b(const mmq_args &p, const int (&ob)[NT
     }
 }
 
-/* RT row tiles x KS K-slices per block (see the top). */
-template <int T, int NT, int RT, bool GLU, bool MOE>
-__global__ void __launch_bounds__(MMQ_THREADS, NT >= 64 ? 1 : 2) mmq_kernel(mmq_args p) {
+/* RT row tiles x KS K-slices per block (see the top); each warp's tile is MT m16 tiles (MT * 16 rows,
+ * GLU: MT * 8 gate and up rows) that share its B fragments. */
+template <int T, int NT, int RT, int MT, bool GLU, bool MOE>
+__global__ void __launch_bounds__(MMQ_THREADS, NT >= 64 || (MT > 1 && NT >= 32) ? 1 : 2) mmq_kernel(mmq_args p) {
     static_assert(NT % 8 == 0 && NT <= 64, "token tile");
     static_assert(MMQ_WARPS % RT == 0, "row tiles");
+    static_assert(MT == 1 || MT == 2, "m16 tiles per warp");
     constexpr int NTT = NT / 8, KS = MMQ_WARPS / RT;
-    constexpr int RO = GLU ? 8 : 16; /* output rows per tile */
-    using F = mmq_frag<T>;
-    __shared__ float part[MMQ_WARPS][NT * MMQ_LD]; /* per warp: [token][tile row] partial sums */
+    constexpr int RO = GLU ? 8 : 16; /* output rows per m16 tile */
+    using F = mmq_frag<T, (MT > 1 && NT < 32)>; /* 32 tokens: one block an SM, registers for whole rounds */
+    __shared__ float part[MMQ_WARPS][MT][NT * MMQ_LD]; /* per warp and m16 tile: [token][tile row] partial sums */
     __shared__ int xrow[NT], yrow[NT];
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, c = lane & 3;
     const int tile = warp % RT, ks = warp / RT;
@@ -370,19 +381,21 @@ __global__ void __launch_bounds__(MMQ_THREADS, NT >= 64 ? 1 : 2) mmq_kernel(mmq_
             yrow[t] = t0 + t;
         }
     }
-    /* the lane's rows g (h = 0) and g + 8 (h = 1) of its tile; GLU: gate row and up row r0 + g.
-     * Rows past the matrix repeat its last row (never stored). */
-    const int64_t rb = (int64_t)blockIdx.x * RT * RO, r0 = rb + tile * RO;
-    const uint8_t *rows[2];
+    /* the lane's rows g (h = 0) and g + 8 (h = 1) of each of its m16 tiles; GLU: gate row and up row
+     * r0 + g. Rows past the matrix repeat its last row (never stored). */
+    const int64_t rb = (int64_t)blockIdx.x * RT * MT * RO, r0 = rb + tile * MT * RO;
+    const uint8_t *rows[MT][2];
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        int64_t rr = r0 + g + (GLU ? 0 : 8 * h);
-        if (rr >= p.n_rows) rr = p.n_rows - 1;
-        const bool up = GLU && h == 1;
-        const uint8_t *const *tab = MOE ? (up ? p.W2tab : p.Wtab) : NULL;
-        const uint8_t *base = tab ? tab[e] : (up ? p.W2 : p.W) + e * p.n_rows * p.row_bytes;
-        rows[h] = base + rr * p.row_bytes;
-    }
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int64_t rr = r0 + mt * RO + g + (GLU ? 0 : 8 * h);
+            if (rr >= p.n_rows) rr = p.n_rows - 1;
+            const bool up = GLU && h == 1;
+            const uint8_t *const *tab = MOE ? (up ? p.W2tab : p.Wtab) : NULL;
+            const uint8_t *base = tab ? tab[e] : (up ? p.W2 : p.W) + e * p.n_rows * p.row_bytes;
+            rows[mt][h] = base + rr * p.row_bytes;
+        }
     __syncthreads();
 
     /* int32 offsets (xq holds at most xq_cap < 2^31 values): B rows and the (d, sum) rows */
@@ -394,20 +407,23 @@ __global__ void __launch_bounds__(MMQ_THREADS, NT >= 64 ? 1 : 2) mmq_kernel(mmq_
         od0[nt] = xrow[nt * 8 + 2 * c] * (int)n_groups;
         od1[nt] = xrow[nt * 8 + 2 * c + 1] * (int)n_groups;
     }
-    float acc[NTT][4];
+    float acc[MT][NTT][4];
 #pragma unroll
-    for (int nt = 0; nt < NTT; nt++)
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
+        for (int nt = 0; nt < NTT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
 
-    /* B fragments and (d, sum) pairs of MMQ_BD<NTT> groups ahead in registers: a warp's groups
-     * are a chain, and loading each group's activations only when it is multiplied would expose
-     * an L2 round trip per group */
+    /* B fragments and (d, sum) pairs of D groups ahead in registers: a warp's groups are a chain,
+     * and loading each group's activations only when it is multiplied would expose an L2 round
+     * trip per group */
     constexpr int D = NTT == 1 ? 4 : NTT == 2 ? 2 : 1;
     mmq_bfrag bq[D][NTT];
-    F f;
+    F f[MT];
     for (int64_t G0 = (int64_t)ks * F::RG; G0 < n_groups; G0 += (int64_t)KS * F::RG) {
-        f.load(rows, G0, n_groups, c);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) f[mt].load(rows[mt], G0, n_groups, c);
         if (!waited) { /* the first round's weights are in flight: now the activations */
             pdl_wait();
             pdl_allow_next();
@@ -419,30 +435,33 @@ __global__ void __launch_bounds__(MMQ_THREADS, NT >= 64 ? 1 : 2) mmq_kernel(mmq_
         for (int j = 0; j < F::RG; j++) {
             const int64_t G = G0 + j;
             if (G >= n_groups) break;
-            int A[4], s0[2], s1[2];
-            float fa[2], fb[2];
 #pragma unroll
-            for (int h = 0; h < 2; h++) f.get(j, h, A[h], A[2 + h], fa[h], fb[h], s0[h], s1[h]);
+            for (int mt = 0; mt < MT; mt++) {
+                int A[4], s0[2], s1[2];
+                float fa[2], fb[2];
 #pragma unroll
-            for (int nt = 0; nt < NTT; nt++) {
-                if (nt * 8 >= nv) break;
-                const mmq_bfrag &bf = bq[j % D][nt];
-                int cc[4];
-                if constexpr (T == QT_Q6_K) {
-                    int lo[4], hi[4];
-                    mmq_mma16(lo, A[0], A[1], bf.b0);
-                    mmq_mma16(hi, A[2], A[3], bf.b1);
+                for (int h = 0; h < 2; h++) f[mt].get(j, h, A[h], A[2 + h], fa[h], fb[h], s0[h], s1[h]);
 #pragma unroll
-                    for (int i = 0; i < 4; i++) cc[i] = s0[i >> 1] * lo[i] + s1[i >> 1] * hi[i];
-                } else {
-                    mmq_mma32(cc, A[0], A[1], A[2], A[3], bf.b0, bf.b1);
-                }
-                /* group_dot's a * d_x * (float)isum - b * (d_x * sum x) */
+                for (int nt = 0; nt < NTT; nt++) {
+                    if (nt * 8 >= nv) break;
+                    const mmq_bfrag &bf = bq[j % D][nt];
+                    int cc[4];
+                    if constexpr (T == QT_Q6_K) {
+                        int lo[4], hi[4];
+                        mmq_mma16(lo, A[0], A[1], bf.b0);
+                        mmq_mma16(hi, A[2], A[3], bf.b1);
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const float2 d = (i & 1) ? bf.d1 : bf.d0;
-                    if constexpr (F::HAS_B) acc[nt][i] += fa[i >> 1] * d.x * (float)cc[i] - fb[i >> 1] * d.y;
-                    else acc[nt][i] += fa[i >> 1] * d.x * (float)cc[i];
+                        for (int i = 0; i < 4; i++) cc[i] = s0[i >> 1] * lo[i] + s1[i >> 1] * hi[i];
+                    } else {
+                        mmq_mma32(cc, A[0], A[1], A[2], A[3], bf.b0, bf.b1);
+                    }
+                    /* group_dot's a * d_x * (float)isum - b * (d_x * sum x) */
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const float2 d = (i & 1) ? bf.d1 : bf.d0;
+                        if constexpr (F::HAS_B) acc[mt][nt][i] += fa[i >> 1] * d.x * (float)cc[i] - fb[i >> 1] * d.y;
+                        else acc[mt][nt][i] += fa[i >> 1] * d.x * (float)cc[i];
+                    }
                 }
             }
             if (j + D < F::RG) mmq_load_b<F::P8, NTT>(p, ob, od0, od1, G + D, n_groups, nv, c, bq[j % D]);
@@ -454,25 +473,29 @@ __global__ void __launch_bounds__(MMQ_THREADS, NT >= 64 ? 1 : 2) mmq_kernel(mmq_
     }
 
     /* the K-slices' partial sums, added in ks order (deterministic) */
-    float *pw = part[warp];
 #pragma unroll
-    for (int nt = 0; nt < NTT; nt++) {
-        if (nt * 8 >= nv) break;
+    for (int mt = 0; mt < MT; mt++) {
+        float *pw = part[warp][mt];
 #pragma unroll
-        for (int i = 0; i < 4; i++) pw[(nt * 8 + 2 * c + (i & 1)) * MMQ_LD + g + 8 * (i >> 1)] = acc[nt][i];
+        for (int nt = 0; nt < NTT; nt++) {
+            if (nt * 8 >= nv) break;
+#pragma unroll
+            for (int i = 0; i < 4; i++) pw[(nt * 8 + 2 * c + (i & 1)) * MMQ_LD + g + 8 * (i >> 1)] = acc[mt][nt][i];
+        }
     }
     __syncthreads();
-    constexpr int BR = RT * RO; /* output rows of the block */
+    constexpr int TR = MT * RO, BR = RT * TR; /* output rows of a warp's tile, of the block */
     for (int i = tid; i < NT * BR; i += MMQ_THREADS) {
-        const int t = i / BR, rr = i % BR, tl = rr / RO, m = rr % RO;
+        const int t = i / BR, rr = i % BR, tl = rr / TR, mt = rr % TR / RO, m = rr % RO;
         if (t >= nv || rb + rr >= p.n_rows) continue;
         float v = 0.0f, u = 0.0f;
 #pragma unroll
         for (int k = 0; k < KS; k++) {
-            const float *pk = part[k * RT + tl] + t * MMQ_LD;
+            const float *pk = part[k * RT + tl][mt] + t * MMQ_LD;
             v += pk[m];
             if (GLU) u += pk[8 + m];
         }
+        /* GLU: the tile's rows r0 + mt * 8 + m of gate and of up */
         float *o = p.y + (int64_t)yrow[t] * p.ldy + rb + rr;
         if (GLU) *o = mmq_silu(v) * u;
         else if (p.mode == MMQ_SILU_MUL) *o = mmq_silu(*o) * v;
@@ -480,44 +503,72 @@ __global__ void __launch_bounds__(MMQ_THREADS, NT >= 64 ? 1 : 2) mmq_kernel(mmq_
     }
 }
 
-/* One launch for weight type T with the token tile nt (8, 16, 32 or 64): dense (MOE false) as a
- * programmatic launch on cb's stream, 16 rows per block (GLU: 8); grouped on stream s, the
- * ordinary way, MMQ_ROWS rows per block (GLU: MMQ_ROWS / 2). */
-template <int T, bool GLU, bool MOE>
-static void mmq_launch_nt(cuda_backend *cb, cudaStream_t s, dim3 grid, int nt, const mmq_args &p) {
-    constexpr int RT = MOE ? MMQ_ROWS / 16 : MMQ_DENSE_ROWS / 16;
-#define MMQ_GO(NT)                                                                      \
-    do {                                                                                \
-        if (cb) pdl_launch(cb, mmq_kernel<T, NT, RT, GLU, MOE>, grid, dim3(MMQ_THREADS), 0, p); \
-        else mmq_kernel<T, NT, RT, GLU, MOE><<<grid, MMQ_THREADS, 0, s>>>(p);           \
+/* m16 tiles per warp for a token tile of nt over `rows` weight rows (GLU: gate and up rows) of a
+ * K-quant type: two from 16 tokens where there are blocks enough for every SM twice over (the
+ * grouped expert products always: their grids count tiles too), else one; Q8_0 and Q4_0 one
+ * (BRISK_CUDA_MMQ_MT=1: always one). Two tiles share a warp's B fragments, whose loads otherwise
+ * saturate L1 (ncu, H200, q4_K 12288 x 4096 at 32 tokens: L1 89% -> 57%, DRAM 8%), but halve the
+ * blocks: a 4096-row matrix then leaves SMs idle (H200 lab: q8_0 4096 x 4096 at 16 tokens 15.1 ->
+ * 22.8 us). H200 lab, 32 tokens, one -> two: q4_K 12288 x 4096 52.8 -> 47.4 us, q6_K 62.6 -> 57.6,
+ * but q8_0 65.7 -> 71.1 (its groups are a few instructions of unpacking: fewer warps hide less);
+ * qwen3-30b-a3b pp512 7,449 -> 8,734 tokens/s. A dense block holds MMQ_DENSE_ROWS * mt rows (GLU:
+ * half). */
+static inline int mmq_mt(const cuda_backend *cb, uint32_t type, int nt, int64_t rows) {
+    return nt >= 16 && cb->mmq_mt != 1 && (type == QT_Q4_K || type == QT_Q6_K) &&
+                   rows >= (int64_t)2 * MMQ_DENSE_ROWS * 2 * cb->n_sm
+               ? 2
+               : 1;
+}
+
+/* One launch for weight type T with the token tile nt (8, 16, 32 or 64) and mt m16 tiles per warp:
+ * dense (MOE false) as a programmatic launch on cb's stream, MMQ_DENSE_ROWS * mt rows per block (GLU:
+ * half); grouped on stream s, the ordinary way, MMQ_ROWS rows per block (GLU: MMQ_ROWS / 2) either way. */
+template <int T, bool GLU, bool MOE, int MT>
+static void mmq_launch_mt(cuda_backend *cb, cudaStream_t s, dim3 grid, int nt, const mmq_args &p) {
+    constexpr int RT = MOE ? MMQ_ROWS / 16 / MT : MMQ_DENSE_ROWS / 16;
+#define MMQ_GO(NT)                                                                                      \
+    do {                                                                                                \
+        if (cb) pdl_launch(cb, mmq_kernel<T, NT, RT, MT, GLU, MOE>, grid, dim3(MMQ_THREADS), 0, p);      \
+        else mmq_kernel<T, NT, RT, MT, GLU, MOE><<<grid, MMQ_THREADS, 0, s>>>(p);                       \
     } while (0)
-    if (nt <= 8) MMQ_GO(8);
-    else if (nt <= 16) MMQ_GO(16);
-    else if (nt <= 32) MMQ_GO(32);
-    else MMQ_GO(64);
+    if constexpr (MT == 1) {
+        if (nt <= 8) MMQ_GO(8);
+        else if (nt <= 16) MMQ_GO(16);
+        else if (nt <= 32) MMQ_GO(32);
+        else MMQ_GO(64);
+    } else {
+        if (nt <= 16) MMQ_GO(16);
+        else MMQ_GO(32); /* 64: two tiles of 64 tokens need more than 48 KB of partial sums */
+    }
 #undef MMQ_GO
+}
+template <int T, bool GLU, bool MOE>
+static void mmq_launch_nt(cuda_backend *cb, cudaStream_t s, dim3 grid, int nt, int mt, const mmq_args &p) {
+    if (mt == 2 && nt <= 32) mmq_launch_mt<T, GLU, MOE, 2>(cb, s, grid, nt, p);
+    else mmq_launch_mt<T, GLU, MOE, 1>(cb, s, grid, nt, p);
 }
 
 /* The type dispatch; false for a type the integer-dot loaders do not know. */
 template <bool GLU, bool MOE>
-static bool mmq_launch_any(cuda_backend *cb, cudaStream_t s, uint32_t type, dim3 grid, int nt, const mmq_args &p) {
+static bool mmq_launch_any(cuda_backend *cb, cudaStream_t s, uint32_t type, dim3 grid, int nt, int mt,
+                           const mmq_args &p) {
     switch (type) {
-    case QT_Q8_0: mmq_launch_nt<QT_Q8_0, GLU, MOE>(cb, s, grid, nt, p); return true;
-    case QT_Q4_0: mmq_launch_nt<QT_Q4_0, GLU, MOE>(cb, s, grid, nt, p); return true;
-    case QT_Q4_K: mmq_launch_nt<QT_Q4_K, GLU, MOE>(cb, s, grid, nt, p); return true;
-    case QT_Q6_K: mmq_launch_nt<QT_Q6_K, GLU, MOE>(cb, s, grid, nt, p); return true;
+    case QT_Q8_0: mmq_launch_nt<QT_Q8_0, GLU, MOE>(cb, s, grid, nt, mt, p); return true;
+    case QT_Q4_0: mmq_launch_nt<QT_Q4_0, GLU, MOE>(cb, s, grid, nt, mt, p); return true;
+    case QT_Q4_K: mmq_launch_nt<QT_Q4_K, GLU, MOE>(cb, s, grid, nt, mt, p); return true;
+    case QT_Q6_K: mmq_launch_nt<QT_Q6_K, GLU, MOE>(cb, s, grid, nt, mt, p); return true;
     default: return false;
     }
 }
 /* Grouped expert products (cuda_moe.cu): grid (ceil(n_rows / MMQ_ROWS) (GLU: / (MMQ_ROWS / 2)), tiles). */
 template <bool GLU, bool MOE>
-static bool mmq_launch(cudaStream_t s, uint32_t type, dim3 grid, int nt, const mmq_args &p) {
-    return mmq_launch_any<GLU, MOE>(NULL, s, type, grid, nt, p);
+static bool mmq_launch(const cuda_backend *cb, cudaStream_t s, uint32_t type, dim3 grid, int nt, const mmq_args &p) {
+    return mmq_launch_any<GLU, MOE>(NULL, s, type, grid, nt, mmq_mt(cb, type, nt, INT64_MAX), p);
 }
-/* Dense products (cuda_mmq.cu), programmatic on cb's stream: grid (ceil(n_rows / MMQ_DENSE_ROWS)
- * (GLU: / (MMQ_DENSE_ROWS / 2)), token tiles). */
+/* Dense products (cuda_mmq.cu), programmatic on cb's stream: grid (ceil(n_rows / (MMQ_DENSE_ROWS * mt))
+ * (GLU: / (MMQ_DENSE_ROWS / 2 * mt)), token tiles) for the mt the caller got from mmq_mt. */
 template <bool GLU, bool MOE>
-static bool mmq_launch(cuda_backend *cb, uint32_t type, dim3 grid, int nt, const mmq_args &p) {
-    return mmq_launch_any<GLU, MOE>(cb, cb->stream, type, grid, nt, p);
+static bool mmq_launch(cuda_backend *cb, uint32_t type, dim3 grid, int nt, int mt, const mmq_args &p) {
+    return mmq_launch_any<GLU, MOE>(cb, cb->stream, type, grid, nt, mt, p);
 }
 #endif

@@ -941,7 +941,7 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
             mq.Wtab = tg;
             mq.W2tab = tu;
             mq.row_bytes = gate->row_bytes;
-            mmq_launch<true, true>(cb->stream, gate->type, dim3((unsigned)((n_ff + 15) / 16), tile_cap), tnt, mq);
+            mmq_launch<true, true>(cb, cb->stream, gate->type, dim3((unsigned)((n_ff + 15) / 16), tile_cap), tnt, mq);
         } else if (both) {
             GATE_UP(gate->type, true, qx && q8_g, G, gate->row_bytes, 0);
         } else {
@@ -951,7 +951,7 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
                 mq.Wtab = tg;
                 mq.row_bytes = gate->row_bytes;
                 mq.mode = MMQ_STORE;
-                mmq_launch<false, true>(cb->stream, gate->type, gm, tnt, mq);
+                mmq_launch<false, true>(cb, cb->stream, gate->type, gm, tnt, mq);
             } else {
                 GATE_UP(gate->type, false, qx && q8_g, G, gate->row_bytes, 0);
             }
@@ -960,7 +960,7 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
                 mq.Wtab = tu;
                 mq.row_bytes = up->row_bytes;
                 mq.mode = MMQ_SILU_MUL;
-                mmq_launch<false, true>(cb->stream, up->type, gm, tnt, mq);
+                mmq_launch<false, true>(cb, cb->stream, up->type, gm, tnt, mq);
             } else {
                 ax.wtab[0] = tu; /* stage 1's W is up */
                 GATE_UP(up->type, false, qx && q8_u, U, up->row_bytes, 1);
@@ -983,7 +983,7 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
             mq.ldy = n_embd;
             mq.div = 1;
             mq.mode = MMQ_STORE;
-            mmq_launch<false, true>(cb->stream, down->type,
+            mmq_launch<false, true>(cb, cb->stream, down->type,
                                     dim3((unsigned)((n_embd + MMQ_ROWS - 1) / MMQ_ROWS), tile_cap), tnt, mq);
         } else if (qh) {
             MOE_Q8_DISPATCH(down->type, pdl_launch(cb, moe_down_kernel<TT, true>, g2, dim3(MOE_WARPS * 32), 0, D,
