@@ -726,6 +726,12 @@ static void attention_cases(void) {
         pos[0] = 20000; seq[0] = 1;
         check_attention(kt, 32, 8, 128, 1, pos, seq);
         check_attention(kt, 16, 2, 128, 1, pos, seq);
+        /* a long and a short sequence in one batch: the launch is split for the long one, the short
+         * one's few splits that hold positions take part (one: no merge; four of 33) */
+        pos[0] = 3000; seq[0] = 0; pos[1] = 5; seq[1] = 1;
+        check_attention(kt, 32, 8, 128, 2, pos, seq);
+        pos[1] = 100;
+        check_attention(kt, 32, 8, 128, 2, pos, seq);
         /* 32 sequences' worth of decode tokens at mixed depths (two page tables) */
         for (int i = 0; i < 32; i++) { pos[i] = i % 2 ? 700 + 97 * i : 2500 + i; seq[i] = i % 2; }
         check_attention(kt, 32, 8, 128, 32, pos, seq);

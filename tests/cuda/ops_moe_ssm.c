@@ -218,9 +218,9 @@ static void test_moe_ffn(void) {
     /* a Q4_K_M-like mix: gate and up of different types (two passes), down apart */
     check_moe_ffn(QT_Q4_K, QT_Q5_K, QT_Q6_K, 256, 256, 8, 2, 5, 0);
     check_moe_ffn(QT_Q8_0, QT_Q4_0, QT_F16, 256, 256, 8, 3, 1, 0);
-    /* more entries than one chunk (2048 / k tokens per pass), many experts idle or popular */
-    check_moe_ffn(QT_F32, QT_F32, QT_F32, 64, 32, 64, 8, 300, 0);
-    check_moe_ffn(QT_Q4_K, QT_Q4_K, QT_Q6_K, 256, 256, 32, 8, 260, 0);
+    /* more entries than one chunk (4096 / k tokens per pass), many experts idle or popular */
+    check_moe_ffn(QT_F32, QT_F32, QT_F32, 64, 32, 64, 8, 600, 0);
+    check_moe_ffn(QT_Q4_K, QT_Q4_K, QT_Q6_K, 256, 256, 32, 8, 520, 0);
     /* float rows that are no multiple of 8 (scalar path) */
     check_moe_ffn(QT_F16, QT_F16, QT_F32, 100, 36, 4, 2, 3, 0);
     /* entries of expert -1 (the hot-expert cache's) on the GEMV-style kernels: decode and a small batch */
@@ -395,7 +395,7 @@ static void test_moe_ffn_ep(void) {
     check_moe_ep(QT_F16, 256, 256, 4, 8, 9, 4, 2, 1);    /* grouped kernels, float activations */
     check_moe_ep(QT_Q8_0, 256, 256, 4, 8, 5, 4, 1, 0);   /* grouped kernels, int8 dots (40 entries: no mmq) */
     check_moe_ep(QT_Q4_K, 256, 256, 16, 8, 64, 8, 5, 1); /* tensor-core mmq */
-    check_moe_ep(QT_Q8_0, 256, 256, 4, 8, 300, 4, 3, 2); /* two chunks of 256 tokens */
+    check_moe_ep(QT_Q8_0, 256, 256, 4, 8, 600, 4, 3, 2); /* two chunks (512 tokens a pass) */
 }
 
 /* Experts placed one by one (bk_weight.expert_ptrs, engine/offload.c's map mode): tables mixing

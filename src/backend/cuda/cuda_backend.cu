@@ -332,6 +332,7 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     CU_TRY(cudaMalloc(&cb->route_cnt, sizeof(int)));
     CU_TRY(cudaMemset(cb->route_cnt, 0, sizeof(int)));
     cb->attn_fuse_off = getenv("BRISK_CUDA_ATTN_FUSE") && !strcmp(getenv("BRISK_CUDA_ATTN_FUSE"), "0");
+    cb->attn_adapt_off = getenv("BRISK_CUDA_ATTN_ADAPT") && !strcmp(getenv("BRISK_CUDA_ATTN_ADAPT"), "0");
     const char *mma = getenv("BRISK_CUDA_MMA");
     cb->mma_off = mma && !strcmp(mma, "0");
     const char *gqa = getenv("BRISK_CUDA_ATTN_GQA");
@@ -377,7 +378,9 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->moe_shared_off = getenv("BRISK_CUDA_MOE_SHARED") && !strcmp(getenv("BRISK_CUDA_MOE_SHARED"), "0");
     cb->route_warp_off = getenv("BRISK_CUDA_ROUTE_WARP") && !strcmp(getenv("BRISK_CUDA_ROUTE_WARP"), "0");
     cb->moe_mmq_min = mmmin && atoi(mmmin) > 0 ? atoi(mmmin) : MOE_MMQ_MIN_ENT;
-    cb->xq_cap = (size_t)MMVQ_MAX_TOK << 17; /* rows of up to 128K elements */
+    cb->moe_tnt = getenv("BRISK_CUDA_MOE_TNT") ? atoi(getenv("BRISK_CUDA_MOE_TNT")) : 0;
+    /* rows of up to 256K elements: a MoE chunk's h (cuda_moe.cu's MOE_MAX_ENT entries of n_ff) */
+    cb->xq_cap = (size_t)MMVQ_MAX_TOK << 18;
     CU_TRY(cudaMalloc(&cb->xq, cb->xq_cap));
     CU_TRY(cudaMalloc(&cb->xds, cb->xq_cap / 32 * sizeof(float2)));
     brisk_status s = cuda_blas_init(cb);

@@ -79,6 +79,7 @@ typedef struct cuda_backend {
     bool mmvs_wide_off;         /* BRISK_CUDA_MMVS_WIDE=0: rows wider than 8,192 columns through cuda_mmvq's kernel (A/B) */
     int mmvs_warps;             /* BRISK_CUDA_MMVS_WARPS=8: cuda_mmvs's 8-warp blocks only (A/B) */
     bool attn_fuse_off;         /* BRISK_CUDA_ATTN_FUSE=0: decode attention merges its splits in a kernel of its own (A/B) */
+    bool attn_adapt_off;        /* BRISK_CUDA_ATTN_ADAPT=0: every split of a decode launch takes part, however short the context (A/B) */
     int *route_cnt;             /* the fused MoE router's finished-block counter (cuda_moe.cu), zero between launches */
     int *att_cnt;               /* (ATT_CNT_N) per (token, head group) split counters of the decode attention, zero between launches */
     int q6k_quad;               /* BRISK_CUDA_Q6K_QUAD: 0 off, 1 (default) Q6_K decode products in quads of groups, 2 the LM head too */
@@ -89,6 +90,7 @@ typedef struct cuda_backend {
      * integer-dot types; below, cuda_mmvq.cu; from mmq_max, cuda_blas.cu / cuda_mma.cu */
     bool mmq_off;               /* BRISK_CUDA_MMQ=0 */
     int mmq_min;                /* BRISK_CUDA_MMQ_MIN (default MMQ_MIN_TOK) */
+    int moe_tnt;                /* BRISK_CUDA_MOE_TNT: the grouped expert products' token tile (8..64; 0: by the mean) */
     int mmq_mt;                 /* BRISK_CUDA_MMQ_MT: m16 tiles per mmq warp from 16 tokens (1 or 2, default 2) */
     int mmq_max;                /* BRISK_CUDA_MMQ_MAX (default: BRISK_CUDA_CUBLAS_MIN_TOK, else MMQ_MAX_TOK) */
     bool moe_mmq_off;           /* BRISK_CUDA_MOE_MMQ=0: expert products on the GEMV-style kernels only */

@@ -54,7 +54,10 @@
 #define MOE_WARPS 4
 #define MOE_ROWS 2      /* weight rows per warp */
 #define MOE_NT 8        /* entries per pass over a row */
-#define MOE_MAX_ENT 2048 /* (token, slot) entries per chunk: bounds the scratch */
+/* (token, slot) entries per chunk: bounds the scratch (~46 MB at 4096 entries of Qwen3-30B-A3B's
+ * n_ff 768, n_embd 2048). A 512-token prefill of a top-8 model is one chunk: each active expert's
+ * weights are read once per pass, and two passes of 256 tokens read them twice (H200, session 11). */
+#define MOE_MAX_ENT 4096
 
 /* The integer-dot types (cuda_mmvq_supported): group_load knows only these. */
 #define MOE_Q8_DISPATCH(type, ...)                                               \
@@ -902,8 +905,13 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
         /* many entries: the integer-dot products as grouped tensor-core launches over tiles of tnt entries */
         int tnt = 0;
         if (!cb->moe_mmq_off && nk >= cb->moe_mmq_min && (q8_g || q8_u || q8_d)) {
+            /* the tile by the mean entries an active expert, at most 16: two m16 tiles a warp at 16
+             * entries keep two blocks an SM, while 32 take the SM alone (mmq_mt). H200, pp512 in one
+             * chunk (session 11), tile 8 / 16 / 32 / 64: qwen3-30b-a3b (mean 32) - / 9,743 / 5,832 /
+             * 7,420 tokens/s, qwen3.6-35b-a3b (mean 16) 7,001 / 8,927 / 4,890 / 5,915 */
             int mean = (nk + (int)slots - 1) / (int)slots;
-            tnt = mean <= 8 ? 8 : mean <= 16 ? 16 : mean <= 32 ? 32 : 64;
+            tnt = mean <= 8 ? 8 : 16;
+            if (cb->moe_tnt == 8 || cb->moe_tnt == 16 || cb->moe_tnt == 32 || cb->moe_tnt == 64) tnt = cb->moe_tnt;
         }
         const unsigned tile_cap = tnt ? slots + (unsigned)(nk / tnt) : 0; /* >= the tiles listed */
         const int32_t *ids_c = ids + (size_t)t0 * k;
