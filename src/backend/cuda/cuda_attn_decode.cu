@@ -82,8 +82,8 @@ __device__ __forceinline__ int dec_row(const int32_t *table, int bs, int p, int 
 
 /* Merges the first n_split of the stride partials of one (head h, token t) into out, with the
  * DEC_WARPS * 32 threads of a block: the split weights once into shared memory (w_s), then one
- * thread per dimension (coalesced reads of the partials). Maxima are base 2 (see the header). The partials are read through L2
- * (__ldcg): in the fused form other blocks of the same grid wrote them. */
+ * thread per dimension (coalesced reads of the partials). Maxima are base 2 (see the header). The
+ * partials are read through L2 (__ldcg): in the fused form other blocks of the same grid wrote them. */
 __device__ __forceinline__ void dec_combine_head(const float *part, int stride, int n_split, int n_head, int hd, int h,
                                                  int t, float *out, float *w_s, float *red, int8_t *xq, float2 *xds) {
     const int nt = DEC_WARPS * 32, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
