@@ -288,33 +288,64 @@ static brisk_status bind_picked(brisk_model *m, bk_backend *be, const bk_weight 
     return be->ops->bind_weight(be, w);
 }
 
-/* qwen3next's Gated DeltaNet projections, bound as qwen35moe's (ssm_qkv, ssm_z, ssm_beta,
- * ssm_alpha) in the file's grouped value-head order (hp->ssm_v_grouped). ssm_ba's rows are, per
- * key head, r = n_v / n_k beta rows then r alpha rows. Older files (llama.cpp's "legacy" path)
- * carry ssm_in instead of attn_qkv + attn_gate: per key head q (d_state rows), k (d_state),
- * v (r d_state), z (r d_state). */
+/* bind_picked over the rows [first, first + len) of each of the given segments of tensor `name`
+ * (d columns, rows rows), read whole; without tensor parallelism a tensor taken whole is bound as is. */
+static brisk_status bind_segments(brisk_model *m, bk_backend *be, const char *name, int64_t d, int64_t rows, int n_seg,
+                                  const int64_t *first, const int64_t *len, bk_weight *w) {
+    if (m->tp_size < 2) return bind3(m, be, name, d, rows, 1, true, w);
+    bk_weight full;
+    BK_TRY(bind3(m, NULL, name, d, rows, 1, true, &full));
+    return bind_picked(m, be, &full, n_seg, first, len, 1, rows, w);
+}
+
+/* qwen3next's Gated DeltaNet tensors, bound as qwen35moe's in the file's grouped value-head order
+ * (hp->ssm_v_grouped): ssm_ba's rows are, per key head, r = n_v / n_k beta rows then r alpha rows;
+ * older files (llama.cpp's "legacy" path) carry ssm_in instead of attn_qkv + attn_gate: per key head
+ * q (d_state rows), k (d_state), v (r d_state), z (r d_state). With tensor parallelism a rank keeps
+ * whole key heads [k0, k0 + kh) and, in this order, their value heads are the contiguous run
+ * [k0 r, (k0 + kh) r): picked rows of q|k|v (and the conv channels), z, beta and alpha; contiguous
+ * elements of dt_bias and ssm_a; contiguous columns of ssm_out. */
 static brisk_status bind_deltanet(brisk_model *m, bk_backend *be, int l, layer_weights *L) {
     const model_hparams *hp = &m->hp;
-    const int64_t d = hp->n_embd, ds = hp->ssm_d_state, nk = hp->ssm_n_k_heads, r = hp->ssm_n_v_heads / nk;
+    const int64_t d = hp->n_embd, ds = hp->ssm_d_state, nk = hp->ssm_n_k_heads, r = hp->ssm_n_v_heads / nk,
+                  nv = nk * r, conv_dim = (2 * nk + nv) * ds;
+    const int64_t kh = m->tp_size > 1 ? nk / m->tp_size : nk, k0 = m->tp_size > 1 ? m->tp_rank * kh : 0;
     char n[96];
-    bk_weight full;
+    bk_weight full, part;
     snprintf(n, sizeof n, "blk.%d.ssm_ba.weight", l);
-    BK_TRY(bind3(m, NULL, n, d, 2 * nk * r, 1, true, &full));
+    BK_TRY(bind3(m, NULL, n, d, 2 * nv, 1, true, &full));
+    part = full; /* from the rank's first key head's block on */
+    part.host = (const char *)full.host + (size_t)(k0 * 2 * r) * full.row_bytes;
     const int64_t beta0 = 0, alpha0 = r;
-    BK_TRY(bind_picked(m, be, &full, 1, &beta0, &r, nk, 2 * r, &L->ssm_beta));
-    BK_TRY(bind_picked(m, be, &full, 1, &alpha0, &r, nk, 2 * r, &L->ssm_alpha));
+    BK_TRY(bind_picked(m, be, &part, 1, &beta0, &r, kh, 2 * r, &L->ssm_beta));
+    BK_TRY(bind_picked(m, be, &part, 1, &alpha0, &r, kh, 2 * r, &L->ssm_alpha));
+    /* q|k|v rows and conv channels: the rank's q heads, k heads, then its value heads */
+    const int64_t qkv_first[3] = {k0 * ds, (nk + k0) * ds, (2 * nk + k0 * r) * ds},
+                  qkv_len[3] = {kh * ds, kh * ds, kh * r * ds}, z_first = k0 * r * ds, z_len = kh * r * ds;
     snprintf(n, sizeof n, "blk.%d.ssm_in.weight", l);
     if (!gguf_find_tensor(m->gguf, n)) {
         snprintf(n, sizeof n, "blk.%d.attn_qkv.weight", l);
-        BK_TRY(bind(m, be, n, d, (2 * nk + nk * r) * ds, true, &L->ssm_qkv));
+        BK_TRY(bind_segments(m, be, n, d, conv_dim, 3, qkv_first, qkv_len, &L->ssm_qkv));
         snprintf(n, sizeof n, "blk.%d.attn_gate.weight", l);
-        return bind(m, be, n, d, nk * r * ds, true, &L->ssm_z);
+        BK_TRY(bind_segments(m, be, n, d, nv * ds, 1, &z_first, &z_len, &L->ssm_z));
+    } else {
+        const int64_t blk = (2 + 2 * r) * ds, in_first[3] = {0, ds, 2 * ds}, in_len[3] = {ds, ds, r * ds},
+                      in_z_first = (2 + r) * ds, in_z_len = r * ds;
+        BK_TRY(bind3(m, NULL, n, d, nk * blk, 1, true, &full));
+        part = full;
+        part.host = (const char *)full.host + (size_t)(k0 * blk) * full.row_bytes;
+        BK_TRY(bind_picked(m, be, &part, 3, in_first, in_len, kh, blk, &L->ssm_qkv));
+        BK_TRY(bind_picked(m, be, &part, 1, &in_z_first, &in_z_len, kh, blk, &L->ssm_z));
     }
-    const int64_t blk = (2 + 2 * r) * ds, qkv_first[3] = {0, ds, 2 * ds}, qkv_len[3] = {ds, ds, r * ds},
-                  z_first = (2 + r) * ds, z_len = r * ds;
-    BK_TRY(bind3(m, NULL, n, d, nk * blk, 1, true, &full));
-    BK_TRY(bind_picked(m, be, &full, 3, qkv_first, qkv_len, nk, blk, &L->ssm_qkv));
-    return bind_picked(m, be, &full, 1, &z_first, &z_len, nk, blk, &L->ssm_z);
+    snprintf(n, sizeof n, "blk.%d.ssm_conv1d.weight", l);
+    BK_TRY(bind_segments(m, be, n, hp->ssm_d_conv, conv_dim, 3, qkv_first, qkv_len, &L->ssm_conv1d));
+    /* one block of value heads: shard_gather's slice of it is the rank's contiguous run */
+    snprintf(n, sizeof n, "blk.%d.ssm_dt.bias", l);
+    BK_TRY(bind_gather(m, be, n, nv, 0, SHARD_COLS, 1, 1, &L->ssm_dt_bias));
+    snprintf(n, sizeof n, "blk.%d.ssm_a", l);
+    BK_TRY(bind_gather(m, be, n, nv, 0, SHARD_COLS, 1, 1, &L->ssm_a));
+    snprintf(n, sizeof n, "blk.%d.ssm_out.weight", l);
+    return bind_gather(m, be, n, nv * ds, d, SHARD_COLS, 1, ds, &L->ssm_out);
 }
 
 /* An expert tensor (ne2 experts): whole, or with tensor parallelism rank m->tp_rank's slice of
@@ -388,15 +419,15 @@ static brisk_status bind_all(brisk_model *m) {
                 BIND_SSM(ssm_z, "attn_gate.weight", d, vd, SHARD_ROWS, vb, ds);
                 BIND_SSM(ssm_beta, "ssm_beta.weight", d, nv, SHARD_ROWS, vb, 1);
                 BIND_SSM(ssm_alpha, "ssm_alpha.weight", d, nv, SHARD_ROWS, vb, 1);
+                BIND_SSM(ssm_conv1d, "ssm_conv1d.weight", hp->ssm_d_conv, conv_dim, SHARD_ROWS, 2 + vb, ds);
+                BIND_SSM(ssm_dt_bias, "ssm_dt.bias", nv, 0, SHARD_COLS, vb, 1);
+                BIND_SSM(ssm_a, "ssm_a", nv, 0, SHARD_COLS, vb, 1);
+                BIND_SSM(ssm_out, "ssm_out.weight", vd, d, SHARD_COLS, vb, ds);
             }
-            BIND_SSM(ssm_conv1d, "ssm_conv1d.weight", hp->ssm_d_conv, conv_dim, SHARD_ROWS, 2 + vb, ds);
             if (L->ssm_conv1d.type != QT_F32)
-                return bk_fail(BRISK_ERR_UNSUPPORTED, "tensor %s: type %s (want f32)", n,
+                return bk_fail(BRISK_ERR_UNSUPPORTED, "tensor blk.%d.ssm_conv1d.weight: type %s (want f32)", l,
                                quant_type_name(L->ssm_conv1d.type));
-            BIND_SSM(ssm_dt_bias, "ssm_dt.bias", nv, 0, SHARD_COLS, vb, 1);
-            BIND_SSM(ssm_a, "ssm_a", nv, 0, SHARD_COLS, vb, 1);
             BIND(ssm_norm, "ssm_norm.weight", ds, 0, true);
-            BIND_SSM(ssm_out, "ssm_out.weight", vd, d, SHARD_COLS, vb, ds);
         } else {
             int64_t hd = hp->head_dim;
             BIND_TP(wq, "attn_q.weight", d, hybrid ? 2 * qd : qd, true, SHARD_ROWS, hd, false);
@@ -469,14 +500,14 @@ static brisk_status tp_setup(brisk_model *m, const brisk_model_params *params) {
     const model_hparams *hp = &m->hp;
     int n = params->tp_size;
     bool moe = hp->n_expert > 0; /* qwen3moe, qwen35moe: experts placed by expert, not split by columns */
-    /* a new architecture opts in once its forward pass all-reduces its column-split products
-     * (qwen3next's grouped value heads would need their own gather, bind_deltanet's rows by rank) */
+    /* a new architecture opts in once its forward pass all-reduces its column-split products */
     static const bool runs[ARCH_COUNT] = {[ARCH_LLAMA] = true,    [ARCH_QWEN2] = true,  [ARCH_QWEN3] = true,
-                                          [ARCH_QWEN3MOE] = true, [ARCH_QWEN35] = true, [ARCH_QWEN35MOE] = true};
+                                          [ARCH_QWEN3MOE] = true, [ARCH_QWEN35] = true, [ARCH_QWEN35MOE] = true,
+                                          [ARCH_QWEN3NEXT] = true};
     if ((unsigned)hp->arch >= ARCH_COUNT || !runs[hp->arch])
         return bk_fail(BRISK_ERR_UNSUPPORTED,
-                       "tensor parallelism runs llama, qwen2, qwen3, qwen3moe, qwen35 and qwen35moe models, not %s",
-                       m->arch_name);
+                       "tensor parallelism runs llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe and qwen3next "
+                       "models, not %s", m->arch_name);
     if (params->tp_rank < 0 || params->tp_rank >= n)
         return bk_fail(BRISK_ERR_INVALID_ARG, "tensor parallelism: rank %d of %d", params->tp_rank, n);
     shard_heads sh;
