@@ -213,8 +213,10 @@ typedef struct bk_backend_ops {
                         const bk_weight *a_scale, float *ssm, const int32_t *seq, int n, int n_k_heads,
                         int n_v_heads, bool v_grouped, int d, float eps, float *out);
     /* x[r,i] *= sigmoid(gate[r, gate_width == 1 ? 0 : i]) over n_rows rows of
-     * width; gate (n_rows, gate_width). The output gate of gated attention
-     * (gate_width = width) and of the shared expert (gate_width = 1). */
+     * width; gate (n_rows, gate_width), gate_width 1 or >= width (row r's gate
+     * starts r * gate_width floats in). The output gate of gated attention
+     * (rows of a head, gate_width = 2 * head_dim: read in place from the query|gate
+     * rows) and of the shared expert (gate_width = 1). */
     void (*sigmoid_mul)(bk_backend *be, float *x, const float *gate, int n_rows, int width, int gate_width);
 
     /* Optional (NULL: one copy per row, see bk_copy_rows): n_rows rows of row_bytes from src

@@ -139,7 +139,7 @@ static void scratch_sizes(const model_hparams *hp, size_t n, size_t n_out, size_
            conv = (2 * (size_t)hp->ssm_n_k_heads + nv) * hp->ssm_d_state, sh = hp->n_ff_shexp ? d : 0;
     size_t s[N_SCRATCH] = {n * d,  n * d,  n * qd, n * kvd, n * kvd, n * max3(qd, vd, 0), n * ff, n * ff,
                            n * ne, n * nk, n * nk, n * dm,  n_out * d, n_out * (size_t)hp->n_vocab,
-                           hy ? n * max3(2 * qd, conv, 0) : 0, hy ? n * max3(qd, vd, 0) : 0, n * conv,
+                           hy ? n * max3(2 * qd, conv, 0) : 0, hy ? n * vd : 0, n * conv,
                            n * nv, n * nv, n * sh, sh ? n : 0};
     for (int i = 0; i < N_SCRATCH; i++) sizes[i] = (s[i] + 15) & ~(size_t)15;
 }

@@ -25,7 +25,7 @@ typedef struct fwd_scratch {
     float *logits; /* (n_out, n_vocab) in backend memory */
     /* qwen35 (NULL / empty otherwise); att is (n, max(n_head*head_dim, value_dim)) there */
     float *qg;       /* (n, max(2*n_head*head_dim, conv_dim)) query|gate, or DeltaNet q|k|v before the conv */
-    float *gz;       /* (n, max(n_head*head_dim, value_dim)) attention output gate, or the DeltaNet z */
+    float *gz;       /* (n, value_dim) the DeltaNet z (gated attention reads its gate in place, in qg) */
     float *conv;     /* (n, conv_dim) conv output */
     float *dn_beta;  /* (n, n_v_heads) beta logits */
     float *dn_alpha; /* (n, n_v_heads) decay logits */

@@ -48,19 +48,19 @@ static void gated_attention(const brisk_model *m, bk_backend *be, const bk_kv_vi
     const model_hparams *hp = &m->hp;
     const bk_backend_ops *op = be->ops;
     const layer_weights *L = &m->layers[l];
-    int n = b->n, hd = hp->head_dim, nh = hp->n_head, qd = nh * hd;
+    int n = b->n, hd = hp->head_dim, nh = hp->n_head;
 
     const bk_weight *w[3] = {&L->wq, &L->wk, &L->wv};
     float *out[3] = {s->qg, s->k, s->v};
     op->matmul(be, 3, w, NULL, s->xb, n, out);
-    /* split each head's query and gate rows: (n * nh) rows of hd, 2 * hd apart */
+    /* each head's query rows out of the query|gate rows: (n * nh) rows of hd, 2 * hd apart */
     size_t row = (size_t)hd * sizeof(float);
     bk_copy_rows(be, s->q, row, s->qg, 2 * row, row, (size_t)n * nh);
-    bk_copy_rows(be, s->gz, row, s->qg + hd, 2 * row, row, (size_t)n * nh);
     bk_qk_norm_rope(be, s->q, s->k, n, nh, hp->n_head_kv, hd, &L->q_norm, &L->k_norm, hp->rms_eps, b->ab.pos,
                     &hp->rope);
     op->attention(be, s->q, s->k, s->v, &kv[l], &b->ab, nh, hp->n_head_kv, hd, 1.0f / sqrtf((float)hd), s->att);
-    op->sigmoid_mul(be, s->att, s->gz, n, qd, qd);
+    /* the output gate read in place: head rows of hd whose gate rows lie 2 * hd apart in qg */
+    op->sigmoid_mul(be, s->att, s->qg + hd, n * nh, hd, 2 * hd);
     residual_matmul(m, be, &L->wo, s->att, n, s->xb, s->x);
 }
 
