@@ -170,7 +170,7 @@ __device__ __forceinline__ void mmq_ld64_a2(const uint8_t *p, int w[2]) { ld_a2<
  * its factors a, b and half scales s0, s1 (group_dot's meaning). Raw bytes stay packed in
  * registers until get() so that a round's loads are all in flight together. */
 /* HALF: a round of half the groups (the kernel's MT > 1 at two blocks an SM: both tiles' rounds in
- * registers at once). */
+ * registers at once; K-quants only, see mmq_two_tiles). */
 template <int T, bool HALF> struct mmq_frag;
 
 template <bool HALF> struct mmq_frag<QT_Q4_K, HALF> {
@@ -214,11 +214,12 @@ template <bool HALF> struct mmq_frag<QT_Q4_K, HALF> {
 };
 
 template <bool HALF> struct mmq_frag<QT_Q8_0, HALF> {
-    static constexpr int RG = HALF ? 4 : 8;
+    static_assert(!HALF, "two m16 tiles a warp are for the K-quants (mmq_two_tiles)");
+    static constexpr int RG = 8;
     static constexpr bool P8 = true;
     static constexpr bool HAS_B = false; /* a nonzero b (offsets, minimums) */
-    int w[RG][2][2];       /* [group][h]: quant bytes 8c..8c+7 */
-    uint16_t d[RG][2];     /* [group][h]: f16 scale */
+    int w[8][2][2];       /* [group][h]: quant bytes 8c..8c+7 */
+    uint16_t d[8][2];     /* [group][h]: f16 scale */
     __device__ __forceinline__ void load(const uint8_t *const r[2], int64_t G0, int64_t n_groups, int c) {
 #pragma unroll
         for (int j = 0; j < RG; j++) {
@@ -241,11 +242,12 @@ template <bool HALF> struct mmq_frag<QT_Q8_0, HALF> {
 };
 
 template <bool HALF> struct mmq_frag<QT_Q4_0, HALF> {
-    static constexpr int RG = HALF ? 4 : 8;
+    static_assert(!HALF, "two m16 tiles a warp are for the K-quants (mmq_two_tiles)");
+    static constexpr int RG = 8;
     static constexpr bool P8 = false;
     static constexpr bool HAS_B = true; /* a nonzero b (offsets, minimums) */
-    int w[RG][2];      /* [group][h]: quant bytes 4c..4c+3 (elements 4c.. low, 16+4c.. high nibbles) */
-    uint16_t d[RG][2]; /* [group][h]: f16 scale */
+    int w[8][2];      /* [group][h]: quant bytes 4c..4c+3 (elements 4c.. low, 16+4c.. high nibbles) */
+    uint16_t d[8][2]; /* [group][h]: f16 scale */
     __device__ __forceinline__ void load(const uint8_t *const r[2], int64_t G0, int64_t n_groups, int c) {
 #pragma unroll
         for (int j = 0; j < RG; j++) {
@@ -513,8 +515,9 @@ __global__ void __launch_bounds__(MMQ_THREADS, NT >= 64 || (MT > 1 && NT >= 32) 
  * but q8_0 65.7 -> 71.1 (its groups are a few instructions of unpacking: fewer warps hide less);
  * qwen3-30b-a3b pp512 7,449 -> 8,734 tokens/s. A dense block holds MMQ_DENSE_ROWS * mt rows (GLU:
  * half). */
+__host__ __device__ constexpr bool mmq_two_tiles(uint32_t type) { return type == QT_Q4_K || type == QT_Q6_K; }
 static inline int mmq_mt(const cuda_backend *cb, uint32_t type, int nt, int64_t rows) {
-    return nt >= 16 && cb->mmq_mt != 1 && (type == QT_Q4_K || type == QT_Q6_K) &&
+    return nt >= 16 && cb->mmq_mt != 1 && mmq_two_tiles(type) &&
                    rows >= (int64_t)2 * MMQ_DENSE_ROWS * 2 * cb->n_sm
                ? 2
                : 1;
@@ -544,8 +547,9 @@ static void mmq_launch_mt(cuda_backend *cb, cudaStream_t s, dim3 grid, int nt, c
 }
 template <int T, bool GLU, bool MOE>
 static void mmq_launch_nt(cuda_backend *cb, cudaStream_t s, dim3 grid, int nt, int mt, const mmq_args &p) {
-    if (mt == 2 && nt <= 32) mmq_launch_mt<T, GLU, MOE, 2>(cb, s, grid, nt, p);
-    else mmq_launch_mt<T, GLU, MOE, 1>(cb, s, grid, nt, p);
+    if constexpr (mmq_two_tiles(T))
+        if (mt == 2 && nt <= 32) return mmq_launch_mt<T, GLU, MOE, 2>(cb, s, grid, nt, p);
+    mmq_launch_mt<T, GLU, MOE, 1>(cb, s, grid, nt, p); /* mmq_mt gives the other types one tile */
 }
 
 /* The type dispatch; false for a type the integer-dot loaders do not know. */
