@@ -312,16 +312,44 @@ static void test_matmul_multi(void) {
 
 /* One token's products streamed through shared memory (cuda_mmvs.cu) for each integer-dot type:
  * rows enough for every warp's ring of stages to wrap round (20,000), rows wide enough for only two
- * stages per warp (12,288 columns), a bias, y += (matmul_add), the fused gate/up/SwiGLU, and three
+ * stages per warp (12,288 columns) or cut into segments, a bias, y += (matmul_add), the fused gate/up/SwiGLU, and three
  * matrices of one type in one launch. */
 static void check_matmul_swiglu(uint32_t type, int64_t n_in, int64_t n_ff, int n, bool via_norm);
+static void stream_cases(void);
 static void test_matmul_stream(void) {
+    stream_cases(); /* the default: rows over 4.5 KB (the 12,288-wide ones) shared by 2-4 warps */
+    /* again with whole rows to a warp (BRISK_CUDA_MMVS_SEG=0: the 12,288-wide rows leave two stages
+     * a warp) and with rows cut into segments of ~1 KB (2-8 warps share each row, so the 2,048-wide
+     * cases take the segmented path too: uneven last segments, groups that leave warps idle, GLU,
+     * three matrices); the switch is read when a backend is created */
+    static const char *const seg[] = {"0", "1024"};
+    const char *old = getenv("BRISK_CUDA_MMVS_SEG");
+    bk_backend *main_gpu = gpu;
+    for (int i = 0; i < 2; i++) {
+        bk_backend *g = NULL;
+        setenv("BRISK_CUDA_MMVS_SEG", seg[i], 1);
+        bool ok = bk_cuda_backend_new(0, &g) == BRISK_OK;
+        CHECK(ok);
+        if (!ok) continue;
+        gpu = g;
+        stream_cases();
+        gpu = main_gpu;
+        g->ops->free(g);
+    }
+    if (old) setenv("BRISK_CUDA_MMVS_SEG", old, 1);
+    else unsetenv("BRISK_CUDA_MMVS_SEG");
+}
+static void stream_cases(void) {
     static const uint32_t ty[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K};
     show_err = true;
     for (size_t ti = 0; ti < sizeof ty / sizeof ty[0]; ti++) {
         int64_t narrow = ty[ti] == QT_Q6_K ? 2048 : 256; /* Q6_K rows are 16-byte multiples from 2048 on */
         check_matmul(ty[ti], narrow, 20000, 1, true);
         check_matmul(ty[ti], 12288, 300, 1, false);
+        if (ty[ti] == QT_Q6_K) { /* rows that do not start on 16 bytes (1,890 and 14,280 bytes) */
+            check_matmul(QT_Q6_K, 2304, 3000, 1, false);
+            check_matmul_add(QT_Q6_K, 17408, 200, 1);
+        }
         check_matmul_add(ty[ti], 2048, 700, 1);
         check_matmul_swiglu(ty[ti], 2048, 1500, 1, true);
         const uint32_t same[3] = {ty[ti], ty[ti], ty[ti]};
@@ -627,9 +655,12 @@ static void paged_batch(int n_seq, int per, int n, const int32_t *seq, const int
     *tables_out = tables;
 }
 
-/* A paged cache with shuffled pages, random contents; two sequences. */
-static void check_attention(int kv_type, int n_head, int n_head_kv, int hd, int n, const int32_t *pos,
-                            const int *seq) {
+/* A paged cache with shuffled pages, random contents; two sequences. With fused, the GPU side runs
+ * inside a step (a captured graph at decode sizes): qk_norm_rope_kv takes q's heads out of query|gate
+ * rows (2 * hd apart), normalises and rotates q and k and writes k and v into the cache, and the
+ * attention gets k = v = NULL; the CPU side copies the rows, then qk_norm_rope and its attention. */
+static void check_attention_ex(int kv_type, int n_head, int n_head_kv, int hd, int n, const int32_t *pos,
+                               const int *seq, bool fused) {
     /* per sequence: the pages up to the longest position, at least 256 */
     int max_pos = 0;
     for (int t = 0; t < n; t++)
@@ -676,23 +707,113 @@ static void check_attention(int kv_type, int n_head, int n_head_kv, int hd, int 
                vwg = {.k = dkc, .v = dvc, .kv_type = kv_type, .block_size = bs};
     bk_attn_batch ab = {.n_tokens = n, .pos = pos, .slot = slot, .block_table = tables};
     float scale = 1.0f / sqrtf((float)hd);
-    cpu->ops->attention(cpu, q, k, v, &vwc, &ab, n_head, n_head_kv, hd, scale, oc);
-    gpu->ops->attention(gpu, dq, dk, dv, &vwg, &ab, n_head, n_head_kv, hd, scale, dout);
+    if (fused) {
+        bk_rope_params rp = {.n_rot = hd >= 128 ? 64 : hd, .mode = BK_ROPE_NEOX, .freq_base = 1000000.0f,
+                             .freq_scale = 1.0f, .attn_factor = 1.0f, .beta_fast = 32.0f, .beta_slow = 1.0f,
+                             .n_ctx_orig = 4096};
+        float *qg = malloc(2 * nq * 4), *nw = malloc((size_t)2 * hd * 4);
+        fill(qg, 2 * nq, 2.0f);
+        fill(nw, (size_t)2 * hd, 1.0f);
+        for (size_t r = 0; r < (size_t)n * n_head; r++) memcpy(q + r * hd, qg + r * 2 * hd, (size_t)hd * 4);
+        bk_weight qn = {.name = "q_norm", .type = QT_F32, .n_in = hd, .n_out = 1, .row_bytes = (size_t)hd * 4,
+                        .host = nw},
+                  kn = qn;
+        kn.name = "k_norm";
+        kn.host = nw + hd;
+        bk_weight qng = qn, kng = kn;
+        CHECK_OK(gpu->ops->bind_weight(gpu, &qng));
+        CHECK_OK(gpu->ops->bind_weight(gpu, &kng));
+        float *dqg = dev_copy(qg, 2 * nq * 4);
+        bk_qk_norm_rope(cpu, q, k, n, n_head, n_head_kv, hd, &qn, &kn, 1e-6f, pos, &rp);
+        cpu->ops->attention(cpu, q, k, v, &vwc, &ab, n_head, n_head_kv, hd, scale, oc);
+        int32_t *tok = calloc((size_t)n, sizeof *tok);
+        /* a graph is keyed by its shape, not its buffers: a row wanting logits that no other call
+         * names keeps every call a capture of its own, never a replay of another's buffers */
+        static int32_t key_row = 1000;
+        int32_t out_row = key_row++;
+        bk_step st = {.n_tokens = n, .tokens = tok, .ab = &ab, .kv_block_size = bs, .n_out = 1, .out_idx = &out_row};
+        bool replayed = false, rerun = false, in_cache = false;
+        CHECK_OK(gpu->ops->step_begin(gpu, &st, &replayed));
+        CHECK(!replayed);
+        in_cache = gpu->ops->qk_norm_rope_kv && gpu->ops->qk_norm_rope_kv(gpu, dq, dqg, 2 * hd, dk, dv, n, n_head,
+                                                                           n_head_kv, hd, &qng, &kng, 1e-6f, pos,
+                                                                           &rp, &vwg);
+        CHECK(in_cache);
+        gpu->ops->attention(gpu, dq, NULL, NULL, &vwg, &ab, n_head, n_head_kv, hd, scale, dout);
+        CHECK_OK(gpu->ops->step_end(gpu, &rerun));
+        CHECK(!rerun);
+        float *qq = malloc(nq * 4);
+        dev_read(dq, qq, nq * 4);
+        double eq = rel_err(qq, q, nq);
+        if (!(eq <= 1e-5)) fprintf(stderr, "  qk_norm_rope_kv q kv %d hd %d n %d: %.2e\n", kv_type, hd, n, eq);
+        CHECK(eq <= 1e-5);
+        free(qq);
+        free(tok);
+        free(qg);
+        free(nw);
+        gpu->ops->release(gpu, dqg);
+        bk_cuda_release_weight(&qng);
+        bk_cuda_release_weight(&kng);
+    } else {
+        cpu->ops->attention(cpu, q, k, v, &vwc, &ab, n_head, n_head_kv, hd, scale, oc);
+        gpu->ops->attention(gpu, dq, dk, dv, &vwg, &ab, n_head, n_head_kv, hd, scale, dout);
+    }
     dev_read(dout, og, nq * 4);
     double e = rel_err(og, oc, nq), tol = kv_type == BRISK_KV_F32 ? 1e-5 : 1e-4;
     if (!(e <= tol))
         fprintf(stderr, "  attention%s kv %d heads %d/%d hd %d n %d pos0 %d: %.2e\n", gpu == gpu_v1 ? " (v1)" : "",
                 kv_type, n_head, n_head_kv, hd, n, pos[0], e);
     CHECK(e <= tol);
-    /* the written K rows land in the same slots with the same bytes */
+    /* the written K and V rows land in the same slots with the same bytes (fused: K rotated on each
+     * side, whose floats may differ in the last bit, so the cache rows are compared as values) */
     uint8_t *kg = malloc(cache_bytes);
     dev_read(dkc, kg, cache_bytes);
-    CHECK(!memcmp(kg, kc, cache_bytes));
+    if (!fused) {
+        CHECK(!memcmp(kg, kc, cache_bytes));
+    } else {
+        size_t rows = cache_bytes / row_bytes;
+        float *a = malloc(kvd * 4), *b = malloc(kvd * 4);
+        double worst = 0;
+        for (size_t r = 0; r < rows; r++) {
+            if (!memcmp(kg + r * row_bytes, kc + r * row_bytes, row_bytes)) continue;
+            uint32_t qt = kv_type == BRISK_KV_Q8_0 ? QT_Q8_0 : kv_type == BRISK_KV_F16 ? QT_F16 : QT_F32;
+            quant_dequantize(qt, kg + r * row_bytes, a, (int64_t)kvd);
+            quant_dequantize(qt, kc + r * row_bytes, b, (int64_t)kvd);
+            double er = rel_err(a, b, kvd);
+            if (er > worst) worst = er;
+        }
+        if (!(worst <= 2e-2)) fprintf(stderr, "  qk_norm_rope_kv cache kv %d hd %d n %d: %.2e\n", kv_type, hd, n, worst);
+        CHECK(worst <= 2e-2); /* q8_0: a value on a rounding edge moves one step of its block's scale */
+        free(a);
+        free(b);
+    }
+    dev_read(dvc, kg, cache_bytes);
+    CHECK(!memcmp(kg, vc, cache_bytes));
     free(kg);
     gpu->ops->release(gpu, dkc); gpu->ops->release(gpu, dvc); gpu->ops->release(gpu, dq);
     gpu->ops->release(gpu, dk); gpu->ops->release(gpu, dv); gpu->ops->release(gpu, dout);
     free(kc); free(vc); free(slot); free(tables); free(q); free(k); free(v); free(oc); free(og);
     free(tab[0]); free(tab[1]); free(tab);
+}
+
+static void check_attention(int kv_type, int n_head, int n_head_kv, int hd, int n, const int32_t *pos,
+                            const int *seq) {
+    check_attention_ex(kv_type, n_head, n_head_kv, hd, n, pos, seq, false);
+}
+
+/* QK-norm + rope writing the cache (qk_norm_rope_kv) before the attention, each KV type: a decode
+ * token (captured as a graph), a batch of two sequences, and a prefill-sized step (run eagerly) */
+static void test_attention_kv_fused(void) {
+    int32_t pos[40];
+    int seq[40];
+    for (int kt = 0; kt < 3; kt++) {
+        pos[0] = 3001; seq[0] = 1;
+        check_attention_ex(kt, 32, 8, 128, 1, pos, seq, true);
+        pos[0] = 37; seq[0] = 0; pos[1] = 900; seq[1] = 1;
+        check_attention_ex(kt, 16, 2, 256, 2, pos, seq, true);
+        for (int i = 0; i < 20; i++) { pos[i] = 100 + i; seq[i] = 0; }
+        check_attention_ex(kt, 8, 4, 64, 20, pos, seq, true);
+    }
 }
 
 static void attention_cases(void) {
@@ -1202,7 +1323,7 @@ int main(int argc, char **argv) {
     static const test_case cases[] = {
         {"matmul", test_matmul},         {"matmul_mmq", test_matmul_mmq},     {"matmul_multi", test_matmul_multi}, {"matmul_stream", test_matmul_stream}, {"norm_matmul", test_norm_matmul}, {"get_rows", test_get_rows},
         {"rms_norm", test_rms_norm},     {"rope", test_rope},
-        {"qk_norm_rope", test_qk_norm_rope}, {"matmul_swiglu", test_matmul_swiglu},                 {"attention", test_attention},
+        {"qk_norm_rope", test_qk_norm_rope}, {"matmul_swiglu", test_matmul_swiglu},                 {"attention", test_attention}, {"attention_kv_fused", test_attention_kv_fused},
         {"elementwise", test_elementwise}, {"moe_route", test_moe_route},   {"moe_ffn", test_moe_ffn}, {"moe_ffn_shared", test_moe_ffn_shared}, {"moe_ffn_mmq", test_moe_ffn_mmq}, {"moe_ffn_ep", test_moe_ffn_ep}, {"moe_ffn_table", test_moe_ffn_table},
         {"ssm", test_ssm},               {"sigmoid_mul", test_sigmoid_mul},   {"end_to_end", test_end_to_end},
         {"end_to_end_models", test_end_to_end_models},

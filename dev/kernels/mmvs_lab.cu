@@ -1,6 +1,7 @@
 /* mmvs_lab.cu — one token's products: the streamed kernel (cuda_mmvs.cu, rows copied into shared
  * memory by the bulk-copy engine) beside the warp-per-row-pair kernel (cuda_mmvq.cu) on the decode
- * shapes of an 8B model, with the largest relative difference between their outputs.
+ * shapes of an 8B model, with the largest relative difference between their outputs; the streamed
+ * kernel with whole rows to a warp and with rows shared by warps in segments of 2-6 KB (mmvs_plan).
  *
  *   nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc dev/kernels/mmvs_lab.cu build/libbrisk.a -o build/mmvs_lab \
  *        -lpcre2-8 -lcjson -lmicrohttpd -ldl
@@ -114,19 +115,28 @@ template <int T> static void run(cuda_backend *cb, int64_t n_in, int64_t n_out, 
     CK(cudaMemcpy(a, y0, ny * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(b, y1, ny * 4, cudaMemcpyDeviceToHost));
     double rel = max_rel(b, a, ny);
+    float t_old = time_ms(0, [&](int i) { old_call(i, y0); });
+    double gb = (double)bytes * per / 1e9;
+    printf("| %s%s | %d x %6lld x %5lld | %7.2f us %4.0f%% |", tname(T), glu ? " glu" : "", per, (long long)n_out,
+           (long long)n_in, t_old * 1e3, 100 * gb / (t_old * 1e-3) / bw);
+    /* the streamed kernel with whole rows, then with rows cut into segments of about S bytes */
+    static const int segs[] = {0, 2048, 3072, 4608, 6144};
+    const int keep = cb->mmvs_seg_bytes;
+    for (int v = 0; v < 5; v++) {
+        cb->mmvs_seg_bytes = segs[v];
+        float t = time_ms(0, [&](int i) { new_call(i, y1); });
+        new_call(0, y1);
+        CK(cudaDeviceSynchronize());
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(b, y1, ny * 4, cudaMemcpyDeviceToHost));
+        double r = max_rel(b, a, ny);
+        if (r > rel) rel = r;
+        printf(" %7.2f us %4.0f%% |", t * 1e3, 100 * gb / (t * 1e-3) / bw);
+    }
+    cb->mmvs_seg_bytes = keep;
+    printf(" %.1e |\n", rel);
     free(a);
     free(b);
-    float t_old = time_ms(0, [&](int i) { old_call(i, y0); });
-    float t_new = time_ms(0, [&](int i) { new_call(i, y1); });
-    cb->mmvs_warps = 8;
-    float t_w8 = time_ms(0, [&](int i) { new_call(i, y1); });
-    cb->mmvs_warps = 16;
-    CK(cudaGetLastError());
-    double gb = (double)bytes * per / 1e9;
-    printf("| %s%s | %d x %6lld x %5lld | %7.2f us %4.0f%% | %7.2f us %4.0f%% | %7.2f us %4.0f%% | %.2fx | %.1e |\n",
-           tname(T), glu ? " glu" : "", per, (long long)n_out, (long long)n_in, t_old * 1e3,
-           100 * gb / (t_old * 1e-3) / bw, t_w8 * 1e3, 100 * gb / (t_w8 * 1e-3) / bw, t_new * 1e3,
-           100 * gb / (t_new * 1e-3) / bw, t_old / t_new, rel);
     for (int c = 0; c < nW; c++)
         for (int m = 0; m < per; m++) cudaFree(W[c][m]);
     cudaFree(x);
@@ -146,9 +156,11 @@ int main(int argc, char **argv) {
     cb->q6k_quad = 1;
     cb->mmvs_warps = 16;
     cb->mmvs_min_in = 0; /* every shape here, also the narrow one */
+    cb->mmvs_seg_bytes = 4608;
     double bw = copy_bw();
     printf("copy bandwidth %.0f GB/s, %d SMs; %% = share of it; rel = max |new - old| / max |old|\n", bw, cb->n_sm);
-    printf("| type | mats x rows x cols | cuda_mmvq | cuda_mmvs 8 warps | cuda_mmvs | speed-up | rel |\n|---|---|---|---|---|---|---|\n");
+    printf("| type | mats x rows x cols | cuda_mmvq | cuda_mmvs, whole rows | segments of 2 KB | 3 KB | 4.5 KB | 6 KB | rel |\n"
+           "|---|---|---|---|---|---|---|---|---|\n");
     run<QT_Q4_K>(cb, 4096, 4096, 1, false, bw);
     run<QT_Q4_K>(cb, 4096, 1024, 2, false, bw);
     run<QT_Q4_K>(cb, 4096, 12288, 1, true, bw);
@@ -161,6 +173,9 @@ int main(int argc, char **argv) {
     run<QT_Q8_0>(cb, 12288, 4096, 1, false, bw);
     run<QT_Q4_0>(cb, 4096, 4096, 1, false, bw);
     run<QT_Q4_K>(cb, 5120, 17408, 1, true, bw);
+    run<QT_Q4_K>(cb, 17408, 5120, 1, false, bw);
+    run<QT_Q6_K>(cb, 17408, 5120, 1, false, bw);
+    run<QT_Q4_K>(cb, 5120, 5120, 1, false, bw);
     run<QT_Q4_K>(cb, 2048, 512, 1, false, bw);
     return 0;
 }

@@ -131,7 +131,8 @@ typedef struct bk_backend_ops {
     void (*rope)(bk_backend *be, float *x, int n, int n_heads, int head_dim, const int32_t *pos,
                  const bk_rope_params *rp);
     /* Writes k, v (n, n_head_kv*head_dim) into the cache slots, then
-     * out (n, n_head*head_dim) = softmax(q k^T * scale, causal) v per head, GQA. */
+     * out (n, n_head*head_dim) = softmax(q k^T * scale, causal) v per head, GQA.
+     * k = v = NULL: the step's rows are in the cache already (qk_norm_rope_kv returned true). */
     void (*attention)(bk_backend *be, const float *q, const float *k, const float *v,
                       const bk_kv_view *kv, const bk_attn_batch *ab, int n_head, int n_head_kv,
                       int head_dim, float scale, float *out);
@@ -270,6 +271,14 @@ typedef struct bk_backend_ops {
     bool (*moe_ffn_shared)(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
                            const bk_weight *gs, const bk_weight *us, const bk_weight *ds, const float *h, int n,
                            const int32_t *ids, const float *weights, int k, const float *sh_logit, float *x);
+    /* Optional (NULL, or false returned with nothing launched: qk_norm_rope, and the attention writes
+     * the cache): qk_norm_rope's work with q's heads read from q_src (n * n_head head rows, q_pitch
+     * floats apart; q_src = q, q_pitch = head_dim: in place) into q, and the rotated k with v stored
+     * into the cache slots of ab (as the attention would store them) instead of k (a GPU saves the
+     * attention's cache-write launch, and with q_src a copy of q). The attention then gets k = v = NULL. */
+    bool (*qk_norm_rope_kv)(bk_backend *be, float *q, const float *q_src, int q_pitch, float *k, const float *v, int n,
+                            int n_head, int n_head_kv, int head_dim, const bk_weight *q_norm, const bk_weight *k_norm,
+                            float eps, const int32_t *pos, const bk_rope_params *rp, const bk_kv_view *kv);
 } bk_backend_ops;
 
 struct bk_backend {
@@ -353,6 +362,26 @@ static inline void bk_copy_rows(bk_backend *be, void *dst, size_t dst_pitch, con
     }
     for (size_t r = 0; r < n_rows; r++)
         be->ops->copy(be, (char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, row_bytes);
+}
+/* QK-norm and rope, and the K/V cache write where the backend folds it in (qk_norm_rope_kv): returns
+ * true when k and v are in the cache (pass the attention k = v = NULL). Without the fused op, q's heads
+ * come to q from q_src (head rows q_pitch floats apart) by a row copy first, unless q_src is q. */
+static inline void bk_qk_norm_rope(bk_backend *be, float *q, float *k, int n, int n_head, int n_head_kv, int head_dim,
+                                   const bk_weight *q_norm, const bk_weight *k_norm, float eps, const int32_t *pos,
+                                   const bk_rope_params *rp);
+static inline bool bk_qk_norm_rope_kv(bk_backend *be, float *q, const float *q_src, int q_pitch, float *k,
+                                      const float *v, int n, int n_head, int n_head_kv, int head_dim,
+                                      const bk_weight *q_norm, const bk_weight *k_norm, float eps, const int32_t *pos,
+                                      const bk_rope_params *rp, const bk_kv_view *kv) {
+    if (be->ops->qk_norm_rope_kv && be->ops->qk_norm_rope_kv(be, q, q_src, q_pitch, k, v, n, n_head, n_head_kv,
+                                                             head_dim, q_norm, k_norm, eps, pos, rp, kv))
+        return true;
+    if (q_src != q) {
+        size_t row = (size_t)head_dim * sizeof(float);
+        bk_copy_rows(be, q, row, q_src, (size_t)q_pitch * sizeof(float), row, (size_t)n * (size_t)n_head);
+    }
+    bk_qk_norm_rope(be, q, k, n, n_head, n_head_kv, head_dim, q_norm, k_norm, eps, pos, rp);
+    return false;
 }
 /* QK-norm (weights may be NULL: no norm) and rope of q and k through the backend's fused op, or op by op. */
 static inline void bk_qk_norm_rope(bk_backend *be, float *q, float *k, int n, int n_head, int n_head_kv, int head_dim,

@@ -56,10 +56,11 @@ void decoder_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *k
                                 L->bv.host ? &L->bv : NULL};
     float *qkv_out[3] = {s->q, s->k, s->v};
     bk_norm_matmul(be, s->x, &L->attn_norm, hp->rms_eps, s->xb, n, 3, qkv, hp->qkv_bias ? bias : NULL, qkv_out);
-    bk_qk_norm_rope(be, s->q, s->k, n, hp->n_head, hp->n_head_kv, hd, hp->qk_norm ? &L->q_norm : NULL,
-                    hp->qk_norm ? &L->k_norm : NULL, hp->rms_eps, b->ab.pos, &hp->rope);
-    op->attention(be, s->q, s->k, s->v, &kv[l], &b->ab, hp->n_head, hp->n_head_kv, hd, scale,
-                  s->att);
+    bool in_cache = bk_qk_norm_rope_kv(be, s->q, s->q, hd, s->k, s->v, n, hp->n_head, hp->n_head_kv, hd,
+                                       hp->qk_norm ? &L->q_norm : NULL, hp->qk_norm ? &L->k_norm : NULL,
+                                       hp->rms_eps, b->ab.pos, &hp->rope, &kv[l]);
+    op->attention(be, s->q, in_cache ? NULL : s->k, in_cache ? NULL : s->v, &kv[l], &b->ab, hp->n_head,
+                  hp->n_head_kv, hd, scale, s->att);
     residual_matmul(m, be, &L->wo, s->att, n, s->xb, s->x);
 }
 

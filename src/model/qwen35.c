@@ -54,11 +54,10 @@ static void gated_attention(const brisk_model *m, bk_backend *be, const bk_kv_vi
     float *out[3] = {s->qg, s->k, s->v};
     op->matmul(be, 3, w, NULL, s->xb, n, out);
     /* each head's query rows out of the query|gate rows: (n * nh) rows of hd, 2 * hd apart */
-    size_t row = (size_t)hd * sizeof(float);
-    bk_copy_rows(be, s->q, row, s->qg, 2 * row, row, (size_t)n * nh);
-    bk_qk_norm_rope(be, s->q, s->k, n, nh, hp->n_head_kv, hd, &L->q_norm, &L->k_norm, hp->rms_eps, b->ab.pos,
-                    &hp->rope);
-    op->attention(be, s->q, s->k, s->v, &kv[l], &b->ab, nh, hp->n_head_kv, hd, 1.0f / sqrtf((float)hd), s->att);
+    bool in_cache = bk_qk_norm_rope_kv(be, s->q, s->qg, 2 * hd, s->k, s->v, n, nh, hp->n_head_kv, hd, &L->q_norm,
+                                       &L->k_norm, hp->rms_eps, b->ab.pos, &hp->rope, &kv[l]);
+    op->attention(be, s->q, in_cache ? NULL : s->k, in_cache ? NULL : s->v, &kv[l], &b->ab, nh, hp->n_head_kv, hd,
+                  1.0f / sqrtf((float)hd), s->att);
     /* the output gate read in place: head rows of hd whose gate rows lie 2 * hd apart in qg */
     op->sigmoid_mul(be, s->att, s->qg + hd, n * nh, hd, 2 * hd);
     residual_matmul(m, be, &L->wo, s->att, n, s->xb, s->x);

@@ -42,30 +42,8 @@ __global__ void kv_write_kernel(const float *k, const float *v, void *kc, void *
     int t = blockIdx.x;
     size_t off = (size_t)slot[t] * kvd;
     for (int i = threadIdx.x; i < kvd; i += blockDim.x) {
-        float a = k[(size_t)t * kvd + i], b = v[(size_t)t * kvd + i];
-        if (KT == KT_Q8_0) {
-            float ma = fabsf(a), mb = fabsf(b);
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                ma = fmaxf(ma, __shfl_xor_sync(0xffffffffu, ma, o));
-                mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, o));
-            }
-            float da = ma / 127.0f, db = mb / 127.0f; /* x * (1/d), rounded: the CPU's (ggml's) order */
-            float ia = da != 0.0f ? 1.0f / da : 0.0f, ib = db != 0.0f ? 1.0f / db : 0.0f;
-            uint8_t *ka = (uint8_t *)kc + (off + i) / 32 * 34, *vb = (uint8_t *)vc + (off + i) / 32 * 34;
-            ka[2 + i % 32] = (uint8_t)(int8_t)roundf(a * ia);
-            vb[2 + i % 32] = (uint8_t)(int8_t)roundf(b * ib);
-            if (i % 32 == 0) {
-                *(__half *)ka = __float2half_rn(da);
-                *(__half *)vb = __float2half_rn(db);
-            }
-        } else if (KT == KT_F16) {
-            ((__half *)kc)[off + i] = __float2half_rn(a);
-            ((__half *)vc)[off + i] = __float2half_rn(b);
-        } else {
-            ((float *)kc)[off + i] = a;
-            ((float *)vc)[off + i] = b;
-        }
+        kv_store<KT>(kc, off + i, k[(size_t)t * kvd + i]);
+        kv_store<KT>(vc, off + i, v[(size_t)t * kvd + i]);
     }
 }
 
@@ -281,7 +259,8 @@ extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, c
     }
     void (*kw)(const float *, const float *, void *, void *, const int32_t *, int) =
         kt == KT_Q8_0 ? kv_write_kernel<KT_Q8_0> : kt == KT_F16 ? kv_write_kernel<KT_F16> : kv_write_kernel<KT_F32>;
-    pdl_launch(cb, kw, dim3((unsigned)n), dim3(256), 0, k, v, kv->k, kv->v, d_slot, kvd);
+    if (k) /* else qk_norm_rope_kv stored the step's rows */
+        pdl_launch(cb, kw, dim3((unsigned)n), dim3(256), 0, k, v, kv->k, kv->v, d_slot, kvd);
 
     if (!cb->attn_v1 && n <= ATT_DEC_MAX_TOK && cuda_attn_decode_supported(head_dim)) {
         bool quant = cuda_attn_decode(cb, q, kv, n, max_np, d_pos, d_off, d_tabs, n_head, n_head_kv, head_dim, scale,

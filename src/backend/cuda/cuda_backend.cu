@@ -255,6 +255,7 @@ static const bk_backend_ops cuda_ops = {
     /* norm_matmul */ cuda_norm_matmul,
     /* norm_swiglu */ cuda_norm_swiglu,
     /* moe_ffn_shared */ cuda_moe_ffn_shared,
+    /* qk_norm_rope_kv */ cuda_qk_norm_rope_kv,
 };
 
 extern "C" int bk_cuda_device_count(void) {
@@ -350,6 +351,7 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->mmvs_min_in = getenv("BRISK_CUDA_MMVS_MIN_IN") ? atoll(getenv("BRISK_CUDA_MMVS_MIN_IN")) : 4096;
     cb->mmvs_wide_off = getenv("BRISK_CUDA_MMVS_WIDE") && !strcmp(getenv("BRISK_CUDA_MMVS_WIDE"), "0");
     cb->mmvs_warps = getenv("BRISK_CUDA_MMVS_WARPS") ? atoi(getenv("BRISK_CUDA_MMVS_WARPS")) : 16;
+    cb->mmvs_seg_bytes = getenv("BRISK_CUDA_MMVS_SEG") ? atoi(getenv("BRISK_CUDA_MMVS_SEG")) : 4608;
     const char *q6q = getenv("BRISK_CUDA_Q6K_QUAD");
     cb->q6k_quad = q6q ? atoi(q6q) : 1;
     int cc_major = 0;
@@ -360,6 +362,7 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     const char *glu = getenv("BRISK_CUDA_GLU"), *qkr = getenv("BRISK_CUDA_QKROPE"), *nq = getenv("BRISK_CUDA_NORMQ");
     cb->glu_off = glu && !strcmp(glu, "0");
     cb->qkrope_off = qkr && !strcmp(qkr, "0");
+    cb->kvfuse_off = getenv("BRISK_CUDA_KV_FUSE") && !strcmp(getenv("BRISK_CUDA_KV_FUSE"), "0");
     cb->normq_off = nq && !strcmp(nq, "0");
     /* mmq: below cuBLAS's first batch (the same BRISK_CUDA_CUBLAS_MIN_TOK cuda_blas.cu reads) */
     const char *mq = getenv("BRISK_CUDA_MMQ"), *mqmin = getenv("BRISK_CUDA_MMQ_MIN"),

@@ -70,6 +70,7 @@ typedef struct cuda_backend {
     bool attn_v1;               /* BRISK_CUDA_ATTN_V1=1: decode batches on the tile kernel too (A/B) */
     bool glu_off;               /* BRISK_CUDA_GLU=0: gate and up as two products, then swiglu (A/B) */
     bool qkrope_off;            /* BRISK_CUDA_QKROPE=0: QK-norm and rope op by op (A/B) */
+    bool kvfuse_off;            /* BRISK_CUDA_KV_FUSE=0: the K/V cache written by the attention's own kernel, not in QK-norm + rope (A/B) */
     bool normq_off;             /* BRISK_CUDA_NORMQ=0: the RMS norm does not quantize its output (A/B) */
     bool mmvq_slices_off;       /* BRISK_CUDA_MMVQ_SLICES=0: 17..MMVQ_SLICE_MAX tokens on the prefill path */
     bool mmvq_multi_off;        /* BRISK_CUDA_MMVQ_MULTI=0: one launch per matrix of a call (A/B) */
@@ -78,6 +79,7 @@ typedef struct cuda_backend {
     int64_t mmvs_min_in;        /* BRISK_CUDA_MMVS_MIN_IN (default 4096): narrower rows through cuda_mmvq's kernel */
     bool mmvs_wide_off;         /* BRISK_CUDA_MMVS_WIDE=0: rows wider than 8,192 columns through cuda_mmvq's kernel (A/B) */
     int mmvs_warps;             /* BRISK_CUDA_MMVS_WARPS=8: cuda_mmvs's 8-warp blocks only (A/B) */
+    int mmvs_seg_bytes;         /* BRISK_CUDA_MMVS_SEG (default 4608): rows wider than this many bytes shared by warps (cuda_mmvs.cu's mmvs_plan; 0: whole rows) */
     bool attn_fuse_off;         /* BRISK_CUDA_ATTN_FUSE=0: decode attention merges its splits in a kernel of its own (A/B) */
     bool attn_adapt_off;        /* BRISK_CUDA_ATTN_ADAPT=0: every split of a decode launch takes part, however short the context (A/B) */
     int *route_cnt;             /* the fused MoE router's finished-block counter (cuda_moe.cu), zero between launches */
@@ -141,6 +143,25 @@ typedef struct cuda_backend {
  * scale (34 bytes). Cache positions are counted in elements for all three: element e of a
  * q8_0 cache lives in block e / 32. */
 enum { KT_F32 = 0, KT_F16 = 1, KT_Q8_0 = 2 };
+
+/* Stores value a as cache element e. For q8_0 the 32 lanes of a warp must store the 32 elements
+ * of one block together (e % 32 == lane): they share its scale, amax / 127, and each rounds
+ * a * (1 / d) as ggml's q8_0 reference does (kv_write_kernel, qk_norm_rope's fused write). */
+template <int KT> __device__ __forceinline__ void kv_store(void *c, size_t e, float a) {
+    if (KT == KT_Q8_0) {
+        float m = fabsf(a);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float d = m / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        uint8_t *b = (uint8_t *)c + e / 32 * 34;
+        b[2 + e % 32] = (uint8_t)(int8_t)roundf(a * id);
+        if (e % 32 == 0) *(__half *)b = __float2half_rn(d);
+    } else if (KT == KT_F16) {
+        ((__half *)c)[e] = __float2half_rn(a);
+    } else {
+        ((float *)c)[e] = a;
+    }
+}
 
 /* One check macro: a failing CUDA call becomes a status with file, line and the driver's text. */
 #define CU_TRY(call)                                                                       \
@@ -617,6 +638,9 @@ void cuda_matmul_swiglu(bk_backend *be, const bk_weight *gate, const bk_weight *
 void cuda_qk_norm_rope(bk_backend *be, float *q, float *k, int n, int n_head, int n_head_kv, int head_dim,
                        const bk_weight *q_norm, const bk_weight *k_norm, float eps, const int32_t *pos,
                        const bk_rope_params *rp);
+bool cuda_qk_norm_rope_kv(bk_backend *be, float *q, const float *q_src, int q_pitch, float *k, const float *v, int n,
+                          int n_head, int n_head_kv, int head_dim, const bk_weight *q_norm, const bk_weight *k_norm,
+                          float eps, const int32_t *pos, const bk_rope_params *rp, const bk_kv_view *kv);
 brisk_status cuda_step_begin(bk_backend *be, const bk_step *st, bool *replayed);
 brisk_status cuda_step_end(bk_backend *be, bool *rerun);
 brisk_status cuda_graph_init(cuda_backend *cb);

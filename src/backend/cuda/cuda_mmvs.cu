@@ -23,6 +23,8 @@
 #define MMVS_SMEM_MAX (200 * 1024) /* of the H200's 227 KB per block: room for the runtime's share */
 #define MMVS_STAGES_MAX 8
 #define MMVS_PAD 64 /* ld_a2 reads up to 8 bytes past a group: the last stage's row may not end the allocation */
+#define MMVS_SEGS_MAX 8      /* warps sharing a row (mmvs_plan) */
+#define MMVS_SEG_ROWS_MAX 64 /* rows per group of warps sharing rows: their partial sums' shared memory */
 
 
 /* ---- the bulk-copy engine and its barriers (PTX ISA 8.0, sm_90; a build for an older
@@ -113,16 +115,53 @@ __device__ __forceinline__ float mmvs_unit_dot(const uint8_t *row, int64_t u, co
     }
 }
 
-/* Lane 0 asks for row r of the concatenated matrices (and the same row of the up matrix) into a stage. */
-template <bool GLU>
-__device__ __forceinline__ void mmvs_issue(const mmvs_mats &mm, int64_t r, uint32_t row_bytes, uint8_t *dst,
-                                           uint64_t *bar, uint64_t policy) {
+/* A row's segments (mmvs_plan): segs warps of a block share each of their rows, warp s taking the
+ * units [s * ups, (s + 1) * ups), whole quant blocks. A stage holds cap bytes (a gate and an up
+ * segment: 2 * cap): the segment's bytes rounded out to 16 (the copy engine's grain) on both ends,
+ * so rows need not start on 16 bytes (Q6_K rows of 17,408 columns are 14,280 bytes). mine_cap bounds
+ * the rows of a group of warps: their partial sums wait in shared memory for the block's last
+ * barrier. One segment: a warp owns whole rows. */
+typedef struct mmvs_seg {
+    int segs, ups, mine_cap;
+    uint32_t cap;
+} mmvs_seg;
+
+/* The first byte of row r of the concatenated matrices (W2: of the up matrix's row r). */
+__device__ __forceinline__ const uint8_t *mmvs_row_src(const mmvs_mats &mm, int64_t r, uint32_t row_bytes) {
     const bool m1 = mm.count > 1 && r >= mm.rend[0], m2 = mm.count > 2 && r >= mm.rend[1];
     const uint8_t *W = m2 ? mm.W[2] : m1 ? mm.W[1] : mm.W[0];
     const int64_t r0 = m2 ? mm.rend[1] : m1 ? mm.rend[0] : 0;
-    mbar_expect_bytes(bar, GLU ? 2 * row_bytes : row_bytes);
-    bulk_copy_g2s(dst, W + (r - r0) * (int64_t)row_bytes, row_bytes, bar, policy);
-    if (GLU) bulk_copy_g2s(dst + row_bytes, mm.W2 + r * (int64_t)row_bytes, row_bytes, bar, policy);
+    return W + (r - r0) * (int64_t)row_bytes;
+}
+
+/* Lane 0 asks for the bytes [cs, cs + len) of row r (and of the up matrix's row r, cap bytes
+ * further), from the 16-byte boundary below them to the one above, into a stage: the row's byte
+ * cs then sits at the stage's byte (address & 15). The weights' allocations are padded past their
+ * end (BK_CUDA_WEIGHT_PAD), so the rounding up never leaves them. */
+template <bool GLU>
+__device__ __forceinline__ void mmvs_issue(const mmvs_mats &mm, int64_t r, uint32_t row_bytes, uint32_t cs,
+                                           uint32_t len, uint32_t cap, uint8_t *dst, uint64_t *bar, uint64_t policy) {
+    const uintptr_t a = (uintptr_t)(mmvs_row_src(mm, r, row_bytes) + cs), a0 = a & ~(uintptr_t)15;
+    const uint32_t cl = (uint32_t)(((a + len + 15) & ~(uintptr_t)15) - a0);
+    mbar_expect_bytes(bar, GLU ? 2 * cl : cl);
+    bulk_copy_g2s(dst, (const void *)a0, cl, bar, policy);
+    if (GLU) bulk_copy_g2s(dst + cap, (const void *)(((uintptr_t)(mm.W2 + r * (int64_t)row_bytes + cs)) & ~(uintptr_t)15),
+                           cl, bar, policy);
+}
+
+/* Row r's result: silu(a) * b (GLU), or a (+ bias) stored or added to its matrix's output. */
+template <bool GLU>
+__device__ __forceinline__ void mmvs_store(const mmvs_mats &mm, int64_t r, float a, float b, int accum) {
+    if (GLU) {
+        mm.y[0][r] = a / (1.0f + expf(-a)) * b; /* as swiglu_kernel computes it */
+    } else {
+        const bool m1 = mm.count > 1 && r >= mm.rend[0], m2 = mm.count > 2 && r >= mm.rend[1];
+        float *y = m2 ? mm.y[2] : m1 ? mm.y[1] : mm.y[0];
+        const float *bias = m2 ? mm.bias[2] : m1 ? mm.bias[1] : mm.bias[0];
+        const int64_t rr = r - (m2 ? mm.rend[1] : m1 ? mm.rend[0] : 0);
+        float v = a + (bias ? bias[rr] : 0.0f);
+        y[rr] = accum ? y[rr] + v : v;
+    }
 }
 
 /* Shared-memory bytes of the fused norm's quantized row (int8 + (d, d * sum) per group + the
@@ -132,6 +171,10 @@ __host__ __device__ __forceinline__ size_t mmvs_norm_bytes(int64_t n_in) {
 }
 __host__ __device__ __forceinline__ size_t mmvs_bar_bytes(int nw, int stages) {
     return ((size_t)nw * stages * 8 + 127) & ~(size_t)127;
+}
+/* the segments' partial sums (a, and b for GLU) of a block's warps */
+__host__ __device__ __forceinline__ size_t mmvs_part_bytes(int nw, const mmvs_seg &sg, bool glu) {
+    return sg.segs > 1 ? ((size_t)nw * sg.mine_cap * 4 * (glu ? 2 : 1) + 127) & ~(size_t)127 : 0;
 }
 
 /* The RMS norm of the kernel's input row in its prologue (NORM): every block computes
@@ -190,21 +233,30 @@ __device__ __forceinline__ void mmvs_norm_prologue(const mmvs_norm &nm, int64_t 
     __syncthreads();
 }
 
-/* NI: units per lane (the activations a lane keeps in registers: NI * XW words); NW: warps. */
+/* NI: units per lane (the activations a lane keeps in registers: NI * XW words); NW: warps. With
+ * sg.segs > 1 the block's warps form NW / segs groups; warp s of a group reads segment s of the
+ * group's rows (rows gg, gg + ng, ... of group gg of ng) and leaves its partial sums in shared
+ * memory, which the block adds up after its last barrier (segment order: the same sums every run). */
 template <int T, bool GLU, int NI, int NW, bool NORM>
 __global__ void __launch_bounds__(NW * 32, 1)
 mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *xds, int accum, int stages,
-            mmvs_norm nm) {
+            mmvs_norm nm, mmvs_seg sg) {
     using U = mmvs_unit<T>;
     extern __shared__ __align__(128) uint8_t mmvs_smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const uint32_t stage_bytes = GLU ? 2 * row_bytes : row_bytes;
-    const size_t head = mmvs_bar_bytes(NW, stages);
+    const int S = sg.segs, ngb = NW / S, grp = warp / S, seg = warp % S;
+    const uint32_t stage_bytes = GLU ? 2 * sg.cap : sg.cap;
+    const size_t head = mmvs_bar_bytes(NW, stages), pb = mmvs_part_bytes(NW, sg, GLU);
     uint64_t *bar = (uint64_t *)mmvs_smem + warp * stages;
-    uint8_t *ring = mmvs_smem + head + (NORM ? mmvs_norm_bytes(n_in) : 0) + (size_t)warp * stages * stage_bytes;
+    float *part = (float *)(mmvs_smem + head); /* [warp][row of the group] (then b's) */
+    uint8_t *ring = mmvs_smem + head + pb + (NORM ? mmvs_norm_bytes(n_in) : 0) + (size_t)warp * stages * stage_bytes;
     const int64_t n_rows = mm.count > 2 ? mm.rend[2] : mm.count > 1 ? mm.rend[1] : mm.rend[0];
-    const int64_t gw = (int64_t)blockIdx.x * NW + warp, nw = (int64_t)gridDim.x * NW;
-    const int64_t mine = gw < n_rows ? (n_rows - 1 - gw) / nw + 1 : 0;
+    const int64_t n_units = n_in / U::W;
+    const int64_t gg = (int64_t)blockIdx.x * ngb + grp, ng = (int64_t)gridDim.x * ngb;
+    const int64_t mine = grp < ngb && gg < n_rows ? (n_rows - 1 - gg) / ng + 1 : 0;
+    const int64_t su0 = (int64_t)seg * sg.ups, su1 = su0 + sg.ups < n_units ? su0 + sg.ups : n_units;
+    const uint32_t ub = row_bytes / (uint32_t)n_units;
+    const uint32_t cs = (uint32_t)(su0 * ub), len = (uint32_t)((su1 - su0) * ub); /* the segment's bytes */
     constexpr int NK = NORM ? (NI * 32 * U::W + NW * 32 - 1) / (NW * 32) : 1; /* the norm's values per thread */
     mmvs_norm_regs<NW, NK> nr;
     if constexpr (NORM) mmvs_norm_load_w<NW, NK>(nm, n_in, nr);
@@ -217,41 +269,45 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
         for (int s = 0; s < stages; s++) mbar_init(bar + s, 1);
         mbar_init_fence();
         for (int64_t i = 0; i < mine && i < stages; i++)
-            mmvs_issue<GLU>(mm, gw + i * nw, row_bytes, ring + (size_t)i * stage_bytes, bar + i, policy);
+            mmvs_issue<GLU>(mm, gg + i * ng, row_bytes, cs, len, sg.cap, ring + (size_t)i * stage_bytes, bar + i,
+                            policy);
     }
     __syncwarp();
     pdl_wait();
     const int8_t *xsrc = xq;
     const float2 *dsrc = xds;
     if constexpr (NORM) {
-        mmvs_norm_prologue<NW, NK>(nm, n_in, nr, mmvs_smem + head, xq, xds);
-        xsrc = (const int8_t *)(mmvs_smem + head);
-        dsrc = (const float2 *)(mmvs_smem + head + n_in);
+        mmvs_norm_prologue<NW, NK>(nm, n_in, nr, mmvs_smem + head + pb, xq, xds);
+        xsrc = (const int8_t *)(mmvs_smem + head + pb);
+        dsrc = (const float2 *)(mmvs_smem + head + pb + n_in);
     }
-    const int64_t n_units = n_in / U::W;
     int xw[NI][U::XW];
     float2 xd[NI][U::G];
 #pragma unroll
     for (int k = 0; k < NI; k++)
-        if (lane + 32 * k < n_units) mmvs_load_x<T, NORM>(xsrc, dsrc, lane + 32 * k, xw[k], xd[k]);
+        if (su0 + lane + 32 * k < su1) mmvs_load_x<T, NORM>(xsrc, dsrc, su0 + lane + 32 * k, xw[k], xd[k]);
     pdl_allow_next();
     int s = 0;
     uint32_t parity = 0;
     for (int64_t i = 0; i < mine; i++) {
         mbar_wait(bar + s, parity);
-        const uint8_t *row = ring + (size_t)s * stage_bytes;
+        /* the stage holds the row's byte cs at (its address & 15): unit u's bytes sit at row + u * ub
+         * (W and W2 start on 16 bytes, so the up row's offset is the same) */
+        const uint32_t lead = (uint32_t)((uintptr_t)(mmvs_row_src(mm, gg + i * ng, row_bytes) + cs) & 15);
+        const uint8_t *row = ring + (size_t)s * stage_bytes + lead - cs;
         float a = 0.0f, b = 0.0f;
 #pragma unroll
         for (int k = 0; k < NI; k++) {
-            int64_t u = lane + 32 * k;
-            if (u < n_units) {
+            int64_t u = su0 + lane + 32 * k;
+            if (u < su1) {
                 a += mmvs_unit_dot<T>(row, u, xw[k], xd[k]);
-                if (GLU) b += mmvs_unit_dot<T>(row + row_bytes, u, xw[k], xd[k]);
+                if (GLU) b += mmvs_unit_dot<T>(row + sg.cap, u, xw[k], xd[k]);
             }
         }
         __syncwarp(); /* every lane has read the stage: it may be refilled */
         if (lane == 0 && i + stages < mine)
-            mmvs_issue<GLU>(mm, gw + (i + stages) * nw, row_bytes, ring + (size_t)s * stage_bytes, bar + s, policy);
+            mmvs_issue<GLU>(mm, gg + (i + stages) * ng, row_bytes, cs, len, sg.cap, ring + (size_t)s * stage_bytes,
+                            bar + s, policy);
         if (++s == stages) {
             s = 0;
             parity ^= 1u;
@@ -262,17 +318,26 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
             if (GLU) b += __shfl_xor_sync(0xffffffffu, b, o);
         }
         if (lane == 0) {
-            const int64_t r = gw + i * nw;
-            if (GLU) {
-                mm.y[0][r] = a / (1.0f + expf(-a)) * b; /* as swiglu_kernel computes it */
+            if (S == 1) {
+                mmvs_store<GLU>(mm, gg + i * ng, a, b, accum);
             } else {
-                const bool m1 = mm.count > 1 && r >= mm.rend[0], m2 = mm.count > 2 && r >= mm.rend[1];
-                float *y = m2 ? mm.y[2] : m1 ? mm.y[1] : mm.y[0];
-                const float *bias = m2 ? mm.bias[2] : m1 ? mm.bias[1] : mm.bias[0];
-                const int64_t rr = r - (m2 ? mm.rend[1] : m1 ? mm.rend[0] : 0);
-                float v = a + (bias ? bias[rr] : 0.0f);
-                y[rr] = accum ? y[rr] + v : v;
+                part[warp * sg.mine_cap + i] = a;
+                if (GLU) part[(NW + warp) * sg.mine_cap + i] = b;
             }
+        }
+    }
+    if (S > 1) {
+        __syncthreads();
+        for (int t = threadIdx.x; t < ngb * sg.mine_cap; t += NW * 32) {
+            const int g = t / sg.mine_cap, i = t % sg.mine_cap;
+            const int64_t r = (int64_t)blockIdx.x * ngb + g + (int64_t)i * ng;
+            if (r >= n_rows) continue;
+            float a = 0.0f, b = 0.0f;
+            for (int w = g * S; w < g * S + S; w++) {
+                a += part[w * sg.mine_cap + i];
+                if (GLU) b += part[(NW + w) * sg.mine_cap + i];
+            }
+            mmvs_store<GLU>(mm, r, a, b, accum);
         }
     }
 }
@@ -287,19 +352,24 @@ template <int T> static constexpr bool mmvs_w16_ok(int ni) {
 
 template <int T, bool GLU, int NI, int NW, bool NORM>
 static bool mmvs_go_w(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, int64_t n_in, int accum,
-                      int64_t n_rows, const mmvs_norm &nm) {
-    const uint32_t stage_bytes = GLU ? 2 * row_bytes : row_bytes;
-    const size_t nb = NORM ? mmvs_norm_bytes(n_in) : 0;
-    if (128 + MMVS_PAD + nb >= MMVS_SMEM_MAX) return false;
-    int stages = (int)((MMVS_SMEM_MAX - 128 - MMVS_PAD - nb) / (NW * ((size_t)stage_bytes + 8)));
-    if (stages < 2) return false; /* rows too wide for two stages per warp */
-    int64_t blocks = (n_rows + NW - 1) / NW;
+                      int64_t n_rows, const mmvs_norm &nm, mmvs_seg sg) {
+    if (NW / sg.segs < 1) return false;
+    const uint32_t stage_bytes = GLU ? 2 * sg.cap : sg.cap;
+    int64_t blocks = (n_rows * sg.segs + NW - 1) / NW;
     if (blocks > cb->n_sm) blocks = cb->n_sm;
-    int64_t per_warp = (n_rows + blocks * NW - 1) / (blocks * NW);
+    const int64_t groups = blocks * (NW / sg.segs), per_warp = (n_rows + groups - 1) / groups;
+    if (sg.segs > 1) {
+        if (per_warp > MMVS_SEG_ROWS_MAX) return false;
+        sg.mine_cap = (int)per_warp;
+    }
+    const size_t nb = NORM ? mmvs_norm_bytes(n_in) : 0, pb = mmvs_part_bytes(NW, sg, GLU);
+    if (128 + MMVS_PAD + nb + pb >= MMVS_SMEM_MAX) return false;
+    int stages = (int)((MMVS_SMEM_MAX - 128 - MMVS_PAD - nb - pb) / (NW * ((size_t)stage_bytes + 8)));
+    if (stages < 2) return false; /* rows too wide for two stages per warp */
     if (stages > MMVS_STAGES_MAX) stages = MMVS_STAGES_MAX;
     if (stages > per_warp) stages = (int)per_warp; /* no more smem than rows: the block before may stay beside it */
     if (stages < 1) stages = 1;
-    size_t smem = mmvs_bar_bytes(NW, stages) + nb + (size_t)NW * stages * stage_bytes + MMVS_PAD;
+    size_t smem = mmvs_bar_bytes(NW, stages) + pb + nb + (size_t)NW * stages * stage_bytes + MMVS_PAD;
     static int attr_set[64]; /* per device: the opt-in to more than 48 KB of dynamic shared memory */
     int dev = cb->device & 63;
     if (!attr_set[dev]) {
@@ -311,30 +381,55 @@ static bool mmvs_go_w(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes,
         attr_set[dev] = 1;
     }
     pdl_launch(cb, mmvs_kernel<T, GLU, NI, NW, NORM>, dim3((unsigned)blocks), dim3(NW * 32), smem, mm, row_bytes,
-               n_in, cb->xq, cb->xds, accum, stages, nm);
+               n_in, cb->xq, cb->xds, accum, stages, nm, sg);
     return true;
 }
 
 template <int T, bool GLU, int NI, bool NORM>
 static bool mmvs_go(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, int64_t n_in, int accum,
-                    int64_t n_rows, const mmvs_norm &nm) {
+                    int64_t n_rows, const mmvs_norm &nm, const mmvs_seg &sg) {
     if constexpr (!mmvs_ni_ok<T>(NI) || (NORM && NI > 4)) { /* the norm: rows of n_embd, at most 8192 wide */
         return false;
     } else {
         if constexpr (mmvs_w16_ok<T>(NI))
-            if (cb->mmvs_warps != 8 && mmvs_go_w<T, GLU, NI, 16, NORM>(cb, mm, row_bytes, n_in, accum, n_rows, nm))
+            if (cb->mmvs_warps != 8 && mmvs_go_w<T, GLU, NI, 16, NORM>(cb, mm, row_bytes, n_in, accum, n_rows, nm, sg))
                 return true;
-        return mmvs_go_w<T, GLU, NI, 8, NORM>(cb, mm, row_bytes, n_in, accum, n_rows, nm);
+        return mmvs_go_w<T, GLU, NI, 8, NORM>(cb, mm, row_bytes, n_in, accum, n_rows, nm, sg);
     }
+}
+
+/* How many warps share a row: rows wider than cb->mmvs_seg_bytes are cut into as many segments
+ * of whole quant blocks (at most MMVS_SEGS_MAX), each a stage of its own, when the rows are few
+ * (a matrix whose rows all fit one wave of warps: the down projection's 4,096 rows of 12,288
+ * columns leave each warp of a whole-row ring 3-4 rows, all ramp and tail). */
+/* A stage's bytes for a run of len bytes that may start anywhere: rounded out to 16 on both ends. */
+static inline uint32_t mmvs_cap(uint32_t len) { return (len + 30u + 15u) & ~15u; }
+
+template <int T> static mmvs_seg mmvs_plan(const cuda_backend *cb, uint32_t row_bytes, int64_t n_in, int64_t n_rows) {
+    const int64_t n_units = n_in / mmvs_unit<T>::W;
+    mmvs_seg sg = {1, (int)n_units, 0, mmvs_cap(row_bytes)};
+    if (cb->mmvs_seg_bytes <= 0 || row_bytes <= (uint32_t)cb->mmvs_seg_bytes) return sg;
+    int want = (int)((row_bytes + cb->mmvs_seg_bytes - 1) / cb->mmvs_seg_bytes);
+    if (want > MMVS_SEGS_MAX) want = MMVS_SEGS_MAX;
+    const int upb = T == QT_Q4_K ? 4 : T == QT_Q6_K ? 2 : 1; /* units per quant block */
+    const int64_t n_blk = n_units / upb, bps = (n_blk + want - 1) / want;
+    const int ups = (int)(bps * upb), segs = (int)((n_units + ups - 1) / ups);
+    if (segs < 2 || (n_rows + (int64_t)cb->n_sm - 1) / cb->n_sm * segs > 8 * MMVS_SEG_ROWS_MAX) return sg;
+    sg.segs = segs;
+    sg.ups = ups;
+    sg.cap = mmvs_cap((uint32_t)(ups * (row_bytes / (uint32_t)n_units)));
+    return sg;
 }
 
 template <int T, bool GLU, bool NORM>
 static bool mmvs_type(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, int64_t n_in, int accum,
                       int64_t n_rows, const mmvs_norm &nm) {
-    int64_t units = n_in / mmvs_unit<T>::W, ni = (units + 31) / 32;
     if (n_in % mmvs_unit<T>::W) return false;
+    const mmvs_seg sg = NORM ? mmvs_seg{1, (int)(n_in / mmvs_unit<T>::W), 0, mmvs_cap(row_bytes)}
+                             : mmvs_plan<T>(cb, row_bytes, n_in, n_rows);
+    int64_t ni = (sg.ups + 31) / 32;
 #define MMVS_NI(N) \
-    if (ni <= N) return mmvs_go<T, GLU, N, NORM>(cb, mm, row_bytes, n_in, accum, n_rows, nm);
+    if (ni <= N) return mmvs_go<T, GLU, N, NORM>(cb, mm, row_bytes, n_in, accum, n_rows, nm, sg);
     MMVS_NI(1) MMVS_NI(2) MMVS_NI(3) MMVS_NI(4) MMVS_NI(6) MMVS_NI(8) MMVS_NI(12)
 #undef MMVS_NI
     return false;
@@ -354,7 +449,7 @@ static bool mmvs_type(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes,
  * tg128 284.8 with them here, 299.7 without this kernel). */
 bool cuda_mmvs(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, size_t row_bytes, int64_t n_in,
                int accum, const mmvs_norm *norm) {
-    if (cb->mmvs_off || row_bytes % 16 || row_bytes > UINT32_MAX / 4 || (cb->mmvs_wide_off && n_in > 8192))
+    if (cb->mmvs_off || row_bytes % 2 || row_bytes > UINT32_MAX / 4 || (cb->mmvs_wide_off && n_in > 8192))
         return false;
     int64_t n_rows = mm.rend[mm.count - 1];
     if (n_in < cb->mmvs_min_in) return false; /* see above */

@@ -174,9 +174,14 @@ __global__ void rope_kernel(float *x, int n, const int32_t *pos, const float *ff
 
 /* QK-norm and rope in one pass, blocks of (token, 8 heads): each warp takes whole heads (q heads,
  * then k heads), normalises a head as rms_norm_warp_kernel does (same sums, same order) into its shared
- * row, then rotates it from there. n_heads of a holds the q heads; nk the k heads. */
-__global__ void qk_norm_rope_kernel(float *q, float *k, const float *qw, const float *kw, float eps, int nk,
-                                    const int32_t *pos, const float *ff, rope_args a) {
+ * row, then rotates it from there. n_heads of a holds the q heads; nk the k heads. q's heads are read
+ * from qs, head rows qp floats apart (qs == q, qp == head_dim: in place).
+ * KT >= 0 (a KV element type) also writes the cache as the attention's kv_write_kernel would: the
+ * rotated k heads and then nk v heads (v, copied) go to cache row slot[t]; k itself is not stored. */
+template <int KT>
+__global__ void qk_norm_rope_kernel(float *q, const float *qs, int qp, float *k, const float *qw, const float *kw,
+                                    float eps, int nk, const int32_t *pos, const float *ff, rope_args a,
+                                    const float *v, void *kc, void *vc, const int32_t *slot) {
     extern __shared__ float qk_sm[]; /* cs[half], sn[half], rows[warps][head_dim] */
     int t = blockIdx.x, half = a.n_rot / 2, hd = a.head_dim, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int warps = blockDim.x / 32;
@@ -185,24 +190,37 @@ __global__ void qk_norm_rope_kernel(float *q, float *k, const float *qw, const f
     pdl_wait(); /* the angles need only the step's positions (copied before any kernel) */
     pdl_allow_next();
     __syncthreads();
-    int nq = a.n_heads;
-    for (int h = blockIdx.y * warps + warp; h < nq + nk; h += gridDim.y * warps) {
+    const int nq = a.n_heads, nv = KT >= 0 ? nk : 0;
+    const size_t crow = KT >= 0 ? (size_t)slot[t] * nk * hd : 0; /* the cache row's first element */
+    for (int h = blockIdx.y * warps + warp; h < nq + nk + nv; h += gridDim.y * warps) {
+        if (KT >= 0 && h >= nq + nk) { /* a v head: into the cache as it is */
+            const int hv = h - nq - nk;
+            const float *src = v + ((int64_t)t * nk + hv) * hd;
+            for (int i = lane; i < hd; i += 32) kv_store<KT < 0 ? 0 : KT>(vc, crow + (size_t)hv * hd + i, src[i]);
+            continue;
+        }
         bool isq = h < nq;
-        float *v = isq ? q + ((int64_t)t * nq + h) * hd : k + ((int64_t)t * nk + (h - nq)) * hd;
+        float *v_out = isq ? q + ((int64_t)t * nq + h) * hd : k + ((int64_t)t * nk + (h - nq)) * hd;
+        const float *v_in = isq ? qs + ((int64_t)t * nq + h) * qp : v_out;
         const float *w = isq ? qw : kw;
         if (w) {
             double s = 0;
-            for (int i = lane; i < hd; i += 32) s += (double)(v[i] * v[i]);
+            for (int i = lane; i < hd; i += 32) s += (double)(v_in[i] * v_in[i]);
             s = warp_sum_d(s);
             float scale = 1.0f / sqrtf((float)(s / hd) + eps);
-            for (int i = lane; i < hd; i += 32) row[i] = (v[i] * scale) * w[i];
+            for (int i = lane; i < hd; i += 32) row[i] = (v_in[i] * scale) * w[i];
         } else {
-            for (int i = lane; i < hd; i += 32) row[i] = v[i];
+            for (int i = lane; i < hd; i += 32) row[i] = v_in[i];
         }
         __syncwarp();
         for (int i = lane; i < half; i += 32) rope_pair(row, i, cs[i], sn[i], a);
         __syncwarp();
-        for (int i = lane; i < hd; i += 32) v[i] = row[i];
+        if (KT >= 0 && !isq) {
+            const size_t e0 = crow + (size_t)(h - nq) * hd;
+            for (int i = lane; i < hd; i += 32) kv_store<KT < 0 ? 0 : KT>(kc, e0 + i, row[i]);
+        } else {
+            for (int i = lane; i < hd; i += 32) v_out[i] = row[i];
+        }
         __syncwarp();
     }
 }
@@ -247,28 +265,65 @@ extern "C" void cuda_rope(bk_backend *be, float *x, int n, int n_heads, int head
     CU_LAUNCHED(cb);
 }
 
+/* QK-norm and rope as one kernel: the shared launcher of cuda_qk_norm_rope and, with kv (the step's
+ * cache slots known: cb->step_on), cuda_qk_norm_rope_kv. False: the caller goes op by op. */
+static bool qk_norm_rope_launch(cuda_backend *cb, float *q, const float *qs, int qp, float *k, const float *v, int n,
+                                int n_head, int n_head_kv, int head_dim, const bk_weight *q_norm,
+                                const bk_weight *k_norm, float eps, const int32_t *pos, const bk_rope_params *rp,
+                                const bk_kv_view *kv) {
+    if (cb->qkrope_off || rp->n_rot > head_dim || rp->n_rot / 2 > ROPE_MAX_HALF) return false;
+    rope_args a;
+    const int32_t *d_pos;
+    const float *d_ff;
+    if (!rope_setup(cb, n, n_head, head_dim, pos, rp, &a, &d_pos, &d_ff)) return true; /* the error is set */
+    /* one head per warp: a decode step's 40 heads run side by side, not five after another */
+    const int warps = 8;
+    const int heads = n_head + n_head_kv + (kv ? n_head_kv : 0);
+    size_t smem = (size_t)(rp->n_rot + warps * head_dim) * sizeof(float);
+    dim3 grid((unsigned)n, (unsigned)((heads + warps - 1) / warps));
+    const float *qw = q_norm ? (const float *)q_norm->dev : (const float *)NULL;
+    const float *kw = k_norm ? (const float *)k_norm->dev : (const float *)NULL;
+    if (!kv) {
+        pdl_launch(cb, qk_norm_rope_kernel<-1>, grid, dim3(warps * 32), smem, q, qs, qp, k, qw, kw, eps, n_head_kv,
+                   d_pos, d_ff, a, (const float *)NULL, (void *)NULL, (void *)NULL, (const int32_t *)NULL);
+    } else {
+        void (*kern)(float *, const float *, int, float *, const float *, const float *, float, int, const int32_t *,
+                     const float *, rope_args, const float *, void *, void *, const int32_t *) =
+            kv->kv_type == KT_Q8_0 ? qk_norm_rope_kernel<KT_Q8_0>
+            : kv->kv_type == KT_F16 ? qk_norm_rope_kernel<KT_F16> : qk_norm_rope_kernel<KT_F32>;
+        pdl_launch(cb, kern, grid, dim3(warps * 32), smem, q, qs, qp, k, qw, kw, eps, n_head_kv, d_pos, d_ff, a, v,
+                   kv->k, kv->v, (const int32_t *)cb->st_slot);
+    }
+    cb->xq_src = NULL; /* as CU_LAUNCHED, in a function that returns a value */
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        cuda_set_error(cb, bk_fail(BRISK_ERR_BACKEND, "qk_norm_rope: %s", cudaGetErrorString(e)));
+    return true;
+}
+
 extern "C" void cuda_qk_norm_rope(bk_backend *be, float *q, float *k, int n, int n_head, int n_head_kv, int head_dim,
                                   const bk_weight *q_norm, const bk_weight *k_norm, float eps, const int32_t *pos,
                                   const bk_rope_params *rp) {
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0) return;
-    if (cb->qkrope_off || rp->n_rot > head_dim || rp->n_rot / 2 > ROPE_MAX_HALF) {
-        if (q_norm) cuda_rms_norm(be, q, q_norm, q, n * n_head, head_dim, eps);
-        if (k_norm) cuda_rms_norm(be, k, k_norm, k, n * n_head_kv, head_dim, eps);
-        cuda_rope(be, q, n, n_head, head_dim, pos, rp);
-        cuda_rope(be, k, n, n_head_kv, head_dim, pos, rp);
+    if (qk_norm_rope_launch(cb, q, q, head_dim, k, NULL, n, n_head, n_head_kv, head_dim, q_norm, k_norm, eps, pos, rp,
+                            NULL))
         return;
-    }
-    rope_args a;
-    const int32_t *d_pos;
-    const float *d_ff;
-    if (!rope_setup(cb, n, n_head, head_dim, pos, rp, &a, &d_pos, &d_ff)) return;
-    /* one head per warp: a decode step's 40 heads run side by side, not five after another */
-    const int warps = 8;
-    size_t smem = (size_t)(rp->n_rot + warps * head_dim) * sizeof(float);
-    dim3 grid((unsigned)n, (unsigned)((n_head + n_head_kv + warps - 1) / warps));
-    pdl_launch(cb, qk_norm_rope_kernel, grid, dim3(warps * 32), smem, q, k,
-               q_norm ? (const float *)q_norm->dev : (const float *)NULL,
-               k_norm ? (const float *)k_norm->dev : (const float *)NULL, eps, n_head_kv, d_pos, d_ff, a);
-    CU_LAUNCHED(cb);
+    if (q_norm) cuda_rms_norm(be, q, q_norm, q, n * n_head, head_dim, eps);
+    if (k_norm) cuda_rms_norm(be, k, k_norm, k, n * n_head_kv, head_dim, eps);
+    cuda_rope(be, q, n, n_head, head_dim, pos, rp);
+    cuda_rope(be, k, n, n_head_kv, head_dim, pos, rp);
+}
+
+/* The fused op's decode form: q's heads from q_src (q_pitch floats apart) into q, and the cache
+ * written here (the attention then gets k = v = NULL). Only inside a step, whose cache slots are
+ * on the device already; a q8_0 cache needs head_dim % 32 == 0, as the attention does. */
+extern "C" bool cuda_qk_norm_rope_kv(bk_backend *be, float *q, const float *q_src, int q_pitch, float *k,
+                                     const float *v, int n, int n_head, int n_head_kv, int head_dim,
+                                     const bk_weight *q_norm, const bk_weight *k_norm, float eps, const int32_t *pos,
+                                     const bk_rope_params *rp, const bk_kv_view *kv) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (n <= 0 || !cb->step_on || cb->kvfuse_off || !kv->k || (kv->kv_type == KT_Q8_0 && head_dim % 32)) return false;
+    return qk_norm_rope_launch(cb, q, q_src, q_pitch, k, v, n, n_head, n_head_kv, head_dim, q_norm, k_norm, eps, pos,
+                               rp, kv);
 }
