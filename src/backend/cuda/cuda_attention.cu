@@ -226,6 +226,7 @@ extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, c
     cuda_backend *cb = (cuda_backend *)be;
     int n = ab->n_tokens;
     if (n <= 0) return;
+    CU_ABLATE(cb, ABL_ATTN);
     if (head_dim > ATT_MAX_HD) {
         cuda_set_error(cb, bk_fail(BRISK_ERR_UNSUPPORTED, "cuda attention: head_dim %d > %d", head_dim, ATT_MAX_HD));
         return;

@@ -62,6 +62,7 @@ extern "C" void cuda_swiglu(bk_backend *be, const float *gate, const float *up, 
 extern "C" void cuda_add(bk_backend *be, float *x, const float *y, size_t n) {
     cuda_backend *cb = (cuda_backend *)be;
     if (!n) return;
+    CU_ABLATE(cb, ABL_ADD);
     pdl_launch(cb, add_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, x, y, n);
     CU_LAUNCHED(cb);
 }

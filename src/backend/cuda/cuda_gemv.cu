@@ -278,6 +278,7 @@ extern "C" void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, 
                             const float *x, int n, float *const *y) {
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0) return;
+    CU_ABLATE(cb, ABL_MATMUL);
     /* Decode- and batch-sized products on integer-dot types: quantize x once for all the matrices
      * (x too large for cb->xq: the float paths). */
     /* A matrix of another type in the call (a float vector such as qwen35moe's shared-expert gate
@@ -315,6 +316,7 @@ extern "C" void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, 
 extern "C" void cuda_matmul_add(bk_backend *be, const bk_weight *w, const float *x, int n, float *y) {
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0) return;
+    CU_ABLATE(cb, ABL_MATMUL);
     int path = q8_path(cb, n);
     if (path && cuda_mmvq_supported(w->type, w->n_in) && cuda_mmvq_prepare(cb, x, w->n_in, n))
         q8_matmul(cb, path, w, NULL, n, y, 1);
@@ -332,6 +334,7 @@ extern "C" void cuda_matmul_swiglu(bk_backend *be, const bk_weight *gate, const 
                                    float *tmp, float *out) {
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0) return;
+    CU_ABLATE(cb, ABL_MATMUL);
     int path = q8_path(cb, n);
     if (path == Q8_MMVQ && n > MMVQ_MAX_TOK) path = Q8_NONE; /* the GLU kernel takes one slice */
     if (path && !cb->glu_off && cuda_mmvq_supported(gate->type, gate->n_in) &&

@@ -83,6 +83,9 @@ typedef struct cuda_backend {
     bool attn_fuse_off;         /* BRISK_CUDA_ATTN_FUSE=0: decode attention merges its splits in a kernel of its own (A/B) */
     bool attn_adapt_off;        /* BRISK_CUDA_ATTN_ADAPT=0: every split of a decode launch takes part, however short the context (A/B) */
     int *route_cnt;             /* the fused MoE router's finished-block counter (cuda_moe.cu), zero between launches */
+    int *moe_cnt;               /* (MOE_HQ_SLOTS) one token's gate·up finished-block counters per slot (cuda_moe.cu's moe_vec), zero between launches */
+    unsigned ablate;            /* BRISK_CUDA_ABLATE=bits: ops that launch nothing (a profile of the decode step by omission; wrong results, timing only): CU_ABLATE */
+    bool moe_hq_off;            /* BRISK_CUDA_MOE_HQ=0: one token's expert activations h quantized by a launch of their own (A/B) */
     int *att_cnt;               /* (ATT_CNT_N) per (token, head group) split counters of the decode attention, zero between launches */
     int q6k_quad;               /* BRISK_CUDA_Q6K_QUAD: 0 off, 1 (default) Q6_K decode products in quads of groups, 2 the LM head too */
     bool pdl_off;               /* BRISK_CUDA_PDL=0 or before sm_90: decode kernels launched the ordinary way (cuda_pdl.cuh) */
@@ -144,6 +147,8 @@ typedef struct cuda_backend {
  * q8_0 cache lives in block e / 32. */
 enum { KT_F32 = 0, KT_F16 = 1, KT_Q8_0 = 2 };
 
+#define MOE_HQ_SLOTS 64 /* slots (k + a shared expert) of one token whose h the gate·up launch quantizes */
+
 /* Stores value a as cache element e. For q8_0 the 32 lanes of a warp must store the 32 elements
  * of one block together (e % 32 == lane): they share its scale, amax / 127, and each rounds
  * a * (1 / d) as ggml's q8_0 reference does (kv_write_kernel, qk_norm_rope's fused write). */
@@ -182,6 +187,14 @@ void cuda_set_error(cuda_backend *cb, brisk_status s);
                                        __LINE__, #call, cudaGetErrorString(cu_e_)));       \
             return;                                                                        \
         }                                                                                  \
+    } while (0)
+/* BRISK_CUDA_ABLATE: with bit b set the op returns at once (for ops that return a value: ret). Timing
+ * a decode step with an op class left out tells what that class costs inside the graph, where the
+ * programmatic launches overlap kernels and ncu's serialised per-kernel times overstate it. */
+enum { ABL_NORM = 1, ABL_ROPE = 2, ABL_ATTN = 4, ABL_MATMUL = 8, ABL_ROUTER = 16, ABL_MOE = 32, ABL_ADD = 64 };
+#define CU_ABLATE(cb, bit, ...)                                                                         \
+    do {                                                                                                \
+        if ((cb)->ablate & (bit)) return __VA_ARGS__;                                                   \
     } while (0)
 /* The end of every op that launched work: checks the launch and forgets which input the
  * quantized activations stand for (the op may have written it). */

@@ -95,6 +95,7 @@ extern "C" void cuda_rms_norm(bk_backend *be, const float *x, const bk_weight *w
                               float eps) {
     cuda_backend *cb = (cuda_backend *)be;
     if (n_rows <= 0) return;
+    CU_ABLATE(cb, ABL_NORM);
     const float *wd = (const float *)w->dev;
     /* decode-sized batches: quantize on the way for the integer-dot product that follows */
     bool q = !cb->normq_off && cb->xq && dim % 32 == 0 && n_rows <= MMVQ_SLICE_MAX &&
@@ -306,6 +307,7 @@ extern "C" void cuda_qk_norm_rope(bk_backend *be, float *q, float *k, int n, int
                                   const bk_rope_params *rp) {
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0) return;
+    CU_ABLATE(cb, ABL_ROPE);
     if (qk_norm_rope_launch(cb, q, q, head_dim, k, NULL, n, n_head, n_head_kv, head_dim, q_norm, k_norm, eps, pos, rp,
                             NULL))
         return;
@@ -323,6 +325,7 @@ extern "C" bool cuda_qk_norm_rope_kv(bk_backend *be, float *q, const float *q_sr
                                      const bk_weight *q_norm, const bk_weight *k_norm, float eps, const int32_t *pos,
                                      const bk_rope_params *rp, const bk_kv_view *kv) {
     cuda_backend *cb = (cuda_backend *)be;
+    CU_ABLATE(cb, ABL_ROPE, cb->step_on);
     if (n <= 0 || !cb->step_on || cb->kvfuse_off || !kv->k || (kv->kv_type == KT_Q8_0 && head_dim % 32)) return false;
     return qk_norm_rope_launch(cb, q, q_src, q_pitch, k, v, n, n_head, n_head_kv, head_dim, q_norm, k_norm, eps, pos,
                                rp, kv);
