@@ -317,7 +317,7 @@ static void test_matmul_multi(void) {
 static void check_matmul_swiglu(uint32_t type, int64_t n_in, int64_t n_ff, int n, bool via_norm);
 static void stream_cases(void);
 static void test_matmul_stream(void) {
-    stream_cases(); /* the default: rows over 4.5 KB (the 12,288-wide ones) shared by 2-4 warps */
+    stream_cases(); /* the default: Q4_K and Q8_0 rows of 12,288 and Q6_K's of 17,408 shared by 2-5 warps */
     /* again with whole rows to a warp (BRISK_CUDA_MMVS_SEG=0: the 12,288-wide rows leave two stages
      * a warp) and with rows cut into segments of ~1 KB (2-8 warps share each row, so the 2,048-wide
      * cases take the segmented path too: uneven last segments, groups that leave warps idle, GLU,

@@ -120,7 +120,7 @@ template <int T> static void run(cuda_backend *cb, int64_t n_in, int64_t n_out, 
     printf("| %s%s | %d x %6lld x %5lld | %7.2f us %4.0f%% |", tname(T), glu ? " glu" : "", per, (long long)n_out,
            (long long)n_in, t_old * 1e3, 100 * gb / (t_old * 1e-3) / bw);
     /* the streamed kernel with whole rows, then with rows cut into segments of about S bytes */
-    static const int segs[] = {0, 2048, 3072, 4608, 6144};
+    static const int segs[] = {0, -1, 3072, 4608, 6144};
     const int keep = cb->mmvs_seg_bytes;
     for (int v = 0; v < 5; v++) {
         cb->mmvs_seg_bytes = segs[v];
@@ -156,10 +156,10 @@ int main(int argc, char **argv) {
     cb->q6k_quad = 1;
     cb->mmvs_warps = 16;
     cb->mmvs_min_in = 0; /* every shape here, also the narrow one */
-    cb->mmvs_seg_bytes = 4608;
+    cb->mmvs_seg_bytes = -1;
     double bw = copy_bw();
     printf("copy bandwidth %.0f GB/s, %d SMs; %% = share of it; rel = max |new - old| / max |old|\n", bw, cb->n_sm);
-    printf("| type | mats x rows x cols | cuda_mmvq | cuda_mmvs, whole rows | segments of 2 KB | 3 KB | 4.5 KB | 6 KB | rel |\n"
+    printf("| type | mats x rows x cols | cuda_mmvq | cuda_mmvs, whole rows | default segments | of 3 KB | 4.5 KB | 6 KB | rel |\n"
            "|---|---|---|---|---|---|---|---|---|\n");
     run<QT_Q4_K>(cb, 4096, 4096, 1, false, bw);
     run<QT_Q4_K>(cb, 4096, 1024, 2, false, bw);

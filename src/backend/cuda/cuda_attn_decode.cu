@@ -122,13 +122,51 @@ __device__ __forceinline__ void dec_combine_head(const float *part, int stride, 
     __syncthreads(); /* w_s and red are reused by the next head */
 }
 
+/* The same merge for all G heads of a block's group at once, when the splits are few (n_use <=
+ * DEC_FAST_MERGE): each thread takes output values (g, d) and reads the (max, sum) of every split
+ * of its head itself, all loads independent, so the merge is one round trip through the L2 instead
+ * of three barriers' worth per head, one head after another (qwen3.6-35b-a3b's attention layers,
+ * 8 heads a group at head_dim 256: ~26 us a call at tg128 depth, BRISK_CUDA_ABLATE). */
+#define DEC_FAST_MERGE 16
+__device__ __forceinline__ void dec_combine_group(const float *part, int stride, int n_use, int n_head, int hd,
+                                                  int h0, int G, int t, float *out, int8_t *xq, float2 *xds) {
+    for (int i = threadIdx.x; i < G * hd; i += DEC_WARPS * 32) { /* G * hd % 32 == 0: whole warps */
+        const int g = i / hd, d = i % hd, h = h0 + g;
+        const float *pp = part + ((size_t)t * n_head + h) * stride * (hd + 2);
+        float mx[DEC_FAST_MERGE], sm[DEC_FAST_MERGE], ov[DEC_FAST_MERGE];
+#pragma unroll
+        for (int s = 0; s < DEC_FAST_MERGE; s++)
+            if (s < n_use) {
+                mx[s] = __ldcg(pp + (size_t)s * (hd + 2));
+                sm[s] = __ldcg(pp + (size_t)s * (hd + 2) + 1);
+                ov[s] = __ldcg(pp + (size_t)s * (hd + 2) + 2 + d);
+            }
+        float M = mx[0]; /* finite: split 0 holds position 0 */
+#pragma unroll
+        for (int s = 1; s < DEC_FAST_MERGE; s++)
+            if (s < n_use) M = fmaxf(M, mx[s]);
+        float L = 0.0f, o = 0.0f;
+#pragma unroll
+        for (int s = 0; s < DEC_FAST_MERGE; s++)
+            if (s < n_use) {
+                float w = exp2f(mx[s] - M);
+                L += w * sm[s];
+                o += w * ov[s];
+            }
+        const size_t oi = ((size_t)t * n_head + h) * hd + d;
+        out[oi] = o / L;
+        if (xq) q8_1_store_lane(o / L, (int64_t)oi, threadIdx.x % 32, xq, xds);
+    }
+}
+
 /* One block per (G query heads from h0 = blockIdx.x * G, token, split). lpr = head_dim / 8 lanes per row
  * (4, 8, 16 or 32). Writes out (no split) or the split's (max, sum, unnormalised output) to part. */
 template <int KT, int G, int NR>
 __global__ void __launch_bounds__(DEC_WARPS * 32)
 attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_t *pos, const int32_t *tab_off,
                 const int32_t *tabs, int n_head, int n_head_kv, int group, int hd, float scale_log2, float *out,
-                float *part, int *cnt, int8_t *xq, float2 *xds, int adapt) {
+                float *part, int *cnt, int8_t *xq, float2 *xds, int flags) {
+    const bool adapt = flags & 1, merge_slow = flags & 2; /* BRISK_CUDA_ATTN_ADAPT=0, BRISK_CUDA_ATTN_MERGE=0 */
     pdl_wait();
     pdl_allow_next();
     __shared__ __align__(16) float q_s[G][DEC_MAX_HD];
@@ -295,8 +333,11 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
         __syncthreads();
         if (!last) return;
         __threadfence();
-        for (int g = 0; g < G; g++)
-            dec_combine_head(part, n_split, n_use, n_head, hd, h0 + g, t, out, cw_s, cred, xq, xds);
+        if (n_use <= DEC_FAST_MERGE && !merge_slow)
+            dec_combine_group(part, n_split, n_use, n_head, hd, h0, G, t, out, xq, xds);
+        else
+            for (int g = 0; g < G; g++)
+                dec_combine_head(part, n_split, n_use, n_head, hd, h0 + g, t, out, cw_s, cred, xq, xds);
         if (tid == 0) *c = 0; /* ready for the next launch (the grid's end orders it before) */
     }
 }
@@ -347,7 +388,7 @@ bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
 #define DEC_LAUNCH(KK, GG, NN)                                                                                    \
     pdl_launch(cb, attn_dec_kernel<KK, GG, NN>, grid, dim3(DEC_WARPS * 32), 0, q, (const void *)kv->k,           \
                (const void *)kv->v, kv->block_size, d_pos, d_off, d_tabs, n_head, n_head_kv, group, hd, sl2, out, \
-               part, cnt, xq, xds, !cb->attn_adapt_off)
+               part, cnt, xq, xds, (cb->attn_adapt_off ? 0 : 1) | (cb->attn_merge_off ? 2 : 0))
 #define DEC_G(KK)                         \
     switch (G) {                          \
     case 2: DEC_LAUNCH(KK, 2, 4); break;  \

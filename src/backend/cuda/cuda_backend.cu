@@ -68,7 +68,6 @@ static void cuda_free(bk_backend *be) {
     cudaFree(cb->att_part);
     cudaFree(cb->att_cnt);
     cudaFree(cb->route_cnt);
-    cudaFree(cb->moe_cnt);
     cudaFree(cb->xq);
     cudaFree(cb->xds);
     cuda_moe_free(cb);
@@ -333,10 +332,9 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     CU_TRY(cudaMemset(cb->att_cnt, 0, ATT_CNT_N * sizeof(int)));
     CU_TRY(cudaMalloc(&cb->route_cnt, sizeof(int)));
     CU_TRY(cudaMemset(cb->route_cnt, 0, sizeof(int)));
-    CU_TRY(cudaMalloc(&cb->moe_cnt, MOE_HQ_SLOTS * sizeof(int)));
-    CU_TRY(cudaMemset(cb->moe_cnt, 0, MOE_HQ_SLOTS * sizeof(int)));
     cb->attn_fuse_off = getenv("BRISK_CUDA_ATTN_FUSE") && !strcmp(getenv("BRISK_CUDA_ATTN_FUSE"), "0");
     cb->attn_adapt_off = getenv("BRISK_CUDA_ATTN_ADAPT") && !strcmp(getenv("BRISK_CUDA_ATTN_ADAPT"), "0");
+    cb->attn_merge_off = getenv("BRISK_CUDA_ATTN_MERGE") && !strcmp(getenv("BRISK_CUDA_ATTN_MERGE"), "0");
     const char *mma = getenv("BRISK_CUDA_MMA");
     cb->mma_off = mma && !strcmp(mma, "0");
     const char *gqa = getenv("BRISK_CUDA_ATTN_GQA");
@@ -354,7 +352,7 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->mmvs_min_in = getenv("BRISK_CUDA_MMVS_MIN_IN") ? atoll(getenv("BRISK_CUDA_MMVS_MIN_IN")) : 4096;
     cb->mmvs_wide_off = getenv("BRISK_CUDA_MMVS_WIDE") && !strcmp(getenv("BRISK_CUDA_MMVS_WIDE"), "0");
     cb->mmvs_warps = getenv("BRISK_CUDA_MMVS_WARPS") ? atoi(getenv("BRISK_CUDA_MMVS_WARPS")) : 16;
-    cb->mmvs_seg_bytes = getenv("BRISK_CUDA_MMVS_SEG") ? atoi(getenv("BRISK_CUDA_MMVS_SEG")) : 4608;
+    cb->mmvs_seg_bytes = getenv("BRISK_CUDA_MMVS_SEG") ? atoi(getenv("BRISK_CUDA_MMVS_SEG")) : -1;
     const char *q6q = getenv("BRISK_CUDA_Q6K_QUAD");
     cb->q6k_quad = q6q ? atoi(q6q) : 1;
     int cc_major = 0;
@@ -379,7 +377,6 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->moe_vec_off = getenv("BRISK_CUDA_MOE_VEC") && !strcmp(getenv("BRISK_CUDA_MOE_VEC"), "0");
     cb->moe_vec_r = getenv("BRISK_CUDA_MOE_VEC_R") ? atoi(getenv("BRISK_CUDA_MOE_VEC_R")) : 2;
     cb->ablate = getenv("BRISK_CUDA_ABLATE") ? (unsigned)atoi(getenv("BRISK_CUDA_ABLATE")) : 0;
-    cb->moe_hq_off = getenv("BRISK_CUDA_MOE_HQ") && !strcmp(getenv("BRISK_CUDA_MOE_HQ"), "0");
     cb->attnq_off = getenv("BRISK_CUDA_ATTNQ") && !strcmp(getenv("BRISK_CUDA_ATTNQ"), "0");
     cb->router_fuse_off = getenv("BRISK_CUDA_ROUTER_FUSE") && !strcmp(getenv("BRISK_CUDA_ROUTER_FUSE"), "0");
     cb->router_join_off = getenv("BRISK_CUDA_ROUTER_JOIN") && !strcmp(getenv("BRISK_CUDA_ROUTER_JOIN"), "0");

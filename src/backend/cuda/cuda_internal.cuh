@@ -79,13 +79,12 @@ typedef struct cuda_backend {
     int64_t mmvs_min_in;        /* BRISK_CUDA_MMVS_MIN_IN (default 4096): narrower rows through cuda_mmvq's kernel */
     bool mmvs_wide_off;         /* BRISK_CUDA_MMVS_WIDE=0: rows wider than 8,192 columns through cuda_mmvq's kernel (A/B) */
     int mmvs_warps;             /* BRISK_CUDA_MMVS_WARPS=8: cuda_mmvs's 8-warp blocks only (A/B) */
-    int mmvs_seg_bytes;         /* BRISK_CUDA_MMVS_SEG (default 4608): rows wider than this many bytes shared by warps (cuda_mmvs.cu's mmvs_plan; 0: whole rows) */
+    int mmvs_seg_bytes;         /* BRISK_CUDA_MMVS_SEG: rows shared by warps (cuda_mmvs.cu's mmvs_plan): -1 (default) where 16 warps need it, N: rows over N bytes, 0: never */
     bool attn_fuse_off;         /* BRISK_CUDA_ATTN_FUSE=0: decode attention merges its splits in a kernel of its own (A/B) */
+    bool attn_merge_off;        /* BRISK_CUDA_ATTN_MERGE=0: a decode attention's few splits merged head by head (A/B) */
     bool attn_adapt_off;        /* BRISK_CUDA_ATTN_ADAPT=0: every split of a decode launch takes part, however short the context (A/B) */
     int *route_cnt;             /* the fused MoE router's finished-block counter (cuda_moe.cu), zero between launches */
-    int *moe_cnt;               /* (MOE_HQ_SLOTS) one token's gate·up finished-block counters per slot (cuda_moe.cu's moe_vec), zero between launches */
     unsigned ablate;            /* BRISK_CUDA_ABLATE=bits: ops that launch nothing (a profile of the decode step by omission; wrong results, timing only): CU_ABLATE */
-    bool moe_hq_off;            /* BRISK_CUDA_MOE_HQ=0: one token's expert activations h quantized by a launch of their own (A/B) */
     int *att_cnt;               /* (ATT_CNT_N) per (token, head group) split counters of the decode attention, zero between launches */
     int q6k_quad;               /* BRISK_CUDA_Q6K_QUAD: 0 off, 1 (default) Q6_K decode products in quads of groups, 2 the LM head too */
     bool pdl_off;               /* BRISK_CUDA_PDL=0 or before sm_90: decode kernels launched the ordinary way (cuda_pdl.cuh) */
@@ -146,8 +145,6 @@ typedef struct cuda_backend {
  * scale (34 bytes). Cache positions are counted in elements for all three: element e of a
  * q8_0 cache lives in block e / 32. */
 enum { KT_F32 = 0, KT_F16 = 1, KT_Q8_0 = 2 };
-
-#define MOE_HQ_SLOTS 64 /* slots (k + a shared expert) of one token whose h the gate·up launch quantizes */
 
 /* Stores value a as cache element e. For q8_0 the 32 lanes of a warp must store the 32 elements
  * of one block together (e % 32 == lane): they share its scale, amax / 127, and each rounds

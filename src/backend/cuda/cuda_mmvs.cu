@@ -398,22 +398,42 @@ static bool mmvs_go(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, i
     }
 }
 
-/* How many warps share a row: rows wider than cb->mmvs_seg_bytes are cut into as many segments
- * of whole quant blocks (at most MMVS_SEGS_MAX), each a stage of its own, when the rows are few
- * (a matrix whose rows all fit one wave of warps: the down projection's 4,096 rows of 12,288
- * columns leave each warp of a whole-row ring 3-4 rows, all ramp and tail). */
 /* A stage's bytes for a run of len bytes that may start anywhere: rounded out to 16 on both ends. */
 static inline uint32_t mmvs_cap(uint32_t len) { return (len + 30u + 15u) & ~15u; }
 
+/* How many warps share a row. By default (cb->mmvs_seg_bytes < 0) whole rows, unless their
+ * activations are too many registers for 16 warps a block (mmvs_w16_ok): then the fewest segments of
+ * whole quant blocks that allow 16 warps, when the rows are few enough (every group's partial sums
+ * fit shared memory: not the LM head). Q6_K keeps whole rows where two stages of 8 warps fit them.
+ * H200 lab (dev/kernels/mmvs_lab.cu, us, whole rows -> segments): Q4_K 4096 x 12288 12.5 -> 11.4 (2),
+ * Q4_K 5120 x 17408 29.2 -> 16.5 (3), Q6_K 5120 x 17408 41.7 (cuda_mmvq's: 14,280-byte rows do not
+ * fit two stages) -> 32.7 (5), Q8_0 4096 x 12288 16.2 -> 15.4; but Q6_K 4096 x 12288 19.7 -> 20.4
+ * (3), and segments sized by bytes alone lost on qwen3-8b (3 KB: tg128 363.7 against 372.6).
+ * mmvs_seg_bytes > 0 (BRISK_CUDA_MMVS_SEG=N, the lab and the tests): rows wider than N bytes cut
+ * into segments of about N; 0: whole rows always. */
 template <int T> static mmvs_seg mmvs_plan(const cuda_backend *cb, uint32_t row_bytes, int64_t n_in, int64_t n_rows) {
     const int64_t n_units = n_in / mmvs_unit<T>::W;
     mmvs_seg sg = {1, (int)n_units, 0, mmvs_cap(row_bytes)};
-    if (cb->mmvs_seg_bytes <= 0 || row_bytes <= (uint32_t)cb->mmvs_seg_bytes) return sg;
-    int want = (int)((row_bytes + cb->mmvs_seg_bytes - 1) / cb->mmvs_seg_bytes);
-    if (want > MMVS_SEGS_MAX) want = MMVS_SEGS_MAX;
     const int upb = T == QT_Q4_K ? 4 : T == QT_Q6_K ? 2 : 1; /* units per quant block */
-    const int64_t n_blk = n_units / upb, bps = (n_blk + want - 1) / want;
-    const int ups = (int)(bps * upb), segs = (int)((n_units + ups - 1) / ups);
+    const int64_t n_blk = n_units / upb;
+    int segs = 0, ups = 0;
+    if (cb->mmvs_seg_bytes > 0) {
+        if (row_bytes <= (uint32_t)cb->mmvs_seg_bytes) return sg;
+        int want = (int)((row_bytes + cb->mmvs_seg_bytes - 1) / cb->mmvs_seg_bytes);
+        if (want > MMVS_SEGS_MAX) want = MMVS_SEGS_MAX;
+        ups = (int)((n_blk + want - 1) / want * upb);
+        segs = (int)((n_units + ups - 1) / ups);
+    } else if (cb->mmvs_seg_bytes < 0) {
+        if (mmvs_w16_ok<T>((int)((n_units + 31) / 32))) return sg;
+        if (T == QT_Q6_K && MMVS_SMEM_MAX >= 128 + MMVS_PAD + 8 * 2 * ((size_t)mmvs_cap(row_bytes) + 8)) return sg;
+        for (int want = 2; want <= MMVS_SEGS_MAX && !segs; want++) {
+            int u = (int)((n_blk + want - 1) / want * upb);
+            if (mmvs_w16_ok<T>((u + 31) / 32)) {
+                ups = u;
+                segs = (int)((n_units + u - 1) / u);
+            }
+        }
+    }
     if (segs < 2 || (n_rows + (int64_t)cb->n_sm - 1) / cb->n_sm * segs > 8 * MMVS_SEG_ROWS_MAX) return sg;
     sg.segs = segs;
     sg.ups = ups;

@@ -663,39 +663,20 @@ __global__ void moe_combine_residual_kernel(const float *dout, const float *w, c
  * in several waves of half-idle warps. ---- */
 /* Slot k (blockIdx.y == k, the grid one slot taller) is the shared expert when Gs is given
  * (cuda_moe_ffn_shared): its gate/up (Gs, Us) or down (Ds) matrices, of the routed ones' type and shape. */
-/* With hq (cnt: a zeroed counter per slot), the slot's last block to finish also quantizes the slot's
- * h row for the down product (into hq / hds, apart from xq, which the other slots' blocks may still be
- * reading) and sets its counter back to zero: no quantize launch between the two products. */
 template <int T, int R>
 __global__ void __launch_bounds__(MMVQ_WARPS * 32)
 moe_vec_gate_up_kernel(const uint8_t *G, const uint8_t *U, const uint8_t *const *tg, const uint8_t *const *tu,
                        size_t row_bytes, int64_t n_embd, int64_t n_ff, int n_expert, const int32_t *ids,
-                       const int8_t *xq, const float2 *xds, float *h, const uint8_t *Gs, const uint8_t *Us, int k,
-                       int8_t *hq, float2 *hds, int *cnt) {
+                       const int8_t *xq, const float2 *xds, float *h, const uint8_t *Gs, const uint8_t *Us, int k) {
     pdl_wait(); /* ids come from the router */
-    const int j = (int)blockIdx.y;
-    const bool sh = Gs && j == k;
-    int e = sh ? 0 : moe_entry_expert(ids, j, n_expert);
-    if (e < 0) return; /* the whole slot: its down blocks return too */
-    float *hj = h + (int64_t)j * n_ff;
+    const bool sh = Gs && (int)blockIdx.y == k;
+    int e = sh ? 0 : moe_entry_expert(ids, (int)blockIdx.y, n_expert);
+    if (e < 0) return;
     mmvq_rows<T, 1, true, 1, false, R>(sh ? Gs : moe_expert_base(G, tg, e, n_ff, row_bytes),
                                     sh ? Us : moe_expert_base(U, tu, e, n_ff, row_bytes), row_bytes, n_embd, n_ff, xq,
-                                    xds, 1, NULL, hj, 0, (int64_t)blockIdx.x * MMVQ_WARPS + threadIdx.x / 32,
+                                    xds, 1, NULL, h + (int64_t)blockIdx.y * n_ff,
+                                    0, (int64_t)blockIdx.x * MMVQ_WARPS + threadIdx.x / 32,
                                     (int64_t)gridDim.x * MMVQ_WARPS);
-    if (!hq) return;
-    __shared__ int last;
-    __syncthreads(); /* the block's rows of h are stored */
-    if (threadIdx.x == 0) {
-        __threadfence(); /* ... and visible before the count says so */
-        last = atomicAdd(cnt + j, 1) == (int)gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int lane = threadIdx.x % 32;
-    for (int64_t g = threadIdx.x / 32; g < n_ff / 32; g += MMVQ_WARPS) /* as quantize_q8_1_kernel, through the L2 */
-        q8_1_store_lane(__ldcg(hj + g * 32 + lane), g * 32 + lane, lane, hq + (int64_t)j * n_ff, hds + (int64_t)j * (n_ff / 32));
-    if (threadIdx.x == 0) cnt[j] = 0;
 }
 
 template <int T, int R>
@@ -806,11 +787,6 @@ static bool moe_vec(cuda_backend *cb, const bk_weight *gate, const bk_weight *up
     const int64_t n_ff = gate->n_out / n_expert, n_embd = gate->n_in;
     const int slots = k + (sh != NULL);
     if (cb->moe_vec_off || (size_t)slots * n_ff > cb->xq_cap || !cuda_mmvq_prepare(cb, x, n_embd, 1)) return false;
-    /* h's quantization inside the gate·up launch, past x's in the activation buffer (whole groups of 256) */
-    const int64_t hoff = (n_embd + 255) / 256 * 256;
-    const bool fuse_q = !cb->moe_hq_off && slots <= MOE_HQ_SLOTS && (size_t)(hoff + (int64_t)slots * n_ff) <= cb->xq_cap;
-    int8_t *hq = fuse_q ? cb->xq + hoff : NULL;
-    float2 *hds = fuse_q ? cb->xds + hoff / 32 : NULL;
     float *h = (float *)cb->moe_buf, *dout = (float *)((char *)cb->moe_buf + moe_sizes(n_embd, n_ff, n_expert, k).b_h);
     const uint8_t *G = (const uint8_t *)gate->dev, *U = (const uint8_t *)up->dev, *D = (const uint8_t *)down->dev;
     const uint8_t *Gs = sh ? (const uint8_t *)sh[0]->dev : NULL, *Us = sh ? (const uint8_t *)sh[1]->dev : NULL,
@@ -827,16 +803,18 @@ static bool moe_vec(cuda_backend *cb, const bk_weight *gate, const bk_weight *up
                     pdl_launch(cb, moe_vec_gate_up_kernel<TT, RR>,                                                 \
                                dim3((unsigned)((n_ff + (RR / 2) * MMVQ_WARPS - 1) / ((RR / 2) * MMVQ_WARPS)), ku), \
                                dim3(MMVQ_WARPS * 32), 0, G, U, tg, tu, gate->row_bytes, n_embd, n_ff, n_expert, ids, \
-                               (const int8_t *)cb->xq, (const float2 *)cb->xds, h, Gs, Us, k, hq, hds, cb->moe_cnt))
+                               (const int8_t *)cb->xq, (const float2 *)cb->xds, h, Gs, Us, k))
 #define VEC_DOWN(RR)                                                                                               \
     MOE_Q8_DISPATCH(down->type,                                                                                    \
                     pdl_launch(cb, moe_vec_down_kernel<TT, RR>,                                                    \
                                dim3((unsigned)((n_embd + RR * MMVQ_WARPS - 1) / (RR * MMVQ_WARPS)), ku),           \
                                dim3(MMVQ_WARPS * 32), 0, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids,      \
-                               fuse_q ? (const int8_t *)hq : (const int8_t *)cb->xq,                               \
-                               fuse_q ? (const float2 *)hds : (const float2 *)cb->xds, dout, Ds, k))
+                               (const int8_t *)cb->xq, (const float2 *)cb->xds, dout, Ds, k))
     if (r == 4) VEC_GU(4) else VEC_GU(2)
-    if (!fuse_q) cuda_mmvq_quantize(cb, h, n_ff, slots);
+    /* h quantized by a launch of its own: done instead by each slot's last gate·up block (a counter
+     * per slot), one token was slower on the H200 (qwen3-30b-a3b tg128 291.6 against 306.3,
+     * qwen3.6-35b-a3b 328.0 against 339.3): the last block's serial tail cost more than the launch */
+    cuda_mmvq_quantize(cb, h, n_ff, slots);
     if (r == 4) VEC_DOWN(4) else VEC_DOWN(2)
 #undef VEC_GU
 #undef VEC_DOWN
