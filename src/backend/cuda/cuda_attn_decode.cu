@@ -368,15 +368,27 @@ bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
     if ((G != 2 && G != 4 && G != 8) || cb->attn_gqa_off) G = 1;
     /* Splits: about four blocks per SM (one resident wave at ~128 registers a thread), at least
      * DEC_MIN_ROWS positions each, and within the partials buffer. */
-    int64_t pairs = (int64_t)n * (n_head / G), target = 4 * (int64_t)cb->n_sm;
-    int n_split = 1;
-    if (pairs < target && max_np > DEC_MIN_ROWS) {
-        int64_t ns = (target + pairs - 1) / pairs, by_len = (max_np + DEC_MIN_ROWS - 1) / DEC_MIN_ROWS;
-        int64_t by_cap = (int64_t)(cb->att_part_cap / ((size_t)n * n_head * (hd + 2)));
-        if (ns > by_len) ns = by_len;
-        if (ns > by_cap) ns = by_cap;
-        if (ns > DEC_MAX_SPLIT) ns = DEC_MAX_SPLIT;
-        n_split = ns > 1 ? (int)ns : 1;
+    const int64_t target = 4 * (int64_t)cb->n_sm;
+    auto splits = [&](int g) {
+        int64_t pairs = (int64_t)n * (n_head / g), ns = 1;
+        if (pairs < target && max_np > DEC_MIN_ROWS) {
+            int64_t by_len = (max_np + DEC_MIN_ROWS - 1) / DEC_MIN_ROWS;
+            int64_t by_cap = (int64_t)(cb->att_part_cap / ((size_t)n * n_head * (hd + 2)));
+            ns = (target + pairs - 1) / pairs;
+            if (ns > by_len) ns = by_len;
+            if (ns > by_cap) ns = by_cap;
+            if (ns > DEC_MAX_SPLIT) ns = DEC_MAX_SPLIT;
+        }
+        return ns > 1 ? (int)ns : 1;
+    };
+    int n_split = splits(G);
+    /* A short context leaves few splits, and a group of G heads a block then leaves most SMs idle while
+     * each block walks G heads' scores and sums (qwen3.6-35b-a3b at tg128 depth: 2 groups of 8 heads
+     * x 4 splits, 8 blocks). Below one block per SM a head each: the K/V rows are re-read per head, but
+     * they are few and in the L2. */
+    if (G > 1 && !cb->attn_gadapt_off && (int64_t)n * (n_head / G) * n_split < cb->n_sm) {
+        G = 1;
+        n_split = splits(1);
     }
     float *part = n_split > 1 ? cb->att_part : NULL;
     dim3 grid(n_head / G, n, n_split);

@@ -334,6 +334,7 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     CU_TRY(cudaMemset(cb->route_cnt, 0, sizeof(int)));
     cb->attn_fuse_off = getenv("BRISK_CUDA_ATTN_FUSE") && !strcmp(getenv("BRISK_CUDA_ATTN_FUSE"), "0");
     cb->attn_adapt_off = getenv("BRISK_CUDA_ATTN_ADAPT") && !strcmp(getenv("BRISK_CUDA_ATTN_ADAPT"), "0");
+    cb->attn_gadapt_off = getenv("BRISK_CUDA_ATTN_GADAPT") && !strcmp(getenv("BRISK_CUDA_ATTN_GADAPT"), "0");
     cb->attn_merge_off = getenv("BRISK_CUDA_ATTN_MERGE") && !strcmp(getenv("BRISK_CUDA_ATTN_MERGE"), "0");
     const char *mma = getenv("BRISK_CUDA_MMA");
     cb->mma_off = mma && !strcmp(mma, "0");

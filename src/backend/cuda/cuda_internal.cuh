@@ -81,6 +81,7 @@ typedef struct cuda_backend {
     int mmvs_warps;             /* BRISK_CUDA_MMVS_WARPS=8: cuda_mmvs's 8-warp blocks only (A/B) */
     int mmvs_seg_bytes;         /* BRISK_CUDA_MMVS_SEG: rows shared by warps (cuda_mmvs.cu's mmvs_plan): -1 (default) where 16 warps need it, N: rows over N bytes, 0: never */
     bool attn_fuse_off;         /* BRISK_CUDA_ATTN_FUSE=0: decode attention merges its splits in a kernel of its own (A/B) */
+    bool attn_gadapt_off;       /* BRISK_CUDA_ATTN_GADAPT=0: a decode attention block serves a whole GQA group even when the blocks are fewer than the SMs (A/B) */
     bool attn_merge_off;        /* BRISK_CUDA_ATTN_MERGE=0: a decode attention's few splits merged head by head (A/B) */
     bool attn_adapt_off;        /* BRISK_CUDA_ATTN_ADAPT=0: every split of a decode launch takes part, however short the context (A/B) */
     int *route_cnt;             /* the fused MoE router's finished-block counter (cuda_moe.cu), zero between launches */
