@@ -74,6 +74,7 @@ static void cuda_free(bk_backend *be) {
     cuda_blas_free(cb);
     cuda_nccl_free(cb);
     cuda_graph_free(cb);
+    cuda_prefetch_free(cb);
     for (int i = 0; i < cb->n_slab; i++) cudaFree(cb->slab[i]);
     free(cb->slab);
     free(cb->slab_used);
@@ -193,6 +194,7 @@ static brisk_status cuda_read(bk_backend *be, const void *src, void *dst, size_t
         cb->err = BRISK_OK;
         return bk_fail(s, "%s", cb->errmsg);
     }
+    cuda_prefetch_join(cb);
     CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cb->stream));
     CU_TRY(cudaStreamSynchronize(cb->stream));
     return BRISK_OK;
@@ -256,6 +258,7 @@ static const bk_backend_ops cuda_ops = {
     /* norm_swiglu */ cuda_norm_swiglu,
     /* moe_ffn_shared */ cuda_moe_ffn_shared,
     /* qk_norm_rope_kv */ cuda_qk_norm_rope_kv,
+    /* prefetch */ cuda_prefetch,
 };
 
 extern "C" int bk_cuda_device_count(void) {
@@ -391,6 +394,7 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     CU_TRY(cudaMalloc(&cb->xds, cb->xq_cap / 32 * sizeof(float2)));
     brisk_status s = cuda_blas_init(cb);
     if (s != BRISK_OK) return s;
+    BK_TRY(cuda_prefetch_init(cb));
     return cuda_graph_init(cb);
 }
 

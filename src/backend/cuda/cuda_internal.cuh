@@ -85,6 +85,11 @@ typedef struct cuda_backend {
     bool attn_merge_off;        /* BRISK_CUDA_ATTN_MERGE=0: a decode attention's few splits merged head by head (A/B) */
     bool attn_adapt_off;        /* BRISK_CUDA_ATTN_ADAPT=0: every split of a decode launch takes part, however short the context (A/B) */
     int *route_cnt;             /* the fused MoE router's finished-block counter (cuda_moe.cu), zero between launches */
+    /* BRISK_CUDA_L2PF=1: weights asked into the L2 ahead of their product on a side stream (cuda_prefetch.cu) */
+    cudaStream_t pf_stream;
+    cudaEvent_t pf_fork, pf_join;
+    bool pf_pending;            /* the side stream holds work the main stream has not joined */
+    size_t pf_cap;              /* BRISK_CUDA_L2PF_MB (default 12): bytes asked for per weight at most */
     unsigned ablate;            /* BRISK_CUDA_ABLATE=bits: ops that launch nothing (a profile of the decode step by omission; wrong results, timing only): CU_ABLATE */
     int *att_cnt;               /* (ATT_CNT_N) per (token, head group) split counters of the decode attention, zero between launches */
     int q6k_quad;               /* BRISK_CUDA_Q6K_QUAD: 0 off, 1 (default) Q6_K decode products in quads of groups, 2 the LM head too */
@@ -655,6 +660,10 @@ bool cuda_qk_norm_rope_kv(bk_backend *be, float *q, const float *q_src, int q_pi
 brisk_status cuda_step_begin(bk_backend *be, const bk_step *st, bool *replayed);
 brisk_status cuda_step_end(bk_backend *be, bool *rerun);
 brisk_status cuda_graph_init(cuda_backend *cb);
+brisk_status cuda_prefetch_init(cuda_backend *cb);
+void cuda_prefetch_free(cuda_backend *cb);
+void cuda_prefetch_join(cuda_backend *cb);
+void cuda_prefetch(bk_backend *be, const bk_weight *w, size_t max_bytes, int n);
 void cuda_moe_route(bk_backend *be, const float *logits, int n, int n_expert, int k, bool norm, float scale,
                     int32_t *ids, float *weights);
 void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down, const float *x,
