@@ -279,9 +279,9 @@ typedef struct bk_backend_ops {
     bool (*qk_norm_rope_kv)(bk_backend *be, float *q, const float *q_src, int q_pitch, float *k, const float *v, int n,
                             int n_head, int n_head_kv, int head_dim, const bk_weight *q_norm, const bk_weight *k_norm,
                             float eps, const int32_t *pos, const bk_rope_params *rp, const bk_kv_view *kv);
-    /* Optional (NULL: nothing): a hint that a pass of n tokens reads w soon, its first max_bytes at
-     * least; a GPU may ask them into its cache meanwhile, beside the work already queued. */
-    void (*prefetch)(bk_backend *be, const bk_weight *w, size_t max_bytes, int n);
+    /* Optional (NULL: nothing): a hint that a pass of n tokens reads w soon, from its first rows on;
+     * a GPU may ask them into its cache meanwhile, beside the work already queued. */
+    void (*prefetch)(bk_backend *be, const bk_weight *w, int n);
 } bk_backend_ops;
 
 struct bk_backend {
@@ -367,28 +367,8 @@ static inline void bk_copy_rows(bk_backend *be, void *dst, size_t dst_pitch, con
         be->ops->copy(be, (char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, row_bytes);
 }
 /* The prefetch hint, where the backend takes it. */
-static inline void bk_prefetch(bk_backend *be, const bk_weight *w, size_t max_bytes, int n) {
-    if (be->ops->prefetch) be->ops->prefetch(be, w, max_bytes, n);
-}
-/* QK-norm and rope, and the K/V cache write where the backend folds it in (qk_norm_rope_kv): returns
- * true when k and v are in the cache (pass the attention k = v = NULL). Without the fused op, q's heads
- * come to q from q_src (head rows q_pitch floats apart) by a row copy first, unless q_src is q. */
-static inline void bk_qk_norm_rope(bk_backend *be, float *q, float *k, int n, int n_head, int n_head_kv, int head_dim,
-                                   const bk_weight *q_norm, const bk_weight *k_norm, float eps, const int32_t *pos,
-                                   const bk_rope_params *rp);
-static inline bool bk_qk_norm_rope_kv(bk_backend *be, float *q, const float *q_src, int q_pitch, float *k,
-                                      const float *v, int n, int n_head, int n_head_kv, int head_dim,
-                                      const bk_weight *q_norm, const bk_weight *k_norm, float eps, const int32_t *pos,
-                                      const bk_rope_params *rp, const bk_kv_view *kv) {
-    if (be->ops->qk_norm_rope_kv && be->ops->qk_norm_rope_kv(be, q, q_src, q_pitch, k, v, n, n_head, n_head_kv,
-                                                             head_dim, q_norm, k_norm, eps, pos, rp, kv))
-        return true;
-    if (q_src != q) {
-        size_t row = (size_t)head_dim * sizeof(float);
-        bk_copy_rows(be, q, row, q_src, (size_t)q_pitch * sizeof(float), row, (size_t)n * (size_t)n_head);
-    }
-    bk_qk_norm_rope(be, q, k, n, n_head, n_head_kv, head_dim, q_norm, k_norm, eps, pos, rp);
-    return false;
+static inline void bk_prefetch(bk_backend *be, const bk_weight *w, int n) {
+    if (be->ops->prefetch) be->ops->prefetch(be, w, n);
 }
 /* QK-norm (weights may be NULL: no norm) and rope of q and k through the backend's fused op, or op by op. */
 static inline void bk_qk_norm_rope(bk_backend *be, float *q, float *k, int n, int n_head, int n_head_kv, int head_dim,
@@ -402,5 +382,22 @@ static inline void bk_qk_norm_rope(bk_backend *be, float *q, float *k, int n, in
     if (k_norm) be->ops->rms_norm(be, k, k_norm, k, n * n_head_kv, head_dim, eps);
     be->ops->rope(be, q, n, n_head, head_dim, pos, rp);
     be->ops->rope(be, k, n, n_head_kv, head_dim, pos, rp);
+}
+/* QK-norm and rope, and the K/V cache write where the backend folds it in (qk_norm_rope_kv): returns
+ * true when k and v are in the cache (pass the attention k = v = NULL). Without the fused op, q's heads
+ * come to q from q_src (head rows q_pitch floats apart) by a row copy first, unless q_src is q. */
+static inline bool bk_qk_norm_rope_kv(bk_backend *be, float *q, const float *q_src, int q_pitch, float *k,
+                                      const float *v, int n, int n_head, int n_head_kv, int head_dim,
+                                      const bk_weight *q_norm, const bk_weight *k_norm, float eps, const int32_t *pos,
+                                      const bk_rope_params *rp, const bk_kv_view *kv) {
+    if (be->ops->qk_norm_rope_kv && be->ops->qk_norm_rope_kv(be, q, q_src, q_pitch, k, v, n, n_head, n_head_kv,
+                                                             head_dim, q_norm, k_norm, eps, pos, rp, kv))
+        return true;
+    if (q_src != q) {
+        size_t row = (size_t)head_dim * sizeof(float);
+        bk_copy_rows(be, q, row, q_src, (size_t)q_pitch * sizeof(float), row, (size_t)n * (size_t)n_head);
+    }
+    bk_qk_norm_rope(be, q, k, n, n_head, n_head_kv, head_dim, q_norm, k_norm, eps, pos, rp);
+    return false;
 }
 #endif

@@ -394,7 +394,7 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     CU_TRY(cudaMalloc(&cb->xds, cb->xq_cap / 32 * sizeof(float2)));
     brisk_status s = cuda_blas_init(cb);
     if (s != BRISK_OK) return s;
-    BK_TRY(cuda_prefetch_init(cb));
+    BK_TRY(cuda_prefetch_init(cb, cc_major));
     return cuda_graph_init(cb);
 }
 

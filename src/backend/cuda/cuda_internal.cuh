@@ -660,10 +660,10 @@ bool cuda_qk_norm_rope_kv(bk_backend *be, float *q, const float *q_src, int q_pi
 brisk_status cuda_step_begin(bk_backend *be, const bk_step *st, bool *replayed);
 brisk_status cuda_step_end(bk_backend *be, bool *rerun);
 brisk_status cuda_graph_init(cuda_backend *cb);
-brisk_status cuda_prefetch_init(cuda_backend *cb);
+brisk_status cuda_prefetch_init(cuda_backend *cb, int cc_major);
 void cuda_prefetch_free(cuda_backend *cb);
 void cuda_prefetch_join(cuda_backend *cb);
-void cuda_prefetch(bk_backend *be, const bk_weight *w, size_t max_bytes, int n);
+void cuda_prefetch(bk_backend *be, const bk_weight *w, int n);
 void cuda_moe_route(bk_backend *be, const float *logits, int n, int n_expert, int k, bool norm, float scale,
                     int32_t *ids, float *weights);
 void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down, const float *x,

@@ -353,7 +353,7 @@ template <int T> static constexpr bool mmvs_w16_ok(int ni) {
 template <int T, bool GLU, int NI, int NW, bool NORM>
 static bool mmvs_go_w(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, int64_t n_in, int accum,
                       int64_t n_rows, const mmvs_norm &nm, mmvs_seg sg) {
-    if (NW / sg.segs < 1) return false;
+    static_assert(NW >= MMVS_SEGS_MAX, "a block holds at least one group of warps sharing rows");
     const uint32_t stage_bytes = GLU ? 2 * sg.cap : sg.cap;
     int64_t blocks = (n_rows * sg.segs + NW - 1) / NW;
     if (blocks > cb->n_sm) blocks = cb->n_sm;

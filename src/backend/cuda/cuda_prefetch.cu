@@ -34,10 +34,8 @@ __global__ void l2_prefetch_kernel(const uint8_t *p, size_t bytes) {
 #endif
 }
 
-brisk_status cuda_prefetch_init(cuda_backend *cb) {
+brisk_status cuda_prefetch_init(cuda_backend *cb, int cc_major) {
     const char *e = getenv("BRISK_CUDA_L2PF");
-    int cc_major = 0;
-    CU_TRY(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, cb->device));
     if (!e || strcmp(e, "1") || cc_major < 9) return BRISK_OK;
     CU_TRY(cudaStreamCreateWithFlags(&cb->pf_stream, cudaStreamNonBlocking));
     CU_TRY(cudaEventCreateWithFlags(&cb->pf_fork, cudaEventDisableTiming));
@@ -65,11 +63,10 @@ void cuda_prefetch_join(cuda_backend *cb) {
     CU_OP(cb, cudaStreamWaitEvent(cb->stream, cb->pf_join, 0));
 }
 
-extern "C" void cuda_prefetch(bk_backend *be, const bk_weight *w, size_t max_bytes, int n) {
+extern "C" void cuda_prefetch(bk_backend *be, const bk_weight *w, int n) {
     cuda_backend *cb = (cuda_backend *)be;
     if (!cb->pf_stream || !cb->step_on || n > PF_MAX_TOKENS || !w || !w->dev) return;
     size_t bytes = (size_t)w->n_out * w->row_bytes;
-    if (bytes > max_bytes) bytes = max_bytes;
     if (bytes > cb->pf_cap) bytes = cb->pf_cap; /* of the L2's 50 MB: the rows a product reads first */
     if ((uintptr_t)w->dev % 16 || bytes < 16) return;
     CU_OP(cb, cudaEventRecord(cb->pf_fork, cb->stream));
