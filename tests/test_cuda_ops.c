@@ -11,8 +11,12 @@
  *                                        cores, cuda_mmq.cu; with BRISK_CUDA_MMQ=0 n <= 64
  *                                        in mmvq slices of 16, 16 with BRISK_CUDA_MMVQ_SLICES=0)
  *                                        twice the CPU's own error + 1e-5; for the
- *                                        tensor-core path (n > 8, n_in % 32 == 0,
- *                                        f16 inputs) 3e-3, also against the CPU
+ *                                        tensor-core paths (n > 8, n_in % 32 == 0,
+ *                                        f16 inputs; and 2..47 tokens on Q4_K, Q6_K,
+ *                                        Q8_0 rows of a multiple of 256 (17..47 tokens,
+ *                                        BRISK_CUDA_MMQH_MIN), cuda_mmqh.cu: f16 weights
+ *                                        and activations, sm_90) 3e-3, also
+ *                                        against the CPU
  *   matmul vs CPU backend                1e-5 if the CPU keeps f32 activations,
  *                                        1e-2 (f16/bf16) or 3e-2 (q8 blocks) when
  *                                        the CPU quantizes activations first
@@ -139,14 +143,20 @@ static void matmul_tol(uint32_t type, int64_t n_in, int n, double cpu_err, doubl
     int int8_max = sl && !strcmp(sl, "0") ? 16 : 64;
     int mmq_max = env_int("BRISK_CUDA_MMQ_MAX", env_int("BRISK_CUDA_CUBLAS_MIN_TOK", 48)), mmq_min = env_int("BRISK_CUDA_MMQ_MIN", 8);
     bool mmq_on = !(mq && !strcmp(mq, "0")), mmq = mmq_on && n >= mmq_min && n < mmq_max;
-    bool int8_path = (mmq || (n <= int8_max && !(mmq_on && n >= mmq_max))) && n_in % 32 == 0 &&
+    const char *mh = getenv("BRISK_CUDA_MMQH");
+    bool mmqh = !(mh && !strcmp(mh, "0")) && n >= env_int("BRISK_CUDA_MMQH_MIN", 17) &&
+                n < env_int("BRISK_CUDA_MMQH_MAX", mmq_max) && n <= 64 && n_in % 256 == 0 &&
+                (type == QT_Q8_0 || type == QT_Q4_K || type == QT_Q6_K);
+    bool int8_path = !mmqh && (mmq || (n <= int8_max && !(mmq_on && n >= mmq_max))) && n_in % 32 == 0 &&
                      (type == QT_Q4_0 || type == QT_Q8_0 || type == QT_Q4_K || type == QT_Q6_K);
     /* Larger batches on rows of a multiple of 32 run on tensor cores with f16
      * inputs (cuda_mma.cu, cuda_blas.cu): 11 significant bits per factor. */
-    bool f16_path = !int8_path && n > 8 && n_in % 32 == 0;
+    bool f16_path = mmqh || (!int8_path && n > 8 && n_in % 32 == 0);
     *tol_ref = int8_path ? 2 * cpu_err + 1e-5 : f16_path ? 3e-3 : 2e-5;
     if (f16_path && *tol_cpu < 3e-3) *tol_cpu = 3e-3;
 }
+
+static float x_amp = 1.0f; /* check_matmul's activations: uniform in [-x_amp, x_amp] */
 
 static void check_matmul(uint32_t type, int64_t n_in, int64_t n_out, int n, bool with_bias) {
     size_t rb;
@@ -162,7 +172,7 @@ static void check_matmul(uint32_t type, int64_t n_in, int64_t n_out, int n, bool
     size_t nx = (size_t)n * n_in, ny = (size_t)n * n_out;
     float *x = malloc(nx * 4), *yc = malloc(ny * 4), *yg = malloc(ny * 4), *ref = malloc(ny * 4);
     float *deq = malloc((size_t)n_in * 4);
-    fill(x, nx, 1.0f);
+    fill(x, nx, x_amp);
     float *dx = dev_copy(x, nx * 4), *dy = dev_copy(NULL, ny * 4);
     const bk_weight *wcp = &wc, *wgp = &wg, *bcp = &bc, *bgp = &bg;
     cpu->ops->matmul(cpu, 1, &wcp, with_bias ? &bcp : NULL, x, n, &yc);
@@ -255,7 +265,12 @@ static void check_matmul_add(uint32_t type, int64_t n_in, int64_t n_out, int n) 
 /* Batches of 2..127 tokens on int8 tensor cores (cuda_mmq.cu): every integer-dot type, token
  * counts around its 8/16/32/64-token tiles (100: two tiles), rows no multiple of its 32-row
  * tiles, and rows of a few groups (a warp step of 4 groups cut short; fewer steps than warps). */
-static void test_matmul_mmq(void) {
+static void mmq_cases(void);
+static void on_backend_with(const char *var, const char *val, void (*cases)(void));
+/* with BRISK_CUDA_MMQH=0: the K-quant and Q8_0 batches of 17+ tokens reach this kernel too (the
+ * expert products and the other types use it whatever the switch) */
+static void test_matmul_mmq(void) { on_backend_with("BRISK_CUDA_MMQH", "0", mmq_cases); }
+static void mmq_cases(void) {
     static const uint32_t ty[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K};
     static const int ns[] = {2, 3, 8, 16, 17, 33, 64, 100};
     show_err = true;
@@ -267,6 +282,65 @@ static void test_matmul_mmq(void) {
             check_matmul_add(ty[ti], n_in, 72, ns[i]);
         }
     }
+    show_err = false;
+}
+
+static void check_matmul_multi(const uint32_t ty[3], int64_t n_in, const int64_t no[3], int n);
+static void check_matmul_swiglu(uint32_t type, int64_t n_in, int64_t n_ff, int n, bool via_norm);
+
+/* Batches on f16 tensor cores with streamed weights (cuda_mmqh.cu) for Q4_K, Q6_K, Q8_0: token
+ * counts at and around its 8/16/32-token tiles, rows no multiple of its 32-row tiles, Q6_K rows
+ * that do not start on 16 bytes (2,304 columns: 1,890 bytes), a row of one 256-column unit (seven
+ * of eight warps without a K-slice), tiles enough for blocks to take several (the rings wrap
+ * round), activations far from 1 (the per-token power of two), y += , the fused gate/up, and
+ * several matrices in one launch. */
+/* cases() on a backend of its own, created with the switch var=val (a backend reads its switches
+ * when it is created); var as it was afterwards */
+static void on_backend_with(const char *var, const char *val, void (*cases)(void)) {
+    const char *old = getenv(var);
+    char *saved = old ? strdup(old) : NULL; /* setenv may free what getenv returned */
+    setenv(var, val, 1);
+    bk_backend *main_gpu = gpu, *g = NULL;
+    bool ok = bk_cuda_backend_new(0, &g) == BRISK_OK;
+    CHECK(ok);
+    if (ok) {
+        gpu = g;
+        cases();
+        gpu = main_gpu;
+        g->ops->free(g);
+    }
+    if (saved) setenv(var, saved, 1);
+    else unsetenv(var);
+    free(saved);
+}
+static void mmqh_cases(void);
+/* from 2 tokens (the default takes 17 and more) */
+static void test_matmul_mmqh(void) { on_backend_with("BRISK_CUDA_MMQH_MIN", "2", mmqh_cases); }
+static void mmqh_cases(void) {
+    static const uint32_t ty[] = {QT_Q4_K, QT_Q6_K, QT_Q8_0};
+    static const int ns[] = {2, 7, 9, 16, 31, 47};
+    show_err = true;
+    for (size_t ti = 0; ti < sizeof ty / sizeof ty[0]; ti++) {
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+            check_matmul(ty[ti], i % 2 ? 2304 : 4096, i % 3 ? 200 : 96, ns[i], i % 2 == 0);
+            check_matmul_add(ty[ti], 2304, 72, ns[i]);
+        }
+        check_matmul(ty[ti], 256, 64, 5, false);
+        check_matmul(ty[ti], 4096, 9000, 16, false);
+        x_amp = 3e4f;
+        check_matmul(ty[ti], 512, 100, 12, true);
+        x_amp = 1e-4f;
+        check_matmul(ty[ti], 512, 100, 12, false);
+        x_amp = 1.0f;
+        check_matmul_swiglu(ty[ti], 2304, 300, 5, true);
+        check_matmul_swiglu(ty[ti], 512, 200, 33, false);
+        const uint32_t same[3] = {ty[ti], ty[ti], ty[ti]};
+        const int64_t no[3] = {512, 128, 96};
+        check_matmul_multi(same, 2048, no, 12);
+    }
+    const uint32_t mixed[3] = {QT_Q4_K, QT_Q6_K, QT_Q4_K};
+    const int64_t no[3] = {256, 64, 64};
+    check_matmul_multi(mixed, 1024, no, 20);
     show_err = false;
 }
 
@@ -323,21 +397,7 @@ static void test_matmul_stream(void) {
      * cases take the segmented path too: uneven last segments, groups that leave warps idle, GLU,
      * three matrices); the switch is read when a backend is created */
     static const char *const seg[] = {"0", "1024"};
-    const char *old = getenv("BRISK_CUDA_MMVS_SEG");
-    bk_backend *main_gpu = gpu;
-    for (int i = 0; i < 2; i++) {
-        bk_backend *g = NULL;
-        setenv("BRISK_CUDA_MMVS_SEG", seg[i], 1);
-        bool ok = bk_cuda_backend_new(0, &g) == BRISK_OK;
-        CHECK(ok);
-        if (!ok) continue;
-        gpu = g;
-        stream_cases();
-        gpu = main_gpu;
-        g->ops->free(g);
-    }
-    if (old) setenv("BRISK_CUDA_MMVS_SEG", old, 1);
-    else unsetenv("BRISK_CUDA_MMVS_SEG");
+    for (int i = 0; i < 2; i++) on_backend_with("BRISK_CUDA_MMVS_SEG", seg[i], stream_cases);
 }
 static void stream_cases(void) {
     static const uint32_t ty[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K};
@@ -1321,7 +1381,7 @@ int main(int argc, char **argv) {
         unsetenv("BRISK_CUDA_ATTN_V1");
     }
     static const test_case cases[] = {
-        {"matmul", test_matmul},         {"matmul_mmq", test_matmul_mmq},     {"matmul_multi", test_matmul_multi}, {"matmul_stream", test_matmul_stream}, {"norm_matmul", test_norm_matmul}, {"get_rows", test_get_rows},
+        {"matmul", test_matmul},         {"matmul_mmq", test_matmul_mmq}, {"matmul_mmqh", test_matmul_mmqh},     {"matmul_multi", test_matmul_multi}, {"matmul_stream", test_matmul_stream}, {"norm_matmul", test_norm_matmul}, {"get_rows", test_get_rows},
         {"rms_norm", test_rms_norm},     {"rope", test_rope},
         {"qk_norm_rope", test_qk_norm_rope}, {"matmul_swiglu", test_matmul_swiglu},                 {"attention", test_attention}, {"attention_kv_fused", test_attention_kv_fused},
         {"elementwise", test_elementwise}, {"moe_route", test_moe_route},   {"moe_ffn", test_moe_ffn}, {"moe_ffn_shared", test_moe_ffn_shared}, {"moe_ffn_mmq", test_moe_ffn_mmq}, {"moe_ffn_ep", test_moe_ffn_ep}, {"moe_ffn_table", test_moe_ffn_table},

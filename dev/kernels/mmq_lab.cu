@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
     static const struct { uint32_t type; const char *name; } types[] = {
         {QT_Q4_K, "q4_K"}, {QT_Q6_K, "q6_K"}, {QT_Q8_0, "q8_0"}};
     static const int64_t shapes[][2] = {{4096, 4096}, {12288, 4096}, {4096, 12288}, {151936, 4096}}; /* n_out, n_in */
-    static const int ns[] = {1, 2, 4, 8, 16, 32, 64, 128};
+    static const int ns[] = {1, 2, 4, 8, 16, 32, 48, 64, 128};
     printf("| type | n_out x n_in   |   n | mmvq us |  GB/s  %%bw | mmq us |  GB/s  %%bw |   x1 | cublas us "
            "| best   | diff    |\n");
     printf("|------|----------------|-----|---------|-----------|--------|-----------|------|--------|-----------"
@@ -132,6 +132,37 @@ int main(int argc, char **argv) {
                 }
                 float t_v = time_ms(st, [&](int i) { cuda_mmvq(cb, &w[i % nW], NULL, n, y1, 0); });
                 float t_q = time_ms(st, [&](int i) { cuda_mmq(cb, &w[i % nW], NULL, n, y2, 0); });
+                /* the f16 kernel: its conversion of x, then the product (and the product alone) */
+                float t_h = -1, t_hp = -1;
+                double dh = -1;
+                if (n <= 64 && cuda_mmqh_supported(cb, ty.type, n_in) && cuda_mmqh_prepare(cb, x, n_in, n)) {
+                    t_hp = time_ms(st, [&](int i) {
+                        cuda_mmqh_prepare(cb, x, n_in, n);
+                        const bk_weight *wp = &w[i % nW];
+                        cuda_mmqh(cb, 1, &wp, NULL, n, &y3, 0);
+                    });
+                    t_h = time_ms(st, [&](int i) {
+                        const bk_weight *wp = &w[i % nW];
+                        cuda_mmqh(cb, 1, &wp, NULL, n, &y3, 0);
+                    });
+                    const bk_weight *wp = &w[0];
+                    cuda_mmqh_prepare(cb, x, n_in, n);
+                    cuda_mmqh(cb, 1, &wp, NULL, n, &y3, 0);
+                    cuda_mmvq(cb, &w[0], NULL, n, y1, 0);
+                    CK(cudaStreamSynchronize(st));
+                    check_backend(cb);
+                    CK(cudaMemcpy(h1, y3, (size_t)n * n_out * sizeof(float), cudaMemcpyDeviceToHost));
+                    CK(cudaMemcpy(h2, y1, (size_t)n * n_out * sizeof(float), cudaMemcpyDeviceToHost));
+                    dh = rel_l2(h1, h2, (size_t)n * n_out); /* against mmvq (int8 activations: ~1e-2) */
+                }
+                if (t_h > 0) {
+                    double gh = bytes / (t_h * 1e6);
+                    printf("| %-4s | %6lld x %-5lld | %3d | mmqh %7.1f us (with x's conversion %7.1f) | %5.0f GB/s %3.0f%% | "
+                           "vs mmvq %.1e |%s\n",
+                           ty.name, (long long)n_out, (long long)n_in, n, t_h * 1e3, t_hp * 1e3, gh, 100 * gh / bw, dh,
+                           dh <= 5e-2 ? "" : " FAIL");
+                    fails += !(dh <= 5e-2);
+                }
                 size_t cnt = (size_t)n * n_out;
                 if (n == 1) t_one = t_v;
                 float t_b = 0;

@@ -279,9 +279,6 @@ typedef struct bk_backend_ops {
     bool (*qk_norm_rope_kv)(bk_backend *be, float *q, const float *q_src, int q_pitch, float *k, const float *v, int n,
                             int n_head, int n_head_kv, int head_dim, const bk_weight *q_norm, const bk_weight *k_norm,
                             float eps, const int32_t *pos, const bk_rope_params *rp, const bk_kv_view *kv);
-    /* Optional (NULL: nothing): a hint that a pass of n tokens reads w soon, from its first rows on;
-     * a GPU may ask them into its cache meanwhile, beside the work already queued. */
-    void (*prefetch)(bk_backend *be, const bk_weight *w, int n);
 } bk_backend_ops;
 
 struct bk_backend {
@@ -365,10 +362,6 @@ static inline void bk_copy_rows(bk_backend *be, void *dst, size_t dst_pitch, con
     }
     for (size_t r = 0; r < n_rows; r++)
         be->ops->copy(be, (char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, row_bytes);
-}
-/* The prefetch hint, where the backend takes it. */
-static inline void bk_prefetch(bk_backend *be, const bk_weight *w, int n) {
-    if (be->ops->prefetch) be->ops->prefetch(be, w, n);
 }
 /* QK-norm (weights may be NULL: no norm) and rope of q and k through the backend's fused op, or op by op. */
 static inline void bk_qk_norm_rope(bk_backend *be, float *q, float *k, int n, int n_head, int n_head_kv, int head_dim,

@@ -56,12 +56,6 @@ void decoder_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *k
                                 L->bv.host ? &L->bv : NULL};
     float *qkv_out[3] = {s->q, s->k, s->v};
     bk_norm_matmul(be, s->x, &L->attn_norm, hp->rms_eps, s->xb, n, 3, qkv, hp->qkv_bias ? bias : NULL, qkv_out);
-    /* the weights read after the attention's small kernels: a GPU may stream them into its cache meanwhile */
-    bk_prefetch(be, &L->wo, n);
-    if (L->w_gate.n_out > 0 && L->w_up.n_out > 0) {
-        bk_prefetch(be, &L->w_gate, n);
-        bk_prefetch(be, &L->w_up, n);
-    }
     bool in_cache = bk_qk_norm_rope_kv(be, s->q, s->q, hd, s->k, s->v, n, hp->n_head, hp->n_head_kv, hd,
                                        hp->qk_norm ? &L->q_norm : NULL, hp->qk_norm ? &L->k_norm : NULL,
                                        hp->rms_eps, b->ab.pos, &hp->rope, &kv[l]);

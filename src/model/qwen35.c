@@ -53,7 +53,6 @@ static void gated_attention(const brisk_model *m, bk_backend *be, const bk_kv_vi
     const bk_weight *w[3] = {&L->wq, &L->wk, &L->wv};
     float *out[3] = {s->qg, s->k, s->v};
     op->matmul(be, 3, w, NULL, s->xb, n, out);
-    bk_prefetch(be, &L->wo, n); /* read after the attention's small kernels (model/llama.c) */
     /* each head's query rows out of the query|gate rows: (n * nh) rows of hd, 2 * hd apart */
     bool in_cache = bk_qk_norm_rope_kv(be, s->q, s->qg, 2 * hd, s->k, s->v, n, nh, hp->n_head_kv, hd, &L->q_norm,
                                        &L->k_norm, hp->rms_eps, b->ab.pos, &hp->rope, &kv[l]);

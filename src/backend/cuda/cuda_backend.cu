@@ -70,11 +70,12 @@ static void cuda_free(bk_backend *be) {
     cudaFree(cb->route_cnt);
     cudaFree(cb->xq);
     cudaFree(cb->xds);
+    cudaFree(cb->xh);
+    cudaFree(cb->xmul);
     cuda_moe_free(cb);
     cuda_blas_free(cb);
     cuda_nccl_free(cb);
     cuda_graph_free(cb);
-    cuda_prefetch_free(cb);
     for (int i = 0; i < cb->n_slab; i++) cudaFree(cb->slab[i]);
     free(cb->slab);
     free(cb->slab_used);
@@ -103,7 +104,7 @@ static brisk_status cuda_alloc(bk_backend *be, size_t bytes, void **out) {
 
 static void cuda_release(bk_backend *be, void *p) {
     cuda_backend *cb = (cuda_backend *)be;
-    cb->xq_src = NULL; /* the next allocation may reuse the address for other activations */
+    cb->xq_src = cb->xh_src = NULL; /* the next allocation may reuse the address for other activations */
     cudaStreamSynchronize(cb->stream);
     cudaFree(p);
 }
@@ -194,7 +195,6 @@ static brisk_status cuda_read(bk_backend *be, const void *src, void *dst, size_t
         cb->err = BRISK_OK;
         return bk_fail(s, "%s", cb->errmsg);
     }
-    cuda_prefetch_join(cb);
     CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cb->stream));
     CU_TRY(cudaStreamSynchronize(cb->stream));
     return BRISK_OK;
@@ -202,7 +202,7 @@ static brisk_status cuda_read(bk_backend *be, const void *src, void *dst, size_t
 
 extern "C" brisk_status bk_cuda_write(bk_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_backend *cb = (cuda_backend *)be;
-    cb->xq_src = NULL; /* dst may be the input the quantized activations stand for (partial offload) */
+    cb->xq_src = cb->xh_src = NULL; /* dst may be the input the quantized activations stand for (partial offload) */
     CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb->stream));
     CU_TRY(cudaStreamSynchronize(cb->stream));
     return BRISK_OK;
@@ -210,7 +210,7 @@ extern "C" brisk_status bk_cuda_write(bk_backend *be, void *dst, const void *src
 
 static void cuda_copy(bk_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_backend *cb = (cuda_backend *)be;
-    cb->xq_src = NULL; /* dst may be the input the quantized activations stand for */
+    cb->xq_src = cb->xh_src = NULL; /* dst may be the input the quantized activations stand for */
     CU_OP(cb, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->stream));
 }
 
@@ -219,7 +219,7 @@ static void cuda_copy_rows(bk_backend *be, void *dst, size_t dst_pitch, const vo
                            size_t row_bytes, size_t n_rows) {
     cuda_backend *cb = (cuda_backend *)be;
     if (!n_rows || !row_bytes) return;
-    cb->xq_src = NULL;
+    cb->xq_src = cb->xh_src = NULL;
     CU_OP(cb, cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, n_rows, cudaMemcpyDeviceToDevice, cb->stream));
 }
 
@@ -258,7 +258,6 @@ static const bk_backend_ops cuda_ops = {
     /* norm_swiglu */ cuda_norm_swiglu,
     /* moe_ffn_shared */ cuda_moe_ffn_shared,
     /* qk_norm_rope_kv */ cuda_qk_norm_rope_kv,
-    /* prefetch */ cuda_prefetch,
 };
 
 extern "C" int bk_cuda_device_count(void) {
@@ -287,6 +286,7 @@ extern "C" size_t bk_cuda_backend_overhead(void) {
     size_t meta = 3 * META_TOKENS_BYTES + META_FREQ_BYTES + META_ATT_BYTES;
     size_t step = ((size_t)1 << 20) * sizeof(int32_t);
     size_t xq = ((size_t)MMVQ_MAX_TOK << 17) * (1 + sizeof(float2) / 32);
+    xq += MMQH_XH_CAP * sizeof(__half) + MMQH_MAX_N * sizeof(float);
     return meta + ATT_PART_FLOATS * sizeof(float) + step + xq + cuda_blas_reserve();
 }
 
@@ -376,6 +376,12 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->mmq_min = mqmin && atoi(mqmin) > 0 ? atoi(mqmin) : MMQ_MIN_TOK;
     cb->mmq_mt = getenv("BRISK_CUDA_MMQ_MT") && atoi(getenv("BRISK_CUDA_MMQ_MT")) == 1 ? 1 : 2;
     cb->mmq_max = mqmax && atoi(mqmax) > 0 ? atoi(mqmax) : bmin && atoi(bmin) > 0 ? atoi(bmin) : MMQ_MAX_TOK;
+    const char *mh = getenv("BRISK_CUDA_MMQH"), *mhmin = getenv("BRISK_CUDA_MMQH_MIN"),
+               *mhmax = getenv("BRISK_CUDA_MMQH_MAX");
+    cb->mmqh_off = (mh && !strcmp(mh, "0")) || cc_major < 9; /* the bulk-copy engine: sm_90 */
+    cb->mmqh_min = mhmin && atoi(mhmin) > 0 ? atoi(mhmin) : MMQH_MIN_TOK;
+    cb->mmqh_max = mhmax && atoi(mhmax) > 0 ? atoi(mhmax) : cb->mmq_max;
+    if (cb->mmqh_max > MMQH_MAX_N + 1) cb->mmqh_max = MMQH_MAX_N + 1;
     const char *mm = getenv("BRISK_CUDA_MOE_MMQ"), *mmmin = getenv("BRISK_CUDA_MOE_MMQ_MIN");
     cb->moe_mmq_off = mm && !strcmp(mm, "0");
     cb->moe_vec_off = getenv("BRISK_CUDA_MOE_VEC") && !strcmp(getenv("BRISK_CUDA_MOE_VEC"), "0");
@@ -392,9 +398,11 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->xq_cap = (size_t)MMVQ_MAX_TOK << 18;
     CU_TRY(cudaMalloc(&cb->xq, cb->xq_cap));
     CU_TRY(cudaMalloc(&cb->xds, cb->xq_cap / 32 * sizeof(float2)));
+    cb->xh_cap = MMQH_XH_CAP;
+    CU_TRY(cudaMalloc(&cb->xh, cb->xh_cap * sizeof(__half)));
+    CU_TRY(cudaMalloc(&cb->xmul, MMQH_MAX_N * sizeof(float)));
     brisk_status s = cuda_blas_init(cb);
     if (s != BRISK_OK) return s;
-    BK_TRY(cuda_prefetch_init(cb, cc_major));
     return cuda_graph_init(cb);
 }
 

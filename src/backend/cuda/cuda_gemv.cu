@@ -268,6 +268,11 @@ static int q8_path(const cuda_backend *cb, int n) {
     return n <= mmvq_max_tok(cb) ? Q8_MMVQ : Q8_NONE;
 }
 
+/* A matrix the f16 tensor-core kernel takes in a call whose x is n_in wide. */
+static bool mmqh_takes(const cuda_backend *cb, const bk_weight *w, int64_t n_in) {
+    return w->n_in == n_in && cuda_mmqh_supported(cb, w->type, w->n_in);
+}
+
 /* y = x W^T (+ bias) or y += x W^T on the integer-dot path chosen for x (already quantized). */
 static void q8_matmul(cuda_backend *cb, int path, const bk_weight *w, const float *bias, int n, float *y, int accum) {
     if (path == Q8_MMQ) cuda_mmq(cb, w, bias, n, y, accum);
@@ -284,13 +289,31 @@ extern "C" void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, 
     /* A matrix of another type in the call (a float vector such as qwen35moe's shared-expert gate
      * beside its Q4_K gate and up) takes the float path alone; the others keep theirs. */
     int path = q8_path(cb, n);
+    /* batches on the f16 tensor-core kernel: x converted once for the matrices it takes */
+    bool hp = false;
+    if (cuda_mmqh_use(cb, n)) {
+        bool any = false;
+        for (int m = 0; m < n_w; m++) any |= mmqh_takes(cb, w[m], w[0]->n_in);
+        hp = any && cuda_mmqh_prepare(cb, x, w[0]->n_in, n);
+    }
     bool any_q8 = false;
-    for (int m = 0; m < n_w && path; m++) any_q8 |= cuda_mmvq_supported(w[m]->type, w[m]->n_in);
+    for (int m = 0; m < n_w && path; m++)
+        any_q8 |= cuda_mmvq_supported(w[m]->type, w[m]->n_in) && !(hp && mmqh_takes(cb, w[m], w[0]->n_in));
     if (!(any_q8 && cuda_mmvq_prepare(cb, x, w[0]->n_in, n))) path = Q8_NONE;
     q8_tag tag = q8_tag_now(cb);
     if (path) tag = {x, n, w[0]->n_in};
     bool x16 = false;
     for (int m = 0; m < n_w; m++) {
+        if (hp && mmqh_takes(cb, w[m], w[0]->n_in)) { /* runs of one type in one launch */
+            const float *bs[MMVS_MATS];
+            int cnt = n_w - m < MMVS_MATS ? n_w - m : MMVS_MATS;
+            for (int i = 0; i < cnt; i++) bs[i] = bias && bias[m + i] ? (const float *)bias[m + i]->dev : NULL;
+            int took = cuda_mmqh(cb, cnt, w + m, bs, n, y + m, 0);
+            if (took > 0) {
+                m += took - 1;
+                continue;
+            }
+        }
         if (path == Q8_MMVQ && n <= MMVQ_MAX_TOK && n_w - m > 1) { /* runs of one type in one launch */
             const float *bs[MMVQ_MULTI_MAX];
             int cnt = n_w - m < MMVQ_MULTI_MAX ? n_w - m : MMVQ_MULTI_MAX;
@@ -318,7 +341,10 @@ extern "C" void cuda_matmul_add(bk_backend *be, const bk_weight *w, const float 
     if (n <= 0) return;
     CU_ABLATE(cb, ABL_MATMUL);
     int path = q8_path(cb, n);
-    if (path && cuda_mmvq_supported(w->type, w->n_in) && cuda_mmvq_prepare(cb, x, w->n_in, n))
+    if (cuda_mmqh_use(cb, n) && mmqh_takes(cb, w, w->n_in) && cuda_mmqh_prepare(cb, x, w->n_in, n) &&
+        cuda_mmqh(cb, 1, &w, NULL, n, &y, 1))
+        ; /* the f16 tensor-core kernel */
+    else if (path && cuda_mmvq_supported(w->type, w->n_in) && cuda_mmvq_prepare(cb, x, w->n_in, n))
         q8_matmul(cb, path, w, NULL, n, y, 1);
     else {
         bool x16 = false;
@@ -335,6 +361,11 @@ extern "C" void cuda_matmul_swiglu(bk_backend *be, const bk_weight *gate, const 
     cuda_backend *cb = (cuda_backend *)be;
     if (n <= 0) return;
     CU_ABLATE(cb, ABL_MATMUL);
+    if (cuda_mmqh_use(cb, n) && !cb->glu_off && mmqh_takes(cb, gate, gate->n_in) &&
+        cuda_mmqh_prepare(cb, x, gate->n_in, n) && cuda_mmqh_glu(cb, gate, up, n, out)) {
+        CU_LAUNCHED(cb);
+        return;
+    }
     int path = q8_path(cb, n);
     if (path == Q8_MMVQ && n > MMVQ_MAX_TOK) path = Q8_NONE; /* the GLU kernel takes one slice */
     if (path && !cb->glu_off && cuda_mmvq_supported(gate->type, gate->n_in) &&

@@ -165,7 +165,6 @@ extern "C" brisk_status cuda_step_begin(bk_backend *be, const bk_step *st, bool 
 extern "C" brisk_status cuda_step_end(bk_backend *be, bool *rerun) {
     cuda_backend *cb = (cuda_backend *)be;
     *rerun = false;
-    cuda_prefetch_join(cb); /* a capture ends with the side stream joined */
     if (!cb->capturing) {
         cb->step_on = false;
         return BRISK_OK;

@@ -85,11 +85,6 @@ typedef struct cuda_backend {
     bool attn_merge_off;        /* BRISK_CUDA_ATTN_MERGE=0: a decode attention's few splits merged head by head (A/B) */
     bool attn_adapt_off;        /* BRISK_CUDA_ATTN_ADAPT=0: every split of a decode launch takes part, however short the context (A/B) */
     int *route_cnt;             /* the fused MoE router's finished-block counter (cuda_moe.cu), zero between launches */
-    /* BRISK_CUDA_L2PF=1: weights asked into the L2 ahead of their product on a side stream (cuda_prefetch.cu) */
-    cudaStream_t pf_stream;
-    cudaEvent_t pf_fork, pf_join;
-    bool pf_pending;            /* the side stream holds work the main stream has not joined */
-    size_t pf_cap;              /* BRISK_CUDA_L2PF_MB (default 12): bytes asked for per weight at most */
     unsigned ablate;            /* BRISK_CUDA_ABLATE=bits: ops that launch nothing (a profile of the decode step by omission; wrong results, timing only): CU_ABLATE */
     int *att_cnt;               /* (ATT_CNT_N) per (token, head group) split counters of the decode attention, zero between launches */
     int q6k_quad;               /* BRISK_CUDA_Q6K_QUAD: 0 off, 1 (default) Q6_K decode products in quads of groups, 2 the LM head too */
@@ -104,6 +99,18 @@ typedef struct cuda_backend {
     int mmq_mt;                 /* BRISK_CUDA_MMQ_MT: m16 tiles per mmq warp from 16 tokens (1 or 2, default 2) */
     int mmq_max;                /* BRISK_CUDA_MMQ_MAX (default: BRISK_CUDA_CUBLAS_MIN_TOK, else MMQ_MAX_TOK) */
     bool moe_mmq_off;           /* BRISK_CUDA_MOE_MMQ=0: expert products on the GEMV-style kernels only */
+    /* f16 tensor-core products on streamed weights (cuda_mmqh.cu) for batches of mmqh_min <= n <
+     * mmqh_max tokens on Q4_K, Q6_K and Q8_0; they come before mmq and mmvq */
+    bool mmqh_off;              /* BRISK_CUDA_MMQH=0 (or before sm_90) */
+    int mmqh_min, mmqh_max;     /* BRISK_CUDA_MMQH_MIN (default MMQH_MIN_TOK), BRISK_CUDA_MMQH_MAX (default mmq_max) */
+    __half *xh;                 /* (xh_cap) activations in f16, in the kernel's fragment order */
+    float *xmul;                /* (MMQH_MAX_N) per token: the power of two that undoes their scaling */
+    size_t xh_cap;              /* values */
+    /* xh already holds the conversion of xh_src (xh_n rows of xh_dim): the RMS norm that wrote it
+     * converted its output on the way; cleared wherever xq_src is */
+    const float *xh_src;
+    int xh_n;
+    int64_t xh_dim;
     bool moe_vec_off;           /* BRISK_CUDA_MOE_VEC=0: one token's experts through the grouped kernels (A/B) */
     /* A weights backend's pool (bk_cuda_weights_backend_new): slabs the weights are carved from,
      * as llama.cpp puts a model in one buffer, instead of a cudaMalloc each (rounded up to the
@@ -142,6 +149,10 @@ typedef struct cuda_backend {
 /* Batches up to this size run the integer-dot product in MMVQ_MAX_TOK-token slices (the weights
  * are read once per slice): the tensor-core kernel's 128x64 tiles leave most SMs idle there. */
 #define MMVQ_SLICE_MAX 64
+#define MMQH_MIN_TOK 17         /* default smallest batch of cuda_mmqh.cu (H200, session 13: qwen3-8b decoding
+                                 * 16 sequences level with cuda_mmq.cu, 32 sequences 1.44x; 2 and 8 behind) */
+#define MMQH_MAX_N 64           /* its largest batch (cb->xmul) */
+#define MMQH_XH_CAP ((size_t)MMQH_MAX_N << 15) /* f16 activations: 64 rows of 32,768 (4 MiB) */
 #define MMQ_MIN_TOK 8           /* default smallest batch of the tensor-core integer product (cuda_mmq.cu; H200, session 5:
                                  * 4 sequences decode at 545 tok/s on it, 776 on the mmvq slices) */
 #define MMQ_MAX_TOK 48          /* default first batch it leaves to cuBLAS (cuda_blas.cu's BLAS_MIN_TOK) */
@@ -203,7 +214,7 @@ enum { ABL_NORM = 1, ABL_ROPE = 2, ABL_ATTN = 4, ABL_MATMUL = 8, ABL_ROUTER = 16
  * quantized activations stand for (the op may have written it). */
 #define CU_LAUNCHED(cb)                     \
     do {                                    \
-        (cb)->xq_src = NULL;                \
+        (cb)->xq_src = (cb)->xh_src = NULL; \
         CU_OP(cb, cudaGetLastError());      \
     } while (0)
 
@@ -437,6 +448,23 @@ __device__ __forceinline__ void q8_1_store_lane(float v, int64_t i, int lane, in
     if (lane == 0) xds[i / 32] = make_float2(d, d * (float)s);
 }
 
+/* ---- the f16 activations of cuda_mmqh.cu ----
+ * Column i of a row goes to mmqh_perm(i): within each group of 32, column 8c + r to slot
+ * 8c + (r with bits 0 and 1 swapped), the order of the kernel's f16 pairs (see there). A row is
+ * scaled by 2^-e, e = mmqh_row_exp(max |x|), so that its largest magnitude lies in [2^14, 2^15). */
+__device__ __forceinline__ int64_t mmqh_perm(int64_t i) {
+    const int r = (int)(i & 7);
+    return (i & ~(int64_t)7) | (r & 4) | ((r & 1) << 1) | ((r >> 1) & 1);
+}
+__device__ __forceinline__ int mmqh_row_exp(float mx) {
+    int e = 0;
+    if (mx > 0.0f && isfinite(mx)) {
+        (void)frexpf(mx, &e); /* mx = f * 2^e, f in [0.5, 1) */
+        e -= 15;
+    }
+    return e;
+}
+
 /* ---- integer-dot weight groups (cuda_mmvq.cu, cuda_moe.cu): Q8_0, Q4_0, Q4_K, Q6_K only ---- */
 /* A 4-byte little-endian word from a 2-byte-aligned address. */
 __device__ __forceinline__ int ld_i32_a2(const uint8_t *p) {
@@ -660,10 +688,6 @@ bool cuda_qk_norm_rope_kv(bk_backend *be, float *q, const float *q_src, int q_pi
 brisk_status cuda_step_begin(bk_backend *be, const bk_step *st, bool *replayed);
 brisk_status cuda_step_end(bk_backend *be, bool *rerun);
 brisk_status cuda_graph_init(cuda_backend *cb);
-brisk_status cuda_prefetch_init(cuda_backend *cb, int cc_major);
-void cuda_prefetch_free(cuda_backend *cb);
-void cuda_prefetch_join(cuda_backend *cb);
-void cuda_prefetch(bk_backend *be, const bk_weight *w, int n);
 void cuda_moe_route(bk_backend *be, const float *logits, int n, int n_expert, int k, bool norm, float scale,
                     int32_t *ids, float *weights);
 void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down, const float *x,
@@ -721,6 +745,16 @@ bool cuda_mmvq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up,
 bool cuda_mmq_use(const cuda_backend *cb, int n);
 void cuda_mmq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum);
 bool cuda_mmq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, int n, float *out);
+/* cuda_mmqh.cu: the batched products on f16 tensor cores, the weights streamed. _use: whether a batch
+ * of n tokens belongs to it; _supported: a matrix it takes; _prepare converts x (n rows of n_in) for
+ * the calls after it; cuda_mmqh runs up to MMVS_MATS matrices of w's first type and width as one
+ * launch and returns how many it took (0: none). */
+bool cuda_mmqh_use(const cuda_backend *cb, int n);
+bool cuda_mmqh_supported(const cuda_backend *cb, uint32_t type, int64_t n_in);
+bool cuda_mmqh_prepare(cuda_backend *cb, const float *x, int64_t n_in, int n);
+int cuda_mmqh(cuda_backend *cb, int n_w, const bk_weight *const *w, const float *const *bias, int n,
+              float *const *y, int accum);
+bool cuda_mmqh_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, int n, float *out);
 /* The activations of x (n rows of n_in) are quantized: reuses the fused norm's (xq_src) or quantizes. */
 bool cuda_mmvq_prepare(cuda_backend *cb, const float *x, int64_t n_in, int n);
 bool cuda_attn_decode_supported(int head_dim);

@@ -17,7 +17,7 @@
  * read neighbouring rows; the copies carry an L2 evict-first hint (weights are read once per step,
  * the KV cache and activations should keep the L2). Up to MMVS_MATS matrices of one type and width
  * (a layer's q, k, v) run as one launch over their concatenated rows. */
-#include "backend/cuda/cuda_mmvq.cuh"
+#include "backend/cuda/cuda_bulk.cuh"
 
 #define MMVS_WARPS_MAX 16
 #define MMVS_SMEM_MAX (200 * 1024) /* of the H200's 227 KB per block: room for the runtime's share */
@@ -27,48 +27,6 @@
 #define MMVS_SEG_ROWS_MAX 64 /* rows per group of warps sharing rows: their partial sums' shared memory */
 
 
-/* ---- the bulk-copy engine and its barriers (PTX ISA 8.0, sm_90; a build for an older
- * CUDA_ARCH compiles them to traps, and the backend never launches the kernel there) ---- */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#define MMVS_NO_BULK 1
-#endif
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-#ifdef MMVS_NO_BULK
-__device__ __forceinline__ void mbar_init(uint64_t *, uint32_t) { __trap(); }
-__device__ __forceinline__ void mbar_init_fence() {}
-__device__ __forceinline__ void mbar_expect_bytes(uint64_t *, uint32_t) {}
-__device__ __forceinline__ void mbar_wait(uint64_t *, uint32_t) {}
-__device__ __forceinline__ void bulk_copy_g2s(void *, const void *, uint32_t, uint64_t *, uint64_t) {}
-#else
-__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
-/* makes the barriers' initialisation visible to the copy engine */
-__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
-
-/* the one arrival of the stage's phase, announcing the bytes its copies will deliver */
-__device__ __forceinline__ void mbar_expect_bytes(uint64_t *bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
-    asm volatile("{\n\t.reg .pred done;\n"
-                 "mmvs_wait_%=:\n\t"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
-                 "@!done bra mmvs_wait_%=;\n}" ::"r"(smem_u32(bar)),
-                 "r"(parity)
-                 : "memory");
-}
-
-/* bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned), counted on bar */
-__device__ __forceinline__ void bulk_copy_g2s(void *dst, const void *src, uint32_t bytes, uint64_t *bar,
-                                              uint64_t policy) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
-                 ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
-                 : "memory");
-}
-#endif
 
 /* ---- the unit a lane takes per row: the groups whose weight bytes it loads together ---- */
 /* Q4_K: a pair of groups (the low and high nibbles of 32 bytes); Q6_K: a quad (half a block);
@@ -126,13 +84,6 @@ typedef struct mmvs_seg {
     uint32_t cap;
 } mmvs_seg;
 
-/* The first byte of row r of the concatenated matrices (W2: of the up matrix's row r). */
-__device__ __forceinline__ const uint8_t *mmvs_row_src(const mmvs_mats &mm, int64_t r, uint32_t row_bytes) {
-    const bool m1 = mm.count > 1 && r >= mm.rend[0], m2 = mm.count > 2 && r >= mm.rend[1];
-    const uint8_t *W = m2 ? mm.W[2] : m1 ? mm.W[1] : mm.W[0];
-    const int64_t r0 = m2 ? mm.rend[1] : m1 ? mm.rend[0] : 0;
-    return W + (r - r0) * (int64_t)row_bytes;
-}
 
 /* Lane 0 asks for the bytes [cs, cs + len) of row r (and of the up matrix's row r, cap bytes
  * further), from the 16-byte boundary below them to the one above, into a stage: the row's byte
@@ -261,7 +212,7 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
     mmvs_norm_regs<NW, NK> nr;
     if constexpr (NORM) mmvs_norm_load_w<NW, NK>(nm, n_in, nr);
     uint64_t policy = 0;
-#ifndef MMVS_NO_BULK
+#ifndef BK_NO_BULK
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
 #endif
     /* the weights do not depend on the kernel before: their copies start before pdl_wait */

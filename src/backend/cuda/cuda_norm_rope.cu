@@ -39,10 +39,15 @@ __global__ void rms_norm_warp_kernel(const float *x, const float *w, float *y, i
  * read once into registers, all loads issued before the first use (a decode step's single block
  * otherwise waits one memory latency per loop step, twice). */
 #define NORM_EPT 8
-template <bool Q>
+/* With H (rows held in registers only), the normalized row is also converted for the f16 batched
+ * products (cuda_mmqh.cu: its fragment order and power-of-two scale, mmqh_store_row), so that the
+ * product that reads y next skips its conversion launch. */
+template <bool Q, bool H>
 __global__ void __launch_bounds__(1024)
-rms_norm_block_kernel(const float *x, const float *w, float *y, int dim, float eps, int8_t *xq, float2 *xds) {
+rms_norm_block_kernel(const float *x, const float *w, float *y, int dim, float eps, int8_t *xq, float2 *xds,
+                      __half *xh, float *xmul) {
     __shared__ double part[32];
+    __shared__ float hmax[32];
     const float *xr = x + (int64_t)blockIdx.x * dim;
     float *yr = y + (int64_t)blockIdx.x * dim;
     int nb = blockDim.x, tid = threadIdx.x;
@@ -80,10 +85,30 @@ rms_norm_block_kernel(const float *x, const float *w, float *y, int dim, float e
     __syncthreads();
     float scale = 1.0f / sqrtf((float)(part[0] / dim) + eps);
     if (regs) {
+        float mx = 0.0f;
 #pragma unroll
         for (int k = 0; k < NORM_EPT; k++) {
             int i = tid + k * nb; /* uniform over a warp: dim and nb are multiples of 32 when Q */
-            if (i < dim) norm_store<Q>((v[k] * scale) * wv[k], yr, i, tid % 32, xq, xds, blockIdx.x, dim);
+            v[k] = (v[k] * scale) * wv[k];
+            if (i < dim) norm_store<Q>(v[k], yr, i, tid % 32, xq, xds, blockIdx.x, dim);
+            if (H && i < dim) mx = fmaxf(mx, fabsf(v[k]));
+        }
+        if constexpr (H) {
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            if (tid % 32 == 0) hmax[tid / 32] = mx;
+            __syncthreads();
+            mx = 0.0f;
+            for (int k = 0; k < nb / 32; k++) mx = fmaxf(mx, hmax[k]);
+            const int e = mmqh_row_exp(mx);
+            const float sc = ldexpf(1.0f, -e);
+            __half *hr = xh + (int64_t)blockIdx.x * dim;
+#pragma unroll
+            for (int k = 0; k < NORM_EPT; k++) {
+                int i = tid + k * nb;
+                if (i < dim) hr[mmqh_perm(i)] = __float2half_rn(v[k] * sc);
+            }
+            if (tid == 0) xmul[blockIdx.x] = ldexpf(1.0f, e);
         }
     } else {
         for (int i = tid; i < dim; i += nb)
@@ -100,6 +125,7 @@ extern "C" void cuda_rms_norm(bk_backend *be, const float *x, const bk_weight *w
     /* decode-sized batches: quantize on the way for the integer-dot product that follows */
     bool q = !cb->normq_off && cb->xq && dim % 32 == 0 && n_rows <= MMVQ_SLICE_MAX &&
              (size_t)n_rows * (size_t)dim <= cb->xq_cap;
+    bool h = false;
     if (dim <= 1024) {
         dim3 g((unsigned)((n_rows + 7) / 8)), b(256);
         if (q) pdl_launch(cb, rms_norm_warp_kernel<true>, g, b, 0, x, wd, y, n_rows, dim, eps, cb->xq, cb->xds);
@@ -109,14 +135,28 @@ extern "C" void cuda_rms_norm(bk_backend *be, const float *x, const bk_weight *w
         int nb = (dim / 4 + 31) / 32 * 32;
         nb = nb < 128 ? 128 : nb > 1024 ? 1024 : nb;
         dim3 g((unsigned)n_rows), b((unsigned)nb);
-        if (q) pdl_launch(cb, rms_norm_block_kernel<true>, g, b, 0, x, wd, y, dim, eps, cb->xq, cb->xds);
-        else pdl_launch(cb, rms_norm_block_kernel<false>, g, b, 0, x, wd, y, dim, eps, (int8_t *)NULL, (float2 *)NULL);
+        /* batches for the f16 products: convert on the way too (the rows in registers) */
+        h = cuda_mmqh_use(cb, n_rows) && dim % 256 == 0 && dim <= NORM_EPT * nb &&
+            (size_t)n_rows * (size_t)dim <= cb->xh_cap;
+        __half *xh = h ? cb->xh : (__half *)NULL;
+        float *xm = h ? cb->xmul : (float *)NULL;
+        if (q && h) pdl_launch(cb, rms_norm_block_kernel<true, true>, g, b, 0, x, wd, y, dim, eps, cb->xq, cb->xds, xh, xm);
+        else if (q) pdl_launch(cb, rms_norm_block_kernel<true, false>, g, b, 0, x, wd, y, dim, eps, cb->xq, cb->xds, xh, xm);
+        else if (h) pdl_launch(cb, rms_norm_block_kernel<false, true>, g, b, 0, x, wd, y, dim, eps, (int8_t *)NULL,
+                               (float2 *)NULL, xh, xm);
+        else pdl_launch(cb, rms_norm_block_kernel<false, false>, g, b, 0, x, wd, y, dim, eps, (int8_t *)NULL,
+                        (float2 *)NULL, xh, xm);
     }
     CU_LAUNCHED(cb);
     if (q) {
         cb->xq_src = y;
         cb->xq_n = n_rows;
         cb->xq_dim = dim;
+    }
+    if (h) {
+        cb->xh_src = y;
+        cb->xh_n = n_rows;
+        cb->xh_dim = dim;
     }
 }
 
@@ -295,7 +335,7 @@ static bool qk_norm_rope_launch(cuda_backend *cb, float *q, const float *qs, int
         pdl_launch(cb, kern, grid, dim3(warps * 32), smem, q, qs, qp, k, qw, kw, eps, n_head_kv, d_pos, d_ff, a, v,
                    kv->k, kv->v, (const int32_t *)cb->st_slot);
     }
-    cb->xq_src = NULL; /* as CU_LAUNCHED, in a function that returns a value */
+    cb->xq_src = cb->xh_src = NULL; /* as CU_LAUNCHED, in a function that returns a value */
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         cuda_set_error(cb, bk_fail(BRISK_ERR_BACKEND, "qk_norm_rope: %s", cudaGetErrorString(e)));
