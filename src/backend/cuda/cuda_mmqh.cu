@@ -1,4 +1,4 @@
-/* cuda_mmqh.cu — batched decode products (a few to a few dozen tokens) on quantized weights: the
+/* cuda_mmqh.cu — batched decode products (17-47 tokens by default) on quantized weights: the
  * weights streamed into shared memory by the bulk-copy engine, dequantized to f16 in registers,
  * multiplied on f16 tensor cores against activations converted to f16 once per call.
  *
@@ -11,7 +11,10 @@
  * f16 pairs: an and/or, a subtraction and a fused multiply-add each) and the tensor cores
  * accumulate in fp32 across the whole row: nothing per group and token is left outside the mma.
  * The copies run ahead of the arithmetic through a ring of stages per warp (as in cuda_mmvs.cu),
- * so the memory system never waits for a block's compute.
+ * and the activations' fragments a few groups ahead of their products (each group otherwise waits
+ * an L2 round trip: q4_K 4096 x 12288 at 32 tokens 49.6 -> 26.1 us). H200: 1.1-1.8x the int8
+ * kernel at 16-32 tokens, still 25-38% of bandwidth, and behind the integer-dot GEMV at 2 tokens
+ * (bench/RESULTS.md, session 13), hence cuda_gemv.cu's range from 17 tokens.
  *
  * Work split. A block tile is 32 weight rows (GLU: 16 gate rows and the same 16 up rows) by a
  * token tile of NT (8, 16 or 32); the block's MMQH_WARPS warps take contiguous K-slices of the
