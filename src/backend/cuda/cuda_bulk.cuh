@@ -25,7 +25,8 @@ __device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
 /* makes the barriers' initialisation visible to the copy engine */
 __device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
 
-/* the one arrival of the stage's phase, announcing the bytes its copies will deliver */
+/* an arrival on the stage's phase, announcing the bytes the copies it counts will deliver
+ * (cuda_mmvs.cu: one a stage; cuda_mmqh.cu: one per lane, each for its own row) */
 __device__ __forceinline__ void mbar_expect_bytes(uint64_t *bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
 }
