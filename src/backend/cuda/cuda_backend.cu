@@ -356,6 +356,9 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->mmvs_min_in = getenv("BRISK_CUDA_MMVS_MIN_IN") ? atoll(getenv("BRISK_CUDA_MMVS_MIN_IN")) : 4096;
     cb->mmvs_wide_off = getenv("BRISK_CUDA_MMVS_WIDE") && !strcmp(getenv("BRISK_CUDA_MMVS_WIDE"), "0");
     cb->mmvs_warps = getenv("BRISK_CUDA_MMVS_WARPS") ? atoi(getenv("BRISK_CUDA_MMVS_WARPS")) : 16;
+    cb->router_pf_off = getenv("BRISK_CUDA_ROUTER_PF") && !strcmp(getenv("BRISK_CUDA_ROUTER_PF"), "0");
+    cb->moe_comb_off = getenv("BRISK_CUDA_MOE_COMB") && !strcmp(getenv("BRISK_CUDA_MOE_COMB"), "0");
+    cb->mmvs_smem = getenv("BRISK_CUDA_MMVS_SMEM") ? atoi(getenv("BRISK_CUDA_MMVS_SMEM")) * 1024 : 0;
     cb->mmvs_seg_bytes = getenv("BRISK_CUDA_MMVS_SEG") ? atoi(getenv("BRISK_CUDA_MMVS_SEG")) : -1;
     const char *q6q = getenv("BRISK_CUDA_Q6K_QUAD");
     cb->q6k_quad = q6q ? atoi(q6q) : 1;

@@ -15,6 +15,7 @@
  * end (the decode kernel, cuda_attn_decode.cu, deals each sequence's own
  * length over the bucket's splits), so one graph serves every length in its
  * bucket. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -174,6 +175,10 @@ extern "C" brisk_status cuda_step_end(bk_backend *be, bool *rerun) {
     cudaError_t e = cudaStreamEndCapture(cb->stream, &g);
     cudaGraphExec_t exec = NULL;
     if (e == cudaSuccess && cb->err == BRISK_OK) e = cudaGraphInstantiate(&exec, g, 0);
+    if (e == cudaSuccess && g && getenv("BRISK_CUDA_GRAPH_INFO")) { /* the nodes a step replays (the bench's counts) */
+        size_t n_nodes = 0;
+        if (cudaGraphGetNodes(g, NULL, &n_nodes) == cudaSuccess) fprintf(stderr, "cuda graph: %zu nodes\n", n_nodes);
+    }
     if (g) cudaGraphDestroy(g);
     if (e != cudaSuccess || cb->err != BRISK_OK) {
         /* An op that cannot be captured: run this pass again eagerly, and

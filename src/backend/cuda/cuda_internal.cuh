@@ -79,6 +79,9 @@ typedef struct cuda_backend {
     int64_t mmvs_min_in;        /* BRISK_CUDA_MMVS_MIN_IN (default 4096): narrower rows through cuda_mmvq's kernel */
     bool mmvs_wide_off;         /* BRISK_CUDA_MMVS_WIDE=0: rows wider than 8,192 columns through cuda_mmvq's kernel (A/B) */
     int mmvs_warps;             /* BRISK_CUDA_MMVS_WARPS=8: cuda_mmvs's 8-warp blocks only (A/B) */
+    bool router_pf_off;         /* BRISK_CUDA_ROUTER_PF=0: the fused router's rows not asked into the L2 before its wait (A/B) */
+    bool moe_comb_off;          /* BRISK_CUDA_MOE_COMB=0: one token's MoE down products, then the combine (A/B) */
+    int mmvs_smem;              /* BRISK_CUDA_MMVS_SMEM=KB: cuda_mmvs's shared memory per block at most (A/B) */
     int mmvs_seg_bytes;         /* BRISK_CUDA_MMVS_SEG: rows shared by warps (cuda_mmvs.cu's mmvs_plan): -1 (default) where 16 warps need it, N: rows over N bytes, 0: never */
     bool attn_fuse_off;         /* BRISK_CUDA_ATTN_FUSE=0: decode attention merges its splits in a kernel of its own (A/B) */
     bool attn_gadapt_off;       /* BRISK_CUDA_ATTN_GADAPT=0: a decode attention block serves a whole GQA group even when the blocks are fewer than the SMs (A/B) */
@@ -205,7 +208,9 @@ void cuda_set_error(cuda_backend *cb, brisk_status s);
 /* BRISK_CUDA_ABLATE: with bit b set the op returns at once (for ops that return a value: ret). Timing
  * a decode step with an op class left out tells what that class costs inside the graph, where the
  * programmatic launches overlap kernels and ncu's serialised per-kernel times overstate it. */
-enum { ABL_NORM = 1, ABL_ROPE = 2, ABL_ATTN = 4, ABL_MATMUL = 8, ABL_ROUTER = 16, ABL_MOE = 32, ABL_ADD = 64 };
+enum { ABL_NORM = 1, ABL_ROPE = 2, ABL_ATTN = 4, ABL_MATMUL = 8, ABL_ROUTER = 16, ABL_MOE = 32, ABL_ADD = 64,
+       /* single launches inside ops: the one-token MoE's quantization of h, its combine, its gate/up, its down */
+       ABL_MOE_HQ = 128, ABL_MOE_COMB = 256, ABL_MOE_GU = 512, ABL_MOE_DOWN = 1024 };
 #define CU_ABLATE(cb, bit, ...)                                                                         \
     do {                                                                                                \
         if ((cb)->ablate & (bit)) return __VA_ARGS__;                                                   \
@@ -515,6 +520,14 @@ template <int NW, bool SH = false> __device__ __forceinline__ void ld_a2(const u
 /* Byte i (0..3, any value at run time) of a word. */
 __device__ __forceinline__ int byte_of(uint32_t w, int i) { return (int)((w >> (8 * i)) & 0xFF); }
 
+/* Q6_K's four 6-bit values a word (low nibbles lo, high bits hi already at bits 4-5, each byte
+ * 0..63) minus 32, as signed bytes: lo + hi + 96 stays below 256 in every byte (no carry crosses
+ * bytes), and flipping bit 7 subtracts 128. Two instructions (IADD3, LOP3) where __vsubss4's
+ * saturating subtract is eight on sm_90 (the values never saturate). */
+__device__ __forceinline__ int q6_minus32(uint32_t lo, uint32_t hi) {
+    return (int)((lo + hi + 0x60606060u) ^ 0x80808080u);
+}
+
 template <int T, bool SH = false> __device__ __forceinline__ void group_load(const uint8_t *row, int64_t g, wgroup &q) {
     q.s0 = q.s1 = 1;
     q.b = 0.0f;
@@ -565,9 +578,9 @@ template <int T, bool SH = false> __device__ __forceinline__ void group_load(con
         ld_a2<8, SH>(qh, hw);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            int lo = (lw[i] >> shl) & 0x0F0F0F0F;
-            int hi = ((hw[i] >> shh) & 0x03030303) << 4;
-            q.w[i] = __vsubss4(lo | hi, 0x20202020); /* 6-bit values minus 32, per byte */
+            uint32_t lo = ((uint32_t)lw[i] >> shl) & 0x0F0F0F0Fu;
+            uint32_t hi = (((uint32_t)hw[i] >> shh) & 0x03030303u) << 4;
+            q.w[i] = q6_minus32(lo, hi); /* 6-bit values minus 32, per byte */
         }
         const int8_t *sc = (const int8_t *)(b + 192 + 8 * n + 2 * k);
         q.s0 = sc[0];
@@ -626,9 +639,9 @@ template <bool SH = false> __device__ __forceinline__ void group_load_q6k_quad(c
     for (int k = 0; k < 4; k++) {
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            int lo = (lw[8 * (k & 1) + i] >> ((k >> 1) * 4)) & 0x0F0F0F0F;
-            int hi = ((hw[i] >> (2 * k)) & 0x03030303) << 4;
-            q[k].w[i] = __vsubss4(lo | hi, 0x20202020);
+            uint32_t lo = ((uint32_t)lw[8 * (k & 1) + i] >> ((k >> 1) * 4)) & 0x0F0F0F0Fu;
+            uint32_t hi = (((uint32_t)hw[i] >> (2 * k)) & 0x03030303u) << 4;
+            q[k].w[i] = q6_minus32(lo, hi);
         }
         q[k].s0 = sc[2 * k];
         q[k].s1 = sc[2 * k + 1];

@@ -60,8 +60,8 @@
  * 2-byte aligned).
  *
  * Programmatic dependent launch (cuda_pdl.cuh): the dense launch issues its first round of
- * weight loads before pdl_wait() (the weights never depend on the kernel before; xq, xds and y
- * do), then pdl_allow_next(). The grouped launch waits first: its tiles come from the grouping
+ * weight loads before pdl_wait_late() (the weights never depend on the kernel before; xq, xds and y
+ * do), which lets the next kernel launch (cuda_pdl.cuh). The grouped launch waits first: its tiles come from the grouping
  * kernel. */
 #ifndef BK_CUDA_MMQ_CUH
 #define BK_CUDA_MMQ_CUH
@@ -305,8 +305,8 @@ template <bool HALF> struct mmq_frag<QT_Q6_K, HALF> {
         const int n = j / 4, k = j % 4, shl = (k >> 1) * 4, shh = 2 * k;
         const unsigned l0 = (unsigned)ql[h][n][k & 1][0], l1 = (unsigned)ql[h][n][k & 1][1];
         const unsigned h0 = (unsigned)qh[h][n][0], h1 = (unsigned)qh[h][n][1];
-        x = (int)__vsubss4((int)(((l0 >> shl) & 0x0F0F0F0Fu) | (((h0 >> shh) & 0x03030303u) << 4)), 0x20202020);
-        y = (int)__vsubss4((int)(((l1 >> shl) & 0x0F0F0F0Fu) | (((h1 >> shh) & 0x03030303u) << 4)), 0x20202020);
+        x = q6_minus32((l0 >> shl) & 0x0F0F0F0Fu, ((h0 >> shh) & 0x03030303u) << 4);
+        y = q6_minus32((l1 >> shl) & 0x0F0F0F0Fu, ((h1 >> shh) & 0x03030303u) << 4);
         s0 = (int)(int8_t)(sc[h][j] & 0xFF);
         s1 = (int)(int8_t)(sc[h][j] >> 8);
         a = bk_h2f(d[h]);
@@ -362,8 +362,7 @@ __global__ void __launch_bounds__(MMQ_THREADS, NT >= 64 || (MT > 1 && NT >= 32) 
     int64_t e = 0;
     int nv;
     if constexpr (MOE) {
-        pdl_wait(); /* the tile list is the grouping kernel's output */
-        pdl_allow_next();
+        pdl_wait_late(); /* the tile list is the grouping kernel's output */
         waited = true;
         if ((int)blockIdx.y >= *p.n_tiles) return;
         int2 tl = p.tiles[blockIdx.y];
@@ -427,8 +426,7 @@ __global__ void __launch_bounds__(MMQ_THREADS, NT >= 64 || (MT > 1 && NT >= 32) 
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) f[mt].load(rows[mt], G0, n_groups, c);
         if (!waited) { /* the first round's weights are in flight: now the activations */
-            pdl_wait();
-            pdl_allow_next();
+            pdl_wait_late();
             waited = true;
         }
 #pragma unroll
@@ -470,8 +468,7 @@ __global__ void __launch_bounds__(MMQ_THREADS, NT >= 64 || (MT > 1 && NT >= 32) 
         }
     }
     if (!waited) { /* a warp without rounds still stores (and reads y when accumulating) */
-        pdl_wait();
-        pdl_allow_next();
+        pdl_wait_late();
     }
 
     /* the K-slices' partial sums, added in ks order (deterministic) */

@@ -343,8 +343,7 @@ __global__ void __launch_bounds__(MMQH_WARPS * 32, 1) mmqh_kernel(mmqh_args p) {
     __syncwarp();
     /* the weights do not depend on the kernel before: their copies start before pdl_wait */
     for (int64_t q = 0; q < q_all && q < stages; q++) issue(q, (int)q);
-    pdl_wait();
-    pdl_allow_next();
+    pdl_wait_late();
 
     const uint4 *xb[NTT]; /* the lane's token g of each n-tile (past the batch: the last token, never stored) */
 #pragma unroll
@@ -430,8 +429,7 @@ __global__ void __launch_bounds__(MMQH_WARPS * 32, 1) mmqh_kernel(mmqh_args p) {
  * largest magnitude in [2^14, 2^15) (f16's range, its precision kept for small rows too); cb->xmul
  * gets the inverse. One block per token. */
 __global__ void mmqh_prepare_kernel(const float *x, int64_t n_in, __half *xh, float *xmul) {
-    pdl_wait();
-    pdl_allow_next();
+    pdl_wait_late();
     const float *xr = x + (int64_t)blockIdx.x * n_in;
     __half *hr = xh + (int64_t)blockIdx.x * n_in;
     __shared__ float red[32];

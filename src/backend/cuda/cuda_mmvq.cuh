@@ -19,6 +19,54 @@ template <int T, int NT> struct mmvq_unroll { /* Q4_K: pairs of groups */
                                                               : NT == 1 ? 4 : NT <= 4 ? 2 : 1;
 };
 
+/* ---- the unit a lane takes per row in the one-token products that keep their activations in
+ * registers (cuda_mmvs.cu, the MoE down + combine of cuda_moe.cu): the groups whose weight bytes
+ * it loads together ---- */
+/* Q4_K: a pair of groups (the low and high nibbles of 32 bytes); Q6_K: a quad (half a block);
+ * Q8_0, Q4_0: one group. */
+template <int T> struct qunit {
+    static constexpr int W = T == QT_Q4_K ? 64 : T == QT_Q6_K ? 128 : 32; /* weights */
+    static constexpr int XW = W / 4;                                       /* activation words */
+    static constexpr int G = W / 32;                                       /* groups */
+};
+
+template <int T, bool SH>
+__device__ __forceinline__ void qunit_load_x(const int8_t *xq, const float2 *xds, int64_t u, int *xw, float2 *xd) {
+    constexpr int W = qunit<T>::W;
+    const int4 *xp = (const int4 *)(xq + u * W);
+#pragma unroll
+    for (int k = 0; k < W / 16; k++) {
+        int4 a = ld_ro<SH>(xp + k);
+        xw[4 * k] = a.x;
+        xw[4 * k + 1] = a.y;
+        xw[4 * k + 2] = a.z;
+        xw[4 * k + 3] = a.w;
+    }
+#pragma unroll
+    for (int k = 0; k < W / 32; k++) xd[k] = ld_ro<SH>(xds + u * (W / 32) + k);
+}
+
+/* SH: the row sits in shared memory (plain loads), else global (read-only loads) */
+template <int T, bool SH>
+__device__ __forceinline__ float qunit_dot(const uint8_t *row, int64_t u, const int *xw, const float2 *xd) {
+    if constexpr (T == QT_Q4_K) {
+        wgroup lo, hi;
+        group_load_q4k_pair<SH>(row, u, lo, hi);
+        return group_dot(lo, xw, xd[0]) + group_dot(hi, xw + 8, xd[1]);
+    } else if constexpr (T == QT_Q6_K) {
+        wgroup q[4];
+        group_load_q6k_quad<SH>(row, u, q);
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) s += group_dot(q[k], xw + 8 * k, xd[k]);
+        return s;
+    } else {
+        wgroup q;
+        group_load<T, SH>(row, u, q);
+        return group_dot(q, xw, xd[0]);
+    }
+}
+
 /* The first time only: wait for the kernel before (its outputs are the activations) and let the next one launch. */
 __device__ __forceinline__ void pdl_wait_once(bool &waited) {
     if (waited) return;

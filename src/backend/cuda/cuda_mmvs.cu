@@ -28,51 +28,6 @@
 
 
 
-/* ---- the unit a lane takes per row: the groups whose weight bytes it loads together ---- */
-/* Q4_K: a pair of groups (the low and high nibbles of 32 bytes); Q6_K: a quad (half a block);
- * Q8_0, Q4_0: one group. */
-template <int T> struct mmvs_unit {
-    static constexpr int W = T == QT_Q4_K ? 64 : T == QT_Q6_K ? 128 : 32; /* weights */
-    static constexpr int XW = W / 4;                                       /* activation words */
-    static constexpr int G = W / 32;                                       /* groups */
-};
-
-template <int T, bool SH>
-__device__ __forceinline__ void mmvs_load_x(const int8_t *xq, const float2 *xds, int64_t u, int *xw, float2 *xd) {
-    constexpr int W = mmvs_unit<T>::W;
-    const int4 *xp = (const int4 *)(xq + u * W);
-#pragma unroll
-    for (int k = 0; k < W / 16; k++) {
-        int4 a = ld_ro<SH>(xp + k);
-        xw[4 * k] = a.x;
-        xw[4 * k + 1] = a.y;
-        xw[4 * k + 2] = a.z;
-        xw[4 * k + 3] = a.w;
-    }
-#pragma unroll
-    for (int k = 0; k < W / 32; k++) xd[k] = ld_ro<SH>(xds + u * (W / 32) + k);
-}
-
-template <int T>
-__device__ __forceinline__ float mmvs_unit_dot(const uint8_t *row, int64_t u, const int *xw, const float2 *xd) {
-    if constexpr (T == QT_Q4_K) {
-        wgroup lo, hi;
-        group_load_q4k_pair<true>(row, u, lo, hi);
-        return group_dot(lo, xw, xd[0]) + group_dot(hi, xw + 8, xd[1]);
-    } else if constexpr (T == QT_Q6_K) {
-        wgroup q[4];
-        group_load_q6k_quad<true>(row, u, q);
-        float s = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 4; k++) s += group_dot(q[k], xw + 8 * k, xd[k]);
-        return s;
-    } else {
-        wgroup q;
-        group_load<T, true>(row, u, q);
-        return group_dot(q, xw, xd[0]);
-    }
-}
-
 /* A row's segments (mmvs_plan): segs warps of a block share each of their rows, warp s taking the
  * units [s * ups, (s + 1) * ups), whole quant blocks. A stage holds cap bytes (a gate and an up
  * segment: 2 * cap): the segment's bytes rounded out to 16 (the copy engine's grain) on both ends,
@@ -192,7 +147,7 @@ template <int T, bool GLU, int NI, int NW, bool NORM>
 __global__ void __launch_bounds__(NW * 32, 1)
 mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *xds, int accum, int stages,
             mmvs_norm nm, mmvs_seg sg) {
-    using U = mmvs_unit<T>;
+    using U = qunit<T>;
     extern __shared__ __align__(128) uint8_t mmvs_smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int S = sg.segs, ngb = NW / S, grp = warp / S, seg = warp % S;
@@ -236,7 +191,7 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
     float2 xd[NI][U::G];
 #pragma unroll
     for (int k = 0; k < NI; k++)
-        if (su0 + lane + 32 * k < su1) mmvs_load_x<T, NORM>(xsrc, dsrc, su0 + lane + 32 * k, xw[k], xd[k]);
+        if (su0 + lane + 32 * k < su1) qunit_load_x<T, NORM>(xsrc, dsrc, su0 + lane + 32 * k, xw[k], xd[k]);
     pdl_allow_next();
     int s = 0;
     uint32_t parity = 0;
@@ -251,8 +206,8 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
         for (int k = 0; k < NI; k++) {
             int64_t u = su0 + lane + 32 * k;
             if (u < su1) {
-                a += mmvs_unit_dot<T>(row, u, xw[k], xd[k]);
-                if (GLU) b += mmvs_unit_dot<T>(row + sg.cap, u, xw[k], xd[k]);
+                a += qunit_dot<T, true>(row, u, xw[k], xd[k]);
+                if (GLU) b += qunit_dot<T, true>(row + sg.cap, u, xw[k], xd[k]);
             }
         }
         __syncwarp(); /* every lane has read the stage: it may be refilled */
@@ -294,11 +249,11 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
 }
 
 /* The NI instances per type: as many activation words per lane as 12288 columns of Q4_K need (96). */
-template <int T> static constexpr bool mmvs_ni_ok(int ni) { return ni * mmvs_unit<T>::XW <= 96; }
+template <int T> static constexpr bool mmvs_ni_ok(int ni) { return ni * qunit<T>::XW <= 96; }
 /* Sixteen warps per SM where a lane's registers fit 128 (the 16-warp launch bound): the integer dots
  * of 8 warps leave the schedulers idle on their shared-memory and dependency latencies. */
 template <int T> static constexpr bool mmvs_w16_ok(int ni) {
-    return T == QT_Q6_K ? ni == 1 : ni * mmvs_unit<T>::XW <= 48;
+    return T == QT_Q6_K ? ni == 1 : ni * qunit<T>::XW <= 48;
 }
 
 template <int T, bool GLU, int NI, int NW, bool NORM>
@@ -314,8 +269,9 @@ static bool mmvs_go_w(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes,
         sg.mine_cap = (int)per_warp;
     }
     const size_t nb = NORM ? mmvs_norm_bytes(n_in) : 0, pb = mmvs_part_bytes(NW, sg, GLU);
-    if (128 + MMVS_PAD + nb + pb >= MMVS_SMEM_MAX) return false;
-    int stages = (int)((MMVS_SMEM_MAX - 128 - MMVS_PAD - nb - pb) / (NW * ((size_t)stage_bytes + 8)));
+    const size_t smem_max = cb->mmvs_smem > 0 && cb->mmvs_smem < MMVS_SMEM_MAX ? (size_t)cb->mmvs_smem : MMVS_SMEM_MAX;
+    if (128 + MMVS_PAD + nb + pb >= smem_max) return false;
+    int stages = (int)((smem_max - 128 - MMVS_PAD - nb - pb) / (NW * ((size_t)stage_bytes + 8)));
     if (stages < 2) return false; /* rows too wide for two stages per warp */
     if (stages > MMVS_STAGES_MAX) stages = MMVS_STAGES_MAX;
     if (stages > per_warp) stages = (int)per_warp; /* no more smem than rows: the block before may stay beside it */
@@ -363,7 +319,7 @@ static inline uint32_t mmvs_cap(uint32_t len) { return (len + 30u + 15u) & ~15u;
  * mmvs_seg_bytes > 0 (BRISK_CUDA_MMVS_SEG=N, the lab and the tests): rows wider than N bytes cut
  * into segments of about N; 0: whole rows always. */
 template <int T> static mmvs_seg mmvs_plan(const cuda_backend *cb, uint32_t row_bytes, int64_t n_in, int64_t n_rows) {
-    const int64_t n_units = n_in / mmvs_unit<T>::W;
+    const int64_t n_units = n_in / qunit<T>::W;
     mmvs_seg sg = {1, (int)n_units, 0, mmvs_cap(row_bytes)};
     const int upb = T == QT_Q4_K ? 4 : T == QT_Q6_K ? 2 : 1; /* units per quant block */
     const int64_t n_blk = n_units / upb;
@@ -395,8 +351,8 @@ template <int T> static mmvs_seg mmvs_plan(const cuda_backend *cb, uint32_t row_
 template <int T, bool GLU, bool NORM>
 static bool mmvs_type(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, int64_t n_in, int accum,
                       int64_t n_rows, const mmvs_norm &nm) {
-    if (n_in % mmvs_unit<T>::W) return false;
-    const mmvs_seg sg = NORM ? mmvs_seg{1, (int)(n_in / mmvs_unit<T>::W), 0, mmvs_cap(row_bytes)}
+    if (n_in % qunit<T>::W) return false;
+    const mmvs_seg sg = NORM ? mmvs_seg{1, (int)(n_in / qunit<T>::W), 0, mmvs_cap(row_bytes)}
                              : mmvs_plan<T>(cb, row_bytes, n_in, n_rows);
     int64_t ni = (sg.ups + 31) / 32;
 #define MMVS_NI(N) \

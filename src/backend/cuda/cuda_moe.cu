@@ -253,12 +253,19 @@ template <int T>
 __global__ void __launch_bounds__(GEMV_SK_WARPS * 32)
 moe_router_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int n_expert, const float *x, int k, int norm,
                   float scale, float *logits, int32_t *ids, float *weights, const uint8_t *W2, float *out2,
-                  int *cnt) {
-    pdl_wait();
-    pdl_allow_next();
+                  int *cnt, int prefetch) {
     __shared__ float part[GEMV_SK_WARPS][1];
     __shared__ int last;
     const int64_t r = blockIdx.x;
+    /* the row (a constant) asked into the L2 before the wait: the product then waits on the L2, not
+     * on the DRAM, once the norm before it is done */
+    if (prefetch) {
+        const uint8_t *row = r < n_expert ? W + r * row_bytes : W2;
+        for (int64_t o = (int64_t)threadIdx.x * 128; o < (int64_t)row_bytes; o += (int64_t)blockDim.x * 128)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(row + o));
+    }
+    pdl_wait();
+    pdl_allow_next();
     block_row_dot<T, 1, GEMV_SK_WARPS>(r < n_expert ? W + r * row_bytes : W2, x, n_in, 1, part);
     if (threadIdx.x == 0) {
         *(r < n_expert ? logits + r : out2) = block_row_sum(part, 0);
@@ -314,7 +321,8 @@ extern "C" void cuda_moe_router(bk_backend *be, const bk_weight *w, const float 
         BK_DISPATCH(w->type, pdl_launch(cb, moe_router_kernel<TT>, dim3((unsigned)(n_expert + join)),
                                         dim3(GEMV_SK_WARPS * 32), 0, (const uint8_t *)w->dev, w->row_bytes, w->n_in,
                                         n_expert, x, k, norm ? 1 : 0, scale, logits, ids, weights,
-                                        join ? (const uint8_t *)w2->dev : NULL, join ? out2 : NULL, cb->route_cnt));
+                                        join ? (const uint8_t *)w2->dev : NULL, join ? out2 : NULL, cb->route_cnt,
+                                        cb->router_pf_off ? 0 : 1));
         CU_LAUNCHED(cb);
         q8_tag_keep(cb, tag, logits, (size_t)n_expert);
         route_outputs_keep_tag(cb, q8_tag_now(cb), ids, weights, (size_t)k);
@@ -697,6 +705,102 @@ moe_vec_down_kernel(const uint8_t *D, const uint8_t *const *td, size_t row_bytes
                                      (int64_t)gridDim.x * MMVQ_WARPS);
 }
 
+/* One token's down products and their combine in one launch: a warp owns output rows (R of them) of
+ * every slot at once, its lanes dealt the (slot, unit) pairs of a row (q30's 768-wide Q4_K rows are 12
+ * units: a warp per slot and row, as moe_vec_down_kernel, leaves 20 of 32 lanes idle). A lane keeps its
+ * pairs' activations (h quantized, slot s at row s) in registers for all its rows and weights each
+ * pair's dot by its slot's routing weight (the shared expert's: sigmoid(sh_logit)); the warp's sum is
+ * the row of the combine, stored or added to y. No dout round trip and no combine launch; the slots
+ * are summed in the lanes' order instead of one after another (the same sums every run). */
+template <int T, int NU, int R>
+__global__ void __launch_bounds__(MMVQ_WARPS * 32)
+moe_vec_down_comb_kernel(const uint8_t *D, const uint8_t *const *td, size_t row_bytes, int64_t n_ff, int64_t n_embd,
+                         int n_expert, const int32_t *ids, const float *wts, int k, const uint8_t *Ds,
+                         const float *sh_logit, const int8_t *hq, const float2 *hds, float *y, int accum) {
+    using U = qunit<T>;
+    pdl_wait(); /* ids and weights come from the router, h from the gate/up launch */
+    const int lane = threadIdx.x % 32;
+    const int64_t r0 = ((int64_t)blockIdx.x * MMVQ_WARPS + threadIdx.x / 32) * R;
+    if (r0 >= n_embd) return;
+    const int upr = (int)(n_ff / U::W), pairs = (k + (Ds != NULL)) * upr;
+    const uint8_t *base[NU];
+    float ws[NU];
+    int uu[NU];
+    int xw[NU][U::XW];
+    float2 xd[NU][U::G];
+#pragma unroll
+    for (int i = 0; i < NU; i++) {
+        const int q = lane + 32 * i, s = q / upr;
+        uu[i] = q % upr;
+        base[i] = NULL;
+        ws[i] = 0.0f;
+        if (q >= pairs) continue;
+        if (s == k) { /* the shared expert */
+            base[i] = Ds;
+            ws[i] = 1.0f / (1.0f + expf(-sh_logit[0]));
+        } else {
+            const int e = moe_entry_expert(ids, s, n_expert);
+            if (e < 0) continue; /* another rank's expert */
+            base[i] = moe_expert_base(D, td, e, n_embd, row_bytes);
+            ws[i] = wts[s];
+        }
+        qunit_load_x<T, false>(hq + (int64_t)s * n_ff, hds + (int64_t)s * (n_ff / 32), uu[i], xw[i], xd[i]);
+    }
+    float acc[R];
+#pragma unroll
+    for (int j = 0; j < R; j++) {
+        acc[j] = 0.0f;
+        const int64_t r = r0 + j < n_embd ? r0 + j : r0;
+#pragma unroll
+        for (int i = 0; i < NU; i++)
+            if (base[i]) acc[j] += ws[i] * qunit_dot<T, false>(base[i] + r * row_bytes, uu[i], xw[i], xd[i]);
+    }
+#pragma unroll
+    for (int j = 0; j < R; j++) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
+        if (lane == 0 && r0 + j < n_embd) y[r0 + j] = accum ? __fadd_rn(y[r0 + j], acc[j]) : acc[j];
+    }
+}
+
+/* Launches moe_vec_down_comb_kernel for the down type, or false (the type, or more pairs than 8 a lane). */
+template <int T>
+static bool moe_down_comb_t(cuda_backend *cb, const uint8_t *D, const uint8_t *const *td, size_t row_bytes,
+                            int64_t n_ff, int64_t n_embd, int n_expert, const int32_t *ids, const float *wts, int k,
+                            const uint8_t *Ds, const float *sh_logit, float *y, int accum) {
+    if (n_ff % qunit<T>::W) return false;
+    const int64_t pairs = (int64_t)(k + (Ds != NULL)) * (n_ff / qunit<T>::W);
+    /* a row a warp: 2 rows (half the warps, twice the loads each in flight) were slower on the H200
+     * (tg128 qwen3-30b-a3b 385 against 400, qwen3.6-35b-a3b 390 against 399) */
+    constexpr int R = 1;
+    const dim3 grid((unsigned)((n_embd + R * MMVQ_WARPS - 1) / (R * MMVQ_WARPS)));
+#define DC_GO(N)                                                                                                  \
+    if (pairs <= 32 * N) {                                                                                        \
+        pdl_launch(cb, moe_vec_down_comb_kernel<T, N, R>, grid, dim3(MMVQ_WARPS * 32), 0, D, td, row_bytes, n_ff, \
+                   n_embd, n_expert, ids, wts, k, Ds, sh_logit, (const int8_t *)cb->xq, (const float2 *)cb->xds, y,   \
+                   accum);                                                                                        \
+        return true;                                                                                              \
+    }
+    DC_GO(1) DC_GO(2) DC_GO(3) DC_GO(4) DC_GO(6) DC_GO(8)
+#undef DC_GO
+    return false;
+}
+
+static bool moe_down_comb(cuda_backend *cb, const bk_weight *down, const uint8_t *Ds, int64_t n_ff, int64_t n_embd,
+                          int n_expert, const int32_t *ids, const float *wts, int k, const float *sh_logit, float *y,
+                          int accum) {
+    if (cb->moe_comb_off) return false;
+    const uint8_t *D = (const uint8_t *)down->dev;
+    const uint8_t *const *td = (const uint8_t *const *)down->expert_ptrs;
+    switch (down->type) {
+    case QT_Q4_K: return moe_down_comb_t<QT_Q4_K>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum);
+    case QT_Q6_K: return moe_down_comb_t<QT_Q6_K>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum);
+    case QT_Q8_0: return moe_down_comb_t<QT_Q8_0>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum);
+    case QT_Q4_0: return moe_down_comb_t<QT_Q4_0>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum);
+    default: return false;
+    }
+}
+
 /* Makes moe_buf hold `need` bytes. Inside a capture the allocation is made
  * anyway (relaxed mode allows it; it is not part of the graph, and the buffer
  * outlives every graph that uses it). An outgrown buffer is freed when no
@@ -810,14 +914,22 @@ static bool moe_vec(cuda_backend *cb, const bk_weight *gate, const bk_weight *up
                                dim3((unsigned)((n_embd + RR * MMVQ_WARPS - 1) / (RR * MMVQ_WARPS)), ku),           \
                                dim3(MMVQ_WARPS * 32), 0, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids,      \
                                (const int8_t *)cb->xq, (const float2 *)cb->xds, dout, Ds, k))
-    if (r == 4) VEC_GU(4) else VEC_GU(2)
+    if (!(cb->ablate & ABL_MOE_GU)) {
+        if (r == 4) VEC_GU(4) else VEC_GU(2)
+    }
     /* h quantized by a launch of its own: done instead by each slot's last gate·up block (a counter
      * per slot), one token was slower on the H200 (qwen3-30b-a3b tg128 291.6 against 306.3,
      * qwen3.6-35b-a3b 328.0 against 339.3): the last block's serial tail cost more than the launch */
-    cuda_mmvq_quantize(cb, h, n_ff, slots);
-    if (r == 4) VEC_DOWN(4) else VEC_DOWN(2)
+    if (!(cb->ablate & ABL_MOE_HQ)) cuda_mmvq_quantize(cb, h, n_ff, slots);
+    if (!(cb->ablate & ABL_MOE_DOWN) &&
+        moe_down_comb(cb, down, Ds, n_ff, n_embd, n_expert, ids, weights, k, sh_logit, out, residual ? 1 : 0))
+        return true;
+    if (!(cb->ablate & ABL_MOE_DOWN)) {
+        if (r == 4) VEC_DOWN(4) else VEC_DOWN(2)
+    }
 #undef VEC_GU
 #undef VEC_DOWN
+    if (cb->ablate & ABL_MOE_COMB) return true;
     if (residual)
         pdl_launch(cb, moe_combine_residual_kernel, dim3((unsigned)((n_embd + 255) / 256)), dim3(256), 0,
                    (const float *)dout, weights, ids, k, n_embd, sh ? sh_logit : NULL, out);

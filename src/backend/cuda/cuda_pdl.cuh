@@ -8,9 +8,19 @@
  * its predecessor still runs; it must call pdl_wait() before it touches
  * memory (griddepcontrol.wait returns once the predecessor grid has completed
  * and its writes are visible), so the results are those of ordinary stream
- * order. Each such kernel calls pdl_wait() first and pdl_allow_next() right
- * after: the next kernel can then be scheduled while this one runs, but never
- * more than one kernel waits ahead (its own trigger comes after its wait).
+ * order. pdl_wait() first lets the next kernel launch (launch_dependents),
+ * then waits: while a small kernel (a norm, the rope, the attention) waits on
+ * the product before it, the product after it is already resident where room
+ * frees up and streams its weights, which depend on nothing, so the weights
+ * of one product follow the last bytes of the one before without the small
+ * kernel's time and launch between them (H200, qwen3-8b tg128: 393.9 with the
+ * trigger after the wait, 406.1 before it; bench/RESULTS.md, session 14).
+ * Chains cannot deadlock: a grid's dependents launch only once all of its
+ * blocks have started, so every kernel that waits has its predecessor fully
+ * resident. A kernel may only read memory written by earlier kernels after
+ * pdl_wait (their completion is transitive through the chain of waits).
+ * pdl_allow_next() is then a no-op; a build with -DBK_PDL_LATE triggers there
+ * instead (after the wait: never more than one kernel waits ahead), for A/B.
  * Kernels launched the ordinary way stay full barriers. Stream capture keeps
  * these edges in the graph. BRISK_CUDA_PDL=0 (or a device before sm_90)
  * launches them the ordinary way; the two device calls are then no-ops. */
@@ -22,12 +32,25 @@
 
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#ifndef BK_PDL_LATE
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 
-__device__ __forceinline__ void pdl_allow_next() {
+/* The batched products (cuda_mmqh.cu, cuda_mmq.cuh) let the next kernel launch only once they pass
+ * their own wait: they take whole SMs for many rounds, and kernels queued two ahead of them cost
+ * the batched decode (H200, qwen3-8b 32 sequences: 3,864 with the trigger first, 4,016 after). */
+__device__ __forceinline__ void pdl_wait_late() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_allow_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(BK_PDL_LATE)
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }

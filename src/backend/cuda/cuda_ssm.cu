@@ -223,8 +223,8 @@ gated_delta_kernel(const float *qkv, const float *b, const float *a, const float
     float *row_s = NULL; /* S[r, :] of the current sequence in memory */
     int cur = -1;
     /* A programmatic launch (cuda_pdl.cuh): the first entry's state row was last written by this
-     * layer's previous step (complete: only the kernel right before this one may still run), so it
-     * loads before pdl_wait; q, k, v, a and b are the previous kernels' outputs. */
+     * layer's previous step (complete: the host read that step's tokens before this step began), so
+     * it loads before pdl_wait; q, k, v, a and b are the previous kernels' outputs. */
     if (n > 0) {
         int s0 = seq[0];
         if (!((unsigned)s0 < GD_SKIP_SLOTS && (skip.bits[s0 / 32] >> (s0 % 32) & 1u))) {
