@@ -40,8 +40,10 @@ __device__ __forceinline__ void pdl_wait() {
 }
 
 /* The batched products (cuda_mmqh.cu, cuda_mmq.cuh) let the next kernel launch only once they pass
- * their own wait: they take whole SMs for many rounds, and kernels queued two ahead of them cost
- * the batched decode (H200, qwen3-8b 32 sequences: 3,864 with the trigger first, 4,016 after). */
+ * their own wait, as before the early trigger: they take whole SMs for many rounds, and the batched
+ * decode lost with every kernel triggering first (H200, qwen3-8b at 32 sequences: 3,864 against
+ * 4,016 with all triggers late, one lease; with this, 3,737 against 3,804 in another, within the
+ * lease's spread; 8 sequences level). */
 __device__ __forceinline__ void pdl_wait_late() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
