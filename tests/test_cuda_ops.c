@@ -1368,7 +1368,7 @@ int main(int argc, char **argv) {
      * norm_matmul checks, and the end-to-end cases run through it too, as through the streamed
      * product on narrow rows; the CLI checks of tests/cuda/run.sh keep the defaults */
     setenv("BRISK_CUDA_NORM_FUSE", "1", 0);
-    setenv("BRISK_CUDA_MMVS_MIN_IN", "0", 0); /* the streamed product on every width (default: from 4096) */
+    setenv("BRISK_CUDA_MMVS_MIN_IN", "0", 0); /* the streamed product on every width (default: from 2048) */
     if (bk_cpu_backend_new(0, &cpu) != BRISK_OK || bk_cuda_backend_new(0, &gpu) != BRISK_OK) {
         fprintf(stderr, "backend: %s\n", brisk_last_error());
         return 1;

@@ -353,9 +353,10 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->mmvq_multi_off = getenv("BRISK_CUDA_MMVQ_MULTI") && !strcmp(getenv("BRISK_CUDA_MMVQ_MULTI"), "0");
     cb->mmvs_off = getenv("BRISK_CUDA_MMVS") && !strcmp(getenv("BRISK_CUDA_MMVS"), "0");
     cb->norm_fuse_on = getenv("BRISK_CUDA_NORM_FUSE") && !strcmp(getenv("BRISK_CUDA_NORM_FUSE"), "1");
-    cb->mmvs_min_in = getenv("BRISK_CUDA_MMVS_MIN_IN") ? atoll(getenv("BRISK_CUDA_MMVS_MIN_IN")) : 4096;
+    cb->mmvs_min_in = getenv("BRISK_CUDA_MMVS_MIN_IN") ? atoll(getenv("BRISK_CUDA_MMVS_MIN_IN")) : 2048;
     cb->mmvs_wide_off = getenv("BRISK_CUDA_MMVS_WIDE") && !strcmp(getenv("BRISK_CUDA_MMVS_WIDE"), "0");
     cb->mmvs_warps = getenv("BRISK_CUDA_MMVS_WARPS") ? atoi(getenv("BRISK_CUDA_MMVS_WARPS")) : 16;
+    cb->mmvs_min_bytes = getenv("BRISK_CUDA_MMVS_MIN_MB") ? (int64_t)(atof(getenv("BRISK_CUDA_MMVS_MIN_MB")) * 1048576.0) : 0;
     cb->router_pf_off = getenv("BRISK_CUDA_ROUTER_PF") && !strcmp(getenv("BRISK_CUDA_ROUTER_PF"), "0");
     cb->moe_comb_off = getenv("BRISK_CUDA_MOE_COMB") && !strcmp(getenv("BRISK_CUDA_MOE_COMB"), "0");
     cb->mmvs_smem = getenv("BRISK_CUDA_MMVS_SMEM") ? atoi(getenv("BRISK_CUDA_MMVS_SMEM")) * 1024 : 0;

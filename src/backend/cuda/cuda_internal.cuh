@@ -76,9 +76,10 @@ typedef struct cuda_backend {
     bool mmvq_multi_off;        /* BRISK_CUDA_MMVQ_MULTI=0: one launch per matrix of a call (A/B) */
     bool mmvs_off;              /* BRISK_CUDA_MMVS=0: one token's products through cuda_mmvq's kernel, not cuda_mmvs's (A/B) */
     bool norm_fuse_on;          /* BRISK_CUDA_NORM_FUSE=1: norm_matmul / norm_swiglu in one kernel at one token (A/B; off: slower) */
-    int64_t mmvs_min_in;        /* BRISK_CUDA_MMVS_MIN_IN (default 4096): narrower rows through cuda_mmvq's kernel */
+    int64_t mmvs_min_in;        /* BRISK_CUDA_MMVS_MIN_IN (default 2048): narrower rows through cuda_mmvq's kernel */
     bool mmvs_wide_off;         /* BRISK_CUDA_MMVS_WIDE=0: rows wider than 8,192 columns through cuda_mmvq's kernel (A/B) */
     int mmvs_warps;             /* BRISK_CUDA_MMVS_WARPS=8: cuda_mmvs's 8-warp blocks only (A/B) */
+    int64_t mmvs_min_bytes;     /* BRISK_CUDA_MMVS_MIN_MB=N: launches of fewer weight bytes to cuda_mmvq (A/B) */
     bool router_pf_off;         /* BRISK_CUDA_ROUTER_PF=0: the fused router's rows not asked into the L2 before its wait (A/B) */
     bool moe_comb_off;          /* BRISK_CUDA_MOE_COMB=0: one token's MoE down products, then the combine (A/B) */
     int mmvs_smem;              /* BRISK_CUDA_MMVS_SMEM=KB: cuda_mmvs's shared memory per block at most (A/B) */

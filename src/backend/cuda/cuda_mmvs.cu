@@ -370,16 +370,20 @@ static bool mmvs_type(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes,
  * programmatic launches, has cuda_mmvq's kernel ahead on matrices of 1,024-12,288 rows and this one
  * on the gate/up pairs and the LM head; in the decode step (graphs, programmatic launches) this one
  * everywhere was faster (qwen3-8b tg128 375.0; 365.4 / 355.6 / 316.8 with products of less than
- * 4 / 16 / 64 MB left to cuda_mmvq, 311.5 without this kernel). Rows narrower than 4,096 columns
- * stay with cuda_mmvq: there a row is a few hundred cycles of work, the per-row wait, refill and
- * reduction dominate and a Q6_K row leaves half the lanes idle (qwen3.6-35b-a3b, 2,048 wide:
- * tg128 284.8 with them here, 299.7 without this kernel). */
+ * 4 / 16 / 64 MB left to cuda_mmvq, 311.5 without this kernel; with the early trigger of
+ * cuda_pdl.cuh still 419.2 against 408.8 / 403.3 / 398.5 with less than 6 / 12 / 20 MB left to it,
+ * BRISK_CUDA_MMVS_MIN_MB). Rows narrower than 2,048 columns stay with cuda_mmvq: there a row is a
+ * few hundred cycles of work, the per-row wait, refill and reduction dominate and a Q6_K row leaves
+ * half the lanes idle. 2,048-wide rows were slower here under the late trigger (qwen3.6-35b-a3b
+ * tg128 284.8 against 299.7, session 9); with the early one qwen3-30b-a3b runs 414.6 against 400.0
+ * and qwen3.6-35b-a3b 405.1 against 403.8 (session 14, lease H), so the bound is 2,048. */
 bool cuda_mmvs(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, size_t row_bytes, int64_t n_in,
                int accum, const mmvs_norm *norm) {
     if (cb->mmvs_off || row_bytes % 2 || row_bytes > UINT32_MAX / 4 || (cb->mmvs_wide_off && n_in > 8192))
         return false;
     int64_t n_rows = mm.rend[mm.count - 1];
     if (n_in < cb->mmvs_min_in) return false; /* see above */
+    if (cb->mmvs_min_bytes > 0 && n_rows * (int64_t)row_bytes * (glu ? 2 : 1) < cb->mmvs_min_bytes) return false;
     for (int m = 0; m < mm.count; m++)
         if ((uintptr_t)mm.W[m] % 16) return false;
     if (glu && (mm.count != 1 || (uintptr_t)mm.W2 % 16)) return false;
