@@ -2,7 +2,8 @@
 # Cuts the integer-dot weight loaders out of src/backend/cuda/cuda_internal.cuh and checks on the
 # CPU that the decode kernels' shared-byte loaders (group_load_q4k_pair, group_load_q6k_quad) give
 # exactly the groups group_load<T> gives one by one, at every 2-byte alignment (group_load is what
-# test-cuda holds against the CPU). From the repository root; no GPU needed.
+# test-cuda holds against the CPU), and that Q6_K's two-instruction unpacking (q6_minus32) equals the
+# saturating per-byte subtract it replaced on every 6-bit input. From the repository root; no GPU needed.
 set -e
 out=${TMPDIR:-/tmp}/loader_emu
 mkdir -p "$out"
@@ -15,6 +16,7 @@ def grab(a, end='\n}\n'):
 k = grab('typedef struct wgroup {', '} wgroup;\n')
 k += grab('template <bool SH, class V> __device__ __forceinline__ V ld_ro(')
 k += grab('template <int NW, bool SH = false> __device__ __forceinline__ void ld_a2(')
+k += grab('__device__ __forceinline__ int q6_minus32(')
 k += grab('template <int T, bool SH = false> __device__ __forceinline__ void group_load(')
 k += grab('template <bool SH = false> __device__ __forceinline__ void group_load_q4k_pair(')
 k += grab('template <bool SH = false> __device__ __forceinline__ void group_load_q6k_quad(')
