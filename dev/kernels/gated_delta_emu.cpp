@@ -88,7 +88,6 @@ template <class F> static void launch(dim3 grid, int threads, size_t dyn, F f) {
 
 /* programmatic dependent launch (cuda_pdl.cuh): nothing to wait for on one emulated grid */
 static void pdl_wait() {}
-static void pdl_allow_next() {}
 #include "gated_delta_emu.inc" /* cut out of cuda_ssm.cu by gated_delta_emu.sh */
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;

@@ -38,7 +38,6 @@ template <int KT>
 __global__ void kv_write_kernel(const float *k, const float *v, void *kc, void *vc, const int32_t *slot,
                                 int kvd) {
     pdl_wait();
-    pdl_allow_next();
     int t = blockIdx.x;
     size_t off = (size_t)slot[t] * kvd;
     for (int i = threadIdx.x; i < kvd; i += blockDim.x) {

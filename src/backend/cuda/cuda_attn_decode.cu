@@ -168,7 +168,6 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
                 float *part, int *cnt, int8_t *xq, float2 *xds, int flags) {
     const bool adapt = flags & 1, merge_slow = flags & 2; /* BRISK_CUDA_ATTN_ADAPT=0, BRISK_CUDA_ATTN_MERGE=0 */
     pdl_wait();
-    pdl_allow_next();
     __shared__ __align__(16) float q_s[G][DEC_MAX_HD];
     __shared__ float o_s[DEC_WARPS][G][DEC_MAX_HD], m_s[DEC_WARPS][G], l_s[DEC_WARPS][G];
     const unsigned full = 0xffffffffu;
@@ -347,7 +346,6 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
 __global__ void __launch_bounds__(DEC_WARPS * 32)
 attn_dec_combine_kernel(const float *part, int n_split, int n_head, int hd, float *out, int8_t *xq, float2 *xds) {
     pdl_wait();
-    pdl_allow_next();
     __shared__ float w_s[DEC_MAX_SPLIT], red[DEC_WARPS];
     dec_combine_head(part, n_split, n_split, n_head, hd, blockIdx.x, blockIdx.y, out, w_s, red, xq, xds);
 }

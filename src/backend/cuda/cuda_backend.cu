@@ -104,7 +104,7 @@ static brisk_status cuda_alloc(bk_backend *be, size_t bytes, void **out) {
 
 static void cuda_release(bk_backend *be, void *p) {
     cuda_backend *cb = (cuda_backend *)be;
-    cb->xq_src = cb->xh_src = NULL; /* the next allocation may reuse the address for other activations */
+    cuda_forget_act_copies(cb); /* the next allocation may reuse the address for other activations */
     cudaStreamSynchronize(cb->stream);
     cudaFree(p);
 }
@@ -202,7 +202,7 @@ static brisk_status cuda_read(bk_backend *be, const void *src, void *dst, size_t
 
 extern "C" brisk_status bk_cuda_write(bk_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_backend *cb = (cuda_backend *)be;
-    cb->xq_src = cb->xh_src = NULL; /* dst may be the input the quantized activations stand for (partial offload) */
+    cuda_forget_act_copies(cb); /* dst may be the input the quantized activations stand for (partial offload) */
     CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb->stream));
     CU_TRY(cudaStreamSynchronize(cb->stream));
     return BRISK_OK;
@@ -210,7 +210,7 @@ extern "C" brisk_status bk_cuda_write(bk_backend *be, void *dst, const void *src
 
 static void cuda_copy(bk_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_backend *cb = (cuda_backend *)be;
-    cb->xq_src = cb->xh_src = NULL; /* dst may be the input the quantized activations stand for */
+    cuda_forget_act_copies(cb); /* dst may be the input the quantized activations stand for */
     CU_OP(cb, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->stream));
 }
 
@@ -219,7 +219,7 @@ static void cuda_copy_rows(bk_backend *be, void *dst, size_t dst_pitch, const vo
                            size_t row_bytes, size_t n_rows) {
     cuda_backend *cb = (cuda_backend *)be;
     if (!n_rows || !row_bytes) return;
-    cb->xq_src = cb->xh_src = NULL;
+    cuda_forget_act_copies(cb);
     CU_OP(cb, cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, n_rows, cudaMemcpyDeviceToDevice, cb->stream));
 }
 

@@ -5,7 +5,6 @@
 
 __global__ void swiglu_kernel(const float *gate, const float *up, float *out, size_t n) {
     pdl_wait();
-    pdl_allow_next();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float g = gate[i];
@@ -14,7 +13,6 @@ __global__ void swiglu_kernel(const float *gate, const float *up, float *out, si
 
 __global__ void add_kernel(float *x, const float *y, size_t n) {
     pdl_wait();
-    pdl_allow_next();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] += y[i];
 }
@@ -22,7 +20,6 @@ __global__ void add_kernel(float *x, const float *y, size_t n) {
 /* x[r, i] *= sigmoid(gate[r, gate_width == 1 ? 0 : i]), as the CPU (expf, then one multiply) */
 __global__ void sigmoid_mul_kernel(float *x, const float *gate, size_t n, int width, int gate_width) {
     pdl_wait();
-    pdl_allow_next();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     size_t r = i / (size_t)width, c = i % (size_t)width;
@@ -34,7 +31,6 @@ __global__ void sigmoid_mul_kernel(float *x, const float *gate, size_t n, int wi
  * add_kernel launches round it (no fused multiply-add across them) */
 __global__ void gated_residual_kernel(float *x, const float *m, const float *s, const float *gate, size_t n, int width) {
     pdl_wait();
-    pdl_allow_next();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float g = gate[i / (size_t)width];

@@ -81,7 +81,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 gemv_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, const float *x, int n,
             const float *bias, float *y, int accum) {
     pdl_wait(); /* a programmatic launch (cuda_pdl.cuh): x is the previous kernel's output */
-    pdl_allow_next();
     int lane = threadIdx.x % 32;
     int64_t r0 = ((int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32) * R;
     if (r0 >= n_out) return;
@@ -136,7 +135,6 @@ __global__ void __launch_bounds__(GEMV_SK_WARPS * 32)
 gemv_splitk_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, const float *x, int n,
                    const float *bias, float *y, int accum) {
     pdl_wait();
-    pdl_allow_next();
     __shared__ float part[GEMV_SK_WARPS][GEMV_MAX_TOK];
     const int64_t r = blockIdx.x;
     block_row_dot<T, GEMV_MAX_TOK, GEMV_SK_WARPS>(W + r * row_bytes, x, n_in, n, part);

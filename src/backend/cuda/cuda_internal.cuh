@@ -216,12 +216,15 @@ enum { ABL_NORM = 1, ABL_ROPE = 2, ABL_ATTN = 4, ABL_MATMUL = 8, ABL_ROUTER = 16
     do {                                                                                                \
         if ((cb)->ablate & (bit)) return __VA_ARGS__;                                                   \
     } while (0)
+/* The activations' converted copies (xq: int8 for the integer dots, xh: f16 for cuda_mmqh.cu) no
+ * longer stand for any input: an op may have written the memory they were made from. */
+static inline void cuda_forget_act_copies(cuda_backend *cb) { cb->xq_src = cb->xh_src = NULL; }
 /* The end of every op that launched work: checks the launch and forgets which input the
  * quantized activations stand for (the op may have written it). */
-#define CU_LAUNCHED(cb)                     \
-    do {                                    \
-        (cb)->xq_src = (cb)->xh_src = NULL; \
-        CU_OP(cb, cudaGetLastError());      \
+#define CU_LAUNCHED(cb)                \
+    do {                               \
+        cuda_forget_act_copies(cb);    \
+        CU_OP(cb, cudaGetLastError()); \
     } while (0)
 
 /* Copies bytes of host data into staging slot `slot` (skipped when equal to
@@ -469,6 +472,23 @@ __device__ __forceinline__ int mmqh_row_exp(float mx) {
         e -= 15;
     }
     return e;
+}
+/* The largest of the block's threads' mx, to every thread (red: 32 floats of shared memory). */
+__device__ __forceinline__ float block_max(float mx, float *red) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = mx;
+    __syncthreads();
+    mx = 0.0f;
+    for (int w = 0; w < (int)(blockDim.x / 32); w++) mx = fmaxf(mx, red[w]);
+    return mx;
+}
+/* A row of largest magnitude mx: the factor its f16 copy is scaled by (2^-e, e = mmqh_row_exp(mx));
+ * thread 0 stores the inverse to *xmul. */
+__device__ __forceinline__ float mmqh_row_scale(float mx, float *xmul) {
+    const int e = mmqh_row_exp(mx);
+    if (threadIdx.x == 0) *xmul = ldexpf(1.0f, e);
+    return ldexpf(1.0f, -e);
 }
 
 /* ---- integer-dot weight groups (cuda_mmvq.cu, cuda_moe.cu): Q8_0, Q4_0, Q4_K, Q6_K only ---- */

@@ -435,15 +435,7 @@ __global__ void mmqh_prepare_kernel(const float *x, int64_t n_in, __half *xh, fl
     __shared__ float red[32];
     float mx = 0.0f;
     for (int64_t i = threadIdx.x; i < n_in; i += blockDim.x) mx = fmaxf(mx, fabsf(xr[i]));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = mx;
-    __syncthreads();
-    mx = 0.0f;
-    for (int w = 0; w < (int)(blockDim.x / 32); w++) mx = fmaxf(mx, red[w]);
-    const int e = mmqh_row_exp(mx);
-    const float sc = ldexpf(1.0f, -e);
-    if (threadIdx.x == 0) xmul[blockIdx.x] = ldexpf(1.0f, e);
+    const float sc = mmqh_row_scale(block_max(mx, red), xmul + blockIdx.x);
     for (int64_t i = threadIdx.x; i < n_in; i += blockDim.x) hr[mmqh_perm(i)] = __float2half_rn(xr[i] * sc);
 }
 

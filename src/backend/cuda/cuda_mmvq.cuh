@@ -71,7 +71,6 @@ __device__ __forceinline__ float qunit_dot(const uint8_t *row, int64_t u, const 
 __device__ __forceinline__ void pdl_wait_once(bool &waited) {
     if (waited) return;
     pdl_wait();
-    pdl_allow_next();
     waited = true;
 }
 

@@ -192,7 +192,6 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
 #pragma unroll
     for (int k = 0; k < NI; k++)
         if (su0 + lane + 32 * k < su1) qunit_load_x<T, NORM>(xsrc, dsrc, su0 + lane + 32 * k, xw[k], xd[k]);
-    pdl_allow_next();
     int s = 0;
     uint32_t parity = 0;
     for (int64_t i = 0; i < mine; i++) {

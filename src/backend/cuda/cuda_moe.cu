@@ -86,7 +86,6 @@ __device__ __forceinline__ void warp_argmax(float &bv, int &bi) {
 __global__ void __launch_bounds__(ROUTE_THREADS)
 moe_route_kernel(const float *logits, int n_expert, int k, int norm, float scale, int32_t *ids, float *weights) {
     pdl_wait(); /* programmatic launches (cuda_pdl.cuh): everything here reads the previous kernel's output */
-    pdl_allow_next();
     __shared__ float p[BK_MOE_MAX_EXPERTS]; /* probabilities; a chosen expert's becomes -inf */
     __shared__ float red_f[ROUTE_THREADS / 32];
     __shared__ int red_i[ROUTE_THREADS / 32];
@@ -236,7 +235,6 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32)
 moe_route_warp_kernel(const float *logits, int n, int n_expert, int k, int norm, float scale, int32_t *ids,
                       float *weights) {
     pdl_wait();
-    pdl_allow_next();
     const int t = blockIdx.x * ROUTE_WARPS + threadIdx.x / 32;
     if (t >= n) return;
     route_token_warp(logits + (size_t)t * n_expert, n_expert, k, norm, scale, ids + (size_t)t * k,
@@ -265,7 +263,6 @@ moe_router_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int n_expert
             asm volatile("prefetch.global.L2 [%0];" ::"l"(row + o));
     }
     pdl_wait();
-    pdl_allow_next();
     block_row_dot<T, 1, GEMV_SK_WARPS>(r < n_expert ? W + r * row_bytes : W2, x, n_in, 1, part);
     if (threadIdx.x == 0) {
         *(r < n_expert ? logits + r : out2) = block_row_sum(part, 0);
@@ -341,7 +338,6 @@ extern "C" void cuda_moe_router(bk_backend *be, const bk_weight *w, const float 
  * experts [e0, e1), the others -1 (the grouping and the combine then skip them) ---- */
 __global__ void moe_ids_local_kernel(int32_t *ids, int n, int e0, int e1) {
     pdl_wait(); /* the ids come from the router */
-    pdl_allow_next();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) ids[i] = ids[i] >= e0 && ids[i] < e1 ? ids[i] - e0 : -1;
 }
@@ -370,7 +366,6 @@ __global__ void __launch_bounds__(GROUP_THREADS)
 moe_group_kernel(const int32_t *ids, int nk, int n_expert, int tile_nt, int32_t *off, int32_t *act, int32_t *n_act,
                  int32_t *ent, int2 *tiles, int32_t *n_tiles) {
     pdl_wait();
-    pdl_allow_next();
     __shared__ int cnt[BK_MOE_MAX_EXPERTS];  /* entries per expert, then its first tile */
     __shared__ int fill[BK_MOE_MAX_EXPERTS];
     const int tid = threadIdx.x, lane = tid % 32;
@@ -528,7 +523,6 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 moe_gate_up_kernel(const uint8_t *W, const uint8_t *U, size_t row_bytes, int64_t n_ff, moe_act a, const int32_t *off,
                    const int32_t *act, const int32_t *n_act, const int32_t *ent, float *h, int stage) {
     pdl_wait();
-    pdl_allow_next();
     int e = block_expert(act, n_act);
     if (e < 0) return;
     int lane = threadIdx.x % 32;
@@ -582,7 +576,6 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 moe_down_kernel(const uint8_t *D, size_t row_bytes, int64_t n_embd, moe_act a, const int32_t *off, const int32_t *act,
                 const int32_t *n_act, const int32_t *ent, float *dout) {
     pdl_wait();
-    pdl_allow_next();
     int e = block_expert(act, n_act);
     if (e < 0) return;
     int lane = threadIdx.x % 32;
@@ -641,7 +634,6 @@ __device__ __forceinline__ float moe_combine_one(const float *v, const float *wt
 __global__ void moe_combine_kernel(const float *dout, const float *w, const int32_t *ids, int n, int k, int64_t n_embd,
                                    float *out) {
     pdl_wait();
-    pdl_allow_next();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n * n_embd) return;
     int64_t t = i / n_embd, c = i % n_embd;
@@ -655,7 +647,6 @@ __global__ void moe_combine_kernel(const float *dout, const float *w, const int3
 __global__ void moe_combine_residual_kernel(const float *dout, const float *w, const int32_t *ids, int k,
                                             int64_t n_embd, const float *sh_logit, float *x) {
     pdl_wait();
-    pdl_allow_next();
     int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= n_embd) return;
     float m = moe_combine_one(dout + c, w, ids, k, n_embd);
@@ -705,14 +696,16 @@ moe_vec_down_kernel(const uint8_t *D, const uint8_t *const *td, size_t row_bytes
                                      (int64_t)gridDim.x * MMVQ_WARPS);
 }
 
-/* One token's down products and their combine in one launch: a warp owns output rows (R of them) of
- * every slot at once, its lanes dealt the (slot, unit) pairs of a row (q30's 768-wide Q4_K rows are 12
- * units: a warp per slot and row, as moe_vec_down_kernel, leaves 20 of 32 lanes idle). A lane keeps its
- * pairs' activations (h quantized, slot s at row s) in registers for all its rows and weights each
- * pair's dot by its slot's routing weight (the shared expert's: sigmoid(sh_logit)); the warp's sum is
- * the row of the combine, stored or added to y. No dout round trip and no combine launch; the slots
- * are summed in the lanes' order instead of one after another (the same sums every run). */
-template <int T, int NU, int R>
+/* One token's down products and their combine in one launch: a warp owns an output row of every
+ * slot at once, its lanes dealt the (slot, unit) pairs of the row (q30's 768-wide Q4_K rows are 12
+ * units: a warp per slot and row, as moe_vec_down_kernel, leaves 20 of 32 lanes idle). A lane loads
+ * its pairs' activations (h quantized, slot s at row s) into registers and weights each pair's dot by its slot's
+ * routing weight (the shared expert's: sigmoid(sh_logit)); the warp's sum is the row of the combine,
+ * stored or added to y. No dout round trip and no combine launch; the slots are summed in the lanes'
+ * order instead of one after another (the same sums every run). Two rows a warp (half the warps,
+ * twice the loads each in flight) were slower on the H200 (tg128 qwen3-30b-a3b 385 against 400,
+ * qwen3.6-35b-a3b 390 against 399). */
+template <int T, int NU>
 __global__ void __launch_bounds__(MMVQ_WARPS * 32)
 moe_vec_down_comb_kernel(const uint8_t *D, const uint8_t *const *td, size_t row_bytes, int64_t n_ff, int64_t n_embd,
                          int n_expert, const int32_t *ids, const float *wts, int k, const uint8_t *Ds,
@@ -720,9 +713,10 @@ moe_vec_down_comb_kernel(const uint8_t *D, const uint8_t *const *td, size_t row_
     using U = qunit<T>;
     pdl_wait(); /* ids and weights come from the router, h from the gate/up launch */
     const int lane = threadIdx.x % 32;
-    const int64_t r0 = ((int64_t)blockIdx.x * MMVQ_WARPS + threadIdx.x / 32) * R;
-    if (r0 >= n_embd) return;
+    const int64_t r = (int64_t)blockIdx.x * MMVQ_WARPS + threadIdx.x / 32;
+    if (r >= n_embd) return;
     const int upr = (int)(n_ff / U::W), pairs = (k + (Ds != NULL)) * upr;
+    /* every pair's activations are loaded before the first dot (all loads in flight together) */
     const uint8_t *base[NU];
     float ws[NU];
     int uu[NU];
@@ -746,21 +740,13 @@ moe_vec_down_comb_kernel(const uint8_t *D, const uint8_t *const *td, size_t row_
         }
         qunit_load_x<T, false>(hq + (int64_t)s * n_ff, hds + (int64_t)s * (n_ff / 32), uu[i], xw[i], xd[i]);
     }
-    float acc[R];
+    float acc = 0.0f;
 #pragma unroll
-    for (int j = 0; j < R; j++) {
-        acc[j] = 0.0f;
-        const int64_t r = r0 + j < n_embd ? r0 + j : r0;
+    for (int i = 0; i < NU; i++)
+        if (base[i]) acc += ws[i] * qunit_dot<T, false>(base[i] + r * row_bytes, uu[i], xw[i], xd[i]);
 #pragma unroll
-        for (int i = 0; i < NU; i++)
-            if (base[i]) acc[j] += ws[i] * qunit_dot<T, false>(base[i] + r * row_bytes, uu[i], xw[i], xd[i]);
-    }
-#pragma unroll
-    for (int j = 0; j < R; j++) {
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
-        if (lane == 0 && r0 + j < n_embd) y[r0 + j] = accum ? __fadd_rn(y[r0 + j], acc[j]) : acc[j];
-    }
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) y[r] = accum ? __fadd_rn(y[r], acc) : acc;
 }
 
 /* Launches moe_vec_down_comb_kernel for the down type, or false (the type, or more pairs than 8 a lane). */
@@ -770,13 +756,10 @@ static bool moe_down_comb_t(cuda_backend *cb, const uint8_t *D, const uint8_t *c
                             const uint8_t *Ds, const float *sh_logit, float *y, int accum) {
     if (n_ff % qunit<T>::W) return false;
     const int64_t pairs = (int64_t)(k + (Ds != NULL)) * (n_ff / qunit<T>::W);
-    /* a row a warp: 2 rows (half the warps, twice the loads each in flight) were slower on the H200
-     * (tg128 qwen3-30b-a3b 385 against 400, qwen3.6-35b-a3b 390 against 399) */
-    constexpr int R = 1;
-    const dim3 grid((unsigned)((n_embd + R * MMVQ_WARPS - 1) / (R * MMVQ_WARPS)));
+    const dim3 grid((unsigned)((n_embd + MMVQ_WARPS - 1) / MMVQ_WARPS));
 #define DC_GO(N)                                                                                                  \
     if (pairs <= 32 * N) {                                                                                        \
-        pdl_launch(cb, moe_vec_down_comb_kernel<T, N, R>, grid, dim3(MMVQ_WARPS * 32), 0, D, td, row_bytes, n_ff, \
+        pdl_launch(cb, moe_vec_down_comb_kernel<T, N>, grid, dim3(MMVQ_WARPS * 32), 0, D, td, row_bytes, n_ff, \
                    n_embd, n_expert, ids, wts, k, Ds, sh_logit, (const int8_t *)cb->xq, (const float2 *)cb->xds, y,   \
                    accum);                                                                                        \
         return true;                                                                                              \

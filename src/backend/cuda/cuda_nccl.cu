@@ -161,7 +161,7 @@ void cuda_nccl_free(cuda_backend *cb) {
 void cuda_all_reduce(bk_backend *be, float *x, size_t n) {
     cuda_backend *cb = (cuda_backend *)be;
     if (!cb->nccl || !n) return;
-    cb->xq_src = cb->xh_src = NULL; /* x changes: it no longer matches any quantized copy */
+    cuda_forget_act_copies(cb); /* x changes: it no longer matches any quantized copy */
     ncclResult_t r = lib.all_reduce(x, x, n, NCCL_FLOAT32, NCCL_SUM, cb->nccl->comm, cb->stream);
     if (r != NCCL_SUCCESS) cuda_set_error(cb, nccl_fail("ncclAllReduce", r));
 }
@@ -171,7 +171,7 @@ void cuda_all_reduce(bk_backend *be, float *x, size_t n) {
 brisk_status cuda_p2p(bk_backend *be, const bk_p2p *list, int n) {
     cuda_backend *cb = (cuda_backend *)be;
     if (!cb->nccl) return bk_fail(BRISK_ERR_UNSUPPORTED, "p2p: the backend has no communicator");
-    cb->xq_src = cb->xh_src = NULL; /* a receive rewrites its buffer: no quantized copy matches it any more */
+    cuda_forget_act_copies(cb); /* a receive rewrites its buffer: no quantized copy matches it any more */
     ncclResult_t r = lib.group_start();
     if (r != NCCL_SUCCESS) return nccl_fail("ncclGroupStart", r);
     for (int i = 0; i < n && r == NCCL_SUCCESS; i++)

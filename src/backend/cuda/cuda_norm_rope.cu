@@ -22,7 +22,6 @@ template <bool Q>
 __global__ void rms_norm_warp_kernel(const float *x, const float *w, float *y, int n_rows, int dim, float eps,
                                      int8_t *xq, float2 *xds) {
     pdl_wait();
-    pdl_allow_next();
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= n_rows) return;
     const float *xr = x + (int64_t)row * dim;
@@ -40,7 +39,7 @@ __global__ void rms_norm_warp_kernel(const float *x, const float *w, float *y, i
  * otherwise waits one memory latency per loop step, twice). */
 #define NORM_EPT 8
 /* With H (rows held in registers only), the normalized row is also converted for the f16 batched
- * products (cuda_mmqh.cu: its fragment order and power-of-two scale, mmqh_store_row), so that the
+ * products (cuda_mmqh.cu: its fragment order and power-of-two scale, mmqh_row_scale), so that the
  * product that reads y next skips its conversion launch. */
 template <bool Q, bool H>
 __global__ void __launch_bounds__(1024)
@@ -61,7 +60,6 @@ rms_norm_block_kernel(const float *x, const float *w, float *y, int dim, float e
             wv[k] = i < dim ? w[i] : 0.0f;
         }
         pdl_wait();
-        pdl_allow_next();
 #pragma unroll
         for (int k = 0; k < NORM_EPT; k++) {
             int i = tid + k * nb;
@@ -71,7 +69,6 @@ rms_norm_block_kernel(const float *x, const float *w, float *y, int dim, float e
         for (int k = 0; k < NORM_EPT; k++) s += (double)(v[k] * v[k]);
     } else {
         pdl_wait();
-        pdl_allow_next();
         for (int i = tid; i < dim; i += nb) s += (double)(xr[i] * xr[i]);
     }
     s = warp_sum_d(s);
@@ -94,21 +91,13 @@ rms_norm_block_kernel(const float *x, const float *w, float *y, int dim, float e
             if (H && i < dim) mx = fmaxf(mx, fabsf(v[k]));
         }
         if constexpr (H) {
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            if (tid % 32 == 0) hmax[tid / 32] = mx;
-            __syncthreads();
-            mx = 0.0f;
-            for (int k = 0; k < nb / 32; k++) mx = fmaxf(mx, hmax[k]);
-            const int e = mmqh_row_exp(mx);
-            const float sc = ldexpf(1.0f, -e);
+            const float sc = mmqh_row_scale(block_max(mx, hmax), xmul + blockIdx.x);
             __half *hr = xh + (int64_t)blockIdx.x * dim;
 #pragma unroll
             for (int k = 0; k < NORM_EPT; k++) {
                 int i = tid + k * nb;
                 if (i < dim) hr[mmqh_perm(i)] = __float2half_rn(v[k] * sc);
             }
-            if (tid == 0) xmul[blockIdx.x] = ldexpf(1.0f, e);
         }
     } else {
         for (int i = tid; i < dim; i += nb)
@@ -204,7 +193,6 @@ __global__ void rope_kernel(float *x, int n, const int32_t *pos, const float *ff
     int t = blockIdx.x, half = a.n_rot / 2;
     for (int i = threadIdx.x; i < half; i += blockDim.x) rope_cs(i, pos[t], ff, a, &cs[i], &sn[i]);
     pdl_wait(); /* the angles need only the step's positions (copied before any kernel) */
-    pdl_allow_next();
     __syncthreads();
     for (int e = threadIdx.x; e < a.n_heads * half; e += blockDim.x) {
         int h = e / half, i = e % half;
@@ -229,7 +217,6 @@ __global__ void qk_norm_rope_kernel(float *q, const float *qs, int qp, float *k,
     float *cs = qk_sm, *sn = qk_sm + half, *row = qk_sm + 2 * half + warp * hd;
     for (int i = threadIdx.x; i < half; i += blockDim.x) rope_cs(i, pos[t], ff, a, &cs[i], &sn[i]);
     pdl_wait(); /* the angles need only the step's positions (copied before any kernel) */
-    pdl_allow_next();
     __syncthreads();
     const int nq = a.n_heads, nv = KT >= 0 ? nk : 0;
     const size_t crow = KT >= 0 ? (size_t)slot[t] * nk * hd : 0; /* the cache row's first element */
@@ -335,7 +322,7 @@ static bool qk_norm_rope_launch(cuda_backend *cb, float *q, const float *qs, int
         pdl_launch(cb, kern, grid, dim3(warps * 32), smem, q, qs, qp, k, qw, kw, eps, n_head_kv, d_pos, d_ff, a, v,
                    kv->k, kv->v, (const int32_t *)cb->st_slot);
     }
-    cb->xq_src = cb->xh_src = NULL; /* as CU_LAUNCHED, in a function that returns a value */
+    cuda_forget_act_copies(cb); /* as CU_LAUNCHED, in a function that returns a value */
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         cuda_set_error(cb, bk_fail(BRISK_ERR_BACKEND, "qk_norm_rope: %s", cudaGetErrorString(e)));

@@ -19,8 +19,8 @@
  * blocks have started, so every kernel that waits has its predecessor fully
  * resident. A kernel may only read memory written by earlier kernels after
  * pdl_wait (their completion is transitive through the chain of waits).
- * pdl_allow_next() is then a no-op; a build with -DBK_PDL_LATE triggers there
- * instead (after the wait: never more than one kernel waits ahead), for A/B.
+ * A build with -DBK_PDL_LATE triggers after the wait instead (never more than
+ * one kernel waits ahead), for A/B.
  * Kernels launched the ordinary way stay full barriers. Stream capture keeps
  * these edges in the graph. BRISK_CUDA_PDL=0 (or a device before sm_90)
  * launches them the ordinary way; the two device calls are then no-ops. */
@@ -36,6 +36,9 @@ __device__ __forceinline__ void pdl_wait() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#ifdef BK_PDL_LATE
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 #endif
 }
 
@@ -47,12 +50,6 @@ __device__ __forceinline__ void pdl_wait() {
 __device__ __forceinline__ void pdl_wait_late() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void pdl_allow_next() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(BK_PDL_LATE)
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }

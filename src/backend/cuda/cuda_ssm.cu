@@ -55,7 +55,6 @@ static const int32_t *seq_dev(cuda_backend *cb, const int32_t *seq, int n) {
 __global__ void __launch_bounds__(CONV_THREADS)
 ssm_conv_kernel(const float *x, const float *w, float *conv, const int32_t *seq, int n, int nc, int dc, float *out) {
     pdl_wait(); /* a programmatic launch (cuda_pdl.cuh): x is the previous kernel's output */
-    pdl_allow_next();
     int c = blockIdx.x * CONV_THREADS + threadIdx.x;
     if (c >= nc) return;
     const float *wc = w + (size_t)c * dc;
@@ -235,7 +234,6 @@ gated_delta_kernel(const float *qkv, const float *b, const float *a, const float
         }
     }
     pdl_wait();
-    pdl_allow_next();
     for (int t = 0; t < n; t++) {
         int s = seq[t];
         if ((unsigned)s < GD_SKIP_SLOTS && (skip.bits[s / 32] >> (s % 32) & 1u)) continue;
