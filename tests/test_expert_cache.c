@@ -144,7 +144,7 @@ static void check_same(const run_out *ref, const run_out *got, const char *what)
     CHECK(worst <= 1e-4);
 }
 
-static bool synth(const char *preset, uint32_t type, int k, char *dir, char *path, size_t cap) {
+static bool synth(const char *preset, uint32_t type, const char *ftype, int k, char *dir, char *path, size_t cap) {
     strcpy(dir, "/tmp/brisk-test-xcache-XXXXXX");
     if (!mkdtemp(dir)) {
         CHECK(!"mkdtemp");
@@ -156,6 +156,7 @@ static bool synth(const char *preset, uint32_t type, int k, char *dir, char *pat
     c.expert_skew = 1;
     c.n_threads = 2;
     if (type) c.type = type;
+    c.ftype = ftype;
     c.n_expert_used = k;
     return synth_write(&c, NULL, path, false) == BRISK_OK;
 }
@@ -199,9 +200,9 @@ static void check_map_counts(const char *path, const run_out *ref, int nl, int n
 
 /* The cache on every layer of a model, misses on the CPU, copied, or as the cost model says, with
  * and without calibration counts. */
-static void check_model(const char *preset, uint32_t type, int k) {
+static void check_model(const char *preset, uint32_t type, const char *ftype, int k) {
     char dir[64], path[128];
-    if (!synth(preset, type, k, dir, path, sizeof path)) return;
+    if (!synth(preset, type, ftype, k, dir, path, sizeof path)) return;
     run_out ref, got;
     run_opts ro = {.k = k};
     if (!run(path, &ro, &ref)) return;
@@ -297,9 +298,12 @@ static void check_model(const char *preset, uint32_t type, int k) {
 }
 
 /* k = 2 splits a sum of two products into its two terms: exact; k = 4 regroups the terms */
-static void t_qwen3moe(void) { check_model("tiny-qwen3moe", 0, 2); }
-static void t_qwen3moe_k4_q8(void) { check_model("tiny-qwen3moe", 8 /* QT_Q8_0 */, 4); }
-static void t_qwen35moe(void) { check_model("tiny-qwen35moe", 0, 4); }
+static void t_qwen3moe(void) { check_model("tiny-qwen3moe", 0, NULL, 2); }
+static void t_qwen3moe_k4_q8(void) { check_model("tiny-qwen3moe", 8 /* QT_Q8_0 */, NULL, 4); }
+static void t_qwen35moe(void) { check_model("tiny-qwen35moe", 0, NULL, 4); }
+/* Q4_K_M's mix gives the down products of layers 2 and 3 (of 4) Q6_K and those of layers 0 and 1
+ * Q4_K: each layer's slots, and the spare slots the copied misses go through, hold its own type */
+static void t_qwen3moe_q4_k_m(void) { check_model("tiny-qwen3moe", 0, "Q4_K_M", 2); }
 
 static void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
@@ -366,6 +370,7 @@ int main(int argc, char **argv) {
         {"qwen3moe", t_qwen3moe},
         {"qwen3moe_k4_q8", t_qwen3moe_k4_q8},
         {"qwen35moe", t_qwen35moe},
+        {"qwen3moe_q4_k_m", t_qwen3moe_q4_k_m},
     };
     return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }

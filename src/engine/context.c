@@ -338,27 +338,32 @@ static uint64_t cuda_extra_bytes(const model_hparams *hp, bool gpu_experts) {
            bk_cuda_moe_scratch_bytes(hp->n_embd, hp->n_ff_exp, gpu_experts ? hp->n_expert : 0, hp->n_expert_used);
 }
 
-/* The hot-expert cache of a stage whose n_off layers keep their experts in host memory: slots per
- * layer and spare slots. cache_experts fixes the slots; else cache_gpu_mem less `used` (the GPU's
- * other bytes: weights, KV cache, scratch) is spread over the n_off layers' slots, after the
- * spare slots (a copied miss is worth most in a prefill, where many experts miss at once) and
- * the buffers. */
-static void cache_size(const brisk_model *m, const brisk_context_params *p, int n_off, int n_ubatch, uint64_t used,
-                       int *slots, int *spare) {
+/* The hot-expert cache of a stage whose layers [l0, l1) keep their experts in host memory (some of
+ * them): slots per layer and spare slots. cache_experts fixes the slots; else cache_gpu_mem less
+ * `used` (the GPU's other bytes: weights, KV cache, scratch) is spread over those layers' slots,
+ * each layer's sized by its experts, after the spare slots (a copied miss is worth most in a
+ * prefill, where many experts miss at once) and the buffers. */
+static void cache_size(const brisk_model *m, const brisk_context_params *p, int l0, int l1, int n_ubatch,
+                       uint64_t used, int *slots, int *spare) {
     const model_hparams *hp = &m->hp;
     int ne = hp->n_expert, want_spare = 2 * hp->n_expert_used > ne / 8 ? 2 * hp->n_expert_used : ne / 8;
     *slots = *spare = 0;
-    if (n_off <= 0 || !ne) return;
+    uint64_t se = 0, emax = 0; /* one slot in every layer; the largest expert */
+    for (int l = l0; l < l1; l++) {
+        if (!m->layers[l].exps_host) continue;
+        uint64_t e = moe_cache_expert_bytes(m, l);
+        se += e;
+        emax = e > emax ? e : emax;
+    }
+    if (!se || !ne) return;
     if (p->cache_experts > 0) {
         *slots = p->cache_experts < ne ? p->cache_experts : ne;
     } else if (p->cache_gpu_mem > used) {
-        int l = 0;
-        while (!m->layers[l].exps_host) l++;
-        uint64_t e = moe_cache_expert_bytes(m, l), fixed = moe_cache_bytes(m, n_off, 1, 0, n_ubatch) - e * n_off;
-        uint64_t left = p->cache_gpu_mem - used, t = left > fixed ? (left - fixed) / e : 0;
-        uint64_t sp = t / (uint64_t)(n_off + 1);
+        uint64_t fixed = moe_cache_bytes(m, l0, l1, 0, 0, n_ubatch), left = p->cache_gpu_mem - used;
+        uint64_t t = left > fixed ? left - fixed : 0;
+        uint64_t sp = t / (se + emax); /* no more spare slots than slots in a layer */
         if (sp > (uint64_t)want_spare) sp = (uint64_t)want_spare;
-        uint64_t per = (t - sp) / (uint64_t)n_off;
+        uint64_t per = (t - sp * emax) / se;
         *slots = per < (uint64_t)ne ? (int)per : ne;
         want_spare = (int)sp;
     }
@@ -444,9 +449,9 @@ static brisk_status make_cache(brisk_context *c, ctx_stage *st) {
     int n_off = 0, slots, spare;
     for (int l = st->l0; l < st->l1; l++) n_off += m->layers[l].exps_host;
     uint64_t used = m->gpu_weight_bytes + c->mem.kv_bytes + c->mem.scratch_bytes;
-    cache_size(m, p, n_off, c->n_ubatch, used, &slots, &spare);
+    cache_size(m, p, st->l0, st->l1, c->n_ubatch, used, &slots, &spare);
     if (slots <= 0) return BRISK_OK;
-    uint64_t bytes = moe_cache_bytes(m, n_off, slots, spare, c->n_ubatch);
+    uint64_t bytes = moe_cache_bytes(m, st->l0, st->l1, slots, spare, c->n_ubatch);
     int dev;
     if (bk_backend_is_cuda(st->be, &dev)) {
         size_t fr = 0, tot = 0;

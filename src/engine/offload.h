@@ -34,9 +34,10 @@ brisk_status moe_offload_new(int n_threads, int n_max, int n_embd, int k, moe_of
 void moe_offload_free(moe_offload *mo);
 
 /* Bytes of one expert of layer l (gate, up and down rows), and the cache's backend memory for
- * `slots` slots in each of n_layers layers, `spare` spare slots and its buffers for n_max tokens. */
+ * `slots` slots in each layer of [l0, l1) with its experts in host memory, `spare` spare slots and
+ * its buffers for n_max tokens (0 when no layer there keeps its experts in host memory). */
 uint64_t moe_cache_expert_bytes(const brisk_model *m, int l);
-uint64_t moe_cache_bytes(const brisk_model *m, int n_layers, int slots, int spare, int n_max);
+uint64_t moe_cache_bytes(const brisk_model *m, int l0, int l1, int slots, int spare, int n_max);
 /* Gives mo a hot-expert cache on be (the stage's backend) for the layers of [l0, l1) whose experts
  * are in host memory: `slots` per layer, `spare` shared. stats (n_layer, n_expert) or NULL picks the
  * first experts (the most routed of each layer, copied before this returns); without it the cache

@@ -86,4 +86,12 @@ bool moe_residual(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_
 brisk_status moe_offload_ffn(moe_offload *mo, bk_backend *be, int layer, const bk_weight *gate, const bk_weight *up,
                              const bk_weight *down, const float *x, int n, const int32_t *ids, const float *weights,
                              int k, float *out);
+/* (engine/offload.c) Map mode, for a batch of n tokens that maps (what moe_offload_ffn would run on be): the layer's
+ * gate, up and down (three bk_weights) with every expert addressed through its table, a slot or
+ * mapped host bytes, for any MoE op of be; NULL otherwise. The caller that runs them instead of
+ * moe_offload_ffn also calls moe_offload_count with the batch's routing. */
+const bk_weight *moe_offload_tables(const moe_offload *mo, int layer, int n);
+/* Adds the routing ids (n tokens x k, backend memory of be) into the layer's counters when a batch of
+ * n maps (a kernel on be: part of a captured step), else nothing. */
+void moe_offload_count(moe_offload *mo, bk_backend *be, int layer, const int32_t *ids, int n, int k);
 #endif

@@ -46,10 +46,19 @@ brisk_status moe_experts(const brisk_model *m, bk_backend *be, const fwd_batch *
 
 bool moe_residual(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l, bool shared) {
     const layer_weights *L = &m->layers[l];
-    if (m->tp_size != 0 || L->exps_host || !be->ops->moe_ffn_shared) return false;
-    return be->ops->moe_ffn_shared(be, &L->gate_exps, &L->up_exps, &L->down_exps, shared ? &L->gate_shexp : NULL,
-                                   shared ? &L->up_shexp : NULL, shared ? &L->down_shexp : NULL, s->xb, b->n,
-                                   s->moe_ids, s->moe_w, m->hp.n_expert_used, shared ? s->sh_gate : NULL, s->x);
+    if (m->tp_size != 0 || !be->ops->moe_ffn_shared) return false;
+    /* experts in host memory: the hot-expert cache's tables, when this batch reads its misses in place */
+    const bk_weight *w = L->exps_host ? moe_offload_tables(s->moe_offload, l, b->n) : &L->gate_exps;
+    if (!w) return false;
+    const bk_weight *gate = L->exps_host ? &w[0] : &L->gate_exps, *up = L->exps_host ? &w[1] : &L->up_exps,
+                    *down = L->exps_host ? &w[2] : &L->down_exps;
+    int k = m->hp.n_expert_used;
+    if (!be->ops->moe_ffn_shared(be, gate, up, down, shared ? &L->gate_shexp : NULL, shared ? &L->up_shexp : NULL,
+                                 shared ? &L->down_shexp : NULL, s->xb, b->n, s->moe_ids, s->moe_w, k,
+                                 shared ? s->sh_gate : NULL, s->x))
+        return false;
+    if (L->exps_host) moe_offload_count(s->moe_offload, be, l, s->moe_ids, b->n, k);
+    return true;
 }
 
 brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv,

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 
 #define CP_EVENTS 64                   /* tickets in flight before the oldest is waited for */
 #define CP_STAGE_CHUNKS 4              /* staging ring: chunks, each reused once its copy has run */
@@ -282,6 +283,7 @@ __global__ void xc_count_kernel(const int32_t *ids, int nk, int n_expert, const 
     __shared__ uint32_t c[BK_MOE_MAX_EXPERTS + 1];
     for (int e = threadIdx.x; e <= n_expert; e += blockDim.x) c[e] = 0;
     __syncthreads();
+    pdl_wait(); /* ids come from the router */
     for (int i = threadIdx.x; i < nk; i += blockDim.x) {
         int e = ids[i];
         if (e < 0) continue;
@@ -303,7 +305,10 @@ extern "C" void bk_cuda_expert_count(bk_backend *be, const int32_t *ids, int nk,
         return;
     }
     const float *tag = cb->xq_src; /* it writes only the counters: the quantized activations' tag stays */
-    xc_count_kernel<<<1, 256, 0, cb->stream>>>(ids, nk, n_expert, cached, counts);
+    /* a programmatic launch: an ordinary one is a full barrier in the decode step's chain, and the
+     * products around it could no longer start early (H200, qwen3.6-35b-a3b with every expert in a
+     * slot: tg128 381.3 against 359.0 as an ordinary launch, all on the GPU 404.2) */
+    pdl_launch(cb, xc_count_kernel, dim3(1), dim3(256), 0, ids, nk, n_expert, cached, counts);
     CU_LAUNCHED(cb);
     cb->xq_src = tag;
 }
