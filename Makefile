@@ -110,7 +110,7 @@ $(BUILD)/tests/test_cuda_ops: tests/test_cuda_ops.c tests/cuda/ops_moe_ssm.c tes
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libbrisk.a $(LDFLAGS) $(LDLIBS)
 
-test-cuda: $(BUILD)/tests/test_cuda_ops $(BUILD)/tests/test_pp $(BUILD)/brisk
+test-cuda: $(BUILD)/tests/test_cuda_ops $(BUILD)/tests/test_pp $(BUILD)/tests/test_expert_cache $(BUILD)/brisk
 	@BUILD=$(BUILD) SHARED=$(SHARED) bash tests/cuda/run.sh
 
 deps: .deps/llama.cpp/include/llama.h .deps/npm/node_modules/openai/package.json \

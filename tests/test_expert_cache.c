@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "brisk.h"
 #include "model/synth.h"
 #include "test.h"
@@ -31,6 +32,7 @@ typedef struct run_opts {
     const int64_t *stats; /* (n_layer, n_expert) or NULL */
     int stats_layers, stats_experts;
     int k;                /* the model's n_expert_used */
+    bool gpu;             /* every layer on CUDA device 0 (the cache's slots there), not split_cpu's stand-in */
 } run_opts;
 
 typedef struct run_out {
@@ -45,8 +47,8 @@ typedef struct run_out {
 static bool run(const char *path, const run_opts *o, run_out *r) {
     memset(r, 0, sizeof *r);
     brisk_model_params mp = brisk_model_default_params();
-    mp.split_cpu = o->n_cpu_moe > 0; /* all layers on the stand-in "GPU", the experts of n_cpu_moe on the host */
-    mp.n_gpu_layers = o->n_cpu_moe > 0 ? -1 : 0;
+    mp.split_cpu = o->n_cpu_moe > 0 && !o->gpu; /* all layers on the stand-in "GPU", the experts of n_cpu_moe on the host */
+    mp.n_gpu_layers = o->n_cpu_moe > 0 || o->gpu ? -1 : 0;
     mp.n_cpu_moe = o->n_cpu_moe;
     brisk_model *m = NULL;
     CHECK_OK(brisk_model_load(path, &mp, &m));
@@ -63,7 +65,8 @@ static bool run(const char *path, const run_opts *o, run_out *r) {
     cp.expert_stats = o->stats;
     cp.expert_stats_layers = o->stats_layers;
     cp.expert_stats_experts = o->stats_experts;
-    cp.collect_expert_stats = o->n_cpu_moe == 0; /* the reference's counts: the calibration of the others */
+    /* the reference's counts, the calibration of the others (collected on the CPU only) */
+    cp.collect_expert_stats = o->n_cpu_moe == 0 && !o->gpu;
     if (o->miss) setenv("BRISK_XCACHE_MISS", o->miss, 1);
     else unsetenv("BRISK_XCACHE_MISS");
     if (o->read_every) setenv("BRISK_XCACHE_READ_EVERY", o->read_every, 1);
@@ -166,18 +169,11 @@ static void cleanup(const char *dir, const char *path) {
     rmdir(dir);
 }
 
-/* Map mode's device counters, exactly: with calibration counts the cache starts with each layer's 3
- * most counted experts (ties: the lower id), and with no readback before the end (none is due in
- * 13 passes) nothing is swapped, so its hits are the reference's routings to those experts; the
- * final stats read the counters back. */
-static void check_map_counts(const char *path, const run_out *ref, int nl, int ne, int k) {
-    run_opts o = {.n_cpu_moe = nl, .cache_experts = 3, .miss = "map", .read_every = "1000", .stats = ref->counts,
-                  .stats_layers = nl, .stats_experts = ne, .k = k};
-    run_out got;
-    if (!run(path, &o, &got)) return;
+/* The routings to each layer's 3 most counted experts (ties: the lower id) of counts (nl, ne). */
+static int64_t top3_routings(const int64_t *counts, int nl, int ne) {
     int64_t want = 0;
     for (int l = 0; l < nl; l++) {
-        const int64_t *c = ref->counts + (size_t)l * ne;
+        const int64_t *c = counts + (size_t)l * ne;
         bool taken[64] = {false};
         for (int s = 0; s < 3; s++) {
             int best = -1;
@@ -188,6 +184,19 @@ static void check_map_counts(const char *path, const run_out *ref, int nl, int n
             want += c[best];
         }
     }
+    return want;
+}
+
+/* Map mode's device counters, exactly: with calibration counts the cache starts with each layer's 3
+ * most counted experts (ties: the lower id), and with no readback before the end (none is due in
+ * 13 passes) nothing is swapped, so its hits are the reference's routings to those experts; the
+ * final stats read the counters back. */
+static void check_map_counts(const char *path, const run_out *ref, int nl, int ne, int k) {
+    run_opts o = {.n_cpu_moe = nl, .cache_experts = 3, .miss = "map", .read_every = "1000", .stats = ref->counts,
+                  .stats_layers = nl, .stats_experts = ne, .k = k};
+    run_out got;
+    if (!run(path, &o, &got)) return;
+    int64_t want = top3_routings(ref->counts, nl, ne);
     if (got.st.hits != want)
         fprintf(stderr, "  map counters: hits %lld, the reference's routing gives %lld\n", (long long)got.st.hits,
                 (long long)want);
@@ -305,6 +314,42 @@ static void t_qwen35moe(void) { check_model("tiny-qwen35moe", 0, NULL, 4); }
  * Q4_K: each layer's slots, and the spare slots the copied misses go through, hold its own type */
 static void t_qwen3moe_q4_k_m(void) { check_model("tiny-qwen3moe", 0, "Q4_K_M", 2); }
 
+/* On a GPU (tests/cuda/run.sh; skipped without one): map mode's counters. A one-token step counts
+ * in its MoE op's first launch (bk_cuda_expert_count_arm), a prefill in a count kernel: every
+ * routing is counted once, hit or miss, and the text is that of the run without offload (the same
+ * kernels through the tables). Statistics are collected on the CPU only, so the exact hit count is
+ * check_map_counts' (the stand-in). */
+static void check_cuda_counts(const char *preset, int k) {
+    char dir[64], path[128];
+    if (!synth(preset, 0, NULL, k, dir, path, sizeof path)) return;
+    run_out ref, got;
+    run_opts ro = {.k = k, .gpu = true};
+    if (run(path, &ro, &ref)) {
+        run_opts o = {.n_cpu_moe = ref.n_layer, .cache_experts = 3, .miss = "map", .read_every = "1000", .k = k,
+                      .gpu = true};
+        if (run(path, &o, &got)) {
+            if (got.st.hits + got.st.misses != got.routed)
+                fprintf(stderr, "  %s on CUDA: hits %lld + misses %lld, routed %lld\n", preset, (long long)got.st.hits,
+                        (long long)got.st.misses, (long long)got.routed);
+            CHECK(got.st.hits + got.st.misses == got.routed);
+            CHECK(got.st.hits > 0 && got.st.misses > 0);
+            check_same(&ref, &got, "map mode on CUDA");
+            free(got.logits);
+        }
+        free(ref.logits);
+    }
+    cleanup(dir, path);
+}
+
+static void t_cuda_map_counts(void) {
+    if (bk_cuda_device_count() <= 0) {
+        printf("  skip: no CUDA device\n");
+        return;
+    }
+    check_cuda_counts("tiny-qwen3moe", 2);
+    check_cuda_counts("tiny-qwen35moe", 4);
+}
+
 static void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
     CHECK(f != NULL);
@@ -371,6 +416,7 @@ int main(int argc, char **argv) {
         {"qwen3moe_k4_q8", t_qwen3moe_k4_q8},
         {"qwen35moe", t_qwen35moe},
         {"qwen3moe_q4_k_m", t_qwen3moe_q4_k_m},
+        {"cuda_map_counts", t_cuda_map_counts},
     };
     return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }

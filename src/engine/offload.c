@@ -451,6 +451,30 @@ static brisk_status make_tables(moe_offload *mo, xc_cache *xc) {
     return BRISK_OK;
 }
 
+/* The CPU's speed at a prefill's missed experts (pick_copies' cost model), timed at creation on L's
+ * experts: 16 tokens (at most n_max) whose k routings go 16 to an expert, the second of two runs. The
+ * batches themselves time it too, but only those with a few entries per missed expert, which a good
+ * cache may never give: without a figure every miss with a spare slot was copied (H200,
+ * qwen3.6-35b-a3b at a 16 GB budget: pp512 3,868 tok/s, against 7,663 with the CPU timed by the
+ * batches; timed here with 4 entries an expert, the memory's speed rather than the arithmetic's,
+ * 3,952). */
+static void time_cpu(moe_offload *mo, xc_cache *xc, const xc_layer *L) {
+    int n = mo->n_max < 16 ? mo->n_max : 16, nk = n * mo->k, n_exp = nk / 16 > 0 ? nk / 16 : 1;
+    if (n_exp > xc->n_expert) n_exp = xc->n_expert;
+    for (size_t i = 0; i < (size_t)n * mo->n_embd; i++) mo->x[i] = 0.01f * (float)((int)(i % 7) - 3);
+    for (int i = 0; i < nk; i++) {
+        mo->ids[i] = i % n_exp;
+        mo->w[i] = 1.0f / (float)mo->k;
+    }
+    double dt = 0;
+    for (int r = 0; r < 2; r++) {
+        double t0 = now_s();
+        mo->cpu->ops->moe_ffn(mo->cpu, L->src[0], L->src[1], L->src[2], mo->x, n, mo->ids, mo->w, mo->k, mo->out);
+        dt = now_s() - t0;
+    }
+    if (dt > 0) xc->cpu_gflops = (double)nk * xc->flops_entry / dt * 1e-9;
+}
+
 brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_model *m, int l0, int l1, int slots,
                                int spare, const int64_t *stats) {
     const model_hparams *hp = &m->hp;
@@ -534,6 +558,11 @@ brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_mode
     /* with XC_PAD bytes past the last expert where the mapping has them (the kernels' reads past a row) */
     if (xc->cp && lo && !bk_cuda_copier_pin(xc->cp, lo, (size_t)(hi - lo) + XC_PAD))
         bk_cuda_copier_pin(xc->cp, lo, (size_t)(hi - lo));
+    for (int l = l0; l < l1 && xc->cp; l++) /* a GPU's misses in a prefill: copied, or on the CPU */
+        if (xc->xl[l - l0]) {
+            time_cpu(mo, xc, xc->xl[l - l0]);
+            break;
+        }
     if (!stats && slots < hp->n_expert) return make_tables(mo, xc); /* the first batches' counts fill it */
     /* the calibration's counts, scaled to XC_PRIOR_TOKENS tokens' routings: they pick the first
      * experts, and a run whose routing differs takes over within a few dozen tokens (the steady
@@ -673,9 +702,11 @@ static int cmp_miss(const void *a, const void *b, void *arg) {
  * move. Before the CPU's speed is measured nothing is copied. Returns the number of copied experts;
  * misses of the rest stay in miss_n. */
 static int pick_copies(xc_cache *xc, const xc_layer *L) {
-    if (!xc->spare || xc->miss_mode == 1 || (xc->miss_mode == 0 && !(xc->cpu_gflops > 0))) return 0;
+    if (!xc->spare || xc->miss_mode == 1) return 0;
+    /* without the CPU's speed (time_cpu failed), every miss that has a spare slot is copied */
     double E = (double)(L->eb[0] + L->eb[1] + L->eb[2]);
-    double m_min = xc->miss_mode == 2 ? 0 : E * xc->cpu_gflops / (xc->flops_entry * xc->pcie_gbs);
+    double m_min = xc->miss_mode == 2 || !(xc->cpu_gflops > 0) ? 0
+                                                               : E * xc->cpu_gflops / (xc->flops_entry * xc->pcie_gbs);
     int n = 0;
     for (int e = 0; e < xc->n_expert; e++)
         if (xc->miss_n[e] > m_min) xc->order[n++] = e;
@@ -796,11 +827,16 @@ const bk_weight *moe_offload_tables(const moe_offload *mo, int layer, int n) {
     return L ? L->tw : NULL;
 }
 
+void moe_offload_count_arm(moe_offload *mo, bk_backend *be, int layer, int n, bool on) {
+    xc_layer *L = mapped_layer(mo, layer, n);
+    if (L && mo->xc->cp) bk_cuda_expert_count_arm(be, L->cached, on ? L->count : NULL);
+}
+
 void moe_offload_count(moe_offload *mo, bk_backend *be, int layer, const int32_t *ids, int n, int k) {
     xc_layer *L = mapped_layer(mo, layer, n);
     if (!L) return;
-    if (mo->xc->cp) bk_cuda_expert_count(be, ids, n * k, mo->xc->n_expert, L->cached, L->count);
-    else count_host(mo->xc, L, ids, n * k);
+    if (!mo->xc->cp) count_host(mo->xc, L, ids, n * k);
+    else if (!bk_cuda_expert_count_taken(be)) bk_cuda_expert_count(be, ids, n * k, mo->xc->n_expert, L->cached, L->count);
 }
 
 brisk_status moe_offload_ffn(moe_offload *mo, bk_backend *be, int layer, const bk_weight *gate, const bk_weight *up,

@@ -92,6 +92,9 @@ brisk_status moe_offload_ffn(moe_offload *mo, bk_backend *be, int layer, const b
  * moe_offload_ffn also calls moe_offload_count with the batch's routing. */
 const bk_weight *moe_offload_tables(const moe_offload *mo, int layer, int n);
 /* Adds the routing ids (n tokens x k, backend memory of be) into the layer's counters when a batch of
- * n maps (a kernel on be: part of a captured step), else nothing. */
+ * n maps (a kernel on be: part of a captured step), else nothing; unless the MoE op run between
+ * moe_offload_count_arm(on) and this call counted them itself (a GPU's one-token op). Arm off (on
+ * false): the op did not run, nothing is counted. */
+void moe_offload_count_arm(moe_offload *mo, bk_backend *be, int layer, int n, bool on);
 void moe_offload_count(moe_offload *mo, bk_backend *be, int layer, const int32_t *ids, int n, int k);
 #endif

@@ -53,12 +53,13 @@ bool moe_residual(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_
     const bk_weight *gate = L->exps_host ? &w[0] : &L->gate_exps, *up = L->exps_host ? &w[1] : &L->up_exps,
                     *down = L->exps_host ? &w[2] : &L->down_exps;
     int k = m->hp.n_expert_used;
-    if (!be->ops->moe_ffn_shared(be, gate, up, down, shared ? &L->gate_shexp : NULL, shared ? &L->up_shexp : NULL,
-                                 shared ? &L->down_shexp : NULL, s->xb, b->n, s->moe_ids, s->moe_w, k,
-                                 shared ? s->sh_gate : NULL, s->x))
-        return false;
-    if (L->exps_host) moe_offload_count(s->moe_offload, be, l, s->moe_ids, b->n, k);
-    return true;
+    if (L->exps_host) moe_offload_count_arm(s->moe_offload, be, l, b->n, true); /* the op may count the routing */
+    bool done = be->ops->moe_ffn_shared(be, gate, up, down, shared ? &L->gate_shexp : NULL,
+                                        shared ? &L->up_shexp : NULL, shared ? &L->down_shexp : NULL, s->xb, b->n,
+                                        s->moe_ids, s->moe_w, k, shared ? s->sh_gate : NULL, s->x);
+    if (L->exps_host && done) moe_offload_count(s->moe_offload, be, l, s->moe_ids, b->n, k);
+    else if (L->exps_host) moe_offload_count_arm(s->moe_offload, be, l, b->n, false);
+    return done;
 }
 
 brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv,

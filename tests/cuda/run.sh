@@ -106,6 +106,13 @@ xcache_check() { # model
 for m in $BRISK_E2E_MODELS; do
   case $(basename "$m") in *moe*|*next*) BRISK_CUDA_MMA=0 xcache_check "$m" ;; esac
 done
+# The cache's routing counters on the GPU, exactly (a one-token step counts inside its MoE launch).
+if [ -x "$BUILD/tests/test_expert_cache" ]; then
+  out=$(BRISK_CUDA_MMA=0 "$BUILD/tests/test_expert_cache" cuda_map_counts 2>&1)
+  if printf '%s\n' "$out" | grep -q "^1 passed, 0 failed$" && ! printf '%s\n' "$out" | grep -q "skip"; then
+    pass=$((pass + 1)); echo "ok   expert cache counters on CUDA (test_expert_cache cuda_map_counts)"
+  else fail=$((fail + 1)); echo "FAIL expert cache counters on CUDA"; printf '%s\n' "$out"; fi
+fi
 # Tensor parallelism through NCCL (engine/tp.h, cuda_nccl.cu): --tp 1 is one rank of a world of
 # one, its two all-reduces per layer real ncclAllReduce calls on the backend's stream (captured in
 # the decode graphs, and eager); its greedy text is the plain run's. With two or more GPUs, --tp 2

@@ -95,6 +95,12 @@ void bk_cuda_host_free(void *p);
  * and cached (n_expert): device memory. */
 void bk_cuda_expert_count(bk_backend *be, const int32_t *ids, int nk, int n_expert, const int32_t *cached,
                           uint32_t *counts);
+/* Arms be's next one-token MoE layer (moe_ffn_shared through cuda_moe.cu's matrix-vector kernels) to
+ * add its routing into counts and cached as bk_cuda_expert_count would, inside its gate·up launch: one
+ * node fewer in the decode step. NULL counts disarms. bk_cuda_expert_count_taken, after the op, says
+ * whether it did (else the caller counts), and disarms. */
+void bk_cuda_expert_count_arm(bk_backend *be, const int32_t *cached, uint32_t *counts);
+bool bk_cuda_expert_count_taken(bk_backend *be);
 /* Queues a copy of host bytes to device memory dev (see above). */
 brisk_status bk_cuda_copier_copy(bk_cuda_copier *cp, void *dev, const void *host, size_t bytes);
 /* A ticket for the copies queued so far; bk_cuda_copier_done says whether they have finished. */

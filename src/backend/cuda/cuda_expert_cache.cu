@@ -313,6 +313,21 @@ extern "C" void bk_cuda_expert_count(bk_backend *be, const int32_t *ids, int nk,
     cb->xq_src = tag;
 }
 
+extern "C" void bk_cuda_expert_count_arm(bk_backend *be, const int32_t *cached, uint32_t *counts) {
+    cuda_backend *cb = (cuda_backend *)be;
+    cb->xc_cached = cached;
+    cb->xc_counts = counts;
+    cb->xc_armed = counts != NULL;
+    cb->xc_taken = false;
+}
+
+extern "C" bool bk_cuda_expert_count_taken(bk_backend *be) {
+    cuda_backend *cb = (cuda_backend *)be;
+    bool t = cb->xc_taken;
+    cb->xc_armed = cb->xc_taken = false;
+    return t;
+}
+
 /* ---- the speed of a mapped read: what a missed expert costs a product ---- */
 __global__ void xc_touch_kernel(const uint4 *p, size_t n, unsigned *sink) {
     unsigned acc = 0;

@@ -666,11 +666,17 @@ template <int T, int R>
 __global__ void __launch_bounds__(MMVQ_WARPS * 32)
 moe_vec_gate_up_kernel(const uint8_t *G, const uint8_t *U, const uint8_t *const *tg, const uint8_t *const *tu,
                        size_t row_bytes, int64_t n_embd, int64_t n_ff, int n_expert, const int32_t *ids,
-                       const int8_t *xq, const float2 *xds, float *h, const uint8_t *Gs, const uint8_t *Us, int k) {
+                       const int8_t *xq, const float2 *xds, float *h, const uint8_t *Gs, const uint8_t *Us, int k,
+                       const int32_t *xc_cached, uint32_t *xc_counts) {
     pdl_wait(); /* ids come from the router */
     const bool sh = Gs && (int)blockIdx.y == k;
     int e = sh ? 0 : moe_entry_expert(ids, (int)blockIdx.y, n_expert);
     if (e < 0) return;
+    if (xc_counts && !sh && blockIdx.x == 0 && threadIdx.x == 0) { /* as bk_cuda_expert_count's kernel */
+        atomicAdd(&xc_counts[e], 1u);
+        if (xc_cached[e]) atomicAdd(&xc_counts[n_expert], 1u);
+    }
+
     mmvq_rows<T, 1, true, 1, false, R>(sh ? Gs : moe_expert_base(G, tg, e, n_ff, row_bytes),
                                     sh ? Us : moe_expert_base(U, tu, e, n_ff, row_bytes), row_bytes, n_embd, n_ff, xq,
                                     xds, 1, NULL, h + (int64_t)blockIdx.y * n_ff,
@@ -890,15 +896,21 @@ static bool moe_vec(cuda_backend *cb, const bk_weight *gate, const bk_weight *up
                     pdl_launch(cb, moe_vec_gate_up_kernel<TT, RR>,                                                 \
                                dim3((unsigned)((n_ff + (RR / 2) * MMVQ_WARPS - 1) / ((RR / 2) * MMVQ_WARPS)), ku), \
                                dim3(MMVQ_WARPS * 32), 0, G, U, tg, tu, gate->row_bytes, n_embd, n_ff, n_expert, ids, \
-                               (const int8_t *)cb->xq, (const float2 *)cb->xds, h, Gs, Us, k))
+                               (const int8_t *)cb->xq, (const float2 *)cb->xds, h, Gs, Us, k, xc_cached,     \
+                               xc_counts))
 #define VEC_DOWN(RR)                                                                                               \
     MOE_Q8_DISPATCH(down->type,                                                                                    \
                     pdl_launch(cb, moe_vec_down_kernel<TT, RR>,                                                    \
                                dim3((unsigned)((n_embd + RR * MMVQ_WARPS - 1) / (RR * MMVQ_WARPS)), ku),           \
                                dim3(MMVQ_WARPS * 32), 0, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids,      \
                                (const int8_t *)cb->xq, (const float2 *)cb->xds, dout, Ds, k))
+    /* the cache's routing counters, when armed (bk_cuda_expert_count_arm), counted by the gate·up launch */
+    const int32_t *xc_cached = cb->xc_armed ? cb->xc_cached : NULL;
+    uint32_t *xc_counts = cb->xc_armed ? cb->xc_counts : NULL;
     if (!(cb->ablate & ABL_MOE_GU)) {
         if (r == 4) VEC_GU(4) else VEC_GU(2)
+        cb->xc_taken = cb->xc_armed;
+        cb->xc_armed = false;
     }
     /* h quantized by a launch of its own: done instead by each slot's last gate·up block (a counter
      * per slot), one token was slower on the H200 (qwen3-30b-a3b tg128 291.6 against 306.3,

@@ -152,6 +152,17 @@ brisk_status bk_cuda_host_alloc(size_t bytes, void **out) {
 
 void bk_cuda_host_free(void *p) { (void)p; }
 
+void bk_cuda_expert_count_arm(bk_backend *be, const int32_t *cached, uint32_t *counts) {
+    (void)be;
+    (void)cached;
+    (void)counts;
+}
+
+bool bk_cuda_expert_count_taken(bk_backend *be) {
+    (void)be;
+    return false;
+}
+
 void bk_cuda_expert_count(bk_backend *be, const int32_t *ids, int nk, int n_expert, const int32_t *cached,
                           uint32_t *counts) {
     (void)be;
