@@ -207,7 +207,7 @@ static void check_map_counts(const char *path, const run_out *ref, int nl, int n
     free(got.logits);
 }
 
-/* The cache on every layer of a model, misses on the CPU, copied, or as the cost model says, with
+/* The cache on every layer of a model, misses on the CPU, copied, or by default (copied while spare slots last), with
  * and without calibration counts. */
 static void check_model(const char *preset, uint32_t type, const char *ftype, int k) {
     char dir[64], path[128];
@@ -234,7 +234,7 @@ static void check_model(const char *preset, uint32_t type, const char *ftype, in
                           .stats_layers = nl, .stats_experts = ne, .k = k};
             char what[160];
             snprintf(what, sizeof what, "%s: 3 of 8 experts cached, misses %s, %s", preset,
-                     modes[mi] ? modes[mi] : "by cost", with_stats ? "calibrated" : "from the first batch");
+                     modes[mi] ? modes[mi] : "by default", with_stats ? "calibrated" : "from the first batch");
             if (!run(path, &o, &got)) continue;
             check_same(&ref, &got, what);
             CHECK(got.st.n_layers == nl && got.st.slots == 3 && got.st.spare_slots == (2 * k < 5 ? 2 * k : 5));

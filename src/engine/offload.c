@@ -5,8 +5,10 @@
  *         expert pointers per tensor (bk_weight.expert_ptrs), a cached expert's
  *         entry points at its slot, an uncached one's at its bytes in pinned,
  *         mapped host memory; one moe_ffn over the model's routing computes the
- *         layer (the same kernels and bytes as an all-GPU run: the same result)
- *         and a tiny count kernel adds the routing into device counters. Nothing
+ *         layer (the same kernels and bytes as an all-GPU run: the same result;
+ *         one token through the backend's fused shared-expert op, as all on the
+ *         GPU) and the routing is added into device counters (by that op's
+ *         first launch, else a count kernel). Nothing
  *         comes back to the host, so the step can be a CUDA graph. The counters
  *         are read back asynchronously every read_every passes (between passes,
  *         moe_offload_step), and the refresh runs on the host from them: the
@@ -21,7 +23,7 @@
  *         the others (decode) map.
  * auto: where the host experts could be mapped, batches of up to XC_MAP_MAX
  * tokens (decode: the steps CUDA graphs capture) map and larger ones (prefill)
- * take the host's path with pick_copies' cost model between cpu and copy; where
+ * take the host's path, as many misses copied as there are spare slots (pick_copies); where
  * they could not be mapped, every batch takes that path. The rule between map
  * and copy: a mapped miss costs a read of its bytes over PCIe by the product's
  * kernels, a copied one a copy (55 GB/s on the H200) plus a read from GPU memory
@@ -38,7 +40,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "base/status.h"
@@ -104,9 +105,7 @@ typedef struct xc_cache {
     int32_t *miss_n;        /* (n_expert) this batch's CPU-bound entries per expert */
     int32_t *spare_of;      /* (n_expert) this batch's spare slot of an expert, -1: none */
     int32_t *order;         /* (n_expert) missed experts, most entries first */
-    double flops_entry;     /* flops of one entry through one expert: 6 n_embd n_ff */
     double pcie_gbs;        /* host-to-backend copy speed */
-    double cpu_gflops;      /* measured speed of the CPU's expert products, 0: not yet measured */
     int miss_mode;          /* BRISK_XCACHE_MISS: XC_AUTO, XC_CPU, XC_COPY or XC_MAP */
     bool map;               /* the layers have tables: misses read from mapped host memory */
     double map_gbs;         /* a kernel's read speed from mapped host memory, measured at creation */
@@ -224,12 +223,6 @@ uint64_t moe_cache_bytes(const brisk_model *m, int l0, int l1, int slots, int sp
     uint64_t tables = (uint64_t)n_layers * (3 * ne * sizeof(void *) + ne * 4 + (ne + 1) * 4);
     return se * (uint64_t)slots + emax * (uint64_t)spare + (uint64_t)(n_layers + 1) * 3 * XC_PAD + tables +
            (uint64_t)n_max * (2 * (uint64_t)m->hp.n_expert_used * 4 + (uint64_t)m->hp.n_embd * 4);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* Bytes of n slots shaped as the experts of src (a layer's gate, up and down), each tensor padded. */
@@ -374,13 +367,13 @@ static void report(const xc_cache *xc) {
                 xc->miss_mode == XC_COPY  ? "; batches of more than 16 tokens copy misses to spare slots (the host "
                                             "syncs in every cached layer)"
                 : xc->miss_mode == XC_MAP ? " and prefill maps too (BRISK_XCACHE_MISS=map)"
-                                          : "; batches of more than 16 tokens (prefill) run misses on the CPU or "
-                                            "copy them (cost model; the host syncs in every cached layer)");
+                                          : "; batches of more than 16 tokens (prefill) copy misses to spare "
+                                            "slots, the rest on the CPU (the host syncs in every cached layer)");
     else
         fprintf(stderr, "expert cache: misses %s, the host syncs with the GPU in every cached layer%s; "
                 "host->device %.1f GB/s\n",
                 xc->miss_mode == XC_CPU ? "on the CPU" : xc->miss_mode == XC_COPY ? "copied to spare slots"
-                                                                                 : "on the CPU or copied (cost model)",
+                                                                                 : "copied to spare slots, the rest on the CPU",
                 xc->miss_mode == XC_CPU || xc->miss_mode == XC_COPY ? "" : " (the host experts could not be mapped)",
                 xc->pcie_gbs);
 }
@@ -451,30 +444,6 @@ static brisk_status make_tables(moe_offload *mo, xc_cache *xc) {
     return BRISK_OK;
 }
 
-/* The CPU's speed at a prefill's missed experts (pick_copies' cost model), timed at creation on L's
- * experts: 16 tokens (at most n_max) whose k routings go 16 to an expert, the second of two runs. The
- * batches themselves time it too, but only those with a few entries per missed expert, which a good
- * cache may never give: without a figure every miss with a spare slot was copied (H200,
- * qwen3.6-35b-a3b at a 16 GB budget: pp512 3,868 tok/s, against 7,663 with the CPU timed by the
- * batches; timed here with 4 entries an expert, the memory's speed rather than the arithmetic's,
- * 3,952). */
-static void time_cpu(moe_offload *mo, xc_cache *xc, const xc_layer *L) {
-    int n = mo->n_max < 16 ? mo->n_max : 16, nk = n * mo->k, n_exp = nk / 16 > 0 ? nk / 16 : 1;
-    if (n_exp > xc->n_expert) n_exp = xc->n_expert;
-    for (size_t i = 0; i < (size_t)n * mo->n_embd; i++) mo->x[i] = 0.01f * (float)((int)(i % 7) - 3);
-    for (int i = 0; i < nk; i++) {
-        mo->ids[i] = i % n_exp;
-        mo->w[i] = 1.0f / (float)mo->k;
-    }
-    double dt = 0;
-    for (int r = 0; r < 2; r++) {
-        double t0 = now_s();
-        mo->cpu->ops->moe_ffn(mo->cpu, L->src[0], L->src[1], L->src[2], mo->x, n, mo->ids, mo->w, mo->k, mo->out);
-        dt = now_s() - t0;
-    }
-    if (dt > 0) xc->cpu_gflops = (double)nk * xc->flops_entry / dt * 1e-9;
-}
-
 brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_model *m, int l0, int l1, int slots,
                                int spare, const int64_t *stats) {
     const model_hparams *hp = &m->hp;
@@ -496,7 +465,6 @@ brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_mode
     xc->spare = spare;
     xc->n_expert = hp->n_expert;
     xc->k = hp->n_expert_used;
-    xc->flops_entry = 6.0 * hp->n_embd * hp->n_ff_exp;
     const char *mode = getenv("BRISK_XCACHE_MISS"), *every = getenv("BRISK_XCACHE_READ_EVERY");
     xc->miss_mode = !mode ? XC_AUTO
                     : !strcmp(mode, "cpu") ? XC_CPU
@@ -509,7 +477,7 @@ brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_mode
         BK_TRY(bk_cuda_copier_new(be, &xc->cp));
         xc->pcie_gbs = bk_cuda_copier_bandwidth(xc->cp);
     } else {
-        xc->pcie_gbs = 16.0; /* the stand-in's "PCIe": a nominal figure, the cost model's input only */
+        xc->pcie_gbs = 16.0; /* the stand-in's "PCIe": a nominal figure, for the report only */
     }
     size_t nk = (size_t)mo->n_max * xc->k, ne = (size_t)hp->n_expert;
     xc->xl = calloc((size_t)(l1 - l0), sizeof *xc->xl);
@@ -558,11 +526,6 @@ brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_mode
     /* with XC_PAD bytes past the last expert where the mapping has them (the kernels' reads past a row) */
     if (xc->cp && lo && !bk_cuda_copier_pin(xc->cp, lo, (size_t)(hi - lo) + XC_PAD))
         bk_cuda_copier_pin(xc->cp, lo, (size_t)(hi - lo));
-    for (int l = l0; l < l1 && xc->cp; l++) /* a GPU's misses in a prefill: copied, or on the CPU */
-        if (xc->xl[l - l0]) {
-            time_cpu(mo, xc, xc->xl[l - l0]);
-            break;
-        }
     if (!stats && slots < hp->n_expert) return make_tables(mo, xc); /* the first batches' counts fill it */
     /* the calibration's counts, scaled to XC_PRIOR_TOKENS tokens' routings: they pick the first
      * experts, and a run whose routing differs takes over within a few dozen tokens (the steady
@@ -694,22 +657,21 @@ static int cmp_miss(const void *a, const void *b, void *arg) {
     return n[x] != n[y] ? (n[y] > n[x] ? 1 : -1) : (x > y) - (x < y);
 }
 
-/* Which missed experts go to spare slots for this batch. The cost model, per missed expert e with
- * m_e entries: the CPU takes m_e * F / R_cpu (F = 6 n_embd n_ff flops an entry, R_cpu the speed the
- * CPU's expert products showed so far), a copy E / B (E the expert's bytes, B the measured
- * host-to-device bandwidth; the GPU's own product time is small beside both and left out). So e is
- * copied when m_e > E R_cpu / (F B): decode (m_e = 1) stays on the CPU, a prefill's popular misses
- * move. Before the CPU's speed is measured nothing is copied. Returns the number of copied experts;
- * misses of the rest stay in miss_n. */
+/* Which missed experts go to spare slots for this batch: all of them, the most entries first, as many
+ * as there are spare slots; the CPU runs the rest. A cost model between the two (the CPU's time
+ * m_e F / R_cpu for an expert of m_e entries, F = 6 n_embd n_ff flops an entry, against a copy's
+ * E / B) lost to copying everything on the H200 (qwen3.6-35b-a3b at a 16 GB budget, 199 experts a
+ * layer cached, pp512 tok/s): 3,907 copying every miss that has a slot, 2,926 with that rule and
+ * R_cpu timed (~500 GFLOP/s), 3,234-3,405 balancing the copies' time against the CPU's, 2,262-2,334
+ * copying only experts of 16 entries or more (none were: a good cache leaves a prefill light misses,
+ * each read whole from host memory by the CPU for a few entries). Returns the number of copied
+ * experts; misses of the rest stay in miss_n. */
 static int pick_copies(xc_cache *xc, const xc_layer *L) {
-    if (!xc->spare || xc->miss_mode == 1) return 0;
-    /* without the CPU's speed (time_cpu failed), every miss that has a spare slot is copied */
-    double E = (double)(L->eb[0] + L->eb[1] + L->eb[2]);
-    double m_min = xc->miss_mode == 2 || !(xc->cpu_gflops > 0) ? 0
-                                                               : E * xc->cpu_gflops / (xc->flops_entry * xc->pcie_gbs);
+    (void)L;
+    if (!xc->spare || xc->miss_mode == XC_CPU) return 0;
     int n = 0;
     for (int e = 0; e < xc->n_expert; e++)
-        if (xc->miss_n[e] > m_min) xc->order[n++] = e;
+        if (xc->miss_n[e] > 0) xc->order[n++] = e;
     qsort_r(xc->order, (size_t)n, sizeof *xc->order, cmp_miss, xc->miss_n);
     if (n > xc->spare) n = xc->spare;
     for (int i = 0; i < n; i++) xc->spare_of[xc->order[i]] = i;
@@ -783,17 +745,7 @@ static brisk_status cache_ffn(moe_offload *mo, xc_layer *L, bk_backend *be, cons
         wrote = true;
     }
     if (cpu) {
-        double t0 = now_s();
         mo->cpu->ops->moe_ffn(mo->cpu, gate, up, down, mo->x, n, mo->ids, mo->w, k, mo->out);
-        double dt = now_s() - t0;
-        int n_exp = 0;
-        for (int e = 0; e < xc->n_expert; e++) n_exp += xc->miss_n[e] > 0 && xc->spare_of[e] < 0;
-        /* the speed of products with a few entries per expert (decode's one reads each expert
-         * once per entry and measures memory, not the arithmetic a prefill's misses cost) */
-        if (cpu >= 4 * (int64_t)n_exp && dt > 0) {
-            double g = (double)cpu * xc->flops_entry / dt * 1e-9;
-            xc->cpu_gflops = xc->cpu_gflops > 0 ? 0.75 * xc->cpu_gflops + 0.25 * g : g;
-        }
         BK_TRY(offload_transfer(mo->cpu, mo->out, be, wrote ? xc->tmp_dev : out, xb));
         if (wrote) be->ops->add(be, out, xc->tmp_dev, (size_t)n * mo->n_embd);
     }
