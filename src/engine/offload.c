@@ -666,8 +666,7 @@ static int cmp_miss(const void *a, const void *b, void *arg) {
  * copying only experts of 16 entries or more (none were: a good cache leaves a prefill light misses,
  * each read whole from host memory by the CPU for a few entries). Returns the number of copied
  * experts; misses of the rest stay in miss_n. */
-static int pick_copies(xc_cache *xc, const xc_layer *L) {
-    (void)L;
+static int pick_copies(xc_cache *xc) {
     if (!xc->spare || xc->miss_mode == XC_CPU) return 0;
     int n = 0;
     for (int e = 0; e < xc->n_expert; e++)
@@ -703,7 +702,7 @@ static brisk_status cache_ffn(moe_offload *mo, xc_layer *L, bk_backend *be, cons
         if (L->slot_of[e] >= 0) hits++;
         else xc->miss_n[e]++;
     }
-    int n_copy = pick_copies(xc, L);
+    int n_copy = pick_copies(xc);
     int64_t copied = 0, cpu = 0;
     for (size_t i = 0; i < nk; i++) { /* mo->ids becomes the CPU's share */
         int e = mo->ids[i], slot = L->slot_of[e];
