@@ -348,14 +348,8 @@ static void cache_size(const brisk_model *m, const brisk_context_params *p, int 
     const model_hparams *hp = &m->hp;
     int ne = hp->n_expert, want_spare = 2 * hp->n_expert_used > ne / 8 ? 2 * hp->n_expert_used : ne / 8;
     *slots = *spare = 0;
-    uint64_t se = 0, emax = 0; /* one slot in every layer; the largest expert */
-    for (int l = l0; l < l1; l++) {
-        if (!m->layers[l].exps_host) continue;
-        uint64_t e = moe_cache_expert_bytes(m, l);
-        se += e;
-        emax = e > emax ? e : emax;
-    }
-    if (!se || !ne) return;
+    uint64_t se, emax; /* one slot in every layer; the largest expert */
+    if (!moe_cache_layers(m, l0, l1, &se, &emax) || !ne) return;
     if (p->cache_experts > 0) {
         *slots = p->cache_experts < ne ? p->cache_experts : ne;
     } else if (p->cache_gpu_mem > used) {
@@ -446,8 +440,9 @@ static brisk_status make_cache(brisk_context *c, ctx_stage *st) {
         return bk_fail(BRISK_ERR_INVALID_ARG,
                        "expert statistics of %d layers x %d experts do not fit this model (%d x %d)",
                        p->expert_stats_layers, p->expert_stats_experts, m->hp.n_layer, m->hp.n_expert);
-    int n_off = 0, slots, spare;
-    for (int l = st->l0; l < st->l1; l++) n_off += m->layers[l].exps_host;
+    int slots, spare;
+    uint64_t se, emax;
+    int n_off = moe_cache_layers(m, st->l0, st->l1, &se, &emax); /* (for the message) */
     uint64_t used = m->gpu_weight_bytes + c->mem.kv_bytes + c->mem.scratch_bytes;
     cache_size(m, p, st->l0, st->l1, c->n_ubatch, used, &slots, &spare);
     if (slots <= 0) return BRISK_OK;

@@ -209,16 +209,22 @@ uint64_t moe_cache_expert_bytes(const brisk_model *m, int l) {
 /* The layers' experts share a shape but not always a type (Q4_K_M gives some layers' down
  * products Q6_K), so each layer's slots are sized by its own experts, and the spare slots by the
  * largest. */
-uint64_t moe_cache_bytes(const brisk_model *m, int l0, int l1, int slots, int spare, int n_max) {
-    uint64_t se = 0, emax = 0, ne = (uint64_t)m->hp.n_expert;
-    int n_layers = 0;
+int moe_cache_layers(const brisk_model *m, int l0, int l1, uint64_t *sum, uint64_t *max) {
+    int n = 0;
+    *sum = *max = 0;
     for (int l = l0; l < l1; l++) {
         if (!m->layers[l].exps_host) continue;
         uint64_t e = moe_cache_expert_bytes(m, l);
-        se += e;
-        emax = e > emax ? e : emax;
-        n_layers++;
+        *sum += e;
+        *max = e > *max ? e : *max;
+        n++;
     }
+    return n;
+}
+
+uint64_t moe_cache_bytes(const brisk_model *m, int l0, int l1, int slots, int spare, int n_max) {
+    uint64_t se, emax, ne = (uint64_t)m->hp.n_expert;
+    int n_layers = moe_cache_layers(m, l0, l1, &se, &emax);
     if (!n_layers) return 0;
     uint64_t tables = (uint64_t)n_layers * (3 * ne * sizeof(void *) + ne * 4 + (ne + 1) * 4);
     return se * (uint64_t)slots + emax * (uint64_t)spare + (uint64_t)(n_layers + 1) * 3 * XC_PAD + tables +

@@ -37,6 +37,9 @@ void moe_offload_free(moe_offload *mo);
  * `slots` slots in each layer of [l0, l1) with its experts in host memory, `spare` spare slots and
  * its buffers for n_max tokens (0 when no layer there keeps its experts in host memory). */
 uint64_t moe_cache_expert_bytes(const brisk_model *m, int l);
+/* The layers of [l0, l1) with experts in host memory: their number, the sum of one expert of each
+ * (*sum) and the largest (*max). */
+int moe_cache_layers(const brisk_model *m, int l0, int l1, uint64_t *sum, uint64_t *max);
 uint64_t moe_cache_bytes(const brisk_model *m, int l0, int l1, int slots, int spare, int n_max);
 /* Gives mo a hot-expert cache on be (the stage's backend) for the layers of [l0, l1) whose experts
  * are in host memory: `slots` per layer, `spare` shared. stats (n_layer, n_expert) or NULL picks the

@@ -47,13 +47,14 @@ brisk_status moe_experts(const brisk_model *m, bk_backend *be, const fwd_batch *
 bool moe_residual(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l, bool shared) {
     const layer_weights *L = &m->layers[l];
     if (m->tp_size != 0 || !be->ops->moe_ffn_shared) return false;
-    /* experts in host memory: the hot-expert cache's tables, when this batch reads its misses in place */
-    const bk_weight *w = L->exps_host ? moe_offload_tables(s->moe_offload, l, b->n) : &L->gate_exps;
-    if (!w) return false;
-    const bk_weight *gate = L->exps_host ? &w[0] : &L->gate_exps, *up = L->exps_host ? &w[1] : &L->up_exps,
-                    *down = L->exps_host ? &w[2] : &L->down_exps;
+    const bk_weight *gate = &L->gate_exps, *up = &L->up_exps, *down = &L->down_exps;
+    if (L->exps_host) { /* the hot-expert cache's tables, when this batch reads its misses in place */
+        const bk_weight *t = moe_offload_tables(s->moe_offload, l, b->n);
+        if (!t) return false;
+        gate = &t[0], up = &t[1], down = &t[2];
+        moe_offload_count_arm(s->moe_offload, be, l, b->n, true); /* the op may count the routing */
+    }
     int k = m->hp.n_expert_used;
-    if (L->exps_host) moe_offload_count_arm(s->moe_offload, be, l, b->n, true); /* the op may count the routing */
     bool done = be->ops->moe_ffn_shared(be, gate, up, down, shared ? &L->gate_shexp : NULL,
                                         shared ? &L->up_shexp : NULL, shared ? &L->down_shexp : NULL, s->xb, b->n,
                                         s->moe_ids, s->moe_w, k, shared ? s->sh_gate : NULL, s->x);

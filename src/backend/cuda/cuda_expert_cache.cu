@@ -317,14 +317,14 @@ extern "C" void bk_cuda_expert_count_arm(bk_backend *be, const int32_t *cached, 
     cuda_backend *cb = (cuda_backend *)be;
     cb->xc_cached = cached;
     cb->xc_counts = counts;
-    cb->xc_armed = counts != NULL;
     cb->xc_taken = false;
 }
 
 extern "C" bool bk_cuda_expert_count_taken(bk_backend *be) {
     cuda_backend *cb = (cuda_backend *)be;
     bool t = cb->xc_taken;
-    cb->xc_armed = cb->xc_taken = false;
+    cb->xc_counts = NULL;
+    cb->xc_taken = false;
     return t;
 }
 

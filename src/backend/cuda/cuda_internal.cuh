@@ -127,10 +127,10 @@ typedef struct cuda_backend {
     bool attnq_off;             /* BRISK_CUDA_ATTNQ=0: the decode attention does not quantize its output (A/B) */
     int moe_vec_r;              /* BRISK_CUDA_MOE_VEC_R: weight rows per warp of those kernels (2; 4 for A/B) */
     /* bk_cuda_expert_count_arm: the routing counters the next one-token MoE layer adds into in its
-     * gate·up launch (taken: it did), instead of a count kernel of their own */
+     * gate·up launch (NULL: none armed; taken: it did), instead of a count kernel of their own */
     const int32_t *xc_cached;
     uint32_t *xc_counts;
-    bool xc_armed, xc_taken;
+    bool xc_taken;
     bool route_warp_off;        /* BRISK_CUDA_ROUTE_WARP=0: the router's block-per-token kernel only (A/B) */
     bool router_fuse_off;       /* BRISK_CUDA_ROUTER_FUSE=0: the router's product and routing as two launches (A/B) */
     bool router_join_off;       /* BRISK_CUDA_ROUTER_JOIN=0: the shared expert's gate in a launch of its own (A/B) */

@@ -676,7 +676,6 @@ moe_vec_gate_up_kernel(const uint8_t *G, const uint8_t *U, const uint8_t *const 
         atomicAdd(&xc_counts[e], 1u);
         if (xc_cached[e]) atomicAdd(&xc_counts[n_expert], 1u);
     }
-
     mmvq_rows<T, 1, true, 1, false, R>(sh ? Gs : moe_expert_base(G, tg, e, n_ff, row_bytes),
                                     sh ? Us : moe_expert_base(U, tu, e, n_ff, row_bytes), row_bytes, n_embd, n_ff, xq,
                                     xds, 1, NULL, h + (int64_t)blockIdx.y * n_ff,
@@ -905,12 +904,12 @@ static bool moe_vec(cuda_backend *cb, const bk_weight *gate, const bk_weight *up
                                dim3(MMVQ_WARPS * 32), 0, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids,      \
                                (const int8_t *)cb->xq, (const float2 *)cb->xds, dout, Ds, k))
     /* the cache's routing counters, when armed (bk_cuda_expert_count_arm), counted by the gate·up launch */
-    const int32_t *xc_cached = cb->xc_armed ? cb->xc_cached : NULL;
-    uint32_t *xc_counts = cb->xc_armed ? cb->xc_counts : NULL;
+    const int32_t *xc_cached = cb->xc_cached;
+    uint32_t *xc_counts = cb->xc_counts;
     if (!(cb->ablate & ABL_MOE_GU)) {
         if (r == 4) VEC_GU(4) else VEC_GU(2)
-        cb->xc_taken = cb->xc_armed;
-        cb->xc_armed = false;
+        cb->xc_taken = xc_counts != NULL;
+        cb->xc_counts = NULL;
     }
     /* h quantized by a launch of its own: done instead by each slot's last gate·up block (a counter
      * per slot), one token was slower on the H200 (qwen3-30b-a3b tg128 291.6 against 306.3,
