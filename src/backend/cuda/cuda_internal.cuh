@@ -216,7 +216,9 @@ void cuda_set_error(cuda_backend *cb, brisk_status s);
  * programmatic launches overlap kernels and ncu's serialised per-kernel times overstate it. */
 enum { ABL_NORM = 1, ABL_ROPE = 2, ABL_ATTN = 4, ABL_MATMUL = 8, ABL_ROUTER = 16, ABL_MOE = 32, ABL_ADD = 64,
        /* single launches inside ops: the one-token MoE's quantization of h, its combine, its gate/up, its down */
-       ABL_MOE_HQ = 128, ABL_MOE_COMB = 256, ABL_MOE_GU = 512, ABL_MOE_DOWN = 1024 };
+       ABL_MOE_HQ = 128, ABL_MOE_COMB = 256, ABL_MOE_GU = 512, ABL_MOE_DOWN = 1024,
+       /* the Gated DeltaNet's short convolution and recurrent update */
+       ABL_SSM = 2048 };
 #define CU_ABLATE(cb, bit, ...)                                                                         \
     do {                                                                                                \
         if ((cb)->ablate & (bit)) return __VA_ARGS__;                                                   \

@@ -162,6 +162,7 @@ ssm_conv_state_kernel(const float *x, float *conv, const int32_t *seq, int n, in
 extern "C" void cuda_ssm_conv(bk_backend *be, const float *x, const bk_weight *w, float *conv, const int32_t *seq,
                               int n, int channels, int d_conv, float *out) {
     cuda_backend *cb = (cuda_backend *)be;
+    CU_ABLATE(cb, ABL_SSM);
     if (n <= 0 || channels <= 0) return;
     if (w->type != QT_F32 || d_conv < 1) {
         cuda_set_error(cb, bk_fail(BRISK_ERR_UNSUPPORTED, "cuda ssm_conv: %s must be f32", w->name));
@@ -679,6 +680,7 @@ extern "C" void cuda_gated_delta(bk_backend *be, const float *qkv, const float *
                                  const bk_weight *a_bias, const bk_weight *a_scale, float *ssm, const int32_t *seq,
                                  int n, int n_k_heads, int n_v_heads, bool v_grouped, int d, float eps, float *out) {
     cuda_backend *cb = (cuda_backend *)be;
+    CU_ABLATE(cb, ABL_SSM);
     if (n <= 0) return;
     if (d < 1 || d > 512 || n_k_heads < 1 || n_v_heads < 1 || n_v_heads % n_k_heads) {
         cuda_set_error(cb, bk_fail(BRISK_ERR_UNSUPPORTED, "cuda gated_delta: head size %d, %d key / %d value heads",
