@@ -11,6 +11,7 @@
 # (brisk serve, and llama-server through --url), GPU memory of both at the same context.
 set -u
 OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
+rm -rf .device/build; tar xJf .device/bin.tar.xz -C .device  # bench/cuda/pack.sh's binaries
 B=.device/build; export LD_LIBRARY_PATH=$PWD/.device/lib; d=/tmp/bm; L=/tmp/ll/b/bin; mkdir -p $d
 MODELS=${*:-${MODELS:-qwen3-8b:q4_k_m qwen3-8b:q8_0}}
 SD=${SERVER_DURATION:-12}; DR=${DEPTH_REPS:-2}   # server seconds per stream count, depth-row repetitions
