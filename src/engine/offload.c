@@ -772,11 +772,22 @@ static void count_host(const xc_cache *xc, xc_layer *L, const int32_t *ids, int 
  * Otherwise: the backend's work so far is done once ids are read back (read waits); the
  * sum is written back before the caller's next op, so the pass continues in
  * order on be. */
+/* Layer `layer`'s cache, NULL for a layer without one. */
+static xc_layer *cache_layer(const xc_cache *xc, int layer) {
+    return xc && layer >= xc->l0 && layer < xc->l1 ? xc->xl[layer - xc->l0] : NULL;
+}
+
 /* The layer's cache when a batch of n tokens maps, else NULL. */
 static xc_layer *mapped_layer(const moe_offload *mo, int layer, int n) {
     xc_cache *xc = mo ? mo->xc : NULL;
-    xc_layer *L = xc && layer >= xc->l0 && layer < xc->l1 ? xc->xl[layer - xc->l0] : NULL;
+    xc_layer *L = cache_layer(xc, layer);
     return L && L->tab && n <= mo->n_max && map_batch(xc, n) ? L : NULL;
+}
+
+/* A mapped layer's routing (ids: n x k on be) into its counters, unless the MoE op counted it. */
+static void count_mapped(moe_offload *mo, bk_backend *be, xc_layer *L, const int32_t *ids, int n, int k) {
+    if (!mo->xc->cp) count_host(mo->xc, L, ids, n * k);
+    else if (!bk_cuda_expert_count_taken(be)) bk_cuda_expert_count(be, ids, n * k, mo->xc->n_expert, L->cached, L->count);
 }
 
 const bk_weight *moe_offload_tables(const moe_offload *mo, int layer, int n) {
@@ -791,9 +802,7 @@ void moe_offload_count_arm(moe_offload *mo, bk_backend *be, int layer, int n, bo
 
 void moe_offload_count(moe_offload *mo, bk_backend *be, int layer, const int32_t *ids, int n, int k) {
     xc_layer *L = mapped_layer(mo, layer, n);
-    if (!L) return;
-    if (!mo->xc->cp) count_host(mo->xc, L, ids, n * k);
-    else if (!bk_cuda_expert_count_taken(be)) bk_cuda_expert_count(be, ids, n * k, mo->xc->n_expert, L->cached, L->count);
+    if (L) count_mapped(mo, be, L, ids, n, k);
 }
 
 brisk_status moe_offload_ffn(moe_offload *mo, bk_backend *be, int layer, const bk_weight *gate, const bk_weight *up,
@@ -805,9 +814,9 @@ brisk_status moe_offload_ffn(moe_offload *mo, bk_backend *be, int layer, const b
                        mo->n_max, mo->k);
     size_t xb = (size_t)n * mo->n_embd * sizeof(float), kb = (size_t)n * k * sizeof(float);
     xc_cache *xc = mo->xc;
-    xc_layer *L = xc && layer >= xc->l0 && layer < xc->l1 ? xc->xl[layer - xc->l0] : NULL;
+    xc_layer *L = cache_layer(xc, layer);
     if (mapped_layer(mo, layer, n)) { /* all on be: the routing counted, the experts through the tables */
-        moe_offload_count(mo, be, layer, ids, n, k);
+        count_mapped(mo, be, L, ids, n, k);
         be->ops->moe_ffn(be, &L->tw[0], &L->tw[1], &L->tw[2], x, n, ids, weights, k, out);
         return BRISK_OK;
     }
