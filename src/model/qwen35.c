@@ -73,8 +73,8 @@ static void gated_deltanet(const brisk_model *m, bk_backend *be, const bk_kv_vie
 
     const bk_weight *w[4] = {&L->ssm_qkv, &L->ssm_z, &L->ssm_beta, &L->ssm_alpha};
     float *out[4] = {s->qg, s->gz, s->dn_beta, s->dn_alpha};
-    op->matmul(be, 4, w, NULL, s->xb, n, out);
-    op->ssm_conv(be, s->qg, &L->ssm_conv1d, kv[l].conv, b->ab.seq, n, conv_dim, hp->ssm_d_conv, s->conv);
+    bk_matmul_ssm_conv(be, 4, w, s->xb, n, out, &L->ssm_conv1d, kv[l].conv, b->ab.seq, conv_dim, hp->ssm_d_conv,
+                       s->conv);
     op->gated_delta(be, s->conv, s->dn_beta, s->dn_alpha, &L->ssm_dt_bias, &L->ssm_a, kv[l].ssm, b->ab.seq, n, nk,
                     nv, hp->ssm_v_grouped, ds, hp->rms_eps, s->att);
     op->rms_norm(be, s->att, &L->ssm_norm, s->att, n * nv, ds, hp->rms_eps);

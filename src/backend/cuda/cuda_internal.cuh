@@ -131,6 +131,18 @@ typedef struct cuda_backend {
     const int32_t *xc_cached;
     uint32_t *xc_counts;
     bool xc_taken;
+    /* cuda_matmul_ssm_conv: the short conv a one-token streamed product of y_raw runs on its rows
+     * (mmvs_mats.conv_*; it then stores conv_out instead), and whether one did */
+    struct {
+        float *y_raw, *out;
+        const float *w;
+        float *st;
+        const int32_t *seq;
+        int64_t nc;
+        int dc;
+        bool taken;
+    } conv_epi;
+    bool conv_fuse_off;         /* BRISK_CUDA_CONV_FUSE=0: the short conv in a launch of its own (A/B) */
     bool route_warp_off;        /* BRISK_CUDA_ROUTE_WARP=0: the router's block-per-token kernel only (A/B) */
     bool router_fuse_off;       /* BRISK_CUDA_ROUTER_FUSE=0: the router's product and routing as two launches (A/B) */
     bool router_join_off;       /* BRISK_CUDA_ROUTER_JOIN=0: the shared expert's gate in a launch of its own (A/B) */
@@ -733,6 +745,9 @@ void cuda_moe_route(bk_backend *be, const float *logits, int n, int n_expert, in
                     int32_t *ids, float *weights);
 void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down, const float *x,
                   int n, const int32_t *ids, const float *weights, int k, float *out);
+void cuda_matmul_ssm_conv(bk_backend *be, int n_w, const bk_weight *const *w, const float *x, int n, float *const *out,
+                          const bk_weight *conv_w, float *conv, const int32_t *seq, int channels, int d_conv,
+                          float *conv_out);
 void cuda_ssm_conv(bk_backend *be, const float *x, const bk_weight *w, float *conv, const int32_t *seq, int n,
                    int channels, int d_conv, float *out);
 void cuda_gated_delta(bk_backend *be, const float *qkv, const float *b, const float *a, const bk_weight *a_bias,
