@@ -286,6 +286,13 @@ typedef struct bk_backend_ops {
     void (*matmul_ssm_conv)(bk_backend *be, int n_w, const bk_weight *const *w, const float *x, int n,
                             float *const *out, const bk_weight *conv_w, float *conv, const int32_t *seq, int channels,
                             int d_conv, float *conv_out);
+    /* Optional (NULL: gated_delta, rms_norm, swiglu; see bk_gated_delta_gate): gated_delta's out, then
+     * each head's d outputs RMS-normalised with norm (d) and gated: out = silu(z) * norm(out), z as out
+     * (qwen35's Gated DeltaNet after the rule), in one pass where the backend can. */
+    void (*gated_delta_gate)(bk_backend *be, const float *qkv, const float *b, const float *a, const bk_weight *a_bias,
+                             const bk_weight *a_scale, float *ssm, const int32_t *seq, int n, int n_k_heads,
+                             int n_v_heads, bool v_grouped, int d, float eps, const bk_weight *norm, float norm_eps,
+                             const float *z, float *out);
 } bk_backend_ops;
 
 struct bk_backend {
@@ -358,6 +365,21 @@ static inline void bk_matmul_ssm_conv(bk_backend *be, int n_w, const bk_weight *
     }
     be->ops->matmul(be, n_w, w, NULL, x, n, out);
     be->ops->ssm_conv(be, out[0], conv_w, conv, seq, n, channels, d_conv, conv_out);
+}
+/* gated_delta into out, then out = silu(z) * rms_norm(out) head by head (norm: d weights): the
+ * backend's fused op, or the three ops. */
+static inline void bk_gated_delta_gate(bk_backend *be, const float *qkv, const float *b, const float *a,
+                                       const bk_weight *a_bias, const bk_weight *a_scale, float *ssm, const int32_t *seq,
+                                       int n, int n_k_heads, int n_v_heads, bool v_grouped, int d, float eps,
+                                       const bk_weight *norm, float norm_eps, const float *z, float *out) {
+    if (be->ops->gated_delta_gate) {
+        be->ops->gated_delta_gate(be, qkv, b, a, a_bias, a_scale, ssm, seq, n, n_k_heads, n_v_heads, v_grouped, d, eps,
+                                  norm, norm_eps, z, out);
+        return;
+    }
+    be->ops->gated_delta(be, qkv, b, a, a_bias, a_scale, ssm, seq, n, n_k_heads, n_v_heads, v_grouped, d, eps, out);
+    be->ops->rms_norm(be, out, norm, out, n * n_v_heads, d, norm_eps);
+    be->ops->swiglu(be, z, out, out, (size_t)n * n_v_heads * d);
 }
 /* The router's logits = x W^T and moe_route on them (w.n_out experts), and out2 = x W2^T when w2 is
  * given, through the backend's fused op or as the separate ops. */

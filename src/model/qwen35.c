@@ -66,7 +66,6 @@ static void gated_attention(const brisk_model *m, bk_backend *be, const bk_kv_vi
 static void gated_deltanet(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
                            fwd_scratch *s, int l) {
     const model_hparams *hp = &m->hp;
-    const bk_backend_ops *op = be->ops;
     const layer_weights *L = &m->layers[l];
     int n = b->n, ds = hp->ssm_d_state, nk = hp->ssm_n_k_heads, nv = hp->ssm_n_v_heads;
     int conv_dim = (2 * nk + nv) * ds;
@@ -75,10 +74,9 @@ static void gated_deltanet(const brisk_model *m, bk_backend *be, const bk_kv_vie
     float *out[4] = {s->qg, s->gz, s->dn_beta, s->dn_alpha};
     bk_matmul_ssm_conv(be, 4, w, s->xb, n, out, &L->ssm_conv1d, kv[l].conv, b->ab.seq, conv_dim, hp->ssm_d_conv,
                        s->conv);
-    op->gated_delta(be, s->conv, s->dn_beta, s->dn_alpha, &L->ssm_dt_bias, &L->ssm_a, kv[l].ssm, b->ab.seq, n, nk,
-                    nv, hp->ssm_v_grouped, ds, hp->rms_eps, s->att);
-    op->rms_norm(be, s->att, &L->ssm_norm, s->att, n * nv, ds, hp->rms_eps);
-    op->swiglu(be, s->gz, s->att, s->att, (size_t)n * nv * ds); /* silu(z) * norm(o) */
+    /* the rule, then silu(z) * norm(o) head by head */
+    bk_gated_delta_gate(be, s->conv, s->dn_beta, s->dn_alpha, &L->ssm_dt_bias, &L->ssm_a, kv[l].ssm, b->ab.seq, n, nk,
+                        nv, hp->ssm_v_grouped, ds, hp->rms_eps, &L->ssm_norm, hp->rms_eps, s->gz, s->att);
     residual_matmul(m, be, &L->ssm_out, s->att, n, s->xb, s->x);
 }
 

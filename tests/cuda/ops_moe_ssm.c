@@ -622,6 +622,63 @@ static void check_gated_delta(int nk, int nv, int d, int n, const int32_t *seq, 
     free(qkv); free(b); free(a); free(ab); free(as); free(st); free(stg); free(oc); free(og);
 }
 
+/* The rule with the heads' RMS norm and output gate in one launch (gated_delta_gate) against the
+ * GPU's gated_delta, rms_norm and swiglu: outputs and state bit for bit (the same arithmetic), fused
+ * or not (head sizes other than 32-128 in steps of 32, and batches with a sequence of 16 entries or
+ * more, take the three ops inside the op). */
+static void check_gated_delta_gate(int nk, int nv, int d, int n, const int32_t *seq, bool grouped) {
+    const int slots = ssm_slots(seq, n);
+    size_t width = (size_t)(2 * nk + nv) * d, nq = (size_t)n * width, nba = (size_t)n * nv,
+           ns = (size_t)slots * nv * d * d, no = (size_t)n * nv * d;
+    float *qkv = malloc(nq * 4), *b = malloc(nba * 4), *a = malloc(nba * 4), *ab = malloc((size_t)nv * 4),
+          *as = malloc((size_t)nv * 4), *st = malloc(ns * 4), *z = malloc(no * 4), *nw = malloc((size_t)d * 4);
+    fill(qkv, nq, 1.0f);
+    fill(b, nba, 3.0f);
+    fill(a, nba, 3.0f);
+    fill(ab, (size_t)nv, 1.0f);
+    for (int h = 0; h < nv; h++) as[h] = -expf(frand());
+    fill(st, ns, 0.05f);
+    fill(z, no, 3.0f);
+    fill(nw, (size_t)d, 1.0f);
+    bk_weight abg = {.name = "ssm_dt.bias", .type = QT_F32, .n_in = nv, .n_out = 1, .row_bytes = (size_t)nv * 4,
+                     .host = ab},
+              asg = {.name = "ssm_a", .type = QT_F32, .n_in = nv, .n_out = 1, .row_bytes = (size_t)nv * 4, .host = as},
+              nwg = {.name = "ssm_norm", .type = QT_F32, .n_in = d, .n_out = 1, .row_bytes = (size_t)d * 4, .host = nw};
+    CHECK_OK(gpu->ops->bind_weight(gpu, &abg));
+    CHECK_OK(gpu->ops->bind_weight(gpu, &asg));
+    CHECK_OK(gpu->ops->bind_weight(gpu, &nwg));
+    float *dq = dev_copy(qkv, nq * 4), *db = dev_copy(b, nba * 4), *da = dev_copy(a, nba * 4), *dz = dev_copy(z, no * 4);
+    float *st_a = dev_copy(st, ns * 4), *st_b = dev_copy(st, ns * 4), *o_a = dev_copy(NULL, no * 4),
+          *o_b = dev_copy(NULL, no * 4);
+    CHECK(gpu->ops->gated_delta_gate != NULL);
+    if (gpu->ops->gated_delta_gate)
+        gpu->ops->gated_delta_gate(gpu, dq, db, da, &abg, &asg, st_a, seq, n, nk, nv, grouped, d, 1e-6f, &nwg, 1e-6f,
+                                   dz, o_a);
+    gpu->ops->gated_delta(gpu, dq, db, da, &abg, &asg, st_b, seq, n, nk, nv, grouped, d, 1e-6f, o_b);
+    gpu->ops->rms_norm(gpu, o_b, &nwg, o_b, n * nv, d, 1e-6f);
+    gpu->ops->swiglu(gpu, dz, o_b, o_b, no);
+    size_t bytes[2] = {no * 4, ns * 4};
+    const float *xa[2] = {o_a, st_a}, *xb[2] = {o_b, st_b};
+    for (int i = 0; i < 2; i++) {
+        void *u = malloc(bytes[i]), *v = malloc(bytes[i]);
+        dev_read(xa[i], u, bytes[i]);
+        dev_read(xb[i], v, bytes[i]);
+        bool same = !memcmp(u, v, bytes[i]);
+        if (!same)
+            fprintf(stderr, "  gated_delta_gate%s heads %d/%d d %d n %d: %s differ from the three ops\n",
+                    grouped ? " grouped" : "", nk, nv, d, n, i ? "states" : "outputs");
+        CHECK(same);
+        free(u);
+        free(v);
+    }
+    float *tmp[] = {dq, db, da, dz, st_a, st_b, o_a, o_b};
+    for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) gpu->ops->release(gpu, tmp[i]);
+    bk_cuda_release_weight(&abg);
+    bk_cuda_release_weight(&asg);
+    bk_cuda_release_weight(&nwg);
+    free(qkv); free(b); free(a); free(ab); free(as); free(st); free(z); free(nw);
+}
+
 /* One token's products with the first one's rows through the short conv in the streamed product's
  * store (matmul_ssm_conv): the conv's outputs, the carried inputs and the other product bit for bit
  * those of the GPU's matmul then ssm_conv (the same arithmetic), in the sequence's slot only. */
@@ -682,6 +739,17 @@ static void test_ssm(void) {
     check_matmul_ssm_conv(QT_Q4_K, 5120, 10240, 6144, 4);
     check_matmul_ssm_conv(QT_Q6_K, 2048, 8192, 4096, 4);
     check_matmul_ssm_conv(QT_Q8_0, 2048, 1000, 96, 2);
+    {
+        static const int32_t g1[1] = {1}, g9[9] = {0, 1, 0, 0, 1, 1, 0, 1, 0}, g24[24] = {0};
+        check_gated_delta_gate(16, 48, 128, 1, g1, false); /* qwen3.6-27b's heads */
+        check_gated_delta_gate(16, 32, 128, 1, g1, false); /* qwen3.6-35b-a3b's */
+        check_gated_delta_gate(16, 32, 128, 9, g9, true);
+        check_gated_delta_gate(2, 4, 64, 9, g9, false);    /* tiny-qwen35 */
+        check_gated_delta_gate(1, 2, 32, 9, g9, false);
+        check_gated_delta_gate(1, 3, 96, 1, g1, false);
+        check_gated_delta_gate(1, 3, 40, 9, g9, false);    /* not fused: head size 40 */
+        check_gated_delta_gate(2, 4, 64, 24, g24, false);  /* not fused: 24 entries of one sequence */
+    }
     /* a second backend with the switch read at creation (the environment is left as it was) */
     if (!getenv("BRISK_CUDA_GD_CHUNK")) {
         setenv("BRISK_CUDA_GD_CHUNK", "0", 1);

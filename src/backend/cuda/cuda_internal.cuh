@@ -143,6 +143,7 @@ typedef struct cuda_backend {
         bool taken;
     } conv_epi;
     bool conv_fuse_off;         /* BRISK_CUDA_CONV_FUSE=0: the short conv in a launch of its own (A/B) */
+    bool gd_fuse_off;           /* BRISK_CUDA_GD_FUSE=0: the delta rule, the heads' norm and the gate in three launches (A/B) */
     bool route_warp_off;        /* BRISK_CUDA_ROUTE_WARP=0: the router's block-per-token kernel only (A/B) */
     bool router_fuse_off;       /* BRISK_CUDA_ROUTER_FUSE=0: the router's product and routing as two launches (A/B) */
     bool router_join_off;       /* BRISK_CUDA_ROUTER_JOIN=0: the shared expert's gate in a launch of its own (A/B) */
@@ -748,6 +749,10 @@ void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_weight *up, co
 void cuda_matmul_ssm_conv(bk_backend *be, int n_w, const bk_weight *const *w, const float *x, int n, float *const *out,
                           const bk_weight *conv_w, float *conv, const int32_t *seq, int channels, int d_conv,
                           float *conv_out);
+void cuda_gated_delta_gate(bk_backend *be, const float *qkv, const float *b, const float *a, const bk_weight *a_bias,
+                           const bk_weight *a_scale, float *ssm, const int32_t *seq, int n, int n_k_heads,
+                           int n_v_heads, bool v_grouped, int d, float eps, const bk_weight *norm, float norm_eps,
+                           const float *z, float *out);
 void cuda_ssm_conv(bk_backend *be, const float *x, const bk_weight *w, float *conv, const int32_t *seq, int n,
                    int channels, int d_conv, float *out);
 void cuda_gated_delta(bk_backend *be, const float *qkv, const float *b, const float *a, const bk_weight *a_bias,

@@ -231,6 +231,36 @@ template <int J> __device__ __forceinline__ void l2norm_lanes(float (&x)[J], flo
     for (int j = 0; j < J; j++) x[j] *= scale;
 }
 
+/* Entry t's gates of value head h: beta = sigmoid(b), decay = exp(a_scale softplus(a + a_bias)). */
+__device__ __forceinline__ void gd_gates(const float *b, const float *a, const float *a_bias, const float *a_scale,
+                                         int t, int h, int nv, float *beta, float *decay) {
+    *beta = 1.0f / (1.0f + expf(-b[(size_t)t * nv + h]));
+    float ab = a[(size_t)t * nv + h] + a_bias[h];
+    float sp = ab > 20.0f ? ab : logf(1.0f + expf(ab));
+    *decay = expf(sp * a_scale[h]);
+}
+
+/* One state row's step (a warp, J values a lane): S *= decay; S += beta (v - S . k) k; returns S . q. */
+template <int J>
+__device__ __forceinline__ float gd_row_step(float (&S)[J], const float (&q)[J], const float (&kk)[J], float decay,
+                                             float beta, float v) {
+    float sk = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        S[j] *= decay;
+        sk = fmaf(S[j], kk[j], sk);
+    }
+    sk = warp_sum_f(sk);
+    float delta = (v - sk) * beta;
+    float o = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        S[j] = fmaf(kk[j], delta, S[j]);
+        o = fmaf(S[j], q[j], o);
+    }
+    return warp_sum_f(o);
+}
+
 #define GD_SKIP_SLOTS 1024 /* state slots the recurrent kernel can be told to leave alone */
 typedef struct gd_skip {
     uint32_t bits[GD_SKIP_SLOTS / 32]; /* bit s: slot s's entries are the chunked kernel's */
@@ -287,31 +317,93 @@ gated_delta_kernel(const float *qkv, const float *b, const float *a, const float
         }
         l2norm_lanes<J>(q, eps);
         l2norm_lanes<J>(kk, eps);
-        float beta = 1.0f / (1.0f + expf(-b[(size_t)t * nv + h]));
-        float ab = a[(size_t)t * nv + h] + a_bias[h];
-        float sp = ab > 20.0f ? ab : logf(1.0f + expf(ab));
-        float decay = expf(sp * a_scale[h]);
-        float sk = 0.0f;
-#pragma unroll
-        for (int j = 0; j < J; j++) {
-            S[j] *= decay;
-            sk = fmaf(S[j], kk[j], sk);
-        }
-        sk = warp_sum_f(sk);
-        float delta = (row[(size_t)(2 * nk + h) * d + r] - sk) * beta;
-        float o = 0.0f;
-#pragma unroll
-        for (int j = 0; j < J; j++) {
-            S[j] = fmaf(kk[j], delta, S[j]);
-            o = fmaf(S[j], q[j], o);
-        }
-        o = warp_sum_f(o);
+        float beta, decay;
+        gd_gates(b, a, a_bias, a_scale, t, h, nv, &beta, &decay);
+        float o = gd_row_step<J>(S, q, kk, decay, beta, row[(size_t)(2 * nk + h) * d + r]);
         if (lane == 0) out[(size_t)t * nv * d + (size_t)h * d + r] = o * scale;
     }
     if (row_s)
 #pragma unroll
         for (int j = 0; j < J; j++)
             if (lane + 32 * j < d) row_s[lane + 32 * j] = S[j];
+}
+
+/* ---- gated_delta with the head's RMS norm and output gate (decode): block = value head ----
+ * out = silu(z) * rms_norm(o) over each head's d outputs (qwen35's gated_deltanet after the rule),
+ * in the launch of the rule: d / 32 warps... 32 warps of J = d / 32 rows each (d a multiple of 32,
+ * at most 128), every row's state in registers across the entries as gated_delta_kernel keeps it,
+ * the same per-row arithmetic (gd_row_step), then warp 0 normalises the head's outputs as
+ * rms_norm_warp_kernel does and gates them as swiglu_kernel does: the same bits as the three ops,
+ * two launches fewer per Gated DeltaNet layer. Every sequence of the batch takes the recurrent
+ * form (fewer than GDC_MIN_PER_SEQ entries). */
+template <int J>
+__global__ void __launch_bounds__(1024)
+gated_delta_gate_kernel(const float *qkv, const float *b, const float *a, const float *a_bias, const float *a_scale,
+                        float *ssm, const int32_t *seq, int n, int nk, int nv, int group, int d, float eps,
+                        const float *nw, float nw_eps, const float *z, float *out) {
+    __shared__ float ob[J * 32];
+    const int h = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int hk = group ? h / group : h % nk;
+    const size_t width = (size_t)(2 * nk + nv) * d, dd = (size_t)d * d;
+    const float scale = 1.0f / sqrtf((float)d);
+    float S[J][J]; /* row warp + 32 i: S[i][j] = S[row, lane + 32 j] */
+    int cur = seq[0];
+    float *base = ssm + ((size_t)cur * nv + h) * dd; /* the first entry's state: loaded before the wait */
+#pragma unroll
+    for (int i = 0; i < J; i++)
+#pragma unroll
+        for (int j = 0; j < J; j++) S[i][j] = base[(size_t)(warp + 32 * i) * d + lane + 32 * j];
+    pdl_wait();
+    for (int t = 0; t < n; t++) {
+        const int s = seq[t];
+        if (s != cur) {
+#pragma unroll
+            for (int i = 0; i < J; i++)
+#pragma unroll
+                for (int j = 0; j < J; j++) base[(size_t)(warp + 32 * i) * d + lane + 32 * j] = S[i][j];
+            cur = s;
+            base = ssm + ((size_t)cur * nv + h) * dd;
+#pragma unroll
+            for (int i = 0; i < J; i++)
+#pragma unroll
+                for (int j = 0; j < J; j++) S[i][j] = base[(size_t)(warp + 32 * i) * d + lane + 32 * j];
+        }
+        const float *row = qkv + (size_t)t * width;
+        const float *qp = row + (size_t)hk * d, *kp = row + (size_t)(nk + hk) * d;
+        float q[J], kk[J];
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            q[j] = qp[lane + 32 * j];
+            kk[j] = kp[lane + 32 * j];
+        }
+        l2norm_lanes<J>(q, eps);
+        l2norm_lanes<J>(kk, eps);
+        float beta, decay;
+        gd_gates(b, a, a_bias, a_scale, t, h, nv, &beta, &decay);
+#pragma unroll
+        for (int i = 0; i < J; i++) {
+            const int r = warp + 32 * i;
+            float o = gd_row_step<J>(S[i], q, kk, decay, beta, row[(size_t)(2 * nk + h) * d + r]);
+            if (lane == 0) ob[r] = o * scale;
+        }
+        __syncthreads();
+        if (warp == 0) { /* rms_norm_warp_kernel's sums and roundings, then swiglu_kernel's */
+            double sq = 0;
+            for (int i = lane; i < d; i += 32) sq += (double)(ob[i] * ob[i]);
+            sq = warp_sum_d(sq);
+            const float ns = 1.0f / sqrtf((float)(sq / d) + nw_eps);
+            const size_t o0 = ((size_t)t * nv + h) * d;
+            for (int i = lane; i < d; i += 32) {
+                float y = (ob[i] * ns) * nw[i], g = z[o0 + i];
+                out[o0 + i] = g / (1.0f + expf(-g)) * y;
+            }
+        }
+        __syncthreads(); /* ob is rewritten by the next entry */
+    }
+#pragma unroll
+    for (int i = 0; i < J; i++)
+#pragma unroll
+        for (int j = 0; j < J; j++) base[(size_t)(warp + 32 * i) * d + lane + 32 * j] = S[i][j];
 }
 
 /* ---- gated_delta, chunked (prefill): block = (32 value rows, value head, sequence) ----
@@ -736,5 +828,37 @@ extern "C" void cuda_gated_delta(bk_backend *be, const float *qkv, const float *
         else GD_LAUNCH(16);
 #undef GD_LAUNCH
     }
+    CU_LAUNCHED(cb);
+}
+
+/* backend.h's gated_delta_gate: the rule, the heads' RMS norm and the output gate in one launch
+ * (gated_delta_gate_kernel) when every sequence of the batch takes the recurrent form and the head
+ * size is 32, 64, 96 or 128; anything else (and BRISK_CUDA_GD_FUSE=0) as the three ops. */
+extern "C" void cuda_gated_delta_gate(bk_backend *be, const float *qkv, const float *b, const float *a,
+                                      const bk_weight *a_bias, const bk_weight *a_scale, float *ssm,
+                                      const int32_t *seq, int n, int n_k_heads, int n_v_heads, bool v_grouped, int d,
+                                      float eps, const bk_weight *norm, float norm_eps, const float *z, float *out) {
+    cuda_backend *cb = (cuda_backend *)be;
+    const bool fuse = !cb->gd_fuse_off && !(cb->ablate & (ABL_SSM | ABL_NORM)) && n > 0 && n < GDC_MIN_PER_SEQ &&
+                      d % 32 == 0 && d <= 128 && n_k_heads >= 1 && n_v_heads >= 1 && n_v_heads % n_k_heads == 0 &&
+                      norm->type == QT_F32 && norm->dev && norm->n_in == d;
+    const int32_t *d_seq = fuse ? seq_dev(cb, seq, n) : NULL;
+    if (!d_seq) {
+        cuda_gated_delta(be, qkv, b, a, a_bias, a_scale, ssm, seq, n, n_k_heads, n_v_heads, v_grouped, d, eps, out);
+        cuda_rms_norm(be, out, norm, out, n * n_v_heads, d, norm_eps);
+        cuda_swiglu(be, z, out, out, (size_t)n * n_v_heads * d);
+        return;
+    }
+    const float *ab = (const float *)a_bias->dev, *as = (const float *)a_scale->dev, *nw = (const float *)norm->dev;
+    const int group = v_grouped ? n_v_heads / n_k_heads : 0;
+    dim3 grid((unsigned)n_v_heads), block(1024);
+#define GDG_LAUNCH(J)                                                                                                 \
+    pdl_launch(cb, gated_delta_gate_kernel<J>, grid, block, 0, qkv, b, a, ab, as, ssm, d_seq, n, n_k_heads,         \
+               n_v_heads, group, d, eps, nw, norm_eps, z, out)
+    if (d == 32) GDG_LAUNCH(1);
+    else if (d == 64) GDG_LAUNCH(2);
+    else if (d == 96) GDG_LAUNCH(3);
+    else GDG_LAUNCH(4);
+#undef GDG_LAUNCH
     CU_LAUNCHED(cb);
 }
