@@ -336,6 +336,20 @@ gated_delta_kernel(const float *qkv, const float *b, const float *a, const float
  * rms_norm_warp_kernel does and gates them as swiglu_kernel does: the same bits as the three ops,
  * two launches fewer per Gated DeltaNet layer. Every sequence of the batch takes the recurrent
  * form (fewer than GDC_MIN_PER_SEQ entries). */
+/* A head's state (base: d x d) and the warp's J rows warp + 32 i in registers (lane + 32 j of each):
+ * loaded, or with STORE stored back. */
+template <int J, bool STORE> __device__ __forceinline__ void gd_rows_io(float (&S)[J][J], float *base, int d) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int i = 0; i < J; i++)
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            float &v = S[i][j], *p = base + (size_t)(warp + 32 * i) * d + lane + 32 * j;
+            if (STORE) *p = v;
+            else v = *p;
+        }
+}
+
 template <int J>
 __global__ void __launch_bounds__(1024)
 gated_delta_gate_kernel(const float *qkv, const float *b, const float *a, const float *a_bias, const float *a_scale,
@@ -349,24 +363,15 @@ gated_delta_gate_kernel(const float *qkv, const float *b, const float *a, const 
     float S[J][J]; /* row warp + 32 i: S[i][j] = S[row, lane + 32 j] */
     int cur = seq[0];
     float *base = ssm + ((size_t)cur * nv + h) * dd; /* the first entry's state: loaded before the wait */
-#pragma unroll
-    for (int i = 0; i < J; i++)
-#pragma unroll
-        for (int j = 0; j < J; j++) S[i][j] = base[(size_t)(warp + 32 * i) * d + lane + 32 * j];
+    gd_rows_io<J, false>(S, base, d);
     pdl_wait();
     for (int t = 0; t < n; t++) {
         const int s = seq[t];
         if (s != cur) {
-#pragma unroll
-            for (int i = 0; i < J; i++)
-#pragma unroll
-                for (int j = 0; j < J; j++) base[(size_t)(warp + 32 * i) * d + lane + 32 * j] = S[i][j];
+            gd_rows_io<J, true>(S, base, d);
             cur = s;
             base = ssm + ((size_t)cur * nv + h) * dd;
-#pragma unroll
-            for (int i = 0; i < J; i++)
-#pragma unroll
-                for (int j = 0; j < J; j++) S[i][j] = base[(size_t)(warp + 32 * i) * d + lane + 32 * j];
+            gd_rows_io<J, false>(S, base, d);
         }
         const float *row = qkv + (size_t)t * width;
         const float *qp = row + (size_t)hk * d, *kp = row + (size_t)(nk + hk) * d;
@@ -400,10 +405,7 @@ gated_delta_gate_kernel(const float *qkv, const float *b, const float *a, const 
         }
         __syncthreads(); /* ob is rewritten by the next entry */
     }
-#pragma unroll
-    for (int i = 0; i < J; i++)
-#pragma unroll
-        for (int j = 0; j < J; j++) base[(size_t)(warp + 32 * i) * d + lane + 32 * j] = S[i][j];
+    gd_rows_io<J, true>(S, base, d);
 }
 
 /* ---- gated_delta, chunked (prefill): block = (32 value rows, value head, sequence) ----
