@@ -279,13 +279,6 @@ typedef struct bk_backend_ops {
     bool (*qk_norm_rope_kv)(bk_backend *be, float *q, const float *q_src, int q_pitch, float *k, const float *v, int n,
                             int n_head, int n_head_kv, int head_dim, const bk_weight *q_norm, const bk_weight *k_norm,
                             float eps, const int32_t *pos, const bk_rope_params *rp, const bk_kv_view *kv);
-    /* Optional (NULL: matmul, then ssm_conv; see bk_matmul_ssm_conv): out[m] = x w[m]^T, with out[0]
-     * (n, channels) then run through ssm_conv into conv_out (out[0] is then scratch, its contents
-     * unspecified): a GPU runs one token's conv in the product's store (a Gated DeltaNet layer's
-     * qkv product and its conv in one launch). */
-    void (*matmul_ssm_conv)(bk_backend *be, int n_w, const bk_weight *const *w, const float *x, int n,
-                            float *const *out, const bk_weight *conv_w, float *conv, const int32_t *seq, int channels,
-                            int d_conv, float *conv_out);
     /* Optional (NULL: gated_delta, rms_norm, swiglu; see bk_gated_delta_gate): gated_delta's out, then
      * each head's d outputs RMS-normalised with norm (d) and gated: out = silu(z) * norm(out), z as out
      * (qwen35's Gated DeltaNet after the rule), in one pass where the backend can. */
@@ -360,18 +353,6 @@ static inline void bk_gated_residual(bk_backend *be, float *x, float *m, float *
     be->ops->sigmoid_mul(be, s, gate, n_rows, width, 1);
     be->ops->add(be, m, s, n);
     be->ops->add(be, x, m, n);
-}
-/* out[m] = x w[m]^T for the n_w weights, and out[0] through ssm_conv (conv_w, the carried inputs conv,
- * seq) into conv_out: the backend's fused op, or the two ops. */
-static inline void bk_matmul_ssm_conv(bk_backend *be, int n_w, const bk_weight *const *w, const float *x, int n,
-                                      float *const *out, const bk_weight *conv_w, float *conv, const int32_t *seq,
-                                      int channels, int d_conv, float *conv_out) {
-    if (be->ops->matmul_ssm_conv) {
-        be->ops->matmul_ssm_conv(be, n_w, w, x, n, out, conv_w, conv, seq, channels, d_conv, conv_out);
-        return;
-    }
-    be->ops->matmul(be, n_w, w, NULL, x, n, out);
-    be->ops->ssm_conv(be, out[0], conv_w, conv, seq, n, channels, d_conv, conv_out);
 }
 /* gated_delta into out, then out = silu(z) * rms_norm(out) head by head (norm: d weights): the
  * backend's fused op, or the three ops. */

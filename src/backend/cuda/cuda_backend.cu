@@ -258,7 +258,6 @@ static const bk_backend_ops cuda_ops = {
     /* norm_swiglu */ cuda_norm_swiglu,
     /* moe_ffn_shared */ cuda_moe_ffn_shared,
     /* qk_norm_rope_kv */ cuda_qk_norm_rope_kv,
-    /* matmul_ssm_conv */ cuda_matmul_ssm_conv,
     /* gated_delta_gate */ cuda_gated_delta_gate,
     /* norm_moe_router */ cuda_norm_moe_router,
 };
@@ -398,7 +397,6 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->router_fuse_off = getenv("BRISK_CUDA_ROUTER_FUSE") && !strcmp(getenv("BRISK_CUDA_ROUTER_FUSE"), "0");
     cb->router_norm_off = getenv("BRISK_CUDA_ROUTER_NORM") && !strcmp(getenv("BRISK_CUDA_ROUTER_NORM"), "0");
     cb->router_join_off = getenv("BRISK_CUDA_ROUTER_JOIN") && !strcmp(getenv("BRISK_CUDA_ROUTER_JOIN"), "0");
-    cb->conv_fuse_off = getenv("BRISK_CUDA_CONV_FUSE") && !strcmp(getenv("BRISK_CUDA_CONV_FUSE"), "0");
     cb->gd_fuse_off = getenv("BRISK_CUDA_GD_FUSE") && !strcmp(getenv("BRISK_CUDA_GD_FUSE"), "0");
     cb->moe_shared_off = getenv("BRISK_CUDA_MOE_SHARED") && !strcmp(getenv("BRISK_CUDA_MOE_SHARED"), "0");
     cb->route_warp_off = getenv("BRISK_CUDA_ROUTE_WARP") && !strcmp(getenv("BRISK_CUDA_ROUTE_WARP"), "0");

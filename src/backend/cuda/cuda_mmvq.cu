@@ -219,19 +219,7 @@ int cuda_mmvq_multi(cuda_backend *cb, int n_w, const bk_weight *const *w, const 
         if (n == 1) { /* the streamed kernel over the same run of matrices */
             mmvs_mats ms = {};
             for (int m = 0; m < mm.count; m++) mmvs_add(ms, mm.W[m], mm.bias[m], mm.y[m], mm.n_out[m]);
-            const bool conv = cb->conv_epi.y_raw && ms.y[0] == cb->conv_epi.y_raw; /* cuda_matmul_ssm_conv's */
-            if (conv) {
-                ms.y[0] = cb->conv_epi.out;
-                ms.conv_w = cb->conv_epi.w;
-                ms.conv_st = cb->conv_epi.st;
-                ms.conv_seq = cb->conv_epi.seq;
-                ms.conv_nc = cb->conv_epi.nc;
-                ms.conv_dc = cb->conv_epi.dc;
-            }
-            if (cuda_mmvs(cb, w0->type, false, ms, w0->row_bytes, w0->n_in, 0, NULL)) {
-                if (conv) cb->conv_epi.taken = true;
-                continue;
-            }
+            if (cuda_mmvs(cb, w0->type, false, ms, w0->row_bytes, w0->n_in, 0, NULL)) continue;
         }
         switch (w0->type) {
         case QT_Q8_0: mmvq_multi_launch_t<QT_Q8_0>(cb, mm, w0->row_bytes, w0->n_in, n, 0); break;

@@ -221,14 +221,6 @@ typedef struct mmvs_mats {
     int64_t rend[MMVS_MATS]; /* cumulative row ends: matrix m holds rows [rend[m - 1], rend[m]) */
     const uint8_t *W2;       /* GLU: the up matrix beside W[0] (the gate) */
     int count;
-    /* Matrix 0's rows through the Gated DeltaNet's short conv (ssm_conv) before they are stored: one
-     * token of sequence *conv_seq, conv_w (conv_nc, conv_dc) f32, conv_st its carried inputs;
-     * conv_w NULL: none (cuda_matmul_ssm_conv) */
-    const float *conv_w;
-    float *conv_st;
-    const int32_t *conv_seq;
-    int64_t conv_nc;
-    int conv_dc;
 } mmvs_mats;
 /* Appends a matrix of n_out rows to mm (its rows follow the ones already there). */
 static inline void mmvs_add(mmvs_mats &mm, const uint8_t *W, const float *bias, float *y, int64_t n_out) {

@@ -66,19 +66,6 @@ __device__ __forceinline__ void mmvs_store(const mmvs_mats &mm, int64_t r, float
         const float *bias = m2 ? mm.bias[2] : m1 ? mm.bias[1] : mm.bias[0];
         const int64_t rr = r - (m2 ? mm.rend[1] : m1 ? mm.rend[0] : 0);
         float v = a + (bias ? bias[rr] : 0.0f);
-        if (mm.conv_w && !m1) { /* channel rr of one token through the short conv, as ssm_conv_kernel */
-            const int dc = mm.conv_dc;
-            const int64_t nc = mm.conv_nc;
-            const float *wc = mm.conv_w + rr * dc;
-            float *st = mm.conv_st + (size_t)mm.conv_seq[0] * (size_t)(dc - 1) * nc + rr;
-            float s = 0.0f;
-            for (int i = 0; i < dc - 1; i++) s = __fadd_rn(s, __fmul_rn(st[(size_t)i * nc], wc[i]));
-            s = __fadd_rn(s, __fmul_rn(v, wc[dc - 1]));
-            for (int i = 0; i + 1 < dc - 1; i++) st[(size_t)i * nc] = st[(size_t)(i + 1) * nc];
-            if (dc > 1) st[(size_t)(dc - 2) * nc] = v;
-            y[rr] = s / (1.0f + expf(-s));
-            return;
-        }
         y[rr] = accum ? y[rr] + v : v;
     }
 }

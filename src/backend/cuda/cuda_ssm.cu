@@ -159,34 +159,6 @@ ssm_conv_state_kernel(const float *x, float *conv, const int32_t *seq, int n, in
     }
 }
 
-/* backend.h's matmul_ssm_conv: one token's products with the first one's rows run through the
- * short conv in the streamed product's store (mmvs_mats.conv_*: the same arithmetic as
- * ssm_conv_kernel, so the same bits), one launch fewer per DeltaNet layer; anything else (more
- * tokens, a product another kernel takes, BRISK_CUDA_CONV_FUSE=0) as matmul, then ssm_conv. */
-extern "C" void cuda_matmul_ssm_conv(bk_backend *be, int n_w, const bk_weight *const *w, const float *x, int n,
-                                     float *const *out, const bk_weight *conv_w, float *conv, const int32_t *seq,
-                                     int channels, int d_conv, float *conv_out) {
-    cuda_backend *cb = (cuda_backend *)be;
-    const bool fuse = n == 1 && n_w > 1 && !cb->conv_fuse_off && !(cb->ablate & ABL_SSM) && conv_w->type == QT_F32 &&
-                      conv_w->dev && d_conv >= 1 && w[0]->n_out == channels;
-    const int32_t *d_seq = fuse ? seq_dev(cb, seq, n) : NULL;
-    if (d_seq) {
-        cb->conv_epi.y_raw = out[0];
-        cb->conv_epi.out = conv_out;
-        cb->conv_epi.w = (const float *)conv_w->dev;
-        cb->conv_epi.st = conv;
-        cb->conv_epi.seq = d_seq;
-        cb->conv_epi.nc = channels;
-        cb->conv_epi.dc = d_conv;
-        cb->conv_epi.taken = false;
-    }
-    cuda_matmul(be, n_w, w, NULL, x, n, out);
-    const bool taken = d_seq && cb->conv_epi.taken;
-    cb->conv_epi.y_raw = NULL;
-    cb->conv_epi.taken = false;
-    if (!taken) cuda_ssm_conv(be, out[0], conv_w, conv, seq, n, channels, d_conv, conv_out);
-}
-
 extern "C" void cuda_ssm_conv(bk_backend *be, const float *x, const bk_weight *w, float *conv, const int32_t *seq,
                               int n, int channels, int d_conv, float *out) {
     cuda_backend *cb = (cuda_backend *)be;
