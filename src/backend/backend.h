@@ -286,13 +286,6 @@ typedef struct bk_backend_ops {
                              const bk_weight *a_scale, float *ssm, const int32_t *seq, int n, int n_k_heads,
                              int n_v_heads, bool v_grouped, int d, float eps, const bk_weight *norm, float norm_eps,
                              const float *z, float *out);
-    /* Optional (NULL, or false returned with nothing launched: rms_norm, then bk_moe_router; see
-     * bk_norm_moe_router): xn (n, w.n_in) = rms_norm of x with the f32 weight norm, then moe_router's
-     * outputs on xn, each as the two ops give it (a GPU normalises one token inside the router's
-     * launch: an MoE layer's norm launch less). */
-    bool (*norm_moe_router)(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n,
-                            const bk_weight *w, int k, bool renorm, float scale, float *logits, int32_t *ids,
-                            float *weights, const bk_weight *w2, float *out2);
 } bk_backend_ops;
 
 struct bk_backend {
@@ -381,16 +374,6 @@ static inline void bk_moe_router(bk_backend *be, const bk_weight *w, const float
     be->ops->matmul(be, 1, &w, NULL, x, n, &logits);
     be->ops->moe_route(be, logits, n, (int)w->n_out, k, norm, scale, ids, weights);
     if (w2) be->ops->matmul(be, 1, &w2, NULL, x, n, &out2);
-}
-/* xn = rms_norm(x) * norm, then bk_moe_router on xn: the backend's fused op, or the two. */
-static inline void bk_norm_moe_router(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn,
-                                      int n, const bk_weight *w, int k, bool renorm, float scale, float *logits,
-                                      int32_t *ids, float *weights, const bk_weight *w2, float *out2) {
-    if (be->ops->norm_moe_router &&
-        be->ops->norm_moe_router(be, x, norm, eps, xn, n, w, k, renorm, scale, logits, ids, weights, w2, out2))
-        return;
-    be->ops->rms_norm(be, x, norm, xn, n, (int)w->n_in, eps);
-    bk_moe_router(be, w, xn, n, k, renorm, scale, logits, ids, weights, w2, out2);
 }
 /* Strided rows through the backend's copy_rows, or one copy per row. */
 static inline void bk_copy_rows(bk_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,

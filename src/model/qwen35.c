@@ -81,15 +81,14 @@ static void gated_deltanet(const brisk_model *m, bk_backend *be, const bk_kv_vie
     residual_matmul(m, be, &L->ssm_out, s->att, n, s->xb, s->x);
 }
 
-/* x += the FFN of layer l on h = rms_norm(x) * ffn_norm (into s->xb): dense SwiGLU, or routed experts
- * plus the gated shared expert (summed before the residual, as llama.cpp does). */
+/* x += the FFN of layer l on h = s->xb: dense SwiGLU, or routed experts plus
+ * the gated shared expert (summed before the residual, as llama.cpp does). */
 static brisk_status ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l) {
     const model_hparams *hp = &m->hp;
     const bk_backend_ops *op = be->ops;
     const layer_weights *L = &m->layers[l];
     int n = b->n, d = hp->n_embd;
     if (!hp->n_expert) { /* tmp: h (s->xb), spent; s->att may be narrower than n_embd on a rank */
-        op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
         bk_matmul_swiglu(be, &L->w_gate, &L->w_up, s->xb, n, s->hb2, s->hb);
         residual_matmul(m, be, &L->w_down, s->hb, n, s->xb, s->x);
         return BRISK_OK;
@@ -97,8 +96,8 @@ static brisk_status ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b
     /* Every product of h first (router, shared expert's gate, its gate and up with their SwiGLU),
      * then the routed experts: a GPU quantizes h once for all of them (cuda_gemv.cu's tag), the
      * experts included. */
-    bk_norm_moe_router(be, s->x, &L->ffn_norm, hp->rms_eps, s->xb, n, &L->ffn_gate_inp, hp->n_expert_used, true,
-                       0.0f, s->moe_logits, s->moe_ids, s->moe_w, &L->gate_inp_shexp, s->sh_gate);
+    bk_moe_router(be, &L->ffn_gate_inp, s->xb, n, hp->n_expert_used, true, 0.0f, s->moe_logits, s->moe_ids,
+                  s->moe_w, &L->gate_inp_shexp, s->sh_gate);
     moe_count_experts(m, be, b, s, l);
     if (moe_residual(m, be, b, s, l, true)) return BRISK_OK; /* the shared expert as one more of the routed */
     bk_matmul_swiglu(be, &L->gate_shexp, &L->up_shexp, s->xb, n, s->hb2, s->hb);
@@ -134,6 +133,7 @@ brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_vi
         op->rms_norm(be, s->x, &L->attn_norm, s->xb, n, d, hp->rms_eps);
         if (model_layer_recurrent(hp, l)) gated_deltanet(m, be, kv, b, s, l);
         else gated_attention(m, be, kv, b, s, l);
+        op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
         BK_TRY(ffn(m, be, b, s, l));
     }
     if (l1 == hp->n_layer && b->n_out) decoder_logits(m, be, b, s);

@@ -79,8 +79,8 @@ brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_
         const layer_weights *L = &m->layers[l];
         decoder_attention(m, be, kv, b, s, l);
 
-        bk_norm_moe_router(be, s->x, &L->ffn_norm, hp->rms_eps, s->xb, n, &L->ffn_gate_inp, k, true, 0.0f,
-                           s->moe_logits, s->moe_ids, s->moe_w, NULL, NULL);
+        op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
+        bk_moe_router(be, &L->ffn_gate_inp, s->xb, n, k, true, 0.0f, s->moe_logits, s->moe_ids, s->moe_w, NULL, NULL);
         moe_count_experts(m, be, b, s, l);
         if (moe_residual(m, be, b, s, l, false)) continue; /* the combine closed the residual */
         if (ep) op->moe_ids_local(be, s->moe_ids, n * k, e0, e1);

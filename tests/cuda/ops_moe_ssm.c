@@ -5,18 +5,6 @@
 
 /* ---- mixture of experts ---- */
 
-/* Whether two device buffers hold the same bytes. */
-static bool dev_same(const void *x, const void *y, size_t bytes) {
-    void *u = malloc(bytes), *v = malloc(bytes);
-    dev_read(x, u, bytes);
-    dev_read(y, v, bytes);
-    bool same = !memcmp(u, v, bytes);
-    free(u);
-    free(v);
-    return same;
-}
-
-
 /* Router: the same experts in the same order and weights within 1e-5; a
  * different id is accepted only at a near tie (the CPU's polynomial exp and
  * the GPU's expf differ in the last bits): equal weights within 1e-5. */
@@ -104,79 +92,7 @@ static void check_moe_router(uint32_t type, int64_t n_in, int n_expert, int k) {
     free(hw); free(hw2); free(x); free(lc); free(lg); free(lu); free(wtc); free(wtg); free(wtu); free(ic); free(ig); free(iu);
 }
 
-/* The norm in the router's launch (norm_moe_router) against the GPU's rms_norm then moe_router, bit
- * for bit (the same sums in the same order): xn, logits, ids, weights, the joined second product, and
- * the experts' products on xn (Q4_K gate/up/down of n_ff 64 on the routing), which read the
- * quantized copy of xn the fused kernel left instead of the norm's. An unfused shape (n_in not a
- * multiple of 32, a Q8_0 router) must decline with false and launch nothing. */
-static void check_norm_moe_router(uint32_t type, int64_t n_in, int n_expert, int k, bool join, bool fused) {
-    size_t rb, rn, rg, rd;
-    const int64_t n_ff = 64;
-    void *hw = make_weight(type, n_in, n_expert, &rb), *hw2 = make_weight(type, n_in, 1, &rb);
-    void *hg = make_weight(QT_Q4_K, n_in, n_expert * n_ff, &rg), *hu = make_weight(QT_Q4_K, n_in, n_expert * n_ff, &rg);
-    void *hd = make_weight(QT_Q4_K, n_ff, n_expert * n_in, &rd);
-    float *nw = malloc((size_t)n_in * 4), *x = malloc((size_t)n_in * 4);
-    fill(nw, (size_t)n_in, 2.0f);
-    fill(x, (size_t)n_in, 5.0f);
-    rn = (size_t)n_in * 4;
-    bk_weight wg = {.name = "ffn_gate_inp", .type = type, .n_in = n_in, .n_out = n_expert, .row_bytes = rb, .host = hw},
-              w2 = {.name = "ffn_gate_inp_shexp", .type = type, .n_in = n_in, .n_out = 1, .row_bytes = rb, .host = hw2},
-              wn = {.name = "ffn_norm", .type = QT_F32, .n_in = n_in, .n_out = 1, .row_bytes = rn, .host = nw},
-              ge = {.name = "gate_exps", .type = QT_Q4_K, .n_in = n_in, .n_out = n_expert * n_ff, .row_bytes = rg,
-                    .host = hg, .n_expert = n_expert},
-              ue = ge, de = {.name = "down_exps", .type = QT_Q4_K, .n_in = n_ff, .n_out = n_expert * n_in,
-                             .row_bytes = rd, .host = hd, .n_expert = n_expert};
-    ue.name = "up_exps";
-    ue.host = hu;
-    bk_weight *bw[] = {&wg, &w2, &wn, &ge, &ue, &de};
-    for (size_t i = 0; i < sizeof bw / sizeof bw[0]; i++) CHECK_OK(gpu->ops->bind_weight(gpu, bw[i]));
-    const float eps = 1e-6f;
-    size_t nl = (size_t)n_expert * 4, nk = (size_t)k * 4, nx = (size_t)n_in * 4;
-    float *dx = dev_copy(x, nx);
-    float *xn[2], *lg[2], *wt[2], *o2[2], *y[2];
-    int32_t *id[2];
-    for (int v = 0; v < 2; v++) {
-        xn[v] = dev_copy(NULL, nx), lg[v] = dev_copy(NULL, nl), wt[v] = dev_copy(NULL, nk), o2[v] = dev_copy(NULL, 4);
-        y[v] = dev_copy(NULL, nx), id[v] = dev_copy(NULL, nk);
-    }
-    CHECK(gpu->ops->norm_moe_router != NULL);
-    for (int rep = 0; rep < 2 && gpu->ops->norm_moe_router; rep++) { /* twice: the block counter is back at 0 */
-        bool did = gpu->ops->norm_moe_router(gpu, dx, &wn, eps, xn[0], 1, &wg, k, true, 0.0f, lg[0], id[0], wt[0],
-                                             join ? &w2 : NULL, o2[0]);
-        CHECK(did == fused);
-        if (!did) break;
-        gpu->ops->moe_ffn(gpu, &ge, &ue, &de, xn[0], 1, id[0], wt[0], k, y[0]);
-        gpu->ops->rms_norm(gpu, dx, &wn, xn[1], 1, (int)n_in, eps);
-        gpu->ops->moe_router(gpu, &wg, xn[1], 1, k, true, 0.0f, lg[1], id[1], wt[1], join ? &w2 : NULL, o2[1]);
-        gpu->ops->moe_ffn(gpu, &ge, &ue, &de, xn[1], 1, id[1], wt[1], k, y[1]);
-        const void *a[] = {xn[0], lg[0], id[0], wt[0], o2[0], y[0]}, *b[] = {xn[1], lg[1], id[1], wt[1], o2[1], y[1]};
-        size_t bytes[] = {nx, nl, nk, nk, join ? 4 : 0, nx};
-        static const char *what[] = {"xn", "logits", "ids", "weights", "second product", "expert products"};
-        for (int i = 0; i < 6; i++) {
-            bool same = !bytes[i] || dev_same(a[i], b[i], bytes[i]);
-            if (!same)
-                fprintf(stderr, "  norm_moe_router %s %lld x %d k %d join %d: %s differ from rms_norm + moe_router\n",
-                        quant_type_name(type), (long long)n_in, n_expert, k, join, what[i]);
-            CHECK(same);
-        }
-    }
-    for (int v = 0; v < 2; v++) {
-        float *f[] = {xn[v], lg[v], wt[v], o2[v], y[v]};
-        for (int i = 0; i < 5; i++) gpu->ops->release(gpu, f[i]);
-        gpu->ops->release(gpu, id[v]);
-    }
-    gpu->ops->release(gpu, dx);
-    for (size_t i = 0; i < sizeof bw / sizeof bw[0]; i++) bk_cuda_release_weight(bw[i]);
-    free(hw); free(hw2); free(hg); free(hu); free(hd); free(nw); free(x);
-}
-
 static void test_moe_route(void) {
-    check_norm_moe_router(QT_F32, 2048, 128, 8, false, true); /* Qwen3-30B-A3B's */
-    check_norm_moe_router(QT_F32, 2048, 256, 8, true, true);  /* Qwen3.6-35B-A3B's, with the shared gate */
-    check_norm_moe_router(QT_F32, 4096, 128, 8, false, true); /* Qwen3-235B-A22B's width */
-    check_norm_moe_router(QT_F32, 1024, 60, 4, true, true);   /* the warp norm's order (1,024 wide or less) */
-    check_norm_moe_router(QT_F16, 1536, 64, 6, false, true);
-    check_norm_moe_router(QT_Q8_0, 2048, 64, 4, false, false); /* not a float router: declined */
     check_moe_router(QT_F32, 2048, 128, 8); /* Qwen3-30B-A3B's router */
     check_moe_router(QT_F32, 2048, 256, 8); /* Qwen3.6-35B-A3B's */
     check_moe_router(QT_F16, 1024, 60, 4);
@@ -648,6 +564,17 @@ static void check_ssm_conv(int channels, int d_conv, int n, const int32_t *seq) 
     gpu->ops->release(gpu, dx); gpu->ops->release(gpu, dout);
     bk_cuda_release_weight(&wg);
     free(x); free(w); free(st); free(stg); free(oc); free(og);
+}
+
+/* Whether two device buffers hold the same bytes. */
+static bool dev_same(const void *x, const void *y, size_t bytes) {
+    void *u = malloc(bytes), *v = malloc(bytes);
+    dev_read(x, u, bytes);
+    dev_read(y, v, bytes);
+    bool same = !memcmp(u, v, bytes);
+    free(u);
+    free(v);
+    return same;
 }
 
 /* The rule with the heads' RMS norm and output gate in one launch (gated_delta_gate) against the

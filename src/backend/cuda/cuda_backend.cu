@@ -259,7 +259,6 @@ static const bk_backend_ops cuda_ops = {
     /* moe_ffn_shared */ cuda_moe_ffn_shared,
     /* qk_norm_rope_kv */ cuda_qk_norm_rope_kv,
     /* gated_delta_gate */ cuda_gated_delta_gate,
-    /* norm_moe_router */ cuda_norm_moe_router,
 };
 
 extern "C" int bk_cuda_device_count(void) {
@@ -395,7 +394,6 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->ablate = getenv("BRISK_CUDA_ABLATE") ? (unsigned)atoi(getenv("BRISK_CUDA_ABLATE")) : 0;
     cb->attnq_off = getenv("BRISK_CUDA_ATTNQ") && !strcmp(getenv("BRISK_CUDA_ATTNQ"), "0");
     cb->router_fuse_off = getenv("BRISK_CUDA_ROUTER_FUSE") && !strcmp(getenv("BRISK_CUDA_ROUTER_FUSE"), "0");
-    cb->router_norm_off = getenv("BRISK_CUDA_ROUTER_NORM") && !strcmp(getenv("BRISK_CUDA_ROUTER_NORM"), "0");
     cb->router_join_off = getenv("BRISK_CUDA_ROUTER_JOIN") && !strcmp(getenv("BRISK_CUDA_ROUTER_JOIN"), "0");
     cb->gd_fuse_off = getenv("BRISK_CUDA_GD_FUSE") && !strcmp(getenv("BRISK_CUDA_GD_FUSE"), "0");
     cb->moe_shared_off = getenv("BRISK_CUDA_MOE_SHARED") && !strcmp(getenv("BRISK_CUDA_MOE_SHARED"), "0");

@@ -134,7 +134,6 @@ typedef struct cuda_backend {
     bool gd_fuse_off;           /* BRISK_CUDA_GD_FUSE=0: the delta rule, the heads' norm and the gate in three launches (A/B) */
     bool route_warp_off;        /* BRISK_CUDA_ROUTE_WARP=0: the router's block-per-token kernel only (A/B) */
     bool router_fuse_off;       /* BRISK_CUDA_ROUTER_FUSE=0: the router's product and routing as two launches (A/B) */
-    bool router_norm_off;       /* BRISK_CUDA_ROUTER_NORM=0: the norm before the MoE router in a launch of its own (A/B) */
     bool router_join_off;       /* BRISK_CUDA_ROUTER_JOIN=0: the shared expert's gate in a launch of its own (A/B) */
     bool moe_shared_off;        /* BRISK_CUDA_MOE_SHARED=0: one token's MoE layer end (the shared expert, the
                                    residual) in launches of their own (A/B) */
@@ -401,7 +400,7 @@ __device__ __forceinline__ void warp_store_rows(float (&acc)[R][NT], int lane, i
  * block_row_sum adds them in warp order. The split-K GEMV (cuda_gemv.cu) and the fused MoE router
  * (cuda_moe.cu) share it, so their logits are the same. */
 #define GEMV_SK_WARPS 4
-template <int T, int NT, int WARPS, bool LDG = true> /* !LDG: x in shared memory */
+template <int T, int NT, int WARPS>
 __device__ __forceinline__ void block_row_dot(const uint8_t *row, const float *x, int64_t n_in, int n,
                                               float (&part)[WARPS][NT]) {
     const int lane = threadIdx.x % 32, wp = threadIdx.x / 32;
@@ -417,7 +416,7 @@ __device__ __forceinline__ void block_row_dot(const uint8_t *row, const float *x
         for (int t = 0; t < NT; t++) {
             if (t < n) {
                 const float4 *xp = (const float4 *)(x + t * n_in + p * 8);
-                float4 a = LDG ? __ldg(xp) : xp[0], b = LDG ? __ldg(xp + 1) : xp[1];
+                float4 a = __ldg(xp), b = __ldg(xp + 1);
                 acc[t] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w + v[4] * b.x + v[5] * b.y + v[6] * b.z +
                           v[7] * b.w;
             }
@@ -706,7 +705,6 @@ extern "C" {
 void cuda_get_rows(bk_backend *be, const bk_weight *emb, const int32_t *ids, int n, float *out);
 void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, const bk_weight *const *bias,
                  const float *x, int n, float *const *y);
-int cuda_norm_threads(int dim);
 void cuda_rms_norm(bk_backend *be, const float *x, const bk_weight *w, float *y, int n_rows, int dim,
                    float eps);
 void cuda_norm_matmul(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n, int n_w,
@@ -749,9 +747,6 @@ void cuda_sigmoid_mul(bk_backend *be, float *x, const float *gate, int n_rows, i
 void cuda_gated_residual(bk_backend *be, float *x, float *m, float *s, const float *gate, int n_rows, int width);
 void cuda_moe_router(bk_backend *be, const bk_weight *w, const float *x, int n, int k, bool norm, float scale,
                      float *logits, int32_t *ids, float *weights, const bk_weight *w2, float *out2);
-bool cuda_norm_moe_router(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n,
-                          const bk_weight *w, int k, bool renorm, float scale, float *logits, int32_t *ids,
-                          float *weights, const bk_weight *w2, float *out2);
 void cuda_moe_ids_local(bk_backend *be, int32_t *ids, int n, int e0, int e1);
 bool cuda_moe_ffn_shared(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
                          const bk_weight *gs, const bk_weight *us, const bk_weight *ds, const float *h, int n,

@@ -247,54 +247,11 @@ moe_route_warp_kernel(const float *logits, int n, int n_expert, int k, int norm,
  * counts; the counter is zero between launches). One launch instead of two per MoE layer. With W2
  * (one row of the same type: the shared expert's gate), block n_expert computes out2 = W2 . x too,
  * as the split-K GEMV would, so that product needs no launch of its own. */
-/* With NORM, the RMS norm before the router runs in the router's launch (cuda_moe_norm_router): the
- * router's blocks each read the token's row x into shared memory and normalise it there, summing its
- * squares in cuda_rms_norm's order (cuda_norm_threads(n_in) threads' strided sums in double, then
- * their warps' and the warps' partials' butterflies), so xn is rms_norm's to the bit, and so are the
- * logits; the grid's blocks share the store of xn (y) and of its int8 copy for the experts (xq, xds;
- * NULL: none), a warp a group of 32. The norm launch and its place in the chain go. */
-struct router_norm {
-    const float *w; /* the norm's weights (n_in), NULL: no norm (x is xn already) */
-    float eps;
-    int nt;   /* cuda_norm_threads(n_in) */
-    float *y; /* xn out */
-    int8_t *xq;
-    float2 *xds;
-};
-
-template <int WARPS>
-__device__ __forceinline__ void router_norm_row(const float *x, int64_t n_in, const router_norm &nm, float *xs) {
-    __shared__ double sq[32];
-    const int lane = threadIdx.x % 32, wp = threadIdx.x / 32, nw = nm.nt / 32;
-    for (int64_t i = threadIdx.x * 4; i < n_in; i += WARPS * 32 * 4) /* n_in % 8 == 0: float4 rows */
-        *(float4 *)(xs + i) = *(const float4 *)(x + i);
-    __syncthreads();
-    for (int v = wp; v < nw; v += WARPS) { /* virtual warp v of the norm kernel's nt threads */
-        double s = 0;
-        for (int64_t i = v * 32 + lane; i < n_in; i += nm.nt) s += (double)(xs[i] * xs[i]);
-        s = warp_sum_d(s);
-        if (lane == 0) sq[v] = s;
-    }
-    __syncthreads();
-    double s = sq[0];
-    if (nw > 1) s = warp_sum_d(lane < nw ? sq[lane] : 0.0);
-    const float scale = 1.0f / sqrtf((float)(s / n_in) + nm.eps);
-    __syncthreads(); /* every warp has read sq */
-    for (int64_t i = threadIdx.x; i < n_in; i += WARPS * 32) xs[i] = (xs[i] * scale) * nm.w[i];
-    __syncthreads();
-    for (int64_t g = (int64_t)blockIdx.x * WARPS + wp; g < n_in / 32; g += (int64_t)gridDim.x * WARPS) {
-        const int64_t i = g * 32 + lane;
-        nm.y[i] = xs[i];
-        if (nm.xq) q8_1_store_lane(xs[i], i, lane, nm.xq, nm.xds);
-    }
-}
-
-template <int T, bool NORM>
+template <int T>
 __global__ void __launch_bounds__(GEMV_SK_WARPS * 32)
 moe_router_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int n_expert, const float *x, int k, int norm,
                   float scale, float *logits, int32_t *ids, float *weights, const uint8_t *W2, float *out2,
-                  int *cnt, int prefetch, router_norm nm) {
-    extern __shared__ float4 xs4[]; /* NORM: the normalised row (n_in) */
+                  int *cnt, int prefetch) {
     __shared__ float part[GEMV_SK_WARPS][1];
     __shared__ int last;
     const int64_t r = blockIdx.x;
@@ -306,13 +263,7 @@ moe_router_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int n_expert
             asm volatile("prefetch.global.L2 [%0];" ::"l"(row + o));
     }
     pdl_wait();
-    if constexpr (NORM) {
-        float *xs = (float *)xs4;
-        router_norm_row<GEMV_SK_WARPS>(x, n_in, nm, xs);
-        block_row_dot<T, 1, GEMV_SK_WARPS, false>(r < n_expert ? W + r * row_bytes : W2, xs, n_in, 1, part);
-    } else {
-        block_row_dot<T, 1, GEMV_SK_WARPS>(r < n_expert ? W + r * row_bytes : W2, x, n_in, 1, part);
-    }
+    block_row_dot<T, 1, GEMV_SK_WARPS>(r < n_expert ? W + r * row_bytes : W2, x, n_in, 1, part);
     if (threadIdx.x == 0) {
         *(r < n_expert ? logits + r : out2) = block_row_sum(part, 0);
         __threadfence();
@@ -364,12 +315,11 @@ extern "C" void cuda_moe_router(bk_backend *be, const bk_weight *w, const float 
         /* w2 joins as one more block when it is one row of w's type and width */
         const bool join = w2 && !cb->router_join_off && w2->type == w->type && w2->n_in == w->n_in && w2->n_out == 1;
         q8_tag tag = q8_tag_now(cb); /* the product reads x; its outputs are logits, ids, weights (and out2) */
-        const router_norm nm = {};
-        BK_DISPATCH(w->type, pdl_launch(cb, moe_router_kernel<TT, false>, dim3((unsigned)(n_expert + join)),
+        BK_DISPATCH(w->type, pdl_launch(cb, moe_router_kernel<TT>, dim3((unsigned)(n_expert + join)),
                                         dim3(GEMV_SK_WARPS * 32), 0, (const uint8_t *)w->dev, w->row_bytes, w->n_in,
                                         n_expert, x, k, norm ? 1 : 0, scale, logits, ids, weights,
                                         join ? (const uint8_t *)w2->dev : NULL, join ? out2 : NULL, cb->route_cnt,
-                                        cb->router_pf_off ? 0 : 1, nm));
+                                        cb->router_pf_off ? 0 : 1));
         CU_LAUNCHED(cb);
         q8_tag_keep(cb, tag, logits, (size_t)n_expert);
         route_outputs_keep_tag(cb, q8_tag_now(cb), ids, weights, (size_t)k);
@@ -382,44 +332,6 @@ extern "C" void cuda_moe_router(bk_backend *be, const bk_weight *w, const float 
         cuda_moe_route(be, logits, n, n_expert, k, norm, scale, ids, weights);
     }
     if (w2) cuda_matmul(be, 1, &w2, NULL, x, n, &out2);
-}
-
-/* backend.h's norm_moe_router: one token's norm in the fused router's launch (moe_router_kernel's
- * NORM), the same bytes as cuda_rms_norm then cuda_moe_router. False, with nothing launched, where
- * that router does not apply (batches, other router types, BRISK_CUDA_ROUTER_NORM=0): the caller
- * then runs the two ops. */
-extern "C" bool cuda_norm_moe_router(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n,
-                                     const bk_weight *w, int k, bool renorm, float scale, float *logits, int32_t *ids,
-                                     float *weights, const bk_weight *w2, float *out2) {
-    cuda_backend *cb = (cuda_backend *)be;
-    const int n_expert = (int)w->n_out;
-    const int64_t dim = w->n_in;
-    if (n != 1 || cb->router_norm_off || cb->router_fuse_off || cb->route_warp_off || (cb->ablate & ABL_ROUTER) ||
-        !cuda_gemv_splitk_use(w) || n_expert > ROUTE_WARP_MAX || k < 1 || k > n_expert || norm->type != QT_F32 ||
-        norm->n_in * norm->n_out != dim || dim % 32 != 0 || dim * sizeof(float) > 48 * 1024)
-        return false;
-    const bool join = w2 && !cb->router_join_off && w2->type == w->type && w2->n_in == w->n_in && w2->n_out == 1;
-    const bool q = !cb->normq_off && cb->xq && (size_t)dim <= cb->xq_cap; /* as cuda_rms_norm at one row */
-    router_norm nm = {(const float *)norm->dev, eps, cuda_norm_threads((int)dim), xn, q ? cb->xq : NULL,
-                      q ? cb->xds : NULL};
-    [&]() { /* CU_LAUNCHED returns from a void function on an error (recorded in cb) */
-        BK_DISPATCH(w->type, pdl_launch(cb, moe_router_kernel<TT, true>, dim3((unsigned)(n_expert + join)),
-                                        dim3(GEMV_SK_WARPS * 32), (size_t)dim * sizeof(float), (const uint8_t *)w->dev,
-                                        w->row_bytes, dim, n_expert, x, k, renorm ? 1 : 0, scale, logits, ids,
-                                        weights, join ? (const uint8_t *)w2->dev : NULL, join ? out2 : NULL,
-                                        cb->route_cnt, cb->router_pf_off ? 0 : 1, nm));
-        CU_LAUNCHED(cb);
-    }();
-    if (q) { /* xn's quantized copy, as cuda_rms_norm tags it */
-        cb->xq_src = xn;
-        cb->xq_n = 1;
-        cb->xq_dim = dim;
-    }
-    q8_tag_keep(cb, q8_tag_now(cb), logits, (size_t)n_expert);
-    route_outputs_keep_tag(cb, q8_tag_now(cb), ids, weights, (size_t)k);
-    if (w2 && join) q8_tag_keep(cb, q8_tag_now(cb), out2, 1);
-    else if (w2) cuda_matmul(be, 1, &w2, NULL, xn, n, &out2);
-    return true;
 }
 
 /* ---- expert parallelism (backend.h's moe_ids_local): the router's ids made local to a rank's

@@ -105,15 +105,6 @@ rms_norm_block_kernel(const float *x, const float *w, float *y, int dim, float e
     }
 }
 
-/* The threads that sum a row's squares in cuda_rms_norm's kernels: a warp up to 1,024 values,
- * else about 4 values a thread (a single row, decode, keeps 1,024 loads in flight). The fused MoE
- * router (cuda_moe.cu) adds in the same order, so its norm is rms_norm's to the bit. */
-extern "C" int cuda_norm_threads(int dim) {
-    if (dim <= 1024) return 32;
-    int nb = (dim / 4 + 31) / 32 * 32;
-    return nb < 128 ? 128 : nb > 1024 ? 1024 : nb;
-}
-
 extern "C" void cuda_rms_norm(bk_backend *be, const float *x, const bk_weight *w, float *y, int n_rows, int dim,
                               float eps) {
     cuda_backend *cb = (cuda_backend *)be;
@@ -129,7 +120,9 @@ extern "C" void cuda_rms_norm(bk_backend *be, const float *x, const bk_weight *w
         if (q) pdl_launch(cb, rms_norm_warp_kernel<true>, g, b, 0, x, wd, y, n_rows, dim, eps, cb->xq, cb->xds);
         else pdl_launch(cb, rms_norm_warp_kernel<false>, g, b, 0, x, wd, y, n_rows, dim, eps, (int8_t *)NULL, (float2 *)NULL);
     } else {
-        int nb = cuda_norm_threads(dim);
+        /* about 4 values a thread: a single row (decode) keeps 1,024 loads in flight */
+        int nb = (dim / 4 + 31) / 32 * 32;
+        nb = nb < 128 ? 128 : nb > 1024 ? 1024 : nb;
         dim3 g((unsigned)n_rows), b((unsigned)nb);
         /* batches for the f16 products: convert on the way too (the rows in registers) */
         h = cuda_mmqh_use(cb, n_rows) && dim % 256 == 0 && dim <= NORM_EPT * nb &&
