@@ -302,7 +302,7 @@ gated_delta_kernel(const float *qkv, const float *b, const float *a, const float
 
 /* ---- gated_delta with the head's RMS norm and output gate (decode): block = value head ----
  * out = silu(z) * rms_norm(o) over each head's d outputs (qwen35's gated_deltanet after the rule),
- * in the launch of the rule: d / 32 warps... 32 warps of J = d / 32 rows each (d a multiple of 32,
+ * in the launch of the rule: 32 warps of J = d / 32 rows each (d a multiple of 32,
  * at most 128), every row's state in registers across the entries as gated_delta_kernel keeps it,
  * the same per-row arithmetic (gd_row_step), then warp 0 normalises the head's outputs as
  * rms_norm_warp_kernel does and gates them as swiglu_kernel does: the same bits as the three ops,
