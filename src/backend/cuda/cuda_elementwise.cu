@@ -8,7 +8,7 @@ __global__ void swiglu_kernel(const float *gate, const float *up, float *out, si
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float g = gate[i];
-    out[i] = g / (1.0f + expf(-g)) * up[i];
+    out[i] = silu_f(g) * up[i];
 }
 
 __global__ void add_kernel(float *x, const float *y, size_t n) {

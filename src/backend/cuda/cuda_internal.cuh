@@ -447,6 +447,20 @@ __device__ __forceinline__ double warp_sum_d(double s) {
     return s;
 }
 
+/* silu(g) = g sigmoid(g), rounded as every SwiGLU of the backend rounds it (swiglu_kernel's
+ * g / (1 + exp(-g)), then times the up value): the fused forms give the unfused op's bits. */
+__device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }
+
+/* The RMS norm's scale 1 / sqrt(mean(x^2) + eps) of n values read by one warp (lane l: values l,
+ * l + 32, ...), the squares summed in double: rms_norm_warp_kernel's arithmetic, which the norms
+ * fused into other kernels repeat to the bit. */
+__device__ __forceinline__ float warp_rms_scale(const float *x, int n, float eps) {
+    double s = 0;
+    for (int i = threadIdx.x % 32; i < n; i += 32) s += (double)(x[i] * x[i]);
+    s = warp_sum_d(s);
+    return 1.0f / sqrtf((float)(s / n) + eps);
+}
+
 /* The 32 lanes of a warp hold one group of 32 consecutive activations (lane l: element i, the
  * group's first at i - l): lane l stores its int8 quant to xq[i] and lane 0 the group's (d, d * sum
  * of the quants) to xds[i / 32], the int8 blocks the integer-dot products read (q8_1 as ggml's).

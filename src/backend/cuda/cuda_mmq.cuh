@@ -133,7 +133,6 @@ __device__ __forceinline__ void mmq_mma16(int c[4], int a0, int a1, int b0) {
 #endif
 }
 
-__device__ __forceinline__ float mmq_silu(float g) { return g / (1.0f + expf(-g)); }
 
 /* Weight loads. MMQ_WEIGHT_CG=1 (a build flag, e.g. EXTRA_NVCCFLAGS=-DMMQ_WEIGHT_CG=1; untested
  * on the GPU) makes them skip L1 (ld.global.cg): the weights stream through once, and through
@@ -496,8 +495,8 @@ __global__ void __launch_bounds__(MMQ_THREADS, NT >= 64 || (MT > 1 && NT >= 32) 
         }
         /* GLU: the tile's rows r0 + mt * 8 + m of gate and of up */
         float *o = p.y + (int64_t)yrow[t] * p.ldy + rb + rr;
-        if (GLU) *o = mmq_silu(v) * u;
-        else if (p.mode == MMQ_SILU_MUL) *o = mmq_silu(*o) * v;
+        if (GLU) *o = silu_f(v) * u;
+        else if (p.mode == MMQ_SILU_MUL) *o = silu_f(*o) * v;
         else *o = (p.accum ? *o : 0.0f) + v + (p.bias ? p.bias[rb + rr] : 0.0f);
     }
 }

@@ -412,7 +412,7 @@ __global__ void __launch_bounds__(MMQH_WARPS * 32, 1) mmqh_kernel(mmqh_args p) {
             const float xm = p.xmul[t0 + t];
             a *= xm;
             if (GLU) {
-                p.mm.y[0][(int64_t)(t0 + t) * p.n_rows + R] = a / (1.0f + expf(-a)) * (b * xm);
+                p.mm.y[0][(int64_t)(t0 + t) * p.n_rows + R] = silu_f(a) * (b * xm);
             } else {
                 const int m = p.mm.count > 2 && R >= p.mm.rend[1] ? 2 : p.mm.count > 1 && R >= p.mm.rend[0] ? 1 : 0;
                 const int64_t r0 = m ? p.mm.rend[m - 1] : 0, no = p.mm.rend[m] - r0;

@@ -203,7 +203,7 @@ __device__ __forceinline__ void mmvq_rows(const uint8_t *W, const uint8_t *W2, s
                         g += __shfl_xor_sync(0xffffffffu, g, o);
                         u += __shfl_xor_sync(0xffffffffu, u, o);
                     }
-                    if (lane == 0) y[(int64_t)t * n_out + r0 + i] = g / (1.0f + expf(-g)) * u;
+                    if (lane == 0) y[(int64_t)t * n_out + r0 + i] = silu_f(g) * u;
                 }
             }
         } else {

@@ -59,7 +59,7 @@ __device__ __forceinline__ void mmvs_issue(const mmvs_mats &mm, int64_t r, uint3
 template <bool GLU>
 __device__ __forceinline__ void mmvs_store(const mmvs_mats &mm, int64_t r, float a, float b, int accum) {
     if (GLU) {
-        mm.y[0][r] = a / (1.0f + expf(-a)) * b; /* as swiglu_kernel computes it */
+        mm.y[0][r] = silu_f(a) * b; /* as swiglu_kernel computes it */
     } else {
         const bool m1 = mm.count > 1 && r >= mm.rend[0], m2 = mm.count > 2 && r >= mm.rend[1];
         float *y = m2 ? mm.y[2] : m1 ? mm.y[1] : mm.y[0];

@@ -508,7 +508,6 @@ template <int R, int NT> __device__ __forceinline__ void warp_sum(float (&acc)[R
                 for (int o = 16; o > 0; o >>= 1) acc[i][t] += __shfl_xor_sync(0xffffffffu, acc[i][t], o);
 }
 
-__device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }
 
 /* The active expert of this block's slot, or -1 when the slot is idle. */
 __device__ __forceinline__ int block_expert(const int32_t *act, const int32_t *n_act) {

@@ -26,10 +26,7 @@ __global__ void rms_norm_warp_kernel(const float *x, const float *w, float *y, i
     if (row >= n_rows) return;
     const float *xr = x + (int64_t)row * dim;
     float *yr = y + (int64_t)row * dim;
-    double s = 0;
-    for (int i = lane; i < dim; i += 32) s += (double)(xr[i] * xr[i]);
-    s = warp_sum_d(s);
-    float scale = 1.0f / sqrtf((float)(s / dim) + eps);
+    float scale = warp_rms_scale(xr, dim, eps);
     for (int i = lane; i < dim; i += 32) norm_store<Q>((xr[i] * scale) * w[i], yr, i, lane, xq, xds, row, dim);
 }
 
@@ -232,10 +229,7 @@ __global__ void qk_norm_rope_kernel(float *q, const float *qs, int qp, float *k,
         const float *v_in = isq ? qs + ((int64_t)t * nq + h) * qp : v_out;
         const float *w = isq ? qw : kw;
         if (w) {
-            double s = 0;
-            for (int i = lane; i < hd; i += 32) s += (double)(v_in[i] * v_in[i]);
-            s = warp_sum_d(s);
-            float scale = 1.0f / sqrtf((float)(s / hd) + eps);
+            float scale = warp_rms_scale(v_in, hd, eps);
             for (int i = lane; i < hd; i += 32) row[i] = (v_in[i] * scale) * w[i];
         } else {
             for (int i = lane; i < hd; i += 32) row[i] = v_in[i];

@@ -365,14 +365,11 @@ gated_delta_gate_kernel(const float *qkv, const float *b, const float *a, const 
         }
         __syncthreads();
         if (warp == 0) { /* rms_norm_warp_kernel's sums and roundings, then swiglu_kernel's */
-            double sq = 0;
-            for (int i = lane; i < d; i += 32) sq += (double)(ob[i] * ob[i]);
-            sq = warp_sum_d(sq);
-            const float ns = 1.0f / sqrtf((float)(sq / d) + nw_eps);
+            const float ns = warp_rms_scale(ob, d, nw_eps);
             const size_t o0 = ((size_t)t * nv + h) * d;
             for (int i = lane; i < d; i += 32) {
                 float y = (ob[i] * ns) * nw[i], g = z[o0 + i];
-                out[o0 + i] = g / (1.0f + expf(-g)) * y;
+                out[o0 + i] = silu_f(g) * y;
             }
         }
         __syncthreads(); /* ob is rewritten by the next entry */
