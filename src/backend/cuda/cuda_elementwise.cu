@@ -24,7 +24,7 @@ __global__ void sigmoid_mul_kernel(float *x, const float *gate, size_t n, int wi
     if (i >= n) return;
     size_t r = i / (size_t)width, c = i % (size_t)width;
     float g = gate[r * (size_t)gate_width + (gate_width == 1 ? 0 : c)];
-    x[i] *= 1.0f / (1.0f + expf(-g));
+    x[i] *= sigmoid_f(g);
 }
 
 /* x[r, i] += m[r, i] + s[r, i] * sigmoid(gate[r]), each step rounded as sigmoid_mul_kernel and two
@@ -34,7 +34,7 @@ __global__ void gated_residual_kernel(float *x, const float *m, const float *s, 
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float g = gate[i / (size_t)width];
-    float sg = __fmul_rn(s[i], 1.0f / (1.0f + expf(-g)));
+    float sg = __fmul_rn(s[i], sigmoid_f(g));
     x[i] = __fadd_rn(x[i], __fadd_rn(m[i], sg));
 }
 

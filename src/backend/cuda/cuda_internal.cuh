@@ -447,9 +447,12 @@ __device__ __forceinline__ double warp_sum_d(double s) {
     return s;
 }
 
-/* silu(g) = g sigmoid(g), rounded as every SwiGLU of the backend rounds it (swiglu_kernel's
- * g / (1 + exp(-g)), then times the up value): the fused forms give the unfused op's bits. */
+/* silu(g) = g sigmoid(g), rounded as every SwiGLU and short conv of the backend rounds it
+ * (swiglu_kernel's g / (1 + exp(-g)), then times the up value), and sigmoid(g) as every gate
+ * rounds it (sigmoid_mul, gated_residual, the shared expert's gate, the delta rule's beta): a
+ * fused form gives the unfused op's bits because both call the same one. */
 __device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }
+__device__ __forceinline__ float sigmoid_f(float g) { return 1.0f / (1.0f + expf(-g)); }
 
 /* The RMS norm's scale 1 / sqrt(mean(x^2) + eps) of n values read by one warp (lane l: values l,
  * l + 32, ...), the squares summed in double: rms_norm_warp_kernel's arithmetic, which the norms

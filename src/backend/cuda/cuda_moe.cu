@@ -649,7 +649,7 @@ __global__ void moe_combine_residual_kernel(const float *dout, const float *w, c
     int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= n_embd) return;
     float m = moe_combine_one(dout + c, w, ids, k, n_embd);
-    if (sh_logit) m = __fadd_rn(m, __fmul_rn(dout[(int64_t)k * n_embd + c], 1.0f / (1.0f + expf(-sh_logit[0]))));
+    if (sh_logit) m = __fadd_rn(m, __fmul_rn(dout[(int64_t)k * n_embd + c], sigmoid_f(sh_logit[0])));
     x[c] = __fadd_rn(x[c], m);
 }
 
@@ -735,7 +735,7 @@ moe_vec_down_comb_kernel(const uint8_t *D, const uint8_t *const *td, size_t row_
         if (q >= pairs) continue;
         if (s == k) { /* the shared expert */
             base[i] = Ds;
-            ws[i] = 1.0f / (1.0f + expf(-sh_logit[0]));
+            ws[i] = sigmoid_f(sh_logit[0]);
         } else {
             const int e = moe_entry_expert(ids, s, n_expert);
             if (e < 0) continue; /* another rank's expert */

@@ -66,7 +66,7 @@ ssm_conv_kernel(const float *x, const float *w, float *conv, const int32_t *seq,
         s = __fadd_rn(s, __fmul_rn(xt, wc[dc - 1]));
         for (int i = 0; i + 1 < dc - 1; i++) st[(size_t)i * nc] = st[(size_t)(i + 1) * nc];
         if (dc > 1) st[(size_t)(dc - 2) * nc] = xt;
-        out[(size_t)t * nc + c] = s / (1.0f + expf(-s));
+        out[(size_t)t * nc + c] = silu_f(s);
     }
 }
 
@@ -113,7 +113,7 @@ ssm_conv_par_kernel(const float *x, const float *w, const float *conv, const int
         }
         size_t o = (size_t)(t0 + e) * nc + c;
         s = __fadd_rn(s, __fmul_rn(x[o], wc[dc - 1]));
-        out[o] = s / (1.0f + expf(-s));
+        out[o] = silu_f(s);
     }
 }
 
@@ -206,7 +206,7 @@ template <int J> __device__ __forceinline__ void l2norm_lanes(float (&x)[J], flo
 /* Entry t's gates of value head h: beta = sigmoid(b), decay = exp(a_scale softplus(a + a_bias)). */
 __device__ __forceinline__ void gd_gates(const float *b, const float *a, const float *a_bias, const float *a_scale,
                                          int t, int h, int nv, float *beta, float *decay) {
-    *beta = 1.0f / (1.0f + expf(-b[(size_t)t * nv + h]));
+    *beta = sigmoid_f(b[(size_t)t * nv + h]);
     float ab = a[(size_t)t * nv + h] + a_bias[h];
     float sp = ab > 20.0f ? ab : logf(1.0f + expf(ab));
     *decay = expf(sp * a_scale[h]);
@@ -472,7 +472,7 @@ template <int DK> __device__ __forceinline__ void gdc_load(gdc_shared<DK> &sm, c
             const size_t tb = (size_t)sm.idx[i] * p.nv + h;
             float ab = p.a[tb] + p.a_bias[h];
             float sp = ab > 20.0f ? ab : logf(1.0f + expf(ab));
-            beta = 1.0f / (1.0f + expf(-p.b[tb]));
+            beta = sigmoid_f(p.b[tb]);
             g = sp * p.a_scale[h];
         }
         sm.beta[i] = beta;
