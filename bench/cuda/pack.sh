@@ -18,6 +18,10 @@ BINS="brisk tests/test_cuda_ops tests/test_pp tests/test_expert_cache"
 make -s BUILD="$B" $(for f in $BINS; do echo "$B/$f"; done) # (test_cuda_ops is not part of `make`)
 t=$(mktemp -d); mkdir -p "$t/build/tests"
 for f in $BINS; do strip -o "$t/build/$f" "$B/$f"; done
+if [ -n "${TRACE:-}" ]; then # TRACE=1: brisk's trace build too, as build/brisk-trace (cuda_trace.cuh)
+  make -s BUILD="$B-trace" EXTRA_NVCCFLAGS=-DBK_TRACE "$B-trace/brisk"
+  strip -o "$t/build/brisk-trace" "$B-trace/brisk"
+fi
 XZ_OPT="-9 -T2" tar cJf $D/bin.tar.xz -C "$t" build
 rm -rf "$t" $D/build
 cp tests/cuda/run.sh $D/cuda_run.sh

@@ -166,6 +166,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
 attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_t *pos, const int32_t *tab_off,
                 const int32_t *tabs, int n_head, int n_head_kv, int group, int hd, float scale_log2, float *out,
                 float *part, int *cnt, int8_t *xq, float2 *xds, int flags) {
+    BK_TRACE_SCOPE(); /* (a trace build only) */
     const bool adapt = flags & 1, merge_slow = flags & 2; /* BRISK_CUDA_ATTN_ADAPT=0, BRISK_CUDA_ATTN_MERGE=0 */
     pdl_wait();
     __shared__ __align__(16) float q_s[G][DEC_MAX_HD];

@@ -36,6 +36,7 @@ brisk_status cuda_graph_init(cuda_backend *cb) {
     CU_TRY(cudaMallocHost((void **)&cb->step_host, cb->step_cap * sizeof(int32_t)));
     CU_TRY(cudaMalloc((void **)&cb->step_dev, cb->step_cap * sizeof(int32_t)));
     CU_TRY(cudaEventCreateWithFlags(&cb->step_ev, cudaEventDisableTiming));
+    cuda_trace_init(cb);
     cb->cap_graphs = GRAPH_CACHE_MAX;
     cb->graphs = (cuda_graph_entry *)calloc(GRAPH_CACHE_MAX, sizeof *cb->graphs);
     if (!cb->graphs) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
@@ -73,6 +74,7 @@ brisk_status cuda_stage_embedding(cuda_backend *cb, const bk_weight *emb, const 
 }
 
 void cuda_graph_free(cuda_backend *cb) {
+    cuda_trace_free(cb);
     cudaFreeHost(cb->emb_host);
     cudaFree(cb->emb_dev);
     if (cb->graphs) drop_graphs(cb);
@@ -150,7 +152,9 @@ extern "C" brisk_status cuda_step_begin(bk_backend *be, const bk_step *st, bool 
         if (st->out_idx[i] != st->out_idx[0] + i) return BRISK_OK;
     for (int i = 0; i < cb->n_graphs; i++) {
         if (memcmp(cb->graphs[i].key, key, sizeof key)) continue;
+        cuda_trace_before_replay(cb);
         CU_TRY(cudaGraphLaunch(cb->graphs[i].exec, cb->stream));
+        cuda_trace_after_replay(cb);
         cb->n_replays++;
         cb->step_on = false;
         *replayed = true;
@@ -179,6 +183,7 @@ extern "C" brisk_status cuda_step_end(bk_backend *be, bool *rerun) {
         size_t n_nodes = 0;
         if (cudaGraphGetNodes(g, NULL, &n_nodes) == cudaSuccess) fprintf(stderr, "cuda graph: %zu nodes\n", n_nodes);
     }
+    if (e == cudaSuccess && g) cuda_trace_graph(cb, g);
     if (g) cudaGraphDestroy(g);
     if (e != cudaSuccess || cb->err != BRISK_OK) {
         /* An op that cannot be captured: run this pass again eagerly, and

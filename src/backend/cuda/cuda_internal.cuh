@@ -12,6 +12,7 @@ extern "C" {
 #include "base/status.h"
 #include "quant/quant.h"
 }
+#include "backend/cuda/cuda_trace.cuh"
 
 /* Metadata staging slots: each op family uploads into its own slot, so a
  * skipped (unchanged) upload never clobbers another op's live data. */
@@ -54,6 +55,7 @@ typedef struct cuda_backend {
     struct cuda_graph_entry *graphs; /* captured passes, by shape */
     int n_graphs, cap_graphs, cur_key[4];
     long n_replays, n_captures; /* counters for tests and bench */
+    struct cuda_trace *trace;   /* BRISK_CUDA_TRACE in a trace build (cuda_trace.cu), else NULL */
 
     int8_t *xq;                 /* (xq_cap) activations quantized for cuda_mmvq.cu */
     float2 *xds;                /* (xq_cap / 32) their block scales and sums */
@@ -747,6 +749,14 @@ bool cuda_qk_norm_rope_kv(bk_backend *be, float *q, const float *q_src, int q_pi
 brisk_status cuda_step_begin(bk_backend *be, const bk_step *st, bool *replayed);
 brisk_status cuda_step_end(bk_backend *be, bool *rerun);
 brisk_status cuda_graph_init(cuda_backend *cb);
+/* cuda_trace.cu: BRISK_CUDA_TRACE=FILE in a trace build arms the timeline (cuda_trace.cuh) for the
+ * BRISK_CUDA_TRACE_STEP-th replayed step (default 40); the graph's kernel names when one is made;
+ * the records of that step written after it. All no-ops when not armed. */
+void cuda_trace_init(cuda_backend *cb);
+void cuda_trace_graph(cuda_backend *cb, cudaGraph_t g);
+void cuda_trace_before_replay(cuda_backend *cb);
+void cuda_trace_after_replay(cuda_backend *cb);
+void cuda_trace_free(cuda_backend *cb);
 void cuda_moe_route(bk_backend *be, const float *logits, int n, int n_expert, int k, bool norm, float scale,
                     int32_t *ids, float *weights);
 void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down, const float *x,

@@ -35,6 +35,7 @@ template <int T, int NT, bool GLU, int U = mmvq_unroll<T, NT>::U, bool Q6Q = fal
 __global__ void __launch_bounds__(MMVQ_WARPS * 32)
 mmvq_kernel(const uint8_t *W, const uint8_t *W2, size_t row_bytes, int64_t n_in, int64_t n_out, const int8_t *xq,
             const float2 *xds, int n, const float *bias, float *y, int accum) {
+    BK_TRACE_SCOPE(); /* (a trace build only) */
     mmvq_rows<T, NT, GLU, U, Q6Q>(W, W2, row_bytes, n_in, n_out, xq, xds, n, bias, y, accum,
                              (int64_t)blockIdx.x * MMVQ_WARPS + threadIdx.x / 32, (int64_t)gridDim.x * MMVQ_WARPS);
 }
@@ -55,6 +56,7 @@ typedef struct mmvq_mats {
 template <int T, int NT, int U = mmvq_unroll<T, NT>::U, bool Q6Q = false>
 __global__ void __launch_bounds__(MMVQ_WARPS * 32)
 mmvq_multi_kernel(mmvq_mats mm, size_t row_bytes, int64_t n_in, const int8_t *xq, const float2 *xds, int n, int accum) {
+    BK_TRACE_SCOPE(); /* (a trace build only) */
     /* constant indices only: a dynamic index would copy the parameter struct to local memory */
     const unsigned b = blockIdx.x;
     const bool m1 = mm.count > 1 && b >= mm.bend[0], m2 = mm.count > 2 && b >= mm.bend[1];

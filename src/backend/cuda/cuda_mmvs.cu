@@ -147,6 +147,7 @@ template <int T, bool GLU, int NI, int NW, bool NORM>
 __global__ void __launch_bounds__(NW * 32, 1)
 mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *xds, int accum, int stages,
             mmvs_norm nm, mmvs_seg sg) {
+    BK_TRACE_SCOPE(); /* (a trace build only) */
     using U = qunit<T>;
     extern __shared__ __align__(128) uint8_t mmvs_smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

@@ -31,6 +31,7 @@
 #include "backend/cuda/cuda_internal.cuh"
 
 __device__ __forceinline__ void pdl_wait() {
+    bk_trace_mark(BK_TRACE_START); /* (a trace build only: cuda_trace.cuh) */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #ifndef BK_PDL_LATE
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -40,6 +41,7 @@ __device__ __forceinline__ void pdl_wait() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 #endif
+    bk_trace_mark(BK_TRACE_WAIT);
 }
 
 /* The batched products (cuda_mmqh.cu, cuda_mmq.cuh) let the next kernel launch only once they pass
@@ -48,10 +50,12 @@ __device__ __forceinline__ void pdl_wait() {
  * 4,016 with all triggers late, one lease; with this, 3,737 against 3,804 in another, within the
  * lease's spread; 8 sequences level). */
 __device__ __forceinline__ void pdl_wait_late() {
+    bk_trace_mark(BK_TRACE_START);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+    bk_trace_mark(BK_TRACE_WAIT);
 }
 
 /* kernel<<<grid, block, smem, cb->stream>>>(args...), as a programmatic dependent launch unless off.
