@@ -24,7 +24,7 @@ extern "C" int bk_trace_register(bk_trace_setter set) {
 }
 
 typedef struct cuda_trace {
-    char *path;
+    char *path, *names; /* FILE and FILE.names */
     long step, seen; /* the replay to record (1-based), replays so far */
     bool armed, done;
     int n_graphs;
@@ -47,23 +47,24 @@ void cuda_trace_init(cuda_backend *cb) {
     cuda_trace *t = (cuda_trace *)calloc(1, sizeof *t);
     if (!t) return;
     t->path = strdup(path);
+    t->names = (char *)malloc(strlen(path) + sizeof ".names");
+    if (t->names) sprintf(t->names, "%s.names", path);
     const char *st = getenv("BRISK_CUDA_TRACE_STEP");
     t->step = st ? atol(st) : 40;
     if (t->step < 1) t->step = 1;
-    if (!t->path || cudaMalloc((void **)&t->buf, (size_t)TRACE_CAP * sizeof(bk_trace_rec)) != cudaSuccess ||
+    if (!t->path || !t->names || cudaMalloc((void **)&t->buf, (size_t)TRACE_CAP * sizeof(bk_trace_rec)) != cudaSuccess ||
         cudaMalloc((void **)&t->count, sizeof(unsigned)) != cudaSuccess) {
         (void)cudaGetLastError();
         fprintf(stderr, "BRISK_CUDA_TRACE: no memory for the records; nothing is recorded\n");
         cudaFree(t->buf);
         free(t->path);
+        free(t->names);
         free(t);
         return;
     }
     FILE *f = fopen(t->path, "w"); /* both files start empty */
     if (f) fclose(f);
-    char names[4096];
-    snprintf(names, sizeof names, "%s.names", t->path);
-    f = fopen(names, "w");
+    f = fopen(t->names, "w");
     if (f) fclose(f);
     cb->trace = t;
 #endif
@@ -76,9 +77,7 @@ void cuda_trace_graph(cuda_backend *cb, cudaGraph_t g) {
     size_t n = 0;
     if (cudaGraphGetNodes(g, NULL, &n) != cudaSuccess || !n) return;
     cudaGraphNode_t *nodes = (cudaGraphNode_t *)malloc(n * sizeof *nodes);
-    char path[4096];
-    snprintf(path, sizeof path, "%s.names", t->path);
-    FILE *f = nodes ? fopen(path, "a") : NULL;
+    FILE *f = nodes ? fopen(t->names, "a") : NULL;
     if (f && cudaGraphGetNodes(g, nodes, &n) == cudaSuccess) {
         for (size_t i = 0; i < n; i++) {
             cudaGraphNodeType ty;
@@ -139,6 +138,7 @@ void cuda_trace_free(cuda_backend *cb) {
     cudaFree(t->buf);
     cudaFree(t->count);
     free(t->path);
+    free(t->names);
     free(t);
     cb->trace = NULL;
 }
