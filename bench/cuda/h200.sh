@@ -11,8 +11,7 @@
 # (brisk serve, and llama-server through --url), GPU memory of both at the same context.
 set -u
 OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
-rm -rf .device/build; tar xJf .device/bin.tar.xz -C .device  # bench/cuda/pack.sh's binaries
-B=.device/build; export LD_LIBRARY_PATH=$PWD/.device/lib; d=/tmp/bm; L=/tmp/ll/b/bin; mkdir -p $d
+d=/tmp/bm; L=/tmp/ll/b/bin; . bench/cuda/device_env.sh
 MODELS=${*:-${MODELS:-qwen3-8b:q4_k_m qwen3-8b:q8_0}}
 SD=${SERVER_DURATION:-12}; DR=${DEPTH_REPS:-2}   # server seconds per stream count, depth-row repetitions
 MOE_MODELS=${MOE_MODELS-qwen3-30b-a3b@24:q4_k_m qwen3.6-35b-a3b@20:q4_k_m qwen3.6-27b@32:q4_k_m}
@@ -24,7 +23,6 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,clocks.max.sm,power.draw --form
   cmake --build b -j14 --target llama-bench llama-batched-bench llama-server > /tmp/ll/build.log 2>&1
   echo "llama.cpp build rc=$?" ) > "$OUT/llbuild.txt" 2>&1 & LB=$!
 ( MODEL=.device/stories260K.gguf BUILD=$B SHARED=/nonexistent timeout 300 bash .device/cuda_run.sh > "$OUT/testcuda.txt" 2>&1 ) & TC=$!
-xz -dc .device/vocab.gguf.xz > $d/vocab.gguf
 for m in $MODELS; do p=${m%%:*}; t=${m##*:}
   [ -f $d/$p-$t.gguf ] || $B/brisk synth --preset $p --vocab $d/vocab.gguf --type $t --repeat-rows 256 -o $d/$p-$t.gguf > /dev/null 2>&1
 done

@@ -7,10 +7,8 @@
 # each fusion on and off, and the greedy text of 48 tokens fused against unfused (must be equal: the
 # same arithmetic).
 set -u
-rm -rf .device/build; tar xJf .device/bin.tar.xz -C .device
-B=.device/build; A=$B/brisk; export LD_LIBRARY_PATH=$PWD/.device/lib
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
-d=/tmp/fz; mkdir -p $d; xz -dc .device/vocab.gguf.xz > $d/vocab.gguf
+d=/tmp/fz; . bench/cuda/device_env.sh
 M2=
 for p in tiny-qwen3moe tiny-qwen35 tiny-qwen35moe tiny-qwen3next; do
   $A synth --preset $p -o $d/$p.gguf > /dev/null 2>&1 && M2="$M2 $d/$p.gguf"; done

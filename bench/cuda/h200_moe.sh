@@ -12,8 +12,7 @@
 # Steps: llama.cpp builds in the background (~150 s on 13 cores) while brisk's test-cuda runs.
 set -u
 OUT=${OUT:-/tmp/h200moe}; mkdir -p "$OUT"
-rm -rf .device/build; tar xJf .device/bin.tar.xz -C .device  # bench/cuda/pack.sh's binaries
-B=.device/build; export LD_LIBRARY_PATH=$PWD/.device/lib; d=/tmp/bm; L=/tmp/ll/b/bin; mkdir -p $d
+d=/tmp/bm; L=/tmp/ll/b/bin; . bench/cuda/device_env.sh
 A=$B/brisk
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,clocks.max.sm,power.draw --format=csv,noheader | tee "$OUT/smi.txt"
@@ -25,7 +24,6 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,clocks.max.sm,power.draw --form
   echo "llama.cpp build rc=$?" ) > "$OUT/llbuild.txt" 2>&1 & LB=$!
 ( MODEL=.device/stories260K.gguf BUILD=$B SHARED=/nonexistent timeout 400 bash .device/cuda_run.sh > "$OUT/testcuda.txt" 2>&1 )
 el "test-cuda: $(grep -E 'passed' "$OUT/testcuda.txt" | tr '\n' ' ')"
-xz -dc .device/vocab.gguf.xz > $d/vocab.gguf
 # t CMD...: the command's table rows; peak CMD...: the same, with the GPU memory's peak while it ran
 t() { echo "-- $*"; "$@" 2>&1 | grep -E "^\| *(tg|pp)|^\| (all|[0-9]+ )|expert cache: [0-9]|^\| [a-z]" | grep -v "^| model"; }
 peak() {

@@ -6,10 +6,8 @@
 # Models: `brisk synth --preset P --vocab ggml-vocab-qwen2.gguf --type q4_k_m --repeat-rows 256`
 # (the MoE presets with --expert-skew 1). The raw records go to $OUT (xz) when it is set.
 set -u
-rm -rf .device/build; tar xJf .device/bin.tar.xz -C .device
-B=.device/build; export LD_LIBRARY_PATH=$PWD/.device/lib
+d=/tmp/tr; . bench/cuda/device_env.sh
 [ -x $B/brisk-trace ] || { echo "no build/brisk-trace in .device/bin.tar.xz: pack with TRACE=1"; exit 1; }
-d=/tmp/tr; mkdir -p $d; xz -dc .device/vocab.gguf.xz > $d/vocab.gguf
 O=${OUT:-/tmp/tr}
 for P in ${*:-qwen3-8b qwen3.6-27b qwen3-30b-a3b}; do
   M=$d/$P.gguf
