@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine (after bench/cuda/pack.sh here): the one-token fusions of the hybrid decode step
-# checked and timed against their A/B knob:
+# checked and timed, each against its A/B knob:
 #   BRISK_CUDA_GD_FUSE  the Gated DeltaNet rule, its heads' RMS norm and the output gate in one launch
+#   BRISK_CUDA_GD_CONV  the short conv before it in the same launch (clusters of a key head's blocks)
 # The op tests (bit for bit against the unfused ops), the tiny MoE and hybrid models end to end, then
 # qwen3.6-27b and qwen3.6-35b-a3b (Q4_K_M, --repeat-rows 256; the MoE with --expert-skew 1): tg128 with
 # each fusion on and off, and the greedy text of 48 tokens fused against unfused (must be equal: the
@@ -26,10 +27,11 @@ for P in qwen3.6-27b qwen3.6-35b-a3b; do
   $A synth --preset $P --vocab $d/vocab.gguf --type q4_k_m --repeat-rows 256 \
     $([ $P != qwen3.6-27b ] && echo --expert-skew 1) -o $M 2>&1 | tail -1
   BRISK_CUDA_GRAPH_INFO=1 $A bench -m $M -p 0 -n 4 -r 1 2>&1 | grep "graph:" | sort | uniq -c
-  for v in X=1 BRISK_CUDA_GD_FUSE=0 X=1 BRISK_CUDA_GD_FUSE=0; do tg $P $v; done
+  for v in X=1 BRISK_CUDA_GD_CONV=0 BRISK_CUDA_GD_FUSE=0 X=1 BRISK_CUDA_GD_CONV=0; do tg $P $v; done
+  same BRISK_CUDA_GD_CONV=0
   same BRISK_CUDA_GD_FUSE=0
   if [ $P = qwen3.6-35b-a3b ] && [ -f .device/stats16.json ]; then # expert offload at 16 GB
-    for v in X=1 BRISK_CUDA_GD_FUSE=0; do
+    for v in X=1 BRISK_CUDA_GD_CONV=0; do
       echo "$P --gpu-mem 16G $v: $(env $v $A bench -m $M -p 0 -n 128 -r 2 --gpu-mem 16G --expert-stats \
         .device/stats16.json --cache-experts auto 2>&1 | grep -E '^\| *tg')"; done
   fi

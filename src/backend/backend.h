@@ -279,10 +279,14 @@ typedef struct bk_backend_ops {
     bool (*qk_norm_rope_kv)(bk_backend *be, float *q, const float *q_src, int q_pitch, float *k, const float *v, int n,
                             int n_head, int n_head_kv, int head_dim, const bk_weight *q_norm, const bk_weight *k_norm,
                             float eps, const int32_t *pos, const bk_rope_params *rp, const bk_kv_view *kv);
-    /* Optional (NULL: gated_delta, rms_norm, swiglu; see bk_gated_delta_gate): gated_delta's out, then
-     * each head's d outputs RMS-normalised with norm (d) and gated: out = silu(z) * norm(out), z as out
-     * (qwen35's Gated DeltaNet after the rule), in one pass where the backend can. */
-    void (*gated_delta_gate)(bk_backend *be, const float *qkv, const float *b, const float *a, const bk_weight *a_bias,
+    /* Optional (NULL: ssm_conv, gated_delta, rms_norm, swiglu; see bk_gated_delta_gate): with conv_w,
+     * x (n, (2 n_k_heads + n_v_heads) d) through ssm_conv (conv_w, its carried inputs conv, d_conv) into
+     * conv_out (then scratch: its contents unspecified), else x is the rule's input; then gated_delta's
+     * out, each head's d outputs RMS-normalised with norm (d) and gated: out = silu(z) * norm(out), z as
+     * out (qwen35's Gated DeltaNet from its qkv product to the output projection), in one pass where
+     * the backend can. */
+    void (*gated_delta_gate)(bk_backend *be, const float *x, const bk_weight *conv_w, float *conv, int d_conv,
+                             float *conv_out, const float *b, const float *a, const bk_weight *a_bias,
                              const bk_weight *a_scale, float *ssm, const int32_t *seq, int n, int n_k_heads,
                              int n_v_heads, bool v_grouped, int d, float eps, const bk_weight *norm, float norm_eps,
                              const float *z, float *out);
@@ -347,18 +351,23 @@ static inline void bk_gated_residual(bk_backend *be, float *x, float *m, float *
     be->ops->add(be, m, s, n);
     be->ops->add(be, x, m, n);
 }
-/* gated_delta into out, then out = silu(z) * rms_norm(out) head by head (norm: d weights): the
- * backend's fused op, or the three ops. */
-static inline void bk_gated_delta_gate(bk_backend *be, const float *qkv, const float *b, const float *a,
-                                       const bk_weight *a_bias, const bk_weight *a_scale, float *ssm, const int32_t *seq,
-                                       int n, int n_k_heads, int n_v_heads, bool v_grouped, int d, float eps,
-                                       const bk_weight *norm, float norm_eps, const float *z, float *out) {
+/* ssm_conv of x into conv_out when conv_w is given, then gated_delta into out, then out = silu(z) *
+ * rms_norm(out) head by head (norm: d weights): the backend's fused op, or the separate ops. */
+static inline void bk_gated_delta_gate(bk_backend *be, const float *x, const bk_weight *conv_w, float *conv, int d_conv,
+                                       float *conv_out, const float *b, const float *a, const bk_weight *a_bias,
+                                       const bk_weight *a_scale, float *ssm, const int32_t *seq, int n, int n_k_heads,
+                                       int n_v_heads, bool v_grouped, int d, float eps, const bk_weight *norm,
+                                       float norm_eps, const float *z, float *out) {
     if (be->ops->gated_delta_gate) {
-        be->ops->gated_delta_gate(be, qkv, b, a, a_bias, a_scale, ssm, seq, n, n_k_heads, n_v_heads, v_grouped, d, eps,
-                                  norm, norm_eps, z, out);
+        be->ops->gated_delta_gate(be, x, conv_w, conv, d_conv, conv_out, b, a, a_bias, a_scale, ssm, seq, n, n_k_heads,
+                                  n_v_heads, v_grouped, d, eps, norm, norm_eps, z, out);
         return;
     }
-    be->ops->gated_delta(be, qkv, b, a, a_bias, a_scale, ssm, seq, n, n_k_heads, n_v_heads, v_grouped, d, eps, out);
+    if (conv_w) {
+        be->ops->ssm_conv(be, x, conv_w, conv, seq, n, (2 * n_k_heads + n_v_heads) * d, d_conv, conv_out);
+        x = conv_out;
+    }
+    be->ops->gated_delta(be, x, b, a, a_bias, a_scale, ssm, seq, n, n_k_heads, n_v_heads, v_grouped, d, eps, out);
     be->ops->rms_norm(be, out, norm, out, n * n_v_heads, d, norm_eps);
     be->ops->swiglu(be, z, out, out, (size_t)n * n_v_heads * d);
 }

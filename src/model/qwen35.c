@@ -69,15 +69,14 @@ static void gated_deltanet(const brisk_model *m, bk_backend *be, const bk_kv_vie
     const bk_backend_ops *op = be->ops;
     const layer_weights *L = &m->layers[l];
     int n = b->n, ds = hp->ssm_d_state, nk = hp->ssm_n_k_heads, nv = hp->ssm_n_v_heads;
-    int conv_dim = (2 * nk + nv) * ds;
 
     const bk_weight *w[4] = {&L->ssm_qkv, &L->ssm_z, &L->ssm_beta, &L->ssm_alpha};
     float *out[4] = {s->qg, s->gz, s->dn_beta, s->dn_alpha};
     op->matmul(be, 4, w, NULL, s->xb, n, out);
-    op->ssm_conv(be, s->qg, &L->ssm_conv1d, kv[l].conv, b->ab.seq, n, conv_dim, hp->ssm_d_conv, s->conv);
-    /* the rule, then silu(z) * norm(o) head by head */
-    bk_gated_delta_gate(be, s->conv, s->dn_beta, s->dn_alpha, &L->ssm_dt_bias, &L->ssm_a, kv[l].ssm, b->ab.seq, n, nk,
-                        nv, hp->ssm_v_grouped, ds, hp->rms_eps, &L->ssm_norm, hp->rms_eps, s->gz, s->att);
+    /* the short conv, the rule, then silu(z) * norm(o) head by head */
+    bk_gated_delta_gate(be, s->qg, &L->ssm_conv1d, kv[l].conv, hp->ssm_d_conv, s->conv, s->dn_beta, s->dn_alpha,
+                        &L->ssm_dt_bias, &L->ssm_a, kv[l].ssm, b->ab.seq, n, nk, nv, hp->ssm_v_grouped, ds, hp->rms_eps,
+                        &L->ssm_norm, hp->rms_eps, s->gz, s->att);
     residual_matmul(m, be, &L->ssm_out, s->att, n, s->xb, s->x);
 }
 

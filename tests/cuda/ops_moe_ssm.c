@@ -581,39 +581,55 @@ static bool dev_same(const void *x, const void *y, size_t bytes) {
  * GPU's gated_delta, rms_norm and swiglu on check_gated_delta's inputs (dq, db, da on the GPU, the
  * state st0 on the host): outputs and state bit for bit (the same arithmetic), fused or not (head
  * sizes other than 32-128 in steps of 32, and batches with a sequence of 16 entries or more, take
- * the three ops inside the op). */
+ * the three ops inside the op). Then with the short conv first (d_conv 4, dq as its input: the
+ * conv in the rule's launch, a cluster of blocks per key head) against ssm_conv and the three ops:
+ * the outputs, the state and the conv's carried inputs bit for bit. */
 static void check_gated_delta_gate(int nk, int nv, int d, int n, const int32_t *seq, bool grouped, const float *dq,
                                    const float *db, const float *da, const bk_weight *abg, const bk_weight *asg,
                                    const float *st0, size_t ns) {
-    size_t no = (size_t)n * nv * d;
-    float *z = malloc(no * 4), *nw = malloc((size_t)d * 4);
+    const int slots = ssm_slots(seq, n), dc = 4;
+    size_t no = (size_t)n * nv * d, nc = (size_t)(2 * nk + nv) * d, ncs = (size_t)slots * (dc - 1) * nc;
+    float *z = malloc(no * 4), *nw = malloc((size_t)d * 4), *cw = malloc(nc * dc * 4), *cs = malloc(ncs * 4);
     fill(z, no, 3.0f);
     fill(nw, (size_t)d, 1.0f);
-    bk_weight nwg = {.name = "ssm_norm", .type = QT_F32, .n_in = d, .n_out = 1, .row_bytes = (size_t)d * 4, .host = nw};
+    fill(cw, nc * dc, 1.0f);
+    fill(cs, ncs, 2.0f);
+    bk_weight nwg = {.name = "ssm_norm", .type = QT_F32, .n_in = d, .n_out = 1, .row_bytes = (size_t)d * 4, .host = nw},
+              cwg = {.name = "ssm_conv1d", .type = QT_F32, .n_in = dc, .n_out = (int64_t)nc, .row_bytes = (size_t)dc * 4,
+                     .host = cw};
     CHECK_OK(gpu->ops->bind_weight(gpu, &nwg));
-    float *dz = dev_copy(z, no * 4), *st_a = dev_copy(st0, ns * 4), *st_b = dev_copy(st0, ns * 4),
-          *o_a = dev_copy(NULL, no * 4), *o_b = dev_copy(NULL, no * 4);
+    CHECK_OK(gpu->ops->bind_weight(gpu, &cwg));
     CHECK(gpu->ops->gated_delta_gate != NULL);
-    if (gpu->ops->gated_delta_gate)
-        gpu->ops->gated_delta_gate(gpu, dq, db, da, abg, asg, st_a, seq, n, nk, nv, grouped, d, 1e-6f, &nwg, 1e-6f,
-                                   dz, o_a);
-    gpu->ops->gated_delta(gpu, dq, db, da, abg, asg, st_b, seq, n, nk, nv, grouped, d, 1e-6f, o_b);
-    gpu->ops->rms_norm(gpu, o_b, &nwg, o_b, n * nv, d, 1e-6f);
-    gpu->ops->swiglu(gpu, dz, o_b, o_b, no);
-    size_t bytes[2] = {no * 4, ns * 4};
-    const float *xa[2] = {o_a, st_a}, *xb[2] = {o_b, st_b};
-    for (int i = 0; i < 2; i++) {
-        bool same = dev_same(xa[i], xb[i], bytes[i]);
-        if (!same)
-            fprintf(stderr, "  gated_delta_gate%s heads %d/%d d %d n %d: %s differ from the three ops\n",
-                    grouped ? " grouped" : "", nk, nv, d, n, i ? "states" : "outputs");
-        CHECK(same);
+    for (int conv = 0; conv < 2 && gpu->ops->gated_delta_gate; conv++) {
+        float *dz = dev_copy(z, no * 4), *st_a = dev_copy(st0, ns * 4), *st_b = dev_copy(st0, ns * 4),
+              *o_a = dev_copy(NULL, no * 4), *o_b = dev_copy(NULL, no * 4), *cs_a = dev_copy(cs, ncs * 4),
+              *cs_b = dev_copy(cs, ncs * 4), *co_a = dev_copy(NULL, n * nc * 4), *co_b = dev_copy(NULL, n * nc * 4);
+        gpu->ops->gated_delta_gate(gpu, dq, conv ? &cwg : NULL, cs_a, dc, co_a, db, da, abg, asg, st_a, seq, n, nk, nv,
+                                   grouped, d, 1e-6f, &nwg, 1e-6f, dz, o_a);
+        const float *in = dq;
+        if (conv) {
+            gpu->ops->ssm_conv(gpu, dq, &cwg, cs_b, seq, n, (int)nc, dc, co_b);
+            in = co_b;
+        }
+        gpu->ops->gated_delta(gpu, in, db, da, abg, asg, st_b, seq, n, nk, nv, grouped, d, 1e-6f, o_b);
+        gpu->ops->rms_norm(gpu, o_b, &nwg, o_b, n * nv, d, 1e-6f);
+        gpu->ops->swiglu(gpu, dz, o_b, o_b, no);
+        size_t bytes[3] = {no * 4, ns * 4, ncs * 4};
+        const float *xa[3] = {o_a, st_a, cs_a}, *xb[3] = {o_b, st_b, cs_b};
+        static const char *what[3] = {"outputs", "states", "conv carried inputs"};
+        for (int i = 0; i < 2 + conv; i++) {
+            bool same = dev_same(xa[i], xb[i], bytes[i]);
+            if (!same)
+                fprintf(stderr, "  gated_delta_gate%s%s heads %d/%d d %d n %d: %s differ from the separate ops\n",
+                        conv ? " with conv" : "", grouped ? " grouped" : "", nk, nv, d, n, what[i]);
+            CHECK(same);
+        }
+        float *tmp[] = {dz, st_a, st_b, o_a, o_b, cs_a, cs_b, co_a, co_b};
+        for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) gpu->ops->release(gpu, tmp[i]);
     }
-    float *tmp[] = {dz, st_a, st_b, o_a, o_b};
-    for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) gpu->ops->release(gpu, tmp[i]);
     bk_cuda_release_weight(&nwg);
-    free(z);
-    free(nw);
+    bk_cuda_release_weight(&cwg);
+    free(z); free(nw); free(cw); free(cs);
 }
 
 /* Outputs and the carried states within 1e-4 (fp32 state, sums in another

@@ -395,6 +395,7 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->attnq_off = getenv("BRISK_CUDA_ATTNQ") && !strcmp(getenv("BRISK_CUDA_ATTNQ"), "0");
     cb->router_fuse_off = getenv("BRISK_CUDA_ROUTER_FUSE") && !strcmp(getenv("BRISK_CUDA_ROUTER_FUSE"), "0");
     cb->router_join_off = getenv("BRISK_CUDA_ROUTER_JOIN") && !strcmp(getenv("BRISK_CUDA_ROUTER_JOIN"), "0");
+    cb->gd_conv_off = getenv("BRISK_CUDA_GD_CONV") && !strcmp(getenv("BRISK_CUDA_GD_CONV"), "0");
     cb->gd_fuse_off = getenv("BRISK_CUDA_GD_FUSE") && !strcmp(getenv("BRISK_CUDA_GD_FUSE"), "0");
     cb->moe_shared_off = getenv("BRISK_CUDA_MOE_SHARED") && !strcmp(getenv("BRISK_CUDA_MOE_SHARED"), "0");
     cb->route_warp_off = getenv("BRISK_CUDA_ROUTE_WARP") && !strcmp(getenv("BRISK_CUDA_ROUTE_WARP"), "0");

@@ -133,6 +133,7 @@ typedef struct cuda_backend {
     const int32_t *xc_cached;
     uint32_t *xc_counts;
     bool xc_taken;
+    bool gd_conv_off;           /* BRISK_CUDA_GD_CONV=0: the short conv before the fused rule in a launch of its own (A/B) */
     bool gd_fuse_off;           /* BRISK_CUDA_GD_FUSE=0: the delta rule, the heads' norm and the gate in three launches (A/B) */
     bool route_warp_off;        /* BRISK_CUDA_ROUTE_WARP=0: the router's block-per-token kernel only (A/B) */
     bool router_fuse_off;       /* BRISK_CUDA_ROUTER_FUSE=0: the router's product and routing as two launches (A/B) */
@@ -761,7 +762,8 @@ void cuda_moe_route(bk_backend *be, const float *logits, int n, int n_expert, in
                     int32_t *ids, float *weights);
 void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down, const float *x,
                   int n, const int32_t *ids, const float *weights, int k, float *out);
-void cuda_gated_delta_gate(bk_backend *be, const float *qkv, const float *b, const float *a, const bk_weight *a_bias,
+void cuda_gated_delta_gate(bk_backend *be, const float *x, const bk_weight *conv_w, float *conv, int d_conv,
+                           float *conv_out, const float *b, const float *a, const bk_weight *a_bias,
                            const bk_weight *a_scale, float *ssm, const int32_t *seq, int n, int n_k_heads,
                            int n_v_heads, bool v_grouped, int d, float eps, const bk_weight *norm, float norm_eps,
                            const float *z, float *out);

@@ -78,4 +78,24 @@ static inline void pdl_launch(cuda_backend *cb, void (*kernel)(P...), dim3 grid,
     cfg.numAttrs = 1;
     (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
 }
+/* pdl_launch for a kernel of clusters of cluster_x blocks along x (gridDim.x a multiple of it). */
+template <typename... P, typename... A>
+static inline void pdl_launch_cluster(cuda_backend *cb, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                                      unsigned cluster_x, A &&...args) {
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = cluster_x;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = cb->stream;
+    cfg.attrs = at;
+    cfg.numAttrs = cb->pdl_off ? 1 : 2;
+    (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
 #endif

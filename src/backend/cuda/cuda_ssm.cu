@@ -34,8 +34,12 @@
  * beyond the op's 1e-4. The short conv likewise runs one thread per (entry,
  * channel) over each entry's window (the carried inputs and the earlier
  * entries of its sequence), then writes the new carried inputs. */
+#include <cooperative_groups.h>
+
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
+
+namespace cg = cooperative_groups;
 
 #define CONV_THREADS 128
 #define CONV_ENT 32      /* entries per block of the parallel conv */
@@ -322,16 +326,55 @@ template <int J, bool STORE> __device__ __forceinline__ void gd_rows_io(float (&
         }
 }
 
-template <int J>
+/* With CONV, the short conv (ssm_conv) runs in the same launch: the kernel's blocks come in clusters of
+ * ratio = n_v_heads / n_k_heads, the value heads of one key head. Each block convolves its value head's
+ * d channels (their carried inputs are its own); the cluster's first block also convolves the key
+ * head's q and k channels, which the others then read from its shared memory (distributed shared
+ * memory: no other block touches those carried inputs, so there is no race on them, and no pass
+ * through global memory). The arithmetic is ssm_conv_kernel's, entry by entry, so the bits are
+ * those of ssm_conv then the fused rule; one launch fewer per Gated DeltaNet layer. */
+typedef struct gd_conv {
+    const float *w; /* (channels, dc) f32 */
+    float *st;      /* carried inputs: slot s, input i, channel c at st[(s * (dc - 1) + i) * channels + c] */
+    int dc;         /* d_conv, <= GD_CONV_MAX */
+    int ratio;      /* blocks of a cluster: value heads per key head */
+} gd_conv;
+#define GD_CONV_MAX 8
+
+template <int J, bool CONV>
 __global__ void __launch_bounds__(1024)
-gated_delta_gate_kernel(const float *qkv, const float *b, const float *a, const float *a_bias, const float *a_scale,
-                        float *ssm, const int32_t *seq, int n, int nk, int nv, int group, int d, float eps,
-                        const float *nw, float nw_eps, const float *z, float *out) {
+gated_delta_gate_kernel(const float *qkv, gd_conv cv, const float *b, const float *a, const float *a_bias,
+                        const float *a_scale, float *ssm, const int32_t *seq, int n, int nk, int nv, int group, int d,
+                        float eps, const float *nw, float nw_eps, const float *z, float *out) {
     __shared__ float ob[J * 32];
-    const int h = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int hk = group ? h / group : h % nk;
+    __shared__ float qk_s[CONV ? 2 * J * 32 : 1]; /* CONV: the entry's convolved q and k (d each) */
+    __shared__ float v_s[CONV ? J * 32 : 1];      /* CONV: the entry's convolved v of this head */
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tid = threadIdx.x;
+    int h, hk, rank = 0;
+    if constexpr (CONV) {
+        rank = (int)cg::this_cluster().block_rank();
+        hk = (int)blockIdx.x / cv.ratio;
+        h = group ? hk * cv.ratio + rank : hk + rank * nk;
+    } else {
+        h = blockIdx.x;
+        hk = group ? h / group : h % nk;
+    }
     const size_t width = (size_t)(2 * nk + nv) * d, dd = (size_t)d * d;
     const float scale = 1.0f / sqrtf((float)d);
+    /* CONV: this thread's channel (-1: none): v channel tid of head h; in the first block also q and k */
+    int ch = -1;
+    float wc[GD_CONV_MAX];
+    if constexpr (CONV) {
+        if (tid < d) ch = (2 * nk + h) * d + tid;
+        else if (rank == 0 && tid < 3 * d) ch = (tid < 2 * d ? hk : nk + hk) * d + tid % d;
+        if (ch >= 0) { /* the weights are constants, and the first entry's carried inputs are the previous
+                        * step's (complete, as the state below): asked for before the wait */
+#pragma unroll
+            for (int i = 0; i < GD_CONV_MAX; i++) wc[i] = i < cv.dc ? cv.w[(size_t)ch * cv.dc + i] : 0.0f;
+            for (int i = 0; i + 1 < cv.dc; i++)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(cv.st + ((size_t)seq[0] * (cv.dc - 1) + i) * width + ch));
+        }
+    }
     float S[J][J]; /* row warp + 32 i: S[i][j] = S[row, lane + 32 j] */
     int cur = seq[0];
     float *base = ssm + ((size_t)cur * nv + h) * dd; /* the first entry's state: loaded before the wait */
@@ -346,7 +389,31 @@ gated_delta_gate_kernel(const float *qkv, const float *b, const float *a, const 
             gd_rows_io<J, false>(S, base, d);
         }
         const float *row = qkv + (size_t)t * width;
-        const float *qp = row + (size_t)hk * d, *kp = row + (size_t)(nk + hk) * d;
+        const float *qp = row + (size_t)hk * d, *kp = row + (size_t)(nk + hk) * d, *vp = row + (size_t)(2 * nk + h) * d;
+        if constexpr (CONV) {
+            if (ch >= 0) { /* ssm_conv_kernel's sums, roundings and carried-input shift */
+                const int dc = cv.dc;
+                float *st = cv.st + (size_t)s * (dc - 1) * width + ch;
+                float xt = row[ch], acc = 0.0f;
+#pragma unroll
+                for (int i = 0; i < GD_CONV_MAX - 1; i++) /* constant indices: wc stays in registers */
+                    if (i < dc - 1) acc = __fadd_rn(acc, __fmul_rn(st[(size_t)i * width], wc[i]));
+#pragma unroll
+                for (int i = 0; i < GD_CONV_MAX; i++)
+                    if (i == dc - 1) acc = __fadd_rn(acc, __fmul_rn(xt, wc[i]));
+                for (int i = 0; i + 1 < dc - 1; i++) st[(size_t)i * width] = st[(size_t)(i + 1) * width];
+                if (dc > 1) st[(size_t)(dc - 2) * width] = xt;
+                const float y = acc / (1.0f + expf(-acc));
+                if (tid < d) v_s[tid] = y;
+                else qk_s[tid - d] = y;
+            }
+            cg::this_cluster().sync(); /* the first block's q and k, every block's v */
+            if (rank != 0 && tid < 2 * d) qk_s[tid] = cg::this_cluster().map_shared_rank(qk_s, 0)[tid];
+            __syncthreads();
+            qp = qk_s;
+            kp = qk_s + d;
+            vp = v_s;
+        }
         float q[J], kk[J];
 #pragma unroll
         for (int j = 0; j < J; j++) {
@@ -360,7 +427,7 @@ gated_delta_gate_kernel(const float *qkv, const float *b, const float *a, const 
 #pragma unroll
         for (int i = 0; i < J; i++) {
             const int r = warp + 32 * i;
-            float o = gd_row_step<J>(S[i], q, kk, decay, beta, row[(size_t)(2 * nk + h) * d + r]);
+            float o = gd_row_step<J>(S[i], q, kk, decay, beta, vp[r]);
             if (lane == 0) ob[r] = o * scale;
         }
         __syncthreads();
@@ -372,7 +439,9 @@ gated_delta_gate_kernel(const float *qkv, const float *b, const float *a, const 
                 out[o0 + i] = silu_f(g) * y;
             }
         }
-        __syncthreads(); /* ob is rewritten by the next entry */
+        /* ob (and with CONV the first block's q and k, read by the others) is rewritten by the next entry */
+        if constexpr (CONV) cg::this_cluster().sync();
+        else __syncthreads();
     }
     gd_rows_io<J, true>(S, base, d);
 }
@@ -802,34 +871,58 @@ extern "C" void cuda_gated_delta(bk_backend *be, const float *qkv, const float *
     CU_LAUNCHED(cb);
 }
 
-/* backend.h's gated_delta_gate: the rule, the heads' RMS norm and the output gate in one launch
- * (gated_delta_gate_kernel) when every sequence of the batch takes the recurrent form and the head
- * size is 32, 64, 96 or 128; anything else (and BRISK_CUDA_GD_FUSE=0) as the three ops. */
-extern "C" void cuda_gated_delta_gate(bk_backend *be, const float *qkv, const float *b, const float *a,
-                                      const bk_weight *a_bias, const bk_weight *a_scale, float *ssm,
-                                      const int32_t *seq, int n, int n_k_heads, int n_v_heads, bool v_grouped, int d,
-                                      float eps, const bk_weight *norm, float norm_eps, const float *z, float *out) {
+/* backend.h's gated_delta_gate: the conv, the rule, the heads' RMS norm and the output gate in one launch
+ * (gated_delta_gate_kernel) when every sequence of the batch takes the recurrent form, the head size is
+ * 32, 64, 96 or 128 and a key head has at most 8 value heads (a cluster); without the last (and with
+ * BRISK_CUDA_GD_CONV=0) the conv in a launch of its own first; anything else (and BRISK_CUDA_GD_FUSE=0)
+ * as the separate ops. */
+extern "C" void cuda_gated_delta_gate(bk_backend *be, const float *x, const bk_weight *conv_w, float *conv, int d_conv,
+                                      float *conv_out, const float *b, const float *a, const bk_weight *a_bias,
+                                      const bk_weight *a_scale, float *ssm, const int32_t *seq, int n, int n_k_heads,
+                                      int n_v_heads, bool v_grouped, int d, float eps, const bk_weight *norm,
+                                      float norm_eps, const float *z, float *out) {
     cuda_backend *cb = (cuda_backend *)be;
     const bool fuse = !cb->gd_fuse_off && !(cb->ablate & (ABL_SSM | ABL_NORM)) && n > 0 && n < GDC_MIN_PER_SEQ &&
                       d % 32 == 0 && d <= 128 && n_k_heads >= 1 && n_v_heads >= 1 && n_v_heads % n_k_heads == 0 &&
                       norm->type == QT_F32 && norm->dev && norm->n_in == d;
+    const int ratio = n_k_heads > 0 ? n_v_heads / n_k_heads : 0;
+    const bool with_conv = fuse && conv_w && !cb->gd_conv_off && conv_w->type == QT_F32 && conv_w->dev &&
+                           d_conv >= 1 && d_conv <= GD_CONV_MAX && ratio <= 8 &&
+                           conv_w->n_in == d_conv && conv_w->n_out == (int64_t)(2 * n_k_heads + n_v_heads) * d;
     const int32_t *d_seq = fuse ? seq_dev(cb, seq, n) : NULL;
+    if (conv_w && !(with_conv && d_seq)) {
+        cuda_ssm_conv(be, x, conv_w, conv, seq, n, (2 * n_k_heads + n_v_heads) * d, d_conv, conv_out);
+        x = conv_out;
+    }
     if (!d_seq) {
-        cuda_gated_delta(be, qkv, b, a, a_bias, a_scale, ssm, seq, n, n_k_heads, n_v_heads, v_grouped, d, eps, out);
+        cuda_gated_delta(be, x, b, a, a_bias, a_scale, ssm, seq, n, n_k_heads, n_v_heads, v_grouped, d, eps, out);
         cuda_rms_norm(be, out, norm, out, n * n_v_heads, d, norm_eps);
         cuda_swiglu(be, z, out, out, (size_t)n * n_v_heads * d);
         return;
     }
     const float *ab = (const float *)a_bias->dev, *as = (const float *)a_scale->dev, *nw = (const float *)norm->dev;
-    const int group = v_grouped ? n_v_heads / n_k_heads : 0;
+    const int group = v_grouped ? ratio : 0;
     dim3 grid((unsigned)n_v_heads), block(1024);
+    if (with_conv) {
+        const gd_conv cv = {(const float *)conv_w->dev, conv, d_conv, ratio};
 #define GDG_LAUNCH(J)                                                                                                 \
-    pdl_launch(cb, gated_delta_gate_kernel<J>, grid, block, 0, qkv, b, a, ab, as, ssm, d_seq, n, n_k_heads,         \
-               n_v_heads, group, d, eps, nw, norm_eps, z, out)
-    if (d == 32) GDG_LAUNCH(1);
-    else if (d == 64) GDG_LAUNCH(2);
-    else if (d == 96) GDG_LAUNCH(3);
-    else GDG_LAUNCH(4);
+    pdl_launch_cluster(cb, gated_delta_gate_kernel<J, true>, grid, block, 0, (unsigned)ratio, x, cv, b, a, ab, as,   \
+                       ssm, d_seq, n, n_k_heads, n_v_heads, group, d, eps, nw, norm_eps, z, out)
+        if (d == 32) GDG_LAUNCH(1);
+        else if (d == 64) GDG_LAUNCH(2);
+        else if (d == 96) GDG_LAUNCH(3);
+        else GDG_LAUNCH(4);
 #undef GDG_LAUNCH
+    } else {
+        const gd_conv cv = {};
+#define GDG_LAUNCH(J)                                                                                                 \
+    pdl_launch(cb, gated_delta_gate_kernel<J, false>, grid, block, 0, x, cv, b, a, ab, as, ssm, d_seq, n, n_k_heads,  \
+               n_v_heads, group, d, eps, nw, norm_eps, z, out)
+        if (d == 32) GDG_LAUNCH(1);
+        else if (d == 64) GDG_LAUNCH(2);
+        else if (d == 96) GDG_LAUNCH(3);
+        else GDG_LAUNCH(4);
+#undef GDG_LAUNCH
+    }
     CU_LAUNCHED(cb);
 }
