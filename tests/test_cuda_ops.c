@@ -715,6 +715,36 @@ static void paged_batch(int n_seq, int per, int n, const int32_t *seq, const int
     *tables_out = tables;
 }
 
+/* The output gate in the attention's launch (attention_gated, with the step's K and V rows already in
+ * the cache) against the GPU's attention then sigmoid_mul, bit for bit, gate rows 2 * hd apart as
+ * qwen35's query|gate rows: it must run for decode-sized batches on the decode kernels (up to 64
+ * tokens, head sizes 32-256 in steps of 32 or 64, not on the tile kernel) and decline otherwise. */
+static void check_attention_gated(const bk_kv_view *kv, const bk_attn_batch *ab, const float *dq, int n_head,
+                                  int n_head_kv, int hd, float scale, size_t nq) {
+    CHECK(gpu->ops->attention_gated != NULL);
+    if (!gpu->ops->attention_gated) return;
+    float *g = malloc(2 * nq * 4), *a = malloc(nq * 4), *b = malloc(nq * 4);
+    fill(g, 2 * nq, 4.0f);
+    float *dg = dev_copy(g, 2 * nq * 4), *da = dev_copy(NULL, nq * 4), *db = dev_copy(NULL, nq * 4);
+    bool did = gpu->ops->attention_gated(gpu, dq, NULL, NULL, kv, ab, n_head, n_head_kv, hd, scale, dg + hd, 2 * hd,
+                                         da);
+    bool expect = gpu != gpu_v1 && ab->n_tokens <= 64 && (hd == 32 || hd == 64 || hd == 128 || hd == 256);
+    CHECK(did == expect);
+    if (did) {
+        gpu->ops->attention(gpu, dq, NULL, NULL, kv, ab, n_head, n_head_kv, hd, scale, db);
+        gpu->ops->sigmoid_mul(gpu, db, dg + hd, ab->n_tokens * n_head, hd, 2 * hd);
+        dev_read(da, a, nq * 4);
+        dev_read(db, b, nq * 4);
+        bool same = !memcmp(a, b, nq * 4);
+        if (!same)
+            fprintf(stderr, "  attention_gated kv %d heads %d/%d hd %d n %d: differs from attention + sigmoid_mul\n",
+                    kv->kv_type, n_head, n_head_kv, hd, ab->n_tokens);
+        CHECK(same);
+    }
+    gpu->ops->release(gpu, dg); gpu->ops->release(gpu, da); gpu->ops->release(gpu, db);
+    free(g); free(a); free(b);
+}
+
 /* A paged cache with shuffled pages, random contents; two sequences. With fused, the GPU side runs
  * inside a step (a captured graph at decode sizes): qk_norm_rope_kv takes q's heads out of query|gate
  * rows (2 * hd apart), normalises and rotates q and k and writes k and v into the cache, and the
@@ -817,6 +847,7 @@ static void check_attention_ex(int kv_type, int n_head, int n_head_kv, int hd, i
     } else {
         cpu->ops->attention(cpu, q, k, v, &vwc, &ab, n_head, n_head_kv, hd, scale, oc);
         gpu->ops->attention(gpu, dq, dk, dv, &vwg, &ab, n_head, n_head_kv, hd, scale, dout);
+        check_attention_gated(&vwg, &ab, dq, n_head, n_head_kv, hd, scale, nq);
     }
     dev_read(dout, og, nq * 4);
     double e = rel_err(og, oc, nq), tol = kv_type == BRISK_KV_F32 ? 1e-5 : 1e-4;

@@ -1,19 +1,30 @@
 #!/usr/bin/env bash
 # On the GPU machine (after bench/cuda/pack.sh here): the one-token fusions of the hybrid decode step
 # checked and timed, each against its A/B knob:
-#   BRISK_CUDA_GD_FUSE  the Gated DeltaNet rule, its heads' RMS norm and the output gate in one launch
-#   BRISK_CUDA_GD_CONV  the short conv before it in the same launch (clusters of a key head's blocks)
-# The op tests (bit for bit against the unfused ops), the tiny MoE and hybrid models end to end, then
-# qwen3.6-27b and qwen3.6-35b-a3b (Q4_K_M, --repeat-rows 256; the MoE with --expert-skew 1): tg128 with
-# each fusion on and off, and the greedy text of 48 tokens fused against unfused (must be equal: the
-# same arithmetic).
+#   BRISK_CUDA_GD_FUSE    the Gated DeltaNet rule, its heads' RMS norm and the output gate in one launch
+#   BRISK_CUDA_GD_CONV    the short conv before it in the same launch (clusters of a key head's blocks)
+#   BRISK_CUDA_ATTN_GATE  the gated attention's output gate in the decode attention's store
+# The op tests first, each under a time limit (bit for bit against the unfused ops; a cluster kernel
+# that hung would otherwise hold the machine: if the conv's test fails or times out, the rest runs
+# with BRISK_CUDA_GD_CONV=0), the tiny MoE and hybrid models end to end, then qwen3.6-27b and
+# qwen3.6-35b-a3b (Q4_K_M, --repeat-rows 256; the MoE with --expert-skew 1): tg128 with each fusion on
+# and off, and the greedy text of 48 tokens fused against unfused (must be equal: the same arithmetic).
 set -u
+rm -rf .device/build; tar xJf .device/bin.tar.xz -C .device
+B=.device/build; A=$B/brisk; export LD_LIBRARY_PATH=$PWD/.device/lib
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
-d=/tmp/fz; . bench/cuda/device_env.sh
+d=/tmp/fz; mkdir -p $d; xz -dc .device/vocab.gguf.xz > $d/vocab.gguf
+timeout 120 $B/tests/test_cuda_ops ssm > /tmp/ssm.txt 2>&1
+if ! grep -qx "ok   ssm" /tmp/ssm.txt; then
+  echo "ssm op test failed or timed out; the rest with BRISK_CUDA_GD_CONV=0"; tail -5 /tmp/ssm.txt
+  export BRISK_CUDA_GD_CONV=0
+fi
+grep -E "^ok|^FAIL|differ" /tmp/ssm.txt
+timeout 300 $B/tests/test_cuda_ops attention 2>&1 | grep -E "^ok|^FAIL|differ" | head
 M2=
 for p in tiny-qwen3moe tiny-qwen35 tiny-qwen35moe tiny-qwen3next; do
   $A synth --preset $p -o $d/$p.gguf > /dev/null 2>&1 && M2="$M2 $d/$p.gguf"; done
-BRISK_E2E_MODELS="${M2# }" BRISK_E2E_MODEL=.device/stories260K.gguf $B/tests/test_cuda_ops ssm \
+BRISK_E2E_MODELS="${M2# }" BRISK_E2E_MODEL=.device/stories260K.gguf timeout 300 $B/tests/test_cuda_ops \
   end_to_end_models 2>&1 | grep -E "^ok|^FAIL|differ|passed"
 el ops
 tg() { echo "$1 $2: $(env $2 $A bench -m $M -p 0 -n 128 -r 2 2>&1 | grep -E '^\| *tg')"; }
@@ -27,12 +38,12 @@ for P in qwen3.6-27b qwen3.6-35b-a3b; do
   $A synth --preset $P --vocab $d/vocab.gguf --type q4_k_m --repeat-rows 256 \
     $([ $P != qwen3.6-27b ] && echo --expert-skew 1) -o $M 2>&1 | tail -1
   BRISK_CUDA_GRAPH_INFO=1 $A bench -m $M -p 0 -n 4 -r 1 2>&1 | grep "graph:" | sort | uniq -c
-  for v in X=1 BRISK_CUDA_GD_CONV=0 BRISK_CUDA_GD_FUSE=0 X=1 BRISK_CUDA_GD_CONV=0; do tg $P $v; done
-  same BRISK_CUDA_GD_CONV=0
-  same BRISK_CUDA_GD_FUSE=0
+  for v in X=1 BRISK_CUDA_GD_CONV=0 BRISK_CUDA_ATTN_GATE=0 BRISK_CUDA_GD_FUSE=0 X=1 BRISK_CUDA_GD_CONV=0 \
+           BRISK_CUDA_ATTN_GATE=0; do tg $P $v; done
+  for k in BRISK_CUDA_GD_CONV=0 BRISK_CUDA_ATTN_GATE=0 BRISK_CUDA_GD_FUSE=0; do same $k; done
   if [ $P = qwen3.6-35b-a3b ] && [ -f .device/stats16.json ]; then # expert offload at 16 GB
-    for v in X=1 BRISK_CUDA_GD_CONV=0; do
-      echo "$P --gpu-mem 16G $v: $(env $v $A bench -m $M -p 0 -n 128 -r 2 --gpu-mem 16G --expert-stats \
+    for v in X=1 BRISK_CUDA_GD_CONV=0,BRISK_CUDA_ATTN_GATE=0; do
+      echo "$P --gpu-mem 16G $v: $(env ${v//,/ } $A bench -m $M -p 0 -n 128 -r 2 --gpu-mem 16G --expert-stats \
         .device/stats16.json --cache-experts auto 2>&1 | grep -E '^\| *tg')"; done
   fi
   rm -f $M; el $P

@@ -290,6 +290,13 @@ typedef struct bk_backend_ops {
                              const bk_weight *a_scale, float *ssm, const int32_t *seq, int n, int n_k_heads,
                              int n_v_heads, bool v_grouped, int d, float eps, const bk_weight *norm, float norm_eps,
                              const float *z, float *out);
+    /* Optional (NULL, or false returned with nothing launched: attention, then sigmoid_mul; see
+     * bk_attention_gated): attention's out, each value (token t, head h, dimension d) then multiplied
+     * by sigmoid(gate[(t * n_head + h) * gate_pitch + d]) as sigmoid_mul does (qwen35's output gate),
+     * in the attention's own pass where the backend can. */
+    bool (*attention_gated)(bk_backend *be, const float *q, const float *k, const float *v, const bk_kv_view *kv,
+                            const bk_attn_batch *ab, int n_head, int n_head_kv, int head_dim, float scale,
+                            const float *gate, int gate_pitch, float *out);
 } bk_backend_ops;
 
 struct bk_backend {
@@ -370,6 +377,17 @@ static inline void bk_gated_delta_gate(bk_backend *be, const float *x, const bk_
     be->ops->gated_delta(be, x, b, a, a_bias, a_scale, ssm, seq, n, n_k_heads, n_v_heads, v_grouped, d, eps, out);
     be->ops->rms_norm(be, out, norm, out, n * n_v_heads, d, norm_eps);
     be->ops->swiglu(be, z, out, out, (size_t)n * n_v_heads * d);
+}
+/* attention into out, then out *= sigmoid(gate) value by value (gate rows of n_head * head_dim values
+ * gate_pitch apart per head): the backend's fused op, or the two. */
+static inline void bk_attention_gated(bk_backend *be, const float *q, const float *k, const float *v,
+                                      const bk_kv_view *kv, const bk_attn_batch *ab, int n_head, int n_head_kv,
+                                      int head_dim, float scale, const float *gate, int gate_pitch, float *out) {
+    if (be->ops->attention_gated &&
+        be->ops->attention_gated(be, q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, gate, gate_pitch, out))
+        return;
+    be->ops->attention(be, q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, out);
+    be->ops->sigmoid_mul(be, out, gate, ab->n_tokens * n_head, head_dim, gate_pitch);
 }
 /* The router's logits = x W^T and moe_route on them (w.n_out experts), and out2 = x W2^T when w2 is
  * given, through the backend's fused op or as the separate ops. */

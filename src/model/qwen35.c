@@ -56,10 +56,9 @@ static void gated_attention(const brisk_model *m, bk_backend *be, const bk_kv_vi
     /* each head's query rows out of the query|gate rows: (n * nh) rows of hd, 2 * hd apart */
     bool in_cache = bk_qk_norm_rope_kv(be, s->q, s->qg, 2 * hd, s->k, s->v, n, nh, hp->n_head_kv, hd, &L->q_norm,
                                        &L->k_norm, hp->rms_eps, b->ab.pos, &hp->rope, &kv[l]);
-    op->attention(be, s->q, in_cache ? NULL : s->k, in_cache ? NULL : s->v, &kv[l], &b->ab, nh, hp->n_head_kv, hd,
-                  1.0f / sqrtf((float)hd), s->att);
     /* the output gate read in place: head rows of hd whose gate rows lie 2 * hd apart in qg */
-    op->sigmoid_mul(be, s->att, s->qg + hd, n * nh, hd, 2 * hd);
+    bk_attention_gated(be, s->q, in_cache ? NULL : s->k, in_cache ? NULL : s->v, &kv[l], &b->ab, nh, hp->n_head_kv, hd,
+                       1.0f / sqrtf((float)hd), s->qg + hd, 2 * hd, s->att);
     residual_matmul(m, be, &L->wo, s->att, n, s->xb, s->x);
 }
 

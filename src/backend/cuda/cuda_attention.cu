@@ -219,13 +219,11 @@ static int64_t pack_meta(cuda_backend *cb, const bk_attn_batch *ab, int bs, int 
     return cur;
 }
 
-extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, const float *v,
-                               const bk_kv_view *kv, const bk_attn_batch *ab, int n_head, int n_head_kv,
-                               int head_dim, float scale, float *out) {
-    cuda_backend *cb = (cuda_backend *)be;
+/* The attention op; gate.g (NULL: none): the decode kernels gate their outputs (attention_gated). */
+static void attention_run(cuda_backend *cb, const float *q, const float *k, const float *v, const bk_kv_view *kv,
+                          const bk_attn_batch *ab, int n_head, int n_head_kv, int head_dim, float scale,
+                          att_gate gate, float *out) {
     int n = ab->n_tokens;
-    if (n <= 0) return;
-    CU_ABLATE(cb, ABL_ATTN);
     if (head_dim > ATT_MAX_HD) {
         cuda_set_error(cb, bk_fail(BRISK_ERR_UNSUPPORTED, "cuda attention: head_dim %d > %d", head_dim, ATT_MAX_HD));
         return;
@@ -264,7 +262,7 @@ extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, c
 
     if (!cb->attn_v1 && n <= ATT_DEC_MAX_TOK && cuda_attn_decode_supported(head_dim)) {
         bool quant = cuda_attn_decode(cb, q, kv, n, max_np, d_pos, d_off, d_tabs, n_head, n_head_kv, head_dim, scale,
-                                      out);
+                                      gate, out);
         CU_LAUNCHED(cb);
         if (quant) { /* the output projection finds out quantized (cuda_mmvq_prepare) */
             cb->xq_src = out;
@@ -311,4 +309,30 @@ extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, c
 #undef ATT_LAUNCH
     if (part) attn_combine_kernel<<<dim3(n_head, n), 128, 0, cb->stream>>>(part, n_split, n_head, head_dim, out);
     CU_LAUNCHED(cb);
+}
+
+extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, const float *v,
+                               const bk_kv_view *kv, const bk_attn_batch *ab, int n_head, int n_head_kv,
+                               int head_dim, float scale, float *out) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (ab->n_tokens <= 0) return;
+    CU_ABLATE(cb, ABL_ATTN);
+    attention_run(cb, q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, att_gate{}, out);
+}
+
+/* backend.h's attention_gated: the decode kernels multiply each output by sigmoid(its gate) before
+ * they store (and quantize) it, as sigmoid_mul would after them: the same bits, and the gate's
+ * launch and the output projection's quantize launch go (qwen35's gated attention at decode).
+ * False, with nothing launched, where the decode kernels do not run (prefill-sized batches, other
+ * head sizes, BRISK_CUDA_ATTN_GATE=0). */
+extern "C" bool cuda_attention_gated(bk_backend *be, const float *q, const float *k, const float *v,
+                                     const bk_kv_view *kv, const bk_attn_batch *ab, int n_head, int n_head_kv,
+                                     int head_dim, float scale, const float *gate, int gate_pitch, float *out) {
+    cuda_backend *cb = (cuda_backend *)be;
+    const int n = ab->n_tokens;
+    if (n <= 0 || cb->attn_gate_off || (cb->ablate & ABL_ATTN) || cb->attn_v1 || n > ATT_DEC_MAX_TOK ||
+        !cuda_attn_decode_supported(head_dim) || head_dim > ATT_MAX_HD)
+        return false;
+    attention_run(cb, q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, att_gate{gate, gate_pitch}, out);
+    return true;
 }

@@ -31,6 +31,14 @@
 #define DEC_MAX_SPLIT 256
 #define DEC_MIN_ROWS 64 /* positions per split at the longest length the launch is shaped for */
 
+/* Output value y of (token t, head h, dimension d) through the output gate, as sigmoid_mul rounds it
+ * (cuda_elementwise.cu), or y without one. */
+__device__ __forceinline__ float att_gate_apply(const att_gate &g, float y, int t, int n_head, int h, int d) {
+    if (!g.g) return y;
+    const float gv = g.g[((size_t)t * n_head + h) * (size_t)g.pitch + d];
+    return y * (1.0f / (1.0f + expf(-gv)));
+}
+
 /* 8 consecutive cache elements as loaded: f16 in a, f32 in a and b, q8_0's 8 bytes in a.x, a.y and its
  * block's f16 scale in a.z. Split from the conversion so a lane issues all its loads before it waits. */
 typedef struct kv8 {
@@ -85,7 +93,8 @@ __device__ __forceinline__ int dec_row(const int32_t *table, int bs, int p, int 
  * thread per dimension (coalesced reads of the partials). Maxima are base 2 (see the header). The
  * partials are read through L2 (__ldcg): in the fused form other blocks of the same grid wrote them. */
 __device__ __forceinline__ void dec_combine_head(const float *part, int stride, int n_split, int n_head, int hd, int h,
-                                                 int t, float *out, float *w_s, float *red, int8_t *xq, float2 *xds) {
+                                                 int t, float *out, float *w_s, float *red, int8_t *xq, float2 *xds,
+                                                 const att_gate &gate) {
     const int nt = DEC_WARPS * 32, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const float *pp = part + ((size_t)t * n_head + h) * stride * (hd + 2);
     float mx = -INFINITY;
@@ -116,8 +125,9 @@ __device__ __forceinline__ void dec_combine_head(const float *part, int stride, 
         float o = 0.0f;
         for (int s = 0; s < n_split; s++) o += w_s[s] * __ldcg(pp + (size_t)s * (hd + 2) + 2 + d);
         size_t oi = ((size_t)t * n_head + h) * hd + d;
-        out[oi] = o * inv;
-        if (xq) q8_1_store_lane(o * inv, (int64_t)oi, lane, xq, xds); /* hd % 32 == 0: a warp holds one group */
+        const float y = att_gate_apply(gate, o * inv, t, n_head, h, d);
+        out[oi] = y;
+        if (xq) q8_1_store_lane(y, (int64_t)oi, lane, xq, xds); /* hd % 32 == 0: a warp holds one group */
     }
     __syncthreads(); /* w_s and red are reused by the next head */
 }
@@ -129,7 +139,8 @@ __device__ __forceinline__ void dec_combine_head(const float *part, int stride, 
  * 8 heads a group at head_dim 256: ~26 us a call at tg128 depth, BRISK_CUDA_ABLATE). */
 #define DEC_FAST_MERGE 16
 __device__ __forceinline__ void dec_combine_group(const float *part, int stride, int n_use, int n_head, int hd,
-                                                  int h0, int G, int t, float *out, int8_t *xq, float2 *xds) {
+                                                  int h0, int G, int t, float *out, int8_t *xq, float2 *xds,
+                                                  const att_gate &gate) {
     for (int i = threadIdx.x; i < G * hd; i += DEC_WARPS * 32) { /* G * hd % 32 == 0: whole warps */
         const int g = i / hd, d = i % hd, h = h0 + g;
         const float *pp = part + ((size_t)t * n_head + h) * stride * (hd + 2);
@@ -154,8 +165,9 @@ __device__ __forceinline__ void dec_combine_group(const float *part, int stride,
                 o += w * ov[s];
             }
         const size_t oi = ((size_t)t * n_head + h) * hd + d;
-        out[oi] = o / L;
-        if (xq) q8_1_store_lane(o / L, (int64_t)oi, threadIdx.x % 32, xq, xds);
+        const float y = att_gate_apply(gate, o / L, t, n_head, h, d);
+        out[oi] = y;
+        if (xq) q8_1_store_lane(y, (int64_t)oi, threadIdx.x % 32, xq, xds);
     }
 }
 
@@ -165,7 +177,7 @@ template <int KT, int G, int NR>
 __global__ void __launch_bounds__(DEC_WARPS * 32)
 attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_t *pos, const int32_t *tab_off,
                 const int32_t *tabs, int n_head, int n_head_kv, int group, int hd, float scale_log2, float *out,
-                float *part, int *cnt, int8_t *xq, float2 *xds, int flags) {
+                float *part, int *cnt, int8_t *xq, float2 *xds, int flags, att_gate gate) {
     BK_TRACE_SCOPE(); /* (a trace build only) */
     const bool adapt = flags & 1, merge_slow = flags & 2; /* BRISK_CUDA_ATTN_ADAPT=0, BRISK_CUDA_ATTN_MERGE=0 */
     pdl_wait();
@@ -308,9 +320,10 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
             }
         if (!part) {
             size_t oi = ((size_t)t * n_head + h) * hd + d;
-            out[oi] = o / L;
+            const float y = att_gate_apply(gate, o / L, t, n_head, h, d);
+            out[oi] = y;
             /* a warp's 32 values are one group of 32 (hd % 32 == 0, the block a multiple of 32) */
-            if (xq) q8_1_store_lane(o / L, (int64_t)oi, tid % 32, xq, xds);
+            if (xq) q8_1_store_lane(y, (int64_t)oi, tid % 32, xq, xds);
         } else {
             float *pp = part + (((size_t)t * n_head + h) * n_split + sp) * (hd + 2);
             if (d == 0) {
@@ -334,10 +347,10 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
         if (!last) return;
         __threadfence();
         if (n_use <= DEC_FAST_MERGE && !merge_slow)
-            dec_combine_group(part, n_split, n_use, n_head, hd, h0, G, t, out, xq, xds);
+            dec_combine_group(part, n_split, n_use, n_head, hd, h0, G, t, out, xq, xds, gate);
         else
             for (int g = 0; g < G; g++)
-                dec_combine_head(part, n_split, n_use, n_head, hd, h0 + g, t, out, cw_s, cred, xq, xds);
+                dec_combine_head(part, n_split, n_use, n_head, hd, h0 + g, t, out, cw_s, cred, xq, xds, gate);
         if (tid == 0) *c = 0; /* ready for the next launch (the grid's end orders it before) */
     }
 }
@@ -345,10 +358,11 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
 /* Merges the splits of one (head, token) (BRISK_CUDA_ATTN_FUSE=0, or more (token, head group) pairs than
  * counters): one block per pair, as dec_combine_head. */
 __global__ void __launch_bounds__(DEC_WARPS * 32)
-attn_dec_combine_kernel(const float *part, int n_split, int n_head, int hd, float *out, int8_t *xq, float2 *xds) {
+attn_dec_combine_kernel(const float *part, int n_split, int n_head, int hd, float *out, int8_t *xq, float2 *xds,
+                        att_gate gate) {
     pdl_wait();
     __shared__ float w_s[DEC_MAX_SPLIT], red[DEC_WARPS];
-    dec_combine_head(part, n_split, n_split, n_head, hd, blockIdx.x, blockIdx.y, out, w_s, red, xq, xds);
+    dec_combine_head(part, n_split, n_split, n_head, hd, blockIdx.x, blockIdx.y, out, w_s, red, xq, xds, gate);
 }
 
 bool cuda_attn_decode_supported(int head_dim) {
@@ -362,7 +376,7 @@ bool cuda_attn_decode_supported(int head_dim) {
  * returns true then, and the caller tags out as quantized (after its CU_LAUNCHED). */
 bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, int max_np, const int32_t *d_pos,
                       const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
-                      float *out) {
+                      att_gate gate, float *out) {
     int group = n_head / n_head_kv, G = group;
     if ((G != 2 && G != 4 && G != 8) || cb->attn_gqa_off) G = 1;
     /* Splits: about four blocks per SM (one resident wave at ~128 registers a thread), at least
@@ -399,7 +413,7 @@ bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
 #define DEC_LAUNCH(KK, GG, NN)                                                                                    \
     pdl_launch(cb, attn_dec_kernel<KK, GG, NN>, grid, dim3(DEC_WARPS * 32), 0, q, (const void *)kv->k,           \
                (const void *)kv->v, kv->block_size, d_pos, d_off, d_tabs, n_head, n_head_kv, group, hd, sl2, out, \
-               part, cnt, xq, xds, (cb->attn_adapt_off ? 0 : 1) | (cb->attn_merge_off ? 2 : 0))
+               part, cnt, xq, xds, (cb->attn_adapt_off ? 0 : 1) | (cb->attn_merge_off ? 2 : 0), gate)
 #define DEC_G(KK)                         \
     switch (G) {                          \
     case 2: DEC_LAUNCH(KK, 2, 4); break;  \
@@ -413,6 +427,6 @@ bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
 #undef DEC_LAUNCH
     if (part && !cnt)
         pdl_launch(cb, attn_dec_combine_kernel, dim3(n_head, n), dim3(DEC_WARPS * 32), 0, (const float *)part, n_split,
-                   n_head, hd, out, xq, xds);
+                   n_head, hd, out, xq, xds, gate);
     return quant;
 }

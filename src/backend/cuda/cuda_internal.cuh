@@ -136,6 +136,7 @@ typedef struct cuda_backend {
     bool gd_conv_off;           /* BRISK_CUDA_GD_CONV=0: the short conv before the fused rule in a launch of its own (A/B) */
     bool gd_fuse_off;           /* BRISK_CUDA_GD_FUSE=0: the delta rule, the heads' norm and the gate in three launches (A/B) */
     bool route_warp_off;        /* BRISK_CUDA_ROUTE_WARP=0: the router's block-per-token kernel only (A/B) */
+    bool attn_gate_off;         /* BRISK_CUDA_ATTN_GATE=0: the gated attention's output gate in a launch of its own (A/B) */
     bool router_fuse_off;       /* BRISK_CUDA_ROUTER_FUSE=0: the router's product and routing as two launches (A/B) */
     bool router_join_off;       /* BRISK_CUDA_ROUTER_JOIN=0: the shared expert's gate in a launch of its own (A/B) */
     bool moe_shared_off;        /* BRISK_CUDA_MOE_SHARED=0: one token's MoE layer end (the shared expert, the
@@ -733,6 +734,9 @@ void cuda_norm_swiglu(bk_backend *be, const float *x, const bk_weight *norm, flo
                       const bk_weight *gate, const bk_weight *up, float *tmp, float *out);
 void cuda_rope(bk_backend *be, float *x, int n, int n_heads, int head_dim, const int32_t *pos,
                const bk_rope_params *rp);
+bool cuda_attention_gated(bk_backend *be, const float *q, const float *k, const float *v, const bk_kv_view *kv,
+                          const bk_attn_batch *ab, int n_head, int n_head_kv, int head_dim, float scale,
+                          const float *gate, int gate_pitch, float *out);
 void cuda_attention(bk_backend *be, const float *q, const float *k, const float *v, const bk_kv_view *kv,
                     const bk_attn_batch *ab, int n_head, int n_head_kv, int head_dim, float scale,
                     float *out);
@@ -832,10 +836,16 @@ int cuda_mmqh(cuda_backend *cb, int n_w, const bk_weight *const *w, const float 
 bool cuda_mmqh_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, int n, float *out);
 /* The activations of x (n rows of n_in) are quantized: reuses the fused norm's (xq_src) or quantizes. */
 bool cuda_mmvq_prepare(cuda_backend *cb, const float *x, int64_t n_in, int n);
+/* An attention output gate (qwen35): output (t, h, d) times sigmoid(g[(t * n_head + h) * pitch + d]);
+ * g NULL: none. */
+struct att_gate {
+    const float *g;
+    int pitch;
+};
 bool cuda_attn_decode_supported(int head_dim);
 bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, int max_np, const int32_t *d_pos,
                       const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
-                      float *out);
+                      att_gate gate, float *out);
 bool cuda_attn_prefill_supported(const cuda_backend *cb, int head_dim, int n_head, int n_head_kv);
 void cuda_attn_prefill(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, const int32_t *d_pos,
                        const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
