@@ -58,44 +58,46 @@ __device__ __forceinline__ void pdl_wait_late() {
     bk_trace_mark(BK_TRACE_WAIT);
 }
 
-/* kernel<<<grid, block, smem, cb->stream>>>(args...), as a programmatic dependent launch unless off.
- * Errors surface through CU_LAUNCHED's cudaGetLastError like those of <<<>>>. */
+/* kernel<<<grid, block, smem, cb->stream>>>(args...), as a programmatic dependent launch unless off, in
+ * clusters of cluster_x blocks along x when cluster_x > 0 (gridDim.x a multiple of it). Errors surface
+ * through CU_LAUNCHED's cudaGetLastError like those of <<<>>>. */
 template <typename... P, typename... A>
-static inline void pdl_launch(cuda_backend *cb, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A &&...args) {
-    if (cb->pdl_off) {
+static inline void pdl_launch_ex(cuda_backend *cb, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                                 unsigned cluster_x, A &&...args) {
+    if (cb->pdl_off && !cluster_x) {
         kernel<<<grid, block, smem, cb->stream>>>(std::forward<A>(args)...);
         return;
     }
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute at[2];
+    unsigned na = 0;
+    if (cluster_x) {
+        at[na].id = cudaLaunchAttributeClusterDimension;
+        at[na].val.clusterDim.x = cluster_x;
+        at[na].val.clusterDim.y = 1;
+        at[na].val.clusterDim.z = 1;
+        na++;
+    }
+    if (!cb->pdl_off) {
+        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[na].val.programmaticStreamSerializationAllowed = 1;
+        na++;
+    }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = cb->stream;
     cfg.attrs = at;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = na;
     (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
 }
-/* pdl_launch for a kernel of clusters of cluster_x blocks along x (gridDim.x a multiple of it). */
+template <typename... P, typename... A>
+static inline void pdl_launch(cuda_backend *cb, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A &&...args) {
+    pdl_launch_ex(cb, kernel, grid, block, smem, 0u, std::forward<A>(args)...);
+}
 template <typename... P, typename... A>
 static inline void pdl_launch_cluster(cuda_backend *cb, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
                                       unsigned cluster_x, A &&...args) {
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = cluster_x;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = cb->stream;
-    cfg.attrs = at;
-    cfg.numAttrs = cb->pdl_off ? 1 : 2;
-    (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+    pdl_launch_ex(cb, kernel, grid, block, smem, cluster_x, std::forward<A>(args)...);
 }
 #endif
