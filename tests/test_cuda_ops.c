@@ -715,35 +715,7 @@ static void paged_batch(int n_seq, int per, int n, const int32_t *seq, const int
     *tables_out = tables;
 }
 
-/* The output gate in the attention's launch (attention_gated, with the step's K and V rows already in
- * the cache) against the GPU's attention then sigmoid_mul, bit for bit, gate rows 2 * hd apart as
- * qwen35's query|gate rows: it must run for decode-sized batches on the decode kernels (up to 64
- * tokens, head sizes 32-256 in steps of 32 or 64, not on the tile kernel) and decline otherwise. */
-static void check_attention_gated(const bk_kv_view *kv, const bk_attn_batch *ab, const float *dq, int n_head,
-                                  int n_head_kv, int hd, float scale, size_t nq) {
-    CHECK(gpu->ops->attention_gated != NULL);
-    if (!gpu->ops->attention_gated) return;
-    float *g = malloc(2 * nq * 4), *a = malloc(nq * 4), *b = malloc(nq * 4);
-    fill(g, 2 * nq, 4.0f);
-    float *dg = dev_copy(g, 2 * nq * 4), *da = dev_copy(NULL, nq * 4), *db = dev_copy(NULL, nq * 4);
-    bool did = gpu->ops->attention_gated(gpu, dq, NULL, NULL, kv, ab, n_head, n_head_kv, hd, scale, dg + hd, 2 * hd,
-                                         da);
-    bool expect = gpu != gpu_v1 && ab->n_tokens <= 64 && (hd == 32 || hd == 64 || hd == 128 || hd == 256);
-    CHECK(did == expect);
-    if (did) {
-        gpu->ops->attention(gpu, dq, NULL, NULL, kv, ab, n_head, n_head_kv, hd, scale, db);
-        gpu->ops->sigmoid_mul(gpu, db, dg + hd, ab->n_tokens * n_head, hd, 2 * hd);
-        dev_read(da, a, nq * 4);
-        dev_read(db, b, nq * 4);
-        bool same = !memcmp(a, b, nq * 4);
-        if (!same)
-            fprintf(stderr, "  attention_gated kv %d heads %d/%d hd %d n %d: differs from attention + sigmoid_mul\n",
-                    kv->kv_type, n_head, n_head_kv, hd, ab->n_tokens);
-        CHECK(same);
-    }
-    gpu->ops->release(gpu, dg); gpu->ops->release(gpu, da); gpu->ops->release(gpu, db);
-    free(g); free(a); free(b);
-}
+#include "cuda/ops_attn_fused.c"
 
 /* A paged cache with shuffled pages, random contents; two sequences. With fused, the GPU side runs
  * inside a step (a captured graph at decode sizes): qk_norm_rope_kv takes q's heads out of query|gate
@@ -792,6 +764,7 @@ static void check_attention_ex(int kv_type, int n_head, int n_head_kv, int hd, i
     fill(k, nk, 1.0f);
     fill(v, nk, 1.0f);
     void *dkc = dev_copy(kc, cache_bytes), *dvc = dev_copy(vc, cache_bytes);
+    const void *kc0 = dev_copy(kc, cache_bytes), *vc0 = dev_copy(vc, cache_bytes); /* the caches before the step */
     float *dq = dev_copy(q, nq * 4), *dk = dev_copy(k, nk * 4), *dv = dev_copy(v, nk * 4), *dout = dev_copy(NULL, nq * 4);
     bk_kv_view vwc = {.k = kc, .v = vc, .kv_type = kv_type, .block_size = bs},
                vwg = {.k = dkc, .v = dvc, .kv_type = kv_type, .block_size = bs};
@@ -837,6 +810,8 @@ static void check_attention_ex(int kv_type, int n_head, int n_head_kv, int hd, i
         double eq = rel_err(qq, q, nq);
         if (!(eq <= 1e-5)) fprintf(stderr, "  qk_norm_rope_kv q kv %d hd %d n %d: %.2e\n", kv_type, hd, n, eq);
         CHECK(eq <= 1e-5);
+        check_attention_rope(&vwg, kc0, vc0, cache_bytes, &ab, dqg, dk, dv, &qng, &kng, &rp, n_head, n_head_kv, hd,
+                             scale, dout, bs);
         free(qq);
         free(tok);
         free(qg);
@@ -882,6 +857,7 @@ static void check_attention_ex(int kv_type, int n_head, int n_head_kv, int hd, i
     CHECK(!memcmp(kg, vc, cache_bytes));
     free(kg);
     gpu->ops->release(gpu, dkc); gpu->ops->release(gpu, dvc); gpu->ops->release(gpu, dq);
+    gpu->ops->release(gpu, (void *)kc0); gpu->ops->release(gpu, (void *)vc0);
     gpu->ops->release(gpu, dk); gpu->ops->release(gpu, dv); gpu->ops->release(gpu, dout);
     free(kc); free(vc); free(slot); free(tables); free(q); free(k); free(v); free(oc); free(og);
     free(tab[0]); free(tab[1]); free(tab);

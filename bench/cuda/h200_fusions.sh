@@ -4,11 +4,14 @@
 #   BRISK_CUDA_GD_FUSE    the Gated DeltaNet rule, its heads' RMS norm and the output gate in one launch
 #   BRISK_CUDA_GD_CONV    the short conv before it in the same launch (clusters of a key head's blocks)
 #   BRISK_CUDA_ATTN_GATE  the gated attention's output gate in the decode attention's store
+#   BRISK_CUDA_ATTN_ROPE  one token's QK-norm, rope and cache write in the decode attention's launch
 # The op tests first, each under a time limit (bit for bit against the unfused ops; a cluster kernel
 # that hung would otherwise hold the machine: if the conv's test fails or times out, the rest runs
 # with BRISK_CUDA_GD_CONV=0), the tiny MoE and hybrid models end to end, then qwen3.6-27b and
-# qwen3.6-35b-a3b (Q4_K_M, --repeat-rows 256; the MoE with --expert-skew 1): tg128 with each fusion on
-# and off, and the greedy text of 48 tokens fused against unfused (must be equal: the same arithmetic).
+# qwen3.6-35b-a3b, or the presets named as arguments (qwen3-8b, qwen3-30b-a3b: `bash h200_fusions.sh
+# qwen3-8b qwen3-30b-a3b`; Q4_K_M, --repeat-rows 256; the MoE with --expert-skew 1): tg128 with each
+# fusion on and off, and the greedy text of 48 tokens fused against unfused (must be equal: the same
+# arithmetic). MEMCHECK=1: compute-sanitizer's memcheck on the fused ops' tests after.
 set -u
 rm -rf .device/build; tar xJf .device/bin.tar.xz -C .device
 B=.device/build; A=$B/brisk; export LD_LIBRARY_PATH=$PWD/.device/lib
@@ -20,7 +23,7 @@ if ! grep -qx "ok   ssm" /tmp/ssm.txt; then
   export BRISK_CUDA_GD_CONV=0
 fi
 grep -E "^ok|^FAIL|differ" /tmp/ssm.txt
-timeout 300 $B/tests/test_cuda_ops attention 2>&1 | grep -E "^ok|^FAIL|differ" | head
+timeout 300 $B/tests/test_cuda_ops attention attention_kv_fused 2>&1 | grep -E "^ok|^FAIL|differ" | head
 M2=
 for p in tiny-qwen3moe tiny-qwen35 tiny-qwen35moe tiny-qwen3next; do
   $A synth --preset $p -o $d/$p.gguf > /dev/null 2>&1 && M2="$M2 $d/$p.gguf"; done
@@ -33,24 +36,28 @@ same() {
   b=$(env $1 $A run -m $M -p "Once upon a time" -n 48 --temp 0 --ignore-eos 2>/dev/null | md5sum)
   echo "$P greedy 48 tokens fused / $1: ${a%% *} / ${b%% *} $([ "$a" = "$b" ] && echo SAME || echo DIFFER)"
 }
-for P in qwen3.6-27b qwen3.6-35b-a3b; do
+MODELS=${*:-qwen3.6-27b qwen3.6-35b-a3b}
+for P in $MODELS; do
   M=$d/$P.gguf
   $A synth --preset $P --vocab $d/vocab.gguf --type q4_k_m --repeat-rows 256 \
-    $([ $P != qwen3.6-27b ] && echo --expert-skew 1) -o $M 2>&1 | tail -1
+    $(case $P in *a3b) echo --expert-skew 1 ;; esac) -o $M 2>&1 | tail -1
   BRISK_CUDA_GRAPH_INFO=1 $A bench -m $M -p 0 -n 4 -r 1 2>&1 | grep "graph:" | sort | uniq -c
-  for v in X=1 BRISK_CUDA_GD_CONV=0 BRISK_CUDA_ATTN_GATE=0 BRISK_CUDA_GD_FUSE=0 X=1 BRISK_CUDA_GD_CONV=0 \
-           BRISK_CUDA_ATTN_GATE=0; do tg $P $v; done
-  for k in BRISK_CUDA_GD_CONV=0 BRISK_CUDA_ATTN_GATE=0 BRISK_CUDA_GD_FUSE=0; do same $k; done
+  case $P in
+    qwen3.6*) K="BRISK_CUDA_GD_CONV=0 BRISK_CUDA_ATTN_GATE=0 BRISK_CUDA_ATTN_ROPE=0 BRISK_CUDA_GD_FUSE=0" ;;
+    *) K="BRISK_CUDA_ATTN_ROPE=0" ;;
+  esac
+  for v in X=1 $K X=1; do tg $P $v; done
+  for k in $K; do same $k; done
   if [ $P = qwen3.6-35b-a3b ] && [ -f .device/stats16.json ]; then # expert offload at 16 GB
-    for v in X=1 BRISK_CUDA_GD_CONV=0,BRISK_CUDA_ATTN_GATE=0; do
+    for v in X=1 BRISK_CUDA_GD_CONV=0,BRISK_CUDA_ATTN_GATE=0,BRISK_CUDA_ATTN_ROPE=0; do
       echo "$P --gpu-mem 16G $v: $(env ${v//,/ } $A bench -m $M -p 0 -n 128 -r 2 --gpu-mem 16G --expert-stats \
         .device/stats16.json --cache-experts auto 2>&1 | grep -E '^\| *tg')"; done
   fi
   rm -f $M; el $P
 done
 el fusions-done
-if command -v compute-sanitizer > /dev/null || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
+if [ -n "${MEMCHECK:-}" ] && { command -v compute-sanitizer > /dev/null || [ -x /usr/local/cuda/bin/compute-sanitizer ]; }; then
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  timeout 150 $CS --tool memcheck $B/tests/test_cuda_ops ssm 2>&1 | tail -3
+  timeout 300 $CS --tool memcheck $B/tests/test_cuda_ops ssm attention_kv_fused 2>&1 | tail -3
   el memcheck
 fi

@@ -108,6 +108,21 @@ typedef struct bk_backend bk_backend;
 
 #define BK_MOE_MAX_EXPERTS 1024 /* as llama.cpp's LLAMA_MAX_EXPERTS */
 
+/* One attention block's inputs as the QKV product leaves them, for attention_rope: q's heads at q_src
+ * (n * n_head rows of head_dim, q_pitch floats apart), k and v (n, n_head_kv * head_dim); q (scratch
+ * for the rotated q, n * n_head * head_dim) and k are written when the ops run one by one. */
+typedef struct bk_attn_rope_in {
+    const float *q_src;
+    int q_pitch;
+    float *q, *k;
+    const float *v;
+    const bk_weight *q_norm, *k_norm; /* QK-norm weights, NULL: none */
+    float eps;
+    const bk_rope_params *rope;
+    const float *gate; /* the output gate (see attention_gated), NULL: none */
+    int gate_pitch;
+} bk_attn_rope_in;
+
 typedef struct bk_backend_ops {
     const char *name;
     void (*free)(bk_backend *be);
@@ -297,6 +312,12 @@ typedef struct bk_backend_ops {
     bool (*attention_gated)(bk_backend *be, const float *q, const float *k, const float *v, const bk_kv_view *kv,
                             const bk_attn_batch *ab, int n_head, int n_head_kv, int head_dim, float scale,
                             const float *gate, int gate_pitch, float *out);
+    /* Optional (NULL, or false returned with nothing launched: bk_qk_norm_rope_kv, then attention or
+     * attention_gated; see bk_attention_rope): a decode step's QK-norm, rope, cache write and attention
+     * from the QKV product's rows (in), each result as the separate ops give it (a GPU normalises and
+     * rotates in the attention's own launch and takes the step's K/V row from there, not from the cache). */
+    bool (*attention_rope)(bk_backend *be, const bk_attn_rope_in *in, const bk_kv_view *kv, const bk_attn_batch *ab,
+                           int n_head, int n_head_kv, int head_dim, float scale, float *out);
 } bk_backend_ops;
 
 struct bk_backend {
@@ -441,5 +462,20 @@ static inline bool bk_qk_norm_rope_kv(bk_backend *be, float *q, const float *q_s
     }
     bk_qk_norm_rope(be, q, k, n, n_head, n_head_kv, head_dim, q_norm, k_norm, eps, pos, rp);
     return false;
+}
+/* QK-norm, rope, the cache write and the attention (with its output gate if in->gate) from the QKV
+ * product's rows: the backend's fused op, or bk_qk_norm_rope_kv and the attention. */
+static inline void bk_attention_rope(bk_backend *be, const bk_attn_rope_in *in, const bk_kv_view *kv,
+                                     const bk_attn_batch *ab, int n_head, int n_head_kv, int head_dim, float scale,
+                                     float *out) {
+    if (be->ops->attention_rope && be->ops->attention_rope(be, in, kv, ab, n_head, n_head_kv, head_dim, scale, out))
+        return;
+    bool in_cache = bk_qk_norm_rope_kv(be, in->q, in->q_src, in->q_pitch, in->k, in->v, ab->n_tokens, n_head,
+                                       n_head_kv, head_dim, in->q_norm, in->k_norm, in->eps, ab->pos, in->rope, kv);
+    const float *k = in_cache ? NULL : in->k, *v = in_cache ? NULL : in->v;
+    if (in->gate)
+        bk_attention_gated(be, in->q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, in->gate, in->gate_pitch, out);
+    else
+        be->ops->attention(be, in->q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, out);
 }
 #endif

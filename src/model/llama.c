@@ -46,7 +46,6 @@ void residual_matmul(const brisk_model *m, bk_backend *be, const bk_weight *w, c
 void decoder_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
                        fwd_scratch *s, int l) {
     const model_hparams *hp = &m->hp;
-    const bk_backend_ops *op = be->ops;
     const layer_weights *L = &m->layers[l];
     int n = b->n, hd = hp->head_dim;
     float scale = 1.0f / sqrtf((float)hd);
@@ -56,11 +55,10 @@ void decoder_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *k
                                 L->bv.host ? &L->bv : NULL};
     float *qkv_out[3] = {s->q, s->k, s->v};
     bk_norm_matmul(be, s->x, &L->attn_norm, hp->rms_eps, s->xb, n, 3, qkv, hp->qkv_bias ? bias : NULL, qkv_out);
-    bool in_cache = bk_qk_norm_rope_kv(be, s->q, s->q, hd, s->k, s->v, n, hp->n_head, hp->n_head_kv, hd,
-                                       hp->qk_norm ? &L->q_norm : NULL, hp->qk_norm ? &L->k_norm : NULL,
-                                       hp->rms_eps, b->ab.pos, &hp->rope, &kv[l]);
-    op->attention(be, s->q, in_cache ? NULL : s->k, in_cache ? NULL : s->v, &kv[l], &b->ab, hp->n_head,
-                  hp->n_head_kv, hd, scale, s->att);
+    const bk_attn_rope_in in = {.q_src = s->q, .q_pitch = hd, .q = s->q, .k = s->k, .v = s->v,
+                                .q_norm = hp->qk_norm ? &L->q_norm : NULL, .k_norm = hp->qk_norm ? &L->k_norm : NULL,
+                                .eps = hp->rms_eps, .rope = &hp->rope};
+    bk_attention_rope(be, &in, &kv[l], &b->ab, hp->n_head, hp->n_head_kv, hd, scale, s->att);
     residual_matmul(m, be, &L->wo, s->att, n, s->xb, s->x);
 }
 

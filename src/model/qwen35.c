@@ -53,12 +53,12 @@ static void gated_attention(const brisk_model *m, bk_backend *be, const bk_kv_vi
     const bk_weight *w[3] = {&L->wq, &L->wk, &L->wv};
     float *out[3] = {s->qg, s->k, s->v};
     op->matmul(be, 3, w, NULL, s->xb, n, out);
-    /* each head's query rows out of the query|gate rows: (n * nh) rows of hd, 2 * hd apart */
-    bool in_cache = bk_qk_norm_rope_kv(be, s->q, s->qg, 2 * hd, s->k, s->v, n, nh, hp->n_head_kv, hd, &L->q_norm,
-                                       &L->k_norm, hp->rms_eps, b->ab.pos, &hp->rope, &kv[l]);
-    /* the output gate read in place: head rows of hd whose gate rows lie 2 * hd apart in qg */
-    bk_attention_gated(be, s->q, in_cache ? NULL : s->k, in_cache ? NULL : s->v, &kv[l], &b->ab, nh, hp->n_head_kv, hd,
-                       1.0f / sqrtf((float)hd), s->qg + hd, 2 * hd, s->att);
+    /* each head's query rows out of the query|gate rows: (n * nh) rows of hd, 2 * hd apart; the output
+     * gate read in place: head rows of hd whose gate rows lie 2 * hd apart in qg */
+    const bk_attn_rope_in in = {.q_src = s->qg, .q_pitch = 2 * hd, .q = s->q, .k = s->k, .v = s->v,
+                                .q_norm = &L->q_norm, .k_norm = &L->k_norm, .eps = hp->rms_eps, .rope = &hp->rope,
+                                .gate = s->qg + hd, .gate_pitch = 2 * hd};
+    bk_attention_rope(be, &in, &kv[l], &b->ab, nh, hp->n_head_kv, hd, 1.0f / sqrtf((float)hd), s->att);
     residual_matmul(m, be, &L->wo, s->att, n, s->xb, s->x);
 }
 

@@ -222,7 +222,7 @@ static int64_t pack_meta(cuda_backend *cb, const bk_attn_batch *ab, int bs, int 
 /* The attention op; gate.g (NULL: none): the decode kernels gate their outputs (attention_gated). */
 static void attention_run(cuda_backend *cb, const float *q, const float *k, const float *v, const bk_kv_view *kv,
                           const bk_attn_batch *ab, int n_head, int n_head_kv, int head_dim, float scale,
-                          att_gate gate, float *out) {
+                          att_gate gate, const dec_rope &rope, float *out) {
     int n = ab->n_tokens;
     if (head_dim > ATT_MAX_HD) {
         cuda_set_error(cb, bk_fail(BRISK_ERR_UNSUPPORTED, "cuda attention: head_dim %d > %d", head_dim, ATT_MAX_HD));
@@ -262,7 +262,7 @@ static void attention_run(cuda_backend *cb, const float *q, const float *k, cons
 
     if (!cb->attn_v1 && n <= ATT_DEC_MAX_TOK && cuda_attn_decode_supported(head_dim)) {
         bool quant = cuda_attn_decode(cb, q, kv, n, max_np, d_pos, d_off, d_tabs, n_head, n_head_kv, head_dim, scale,
-                                      gate, out);
+                                      gate, rope, out);
         CU_LAUNCHED(cb);
         if (quant) { /* the output projection finds out quantized (cuda_mmvq_prepare) */
             cb->xq_src = out;
@@ -317,7 +317,7 @@ extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, c
     cuda_backend *cb = (cuda_backend *)be;
     if (ab->n_tokens <= 0) return;
     CU_ABLATE(cb, ABL_ATTN);
-    attention_run(cb, q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, att_gate{}, out);
+    attention_run(cb, q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, att_gate{}, dec_rope{}, out);
 }
 
 /* backend.h's attention_gated: the decode kernels multiply each output by sigmoid(its gate) before
@@ -333,6 +333,45 @@ extern "C" bool cuda_attention_gated(bk_backend *be, const float *q, const float
     if (n <= 0 || cb->attn_gate_off || (cb->ablate & ABL_ATTN) || cb->attn_v1 || n > ATT_DEC_MAX_TOK ||
         !cuda_attn_decode_supported(head_dim) || head_dim > ATT_MAX_HD)
         return false;
-    attention_run(cb, q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, att_gate{gate, gate_pitch}, out);
+    attention_run(cb, q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, att_gate{gate, gate_pitch}, dec_rope{}, out);
+    return true;
+}
+
+/* backend.h's attention_rope: one decode step's QK-norm, rope and cache write inside the decode
+ * attention's launch (cuda_attn_decode.cu's dec_rope): each block normalises and rotates its own q
+ * heads from the product's rows, and the block that holds the step's position takes that K/V row
+ * from its shared memory, in the cache's format, instead of from the cache; one block per (token, KV
+ * head) writes it to the cache. The same bits as qk_norm_rope_kv then the attention; the QK-norm +
+ * rope launch goes. Inside a step only (the cache rows on the device), for tokens of different
+ * sequences (a token never reads another token's new row); false, with nothing launched, otherwise
+ * (and with BRISK_CUDA_ATTN_ROPE=0). */
+extern "C" bool cuda_attention_rope(bk_backend *be, const bk_attn_rope_in *in, const bk_kv_view *kv,
+                                    const bk_attn_batch *ab, int n_head, int n_head_kv, int head_dim, float scale,
+                                    float *out) {
+    cuda_backend *cb = (cuda_backend *)be;
+    const int n = ab->n_tokens;
+    const bk_rope_params *rp = in->rope;
+    if (n <= 0 || cb->attn_rope_off || !cb->step_on || cb->kvfuse_off || cb->qkrope_off || cb->attn_v1 ||
+        (cb->ablate & (ABL_ATTN | ABL_ROPE)) || (in->gate && cb->attn_gate_off) || n > ATT_DEC_MAX_TOK ||
+        !cuda_attn_decode_supported(head_dim) || !kv->k || (kv->kv_type == KT_Q8_0 && head_dim % 32) ||
+        rp->n_rot > head_dim || rp->n_rot % 2 || (in->q_norm && in->q_norm->type != QT_F32) ||
+        (in->k_norm && in->k_norm->type != QT_F32))
+        return false;
+    for (int t = 1; t < n; t++) /* one token a sequence: tokens of one sequence share a page table */
+        for (int u = 0; u < t; u++)
+            if (ab->block_table[t] == ab->block_table[u]) return false;
+    dec_rope r = {};
+    const int32_t *d_pos;
+    if (!cuda_rope_setup(cb, n, n_head, head_dim, ab->pos, rp, &r.a, &d_pos, &r.ff)) return true; /* error set */
+    r.qs = in->q_src;
+    r.qp = in->q_pitch;
+    r.k = in->k;
+    r.v = in->v;
+    r.qw = in->q_norm ? (const float *)in->q_norm->dev : NULL;
+    r.kw = in->k_norm ? (const float *)in->k_norm->dev : NULL;
+    r.eps = in->eps;
+    r.slot = cb->st_slot;
+    attention_run(cb, in->q, NULL, NULL, kv, ab, n_head, n_head_kv, head_dim, scale,
+                  att_gate{in->gate, in->gate_pitch}, r, out);
     return true;
 }

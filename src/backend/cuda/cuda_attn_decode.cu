@@ -173,13 +173,24 @@ __device__ __forceinline__ void dec_combine_group(const float *part, int stride,
 
 /* One block per (G query heads from h0 = blockIdx.x * G, token, split). lpr = head_dim / 8 lanes per row
  * (4, 8, 16 or 32). Writes out (no split) or the split's (max, sum, unnormalised output) to part. */
-template <int KT, int G, int NR>
+/* With RP (cuda_attention_rope), q's heads come from the product's rows (rope.qs) and are normalised
+ * and rotated here (qk_head_norm_rope, the angles computed before the wait from the step's
+ * positions), and the step's own K/V row, position pos[t], is not read from the cache: the block that
+ * holds it (the last split) normalises and rotates k itself and stores k and v in the cache's format
+ * into shared memory (kv_store: the bytes the cache would hold), and its rows' loads read them there.
+ * The first head group of each KV head also writes them to the cache, for the steps after. */
+template <int KT, int G, int NR, bool RP>
 __global__ void __launch_bounds__(DEC_WARPS * 32)
 attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_t *pos, const int32_t *tab_off,
                 const int32_t *tabs, int n_head, int n_head_kv, int group, int hd, float scale_log2, float *out,
-                float *part, int *cnt, int8_t *xq, float2 *xds, int flags, att_gate gate) {
+                float *part, int *cnt, int8_t *xq, float2 *xds, int flags, att_gate gate, dec_rope rope) {
     BK_TRACE_SCOPE(); /* (a trace build only) */
     const bool adapt = flags & 1, merge_slow = flags & 2; /* BRISK_CUDA_ATTN_ADAPT=0, BRISK_CUDA_ATTN_MERGE=0 */
+    __shared__ float r_cs[RP ? DEC_MAX_HD / 2 : 1], r_sn[RP ? DEC_MAX_HD / 2 : 1], r_k[RP ? DEC_MAX_HD : 1];
+    __shared__ __align__(16) uint8_t r_kc[RP ? DEC_MAX_HD * 4 : 16], r_vc[RP ? DEC_MAX_HD * 4 : 16];
+    if constexpr (RP) /* the angles need only the step's positions (copied before any kernel) */
+        for (int i = threadIdx.x; i < rope.a.n_rot / 2; i += DEC_WARPS * 32)
+            rope_cs(i, pos[blockIdx.y], rope.ff, rope.a, &r_cs[i], &r_sn[i]);
     pdl_wait();
     __shared__ __align__(16) float q_s[G][DEC_MAX_HD];
     __shared__ float o_s[DEC_WARPS][G][DEC_MAX_HD], m_s[DEC_WARPS][G], l_s[DEC_WARPS][G];
@@ -203,8 +214,36 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
     const int32_t *table = tabs + tab_off[t];
 
     /* the queries, pre-scaled, in shared memory: registers hold the accumulators and the loads */
-    for (int i = tid; i < G * hd; i += DEC_WARPS * 32)
-        q_s[i / hd][i % hd] = q[((size_t)t * n_head + h0 + i / hd) * hd + i % hd] * scale_log2;
+    /* RP: the step's own row, in the one split that holds it (not always the last: without the fused
+     * merge a short context leaves the last splits empty) */
+    const int p_new = RP && np - 1 >= p_begin && np - 1 < p_end ? np - 1 : -1;
+    if constexpr (RP) {
+        const int half = rope.a.n_rot / 2;
+        __syncthreads(); /* the angles */
+        for (int g = warp; g < G; g += DEC_WARPS) {
+            qk_head_norm_rope(rope.qs + ((size_t)t * n_head + h0 + g) * rope.qp, rope.qw, rope.eps, hd, half, r_cs,
+                              r_sn, rope.a, q_s[g]);
+            for (int i = lane; i < hd; i += 32) q_s[g][i] *= scale_log2;
+        }
+        if (p_new >= 0 && warp == DEC_WARPS - 1) { /* qk_norm_rope_kernel's k and v, stored as the cache holds them */
+            const size_t r = (size_t)t * n_head_kv + kvh;
+            qk_head_norm_rope(rope.k + r * hd, rope.kw, rope.eps, hd, half, r_cs, r_sn, rope.a, r_k);
+            const bool writer = h0 % group == 0; /* the first head group of the KV head */
+            const size_t e0 = ((size_t)rope.slot[t] * n_head_kv + kvh) * hd;
+            for (int i = lane; i < hd; i += 32) { /* hd % 32 == 0 for q8_0: a warp stores whole blocks */
+                const float vv = rope.v[r * hd + i];
+                kv_store<KT>(r_kc, (size_t)i, r_k[i]);
+                kv_store<KT>(r_vc, (size_t)i, vv);
+                if (writer) {
+                    kv_store<KT>((void *)kc, e0 + i, r_k[i]);
+                    kv_store<KT>((void *)vc, e0 + i, vv);
+                }
+            }
+        }
+    } else {
+        for (int i = tid; i < G * hd; i += DEC_WARPS * 32)
+            q_s[i / hd][i % hd] = q[((size_t)t * n_head + h0 + i / hd) * hd + i % hd] * scale_log2;
+    }
     float acc[G][8], m[G], l[G];
 #pragma unroll
     for (int g = 0; g < G; g++) {
@@ -219,16 +258,23 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
     int p0 = p_begin + warp * rs;
     /* lane i < rs holds the row index of position p0 + i (a past-the-end position reads p0's row, masked) */
     int my_row = 0;
-    if (p0 < p_end && lane < rs) my_row = dec_row(table, bs, p0 + lane < p_end ? p0 + lane : p0, n_head_kv, kvh);
+    /* (RP: the step's own position's row is -1, read from shared memory) */
+    auto row_of = [&](int p) { return RP && p == p_new ? -1 : dec_row(table, bs, p, n_head_kv, kvh); };
+    if (p0 < p_end && lane < rs) my_row = row_of(p0 + lane < p_end ? p0 + lane : p0);
     for (; p0 < p_end; p0 += stride) {
         int rows[NR];
 #pragma unroll
         for (int i = 0; i < NR; i++) rows[i] = __shfl_sync(full, my_row, i * rpw + rg);
         int pn = p0 + stride; /* the next step's indices: their table loads overlap this step */
-        if (pn < p_end && lane < rs) my_row = dec_row(table, bs, pn + lane < p_end ? pn + lane : pn, n_head_kv, kvh);
+        if (pn < p_end && lane < rs) my_row = row_of(pn + lane < p_end ? pn + lane : pn);
         kv8 kr[NR], vr[NR];
 #pragma unroll
         for (int i = 0; i < NR; i++) {
+            if (RP && rows[i] < 0) {
+                kr[i] = kv_load8<KT>(r_kc, 8 * sub);
+                vr[i] = kv_load8<KT>(r_vc, 8 * sub);
+                continue;
+            }
             int64_t e = (int64_t)rows[i] * hd + 8 * sub;
             kr[i] = kv_load8<KT>(kc, e);
             vr[i] = kv_load8<KT>(vc, e);
@@ -376,7 +422,7 @@ bool cuda_attn_decode_supported(int head_dim) {
  * returns true then, and the caller tags out as quantized (after its CU_LAUNCHED). */
 bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, int max_np, const int32_t *d_pos,
                       const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
-                      att_gate gate, float *out) {
+                      att_gate gate, const dec_rope &rope, float *out) {
     int group = n_head / n_head_kv, G = group;
     if ((G != 2 && G != 4 && G != 8) || cb->attn_gqa_off) G = 1;
     /* Splits: about four blocks per SM (one resident wave at ~128 registers a thread), at least
@@ -410,10 +456,15 @@ bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
     bool quant = !cb->attnq_off && cb->xq && (size_t)n * (size_t)n_head * (size_t)hd <= cb->xq_cap;
     int8_t *xq = quant ? cb->xq : NULL;
     float2 *xds = quant ? cb->xds : NULL;
-#define DEC_LAUNCH(KK, GG, NN)                                                                                    \
-    pdl_launch(cb, attn_dec_kernel<KK, GG, NN>, grid, dim3(DEC_WARPS * 32), 0, q, (const void *)kv->k,           \
+#define DEC_LAUNCH_RP(KK, GG, NN, RR)                                                                             \
+    pdl_launch(cb, attn_dec_kernel<KK, GG, NN, RR>, grid, dim3(DEC_WARPS * 32), 0, q, (const void *)kv->k,       \
                (const void *)kv->v, kv->block_size, d_pos, d_off, d_tabs, n_head, n_head_kv, group, hd, sl2, out, \
-               part, cnt, xq, xds, (cb->attn_adapt_off ? 0 : 1) | (cb->attn_merge_off ? 2 : 0), gate)
+               part, cnt, xq, xds, (cb->attn_adapt_off ? 0 : 1) | (cb->attn_merge_off ? 2 : 0), gate, rope)
+#define DEC_LAUNCH(KK, GG, NN)                                        \
+    do {                                                              \
+        if (rope.qs) DEC_LAUNCH_RP(KK, GG, NN, true);                 \
+        else DEC_LAUNCH_RP(KK, GG, NN, false);                        \
+    } while (0)
 #define DEC_G(KK)                         \
     switch (G) {                          \
     case 2: DEC_LAUNCH(KK, 2, 4); break;  \
@@ -425,6 +476,7 @@ bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
     if (kt == KT_Q8_0) DEC_G(KT_Q8_0) else if (kt == KT_F16) DEC_G(KT_F16) else DEC_G(KT_F32)
 #undef DEC_G
 #undef DEC_LAUNCH
+#undef DEC_LAUNCH_RP
     if (part && !cnt)
         pdl_launch(cb, attn_dec_combine_kernel, dim3(n_head, n), dim3(DEC_WARPS * 32), 0, (const float *)part, n_split,
                    n_head, hd, out, xq, xds, gate);

@@ -260,6 +260,7 @@ static const bk_backend_ops cuda_ops = {
     /* qk_norm_rope_kv */ cuda_qk_norm_rope_kv,
     /* gated_delta_gate */ cuda_gated_delta_gate,
     /* attention_gated */ cuda_attention_gated,
+    /* attention_rope */ cuda_attention_rope,
 };
 
 extern "C" int bk_cuda_device_count(void) {
@@ -394,6 +395,7 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->moe_vec_r = getenv("BRISK_CUDA_MOE_VEC_R") ? atoi(getenv("BRISK_CUDA_MOE_VEC_R")) : 2;
     cb->ablate = getenv("BRISK_CUDA_ABLATE") ? (unsigned)atoi(getenv("BRISK_CUDA_ABLATE")) : 0;
     cb->attnq_off = getenv("BRISK_CUDA_ATTNQ") && !strcmp(getenv("BRISK_CUDA_ATTNQ"), "0");
+    cb->attn_rope_off = getenv("BRISK_CUDA_ATTN_ROPE") && !strcmp(getenv("BRISK_CUDA_ATTN_ROPE"), "0");
     cb->attn_gate_off = getenv("BRISK_CUDA_ATTN_GATE") && !strcmp(getenv("BRISK_CUDA_ATTN_GATE"), "0");
     cb->router_fuse_off = getenv("BRISK_CUDA_ROUTER_FUSE") && !strcmp(getenv("BRISK_CUDA_ROUTER_FUSE"), "0");
     cb->router_join_off = getenv("BRISK_CUDA_ROUTER_JOIN") && !strcmp(getenv("BRISK_CUDA_ROUTER_JOIN"), "0");

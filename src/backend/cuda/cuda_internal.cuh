@@ -136,6 +136,7 @@ typedef struct cuda_backend {
     bool gd_conv_off;           /* BRISK_CUDA_GD_CONV=0: the short conv before the fused rule in a launch of its own (A/B) */
     bool gd_fuse_off;           /* BRISK_CUDA_GD_FUSE=0: the delta rule, the heads' norm and the gate in three launches (A/B) */
     bool route_warp_off;        /* BRISK_CUDA_ROUTE_WARP=0: the router's block-per-token kernel only (A/B) */
+    bool attn_rope_off;         /* BRISK_CUDA_ATTN_ROPE=0: one token's QK-norm, rope and cache write in a launch of their own (A/B) */
     bool attn_gate_off;         /* BRISK_CUDA_ATTN_GATE=0: the gated attention's output gate in a launch of its own (A/B) */
     bool router_fuse_off;       /* BRISK_CUDA_ROUTER_FUSE=0: the router's product and routing as two launches (A/B) */
     bool router_join_off;       /* BRISK_CUDA_ROUTER_JOIN=0: the shared expert's gate in a launch of its own (A/B) */
@@ -486,6 +487,60 @@ __device__ __forceinline__ void q8_1_store_lane(float v, int64_t i, int lane, in
     if (lane == 0) xds[i / 32] = make_float2(d, d * (float)s);
 }
 
+/* ---- rope (cuda_norm_rope.cu; the fused decode attention of cuda_attn_decode.cu) ---- */
+typedef struct rope_args {
+    int n_rot, neox, n_heads, head_dim;
+    float theta_scale, freq_scale, ext_factor, attn_factor, corr0, corr1, log_mscale;
+} rope_args;
+
+#define ROPE_MAX_HALF 256 /* rotated pairs per head (n_rot <= 512) */
+
+/* cos and sin (times the YaRN magnitude) of rotated pair i at position p, as the CPU computes them. */
+__device__ __forceinline__ void rope_cs(int i, int p, const float *ff, const rope_args &a, float *c, float *s) {
+    int i0 = 2 * i;
+    float theta = (float)p;
+    for (int k = 0; k < i; k++) theta *= a.theta_scale;
+    float f = ff ? ff[i] : 1.0f;
+    /* _rn intrinsics: no fused multiply-adds, so the angle rounds as on the CPU */
+    float extrap = __fdiv_rn(theta, f), interp = __fmul_rn(a.freq_scale, extrap), th = interp;
+    float mscale = a.attn_factor;
+    if (a.ext_factor != 0.0f) {
+        float y = (i0 / 2 - a.corr0) / fmaxf(0.001f, a.corr1 - a.corr0);
+        float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+        float mix = __fmul_rn(ramp, a.ext_factor);
+        th = __fadd_rn(__fmul_rn(interp, 1 - mix), __fmul_rn(extrap, mix));
+        mscale *= a.log_mscale;
+    }
+    *c = __fmul_rn(cosf(th), mscale);
+    *s = __fmul_rn(sinf(th), mscale);
+}
+
+/* Rotates pair i of v (one head) by (c, s). */
+__device__ __forceinline__ void rope_pair(float *v, int i, float c, float s, const rope_args &a) {
+    int half = a.n_rot / 2;
+    int ia = a.neox ? i : 2 * i, ib = a.neox ? i + half : 2 * i + 1;
+    float x0 = v[ia], x1 = v[ib];
+    v[ia] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    v[ib] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+}
+
+/* One head's QK-norm and rope by one warp, as rms_norm_warp_kernel then rope_kernel compute them:
+ * the hd values of v_in normalised with w (NULL: copied) into row, then the pairs rotated there
+ * (cs, sn: the half pairs' angles). Every kernel that rotates q or k goes through this. */
+__device__ __forceinline__ void qk_head_norm_rope(const float *v_in, const float *w, float eps, int hd, int half,
+                                                  const float *cs, const float *sn, const rope_args &a, float *row) {
+    const int lane = threadIdx.x % 32;
+    if (w) {
+        float scale = warp_rms_scale(v_in, hd, eps);
+        for (int i = lane; i < hd; i += 32) row[i] = (v_in[i] * scale) * w[i];
+    } else {
+        for (int i = lane; i < hd; i += 32) row[i] = v_in[i];
+    }
+    __syncwarp();
+    for (int i = lane; i < half; i += 32) rope_pair(row, i, cs[i], sn[i], a);
+    __syncwarp();
+}
+
 /* ---- the f16 activations of cuda_mmqh.cu ----
  * Column i of a row goes to mmqh_perm(i): within each group of 32, column 8c + r to slot
  * 8c + (r with bits 0 and 1 swapped), the order of the kernel's f16 pairs (see there). A row is
@@ -734,6 +789,8 @@ void cuda_norm_swiglu(bk_backend *be, const float *x, const bk_weight *norm, flo
                       const bk_weight *gate, const bk_weight *up, float *tmp, float *out);
 void cuda_rope(bk_backend *be, float *x, int n, int n_heads, int head_dim, const int32_t *pos,
                const bk_rope_params *rp);
+bool cuda_attention_rope(bk_backend *be, const bk_attn_rope_in *in, const bk_kv_view *kv, const bk_attn_batch *ab,
+                         int n_head, int n_head_kv, int head_dim, float scale, float *out);
 bool cuda_attention_gated(bk_backend *be, const float *q, const float *k, const float *v, const bk_kv_view *kv,
                           const bk_attn_batch *ab, int n_head, int n_head_kv, int head_dim, float scale,
                           const float *gate, int gate_pitch, float *out);
@@ -842,10 +899,24 @@ struct att_gate {
     const float *g;
     int pitch;
 };
+/* The rope arguments and the device copies of pos and freq_factors; false after an error. */
+bool cuda_rope_setup(cuda_backend *cb, int n, int n_heads, int head_dim, const int32_t *pos, const bk_rope_params *rp,
+                     rope_args *a, const int32_t **d_pos, const float **d_ff);
+/* The fused decode attention's QK-norm, rope and cache write (cuda_attention_rope); qs NULL: none. */
+struct dec_rope {
+    const float *qs; /* q's heads, rows qp floats apart */
+    int qp;
+    const float *k, *v; /* the step's rows (n, n_head_kv * hd), as the product left them */
+    const float *qw, *kw; /* QK-norm weights, NULL: none */
+    float eps;
+    const float *ff; /* rope frequency factors, NULL: none */
+    rope_args a;
+    const int32_t *slot; /* cache rows of the step's tokens */
+};
 bool cuda_attn_decode_supported(int head_dim);
 bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, int max_np, const int32_t *d_pos,
                       const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
-                      att_gate gate, float *out);
+                      att_gate gate, const dec_rope &rope, float *out);
 bool cuda_attn_prefill_supported(const cuda_backend *cb, int head_dim, int n_head, int n_head_kv);
 void cuda_attn_prefill(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, const int32_t *d_pos,
                        const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,

@@ -147,42 +147,6 @@ extern "C" void cuda_rms_norm(bk_backend *be, const float *x, const bk_weight *w
 }
 
 /* ---- rope ---- */
-typedef struct rope_args {
-    int n_rot, neox, n_heads, head_dim;
-    float theta_scale, freq_scale, ext_factor, attn_factor, corr0, corr1, log_mscale;
-} rope_args;
-
-#define ROPE_MAX_HALF 256 /* rotated pairs per head (n_rot <= 512) */
-
-/* cos and sin (times the YaRN magnitude) of rotated pair i at position p, as the CPU computes them. */
-__device__ __forceinline__ void rope_cs(int i, int p, const float *ff, const rope_args &a, float *c, float *s) {
-    int i0 = 2 * i;
-    float theta = (float)p;
-    for (int k = 0; k < i; k++) theta *= a.theta_scale;
-    float f = ff ? ff[i] : 1.0f;
-    /* _rn intrinsics: no fused multiply-adds, so the angle rounds as on the CPU */
-    float extrap = __fdiv_rn(theta, f), interp = __fmul_rn(a.freq_scale, extrap), th = interp;
-    float mscale = a.attn_factor;
-    if (a.ext_factor != 0.0f) {
-        float y = (i0 / 2 - a.corr0) / fmaxf(0.001f, a.corr1 - a.corr0);
-        float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
-        float mix = __fmul_rn(ramp, a.ext_factor);
-        th = __fadd_rn(__fmul_rn(interp, 1 - mix), __fmul_rn(extrap, mix));
-        mscale *= a.log_mscale;
-    }
-    *c = __fmul_rn(cosf(th), mscale);
-    *s = __fmul_rn(sinf(th), mscale);
-}
-
-/* Rotates pair i of v (one head) by (c, s). */
-__device__ __forceinline__ void rope_pair(float *v, int i, float c, float s, const rope_args &a) {
-    int half = a.n_rot / 2;
-    int ia = a.neox ? i : 2 * i, ib = a.neox ? i + half : 2 * i + 1;
-    float x0 = v[ia], x1 = v[ib];
-    v[ia] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    v[ib] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-}
-
 /* One block per token: the pairs' angles once into shared memory, then every (head, pair) of the
  * token in parallel (a decode step rotates 32 heads with one block instead of 64 threads looping). */
 __global__ void rope_kernel(float *x, int n, const int32_t *pos, const float *ff, rope_args a) {
@@ -228,15 +192,7 @@ __global__ void qk_norm_rope_kernel(float *q, const float *qs, int qp, float *k,
         float *v_out = isq ? q + ((int64_t)t * nq + h) * hd : k + ((int64_t)t * nk + (h - nq)) * hd;
         const float *v_in = isq ? qs + ((int64_t)t * nq + h) * qp : v_out;
         const float *w = isq ? qw : kw;
-        if (w) {
-            float scale = warp_rms_scale(v_in, hd, eps);
-            for (int i = lane; i < hd; i += 32) row[i] = (v_in[i] * scale) * w[i];
-        } else {
-            for (int i = lane; i < hd; i += 32) row[i] = v_in[i];
-        }
-        __syncwarp();
-        for (int i = lane; i < half; i += 32) rope_pair(row, i, cs[i], sn[i], a);
-        __syncwarp();
+        qk_head_norm_rope(v_in, w, eps, hd, half, cs, sn, a, row);
         if (KT >= 0 && !isq) {
             const size_t e0 = crow + (size_t)(h - nq) * hd;
             for (int i = lane; i < hd; i += 32) kv_store<KT < 0 ? 0 : KT>(kc, e0 + i, row[i]);
@@ -248,7 +204,7 @@ __global__ void qk_norm_rope_kernel(float *q, const float *qs, int qp, float *k,
 }
 
 /* The rope arguments and the device copies of pos and freq_factors; false after an error. */
-static bool rope_setup(cuda_backend *cb, int n, int n_heads, int head_dim, const int32_t *pos,
+bool cuda_rope_setup(cuda_backend *cb, int n, int n_heads, int head_dim, const int32_t *pos,
                        const bk_rope_params *rp, rope_args *a, const int32_t **d_pos, const float **d_ff) {
     a->n_rot = rp->n_rot;
     a->neox = rp->mode == BK_ROPE_NEOX;
@@ -282,7 +238,7 @@ extern "C" void cuda_rope(bk_backend *be, float *x, int n, int n_heads, int head
     rope_args a;
     const int32_t *d_pos;
     const float *d_ff;
-    if (!rope_setup(cb, n, n_heads, head_dim, pos, rp, &a, &d_pos, &d_ff)) return;
+    if (!cuda_rope_setup(cb, n, n_heads, head_dim, pos, rp, &a, &d_pos, &d_ff)) return;
     pdl_launch(cb, rope_kernel, dim3((unsigned)n), dim3(256), 0, x, n, d_pos, d_ff, a);
     CU_LAUNCHED(cb);
 }
@@ -297,7 +253,7 @@ static bool qk_norm_rope_launch(cuda_backend *cb, float *q, const float *qs, int
     rope_args a;
     const int32_t *d_pos;
     const float *d_ff;
-    if (!rope_setup(cb, n, n_head, head_dim, pos, rp, &a, &d_pos, &d_ff)) return true; /* the error is set */
+    if (!cuda_rope_setup(cb, n, n_head, head_dim, pos, rp, &a, &d_pos, &d_ff)) return true; /* the error is set */
     /* one head per warp: a decode step's 40 heads run side by side, not five after another */
     const int warps = 8;
     const int heads = n_head + n_head_kv + (kv ? n_head_kv : 0);
