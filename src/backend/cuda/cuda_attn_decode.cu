@@ -175,8 +175,8 @@ __device__ __forceinline__ void dec_combine_group(const float *part, int stride,
  * (4, 8, 16 or 32). Writes out (no split) or the split's (max, sum, unnormalised output) to part. */
 /* With RP (cuda_attention_rope), q's heads come from the product's rows (rope.qs) and are normalised
  * and rotated here (qk_head_norm_rope, the angles computed before the wait from the step's
- * positions), and the step's own K/V row, position pos[t], is not read from the cache: the block that
- * holds it (the last split) normalises and rotates k itself and stores k and v in the cache's format
+ * positions), and the step's own K/V row, position pos[t], is not read from the cache: a block of the
+ * split that holds it normalises and rotates k itself and stores k and v in the cache's format
  * into shared memory (kv_store: the bytes the cache would hold), and its rows' loads read them there.
  * The first head group of each KV head also writes them to the cache, for the steps after. */
 template <int KT, int G, int NR, bool RP>
