@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # On the GPU machine (after bench/cuda/pack.sh here): the one-token fusions of the hybrid decode step
 # checked and timed, each against its A/B knob:
-#   BRISK_CUDA_GD_FUSE    the Gated DeltaNet rule, its heads' RMS norm and the output gate in one launch
 #   BRISK_CUDA_GD_CONV    the short conv before it in the same launch (clusters of a key head's blocks)
 #   BRISK_CUDA_ATTN_GATE  the gated attention's output gate in the decode attention's store
 #   BRISK_CUDA_ATTN_ROPE  one token's QK-norm, rope and cache write in the decode attention's launch
+#   BRISK_CUDA_MMVS_PAIR  one token's streamed products two to an SM (the next one streams while this
+#                         one finishes); every model, not bit for bit (other segments): text compared
 # The op tests first, each under a time limit (bit for bit against the unfused ops; a cluster kernel
 # that hung would otherwise hold the machine: if the conv's test fails or times out, the rest runs
 # with BRISK_CUDA_GD_CONV=0), the tiny MoE and hybrid models end to end, then qwen3.6-27b and
@@ -23,7 +24,10 @@ if ! grep -qx "ok   ssm" /tmp/ssm.txt; then
   export BRISK_CUDA_GD_CONV=0
 fi
 grep -E "^ok|^FAIL|differ" /tmp/ssm.txt
-timeout 300 $B/tests/test_cuda_ops attention attention_kv_fused 2>&1 | grep -E "^ok|^FAIL|differ" | head
+timeout 300 $B/tests/test_cuda_ops attention attention_kv_fused matmul_stream matmul_swiglu 2>&1 | grep -E "^ok|^FAIL|differ" | head
+if [ -x .device/mmvs_lab ]; then # the products back to back, one block an SM and paired (last column)
+  timeout 240 .device/mmvs_lab 2>&1 | tail -18
+fi
 M2=
 for p in tiny-qwen3moe tiny-qwen35 tiny-qwen35moe tiny-qwen3next; do
   $A synth --preset $p -o $d/$p.gguf > /dev/null 2>&1 && M2="$M2 $d/$p.gguf"; done
@@ -43,13 +47,13 @@ for P in $MODELS; do
     $(case $P in *a3b) echo --expert-skew 1 ;; esac) -o $M 2>&1 | tail -1
   BRISK_CUDA_GRAPH_INFO=1 $A bench -m $M -p 0 -n 4 -r 1 2>&1 | grep "graph:" | sort | uniq -c
   case $P in
-    qwen3.6*) K="BRISK_CUDA_GD_CONV=0 BRISK_CUDA_ATTN_GATE=0 BRISK_CUDA_ATTN_ROPE=0 BRISK_CUDA_GD_FUSE=0" ;;
-    *) K="BRISK_CUDA_ATTN_ROPE=0" ;;
+    qwen3.6*) K="BRISK_CUDA_MMVS_PAIR=0 BRISK_CUDA_GD_CONV=0 BRISK_CUDA_ATTN_GATE=0 BRISK_CUDA_ATTN_ROPE=0" ;;
+    *) K="BRISK_CUDA_MMVS_PAIR=0 BRISK_CUDA_ATTN_ROPE=0" ;;
   esac
   for v in X=1 $K X=1; do tg $P $v; done
   for k in $K; do same $k; done
   if [ $P = qwen3.6-35b-a3b ] && [ -f .device/stats16.json ]; then # expert offload at 16 GB
-    for v in X=1 BRISK_CUDA_GD_CONV=0,BRISK_CUDA_ATTN_GATE=0,BRISK_CUDA_ATTN_ROPE=0; do
+    for v in X=1 BRISK_CUDA_MMVS_PAIR=0 BRISK_CUDA_MMVS_PAIR=0,BRISK_CUDA_GD_CONV=0,BRISK_CUDA_ATTN_GATE=0,BRISK_CUDA_ATTN_ROPE=0; do
       echo "$P --gpu-mem 16G $v: $(env ${v//,/ } $A bench -m $M -p 0 -n 128 -r 2 --gpu-mem 16G --expert-stats \
         .device/stats16.json --cache-experts auto 2>&1 | grep -E '^\| *tg')"; done
   fi
@@ -58,6 +62,6 @@ done
 el fusions-done
 if [ -n "${MEMCHECK:-}" ] && { command -v compute-sanitizer > /dev/null || [ -x /usr/local/cuda/bin/compute-sanitizer ]; }; then
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  timeout 300 $CS --tool memcheck $B/tests/test_cuda_ops ssm attention_kv_fused 2>&1 | tail -3
+  timeout 300 $CS --tool memcheck $B/tests/test_cuda_ops ssm attention_kv_fused matmul_stream 2>&1 | tail -3
   el memcheck
 fi

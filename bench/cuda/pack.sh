@@ -8,7 +8,8 @@
 # machine unpack it into .device/build); .device/lib: libmicrohttpd + libcjson
 # (the GPU machine lacks them); .device/llsrc.tar.xz: llama.cpp v0.4.0's sources from the
 # git bundle in node-llama-cpp@3.21.1 (built there, never committed here);
-# .device/vocab.gguf.xz: the Qwen2 vocabulary for `brisk synth`.
+# .device/vocab.gguf.xz: the Qwen2 vocabulary for `brisk synth`; with LAB=1, .device/mmvs_lab
+# (dev/kernels/mmvs_lab.cu, stripped).
 set -euo pipefail
 B=${1:-build}
 S=${SHARED:-$(cd .. && pwd)/shared}
@@ -25,6 +26,13 @@ fi
 XZ_OPT="-9 -T2" tar cJf $D/bin.tar.xz -C "$t" build
 rm -rf "$t" $D/build
 cp tests/cuda/run.sh $D/cuda_run.sh
+if [ -n "${LAB:-}" ]; then # LAB=1: the one-token product lab too (h200_fusions.sh runs it when there)
+  ${NVCC:-nvcc} -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc dev/kernels/mmvs_lab.cu "$B/libbrisk.a" -o "$B/mmvs_lab" \
+    -lpcre2-8 -lcjson -lmicrohttpd -ldl
+  strip -o $D/mmvs_lab "$B/mmvs_lab"
+else
+  rm -f $D/mmvs_lab
+fi
 if [ ! -f $D/lib/libmicrohttpd.so.12 ] || [ ! -f $D/lib/libcjson.so.1 ]; then
   t=$(mktemp -d)
   (cd "$t" && apt-get download libmicrohttpd12 libcjson1 >/dev/null 2>&1)
