@@ -36,7 +36,7 @@
 __device__ __forceinline__ float att_gate_apply(const att_gate &g, float y, int t, int n_head, int h, int d) {
     if (!g.g) return y;
     const float gv = g.g[((size_t)t * n_head + h) * (size_t)g.pitch + d];
-    return y * (1.0f / (1.0f + expf(-gv)));
+    return y * sigmoid_f(gv);
 }
 
 /* 8 consecutive cache elements as loaded: f16 in a, f32 in a and b, q8_0's 8 bytes in a.x, a.y and its

@@ -403,7 +403,7 @@ gated_delta_gate_kernel(const float *qkv, gd_conv cv, const float *b, const floa
                     if (i == dc - 1) acc = __fadd_rn(acc, __fmul_rn(xt, wc[i]));
                 for (int i = 0; i + 1 < dc - 1; i++) st[(size_t)i * width] = st[(size_t)(i + 1) * width];
                 if (dc > 1) st[(size_t)(dc - 2) * width] = xt;
-                const float y = acc / (1.0f + expf(-acc));
+                const float y = silu_f(acc); /* as ssm_conv rounds it */
                 if (tid < d) v_s[tid] = y;
                 else qk_s[tid - d] = y;
             }
