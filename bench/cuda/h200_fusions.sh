@@ -24,6 +24,7 @@ if ! grep -qx "ok   ssm" /tmp/ssm.txt; then
   export BRISK_CUDA_GD_CONV=0
 fi
 grep -E "^ok|^FAIL|differ" /tmp/ssm.txt
+if [ -z "${SKIP_OPS:-}" ]; then # SKIP_OPS=1: straight to the models after the ssm test (a second call)
 timeout 300 $B/tests/test_cuda_ops attention attention_kv_fused matmul_stream matmul_swiglu 2>&1 | grep -E "^ok|^FAIL|differ" | head
 if [ -x .device/mmvs_lab ]; then # the products back to back, one block an SM and paired (last column)
   timeout 240 .device/mmvs_lab 2>&1 | tail -18
@@ -33,6 +34,7 @@ for p in tiny-qwen3moe tiny-qwen35 tiny-qwen35moe tiny-qwen3next; do
   $A synth --preset $p -o $d/$p.gguf > /dev/null 2>&1 && M2="$M2 $d/$p.gguf"; done
 BRISK_E2E_MODELS="${M2# }" BRISK_E2E_MODEL=.device/stories260K.gguf timeout 300 $B/tests/test_cuda_ops \
   end_to_end_models 2>&1 | grep -E "^ok|^FAIL|differ|passed"
+fi
 el ops
 tg() { echo "$1 $2: $(env $2 $A bench -m $M -p 0 -n 128 -r 2 2>&1 | grep -E '^\| *tg')"; }
 same() {
