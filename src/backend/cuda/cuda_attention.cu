@@ -37,6 +37,7 @@
 template <int KT>
 __global__ void kv_write_kernel(const float *k, const float *v, void *kc, void *vc, const int32_t *slot,
                                 int kvd) {
+    BK_TRACE_SCOPE();
     pdl_wait();
     int t = blockIdx.x;
     size_t off = (size_t)slot[t] * kvd;

@@ -406,6 +406,7 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
 __global__ void __launch_bounds__(DEC_WARPS * 32)
 attn_dec_combine_kernel(const float *part, int n_split, int n_head, int hd, float *out, int8_t *xq, float2 *xds,
                         att_gate gate) {
+    BK_TRACE_SCOPE();
     pdl_wait();
     __shared__ float w_s[DEC_MAX_SPLIT], red[DEC_WARPS];
     dec_combine_head(part, n_split, n_split, n_head, hd, blockIdx.x, blockIdx.y, out, w_s, red, xq, xds, gate);

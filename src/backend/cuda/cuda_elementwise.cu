@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_pdl.cuh"
 
 __global__ void swiglu_kernel(const float *gate, const float *up, float *out, size_t n) {
+    BK_TRACE_SCOPE();
     pdl_wait();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -12,6 +13,7 @@ __global__ void swiglu_kernel(const float *gate, const float *up, float *out, si
 }
 
 __global__ void add_kernel(float *x, const float *y, size_t n) {
+    BK_TRACE_SCOPE();
     pdl_wait();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] += y[i];
@@ -19,6 +21,7 @@ __global__ void add_kernel(float *x, const float *y, size_t n) {
 
 /* x[r, i] *= sigmoid(gate[r, gate_width == 1 ? 0 : i]), as the CPU (expf, then one multiply) */
 __global__ void sigmoid_mul_kernel(float *x, const float *gate, size_t n, int width, int gate_width) {
+    BK_TRACE_SCOPE();
     pdl_wait();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -30,6 +33,7 @@ __global__ void sigmoid_mul_kernel(float *x, const float *gate, size_t n, int wi
 /* x[r, i] += m[r, i] + s[r, i] * sigmoid(gate[r]), each step rounded as sigmoid_mul_kernel and two
  * add_kernel launches round it (no fused multiply-add across them) */
 __global__ void gated_residual_kernel(float *x, const float *m, const float *s, const float *gate, size_t n, int width) {
+    BK_TRACE_SCOPE();
     pdl_wait();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;

@@ -280,6 +280,7 @@ extern "C" void bk_cuda_host_free(void *p) {
  * counts[e] += entries routed to expert e, counts[n_expert] += those whose expert is cached
  * (cached[e] != 0). One block: a chunk's entries are at most a few thousand. */
 __global__ void xc_count_kernel(const int32_t *ids, int nk, int n_expert, const int32_t *cached, uint32_t *counts) {
+    BK_TRACE_SCOPE();
     __shared__ uint32_t c[BK_MOE_MAX_EXPERTS + 1];
     for (int e = threadIdx.x; e <= n_expert; e += blockDim.x) c[e] = 0;
     __syncthreads();

@@ -80,6 +80,7 @@ template <int T, int R>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
 gemv_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, const float *x, int n,
             const float *bias, float *y, int accum) {
+    BK_TRACE_SCOPE();
     pdl_wait(); /* a programmatic launch (cuda_pdl.cuh): x is the previous kernel's output */
     int lane = threadIdx.x % 32;
     int64_t r0 = ((int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32) * R;
@@ -134,6 +135,7 @@ template <int T>
 __global__ void __launch_bounds__(GEMV_SK_WARPS * 32)
 gemv_splitk_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out, const float *x, int n,
                    const float *bias, float *y, int accum) {
+    BK_TRACE_SCOPE();
     pdl_wait();
     __shared__ float part[GEMV_SK_WARPS][GEMV_MAX_TOK];
     const int64_t r = blockIdx.x;

@@ -345,6 +345,7 @@ __device__ __forceinline__ void mmq_load_b(const mmq_args &p, const int (&ob)[NT
  * GLU: MT * 8 gate and up rows) that share its B fragments. */
 template <int T, int NT, int RT, int MT, bool GLU, bool MOE>
 __global__ void __launch_bounds__(MMQ_THREADS, NT >= 64 || (MT > 1 && NT >= 32) ? 1 : 2) mmq_kernel(mmq_args p) {
+    BK_TRACE_SCOPE();
     static_assert(NT % 8 == 0 && NT <= 64, "token tile");
     static_assert(MMQ_WARPS % RT == 0, "row tiles");
     static_assert(MT == 1 || MT == 2, "m16 tiles per warp");

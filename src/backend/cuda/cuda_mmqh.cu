@@ -308,6 +308,7 @@ template <bool GLU> __device__ __forceinline__ int mmqh_slot(int mt, int h, int 
 
 template <int T, int NT, bool GLU>
 __global__ void __launch_bounds__(MMQH_WARPS * 32, 1) mmqh_kernel(mmqh_args p) {
+    BK_TRACE_SCOPE();
     constexpr int NTT = NT / 8, TR = GLU ? MMQH_ROWS / 2 : MMQH_ROWS, NW = MMQH_WARPS;
     constexpr uint32_t UB = mmqh_unit<T>::B, SLOT = mmqh_unit<T>::SLOT;
     extern __shared__ __align__(128) uint8_t sm[];
@@ -429,6 +430,7 @@ __global__ void __launch_bounds__(MMQH_WARPS * 32, 1) mmqh_kernel(mmqh_args p) {
  * largest magnitude in [2^14, 2^15) (f16's range, its precision kept for small rows too); cb->xmul
  * gets the inverse. One block per token. */
 __global__ void mmqh_prepare_kernel(const float *x, int64_t n_in, __half *xh, float *xmul) {
+    BK_TRACE_SCOPE();
     pdl_wait_late();
     const float *xr = x + (int64_t)blockIdx.x * n_in;
     __half *hr = xh + (int64_t)blockIdx.x * n_in;

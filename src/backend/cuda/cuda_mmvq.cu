@@ -20,6 +20,7 @@
 
 /* ---- activations: x (n, n_in) f32 -> xq (n, n_in) int8 + xds (n, n_in/32) (d, d*sum q) ---- */
 __global__ void quantize_q8_1_kernel(const float *x, int64_t n_in, int8_t *xq, float2 *xds, int64_t n_groups) {
+    BK_TRACE_SCOPE();
     pdl_wait();
     int64_t g = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; /* group over all tokens */
     if (g >= n_groups) return;

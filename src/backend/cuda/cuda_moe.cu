@@ -85,6 +85,7 @@ __device__ __forceinline__ void warp_argmax(float &bv, int &bi) {
 /* ---- router: one block per token ---- */
 __global__ void __launch_bounds__(ROUTE_THREADS)
 moe_route_kernel(const float *logits, int n_expert, int k, int norm, float scale, int32_t *ids, float *weights) {
+    BK_TRACE_SCOPE();
     pdl_wait(); /* programmatic launches (cuda_pdl.cuh): everything here reads the previous kernel's output */
     __shared__ float p[BK_MOE_MAX_EXPERTS]; /* probabilities; a chosen expert's becomes -inf */
     __shared__ float red_f[ROUTE_THREADS / 32];
@@ -234,6 +235,7 @@ __device__ __forceinline__ void route_token_warp(const float *x, int n_expert, i
 __global__ void __launch_bounds__(ROUTE_WARPS * 32)
 moe_route_warp_kernel(const float *logits, int n, int n_expert, int k, int norm, float scale, int32_t *ids,
                       float *weights) {
+    BK_TRACE_SCOPE();
     pdl_wait();
     const int t = blockIdx.x * ROUTE_WARPS + threadIdx.x / 32;
     if (t >= n) return;
@@ -252,6 +254,7 @@ __global__ void __launch_bounds__(GEMV_SK_WARPS * 32)
 moe_router_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int n_expert, const float *x, int k, int norm,
                   float scale, float *logits, int32_t *ids, float *weights, const uint8_t *W2, float *out2,
                   int *cnt, int prefetch) {
+    BK_TRACE_SCOPE();
     __shared__ float part[GEMV_SK_WARPS][1];
     __shared__ int last;
     const int64_t r = blockIdx.x;
@@ -337,6 +340,7 @@ extern "C" void cuda_moe_router(bk_backend *be, const bk_weight *w, const float 
 /* ---- expert parallelism (backend.h's moe_ids_local): the router's ids made local to a rank's
  * experts [e0, e1), the others -1 (the grouping and the combine then skip them) ---- */
 __global__ void moe_ids_local_kernel(int32_t *ids, int n, int e0, int e1) {
+    BK_TRACE_SCOPE();
     pdl_wait(); /* the ids come from the router */
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) ids[i] = ids[i] >= e0 && ids[i] < e1 ? ids[i] - e0 : -1;
@@ -365,6 +369,7 @@ __device__ __forceinline__ int moe_entry_expert(const int32_t *ids, int i, int n
 __global__ void __launch_bounds__(GROUP_THREADS)
 moe_group_kernel(const int32_t *ids, int nk, int n_expert, int tile_nt, int32_t *off, int32_t *act, int32_t *n_act,
                  int32_t *ent, int2 *tiles, int32_t *n_tiles) {
+    BK_TRACE_SCOPE();
     pdl_wait();
     __shared__ int cnt[BK_MOE_MAX_EXPERTS];  /* entries per expert, then its first tile */
     __shared__ int fill[BK_MOE_MAX_EXPERTS];
@@ -521,6 +526,7 @@ template <int T, bool BOTH, bool Q8>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
 moe_gate_up_kernel(const uint8_t *W, const uint8_t *U, size_t row_bytes, int64_t n_ff, moe_act a, const int32_t *off,
                    const int32_t *act, const int32_t *n_act, const int32_t *ent, float *h, int stage) {
+    BK_TRACE_SCOPE();
     pdl_wait();
     int e = block_expert(act, n_act);
     if (e < 0) return;
@@ -574,6 +580,7 @@ template <int T, bool Q8>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
 moe_down_kernel(const uint8_t *D, size_t row_bytes, int64_t n_embd, moe_act a, const int32_t *off, const int32_t *act,
                 const int32_t *n_act, const int32_t *ent, float *dout) {
+    BK_TRACE_SCOPE();
     pdl_wait();
     int e = block_expert(act, n_act);
     if (e < 0) return;
@@ -632,6 +639,7 @@ __device__ __forceinline__ float moe_combine_one(const float *v, const float *wt
 
 __global__ void moe_combine_kernel(const float *dout, const float *w, const int32_t *ids, int n, int k, int64_t n_embd,
                                    float *out) {
+    BK_TRACE_SCOPE();
     pdl_wait();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n * n_embd) return;
@@ -645,6 +653,7 @@ __global__ void moe_combine_kernel(const float *dout, const float *w, const int3
  * gated_residual_kernel. */
 __global__ void moe_combine_residual_kernel(const float *dout, const float *w, const int32_t *ids, int k,
                                             int64_t n_embd, const float *sh_logit, float *x) {
+    BK_TRACE_SCOPE();
     pdl_wait();
     int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= n_embd) return;
@@ -667,6 +676,7 @@ moe_vec_gate_up_kernel(const uint8_t *G, const uint8_t *U, const uint8_t *const 
                        size_t row_bytes, int64_t n_embd, int64_t n_ff, int n_expert, const int32_t *ids,
                        const int8_t *xq, const float2 *xds, float *h, const uint8_t *Gs, const uint8_t *Us, int k,
                        const int32_t *xc_cached, uint32_t *xc_counts) {
+    BK_TRACE_SCOPE();
     pdl_wait(); /* ids come from the router */
     const bool sh = Gs && (int)blockIdx.y == k;
     int e = sh ? 0 : moe_entry_expert(ids, (int)blockIdx.y, n_expert);
@@ -687,6 +697,7 @@ __global__ void __launch_bounds__(MMVQ_WARPS * 32)
 moe_vec_down_kernel(const uint8_t *D, const uint8_t *const *td, size_t row_bytes, int64_t n_ff, int64_t n_embd,
                     int n_expert, const int32_t *ids, const int8_t *hq, const float2 *hds, float *dout,
                     const uint8_t *Ds, int k) {
+    BK_TRACE_SCOPE();
     pdl_wait();
     const int j = (int)blockIdx.y;
     const bool sh = Ds && j == k;
@@ -714,6 +725,7 @@ __global__ void __launch_bounds__(MMVQ_WARPS * 32)
 moe_vec_down_comb_kernel(const uint8_t *D, const uint8_t *const *td, size_t row_bytes, int64_t n_ff, int64_t n_embd,
                          int n_expert, const int32_t *ids, const float *wts, int k, const uint8_t *Ds,
                          const float *sh_logit, const int8_t *hq, const float2 *hds, float *y, int accum) {
+    BK_TRACE_SCOPE();
     using U = qunit<T>;
     pdl_wait(); /* ids and weights come from the router, h from the gate/up launch */
     const int lane = threadIdx.x % 32;

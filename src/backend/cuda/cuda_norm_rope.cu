@@ -21,6 +21,7 @@ __device__ __forceinline__ void norm_store(float v, float *yr, int i, int lane, 
 template <bool Q>
 __global__ void rms_norm_warp_kernel(const float *x, const float *w, float *y, int n_rows, int dim, float eps,
                                      int8_t *xq, float2 *xds) {
+    BK_TRACE_SCOPE();
     pdl_wait();
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= n_rows) return;
@@ -42,6 +43,7 @@ template <bool Q, bool H>
 __global__ void __launch_bounds__(1024)
 rms_norm_block_kernel(const float *x, const float *w, float *y, int dim, float eps, int8_t *xq, float2 *xds,
                       __half *xh, float *xmul) {
+    BK_TRACE_SCOPE();
     __shared__ double part[32];
     __shared__ float hmax[32];
     const float *xr = x + (int64_t)blockIdx.x * dim;
@@ -150,6 +152,7 @@ extern "C" void cuda_rms_norm(bk_backend *be, const float *x, const bk_weight *w
 /* One block per token: the pairs' angles once into shared memory, then every (head, pair) of the
  * token in parallel (a decode step rotates 32 heads with one block instead of 64 threads looping). */
 __global__ void rope_kernel(float *x, int n, const int32_t *pos, const float *ff, rope_args a) {
+    BK_TRACE_SCOPE();
     __shared__ float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
     int t = blockIdx.x, half = a.n_rot / 2;
     for (int i = threadIdx.x; i < half; i += blockDim.x) rope_cs(i, pos[t], ff, a, &cs[i], &sn[i]);
@@ -172,6 +175,7 @@ template <int KT>
 __global__ void qk_norm_rope_kernel(float *q, const float *qs, int qp, float *k, const float *qw, const float *kw,
                                     float eps, int nk, const int32_t *pos, const float *ff, rope_args a,
                                     const float *v, void *kc, void *vc, const int32_t *slot) {
+    BK_TRACE_SCOPE();
     extern __shared__ float qk_sm[]; /* cs[half], sn[half], rows[warps][head_dim] */
     int t = blockIdx.x, half = a.n_rot / 2, hd = a.head_dim, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int warps = blockDim.x / 32;

@@ -58,6 +58,7 @@ static const int32_t *seq_dev(cuda_backend *cb, const int32_t *seq, int n) {
  * contraction), so only the SiLU's exp differs. */
 __global__ void __launch_bounds__(CONV_THREADS)
 ssm_conv_kernel(const float *x, const float *w, float *conv, const int32_t *seq, int n, int nc, int dc, float *out) {
+    BK_TRACE_SCOPE();
     pdl_wait(); /* a programmatic launch (cuda_pdl.cuh): x is the previous kernel's output */
     int c = blockIdx.x * CONV_THREADS + threadIdx.x;
     if (c >= nc) return;
@@ -247,6 +248,7 @@ __global__ void __launch_bounds__(GD_WARPS * 32)
 gated_delta_kernel(const float *qkv, const float *b, const float *a, const float *a_bias, const float *a_scale,
                    float *ssm, const int32_t *seq, gd_skip skip, int n, int nk, int nv, int group, int d, float eps,
                    float *out) {
+    BK_TRACE_SCOPE();
     const int h = blockIdx.y, lane = threadIdx.x % 32;
     const int r = blockIdx.x * GD_WARPS + threadIdx.x / 32;
     if (r >= d) return;
@@ -346,6 +348,7 @@ __global__ void __launch_bounds__(1024)
 gated_delta_gate_kernel(const float *qkv, gd_conv cv, const float *b, const float *a, const float *a_bias,
                         const float *a_scale, float *ssm, const int32_t *seq, int n, int nk, int nv, int group, int d,
                         float eps, const float *nw, float nw_eps, const float *z, float *out) {
+    BK_TRACE_SCOPE();
     __shared__ float ob[J * 32];
     __shared__ float qk_s[CONV ? 2 * J * 32 : 1]; /* CONV: the entry's convolved q and k (d each) */
     __shared__ float v_s[CONV ? J * 32 : 1];      /* CONV: the entry's convolved v of this head */
