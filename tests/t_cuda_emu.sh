@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The CUDA decode kernels' shared-byte weight loaders (Q6_K quads, Q4_K pairs), cut out of
-# src/backend/cuda/cuda_internal.cuh and compiled for the CPU, give bit for bit the groups that
-# group_load<T> (held against the CPU by make test-cuda) gives one by one. No GPU needed.
+# The CUDA decode kernels' weight loaders, cut out of src/backend/cuda/cuda_internal.cuh and
+# compiled for the CPU: the shared-byte ones (Q6_K quads, Q4_K and Q5_K pairs) give bit for bit the
+# groups that group_load<T> (held against the CPU by make test-cuda) gives one by one, and the
+# groups of Q5_K, IQ4_XS and IQ4_NL stand for exactly the CPU's dequantized weights. No GPU needed.
 set -eu
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 out=$(TMPDIR=$d sh dev/kernels/loader_emu.sh 2>&1)

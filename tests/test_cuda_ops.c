@@ -404,7 +404,7 @@ static void test_matmul_stream(void) {
     on_backend_with("BRISK_CUDA_MMVS_PAIR", "0", stream_cases);
 }
 static void stream_cases(void) {
-    static const uint32_t ty[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K};
+    static const uint32_t ty[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K, QT_Q5_K, QT_IQ4_XS, QT_IQ4_NL};
     show_err = true;
     for (size_t ti = 0; ti < sizeof ty / sizeof ty[0]; ti++) {
         int64_t narrow = ty[ti] == QT_Q6_K ? 2048 : 256; /* Q6_K rows are 16-byte multiples from 2048 on */
@@ -414,6 +414,7 @@ static void stream_cases(void) {
             check_matmul(QT_Q6_K, 2304, 3000, 1, false);
             check_matmul_add(QT_Q6_K, 17408, 200, 1);
         }
+        if (ty[ti] == QT_IQ4_XS) check_matmul(QT_IQ4_XS, 2304, 3000, 1, false); /* 1,224-byte rows: 8-byte aligned */
         check_matmul_add(ty[ti], 2048, 700, 1);
         check_matmul_swiglu(ty[ti], 2048, 1500, 1, true);
         const uint32_t same[3] = {ty[ti], ty[ti], ty[ti]};

@@ -634,6 +634,30 @@ __device__ __forceinline__ int q6_minus32(uint32_t lo, uint32_t hi) {
     return (int)((lo + hi + 0x60606060u) ^ 0x80808080u);
 }
 
+/* Q4_K's and Q5_K's 6-bit scale and min of sub-block j from the block's 16-byte header h (d, dmin,
+ * then the 12 scale bytes: 0-3 in h.y, 4-7 in h.z, 8-11 in h.w; k4_scale_min's layout). */
+__device__ __forceinline__ void k4_sc_m(const uint4 &h, int j, int &sc, int &m) {
+    if (j < 4) {
+        sc = byte_of(h.y, j) & 63;
+        m = byte_of(h.z, j) & 63;
+    } else {
+        sc = (byte_of(h.w, j - 4) & 0xF) | ((byte_of(h.y, j - 4) >> 6) << 4);
+        m = (byte_of(h.w, j - 4) >> 4) | ((byte_of(h.z, j - 4) >> 6) << 4);
+    }
+}
+
+/* IQ4_NL's and IQ4_XS's codebook (quant_iq4nl_values) at four indices at once: each byte of idx
+ * holds an index 0..15; the result holds the four int8 values in the same bytes. Two byte
+ * permutes pick each byte's value among entries 0-7 and 8-15 by the index's low three bits
+ * (selector nibbles 0-7: no sign replication), and its fourth bit chooses between them. */
+__device__ __forceinline__ int iq4nl_lookup4(uint32_t idx) {
+    const uint32_t sel = (idx & 7u) | ((idx >> 4) & 0x70u) | ((idx >> 8) & 0x700u) | ((idx >> 12) & 0x7000u);
+    const uint32_t lo = __byte_perm(0xBFAD9881u, 0xF6EADDCFu, sel); /* -127 -104 -83 -65 | -49 -35 -22 -10 */
+    const uint32_t hi = __byte_perm(0x26190D01u, 0x71594535u, sel); /* 1 13 25 38 | 53 69 89 113 */
+    const uint32_t m = ((idx >> 3) & 0x01010101u) * 0xFFu;
+    return (int)((lo & ~m) | (hi & m));
+}
+
 template <int T, bool SH = false> __device__ __forceinline__ void group_load(const uint8_t *row, int64_t g, wgroup &q) {
     q.s0 = q.s1 = 1;
     q.b = 0.0f;
@@ -663,17 +687,54 @@ template <int T, bool SH = false> __device__ __forceinline__ void group_load(con
         int qw[8] = {(int)u0.x, (int)u0.y, (int)u0.z, (int)u0.w, (int)u1.x, (int)u1.y, (int)u1.z, (int)u1.w};
 #pragma unroll
         for (int i = 0; i < 8; i++) q.w[i] = (qw[i] >> sh) & 0x0F0F0F0F;
-        /* scales bytes 0-3 in h.y, 4-7 in h.z, 8-11 in h.w (k4_scale_min's layout) */
         int sc, m;
-        if (j < 4) {
-            sc = byte_of(h.y, j) & 63;
-            m = byte_of(h.z, j) & 63;
-        } else {
-            sc = (byte_of(h.w, j - 4) & 0xF) | ((byte_of(h.y, j - 4) >> 6) << 4);
-            m = (byte_of(h.w, j - 4) >> 4) | ((byte_of(h.z, j - 4) >> 6) << 4);
-        }
+        k4_sc_m(h, j, sc, m);
         q.a = bk_h2f((uint16_t)h.x) * (float)sc;
         q.b = bk_h2f((uint16_t)(h.x >> 16)) * (float)m;
+    } else if (T == QT_Q5_K) {
+        /* 176-byte blocks keep 16-byte alignment: Q4_K's header, 32 bytes of fifth bits (bit j of
+         * byte l: weight l of sub-block j), then Q4_K's nibbles */
+        const uint8_t *b = row + (g / 8) * 176;
+        int j = (int)(g % 8), c = j / 2, sh = (j % 2) * 4;
+        uint4 h = ld_ro<SH>((const uint4 *)b);
+        const uint4 *qh = (const uint4 *)(b + 16), *qs = (const uint4 *)(b + 48 + 32 * c);
+        uint4 h0 = ld_ro<SH>(qh), h1 = ld_ro<SH>(qh + 1), u0 = ld_ro<SH>(qs), u1 = ld_ro<SH>(qs + 1);
+        uint32_t qw[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+        uint32_t hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++) q.w[i] = (int)(((qw[i] >> sh) & 0x0F0F0F0Fu) | (((hw[i] >> j) & 0x01010101u) << 4));
+        int sc, m;
+        k4_sc_m(h, j, sc, m);
+        q.a = bk_h2f((uint16_t)h.x) * (float)sc;
+        q.b = bk_h2f((uint16_t)(h.x >> 16)) * (float)m;
+    } else if (T == QT_IQ4_XS) {
+        /* 136-byte blocks keep 8-byte alignment: d, the scales' high bits and their low nibbles in
+         * one 8-byte word, then 16 bytes a sub-block (weight l's codebook index in byte l's low
+         * nibble, weight l + 16's in its high one) */
+        const uint8_t *b = row + (g / 8) * 136;
+        int ib = (int)(g % 8);
+        uint2 hd = ld_ro<SH>((const uint2 *)b);
+        const uint2 *qs = (const uint2 *)(b + 8 + 16 * ib);
+        uint2 v0 = ld_ro<SH>(qs), v1 = ld_ro<SH>(qs + 1);
+        uint32_t qw[4] = {v0.x, v0.y, v1.x, v1.y};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            q.w[i] = iq4nl_lookup4(qw[i] & 0x0F0F0F0Fu);
+            q.w[4 + i] = iq4nl_lookup4((qw[i] >> 4) & 0x0F0F0F0Fu);
+        }
+        int ls = ((byte_of(hd.y, ib / 2) >> 4 * (ib % 2)) & 15) | ((int)((hd.x >> (16 + 2 * ib)) & 3) << 4);
+        q.a = bk_h2f((uint16_t)hd.x) * (float)(ls - 32);
+    } else if (T == QT_IQ4_NL) {
+        /* 18-byte blocks: d, then IQ4_XS's sub-block layout */
+        const uint8_t *b = row + g * 18;
+        int w[4];
+        ld_a2<4, SH>(b + 2, w);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            q.w[i] = iq4nl_lookup4((uint32_t)w[i] & 0x0F0F0F0Fu);
+            q.w[4 + i] = iq4nl_lookup4(((uint32_t)w[i] >> 4) & 0x0F0F0F0Fu);
+        }
+        q.a = bk_h2f(ld16(b));
     } else { /* QT_Q6_K */
         const uint8_t *b = row + (g / 8) * 210;
         int j = (int)(g % 8), n = j / 4, k = j % 4;
@@ -695,6 +756,19 @@ template <int T, bool SH = false> __device__ __forceinline__ void group_load(con
     }
 }
 
+/* The scales of a Q4_K or Q5_K pair (sub-blocks 2c and 2c + 1) from the block's header. */
+__device__ __forceinline__ void k4_pair_scales(const uint4 &h, int c, wgroup &lo, wgroup &hi) {
+    lo.s0 = lo.s1 = hi.s0 = hi.s1 = 1;
+    float d = bk_h2f((uint16_t)h.x), dmin = bk_h2f((uint16_t)(h.x >> 16));
+    int sc0, m0, sc1, m1;
+    k4_sc_m(h, 2 * c, sc0, m0);
+    k4_sc_m(h, 2 * c + 1, sc1, m1);
+    lo.a = d * (float)sc0;
+    lo.b = dmin * (float)m0;
+    hi.a = d * (float)sc1;
+    hi.b = dmin * (float)m1;
+}
+
 /* Groups 2p and 2p + 1 of a Q4_K row: the low and high nibbles of the same 32 bytes, so one
  * lane loads the header and the quants once for both (the decode kernels' pair path). */
 template <bool SH = false> __device__ __forceinline__ void group_load_q4k_pair(const uint8_t *row, int64_t p, wgroup &lo, wgroup &hi) {
@@ -709,24 +783,26 @@ template <bool SH = false> __device__ __forceinline__ void group_load_q4k_pair(c
         lo.w[i] = qw[i] & 0x0F0F0F0F;
         hi.w[i] = (qw[i] >> 4) & 0x0F0F0F0F;
     }
-    lo.s0 = lo.s1 = hi.s0 = hi.s1 = 1;
-    float d = bk_h2f((uint16_t)h.x), dmin = bk_h2f((uint16_t)(h.x >> 16));
-    int j0 = 2 * c, j1 = 2 * c + 1, sc0, m0, sc1, m1;
-    if (c < 2) { /* sub-blocks 0-3 */
-        sc0 = byte_of(h.y, j0) & 63;
-        m0 = byte_of(h.z, j0) & 63;
-        sc1 = byte_of(h.y, j1) & 63;
-        m1 = byte_of(h.z, j1) & 63;
-    } else {     /* sub-blocks 4-7 */
-        sc0 = (byte_of(h.w, j0 - 4) & 0xF) | ((byte_of(h.y, j0 - 4) >> 6) << 4);
-        m0 = (byte_of(h.w, j0 - 4) >> 4) | ((byte_of(h.z, j0 - 4) >> 6) << 4);
-        sc1 = (byte_of(h.w, j1 - 4) & 0xF) | ((byte_of(h.y, j1 - 4) >> 6) << 4);
-        m1 = (byte_of(h.w, j1 - 4) >> 4) | ((byte_of(h.z, j1 - 4) >> 6) << 4);
+    k4_pair_scales(h, c, lo, hi);
+}
+
+/* Q5_K's groups 2p and 2p + 1: Q4_K's pair, each nibble topped by its fifth bit (bits 2c and
+ * 2c + 1 of the 32 high-bit bytes, which every sub-block of the block shares). */
+template <bool SH = false> __device__ __forceinline__ void group_load_q5k_pair(const uint8_t *row, int64_t p, wgroup &lo, wgroup &hi) {
+    const uint8_t *b = row + (p / 4) * 176;
+    int c = (int)(p % 4);
+    uint4 h = ld_ro<SH>((const uint4 *)b);
+    const uint4 *qh = (const uint4 *)(b + 16), *qs = (const uint4 *)(b + 48 + 32 * c);
+    uint4 h0 = ld_ro<SH>(qh), h1 = ld_ro<SH>(qh + 1), u0 = ld_ro<SH>(qs), u1 = ld_ro<SH>(qs + 1);
+    uint32_t qw[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+    uint32_t hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const uint32_t t = hw[i] >> (2 * c);
+        lo.w[i] = (int)((qw[i] & 0x0F0F0F0Fu) | ((t & 0x01010101u) << 4));
+        hi.w[i] = (int)(((qw[i] >> 4) & 0x0F0F0F0Fu) | ((t & 0x02020202u) << 3));
     }
-    lo.a = d * (float)sc0;
-    lo.b = dmin * (float)m0;
-    hi.a = d * (float)sc1;
-    hi.b = dmin * (float)m1;
+    k4_pair_scales(h, c, lo, hi);
 }
 
 /* Groups 4h..4h+3 of a Q6_K row: the 128 weights of half h % 2 of block h / 2. Their low bits share
@@ -872,6 +948,7 @@ static inline void q8_tag_keep(cuda_backend *cb, q8_tag t, const float *y, size_
 /* A float matrix of few, wide rows (a router) takes the split-K GEMV at decode (a block per row). */
 bool cuda_gemv_splitk_use(const bk_weight *w);
 bool cuda_mmvq_supported(uint32_t type, int64_t n_in);
+bool cuda_mmvq_dec_supported(uint32_t type, int64_t n_in);
 bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n);
 void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum);
 int cuda_mmvq_multi(cuda_backend *cb, int n_w, const bk_weight *const *w, const float *const *bias, int n,

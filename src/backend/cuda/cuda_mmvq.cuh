@@ -22,12 +22,14 @@ template <int T, int NT> struct mmvq_unroll { /* Q4_K: pairs of groups */
 /* ---- the unit a lane takes per row in the one-token products that keep their activations in
  * registers (cuda_mmvs.cu, the MoE down + combine of cuda_moe.cu): the groups whose weight bytes
  * it loads together ---- */
-/* Q4_K: a pair of groups (the low and high nibbles of 32 bytes); Q6_K: a quad (half a block);
- * Q8_0, Q4_0: one group. */
+/* Q4_K, Q5_K: a pair of groups (the low and high nibbles of 32 bytes); Q6_K: a quad (half a
+ * block); Q8_0, Q4_0, IQ4_XS, IQ4_NL: one group. */
 template <int T> struct qunit {
-    static constexpr int W = T == QT_Q4_K ? 64 : T == QT_Q6_K ? 128 : 32; /* weights */
+    static constexpr int W = T == QT_Q4_K || T == QT_Q5_K ? 64 : T == QT_Q6_K ? 128 : 32; /* weights */
     static constexpr int XW = W / 4;                                       /* activation words */
     static constexpr int G = W / 32;                                       /* groups */
+    /* units per quant block: the 256-weight blocks of the K-quants and IQ4_XS hold several */
+    static constexpr int UPB = T == QT_Q8_0 || T == QT_Q4_0 || T == QT_IQ4_NL ? 1 : 256 / W;
 };
 
 template <int T, bool SH>
@@ -49,9 +51,10 @@ __device__ __forceinline__ void qunit_load_x(const int8_t *xq, const float2 *xds
 /* SH: the row sits in shared memory (plain loads), else global (read-only loads) */
 template <int T, bool SH>
 __device__ __forceinline__ float qunit_dot(const uint8_t *row, int64_t u, const int *xw, const float2 *xd) {
-    if constexpr (T == QT_Q4_K) {
+    if constexpr (T == QT_Q4_K || T == QT_Q5_K) {
         wgroup lo, hi;
-        group_load_q4k_pair<SH>(row, u, lo, hi);
+        if constexpr (T == QT_Q4_K) group_load_q4k_pair<SH>(row, u, lo, hi);
+        else group_load_q5k_pair<SH>(row, u, lo, hi);
         return group_dot(lo, xw, xd[0]) + group_dot(hi, xw + 8, xd[1]);
     } else if constexpr (T == QT_Q6_K) {
         wgroup q[4];

@@ -298,9 +298,10 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
 /* The NI instances per type: as many activation words per lane as 12288 columns of Q4_K need (96). */
 template <int T> static constexpr bool mmvs_ni_ok(int ni) { return ni * qunit<T>::XW <= 96; }
 /* Sixteen warps per SM where a lane's registers fit 128 (the 16-warp launch bound): the integer dots
- * of 8 warps leave the schedulers idle on their shared-memory and dependency latencies. */
+ * of 8 warps leave the schedulers idle on their shared-memory and dependency latencies. The IQ4
+ * codebook lookups hold more registers: their 16-warp units stop at 32 activation words. */
 template <int T> static constexpr bool mmvs_w16_ok(int ni) {
-    return T == QT_Q6_K ? ni == 1 : ni * qunit<T>::XW <= 48;
+    return T == QT_Q6_K ? ni == 1 : ni * qunit<T>::XW <= (T == QT_IQ4_XS || T == QT_IQ4_NL ? 32 : 48);
 }
 
 /* A launch's shape: its blocks, the rows of a warp (of a group of warps sharing rows), its ring's
@@ -393,7 +394,7 @@ static inline uint32_t mmvs_cap(uint32_t len) { return (len + 30u + 15u) & ~15u;
 template <int T> static mmvs_seg mmvs_plan(const cuda_backend *cb, uint32_t row_bytes, int64_t n_in, int64_t n_rows) {
     const int64_t n_units = n_in / qunit<T>::W;
     mmvs_seg sg = {1, (int)n_units, 0, mmvs_cap(row_bytes)};
-    const int upb = T == QT_Q4_K ? 4 : T == QT_Q6_K ? 2 : 1; /* units per quant block */
+    const int upb = qunit<T>::UPB;
     const int64_t n_blk = n_units / upb;
     int segs = 0, ups = 0;
     if (cb->mmvs_seg_bytes > 0) {
@@ -428,7 +429,7 @@ template <int T>
 static bool mmvs_plan_pair(const cuda_backend *cb, bool glu, uint32_t row_bytes, int64_t n_in, int64_t n_rows,
                            mmvs_seg *out) {
     const int64_t n_units = n_in / qunit<T>::W;
-    const int upb = T == QT_Q4_K ? 4 : T == QT_Q6_K ? 2 : 1; /* units per quant block */
+    const int upb = qunit<T>::UPB;
     const int64_t n_blk = n_units / upb;
     const uint32_t ub = row_bytes / (uint32_t)n_units;
     const size_t smem_max = cb->mmvs_smem > 0 && cb->mmvs_smem < MMVS_PAIR_SMEM_MAX ? (size_t)cb->mmvs_smem
@@ -450,7 +451,8 @@ template <int T, bool GLU, bool NORM>
 static bool mmvs_type(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, int64_t n_in, int accum,
                       int64_t n_rows, const mmvs_norm &nm) {
     if (n_in % qunit<T>::W) return false;
-    if constexpr (!NORM && !(GLU && T == QT_Q6_K)) { /* a Q6_K pair of rows spills at 64 registers */
+    /* a Q6_K pair of rows and Q5_K's units (the fifth bits' loads) spill at 64 registers */
+    if constexpr (!NORM && !(GLU && T == QT_Q6_K) && T != QT_Q5_K) {
         mmvs_seg sp;
         if (cb->mmvs_pair > 0 && cb->mmvs_warps != 8 && mmvs_plan_pair<T>(cb, GLU, row_bytes, n_in, n_rows, &sp)) {
             const int ni = (sp.ups + 31) / 32;
@@ -509,6 +511,9 @@ bool cuda_mmvs(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, s
         MMVS_T(QT_Q6_K)
         MMVS_T(QT_Q8_0)
         MMVS_T(QT_Q4_0)
+        MMVS_T(QT_Q5_K)
+        MMVS_T(QT_IQ4_XS)
+        MMVS_T(QT_IQ4_NL)
     default: return false;
     }
 #undef MMVS_T
