@@ -275,8 +275,8 @@ static bool mmqh_takes(const cuda_backend *cb, const bk_weight *w, int64_t n_in)
 
 /* Whether the integer-dot path chosen for x takes w: the decode products (cuda_mmvq.cu,
  * cuda_mmvs.cu) know Q5_K, IQ4_XS and IQ4_NL too, the tensor-core batches not. */
-static bool q8_takes(int path, const bk_weight *w) {
-    return path == Q8_MMVQ ? cuda_mmvq_dec_supported(w->type, w->n_in) : cuda_mmvq_supported(w->type, w->n_in);
+static bool q8_takes(const cuda_backend *cb, int path, const bk_weight *w) {
+    return path == Q8_MMVQ ? cuda_mmvq_dec_supported(cb, w->type, w->n_in) : cuda_mmvq_supported(w->type, w->n_in);
 }
 
 /* y = x W^T (+ bias) or y += x W^T on the integer-dot path chosen for x (already quantized). */
@@ -304,7 +304,7 @@ extern "C" void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, 
     }
     bool any_q8 = false;
     for (int m = 0; m < n_w && path; m++)
-        any_q8 |= q8_takes(path, w[m]) && !(hp && mmqh_takes(cb, w[m], w[0]->n_in));
+        any_q8 |= q8_takes(cb, path, w[m]) && !(hp && mmqh_takes(cb, w[m], w[0]->n_in));
     if (!(any_q8 && cuda_mmvq_prepare(cb, x, w[0]->n_in, n))) path = Q8_NONE;
     q8_tag tag = q8_tag_now(cb);
     if (path) tag = {x, n, w[0]->n_in};
@@ -330,7 +330,7 @@ extern "C" void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, 
                 continue;
             }
         }
-        if (path && q8_takes(path, w[m]))
+        if (path && q8_takes(cb, path, w[m]))
             q8_matmul(cb, path, w[m], bias && bias[m] ? (const float *)bias[m]->dev : NULL, n, y[m], 0);
         else matmul_one(cb, w[m], bias ? bias[m] : NULL, x, n, y[m], 0, &x16);
     }
@@ -350,7 +350,7 @@ extern "C" void cuda_matmul_add(bk_backend *be, const bk_weight *w, const float 
     if (cuda_mmqh_use(cb, n) && mmqh_takes(cb, w, w->n_in) && cuda_mmqh_prepare(cb, x, w->n_in, n) &&
         cuda_mmqh(cb, 1, &w, NULL, n, &y, 1))
         ; /* the f16 tensor-core kernel */
-    else if (path && q8_takes(path, w) && cuda_mmvq_prepare(cb, x, w->n_in, n))
+    else if (path && q8_takes(cb, path, w) && cuda_mmvq_prepare(cb, x, w->n_in, n))
         q8_matmul(cb, path, w, NULL, n, y, 1);
     else {
         bool x16 = false;
@@ -374,7 +374,7 @@ extern "C" void cuda_matmul_swiglu(bk_backend *be, const bk_weight *gate, const 
     }
     int path = q8_path(cb, n);
     if (path == Q8_MMVQ && n > MMVQ_MAX_TOK) path = Q8_NONE; /* the GLU kernel takes one slice */
-    if (path && !cb->glu_off && q8_takes(path, gate) &&
+    if (path && !cb->glu_off && q8_takes(cb, path, gate) &&
         cuda_mmvq_prepare(cb, x, gate->n_in, n) &&
         (path == Q8_MMQ ? cuda_mmq_glu(cb, gate, up, n, out) : cuda_mmvq_glu(cb, gate, up, n, out))) {
         CU_LAUNCHED(cb);

@@ -86,6 +86,7 @@ typedef struct cuda_backend {
     bool moe_comb_off;          /* BRISK_CUDA_MOE_COMB=0: one token's MoE down products, then the combine (A/B) */
     int mmvs_smem;              /* BRISK_CUDA_MMVS_SMEM=KB: cuda_mmvs's shared memory per block at most (A/B) */
     int mmvs_pair;              /* BRISK_CUDA_MMVS_PAIR=N (default 32): cuda_mmvs's launches of up to N rows a warp two to an SM; 0: one block an SM always (A/B) */
+    bool dec_qtypes_off;        /* BRISK_CUDA_DEC_QTYPES=0: Q5_K, IQ4_XS, IQ4_NL decode products on the float path (A/B) */
     int mmvs_seg_bytes;         /* BRISK_CUDA_MMVS_SEG: rows shared by warps (cuda_mmvs.cu's mmvs_plan): -1 (default) where 16 warps need it, N: rows over N bytes, 0: never */
     bool attn_fuse_off;         /* BRISK_CUDA_ATTN_FUSE=0: decode attention merges its splits in a kernel of its own (A/B) */
     bool attn_gadapt_off;       /* BRISK_CUDA_ATTN_GADAPT=0: a decode attention block serves a whole GQA group even when the blocks are fewer than the SMs (A/B) */
@@ -948,7 +949,7 @@ static inline void q8_tag_keep(cuda_backend *cb, q8_tag t, const float *y, size_
 /* A float matrix of few, wide rows (a router) takes the split-K GEMV at decode (a block per row). */
 bool cuda_gemv_splitk_use(const bk_weight *w);
 bool cuda_mmvq_supported(uint32_t type, int64_t n_in);
-bool cuda_mmvq_dec_supported(uint32_t type, int64_t n_in);
+bool cuda_mmvq_dec_supported(const cuda_backend *cb, uint32_t type, int64_t n_in);
 bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n);
 void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum);
 int cuda_mmvq_multi(cuda_backend *cb, int n_w, const bk_weight *const *w, const float *const *bias, int n,

@@ -127,9 +127,9 @@ bool cuda_mmvq_supported(uint32_t type, int64_t n_in) {
 /* Q5_K, IQ4_XS and IQ4_NL have integer-dot loaders (group_load) for the decode products of this
  * file and cuda_mmvs.cu, not for the tensor-core batches (cuda_mmq) nor the experts (cuda_moe.cu):
  * their batches keep the float paths. */
-bool cuda_mmvq_dec_supported(uint32_t type, int64_t n_in) {
+bool cuda_mmvq_dec_supported(const cuda_backend *cb, uint32_t type, int64_t n_in) {
     return cuda_mmvq_supported(type, n_in) ||
-           ((type == QT_Q5_K || type == QT_IQ4_XS || type == QT_IQ4_NL) && n_in % 32 == 0);
+           (!cb->dec_qtypes_off && (type == QT_Q5_K || type == QT_IQ4_XS || type == QT_IQ4_NL) && n_in % 32 == 0);
 }
 
 /* Quantizes x (n, n_in) into the backend's activation buffer; false when it does not fit. */
@@ -176,7 +176,7 @@ bool cuda_mmvq_prepare(cuda_backend *cb, const float *x, int64_t n_in, int n) {
  * one warp per output row reads its gate and up rows (false: types or shapes it does not take). */
 bool cuda_mmvq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, int n, float *out) {
     if (n > MMVQ_MAX_TOK || gate->type != up->type || gate->n_in != up->n_in || gate->n_out != up->n_out ||
-        gate->row_bytes != up->row_bytes || !cuda_mmvq_dec_supported(gate->type, gate->n_in))
+        gate->row_bytes != up->row_bytes || !cuda_mmvq_dec_supported(cb, gate->type, gate->n_in))
         return false;
     const uint8_t *G = (const uint8_t *)gate->dev, *U = (const uint8_t *)up->dev;
     if (n == 1) {
@@ -214,7 +214,7 @@ int cuda_mmvq_multi(cuda_backend *cb, int n_w, const bk_weight *const *w, const 
                     float *const *y) {
     if (n > MMVQ_MAX_TOK || cb->mmvq_multi_off) return 0;
     int done = 0;
-    while (done < n_w && cuda_mmvq_dec_supported(w[done]->type, w[done]->n_in)) {
+    while (done < n_w && cuda_mmvq_dec_supported(cb, w[done]->type, w[done]->n_in)) {
         mmvq_mats mm = {};
         unsigned blocks = 0;
         const bk_weight *w0 = w[done];

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# On the GPU machine (after bench/cuda/pack.sh here): one token's products on Q5_K, IQ4_XS and
+# IQ4_NL weights through the integer-dot kernels against the float path they replaced
+# (BRISK_CUDA_DEC_QTYPES=0): the op tests of those types, then tg128 of qwen3-8b in each mix
+# (`brisk synth --preset qwen3-8b --vocab ggml-vocab-qwen2.gguf --type T --repeat-rows 256`), with
+# the greedy text of 48 tokens either way (not bit for bit: int8 activations against floats).
+#   bash bench/cuda/h200_qtypes.sh [MIX...]      default q5_k_m iq4_xs iq4_nl
+set -u
+rm -rf .device/build; tar xJf .device/bin.tar.xz -C .device
+B=.device/build; A=$B/brisk; export LD_LIBRARY_PATH=$PWD/.device/lib
+d=/tmp/qt; mkdir -p $d; xz -dc .device/vocab.gguf.xz > $d/vocab.gguf
+timeout 300 $B/tests/test_cuda_ops matmul matmul_stream matmul_multi 2>&1 | grep -E "^ok|^FAIL|differ|passed" | head
+for T in ${*:-q5_k_m iq4_xs iq4_nl}; do
+  M=$d/qwen3-8b-$T.gguf
+  $A synth --preset qwen3-8b --vocab $d/vocab.gguf --type $T --repeat-rows 256 -o $M 2>&1 | tail -1
+  for v in X=1 BRISK_CUDA_DEC_QTYPES=0 X=1; do
+    echo "qwen3-8b $T $v: $(env $v $A bench -m $M -p 0 -n 128 -r 2 2>&1 | grep -E '^\| *tg')"
+  done
+  for v in X=1 BRISK_CUDA_DEC_QTYPES=0; do
+    echo "qwen3-8b $T greedy $v: $(env $v $A run -m $M -p 'Once upon a time' -n 48 --temp 0 --ignore-eos 2>/dev/null | md5sum)"
+  done
+  rm -f $M
+done
