@@ -81,20 +81,20 @@ int main(void) {
             if (!same(r, hi) && ++bad < 5) printf("FAIL q4k pair p %ld hi\n", (long)p);
         }
     }
-    /* Q5_K pairs against single groups, and Q5_K, IQ4_XS, IQ4_NL groups against the CPU's weights:
+    /* Q5_K pairs against single groups, and Q5_K, IQ4_XS, IQ4_NL, Q4_K groups against the CPU's weights:
      * random blocks with finite scales (d, dmin of f16 in [2^-10, 1)) */
     static uint8_t kb[8 * 176];
     static float ref[8 * 256];
-    const uint32_t ty[3] = {QT_Q5_K, QT_IQ4_XS, QT_IQ4_NL};
-    const int bb[3] = {176, 136, 18}, bw[3] = {256, 256, 32};
-    for (int t = 0; t < 3; t++)
+    const uint32_t ty[4] = {QT_Q5_K, QT_IQ4_XS, QT_IQ4_NL, QT_Q4_K};
+    const int bb[4] = {176, 136, 18, 144}, bw[4] = {256, 256, 32, 256};
+    for (int t = 0; t < 4; t++)
         for (int rep = 0; rep < 64; rep++) {
             for (size_t i = 0; i < sizeof kb; i++) kb[i] = (uint8_t)(rand() & 0xFF);
             for (int b = 0; b < 8; b++) {
                 uint8_t *blk = kb + b * bb[t];
                 uint16_t d = (uint16_t)(0x1400 + rand() % 0x2400), dm = (uint16_t)(0x1400 + rand() % 0x2400);
                 memcpy(blk, &d, 2);
-                if (ty[t] == QT_Q5_K) memcpy(blk + 2, &dm, 2);
+                if (ty[t] == QT_Q5_K || ty[t] == QT_Q4_K) memcpy(blk + 2, &dm, 2);
             }
             const int64_t n_w = 8 * bw[t];
             if (quant_dequantize(ty[t], kb, ref, n_w) != BRISK_OK) {
@@ -105,6 +105,7 @@ int main(void) {
                 wgroup q;
                 if (ty[t] == QT_Q5_K) group_load<QT_Q5_K>(kb, g, q);
                 else if (ty[t] == QT_IQ4_XS) group_load<QT_IQ4_XS>(kb, g, q);
+                else if (ty[t] == QT_Q4_K) group_load<QT_Q4_K>(kb, g, q);
                 else group_load<QT_IQ4_NL>(kb, g, q);
                 bool ok = true;
                 for (int i = 0; i < 32; i++) { /* weight i: byte i % 4 of word i / 4 */

@@ -666,44 +666,38 @@ template <int T, bool SH = false> __device__ __forceinline__ void group_load(con
         const uint8_t *b = row + g * 34;
         ld_a2<8, SH>(b + 2, q.w);
         q.a = bk_h2f(ld16(b));
-    } else if (T == QT_Q4_0) {
+    } else if (T == QT_Q4_0 || T == QT_IQ4_NL) {
+        /* 18-byte blocks: d, then weight l's 4 bits in byte l's low nibble, weight l + 16's in its
+         * high one; Q4_0's weight is the value less 8, IQ4_NL's its codebook entry */
         const uint8_t *b = row + g * 18;
         int w[4];
         ld_a2<4, SH>(b + 2, w);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            q.w[i] = w[i] & 0x0F0F0F0F;
-            q.w[4 + i] = (w[i] >> 4) & 0x0F0F0F0F;
+            const uint32_t lo = (uint32_t)w[i] & 0x0F0F0F0Fu, hi = ((uint32_t)w[i] >> 4) & 0x0F0F0F0Fu;
+            q.w[i] = T == QT_Q4_0 ? (int)lo : iq4nl_lookup4(lo);
+            q.w[4 + i] = T == QT_Q4_0 ? (int)hi : iq4nl_lookup4(hi);
         }
         q.a = bk_h2f(ld16(b));
-        q.b = 8.0f * q.a; /* (n - 8) * x = n * x - 8 * x */
-    } else if (T == QT_Q4_K) {
-        /* 144-byte blocks keep 16-byte alignment: the header (d, dmin, 12 scale bytes) is one
-         * 16-byte load and the group's 32 nibbles half of two 16-byte loads */
-        const uint8_t *b = row + (g / 8) * 144;
+        if (T == QT_Q4_0) q.b = 8.0f * q.a; /* (n - 8) * x = n * x - 8 * x */
+    } else if (T == QT_Q4_K || T == QT_Q5_K) {
+        /* 144-byte Q4_K blocks keep 16-byte alignment: the header (d, dmin, 12 scale bytes) is one
+         * 16-byte load and the group's 32 nibbles half of two 16-byte loads. Q5_K's 176-byte blocks
+         * put 32 bytes of fifth bits (bit j of byte l: weight l of sub-block j) between the two. */
+        const uint8_t *b = row + (g / 8) * (T == QT_Q4_K ? 144 : 176);
         int j = (int)(g % 8), c = j / 2, sh = (j % 2) * 4;
         uint4 h = ld_ro<SH>((const uint4 *)b);
-        const uint4 *qs = (const uint4 *)(b + 16 + 32 * c);
+        const uint4 *qs = (const uint4 *)(b + (T == QT_Q4_K ? 16 : 48) + 32 * c);
         uint4 u0 = ld_ro<SH>(qs), u1 = ld_ro<SH>(qs + 1);
-        int qw[8] = {(int)u0.x, (int)u0.y, (int)u0.z, (int)u0.w, (int)u1.x, (int)u1.y, (int)u1.z, (int)u1.w};
-#pragma unroll
-        for (int i = 0; i < 8; i++) q.w[i] = (qw[i] >> sh) & 0x0F0F0F0F;
-        int sc, m;
-        k4_sc_m(h, j, sc, m);
-        q.a = bk_h2f((uint16_t)h.x) * (float)sc;
-        q.b = bk_h2f((uint16_t)(h.x >> 16)) * (float)m;
-    } else if (T == QT_Q5_K) {
-        /* 176-byte blocks keep 16-byte alignment: Q4_K's header, 32 bytes of fifth bits (bit j of
-         * byte l: weight l of sub-block j), then Q4_K's nibbles */
-        const uint8_t *b = row + (g / 8) * 176;
-        int j = (int)(g % 8), c = j / 2, sh = (j % 2) * 4;
-        uint4 h = ld_ro<SH>((const uint4 *)b);
-        const uint4 *qh = (const uint4 *)(b + 16), *qs = (const uint4 *)(b + 48 + 32 * c);
-        uint4 h0 = ld_ro<SH>(qh), h1 = ld_ro<SH>(qh + 1), u0 = ld_ro<SH>(qs), u1 = ld_ro<SH>(qs + 1);
         uint32_t qw[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-        uint32_t hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
 #pragma unroll
-        for (int i = 0; i < 8; i++) q.w[i] = (int)(((qw[i] >> sh) & 0x0F0F0F0Fu) | (((hw[i] >> j) & 0x01010101u) << 4));
+        for (int i = 0; i < 8; i++) q.w[i] = (int)((qw[i] >> sh) & 0x0F0F0F0Fu);
+        if (T == QT_Q5_K) {
+            uint4 h0 = ld_ro<SH>((const uint4 *)(b + 16)), h1 = ld_ro<SH>((const uint4 *)(b + 32));
+            uint32_t hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++) q.w[i] |= (int)(((hw[i] >> j) & 0x01010101u) << 4);
+        }
         int sc, m;
         k4_sc_m(h, j, sc, m);
         q.a = bk_h2f((uint16_t)h.x) * (float)sc;
@@ -725,17 +719,6 @@ template <int T, bool SH = false> __device__ __forceinline__ void group_load(con
         }
         int ls = ((byte_of(hd.y, ib / 2) >> 4 * (ib % 2)) & 15) | ((int)((hd.x >> (16 + 2 * ib)) & 3) << 4);
         q.a = bk_h2f((uint16_t)hd.x) * (float)(ls - 32);
-    } else if (T == QT_IQ4_NL) {
-        /* 18-byte blocks: d, then IQ4_XS's sub-block layout */
-        const uint8_t *b = row + g * 18;
-        int w[4];
-        ld_a2<4, SH>(b + 2, w);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            q.w[i] = iq4nl_lookup4((uint32_t)w[i] & 0x0F0F0F0Fu);
-            q.w[4 + i] = iq4nl_lookup4(((uint32_t)w[i] >> 4) & 0x0F0F0F0Fu);
-        }
-        q.a = bk_h2f(ld16(b));
     } else { /* QT_Q6_K */
         const uint8_t *b = row + (g / 8) * 210;
         int j = (int)(g % 8), n = j / 4, k = j % 4;

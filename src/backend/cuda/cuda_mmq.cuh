@@ -199,13 +199,7 @@ template <bool HALF> struct mmq_frag<QT_Q4_K, HALF> {
         y = (int)((w.y >> sh) & 0x0F0F0F0Fu);
         const uint4 hh = hd[u][h]; /* scale bytes 0-3 in .y, 4-7 in .z, 8-11 in .w (k4_scale_min) */
         int sc, m;
-        if (jj < 4) {
-            sc = byte_of(hh.y, jj) & 63;
-            m = byte_of(hh.z, jj) & 63;
-        } else {
-            sc = (byte_of(hh.w, jj - 4) & 0xF) | ((byte_of(hh.y, jj - 4) >> 6) << 4);
-            m = (byte_of(hh.w, jj - 4) >> 4) | ((byte_of(hh.z, jj - 4) >> 6) << 4);
-        }
+        k4_sc_m(hh, jj, sc, m);
         a = bk_h2f((uint16_t)hh.x) * (float)sc;
         b = bk_h2f((uint16_t)(hh.x >> 16)) * (float)m;
         s0 = s1 = 1;
