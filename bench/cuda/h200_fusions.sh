@@ -64,6 +64,6 @@ done
 el fusions-done
 if [ -n "${MEMCHECK:-}" ] && { command -v compute-sanitizer > /dev/null || [ -x /usr/local/cuda/bin/compute-sanitizer ]; }; then
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  timeout 300 $CS --tool memcheck $B/tests/test_cuda_ops ssm attention_kv_fused matmul_stream 2>&1 | tail -3
+  timeout 300 $CS --tool memcheck $B/tests/test_cuda_ops ssm attention_kv_fused 2>&1 | tail -3
   el memcheck
 fi

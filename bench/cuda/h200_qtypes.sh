@@ -5,6 +5,7 @@
 # (`brisk synth --preset qwen3-8b --vocab ggml-vocab-qwen2.gguf --type T --repeat-rows 256`), with
 # the greedy text of 48 tokens either way (not bit for bit: int8 activations against floats).
 #   bash bench/cuda/h200_qtypes.sh [MIX...]      default q5_k_m iq4_xs iq4_nl
+# MEMCHECK=1: compute-sanitizer's memcheck on the streamed products' op test after.
 set -u
 rm -rf .device/build; tar xJf .device/bin.tar.xz -C .device
 B=.device/build; A=$B/brisk; export LD_LIBRARY_PATH=$PWD/.device/lib
@@ -21,3 +22,7 @@ for T in ${*:-q5_k_m iq4_xs iq4_nl}; do
   done
   rm -f $M
 done
+if [ -n "${MEMCHECK:-}" ]; then # the streamed products (paired and not, every integer-dot type) under memcheck
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  timeout 240 $CS --tool memcheck $B/tests/test_cuda_ops matmul_stream 2>&1 | tail -3
+fi
