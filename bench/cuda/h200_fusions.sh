@@ -53,10 +53,11 @@ for P in $MODELS; do
     qwen3.6*) K="BRISK_CUDA_MMVS_PAIR=0 BRISK_CUDA_MMVS_PAIR=16 BRISK_CUDA_GD_CONV=0 BRISK_CUDA_ATTN_GATE=0 BRISK_CUDA_ATTN_ROPE=0" ;;
     *) K="BRISK_CUDA_MMVS_PAIR=0 BRISK_CUDA_ATTN_ROPE=0" ;;
   esac
+  K=${FUSE_KNOBS:-$K} # (FUSE_KNOBS: the knobs to A/B instead)
   for v in X=1 $K X=1; do tg $P $v; done
   for k in $K; do same $k; done
   if [ $P = qwen3.6-35b-a3b ] && [ -f .device/stats16.json ]; then # expert offload at 16 GB
-    for v in X=1 BRISK_CUDA_MMVS_PAIR=0 BRISK_CUDA_MMVS_PAIR=0,BRISK_CUDA_GD_CONV=0,BRISK_CUDA_ATTN_GATE=0,BRISK_CUDA_ATTN_ROPE=0; do
+    for v in X=1 BRISK_CUDA_GD_CONV=0,BRISK_CUDA_ATTN_GATE=0,BRISK_CUDA_ATTN_ROPE=0; do
       echo "$P --gpu-mem 16G $v: $(env ${v//,/ } $A bench -m $M -p 0 -n 128 -r 2 --gpu-mem 16G --expert-stats \
         .device/stats16.json --cache-experts auto 2>&1 | grep -E '^\| *tg')"; done
   fi
