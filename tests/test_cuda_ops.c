@@ -147,8 +147,13 @@ static void matmul_tol(uint32_t type, int64_t n_in, int n, double cpu_err, doubl
     bool mmqh = !(mh && !strcmp(mh, "0")) && n >= env_int("BRISK_CUDA_MMQH_MIN", 17) &&
                 n < env_int("BRISK_CUDA_MMQH_MAX", mmq_max) && n <= 64 && n_in % 256 == 0 &&
                 (type == QT_Q8_0 || type == QT_Q4_K || type == QT_Q6_K);
-    bool int8_path = !mmqh && (mmq || (n <= int8_max && !(mmq_on && n >= mmq_max))) && n_in % 32 == 0 &&
-                     (type == QT_Q4_0 || type == QT_Q8_0 || type == QT_Q4_K || type == QT_Q6_K);
+    bool small = n <= int8_max && !(mmq_on && n >= mmq_max);
+    /* Q5_K, IQ4_XS, IQ4_NL: the int8 decode products only (cuda_mmvq_dec_supported), not mmq's batches */
+    const char *dq = getenv("BRISK_CUDA_DEC_QTYPES");
+    bool dec_only = !(dq && !strcmp(dq, "0")) && (type == QT_Q5_K || type == QT_IQ4_XS || type == QT_IQ4_NL);
+    bool int8_path = !mmqh && n_in % 32 == 0 &&
+                     (((mmq || small) && (type == QT_Q4_0 || type == QT_Q8_0 || type == QT_Q4_K || type == QT_Q6_K)) ||
+                      (dec_only && !mmq && small));
     /* Larger batches on rows of a multiple of 32 run on tensor cores with f16
      * inputs (cuda_mma.cu, cuda_blas.cu): 11 significant bits per factor. */
     bool f16_path = mmqh || (!int8_path && n > 8 && n_in % 32 == 0);
