@@ -168,8 +168,7 @@ __device__ __forceinline__ void mmvs_stage_x(const int8_t *xq, const float2 *xds
  * this one and streams its first rows while this one computes and drains. With one block per SM
  * (113-128 registers a thread), the next product could only start its copies once this one's
  * block had left: every launch paid the first bytes' latency and its tail with the bulk-copy
- * engine idle. The arithmetic per segment is the one-block form's, in the same order; the smaller
- * shared memory may cut rows into more segments, which changes the order of the partial sums. */
+ * engine idle. The arithmetic is the same, in the same order (bit for bit the one-block form). */
 template <int T, bool GLU, int NI, int NW, bool NORM, bool PAIR>
 __global__ void __launch_bounds__(NW * 32, PAIR ? 2 : 1)
 mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *xds, int accum, int stages,
