@@ -405,7 +405,7 @@ static void test_matmul_stream(void) {
     static const char *const seg[] = {"0", "1024"};
     for (int i = 0; i < 2; i++) on_backend_with("BRISK_CUDA_MMVS_SEG", seg[i], stream_cases);
     /* and with one block an SM always (BRISK_CUDA_MMVS_PAIR=0): by default the launches of at most
-     * 32 rows a warp run two to an SM (mmvs_kernel's PAIR), activations in shared memory */
+     * 16 rows a warp run two to an SM (mmvs_kernel's PAIR), activations in shared memory */
     on_backend_with("BRISK_CUDA_MMVS_PAIR", "0", stream_cases);
 }
 static void stream_cases(void) {

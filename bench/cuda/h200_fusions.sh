@@ -50,7 +50,7 @@ for P in $MODELS; do
     $(case $P in *a3b) echo --expert-skew 1 ;; esac) -o $M 2>&1 | tail -1
   BRISK_CUDA_GRAPH_INFO=1 $A bench -m $M -p 0 -n 4 -r 1 2>&1 | grep "graph:" | sort | uniq -c
   case $P in
-    qwen3.6*) K="BRISK_CUDA_MMVS_PAIR=0 BRISK_CUDA_MMVS_PAIR=16 BRISK_CUDA_GD_CONV=0 BRISK_CUDA_ATTN_GATE=0 BRISK_CUDA_ATTN_ROPE=0" ;;
+    qwen3.6*) K="BRISK_CUDA_MMVS_PAIR=0 BRISK_CUDA_GD_CONV=0 BRISK_CUDA_ATTN_GATE=0 BRISK_CUDA_ATTN_ROPE=0" ;;
     *) K="BRISK_CUDA_MMVS_PAIR=0 BRISK_CUDA_ATTN_ROPE=0" ;;
   esac
   K=${FUSE_KNOBS:-$K} # (FUSE_KNOBS: the knobs to A/B instead)

@@ -126,7 +126,7 @@ template <int T> static void run(cuda_backend *cb, int64_t n_in, int64_t n_out, 
     const int keep = cb->mmvs_seg_bytes;
     for (int v = 0; v < 6; v++) {
         cb->mmvs_seg_bytes = segs[v];
-        cb->mmvs_pair = v == 5 ? 32 : 0;
+        cb->mmvs_pair = v == 5;
         float t = time_ms(0, [&](int i) { new_call(i, y1); });
         new_call(0, y1);
         CK(cudaDeviceSynchronize());
@@ -137,7 +137,7 @@ template <int T> static void run(cuda_backend *cb, int64_t n_in, int64_t n_out, 
         printf(" %7.2f us %4.0f%% |", t * 1e3, 100 * gb / (t * 1e-3) / bw);
     }
     cb->mmvs_seg_bytes = keep;
-    cb->mmvs_pair = 0;
+    cb->mmvs_pair = false;
     printf(" %.1e |\n", rel);
     free(a);
     free(b);

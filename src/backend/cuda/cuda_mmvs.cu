@@ -26,10 +26,10 @@
 #define MMVS_SEGS_MAX 8      /* warps sharing a row (mmvs_plan) */
 #define MMVS_SEG_ROWS_MAX 64 /* rows per group of warps sharing rows: their partial sums' shared memory */
 /* Two products resident per SM (mmvs_plan_pair): a block's shared memory at most (two of them and
- * the runtime's 1 KB each in the SM's 228 KB) and its units per lane (NI). Launches of more rows a
- * warp than cb->mmvs_pair (BRISK_CUDA_MMVS_PAIR, default 32: the LM head's 72) keep the deeper
- * ring of the one-block form. */
+ * the runtime's 1 KB each in the SM's 228 KB), its rows per warp at most (longer products, the LM
+ * head, keep the deeper ring of the one-block form) and its units per lane (NI). */
 #define MMVS_PAIR_SMEM_MAX (112 * 1024)
+#define MMVS_PAIR_ROWS_MAX 16
 #define MMVS_PAIR_NI_MAX 4
 
 
@@ -423,8 +423,8 @@ template <int T> static mmvs_seg mmvs_plan(const cuda_backend *cb, uint32_t row_
 
 /* The paired form's segments (see mmvs_kernel's PAIR): the fewest warps to a row whose ring still
  * holds two stages a warp in MMVS_PAIR_SMEM_MAX, with at most MMVS_PAIR_NI_MAX units a lane; false
- * for launches of more than cb->mmvs_pair rows a warp (the LM head), which keep one block an SM and
- * its deeper ring, and for shapes no segmenting fits. */
+ * for launches of more than MMVS_PAIR_ROWS_MAX rows a warp (the LM head), which keep one block an
+ * SM and its deeper ring, and for shapes no segmenting fits. */
 template <int T>
 static bool mmvs_plan_pair(const cuda_backend *cb, bool glu, uint32_t row_bytes, int64_t n_in, int64_t n_rows,
                            mmvs_seg *out) {
@@ -440,7 +440,7 @@ static bool mmvs_plan_pair(const cuda_backend *cb, bool glu, uint32_t row_bytes,
         if (sg.segs != want || (ups + 31) / 32 > MMVS_PAIR_NI_MAX) continue;
         mmvs_shape sh;
         if (!mmvs_fit(cb, 16, glu, true, true, n_in, n_rows, sg, smem_max, &sh)) continue;
-        if (sh.per_warp > cb->mmvs_pair) return false;
+        if (sh.per_warp > MMVS_PAIR_ROWS_MAX) return false;
         *out = sg;
         return true;
     }
@@ -454,7 +454,7 @@ static bool mmvs_type(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes,
     /* a Q6_K pair of rows and Q5_K's units (the fifth bits' loads) spill at 64 registers */
     if constexpr (!NORM && !(GLU && T == QT_Q6_K) && T != QT_Q5_K) {
         mmvs_seg sp;
-        if (cb->mmvs_pair > 0 && cb->mmvs_warps != 8 && mmvs_plan_pair<T>(cb, GLU, row_bytes, n_in, n_rows, &sp)) {
+        if (cb->mmvs_pair && cb->mmvs_warps != 8 && mmvs_plan_pair<T>(cb, GLU, row_bytes, n_in, n_rows, &sp)) {
             const int ni = (sp.ups + 31) / 32;
             if ((ni == 1 && mmvs_go_w<T, GLU, 1, 16, false, true>(cb, mm, row_bytes, n_in, accum, n_rows, nm, sp)) ||
                 (ni == 2 && mmvs_go_w<T, GLU, 2, 16, false, true>(cb, mm, row_bytes, n_in, accum, n_rows, nm, sp)) ||
