@@ -389,8 +389,7 @@ static void test_matmul_multi(void) {
     check_matmul_multi(ty, 512, no, 5);
 }
 
-/* One token's products streamed through shared memory (cuda_mmvs.cu) for each integer-dot type,
- * one block an SM and two (the paired form):
+/* One token's products streamed through shared memory (cuda_mmvs.cu) for each integer-dot type:
  * rows enough for every warp's ring of stages to wrap round (20,000), rows wide enough for only two
  * stages per warp (12,288 columns) or cut into segments, a bias, y += (matmul_add), the fused gate/up/SwiGLU, and three
  * matrices of one type in one launch. */
@@ -404,9 +403,6 @@ static void test_matmul_stream(void) {
      * three matrices); the switch is read when a backend is created */
     static const char *const seg[] = {"0", "1024"};
     for (int i = 0; i < 2; i++) on_backend_with("BRISK_CUDA_MMVS_SEG", seg[i], stream_cases);
-    /* and with one block an SM always (BRISK_CUDA_MMVS_PAIR=0): by default the launches of at most
-     * 16 rows a warp run two to an SM (mmvs_kernel's PAIR), activations in shared memory */
-    on_backend_with("BRISK_CUDA_MMVS_PAIR", "0", stream_cases);
 }
 static void stream_cases(void) {
     static const uint32_t ty[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K, QT_Q5_K, QT_IQ4_XS, QT_IQ4_NL};

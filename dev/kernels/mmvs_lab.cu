@@ -119,14 +119,11 @@ template <int T> static void run(cuda_backend *cb, int64_t n_in, int64_t n_out, 
     double gb = (double)bytes * per / 1e9;
     printf("| %s%s | %d x %6lld x %5lld | %7.2f us %4.0f%% |", tname(T), glu ? " glu" : "", per, (long long)n_out,
            (long long)n_in, t_old * 1e3, 100 * gb / (t_old * 1e-3) / bw);
-    /* the streamed kernel with whole rows, then with rows cut into segments of about S bytes, then
-     * paired (two products resident per SM: mmvs_kernel's PAIR; the launches here run back to back,
-     * each the next one's predecessor, as a layer's products do) */
-    static const int segs[] = {0, -1, 3072, 4608, 6144, -1};
+    /* the streamed kernel with whole rows, then with rows cut into segments of about S bytes */
+    static const int segs[] = {0, -1, 3072, 4608, 6144};
     const int keep = cb->mmvs_seg_bytes;
-    for (int v = 0; v < 6; v++) {
+    for (int v = 0; v < 5; v++) {
         cb->mmvs_seg_bytes = segs[v];
-        cb->mmvs_pair = v == 5;
         float t = time_ms(0, [&](int i) { new_call(i, y1); });
         new_call(0, y1);
         CK(cudaDeviceSynchronize());
@@ -137,7 +134,6 @@ template <int T> static void run(cuda_backend *cb, int64_t n_in, int64_t n_out, 
         printf(" %7.2f us %4.0f%% |", t * 1e3, 100 * gb / (t * 1e-3) / bw);
     }
     cb->mmvs_seg_bytes = keep;
-    cb->mmvs_pair = false;
     printf(" %.1e |\n", rel);
     free(a);
     free(b);
@@ -163,8 +159,8 @@ int main(int argc, char **argv) {
     cb->mmvs_seg_bytes = -1;
     double bw = copy_bw();
     printf("copy bandwidth %.0f GB/s, %d SMs; %% = share of it; rel = max |new - old| / max |old|\n", bw, cb->n_sm);
-    printf("| type | mats x rows x cols | cuda_mmvq | cuda_mmvs, whole rows | default segments | of 3 KB | 4.5 KB | 6 KB | paired | rel |\n"
-           "|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| type | mats x rows x cols | cuda_mmvq | cuda_mmvs, whole rows | default segments | of 3 KB | 4.5 KB | 6 KB | rel |\n"
+           "|---|---|---|---|---|---|---|---|---|\n");
     run<QT_Q4_K>(cb, 4096, 4096, 1, false, bw);
     run<QT_Q4_K>(cb, 4096, 1024, 2, false, bw);
     run<QT_Q4_K>(cb, 4096, 12288, 1, true, bw);

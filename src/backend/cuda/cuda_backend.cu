@@ -363,7 +363,6 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->router_pf_off = getenv("BRISK_CUDA_ROUTER_PF") && !strcmp(getenv("BRISK_CUDA_ROUTER_PF"), "0");
     cb->moe_comb_off = getenv("BRISK_CUDA_MOE_COMB") && !strcmp(getenv("BRISK_CUDA_MOE_COMB"), "0");
     cb->mmvs_smem = getenv("BRISK_CUDA_MMVS_SMEM") ? atoi(getenv("BRISK_CUDA_MMVS_SMEM")) * 1024 : 0;
-    cb->mmvs_pair = !(getenv("BRISK_CUDA_MMVS_PAIR") && !strcmp(getenv("BRISK_CUDA_MMVS_PAIR"), "0"));
     cb->dec_qtypes_off = getenv("BRISK_CUDA_DEC_QTYPES") && !strcmp(getenv("BRISK_CUDA_DEC_QTYPES"), "0");
     cb->mmvs_seg_bytes = getenv("BRISK_CUDA_MMVS_SEG") ? atoi(getenv("BRISK_CUDA_MMVS_SEG")) : -1;
     const char *q6q = getenv("BRISK_CUDA_Q6K_QUAD");

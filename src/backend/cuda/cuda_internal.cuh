@@ -85,7 +85,6 @@ typedef struct cuda_backend {
     bool router_pf_off;         /* BRISK_CUDA_ROUTER_PF=0: the fused router's rows not asked into the L2 before its wait (A/B) */
     bool moe_comb_off;          /* BRISK_CUDA_MOE_COMB=0: one token's MoE down products, then the combine (A/B) */
     int mmvs_smem;              /* BRISK_CUDA_MMVS_SMEM=KB: cuda_mmvs's shared memory per block at most (A/B) */
-    bool mmvs_pair;             /* BRISK_CUDA_MMVS_PAIR=0: cuda_mmvs's one block an SM always, not two products resident per SM (A/B) */
     bool dec_qtypes_off;        /* BRISK_CUDA_DEC_QTYPES=0: Q5_K, IQ4_XS, IQ4_NL decode products on the float path (A/B) */
     int mmvs_seg_bytes;         /* BRISK_CUDA_MMVS_SEG: rows shared by warps (cuda_mmvs.cu's mmvs_plan): -1 (default) where 16 warps need it, N: rows over N bytes, 0: never */
     bool attn_fuse_off;         /* BRISK_CUDA_ATTN_FUSE=0: decode attention merges its splits in a kernel of its own (A/B) */

@@ -25,12 +25,6 @@
 #define MMVS_PAD 64 /* ld_a2 reads up to 8 bytes past a group: the last stage's row may not end the allocation */
 #define MMVS_SEGS_MAX 8      /* warps sharing a row (mmvs_plan) */
 #define MMVS_SEG_ROWS_MAX 64 /* rows per group of warps sharing rows: their partial sums' shared memory */
-/* Two products resident per SM (mmvs_plan_pair): a block's shared memory at most (two of them and
- * the runtime's 1 KB each in the SM's 228 KB), its rows per warp at most (longer products, the LM
- * head, keep the deeper ring of the one-block form) and its units per lane (NI). */
-#define MMVS_PAIR_SMEM_MAX (112 * 1024)
-#define MMVS_PAIR_ROWS_MAX 16
-#define MMVS_PAIR_NI_MAX 4
 
 
 
@@ -145,35 +139,14 @@ __device__ __forceinline__ void mmvs_norm_prologue(const mmvs_norm &nm, int64_t 
     __syncthreads();
 }
 
-/* The paired form's activations: the quantized row (n_in int8, then n_in / 32 (d, d * sum) pairs,
- * the layout mmvs_norm_prologue leaves) copied by the whole block into its shared memory after the
- * wait (n_in is a multiple of 32, the smem offset of 128 and the buffers' of 16). */
-__device__ __forceinline__ void mmvs_stage_x(const int8_t *xq, const float2 *xds, int64_t n_in, uint8_t *sm) {
-    const int4 *q = (const int4 *)xq;
-    int4 *sq = (int4 *)sm;
-    for (int64_t i = threadIdx.x; i < n_in / 16; i += blockDim.x) sq[i] = ld_ro<false>(q + i);
-    float2 *sd = (float2 *)(sm + n_in);
-    for (int64_t i = threadIdx.x; i < n_in / 32; i += blockDim.x) sd[i] = ld_ro<false>(xds + i);
-    __syncthreads();
-}
-
 /* NI: units per lane (the activations a lane keeps in registers: NI * XW words); NW: warps. With
  * sg.segs > 1 the block's warps form NW / segs groups; warp s of a group reads segment s of the
  * group's rows (rows gg, gg + ng, ... of group gg of ng) and leaves its partial sums in shared
  * memory, which the block adds up after its last barrier (segment order: the same sums every run). */
-/* PAIR (mmvs_plan_pair; never with NORM): the activations stay in shared memory, staged there by
- * the block after its wait, and a lane reads each unit's words just before its dot instead of
- * holding all of its units in registers; at 64 registers a thread (the launch bound's two blocks)
- * two 16-warp blocks fit an SM's 64 K registers, so the next product's block is resident beside
- * this one and streams its first rows while this one computes and drains. With one block per SM
- * (113-128 registers a thread), the next product could only start its copies once this one's
- * block had left: every launch paid the first bytes' latency and its tail with the bulk-copy
- * engine idle. The arithmetic is the same, in the same order (bit for bit the one-block form). */
-template <int T, bool GLU, int NI, int NW, bool NORM, bool PAIR>
-__global__ void __launch_bounds__(NW * 32, PAIR ? 2 : 1)
+template <int T, bool GLU, int NI, int NW, bool NORM>
+__global__ void __launch_bounds__(NW * 32, 1)
 mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *xds, int accum, int stages,
             mmvs_norm nm, mmvs_seg sg) {
-    static_assert(!(PAIR && NORM), "the paired form takes its activations quantized");
     BK_TRACE_SCOPE(); /* (a trace build only) */
     using U = qunit<T>;
     extern __shared__ __align__(128) uint8_t mmvs_smem[];
@@ -183,7 +156,7 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
     const size_t head = mmvs_bar_bytes(NW, stages), pb = mmvs_part_bytes(NW, sg, GLU);
     uint64_t *bar = (uint64_t *)mmvs_smem + warp * stages;
     float *part = (float *)(mmvs_smem + head); /* [warp][row of the group] (then b's) */
-    uint8_t *ring = mmvs_smem + head + pb + (NORM || PAIR ? mmvs_norm_bytes(n_in) : 0) + (size_t)warp * stages * stage_bytes;
+    uint8_t *ring = mmvs_smem + head + pb + (NORM ? mmvs_norm_bytes(n_in) : 0) + (size_t)warp * stages * stage_bytes;
     const int64_t n_rows = mm.count > 2 ? mm.rend[2] : mm.count > 1 ? mm.rend[1] : mm.rend[0];
     const int64_t n_units = n_in / U::W;
     const int64_t gg = (int64_t)blockIdx.x * ngb + grp, ng = (int64_t)gridDim.x * ngb;
@@ -215,19 +188,11 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
         xsrc = (const int8_t *)(mmvs_smem + head + pb);
         dsrc = (const float2 *)(mmvs_smem + head + pb + n_in);
     }
-    if constexpr (PAIR) {
-        mmvs_stage_x(xq, xds, n_in, mmvs_smem + head + pb);
-        xsrc = (const int8_t *)(mmvs_smem + head + pb);
-        dsrc = (const float2 *)(mmvs_smem + head + pb + n_in);
-    }
-    constexpr int NR = PAIR ? 1 : NI; /* units whose activations a lane keeps in registers */
-    int xw[NR][U::XW];
-    float2 xd[NR][U::G];
-    if constexpr (!PAIR) {
+    int xw[NI][U::XW];
+    float2 xd[NI][U::G];
 #pragma unroll
-        for (int k = 0; k < NI; k++)
-            if (su0 + lane + 32 * k < su1) qunit_load_x<T, NORM>(xsrc, dsrc, su0 + lane + 32 * k, xw[k], xd[k]);
-    }
+    for (int k = 0; k < NI; k++)
+        if (su0 + lane + 32 * k < su1) qunit_load_x<T, NORM>(xsrc, dsrc, su0 + lane + 32 * k, xw[k], xd[k]);
     int s = 0;
     uint32_t parity = 0;
     for (int64_t i = 0; i < mine; i++) {
@@ -237,24 +202,12 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
         const uint32_t lead = (uint32_t)((uintptr_t)(mmvs_row_src(mm, gg + i * ng, row_bytes) + cs) & 15);
         const uint8_t *row = ring + (size_t)s * stage_bytes + lead - cs;
         float a = 0.0f, b = 0.0f;
-        if constexpr (PAIR) {
-#pragma unroll 1
-            for (int k = 0; k < NI; k++) {
-                int64_t u = su0 + lane + 32 * k;
-                if (u < su1) {
-                    qunit_load_x<T, true>(xsrc, dsrc, u, xw[0], xd[0]);
-                    a += qunit_dot<T, true>(row, u, xw[0], xd[0]);
-                    if (GLU) b += qunit_dot<T, true>(row + sg.cap, u, xw[0], xd[0]);
-                }
-            }
-        } else {
 #pragma unroll
-            for (int k = 0; k < NI; k++) {
-                int64_t u = su0 + lane + 32 * k;
-                if (u < su1) {
-                    a += qunit_dot<T, true>(row, u, xw[k], xd[k]);
-                    if (GLU) b += qunit_dot<T, true>(row + sg.cap, u, xw[k], xd[k]);
-                }
+        for (int k = 0; k < NI; k++) {
+            int64_t u = su0 + lane + 32 * k;
+            if (u < su1) {
+                a += qunit_dot<T, true>(row, u, xw[k], xd[k]);
+                if (GLU) b += qunit_dot<T, true>(row + sg.cap, u, xw[k], xd[k]);
             }
         }
         __syncwarp(); /* every lane has read the stage: it may be refilled */
@@ -304,64 +257,39 @@ template <int T> static constexpr bool mmvs_w16_ok(int ni) {
     return T == QT_Q6_K ? ni == 1 : ni * qunit<T>::XW <= (T == QT_IQ4_XS || T == QT_IQ4_NL ? 32 : 48);
 }
 
-/* A launch's shape: its blocks, the rows of a warp (of a group of warps sharing rows), its ring's
- * stages and its shared memory; false when two stages a warp do not fit smem_max (one where a warp
- * has one row). */
-typedef struct mmvs_shape {
-    int64_t blocks, per_warp;
-    int stages;
-    size_t smem;
-} mmvs_shape;
-static bool mmvs_fit(const cuda_backend *cb, int nw, bool glu, bool xbuf, bool pair, int64_t n_in, int64_t n_rows,
-                     mmvs_seg &sg, size_t smem_max, mmvs_shape *sh) {
-    const uint32_t stage_bytes = glu ? 2 * sg.cap : sg.cap;
-    int64_t blocks = (n_rows * sg.segs + nw - 1) / nw;
+template <int T, bool GLU, int NI, int NW, bool NORM>
+static bool mmvs_go_w(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, int64_t n_in, int accum,
+                      int64_t n_rows, const mmvs_norm &nm, mmvs_seg sg) {
+    static_assert(NW >= MMVS_SEGS_MAX, "a block holds at least one group of warps sharing rows");
+    const uint32_t stage_bytes = GLU ? 2 * sg.cap : sg.cap;
+    int64_t blocks = (n_rows * sg.segs + NW - 1) / NW;
     if (blocks > cb->n_sm) blocks = cb->n_sm;
-    const int64_t groups = blocks * (nw / sg.segs), per_warp = (n_rows + groups - 1) / groups;
+    const int64_t groups = blocks * (NW / sg.segs), per_warp = (n_rows + groups - 1) / groups;
     if (sg.segs > 1) {
         if (per_warp > MMVS_SEG_ROWS_MAX) return false;
         sg.mine_cap = (int)per_warp;
     }
-    const size_t nb = xbuf ? mmvs_norm_bytes(n_in) : 0, pb = mmvs_part_bytes(nw, sg, glu);
+    const size_t nb = NORM ? mmvs_norm_bytes(n_in) : 0, pb = mmvs_part_bytes(NW, sg, GLU);
+    const size_t smem_max = cb->mmvs_smem > 0 && cb->mmvs_smem < MMVS_SMEM_MAX ? (size_t)cb->mmvs_smem : MMVS_SMEM_MAX;
     if (128 + MMVS_PAD + nb + pb >= smem_max) return false;
-    int stages = (int)((smem_max - 128 - MMVS_PAD - nb - pb) / (nw * ((size_t)stage_bytes + 8)));
-    if (stages < (pair && per_warp < 2 ? 1 : 2)) return false; /* rows too wide for two stages per warp */
+    int stages = (int)((smem_max - 128 - MMVS_PAD - nb - pb) / (NW * ((size_t)stage_bytes + 8)));
+    if (stages < 2) return false; /* rows too wide for two stages per warp */
     if (stages > MMVS_STAGES_MAX) stages = MMVS_STAGES_MAX;
-    if (stages > per_warp) stages = (int)per_warp; /* no more smem than rows */
+    if (stages > per_warp) stages = (int)per_warp; /* no more smem than rows: the block before may stay beside it */
     if (stages < 1) stages = 1;
-    sh->blocks = blocks;
-    sh->per_warp = per_warp;
-    sh->stages = stages;
-    sh->smem = mmvs_bar_bytes(nw, stages) + pb + nb + (size_t)nw * stages * stage_bytes + MMVS_PAD;
-    return true;
-}
-
-template <int T, bool GLU, int NI, int NW, bool NORM, bool PAIR = false>
-static bool mmvs_go_w(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, int64_t n_in, int accum,
-                      int64_t n_rows, const mmvs_norm &nm, mmvs_seg sg) {
-    static_assert(NW >= MMVS_SEGS_MAX, "a block holds at least one group of warps sharing rows");
-    const size_t cap = PAIR ? MMVS_PAIR_SMEM_MAX : MMVS_SMEM_MAX;
-    const size_t smem_max = cb->mmvs_smem > 0 && (size_t)cb->mmvs_smem < cap ? (size_t)cb->mmvs_smem : cap;
-    mmvs_shape sh;
-    if (!mmvs_fit(cb, NW, GLU, NORM || PAIR, PAIR, n_in, n_rows, sg, smem_max, &sh)) return false;
+    size_t smem = mmvs_bar_bytes(NW, stages) + pb + nb + (size_t)NW * stages * stage_bytes + MMVS_PAD;
     static int attr_set[64]; /* per device: the opt-in to more than 48 KB of dynamic shared memory */
     int dev = cb->device & 63;
     if (!attr_set[dev]) {
-        if (cudaFuncSetAttribute(mmvs_kernel<T, GLU, NI, NW, NORM, PAIR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)cap) != cudaSuccess) {
+        if (cudaFuncSetAttribute(mmvs_kernel<T, GLU, NI, NW, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 MMVS_SMEM_MAX) != cudaSuccess) {
             (void)cudaGetLastError();
             return false;
         }
-        /* the SM's whole 228 KB as shared memory, so that a second block fits beside the first
-         * (the carveout is a hint the driver may otherwise size to one block) */
-        if (PAIR && cudaFuncSetAttribute(mmvs_kernel<T, GLU, NI, NW, NORM, PAIR>,
-                                         cudaFuncAttributePreferredSharedMemoryCarveout,
-                                         (int)cudaSharedmemCarveoutMaxShared) != cudaSuccess)
-            (void)cudaGetLastError();
         attr_set[dev] = 1;
     }
-    pdl_launch(cb, mmvs_kernel<T, GLU, NI, NW, NORM, PAIR>, dim3((unsigned)sh.blocks), dim3(NW * 32), sh.smem, mm,
-               row_bytes, n_in, cb->xq, cb->xds, accum, sh.stages, nm, sg);
+    pdl_launch(cb, mmvs_kernel<T, GLU, NI, NW, NORM>, dim3((unsigned)blocks), dim3(NW * 32), smem, mm, row_bytes,
+               n_in, cb->xq, cb->xds, accum, stages, nm, sg);
     return true;
 }
 
@@ -421,48 +349,10 @@ template <int T> static mmvs_seg mmvs_plan(const cuda_backend *cb, uint32_t row_
     return sg;
 }
 
-/* The paired form's segments (see mmvs_kernel's PAIR): the fewest warps to a row whose ring still
- * holds two stages a warp in MMVS_PAIR_SMEM_MAX, with at most MMVS_PAIR_NI_MAX units a lane; false
- * for launches of more than MMVS_PAIR_ROWS_MAX rows a warp (the LM head), which keep one block an
- * SM and its deeper ring, and for shapes no segmenting fits. */
-template <int T>
-static bool mmvs_plan_pair(const cuda_backend *cb, bool glu, uint32_t row_bytes, int64_t n_in, int64_t n_rows,
-                           mmvs_seg *out) {
-    const int64_t n_units = n_in / qunit<T>::W;
-    const int upb = qunit<T>::UPB;
-    const int64_t n_blk = n_units / upb;
-    const uint32_t ub = row_bytes / (uint32_t)n_units;
-    const size_t smem_max = cb->mmvs_smem > 0 && cb->mmvs_smem < MMVS_PAIR_SMEM_MAX ? (size_t)cb->mmvs_smem
-                                                                                   : MMVS_PAIR_SMEM_MAX;
-    for (int want = 1; want <= MMVS_SEGS_MAX; want++) {
-        const int ups = (int)((n_blk + want - 1) / want * upb);
-        mmvs_seg sg = {(int)((n_units + ups - 1) / ups), ups, 0, mmvs_cap((uint32_t)ups * ub)};
-        if (sg.segs != want || (ups + 31) / 32 > MMVS_PAIR_NI_MAX) continue;
-        mmvs_shape sh;
-        if (!mmvs_fit(cb, 16, glu, true, true, n_in, n_rows, sg, smem_max, &sh)) continue;
-        if (sh.per_warp > MMVS_PAIR_ROWS_MAX) return false;
-        *out = sg;
-        return true;
-    }
-    return false;
-}
-
 template <int T, bool GLU, bool NORM>
 static bool mmvs_type(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, int64_t n_in, int accum,
                       int64_t n_rows, const mmvs_norm &nm) {
     if (n_in % qunit<T>::W) return false;
-    /* a Q6_K pair of rows and Q5_K's units (the fifth bits' loads) spill at 64 registers */
-    if constexpr (!NORM && !(GLU && T == QT_Q6_K) && T != QT_Q5_K) {
-        mmvs_seg sp;
-        if (cb->mmvs_pair && cb->mmvs_warps != 8 && mmvs_plan_pair<T>(cb, GLU, row_bytes, n_in, n_rows, &sp)) {
-            const int ni = (sp.ups + 31) / 32;
-            if ((ni == 1 && mmvs_go_w<T, GLU, 1, 16, false, true>(cb, mm, row_bytes, n_in, accum, n_rows, nm, sp)) ||
-                (ni == 2 && mmvs_go_w<T, GLU, 2, 16, false, true>(cb, mm, row_bytes, n_in, accum, n_rows, nm, sp)) ||
-                (ni == 3 && mmvs_go_w<T, GLU, 3, 16, false, true>(cb, mm, row_bytes, n_in, accum, n_rows, nm, sp)) ||
-                (ni == 4 && mmvs_go_w<T, GLU, 4, 16, false, true>(cb, mm, row_bytes, n_in, accum, n_rows, nm, sp)))
-                return true;
-        }
-    }
     const mmvs_seg sg = NORM ? mmvs_seg{1, (int)(n_in / qunit<T>::W), 0, mmvs_cap(row_bytes)}
                              : mmvs_plan<T>(cb, row_bytes, n_in, n_rows);
     int64_t ni = (sg.ups + 31) / 32;
