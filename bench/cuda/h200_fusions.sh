@@ -4,8 +4,6 @@
 #   BRISK_CUDA_GD_CONV    the short conv before it in the same launch (clusters of a key head's blocks)
 #   BRISK_CUDA_ATTN_GATE  the gated attention's output gate in the decode attention's store
 #   BRISK_CUDA_ATTN_ROPE  one token's QK-norm, rope and cache write in the decode attention's launch
-#   BRISK_CUDA_MMVS_PAIR  one token's streamed products two to an SM (the next one streams while this
-#                         one finishes); every model, not bit for bit (other segments): text compared
 # The op tests first, each under a time limit (bit for bit against the unfused ops; a cluster kernel
 # that hung would otherwise hold the machine: if the conv's test fails or times out, the rest runs
 # with BRISK_CUDA_GD_CONV=0), the tiny MoE and hybrid models end to end, then qwen3.6-27b and
@@ -14,10 +12,8 @@
 # fusion on and off, and the greedy text of 48 tokens fused against unfused (must be equal: the same
 # arithmetic). MEMCHECK=1: compute-sanitizer's memcheck on the fused ops' tests after.
 set -u
-rm -rf .device/build; tar xJf .device/bin.tar.xz -C .device
-B=.device/build; A=$B/brisk; export LD_LIBRARY_PATH=$PWD/.device/lib
+d=/tmp/fz; . bench/cuda/device_env.sh
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
-d=/tmp/fz; mkdir -p $d; xz -dc .device/vocab.gguf.xz > $d/vocab.gguf
 timeout 120 $B/tests/test_cuda_ops ssm > /tmp/ssm.txt 2>&1
 if ! grep -qx "ok   ssm" /tmp/ssm.txt; then
   echo "ssm op test failed or timed out; the rest with BRISK_CUDA_GD_CONV=0"; tail -5 /tmp/ssm.txt
@@ -27,7 +23,7 @@ grep -E "^ok|^FAIL|differ" /tmp/ssm.txt
 if [ -z "${SKIP_OPS:-}" ]; then # SKIP_OPS=1: straight to the models after the ssm test (a second call)
 timeout 300 $B/tests/test_cuda_ops attention attention_kv_fused matmul_stream matmul_swiglu 2>&1 | grep -E "^ok|^FAIL|differ" | head
 [ -f .device/mmvs_lab.xz ] && xz -dc .device/mmvs_lab.xz > /tmp/mmvs_lab && chmod +x /tmp/mmvs_lab
-if [ -x /tmp/mmvs_lab ]; then # the products back to back, one block an SM and paired (last column)
+if [ -x /tmp/mmvs_lab ]; then # the products back to back
   timeout 240 /tmp/mmvs_lab 2>&1 | tail -25
 fi
 M2=
@@ -50,8 +46,8 @@ for P in $MODELS; do
     $(case $P in *a3b) echo --expert-skew 1 ;; esac) -o $M 2>&1 | tail -1
   BRISK_CUDA_GRAPH_INFO=1 $A bench -m $M -p 0 -n 4 -r 1 2>&1 | grep "graph:" | sort | uniq -c
   case $P in
-    qwen3.6*) K="BRISK_CUDA_MMVS_PAIR=0 BRISK_CUDA_GD_CONV=0 BRISK_CUDA_ATTN_GATE=0 BRISK_CUDA_ATTN_ROPE=0" ;;
-    *) K="BRISK_CUDA_MMVS_PAIR=0 BRISK_CUDA_ATTN_ROPE=0" ;;
+    qwen3.6*) K="BRISK_CUDA_GD_CONV=0 BRISK_CUDA_ATTN_GATE=0 BRISK_CUDA_ATTN_ROPE=0" ;;
+    *) K="BRISK_CUDA_ATTN_ROPE=0" ;;
   esac
   K=${FUSE_KNOBS:-$K} # (FUSE_KNOBS: the knobs to A/B instead)
   for v in X=1 $K X=1; do tg $P $v; done

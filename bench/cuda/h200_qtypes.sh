@@ -7,9 +7,7 @@
 #   bash bench/cuda/h200_qtypes.sh [MIX...]      default q5_k_m iq4_xs iq4_nl
 # MEMCHECK=1: compute-sanitizer's memcheck on the streamed products' op test after.
 set -u
-rm -rf .device/build; tar xJf .device/bin.tar.xz -C .device
-B=.device/build; A=$B/brisk; export LD_LIBRARY_PATH=$PWD/.device/lib
-d=/tmp/qt; mkdir -p $d; xz -dc .device/vocab.gguf.xz > $d/vocab.gguf
+d=/tmp/qt; . bench/cuda/device_env.sh
 timeout 300 $B/tests/test_cuda_ops matmul matmul_stream matmul_multi 2>&1 | grep -E "^ok|^FAIL|differ|passed" | head
 for T in ${*:-q5_k_m iq4_xs iq4_nl}; do
   M=$d/qwen3-8b-$T.gguf
@@ -22,7 +20,7 @@ for T in ${*:-q5_k_m iq4_xs iq4_nl}; do
   done
   rm -f $M
 done
-if [ -n "${MEMCHECK:-}" ]; then # the streamed products (paired and not, every integer-dot type) under memcheck
+if [ -n "${MEMCHECK:-}" ]; then # the streamed products (every integer-dot type) under memcheck
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   timeout 240 $CS --tool memcheck $B/tests/test_cuda_ops matmul_stream 2>&1 | tail -3
 fi

@@ -8,7 +8,7 @@
 Each launch of the step (a grid id) gets its kernel name from FILE.names (the graph's kernel
 nodes in capture order, matched in order by grid size) and, in microseconds from the step's first
 stamp: its blocks' first and last starts, first and last returns from pdl_wait, first and last
-ends (kernels with a BK_TRACE_SCOPE: the products and the decode attention), and the latency
+ends (kernels with a BK_TRACE_SCOPE, a block's end its last warp's), and the latency
 from the last end of the launch before (when it has end stamps) to its first wait's return. Then
 per kernel name: launches, the chain time charged to it (from its first wait's return to the next
 launch's), its own mean span (first wait to last end) and mean latency. Launches that never call pdl_wait leave no stamps and are not in the table.
@@ -39,9 +39,12 @@ def main():
         if len(p) != 5:
             continue
         g, blk, _sm, kind, t = (int(x) for x in p)
-        d = grids.setdefault(g, {"blocks": set(), 0: [], 1: [], 2: []})
+        d = grids.setdefault(g, {"blocks": set(), 0: [], 1: [], 2: [], "ends": {}})
         d["blocks"].add(blk)
-        d[kind].append(t)
+        if kind == 2:  # one per warp: the block ends with its last
+            d["ends"][blk] = max(t, d["ends"].get(blk, t))
+        else:
+            d[kind].append(t)
     if not grids:
         print("no records in", path)
         return 1
@@ -57,6 +60,8 @@ def main():
             names.append((int(p[5]) * int(p[6]) * int(p[7]), short(" ".join(p[10:]))))
     except OSError:
         pass
+    for d in grids.values():
+        d[2] = list(d["ends"].values())
     t0 = min(min(v for k in (0, 1, 2) for v in d[k]) for d in grids.values())
     order = sorted(grids.values(), key=lambda d: min(d[0] or d[1] or d[2]))
     ni = 0

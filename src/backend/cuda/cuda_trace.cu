@@ -12,7 +12,7 @@
 #include "backend/cuda/cuda_internal.cuh"
 
 #define TRACE_SETTERS_MAX 64
-#define TRACE_CAP (1u << 21) /* records: 2 M x 24 bytes, a few steps of the largest graphs */
+#define TRACE_CAP (1u << 23) /* records: 8 M x 24 bytes (a warp's end is one), a few steps of the largest graphs */
 
 /* Each .cu's copy of the device pointers (cuda_trace.cuh), set by its own setter. The array is
  * zero before any constructor runs (static storage), so registration order does not matter. */

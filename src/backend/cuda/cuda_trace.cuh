@@ -5,7 +5,8 @@
  * Nsight Systems; ncu serialises kernels, and the ablations (BRISK_CUDA_ABLATE) give what a class of
  * ops costs, not where the time between kernels goes. Here thread 0 of every block stamps the
  * global nanosecond timer when the block starts, when its pdl_wait returns (the kernel before it has
- * finished and its writes are visible) and, in kernels that open a BK_TRACE_SCOPE, when it ends,
+ * finished and its writes are visible) and, in kernels that open a BK_TRACE_SCOPE, lane 0 of each
+ * warp when its warp ends (a block's warps may finish apart: its end is the last of them),
  * with the launch's grid id and the SM. From these: each launch's ramp (its blocks' first and last
  * starts), the time from the last block of one kernel ending to the waits of the next returning
  * (the dependency's latency), and each kernel's span. bench/cuda/trace_step.py reads the records.
@@ -34,7 +35,10 @@ static __device__ unsigned *bk_trace_count;
 static __device__ unsigned bk_trace_cap;
 
 __device__ __forceinline__ void bk_trace_mark(unsigned kind) {
-    if (threadIdx.x | threadIdx.y | threadIdx.z) return;
+    /* a block's end is its last warp's: lane 0 of every warp stamps END (the reader keeps each
+     * block's latest), thread 0 alone the start and the wait */
+    const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    if (kind == BK_TRACE_END ? (tid & 31u) != 0 : tid != 0) return;
     bk_trace_rec *b = bk_trace_buf;
     if (!b) return;
     unsigned long long g, t;
