@@ -186,12 +186,12 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
                 float *part, int *cnt, int8_t *xq, float2 *xds, int flags, att_gate gate, dec_rope rope) {
     BK_TRACE_SCOPE(); /* (a trace build only) */
     const bool adapt = flags & 1, merge_slow = flags & 2; /* BRISK_CUDA_ATTN_ADAPT=0, BRISK_CUDA_ATTN_MERGE=0 */
+    const int min_chunk = (flags >> 8) * 32;              /* BRISK_CUDA_ATTN_MINCHUNK (with adapt) */
     __shared__ float r_cs[RP ? DEC_MAX_HD / 2 : 1], r_sn[RP ? DEC_MAX_HD / 2 : 1], r_k[RP ? DEC_MAX_HD : 1];
     __shared__ __align__(16) uint8_t r_kc[RP ? DEC_MAX_HD * 4 : 16], r_vc[RP ? DEC_MAX_HD * 4 : 16];
     if constexpr (RP) /* the angles need only the step's positions (copied before any kernel) */
         for (int i = threadIdx.x; i < rope.a.n_rot / 2; i += DEC_WARPS * 32)
             rope_cs(i, pos[blockIdx.y], rope.ff, rope.a, &r_cs[i], &r_sn[i]);
-    pdl_wait();
     __shared__ __align__(16) float q_s[G][DEC_MAX_HD];
     __shared__ float o_s[DEC_WARPS][G][DEC_MAX_HD], m_s[DEC_WARPS][G], l_s[DEC_WARPS][G];
     const unsigned full = 0xffffffffu;
@@ -199,24 +199,64 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
     int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     int lpr = hd / 8, rpw = 32 / lpr, sub = lane % lpr, rg = lane / lpr;
     int rs = NR * rpw; /* rows per warp step (<= 32: one lane computes each row's index) */
-    int np = pos[t] + 1;
-    /* this token's split: multiples of 32 positions, sized from its own length */
-    int chunk = ((np + n_split - 1) / n_split + 31) / 32 * 32;
-    int p_begin = sp * chunk, p_end = min(np, p_begin + chunk);
-    /* With the fused merge (cnt), only the splits that hold positions take part: a launch shaped
-     * for a graph bucket's longest length splits a short context into a few of its n_split parts,
-     * and one split writes out directly (no partials, no merge). The merge's serial pass over every
-     * split's partials cost more than the attention itself at short depth (qwen3-30b-a3b, 5
-     * positions of 32 heads: 12.3 us a layer under ncu). */
-    const int n_use = cnt && adapt ? (np + chunk - 1) / chunk : n_split;
-    if (sp >= n_use) return;
+    const int stride = DEC_WARPS * rs;
+    int np = 0, chunk = 0, p_begin = 0, p_end = 0, n_use = 0, p_new = -1, p0 = 0;
+    const int32_t *table = NULL;
+    /* lane i < rs holds the row index of position p0 + i (a past-the-end position reads p0's row, masked) */
+    int my_row = 0;
+    /* (RP: the step's own position's row is -1, read from shared memory) */
+    auto row_of = [&](int p) { return RP && p == p_new ? -1 : dec_row(table, bs, p, n_head_kv, kvh); };
+    /* a warp step's rows and their K/V loads (the step's own row, -1, is read from shared memory when
+     * used); then the next step's indices, whose table loads overlap this step */
+    int rows[NR];
+    kv8 kr[NR], vr[NR];
+    auto fetch = [&](int p) {
+#pragma unroll
+        for (int i = 0; i < NR; i++) rows[i] = __shfl_sync(full, my_row, i * rpw + rg);
+        const int pn = p + stride;
+        if (pn < p_end && lane < rs) my_row = row_of(pn + lane < p_end ? pn + lane : pn);
+#pragma unroll
+        for (int i = 0; i < NR; i++) {
+            if (RP && rows[i] < 0) continue;
+            const int64_t e = (int64_t)rows[i] * hd + 8 * sub;
+            kr[i] = kv_load8<KT>(kc, e);
+            vr[i] = kv_load8<KT>(vc, e);
+        }
+    };
+    /* this token's split: multiples of 32 positions, sized from its own length. With the fused merge
+     * (cnt), only the splits that hold positions take part: a launch shaped for a graph bucket's
+     * longest length splits a short context into a few of its n_split parts, and one split writes
+     * out directly (no partials, no merge). The merge's serial pass over every split's partials cost
+     * more than the attention itself at short depth (qwen3-30b-a3b, 5 positions of 32 heads: 12.3 us
+     * a layer under ncu). Returns false for a split without positions. */
+    auto begin = [&]() {
+        np = pos[t] + 1;
+        chunk = ((np + n_split - 1) / n_split + 31) / 32 * 32;
+        if (cnt && adapt && chunk < min_chunk) chunk = min_chunk;
+        p_begin = sp * chunk;
+        p_end = min(np, p_begin + chunk);
+        n_use = cnt && adapt ? (np + chunk - 1) / chunk : n_split;
+        if (sp >= n_use) return false;
+        table = tabs + tab_off[t];
+        /* RP: the step's own row, in the one split that holds it (not always the last: without the
+         * fused merge a short context leaves the last splits empty) */
+        p_new = RP && np - 1 >= p_begin && np - 1 < p_end ? np - 1 : -1;
+        p0 = p_begin + warp * rs;
+        if (p0 < p_end && lane < rs) my_row = row_of(p0 + lane < p_end ? p0 + lane : p0);
+        if (p0 < p_end) fetch(p0);
+        return true;
+    };
+    /* RP (inside a decode step, one token a sequence): the positions, the page tables and the cache
+     * rows of earlier steps were all written before the step's first kernel, and no kernel before this
+     * one in the step writes the cache (this launch writes the step's row, which it reads from shared
+     * memory), so the split's first rows load before the wait, beside the product before it; only q
+     * waits. Without RP every read follows the wait. */
+    if (RP && !begin()) return;
+    pdl_wait();
+    if (!RP && !begin()) return;
     if (n_use == 1) part = NULL;
-    const int32_t *table = tabs + tab_off[t];
 
     /* the queries, pre-scaled, in shared memory: registers hold the accumulators and the loads */
-    /* RP: the step's own row, in the one split that holds it (not always the last: without the fused
-     * merge a short context leaves the last splits empty) */
-    const int p_new = RP && np - 1 >= p_begin && np - 1 < p_end ? np - 1 : -1;
     if constexpr (RP) {
         const int half = rope.a.n_rot / 2;
         __syncthreads(); /* the angles */
@@ -254,31 +294,20 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
     }
     __syncthreads();
 
-    const int stride = DEC_WARPS * rs;
-    int p0 = p_begin + warp * rs;
-    /* lane i < rs holds the row index of position p0 + i (a past-the-end position reads p0's row, masked) */
-    int my_row = 0;
-    /* (RP: the step's own position's row is -1, read from shared memory) */
-    auto row_of = [&](int p) { return RP && p == p_new ? -1 : dec_row(table, bs, p, n_head_kv, kvh); };
-    if (p0 < p_end && lane < rs) my_row = row_of(p0 + lane < p_end ? p0 + lane : p0);
     for (; p0 < p_end; p0 += stride) {
-        int rows[NR];
-#pragma unroll
-        for (int i = 0; i < NR; i++) rows[i] = __shfl_sync(full, my_row, i * rpw + rg);
-        int pn = p0 + stride; /* the next step's indices: their table loads overlap this step */
-        if (pn < p_end && lane < rs) my_row = row_of(pn + lane < p_end ? pn + lane : pn);
-        kv8 kr[NR], vr[NR];
+        /* this step's rows (fetched the step before, or before the wait), the next step's in flight */
+        kv8 kc8[NR], vc8[NR];
 #pragma unroll
         for (int i = 0; i < NR; i++) {
             if (RP && rows[i] < 0) {
-                kr[i] = kv_load8<KT>(r_kc, 8 * sub);
-                vr[i] = kv_load8<KT>(r_vc, 8 * sub);
-                continue;
+                kc8[i] = kv_load8<KT>(r_kc, 8 * sub);
+                vc8[i] = kv_load8<KT>(r_vc, 8 * sub);
+            } else {
+                kc8[i] = kr[i];
+                vc8[i] = vr[i];
             }
-            int64_t e = (int64_t)rows[i] * hd + 8 * sub;
-            kr[i] = kv_load8<KT>(kc, e);
-            vr[i] = kv_load8<KT>(vc, e);
         }
+        if (p0 + stride < p_end) fetch(p0 + stride);
         float s[NR][G];
 #pragma unroll
         for (int g = 0; g < G; g++) {
@@ -287,7 +316,7 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
 #pragma unroll
             for (int i = 0; i < NR; i++) {
                 float k[8];
-                kv_cvt8<KT>(kr[i], k);
+                kv_cvt8<KT>(kc8[i], k);
                 s[i][g] = qa.x * k[0] + qa.y * k[1] + qa.z * k[2] + qa.w * k[3] + qb.x * k[4] + qb.y * k[5] +
                           qb.z * k[6] + qb.w * k[7];
             }
@@ -323,7 +352,7 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
 #pragma unroll
         for (int i = 0; i < NR; i++) {
             float v[8];
-            kv_cvt8<KT>(vr[i], v);
+            kv_cvt8<KT>(vc8[i], v);
 #pragma unroll
             for (int g = 0; g < G; g++)
 #pragma unroll
@@ -460,7 +489,8 @@ bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
 #define DEC_LAUNCH_RP(KK, GG, NN, RR)                                                                             \
     pdl_launch(cb, attn_dec_kernel<KK, GG, NN, RR>, grid, dim3(DEC_WARPS * 32), 0, q, (const void *)kv->k,       \
                (const void *)kv->v, kv->block_size, d_pos, d_off, d_tabs, n_head, n_head_kv, group, hd, sl2, out, \
-               part, cnt, xq, xds, (cb->attn_adapt_off ? 0 : 1) | (cb->attn_merge_off ? 2 : 0), gate, rope)
+               part, cnt, xq, xds,                                                                                 \
+               (cb->attn_adapt_off ? 0 : 1) | (cb->attn_merge_off ? 2 : 0) | (cb->attn_min_chunk / 32) << 8, gate, rope)
 #define DEC_LAUNCH(KK, GG, NN)                                        \
     do {                                                              \
         if (rope.qs) DEC_LAUNCH_RP(KK, GG, NN, true);                 \

@@ -146,7 +146,7 @@ __device__ __forceinline__ void mmvs_norm_prologue(const mmvs_norm &nm, int64_t 
 template <int T, bool GLU, int NI, int NW, bool NORM>
 __global__ void __launch_bounds__(NW * 32, 1)
 mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *xds, int accum, int stages,
-            mmvs_norm nm, mmvs_seg sg) {
+            int pre, mmvs_norm nm, mmvs_seg sg) {
     BK_TRACE_SCOPE(); /* (a trace build only) */
     using U = qunit<T>;
     extern __shared__ __align__(128) uint8_t mmvs_smem[];
@@ -171,11 +171,14 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
 #ifndef BK_NO_BULK
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
 #endif
-    /* the weights do not depend on the kernel before: their copies start before pdl_wait */
+    /* the weights do not depend on the kernel before: their copies start before pdl_wait (the first
+     * pre stages of each warp's ring; the others once the activations' loads are out, so that these
+     * do not queue behind the whole ring: BRISK_CUDA_MMVS_PRE) */
+    const int64_t n_pre = mine < pre ? mine : pre, n_fill = mine < stages ? mine : stages;
     if (lane == 0) {
         for (int s = 0; s < stages; s++) mbar_init(bar + s, 1);
         mbar_init_fence();
-        for (int64_t i = 0; i < mine && i < stages; i++)
+        for (int64_t i = 0; i < n_pre; i++)
             mmvs_issue<GLU>(mm, gg + i * ng, row_bytes, cs, len, sg.cap, ring + (size_t)i * stage_bytes, bar + i,
                             policy);
     }
@@ -193,6 +196,11 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
 #pragma unroll
     for (int k = 0; k < NI; k++)
         if (su0 + lane + 32 * k < su1) qunit_load_x<T, NORM>(xsrc, dsrc, su0 + lane + 32 * k, xw[k], xd[k]);
+    if (lane == 0)
+        for (int64_t i = n_pre; i < n_fill; i++)
+            mmvs_issue<GLU>(mm, gg + i * ng, row_bytes, cs, len, sg.cap, ring + (size_t)i * stage_bytes, bar + i,
+                            policy);
+    __syncwarp();
     int s = 0;
     uint32_t parity = 0;
     for (int64_t i = 0; i < mine; i++) {
@@ -289,7 +297,7 @@ static bool mmvs_go_w(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes,
         attr_set[dev] = 1;
     }
     pdl_launch(cb, mmvs_kernel<T, GLU, NI, NW, NORM>, dim3((unsigned)blocks), dim3(NW * 32), smem, mm, row_bytes,
-               n_in, cb->xq, cb->xds, accum, stages, nm, sg);
+               n_in, cb->xq, cb->xds, accum, stages, cb->mmvs_pre > 0 ? cb->mmvs_pre : stages, nm, sg);
     return true;
 }
 
