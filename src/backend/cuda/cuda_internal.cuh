@@ -88,7 +88,7 @@ typedef struct cuda_backend {
     bool dec_qtypes_off;        /* BRISK_CUDA_DEC_QTYPES=0: Q5_K, IQ4_XS, IQ4_NL decode products on the float path (A/B) */
     int mmvs_seg_bytes;         /* BRISK_CUDA_MMVS_SEG: rows shared by warps (cuda_mmvs.cu's mmvs_plan): -1 (default) where 16 warps need it, N: rows over N bytes, 0: never */
     bool attn_fuse_off;         /* BRISK_CUDA_ATTN_FUSE=0: decode attention merges its splits in a kernel of its own (A/B) */
-    int mmvs_pre;               /* BRISK_CUDA_MMVS_PRE=N: cuda_mmvs's warps ask for N stages before pdl_wait, the rest after the activations' loads (default 0: the whole ring before) (A/B) */
+    int mmvs_pre;               /* BRISK_CUDA_MMVS_PRE=N: cuda_mmvs's warps ask for N stages before pdl_wait on rows of 4,096 columns and more, the rest after the activations' loads (default 1; 0: the whole ring before) (A/B) */
     int attn_min_chunk;         /* BRISK_CUDA_ATTN_MINCHUNK=N: a decode split holds at least N positions (multiple of 32; default 128; 0: the splits the bucket shapes), so a short context merges fewer splits (A/B) */
     bool attn_gadapt_off;       /* BRISK_CUDA_ATTN_GADAPT=0: a decode attention block serves a whole GQA group even when the blocks are fewer than the SMs (A/B) */
     bool attn_merge_off;        /* BRISK_CUDA_ATTN_MERGE=0: a decode attention's few splits merged head by head (A/B) */

@@ -171,10 +171,10 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
 #ifndef BK_NO_BULK
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
 #endif
-    /* the weights do not depend on the kernel before: their copies start before pdl_wait (the first
-     * pre stages of each warp's ring; the others once the activations' loads are out, so that these
-     * do not queue behind the whole ring: BRISK_CUDA_MMVS_PRE) */
-    const int64_t n_pre = mine < pre ? mine : pre, n_fill = mine < stages ? mine : stages;
+    /* The weights do not depend on the kernel before: their copies start before pdl_wait, the first
+     * pre stages of each warp's ring there (mmvs_pre_stages), the others once its activations' loads
+     * are out, so that these do not queue behind a whole ring of copies. */
+    const int64_t n_fill = mine < stages ? mine : stages, n_pre = pre < n_fill ? pre : n_fill;
     if (lane == 0) {
         for (int s = 0; s < stages; s++) mbar_init(bar + s, 1);
         mbar_init_fence();
@@ -265,6 +265,17 @@ template <int T> static constexpr bool mmvs_w16_ok(int ni) {
     return T == QT_Q6_K ? ni == 1 : ni * qunit<T>::XW <= (T == QT_IQ4_XS || T == QT_IQ4_NL ? 32 : 48);
 }
 
+/* The stages a warp asks for before its wait (BRISK_CUDA_MMVS_PRE, default 1, 0: the whole ring).
+ * One, on rows of 4,096 columns and more: on the H200 (session 19, tg128) qwen3-8b ran 440.6 against
+ * 426.0 with the whole ring first and qwen3.6-27b 143.1 against 142.7, the activations' loads no
+ * longer queued behind the SM's 200 KB of copies. Narrower rows ask for the whole ring first: their
+ * products are small and stream during the kernel before, and one stage cost qwen3.6-35b-a3b
+ * (2,048 columns) 1-2%. */
+#define MMVS_PRE_MIN_IN 4096
+static inline int mmvs_pre_stages(const cuda_backend *cb, int64_t n_in, int stages) {
+    return cb->mmvs_pre > 0 && n_in >= MMVS_PRE_MIN_IN && cb->mmvs_pre < stages ? cb->mmvs_pre : stages;
+}
+
 template <int T, bool GLU, int NI, int NW, bool NORM>
 static bool mmvs_go_w(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, int64_t n_in, int accum,
                       int64_t n_rows, const mmvs_norm &nm, mmvs_seg sg) {
@@ -297,7 +308,7 @@ static bool mmvs_go_w(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes,
         attr_set[dev] = 1;
     }
     pdl_launch(cb, mmvs_kernel<T, GLU, NI, NW, NORM>, dim3((unsigned)blocks), dim3(NW * 32), smem, mm, row_bytes,
-               n_in, cb->xq, cb->xds, accum, stages, cb->mmvs_pre > 0 ? cb->mmvs_pre : stages, nm, sg);
+               n_in, cb->xq, cb->xds, accum, stages, mmvs_pre_stages(cb, n_in, stages), nm, sg);
     return true;
 }
 
