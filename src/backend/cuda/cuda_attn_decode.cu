@@ -8,8 +8,9 @@
  * few percent of bandwidth (bench/RESULTS.md, session 3). Here the unit is a
  * warp and a row of head_dim values is read by head_dim/8 lanes at 8 values
  * each (one 16-byte load for f16), so a warp instruction covers whole rows;
- * each lane keeps NR K rows and NR V rows in flight per step, and the block
- * count is split over positions until the GPU has thousands of warps.
+ * each lane keeps NR K rows and NR V rows in flight per step (and the next
+ * step's while it computes), and the block count is split over positions
+ * until the GPU has thousands of warps.
  *
  * Work split: one block of DEC_WARPS warps per (G query heads sharing a KV
  * head, token, split). The split's positions are dealt to the warps in steps
@@ -17,7 +18,9 @@
  * (max, sum, output accumulator: registers), and at the end the warps merge
  * through shared memory. The split's length is computed in the kernel from
  * the token's own position, so a graph captured for a length bucket
- * (cuda_graph.cu) spreads every length in it over all splits.
+ * (cuda_graph.cu) spreads every length in it over its splits, each of at
+ * least BRISK_CUDA_ATTN_MINCHUNK positions (128): a short context is one
+ * split, without partials to merge.
  *
  * Scores are kept in base 2 (q is pre-scaled by scale * log2 e, exp2f), and so
  * are the partials' maxima: attn_dec_combine_kernel reads them the same way. */
