@@ -355,6 +355,7 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->fa_off = getenv("BRISK_CUDA_FA") && !strcmp(getenv("BRISK_CUDA_FA"), "0");
     cb->mmvq_multi_off = getenv("BRISK_CUDA_MMVQ_MULTI") && !strcmp(getenv("BRISK_CUDA_MMVQ_MULTI"), "0");
     cb->mmvs_off = getenv("BRISK_CUDA_MMVS") && !strcmp(getenv("BRISK_CUDA_MMVS"), "0");
+    cb->mmvf_on = getenv("BRISK_CUDA_MMVF") && !strcmp(getenv("BRISK_CUDA_MMVF"), "1");
     cb->norm_fuse_on = getenv("BRISK_CUDA_NORM_FUSE") && !strcmp(getenv("BRISK_CUDA_NORM_FUSE"), "1");
     cb->mmvs_min_in = getenv("BRISK_CUDA_MMVS_MIN_IN") ? atoll(getenv("BRISK_CUDA_MMVS_MIN_IN")) : 2048;
     cb->mmvs_wide_off = getenv("BRISK_CUDA_MMVS_WIDE") && !strcmp(getenv("BRISK_CUDA_MMVS_WIDE"), "0");
@@ -374,6 +375,7 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     CU_TRY(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, cb->device));
     cb->pdl_off = cc_major < 9 || (getenv("BRISK_CUDA_PDL") && !strcmp(getenv("BRISK_CUDA_PDL"), "0"));
     cb->mmvs_off |= cc_major < 9; /* the bulk-copy engine and its barriers are sm_90's */
+    cb->mmvf_on &= cc_major >= 9;
     cb->gd_chunk_off = getenv("BRISK_CUDA_GD_CHUNK") && !strcmp(getenv("BRISK_CUDA_GD_CHUNK"), "0");
     const char *glu = getenv("BRISK_CUDA_GLU"), *qkr = getenv("BRISK_CUDA_QKROPE"), *nq = getenv("BRISK_CUDA_NORMQ");
     cb->glu_off = glu && !strcmp(glu, "0");

@@ -1,6 +1,7 @@
 /* cuda_bulk.cuh — Hopper's bulk-copy engine (cp.async.bulk) and its mbarriers, for the products
  * that stream weight rows into shared memory (cuda_mmvs.cu at one token, cuda_mmqh.cu for batches),
- * and the row addressing of their concatenated matrices (mmvs_mats). */
+ * and the row addressing of their concatenated matrices (mmvs_mats): cuda_mmvs.cu (quantized
+ * weights) and cuda_mmvf.cu (float weights) share them. */
 #ifndef BK_CUDA_BULK_CUH
 #define BK_CUDA_BULK_CUH
 #include "backend/cuda/cuda_mmvq.cuh"
@@ -55,6 +56,37 @@ __device__ __forceinline__ const uint8_t *mmvs_row_src(const mmvs_mats &mm, int6
     const uint8_t *W = m2 ? mm.W[2] : m1 ? mm.W[1] : mm.W[0];
     const int64_t r0 = m2 ? mm.rend[1] : m1 ? mm.rend[0] : 0;
     return W + (r - r0) * (int64_t)row_bytes;
+}
+
+/* Shared-memory bytes of a block's stage barriers (nw warps, stages each), rounded to 128. */
+__host__ __device__ __forceinline__ size_t mmvs_bar_bytes(int nw, int stages) {
+    return ((size_t)nw * stages * 8 + 127) & ~(size_t)127;
+}
+
+/* Row r's result: silu(a) * b (GLU), or a (+ bias) stored or added to its matrix's output. */
+template <bool GLU>
+__device__ __forceinline__ void mmvs_store(const mmvs_mats &mm, int64_t r, float a, float b, int accum) {
+    if (GLU) {
+        mm.y[0][r] = silu_f(a) * b; /* as swiglu_kernel computes it */
+    } else {
+        const bool m1 = mm.count > 1 && r >= mm.rend[0], m2 = mm.count > 2 && r >= mm.rend[1];
+        float *y = m2 ? mm.y[2] : m1 ? mm.y[1] : mm.y[0];
+        const float *bias = m2 ? mm.bias[2] : m1 ? mm.bias[1] : mm.bias[0];
+        const int64_t rr = r - (m2 ? mm.rend[1] : m1 ? mm.rend[0] : 0);
+        float v = a + (bias ? bias[rr] : 0.0f);
+        y[rr] = accum ? y[rr] + v : v;
+    }
+}
+
+/* The stages a warp asks for before its wait (BRISK_CUDA_MMVS_PRE, default 1, 0: the whole ring).
+ * One, on rows of 4,096 columns and more: on the H200 (session 19, tg128) qwen3-8b ran 440.6 against
+ * 426.0 with the whole ring first and qwen3.6-27b 143.1 against 142.7, the activations' loads no
+ * longer queued behind the SM's 200 KB of copies. Narrower rows ask for the whole ring first: their
+ * products are small and stream during the kernel before, and one stage cost qwen3.6-35b-a3b
+ * (2,048 columns) 1-2%. */
+#define MMVS_PRE_MIN_IN 4096
+static inline int mmvs_pre_stages(const cuda_backend *cb, int64_t n_in, int stages) {
+    return cb->mmvs_pre > 0 && n_in >= MMVS_PRE_MIN_IN && cb->mmvs_pre < stages ? cb->mmvs_pre : stages;
 }
 
 #endif

@@ -214,6 +214,24 @@ mm_tiled_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out,
     }
 }
 
+/* One token's products on float weights streamed (cuda_mmvf.cu): the first run of w[0..n_w) of one
+ * float type and row size (up to MMVS_MATS matrices in one launch; with up, the gate/up pair of a
+ * SwiGLU into y[0]). Returns the matrices it took (0: none; the caller takes the float GEMV). */
+static int mmvf_run(cuda_backend *cb, int n_w, const bk_weight *const *w, const bk_weight *const *bias,
+                    const float *x, float *const *y, int accum, const bk_weight *up) {
+    const bk_weight *w0 = w[0];
+    if (!cuda_mmvf_takes(cb, w0->type, w0->n_in, up ? w0->n_out : 1 << 30, w0->row_bytes) ||
+        (up && (up->type != w0->type || up->n_out != w0->n_out || up->row_bytes != w0->row_bytes)))
+        return 0;
+    mmvs_mats mm = {};
+    for (int m = 0; m < (up ? 1 : n_w) && m < MMVS_MATS && w[m]->type == w0->type &&
+                    w[m]->row_bytes == w0->row_bytes && w[m]->n_in == w0->n_in; m++)
+        mmvs_add(mm, (const uint8_t *)w[m]->dev, bias && bias[m] ? (const float *)bias[m]->dev : NULL, y[m],
+                 w[m]->n_out);
+    if (up) mm.W2 = (const uint8_t *)up->dev;
+    return cuda_mmvf(cb, w0->type, up != NULL, mm, w0->row_bytes, w0->n_in, x, accum) ? mm.count : 0;
+}
+
 /* y (n, n_out) = x W^T (+ bias), or y += x W^T when accum is set. *x16 notes that x is
  * already in f16 for cuBLAS (cuda_blas.cu): the matrices of one cuda_matmul call share it. */
 static void matmul_one(cuda_backend *cb, const bk_weight *w, const bk_weight *bias, const float *x, int n,
@@ -242,6 +260,7 @@ static void matmul_one(cuda_backend *cb, const bk_weight *w, const bk_weight *bi
         }
         return;
     }
+    if (n == 1 && mmvf_run(cb, 1, &w, &bias, x, &y, accum, NULL)) return; /* (BRISK_CUDA_MMVF=1) */
     /* rows per warp: 2 for decode-sized batches (lab: dev/kernels/gemv_lab.cu) */
     const int R = GEMV_ROWS;
     int64_t warps = (n_out + R - 1) / R;
@@ -330,6 +349,13 @@ extern "C" void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, 
                 continue;
             }
         }
+        if (n == 1 && !(path && q8_takes(cb, path, w[m]))) { /* float runs of one type in one launch */
+            int took = mmvf_run(cb, n_w - m, w + m, bias ? bias + m : NULL, x, y + m, 0, NULL);
+            if (took > 0) {
+                m += took - 1;
+                continue;
+            }
+        }
         if (path && q8_takes(cb, path, w[m]))
             q8_matmul(cb, path, w[m], bias && bias[m] ? (const float *)bias[m]->dev : NULL, n, y[m], 0);
         else matmul_one(cb, w[m], bias ? bias[m] : NULL, x, n, y[m], 0, &x16);
@@ -380,6 +406,10 @@ extern "C" void cuda_matmul_swiglu(bk_backend *be, const bk_weight *gate, const 
         CU_LAUNCHED(cb);
         /* x stays quantized for the products after this one (qwen35moe's routed experts) */
         q8_tag_keep(cb, q8_tag{x, n, gate->n_in}, out, (size_t)n * (size_t)gate->n_out);
+        return;
+    }
+    if (n == 1 && !cb->glu_off && mmvf_run(cb, 1, &gate, NULL, x, &out, 0, up)) { /* float weights (BRISK_CUDA_MMVF=1) */
+        CU_LAUNCHED(cb);
         return;
     }
     const bk_weight *gu[2] = {gate, up};

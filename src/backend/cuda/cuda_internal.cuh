@@ -77,6 +77,7 @@ typedef struct cuda_backend {
     bool mmvq_slices_off;       /* BRISK_CUDA_MMVQ_SLICES=0: 17..MMVQ_SLICE_MAX tokens on the prefill path */
     bool mmvq_multi_off;        /* BRISK_CUDA_MMVQ_MULTI=0: one launch per matrix of a call (A/B) */
     bool mmvs_off;              /* BRISK_CUDA_MMVS=0: one token's products through cuda_mmvq's kernel, not cuda_mmvs's (A/B) */
+    bool mmvf_on;               /* BRISK_CUDA_MMVF=1: one token's products on F16 / BF16 / F32 weights streamed (cuda_mmvf.cu; off until measured on a GPU) */
     bool norm_fuse_on;          /* BRISK_CUDA_NORM_FUSE=1: norm_matmul / norm_swiglu in one kernel at one token (A/B; off: slower) */
     int64_t mmvs_min_in;        /* BRISK_CUDA_MMVS_MIN_IN (default 2048): narrower rows through cuda_mmvq's kernel */
     bool mmvs_wide_off;         /* BRISK_CUDA_MMVS_WIDE=0: rows wider than 8,192 columns through cuda_mmvq's kernel (A/B) */

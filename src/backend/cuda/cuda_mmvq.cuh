@@ -241,5 +241,10 @@ typedef struct mmvs_norm {
 } mmvs_norm;
 bool cuda_mmvs(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, size_t row_bytes, int64_t n_in,
                int accum, const mmvs_norm *norm);
+/* cuda_mmvf.cu: the same for float weights (F16, BF16, F32) on float activations x (see there);
+ * cuda_mmvf_takes: whether it takes a weight of this type and shape (BRISK_CUDA_MMVF=1). */
+bool cuda_mmvf(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, size_t row_bytes, int64_t n_in,
+               const float *x, int accum);
+bool cuda_mmvf_takes(const cuda_backend *cb, uint32_t type, int64_t n_in, int64_t n_out, size_t row_bytes);
 
 #endif

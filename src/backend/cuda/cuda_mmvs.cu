@@ -55,28 +55,10 @@ __device__ __forceinline__ void mmvs_issue(const mmvs_mats &mm, int64_t r, uint3
                            cl, bar, policy);
 }
 
-/* Row r's result: silu(a) * b (GLU), or a (+ bias) stored or added to its matrix's output. */
-template <bool GLU>
-__device__ __forceinline__ void mmvs_store(const mmvs_mats &mm, int64_t r, float a, float b, int accum) {
-    if (GLU) {
-        mm.y[0][r] = silu_f(a) * b; /* as swiglu_kernel computes it */
-    } else {
-        const bool m1 = mm.count > 1 && r >= mm.rend[0], m2 = mm.count > 2 && r >= mm.rend[1];
-        float *y = m2 ? mm.y[2] : m1 ? mm.y[1] : mm.y[0];
-        const float *bias = m2 ? mm.bias[2] : m1 ? mm.bias[1] : mm.bias[0];
-        const int64_t rr = r - (m2 ? mm.rend[1] : m1 ? mm.rend[0] : 0);
-        float v = a + (bias ? bias[rr] : 0.0f);
-        y[rr] = accum ? y[rr] + v : v;
-    }
-}
-
 /* Shared-memory bytes of the fused norm's quantized row (int8 + (d, d * sum) per group + the
- * warps' partial sums), and of the barriers; the ring follows them. */
+ * warps' partial sums); the ring follows them and the barriers (mmvs_bar_bytes). */
 __host__ __device__ __forceinline__ size_t mmvs_norm_bytes(int64_t n_in) {
     return ((size_t)n_in + (size_t)n_in / 4 + 8 * MMVS_WARPS_MAX + 127) & ~(size_t)127;
-}
-__host__ __device__ __forceinline__ size_t mmvs_bar_bytes(int nw, int stages) {
-    return ((size_t)nw * stages * 8 + 127) & ~(size_t)127;
 }
 /* the segments' partial sums (a, and b for GLU) of a block's warps */
 __host__ __device__ __forceinline__ size_t mmvs_part_bytes(int nw, const mmvs_seg &sg, bool glu) {
@@ -263,17 +245,6 @@ template <int T> static constexpr bool mmvs_ni_ok(int ni) { return ni * qunit<T>
  * codebook lookups hold more registers: their 16-warp units stop at 32 activation words. */
 template <int T> static constexpr bool mmvs_w16_ok(int ni) {
     return T == QT_Q6_K ? ni == 1 : ni * qunit<T>::XW <= (T == QT_IQ4_XS || T == QT_IQ4_NL ? 32 : 48);
-}
-
-/* The stages a warp asks for before its wait (BRISK_CUDA_MMVS_PRE, default 1, 0: the whole ring).
- * One, on rows of 4,096 columns and more: on the H200 (session 19, tg128) qwen3-8b ran 440.6 against
- * 426.0 with the whole ring first and qwen3.6-27b 143.1 against 142.7, the activations' loads no
- * longer queued behind the SM's 200 KB of copies. Narrower rows ask for the whole ring first: their
- * products are small and stream during the kernel before, and one stage cost qwen3.6-35b-a3b
- * (2,048 columns) 1-2%. */
-#define MMVS_PRE_MIN_IN 4096
-static inline int mmvs_pre_stages(const cuda_backend *cb, int64_t n_in, int stages) {
-    return cb->mmvs_pre > 0 && n_in >= MMVS_PRE_MIN_IN && cb->mmvs_pre < stages ? cb->mmvs_pre : stages;
 }
 
 template <int T, bool GLU, int NI, int NW, bool NORM>
