@@ -318,6 +318,13 @@ typedef struct bk_backend_ops {
      * rotates in the attention's own launch and takes the step's K/V row from there, not from the cache). */
     bool (*attention_rope)(bk_backend *be, const bk_attn_rope_in *in, const bk_kv_view *kv, const bk_attn_batch *ab,
                            int n_head, int n_head_kv, int head_dim, float scale, float *out);
+    /* Optional (NULL: matmul_add; see bk_matmul_add_norm): y += x W^T as matmul_add, with the promise
+     * that the next op is norm_matmul or norm_swiglu of y with this norm and eps, and that nothing
+     * reads that op's xn afterwards: the backend may prepare the norm's input on the way and leave
+     * xn unwritten (a GPU quantizes y times the norm's weight in the product's own launch, so that
+     * the products after it need no norm kernel). */
+    void (*matmul_add_norm)(bk_backend *be, const bk_weight *w, const float *x, int n, float *y, const bk_weight *norm,
+                            float eps);
 } bk_backend_ops;
 
 struct bk_backend {
@@ -334,6 +341,16 @@ static inline void bk_matmul_add(bk_backend *be, const bk_weight *w, const float
     }
     be->ops->matmul(be, 1, &w, NULL, x, n, &tmp);
     be->ops->add(be, y, tmp, (size_t)n * (size_t)w->n_out);
+}
+/* y += x W^T (bk_matmul_add) that closes a residual branch before norm_matmul or norm_swiglu of y
+ * with norm (NULL: no such op follows) whose xn nobody reads: see the op matmul_add_norm. */
+static inline void bk_matmul_add_norm(bk_backend *be, const bk_weight *w, const float *x, int n, float *tmp, float *y,
+                                      const bk_weight *norm, float eps) {
+    if (norm && be->ops->matmul_add_norm) {
+        be->ops->matmul_add_norm(be, w, x, n, y, norm, eps);
+        return;
+    }
+    bk_matmul_add(be, w, x, n, tmp, y);
 }
 /* out = silu(x Wgate^T) * (x Wup^T) through the backend's fused op, or as two products and swiglu. */
 static inline void bk_matmul_swiglu(bk_backend *be, const bk_weight *gate, const bk_weight *up, const float *x, int n,

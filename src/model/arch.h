@@ -62,15 +62,17 @@ brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_vi
                             fwd_scratch *s, int l0, int l1);
 
 /* Pieces the decoders share (model/llama.c): x += the attention block of layer l
- * (norm, q/k/v, QK-norm, RoPE, cached attention, output projection); and the
- * final norm and LM head over the rows that want logits. */
+ * (norm, q/k/v, QK-norm, RoPE, cached attention, output projection; next_norm: see
+ * residual_matmul); and the final norm and LM head over the rows that want logits. */
 void decoder_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
-                       fwd_scratch *s, int l);
+                       fwd_scratch *s, int l, const bk_weight *next_norm);
 void decoder_logits(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s);
 /* (model/llama.c) y (n, w.n_out) += x W^T for a weight that closes a residual branch; tensor-parallel,
- * the rank's partial product is summed over the ranks (all_reduce) in tmp (n, w.n_out) first. */
+ * the rank's partial product is summed over the ranks (all_reduce) in tmp (n, w.n_out) first.
+ * next_norm (NULL: none): the next op is bk_norm_matmul or bk_norm_swiglu of y with this norm
+ * (the model's rms_eps), whose xn nothing reads (bk_matmul_add_norm). */
 void residual_matmul(const brisk_model *m, bk_backend *be, const bk_weight *w, const float *x, int n, float *tmp,
-                     float *y);
+                     float *y, const bk_weight *next_norm);
 /* (model/qwen3moe.c) Adds layer l's routed experts (s->moe_ids) to s->expert_counts, if kept. */
 void moe_count_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l);
 /* (model/qwen3moe.c) s->moe_out = layer l's routed experts over s->xb as s->moe_ids and s->moe_w chose

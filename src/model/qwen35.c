@@ -46,51 +46,51 @@
 static void gated_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
                             fwd_scratch *s, int l) {
     const model_hparams *hp = &m->hp;
-    const bk_backend_ops *op = be->ops;
     const layer_weights *L = &m->layers[l];
     int n = b->n, hd = hp->head_dim, nh = hp->n_head;
 
     const bk_weight *w[3] = {&L->wq, &L->wk, &L->wv};
     float *out[3] = {s->qg, s->k, s->v};
-    op->matmul(be, 3, w, NULL, s->xb, n, out);
+    bk_norm_matmul(be, s->x, &L->attn_norm, hp->rms_eps, s->xb, n, 3, w, NULL, out);
     /* each head's query rows out of the query|gate rows: (n * nh) rows of hd, 2 * hd apart; the output
      * gate read in place: head rows of hd whose gate rows lie 2 * hd apart in qg */
     const bk_attn_rope_in in = {.q_src = s->qg, .q_pitch = 2 * hd, .q = s->q, .k = s->k, .v = s->v,
                                 .q_norm = &L->q_norm, .k_norm = &L->k_norm, .eps = hp->rms_eps, .rope = &hp->rope,
                                 .gate = s->qg + hd, .gate_pitch = 2 * hd};
     bk_attention_rope(be, &in, &kv[l], &b->ab, nh, hp->n_head_kv, hd, 1.0f / sqrtf((float)hd), s->att);
-    residual_matmul(m, be, &L->wo, s->att, n, s->xb, s->x);
+    residual_matmul(m, be, &L->wo, s->att, n, s->xb, s->x, hp->n_expert ? NULL : &L->ffn_norm);
 }
 
 static void gated_deltanet(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
                            fwd_scratch *s, int l) {
     const model_hparams *hp = &m->hp;
-    const bk_backend_ops *op = be->ops;
     const layer_weights *L = &m->layers[l];
     int n = b->n, ds = hp->ssm_d_state, nk = hp->ssm_n_k_heads, nv = hp->ssm_n_v_heads;
 
     const bk_weight *w[4] = {&L->ssm_qkv, &L->ssm_z, &L->ssm_beta, &L->ssm_alpha};
     float *out[4] = {s->qg, s->gz, s->dn_beta, s->dn_alpha};
-    op->matmul(be, 4, w, NULL, s->xb, n, out);
+    bk_norm_matmul(be, s->x, &L->attn_norm, hp->rms_eps, s->xb, n, 4, w, NULL, out);
     /* the short conv, the rule, then silu(z) * norm(o) head by head */
     bk_gated_delta_gate(be, s->qg, &L->ssm_conv1d, kv[l].conv, hp->ssm_d_conv, s->conv, s->dn_beta, s->dn_alpha,
                         &L->ssm_dt_bias, &L->ssm_a, kv[l].ssm, b->ab.seq, n, nk, nv, hp->ssm_v_grouped, ds, hp->rms_eps,
                         &L->ssm_norm, hp->rms_eps, s->gz, s->att);
-    residual_matmul(m, be, &L->ssm_out, s->att, n, s->xb, s->x);
+    residual_matmul(m, be, &L->ssm_out, s->att, n, s->xb, s->x, hp->n_expert ? NULL : &L->ffn_norm);
 }
 
-/* x += the FFN of layer l on h = s->xb: dense SwiGLU, or routed experts plus
- * the gated shared expert (summed before the residual, as llama.cpp does). */
-static brisk_status ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l) {
+/* x += the FFN of layer l on h = s->xb = rms_norm(x): dense SwiGLU, or routed experts plus
+ * the gated shared expert (summed before the residual, as llama.cpp does). l1: the end of the
+ * layers this pass runs (the dense down product's next norm is layer l + 1's, when it runs). */
+static brisk_status ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l, int l1) {
     const model_hparams *hp = &m->hp;
     const bk_backend_ops *op = be->ops;
     const layer_weights *L = &m->layers[l];
     int n = b->n, d = hp->n_embd;
     if (!hp->n_expert) { /* tmp: h (s->xb), spent; s->att may be narrower than n_embd on a rank */
-        bk_matmul_swiglu(be, &L->w_gate, &L->w_up, s->xb, n, s->hb2, s->hb);
-        residual_matmul(m, be, &L->w_down, s->hb, n, s->xb, s->x);
+        bk_norm_swiglu(be, s->x, &L->ffn_norm, hp->rms_eps, s->xb, n, &L->w_gate, &L->w_up, s->hb2, s->hb);
+        residual_matmul(m, be, &L->w_down, s->hb, n, s->xb, s->x, l + 1 < l1 ? &m->layers[l + 1].attn_norm : NULL);
         return BRISK_OK;
     }
+    op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
     /* Every product of h first (router, shared expert's gate, its gate and up with their SwiGLU),
      * then the routed experts: a GPU quantizes h once for all of them (cuda_gemv.cu's tag), the
      * experts included. */
@@ -120,19 +120,16 @@ brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_vi
                             fwd_scratch *s, int l0, int l1) {
     const model_hparams *hp = &m->hp;
     const bk_backend_ops *op = be->ops;
-    int n = b->n, d = hp->n_embd;
+    int n = b->n;
     if (!op->ssm_conv || !op->gated_delta || !op->sigmoid_mul || (hp->n_expert && (!op->moe_route || !op->moe_ffn)) ||
         (hp->n_expert && m->tp_size > 1 && !op->moe_ids_local))
         return bk_fail(BRISK_ERR_UNSUPPORTED, "the %s backend lacks the ops of %s", op->name, m->arch_name);
 
     if (l0 == 0) op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);
     for (int l = l0; l < l1; l++) {
-        const layer_weights *L = &m->layers[l];
-        op->rms_norm(be, s->x, &L->attn_norm, s->xb, n, d, hp->rms_eps);
         if (model_layer_recurrent(hp, l)) gated_deltanet(m, be, kv, b, s, l);
         else gated_attention(m, be, kv, b, s, l);
-        op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
-        BK_TRY(ffn(m, be, b, s, l));
+        BK_TRY(ffn(m, be, b, s, l, l1));
     }
     if (l1 == hp->n_layer && b->n_out) decoder_logits(m, be, b, s);
     return BRISK_OK;

@@ -77,7 +77,7 @@ brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_
     if (l0 == 0) op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);
     for (int l = l0; l < l1; l++) {
         const layer_weights *L = &m->layers[l];
-        decoder_attention(m, be, kv, b, s, l);
+        decoder_attention(m, be, kv, b, s, l, NULL); /* (its FFN's norm feeds the router: rms_norm) */
 
         op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
         bk_moe_router(be, &L->ffn_gate_inp, s->xb, n, k, true, 0.0f, s->moe_logits, s->moe_ids, s->moe_w, NULL, NULL);

@@ -70,6 +70,10 @@ static void cuda_free(bk_backend *be) {
     cudaFree(cb->route_cnt);
     cudaFree(cb->xq);
     cudaFree(cb->xds);
+    cudaFree(cb->xq_alt);
+    cudaFree(cb->xds_alt);
+    cudaFree(cb->epi_cnt);
+    cudaFree(cb->epi_part);
     cudaFree(cb->xh);
     cudaFree(cb->xmul);
     cuda_moe_free(cb);
@@ -261,6 +265,7 @@ static const bk_backend_ops cuda_ops = {
     /* gated_delta_gate */ cuda_gated_delta_gate,
     /* attention_gated */ cuda_attention_gated,
     /* attention_rope */ cuda_attention_rope,
+    /* matmul_add_norm */ cuda_matmul_add_norm,
 };
 
 extern "C" int bk_cuda_device_count(void) {
@@ -288,7 +293,11 @@ extern "C" brisk_status bk_cuda_mem_info(int device, size_t *free_bytes, size_t 
 extern "C" size_t bk_cuda_backend_overhead(void) {
     size_t meta = 3 * META_TOKENS_BYTES + META_FREQ_BYTES + META_ATT_BYTES;
     size_t step = ((size_t)1 << 20) * sizeof(int32_t);
-    size_t xq = ((size_t)MMVQ_MAX_TOK << 17) * (1 + sizeof(float2) / 32);
+    /* the quantized activations (xq_cap int8 values and a float2 per 32), twice with BRISK_CUDA_NQ
+     * (and its counters and sums) */
+    const size_t cap = (size_t)MMVQ_MAX_TOK << 18;
+    const bool nq = getenv("BRISK_CUDA_NQ") && (atoi(getenv("BRISK_CUDA_NQ")) & 3);
+    size_t xq = (cap + cap / 32 * sizeof(float2)) * (nq ? 2 : 1) + (nq ? cap / 32 * (sizeof(int) + sizeof(float)) : 0);
     xq += MMQH_XH_CAP * sizeof(__half) + MMQH_MAX_N * sizeof(float);
     return meta + ATT_PART_FLOATS * sizeof(float) + step + xq + cuda_blas_reserve();
 }
@@ -355,6 +364,7 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->fa_off = getenv("BRISK_CUDA_FA") && !strcmp(getenv("BRISK_CUDA_FA"), "0");
     cb->mmvq_multi_off = getenv("BRISK_CUDA_MMVQ_MULTI") && !strcmp(getenv("BRISK_CUDA_MMVQ_MULTI"), "0");
     cb->mmvs_off = getenv("BRISK_CUDA_MMVS") && !strcmp(getenv("BRISK_CUDA_MMVS"), "0");
+    cb->nq = getenv("BRISK_CUDA_NQ") ? atoi(getenv("BRISK_CUDA_NQ")) & 3 : 0;
     cb->mmvf_on = getenv("BRISK_CUDA_MMVF") && !strcmp(getenv("BRISK_CUDA_MMVF"), "1");
     cb->norm_fuse_on = getenv("BRISK_CUDA_NORM_FUSE") && !strcmp(getenv("BRISK_CUDA_NORM_FUSE"), "1");
     cb->mmvs_min_in = getenv("BRISK_CUDA_MMVS_MIN_IN") ? atoll(getenv("BRISK_CUDA_MMVS_MIN_IN")) : 2048;
@@ -415,6 +425,13 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->xq_cap = (size_t)MMVQ_MAX_TOK << 18;
     CU_TRY(cudaMalloc(&cb->xq, cb->xq_cap));
     CU_TRY(cudaMalloc(&cb->xds, cb->xq_cap / 32 * sizeof(float2)));
+    if (cb->nq) { /* the hand-over's second pair (the two trade places) and its group counters and sums */
+        CU_TRY(cudaMalloc(&cb->xq_alt, cb->xq_cap));
+        CU_TRY(cudaMalloc(&cb->xds_alt, cb->xq_cap / 32 * sizeof(float2)));
+        CU_TRY(cudaMalloc(&cb->epi_cnt, cb->xq_cap / 32 * sizeof(int)));
+        CU_TRY(cudaMemset(cb->epi_cnt, 0, cb->xq_cap / 32 * sizeof(int)));
+        CU_TRY(cudaMalloc(&cb->epi_part, cb->xq_cap / 32 * sizeof(float)));
+    }
     cb->xh_cap = MMQH_XH_CAP;
     CU_TRY(cudaMalloc(&cb->xh, cb->xh_cap * sizeof(__half)));
     CU_TRY(cudaMalloc(&cb->xmul, MMQH_MAX_N * sizeof(float)));

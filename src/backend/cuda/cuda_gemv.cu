@@ -443,9 +443,135 @@ static int norm_mmvs(cuda_backend *cb, const float *x, const bk_weight *norm, fl
     return cuda_mmvs(cb, w[0]->type, up != NULL, mm, w[0]->row_bytes, d, 0, &nm) ? mm.count : 0;
 }
 
+/* ---- the one-token hand-over between products (BRISK_CUDA_NQ, off by default) ----
+ * Why: at one token, every product of a layer waits on a small kernel before it: the RMS norm after
+ * the attention output and after the down product (one block; 4-7 us on the H200's qwen3-8b
+ * timeline, its loads queued behind the next product's weights), and the quantization of the
+ * SwiGLU's output before the down product; each also costs a launch and a wait on the grid before.
+ * Here the product before does that work on its way: as each group of 32 of its outputs completes,
+ * the warp that stored the group's last row quantizes it (cuda_mmvs.cu, mmvs_epi), for the norm
+ * times the norm's weight and with the group's sum of squares; the product after reads those
+ * groups as its activations, and for the norm scales each row's sum by 1 / rms(y), which is common
+ * to the whole row (the int8 groups of y * w and of y * w / rms(y) are the same up to rounding).
+ * The quantized activations live in two buffers that trade places (xq_trade): a product reads one
+ * while it writes the other. Written in session 20 without a GPU: off until measured
+ * (bench/cuda/h200_float.sh runs the A/B). */
+static void xq_trade(cuda_backend *cb) {
+    int8_t *q = cb->xq;
+    float2 *d = cb->xds;
+    cb->xq = cb->xq_alt;
+    cb->xds = cb->xds_alt;
+    cb->xq_alt = q;
+    cb->xds_alt = d;
+}
+
+/* The output part of a hand-over into the other buffer (norm: times its weight, with the sums). */
+static mmvs_epi epi_out(const cuda_backend *cb, const bk_weight *norm) {
+    mmvs_epi e = {};
+    e.cnt = cb->epi_cnt;
+    e.oxq = cb->xq_alt;
+    e.oxds = cb->xds_alt;
+    if (norm) {
+        e.ow = (const float *)norm->dev;
+        e.opart = cb->epi_part;
+    }
+    return e;
+}
+
+/* y += x W^T, leaving y times norm's weight quantized in groups for the norm_matmul / norm_swiglu
+ * of y that follows (backend.h: matmul_add_norm); else matmul_add. */
+extern "C" void cuda_matmul_add_norm(bk_backend *be, const bk_weight *w, const float *x, int n, float *y,
+                                     const bk_weight *norm, float eps) {
+    cuda_backend *cb = (cuda_backend *)be;
+    if (n == 1 && (cb->nq & 1) && !cb->ablate && norm->type == QT_F32 && norm->dev && w->n_out % 32 == 0 &&
+        (size_t)w->n_out <= cb->xq_cap && q8_path(cb, 1) == Q8_MMVQ && cuda_mmvq_dec_supported(cb, w->type, w->n_in) &&
+        cuda_mmvq_prepare(cb, x, w->n_in, 1)) {
+        mmvs_mats mm = {};
+        mmvs_add(mm, (const uint8_t *)w->dev, NULL, y, w->n_out);
+        const mmvs_epi ep = epi_out(cb, norm);
+        if (cuda_mmvs(cb, w->type, false, mm, w->row_bytes, w->n_in, 1, NULL, &ep)) {
+            CU_LAUNCHED(cb);
+            xq_trade(cb);
+            cb->nq_src = y;
+            cb->nq_norm = norm;
+            cb->nq_eps = eps;
+            cb->nq_dim = w->n_out;
+            return;
+        }
+    }
+    cuda_matmul_add(be, w, x, n, y);
+}
+
+/* Whether xq holds the hand-over of x's norm with norm and eps (matmul_add_norm just before). */
+static bool nq_ready(const cuda_backend *cb, const float *x, const bk_weight *norm, float eps, int64_t d, int n) {
+    return n == 1 && cb->nq_src && cb->nq_src == x && cb->nq_norm == norm && cb->nq_eps == eps && cb->nq_dim == d;
+}
+
+/* The products w[0..n_w) on the norm's hand-over, runs of one type and row size a launch; returns
+ * how many it launched (the first it could not: the caller normalizes for the rest). */
+static int nq_matmul(cuda_backend *cb, int n_w, const bk_weight *const *w, const bk_weight *const *bias,
+                     float *const *y) {
+    const int64_t d = w[0]->n_in;
+    mmvs_epi ep = {};
+    ep.npart = cb->epi_part;
+    ep.eps = cb->nq_eps;
+    int m = 0;
+    while (m < n_w && w[m]->n_in == d && cuda_mmvq_dec_supported(cb, w[m]->type, d)) {
+        mmvs_mats mm = {};
+        int k = m;
+        for (; k < n_w && k - m < MMVS_MATS && w[k]->type == w[m]->type && w[k]->row_bytes == w[m]->row_bytes &&
+               w[k]->n_in == d;
+             k++)
+            mmvs_add(mm, (const uint8_t *)w[k]->dev, bias && bias[k] ? (const float *)bias[k]->dev : NULL, y[k],
+                     w[k]->n_out);
+        if (!cuda_mmvs(cb, w[m]->type, false, mm, w[m]->row_bytes, d, 0, NULL, &ep)) break;
+        m = k;
+    }
+    return m;
+}
+
+/* The gate/up/SwiGLU at one token as one streamed launch on xq: with in_nq on the norm's hand-over
+ * (scaled), and with BRISK_CUDA_NQ bit 2 its output quantized on the way for the down product.
+ * Returns 0 with nothing launched, 1 launched, 2 launched with the output's groups in xq_alt (the
+ * caller, after CU_LAUNCHED: nq_swiglu_out). */
+static int nq_swiglu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, float *out, bool in_nq) {
+    const bool oq = (cb->nq & 2) && gate->n_out % 32 == 0 && (size_t)gate->n_out <= cb->xq_cap;
+    if ((!in_nq && !oq) || cb->glu_off || cb->ablate || gate->type != up->type || gate->n_out != up->n_out ||
+        gate->row_bytes != up->row_bytes || !cuda_mmvq_dec_supported(cb, gate->type, gate->n_in))
+        return 0;
+    mmvs_epi ep = oq ? epi_out(cb, NULL) : mmvs_epi{};
+    if (in_nq) {
+        ep.npart = cb->epi_part;
+        ep.eps = cb->nq_eps;
+    }
+    mmvs_mats mm = {};
+    mmvs_add(mm, (const uint8_t *)gate->dev, NULL, out, gate->n_out);
+    mm.W2 = (const uint8_t *)up->dev;
+    if (!cuda_mmvs(cb, gate->type, true, mm, gate->row_bytes, gate->n_in, 0, NULL, &ep)) return 0;
+    return oq ? 2 : 1;
+}
+/* After nq_swiglu's 2: xq holds out's quantization (the buffers trade places, its tag says so). */
+static void nq_swiglu_out(cuda_backend *cb, const float *out, int64_t n_ff) {
+    xq_trade(cb);
+    cb->xq_src = out;
+    cb->xq_n = 1;
+    cb->xq_dim = n_ff;
+}
+
 extern "C" void cuda_norm_matmul(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n,
                                  int n_w, const bk_weight *const *w, const bk_weight *const *bias, float *const *y) {
     cuda_backend *cb = (cuda_backend *)be;
+    if (n_w > 0 && nq_ready(cb, x, norm, eps, w[0]->n_in, n)) { /* (xn is left unwritten: matmul_add_norm) */
+        int took = nq_matmul(cb, n_w, w, bias, y);
+        if (took > 0) {
+            CU_LAUNCHED(cb);
+            if (took < n_w) {
+                cuda_rms_norm(be, x, norm, xn, n, (int)w[0]->n_in, eps);
+                cuda_matmul(be, n_w - took, w + took, bias ? bias + took : NULL, xn, n, y + took);
+            }
+            return;
+        }
+    }
     int took = n == 1 && n_w > 0 ? norm_mmvs(cb, x, norm, eps, xn, n_w, w, bias, y, NULL) : 0;
     if (took > 0) {
         CU_LAUNCHED(cb);
@@ -460,11 +586,23 @@ extern "C" void cuda_norm_matmul(bk_backend *be, const float *x, const bk_weight
 extern "C" void cuda_norm_swiglu(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n,
                                  const bk_weight *gate, const bk_weight *up, float *tmp, float *out) {
     cuda_backend *cb = (cuda_backend *)be;
-    if (n == 1 && norm_mmvs(cb, x, norm, eps, xn, 1, &gate, NULL, &out, up)) {
+    int glu = nq_ready(cb, x, norm, eps, gate->n_in, n) ? nq_swiglu(cb, gate, up, out, true) : 0; /* (xn unwritten) */
+    if (!glu && n == 1 && norm_mmvs(cb, x, norm, eps, xn, 1, &gate, NULL, &out, up)) {
         CU_LAUNCHED(cb);
         q8_tag_keep(cb, q8_tag{xn, 1, gate->n_in}, out, (size_t)gate->n_out);
         return;
     }
-    cuda_rms_norm(be, x, norm, xn, n, (int)gate->n_in, eps);
+    if (!glu) {
+        cuda_rms_norm(be, x, norm, xn, n, (int)gate->n_in, eps);
+        /* the SwiGLU's output quantized on the way for the down product (BRISK_CUDA_NQ bit 2) */
+        if (n == 1 && (cb->nq & 2) && q8_path(cb, 1) == Q8_MMVQ && cuda_mmvq_dec_supported(cb, gate->type, gate->n_in) &&
+            cuda_mmvq_prepare(cb, xn, gate->n_in, 1))
+            glu = nq_swiglu(cb, gate, up, out, false);
+    }
+    if (glu) {
+        CU_LAUNCHED(cb);
+        if (glu == 2) nq_swiglu_out(cb, out, gate->n_out);
+        return;
+    }
     cuda_matmul_swiglu(be, gate, up, xn, n, tmp, out);
 }

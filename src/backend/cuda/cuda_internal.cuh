@@ -66,6 +66,22 @@ typedef struct cuda_backend {
     const float *xq_src;
     int xq_n;
     int64_t xq_dim;
+    /* The one-token hand-over between products (BRISK_CUDA_NQ, cuda_gemv.cu's matmul_add_norm): a
+     * product that writes its outputs' quantization writes it into xq_alt / xds_alt, the two pairs
+     * then trade places (every launch takes xq / xds as they are when it is launched). epi_cnt: a
+     * counter per output group of 32, zero between launches; epi_part: the groups' sums of squares.
+     * nq_src: xq holds, in groups, nq_src times the weight of the RMS norm nq_norm (nq_dim wide,
+     * unnormalized; epi_part its sums of squares), for a norm_matmul / norm_swiglu of nq_src with
+     * nq_norm and nq_eps; cleared as xq_src is. */
+    int nq;                     /* BRISK_CUDA_NQ=bits: 1 the norm's hand-over (matmul_add_norm), 2 the SwiGLU's to the down product; 0 (default) off until measured on a GPU */
+    int8_t *xq_alt;
+    float2 *xds_alt;
+    int *epi_cnt;
+    float *epi_part;
+    const float *nq_src;
+    const void *nq_norm;
+    float nq_eps;
+    int64_t nq_dim;
     bool mma_off;               /* BRISK_CUDA_MMA=0: prefill products on the SIMT tiled kernel */
     bool attn_gqa_off;          /* BRISK_CUDA_ATTN_GQA=0: one attention block per query head */
     bool moe_q8_off;            /* BRISK_CUDA_MOE_Q8=0: expert products on f32 activations only */
@@ -235,7 +251,10 @@ enum { ABL_NORM = 1, ABL_ROPE = 2, ABL_ATTN = 4, ABL_MATMUL = 8, ABL_ROUTER = 16
     } while (0)
 /* The activations' converted copies (xq: int8 for the integer dots, xh: f16 for cuda_mmqh.cu) no
  * longer stand for any input: an op may have written the memory they were made from. */
-static inline void cuda_forget_act_copies(cuda_backend *cb) { cb->xq_src = cb->xh_src = NULL; }
+static inline void cuda_forget_act_copies(cuda_backend *cb) {
+    cb->xq_src = cb->xh_src = NULL;
+    cb->nq_src = NULL;
+}
 /* The end of every op that launched work: checks the launch and forgets which input the
  * quantized activations stand for (the op may have written it). */
 #define CU_LAUNCHED(cb)                \
@@ -863,6 +882,8 @@ void cuda_attention(bk_backend *be, const float *q, const float *k, const float 
 void cuda_swiglu(bk_backend *be, const float *gate, const float *up, float *out, size_t n);
 void cuda_add(bk_backend *be, float *x, const float *y, size_t n);
 void cuda_matmul_add(bk_backend *be, const bk_weight *w, const float *x, int n, float *y);
+void cuda_matmul_add_norm(bk_backend *be, const bk_weight *w, const float *x, int n, float *y, const bk_weight *norm,
+                          float eps);
 void cuda_matmul_swiglu(bk_backend *be, const bk_weight *gate, const bk_weight *up, const float *x, int n,
                         float *tmp, float *out);
 void cuda_qk_norm_rope(bk_backend *be, float *q, float *k, int n, int n_head, int n_head_kv, int head_dim,

@@ -239,8 +239,26 @@ typedef struct mmvs_norm {
     float *y;
     float eps;
 } mmvs_norm;
+/* The one-token hand-over between products (BRISK_CUDA_NQ, cuda_gemv.cu: the norm's and the GLU's
+ * kernels between them left out), two optional parts of a streamed product:
+ * - out (cnt set): the product's outputs (one matrix) are quantized in groups of 32 as they are
+ *   stored, the last store of a group quantizing it (times ow, the next RMS norm's weight, when set)
+ *   into oxq / oxds as cuda_mmvq_quantize would, with the group's sum of squares of the stored values
+ *   in opart when set; cnt counts each group's stores and is back to 0 when the kernel ends;
+ * - in (npart set): the activations are such groups of y times a norm's weight, unnormalized: every
+ *   row's sum is scaled by 1 / rms(y), from the n_in / 32 sums of squares in npart, before it is
+ *   stored (the norm's scale, common to the whole row, leaves the integer dots). */
+typedef struct mmvs_epi {
+    int *cnt;
+    int8_t *oxq;
+    float2 *oxds;
+    const float *ow;
+    float *opart;
+    const float *npart;
+    float eps;
+} mmvs_epi;
 bool cuda_mmvs(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, size_t row_bytes, int64_t n_in,
-               int accum, const mmvs_norm *norm);
+               int accum, const mmvs_norm *norm, const mmvs_epi *epi = NULL);
 /* cuda_mmvf.cu: the same for float weights (F16, BF16, F32) on float activations x (see there);
  * cuda_mmvf_takes: whether it takes a weight of this type and shape (BRISK_CUDA_MMVF=1). */
 bool cuda_mmvf(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, size_t row_bytes, int64_t n_in,

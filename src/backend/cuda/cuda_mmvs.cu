@@ -16,7 +16,9 @@
  * Rows are dealt to warps round-robin (warp w of W takes rows w, w + W, ...), so neighbouring warps
  * read neighbouring rows; the copies carry an L2 evict-first hint (weights are read once per step,
  * the KV cache and activations should keep the L2). Up to MMVS_MATS matrices of one type and width
- * (a layer's q, k, v) run as one launch over their concatenated rows. */
+ * (a layer's q, k, v) run as one launch over their concatenated rows. The optional epilogue
+ * (mmvs_epi: BRISK_CUDA_NQ, cuda_gemv.cu) hands the outputs over to the next product already
+ * quantized, and scales the rows of a product whose activations were handed over unnormalized. */
 #include "backend/cuda/cuda_bulk.cuh"
 
 #define MMVS_WARPS_MAX 16
@@ -121,6 +123,43 @@ __device__ __forceinline__ void mmvs_norm_prologue(const mmvs_norm &nm, int64_t 
     __syncthreads();
 }
 
+/* The hand-over's output groups (mmvs_epi): the whole warp quantizes group g of the stored outputs y,
+ * lane l element 32 g + l, read from the L2 (other SMs stored them; this SM's L1 may hold the lines
+ * from before). Its counter goes back to 0 for the next launch. */
+__device__ __noinline__ void mmvs_epi_group(const mmvs_epi &ep, const float *y, int64_t g, int lane) {
+    __threadfence(); /* after the count that saw the group complete: the others' stores are visible */
+    const int64_t i = g * 32 + lane;
+    const float t = __ldcg(y + i);
+    q8_1_store_lane(ep.ow ? t * ep.ow[i] : t, i, lane, ep.oxq, ep.oxds);
+    if (ep.opart) {
+        float ss = t * t;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) ep.opart[g] = ss;
+    }
+    if (lane == 0) ep.cnt[g] = 0;
+}
+/* After a thread stored row r (have: the lane that stored it, one lane a row): counts it in its
+ * group; the warp then quantizes every group that one of its lanes completed. Warp-uniform. */
+__device__ __forceinline__ void mmvs_epi_rows(const mmvs_epi &ep, const float *y, bool have, int64_t r, int lane) {
+    bool last = false;
+    if (have) {
+        __threadfence(); /* the row's store before its count */
+        last = atomicAdd(ep.cnt + r / 32, 1) == 31;
+    }
+    for (unsigned m = __ballot_sync(0xffffffffu, last); m; m &= m - 1)
+        mmvs_epi_group(ep, y, __shfl_sync(0xffffffffu, r, __ffs(m) - 1) / 32, lane);
+}
+/* The hand-over's input scale: 1 / rms(y) from its n_in / 32 groups' sums of squares, the same in
+ * every warp (each adds the groups in the same order). */
+__device__ __forceinline__ float mmvs_epi_scale(const mmvs_epi &ep, int64_t n_in, int lane) {
+    float s = 0.0f;
+    for (int64_t g = lane; g < n_in / 32; g += 32) s += __ldcg(ep.npart + g);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return 1.0f / sqrtf(s / (float)n_in + ep.eps);
+}
+
 /* NI: units per lane (the activations a lane keeps in registers: NI * XW words); NW: warps. With
  * sg.segs > 1 the block's warps form NW / segs groups; warp s of a group reads segment s of the
  * group's rows (rows gg, gg + ng, ... of group gg of ng) and leaves its partial sums in shared
@@ -128,7 +167,7 @@ __device__ __forceinline__ void mmvs_norm_prologue(const mmvs_norm &nm, int64_t 
 template <int T, bool GLU, int NI, int NW, bool NORM>
 __global__ void __launch_bounds__(NW * 32, 1)
 mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *xds, int accum, int stages,
-            int pre, mmvs_norm nm, mmvs_seg sg) {
+            int pre, mmvs_norm nm, mmvs_seg sg, mmvs_epi ep) {
     BK_TRACE_SCOPE(); /* (a trace build only) */
     using U = qunit<T>;
     extern __shared__ __align__(128) uint8_t mmvs_smem[];
@@ -183,6 +222,7 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
             mmvs_issue<GLU>(mm, gg + i * ng, row_bytes, cs, len, sg.cap, ring + (size_t)i * stage_bytes, bar + i,
                             policy);
     __syncwarp();
+    const float nscale = ep.npart ? mmvs_epi_scale(ep, n_in, lane) : 1.0f;
     int s = 0;
     uint32_t parity = 0;
     for (int64_t i = 0; i < mine; i++) {
@@ -213,27 +253,30 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
             a += __shfl_xor_sync(0xffffffffu, a, o);
             if (GLU) b += __shfl_xor_sync(0xffffffffu, b, o);
         }
-        if (lane == 0) {
-            if (S == 1) {
-                mmvs_store<GLU>(mm, gg + i * ng, a, b, accum);
-            } else {
-                part[warp * sg.mine_cap + i] = a;
-                if (GLU) part[(NW + warp) * sg.mine_cap + i] = b;
-            }
+        if (S == 1) {
+            if (lane == 0) mmvs_store<GLU>(mm, gg + i * ng, a * nscale, b * nscale, accum);
+            if (ep.cnt) mmvs_epi_rows(ep, mm.y[0], lane == 0, gg + i * ng, lane); /* (lane 0 stored it) */
+        } else if (lane == 0) {
+            part[warp * sg.mine_cap + i] = a;
+            if (GLU) part[(NW + warp) * sg.mine_cap + i] = b;
         }
     }
     if (S > 1) {
         __syncthreads();
-        for (int t = threadIdx.x; t < ngb * sg.mine_cap; t += NW * 32) {
-            const int g = t / sg.mine_cap, i = t % sg.mine_cap;
+        /* (warp-uniform trips: the hand-over's groups take whole warps) */
+        for (int base = warp * 32; base < ngb * sg.mine_cap; base += NW * 32) {
+            const int t = base + lane, g = t / sg.mine_cap, i = t % sg.mine_cap;
             const int64_t r = (int64_t)blockIdx.x * ngb + g + (int64_t)i * ng;
-            if (r >= n_rows) continue;
-            float a = 0.0f, b = 0.0f;
-            for (int w = g * S; w < g * S + S; w++) {
-                a += part[w * sg.mine_cap + i];
-                if (GLU) b += part[(NW + w) * sg.mine_cap + i];
+            const bool have = t < ngb * sg.mine_cap && r < n_rows;
+            if (have) {
+                float a = 0.0f, b = 0.0f;
+                for (int w = g * S; w < g * S + S; w++) {
+                    a += part[w * sg.mine_cap + i];
+                    if (GLU) b += part[(NW + w) * sg.mine_cap + i];
+                }
+                mmvs_store<GLU>(mm, r, a * nscale, b * nscale, accum);
             }
-            mmvs_store<GLU>(mm, r, a, b, accum);
+            if (ep.cnt) mmvs_epi_rows(ep, mm.y[0], have, r, lane);
         }
     }
 }
@@ -249,7 +292,7 @@ template <int T> static constexpr bool mmvs_w16_ok(int ni) {
 
 template <int T, bool GLU, int NI, int NW, bool NORM>
 static bool mmvs_go_w(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, int64_t n_in, int accum,
-                      int64_t n_rows, const mmvs_norm &nm, mmvs_seg sg) {
+                      int64_t n_rows, const mmvs_norm &nm, mmvs_seg sg, const mmvs_epi &ep) {
     static_assert(NW >= MMVS_SEGS_MAX, "a block holds at least one group of warps sharing rows");
     const uint32_t stage_bytes = GLU ? 2 * sg.cap : sg.cap;
     int64_t blocks = (n_rows * sg.segs + NW - 1) / NW;
@@ -279,20 +322,21 @@ static bool mmvs_go_w(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes,
         attr_set[dev] = 1;
     }
     pdl_launch(cb, mmvs_kernel<T, GLU, NI, NW, NORM>, dim3((unsigned)blocks), dim3(NW * 32), smem, mm, row_bytes,
-               n_in, cb->xq, cb->xds, accum, stages, mmvs_pre_stages(cb, n_in, stages), nm, sg);
+               n_in, cb->xq, cb->xds, accum, stages, mmvs_pre_stages(cb, n_in, stages), nm, sg, ep);
     return true;
 }
 
 template <int T, bool GLU, int NI, bool NORM>
 static bool mmvs_go(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, int64_t n_in, int accum,
-                    int64_t n_rows, const mmvs_norm &nm, const mmvs_seg &sg) {
+                    int64_t n_rows, const mmvs_norm &nm, const mmvs_seg &sg, const mmvs_epi &ep) {
     if constexpr (!mmvs_ni_ok<T>(NI) || (NORM && NI > 4)) { /* the norm: rows of n_embd, at most 8192 wide */
         return false;
     } else {
         if constexpr (mmvs_w16_ok<T>(NI))
-            if (cb->mmvs_warps != 8 && mmvs_go_w<T, GLU, NI, 16, NORM>(cb, mm, row_bytes, n_in, accum, n_rows, nm, sg))
+            if (cb->mmvs_warps != 8 &&
+                mmvs_go_w<T, GLU, NI, 16, NORM>(cb, mm, row_bytes, n_in, accum, n_rows, nm, sg, ep))
                 return true;
-        return mmvs_go_w<T, GLU, NI, 8, NORM>(cb, mm, row_bytes, n_in, accum, n_rows, nm, sg);
+        return mmvs_go_w<T, GLU, NI, 8, NORM>(cb, mm, row_bytes, n_in, accum, n_rows, nm, sg, ep);
     }
 }
 
@@ -341,13 +385,13 @@ template <int T> static mmvs_seg mmvs_plan(const cuda_backend *cb, uint32_t row_
 
 template <int T, bool GLU, bool NORM>
 static bool mmvs_type(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, int64_t n_in, int accum,
-                      int64_t n_rows, const mmvs_norm &nm) {
+                      int64_t n_rows, const mmvs_norm &nm, const mmvs_epi &ep) {
     if (n_in % qunit<T>::W) return false;
     const mmvs_seg sg = NORM ? mmvs_seg{1, (int)(n_in / qunit<T>::W), 0, mmvs_cap(row_bytes)}
                              : mmvs_plan<T>(cb, row_bytes, n_in, n_rows);
     int64_t ni = (sg.ups + 31) / 32;
 #define MMVS_NI(N) \
-    if (ni <= N) return mmvs_go<T, GLU, N, NORM>(cb, mm, row_bytes, n_in, accum, n_rows, nm, sg);
+    if (ni <= N) return mmvs_go<T, GLU, N, NORM>(cb, mm, row_bytes, n_in, accum, n_rows, nm, sg, ep);
     MMVS_NI(1) MMVS_NI(2) MMVS_NI(3) MMVS_NI(4) MMVS_NI(6) MMVS_NI(8) MMVS_NI(12)
 #undef MMVS_NI
     return false;
@@ -369,7 +413,7 @@ static bool mmvs_type(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes,
  * tg128 284.8 against 299.7, session 9); with the early one qwen3-30b-a3b runs 414.6 against 400.0
  * and qwen3.6-35b-a3b 405.1 against 403.8 (session 14, lease H), so the bound is 2,048. */
 bool cuda_mmvs(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, size_t row_bytes, int64_t n_in,
-               int accum, const mmvs_norm *norm) {
+               int accum, const mmvs_norm *norm, const mmvs_epi *epi) {
     if (cb->mmvs_off || row_bytes % 2 || row_bytes > UINT32_MAX / 4 || (cb->mmvs_wide_off && n_in > 8192))
         return false;
     int64_t n_rows = mm.rend[mm.count - 1];
@@ -380,12 +424,15 @@ bool cuda_mmvs(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, s
     if (glu && (mm.count != 1 || (uintptr_t)mm.W2 % 16)) return false;
     uint32_t rb = (uint32_t)row_bytes;
     mmvs_norm nm = norm ? *norm : mmvs_norm{};
+    const mmvs_epi ep = epi ? *epi : mmvs_epi{};
+    /* the hand-over's output groups: one matrix, whole groups of rows (and no norm in the prologue) */
+    if ((ep.cnt && (mm.count != 1 || n_rows % 32 || norm)) || (ep.npart && (norm || n_in % 32))) return false;
 #define MMVS_T(TT)                                                                                           \
     case TT:                                                                                                 \
-        if (norm) return glu ? mmvs_type<TT, true, true>(cb, mm, rb, n_in, accum, n_rows, nm)               \
-                             : mmvs_type<TT, false, true>(cb, mm, rb, n_in, accum, n_rows, nm);             \
-        return glu ? mmvs_type<TT, true, false>(cb, mm, rb, n_in, accum, n_rows, nm)                         \
-                   : mmvs_type<TT, false, false>(cb, mm, rb, n_in, accum, n_rows, nm);
+        if (norm) return glu ? mmvs_type<TT, true, true>(cb, mm, rb, n_in, accum, n_rows, nm, ep)           \
+                             : mmvs_type<TT, false, true>(cb, mm, rb, n_in, accum, n_rows, nm, ep);         \
+        return glu ? mmvs_type<TT, true, false>(cb, mm, rb, n_in, accum, n_rows, nm, ep)                     \
+                   : mmvs_type<TT, false, false>(cb, mm, rb, n_in, accum, n_rows, nm, ep);
     switch (type) {
         MMVS_T(QT_Q4_K)
         MMVS_T(QT_Q6_K)
