@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine (after bench/cuda/pack.sh here): the decode attention's merge of many splits
 # for a whole head group at once (BRISK_CUDA_ATTN_WMERGE=1, cuda_attn_decode.cu's dec_combine_wide)
-# against the head-by-head merge: the attention op tests with the switch on, then tg64 of qwen3-8b
-# (Q4_K_M, --repeat-rows 256) at depth 8K and 32K alternating, and the greedy text of 32 tokens
+# against the head-by-head merge, and BRISK_CUDA_ATTN_BPS=3 (the splits one wave of three blocks per
+# SM): the attention op tests with the switch on, then tg64 of qwen3-8b (Q4_K_M, --repeat-rows 256)
+# at depth 8K and 32K with the switches alternating, and the greedy text of 32 tokens
 # after a 9,000-token prompt either way (not bit for bit: the merge adds in another order).
 #   bash bench/cuda/h200_wmerge.sh [PRESET...]      default qwen3-8b
 # MEMCHECK=1: compute-sanitizer's memcheck on the op test after.
@@ -14,9 +15,10 @@ for P in ${*:-qwen3-8b}; do
   $A synth --preset $P --vocab $d/vocab.gguf --type q4_k_m --repeat-rows 256 \
     $(case $P in *a3b) echo --expert-skew 1 ;; esac) -o $M 2>&1 | tail -1
   for dd in 8192 32768; do
-    for v in 0 1 0 1; do
-      echo "$P depth $dd BRISK_CUDA_ATTN_WMERGE=$v: $(BRISK_CUDA_ATTN_WMERGE=$v $A bench -m $M -p 0 -n 64 -d $dd \
-        -c $((dd + 512)) -r 1 2>&1 | grep -E '^\| *tg')"
+    for v in X=1 BRISK_CUDA_ATTN_WMERGE=1 BRISK_CUDA_ATTN_BPS=3 BRISK_CUDA_ATTN_WMERGE=1,BRISK_CUDA_ATTN_BPS=3 X=1 \
+      BRISK_CUDA_ATTN_WMERGE=1,BRISK_CUDA_ATTN_BPS=3; do
+      echo "$P depth $dd $v: $(env ${v//,/ } $A bench -m $M -p 0 -n 64 -d $dd -c $((dd + 512)) -r 1 2>&1 |
+        grep -E '^\| *tg')"
     done
   done
   python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog'] * 1000))" > $d/long.txt
