@@ -448,9 +448,10 @@ static int norm_mmvs(cuda_backend *cb, const float *x, const bk_weight *norm, fl
  * the attention output and after the down product (one block; 4-7 us on the H200's qwen3-8b
  * timeline, its loads queued behind the next product's weights), and the quantization of the
  * SwiGLU's output before the down product; each also costs a launch and a wait on the grid before.
- * Here the product before does that work on its way: as each group of 32 of its outputs completes,
- * the warp that stored the group's last row quantizes it (cuda_mmvs.cu, mmvs_epi), for the norm
- * times the norm's weight and with the group's sum of squares; the product after reads those
+ * Here the product before does that work at its end: each warp counts the rows it stored in their
+ * groups of 32 (one fence, then an atomic a row), and the warp whose count completes a group
+ * quantizes it (cuda_mmvs.cu, mmvs_epi), for the norm times the norm's weight and with the group's
+ * sum of squares; the kernel ends ~3 L2 round trips later than it would. The product after reads those
  * groups as its activations, and for the norm scales each row's sum by 1 / rms(y), which is common
  * to the whole row (the int8 groups of y * w and of y * w / rms(y) are the same up to rounding).
  * The quantized activations live in two buffers that trade places (xq_trade): a product reads one

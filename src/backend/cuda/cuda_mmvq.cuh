@@ -241,8 +241,8 @@ typedef struct mmvs_norm {
 } mmvs_norm;
 /* The one-token hand-over between products (BRISK_CUDA_NQ, cuda_gemv.cu: the norm's and the GLU's
  * kernels between them left out), two optional parts of a streamed product:
- * - out (cnt set): the product's outputs (one matrix) are quantized in groups of 32 as they are
- *   stored, the last store of a group quantizing it (times ow, the next RMS norm's weight, when set)
+ * - out (cnt set): the product's outputs (one matrix) are quantized in groups of 32 once stored,
+ *   the warp whose count completes a group quantizing it (times ow, the next RMS norm's weight, when set)
  *   into oxq / oxds as cuda_mmvq_quantize would, with the group's sum of squares of the stored values
  *   in opart when set; cnt counts each group's stores and is back to 0 when the kernel ends;
  * - in (npart set): the activations are such groups of y times a norm's weight, unnormalized: every

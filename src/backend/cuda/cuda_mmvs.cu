@@ -27,6 +27,7 @@
 #define MMVS_PAD 64 /* ld_a2 reads up to 8 bytes past a group: the last stage's row may not end the allocation */
 #define MMVS_SEGS_MAX 8      /* warps sharing a row (mmvs_plan) */
 #define MMVS_SEG_ROWS_MAX 64 /* rows per group of warps sharing rows: their partial sums' shared memory */
+static_assert(MMVS_SEG_ROWS_MAX <= 64, "the hand-over counts at most one row a thread after the segments meet");
 
 
 
@@ -139,16 +140,24 @@ __device__ __noinline__ void mmvs_epi_group(const mmvs_epi &ep, const float *y, 
     }
     if (lane == 0) ep.cnt[g] = 0;
 }
-/* After a thread stored row r (have: the lane that stored it, one lane a row): counts it in its
- * group; the warp then quantizes every group that one of its lanes completed. Warp-uniform. */
-__device__ __forceinline__ void mmvs_epi_rows(const mmvs_epi &ep, const float *y, bool have, int64_t r, int lane) {
-    bool last = false;
-    if (have) {
-        __threadfence(); /* the row's store before its count */
-        last = atomicAdd(ep.cnt + r / 32, 1) == 31;
+/* After a thread stored its rows (the n rows r0, r0 + dr, ... : fewer than 33), it counts them in
+ * their groups, after one fence for all of them (a fence a row would stall the warp's stream each
+ * row; the counts wait for the warp's last row, so the groups complete at the kernel's end); the
+ * warp then quantizes every group that one of its lanes completed. Warp-uniform; each lane passes
+ * its own rows (n = 0: none). */
+__device__ __forceinline__ void mmvs_epi_rows(const mmvs_epi &ep, const float *y, int64_t r0, int64_t dr, int n,
+                                              int lane) {
+    uint32_t done = 0; /* bit i: row r0 + i dr completed its group */
+    if (n > 0) {
+        __threadfence(); /* the rows' stores before their counts */
+        for (int i = 0; i < n; i++) done |= (uint32_t)(atomicAdd(ep.cnt + (r0 + i * dr) / 32, 1) == 31) << i;
     }
-    for (unsigned m = __ballot_sync(0xffffffffu, last); m; m &= m - 1)
-        mmvs_epi_group(ep, y, __shfl_sync(0xffffffffu, r, __ffs(m) - 1) / 32, lane);
+    for (uint32_t m = __ballot_sync(0xffffffffu, done != 0); m; m &= m - 1) {
+        const int src = __ffs(m) - 1;
+        const int64_t sr0 = __shfl_sync(0xffffffffu, r0, src), sdr = __shfl_sync(0xffffffffu, dr, src);
+        for (uint32_t d = __shfl_sync(0xffffffffu, done, src); d; d &= d - 1)
+            mmvs_epi_group(ep, y, (sr0 + (int64_t)(__ffs(d) - 1) * sdr) / 32, lane);
+    }
 }
 /* The hand-over's input scale: 1 / rms(y) from its n_in / 32 groups' sums of squares, the same in
  * every warp (each adds the groups in the same order). */
@@ -253,30 +262,36 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
             a += __shfl_xor_sync(0xffffffffu, a, o);
             if (GLU) b += __shfl_xor_sync(0xffffffffu, b, o);
         }
-        if (S == 1) {
-            if (lane == 0) mmvs_store<GLU>(mm, gg + i * ng, a * nscale, b * nscale, accum);
-            if (ep.cnt) mmvs_epi_rows(ep, mm.y[0], lane == 0, gg + i * ng, lane); /* (lane 0 stored it) */
-        } else if (lane == 0) {
-            part[warp * sg.mine_cap + i] = a;
-            if (GLU) part[(NW + warp) * sg.mine_cap + i] = b;
+        if (lane == 0) {
+            if (S == 1) {
+                mmvs_store<GLU>(mm, gg + i * ng, a * nscale, b * nscale, accum);
+            } else {
+                part[warp * sg.mine_cap + i] = a;
+                if (GLU) part[(NW + warp) * sg.mine_cap + i] = b;
+            }
         }
     }
+    /* the hand-over's groups: lane 0 stored the warp's rows gg, gg + ng, ... (at most 32: the
+     * host's check) */
+    if (S == 1 && ep.cnt) mmvs_epi_rows(ep, mm.y[0], gg, ng, lane == 0 ? (int)mine : 0, lane);
     if (S > 1) {
         __syncthreads();
-        /* (warp-uniform trips: the hand-over's groups take whole warps) */
-        for (int base = warp * 32; base < ngb * sg.mine_cap; base += NW * 32) {
-            const int t = base + lane, g = t / sg.mine_cap, i = t % sg.mine_cap;
+        for (int t = threadIdx.x; t < ngb * sg.mine_cap; t += NW * 32) {
+            const int g = t / sg.mine_cap, i = t % sg.mine_cap;
             const int64_t r = (int64_t)blockIdx.x * ngb + g + (int64_t)i * ng;
-            const bool have = t < ngb * sg.mine_cap && r < n_rows;
-            if (have) {
-                float a = 0.0f, b = 0.0f;
-                for (int w = g * S; w < g * S + S; w++) {
-                    a += part[w * sg.mine_cap + i];
-                    if (GLU) b += part[(NW + w) * sg.mine_cap + i];
-                }
-                mmvs_store<GLU>(mm, r, a * nscale, b * nscale, accum);
+            if (r >= n_rows) continue;
+            float a = 0.0f, b = 0.0f;
+            for (int w = g * S; w < g * S + S; w++) {
+                a += part[w * sg.mine_cap + i];
+                if (GLU) b += part[(NW + w) * sg.mine_cap + i];
             }
-            if (ep.cnt) mmvs_epi_rows(ep, mm.y[0], have, r, lane);
+            mmvs_store<GLU>(mm, r, a * nscale, b * nscale, accum);
+        }
+        if (ep.cnt) { /* the hand-over's groups: each thread stored at most one row above, since
+                       * ngb * mine_cap <= NW / 2 * MMVS_SEG_ROWS_MAX <= NW * 32 */
+            const int t = threadIdx.x;
+            const int64_t r = (int64_t)blockIdx.x * ngb + t / sg.mine_cap + (int64_t)(t % sg.mine_cap) * ng;
+            mmvs_epi_rows(ep, mm.y[0], r, 0, t < ngb * sg.mine_cap && r < n_rows ? 1 : 0, lane);
         }
     }
 }
@@ -427,6 +442,7 @@ bool cuda_mmvs(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, s
     const mmvs_epi ep = epi ? *epi : mmvs_epi{};
     /* the hand-over's output groups: one matrix, whole groups of rows (and no norm in the prologue) */
     if ((ep.cnt && (mm.count != 1 || n_rows % 32 || norm)) || (ep.npart && (norm || n_in % 32))) return false;
+    if (ep.cnt && (n_rows + 8 * cb->n_sm - 1) / (8 * cb->n_sm) > 32) return false; /* a warp's rows: a 32-bit mask */
 #define MMVS_T(TT)                                                                                           \
     case TT:                                                                                                 \
         if (norm) return glu ? mmvs_type<TT, true, true>(cb, mm, rb, n_in, accum, n_rows, nm, ep)           \
