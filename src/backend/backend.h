@@ -282,10 +282,12 @@ typedef struct bk_backend_ops {
      * ds: its gate, up and down, run as one more expert beside the routed ones)
      *   x += moe_ffn(h) + sigmoid(sh_logit) * down_s(silu(gate_s h) * up_s h)
      * rounded as moe_ffn, the shared expert's products, then gated_residual round (sh_logit (n));
-     * without (gs, us, ds, sh_logit NULL: qwen3moe) x += moe_ffn(h), rounded as moe_ffn then add. */
+     * without (gs, us, ds, sh_logit NULL: qwen3moe) x += moe_ffn(h), rounded as moe_ffn then add.
+     * next_norm (NULL: none), eps: as matmul_add_norm's, the norm_matmul of x that follows. */
     bool (*moe_ffn_shared)(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
                            const bk_weight *gs, const bk_weight *us, const bk_weight *ds, const float *h, int n,
-                           const int32_t *ids, const float *weights, int k, const float *sh_logit, float *x);
+                           const int32_t *ids, const float *weights, int k, const float *sh_logit, float *x,
+                           const bk_weight *next_norm, float eps);
     /* Optional (NULL, or false returned with nothing launched: qk_norm_rope, and the attention writes
      * the cache): qk_norm_rope's work with q's heads read from q_src (n * n_head head rows, q_pitch
      * floats apart; q_src = q, q_pitch = head_dim: in place) into q, and the rotated k with v stored

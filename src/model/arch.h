@@ -80,8 +80,10 @@ void moe_count_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b,
 brisk_status moe_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l);
 /* (model/qwen3moe.c) s->x += layer l's routed experts over s->xb (and, shared, plus its gated shared
  * expert, the gate's logit in s->sh_gate) in one pass of the backend's moe_ffn_shared, where it can:
- * the experts on be, no tensor parallelism. false: nothing done, the caller runs the separate ops. */
-bool moe_residual(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l, bool shared);
+ * the experts on be, no tensor parallelism. false: nothing done, the caller runs the separate ops.
+ * next_norm: as residual_matmul's (the next layer's attention norm, through bk_norm_matmul). */
+bool moe_residual(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l, bool shared,
+                  const bk_weight *next_norm);
 /* (engine/offload.c) moe_ffn of layer `layer` on mo's CPU backend: x, ids and weights (backend memory
  * of be) are copied to host buffers, the sum back into out; the weights must be host memory. With a
  * hot-expert cache for the layer, the entries of cached experts run on be meanwhile (offload.h). */

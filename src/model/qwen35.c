@@ -97,7 +97,8 @@ static brisk_status ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b
     bk_moe_router(be, &L->ffn_gate_inp, s->xb, n, hp->n_expert_used, true, 0.0f, s->moe_logits, s->moe_ids,
                   s->moe_w, &L->gate_inp_shexp, s->sh_gate);
     moe_count_experts(m, be, b, s, l);
-    if (moe_residual(m, be, b, s, l, true)) return BRISK_OK; /* the shared expert as one more of the routed */
+    /* the shared expert as one more of the routed; the next layer's norm may take its input from it */
+    if (moe_residual(m, be, b, s, l, true, l + 1 < l1 ? &m->layers[l + 1].attn_norm : NULL)) return BRISK_OK;
     bk_matmul_swiglu(be, &L->gate_shexp, &L->up_shexp, s->xb, n, s->hb2, s->hb);
     if (m->tp_size > 1) /* expert parallelism: this rank runs the chosen experts it holds */
         op->moe_ids_local(be, s->moe_ids, n * hp->n_expert_used, m->tp_expert0, m->tp_expert0 + m->tp_n_expert_local);

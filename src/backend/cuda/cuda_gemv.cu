@@ -454,49 +454,22 @@ static int norm_mmvs(cuda_backend *cb, const float *x, const bk_weight *norm, fl
  * sum of squares; the kernel ends ~3 L2 round trips later than it would. The product after reads those
  * groups as its activations, and for the norm scales each row's sum by 1 / rms(y), which is common
  * to the whole row (the int8 groups of y * w and of y * w / rms(y) are the same up to rounding).
- * The quantized activations live in two buffers that trade places (xq_trade): a product reads one
- * while it writes the other. Written in session 20 without a GPU: off until measured
- * (bench/cuda/h200_float.sh runs the A/B). */
-static void xq_trade(cuda_backend *cb) {
-    int8_t *q = cb->xq;
-    float2 *d = cb->xds;
-    cb->xq = cb->xq_alt;
-    cb->xds = cb->xds_alt;
-    cb->xq_alt = q;
-    cb->xds_alt = d;
-}
-
-/* The output part of a hand-over into the other buffer (norm: times its weight, with the sums). */
-static mmvs_epi epi_out(const cuda_backend *cb, const bk_weight *norm) {
-    mmvs_epi e = {};
-    e.cnt = cb->epi_cnt;
-    e.oxq = cb->xq_alt;
-    e.oxds = cb->xds_alt;
-    if (norm) {
-        e.ow = (const float *)norm->dev;
-        e.opart = cb->epi_part;
-    }
-    return e;
-}
-
+ * The quantized activations live in two buffers that trade places (cuda_xq_trade): a product reads
+ * one while it writes the other. cuda_moe.cu's one-token MoE hands over too (cuda_moe_ffn_shared).
+ * Written in session 20 without a GPU: off until measured (bench/cuda/h200_handover.sh runs the A/B). */
 /* y += x W^T, leaving y times norm's weight quantized in groups for the norm_matmul / norm_swiglu
  * of y that follows (backend.h: matmul_add_norm); else matmul_add. */
 extern "C" void cuda_matmul_add_norm(bk_backend *be, const bk_weight *w, const float *x, int n, float *y,
                                      const bk_weight *norm, float eps) {
     cuda_backend *cb = (cuda_backend *)be;
-    if (n == 1 && (cb->nq & 1) && !cb->ablate && norm->type == QT_F32 && norm->dev && w->n_out % 32 == 0 &&
-        (size_t)w->n_out <= cb->xq_cap && q8_path(cb, 1) == Q8_MMVQ && cuda_mmvq_dec_supported(cb, w->type, w->n_in) &&
-        cuda_mmvq_prepare(cb, x, w->n_in, 1)) {
+    if (n == 1 && cuda_nq_can(cb, norm, w->n_out) && q8_path(cb, 1) == Q8_MMVQ &&
+        cuda_mmvq_dec_supported(cb, w->type, w->n_in) && cuda_mmvq_prepare(cb, x, w->n_in, 1)) {
         mmvs_mats mm = {};
         mmvs_add(mm, (const uint8_t *)w->dev, NULL, y, w->n_out);
-        const mmvs_epi ep = epi_out(cb, norm);
+        const mmvs_epi ep = cuda_epi_out(cb, norm);
         if (cuda_mmvs(cb, w->type, false, mm, w->row_bytes, w->n_in, 1, NULL, &ep)) {
             CU_LAUNCHED(cb);
-            xq_trade(cb);
-            cb->nq_src = y;
-            cb->nq_norm = norm;
-            cb->nq_eps = eps;
-            cb->nq_dim = w->n_out;
+            cuda_nq_handed(cb, y, norm, eps, w->n_out);
             return;
         }
     }
@@ -540,7 +513,7 @@ static int nq_swiglu(cuda_backend *cb, const bk_weight *gate, const bk_weight *u
     if ((!in_nq && !oq) || cb->glu_off || cb->ablate || gate->type != up->type || gate->n_out != up->n_out ||
         gate->row_bytes != up->row_bytes || !cuda_mmvq_dec_supported(cb, gate->type, gate->n_in))
         return 0;
-    mmvs_epi ep = oq ? epi_out(cb, NULL) : mmvs_epi{};
+    mmvs_epi ep = oq ? cuda_epi_out(cb, NULL) : mmvs_epi{};
     if (in_nq) {
         ep.npart = cb->epi_part;
         ep.eps = cb->nq_eps;
@@ -553,7 +526,7 @@ static int nq_swiglu(cuda_backend *cb, const bk_weight *gate, const bk_weight *u
 }
 /* After nq_swiglu's 2: xq holds out's quantization (the buffers trade places, its tag says so). */
 static void nq_swiglu_out(cuda_backend *cb, const float *out, int64_t n_ff) {
-    xq_trade(cb);
+    cuda_xq_trade(cb);
     cb->xq_src = out;
     cb->xq_n = 1;
     cb->xq_dim = n_ff;

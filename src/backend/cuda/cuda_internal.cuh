@@ -926,7 +926,8 @@ void cuda_moe_router(bk_backend *be, const bk_weight *w, const float *x, int n, 
 void cuda_moe_ids_local(bk_backend *be, int32_t *ids, int n, int e0, int e1);
 bool cuda_moe_ffn_shared(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
                          const bk_weight *gs, const bk_weight *us, const bk_weight *ds, const float *h, int n,
-                         const int32_t *ids, const float *weights, int k, const float *sh_logit, float *x);
+                         const int32_t *ids, const float *weights, int k, const float *sh_logit, float *x,
+                         const bk_weight *next_norm, float eps);
 void cuda_moe_free(cuda_backend *cb);
 }
 /* The quantized activations' tag (xq_src above) across an op that reads x and xq and writes only

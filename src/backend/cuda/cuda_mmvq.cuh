@@ -259,6 +259,43 @@ typedef struct mmvs_epi {
 } mmvs_epi;
 bool cuda_mmvs(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, size_t row_bytes, int64_t n_in,
                int accum, const mmvs_norm *norm, const mmvs_epi *epi = NULL);
+/* The hand-over's buffers trade places: the quantized activations a product wrote into xq_alt become
+ * xq, the ones it read the spare. */
+static inline void cuda_xq_trade(cuda_backend *cb) {
+    int8_t *q = cb->xq;
+    float2 *d = cb->xds;
+    cb->xq = cb->xq_alt;
+    cb->xds = cb->xds_alt;
+    cb->xq_alt = q;
+    cb->xds_alt = d;
+}
+/* The output part of a hand-over, into the spare buffer (norm: times its weight, with the sums). */
+static inline mmvs_epi cuda_epi_out(const cuda_backend *cb, const bk_weight *norm) {
+    mmvs_epi e = {};
+    e.cnt = cb->epi_cnt;
+    e.oxq = cb->xq_alt;
+    e.oxds = cb->xds_alt;
+    if (norm) {
+        e.ow = (const float *)norm->dev;
+        e.opart = cb->epi_part;
+    }
+    return e;
+}
+/* Whether a product closing the residual y (d wide) may hand over to the norm_matmul of y with norm
+ * (BRISK_CUDA_NQ bit 1; the product's launch then takes cuda_epi_out(cb, norm)). */
+static inline bool cuda_nq_can(const cuda_backend *cb, const bk_weight *norm, int64_t d) {
+    return (cb->nq & 1) && !cb->ablate && norm && norm->type == QT_F32 && norm->dev && norm->n_in == d && d % 32 == 0 &&
+           (size_t)d <= cb->xq_cap;
+}
+/* After that launch (and its CU_LAUNCHED): xq holds y times norm's weight in groups, for the next
+ * norm_matmul / norm_swiglu of y (cuda_gemv.cu's nq_ready). */
+static inline void cuda_nq_handed(cuda_backend *cb, const float *y, const bk_weight *norm, float eps, int64_t d) {
+    cuda_xq_trade(cb);
+    cb->nq_src = y;
+    cb->nq_norm = norm;
+    cb->nq_eps = eps;
+    cb->nq_dim = d;
+}
 /* cuda_mmvf.cu: the same for float weights (F16, BF16, F32) on float activations x (see there);
  * cuda_mmvf_takes: whether it takes a weight of this type and shape (BRISK_CUDA_MMVF=1). */
 bool cuda_mmvf(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, size_t row_bytes, int64_t n_in,

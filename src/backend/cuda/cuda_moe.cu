@@ -45,6 +45,7 @@
  * when the kernel runs: the hot-expert cache points an expert at its GPU
  * slot or at its bytes in mapped host memory (streamed over PCIe), and a
  * captured graph follows the table's later changes. */
+#include "backend/cuda/cuda_bulk.cuh" /* the hand-over's epilogue (mmvs_epi) */
 #include "backend/cuda/cuda_mmq.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
@@ -724,7 +725,8 @@ template <int T, int NU>
 __global__ void __launch_bounds__(MMVQ_WARPS * 32)
 moe_vec_down_comb_kernel(const uint8_t *D, const uint8_t *const *td, size_t row_bytes, int64_t n_ff, int64_t n_embd,
                          int n_expert, const int32_t *ids, const float *wts, int k, const uint8_t *Ds,
-                         const float *sh_logit, const int8_t *hq, const float2 *hds, float *y, int accum) {
+                         const float *sh_logit, const int8_t *hq, const float2 *hds, float *y, int accum,
+                         mmvs_epi ep) {
     BK_TRACE_SCOPE();
     using U = qunit<T>;
     pdl_wait(); /* ids and weights come from the router, h from the gate/up launch */
@@ -763,13 +765,14 @@ moe_vec_down_comb_kernel(const uint8_t *D, const uint8_t *const *td, size_t row_
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (lane == 0) y[r] = accum ? __fadd_rn(y[r], acc) : acc;
+    if (ep.cnt) mmvs_epi_rows(ep, y, r, 0, lane == 0 ? 1 : 0, lane); /* (BRISK_CUDA_NQ: the next norm's input) */
 }
 
 /* Launches moe_vec_down_comb_kernel for the down type, or false (the type, or more pairs than 8 a lane). */
 template <int T>
 static bool moe_down_comb_t(cuda_backend *cb, const uint8_t *D, const uint8_t *const *td, size_t row_bytes,
                             int64_t n_ff, int64_t n_embd, int n_expert, const int32_t *ids, const float *wts, int k,
-                            const uint8_t *Ds, const float *sh_logit, float *y, int accum) {
+                            const uint8_t *Ds, const float *sh_logit, float *y, int accum, const mmvs_epi &ep) {
     if (n_ff % qunit<T>::W) return false;
     const int64_t pairs = (int64_t)(k + (Ds != NULL)) * (n_ff / qunit<T>::W);
     const dim3 grid((unsigned)((n_embd + MMVQ_WARPS - 1) / MMVQ_WARPS));
@@ -777,7 +780,7 @@ static bool moe_down_comb_t(cuda_backend *cb, const uint8_t *D, const uint8_t *c
     if (pairs <= 32 * N) {                                                                                        \
         pdl_launch(cb, moe_vec_down_comb_kernel<T, N>, grid, dim3(MMVQ_WARPS * 32), 0, D, td, row_bytes, n_ff, \
                    n_embd, n_expert, ids, wts, k, Ds, sh_logit, (const int8_t *)cb->xq, (const float2 *)cb->xds, y,   \
-                   accum);                                                                                        \
+                   accum, ep);                                                                                    \
         return true;                                                                                              \
     }
     DC_GO(1) DC_GO(2) DC_GO(3) DC_GO(4) DC_GO(6) DC_GO(8)
@@ -787,15 +790,15 @@ static bool moe_down_comb_t(cuda_backend *cb, const uint8_t *D, const uint8_t *c
 
 static bool moe_down_comb(cuda_backend *cb, const bk_weight *down, const uint8_t *Ds, int64_t n_ff, int64_t n_embd,
                           int n_expert, const int32_t *ids, const float *wts, int k, const float *sh_logit, float *y,
-                          int accum) {
+                          int accum, const mmvs_epi &ep) {
     if (cb->moe_comb_off) return false;
     const uint8_t *D = (const uint8_t *)down->dev;
     const uint8_t *const *td = (const uint8_t *const *)down->expert_ptrs;
     switch (down->type) {
-    case QT_Q4_K: return moe_down_comb_t<QT_Q4_K>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum);
-    case QT_Q6_K: return moe_down_comb_t<QT_Q6_K>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum);
-    case QT_Q8_0: return moe_down_comb_t<QT_Q8_0>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum);
-    case QT_Q4_0: return moe_down_comb_t<QT_Q4_0>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum);
+    case QT_Q4_K: return moe_down_comb_t<QT_Q4_K>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum, ep);
+    case QT_Q6_K: return moe_down_comb_t<QT_Q6_K>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum, ep);
+    case QT_Q8_0: return moe_down_comb_t<QT_Q8_0>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum, ep);
+    case QT_Q4_0: return moe_down_comb_t<QT_Q4_0>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum, ep);
     default: return false;
     }
 }
@@ -885,7 +888,8 @@ extern "C" size_t bk_cuda_moe_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_
  * moe_buf's (moe_prepare sized it), as in moe_ffn's chunks. */
 static bool moe_vec(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
                     const bk_weight *const *sh, bool residual, const float *x, const int32_t *ids,
-                    const float *weights, int k, const float *sh_logit, float *out) {
+                    const float *weights, int k, const float *sh_logit, float *out, const mmvs_epi *ep = NULL,
+                    bool *handed = NULL) {
     const int n_expert = gate->n_expert > 0 ? gate->n_expert : 1;
     const int64_t n_ff = gate->n_out / n_expert, n_embd = gate->n_in;
     const int slots = k + (sh != NULL);
@@ -926,9 +930,11 @@ static bool moe_vec(cuda_backend *cb, const bk_weight *gate, const bk_weight *up
      * per slot), one token was slower on the H200 (qwen3-30b-a3b tg128 291.6 against 306.3,
      * qwen3.6-35b-a3b 328.0 against 339.3): the last block's serial tail cost more than the launch */
     if (!(cb->ablate & ABL_MOE_HQ)) cuda_mmvq_quantize(cb, h, n_ff, slots);
-    if (!(cb->ablate & ABL_MOE_DOWN) &&
-        moe_down_comb(cb, down, Ds, n_ff, n_embd, n_expert, ids, weights, k, sh_logit, out, residual ? 1 : 0))
+    if (!(cb->ablate & ABL_MOE_DOWN) && moe_down_comb(cb, down, Ds, n_ff, n_embd, n_expert, ids, weights, k, sh_logit,
+                                                      out, residual ? 1 : 0, ep ? *ep : mmvs_epi{})) {
+        if (handed) *handed = ep != NULL;
         return true;
+    }
     if (!(cb->ablate & ABL_MOE_DOWN)) {
         if (r == 4) VEC_DOWN(4) else VEC_DOWN(2)
     }
@@ -968,7 +974,7 @@ static void moe_launched(cuda_backend *cb) { CU_LAUNCHED(cb); } /* (CU_LAUNCHED 
 extern "C" bool cuda_moe_ffn_shared(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
                                     const bk_weight *gs, const bk_weight *us, const bk_weight *ds, const float *h,
                                     int n, const int32_t *ids, const float *weights, int k, const float *sh_logit,
-                                    float *x) {
+                                    float *x, const bk_weight *next_norm, float eps) {
     cuda_backend *cb = (cuda_backend *)be;
     CU_ABLATE(cb, ABL_MOE, true);
     const int n_expert = gate->n_expert > 0 ? gate->n_expert : 1;
@@ -984,8 +990,15 @@ extern "C" bool cuda_moe_ffn_shared(bk_backend *be, const bk_weight *gate, const
         return false;
     if (!moe_prepare(cb, gate, up, down, k)) return true; /* the error is recorded */
     const bk_weight *sh[3] = {gs, us, ds};
-    if (!moe_vec(cb, gate, up, down, gs ? sh : NULL, true, h, ids, weights, k, sh_logit, x)) return false;
+    /* BRISK_CUDA_NQ bit 1: the down + combine kernel leaves x times the next norm's weight quantized
+     * (cuda_gemv.cu's hand-over) */
+    const bool nq = cuda_nq_can(cb, next_norm, n_embd);
+    const mmvs_epi ep = nq ? cuda_epi_out(cb, next_norm) : mmvs_epi{};
+    bool handed = false;
+    if (!moe_vec(cb, gate, up, down, gs ? sh : NULL, true, h, ids, weights, k, sh_logit, x, nq ? &ep : NULL, &handed))
+        return false;
     moe_launched(cb);
+    if (handed) cuda_nq_handed(cb, x, next_norm, eps, n_embd);
     return true;
 }
 
