@@ -36,7 +36,4 @@ for P in ${*:-qwen3-8b qwen3.6-27b qwen3-30b-a3b}; do
   done
   rm -f $M; el $P; first=0
 done
-if [ -n "${MEMCHECK:-}" ]; then
-  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  timeout 240 $CS --tool memcheck $B/tests/test_cuda_ops handover moe_handover 2>&1 | tail -3
-fi
+if [ -n "${MEMCHECK:-}" ]; then ops_memcheck handover moe_handover; fi

@@ -5,22 +5,23 @@
 # (`brisk synth --preset qwen3-8b --vocab ggml-vocab-qwen2.gguf --type T --repeat-rows 256`), with
 # the greedy text of 48 tokens either way (not bit for bit: int8 activations against floats).
 #   bash bench/cuda/h200_qtypes.sh [MIX...]      default q5_k_m iq4_xs iq4_nl
+# AB=VAR=VALUE: the switch to alternate instead (h200_float.sh: BRISK_CUDA_MMVF=1); OPS="CASES":
+# the op tests to run first instead ("": none).
 # MEMCHECK=1: compute-sanitizer's memcheck on the streamed products' op test after.
 set -u
 d=/tmp/qt; . bench/cuda/device_env.sh
-timeout 300 $B/tests/test_cuda_ops matmul matmul_stream matmul_multi 2>&1 | grep -E "^ok|^FAIL|differ|passed" | head
+AB=${AB:-BRISK_CUDA_DEC_QTYPES=0}
+OPS=${OPS-matmul matmul_stream matmul_multi}
+[ -n "$OPS" ] && timeout 300 $B/tests/test_cuda_ops $OPS 2>&1 | grep -E "^ok|^FAIL|differ|passed" | head
 for T in ${*:-q5_k_m iq4_xs iq4_nl}; do
   M=$d/qwen3-8b-$T.gguf
   $A synth --preset qwen3-8b --vocab $d/vocab.gguf --type $T --repeat-rows 256 -o $M 2>&1 | tail -1
-  for v in X=1 BRISK_CUDA_DEC_QTYPES=0 X=1; do
+  for v in X=1 $AB X=1 $AB; do
     echo "qwen3-8b $T $v: $(env $v $A bench -m $M -p 0 -n 128 -r 2 2>&1 | grep -E '^\| *tg')"
   done
-  for v in X=1 BRISK_CUDA_DEC_QTYPES=0; do
+  for v in X=1 $AB; do
     echo "qwen3-8b $T greedy $v: $(env $v $A run -m $M -p 'Once upon a time' -n 48 --temp 0 --ignore-eos 2>/dev/null | md5sum)"
   done
   rm -f $M
 done
-if [ -n "${MEMCHECK:-}" ]; then # the streamed products (every integer-dot type) under memcheck
-  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  timeout 240 $CS --tool memcheck $B/tests/test_cuda_ops matmul_stream 2>&1 | tail -3
-fi
+if [ -n "${MEMCHECK:-}" ]; then ops_memcheck matmul_stream; fi

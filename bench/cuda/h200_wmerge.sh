@@ -28,7 +28,4 @@ for P in ${*:-qwen3-8b}; do
   done
   rm -f $M
 done
-if [ -n "${MEMCHECK:-}" ]; then
-  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  timeout 240 $CS --tool memcheck $B/tests/test_cuda_ops attention_wmerge 2>&1 | tail -3
-fi
+if [ -n "${MEMCHECK:-}" ]; then ops_memcheck attention_wmerge; fi

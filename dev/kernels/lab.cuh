@@ -28,6 +28,17 @@ static inline double copy_bw(void) {
     cudaFree(d);
     return 2.0 * bytes * 10 / (ms * 1e-3) / 1e9;
 }
+/* max |a - b| / max |b|: the labs' "rel" column (a kernel's output against the one it replaces) */
+static inline double max_rel(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = a[i] > b[i] ? (double)a[i] - b[i] : (double)b[i] - a[i];
+        if (d > num) num = d;
+        double m = b[i] < 0 ? -(double)b[i] : b[i];
+        if (m > den) den = m;
+    }
+    return den > 0 ? num / den : num;
+}
 /* Labs that drive the mainline code through a real backend (gemm_lab, mmq_lab, ssm_lab): a seeded
  * xorshift for their inputs, a check of the backend's sticky error, and a timer. */
 static uint64_t lab_rng = 0x9E3779B97F4A7C15ull;

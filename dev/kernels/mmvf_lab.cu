@@ -19,16 +19,6 @@
 #include "../../src/backend/cuda/cuda_gemv.cu"
 #include "lab.cuh"
 
-static double max_rel(const float *a, const float *b, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (d > num) num = d;
-        if (fabs(b[i]) > den) den = fabs(b[i]);
-    }
-    return den > 0 ? num / den : num;
-}
-
 static const char *tname(uint32_t t) { return t == QT_F16 ? "f16" : t == QT_BF16 ? "bf16" : "f32"; }
 
 /* A matrix of n_out rows of a float type, n_in wide; glu: a gate and an up matrix; qkv: three, of

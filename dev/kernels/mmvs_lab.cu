@@ -25,16 +25,6 @@ static const char *tname(int t) {
     return t == QT_Q4_K ? "q4_K" : t == QT_Q6_K ? "q6_K" : t == QT_Q8_0 ? "q8_0" : "q4_0";
 }
 
-static double max_rel(const float *a, const float *b, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (d > num) num = d;
-        if (fabs(b[i]) > den) den = fabs(b[i]);
-    }
-    return den > 0 ? num / den : num;
-}
-
 /* n_mats matrices of n_out rows (GLU: gate and up) of type T, n_in wide. */
 template <int T> static void run(cuda_backend *cb, int64_t n_in, int64_t n_out, int n_mats, bool glu, double bw) {
     size_t rb = quant_row_size(T, n_in), bytes = rb * (size_t)n_out;

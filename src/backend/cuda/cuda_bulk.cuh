@@ -51,6 +51,24 @@ __device__ __forceinline__ void bulk_copy_g2s(void *dst, const void *src, uint32
 }
 #endif
 
+/* The copies' L2 policy for streamed weights: evict first (read once a step; the KV cache and the
+ * activations should keep the L2). */
+__device__ __forceinline__ uint64_t bulk_evict_first() {
+    uint64_t policy = 0;
+#ifndef BK_NO_BULK
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+#endif
+    return policy;
+}
+/* Lane 0 of a warp: its ring's stage barriers initialised, then its first n_pre stages asked for
+ * (issue(j) fills stage j); the products call it before pdl_wait, the weights depending on no
+ * kernel before. */
+template <class F> __device__ __forceinline__ void ring_start(uint64_t *bar, int stages, int64_t n_pre, F issue) {
+    for (int s = 0; s < stages; s++) mbar_init(bar + s, 1);
+    mbar_init_fence();
+    for (int64_t j = 0; j < n_pre; j++) issue(j);
+}
+
 /* The first byte of row r of the concatenated matrices (W2: of the up matrix's row r). */
 __device__ __forceinline__ const uint8_t *mmvs_row_src(const mmvs_mats &mm, int64_t r, uint32_t row_bytes) {
     const bool m1 = mm.count > 1 && r >= mm.rend[0], m2 = mm.count > 2 && r >= mm.rend[1];

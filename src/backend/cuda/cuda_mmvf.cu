@@ -82,19 +82,14 @@ mmvf_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, const float *x, int 
     const int64_t n_rows = mm.count > 2 ? mm.rend[2] : mm.count > 1 ? mm.rend[1] : mm.rend[0];
     const int64_t gg = (int64_t)blockIdx.x * NW + warp, ng = (int64_t)gridDim.x * NW;
     const int64_t mine = gg < n_rows ? (n_rows - 1 - gg) / ng + 1 : 0, items = mine * nch;
-    uint64_t policy = 0;
-#ifndef BK_NO_BULK
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-#endif
+    const uint64_t policy = bulk_evict_first();
     /* the weights depend on no earlier kernel: the first pre stages go out before pdl_wait (as
      * cuda_mmvs.cu's, mmvs_pre_stages), the rest once the activations are in shared memory */
     const int64_t n_fill = items < stages ? items : stages, n_pre = pre < n_fill ? pre : n_fill;
-    if (lane == 0) {
-        for (int s = 0; s < stages; s++) mbar_init(bar + s, 1);
-        mbar_init_fence();
-        for (int64_t j = 0; j < n_pre; j++)
+    if (lane == 0)
+        ring_start(bar, stages, n_pre, [&](int64_t j) {
             mmvf_issue<GLU>(mm, gg, ng, j, nch, row_bytes, chunk, ring + (size_t)j * stage_bytes, bar + j, policy);
-    }
+        });
     __syncwarp();
     pdl_wait();
     for (int64_t i = threadIdx.x; i < n_in / 4; i += NW * 32) ((float4 *)xs)[i] = ((const float4 *)x)[i];

@@ -152,21 +152,16 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
     constexpr int NK = NORM ? (NI * 32 * U::W + NW * 32 - 1) / (NW * 32) : 1; /* the norm's values per thread */
     mmvs_norm_regs<NW, NK> nr;
     if constexpr (NORM) mmvs_norm_load_w<NW, NK>(nm, n_in, nr);
-    uint64_t policy = 0;
-#ifndef BK_NO_BULK
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-#endif
+    const uint64_t policy = bulk_evict_first();
     /* The weights do not depend on the kernel before: their copies start before pdl_wait, the first
      * pre stages of each warp's ring there (mmvs_pre_stages), the others once its activations' loads
      * are out, so that these do not queue behind a whole ring of copies. */
     const int64_t n_fill = mine < stages ? mine : stages, n_pre = pre < n_fill ? pre : n_fill;
-    if (lane == 0) {
-        for (int s = 0; s < stages; s++) mbar_init(bar + s, 1);
-        mbar_init_fence();
-        for (int64_t i = 0; i < n_pre; i++)
+    if (lane == 0)
+        ring_start(bar, stages, n_pre, [&](int64_t i) {
             mmvs_issue<GLU>(mm, gg + i * ng, row_bytes, cs, len, sg.cap, ring + (size_t)i * stage_bytes, bar + i,
                             policy);
-    }
+        });
     __syncwarp();
     pdl_wait();
     const int8_t *xsrc = xq;
