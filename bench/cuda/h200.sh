@@ -2,6 +2,7 @@
 # On the GPU machine (after bench/cuda/pack.sh here): brisk against llama.cpp v0.4.0's CUDA
 # build, alternating in one run, on synthetic models; results under $OUT (or /tmp/h200).
 #   bash bench/cuda/h200.sh [MODELS...]      MODELS: preset:type, default qwen3-8b:q4_k_m qwen3-8b:q8_0
+#                                            qwen3-8b:bf16 (issue 4's three rows)
 #   MOE_MODELS="preset@layers:type ..."      short rows (pp512, tg128) for the MoE / hybrid shapes, default
 #                                            qwen3-30b-a3b@24, qwen3.6-35b-a3b@20, qwen3.6-27b@32 in q4_k_m
 # Models are written with `brisk synth --repeat-rows 256` (seconds, not minutes; same shapes and types).
@@ -12,7 +13,7 @@
 set -u
 OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
 d=/tmp/bm; L=/tmp/ll/b/bin; . bench/cuda/device_env.sh
-MODELS=${*:-${MODELS:-qwen3-8b:q4_k_m qwen3-8b:q8_0}}
+MODELS=${*:-${MODELS:-qwen3-8b:q4_k_m qwen3-8b:q8_0 qwen3-8b:bf16}}
 SD=${SERVER_DURATION:-12}; DR=${DEPTH_REPS:-2}   # server seconds per stream count, depth-row repetitions
 MOE_MODELS=${MOE_MODELS-qwen3-30b-a3b@24:q4_k_m qwen3.6-35b-a3b@20:q4_k_m qwen3.6-27b@32:q4_k_m}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,clocks.max.sm,power.draw --format=csv,noheader | tee "$OUT/smi.txt"
