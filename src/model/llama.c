@@ -66,10 +66,18 @@ void decoder_logits(const brisk_model *m, bk_backend *be, const fwd_batch *b, fw
     const model_hparams *hp = &m->hp;
     const bk_backend_ops *op = be->ops;
     int d = hp->n_embd;
-    /* Only the rows that want logits go through the final norm and the LM head. */
-    for (int i = 0; i < b->n_out; i++)
-        op->copy(be, s->out + (size_t)i * d, s->x + (size_t)b->out_idx[i] * d, (size_t)d * sizeof(float));
-    op->rms_norm(be, s->out, &m->output_norm, s->out, b->n_out, d, hp->rms_eps);
+    /* Only the rows that want logits go through the final norm and the LM head. Consecutive rows (a
+     * decode step's, a prompt's last) go straight through the norm: no copy, whose graph node would
+     * also stop the next kernels' early launch on a GPU. */
+    bool run = true;
+    for (int i = 1; i < b->n_out && run; i++) run = b->out_idx[i] == b->out_idx[0] + i;
+    if (run) {
+        op->rms_norm(be, s->x + (size_t)b->out_idx[0] * d, &m->output_norm, s->out, b->n_out, d, hp->rms_eps);
+    } else {
+        for (int i = 0; i < b->n_out; i++)
+            op->copy(be, s->out + (size_t)i * d, s->x + (size_t)b->out_idx[i] * d, (size_t)d * sizeof(float));
+        op->rms_norm(be, s->out, &m->output_norm, s->out, b->n_out, d, hp->rms_eps);
+    }
     const bk_weight *wout = &m->output;
     op->matmul(be, 1, &wout, NULL, s->out, b->n_out, &s->logits);
 }
