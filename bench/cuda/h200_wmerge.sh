@@ -3,7 +3,8 @@
 # for a whole head group at once (BRISK_CUDA_ATTN_WMERGE=1, cuda_attn_decode.cu's dec_combine_wide)
 # against the head-by-head merge, and BRISK_CUDA_ATTN_BPS=3 (the splits one wave of three blocks per
 # SM): the attention op tests with the switch on, then tg64 of qwen3-8b (Q4_K_M, --repeat-rows 256)
-# at depth 8K and 32K with the switches alternating, and the greedy text of 32 tokens
+# at depth 8K and 32K with the switches alternating (and tg128 at depth 0 with
+# BRISK_CUDA_ATTN_MINCHUNK=256 against the default 128), and the greedy text of 32 tokens
 # after a 9,000-token prompt either way (not bit for bit: the merge adds in another order).
 #   bash bench/cuda/h200_wmerge.sh [PRESET...]      default qwen3-8b
 # MEMCHECK=1: compute-sanitizer's memcheck on the op test after.
@@ -14,6 +15,10 @@ for P in ${*:-qwen3-8b}; do
   M=$d/$P.gguf
   $A synth --preset $P --vocab $d/vocab.gguf --type q4_k_m --repeat-rows 256 \
     $(case $P in *a3b) echo --expert-skew 1 ;; esac) -o $M 2>&1 | tail -1
+  # at short depth: one split up to 256 positions (no merge for the whole of tg128) against 128
+  for v in X=1 BRISK_CUDA_ATTN_MINCHUNK=256 X=1 BRISK_CUDA_ATTN_MINCHUNK=256; do
+    echo "$P tg128 $v: $(env $v $A bench -m $M -p 0 -n 128 -r 2 2>&1 | grep -E '^\| *tg')"
+  done
   for dd in 8192 32768; do
     for v in X=1 BRISK_CUDA_ATTN_WMERGE=1 BRISK_CUDA_ATTN_BPS=3 BRISK_CUDA_ATTN_WMERGE=1,BRISK_CUDA_ATTN_BPS=3 X=1 \
       BRISK_CUDA_ATTN_WMERGE=1,BRISK_CUDA_ATTN_BPS=3; do
