@@ -30,7 +30,7 @@
 #define MMVF_SMEM_MAX (200 * 1024) /* as cuda_mmvs.cu: of the H200's 227 KB per block */
 #define MMVF_STAGES_MAX 8
 #define MMVF_CHUNK_MAX 8192 /* bytes of a row per copy */
-#define MMVF_CHUNK_MIN 1024 /* below: fewer bytes a copy than the engine moves well; the float GEMV instead */
+#define MMVF_CHUNK_MIN 1024 /* rows cut into smaller chunks move poorly: the float GEMV instead (rows that fit one chunk stream whole) */
 #define MMVF_MIN_ROWS 1024  /* fewer rows (a MoE router): gemv_splitk_kernel, a block per row */
 
 /* 4 consecutive weights of a float row as floats (p: 8 bytes for F16 / BF16, 16 for F32, aligned). */
