@@ -184,7 +184,7 @@ __device__ __forceinline__ void dec_combine_group(const float *part, int stride,
  * values start 8-byte aligned) over the splits, 16 splits' loads at a time: ~n_use / 16 + 2 round
  * trips for the whole group. The weights exp2(max_s - M) go to w_s (G * n_use floats: the block's
  * o_s, dead by then); l_s: G floats. The output is quantized for the product after it in groups of
- * 32 values held by 16 lanes, with q8_1_store_lane's arithmetic. */
+ * 32 values held by 16 lanes (q8_1_store_pair). */
 #define DEC_WIDE_STEP 16
 __device__ __noinline__ void dec_combine_wide(const float *part, int stride, int n_use, int n_head, int hd, int h0, int G, int t,
                                  float *out, int8_t *xq, float2 *xds, const att_gate &gate, float *w_s, float *l_s) {
@@ -242,20 +242,7 @@ __device__ __noinline__ void dec_combine_wide(const float *part, int stride, int
             y1 = att_gate_apply(gate, o.y * inv, t, n_head, h, d + 1);
             *(float2 *)(out + oi) = make_float2(y0, y1);
         }
-        if (xq) { /* values oi, oi + 1 of the group oi / 32, whose 32 values lanes 16k .. 16k + 15 hold */
-            float a = fmaxf(fabsf(y0), fabsf(y1));
-#pragma unroll
-            for (int o2 = 8; o2 > 0; o2 >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o2));
-            const float dq = a / 127.0f;
-            const int q0 = a == 0.0f ? 0 : (int)roundf(y0 / dq), q1 = a == 0.0f ? 0 : (int)roundf(y1 / dq);
-            int sq = q0 + q1;
-#pragma unroll
-            for (int o2 = 8; o2 > 0; o2 >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o2);
-            if (have) {
-                *(char2 *)(xq + oi) = make_char2((signed char)q0, (signed char)q1);
-                if (lane % 16 == 0) xds[oi / 32] = make_float2(dq, dq * (float)sq);
-            }
-        }
+        if (xq) q8_1_store_pair(y0, y1, (int64_t)oi, lane, have, xq, xds); /* the group oi / 32: 16 lanes */
     }
 }
 

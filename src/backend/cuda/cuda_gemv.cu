@@ -214,22 +214,30 @@ mm_tiled_kernel(const uint8_t *W, size_t row_bytes, int64_t n_in, int64_t n_out,
     }
 }
 
-/* One token's products on float weights streamed (cuda_mmvf.cu): the first run of w[0..n_w) of one
- * float type and row size (up to MMVS_MATS matrices in one launch; with up, the gate/up pair of a
- * SwiGLU into y[0]). Returns the matrices it took (0: none; the caller takes the float GEMV). */
-static int mmvf_run(cuda_backend *cb, int n_w, const bk_weight *const *w, const bk_weight *const *bias,
-                    const float *x, float *const *y, int accum, const bk_weight *up) {
-    const bk_weight *w0 = w[0];
-    if (!cuda_mmvf_takes(cb, w0->type, w0->n_in, up ? w0->n_out : 1 << 30, w0->row_bytes) ||
-        (up && (up->type != w0->type || up->n_out != w0->n_out || up->row_bytes != w0->row_bytes)))
-        return 0;
+/* The first run of w[0..n_w) of one type, row size and width as one streamed launch's matrices (up
+ * to MMVS_MATS; with up, the gate/up pair of a SwiGLU into y[0], or an empty run where up does not
+ * match the gate). */
+static mmvs_mats mmvs_run(int n_w, const bk_weight *const *w, const bk_weight *const *bias, float *const *y,
+                          const bk_weight *up) {
     mmvs_mats mm = {};
+    const bk_weight *w0 = w[0];
+    if (up && (up->type != w0->type || up->n_out != w0->n_out || up->row_bytes != w0->row_bytes)) return mm;
     for (int m = 0; m < (up ? 1 : n_w) && m < MMVS_MATS && w[m]->type == w0->type &&
                     w[m]->row_bytes == w0->row_bytes && w[m]->n_in == w0->n_in; m++)
         mmvs_add(mm, (const uint8_t *)w[m]->dev, bias && bias[m] ? (const float *)bias[m]->dev : NULL, y[m],
                  w[m]->n_out);
     if (up) mm.W2 = (const uint8_t *)up->dev;
-    return cuda_mmvf(cb, w0->type, up != NULL, mm, w0->row_bytes, w0->n_in, x, accum) ? mm.count : 0;
+    return mm;
+}
+
+/* One token's products on float weights streamed (cuda_mmvf.cu): mmvs_run's matrices of w in one
+ * launch. Returns the matrices it took (0: none; the caller takes the float GEMV). */
+static int mmvf_run(cuda_backend *cb, int n_w, const bk_weight *const *w, const bk_weight *const *bias,
+                    const float *x, float *const *y, int accum, const bk_weight *up) {
+    if (!cb->mmvf_on) return 0;
+    const mmvs_mats mm = mmvs_run(n_w, w, bias, y, up);
+    return mm.count && cuda_mmvf(cb, w[0]->type, up != NULL, mm, w[0]->row_bytes, w[0]->n_in, x, accum) ? mm.count
+                                                                                                       : 0;
 }
 
 /* y (n, n_out) = x W^T (+ bias), or y += x W^T when accum is set. *x16 notes that x is
@@ -349,7 +357,8 @@ extern "C" void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, 
                 continue;
             }
         }
-        if (n == 1 && !(path && q8_takes(cb, path, w[m]))) { /* float runs of one type in one launch */
+        if (n == 1 && n_w - m > 1 && !(path && q8_takes(cb, path, w[m]))) { /* float runs in one launch (a
+                                                                               * single matrix: matmul_one) */
             int took = mmvf_run(cb, n_w - m, w + m, bias ? bias + m : NULL, x, y + m, 0, NULL);
             if (took > 0) {
                 m += took - 1;
@@ -430,17 +439,11 @@ static int norm_mmvs(cuda_backend *cb, const float *x, const bk_weight *norm, fl
                      const bk_weight *const *w, const bk_weight *const *bias, float *const *y, const bk_weight *up) {
     int64_t d = w[0]->n_in;
     if (!cb->norm_fuse_on || cb->normq_off || !cb->xq || norm->type != QT_F32 || d % 32 || (size_t)d > cb->xq_cap ||
-        !cuda_mmvq_supported(w[0]->type, d) || (up && (cb->glu_off || up->type != w[0]->type ||
-                                                        up->n_out != w[0]->n_out || up->row_bytes != w[0]->row_bytes)))
+        !cuda_mmvq_supported(w[0]->type, d) || (up && cb->glu_off))
         return 0;
-    mmvs_mats mm = {};
-    for (int m = 0; m < (up ? 1 : n_w) && m < MMVS_MATS && w[m]->type == w[0]->type &&
-                    w[m]->row_bytes == w[0]->row_bytes && w[m]->n_in == d; m++)
-        mmvs_add(mm, (const uint8_t *)w[m]->dev, bias && bias[m] ? (const float *)bias[m]->dev : NULL, y[m],
-                 w[m]->n_out);
-    if (up) mm.W2 = (const uint8_t *)up->dev;
+    const mmvs_mats mm = mmvs_run(n_w, w, bias, y, up);
     mmvs_norm nm = {x, (const float *)norm->dev, xn, eps};
-    return cuda_mmvs(cb, w[0]->type, up != NULL, mm, w[0]->row_bytes, d, 0, &nm) ? mm.count : 0;
+    return mm.count && cuda_mmvs(cb, w[0]->type, up != NULL, mm, w[0]->row_bytes, d, 0, &nm) ? mm.count : 0;
 }
 
 /* ---- the one-token hand-over between products (BRISK_CUDA_NQ, off by default) ----
@@ -491,15 +494,9 @@ static int nq_matmul(cuda_backend *cb, int n_w, const bk_weight *const *w, const
     ep.eps = cb->nq_eps;
     int m = 0;
     while (m < n_w && w[m]->n_in == d && cuda_mmvq_dec_supported(cb, w[m]->type, d)) {
-        mmvs_mats mm = {};
-        int k = m;
-        for (; k < n_w && k - m < MMVS_MATS && w[k]->type == w[m]->type && w[k]->row_bytes == w[m]->row_bytes &&
-               w[k]->n_in == d;
-             k++)
-            mmvs_add(mm, (const uint8_t *)w[k]->dev, bias && bias[k] ? (const float *)bias[k]->dev : NULL, y[k],
-                     w[k]->n_out);
+        const mmvs_mats mm = mmvs_run(n_w - m, w + m, bias ? bias + m : NULL, y + m, NULL);
         if (!cuda_mmvs(cb, w[m]->type, false, mm, w[m]->row_bytes, d, 0, NULL, &ep)) break;
-        m = k;
+        m += mm.count;
     }
     return m;
 }
@@ -509,18 +506,15 @@ static int nq_matmul(cuda_backend *cb, int n_w, const bk_weight *const *w, const
  * Returns 0 with nothing launched, 1 launched, 2 launched with the output's groups in xq_alt (the
  * caller, after CU_LAUNCHED: nq_swiglu_out). */
 static int nq_swiglu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, float *out, bool in_nq) {
-    const bool oq = (cb->nq & 2) && gate->n_out % 32 == 0 && (size_t)gate->n_out <= cb->xq_cap;
-    if ((!in_nq && !oq) || cb->glu_off || cb->ablate || gate->type != up->type || gate->n_out != up->n_out ||
-        gate->row_bytes != up->row_bytes || !cuda_mmvq_dec_supported(cb, gate->type, gate->n_in))
+    const bool oq = (cb->nq & 2) && cuda_nq_fits(cb, gate->n_out);
+    const mmvs_mats mm = mmvs_run(1, &gate, NULL, &out, up);
+    if ((!in_nq && !oq) || cb->glu_off || cb->ablate || !mm.count || !cuda_mmvq_dec_supported(cb, gate->type, gate->n_in))
         return 0;
     mmvs_epi ep = oq ? cuda_epi_out(cb, NULL) : mmvs_epi{};
     if (in_nq) {
         ep.npart = cb->epi_part;
         ep.eps = cb->nq_eps;
     }
-    mmvs_mats mm = {};
-    mmvs_add(mm, (const uint8_t *)gate->dev, NULL, out, gate->n_out);
-    mm.W2 = (const uint8_t *)up->dev;
     if (!cuda_mmvs(cb, gate->type, true, mm, gate->row_bytes, gate->n_in, 0, NULL, &ep)) return 0;
     return oq ? 2 : 1;
 }

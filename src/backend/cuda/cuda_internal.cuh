@@ -499,17 +499,36 @@ __device__ __forceinline__ float warp_rms_scale(const float *x, int n, float eps
  * of the quants) to xds[i / 32], the int8 blocks the integer-dot products read (q8_1 as ggml's).
  * Every kernel that quantizes activations on the way (the norm, the decode attention's output,
  * quantize_q8_1_kernel itself) stores through this, so all give the same bytes. */
+__device__ __forceinline__ int q8_1_quant(float v, float a) { /* v's quant in a group of largest |value| a */
+    return a == 0.0f ? 0 : (int)roundf(v / (a / 127.0f));
+}
 __device__ __forceinline__ void q8_1_store_lane(float v, int64_t i, int lane, int8_t *xq, float2 *xds) {
     float a = fabsf(v);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-    float d = a / 127.0f;
-    int q = a == 0.0f ? 0 : (int)roundf(v / d);
+    int q = q8_1_quant(v, a);
     xq[i] = (int8_t)q;
     int s = q;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) xds[i / 32] = make_float2(d, d * (float)s);
+    if (lane == 0) xds[i / 32] = make_float2(a / 127.0f, a / 127.0f * (float)s);
+}
+/* The same with two values a lane, i and i + 1 (i even), a group of 32 held by 16 lanes (lanes
+ * 16k .. 16k + 15, the whole warp calling); have: whether this lane holds values (both lanes of a
+ * group's 16 alike). */
+__device__ __forceinline__ void q8_1_store_pair(float v0, float v1, int64_t i, int lane, bool have, int8_t *xq,
+                                                float2 *xds) {
+    float a = fmaxf(fabsf(v0), fabsf(v1));
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    const int q0 = q8_1_quant(v0, a), q1 = q8_1_quant(v1, a);
+    int s = q0 + q1;
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (have) {
+        *(char2 *)(xq + i) = make_char2((signed char)q0, (signed char)q1);
+        if (lane % 16 == 0) xds[i / 32] = make_float2(a / 127.0f, a / 127.0f * (float)s);
+    }
 }
 
 /* ---- rope (cuda_norm_rope.cu; the fused decode attention of cuda_attn_decode.cu) ---- */

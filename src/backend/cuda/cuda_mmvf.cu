@@ -198,8 +198,8 @@ static bool mmvf_go(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, i
     return true;
 }
 
-/* Whether cuda_mmvf takes a weight of this type and shape at one token. */
-bool cuda_mmvf_takes(const cuda_backend *cb, uint32_t type, int64_t n_in, int64_t n_out, size_t row_bytes) {
+/* Whether cuda_mmvf takes weights of this type and shape at one token. */
+static bool mmvf_takes(const cuda_backend *cb, uint32_t type, int64_t n_in, int64_t n_out, size_t row_bytes) {
     return cb->mmvf_on && (type == QT_F16 || type == QT_BF16 || type == QT_F32) && n_in % 4 == 0 &&
            row_bytes % 16 == 0 && row_bytes <= UINT32_MAX / 4 && n_out >= MMVF_MIN_ROWS;
 }
@@ -210,7 +210,7 @@ bool cuda_mmvf_takes(const cuda_backend *cb, uint32_t type, int64_t n_in, int64_
 bool cuda_mmvf(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, size_t row_bytes, int64_t n_in,
                const float *x, int accum) {
     const int64_t n_rows = mm.rend[mm.count - 1];
-    if (!cuda_mmvf_takes(cb, type, n_in, n_rows, row_bytes) || (uintptr_t)x % 16) return false;
+    if (!mmvf_takes(cb, type, n_in, n_rows, row_bytes) || (uintptr_t)x % 16) return false;
     for (int m = 0; m < mm.count; m++)
         if ((uintptr_t)mm.W[m] % 16) return false;
     if (glu && (mm.count != 1 || (uintptr_t)mm.W2 % 16)) return false;

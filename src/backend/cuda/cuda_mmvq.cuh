@@ -281,11 +281,14 @@ static inline mmvs_epi cuda_epi_out(const cuda_backend *cb, const bk_weight *nor
     }
     return e;
 }
+/* Whether a product's d outputs fit the hand-over's groups and buffers (and no ablation skews it). */
+static inline bool cuda_nq_fits(const cuda_backend *cb, int64_t d) {
+    return !cb->ablate && d % 32 == 0 && (size_t)d <= cb->xq_cap;
+}
 /* Whether a product closing the residual y (d wide) may hand over to the norm_matmul of y with norm
  * (BRISK_CUDA_NQ bit 1; the product's launch then takes cuda_epi_out(cb, norm)). */
 static inline bool cuda_nq_can(const cuda_backend *cb, const bk_weight *norm, int64_t d) {
-    return (cb->nq & 1) && !cb->ablate && norm && norm->type == QT_F32 && norm->dev && norm->n_in == d && d % 32 == 0 &&
-           (size_t)d <= cb->xq_cap;
+    return (cb->nq & 1) && cuda_nq_fits(cb, d) && norm && norm->type == QT_F32 && norm->dev && norm->n_in == d;
 }
 /* After that launch (and its CU_LAUNCHED): xq holds y times norm's weight in groups, for the next
  * norm_matmul / norm_swiglu of y (cuda_gemv.cu's nq_ready). */
@@ -296,10 +299,9 @@ static inline void cuda_nq_handed(cuda_backend *cb, const float *y, const bk_wei
     cb->nq_eps = eps;
     cb->nq_dim = d;
 }
-/* cuda_mmvf.cu: the same for float weights (F16, BF16, F32) on float activations x (see there);
- * cuda_mmvf_takes: whether it takes a weight of this type and shape (BRISK_CUDA_MMVF=1). */
+/* cuda_mmvf.cu: the same for float weights (F16, BF16, F32) on float activations x (see there;
+ * BRISK_CUDA_MMVF=1). */
 bool cuda_mmvf(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, size_t row_bytes, int64_t n_in,
                const float *x, int accum);
-bool cuda_mmvf_takes(const cuda_backend *cb, uint32_t type, int64_t n_in, int64_t n_out, size_t row_bytes);
 
 #endif
