@@ -96,7 +96,9 @@ typedef struct brisk_model_info {
     uint64_t n_params;      /* weights counted by element */
     uint64_t weight_bytes;  /* bytes of tensor data */
     uint64_t decode_bytes;  /* weight bytes read per decoded token (the embedding table only as the LM head;
-                               MoE: of each layer's experts only the n_expert_used a token routes to) */
+                               MoE: of each layer's experts only the n_expert_used a token routes to);
+                               brisk_decode_bytes counts a whole step (KV, recurrent state, batches) */
+    int n_expert, n_expert_used; /* MoE: routed experts a layer has, and picks per token; 0: dense */
     int gpu_device;         /* CUDA device holding the weights, or -1 (CPU) */
     int n_gpu_layers;       /* layers on that device (the last ones; the output layer with them),
                                or on the second CPU backend of a split_cpu model; 0: none */
@@ -198,6 +200,12 @@ void brisk_context_free(brisk_context *ctx);
  * BRISK_ERR_UNSUPPORTED for a model without experts or a context without stats. */
 brisk_status brisk_context_expert_counts(const brisk_context *ctx, int64_t *counts, int64_t cap, int *n_layer,
                                          int *n_expert);
+/* With collect_expert_stats: over every forward pass so far and each of its MoE layers, the
+ * sum of the distinct experts the pass's tokens were routed to (*reads: the expert weights
+ * that layer read) and the number of such (pass, layer) pairs (*passes). The difference of
+ * two readings around a run of decode steps gives the run's mean distinct experts per layer
+ * and step, brisk_decode_bytes's experts_read. Same errors as brisk_context_expert_counts. */
+brisk_status brisk_context_expert_reads(const brisk_context *ctx, int64_t *reads, int64_t *passes);
 /* Expert statistics files (`brisk calibrate -o`; JSON, see engine/expert_stats.c): counts is
  * (n_layer, n_expert), layer-major, over `tokens` tokens routed to n_expert_used experts each. */
 brisk_status brisk_expert_stats_write(const char *path, const char *model_path, int n_layer, int n_expert,
@@ -242,8 +250,30 @@ typedef struct brisk_memory_report {
 void brisk_context_memory(const brisk_context *ctx, brisk_memory_report *out);
 
 brisk_status brisk_decode(brisk_context *ctx, const brisk_batch_entry *entries, int n);
+
 /* Logits of the i-th entry of the last batch that asked for them (n_vocab floats), or NULL. */
 const float *brisk_get_logits(brisk_context *ctx, int i);
+
+/* The memory traffic of one decode step, in bytes: what a bandwidth figure (GB/s, and its share
+ * of the roofline) divides by time. Of this process's layers (a pipeline or tensor-parallel rank:
+ * its own). */
+typedef struct brisk_step_bytes {
+    uint64_t weights; /* weights, once for the step (MoE: the routed experts read, see below), and
+                         the step's rows of an untied token embedding */
+    uint64_t kv;      /* K and V rows the step's tokens attend to, in the layers with a KV cache only
+                         (a hybrid's full-attention layers), at the cache type's size */
+    uint64_t state;   /* recurrent (Gated DeltaNet) state, read and written once per sequence: the
+                         delta-rule matrices and the conv's last inputs, f32; 0 without such layers */
+    uint64_t total;   /* the sum of the three */
+} brisk_step_bytes;
+/* A step of n_seq sequences, one token each at position depth (depth positions cached before
+ * it, so each reads depth + 1 rows of K and V per attention layer), with a kv_type cache.
+ * experts_read: the distinct routed experts each MoE layer reads in the step, on average, as
+ * measured (brisk_context_expert_reads); <= 0: n_seq * n_expert_used, at most n_expert, the
+ * most the step can read (distinct experts are counted on the CPU only; on a GPU this bound
+ * is what there is). BRISK_ERR_INVALID_ARG for a negative depth, n_seq < 1 or an unknown type. */
+brisk_status brisk_decode_bytes(const brisk_model *model, brisk_kv_type kv_type, int64_t depth, int n_seq,
+                                double experts_read, brisk_step_bytes *out);
 
 /* ---- per-sequence cache control --------------------------------------
  * Recurrent models (qwen35, qwen35moe: Gated DeltaNet layers) keep, besides

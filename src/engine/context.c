@@ -74,6 +74,8 @@ struct brisk_context {
     int n_out_cap;       /* rows of logits a forward pass computes at most (outs_for) */
     int64_t *expert_counts; /* (n_layer, n_expert) routing statistics, or NULL (fwd_scratch.expert_counts) */
     int32_t *ids_host;      /* (n_ubatch, n_expert_used) */
+    int64_t expert_reads[2];/* sum over (pass, MoE layer) of distinct experts routed; such pairs (fwd_scratch) */
+    uint8_t *expert_seen;   /* (n_expert) scratch of that count */
     int32_t *tokens, *pos, *slot, *seq, *out_idx; /* (n_ubatch) */
     int32_t *pp_out;        /* (n_ubatch) pipeline parallelism: out_idx cut by micro-batch */
     const int32_t **tables; /* (n_ubatch) */
@@ -123,6 +125,7 @@ void brisk_context_free(brisk_context *c) {
     free(c->logit_row);
     free(c->expert_counts);
     free(c->ids_host);
+    free(c->expert_seen);
     free(c);
 }
 
@@ -575,13 +578,16 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
         }
         c->expert_counts = calloc((size_t)hp->n_layer * hp->n_expert, sizeof(int64_t));
         c->ids_host = malloc((size_t)c->n_ubatch * hp->n_expert_used * sizeof(int32_t));
-        if (!c->expert_counts || !c->ids_host) {
+        c->expert_seen = malloc((size_t)hp->n_expert);
+        if (!c->expert_counts || !c->ids_host || !c->expert_seen) {
             s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
             goto fail;
         }
         for (int i = 0; i < c->n_stage; i++) {
             c->st[i].s.expert_counts = c->expert_counts;
             c->st[i].s.ids_host = c->ids_host;
+            c->st[i].s.expert_reads = c->expert_reads;
+            c->st[i].s.expert_seen = c->expert_seen;
         }
     }
     free(kv_be);
@@ -605,6 +611,40 @@ brisk_status brisk_context_expert_counts(const brisk_context *c, int64_t *counts
     if (counts && cap >= n) memcpy(counts, c->expert_counts, (size_t)n * sizeof(int64_t));
     return counts && cap < n ? bk_fail(BRISK_ERR_RANGE, "%lld counts do not fit in %lld", (long long)n, (long long)cap)
                              : BRISK_OK;
+}
+
+brisk_status brisk_context_expert_reads(const brisk_context *c, int64_t *reads, int64_t *passes) {
+    BK_TRY(brisk_context_expert_counts(c, NULL, 0, NULL, NULL));
+    if (reads) *reads = c->expert_reads[0];
+    if (passes) *passes = c->expert_reads[1];
+    return BRISK_OK;
+}
+
+brisk_status brisk_decode_bytes(const brisk_model *m, brisk_kv_type kv_type, int64_t depth, int n_seq,
+                                double experts_read, brisk_step_bytes *out) {
+    memset(out, 0, sizeof *out);
+    const model_hparams *hp = &m->hp;
+    if (depth < 0 || n_seq < 1 || (kv_type != BRISK_KV_F32 && kv_type != BRISK_KV_F16 && kv_type != BRISK_KV_Q8_0))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "brisk_decode_bytes: bad depth %lld, n_seq %d or KV type %d",
+                       (long long)depth, n_seq, (int)kv_type);
+    if (m->vocab_only) return bk_fail(BRISK_ERR_INVALID_ARG, "brisk_decode_bytes: a vocab-only model has no weights");
+    /* Without measured routing, the most a step can read: every token's own top-k, all distinct
+     * (exact for one sequence), never more than the layer's experts. */
+    if (experts_read <= 0) experts_read = (double)n_seq * hp->n_expert_used;
+    out->weights = model_step_weight_bytes(m, experts_read);
+    if (!hp->tied_output && (m->pp_size <= 0 || m->pp_rank == 0))
+        out->weights += (uint64_t)n_seq * m->tok_embd.row_bytes; /* the looked-up rows */
+    size_t conv, ssm, kv_row = kv_cache_row_bytes(kv_type, hp->n_head_kv * hp->head_dim);
+    rs_layer_floats(hp, &conv, &ssm);
+    for (int l = 0; l < hp->n_layer; l++) {
+        if (m->pp_size > 0 && (l < m->pp_l0 || l >= m->pp_l1)) continue; /* another rank's */
+        if (model_layer_recurrent(hp, l)) /* the state is read, updated and written back each step */
+            out->state += 2 * (uint64_t)n_seq * (conv + ssm) * sizeof(float);
+        else /* each token's K and V history, its own row included */
+            out->kv += 2 * (uint64_t)n_seq * (uint64_t)(depth + 1) * kv_row;
+    }
+    out->total = out->weights + out->kv + out->state;
+    return BRISK_OK;
 }
 
 /* Grows the host logits buffer to hold n rows (only when a batch asks for more rows than any before). */

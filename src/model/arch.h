@@ -34,6 +34,8 @@ typedef struct fwd_scratch {
     /* routing statistics (brisk_context_params.collect_expert_stats), host memory, or NULL */
     int64_t *expert_counts; /* (n_layer, n_expert) */
     int32_t *ids_host;      /* (n, n_expert_used) a layer's choices read back */
+    int64_t *expert_reads;  /* (2) distinct experts summed over (pass, MoE layer), and such pairs */
+    uint8_t *expert_seen;   /* (n_expert) which experts this pass's layer routed to */
     /* runs the experts of layers with exps_host (n_cpu_moe) on the CPU; NULL when the stage has none */
     moe_offload *moe_offload;
 } fwd_scratch;
@@ -73,7 +75,8 @@ void decoder_logits(const brisk_model *m, bk_backend *be, const fwd_batch *b, fw
  * (the model's rms_eps), whose xn nothing reads (bk_matmul_add_norm). */
 void residual_matmul(const brisk_model *m, bk_backend *be, const bk_weight *w, const float *x, int n, float *tmp,
                      float *y, const bk_weight *next_norm);
-/* (model/qwen3moe.c) Adds layer l's routed experts (s->moe_ids) to s->expert_counts, if kept. */
+/* (model/qwen3moe.c) Adds layer l's routed experts (s->moe_ids) to s->expert_counts, if kept, and
+ * the number of distinct ones (the expert weights the pass reads) to s->expert_reads. */
 void moe_count_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l);
 /* (model/qwen3moe.c) s->moe_out = layer l's routed experts over s->xb as s->moe_ids and s->moe_w chose
  * them (backend.h's moe_ffn): on be, or on the CPU when the layer keeps its experts in host memory. */

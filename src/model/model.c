@@ -700,6 +700,25 @@ void brisk_model_free(brisk_model *m) {
     free(m);
 }
 
+uint64_t model_step_weight_bytes(const brisk_model *m, double experts_read) {
+    uint64_t embd = (uint64_t)m->tok_embd.row_bytes * (uint64_t)m->tok_embd.n_out;
+    uint64_t bytes = m->weight_bytes - embd + (m->hp.tied_output ? embd : 0);
+    if (!m->hp.n_expert || !m->layers) return bytes;
+    /* With tensor parallelism the tensors hold the rank's experts only, and of the experts the
+     * router picks the rank runs its share (held / n_expert of them, on average). */
+    double ne = m->hp.n_expert, held = m->tp_n_expert_local > 0 ? m->tp_n_expert_local : ne;
+    double read = (experts_read < ne ? experts_read : ne) * held / ne, all = 0, used = 0;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const layer_weights *L = &m->layers[l];
+        double exps = (double)L->gate_exps.n_out * L->gate_exps.row_bytes +
+                      (double)L->up_exps.n_out * L->up_exps.row_bytes +
+                      (double)L->down_exps.n_out * L->down_exps.row_bytes;
+        all += exps;
+        used += exps / held * read;
+    }
+    return bytes - (uint64_t)all + (uint64_t)(used + 0.5);
+}
+
 void brisk_model_get_info(const brisk_model *m, brisk_model_info *o) {
     memset(o, 0, sizeof *o);
     o->arch = m->arch_name;
@@ -719,18 +738,9 @@ void brisk_model_get_info(const brisk_model *m, brisk_model_info *o) {
     o->n_ctx_train = m->hp.n_ctx_train;
     o->n_params = m->n_params;
     o->weight_bytes = m->weight_bytes;
-    uint64_t embd = (uint64_t)m->tok_embd.row_bytes * (uint64_t)m->tok_embd.n_out;
-    o->decode_bytes = m->weight_bytes - embd + (m->hp.tied_output ? embd : 0);
-    /* MoE: a token reads only its n_expert_used experts of each layer (of the whole model's; with
-     * tensor parallelism the tensors hold the rank's experts only) */
-    uint64_t held = m->tp_n_expert_local > 0 ? (uint64_t)m->tp_n_expert_local : (uint64_t)m->hp.n_expert;
-    for (int l = 0; m->hp.n_expert && m->layers && l < m->hp.n_layer; l++) {
-        const layer_weights *L = &m->layers[l];
-        uint64_t exps = (uint64_t)L->gate_exps.n_out * L->gate_exps.row_bytes +
-                        (uint64_t)L->up_exps.n_out * L->up_exps.row_bytes +
-                        (uint64_t)L->down_exps.n_out * L->down_exps.row_bytes;
-        o->decode_bytes -= exps / held * (uint64_t)(m->hp.n_expert - m->hp.n_expert_used);
-    }
+    o->decode_bytes = model_step_weight_bytes(m, m->hp.n_expert_used);
+    o->n_expert = m->hp.n_expert;
+    o->n_expert_used = m->hp.n_expert_used;
     o->gpu_device = -1;
     bk_backend_is_cuda(m->be, &o->gpu_device);
     o->n_gpu_layers = m->be || model_split(m) ? m->hp.n_layer - m->n_cpu_layers : 0;

@@ -147,6 +147,11 @@ static inline void model_pp_layers(int n_layer, int rank, int n_ranks, int *l0, 
  * layers [0, n_cpu_moe) keep their experts in host memory: the other layers, the output layer,
  * and the embedding when it serves as the tied LM head (else it stays in host memory). */
 uint64_t model_gpu_bytes(const gguf_file *g, int n_layer, int n_cpu_layers, int n_cpu_moe);
+/* Bytes of weights one forward pass over a small batch reads: every weight once, the token
+ * embedding only as the tied LM head (its looked-up rows are not counted), and of each MoE
+ * layer's routed experts experts_read distinct ones (at most n_expert; a fraction is an
+ * average over steps). */
+uint64_t model_step_weight_bytes(const brisk_model *m, double experts_read);
 /* Reads hyperparameters for the file's architecture (BRISK_ERR_UNSUPPORTED for others). */
 brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp);
 #endif

@@ -21,6 +21,8 @@
  * slots' ids become -1: moe_ids_local); the all-reduce of these partial sums
  * over the ranks gives the layer's sum before the residual add.
  */
+#include <string.h>
+
 #include "base/status.h"
 #include "model/arch.h"
 
@@ -28,8 +30,17 @@ void moe_count_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b,
     if (!s->expert_counts) return;
     int k = m->hp.n_expert_used, ne = m->hp.n_expert;
     if (be->ops->read(be, s->moe_ids, s->ids_host, (size_t)b->n * k * sizeof(int32_t)) != BRISK_OK) return;
-    for (int i = 0; i < b->n * k; i++)
-        if (s->ids_host[i] >= 0 && s->ids_host[i] < ne) s->expert_counts[(size_t)l * ne + s->ids_host[i]]++;
+    memset(s->expert_seen, 0, (size_t)ne);
+    int64_t distinct = 0;
+    for (int i = 0; i < b->n * k; i++) {
+        int e = s->ids_host[i];
+        if (e < 0 || e >= ne) continue;
+        s->expert_counts[(size_t)l * ne + e]++;
+        distinct += !s->expert_seen[e];
+        s->expert_seen[e] = 1;
+    }
+    s->expert_reads[0] += distinct;
+    s->expert_reads[1]++;
 }
 
 brisk_status moe_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l) {
