@@ -1,7 +1,9 @@
 /* cmd_bench.c — `brisk bench`: prompt processing and generation speed, as
  * mean ± sd over repetitions, with the bandwidth achieved and its share of
  * the machine's measured memory bandwidth (llama-bench's method: one warm-up,
- * then -r runs, each from an empty cache). */
+ * then -r runs, each from the same -d tokens of cache, filled once). The bytes
+ * are those each token really reads (brisk_decode_bytes): weights, a MoE's
+ * routed experts, KV history of the layers that keep one, recurrent state. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -96,36 +98,77 @@ static int rand_token(int n_vocab) {
     return (int)(rng_state % (uint64_t)n_vocab);
 }
 
-/* Fills sequences [0, n_seq) with `depth` tokens each, untimed (llama-bench's -d). */
+/* Fills sequences [0, n_seq) with `depth` tokens each, untimed (llama-bench's -d), once for the
+ * whole bench: at depth 131072 a fill takes minutes, so the runs cut their sequences back to it
+ * (cut_back) instead of filling again; a recurrent model's state is restored from the checkpoint
+ * taken here (the context keeps one per sequence). */
 static int fill_depth(brisk_context *ctx, int n_vocab, int depth, int n_seq, int n_batch, brisk_batch_entry *batch) {
     for (int s = 0; s < n_seq; s++) {
-        brisk_seq_clear(ctx, s);
+        if (brisk_seq_clear(ctx, s) != BRISK_OK) return -1;
         for (int p0 = 0; p0 < depth; p0 += n_batch) {
             int nb = depth - p0 < n_batch ? depth - p0 : n_batch;
             for (int i = 0; i < nb; i++) batch[i] = (brisk_batch_entry){rand_token(n_vocab), p0 + i, s, false};
             if (brisk_decode(ctx, batch, nb) != BRISK_OK) return -1;
         }
+        if (brisk_seq_checkpoint(ctx, s) != BRISK_OK) return -1;
     }
     return 0;
 }
 
-/* One run after `depth` cached tokens: pp tokens as one batch, or tg steps of
- * one token for each of n_seq sequences. Returns tokens/s (all sequences) or -1. */
-static double run_once(brisk_context *ctx, int n_vocab, int n_prompt, int n_gen, int depth, int n_seq, int n_batch,
+/* Sequences [0, n_seq) back to their first `depth` tokens (depth 0: cleared). */
+static int cut_back(brisk_context *ctx, int depth, int n_seq) {
+    for (int s = 0; s < n_seq; s++)
+        if (brisk_seq_remove(ctx, s, depth, -1) != BRISK_OK) return -1;
+    return 0;
+}
+
+/* One run after `depth` cached tokens (fill_depth's): pp tokens as one batch, or tg steps of one
+ * token for each of n_seq sequences; afterwards, untimed, the sequences are cut back to depth.
+ * Returns tokens/s (all sequences) or -1. */
+static double run_once(brisk_context *ctx, int n_vocab, int n_prompt, int n_gen, int depth, int n_seq,
                        brisk_batch_entry *batch) {
-    if (fill_depth(ctx, n_vocab, depth, n_prompt > 0 ? 1 : n_seq, n_batch, batch) < 0) return -1;
-    double t0 = cli_now();
+    double t0 = cli_now(), tps;
     if (n_prompt > 0) {
         for (int i = 0; i < n_prompt; i++)
             batch[i] = (brisk_batch_entry){rand_token(n_vocab), depth + i, 0, i == n_prompt - 1};
         if (brisk_decode(ctx, batch, n_prompt) != BRISK_OK) return -1;
-        return n_prompt / (cli_now() - t0);
+        tps = n_prompt / (cli_now() - t0);
+    } else {
+        for (int i = 0; i < n_gen; i++) {
+            for (int s = 0; s < n_seq; s++) batch[s] = (brisk_batch_entry){rand_token(n_vocab), depth + i, s, true};
+            if (brisk_decode(ctx, batch, n_seq) != BRISK_OK) return -1;
+        }
+        tps = (double)n_gen * n_seq / (cli_now() - t0);
     }
+    return cut_back(ctx, depth, n_prompt > 0 ? 1 : n_seq) < 0 ? -1 : tps;
+}
+
+/* Bytes a run reads per token (brisk_decode_bytes): pp, the weights once for the batch (a MoE's
+ * experts as many as its tokens route to; the cached history as attention reads it is not
+ * counted); tg, every step's weights, KV history at that step's depth and recurrent state,
+ * over the n_seq tokens of the step. experts: measured distinct experts per layer and step, or 0.
+ * 0 on failure. */
+static double bytes_per_token(const brisk_model *m, brisk_kv_type kv, int n_prompt, int n_gen, int depth, int n_seq,
+                              double experts) {
+    brisk_step_bytes b;
+    if (n_prompt > 0)
+        return brisk_decode_bytes(m, kv, depth, n_prompt, experts, &b) == BRISK_OK ? (double)b.weights / n_prompt : 0;
+    double sum = 0;
     for (int i = 0; i < n_gen; i++) {
-        for (int s = 0; s < n_seq; s++) batch[s] = (brisk_batch_entry){rand_token(n_vocab), depth + i, s, true};
-        if (brisk_decode(ctx, batch, n_seq) != BRISK_OK) return -1;
+        if (brisk_decode_bytes(m, kv, (int64_t)depth + i, n_seq, experts, &b) != BRISK_OK) return 0;
+        sum += (double)b.total;
     }
-    return (double)n_gen * n_seq / (cli_now() - t0);
+    return sum / ((double)n_gen * n_seq);
+}
+
+/* Mean distinct experts per MoE layer and pass since the reading (*reads, *passes) was taken, which
+ * it then renews; 0 when the context does not count them (a GPU, a dense model). */
+static double experts_since(const brisk_context *ctx, int64_t *reads, int64_t *passes) {
+    int64_t r, p;
+    if (brisk_context_expert_reads(ctx, &r, &p) != BRISK_OK) return 0;
+    double mean = p > *passes ? (double)(r - *reads) / (double)(p - *passes) : 0;
+    *reads = r, *passes = p;
+    return mean;
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -180,12 +223,17 @@ int cmd_bench(int argc, char **argv) {
     /* The GPU's copy bandwidth (the roofline) is measured before the model loads, so that its two
      * 1 GiB buffers never add to the run's peak memory (compared with llama.cpp's in RESULTS.md). */
     double gpu_bw = mo.n_gpu_layers != 0 ? brisk_gpu_bandwidth(mo.device) : 0.0;
+    /* a recurrent model's runs go back to the depth through one checkpoint a sequence (fill_depth) */
+    cp.n_seq_checkpoints = 1;
     if (!cli_load_model(model_path, &mo, &cp, &m)) goto done;
+    brisk_model_info info;
+    brisk_model_get_info(m, &info);
+    /* A MoE on the CPU counts the distinct experts each step routes to, the expert weights it reads
+     * (a copy of a few ids a layer); on a GPU brisk_decode_bytes's bound stands in for them. */
+    cp.collect_expert_stats = info.n_expert > 0 && info.gpu_device < 0;
     if (!cli_new_context(m, &cp, &ctx)) goto done;
     batch = malloc((size_t)(cp.n_batch > 1 ? cp.n_batch : 1) * sizeof *batch);
     if (!batch) goto done;
-    brisk_model_info info;
-    brisk_model_get_info(m, &info);
     int n_vocab = brisk_n_vocab(m);
     /* the roofline is the memory the weights are read from */
     double bw = info.gpu_device < 0 ? measure_bandwidth(cli_default_threads())
@@ -202,23 +250,32 @@ int cmd_bench(int argc, char **argv) {
         printf("| %-14s | %18s | %8s | %7s |\n", "test", "tokens/s", "GB/s", "% of bw");
         printf("|----------------|--------------------|----------|---------|\n");
     }
+    double t_fill = cli_now();
+    if (fill_depth(ctx, n_vocab, depth, n_seq, cp.n_batch, batch) < 0) {
+        cli_error(1, "%s", brisk_last_error());
+        goto done_tps;
+    }
+    if (depth > 0 && !json)
+        fprintf(stderr, "depth %d filled once for %d sequence%s in %.2f s\n", depth, n_seq, n_seq > 1 ? "s" : "",
+                cli_now() - t_fill);
     for (int kind = 0; kind < 2; kind++) {
         int np = kind == 0 ? n_prompt : 0, ng = kind == 0 ? 0 : n_gen;
         if ((kind == 0 && np == 0) || (kind == 1 && ng == 0)) continue;
-        if (run_once(ctx, n_vocab, np, ng, depth, n_seq, cp.n_batch, batch) < 0) { /* warm-up */
+        if (run_once(ctx, n_vocab, np, ng, depth, n_seq, batch) < 0) { /* warm-up */
             cli_error(1, "%s", brisk_last_error());
             goto done_tps;
         }
-        for (int r = 0; r < reps; r++) tps[r] = run_once(ctx, n_vocab, np, ng, depth, n_seq, cp.n_batch, batch);
+        int64_t reads = 0, passes = 0;
+        experts_since(ctx, &reads, &passes);
+        for (int r = 0; r < reps; r++)
+            if ((tps[r] = run_once(ctx, n_vocab, np, ng, depth, n_seq, batch)) < 0) {
+                cli_error(1, "%s", brisk_last_error());
+                goto done_tps;
+            }
         double mean, sd;
         stats(tps, reps, &mean, &sd);
-        /* bytes per token: all weights once per batch (pp) or per token (tg) */
-        /* bytes per generated token: the weights once per step (shared by the
-         * step's n_seq tokens) plus the token's own K and V history */
-        double kv_elt = cp.kv_type == BRISK_KV_F32 ? 4.0 : cp.kv_type == BRISK_KV_Q8_0 ? 34.0 / 32 : 2.0;
-        double kv_pos = 2.0 * info.n_layer * info.n_head_kv * info.head_dim * kv_elt;
-        double per_tok = (double)info.decode_bytes / n_seq + kv_pos * (depth + ng / 2.0);
-        double gbs = kind == 0 ? info.decode_bytes * (mean / np) / 1e9 : per_tok * mean / 1e9;
+        double per_tok = bytes_per_token(m, cp.kv_type, np, ng, depth, n_seq, experts_since(ctx, &reads, &passes));
+        double gbs = per_tok * mean / 1e9;
         char name[48];
         int nl = snprintf(name, sizeof name, "%s%d", kind == 0 ? "pp" : "tg", kind == 0 ? np : ng);
         if (depth > 0) nl += snprintf(name + nl, sizeof name - (size_t)nl, "@d%d", depth);
