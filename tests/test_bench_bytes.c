@@ -3,10 +3,16 @@
  * from the GGUF's own tensor list and metadata: a dense qwen3 (every layer
  * keeps K and V), the qwen35 hybrid (K and V of the full-attention layers
  * only, plus each Gated DeltaNet layer's state read and written), a qwen3moe
- * (the routed experts read, not all), and the context's count of distinct
+ * (the routed experts read, not all), random qwen35moe and untied llama
+ * models of the synth presets, and the context's count of distinct
  * experts a step routes to (brisk_context_expert_reads). */
 #include "brisk.h"
+#include <stdlib.h>
+#include <unistd.h>
+
 #include "format/gguf.h"
+#include "model/synth.h"
+#include "quant/quant.h"
 #include "test.h"
 
 /* What a step reads, from the file alone: its tensor bytes split into the
@@ -198,6 +204,59 @@ out:
     gguf_close(f.g);
 }
 
+/* Any file: layers with KV from full_attention_interval (all without it), DeltaNet state from
+ * the ssm keys, experts from expert_count / expert_used_count. */
+static void check_generic(const char *path) {
+    file_bytes f;
+    if (!open_file(path, &f)) return;
+    brisk_model *m = load(path);
+    if (!m) goto out;
+    int n_layer = (int)key(&f, "block_count"), interval = (int)key(&f, "full_attention_interval"), n_attn = 0;
+    for (int l = 0; l < n_layer; l++) n_attn += interval <= 0 || (l + 1) % interval == 0;
+    double ds = (double)key(&f, "ssm.state_size"), nk = (double)key(&f, "ssm.group_count"),
+           nv = (double)key(&f, "ssm.time_step_rank"), d_conv = (double)key(&f, "ssm.conv_kernel");
+    double state = interval > 0 ? (nv * ds * ds + (d_conv - 1) * (2 * nk + nv) * ds) * 4 : 0;
+    double ne = (double)key(&f, "expert_count"), k = (double)key(&f, "expert_used_count");
+    for (int n_seq = 1; n_seq <= 6; n_seq += 5) {
+        brisk_step_bytes b;
+        CHECK_OK(brisk_decode_bytes(m, BRISK_KV_Q8_0, 777, n_seq, 0, &b));
+        double share = ne > 0 ? (n_seq * k < ne ? n_seq * k : ne) / ne : 0;
+        CHECK_NEAR((double)b.weights, weights_expected(&f, n_seq, share), 1);
+        CHECK_NEAR((double)b.kv, n_seq * n_attn * kv_expected(&f, BRISK_KV_Q8_0, 777), 0.5);
+        CHECK_NEAR((double)b.state, 2 * n_seq * (n_layer - n_attn) * state, 0.5);
+    }
+out:
+    brisk_model_free(m);
+    gguf_close(f.g);
+}
+
+/* Random models of the synth presets: the hybrid MoE with a shared expert (qwen35moe), and an
+ * untied embedding (llama: a step reads its tokens' rows of it, and the LM head apart). */
+static void test_synth(void) {
+    const char *presets[] = {"tiny-qwen35moe", "tiny-llama"};
+    char dir[] = "/tmp/brisk-test-bytes-XXXXXX", path[256];
+    if (!mkdtemp(dir)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    for (int i = 0; i < 2; i++) {
+        synth_config c;
+        CHECK_OK(synth_preset(presets[i], &c));
+        c.type = QT_F16; /* half the bytes of f32 to write */
+        c.n_threads = 2;
+        snprintf(path, sizeof path, "%s/%s.gguf", dir, presets[i]);
+        CHECK_OK(synth_write(&c, NULL, path, false));
+        file_bytes f;
+        if (open_file(path, &f)) {
+            CHECK(i == 1 ? !f.tied : f.experts > 0 && key(&f, "full_attention_interval") == 2);
+            gguf_close(f.g);
+        }
+        check_generic(path);
+        remove(path);
+    }
+    rmdir(dir);
+}
+
 /* A context without statistics, or a dense model, has no expert reads. */
 static void test_reads_unsupported(void) {
     brisk_model *m = load("models/brisk-kjv-6m.gguf");
@@ -219,6 +278,7 @@ int main(int argc, char **argv) {
         {"dense", test_dense},
         {"hybrid", test_hybrid},
         {"moe", test_moe},
+        {"synth", test_synth},
         {"reads_unsupported", test_reads_unsupported},
     };
     return test_main(cases, sizeof cases / sizeof cases[0], argc, argv);
