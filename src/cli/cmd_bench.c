@@ -223,8 +223,9 @@ int cmd_bench(int argc, char **argv) {
     /* The GPU's copy bandwidth (the roofline) is measured before the model loads, so that its two
      * 1 GiB buffers never add to the run's peak memory (compared with llama.cpp's in RESULTS.md). */
     double gpu_bw = mo.n_gpu_layers != 0 ? brisk_gpu_bandwidth(mo.device) : 0.0;
-    /* a recurrent model's runs go back to the depth through one checkpoint a sequence (fill_depth) */
-    cp.n_seq_checkpoints = 1;
+    /* a recurrent model's runs go back to the depth through one checkpoint a sequence (fill_depth;
+     * a copy of the state each: none needed to go back to 0, which is a clear) */
+    cp.n_seq_checkpoints = depth > 0 ? 1 : 0;
     if (!cli_load_model(model_path, &mo, &cp, &m)) goto done;
     brisk_model_info info;
     brisk_model_get_info(m, &info);
@@ -240,6 +241,14 @@ int cmd_bench(int argc, char **argv) {
                 : info.gpu_device == mo.device && gpu_bw > 0 ? gpu_bw : brisk_gpu_bandwidth(info.gpu_device);
     double *tps = calloc((size_t)reps, sizeof *tps);
     if (!tps) goto done;
+    double t_fill = cli_now();
+    if (fill_depth(ctx, n_vocab, depth, n_seq, cp.n_batch, batch) < 0) {
+        cli_error(1, "%s", brisk_last_error());
+        goto done_tps;
+    }
+    if (depth > 0 && !json)
+        fprintf(stderr, "depth %d filled once for %d sequence%s in %.2f s\n", depth, n_seq, n_seq > 1 ? "s" : "",
+                cli_now() - t_fill);
     if (!json) {
         if (info.gpu_device >= 0)
             printf("model: %s (%s), %.2f GiB, %.2f B params; CUDA device %d; copy bandwidth %.0f GB/s (measured)\n",
@@ -250,14 +259,6 @@ int cmd_bench(int argc, char **argv) {
         printf("| %-14s | %18s | %8s | %7s |\n", "test", "tokens/s", "GB/s", "% of bw");
         printf("|----------------|--------------------|----------|---------|\n");
     }
-    double t_fill = cli_now();
-    if (fill_depth(ctx, n_vocab, depth, n_seq, cp.n_batch, batch) < 0) {
-        cli_error(1, "%s", brisk_last_error());
-        goto done_tps;
-    }
-    if (depth > 0 && !json)
-        fprintf(stderr, "depth %d filled once for %d sequence%s in %.2f s\n", depth, n_seq, n_seq > 1 ? "s" : "",
-                cli_now() - t_fill);
     for (int kind = 0; kind < 2; kind++) {
         int np = kind == 0 ? n_prompt : 0, ng = kind == 0 ? 0 : n_gen;
         if ((kind == 0 && np == 0) || (kind == 1 && ng == 0)) continue;
