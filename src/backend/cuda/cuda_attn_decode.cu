@@ -28,19 +28,11 @@
 
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
+#include "backend/cuda/cuda_attn_decode.cuh"
 
-#define DEC_WARPS 4
 #define DEC_MAX_HD 256
 #define DEC_MAX_SPLIT 256
 #define DEC_MIN_ROWS 64 /* positions per split at the longest length the launch is shaped for */
-
-/* Output value y of (token t, head h, dimension d) through the output gate, as sigmoid_mul rounds it
- * (cuda_elementwise.cu), or y without one. */
-__device__ __forceinline__ float att_gate_apply(const att_gate &g, float y, int t, int n_head, int h, int d) {
-    if (!g.g) return y;
-    const float gv = g.g[((size_t)t * n_head + h) * (size_t)g.pitch + d];
-    return y * sigmoid_f(gv);
-}
 
 /* 8 consecutive cache elements as loaded: f16 in a, f32 in a and b, q8_0's 8 bytes in a.x, a.y and its
  * block's f16 scale in a.z. Split from the conversion so a lane issues all its loads before it waits. */
@@ -86,11 +78,6 @@ template <int KT> __device__ __forceinline__ void kv_cvt8(const kv8 &r, float v[
     }
 }
 
-/* Cache row index (slot * n_head_kv + kvh) of position p. */
-__device__ __forceinline__ int dec_row(const int32_t *table, int bs, int p, int n_head_kv, int kvh) {
-    return (table[p / bs] * bs + p % bs) * n_head_kv + kvh;
-}
-
 /* Merges the first n_split of the stride partials of one (head h, token t) into out, with the
  * DEC_WARPS * 32 threads of a block: the split weights once into shared memory (w_s), then one
  * thread per dimension (coalesced reads of the partials). Maxima are base 2 (see the header). The
@@ -133,45 +120,6 @@ __device__ __forceinline__ void dec_combine_head(const float *part, int stride, 
         if (xq) q8_1_store_lane(y, (int64_t)oi, lane, xq, xds); /* hd % 32 == 0: a warp holds one group */
     }
     __syncthreads(); /* w_s and red are reused by the next head */
-}
-
-/* The same merge for all G heads of a block's group at once, when the splits are few (n_use <=
- * DEC_FAST_MERGE): each thread takes output values (g, d) and reads the (max, sum) of every split
- * of its head itself, all loads independent, so the merge is one round trip through the L2 instead
- * of three barriers' worth per head, one head after another (qwen3.6-35b-a3b's attention layers,
- * 8 heads a group at head_dim 256: ~26 us a call at tg128 depth, BRISK_CUDA_ABLATE). */
-#define DEC_FAST_MERGE 16
-__device__ __forceinline__ void dec_combine_group(const float *part, int stride, int n_use, int n_head, int hd,
-                                                  int h0, int G, int t, float *out, int8_t *xq, float2 *xds,
-                                                  const att_gate &gate) {
-    for (int i = threadIdx.x; i < G * hd; i += DEC_WARPS * 32) { /* G * hd % 32 == 0: whole warps */
-        const int g = i / hd, d = i % hd, h = h0 + g;
-        const float *pp = part + ((size_t)t * n_head + h) * stride * (hd + 2);
-        float mx[DEC_FAST_MERGE], sm[DEC_FAST_MERGE], ov[DEC_FAST_MERGE];
-#pragma unroll
-        for (int s = 0; s < DEC_FAST_MERGE; s++)
-            if (s < n_use) {
-                mx[s] = __ldcg(pp + (size_t)s * (hd + 2));
-                sm[s] = __ldcg(pp + (size_t)s * (hd + 2) + 1);
-                ov[s] = __ldcg(pp + (size_t)s * (hd + 2) + 2 + d);
-            }
-        float M = mx[0]; /* finite: split 0 holds position 0 */
-#pragma unroll
-        for (int s = 1; s < DEC_FAST_MERGE; s++)
-            if (s < n_use) M = fmaxf(M, mx[s]);
-        float L = 0.0f, o = 0.0f;
-#pragma unroll
-        for (int s = 0; s < DEC_FAST_MERGE; s++)
-            if (s < n_use) {
-                float w = exp2f(mx[s] - M);
-                L += w * sm[s];
-                o += w * ov[s];
-            }
-        const size_t oi = ((size_t)t * n_head + h) * hd + d;
-        const float y = att_gate_apply(gate, o / L, t, n_head, h, d);
-        out[oi] = y;
-        if (xq) q8_1_store_lane(y, (int64_t)oi, threadIdx.x % 32, xq, xds);
-    }
 }
 
 /* The merge of many splits (n_use > DEC_FAST_MERGE: deep contexts, e.g. 66 splits at depth 8K-32K on
@@ -532,6 +480,9 @@ bool cuda_attn_decode_supported(int head_dim) {
 bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, int max_np, const int32_t *d_pos,
                       const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
                       att_gate gate, const dec_rope &rope, float *out) {
+    if (cb->attn_mma_min > 0 && max_np >= cb->attn_mma_min && !cb->attn_gqa_off &&
+        cuda_attn_mma_supported(cb, kv->kv_type, hd, n_head, n_head_kv))
+        return cuda_attn_mma(cb, q, kv, n, max_np, d_pos, d_off, d_tabs, n_head, n_head_kv, hd, scale, gate, rope, out);
     int group = n_head / n_head_kv, G = group;
     if ((G != 2 && G != 4 && G != 8) || cb->attn_gqa_off) G = 1;
     /* Splits: about four blocks per SM (one resident wave at ~128 registers a thread), at least

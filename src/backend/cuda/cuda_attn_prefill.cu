@@ -43,58 +43,12 @@
 #include <math.h>
 
 #include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_mma_ptx.cuh"
 
 #define FA_WARPS 4
 #define FA_THREADS (FA_WARPS * 32)
 #define FA_BM (FA_WARPS * 16) /* query rows per block */
 #define FA_PAD 8              /* f16 padding per shared row: conflict-free ldmatrix, 16-byte rows */
-
-/* cp.async and mma.m16n8k16 need sm_80: an older CUDA_ARCH compiles the kernel empty and
- * cuda_attn_prefill_supported sends such devices to the tile kernel. */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-#define FA_ARCH_OK 0
-#else
-#define FA_ARCH_OK 1
-#endif
-
-/* ---- PTX wrappers (sm_80+) ---- */
-#if FA_ARCH_OK
-__device__ __forceinline__ uint32_t fa_smem_addr(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-/* 16 bytes global -> shared, asynchronous (L2 only: K/V rows are read once per block) */
-__device__ __forceinline__ void fa_cp_async16(void *dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(fa_smem_addr(dst)), "l"(src));
-}
-__device__ __forceinline__ void fa_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void fa_cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-/* four 8x8 f16 matrices; lanes 8j .. 8j + 7 give the row addresses of matrix j */
-__device__ __forceinline__ void fa_ldsm_x4(uint32_t r[4], const __half *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(fa_smem_addr(p))
-                 : "memory");
-}
-__device__ __forceinline__ void fa_ldsm_x4_t(uint32_t r[4], const __half *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(fa_smem_addr(p))
-                 : "memory");
-}
-/* c (16x8 f32) += a (16x16 f16, row) b (16x8 f16, col) */
-__device__ __forceinline__ void fa_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-/* two floats as f16 (round to nearest even), x in the low half */
-__device__ __forceinline__ uint32_t fa_pack(float x, float y) {
-    __half2 h = __floats2half2_rn(x, y);
-    return *(const uint32_t *)&h;
-}
-#endif
-/* ---- end of PTX wrappers ---- */
 
 /* Cache row (slot * n_head_kv + kvh) of key position p, or -1 past the group's last position. */
 __device__ __forceinline__ int fa_row(const int32_t *table, int bs, int p, int n_keys, int n_head_kv, int kvh) {

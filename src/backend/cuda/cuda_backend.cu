@@ -378,6 +378,7 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->mmvs_smem = getenv("BRISK_CUDA_MMVS_SMEM") ? atoi(getenv("BRISK_CUDA_MMVS_SMEM")) * 1024 : 0;
     cb->dec_qtypes_off = getenv("BRISK_CUDA_DEC_QTYPES") && !strcmp(getenv("BRISK_CUDA_DEC_QTYPES"), "0");
     cb->mmvs_pre = getenv("BRISK_CUDA_MMVS_PRE") ? atoi(getenv("BRISK_CUDA_MMVS_PRE")) : 1;
+    cb->attn_mma_min = getenv("BRISK_CUDA_ATTN_MMA") ? atoi(getenv("BRISK_CUDA_ATTN_MMA")) : 1;
     cb->attn_min_chunk = getenv("BRISK_CUDA_ATTN_MINCHUNK") ? atoi(getenv("BRISK_CUDA_ATTN_MINCHUNK")) / 32 * 32 : 128;
     if (cb->attn_min_chunk < 0 || cb->attn_min_chunk > 8192) cb->attn_min_chunk = 0;
     cb->mmvs_seg_bytes = getenv("BRISK_CUDA_MMVS_SEG") ? atoi(getenv("BRISK_CUDA_MMVS_SEG")) : -1;

@@ -106,6 +106,7 @@ typedef struct cuda_backend {
     int mmvs_seg_bytes;         /* BRISK_CUDA_MMVS_SEG: rows shared by warps (cuda_mmvs.cu's mmvs_plan): -1 (default) where 16 warps need it, N: rows over N bytes, 0: never */
     bool attn_fuse_off;         /* BRISK_CUDA_ATTN_FUSE=0: decode attention merges its splits in a kernel of its own (A/B) */
     int mmvs_pre;               /* BRISK_CUDA_MMVS_PRE=N: cuda_mmvs's warps ask for N stages before pdl_wait on rows of 4,096 columns and more, the rest after the activations' loads (default 1; 0: the whole ring before) (A/B) */
+    int attn_mma_min;           /* BRISK_CUDA_ATTN_MMA=N: decode attention on tensor cores (cuda_attn_mma.cu) from N positions (the launch's longest); 0: never */
     int attn_min_chunk;         /* BRISK_CUDA_ATTN_MINCHUNK=N: a decode split holds at least N positions (multiple of 32; default 128; 0: the splits the bucket shapes), so a short context merges fewer splits (A/B) */
     bool attn_gadapt_off;       /* BRISK_CUDA_ATTN_GADAPT=0: a decode attention block serves a whole GQA group even when the blocks are fewer than the SMs (A/B) */
     int attn_bps;               /* BRISK_CUDA_ATTN_BPS=N: a decode attention launch splits into at most N blocks per SM (one wave; 0, the default: about 4, rounded up) (A/B) */
@@ -1021,6 +1022,12 @@ struct dec_rope {
     const int32_t *slot; /* cache rows of the step's tokens */
 };
 bool cuda_attn_decode_supported(int head_dim);
+/* The tensor-core decode attention (cuda_attn_mma.cu): GQA groups of 2-16 query heads, f16 (head_dim
+ * 64, 128, 256) or q8_0 (128, 256) caches, sm_80+. Same arguments and result as cuda_attn_decode. */
+bool cuda_attn_mma_supported(const cuda_backend *cb, int kv_type, int head_dim, int n_head, int n_head_kv);
+bool cuda_attn_mma(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, int max_np, const int32_t *d_pos,
+                   const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
+                   att_gate gate, const dec_rope &rope, float *out);
 bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, int max_np, const int32_t *d_pos,
                       const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
                       att_gate gate, const dec_rope &rope, float *out);

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# On the GPU machine (after bench/cuda/pack.sh here): issue 28's depth table, brisk beside
+# llama.cpp v0.4.0's CUDA build (-fa 1) on the same synthetic Q4_K_M files, in one run, and the
+# decode attention's A/B (BRISK_CUDA_ATTN_MMA=0: the warp-per-row kernel).
+#   STEP=prep bash bench/cuda/depth.sh    llama.cpp build (background, its log in /tmp/ll), the models,
+#                                         test_cuda_ops' attention cases (MEMCHECK=1: under memcheck too)
+#   STEP=run ROWS="model:depth ..." bash bench/cuda/depth.sh
+#                                         per row: brisk tg32 at that depth (default kernel, then
+#                                         AB=1 the warp kernel), TTFT of the depth's prompt, llama-bench
+# Models (brisk synth --repeat-rows 256, full layer counts): qwen3-8b, qwen3.6-27b, qwen3.6-35b-a3b
+# (--expert-skew 1). KV=q8_0 etc. sets both engines' cache type. Results: $OUT/depth.txt.
+set -u
+OUT=${OUT:-/tmp/depth}; mkdir -p "$OUT"
+d=/tmp/bm; L=/tmp/ll/b/bin; . bench/cuda/device_env.sh
+KV=${KV:-f16}; N=${NGEN:-32}
+row() { echo "$*" | tee -a "$OUT/depth.txt"; }
+if [ "${STEP:-prep}" = prep ]; then
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,clocks.max.sm,power.draw --format=csv,noheader | tee "$OUT/smi.txt"
+  if [ ! -x $L/llama-bench ]; then
+    ( mkdir -p /tmp/ll && cd /tmp/ll && tar xJf "$OLDPWD/.device/llsrc.tar.xz" &&
+      cmake -B b -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGGML_CUDA_FA_ALL_QUANTS=OFF -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+        -DLLAMA_OPENSSL=OFF -DGGML_CCACHE=OFF -DCMAKE_BUILD_TYPE=Release > /tmp/ll/cfg.log 2>&1 &&
+      cmake --build b -j12 --target llama-bench > /tmp/ll/build.log 2>&1
+      echo "llama.cpp build rc=$?" > /tmp/ll/done ) > /dev/null 2>&1 < /dev/null & disown
+  fi
+  for p in qwen3-8b qwen3.6-27b qwen3.6-35b-a3b; do
+    [ -f $d/$p.gguf ] || $B/brisk synth --preset $p --vocab $d/vocab.gguf --type q4_k_m --repeat-rows 256 \
+      $(case $p in *a3b) echo --expert-skew 1;; esac) -o $d/$p.gguf > /dev/null 2>&1 &
+  done
+  $B/tests/test_cuda_ops attention 2>&1 | tail -4 | tee "$OUT/ops.txt"
+  [ -n "${MEMCHECK:-}" ] && ops_memcheck attention_depth | tee -a "$OUT/ops.txt"
+  wait; ls -la $d | tee -a "$OUT/ops.txt"
+  exit 0
+fi
+for r in ${ROWS:-qwen3-8b:32768}; do p=${r%%:*}; dd=${r##*:}; f=$d/$p.gguf
+  row "=== $p at depth $dd, KV $KV ($(nvidia-smi --query-gpu=name --format=csv,noheader))"
+  for v in default ${AB:+warp}; do
+    env $([ $v = warp ] && echo BRISK_CUDA_ATTN_MMA=0) $B/brisk bench -m $f -p 0 -n $N -d $dd -r ${REPS:-2} --kv-type $KV \
+      2> "$OUT/err.txt" | grep -E '^\| tg' | sed "s/^/$v /" | tee -a "$OUT/depth.txt"
+    grep -E "filled once|rror" "$OUT/err.txt" | tee -a "$OUT/depth.txt"
+  done
+  if [ -n "${LLAMA:-1}" ]; then
+    for i in $(seq 300); do [ -f /tmp/ll/done ] && break; sleep 2; done
+    [ -x $L/llama-bench ] && $L/llama-bench -m $f -p 0 -n $N -d $dd -fa 1 -ngl 99 -r 1 -ctk $KV -ctv $KV 2>&1 |
+      grep -E '^\| [a-z]' | tee -a "$OUT/depth.txt"
+  fi
+done
