@@ -242,13 +242,13 @@ int cmd_bench(int argc, char **argv) {
     double *tps = calloc((size_t)reps, sizeof *tps);
     if (!tps) goto done;
     double t_fill = cli_now();
-    if (fill_depth(ctx, n_vocab, depth, n_seq, cp.n_batch, batch) < 0) {
+    if (fill_depth(ctx, n_vocab, depth, n_gen > 0 ? n_seq : 1, cp.n_batch, batch) < 0) { /* pp: sequence 0 */
         cli_error(1, "%s", brisk_last_error());
         goto done_tps;
     }
     if (depth > 0 && !json)
-        fprintf(stderr, "depth %d filled once for %d sequence%s in %.2f s\n", depth, n_seq, n_seq > 1 ? "s" : "",
-                cli_now() - t_fill);
+        fprintf(stderr, "depth %d filled once for %d sequence%s in %.2f s\n", depth, n_gen > 0 ? n_seq : 1,
+                n_gen > 0 && n_seq > 1 ? "s" : "", cli_now() - t_fill);
     if (!json) {
         if (info.gpu_device >= 0)
             printf("model: %s (%s), %.2f GiB, %.2f B params; CUDA device %d; copy bandwidth %.0f GB/s (measured)\n",
