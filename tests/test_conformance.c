@@ -526,7 +526,7 @@ static void test_yarn_flags(void) {
                                                                   inside, not only its clamped ends */
     yarn_case("tiny-llama", "ggml-vocab-llama-spm.gguf", 7,
               "--rope-scaling yarn --rope-scale 2 --yarn-orig-ctx 16 --yarn-ext-factor 0.5 --yarn-beta-fast 1 "
-              "--yarn-beta-slow 0.25 --rope-freq-base 5000", o, "llama yarn, betas, base");
+              "--yarn-beta-slow 0.25 --rope-freq-base 5000", o, "llama yarn betas,base");
     /* corr dims [0, 2] from n_rot 16; head_dim 64 would give [0, 5] */
     o = d, o.scaling = BRISK_ROPE_SCALING_YARN, o.freq_scale = 0.25f, o.orig_ctx = 16, o.beta_slow = 0.25f;
     yarn_case("tiny-qwen35", "ggml-vocab-gpt-2.gguf", 7,
@@ -543,7 +543,7 @@ static void test_yarn_flags(void) {
     yarn_case("tiny-qwen2-yarn", "ggml-vocab-qwen2.gguf", 99, "--yarn-ext-factor 0 --yarn-attn-factor 0.75", o,
               "qwen2-yarn ext 0");
     o = d, o.scaling = BRISK_ROPE_SCALING_NONE;
-    yarn_case("tiny-qwen2-yarn", "ggml-vocab-qwen2.gguf", 99, "--rope-scaling none", o, "qwen2-yarn scaling none");
+    yarn_case("tiny-qwen2-yarn", "ggml-vocab-qwen2.gguf", 99, "--rope-scaling none", o, "qwen2-yarn rope none");
 
     /* YaRN stretches the trained context as llama.cpp does (orig_ctx / freq_scale); bad
      * overrides fail the load with the field named */

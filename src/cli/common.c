@@ -189,13 +189,13 @@ static bool cli_size(const char *flag, const char *s, uint64_t *out) {
     return true;
 }
 
-/* A value > 0 (and at most hi) for flag, or false after printing why. */
-static bool cli_positive(const char *flag, const char *s, double hi, float *out) {
+/* A finite value > 0 for flag, or false after printing why. */
+static bool cli_positive(const char *flag, const char *s, float *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v > 0 && v <= hi)) {
-        cli_error(2, "%s: expected a number > 0 and <= %g, got '%s'", flag, hi, s);
+    if (errno || end == s || *end || !(v > 0 && v <= 1e30)) {
+        cli_error(2, "%s: expected a positive number, got '%s'", flag, s);
         return false;
     }
     *out = (float)v;
@@ -224,10 +224,10 @@ static int cli_rope_flag(int argc, char **argv, int *i, brisk_rope_overrides *o)
                  : !strcmp(a, "--yarn-beta-fast")   ? &o->beta_fast
                  : !strcmp(a, "--yarn-beta-slow")   ? &o->beta_slow
                                                     : NULL;
-    if (dst) return (v = cli_next(argc, argv, i)) && cli_positive(a, v, 1e30, dst) ? 1 : -1;
+    if (dst) return (v = cli_next(argc, argv, i)) && cli_positive(a, v, dst) ? 1 : -1;
     if (!strcmp(a, "--rope-scale")) { /* llama.cpp: freq_scale = 1/N */
         float n;
-        if (!(v = cli_next(argc, argv, i)) || !cli_positive(a, v, 1e30, &n)) return -1;
+        if (!(v = cli_next(argc, argv, i)) || !cli_positive(a, v, &n)) return -1;
         o->freq_scale = 1.0f / n;
         return 1;
     }
