@@ -43,7 +43,8 @@ typedef struct cli_model_opts {
     int pp;                   /* --pp N: pipeline parallelism over N GPUs (engine/context.c's pp_forward) */
     brisk_rope_overrides rope; /* --rope-scaling, --rope-scale, --yarn-*: over the file's rope keys */
 } cli_model_opts;
-#define CLI_MODEL_OPTS_DEFAULT {-1, 0, BRISK_KV_F16, 0, 0, false, 0, NULL, 0, 0, {BRISK_ROPE_SCALING_MODEL, 0, 0, 0, -1, -1, -1, -1}}
+#define CLI_MODEL_OPTS_DEFAULT \
+    {-1, 0, BRISK_KV_F16, 0, 0, false, 0, NULL, 0, 0, {BRISK_ROPE_SCALING_MODEL, 0, 0, 0, -1, -1, -1, -1}}
 /* llama.cpp's RoPE flags (common/arg.cpp), the same meanings; default: the model file's */
 #define CLI_ROPE_HELP                                                                                         \
     "  --rope-scaling none|linear|yarn  RoPE frequency scaling (default: the model's, else linear)\n"        \

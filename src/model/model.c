@@ -171,27 +171,28 @@ brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp) {
 }
 
 brisk_status model_rope_resolve(model_hparams *hp, const brisk_rope_overrides *o) {
-    static const brisk_rope_overrides unset = {BRISK_ROPE_SCALING_MODEL, 0, 0, 0, -1, -1, -1, -1};
+    const brisk_rope_overrides unset = brisk_model_default_params().rope;
     if (!o) o = &unset;
     const model_rope_file *rf = &hp->rope_file;
     if ((unsigned)o->scaling > BRISK_ROPE_SCALING_YARN)
-        return bk_fail(BRISK_ERR_INVALID_ARG, "rope override: scaling type %d is not one of brisk_rope_scaling", o->scaling);
+        return bk_fail(BRISK_ERR_INVALID_ARG, "rope override: scaling type %d is not a brisk_rope_scaling",
+                       o->scaling);
     if (!(o->freq_base >= 0 && isfinite(o->freq_base)))
-        return bk_fail(BRISK_ERR_INVALID_ARG, "rope override: freq_base %g: expected a positive number (0: the file's)",
-                       o->freq_base);
+        return bk_fail(BRISK_ERR_INVALID_ARG, "rope override: freq_base %g: expected a positive number (0: the "
+                       "file's)", o->freq_base);
     if (!(o->freq_scale >= 0 && isfinite(o->freq_scale)))
-        return bk_fail(BRISK_ERR_INVALID_ARG, "rope override: freq_scale %g: expected a positive number (0: the file's)",
-                       o->freq_scale);
+        return bk_fail(BRISK_ERR_INVALID_ARG, "rope override: freq_scale %g: expected a positive number (0: the "
+                       "file's)", o->freq_scale);
     if (o->orig_ctx < 0)
-        return bk_fail(BRISK_ERR_INVALID_ARG, "rope override: yarn orig_ctx %d: expected a positive count (0: the file's)",
-                       o->orig_ctx);
+        return bk_fail(BRISK_ERR_INVALID_ARG, "rope override: yarn orig_ctx %d: expected a positive count (0: the "
+                       "file's)", o->orig_ctx);
     if (!isfinite(o->ext_factor) || !isfinite(o->attn_factor))
-        return bk_fail(BRISK_ERR_INVALID_ARG, "rope override: yarn ext_factor %g / attn_factor %g: expected numbers (< 0: the "
-                       "file's)", o->ext_factor, o->attn_factor);
+        return bk_fail(BRISK_ERR_INVALID_ARG, "rope override: yarn ext_factor %g / attn_factor %g: expected "
+                       "numbers (< 0: the file's)", o->ext_factor, o->attn_factor);
     /* a beta of 0 puts a correction dim at infinity (log of n_ctx_orig / 0) */
     if (o->beta_fast == 0 || o->beta_slow == 0 || !isfinite(o->beta_fast) || !isfinite(o->beta_slow))
-        return bk_fail(BRISK_ERR_INVALID_ARG, "rope override: yarn beta_fast %g / beta_slow %g: expected positive numbers (< 0: "
-                       "the file's)", o->beta_fast, o->beta_slow);
+        return bk_fail(BRISK_ERR_INVALID_ARG, "rope override: yarn beta_fast %g / beta_slow %g: expected positive "
+                       "numbers (< 0: the file's)", o->beta_fast, o->beta_slow);
 
     bk_rope_params *rp = &hp->rope; /* n_rot, mode and freq_factors are the file's and stay */
     brisk_rope_scaling type = o->scaling != BRISK_ROPE_SCALING_MODEL ? o->scaling : rf->type;
@@ -216,8 +217,8 @@ brisk_status model_rope_resolve(model_hparams *hp, const brisk_rope_overrides *o
     /* llama_init_from_model: a YaRN context's trained length becomes what the stretch reaches */
     hp->n_ctx_train = rf->n_ctx_train;
     if (type == BRISK_ROPE_SCALING_YARN && rp->freq_scale != rf->freq_scale) {
-        double n = rp->n_ctx_orig / (double)rp->freq_scale;
-        hp->n_ctx_train = n > (1 << 30) ? 1 << 30 : n < 1 ? 1 : (int)n;
+        float n = (float)rp->n_ctx_orig / rp->freq_scale; /* in float, as llama.cpp */
+        hp->n_ctx_train = n > (float)(1 << 30) ? 1 << 30 : n < 1 ? 1 : (int)n;
     }
     return BRISK_OK;
 }
