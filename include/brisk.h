@@ -63,6 +63,34 @@ typedef struct brisk_context brisk_context;
  * and the experts' sum back. No effect without a GPU or on layers that run on
  * the CPU anyway. Decode steps of such a model are not captured as CUDA
  * graphs (host work inside the pass). */
+/* RoPE context extension: overrides of the GGUF's rope keys, with llama.cpp's
+ * flags and meanings (llama_context_params' rope_* / yarn_* fields, v0.4.0). Each
+ * field's "not set" value (what brisk_model_default_params gives) keeps the file's.
+ * With YaRN on (the resolved type is yarn and the extrapolation mix is not 0), the
+ * rotation blends interpolated and extrapolated angles per dimension between the
+ * correction dims that beta_fast / beta_slow pick out of orig_ctx, and scales
+ * cos/sin by 1 + 0.1 ln(1 / freq_scale) (times the file's rope.scaling.attn_factor).
+ * As in llama.cpp, attn_factor then has no effect: it is used with ext_factor 0 only. */
+typedef enum brisk_rope_scaling {
+    BRISK_ROPE_SCALING_MODEL = 0, /* the file's rope.scaling.type (no key: linear) */
+    BRISK_ROPE_SCALING_NONE,      /* no scaling: freq_scale is 1 whatever else says */
+    BRISK_ROPE_SCALING_LINEAR,    /* positions times freq_scale (ext_factor defaults to 0) */
+    BRISK_ROPE_SCALING_YARN,      /* YaRN (ext_factor defaults to 1) */
+} brisk_rope_scaling;
+
+typedef struct brisk_rope_overrides {
+    brisk_rope_scaling scaling; /* --rope-scaling */
+    float freq_base;            /* --rope-freq-base: theta; 0: rope.freq_base */
+    float freq_scale;           /* --rope-freq-scale, or 1/N of --rope-scale N; 0: 1/rope.scaling.factor */
+    int orig_ctx;               /* --yarn-orig-ctx: the trained context YaRN extends; 0:
+                                   rope.scaling.original_context_length, else context_length */
+    float ext_factor;           /* --yarn-ext-factor: extrapolation mix; < 0: rope.scaling.yarn_ext_factor of a
+                                   yarn file, else 1 with YaRN and 0 otherwise */
+    float attn_factor;          /* --yarn-attn-factor: cos/sin scale when ext_factor is 0; < 0: the file's */
+    float beta_fast, beta_slow; /* --yarn-beta-fast / --yarn-beta-slow: rotations per orig_ctx bounding the
+                                   blend; < 0: rope.scaling.yarn_beta_*, else 32 and 1 */
+} brisk_rope_overrides;
+
 typedef struct brisk_model_params {
     bool vocab_only;   /* load metadata and tokenizer, no weights */
     int n_gpu_layers;  /* layers on the GPU, the last ones; -1: all, when one is present */
@@ -81,6 +109,7 @@ typedef struct brisk_model_params {
      * and the output layer: the residual stream goes rank to rank and back to rank 0 for the
      * logits (engine/context.c); 0: off */
     int pp_rank, pp_size;
+    brisk_rope_overrides rope; /* RoPE scaling over the file's keys (see above) */
 } brisk_model_params;
 
 brisk_model_params brisk_model_default_params(void);

@@ -32,6 +32,21 @@ python3 -c 'print("Once upon a time " * 400)' >"$T/long.txt"
 $B run -m "$M" -f "$T/long.txt" -c 256 >/dev/null 2>"$T/e"; rc=$?
 check "oversized prompt: clear error" '[ $rc -eq 1 ] && grep -q "more than the context size" "$T/e"'
 
+# llama.cpp's RoPE flags (their numerics against llama.cpp: test_conformance's yarn_flags):
+# they reach the model, --rope-scale N is --rope-freq-scale 1/N, none on an unscaled model
+# changes nothing, and a bad value is one line with exit 2
+greedy() { $B run -m "$M" -p "Once upon a time" -n 24 --temp 0 -t 2 "$@" 2>/dev/null; }
+greedy >"$T/r0"
+greedy --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 16 >"$T/r1"
+greedy --rope-scaling yarn --rope-freq-scale 0.25 --yarn-orig-ctx 16 >"$T/r2"
+greedy --rope-scaling none >"$T/r3"
+check "rope flags: yarn changes the continuation, --rope-scale 4 = --rope-freq-scale 0.25, none = default" \
+  '[ -s "$T/r1" ] && ! cmp -s "$T/r0" "$T/r1" && cmp -s "$T/r1" "$T/r2" && cmp -s "$T/r0" "$T/r3"'
+for bad in "--rope-scale 0" "--rope-scaling ntk" "--yarn-ext-factor 2" "--yarn-beta-fast -1" "--rope-freq-base nan"; do
+  $B run -m "$M" -p hi $bad >/dev/null 2>"$T/e"; rc=$?
+  check "bad $bad: exit 2, one line" '[ $rc -eq 2 ] && [ $(wc -l <"$T/e") -eq 1 ] && grep -q "^brisk: ${bad%% *}" "$T/e"'
+done
+
 printf "Once upon a time" | $B tokenize -m "$M" >"$T/o"
 check "tokenize" '[ "$(cat "$T/o")" = "403 407 261 378" ]'
 printf "Once upon a time" | $B tokenize -m "$M" --add-special >"$T/o"

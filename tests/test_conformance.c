@@ -47,6 +47,11 @@ static int n_prompt = (int)(sizeof short_prompt / sizeof short_prompt[0]);
 static const char *ref_tag = ""; /* reference file suffix per prompt */
 static char dir[1024], build_dir[512];
 static int max_expert_flips; /* > 0 while comparing MoE models */
+/* RoPE overrides (test_yarn_flags): llama.cpp's flags for the reference and the same
+ * values through brisk_model_params.rope; NULL: none */
+static const char *rope_flags;
+static int n_steps = N_STEPS; /* steps compare() checks (<= N_STEPS) */
+static const brisk_model_params *load_params;
 
 static int file_exists(const char *p) {
     struct stat st;
@@ -70,8 +75,8 @@ static void compare(const char *model_path, const char *label, double tol) {
     snprintf(ids_path, sizeof ids_path, "%s/%s%s.ref.ids", dir, base, ref_tag);
     char pstr[1024] = "";
     for (int i = 0; i < n_prompt; i++) snprintf(pstr + strlen(pstr), sizeof pstr - strlen(pstr), "%s%d", i ? " " : "", prompt[i]);
-    snprintf(cmd, sizeof cmd, "%s/llamacpp-ref eval -m %s -p '%s' -n %d --kv f32 -t 1 --logits-out %s > %s 2>/dev/null",
-             build_dir, model_path, pstr, N_STEPS, ref_path, ids_path);
+    snprintf(cmd, sizeof cmd, "%s/llamacpp-ref eval -m %s -p '%s' -n %d --kv f32 -t 1 %s --logits-out %s > %s 2>/dev/null",
+             build_dir, model_path, pstr, n_steps, rope_flags ? rope_flags : "", ref_path, ids_path);
     if (ref_run(cmd)) {
         CHECK(0);
         return;
@@ -79,15 +84,15 @@ static void compare(const char *model_path, const char *label, double tol) {
     int nv = 0, nr = 0, ref_ids[N_STEPS], n_ids = 0;
     float *ref = ref_read_logits(ref_path, &nv, &nr);
     FILE *f = fopen(ids_path, "r");
-    while (f && n_ids < N_STEPS && fscanf(f, "%d", &ref_ids[n_ids]) == 1) n_ids++;
+    while (f && n_ids < n_steps && fscanf(f, "%d", &ref_ids[n_ids]) == 1) n_ids++;
     if (f) fclose(f);
-    CHECK(ref && nr == N_STEPS && n_ids == N_STEPS);
-    if (!ref || nr != N_STEPS || n_ids != N_STEPS) {
+    CHECK(ref && nr == n_steps && n_ids == n_steps);
+    if (!ref || nr != n_steps || n_ids != n_steps) {
         free(ref);
         return;
     }
     brisk_model *m = NULL;
-    CHECK_OK(brisk_model_load(model_path, NULL, &m));
+    CHECK_OK(brisk_model_load(model_path, load_params, &m));
     if (!m) {
         free(ref);
         return;
@@ -105,7 +110,7 @@ static void compare(const char *model_path, const char *label, double tol) {
     const float *lg = brisk_get_logits(c, n_prompt - 1);
     int identical = -1, exact = -1, near_ties = 0, hard = 0, flips = 0;
     double worst = 0;
-    for (int step = 0; step < N_STEPS && lg; step++) {
+    for (int step = 0; step < n_steps && lg; step++) {
         const float *r = ref + (size_t)step * nv;
         double mx = 0, md = 0;
         for (int v = 0; v < nv; v++) {
@@ -134,10 +139,10 @@ static void compare(const char *model_path, const char *label, double tol) {
         if (brisk_decode(c, &e, 1) != BRISK_OK) break;
         lg = brisk_get_logits(c, 0);
     }
-    if (identical < 0) identical = N_STEPS;
+    if (identical < 0) identical = n_steps;
     printf("  %-22s greedy identical %3d/%d, bitwise-equal logits for %3d steps, near-ties %d, "
            "max rel logit diff %.1e (tol %.0e)\n",
-           label, identical, N_STEPS, exact < 0 ? N_STEPS : exact, near_ties, worst, tol);
+           label, identical, n_steps, exact < 0 ? n_steps : exact, near_ties, worst, tol);
     CHECK(hard == 0);
     CHECK(worst <= tol);
     if (max_expert_flips > 0) printf("  %-22s expert flips %d (at most %d)\n", label, flips, max_expert_flips);
@@ -479,6 +484,94 @@ static void run_small(const char *preset, const char *vocab_file) {
 static void test_qwen2_yarn(void) { run_small("tiny-qwen2-yarn", "ggml-vocab-qwen2.gguf"); }
 static void test_llama_linear(void) { run_small("tiny-llama-linear", "ggml-vocab-llama-spm.gguf"); }
 
+/* YaRN and the other RoPE overrides past the original context (llama.cpp's --rope-scaling,
+ * --rope-scale, --yarn-* flags against brisk_model_params.rope; 32 positions, twice
+ * --yarn-orig-ctx): a model without rope-scaling keys in NORM (llama) and NEOX (qwen3)
+ * order, partial rotary dims (qwen35: n_rot 16 of head_dim 64, where the correction dims come
+ * from n_rot), and the yarn file's own keys overridden, YaRN switched off, and YaRN with
+ * ext_factor 0 (where attn_factor, else ignored as in llama.cpp, scales cos/sin). f32 weights:
+ * 1e-4 of the row's largest logit, as the unscaled f32 models. */
+static void yarn_case(const char *preset, const char *vocab_file, int seed, const char *flags,
+                      brisk_rope_overrides ov, const char *label) {
+    char base[1200], vocab[1200];
+    snprintf(base, sizeof base, "%s/%s-f32-s%d.gguf", dir, preset, seed);
+    snprintf(vocab, sizeof vocab, "%s/data/llama.cpp-vocab/%s", test_shared_dir(), vocab_file);
+    if (!file_exists(base)) {
+        synth_config c;
+        CHECK_OK(synth_preset(preset, &c));
+        c.type = QT_F32;
+        c.seed = seed;
+        CHECK_OK(synth_write(&c, vocab, base, false));
+    }
+    brisk_model_params mp = brisk_model_default_params();
+    mp.rope = ov;
+    rope_flags = flags;
+    load_params = &mp;
+    ref_tag = "-rope"; /* llama.cpp's logits of this run, apart from the plain run's */
+    n_steps = 24;      /* 32 positions, twice --yarn-orig-ctx 16: a few seconds on 2 cores */
+    compare(base, label, 1e-4);
+    n_steps = N_STEPS;
+    rope_flags = NULL;
+    load_params = NULL;
+    ref_tag = "";
+}
+
+static void test_yarn_flags(void) {
+    brisk_rope_overrides d = brisk_model_default_params().rope, o;
+    o = d, o.scaling = BRISK_ROPE_SCALING_YARN, o.freq_scale = 0.25f, o.orig_ctx = 16;
+    yarn_case("tiny-qwen3", "ggml-vocab-gpt-2.gguf", 7, "--rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 16", o,
+              "qwen3 yarn x4 @16");
+    o = d, o.scaling = BRISK_ROPE_SCALING_YARN, o.freq_scale = 0.5f, o.orig_ctx = 16, o.ext_factor = 0.5f;
+    o.beta_fast = 1, o.beta_slow = 0.25f, o.freq_base = 5000; /* corr dims 1 and 5 of 16 pairs: the ramp's
+                                                                  inside, not only its clamped ends */
+    yarn_case("tiny-llama", "ggml-vocab-llama-spm.gguf", 7,
+              "--rope-scaling yarn --rope-scale 2 --yarn-orig-ctx 16 --yarn-ext-factor 0.5 --yarn-beta-fast 1 "
+              "--yarn-beta-slow 0.25 --rope-freq-base 5000", o, "llama yarn betas,base");
+    /* corr dims [0, 2] from n_rot 16; head_dim 64 would give [0, 5] */
+    o = d, o.scaling = BRISK_ROPE_SCALING_YARN, o.freq_scale = 0.25f, o.orig_ctx = 16, o.beta_slow = 0.25f;
+    yarn_case("tiny-qwen35", "ggml-vocab-gpt-2.gguf", 7,
+              "--rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 16 --yarn-beta-slow 0.25", o,
+              "qwen35 yarn, n_rot 16");
+    o = d, o.scaling = BRISK_ROPE_SCALING_LINEAR, o.freq_scale = 0.5f;
+    yarn_case("tiny-qwen3", "ggml-vocab-gpt-2.gguf", 7, "--rope-scaling linear --rope-freq-scale 0.5", o,
+              "qwen3 linear x2");
+    /* the file's YaRN (x4 over 64): another scale and original context, then ext_factor 0 */
+    o = d, o.freq_scale = 0.125f, o.orig_ctx = 16;
+    yarn_case("tiny-qwen2-yarn", "ggml-vocab-qwen2.gguf", 99, "--rope-scale 8 --yarn-orig-ctx 16", o,
+              "qwen2-yarn x8 @16");
+    o = d, o.ext_factor = 0, o.attn_factor = 0.75f;
+    yarn_case("tiny-qwen2-yarn", "ggml-vocab-qwen2.gguf", 99, "--yarn-ext-factor 0 --yarn-attn-factor 0.75", o,
+              "qwen2-yarn ext 0");
+    o = d, o.scaling = BRISK_ROPE_SCALING_NONE;
+    yarn_case("tiny-qwen2-yarn", "ggml-vocab-qwen2.gguf", 99, "--rope-scaling none", o, "qwen2-yarn rope none");
+
+    /* YaRN stretches the trained context as llama.cpp does (orig_ctx / freq_scale); bad
+     * overrides fail the load with the field named */
+    char base[1200];
+    snprintf(base, sizeof base, "%s/tiny-qwen3-f32-s7.gguf", dir);
+    brisk_model_params mp = brisk_model_default_params();
+    mp.rope.scaling = BRISK_ROPE_SCALING_YARN, mp.rope.freq_scale = 0.25f, mp.rope.orig_ctx = 16;
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(base, &mp, &m));
+    brisk_model_info info;
+    if (m) {
+        brisk_model_get_info(m, &info);
+        CHECK(info.n_ctx_train == 64);
+    }
+    brisk_model_free(m);
+    brisk_rope_overrides bad[] = {{.scaling = 9, .ext_factor = -1, .attn_factor = -1, .beta_fast = -1, .beta_slow = -1},
+                                  {.freq_scale = -1, .ext_factor = -1, .attn_factor = -1, .beta_fast = -1, .beta_slow = -1},
+                                  {.freq_base = NAN, .ext_factor = -1, .attn_factor = -1, .beta_fast = -1, .beta_slow = -1},
+                                  {.orig_ctx = -5, .ext_factor = -1, .attn_factor = -1, .beta_fast = -1, .beta_slow = -1},
+                                  {.ext_factor = -1, .attn_factor = -1, .beta_fast = 0, .beta_slow = -1}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mp.rope = bad[i];
+        m = NULL;
+        CHECK(brisk_model_load(base, &mp, &m) == BRISK_ERR_INVALID_ARG && !m && strstr(brisk_last_error(), "rope"));
+        brisk_model_free(m);
+    }
+}
+
 static void test_stories260k(void) {
     char p[1024];
     snprintf(p, sizeof p, "%s/data/stories260K/stories260K.gguf", test_shared_dir());
@@ -507,6 +600,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     test_case cases[] = {{"stories260K", test_stories260k}, {"qwen2_yarn", test_qwen2_yarn},
+                         {"yarn_flags", test_yarn_flags},
                          {"llama_linear_rope", test_llama_linear}, {"llama_all_types", test_llama},
                          {"qwen3_all_types", test_qwen3}, {"qwen3_long_prompt", test_qwen3_long_prompt}, {"qwen3moe_types", test_qwen3moe},
                          {"qwen3moe_batches", test_qwen3moe_batches}, {"qwen35_types", test_qwen35},

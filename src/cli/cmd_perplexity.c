@@ -23,7 +23,8 @@ int cmd_perplexity(int argc, char **argv) {
         }
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: brisk perplexity -m FILE -f TEXT [-c 512] [-t N] [--chunks N] [--kv-type f16|q8_0|f32] [-ngl N] [--device I]\n"
-                   "                        [--n-cpu-moe N | --gpu-mem SIZE] [--no-mmap]\n");
+                   "                        [--n-cpu-moe N | --gpu-mem SIZE] [--no-mmap]\n"
+                   CLI_ROPE_HELP);
             return 0;
         }
         return cli_error(2, "perplexity: unknown option '%s'", argv[i]);

@@ -31,7 +31,8 @@ static void usage(FILE *f) {
             "  -ngl N               layers on the GPU, the last ones (-1: all when one is present, 0: CPU)\n"
             CLI_CPU_MOE_HELP
             "  --device I           GPU index (default 0)\n"
-            CLI_TP_HELP);
+            CLI_TP_HELP
+            CLI_ROPE_HELP);
 }
 
 int cmd_serve(int argc, char **argv) {

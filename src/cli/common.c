@@ -189,8 +189,55 @@ static bool cli_size(const char *flag, const char *s, uint64_t *out) {
     return true;
 }
 
+/* A finite value > 0 for flag, or false after printing why. */
+static bool cli_positive(const char *flag, const char *s, float *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v > 0 && v <= 1e30)) {
+        cli_error(2, "%s: expected a positive number, got '%s'", flag, s);
+        return false;
+    }
+    *out = (float)v;
+    return true;
+}
+
+/* llama.cpp's RoPE flags (common/arg.cpp) into o; same returns as cli_model_flag. */
+static int cli_rope_flag(int argc, char **argv, int *i, brisk_rope_overrides *o) {
+    const char *a = argv[*i], *v;
+    if (strncmp(a, "--rope-", 7) && strncmp(a, "--yarn-", 7)) return 0;
+    if (!strcmp(a, "--rope-scaling")) {
+        if (!(v = cli_next(argc, argv, i))) return -1;
+        if (!strcmp(v, "none")) o->scaling = BRISK_ROPE_SCALING_NONE;
+        else if (!strcmp(v, "linear")) o->scaling = BRISK_ROPE_SCALING_LINEAR;
+        else if (!strcmp(v, "yarn")) o->scaling = BRISK_ROPE_SCALING_YARN;
+        else return cli_error(2, "%s: expected none, linear or yarn, got '%s'", a, v), -1;
+        return 1;
+    }
+    if (!strcmp(a, "--yarn-orig-ctx")) /* 0: the model's, as llama.cpp */
+        return (v = cli_next(argc, argv, i)) && cli_int(a, v, 0, 1 << 30, &o->orig_ctx) ? 1 : -1;
+    if (!strcmp(a, "--yarn-ext-factor"))
+        return (v = cli_next(argc, argv, i)) && cli_float(a, v, 0, 1, &o->ext_factor) ? 1 : -1;
+    float *dst = !strcmp(a, "--rope-freq-base")     ? &o->freq_base
+                 : !strcmp(a, "--rope-freq-scale")  ? &o->freq_scale
+                 : !strcmp(a, "--yarn-attn-factor") ? &o->attn_factor
+                 : !strcmp(a, "--yarn-beta-fast")   ? &o->beta_fast
+                 : !strcmp(a, "--yarn-beta-slow")   ? &o->beta_slow
+                                                    : NULL;
+    if (dst) return (v = cli_next(argc, argv, i)) && cli_positive(a, v, dst) ? 1 : -1;
+    if (!strcmp(a, "--rope-scale")) { /* llama.cpp: freq_scale = 1/N */
+        float n;
+        if (!(v = cli_next(argc, argv, i)) || !cli_positive(a, v, &n)) return -1;
+        o->freq_scale = 1.0f / n;
+        return 1;
+    }
+    return 0;
+}
+
 int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
     const char *a = argv[*i], *v;
+    int rope = cli_rope_flag(argc, argv, i, &o->rope);
+    if (rope) return rope;
     if (!strcmp(a, "--n-cpu-moe") || !strcmp(a, "-ncmoe"))
         return (v = cli_next(argc, argv, i)) && cli_int(a, v, 0, 1 << 20, &o->n_cpu_moe) ? 1 : -1;
     if (!strcmp(a, "--no-mmap")) {
@@ -264,6 +311,7 @@ bool cli_load_model(const char *path, const cli_model_opts *mo, brisk_context_pa
     mp.device = mo->device;
     mp.n_cpu_moe = mo->n_cpu_moe;
     mp.no_mmap = mo->no_mmap;
+    mp.rope = mo->rope;
     if (cp && !cache_params(mo, cp)) return false;
     bool cache = cp && (cp->cache_experts > 0 || cp->cache_gpu_mem > 0);
     if (mo->gpu_mem && !mo->n_cpu_moe && brisk_model_fit_n_cpu_moe(path, &mp, cp, mo->gpu_mem, &mp.n_cpu_moe) != BRISK_OK) {

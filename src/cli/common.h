@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "brisk.h"
+
 /* Parse the value of flag `flag`; on failure print an error and return false. */
 bool cli_int(const char *flag, const char *s, long lo, long hi, int *out);
 bool cli_u64(const char *flag, const char *s, uint64_t *out);
@@ -39,8 +41,21 @@ typedef struct cli_model_opts {
     const char *expert_stats; /* --expert-stats FILE (`brisk calibrate -o`): picks the first cached experts */
     int tp;                   /* --tp N: tensor parallelism over N GPUs (engine/tp.h); 0: off */
     int pp;                   /* --pp N: pipeline parallelism over N GPUs (engine/context.c's pp_forward) */
+    brisk_rope_overrides rope; /* --rope-scaling, --rope-scale, --yarn-*: over the file's rope keys */
 } cli_model_opts;
-#define CLI_MODEL_OPTS_DEFAULT {-1, 0, BRISK_KV_F16, 0, 0, false, 0, NULL, 0, 0}
+#define CLI_MODEL_OPTS_DEFAULT \
+    {-1, 0, BRISK_KV_F16, 0, 0, false, 0, NULL, 0, 0, {BRISK_ROPE_SCALING_MODEL, 0, 0, 0, -1, -1, -1, -1}}
+/* llama.cpp's RoPE flags (common/arg.cpp), the same meanings; default: the model file's */
+#define CLI_ROPE_HELP                                                                                         \
+    "  --rope-scaling none|linear|yarn  RoPE frequency scaling (default: the model's, else linear)\n"        \
+    "  --rope-scale N       context scaling factor: positions stretch N times (--rope-freq-scale 1/N)\n"   \
+    "  --rope-freq-base N   RoPE base frequency theta (default: the model's)\n"                            \
+    "  --rope-freq-scale N  RoPE frequency scaling factor, expands the context by 1/N\n"                   \
+    "  --yarn-orig-ctx N    YaRN: the model's original context (default: the model's, else its training ctx)\n" \
+    "  --yarn-ext-factor N  YaRN: extrapolation mix in [0, 1] (default: 1 with yarn; 0: full interpolation)\n" \
+    "  --yarn-attn-factor N YaRN: attention magnitude scale; as in llama.cpp, used only with ext-factor 0\n" \
+    "  --yarn-beta-fast N   YaRN: low correction dim, rotations per original context (default 32)\n"        \
+    "  --yarn-beta-slow N   YaRN: high correction dim (default 1)\n"
 #define CLI_TP_HELP                                                                                           \
     "  --tp N               tensor parallelism: llama/qwen2/qwen3 split over N GPUs (--device, --device + 1, ...),\n" \
     "                       one process each (across hosts: see README, \"Several GPUs\")\n"
@@ -52,7 +67,8 @@ typedef struct cli_model_opts {
     "                       run on the CPU); with --gpu-mem every expert stays on the host and auto sizes the\n" \
     "                       cache from what the budget leaves\n" \
     "  --expert-stats FILE  MoE: fill that cache from `brisk calibrate -o FILE` counts (else from the first batches)\n"
-/* 1: argv[*i] (and its value) was one of them; 0: not one; -1: bad (message printed). Also --tp N, --pp N. */
+/* 1: argv[*i] (and its value) was one of them; 0: not one; -1: bad (message printed). Also --tp N, --pp N
+ * and the RoPE flags of CLI_ROPE_HELP. */
 int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o);
 /* The flags of the commands that run a model over a text file (perplexity,
  * calibrate): -m FILE, -f TEXT, -c N, -t N, --chunks N. Same returns as above. */

@@ -400,6 +400,7 @@ brisk_status brisk_model_fit_n_cpu_moe(const char *path, const brisk_model_param
     BK_TRY(gguf_open(path, &g));
     model_hparams hp;
     brisk_status s = model_read_hparams(g, &hp);
+    if (s == BRISK_OK) s = model_rope_resolve(&hp, &mp->rope); /* YaRN may stretch the default n_ctx */
     const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
     hp.n_vocab = te ? (int)te->ne[1] : 0; /* the LM head's rows, as the loader pads the vocabulary */
     if (s == BRISK_OK && !hp.n_expert) s = bk_fail(BRISK_ERR_UNSUPPORTED, "%s has no experts", path);

@@ -1,6 +1,7 @@
 /* model.c — loading: GGUF metadata -> hyperparameters, tensors -> bound weights. */
 #include "model/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,14 +132,20 @@ brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp) {
     BK_TRY(get_int(g, arch, "rope.dimension_count", false, hp->head_dim, 2, hp->head_dim, &rp->n_rot));
     if (rp->n_rot % 2) return bk_fail(BRISK_ERR_FORMAT, "rope.dimension_count %d is odd", rp->n_rot);
     rp->mode = hp->arch == ARCH_LLAMA ? BK_ROPE_NORM : BK_ROPE_NEOX;
-    rp->freq_base = get_float(g, arch, "rope.freq_base", 10000.0f);
-    rp->freq_scale = 1.0f;
-    rp->ext_factor = 0.0f;
-    rp->attn_factor = 1.0f;
-    rp->beta_fast = get_float(g, arch, "rope.scaling.yarn_beta_fast", 32.0f);
-    rp->beta_slow = get_float(g, arch, "rope.scaling.yarn_beta_slow", 1.0f);
+    model_rope_file *rf = &hp->rope_file;
+    rf->freq_base = get_float(g, arch, "rope.freq_base", 10000.0f);
+    rf->attn_factor = get_float(g, arch, "rope.scaling.attn_factor", 1.0f);
+    rf->yarn_attn_factor = get_float(g, arch, "rope.scaling.yarn_attn_factor", 1.0f);
+    rf->yarn_beta_fast = get_float(g, arch, "rope.scaling.yarn_beta_fast", 32.0f);
+    rf->yarn_beta_slow = get_float(g, arch, "rope.scaling.yarn_beta_slow", 1.0f);
+    rf->n_ctx_train = hp->n_ctx_train;
     BK_TRY(get_int(g, arch, "rope.scaling.original_context_length", false, hp->n_ctx_train, 1,
-                   1 << 30, &rp->n_ctx_orig));
+                   1 << 30, &rf->orig_ctx));
+    if (!(rf->freq_base > 0 && isfinite(rf->freq_base)))
+        return bk_fail(BRISK_ERR_FORMAT, "bad rope.freq_base %g", rf->freq_base);
+    if (!(rf->yarn_beta_fast > 0 && rf->yarn_beta_slow > 0 && isfinite(rf->yarn_beta_fast + rf->yarn_beta_slow)))
+        return bk_fail(BRISK_ERR_FORMAT, "bad rope.scaling.yarn_beta_fast/slow %g/%g", rf->yarn_beta_fast,
+                       rf->yarn_beta_slow);
     char key[128];
     const char *st = NULL;
     size_t st_len = 0;
@@ -153,10 +160,65 @@ brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp) {
     bool is_none = st && st_len == 4 && !memcmp(st, "none", 4);
     if (st && !is_yarn && !is_none && !(st_len == 6 && !memcmp(st, "linear", 6)))
         return bk_fail(BRISK_ERR_UNSUPPORTED, "rope scaling type '%.*s' is not supported", (int)st_len, st);
-    if (!is_none && factor > 0) rp->freq_scale = 1.0f / factor;
-    if (is_yarn) {
-        rp->ext_factor = get_float(g, arch, "rope.scaling.yarn_ext_factor", 1.0f);
-        rp->attn_factor = get_float(g, arch, "rope.scaling.yarn_attn_factor", 1.0f);
+    if (factor < 0 || !isfinite(factor)) return bk_fail(BRISK_ERR_FORMAT, "bad rope.scaling.factor %g", factor);
+    rf->type = is_yarn ? BRISK_ROPE_SCALING_YARN : is_none ? BRISK_ROPE_SCALING_NONE : BRISK_ROPE_SCALING_LINEAR;
+    rf->freq_scale = factor > 0 ? 1.0f / factor : 1.0f;
+    /* llama.cpp's loader reads the yarn_* keys for a few architectures only (grok, mistral3) and
+     * otherwise takes their defaults; brisk takes them from any yarn file, whose converter wrote
+     * them from the model's config (the defaults when absent: the same numbers) */
+    rf->yarn_ext_factor = is_yarn ? get_float(g, arch, "rope.scaling.yarn_ext_factor", -1.0f) : -1.0f;
+    return model_rope_resolve(hp, NULL);
+}
+
+brisk_status model_rope_resolve(model_hparams *hp, const brisk_rope_overrides *o) {
+    const brisk_rope_overrides unset = brisk_model_default_params().rope;
+    if (!o) o = &unset;
+    const model_rope_file *rf = &hp->rope_file;
+    if ((unsigned)o->scaling > BRISK_ROPE_SCALING_YARN)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "rope override: scaling type %d is not a brisk_rope_scaling",
+                       o->scaling);
+    if (!(o->freq_base >= 0 && isfinite(o->freq_base)))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "rope override: freq_base %g: expected a positive number (0: the "
+                       "file's)", o->freq_base);
+    if (!(o->freq_scale >= 0 && isfinite(o->freq_scale)))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "rope override: freq_scale %g: expected a positive number (0: the "
+                       "file's)", o->freq_scale);
+    if (o->orig_ctx < 0)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "rope override: yarn orig_ctx %d: expected a positive count (0: the "
+                       "file's)", o->orig_ctx);
+    if (!isfinite(o->ext_factor) || !isfinite(o->attn_factor))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "rope override: yarn ext_factor %g / attn_factor %g: expected "
+                       "numbers (< 0: the file's)", o->ext_factor, o->attn_factor);
+    /* a beta of 0 puts a correction dim at infinity (log of n_ctx_orig / 0) */
+    if (o->beta_fast == 0 || o->beta_slow == 0 || !isfinite(o->beta_fast) || !isfinite(o->beta_slow))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "rope override: yarn beta_fast %g / beta_slow %g: expected positive "
+                       "numbers (< 0: the file's)", o->beta_fast, o->beta_slow);
+
+    bk_rope_params *rp = &hp->rope; /* n_rot, mode and freq_factors are the file's and stay */
+    brisk_rope_scaling type = o->scaling != BRISK_ROPE_SCALING_MODEL ? o->scaling : rf->type;
+    rp->freq_base = o->freq_base > 0 ? o->freq_base : rf->freq_base;
+    rp->freq_scale = type == BRISK_ROPE_SCALING_NONE ? 1.0f : o->freq_scale > 0 ? o->freq_scale : rf->freq_scale;
+    rp->n_ctx_orig = o->orig_ctx > 0 ? o->orig_ctx : rf->orig_ctx;
+    rp->beta_fast = o->beta_fast > 0 ? o->beta_fast : rf->yarn_beta_fast;
+    rp->beta_slow = o->beta_slow > 0 ? o->beta_slow : rf->yarn_beta_slow;
+    float ext = o->ext_factor >= 0 ? o->ext_factor : type == BRISK_ROPE_SCALING_YARN ? rf->yarn_ext_factor : -1.0f;
+    if (ext < 0) ext = type == BRISK_ROPE_SCALING_YARN ? 1.0f : 0.0f;
+    float attn = o->attn_factor >= 0 ? o->attn_factor : rf->yarn_attn_factor;
+    if (ext != 0.0f) {
+        /* llama.cpp sets the magnitude to HF's get_mscale(factor) = 1 + 0.1 ln(factor) (1 for
+         * factor <= 1) and divides out the 1 + 0.1 ln(factor) that the rope kernel multiplies in
+         * whenever ext_factor != 0; computed in the same float steps so the scale rounds alike */
+        float factor = 1.0f / rp->freq_scale;
+        attn = factor <= 1.0f ? 1.0f : 0.1f * 1.0f * logf(factor) + 1.0f;
+        attn *= 1.0f / (1.0f + 0.1f * logf(factor));
+    }
+    rp->ext_factor = ext;
+    rp->attn_factor = attn * rf->attn_factor;
+    /* llama_init_from_model: a YaRN context's trained length becomes what the stretch reaches */
+    hp->n_ctx_train = rf->n_ctx_train;
+    if (type == BRISK_ROPE_SCALING_YARN && rp->freq_scale != rf->freq_scale) {
+        float n = (float)rp->n_ctx_orig / rp->freq_scale; /* in float, as llama.cpp */
+        hp->n_ctx_train = n > (float)(1 << 30) ? 1 << 30 : n < 1 ? 1 : (int)n;
     }
     return BRISK_OK;
 }
@@ -475,7 +537,8 @@ static brisk_status bind_all(brisk_model *m) {
 
 brisk_model_params brisk_model_default_params(void) {
     brisk_model_params p = {.vocab_only = false, .n_gpu_layers = -1, .device = 0, .progress = false,
-                            .split_cpu = false, .n_cpu_moe = 0, .no_mmap = false};
+                            .split_cpu = false, .n_cpu_moe = 0, .no_mmap = false,
+                            .rope = {.ext_factor = -1, .attn_factor = -1, .beta_fast = -1, .beta_slow = -1}};
     return p;
 }
 
@@ -624,6 +687,7 @@ brisk_status brisk_model_load(const char *path, const brisk_model_params *params
         snprintf(m->name, sizeof m->name, "%.*s", (int)len, str);
     if (!params->vocab_only) {
         s = model_read_hparams(m->gguf, &m->hp);
+        if (s == BRISK_OK) s = model_rope_resolve(&m->hp, &params->rope);
         if (s != BRISK_OK) {
             bk_wrap(s, "%s", path);
             goto fail;

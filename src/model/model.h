@@ -24,6 +24,21 @@
 typedef enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE, ARCH_QWEN35, ARCH_QWEN35MOE,
                          ARCH_QWEN3NEXT, ARCH_COUNT } model_arch;
 
+/* The file's RoPE keys as llama.cpp's loader reads them (llama_hparams' rope_* and yarn_*),
+ * kept apart from hparams.rope, which model_rope_resolve computes from them and a load's
+ * overrides the way llama_context's constructor computes its cparams. */
+typedef struct model_rope_file {
+    brisk_rope_scaling type; /* rope.scaling.type: NONE, YARN, or LINEAR (also when absent, as llama.cpp) */
+    float freq_base;         /* rope.freq_base (10000) */
+    float freq_scale;        /* 1/rope.scaling.factor (older files: rope.scale_linear); 1 without one */
+    float attn_factor;       /* rope.scaling.attn_factor (1): multiplies cos/sin under every scaling */
+    float yarn_ext_factor;   /* rope.scaling.yarn_ext_factor of a yarn file; -1: none (then 1 under YaRN) */
+    float yarn_attn_factor;  /* rope.scaling.yarn_attn_factor (1): used only with ext_factor 0 */
+    float yarn_beta_fast, yarn_beta_slow; /* rope.scaling.yarn_beta_* (32, 1) */
+    int orig_ctx;            /* rope.scaling.original_context_length, else context_length */
+    int n_ctx_train;         /* context_length, before YaRN stretches it (model_rope_resolve) */
+} model_rope_file;
+
 typedef struct model_hparams {
     model_arch arch;
     int n_vocab, n_embd, n_layer;
@@ -49,7 +64,8 @@ typedef struct model_hparams {
     bool qk_norm;   /* qwen3: RMSNorm over head_dim on q and k before RoPE */
     bool qkv_bias;  /* qwen2 */
     bool tied_output; /* no output.weight: the LM head is token_embd */
-    bk_rope_params rope;
+    bk_rope_params rope;      /* as the forward pass rotates: rope_file resolved with the load's overrides */
+    model_rope_file rope_file;
 } model_hparams;
 
 /* Is layer l a recurrent (Gated DeltaNet) layer? */
@@ -154,4 +170,10 @@ uint64_t model_gpu_bytes(const gguf_file *g, int n_layer, int n_cpu_layers, int 
 uint64_t model_step_weight_bytes(const brisk_model *m, double experts_read);
 /* Reads hyperparameters for the file's architecture (BRISK_ERR_UNSUPPORTED for others). */
 brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp);
+/* hp->rope (and hp->n_ctx_train) from hp->rope_file and the overrides o (NULL: none), as
+ * llama.cpp v0.4.0 resolves its context's rope parameters: the scaling type picks ext_factor's
+ * default (1 under YaRN), YaRN's cos/sin scale comes out as 1 + 0.1 ln(1/freq_scale) times
+ * rope.scaling.attn_factor, and a YaRN freq_scale other than the file's stretches n_ctx_train
+ * to orig_ctx / freq_scale. BRISK_ERR_INVALID_ARG (with the field) for an override out of range. */
+brisk_status model_rope_resolve(model_hparams *hp, const brisk_rope_overrides *o);
 #endif

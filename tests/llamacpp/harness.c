@@ -127,6 +127,15 @@ static bool parse_int(const char *s, int lo, int hi, int *out) {
     return true;
 }
 
+static bool parse_float(const char *s, float *out) {
+    char *end;
+    errno = 0;
+    float v = s ? strtof(s, &end) : 0;
+    if (!s || end == s || *end || errno || !isfinite(v)) return false;
+    *out = v;
+    return true;
+}
+
 // ---------------------------------------------------------------------------
 // Logging: llama.cpp and ggml log through one callback. Messages at levels in
 // [g_log_min, g_log_max] are shown; the first error is kept for our own one-line
@@ -246,6 +255,11 @@ struct opts {
     enum ggml_type kv_type, out_type, emb_type;
     int repack; // weight repacking (CPU_REPACK buffers): 1 on, 0 off, -1 the command's default
     bool add_special, parse_special, pure, allow_requant, leave_output, verbose;
+    // eval's RoPE overrides, common/arg.cpp's flags with their "not set" values (0 or -1, as
+    // llama_context_default_params): --rope-scaling, --rope-scale N (freq_scale 1/N), ...
+    int rope_scaling; // enum llama_rope_scaling_type
+    float rope_freq_base, rope_freq_scale, yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
+    int yarn_orig_ctx;
 };
 
 static bool parse_ggml_type(const char *s, enum ggml_type *out) {
@@ -264,7 +278,14 @@ static bool parse_ggml_type(const char *s, enum ggml_type *out) {
 static const char *g_kv_name = "f32", *g_out_name, *g_emb_name;
 
 static int parse_opts(int argc, char **argv, struct opts *o) {
-    *o = (struct opts){.n_gen = -1, .n_ctx = 0, .n_threads = 0, .reps = 5, .fa = -2, .repack = -1};
+    *o = (struct opts){.n_gen = -1, .n_ctx = 0, .n_threads = 0, .reps = 5, .fa = -2, .repack = -1,
+                       .rope_scaling = LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED, .yarn_ext_factor = -1.0f,
+                       .yarn_attn_factor = -1.0f, .yarn_beta_fast = -1.0f, .yarn_beta_slow = -1.0f};
+    struct { const char *name; float *dst; bool inverse; } fl[] = {
+        {"--rope-scale", &o->rope_freq_scale, true},      {"--rope-freq-scale", &o->rope_freq_scale, false},
+        {"--rope-freq-base", &o->rope_freq_base, false},  {"--yarn-ext-factor", &o->yarn_ext_factor, false},
+        {"--yarn-attn-factor", &o->yarn_attn_factor, false}, {"--yarn-beta-fast", &o->yarn_beta_fast, false},
+        {"--yarn-beta-slow", &o->yarn_beta_slow, false}};
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -285,12 +306,27 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
         else if (!strcmp(a, "-t")) { if (!parse_int(v, 1, 4096, &o->n_threads)) return fail("bad -t '%s'", v ? v : ""); }
         else if (!strcmp(a, "-r")) { if (!parse_int(v, 1, 1000000, &o->reps)) return fail("bad -r '%s'", v ? v : ""); }
         else if (!strcmp(a, "--top")) { if (!parse_int(v, 0, 1 << 24, &o->top)) return fail("bad --top '%s'", v ? v : ""); }
-        else if (!strcmp(a, "--fa") || !strcmp(a, "-fa")) {
+        else if (!strcmp(a, "--yarn-orig-ctx")) { if (!parse_int(v, 0, 1 << 30, &o->yarn_orig_ctx)) return fail("bad --yarn-orig-ctx '%s'", v ? v : ""); }
+        else if (!strcmp(a, "--rope-scaling")) {
+            if (v && !strcmp(v, "none")) o->rope_scaling = LLAMA_ROPE_SCALING_TYPE_NONE;
+            else if (v && !strcmp(v, "linear")) o->rope_scaling = LLAMA_ROPE_SCALING_TYPE_LINEAR;
+            else if (v && !strcmp(v, "yarn")) o->rope_scaling = LLAMA_ROPE_SCALING_TYPE_YARN;
+            else return fail("bad --rope-scaling '%s' (none|linear|yarn)", v ? v : "");
+        } else if (!strcmp(a, "--fa") || !strcmp(a, "-fa")) {
             if (v && !strcmp(v, "on")) o->fa = LLAMA_FLASH_ATTN_TYPE_ENABLED;
             else if (v && !strcmp(v, "off")) o->fa = LLAMA_FLASH_ATTN_TYPE_DISABLED;
             else if (v && !strcmp(v, "auto")) o->fa = LLAMA_FLASH_ATTN_TYPE_AUTO;
             else return fail("bad --fa '%s' (on|off|auto)", v ? v : "");
         } else {
+            size_t k = 0;
+            while (k < sizeof fl / sizeof fl[0] && strcmp(a, fl[k].name)) k++;
+            if (k < sizeof fl / sizeof fl[0]) {
+                if (!parse_float(v, fl[k].dst) || (fl[k].inverse && *fl[k].dst == 0.0f))
+                    return fail("bad %s '%s'", a, v ? v : "");
+                if (fl[k].inverse) *fl[k].dst = 1.0f / *fl[k].dst; // arg.cpp: freq_scale = 1/N
+                i++;
+                continue;
+            }
             takes = false;
             if (!strcmp(a, "--add-special")) o->add_special = true;
             else if (!strcmp(a, "--parse-special")) o->parse_special = true;
@@ -555,6 +591,14 @@ static int run_eval(const struct opts *o, struct llama_model *m, llama_token *pr
     cp.flash_attn_type = o->fa == -2 ? LLAMA_FLASH_ATTN_TYPE_DISABLED : (enum llama_flash_attn_type)o->fa;
     cp.type_k = cp.type_v = o->kv_type;
     cp.no_perf = true;
+    cp.rope_scaling_type = (enum llama_rope_scaling_type)o->rope_scaling;
+    cp.rope_freq_base = o->rope_freq_base;
+    cp.rope_freq_scale = o->rope_freq_scale;
+    cp.yarn_ext_factor = o->yarn_ext_factor;
+    cp.yarn_attn_factor = o->yarn_attn_factor;
+    cp.yarn_beta_fast = o->yarn_beta_fast;
+    cp.yarn_beta_slow = o->yarn_beta_slow;
+    cp.yarn_orig_ctx = (uint32_t)o->yarn_orig_ctx;
     if ((int64_t)n_prompt + n_gen > (int64_t)cp.n_ctx) return fail("n_ctx %u < prompt %d + generated %d", cp.n_ctx, n_prompt, n_gen);
     clear_error();
     struct llama_context *ctx = L.llama_init_from_model(m, cp);
@@ -894,6 +938,9 @@ static void usage(void) {
           "           [--imatrix FILE.dat]\n"
           "  eval -m FILE (-p \"1 2 3\" | --prompt-text TEXT) [-n 16] [-c N] [-t N] [--kv f32]\n"
           "       [--fa off|on|auto] [--repack] [--logits-out PATH] [--top K]\n"
+          "       [--rope-scaling none|linear|yarn] [--rope-scale N] [--rope-freq-base N] [--rope-freq-scale N]\n"
+          "       [--yarn-orig-ctx N] [--yarn-ext-factor N] [--yarn-attn-factor N] [--yarn-beta-fast N]\n"
+          "       [--yarn-beta-slow N]   (llama.cpp's flags, into llama_context_params)\n"
           "  bench -m FILE [-p 512] [-n 128] [-t N] [-r 5] [-c N] [--fa auto|on|off] [--no-repack]\n"
           "  batched -m FILE [-p 128] [-n 128] [-npl 1,8,32,64] [-t N] [-r 5] [-c N] [--fa auto|on|off]\n"
           "  info -m FILE\n",
