@@ -215,7 +215,10 @@ int cmd_bench(int argc, char **argv) {
         /* bytes per token: all weights once per batch (pp) or per token (tg) */
         /* bytes per generated token: the weights once per step (shared by the
          * step's n_seq tokens) plus the token's own K and V history */
-        double kv_elt = cp.kv_type == BRISK_KV_F32 ? 4.0 : cp.kv_type == BRISK_KV_Q8_0 ? 34.0 / 32 : 2.0;
+        double kv_elt = cp.kv_type == BRISK_KV_F32    ? 4.0
+                        : cp.kv_type == BRISK_KV_Q8_0 ? 34.0 / 32
+                        : cp.kv_type == BRISK_KV_Q4_0 ? 18.0 / 32
+                                                      : 2.0;
         double kv_pos = 2.0 * info.n_layer * info.n_head_kv * info.head_dim * kv_elt;
         double per_tok = (double)info.decode_bytes / n_seq + kv_pos * (depth + ng / 2.0);
         double gbs = kind == 0 ? info.decode_bytes * (mean / np) / 1e9 : per_tok * mean / 1e9;

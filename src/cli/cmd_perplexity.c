@@ -22,7 +22,7 @@ int cmd_perplexity(int argc, char **argv) {
             continue;
         }
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: brisk perplexity -m FILE -f TEXT [-c 512] [-t N] [--chunks N] [--kv-type f16|q8_0|f32] [-ngl N] [--device I]\n"
+            printf("usage: brisk perplexity -m FILE -f TEXT [-c 512] [-t N] [--chunks N] [--kv-type f16|q8_0|q4_0|f32] [-ngl N] [--device I]\n"
                    "                        [--n-cpu-moe N | --gpu-mem SIZE] [--no-mmap]\n");
             return 0;
         }
