@@ -79,6 +79,14 @@ p16=$(sed -n 's/.*PPL = \([0-9.]*\).*/\1/p' "$T/o16"); p8=$(sed -n 's/.*PPL = \(
 check "q8_0 KV cache: perplexity within 1% of f16" '[ $rc -eq 0 ] && awk -v a="$p8" -v b="$p16" "BEGIN{d=a/b-1; exit !(b > 0 && d < 0.01 && d > -0.01)}"'
 $B run -m "$M" -p hi -n 2 --kv-type q8_0 >/dev/null 2>"$T/e"; rc=$?
 check "q8_0 KV on 8-wide heads: clear error" '[ $rc -eq 1 ] && grep -q "multiple of 32" "$T/e"'
+$B run -m "$M" -p hi -n 2 --kv-type q4_0 >/dev/null 2>"$T/e"; rc=$?
+check "q4_0 KV on 8-wide heads: clear error" '[ $rc -eq 1 ] && grep -q "q4_0 KV cache needs a head size that is a multiple of 32" "$T/e"'
+# q4_0 KV cache end to end: a greedy run on a trained model (64-wide heads) starts as f16's does
+K=models/brisk-kjv-6m.gguf
+$B run -m "$K" -p "In the beginning God" -n 24 --temp 0 -t 2 >"$T/k16" 2>/dev/null
+$B run -m "$K" -p "In the beginning God" -n 24 --temp 0 -t 2 -ctk q4_0 -ctv q4_0 >"$T/k4" 2>"$T/e"; rc=$?
+check "q4_0 KV cache: greedy run, first words as f16's" \
+  '[ $rc -eq 0 ] && [ $(wc -c <"$T/k4") -gt 40 ] && [ "$(head -c 10 "$T/k4")" = "$(head -c 10 "$T/k16")" ]'
 $B run -m "$M" -p hi -n 2 --kv-type q3 >/dev/null 2>"$T/e"; rc=$?
 check "unknown KV type: exit 2" '[ $rc -eq 2 ] && grep -q "unknown KV cache type" "$T/e"'
 $B run -m "$M" -p hi -n 2 -ctk q8_0 -ctv f16 >/dev/null 2>"$T/e"; rc=$?

@@ -272,6 +272,49 @@ static void test_detok_stream(void) {
     CHECK(len > 3 && !memcmp(buf, "\xEF\xBF\xBD", 3) && strstr(buf, "Once"));
 }
 
+/* Quantized KV caches: the names, the head-size rule (stories260K's heads are 8 wide), and on
+ * brisk-kjv-6m (64-wide heads) a q8_0 and a q4_0 cache through a prefix shared mid-page (the page
+ * copied by bytes): the sharing sequence continues with the tokens the first one produced. */
+static void test_quantized_kv(void) {
+    CHECK(brisk_kv_type_from_name("q4_0") == BRISK_KV_Q4_0 && brisk_kv_type_from_name("q8_0") == BRISK_KV_Q8_0);
+    CHECK(brisk_kv_type_from_name("q4_1") == -1);
+    brisk_context_params cp = brisk_context_default_params();
+    cp.n_ctx = 64;
+    cp.kv_type = BRISK_KV_Q4_0;
+    brisk_context *c = NULL;
+    CHECK(brisk_context_new(model, &cp, &c) == BRISK_ERR_UNSUPPORTED && c == NULL);
+    CHECK(strstr(brisk_last_error(), "q4_0") && strstr(brisk_last_error(), "multiple of 32"));
+    cp.kv_type = (brisk_kv_type)4;
+    CHECK(brisk_context_new(model, &cp, &c) == BRISK_ERR_INVALID_ARG && c == NULL);
+    brisk_model *kjv = NULL;
+    CHECK_OK(brisk_model_load("models/brisk-kjv-6m.gguf", NULL, &kjv));
+    if (!kjv) return;
+    const int nv = brisk_n_vocab(kjv);
+    for (int kt = BRISK_KV_Q8_0; kt <= BRISK_KV_Q4_0; kt++) {
+        cp = brisk_context_default_params();
+        cp.n_ctx = 128, cp.n_seq_max = 2, cp.n_threads = 2, cp.kv_type = (brisk_kv_type)kt, cp.kv_block_size = 16;
+        CHECK_OK(brisk_context_new(kjv, &cp, &c));
+        if (!c) break;
+        int out[40], tok = 1, same = 0;
+        for (int i = 0; i < 40; i++) {
+            brisk_batch_entry e = {tok, i, 0, true};
+            CHECK_OK(brisk_decode(c, &e, 1));
+            tok = out[i] = argmax(brisk_get_logits(c, 0), nv);
+        }
+        CHECK_OK(brisk_seq_share_prefix(c, 0, 1, 21));
+        for (int i = 21; i < 40; i++) {
+            brisk_batch_entry e = {out[i - 1], i, 1, true};
+            CHECK_OK(brisk_decode(c, &e, 1));
+            same += argmax(brisk_get_logits(c, 0), nv) == out[i];
+        }
+        printf("  %s cache: %d of 19 tokens after a shared 21-token prefix as the first sequence's\n",
+               kt == BRISK_KV_Q4_0 ? "q4_0" : "q8_0", same);
+        CHECK(same == 19);
+        brisk_context_free(c);
+    }
+    brisk_model_free(kjv);
+}
+
 static void test_bad_files(void) {
     brisk_model *m = NULL;
     CHECK(brisk_model_load("/nonexistent/model.gguf", NULL, &m) == BRISK_ERR_IO);
@@ -308,6 +351,7 @@ int main(int argc, char **argv) {
         {"limits", test_limits},
         {"sampler", test_sampler},
         {"detok_stream", test_detok_stream},
+        {"quantized_kv", test_quantized_kv},
         {"bad_files", test_bad_files},
     };
     int rc = test_main(cases, sizeof cases / sizeof cases[0], argc, argv);

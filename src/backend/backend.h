@@ -65,7 +65,7 @@ typedef struct bk_rope_params {
 typedef struct bk_kv_view {
     void *k;             /* (n_pages, block_size, n_head_kv, head_dim) in kv_type */
     void *v;             /* same shape */
-    int kv_type;         /* BRISK_KV_F32 or BRISK_KV_F16 */
+    int kv_type;         /* brisk_kv_type (see bk_kv_block_bytes) */
     int block_size;      /* tokens per page */
     /* A recurrent (Gated DeltaNet) layer has no pages (k, v NULL) but a fixed
      * state per sequence slot; slot n_seq_max stays zero (brisk_seq_clear
@@ -73,6 +73,15 @@ typedef struct bk_kv_view {
     float *conv;         /* (n_seq_max + 1, d_conv - 1, conv_dim) the short conv's last inputs, oldest first */
     float *ssm;          /* (n_seq_max + 1, n_v_heads, d_state, d_state) delta-rule state, row = value dim */
 } bk_kv_view;
+
+/* Bytes of one 32-value block of a quantized KV type (q8_0 34, q4_0 18: ggml's
+ * layouts, f16 scale first), 0 for f32 and f16, whose elements are addressed
+ * one by one. Element e of a quantized row lies in block e / 32, so a row of a
+ * head starts at a block boundary only when head_dim % 32 == 0 (checked at
+ * context creation). */
+static inline size_t bk_kv_block_bytes(int kv_type) {
+    return kv_type == BRISK_KV_Q8_0 ? 34 : kv_type == BRISK_KV_Q4_0 ? 18 : 0;
+}
 
 /* Where each batch entry's K/V goes and what it attends to. */
 typedef struct bk_attn_batch {

@@ -87,8 +87,8 @@ struct brisk_context {
 };
 
 int brisk_kv_type_from_name(const char *name) {
-    static const char *const names[] = {"f32", "f16", "q8_0"};
-    for (int i = 0; i < 3; i++)
+    static const char *const names[] = {"f32", "f16", "q8_0", "q4_0"}; /* indexed by brisk_kv_type */
+    for (int i = 0; i < 4; i++)
         if (name && !strcmp(name, names[i])) return i;
     return -1;
 }
@@ -374,11 +374,12 @@ static brisk_status fix_params(const model_hparams *hp, brisk_context_params *p)
     if (p->n_seq_max <= 0) p->n_seq_max = 1;
     if (p->n_batch <= 0) p->n_batch = 512;
     if (p->kv_block_size <= 0) p->kv_block_size = 16;
-    if (p->kv_type != BRISK_KV_F32 && p->kv_type != BRISK_KV_F16 && p->kv_type != BRISK_KV_Q8_0)
+    if (p->kv_type != BRISK_KV_F32 && p->kv_type != BRISK_KV_F16 && p->kv_type != BRISK_KV_Q8_0 &&
+        p->kv_type != BRISK_KV_Q4_0)
         return bk_fail(BRISK_ERR_INVALID_ARG, "unknown KV cache type %d", (int)p->kv_type);
-    if (p->kv_type == BRISK_KV_Q8_0 && hp->head_dim % 32 != 0)
-        return bk_fail(BRISK_ERR_UNSUPPORTED, "a q8_0 KV cache needs a head size that is a multiple of 32 (this model: %d)",
-                       hp->head_dim);
+    if (bk_kv_block_bytes(p->kv_type) && hp->head_dim % 32 != 0)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "a %s KV cache needs a head size that is a multiple of 32 (this model: %d)",
+                       p->kv_type == BRISK_KV_Q4_0 ? "q4_0" : "q8_0", hp->head_dim);
     if (p->n_seq_max > 4096) return bk_fail(BRISK_ERR_INVALID_ARG, "n_seq_max %d is too large", p->n_seq_max);
     if (p->n_seq_checkpoints < 0 || p->n_seq_checkpoints > 256)
         return bk_fail(BRISK_ERR_INVALID_ARG, "n_seq_checkpoints %d not in [0, 256]", p->n_seq_checkpoints);
@@ -473,6 +474,12 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
     brisk_context_params p = params ? *params : brisk_context_default_params();
     const model_hparams *hp = &model->hp;
     BK_TRY(fix_params(hp, &p));
+    /* The CUDA backend's cache write and attention kernels know f32, f16 and q8_0 only and would
+     * read any other type as f32: refuse here, before anything is allocated. One type serves every
+     * layer, so a split model (some layers on the GPU) is refused too. */
+    if (p.kv_type == BRISK_KV_Q4_0 && bk_backend_is_cuda(model->be, NULL))
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "a q4_0 KV cache runs on the CPU only for now (the CUDA backend has "
+                                              "no q4_0 cache kernels): use -ngl 0, or q8_0 on the GPU");
 
     if ((unsigned)hp->arch >= ARCH_COUNT || !forward_by_arch[hp->arch])
         return bk_fail(BRISK_ERR_UNSUPPORTED, "no forward pass for architecture %s", model->arch_name);

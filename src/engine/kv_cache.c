@@ -72,7 +72,8 @@ oom:
 }
 
 size_t kv_cache_row_bytes(brisk_kv_type type, int kv_dim) {
-    return type == BRISK_KV_Q8_0 ? (size_t)kv_dim / 32 * 34 : (size_t)kv_dim * (type == BRISK_KV_F16 ? 2 : 4);
+    size_t bb = bk_kv_block_bytes(type);
+    return bb ? (size_t)kv_dim / 32 * bb : (size_t)kv_dim * (type == BRISK_KV_F16 ? 2 : 4);
 }
 
 size_t kv_cache_size_for(int n_layer, int kv_dim, int n_ctx, int n_seq_max, int block_size, brisk_kv_type type) {

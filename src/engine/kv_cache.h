@@ -20,7 +20,7 @@ typedef struct kv_cache kv_cache;
 brisk_status kv_cache_new(bk_backend *const *be, int n_layer, int kv_dim, int n_ctx, int n_seq_max,
                           int block_size, brisk_kv_type type, kv_cache **out);
 void kv_cache_free(kv_cache *kc);
-/* Bytes of one token's K (or V) row of kv_dim values (a multiple of 32 for q8_0). */
+/* Bytes of one token's K (or V) row of kv_dim values (a multiple of 32 for q8_0 and q4_0). */
 size_t kv_cache_row_bytes(brisk_kv_type type, int kv_dim);
 /* Backend bytes kv_cache_new would allocate for these sizes (K and V of every layer). */
 size_t kv_cache_size_for(int n_layer, int kv_dim, int n_ctx, int n_seq_max, int block_size, brisk_kv_type type);

@@ -31,7 +31,8 @@ static inline const void *cpu_kv_row(const bk_kv_view *kv, const void *base, con
                                      int kvh, int n_head_kv, int head_dim) {
     size_t slot = (size_t)table[p / kv->block_size] * kv->block_size + (size_t)(p % kv->block_size);
     size_t off = (slot * n_head_kv + kvh) * head_dim;
-    if (kv->kv_type == BRISK_KV_Q8_0) return (const char *)base + off / 32 * 34; /* 34-byte blocks of 32 */
+    size_t bb = bk_kv_block_bytes(kv->kv_type); /* q8_0, q4_0: blocks of 32 (head_dim % 32 == 0) */
+    if (bb) return (const char *)base + off / 32 * bb;
     return kv->kv_type == BRISK_KV_F16 ? (const void *)((const uint16_t *)base + off)
                                        : (const void *)((const float *)base + off);
 }
@@ -56,12 +57,12 @@ typedef struct cpu_attn_block {
     float *scratch;          /* 4 * 16 * hd floats */
 } cpu_attn_block;
 
-/* Returns 0 (and does nothing) for a q8_0 cache, head_dim not a multiple of
- * 16 or more than 16 lanes. */
+/* Returns 0 (and does nothing) for a quantized cache (q8_0, q4_0), head_dim
+ * not a multiple of 16 or more than 16 lanes. */
 int cpu_attn_block_avx512(const cpu_attn_block *a);
 
 /* AVX-512 version; returns 0 (and does nothing) when head_dim is not a
- * multiple of 16 or the cache is q8_0 (the portable version handles those). */
+ * multiple of 16 or the cache is quantized (the portable version handles those). */
 int cpu_attn_head_avx512(const cpu_attn_head *a);
 /* out = silu(gate) * up, bitwise swiglu_row of cpu_math.h (it shares this
  * file's 16-lane exp). */

@@ -33,7 +33,7 @@ static inline __m512 exp_poly16(__m512 x) {
 }
 
 int cpu_attn_head_avx512(const cpu_attn_head *a) {
-    if (a->kv->kv_type == BRISK_KV_Q8_0) return 0;
+    if (bk_kv_block_bytes(a->kv->kv_type)) return 0; /* q8_0, q4_0: the portable version */
     int hd = a->hd, np = a->np, f16 = a->kv->kv_type == BRISK_KV_F16, nq = a->n_q;
     if (hd % 16 || nq < 1 || nq > 16) return 0;
     float mx[16];
@@ -180,7 +180,7 @@ static inline __attribute__((always_inline)) void attn_block(const cpu_attn_bloc
  * instructions instead of taking a register each. */
 int cpu_attn_block_avx512(const cpu_attn_block *a) {
     const int L = a->nt * a->group;
-    if (a->kv->kv_type == BRISK_KV_Q8_0 || a->hd % 16 || L < 1 || L > 16) return 0;
+    if (bk_kv_block_bytes(a->kv->kv_type) || a->hd % 16 || L < 1 || L > 16) return 0;
     switch (a->hd) {
     case 64: attn_block(a, 64); break;
     case 128: attn_block(a, 128); break;

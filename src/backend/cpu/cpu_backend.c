@@ -488,6 +488,9 @@ static void f2h_row(const float *restrict src, uint16_t *restrict dst, size_t n)
 }
 #endif
 
+/* The block format of a quantized KV type (bk_kv_block_bytes != 0). */
+static inline uint32_t kv_quant_type(int kv_type) { return kv_type == BRISK_KV_Q4_0 ? QT_Q4_0 : QT_Q8_0; }
+
 static void att_write_worker(void *arg, int ith, int nth) {
     att_job *j = arg;
     size_t kvd = (size_t)j->n_head_kv * j->head_dim;
@@ -496,9 +499,11 @@ static void att_write_worker(void *arg, int ith, int nth) {
     for (long t = lo; t < hi; t++) {
         size_t off = (size_t)j->ab->slot[t] * kvd;
         const float *ks = j->k + t * kvd, *vs = j->v + t * kvd;
-        if (j->kv->kv_type == BRISK_KV_Q8_0) { /* kvd % 32 == 0: whole blocks, head by head alike */
-            quant_quantize(QT_Q8_0, ks, (char *)j->kv->k + off / 32 * 34, (int64_t)kvd);
-            quant_quantize(QT_Q8_0, vs, (char *)j->kv->v + off / 32 * 34, (int64_t)kvd);
+        size_t bb = bk_kv_block_bytes(j->kv->kv_type);
+        if (bb) { /* kvd % 32 == 0: whole blocks, head by head alike (ggml's reference rounding) */
+            uint32_t qt = kv_quant_type(j->kv->kv_type);
+            quant_quantize(qt, ks, (char *)j->kv->k + off / 32 * bb, (int64_t)kvd);
+            quant_quantize(qt, vs, (char *)j->kv->v + off / 32 * bb, (int64_t)kvd);
         } else if (j->kv->kv_type == BRISK_KV_F16) {
             f2h_row(ks, (uint16_t *)j->kv->k + off, kvd);
             f2h_row(vs, (uint16_t *)j->kv->v + off, kvd);
@@ -524,7 +529,7 @@ BK_INLINE void h2f_row(const void *src, float *restrict dst, int n) {
 /* A cache row as f32: in place for an f32 cache, else decoded into buf. */
 BK_INLINE const float *kv_row_f32(const bk_kv_view *kv, const void *row, float *buf, int hd) {
     if (kv->kv_type == BRISK_KV_F16) h2f_row(row, buf, hd);
-    else if (kv->kv_type == BRISK_KV_Q8_0) quant_dequantize(QT_Q8_0, row, buf, hd);
+    else if (bk_kv_block_bytes(kv->kv_type)) quant_dequantize(kv_quant_type(kv->kv_type), row, buf, hd);
     else return row;
     return buf;
 }
@@ -643,7 +648,7 @@ static void cpu_attention(bk_backend *be, const float *q, const float *k, const 
         if (ab->pos[t] > max_pos) max_pos = ab->pos[t];
     /* GQA groups go through the AVX-512 kernel together (K/V rows read once per group) */
     int group = n_head / n_head_kv;
-    int nq = cpu_dot_isa() == CPU_ISA_AVX512 && kv->kv_type != BRISK_KV_Q8_0 && head_dim % 16 == 0 &&
+    int nq = cpu_dot_isa() == CPU_ISA_AVX512 && !bk_kv_block_bytes(kv->kv_type) && head_dim % 16 == 0 &&
                      group <= 16 && n_head % n_head_kv == 0 ? group : 1;
     size_t stride = ((size_t)max_pos + 1 + 15) & ~(size_t)15;
     size_t cap = (size_t)nq * stride + 2 * (size_t)head_dim + (size_t)nq * 16 * head_dim; /* scores, staging, lanes */
@@ -657,7 +662,7 @@ static void cpu_attention(bk_backend *be, const float *q, const float *k, const 
     }
     att_job j = {q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, out, cb, cb->att_cap, stride, nq, NULL, 0};
     /* Query blocks: runs of entries of one sequence, 16 lanes (tokens x group) at most. */
-    if (ab->n_tokens >= ATT_BLOCK_MIN_TOKENS && cpu_dot_isa() == CPU_ISA_AVX512 && kv->kv_type != BRISK_KV_Q8_0 &&
+    if (ab->n_tokens >= ATT_BLOCK_MIN_TOKENS && cpu_dot_isa() == CPU_ISA_AVX512 && !bk_kv_block_bytes(kv->kv_type) &&
         head_dim % 16 == 0 && group <= 16 && n_head % n_head_kv == 0 &&
         grow((void **)&cb->att_blk, &cb->att_blk_cap, sizeof(int) * ((size_t)ab->n_tokens + 1)) == BRISK_OK) {
         const int per = 16 / group;

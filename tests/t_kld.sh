@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# `brisk perplexity` in llama-perplexity's KL-divergence mode, on a trained model
+# (brisk-kjv-6m, 64-wide heads) over KJV verses: a base run with the f16 KV cache,
+# then the f16, q8_0 and q4_0 caches against it, and files it must refuse.
+set -u
+B=${BUILD:-build}/brisk
+S=${SHARED:-../shared}/data
+K=models/brisk-kjv-6m.gguf
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fail=0
+check() { if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fail=1; fi; }
+kld() { sed -n 's/^Mean    KLD: *\([-0-9.e]*\) .*/\1/p' "$1"; }
+
+zcat "$S/corpus/kjv_verses.txt.gz" | head -n 400 | sed 's/^[^ ]* //' >"$T/text.txt" # verses without "Ge1:1"
+P="-m $K -c 128 --chunks 3 -t 2"
+echo stale >"$T/base.bin" # the base file is replaced, as llama-perplexity does
+$B perplexity $P -f "$T/text.txt" --kl-divergence-base "$T/base.bin" >"$T/o" 2>"$T/e"; rc=$?
+ppl=$(sed -n 's/.*PPL = \([0-9.]*\).*/\1/p' "$T/o")
+check "base run: PPL printed, file written whole" \
+  '[ $rc -eq 0 ] && [ -n "$ppl" ] && [ "$(head -c 8 "$T/base.bin")" = "_logits_" ] && ! ls "$T"/base.bin.tmp.* >/dev/null 2>&1'
+for t in f16 q8_0 q4_0; do
+  $B perplexity $P --kv-type $t --kl-divergence --kl-divergence-base "$T/base.bin" >"$T/k$t" 2>"$T/e"; rc=$?
+  check "--kl-divergence, $t cache: runs" '[ $rc -eq 0 ] && grep -q "^Same top p:" "$T/k$t"'
+done
+k16=$(kld "$T/kf16"); k8=$(kld "$T/kq8_0"); k4=$(kld "$T/kq4_0")
+echo "     mean KLD from the f16 base: f16 $k16, q8_0 $k8, q4_0 $k4"
+check "f16 against its own base: KLD exactly 0, PPL ratio 1, same top 100%" \
+  'grep -q "^Every position.s KLD is exactly 0" "$T/kf16" && grep -q "^Mean PPL(Q)/PPL(base) *:  *1.000000 ± *0.000000" "$T/kf16" &&
+   grep -q "^Same top p: 100.000" "$T/kf16" && grep -q "^Mean PPL(Q)  *: *$ppl" "$T/kf16"'
+check "KLD: 0 < q8_0 < q4_0, both small and finite" \
+  'awk -v a="$k8" -v b="$k4" "BEGIN{exit !(a > 0 && a < b && a < 0.005 && b < 0.1)}"'
+
+# files it must refuse, each with a one-line error
+$B synth --preset tiny-qwen3 -o "$T/tq.gguf" >/dev/null 2>&1
+$B perplexity -m "$T/tq.gguf" -t 2 --kl-divergence --kl-divergence-base "$T/base.bin" >/dev/null 2>"$T/e"; rc=$?
+check "another model's vocabulary: exit 1, says so" \
+  '[ $rc -eq 1 ] && [ $(wc -l <"$T/e") -eq 1 ] && grep -q "holds logits over 4096 tokens" "$T/e"'
+head -c 1500000 "$T/base.bin" >"$T/trunc.bin"
+$B perplexity $P --kl-divergence --kl-divergence-base "$T/trunc.bin" >/dev/null 2>"$T/e"; rc=$?
+check "truncated file: exit 1, what it holds" \
+  '[ $rc -eq 1 ] && [ $(wc -l <"$T/e") -eq 1 ] && grep -q "is truncated: .* holds 2 of its 3 chunks" "$T/e"'
+$B perplexity -m $K -c 128 --chunks 2 -t 2 --kl-divergence --kl-divergence-base "$T/trunc.bin" >/dev/null 2>&1; rc=$?
+check "truncated file: --chunks 2 compares the chunks it holds" '[ $rc -eq 0 ]'
+$B perplexity $P --kl-divergence --kl-divergence-base "$T/text.txt" >/dev/null 2>"$T/e"; rc=$?
+check "not a logits file: exit 1" '[ $rc -eq 1 ] && grep -q "is not a logits file" "$T/e"'
+$B perplexity $P --kl-divergence >/dev/null 2>"$T/e"; rc=$?
+check "--kl-divergence without a base: exit 2" '[ $rc -eq 2 ] && grep -q "needs --kl-divergence-base" "$T/e"'
+$B perplexity $P -f "$T/text.txt" --kl-divergence-base "$T/nodir/base.bin" >/dev/null 2>"$T/e"; rc=$?
+check "base in a missing folder: exit 1, nothing left" '[ $rc -eq 1 ] && grep -q "cannot create" "$T/e" && [ ! -e "$T/nodir" ]'
+exit $fail
