@@ -40,7 +40,7 @@ for r in ${ROWS:-qwen3-8b:32768}; do p=${r%%:*}; dd=${r##*:}; f=$d/$p.gguf
       2> "$OUT/err.txt" | grep -E '^\| tg' | sed "s/^/$v /" | tee -a "$OUT/depth.txt"
     grep -E "filled once|rror" "$OUT/err.txt" | tee -a "$OUT/depth.txt"
   done
-  if [ -n "${LLAMA:-1}" ]; then
+  if [ "${LLAMA:-1}" = 1 ]; then
     for i in $(seq 300); do [ -f /tmp/ll/done ] && break; sleep 2; done
     [ -x $L/llama-bench ] && $L/llama-bench -m $f -p 0 -n $N -d $dd -fa 1 -ngl 99 -r 1 -ctk $KV -ctv $KV 2>&1 |
       grep -E '^\| [a-z]' | tee -a "$OUT/depth.txt"
