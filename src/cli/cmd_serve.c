@@ -18,7 +18,8 @@ static void usage(FILE *f) {
             "  --port N             port (default 8080; 0: any free port)\n"
             "  -c, --ctx-size N     tokens per request, prompt and completion (default: model's, at most 4096)\n"
             "  --parallel N         requests decoded together (default 4); the KV cache holds N x ctx-size\n"
-            "  --batch N            prompt tokens per step (default 256): caps how long a step stalls decodes\n"
+            "  -b, --batch N        prompt tokens per step (default 2048, llama-server's -b): caps how long a\n"
+            "                       step stalls the other slots' decodes; smaller batches prefill slower\n"
             "  --queue N            requests waiting for a slot before 429 (default 64)\n"
             "  --ctx-checkpoints N  hybrid (recurrent) models: state snapshots kept per slot for prefix reuse\n"
             "                       (default 4; 0: a prompt reuses a slot's cache only when it extends all of it)\n"
@@ -38,7 +39,7 @@ static void usage(FILE *f) {
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *alias = NULL, *template_path = NULL;
     int n_ctx = 0, n_threads = 0, max_body_mb = 8, max_body = -1, n_ckpt = 4;
-    server_config cfg = {.host = "127.0.0.1", .port = 8080, .n_parallel = 4, .prefill_chunk = 256, .max_queue = 64};
+    server_config cfg = {.host = "127.0.0.1", .port = 8080, .n_parallel = 4, .prefill_chunk = 2048, .max_queue = 64};
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
