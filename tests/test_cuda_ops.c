@@ -952,13 +952,6 @@ static void attention_cases(void) {
     }
 }
 
-/* The decode attention's merge of many splits for a whole head group at once
- * (BRISK_CUDA_ATTN_WMERGE=1): every attention case, and the fused QK-norm + rope ones. */
-static void wmerge_cases(void) {
-    attention_cases();
-    test_attention_kv_fused();
-}
-static void test_attention_wmerge(void) { on_backend_with("BRISK_CUDA_ATTN_WMERGE", "1", wmerge_cases); }
 
 static void test_attention(void) {
     attention_cases();
@@ -1422,7 +1415,7 @@ int main(int argc, char **argv) {
         unsetenv("BRISK_CUDA_ATTN_V1");
     }
     static const test_case cases[] = {
-        {"matmul", test_matmul},         {"matmul_mmq", test_matmul_mmq}, {"matmul_mmqh", test_matmul_mmqh},     {"matmul_multi", test_matmul_multi}, {"matmul_stream", test_matmul_stream}, {"matmul_float_stream", test_matmul_float_stream}, {"handover", test_handover}, {"moe_handover", test_moe_handover}, {"attention_wmerge", test_attention_wmerge}, {"norm_matmul", test_norm_matmul}, {"get_rows", test_get_rows},
+        {"matmul", test_matmul},         {"matmul_mmq", test_matmul_mmq}, {"matmul_mmqh", test_matmul_mmqh},     {"matmul_multi", test_matmul_multi}, {"matmul_stream", test_matmul_stream}, {"matmul_float_stream", test_matmul_float_stream}, {"handover", test_handover}, {"moe_handover", test_moe_handover}, {"norm_matmul", test_norm_matmul}, {"get_rows", test_get_rows},
         {"rms_norm", test_rms_norm},     {"rope", test_rope},
         {"qk_norm_rope", test_qk_norm_rope}, {"matmul_swiglu", test_matmul_swiglu},                 {"attention", test_attention}, {"attention_kv_fused", test_attention_kv_fused}, {"attention_depth", test_attention_depth}, {"attention_warp", test_attention_warp},
         {"elementwise", test_elementwise}, {"moe_route", test_moe_route},   {"moe_ffn", test_moe_ffn}, {"moe_ffn_shared", test_moe_ffn_shared}, {"moe_ffn_mmq", test_moe_ffn_mmq}, {"moe_ffn_ep", test_moe_ffn_ep}, {"moe_ffn_table", test_moe_ffn_table},

@@ -122,78 +122,6 @@ __device__ __forceinline__ void dec_combine_head(const float *part, int stride, 
     __syncthreads(); /* w_s and red are reused by the next head */
 }
 
-/* The merge of many splits (n_use > DEC_FAST_MERGE: deep contexts, e.g. 66 splits at depth 8K-32K on
- * qwen3-8b) for all G heads of the block's group, with the loads of each step issued together
- * (BRISK_CUDA_ATTN_WMERGE=1; off until measured on a GPU). dec_combine_head walks the heads one
- * after another and each thread's output value over the splits with few loads in flight: about
- * n_use / 4 round trips through the L2 per head, which at depth 8K cost ~10 us a layer beside the
- * attention's 17 us (bench/RESULTS.md, session 4). Here: the G x n_use maxima in one round trip,
- * each head's max and sum by a warp, then every thread two output values (float2: the partials'
- * values start 8-byte aligned) over the splits, 16 splits' loads at a time: ~n_use / 16 + 2 round
- * trips for the whole group. The weights exp2(max_s - M) go to w_s (G * n_use floats: the block's
- * o_s, dead by then); l_s: G floats. The output is quantized for the product after it in groups of
- * 32 values held by 16 lanes (q8_1_store_pair). */
-#define DEC_WIDE_STEP 16
-__device__ __noinline__ void dec_combine_wide(const float *part, int stride, int n_use, int n_head, int hd, int h0, int G, int t,
-                                 float *out, int8_t *xq, float2 *xds, const att_gate &gate, float *w_s, float *l_s) {
-    const int nt = DEC_WARPS * 32, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const size_t ps = (size_t)hd + 2; /* floats a split's partials take: max, sum, hd values */
-    const float *base = part + ((size_t)t * n_head + h0) * stride * ps;
-    for (int i = tid; i < G * n_use; i += nt) w_s[i] = __ldcg(base + ((size_t)(i / n_use) * stride + i % n_use) * ps);
-    __syncthreads();
-    for (int g = warp; g < G; g += DEC_WARPS) {
-        float *w = w_s + g * n_use;
-        const float *pg = base + (size_t)g * stride * ps;
-        float M = -INFINITY;
-        for (int s = lane; s < n_use; s += 32) M = fmaxf(M, w[s]);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-        float L = 0.0f; /* (M finite: split 0 holds position 0) */
-        for (int s = lane; s < n_use; s += 32) {
-            const float e = exp2f(w[s] - M);
-            w[s] = e;
-            L += e * __ldcg(pg + (size_t)s * ps + 1);
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
-        if (lane == 0) l_s[g] = L;
-    }
-    __syncthreads();
-    const int items = G * hd / 2; /* (g, two values); hd / 2 >= 16: a group of 32 values is 16 whole lanes */
-    for (int i0 = warp * 32; i0 < items; i0 += nt) { /* warp-uniform trips: the quantization's shuffles */
-        const int i = i0 + lane, g = i / (hd / 2), d = (i % (hd / 2)) * 2;
-        const bool have = i < items;
-        float2 o = make_float2(0.0f, 0.0f);
-        if (have) {
-            const float *pp = base + (size_t)g * stride * ps + 2 + d;
-            const float *w = w_s + g * n_use;
-            for (int s0 = 0; s0 < n_use; s0 += DEC_WIDE_STEP) {
-                float2 v[DEC_WIDE_STEP];
-#pragma unroll
-                for (int k = 0; k < DEC_WIDE_STEP; k++)
-                    if (s0 + k < n_use) v[k] = __ldcg((const float2 *)(pp + (size_t)(s0 + k) * ps));
-#pragma unroll
-                for (int k = 0; k < DEC_WIDE_STEP; k++)
-                    if (s0 + k < n_use) {
-                        o.x += w[s0 + k] * v[k].x;
-                        o.y += w[s0 + k] * v[k].y;
-                    }
-            }
-        }
-        float y0 = 0.0f, y1 = 0.0f;
-        size_t oi = 0;
-        if (have) {
-            const float inv = 1.0f / l_s[g];
-            const int h = h0 + g;
-            oi = ((size_t)t * n_head + h) * hd + d;
-            y0 = att_gate_apply(gate, o.x * inv, t, n_head, h, d);
-            y1 = att_gate_apply(gate, o.y * inv, t, n_head, h, d + 1);
-            *(float2 *)(out + oi) = make_float2(y0, y1);
-        }
-        if (xq) q8_1_store_pair(y0, y1, (int64_t)oi, lane, have, xq, xds); /* the group oi / 32: 16 lanes */
-    }
-}
-
 /* One block per (G query heads from h0 = blockIdx.x * G, token, split). lpr = head_dim / 8 lanes per row
  * (4, 8, 16 or 32). Writes out (no split) or the split's (max, sum, unnormalised output) to part. */
 /* With RP (cuda_attention_rope), q's heads come from the product's rows (rope.qs) and are normalised
@@ -202,9 +130,7 @@ __device__ __noinline__ void dec_combine_wide(const float *part, int stride, int
  * split that holds it normalises and rotates k itself and stores k and v in the cache's format
  * into shared memory (kv_store: the bytes the cache would hold), and its rows' loads read them there.
  * The first head group of each KV head also writes them to the cache, for the steps after. */
-/* WM: the merge of many splits by dec_combine_wide (BRISK_CUDA_ATTN_WMERGE=1), in instances of their
- * own so that the default ones keep their registers. */
-template <int KT, int G, int NR, bool RP, bool WM>
+template <int KT, int G, int NR, bool RP>
 __global__ void __launch_bounds__(DEC_WARPS * 32)
 attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_t *pos, const int32_t *tab_off,
                 const int32_t *tabs, int n_head, int n_head_kv, int group, int hd, float scale_log2, float *out,
@@ -448,8 +374,6 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
         __threadfence();
         if (n_use <= DEC_FAST_MERGE && !merge_slow)
             dec_combine_group(part, n_split, n_use, n_head, hd, h0, G, t, out, xq, xds, gate);
-        else if (WM && !merge_slow)
-            dec_combine_wide(part, n_split, n_use, n_head, hd, h0, G, t, out, xq, xds, gate, &o_s[0][0][0], cw_s);
         else
             for (int g = 0; g < G; g++)
                 dec_combine_head(part, n_split, n_use, n_head, hd, h0 + g, t, out, cw_s, cred, xq, xds, gate);
@@ -519,18 +443,15 @@ bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
     bool quant = !cb->attnq_off && cb->xq && (size_t)n * (size_t)n_head * (size_t)hd <= cb->xq_cap;
     int8_t *xq = quant ? cb->xq : NULL;
     float2 *xds = quant ? cb->xds : NULL;
-#define DEC_LAUNCH_RP(KK, GG, NN, RR, WW)                                                                         \
-    pdl_launch(cb, attn_dec_kernel<KK, GG, NN, RR, WW>, grid, dim3(DEC_WARPS * 32), 0, q, (const void *)kv->k,   \
+#define DEC_LAUNCH_RP(KK, GG, NN, RR)                                                                             \
+    pdl_launch(cb, attn_dec_kernel<KK, GG, NN, RR>, grid, dim3(DEC_WARPS * 32), 0, q, (const void *)kv->k,       \
                (const void *)kv->v, kv->block_size, d_pos, d_off, d_tabs, n_head, n_head_kv, group, hd, sl2, out, \
                part, cnt, xq, xds,                                                                                 \
                (cb->attn_adapt_off ? 0 : 1) | (cb->attn_merge_off ? 2 : 0) | (cb->attn_min_chunk / 32) << 8, gate, rope)
-#define DEC_LAUNCH(KK, GG, NN)                                                  \
-    do {                                                                        \
-        const bool wm = cb->attn_wmerge && cnt; /* (only the fused merge) */   \
-        if (rope.qs && wm) DEC_LAUNCH_RP(KK, GG, NN, true, true);               \
-        else if (rope.qs) DEC_LAUNCH_RP(KK, GG, NN, true, false);               \
-        else if (wm) DEC_LAUNCH_RP(KK, GG, NN, false, true);                    \
-        else DEC_LAUNCH_RP(KK, GG, NN, false, false);                           \
+#define DEC_LAUNCH(KK, GG, NN)                                   \
+    do {                                                         \
+        if (rope.qs) DEC_LAUNCH_RP(KK, GG, NN, true);            \
+        else DEC_LAUNCH_RP(KK, GG, NN, false);                   \
     } while (0)
 #define DEC_G(KK)                         \
     switch (G) {                          \

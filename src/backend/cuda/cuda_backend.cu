@@ -351,7 +351,6 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->attn_adapt_off = getenv("BRISK_CUDA_ATTN_ADAPT") && !strcmp(getenv("BRISK_CUDA_ATTN_ADAPT"), "0");
     cb->attn_gadapt_off = getenv("BRISK_CUDA_ATTN_GADAPT") && !strcmp(getenv("BRISK_CUDA_ATTN_GADAPT"), "0");
     cb->attn_bps = getenv("BRISK_CUDA_ATTN_BPS") ? atoi(getenv("BRISK_CUDA_ATTN_BPS")) : 0;
-    cb->attn_wmerge = getenv("BRISK_CUDA_ATTN_WMERGE") && !strcmp(getenv("BRISK_CUDA_ATTN_WMERGE"), "1");
     cb->attn_merge_off = getenv("BRISK_CUDA_ATTN_MERGE") && !strcmp(getenv("BRISK_CUDA_ATTN_MERGE"), "0");
     const char *mma = getenv("BRISK_CUDA_MMA");
     cb->mma_off = mma && !strcmp(mma, "0");

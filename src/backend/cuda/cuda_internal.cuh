@@ -110,7 +110,6 @@ typedef struct cuda_backend {
     int attn_min_chunk;         /* BRISK_CUDA_ATTN_MINCHUNK=N: a decode split holds at least N positions (multiple of 32; default 128; 0: the splits the bucket shapes), so a short context merges fewer splits (A/B) */
     bool attn_gadapt_off;       /* BRISK_CUDA_ATTN_GADAPT=0: a decode attention block serves a whole GQA group even when the blocks are fewer than the SMs (A/B) */
     int attn_bps;               /* BRISK_CUDA_ATTN_BPS=N: a decode attention launch splits into at most N blocks per SM (one wave; 0, the default: about 4, rounded up) (A/B) */
-    bool attn_wmerge;           /* BRISK_CUDA_ATTN_WMERGE=1: a decode attention's many splits (deep contexts) merged for all heads of a group at once, 16 splits' loads at a time (off until measured on a GPU) */
     bool attn_merge_off;        /* BRISK_CUDA_ATTN_MERGE=0: a decode attention's few splits merged head by head (A/B) */
     bool attn_adapt_off;        /* BRISK_CUDA_ATTN_ADAPT=0: every split of a decode launch takes part, however short the context (A/B) */
     int *route_cnt;             /* the fused MoE router's finished-block counter (cuda_moe.cu), zero between launches */
