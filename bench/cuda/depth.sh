@@ -3,7 +3,8 @@
 # llama.cpp v0.4.0's CUDA build (-fa 1) on the same synthetic Q4_K_M files, in one run, and the
 # decode attention's A/B (BRISK_CUDA_ATTN_MMA=0: the warp-per-row kernel).
 #   STEP=prep bash bench/cuda/depth.sh    llama.cpp build (background, its log in /tmp/ll), the models,
-#                                         test_cuda_ops' attention cases (MEMCHECK=1: under memcheck too)
+#                                         test_cuda_ops' attention cases (MEMCHECK=1: under memcheck too),
+#                                         dev/kernels/attn_lab.cu when packed (LAB=1 bash bench/cuda/pack.sh)
 #   STEP=run ROWS="model:depth ..." bash bench/cuda/depth.sh
 #                                         per row: brisk tg32 at that depth (default kernel, then
 #                                         AB=1 the warp kernel), TTFT of the depth's prompt, llama-bench
@@ -29,6 +30,9 @@ if [ "${STEP:-prep}" = prep ]; then
       $(case $p in *a3b) echo --expert-skew 1;; esac) -o $d/$p.gguf > /dev/null 2>&1 &
   done
   $B/tests/test_cuda_ops attention 2>&1 | tail -4 | tee "$OUT/ops.txt"
+  if [ -f .device/attn_lab.xz ]; then # (LAB=1 bash bench/cuda/pack.sh) every shape and depth, no prefill
+    xz -dc .device/attn_lab.xz > /tmp/attn_lab && chmod +x /tmp/attn_lab && /tmp/attn_lab | tee "$OUT/attn_lab.txt"
+  fi
   [ -n "${MEMCHECK:-}" ] && ops_memcheck attention_depth | tee -a "$OUT/ops.txt"
   wait; ls -la $d | tee -a "$OUT/ops.txt"
   exit 0

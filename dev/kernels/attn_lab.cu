@@ -1,0 +1,143 @@
+/* attn_lab.cu — one decode token's attention over a deep paged cache, alone: the tensor-core kernel
+ * (cuda_attn_mma.cu) beside the warp-per-row kernel (cuda_attn_decode.cu, BRISK_CUDA_ATTN_MMA=0),
+ * on the attention shapes of the supported models, at depths 4K-1M, f16 and q8_0 caches, as the KV
+ * bytes read over the time and their share of the copy bandwidth (issue 28 asks 80%), with the
+ * largest relative difference between the two kernels' outputs. No prefill: the cache is filled
+ * with random values on the device, so a lease measures every shape in seconds.
+ *
+ *   nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc dev/kernels/attn_lab.cu build/libbrisk.a -o build/attn_lab \
+ *        -lpcre2-8 -lcjson -lmicrohttpd -ldl
+ *   build/attn_lab [MAX_DEPTH]          (default 1048576; rows past the GPU's memory are skipped)
+ *
+ * Each time is a replayed CUDA graph of 16 launches back to back (programmatic launches, as in a
+ * decode step), over a cache several times the 50 MB L2 from 4K positions up (the smallest rows
+ * partly hit it: read their GB/s as an upper bound). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.cuh"
+#include "lab.cuh"
+
+/* random cache contents: f16 values in [-1, 1], or q8_0 blocks (scale 1/64, random quants) */
+__global__ void fill_kernel(uint8_t *p, size_t bytes, int kt, uint32_t seed) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < bytes / 2; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        uint16_t v;
+        if (kt == KT_F16) v = __half_as_ushort(__float2half((float)(h % 2001) / 1000.0f - 1.0f));
+        else if ((2 * i) % 34 == 0) v = __half_as_ushort(__float2half(1.0f / 64)); /* a block's scale */
+        else v = (uint16_t)h;
+        ((uint16_t *)p)[i] = v;
+    }
+}
+
+template <typename F> static float time_graph(cudaStream_t st, int reps, const F &call) {
+    for (int i = 0; i < 2; i++) call(); /* warm-up, and the kernels' one-time attributes outside the capture */
+    CK(cudaStreamSynchronize(st));
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < 16; i++) call();
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphLaunch(ge, st));
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    cudaEventRecord(a, st);
+    for (int r = 0; r < reps; r++) CK(cudaGraphLaunch(ge, st));
+    cudaEventRecord(b, st);
+    CK(cudaEventSynchronize(b));
+    float ms;
+    cudaEventElapsedTime(&ms, a, b);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    return ms / (reps * 16);
+}
+
+int main(int argc, char **argv) {
+    const long max_depth = argc > 1 ? atol(argv[1]) : 1048576;
+    bk_backend *be;
+    if (bk_cuda_backend_new(0, &be) != BRISK_OK) {
+        printf("no CUDA backend: %s\n", brisk_last_error());
+        return 1;
+    }
+    cuda_backend *cb = (cuda_backend *)be;
+    const double bw = copy_bw();
+    printf("copy bandwidth %.0f GB/s, %d SMs; GB/s = KV bytes read / time; %% = share of the copy bandwidth\n", bw,
+           cb->n_sm);
+    printf("| shape (q/kv heads x dim) | KV | depth | tensor cores us | GB/s | %% | warp kernel us | GB/s | speed-up | rel |\n"
+           "|---|---|---|---|---|---|---|---|---|---|\n");
+    /* qwen3.6-35b-a3b, qwen3.6-27b, qwen3-8b / llama3-8b, qwen3-30b-a3b (32/4 of 128) */
+    static const int shapes[][3] = {{16, 2, 256}, {24, 4, 256}, {32, 8, 128}, {32, 4, 128}};
+    static const long depths[] = {4096, 32768, 131072, 262144, 1048576};
+    const int bs = 16;
+    for (int kt : {KT_F16, KT_Q8_0})
+        for (auto &sh : shapes)
+            for (long depth : depths) {
+                if (depth > max_depth) continue;
+                const int nh = sh[0], nkv = sh[1], hd = sh[2];
+                const size_t row = kt == KT_Q8_0 ? (size_t)nkv * hd / 32 * 34 : (size_t)nkv * hd * 2;
+                const long n_pages = depth / bs + 1;
+                const size_t bytes = (size_t)n_pages * bs * row;
+                size_t free_b, total_b;
+                cudaMemGetInfo(&free_b, &total_b);
+                if (2 * bytes + ((size_t)1 << 30) > free_b) continue;
+                uint8_t *kc, *vc;
+                CK(cudaMalloc(&kc, bytes));
+                CK(cudaMalloc(&vc, bytes));
+                fill_kernel<<<1024, 256>>>(kc, bytes, kt, 1u);
+                fill_kernel<<<1024, 256>>>(vc, bytes, kt, 2u);
+                /* shuffled pages: the table's lookups as a real cache's */
+                int32_t *tab = (int32_t *)malloc(n_pages * 4);
+                for (long i = 0; i < n_pages; i++) tab[i] = (int32_t)i;
+                for (long i = n_pages - 1; i > 0; i--) {
+                    long j = rnd() % (i + 1);
+                    int32_t x = tab[i];
+                    tab[i] = tab[j];
+                    tab[j] = x;
+                }
+                int32_t meta[2] = {(int32_t)(depth - 1), 0}, *d_meta, *d_tab;
+                CK(cudaMalloc(&d_meta, 8));
+                CK(cudaMalloc(&d_tab, n_pages * 4));
+                CK(cudaMemcpy(d_meta, meta, 8, cudaMemcpyHostToDevice));
+                CK(cudaMemcpy(d_tab, tab, n_pages * 4, cudaMemcpyHostToDevice));
+                const size_t nq = (size_t)nh * hd;
+                float *hq = (float *)malloc(nq * 4), *o1 = (float *)malloc(nq * 4), *o2 = (float *)malloc(nq * 4);
+                for (size_t i = 0; i < nq; i++) hq[i] = 2.0f * frand();
+                float *q, *out;
+                CK(cudaMalloc(&q, nq * 4));
+                CK(cudaMalloc(&out, nq * 4));
+                CK(cudaMemcpy(q, hq, nq * 4, cudaMemcpyHostToDevice));
+                bk_kv_view kv = {.k = kc, .v = vc, .kv_type = kt, .block_size = bs};
+                const float scale = 1.0f / sqrtf((float)hd);
+                auto call = [&]() {
+                    cuda_attn_decode(cb, q, &kv, 1, (int)depth, d_meta, d_meta + 1, d_tab, nh, nkv, hd, scale,
+                                     att_gate{}, dec_rope{}, out);
+                };
+                float t[2];
+                float *o[2] = {o1, o2};
+                for (int v = 0; v < 2; v++) {
+                    cb->attn_mma_min = v == 0 ? 1 : 0;
+                    t[v] = time_graph(cb->stream, depth >= 262144 ? 10 : 40, call);
+                    call();
+                    CK(cudaStreamSynchronize(cb->stream));
+                    check_backend(cb);
+                    CK(cudaMemcpy(o[v], out, nq * 4, cudaMemcpyDeviceToHost));
+                }
+                const double kvb = 2.0 * depth * row;
+                printf("| %d/%d x %d | %s | %ld | %.1f | %.0f | %.1f%% | %.1f | %.0f | %.2fx | %.1e |\n", nh, nkv, hd,
+                       kt == KT_F16 ? "f16" : "q8_0", depth, t[0] * 1e3, kvb / (t[0] * 1e6), 100 * kvb / (t[0] * 1e6) / bw,
+                       t[1] * 1e3, kvb / (t[1] * 1e6), t[1] / t[0], max_rel(o1, o2, (int64_t)nq));
+                fflush(stdout);
+                cudaFree(kc); cudaFree(vc); cudaFree(d_meta); cudaFree(d_tab); cudaFree(q); cudaFree(out);
+                free(tab); free(hq); free(o1); free(o2);
+            }
+    cb->attn_mma_min = 1;
+    be->ops->free(be);
+    return 0;
+}
