@@ -70,7 +70,7 @@ static double weights_expected(const file_bytes *f, int n_seq, double expert_sha
 /* K and V bytes of one token at position depth in one attention layer. */
 static double kv_expected(const file_bytes *f, brisk_kv_type t, int64_t depth) {
     double kv_dim = (double)key(f, "attention.head_count_kv") * key(f, "attention.key_length");
-    double elt = t == BRISK_KV_F32 ? 4 : t == BRISK_KV_F16 ? 2 : 34.0 / 32;
+    double elt = t == BRISK_KV_F32 ? 4 : t == BRISK_KV_F16 ? 2 : t == BRISK_KV_Q8_0 ? 34.0 / 32 : 18.0 / 32;
     return 2 * (depth + 1) * kv_dim * elt;
 }
 
@@ -83,8 +83,8 @@ static void test_dense(void) {
     CHECK(!strcmp(f.arch, "qwen3"));
     int n_layer = (int)key(&f, "block_count");
     CHECK(n_layer == 6);
-    const brisk_kv_type types[3] = {BRISK_KV_F32, BRISK_KV_F16, BRISK_KV_Q8_0};
-    for (int ti = 0; ti < 3; ti++)
+    const brisk_kv_type types[4] = {BRISK_KV_F32, BRISK_KV_F16, BRISK_KV_Q8_0, BRISK_KV_Q4_0};
+    for (int ti = 0; ti < 4; ti++)
         for (int n_seq = 1; n_seq <= 4; n_seq += 3) {
             brisk_step_bytes b;
             CHECK_OK(brisk_decode_bytes(m, types[ti], 1000, n_seq, 0, &b));
@@ -99,6 +99,7 @@ static void test_dense(void) {
     CHECK(b.kv == 6ull * 2 * 1001 * 128 * 2);
     CHECK(brisk_decode_bytes(m, BRISK_KV_F16, -1, 1, 0, &b) == BRISK_ERR_INVALID_ARG);
     CHECK(brisk_decode_bytes(m, BRISK_KV_F16, 0, 0, 0, &b) == BRISK_ERR_INVALID_ARG);
+    CHECK(brisk_decode_bytes(m, (brisk_kv_type)4, 0, 1, 0, &b) == BRISK_ERR_INVALID_ARG);
     CHECK(brisk_decode_bytes(m, (brisk_kv_type)7, 0, 1, 0, &b) == BRISK_ERR_INVALID_ARG);
 out:
     brisk_model_free(m);

@@ -632,7 +632,7 @@ brisk_status brisk_decode_bytes(const brisk_model *m, brisk_kv_type kv_type, int
                                 double experts_read, brisk_step_bytes *out) {
     memset(out, 0, sizeof *out);
     const model_hparams *hp = &m->hp;
-    if (depth < 0 || n_seq < 1 || (kv_type != BRISK_KV_F32 && kv_type != BRISK_KV_F16 && kv_type != BRISK_KV_Q8_0))
+    if (depth < 0 || n_seq < 1 || kv_type < BRISK_KV_F32 || kv_type > BRISK_KV_Q4_0)
         return bk_fail(BRISK_ERR_INVALID_ARG, "brisk_decode_bytes: bad depth %lld, n_seq %d or KV type %d",
                        (long long)depth, n_seq, (int)kv_type);
     if (m->vocab_only) return bk_fail(BRISK_ERR_INVALID_ARG, "brisk_decode_bytes: a vocab-only model has no weights");
