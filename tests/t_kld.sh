@@ -30,6 +30,25 @@ check "f16 against its own base: KLD exactly 0, PPL ratio 1, same top 100%" \
 check "KLD: 0 < q8_0 < q4_0, both small and finite" \
   'awk -v a="$k8" -v b="$k4" "BEGIN{exit !(a > 0 && a < b && a < 0.005 && b < 0.1)}"'
 
+# against llama.cpp (build/llamacpp-ref perplexity: llama-perplexity's method and file), on a
+# model whose vocab adds BOS: both tokenize the text alike (BOS first, then every chunk's first
+# token replaced by BOS), and each reads the other's f16 file with a KLD near 0
+R=${BUILD:-build}/llamacpp-ref
+if [ -x "$R" ] && [ -f "$S/stories260K/stories260K.gguf" ]; then
+  Q="-m $S/stories260K/stories260K.gguf -c 128 --chunks 2 -t 2"
+  $B perplexity $Q -f "$T/text.txt" --kl-divergence-base "$T/sb.bin" >/dev/null 2>&1
+  $R perplexity $Q -f "$T/text.txt" --kl-divergence-base "$T/sl.bin" >/dev/null 2>"$T/e"; rc=$?
+  check "llama.cpp's base file: same header and tokens as brisk's, BOS first" \
+    '[ $rc -eq 0 ] && cmp -s -n $((20 + 4 * 128 * 2)) "$T/sb.bin" "$T/sl.bin" && [ "$(od -An -tu4 -j20 -N4 "$T/sl.bin" | tr -d " ")" = 1 ]'
+  $B perplexity $Q --kl-divergence --kl-divergence-base "$T/sl.bin" >"$T/x1" 2>/dev/null
+  $R perplexity $Q --kl-divergence --kl-divergence-base "$T/sb.bin" >"$T/x2" 2>/dev/null
+  x1=$(kld "$T/x1"); x2=$(kld "$T/x2")
+  echo "     f16 KLD brisk vs llama.cpp's file $x1, llama.cpp vs brisk's file $x2"
+  check "brisk f16 and llama.cpp f16 against each other's file: KLD < 1e-4, same top >= 99%" \
+    'awk -v a="$x1" -v b="$x2" "BEGIN{exit !(a != \"\" && b != \"\" && a < 1e-4 && b < 1e-4)}" &&
+     awk "/^Same top p:/ { exit !(\$4 >= 99) }" "$T/x1" && awk "/^Same top p:/ { exit !(\$4 >= 99) }" "$T/x2"'
+fi
+
 # files it must refuse, each with a one-line error
 $B synth --preset tiny-qwen3 -o "$T/tq.gguf" >/dev/null 2>&1
 $B perplexity -m "$T/tq.gguf" -t 2 --kl-divergence --kl-divergence-base "$T/base.bin" >/dev/null 2>"$T/e"; rc=$?

@@ -1,7 +1,9 @@
 /* cmd_perplexity.c — `brisk perplexity -m FILE -f TEXT [-c 512]`, llama.cpp's
- * method: the text is cut into chunks of n_ctx tokens (the first replaced by
- * BOS when the model adds one), and each chunk scores the tokens of its
- * second half. Prints the running estimate per chunk, then the final value.
+ * method: the text is tokenized as llama-perplexity does (BOS first when the
+ * model adds one, special tokens not parsed), cut into chunks of n_ctx tokens
+ * (the first of each replaced by BOS when the model adds one), and each chunk
+ * scores the tokens of its second half. So both programs score the same tokens
+ * of a text. Prints the running estimate per chunk, then the final value.
  *
  * llama-perplexity's KL-divergence mode, for what a quantization (of the
  * weights or of the KV cache) costs: --kl-divergence-base FILE saves the
@@ -106,7 +108,7 @@ int cmd_perplexity(int argc, char **argv) {
         n_chunks = kb.n_chunk;
         n = n_chunks * n_ctx;
     } else {
-        if (!cli_tokenize(m, text, len, false, false, &own, &n)) goto done;
+        if (!cli_tokenize(m, text, len, true, false, &own, &n)) goto done; /* common_tokenize(.., true) */
         toks = own;
         n_chunks = n / n_ctx;
         if (n_chunks_max > 0 && n_chunks > n_chunks_max) n_chunks = n_chunks_max;

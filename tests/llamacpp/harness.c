@@ -9,7 +9,7 @@
 // The CPU backend itself (libggml-cpu-<variant>.so, the best one for this CPU)
 // is loaded with ggml_backend_load_all_from_path(libdir).
 //
-// Subcommands (see usage()): tokenize, quantize, eval, bench, batched, info.
+// Subcommands (see usage()): tokenize, quantize, eval, perplexity, bench, batched, info.
 // Every failure prints one line on stderr and exits non-zero.
 #include <ctype.h>
 #include <dlfcn.h>
@@ -50,7 +50,7 @@
     X(llama_attach_threadpool) X(llama_set_n_threads) X(llama_get_memory)        \
     X(llama_memory_clear) X(llama_batch_get_one) X(llama_decode)                 \
     X(llama_synchronize) X(llama_get_logits_ith) X(llama_ftype_name)             \
-    X(llama_batch_init) X(llama_batch_free)
+    X(llama_batch_init) X(llama_batch_free) X(llama_vocab_get_add_eos)
 
 static struct {
 #define X(fn) __typeof__(&fn) fn;
@@ -248,13 +248,14 @@ static int load_llamacpp(const char *libdir, const char *variant) {
 
 struct opts {
     const char *model, *libdir, *cpu_variant, *p, *prompt_text, *logits_out, *imatrix, *npl;
+    const char *text_file, *kl_base; // perplexity: -f, --kl-divergence-base
     const char *pos[4]; // positional arguments, in order
     int n_pos;
-    int n_gen, n_ctx, n_threads, reps, top;
+    int n_gen, n_ctx, n_threads, reps, top, n_chunks;
     int fa; // enum llama_flash_attn_type
     enum ggml_type kv_type, out_type, emb_type;
     int repack; // weight repacking (CPU_REPACK buffers): 1 on, 0 off, -1 the command's default
-    bool add_special, parse_special, pure, allow_requant, leave_output, verbose;
+    bool add_special, parse_special, pure, allow_requant, leave_output, verbose, kl;
     // eval's RoPE overrides, common/arg.cpp's flags with their "not set" values (0 or -1, as
     // llama_context_default_params): --rope-scaling, --rope-scale N (freq_scale 1/N), ...
     int rope_scaling; // enum llama_rope_scaling_type
@@ -276,6 +277,7 @@ static bool parse_ggml_type(const char *s, enum ggml_type *out) {
 // Parses argv[2..] into o. Type names need the libraries, so they are kept as
 // strings here and resolved in resolve_types().
 static const char *g_kv_name = "f32", *g_out_name, *g_emb_name;
+static bool g_kv_given; // --kv was passed (perplexity's default is f16, the others' f32)
 
 static int parse_opts(int argc, char **argv, struct opts *o) {
     *o = (struct opts){.n_gen = -1, .n_ctx = 0, .n_threads = 0, .reps = 5, .fa = -2, .repack = -1,
@@ -298,7 +300,10 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
         else if (!strcmp(a, "--logits-out")) o->logits_out = v;
         else if (!strcmp(a, "--imatrix")) o->imatrix = v;
         else if (!strcmp(a, "-npl")) o->npl = v;
-        else if (!strcmp(a, "--kv")) g_kv_name = v;
+        else if (!strcmp(a, "--kv")) g_kv_name = v, g_kv_given = true;
+        else if (!strcmp(a, "-f")) o->text_file = v;
+        else if (!strcmp(a, "--kl-divergence-base")) o->kl_base = v;
+        else if (!strcmp(a, "--chunks")) { if (!parse_int(v, 1, 1 << 24, &o->n_chunks)) return fail("bad --chunks '%s'", v ? v : ""); }
         else if (!strcmp(a, "--output-tensor-type")) g_out_name = v;
         else if (!strcmp(a, "--token-embedding-type")) g_emb_name = v;
         else if (!strcmp(a, "-n")) { if (!parse_int(v, 0, 1 << 24, &o->n_gen)) return fail("bad -n '%s'", v ? v : ""); }
@@ -331,6 +336,7 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
             if (!strcmp(a, "--add-special")) o->add_special = true;
             else if (!strcmp(a, "--parse-special")) o->parse_special = true;
             else if (!strcmp(a, "--pure")) o->pure = true;
+            else if (!strcmp(a, "--kl-divergence")) o->kl = true;
             else if (!strcmp(a, "--allow-requantize")) o->allow_requant = true;
             else if (!strcmp(a, "--leave-output-tensor")) o->leave_output = true;
             else if (!strcmp(a, "--no-repack")) o->repack = 0;
@@ -673,6 +679,279 @@ static int cmd_eval(const struct opts *o) {
     return rc;
 }
 
+// Appends one token of one sequence to a batch (llama_batch_init'ed with room for it).
+static void batch_put(struct llama_batch *b, llama_token t, int pos, int seq, bool logits) {
+    int i = b->n_tokens++;
+    b->token[i] = t;
+    b->pos[i] = pos;
+    b->n_seq_id[i] = 1;
+    b->seq_id[i][0] = seq;
+    b->logits[i] = logits;
+}
+
+// ---------------------------------------------------------------------------
+// perplexity: llama-perplexity's perplexity and KL-divergence modes
+// (tools/perplexity/perplexity.cpp, v0.4.0), with its arithmetic. The text is
+// tokenized as it does (common_tokenize(ctx, text, true): BOS first when the
+// vocab adds one, special tokens not parsed) and cut into n_chunk = n / c
+// chunks of c tokens. Each chunk is decoded from a cleared cache with its
+// first token replaced by BOS (when the vocab adds one); the logits of
+// positions [c/2, c-1) score the next token. Defaults are llama-perplexity's:
+// c 512, F16 KV cache, flash attention auto, repacking on. One difference of
+// form: one chunk per llama_decode (llama-perplexity packs n_batch / c chunks
+// into one batch as separate sequences; each position sees the same tokens).
+//
+// --kl-divergence-base FILE writes llama-perplexity's logits file (layout in
+// src/cli/kld.h: header, the tokens, then per scored position log-probabilities
+// as 16-bit steps over the 16 nats under the top one). --kl-divergence reads one
+// (from llama-perplexity, this command or `brisk perplexity`: a trailer after
+// the records is ignored), runs its tokens and reports llama-perplexity's
+// statistics against it.
+
+#define PPL_SPAN 16.0f // nats under the top log-probability that a record keeps
+
+static int nearest_int(float fval) { // llama-perplexity's rounding (to nearest, ties to even)
+    float val = fval + 12582912.f;
+    int i;
+    memcpy(&i, &val, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+// One position's record (nv uint16: float scale, float min_lp, then n_vocab steps) from its
+// logits; returns -log p(tok). llama-perplexity's log_softmax with a log_prob output.
+static double ppl_encode(int n_vocab, const float *logits, uint16_t *rec, int tok) {
+    float mx = logits[0], mn = logits[0];
+    for (int i = 1; i < n_vocab; i++) {
+        mx = logits[i] > mx ? logits[i] : mx;
+        mn = logits[i] < mn ? logits[i] : mn;
+    }
+    mn = mn > mx - PPL_SPAN ? mn : mx - PPL_SPAN;
+    double sum_exp = 0;
+    for (int i = 0; i < n_vocab; i++) sum_exp += expf(logits[i] - mx);
+    const float lse = (float)log(sum_exp), min_lp = mn - mx - lse, scale = (mx - mn) / 65535.f;
+    memcpy(rec, &scale, sizeof scale);
+    memcpy(rec + 2, &min_lp, sizeof min_lp);
+    uint16_t *q = rec + 4;
+    const float inv = scale != 0 ? 1 / scale : 0;
+    for (int i = 0; i < n_vocab; i++) q[i] = scale != 0 && logits[i] > mn ? (uint16_t)nearest_int(inv * (logits[i] - mn)) : 0;
+    return mx + lse - logits[tok];
+}
+
+struct kld_sums { // llama-perplexity's kl_divergence_result
+    double nll, nll2, nll_b, nll_b2, nll_nll_b, kld, kld2, dp, dp2, dp4;
+    long same_top, count;
+};
+
+// One position against the base's record: llama-perplexity's KL log_softmax. Returns its KLD;
+// *dp gets p(tok) - p_base(tok).
+static double ppl_kld(int n_vocab, const float *logits, const uint16_t *rec, int tok, struct kld_sums *s, float *dp) {
+    float mx = logits[0];
+    int imax = 0;
+    for (int i = 1; i < n_vocab; i++)
+        if (logits[i] > mx) mx = logits[i], imax = i;
+    double sum_exp = 0;
+    for (int i = 0; i < n_vocab; i++) sum_exp += expf(logits[i] - mx);
+    const float lse = (float)log(sum_exp);
+    float scale, min_lp;
+    memcpy(&scale, rec, sizeof scale);
+    memcpy(&min_lp, rec + 2, sizeof min_lp);
+    const uint16_t *q = rec + 4;
+    const float nll = mx + lse - logits[tok], nll_b = -(scale * q[tok] + min_lp);
+    s->nll += nll, s->nll2 += nll * nll;
+    s->nll_b += nll_b, s->nll_b2 += nll_b * nll_b, s->nll_nll_b += nll * nll_b;
+    mx += lse;
+    double kld = 0;
+    int imax_b = 0;
+    float lp_b_max = 0;
+    for (int i = 0; i < n_vocab; i++) {
+        const float lp_b = scale * q[i] + min_lp;
+        if (i == 0 || lp_b > lp_b_max) lp_b_max = lp_b, imax_b = i;
+        if (lp_b > -PPL_SPAN) kld += expf(lp_b) * (lp_b - logits[i] + mx);
+    }
+    s->kld += kld, s->kld2 += kld * kld;
+    s->count++;
+    s->same_top += imax == imax_b;
+    *dp = expf(-nll) - expf(-nll_b);
+    const double d2 = (double)*dp * *dp;
+    s->dp += *dp, s->dp2 += d2, s->dp4 += d2 * d2;
+    return kld;
+}
+
+static void mean_unc(double sum, double sum2, long n, double *mean, double *unc) {
+    *mean = n > 0 ? sum / n : 0;
+    double v = n > 0 ? sum2 / n - *mean * *mean : 0;
+    *unc = v > 0 && n > 10 ? sqrt(v / (n - 1)) : 0;
+}
+
+static int cmp_f32(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static float pct(const float *v, long n, float f) { // llama-perplexity's percentile of sorted v
+    if (f <= 0) return v[0];
+    if (f >= 1) return v[n - 1];
+    float p = f * (float)(n - 1);
+    long i = (long)p;
+    p -= (float)i;
+    return (1 - p) * v[i] + p * v[i + 1 < n ? i + 1 : n - 1];
+}
+
+// llama-perplexity's final KL-divergence report (the lines the bench scripts read).
+static void ppl_kld_report(const struct kld_sums *s, float *klds, float *dps) {
+    double lp, elp, lb, elb, kl, ekl, d2, ed2;
+    mean_unc(s->nll, s->nll2, s->count, &lp, &elp);
+    mean_unc(s->nll_b, s->nll_b2, s->count, &lb, &elb);
+    mean_unc(s->kld, s->kld2, s->count, &kl, &ekl);
+    mean_unc(s->dp2, s->dp4, s->count, &d2, &ed2);
+    const double n = (double)s->count, cov = s->count < 10 ? 0 : (s->nll_nll_b / n - (s->nll / n) * (s->nll_b / n)) / (n - 1);
+    const double lr = lp - lb, elr = sqrt(fmax(0, elp * elp + elb * elb - 2 * cov)), top = s->same_top / n;
+    qsort(klds, (size_t)s->count, sizeof *klds, cmp_f32);
+    qsort(dps, (size_t)s->count, sizeof *dps, cmp_f32);
+    printf("\n====== Perplexity statistics (%ld positions) ======\n", s->count);
+    printf("Mean PPL(Q)                   : %10.6f ± %10.6f\n", exp(lp), exp(lp) * elp);
+    printf("Mean PPL(base)                : %10.6f ± %10.6f\n", exp(lb), exp(lb) * elb);
+    printf("Cor(ln(PPL(Q)), ln(PPL(base))): %6.2f%%\n", elp > 0 && elb > 0 ? 100 * cov / (elp * elb) : 0);
+    printf("Mean ln(PPL(Q)/PPL(base))     : %10.6f ± %10.6f\n", lr, elr);
+    printf("Mean PPL(Q)/PPL(base)         : %10.6f ± %10.6f\n", exp(lr), exp(lr) * elr);
+    printf("\n====== KL divergence statistics ======\n");
+    printf("Mean    KLD: %10.6f ± %10.6f\n", kl, ekl);
+    printf("Maximum KLD: %10.6f\n99.9%%   KLD: %10.6f\n99.0%%   KLD: %10.6f\nMedian  KLD: %10.6f\n",
+           klds[s->count - 1], pct(klds, s->count, 0.999f), pct(klds, s->count, 0.99f), pct(klds, s->count, 0.5f));
+    printf("\n====== Token probability statistics ======\n");
+    printf("Maximum Δp: %6.3f%%\nMinimum Δp: %6.3f%%\n", 100 * dps[s->count - 1], 100 * dps[0]);
+    printf("RMS Δp    : %6.3f ± %5.3f %%\n", 100 * sqrt(d2), d2 > 0 ? 100 * 0.5 / sqrt(d2) * ed2 : 0);
+    printf("Same top p: %6.3f ± %5.3f %%\n", 100 * top, 100 * sqrt(top * (1 - top) / (n - 1)));
+}
+
+// Reads a logits file's header and tokens (the first n_chunks_max chunks when > 0), leaving f
+// at the first record. 0 or an error.
+static int ppl_read_base(FILE *f, const char *path, int n_chunks_max, int *n_ctx, int *n_vocab, int *n_chunk,
+                         llama_token **tokens) {
+    char magic[8];
+    uint32_t c;
+    int32_t hv[2];
+    if (fread(magic, 1, 8, f) != 8 || memcmp(magic, "_logits_", 8) || fread(&c, 4, 1, f) != 1 || fread(hv, 4, 2, f) != 2)
+        return fail("%s is not a logits file (llama-perplexity's, starting \"_logits_\")", path);
+    if (c < 4 || c > (1u << 20) || hv[0] < 1 || hv[1] < 1) return fail("%s: bad header", path);
+    *n_ctx = (int)c, *n_vocab = hv[0], *n_chunk = hv[1];
+    size_t nt = (size_t)c * (size_t)hv[1];
+    if (!(*tokens = malloc(nt * sizeof **tokens)) || fread(*tokens, sizeof **tokens, nt, f) != nt)
+        return fail("%s: truncated in its tokens", path);
+    if (n_chunks_max > 0 && n_chunks_max < *n_chunk) *n_chunk = n_chunks_max;
+    return 0;
+}
+
+static int cmd_perplexity(const struct opts *o) {
+    if (o->kl ? !o->kl_base || o->text_file : !o->text_file)
+        return fail(o->kl ? "--kl-divergence needs --kl-divergence-base FILE and no -f (the file holds the tokens)"
+                          : "perplexity needs -f TEXT");
+    struct llama_model *m = load_model(o, false, o->repack != 0);
+    if (!m) return 1;
+    const struct llama_vocab *vocab = L.llama_model_get_vocab(m);
+    const int n_vocab = L.llama_vocab_n_tokens(vocab);
+    const bool add_bos = L.llama_vocab_get_add_bos(vocab);
+    int n_ctx = o->n_ctx ? o->n_ctx : 512, n_chunk = 0, n_tok = 0, rc = 0, fv = 0;
+    llama_token *tokens = NULL;
+    FILE *bf = NULL; // the logits file: written, or read (--kl-divergence)
+    if (L.llama_vocab_get_add_eos(vocab)) rc = fail("the vocab adds EOS (llama-perplexity refuses it too)");
+    else if (o->kl) {
+        if (!(bf = fopen(o->kl_base, "rb"))) rc = fail("cannot open %s: %s", o->kl_base, strerror(errno));
+        else if (!(rc = ppl_read_base(bf, o->kl_base, o->n_chunks, &n_ctx, &fv, &n_chunk, &tokens)) && fv != n_vocab)
+            rc = fail("%s holds %d logits per position, the model %d", o->kl_base, fv, n_vocab);
+    } else {
+        FILE *tf = fopen(o->text_file, "rb");
+        size_t len = 0;
+        char *text = tf ? read_all(tf, &len) : NULL;
+        if (tf) fclose(tf);
+        if (!text) rc = fail("cannot read %s", o->text_file);
+        else if (!(tokens = tokenize(vocab, text, len, true, false, &n_tok))) rc = 1;
+        else if (n_tok < 2 * n_ctx) rc = fail("%s has %d tokens: fewer than 2 x -c %d (llama-perplexity's minimum)", o->text_file, n_tok, n_ctx);
+        free(text);
+        n_chunk = n_tok / n_ctx;
+        if (o->n_chunks > 0 && o->n_chunks < n_chunk) n_chunk = o->n_chunks;
+    }
+    const int first = n_ctx / 2, scored = n_ctx - 1 - first, nv = 2 * ((n_vocab + 1) / 2) + 4;
+    struct llama_context *ctx = NULL;
+    if (rc == 0) {
+        struct llama_context_params cp = L.llama_context_default_params();
+        cp.n_ctx = cp.n_batch = cp.n_ubatch = (uint32_t)n_ctx;
+        cp.n_seq_max = 1;
+        cp.n_threads = cp.n_threads_batch = o->n_threads;
+        cp.flash_attn_type = o->fa == -2 ? LLAMA_FLASH_ATTN_TYPE_AUTO : (enum llama_flash_attn_type)o->fa;
+        cp.type_k = cp.type_v = o->kv_type;
+        cp.no_perf = true;
+        clear_error();
+        if (!(ctx = L.llama_init_from_model(m, cp)))
+            rc = fail("cannot create context (n_ctx %d, kv %s): %s", n_ctx, L.ggml_type_name(o->kv_type), llama_error());
+    }
+    if (rc == 0 && !o->kl && o->kl_base) {
+        int32_t hv[2] = {n_vocab, n_chunk};
+        uint32_t c = (uint32_t)n_ctx;
+        if (!(bf = fopen(o->kl_base, "wb")) || fwrite("_logits_", 1, 8, bf) != 8 || fwrite(&c, 4, 1, bf) != 1 ||
+            fwrite(hv, 4, 2, bf) != 2 || fwrite(tokens, 4, (size_t)n_chunk * n_ctx, bf) != (size_t)n_chunk * n_ctx)
+            rc = fail("cannot write %s: %s", o->kl_base, strerror(errno));
+    }
+    struct llama_batch b = L.llama_batch_init(n_ctx, 0, 1);
+    uint16_t *recs = malloc((size_t)scored * nv * sizeof *recs); // one chunk's records
+    float *klds = o->kl ? malloc((size_t)n_chunk * scored * sizeof *klds) : NULL;
+    float *dps = o->kl ? malloc((size_t)n_chunk * scored * sizeof *dps) : NULL;
+    if (rc == 0 && (!recs || (o->kl && (!klds || !dps)))) rc = fail("out of memory");
+    struct kld_sums ks = {0};
+    double nll = 0, nll2 = 0, t0 = now_s();
+    long count = 0;
+    fprintf(stderr, "llamacpp-ref: perplexity %d chunks of %d, kv %s, flash_attn %s, threads %d%s%s\n", n_chunk, n_ctx,
+            L.ggml_type_name(o->kv_type), o->fa == -2 ? "auto" : o->fa == LLAMA_FLASH_ATTN_TYPE_ENABLED ? "on" : "off",
+            o->n_threads, o->kl ? ", against " : "", o->kl ? o->kl_base : "");
+    for (int c = 0; c < n_chunk && rc == 0; c++) {
+        const llama_token *ct = tokens + (size_t)c * n_ctx;
+        L.llama_memory_clear(L.llama_get_memory(ctx), true);
+        b.n_tokens = 0;
+        for (int k = 0; k < n_ctx; k++)
+            batch_put(&b, k == 0 && add_bos ? L.llama_vocab_bos(vocab) : ct[k], k, 0, k >= first);
+        if (L.llama_decode(ctx, b) != 0) {
+            rc = fail("llama_decode failed at chunk %d: %s", c, llama_error());
+            break;
+        }
+        if (o->kl && fread(recs, sizeof *recs * nv, (size_t)scored, bf) != (size_t)scored) {
+            rc = fail("%s: truncated at chunk %d", o->kl_base, c);
+            break;
+        }
+        for (int i = first; i < n_ctx - 1; i++) {
+            const float *lg = L.llama_get_logits_ith(ctx, i);
+            uint16_t *rec = recs + (size_t)(i - first) * nv;
+            if (o->kl) {
+                long k = (long)c * scored + (i - first);
+                klds[k] = (float)ppl_kld(n_vocab, lg, rec, ct[i + 1], &ks, &dps[k]);
+            } else {
+                const double v = ppl_encode(n_vocab, lg, rec, ct[i + 1]);
+                nll += v, nll2 += v * v, count++;
+            }
+        }
+        if (!o->kl && bf && fwrite(recs, sizeof *recs * nv, (size_t)scored, bf) != (size_t)scored)
+            rc = fail("cannot write %s: %s", o->kl_base, strerror(errno));
+        if (o->kl) fprintf(stderr, "[%d]%.4f%s", c + 1, exp(ks.nll / ks.count), c + 1 < n_chunk ? "," : "\n");
+        else printf("[%d]%.4f%s", c + 1, exp(nll / count), c + 1 < n_chunk ? "," : "\n");
+        fflush(stdout);
+    }
+    if (bf && fclose(bf) != 0 && !o->kl && rc == 0) rc = fail("cannot write %s: %s", o->kl_base, strerror(errno));
+    if (bf && !o->kl && rc != 0) remove(o->kl_base); // no half-written base left behind
+    if (rc == 0 && o->kl) ppl_kld_report(&ks, klds, dps);
+    if (rc == 0 && !o->kl) {
+        double mean = nll / count, var = nll2 / count - mean * mean;
+        printf("Final estimate: PPL = %.4f +/- %.5f over %ld tokens (%.1f s)\n", exp(mean),
+               var > 0 ? sqrt(var / (count - 1)) * exp(mean) : 0, count, now_s() - t0);
+    }
+    free(recs);
+    free(klds);
+    free(dps);
+    free(tokens);
+    L.llama_batch_free(b);
+    if (ctx) L.llama_free(ctx);
+    L.llama_model_free(m);
+    return rc;
+}
+
 // ---------------------------------------------------------------------------
 // bench: llama-bench's methodology (tools/llama-bench/llama-bench.cpp, v0.4.0).
 // One context per test with n_ctx = n_prompt + n_gen of that test, n_batch
@@ -816,15 +1095,6 @@ static int batched_decode(struct llama_context *ctx, struct llama_batch *b, int 
     return 0;
 }
 
-static void batch_put(struct llama_batch *b, llama_token t, int pos, int seq, bool logits) {
-    int i = b->n_tokens++;
-    b->token[i] = t;
-    b->pos[i] = pos;
-    b->n_seq_id[i] = 1;
-    b->seq_id[i][0] = seq;
-    b->logits[i] = logits;
-}
-
 static int cmd_batched(const struct opts *o) {
     int pp = 128, tg = o->n_gen < 0 ? 128 : o->n_gen, pl[16], n_pl = 0, pl_max = 0;
     if (o->p && !parse_int(o->p, 1, 1 << 20, &pp)) return fail("bad -p '%s' (a token count)", o->p);
@@ -941,6 +1211,10 @@ static void usage(void) {
           "       [--rope-scaling none|linear|yarn] [--rope-scale N] [--rope-freq-base N] [--rope-freq-scale N]\n"
           "       [--yarn-orig-ctx N] [--yarn-ext-factor N] [--yarn-attn-factor N] [--yarn-beta-fast N]\n"
           "       [--yarn-beta-slow N]   (llama.cpp's flags, into llama_context_params)\n"
+          "  perplexity -m FILE -f TEXT [-c 512] [--chunks N] [--kv f16] [--fa auto|on|off] [--no-repack] [-t N]\n"
+          "       [--kl-divergence-base FILE]   (llama-perplexity; FILE: its logits file, written)\n"
+          "  perplexity -m FILE --kl-divergence --kl-divergence-base FILE [--chunks N] [--kv T] ...\n"
+          "       (FILE's tokens and -c; KL divergence, PPL ratio and same top token against it)\n"
           "  bench -m FILE [-p 512] [-n 128] [-t N] [-r 5] [-c N] [--fa auto|on|off] [--no-repack]\n"
           "  batched -m FILE [-p 128] [-n 128] [-npl 1,8,32,64] [-t N] [-r 5] [-c N] [--fa auto|on|off]\n"
           "  info -m FILE\n",
@@ -956,12 +1230,14 @@ int main(int argc, char **argv) {
     int (*run)(const struct opts *) = !strcmp(cmd, "tokenize") ? cmd_tokenize
                                       : !strcmp(cmd, "quantize") ? cmd_quantize
                                       : !strcmp(cmd, "eval")     ? cmd_eval
+                                      : !strcmp(cmd, "perplexity") ? cmd_perplexity
                                       : !strcmp(cmd, "bench")    ? cmd_bench
                                       : !strcmp(cmd, "batched")  ? cmd_batched
                                       : !strcmp(cmd, "info")     ? cmd_info : NULL;
     if (!run) return usage(), fail("unknown command '%s'", cmd);
     struct opts o;
     if (parse_opts(argc, argv, &o)) return 1;
+    if (!strcmp(cmd, "perplexity") && !g_kv_given) g_kv_name = "f16"; // llama-perplexity's default
     // quiet by default; quantize shows its warnings (which tensors fell back to another type)
     if (o.verbose) g_log_min = GGML_LOG_LEVEL_DEBUG, g_log_max = GGML_LOG_LEVEL_ERROR;
     else if (!strcmp(cmd, "quantize")) g_log_min = g_log_max = GGML_LOG_LEVEL_WARN;
