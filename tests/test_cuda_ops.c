@@ -730,12 +730,24 @@ static void paged_batch(int n_seq, int per, int n, const int32_t *seq, const int
 
 #include "cuda/ops_attn_fused.c"
 
+/* A KV type's format for quant_quantize / quant_dequantize, and the bytes of a cache row of kvd values. */
+static uint32_t kv_qt(int kv_type) {
+    return kv_type == BRISK_KV_Q4_0   ? QT_Q4_0
+           : kv_type == BRISK_KV_Q8_0 ? QT_Q8_0
+           : kv_type == BRISK_KV_F16  ? QT_F16
+                                      : QT_F32;
+}
+static size_t kv_row_bytes(int kv_type, size_t kvd) {
+    const size_t bb = bk_kv_block_bytes(kv_type);
+    return bb ? kvd / 32 * bb : kvd * (kv_type == BRISK_KV_F16 ? 2 : 4);
+}
+
 /* Whether gpu's decode attention takes the tensor-core kernel (cuda_attn_mma.cu: f16 Q, P, K, V,
  * so the prefill kernel's 2e-3), as cuda_attn_mma_supported decides. */
 static bool attn_on_mma(int kv_type, int n_head, int n_head_kv, int hd, int n) {
     const int g = n_head % n_head_kv ? 0 : n_head / n_head_kv;
     const bool shape = (kv_type == BRISK_KV_F16 && (hd == 64 || hd == 128 || hd == 256)) ||
-                       (kv_type == BRISK_KV_Q8_0 && (hd == 128 || hd == 256));
+                       ((kv_type == BRISK_KV_Q8_0 || kv_type == BRISK_KV_Q4_0) && (hd == 128 || hd == 256));
     return attn_mma_on && gpu != gpu_v1 && n <= 64 && g >= 2 && g <= 16 && shape;
 }
 
@@ -751,16 +763,16 @@ static void check_attention_ex(int kv_type, int n_head, int n_head_kv, int hd, i
         if (pos[t] > max_pos) max_pos = pos[t];
     const int bs = 16, per = max_pos / bs + 1 > 256 ? max_pos / bs + 1 : 256, n_pages = 2 * per;
     size_t kvd = (size_t)n_head_kv * hd, esz = kv_type == BRISK_KV_F16 ? 2 : 4;
-    size_t row_bytes = kv_type == BRISK_KV_Q8_0 ? kvd / 32 * 34 : kvd * esz;
+    size_t row_bytes = kv_row_bytes(kv_type, kvd);
     size_t cache_bytes = (size_t)n_pages * bs * row_bytes;
     uint8_t *kc = malloc(cache_bytes), *vc = malloc(cache_bytes);
-    if (kv_type == BRISK_KV_Q8_0) {
+    if (bk_kv_block_bytes(kv_type)) {
         float *ra = malloc(kvd * 4), *rb = malloc(kvd * 4);
         for (size_t r = 0; r < (size_t)n_pages * bs; r++) {
             fill(ra, kvd, 1.0f);
             fill(rb, kvd, 1.0f);
-            quant_quantize(QT_Q8_0, ra, kc + r * row_bytes, (int64_t)kvd);
-            quant_quantize(QT_Q8_0, rb, vc + r * row_bytes, (int64_t)kvd);
+            quant_quantize(kv_qt(kv_type), ra, kc + r * row_bytes, (int64_t)kvd);
+            quant_quantize(kv_qt(kv_type), rb, vc + r * row_bytes, (int64_t)kvd);
         }
         free(ra);
         free(rb);
@@ -865,14 +877,17 @@ static void check_attention_ex(int kv_type, int n_head, int n_head_kv, int hd, i
         double worst = 0;
         for (size_t r = 0; r < rows; r++) {
             if (!memcmp(kg + r * row_bytes, kc + r * row_bytes, row_bytes)) continue;
-            uint32_t qt = kv_type == BRISK_KV_Q8_0 ? QT_Q8_0 : kv_type == BRISK_KV_F16 ? QT_F16 : QT_F32;
-            quant_dequantize(qt, kg + r * row_bytes, a, (int64_t)kvd);
-            quant_dequantize(qt, kc + r * row_bytes, b, (int64_t)kvd);
+            quant_dequantize(kv_qt(kv_type), kg + r * row_bytes, a, (int64_t)kvd);
+            quant_dequantize(kv_qt(kv_type), kc + r * row_bytes, b, (int64_t)kvd);
             double er = rel_err(a, b, kvd);
             if (er > worst) worst = er;
         }
-        if (!(worst <= 2e-2)) fprintf(stderr, "  qk_norm_rope_kv cache kv %d hd %d n %d: %.2e\n", kv_type, hd, n, worst);
-        CHECK(worst <= 2e-2); /* q8_0: a value on a rounding edge moves one step of its block's scale */
+        /* q8_0, q4_0: a value on a rounding edge moves one step of its block's scale, which for q4_0 is
+         * an eighth of the block's largest value (a 256-wide row of values in [-1, 1]: ~1.4e-2 a step) */
+        const double tol_c = kv_type == BRISK_KV_Q4_0 ? 5e-2 : 2e-2;
+        if (!(worst <= tol_c))
+            fprintf(stderr, "  qk_norm_rope_kv cache kv %d hd %d n %d: %.2e\n", kv_type, hd, n, worst);
+        CHECK(worst <= tol_c);
         free(a);
         free(b);
     }
@@ -896,7 +911,7 @@ static void check_attention(int kv_type, int n_head, int n_head_kv, int hd, int 
 static void test_attention_kv_fused(void) {
     int32_t pos[40];
     int seq[40];
-    for (int kt = 0; kt < 3; kt++) {
+    for (int kt = BRISK_KV_F32; kt <= BRISK_KV_Q4_0; kt++) {
         pos[0] = 3001; seq[0] = 1;
         check_attention_ex(kt, 32, 8, 128, 1, pos, seq, true);
         pos[0] = 37; seq[0] = 0; pos[1] = 900; seq[1] = 1;
@@ -909,10 +924,10 @@ static void test_attention_kv_fused(void) {
 static void attention_cases(void) {
     int32_t pos[40];
     int seq[40];
-    for (int kt = 0; kt < 3; kt++) {
+    for (int kt = BRISK_KV_F32; kt <= BRISK_KV_Q4_0; kt++) {
         static const int hds[] = {64, 128, 8, 80, 256, 32};
         for (int h = 0; h < 6; h++) {
-            if (kt == BRISK_KV_Q8_0 && hds[h] % 32) continue; /* q8_0 rows are whole 32-blocks */
+            if (bk_kv_block_bytes(kt) && hds[h] % 32) continue; /* q8_0, q4_0 rows are whole 32-blocks */
             /* decode, one token: short, then long enough to split over positions */
             pos[0] = 37; seq[0] = 0;
             check_attention(kt, 8, 2, hds[h], 1, pos, seq);
@@ -929,8 +944,8 @@ static void attention_cases(void) {
             check_attention(kt, 8, 1, hds[h], 6, pos, seq);
         }
     }
-    /* Qwen3-8B's shape (32/8 heads of 128) and GQA 8 at long depths: many splits, f16 and q8_0 KV */
-    for (int kt = BRISK_KV_F16; kt <= BRISK_KV_Q8_0; kt++) {
+    /* Qwen3-8B's shape (32/8 heads of 128) and GQA 8 at long depths: many splits, f16, q8_0 and q4_0 KV */
+    for (int kt = BRISK_KV_F16; kt <= BRISK_KV_Q4_0; kt++) {
         pos[0] = 3000; seq[0] = 0;
         check_attention(kt, 32, 8, 128, 1, pos, seq);
         check_attention(kt, 64, 8, 128, 1, pos, seq);
@@ -1292,12 +1307,12 @@ static void check_prefill(int kv_type, int n_head, int n_head_kv, int hd, int bs
         if (seq[t] + 1 > n_seq) n_seq = seq[t] + 1;
     }
     const int per = max_pos / bs + 2, n_pages = n_seq * per;
-    size_t kvd = (size_t)n_head_kv * hd, esz = kv_type == BRISK_KV_F16 ? 2 : 4;
-    size_t row_bytes = kv_type == BRISK_KV_Q8_0 ? kvd / 32 * 34 : kvd * esz;
+    size_t kvd = (size_t)n_head_kv * hd;
+    size_t row_bytes = kv_row_bytes(kv_type, kvd);
     size_t cache_bytes = (size_t)n_pages * bs * row_bytes;
     uint8_t *kc = malloc(cache_bytes), *vc = malloc(cache_bytes);
     float *ra = malloc(kvd * 4), *rb = malloc(kvd * 4);
-    uint32_t qt = kv_type == BRISK_KV_Q8_0 ? QT_Q8_0 : kv_type == BRISK_KV_F16 ? QT_F16 : QT_F32;
+    uint32_t qt = kv_qt(kv_type);
     for (size_t r = 0; r < (size_t)n_pages * bs; r++) {
         fill(ra, kvd, 1.0f);
         fill(rb, kvd, 1.0f);
@@ -1358,7 +1373,7 @@ static void test_attention_prefill(void) {
     static int32_t pos[512];
     static int seq[512];
     static const int hds[] = {64, 128, 256};
-    for (int kt = 0; kt < 3; kt++)
+    for (int kt = BRISK_KV_F32; kt <= BRISK_KV_Q4_0; kt++)
         for (int h = 0; h < 3; h++) {
             int hd = hds[h];
             /* a prompt's first chunk, one sequence, GQA 4 */
@@ -1378,11 +1393,12 @@ static void test_attention_prefill(void) {
     for (int i = 0; i < 90; i++) { pos[i] = 30 + (i * 37) % 90; seq[i] = 0; }
     check_prefill(BRISK_KV_F16, 6, 2, 128, 7, 90, pos, seq);
     check_prefill(BRISK_KV_F32, 12, 2, 64, 7, 90, pos, seq);
-    /* three sequences in runs (one appears twice), q8_0 */
+    /* three sequences in runs (one appears twice), q8_0 and q4_0 */
     for (int i = 0; i < 120; i++) { seq[i] = i < 30 ? 0 : i < 50 ? 2 : i < 100 ? 1 : 0; pos[i] = 20 * seq[i] + i; }
     check_prefill(BRISK_KV_Q8_0, 8, 2, 128, 16, 120, pos, seq);
-    /* Qwen3-8B's shape (32/8 heads of 128): 65 and 512 entries deep in a prompt, f16 and q8_0 */
-    for (int kt = BRISK_KV_F16; kt <= BRISK_KV_Q8_0; kt++) {
+    check_prefill(BRISK_KV_Q4_0, 8, 2, 128, 16, 120, pos, seq);
+    /* Qwen3-8B's shape (32/8 heads of 128): 65 and 512 entries deep in a prompt, f16, q8_0 and q4_0 */
+    for (int kt = BRISK_KV_F16; kt <= BRISK_KV_Q4_0; kt++) {
         for (int i = 0; i < 65; i++) { pos[i] = 3000 + i; seq[i] = 0; }
         check_prefill(kt, 32, 8, 128, 16, 65, pos, seq);
         for (int i = 0; i < 512; i++) { pos[i] = 1000 + i; seq[i] = 0; }

@@ -474,12 +474,6 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
     brisk_context_params p = params ? *params : brisk_context_default_params();
     const model_hparams *hp = &model->hp;
     BK_TRY(fix_params(hp, &p));
-    /* The CUDA backend's cache write and attention kernels know f32, f16 and q8_0 only and would
-     * read any other type as f32: refuse here, before anything is allocated. One type serves every
-     * layer, so a split model (some layers on the GPU) is refused too. */
-    if (p.kv_type == BRISK_KV_Q4_0 && bk_backend_is_cuda(model->be, NULL))
-        return bk_fail(BRISK_ERR_UNSUPPORTED, "a q4_0 KV cache runs on the CPU only for now (the CUDA backend has "
-                                              "no q4_0 cache kernels): use -ngl 0, or q8_0 on the GPU");
 
     if ((unsigned)hp->arch >= ARCH_COUNT || !forward_by_arch[hp->arch])
         return bk_fail(BRISK_ERR_UNSUPPORTED, "no forward pass for architecture %s", model->arch_name);

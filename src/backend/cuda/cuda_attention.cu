@@ -32,8 +32,8 @@
 
 /* The KV element types (KT_*) are in cuda_internal.cuh. */
 
-/* One block per token; for q8_0 each warp quantizes one 32-value block
- * (kvd % 32 == 0, blockDim a multiple of 32), as ggml's q8_0 reference. */
+/* One block per token; for q8_0 and q4_0 each warp quantizes one 32-value block
+ * (kvd % 32 == 0, blockDim a multiple of 32), as ggml's reference quantizers. */
 template <int KT>
 __global__ void kv_write_kernel(const float *k, const float *v, void *kc, void *vc, const int32_t *slot,
                                 int kvd) {
@@ -51,6 +51,11 @@ template <int KT> __device__ __forceinline__ float kv_at(const void *base, size_
     if (KT == KT_Q8_0) {
         const uint8_t *b = (const uint8_t *)base + i / 32 * 34;
         return __half2float(*(const __half *)b) * (float)(int8_t)b[2 + i % 32];
+    }
+    if (KT == KT_Q4_0) { /* value j of a block: the low nibble of byte j (j < 16), else the high one of byte j - 16 */
+        const uint8_t *b = (const uint8_t *)base + i / 32 * 18;
+        const int j = (int)(i % 32), n = (b[2 + j % 16] >> (j < 16 ? 0 : 4)) & 15;
+        return __half2float(*(const __half *)b) * (float)(n - 8);
     }
     return KT == KT_F16 ? __half2float(((const __half *)base)[i]) : ((const float *)base)[i];
 }
@@ -252,12 +257,16 @@ static void attention_run(cuda_backend *cb, const float *q, const float *k, cons
     }
     int kvd = n_head_kv * head_dim;
     int kt = kv->kv_type;
-    if (kt == KT_Q8_0 && head_dim % 32 != 0) {
-        cuda_set_error(cb, bk_fail(BRISK_ERR_UNSUPPORTED, "cuda attention: q8_0 KV needs head_dim %% 32 == 0"));
+    if (kt_block_bytes(kt) && head_dim % 32 != 0) {
+        cuda_set_error(cb, bk_fail(BRISK_ERR_UNSUPPORTED, "cuda attention: a %s KV cache needs head_dim %% 32 == 0",
+                                   kt == KT_Q4_0 ? "q4_0" : "q8_0"));
         return;
     }
     void (*kw)(const float *, const float *, void *, void *, const int32_t *, int) =
-        kt == KT_Q8_0 ? kv_write_kernel<KT_Q8_0> : kt == KT_F16 ? kv_write_kernel<KT_F16> : kv_write_kernel<KT_F32>;
+        kt == KT_Q4_0   ? kv_write_kernel<KT_Q4_0>
+        : kt == KT_Q8_0 ? kv_write_kernel<KT_Q8_0>
+        : kt == KT_F16  ? kv_write_kernel<KT_F16>
+                        : kv_write_kernel<KT_F32>;
     if (k) /* else qk_norm_rope_kv stored the step's rows */
         pdl_launch(cb, kw, dim3((unsigned)n), dim3(256), 0, k, v, kv->k, kv->v, d_slot, kvd);
 
@@ -305,7 +314,10 @@ static void attention_run(cuda_backend *cb, const float *q, const float *k, cons
     case 8: ATT_LAUNCH(FF, 8); break;  \
     default: ATT_LAUNCH(FF, 1); break; \
     }
-    if (kt == KT_Q8_0) ATT_G(KT_Q8_0) else if (kt == KT_F16) ATT_G(KT_F16) else ATT_G(KT_F32)
+    if (kt == KT_Q4_0) ATT_G(KT_Q4_0)
+    else if (kt == KT_Q8_0) ATT_G(KT_Q8_0)
+    else if (kt == KT_F16) ATT_G(KT_F16)
+    else ATT_G(KT_F32)
 #undef ATT_G
 #undef ATT_LAUNCH
     if (part) attn_combine_kernel<<<dim3(n_head, n), 128, 0, cb->stream>>>(part, n_split, n_head, head_dim, out);
@@ -354,7 +366,7 @@ extern "C" bool cuda_attention_rope(bk_backend *be, const bk_attn_rope_in *in, c
     const bk_rope_params *rp = in->rope;
     if (n <= 0 || cb->attn_rope_off || !cb->step_on || cb->kvfuse_off || cb->qkrope_off || cb->attn_v1 ||
         (cb->ablate & (ABL_ATTN | ABL_ROPE)) || (in->gate && cb->attn_gate_off) || n > ATT_DEC_MAX_TOK ||
-        !cuda_attn_decode_supported(head_dim) || !kv->k || (kv->kv_type == KT_Q8_0 && head_dim % 32) ||
+        !cuda_attn_decode_supported(head_dim) || !kv->k || (kt_block_bytes(kv->kv_type) && head_dim % 32) ||
         rp->n_rot > head_dim || rp->n_rot % 2 || (in->q_norm && in->q_norm->type != QT_F32) ||
         (in->k_norm && in->k_norm->type != QT_F32))
         return false;

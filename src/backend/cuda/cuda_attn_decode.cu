@@ -34,8 +34,8 @@
 #define DEC_MAX_SPLIT 256
 #define DEC_MIN_ROWS 64 /* positions per split at the longest length the launch is shaped for */
 
-/* 8 consecutive cache elements as loaded: f16 in a, f32 in a and b, q8_0's 8 bytes in a.x, a.y and its
- * block's f16 scale in a.z. Split from the conversion so a lane issues all its loads before it waits. */
+/* 8 consecutive cache elements as loaded: f16 in a, f32 in a and b, a quantized type's bytes, scale
+ * and shift in a (kvq_load8). Split from the conversion so a lane issues all its loads before it waits. */
 typedef struct kv8 {
     uint4 a, b;
 } kv8;
@@ -48,12 +48,8 @@ template <int KT> __device__ __forceinline__ kv8 kv_load8(const void *base, int6
         const uint4 *p = (const uint4 *)((const float *)base + e);
         r.a = p[0];
         r.b = p[1];
-    } else { /* 34-byte blocks: 2-byte alignment only */
-        const uint8_t *b = (const uint8_t *)base + e / 32 * 34;
-        uint2 q = ld8_a2(b + 2 + e % 32);
-        r.a.x = q.x;
-        r.a.y = q.y;
-        r.a.z = ld16(b);
+    } else {
+        r.a = kvq_load8<KT>(base, e);
     }
     return r;
 }
@@ -71,10 +67,7 @@ template <int KT> __device__ __forceinline__ void kv_cvt8(const kv8 &r, float v[
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] = __uint_as_float(w[i]);
     } else {
-        float d = bk_h2f((uint16_t)r.a.z);
-        uint32_t w[2] = {r.a.x, r.a.y};
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = d * (float)(int8_t)(w[i / 4] >> (8 * (i % 4)));
+        kvq_cvt8<KT>(r.a, v);
     }
 }
 
@@ -148,6 +141,9 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
     const unsigned full = 0xffffffffu;
     int h0 = blockIdx.x * G, kvh = h0 / group, t = blockIdx.y, sp = blockIdx.z, n_split = gridDim.z;
     int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    /* whole blocks a row (attention_run checks): a lane's 8 values sit at the same place of their
+     * block in every row, and q4_0's nibble shift stays one register, not one a row in flight */
+    if (kt_block_bytes(KT)) __builtin_assume(hd % 32 == 0);
     int lpr = hd / 8, rpw = 32 / lpr, sub = lane % lpr, rg = lane / lpr;
     int rs = NR * rpw; /* rows per warp step (<= 32: one lane computes each row's index) */
     const int stride = DEC_WARPS * rs;
@@ -221,7 +217,7 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
             qk_head_norm_rope(rope.k + r * hd, rope.kw, rope.eps, hd, half, r_cs, r_sn, rope.a, r_k);
             const bool writer = h0 % group == 0; /* the first head group of the KV head */
             const size_t e0 = ((size_t)rope.slot[t] * n_head_kv + kvh) * hd;
-            for (int i = lane; i < hd; i += 32) { /* hd % 32 == 0 for q8_0: a warp stores whole blocks */
+            for (int i = lane; i < hd; i += 32) { /* hd % 32 == 0 for q8_0, q4_0: a warp stores whole blocks */
                 const float vv = rope.v[r * hd + i];
                 kv_store<KT>(r_kc, (size_t)i, r_k[i]);
                 kv_store<KT>(r_vc, (size_t)i, vv);
@@ -461,7 +457,10 @@ bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
     default: DEC_LAUNCH(KK, 1, 4); break; \
     }
     int kt = kv->kv_type;
-    if (kt == KT_Q8_0) DEC_G(KT_Q8_0) else if (kt == KT_F16) DEC_G(KT_F16) else DEC_G(KT_F32)
+    if (kt == KT_Q4_0) DEC_G(KT_Q4_0)
+    else if (kt == KT_Q8_0) DEC_G(KT_Q8_0)
+    else if (kt == KT_F16) DEC_G(KT_F16)
+    else DEC_G(KT_F32)
 #undef DEC_G
 #undef DEC_LAUNCH
 #undef DEC_LAUNCH_RP

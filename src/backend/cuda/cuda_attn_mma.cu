@@ -21,10 +21,11 @@
  * pipeline's memory, dead by then). Splits: enough blocks for every SM's
  * resident slots (cudaOccupancy...), at least 64 positions each.
  *
- * Cache types: f16 rows are copied into the tile as they are; q8_0 rows
- * (34-byte blocks, rows 8-byte aligned at head_dim 128 and 256) are copied
- * raw, 8 bytes at a time, and converted to an f16 tile by the warp before its
- * products (d * q rounded to f16).
+ * Cache types: f16 rows are copied into the tile as they are; q8_0 and q4_0
+ * rows (34- and 18-byte blocks: rows of 136 or 72 bytes at head_dim 128, 272
+ * or 144 at 256, all 8-byte aligned) are copied raw, 8 bytes at a time, and
+ * converted to an f16 tile by the warp before its products (d * q rounded to
+ * f16).
  *
  * Merge: up to DEC_FAST_MERGE splits, the last block of a (token, KV head)
  * merges (dec_combine_group, a split counter as in cuda_attn_decode.cu); more
@@ -59,7 +60,7 @@
 
 template <int KT, int D> struct dm_cfg {
     static constexpr int LD = D + DM_PAD;                           /* f16 row stride */
-    static constexpr int RB = KT == KT_Q8_0 ? D / 32 * 34 : D * 2;  /* cache row bytes */
+    static constexpr int RB = KT == KT_F16 ? D * 2 : D / 32 * kt_block_bytes(KT); /* cache row bytes */
     static constexpr int STAGES = D == 256 && KT == KT_F16 ? 2 : 3; /* cp.async stages a warp */
     static constexpr int TILE = 2 * DM_BN * LD * 2;                 /* K and V f16 tiles, bytes */
     static constexpr int RAW = KT == KT_F16 ? TILE : 2 * DM_BN * RB; /* a stage, bytes */
@@ -67,6 +68,7 @@ template <int KT, int D> struct dm_cfg {
     static constexpr int QS = DM_ROWS * LD * 2;
     static constexpr size_t smem = QS + (size_t)DEC_WARPS * WARP;
     static_assert(RAW % 16 == 0 && TILE % 16 == 0, "16-byte aligned stages");
+    static_assert(RB % 8 == 0, "rows of whole 8-byte copies");
     static_assert((size_t)DEC_WARPS * DM_ROWS * D * 4 <= (size_t)DEC_WARPS * WARP, "the warps' merge fits the rings");
 };
 
@@ -80,14 +82,10 @@ __device__ __forceinline__ int dm_split(int np, int n_split, int min_chunk, int 
     return (np + c - 1) / c;
 }
 
-/* 8 q8_0 values (block b's scale d, 8 quants at a 2-byte aligned address) as 8 f16. */
-__device__ __forceinline__ uint4 dm_q8_to_h8(const uint8_t *blk, int off) {
-    const float d = bk_h2f(ld16(blk));
-    const uint2 q = ld8_a2(blk + 2 + off);
-    const uint32_t w[2] = {q.x, q.y};
+/* Values [e, e + 8) of a quantized row (q8_0 or q4_0, e % 8 == 0; 2-byte aligned) as 8 f16. */
+template <int KT> __device__ __forceinline__ uint4 dm_kvq_to_h8(const uint8_t *row, int e) {
     float v[8];
-#pragma unroll
-    for (int k = 0; k < 8; k++) v[k] = d * (float)(int8_t)(w[k / 4] >> (8 * (k % 4)));
+    kvq_cvt8<KT>(kvq_load8<KT>(row, e), v);
     return make_uint4(fa_pack(v[0], v[1]), fa_pack(v[2], v[3]), fa_pack(v[4], v[5]), fa_pack(v[6], v[7]));
 }
 
@@ -143,7 +141,7 @@ attn_dec_mma_kernel(const float *q, const void *kc, const void *vc, int bs, cons
                         *(uint4 *)dv = make_uint4(0, 0, 0, 0);
                     }
                 }
-            } else { /* q8_0: the raw rows, 8 bytes at a time; the conversion zeroes the missing ones */
+            } else { /* q8_0, q4_0: the raw rows, 8 bytes at a time; the conversion zeroes the missing ones */
                 constexpr int CPR = RB / 8, N = DM_BN * CPR;
 #pragma unroll
                 for (int i = 0; i < (N + 31) / 32; i++) {
@@ -197,7 +195,7 @@ attn_dec_mma_kernel(const float *q, const void *kc, const void *vc, int bs, cons
             float *kr = q_row[warp];
             qk_head_norm_rope(rope.k + r * D, rope.kw, rope.eps, D, half, r_cs, r_sn, rope.a, kr);
             const size_t e0 = ((size_t)rope.slot[t] * n_head_kv + kvh) * D;
-            for (int i = lane; i < D; i += 32) { /* D % 32 == 0: a warp stores whole q8_0 blocks */
+            for (int i = lane; i < D; i += 32) { /* D % 32 == 0: a warp stores whole blocks */
                 const float vv = rope.v[r * D + i];
                 kv_store<KT>(new_k, (size_t)i, kr[i]);
                 kv_store<KT>(new_v, (size_t)i, vv);
@@ -248,8 +246,8 @@ attn_dec_mma_kernel(const float *q, const void *kc, const void *vc, int bs, cons
                 if (pk < p_end) {
                     const bool nw = RP && pk == p_new;
                     const uint8_t *sk = nw ? new_k : st + r * RB, *sv = nw ? new_v : st + DM_BN * RB + r * RB;
-                    hk = dm_q8_to_h8(sk + c8 / 4 * 34, 8 * (c8 % 4));
-                    hv = dm_q8_to_h8(sv + c8 / 4 * 34, 8 * (c8 % 4));
+                    hk = dm_kvq_to_h8<KT>(sk, 8 * c8);
+                    hv = dm_kvq_to_h8<KT>(sv, 8 * c8);
                 }
                 *(uint4 *)(Kt + r * LD + 8 * c8) = hk;
                 *(uint4 *)(Vt + r * LD + 8 * c8) = hv;
@@ -453,7 +451,8 @@ bool cuda_attn_mma_supported(const cuda_backend *cb, int kv_type, int head_dim, 
     }
     if (mj < 8) return false;
     if (kv_type == KT_F16) return head_dim == 64 || head_dim == 128 || head_dim == 256;
-    if (kv_type == KT_Q8_0) return head_dim == 128 || head_dim == 256;
+    if (kv_type == KT_Q8_0 || kv_type == KT_Q4_0) /* rows of whole 8-byte copies (dm_cfg's RB) */
+        return head_dim == 128 || head_dim == 256;
     return false;
 }
 
@@ -511,6 +510,10 @@ bool cuda_attn_mma(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n
     if (kv->kv_type == KT_Q8_0) {
         if (hd == 128) DM_GO(KT_Q8_0, 128);
         DM_GO(KT_Q8_0, 256);
+    }
+    if (kv->kv_type == KT_Q4_0) {
+        if (hd == 128) DM_GO(KT_Q4_0, 128);
+        DM_GO(KT_Q4_0, 256);
     }
     if (hd == 64) DM_GO(KT_F16, 64);
     if (hd == 128) DM_GO(KT_F16, 128);

@@ -29,7 +29,7 @@
  * interleaved one degrades to a group per entry: correct, not fast.
  *
  * K/V staging: f16 caches are copied with cp.async (the V tile's copy overlaps
- * Q K^T, the next K tile's overlaps P V); f32 and q8_0 caches are loaded,
+ * Q K^T, the next K tile's overlaps P V); f32, q8_0 and q4_0 caches are loaded,
  * converted to f16 and stored by the threads at the same points. Rows past the
  * group's last position are zero-filled (their P is 0, but 0 * NaN would not be).
  *
@@ -37,7 +37,7 @@
  * tab_off, tables) and the launch shape depends on n and the head counts only,
  * so a captured graph (cuda_graph.cu) stays valid as positions move.
  *
- * Precision: Q, P and (f32/q8_0 caches) K, V are rounded to f16 (11
+ * Precision: Q, P and (f32/q8_0/q4_0 caches) K, V are rounded to f16 (11
  * significant bits); sums and the softmax are f32. tests/test_cuda_ops.c
  * states the tolerance. */
 #include <math.h>
@@ -81,13 +81,8 @@ __device__ __forceinline__ void fa_stage(__half *dst, const void *base, const in
             const float4 a = p[0], b = p[1];
             v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
             v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-        } else { /* q8_0: 34-byte blocks of 32, f16 scale first; e % 8 == 0 keeps 8 values in one block */
-            const uint8_t *blk = (const uint8_t *)base + e / 32 * 34;
-            const float sc = bk_h2f(ld16(blk));
-            const uint2 qq = ld8_a2(blk + 2 + e % 32);
-            const uint32_t w[2] = {qq.x, qq.y};
-#pragma unroll
-            for (int k = 0; k < 8; k++) v[k] = sc * (float)(int8_t)(w[k / 4] >> (8 * (k % 4)));
+        } else { /* q8_0, q4_0: blocks of 32, f16 scale first; e % 8 == 0 keeps 8 values in one block */
+            kvq_cvt8<KT>(kvq_load8<KT>(base, e), v);
         }
         *(uint4 *)d = make_uint4(fa_pack(v[0], v[1]), fa_pack(v[2], v[3]), fa_pack(v[4], v[5]), fa_pack(v[6], v[7]));
     }
@@ -335,6 +330,9 @@ void cuda_attn_prefill(cuda_backend *cb, const float *q, const bk_kv_view *kv, i
     default: fa_launch<KK, 256>(cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, scale, out); break;   \
     }
     const int kt = kv->kv_type;
-    if (kt == KT_Q8_0) FA_D(KT_Q8_0) else if (kt == KT_F16) FA_D(KT_F16) else FA_D(KT_F32)
+    if (kt == KT_Q4_0) FA_D(KT_Q4_0)
+    else if (kt == KT_Q8_0) FA_D(KT_Q8_0)
+    else if (kt == KT_F16) FA_D(KT_F16)
+    else FA_D(KT_F32)
 #undef FA_D
 }

@@ -195,22 +195,45 @@ typedef struct cuda_backend {
 #define MMQ_MAX_TOK 48          /* default first batch it leaves to cuBLAS (cuda_blas.cu's BLAS_MIN_TOK) */
 #define MOE_MMQ_MIN_ENT 64      /* default smallest (token, expert) entry count of grouped mmq expert products */
 
-/* KV cache element types (brisk_kv_type): f32, f16, or q8_0 blocks of 32 values with an f16
- * scale (34 bytes). Cache positions are counted in elements for all three: element e of a
- * q8_0 cache lives in block e / 32. */
-enum { KT_F32 = 0, KT_F16 = 1, KT_Q8_0 = 2 };
+/* KV cache element types (brisk_kv_type): f32, f16, or blocks of 32 values with an f16 scale
+ * first, ggml's q8_0 (34 bytes: 32 int8) and q4_0 (18 bytes: 16 bytes of nibbles, value i < 16 in
+ * the low nibble of byte i, value i >= 16 in the high nibble of byte i - 16, less 8). Cache
+ * positions are counted in elements for all four: element e of a quantized cache lives in block
+ * e / 32. */
+enum { KT_F32 = 0, KT_F16 = 1, KT_Q8_0 = 2, KT_Q4_0 = 3 };
+/* Bytes of a block of a quantized type; 0: elements one by one. */
+__host__ __device__ constexpr int kt_block_bytes(int kt) { return kt == KT_Q8_0 ? 34 : kt == KT_Q4_0 ? 18 : 0; }
 
-/* Stores value a as cache element e. For q8_0 the 32 lanes of a warp must store the 32 elements
- * of one block together (e % 32 == lane): they share its scale, amax / 127, and each rounds
- * a * (1 / d) as ggml's q8_0 reference does (kv_write_kernel, qk_norm_rope's fused write). */
+/* Stores value a as cache element e. For the quantized types the 32 lanes of a warp must store the
+ * 32 elements of one block together (e % 32 == lane): they share its scale, and each lane rounds
+ * its own value as ggml's reference quantizers do, so the bytes are those of the CPU's
+ * quant_quantize (kv_write_kernel, qk_norm_rope's fused write, the decode kernels' fused rope).
+ * q8_0: d = amax / 127, q = round(a * (1 / d)). q4_0: d = -max / 8 with max the value of largest
+ * magnitude (the first of equals: the lowest lane), q = min(15, trunc(a * (1 / d) + 8.5)); lanes
+ * l and l + 16 share byte l, which lane l writes. */
 template <int KT> __device__ __forceinline__ void kv_store(void *c, size_t e, float a) {
+    const unsigned full = 0xffffffffu;
     if (KT == KT_Q8_0) {
         float m = fabsf(a);
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(full, m, o));
         float d = m / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         uint8_t *b = (uint8_t *)c + e / 32 * 34;
         b[2 + e % 32] = (uint8_t)(int8_t)roundf(a * id);
+        if (e % 32 == 0) *(__half *)b = __float2half_rn(d);
+    } else if (KT == KT_Q4_0) {
+        float m = fabsf(a);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(full, m, o));
+        /* (all zero: the reference's max stays +0, whatever the signs of the zeros) */
+        const unsigned top = __ballot_sync(full, m > 0.0f && fabsf(a) == m);
+        const float mx = __shfl_sync(full, a, top ? __ffs(top) - 1 : 0);
+        const float d = (top ? mx : 0.0f) / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        /* the product rounded before the sum, as the CPU's (no fused multiply-add) */
+        const int q = min(15, (int)__fadd_rn(__fmul_rn(a, id), 8.5f));
+        const int hi = __shfl_down_sync(full, q, 16);
+        uint8_t *b = (uint8_t *)c + e / 32 * 18;
+        if (e % 32 < 16) b[2 + e % 32] = (uint8_t)(q | hi << 4);
         if (e % 32 == 0) *(__half *)b = __float2half_rn(d);
     } else if (KT == KT_F16) {
         ((__half *)c)[e] = __float2half_rn(a);
@@ -277,6 +300,29 @@ __device__ __forceinline__ uint16_t ld16(const uint8_t *p) { return *(const uint
 __device__ __forceinline__ uint2 ld8_a2(const uint8_t *p) {
     const uint16_t *q = (const uint16_t *)p;
     return make_uint2(q[0] | ((uint32_t)q[1] << 16), q[2] | ((uint32_t)q[3] << 16));
+}
+
+/* Cache elements [e, e + 8) of a quantized KV cache (KT_Q8_0, KT_Q4_0; e % 8 == 0: one block), as
+ * loaded: x and y the 8 bytes that hold them, z the block's f16 scale, w the shift of q4_0's
+ * nibbles (0: the block's first 16 values, low nibbles; 4: its last 16). Blocks are 2-byte aligned
+ * only. Split from kvq_cvt8 so that a lane issues all its loads before it waits on one. */
+template <int KT> __device__ __forceinline__ uint4 kvq_load8(const void *base, int64_t e) {
+    const uint8_t *b = (const uint8_t *)base + (e >> 5) * kt_block_bytes(KT); /* (e >= 0) */
+    const int j = (int)(e & 31);
+    const uint2 q = ld8_a2(b + 2 + (KT == KT_Q4_0 ? j % 16 : j));
+    return make_uint4(q.x, q.y, ld16(b), KT == KT_Q4_0 && j >= 16 ? 4 : 0);
+}
+
+/* kvq_load8's 8 values as floats: d * q, the products the CPU's quant_dequantize makes. */
+template <int KT> __device__ __forceinline__ void kvq_cvt8(const uint4 &r, float v[8]) {
+    const float d = bk_h2f((uint16_t)r.z);
+    const uint32_t w[2] = {r.x, r.y};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int q = KT == KT_Q4_0 ? (int)((w[i / 4] >> (8 * (i % 4) + r.w)) & 15) - 8
+                                    : (int)(int8_t)(w[i / 4] >> (8 * (i % 4)));
+        v[i] = d * (float)q;
+    }
 }
 
 __constant__ static const int8_t bk_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,

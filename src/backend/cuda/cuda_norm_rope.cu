@@ -271,8 +271,10 @@ static bool qk_norm_rope_launch(cuda_backend *cb, float *q, const float *qs, int
     } else {
         void (*kern)(float *, const float *, int, float *, const float *, const float *, float, int, const int32_t *,
                      const float *, rope_args, const float *, void *, void *, const int32_t *) =
-            kv->kv_type == KT_Q8_0 ? qk_norm_rope_kernel<KT_Q8_0>
-            : kv->kv_type == KT_F16 ? qk_norm_rope_kernel<KT_F16> : qk_norm_rope_kernel<KT_F32>;
+            kv->kv_type == KT_Q4_0   ? qk_norm_rope_kernel<KT_Q4_0>
+            : kv->kv_type == KT_Q8_0 ? qk_norm_rope_kernel<KT_Q8_0>
+            : kv->kv_type == KT_F16  ? qk_norm_rope_kernel<KT_F16>
+                                     : qk_norm_rope_kernel<KT_F32>;
         pdl_launch(cb, kern, grid, dim3(warps * 32), smem, q, qs, qp, k, qw, kw, eps, n_head_kv, d_pos, d_ff, a, v,
                    kv->k, kv->v, (const int32_t *)cb->st_slot);
     }
@@ -300,14 +302,15 @@ extern "C" void cuda_qk_norm_rope(bk_backend *be, float *q, float *k, int n, int
 
 /* The fused op's decode form: q's heads from q_src (q_pitch floats apart) into q, and the cache
  * written here (the attention then gets k = v = NULL). Only inside a step, whose cache slots are
- * on the device already; a q8_0 cache needs head_dim % 32 == 0, as the attention does. */
+ * on the device already; a q8_0 or q4_0 cache needs head_dim % 32 == 0, as the attention does. */
 extern "C" bool cuda_qk_norm_rope_kv(bk_backend *be, float *q, const float *q_src, int q_pitch, float *k,
                                      const float *v, int n, int n_head, int n_head_kv, int head_dim,
                                      const bk_weight *q_norm, const bk_weight *k_norm, float eps, const int32_t *pos,
                                      const bk_rope_params *rp, const bk_kv_view *kv) {
     cuda_backend *cb = (cuda_backend *)be;
     CU_ABLATE(cb, ABL_ROPE, cb->step_on);
-    if (n <= 0 || !cb->step_on || cb->kvfuse_off || !kv->k || (kv->kv_type == KT_Q8_0 && head_dim % 32)) return false;
+    if (n <= 0 || !cb->step_on || cb->kvfuse_off || !kv->k || (kt_block_bytes(kv->kv_type) && head_dim % 32))
+        return false;
     return qk_norm_rope_launch(cb, q, q_src, q_pitch, k, v, n, n_head, n_head_kv, head_dim, q_norm, k_norm, eps, pos,
                                rp, kv);
 }
