@@ -1,6 +1,6 @@
 /* attn_lab.cu — one decode token's attention over a deep paged cache, alone: the tensor-core kernel
  * (cuda_attn_mma.cu) beside the warp-per-row kernel (cuda_attn_decode.cu, BRISK_CUDA_ATTN_MMA=0),
- * on the attention shapes of the supported models, at depths 4K-1M, f16 and q8_0 caches, as the KV
+ * on the attention shapes of the supported models, at depths 4K-1M, f16, q8_0 and q4_0 caches, as the KV
  * bytes read over the time and their share of the copy bandwidth (issue 28 asks 80%), with the
  * largest relative difference between the two kernels' outputs. No prefill: the cache is filled
  * with random values on the device, so a lease measures every shape in seconds.
@@ -20,7 +20,7 @@
 #include "backend/cuda/cuda_internal.cuh"
 #include "lab.cuh"
 
-/* random cache contents: f16 values in [-1, 1], or q8_0 blocks (scale 1/64, random quants) */
+/* random cache contents: f16 values in [-1, 1], or q8_0 / q4_0 blocks (scale 1/64, random quants) */
 __global__ void fill_kernel(uint8_t *p, size_t bytes, int kt, uint32_t seed) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < bytes / 2; i += (size_t)gridDim.x * blockDim.x) {
         uint32_t h = (uint32_t)i * 2654435761u ^ seed;
@@ -29,7 +29,7 @@ __global__ void fill_kernel(uint8_t *p, size_t bytes, int kt, uint32_t seed) {
         h ^= h >> 13;
         uint16_t v;
         if (kt == KT_F16) v = __half_as_ushort(__float2half((float)(h % 2001) / 1000.0f - 1.0f));
-        else if ((2 * i) % 34 == 0) v = __half_as_ushort(__float2half(1.0f / 64)); /* a block's scale */
+        else if ((2 * i) % (kt == KT_Q8_0 ? 34 : 18) == 0) v = __half_as_ushort(__float2half(1.0f / 64)); /* a block's scale */
         else v = (uint16_t)h;
         ((uint16_t *)p)[i] = v;
     }
@@ -76,12 +76,12 @@ int main(int argc, char **argv) {
     static const int shapes[][3] = {{16, 2, 256}, {24, 4, 256}, {32, 8, 128}, {32, 4, 128}};
     static const long depths[] = {4096, 32768, 131072, 262144, 1048576};
     const int bs = 16;
-    for (int kt : {KT_F16, KT_Q8_0})
+    for (int kt : {KT_F16, KT_Q8_0, KT_Q4_0})
         for (auto &sh : shapes)
             for (long depth : depths) {
                 if (depth > max_depth) continue;
                 const int nh = sh[0], nkv = sh[1], hd = sh[2];
-                const size_t row = kt == KT_Q8_0 ? (size_t)nkv * hd / 32 * 34 : (size_t)nkv * hd * 2;
+                const size_t row = kt == KT_F16 ? (size_t)nkv * hd * 2 : (size_t)nkv * hd / 32 * kt_block_bytes(kt);
                 const long n_pages = depth / bs + 1;
                 const size_t bytes = (size_t)n_pages * bs * row;
                 size_t free_b, total_b;
@@ -131,7 +131,7 @@ int main(int argc, char **argv) {
                 }
                 const double kvb = 2.0 * depth * row;
                 printf("| %d/%d x %d | %s | %ld | %.1f | %.0f | %.1f%% | %.1f | %.0f | %.2fx | %.1e |\n", nh, nkv, hd,
-                       kt == KT_F16 ? "f16" : "q8_0", depth, t[0] * 1e3, kvb / (t[0] * 1e6), 100 * kvb / (t[0] * 1e6) / bw,
+                       kt == KT_F16 ? "f16" : kt == KT_Q8_0 ? "q8_0" : "q4_0", depth, t[0] * 1e3, kvb / (t[0] * 1e6), 100 * kvb / (t[0] * 1e6) / bw,
                        t[1] * 1e3, kvb / (t[1] * 1e6), t[1] / t[0], max_rel(o1, o2, (int64_t)nq));
                 fflush(stdout);
                 cudaFree(kc); cudaFree(vc); cudaFree(d_meta); cudaFree(d_tab); cudaFree(q); cudaFree(out);
