@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/atomic_file.h"
@@ -72,33 +73,35 @@ static void af_free(atomic_file *af) {
     free(af);
 }
 
-/* PATH + suffix + "XXXXXX", created by mkstemp; -1 and errno on failure. */
-static int make_unique(const char *path, const char *suffix, char **out) {
+/* Creates PATH + suffix + six hex digits, new (O_EXCL), with mode less the
+ * umask: mkstemp's way, but with a mode, so no umask has to be read (reading
+ * it means setting it, a race with every other thread that creates files).
+ * -1 and errno on failure. */
+static int make_unique(const char *path, const char *suffix, mode_t mode, char **out) {
+    static atomic_uint counter;
     size_t n = strlen(path) + strlen(suffix) + 7;
     char *p = malloc(n);
     if (!p) {
         errno = ENOMEM;
         return -1;
     }
-    snprintf(p, n, "%s%sXXXXXX", path, suffix);
-    int fd = mkstemp(p);
-    if (fd < 0) {
-        int e = errno;
-        free(p);
-        errno = e;
-        return -1;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned seed = (unsigned)ts.tv_nsec ^ (unsigned)getpid() * 2654435761u;
+    for (int tries = 0; tries < 1000; tries++) {
+        unsigned r = (seed + atomic_fetch_add(&counter, 1) * 0x9e3779b9u) * 2246822519u;
+        snprintf(p, n, "%s%s%06x", path, suffix, (r ^ r >> 15) & 0xffffff);
+        int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+        if (fd >= 0) {
+            *out = p;
+            return fd;
+        }
+        if (errno != EEXIST) break;
     }
-    *out = p;
-    return fd;
-}
-
-static mode_t new_file_mode(void) {
-    /* umask can only be read by setting it. The writers call this on their own
-     * thread while no other thread creates files, so the moment with umask 0
-     * cannot leak into another file's mode. */
-    mode_t m = umask(0);
-    umask(m);
-    return 0666 & ~m;
+    int e = errno;
+    free(p);
+    errno = e;
+    return -1;
 }
 
 brisk_status atomic_file_open(const char *target, atomic_file **out) {
@@ -133,15 +136,15 @@ brisk_status atomic_file_open(const char *target, atomic_file **out) {
         af_free(af);
         return bk_fail(BRISK_ERR_IO, "%s: cannot write: %s", target, strerror(e));
     }
-    int fd = make_unique(af->dest, ".tmp.", &af->tmp);
+    int fd = make_unique(af->dest, ".tmp.", 0666, &af->tmp); /* as fopen would create it */
     if (fd < 0) {
         int e = errno;
         af_free(af);
         return bk_fail(BRISK_ERR_IO, "%s: cannot create a temporary file beside it: %s", target, strerror(e));
     }
     af->slot = live_add(af->tmp);
-    /* mkstemp makes it 0600; a published model should read like one fopen wrote */
-    if (fchmod(fd, exists ? st.st_mode & 07777 : new_file_mode()) != 0 || !(af->f = fdopen(fd, "wb"))) {
+    /* a replaced file keeps its permissions, as it did when fopen truncated it */
+    if ((exists && fchmod(fd, st.st_mode & 07777) != 0) || !(af->f = fdopen(fd, "wb"))) {
         int e = errno;
         close(fd);
         unlink(af->tmp);
@@ -214,7 +217,7 @@ brisk_status atomic_file_check_distinct(const char *cmd, const char *target, con
 
 brisk_status atomic_file_scratch(const char *near, char **path) {
     *path = NULL;
-    int fd = make_unique(near, ".scratch.", path);
+    int fd = make_unique(near, ".scratch.", 0600, path);
     if (fd < 0) return bk_fail(BRISK_ERR_IO, "%s: cannot create a scratch file beside it: %s", near, strerror(errno));
     close(fd);
     live_add(*path);
