@@ -238,7 +238,8 @@ brisk_status brisk_context_expert_counts(const brisk_context *ctx, int64_t *coun
  * and step, brisk_decode_bytes's experts_read. Same errors as brisk_context_expert_counts. */
 brisk_status brisk_context_expert_reads(const brisk_context *ctx, int64_t *reads, int64_t *passes);
 /* Expert statistics files (`brisk calibrate -o`; JSON, see engine/expert_stats.c): counts is
- * (n_layer, n_expert), layer-major, over `tokens` tokens routed to n_expert_used experts each. */
+ * (n_layer, n_expert), layer-major, over `tokens` tokens routed to n_expert_used experts each.
+ * path is replaced whole (a temporary file beside it, renamed over it) or left as it was. */
 brisk_status brisk_expert_stats_write(const char *path, const char *model_path, int n_layer, int n_expert,
                                       int n_expert_used, int64_t tokens, const int64_t *counts);
 /* Reads such a file into *counts (malloc'd, the caller frees): BRISK_ERR_FORMAT with what is wrong

@@ -52,7 +52,7 @@ cv "$T/a/m" "$T/a.gguf" --type f32 -t 2 && cv "$T/b/m" "$T/b.gguf" --type f32 -t
   if cmp -s "$T/a.gguf" "$T/b.gguf"; then ok "bf16 file = f32 shards, -t 2 = -t 1 with small slabs"
   else no "bf16 single file and f32 shards convert differently"; fi
 grep -q "pre-tokenizer qwen2" "$T/e" && ok "pre-tokenizer detected: qwen2" || no "pre-tokenizer: $(cat "$T/e")"
-[ ! -e "$T/a.gguf.tmp" ] || no "OUT.tmp left behind"
+[ -z "$(ls "$T"/a.gguf.tmp.* "$T"/a.gguf.scratch.* 2>/dev/null)" ] || no "OUT.tmp.XXXXXX left behind"
 
 PRE="--pre qwen2"
 if [ "$SAN" != 1 ]; then
@@ -116,5 +116,5 @@ mkdir -p "$T/c" && cp "$T/a/m/"*.json "$T/c/" && head -c 100000 "$T/a/m/model.sa
 bad 1 "truncated safetensors" "$T/c" -o "$T/x.gguf"
 sed 's/Qwen3ForCausalLM/GPT2LMHeadModel/' "$T/a/m/config.json" >"$T/c/config.json"
 bad 1 "unsupported architecture" "$T/c" -o "$T/x.gguf"
-[ ! -e "$T/x.gguf" ] && [ ! -e "$T/x.gguf.tmp" ] || no "a failed convert left a file"
+[ ! -e "$T/x.gguf" ] && [ -z "$(ls "$T"/x.gguf.* 2>/dev/null)" ] || no "a failed convert left a file"
 exit $fail

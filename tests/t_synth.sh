@@ -49,16 +49,17 @@ for p in tiny-qwen3moe tiny-qwen35 tiny-qwen35moe; do
   [ "$arch" = "$want" ] && ok "brisk info reads $p ($arch)" || no "brisk info $p: arch '$arch'"
 done
 
-# interrupted writes: no OUT (SIGTERM: no OUT.tmp either); an existing OUT survives
+# interrupted writes: no OUT (SIGTERM: no OUT.tmp.XXXXXX either); an existing OUT survives
 big="--preset qwen3-0.6b --type Q4_K_M -t 1"
-started() { for _ in $(seq 100); do [ -e "$1" ] && return 0; sleep 0.05; done; return 1; }
+tmps() { ls "$1".tmp.* "$1".scratch.* 2>/dev/null; }
+started() { for _ in $(seq 100); do [ -n "$(ls "$1".tmp.* 2>/dev/null)" ] && return 0; sleep 0.05; done; return 1; }
 "$B/brisk" synth $big -o "$T/x.gguf" 2>/dev/null & pid=$!
-started "$T/x.gguf.tmp" || no "synth never started writing $T/x.gguf.tmp"
+started "$T/x.gguf" || no "synth never started writing $T/x.gguf.tmp.XXXXXX"
 sleep 0.3; kill -TERM $pid; wait $pid 2>/dev/null
-[ ! -e "$T/x.gguf" ] && [ ! -e "$T/x.gguf.tmp" ] && ok "SIGTERM leaves no file" || no "SIGTERM left $(ls "$T" | grep x.gguf)"
+[ ! -e "$T/x.gguf" ] && [ -z "$(tmps "$T/x.gguf")" ] && ok "SIGTERM leaves no file" || no "SIGTERM left $(ls "$T" | grep x.gguf)"
 syn --preset tiny-llama -o "$T/y.gguf" && cp "$T/y.gguf" "$T/y0.gguf"
 "$B/brisk" synth $big -o "$T/y.gguf" 2>/dev/null & pid=$!
-started "$T/y.gguf.tmp" || no "synth never started writing $T/y.gguf.tmp"
+started "$T/y.gguf" || no "synth never started writing $T/y.gguf.tmp.XXXXXX"
 sleep 0.3; kill -KILL $pid; wait $pid 2>/dev/null
 cmp -s "$T/y0.gguf" "$T/y.gguf" && ok "SIGKILL keeps the old OUT intact" || no "SIGKILL damaged the old OUT"
 
@@ -118,5 +119,5 @@ bad 1 "unwritable path" --preset tiny-llama -o "$T/no/such/dir/z.gguf"
 bad 1 "missing vocab" --preset tiny-llama --vocab "$T/none.gguf" -o "$T/z.gguf"
 bad 1 "hybrid without an attention layer" --preset tiny-qwen35 --layers 1 -o "$T/z.gguf"
 bad 1 "Q2_K_S without imatrix" --preset tiny-llama --type Q2_K_S -o "$T/z.gguf"
-[ ! -e "$T/z.gguf" ] && [ ! -e "$T/z.gguf.tmp" ] && ok "failed runs leave no file" || no "a failed run left a file"
+[ ! -e "$T/z.gguf" ] && [ -z "$(tmps "$T/z.gguf")" ] && ok "failed runs leave no file" || no "a failed run left a file"
 exit $fail

@@ -4,6 +4,7 @@
  *
  *   test_gguf [filter]          run the tests
  *   test_gguf --seeds DIR       write the fuzz seed corpus (fuzz/corpus/gguf) */
+#include <dirent.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -722,6 +723,15 @@ static void test_writer_reencode(void) {
     remove(path);
 }
 
+/* Entries of the test directory whose names start with prefix. */
+static int count_prefixed(const char *prefix) {
+    DIR *d = opendir(tmpdir_);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += !strncmp(e->d_name, prefix, strlen(prefix));
+    if (d) closedir(d);
+    return n;
+}
+
 static void test_writer_abandon(void) {
     const char *path = tmp_path("abandon.gguf");
     gguf_writer *w = gguf_writer_new();
@@ -729,9 +739,23 @@ static void test_writer_abandon(void) {
     CHECK_OK(gguf_writer_add_tensor(w, "x", QT_F32, 1, ne));
     CHECK_OK(gguf_writer_begin(w, path));
     struct stat st;
-    CHECK(stat(path, &st) == 0);
-    gguf_writer_free(w); /* unfinished: the partial file goes */
+    CHECK(stat(path, &st) != 0 && errno == ENOENT); /* nothing at the path before finish */
+    CHECK(count_prefixed("abandon.gguf.tmp.") == 1);
+    gguf_writer_free(w); /* unfinished: the temporary file goes */
     CHECK(stat(path, &st) != 0 && errno == ENOENT);
+    CHECK(count_prefixed("abandon.gguf") == 0);
+    /* an existing file at the path keeps its bytes through an abandoned write */
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fputs("old", f) >= 0 && fclose(f) == 0);
+    w = gguf_writer_new();
+    CHECK_OK(gguf_writer_add_tensor(w, "x", QT_F32, 1, ne));
+    CHECK_OK(gguf_writer_begin(w, path));
+    gguf_writer_free(w);
+    char *old = test_read_file(path, NULL);
+    CHECK(old && !strcmp(old, "old"));
+    free(old);
+    CHECK(count_prefixed("abandon.gguf") == 1);
+    remove(path);
     gguf_writer_free(NULL);
     gguf_close(NULL);
     w = gguf_writer_new();

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/atomic_file.h"
 #include "brisk.h"
 #include "cli/cli.h"
 #include "cli/common.h"
@@ -59,6 +60,10 @@ int cmd_calibrate(int argc, char **argv) {
     int n_ctx = to.n_ctx, n_threads = to.n_threads, n_chunks_max = to.n_chunks_max;
     if (!model_path || !text_path || !out_path)
         return cli_error(2, "calibrate: -m FILE, -f TEXT and -o STATS are required");
+    const char *inputs[2] = {model_path, text_path}; /* checked before the run, not after it */
+    if (atomic_file_check_distinct("calibrate", out_path, inputs, 2) != BRISK_OK)
+        return cli_error(1, "%s", brisk_last_error());
+    atomic_file_remove_on_signal();
     size_t len;
     char *text = cli_read_all(text_path, &len);
     if (!text) return 1;

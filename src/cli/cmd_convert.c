@@ -1,9 +1,9 @@
 /* cmd_convert.c — `brisk convert HF_DIR -o OUT.gguf [--type T] [-t N] [--pre NAME]`. */
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "base/atomic_file.h"
 #include "brisk.h"
 #include "cli/cli.h"
 #include "cli/common.h"
@@ -17,18 +17,11 @@ static void usage(FILE *f) {
             "  model.safetensors or shards with model.safetensors.index.json; f32/f16/bf16) to GGUF with\n"
             "  llama.cpp's names and metadata: llama, qwen2, qwen3, qwen3_moe, qwen3_5, qwen3_5_moe,\n"
             "  qwen3_next.\n"
-            "  Streams with N threads (default: all cores); written as OUT.gguf.tmp, renamed when done.\n"
+            "  Streams with N threads (default: all cores); written beside OUT as OUT.tmp.XXXXXX and\n"
+            "  renamed over OUT when done (OUT may be a model being served; never one of the inputs).\n"
             "  --type: f32, f16 (default), bf16, q8_0 for every matrix, or a llama-quantize mix:");
     for (int i = 0; quant_ftype_at(i); i++) fprintf(f, " %s", quant_ftype_at(i)->name);
     fprintf(f, "\n  --pre NAME: the tokenizer's pre-tokenizer (qwen2, llama-bpe, qwen35, ...) when it is not recognized\n");
-}
-
-/* The file being written, removed if we are interrupted (async-signal-safe). */
-static char tmp_path[4096];
-static void on_signal(int sig) {
-    if (tmp_path[0]) unlink(tmp_path);
-    signal(sig, SIG_DFL);
-    raise(sig);
 }
 
 int cmd_convert(int argc, char **argv) {
@@ -59,16 +52,9 @@ int cmd_convert(int argc, char **argv) {
     if (!dir || !out) return cli_error(2, "convert: need HF_DIR and -o OUT.gguf (see brisk convert --help)");
     o.slab_bytes = (size_t)slab_kb << 10;
     o.progress = isatty(2);
-    if (snprintf(tmp_path, sizeof tmp_path, "%s.tmp", out) >= (int)sizeof tmp_path)
-        return cli_error(2, "convert: output path too long");
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    atomic_file_remove_on_signal(); /* an interrupted run leaves no temporary file */
     convert_stats st;
     brisk_status s = convert_hf(dir, out, &o, &st);
-    tmp_path[0] = 0;
     if (s != BRISK_OK) return cli_error(s == BRISK_ERR_INVALID_ARG ? 2 : 1, "%s", brisk_last_error());
     fprintf(stderr, "wrote %s: %lld tensors, %.1f MB in %.2f s (%.1f MB/s, %d threads), pre-tokenizer %s\n", out,
             (long long)st.n_tensors, st.bytes / 1e6, st.seconds, st.bytes / 1e6 / (st.seconds > 0 ? st.seconds : 1e-9),

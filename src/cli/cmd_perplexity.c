@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/atomic_file.h"
 #include "brisk.h"
 #include "cli/cli.h"
 #include "cli/common.h"
@@ -72,6 +73,10 @@ int cmd_perplexity(int argc, char **argv) {
     const char *model_path = to.model_path, *text_path = to.text_path;
     int n_ctx = to.n_ctx, n_threads = to.n_threads, n_chunks_max = to.n_chunks_max;
     if (!model_path || (!text_path && !kl)) return cli_error(2, "perplexity: -m FILE and -f TEXT are required");
+    const char *inputs[2] = {model_path, text_path};
+    if (base_path && !kl && atomic_file_check_distinct("perplexity", base_path, inputs, 2) != BRISK_OK)
+        return cli_error(1, "%s", brisk_last_error()); /* before the run, not after it */
+    atomic_file_remove_on_signal();
     kld_base kb = {0};
     if (kl) {
         if (!kld_base_open(base_path, n_chunks_max, &kb)) return 1;

@@ -3,6 +3,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/atomic_file.h"
 #include "cli/cli.h"
 #include "cli/common.h"
 #include "quant/model_quant.h"
@@ -23,7 +24,9 @@ int cmd_quantize(int argc, char **argv) {
             printf("\n  (Q3_K, Q4_K, Q5_K mean Q3_K_M, Q4_K_M, Q5_K_M)\n"
                    "  --pure          every matrix gets the base type (no per-tensor bumps)\n"
                    "  --imatrix FILE  importance matrix from llama-imatrix (GGUF or legacy .dat)\n"
-                   "  -t N            threads (default: all cores)\n");
+                   "  -t N            threads (default: all cores)\n"
+                   "OUT is written beside itself as OUT.tmp.XXXXXX and renamed over OUT when done: OUT may be\n"
+                   "a model that a running brisk serves (it keeps the old one); it may not be IN.\n");
             return 0;
         } else if (!strcmp(argv[i], "-t") || !strcmp(argv[i], "--threads")) {
             if (!(v = cli_next(argc, argv, &i)) || !cli_int(argv[i - 1], v, 1, 256, &o.n_threads)) return 2;
@@ -43,6 +46,7 @@ int cmd_quantize(int argc, char **argv) {
     if (!quant_ftype_find(pos[2])) return cli_error(2, "quantize: unknown type '%s' (see brisk quantize --help)", pos[2]);
     o.ftype = pos[2];
     o.progress = isatty(2);
+    atomic_file_remove_on_signal(); /* an interrupted run leaves no temporary file */
     if (model_quantize(pos[0], pos[1], &o) != BRISK_OK) return cli_error(1, "%s", brisk_last_error());
     return 0;
 }

@@ -1,10 +1,10 @@
 /* cmd_synth.c — `brisk synth --preset NAME [--vocab VOCAB.gguf] [--type T] -o OUT.gguf`. */
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
 
+#include "base/atomic_file.h"
 #include "brisk.h"
 #include "cli/cli.h"
 #include "cli/common.h"
@@ -17,7 +17,8 @@ static void usage(FILE *f) {
             "usage: brisk synth --preset NAME -o OUT.gguf [--vocab VOCAB.gguf] [--type T] [--pure]\n"
             "                   [--layers N] [--seed S] [--expert-skew S] [--repeat-rows N] [-t N]\n"
             "  random-weight model of a real shape, written streaming with N threads (default: all cores);\n"
-            "  the same --seed gives the same bytes for any -t. Written as OUT.gguf.tmp, renamed when done.\n"
+            "  the same --seed gives the same bytes for any -t. Written beside OUT as OUT.tmp.XXXXXX,\n"
+            "  renamed over OUT when done (OUT may be a model being served; never one of the inputs).\n"
             "  --type: a llama-quantize mix (each tensor gets the type llama-quantize would give it):");
     for (int i = 0; quant_ftype_at(i); i++) fprintf(f, " %s", quant_ftype_at(i)->name);
     fprintf(f, "\n          or a ggml type for every matrix (q8_1, mxfp4, ...); default: the preset's (bf16 or f32)\n"
@@ -29,14 +30,6 @@ static void usage(FILE *f) {
                "presets:");
     for (const char *const *p = synth_preset_names(); *p; p++) fprintf(f, " %s", *p);
     fprintf(f, "\n");
-}
-
-/* The file being written, removed if we are interrupted (async-signal-safe). */
-static char tmp_path[4096];
-static void on_signal(int sig) {
-    if (tmp_path[0]) unlink(tmp_path);
-    signal(sig, SIG_DFL);
-    raise(sig);
 }
 
 int cmd_synth(int argc, char **argv) {
@@ -102,16 +95,9 @@ int cmd_synth(int argc, char **argv) {
     }
     if (pure && !c.ftype) return cli_error(2, "synth: --pure needs a llama-quantize type (--type Q4_K_M, ...)");
     c.pure = pure;
-    if (snprintf(tmp_path, sizeof tmp_path, "%s.tmp", out) >= (int)sizeof tmp_path)
-        return cli_error(2, "synth: output path too long");
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    atomic_file_remove_on_signal(); /* an interrupted run leaves no temporary file */
     synth_stats st;
     brisk_status s = synth_write_ex(&c, vocab, out, isatty(2), &st);
-    tmp_path[0] = 0;
     if (s != BRISK_OK) return cli_error(1, "%s", brisk_last_error());
     fprintf(stderr, "wrote %s: %lld tensors, %.1f MB in %.2f s (%.1f MB/s, %d threads)\n", out, (long long)st.n_tensors,
             st.bytes / 1e6, st.seconds, st.bytes / 1e6 / (st.seconds > 0 ? st.seconds : 1e-9), st.n_threads);

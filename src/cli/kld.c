@@ -7,9 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "base/atomic_file.h"
 #include "cli/cli.h"
 
 #define KLD_MAGIC "_logits_"
@@ -65,8 +64,8 @@ double kld_nll(const float *logits, int n_vocab, int32_t next) {
 /* ---- writing ---- */
 
 struct kld_writer {
-    FILE *f;
-    char *path, *tmp;
+    atomic_file *af; /* PATH.tmp.XXXXXX until close commits it */
+    FILE *f;         /* af's stream */
     int n_vocab, err; /* err: errno of the first failed write, -1 if unknown */
     uint16_t *rec;    /* (kld_record_len) */
     double *nll;      /* (cap) the trailer */
@@ -81,31 +80,19 @@ bool kld_writer_open(const char *path, int n_ctx, int n_vocab, int n_chunk, cons
                      kld_writer **out) {
     *out = NULL;
     kld_writer *w = calloc(1, sizeof *w);
-    size_t pl = strlen(path);
     int64_t cap = (int64_t)n_chunk * (n_ctx - 1 - n_ctx / 2);
-    if (!w || !(w->path = strdup(path)) || !(w->tmp = malloc(pl + 12)) ||
-        !(w->rec = malloc(kld_record_len(n_vocab) * sizeof(uint16_t))) ||
+    if (!w || !(w->rec = malloc(kld_record_len(n_vocab) * sizeof(uint16_t))) ||
         !(w->nll = malloc((size_t)(cap > 0 ? cap : 1) * sizeof(double)))) {
         kld_writer_close(w, false);
         cli_error(1, "out of memory");
         return false;
     }
-    snprintf(w->tmp, pl + 12, "%s.tmp.XXXXXX", path); /* beside the path: rename stays in one file system */
-    int fd = mkstemp(w->tmp);
-    if (fd < 0) {
-        cli_error(1, "cannot create %s: %s", w->tmp, strerror(errno));
-        free(w->tmp), w->tmp = NULL;
+    if (atomic_file_open(path, &w->af) != BRISK_OK) {
+        cli_error(1, "%s", brisk_last_error());
         kld_writer_close(w, false);
         return false;
     }
-    fchmod(fd, 0644); /* mkstemp's 0600 would make the published file private */
-    w->f = fdopen(fd, "wb");
-    if (!w->f) {
-        close(fd);
-        kld_writer_close(w, false);
-        cli_error(1, "cannot write %s: %s", path, strerror(errno));
-        return false;
-    }
+    w->f = atomic_file_stream(w->af);
     setvbuf(w->f, NULL, _IOFBF, 1 << 20);
     w->n_vocab = n_vocab;
     w->cap = cap;
@@ -137,20 +124,16 @@ bool kld_writer_close(kld_writer *w, bool commit) {
         w_put(w, KLD_NLL_MAGIC, 8);
         w_put(w, w->nll, (size_t)w->n * sizeof(double));
     }
-    if (w->f) {
-        if (commit && !w->err && (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0)) w->err = errno ? errno : -1;
-        if (fclose(w->f) != 0 && commit && !w->err) w->err = errno ? errno : -1;
-    }
-    if (commit && w->err) {
-        cli_error(1, "writing %s: %s", w->tmp, w->err > 0 ? strerror(w->err) : "write failed");
+    if (commit && w->af && w->err) {
+        cli_error(1, "writing %s: %s", atomic_file_target(w->af), w->err > 0 ? strerror(w->err) : "write failed");
         ok = false;
     }
-    if (ok && rename(w->tmp, w->path) != 0) {
-        cli_error(1, "cannot rename %s to %s: %s", w->tmp, w->path, strerror(errno));
-        ok = false;
+    if (ok && w->af) {
+        if (atomic_file_commit(w->af) != BRISK_OK) ok = false, cli_error(1, "%s", brisk_last_error());
+    } else {
+        atomic_file_abort(w->af); /* the path keeps what it held */
     }
-    if (!ok && w->tmp) unlink(w->tmp);
-    free(w->path), free(w->tmp), free(w->rec), free(w->nll), free(w);
+    free(w->rec), free(w->nll), free(w);
     return ok;
 }
 

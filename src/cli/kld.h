@@ -25,7 +25,8 @@
  *   so that PPL(base) is the base run's perplexity even where the text holds
  *   tokens the model finds very unlikely (clamped, they would lower it).
  *
- * Ownership: a kld_writer owns a temporary file beside its path until
+ * Ownership: a kld_writer owns a temporary file beside its path (an
+ * atomic_file, base/atomic_file.h) until
  * kld_writer_close publishes it (rename: the path is replaced whole or not at
  * all); a kld_base owns its open file and the token array. Functions that
  * return bool print a one-line error (cli_error) on failure. */

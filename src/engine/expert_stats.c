@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/atomic_file.h"
 #include "base/status.h"
 #include "brisk.h"
 
@@ -42,12 +43,18 @@ brisk_status brisk_expert_stats_write(const char *path, const char *model_path, 
     char *txt = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     if (!txt) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    FILE *f = fopen(path, "w");
-    bool ok = f && fputs(txt, f) >= 0 && fputc('\n', f) != EOF;
-    int err = errno;
-    if (f && fclose(f)) ok = false;
+    /* beside the path first, then renamed over it: an old statistics file
+     * survives a failed write whole */
+    atomic_file *af = NULL;
+    brisk_status s = atomic_file_open(path, &af);
+    if (s == BRISK_OK) {
+        FILE *f = atomic_file_stream(af);
+        fputs(txt, f);
+        fputc('\n', f);
+        s = atomic_file_commit(af); /* sees a failed write through the stream's error flag */
+    }
     free(txt);
-    return ok ? BRISK_OK : bk_fail(BRISK_ERR_IO, "%s: cannot write expert statistics: %s", path, strerror(err));
+    return s == BRISK_OK ? s : bk_wrap(s, "expert statistics");
 }
 
 /* A whole non-negative number below 2^53 (a count JSON carries exactly). */

@@ -122,8 +122,10 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *g, const char *name); /* NU
  * data (so huge models never sit in memory); gguf_writer_finish() closes.
  * Misuse (duplicate key or tensor, wrong byte count, calls out of order)
  * returns BRISK_ERR_INVALID_ARG and changes nothing. Setting
- * "general.alignment" (u32, power of two) changes the padding. Freeing a
- * writer that began but did not finish removes the partial file. */
+ * "general.alignment" (u32, power of two) changes the padding. The bytes go
+ * to PATH.tmp.XXXXXX and finish fsyncs it and renames it over path
+ * (base/atomic_file.h), so path is replaced whole or not at all; freeing a
+ * writer that began but did not finish removes the temporary file. */
 typedef struct gguf_writer gguf_writer;
 gguf_writer *gguf_writer_new(void); /* NULL on OOM */
 void gguf_writer_free(gguf_writer *w);

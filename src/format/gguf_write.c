@@ -4,13 +4,17 @@
  * declared up front so their offsets are known when the header is written;
  * tensor data is then streamed straight to the file in declaration order,
  * each tensor padded to the alignment. Nothing but the metadata and the
- * tensor table is ever held in memory. */
+ * tensor table is ever held in memory. The file is an atomic_file: the
+ * bytes go to a temporary file beside the path and finish renames it into
+ * place, so a failed write or a model being served from the path never sees
+ * a half-written or truncated file. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/atomic_file.h"
 #include "base/status.h"
 #include "format/gguf.h"
 #include "quant/quant.h"
@@ -34,8 +38,9 @@ struct gguf_writer {
     int64_t n_t, t_cap;
     uint32_t alignment;
     int state;
-    FILE *f;
-    char *path;         /* removed again if the writer is freed unfinished */
+    atomic_file *af;    /* the output until finish publishes it; aborted if the writer is freed unfinished */
+    FILE *f;            /* af's stream */
+    char *path;         /* for messages */
     int64_t next;       /* next tensor to stream */
     uint64_t partial;   /* bytes of tensor `next` already streamed by write_rows */
 };
@@ -50,10 +55,7 @@ gguf_writer *gguf_writer_new(void) {
 
 void gguf_writer_free(gguf_writer *w) {
     if (!w) return;
-    if (w->f) {
-        fclose(w->f);
-        remove(w->path); /* an unfinished file is never left looking complete */
-    }
+    atomic_file_abort(w->af); /* an unfinished file never replaces the path */
     for (int64_t i = 0; i < w->n_kv; i++) free(w->keys[i]);
     for (int64_t i = 0; i < w->n_t; i++) free(w->t[i].name);
     free(w->keys);
@@ -288,13 +290,14 @@ brisk_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t g
 
 /* ---- output ---- */
 
-static brisk_status w_io(gguf_writer *w) {
+static brisk_status w_io(gguf_writer *w, int err) {
     w->state = W_FAILED;
-    return bk_fail(BRISK_ERR_IO, "%s: write failed", w->path);
+    return bk_fail(BRISK_ERR_IO, "%s: write failed: %s", w->path, err ? strerror(err) : "short write");
 }
 
 static brisk_status w_put(gguf_writer *w, const void *p, size_t n) {
-    if (n && fwrite(p, 1, n, w->f) != n) return w_io(w);
+    errno = 0;
+    if (n && fwrite(p, 1, n, w->f) != n) return w_io(w, errno);
     return BRISK_OK;
 }
 
@@ -334,11 +337,11 @@ brisk_status gguf_writer_begin(gguf_writer *w, const char *path) {
     }
     free(w->path);
     if (!(w->path = strdup(path))) return bk_fail(BRISK_ERR_NOMEM, "gguf writer: path");
-    w->f = fopen(path, "wb");
-    if (!w->f) {
+    if ((s = atomic_file_open(path, &w->af)) != BRISK_OK) {
         w->kv_len = kv_end_at;
-        return bk_fail(BRISK_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+        return s;
     }
+    w->f = atomic_file_stream(w->af);
     w->state = W_WRITING;
     s = w_put(w, head, sizeof head);
     if (s == BRISK_OK) s = w_put(w, w->kv, w->kv_len);
@@ -391,13 +394,10 @@ brisk_status gguf_writer_finish(gguf_writer *w) {
     if (w->next != w->n_t)
         return bk_fail(BRISK_ERR_INVALID_ARG, "gguf writer: %s: %" PRId64 " of %" PRId64 " tensors written",
                        w->path, w->next, w->n_t);
-    FILE *f = w->f;
+    atomic_file *af = w->af;
+    w->af = NULL;
     w->f = NULL;
-    if (fclose(f) != 0) {
-        remove(w->path);
-        w->state = W_FAILED;
-        return bk_fail(BRISK_ERR_IO, "%s: write failed", w->path);
-    }
-    w->state = W_DONE;
-    return BRISK_OK;
+    brisk_status s = atomic_file_commit(af);
+    w->state = s == BRISK_OK ? W_DONE : W_FAILED;
+    return s;
 }

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/atomic_file.h"
 #include "base/status.h"
 #include "format/gguf_rows.h"
 #include "format/safetensors.h"
@@ -83,14 +84,30 @@ static brisk_status shard_names(const char *dir, char ***names, int *n) {
     return BRISK_OK;
 }
 
-static brisk_status open_shards(const char *dir, shard_set *ss) {
+/* The files of the checkpoint that convert reads besides its shards. */
+static const char *const side_inputs[] = {"config.json", "model.safetensors.index.json", "tokenizer.json",
+                                          "tokenizer_config.json", "chat_template.jinja", "chat_template.json"};
+
+/* Refuses an output that is one of the checkpoint's files: the rename into
+ * place would throw that file away. */
+static brisk_status check_out(const char *dir, const char *name, const char *out_path) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    const char *in = path;
+    return atomic_file_check_distinct("convert", out_path, &in, 1);
+}
+
+static brisk_status open_shards(const char *dir, const char *out_path, shard_set *ss) {
     char **names = NULL, path[4096];
     int n = 0;
     brisk_status s = shard_names(dir, &names, &n);
+    for (size_t i = 0; s == BRISK_OK && i < sizeof side_inputs / sizeof *side_inputs; i++)
+        s = check_out(dir, side_inputs[i], out_path);
     if (s == BRISK_OK && !(ss->f = calloc((size_t)n, sizeof *ss->f))) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
     for (int i = 0; s == BRISK_OK && i < n; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        s = st_open(path, &ss->f[i]);
+        s = check_out(dir, names[i], out_path);
+        if (s == BRISK_OK) s = st_open(path, &ss->f[i]);
         if (s == BRISK_OK) ss->n++;
     }
     for (int i = 0; names && i < n; i++) free(names[i]);
@@ -477,7 +494,7 @@ static brisk_status set_meta(gguf_writer *w, const hf_config *c, const char *nam
 /* A llama-quantize mix: quant_mix_plan_shapes plans the tensors from their
  * shapes; what the mix leaves alone stays f32 (norms, routers) or f16, as the
  * converter writes it otherwise. */
-static brisk_status mix_types(plan *p, const hf_config *c, const quant_ftype *ft, const char *tmp_path) {
+static brisk_status mix_types(plan *p, const hf_config *c, const quant_ftype *ft, const char *out_path) {
     gguf_writer *w = gguf_writer_new();
     uint32_t *types = malloc((size_t)p->n * sizeof *types);
     quant_mix_tensor *mt = malloc((size_t)p->n * sizeof *mt);
@@ -489,7 +506,7 @@ static brisk_status mix_types(plan *p, const hf_config *c, const quant_ftype *ft
     }
     quant_mix_opts mo = {0};
     if (s == BRISK_OK) {
-        s = quant_mix_plan_shapes(w, p->n, mt, ft, &mo, tmp_path, types);
+        s = quant_mix_plan_shapes(w, p->n, mt, ft, &mo, out_path, types);
         w = NULL; /* consumed */
     }
     for (int i = 0; s == BRISK_OK && i < p->n; i++)
@@ -655,24 +672,18 @@ brisk_status convert_hf(const char *dir, const char *out_path, const convert_opt
     const char *base = strrchr(dir, '/');
     char name[256];
     snprintf(name, sizeof name, "%s", base && base[1] ? base + 1 : dir);
-    size_t plen = strlen(out_path);
-    char *tmp = malloc(plen + 5);
     shard_set ss = {0};
     plan p = {0};
     convert_stats st = {.n_threads = n_threads};
     gguf_writer *w = NULL;
     gguf_rows *rs = NULL;
     uint64_t total = 0;
-    brisk_status s = tmp ? open_shards(dir, &ss) : bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    if (s == BRISK_OK) {
-        memcpy(tmp, out_path, plen + 1);
-        memcpy(tmp + plen, ".tmp", 5);
-        s = build_plan(&c, &ss, &p);
-    }
+    brisk_status s = open_shards(dir, out_path, &ss);
+    if (s == BRISK_OK) s = build_plan(&c, &ss, &p);
     if (s == BRISK_OK) s = add_rope_freqs(&p, &c);
     if (s == BRISK_OK) s = check_shapes(&c, &p);
     if (s == BRISK_OK) {
-        if (mix) s = mix_types(&p, &c, mix, tmp);
+        if (mix) s = mix_types(&p, &c, mix, out_path);
         else base_types(&p, type);
     }
     if (s == BRISK_OK && !(w = gguf_writer_new())) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
@@ -691,22 +702,17 @@ brisk_status convert_hf(const char *dir, const char *out_path, const convert_opt
     gguf_rows_opts ro = {.n_threads = n_threads, .slab_bytes = o->slab_bytes, .max_ne0 = max_ne0,
                          .max_row_bytes = max_row, .label = o->progress ? "convert" : NULL, .total_bytes = total,
                          .n_tensors = p.n};
-    if (s == BRISK_OK) s = gguf_writer_begin(w, tmp);
+    if (s == BRISK_OK) s = gguf_writer_begin(w, out_path); /* beside it first: see gguf_writer_finish */
     if (s == BRISK_OK) s = gguf_rows_new(w, &ro, &rs);
     if (s == BRISK_OK) s = write_all(rs, &p);
     if (s == BRISK_OK) s = gguf_writer_finish(w);
-    if (s == BRISK_OK && rename(tmp, out_path) != 0) {
-        s = bk_fail(BRISK_ERR_IO, "convert: cannot rename %s to %s", tmp, out_path);
-        remove(tmp);
-    }
     st.n_tensors = p.n;
     st.bytes = total;
     st.seconds = now_s() - t0;
     if (s == BRISK_OK && stats) *stats = st;
     gguf_rows_free(rs);
-    gguf_writer_free(w); /* removes tmp if unfinished */
+    gguf_writer_free(w); /* removes the temporary file if unfinished */
     plan_free(&p);
     close_shards(&ss);
-    free(tmp);
     return s;
 }

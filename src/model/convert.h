@@ -24,7 +24,9 @@
  * picks each tensor's type as llama-quantize would. Norms, biases, routers
  * and the DeltaNet conv stay f32.
  *
- * The file is written to OUT.tmp and renamed to OUT when complete.
+ * The file is written to OUT.tmp.XXXXXX and renamed over OUT when complete
+ * (base/atomic_file.h); an OUT that is one of the checkpoint's files is
+ * refused (BRISK_ERR_INVALID_ARG).
  */
 #ifndef BK_CONVERT_H
 #define BK_CONVERT_H

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/atomic_file.h"
 #include "base/status.h"
 #include "format/gguf.h"
 #include "format/gguf_rows.h"
@@ -340,7 +341,7 @@ static brisk_status set_file_vocab(gguf_writer *w, const gguf_file *v, int64_t n
 
 /* The mix's choice for every tensor, planned from the shapes
  * (quant_mix_plan_shapes); what the mix leaves alone stays f32. */
-static brisk_status mix_types(const synth_config *c, const quant_ftype *ft, plan_list *l, const char *tmp_path) {
+static brisk_status mix_types(const synth_config *c, const quant_ftype *ft, plan_list *l, const char *out_path) {
     gguf_writer *w = gguf_writer_new();
     uint32_t *types = malloc((size_t)l->n * sizeof *types);
     quant_mix_tensor *mt = malloc((size_t)l->n * sizeof *mt);
@@ -351,7 +352,7 @@ static brisk_status mix_types(const synth_config *c, const quant_ftype *ft, plan
     }
     quant_mix_opts mo = {.pure = c->pure};
     if (s == BRISK_OK) {
-        s = quant_mix_plan_shapes(w, l->n, mt, ft, &mo, tmp_path, types);
+        s = quant_mix_plan_shapes(w, l->n, mt, ft, &mo, out_path, types);
         w = NULL; /* consumed */
     }
     for (int i = 0; s == BRISK_OK && i < l->n; i++) l->p[i].type = types[i] == QT_COUNT ? QT_F32 : types[i];
@@ -475,28 +476,23 @@ brisk_status synth_write_ex(const synth_config *c0, const char *vocab_path, cons
     const quant_traits *qt = quant_get_traits(c.type);
     if (!ft && (!qt || !qt->can_quantize))
         return bk_fail(BRISK_ERR_UNSUPPORTED, "synth: cannot write type %s", quant_type_name(c.type));
+    BK_TRY(atomic_file_check_distinct("synth", out_path, &vocab_path, 1)); /* --vocab's model */
     double t0 = now_s();
     int n_threads = c.n_threads > 0 ? c.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     n_threads = n_threads < 1 ? 1 : n_threads > MAX_THREADS ? MAX_THREADS : n_threads;
 
-    size_t plen = strlen(out_path);
-    char *tmp = malloc(plen + 5);
     gguf_file *vocab = NULL;
     int64_t n_tok = 0;
     plan_list l = {calloc((size_t)(8 + c.n_layer * MAX_PER_LAYER), sizeof(tensor_plan)), 0};
     gguf_writer *w = NULL;
     gguf_rows *rs = NULL;
     uint64_t total = 0;
-    brisk_status s = tmp && l.p ? BRISK_OK : bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    if (s == BRISK_OK) {
-        memcpy(tmp, out_path, plen);
-        memcpy(tmp + plen, ".tmp", 5);
-        s = vocab_size(&c, vocab_path, &vocab, &n_tok);
-    }
+    brisk_status s = l.p ? BRISK_OK : bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    if (s == BRISK_OK) s = vocab_size(&c, vocab_path, &vocab, &n_tok);
     if (s == BRISK_OK) {
         if (c.n_vocab <= 0) c.n_vocab = (int)n_tok;
         plan_tensors(&c, &l);
-        if (ft) s = mix_types(&c, ft, &l, tmp);
+        if (ft) s = mix_types(&c, ft, &l, out_path);
         else pure_types(&c, &l);
     }
     if (s == BRISK_OK && !(w = gguf_writer_new())) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
@@ -517,22 +513,16 @@ brisk_status synth_write_ex(const synth_config *c0, const char *vocab_path, cons
     gguf_rows_opts ro = {.n_threads = n_threads, .slab_bytes = c.slab_bytes, .max_ne0 = max_ne0,
                          .max_row_bytes = max_row, .label = show ? label : NULL, .total_bytes = total,
                          .n_tensors = l.n};
-    if (s == BRISK_OK) s = gguf_writer_begin(w, tmp);
+    if (s == BRISK_OK) s = gguf_writer_begin(w, out_path); /* beside it first: see gguf_writer_finish */
     if (s == BRISK_OK) s = gguf_rows_new(w, &ro, &rs);
     if (s == BRISK_OK) s = write_all(rs, &c, &l);
     if (s == BRISK_OK) s = gguf_writer_finish(w);
-    if (s == BRISK_OK && rename(tmp, out_path) != 0) {
-        s = bk_fail(BRISK_ERR_IO, "synth: cannot rename %s to %s", tmp, out_path);
-        remove(tmp);
-    }
     if (s == BRISK_OK && stats)
         *stats = (synth_stats){.bytes = total, .n_tensors = l.n, .seconds = now_s() - t0, .n_threads = n_threads};
     gguf_rows_free(rs);
-    gguf_writer_free(w); /* removes tmp if unfinished */
-    if (s != BRISK_OK && tmp) remove(tmp); /* the mix's skeleton, if it got that far */
+    gguf_writer_free(w); /* removes the temporary file if unfinished */
     gguf_close(vocab);
     free(l.p);
-    free(tmp);
     return s;
 }
 

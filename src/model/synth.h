@@ -34,9 +34,10 @@
  *
  * Streaming: rows are generated and quantized by n_threads workers in chunks
  * into one of two slabs (~32 MiB each) while the previous slab is written, so
- * memory stays bounded for any model size. The file is written as OUT.tmp and
- * renamed to OUT when complete: an interrupted synth never leaves a truncated
- * OUT (a killed one may leave OUT.tmp; the CLI removes it on SIGINT/SIGTERM).
+ * memory stays bounded for any model size. The file is written as
+ * OUT.tmp.XXXXXX and renamed over OUT when complete (base/atomic_file.h): an
+ * interrupted synth never leaves a truncated OUT (a killed one may leave
+ * OUT.tmp.XXXXXX; the CLI removes it on SIGINT/SIGTERM/SIGHUP).
  * The vocabulary (tokenizer.* keys) is copied from a vocab GGUF, padded with
  * "[PADn]" tokens up to n_vocab as the converter pads real checkpoints. */
 #ifndef BK_SYNTH_H
@@ -86,7 +87,8 @@ typedef struct synth_stats {
     int n_threads;
 } synth_stats;
 
-/* Writes the model to out_path (via out_path + ".tmp", renamed at the end).
+/* Writes the model to out_path (via out_path.tmp.XXXXXX, renamed at the end;
+ * BRISK_ERR_INVALID_ARG if out_path is vocab_path's file).
  * vocab_path NULL: a built-in byte-level SentencePiece vocabulary.
  * progress: a live line on stderr (tensor i/N, MB/s, ETA). stats may be NULL. */
 brisk_status synth_write_ex(const synth_config *c, const char *vocab_path, const char *out_path, bool progress,

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/atomic_file.h"
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "format/gguf.h"
@@ -123,6 +124,10 @@ brisk_status model_quantize(const char *in_path, const char *out_path, const mod
     int n_threads = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (n_threads < 1) n_threads = 1;
     if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
+    /* Writing over the input used to truncate the file being read (a bus error
+     * and a lost model); the rename into place would now lose it whole. */
+    const char *inputs[2] = {in_path, o->imatrix_path};
+    BK_TRY(atomic_file_check_distinct("quantize", out_path, inputs, 2));
     quant_imatrix *im = NULL;
     if (o->imatrix_path) BK_TRY(quant_imatrix_load(o->imatrix_path, &im));
     gguf_file *g = NULL;

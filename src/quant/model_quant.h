@@ -19,5 +19,8 @@ typedef struct model_quant_opts {
     bool progress;            /* a live progress line and a summary on stderr */
 } model_quant_opts;
 
+/* Writes out_path.tmp.XXXXXX and renames it over out_path when complete
+ * (base/atomic_file.h): out_path may be a model that a running process maps;
+ * BRISK_ERR_INVALID_ARG, before any work, if it is in_path's or the imatrix's file. */
 brisk_status model_quantize(const char *in_path, const char *out_path, const model_quant_opts *o);
 #endif

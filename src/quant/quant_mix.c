@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/atomic_file.h"
 #include "base/status.h"
 #include "quant/quant.h"
 
@@ -272,7 +273,7 @@ brisk_status quant_mix_plan(const gguf_file *g, const quant_ftype *ft, const qua
 }
 
 brisk_status quant_mix_plan_shapes(gguf_writer *w, int n, const quant_mix_tensor *t, const quant_ftype *ft,
-                                   const quant_mix_opts *o, const char *tmp_path, uint32_t *types) {
+                                   const quant_mix_opts *o, const char *near_path, uint32_t *types) {
     /* q8_1 is a type no mix produces, so a tensor still q8_1 afterwards is one the mix kept */
     uint32_t *skel = malloc((size_t)(n > 0 ? n : 1) * sizeof *skel);
     void *zeros = NULL;
@@ -286,6 +287,8 @@ brisk_status quant_mix_plan_shapes(gguf_writer *w, int n, const quant_mix_tensor
         if (b > max_bytes) max_bytes = b;
     }
     if (s == BRISK_OK && !(zeros = calloc(1, max_bytes ? max_bytes : 1))) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    char *tmp_path = NULL; /* a unique name: two runs writing the same output never share it */
+    if (s == BRISK_OK) s = atomic_file_scratch(near_path, &tmp_path);
     if (s == BRISK_OK) s = gguf_writer_begin(w, tmp_path);
     for (int i = 0; s == BRISK_OK && i < n; i++)
         s = gguf_writer_write_tensor(w, zeros, quant_row_size(skel[i], t[i].ne[0]) * (t[i].ne[1] > 1 ? 2 : 1) *
@@ -298,7 +301,7 @@ brisk_status quant_mix_plan_shapes(gguf_writer *w, int n, const quant_mix_tensor
         if (types[i] == skel[i]) types[i] = QT_COUNT;
     gguf_close(g);
     gguf_writer_free(w);
-    remove(tmp_path);
+    atomic_file_scratch_remove(tmp_path);
     free(skel);
     free(zeros);
     return s;

@@ -59,11 +59,12 @@ typedef struct quant_mix_tensor {
 
 /* quant_mix_plan for a model that exists only as metadata and shapes: w holds
  * the metadata the rules read (architecture, layer and head counts; no
- * tensors yet); this writes a skeleton at tmp_path (each tensor at its real
- * row length with at most two rows and experts), plans it, and removes it.
+ * tensors yet); this writes a skeleton to a scratch file beside near_path
+ * (each tensor at its real row length with at most two rows and experts),
+ * plans it, and removes it.
  * types[i] is the mix's type for tensor i, or QT_COUNT where the mix leaves
  * the tensor as it is. Consumes w. */
 brisk_status quant_mix_plan_shapes(gguf_writer *w, int n, const quant_mix_tensor *t, const quant_ftype *ft,
-                                   const quant_mix_opts *o, const char *tmp_path, uint32_t *types);
+                                   const quant_mix_opts *o, const char *near_path, uint32_t *types);
 
 #endif
