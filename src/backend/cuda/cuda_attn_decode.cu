@@ -212,21 +212,9 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
                               r_sn, rope.a, q_s[g]);
             for (int i = lane; i < hd; i += 32) q_s[g][i] *= scale_log2;
         }
-        if (p_new >= 0 && warp == DEC_WARPS - 1) { /* qk_norm_rope_kernel's k and v, stored as the cache holds them */
-            const size_t r = (size_t)t * n_head_kv + kvh;
-            qk_head_norm_rope(rope.k + r * hd, rope.kw, rope.eps, hd, half, r_cs, r_sn, rope.a, r_k);
-            const bool writer = h0 % group == 0; /* the first head group of the KV head */
-            const size_t e0 = ((size_t)rope.slot[t] * n_head_kv + kvh) * hd;
-            for (int i = lane; i < hd; i += 32) { /* hd % 32 == 0 for q8_0, q4_0: a warp stores whole blocks */
-                const float vv = rope.v[r * hd + i];
-                kv_store<KT>(r_kc, (size_t)i, r_k[i]);
-                kv_store<KT>(r_vc, (size_t)i, vv);
-                if (writer) {
-                    kv_store<KT>((void *)kc, e0 + i, r_k[i]);
-                    kv_store<KT>((void *)vc, e0 + i, vv);
-                }
-            }
-        }
+        if (p_new >= 0 && warp == DEC_WARPS - 1) /* qk_norm_rope_kernel's k and v, stored as the cache holds them; */
+            dec_step_row<KT>(rope, t, n_head_kv, kvh, hd, half, r_cs, r_sn, r_k, r_kc, r_vc, (void *)kc, (void *)vc,
+                             h0 % group == 0); /* written by the first head group of the KV head */
     } else {
         for (int i = tid; i < G * hd; i += DEC_WARPS * 32)
             q_s[i / hd][i % hd] = q[((size_t)t * n_head + h0 + i / hd) * hd + i % hd] * scale_log2;
@@ -360,20 +348,13 @@ attn_dec_kernel(const float *q, const void *kc, const void *vc, int bs, const in
      * count, as in the CUDA programming guide's last-block reduction. */
     if (part && cnt) {
         __shared__ float cw_s[DEC_MAX_SPLIT], cred[DEC_WARPS];
-        __shared__ int last;
-        __threadfence();
-        __syncthreads();
-        int *c = cnt + (size_t)t * gridDim.x + blockIdx.x;
-        if (tid == 0) last = atomicAdd(c, 1) == n_use - 1;
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
+        if (!dec_last_block(cnt, t, blockIdx.x, gridDim.x, n_use)) return;
         if (n_use <= DEC_FAST_MERGE && !merge_slow)
             dec_combine_group(part, n_split, n_use, n_head, hd, h0, G, t, out, xq, xds, gate);
         else
             for (int g = 0; g < G; g++)
                 dec_combine_head(part, n_split, n_use, n_head, hd, h0 + g, t, out, cw_s, cred, xq, xds, gate);
-        if (tid == 0) *c = 0; /* ready for the next launch (the grid's end orders it before) */
+        dec_last_done(cnt, t, blockIdx.x, gridDim.x);
     }
 }
 

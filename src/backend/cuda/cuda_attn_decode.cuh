@@ -61,4 +61,45 @@ __device__ __forceinline__ void dec_combine_group(const float *part, int stride,
     }
 }
 
+/* The fused rope's step row (dec_rope): one warp normalises and rotates token t's k of KV head kvh
+ * (into scratch, hd floats) and stores k and v in the cache's format into new_k / new_v (shared
+ * memory: the bytes the cache will hold, which the block reads in place of the cache's row), and, if
+ * writer, into the cache itself at the step's slot. hd % 32 == 0 for the quantized types: the warp
+ * stores whole blocks (kv_store). */
+template <int KT>
+__device__ __forceinline__ void dec_step_row(const dec_rope &rope, int t, int n_head_kv, int kvh, int hd, int half,
+                                             const float *cs, const float *sn, float *scratch, void *new_k,
+                                             void *new_v, void *kc, void *vc, bool writer) {
+    const int lane = threadIdx.x % 32;
+    const size_t r = (size_t)t * n_head_kv + kvh;
+    qk_head_norm_rope(rope.k + r * hd, rope.kw, rope.eps, hd, half, cs, sn, rope.a, scratch);
+    const size_t e0 = ((size_t)rope.slot[t] * n_head_kv + kvh) * hd;
+    for (int i = lane; i < hd; i += 32) {
+        const float vv = rope.v[r * hd + i];
+        kv_store<KT>(new_k, (size_t)i, scratch[i]);
+        kv_store<KT>(new_v, (size_t)i, vv);
+        if (writer) {
+            kv_store<KT>(kc, e0 + i, scratch[i]);
+            kv_store<KT>(vc, e0 + i, vv);
+        }
+    }
+}
+
+/* The fused merge's count: after the block wrote its partials, it counts itself on the (token t,
+ * head group g) counter; true for the block that completes the count of n_use (it then merges, and
+ * resets the counter with dec_last_done). The partials are fenced before the count, as in the CUDA
+ * programming guide's last-block reduction; the whole block calls it. */
+__device__ __forceinline__ bool dec_last_block(int *cnt, int t, int g, int n_groups, int n_use) {
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(cnt + (size_t)t * n_groups + g, 1) == n_use - 1;
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+__device__ __forceinline__ void dec_last_done(int *cnt, int t, int g, int n_groups) {
+    if (threadIdx.x == 0) cnt[(size_t)t * n_groups + g] = 0; /* ready for the next launch (the grid's end orders it) */
+}
+
 #endif

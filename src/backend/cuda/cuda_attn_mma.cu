@@ -190,6 +190,8 @@ attn_dec_mma_kernel(const float *q, const void *kc, const void *vc, int bs, cons
             }
             __syncwarp();
         }
+        /* (dec_step_row's and dec_last_block's work below is written out: through those helpers ptxas
+         * spills in three of this kernel's instances, none as it stands) */
         if (p_new >= 0 && warp == DEC_WARPS - 1) { /* the step's K/V row: to the cache and new_k / new_v */
             const size_t r = (size_t)t * n_head_kv + kvh;
             float *kr = q_row[warp];
