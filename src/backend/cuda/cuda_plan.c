@@ -411,7 +411,10 @@ void cuda_plan_print_markdown(FILE *f) {
           "one list: `BRISK_CUDA_DISABLE=graphs,pdl,mmvs` (names separated by commas or spaces). The few\n"
           "paths that are off by default are turned on with `BRISK_CUDA_ENABLE=mmvf,...`. Each path's own\n"
           "variable still works (`BRISK_CUDA_GRAPHS=0`, `BRISK_CUDA_MMVF=1`); the lists override it,\n"
-          "`BRISK_CUDA_DISABLE` last. Before sm_90, `pdl`, `mmvs`, `mmqh` and `mmvf` are off whatever is set.\n\n",
+          "`BRISK_CUDA_DISABLE` last. Before sm_90, `pdl`, `mmvs`, `mmqh` and `mmvf` are off whatever is set.\n\n"
+          "| variable | takes |\n|---|---|\n"
+          "| `" LIST_DISABLE "` | names of the paths below to turn off |\n"
+          "| `" LIST_ENABLE "` | names of the paths below to turn on |\n\n",
           f);
     for (int pass = 0; pass < 3; pass++) {
         static const char *const heads[3] = {
