@@ -53,7 +53,7 @@ static const plan_row rows[] = {
     NUM(PATH, "CUBLAS", "cublas", P_INT, cublas, 2, 0, 2, "cuBLAS for prefill products on dequantized f16 weights: 0 off, 1 on and saying why when it cannot be loaded, 2 on"),
     OFF("MMA", "mma", mma_off, "prefill products on tensor cores (cuda_mma.cu); off: the SIMT tiled kernel"),
     OFF("MMQ", "mmq", mmq_off, "int8 tensor-core products (cuda_mmq.cu) for batches of MMQ_MIN up to MMQ_MAX tokens"),
-    OFF("MMQH", "mmqh", mmqh_off, "f16 tensor-core products on streamed Q4_K, Q6_K and Q8_0 weights (cuda_mmqh.cu; sm_90) for batches of MMQH_MIN up to MMQH_MAX; off: the int8 kernel"),
+    OFF("MMQH", "mmqh", mmqh_off, "Q4_K, Q6_K and Q8_0 weights streamed into shared memory and unpacked to f16 for f16 tensor cores (cuda_mmqh.cu; sm_90) for batches of MMQH_MIN up to MMQH_MAX (17-47 tokens); off: the int8 kernel"),
     OFF("MOE_MMQ", "moe_mmq", moe_mmq_off, "expert products on int8 tensor cores from MOE_MMQ_MIN (token, expert) entries; off: the GEMV-style kernels only"),
     OFF("MOE_Q8", "moe_q8", moe_q8_off, "expert products on int8 activations; off: on f32 activations only"),
     OFF("MOE_VEC", "moe_vec", moe_vec_off, "one token's experts on the vector kernels; off: through the grouped kernels"),
@@ -70,7 +70,7 @@ static const plan_row rows[] = {
     OFF("ATTN_ADAPT", "attn_adapt", attn_adapt_off, "a short context's decode attention launches only the splits it needs; off: every split takes part"),
     OFF("ATTN_GADAPT", "attn_gadapt", attn_gadapt_off, "with fewer decode attention blocks than SMs, a block serves part of a GQA group; off: always the whole group"),
     OFF("ATTN_MERGE", "attn_merge", attn_merge_off, "a decode attention's few splits merged for a whole head group at once; off: head by head"),
-    OFF("ATTN_ROPE", "attn_rope", attn_rope_off, "one token's QK-norm, rope and cache write inside the decode attention's launch"),
+    OFF("ATTN_ROPE", "attn_rope", attn_rope_off, "one token's QK-norm, rope and cache write inside the decode attention's launch, whose split then also reads its first K/V rows before waiting on the product before it"),
     OFF("ATTN_GATE", "attn_gate", attn_gate_off, "the gated attention's output gate inside the attention's launch"),
     OFF("ATTNQ", "attnq", attnq_off, "the decode attention quantizes its output for the product after it"),
     OFF("KV_FUSE", "kv_fuse", kvfuse_off, "the K/V cache written by QK-norm + rope; off: by the attention's own kernel"),
@@ -88,17 +88,17 @@ static const plan_row rows[] = {
     OFF("GD_CONV", "gd_conv", gd_conv_off, "the Gated DeltaNet's short conv inside the fused delta rule's launch"),
     OFF("WEIGHT_POOL", "weight_pool", weight_pool_off, "a model's weights carved from a few device slabs; off: a cudaMalloc per weight"),
     /* ---- paths off by default: BRISK_CUDA_ENABLE=name, or the old NAME=1 ---- */
-    ON("MMVF", "mmvf", mmvf_on, "one token's products on F16, BF16 and F32 weights streamed by the bulk-copy engine (cuda_mmvf.cu; sm_90; off until measured: bench/cuda/h200_float.sh)"),
+    ON("MMVF", "mmvf", mmvf_on, "one token's products on F16, BF16 and F32 weights streamed into shared memory by the bulk-copy engine (cuda_mmvf.cu; sm_90), not the float GEMV (written without a GPU, off until measured: bench/cuda/h200_float.sh)"),
     ON("NORM_FUSE", "norm_fuse", norm_fuse_on, "norm_matmul and norm_swiglu in one kernel at one token (measured slower)"),
     ON("ATTN_V1", "attn_v1", attn_v1, "decode batches on the prefill attention's tile kernel too (A/B)"),
     ON("EMB_GPU", "emb_gpu", emb_gpu, "the token embedding on the GPU with the first layer; off: in host memory, a step's rows copied up"),
     /* ---- numeric tuning ---- */
-    NUM(TUNING, "NQ", NULL, P_MASK, nq, 0, 0, 3, "one-token hand-over between products: 1 the norm's (matmul_add_norm), 2 the SwiGLU's to the down product, 3 both (off until measured: bench/cuda/h200_handover.sh)"),
+    NUM(TUNING, "NQ", NULL, P_MASK, nq, 0, 0, 3, "one-token hand-over between products: 1 the product closing a residual branch quantizes its output times the next RMS norm's weight and the products after the norm scale their sums by 1 / rms (no norm kernel between them), 2 the gate/up product quantizes its SwiGLU output for the down product, 3 both (written without a GPU, off until measured: bench/cuda/h200_handover.sh)"),
     NUM(TUNING, "MMVS_MIN_IN", NULL, P_I64, mmvs_min_in, 2048, 0, INT64_MAX, "rows narrower than this many columns take cuda_mmvq's kernel, not the streamed one"),
     NUM(TUNING, "MMVS_WARPS", NULL, P_INT, mmvs_warps, 16, 8, 16, "the streamed kernel's blocks: 16 warps where they fit, else 8; 8: 8 only"),
     NUM(TUNING, "MMVS_MIN_MB", NULL, P_F64, mmvs_min_mb, 0, 0, 1 << 20, "launches of fewer MiB of weights take cuda_mmvq's kernel; 0: no floor"),
     NUM(TUNING, "MMVS_SMEM", NULL, P_INT, mmvs_smem, 0, 0, 1024, "KiB of shared memory a streamed block takes at most (cuda_mmvs.cu, cuda_mmvf.cu); 0: their cap, 200"),
-    NUM(TUNING, "MMVS_PRE", NULL, P_INT, mmvs_pre, 1, 0, 1024, "stages a streamed product's warps ask for before pdl_wait on rows of 4,096 columns and more; 0: the whole ring"),
+    NUM(TUNING, "MMVS_PRE", NULL, P_INT, mmvs_pre, 1, 0, 1024, "stages of weights a streamed product's warps ask for before waiting on the kernel before (pdl_wait), the rest after their activations' loads, on rows of 4,096 columns and more; 0: the whole ring first"),
     NUM(TUNING, "MMVS_SEG", NULL, P_INT, mmvs_seg_bytes, -1, -1, INT_MAX, "rows shared by several warps: -1 where 16 warps need it, N rows over N bytes, 0 never"),
     NUM(TUNING, "ATTN_BPS", NULL, P_INT, attn_bps, 0, 0, 1024, "a decode attention launch splits into at most N blocks per SM (one wave); 0: about 4, rounded up"),
     NUM(TUNING, "ATTN_MINCHUNK", NULL, P_INT, attn_min_chunk, 128, 0, 8192, "positions a decode split holds at least (rounded down to 32); 0: the splits the graph bucket shapes"),
@@ -113,9 +113,9 @@ static const plan_row rows[] = {
     NUM(TUNING, "MOE_TNT", NULL, P_INT, moe_tnt, 0, 0, 64, "the grouped expert products' token tile: 8, 16, 32 or 64; 0 (or another value): by the mean"),
     NUM(TUNING, "MOE_VEC_R", NULL, P_INT, moe_vec_r, 2, 2, 4, "weight rows per warp of one token's expert kernels: 4, else 2"),
     /* ---- debugging ---- */
-    NUM(DEBUG, "ABLATE", NULL, P_MASK, ablate, 0, 0, 4095, "ops that launch nothing (wrong results, timing only): 1 RMS norms, 2 QK-norm + rope, 4 attention, 8 dense products, 16 MoE router, 32 expert products, 64 adds, 128 MoE h quantize, 256 combine, 512 gate/up, 1024 down, 2048 Gated DeltaNet conv + update"),
+    NUM(DEBUG, "ABLATE", NULL, P_MASK, ablate, 0, 0, 4095, "classes of ops that launch nothing, to profile a decode step inside its graph (wrong results; the tokens/s say what a class costs, bench/RESULTS.md sessions 12, 14, 16): 1 RMS norms, 2 QK-norm + rope, 4 attention, 8 dense products, 16 MoE router, 32 expert products, 64 adds, 128 MoE h quantize, 256 combine, 512 gate/up, 1024 down, 2048 Gated DeltaNet conv + update"),
     {"BRISK_CUDA_GRAPH_INFO", NULL, CUDA_PLAN_DEBUG, P_ON, 0, 0, 1, F(graph_info), NULL, "=1: print the nodes of each captured step"},
-    NUM(DEBUG, "TRACE", NULL, P_STR, trace, 0, 0, 0, "a trace build (EXTRA_NVCCFLAGS=-DBK_TRACE) records one decode step's timeline into this file (bench/cuda/trace_step.py reads it)"),
+    NUM(DEBUG, "TRACE", NULL, P_STR, trace, 0, 0, 0, "a trace build (EXTRA_NVCCFLAGS=-DBK_TRACE) records one decode step's timeline into this file: every block's start, the return of its wait on the kernel before and, in every kernel that waits, each warp's end"),
     NUM(DEBUG, "TRACE_STEP", NULL, P_INT, trace_step, 40, 1, INT_MAX, "the replayed step BRISK_CUDA_TRACE records"),
 };
 #define N_ROWS ((int)(sizeof rows / sizeof rows[0]))
@@ -440,7 +440,9 @@ void cuda_plan_print_markdown(FILE *f) {
         fputs("\n", f);
     }
     fputs("A trace build (`make BUILD=build-trace EXTRA_NVCCFLAGS=-DBK_TRACE build-trace/brisk`) records\n"
-          "one decode step from inside its kernels; `python3 bench/cuda/trace_step.py FILE` prints it.\n\n"
+          "one decode step from inside its kernels with `BRISK_CUDA_TRACE=FILE`; `python3\n"
+          "bench/cuda/trace_step.py FILE` prints the launches and where the step's time goes\n"
+          "(`bench/cuda/h200_trace.sh` runs it on the GPU machine).\n\n"
           "## Elsewhere in brisk\n\n"
           "Read by other modules (or set by the tests and their scripts); listed so the unknown-name\n"
           "check knows them.\n\n| variable | module | meaning |\n|---|---|---|\n",
