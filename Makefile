@@ -5,6 +5,7 @@
 #   make fuzz       libFuzzer targets (FUZZ_SECONDS per target)
 #   make bench      CPU benchmark side by side with llama.cpp (bench/)
 #   make test-cuda  CUDA op parity + end-to-end checks (needs a GPU; tests/cuda/run.sh)
+#   make docs       docs/gpu-switches.md from the GPU switches' table (src/backend/cuda/cuda_plan.c)
 CC      ?= cc
 SAN     ?= 0
 BUILD   ?= build
@@ -135,6 +136,10 @@ tests: $(TEST_BIN) $(BUILD)/brisk
 test: tests $(BUILD)/llamacpp-ref
 	@BUILD=$(BUILD) SHARED=$(SHARED) LLAMACPP_LIBDIR=$(LLAMACPP_LIBDIR) SAN=$(SAN) bash tests/run.sh
 
+# the page tests/t_gpu_switches.sh holds the table to
+docs: $(BUILD)/brisk
+	$(BUILD)/brisk info --gpu --markdown >docs/gpu-switches.md
+
 demo: all
 	@bash tools/demo.sh $(BUILD)
 
@@ -156,5 +161,5 @@ config:
 	@echo "NVCC=$(if $(NVCC),$(NVCC) ($$($(NVCC) --version | tail -1)),none: CPU-only build)"
 	@echo "CUDA_LIBDIR=$(CUDA_LIBDIR)"
 
-.PHONY: config all test test-cuda tests demo fuzz bench format clean deps
+.PHONY: config all test test-cuda tests demo docs fuzz bench format clean deps
 -include $(DEPS)

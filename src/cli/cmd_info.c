@@ -1,8 +1,11 @@
-/* cmd_info.c — `brisk info FILE`: a GGUF file's header, metadata and tensor table. */
+/* cmd_info.c — `brisk info FILE`: a GGUF file's header, metadata and tensor table;
+ * `brisk info --gpu`: the CUDA backend's settings in effect (backend/cuda/cuda_plan.h). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_plan.h"
 #include "brisk.h"
 #include "cli/cli.h"
 #include "format/gguf.h"
@@ -10,7 +13,9 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: brisk info [--no-tensors] FILE\n"
-               "  prints a GGUF file's version, alignment, metadata and tensor table\n");
+               "  prints a GGUF file's version, alignment, metadata and tensor table\n"
+               "       brisk info --gpu [--markdown]\n"
+               "  prints the CUDA backend's settings (BRISK_CUDA_*) in effect, or as docs/gpu-switches.md\n");
 }
 
 static void print_tensors(const gguf_file *g) {
@@ -39,15 +44,37 @@ static void print_tensors(const gguf_file *g) {
            (double)bytes / (1024.0 * 1024.0), params ? 8.0 * (double)bytes / (double)params : 0.0);
 }
 
+/* The plan this environment gives a CUDA backend; 1 when some setting is malformed (the table is
+ * printed all the same, malformed values at their defaults). */
+static int print_gpu(int markdown) {
+    if (markdown) {
+        cuda_plan_print_markdown(stdout);
+        return fflush(stdout) ? cli_error(1, "info: write error on stdout") : 0;
+    }
+    cuda_plan plan;
+    char why[400];
+    brisk_status s = cuda_plan_read(&plan, NULL, NULL, why, sizeof why);
+    int n = bk_cuda_device_count();
+    if (n > 0) printf("CUDA: %d device%s; the settings a backend made now takes:\n\n", n, n == 1 ? "" : "s");
+    else printf("CUDA: no device (or a build without CUDA); the settings a backend would take:\n\n");
+    cuda_plan_print(stdout, &plan);
+    if (fflush(stdout)) return cli_error(1, "info: write error on stdout");
+    return s == BRISK_OK ? 0 : cli_error(1, "info: %s", why);
+}
+
 int cmd_info(int argc, char **argv) {
     const char *path = NULL;
-    int tensors = 1;
+    int tensors = 1, gpu = 0, markdown = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--no-tensors")) {
             tensors = 0;
+        } else if (!strcmp(argv[i], "--gpu")) {
+            gpu = 1;
+        } else if (!strcmp(argv[i], "--markdown")) {
+            markdown = 1;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             usage(stderr);
             return cli_error(2, "info: unknown option '%s'", argv[i]);
@@ -57,6 +84,11 @@ int cmd_info(int argc, char **argv) {
         } else {
             path = argv[i];
         }
+    }
+    if (gpu && !path) return print_gpu(markdown);
+    if (gpu || markdown) {
+        usage(stderr);
+        return cli_error(2, "info: --gpu takes no file");
     }
     if (!path) {
         usage(stderr);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_plan.h"
 #include "cli/cli.h"
 #include "engine/tp.h"
 
@@ -41,6 +42,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    cuda_plan_warn_unknown_once(); /* a misspelt BRISK_* name, said once */
     /* a tensor-parallel worker rank (engine/tp.h): serves rank 0, whatever the command line */
     if (tp_env_is_worker()) return tp_worker_main() == BRISK_OK ? 0 : 1;
     if (argc < 2) {

@@ -395,8 +395,7 @@ brisk_status brisk_model_fit_n_cpu_moe(const char *path, const brisk_model_param
     brisk_model_params dmp = brisk_model_default_params();
     brisk_context_params p = cp ? *cp : brisk_context_default_params();
     if (!mp) mp = &dmp;
-    const char *env = getenv("BRISK_SPLIT_CPU");
-    if (!mp->split_cpu && !(env && !strcmp(env, "1")) && bk_cuda_device_count() == 0) return BRISK_OK; /* no GPU */
+    if (!model_split_cpu(mp) && bk_cuda_device_count() == 0) return BRISK_OK; /* no GPU */
     gguf_file *g = NULL;
     BK_TRY(gguf_open(path, &g));
     model_hparams hp;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_plan.h"
 #include "base/status.h"
 #include "engine/shard.h"
 #include "quant/quant.h"
@@ -433,8 +434,13 @@ static brisk_status bind_all(brisk_model *m) {
      * keeps it (a GPU backend gathers a step's rows on the host: n_embd floats a token against
      * 334 MiB of qwen3-8b's table on the GPU); BRISK_CUDA_EMB_GPU=1 puts it with the first layer.
      * Tied, the LM head gets its own device copy below. */
-    const char *eg = getenv("BRISK_CUDA_EMB_GPU");
-    bk_backend *first = m->n_cpu_layers > 0 || !(eg && !strcmp(eg, "1")) ? NULL : m->be, *last = m->be;
+    bool emb_gpu = false;
+    if (m->n_cpu_layers == 0) {
+        cuda_plan plan; /* as the backend read it (a malformed one failed its creation) */
+        cuda_plan_read(&plan, NULL, NULL, NULL, 0);
+        emb_gpu = plan.emb_gpu;
+    }
+    bk_backend *first = emb_gpu ? m->be : NULL, *last = m->be;
     if (m->pp_rank > 0) first = last = NULL; /* pipeline: rank 0 runs them (here host views, never read) */
     BK_TRY(bind(m, first, "token_embd.weight", d, hp->n_vocab, true, &m->tok_embd));
     BK_TRY(bind(m, last, "output_norm.weight", d, 0, true, &m->output_norm));
@@ -637,12 +643,16 @@ static uint64_t pp_gpu_bytes(const brisk_model *m) {
     return need;
 }
 
+bool model_split_cpu(const brisk_model_params *params) {
+    const char *env = getenv("BRISK_SPLIT_CPU");
+    return params->split_cpu || (env && !strcmp(env, "1"));
+}
+
 /* Picks where the layers run (see brisk_model_params) and makes the GPU backend if any. */
 static brisk_status place_layers(brisk_model *m, const brisk_model_params *params) {
     int n_layer = m->hp.n_layer, ngl = params->n_gpu_layers;
     int n_gpu = ngl < 0 || ngl > n_layer ? n_layer : ngl;
-    const char *env = getenv("BRISK_SPLIT_CPU");
-    bool split_cpu = params->split_cpu || (env && !strcmp(env, "1"));
+    bool split_cpu = model_split_cpu(params);
     bool gpu = n_gpu > 0 && !split_cpu && bk_cuda_device_count() > 0;
     m->n_cpu_layers = n_layer;
     if (gpu || (n_gpu > 0 && split_cpu)) m->n_cpu_layers = n_layer - n_gpu; /* split_cpu: a second CPU backend */

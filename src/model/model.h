@@ -168,6 +168,9 @@ uint64_t model_gpu_bytes(const gguf_file *g, int n_layer, int n_cpu_layers, int 
  * layer's routed experts experts_read distinct ones (at most n_expert; a fraction is an
  * average over steps). */
 uint64_t model_step_weight_bytes(const brisk_model *m, double experts_read);
+/* True when the layers split as for a GPU onto a second CPU backend: params->split_cpu, or
+ * BRISK_SPLIT_CPU=1 (tests without a GPU; read here only). */
+bool model_split_cpu(const brisk_model_params *params);
 /* Reads hyperparameters for the file's architecture (BRISK_ERR_UNSUPPORTED for others). */
 brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp);
 /* hp->rope (and hp->n_ctx_train) from hp->rope_file and the overrides o (NULL: none), as

@@ -161,7 +161,7 @@ static brisk_status cuda_bind_weight(bk_backend *be, bk_weight *w) {
     /* BK_CUDA_WEIGHT_PAD spare bytes: the integer-dot loaders read aligned words up to 8 bytes
      * past a group (ld_a2) */
     cudaError_t e = cudaSuccess;
-    bool pooled = cb->weights_only && !(getenv("BRISK_CUDA_WEIGHT_POOL") && !strcmp(getenv("BRISK_CUDA_WEIGHT_POOL"), "0"));
+    bool pooled = cb->weights_only && !cb->plan.weight_pool_off;
     if (pooled) {
         d = pool_alloc(cb, bytes + BK_CUDA_WEIGHT_PAD);
         if (!d) e = cudaErrorMemoryAllocation;
@@ -296,7 +296,9 @@ extern "C" size_t bk_cuda_backend_overhead(void) {
     /* the quantized activations (xq_cap int8 values and a float2 per 32), twice with BRISK_CUDA_NQ
      * (and its counters and sums) */
     const size_t cap = (size_t)MMVQ_MAX_TOK << 18;
-    const bool nq = getenv("BRISK_CUDA_NQ") && (atoi(getenv("BRISK_CUDA_NQ")) & 3);
+    cuda_plan plan; /* malformed settings fail the backend's creation, not this estimate */
+    cuda_plan_read(&plan, NULL, NULL, NULL, 0);
+    const bool nq = plan.nq != 0;
     size_t xq = (cap + cap / 32 * sizeof(float2)) * (nq ? 2 : 1) + (nq ? cap / 32 * (sizeof(int) + sizeof(float)) : 0);
     xq += MMQH_XH_CAP * sizeof(__half) + MMQH_MAX_N * sizeof(float);
     return meta + ATT_PART_FLOATS * sizeof(float) + step + xq + cuda_blas_reserve();
@@ -327,6 +329,10 @@ extern "C" double bk_cuda_copy_bandwidth(int device) {
     return gbs;
 }
 
+/* the table's defaults (cuda_plan.c) are these */
+static_assert(CUDA_PLAN_MMQ_MIN == MMQ_MIN_TOK && CUDA_PLAN_CUBLAS_MIN == MMQ_MAX_TOK, "cuda_plan.h");
+static_assert(CUDA_PLAN_MMQH_MIN == MMQH_MIN_TOK && CUDA_PLAN_MOE_MMQ_MIN == MOE_MMQ_MIN_ENT, "cuda_plan.h");
+
 static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     CU_TRY(cudaSetDevice(cb->device));
     CU_TRY(cudaDeviceGetAttribute(&cb->n_sm, cudaDevAttrMultiProcessorCount, cb->device));
@@ -347,82 +353,68 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     CU_TRY(cudaMemset(cb->att_cnt, 0, ATT_CNT_N * sizeof(int)));
     CU_TRY(cudaMalloc(&cb->route_cnt, sizeof(int)));
     CU_TRY(cudaMemset(cb->route_cnt, 0, sizeof(int)));
-    cb->attn_fuse_off = getenv("BRISK_CUDA_ATTN_FUSE") && !strcmp(getenv("BRISK_CUDA_ATTN_FUSE"), "0");
-    cb->attn_adapt_off = getenv("BRISK_CUDA_ATTN_ADAPT") && !strcmp(getenv("BRISK_CUDA_ATTN_ADAPT"), "0");
-    cb->attn_gadapt_off = getenv("BRISK_CUDA_ATTN_GADAPT") && !strcmp(getenv("BRISK_CUDA_ATTN_GADAPT"), "0");
-    cb->attn_bps = getenv("BRISK_CUDA_ATTN_BPS") ? atoi(getenv("BRISK_CUDA_ATTN_BPS")) : 0;
-    cb->attn_merge_off = getenv("BRISK_CUDA_ATTN_MERGE") && !strcmp(getenv("BRISK_CUDA_ATTN_MERGE"), "0");
-    const char *mma = getenv("BRISK_CUDA_MMA");
-    cb->mma_off = mma && !strcmp(mma, "0");
-    const char *gqa = getenv("BRISK_CUDA_ATTN_GQA");
-    cb->attn_gqa_off = gqa && !strcmp(gqa, "0");
-    const char *mq8 = getenv("BRISK_CUDA_MOE_Q8");
-    cb->moe_q8_off = mq8 && !strcmp(mq8, "0");
-    const char *av1 = getenv("BRISK_CUDA_ATTN_V1");
-    cb->attn_v1 = av1 && !strcmp(av1, "1");
-    const char *sl = getenv("BRISK_CUDA_MMVQ_SLICES");
-    cb->mmvq_slices_off = sl && !strcmp(sl, "0");
-    cb->fa_off = getenv("BRISK_CUDA_FA") && !strcmp(getenv("BRISK_CUDA_FA"), "0");
-    cb->mmvq_multi_off = getenv("BRISK_CUDA_MMVQ_MULTI") && !strcmp(getenv("BRISK_CUDA_MMVQ_MULTI"), "0");
-    cb->mmvs_off = getenv("BRISK_CUDA_MMVS") && !strcmp(getenv("BRISK_CUDA_MMVS"), "0");
-    cb->nq = getenv("BRISK_CUDA_NQ") ? atoi(getenv("BRISK_CUDA_NQ")) & 3 : 0;
-    cb->mmvf_on = getenv("BRISK_CUDA_MMVF") && !strcmp(getenv("BRISK_CUDA_MMVF"), "1");
-    cb->norm_fuse_on = getenv("BRISK_CUDA_NORM_FUSE") && !strcmp(getenv("BRISK_CUDA_NORM_FUSE"), "1");
-    cb->mmvs_min_in = getenv("BRISK_CUDA_MMVS_MIN_IN") ? atoll(getenv("BRISK_CUDA_MMVS_MIN_IN")) : 2048;
-    cb->mmvs_wide_off = getenv("BRISK_CUDA_MMVS_WIDE") && !strcmp(getenv("BRISK_CUDA_MMVS_WIDE"), "0");
-    cb->mmvs_warps = getenv("BRISK_CUDA_MMVS_WARPS") ? atoi(getenv("BRISK_CUDA_MMVS_WARPS")) : 16;
-    cb->mmvs_min_bytes = getenv("BRISK_CUDA_MMVS_MIN_MB") ? (int64_t)(atof(getenv("BRISK_CUDA_MMVS_MIN_MB")) * 1048576.0) : 0;
-    cb->router_pf_off = getenv("BRISK_CUDA_ROUTER_PF") && !strcmp(getenv("BRISK_CUDA_ROUTER_PF"), "0");
-    cb->moe_comb_off = getenv("BRISK_CUDA_MOE_COMB") && !strcmp(getenv("BRISK_CUDA_MOE_COMB"), "0");
-    cb->mmvs_smem = getenv("BRISK_CUDA_MMVS_SMEM") ? atoi(getenv("BRISK_CUDA_MMVS_SMEM")) * 1024 : 0;
-    cb->dec_qtypes_off = getenv("BRISK_CUDA_DEC_QTYPES") && !strcmp(getenv("BRISK_CUDA_DEC_QTYPES"), "0");
-    cb->mmvs_pre = getenv("BRISK_CUDA_MMVS_PRE") ? atoi(getenv("BRISK_CUDA_MMVS_PRE")) : 1;
-    cb->attn_mma_min = getenv("BRISK_CUDA_ATTN_MMA") ? atoi(getenv("BRISK_CUDA_ATTN_MMA")) : 1;
-    cb->attn_min_chunk = getenv("BRISK_CUDA_ATTN_MINCHUNK") ? atoi(getenv("BRISK_CUDA_ATTN_MINCHUNK")) / 32 * 32 : 128;
-    if (cb->attn_min_chunk < 0 || cb->attn_min_chunk > 8192) cb->attn_min_chunk = 0;
-    cb->mmvs_seg_bytes = getenv("BRISK_CUDA_MMVS_SEG") ? atoi(getenv("BRISK_CUDA_MMVS_SEG")) : -1;
-    const char *q6q = getenv("BRISK_CUDA_Q6K_QUAD");
-    cb->q6k_quad = q6q ? atoi(q6q) : 1;
+    /* the plan (read in backend_new) in the backend's own fields and units; the devices before
+     * sm_90 lack the bulk-copy engine and programmatic launches */
+    const cuda_plan *p = &cb->plan;
     int cc_major = 0;
     CU_TRY(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, cb->device));
-    cb->pdl_off = cc_major < 9 || (getenv("BRISK_CUDA_PDL") && !strcmp(getenv("BRISK_CUDA_PDL"), "0"));
-    cb->mmvs_off |= cc_major < 9; /* the bulk-copy engine and its barriers are sm_90's */
-    cb->mmvf_on &= cc_major >= 9;
-    cb->gd_chunk_off = getenv("BRISK_CUDA_GD_CHUNK") && !strcmp(getenv("BRISK_CUDA_GD_CHUNK"), "0");
-    const char *glu = getenv("BRISK_CUDA_GLU"), *qkr = getenv("BRISK_CUDA_QKROPE"), *nq = getenv("BRISK_CUDA_NORMQ");
-    cb->glu_off = glu && !strcmp(glu, "0");
-    cb->qkrope_off = qkr && !strcmp(qkr, "0");
-    cb->kvfuse_off = getenv("BRISK_CUDA_KV_FUSE") && !strcmp(getenv("BRISK_CUDA_KV_FUSE"), "0");
-    cb->normq_off = nq && !strcmp(nq, "0");
-    /* mmq: below cuBLAS's first batch (the same BRISK_CUDA_CUBLAS_MIN_TOK cuda_blas.cu reads) */
-    const char *mq = getenv("BRISK_CUDA_MMQ"), *mqmin = getenv("BRISK_CUDA_MMQ_MIN"),
-               *mqmax = getenv("BRISK_CUDA_MMQ_MAX"), *bmin = getenv("BRISK_CUDA_CUBLAS_MIN_TOK");
-    cb->mmq_off = mq && !strcmp(mq, "0");
-    cb->mmq_min = mqmin && atoi(mqmin) > 0 ? atoi(mqmin) : MMQ_MIN_TOK;
-    cb->mmq_mt = getenv("BRISK_CUDA_MMQ_MT") && atoi(getenv("BRISK_CUDA_MMQ_MT")) == 1 ? 1 : 2;
-    cb->mmq_max = mqmax && atoi(mqmax) > 0 ? atoi(mqmax) : bmin && atoi(bmin) > 0 ? atoi(bmin) : MMQ_MAX_TOK;
-    const char *mh = getenv("BRISK_CUDA_MMQH"), *mhmin = getenv("BRISK_CUDA_MMQH_MIN"),
-               *mhmax = getenv("BRISK_CUDA_MMQH_MAX");
-    cb->mmqh_off = (mh && !strcmp(mh, "0")) || cc_major < 9; /* the bulk-copy engine: sm_90 */
-    cb->mmqh_min = mhmin && atoi(mhmin) > 0 ? atoi(mhmin) : MMQH_MIN_TOK;
-    cb->mmqh_max = mhmax && atoi(mhmax) > 0 ? atoi(mhmax) : cb->mmq_max;
-    if (cb->mmqh_max > MMQH_MAX_N + 1) cb->mmqh_max = MMQH_MAX_N + 1;
-    const char *mm = getenv("BRISK_CUDA_MOE_MMQ"), *mmmin = getenv("BRISK_CUDA_MOE_MMQ_MIN");
-    cb->moe_mmq_off = mm && !strcmp(mm, "0");
-    cb->moe_vec_off = getenv("BRISK_CUDA_MOE_VEC") && !strcmp(getenv("BRISK_CUDA_MOE_VEC"), "0");
-    cb->moe_vec_r = getenv("BRISK_CUDA_MOE_VEC_R") ? atoi(getenv("BRISK_CUDA_MOE_VEC_R")) : 2;
-    cb->ablate = getenv("BRISK_CUDA_ABLATE") ? (unsigned)atoi(getenv("BRISK_CUDA_ABLATE")) : 0;
-    cb->attnq_off = getenv("BRISK_CUDA_ATTNQ") && !strcmp(getenv("BRISK_CUDA_ATTNQ"), "0");
-    cb->attn_rope_off = getenv("BRISK_CUDA_ATTN_ROPE") && !strcmp(getenv("BRISK_CUDA_ATTN_ROPE"), "0");
-    cb->attn_gate_off = getenv("BRISK_CUDA_ATTN_GATE") && !strcmp(getenv("BRISK_CUDA_ATTN_GATE"), "0");
-    cb->router_fuse_off = getenv("BRISK_CUDA_ROUTER_FUSE") && !strcmp(getenv("BRISK_CUDA_ROUTER_FUSE"), "0");
-    cb->router_join_off = getenv("BRISK_CUDA_ROUTER_JOIN") && !strcmp(getenv("BRISK_CUDA_ROUTER_JOIN"), "0");
-    cb->gd_conv_off = getenv("BRISK_CUDA_GD_CONV") && !strcmp(getenv("BRISK_CUDA_GD_CONV"), "0");
-    cb->gd_fuse_off = getenv("BRISK_CUDA_GD_FUSE") && !strcmp(getenv("BRISK_CUDA_GD_FUSE"), "0");
-    cb->moe_shared_off = getenv("BRISK_CUDA_MOE_SHARED") && !strcmp(getenv("BRISK_CUDA_MOE_SHARED"), "0");
-    cb->route_warp_off = getenv("BRISK_CUDA_ROUTE_WARP") && !strcmp(getenv("BRISK_CUDA_ROUTE_WARP"), "0");
-    cb->moe_mmq_min = mmmin && atoi(mmmin) > 0 ? atoi(mmmin) : MOE_MMQ_MIN_ENT;
-    cb->moe_tnt = getenv("BRISK_CUDA_MOE_TNT") ? atoi(getenv("BRISK_CUDA_MOE_TNT")) : 0;
+    cb->attn_fuse_off = p->attn_fuse_off;
+    cb->attn_adapt_off = p->attn_adapt_off;
+    cb->attn_gadapt_off = p->attn_gadapt_off;
+    cb->attn_bps = p->attn_bps;
+    cb->attn_merge_off = p->attn_merge_off;
+    cb->mma_off = p->mma_off;
+    cb->attn_gqa_off = p->attn_gqa_off;
+    cb->moe_q8_off = p->moe_q8_off;
+    cb->attn_v1 = p->attn_v1;
+    cb->mmvq_slices_off = p->mmvq_slices_off;
+    cb->fa_off = p->fa_off;
+    cb->mmvq_multi_off = p->mmvq_multi_off;
+    cb->mmvs_off = p->mmvs_off || cc_major < 9;
+    cb->nq = (int)p->nq;
+    cb->mmvf_on = p->mmvf_on && cc_major >= 9;
+    cb->norm_fuse_on = p->norm_fuse_on;
+    cb->mmvs_min_in = p->mmvs_min_in;
+    cb->mmvs_wide_off = p->mmvs_wide_off;
+    cb->mmvs_warps = p->mmvs_warps;
+    cb->mmvs_min_bytes = (int64_t)(p->mmvs_min_mb * 1048576.0);
+    cb->router_pf_off = p->router_pf_off;
+    cb->moe_comb_off = p->moe_comb_off;
+    cb->mmvs_smem = p->mmvs_smem * 1024;
+    cb->dec_qtypes_off = p->dec_qtypes_off;
+    cb->mmvs_pre = p->mmvs_pre;
+    cb->attn_mma_min = p->attn_mma_min;
+    cb->attn_min_chunk = p->attn_min_chunk / 32 * 32;
+    cb->mmvs_seg_bytes = p->mmvs_seg_bytes;
+    cb->q6k_quad = p->q6k_quad;
+    cb->pdl_off = p->pdl_off || cc_major < 9;
+    cb->gd_chunk_off = p->gd_chunk_off;
+    cb->glu_off = p->glu_off;
+    cb->qkrope_off = p->qkrope_off;
+    cb->kvfuse_off = p->kvfuse_off;
+    cb->normq_off = p->normq_off;
+    cb->mmq_off = p->mmq_off;
+    cb->mmq_min = p->mmq_min;
+    cb->mmq_mt = p->mmq_mt;
+    cb->mmq_max = p->mmq_max; /* unset: BRISK_CUDA_CUBLAS_MIN_TOK's, cuBLAS's first batch */
+    cb->mmqh_off = p->mmqh_off || cc_major < 9;
+    cb->mmqh_min = p->mmqh_min;
+    cb->mmqh_max = p->mmqh_max < MMQH_MAX_N + 1 ? p->mmqh_max : MMQH_MAX_N + 1;
+    cb->moe_mmq_off = p->moe_mmq_off;
+    cb->moe_vec_off = p->moe_vec_off;
+    cb->moe_vec_r = p->moe_vec_r;
+    cb->ablate = p->ablate;
+    cb->attnq_off = p->attnq_off;
+    cb->attn_rope_off = p->attn_rope_off;
+    cb->attn_gate_off = p->attn_gate_off;
+    cb->router_fuse_off = p->router_fuse_off;
+    cb->router_join_off = p->router_join_off;
+    cb->gd_conv_off = p->gd_conv_off;
+    cb->gd_fuse_off = p->gd_fuse_off;
+    cb->moe_shared_off = p->moe_shared_off;
+    cb->route_warp_off = p->route_warp_off;
+    cb->moe_mmq_min = p->moe_mmq_min;
+    cb->moe_tnt = p->moe_tnt;
     /* rows of up to 256K elements: a MoE chunk's h (cuda_moe.cu's MOE_MAX_ENT entries of n_ff) */
     cb->xq_cap = (size_t)MMVQ_MAX_TOK << 18;
     CU_TRY(cudaMalloc(&cb->xq, cb->xq_cap));
@@ -452,7 +444,8 @@ static brisk_status backend_new(int device, bool weights_only, bk_backend **out)
     cb->base.ops = &cuda_ops;
     cb->device = device;
     cb->weights_only = weights_only;
-    brisk_status s = cuda_init(cb, weights_only);
+    brisk_status s = cuda_plan_read_env(&cb->plan);
+    if (s == BRISK_OK) s = cuda_init(cb, weights_only);
     if (s != BRISK_OK) {
         cuda_free(&cb->base);
         return s;

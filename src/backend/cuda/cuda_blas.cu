@@ -94,15 +94,15 @@ typedef struct cuda_blas {
     long n_products;           /* products run here (tests, lab) */
 } cuda_blas;
 
+static_assert(CUDA_PLAN_CUBLAS_MIN == BLAS_MIN_TOK && CUDA_PLAN_CUBLAS_MB == BLAS_SCRATCH_MB, "cuda_plan.h");
+
 brisk_status cuda_blas_init(cuda_backend *cb) {
-    const char *on = getenv("BRISK_CUDA_CUBLAS");
-    if (on && !strcmp(on, "0")) return BRISK_OK;
+    if (cb->plan.cublas == 0) return BRISK_OK;
     cuda_blas *bl = (cuda_blas *)calloc(1, sizeof *bl);
     if (!bl) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    bl->verbose = on && !strcmp(on, "1");
-    const char *mt = getenv("BRISK_CUDA_CUBLAS_MIN_TOK"), *mb = getenv("BRISK_CUDA_CUBLAS_SCRATCH_MB");
-    bl->min_tok = mt && atoi(mt) > 0 ? atoi(mt) : BLAS_MIN_TOK;
-    bl->w_budget = (size_t)(mb && atoi(mb) > 0 ? atoi(mb) : BLAS_SCRATCH_MB) << 20;
+    bl->verbose = cb->plan.cublas == 1;
+    bl->min_tok = cb->plan.cublas_min_tok;
+    bl->w_budget = (size_t)cb->plan.cublas_scratch_mb << 20;
     cb->blas = bl;
     return BRISK_OK;
 }
@@ -122,8 +122,9 @@ void cuda_blas_free(cuda_backend *cb) {
 
 /* Device memory counted for this file in bk_cuda_backend_overhead (none when switched off). */
 size_t cuda_blas_reserve(void) {
-    const char *on = getenv("BRISK_CUDA_CUBLAS");
-    return on && !strcmp(on, "0") ? 0 : BLAS_RESERVE_BYTES;
+    cuda_plan plan; /* malformed settings fail the backend's creation, not this estimate */
+    cuda_plan_read(&plan, NULL, NULL, NULL, 0);
+    return plan.cublas == 0 ? 0 : BLAS_RESERVE_BYTES;
 }
 
 /* Loading failed or was refused: products stay on the WMMA kernel from now on. */

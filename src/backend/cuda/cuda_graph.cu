@@ -30,8 +30,7 @@ typedef struct cuda_graph_entry {
 } cuda_graph_entry;
 
 brisk_status cuda_graph_init(cuda_backend *cb) {
-    const char *env = getenv("BRISK_CUDA_GRAPHS");
-    cb->graphs_off = env && !strcmp(env, "0");
+    cb->graphs_off = cb->plan.graphs_off;
     cb->step_cap = (size_t)1 << 20; /* int32s: 4 MiB, as the attention staging area */
     CU_TRY(cudaMallocHost((void **)&cb->step_host, cb->step_cap * sizeof(int32_t)));
     CU_TRY(cudaMalloc((void **)&cb->step_dev, cb->step_cap * sizeof(int32_t)));
@@ -179,7 +178,7 @@ extern "C" brisk_status cuda_step_end(bk_backend *be, bool *rerun) {
     cudaError_t e = cudaStreamEndCapture(cb->stream, &g);
     cudaGraphExec_t exec = NULL;
     if (e == cudaSuccess && cb->err == BRISK_OK) e = cudaGraphInstantiate(&exec, g, 0);
-    if (e == cudaSuccess && g && getenv("BRISK_CUDA_GRAPH_INFO")) { /* the nodes a step replays (the bench's counts) */
+    if (e == cudaSuccess && g && cb->plan.graph_info) { /* the nodes a step replays (the bench's counts) */
         size_t n_nodes = 0;
         if (cudaGraphGetNodes(g, NULL, &n_nodes) == cudaSuccess) fprintf(stderr, "cuda graph: %zu nodes\n", n_nodes);
     }

@@ -9,6 +9,7 @@
 
 extern "C" {
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_plan.h"
 #include "base/status.h"
 #include "quant/quant.h"
 }
@@ -22,6 +23,8 @@ typedef struct cuda_backend {
     bk_backend base;
     int device;
     int n_sm;
+    cuda_plan plan;             /* the environment's settings, read once at creation (cuda_plan.h); cuda_init
+                                 * copies them into the fields below, which the BRISK_CUDA_* comments name */
     cudaStream_t stream;
     brisk_status err;           /* sticky: first failure inside a void op */
     char errmsg[256];

@@ -37,7 +37,7 @@ static void trace_point(bk_trace_rec *buf, unsigned *count, unsigned cap) {
 }
 
 void cuda_trace_init(cuda_backend *cb) {
-    const char *path = getenv("BRISK_CUDA_TRACE");
+    const char *path = cb->plan.trace;
     cb->trace = NULL;
     if (!path || !*path) return;
 #ifndef BK_TRACE
@@ -49,9 +49,7 @@ void cuda_trace_init(cuda_backend *cb) {
     t->path = strdup(path);
     t->names = (char *)malloc(strlen(path) + sizeof ".names");
     if (t->names) sprintf(t->names, "%s.names", path);
-    const char *st = getenv("BRISK_CUDA_TRACE_STEP");
-    t->step = st ? atol(st) : 40;
-    if (t->step < 1) t->step = 1;
+    t->step = cb->plan.trace_step;
     if (!t->path || !t->names || cudaMalloc((void **)&t->buf, (size_t)TRACE_CAP * sizeof(bk_trace_rec)) != cudaSuccess ||
         cudaMalloc((void **)&t->count, sizeof(unsigned)) != cudaSuccess) {
         (void)cudaGetLastError();
