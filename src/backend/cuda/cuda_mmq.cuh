@@ -10,7 +10,7 @@
  * Why this shape: at 8-64 tokens the integer math is trivial for the tensor cores; the product
  * costs what streaming the weights costs, and that needs ~4-5 MB of loads in flight GPU-wide
  * (4.3 TB/s x ~1 us). The first kernel (32 rows per block, weights unpacked through shared
- * memory; cuda_mmq.cu keeps it as v1 behind BRISK_CUDA_MMQ_V1=1) gave a 4096-row matrix 128
+ * memory; in git history only) gave a 4096-row matrix 128
  * blocks, ~8 warps per SM and a shared-memory round trip per step: 11-20% of bandwidth.
  *
  * Work split. A warp owns one m16 tile: 16 weight rows (GLU: 8 gate rows and the same 8 up rows,
