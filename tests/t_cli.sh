@@ -10,6 +10,12 @@ fail=0
 check() { if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fail=1; fi; }
 
 $B >/dev/null 2>&1; check "no args exits 2" '[ $? -eq 2 ]'
+for v in --version version; do
+  $B $v >"$T/o" 2>"$T/e"; rc=$?
+  check "$v: version, commit and CUDA lines, exit 0" '[ $rc -eq 0 ] && [ $(wc -l <"$T/o") -eq 3 ] && [ ! -s "$T/e" ] &&
+    grep -q "^brisk [0-9]*\.[0-9]*\.[0-9]*$" "$T/o" && grep -q "^commit: [0-9a-f]*\|^commit: unknown$" "$T/o" &&
+    grep -q "^CUDA: \(compiled in, [0-9]* devices\?\|not compiled in\)$" "$T/o"'
+done
 $B run -p hi >/dev/null 2>"$T/e"; rc=$?
 check "run without -m: exit 2, one line" '[ $rc -eq 2 ] && [ $(wc -l <"$T/e") -eq 1 ] && grep -q "^brisk: " "$T/e"'
 $B run -m /nonexistent.gguf -p hi >/dev/null 2>"$T/e"; rc=$?
@@ -56,6 +62,8 @@ check "tokenize on a vocab-only gguf" '[ $rc -eq 0 ] && [ "$(cat "$T/o")" = "154
 
 $B info "$M" >"$T/o"; rc=$?
 check "info" '[ $rc -eq 0 ] && grep -q "llama.embedding_length" "$T/o" && grep -q "blk.4.ffn_up.weight" "$T/o"'
+$B info -m "$M" >"$T/o2"; rc=$?
+check "info -m FILE: as info FILE" '[ $rc -eq 0 ] && cmp -s "$T/o" "$T/o2"'
 $B info "$T/trunc.gguf" >/dev/null 2>"$T/e"; rc=$?
 check "info on a truncated file" '[ $rc -eq 1 ] && [ $(wc -l <"$T/e") -eq 1 ]'
 
