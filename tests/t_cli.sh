@@ -95,6 +95,21 @@ $B run -m "$K" -p "In the beginning God" -n 24 --temp 0 -t 2 >"$T/k16" 2>/dev/nu
 $B run -m "$K" -p "In the beginning God" -n 24 --temp 0 -t 2 -ctk q4_0 -ctv q4_0 >"$T/k4" 2>"$T/e"; rc=$?
 check "q4_0 KV cache: greedy run, first words as f16's" \
   '[ $rc -eq 0 ] && [ $(wc -c <"$T/k4") -gt 40 ] && [ "$(head -c 10 "$T/k4")" = "$(head -c 10 "$T/k16")" ]'
+# notices: a GPU asked for on a machine without one, a context beyond the trained 2048 without RoPE scaling
+if [ "$($B --version | tail -1)" = "CUDA: not compiled in" ] || $B --version | grep -q "compiled in, 0 devices"; then
+  $B run -m "$K" -p "In the beginning" -n 4 --temp 0 -t 2 -ngl 99 -c 4096 >/dev/null 2>"$T/e"; rc=$?
+  check "-ngl 99 without a GPU, -c 4096 > 2048 trained: a one-line notice each, runs" \
+    '[ $rc -eq 0 ] && [ $(grep -c "^brisk: notice: -ngl 99 asks for a GPU, but there is none" "$T/e") -eq 1 ] &&
+     [ $(grep -c "^brisk: notice: a context of 4096 tokens is beyond the model.s trained 2048" "$T/e") -eq 1 ]'
+  $B run -m "$K" -p "In the beginning" -n 4 --temp 0 -t 2 --device 0 >/dev/null 2>"$T/e"; rc=$?
+  check "--device 0 without a GPU: the notice" '[ $rc -eq 0 ] && grep -q "^brisk: notice: --device 0 asks for a GPU" "$T/e"'
+fi
+$B run -m "$K" -p "In the beginning" -n 4 --temp 0 -t 2 -ngl 0 -c 2048 >/dev/null 2>"$T/e"; rc=$?
+check "-ngl 0 -c 2048: no notice" '[ $rc -eq 0 ] && ! grep -q "notice" "$T/e"'
+$B run -m "$K" -p "In the beginning" -n 4 --temp 0 -t 2 -c 4096 --rope-scaling yarn --rope-scale 2 >/dev/null 2>"$T/e"; rc=$?
+check "-c 4096 with YaRN x2: no context notice" '[ $rc -eq 0 ] && ! grep -q "notice" "$T/e"'
+$B run -m "$K" -p "In the beginning" -n 4 --temp 0 -t 2 -c 4096 --rope-scaling linear --rope-scale 2 >/dev/null 2>"$T/e"; rc=$?
+check "-c 4096 with linear x2: no context notice" '[ $rc -eq 0 ] && ! grep -q "notice" "$T/e"'
 $B run -m "$M" -p hi -n 2 --kv-type q3 >/dev/null 2>"$T/e"; rc=$?
 check "unknown KV type: exit 2" '[ $rc -eq 2 ] && grep -q "unknown KV cache type" "$T/e"'
 $B run -m "$M" -p hi -n 2 -ctk q8_0 -ctv f16 >/dev/null 2>"$T/e"; rc=$?
