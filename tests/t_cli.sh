@@ -53,6 +53,25 @@ for bad in "--rope-scale 0" "--rope-scaling ntk" "--yarn-ext-factor 2" "--yarn-b
   check "bad $bad: exit 2, one line" '[ $rc -eq 2 ] && [ $(wc -l <"$T/e") -eq 1 ] && grep -q "^brisk: ${bad%% *}" "$T/e"'
 done
 
+# llama.cpp's habitual flags: -fa on|auto (and bare), -ub N and --jinja accepted (same text), --mlock locks
+# and runs (a warning, not a failure, under a low `ulimit -l`), -fa off refused in one line
+greedy -fa on -ub 64 --jinja >"$T/l1"; greedy -fa >"$T/l2"; greedy --flash-attn auto --ubatch-size 512 >"$T/l3"
+greedy --mlock >"$T/l4"; rc=$?
+check "-fa on|auto, -ub N, --jinja, --mlock: accepted, the default's text" \
+  '[ $rc -eq 0 ] && [ -s "$T/r0" ] && cmp -s "$T/r0" "$T/l1" && cmp -s "$T/r0" "$T/l2" && cmp -s "$T/r0" "$T/l3" && cmp -s "$T/r0" "$T/l4"'
+if [ "$(id -u)" != 0 ]; then
+  (ulimit -l 0; $B run -m "$M" -p hi -n 2 -t 1 --mlock >/dev/null 2>"$T/e"); rc=$?
+  check "--mlock over ulimit -l 0: a warning, runs" '[ $rc -eq 0 ] && grep -q "^brisk: warning: --mlock: " "$T/e"'
+fi
+for c in "run -p hi" "bench -p 8 -n 2 -r 1" "perplexity -f $T/long.txt" "serve"; do
+  $B $c -m "$M" -t 1 -fa off >/dev/null 2>"$T/e"; rc=$?
+  check "${c%% *} -fa off: exit 2, one line saying why" '[ $rc -eq 2 ] && [ $(wc -l <"$T/e") -eq 1 ] && grep -q "^brisk: -fa off: brisk.s attention is always fused" "$T/e"'
+  $B ${c%% *} --help >"$T/o"
+  check "${c%% *} --help lists the llama.cpp flags" 'grep -q -- "--mlock" "$T/o" && grep -q -- "-fa, --flash-attn" "$T/o" && grep -q -- "-ub, --ubatch-size" "$T/o" && grep -q -- "--jinja" "$T/o"'
+done
+$B run -m "$M" -p hi -ub 0 >/dev/null 2>"$T/e"; rc=$?
+check "-ub 0: exit 2" '[ $rc -eq 2 ] && grep -q "^brisk: -ub: expected an integer" "$T/e"'
+
 printf "Once upon a time" | $B tokenize -m "$M" >"$T/o"
 check "tokenize" '[ "$(cat "$T/o")" = "403 407 261 378" ]'
 printf "Once upon a time" | $B tokenize -m "$M" --add-special >"$T/o"

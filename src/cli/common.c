@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -235,10 +236,34 @@ static int cli_rope_flag(int argc, char **argv, int *i, brisk_rope_overrides *o)
     return 0;
 }
 
+/* llama.cpp's habitual flags (CLI_LLAMACPP_HELP) into o; same returns as cli_model_flag. */
+static int cli_llamacpp_flag(int argc, char **argv, int *i, cli_model_opts *o) {
+    const char *a = argv[*i], *v;
+    if (!strcmp(a, "--mlock")) {
+        o->mlock = true;
+        return 1;
+    }
+    if (!strcmp(a, "--jinja")) return 1; /* brisk's chats always go through the model's template */
+    if (!strcmp(a, "-ub") || !strcmp(a, "--ubatch-size")) {
+        int n;
+        return (v = cli_next(argc, argv, i)) && cli_int(a, v, 1, 1 << 24, &n) ? 1 : -1;
+    }
+    if (strcmp(a, "-fa") && strcmp(a, "--flash-attn")) return 0;
+    /* llama.cpp takes on|off|auto (older builds: a bare switch, meaning on) */
+    v = *i + 1 < argc ? argv[*i + 1] : "";
+    if (!strcmp(v, "on") || !strcmp(v, "auto") || !strcmp(v, "off")) ++*i;
+    else v = "on";
+    if (!strcmp(v, "off"))
+        return cli_error(2, "%s off: brisk's attention is always fused (flash-style); it has no other to pick", a), -1;
+    return 1;
+}
+
 int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
     const char *a = argv[*i], *v;
     int rope = cli_rope_flag(argc, argv, i, &o->rope);
     if (rope) return rope;
+    int lc = cli_llamacpp_flag(argc, argv, i, o);
+    if (lc) return lc;
     if (!strcmp(a, "--n-cpu-moe") || !strcmp(a, "-ncmoe"))
         return (v = cli_next(argc, argv, i)) && cli_int(a, v, 0, 1 << 20, &o->n_cpu_moe) ? 1 : -1;
     if (!strcmp(a, "--no-mmap")) {
@@ -364,6 +389,10 @@ bool cli_load_model(const char *path, const cli_model_opts *mo, brisk_context_pa
         fprintf(stderr, "brisk: notice: %s%d asks for a GPU, but there is none (or brisk was built without CUDA): "
                 "running on the CPU\n", mo->device_set ? "--device " : "-ngl ",
                 mo->device_set ? mo->device : mo->n_gpu_layers);
+    /* --mlock: the mapped (or read) weights and the rest of the process stay in RAM, as llama.cpp's
+     * --mlock; like it, a warning and no failure when the lock limit is too low */
+    if (mo->mlock && mlockall(MCL_CURRENT) != 0)
+        fprintf(stderr, "brisk: warning: --mlock: %s (raise the limit: ulimit -l)\n", strerror(errno));
     /* Where the layers run, as llama.cpp says it ("offloaded 20/36 layers to GPU"). */
     brisk_model_info in;
     brisk_model_get_info(*out, &in);

@@ -43,9 +43,10 @@ typedef struct cli_model_opts {
     int pp;                   /* --pp N: pipeline parallelism over N GPUs (engine/context.c's pp_forward) */
     brisk_rope_overrides rope; /* --rope-scaling, --rope-scale, --yarn-*: over the file's rope keys */
     bool device_set;          /* --device was given (a GPU asked for, as by -ngl N > 0) */
+    bool mlock;               /* --mlock: lock the loaded model's host pages in memory (mlockall) */
 } cli_model_opts;
 #define CLI_MODEL_OPTS_DEFAULT \
-    {-1, 0, BRISK_KV_F16, 0, 0, false, 0, NULL, 0, 0, {BRISK_ROPE_SCALING_MODEL, 0, 0, 0, -1, -1, -1, -1}, false}
+    {-1, 0, BRISK_KV_F16, 0, 0, false, 0, NULL, 0, 0, {BRISK_ROPE_SCALING_MODEL, 0, 0, 0, -1, -1, -1, -1}, false, false}
 /* llama.cpp's RoPE flags (common/arg.cpp), the same meanings; default: the model file's */
 #define CLI_ROPE_HELP                                                                                         \
     "  --rope-scaling none|linear|yarn  RoPE frequency scaling (default: the model's, else linear)\n"        \
@@ -68,8 +69,14 @@ typedef struct cli_model_opts {
     "                       run on the CPU); with --gpu-mem every expert stays on the host and auto sizes the\n" \
     "                       cache from what the budget leaves\n" \
     "  --expert-stats FILE  MoE: fill that cache from `brisk calibrate -o FILE` counts (else from the first batches)\n"
-/* 1: argv[*i] (and its value) was one of them; 0: not one; -1: bad (message printed). Also --tp N, --pp N
- * and the RoPE flags of CLI_ROPE_HELP. */
+/* llama.cpp's habitual flags that cli_model_flag takes, and what each means here */
+#define CLI_LLAMACPP_HELP                                                                                      \
+    "  --mlock              lock the model's host memory in RAM (mlockall; a warning if `ulimit -l` is too low)\n" \
+    "  -fa, --flash-attn [on|auto]  accepted: brisk's attention is always fused (flash-style); off is refused\n" \
+    "  -ub, --ubatch-size N accepted and ignored: brisk sizes a forward pass's batch itself\n"                 \
+    "  --jinja              accepted: brisk always formats chats with the model's Jinja template\n"
+/* 1: argv[*i] (and its value) was one of them; 0: not one; -1: bad (message printed). Also --tp N, --pp N,
+ * the RoPE flags of CLI_ROPE_HELP and llama.cpp's of CLI_LLAMACPP_HELP. */
 int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o);
 /* The flags of the commands that run a model over a text file (perplexity,
  * calibrate): -m FILE, -f TEXT, -c N, -t N, --chunks N. Same returns as above. */
