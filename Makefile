@@ -89,6 +89,11 @@ $(BUILD)/obj/gen/webui.o: $(BUILD)/gen/webui.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# `brisk --version` names the commit; "unknown" when built from a tarball without git.
+# (main.o is not rebuilt by a commit alone: `make clean` or touch src/cli/main.c for a fresh hash.)
+BRISK_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+$(BUILD)/obj/src/cli/main.o: CFLAGS += -DBRISK_COMMIT=\"$(BRISK_COMMIT)\"
+
 $(BUILD)/libbrisk.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^

@@ -10,6 +10,12 @@ fail=0
 check() { if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fail=1; fi; }
 
 $B >/dev/null 2>&1; check "no args exits 2" '[ $? -eq 2 ]'
+for v in --version version; do
+  $B $v >"$T/o" 2>"$T/e"; rc=$?
+  check "$v: version, commit and CUDA lines, exit 0" '[ $rc -eq 0 ] && [ $(wc -l <"$T/o") -eq 3 ] && [ ! -s "$T/e" ] &&
+    grep -q "^brisk [0-9]*\.[0-9]*\.[0-9]*$" "$T/o" && grep -q "^commit: [0-9a-f]*\|^commit: unknown$" "$T/o" &&
+    grep -q "^CUDA: \(compiled in, [0-9]* devices\?\|not compiled in\)$" "$T/o"'
+done
 $B run -p hi >/dev/null 2>"$T/e"; rc=$?
 check "run without -m: exit 2, one line" '[ $rc -eq 2 ] && [ $(wc -l <"$T/e") -eq 1 ] && grep -q "^brisk: " "$T/e"'
 $B run -m /nonexistent.gguf -p hi >/dev/null 2>"$T/e"; rc=$?
@@ -47,6 +53,25 @@ for bad in "--rope-scale 0" "--rope-scaling ntk" "--yarn-ext-factor 2" "--yarn-b
   check "bad $bad: exit 2, one line" '[ $rc -eq 2 ] && [ $(wc -l <"$T/e") -eq 1 ] && grep -q "^brisk: ${bad%% *}" "$T/e"'
 done
 
+# llama.cpp's habitual flags: -fa on|auto (and bare), -ub N and --jinja accepted (same text), --mlock locks
+# and runs (a warning, not a failure, under a low `ulimit -l`), -fa off refused in one line
+greedy -fa on -ub 64 --jinja >"$T/l1"; greedy -fa >"$T/l2"; greedy --flash-attn auto --ubatch-size 512 >"$T/l3"
+greedy --mlock >"$T/l4"; rc=$?
+check "-fa on|auto, -ub N, --jinja, --mlock: accepted, the default's text" \
+  '[ $rc -eq 0 ] && [ -s "$T/r0" ] && cmp -s "$T/r0" "$T/l1" && cmp -s "$T/r0" "$T/l2" && cmp -s "$T/r0" "$T/l3" && cmp -s "$T/r0" "$T/l4"'
+if [ "$(id -u)" != 0 ]; then
+  (ulimit -l 0; $B run -m "$M" -p hi -n 2 -t 1 --mlock >/dev/null 2>"$T/e"); rc=$?
+  check "--mlock over ulimit -l 0: a warning, runs" '[ $rc -eq 0 ] && grep -q "^brisk: warning: --mlock: " "$T/e"'
+fi
+for c in "run -p hi" "bench -p 8 -n 2 -r 1" "perplexity -f $T/long.txt" "serve"; do
+  $B $c -m "$M" -t 1 -fa off >/dev/null 2>"$T/e"; rc=$?
+  check "${c%% *} -fa off: exit 2, one line saying why" '[ $rc -eq 2 ] && [ $(wc -l <"$T/e") -eq 1 ] && grep -q "^brisk: -fa off: brisk.s attention is always fused" "$T/e"'
+  $B ${c%% *} --help >"$T/o"
+  check "${c%% *} --help lists the llama.cpp flags" 'grep -q -- "--mlock" "$T/o" && grep -q -- "-fa, --flash-attn" "$T/o" && grep -q -- "-ub, --ubatch-size" "$T/o" && grep -q -- "--jinja" "$T/o"'
+done
+$B run -m "$M" -p hi -ub 0 >/dev/null 2>"$T/e"; rc=$?
+check "-ub 0: exit 2" '[ $rc -eq 2 ] && grep -q "^brisk: -ub: expected an integer" "$T/e"'
+
 printf "Once upon a time" | $B tokenize -m "$M" >"$T/o"
 check "tokenize" '[ "$(cat "$T/o")" = "403 407 261 378" ]'
 printf "Once upon a time" | $B tokenize -m "$M" --add-special >"$T/o"
@@ -56,6 +81,8 @@ check "tokenize on a vocab-only gguf" '[ $rc -eq 0 ] && [ "$(cat "$T/o")" = "154
 
 $B info "$M" >"$T/o"; rc=$?
 check "info" '[ $rc -eq 0 ] && grep -q "llama.embedding_length" "$T/o" && grep -q "blk.4.ffn_up.weight" "$T/o"'
+$B info -m "$M" >"$T/o2"; rc=$?
+check "info -m FILE: as info FILE" '[ $rc -eq 0 ] && cmp -s "$T/o" "$T/o2"'
 $B info "$T/trunc.gguf" >/dev/null 2>"$T/e"; rc=$?
 check "info on a truncated file" '[ $rc -eq 1 ] && [ $(wc -l <"$T/e") -eq 1 ]'
 
@@ -87,6 +114,21 @@ $B run -m "$K" -p "In the beginning God" -n 24 --temp 0 -t 2 >"$T/k16" 2>/dev/nu
 $B run -m "$K" -p "In the beginning God" -n 24 --temp 0 -t 2 -ctk q4_0 -ctv q4_0 >"$T/k4" 2>"$T/e"; rc=$?
 check "q4_0 KV cache: greedy run, first words as f16's" \
   '[ $rc -eq 0 ] && [ $(wc -c <"$T/k4") -gt 40 ] && [ "$(head -c 10 "$T/k4")" = "$(head -c 10 "$T/k16")" ]'
+# notices: a GPU asked for on a machine without one, a context beyond the trained 2048 without RoPE scaling
+if [ "$($B --version | tail -1)" = "CUDA: not compiled in" ] || $B --version | grep -q "compiled in, 0 devices"; then
+  $B run -m "$K" -p "In the beginning" -n 4 --temp 0 -t 2 -ngl 99 -c 4096 >/dev/null 2>"$T/e"; rc=$?
+  check "-ngl 99 without a GPU, -c 4096 > 2048 trained: a one-line notice each, runs" \
+    '[ $rc -eq 0 ] && [ $(grep -c "^brisk: notice: -ngl 99 asks for a GPU, but there is none" "$T/e") -eq 1 ] &&
+     [ $(grep -c "^brisk: notice: a context of 4096 tokens is beyond the model.s trained 2048" "$T/e") -eq 1 ]'
+  $B run -m "$K" -p "In the beginning" -n 4 --temp 0 -t 2 --device 0 >/dev/null 2>"$T/e"; rc=$?
+  check "--device 0 without a GPU: the notice" '[ $rc -eq 0 ] && grep -q "^brisk: notice: --device 0 asks for a GPU" "$T/e"'
+fi
+$B run -m "$K" -p "In the beginning" -n 4 --temp 0 -t 2 -ngl 0 -c 2048 >/dev/null 2>"$T/e"; rc=$?
+check "-ngl 0 -c 2048: no notice" '[ $rc -eq 0 ] && ! grep -q "notice" "$T/e"'
+$B run -m "$K" -p "In the beginning" -n 4 --temp 0 -t 2 -c 4096 --rope-scaling yarn --rope-scale 2 >/dev/null 2>"$T/e"; rc=$?
+check "-c 4096 with YaRN x2: no context notice" '[ $rc -eq 0 ] && ! grep -q "notice" "$T/e"'
+$B run -m "$K" -p "In the beginning" -n 4 --temp 0 -t 2 -c 4096 --rope-scaling linear --rope-scale 2 >/dev/null 2>"$T/e"; rc=$?
+check "-c 4096 with linear x2: no context notice" '[ $rc -eq 0 ] && ! grep -q "notice" "$T/e"'
 $B run -m "$M" -p hi -n 2 --kv-type q3 >/dev/null 2>"$T/e"; rc=$?
 check "unknown KV type: exit 2" '[ $rc -eq 2 ] && grep -q "unknown KV cache type" "$T/e"'
 $B run -m "$M" -p hi -n 2 -ctk q8_0 -ctv f16 >/dev/null 2>"$T/e"; rc=$?

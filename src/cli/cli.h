@@ -3,6 +3,8 @@
  * "brisk: <message>" on stderr. */
 #ifndef BK_CLI_H
 #define BK_CLI_H
+/* brisk's version (`brisk --version`, which adds the git commit the binary was built from). */
+#define BRISK_VERSION "0.1.0"
 int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);

@@ -12,7 +12,7 @@
 #include "quant/quant.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: brisk info [--no-tensors] FILE\n"
+    fprintf(f, "usage: brisk info [--no-tensors] [-m] FILE\n"
                "  prints a GGUF file's version, alignment, metadata and tensor table\n"
                "       brisk info --gpu [--markdown]\n"
                "  prints the CUDA backend's settings (BRISK_CUDA_*) in effect, or as docs/gpu-switches.md\n");
@@ -75,6 +75,13 @@ int cmd_info(int argc, char **argv) {
             gpu = 1;
         } else if (!strcmp(argv[i], "--markdown")) {
             markdown = 1;
+        } else if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) { /* as the other commands take it */
+            if (i + 1 >= argc) return cli_error(2, "info: %s needs a value", argv[i]);
+            if (path) {
+                usage(stderr);
+                return cli_error(2, "info: one file at a time");
+            }
+            path = argv[++i];
         } else if (argv[i][0] == '-' && argv[i][1]) {
             usage(stderr);
             return cli_error(2, "info: unknown option '%s'", argv[i]);

@@ -29,6 +29,7 @@ static void usage(FILE *f) {
             "  --device I           GPU index (default 0)\n"
             CLI_TP_HELP
             CLI_ROPE_HELP
+            CLI_LLAMACPP_HELP
             "  --no-display-prompt  (default) print only the continuation\n"
             "  -md, --model-draft FILE  speculative decoding: a small model of the same vocabulary\n"
             "                       proposes tokens, the target checks them in one batch (same output)\n"

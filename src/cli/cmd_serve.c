@@ -33,7 +33,7 @@ static void usage(FILE *f) {
             CLI_CPU_MOE_HELP
             "  --device I           GPU index (default 0)\n"
             CLI_TP_HELP
-            CLI_ROPE_HELP);
+            CLI_ROPE_HELP CLI_LLAMACPP_HELP);
 }
 
 int cmd_serve(int argc, char **argv) {

@@ -6,10 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "brisk.h"
 #include "cli/cli.h"
 #include "engine/tp.h"
@@ -234,10 +236,34 @@ static int cli_rope_flag(int argc, char **argv, int *i, brisk_rope_overrides *o)
     return 0;
 }
 
+/* llama.cpp's habitual flags (CLI_LLAMACPP_HELP) into o; same returns as cli_model_flag. */
+static int cli_llamacpp_flag(int argc, char **argv, int *i, cli_model_opts *o) {
+    const char *a = argv[*i], *v;
+    if (!strcmp(a, "--mlock")) {
+        o->mlock = true;
+        return 1;
+    }
+    if (!strcmp(a, "--jinja")) return 1; /* brisk's chats always go through the model's template */
+    if (!strcmp(a, "-ub") || !strcmp(a, "--ubatch-size")) {
+        int n;
+        return (v = cli_next(argc, argv, i)) && cli_int(a, v, 1, 1 << 24, &n) ? 1 : -1;
+    }
+    if (strcmp(a, "-fa") && strcmp(a, "--flash-attn")) return 0;
+    /* llama.cpp takes on|off|auto (older builds: a bare switch, meaning on) */
+    v = *i + 1 < argc ? argv[*i + 1] : "";
+    if (!strcmp(v, "on") || !strcmp(v, "auto") || !strcmp(v, "off")) ++*i;
+    else v = "on";
+    if (!strcmp(v, "off"))
+        return cli_error(2, "%s off: brisk's attention is always fused (flash-style); it has no other to pick", a), -1;
+    return 1;
+}
+
 int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
     const char *a = argv[*i], *v;
     int rope = cli_rope_flag(argc, argv, i, &o->rope);
     if (rope) return rope;
+    int lc = cli_llamacpp_flag(argc, argv, i, o);
+    if (lc) return lc;
     if (!strcmp(a, "--n-cpu-moe") || !strcmp(a, "-ncmoe"))
         return (v = cli_next(argc, argv, i)) && cli_int(a, v, 0, 1 << 20, &o->n_cpu_moe) ? 1 : -1;
     if (!strcmp(a, "--no-mmap")) {
@@ -256,6 +282,7 @@ int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
     if (!strcmp(a, "--expert-stats")) return (o->expert_stats = cli_next(argc, argv, i)) ? 1 : -1;
     if (!strcmp(a, "--tp")) return (v = cli_next(argc, argv, i)) && cli_int(a, v, 1, 1024, &o->tp) ? 1 : -1;
     if (!strcmp(a, "--pp")) return (v = cli_next(argc, argv, i)) && cli_int(a, v, 1, 1024, &o->pp) ? 1 : -1;
+    if (!strcmp(a, "--device")) o->device_set = true;
     int r = cli_gpu_flag(argc, argv, i, &o->n_gpu_layers, &o->device);
     return r ? r : cli_kv_flag(argc, argv, i, &o->kv_type);
 }
@@ -357,6 +384,15 @@ bool cli_load_model(const char *path, const cli_model_opts *mo, brisk_context_pa
                 "(rank 0 here on device %d; the LM head is replicated)\n", mo->tp, mo->tp,
                 (*out)->tp_ssm_n_k_heads ? "attention and DeltaNet heads" : "attention heads",
                 (*out)->tp_n_expert_local ? "of the experts (whole experts)" : "FFN columns", mo->device);
+    /* A GPU asked for and none there: the load fell back to the CPU; say so once. */
+    if ((mo->n_gpu_layers > 0 || mo->device_set) && !tp && !model_split_cpu(&mp) && bk_cuda_device_count() == 0)
+        fprintf(stderr, "brisk: notice: %s%d asks for a GPU, but there is none (or brisk was built without CUDA): "
+                "running on the CPU\n", mo->device_set ? "--device " : "-ngl ",
+                mo->device_set ? mo->device : mo->n_gpu_layers);
+    /* --mlock: the mapped (or read) weights and the rest of the process stay in RAM, as llama.cpp's
+     * --mlock; like it, a warning and no failure when the lock limit is too low */
+    if (mo->mlock && mlockall(MCL_CURRENT) != 0)
+        fprintf(stderr, "brisk: warning: --mlock: %s (raise the limit: ulimit -l)\n", strerror(errno));
     /* Where the layers run, as llama.cpp says it ("offloaded 20/36 layers to GPU"). */
     brisk_model_info in;
     brisk_model_get_info(*out, &in);
@@ -379,8 +415,22 @@ bool cli_load_model(const char *path, const cli_model_opts *mo, brisk_context_pa
     return true;
 }
 
+/* A context per sequence beyond the trained one, with RoPE as trained (no linear/YaRN scale, the
+ * file's theta): positions the model never saw, said once. YaRN's stretch is in n_ctx_train already. */
+static void ctx_notice(const brisk_model *m, const brisk_context_params *cp) {
+    if (!cp || cp->n_ctx <= 0) return; /* 0: the trained context, capped */
+    int per_seq = cp->n_ctx / (cp->n_seq_max > 0 ? cp->n_seq_max : 1);
+    const bk_rope_params *rp = &m->hp.rope;
+    bool scaled = rp->freq_scale != 1.0f || rp->freq_base != m->hp.rope_file.freq_base;
+    if (per_seq > m->hp.n_ctx_train && !scaled)
+        fprintf(stderr, "brisk: notice: a context of %d tokens is beyond the model's trained %d, without RoPE "
+                "scaling: output may degrade past %d (--rope-scaling yarn --rope-scale N extends it)\n", per_seq,
+                m->hp.n_ctx_train, m->hp.n_ctx_train);
+}
+
 bool cli_new_context(brisk_model *m, const brisk_context_params *cp, brisk_context **out) {
     if (brisk_context_new(m, cp, out) == BRISK_OK) {
+        ctx_notice(m, cp);
         brisk_memory_report r;
         brisk_context_memory(*out, &r);
         if (r.device >= 0)

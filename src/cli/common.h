@@ -42,9 +42,11 @@ typedef struct cli_model_opts {
     int tp;                   /* --tp N: tensor parallelism over N GPUs (engine/tp.h); 0: off */
     int pp;                   /* --pp N: pipeline parallelism over N GPUs (engine/context.c's pp_forward) */
     brisk_rope_overrides rope; /* --rope-scaling, --rope-scale, --yarn-*: over the file's rope keys */
+    bool device_set;          /* --device was given (a GPU asked for, as by -ngl N > 0) */
+    bool mlock;               /* --mlock: lock the loaded model's host pages in memory (mlockall) */
 } cli_model_opts;
 #define CLI_MODEL_OPTS_DEFAULT \
-    {-1, 0, BRISK_KV_F16, 0, 0, false, 0, NULL, 0, 0, {BRISK_ROPE_SCALING_MODEL, 0, 0, 0, -1, -1, -1, -1}}
+    {-1, 0, BRISK_KV_F16, 0, 0, false, 0, NULL, 0, 0, {BRISK_ROPE_SCALING_MODEL, 0, 0, 0, -1, -1, -1, -1}, false, false}
 /* llama.cpp's RoPE flags (common/arg.cpp), the same meanings; default: the model file's */
 #define CLI_ROPE_HELP                                                                                         \
     "  --rope-scaling none|linear|yarn  RoPE frequency scaling (default: the model's, else linear)\n"        \
@@ -67,8 +69,14 @@ typedef struct cli_model_opts {
     "                       run on the CPU); with --gpu-mem every expert stays on the host and auto sizes the\n" \
     "                       cache from what the budget leaves\n" \
     "  --expert-stats FILE  MoE: fill that cache from `brisk calibrate -o FILE` counts (else from the first batches)\n"
-/* 1: argv[*i] (and its value) was one of them; 0: not one; -1: bad (message printed). Also --tp N, --pp N
- * and the RoPE flags of CLI_ROPE_HELP. */
+/* llama.cpp's habitual flags that cli_model_flag takes, and what each means here */
+#define CLI_LLAMACPP_HELP                                                                                      \
+    "  --mlock              lock the model's host memory in RAM (mlockall; a warning if `ulimit -l` is too low)\n" \
+    "  -fa, --flash-attn [on|auto]  accepted: brisk's attention is always fused (flash-style); off is refused\n" \
+    "  -ub, --ubatch-size N accepted and ignored: brisk sizes a forward pass's batch itself\n"                 \
+    "  --jinja              accepted: brisk always formats chats with the model's Jinja template\n"
+/* 1: argv[*i] (and its value) was one of them; 0: not one; -1: bad (message printed). Also --tp N, --pp N,
+ * the RoPE flags of CLI_ROPE_HELP and llama.cpp's of CLI_LLAMACPP_HELP. */
 int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o);
 /* The flags of the commands that run a model over a text file (perplexity,
  * calibrate): -m FILE, -f TEXT, -c N, -t N, --chunks N. Same returns as above. */
@@ -82,7 +90,8 @@ int cli_text_flag(int argc, char **argv, int *i, cli_text_opts *o);
 /* Model load and context creation that print the library's error on failure. */
 struct brisk_context;
 /* Loads with mo's placement (-ngl, --device, --n-cpu-moe, or --gpu-mem for the context cp will
- * make; cp may be NULL without --gpu-mem) and says where the layers went. */
+ * make; cp may be NULL without --gpu-mem) and says where the layers went, or that a GPU asked
+ * for (-ngl N > 0, --device I) is not there and the model runs on the CPU. */
 bool cli_load_model(const char *path, const cli_model_opts *mo, struct brisk_context_params *cp,
                     struct brisk_model **out);
 /* With --cache-experts / --expert-stats, cli_load_model also sets cp's cache fields; the counts it
@@ -90,6 +99,8 @@ bool cli_load_model(const char *path, const cli_model_opts *mo, struct brisk_con
 void cli_free_expert_stats(struct brisk_context_params *cp);
 /* The hot-expert cache's hits and misses on stderr, a short table (nothing without a cache). */
 void cli_report_expert_cache(const struct brisk_model *m, const struct brisk_context *ctx);
+/* Makes the context and says what it took on the GPU; a notice when a sequence's share of the
+ * context (n_ctx / n_seq_max) is beyond the model's trained context with no RoPE scaling. */
 bool cli_new_context(struct brisk_model *m, const struct brisk_context_params *cp, struct brisk_context **out);
 double cli_now(void);         /* seconds, monotonic */
 double cli_peak_rss_mb(void); /* peak resident set size */

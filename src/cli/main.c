@@ -3,9 +3,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_plan.h"
 #include "cli/cli.h"
 #include "engine/tp.h"
+
+#ifndef BRISK_COMMIT /* the Makefile passes git's short hash; "unknown" outside a git checkout */
+#define BRISK_COMMIT "unknown"
+#endif
 
 int cli_error(int code, const char *fmt, ...) {
     va_list ap;
@@ -34,10 +39,24 @@ static const struct {
     {"convert", cmd_convert, "a Hugging Face checkpoint (safetensors) to GGUF"},
 };
 
+/* `brisk --version`: one line each for the version, the commit and CUDA. No device name yet:
+ * the CUDA backend's C header (cuda_backend.h) gives only the count. */
+static int version(void) {
+    printf("brisk %s\ncommit: %s\n", BRISK_VERSION, BRISK_COMMIT);
+#ifdef BRISK_HAVE_CUDA
+    int n = bk_cuda_device_count();
+    printf("CUDA: compiled in, %d device%s\n", n, n == 1 ? "" : "s");
+#else
+    printf("CUDA: not compiled in\n");
+#endif
+    return fflush(stdout) ? cli_error(1, "write error on stdout") : 0;
+}
+
 static void usage(FILE *f) {
     fprintf(f, "usage: brisk <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "  %-11s %s\n", "version", "the version, git commit and CUDA support (also --version)");
     fprintf(f, "\n`brisk <command> --help` for a command's options.\n");
 }
 
@@ -53,6 +72,8 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) return version();
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) return version();
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
     return cli_error(2, "unknown command '%s' (try `brisk --help`)", argv[1]);
