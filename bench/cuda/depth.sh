@@ -7,7 +7,8 @@
 #                                         dev/kernels/attn_lab.cu when packed (LAB=1 bash bench/cuda/pack.sh)
 #   STEP=run ROWS="model:depth ..." bash bench/cuda/depth.sh
 #                                         per row: brisk tg32 at that depth (default kernel, then
-#                                         AB=1 the warp kernel), TTFT of the depth's prompt, llama-bench
+#                                         AB=1 the warp kernel), llama-bench; TTFT=1: both engines' pp of a
+#                                         prompt of the depth's length (time to first token = depth / pp)
 # Models (brisk synth --repeat-rows 256, full layer counts): qwen3-8b, qwen3.6-27b, qwen3.6-35b-a3b
 # (--expert-skew 1). KV=q8_0 etc. sets both engines' cache type. Results: $OUT/depth.txt.
 set -u
@@ -48,5 +49,11 @@ for r in ${ROWS:-qwen3-8b:32768}; do p=${r%%:*}; dd=${r##*:}; f=$d/$p.gguf
     for i in $(seq 300); do [ -f /tmp/ll/done ] && break; sleep 2; done
     [ -x $L/llama-bench ] && $L/llama-bench -m $f -p 0 -n $N -d $dd -fa 1 -ngl 99 -r 1 -ctk $KV -ctv $KV 2>&1 |
       grep -E '^\| [a-z]' | tee -a "$OUT/depth.txt"
+  fi
+  if [ -n "${TTFT:-}" ] && [ "$dd" -gt 0 ]; then # time to first token of a dd-token prompt, both at default batches
+    $B/brisk bench -m $f -p $dd -n 0 -r 1 --kv-type $KV 2> "$OUT/err.txt" | grep -E '^\| pp' | sed 's/^/ttft /' |
+      tee -a "$OUT/depth.txt"
+    [ "${LLAMA:-1}" = 1 ] && [ -x $L/llama-bench ] && $L/llama-bench -m $f -p $dd -n 0 -fa 1 -ngl 99 -r 1 -ctk $KV \
+      -ctv $KV 2>&1 | grep -E '^\| [a-z]' | tee -a "$OUT/depth.txt"
   fi
 done

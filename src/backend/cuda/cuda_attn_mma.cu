@@ -25,7 +25,12 @@
  * rows (34- and 18-byte blocks: rows of 136 or 72 bytes at head_dim 128, 272
  * or 144 at 256, all 8-byte aligned) are copied raw, 8 bytes at a time, and
  * converted to an f16 tile by the warp before its products (d * q rounded to
- * f16).
+ * f16): K's rows, then, once S is made, V's rows into the same tile. The
+ * conversion is a few half2 instructions per pair of values (dm_kvq_to_h8),
+ * and a quantized warp keeps two raw stages and one f16 tile, so that two
+ * blocks fit an SM at head_dim 256: with one block of four warps and scalar
+ * conversions the warps were bound by the conversions' latency (q8_0 read at
+ * ~25% of an H200's copy bandwidth, q4_0 at ~15%, slower than f16 in time).
  *
  * Merge: up to DEC_FAST_MERGE splits, the last block of a (token, KV head)
  * merges (dec_combine_group, a split counter as in cuda_attn_decode.cu); more
@@ -61,10 +66,10 @@
 template <int KT, int D> struct dm_cfg {
     static constexpr int LD = D + DM_PAD;                           /* f16 row stride */
     static constexpr int RB = KT == KT_F16 ? D * 2 : D / 32 * kt_block_bytes(KT); /* cache row bytes */
-    static constexpr int STAGES = D == 256 && KT == KT_F16 ? 2 : 3; /* cp.async stages a warp */
+    static constexpr int STAGES = KT != KT_F16 || D == 256 ? 2 : 3; /* cp.async stages a warp */
     static constexpr int TILE = 2 * DM_BN * LD * 2;                 /* K and V f16 tiles, bytes */
     static constexpr int RAW = KT == KT_F16 ? TILE : 2 * DM_BN * RB; /* a stage, bytes */
-    static constexpr int WARP = STAGES * RAW + (KT == KT_F16 ? 0 : TILE);
+    static constexpr int WARP = STAGES * RAW + (KT == KT_F16 ? 0 : TILE / 2); /* (quantized: one f16 tile, K then V) */
     static constexpr int QS = DM_ROWS * LD * 2;
     static constexpr size_t smem = QS + (size_t)DEC_WARPS * WARP;
     static_assert(RAW % 16 == 0 && TILE % 16 == 0, "16-byte aligned stages");
@@ -82,11 +87,33 @@ __device__ __forceinline__ int dm_split(int np, int n_split, int min_chunk, int 
     return (np + c - 1) / c;
 }
 
-/* Values [e, e + 8) of a quantized row (q8_0 or q4_0, e % 8 == 0; 2-byte aligned) as 8 f16. */
+/* Values [e, e + 8) of a quantized row (q8_0 or q4_0, e % 8 == 0; 2-byte aligned) as 8 f16, d * q
+ * rounded once as kvq_cvt8's f32 products are (the same bits): each code u, made unsigned (q8_0:
+ * q + 128; q4_0: the nibble, q + 8), is put under the exponent of 1024 (f16 0x6400 | u = 1024 + u,
+ * exact), the offset taken off exactly (1152 or 1032), then one f16 product by d. */
 template <int KT> __device__ __forceinline__ uint4 dm_kvq_to_h8(const uint8_t *row, int e) {
-    float v[8];
-    kvq_cvt8<KT>(kvq_load8<KT>(row, e), v);
-    return make_uint4(fa_pack(v[0], v[1]), fa_pack(v[2], v[3]), fa_pack(v[4], v[5]), fa_pack(v[6], v[7]));
+    const uint8_t *b = row + (e >> 5) * kt_block_bytes(KT);
+    const int j = e & 31;
+    const uint2 q = ld8_a2(b + 2 + (KT == KT_Q4_0 ? j % 16 : j));
+    uint32_t w0, w1; /* the 8 codes as unsigned bytes, in order */
+    if constexpr (KT == KT_Q4_0) {
+        const int sh = j >= 16 ? 4 : 0;
+        w0 = (q.x >> sh) & 0x0f0f0f0fu;
+        w1 = (q.y >> sh) & 0x0f0f0f0fu;
+    } else {
+        w0 = q.x ^ 0x80808080u;
+        w1 = q.y ^ 0x80808080u;
+    }
+    const __half2 d = __half2half2(__ushort_as_half(ld16(b)));
+    const __half2 off = __half2half2(__ushort_as_half(KT == KT_Q4_0 ? 0x6408 : 0x6480)); /* 1032, 1152 */
+    uint32_t h[4] = {__byte_perm(w0, 0x64646464u, 0x5140), __byte_perm(w0, 0x64646464u, 0x5342),
+                     __byte_perm(w1, 0x64646464u, 0x5140), __byte_perm(w1, 0x64646464u, 0x5342)};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const __half2 x = __hmul2(__hsub2(*(__half2 *)&h[i], off), d);
+        h[i] = *(const uint32_t *)&x;
+    }
+    return make_uint4(h[0], h[1], h[2], h[3]);
 }
 
 template <int KT, int D, bool RP>
@@ -156,6 +183,22 @@ attn_dec_mma_kernel(const float *q, const void *kc, const void *vc, int bs, cons
             }
         }
         fa_cp_commit();
+    };
+    /* A quantized stage's K (or V) rows into the warp's f16 tile; rows past the split are zero. */
+    auto to_f16 = [&](const uint8_t *st, int p, bool v) {
+        __half *T = (__half *)(wbase + (size_t)ST * C::RAW);
+        constexpr int CPR = D / 8; /* 8 values (16 f16 bytes) a chunk */
+#pragma unroll 4
+        for (int i = 0; i < DM_BN * CPR / 32; i++) {
+            const int c = lane + 32 * i, r = c / CPR, c8 = c % CPR, pk = p + r;
+            uint4 h = make_uint4(0, 0, 0, 0);
+            if (pk < p_end) {
+                const uint8_t *src = RP && pk == p_new ? (v ? new_v : new_k) : st + (v ? DM_BN * RB : 0) + r * RB;
+                h = dm_kvq_to_h8<KT>(src, 8 * c8);
+            }
+            *(uint4 *)(T + r * LD + 8 * c8) = h;
+        }
+        __syncwarp();
     };
     auto begin = [&]() {
         np = pos[t] + 1;
@@ -238,23 +281,8 @@ attn_dec_mma_kernel(const float *q, const void *kc, const void *vc, int bs, cons
                 __syncwarp();
             }
         } else {
-            Kt = (__half *)(wbase + (size_t)ST * C::RAW);
-            Vt = Kt + DM_BN * LD;
-            constexpr int CPR = D / 8; /* 8 values (16 f16 bytes) a chunk */
-#pragma unroll 4
-            for (int i = 0; i < DM_BN * CPR / 32; i++) {
-                const int c = lane + 32 * i, r = c / CPR, c8 = c % CPR, pk = p + r;
-                uint4 hk = make_uint4(0, 0, 0, 0), hv = hk;
-                if (pk < p_end) {
-                    const bool nw = RP && pk == p_new;
-                    const uint8_t *sk = nw ? new_k : st + r * RB, *sv = nw ? new_v : st + DM_BN * RB + r * RB;
-                    hk = dm_kvq_to_h8<KT>(sk, 8 * c8);
-                    hv = dm_kvq_to_h8<KT>(sv, 8 * c8);
-                }
-                *(uint4 *)(Kt + r * LD + 8 * c8) = hk;
-                *(uint4 *)(Vt + r * LD + 8 * c8) = hv;
-            }
-            __syncwarp();
+            Kt = Vt = (__half *)(wbase + (size_t)ST * C::RAW);
+            to_f16(st, p, false);
         }
         /* S (16 x 16) = Q K^T */
         float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -295,6 +323,10 @@ attn_dec_mma_kernel(const float *q, const void *kc, const void *vc, int bs, cons
         }
         la = la * fa + (s[0][0] + s[0][1] + s[1][0] + s[1][1]);
         lb = lb * fb + (s[0][2] + s[0][3] + s[1][2] + s[1][3]);
+        if constexpr (KT != KT_F16) { /* V's rows into the tile K's leave */
+            __syncwarp();
+            to_f16(st, p, true);
+        }
         /* O (16 x D) += P (16 x 16) V: the S accumulators are P's A fragment */
         uint32_t a[4] = {fa_pack(s[0][0], s[0][1]), fa_pack(s[0][2], s[0][3]), fa_pack(s[1][0], s[1][1]),
                          fa_pack(s[1][2], s[1][3])};
