@@ -108,9 +108,9 @@ static void compare(const char *model_path, const char *label, double tol) {
     for (int i = 0; i < n_prompt; i++) b[i] = (brisk_batch_entry){prompt[i], i, 0, i == n_prompt - 1};
     CHECK_OK(brisk_decode(c, b, n_prompt));
     const float *lg = brisk_get_logits(c, n_prompt - 1);
-    int identical = -1, exact = -1, near_ties = 0, hard = 0, flips = 0;
+    int identical = -1, exact = -1, near_ties = 0, hard = 0, flips = 0, steps = 0;
     double worst = 0;
-    for (int step = 0; step < n_steps && lg; step++) {
+    for (int step = 0; step < n_steps && lg; step++, steps++) {
         const float *r = ref + (size_t)step * nv;
         double mx = 0, md = 0;
         for (int v = 0; v < nv; v++) {
@@ -136,10 +136,13 @@ static void compare(const char *model_path, const char *label, double tol) {
             else hard++;
         }
         brisk_batch_entry e = {ref_ids[step], n_prompt + step, 0, true};
-        if (brisk_decode(c, &e, 1) != BRISK_OK) break;
+        CHECK_OK(brisk_decode(c, &e, 1));
         lg = brisk_get_logits(c, 0);
     }
-    if (identical < 0) identical = n_steps;
+    /* a failed decode or missing logits mid-run ends the loop: a short run is a failure, not a pass */
+    if (steps != n_steps) fprintf(stderr, "  %s: %d of %d steps compared\n", label, steps, n_steps);
+    CHECK(steps == n_steps);
+    if (identical < 0) identical = steps;
     printf("  %-22s greedy identical %3d/%d, bitwise-equal logits for %3d steps, near-ties %d, "
            "max rel logit diff %.1e (tol %.0e)\n",
            label, identical, n_steps, exact < 0 ? n_steps : exact, near_ties, worst, tol);

@@ -284,9 +284,13 @@ static void test_errors(void) {
 
 
 /* llama.cpp loads brisk's Q4_K_M file and runs greedy; brisk, fed the same
- * tokens, picks the same one at every step (a random tiny model has flat
- * logits, so a step where llama.cpp's own top-2 margin is within twice the
- * two rows' difference counts as a near-tie, as in test_conformance). */
+ * tokens, runs every one of the N_GEN steps (a failed decode fails), each row
+ * within RT_TOL of the row's max |logit| (test_conformance's bound for
+ * quantized weights), and picks the same token at every step but at most
+ * RT_TIES near-ties: steps where llama.cpp's own top-2 margin is within twice
+ * the two rows' difference, a difference itself bounded by RT_TOL. */
+#define RT_TOL 5e-2
+#define RT_TIES 2
 static void test_round_trip(void) {
     char q[1200], lg_path[1200], cmd[4096];
     snprintf(q, sizeof q, "%s/rt-Q4_K_M.gguf", dir);
@@ -322,28 +326,28 @@ static void test_round_trip(void) {
     brisk_batch_entry b[N_PROMPT];
     for (int i = 0; i < N_PROMPT; i++) b[i] = (brisk_batch_entry){prompt[i], i, 0, i == N_PROMPT - 1};
     int same = 0, near_ties = 0, hard = 0, steps = 0;
+    double worst = 0;
     const float *lg = c && brisk_decode(c, b, N_PROMPT) == BRISK_OK ? brisk_get_logits(c, N_PROMPT - 1) : NULL;
     for (int step = 0; step < N_GEN && lg; step++, steps++) {
         const float *r = ref + (size_t)step * nv;
         int tb = ref_argmax(lg, nv), tr = ref_argmax(r, nv);
-        if (tb == tr) {
-            same++;
-        } else {
-            double md = 0, second = -INFINITY;
-            for (int v = 0; v < nv; v++) {
-                md = fmax(md, fabs((double)lg[v] - r[v]));
-                if (v != tr && r[v] > second) second = r[v];
-            }
-            if (r[tr] - second <= 2 * md) near_ties++;
-            else hard++;
+        double md = 0, mx = 0, second = -INFINITY;
+        for (int v = 0; v < nv; v++) {
+            md = fmax(md, fabs((double)lg[v] - r[v]));
+            mx = fmax(mx, fabs((double)r[v]));
+            if (v != tr && r[v] > second) second = r[v];
         }
+        worst = fmax(worst, md / (mx > 0 ? mx : 1));
+        if (tb == tr) same++;
+        else if (r[tr] - second <= 2 * md) near_ties++;
+        else hard++;
         brisk_batch_entry e = {tr, N_PROMPT + step, 0, true};
-        if (brisk_decode(c, &e, 1) != BRISK_OK) break;
+        CHECK_OK(brisk_decode(c, &e, 1));
         lg = brisk_get_logits(c, 0);
     }
-    printf("  round trip Q4_K_M: llama.cpp on brisk's file, %d steps: same greedy token %d, near-ties %d, other %d\n",
-           steps, same, near_ties, hard);
-    CHECK(steps == N_GEN && hard == 0 && same >= N_GEN / 2);
+    printf("  round trip Q4_K_M: llama.cpp on brisk's file, %d steps: same greedy token %d, near-ties %d, other %d, "
+           "max rel logit diff %.1e (tol %.0e)\n", steps, same, near_ties, hard, worst, RT_TOL);
+    CHECK(steps == N_GEN && hard == 0 && near_ties <= RT_TIES && same == N_GEN - near_ties && worst <= RT_TOL);
     brisk_context_free(c);
     brisk_model_free(m);
     free(ref);
