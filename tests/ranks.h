@@ -42,12 +42,11 @@ static inline double ranks_logit_diff(const float *a, const float *b, int n_step
     return worst;
 }
 
-/* ../shared's stories260K into p (room for 1024); false, saying so, when it is not there. */
+/* ../shared's stories260K into p (room for 1024); false, the test skipped as missing a required
+ * file, when it is not there. */
 static inline bool ranks_stories(char *p) {
     snprintf(p, 1024, "%s/data/stories260K/stories260K.gguf", test_shared_dir());
-    if (!access(p, R_OK)) return true;
-    printf("  skipped: %s not found\n", p);
-    return false;
+    return test_need_file(p);
 }
 
 /* Writes the tiny model c to /tmp/brisk-test-<who>-<pid>-<tag>.gguf (path: room for 256). */

@@ -2,12 +2,13 @@
 # Re-renders every pair of tests/data/chat_templates/cases.txt with
 # @huggingface/jinja (tests/chat_template/ref.mjs) and compares with the
 # committed expected/ files, which test_chat_template compares brisk against:
-# a fixture that drifted from the reference fails here. Skipped when node or
-# .deps/npm/node_modules/@huggingface/jinja is missing.
+# a fixture that drifted from the reference fails here. Skipped (exit 77) when
+# node or .deps/npm/node_modules/@huggingface/jinja is missing, which make test
+# must have: the skip is [required], so tests/run.sh fails over it.
 set -u
 SHARED=${SHARED:-$(cd .. && pwd)/shared}
 if ! command -v node >/dev/null || [ ! -f .deps/npm/node_modules/@huggingface/jinja/dist/index.js ]; then
-  echo "skipped (no node or no .deps/npm/node_modules/@huggingface/jinja: make deps)"; exit 0
+  echo "skip all: no node or no .deps/npm/node_modules/@huggingface/jinja (make deps) [required]"; exit 77
 fi
 dir=tests/data/chat_templates
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

@@ -6,7 +6,12 @@
 set -u
 BUILD=${BUILD:-build}
 SHARED=${SHARED:-$(cd .. && pwd)/shared}
-if [ "${BRISK_NO_LLAMACPP:-0}" = 1 ]; then echo "skipped (BRISK_NO_LLAMACPP=1)"; exit 0; fi
+# exit 77: skipped (tests/run.sh); the switch takes exactly 1, any other value but 0 is a mistake
+case ${BRISK_NO_LLAMACPP:-0} in
+  0) ;;
+  1) echo "skip all: BRISK_NO_LLAMACPP=1"; exit 77 ;;
+  *) echo "BRISK_NO_LLAMACPP=$BRISK_NO_LLAMACPP: this switch takes 1 (tests off) or 0 (on)"; exit 1 ;;
+esac
 for tool in "$BUILD/brisk" "$BUILD/llamacpp-ref"; do
   [ -x "$tool" ] || { echo "missing $tool (make all $BUILD/llamacpp-ref)"; exit 1; }
 done

@@ -34,7 +34,9 @@ for m in brisk-kjv-6m brisk-kjv-draft brisk-kjv-moe brisk-kjv-hybrid; do
 done
 
 # 2. perplexity of brisk's and llama.cpp's quantizations of the dense model
-if [ "${SAN:-0}" != 1 ] && [ -f "$S/data/corpus/kjv_verses.txt.gz" ]; then
+if [ "${SAN:-0}" = 1 ]; then echo "skip perplexity: under SAN=1 (numerics, checked by the plain run)"
+elif [ ! -f "$S/data/corpus/kjv_verses.txt.gz" ]; then echo "skip perplexity: $S/data/corpus/kjv_verses.txt.gz not found [required]"
+else
   # the last 300 verses (Revelation 12-22): plain text, the "Book C:V " prefix stripped
   zcat "$S/data/corpus/kjv_verses.txt.gz" | sed 's/^[^ ]* //' | tail -n 300 > "$T/val.txt"
   ppl() { "$B/brisk" perplexity -m "$1" -f "$T/val.txt" -c 256 -t 2 2>&1 | sed -n 's/.*PPL = \([0-9.]*\).*/\1/p'; }

@@ -4,14 +4,15 @@
 # tests/webui/chat.mjs (playwright-core from make deps driving Debian's
 # chromium), then stops the server with SIGTERM: it must exit 0 (under SAN=1
 # with no sanitizer report). Screenshots land in $BUILD/webui*.png.
-# Skips (exit 0) when no chromium is installed; tools/setup.sh installs it.
+# Skips (exit 77, a skip tests/run.sh lists) when no chromium is installed;
+# tools/setup.sh installs it.
 set -u
 BUILD=${BUILD:-build}
 SHARED=${SHARED:-$(cd .. && pwd)/shared}
 MODEL=$SHARED/data/stories260K/stories260K.gguf
 export BRISK_NPM=${BRISK_NPM:-$(pwd)/.deps/npm/node_modules}
 export CHROMIUM=${CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
-if [ -z "$CHROMIUM" ]; then echo "t_webui: skipped: chromium is not installed (tools/setup.sh)"; exit 0; fi
+if [ -z "$CHROMIUM" ]; then echo "skip all: chromium is not installed (tools/setup.sh)"; exit 77; fi
 [ -f "$MODEL" ] || { echo "t_webui: $MODEL missing"; exit 1; }
 command -v node >/dev/null || { echo "t_webui: node missing"; exit 1; }
 [ -f "$BRISK_NPM/playwright-core/package.json" ] || { echo "t_webui: playwright-core is missing (make deps)"; exit 1; }

@@ -19,8 +19,11 @@
  * (2) max |brisk - llama.cpp| over a row, divided by the row's max |logit|:
  * <= 1e-4 for f32 models, 1e-2 for f16/bf16, 5e-2 for quantized weights
  * (measured: up to 3e-2 once a rounding flip has cascaded).
- * Also reported: greedy steps identical (free-running) and steps with
- * bitwise-equal logits.
+ * (3) every one of the steps compared: a failed decode or missing logits is
+ * a failure, not a shorter pass. Also reported: greedy steps identical
+ * (free-running) and steps with bitwise-equal logits, not asserted: how long
+ * rows stay bitwise equal depends on the CPU's kernel path (qwen2-yarn q8_0:
+ * 128 steps in CONFORMANCE.md's run, 49 on another AVX-512 machine).
  *
  * MoE models have a second kind of near-tie: a router whose k-th and
  * (k+1)-th expert are within the runs' difference picks different experts,
@@ -108,9 +111,9 @@ static void compare(const char *model_path, const char *label, double tol) {
     for (int i = 0; i < n_prompt; i++) b[i] = (brisk_batch_entry){prompt[i], i, 0, i == n_prompt - 1};
     CHECK_OK(brisk_decode(c, b, n_prompt));
     const float *lg = brisk_get_logits(c, n_prompt - 1);
-    int identical = -1, exact = -1, near_ties = 0, hard = 0, flips = 0;
+    int identical = -1, exact = -1, near_ties = 0, hard = 0, flips = 0, steps = 0;
     double worst = 0;
-    for (int step = 0; step < n_steps && lg; step++) {
+    for (int step = 0; step < n_steps && lg; step++, steps++) {
         const float *r = ref + (size_t)step * nv;
         double mx = 0, md = 0;
         for (int v = 0; v < nv; v++) {
@@ -136,10 +139,13 @@ static void compare(const char *model_path, const char *label, double tol) {
             else hard++;
         }
         brisk_batch_entry e = {ref_ids[step], n_prompt + step, 0, true};
-        if (brisk_decode(c, &e, 1) != BRISK_OK) break;
+        CHECK_OK(brisk_decode(c, &e, 1));
         lg = brisk_get_logits(c, 0);
     }
-    if (identical < 0) identical = n_steps;
+    /* a failed decode or missing logits mid-run ends the loop: a short run is a failure, not a pass */
+    if (steps != n_steps) fprintf(stderr, "  %s: %d of %d steps compared\n", label, steps, n_steps);
+    CHECK(steps == n_steps);
+    if (identical < 0) identical = steps;
     printf("  %-22s greedy identical %3d/%d, bitwise-equal logits for %3d steps, near-ties %d, "
            "max rel logit diff %.1e (tol %.0e)\n",
            label, identical, n_steps, exact < 0 ? n_steps : exact, near_ties, worst, tol);
@@ -166,6 +172,7 @@ static void run_arch(const char *preset, const char *vocab_file, const char *con
     char base[1200], vocab[1200], cmd[4096];
     snprintf(base, sizeof base, "%s/%s-f32.gguf", dir, preset);
     snprintf(vocab, sizeof vocab, "%s/data/llama.cpp-vocab/%s", test_shared_dir(), vocab_file);
+    if (!test_need_file(vocab)) return;
     if (!file_exists(base)) {
         synth_config c;
         CHECK_OK(synth_preset(preset, &c));
@@ -466,6 +473,7 @@ static void run_small(const char *preset, const char *vocab_file) {
     char base[1200], vocab[1200], cmd[4096], q[1300];
     snprintf(base, sizeof base, "%s/%s-f32.gguf", dir, preset);
     snprintf(vocab, sizeof vocab, "%s/data/llama.cpp-vocab/%s", test_shared_dir(), vocab_file);
+    if (!test_need_file(vocab)) return;
     if (!file_exists(base)) {
         synth_config c;
         CHECK_OK(synth_preset(preset, &c));
@@ -496,6 +504,7 @@ static void yarn_case(const char *preset, const char *vocab_file, int seed, cons
     char base[1200], vocab[1200];
     snprintf(base, sizeof base, "%s/%s-f32-s%d.gguf", dir, preset, seed);
     snprintf(vocab, sizeof vocab, "%s/data/llama.cpp-vocab/%s", test_shared_dir(), vocab_file);
+    if (!test_need_file(vocab)) return;
     if (!file_exists(base)) {
         synth_config c;
         CHECK_OK(synth_preset(preset, &c));
@@ -575,25 +584,22 @@ static void test_yarn_flags(void) {
 static void test_stories260k(void) {
     char p[1024];
     snprintf(p, sizeof p, "%s/data/stories260K/stories260K.gguf", test_shared_dir());
-    compare(p, "stories260K f32", 1e-4);
+    if (test_need_file(p)) compare(p, "stories260K f32", 1e-4);
 }
 
 int main(int argc, char **argv) {
-    if (getenv("BRISK_NO_LLAMACPP")) {
-        printf("0 passed, 0 failed\n");
-        return 0;
-    }
+    /* every case compares against llama.cpp: the switch, or a missing reference, skips them all */
+    int off = test_env_switch("BRISK_NO_LLAMACPP"); /* a bad value fails "setup" */
+    if (off > 0) test_skip_all(0, "BRISK_NO_LLAMACPP=1");
     const char *b = getenv("BUILD");
     snprintf(build_dir, sizeof build_dir, "%s", b ? b : "build");
     snprintf(dir, sizeof dir, "%s/conformance", build_dir);
     mkdir(dir, 0755);
     char ref_bin[600];
     snprintf(ref_bin, sizeof ref_bin, "%s/llamacpp-ref", build_dir);
-    if (access(ref_bin, X_OK) != 0) {
-        fprintf(stderr, "%s is missing: run `make deps %s` (llama.cpp reference)\n", ref_bin, ref_bin);
-        printf("0 passed, 1 failed\n");
-        return 1;
-    }
+    static char missing[700];
+    snprintf(missing, sizeof missing, "%s is missing (make deps %s: the llama.cpp reference)", ref_bin, ref_bin);
+    if (!off && access(ref_bin, X_OK) != 0) test_skip_all(1, missing);
     const char *one = getenv("CONF_MODEL"); /* debugging: compare one file */
     if (one) {
         compare(one, one, 1e-4);

@@ -262,10 +262,14 @@ typedef const ggml_cpu_traits_mirror *(*get_cpu_traits_fn)(int type);
  * AVX-512 kernels, else "haswell" (AVX2), else "x64". */
 static get_cpu_traits_fn ggml_cpu(bool *skip) {
     static get_cpu_traits_fn fn;
-    *skip = false;
+    int off = test_env_switch("BRISK_NO_LLAMACPP");
+    *skip = off != 0;
+    if (off) {
+        if (off > 0) test_skip(0, "BRISK_NO_LLAMACPP=1");
+        return NULL;
+    }
     if (fn) return fn;
     const char *dir = getenv("LLAMACPP_LIBDIR");
-    const char *env = getenv("BRISK_NO_LLAMACPP");
     char path[1024];
     snprintf(path, sizeof path, "%s/libggml-base.so", dir ? dir : ".");
     void *base = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
@@ -278,11 +282,6 @@ static get_cpu_traits_fn ggml_cpu(bool *skip) {
         if (cpu) printf("  ggml CPU variant: %s\n", variants[i]);
     }
     if (!cpu) {
-        if (env && !strcmp(env, "1")) {
-            printf("  (skipped: BRISK_NO_LLAMACPP=1)\n");
-            *skip = true;
-            return NULL;
-        }
         fprintf(stderr, "  cannot load ggml CPU library from LLAMACPP_LIBDIR=%s (%s); "
                         "BRISK_NO_LLAMACPP=1 skips\n", dir ? dir : "(unset)", dlerror());
         return NULL;

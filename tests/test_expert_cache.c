@@ -343,7 +343,7 @@ static void check_cuda_counts(const char *preset, int k) {
 
 static void t_cuda_map_counts(void) {
     if (bk_cuda_device_count() <= 0) {
-        printf("  skip: no CUDA device\n");
+        test_skip(0, "no CUDA device");
         return;
     }
     check_cuda_counts("tiny-qwen3moe", 2);

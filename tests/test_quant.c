@@ -180,19 +180,18 @@ typedef const ggml_traits_mirror *(*get_traits_fn)(int type);
 static get_traits_fn ggml_traits(bool *skip) {
     static void *lib;
     static get_traits_fn fn;
-    *skip = false;
+    int off = test_env_switch("BRISK_NO_LLAMACPP");
+    *skip = off != 0;
+    if (off) {
+        if (off > 0) test_skip(0, "BRISK_NO_LLAMACPP=1");
+        return NULL;
+    }
     if (fn) return fn;
-    const char *env = getenv("BRISK_NO_LLAMACPP");
     const char *dir = getenv("LLAMACPP_LIBDIR");
     char path[1024];
     snprintf(path, sizeof path, "%s/libggml-base.so", dir ? dir : ".");
     if (!lib) lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
     if (!lib) {
-        if (env && !strcmp(env, "1")) {
-            printf("  (skipped: BRISK_NO_LLAMACPP=1)\n");
-            *skip = true;
-            return NULL;
-        }
         fprintf(stderr, "  cannot load %s (%s): set LLAMACPP_LIBDIR to the llama.cpp libs, or "
                         "BRISK_NO_LLAMACPP=1 to skip\n", path, dlerror());
         return NULL;

@@ -109,7 +109,7 @@ static bool run(const char *path, int n_gpu_layers, int n_cpu_moe, bool split, l
 static void check_model_moe(const char *path, const int *ngl, const int *cpu_moe, int n_ngl) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        fprintf(stderr, "  skip: %s not found\n", path);
+        test_need_file(path);
         return;
     }
     fclose(f);
@@ -202,7 +202,7 @@ static void t_fit_cpu_moe(void) {
     const char *path = "models/brisk-kjv-moe.gguf";
     FILE *f = fopen(path, "rb");
     if (!f) {
-        fprintf(stderr, "  skip: %s not found\n", path);
+        test_need_file(path);
         return;
     }
     fclose(f);

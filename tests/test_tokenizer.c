@@ -399,15 +399,10 @@ static void *open_llama(ll_api *L) {
 }
 
 static void test_llamacpp_live(void) {
-    const char *skip = getenv("BRISK_NO_LLAMACPP");
-    if (skip && !strcmp(skip, "1")) {
-        printf("  skipped (BRISK_NO_LLAMACPP=1)\n");
-        return;
-    }
-    if (getenv("SAN") && !strcmp(getenv("SAN"), "1")) {
-        printf("  skipped under sanitizers (llama.cpp's libraries are not instrumented)\n");
-        return;
-    }
+    int no_ref = test_env_switch("BRISK_NO_LLAMACPP");
+    if (no_ref < 0) return;
+    if (no_ref) SKIP("BRISK_NO_LLAMACPP=1");
+    if (getenv("SAN") && !strcmp(getenv("SAN"), "1")) SKIP("under sanitizers (llama.cpp's libraries are not instrumented)");
     ll_api L = {0};
     void *h = open_llama(&L);
     if (!h) {

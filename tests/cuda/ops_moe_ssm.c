@@ -5,9 +5,26 @@
 
 /* ---- mixture of experts ---- */
 
-/* Router: the same experts in the same order and weights within 1e-5; a
- * different id is accepted only at a near tie (the CPU's polynomial exp and
- * the GPU's expf differ in the last bits): equal weights within 1e-5. */
+/* A row's k router slots on the GPU (ig) against the CPU's (ic), slot by slot: the same expert in
+ * the same slot, or, only at a near tie, another whose router logit is within ROUTE_TIE of the
+ * row's max |logit| from the CPU's pick (the CPU's polynomial exp and the GPU's expf differ in the
+ * last bits and may order two such experts either way); every id in range and none twice. The
+ * number of bad slots. */
+#define ROUTE_TIE 1e-5
+static int route_slots_bad(const float *logits, int n_expert, int k, const int32_t *ic, const int32_t *ig) {
+    double mx = 0;
+    for (int e = 0; e < n_expert; e++) mx = fmax(mx, fabs((double)logits[e]));
+    int bad = 0;
+    for (int j = 0; j < k; j++) {
+        bool dup = false;
+        for (int i = 0; i < j; i++) dup |= ig[i] == ig[j];
+        if (ig[j] < 0 || ig[j] >= n_expert || dup) bad++;
+        else if (ig[j] != ic[j] && fabs((double)logits[ig[j]] - logits[ic[j]]) > ROUTE_TIE * fmax(mx, 1.0)) bad++;
+    }
+    return bad;
+}
+
+/* Router: the same experts in the same order (route_slots_bad) and weights within 1e-5. */
 static void check_moe_route(int n, int n_expert, int k, bool norm, float scale) {
     size_t nl = (size_t)n * n_expert, nk = (size_t)n * k;
     float *lg = malloc(nl * 4), *wc = malloc(nk * 4), *wg = malloc(nk * 4);
@@ -20,11 +37,9 @@ static void check_moe_route(int n, int n_expert, int k, bool norm, float scale) 
     dev_read(di, ig, nk * 4);
     dev_read(dw, wg, nk * 4);
     int bad = 0;
-    for (size_t i = 0; i < nk; i++) {
-        double tol = 1e-5 * fabs((double)wc[i]) + 1e-7;
-        if (fabs((double)wg[i] - wc[i]) > tol) bad++;
-        else if (ig[i] != ic[i] && (ig[i] < 0 || ig[i] >= n_expert)) bad++;
-    }
+    for (size_t i = 0; i < nk; i++) bad += fabs((double)wg[i] - wc[i]) > 1e-5 * fabs((double)wc[i]) + 1e-7;
+    for (int r = 0; r < n; r++)
+        bad += route_slots_bad(lg + (size_t)r * n_expert, n_expert, k, ic + (size_t)r * k, ig + (size_t)r * k);
     if (bad)
         fprintf(stderr, "  moe_route n %d experts %d k %d norm %d scale %g: %d entries differ\n", n, n_expert, k, norm,
                 scale, bad);
@@ -35,8 +50,8 @@ static void check_moe_route(int n, int n_expert, int k, bool norm, float scale) 
 
 /* The router op (fused: product and routing in one launch at one token, on float weights) against the
  * GPU's own matmul + moe_route bit for bit (the fused kernel's product is the split-K GEMV's), and on
- * f32 routers against the CPU's: logits within 1e-5, weights within 1e-5 slot by slot (the same
- * experts but for near-ties; other types quantize x differently on the two sides). Twice in a row:
+ * f32 routers against the CPU's: logits within 1e-5, weights within 1e-5 slot by slot, ids and
+ * order as route_slots_bad allows (other types quantize x differently on the two sides). Twice in a row:
  * the finished-block counter must be back at zero. Each time also with a second one-row product of
  * the same x (the shared expert's gate, joined to the launch as one more block): the routing
  * unchanged, out2 the GPU's own matmul of that row bit for bit. */
@@ -76,9 +91,8 @@ static void check_moe_router(uint32_t type, int64_t n_in, int n_expert, int k) {
             bk_moe_router(cpu, &wc, x, 1, k, true, 0.0f, lc, ic, wtc, NULL, NULL);
             CHECK(rel_err(lg, lc, (size_t)n_expert) <= 1e-5);
             int bad = 0;
-            for (int j = 0; j < k; j++) /* as check_moe_route: a different id only between near-equal weights */
-                bad += fabs((double)wtg[j] - wtc[j]) > 1e-5 * fabs((double)wtc[j]) + 1e-7 || ig[j] < 0 ||
-                       ig[j] >= n_expert;
+            for (int j = 0; j < k; j++) bad += fabs((double)wtg[j] - wtc[j]) > 1e-5 * fabs((double)wtc[j]) + 1e-7;
+            bad += route_slots_bad(lc, n_expert, k, ic, ig); /* as check_moe_route: ids and order */
             if (bad) fprintf(stderr, "  moe_router %lld x %d k %d: %d slots differ from the CPU\n", (long long)n_in,
                              n_expert, k, bad);
             CHECK(bad == 0);

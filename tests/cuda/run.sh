@@ -8,6 +8,11 @@ SHARED=${SHARED:-$(cd .. && pwd)/shared}
 MODEL=${MODEL:-$SHARED/data/stories260K/stories260K.gguf}
 export BRISK_E2E_MODEL=$MODEL
 pass=0; fail=0
+# the summary's field n (1 passed, 3 failed, 5 skipped) of a test program's output (tests/test.h)
+field() { printf '%s\n' "$1" | awk -v n="$2" '/^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$/{v=$n} END{print v+0}'; }
+# The run whose stderr is in $1 put every layer on a GPU: brisk's load line says so. Without it
+# a CPU-vs-CUDA comparison could compare the CPU with itself (no device: the CPU runs silently).
+on_gpu() { grep -Eq '^offloaded ([0-9]+)/\1 layers to CUDA device [0-9]+$' "$1"; }
 
 # Tiny MoE and hybrid (Gated DeltaNet) models, written here by the built brisk
 # with its built-in byte vocabulary (no ../shared needed): test_cuda_ops runs
@@ -24,8 +29,7 @@ done
 export BRISK_E2E_MODELS="${models# }"
 out=$("$BUILD/tests/test_cuda_ops" 2>&1); rc=$?
 printf '%s\n' "$out"
-p=$(printf '%s\n' "$out" | awk '/^[0-9]+ passed, [0-9]+ failed$/{print $1}' | tail -n1)
-f=$(printf '%s\n' "$out" | awk '/^[0-9]+ passed, [0-9]+ failed$/{print $3}' | tail -n1)
+p=$(field "$out" 1); f=$(field "$out" 3)
 pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0}))
 [ $rc -ne 0 ] && [ "${f:-0}" = 0 ] && fail=$((fail + 1))
 
@@ -34,12 +38,12 @@ cli_check() { # model
   local m=$1 name; name=$(basename "$m")
   # (random-weight models emit any byte: NULs are dropped on both sides)
   a=$("$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 128 --temp 0 --ignore-eos -ngl 0 2>/dev/null | tr -d '\000')
-  b=$("$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 128 --temp 0 --ignore-eos 2>/dev/null | tr -d '\000')
-  if [ -n "$a" ] && [ "$a" = "$b" ]; then pass=$((pass + 1)); echo "ok   cli greedy 128 tokens CPU == CUDA ($name)"
-  else fail=$((fail + 1)); echo "FAIL cli greedy CPU vs CUDA ($name)"; echo "cpu: $a"; echo "cuda: $b"; fi
+  b=$("$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 128 --temp 0 --ignore-eos 2>"$E2E_DIR/err" | tr -d '\000')
+  if [ -n "$a" ] && [ "$a" = "$b" ] && on_gpu "$E2E_DIR/err"; then pass=$((pass + 1)); echo "ok   cli greedy 128 tokens CPU == CUDA ($name)"
+  else fail=$((fail + 1)); echo "FAIL cli greedy CPU vs CUDA ($name)"; echo "cpu: $a"; echo "cuda: $b"; cat "$E2E_DIR/err"; fi
   # decode steps replayed from captured CUDA graphs give the text of eager launches
-  c=$(BRISK_CUDA_GRAPHS=0 "$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 128 --temp 0 --ignore-eos 2>/dev/null | tr -d '\000')
-  if [ -n "$c" ] && [ "$c" = "$b" ]; then pass=$((pass + 1)); echo "ok   cli greedy 128 tokens graphs == eager ($name)"
+  c=$(BRISK_CUDA_GRAPHS=0 "$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 128 --temp 0 --ignore-eos 2>"$E2E_DIR/err" | tr -d '\000')
+  if [ -n "$c" ] && [ "$c" = "$b" ] && on_gpu "$E2E_DIR/err"; then pass=$((pass + 1)); echo "ok   cli greedy 128 tokens graphs == eager ($name)"
   else fail=$((fail + 1)); echo "FAIL cli greedy graphs vs eager ($name)"; echo "eager: $c"; echo "graphs: $b"; fi
 }
 [ -f "$MODEL" ] && cli_check "$MODEL"
@@ -50,7 +54,7 @@ K=models/brisk-kjv-6m.gguf
 if [ -f "$K" ]; then
   a=$("$BUILD/brisk" run -m "$K" -p "In the beginning God" -n 24 --temp 0 -ctk q4_0 -ctv q4_0 -ngl 0 2>/dev/null)
   b=$("$BUILD/brisk" run -m "$K" -p "In the beginning God" -n 24 --temp 0 -ctk q4_0 -ctv q4_0 2>"$E2E_DIR/err"); rc=$?
-  if [ $rc -eq 0 ] && [ ${#b} -gt 40 ] && [ "${a:0:20}" = "${b:0:20}" ]; then
+  if [ $rc -eq 0 ] && [ ${#b} -gt 40 ] && [ "${a:0:20}" = "${b:0:20}" ] && on_gpu "$E2E_DIR/err"; then
     pass=$((pass + 1)); echo "ok   cli q4_0 KV cache on CUDA: the CPU's first words"
   else fail=$((fail + 1)); echo "FAIL cli q4_0 KV cache on CUDA (rc $rc)"; echo "cpu: $a"; echo "cuda: $b"; cat "$E2E_DIR/err"; fi
 fi
@@ -103,6 +107,8 @@ xcache_check() { # model
   local m=$1 name a c b; name=$(basename "$m")
   a=$("$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 64 --temp 0 --ignore-eos 2>/dev/null | tr -d '\000')
   c=$("$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 64 --temp 0 --ignore-eos -ngl 0 2>/dev/null | tr -d '\000')
+  "$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 1 --temp 0 2>"$E2E_DIR/err" >/dev/null
+  on_gpu "$E2E_DIR/err" || { fail=$((fail + 1)); echo "FAIL cli no-offload run of $name not on the GPU"; cat "$E2E_DIR/err"; }
   b=$(xc_run "$m" BRISK_XCACHE_MISS=map)
   xc_ok "$a" "$b" "--n-cpu-moe 99 --cache-experts 3 BRISK_XCACHE_MISS=map == no offload ($name)" \
     "^expert cache: 3 experts in each of" "misses read by the GPU from mapped host memory"
@@ -120,7 +126,7 @@ done
 # The cache's routing counters on the GPU, exactly (a one-token step counts inside its MoE launch).
 if [ -x "$BUILD/tests/test_expert_cache" ]; then
   out=$(BRISK_CUDA_MMA=0 "$BUILD/tests/test_expert_cache" cuda_map_counts 2>&1)
-  if printf '%s\n' "$out" | grep -q "^1 passed, 0 failed$" && ! printf '%s\n' "$out" | grep -q "skip"; then
+  if [ "$(field "$out" 1)" = 1 ] && [ "$(field "$out" 3)" = 0 ] && ! printf '%s\n' "$out" | grep -q "skip"; then
     pass=$((pass + 1)); echo "ok   expert cache counters on CUDA (test_expert_cache cuda_map_counts)"
   else fail=$((fail + 1)); echo "FAIL expert cache counters on CUDA"; printf '%s\n' "$out"; fi
 fi
@@ -156,8 +162,7 @@ done
 if [ -x "$BUILD/tests/test_pp" ]; then
   out=$(BRISK_PP_GPU=1 SHARED=$SHARED "$BUILD/tests/test_pp" 2>&1); rc=$?
   printf '%s\n' "$out" | grep -E "^(ok|FAIL)"
-  p=$(printf '%s\n' "$out" | awk '/^[0-9]+ passed, [0-9]+ failed$/{print $1}' | tail -n1)
-  f=$(printf '%s\n' "$out" | awk '/^[0-9]+ passed, [0-9]+ failed$/{print $3}' | tail -n1)
+  p=$(field "$out" 1); f=$(field "$out" 3)
   pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0}))
   [ $rc -ne 0 ] && [ "${f:-0}" = 0 ] && { fail=$((fail + 1)); printf '%s\n' "$out" | tail -n5; }
 fi

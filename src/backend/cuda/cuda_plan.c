@@ -140,7 +140,7 @@ static const struct {
     {"BRISK_TP_FD", "engine/tp", "a worker rank's socket to rank 0 (set by brisk itself for local ranks)"},
     {"BRISK_E2E_MODEL", "tests", "the model tests/test_cuda_ops runs end to end"},
     {"BRISK_E2E_MODELS", "tests", "more models, space-separated, for tests/test_cuda_ops's MoE and hybrid checks"},
-    {"BRISK_NO_LLAMACPP", "tests", "=1: skip the comparisons against llama.cpp's CPU kernels"},
+    {"BRISK_NO_LLAMACPP", "tests", "=1 (exactly; 0 or unset: on): skip the comparisons against llama.cpp, each skip listed"},
     {"BRISK_PP_GPU", "tests", "=1: tests/test_pp's ranks on CUDA backends"},
     {"BRISK_TOK_RANDOM", "tests", "random strings per vocabulary in tests/test_tokenizer"},
     {"BRISK_URL", "tests", "the server the tests/server/*.mjs clients talk to"},
