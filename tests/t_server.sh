@@ -55,7 +55,7 @@ done
 LOAD_SECONDS=${LOAD_SECONDS:-3} LOAD_CLIENTS=${LOAD_CLIENTS:-8} LOAD_PID=$PID node tests/server/load.mjs || fail=1
 # shutdown with requests in flight: they end, the server exits 0 with nothing leaked
 for _ in 1 2; do
-  curl -sN "$BRISK_URL/v1/completions" -d '{"prompt":"Once upon a time","max_tokens":1900,"ignore_eos":true,"stream":true}' \
+  curl -sN "$BRISK_URL/v1/completions" -H 'Content-Type: application/json' -d '{"prompt":"Once upon a time","max_tokens":1900,"ignore_eos":true,"stream":true}' \
     >/dev/null 2>&1 &
 done
 sleep 0.2

@@ -2,7 +2,7 @@
 // served with the real Qwen3 chat template: the template's thinking switch and
 // tools reach the prompt, special tokens tokenize as one id, chat and
 // streaming work end to end.
-import { client, test, run, assert, eq, raw } from './lib.mjs';
+import { client, test, run, assert, eq, raw, MODEL } from './lib.mjs';
 
 const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather of a city',
   parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
@@ -34,14 +34,14 @@ test('special tokens are single ids; usage counts the rendered prompt', async ()
   const p = (await raw('/apply-template', { body: JSON.stringify({ messages: user }) })).json.prompt;
   const tk = await raw('/tokenize', { body: JSON.stringify({ content: p, with_pieces: true }) });
   eq(tk.json.tokens[0].piece, '<|im_start|>');
-  const r = await client.chat.completions.create({ model: 'x', messages: user, max_tokens: 4, temperature: 0 });
+  const r = await client.chat.completions.create({ model: MODEL, messages: user, max_tokens: 4, temperature: 0 });
   eq(r.usage.prompt_tokens, tk.json.tokens.length);
 });
 
 test('chat and streaming with tools through the template', async () => {
-  const ref = await client.chat.completions.create({ model: 'x', messages: user, tools, max_tokens: 12, temperature: 0 });
+  const ref = await client.chat.completions.create({ model: MODEL, messages: user, tools, max_tokens: 12, temperature: 0 });
   assert(['stop', 'length', 'tool_calls'].includes(ref.choices[0].finish_reason));
-  const s = await client.chat.completions.create({ model: 'x', messages: user, tools, max_tokens: 12, temperature: 0, stream: true });
+  const s = await client.chat.completions.create({ model: MODEL, messages: user, tools, max_tokens: 12, temperature: 0, stream: true });
   let text = '';
   for await (const ch of s) text += ch.choices[0]?.delta?.content ?? '';
   eq(text, ref.choices[0].message.content ?? '');
