@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -574,6 +575,14 @@ static void free_list(char **v, int n) {
     free(v);
 }
 
+/* MHD's messages, less the ones every client that hangs up or misses its
+ * deadline would print. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    if (strstr(fmt, "closure") || strstr(fmt, "closed") || strstr(fmt, "reset by peer")) return;
+    fputs("brisk serve: http: ", stderr);
+    vfprintf(stderr, fmt, ap);
+}
+
 static brisk_status listen_http(server *srv, const server_config *cfg) {
     const char *host = cfg->host ? cfg->host : "127.0.0.1";
     struct sockaddr_in a4 = {0};
@@ -596,7 +605,7 @@ static brisk_status listen_http(server *srv, const server_config *cfg) {
     if (limit > cap) limit = cap;
     unsigned threads = cfg->http_threads > 0 ? (unsigned)cfg->http_threads : 4;
     srv->d = MHD_start_daemon(
-        flags, (uint16_t)cfg->port, NULL, NULL, handler, srv, MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_NOTIFY_COMPLETED,
+        flags, (uint16_t)cfg->port, NULL, NULL, handler, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_NOTIFY_COMPLETED,
         completed, srv, MHD_OPTION_NOTIFY_CONNECTION, guard_notify, srv, MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)srv->cfg.timeout_s, MHD_OPTION_CONNECTION_LIMIT, limit,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)srv->cfg.per_ip_limit, MHD_OPTION_END);
