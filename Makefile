@@ -120,13 +120,16 @@ test-cuda: $(BUILD)/tests/test_cuda_ops $(BUILD)/tests/test_pp $(BUILD)/tests/te
 	@BUILD=$(BUILD) SHARED=$(SHARED) bash tests/cuda/run.sh
 
 deps: .deps/llama.cpp/include/llama.h .deps/npm/node_modules/openai/package.json \
-      .deps/npm/node_modules/playwright-core/package.json
+      .deps/npm/node_modules/@anthropic-ai/sdk/package.json .deps/npm/node_modules/playwright-core/package.json
 # drives Debian's chromium in tests/t_webui.sh (no browser download)
 .deps/npm/node_modules/playwright-core/package.json: | .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle
 	cd .deps/npm && npm install --omit=optional --no-audit --no-fund --loglevel=error playwright-core@1.64.1
 # the server tests' client (a .deps installed before it was added gets it here)
 .deps/npm/node_modules/openai/package.json: | .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle
 	cd .deps/npm && npm install --no-audit --no-fund --loglevel=error openai@5.23.2
+# /v1/messages' client in tests/server/anthropic.mjs
+.deps/npm/node_modules/@anthropic-ai/sdk/package.json: | .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle
+	cd .deps/npm && npm install --no-audit --no-fund --loglevel=error @anthropic-ai/sdk@0.71.0
 .deps/llama.cpp/include/llama.h: | .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle
 	rm -rf .deps/llama.cpp
 	git clone -q .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle .deps/llama.cpp
@@ -134,7 +137,8 @@ deps: .deps/llama.cpp/include/llama.h .deps/npm/node_modules/openai/package.json
 .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle:
 	mkdir -p .deps/npm
 	cd .deps/npm && npm install --omit=optional --no-audit --no-fund --loglevel=error \
-	    node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 openai@5.23.2 @huggingface/jinja@0.5.13 playwright-core@1.64.1
+	    node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 openai@5.23.2 @huggingface/jinja@0.5.13 playwright-core@1.64.1 \
+	    @anthropic-ai/sdk@0.71.0
 
 tests: $(TEST_BIN) $(BUILD)/brisk
 

@@ -93,7 +93,7 @@ cp "$K" "$T/served.gguf"
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$B" serve -m "$T/served.gguf" --port "$PORT" -t 1 -c 256 >"$T/serve.log" 2>&1 & spid=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break; sleep 0.1; done
-ask() { curl -sf "http://127.0.0.1:$PORT/v1/completions" \
+ask() { curl -sf "http://127.0.0.1:$PORT/v1/completions" -H "Content-Type: application/json" \
           -d '{"prompt":"In the beginning","max_tokens":12,"temperature":0}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null; }
 a=$(ask)
 "$B" quantize "$M" "$T/served.gguf" Q8_0 -t 2 2>"$T/e" || no "quantize onto the served file: $(cat "$T/e")"

@@ -14,6 +14,7 @@ export BRISK_NPM=${BRISK_NPM:-$(pwd)/.deps/npm/node_modules}
 [ -f "$MODEL" ] || { echo "t_server: $MODEL missing"; exit 1; }
 command -v node >/dev/null || { echo "t_server: node missing"; exit 1; }
 [ -f "$BRISK_NPM/openai/package.json" ] || { echo "t_server: the openai npm package is missing (make deps)"; exit 1; }
+[ -f "$BRISK_NPM/@anthropic-ai/sdk/package.json" ] || { echo "t_server: the @anthropic-ai/sdk npm package is missing (make deps)"; exit 1; }
 TMP=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$TMP"; }
@@ -47,20 +48,51 @@ stop() {
 }
 
 fail=0
-start main -c 2048 --parallel 4 || exit 1
+start main -c 2048 --parallel 4 --cors-origin https://ok.example --alias other-name || exit 1
 export BRISK_URL=http://127.0.0.1:$PORT
-for t in api errors concurrency structured; do
+for t in api errors security anthropic concurrency structured; do
   node "tests/server/$t.mjs" || fail=1
 done
 LOAD_SECONDS=${LOAD_SECONDS:-3} LOAD_CLIENTS=${LOAD_CLIENTS:-8} LOAD_PID=$PID node tests/server/load.mjs || fail=1
 # shutdown with requests in flight: they end, the server exits 0 with nothing leaked
 for _ in 1 2; do
-  curl -sN "$BRISK_URL/v1/completions" -d '{"prompt":"Once upon a time","max_tokens":1900,"ignore_eos":true,"stream":true}' \
+  curl -sN "$BRISK_URL/v1/completions" -H 'Content-Type: application/json' -d '{"prompt":"Once upon a time","max_tokens":1900,"ignore_eos":true,"stream":true}' \
     >/dev/null 2>&1 &
 done
 sleep 0.2
 stop main || fail=1
 wait
+# the access log: one line per request with its status
+grep -q '^127.0.0.1 "POST /v1/completions" 200 [0-9]* [0-9]*ms$' "$TMP/main.log" &&
+  grep -q '"GET /nope" 404' "$TMP/main.log" || { echo "t_server: no access log lines"; tail -n 5 "$TMP/main.log"; fail=1; }
+
+# slow clients (issue 33): thousands of dribbling sockets while /health and a
+# completion still answer within 1 s; the request deadline closes them all
+SLOW_CONNS=${SLOW_CONNS:-2000}
+want=$((SLOW_CONNS + 400))
+[ "$(ulimit -n)" -lt $want ] && ulimit -n $want 2>/dev/null
+[ "$(ulimit -n)" -lt $want ] && SLOW_CONNS=$(( $(ulimit -n) - 400 )) && echo "t_server: fd limit $(ulimit -n): $SLOW_CONNS slow sockets"
+start slow -c 512 --parallel 2 --timeout 5 --max-conns-per-ip 150 --no-access-log || exit 1
+BRISK_URL=http://127.0.0.1:$PORT SLOW_CONNS=$SLOW_CONNS SLOW_TIMEOUT=5 SLOW_PER_IP=150 node tests/server/slow.mjs || fail=1
+stop slow || fail=1
+
+# keys: an empty one is refused at start; BRISK_API_KEY and --api-key-file
+# work; beyond loopback without a key, a warning
+"$BUILD/brisk" serve -m "$MODEL" --port 0 --api-key "" >"$TMP/empty.log" 2>&1
+[ $? -eq 2 ] && grep -q "API key is empty" "$TMP/empty.log" || { echo "t_server: an empty --api-key was accepted"; fail=1; }
+BRISK_API_KEY=envkey start envkey -c 256 --parallel 1 || exit 1
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models")" = 401 ] &&
+  [ "$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer envkey' "http://127.0.0.1:$PORT/v1/models")" = 200 ] &&
+  [ "$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer ' "http://127.0.0.1:$PORT/v1/models")" = 401 ] ||
+  { echo "t_server: BRISK_API_KEY not enforced"; fail=1; }
+grep -q warning "$TMP/envkey.log" && { echo "t_server: a warning on loopback with a key"; fail=1; }
+stop envkey || fail=1
+PORT=$(free_port)
+"$BUILD/brisk" serve -m "$MODEL" --host 0.0.0.0 --port "$PORT" -c 256 --parallel 1 >"$TMP/open.log" 2>&1 &
+PID=$!; pids+=("$PID")
+for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break; sleep 0.1; done
+grep -q "warning: listening on 0.0.0.0 without an API key" "$TMP/open.log" || { echo "t_server: no warning for 0.0.0.0 without a key"; fail=1; }
+stop open || fail=1
 
 # a tiny synthetic qwen3 (Qwen's vocabulary) with the real Qwen3 chat template
 QVOCAB=$SHARED/data/llama.cpp-vocab/ggml-vocab-qwen2.gguf
@@ -69,6 +101,7 @@ node -e 'const fs=require("fs"); fs.writeFileSync(process.argv[2], JSON.parse(fs
   "$SHARED/data/qwen3-tokenizer/tokenizer_config.json" "$TMP/qwen3.jinja"
 MODEL=$TMP/qwen3.gguf start qwen3 -c 1024 --parallel 2 --chat-template "$TMP/qwen3.jinja" || exit 1
 BRISK_URL=http://127.0.0.1:$PORT node tests/server/qwen3.mjs || fail=1
+BRISK_URL=http://127.0.0.1:$PORT ANTH_THINKING=1 node tests/server/anthropic.mjs || fail=1
 BRISK_URL=http://127.0.0.1:$PORT node tests/server/structured.mjs || fail=1 # masks over a 151k vocabulary
 stop qwen3 || fail=1
 
@@ -88,7 +121,8 @@ stop hybrid || fail=1
 PID=$BIG_PID stop big || fail=1
 PID=$NOCKPT_PID stop nockpt || fail=1
 
-start queue -c 2048 --parallel 1 --queue 1 --api-key sekrit || exit 1
+printf 'sekrit\n' >"$TMP/key"
+start queue -c 2048 --parallel 1 --queue 1 --api-key-file "$TMP/key" || exit 1
 BRISK_URL=http://127.0.0.1:$PORT BRISK_KEY=sekrit BRISK_QUEUE_TEST=1 node tests/server/concurrency.mjs || fail=1
 stop queue || fail=1
 exit $fail

@@ -1,6 +1,8 @@
 /* test_server.c — the server's pieces that need no model: the chat output
- * parser (reasoning, tool calls, tags split across pushes) and ChatML. */
+ * parser (reasoning, tool calls, tags split across pushes), ChatML, token
+ * texts that must stay valid UTF-8, and the body check for escaped NULs. */
 #include "server/chat.h"
+#include "server/openai.h"
 #include "test.h"
 
 /* Pushes s in pieces of `step` bytes, then a final flush. */
@@ -114,6 +116,33 @@ static void test_chatml(void) {
     brisk_model_free(m);
 }
 
+static void test_token_text(void) {
+    char out[64];
+    oai_token_text("h\xc3\xa9llo", 6, out, sizeof out); /* valid: as is */
+    CHECK(!strcmp(out, "h\xc3\xa9llo"));
+    oai_token_text("\xe4\xbd", 2, out, sizeof out); /* half a CJK character */
+    CHECK(!strcmp(out, "bytes:\\xe4\\xbd"));
+    oai_token_text(" \xe4", 2, out, sizeof out);
+    CHECK(!strcmp(out, "bytes:\\x20\\xe4"));
+    oai_token_text("\xed\xa0\x80", 3, out, sizeof out); /* a surrogate is not UTF-8 */
+    CHECK(!strncmp(out, "bytes:", 6));
+    oai_token_text("\xe4\xbd\xa0\xe4\xbd\xa0\xe4\xbd", 8, out, 12); /* cut to the buffer, NUL-terminated */
+    CHECK(strlen(out) < 12);
+    oai_token_text("", 0, out, sizeof out);
+    CHECK(!strcmp(out, ""));
+}
+
+static void test_parse_body(void) {
+    oai_error e = {0};
+    const char *nul = "{\"prompt\": \"a\\u0000b\"}", *text = "{\"prompt\": \"a\\\\u0000b\"}";
+    CHECK(!oai_parse_body(nul, strlen(nul), &e) && e.status == 400);
+    cJSON *o = oai_parse_body(text, strlen(text), &e); /* an escaped backslash, then text */
+    CHECK(o && !strcmp(cJSON_GetObjectItem(o, "prompt")->valuestring, "a\\u0000b"));
+    cJSON_Delete(o);
+    CHECK(!oai_parse_body("[1]", 3, &e) && e.status == 400);
+    CHECK(!oai_parse_body("{", 1, &e) && e.status == 400);
+}
+
 int main(int argc, char **argv) {
     static const test_case cases[] = {
         {"reasoning", test_reasoning},
@@ -122,6 +151,8 @@ int main(int argc, char **argv) {
         {"tool_text_kept", test_tool_text_kept},
         {"partial_tag_held_back", test_partial_tag_held_back},
         {"chatml", test_chatml},
+        {"token_text", test_token_text},
+        {"parse_body", test_parse_body},
     };
     return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }

@@ -23,9 +23,18 @@ static void usage(FILE *f) {
             "  --queue N            requests waiting for a slot before 429 (default 64)\n"
             "  --ctx-checkpoints N  hybrid (recurrent) models: state snapshots kept per slot for prefix reuse\n"
             "                       (default 4; 0: a prompt reuses a slot's cache only when it extends all of it)\n"
-            "  --api-key KEY        require \"Authorization: Bearer KEY\"\n"
+            "  --api-key KEY        require \"Authorization: Bearer KEY\" (or x-api-key: KEY); visible in ps,\n"
+            "                       so prefer --api-key-file FILE (its first line) or BRISK_API_KEY\n"
+            "  --cors-origin ORIGIN let web pages of ORIGIN (https://app.example; \"*\": any) call the API;\n"
+            "                       repeatable. Without it only this server's own page may\n"
+            "  --timeout SECONDS    a request's headers and body must arrive within it; idle connections\n"
+            "                       close after it (default 30)\n"
+            "  --max-conns-per-ip N open connections one client address may hold (default 256)\n"
+            "  --http-threads N     threads serving connections (default 4)\n"
+            "  --no-access-log      no line per request on stderr\n"
             "  --chat-template FILE a Jinja chat template instead of the model's (\"chatml\": built-in ChatML)\n"
-            "  --alias NAME         model name in /v1/models (default: the file name)\n"
+            "  --alias NAME         model name in /v1/models (default: the file name); repeat it for more\n"
+            "                       names that requests may give (any other name is a 404)\n"
             "  --max-body BYTES     request body limit (default 8 MiB)\n"
             "  -t, --threads N      CPU threads (default: all cores)\n"
             CLI_KV_HELP
@@ -36,10 +45,35 @@ static void usage(FILE *f) {
             CLI_ROPE_HELP CLI_LLAMACPP_HELP);
 }
 
+/* The key: --api-key, else --api-key-file (its first line), else
+ * BRISK_API_KEY. An empty key is refused: it would admit "Bearer ". */
+static bool resolve_key(server_config *cfg, const char *file, char **buf) {
+    if (file && cfg->api_key) return cli_error(2, "serve: give --api-key or --api-key-file, not both"), false;
+    if (file) {
+        size_t n = 0;
+        if (!(*buf = cli_read_all(file, &n))) return false;
+        (*buf)[strcspn(*buf, "\r\n")] = 0;
+        cfg->api_key = *buf;
+    } else if (!cfg->api_key) cfg->api_key = getenv("BRISK_API_KEY");
+    if (cfg->api_key && !cfg->api_key[0]) {
+        free(*buf);
+        *buf = NULL;
+        return cli_error(2, "serve: the API key is empty (%s)", file ? file : "--api-key or BRISK_API_KEY"), false;
+    }
+    return true;
+}
+
+static bool is_loopback(const char *host) {
+    return !strncmp(host, "127.", 4) || !strcmp(host, "::1") || !strcmp(host, "localhost");
+}
+
 int cmd_serve(int argc, char **argv) {
-    const char *model_path = NULL, *alias = NULL, *template_path = NULL;
+    const char *model_path = NULL, *template_path = NULL, *key_file = NULL;
+    const char *aliases[32], *cors[32];
+    int n_alias = 0, n_cors = 0;
     int n_ctx = 0, n_threads = 0, max_body_mb = 8, max_body = -1, n_ckpt = 4;
-    server_config cfg = {.host = "127.0.0.1", .port = 8080, .n_parallel = 4, .prefill_chunk = 2048, .max_queue = 64};
+    server_config cfg = {.host = "127.0.0.1", .port = 8080, .n_parallel = 4, .prefill_chunk = 2048, .max_queue = 64,
+                         .access_log = true};
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -52,11 +86,27 @@ int cmd_serve(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
+        if (!strcmp(a, "--no-access-log")) {
+            cfg.access_log = false;
+            continue;
+        }
         if (!(v = cli_next(argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = v;
         else if (!strcmp(a, "--host")) cfg.host = v;
         else if (!strcmp(a, "--api-key")) cfg.api_key = v;
-        else if (!strcmp(a, "--alias")) alias = v;
+        else if (!strcmp(a, "--api-key-file")) key_file = v;
+        else if (!strcmp(a, "--alias") || !strcmp(a, "--cors-origin")) {
+            bool al = a[2] == 'a';
+            if ((al ? n_alias : n_cors) == 32) return cli_error(2, "serve: at most 32 %s", a);
+            if (al) aliases[n_alias++] = v;
+            else cors[n_cors++] = v;
+        } else if (!strcmp(a, "--timeout")) {
+            if (!cli_int(a, v, 1, 3600, &cfg.timeout_s)) return 2;
+        } else if (!strcmp(a, "--max-conns-per-ip")) {
+            if (!cli_int(a, v, 1, 1 << 20, &cfg.per_ip_limit)) return 2;
+        } else if (!strcmp(a, "--http-threads")) {
+            if (!cli_int(a, v, 1, 256, &cfg.http_threads)) return 2;
+        }
         else if (!strcmp(a, "--chat-template")) template_path = v;
         else if (!strcmp(a, "--port")) {
             if (!cli_int(a, v, 0, 65535, &cfg.port)) return 2;
@@ -78,8 +128,19 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!model_path) return cli_error(2, "serve: -m FILE is required");
     cfg.max_body = max_body > 0 ? (size_t)max_body : (size_t)max_body_mb << 20;
-    const char *base = strrchr(model_path, '/');
-    cfg.model_id = alias ? alias : base ? base + 1 : model_path;
+    const char *base = strrchr(model_path, '/'), *names[33];
+    base = base ? base + 1 : model_path;
+    cfg.model_id = n_alias ? aliases[0] : base;
+    for (int i = 1; i < n_alias; i++) names[cfg.n_model_names++] = aliases[i];
+    names[cfg.n_model_names++] = base;
+    cfg.model_names = names;
+    cfg.cors_origins = cors;
+    cfg.n_cors_origins = n_cors;
+    char *key_buf = NULL;
+    if (!resolve_key(&cfg, key_file, &key_buf)) return 2;
+    if (!cfg.api_key && !is_loopback(cfg.host))
+        fprintf(stderr, "brisk serve: warning: listening on %s without an API key: anyone who can reach this "
+                        "address can use the model (set BRISK_API_KEY or --api-key-file)\n", cfg.host);
 
     /* Signals go to sigwait below, not to whichever thread runs. */
     sigset_t sigs;
@@ -93,7 +154,10 @@ int cmd_serve(int argc, char **argv) {
     char *template_src = NULL;
     size_t template_len = 0;
     if (template_path && strcmp(template_path, "chatml")) {
-        if (!(template_src = cli_read_all(template_path, &template_len))) return 1;
+        if (!(template_src = cli_read_all(template_path, &template_len))) {
+            free(key_buf);
+            return 1;
+        }
         cfg.chat_template = template_src;
     } else cfg.chat_template = template_path;
     brisk_model *model = NULL;
@@ -129,5 +193,6 @@ done:
     brisk_context_free(ctx);
     brisk_model_free(model);
     free(template_src);
+    free(key_buf);
     return rc;
 }

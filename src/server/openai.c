@@ -38,6 +38,73 @@ char *oai_error_json(const oai_error *e) {
     return s;
 }
 
+brisk_status oai_server_init(oai_server *srv) {
+    int nv = brisk_n_vocab(srv->model);
+    char buf[1100];
+    size_t mx = 1;
+    for (int t = 0; t < nv; t++) {
+        size_t len = 0; /* control tokens included: the prompt's text may spell them */
+        if (brisk_token_to_piece(srv->model, t, true, buf, sizeof buf, &len) == BRISK_OK && len > mx) mx = len;
+    }
+    srv->max_piece = mx;
+    return BRISK_OK;
+}
+
+bool oai_model_ok(const oai_server *srv, const char *name, oai_error *e) {
+    if (!strcmp(name, srv->model_id)) return true;
+    for (int i = 0; i < srv->n_names; i++)
+        if (!strcmp(name, srv->names[i])) return true;
+    oai_fail(e, 404, "model", "The model '%s' does not exist; this server has '%s' (add names with --alias)", name,
+             srv->model_id);
+    e->code = "model_not_found";
+    return false;
+}
+
+cJSON *oai_parse_body(const char *body, size_t len, oai_error *e) {
+    /* cJSON ends a string at an escaped NUL: the rest of a prompt would vanish unseen */
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (body[i] != '\\') continue;
+        if (body[i + 1] == 'u' && i + 5 < len && !memcmp(body + i + 2, "0000", 4))
+            return oai_fail(e, 400, NULL, "strings must not contain NUL characters (\\u0000)"), NULL;
+        i++; /* the escaped character */
+    }
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!root) return oai_fail(e, 400, NULL, "the body is not valid JSON"), NULL;
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return oai_fail(e, 400, NULL, "the body must be a JSON object"), NULL;
+    }
+    return root;
+}
+
+/* Length of the valid UTF-8 sequence at s (n bytes left), 0 when invalid. */
+static size_t utf8_len(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    size_t k = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (!k || k > n || (k == 2 && c < 0xC2) || (k == 4 && c > 0xF4)) return 0;
+    for (size_t i = 1; i < k; i++)
+        if ((s[i] & 0xC0) != 0x80) return 0;
+    if (k == 3 && ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] >= 0xA0))) return 0; /* overlong, surrogate */
+    if (k == 4 && ((c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] >= 0x90))) return 0;
+    return k;
+}
+
+void oai_token_text(const char *s, size_t n, char *out, size_t cap) {
+    if (!cap) return;
+    const unsigned char *u = (const unsigned char *)s;
+    bool valid = true;
+    for (size_t i = 0, k; i < n && valid; i += k) valid = (k = utf8_len(u + i, n - i)) > 0;
+    size_t o = 0;
+    if (valid) {
+        o = n < cap ? n : cap - 1;
+        if (o) memcpy(out, s, o);
+    } else {
+        o = (size_t)snprintf(out, cap, "bytes:");
+        for (size_t i = 0; i < n && o + 5 < cap; i++) o += (size_t)snprintf(out + o, cap - o, "\\x%02x", u[i]);
+    }
+    out[o < cap ? o : cap - 1] = 0;
+}
+
 /* ---- typed field access: absent or null -> false with no error --------- */
 
 static const cJSON *field(const cJSON *o, const char *key) {
@@ -151,6 +218,30 @@ static bool parse_stop(const cJSON *root, sched_gen_params *p, oai_error *e) {
     return true;
 }
 
+/* logit_bias: {"token id": bias in [-100, 100], ...} */
+static bool parse_bias(const oai_server *srv, const cJSON *root, sched_gen_params *p, oai_error *e) {
+    const cJSON *b = field(root, "logit_bias"), *it;
+    if (!b) return true;
+    if (!cJSON_IsObject(b)) return oai_fail(e, 400, "logit_bias", "'logit_bias' must be an object of token id -> bias");
+    int n = cJSON_GetArraySize(b), nv = brisk_n_vocab(srv->model);
+    if (n > 1024) return oai_fail(e, 400, "logit_bias", "at most 1024 logit_bias entries");
+    if (!n) return true;
+    if (!(p->bias_id = malloc((size_t)n * sizeof *p->bias_id)) || !(p->bias = malloc((size_t)n * sizeof *p->bias)))
+        return oai_fail(e, 500, NULL, "out of memory");
+    cJSON_ArrayForEach(it, b) {
+        char *end = NULL;
+        long id = strtol(it->string, &end, 10);
+        if (!it->string[0] || *end || id < 0 || id >= nv)
+            return oai_fail(e, 400, "logit_bias", "logit_bias keys must be token ids in [0, %d), got '%s'", nv,
+                            it->string);
+        if (!cJSON_IsNumber(it) || !(it->valuedouble >= -100 && it->valuedouble <= 100))
+            return oai_fail(e, 400, "logit_bias", "logit_bias values must be numbers in [-100, 100]");
+        p->bias_id[p->n_bias] = (brisk_token)id;
+        p->bias[p->n_bias++] = (float)it->valuedouble;
+    }
+    return true;
+}
+
 static bool parse_sampling(const oai_server *srv, const cJSON *root, bool chat, oai_job *job, oai_error *e) {
     sched_gen_params *p = &job->req->p;
     bool ok = true;
@@ -174,6 +265,8 @@ static bool parse_sampling(const oai_server *srv, const cJSON *root, bool chat, 
         else job->n = (int)v;
     }
     get_bool(root, "ignore_eos", &p->ignore_eos, &ok, e);
+    if (ok) ok = parse_bias(srv, root, p, e);
+    if (!chat) get_bool(root, "echo", &job->echo, &ok, e);
     if (chat) {
         get_bool(root, "logprobs", &job->logprobs, &ok, e);
         if (get_num(root, "top_logprobs", 0, SCHED_MAX_TOP_LOGPROBS, true, &v, &ok, e)) job->top_logprobs = (int)v;
@@ -229,8 +322,20 @@ static bool parse_grammar(const oai_server *srv, const cJSON *root, sched_req *r
     return true;
 }
 
+/* A prompt too long for the context by its bytes alone is refused before
+ * tokenizing it: a token spells at most max_piece bytes, so such a text
+ * cannot fit, and tokenizing megabytes only to refuse them costs time and
+ * memory. */
 static bool tokenize(const oai_server *srv, const char *text, size_t len, bool add_special, sched_req *r,
                      oai_error *e) {
+    if (srv->n_ctx_slot > 0 && len / srv->max_piece > (size_t)srv->n_ctx_slot + 16) {
+        oai_fail(e, 400, "prompt",
+                 "the prompt is %zu bytes, more than a context of %d tokens can hold (a token spells at most %zu "
+                 "bytes); shorten it or start the server with a larger -c",
+                 len, srv->n_ctx_slot, srv->max_piece);
+        e->code = "context_length_exceeded";
+        return false;
+    }
     int64_t n = 0;
     brisk_status s = brisk_tokenize(srv->model, text, len, add_special, true, NULL, 0, &n);
     if (s != BRISK_OK && s != BRISK_ERR_RANGE) return oai_fail(e, 400, "prompt", "tokenize: %s", brisk_last_error());
@@ -243,11 +348,15 @@ static bool tokenize(const oai_server *srv, const char *text, size_t len, bool a
 }
 
 /* The prompt of /v1/completions: a string, one string in an array, or token ids. */
-static bool completion_prompt(const oai_server *srv, const cJSON *root, sched_req *r, oai_error *e) {
+static bool completion_prompt(const oai_server *srv, const cJSON *root, oai_job *job, oai_error *e) {
+    sched_req *r = job->req;
     const cJSON *p = field(root, "prompt");
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0)))
         p = cJSON_GetArrayItem(p, 0);
-    if (cJSON_IsString(p)) return tokenize(srv, p->valuestring, strlen(p->valuestring), true, r, e);
+    if (cJSON_IsString(p)) {
+        if (job->echo && !(job->echo_text = strdup(p->valuestring))) return oai_fail(e, 500, NULL, "out of memory");
+        return tokenize(srv, p->valuestring, strlen(p->valuestring), true, r, e);
+    }
     if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) == 0)
         return oai_fail(e, 400, "prompt", "'prompt' must be a string or an array of token ids");
     int n = cJSON_GetArraySize(p), i = 0, nv = brisk_n_vocab(srv->model);
@@ -259,6 +368,16 @@ static bool completion_prompt(const oai_server *srv, const cJSON *root, sched_re
         r->prompt[i++] = (brisk_token)t->valuedouble;
     }
     r->n_prompt = n;
+    if (job->echo) { /* the prompt's text, as a detokenizer prints it */
+        strbuf b = {0};
+        brisk_detok dt = {0};
+        char buf[1100];
+        for (i = 0; i < n; i++) {
+            size_t k = 0;
+            if (brisk_detok_push(srv->model, &dt, r->prompt[i], buf, sizeof buf, &k) == BRISK_OK) sb_append(&b, buf, k);
+        }
+        if (!(job->echo_text = sb_take(&b))) return oai_fail(e, 500, NULL, "out of memory");
+    }
     return true;
 }
 
@@ -304,12 +423,12 @@ static bool chat_prompt(const oai_server *srv, const cJSON *root, oai_job *job, 
 }
 
 char *oai_apply_template(const oai_server *srv, const char *body, size_t len, oai_error *e) {
-    cJSON *root = cJSON_ParseWithLength(body, len);
+    cJSON *root = oai_parse_body(body, len, e);
     char *text = NULL, *res = NULL;
     size_t n = 0;
     bool tools;
-    if (!cJSON_IsObject(root)) oai_fail(e, 400, NULL, "the body must be a JSON object");
-    else if (render_chat(srv, root, &text, &n, &tools, e)) {
+    if (!root) return NULL;
+    if (render_chat(srv, root, &text, &n, &tools, e)) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "prompt", text);
         res = cJSON_PrintUnformatted(o);
@@ -320,39 +439,42 @@ char *oai_apply_template(const oai_server *srv, const char *body, size_t len, oa
     return res;
 }
 
-bool oai_parse(const oai_server *srv, const char *body, size_t len, bool chat, oai_job *job, oai_error *e) {
-    memset(job, 0, sizeof *job);
+/* The parts of a request both endpoints share, on a parsed body. */
+static bool parse_root(const oai_server *srv, const cJSON *root, bool chat, oai_job *job, oai_error *e) {
     job->chat = chat;
     job->created = (long long)time(NULL);
     static unsigned long long counter;
     snprintf(job->id, sizeof job->id, "%s-%llx%llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)job->created,
              __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
-    cJSON *root = cJSON_ParseWithLength(body, len);
-    if (!root) return oai_fail(e, 400, NULL, "the body is not valid JSON");
-    bool ok = true;
-    if (!cJSON_IsObject(root)) {
-        ok = oai_fail(e, 400, NULL, "the body must be a JSON object");
-        goto done;
-    }
-    if (!(job->req = sched_req_new())) {
-        ok = oai_fail(e, 500, NULL, "out of memory");
-        goto done;
-    }
+    if (!(job->req = sched_req_new())) return oai_fail(e, 500, NULL, "out of memory");
     const cJSON *model = field(root, "model");
-    if (model && !cJSON_IsString(model)) {
-        ok = oai_fail(e, 400, "model", "'model' must be a string");
-        goto done;
-    }
+    if (model && !cJSON_IsString(model)) return oai_fail(e, 400, "model", "'model' must be a string");
+    if (model && !oai_model_ok(srv, model->valuestring, e)) return false;
+    bool ok = true;
     get_bool(root, "stream", &job->stream, &ok, e);
     const cJSON *so = field(root, "stream_options");
     if (so && !cJSON_IsObject(so)) ok = oai_fail(e, 400, "stream_options", "'stream_options' must be an object");
     else if (so) get_bool(so, "include_usage", &job->include_usage, &ok, e);
     if (ok) ok = parse_sampling(srv, root, chat, job, e);
+    if (ok && job->echo && job->logprobs)
+        ok = oai_fail(e, 400, "echo", "echo with logprobs is not supported (prompt tokens have no logprobs here)");
     if (ok && sched_req_set_choices(job->req, job->n) != BRISK_OK) ok = oai_fail(e, 500, NULL, "out of memory");
     if (ok && !(job->ch = calloc((size_t)job->n, sizeof *job->ch))) ok = oai_fail(e, 500, NULL, "out of memory");
     if (ok) ok = parse_grammar(srv, root, job->req, e);
-    if (ok) ok = chat ? chat_prompt(srv, root, job, e) : completion_prompt(srv, root, job->req, e);
-done:
+    if (ok) ok = chat ? chat_prompt(srv, root, job, e) : completion_prompt(srv, root, job, e);
+    return ok;
+}
+
+bool oai_parse_chat(const oai_server *srv, const cJSON *root, oai_job *job, oai_error *e) {
+    memset(job, 0, sizeof *job);
+    return parse_root(srv, root, true, job, e);
+}
+
+bool oai_parse(const oai_server *srv, const char *body, size_t len, bool chat, oai_job *job, oai_error *e) {
+    memset(job, 0, sizeof *job);
+    cJSON *root = oai_parse_body(body, len, e);
+    if (!root) return false;
+    bool ok = parse_root(srv, root, chat, job, e);
     cJSON_Delete(root);
     return ok;
 }
@@ -364,6 +486,8 @@ void oai_job_free(oai_job *job) {
     }
     free(job->ch);
     job->ch = NULL;
+    free(job->echo_text);
+    job->echo_text = NULL;
 }
 
 /* ---- responses ---------------------------------------------------------- */
@@ -374,28 +498,30 @@ static cJSON *bytes_array(const char *s, size_t n) {
     return a;
 }
 
-static size_t piece(const oai_server *srv, brisk_token t, char *buf, size_t cap) {
+/* The token's bytes into buf (cap 512) and its JSON-safe text into txt (cap 2100). */
+static size_t piece(const oai_server *srv, brisk_token t, char *buf, size_t cap, char *txt) {
     size_t len = 0;
     if (brisk_token_to_piece(srv->model, t, false, buf, cap - 1, &len) != BRISK_OK) len = 0;
     buf[len] = 0;
+    oai_token_text(buf, len, txt, 2100);
     return len;
 }
 
 /* Chat logprobs: {"content": [{token, logprob, bytes, top_logprobs: [...]}, ...]} */
 static cJSON *chat_logprobs(const oai_server *srv, const sched_token *toks, int n) {
     cJSON *lp = cJSON_CreateObject(), *content = cJSON_AddArrayToObject(lp, "content");
-    char buf[512];
+    char buf[512], txt[2100];
     for (int i = 0; i < n; i++) {
         cJSON *o = cJSON_CreateObject();
-        size_t len = piece(srv, toks[i].id, buf, sizeof buf);
-        cJSON_AddStringToObject(o, "token", buf);
+        size_t len = piece(srv, toks[i].id, buf, sizeof buf, txt);
+        cJSON_AddStringToObject(o, "token", txt);
         cJSON_AddNumberToObject(o, "logprob", toks[i].logprob);
         cJSON_AddItemToObject(o, "bytes", bytes_array(buf, len));
         cJSON *top = cJSON_AddArrayToObject(o, "top_logprobs");
         for (int k = 0; k < toks[i].n_top; k++) {
             cJSON *t = cJSON_CreateObject();
-            len = piece(srv, toks[i].top_id[k], buf, sizeof buf);
-            cJSON_AddStringToObject(t, "token", buf);
+            len = piece(srv, toks[i].top_id[k], buf, sizeof buf, txt);
+            cJSON_AddStringToObject(t, "token", txt);
             cJSON_AddNumberToObject(t, "logprob", toks[i].top_lp[k]);
             cJSON_AddItemToObject(t, "bytes", bytes_array(buf, len));
             cJSON_AddItemToArray(top, t);
@@ -410,17 +536,17 @@ static cJSON *text_logprobs(const oai_server *srv, const sched_token *toks, int 
     cJSON *lp = cJSON_CreateObject(), *tk = cJSON_AddArrayToObject(lp, "tokens"),
           *tl = cJSON_AddArrayToObject(lp, "token_logprobs"), *top = cJSON_AddArrayToObject(lp, "top_logprobs"),
           *off = cJSON_AddArrayToObject(lp, "text_offset");
-    char buf[512];
+    char buf[512], txt[2100];
     for (int i = 0; i < n; i++) {
-        size_t len = piece(srv, toks[i].id, buf, sizeof buf);
-        cJSON_AddItemToArray(tk, cJSON_CreateString(buf));
+        size_t len = piece(srv, toks[i].id, buf, sizeof buf, txt);
+        cJSON_AddItemToArray(tk, cJSON_CreateString(txt));
         cJSON_AddItemToArray(tl, cJSON_CreateNumber(toks[i].logprob));
         cJSON_AddItemToArray(off, cJSON_CreateNumber((double)offset));
         offset += len;
         cJSON *m = cJSON_CreateObject();
         for (int k = 0; k < toks[i].n_top; k++) {
-            piece(srv, toks[i].top_id[k], buf, sizeof buf);
-            if (!cJSON_GetObjectItemCaseSensitive(m, buf)) cJSON_AddNumberToObject(m, buf, toks[i].top_lp[k]);
+            piece(srv, toks[i].top_id[k], buf, sizeof buf, txt);
+            if (!cJSON_GetObjectItemCaseSensitive(m, txt)) cJSON_AddNumberToObject(m, txt, toks[i].top_lp[k]);
         }
         cJSON_AddItemToArray(top, m);
     }
@@ -506,6 +632,10 @@ static void stream_choice(const oai_server *srv, oai_job *job, int i, const oai_
     if (job->logprobs && d->n_toks)
         lp = job->chat ? chat_logprobs(srv, d->toks, d->n_toks) : text_logprobs(srv, d->toks, d->n_toks, 0);
     if (!job->chat) {
+        if (job->echo_text && !c->head_sent) { /* echo: the prompt first */
+            sse(out, chunk(srv, job, i, cJSON_CreateString(job->echo_text), NULL, NULL));
+            c->head_sent = true;
+        }
         if (d->len || lp) sse(out, chunk(srv, job, i, cJSON_CreateString(d->text), NULL, lp));
     } else {
         if (!c->head_sent) {
@@ -594,7 +724,10 @@ char *oai_response(const oai_server *srv, oai_job *job, const oai_delta *d) {
     for (int i = 0; i < d->n && i < job->n; i++) {
         const oai_choice_delta *cd = &d->ch[i];
         if (job->chat) chat_parser_push(&job->ch[i].parser, cd->text, cd->len, cd->finish != SCHED_RUNNING);
-        else sb_append(&job->ch[i].text, cd->text, cd->len);
+        else {
+            if (job->echo_text && !job->ch[i].text.len) sb_puts(&job->ch[i].text, job->echo_text);
+            sb_append(&job->ch[i].text, cd->text, cd->len);
+        }
     }
     if (d->finish == SCHED_RUNNING) return NULL;
     cJSON *o = envelope(srv, job, job->chat ? "chat.completion" : "text_completion");
@@ -609,12 +742,12 @@ char *oai_response(const oai_server *srv, oai_job *job, const oai_delta *d) {
 /* ---- /tokenize and /detokenize (llama.cpp's shapes) -------------------- */
 
 char *oai_tokenize(const oai_server *srv, const char *body, size_t len, oai_error *e) {
-    cJSON *root = cJSON_ParseWithLength(body, len);
+    cJSON *root = oai_parse_body(body, len, e);
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "content");
     char *res = NULL;
     bool add = false, pieces = false, ok = true;
-    if (!root) oai_fail(e, 400, NULL, "the body is not valid JSON");
-    else if (!cJSON_IsString(c)) oai_fail(e, 400, "content", "'content' must be a string");
+    if (!root) return NULL;
+    if (!cJSON_IsString(c)) oai_fail(e, 400, "content", "'content' must be a string");
     else if (get_bool(root, "add_special", &add, &ok, e), get_bool(root, "with_pieces", &pieces, &ok, e), ok) {
         sched_req r = {0};
         if (tokenize(srv, c->valuestring, strlen(c->valuestring), add, &r, e)) {
@@ -629,8 +762,9 @@ char *oai_tokenize(const oai_server *srv, const char *body, size_t len, oai_erro
                 cJSON_AddNumberToObject(t, "id", r.prompt[i]);
                 size_t pl = 0; /* control tokens show their text here */
                 if (brisk_token_to_piece(srv->model, r.prompt[i], true, buf, sizeof buf - 1, &pl) != BRISK_OK) pl = 0;
-                buf[pl] = 0;
-                cJSON_AddStringToObject(t, "piece", buf);
+                char txt[2100];
+                oai_token_text(buf, pl, txt, sizeof txt);
+                cJSON_AddStringToObject(t, "piece", txt);
                 cJSON_AddItemToArray(a, t);
             }
             res = cJSON_PrintUnformatted(o);
@@ -643,9 +777,9 @@ char *oai_tokenize(const oai_server *srv, const char *body, size_t len, oai_erro
 }
 
 char *oai_detokenize(const oai_server *srv, const char *body, size_t len, oai_error *e) {
-    cJSON *root = cJSON_ParseWithLength(body, len);
+    cJSON *root = oai_parse_body(body, len, e);
     const cJSON *toks = cJSON_GetObjectItemCaseSensitive(root, "tokens"), *t;
-    if (!root) return oai_fail(e, 400, NULL, "the body is not valid JSON"), NULL;
+    if (!root) return NULL;
     if (!cJSON_IsArray(toks)) {
         cJSON_Delete(root);
         return oai_fail(e, 400, "tokens", "'tokens' must be an array of token ids"), NULL;

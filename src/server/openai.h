@@ -4,6 +4,7 @@
  */
 #ifndef BK_SERVER_OPENAI_H
 #define BK_SERVER_OPENAI_H
+#include <cjson/cJSON.h>
 #include <stdbool.h>
 
 #include "brisk.h"
@@ -24,12 +25,29 @@ bool oai_fail(oai_error *e, int status, const char *param, const char *fmt, ...)
 /* {"error": {"message", "type", "param", "code"}} */
 char *oai_error_json(const oai_error *e);
 
-typedef struct oai_server {  /* what every request reads; read-only */
+typedef struct oai_server {  /* what every request reads; read-only after oai_server_init */
     brisk_model *model;
     const chat_fmt *fmt;
     const char *model_id;
     int n_parallel;          /* slots: the largest `n` a request may ask for */
+    const char *const *names; /* (n_names) other names `model` may give (file name, --alias) */
+    int n_names;
+    int n_ctx_slot;          /* tokens a request may hold */
+    size_t max_piece;        /* bytes of the longest token: a text longer than n_ctx_slot * max_piece
+                                bytes cannot fit and is refused before tokenizing; set by init */
 } oai_server;
+
+/* Measures the vocabulary (max_piece). */
+brisk_status oai_server_init(oai_server *srv);
+/* Whether a request's `model` names this server's model; false fills e (404). */
+bool oai_model_ok(const oai_server *srv, const char *name, oai_error *e);
+/* Parses body as a JSON object; NULL and e on bad JSON, a NUL character
+ * (cJSON would cut the string there) or not an object. */
+cJSON *oai_parse_body(const char *body, size_t len, oai_error *e);
+/* A token's text for JSON: valid UTF-8 as is; a piece holding bytes that
+ * are not valid UTF-8 (part of a character) becomes "bytes:\xe4\xbd" as
+ * OpenAI writes them (the raw bytes go in `bytes`). */
+void oai_token_text(const char *s, size_t n, char *out, size_t cap);
 
 typedef struct oai_choice {  /* the output state of one of a job's n choices */
     chat_parser parser;      /* chat: content / reasoning / tool calls */
@@ -40,7 +58,12 @@ typedef struct oai_choice {  /* the output state of one of a job's n choices */
 } oai_choice;
 
 typedef struct oai_job {     /* one completion request */
-    bool chat, stream, include_usage, tools, logprobs;
+    bool chat, stream, include_usage, tools, logprobs, echo;
+    char *echo_text;         /* completions with echo: the prompt, put before each choice's text */
+    int tool_mode;           /* 0 auto, 1 required (a call is forced), 2 a named function */
+    int anth_block;          /* /v1/messages streaming: index of the next content block */
+    int anth_open;           /* /v1/messages streaming: type of the open block (0 none, 1 text, 2 thinking) */
+    bool anth_thinking;      /* /v1/messages: the request enabled thinking */
     int top_logprobs;
     char id[48];
     long long created;       /* unix seconds */
@@ -52,6 +75,8 @@ typedef struct oai_job {     /* one completion request */
 /* Validates the body and builds job->req (template rendered, tokenized).
  * false: e says why (4xx). */
 bool oai_parse(const oai_server *srv, const char *body, size_t len, bool chat, oai_job *job, oai_error *e);
+/* The same from a parsed chat request (root stays the caller's). */
+bool oai_parse_chat(const oai_server *srv, const cJSON *root, oai_job *job, oai_error *e);
 void oai_job_free(oai_job *job); /* not the request */
 
 /* New output of one choice since the last call, copied under the lock. */

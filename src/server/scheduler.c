@@ -45,6 +45,7 @@ struct sched {
     sched_req **queue;     /* (max_queue) ring */
     int q_head, q_len;
     brisk_batch_entry *batch; /* (n_parallel + prefill_chunk) */
+    float *biased;         /* (n_vocab) logits plus a request's logit_bias */
     int rr;                /* first slot offered prefill next step (fairness) */
     int ckpt;              /* recurrent state checkpoints every ckpt prompt tokens, 0: none */
     sched_stats st;
@@ -91,6 +92,8 @@ brisk_status sched_req_set_choices(sched_req *r, int n) {
 void sched_req_free(sched_req *r) {
     if (!r) return;
     for (int i = 0; i < r->p.n_stop; i++) free(r->p.stop[i]);
+    free(r->p.bias_id);
+    free(r->p.bias);
     for (int i = 0; i < r->n_choices; i++) {
         brisk_grammar_free(r->ch[i].grammar);
         free(r->ch[i].text);
@@ -130,6 +133,12 @@ void sched_wait(sched *s, sched_req *r, int timeout_ms) {
     pthread_cond_timedwait(&r->cv, &s->mu, &ts);
 }
 
+/* Lock held: tells r's reader there is news. */
+static void wake(sched_req *r) {
+    pthread_cond_broadcast(&r->cv);
+    if (r->on_news) r->on_news(r->on_news_arg);
+}
+
 /* Lock held: ends r and every choice still running with a reason (and message), wakes its reader. */
 static void req_finish(sched *s, sched_req *r, sched_finish f, const char *msg) {
     if (r->finish != SCHED_RUNNING) return;
@@ -141,7 +150,7 @@ static void req_finish(sched *s, sched_req *r, sched_finish f, const char *msg) 
         if (c->finish == SCHED_RUNNING) c->finish = f;
         c->n_visible = c->text_len;
     }
-    pthread_cond_broadcast(&r->cv);
+    wake(r);
 }
 
 /* Lock held: choice ci of r ends; an error or a cancel ends the whole request,
@@ -156,7 +165,7 @@ static void choice_finish(sched *s, sched_req *r, int ci, sched_finish f, const 
     c->finish = f;
     c->n_visible = c->text_len;
     if (--r->n_running == 0) req_finish(s, r, f, NULL);
-    pthread_cond_broadcast(&r->cv);
+    wake(r);
 }
 
 /* Lock held: the slot's choice ends; the slot becomes idle with its cache. */
@@ -481,7 +490,7 @@ static void publish(sched *s, slot *sl) {
     if (vis > c->n_visible) c->n_visible = vis;
     sl->next = tok;
     sl->generating = true;
-    pthread_cond_broadcast(&r->cv);
+    wake(r);
 }
 
 /* The first slot of a request with n > 1 choices has just decoded its
@@ -525,6 +534,12 @@ static void step(sched *s, int n) {
         slot *sl = &s->slots[i];
         if (!sl->req || sl->logit_idx < 0) continue;
         const float *lg = brisk_get_logits(s->ctx, sl->logit_idx);
+        const sched_gen_params *gp = &sl->req->p;
+        if (gp->n_bias) { /* logprobs then report what was sampled from */
+            memcpy(s->biased, lg, (size_t)s->n_vocab * sizeof *lg);
+            for (int k = 0; k < gp->n_bias; k++) s->biased[gp->bias_id[k]] += gp->bias[k];
+            lg = s->biased;
+        }
         sl->rec.id = brisk_sampler_sample(sl->smp, lg);
         brisk_sampler_accept(sl->smp, sl->rec.id);
         sl->rec.n_top = 0;
@@ -553,7 +568,7 @@ static void step(sched *s, int n) {
         if (sl->logit_idx < 0) continue;
         if (!sl->req->started) {
             sl->req->started = true;
-            pthread_cond_broadcast(&sl->req->cv);
+            wake(sl->req);
         }
         if (sl->req->cancelled || sl->req->finish != SCHED_RUNNING) continue;
         publish(s, sl);
@@ -628,6 +643,7 @@ void sched_free(sched *s) {
     free(s->slots);
     free(s->queue);
     free(s->batch);
+    free(s->biased);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -650,7 +666,8 @@ brisk_status sched_new(brisk_model *model, brisk_context *ctx, const sched_param
     s->slots = calloc((size_t)p->n_parallel, sizeof *s->slots);
     s->queue = calloc((size_t)p->max_queue, sizeof *s->queue);
     s->batch = calloc((size_t)(p->n_parallel + p->prefill_chunk), sizeof *s->batch);
-    if (!s->slots || !s->queue || !s->batch) goto oom;
+    s->biased = malloc((size_t)s->n_vocab * sizeof *s->biased);
+    if (!s->slots || !s->queue || !s->batch || !s->biased) goto oom;
     for (int i = 0; i < p->n_parallel; i++) {
         s->slots[i].id = i;
         if (!(s->slots[i].cache = malloc((size_t)p->n_ctx_slot * sizeof(brisk_token)))) goto oom;

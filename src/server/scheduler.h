@@ -45,6 +45,9 @@ typedef struct sched_gen_params {
     bool logprobs;
     int top_logprobs;    /* 0..SCHED_MAX_TOP_LOGPROBS */
     bool ignore_eos;
+    brisk_token *bias_id; /* (n_bias) owned: OpenAI's logit_bias, added to these tokens' logits */
+    float *bias;          /* (n_bias) */
+    int n_bias;
 } sched_gen_params;
 
 typedef struct sched_token {     /* one generated token, with logprobs when asked */
@@ -92,6 +95,10 @@ typedef struct sched_req {
     int refs;
     double t_submit, t_first_token; /* seconds, monotonic */
     pthread_cond_t cv;
+    /* set by the submitter: called with the lock held (it must not block or
+     * take the lock) whenever cv is signalled; cleared under the lock */
+    void (*on_news)(void *arg);
+    void *on_news_arg;
 } sched_req;
 
 typedef struct sched_params {

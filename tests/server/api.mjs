@@ -1,6 +1,6 @@
 // api.mjs — the OpenAI endpoints through the official client: chat, streaming,
 // include_usage, completions, stop strings, logprobs, tools, prefix caching, n > 1.
-import { client, test, run, assert, eq, raw, metrics, greedy } from './lib.mjs';
+import { client, test, run, assert, eq, raw, metrics, greedy, MODEL } from './lib.mjs';
 
 const messages = [{ role: 'user', content: 'Tell me a story about a cat.' }];
 
@@ -16,7 +16,7 @@ test('GET /health', async () => {
 });
 
 test('chat: non-streaming shape and usage', async () => {
-  const r = await client.chat.completions.create({ model: 'x', messages, max_tokens: 20, temperature: 0 });
+  const r = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 20, temperature: 0 });
   eq(r.object, 'chat.completion');
   const c = r.choices[0];
   eq(c.message.role, 'assistant');
@@ -28,9 +28,9 @@ test('chat: non-streaming shape and usage', async () => {
 });
 
 test('chat: streaming equals non-streaming; include_usage chunk', async () => {
-  const ref = await client.chat.completions.create({ model: 'x', messages, max_tokens: 30, temperature: 0 });
+  const ref = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 30, temperature: 0 });
   const stream = await client.chat.completions.create({
-    model: 'x', messages, max_tokens: 30, temperature: 0, stream: true, stream_options: { include_usage: true },
+    model: MODEL, messages, max_tokens: 30, temperature: 0, stream: true, stream_options: { include_usage: true },
   });
   let text = '', finish = null, usage = null, role = null, n = 0;
   for await (const ch of stream) {
@@ -55,14 +55,14 @@ test('chat: streaming equals non-streaming; include_usage chunk', async () => {
 
 test('completions: streaming equals non-streaming', async () => {
   const ref = await greedy('Once upon a time', 40);
-  const stream = await client.completions.create({ model: 'x', prompt: 'Once upon a time', max_tokens: 40, temperature: 0, stream: true });
+  const stream = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 40, temperature: 0, stream: true });
   let text = '';
   for await (const ch of stream) text += ch.choices[0]?.text ?? '';
   eq(text, ref);
 });
 
 test('max_tokens: finish_reason length and the exact count', async () => {
-  const r = await client.completions.create({ model: 'x', prompt: 'Once upon a time', max_tokens: 7, temperature: 0, ignore_eos: true });
+  const r = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 7, temperature: 0, ignore_eos: true });
   eq(r.choices[0].finish_reason, 'length');
   eq(r.usage.completion_tokens, 7);
 });
@@ -71,10 +71,10 @@ test('stop strings: cut before the stop, nothing leaks into the stream', async (
   const full = await greedy('Once upon a time', 60);
   const stop = full.slice(20, 26); // a few characters that span tokens
   const want = full.slice(0, full.indexOf(stop));
-  const r = await client.completions.create({ model: 'x', prompt: 'Once upon a time', max_tokens: 60, temperature: 0, stop: [stop, 'zzzz'] });
+  const r = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 60, temperature: 0, stop: [stop, 'zzzz'] });
   eq(r.choices[0].text, want, 'non-streaming');
   eq(r.choices[0].finish_reason, 'stop');
-  const stream = await client.completions.create({ model: 'x', prompt: 'Once upon a time', max_tokens: 60, temperature: 0, stop, stream: true });
+  const stream = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 60, temperature: 0, stop, stream: true });
   let text = '';
   for await (const ch of stream) text += ch.choices[0]?.text ?? '';
   eq(text, want, 'streaming');
@@ -87,7 +87,7 @@ test('seeded sampling is reproducible', async () => {
 });
 
 test('chat logprobs: one entry per token, top_logprobs sorted, greedy = top', async () => {
-  const r = await client.chat.completions.create({ model: 'x', messages, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 3 });
+  const r = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 3 });
   const lp = r.choices[0].logprobs.content;
   eq(lp.length, r.usage.completion_tokens);
   for (const t of lp) {
@@ -101,7 +101,7 @@ test('chat logprobs: one entry per token, top_logprobs sorted, greedy = top', as
 test('tools: accepted, answer well-formed', async () => {
   const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather of a city',
     parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
-  const r = await client.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'Weather in Paris?' }], tools, max_tokens: 16, temperature: 0 });
+  const r = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Weather in Paris?' }], tools, max_tokens: 16, temperature: 0 });
   const c = r.choices[0];
   assert(['stop', 'length', 'tool_calls'].includes(c.finish_reason), c.finish_reason);
   for (const tc of c.message.tool_calls ?? []) {
@@ -109,7 +109,7 @@ test('tools: accepted, answer well-formed', async () => {
     JSON.parse(tc.function.arguments);
   }
   // a conversation holding a tool call and its result renders
-  const r2 = await client.chat.completions.create({ model: 'x', max_tokens: 4, temperature: 0, tools, messages: [
+  const r2 = await client.chat.completions.create({ model: MODEL, max_tokens: 4, temperature: 0, tools, messages: [
     { role: 'user', content: 'Weather in Paris?' },
     { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
     { role: 'tool', tool_call_id: 'call_1', content: '{"temp": 21}' },
@@ -118,7 +118,7 @@ test('tools: accepted, answer well-formed', async () => {
 });
 
 test('content parts and a system message', async () => {
-  const r = await client.chat.completions.create({ model: 'x', max_tokens: 4, temperature: 0, messages: [
+  const r = await client.chat.completions.create({ model: MODEL, max_tokens: 4, temperature: 0, messages: [
     { role: 'system', content: 'Be brief.' }, { role: 'user', content: [{ type: 'text', text: 'Hello' }, { type: 'text', text: ' there' }] }] });
   assert(typeof r.choices[0].message.content === 'string');
 });
@@ -126,17 +126,17 @@ test('content parts and a system message', async () => {
 test('prefix caching: a repeated prompt reports cached_tokens', async () => {
   const long = 'Once upon a time there was a little dog named Max who lived in a small house by the sea. ' +
     'Every morning Max ran to the beach to look for shells and to play with the waves.';
-  const a = await client.completions.create({ model: 'x', prompt: long, max_tokens: 4, temperature: 0 });
-  const b = await client.completions.create({ model: 'x', prompt: long + ' One day', max_tokens: 4, temperature: 0 });
+  const a = await client.completions.create({ model: MODEL, prompt: long, max_tokens: 4, temperature: 0 });
+  const b = await client.completions.create({ model: MODEL, prompt: long + ' One day', max_tokens: 4, temperature: 0 });
   assert(b.usage.prompt_tokens_details.cached_tokens >= a.usage.prompt_tokens - 1,
     `cached ${b.usage.prompt_tokens_details.cached_tokens} of ${a.usage.prompt_tokens}`);
   // and the cached answer equals a cold one: the same prompt again gives the same text
-  const c = await client.completions.create({ model: 'x', prompt: long, max_tokens: 4, temperature: 0 });
+  const c = await client.completions.create({ model: MODEL, prompt: long, max_tokens: 4, temperature: 0 });
   eq(c.choices[0].text, a.choices[0].text);
 });
 
 test('n > 1: choice i equals a single request with seed + i; usage sums the completions', async () => {
-  const sp = { model: 'x', prompt: 'The little bird', max_tokens: 12, temperature: 1.0, top_k: 0, top_p: 1, min_p: 0, ignore_eos: true };
+  const sp = { model: MODEL, prompt: 'The little bird', max_tokens: 12, temperature: 1.0, top_k: 0, top_p: 1, min_p: 0, ignore_eos: true };
   const r = await client.completions.create({ ...sp, n: 3, seed: 7 });
   eq(r.choices.map((c) => c.index), [0, 1, 2]);
   for (let i = 0; i < 3; i++) {
@@ -151,7 +151,7 @@ test('n > 1: choice i equals a single request with seed + i; usage sums the comp
 });
 
 test('n > 1 streaming chat: chunks carry each index, same text as non-streaming', async () => {
-  const q = { model: 'x', messages, max_tokens: 16, temperature: 0.9, seed: 3, n: 2 };
+  const q = { model: MODEL, messages, max_tokens: 16, temperature: 0.9, seed: 3, n: 2 };
   const ref = await client.chat.completions.create(q);
   eq(ref.choices.length, 2);
   const stream = await client.chat.completions.create({ ...q, stream: true, stream_options: { include_usage: true } });
@@ -172,7 +172,7 @@ test('n > 1 streaming chat: chunks carry each index, same text as non-streaming'
 });
 
 test('n > 1 greedy: every choice is the greedy answer; n above --parallel is a 400', async () => {
-  const r = await client.completions.create({ model: 'x', prompt: 'Once upon a time', max_tokens: 10, temperature: 0, n: 4 });
+  const r = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 10, temperature: 0, n: 4 });
   const one = await greedy('Once upon a time', 10);
   eq(r.choices.map((c) => c.text), [one, one, one, one]);
   const bad = await raw('/v1/completions', { body: JSON.stringify({ prompt: 'x', n: 64 }) });

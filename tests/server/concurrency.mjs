@@ -2,7 +2,7 @@
 // single-request greedy output; a client that disconnects frees its slot; a
 // full queue answers 429 with Retry-After (BRISK_QUEUE_TEST=1: a server with
 // --parallel 1 --queue 1).
-import { client, test, run, assert, eq, raw, metrics, greedy, sleep, BASE } from './lib.mjs';
+import { client, test, run, assert, eq, raw, metrics, greedy, sleep, BASE, MODEL } from './lib.mjs';
 
 const prompts = ['Once upon a time', 'The little bird', 'Tom and his mom went', 'A big red ball', 'The sun was',
   'Lily wanted to', 'One day, a frog', 'The old man'];
@@ -36,7 +36,7 @@ if (process.env.BRISK_QUEUE_TEST) {
     const both = await Promise.all(prompts.map((p, i) => i % 2
       ? greedy(p, 48)
       : (async () => {
-        const s = await client.completions.create({ model: 'x', prompt: p, max_tokens: 48, temperature: 0, stream: true });
+        const s = await client.completions.create({ model: MODEL, prompt: p, max_tokens: 48, temperature: 0, stream: true });
         let t = '';
         for await (const ch of s) t += ch.choices[0]?.text ?? '';
         return t;
@@ -45,7 +45,7 @@ if (process.env.BRISK_QUEUE_TEST) {
   });
 
   test('a stalled reader does not hold up other requests', async () => {
-    const s = await client.completions.create({ model: 'x', prompt: 'The little bird', max_tokens: 800, temperature: 0,
+    const s = await client.completions.create({ model: MODEL, prompt: 'The little bird', max_tokens: 800, temperature: 0,
       ignore_eos: true, stream: true, stream_options: { include_usage: true } });
     const it = s[Symbol.asyncIterator]();
     await it.next(); // then stop reading while the server keeps generating

@@ -1,6 +1,6 @@
 // errors.mjs — bad requests get clean 4xx answers in OpenAI's error shape,
 // and the server keeps serving.
-import { client, test, run, assert, eq, raw, greedy } from './lib.mjs';
+import { client, test, run, assert, eq, raw, greedy, MODEL } from './lib.mjs';
 
 function isError(r, status, param) {
   eq(r.status, status, `status (${r.text.slice(0, 200)})`);
@@ -49,7 +49,7 @@ test('prompt longer than the context -> 400 context_length_exceeded', async () =
   eq(r.json.error.code, 'context_length_exceeded');
   // through the client too: an APIError with status 400
   try {
-    await client.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'word '.repeat(5000) }] });
+    await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'word '.repeat(5000) }] });
     assert(false, 'no error');
   } catch (e) {
     eq(e.status, 400);

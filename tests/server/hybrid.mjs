@@ -8,7 +8,7 @@
 // BRISK_URL_BIG: one with the default --batch and --parallel 1.
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { client, test, run, assert, eq, raw } from './lib.mjs';
+import { client, test, run, assert, eq, raw, MODEL } from './lib.mjs';
 
 const npm = resolve(process.env.BRISK_NPM || '.deps/npm/node_modules');
 const { default: OpenAI } = await import(pathToFileURL(join(npm, 'openai/index.mjs')).href);
@@ -16,7 +16,7 @@ const cold = new OpenAI({ baseURL: `${process.env.BRISK_URL_NOCKPT}/v1`, apiKey:
 
 const sys = { role: 'system', content: 'You are a helpful assistant who answers questions about the sea, ships, harbours and the weather at sea, in a few words.' };
 const turn1 = [sys, { role: 'user', content: 'What is the tallest lighthouse in the world, and how tall is it?' }];
-const chat = (c, messages, extra = {}) => c.chat.completions.create({ model: 'x', messages, max_tokens: 12, temperature: 0, ...extra });
+const chat = (c, messages, extra = {}) => c.chat.completions.create({ model: MODEL, messages, max_tokens: 12, temperature: 0, ...extra });
 const cachedOf = (r) => r.usage.prompt_tokens_details.cached_tokens;
 let turn2, hot;
 
@@ -49,16 +49,16 @@ test('n = 2 on a hybrid: both choices share the prompt state and equal the greed
 
 test('an unaligned reuse realigns: the next chunk ends on a block boundary and is snapshotted', async () => {
   const p = 'The harbour master counted the boats every morning before the fishermen left.';
-  const a = await client.completions.create({ model: 'x', prompt: p, max_tokens: 1, temperature: 0 });
+  const a = await client.completions.create({ model: MODEL, prompt: p, max_tokens: 1, temperature: 0 });
   const n = a.usage.prompt_tokens; // the slot now holds exactly these n tokens
   const b = p + ' Then he wrote the number into a big blue book that had belonged to his grandfather, and closed it.';
-  const rb = await client.completions.create({ model: 'x', prompt: b, max_tokens: 1, temperature: 0 });
+  const rb = await client.completions.create({ model: MODEL, prompt: b, max_tokens: 1, temperature: 0 });
   eq(cachedOf(rb), n, 'the whole sequence continues');
   const c = p + ' Then he wrote the number into a big blue book that had belonged to his grandfather, and opened it.';
   const tb = await toks(b), tc = await toks(c), lcp = common(tb, tc);
   const want = Math.floor(Math.min(lcp, tc.length - 1) / 16) * 16;
   assert(n % 16 !== 0 && want > n, `the prompts do not test a realigned chunk (n ${n}, lcp ${lcp})`);
-  const rc = await client.completions.create({ model: 'x', prompt: c, max_tokens: 1, temperature: 0 });
+  const rc = await client.completions.create({ model: MODEL, prompt: c, max_tokens: 1, temperature: 0 });
   eq(cachedOf(rc), want, `cached tokens (first ${n}, shared ${lcp} of ${tc.length})`);
 });
 
@@ -67,10 +67,10 @@ test('the checkpoint nearest a prompt\'s end stays a few tokens before it (a re-
   const big = new OpenAI({ baseURL: `${process.env.BRISK_URL_BIG}/v1`, apiKey: 'none', maxRetries: 0 });
   const ids = Array.from({ length: 60 }, (_, i) => (i * 7919 + 13) % 50000);
   // 49 tokens in one chunk: cut at 32 (the last boundary <= 49 - 4), not 48, then [32, 49)
-  const a = await big.completions.create({ model: 'x', prompt: ids.slice(0, 49), max_tokens: 1, temperature: 0 });
+  const a = await big.completions.create({ model: MODEL, prompt: ids.slice(0, 49), max_tokens: 1, temperature: 0 });
   eq(cachedOf(a), 0);
   // a follow-up that shares 47 tokens (the last two re-rendered) restarts at 32
-  const b = await big.completions.create({ model: 'x', prompt: [...ids.slice(0, 47), 7, 8, 9], max_tokens: 1, temperature: 0 });
+  const b = await big.completions.create({ model: MODEL, prompt: [...ids.slice(0, 47), 7, 8, 9], max_tokens: 1, temperature: 0 });
   eq(cachedOf(b), 32);
 });
 

@@ -9,6 +9,8 @@ const { default: OpenAI } = await import(pathToFileURL(join(npm, 'openai/index.m
 
 export const BASE = process.env.BRISK_URL || 'http://127.0.0.1:8080';
 export const client = new OpenAI({ baseURL: `${BASE}/v1`, apiKey: process.env.BRISK_KEY || 'none', maxRetries: 0 });
+// the served model's name: any other is a 404 (models.list needs the key when one is set)
+export const MODEL = (await client.models.list()).data[0].id;
 
 const tests = [];
 export function test(name, fn) { tests.push({ name, fn }); }
@@ -59,7 +61,7 @@ export async function metrics() {
 
 // Greedy completion text of a prompt (non-streaming).
 export async function greedy(prompt, max_tokens = 40, extra = {}) {
-  const r = await client.completions.create({ model: 'x', prompt, max_tokens, temperature: 0, ...extra });
+  const r = await client.completions.create({ model: MODEL, prompt, max_tokens, temperature: 0, ...extra });
   return r.choices[0].text;
 }
 

@@ -6,7 +6,7 @@
 // between the warm point and the end (a leak per request would).
 //   LOAD_CLIENTS=64 LOAD_SECONDS=120 LOAD_MAX_TOKENS=128 node tests/server/load.mjs
 import { readFileSync } from 'node:fs';
-import { client } from './lib.mjs';
+import { client, MODEL } from './lib.mjs';
 
 const N = Number(process.env.LOAD_CLIENTS || 8), T = Number(process.env.LOAD_SECONDS || 5);
 const MAX = Number(process.env.LOAD_MAX_TOKENS || 96), PID = process.env.LOAD_PID;
@@ -28,9 +28,9 @@ async function one(id, i, stats) {
   const prompt = `Once upon a time, a ${words[(id + i) % words.length]} and a ${words[(id * 7 + i) % words.length]}`;
   const chat = (id + i) % 2 === 0;
   const s = chat
-    ? await client.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: prompt }], max_tokens: MAX,
+    ? await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: prompt }], max_tokens: MAX,
       temperature: 0.8, seed: id * 1000 + i, stream: true, stream_options: { include_usage: true } })
-    : await client.completions.create({ model: 'x', prompt, max_tokens: MAX, temperature: 0.8, seed: id * 1000 + i,
+    : await client.completions.create({ model: MODEL, prompt, max_tokens: MAX, temperature: 0.8, seed: id * 1000 + i,
       stream: true, stream_options: { include_usage: true } });
   for await (const ch of s) {
     if (ch.usage) usage = ch.usage;

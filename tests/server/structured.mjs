@@ -3,7 +3,7 @@
 // output must parse as JSON and validate against the schema (a tiny validator
 // for the keywords used here), streaming and not; bad schemas and grammars
 // answer 400 with a message that says what is wrong.
-import { client, test, run, assert, eq, raw } from './lib.mjs';
+import { client, test, run, assert, eq, raw, MODEL } from './lib.mjs';
 
 const schema = {
   type: 'object',
@@ -56,14 +56,14 @@ function check(text) {
 
 test('json_schema: the output parses and validates (greedy and sampled)', async () => {
   for (const [temperature, seed] of [[0, 1], [1, 2]]) {
-    const r = await client.chat.completions.create({ model: 'x', messages, response_format, max_tokens: 400, temperature, seed });
+    const r = await client.chat.completions.create({ model: MODEL, messages, response_format, max_tokens: 400, temperature, seed });
     eq(r.choices[0].finish_reason, 'stop', `finish (${r.choices[0].message.content})`);
     check(r.choices[0].message.content);
   }
 });
 
 test('json_schema, streaming: the joined deltas validate', async () => {
-  const stream = await client.chat.completions.create({ model: 'x', messages, response_format, max_tokens: 400, temperature: 1, seed: 4, stream: true });
+  const stream = await client.chat.completions.create({ model: MODEL, messages, response_format, max_tokens: 400, temperature: 1, seed: 4, stream: true });
   let text = '', finish = null;
   for await (const c of stream) {
     if (c.choices[0]?.delta?.content) text += c.choices[0].delta.content;
@@ -74,7 +74,7 @@ test('json_schema, streaming: the joined deltas validate', async () => {
 });
 
 test('json_object on /v1/completions: any JSON object', async () => {
-  const r = await client.completions.create({ model: 'x', prompt: 'Once upon a time', max_tokens: 60, temperature: 0,
+  const r = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 60, temperature: 0,
     response_format: { type: 'json_object' } });
   const text = r.choices[0].text;
   if (r.choices[0].finish_reason === 'stop') {

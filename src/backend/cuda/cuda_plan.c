@@ -133,6 +133,7 @@ static const struct {
     {"BRISK_XCACHE_MISS", "engine/offload", "cpu, copy or map: how the hot-expert cache runs a miss (unset: chosen by the batch)"},
     {"BRISK_XCACHE_READ_EVERY", "engine/offload", "passes between readbacks of the map mode's counters (16)"},
     {"BRISK_XCACHE_SWAP_MARGIN", "engine/offload", "routings by which an expert must be hotter to replace a cached one (6)"},
+    {"BRISK_API_KEY", "server", "the key `brisk serve` requires (when neither --api-key nor --api-key-file is given)"},
     {"BRISK_TP_RANK", "engine/tp", "this process's tensor-parallel rank (or OMPI_COMM_WORLD_RANK, PMI_RANK)"},
     {"BRISK_TP_SIZE", "engine/tp", "the tensor-parallel ranks (or OMPI_COMM_WORLD_SIZE, PMI_SIZE)"},
     {"BRISK_TP_DEVICE", "engine/tp", "this rank's CUDA device (default: the launcher's local rank)"},

@@ -1,0 +1,108 @@
+// anthropic.mjs — /v1/messages and /v1/messages/count_tokens through the
+// official @anthropic-ai/sdk client (make deps): text, system, streaming
+// events equal to the non-streaming answer, tool_use output (forced with
+// brisk's `grammar` extension) and tool_result input, thinking blocks (with
+// ANTH_THINKING=1: a template that thinks), count_tokens, and errors in
+// Anthropic's shape.
+import { join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { test, run, assert, eq, raw, BASE, MODEL } from './lib.mjs';
+
+const npm = resolve(process.env.BRISK_NPM || '.deps/npm/node_modules');
+const { default: Anthropic } = await import(pathToFileURL(join(npm, '@anthropic-ai/sdk/index.mjs')).href);
+const anthropic = new Anthropic({ baseURL: BASE, apiKey: process.env.BRISK_KEY || 'none', maxRetries: 0 });
+const THINKING = process.env.ANTH_THINKING === '1';
+
+const user = [{ role: 'user', content: 'Tell me a story about a cat.' }];
+const tools = [{ name: 'get_weather', description: 'Weather of a city', input_schema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } }];
+const CALL = 'root ::= "<tool_call>\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": {\\"city\\": \\"Paris\\"}}\\n</tool_call>"';
+
+test('messages: a text answer with usage', async () => {
+  const m = await anthropic.messages.create({ model: MODEL, max_tokens: 16, messages: user, system: 'Be brief.', temperature: 0 });
+  eq(m.type, 'message');
+  eq(m.role, 'assistant');
+  assert(m.id.startsWith('msg_'), m.id);
+  eq(m.content[0].type, 'text');
+  assert(m.content[0].text.length > 0, 'empty text');
+  assert(['end_turn', 'max_tokens'].includes(m.stop_reason), m.stop_reason);
+  assert(m.usage.input_tokens > 0 && m.usage.output_tokens > 0, JSON.stringify(m.usage));
+});
+
+test('messages: max_tokens gives stop_reason max_tokens and the exact count', async () => {
+  const m = await anthropic.messages.create({ model: MODEL, max_tokens: 5, messages: [{ role: 'user', content: [{ type: 'text', text: 'Hi' }] }], temperature: 0, stop_sequences: ['zzzz'] });
+  if (m.stop_reason === 'max_tokens') eq(m.usage.output_tokens, 5);
+});
+
+test('streaming: events in order, text equal to the non-streaming answer', async () => {
+  const ref = await anthropic.messages.create({ model: MODEL, max_tokens: 24, messages: user, temperature: 0 });
+  const stream = anthropic.messages.stream({ model: MODEL, max_tokens: 24, messages: user, temperature: 0 });
+  const types = [];
+  stream.on('streamEvent', (e) => types.push(e.type));
+  const fin = await stream.finalMessage();
+  eq(types[0], 'message_start');
+  eq(types[types.length - 1], 'message_stop');
+  eq(types[types.length - 2], 'message_delta');
+  eq(fin.content.map((b) => b.text ?? '').join(''), ref.content.map((b) => b.text ?? '').join(''));
+  eq(fin.stop_reason, ref.stop_reason);
+  eq(fin.usage.output_tokens, ref.usage.output_tokens);
+});
+
+test('tools: a tool_use block with parsed input (streaming and not)', async () => {
+  const body = { model: MODEL, max_tokens: 200, messages: [{ role: 'user', content: 'Weather in Paris?' }], tools, temperature: 0, grammar: CALL };
+  const m = await anthropic.messages.create(body);
+  eq(m.stop_reason, 'tool_use');
+  const tu = m.content.find((b) => b.type === 'tool_use');
+  assert(tu, JSON.stringify(m.content));
+  eq(tu.name, 'get_weather');
+  eq(tu.input, { city: 'Paris' });
+  assert(tu.id.startsWith('toolu_'), tu.id);
+  const fin = await anthropic.messages.stream(body).finalMessage();
+  eq(fin.stop_reason, 'tool_use');
+  eq(fin.content.find((b) => b.type === 'tool_use').input, { city: 'Paris' });
+});
+
+test('tool_result and tool_use in the history render and answer', async () => {
+  const messages = [
+    { role: 'user', content: 'Weather in Paris?' },
+    { role: 'assistant', content: [{ type: 'text', text: 'Let me check.' }, { type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: { city: 'Paris' } }] },
+    { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: 'sunny, 21 C' }, { type: 'text', text: 'Thanks!' }] },
+  ];
+  const m = await anthropic.messages.create({ model: MODEL, max_tokens: 8, messages, tools, temperature: 0 });
+  eq(m.type, 'message');
+  const n = await anthropic.messages.countTokens({ model: MODEL, messages, tools });
+  const bare = await anthropic.messages.countTokens({ model: MODEL, messages: [{ role: 'user', content: 'Weather in Paris?' }] });
+  assert(n.input_tokens > bare.input_tokens + 5, `${n.input_tokens} vs ${bare.input_tokens}`);
+  eq(m.usage.input_tokens + (m.usage.cache_read_input_tokens ?? 0), n.input_tokens);
+});
+
+if (THINKING) test('thinking: enabled gives a thinking block before the text', async () => {
+  const body = { model: MODEL, max_tokens: 40, messages: user, temperature: 0, thinking: { type: 'enabled', budget_tokens: 1024 },
+    grammar: 'root ::= "<think>\\nhmm\\n</think>\\n\\nA cat." ' };
+  const m = await anthropic.messages.create(body);
+  eq(m.content[0].type, 'thinking');
+  eq(m.content[0].thinking.trim(), 'hmm');
+  eq(m.content[1].type, 'text');
+  eq(m.content[1].text, 'A cat.');
+  const fin = await anthropic.messages.stream(body).finalMessage();
+  eq(fin.content.map((b) => b.type), ['thinking', 'text']);
+  eq(fin.content[1].text, 'A cat.');
+});
+
+test('errors: Anthropic shape; unknown model 404, missing max_tokens 400', async () => {
+  try {
+    await anthropic.messages.create({ model: 'claude-nope', max_tokens: 4, messages: user });
+    assert(false, 'no error');
+  } catch (e) {
+    eq(e.status, 404);
+    eq(e.error?.type, 'error');
+    eq(e.error?.error?.type, 'not_found_error');
+  }
+  const r = await raw('/v1/messages', { body: JSON.stringify({ model: MODEL, messages: user }) });
+  eq(r.status, 400);
+  eq(r.json.type, 'error');
+  eq(r.json.error.type, 'invalid_request_error');
+  const img = await raw('/v1/messages', { body: JSON.stringify({ model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: [{ type: 'image', source: {} }] }] }) });
+  eq(img.status, 400);
+});
+
+await run();
