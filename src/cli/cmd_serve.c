@@ -12,8 +12,9 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: brisk serve -m FILE [options]\n"
+            "usage: brisk serve -m FILE | -hf REPO[:QUANT] [options]\n"
             "  -m, --model FILE     GGUF model\n"
+            CLI_HF_HELP
             "  --host ADDR          address to listen on (default 127.0.0.1)\n"
             "  --port N             port (default 8080; 0: any free port)\n"
             "  -c, --ctx-size N     tokens per request, prompt and completion (default: model's, at most 4096)\n"
@@ -76,10 +77,11 @@ int cmd_serve(int argc, char **argv) {
             if (!cli_int(a, v, 1, 1024, &n_threads)) return 2;
         } else return cli_error(2, "serve: unknown option '%s' (try `brisk serve --help`)", a);
     }
-    if (!model_path) return cli_error(2, "serve: -m FILE is required");
+    int hf_rc = cli_model_path(&mo, "serve", &model_path);
+    if (hf_rc) return hf_rc;
     cfg.max_body = max_body > 0 ? (size_t)max_body : (size_t)max_body_mb << 20;
     const char *base = strrchr(model_path, '/');
-    cfg.model_id = alias ? alias : base ? base + 1 : model_path;
+    cfg.model_id = alias ? alias : mo.hf ? mo.hf : base ? base + 1 : model_path; /* -hf: the name it was asked by */
 
     /* Signals go to sigwait below, not to whichever thread runs. */
     sigset_t sigs;
