@@ -45,6 +45,7 @@ static void on_progress(const hf_progress *p, void *user) {
             fprintf(stderr, "[%d/%d] %s: %.1f MiB in %.1f s (%.1f MiB/s)", p->index, p->count, p->file,
                     mib(p->total), p->seconds, rate);
             if (p->resumed) fprintf(stderr, ", resumed from %.1f MiB", mib(p->resumed));
+            if (p->retries) fprintf(stderr, ", %d retr%s", p->retries, p->retries == 1 ? "y" : "ies");
             fputs(", sha256 checked\n", stderr);
         }
         return;

@@ -448,6 +448,7 @@ static brisk_status transfer(xfer *x, const char *url, const char *what) {
                            (unsigned long long)x->have, (unsigned long long)x->prog.total);
         }
         BK_TRY(backoff(h, &r, attempt, what));
+        x->prog.retries++;
     }
 }
 

@@ -32,6 +32,7 @@ typedef struct hf_progress {
     int index, count;     /* this file is index (1-based) of count */
     uint64_t done, total; /* bytes of this file present (resumed ones included) and its size */
     uint64_t resumed;     /* bytes that were on disk before this run */
+    int retries;          /* requests after the first (a dropped connection resumed, a 429 waited out) */
     double seconds;       /* since this file's transfer began */
     bool finished;        /* the last call for this file: it is whole and checked */
     bool cached;          /* (with finished) it was in the cache already: nothing fetched */
