@@ -63,8 +63,29 @@ check "run -hf: the cached model, no request to the hub, the same text as -m" \
 check "-m and -hf together: exit 2, one line" '[ $rc -eq 2 ] && [ $(wc -l <"$T/e") -eq 1 ] && grep -q "both" "$T/e"'
 "$B" bench -hf brisk-test/tiny-GGUF:Q8_0 -p 8 -n 4 -r 1 -t 2 >"$T/o" 2>&1; rc=$?
 check "bench -hf runs" '[ $rc -eq 0 ] && grep -q "tiny-Q8_0.gguf" "$T/o"'
+zcat "$S/corpus/kjv_verses.txt.gz" | head -c 20000 >"$T/text.txt"
+"$B" perplexity -hf brisk-test/tiny-GGUF:Q4_K_M -f "$T/text.txt" -c 64 --chunks 2 -t 2 >"$T/o" 2>&1; rc=$?
+"$B" perplexity -m "$M" -f "$T/text.txt" -c 64 --chunks 2 -t 2 >"$T/o2" 2>&1
+check "perplexity -hf: the -m run's figure" '[ $rc -eq 0 ] && [ "$(grep -o "PPL = [0-9.]*" "$T/o")" = "$(grep -o "PPL = [0-9.]*" "$T/o2")" ] && grep -q "PPL = " "$T/o"'
+SP=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$B" serve -hf brisk-test/tiny-GGUF:Q4_K_M --port "$SP" -t 1 >"$T/serve.log" 2>&1 & SPID=$!
+models() { python3 -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+  "http://127.0.0.1:$SP/v1/models" 2>/dev/null; }
+for _ in $(seq 100); do models >"$T/models" && break; sleep 0.1; done
+kill -TERM $SPID; wait $SPID; rc=$?
+check "serve -hf: serves it, named REPO:QUANT in /v1/models, exits 0" \
+  '[ $rc -eq 0 ] && grep -q "\"brisk-test/tiny-GGUF:Q4_K_M\"" "$T/models"'
 HF_HUB_OFFLINE=1 "$B" run -hf brisk-test/other-GGUF -p hi >/dev/null 2>"$T/e"; rc=$?
 check "HF_HUB_OFFLINE and not cached: exit 1, says so" '[ $rc -eq 1 ] && grep -q "HF_HUB_OFFLINE" "$T/e"'
+
+# on a terminal: a bar redrawn in place, then the summary line (script(1) gives the pull a tty)
+if command -v script >/dev/null; then
+  rm -rf "$C"
+  script -qec "$B pull brisk-test/tiny-GGUF:Q8_0" /dev/null >"$T/tty" 2>&1; rc=$?
+  check "on a terminal: a progress bar (%, [###---], MiB/s, ETA) redrawn with \\r, then the summary" \
+    '[ $rc -eq 0 ] && grep -q "$(printf "\r")" "$T/tty" && grep -aq "%.*\[#*-*\].*MiB/s ETA" "$T/tty" && grep -aq "sha256 checked" "$T/tty"'
+  "$B" pull brisk-test/tiny-GGUF:Q4_K_M >/dev/null 2>&1
+fi
 
 # 4. a split GGUF: both parts, in order; -hf says brisk loads one file
 "$B" pull brisk-test/tiny-GGUF:f16 >"$T/o" 2>"$T/e"; rc=$?
