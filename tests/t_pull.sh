@@ -154,6 +154,17 @@ check "the next pull resumes from the half, whole and checked" \
   '[ $rc -eq 0 ] && grep -q "resumed from 0.6 MiB" "$T/e" && grep -q "^GET /cdn/$SHA range=bytes=$(( $(stat -c %s "$M") / 2 ))- .* 206" "$T/log" &&
    cmp -s "$C/blobs/$SHA" "$M" && [ ! -e "$C/blobs/$SHA.incomplete" ]'
 
+# two pulls of one file at once: the second stops at once (the partial file is locked)
+fresh; mkdir -p "$C/blobs"; : >"$C/blobs/$SHA.incomplete"
+flock "$C/blobs/$SHA.incomplete" sleep 5 & LP=$!
+sleep 0.3
+"$B" pull brisk-test/tiny-GGUF >/dev/null 2>"$T/e"; rc=$?
+kill $LP; wait $LP 2>/dev/null
+check "a download under way elsewhere: exit 1, says so, the partial file untouched" \
+  '[ $rc -eq 1 ] && grep -q "another process is downloading" "$T/e" && [ -f "$C/blobs/$SHA.incomplete" ] && [ ! -e "$C/blobs/$SHA" ]'
+: >"$T/log"; HF_HUB_OFFLINE=1 "$B" pull brisk-test/tiny-GGUF:Q8_0 >/dev/null 2>"$T/e"; rc=$?
+check "pull with HF_HUB_OFFLINE, not cached: exit 1, no request" '[ $rc -eq 1 ] && grep -q "HF_HUB_OFFLINE" "$T/e" && [ $(nreq) -eq 0 ]'
+
 # 10. a wrong checksum: nothing kept (a partial file of wrong bytes is not resumed from); then fine
 fresh; ctl corrupt
 "$B" pull brisk-test/tiny-GGUF >/dev/null 2>"$T/e"; rc=$?

@@ -69,8 +69,12 @@ static int pull(const char *spec, char ***paths, int *n) {
     char repo[HF_REPO_MAX], quant[HF_QUANT_MAX];
     if (hf_spec_parse(spec, repo, quant) != BRISK_OK) return cli_error(2, "%s", brisk_last_error());
     const char *off = getenv("HF_HUB_OFFLINE");
-    if (off && *off && strcmp(off, "0"))
+    if (off && *off && strcmp(off, "0")) { /* what the cache has, or nothing */
+        char root[4096];
+        if (hf_cache_root(root, sizeof root) == BRISK_OK && hf_cache_find(root, repo, quant, paths, n) == BRISK_OK)
+            return 0;
         return cli_error(1, "%s is not in the cache and HF_HUB_OFFLINE is set", spec);
+    }
     bar b = {.tty = isatty(2) == 1};
     hf_hub_opts o = {.user_agent = "brisk/" BRISK_VERSION, .progress = on_progress, .user = &b};
     if (hf_pull(repo, quant, &o, paths, n) != BRISK_OK) {

@@ -349,7 +349,10 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *u) {
         /* a 200 to a Range request is the whole file from byte 0 */
         if (code == 200 && x->have > 0 && !restart(x)) return 0;
     }
-    if (x->to_err) return on_mem(p, 1, n < ERR_MAX ? n : ERR_MAX, &x->err) ? n : n;
+    if (x->to_err) { /* the hub's message, kept short; the rest is read and dropped */
+        if (x->err.n + n < ERR_MAX) on_mem(p, 1, n, &x->err);
+        return n;
+    }
     if (x->have + n > x->prog.total) {
         x->overrun = true;
         return 0;
@@ -551,9 +554,9 @@ brisk_status hf_pull(const char *repo, const char *quant, const hf_hub_opts *o, 
     if (s == BRISK_OK && !(sel = malloc(((size_t)nf + 1) * sizeof *sel))) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
     if (s == BRISK_OK && (s = hf_select(files, nf, quant, sel, &ns)) != BRISK_OK) bk_wrap(s, "%s", repo);
     if (s == BRISK_OK && mkdir(h.root, 0777) && errno != EEXIST) { /* the parent of a fresh HF_HOME may be missing */
-        char cmd[PATH_MAX];
-        snprintf(cmd, sizeof cmd, "%s", h.root);
-        for (char *p = cmd + 1; (p = strchr(p, '/')); p++) *p = 0, mkdir(cmd, 0777), *p = '/';
+        char up[PATH_MAX];
+        snprintf(up, sizeof up, "%s", h.root);
+        for (char *p = up + 1; (p = strchr(p, '/')); p++) *p = 0, mkdir(up, 0777), *p = '/';
         if (mkdir(h.root, 0777) && errno != EEXIST) s = bk_fail(BRISK_ERR_IO, "mkdir %s: %s", h.root, strerror(errno));
     }
     for (int i = 0; s == BRISK_OK && i < ns; i++) {
