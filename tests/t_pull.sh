@@ -176,6 +176,11 @@ mkdir -p "$C/blobs"; head -c 1000 /dev/urandom >"$C/blobs/$SHA.incomplete"; ctl 
 "$B" pull brisk-test/tiny-GGUF >/dev/null 2>"$T/e"; rc=$?
 check "a server that ignores Range: the partial file is restarted, the result is whole" '[ $rc -eq 0 ] && cmp -s "$C/blobs/$SHA" "$M"'
 ctl normal
+# a whole partial file (killed between the last byte and the rename): checked and kept, nothing fetched
+fresh; mkdir -p "$C/blobs"; cp "$M" "$C/blobs/$SHA.incomplete"
+"$B" pull brisk-test/tiny-GGUF >/dev/null 2>"$T/e"; rc=$?
+check "a whole partial file: checked and renamed, no download" \
+  '[ $rc -eq 0 ] && cmp -s "$C/blobs/$SHA" "$M" && ! grep -q "/cdn/" "$T/log" && [ ! -e "$C/blobs/$SHA.incomplete" ]'
 
 # 11. ls and rm
 "$B" pull brisk-test/tiny-GGUF:Q8_0 >/dev/null 2>&1; "$B" pull brisk-test/tiny-GGUF:F16 >/dev/null 2>&1
