@@ -49,7 +49,7 @@ endif
 GCC_WARN := $(if $(shell $(CC) --version 2>/dev/null | grep -qi 'free software foundation' && echo y),-Wshadow=local -Wno-format-truncation)
 CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter $(GCC_WARN) \
            -fPIC -D_GNU_SOURCE -pthread -Iinclude -Isrc $(CUDA_CFLAGS) $(EXTRA_CFLAGS)
-LDLIBS  := -lpcre2-8 -lcjson -lmicrohttpd -lm -lpthread -ldl $(CUDA_LIBS)
+LDLIBS  := -lpcre2-8 -lcjson -lmicrohttpd -lcurl -lm -lpthread -ldl $(CUDA_LIBS)
 LDFLAGS := $(LDSAN) -pthread
 
 # Per-ISA kernel files: the rest of the code stays portable x86-64.

@@ -5,7 +5,7 @@ set -euo pipefail
 SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
 need=()
-for p in libpcre2-dev libcjson-dev libmicrohttpd-dev; do          # headers: ask dpkg
+for p in libpcre2-dev libcjson-dev libmicrohttpd-dev libcurl4-openssl-dev; do         # headers: ask dpkg
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 for c in cc:build-essential make:build-essential clang:clang git:git python3:python3 \

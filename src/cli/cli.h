@@ -15,6 +15,9 @@ int cmd_quantize(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
 
 /* Prints "brisk: <fmt>" + newline to stderr and returns code. */
 int cli_error(int code, const char *fmt, ...);

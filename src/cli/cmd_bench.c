@@ -190,7 +190,7 @@ int cmd_bench(int argc, char **argv) {
                    "                   [--cache-experts N|auto] [--expert-stats FILE] [--tp N]\n"
                    "  -d N    run each test after N tokens already in the KV cache (llama-bench's -d)\n"
                    "  -np N   generation decodes N sequences per step (batched decode; tokens/s of all)\n"
-                   CLI_ROPE_HELP CLI_LLAMACPP_HELP);
+                   CLI_HF_HELP CLI_ROPE_HELP CLI_LLAMACPP_HELP);
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model_path = cli_next(argc, argv, &i))) return 2;
@@ -205,9 +205,10 @@ int cmd_bench(int argc, char **argv) {
             if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 0, 1 << 20, dst)) return 2;
         }
     }
-    if (!model_path) return cli_error(2, "bench: -m FILE is required");
     if (reps < 1) return cli_error(2, "bench: -r must be at least 1");
     if (n_seq < 1 || n_seq > 256) return cli_error(2, "bench: -np must be in [1, 256]");
+    int hf_rc = cli_model_path(&mo, "bench", &model_path);
+    if (hf_rc) return hf_rc;
     if (n_threads <= 0) n_threads = cli_default_threads();
     brisk_model *m = NULL;
     brisk_context *ctx = NULL;

@@ -63,7 +63,7 @@ int cmd_perplexity(int argc, char **argv) {
                    "                              (llama-perplexity's format; FILE is replaced whole when the run ends)\n"
                    "  --kl-divergence             with --kl-divergence-base FILE: run FILE's chunks (its tokens and -c;\n"
                    "                              no -f) and report KL divergence from it, PPL ratio and same top token\n"
-                   CLI_ROPE_HELP CLI_LLAMACPP_HELP);
+                   CLI_HF_HELP CLI_ROPE_HELP CLI_LLAMACPP_HELP);
             return 0;
         }
         return cli_error(2, "perplexity: unknown option '%s'", argv[i]);
@@ -72,7 +72,9 @@ int cmd_perplexity(int argc, char **argv) {
         return cli_error(2, "perplexity: --kl-divergence needs --kl-divergence-base FILE (a base run's logits)");
     const char *model_path = to.model_path, *text_path = to.text_path;
     int n_ctx = to.n_ctx, n_threads = to.n_threads, n_chunks_max = to.n_chunks_max;
-    if (!model_path || (!text_path && !kl)) return cli_error(2, "perplexity: -m FILE and -f TEXT are required");
+    if (!text_path && !kl) return cli_error(2, "perplexity: -m FILE and -f TEXT are required");
+    int hf_rc = cli_model_path(&mo, "perplexity", &model_path);
+    if (hf_rc) return hf_rc;
     const char *inputs[2] = {model_path, text_path};
     if (base_path && !kl && atomic_file_check_distinct("perplexity", base_path, inputs, 2) != BRISK_OK)
         return cli_error(1, "%s", brisk_last_error()); /* before the run, not after it */

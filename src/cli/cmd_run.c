@@ -11,8 +11,9 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: brisk run -m FILE -p TEXT [options]\n"
+            "usage: brisk run -m FILE | -hf REPO[:QUANT] -p TEXT [options]\n"
             "  -m, --model FILE     GGUF model\n"
+            CLI_HF_HELP
             "  -p, --prompt TEXT    prompt (-f FILE reads it from a file)\n"
             "  -n, --n-predict N    tokens to generate (default 128; -1: until end of text or context)\n"
             "  -c, --ctx-size N     context size (default: model's, at most 4096)\n"
@@ -184,8 +185,9 @@ int cmd_run(int argc, char **argv) {
         }
 #undef VAL
     }
-    if (!model_path) return cli_error(2, "run: -m FILE is required");
     if (!prompt && !prompt_file) return cli_error(2, "run: -p TEXT or -f FILE is required");
+    int hf_rc = cli_model_path(&mo, "run", &model_path);
+    if (hf_rc) return hf_rc;
     if (!seed_set) sp.seed = (uint64_t)(cli_now() * 1e9);
 
     char *file_text = NULL;

@@ -12,8 +12,9 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: brisk serve -m FILE [options]\n"
+            "usage: brisk serve -m FILE | -hf REPO[:QUANT] [options]\n"
             "  -m, --model FILE     GGUF model\n"
+            CLI_HF_HELP
             "  --host ADDR          address to listen on (default 127.0.0.1)\n"
             "  --port N             port (default 8080; 0: any free port)\n"
             "  -c, --ctx-size N     tokens per request, prompt and completion (default: model's, at most 4096)\n"
@@ -126,13 +127,15 @@ int cmd_serve(int argc, char **argv) {
             if (!cli_int(a, v, 1, 1024, &n_threads)) return 2;
         } else return cli_error(2, "serve: unknown option '%s' (try `brisk serve --help`)", a);
     }
-    if (!model_path) return cli_error(2, "serve: -m FILE is required");
+    int hf_rc = cli_model_path(&mo, "serve", &model_path);
+    if (hf_rc) return hf_rc;
     cfg.max_body = max_body > 0 ? (size_t)max_body : (size_t)max_body_mb << 20;
     const char *base = strrchr(model_path, '/'), *names[33];
     base = base ? base + 1 : model_path;
-    cfg.model_id = n_alias ? aliases[0] : base;
+    cfg.model_id = n_alias ? aliases[0] : mo.hf ? mo.hf : base; /* -hf: the name it was asked by */
     for (int i = 1; i < n_alias; i++) names[cfg.n_model_names++] = aliases[i];
     names[cfg.n_model_names++] = base;
+    if (mo.hf && n_alias) names[cfg.n_model_names++] = mo.hf;
     cfg.model_names = names;
     cfg.cors_origins = cors;
     cfg.n_cors_origins = n_cors;

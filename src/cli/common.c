@@ -280,11 +280,21 @@ int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
         return cli_int(a, v, 0, 1 << 20, &o->cache_experts) ? 1 : -1;
     }
     if (!strcmp(a, "--expert-stats")) return (o->expert_stats = cli_next(argc, argv, i)) ? 1 : -1;
+    if (!strcmp(a, "-hf") || !strcmp(a, "-hfr") || !strcmp(a, "--hf-repo")) return (o->hf = cli_next(argc, argv, i)) ? 1 : -1;
     if (!strcmp(a, "--tp")) return (v = cli_next(argc, argv, i)) && cli_int(a, v, 1, 1024, &o->tp) ? 1 : -1;
     if (!strcmp(a, "--pp")) return (v = cli_next(argc, argv, i)) && cli_int(a, v, 1, 1024, &o->pp) ? 1 : -1;
     if (!strcmp(a, "--device")) o->device_set = true;
     int r = cli_gpu_flag(argc, argv, i, &o->n_gpu_layers, &o->device);
     return r ? r : cli_kv_flag(argc, argv, i, &o->kv_type);
+}
+
+int cli_model_path(cli_model_opts *o, const char *cmd, const char **model_path) {
+    if (o->hf && *model_path) return cli_error(2, "%s: -m and -hf both name a model; give one", cmd);
+    if (!o->hf && !*model_path) return cli_error(2, "%s: -m FILE (or -hf REPO[:QUANT]) is required", cmd);
+    if (!o->hf) return 0;
+    int rc = cli_hf_resolve(o->hf, o->hf_path, sizeof o->hf_path);
+    if (!rc) *model_path = o->hf_path;
+    return rc;
 }
 
 int cli_text_flag(int argc, char **argv, int *i, cli_text_opts *o) {

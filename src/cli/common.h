@@ -44,9 +44,11 @@ typedef struct cli_model_opts {
     brisk_rope_overrides rope; /* --rope-scaling, --rope-scale, --yarn-*: over the file's rope keys */
     bool device_set;          /* --device was given (a GPU asked for, as by -ngl N > 0) */
     bool mlock;               /* --mlock: lock the loaded model's host pages in memory (mlockall) */
+    const char *hf;           /* -hf REPO[:QUANT]: the model from the Hugging Face cache (cli_model_path) */
+    char hf_path[4096];       /* where -hf resolved to */
 } cli_model_opts;
 #define CLI_MODEL_OPTS_DEFAULT \
-    {-1, 0, BRISK_KV_F16, 0, 0, false, 0, NULL, 0, 0, {BRISK_ROPE_SCALING_MODEL, 0, 0, 0, -1, -1, -1, -1}, false, false}
+    {-1, 0, BRISK_KV_F16, 0, 0, false, 0, NULL, 0, 0, {BRISK_ROPE_SCALING_MODEL, 0, 0, 0, -1, -1, -1, -1}, false, false, NULL, {0}}
 /* llama.cpp's RoPE flags (common/arg.cpp), the same meanings; default: the model file's */
 #define CLI_ROPE_HELP                                                                                         \
     "  --rope-scaling none|linear|yarn  RoPE frequency scaling (default: the model's, else linear)\n"        \
@@ -76,8 +78,17 @@ typedef struct cli_model_opts {
     "  -ub, --ubatch-size N accepted and ignored: brisk sizes a forward pass's batch itself\n"                 \
     "  --jinja              accepted: brisk always formats chats with the model's Jinja template\n"
 /* 1: argv[*i] (and its value) was one of them; 0: not one; -1: bad (message printed). Also --tp N, --pp N,
- * the RoPE flags of CLI_ROPE_HELP and llama.cpp's of CLI_LLAMACPP_HELP. */
+ * -hf REPO[:QUANT], the RoPE flags of CLI_ROPE_HELP and llama.cpp's of CLI_LLAMACPP_HELP. */
 int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o);
+#define CLI_HF_HELP                                                                                           \
+    "  -hf, --hf-repo REPO[:QUANT]  a GGUF from Hugging Face instead of -m: the cached one, else pulled first\n" \
+    "                       (`brisk pull --help`; QUANT as in llama.cpp, default Q4_K_M)\n"
+/* The model file of a command: model_path (-m), or with -hf the file in the Hugging Face cache,
+ * fetched when missing (into o->hf_path). 0, or the exit code after a one-line error (both or
+ * neither of -m and -hf: 2). cmd names the command for the messages. */
+int cli_model_path(cli_model_opts *o, const char *cmd, const char **model_path);
+/* -hf's resolution (cmd_pull.c): spec's file in the cache (pulled when absent) into out. 0 or an exit code. */
+int cli_hf_resolve(const char *spec, char *out, size_t cap);
 /* The flags of the commands that run a model over a text file (perplexity,
  * calibrate): -m FILE, -f TEXT, -c N, -t N, --chunks N. Same returns as above. */
 typedef struct cli_text_opts {

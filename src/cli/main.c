@@ -37,6 +37,9 @@ static const struct {
     {"synth", cmd_synth, "write a random-weight model of a given shape"},
     {"quantize", cmd_quantize, "convert a model's weights to another type"},
     {"convert", cmd_convert, "a Hugging Face checkpoint (safetensors) to GGUF"},
+    {"pull", cmd_pull, "fetch a GGUF model from Hugging Face (REPO[:QUANT]) into the cache"},
+    {"ls", cmd_ls, "list the models in the Hugging Face cache"},
+    {"rm", cmd_rm, "remove a model from the Hugging Face cache"},
 };
 
 /* `brisk --version`: one line each for the version, the commit and CUDA. No device name yet:
@@ -72,7 +75,6 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) return version();
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) return version();
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
