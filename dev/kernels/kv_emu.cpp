@@ -5,8 +5,9 @@
  *   shuffles and the ballot become an exchange buffer between barriers), writes the bytes
  *   quant_quantize writes, on random rows and on the edges of the rounding (ties of magnitude
  *   of either sign, zeros of either sign, values half a step apart, scales from 2^-20 to 2^10);
- *   kvq_load8 + kvq_cvt8 (the decode kernels' and the tensor-core kernels' reader) and kv_at (the
- *   tile kernel's) give the floats quant_dequantize gives, bit for bit, at every 2-byte alignment.
+ *   kvq_load8 + kvq_cvt8 (the warp decode kernel's reader) and kv_at (the tile kernel's) give the
+ *   floats quant_dequantize gives, bit for bit, at every 2-byte alignment; kvq_h8 (the tensor-core
+ *   kernels' half2 conversion) gives those floats rounded to f16, bit for bit.
  * What it cannot show: the device's own float-to-half rounding (emulated by the CPU's
  * quant_f32_to_f16, round to nearest even as __float2half_rn) and what nvcc makes of the float
  * arithmetic (the kernels keep it to single roundings: __fmul_rn, __fadd_rn).
@@ -47,6 +48,23 @@ static uint16_t ld16(const uint8_t *p) {
 static uint2 ld8_a2(const uint8_t *p) {
     uint2 r;
     memcpy(&r, p, 8);
+    return r;
+}
+
+/* half2 arithmetic, exact then rounded once (a difference or a product of two f16 is exact in f32) */
+struct __half2 { __half x, y; };
+static __half __ushort_as_half(uint16_t u) { return u; }
+static __half2 __half2half2(__half h) { return {h, h}; }
+static __half2 __hsub2(__half2 a, __half2 b) {
+    return {__float2half_rn(__half2float(a.x) - __half2float(b.x)), __float2half_rn(__half2float(a.y) - __half2float(b.y))};
+}
+static __half2 __hmul2(__half2 a, __half2 b) {
+    return {__float2half_rn(__half2float(a.x) * __half2float(b.x)), __float2half_rn(__half2float(a.y) * __half2float(b.y))};
+}
+static uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+    const uint64_t v = (uint64_t)y << 32 | x;
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) r |= (uint32_t)(v >> 8 * ((s >> 4 * i) & 7) & 0xff) << 8 * i;
     return r;
 }
 
@@ -162,7 +180,10 @@ template <int KT> static int check_type(const float *x, uint32_t qt, int *n) {
                 const float a = kv_at<KT>(c, e + i);
                 ok &= !memcmp(&a, &deq[e + i], 4);
             }
-            if (!ok && ++bad < 5) printf("FAIL kvq_load8/kvq_cvt8/kv_at<%d> off %d element %zu\n", KT, off, e);
+            const uint4 h = kvq_h8<KT>(kvq_load8<KT>(c, (int64_t)e)); /* the tensor-core kernels' f16 */
+            const uint32_t hw[4] = {h.x, h.y, h.z, h.w};
+            for (int i = 0; i < 8; i++) ok &= (uint16_t)(hw[i / 2] >> 16 * (i % 2)) == __float2half_rn(deq[e + i]);
+            if (!ok && ++bad < 5) printf("FAIL kvq_load8/kvq_cvt8/kvq_h8/kv_at<%d> off %d element %zu\n", KT, off, e);
         }
     }
     return bad;

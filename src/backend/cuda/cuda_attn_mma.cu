@@ -26,7 +26,7 @@
  * or 144 at 256, all 8-byte aligned) are copied raw, 8 bytes at a time, and
  * converted to an f16 tile by the warp before its products (d * q rounded to
  * f16): K's rows, then, once S is made, V's rows into the same tile. The
- * conversion is a few half2 instructions per pair of values (dm_kvq_to_h8),
+ * conversion is a few half2 instructions per pair of values (kvq_h8),
  * and a quantized warp keeps two raw stages and one f16 tile, so that two
  * blocks fit an SM at head_dim 256: with one block of four warps and scalar
  * conversions the warps were bound by the conversions' latency (q8_0 read at
@@ -87,33 +87,9 @@ __device__ __forceinline__ int dm_split(int np, int n_split, int min_chunk, int 
     return (np + c - 1) / c;
 }
 
-/* Values [e, e + 8) of a quantized row (q8_0 or q4_0, e % 8 == 0; 2-byte aligned) as 8 f16, d * q
- * rounded once as kvq_cvt8's f32 products are (the same bits): each code u, made unsigned (q8_0:
- * q + 128; q4_0: the nibble, q + 8), is put under the exponent of 1024 (f16 0x6400 | u = 1024 + u,
- * exact), the offset taken off exactly (1152 or 1032), then one f16 product by d. */
+/* Values [e, e + 8) of a quantized row (q8_0 or q4_0, e % 8 == 0; 2-byte aligned) as 8 f16. */
 template <int KT> __device__ __forceinline__ uint4 dm_kvq_to_h8(const uint8_t *row, int e) {
-    const uint8_t *b = row + (e >> 5) * kt_block_bytes(KT);
-    const int j = e & 31;
-    const uint2 q = ld8_a2(b + 2 + (KT == KT_Q4_0 ? j % 16 : j));
-    uint32_t w0, w1; /* the 8 codes as unsigned bytes, in order */
-    if constexpr (KT == KT_Q4_0) {
-        const int sh = j >= 16 ? 4 : 0;
-        w0 = (q.x >> sh) & 0x0f0f0f0fu;
-        w1 = (q.y >> sh) & 0x0f0f0f0fu;
-    } else {
-        w0 = q.x ^ 0x80808080u;
-        w1 = q.y ^ 0x80808080u;
-    }
-    const __half2 d = __half2half2(__ushort_as_half(ld16(b)));
-    const __half2 off = __half2half2(__ushort_as_half(KT == KT_Q4_0 ? 0x6408 : 0x6480)); /* 1032, 1152 */
-    uint32_t h[4] = {__byte_perm(w0, 0x64646464u, 0x5140), __byte_perm(w0, 0x64646464u, 0x5342),
-                     __byte_perm(w1, 0x64646464u, 0x5140), __byte_perm(w1, 0x64646464u, 0x5342)};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const __half2 x = __hmul2(__hsub2(*(__half2 *)&h[i], off), d);
-        h[i] = *(const uint32_t *)&x;
-    }
-    return make_uint4(h[0], h[1], h[2], h[3]);
+    return kvq_h8<KT>(kvq_load8<KT>(row, e));
 }
 
 template <int KT, int D, bool RP>

@@ -75,16 +75,13 @@ __device__ __forceinline__ void fa_stage(__half *dst, const void *base, const in
             fa_cp_async16(d, (const __half *)base + e);
             continue;
         }
-        float v[8];
         if (KT == KT_F32) {
             const float4 *p = (const float4 *)((const float *)base + e);
             const float4 a = p[0], b = p[1];
-            v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-            v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+            *(uint4 *)d = make_uint4(fa_pack(a.x, a.y), fa_pack(a.z, a.w), fa_pack(b.x, b.y), fa_pack(b.z, b.w));
         } else { /* q8_0, q4_0: blocks of 32, f16 scale first; e % 8 == 0 keeps 8 values in one block */
-            kvq_cvt8<KT>(kvq_load8<KT>(base, e), v);
+            *(uint4 *)d = kvq_h8<KT>(kvq_load8<KT>(base, e));
         }
-        *(uint4 *)d = make_uint4(fa_pack(v[0], v[1]), fa_pack(v[2], v[3]), fa_pack(v[4], v[5]), fa_pack(v[6], v[7]));
     }
 }
 
