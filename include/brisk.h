@@ -333,6 +333,12 @@ brisk_status brisk_seq_remove(brisk_context *ctx, int seq, int32_t p0, int32_t p
  * are shared, and copied on the first write into a shared page; a recurrent
  * state is copied. */
 brisk_status brisk_seq_share_prefix(brisk_context *ctx, int src, int dst, int32_t n_tokens);
+/* Extends seq by n positions without computing them: their cache rows stay
+ * as they are (zero in a fresh context) and a recurrent state is untouched.
+ * For benchmarks of decode at depth (brisk bench --blank-depth), where a
+ * prefill of 1M positions would take many minutes: the step after it reads
+ * the same bytes as after a real prefill, but its outputs are no model's. */
+brisk_status brisk_seq_extend_blank(brisk_context *ctx, int seq, int32_t n);
 /* Next position of seq (its cached length). */
 int32_t brisk_seq_len(const brisk_context *ctx, int seq);
 /* Snapshots seq's recurrent state at its current length (see Checkpoints

@@ -3,6 +3,8 @@
  * reference, interleaved sequences in shared batches, prefix sharing, cache
  * limits and bad input. */
 #include <cjson/cJSON.h>
+#include <math.h>
+#include <string.h>
 
 #include "brisk.h"
 #include "test.h"
@@ -195,6 +197,35 @@ static void test_share_prefix(void) {
     brisk_context_free(c);
 }
 
+/* brisk_seq_extend_blank (brisk bench --blank-depth): the positions count as cached, the next
+ * decode continues after them, the cache's bounds hold, and another sequence is untouched. */
+static void test_extend_blank(void) {
+    brisk_context *c = new_ctx(128, 2, BRISK_KV_F16, 1);
+    int ref_out[40], got[40];
+    greedy(c, 1, 40, ref_out);
+    CHECK_OK(brisk_seq_clear(c, 1));
+    CHECK_OK(brisk_seq_extend_blank(c, 0, 37)); /* mid-page */
+    CHECK(brisk_seq_len(c, 0) == 37);
+    brisk_batch_entry gap = {1, 38, 0, true};
+    CHECK(brisk_decode(c, &gap, 1) == BRISK_ERR_INVALID_ARG); /* a gap after the blank positions */
+    brisk_batch_entry next = {1, 37, 0, true};
+    CHECK_OK(brisk_decode(c, &next, 1));
+    CHECK(brisk_seq_len(c, 0) == 38);
+    const float *l = brisk_get_logits(c, 0);
+    int finite = l != NULL;
+    for (int i = 0; finite && i < 512; i++) finite = isfinite(l[i]);
+    CHECK(finite); /* zero rows attend to a uniform mix, no NaN */
+    greedy(c, 1, 40, got); /* the other sequence's pages are its own */
+    CHECK(!memcmp(got, ref_out, sizeof got));
+    CHECK(brisk_seq_extend_blank(c, 0, 1000) == BRISK_ERR_RANGE); /* beyond the pool */
+    CHECK(brisk_seq_extend_blank(c, 2, 1) == BRISK_ERR_INVALID_ARG);
+    CHECK(brisk_seq_extend_blank(c, 0, -1) == BRISK_ERR_INVALID_ARG);
+    CHECK_OK(brisk_seq_clear(c, 0));
+    greedy(c, 0, 40, got);
+    CHECK(!memcmp(got, ref_out, sizeof got));
+    brisk_context_free(c);
+}
+
 static void test_limits(void) {
     brisk_context *c = new_ctx(32, 2, BRISK_KV_F16, 1);
     brisk_batch_entry b[40];
@@ -348,6 +379,7 @@ int main(int argc, char **argv) {
         {"prompt_batch", test_prompt_batch},
         {"interleaved_sequences", test_interleaved_sequences},
         {"share_prefix", test_share_prefix},
+        {"extend_blank", test_extend_blank},
         {"limits", test_limits},
         {"sampler", test_sampler},
         {"detok_stream", test_detok_stream},

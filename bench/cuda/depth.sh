@@ -10,7 +10,9 @@
 #                                         AB=1 the warp kernel), llama-bench; TTFT=1: both engines' pp of a
 #                                         prompt of the depth's length (time to first token = depth / pp)
 # Models (brisk synth --repeat-rows 256, full layer counts): qwen3-8b, qwen3.6-27b, qwen3.6-35b-a3b
-# (--expert-skew 1). KV=q8_0 etc. sets both engines' cache type. Results: $OUT/depth.txt.
+# (--expert-skew 1). KV=q8_0 etc. sets both engines' cache type; BLANK=1 gives brisk the depth as
+# blank cache rows (brisk bench --blank-depth: no prefill, so 262K-1M rows take seconds; llama.cpp
+# has no such option, so its rows still prefill). Results: $OUT/depth.txt.
 set -u
 OUT=${OUT:-/tmp/depth}; mkdir -p "$OUT"
 d=/tmp/bm; L=/tmp/ll/b/bin; . bench/cuda/device_env.sh
@@ -26,7 +28,7 @@ if [ "${STEP:-prep}" = prep ]; then
       cmake --build b -j12 --target llama-bench > /tmp/ll/build.log 2>&1
       echo "llama.cpp build rc=$?" > /tmp/ll/done ) > /dev/null 2>&1 < /dev/null & disown
   fi
-  for p in qwen3-8b qwen3.6-27b qwen3.6-35b-a3b; do
+  for p in ${MODELS:-qwen3-8b qwen3.6-27b qwen3.6-35b-a3b}; do
     [ -f $d/$p.gguf ] || $B/brisk synth --preset $p --vocab $d/vocab.gguf --type q4_k_m --repeat-rows 256 \
       $(case $p in *a3b) echo --expert-skew 1;; esac) -o $d/$p.gguf > /dev/null 2>&1 &
   done
@@ -41,9 +43,9 @@ fi
 for r in ${ROWS:-qwen3-8b:32768}; do p=${r%%:*}; dd=${r##*:}; f=$d/$p.gguf
   row "=== $p at depth $dd, KV $KV ($(nvidia-smi --query-gpu=name --format=csv,noheader))"
   for v in default ${AB:+warp}; do
-    env $([ $v = warp ] && echo BRISK_CUDA_ATTN_MMA=0) $B/brisk bench -m $f -p 0 -n $N -d $dd -r ${REPS:-2} --kv-type $KV \
+    env $([ $v = warp ] && echo BRISK_CUDA_ATTN_MMA=0) $B/brisk bench -m $f -p 0 -n $N -d $dd -r ${REPS:-2} --kv-type $KV ${BLANK:+--blank-depth} \
       2> "$OUT/err.txt" | grep -E '^\| tg' | sed "s/^/$v /" | tee -a "$OUT/depth.txt"
-    grep -E "filled once|rror" "$OUT/err.txt" | tee -a "$OUT/depth.txt"
+    grep -E "once for|rror" "$OUT/err.txt" | tee -a "$OUT/depth.txt"
   done
   if [ "${LLAMA:-1}" = 1 ]; then
     for i in $(seq 300); do [ -f /tmp/ll/done ] && break; sleep 2; done

@@ -102,10 +102,12 @@ static int rand_token(int n_vocab) {
  * whole bench: at depth 131072 a fill takes minutes, so the runs cut their sequences back to it
  * (cut_back) instead of filling again; a recurrent model's state is restored from the checkpoint
  * taken here (the context keeps one per sequence). */
-static int fill_depth(brisk_context *ctx, int n_vocab, int depth, int n_seq, int n_batch, brisk_batch_entry *batch) {
+static int fill_depth(brisk_context *ctx, int n_vocab, int depth, int n_seq, int n_batch, brisk_batch_entry *batch,
+                      bool blank) {
     for (int s = 0; s < n_seq; s++) {
         if (brisk_seq_clear(ctx, s) != BRISK_OK) return -1;
-        for (int p0 = 0; p0 < depth; p0 += n_batch) {
+        if (blank && brisk_seq_extend_blank(ctx, s, depth) != BRISK_OK) return -1;
+        for (int p0 = 0; !blank && p0 < depth; p0 += n_batch) {
             int nb = depth - p0 < n_batch ? depth - p0 : n_batch;
             for (int i = 0; i < nb; i++) batch[i] = (brisk_batch_entry){rand_token(n_vocab), p0 + i, s, false};
             if (brisk_decode(ctx, batch, nb) != BRISK_OK) return -1;
@@ -175,7 +177,7 @@ int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
     int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, n_ctx = 0;
     int depth = 0, n_seq = 1;
-    bool json = false;
+    bool json = false, blank = false;
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -187,8 +189,10 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: brisk bench -m FILE [-p 512] [-n 128] [-d DEPTH] [-np SEQS] [-t N] [-r 5] [-c N] [-ngl N]\n"
                    "                   [--device I] [--n-cpu-moe N | --gpu-mem SIZE] [--no-mmap] [--kv-type T] [--json]\n"
-                   "                   [--cache-experts N|auto] [--expert-stats FILE] [--tp N]\n"
+                   "                   [--cache-experts N|auto] [--expert-stats FILE] [--tp N] [--blank-depth]\n"
                    "  -d N    run each test after N tokens already in the KV cache (llama-bench's -d)\n"
+                   "  --blank-depth  the -d positions as blank (zero) cache rows, not a prefill of random tokens:\n"
+                   "          decode reads the same bytes, and a depth of 1M is ready in seconds (outputs are noise)\n"
                    "  -np N   generation decodes N sequences per step (batched decode; tokens/s of all)\n"
                    CLI_HF_HELP CLI_ROPE_HELP CLI_LLAMACPP_HELP);
             return 0;
@@ -196,6 +200,8 @@ int cmd_bench(int argc, char **argv) {
             if (!(model_path = cli_next(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--blank-depth")) {
+            blank = true;
         } else {
             int *dst = !strcmp(a, "-p") ? &n_prompt : !strcmp(a, "-n") ? &n_gen
                      : !strcmp(a, "-t") ? &n_threads : !strcmp(a, "-r") ? &reps
@@ -244,13 +250,13 @@ int cmd_bench(int argc, char **argv) {
     double *tps = calloc((size_t)reps, sizeof *tps);
     if (!tps) goto done;
     double t_fill = cli_now();
-    if (fill_depth(ctx, n_vocab, depth, n_gen > 0 ? n_seq : 1, cp.n_batch, batch) < 0) { /* pp: sequence 0 */
+    if (fill_depth(ctx, n_vocab, depth, n_gen > 0 ? n_seq : 1, cp.n_batch, batch, blank) < 0) { /* pp: sequence 0 */
         cli_error(1, "%s", brisk_last_error());
         goto done_tps;
     }
     if (depth > 0 && !json)
-        fprintf(stderr, "depth %d filled once for %d sequence%s in %.2f s\n", depth, n_gen > 0 ? n_seq : 1,
-                n_gen > 0 && n_seq > 1 ? "s" : "", cli_now() - t_fill);
+        fprintf(stderr, "depth %d %s once for %d sequence%s in %.2f s\n", depth, blank ? "set blank (no prefill)" : "filled",
+                n_gen > 0 ? n_seq : 1, n_gen > 0 && n_seq > 1 ? "s" : "", cli_now() - t_fill);
     if (!json) {
         if (info.gpu_device >= 0)
             printf("model: %s (%s), %.2f GiB, %.2f B params; CUDA device %d; copy bandwidth %.0f GB/s (measured)\n",
@@ -281,7 +287,7 @@ int cmd_bench(int argc, char **argv) {
         double gbs = per_tok * mean / 1e9;
         char name[48];
         int nl = snprintf(name, sizeof name, "%s%d", kind == 0 ? "pp" : "tg", kind == 0 ? np : ng);
-        if (depth > 0) nl += snprintf(name + nl, sizeof name - (size_t)nl, "@d%d", depth);
+        if (depth > 0) nl += snprintf(name + nl, sizeof name - (size_t)nl, "@d%d%s", depth, blank ? "b" : "");
         if (kind == 1 && n_seq > 1) snprintf(name + nl, sizeof name - (size_t)nl, "x%d", n_seq);
         if (json)
             printf("{\"test\":\"%s\",\"t\":%d,\"tps_mean\":%.3f,\"tps_sd\":%.3f,\"gbs\":%.2f,\"bw\":%.2f,"

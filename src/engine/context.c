@@ -873,6 +873,14 @@ brisk_status brisk_seq_share_prefix(brisk_context *c, int src, int dst, int32_t 
 
 int32_t brisk_seq_len(const brisk_context *c, int seq) { return kv_cache_seq_len(c->kv, seq); }
 
+brisk_status brisk_seq_extend_blank(brisk_context *c, int seq, int32_t n) {
+    if (!seq_ok(c, seq)) return bk_fail(BRISK_ERR_INVALID_ARG, "sequence id %d out of range [0, %d)", seq, c->p.n_seq_max);
+    if (n < 0) return bk_fail(BRISK_ERR_INVALID_ARG, "a negative extension (%d)", n);
+    const int32_t len = kv_cache_seq_len(c->kv, seq);
+    for (int32_t p = len, slot; p < len + n; p++) BK_TRY(kv_cache_claim(c->kv, seq, p, &slot));
+    return BRISK_OK;
+}
+
 brisk_status brisk_seq_checkpoint(brisk_context *c, int seq) {
     BK_TRY(tp_mirror(c->model, TP_SEQ_CHECKPOINT, (const int32_t[3]){seq, 0, 0}, NULL, 0));
     if (!seq_ok(c, seq)) return bk_fail(BRISK_ERR_INVALID_ARG, "sequence id %d out of range [0, %d)", seq, c->p.n_seq_max);
