@@ -53,13 +53,13 @@ for m in $MODELS; do
   M=models/$m.gguf
   [ -f "$M" ] || die "$M missing"
   echo "kv_quality: $m" >&2
-  # brisk: the f16 base, then f16 -> q8_0, q4_0, f32 (f32 for scale: what f16 itself costs)
+  # brisk: the f16 base, then f16 -> q8_0, q4_0, q4_0h (rotated), f32 (f32 for scale: what f16 itself costs)
   "$B/brisk" perplexity -m "$M" -f "$T/val.txt" -c "$CTX" -t "$TH" "${ch[@]}" --kv-type f16 \
     --kl-divergence-base "$T/b.$m" >"$T/o" 2>"$T/e" || die "brisk $m f16: $(tail -n1 "$T/e")"
   pb=$(final_ppl "$T/o")
   info=$(sed -n 's/^perplexity: \(.*\)/\1/p' "$T/e" | head -n1) # "N tokens, K chunks of C"
   row brisk "$m" f16 "$pb" "$pb" -
-  for t in q8_0 q4_0 f32; do
+  for t in q8_0 q4_0 q4_0h f32; do
     "$B/brisk" perplexity -m "$M" -t "$TH" --kv-type $t --kl-divergence --kl-divergence-base "$T/b.$m" \
       >"$T/k" 2>"$T/e" || die "brisk $m $t: $(tail -n1 "$T/e")"
     row brisk "$m" $t "$(num "Mean PPL(Q)" "$T/k")" "$pb" "$T/k"

@@ -177,9 +177,14 @@ brisk_status brisk_detok_push(const brisk_model *model, brisk_detok *st, brisk_t
 /* KV cache element types. Q8_0: blocks of 32 values with one f16 scale (34
  * bytes per 32, ggml's q8_0), about half of f16. Q4_0: blocks of 32 4-bit
  * values with one f16 scale (18 bytes per 32, ggml's q4_0), about a quarter
- * of f16. Both need head_dim % 32 == 0. */
-typedef enum brisk_kv_type { BRISK_KV_F32 = 0, BRISK_KV_F16 = 1, BRISK_KV_Q8_0 = 2, BRISK_KV_Q4_0 = 3 } brisk_kv_type;
-/* "f32", "f16", "q8_0", "q4_0" -> type; -1 for an unknown name. */
+ * of f16. Q4_0H: q4_0, each head's K row rotated by a fixed orthogonal
+ * (Hadamard) rotation first, which spreads the keys' outlier channels over
+ * the blocks (src/quant/kv_rot.h; brisk's own, CPU only for now). All three
+ * need head_dim % 32 == 0. */
+typedef enum brisk_kv_type {
+    BRISK_KV_F32 = 0, BRISK_KV_F16 = 1, BRISK_KV_Q8_0 = 2, BRISK_KV_Q4_0 = 3, BRISK_KV_Q4_0H = 4
+} brisk_kv_type;
+/* "f32", "f16", "q8_0", "q4_0", "q4_0h" -> type; -1 for an unknown name. */
 int brisk_kv_type_from_name(const char *name);
 
 typedef struct brisk_context_params {

@@ -80,7 +80,7 @@ typedef struct bk_kv_view {
  * head starts at a block boundary only when head_dim % 32 == 0 (checked at
  * context creation). */
 static inline size_t bk_kv_block_bytes(int kv_type) {
-    return kv_type == BRISK_KV_Q8_0 ? 34 : kv_type == BRISK_KV_Q4_0 ? 18 : 0;
+    return kv_type == BRISK_KV_Q8_0 ? 34 : kv_type == BRISK_KV_Q4_0 || kv_type == BRISK_KV_Q4_0H ? 18 : 0;
 }
 
 /* Where each batch entry's K/V goes and what it attends to. */

@@ -57,7 +57,7 @@ int cmd_perplexity(int argc, char **argv) {
             continue;
         }
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: brisk perplexity -m FILE -f TEXT [-c 512] [-t N] [--chunks N] [--kv-type f16|q8_0|q4_0|f32] [-ngl N] [--device I]\n"
+            printf("usage: brisk perplexity -m FILE -f TEXT [-c 512] [-t N] [--chunks N] [--kv-type f16|q8_0|q4_0|q4_0h|f32] [-ngl N] [--device I]\n"
                    "                        [--n-cpu-moe N | --gpu-mem SIZE] [--no-mmap]\n"
                    "  --kl-divergence-base FILE   also save the scored positions' log-probabilities to FILE\n"
                    "                              (llama-perplexity's format; FILE is replaced whole when the run ends)\n"

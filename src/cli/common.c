@@ -157,7 +157,7 @@ int cli_kv_flag(int argc, char **argv, int *i, int *kv_type) {
     if (!(v = cli_next(argc, argv, i))) return -1;
     int t = brisk_kv_type_from_name(v);
     if (t < 0) {
-        cli_error(2, "%s: unknown KV cache type '%s' (f32, f16, q8_0 or q4_0)", a, v);
+        cli_error(2, "%s: unknown KV cache type '%s' (f32, f16, q8_0, q4_0 or q4_0h)", a, v);
         return -1;
     }
     static int other = -1; /* the type one of -ctk/-ctv set before */

@@ -97,7 +97,7 @@ typedef struct cli_text_opts {
 } cli_text_opts;
 #define CLI_TEXT_OPTS_DEFAULT {NULL, NULL, 512, 0, -1}
 int cli_text_flag(int argc, char **argv, int *i, cli_text_opts *o);
-#define CLI_KV_HELP "  --kv-type T          KV cache type: f16 (default), q8_0, q4_0 or f32 (also -ctk/-ctv T, --kv-f32)\n"
+#define CLI_KV_HELP "  --kv-type T          KV cache type: f16 (default), q8_0, q4_0, q4_0h (rotated q4_0, CPU) or f32 (also -ctk/-ctv T, --kv-f32)\n"
 /* Model load and context creation that print the library's error on failure. */
 struct brisk_context;
 /* Loads with mo's placement (-ngl, --device, --n-cpu-moe, or --gpu-mem for the context cp will

@@ -87,8 +87,8 @@ struct brisk_context {
 };
 
 int brisk_kv_type_from_name(const char *name) {
-    static const char *const names[] = {"f32", "f16", "q8_0", "q4_0"}; /* indexed by brisk_kv_type */
-    for (int i = 0; i < 4; i++)
+    static const char *const names[] = {"f32", "f16", "q8_0", "q4_0", "q4_0h"}; /* indexed by brisk_kv_type */
+    for (int i = 0; i < 5; i++)
         if (name && !strcmp(name, names[i])) return i;
     return -1;
 }
@@ -374,12 +374,11 @@ static brisk_status fix_params(const model_hparams *hp, brisk_context_params *p)
     if (p->n_seq_max <= 0) p->n_seq_max = 1;
     if (p->n_batch <= 0) p->n_batch = 512;
     if (p->kv_block_size <= 0) p->kv_block_size = 16;
-    if (p->kv_type != BRISK_KV_F32 && p->kv_type != BRISK_KV_F16 && p->kv_type != BRISK_KV_Q8_0 &&
-        p->kv_type != BRISK_KV_Q4_0)
+    if (p->kv_type < BRISK_KV_F32 || p->kv_type > BRISK_KV_Q4_0H)
         return bk_fail(BRISK_ERR_INVALID_ARG, "unknown KV cache type %d", (int)p->kv_type);
     if (bk_kv_block_bytes(p->kv_type) && hp->head_dim % 32 != 0)
         return bk_fail(BRISK_ERR_UNSUPPORTED, "a %s KV cache needs a head size that is a multiple of 32 (this model: %d)",
-                       p->kv_type == BRISK_KV_Q4_0 ? "q4_0" : "q8_0", hp->head_dim);
+                       p->kv_type == BRISK_KV_Q8_0 ? "q8_0" : p->kv_type == BRISK_KV_Q4_0 ? "q4_0" : "q4_0h", hp->head_dim);
     if (p->n_seq_max > 4096) return bk_fail(BRISK_ERR_INVALID_ARG, "n_seq_max %d is too large", p->n_seq_max);
     if (p->n_seq_checkpoints < 0 || p->n_seq_checkpoints > 256)
         return bk_fail(BRISK_ERR_INVALID_ARG, "n_seq_checkpoints %d not in [0, 256]", p->n_seq_checkpoints);
@@ -548,6 +547,11 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
     for (int i = 0; i < c->n_stage; i++)
         for (int l = c->st[i].l0; l < c->st[i].l1; l++)
             if (!model_layer_recurrent(hp, l)) kv_be[n_attn++] = c->st[i].be;
+    for (int a = 0, dev; a < n_attn && p.kv_type == BRISK_KV_Q4_0H; a++)
+        if (bk_backend_is_cuda(kv_be[a], &dev)) {
+            s = bk_fail(BRISK_ERR_UNSUPPORTED, "the q4_0h KV cache runs on the CPU only for now (on a GPU: q4_0 or q8_0)");
+            goto fail;
+        }
     s = kv_cache_new(kv_be, n_attn, hp->n_head_kv * hp->head_dim, p.n_ctx, p.n_seq_max, p.kv_block_size,
                      p.kv_type, &c->kv);
     if (s != BRISK_OK) goto fail;
@@ -625,7 +629,7 @@ brisk_status brisk_decode_bytes(const brisk_model *m, brisk_kv_type kv_type, int
                                 double experts_read, brisk_step_bytes *out) {
     memset(out, 0, sizeof *out);
     const model_hparams *hp = &m->hp;
-    if (depth < 0 || n_seq < 1 || kv_type < BRISK_KV_F32 || kv_type > BRISK_KV_Q4_0)
+    if (depth < 0 || n_seq < 1 || kv_type < BRISK_KV_F32 || kv_type > BRISK_KV_Q4_0H)
         return bk_fail(BRISK_ERR_INVALID_ARG, "brisk_decode_bytes: bad depth %lld, n_seq %d or KV type %d",
                        (long long)depth, n_seq, (int)kv_type);
     if (m->vocab_only) return bk_fail(BRISK_ERR_INVALID_ARG, "brisk_decode_bytes: a vocab-only model has no weights");

@@ -20,6 +20,7 @@
 #include "backend/cpu/cpu_ssm.h"
 #include "base/status.h"
 #include "base/threadpool.h"
+#include "quant/kv_rot.h"
 #include "quant/quant.h"
 
 /* The elementwise and attention loops must vectorize (-O2's cheap cost model
@@ -67,6 +68,8 @@ typedef struct cpu_backend {
     int *att_blk;       /* query block starts (cpu_attention) */
     size_t att_blk_cap;
     size_t att_cap;
+    float *rot;         /* q4_0h cache: rotated q and k (cpu_attention) */
+    size_t rot_cap;
     cpu_moe_scratch moe;
 } cpu_backend;
 
@@ -99,6 +102,7 @@ static void cpu_free(bk_backend *be) {
     for (int i = 0; cb->panel && i < cb->n_threads; i++) free(cb->panel[i]);
     free(cb->panel);
     free(cb->att_scratch);
+    free(cb->rot);
     free(cb->att_blk);
     cpu_moe_scratch_free(&cb->moe);
     free(cb);
@@ -489,7 +493,7 @@ static void f2h_row(const float *restrict src, uint16_t *restrict dst, size_t n)
 #endif
 
 /* The block format of a quantized KV type (bk_kv_block_bytes != 0). */
-static inline uint32_t kv_quant_type(int kv_type) { return kv_type == BRISK_KV_Q4_0 ? QT_Q4_0 : QT_Q8_0; }
+static inline uint32_t kv_quant_type(int kv_type) { return kv_type == BRISK_KV_Q8_0 ? QT_Q8_0 : QT_Q4_0; }
 
 static void att_write_worker(void *arg, int ith, int nth) {
     att_job *j = arg;
@@ -639,10 +643,8 @@ static void att_worker(void *arg, int ith, int nth) {
     }
 }
 
-static void cpu_attention(bk_backend *be, const float *q, const float *k, const float *v,
-                          const bk_kv_view *kv, const bk_attn_batch *ab, int n_head, int n_head_kv,
-                          int head_dim, float scale, float *out) {
-    cpu_backend *cb = (cpu_backend *)be;
+static void attention_core(cpu_backend *cb, const float *q, const float *k, const float *v, const bk_kv_view *kv,
+                           const bk_attn_batch *ab, int n_head, int n_head_kv, int head_dim, float scale, float *out) {
     int max_pos = 0;
     for (int t = 0; t < ab->n_tokens; t++)
         if (ab->pos[t] > max_pos) max_pos = ab->pos[t];
@@ -674,9 +676,48 @@ static void cpu_attention(bk_backend *be, const float *q, const float *k, const 
         j.blk = cb->att_blk;
         j.n_blk = nb;
     }
-    if (ab->n_tokens < 8) att_write_worker(&j, 0, 1);
-    else threadpool_run(cb->tp, att_write_worker, &j);
+    if (k && ab->n_tokens < 8) att_write_worker(&j, 0, 1);
+    else if (k) threadpool_run(cb->tp, att_write_worker, &j);
     threadpool_run(cb->tp, att_worker, &j);
+}
+
+/* The q4_0h cache (kv_rot.h): q and k rotated head by head into cb->rot, then the attention over
+ * the q4_0 blocks of the rotated keys and the plain values (the scores are unchanged by a rotation of
+ * both, and the output needs no inverse). */
+typedef struct rot_job {
+    float *x; /* rows of head_dim values */
+    size_t rows;
+    int hd;
+} rot_job;
+
+static void rot_worker(void *arg, int ith, int nth) {
+    const rot_job *j = arg;
+    long lo, hi;
+    threadpool_range((long)j->rows, ith, nth, &lo, &hi);
+    for (long r = lo; r < hi; r++) kv_rot_apply(j->x + (size_t)r * j->hd, j->hd);
+}
+
+static void cpu_attention(bk_backend *be, const float *q, const float *k, const float *v,
+                          const bk_kv_view *kv, const bk_attn_batch *ab, int n_head, int n_head_kv,
+                          int head_dim, float scale, float *out) {
+    cpu_backend *cb = (cpu_backend *)be;
+    if (kv->kv_type != BRISK_KV_Q4_0H) {
+        attention_core(cb, q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, out);
+        return;
+    }
+    const size_t nq = (size_t)ab->n_tokens * n_head * head_dim, nk = (size_t)ab->n_tokens * n_head_kv * head_dim;
+    size_t have = cb->rot_cap * sizeof(float);
+    if (grow((void **)&cb->rot, &have, (nq + nk) * sizeof(float)) != BRISK_OK) return;
+    cb->rot_cap = have / sizeof(float);
+    float *qr = cb->rot, *kr = k ? qr + nq : NULL; /* q's rows, then k's: one pass rotates both */
+    memcpy(qr, q, nq * sizeof(float));
+    if (k) memcpy(kr, k, nk * sizeof(float));
+    rot_job j = {qr, (size_t)ab->n_tokens * (n_head + (k ? n_head_kv : 0)), head_dim};
+    if (j.rows < 64) rot_worker(&j, 0, 1);
+    else threadpool_run(cb->tp, rot_worker, &j);
+    bk_kv_view q4 = *kv;
+    q4.kv_type = BRISK_KV_Q4_0;
+    attention_core(cb, qr, kr, v, &q4, ab, n_head, n_head_kv, head_dim, scale, out);
 }
 
 /* ---- elementwise ---- */
