@@ -75,7 +75,7 @@ typedef struct cli_model_opts {
 #define CLI_LLAMACPP_HELP                                                                                      \
     "  --mlock              lock the model's host memory in RAM (mlockall; a warning if `ulimit -l` is too low)\n" \
     "  -fa, --flash-attn [on|auto]  accepted: brisk's attention is always fused (flash-style); off is refused\n" \
-    "  -ub, --ubatch-size N accepted and ignored: brisk sizes a forward pass's batch itself\n"                 \
+    "  -b, --batch-size N, -ub, --ubatch-size N  accepted and ignored: brisk sizes a forward pass's batch itself\n"                 \
     "  --jinja              accepted: brisk always formats chats with the model's Jinja template\n"
 /* 1: argv[*i] (and its value) was one of them; 0: not one; -1: bad (message printed). Also --tp N, --pp N,
  * -hf REPO[:QUANT], the RoPE flags of CLI_ROPE_HELP and llama.cpp's of CLI_LLAMACPP_HELP. */
@@ -97,6 +97,31 @@ typedef struct cli_text_opts {
 } cli_text_opts;
 #define CLI_TEXT_OPTS_DEFAULT {NULL, NULL, 512, 0, -1}
 int cli_text_flag(int argc, char **argv, int *i, cli_text_opts *o);
+/* The sampling flags of run and chat (llama.cpp's names): --temp, --top-k, --top-p, --min-p, the
+ * penalties, --seed/-s. Same returns as cli_gpu_flag; *seed_set says --seed was given. */
+int cli_sampler_flag(int argc, char **argv, int *i, brisk_sampler_params *sp, bool *seed_set);
+#define CLI_SAMPLER_HELP                                                                            \
+    "  --temp T             temperature (default 0.8; 0: greedy)\n"                                 \
+    "  --top-k K            (default 40)   --top-p P (default 0.95)   --min-p P (default 0.05)\n"  \
+    "  --repeat-penalty F   (default 1.0)  --repeat-last-n N (default 64)\n"                        \
+    "  --presence-penalty F --frequency-penalty F\n"                                                \
+    "  -s, --seed S         RNG seed (default: random)\n"
+/* -r/--reverse-prompt TEXT (llama.cpp's): generation stops once the text has appeared. Up to
+ * CLI_STOP_MAX of them; the tail of the output is kept to find one split over tokens. */
+#define CLI_STOP_MAX 8
+typedef struct cli_stop {
+    const char *text[CLI_STOP_MAX];
+    int n;
+    char tail[512]; /* the last bytes of the output, NUL-terminated */
+    size_t len;
+} cli_stop;
+/* 1 if argv[*i] was -r/--reverse-prompt (value taken), 0 if not, -1 on error (printed). */
+int cli_stop_flag(int argc, char **argv, int *i, cli_stop *st);
+/* Forgets the output seen so far (a new answer). */
+void cli_stop_reset(cli_stop *st);
+/* Adds a piece of output; true when a reverse prompt ends within what was seen. */
+bool cli_stop_push(cli_stop *st, const char *piece, size_t len);
+#define CLI_STOP_HELP "  -r, --reverse-prompt TEXT  stop generating once TEXT appears (printed; may repeat)\n"
 #define CLI_KV_HELP "  --kv-type T          KV cache type: f16 (default), q8_0, q4_0 or f32 (also -ctk/-ctv T, --kv-f32)\n"
 /* Model load and context creation that print the library's error on failure. */
 struct brisk_context;

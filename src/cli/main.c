@@ -28,6 +28,7 @@ static const struct {
     const char *help;
 } commands[] = {
     {"run", cmd_run, "generate text from a prompt"},
+    {"chat", cmd_chat, "a conversation with the model through its chat template"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server"},
     {"bench", cmd_bench, "measure prompt and generation speed"},
     {"perplexity", cmd_perplexity, "perplexity of a text file"},
