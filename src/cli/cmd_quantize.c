@@ -9,7 +9,7 @@
 #include "quant/model_quant.h"
 #include "quant/quant_mix.h"
 
-#define USAGE "usage: brisk quantize IN.gguf OUT.gguf TYPE [-t N] [--imatrix FILE] [--pure]"
+#define USAGE "usage: brisk quantize IN.gguf OUT.gguf TYPE [-t N] [--imatrix FILE] [--pure] [--allow-requantize]"
 
 int cmd_quantize(int argc, char **argv) {
     const char *pos[3] = {0};
@@ -25,6 +25,8 @@ int cmd_quantize(int argc, char **argv) {
                    "  --pure          every matrix gets the base type (no per-tensor bumps)\n"
                    "  --imatrix FILE  importance matrix from llama-imatrix (GGUF or legacy .dat)\n"
                    "  -t N            threads (default: all cores)\n"
+                   "  --allow-requantize  quantize tensors that are quantized already (refused without it: a\n"
+                   "                  second rounding error; quantize the f16/bf16/f32 model instead)\n"
                    "OUT is written beside itself as OUT.tmp.XXXXXX and renamed over OUT when done: OUT may be\n"
                    "a model that a running brisk serves (it keeps the old one); it may not be IN.\n");
             return 0;
@@ -34,6 +36,8 @@ int cmd_quantize(int argc, char **argv) {
             if (!(o.imatrix_path = cli_next(argc, argv, &i))) return 2;
         } else if (!strcmp(argv[i], "--pure")) {
             o.pure = true;
+        } else if (!strcmp(argv[i], "--allow-requantize")) {
+            o.allow_requantize = true;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return cli_error(2, "quantize: unknown option '%s'", argv[i]);
         } else if (n_pos < 3) {

@@ -146,6 +146,15 @@ brisk_status model_quantize(const char *in_path, const char *out_path, const mod
     quant_mix_opts mo = {.pure = o->pure, .has_imatrix = im != NULL};
     if (s == BRISK_OK) s = quant_mix_plan(g, ft, &mo, types, &n_fallback);
     int64_t max_ne0 = 0;
+    /* As llama-quantize: a quantized tensor quantized again carries both rounding errors, so it
+     * takes a flag that says so. */
+    for (int64_t i = 0; s == BRISK_OK && !o->allow_requantize && i < nt; i++) {
+        const gguf_tensor *t = gguf_get_tensor(g, i);
+        if (types[i] != t->type && t->type != QT_F32 && t->type != QT_F16 && t->type != QT_BF16)
+            s = bk_fail(BRISK_ERR_INVALID_ARG, "quantize: %s is already quantized (%s is %s): quantizing it again "
+                        "adds a second rounding error; quantize the f16/bf16/f32 model, or pass --allow-requantize",
+                        in_path, t->name, quant_type_name(t->type));
+    }
     progress prog = {.out_path = out_path, .n = nt};
     for (int64_t i = 0; s == BRISK_OK && i < nt; i++) {
         const gguf_tensor *t = gguf_get_tensor(g, i);
