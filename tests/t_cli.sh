@@ -35,6 +35,8 @@ check "unknown flag: exit 2" '[ $rc -eq 2 ]'
 $B run -m "$M" -p "Once upon a time" -n 24 --temp 0 >"$T/o" 2>"$T/e"; rc=$?
 check "greedy run prints the continuation" '[ $rc -eq 0 ] && grep -q "^, there was a little girl named Lily" "$T/o"'
 check "timings on stderr" 'grep -q "generation: 24 tokens" "$T/e" && grep -q "prompt: 5 tokens" "$T/e"'
+$B run -m "$M" -p "Once upon a time" -n 24 --temp 0 -b 2 -ub 64 >"$T/o" 2>/dev/null; rc=$?
+check "-b 2 (prompt tokens per pass; -ub accepted): the same continuation" '[ $rc -eq 0 ] && grep -q "^, there was a little girl named Lily" "$T/o"'
 $B run -m "$M" -p "Once upon a time" -n 32 --seed 7 >"$T/o1" 2>/dev/null
 $B run -m "$M" -p "Once upon a time" -n 32 --seed 7 >"$T/o2" 2>/dev/null
 check "seeded sampling is reproducible" 'cmp -s "$T/o1" "$T/o2" && [ -s "$T/o1" ]'

@@ -190,7 +190,8 @@ int cmd_bench(int argc, char **argv) {
                    "                   [--cache-experts N|auto] [--expert-stats FILE] [--tp N]\n"
                    "  -d N    run each test after N tokens already in the KV cache (llama-bench's -d)\n"
                    "  -np N   generation decodes N sequences per step (batched decode; tokens/s of all)\n"
-                   CLI_HF_HELP CLI_ROPE_HELP CLI_LLAMACPP_HELP);
+                   "  -m, --model FILE     GGUF model\n"
+                   CLI_MODEL_HELP);
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model_path = cli_next(argc, argv, &i))) return 2;

@@ -48,7 +48,8 @@ int cmd_calibrate(int argc, char **argv) {
             printf("usage: brisk calibrate -m FILE -f TEXT -o STATS.json [-c 512] [-t N] [--chunks N]\n"
                    "  counts, per layer, how often each expert of an MoE model is routed to over TEXT (on the CPU),\n"
                    "  in chunks of -c tokens, all of TEXT unless --chunks caps them; a few thousand tokens rank the\n"
-                   "  experts well for --expert-stats (512 tokens ranked a 35B-A3B's experts 0.9 points of hits worse than 8,192)\n");
+                   "  experts well for --expert-stats (512 tokens ranked a 35B-A3B's experts 0.9 points of hits worse than 8,192)\n"
+                   "  -o, --output FILE    where the counts go (JSON)\n" CLI_TEXT_HELP);
             return 0;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!(out_path = cli_next(argc, argv, &i))) return 2;

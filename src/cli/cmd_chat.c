@@ -20,7 +20,6 @@
 #include "server/chat.h"
 #include "server/strbuf.h"
 
-#define CHAT_BATCH 512 /* prompt tokens per forward pass */
 /* The checkpoint stays this many tokens before a prompt's end: the generation prompt
  * ("<|im_start|>assistant\n<think>\n") is rendered differently once it is history. */
 #define CKPT_MARGIN 4
@@ -35,8 +34,7 @@ static void usage(FILE *f) {
             "Commands: /clear (forget the conversation, keep -sys), /save FILE, /load FILE (the conversation\n"
             "as JSON: {\"messages\": [{\"role\", \"content\"}...]}), /help, /exit.\n"
             "  -m, --model FILE     GGUF model\n"
-            CLI_HF_HELP
-            "  -sys, --system-prompt TEXT  the system message (-p TEXT too, as llama.cpp's -cnv)\n"
+            "  -sys, --system-prompt TEXT  the system message (-p, --prompt TEXT too, as llama.cpp's -cnv)\n"
             "  -n, --n-predict N    most tokens an answer may have (default -1: until end of turn or context)\n"
             "  -c, --ctx-size N     context size (default: model's, at most 4096)\n"
             "  -t, --threads N      CPU threads (default: all cores)\n"
@@ -46,14 +44,9 @@ static void usage(FILE *f) {
             "                       dimmed on a terminal\n"
             "  --chat-template FILE a Jinja chat template instead of the model's (\"chatml\": built-in ChatML)\n"
             "  -v, --verbose        each turn's rendered prompt and a line of token counts on stderr\n"
-            "  -cnv, --conversation accepted (chat is always one)\n"
-            CLI_KV_HELP
-            "  -ngl N               layers on the GPU, the last ones (-1: all when one is present, 0: CPU)\n"
-            CLI_CPU_MOE_HELP
-            "  --device I           GPU index (default 0)\n"
-            CLI_TP_HELP
-            CLI_ROPE_HELP
-            CLI_LLAMACPP_HELP);
+            "  -cnv, --conversation, --no-display-prompt  accepted (chat is always one, and shows no prompt)\n"
+            "  -b, --batch-size N   prompt tokens per forward pass (default 512)\n"
+            CLI_MODEL_HELP);
 }
 
 /* Ctrl-C: a flag the answer loop and the prompt read (no SA_RESTART, so a read in progress
@@ -72,8 +65,8 @@ typedef struct chat {
     cJSON *messages;          /* [{role, content}], the system message first when there is one */
     const char *system;       /* -sys, or NULL */
     brisk_token *cache;       /* (ctx_size) the tokens sequence 0 holds, n_cache of them */
-    int n_cache, ctx_size, n_predict;
-    brisk_batch_entry *batch; /* (CHAT_BATCH) */
+    int n_cache, ctx_size, n_predict, n_batch; /* n_batch: prompt tokens per forward pass (-b) */
+    brisk_batch_entry *batch; /* (n_batch) */
     bool verbose, think_display, tty_out, ckpt;
     cli_stop stop;
 } chat;
@@ -119,7 +112,7 @@ static int reuse_prefix(chat *c, const brisk_token *toks, int n) {
 static bool prefill(chat *c, const brisk_token *toks, int n, int *row) {
     int ck = c->ckpt ? n - CKPT_MARGIN : -1;
     while (c->n_cache < n) {
-        int p0 = c->n_cache, end = p0 + CHAT_BATCH < n ? p0 + CHAT_BATCH : n;
+        int p0 = c->n_cache, end = p0 + c->n_batch < n ? p0 + c->n_batch : n;
         if (ck > p0 && ck < end) end = ck;
         for (int p = p0; p < end; p++) c->batch[p - p0] = (brisk_batch_entry){toks[p], p, 0, p == n - 1};
         if (brisk_decode(c->ctx, c->batch, end - p0) != BRISK_OK) {
@@ -420,7 +413,7 @@ int cmd_chat(int argc, char **argv) {
     const char *model_path = NULL, *template_path = NULL;
     int n_ctx = 0, n_threads = 0;
     bool seed_set = false;
-    chat c = {.n_predict = -1, .think_display = true, .sp = brisk_sampler_default_params()};
+    chat c = {.n_predict = -1, .n_batch = 512, .think_display = true, .sp = brisk_sampler_default_params()};
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -438,7 +431,8 @@ int cmd_chat(int argc, char **argv) {
         bool takes = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "-sys") ||
                      !strcmp(a, "--system-prompt") || !strcmp(a, "-p") || !strcmp(a, "--prompt") ||
                      !strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "-c") || !strcmp(a, "--ctx-size") ||
-                     !strcmp(a, "-t") || !strcmp(a, "--threads") || !strcmp(a, "--chat-template");
+                     !strcmp(a, "-t") || !strcmp(a, "--threads") || !strcmp(a, "--chat-template") ||
+                     !strcmp(a, "-b") || !strcmp(a, "--batch-size");
         if (takes && !(v = cli_next(argc, argv, &i))) return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = v;
         else if (!strcmp(a, "-sys") || !strcmp(a, "--system-prompt") || !strcmp(a, "-p") || !strcmp(a, "--prompt"))
@@ -449,6 +443,8 @@ int cmd_chat(int argc, char **argv) {
             if (!cli_int(a, v, 0, 1 << 24, &n_ctx)) return 2;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!cli_int(a, v, 1, 1024, &n_threads)) return 2;
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
+            if (!cli_int(a, v, 1, 1 << 16, &c.n_batch)) return 2;
         } else if (!strcmp(a, "--chat-template")) template_path = v;
         else if (!strcmp(a, "--no-think-display")) c.think_display = false;
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) c.verbose = true;
@@ -465,6 +461,7 @@ int cmd_chat(int argc, char **argv) {
     brisk_context_params cp = brisk_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_threads = n_threads;
+    cp.n_batch = c.n_batch;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
     cp.n_seq_checkpoints = CHAT_CKPTS; /* recurrent models: no-op otherwise */
     size_t tlen;
@@ -481,7 +478,7 @@ int cmd_chat(int argc, char **argv) {
     c.ctx_size = n_ctx > 0 ? n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
     c.ckpt = brisk_context_n_checkpoints(c.ctx) > 0;
     c.cache = malloc((size_t)c.ctx_size * sizeof *c.cache);
-    c.batch = malloc(CHAT_BATCH * sizeof *c.batch);
+    c.batch = malloc((size_t)c.n_batch * sizeof *c.batch);
     if (!c.cache || !c.batch || !chat_clear(&c)) {
         cli_error(1, "out of memory");
         goto done;

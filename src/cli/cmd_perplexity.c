@@ -63,7 +63,7 @@ int cmd_perplexity(int argc, char **argv) {
                    "                              (llama-perplexity's format; FILE is replaced whole when the run ends)\n"
                    "  --kl-divergence             with --kl-divergence-base FILE: run FILE's chunks (its tokens and -c;\n"
                    "                              no -f) and report KL divergence from it, PPL ratio and same top token\n"
-                   CLI_HF_HELP CLI_ROPE_HELP CLI_LLAMACPP_HELP);
+                   CLI_TEXT_HELP CLI_MODEL_HELP);
             return 0;
         }
         return cli_error(2, "perplexity: unknown option '%s'", argv[i]);

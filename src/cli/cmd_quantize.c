@@ -24,7 +24,7 @@ int cmd_quantize(int argc, char **argv) {
             printf("\n  (Q3_K, Q4_K, Q5_K mean Q3_K_M, Q4_K_M, Q5_K_M)\n"
                    "  --pure          every matrix gets the base type (no per-tensor bumps)\n"
                    "  --imatrix FILE  importance matrix from llama-imatrix (GGUF or legacy .dat)\n"
-                   "  -t N            threads (default: all cores)\n"
+                   "  -t, --threads N threads (default: all cores)\n"
                    "  --allow-requantize  quantize tensors that are quantized already (refused without it: a\n"
                    "                  second rounding error; quantize the f16/bf16/f32 model instead)\n"
                    "OUT is written beside itself as OUT.tmp.XXXXXX and renamed over OUT when done: OUT may be\n"

@@ -13,26 +13,22 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: brisk run -m FILE | -hf REPO[:QUANT] -p TEXT [options]\n"
             "  -m, --model FILE     GGUF model\n"
-            CLI_HF_HELP
-            "  -p, --prompt TEXT    prompt (-f FILE reads it from a file)\n"
+            "  -p, --prompt TEXT    prompt (-f, --file FILE reads it from a file)\n"
             "  -n, --n-predict N    tokens to generate (default 128; -1: until end of text or context)\n"
             "  -c, --ctx-size N     context size (default: model's, at most 4096)\n"
             "  -t, --threads N      CPU threads (default: all cores)\n"
+            "  -b, --batch-size N   prompt tokens per forward pass (default 512)\n"
             CLI_SAMPLER_HELP
             "  --ignore-eos         keep generating past end-of-text\n"
             CLI_STOP_HELP
-            "  -cnv, --conversation a conversation with the model's chat template: `brisk chat` (-sys TEXT too)\n"
-            CLI_KV_HELP
-            "  -ngl N               layers on the GPU, the last ones (-1: all when one is present, 0: CPU)\n"
-            CLI_CPU_MOE_HELP
-            "  --device I           GPU index (default 0)\n"
-            CLI_TP_HELP
-            CLI_ROPE_HELP
-            CLI_LLAMACPP_HELP
+            "  -cnv, --conversation a conversation through the model's chat template: `brisk chat`, which takes\n"
+            "                       these flags (-p is then the system message)\n"
+            "  -sys, --system-prompt TEXT  the same, with TEXT the system message\n"
+            CLI_MODEL_HELP
             "  --no-display-prompt  (default) print only the continuation\n"
             "  -md, --model-draft FILE  speculative decoding: a small model of the same vocabulary\n"
             "                       proposes tokens, the target checks them in one batch (same output)\n"
-            "  --draft-max N        tokens proposed per round (default 8, at most 64)\n"
+            "  --draft-max, --draft N  tokens proposed per round (default 8, at most 64)\n"
             "  --draft-p-min P      stop a round's proposals below this draft probability (default 0.75)\n");
 }
 
@@ -105,7 +101,7 @@ done:
 
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *draft_path = NULL;
-    int n_predict = 128, n_ctx = 0, n_threads = 0, n_draft = 8;
+    int n_predict = 128, n_ctx = 0, n_threads = 0, n_draft = 8, n_batch = 512;
     float draft_p_min = 0.75f;
     bool ignore_eos = false, seed_set = false;
     brisk_sampler_params sp = brisk_sampler_default_params();
@@ -148,6 +144,9 @@ int cmd_run(int argc, char **argv) {
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             VAL();
             if (!cli_int(a, v, 1, 1024, &n_threads)) return 2;
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
+            VAL();
+            if (!cli_int(a, v, 1, 1 << 16, &n_batch)) return 2;
         } else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) {
             VAL();
             draft_path = v;
@@ -188,6 +187,7 @@ int cmd_run(int argc, char **argv) {
     brisk_context_params cp = brisk_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_threads = n_threads;
+    cp.n_batch = n_batch;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
     if (draft_path) cp.n_seq_checkpoints = 2; /* recurrent models roll a rejected draft back from a snapshot */
     if (!cli_load_model(model_path, &mo, &cp, &model)) goto done;
@@ -206,7 +206,7 @@ int cmd_run(int argc, char **argv) {
                   (long long)n_prompt, ctx_size);
         goto done;
     }
-    batch = malloc(512 * sizeof *batch);
+    batch = malloc((size_t)n_batch * sizeof *batch);
     if (!batch) {
         cli_error(1, "out of memory");
         goto done;
@@ -221,8 +221,8 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     double t0 = cli_now();
-    for (int64_t i = 0; i < n_prompt; i += 512) {
-        int nb = n_prompt - i < 512 ? (int)(n_prompt - i) : 512;
+    for (int64_t i = 0; i < n_prompt; i += n_batch) {
+        int nb = n_prompt - i < n_batch ? (int)(n_prompt - i) : n_batch;
         for (int j = 0; j < nb; j++) {
             batch[j] = (brisk_batch_entry){toks[i + j], (int32_t)(i + j), 0, i + j == n_prompt - 1};
             brisk_sampler_accept(smp, toks[i + j]);
@@ -237,7 +237,7 @@ int cmd_run(int argc, char **argv) {
     int32_t pos = (int32_t)n_prompt;
     brisk_detok dt = {0};
     char out[1100];
-    const float *logits = brisk_get_logits(ctx, (int)((n_prompt - 1) % 512));
+    const float *logits = brisk_get_logits(ctx, (int)((n_prompt - 1) % n_batch));
     while (n_predict < 0 || n_gen < n_predict) {
         brisk_token t = brisk_sampler_sample(smp, logits);
         if (!ignore_eos && brisk_token_is_eog(model, t)) break;

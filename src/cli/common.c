@@ -298,7 +298,7 @@ static int cli_llamacpp_flag(int argc, char **argv, int *i, cli_model_opts *o) {
         return 1;
     }
     if (!strcmp(a, "--jinja")) return 1; /* brisk's chats always go through the model's template */
-    if (!strcmp(a, "-ub") || !strcmp(a, "--ubatch-size") || !strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
+    if (!strcmp(a, "-ub") || !strcmp(a, "--ubatch-size")) {
         int n;
         return (v = cli_next(argc, argv, i)) && cli_int(a, v, 1, 1 << 24, &n) ? 1 : -1;
     }
