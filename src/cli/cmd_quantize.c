@@ -49,7 +49,7 @@ int cmd_quantize(int argc, char **argv) {
     if (n_pos != 3) return cli_error(2, "quantize: " USAGE);
     if (!quant_ftype_find(pos[2])) return cli_error(2, "quantize: unknown type '%s' (see brisk quantize --help)", pos[2]);
     o.ftype = pos[2];
-    o.progress = isatty(2);
+    o.progress = true; /* a live line on a terminal, a summary line in any case */
     atomic_file_remove_on_signal(); /* an interrupted run leaves no temporary file */
     if (model_quantize(pos[0], pos[1], &o) != BRISK_OK) return cli_error(1, "%s", brisk_last_error());
     return 0;

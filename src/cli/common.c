@@ -403,6 +403,7 @@ bool cli_load_model(const char *path, const cli_model_opts *mo, brisk_context_pa
     mp.n_cpu_moe = mo->n_cpu_moe;
     mp.no_mmap = mo->no_mmap;
     mp.rope = mo->rope;
+    mp.progress = true; /* base/progress.h: a live line on a terminal, a summary after a slow load */
     if (cp && !cache_params(mo, cp)) return false;
     bool cache = cp && (cp->cache_experts > 0 || cp->cache_gpu_mem > 0);
     if (mo->gpu_mem && !mo->n_cpu_moe && brisk_model_fit_n_cpu_moe(path, &mp, cp, mo->gpu_mem, &mp.n_cpu_moe) != BRISK_OK) {
