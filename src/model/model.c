@@ -742,11 +742,11 @@ brisk_status brisk_model_load(const char *path, const brisk_model_params *params
             m->hp.ssm_n_v_heads /= m->tp_size;
         }
     }
-    progress_end(&bar, NULL);
+    progress_clear(&bar); /* a quick load leaves no line behind */
     *out = m;
     return BRISK_OK;
 fail:
-    progress_end(&bar, NULL);
+    progress_clear(&bar);
     brisk_model_free(m);
     return s;
 }

@@ -175,7 +175,7 @@ brisk_status model_quantize(const char *in_path, const char *out_path, const mod
     for (int64_t i = 0; s == BRISK_OK && i < nt; i++) {
         const gguf_tensor *t = gguf_get_tensor(g, i);
         prog.i = i;
-        if (o->progress) progress_draw(&prog, t->name, 0.0, t->nbytes, true);
+        progress_draw(&prog, t->name, 0.0, t->nbytes, false);
         if (types[i] == t->type) {
             s = gguf_writer_write_tensor(w, t->data, t->nbytes);
             bytes_out += t->nbytes;
