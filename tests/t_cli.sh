@@ -12,9 +12,13 @@ check() { if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fail=1; fi; }
 $B >/dev/null 2>&1; check "no args exits 2" '[ $? -eq 2 ]'
 for v in --version version; do
   $B $v >"$T/o" 2>"$T/e"; rc=$?
-  check "$v: version, commit and CUDA lines, exit 0" '[ $rc -eq 0 ] && [ $(wc -l <"$T/o") -eq 3 ] && [ ! -s "$T/e" ] &&
+  # a CUDA build adds its runtime and driver, then a line per GPU: name and compute capability
+  ndev=$(sed -n 's/^CUDA: compiled in, runtime [0-9]*\.[0-9]*, driver [0-9]*\.[0-9]*, \([0-9]*\) devices\{0,1\}$/\1/p' "$T/o")
+  check "$v: version, commit and CUDA lines (and one per GPU), exit 0" '[ $rc -eq 0 ] && [ ! -s "$T/e" ] &&
     grep -q "^brisk [0-9]*\.[0-9]*\.[0-9]*$" "$T/o" && grep -q "^commit: [0-9a-f]*\|^commit: unknown$" "$T/o" &&
-    grep -q "^CUDA: \(compiled in, [0-9]* devices\?\|not compiled in\)$" "$T/o"'
+    { { grep -q "^CUDA: not compiled in$" "$T/o" && [ $(wc -l <"$T/o") -eq 3 ]; } ||
+      { [ -n "$ndev" ] && [ $(wc -l <"$T/o") -eq $((3 + ndev)) ] &&
+        [ $(grep -c "^GPU [0-9]*: .*, compute capability [0-9]*\.[0-9]*$" "$T/o") -eq "$ndev" ]; }; }'
 done
 $B run -p hi >/dev/null 2>"$T/e"; rc=$?
 check "run without -m: exit 2, one line" '[ $rc -eq 2 ] && [ $(wc -l <"$T/e") -eq 1 ] && grep -q "^brisk: " "$T/e"'
@@ -31,6 +35,8 @@ check "unknown flag: exit 2" '[ $rc -eq 2 ]'
 $B run -m "$M" -p "Once upon a time" -n 24 --temp 0 >"$T/o" 2>"$T/e"; rc=$?
 check "greedy run prints the continuation" '[ $rc -eq 0 ] && grep -q "^, there was a little girl named Lily" "$T/o"'
 check "timings on stderr" 'grep -q "generation: 24 tokens" "$T/e" && grep -q "prompt: 5 tokens" "$T/e"'
+$B run -m "$M" -p "Once upon a time" -n 24 --temp 0 -b 2 -ub 64 >"$T/o" 2>/dev/null; rc=$?
+check "-b 2 (prompt tokens per pass; -ub accepted): the same continuation" '[ $rc -eq 0 ] && grep -q "^, there was a little girl named Lily" "$T/o"'
 $B run -m "$M" -p "Once upon a time" -n 32 --seed 7 >"$T/o1" 2>/dev/null
 $B run -m "$M" -p "Once upon a time" -n 32 --seed 7 >"$T/o2" 2>/dev/null
 check "seeded sampling is reproducible" 'cmp -s "$T/o1" "$T/o2" && [ -s "$T/o1" ]'

@@ -33,4 +33,10 @@ bad 2 "unknown option" "$M" "$T/x.gguf" Q4_0 --bogus
 bad 2 "bad thread count" "$M" "$T/x.gguf" Q4_0 -t 0
 bad 1 "missing input" "$T/none.gguf" "$T/x.gguf" Q4_0
 bad 1 "missing imatrix" "$M" "$T/x.gguf" Q4_K_M --imatrix "$T/none.dat"
+# a quantized file quantized again: refused unless --allow-requantize, as llama-quantize
+"$B/brisk" quantize "$M" "$T/q8.gguf" Q8_0 -t 2 2>/dev/null
+bad 1 "requantize without --allow-requantize" "$T/q8.gguf" "$T/x.gguf" Q4_0
+if grep -q "allow-requantize" "$T/e" && [ ! -e "$T/x.gguf" ] &&
+   "$B/brisk" quantize "$T/q8.gguf" "$T/x.gguf" Q4_0 --allow-requantize -t 2 2>/dev/null && [ -s "$T/x.gguf" ]
+then echo "ok   --allow-requantize quantizes a Q8_0 file to Q4_0"; else echo "FAIL --allow-requantize"; fail=1; fi
 exit $fail

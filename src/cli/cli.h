@@ -8,6 +8,7 @@
 int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_synth(int argc, char **argv);

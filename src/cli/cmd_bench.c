@@ -194,7 +194,8 @@ int cmd_bench(int argc, char **argv) {
                    "  --blank-depth  the -d positions as blank (zero) cache rows, not a prefill of random tokens:\n"
                    "          decode reads the same bytes, and a depth of 1M is ready in seconds (outputs are noise)\n"
                    "  -np N   generation decodes N sequences per step (batched decode; tokens/s of all)\n"
-                   CLI_HF_HELP CLI_ROPE_HELP CLI_LLAMACPP_HELP);
+                   "  -m, --model FILE     GGUF model\n"
+                   CLI_MODEL_HELP);
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model_path = cli_next(argc, argv, &i))) return 2;

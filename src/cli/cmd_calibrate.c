@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/atomic_file.h"
+#include "base/progress.h"
 #include "brisk.h"
 #include "cli/cli.h"
 #include "cli/common.h"
@@ -48,7 +49,8 @@ int cmd_calibrate(int argc, char **argv) {
             printf("usage: brisk calibrate -m FILE -f TEXT -o STATS.json [-c 512] [-t N] [--chunks N]\n"
                    "  counts, per layer, how often each expert of an MoE model is routed to over TEXT (on the CPU),\n"
                    "  in chunks of -c tokens, all of TEXT unless --chunks caps them; a few thousand tokens rank the\n"
-                   "  experts well for --expert-stats (512 tokens ranked a 35B-A3B's experts 0.9 points of hits worse than 8,192)\n");
+                   "  experts well for --expert-stats (512 tokens ranked a 35B-A3B's experts 0.9 points of hits worse than 8,192)\n"
+                   "  -o, --output FILE    where the counts go (JSON)\n" CLI_TEXT_HELP);
             return 0;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!(out_path = cli_next(argc, argv, &i))) return 2;
@@ -102,7 +104,8 @@ int cmd_calibrate(int argc, char **argv) {
     }
     int64_t n_chunks = (n + n_ctx - 1) / n_ctx, done_tok = 0;
     if (n_chunks_max > 0 && n_chunks > n_chunks_max) n_chunks = n_chunks_max;
-    double t0 = cli_now();
+    progress bar;
+    progress_begin(&bar, "calibrate");
     for (int64_t c = 0; c < n_chunks; c++) {
         int nb = (int)(n - c * n_ctx < n_ctx ? n - c * n_ctx : n_ctx);
         brisk_seq_clear(ctx, 0);
@@ -112,11 +115,11 @@ int cmd_calibrate(int argc, char **argv) {
             goto done;
         }
         done_tok += nb;
-        if (isatty(2))
-            fprintf(stderr, "\rcalibrate: %lld / %lld tokens (%.0f tokens/s)", (long long)done_tok, (long long)n,
-                    done_tok / (cli_now() - t0));
+        progress_update(&bar, c + 1 == n_chunks, "%lld / %lld tokens (%.0f tokens/s)", (long long)done_tok,
+                        (long long)n, done_tok / progress_elapsed(&bar));
     }
-    if (isatty(2)) fputc('\n', stderr);
+    double secs = progress_elapsed(&bar);
+    progress_end(&bar, NULL);
     if (brisk_context_expert_counts(ctx, counts, (int64_t)n_layer * n_expert, NULL, NULL) != BRISK_OK) goto done;
     int64_t routed = 0; /* each token routes to k experts in every layer */
     for (int e = 0; e < n_expert; e++) routed += counts[e];
@@ -135,7 +138,8 @@ int cmd_calibrate(int argc, char **argv) {
         printf("| %d | %.1f%% | %.1f%% | %.1f%% | %d |\n", l, 100 * top_share(row, n_expert, 0.10, tmp),
                100 * top_share(row, n_expert, 0.25, tmp), 100 * top_share(row, n_expert, 0.50, tmp), unused);
     }
-    fprintf(stderr, "wrote %s\n", out_path);
+    fprintf(stderr, "calibrate: %lld tokens in %.1f s (%.0f tokens/s); wrote %s\n", (long long)done_tok, secs,
+            done_tok / secs, out_path);
     rc = 0;
 done:
     free(tmp);

@@ -12,7 +12,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: brisk convert HF_DIR -o OUT.gguf [--type T] [-t N] [--pre NAME]\n"
+            "usage: brisk convert HF_DIR -o OUT.gguf [--type T] [-t, --threads N] [--pre NAME] [--slab-kb N]\n"
             "  a Hugging Face checkpoint (config.json, tokenizer.json, tokenizer_config.json,\n"
             "  model.safetensors or shards with model.safetensors.index.json; f32/f16/bf16) to GGUF with\n"
             "  llama.cpp's names and metadata: llama, qwen2, qwen3, qwen3_moe, qwen3_5, qwen3_5_moe,\n"
@@ -21,7 +21,8 @@ static void usage(FILE *f) {
             "  renamed over OUT when done (OUT may be a model being served; never one of the inputs).\n"
             "  --type: f32, f16 (default), bf16, q8_0 for every matrix, or a llama-quantize mix:");
     for (int i = 0; quant_ftype_at(i); i++) fprintf(f, " %s", quant_ftype_at(i)->name);
-    fprintf(f, "\n  --pre NAME: the tokenizer's pre-tokenizer (qwen2, llama-bpe, qwen35, ...) when it is not recognized\n");
+    fprintf(f, "\n  --pre NAME: the tokenizer's pre-tokenizer (qwen2, llama-bpe, qwen35, ...) when it is not recognized\n"
+            "  --slab-kb N: output bytes converted per step, in KiB (for tests)\n");
 }
 
 int cmd_convert(int argc, char **argv) {

@@ -12,7 +12,7 @@
 #include "quant/quant.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: brisk info [--no-tensors] [-m] FILE\n"
+    fprintf(f, "usage: brisk info [--no-tensors] [-m, --model] FILE\n"
                "  prints a GGUF file's version, alignment, metadata and tensor table\n"
                "       brisk info --gpu [--markdown]\n"
                "  prints the CUDA backend's settings (BRISK_CUDA_*) in effect, or as docs/gpu-switches.md\n");

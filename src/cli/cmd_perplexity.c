@@ -16,8 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/atomic_file.h"
+#include "base/progress.h"
 #include "brisk.h"
 #include "cli/cli.h"
 #include "cli/common.h"
@@ -63,7 +65,7 @@ int cmd_perplexity(int argc, char **argv) {
                    "                              (llama-perplexity's format; FILE is replaced whole when the run ends)\n"
                    "  --kl-divergence             with --kl-divergence-base FILE: run FILE's chunks (its tokens and -c;\n"
                    "                              no -f) and report KL divergence from it, PPL ratio and same top token\n"
-                   CLI_HF_HELP CLI_ROPE_HELP CLI_LLAMACPP_HELP);
+                   CLI_TEXT_HELP CLI_MODEL_HELP);
             return 0;
         }
         return cli_error(2, "perplexity: unknown option '%s'", argv[i]);
@@ -145,7 +147,13 @@ int cmd_perplexity(int argc, char **argv) {
         fprintf(stderr, "kl-divergence: %lld chunks of %d from %s\n", (long long)n_chunks, n_ctx, base_path);
     else
         fprintf(stderr, "perplexity: %lld tokens, %lld chunks of %d\n", (long long)n, (long long)n_chunks, n_ctx);
+    /* the chunk values on stdout are the progress on a terminal; a live line would wipe them */
+    progress bar;
+    progress_begin(&bar, isatty(1) ? NULL : kl ? "kl-divergence" : "perplexity");
     for (int64_t c = 0; c < n_chunks; c++) {
+        double el = progress_elapsed(&bar);
+        progress_update(&bar, false, "chunk %lld/%lld, %.0f s, ETA %.0f s", (long long)c + 1, (long long)n_chunks,
+                        el, c ? el / (double)c * (double)(n_chunks - c) : 0.0);
         const brisk_token *ct = toks + c * n_ctx;
         if (!eval_chunk(ctx, m, ct, n_ctx, batch)) goto done;
         for (int i = first; i < n_ctx - 1; i++) {
@@ -172,6 +180,7 @@ int cmd_perplexity(int argc, char **argv) {
         printf("[%lld]%.4f%s", (long long)c + 1, exp(nll / count), c + 1 < n_chunks ? "," : "\n");
         fflush(stdout);
     }
+    progress_end(&bar, NULL);
     if (kl) {
         kld_stats_print(&ks);
         fprintf(stderr, "kl-divergence: %lld positions (%.1f s)\n", (long long)ks.n, cli_now() - t0);

@@ -9,6 +9,7 @@
 #include "brisk.h"
 #include "cli/cli.h"
 #include "cli/common.h"
+#include "base/progress.h"
 #include "hub/hf_cache.h"
 #include "hub/hf_hub.h"
 
@@ -28,17 +29,13 @@ static void usage_pull(FILE *f) {
 
 static double mib(uint64_t b) { return (double)b / 1048576.0; }
 
-/* Progress: a bar redrawn on a terminal (at most ten times a second), else one line per file. */
-typedef struct bar {
-    bool tty;
-    double last;
-} bar;
+/* Progress (base/progress.h): a bar redrawn on a terminal, and one summary line per file. */
 
 static void on_progress(const hf_progress *p, void *user) {
-    bar *b = user;
+    progress *b = user;
     double rate = p->seconds > 0 ? mib(p->done - p->resumed) / p->seconds : 0;
     if (p->finished) {
-        if (b->tty) fputs("\r\033[K", stderr);
+        progress_clear(b);
         if (p->cached) fprintf(stderr, "[%d/%d] %s: %.1f MiB, in the cache already\n", p->index, p->count, p->file,
                                mib(p->total));
         else {
@@ -50,17 +47,13 @@ static void on_progress(const hf_progress *p, void *user) {
         }
         return;
     }
-    if (!b->tty) return;
-    double t = cli_now();
-    if (t - b->last < 0.1) return;
-    b->last = t;
     double frac = p->total ? (double)p->done / (double)p->total : 1;
     char fill[31];
     int k = (int)(frac * 30);
     for (int i = 0; i < 30; i++) fill[i] = i < k ? '#' : '-';
     fill[30] = 0;
     double eta = rate > 0 ? mib(p->total - p->done) / rate : 0;
-    fprintf(stderr, "\r\033[K[%d/%d] %s %3.0f%% [%s] %.1f/%.1f MiB %.1f MiB/s ETA %d:%02d", p->index, p->count,
+    progress_update(b, false, "[%d/%d] %s %3.0f%% [%s] %.1f/%.1f MiB %.1f MiB/s ETA %d:%02d", p->index, p->count,
             p->file, frac * 100, fill, mib(p->done), mib(p->total), rate, (int)eta / 60, (int)eta % 60);
 }
 
@@ -75,10 +68,11 @@ static int pull(const char *spec, char ***paths, int *n) {
             return 0;
         return cli_error(1, "%s is not in the cache and HF_HUB_OFFLINE is set", spec);
     }
-    bar b = {.tty = isatty(2) == 1};
+    progress b;
+    progress_begin(&b, "pull");
     hf_hub_opts o = {.user_agent = "brisk/" BRISK_VERSION, .progress = on_progress, .user = &b};
     if (hf_pull(repo, quant, &o, paths, n) != BRISK_OK) {
-        if (b.tty) fputs("\r\033[K", stderr);
+        progress_clear(&b);
         return cli_error(1, "pull: %s", brisk_last_error());
     }
     return 0;

@@ -9,7 +9,7 @@
 #include "quant/model_quant.h"
 #include "quant/quant_mix.h"
 
-#define USAGE "usage: brisk quantize IN.gguf OUT.gguf TYPE [-t N] [--imatrix FILE] [--pure]"
+#define USAGE "usage: brisk quantize IN.gguf OUT.gguf TYPE [-t N] [--imatrix FILE] [--pure] [--allow-requantize]"
 
 int cmd_quantize(int argc, char **argv) {
     const char *pos[3] = {0};
@@ -24,7 +24,9 @@ int cmd_quantize(int argc, char **argv) {
             printf("\n  (Q3_K, Q4_K, Q5_K mean Q3_K_M, Q4_K_M, Q5_K_M)\n"
                    "  --pure          every matrix gets the base type (no per-tensor bumps)\n"
                    "  --imatrix FILE  importance matrix from llama-imatrix (GGUF or legacy .dat)\n"
-                   "  -t N            threads (default: all cores)\n"
+                   "  -t, --threads N threads (default: all cores)\n"
+                   "  --allow-requantize  quantize tensors that are quantized already (refused without it: a\n"
+                   "                  second rounding error; quantize the f16/bf16/f32 model instead)\n"
                    "OUT is written beside itself as OUT.tmp.XXXXXX and renamed over OUT when done: OUT may be\n"
                    "a model that a running brisk serves (it keeps the old one); it may not be IN.\n");
             return 0;
@@ -34,6 +36,8 @@ int cmd_quantize(int argc, char **argv) {
             if (!(o.imatrix_path = cli_next(argc, argv, &i))) return 2;
         } else if (!strcmp(argv[i], "--pure")) {
             o.pure = true;
+        } else if (!strcmp(argv[i], "--allow-requantize")) {
+            o.allow_requantize = true;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return cli_error(2, "quantize: unknown option '%s'", argv[i]);
         } else if (n_pos < 3) {
@@ -45,7 +49,7 @@ int cmd_quantize(int argc, char **argv) {
     if (n_pos != 3) return cli_error(2, "quantize: " USAGE);
     if (!quant_ftype_find(pos[2])) return cli_error(2, "quantize: unknown type '%s' (see brisk quantize --help)", pos[2]);
     o.ftype = pos[2];
-    o.progress = isatty(2);
+    o.progress = true; /* a live line on a terminal, a summary line in any case */
     atomic_file_remove_on_signal(); /* an interrupted run leaves no temporary file */
     if (model_quantize(pos[0], pos[1], &o) != BRISK_OK) return cli_error(1, "%s", brisk_last_error());
     return 0;

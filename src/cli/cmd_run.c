@@ -13,28 +13,22 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: brisk run -m FILE | -hf REPO[:QUANT] -p TEXT [options]\n"
             "  -m, --model FILE     GGUF model\n"
-            CLI_HF_HELP
-            "  -p, --prompt TEXT    prompt (-f FILE reads it from a file)\n"
+            "  -p, --prompt TEXT    prompt (-f, --file FILE reads it from a file)\n"
             "  -n, --n-predict N    tokens to generate (default 128; -1: until end of text or context)\n"
             "  -c, --ctx-size N     context size (default: model's, at most 4096)\n"
             "  -t, --threads N      CPU threads (default: all cores)\n"
-            "  --temp T             temperature (default 0.8; 0: greedy)\n"
-            "  --top-k K            (default 40)   --top-p P (default 0.95)   --min-p P (default 0.05)\n"
-            "  --repeat-penalty F   (default 1.0)  --repeat-last-n N (default 64)\n"
-            "  --presence-penalty F --frequency-penalty F\n"
-            "  --seed S             RNG seed (default: random)\n"
+            "  -b, --batch-size N   prompt tokens per forward pass (default 512)\n"
+            CLI_SAMPLER_HELP
             "  --ignore-eos         keep generating past end-of-text\n"
-            CLI_KV_HELP
-            "  -ngl N               layers on the GPU, the last ones (-1: all when one is present, 0: CPU)\n"
-            CLI_CPU_MOE_HELP
-            "  --device I           GPU index (default 0)\n"
-            CLI_TP_HELP
-            CLI_ROPE_HELP
-            CLI_LLAMACPP_HELP
+            CLI_STOP_HELP
+            "  -cnv, --conversation a conversation through the model's chat template: `brisk chat`, which takes\n"
+            "                       these flags (-p is then the system message)\n"
+            "  -sys, --system-prompt TEXT  the same, with TEXT the system message\n"
+            CLI_MODEL_HELP
             "  --no-display-prompt  (default) print only the continuation\n"
             "  -md, --model-draft FILE  speculative decoding: a small model of the same vocabulary\n"
             "                       proposes tokens, the target checks them in one batch (same output)\n"
-            "  --draft-max N        tokens proposed per round (default 8, at most 64)\n"
+            "  --draft-max, --draft N  tokens proposed per round (default 8, at most 64)\n"
             "  --draft-p-min P      stop a round's proposals below this draft probability (default 0.75)\n");
 }
 
@@ -43,18 +37,20 @@ typedef struct run_emit {
     const brisk_model *model;
     brisk_detok dt;
     int n_gen, n_predict;
-    bool ignore_eos;
+    bool ignore_eos, stopped;
+    cli_stop *stop; /* -r */
 } run_emit;
 
 static bool run_emit_token(void *user, brisk_token t) {
     run_emit *e = user;
-    if (e->n_predict >= 0 && e->n_gen >= e->n_predict) return false;
+    if (e->stopped || (e->n_predict >= 0 && e->n_gen >= e->n_predict)) return false;
     if (!e->ignore_eos && brisk_token_is_eog(e->model, t)) return false;
     char out[1100];
     size_t len;
     if (brisk_detok_push(e->model, &e->dt, t, out, sizeof out, &len) == BRISK_OK && len) {
         fwrite(out, 1, len, stdout);
         fflush(stdout);
+        e->stopped = cli_stop_push(e->stop, out, len);
     }
     e->n_gen++;
     return true;
@@ -64,7 +60,7 @@ static int run_speculative(brisk_model *model, brisk_context *ctx, const brisk_c
                            const cli_model_opts *mo, const char *draft_path, int n_draft, float p_min,
                            brisk_sampler *smp,
                            const brisk_token *toks, int64_t n_prompt, int ctx_size, int n_predict,
-                           bool ignore_eos) {
+                           bool ignore_eos, cli_stop *stop) {
     brisk_model *dm = NULL;
     brisk_context *dc = NULL;
     int rc = 1;
@@ -79,7 +75,7 @@ static int run_speculative(brisk_model *model, brisk_context *ctx, const brisk_c
         goto done;
     }
     if (!cli_new_context(dm, cp, &dc)) goto done;
-    run_emit e = {.model = model, .n_predict = n_predict, .ignore_eos = ignore_eos};
+    run_emit e = {.model = model, .n_predict = n_predict, .ignore_eos = ignore_eos, .stop = stop};
     spec_stats st;
     double t0 = cli_now();
     brisk_status s = spec_generate(ctx, dc, brisk_n_vocab(model), smp, toks, n_prompt, n_draft, p_min, ctx_size,
@@ -105,14 +101,22 @@ done:
 
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *draft_path = NULL;
-    int n_predict = 128, n_ctx = 0, n_threads = 0, n_draft = 8;
+    int n_predict = 128, n_ctx = 0, n_threads = 0, n_draft = 8, n_batch = 512;
     float draft_p_min = 0.75f;
     bool ignore_eos = false, seed_set = false;
     brisk_sampler_params sp = brisk_sampler_default_params();
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
+    cli_stop stop = {0};
+    /* -cnv / -sys (llama.cpp's conversation mode): `brisk chat` with these same flags */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-cnv") || !strcmp(argv[i], "--conversation") || !strcmp(argv[i], "-sys") ||
+            !strcmp(argv[i], "--system-prompt"))
+            return cmd_chat(argc, argv);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         int g = cli_model_flag(argc, argv, &i, &mo);
+        if (!g) g = cli_sampler_flag(argc, argv, &i, &sp, &seed_set);
+        if (!g) g = cli_stop_flag(argc, argv, &i, &stop);
         if (g) {
             if (g < 0) return 2;
             continue;
@@ -140,34 +144,9 @@ int cmd_run(int argc, char **argv) {
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             VAL();
             if (!cli_int(a, v, 1, 1024, &n_threads)) return 2;
-        } else if (!strcmp(a, "--temp")) {
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
             VAL();
-            if (!cli_float(a, v, 0, 100, &sp.temp)) return 2;
-        } else if (!strcmp(a, "--top-k")) {
-            VAL();
-            if (!cli_int(a, v, 0, 1 << 30, &sp.top_k)) return 2;
-        } else if (!strcmp(a, "--top-p")) {
-            VAL();
-            if (!cli_float(a, v, 0, 1, &sp.top_p)) return 2;
-        } else if (!strcmp(a, "--min-p")) {
-            VAL();
-            if (!cli_float(a, v, 0, 1, &sp.min_p)) return 2;
-        } else if (!strcmp(a, "--repeat-penalty")) {
-            VAL();
-            if (!cli_float(a, v, 0, 100, &sp.repeat_penalty)) return 2;
-        } else if (!strcmp(a, "--repeat-last-n")) {
-            VAL();
-            if (!cli_int(a, v, 0, 1 << 20, &sp.repeat_last_n)) return 2;
-        } else if (!strcmp(a, "--presence-penalty")) {
-            VAL();
-            if (!cli_float(a, v, -100, 100, &sp.presence_penalty)) return 2;
-        } else if (!strcmp(a, "--frequency-penalty")) {
-            VAL();
-            if (!cli_float(a, v, -100, 100, &sp.frequency_penalty)) return 2;
-        } else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {
-            VAL();
-            if (!cli_u64(a, v, &sp.seed)) return 2;
-            seed_set = true;
+            if (!cli_int(a, v, 1, 1 << 16, &n_batch)) return 2;
         } else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) {
             VAL();
             draft_path = v;
@@ -208,6 +187,7 @@ int cmd_run(int argc, char **argv) {
     brisk_context_params cp = brisk_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_threads = n_threads;
+    cp.n_batch = n_batch;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
     if (draft_path) cp.n_seq_checkpoints = 2; /* recurrent models roll a rejected draft back from a snapshot */
     if (!cli_load_model(model_path, &mo, &cp, &model)) goto done;
@@ -226,7 +206,7 @@ int cmd_run(int argc, char **argv) {
                   (long long)n_prompt, ctx_size);
         goto done;
     }
-    batch = malloc(512 * sizeof *batch);
+    batch = malloc((size_t)n_batch * sizeof *batch);
     if (!batch) {
         cli_error(1, "out of memory");
         goto done;
@@ -237,12 +217,12 @@ int cmd_run(int argc, char **argv) {
     }
     if (draft_path) {
         rc = run_speculative(model, ctx, &cp, &mo, draft_path, n_draft, draft_p_min, smp, toks, n_prompt, ctx_size,
-                             n_predict, ignore_eos);
+                             n_predict, ignore_eos, &stop);
         goto done;
     }
     double t0 = cli_now();
-    for (int64_t i = 0; i < n_prompt; i += 512) {
-        int nb = n_prompt - i < 512 ? (int)(n_prompt - i) : 512;
+    for (int64_t i = 0; i < n_prompt; i += n_batch) {
+        int nb = n_prompt - i < n_batch ? (int)(n_prompt - i) : n_batch;
         for (int j = 0; j < nb; j++) {
             batch[j] = (brisk_batch_entry){toks[i + j], (int32_t)(i + j), 0, i + j == n_prompt - 1};
             brisk_sampler_accept(smp, toks[i + j]);
@@ -257,18 +237,20 @@ int cmd_run(int argc, char **argv) {
     int32_t pos = (int32_t)n_prompt;
     brisk_detok dt = {0};
     char out[1100];
-    const float *logits = brisk_get_logits(ctx, (int)((n_prompt - 1) % 512));
+    const float *logits = brisk_get_logits(ctx, (int)((n_prompt - 1) % n_batch));
     while (n_predict < 0 || n_gen < n_predict) {
         brisk_token t = brisk_sampler_sample(smp, logits);
         if (!ignore_eos && brisk_token_is_eog(model, t)) break;
         brisk_sampler_accept(smp, t);
         size_t len;
+        bool stopped = false;
         if (brisk_detok_push(model, &dt, t, out, sizeof out, &len) == BRISK_OK && len) {
             fwrite(out, 1, len, stdout);
             fflush(stdout);
+            stopped = cli_stop_push(&stop, out, len);
         }
         n_gen++;
-        if (pos >= ctx_size) break;
+        if (pos >= ctx_size || stopped) break;
         batch[0] = (brisk_batch_entry){t, pos++, 0, true};
         if (brisk_decode(ctx, batch, 1) != BRISK_OK) {
             cli_error(1, "%s", brisk_last_error());

@@ -14,11 +14,10 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: brisk serve -m FILE | -hf REPO[:QUANT] [options]\n"
             "  -m, --model FILE     GGUF model\n"
-            CLI_HF_HELP
             "  --host ADDR          address to listen on (default 127.0.0.1)\n"
             "  --port N             port (default 8080; 0: any free port)\n"
             "  -c, --ctx-size N     tokens per request, prompt and completion (default: model's, at most 4096)\n"
-            "  --parallel N         requests decoded together (default 4); the KV cache holds N x ctx-size\n"
+            "  -np, --parallel N    requests decoded together (default 4); the KV cache holds N x ctx-size\n"
             "  -b, --batch N        prompt tokens per step (default 2048, llama-server's -b): caps how long a\n"
             "                       step stalls the other slots' decodes; smaller batches prefill slower\n"
             "  --queue N            requests waiting for a slot before 429 (default 64)\n"
@@ -38,12 +37,7 @@ static void usage(FILE *f) {
             "                       names that requests may give (any other name is a 404)\n"
             "  --max-body BYTES     request body limit (default 8 MiB)\n"
             "  -t, --threads N      CPU threads (default: all cores)\n"
-            CLI_KV_HELP
-            "  -ngl N               layers on the GPU, the last ones (-1: all when one is present, 0: CPU)\n"
-            CLI_CPU_MOE_HELP
-            "  --device I           GPU index (default 0)\n"
-            CLI_TP_HELP
-            CLI_ROPE_HELP CLI_LLAMACPP_HELP);
+            CLI_MODEL_HELP);
 }
 
 /* The key: --api-key, else --api-key-file (its first line), else

@@ -15,7 +15,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: brisk synth --preset NAME -o OUT.gguf [--vocab VOCAB.gguf] [--type T] [--pure]\n"
-            "                   [--layers N] [--seed S] [--expert-skew S] [--repeat-rows N] [-t N]\n"
+            "                   [--layers N] [--seed S] [--expert-skew S] [--repeat-rows N] [-t, --threads N]\n"
+            "                   [--slab-kb N: output bytes per step, KiB; for tests]\n"
             "  random-weight model of a real shape, written streaming with N threads (default: all cores);\n"
             "  the same --seed gives the same bytes for any -t. Written beside OUT as OUT.tmp.XXXXXX,\n"
             "  renamed over OUT when done (OUT may be a model being served; never one of the inputs).\n"

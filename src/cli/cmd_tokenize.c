@@ -20,7 +20,7 @@ int cmd_tokenize(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--parse-special")) {
             parse_special = true;
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: brisk tokenize -m FILE [-p TEXT] [--add-special] [--parse-special] < text\n");
+            printf("usage: brisk tokenize -m, --model FILE [-p, --prompt TEXT] [--add-special] [--parse-special] < text\n");
             return 0;
         } else {
             return cli_error(2, "tokenize: unknown option '%s'", argv[i]);

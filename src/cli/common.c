@@ -170,6 +170,60 @@ int cli_kv_flag(int argc, char **argv, int *i, int *kv_type) {
     return 1;
 }
 
+int cli_sampler_flag(int argc, char **argv, int *i, brisk_sampler_params *sp, bool *seed_set) {
+    const char *a = argv[*i], *v;
+    float *f = NULL;
+    double lo = 0, hi = 100;
+    if (!strcmp(a, "--temp")) f = &sp->temp;
+    else if (!strcmp(a, "--top-p")) f = &sp->top_p, hi = 1;
+    else if (!strcmp(a, "--min-p")) f = &sp->min_p, hi = 1;
+    else if (!strcmp(a, "--repeat-penalty")) f = &sp->repeat_penalty;
+    else if (!strcmp(a, "--presence-penalty")) f = &sp->presence_penalty, lo = -100;
+    else if (!strcmp(a, "--frequency-penalty")) f = &sp->frequency_penalty, lo = -100;
+    if (f) return (v = cli_next(argc, argv, i)) && cli_float(a, v, lo, hi, f) ? 1 : -1;
+    if (!strcmp(a, "--top-k")) return (v = cli_next(argc, argv, i)) && cli_int(a, v, 0, 1 << 30, &sp->top_k) ? 1 : -1;
+    if (!strcmp(a, "--repeat-last-n"))
+        return (v = cli_next(argc, argv, i)) && cli_int(a, v, 0, 1 << 20, &sp->repeat_last_n) ? 1 : -1;
+    if (strcmp(a, "--seed") && strcmp(a, "-s")) return 0;
+    if (!(v = cli_next(argc, argv, i)) || !cli_u64(a, v, &sp->seed)) return -1;
+    *seed_set = true;
+    return 1;
+}
+
+int cli_stop_flag(int argc, char **argv, int *i, cli_stop *st) {
+    const char *a = argv[*i], *v;
+    if (strcmp(a, "-r") && strcmp(a, "--reverse-prompt")) return 0;
+    if (!(v = cli_next(argc, argv, i))) return -1;
+    if (!*v || strlen(v) >= sizeof st->tail / 2)
+        return cli_error(2, "%s: expected a text of 1 to %zu bytes", a, sizeof st->tail / 2 - 1), -1;
+    if (st->n == CLI_STOP_MAX) return cli_error(2, "%s: at most %d of them", a, CLI_STOP_MAX), -1;
+    st->text[st->n++] = v;
+    return 1;
+}
+
+void cli_stop_reset(cli_stop *st) {
+    st->len = 0;
+    st->tail[0] = 0;
+}
+
+bool cli_stop_push(cli_stop *st, const char *piece, size_t len) {
+    if (!st->n) return false;
+    /* keep the last half of the buffer's worth: every reverse prompt is shorter than that */
+    size_t half = sizeof st->tail / 2;
+    if (len > half) piece += len - half, len = half;
+    if (st->len + len >= sizeof st->tail) {
+        size_t drop = st->len + len - half;
+        memmove(st->tail, st->tail + drop, st->len - drop);
+        st->len -= drop;
+    }
+    memcpy(st->tail + st->len, piece, len);
+    st->len += len;
+    st->tail[st->len] = 0;
+    for (int k = 0; k < st->n; k++)
+        if (strstr(st->tail, st->text[k])) return true;
+    return false;
+}
+
 /* A byte count: a number with an optional binary unit K, M, G or T (also KiB, KB, ...). */
 static bool cli_size(const char *flag, const char *s, uint64_t *out) {
     char *end;
@@ -349,6 +403,7 @@ bool cli_load_model(const char *path, const cli_model_opts *mo, brisk_context_pa
     mp.n_cpu_moe = mo->n_cpu_moe;
     mp.no_mmap = mo->no_mmap;
     mp.rope = mo->rope;
+    mp.progress = true; /* base/progress.h: a live line on a terminal, a summary after a slow load */
     if (cp && !cache_params(mo, cp)) return false;
     bool cache = cp && (cp->cache_experts > 0 || cp->cache_gpu_mem > 0);
     if (mo->gpu_mem && !mo->n_cpu_moe && brisk_model_fit_n_cpu_moe(path, &mp, cp, mo->gpu_mem, &mp.n_cpu_moe) != BRISK_OK) {

@@ -62,9 +62,14 @@ typedef struct cli_model_opts {
     "  --yarn-beta-slow N   YaRN: high correction dim (default 1)\n"
 #define CLI_TP_HELP                                                                                           \
     "  --tp N               tensor parallelism: llama/qwen2/qwen3 split over N GPUs (--device, --device + 1, ...),\n" \
-    "                       one process each (across hosts: see README, \"Several GPUs\")\n"
+    "                       one process each (across hosts: see README, \"Several GPUs\")\n"                    \
+    "  --pp N               pipeline parallelism: each of N GPUs runs a run of the layers\n"
+/* -ngl and --device (cli_gpu_flag) */
+#define CLI_GPU_HELP                                                                                          \
+    "  -ngl, --n-gpu-layers N  layers on the GPU, the last ones (-1: all when one is present, 0: CPU)\n"      \
+    "  --device I           GPU index (default 0)\n"
 #define CLI_CPU_MOE_HELP                                                                                      \
-    "  --n-cpu-moe N        MoE: the experts of the first N layers stay in host memory, run by the CPU\n"    \
+    "  --n-cpu-moe, -ncmoe N  MoE: the experts of the first N layers stay in host memory, run by the CPU\n"  \
     "  --gpu-mem SIZE       MoE: keep as few layers' experts in host memory as fit SIZE (e.g. 20G) on the GPU\n" \
     "  --no-mmap            read the model into memory (huge pages) instead of mapping it: faster CPU decode\n" \
     "  --cache-experts N|auto  MoE: cache the N most used experts of each host-expert layer on the GPU (misses\n" \
@@ -81,7 +86,7 @@ typedef struct cli_model_opts {
  * -hf REPO[:QUANT], the RoPE flags of CLI_ROPE_HELP and llama.cpp's of CLI_LLAMACPP_HELP. */
 int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o);
 #define CLI_HF_HELP                                                                                           \
-    "  -hf, --hf-repo REPO[:QUANT]  a GGUF from Hugging Face instead of -m: the cached one, else pulled first\n" \
+    "  -hf, -hfr, --hf-repo REPO[:QUANT]  a GGUF from Hugging Face instead of -m: the cached one, else pulled first\n" \
     "                       (`brisk pull --help`; QUANT as in llama.cpp, default Q4_K_M)\n"
 /* The model file of a command: model_path (-m), or with -hf the file in the Hugging Face cache,
  * fetched when missing (into o->hf_path). 0, or the exit code after a one-line error (both or
@@ -97,7 +102,44 @@ typedef struct cli_text_opts {
 } cli_text_opts;
 #define CLI_TEXT_OPTS_DEFAULT {NULL, NULL, 512, 0, -1}
 int cli_text_flag(int argc, char **argv, int *i, cli_text_opts *o);
-#define CLI_KV_HELP "  --kv-type T          KV cache type: f16 (default), q8_0, q4_0, q4_0h (rotated q4_0, CPU) or f32 (also -ctk/-ctv T, --kv-f32)\n"
+/* The sampling flags of run and chat (llama.cpp's names): --temp, --top-k, --top-p, --min-p, the
+ * penalties, --seed/-s. Same returns as cli_gpu_flag; *seed_set says --seed was given. */
+int cli_sampler_flag(int argc, char **argv, int *i, brisk_sampler_params *sp, bool *seed_set);
+#define CLI_SAMPLER_HELP                                                                            \
+    "  --temp T             temperature (default 0.8; 0: greedy)\n"                                 \
+    "  --top-k K            (default 40)   --top-p P (default 0.95)   --min-p P (default 0.05)\n"  \
+    "  --repeat-penalty F   (default 1.0)  --repeat-last-n N (default 64)\n"                        \
+    "  --presence-penalty F --frequency-penalty F\n"                                                \
+    "  -s, --seed S         RNG seed (default: random)\n"
+/* -r/--reverse-prompt TEXT (llama.cpp's): generation stops once the text has appeared. Up to
+ * CLI_STOP_MAX of them; the tail of the output is kept to find one split over tokens. */
+#define CLI_STOP_MAX 8
+typedef struct cli_stop {
+    const char *text[CLI_STOP_MAX];
+    int n;
+    char tail[512]; /* the last bytes of the output, NUL-terminated */
+    size_t len;
+} cli_stop;
+/* 1 if argv[*i] was -r/--reverse-prompt (value taken), 0 if not, -1 on error (printed). */
+int cli_stop_flag(int argc, char **argv, int *i, cli_stop *st);
+/* Forgets the output seen so far (a new answer). */
+void cli_stop_reset(cli_stop *st);
+/* Adds a piece of output; true when a reverse prompt ends within what was seen. */
+bool cli_stop_push(cli_stop *st, const char *piece, size_t len);
+#define CLI_STOP_HELP "  -r, --reverse-prompt TEXT  stop generating once TEXT appears (printed; may repeat)\n"
+#define CLI_KV_HELP                                                                                           \
+    "  --kv-type T          KV cache type: f16 (default), q8_0, q4_0, q4_0h (q4_0, keys rotated; CPU) or f32\n" \
+    "                       (also -ctk/-ctv T,\n"                                                          \
+    "                       --cache-type-k/--cache-type-v T: one type for both; --kv-f32)\n"
+/* Every flag cli_model_flag takes, for a command's --help (-m FILE is the command's to list). */
+#define CLI_MODEL_HELP CLI_HF_HELP CLI_KV_HELP CLI_GPU_HELP CLI_CPU_MOE_HELP CLI_TP_HELP CLI_ROPE_HELP CLI_LLAMACPP_HELP
+/* cli_text_flag's */
+#define CLI_TEXT_HELP                                                                                         \
+    "  -m, --model FILE     GGUF model\n"                                                                     \
+    "  -f, --file TEXT      the text file\n"                                                                  \
+    "  -c, --ctx-size N     tokens per chunk (default 512)\n"                                                 \
+    "  -t, --threads N      CPU threads (default: all cores)\n"                                               \
+    "  --chunks N           at most N chunks (default: all of the text)\n"
 /* Model load and context creation that print the library's error on failure. */
 struct brisk_context;
 /* Loads with mo's placement (-ngl, --device, --n-cpu-moe, or --gpu-mem for the context cp will

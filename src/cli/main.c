@@ -28,6 +28,7 @@ static const struct {
     const char *help;
 } commands[] = {
     {"run", cmd_run, "generate text from a prompt"},
+    {"chat", cmd_chat, "a conversation with the model through its chat template"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server"},
     {"bench", cmd_bench, "measure prompt and generation speed"},
     {"perplexity", cmd_perplexity, "perplexity of a text file"},
@@ -42,13 +43,20 @@ static const struct {
     {"rm", cmd_rm, "remove a model from the Hugging Face cache"},
 };
 
-/* `brisk --version`: one line each for the version, the commit and CUDA. No device name yet:
- * the CUDA backend's C header (cuda_backend.h) gives only the count. */
+/* `brisk --version`: the version, the commit and CUDA; with CUDA the runtime and driver versions,
+ * then a line per GPU with its name and compute capability. */
 static int version(void) {
     printf("brisk %s\ncommit: %s\n", BRISK_VERSION, BRISK_COMMIT);
 #ifdef BRISK_HAVE_CUDA
-    int n = bk_cuda_device_count();
-    printf("CUDA: compiled in, %d device%s\n", n, n == 1 ? "" : "s");
+    int n = bk_cuda_device_count(), rt = bk_cuda_runtime_version(), drv = bk_cuda_driver_version();
+    printf("CUDA: compiled in, runtime %d.%d, driver %d.%d, %d device%s\n", rt / 1000, rt % 1000 / 10, drv / 1000,
+           drv % 1000 / 10, n, n == 1 ? "" : "s");
+    for (int d = 0; d < n; d++) {
+        char name[256];
+        int major, minor;
+        if (bk_cuda_device_name(d, name, sizeof name, &major, &minor) == BRISK_OK)
+            printf("GPU %d: %s, compute capability %d.%d\n", d, name, major, minor);
+    }
 #else
     printf("CUDA: not compiled in\n");
 #endif

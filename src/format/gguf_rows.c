@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/progress.h"
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "quant/quant.h"
@@ -24,10 +25,9 @@ struct gguf_rows {
     size_t slab_cap;
     int cur;               /* the slab to fill next; the other is pending */
     uint64_t pend_bytes;
-    const char *label;
+    progress prog; /* the opts' label: quiet without one */
     int64_t n_tensors, i;
     uint64_t total, done;  /* output bytes: all, and of written slabs */
-    double t0, last;
     int64_t period;        /* > 0: a tensor's rows repeat its first `period` rows (gguf_rows_set_period) */
 };
 
@@ -46,22 +46,12 @@ typedef struct {
     brisk_status st[MAX_THREADS];
 } rows_job;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void progress_draw(gguf_rows *r, uint64_t extra, bool force) {
-    if (!r->label) return;
-    double t = now_s();
-    if (!force && t - r->last < 0.2) return;
-    r->last = t;
-    double done = (double)(r->done + extra), rate = done / (t - r->t0 > 1e-6 ? t - r->t0 : 1e-6);
+    double t = progress_elapsed(&r->prog);
+    double done = (double)(r->done + extra), rate = done / (t > 1e-6 ? t : 1e-6);
     double eta = rate > 0 ? ((double)r->total - done) / rate : 0;
-    fprintf(stderr, "\r%s: tensor %lld/%lld %5.1f%% %7.1f MB/s ETA %4.0fs ", r->label, (long long)r->i + 1,
-            (long long)r->n_tensors, 100.0 * done / (double)(r->total ? r->total : 1), rate / 1e6, eta);
-    fflush(stderr);
+    progress_update(&r->prog, force, "tensor %lld/%lld %5.1f%% %7.1f MB/s ETA %4.0fs", (long long)r->i + 1,
+                    (long long)r->n_tensors, 100.0 * done / (double)(r->total ? r->total : 1), rate / 1e6, eta);
 }
 
 static brisk_status convert_row(uint32_t type, const float *x, unsigned char *dst, int64_t ne0) {
@@ -109,10 +99,9 @@ brisk_status gguf_rows_new(gguf_writer *w, const gguf_rows_opts *o, gguf_rows **
     if (!r) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     r->w = w;
     r->n_threads = o->n_threads;
-    r->label = o->label;
+    progress_begin(&r->prog, o->label);
     r->total = o->total_bytes;
     r->n_tensors = o->n_tensors;
-    r->t0 = now_s();
     r->i = -1;
     r->slab_cap = o->slab_bytes ? o->slab_bytes : SLAB_BYTES;
     if (r->slab_cap < o->max_row_bytes) r->slab_cap = o->max_row_bytes;
@@ -185,15 +174,14 @@ brisk_status gguf_rows_finish(gguf_rows *r) {
     brisk_status s = r->pend_bytes ? gguf_writer_write_rows(r->w, r->slab[r->cur ^ 1], r->pend_bytes) : BRISK_OK;
     r->done += r->pend_bytes;
     r->pend_bytes = 0;
-    if (r->label) {
-        progress_draw(r, 0, true);
-        fprintf(stderr, "\n");
-    }
+    progress_draw(r, 0, true);
+    progress_end(&r->prog, NULL);
     return s;
 }
 
 void gguf_rows_free(gguf_rows *r) {
     if (!r) return;
+    progress_end(&r->prog, NULL); /* a failed write: the error goes on a line of its own */
     threadpool_free(r->tp);
     for (int k = 0; r->scratch && k < r->n_threads; k++) free(r->scratch[k]);
     free(r->scratch);

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_plan.h"
+#include "base/progress.h"
 #include "base/status.h"
 #include "engine/shard.h"
 #include "quant/quant.h"
@@ -425,7 +426,7 @@ static brisk_status bind_experts(brisk_model *m, bk_backend *be, const char *nam
     return be->ops->bind_weight(be, w);
 }
 
-static brisk_status bind_all(brisk_model *m) {
+static brisk_status bind_all(brisk_model *m, progress *bar) {
     const model_hparams *hp = &m->hp;
     int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim,
             kvd = (int64_t)hp->n_head_kv * hp->head_dim;
@@ -460,6 +461,7 @@ static brisk_status bind_all(brisk_model *m) {
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     for (int l = 0; l < hp->n_layer; l++) {
+        progress_update(bar, false, "layer %d/%d", l, hp->n_layer);
         if (m->pp_size > 0 && (l < m->pp_l0 || l >= m->pp_l1)) continue; /* another pipeline rank's */
         layer_weights *L = &m->layers[l];
         bk_backend *be = l < m->n_cpu_layers ? NULL : m->be;
@@ -681,6 +683,8 @@ brisk_status brisk_model_load(const char *path, const brisk_model_params *params
     if (!params) params = &dp;
     brisk_model *m = calloc(1, sizeof *m);
     if (!m) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    progress bar; /* a live line on a terminal; a summary only for a load that took a while */
+    progress_begin(&bar, params->progress && !params->vocab_only ? "load" : NULL);
     brisk_status s = gguf_open_ex(path, params->no_mmap && !params->vocab_only, &m->gguf);
     if (s != BRISK_OK) goto fail;
     s = tokenizer_from_gguf(m->gguf, &m->tok);
@@ -720,11 +724,15 @@ brisk_status brisk_model_load(const char *path, const brisk_model_params *params
             bk_wrap(s, "%s", path);
             goto fail;
         }
-        s = bind_all(m);
+        s = bind_all(m, &bar);
         if (s != BRISK_OK) {
             bk_wrap(s, "%s", path);
             goto fail;
         }
+        double t = progress_elapsed(&bar);
+        char gpu[64] = "";
+        if (m->gpu_weight_bytes) snprintf(gpu, sizeof gpu, ", %.0f MiB of weights to the GPU", m->gpu_weight_bytes / 1048576.0);
+        if (t >= 1.0) progress_end(&bar, "%s: %d layers%s in %.1f s", path, m->hp.n_layer, gpu, t);
         if (m->tp_size > 0) { /* the forward pass and the context see this rank's heads and FFN columns */
             m->hp.n_head /= m->tp_size;
             m->hp.n_head_kv = m->tp_n_head_kv >= m->tp_size ? m->tp_n_head_kv / m->tp_size : 1;
@@ -734,9 +742,11 @@ brisk_status brisk_model_load(const char *path, const brisk_model_params *params
             m->hp.ssm_n_v_heads /= m->tp_size;
         }
     }
+    progress_clear(&bar); /* a quick load leaves no line behind */
     *out = m;
     return BRISK_OK;
 fail:
+    progress_clear(&bar);
     brisk_model_free(m);
     return s;
 }

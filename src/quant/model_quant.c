@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/atomic_file.h"
+#include "base/progress.h"
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "format/gguf.h"
@@ -18,27 +19,17 @@
 #define MAX_THREADS 256
 #define CHUNK_ELEMS 32768 /* rows are handed out in chunks of about this many values */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 typedef struct {
     const char *out_path;
     uint64_t total, done; /* input bytes of all tensors, and of those finished */
     int64_t i, n;         /* tensor index, count */
-    double last;          /* when the line was last drawn */
-} progress;
+    progress bar;
+} quant_progress;
 
-static void progress_draw(progress *p, const char *name, double frac_of_tensor, uint64_t tensor_bytes, bool force) {
-    double t = now_s();
-    if (!force && t - p->last < 0.1) return;
-    p->last = t;
+static void progress_draw(quant_progress *p, const char *name, double frac_of_tensor, uint64_t tensor_bytes, bool force) {
     double pct = 100.0 * ((double)p->done + frac_of_tensor * (double)tensor_bytes) / (double)(p->total ? p->total : 1);
-    fprintf(stderr, "\rquantizing %s: %5.1f%% (%lld/%lld) %-40.40s", p->out_path, pct, (long long)p->i + 1,
-            (long long)p->n, name);
-    fflush(stderr);
+    progress_update(&p->bar, force, "%s: %5.1f%% (%lld/%lld) %.40s", p->out_path, pct, (long long)p->i + 1,
+                    (long long)p->n, name);
 }
 
 typedef struct {
@@ -50,7 +41,7 @@ typedef struct {
     unsigned char *out;
     float **scratch; /* per thread, CHUNK_ELEMS or ne[0] floats */
     atomic_llong next, rows_done;
-    progress *prog; /* drawn by thread 0 */
+    quant_progress *prog; /* drawn by thread 0 */
     brisk_status st[MAX_THREADS];
 } quant_job;
 
@@ -93,7 +84,7 @@ static brisk_status imatrix_for(const quant_imatrix *im, const gguf_tensor *t, c
 
 /* Converts tensor t to type into a new buffer (*out, *bytes). */
 static brisk_status convert(threadpool *tp, int n_threads, float **scratch, const gguf_tensor *t, uint32_t type,
-                            const float *imatrix, progress *prog, unsigned char **out, size_t *bytes) {
+                            const float *imatrix, quant_progress *prog, unsigned char **out, size_t *bytes) {
     quant_job *j = calloc(1, sizeof *j);
     if (!j) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     j->t = t;
@@ -146,7 +137,17 @@ brisk_status model_quantize(const char *in_path, const char *out_path, const mod
     quant_mix_opts mo = {.pure = o->pure, .has_imatrix = im != NULL};
     if (s == BRISK_OK) s = quant_mix_plan(g, ft, &mo, types, &n_fallback);
     int64_t max_ne0 = 0;
-    progress prog = {.out_path = out_path, .n = nt};
+    /* As llama-quantize: a quantized tensor quantized again carries both rounding errors, so it
+     * takes a flag that says so. */
+    for (int64_t i = 0; s == BRISK_OK && !o->allow_requantize && i < nt; i++) {
+        const gguf_tensor *t = gguf_get_tensor(g, i);
+        if (types[i] != t->type && t->type != QT_F32 && t->type != QT_F16 && t->type != QT_BF16)
+            s = bk_fail(BRISK_ERR_INVALID_ARG, "quantize: %s is already quantized (%s is %s): quantizing it again "
+                        "adds a second rounding error; quantize the f16/bf16/f32 model, or pass --allow-requantize",
+                        in_path, t->name, quant_type_name(t->type));
+    }
+    quant_progress prog = {.out_path = out_path, .n = nt};
+    progress_begin(&prog.bar, o->progress ? "quantize" : NULL);
     for (int64_t i = 0; s == BRISK_OK && i < nt; i++) {
         const gguf_tensor *t = gguf_get_tensor(g, i);
         if (types[i] != t->type && t->ne[0] > max_ne0) max_ne0 = t->ne[0];
@@ -174,7 +175,7 @@ brisk_status model_quantize(const char *in_path, const char *out_path, const mod
     for (int64_t i = 0; s == BRISK_OK && i < nt; i++) {
         const gguf_tensor *t = gguf_get_tensor(g, i);
         prog.i = i;
-        if (o->progress) progress_draw(&prog, t->name, 0.0, t->nbytes, true);
+        progress_draw(&prog, t->name, 0.0, t->nbytes, false);
         if (types[i] == t->type) {
             s = gguf_writer_write_tensor(w, t->data, t->nbytes);
             bytes_out += t->nbytes;
@@ -199,14 +200,15 @@ brisk_status model_quantize(const char *in_path, const char *out_path, const mod
         prog.done += t->nbytes;
     }
     if (s == BRISK_OK) s = gguf_writer_finish(w);
-    if (o->progress) {
-        fprintf(stderr, "\n");
-        if (s == BRISK_OK)
-            fprintf(stderr, "quantized %s -> %s as %s%s: %.2f MiB -> %.2f MiB%s", in_path, out_path, ft->name,
-                    o->pure ? " (pure)" : "", prog.total / 1048576.0, bytes_out / 1048576.0,
-                    n_fallback ? "" : "\n");
-        if (s == BRISK_OK && n_fallback) fprintf(stderr, ", %d tensor(s) fell back to another type\n", n_fallback);
-        if (s == BRISK_OK && n_no_imatrix) fprintf(stderr, "%d tensor(s) had no imatrix entry\n", n_no_imatrix);
+    if (s != BRISK_OK) progress_end(&prog.bar, NULL);
+    else {
+        char more[128] = "";
+        int k = 0;
+        if (n_fallback) k += snprintf(more + k, sizeof more - (size_t)k, ", %d tensor(s) fell back to another type", n_fallback);
+        if (n_no_imatrix) snprintf(more + k, sizeof more - (size_t)k, ", %d tensor(s) had no imatrix entry", n_no_imatrix);
+        progress_end(&prog.bar, "%s -> %s as %s%s: %.2f MiB -> %.2f MiB in %.1f s%s", in_path, out_path, ft->name,
+                     o->pure ? " (pure)" : "", prog.total / 1048576.0, bytes_out / 1048576.0,
+                     progress_elapsed(&prog.bar), more);
     }
     threadpool_free(tp);
     for (int k = 0; scratch && k < n_threads; k++) free(scratch[k]);

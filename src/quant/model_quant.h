@@ -16,7 +16,8 @@ typedef struct model_quant_opts {
     bool pure;                /* every convertible matrix gets the mix's base type */
     const char *imatrix_path; /* llama-imatrix output (GGUF or legacy .dat), or NULL */
     int n_threads;            /* <= 0: one per core */
-    bool progress;            /* a live progress line and a summary on stderr */
+    bool progress;            /* a live line on stderr on a terminal (base/progress.h), and a summary line */
+    bool allow_requantize;    /* convert tensors that are quantized already (else an error, as llama-quantize) */
 } model_quant_opts;
 
 /* Writes out_path.tmp.XXXXXX and renames it over out_path when complete

@@ -142,6 +142,20 @@ brisk_status chat_fmt_render(const chat_fmt *f, const cJSON *messages, const cJS
     return BRISK_OK;
 }
 
+bool chat_prompt_opens_think(const char *text, size_t len) {
+    size_t end = len;
+    while (end && (text[end - 1] == '\n' || text[end - 1] == ' ')) end--;
+    return end >= 7 && !memcmp(text + end - 7, "<think>", 7);
+}
+
+bool chat_prompt_has_bos(const brisk_model *model, const char *text, size_t len) {
+    char bos[64];
+    size_t bl = 0;
+    brisk_token b = brisk_token_bos(model);
+    return b >= 0 && brisk_token_to_piece(model, b, true, bos, sizeof bos, &bl) == BRISK_OK && bl && len >= bl &&
+           !memcmp(text, bos, bl);
+}
+
 /* ---- output parser ---------------------------------------------------- */
 
 static const char *const TAG_OPEN_THINK = "<think>", *const TAG_CLOSE_THINK = "</think>",

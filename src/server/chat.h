@@ -31,6 +31,13 @@ const char *chat_fmt_kind(const chat_fmt *f); /* "gguf" or "chatml" */
 brisk_status chat_fmt_render(const chat_fmt *f, const cJSON *messages, const cJSON *tools,
                              bool enable_thinking, char **out, size_t *len);
 
+/* A rendered prompt that ends inside <think> (the template opened it): the
+ * answer starts as reasoning (chat_parser_init's in_reasoning). */
+bool chat_prompt_opens_think(const char *text, size_t len);
+/* A rendered prompt that starts with the model's BOS text: tokenize it
+ * without adding a second one. */
+bool chat_prompt_has_bos(const brisk_model *model, const char *text, size_t len);
+
 typedef struct chat_tool_call {
     char *name, *arguments; /* arguments: a JSON text */
 } chat_tool_call;

@@ -407,16 +407,10 @@ static bool chat_prompt(const oai_server *srv, const cJSON *root, oai_job *job, 
     size_t len = 0;
     if (!render_chat(srv, root, &text, &len, &job->tools, e)) return false;
     /* Generation starts inside <think> when the template opened it. */
-    size_t end = len;
-    while (end && (text[end - 1] == '\n' || text[end - 1] == ' ')) end--;
-    bool in_reasoning = end >= 7 && !memcmp(text + end - 7, "<think>", 7);
+    bool in_reasoning = chat_prompt_opens_think(text, len);
     for (int i = 0; i < job->n; i++) chat_parser_init(&job->ch[i].parser, job->tools, in_reasoning);
     /* A template that writes the BOS itself gets no second one. */
-    char bos[64];
-    size_t bl = 0;
-    brisk_token b = brisk_token_bos(srv->model);
-    bool has_bos = b >= 0 && brisk_token_to_piece(srv->model, b, true, bos, sizeof bos, &bl) == BRISK_OK && bl &&
-                   len >= bl && !memcmp(text, bos, bl);
+    bool has_bos = chat_prompt_has_bos(srv->model, text, len);
     bool ok = tokenize(srv, text, len, !has_bos, job->req, e);
     free(text);
     return ok;

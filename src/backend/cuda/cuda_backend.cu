@@ -277,6 +277,29 @@ extern "C" int bk_cuda_device_count(void) {
     return n;
 }
 
+extern "C" int bk_cuda_runtime_version(void) {
+    int v = 0;
+    if (cudaRuntimeGetVersion(&v) != cudaSuccess) cudaGetLastError(), v = 0;
+    return v;
+}
+
+extern "C" int bk_cuda_driver_version(void) {
+    int v = 0;
+    if (cudaDriverGetVersion(&v) != cudaSuccess) cudaGetLastError(), v = 0;
+    return v;
+}
+
+extern "C" brisk_status bk_cuda_device_name(int device, char *name, size_t cap, int *cc_major, int *cc_minor) {
+    if (cap) name[0] = 0;
+    *cc_major = *cc_minor = 0;
+    cudaDeviceProp prop;
+    CU_TRY(cudaGetDeviceProperties(&prop, device));
+    if (cap) snprintf(name, cap, "%s", prop.name);
+    *cc_major = prop.major;
+    *cc_minor = prop.minor;
+    return BRISK_OK;
+}
+
 extern "C" bool bk_backend_is_cuda(const bk_backend *be, int *device) {
     if (!be || be->ops != &cuda_ops) return false;
     if (device) *device = ((const cuda_backend *)be)->device;

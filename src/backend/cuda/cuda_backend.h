@@ -26,6 +26,11 @@ extern "C" {
 
 /* Number of usable CUDA devices; 0 without a driver, a GPU or a CUDA build. */
 int bk_cuda_device_count(void);
+/* The CUDA runtime's and the driver's versions as CUDA writes them (12080: 12.8); 0 when unknown. */
+int bk_cuda_runtime_version(void);
+int bk_cuda_driver_version(void);
+/* Device `device`'s name (cut to cap - 1 bytes) and compute capability. */
+brisk_status bk_cuda_device_name(int device, char *name, size_t cap, int *cc_major, int *cc_minor);
 /* A CUDA backend on device `device`. */
 brisk_status bk_cuda_backend_new(int device, bk_backend **out);
 /* A CUDA backend that only holds weights (bind_weight, alloc, release): a model's, whose contexts

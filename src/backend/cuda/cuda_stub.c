@@ -5,6 +5,14 @@
 
 #ifndef BRISK_HAVE_CUDA
 int bk_cuda_device_count(void) { return 0; }
+int bk_cuda_runtime_version(void) { return 0; }
+int bk_cuda_driver_version(void) { return 0; }
+
+brisk_status bk_cuda_device_name(int device, char *name, size_t cap, int *cc_major, int *cc_minor) {
+    if (cap) name[0] = 0;
+    *cc_major = *cc_minor = 0;
+    return bk_fail(BRISK_ERR_UNSUPPORTED, "CUDA device %d: brisk was built without CUDA (no nvcc)", device);
+}
 
 brisk_status bk_cuda_backend_new(int device, bk_backend **out) {
     *out = NULL;
