@@ -402,8 +402,9 @@ static brisk_status list_snapshot(const char *repo, const char *repo_dir, const 
     return s;
 }
 
-/* Bytes in blobs/ *.incomplete of a repo dir. */
-static uint64_t partial_bytes(const char *repo_dir) {
+/* Bytes of the regular files in a repo dir's blobs/: all of them (what removing it frees), or only
+ * the partial downloads (*.incomplete). */
+static uint64_t blob_bytes(const char *repo_dir, bool partial_only) {
     char dir[PATH_MAX], p[PATH_MAX];
     snprintf(dir, sizeof dir, "%s/blobs", repo_dir);
     DIR *d = opendir(dir);
@@ -411,7 +412,7 @@ static uint64_t partial_bytes(const char *repo_dir) {
     struct stat st;
     for (struct dirent *e; d && (e = readdir(d));) {
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (ends_with_ci(e->d_name, ".incomplete") && !lstat(p, &st) && S_ISREG(st.st_mode))
+        if ((!partial_only || ends_with_ci(e->d_name, ".incomplete")) && !lstat(p, &st) && S_ISREG(st.st_mode))
             total += (uint64_t)st.st_size;
     }
     if (d) closedir(d);
@@ -436,7 +437,7 @@ brisk_status hf_cache_list(const char *root, hf_cache_entry **entries, int *n, u
         if (strncmp(name, "models--", 8) || !(sep = strstr(name + 8, "--"))) continue;
         snprintf(repo, sizeof repo, "%.*s/%s", (int)(sep - name - 8), name + 8, sep + 2);
         if (!hf_repo_valid(repo) || !hf_repo_dir(root, repo, dir, sizeof dir)) continue;
-        *partial += partial_bytes(dir);
+        *partial += blob_bytes(dir, true);
         snprintf(snaps, sizeof snaps, "%s/snapshots", dir);
         DIR *sd = opendir(snaps);
         for (struct dirent *c; s == BRISK_OK && sd && (c = readdir(sd));)
@@ -474,21 +475,6 @@ static brisk_status remove_tree(const char *path, int depth) {
     }
     if (unlink(path)) return bk_fail(BRISK_ERR_IO, "rm %s: %s", path, strerror(errno));
     return BRISK_OK;
-}
-
-/* Bytes of the blobs under a repo dir (what removing it frees). */
-static uint64_t blob_bytes(const char *repo_dir) {
-    char dir[PATH_MAX], p[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s/blobs", repo_dir);
-    DIR *d = opendir(dir);
-    uint64_t total = 0;
-    struct stat st;
-    for (struct dirent *e; d && (e = readdir(d));) {
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (!lstat(p, &st) && S_ISREG(st.st_mode)) total += (uint64_t)st.st_size;
-    }
-    if (d) closedir(d);
-    return total;
 }
 
 /* Removes dir and its parents up to (not including) stop while they are empty. */
@@ -541,7 +527,7 @@ brisk_status hf_cache_remove(const char *root, const char *repo, const char *qua
     /* a real directory of the cache, not a link that leads elsewhere */
     if (lstat(dir, &st) || !S_ISDIR(st.st_mode)) return bk_fail(BRISK_ERR_NOT_FOUND, "%s is not in %s", repo, root);
     if (!quant || !*quant) {
-        *freed = blob_bytes(dir);
+        *freed = blob_bytes(dir, false);
         return remove_tree(dir, 0);
     }
     file_list kept = {0};
@@ -549,7 +535,7 @@ brisk_status hf_cache_remove(const char *root, const char *repo, const char *qua
     brisk_status s = unlink_quant(dir, quant, &removed, &kept);
     if (s == BRISK_OK && !removed) s = bk_fail(BRISK_ERR_NOT_FOUND, "no %s:%s in %s", repo, quant, root);
     if (s == BRISK_OK && kept.n == 0) { /* nothing left in any snapshot: the repo goes */
-        *freed = blob_bytes(dir);
+        *freed = blob_bytes(dir, false);
         s = remove_tree(dir, 0);
     } else if (s == BRISK_OK) { /* the blobs no remaining link names; partial downloads stay */
         char blobs[PATH_MAX], p[PATH_MAX];
