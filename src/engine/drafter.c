@@ -71,6 +71,7 @@ brisk_status drafter_new_model(brisk_context *draft, int n_vocab, float p_min, d
 }
 
 brisk_status drafter_new_lookup(int n_min, int n_max, drafter **out) {
+    *out = NULL;
     if (n_min < 1 || n_max < n_min || n_max > DRAFTER_MAX_DRAFT)
         return bk_fail(BRISK_ERR_INVALID_ARG, "drafter: lookup n-gram sizes %d..%d (want 1 <= min <= max <= %d)",
                        n_min, n_max, DRAFTER_MAX_DRAFT);
@@ -81,6 +82,7 @@ brisk_status drafter_new_lookup(int n_min, int n_max, drafter **out) {
 }
 
 brisk_status drafter_new_cache(int32_t n_hist_max, drafter **out) {
+    *out = NULL;
     if (n_hist_max < 1 || n_hist_max > (1 << 26))
         return bk_fail(BRISK_ERR_INVALID_ARG, "drafter: n-gram cache for %d tokens", n_hist_max);
     BK_TRY(alloc_drafter(DRAFTER_CACHE, out));
@@ -102,6 +104,7 @@ brisk_status drafter_new_cache(int32_t n_hist_max, drafter **out) {
 }
 
 brisk_status drafter_new_replay(const brisk_token *ref, int32_t n_ref, int n_match, int n_vocab, drafter **out) {
+    *out = NULL;
     if (n_ref < 1 || n_match < 0 || n_vocab < 2) return bk_fail(BRISK_ERR_INVALID_ARG, "drafter: bad replay");
     BK_TRY(alloc_drafter(DRAFTER_REPLAY, out));
     drafter *d = *out;
