@@ -15,6 +15,7 @@
 #include "brisk.h"
 #include "cli/cli.h"
 #include "cli/common.h"
+#include "engine/speculative.h"
 
 typedef struct {
     const double *buf;
@@ -173,10 +174,106 @@ static double experts_since(const brisk_context *ctx, int64_t *reads, int64_t *p
     return mean;
 }
 
+/* --spec-replay: greedy generation of n_gen tokens after a prompt of random tokens, once plainly
+ * (which records the target's own tokens) and then -r times with a replay drafter that proposes
+ * k tokens a round, the first n_match of them the target's (so each round accepts n_match + 1
+ * tokens unless batch rounding moves an argmax); then what one verify step of k = 1..16 tokens
+ * costs against a one-token step, at the prompt's depth. */
+typedef struct replay_emit {
+    brisk_token *out; /* (n_max) the tokens emitted, or NULL */
+    int n, n_max;
+} replay_emit;
+
+static bool replay_emit_token(void *user, brisk_token t) {
+    replay_emit *e = user;
+    if (e->n >= e->n_max) return false;
+    if (e->out) e->out[e->n] = t;
+    e->n++;
+    return true;
+}
+
+#define REPLAY_PROMPT 32
+#define VERIFY_MAX 16
+
+/* One greedy run through spec_generate on a cleared sequence 0; seconds, or -1. */
+static double replay_once(brisk_context *ctx, drafter *dr, int n_vocab, const brisk_token *prompt, int n_gen,
+                          int k, int n_ctx, brisk_token *out, spec_stats *st) {
+    brisk_sampler_params sp = brisk_sampler_default_params();
+    sp.temp = 0;
+    brisk_sampler *smp = NULL;
+    if (brisk_seq_clear(ctx, 0) != BRISK_OK || brisk_sampler_new(&sp, n_vocab, &smp) != BRISK_OK) return -1;
+    replay_emit e = {out, 0, n_gen};
+    double t0 = cli_now();
+    brisk_status s = spec_generate(ctx, dr, smp, prompt, REPLAY_PROMPT, k, 0, n_ctx, replay_emit_token, &e, st);
+    double t = cli_now() - t0;
+    brisk_sampler_free(smp);
+    return s == BRISK_OK && e.n == n_gen ? t : -1;
+}
+
+static int bench_spec_replay(brisk_context *ctx, int n_vocab, int n_gen, int reps, int k, double rate, int n_ctx,
+                             brisk_batch_entry *batch) {
+    int rc = 1, n_match = (int)(rate * k + 0.5);
+    brisk_token *ref = malloc((size_t)(REPLAY_PROMPT + n_gen) * sizeof *ref);
+    double *t = calloc((size_t)reps, sizeof *t);
+    drafter *none = NULL, *dr = NULL;
+    spec_stats st;
+    if (!ref || !t) goto done;
+    for (int i = 0; i < REPLAY_PROMPT; i++) ref[i] = rand_token(n_vocab);
+    /* the plain run: a drafter asked for 0 tokens proposes none; it records the reference */
+    if (drafter_new_lookup(1, 1, &none) != BRISK_OK) goto done;
+    double t_plain = replay_once(ctx, none, n_vocab, ref, n_gen, 0, n_ctx, ref + REPLAY_PROMPT, &st);
+    if (t_plain < 0 || (t_plain = replay_once(ctx, none, n_vocab, ref, n_gen, 0, n_ctx, NULL, &st)) < 0) goto done;
+    if (drafter_new_replay(ref, REPLAY_PROMPT + n_gen, n_match, n_vocab, &dr) != BRISK_OK) goto done;
+    if (replay_once(ctx, dr, n_vocab, ref, n_gen, k, n_ctx, NULL, &st) < 0) goto done; /* warm-up */
+    for (int r = 0; r < reps; r++)
+        if ((t[r] = replay_once(ctx, dr, n_vocab, ref, n_gen, k, n_ctx, NULL, &st)) < 0) goto done;
+    for (int r = 0; r < reps; r++) t[r] = n_gen / t[r];
+    double mean, sd;
+    stats(t, reps, &mean, &sd);
+    printf("| %-22s | %18s | %12s | %8s |\n", "test", "tokens/s", "tokens/step", "speedup");
+    printf("|------------------------|--------------------|--------------|----------|\n");
+    printf("| %-22s | %18.2f | %12.2f | %8s |\n", "tg plain", n_gen / t_plain, 1.0, "1.00");
+    char name[48];
+    snprintf(name, sizeof name, "tg replay k%d match %d", k, n_match);
+    printf("| %-22s | %9.2f ± %6.2f | %12.2f | %8.2f |\n", name, mean, sd,
+           st.rounds ? (double)(st.emitted - 1) / st.rounds : 0.0, mean * t_plain / n_gen);
+    printf("replay: %lld rounds, %lld proposed, %lld accepted (%.1f%%; %d of %d a round intended)\n",
+           (long long)st.rounds, (long long)st.drafted, (long long)st.accepted,
+           st.drafted ? 100.0 * st.accepted / st.drafted : 0.0, n_match, k);
+    /* the verify step: 1 + k tokens with logits for each, after the prompt, cut back after each */
+    int depth = REPLAY_PROMPT;
+    if (brisk_seq_clear(ctx, 0) != BRISK_OK || fill_depth(ctx, n_vocab, depth, 1, n_ctx, batch, false) < 0) goto done;
+    printf("| %-10s | %10s | %12s |\n", "verify k", "ms/step", "x one-token");
+    printf("|------------|------------|--------------|\n");
+    double one = 0;
+    for (int kk = 0; kk <= VERIFY_MAX; kk++) {
+        double best = 1e30;
+        for (int r = 0; r < reps + 1; r++) {
+            for (int i = 0; i <= kk; i++) batch[i] = (brisk_batch_entry){rand_token(n_vocab), depth + i, 0, true};
+            double t0 = cli_now();
+            if (brisk_decode(ctx, batch, kk + 1) != BRISK_OK) goto done;
+            double dt = cli_now() - t0;
+            if (r > 0 && dt < best) best = dt; /* the first is a warm-up */
+            if (cut_back(ctx, depth, 1) < 0) goto done;
+        }
+        if (kk == 0) one = best;
+        printf("| %-10d | %10.3f | %12.2f |\n", kk, best * 1e3, best / one);
+    }
+    rc = 0;
+done:
+    if (rc) cli_error(1, "bench: %s", brisk_last_error());
+    drafter_free(none);
+    drafter_free(dr);
+    free(ref);
+    free(t);
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
     int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, n_ctx = 0;
-    int depth = 0, n_seq = 1;
+    int depth = 0, n_seq = 1, spec_k = 0;
+    double spec_rate = 0;
     bool json = false, blank = false;
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
     for (int i = 1; i < argc; i++) {
@@ -194,11 +291,22 @@ int cmd_bench(int argc, char **argv) {
                    "  --blank-depth  the -d positions as blank (zero) cache rows, not a prefill of random tokens:\n"
                    "          decode reads the same bytes, and a depth of 1M is ready in seconds (outputs are noise)\n"
                    "  -np N   generation decodes N sequences per step (batched decode; tokens/s of all)\n"
+                   "  --spec-replay K:RATE  speculative decoding at a fixed acceptance: -n greedy tokens, each\n"
+                   "          round proposing K of which the first RATE*K are the model's own; prints tokens/s,\n"
+                   "          tokens per target step, and the cost of a verify step of 1+k tokens, k = 0..16\n"
                    "  -m, --model FILE     GGUF model\n"
                    CLI_MODEL_HELP);
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model_path = cli_next(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--spec-replay")) {
+            char *end = NULL;
+            if (!(v = cli_next(argc, argv, &i))) return 2;
+            spec_k = (int)strtol(v, &end, 10);
+            if (spec_k < 1 || spec_k > DRAFTER_MAX_DRAFT || *end != ':' || (spec_rate = strtod(end + 1, &end)) < 0 ||
+                spec_rate > 1 || *end)
+                return cli_error(2, "bench: --spec-replay K:RATE wants K in [1, %d] and RATE in [0, 1], not '%s'",
+                                 DRAFTER_MAX_DRAFT, v);
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else if (!strcmp(a, "--blank-depth")) {
@@ -234,7 +342,12 @@ int cmd_bench(int argc, char **argv) {
     double gpu_bw = mo.n_gpu_layers != 0 ? brisk_gpu_bandwidth(mo.device) : 0.0;
     /* a recurrent model's runs go back to the depth through one checkpoint a sequence (fill_depth;
      * a copy of the state each: none needed to go back to 0, which is a clear) */
-    cp.n_seq_checkpoints = depth > 0 ? 1 : 0;
+    cp.n_seq_checkpoints = depth > 0 || spec_k ? 2 : 0;
+    if (spec_k) { /* the prompt, the generation and one round's proposals; the verify table's batches */
+        cp.n_ctx = n_ctx > 0 ? n_ctx : REPLAY_PROMPT + n_gen + DRAFTER_MAX_DRAFT + 16;
+        cp.n_seq_max = 1;
+        cp.n_batch = 512;
+    }
     if (!cli_load_model(model_path, &mo, &cp, &m)) goto done;
     brisk_model_info info;
     brisk_model_get_info(m, &info);
@@ -248,6 +361,13 @@ int cmd_bench(int argc, char **argv) {
     /* the roofline is the memory the weights are read from */
     double bw = info.gpu_device < 0 ? measure_bandwidth(cli_default_threads())
                 : info.gpu_device == mo.device && gpu_bw > 0 ? gpu_bw : brisk_gpu_bandwidth(info.gpu_device);
+    if (spec_k) {
+        printf("model: %s (%s), %.2f GiB; threads %d\n", model_path, info.arch, info.weight_bytes / 1073741824.0,
+               n_threads);
+        rc = n_gen > 0 ? bench_spec_replay(ctx, n_vocab, n_gen, reps, spec_k, spec_rate, cp.n_ctx, batch)
+                       : cli_error(2, "bench: --spec-replay needs -n > 0");
+        goto done;
+    }
     double *tps = calloc((size_t)reps, sizeof *tps);
     if (!tps) goto done;
     double t_fill = cli_now();

@@ -9,6 +9,9 @@
 #include "cli/common.h"
 #include "engine/speculative.h"
 
+/* The speculation `brisk run` does without flags (see the measurements in bench/RESULTS.md). */
+#define SPEC_DEFAULT_NAME "none"
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: brisk run -m FILE | -hf REPO[:QUANT] -p TEXT [options]\n"
@@ -26,10 +29,18 @@ static void usage(FILE *f) {
             "  -sys, --system-prompt TEXT  the same, with TEXT the system message\n"
             CLI_MODEL_HELP
             "  --no-display-prompt  (default) print only the continuation\n"
-            "  -md, --model-draft FILE  speculative decoding: a small model of the same vocabulary\n"
-            "                       proposes tokens, the target checks them in one batch (same output)\n"
-            "  --draft-max, --draft N  tokens proposed per round (default 8, at most 64)\n"
-            "  --draft-p-min P      stop a round's proposals below this draft probability (default 0.75)\n");
+            "speculative decoding (the output is the model's own; only the speed changes):\n"
+            "  -md, --model-draft FILE  a small model of the same vocabulary proposes tokens,\n"
+            "                       the target checks them in one batch\n"
+            "  --spec-type T        none, ngram-simple (prompt lookup: the text's own repeats), ngram-cache\n"
+            "                       (counts of what followed each 1..4-gram of the text) or draft (-md)\n"
+            "                       (default: draft with -md, else " SPEC_DEFAULT_NAME ")\n"
+            "  --draft-max, --draft N  tokens proposed per round (default 8 for a draft model, 2 for\n"
+            "                       n-grams; at most 64)\n"
+            "  --draft-min N        verify no proposal shorter than N (default 0)\n"
+            "  --draft-p-min P      stop a draft model's proposals below this probability (default 0.75)\n"
+            "  --spec-ngram-size-n, --spec-ngram-simple-size-n N  ngram-simple: the longest suffix looked up\n"
+            "                       (default 4; down to 2)\n");
 }
 
 /* Speculative generation: the emit callback streams text and applies -n and end-of-text. */
@@ -39,6 +50,7 @@ typedef struct run_emit {
     int n_gen, n_predict;
     bool ignore_eos, stopped;
     cli_stop *stop; /* -r */
+    double t_first; /* when the first token came: the prompt's end, as plain decoding times it */
 } run_emit;
 
 static bool run_emit_token(void *user, brisk_token t) {
@@ -47,6 +59,7 @@ static bool run_emit_token(void *user, brisk_token t) {
     if (!e->ignore_eos && brisk_token_is_eog(e->model, t)) return false;
     char out[1100];
     size_t len;
+    if (!e->n_gen) e->t_first = cli_now();
     if (brisk_detok_push(e->model, &e->dt, t, out, sizeof out, &len) == BRISK_OK && len) {
         fwrite(out, 1, len, stdout);
         fflush(stdout);
@@ -56,52 +69,72 @@ static bool run_emit_token(void *user, brisk_token t) {
     return true;
 }
 
+/* Speculative generation with a drafter of spec_type ("draft": the model at draft_path). */
 static int run_speculative(brisk_model *model, brisk_context *ctx, const brisk_context_params *cp,
-                           const cli_model_opts *mo, const char *draft_path, int n_draft, float p_min,
-                           brisk_sampler *smp,
-                           const brisk_token *toks, int64_t n_prompt, int ctx_size, int n_predict,
-                           bool ignore_eos, cli_stop *stop) {
+                           const cli_model_opts *mo, const char *spec_type, const char *draft_path, int n_draft,
+                           int n_draft_min, float p_min, int ngram_n, brisk_sampler *smp, const brisk_token *toks,
+                           int64_t n_prompt, int ctx_size, int n_predict, bool ignore_eos,
+                           cli_stop *stop) {
     brisk_model *dm = NULL;
     brisk_context *dc = NULL;
+    drafter *dr = NULL;
     int rc = 1;
     char why[256];
-    cli_model_opts dmo = *mo;
-    dmo.n_cpu_moe = 0; /* the draft is small: all of it where -ngl puts it */
-    dmo.gpu_mem = 0;
-    dmo.tp = 0; /* the draft runs whole on rank 0's GPU */
-    if (!cli_load_model(draft_path, &dmo, NULL, &dm)) goto done;
-    if (!spec_compatible(model, dm, why, sizeof why)) {
-        cli_error(1, "run: %s cannot draft for %s: %s", draft_path, "the model", why);
+    brisk_status s;
+    if (!strcmp(spec_type, "draft")) {
+        cli_model_opts dmo = *mo;
+        dmo.n_cpu_moe = 0; /* the draft is small: all of it where -ngl puts it */
+        dmo.gpu_mem = 0;
+        dmo.tp = 0; /* the draft runs whole on rank 0's GPU */
+        if (!cli_load_model(draft_path, &dmo, NULL, &dm)) goto done;
+        if (!drafter_model_compatible(model, dm, why, sizeof why)) {
+            cli_error(1, "run: %s cannot draft for %s: %s", draft_path, "the model", why);
+            goto done;
+        }
+        if (!cli_new_context(dm, cp, &dc)) goto done;
+        s = drafter_new_model(dc, brisk_n_vocab(model), p_min, &dr);
+    } else if (!strcmp(spec_type, "ngram-simple")) {
+        s = drafter_new_lookup(ngram_n < 2 ? ngram_n : 2, ngram_n, &dr);
+    } else {
+        s = drafter_new_cache(ctx_size, &dr);
+    }
+    if (s != BRISK_OK) {
+        cli_error(1, "%s", brisk_last_error());
         goto done;
     }
-    if (!cli_new_context(dm, cp, &dc)) goto done;
     run_emit e = {.model = model, .n_predict = n_predict, .ignore_eos = ignore_eos, .stop = stop};
     spec_stats st;
     double t0 = cli_now();
-    brisk_status s = spec_generate(ctx, dc, brisk_n_vocab(model), smp, toks, n_prompt, n_draft, p_min, ctx_size,
-                                   run_emit_token, &e, &st);
+    s = spec_generate(ctx, dr, smp, toks, n_prompt, n_draft, n_draft_min, ctx_size, run_emit_token, &e, &st);
     double t1 = cli_now();
     fputc('\n', stdout);
     if (s != BRISK_OK) {
         cli_error(1, "%s", brisk_last_error());
         goto done;
     }
-    fprintf(stderr, "\nprompt + generation: %lld + %d tokens in %.3f s (%.2f generated tokens/s)\n",
-            (long long)n_prompt, e.n_gen, t1 - t0, e.n_gen / (t1 - t0));
-    fprintf(stderr, "draft: %lld rounds, %lld proposed, %lld accepted (%.1f%%), %.2f tokens per target step\n",
-            (long long)st.rounds, (long long)st.drafted, (long long)st.accepted,
-            st.drafted ? 100.0 * st.accepted / st.drafted : 0.0,
+    /* the same clock as plain decoding's: the prompt up to the first token, then the rest */
+    double tf = e.n_gen ? e.t_first : t1;
+    fprintf(stderr, "\nprompt: %lld tokens in %.3f s (%.2f tokens/s)\n", (long long)n_prompt, tf - t0,
+            n_prompt / (tf - t0));
+    fprintf(stderr, "generation: %d tokens in %.3f s (%.2f tokens/s)\n", e.n_gen, t1 - tf,
+            e.n_gen > 1 ? (e.n_gen - 1) / (t1 - tf) : 0.0);
+    fprintf(stderr,
+            "%s: %lld rounds (%lld with proposals), %lld proposed, %lld accepted (%.1f%%), "
+            "%.2f tokens per target step\n",
+            spec_type, (long long)st.rounds, (long long)st.draft_rounds, (long long)st.drafted,
+            (long long)st.accepted, st.drafted ? 100.0 * st.accepted / st.drafted : 0.0,
             st.rounds ? (double)(st.emitted - 1) / st.rounds : 0.0);
     rc = 0;
 done:
+    drafter_free(dr);
     brisk_context_free(dc);
     brisk_model_free(dm);
     return rc;
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *draft_path = NULL;
-    int n_predict = 128, n_ctx = 0, n_threads = 0, n_draft = 8, n_batch = 512;
+    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *draft_path = NULL, *spec_type = NULL;
+    int n_predict = 128, n_ctx = 0, n_threads = 0, n_draft = -1, n_draft_min = 0, ngram_n = 4, n_batch = 512;
     float draft_p_min = 0.75f;
     bool ignore_eos = false, seed_set = false;
     brisk_sampler_params sp = brisk_sampler_default_params();
@@ -153,6 +186,17 @@ int cmd_run(int argc, char **argv) {
         } else if (!strcmp(a, "--draft-max") || !strcmp(a, "--draft")) {
             VAL();
             if (!cli_int(a, v, 1, 64, &n_draft)) return 2;
+        } else if (!strcmp(a, "--draft-min")) {
+            VAL();
+            if (!cli_int(a, v, 0, 64, &n_draft_min)) return 2;
+        } else if (!strcmp(a, "--spec-type")) {
+            VAL();
+            if (strcmp(v, "none") && strcmp(v, "ngram-simple") && strcmp(v, "ngram-cache") && strcmp(v, "draft"))
+                return cli_error(2, "run: --spec-type %s (want none, ngram-simple, ngram-cache or draft)", v);
+            spec_type = v;
+        } else if (!strcmp(a, "--spec-ngram-size-n") || !strcmp(a, "--spec-ngram-simple-size-n")) {
+            VAL();
+            if (!cli_int(a, v, 1, 64, &ngram_n)) return 2;
         } else if (!strcmp(a, "--draft-p-min")) {
             VAL();
             if (!cli_float(a, v, 0, 1, &draft_p_min)) return 2;
@@ -165,6 +209,12 @@ int cmd_run(int argc, char **argv) {
 #undef VAL
     }
     if (!prompt && !prompt_file) return cli_error(2, "run: -p TEXT or -f FILE is required");
+    if (!spec_type) spec_type = draft_path ? "draft" : SPEC_DEFAULT_NAME;
+    if (!strcmp(spec_type, "draft") && !draft_path) return cli_error(2, "run: --spec-type draft needs -md FILE");
+    bool spec = strcmp(spec_type, "none") != 0;
+    /* a CPU verify step of 1 + k tokens costs ~1x a one-token step at k = 1, 1.3x at 2, 1.6x at 3
+     * (brisk bench --spec-replay, brisk-kjv-6m): n-gram drafts, mostly short-lived, pay at k = 2 */
+    if (n_draft < 0) n_draft = strcmp(spec_type, "draft") ? 2 : 8;
     int hf_rc = cli_model_path(&mo, "run", &model_path);
     if (hf_rc) return hf_rc;
     if (!seed_set) sp.seed = (uint64_t)(cli_now() * 1e9);
@@ -189,7 +239,7 @@ int cmd_run(int argc, char **argv) {
     cp.n_threads = n_threads;
     cp.n_batch = n_batch;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
-    if (draft_path) cp.n_seq_checkpoints = 2; /* recurrent models roll a rejected draft back from a snapshot */
+    if (spec) cp.n_seq_checkpoints = 2; /* recurrent models roll a rejected draft back from a snapshot */
     if (!cli_load_model(model_path, &mo, &cp, &model)) goto done;
     if (!cli_new_context(model, &cp, &ctx)) goto done;
     brisk_model_info info;
@@ -215,9 +265,9 @@ int cmd_run(int argc, char **argv) {
         cli_error(1, "%s", brisk_last_error());
         goto done;
     }
-    if (draft_path) {
-        rc = run_speculative(model, ctx, &cp, &mo, draft_path, n_draft, draft_p_min, smp, toks, n_prompt, ctx_size,
-                             n_predict, ignore_eos, &stop);
+    if (spec) {
+        rc = run_speculative(model, ctx, &cp, &mo, spec_type, draft_path, n_draft, n_draft_min, draft_p_min, ngram_n,
+                             smp, toks, n_prompt, ctx_size, n_predict, ignore_eos, &stop);
         goto done;
     }
     double t0 = cli_now();

@@ -1,30 +1,17 @@
 /* speculative.c — draft-and-verify decoding (see speculative.h). */
 #include "engine/speculative.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/status.h"
 
-#define SPEC_MAX_DRAFT 64
 #define PREFILL_CHUNK 512
 #define TRY(expr)                              \
     do {                                       \
         if ((s = (expr)) != BRISK_OK) goto out; \
     } while (0)
-
-/* The draft's greedy token and its softmax probability. */
-static brisk_token argmax_p(const float *x, int n, float *p) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    double sum = 0;
-    for (int i = 0; i < n; i++) sum += exp((double)x[i] - x[best]);
-    *p = (float)(1.0 / sum);
-    return best;
-}
 
 /* Decodes hist[from, to) into seq 0 of ctx, logits for the last entry only. */
 static brisk_status feed(brisk_context *ctx, const brisk_token *hist, int32_t from, int32_t to,
@@ -51,27 +38,13 @@ static brisk_status cut_to(brisk_context *ctx, const brisk_token *hist, int32_t 
     return feed(ctx, hist, snap, keep, batch);
 }
 
-bool spec_compatible(const brisk_model *target, const brisk_model *draft, char *msg, size_t cap) {
-    if (brisk_n_vocab(target) != brisk_n_vocab(draft)) {
-        snprintf(msg, cap, "the draft's vocabulary has %d tokens, the target's %d", brisk_n_vocab(draft),
-                 brisk_n_vocab(target));
-        return false;
-    }
-    if (brisk_token_bos(target) != brisk_token_bos(draft) || brisk_token_eos(target) != brisk_token_eos(draft)) {
-        snprintf(msg, cap, "the draft's special tokens (bos %d, eos %d) differ from the target's (bos %d, eos %d)",
-                 brisk_token_bos(draft), brisk_token_eos(draft), brisk_token_bos(target), brisk_token_eos(target));
-        return false;
-    }
-    return true;
-}
-
-brisk_status spec_generate(brisk_context *target, brisk_context *draft, int n_vocab, brisk_sampler *smp,
-                           const brisk_token *prompt, int64_t n_prompt, int n_draft, float p_min,
-                           int32_t ctx_size, spec_emit_fn emit, void *user, spec_stats *stats) {
+brisk_status spec_generate(brisk_context *target, drafter *dr, brisk_sampler *smp, const brisk_token *prompt,
+                           int64_t n_prompt, int n_draft, int n_draft_min, int32_t ctx_size, spec_emit_fn emit,
+                           void *user, spec_stats *stats) {
     memset(stats, 0, sizeof *stats);
     if (n_prompt <= 0 || n_prompt >= ctx_size) return bk_fail(BRISK_ERR_INVALID_ARG, "speculative: bad prompt length");
-    if (n_draft < 1) n_draft = 1;
-    if (n_draft > SPEC_MAX_DRAFT) n_draft = SPEC_MAX_DRAFT;
+    if (n_draft < 0) n_draft = 0;
+    if (n_draft > DRAFTER_MAX_DRAFT) n_draft = DRAFTER_MAX_DRAFT;
     brisk_token *hist = malloc((size_t)ctx_size * sizeof *hist);
     brisk_batch_entry *batch = malloc(PREFILL_CHUNK * sizeof *batch);
     if (!hist || !batch) {
@@ -82,7 +55,7 @@ brisk_status spec_generate(brisk_context *target, brisk_context *draft, int n_vo
     memcpy(hist, prompt, (size_t)n_prompt * sizeof *hist);
     for (int64_t i = 0; i < n_prompt; i++) brisk_sampler_accept(smp, prompt[i]); /* as plain decoding does */
     brisk_status s = feed(target, hist, 0, (int32_t)n_prompt, batch);
-    if (s == BRISK_OK) s = feed(draft, hist, 0, (int32_t)n_prompt - 1, batch);
+    if (s == BRISK_OK) s = drafter_begin(dr, hist, (int32_t)n_prompt);
     int32_t n = (int32_t)n_prompt; /* tokens in hist */
     const float *logits = s == BRISK_OK ? brisk_get_logits(target, ((int)n_prompt - 1) % PREFILL_CHUNK) : NULL;
     brisk_token t = logits ? brisk_sampler_sample(smp, logits) : 0;
@@ -90,37 +63,24 @@ brisk_status spec_generate(brisk_context *target, brisk_context *draft, int n_vo
     brisk_sampler_accept(smp, t);
     hist[n++] = t;
     stats->emitted = 1;
-    brisk_token d[SPEC_MAX_DRAFT + 1];
-    /* Invariant: hist[n-1] is the newest emitted token, in neither cache. */
+    brisk_token d[DRAFTER_MAX_DRAFT];
+    /* Invariant: hist[n-1] is the newest emitted token, not in the target's cache. */
     while (n < ctx_size) {
         int32_t pos = n - 1;
         int k = n_draft;
         if (k > ctx_size - 1 - n) k = ctx_size - 1 - n; /* the target decodes positions pos .. pos+k */
         if (k < 0) k = 0;
-        /* 1. the draft catches up to hist[n-1] and proposes k tokens greedily */
-        TRY(brisk_seq_checkpoint(draft, 0));
-        int32_t dsnap = brisk_seq_len(draft, 0);
-        if (k > 0) {
-            TRY(feed(draft, hist, dsnap, n, batch));
-            /* proposals stop where the draft is unsure: a likely rejection costs a draft step
-             * and a wider target batch for nothing */
-            float p;
-            d[0] = argmax_p(brisk_get_logits(draft, (n - 1 - dsnap) % PREFILL_CHUNK), n_vocab, &p);
-            int kk = p >= p_min ? 1 : 0;
-            for (int i = 1; i < k && kk == i; i++) {
-                brisk_batch_entry e = {d[i - 1], pos + i, 0, true};
-                TRY(brisk_decode(draft, &e, 1));
-                d[i] = argmax_p(brisk_get_logits(draft, 0), n_vocab, &p);
-                if (p >= p_min) kk++;
-            }
-            k = kk;
-        }
-        /* 2. the target scores hist[n-1] and the k proposals in one batch */
-        TRY(brisk_seq_checkpoint(target, 0));
+        /* 1. proposals for hist[n], hist[n+1], ... */
+        TRY(drafter_draft(dr, hist, n, k, d, &k));
+        if (k < n_draft_min) k = 0;
+        /* 2. the target scores hist[n-1] and the k proposals in one batch; only a round that may
+         * be cut back needs a snapshot of recurrent state */
+        if (k > 0) TRY(brisk_seq_checkpoint(target, 0));
         batch[0] = (brisk_batch_entry){hist[n - 1], pos, 0, true};
         for (int i = 0; i < k; i++) batch[i + 1] = (brisk_batch_entry){d[i], pos + 1 + i, 0, true};
         TRY(brisk_decode(target, batch, k + 1));
         stats->rounds++;
+        stats->draft_rounds += k > 0;
         stats->drafted += k;
         /* 3. sample as plain decoding would; a draft token is kept while the samples match it */
         int m = 0;
@@ -141,7 +101,7 @@ brisk_status spec_generate(brisk_context *target, brisk_context *draft, int n_vo
         if (stop || n >= ctx_size) break;
         /* 4. the caches keep hist[0, pos + m): the round's last sample is the next round's input */
         TRY(cut_to(target, hist, pos + m, pos, batch));
-        TRY(cut_to(draft, hist, pos + m, dsnap, batch));
+        TRY(drafter_sync(dr, hist, n));
     }
 out:
     free(hist);

@@ -1,0 +1,343 @@
+/* drafter.c — the proposers of speculative decoding (see drafter.h). */
+#include "engine/drafter.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+
+#define PREFILL_CHUNK 512
+
+/* The n-gram cache: which token followed each 1..DRAFTER_NGRAM_MAX-gram of the history, with
+ * counts. Keys point into the history (the n-gram's first occurrence) instead of holding tokens;
+ * both tables are open-addressed, sized at _new for every n-gram a full history can hold. */
+typedef struct ng_key {
+    int32_t start;    /* first occurrence in hist; -1: empty slot */
+    int32_t n;        /* tokens in the n-gram */
+    int32_t sum;      /* times any token followed it */
+    int32_t best_tok; /* the token that followed it most often (the latest to reach that count) */
+    int32_t best_cnt;
+} ng_key;
+
+typedef struct ng_pair {
+    int32_t key; /* index into keys; -1: empty slot */
+    int32_t tok;
+    int32_t cnt;
+} ng_pair;
+
+struct drafter {
+    drafter_kind kind;
+    /* model */
+    brisk_context *ctx;        /* borrowed */
+    int n_vocab;
+    float p_min;
+    int32_t snap;              /* the draft cache's length when the round began */
+    brisk_batch_entry *batch;  /* (PREFILL_CHUNK) */
+    /* lookup */
+    int n_min, n_max;
+    /* cache */
+    const brisk_token *hist;   /* the caller's history, as of the last call (keys point into it) */
+    int32_t n_hist_max, n_indexed;
+    ng_key *keys;              /* (cap) */
+    ng_pair *pairs;            /* (cap) */
+    uint32_t cap;              /* a power of two */
+    /* replay */
+    brisk_token *ref;          /* (n_ref) */
+    int32_t n_ref;
+    int n_match;
+};
+
+static brisk_status alloc_drafter(drafter_kind kind, drafter **out) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    (*out)->kind = kind;
+    return BRISK_OK;
+}
+
+brisk_status drafter_new_model(brisk_context *draft, int n_vocab, float p_min, drafter **out) {
+    BK_TRY(alloc_drafter(DRAFTER_MODEL, out));
+    drafter *d = *out;
+    d->ctx = draft;
+    d->n_vocab = n_vocab;
+    d->p_min = p_min;
+    if (!(d->batch = malloc(PREFILL_CHUNK * sizeof *d->batch))) {
+        drafter_free(d);
+        *out = NULL;
+        return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    }
+    return BRISK_OK;
+}
+
+brisk_status drafter_new_lookup(int n_min, int n_max, drafter **out) {
+    *out = NULL;
+    if (n_min < 1 || n_max < n_min || n_max > DRAFTER_MAX_DRAFT)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "drafter: lookup n-gram sizes %d..%d (want 1 <= min <= max <= %d)",
+                       n_min, n_max, DRAFTER_MAX_DRAFT);
+    BK_TRY(alloc_drafter(DRAFTER_LOOKUP, out));
+    (*out)->n_min = n_min;
+    (*out)->n_max = n_max;
+    return BRISK_OK;
+}
+
+brisk_status drafter_new_cache(int32_t n_hist_max, drafter **out) {
+    *out = NULL;
+    if (n_hist_max < 1 || n_hist_max > (1 << 26))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "drafter: n-gram cache for %d tokens", n_hist_max);
+    BK_TRY(alloc_drafter(DRAFTER_CACHE, out));
+    drafter *d = *out;
+    /* at most n_hist_max * NGRAM_MAX keys and pairs; a load of at most 1/2 keeps probes short */
+    uint32_t cap = 64;
+    while (cap < 2u * (uint32_t)n_hist_max * DRAFTER_NGRAM_MAX) cap <<= 1;
+    d->cap = cap;
+    d->n_hist_max = n_hist_max;
+    d->keys = malloc(cap * sizeof *d->keys);
+    d->pairs = malloc(cap * sizeof *d->pairs);
+    if (!d->keys || !d->pairs) {
+        drafter_free(d);
+        *out = NULL;
+        return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    }
+    for (uint32_t i = 0; i < cap; i++) d->keys[i].start = -1, d->pairs[i].key = -1;
+    return BRISK_OK;
+}
+
+brisk_status drafter_new_replay(const brisk_token *ref, int32_t n_ref, int n_match, int n_vocab, drafter **out) {
+    *out = NULL;
+    if (n_ref < 1 || n_match < 0 || n_vocab < 2) return bk_fail(BRISK_ERR_INVALID_ARG, "drafter: bad replay");
+    BK_TRY(alloc_drafter(DRAFTER_REPLAY, out));
+    drafter *d = *out;
+    d->n_ref = n_ref;
+    d->n_match = n_match;
+    d->n_vocab = n_vocab;
+    if (!(d->ref = malloc((size_t)n_ref * sizeof *d->ref))) {
+        drafter_free(d);
+        *out = NULL;
+        return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    }
+    memcpy(d->ref, ref, (size_t)n_ref * sizeof *ref);
+    return BRISK_OK;
+}
+
+void drafter_free(drafter *d) {
+    if (!d) return;
+    free(d->batch);
+    free(d->keys);
+    free(d->pairs);
+    free(d->ref);
+    free(d);
+}
+
+drafter_kind drafter_get_kind(const drafter *d) { return d->kind; }
+
+bool drafter_model_compatible(const brisk_model *target, const brisk_model *draft, char *msg, size_t cap) {
+    if (brisk_n_vocab(target) != brisk_n_vocab(draft)) {
+        snprintf(msg, cap, "the draft's vocabulary has %d tokens, the target's %d", brisk_n_vocab(draft),
+                 brisk_n_vocab(target));
+        return false;
+    }
+    if (brisk_token_bos(target) != brisk_token_bos(draft) || brisk_token_eos(target) != brisk_token_eos(draft)) {
+        snprintf(msg, cap, "the draft's special tokens (bos %d, eos %d) differ from the target's (bos %d, eos %d)",
+                 brisk_token_bos(draft), brisk_token_eos(draft), brisk_token_bos(target), brisk_token_eos(target));
+        return false;
+    }
+    return true;
+}
+
+/* ---- model ---- */
+
+/* The draft's greedy token and its softmax probability. */
+static brisk_token argmax_p(const float *x, int n, float *p) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)x[i] - x[best]);
+    *p = (float)(1.0 / sum);
+    return best;
+}
+
+/* Decodes hist[from, to) into seq 0 of ctx, logits for the last entry only. */
+static brisk_status feed(brisk_context *ctx, const brisk_token *hist, int32_t from, int32_t to,
+                         brisk_batch_entry *batch) {
+    for (int32_t i = from; i < to; i += PREFILL_CHUNK) {
+        int n = to - i < PREFILL_CHUNK ? to - i : PREFILL_CHUNK;
+        for (int j = 0; j < n; j++) batch[j] = (brisk_batch_entry){hist[i + j], i + j, 0, i + j == to - 1};
+        BK_TRY(brisk_decode(ctx, batch, n));
+    }
+    return BRISK_OK;
+}
+
+static brisk_status model_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max, brisk_token *out, int *k) {
+    *k = 0;
+    BK_TRY(brisk_seq_checkpoint(d->ctx, 0));
+    d->snap = brisk_seq_len(d->ctx, 0);
+    if (k_max <= 0) return BRISK_OK;
+    BK_TRY(feed(d->ctx, hist, d->snap, n, d->batch));
+    /* proposals stop where the draft is unsure: a likely rejection costs a draft step and a
+     * wider target batch for nothing */
+    float p;
+    out[0] = argmax_p(brisk_get_logits(d->ctx, (n - 1 - d->snap) % PREFILL_CHUNK), d->n_vocab, &p);
+    if (p < d->p_min) return BRISK_OK;
+    *k = 1;
+    for (int i = 1; i < k_max; i++) {
+        brisk_batch_entry e = {out[i - 1], n - 1 + i, 0, true};
+        BK_TRY(brisk_decode(d->ctx, &e, 1));
+        out[i] = argmax_p(brisk_get_logits(d->ctx, 0), d->n_vocab, &p);
+        if (p < d->p_min) break;
+        *k = i + 1;
+    }
+    return BRISK_OK;
+}
+
+/* Cuts the draft's seq 0 back to `keep` positions; where recurrent state allows no direct cut,
+ * restores the round's snapshot and re-decodes hist[snap, keep). */
+static brisk_status model_sync(drafter *d, const brisk_token *hist, int32_t keep) {
+    if (brisk_seq_len(d->ctx, 0) <= keep) return BRISK_OK;
+    if (brisk_seq_keepable(d->ctx, 0, keep) == keep) return brisk_seq_remove(d->ctx, 0, keep, -1);
+    if (brisk_seq_keepable(d->ctx, 0, d->snap) != d->snap)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "speculative: cannot roll back the draft's recurrent state");
+    BK_TRY(brisk_seq_remove(d->ctx, 0, d->snap, -1));
+    return feed(d->ctx, hist, d->snap, keep, d->batch);
+}
+
+/* ---- lookup ---- */
+
+int drafter_lookup_search(const brisk_token *hist, int32_t n, int n_min, int n_max, int k_max, brisk_token *out,
+                          int *n_match) {
+    *n_match = 0;
+    for (int m = n_max < n - 1 ? n_max : n - 1; m >= n_min; m--) {
+        const brisk_token *suf = hist + n - m;
+        /* an earlier occurrence hist[j, j+m) with at least one token after it, the latest first */
+        for (int32_t j = n - m - 1; j >= 0; j--) {
+            if (hist[j + m - 1] != suf[m - 1] || memcmp(hist + j, suf, (size_t)m * sizeof *suf) != 0) continue;
+            /* what followed it; past hist's end the copy reads its own output (a period of n-j-m) */
+            int k = 0;
+            for (; k < k_max; k++) {
+                int32_t p = j + m + k;
+                out[k] = p < n ? hist[p] : out[p - n];
+            }
+            *n_match = m;
+            return k;
+        }
+    }
+    return 0;
+}
+
+/* ---- cache ---- */
+
+static uint32_t ng_hash(const brisk_token *q, int n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull * (uint64_t)(n + 1);
+    for (int i = 0; i < n; i++) {
+        h ^= (uint32_t)q[i];
+        h *= 0xff51afd7ed558ccdull;
+        h ^= h >> 33;
+    }
+    return (uint32_t)h;
+}
+
+/* The slot of n-gram q[0, n): its key, or the empty slot where it would go. */
+static uint32_t ng_find(const drafter *d, const brisk_token *q, int n) {
+    uint32_t mask = d->cap - 1, i = ng_hash(q, n) & mask;
+    for (;; i = (i + 1) & mask) {
+        const ng_key *e = &d->keys[i];
+        if (e->start < 0) return i;
+        if (e->n == n && memcmp(d->hist + e->start, q, (size_t)n * sizeof *q) == 0) return i;
+    }
+}
+
+static uint32_t ng_pair_find(const drafter *d, int32_t key, brisk_token tok) {
+    uint32_t mask = d->cap - 1, i = (uint32_t)(((uint64_t)(uint32_t)key * 0x9E3779B1u) ^ (uint32_t)tok * 0x85EBCA77u) & mask;
+    for (;; i = (i + 1) & mask) {
+        const ng_pair *e = &d->pairs[i];
+        if (e->key < 0 || (e->key == key && e->tok == tok)) return i;
+    }
+}
+
+/* Counts hist[i] as following each n-gram that ends at hist[i-1]. */
+static void cache_index(drafter *d, int32_t i) {
+    for (int n = 1; n <= DRAFTER_NGRAM_MAX && n <= i; n++) {
+        uint32_t ki = ng_find(d, d->hist + i - n, n);
+        ng_key *key = &d->keys[ki];
+        if (key->start < 0) *key = (ng_key){i - n, n, 0, -1, 0};
+        ng_pair *pr = &d->pairs[ng_pair_find(d, (int32_t)ki, d->hist[i])];
+        if (pr->key < 0) *pr = (ng_pair){(int32_t)ki, d->hist[i], 0};
+        pr->cnt++;
+        key->sum++;
+        if (pr->cnt >= key->best_cnt) key->best_tok = pr->tok, key->best_cnt = pr->cnt;
+    }
+}
+
+static brisk_status cache_sync(drafter *d, const brisk_token *hist, int32_t n) {
+    d->hist = hist;
+    if (n > d->n_hist_max) n = d->n_hist_max; /* past its size the cache stops learning */
+    for (; d->n_indexed < n; d->n_indexed++) cache_index(d, d->n_indexed);
+    return BRISK_OK;
+}
+
+/* llama.cpp's lax thresholds for its context cache, by n-gram size 1..4: a favourite is proposed
+ * when the n-gram was followed at least this often, by the favourite at least this share. */
+static const int cache_min_seen[DRAFTER_NGRAM_MAX] = {2, 2, 1, 1};
+static const int cache_min_pct[DRAFTER_NGRAM_MAX] = {66, 50, 50, 50};
+
+static int cache_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max, brisk_token *out) {
+    d->hist = hist;
+    int k = 0;
+    while (k < k_max) {
+        /* the tail of hist + out, up to NGRAM_MAX tokens */
+        brisk_token q[DRAFTER_NGRAM_MAX];
+        int have = n + k < DRAFTER_NGRAM_MAX ? n + k : DRAFTER_NGRAM_MAX;
+        for (int i = 0; i < have; i++) {
+            int32_t p = n + k - have + i;
+            q[i] = p < n ? hist[p] : out[p - n];
+        }
+        brisk_token t = -1;
+        for (int m = have; m >= 1 && t < 0; m--) {
+            const ng_key *key = &d->keys[ng_find(d, q + have - m, m)];
+            if (key->start < 0 || key->sum < cache_min_seen[m - 1]) continue;
+            if (100 * key->best_cnt >= cache_min_pct[m - 1] * key->sum) t = key->best_tok;
+        }
+        if (t < 0) break;
+        out[k++] = t;
+    }
+    return k;
+}
+
+/* ---- the interface ---- */
+
+brisk_status drafter_begin(drafter *d, const brisk_token *hist, int32_t n) {
+    switch (d->kind) {
+    case DRAFTER_MODEL: return feed(d->ctx, hist, 0, n - 1, d->batch);
+    case DRAFTER_CACHE: return cache_sync(d, hist, n);
+    default: return BRISK_OK;
+    }
+}
+
+brisk_status drafter_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max, brisk_token *out, int *k) {
+    if (k_max > DRAFTER_MAX_DRAFT) k_max = DRAFTER_MAX_DRAFT;
+    *k = 0;
+    int m;
+    switch (d->kind) {
+    case DRAFTER_MODEL: return model_draft(d, hist, n, k_max, out, k);
+    case DRAFTER_LOOKUP: *k = drafter_lookup_search(hist, n, d->n_min, d->n_max, k_max, out, &m); break;
+    case DRAFTER_CACHE: *k = cache_draft(d, hist, n, k_max, out); break;
+    case DRAFTER_REPLAY:
+        for (int i = 0; i < k_max; i++) {
+            int32_t p = n + i;
+            brisk_token t = p < d->n_ref ? d->ref[p] : 0;
+            out[i] = i < d->n_match ? t : (t + 1) % d->n_vocab;
+        }
+        *k = k_max;
+        break;
+    }
+    return BRISK_OK;
+}
+
+brisk_status drafter_sync(drafter *d, const brisk_token *hist, int32_t n) {
+    switch (d->kind) {
+    case DRAFTER_MODEL: return model_sync(d, hist, n - 1);
+    case DRAFTER_CACHE: return cache_sync(d, hist, n);
+    default: return BRISK_OK;
+    }
+}

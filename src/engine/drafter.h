@@ -1,0 +1,81 @@
+/* drafter.h — who proposes the tokens that speculative decoding
+ * (engine/speculative.h) verifies. One interface, four kinds:
+ *
+ *   model   a small draft model of the same vocabulary decodes greedily
+ *           (its own context, rolled back after each round);
+ *   lookup  prompt lookup (llama.cpp's ngram-simple idea): the longest suffix
+ *           of the history, n_max tokens down to n_min, is searched for in the
+ *           history itself, most recent occurrence first, and what followed it
+ *           is proposed (copied with overlap, so a loop keeps proposing itself);
+ *   cache   an n-gram cache over the sequence's own history (llama.cpp's
+ *           ngram-cache "context" cache): counts of which token followed every
+ *           1..4-gram; a token is proposed when the largest n-gram seen enough
+ *           times has a clear favourite (llama.cpp's lax thresholds), and the
+ *           draft extends one token at a time while that holds;
+ *   replay  for `brisk bench --spec-replay`: given the target's own greedy
+ *           continuation, proposes its next n_match tokens and then wrong ones,
+ *           so every round accepts exactly n_match (a fixed acceptance rate).
+ *
+ * The n-gram kinds need no model and propose nothing when the history holds
+ * no match, so a round without a hit is a plain one-token step.
+ *
+ * Protocol, with hist[0, n) the prompt and the tokens emitted so far (the
+ * target has decoded all but hist[n-1]): drafter_begin once after the prompt,
+ * then per round drafter_draft (proposals for hist[n], hist[n+1], ...) and,
+ * once the round's tokens are appended, drafter_sync with the new n.
+ * A drafter belongs to one sequence; the model kind borrows its context (the
+ * caller frees it after the drafter). All sizes are fixed at _new: no
+ * allocation happens per round. */
+#ifndef BK_DRAFTER_H
+#define BK_DRAFTER_H
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "brisk.h"
+
+typedef struct drafter drafter;
+
+typedef enum drafter_kind {
+    DRAFTER_MODEL,
+    DRAFTER_LOOKUP,
+    DRAFTER_CACHE,
+    DRAFTER_REPLAY,
+} drafter_kind;
+
+#define DRAFTER_MAX_DRAFT 64  /* proposals per round, at most */
+#define DRAFTER_NGRAM_MAX 4   /* the longest n-gram either n-gram kind matches (llama.cpp's LLAMA_NGRAM_MAX) */
+
+/* A draft model's context (empty, sequence 0; n_seq_checkpoints >= 1 when the
+ * model is recurrent), borrowed. A round stops proposing at the first token
+ * whose draft probability is below p_min (0: never). */
+brisk_status drafter_new_model(brisk_context *draft, int n_vocab, float p_min, drafter **out);
+/* Prompt lookup; 1 <= n_min <= n_max <= DRAFTER_NGRAM_MAX. */
+brisk_status drafter_new_lookup(int n_min, int n_max, drafter **out);
+/* N-gram cache (1..DRAFTER_NGRAM_MAX-grams) over histories of up to n_hist_max tokens. */
+brisk_status drafter_new_cache(int32_t n_hist_max, drafter **out);
+/* Replays ref[0, n_ref) (the prompt then the target's greedy continuation; copied): a round at
+ * n proposes ref[n, n + n_match) then (ref[i] + 1) % n_vocab up to its k_max. */
+brisk_status drafter_new_replay(const brisk_token *ref, int32_t n_ref, int n_match, int n_vocab, drafter **out);
+void drafter_free(drafter *d);
+
+drafter_kind drafter_get_kind(const drafter *d);
+
+/* After the prompt hist[0, n): the model kind prefills hist[0, n-1), the cache indexes hist. */
+brisk_status drafter_begin(drafter *d, const brisk_token *hist, int32_t n);
+/* Proposes *k <= k_max (<= DRAFTER_MAX_DRAFT) tokens into out to follow hist[0, n); *k = 0: no proposal. */
+brisk_status drafter_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max, brisk_token *out, int *k);
+/* The round ended with hist[0, n) emitted: the model kind cuts its cache back to n-1 positions
+ * (restoring its snapshot from the round's start where recurrent state needs it), the cache
+ * indexes the new tokens. */
+brisk_status drafter_sync(drafter *d, const brisk_token *hist, int32_t n);
+
+/* Whether two models can pair (same vocabulary size and special tokens); if not, why in msg. */
+bool drafter_model_compatible(const brisk_model *target, const brisk_model *draft, char *msg, size_t cap);
+
+/* The lookup kind's search, exposed for tests: the longest suffix of hist[0, n) of n_max..n_min
+ * tokens that occurs earlier, most recent occurrence first; what followed it, copied with overlap,
+ * up to k_max tokens into out. Returns the count (0: no match) and the matched length in *n_match. */
+int drafter_lookup_search(const brisk_token *hist, int32_t n, int n_min, int n_max, int k_max, brisk_token *out,
+                          int *n_match);
+
+#endif

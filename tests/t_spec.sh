@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# n-gram self-speculation (brisk run --spec-type ngram-simple|ngram-cache, engine/drafter.h) and
+# brisk bench --spec-replay:
+#  1. greedy text with each n-gram drafter equals plain greedy decoding, token for token, on
+#     stories260K (f32) and brisk's dense, MoE and hybrid (recurrent, rolled back from a
+#     checkpoint) KJV models, on prompts where the drafters do propose (asserted: rounds with
+#     proposals > 0, so the verify and cut-back paths ran);
+#  2. on a prompt that repeats a passage, drafts are accepted (accepted > 0; the stats are printed);
+#  3. bench --spec-replay 8:0.5 accepts about half of what it proposes (45..55%) and ~5 tokens a
+#     target step, and prints the verify cost for k = 0..16;
+#  4. bad flags are refused with exit 2.
+set -u
+B=${BUILD:-build}
+S=${SHARED:-../shared}
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fail=0
+ok() { echo "ok   $*"; }
+no() { echo "FAIL $*"; fail=1; }
+ST=$S/data/stories260K/stories260K.gguf
+[ -f "$ST" ] || { echo "skip t_spec.sh: $ST not found [required]"; exit 77; }
+N=64
+[ "${SAN:-0}" = 1 ] && N=24
+REP="And God said, Let there be light: and there was light. And God saw the light, that it was good: and God \
+divided the light from the darkness. And God said, Let there be light: and there was light. And God saw the \
+light, that it was good: and God divided"
+# a drafter's stats line: "<type>: R rounds (D with proposals), P proposed, A accepted (..%), ..."
+field() { sed -n "s/.* \([0-9]*\) $1.*/\1/p" "$T/se" | tail -n1; }
+
+# 1 + 2
+check() { # model prompt label [tokens]
+  local a b n=${4:-$N}
+  a=$("$B/brisk" run -m "$1" -p "$2" -n $n --temp 0 -t 1 2>/dev/null)
+  for st in ngram-simple ngram-cache; do
+    b=$("$B/brisk" run -m "$1" -p "$2" -n $n --temp 0 -t 1 --spec-type $st 2>"$T/se")
+    local d ac
+    d=$(sed -n 's/.*(\([0-9]*\) with proposals).*/\1/p' "$T/se"); ac=$(field accepted)
+    if [ -n "$a" ] && [ "$a" = "$b" ] && [ "${d:-0}" -gt 0 ]; then
+      ok "$3 $st: same greedy text; $(grep proposals "$T/se")"
+    else no "$3 $st: plain '$a' / speculative '$b' ($(tail -n1 "$T/se"))"; fi
+    if [ "$3" != stories260K ]; then
+      [ "${ac:-0}" -gt 0 ] && ok "$3 $st: repeated passage, $ac drafts accepted" || no "$3 $st: nothing accepted"
+    fi
+  done
+}
+check "$ST" "Once upon a time" stories260K $((N * 3))  # its stories repeat themselves after ~100 tokens
+for m in brisk-kjv-6m brisk-kjv-moe brisk-kjv-hybrid; do check models/$m.gguf "$REP" $m; done
+
+# 3
+if "$B/brisk" bench -m "$ST" -t 1 -n 96 -r 2 --spec-replay 8:0.5 > "$T/bo" 2>&1 &&
+   python3 - "$T/bo" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+m = re.search(r"replay: (\d+) rounds, (\d+) proposed, (\d+) accepted", t)
+r, p, a = map(int, m.groups())
+assert 0.45 <= a / p <= 0.55, (a, p)
+step = float(re.search(r"tg replay k8 match 4 +\| [^|]+\| +([0-9.]+)", t).group(1))
+assert 4.0 <= step <= 5.0, step
+rows = re.findall(r"^\| (\d+) +\| +([0-9.]+) \|", t, re.M)
+assert [int(k) for k, _ in rows] == list(range(17)), rows
+PY
+then ok "bench --spec-replay 8:0.5: $(grep '^replay' "$T/bo")"; else no "bench --spec-replay: $(cat "$T/bo")"; fi
+
+# 4
+for bad in "--spec-type bogus" "--spec-type draft" "--draft-min 65"; do
+  # shellcheck disable=SC2086
+  "$B/brisk" run -m "$ST" -p "Once" -n 2 $bad >/dev/null 2>"$T/se"
+  rc=$?
+  [ $rc -eq 2 ] && ok "run $bad: refused ($(cat "$T/se"))" || no "run $bad: rc $rc"
+done
+"$B/brisk" bench -m "$ST" --spec-replay 8:1.5 >/dev/null 2>"$T/se"
+rc=$?
+[ $rc -eq 2 ] && ok "bench --spec-replay 8:1.5: refused" || no "bench --spec-replay 8:1.5: rc $rc"
+exit $fail
