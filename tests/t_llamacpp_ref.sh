@@ -2,7 +2,8 @@
 # Smoke test of the llama.cpp reference harness (build/llamacpp-ref):
 # greedy decoding of stories260K from BOS must give the ids of our independent
 # reference (shared/data/stories260K/greedy_bos_256.json), also after a pure
-# Q8_0 quantization, and the tokenizer must match a known SentencePiece case.
+# Q8_0 quantization and from brisk's split of the file into three parts (the
+# same logits, bit for bit), and the tokenizer must match a known SentencePiece case.
 set -eu
 BUILD=${BUILD:-build}
 SHARED=${SHARED:-$(cd .. && pwd)/shared}
@@ -33,6 +34,12 @@ size=$(wc -c < "$tmp/logits.bin")
     { cat "$tmp/quantize.log"; exit 1; }
 got=$("$REF" eval -m "$tmp/q8.gguf" -p 1 -n $N -t 1)
 check "Q8_0" "$got"
+
+# brisk's split files (test_gguf --write-split, llama.cpp's gguf-split layout) are what llama.cpp reads
+"$BUILD/tests/test_gguf" --write-split "$MODEL" "$tmp/split" 3 > /dev/null
+got=$("$REF" eval -m "$tmp/split-00001-of-00003.gguf" -p 1 -n $N -t 1 --kv f32 --logits-out "$tmp/split.bin")
+check "split F32" "$got"
+cmp -s "$tmp/logits.bin" "$tmp/split.bin" || { echo "split: llama.cpp's logits differ from the whole file's"; exit 1; }
 
 got=$(printf 'Hello world' | "$REF" tokenize -m "$MODEL")
 [ "$got" = "346 306 414 263 304 341" ] || { echo "tokenize 'Hello world': got '$got'"; exit 1; }

@@ -17,8 +17,7 @@ check() { if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fail=1; fi; }
 R=$T/repos/brisk-test/tiny-GGUF
 mkdir -p "$R/split"
 cp "$M" "$R/tiny-Q4_K_M.gguf"; cp "$M" "$R/tiny-Q8_0.gguf"
-head -c 600000 "$M" >"$R/split/tiny-F16-00001-of-00002.gguf"
-tail -c +600001 "$M" >"$R/split/tiny-F16-00002-of-00002.gguf"
+"$(dirname "$B")/tests/test_gguf" --write-split "$M" "$R/split/tiny-F16" 2 || { echo "FAIL the split fixture"; exit 1; }
 printf mmproj >"$R/mmproj-tiny-F16.gguf"; echo "# tiny" >"$R/README.md"
 SHA=$(sha256sum "$M" | cut -d' ' -f1)
 : >"$T/ctl"; : >"$T/log"
@@ -87,13 +86,15 @@ if command -v script >/dev/null; then
   "$B" pull brisk-test/tiny-GGUF:Q4_K_M >/dev/null 2>&1
 fi
 
-# 4. a split GGUF: both parts, in order; -hf says brisk loads one file
+# 4. a split GGUF (llama.cpp's gguf-split layout): both parts, in order, each as served; -hf runs it
 "$B" pull brisk-test/tiny-GGUF:f16 >"$T/o" 2>"$T/e"; rc=$?
 check "pull a split: both parts in order, whole" \
   '[ $rc -eq 0 ] && [ $(wc -l <"$T/o") -eq 2 ] && head -1 "$T/o" | grep -q "split/tiny-F16-00001-of-00002.gguf$" &&
-   cat $(cat "$T/o") | cmp -s - "$M" && grep -q "\[2/2\]" "$T/e"'
-"$B" run -hf brisk-test/tiny-GGUF:F16 -p hi >/dev/null 2>"$T/e"; rc=$?
-check "run -hf on a split: exit 1, one line naming llama-gguf-split" '[ $rc -eq 1 ] && [ $(wc -l <"$T/e") -eq 1 ] && grep -q "gguf-split" "$T/e"'
+   cmp -s "$(sed -n 1p "$T/o")" "$R/split/tiny-F16-00001-of-00002.gguf" &&
+   cmp -s "$(sed -n 2p "$T/o")" "$R/split/tiny-F16-00002-of-00002.gguf" && grep -q "\[2/2\]" "$T/e"'
+"$B" run -hf brisk-test/tiny-GGUF:F16 -p "Once upon" -n 16 --temp 0 -t 1 >"$T/o" 2>"$T/e"; rc=$?
+"$B" run -m "$M" -p "Once upon" -n 16 --temp 0 -t 1 >"$T/o2" 2>/dev/null
+check "run -hf on a split: the parts load as the one file they were cut from" '[ $rc -eq 0 ] && cmp -s "$T/o" "$T/o2"'
 
 # 5. what is not there
 "$B" pull brisk-test/tiny-GGUF:Q5_K_M >/dev/null 2>"$T/e"; rc=$?

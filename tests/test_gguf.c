@@ -3,7 +3,9 @@
  * byte overwritten, fields set to extreme values) that must fail cleanly.
  *
  *   test_gguf [filter]          run the tests
- *   test_gguf --seeds DIR       write the fuzz seed corpus (fuzz/corpus/gguf) */
+ *   test_gguf --seeds DIR       write the fuzz seed corpus (fuzz/corpus/gguf)
+ *   test_gguf --write-split SRC PREFIX N   SRC as N parts PREFIX-0000k-of-0000N.gguf (llama.cpp's gguf-split
+ *                               layout; the fixtures of t_pull.sh and t_llamacpp_ref.sh) */
 #include <dirent.h>
 #include <errno.h>
 #include <stddef.h>
@@ -825,8 +827,114 @@ static int write_seeds(const char *dir) {
     return bad;
 }
 
+/* Writes src as llama.cpp's gguf-split does: n parts PREFIX-0000k-of-0000n.gguf, the first with all
+ * the metadata, every part with split.no / split.count (u16) and split.tensors.count (i32); tensors
+ * dealt round robin. Returns the first part's path (static). */
+static const char *write_split(const gguf_file *src, int n, const char *prefix) {
+    static char first[512];
+    const int64_t nt = gguf_tensor_count(src);
+    for (int k = 0; k < n; k++) {
+        char name[64], pbuf[1024];
+        snprintf(name, sizeof name, "sp-%05d-of-%05d.gguf", k + 1, n);
+        snprintf(pbuf, sizeof pbuf, "%s-%05d-of-%05d.gguf", prefix ? prefix : "", k + 1, n);
+        const char *path = prefix ? pbuf : tmp_path(name);
+        if (!k) snprintf(first, sizeof first, "%s", path);
+        gguf_writer *w = gguf_writer_new();
+        CHECK(w != NULL);
+        if (!w) return first;
+        for (int64_t i = 0; k == 0 && i < gguf_kv_count(src); i++) CHECK_OK(gguf_writer_copy_kv(w, src, i));
+        CHECK_OK(gguf_writer_set_u16(w, "split.no", (uint16_t)k));
+        CHECK_OK(gguf_writer_set_u16(w, "split.count", (uint16_t)n));
+        CHECK_OK(gguf_writer_set_i32(w, "split.tensors.count", (int32_t)nt));
+        for (int64_t i = k; i < nt; i += n) {
+            const gguf_tensor *t = gguf_get_tensor(src, i);
+            CHECK_OK(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne));
+        }
+        CHECK_OK(gguf_writer_begin(w, path));
+        for (int64_t i = k; i < nt; i += n) {
+            const gguf_tensor *t = gguf_get_tensor(src, i);
+            CHECK_OK(gguf_writer_write_tensor(w, t->data, t->nbytes));
+        }
+        CHECK_OK(gguf_writer_finish(w));
+        gguf_writer_free(w);
+    }
+    return first;
+}
+
+/* Greedy logits of a fixed prompt through the engine. */
+static void prompt_logits(const char *path, float *out, int nv) {
+    brisk_model *m = NULL;
+    brisk_context *c = NULL;
+    CHECK_OK(brisk_model_load(path, NULL, &m));
+    brisk_context_params cp = brisk_context_default_params();
+    cp.n_ctx = 64;
+    cp.n_threads = 1;
+    if (m) CHECK_OK(brisk_context_new(m, &cp, &c));
+    if (!c) {
+        brisk_model_free(m);
+        return;
+    }
+    brisk_batch_entry b[5];
+    for (int i = 0; i < 5; i++) b[i] = (brisk_batch_entry){(brisk_token)(1 + 37 * i), i, 0, i == 4};
+    CHECK_OK(brisk_decode(c, b, 5));
+    const float *l = brisk_get_logits(c, 4);
+    CHECK(l != NULL && brisk_n_vocab(m) == nv);
+    if (l) memcpy(out, l, sizeof(float) * (size_t)nv);
+    brisk_context_free(c);
+    brisk_model_free(m);
+}
+
+/* A split GGUF (llama.cpp's gguf-split layout) reads as the one file it was cut from: every tensor's
+ * bytes, and the model's logits bit for bit; a later part or a missing part is a clear error. */
+static void test_split_parts(void) {
+    gguf_file *src = NULL, *g = NULL;
+    const char *orig = shared_file("stories260K/stories260K.gguf");
+    CHECK_OK(gguf_open(orig, &src));
+    if (!src) return;
+    const char *first = write_split(src, 3, NULL);
+    CHECK_OK(gguf_open(first, &g));
+    if (g) {
+        CHECK(gguf_tensor_count(g) == gguf_tensor_count(src));
+        int same = 1;
+        for (int64_t i = 0; i < gguf_tensor_count(src); i++) {
+            const gguf_tensor *a = gguf_get_tensor(src, i), *b = gguf_find_tensor(g, a->name);
+            same &= b && b->type == a->type && b->nbytes == a->nbytes && !memcmp(b->data, a->data, a->nbytes);
+        }
+        CHECK(same);
+        gguf_close(g);
+    }
+    enum { NV = 512 };
+    static float la[NV], lb[NV];
+    prompt_logits(orig, la, NV);
+    prompt_logits(first, lb, NV);
+    CHECK(!memcmp(la, lb, sizeof la));
+    char second[512];
+    snprintf(second, sizeof second, "%s", first);
+    memcpy(strstr(second, "-00001-of-") + 1, "00002", 5);
+    g = NULL;
+    CHECK(gguf_open(second, &g) == BRISK_ERR_INVALID_ARG && !g);
+    CHECK(strstr(brisk_last_error(), "first part") != NULL);
+    char third[512];
+    snprintf(third, sizeof third, "%s", first);
+    memcpy(strstr(third, "-00001-of-") + 1, "00003", 5);
+    CHECK(unlink(third) == 0);
+    CHECK(gguf_open(first, &g) != BRISK_OK && !g); /* a missing part */
+    printf("  missing part: %s\n", brisk_last_error());
+    CHECK(strstr(brisk_last_error(), "00003-of-00003") != NULL);
+    unlink(first);
+    unlink(second);
+    gguf_close(src);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--seeds")) return write_seeds(argv[2]);
+    if (argc == 5 && !strcmp(argv[1], "--write-split")) { /* SRC PREFIX N: fixtures for t_pull.sh, t_llamacpp_ref.sh */
+        gguf_file *src = NULL;
+        if (gguf_open(argv[2], &src) != BRISK_OK) return fprintf(stderr, "%s\n", brisk_last_error()), 1;
+        write_split(src, atoi(argv[4]), argv[3]);
+        gguf_close(src);
+        return test_failed_ ? 1 : 0;
+    }
     static const test_case cases[] = {
         {"mini_valid", test_mini_valid},
         {"mini_fields", test_mini_fields},
@@ -838,6 +946,7 @@ int main(int argc, char **argv) {
         {"writer_round_trip", test_writer_round_trip},
         {"writer_reencode", test_writer_reencode},
         {"writer_abandon", test_writer_abandon},
+        {"split_parts", test_split_parts},
     };
     int rc = test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
     if (tmpdir_[0]) rmdir(tmpdir_);

@@ -86,10 +86,8 @@ int cli_hf_resolve(const char *spec, char *out, size_t cap) {
     int n = 0, rc = 0;
     /* the cache first: a model pulled once runs without the network */
     if (hf_cache_find(root, repo, quant, &paths, &n) != BRISK_OK && (rc = pull(spec, &paths, &n))) return rc;
-    if (n > 1)
-        rc = cli_error(1, "-hf %s is a split GGUF (%d files); brisk loads one file: merge them with "
-                          "`llama-gguf-split --merge %s OUT.gguf`", spec, n, paths[0]);
-    else if (snprintf(out, cap, "%s", paths[0]) >= (int)cap)
+    /* a split GGUF: its first part, beside which gguf_open finds the others (hf_pull keeps them in order) */
+    if (snprintf(out, cap, "%s", paths[0]) >= (int)cap)
         rc = cli_error(1, "-hf %s: path too long", spec);
     hf_paths_free(paths, n);
     return rc;

@@ -45,6 +45,8 @@ struct gguf_file {
     gguf_tensor *tensors;      /* (n_tensors) */
     int64_t *kv_ht, *t_ht;     /* open addressing, slot = index + 1, 0 = empty */
     uint64_t kv_mask, t_mask;
+    struct gguf_file **parts;  /* a split GGUF's other files (gguf_open_ex), whose tensors are in tensors */
+    int n_parts;
 };
 
 static const uint8_t type_size[GGUF_TYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
@@ -488,9 +490,7 @@ brisk_status gguf_open_memory(const void *data, size_t size, gguf_file **out) {
 
 brisk_status gguf_open(const char *path, gguf_file **out) { return gguf_open_ex(path, false, out); }
 
-brisk_status gguf_open_ex(const char *path, bool copy, gguf_file **out) {
-    if (!out || !path) return bk_fail(BRISK_ERR_INVALID_ARG, "gguf_open: NULL argument");
-    *out = NULL;
+static brisk_status open_one(const char *path, bool copy, gguf_file **out) {
     gguf_file *g = calloc(1, sizeof *g);
     if (!g) return bk_fail(BRISK_ERR_NOMEM, "gguf: handle");
     brisk_status s = mapfile_open_ex(path, copy, &g->map);
@@ -502,6 +502,93 @@ brisk_status gguf_open_ex(const char *path, bool copy, gguf_file **out) {
     g->size = g->map.size;
     s = open_common(g, out);
     if (s != BRISK_OK) return bk_wrap(s, "%s", path);
+    return BRISK_OK;
+}
+
+/* The split keys of llama.cpp's gguf-split: split.no (0-based), split.count; 0/1 when absent. */
+static brisk_status split_keys(const gguf_file *g, int64_t *no, int64_t *count) {
+    *no = 0;
+    *count = 1;
+    brisk_status s = gguf_get_i64(g, "split.count", count);
+    if (s == BRISK_ERR_NOT_FOUND) return BRISK_OK;
+    BK_TRY(s);
+    s = gguf_get_i64(g, "split.no", no);
+    if (s != BRISK_OK && s != BRISK_ERR_NOT_FOUND) return s;
+    if (*count < 1 || *count > 99999 || *no < 0 || *no >= *count)
+        return bk_fail(BRISK_ERR_FORMAT, "split.no %lld, split.count %lld", (long long)*no, (long long)*count);
+    return BRISK_OK;
+}
+
+/* A split GGUF (llama.cpp's gguf-split: PREFIX-00001-of-0000N.gguf holds the metadata and some tensors,
+ * the other parts their split.* keys and tensors): opens parts 2..N beside the first and takes their
+ * tensors into g's table, each pointing into its own part's map, so a model reads one file's tensors. */
+static brisk_status open_parts(gguf_file *g, const char *path, bool copy, int64_t count) {
+    const size_t n = strlen(path), tail = strlen("-00001-of-00000.gguf");
+    char want[32];
+    snprintf(want, sizeof want, "-00001-of-%05lld.gguf", (long long)count);
+    if (n < tail || strcmp(path + n - tail, want))
+        return bk_fail(BRISK_ERR_FORMAT, "the first part of a split GGUF of %lld parts should be named PREFIX%s",
+                       (long long)count, want);
+    g->parts = calloc((size_t)count - 1, sizeof *g->parts);
+    char *p = malloc(n + 1);
+    if (!g->parts || !p) {
+        free(p);
+        return bk_fail(BRISK_ERR_NOMEM, "gguf: split parts");
+    }
+    brisk_status s = BRISK_OK;
+    int64_t total = g->n_tensors;
+    for (int64_t k = 1; k < count && s == BRISK_OK; k++) {
+        memcpy(p, path, n - tail);
+        snprintf(p + n - tail, tail + 1, "-%05lld-of-%05lld.gguf", (long long)k + 1, (long long)count);
+        int64_t no, cnt;
+        s = open_one(p, copy, &g->parts[k - 1]);
+        if (s == BRISK_OK) g->n_parts++;
+        if (s == BRISK_OK) s = split_keys(g->parts[k - 1], &no, &cnt);
+        if (s == BRISK_OK && (no != k || cnt != count))
+            s = bk_fail(BRISK_ERR_FORMAT, "%s: split.no %lld of %lld, expected %lld of %lld", p, (long long)no,
+                        (long long)cnt, (long long)k, (long long)count);
+        if (s == BRISK_OK) total += g->parts[k - 1]->n_tensors;
+    }
+    free(p);
+    BK_TRY(s);
+    int64_t declared;
+    if (gguf_get_i64(g, "split.tensors.count", &declared) == BRISK_OK && declared != total)
+        return bk_fail(BRISK_ERR_FORMAT, "split.tensors.count is %lld, the %lld parts hold %lld tensors",
+                       (long long)declared, (long long)count, (long long)total);
+    gguf_tensor *t = realloc(g->tensors, (size_t)(total ? total : 1) * sizeof *t);
+    if (!t) return bk_fail(BRISK_ERR_NOMEM, "gguf: %lld tensors", (long long)total);
+    g->tensors = t;
+    free(g->t_ht);
+    if (!(g->t_ht = ht_new(total, &g->t_mask))) return bk_fail(BRISK_ERR_NOMEM, "gguf: %lld tensors", (long long)total);
+    int64_t m = g->n_tensors;
+    for (int k = 0; k < g->n_parts; k++)
+        for (int64_t j = 0; j < g->parts[k]->n_tensors; j++) {
+            t[m++] = g->parts[k]->tensors[j]; /* the name moves with it */
+            g->parts[k]->tensors[j].name = NULL;
+        }
+    g->n_tensors = m;
+    for (int64_t i = 0; i < m; i++)
+        if (ht_probe(g, g->t_ht, g->t_mask, tensor_name, t[i].name, i) >= 0)
+            return bk_fail(BRISK_ERR_FORMAT, "split GGUF: tensor '%s' is in two parts", t[i].name);
+    return BRISK_OK;
+}
+
+brisk_status gguf_open_ex(const char *path, bool copy, gguf_file **out) {
+    if (!out || !path) return bk_fail(BRISK_ERR_INVALID_ARG, "gguf_open: NULL argument");
+    *out = NULL;
+    gguf_file *g;
+    BK_TRY(open_one(path, copy, &g));
+    int64_t no, count;
+    brisk_status s = split_keys(g, &no, &count);
+    if (s == BRISK_OK && no != 0)
+        s = bk_fail(BRISK_ERR_INVALID_ARG, "part %lld of a split GGUF of %lld: open its first part (-00001-of-%05lld)",
+                    (long long)no + 1, (long long)count, (long long)count);
+    if (s == BRISK_OK && count > 1) s = open_parts(g, path, copy, count);
+    if (s != BRISK_OK) {
+        gguf_close(g);
+        return bk_wrap(s, "%s", path);
+    }
+    *out = g;
     return BRISK_OK;
 }
 
@@ -518,6 +605,8 @@ void gguf_close(gguf_file *g) {
     free(g->tensors);
     free(g->kv_ht);
     free(g->t_ht);
+    for (int k = 0; k < g->n_parts; k++) gguf_close(g->parts[k]);
+    free(g->parts);
     mapfile_close(&g->map);
     free(g);
 }

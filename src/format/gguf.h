@@ -129,6 +129,7 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *g, const char *name); /* NU
 typedef struct gguf_writer gguf_writer;
 gguf_writer *gguf_writer_new(void); /* NULL on OOM */
 void gguf_writer_free(gguf_writer *w);
+brisk_status gguf_writer_set_u16(gguf_writer *w, const char *key, uint16_t v); /* (split.no, split.count) */
 brisk_status gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v);
 brisk_status gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v);
 brisk_status gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v);

@@ -149,6 +149,12 @@ brisk_status gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v) {
     return BRISK_OK;
 }
 
+brisk_status gguf_writer_set_u16(gguf_writer *w, const char *key, uint16_t v) {
+    BK_TRY(not_alignment(key));
+    unsigned char b[2] = {(unsigned char)v, (unsigned char)(v >> 8)};
+    return set_scalar(w, key, GGUF_TYPE_UINT16, b);
+}
+
 brisk_status gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v) {
     BK_TRY(not_alignment(key));
     uint32_t u = (uint32_t)v;

@@ -160,7 +160,8 @@ brisk_status model_quantize(const char *in_path, const char *out_path, const mod
     if (s == BRISK_OK) s = threadpool_new(n_threads, &tp);
     for (int64_t i = 0; s == BRISK_OK && i < gguf_kv_count(g); i++) {
         const char *key = gguf_kv_key(g, i);
-        if (strcmp(key, "general.file_type") && strcmp(key, "general.quantization_version"))
+        if (strcmp(key, "general.file_type") && strcmp(key, "general.quantization_version") &&
+            strncmp(key, "split.", 6)) /* a split input (gguf_open reads all its parts) makes one file */
             s = gguf_writer_copy_kv(w, g, i);
     }
     if (s == BRISK_OK) s = gguf_writer_set_u32(w, "general.quantization_version", 2);
