@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `brisk perplexity` in llama-perplexity's KL-divergence mode, on a trained model
 # (brisk-kjv-6m, 64-wide heads) over KJV verses: a base run with the f16 KV cache,
-# then the f16, q8_0 and q4_0 caches against it, and files it must refuse.
+# then the f16, q8_0 and q4_0 caches against it, the quantized caches beside llama.cpp's same
+# types, and files it must refuse.
 set -u
 B=${BUILD:-build}/brisk
 S=${SHARED:-../shared}/data
@@ -47,6 +48,22 @@ if [ -x "$R" ] && [ -f "$S/stories260K/stories260K.gguf" ]; then
   check "brisk f16 and llama.cpp f16 against each other's file: KLD < 1e-4, same top >= 99%" \
     'awk -v a="$x1" -v b="$x2" "BEGIN{exit !(a != \"\" && b != \"\" && a < 1e-4 && b < 1e-4)}" &&
      awk "/^Same top p:/ { exit !(\$4 >= 99) }" "$T/x1" && awk "/^Same top p:/ { exit !(\$4 >= 99) }" "$T/x2"'
+  # the quantized caches beside llama.cpp's same types, on the trained model (issue 37): each engine's
+  # q8_0 and q4_0 scored against llama.cpp's f16 file; brisk's cost must be within 3x of llama.cpp's
+  # own either way (measured within 1.8x; a broken cache costs orders of magnitude more), and q4_0h
+  # (brisk's rotated q4_0, no llama.cpp peer) no worse than 1.5x brisk's q4_0
+  $R perplexity $P -f "$T/text.txt" --kl-divergence-base "$T/lb.bin" >/dev/null 2>"$T/e"; rc=$?
+  cmp -s -n $((20 + 4 * 128 * 3)) "$T/base.bin" "$T/lb.bin" || rc=1 # the same tokens
+  for t in q8_0 q4_0 q4_0h; do
+    $B perplexity $P --kv-type $t --kl-divergence --kl-divergence-base "$T/lb.bin" >"$T/bl$t" 2>/dev/null
+    [ $t = q4_0h ] || $R perplexity $P --kv $t --kl-divergence --kl-divergence-base "$T/lb.bin" >"$T/ll$t" 2>/dev/null
+  done
+  b8=$(kld "$T/blq8_0"); l8=$(kld "$T/llq8_0"); b4=$(kld "$T/blq4_0"); l4=$(kld "$T/llq4_0"); bh=$(kld "$T/blq4_0h")
+  echo "     KLD from llama.cpp's f16 file: q8_0 brisk $b8 llama.cpp $l8; q4_0 brisk $b4 llama.cpp $l4; q4_0h brisk $bh"
+  check "quantized caches against llama.cpp's same types (brisk-kjv-6m): within 3x of its cost, q4_0h <= 1.5x q4_0" \
+    '[ $rc -eq 0 ] && awk -v b8="$b8" -v l8="$l8" -v b4="$b4" -v l4="$l4" -v bh="$bh" "BEGIN{exit !(b8 != \"\" && l8 > 0 &&
+       b4 > 0 && l4 > 0 && bh > 0 && b8 <= 3 * l8 + 1e-6 && l8 <= 3 * b8 + 1e-6 && b4 <= 3 * l4 && l4 <= 3 * b4 &&
+       bh <= 1.5 * b4)}"'
 fi
 
 # files it must refuse, each with a one-line error
