@@ -482,6 +482,9 @@ void oai_job_free(oai_job *job) {
     job->ch = NULL;
     free(job->echo_text);
     job->echo_text = NULL;
+    if (job->ext_free) job->ext_free(job->ext);
+    job->ext = NULL;
+    job->ext_free = NULL;
 }
 
 /* ---- responses ---------------------------------------------------------- */
