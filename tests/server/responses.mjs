@@ -5,7 +5,8 @@
 // text as the whole answer, a function_call (forced with brisk's `grammar`
 // extension) and its function_call_output, previous_response_id continuing a
 // conversation (store: false keeps nothing), reasoning items (with
-// RESP_THINKING=1: a template that thinks), and errors in OpenAI's shape.
+// RESP_THINKING=1: a template that thinks), tool_choice (required, a named
+// function, none) enforced by a grammar, and errors in OpenAI's shape.
 import { test, run, assert, eq, raw, client, MODEL } from './lib.mjs';
 
 const THINKING = process.env.RESP_THINKING === '1';
@@ -147,6 +148,48 @@ if (THINKING) test('reasoning: the thinking comes as a reasoning item before the
   // reasoning items go back in as input
   const r2 = await client.responses.create({ model: MODEL, previous_response_id: r.id, input: 'Go on.', max_output_tokens: 2 });
   assert(r2.usage.input_tokens > r.usage.input_tokens, 'no history');
+});
+
+// tool_choice: a grammar forces one call in the template's syntax
+const pick = [
+  { type: 'function', name: 'pick_unit', parameters: { type: 'object', properties: { unit: { enum: ['c', 'f'] } }, required: ['unit'] } },
+  { type: 'function', name: 'get_time', parameters: { type: 'object', properties: { zone: { enum: ['utc', 'cet'] } }, required: ['zone'] } },
+];
+const calls = (r) => r.output.filter((o) => o.type === 'function_call');
+
+test('tool_choice: required and a named function force a call; none gives none', async () => {
+  const body = { model: MODEL, input: 'Which unit?', tools: pick, max_output_tokens: 250, temperature: 0.8 };
+  for (let i = 0; i < 3; i++) {
+    const r = await client.responses.create({ ...body, tool_choice: 'required' });
+    eq(r.status, 'completed');
+    eq(calls(r).length, 1, JSON.stringify(r.output));
+    const fc = calls(r)[0], args = JSON.parse(fc.arguments);
+    assert(fc.name === 'pick_unit' ? ['c', 'f'].includes(args.unit) : ['utc', 'cet'].includes(args.zone), fc.arguments);
+  }
+  for (const name of ['pick_unit', 'get_time']) {
+    const r = await client.responses.create({ ...body, tool_choice: { type: 'function', name } });
+    eq(calls(r).map((c) => c.name), [name]);
+    const evs = await events({ ...body, tool_choice: { type: 'function', name } });
+    eq(evs.find((e) => e.type === 'response.output_item.done' && e.item.type === 'function_call').item.name, name);
+  }
+  // chat/completions: the same enforcement
+  const c = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Time?' }], max_tokens: 250,
+    tools: pick.map(({ name, parameters }) => ({ type: 'function', function: { name, parameters } })),
+    tool_choice: { type: 'function', function: { name: 'get_time' } } });
+  eq(c.choices[0].finish_reason, 'tool_calls');
+  eq(c.choices[0].message.tool_calls.map((t) => t.function.name), ['get_time']);
+  // none: the tools leave the prompt and nothing is parsed as a call
+  const none = await client.responses.create({ ...body, tools, tool_choice: 'none', grammar: CALL });
+  eq(calls(none).length, 0);
+  assert(none.output_text.includes('get_weather'), none.output_text);
+  const bad = async (extra, msg) => {
+    const r = await raw('/v1/responses', { body: JSON.stringify({ ...body, ...extra }) });
+    eq(r.status, 400, msg);
+    eq(r.json.error.param, 'tool_choice', msg);
+  };
+  await bad({ tool_choice: { type: 'function', name: 'nope' } }, 'unknown name');
+  await bad({ tools: [], tool_choice: 'required' }, 'no tools');
+  await bad({ tool_choice: 'required', grammar: CALL }, 'with a grammar');
 });
 
 test('errors: OpenAI shape; unknown model 404, bad input, tools and fields 400', async () => {
