@@ -50,7 +50,7 @@ stop() {
 fail=0
 start main -c 2048 --parallel 4 --cors-origin https://ok.example --alias other-name || exit 1
 export BRISK_URL=http://127.0.0.1:$PORT
-for t in api errors security anthropic concurrency structured; do
+for t in api errors security anthropic responses concurrency structured; do
   node "tests/server/$t.mjs" || fail=1
 done
 LOAD_SECONDS=${LOAD_SECONDS:-3} LOAD_CLIENTS=${LOAD_CLIENTS:-8} LOAD_PID=$PID node tests/server/load.mjs || fail=1
@@ -102,6 +102,7 @@ node -e 'const fs=require("fs"); fs.writeFileSync(process.argv[2], JSON.parse(fs
 MODEL=$TMP/qwen3.gguf start qwen3 -c 1024 --parallel 2 --chat-template "$TMP/qwen3.jinja" || exit 1
 BRISK_URL=http://127.0.0.1:$PORT node tests/server/qwen3.mjs || fail=1
 BRISK_URL=http://127.0.0.1:$PORT ANTH_THINKING=1 node tests/server/anthropic.mjs || fail=1
+BRISK_URL=http://127.0.0.1:$PORT RESP_THINKING=1 node tests/server/responses.mjs || fail=1
 BRISK_URL=http://127.0.0.1:$PORT node tests/server/structured.mjs || fail=1 # masks over a 151k vocabulary
 stop qwen3 || fail=1
 

@@ -79,9 +79,10 @@ static bool add_message(const cJSON *m, cJSON *out, oai_error *e) {
                 break;
             }
             if (!calls) calls = cJSON_CreateArray();
-            cJSON *c = cJSON_CreateObject(), *fn = cJSON_AddObjectToObject(c, "function");
+            cJSON *c = cJSON_CreateObject(), *fn;
             cJSON_AddStringToObject(c, "id", id->valuestring);
-            cJSON_AddStringToObject(c, "type", "function");
+            cJSON_AddStringToObject(c, "type", "function"); /* before function: a template's tojson keeps the order */
+            fn = cJSON_AddObjectToObject(c, "function");
             cJSON_AddStringToObject(fn, "name", name->valuestring);
             char *args = input ? cJSON_PrintUnformatted(input) : NULL;
             cJSON_AddStringToObject(fn, "arguments", args ? args : "{}");
@@ -153,8 +154,9 @@ static cJSON *to_chat(const oai_server *srv, const cJSON *root, bool count, bool
             ok = oai_fail(e, 400, "tools", "each tool needs a name");
             break;
         }
-        cJSON *ot = cJSON_CreateObject(), *fn = cJSON_AddObjectToObject(ot, "function");
-        cJSON_AddStringToObject(ot, "type", "function");
+        cJSON *ot = cJSON_CreateObject(), *fn;
+        cJSON_AddStringToObject(ot, "type", "function"); /* as /v1/chat/completions clients order it */
+        fn = cJSON_AddObjectToObject(ot, "function");
         cJSON_AddStringToObject(fn, "name", name->valuestring);
         copy_field(t, "description", fn, "description");
         copy_field(t, "input_schema", fn, "parameters");

@@ -142,6 +142,58 @@ brisk_status chat_fmt_render(const chat_fmt *f, const cJSON *messages, const cJS
     return BRISK_OK;
 }
 
+brisk_status chat_tool_gbnf(const cJSON *tools, const char *name, bool close_think, char **gbnf) {
+    *gbnf = NULL;
+    /* One JSON schema for the call object: anyOf over the allowed functions,
+     * the name a const; json_schema.c keeps the property order (name first). */
+    cJSON *schema = cJSON_CreateObject(), *any = cJSON_AddArrayToObject(schema, "anyOf");
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(fn, "name"), *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        if (!cJSON_IsString(n) || (name && strcmp(name, n->valuestring))) continue;
+        cJSON *alt = cJSON_CreateObject(), *props;
+        cJSON_AddStringToObject(alt, "type", "object");
+        props = cJSON_AddObjectToObject(alt, "properties");
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "name"), "const", n->valuestring);
+        if (cJSON_IsObject(params)) cJSON_AddItemToObject(props, "arguments", cJSON_Duplicate(params, true));
+        else cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "arguments"), "type", "object");
+        cJSON *req = cJSON_AddArrayToObject(alt, "required");
+        cJSON_AddItemToArray(req, cJSON_CreateString("name"));
+        cJSON_AddItemToArray(req, cJSON_CreateString("arguments"));
+        cJSON_AddFalseToObject(alt, "additionalProperties");
+        cJSON_AddItemToArray(any, alt);
+    }
+    if (!cJSON_GetArraySize(any)) {
+        cJSON_Delete(schema);
+        return name ? bk_fail(BRISK_ERR_INVALID_ARG, "no tool is named '%s'", name)
+                    : bk_fail(BRISK_ERR_INVALID_ARG, "a tool call is required but no tools were given");
+    }
+    char *text = cJSON_PrintUnformatted(schema), *g = NULL;
+    cJSON_Delete(schema);
+    if (!text) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    brisk_status st = brisk_json_schema_to_gbnf(text, &g);
+    free(text);
+    if (st != BRISK_OK) return st;
+    /* The schema's start rule becomes `call`; the new root wraps it in the tags. */
+    char *r = !strncmp(g, "root ::=", 8) ? g : strstr(g, "\nroot ::=");
+    strbuf b = {0};
+    if (!r) b.failed = true;
+    else {
+        if (r != g) r++;
+        sb_append(&b, g, (size_t)(r - g));
+        sb_printf(&b, "call ::=%s\nroot ::= %s\"<tool_call>\\n\" call \"\\n</tool_call>\"\n", r + 8,
+                  close_think ? "\"</think>\\n\\n\" " : "");
+    }
+    free(g);
+    if (b.failed) {
+        sb_free(&b);
+        return bk_fail(BRISK_ERR_NOMEM, "tool call grammar: out of memory");
+    }
+    *gbnf = sb_take(&b);
+    return BRISK_OK;
+}
+
 bool chat_prompt_opens_think(const char *text, size_t len) {
     size_t end = len;
     while (end && (text[end - 1] == '\n' || text[end - 1] == ' ')) end--;

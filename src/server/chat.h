@@ -38,6 +38,14 @@ bool chat_prompt_opens_think(const char *text, size_t len);
  * without adding a second one. */
 bool chat_prompt_has_bos(const brisk_model *model, const char *text, size_t len);
 
+/* The GBNF of one tool call in the syntax chat_parser reads: <tool_call>,
+ * {"name": N, "arguments": A} with A matching N's parameters schema,
+ * </tool_call>. tools: chat tools ({type, function: {name, parameters}});
+ * name: the one function allowed, or NULL for any of them; close_think: the
+ * prompt opened <think>, so the answer closes it first. *gbnf is malloc'd.
+ * An unknown name or a schema the grammar cannot express is an error. */
+brisk_status chat_tool_gbnf(const cJSON *tools, const char *name, bool close_think, char **gbnf);
+
 typedef struct chat_tool_call {
     char *name, *arguments; /* arguments: a JSON text */
 } chat_tool_call;

@@ -185,6 +185,7 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
         if (got == 0) return 0; /* parked: MHD calls again once resumed */
         if (got < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (c->api == API_ANTHROPIC) anth_stream_events(&c->srv->oai, &c->job, &d, &c->out);
+        else if (c->api == API_RESPONSES) resp_stream_events(&c->srv->oai, &c->job, &d, &c->out);
         else oai_stream_events(&c->srv->oai, &c->job, &d, &c->out);
         if (c->out.failed) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (d.finish != SCHED_RUNNING) c->out_done = true;
@@ -207,7 +208,9 @@ static enum MHD_Result answer(server *srv, struct MHD_Connection *con, conn *c) 
     if (got < 0) return MHD_NO; /* the client left: close */
     if (d.finish == SCHED_FINISH_ERROR || d.finish == SCHED_FINISH_CANCELLED)
         return fail(srv, con, c, 500, NULL, d.error[0] ? d.error : "generation cancelled");
-    char *body = c->api == API_ANTHROPIC ? anth_response(&srv->oai, &c->job, &d) : oai_response(&srv->oai, &c->job, &d);
+    char *body = c->api == API_ANTHROPIC   ? anth_response(&srv->oai, &c->job, &d)
+                 : c->api == API_RESPONSES ? resp_response(&srv->oai, &c->job, &d)
+                                           : oai_response(&srv->oai, &c->job, &d);
     return body ? send_json(srv, con, c, 200, body) : fail(srv, con, c, 500, NULL, "out of memory");
 }
 
@@ -252,6 +255,15 @@ static enum MHD_Result completions(server *srv, struct MHD_Connection *con, conn
 static enum MHD_Result messages(server *srv, struct MHD_Connection *con, conn *c) {
     oai_error e = {0};
     bool ok = anth_parse(&srv->oai, c->body.p ? c->body.p : "", c->body.len, &c->job, &e);
+    c->have_job = true;
+    c->req = c->job.req;
+    if (!ok) return send_error(srv, con, c, &e);
+    return submit(srv, con, c, true);
+}
+
+static enum MHD_Result responses(server *srv, struct MHD_Connection *con, conn *c) {
+    oai_error e = {0};
+    bool ok = resp_parse(&srv->oai, srv->resps, c->body.p ? c->body.p : "", c->body.len, &c->job, &e);
     c->have_job = true;
     c->req = c->job.req;
     if (!ok) return send_error(srv, con, c, &e);
@@ -392,6 +404,10 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *con, conn *c, c
         if (!post) return fail(srv, con, c, 405, NULL, "use POST");
         return messages(srv, con, c);
     }
+    if (!strcmp(p, "/responses")) {
+        if (!post) return fail(srv, con, c, 405, NULL, "use POST");
+        return responses(srv, con, c);
+    }
     const char *body = c->body.p ? c->body.p : "";
     if (!strcmp(p, "/messages/count_tokens")) {
         if (!post) return fail(srv, con, c, 405, NULL, "use POST");
@@ -473,7 +489,7 @@ static conn *conn_new(server *srv, struct MHD_Connection *con, const char *url, 
     }
     snprintf(c->method, sizeof c->method, "%s", method);
     snprintf(c->url, sizeof c->url, "%s", url);
-    c->api = strstr(url, "/messages") ? API_ANTHROPIC : API_OPENAI;
+    c->api = strstr(url, "/messages") ? API_ANTHROPIC : strstr(url, "/responses") ? API_RESPONSES : API_OPENAI;
     return c;
 }
 
@@ -643,6 +659,7 @@ brisk_status server_start(brisk_model *model, brisk_context *ctx, const server_c
                             srv->n_names, cfg->n_ctx_slot, 1};
     if (s == BRISK_OK) s = oai_server_init(&srv->oai);
     sched_params sp = {cfg->n_parallel, cfg->n_ctx_slot, cfg->prefill_chunk, cfg->max_queue, cfg->ckpt_interval};
+    if (s == BRISK_OK) s = resp_store_new((size_t)64 << 20, 4096, &srv->resps); /* bytes, responses */
     if (s == BRISK_OK) s = sched_new(model, ctx, &sp, &srv->sch);
     if (s == BRISK_OK) s = guard_start(srv);
     if (s == BRISK_OK) s = listen_http(srv, cfg);
@@ -665,6 +682,7 @@ void server_stop(server *srv) {
     atomic_store(&srv->stopping, true);
     if (srv->d) MHD_stop_daemon(srv->d);
     sched_free(srv->sch);
+    resp_store_free(srv->resps);
     chat_fmt_free(srv->fmt);
     free(srv->api_key);
     free_list(srv->cors, srv->n_cors);

@@ -16,9 +16,10 @@
 
 #include "server/anthropic.h"
 #include "server/openai.h"
+#include "server/responses.h"
 #include "server/server.h"
 
-enum { API_OPENAI, API_ANTHROPIC };
+enum { API_OPENAI, API_ANTHROPIC, API_RESPONSES };
 
 typedef struct sock {
     int fd;
@@ -41,6 +42,7 @@ typedef struct server {
     chat_fmt *fmt;
     oai_server oai;
     sched *sch;
+    resp_store *resps;   /* /v1/responses: past conversations for previous_response_id */
     struct MHD_Daemon *d;
     int port;
     atomic_bool stopping;
@@ -58,7 +60,7 @@ struct conn {
     struct MHD_Connection *con;
     int fd;              /* the client socket, polled for a hang-up while parked */
     sock *sk;
-    int api;             /* API_OPENAI or API_ANTHROPIC: the shape of answers and errors */
+    int api;             /* API_OPENAI, API_ANTHROPIC or API_RESPONSES: the shape of answers and errors */
     char cors[256];      /* the Origin this answer may be read from; "" none */
     strbuf body;
     bool too_large;

@@ -402,12 +402,39 @@ static bool render_chat(const oai_server *srv, const cJSON *root, char **text, s
     return ok;
 }
 
+/* tool_choice "required" or a named function: every choice's grammar forces
+ * one call in the parser's syntax (after closing a <think> the prompt opened). */
+static bool force_tool(const oai_server *srv, const cJSON *root, bool in_reasoning, oai_job *job, oai_error *e) {
+    const cJSON *tc = field(root, "tool_choice"), *fn = cJSON_IsObject(tc) ? field(tc, "function") : NULL;
+    const cJSON *name = fn ? field(fn, "name") : NULL;
+    if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "required")) job->tool_mode = 1;
+    else if (cJSON_IsString(name)) job->tool_mode = 2;
+    else if (cJSON_IsObject(tc))
+        return oai_fail(e, 400, "tool_choice", "'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    else if (cJSON_IsString(tc) && strcmp(tc->valuestring, "auto") && strcmp(tc->valuestring, "none"))
+        return oai_fail(e, 400, "tool_choice", "'tool_choice' must be none, auto, required or a function");
+    if (!job->tool_mode) return true;
+    if (!job->tools) return oai_fail(e, 400, "tool_choice", "'tool_choice' asks for a tool call but no tools were given");
+    if (field(root, "grammar") || field(root, "response_format"))
+        return oai_fail(e, 400, "tool_choice", "a forced tool call cannot be combined with 'grammar' or 'response_format'");
+    char *gbnf = NULL;
+    brisk_status st = chat_tool_gbnf(field(root, "tools"), job->tool_mode == 2 ? name->valuestring : NULL, in_reasoning, &gbnf);
+    for (int i = 0; st == BRISK_OK && i < job->n; i++) st = brisk_grammar_new(srv->model, gbnf, "root", &job->req->ch[i].grammar);
+    free(gbnf);
+    if (st != BRISK_OK) return oai_fail(e, st == BRISK_ERR_NOMEM ? 500 : 400, "tool_choice", "%s", brisk_last_error());
+    return true;
+}
+
 static bool chat_prompt(const oai_server *srv, const cJSON *root, oai_job *job, oai_error *e) {
     char *text = NULL;
     size_t len = 0;
     if (!render_chat(srv, root, &text, &len, &job->tools, e)) return false;
     /* Generation starts inside <think> when the template opened it. */
     bool in_reasoning = chat_prompt_opens_think(text, len);
+    if (!force_tool(srv, root, in_reasoning, job, e)) {
+        free(text);
+        return false;
+    }
     for (int i = 0; i < job->n; i++) chat_parser_init(&job->ch[i].parser, job->tools, in_reasoning);
     /* A template that writes the BOS itself gets no second one. */
     bool has_bos = chat_prompt_has_bos(srv->model, text, len);
@@ -482,6 +509,9 @@ void oai_job_free(oai_job *job) {
     job->ch = NULL;
     free(job->echo_text);
     job->echo_text = NULL;
+    if (job->ext_free) job->ext_free(job->ext);
+    job->ext = NULL;
+    job->ext_free = NULL;
 }
 
 /* ---- responses ---------------------------------------------------------- */

@@ -64,6 +64,8 @@ typedef struct oai_job {     /* one completion request */
     int anth_block;          /* /v1/messages streaming: index of the next content block */
     int anth_open;           /* /v1/messages streaming: type of the open block (0 none, 1 text, 2 thinking) */
     bool anth_thinking;      /* /v1/messages: the request enabled thinking */
+    void *ext;               /* another API's own state (/v1/responses), freed by oai_job_free through ext_free */
+    void (*ext_free)(void *ext);
     int top_logprobs;
     char id[48];
     long long created;       /* unix seconds */

@@ -4,7 +4,7 @@
  * thread of scheduler.h, and a request waiting for tokens holds no thread.
  *
  * Endpoints: POST /v1/chat/completions, /v1/completions (streaming or not),
- * /v1/messages, /v1/messages/count_tokens, /tokenize, /detokenize,
+ * /v1/messages, /v1/messages/count_tokens, /v1/responses, /tokenize, /detokenize,
  * /apply-template; GET /v1/models, /health, /metrics, / (the web page).
  *
  * Exposure: answers carry no CORS header unless an allowed origin asked;

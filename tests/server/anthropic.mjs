@@ -61,6 +61,18 @@ test('tools: a tool_use block with parsed input (streaming and not)', async () =
   eq(fin.content.find((b) => b.type === 'tool_use').input, { city: 'Paris' });
 });
 
+test('tool_choice any and tool force a call (a grammar in the template syntax)', async () => {
+  const pick = [{ name: 'pick_unit', input_schema: { type: 'object', properties: { unit: { enum: ['c', 'f'] } }, required: ['unit'] } },
+    { name: 'get_time', input_schema: { type: 'object', properties: { zone: { enum: ['utc', 'cet'] } }, required: ['zone'] } }];
+  const body = { model: MODEL, max_tokens: 250, messages: [{ role: 'user', content: 'Which unit?' }], tools: pick, temperature: 0.8 };
+  const any = await anthropic.messages.create({ ...body, tool_choice: { type: 'any' } });
+  eq(any.stop_reason, 'tool_use');
+  assert(['pick_unit', 'get_time'].includes(any.content.find((b) => b.type === 'tool_use').name), JSON.stringify(any.content));
+  const one = await anthropic.messages.create({ ...body, tool_choice: { type: 'tool', name: 'get_time' } });
+  eq(one.content.filter((b) => b.type === 'tool_use').map((b) => b.name), ['get_time']);
+  assert(['utc', 'cet'].includes(one.content.find((b) => b.type === 'tool_use').input.zone), JSON.stringify(one.content));
+});
+
 test('tool_result and tool_use in the history render and answer', async () => {
   const messages = [
     { role: 'user', content: 'Weather in Paris?' },
