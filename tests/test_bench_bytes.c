@@ -99,7 +99,9 @@ static void test_dense(void) {
     CHECK(b.kv == 6ull * 2 * 1001 * 128 * 2);
     CHECK(brisk_decode_bytes(m, BRISK_KV_F16, -1, 1, 0, &b) == BRISK_ERR_INVALID_ARG);
     CHECK(brisk_decode_bytes(m, BRISK_KV_F16, 0, 0, 0, &b) == BRISK_ERR_INVALID_ARG);
-    CHECK(brisk_decode_bytes(m, (brisk_kv_type)4, 0, 1, 0, &b) == BRISK_ERR_INVALID_ARG);
+    CHECK_OK(brisk_decode_bytes(m, BRISK_KV_Q4_0H, 1000, 1, 0, &b)); /* q4_0's 18-byte blocks of 32 */
+    CHECK(b.kv == 6ull * 2 * 1001 * (128 / 32 * 18));
+    CHECK(brisk_decode_bytes(m, (brisk_kv_type)5, 0, 1, 0, &b) == BRISK_ERR_INVALID_ARG);
     CHECK(brisk_decode_bytes(m, (brisk_kv_type)7, 0, 1, 0, &b) == BRISK_ERR_INVALID_ARG);
 out:
     brisk_model_free(m);
