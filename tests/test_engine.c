@@ -315,13 +315,16 @@ static void test_quantized_kv(void) {
     brisk_context *c = NULL;
     CHECK(brisk_context_new(model, &cp, &c) == BRISK_ERR_UNSUPPORTED && c == NULL);
     CHECK(strstr(brisk_last_error(), "q4_0") && strstr(brisk_last_error(), "multiple of 32"));
-    cp.kv_type = (brisk_kv_type)4;
+    cp.kv_type = BRISK_KV_Q4_0H;
+    CHECK(brisk_context_new(model, &cp, &c) == BRISK_ERR_UNSUPPORTED && c == NULL);
+    CHECK(strstr(brisk_last_error(), "q4_0h") && strstr(brisk_last_error(), "multiple of 32"));
+    cp.kv_type = (brisk_kv_type)5;
     CHECK(brisk_context_new(model, &cp, &c) == BRISK_ERR_INVALID_ARG && c == NULL);
     brisk_model *kjv = NULL;
     CHECK_OK(brisk_model_load("models/brisk-kjv-6m.gguf", NULL, &kjv));
     if (!kjv) return;
     const int nv = brisk_n_vocab(kjv);
-    for (int kt = BRISK_KV_Q8_0; kt <= BRISK_KV_Q4_0; kt++) {
+    for (int kt = BRISK_KV_Q8_0; kt <= BRISK_KV_Q4_0H; kt++) {
         cp = brisk_context_default_params();
         cp.n_ctx = 128, cp.n_seq_max = 2, cp.n_threads = 2, cp.kv_type = (brisk_kv_type)kt, cp.kv_block_size = 16;
         CHECK_OK(brisk_context_new(kjv, &cp, &c));
@@ -339,7 +342,7 @@ static void test_quantized_kv(void) {
             same += argmax(brisk_get_logits(c, 0), nv) == out[i];
         }
         printf("  %s cache: %d of 19 tokens after a shared 21-token prefix as the first sequence's\n",
-               kt == BRISK_KV_Q4_0 ? "q4_0" : "q8_0", same);
+               kt == BRISK_KV_Q4_0H ? "q4_0h" : kt == BRISK_KV_Q4_0 ? "q4_0" : "q8_0", same);
         CHECK(same == 19);
         brisk_context_free(c);
     }
