@@ -248,7 +248,8 @@ static void fill_blocks(uint32_t t, uint8_t *buf, int64_t nb, bool sane) {
         }
         if (t == QT_IQ1_M) { /* the f16 scale sits in the top nibbles of the 4 scale words */
             uint16_t h = quant_f32_to_f16(rnd_unit() * 0.05f);
-            for (int w = 0; w < 4; w++) b[48 + 2 * w + 1] = (uint8_t)((b[48 + 2 * w + 1] & 15) | (((h >> 4 * w) & 15) << 4));
+            for (int w = 0; w < 4; w++)
+                b[48 + 2 * w + 1] = (uint8_t)((b[48 + 2 * w + 1] & 15) | (((h >> 4 * w) & 15) << 4));
         }
         if (t == QT_Q8_K) {
             float d = rnd_unit() * 0.01f;

@@ -385,7 +385,8 @@ void quant_iq_unpack(uint32_t type, const void *blk, quant_iq_block *o) {
     }
     case QT_TQ2_0: {
         const blk_tq2_0 *x = blk;
-        for (int i = 0; i < 256; i++) o->q[i] = (int8_t)(((x->qs[32 * (i / 128) + i % 32] >> (2 * ((i / 32) % 4))) & 3) - 1);
+        for (int i = 0; i < 256; i++) /* as deq_tq2_0: byte 32h + m, bits 2l */
+            o->q[i] = (int8_t)(((x->qs[32 * (i / 128) + i % 32] >> (2 * ((i / 32) % 4))) & 3) - 1);
         o->d = H2F(x->d);
         for (int k = 0; k < 16; k++) o->ls[k] = 1;
         return;
@@ -495,7 +496,8 @@ static void quant_tq2_0(const float *x, blk_tq2_0 *y) {
     for (int h = 0; h < 2; h++)
         for (int m = 0; m < 32; m++) {
             uint8_t q = 0;
-            for (int l = 0; l < 4; l++) q |= (uint8_t)((((int)lroundf(x[128 * h + 32 * l + m] * id) + 1) & 3) << (2 * l));
+            for (int l = 0; l < 4; l++)
+                q |= (uint8_t)((((int)lroundf(x[128 * h + 32 * l + m] * id) + 1) & 3) << (2 * l));
             y->qs[32 * h + m] = q;
         }
 }

@@ -18,8 +18,8 @@ typedef struct { uint16_t d; uint8_t qs[64]; uint8_t qh[8]; uint8_t scales[8]; }
 typedef struct { uint16_t d; uint8_t qs[96]; } blk_iq3_xxs;                          /* 98 */
 typedef struct { uint16_t d; uint8_t qs[64]; uint8_t qh[8]; uint8_t signs[32]; uint8_t scales[4]; } blk_iq3_s; /* 110 */
 typedef struct { uint16_t d; uint8_t qs[32]; uint16_t qh[8]; } blk_iq1_s;            /* 50 */
-typedef struct { uint8_t qs[32]; uint8_t qh[16]; uint8_t scales[8]; } blk_iq1_m;     /* 56, f16 d in scales' top nibbles */
-typedef struct { uint8_t qs[48]; uint8_t qh[4]; uint16_t d; } blk_tq1_0;             /* 54: 5 trits per qs byte, 4 per qh */
+typedef struct { uint8_t qs[32]; uint8_t qh[16]; uint8_t scales[8]; } blk_iq1_m;     /* 56, f16 d: scales' top nibbles */
+typedef struct { uint8_t qs[48]; uint8_t qh[4]; uint16_t d; } blk_tq1_0;             /* 54: 5 trits a qs byte, 4 a qh */
 typedef struct { uint8_t qs[64]; uint16_t d; } blk_tq2_0;                            /* 66 */
 typedef struct { uint8_t d[4]; uint8_t qs[32]; } blk_nvfp4;  /* 64 elems, 36: a UE4M3 scale per 16 */
 typedef struct { uint16_t d; uint8_t qs[16]; } blk_q1_0;     /* 128 elems, 18: bit set = +d, clear = -d */
