@@ -104,6 +104,14 @@ a = base + off
 sys.exit(0 if f[a:a + rb] == f[a + 8 * rb:a + 9 * rb] and f[a:a + rb] != f[a + rb:a + 2 * rb] else 1)
 PY
 
+# --type with the ternary, FP4 and 1/2-bit formats: every matrix of that type, and the model runs
+for t in tq1_0 tq2_0 nvfp4 q1_0 q2_0; do
+  syn --preset tiny-llama --type $t -o "$T/l.gguf" || continue
+  if [ "$(types "$T/l.gguf" | awk '$1 ~ /^blk/ && $1 !~ /norm/{print $2}' | sort -u)" = "$t" ] &&
+     "$B/brisk" run -m "$T/l.gguf" -p "hi" -n 4 --temp 0 -ngl 0 >/dev/null 2>&1; then ok "--type $t: every matrix $t, runs"
+  else no "--type $t: $(types "$T/l.gguf" | head -3)"; fi
+done
+
 # bad arguments: exactly one line on stderr
 bad() { # expected-rc description args...
   local want=$1 what=$2; shift 2
@@ -113,6 +121,7 @@ bad() { # expected-rc description args...
 }
 bad 2 "unknown preset" --preset qwen9-1b -o "$T/z.gguf"
 bad 2 "unknown type" --preset tiny-llama --type q7_k -o "$T/z.gguf"
+bad 2 "a type brisk reads but cannot write" --preset tiny-llama --type iq2_xxs -o "$T/z.gguf"
 bad 2 "bad thread count" --preset tiny-llama -t 0 -o "$T/z.gguf"
 bad 2 "skew on a dense model" --preset tiny-llama --expert-skew 1 -o "$T/z.gguf"
 bad 1 "unwritable path" --preset tiny-llama -o "$T/no/such/dir/z.gguf"

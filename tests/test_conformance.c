@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "brisk.h"
+#include "format/gguf.h"
 #include "model/synth.h"
 #include "quant/quant.h"
 #include "test.h"
@@ -159,13 +160,44 @@ static void compare(const char *model_path, const char *label, double tol) {
 }
 
 static const struct {
-    const char *ftype;   /* llama-quantize name */
+    const char *ftype;   /* llama-quantize name (--pure: its base type everywhere) */
     const char *ggml;    /* ggml type name for output/embedding */
+    bool low_bit;        /* run only when asked for by name (llama_low_bit_types) */
 } types[] = {
-    {"F32", "f32"}, {"F16", "f16"}, {"BF16", "bf16"}, {"Q4_0", "q4_0"}, {"Q4_1", "q4_1"},
-    {"Q5_0", "q5_0"}, {"Q5_1", "q5_1"}, {"Q8_0", "q8_0"}, {"Q2_K", "q2_K"}, {"Q3_K_M", "q3_K"},
-    {"Q4_K_M", "q4_K"}, {"Q5_K_M", "q5_K"}, {"Q6_K", "q6_K"}, {"IQ4_NL", "iq4_nl"}, {"IQ4_XS", "iq4_xs"},
+    {"F32", "f32", 0}, {"F16", "f16", 0}, {"BF16", "bf16", 0}, {"Q4_0", "q4_0", 0}, {"Q4_1", "q4_1", 0},
+    {"Q5_0", "q5_0", 0}, {"Q5_1", "q5_1", 0}, {"Q8_0", "q8_0", 0}, {"Q2_K", "q2_K", 0}, {"Q3_K_M", "q3_K", 0},
+    {"Q4_K_M", "q4_K", 0}, {"Q5_K_M", "q5_K", 0}, {"Q6_K", "q6_K", 0}, {"IQ4_NL", "iq4_nl", 0},
+    {"IQ4_XS", "iq4_xs", 0},
+    /* llama-quantize's IQ2_M and IQ3_M are pure IQ2_S and IQ3_S */
+    {"IQ2_XXS", "iq2_xxs", 1}, {"IQ2_XS", "iq2_xs", 1}, {"IQ2_M", "iq2_s", 1}, {"IQ3_XXS", "iq3_xxs", 1},
+    {"IQ3_M", "iq3_s", 1}, {"IQ1_S", "iq1_s", 1}, {"IQ1_M", "iq1_m", 1}, {"TQ1_0", "tq1_0", 1},
+    {"TQ2_0", "tq2_0", 1}, {"NVFP4", "nvfp4", 1}, {"Q1_0", "q1_0", 1}, {"Q2_0", "q2_0", 1},
 };
+
+/* The i-quants need an importance matrix in llama_model_quantize (it refuses
+ * IQ1..IQ3_XXS without one): a legacy .dat of all ones for every matrix, which
+ * makes the weighted searches plain least squares. */
+static bool write_ones_imatrix(const char *model, const char *dat) {
+    if (file_exists(dat)) return true;
+    gguf_file *g = NULL;
+    if (gguf_open(model, &g) != BRISK_OK) return false;
+    int32_t n = 0;
+    for (int64_t i = 0; i < gguf_tensor_count(g); i++) n += gguf_get_tensor(g, i)->n_dims == 2;
+    FILE *f = fopen(dat, "wb");
+    bool ok = f && fwrite(&n, 4, 1, f) == 1;
+    for (int64_t i = 0; ok && i < gguf_tensor_count(g); i++) {
+        const gguf_tensor *t = gguf_get_tensor(g, i);
+        if (t->n_dims != 2) continue;
+        int32_t len = (int32_t)strlen(t->name), ncall = 1, nval = (int32_t)t->ne[0];
+        ok = fwrite(&len, 4, 1, f) == 1 && fwrite(t->name, 1, (size_t)len, f) == (size_t)len &&
+             fwrite(&ncall, 4, 1, f) == 1 && fwrite(&nval, 4, 1, f) == 1;
+        for (int32_t k = 0; ok && k < nval; k++) ok = fwrite(&(float){1.0f}, 4, 1, f) == 1;
+    }
+    if (f && fclose(f)) ok = false;
+    gguf_close(g);
+    if (!ok) remove(dat);
+    return ok;
+}
 
 /* only: ggml type names to run (NULL: every type). */
 static void run_arch(const char *preset, const char *vocab_file, const char *const *only) {
@@ -185,16 +217,35 @@ static void run_arch(const char *preset, const char *vocab_file, const char *con
     bool san = getenv("SAN") && !strcmp(getenv("SAN"), "1");
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         if (san && strcmp(types[t].ggml, "f32") && strcmp(types[t].ggml, "q8_0") && strcmp(types[t].ggml, "q4_K")) continue;
-        bool listed = !only;
+        bool listed = !only && !types[t].low_bit;
         for (int o = 0; only && only[o]; o++) listed |= !strcmp(only[o], types[t].ggml);
         if (!listed) continue;
-        char q[1300], label[96];
+        char q[1300], label[96], imat[1300] = "";
         snprintf(q, sizeof q, "%s/%s-%s.gguf", dir, preset, types[t].ggml);
         snprintf(label, sizeof label, "%s %s", preset, types[t].ggml);
+        /* the i-quants' lattice searches take a minute per type on the 32k x 256
+         * embedding and output: those two stay q8_0 (get_rows is dequantize,
+         * tested bitwise in test_quant) */
+        const char *eo = types[t].low_bit && types[t].ftype[0] == 'I' ? "q8_0" : types[t].ggml;
+        if (!file_exists(q) && !strcmp(types[t].ftype, "NVFP4")) {
+            /* llama_model_quantize has no NVFP4 file type (v0.4.0): brisk's writer,
+             * whose NVFP4 bytes are ggml's (test_quant), makes the model */
+            synth_config c;
+            CHECK_OK(synth_preset(preset, &c));
+            c.type = QT_NVFP4;
+            c.seed = 1234;
+            CHECK_OK(synth_write(&c, vocab, q, false));
+        }
         if (!file_exists(q)) {
+            if (types[t].ftype[0] == 'I' && strcmp(types[t].ftype, "IQ3_M")) {
+                char dat[1300];
+                snprintf(dat, sizeof dat, "%s/%s-ones.dat", dir, preset);
+                CHECK(write_ones_imatrix(base, dat));
+                snprintf(imat, sizeof imat, "--imatrix %s", dat);
+            }
             snprintf(cmd, sizeof cmd,
-                     "%s/llamacpp-ref quantize %s %s %s --pure --output-tensor-type %s --token-embedding-type %s -t 2 >/dev/null 2>&1",
-                     build_dir, base, q, types[t].ftype, types[t].ggml, types[t].ggml);
+                     "%s/llamacpp-ref quantize %s %s %s --pure --output-tensor-type %s --token-embedding-type %s %s -t 2 >/dev/null 2>&1",
+                     build_dir, base, q, types[t].ftype, eo, eo, imat);
             if (ref_run(cmd)) {
                 CHECK(0);
                 continue;
@@ -207,6 +258,13 @@ static void run_arch(const char *preset, const char *vocab_file, const char *con
 
 static void test_llama(void) { run_arch("tiny-llama", "ggml-vocab-llama-spm.gguf", NULL); }
 static void test_qwen3(void) { run_arch("tiny-qwen3", "ggml-vocab-gpt-2.gguf", NULL); }
+/* The codebook, ternary and FP4 formats: one architecture is enough (the
+ * kernels do not know it); an 8-token prompt (batched) then single tokens. */
+static void test_llama_low_bit(void) {
+    run_arch("tiny-llama", "ggml-vocab-llama-spm.gguf",
+             (const char *const[]){"iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m", "tq1_0",
+                                   "tq2_0", "nvfp4", "q1_0", "q2_0", NULL});
+}
 /* A 48-token prompt: the prompt goes through the batch kernels (>= 16
  * entries: packed-panel GEMM, query-blocked attention), which sum in another
  * order than ggml; the same tolerances hold. */
@@ -608,6 +666,7 @@ int main(int argc, char **argv) {
     test_case cases[] = {{"stories260K", test_stories260k}, {"qwen2_yarn", test_qwen2_yarn},
                          {"yarn_flags", test_yarn_flags},
                          {"llama_linear_rope", test_llama_linear}, {"llama_all_types", test_llama},
+                         {"llama_low_bit_types", test_llama_low_bit},
                          {"qwen3_all_types", test_qwen3}, {"qwen3_long_prompt", test_qwen3_long_prompt}, {"qwen3moe_types", test_qwen3moe},
                          {"qwen3moe_batches", test_qwen3moe_batches}, {"qwen35_types", test_qwen35},
                          {"qwen35_sequences", test_qwen35_sequences},

@@ -26,7 +26,9 @@ static float rnd_unit(void) { return (float)(rnd_u32() & 0xFFFFFF) / 16777216.0f
 
 static const uint32_t weight_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q4_0,   QT_Q4_1,   QT_Q5_0,
                                         QT_Q5_1, QT_Q8_0, QT_Q2_K, QT_Q3_K,   QT_Q4_K,   QT_Q5_K,
-                                        QT_Q6_K, QT_IQ4_NL, QT_IQ4_XS, QT_MXFP4};
+                                        QT_Q6_K, QT_IQ4_NL, QT_IQ4_XS, QT_MXFP4, QT_IQ2_XXS, QT_IQ2_XS,
+                                        QT_IQ2_S, QT_IQ3_XXS, QT_IQ3_S, QT_IQ1_S, QT_IQ1_M, QT_TQ1_0,
+                                        QT_TQ2_0, QT_NVFP4, QT_Q1_0, QT_Q2_0};
 #define N_WT (int)(sizeof weight_types / sizeof weight_types[0])
 
 /* Random weight blocks: random bytes with small finite scale fields. */
@@ -52,6 +54,10 @@ static void fill_weights(uint32_t t, uint8_t *buf, int64_t n) {
     case QT_Q2_K: off[0] = 80; off[1] = 82; break;
     case QT_Q3_K: off[0] = 108; break;
     case QT_Q6_K: off[0] = 208; break;
+    case QT_IQ2_XXS: case QT_IQ2_XS: case QT_IQ2_S: case QT_IQ3_XXS: case QT_IQ3_S: case QT_IQ1_S:
+    case QT_Q1_0: case QT_Q2_0: off[0] = 0; break;
+    case QT_TQ1_0: off[0] = 52; break;
+    case QT_TQ2_0: off[0] = 64; break;
     default: break;
     }
     for (int64_t i = 0; i < nb; i++) {
@@ -60,6 +66,11 @@ static void fill_weights(uint32_t t, uint8_t *buf, int64_t n) {
             if (off[k] < 0) continue;
             uint16_t h = quant_f32_to_f16(rnd_unit() * 0.05f);
             memcpy(b + off[k], &h, 2);
+        }
+        if (t == QT_IQ1_M) { /* the f16 scale sits in the top nibbles of the 4 scale words */
+            uint16_t h = quant_f32_to_f16(rnd_unit() * 0.05f);
+            for (int w = 0; w < 4; w++)
+                b[48 + 2 * w + 1] = (uint8_t)((b[48 + 2 * w + 1] & 15) | (((h >> 4 * w) & 15) << 4));
         }
         if (t == QT_Q8_0) /* q8_0 weights never hold -128 */
             for (int j = 2; j < 34; j++)
@@ -166,8 +177,8 @@ static void test_all_isas(void) {
         for (int k = 0; k < N_WT; k++) {
             const uint32_t t = weight_types[k];
             const int be = quant_get_traits(t)->block_elems;
-            const int64_t ns[] = {be == 1 ? 4096 + 7 : (int64_t)(be == 32 ? 32 * 33 : 256 * 5),
-                                  be == 1 ? 16 : (int64_t)(be == 32 ? 32 : 256)};
+            const int64_t ns[] = {be == 1 ? 4096 + 7 : (int64_t)(be < 256 ? be * 33 : 256 * 5),
+                                  be == 1 ? 16 : (int64_t)be};
             for (int ni = 0; ni < 2; ni++) {
                 for (size_t q = 0; q < sizeof nxs / sizeof nxs[0]; q++) {
                     dot_case c = case_make(t, ns[ni], nxs[q]);
@@ -206,7 +217,7 @@ static void test_gemm_bitwise(void) {
             const uint32_t t = weight_types[k];
             const quant_traits *tr = quant_get_traits(t);
             const int be = tr->block_elems;
-            const int64_t ns[] = {be == 1 ? 64 * 16 : (int64_t)(be == 32 ? 32 * 33 : 256 * 5),
+            const int64_t ns[] = {be == 1 ? 64 * 16 : (int64_t)(be < 256 ? be * 33 : 256 * 5),
                                   be == 1 ? 4096 + 16 + 7 : (int64_t)be};
             cpu_gemm_fn g = isa == (int)cpu_dot_isa() ? cpu_get_gemm(t) : cpu_get_gemm_isa(t, (cpu_isa)isa);
             cpu_vec_dot_fn f = cpu_get_vec_dot_isa(t, (cpu_isa)isa);
@@ -331,15 +342,18 @@ static void test_ggml_vec_dot(void) {
     CHECK(gt != NULL);
     if (!gt) return;
     cpu_dot_init();
-    const bool exact = cpu_dot_isa() == CPU_ISA_AVX512;
     for (int k = 0; k < N_WT; k++) {
         const uint32_t t = weight_types[k];
+        /* bitwise only where brisk has an AVX-512 kernel modelled on ggml's; the
+         * portable kernels (the i-quants, TQ, NVFP4, Q1_0/Q2_0) sum in another order */
+        const bool exact = cpu_dot_isa() == CPU_ISA_AVX512 &&
+                           cpu_get_vec_dot_isa(t, CPU_ISA_AVX512) != cpu_get_vec_dot_isa(t, CPU_ISA_PORTABLE);
         const ggml_cpu_traits_mirror *g = gt((int)t);
         CHECK(g && g->vec_dot);
         if (!g || !g->vec_dot) continue;
         CHECK(g->vec_dot_type == (int)quant_get_traits(t)->vec_dot_type);
         const int be = quant_get_traits(t)->block_elems;
-        const int64_t ns[] = {256 * 16, be == 1 ? 64 * 5 + 16 : 256 * 3, be == 1 ? 4096 + 13 : (be == 32 ? 32 * 33 : 256 * 7)};
+        const int64_t ns[] = {256 * 16, be == 1 ? 64 * 5 + 16 : 256 * 3, be == 1 ? 4096 + 13 : (be < 256 ? (int64_t)be * 33 : 256 * 7)};
         int n_diff = 0, n_all = 0;
         for (int ni = 0; ni < 3; ni++) {
             for (int rep = 0; rep < 8; rep++) {

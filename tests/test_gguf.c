@@ -697,6 +697,46 @@ static void test_writer_round_trip(void) {
     remove(path);
 }
 
+/* The codebook, ternary and FP4 types (quant_iq.h): written and read back with
+ * ggml's block sizes (3 x 2 blocks each), and a row that is not a whole number
+ * of blocks refused. */
+static void test_low_bit_types(void) {
+    static const struct { uint32_t t; int64_t be, bb; } ty[] = {
+        {QT_IQ2_XXS, 256, 66}, {QT_IQ2_XS, 256, 74}, {QT_IQ2_S, 256, 82}, {QT_IQ3_XXS, 256, 98},
+        {QT_IQ3_S, 256, 110},  {QT_IQ1_S, 256, 50},  {QT_IQ1_M, 256, 56}, {QT_TQ1_0, 256, 54},
+        {QT_TQ2_0, 256, 66},   {QT_NVFP4, 64, 36},   {QT_Q1_0, 128, 18},  {QT_Q2_0, 64, 18},
+    };
+    enum { NT = sizeof ty / sizeof ty[0] };
+    const char *path = tmp_path("lowbit.gguf");
+    gguf_writer *w = gguf_writer_new();
+    CHECK(w != NULL);
+    if (!w) return;
+    char name[NT][32];
+    for (int i = 0; i < NT; i++) {
+        snprintf(name[i], sizeof name[i], "t.%s", quant_type_name(ty[i].t));
+        const int64_t ne[2] = {3 * ty[i].be, 2}, bad[2] = {ty[i].be + 32, 1};
+        CHECK_OK(gguf_writer_add_tensor(w, name[i], ty[i].t, 2, ne));
+        CHECK(gguf_writer_add_tensor(w, "t.bad", ty[i].t, 2, bad) == BRISK_ERR_INVALID_ARG);
+    }
+    CHECK_OK(gguf_writer_begin(w, path));
+    static unsigned char buf[6 * 110];
+    for (int i = 0; i < NT; i++) {
+        for (int k = 0; k < 6 * ty[i].bb; k++) buf[k] = (unsigned char)(k * 13 + i);
+        CHECK_OK(gguf_writer_write_tensor(w, buf, (size_t)(6 * ty[i].bb)));
+    }
+    CHECK_OK(gguf_writer_finish(w));
+    gguf_writer_free(w);
+    gguf_file *g = NULL;
+    CHECK_OK(gguf_open(path, &g));
+    for (int i = 0; g && i < NT; i++) {
+        const gguf_tensor *t = gguf_find_tensor(g, name[i]);
+        CHECK(t && t->type == ty[i].t && t->nbytes == (uint64_t)(6 * ty[i].bb) &&
+              ((const unsigned char *)t->data)[1] == (unsigned char)(13 + i));
+    }
+    gguf_close(g);
+    remove(path);
+}
+
 /* Re-encoding stories260K through copy_kv and the tensor table gives the same bytes. */
 static void test_writer_reencode(void) {
     gguf_file *g;
@@ -944,6 +984,7 @@ int main(int argc, char **argv) {
         {"vocab_files", test_vocab_files},
         {"stories_corrupt", test_stories_corrupt},
         {"writer_round_trip", test_writer_round_trip},
+        {"low_bit_types", test_low_bit_types},
         {"writer_reencode", test_writer_reencode},
         {"writer_abandon", test_writer_abandon},
         {"split_parts", test_split_parts},

@@ -29,7 +29,9 @@ static float rnd_weight(void) {
 
 static const uint32_t all_types[] = {QT_F32,  QT_F16,  QT_Q4_0, QT_Q4_1, QT_Q5_0,   QT_Q5_1,   QT_Q8_0,
                                      QT_Q8_1, QT_Q2_K, QT_Q3_K, QT_Q4_K, QT_Q5_K,   QT_Q6_K,   QT_Q8_K,
-                                     QT_IQ4_NL, QT_IQ4_XS, QT_BF16, QT_MXFP4};
+                                     QT_IQ4_NL, QT_IQ4_XS, QT_BF16, QT_MXFP4, QT_IQ2_XXS, QT_IQ2_XS,
+                                     QT_IQ2_S, QT_IQ3_XXS, QT_IQ3_S, QT_IQ1_S, QT_IQ1_M, QT_TQ1_0, QT_TQ2_0,
+                                     QT_NVFP4, QT_Q1_0, QT_Q2_0};
 #define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
 
 static void test_table(void) {
@@ -43,6 +45,12 @@ static void test_table(void) {
         {QT_Q6_K, "q6_K", 256, 210, QT_Q8_K},    {QT_Q8_K, "q8_K", 256, 292, QT_Q8_K},
         {QT_IQ4_NL, "iq4_nl", 32, 18, QT_Q8_0},  {QT_IQ4_XS, "iq4_xs", 256, 136, QT_Q8_K},
         {QT_BF16, "bf16", 1, 2, QT_BF16},        {QT_MXFP4, "mxfp4", 32, 17, QT_Q8_0},
+        {QT_IQ2_XXS, "iq2_xxs", 256, 66, QT_Q8_K}, {QT_IQ2_XS, "iq2_xs", 256, 74, QT_Q8_K},
+        {QT_IQ2_S, "iq2_s", 256, 82, QT_Q8_K},   {QT_IQ3_XXS, "iq3_xxs", 256, 98, QT_Q8_K},
+        {QT_IQ3_S, "iq3_s", 256, 110, QT_Q8_K},  {QT_IQ1_S, "iq1_s", 256, 50, QT_Q8_K},
+        {QT_IQ1_M, "iq1_m", 256, 56, QT_Q8_K},   {QT_TQ1_0, "tq1_0", 256, 54, QT_Q8_K},
+        {QT_TQ2_0, "tq2_0", 256, 66, QT_Q8_K},   {QT_NVFP4, "nvfp4", 64, 36, QT_Q8_0},
+        {QT_Q1_0, "q1_0", 128, 18, QT_Q8_0},     {QT_Q2_0, "q2_0", 64, 18, QT_Q8_0},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const quant_traits *t = quant_get_traits(want[i].t);
@@ -56,7 +64,9 @@ static void test_table(void) {
     }
     CHECK(quant_get_traits(4) == NULL);
     CHECK(quant_get_traits(1000) == NULL);
-    CHECK(!strcmp(quant_type_name(16), "?"));
+    CHECK(quant_get_traits(31) == NULL); /* ggml's removed Q4_0_4_4 */
+    CHECK(!strcmp(quant_type_name(36), "?"));
+    CHECK(quant_get_traits(43) == NULL);
     CHECK(quant_row_size(QT_Q4_K, 4096) == 16 * 144);
     CHECK(quant_row_size(QT_Q4_K, 100) == 0);
     CHECK(quant_row_size(QT_F16, 7) == 14);
@@ -133,7 +143,9 @@ static void test_round_trip(void) {
         {QT_F16, 1e-3f}, {QT_BF16, 8e-3f}, {QT_Q8_0, 0.01f}, {QT_Q8_1, 0.01f}, {QT_Q8_K, 0.01f},
         {QT_Q4_0, 0.2f}, {QT_Q4_1, 0.12f}, {QT_Q5_0, 0.1f},  {QT_Q5_1, 0.06f}, {QT_IQ4_NL, 0.2f},
         {QT_MXFP4, 0.34f}, {QT_F32, 0.0f}, {QT_Q2_K, 0.4f}, {QT_Q3_K, 0.25f}, {QT_Q4_K, 0.1f},
-        {QT_Q5_K, 0.05f}, {QT_Q6_K, 0.03f}, {QT_IQ4_XS, 0.2f},
+        {QT_Q5_K, 0.05f}, {QT_Q6_K, 0.03f}, {QT_IQ4_XS, 0.2f}, {QT_NVFP4, 0.2f},
+        /* ternary and 1-bit: a value rounds to {-1, 0, 1} (Q2_0 also 2) times the scale */
+        {QT_TQ1_0, 0.51f}, {QT_TQ2_0, 0.51f}, {QT_Q2_0, 0.51f}, {QT_Q1_0, 1.0f},
     };
     enum { N = 1024 };
     float x[N], y[N];
@@ -160,6 +172,14 @@ static void test_round_trip(void) {
     CHECK(((const blk_q4_0 *)buf)->d == 0x3C00);
     CHECK_OK(quant_dequantize(QT_Q4_0, buf, y, 32));
     for (int i = 0; i < 32; i++) CHECK(y[i] == x[i]);
+    /* ternary values come back exactly, in every position of TQ1_0's odd packing */
+    static const uint32_t tern[] = {QT_TQ1_0, QT_TQ2_0, QT_Q2_0};
+    for (size_t k = 0; k < 3; k++) {
+        for (int i = 0; i < 256; i++) x[i] = (float)((i * 7 + i / 5) % 3) - 1;
+        CHECK_OK(quant_quantize(tern[k], x, buf, 256));
+        CHECK_OK(quant_dequantize(tern[k], buf, y, 256));
+        for (int i = 0; i < 256; i++) CHECK(y[i] == x[i]);
+    }
 }
 
 /* ---- ggml parity ---- */
@@ -213,6 +233,10 @@ static void fill_blocks(uint32_t t, uint8_t *buf, int64_t nb, bool sane) {
     case QT_Q2_K: off[0] = 80; off[1] = 82; break;
     case QT_Q3_K: off[0] = 108; break;
     case QT_Q6_K: off[0] = 208; break;
+    case QT_IQ2_XXS: case QT_IQ2_XS: case QT_IQ2_S: case QT_IQ3_XXS: case QT_IQ3_S: case QT_IQ1_S:
+    case QT_Q1_0: case QT_Q2_0: off[0] = 0; break;
+    case QT_TQ1_0: off[0] = 52; break;
+    case QT_TQ2_0: off[0] = 64; break;
     default: break;
     }
     for (int64_t i = 0; i < nb; i++) {
@@ -221,6 +245,11 @@ static void fill_blocks(uint32_t t, uint8_t *buf, int64_t nb, bool sane) {
             if (off[k] < 0) continue;
             uint16_t h = quant_f32_to_f16(rnd_unit() * 0.05f);
             memcpy(b + off[k], &h, 2);
+        }
+        if (t == QT_IQ1_M) { /* the f16 scale sits in the top nibbles of the 4 scale words */
+            uint16_t h = quant_f32_to_f16(rnd_unit() * 0.05f);
+            for (int w = 0; w < 4; w++)
+                b[48 + 2 * w + 1] = (uint8_t)((b[48 + 2 * w + 1] & 15) | (((h >> 4 * w) & 15) << 4));
         }
         if (t == QT_Q8_K) {
             float d = rnd_unit() * 0.01f;
@@ -262,7 +291,7 @@ static void test_ggml_dequantize(void) {
     if (skip) return;
     CHECK(gt != NULL);
     if (!gt) return;
-    enum { NE = 256 * 16 };
+    enum { NE = 256 * 1024 }; /* enough blocks to reach every grid entry of the i-quants */
     static uint8_t buf[NE * 4];
     static float ours[NE], theirs[NE];
     for (int k = 0; k < N_TYPES; k++) {
@@ -302,7 +331,7 @@ static void test_ggml_quantize(void) {
     if (!gt) return;
     static const uint32_t qtypes[] = {QT_F16,  QT_BF16, QT_Q8_0, QT_Q8_1, QT_Q4_0, QT_Q4_1, QT_Q5_0,
                                       QT_Q5_1, QT_IQ4_NL, QT_MXFP4, QT_Q2_K, QT_Q3_K, QT_Q4_K, QT_Q5_K,
-                                      QT_Q6_K, QT_IQ4_XS};
+                                      QT_Q6_K, QT_IQ4_XS, QT_TQ1_0, QT_TQ2_0, QT_NVFP4, QT_Q1_0, QT_Q2_0};
     enum { NE = 256 * 16 };
     static float x[NE];
     static uint8_t ours[NE * 4], theirs[NE * 4];
@@ -355,7 +384,8 @@ static void test_ggml_quantize_chunk(void) {
     CHECK(chunk != NULL);
     if (!chunk) return;
     static const uint32_t qtypes[] = {QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q8_0, QT_Q2_K, QT_Q3_K,
-                                      QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_NL, QT_IQ4_XS};
+                                      QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_NL, QT_IQ4_XS, QT_TQ1_0, QT_TQ2_0,
+                                      QT_NVFP4, QT_Q1_0, QT_Q2_0};
     enum { NR = 6, NPR = 768 };
     static float x[NR * NPR], imat[NPR];
     static uint8_t ours[NR * NPR * 2], theirs[NR * NPR * 2];

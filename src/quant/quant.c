@@ -14,6 +14,7 @@
 
 #include "base/status.h"
 #include "quant/kquant.h"
+#include "quant/quant_iq.h"
 
 _Static_assert(sizeof(blk_q4_0) == 18, "q4_0");
 _Static_assert(sizeof(blk_q4_1) == 20, "q4_1");
@@ -55,6 +56,19 @@ static const quant_traits traits_table[QT_COUNT] = {
     [QT_IQ4_XS] = {"iq4_xs", 256, 136, QT_Q8_K, true, true},
     [QT_BF16] = {"bf16", 1, 2, QT_BF16, true, true},
     [QT_MXFP4] = {"mxfp4", 32, 17, QT_Q8_0, true, true},
+    /* quant_iq.c: the i-quants are read only (their quantizers need llama.cpp's lattice searches) */
+    [QT_IQ2_XXS] = {"iq2_xxs", 256, 66, QT_Q8_K, true, false},
+    [QT_IQ2_XS] = {"iq2_xs", 256, 74, QT_Q8_K, true, false},
+    [QT_IQ3_XXS] = {"iq3_xxs", 256, 98, QT_Q8_K, true, false},
+    [QT_IQ1_S] = {"iq1_s", 256, 50, QT_Q8_K, true, false},
+    [QT_IQ3_S] = {"iq3_s", 256, 110, QT_Q8_K, true, false},
+    [QT_IQ2_S] = {"iq2_s", 256, 82, QT_Q8_K, true, false},
+    [QT_IQ1_M] = {"iq1_m", 256, 56, QT_Q8_K, true, false},
+    [QT_TQ1_0] = {"tq1_0", 256, 54, QT_Q8_K, true, true},
+    [QT_TQ2_0] = {"tq2_0", 256, 66, QT_Q8_K, true, true},
+    [QT_NVFP4] = {"nvfp4", 64, 36, QT_Q8_0, true, true},
+    [QT_Q1_0] = {"q1_0", 128, 18, QT_Q8_0, true, true},
+    [QT_Q2_0] = {"q2_0", 64, 18, QT_Q8_0, true, true},
 };
 
 const quant_traits *quant_get_traits(uint32_t type) {
@@ -358,7 +372,9 @@ brisk_status quant_dequantize(uint32_t type, const void *src, float *dst, int64_
         break;
     case QT_IQ4_XS: deq_iq4_xs(src, dst, nb); break;
     case QT_MXFP4: deq_mxfp4(src, dst, nb); break;
-    default: return bk_fail(BRISK_ERR_UNSUPPORTED, "dequantize: type %s", t->name);
+    default:
+        if (quant_iq_has(type)) return quant_iq_dequantize(type, src, dst, nb);
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "dequantize: type %s", t->name);
     }
     return BRISK_OK;
 }
@@ -547,7 +563,9 @@ brisk_status quant_quantize(uint32_t type, const float *src, void *dst, int64_t 
     case QT_Q5_K: kq_quantize_q5_K(src, dst, n, NULL); break;
     case QT_Q6_K: kq_quantize_q6_K(src, dst, n, NULL); break;
     case QT_MXFP4: quant_mxfp4(src, dst, nb); break;
-    default: return bk_fail(BRISK_ERR_UNSUPPORTED, "quantize: no quantizer for %s", t->name);
+    default:
+        if (quant_iq_has(type)) return quant_iq_quantize(type, src, dst, nb);
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "quantize: no quantizer for %s", t->name);
     }
     return BRISK_OK;
 }

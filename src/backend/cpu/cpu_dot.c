@@ -391,7 +391,8 @@ cpu_vec_dot_fn cpu_get_vec_dot_isa(uint32_t type, cpu_isa isa) {
     if (isa == CPU_ISA_AVX512) f = cpu_dot_avx512_get(type);
     if (!f && isa >= CPU_ISA_AVX2) f = cpu_dot_avx2_get(type);
 #endif
-    return f ? f : portable_table[type];
+    if (!f) f = portable_table[type];
+    return f ? f : cpu_dot_iq_get(type);
 }
 
 cpu_vec_dot_fn cpu_get_vec_dot(uint32_t type) { return cpu_get_vec_dot_isa(type, cpu_dot_isa()); }
@@ -430,7 +431,7 @@ cpu_gemm_fn cpu_get_gemm(uint32_t type) {
     case QT_IQ4_NL: return gemm_loop_QT_IQ4_NL;
     case QT_IQ4_XS: return gemm_loop_QT_IQ4_XS;
     case QT_MXFP4: return gemm_loop_QT_MXFP4;
-    default: return NULL;
+    default: return cpu_gemm_iq_get(type);
     }
 }
 

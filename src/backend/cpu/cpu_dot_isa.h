@@ -11,6 +11,9 @@ cpu_vec_dot_fn cpu_dot_avx2_get(uint32_t weight_type);
 cpu_vec_dot_fn cpu_dot_avx512_get(uint32_t weight_type);
 /* Multi-row kernels (cpu_gemm_fn), bitwise those of the same ISA's vec_dot. */
 cpu_gemm_fn cpu_gemm_avx512_get(uint32_t weight_type);
+/* Portable kernels of the codebook/ternary/FP4 formats (cpu_dot_iq.c). */
+cpu_vec_dot_fn cpu_dot_iq_get(uint32_t weight_type);
+cpu_gemm_fn cpu_gemm_iq_get(uint32_t weight_type);
 /* The Q8_K converter, bitwise the reference (cpu_from_float_fn). */
 void cpu_q8_K_from_float_avx512(const float *x, void *y, int64_t n);
 #endif
