@@ -166,8 +166,8 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
 template <int T> static constexpr bool mmvs_ni_ok(int ni) { return ni * qunit<T>::XW <= 96; }
 /* Sixteen warps per SM where a lane's registers fit 128 (the 16-warp launch bound): the integer dots
  * of 8 warps leave the schedulers idle on their shared-memory and dependency latencies (8 warps
- * only: qwen3-8b tg128 345.1 against 379.1 on the H200). The IQ4
- * codebook lookups hold more registers: their 16-warp units stop at 32 activation words. */
+ * only: qwen3-8b tg128 345.1 against 379.1 on the H200). The IQ4 codebook lookups hold more
+ * registers: their 16-warp units stop at 32 activation words. */
 template <int T> static constexpr bool mmvs_w16_ok(int ni) {
     return T == QT_Q6_K ? ni == 1 : ni * qunit<T>::XW <= (T == QT_IQ4_XS || T == QT_IQ4_NL ? 32 : 48);
 }
