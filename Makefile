@@ -112,7 +112,7 @@ $(BUILD)/llamacpp-ref: tests/llamacpp/harness.c .deps/llama.cpp/include/llama.h
 	$(CC) -std=c11 -O2 -g -D_GNU_SOURCE -I.deps/llama.cpp/include -I.deps/llama.cpp/ggml/include \
 	    -o $@ $< -ldl -lm -pthread
 
-$(BUILD)/tests/test_cuda_ops: tests/test_cuda_ops.c tests/cuda/ops_moe_ssm.c tests/cuda/ops_attn_fused.c tests/test.h $(BUILD)/libbrisk.a
+$(BUILD)/tests/test_cuda_ops: tests/test_cuda_ops.c $(wildcard tests/cuda/ops_*.c) tests/test.h $(BUILD)/libbrisk.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libbrisk.a $(LDFLAGS) $(LDLIBS)
 

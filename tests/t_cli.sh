@@ -158,10 +158,34 @@ check "--n-cpu-moe 2 -ngl 3 (BRISK_SPLIT_CPU=1): the text of -ngl 0, said at loa
 BRISK_SPLIT_CPU=1 $B run -m "$T/moe.gguf" -p "Once upon a time" -n 16 --temp 0 --ignore-eos --gpu-mem 1G >"$T/o3" 2>"$T/e"; rc=$?
 check "--gpu-mem 1G (BRISK_SPLIT_CPU=1): every expert fits, the text of -ngl 0" \
   '[ $rc -eq 0 ] && cmp -s "$T/o0" "$T/o3" && ! grep -q "in host memory" "$T/e"'
+# --gpu-mem alone where the experts do not all fit: the hot-expert cache by default, said in a
+# notice; --cache-experts off: whole layers' experts on the host, as before (both the text of -ngl 0)
+BRISK_SPLIT_CPU=1 $B run -m "$T/moe.gguf" -p "Once upon a time" -n 16 --temp 0 --ignore-eos --gpu-mem 250M >"$T/o5" 2>"$T/e"; rc=$?
+check "--gpu-mem 250M (BRISK_SPLIT_CPU=1): the expert cache by default, a notice, the text of -ngl 0" \
+  '[ $rc -eq 0 ] && cmp -s "$T/o0" "$T/o5" && grep -q "^brisk: notice: the experts do not all fit --gpu-mem" "$T/e" &&
+   grep -q "all of them, for the expert cache" "$T/e" && grep -q "^expert cache: " "$T/e"'
+BRISK_SPLIT_CPU=1 $B run -m "$T/moe.gguf" -p "Once upon a time" -n 16 --temp 0 --ignore-eos --gpu-mem 250M \
+  --cache-experts off >"$T/o6" 2>"$T/e"; rc=$?
+check "--gpu-mem 250M --cache-experts off: whole layers fit to the budget, no cache, the text of -ngl 0" \
+  '[ $rc -eq 0 ] && cmp -s "$T/o0" "$T/o6" && grep -q "fit to --gpu-mem" "$T/e" && ! grep -q "notice\|^expert cache" "$T/e"'
 BRISK_SPLIT_CPU=1 $B run -m "$T/moe.gguf" -p hi -n 2 --gpu-mem 64K >/dev/null 2>"$T/e"; rc=$?
 check "--gpu-mem 64K: exit 1, what it needs" '[ $rc -eq 1 ] && [ $(wc -l <"$T/e") -eq 1 ] && grep -q "every expert in host memory" "$T/e"'
 $B run -m "$T/moe.gguf" -p hi -n 2 --gpu-mem 12X >/dev/null 2>"$T/e"; rc=$?
 check "--gpu-mem 12X: exit 2" '[ $rc -eq 2 ] && grep -q "expected a size" "$T/e"'
 $B run -m "$M" -p hi -n 2 --n-cpu-moe x >/dev/null 2>"$T/e"; rc=$?
 check "--n-cpu-moe x: exit 2" '[ $rc -eq 2 ] && grep -q "expected an integer" "$T/e"'
+# The README's flags are listed by the --help of the command they go with (run's for the flags it
+# names in prose), so that the front page never names a flag the command does not document.
+help_has() { "$B" "$1" --help 2>&1 | grep -qE -- "(^|[ ,/(\[|])$2([] ,/=)|]|$)"; }
+missing=
+while read -r _ cmd rest; do
+  for f in $(grep -oE '(^| |\()--?[a-zA-Z][a-zA-Z0-9-]*' <<<"$rest" | tr -d ' ('); do
+    help_has "$cmd" "$f" || missing="$missing $cmd:$f"
+  done
+done < <(grep -E '^build/brisk [a-z]+ ' README.md)
+for f in $(grep -vE '^build/brisk ' README.md | tr '\n' ' ' | grep -oE '`-[^`]*`' | grep -oE '(^|[` ])--?[a-zA-Z][a-zA-Z0-9-]*' |
+           tr -d '` ' | grep -vx -- '--help' | sort -u); do
+  help_has run "$f" || missing="$missing run:$f"
+done
+check "every flag the README names is in its command's --help${missing:+:$missing}" '[ -z "$missing" ]'
 exit $fail

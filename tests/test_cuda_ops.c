@@ -8,8 +8,8 @@
  *   matmul vs double reference           2e-5 (f32 activations, f32 sums); for the
  *                                        int8-dot path (n < 128 on Q4_0/Q8_0/Q4_K/Q6_K:
  *                                        1 token on cuda_mmvq.cu, 2..127 on int8 tensor
- *                                        cores, cuda_mmq.cu; with BRISK_CUDA_MMQ=0 n <= 64
- *                                        in mmvq slices of 16, 16 with BRISK_CUDA_MMVQ_SLICES=0)
+ *                                        cores, cuda_mmq.cu; with BRISK_CUDA_DISABLE=mmq n <= 64
+ *                                        in mmvq slices of 16, 16 with BRISK_CUDA_DISABLE=mmvq_slices)
  *                                        twice the CPU's own error + 1e-5; for the
  *                                        tensor-core paths (n > 8, n_in % 32 == 0,
  *                                        f16 inputs; and 2..47 tokens on Q4_K, Q6_K,
@@ -22,7 +22,7 @@
  *                                        the CPU quantizes activations first
  *   get_rows, add, copy, f16 KV writes   exact; swiglu 1e-6; rms_norm 1e-6
  *   rope 1e-5 (2e-5 with YaRN: angles up to 3e4 rad, cosf/sinf 1-ulp apart); attention 1e-5 (f32 KV) and 1e-4 (f16, q8_0 KV),
- *     for the decode kernel (<= 64 tokens) and the tile kernel (BRISK_CUDA_ATTN_V1=1) alike;
+ *     for the decode kernel (<= 64 tokens);
  *     prefill attention on tensor cores (> 64 tokens, head_dim 64/128/256: f16 Q and P) 2e-3;
  *   q8_0 KV writes byte-identical to the CPU's
  *   moe_route: same ids in the same order (another id only at a near tie) and
@@ -44,13 +44,12 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_plan.h"
 #include "brisk.h"
 #include "quant/quant.h"
 #include "test.h"
 
 static bk_backend *cpu, *gpu;
-static bk_backend *gpu_v1; /* BRISK_CUDA_ATTN_V1=1: the tile attention kernel for every batch */
-static bool attn_mma_on = true; /* gpu runs decode attention on tensor cores (BRISK_CUDA_ATTN_MMA unset) */
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint32_t rnd(void) {
     rng ^= rng << 13;
@@ -124,10 +123,29 @@ static const uint32_t types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q8_0, QT_Q4_0, QT
  * print their errors on success too, so a GPU run shows how close each case came. */
 static bool show_err;
 
-/* An integer environment switch, or def when unset (or not positive). */
-static int env_int(const char *name, int def) {
-    const char *v = getenv(name);
-    return v && atoi(v) > 0 ? atoi(v) : def;
+/* Sets var to val, or for the path lists (BRISK_CUDA_DISABLE, _ENABLE) adds val to what the list
+ * held; returns the old value (NULL: unset) for list_restore, which puts it back and frees it. */
+static char *list_add(const char *var, const char *val) {
+    const char *old = getenv(var);
+    char *saved = old ? strdup(old) : NULL; /* setenv may free what getenv returned */
+    char buf[512];
+    bool list = !strcmp(var, "BRISK_CUDA_DISABLE") || !strcmp(var, "BRISK_CUDA_ENABLE");
+    snprintf(buf, sizeof buf, "%s%s%s", list && saved ? saved : "", list && saved ? "," : "", val);
+    setenv(var, buf, 1);
+    return saved;
+}
+static void list_restore(const char *var, char *saved) {
+    if (saved) setenv(var, saved, 1);
+    else unsetenv(var);
+    free(saved);
+}
+
+/* The plan the backends of these checks read when they were made: on_backend_with's switch is
+ * still set while its cases run. */
+static cuda_plan plan_now(void) {
+    cuda_plan p;
+    cuda_plan_read(&p, NULL, NULL, NULL, 0);
+    return p;
 }
 
 /* The tolerances of a product of n tokens of type, vs the double reference and vs the CPU (whose
@@ -137,21 +155,18 @@ static void matmul_tol(uint32_t type, int64_t n_in, int n, double cpu_err, doubl
     uint32_t vt = quant_get_traits(type)->vec_dot_type;
     *tol_cpu = vt == QT_F32 ? 1e-5 : (vt == QT_F16 || vt == QT_BF16) ? 1e-2 : 3e-2;
     /* Products on Q4_0/Q8_0/Q4_K/Q6_K below cuBLAS's minimum quantize the activations to int8
-     * blocks of 32 (cuda_mmvq.cu up to 7 tokens, and with BRISK_CUDA_MMQ=0 up to 64 in slices of 16;
+     * blocks of 32 (cuda_mmvq.cu up to 7 tokens, and with BRISK_CUDA_DISABLE=mmq up to 64 in slices of 16;
      * cuda_mmq.cu's tensor cores for 8..47; cuBLAS from 48), as the CPU does to q8_0/q8_K: hold the GPU to the
      * CPU's own distance from the exact product instead of 2e-5. */
-    const char *sl = getenv("BRISK_CUDA_MMVQ_SLICES"), *mq = getenv("BRISK_CUDA_MMQ");
-    int int8_max = sl && !strcmp(sl, "0") ? 16 : 64;
-    int mmq_max = env_int("BRISK_CUDA_MMQ_MAX", env_int("BRISK_CUDA_CUBLAS_MIN_TOK", 48)), mmq_min = env_int("BRISK_CUDA_MMQ_MIN", 8);
-    bool mmq_on = !(mq && !strcmp(mq, "0")), mmq = mmq_on && n >= mmq_min && n < mmq_max;
-    const char *mh = getenv("BRISK_CUDA_MMQH");
-    bool mmqh = !(mh && !strcmp(mh, "0")) && n >= env_int("BRISK_CUDA_MMQH_MIN", 17) &&
-                n < env_int("BRISK_CUDA_MMQH_MAX", mmq_max) && n <= 64 && n_in % 256 == 0 &&
+    const cuda_plan pl = plan_now();
+    int int8_max = pl.mmvq_slices_off ? 16 : 64;
+    int mmq_max = pl.mmq_max;
+    bool mmq_on = !pl.mmq_off, mmq = mmq_on && n >= pl.mmq_min && n < mmq_max;
+    bool mmqh = !pl.mmqh_off && n >= pl.mmqh_min && n < pl.mmqh_max && n <= 64 && n_in % 256 == 0 &&
                 (type == QT_Q8_0 || type == QT_Q4_K || type == QT_Q6_K);
     bool small = n <= int8_max && !(mmq_on && n >= mmq_max);
     /* Q5_K, IQ4_XS, IQ4_NL: the int8 decode products only (cuda_mmvq_dec_supported), not mmq's batches */
-    const char *dq = getenv("BRISK_CUDA_DEC_QTYPES");
-    bool dec_only = !(dq && !strcmp(dq, "0")) && (type == QT_Q5_K || type == QT_IQ4_XS || type == QT_IQ4_NL);
+    bool dec_only = !pl.dec_qtypes_off && (type == QT_Q5_K || type == QT_IQ4_XS || type == QT_IQ4_NL);
     bool int8_path = !mmqh && n_in % 32 == 0 &&
                      (((mmq || small) && (type == QT_Q4_0 || type == QT_Q8_0 || type == QT_Q4_K || type == QT_Q6_K)) ||
                       (dec_only && !mmq && small));
@@ -273,9 +288,9 @@ static void check_matmul_add(uint32_t type, int64_t n_in, int64_t n_out, int n) 
  * tiles, and rows of a few groups (a warp step of 4 groups cut short; fewer steps than warps). */
 static void mmq_cases(void);
 static void on_backend_with(const char *var, const char *val, void (*cases)(void));
-/* with BRISK_CUDA_MMQH=0: the K-quant and Q8_0 batches of 17+ tokens reach this kernel too (the
+/* with BRISK_CUDA_DISABLE=mmqh: the K-quant and Q8_0 batches of 17+ tokens reach this kernel too (the
  * expert products and the other types use it whatever the switch) */
-static void test_matmul_mmq(void) { on_backend_with("BRISK_CUDA_MMQH", "0", mmq_cases); }
+static void test_matmul_mmq(void) { on_backend_with("BRISK_CUDA_DISABLE", "mmqh", mmq_cases); }
 static void mmq_cases(void) {
     static const uint32_t ty[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K};
     static const int ns[] = {2, 3, 8, 16, 17, 33, 64, 100};
@@ -301,11 +316,10 @@ static void check_matmul_swiglu(uint32_t type, int64_t n_in, int64_t n_ff, int n
  * round), activations far from 1 (the per-token power of two), y += , the fused gate/up, and
  * several matrices in one launch. */
 /* cases() on a backend of its own, created with the switch var=val (a backend reads its switches
- * when it is created); var as it was afterwards */
+ * when it is created; a list, BRISK_CUDA_DISABLE or _ENABLE, gets val added to what it held); var
+ * as it was afterwards */
 static void on_backend_with(const char *var, const char *val, void (*cases)(void)) {
-    const char *old = getenv(var);
-    char *saved = old ? strdup(old) : NULL; /* setenv may free what getenv returned */
-    setenv(var, val, 1);
+    char *saved = list_add(var, val);
     bk_backend *main_gpu = gpu, *g = NULL;
     bool ok = bk_cuda_backend_new(0, &g) == BRISK_OK;
     CHECK(ok);
@@ -315,9 +329,7 @@ static void on_backend_with(const char *var, const char *val, void (*cases)(void
         gpu = main_gpu;
         g->ops->free(g);
     }
-    if (saved) setenv(var, saved, 1);
-    else unsetenv(var);
-    free(saved);
+    list_restore(var, saved);
 }
 static void mmqh_cases(void);
 /* from 2 tokens (the default takes 17 and more) */
@@ -426,90 +438,7 @@ static void stream_cases(void) {
     show_err = false;
 }
 
-/* The RMS norm inside the product (norm_matmul, norm_swiglu: at one token the norm runs in the
- * streamed product's prologue) against the CPU's rms_norm + matmul: the products, xn, and a
- * product after it that reuses xn's quantization (it must stand for xn). n = 3 takes the two ops. */
-static void check_norm_matmul(uint32_t type, int64_t d, int n, bool glu) {
-    size_t rb;
-    const int64_t no[3] = {glu ? 1100 : 512, 128, 96};
-    const int n_w = glu ? 2 : 3;
-    void *hs[3];
-    bk_weight wc[3], wg[3];
-    const bk_weight *pc[3], *pg[3];
-    for (int m = 0; m < n_w; m++) {
-        /* the third matrix in F16: a second launch on the same input after the fused one */
-        uint32_t t = !glu && m == 2 ? QT_F16 : type;
-        hs[m] = make_weight(t, d, glu ? no[0] : no[m], &rb);
-        wc[m] = (bk_weight){.name = "w", .type = t, .n_in = d, .n_out = glu ? no[0] : no[m], .row_bytes = rb,
-                            .host = hs[m]};
-        wg[m] = wc[m];
-        CHECK_OK(gpu->ops->bind_weight(gpu, &wg[m]));
-        pc[m] = &wc[m];
-        pg[m] = &wg[m];
-    }
-    float *x = malloc((size_t)n * d * 4), *w = malloc((size_t)d * 4);
-    fill(x, (size_t)n * d, 3.0f);
-    fill(w, (size_t)d, 1.0f);
-    bk_weight nc = {.name = "norm", .type = QT_F32, .n_in = d, .n_out = 1, .row_bytes = (size_t)d * 4, .host = w},
-              ng = nc;
-    CHECK_OK(gpu->ops->bind_weight(gpu, &ng));
-    size_t ny = (size_t)n * 1100;
-    float *xn_c = malloc((size_t)n * d * 4), *xn_g = malloc((size_t)n * d * 4), *yc[3], *yg[3], *dy[3];
-    float *dx = dev_copy(x, (size_t)n * d * 4), *dxn = dev_copy(NULL, (size_t)n * d * 4), *dt = dev_copy(NULL, ny * 4);
-    float *tc = malloc(ny * 4);
-    for (int m = 0; m < 3; m++) {
-        yc[m] = malloc(ny * 4);
-        yg[m] = malloc(ny * 4);
-        dy[m] = dev_copy(NULL, ny * 4);
-    }
-    cpu->ops->rms_norm(cpu, x, &nc, xn_c, n, (int)d, 1e-6f);
-    if (glu) {
-        bk_matmul_swiglu(cpu, pc[0], pc[1], xn_c, n, tc, yc[0]);
-        gpu->ops->norm_swiglu(gpu, dx, &ng, 1e-6f, dxn, n, pg[0], pg[1], dt, dy[0]);
-        /* a product after it on xn (reuses the quantization the fused kernel left) */
-        cpu->ops->matmul(cpu, 1, pc, NULL, xn_c, n, &yc[1]);
-        gpu->ops->matmul(gpu, 1, pg, NULL, dxn, n, &dy[1]);
-    } else {
-        cpu->ops->matmul(cpu, 3, pc, NULL, xn_c, n, yc);
-        gpu->ops->norm_matmul(gpu, dx, &ng, 1e-6f, dxn, n, 3, pg, NULL, dy);
-    }
-    dev_read(dxn, xn_g, (size_t)n * d * 4);
-    double e_xn = rel_err(xn_g, xn_c, (size_t)n * d);
-    CHECK(e_xn < 1e-6);
-    for (int m = 0; m < (glu ? 2 : 3); m++) {
-        size_t len = (size_t)n * (glu ? no[0] : no[m]);
-        dev_read(dy[m], yg[m], len * 4);
-        double e = rel_err(yg[m], yc[m], len);
-        if (!(e < 3e-2) || !(e_xn < 1e-6))
-            fprintf(stderr, "  norm_%s %s d %lld n %d out %d: %.2e (xn %.2e)\n", glu ? "swiglu" : "matmul",
-                    quant_type_name(type), (long long)d, n, m, e, e_xn);
-        CHECK(e < 3e-2);
-    }
-    for (int m = 0; m < 3; m++) {
-        gpu->ops->release(gpu, dy[m]);
-        free(yc[m]);
-        free(yg[m]);
-    }
-    for (int m = 0; m < n_w; m++) {
-        bk_cuda_release_weight(&wg[m]);
-        free(hs[m]);
-    }
-    bk_cuda_release_weight(&ng);
-    gpu->ops->release(gpu, dx); gpu->ops->release(gpu, dxn); gpu->ops->release(gpu, dt);
-    free(x); free(w); free(xn_c); free(xn_g); free(tc);
-}
-
-#include "cuda/ops_handover.c"
-
-static void test_norm_matmul(void) {
-    static const uint32_t ty[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K};
-    for (size_t ti = 0; ti < sizeof ty / sizeof ty[0]; ti++)
-        for (int glu = 0; glu < 2; glu++) {
-            check_norm_matmul(ty[ti], 2048, 1, glu);
-            check_norm_matmul(ty[ti], 4096, 1, glu);
-            check_norm_matmul(ty[ti], 2048, 3, glu);
-        }
-}
+#include "cuda/ops_mmvf.c"
 
 static void test_get_rows(void) {
     for (int ti = 0; ti < N_TYPES; ti++) {
@@ -743,12 +672,12 @@ static size_t kv_row_bytes(int kv_type, size_t kvd) {
 }
 
 /* Whether gpu's decode attention takes the tensor-core kernel (cuda_attn_mma.cu: f16 Q, P, K, V,
- * so the prefill kernel's 2e-3), as cuda_attn_mma_supported decides. */
-static bool attn_on_mma(int kv_type, int n_head, int n_head_kv, int hd, int n) {
-    const int g = n_head % n_head_kv ? 0 : n_head / n_head_kv;
-    const bool shape = (kv_type == BRISK_KV_F16 && (hd == 64 || hd == 128 || hd == 256)) ||
-                       ((kv_type == BRISK_KV_Q8_0 || kv_type == BRISK_KV_Q4_0) && (hd == 128 || hd == 256));
-    return attn_mma_on && gpu != gpu_v1 && n <= 64 && g >= 2 && g <= 16 && shape;
+ * so the prefill kernel's 2e-3): the backend answers from its plan (BRISK_CUDA_DISABLE=attn_mma
+ * and the threshold) and the kernel's shapes, not a copy of them here. */
+static bool attn_on_mma(int kv_type, int n_head, int n_head_kv, int hd, int n, const int32_t *pos) {
+    int max_np = 0;
+    for (int i = 0; i < n; i++) max_np = pos[i] + 1 > max_np ? pos[i] + 1 : max_np;
+    return bk_cuda_attn_on_mma(gpu, kv_type, n_head, n_head_kv, hd, n, max_np);
 }
 
 /* A paged cache with shuffled pages, random contents; two sequences. With fused, the GPU side runs
@@ -860,10 +789,9 @@ static void check_attention_ex(int kv_type, int n_head, int n_head_kv, int hd, i
     }
     dev_read(dout, og, nq * 4);
     double e = rel_err(og, oc, nq),
-           tol = kv_type == BRISK_KV_F32 ? 1e-5 : attn_on_mma(kv_type, n_head, n_head_kv, hd, n) ? 2e-3 : 1e-4;
+           tol = kv_type == BRISK_KV_F32 ? 1e-5 : attn_on_mma(kv_type, n_head, n_head_kv, hd, n, pos) ? 2e-3 : 1e-4;
     if (!(e <= tol))
-        fprintf(stderr, "  attention%s kv %d heads %d/%d hd %d n %d pos0 %d: %.2e\n", gpu == gpu_v1 ? " (v1)" : "",
-                kv_type, n_head, n_head_kv, hd, n, pos[0], e);
+        fprintf(stderr, "  attention kv %d heads %d/%d hd %d n %d pos0 %d: %.2e\n", kv_type, n_head, n_head_kv, hd, n, pos[0], e);
     CHECK(e <= tol);
     /* the written K and V rows land in the same slots with the same bytes (fused: K rotated on each
      * side, whose floats may differ in the last bit, so the cache rows are compared as values) */
@@ -968,16 +896,7 @@ static void attention_cases(void) {
 }
 
 
-static void test_attention(void) {
-    attention_cases();
-    /* the same cases on the tile kernel, kept for A/B measurements */
-    if (gpu_v1) {
-        bk_backend *g = gpu;
-        gpu = gpu_v1;
-        attention_cases();
-        gpu = g;
-    }
-}
+static void test_attention(void) { attention_cases(); }
 
 /* the attention at depth (64K+ positions) and on the warp-per-row decode kernel */
 #include "cuda/ops_attn_depth.c"
@@ -1159,7 +1078,7 @@ done:
  * synthesizes tiny qwen3moe, qwen35, qwen35moe and qwen3next ones); skipped when unset.
  * Random-weight models have flat logits (on tiny-qwen3moe the top two come
  * within 3e-5 of the largest logit in 128 greedy steps), so their batches run
- * on the f32 tiled product (BRISK_CUDA_MMA=0, read when a context creates its
+ * on the f32 tiled product (BRISK_CUDA_DISABLE=mma, read when a context creates its
  * backend) instead of the f16 tensor cores, whose rounding (~1e-3) would flip
  * such near-ties: the point here is the MoE and Gated DeltaNet ops, and the
  * tensor cores have their own checks (matmul, stories260K's prefill). */
@@ -1168,15 +1087,14 @@ static void test_end_to_end_models(void) {
     if (!list || !*list) {
         SKIP("BRISK_E2E_MODELS not set (tests/cuda/run.sh sets it)");
     }
-    bool mma_set = getenv("BRISK_CUDA_MMA") != NULL;
-    if (!mma_set) setenv("BRISK_CUDA_MMA", "0", 1);
+    char *saved = list_add("BRISK_CUDA_DISABLE", "mma");
     char buf[4096];
     snprintf(buf, sizeof buf, "%s", list);
     for (char *save = NULL, *p = strtok_r(buf, " ", &save); p; p = strtok_r(NULL, " ", &save)) {
         e2e_model(p);
         e2e_two_seqs(p);
     }
-    if (!mma_set) unsetenv("BRISK_CUDA_MMA");
+    list_restore("BRISK_CUDA_DISABLE", saved);
 }
 
 /* ---- prefill products through cuBLAS (cuda_blas.cu) ----
@@ -1185,7 +1103,7 @@ static void test_end_to_end_models(void) {
  * several row chunks, the last one partial (rows of 800: 640 + 60; of 512:
  * 1024 + 76). Held to the tensor-core tolerance (f16 inputs, f32 sums: 3e-3
  * vs the double reference). Skipped, passing, where cuBLAS cannot be loaded
- * (or BRISK_CUDA_CUBLAS=0). */
+ * (or BRISK_CUDA_DISABLE=cublas). */
 static bk_backend *blas_backend_new(void) {
     const char *keys[2] = {"BRISK_CUDA_CUBLAS_MIN_TOK", "BRISK_CUDA_CUBLAS_SCRATCH_MB"}, *vals[2] = {"128", "1"};
     char *saved[2];
@@ -1262,7 +1180,7 @@ static void test_matmul_cublas(void) {
     long n0 = b ? bk_cuda_blas_products(b) : -1;
     if (n0 < 0) {
         if (b) b->ops->free(b);
-        SKIP("cuBLAS not loaded (no libcublas, or BRISK_CUDA_CUBLAS=0)");
+        SKIP("cuBLAS not loaded (no libcublas, or BRISK_CUDA_DISABLE=cublas)");
     }
     bk_backend *main_gpu = gpu;
     gpu = b; /* check_matmul and the helpers run on the global gpu */
@@ -1290,7 +1208,7 @@ static void test_matmul_cublas(void) {
  * kernel: Q and P are rounded to f16 (and K, V too from f32 and q8_0 caches),
  * sums and softmax stay f32. Expected relative L2 error vs the CPU: 2-4e-4
  * (a host emulation of the kernel measured <= 3.4e-4 on these shapes);
- * tolerance 2e-3. The same batches on a backend made with BRISK_CUDA_FA=0
+ * tolerance 2e-3. The same batches on a backend made with BRISK_CUDA_DISABLE=fa
  * (the SIMT tile kernel) keep the tile kernel's tolerances (1e-5 f32 KV, 1e-4). */
 static bk_backend *gpu_fa_off;
 
@@ -1362,11 +1280,9 @@ static void check_prefill(int kv_type, int n_head, int n_head_kv, int hd, int bs
 
 static void test_attention_prefill(void) {
     /* a second backend with the switch read at creation (the environment is left as it was) */
-    if (!getenv("BRISK_CUDA_FA")) {
-        setenv("BRISK_CUDA_FA", "0", 1);
-        if (bk_cuda_backend_new(0, &gpu_fa_off) != BRISK_OK) gpu_fa_off = NULL;
-        unsetenv("BRISK_CUDA_FA");
-    }
+    char *saved = list_add("BRISK_CUDA_DISABLE", "fa");
+    if (bk_cuda_backend_new(0, &gpu_fa_off) != BRISK_OK) gpu_fa_off = NULL;
+    list_restore("BRISK_CUDA_DISABLE", saved);
     static int32_t pos[512];
     static int seq[512];
     static const int hds[] = {64, 128, 256};
@@ -1412,24 +1328,15 @@ int main(int argc, char **argv) {
         test_skip_all(0, "no CUDA device (or a build without CUDA)");
         return test_main(none, 1, argc, argv);
     }
-    /* the norm inside the product (off by default: slower on the H200, see cuda_gemv.cu) is what
-     * norm_matmul checks, and the end-to-end cases run through it too, as through the streamed
-     * product on narrow rows; the CLI checks of tests/cuda/run.sh keep the defaults */
-    setenv("BRISK_CUDA_NORM_FUSE", "1", 0);
+    /* the end-to-end cases run through the streamed product on narrow rows too; the CLI checks of
+     * tests/cuda/run.sh keep the defaults */
     setenv("BRISK_CUDA_MMVS_MIN_IN", "0", 0); /* the streamed product on every width (default: from 2048) */
     if (bk_cpu_backend_new(0, &cpu) != BRISK_OK || bk_cuda_backend_new(0, &gpu) != BRISK_OK) {
         fprintf(stderr, "backend: %s\n", brisk_last_error());
         return 1;
     }
-    /* a second backend with the switch read at creation (the environment is left as it was) */
-    const char *v1 = getenv("BRISK_CUDA_ATTN_V1");
-    if (!v1) {
-        setenv("BRISK_CUDA_ATTN_V1", "1", 1);
-        if (bk_cuda_backend_new(0, &gpu_v1) != BRISK_OK) gpu_v1 = NULL;
-        unsetenv("BRISK_CUDA_ATTN_V1");
-    }
     static const test_case cases[] = {
-        {"matmul", test_matmul},         {"matmul_mmq", test_matmul_mmq}, {"matmul_mmqh", test_matmul_mmqh},     {"matmul_multi", test_matmul_multi}, {"matmul_stream", test_matmul_stream}, {"matmul_float_stream", test_matmul_float_stream}, {"handover", test_handover}, {"moe_handover", test_moe_handover}, {"norm_matmul", test_norm_matmul}, {"get_rows", test_get_rows},
+        {"matmul", test_matmul},         {"matmul_mmq", test_matmul_mmq}, {"matmul_mmqh", test_matmul_mmqh},     {"matmul_multi", test_matmul_multi}, {"matmul_stream", test_matmul_stream}, {"matmul_float_stream", test_matmul_float_stream}, {"get_rows", test_get_rows},
         {"rms_norm", test_rms_norm},     {"rope", test_rope},
         {"qk_norm_rope", test_qk_norm_rope}, {"matmul_swiglu", test_matmul_swiglu},                 {"attention", test_attention}, {"attention_kv_fused", test_attention_kv_fused}, {"attention_depth", test_attention_depth}, {"attention_warp", test_attention_warp},
         {"elementwise", test_elementwise}, {"moe_route", test_moe_route},   {"moe_ffn", test_moe_ffn}, {"moe_ffn_shared", test_moe_ffn_shared}, {"moe_ffn_mmq", test_moe_ffn_mmq}, {"moe_ffn_ep", test_moe_ffn_ep}, {"moe_ffn_table", test_moe_ffn_table},
@@ -1441,6 +1348,5 @@ int main(int argc, char **argv) {
     int rc = test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
     cpu->ops->free(cpu);
     gpu->ops->free(gpu);
-    if (gpu_v1) gpu_v1->ops->free(gpu_v1);
     return rc;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (after bench/cuda/pack.sh here): issue 28's depth table, brisk beside
 # llama.cpp v0.4.0's CUDA build (-fa 1) on the same synthetic Q4_K_M files, in one run, and the
-# decode attention's A/B (BRISK_CUDA_ATTN_MMA=0: the warp-per-row kernel).
+# decode attention's A/B (BRISK_CUDA_DISABLE=attn_mma: the warp-per-row kernel).
 #   STEP=prep bash bench/cuda/depth.sh    llama.cpp build (background, its log in /tmp/ll), the models,
 #                                         test_cuda_ops' attention cases (MEMCHECK=1: under memcheck too),
 #                                         dev/kernels/attn_lab.cu when packed (LAB=1 bash bench/cuda/pack.sh)
@@ -43,7 +43,7 @@ fi
 for r in ${ROWS:-qwen3-8b:32768}; do p=${r%%:*}; dd=${r##*:}; f=$d/$p.gguf
   row "=== $p at depth $dd, KV $KV ($(nvidia-smi --query-gpu=name --format=csv,noheader))"
   for v in default ${AB:+warp}; do
-    env $([ $v = warp ] && echo BRISK_CUDA_ATTN_MMA=0) $B/brisk bench -m $f -p 0 -n $N -d $dd -r ${REPS:-2} --kv-type $KV ${BLANK:+--blank-depth} \
+    env $([ $v = warp ] && echo BRISK_CUDA_DISABLE=attn_mma) $B/brisk bench -m $f -p 0 -n $N -d $dd -r ${REPS:-2} --kv-type $KV ${BLANK:+--blank-depth} \
       2> "$OUT/err.txt" | grep -E '^\| tg' | sed "s/^/$v /" | tee -a "$OUT/depth.txt"
     grep -E "once for|rror" "$OUT/err.txt" | tee -a "$OUT/depth.txt"
   done

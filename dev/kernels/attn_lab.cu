@@ -1,5 +1,5 @@
 /* attn_lab.cu — one decode token's attention over a deep paged cache, alone: the tensor-core kernel
- * (cuda_attn_mma.cu) beside the warp-per-row kernel (cuda_attn_decode.cu, BRISK_CUDA_ATTN_MMA=0),
+ * (cuda_attn_mma.cu) beside the warp-per-row kernel (cuda_attn_decode.cu, BRISK_CUDA_DISABLE=attn_mma),
  * on the attention shapes of the supported models, at depths 4K-1M, f16, q8_0 and q4_0 caches, as the KV
  * bytes read over the time and their share of the copy bandwidth (issue 28 asks 80%), with the
  * largest relative difference between the two kernels' outputs. No prefill: the cache is filled

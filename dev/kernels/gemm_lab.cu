@@ -62,7 +62,7 @@ static uint8_t *make_weight(uint32_t type, int64_t n_in, int64_t n_out, size_t *
 }
 
 int main(void) {
-    setenv("BRISK_CUDA_CUBLAS", "1", 0);          /* report which cuBLAS loaded (unless set: =0 tests WMMA alone) */
+    setenv("BRISK_CUDA_GRAPH_INFO", "1", 0);      /* report which cuBLAS loaded (BRISK_CUDA_DISABLE=cublas: WMMA alone) */
     setenv("BRISK_CUDA_CUBLAS_MIN_TOK", "1", 1);  /* cuda_blas_matmul takes every batch here */
     bk_backend *be = NULL;
     if (bk_cuda_backend_new(0, &be) != BRISK_OK) {

@@ -1,5 +1,5 @@
 /* mmvf_lab.cu — one token's products on float weights (F16, BF16, F32): the streamed kernel
- * (cuda_mmvf.cu, BRISK_CUDA_MMVF=1) beside the float GEMV it would replace (cuda_gemv.cu's
+ * (cuda_mmvf.cu, BRISK_CUDA_ENABLE=mmvf) beside the float GEMV it would replace (cuda_gemv.cu's
  * gemv_kernel, a warp per row pair), on the decode shapes of qwen3-8b and qwen3.6-27b in BF16, with
  * the largest relative difference between their outputs. Both run through matmul_one /
  * cuda_matmul_swiglu's own choice, as the decode step calls them (the GEMV's SwiGLU: two products and

@@ -94,7 +94,7 @@ template <int T> static void run(cuda_backend *cb, int64_t n_in, int64_t n_out, 
         }
         mm.count = glu ? 1 : n_mats;
         if (glu) mm.W2 = w[1];
-        if (!cuda_mmvs(cb, T, glu, mm, rb, n_in, 0, NULL)) old_call(i, y); /* refused: cuda_mmvq's, as the backend does */
+        if (!cuda_mmvs(cb, T, glu, mm, rb, n_in, 0)) old_call(i, y); /* refused: cuda_mmvq's, as the backend does */
     };
     old_call(0, y0);
     new_call(0, y1);
@@ -144,7 +144,6 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&cb->xq, 32768));
     CK(cudaMalloc(&cb->xds, 32768 / 32 * sizeof(float2)));
     cb->q6k_quad = 1;
-    cb->mmvs_warps = 16;
     cb->mmvs_min_in = 0; /* every shape here, also the narrow one */
     cb->mmvs_seg_bytes = -1;
     double bw = copy_bw();

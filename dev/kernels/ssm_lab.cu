@@ -2,7 +2,7 @@
  * shapes of Qwen3.6-27B (16/48 heads of 128, conv_dim 10240) and
  * Qwen3.6-35B-A3B (16/32, 8192): the chunked delta rule and the parallel
  * conv against the token-by-token kernels of a backend made with
- * BRISK_CUDA_GD_CHUNK=0, per batch size and sequence count.
+ * BRISK_CUDA_DISABLE=gd_chunk, per batch size and sequence count.
  *
  *   make -j && nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc dev/kernels/ssm_lab.cu build/libbrisk.a -o build/ssm_lab
  *   build/ssm_lab
@@ -48,20 +48,20 @@ static void check(bk_backend *be) {
 
 int main(void) {
     bk_backend *be = NULL, *rec = NULL;
-    if (getenv("BRISK_CUDA_GD_CHUNK")) {
-        printf("unset BRISK_CUDA_GD_CHUNK: the lab makes both backends itself\n");
+    if (getenv("BRISK_CUDA_DISABLE")) {
+        printf("unset BRISK_CUDA_DISABLE: the lab makes both backends itself\n");
         return 1;
     }
     if (bk_cuda_backend_new(0, &be) != BRISK_OK) {
         printf("cuda: %s\n", brisk_last_error());
         return 1;
     }
-    setenv("BRISK_CUDA_GD_CHUNK", "0", 1);
+    setenv("BRISK_CUDA_DISABLE", "gd_chunk", 1);
     if (bk_cuda_backend_new(0, &rec) != BRISK_OK) {
         printf("cuda: %s\n", brisk_last_error());
         return 1;
     }
-    unsetenv("BRISK_CUDA_GD_CHUNK");
+    unsetenv("BRISK_CUDA_DISABLE");
     cudaStream_t s_be = ((cuda_backend *)be)->stream, s_rec = ((cuda_backend *)rec)->stream;
     static const struct { const char *name; int nk, nv, d; } shapes[] = {{"qwen3.6-27b", 16, 48, 128},
                                                                          {"qwen3.6-35b-a3b", 16, 32, 128}};

@@ -278,25 +278,15 @@ typedef struct bk_backend_ops {
      * so moe_ffn on the rank's expert slice skips the slot (its weight is left as it is). Needed
      * only by a sharded MoE model (NULL: such a model cannot run on the backend). */
     void (*moe_ids_local)(bk_backend *be, int32_t *ids, int n, int e0, int e1);
-    /* Optional (NULL: rms_norm then matmul, see bk_norm_matmul): xn (n, dim) = rms_norm of x with
-     * the f32 weight norm (dim = w[0]->n_in), then matmul's products on xn, each result as the two
-     * ops give it (a GPU runs the norm inside the product at one token: a launch less). */
-    void (*norm_matmul)(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n, int n_w,
-                        const bk_weight *const *w, const bk_weight *const *bias, float *const *y);
-    /* Optional (NULL: rms_norm then bk_matmul_swiglu): the same before the FFN's gate/up/SwiGLU. */
-    void (*norm_swiglu)(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n,
-                        const bk_weight *gate, const bk_weight *up, float *tmp, float *out);
     /* Optional (NULL, or false returned with nothing launched: the separate ops): a MoE layer's end
      * in one pass where the backend can: with a gated shared expert (qwen35moe, qwen3next; gs, us,
      * ds: its gate, up and down, run as one more expert beside the routed ones)
      *   x += moe_ffn(h) + sigmoid(sh_logit) * down_s(silu(gate_s h) * up_s h)
      * rounded as moe_ffn, the shared expert's products, then gated_residual round (sh_logit (n));
-     * without (gs, us, ds, sh_logit NULL: qwen3moe) x += moe_ffn(h), rounded as moe_ffn then add.
-     * next_norm (NULL: none), eps: as matmul_add_norm's, the norm_matmul of x that follows. */
+     * without (gs, us, ds, sh_logit NULL: qwen3moe) x += moe_ffn(h), rounded as moe_ffn then add. */
     bool (*moe_ffn_shared)(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
                            const bk_weight *gs, const bk_weight *us, const bk_weight *ds, const float *h, int n,
-                           const int32_t *ids, const float *weights, int k, const float *sh_logit, float *x,
-                           const bk_weight *next_norm, float eps);
+                           const int32_t *ids, const float *weights, int k, const float *sh_logit, float *x);
     /* Optional (NULL, or false returned with nothing launched: qk_norm_rope, and the attention writes
      * the cache): qk_norm_rope's work with q's heads read from q_src (n * n_head head rows, q_pitch
      * floats apart; q_src = q, q_pitch = head_dim: in place) into q, and the rotated k with v stored
@@ -329,13 +319,6 @@ typedef struct bk_backend_ops {
      * rotates in the attention's own launch and takes the step's K/V row from there, not from the cache). */
     bool (*attention_rope)(bk_backend *be, const bk_attn_rope_in *in, const bk_kv_view *kv, const bk_attn_batch *ab,
                            int n_head, int n_head_kv, int head_dim, float scale, float *out);
-    /* Optional (NULL: matmul_add; see bk_matmul_add_norm): y += x W^T as matmul_add, with the promise
-     * that the next op is norm_matmul or norm_swiglu of y with this norm and eps, and that nothing
-     * reads that op's xn afterwards: the backend may prepare the norm's input on the way and leave
-     * xn unwritten (a GPU quantizes y times the norm's weight in the product's own launch, so that
-     * the products after it need no norm kernel). */
-    void (*matmul_add_norm)(bk_backend *be, const bk_weight *w, const float *x, int n, float *y, const bk_weight *norm,
-                            float eps);
 } bk_backend_ops;
 
 struct bk_backend {
@@ -353,16 +336,6 @@ static inline void bk_matmul_add(bk_backend *be, const bk_weight *w, const float
     be->ops->matmul(be, 1, &w, NULL, x, n, &tmp);
     be->ops->add(be, y, tmp, (size_t)n * (size_t)w->n_out);
 }
-/* y += x W^T (bk_matmul_add) that closes a residual branch before norm_matmul or norm_swiglu of y
- * with norm (NULL: no such op follows) whose xn nobody reads: see the op matmul_add_norm. */
-static inline void bk_matmul_add_norm(bk_backend *be, const bk_weight *w, const float *x, int n, float *tmp, float *y,
-                                      const bk_weight *norm, float eps) {
-    if (norm && be->ops->matmul_add_norm) {
-        be->ops->matmul_add_norm(be, w, x, n, y, norm, eps);
-        return;
-    }
-    bk_matmul_add(be, w, x, n, tmp, y);
-}
 /* out = silu(x Wgate^T) * (x Wup^T) through the backend's fused op, or as two products and swiglu. */
 static inline void bk_matmul_swiglu(bk_backend *be, const bk_weight *gate, const bk_weight *up, const float *x, int n,
                                     float *tmp, float *out) {
@@ -375,23 +348,16 @@ static inline void bk_matmul_swiglu(bk_backend *be, const bk_weight *gate, const
     be->ops->matmul(be, 2, gu, NULL, x, n, gu_out);
     be->ops->swiglu(be, out, tmp, out, (size_t)n * (size_t)gate->n_out);
 }
-/* xn = rms_norm(x) * norm, then y[j] = xn W[j]^T (+ bias[j]): the backend's fused op or the two. */
+/* xn = rms_norm(x) * norm, then y[j] = xn W[j]^T (+ bias[j]). (A GPU's norm quantizes its output on
+ * the way for the products; running the norm inside the product measured slower: docs/experiments.md.) */
 static inline void bk_norm_matmul(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n,
                                   int n_w, const bk_weight *const *w, const bk_weight *const *bias, float *const *y) {
-    if (be->ops->norm_matmul) {
-        be->ops->norm_matmul(be, x, norm, eps, xn, n, n_w, w, bias, y);
-        return;
-    }
     be->ops->rms_norm(be, x, norm, xn, n, (int)w[0]->n_in, eps);
     be->ops->matmul(be, n_w, w, bias, xn, n, y);
 }
-/* xn = rms_norm(x) * norm, then out = silu(xn Wgate^T) * (xn Wup^T): the backend's fused op or the two. */
+/* xn = rms_norm(x) * norm, then out = silu(xn Wgate^T) * (xn Wup^T). */
 static inline void bk_norm_swiglu(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n,
                                   const bk_weight *gate, const bk_weight *up, float *tmp, float *out) {
-    if (be->ops->norm_swiglu) {
-        be->ops->norm_swiglu(be, x, norm, eps, xn, n, gate, up, tmp, out);
-        return;
-    }
     be->ops->rms_norm(be, x, norm, xn, n, (int)gate->n_in, eps);
     bk_matmul_swiglu(be, gate, up, xn, n, tmp, out);
 }

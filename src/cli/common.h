@@ -37,7 +37,8 @@ typedef struct cli_model_opts {
     uint64_t gpu_mem; /* MoE, --gpu-mem: bytes the model and its context may take on the GPU (picks n_cpu_moe); 0: off */
     bool no_mmap;     /* --no-mmap: read the model into memory */
     int cache_experts;        /* --cache-experts N: hot experts cached on the GPU per host-expert layer; -1: auto
-                                 (from --gpu-mem); 0: none */
+                                 (from --gpu-mem); 0 (off): none; CLI_CACHE_UNSET: not given, auto where
+                                 --gpu-mem alone leaves experts on the host (cache_params) */
     const char *expert_stats; /* --expert-stats FILE (`brisk calibrate -o`): picks the first cached experts */
     int tp;                   /* --tp N: tensor parallelism over N GPUs (engine/tp.h); 0: off */
     int pp;                   /* --pp N: pipeline parallelism over N GPUs (engine/context.c's pp_forward) */
@@ -47,8 +48,9 @@ typedef struct cli_model_opts {
     const char *hf;           /* -hf REPO[:QUANT]: the model from the Hugging Face cache (cli_model_path) */
     char hf_path[4096];       /* where -hf resolved to */
 } cli_model_opts;
+enum { CLI_CACHE_UNSET = -2 };
 #define CLI_MODEL_OPTS_DEFAULT \
-    {-1, 0, BRISK_KV_F16, 0, 0, false, 0, NULL, 0, 0, {BRISK_ROPE_SCALING_MODEL, 0, 0, 0, -1, -1, -1, -1}, false, false, NULL, {0}}
+    {-1, 0, BRISK_KV_F16, 0, 0, false, CLI_CACHE_UNSET, NULL, 0, 0, {BRISK_ROPE_SCALING_MODEL, 0, 0, 0, -1, -1, -1, -1}, false, false, NULL, {0}}
 /* llama.cpp's RoPE flags (common/arg.cpp), the same meanings; default: the model file's */
 #define CLI_ROPE_HELP                                                                                         \
     "  --rope-scaling none|linear|yarn  RoPE frequency scaling (default: the model's, else linear)\n"        \
@@ -62,8 +64,8 @@ typedef struct cli_model_opts {
     "  --yarn-beta-slow N   YaRN: high correction dim (default 1)\n"
 #define CLI_TP_HELP                                                                                           \
     "  --tp N               tensor parallelism: llama/qwen2/qwen3 split over N GPUs (--device, --device + 1, ...),\n" \
-    "                       one process each (across hosts: see README, \"Several GPUs\")\n"                    \
-    "  --pp N               pipeline parallelism: each of N GPUs runs a run of the layers\n"
+    "                       one process each (across hosts: docs/multi-gpu.md)\n" \
+    "  --pp N               pipeline parallelism: any architecture's layers in N runs over N GPUs\n"
 /* -ngl and --device (cli_gpu_flag) */
 #define CLI_GPU_HELP                                                                                          \
     "  -ngl, --n-gpu-layers N  layers on the GPU, the last ones (-1: all when one is present, 0: CPU)\n"      \
@@ -72,9 +74,10 @@ typedef struct cli_model_opts {
     "  --n-cpu-moe, -ncmoe N  MoE: the experts of the first N layers stay in host memory, run by the CPU\n"  \
     "  --gpu-mem SIZE       MoE: keep as few layers' experts in host memory as fit SIZE (e.g. 20G) on the GPU\n" \
     "  --no-mmap            read the model into memory (huge pages) instead of mapping it: faster CPU decode\n" \
-    "  --cache-experts N|auto  MoE: cache the N most used experts of each host-expert layer on the GPU (misses\n" \
-    "                       run on the CPU); with --gpu-mem every expert stays on the host and auto sizes the\n" \
-    "                       cache from what the budget leaves\n" \
+    "  --cache-experts N|auto|off  MoE: cache the N most used experts of each host-expert layer on the GPU\n" \
+    "                       (misses run on the CPU); with --gpu-mem every expert stays on the host and auto\n" \
+    "                       sizes the cache from what the budget leaves. Default: auto when --gpu-mem alone\n" \
+    "                       cannot hold every expert; off: whole layers' experts on the host instead\n" \
     "  --expert-stats FILE  MoE: fill that cache from `brisk calibrate -o FILE` counts (else from the first batches)\n"
 /* llama.cpp's habitual flags that cli_model_flag takes, and what each means here */
 #define CLI_LLAMACPP_HELP                                                                                      \

@@ -64,17 +64,15 @@ brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_vi
                             fwd_scratch *s, int l0, int l1);
 
 /* Pieces the decoders share (model/llama.c): x += the attention block of layer l
- * (norm, q/k/v, QK-norm, RoPE, cached attention, output projection; next_norm: see
- * residual_matmul); and the final norm and LM head over the rows that want logits. */
+ * (norm, q/k/v, QK-norm, RoPE, cached attention, output projection); and the final norm and LM
+ * head over the rows that want logits. */
 void decoder_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
-                       fwd_scratch *s, int l, const bk_weight *next_norm);
+                       fwd_scratch *s, int l);
 void decoder_logits(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s);
 /* (model/llama.c) y (n, w.n_out) += x W^T for a weight that closes a residual branch; tensor-parallel,
- * the rank's partial product is summed over the ranks (all_reduce) in tmp (n, w.n_out) first.
- * next_norm (NULL: none): the next op is bk_norm_matmul or bk_norm_swiglu of y with this norm
- * (the model's rms_eps), whose xn nothing reads (bk_matmul_add_norm). */
+ * the rank's partial product is summed over the ranks (all_reduce) in tmp (n, w.n_out) first. */
 void residual_matmul(const brisk_model *m, bk_backend *be, const bk_weight *w, const float *x, int n, float *tmp,
-                     float *y, const bk_weight *next_norm);
+                     float *y);
 /* (model/qwen3moe.c) Adds layer l's routed experts (s->moe_ids) to s->expert_counts, if kept, and
  * the number of distinct ones (the expert weights the pass reads) to s->expert_reads. */
 void moe_count_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l);
@@ -83,10 +81,8 @@ void moe_count_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b,
 brisk_status moe_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l);
 /* (model/qwen3moe.c) s->x += layer l's routed experts over s->xb (and, shared, plus its gated shared
  * expert, the gate's logit in s->sh_gate) in one pass of the backend's moe_ffn_shared, where it can:
- * the experts on be, no tensor parallelism. false: nothing done, the caller runs the separate ops.
- * next_norm: as residual_matmul's (the next layer's attention norm, through bk_norm_matmul). */
-bool moe_residual(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l, bool shared,
-                  const bk_weight *next_norm);
+ * the experts on be, no tensor parallelism. false: nothing done, the caller runs the separate ops. */
+bool moe_residual(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l, bool shared);
 /* (engine/offload.c) moe_ffn of layer `layer` on mo's CPU backend: x, ids and weights (backend memory
  * of be) are copied to host buffers, the sum back into out; the weights must be host memory. With a
  * hot-expert cache for the layer, the entries of cached experts run on be meanwhile (offload.h). */

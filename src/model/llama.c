@@ -32,7 +32,7 @@
  * summed over the ranks (all_reduce) and then added, so the residual y stays the same on every
  * rank. Otherwise the product is added in one fused op. */
 void residual_matmul(const brisk_model *m, bk_backend *be, const bk_weight *w, const float *x, int n, float *tmp,
-                     float *y, const bk_weight *next_norm) {
+                     float *y) {
     if (m->tp_size > 0 && be->ops->all_reduce) {
         size_t len = (size_t)n * (size_t)w->n_out;
         be->ops->matmul(be, 1, &w, NULL, x, n, &tmp);
@@ -40,11 +40,11 @@ void residual_matmul(const brisk_model *m, bk_backend *be, const bk_weight *w, c
         be->ops->add(be, y, tmp, len);
         return;
     }
-    bk_matmul_add_norm(be, w, x, n, tmp, y, next_norm, m->hp.rms_eps);
+    bk_matmul_add(be, w, x, n, tmp, y);
 }
 
 void decoder_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
-                       fwd_scratch *s, int l, const bk_weight *next_norm) {
+                       fwd_scratch *s, int l) {
     const model_hparams *hp = &m->hp;
     const layer_weights *L = &m->layers[l];
     int n = b->n, hd = hp->head_dim;
@@ -59,7 +59,7 @@ void decoder_attention(const brisk_model *m, bk_backend *be, const bk_kv_view *k
                                 .q_norm = hp->qk_norm ? &L->q_norm : NULL, .k_norm = hp->qk_norm ? &L->k_norm : NULL,
                                 .eps = hp->rms_eps, .rope = &hp->rope};
     bk_attention_rope(be, &in, &kv[l], &b->ab, hp->n_head, hp->n_head_kv, hd, scale, s->att);
-    residual_matmul(m, be, &L->wo, s->att, n, s->xb, s->x, next_norm);
+    residual_matmul(m, be, &L->wo, s->att, n, s->xb, s->x);
 }
 
 void decoder_logits(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s) {
@@ -91,10 +91,10 @@ brisk_status llama_forward(const brisk_model *m, bk_backend *be, const bk_kv_vie
     if (l0 == 0) op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);
     for (int l = l0; l < l1; l++) {
         const layer_weights *L = &m->layers[l];
-        decoder_attention(m, be, kv, b, s, l, &L->ffn_norm);
+        decoder_attention(m, be, kv, b, s, l);
 
         bk_norm_swiglu(be, s->x, &L->ffn_norm, hp->rms_eps, s->xb, n, &L->w_gate, &L->w_up, s->hb2, s->hb);
-        residual_matmul(m, be, &L->w_down, s->hb, n, s->xb, s->x, l + 1 < l1 ? &m->layers[l + 1].attn_norm : NULL);
+        residual_matmul(m, be, &L->w_down, s->hb, n, s->xb, s->x);
     }
     if (l1 == hp->n_layer && b->n_out) decoder_logits(m, be, b, s);
     return BRISK_OK;

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_plan.h"
 #include "base/progress.h"
 #include "base/status.h"
 #include "engine/shard.h"
@@ -433,15 +432,9 @@ static brisk_status bind_all(brisk_model *m, progress *bar) {
     bool hybrid = hp->full_attn_interval > 0;
     /* The output layer goes with the last layer. The embedding stays in host memory, as llama.cpp
      * keeps it (a GPU backend gathers a step's rows on the host: n_embd floats a token against
-     * 334 MiB of qwen3-8b's table on the GPU); BRISK_CUDA_EMB_GPU=1 puts it with the first layer.
-     * Tied, the LM head gets its own device copy below. */
-    bool emb_gpu = false;
-    if (m->n_cpu_layers == 0) {
-        cuda_plan plan; /* as the backend read it (a malformed one failed its creation) */
-        cuda_plan_read(&plan, NULL, NULL, NULL, 0);
-        emb_gpu = plan.emb_gpu;
-    }
-    bk_backend *first = emb_gpu ? m->be : NULL, *last = m->be;
+     * 334 MiB of qwen3-8b's table on the GPU; on the GPU it ran pp512 1.6% faster, tg128 the same:
+     * docs/experiments.md). Tied, the LM head gets its own device copy below. */
+    bk_backend *first = NULL, *last = m->be;
     if (m->pp_rank > 0) first = last = NULL; /* pipeline: rank 0 runs them (here host views, never read) */
     BK_TRY(bind(m, first, "token_embd.weight", d, hp->n_vocab, true, &m->tok_embd));
     BK_TRY(bind(m, last, "output_norm.weight", d, 0, true, &m->output_norm));

@@ -58,7 +58,7 @@ static void gated_attention(const brisk_model *m, bk_backend *be, const bk_kv_vi
                                 .q_norm = &L->q_norm, .k_norm = &L->k_norm, .eps = hp->rms_eps, .rope = &hp->rope,
                                 .gate = s->qg + hd, .gate_pitch = 2 * hd};
     bk_attention_rope(be, &in, &kv[l], &b->ab, nh, hp->n_head_kv, hd, 1.0f / sqrtf((float)hd), s->att);
-    residual_matmul(m, be, &L->wo, s->att, n, s->xb, s->x, hp->n_expert ? NULL : &L->ffn_norm);
+    residual_matmul(m, be, &L->wo, s->att, n, s->xb, s->x);
 }
 
 static void gated_deltanet(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
@@ -74,7 +74,7 @@ static void gated_deltanet(const brisk_model *m, bk_backend *be, const bk_kv_vie
     bk_gated_delta_gate(be, s->qg, &L->ssm_conv1d, kv[l].conv, hp->ssm_d_conv, s->conv, s->dn_beta, s->dn_alpha,
                         &L->ssm_dt_bias, &L->ssm_a, kv[l].ssm, b->ab.seq, n, nk, nv, hp->ssm_v_grouped, ds, hp->rms_eps,
                         &L->ssm_norm, hp->rms_eps, s->gz, s->att);
-    residual_matmul(m, be, &L->ssm_out, s->att, n, s->xb, s->x, hp->n_expert ? NULL : &L->ffn_norm);
+    residual_matmul(m, be, &L->ssm_out, s->att, n, s->xb, s->x);
 }
 
 /* x += the FFN of layer l on h = s->xb = rms_norm(x): dense SwiGLU, or routed experts plus
@@ -87,7 +87,7 @@ static brisk_status ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b
     int n = b->n, d = hp->n_embd;
     if (!hp->n_expert) { /* tmp: h (s->xb), spent; s->att may be narrower than n_embd on a rank */
         bk_norm_swiglu(be, s->x, &L->ffn_norm, hp->rms_eps, s->xb, n, &L->w_gate, &L->w_up, s->hb2, s->hb);
-        residual_matmul(m, be, &L->w_down, s->hb, n, s->xb, s->x, l + 1 < l1 ? &m->layers[l + 1].attn_norm : NULL);
+        residual_matmul(m, be, &L->w_down, s->hb, n, s->xb, s->x);
         return BRISK_OK;
     }
     op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
@@ -98,7 +98,7 @@ static brisk_status ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b
                   s->moe_w, &L->gate_inp_shexp, s->sh_gate);
     moe_count_experts(m, be, b, s, l);
     /* the shared expert as one more of the routed; the next layer's norm may take its input from it */
-    if (moe_residual(m, be, b, s, l, true, l + 1 < l1 ? &m->layers[l + 1].attn_norm : NULL)) return BRISK_OK;
+    if (moe_residual(m, be, b, s, l, true)) return BRISK_OK;
     bk_matmul_swiglu(be, &L->gate_shexp, &L->up_shexp, s->xb, n, s->hb2, s->hb);
     if (m->tp_size > 1) /* expert parallelism: this rank runs the chosen experts it holds */
         op->moe_ids_local(be, s->moe_ids, n * hp->n_expert_used, m->tp_expert0, m->tp_expert0 + m->tp_n_expert_local);

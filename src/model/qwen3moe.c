@@ -55,8 +55,7 @@ brisk_status moe_experts(const brisk_model *m, bk_backend *be, const fwd_batch *
     return BRISK_OK;
 }
 
-bool moe_residual(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l, bool shared,
-                  const bk_weight *next_norm) {
+bool moe_residual(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l, bool shared) {
     const layer_weights *L = &m->layers[l];
     if (m->tp_size != 0 || !be->ops->moe_ffn_shared) return false;
     const bk_weight *gate = &L->gate_exps, *up = &L->up_exps, *down = &L->down_exps;
@@ -69,8 +68,7 @@ bool moe_residual(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_
     int k = m->hp.n_expert_used;
     bool done = be->ops->moe_ffn_shared(be, gate, up, down, shared ? &L->gate_shexp : NULL,
                                         shared ? &L->up_shexp : NULL, shared ? &L->down_shexp : NULL, s->xb, b->n,
-                                        s->moe_ids, s->moe_w, k, shared ? s->sh_gate : NULL, s->x, next_norm,
-                                        m->hp.rms_eps);
+                                        s->moe_ids, s->moe_w, k, shared ? s->sh_gate : NULL, s->x);
     if (L->exps_host && done) moe_offload_count(s->moe_offload, be, l, s->moe_ids, b->n, k);
     else if (L->exps_host) moe_offload_count_arm(s->moe_offload, be, l, b->n, false);
     return done;
@@ -90,13 +88,13 @@ brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_
     if (l0 == 0) op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);
     for (int l = l0; l < l1; l++) {
         const layer_weights *L = &m->layers[l];
-        decoder_attention(m, be, kv, b, s, l, NULL); /* (its FFN's norm feeds the router: rms_norm) */
+        decoder_attention(m, be, kv, b, s, l);
 
         op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
         bk_moe_router(be, &L->ffn_gate_inp, s->xb, n, k, true, 0.0f, s->moe_logits, s->moe_ids, s->moe_w, NULL, NULL);
         moe_count_experts(m, be, b, s, l);
         /* the combine closes the residual (and may hand the next layer's norm its input) */
-        if (moe_residual(m, be, b, s, l, false, l + 1 < l1 ? &m->layers[l + 1].attn_norm : NULL)) continue;
+        if (moe_residual(m, be, b, s, l, false)) continue;
         if (ep) op->moe_ids_local(be, s->moe_ids, n * k, e0, e1);
         BK_TRY(moe_experts(m, be, b, s, l));
         if (m->tp_size > 0 && op->all_reduce) op->all_reduce(be, s->moe_out, (size_t)n * d);

@@ -32,12 +32,10 @@ static void depth_cases(void) {
 }
 static void test_attention_depth(void) { depth_cases(); }
 
-/* BRISK_CUDA_ATTN_MMA=0: every decode case on the warp-per-row kernel, at its own tolerance */
+/* BRISK_CUDA_DISABLE=attn_mma: every decode case on the warp-per-row kernel, at its own tolerance */
 static void warp_cases(void) {
-    attn_mma_on = false;
     attention_cases();
     test_attention_kv_fused();
     depth_cases();
-    attn_mma_on = true;
 }
-static void test_attention_warp(void) { on_backend_with("BRISK_CUDA_ATTN_MMA", "0", warp_cases); }
+static void test_attention_warp(void) { on_backend_with("BRISK_CUDA_DISABLE", "attn_mma", warp_cases); }

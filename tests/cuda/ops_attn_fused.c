@@ -16,7 +16,7 @@ static void check_attention_gated(const bk_kv_view *kv, const bk_attn_batch *ab,
     float *dg = dev_copy(g, 2 * nq * 4), *da = dev_copy(NULL, nq * 4), *db = dev_copy(NULL, nq * 4);
     bool did = gpu->ops->attention_gated(gpu, dq, NULL, NULL, kv, ab, n_head, n_head_kv, hd, scale, dg + hd, 2 * hd,
                                          da);
-    bool expect = gpu != gpu_v1 && ab->n_tokens <= 64 && (hd == 32 || hd == 64 || hd == 128 || hd == 256);
+    bool expect = ab->n_tokens <= 64 && (hd == 32 || hd == 64 || hd == 128 || hd == 256);
     CHECK(did == expect);
     if (did) {
         gpu->ops->attention(gpu, dq, NULL, NULL, kv, ab, n_head, n_head_kv, hd, scale, db);

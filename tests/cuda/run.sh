@@ -42,7 +42,7 @@ cli_check() { # model
   if [ -n "$a" ] && [ "$a" = "$b" ] && on_gpu "$E2E_DIR/err"; then pass=$((pass + 1)); echo "ok   cli greedy 128 tokens CPU == CUDA ($name)"
   else fail=$((fail + 1)); echo "FAIL cli greedy CPU vs CUDA ($name)"; echo "cpu: $a"; echo "cuda: $b"; cat "$E2E_DIR/err"; fi
   # decode steps replayed from captured CUDA graphs give the text of eager launches
-  c=$(BRISK_CUDA_GRAPHS=0 "$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 128 --temp 0 --ignore-eos 2>"$E2E_DIR/err" | tr -d '\000')
+  c=$(BRISK_CUDA_DISABLE=graphs "$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 128 --temp 0 --ignore-eos 2>"$E2E_DIR/err" | tr -d '\000')
   if [ -n "$c" ] && [ "$c" = "$b" ] && on_gpu "$E2E_DIR/err"; then pass=$((pass + 1)); echo "ok   cli greedy 128 tokens graphs == eager ($name)"
   else fail=$((fail + 1)); echo "FAIL cli greedy graphs vs eager ($name)"; echo "eager: $c"; echo "graphs: $b"; fi
 }
@@ -69,7 +69,7 @@ ngl_check() { # model
   else fail=$((fail + 1)); echo "FAIL cli -ngl 2 vs -ngl 0 ($name)"; echo "cpu: $a"; echo "split: $b"; grep -i offloaded "$E2E_DIR/err"; fi
 }
 [ -f "$MODEL" ] && ngl_check "$MODEL"
-for m in $BRISK_E2E_MODELS; do BRISK_CUDA_MMA=0 ngl_check "$m"; done
+for m in $BRISK_E2E_MODELS; do BRISK_CUDA_DISABLE=mma ngl_check "$m"; done
 # Experts in host memory: --n-cpu-moe 2 keeps the experts of layers 0-1 on the
 # host (the CPU runs them, the rest of those layers on the GPU); with -ngl 3
 # layer 0 runs on the CPU and layer 1 is a GPU layer with host experts. Both
@@ -83,7 +83,7 @@ cpu_moe_check() { # model [extra flags]
   else fail=$((fail + 1)); echo "FAIL cli --n-cpu-moe 2 $* vs -ngl 0 ($name)"; echo "cpu: $a"; echo "cpu-moe: $b"; cat "$E2E_DIR/err"; fi
 }
 for m in $BRISK_E2E_MODELS; do
-  case $(basename "$m") in *moe*|*next*) BRISK_CUDA_MMA=0 cpu_moe_check "$m"; BRISK_CUDA_MMA=0 cpu_moe_check "$m" -ngl 3 ;; esac
+  case $(basename "$m") in *moe*|*next*) BRISK_CUDA_DISABLE=mma cpu_moe_check "$m"; BRISK_CUDA_DISABLE=mma cpu_moe_check "$m" -ngl 3 ;; esac
 done
 # The hot-expert cache: every layer's experts in host memory, 3 of 8 cached per layer.
 # BRISK_XCACHE_MISS=map: the GPU reads every batch's misses from mapped host memory (one
@@ -112,7 +112,7 @@ xcache_check() { # model
   b=$(xc_run "$m" BRISK_XCACHE_MISS=map)
   xc_ok "$a" "$b" "--n-cpu-moe 99 --cache-experts 3 BRISK_XCACHE_MISS=map == no offload ($name)" \
     "^expert cache: 3 experts in each of" "misses read by the GPU from mapped host memory"
-  b=$(xc_run "$m" BRISK_XCACHE_MISS=map BRISK_CUDA_GRAPHS=0)
+  b=$(xc_run "$m" BRISK_XCACHE_MISS=map BRISK_CUDA_DISABLE=graphs)
   xc_ok "$a" "$b" "--cache-experts 3 BRISK_XCACHE_MISS=map graphs == eager ($name)"
   b=$(xc_run "$m")
   xc_ok "$a" "$b" "--cache-experts 3 (auto: decode mapped, prompt on the host) == no offload ($name)" \
@@ -121,11 +121,11 @@ xcache_check() { # model
   xc_ok "$c" "$b" "--cache-experts 3 BRISK_XCACHE_MISS=cpu == -ngl 0 ($name)" "^expert cache: misses on the CPU"
 }
 for m in $BRISK_E2E_MODELS; do
-  case $(basename "$m") in *moe*|*next*) BRISK_CUDA_MMA=0 xcache_check "$m" ;; esac
+  case $(basename "$m") in *moe*|*next*) BRISK_CUDA_DISABLE=mma xcache_check "$m" ;; esac
 done
 # The cache's routing counters on the GPU, exactly (a one-token step counts inside its MoE launch).
 if [ -x "$BUILD/tests/test_expert_cache" ]; then
-  out=$(BRISK_CUDA_MMA=0 "$BUILD/tests/test_expert_cache" cuda_map_counts 2>&1)
+  out=$(BRISK_CUDA_DISABLE=mma "$BUILD/tests/test_expert_cache" cuda_map_counts 2>&1)
   if [ "$(field "$out" 1)" = 1 ] && [ "$(field "$out" 3)" = 0 ] && ! printf '%s\n' "$out" | grep -q "skip"; then
     pass=$((pass + 1)); echo "ok   expert cache counters on CUDA (test_expert_cache cuda_map_counts)"
   else fail=$((fail + 1)); echo "FAIL expert cache counters on CUDA"; printf '%s\n' "$out"; fi
@@ -143,7 +143,7 @@ tp_check() { # model
   fi
   if [ -n "$a" ] && [ "$a" = "$b" ]; then pass=$((pass + 1)); echo "ok   cli greedy 64 tokens --tp 1 (NCCL, world size 1) == plain ($name)"
   else fail=$((fail + 1)); echo "FAIL cli --tp 1 vs plain ($name)"; echo "plain: $a"; echo "tp 1: $b"; cat "$E2E_DIR/err"; fi
-  c=$(BRISK_CUDA_GRAPHS=0 "$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 64 --temp 0 --ignore-eos --tp 1 2>/dev/null | tr -d '\000')
+  c=$(BRISK_CUDA_DISABLE=graphs "$BUILD/brisk" run -m "$m" -p "Once upon a time" -n 64 --temp 0 --ignore-eos --tp 1 2>/dev/null | tr -d '\000')
   if [ -n "$c" ] && [ "$c" = "$b" ]; then pass=$((pass + 1)); echo "ok   cli greedy 64 tokens --tp 1 graphs == eager ($name)"
   else fail=$((fail + 1)); echo "FAIL cli --tp 1 graphs vs eager ($name)"; echo "eager: $c"; echo "graphs: $b"; fi
   [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ] || return 0
@@ -153,7 +153,7 @@ tp_check() { # model
 }
 [ -f "$MODEL" ] && tp_check "$MODEL"
 for m in $BRISK_E2E_MODELS; do # MoE experts by expert, DeltaNet heads (qwen3next's grouped value heads too)
-  BRISK_CUDA_MMA=0 tp_check "$m"
+  BRISK_CUDA_DISABLE=mma tp_check "$m"
 done
 # Pipeline parallelism through NCCL needs two GPUs (NCCL refuses two ranks on one). On one GPU,
 # tests/test_pp.c's single-GPU mode runs the same schedule with each rank a thread with its own CUDA
@@ -179,7 +179,7 @@ pp_check() { # model
 # some steps): their prompts go through the f32 tiled product rather than the
 # f16 tensor cores, whose rounding would flip such near-ties. What is checked
 # here is the MoE and Gated DeltaNet path; the tensor cores are checked above.
-for m in $BRISK_E2E_MODELS; do BRISK_CUDA_MMA=0 cli_check "$m"; done
+for m in $BRISK_E2E_MODELS; do BRISK_CUDA_DISABLE=mma cli_check "$m"; done
 
 # Speed on synthetic models written here (brisk synth), when asked.
 if [ "${BENCH:-0}" = 1 ] && [ -n "${VOCAB:-}" ]; then

@@ -10,7 +10,7 @@
  * output) and a combine kernel merges them.
  *
  * Prefill batches (more than ATT_DEC_MAX_TOK entries) with head_dim 64, 128 or
- * 256 run on tensor cores in cuda_attn_prefill.cu (BRISK_CUDA_FA=0: here).
+ * 256 run on tensor cores in cuda_attn_prefill.cu (BRISK_CUDA_DISABLE=fa: here).
  *
  * Metadata: pos, slot and the block tables arrive as host pointers; they are
  * packed (tokens of one sequence share one copy of its table) and uploaded
@@ -27,7 +27,7 @@
 
 /* Batches up to this many tokens (decode steps, batched decode of up to 64
  * sequences, short speculative runs) go to cuda_attn_decode.cu's warp-per-row
- * kernel; prefill stays on the tile kernel below (BRISK_CUDA_ATTN_V1=1: all). */
+ * kernel; prefill stays on the tile kernel below. */
 #define ATT_DEC_MAX_TOK 64
 
 /* The KV element types (KT_*) are in cuda_internal.cuh. */
@@ -270,7 +270,7 @@ static void attention_run(cuda_backend *cb, const float *q, const float *k, cons
     if (k) /* else qk_norm_rope_kv stored the step's rows */
         pdl_launch(cb, kw, dim3((unsigned)n), dim3(256), 0, k, v, kv->k, kv->v, d_slot, kvd);
 
-    if (!cb->attn_v1 && n <= ATT_DEC_MAX_TOK && cuda_attn_decode_supported(head_dim)) {
+    if (n <= ATT_DEC_MAX_TOK && cuda_attn_decode_supported(head_dim)) {
         bool quant = cuda_attn_decode(cb, q, kv, n, max_np, d_pos, d_off, d_tabs, n_head, n_head_kv, head_dim, scale,
                                       gate, rope, out);
         CU_LAUNCHED(cb);
@@ -281,7 +281,7 @@ static void attention_run(cuda_backend *cb, const float *q, const float *k, cons
         }
         return;
     }
-    /* prefill on tensor cores (cuda_attn_prefill.cu); BRISK_CUDA_FA=0 keeps it on the tile kernel below */
+    /* prefill on tensor cores (cuda_attn_prefill.cu); BRISK_CUDA_DISABLE=fa keeps it on the tile kernel below */
     if (!cb->fa_off && n > ATT_DEC_MAX_TOK && cuda_attn_prefill_supported(cb, head_dim, n_head, n_head_kv)) {
         cuda_attn_prefill(cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, head_dim, scale, out);
         CU_LAUNCHED(cb);
@@ -337,13 +337,13 @@ extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, c
  * they store (and quantize) it, as sigmoid_mul would after them: the same bits, and the gate's
  * launch and the output projection's quantize launch go (qwen35's gated attention at decode).
  * False, with nothing launched, where the decode kernels do not run (prefill-sized batches, other
- * head sizes, BRISK_CUDA_ATTN_GATE=0). */
+ * head sizes, BRISK_CUDA_DISABLE=attn_gate). */
 extern "C" bool cuda_attention_gated(bk_backend *be, const float *q, const float *k, const float *v,
                                      const bk_kv_view *kv, const bk_attn_batch *ab, int n_head, int n_head_kv,
                                      int head_dim, float scale, const float *gate, int gate_pitch, float *out) {
     cuda_backend *cb = (cuda_backend *)be;
     const int n = ab->n_tokens;
-    if (n <= 0 || cb->attn_gate_off || (cb->ablate & ABL_ATTN) || cb->attn_v1 || n > ATT_DEC_MAX_TOK ||
+    if (n <= 0 || cb->attn_gate_off || (cb->ablate & ABL_ATTN) || n > ATT_DEC_MAX_TOK ||
         !cuda_attn_decode_supported(head_dim) || head_dim > ATT_MAX_HD)
         return false;
     attention_run(cb, q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, att_gate{gate, gate_pitch}, dec_rope{}, out);
@@ -357,14 +357,14 @@ extern "C" bool cuda_attention_gated(bk_backend *be, const float *q, const float
  * head) writes it to the cache. The same bits as qk_norm_rope_kv then the attention; the QK-norm +
  * rope launch goes. Inside a step only (the cache rows on the device), for tokens of different
  * sequences (a token never reads another token's new row); false, with nothing launched, otherwise
- * (and with BRISK_CUDA_ATTN_ROPE=0). */
+ * (and with BRISK_CUDA_DISABLE=attn_rope). */
 extern "C" bool cuda_attention_rope(bk_backend *be, const bk_attn_rope_in *in, const bk_kv_view *kv,
                                     const bk_attn_batch *ab, int n_head, int n_head_kv, int head_dim, float scale,
                                     float *out) {
     cuda_backend *cb = (cuda_backend *)be;
     const int n = ab->n_tokens;
     const bk_rope_params *rp = in->rope;
-    if (n <= 0 || cb->attn_rope_off || !cb->step_on || cb->kvfuse_off || cb->qkrope_off || cb->attn_v1 ||
+    if (n <= 0 || cb->attn_rope_off || !cb->step_on || cb->kvfuse_off || cb->qkrope_off ||
         (cb->ablate & (ABL_ATTN | ABL_ROPE)) || (in->gate && cb->attn_gate_off) || n > ATT_DEC_MAX_TOK ||
         !cuda_attn_decode_supported(head_dim) || !kv->k || (kt_block_bytes(kv->kv_type) && head_dim % 32) ||
         rp->n_rot > head_dim || rp->n_rot % 2 || (in->q_norm && in->q_norm->type != QT_F32) ||
@@ -387,4 +387,14 @@ extern "C" bool cuda_attention_rope(bk_backend *be, const bk_attn_rope_in *in, c
     attention_run(cb, in->q, NULL, NULL, kv, ab, n_head, n_head_kv, head_dim, scale,
                   att_gate{in->gate, in->gate_pitch}, r, out);
     return true;
+}
+
+/* The decode path's choice of kernel, as cuda_attn_decode makes it (cuda_attn_decode.cu: it should
+ * call this when that file is next edited, so the rule lives once). */
+extern "C" bool bk_cuda_attn_on_mma(bk_backend *be, int kv_type, int n_head, int n_head_kv, int head_dim, int n,
+                                    int max_np) {
+    const cuda_backend *cb = (const cuda_backend *)be;
+    return n > 0 && n <= ATT_DEC_MAX_TOK && cuda_attn_decode_supported(head_dim) && cb->attn_mma_min > 0 &&
+           max_np >= cb->attn_mma_min && !cb->attn_gqa_off &&
+           cuda_attn_mma_supported(cb, kv_type, head_dim, n_head, n_head_kv);
 }

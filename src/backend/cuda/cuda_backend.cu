@@ -70,10 +70,6 @@ static void cuda_free(bk_backend *be) {
     cudaFree(cb->route_cnt);
     cudaFree(cb->xq);
     cudaFree(cb->xds);
-    cudaFree(cb->xq_alt);
-    cudaFree(cb->xds_alt);
-    cudaFree(cb->epi_cnt);
-    cudaFree(cb->epi_part);
     cudaFree(cb->xh);
     cudaFree(cb->xmul);
     cuda_moe_free(cb);
@@ -258,14 +254,11 @@ static const bk_backend_ops cuda_ops = {
     /* gated_residual */ cuda_gated_residual,
     /* moe_router */ cuda_moe_router,
     /* moe_ids_local */ cuda_moe_ids_local,
-    /* norm_matmul */ cuda_norm_matmul,
-    /* norm_swiglu */ cuda_norm_swiglu,
     /* moe_ffn_shared */ cuda_moe_ffn_shared,
     /* qk_norm_rope_kv */ cuda_qk_norm_rope_kv,
     /* gated_delta_gate */ cuda_gated_delta_gate,
     /* attention_gated */ cuda_attention_gated,
     /* attention_rope */ cuda_attention_rope,
-    /* matmul_add_norm */ cuda_matmul_add_norm,
 };
 
 extern "C" int bk_cuda_device_count(void) {
@@ -316,13 +309,9 @@ extern "C" brisk_status bk_cuda_mem_info(int device, size_t *free_bytes, size_t 
 extern "C" size_t bk_cuda_backend_overhead(void) {
     size_t meta = 3 * META_TOKENS_BYTES + META_FREQ_BYTES + META_ATT_BYTES;
     size_t step = ((size_t)1 << 20) * sizeof(int32_t);
-    /* the quantized activations (xq_cap int8 values and a float2 per 32), twice with BRISK_CUDA_NQ
-     * (and its counters and sums) */
+    /* the quantized activations (xq_cap int8 values and a float2 per 32) */
     const size_t cap = (size_t)MMVQ_MAX_TOK << 18;
-    cuda_plan plan; /* malformed settings fail the backend's creation, not this estimate */
-    cuda_plan_read(&plan, NULL, NULL, NULL, 0);
-    const bool nq = plan.nq != 0;
-    size_t xq = (cap + cap / 32 * sizeof(float2)) * (nq ? 2 : 1) + (nq ? cap / 32 * (sizeof(int) + sizeof(float)) : 0);
+    size_t xq = cap + cap / 32 * sizeof(float2);
     xq += MMQH_XH_CAP * sizeof(__half) + MMQH_MAX_N * sizeof(float);
     return meta + ATT_PART_FLOATS * sizeof(float) + step + xq + cuda_blas_reserve();
 }
@@ -384,32 +373,26 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->attn_fuse_off = p->attn_fuse_off;
     cb->attn_adapt_off = p->attn_adapt_off;
     cb->attn_gadapt_off = p->attn_gadapt_off;
-    cb->attn_bps = p->attn_bps;
+    cb->attn_bps = 0;
     cb->attn_merge_off = p->attn_merge_off;
     cb->mma_off = p->mma_off;
     cb->attn_gqa_off = p->attn_gqa_off;
     cb->moe_q8_off = p->moe_q8_off;
-    cb->attn_v1 = p->attn_v1;
     cb->mmvq_slices_off = p->mmvq_slices_off;
     cb->fa_off = p->fa_off;
     cb->mmvq_multi_off = p->mmvq_multi_off;
     cb->mmvs_off = p->mmvs_off || cc_major < 9;
-    cb->nq = (int)p->nq;
     cb->mmvf_on = p->mmvf_on && cc_major >= 9;
-    cb->norm_fuse_on = p->norm_fuse_on;
     cb->mmvs_min_in = p->mmvs_min_in;
     cb->mmvs_wide_off = p->mmvs_wide_off;
-    cb->mmvs_warps = p->mmvs_warps;
-    cb->mmvs_min_bytes = (int64_t)(p->mmvs_min_mb * 1048576.0);
     cb->router_pf_off = p->router_pf_off;
     cb->moe_comb_off = p->moe_comb_off;
-    cb->mmvs_smem = p->mmvs_smem * 1024;
     cb->dec_qtypes_off = p->dec_qtypes_off;
     cb->mmvs_pre = p->mmvs_pre;
-    cb->attn_mma_min = p->attn_mma_min;
+    cb->attn_mma_min = p->attn_mma_off ? 0 : 1; /* from the first position (a threshold never won) */
     cb->attn_min_chunk = p->attn_min_chunk / 32 * 32;
     cb->mmvs_seg_bytes = p->mmvs_seg_bytes;
-    cb->q6k_quad = p->q6k_quad;
+    cb->q6k_quad = !p->q6k_quad_off;
     cb->pdl_off = p->pdl_off || cc_major < 9;
     cb->gd_chunk_off = p->gd_chunk_off;
     cb->glu_off = p->glu_off;
@@ -425,7 +408,6 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->mmqh_max = p->mmqh_max < MMQH_MAX_N + 1 ? p->mmqh_max : MMQH_MAX_N + 1;
     cb->moe_mmq_off = p->moe_mmq_off;
     cb->moe_vec_off = p->moe_vec_off;
-    cb->moe_vec_r = p->moe_vec_r;
     cb->ablate = p->ablate;
     cb->attnq_off = p->attnq_off;
     cb->attn_rope_off = p->attn_rope_off;
@@ -437,18 +419,10 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->moe_shared_off = p->moe_shared_off;
     cb->route_warp_off = p->route_warp_off;
     cb->moe_mmq_min = p->moe_mmq_min;
-    cb->moe_tnt = p->moe_tnt;
     /* rows of up to 256K elements: a MoE chunk's h (cuda_moe.cu's MOE_MAX_ENT entries of n_ff) */
     cb->xq_cap = (size_t)MMVQ_MAX_TOK << 18;
     CU_TRY(cudaMalloc(&cb->xq, cb->xq_cap));
     CU_TRY(cudaMalloc(&cb->xds, cb->xq_cap / 32 * sizeof(float2)));
-    if (cb->nq) { /* the hand-over's second pair (the two trade places) and its group counters and sums */
-        CU_TRY(cudaMalloc(&cb->xq_alt, cb->xq_cap));
-        CU_TRY(cudaMalloc(&cb->xds_alt, cb->xq_cap / 32 * sizeof(float2)));
-        CU_TRY(cudaMalloc(&cb->epi_cnt, cb->xq_cap / 32 * sizeof(int)));
-        CU_TRY(cudaMemset(cb->epi_cnt, 0, cb->xq_cap / 32 * sizeof(int)));
-        CU_TRY(cudaMalloc(&cb->epi_part, cb->xq_cap / 32 * sizeof(float)));
-    }
     cb->xh_cap = MMQH_XH_CAP;
     CU_TRY(cudaMalloc(&cb->xh, cb->xh_cap * sizeof(__half)));
     CU_TRY(cudaMalloc(&cb->xmul, MMQH_MAX_N * sizeof(float)));

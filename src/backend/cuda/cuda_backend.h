@@ -58,8 +58,12 @@ double bk_cuda_copy_bandwidth(int device);
 void bk_cuda_release_weight(bk_weight *w);
 /* Matrix products this backend has run through cuBLAS (prefill batches on
  * dequantized weights: cuda_blas.cu), or -1 when cuBLAS is off
- * (BRISK_CUDA_CUBLAS=0) or cannot be loaded. Loads it if no product has. */
+ * (BRISK_CUDA_DISABLE=cublas) or cannot be loaded. Loads it if no product has. */
 long bk_cuda_blas_products(bk_backend *be);
+/* Whether this backend runs the decode attention of n tokens (the longest max_np positions) on
+ * tensor cores (cuda_attn_mma.cu), as its plan (BRISK_CUDA_DISABLE=attn_mma, attn_gqa) and the
+ * kernel's shapes decide: the tests' tolerance follows it. False without CUDA. */
+bool bk_cuda_attn_on_mma(bk_backend *be, int kv_type, int n_head, int n_head_kv, int head_dim, int n, int max_np);
 
 /* ---- host-to-device expert copies (cuda_expert_cache.cu) ----
  * A copier belongs to one CUDA backend and owns a copy stream of its own, a

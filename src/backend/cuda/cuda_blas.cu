@@ -19,8 +19,8 @@
  *
  * Loading: dlopen at the first product cuBLAS would take, never at link
  * time: brisk starts (and CI links) where there is no cuBLAS, and a process
- * that only decodes never maps the library. Not found, or BRISK_CUDA_CUBLAS=0:
- * every product stays on cuda_mma.cu. BRISK_CUDA_CUBLAS=1 says on stderr which
+ * that only decodes never maps the library. Not found, or BRISK_CUDA_DISABLE=cublas:
+ * every product stays on cuda_mma.cu. BRISK_CUDA_GRAPH_INFO=1 says on stderr which
  * library was loaded, or why none was. The lab dev/kernels/gemm_lab.cu times
  * both paths per shape.
  *
@@ -69,10 +69,10 @@ typedef cublasStatus_t (*blas_gemm_ex_fn)(cublasHandle_t, cublasOperation_t, cub
                                           int, const void *, void *, cudaDataType, int, cublasComputeType_t,
                                           cublasGemmAlgo_t);
 
-/* One backend's cuBLAS state (cb->blas; NULL when BRISK_CUDA_CUBLAS=0). */
+/* One backend's cuBLAS state (cb->blas; NULL when BRISK_CUDA_DISABLE=cublas). */
 typedef struct cuda_blas {
     bool tried, ok;            /* loading was attempted; it succeeded and products may use it */
-    bool verbose;              /* BRISK_CUDA_CUBLAS=1: report loading on stderr */
+    bool verbose;              /* BRISK_CUDA_GRAPH_INFO=1: report loading on stderr */
     int min_tok;               /* smallest batch taken */
     size_t w_budget;           /* bytes of f16 weights per chunk */
     void *lib;                 /* dlopen handle (kept: see cuda_blas_free) */
@@ -97,10 +97,10 @@ typedef struct cuda_blas {
 static_assert(CUDA_PLAN_CUBLAS_MIN == BLAS_MIN_TOK && CUDA_PLAN_CUBLAS_MB == BLAS_SCRATCH_MB, "cuda_plan.h");
 
 brisk_status cuda_blas_init(cuda_backend *cb) {
-    if (cb->plan.cublas == 0) return BRISK_OK;
+    if (cb->plan.cublas_off) return BRISK_OK;
     cuda_blas *bl = (cuda_blas *)calloc(1, sizeof *bl);
     if (!bl) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    bl->verbose = cb->plan.cublas == 1;
+    bl->verbose = cb->plan.graph_info;
     bl->min_tok = cb->plan.cublas_min_tok;
     bl->w_budget = (size_t)cb->plan.cublas_scratch_mb << 20;
     cb->blas = bl;
@@ -124,7 +124,7 @@ void cuda_blas_free(cuda_backend *cb) {
 size_t cuda_blas_reserve(void) {
     cuda_plan plan; /* malformed settings fail the backend's creation, not this estimate */
     cuda_plan_read(&plan, NULL, NULL, NULL, 0);
-    return plan.cublas == 0 ? 0 : BLAS_RESERVE_BYTES;
+    return plan.cublas_off ? 0 : BLAS_RESERVE_BYTES;
 }
 
 /* Loading failed or was refused: products stay on the WMMA kernel from now on. */

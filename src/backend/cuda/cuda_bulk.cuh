@@ -1,8 +1,7 @@
 /* cuda_bulk.cuh — Hopper's bulk-copy engine (cp.async.bulk) and its mbarriers, for the products
  * that stream weight rows into shared memory (cuda_mmvs.cu at one token, cuda_mmqh.cu for batches),
  * and the row addressing of their concatenated matrices (mmvs_mats): cuda_mmvs.cu (quantized
- * weights) and cuda_mmvf.cu (float weights) share them; and the one-token hand-over's epilogue
- * (mmvs_epi), which cuda_moe.cu's down + combine kernel runs too. */
+ * weights) and cuda_mmvf.cu (float weights) share them. */
 #ifndef BK_CUDA_BULK_CUH
 #define BK_CUDA_BULK_CUH
 #include "backend/cuda/cuda_mmvq.cuh"
@@ -106,52 +105,6 @@ __device__ __forceinline__ void mmvs_store(const mmvs_mats &mm, int64_t r, float
 #define MMVS_PRE_MIN_IN 4096
 static inline int mmvs_pre_stages(const cuda_backend *cb, int64_t n_in, int stages) {
     return cb->mmvs_pre > 0 && n_in >= MMVS_PRE_MIN_IN && cb->mmvs_pre < stages ? cb->mmvs_pre : stages;
-}
-
-/* The hand-over's output groups (mmvs_epi): the whole warp quantizes group g of the stored outputs y,
- * lane l element 32 g + l, read from the L2 (other SMs stored them; this SM's L1 may hold the lines
- * from before). Its counter goes back to 0 for the next launch. */
-static __device__ __noinline__ void mmvs_epi_group(const mmvs_epi &ep, const float *y, int64_t g, int lane) {
-    __threadfence(); /* after the count that saw the group complete: the others' stores are visible */
-    __syncwarp();    /* (the count was one lane's: the warp's loads come after its fence) */
-    const int64_t i = g * 32 + lane;
-    const float t = __ldcg(y + i);
-    q8_1_store_lane(ep.ow ? t * ep.ow[i] : t, i, lane, ep.oxq, ep.oxds);
-    if (ep.opart) {
-        float ss = t * t;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (lane == 0) ep.opart[g] = ss;
-    }
-    if (lane == 0) ep.cnt[g] = 0;
-}
-/* After a thread stored its rows (the n rows r0, r0 + dr, ... : fewer than 33), it counts them in
- * their groups, after one fence for all of them (a fence a row would stall the warp's stream each
- * row; the counts wait for the warp's last row, so the groups complete at the kernel's end); the
- * warp then quantizes every group that one of its lanes completed. Warp-uniform; each lane passes
- * its own rows (n = 0: none). */
-__device__ __forceinline__ void mmvs_epi_rows(const mmvs_epi &ep, const float *y, int64_t r0, int64_t dr, int n,
-                                              int lane) {
-    uint32_t done = 0; /* bit i: row r0 + i dr completed its group */
-    if (n > 0) {
-        __threadfence(); /* the rows' stores before their counts */
-        for (int i = 0; i < n; i++) done |= (uint32_t)(atomicAdd(ep.cnt + (r0 + i * dr) / 32, 1) == 31) << i;
-    }
-    for (uint32_t m = __ballot_sync(0xffffffffu, done != 0); m; m &= m - 1) {
-        const int src = __ffs(m) - 1;
-        const int64_t sr0 = __shfl_sync(0xffffffffu, r0, src), sdr = __shfl_sync(0xffffffffu, dr, src);
-        for (uint32_t d = __shfl_sync(0xffffffffu, done, src); d; d &= d - 1)
-            mmvs_epi_group(ep, y, (sr0 + (int64_t)(__ffs(d) - 1) * sdr) / 32, lane);
-    }
-}
-/* The hand-over's input scale: 1 / rms(y) from its n_in / 32 groups' sums of squares, the same in
- * every warp (each adds the groups in the same order). */
-__device__ __forceinline__ float mmvs_epi_scale(const mmvs_epi &ep, int64_t n_in, int lane) {
-    float s = 0.0f;
-    for (int64_t g = lane; g < n_in / 32; g += 32) s += __ldcg(ep.npart + g);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    return 1.0f / sqrtf(s / (float)n_in + ep.eps);
 }
 
 #endif

@@ -10,7 +10,7 @@
  * More tokens: tensor cores (cuda_mma.cu; from BLAS_MIN_TOK tokens cuBLAS on
  * weights dequantized to f16, when it loads: cuda_blas.cu); the 64x64 tiled SIMT kernel here
  * decodes each weight tile into shared memory once per 64 tokens and remains
- * for rows that are no multiple of 32 (and BRISK_CUDA_MMA=0).
+ * for rows that are no multiple of 32 (and BRISK_CUDA_DISABLE=mma).
  */
 #include "backend/cuda/cuda_internal.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
@@ -268,7 +268,7 @@ static void matmul_one(cuda_backend *cb, const bk_weight *w, const bk_weight *bi
         }
         return;
     }
-    if (n == 1 && mmvf_run(cb, 1, &w, &bias, x, &y, accum, NULL)) return; /* (BRISK_CUDA_MMVF=1) */
+    if (n == 1 && mmvf_run(cb, 1, &w, &bias, x, &y, accum, NULL)) return; /* (BRISK_CUDA_ENABLE=mmvf) */
     /* rows per warp: 2 for decode-sized batches (lab: dev/kernels/gemv_lab.cu) */
     const int R = GEMV_ROWS;
     int64_t warps = (n_out + R - 1) / R;
@@ -282,7 +282,7 @@ static void matmul_one(cuda_backend *cb, const bk_weight *w, const bk_weight *bi
 }
 
 /* The largest batch for the integer-dot products: up to MMVQ_SLICE_MAX tokens run as
- * MMVQ_MAX_TOK-token slices (cuda_mmvq.cu), unless BRISK_CUDA_MMVQ_SLICES=0. */
+ * MMVQ_MAX_TOK-token slices (cuda_mmvq.cu), unless BRISK_CUDA_DISABLE=mmvq_slices. */
 static int mmvq_max_tok(const cuda_backend *cb) { return cb->mmvq_slices_off ? MMVQ_MAX_TOK : MMVQ_SLICE_MAX; }
 
 /* Integer-dot paths by batch size: mmq_min <= n < mmq_max on int8 tensor cores (cuda_mmq.cu), else up
@@ -417,7 +417,7 @@ extern "C" void cuda_matmul_swiglu(bk_backend *be, const bk_weight *gate, const 
         q8_tag_keep(cb, q8_tag{x, n, gate->n_in}, out, (size_t)n * (size_t)gate->n_out);
         return;
     }
-    if (n == 1 && !cb->glu_off && mmvf_run(cb, 1, &gate, NULL, x, &out, 0, up)) { /* float weights (BRISK_CUDA_MMVF=1) */
+    if (n == 1 && !cb->glu_off && mmvf_run(cb, 1, &gate, NULL, x, &out, 0, up)) { /* float weights (BRISK_CUDA_ENABLE=mmvf) */
         CU_LAUNCHED(cb);
         return;
     }
@@ -425,152 +425,4 @@ extern "C" void cuda_matmul_swiglu(bk_backend *be, const bk_weight *gate, const 
     float *gu_out[2] = {out, tmp};
     cuda_matmul(be, 2, gu, NULL, x, n, gu_out);
     cuda_swiglu(be, out, tmp, out, (size_t)n * (size_t)gate->n_out);
-}
-
-/* ---- the RMS norm inside the product (one token) ----
- * Off unless BRISK_CUDA_NORM_FUSE=1: on the H200 (session 9) qwen3-8b tg128 ran 361.1 tokens/s with
- * it and 375.2 without. Each block's prologue (the row, its sum of squares, the quantization) is
- * the norm kernel's work again, but after the block's first stages of weights have arrived, so
- * the stream waits for it; the norm kernel runs while the product's first copies are in flight. */
-/* The streamed product (cuda_mmvs.cu) of the first run of w (up to MMVS_MATS matrices of one
- * integer-dot type and row size; with up, the gate/up pair) with the norm of x in its prologue; it
- * leaves xn and its quantization as cuda_rms_norm does. Returns the matrices it took (0: none). */
-static int norm_mmvs(cuda_backend *cb, const float *x, const bk_weight *norm, float eps, float *xn, int n_w,
-                     const bk_weight *const *w, const bk_weight *const *bias, float *const *y, const bk_weight *up) {
-    int64_t d = w[0]->n_in;
-    if (!cb->norm_fuse_on || cb->normq_off || !cb->xq || norm->type != QT_F32 || d % 32 || (size_t)d > cb->xq_cap ||
-        !cuda_mmvq_supported(w[0]->type, d) || (up && cb->glu_off))
-        return 0;
-    const mmvs_mats mm = mmvs_run(n_w, w, bias, y, up);
-    mmvs_norm nm = {x, (const float *)norm->dev, xn, eps};
-    return mm.count && cuda_mmvs(cb, w[0]->type, up != NULL, mm, w[0]->row_bytes, d, 0, &nm) ? mm.count : 0;
-}
-
-/* ---- the one-token hand-over between products (BRISK_CUDA_NQ, off by default) ----
- * Why: at one token, every product of a layer waits on a small kernel before it: the RMS norm after
- * the attention output and after the down product (one block; 4-7 us on the H200's qwen3-8b
- * timeline, its loads queued behind the next product's weights), and the quantization of the
- * SwiGLU's output before the down product; each also costs a launch and a wait on the grid before.
- * Here the product before does that work at its end: each warp counts the rows it stored in their
- * groups of 32 (one fence, then an atomic a row), and the warp whose count completes a group
- * quantizes it (cuda_mmvs.cu, mmvs_epi), for the norm times the norm's weight and with the group's
- * sum of squares; the kernel ends ~3 L2 round trips later than it would. The product after reads those
- * groups as its activations, and for the norm scales each row's sum by 1 / rms(y), which is common
- * to the whole row (the int8 groups of y * w and of y * w / rms(y) are the same up to rounding).
- * The quantized activations live in two buffers that trade places (cuda_xq_trade): a product reads
- * one while it writes the other. cuda_moe.cu's one-token MoE hands over too (cuda_moe_ffn_shared).
- * Written in session 20 without a GPU: off until measured (bench/cuda/h200_handover.sh runs the A/B). */
-/* y += x W^T, leaving y times norm's weight quantized in groups for the norm_matmul / norm_swiglu
- * of y that follows (backend.h: matmul_add_norm); else matmul_add. */
-extern "C" void cuda_matmul_add_norm(bk_backend *be, const bk_weight *w, const float *x, int n, float *y,
-                                     const bk_weight *norm, float eps) {
-    cuda_backend *cb = (cuda_backend *)be;
-    if (n == 1 && cuda_nq_can(cb, norm, w->n_out) && q8_path(cb, 1) == Q8_MMVQ &&
-        cuda_mmvq_dec_supported(cb, w->type, w->n_in) && cuda_mmvq_prepare(cb, x, w->n_in, 1)) {
-        mmvs_mats mm = {};
-        mmvs_add(mm, (const uint8_t *)w->dev, NULL, y, w->n_out);
-        const mmvs_epi ep = cuda_epi_out(cb, norm);
-        if (cuda_mmvs(cb, w->type, false, mm, w->row_bytes, w->n_in, 1, NULL, &ep)) {
-            CU_LAUNCHED(cb);
-            cuda_nq_handed(cb, y, norm, eps, w->n_out);
-            return;
-        }
-    }
-    cuda_matmul_add(be, w, x, n, y);
-}
-
-/* Whether xq holds the hand-over of x's norm with norm and eps (matmul_add_norm just before). */
-static bool nq_ready(const cuda_backend *cb, const float *x, const bk_weight *norm, float eps, int64_t d, int n) {
-    return n == 1 && cb->nq_src && cb->nq_src == x && cb->nq_norm == norm && cb->nq_eps == eps && cb->nq_dim == d;
-}
-
-/* The products w[0..n_w) on the norm's hand-over, runs of one type and row size a launch; returns
- * how many it launched (the first it could not: the caller normalizes for the rest). */
-static int nq_matmul(cuda_backend *cb, int n_w, const bk_weight *const *w, const bk_weight *const *bias,
-                     float *const *y) {
-    const int64_t d = w[0]->n_in;
-    mmvs_epi ep = {};
-    ep.npart = cb->epi_part;
-    ep.eps = cb->nq_eps;
-    int m = 0;
-    while (m < n_w && w[m]->n_in == d && cuda_mmvq_dec_supported(cb, w[m]->type, d)) {
-        const mmvs_mats mm = mmvs_run(n_w - m, w + m, bias ? bias + m : NULL, y + m, NULL);
-        if (!cuda_mmvs(cb, w[m]->type, false, mm, w[m]->row_bytes, d, 0, NULL, &ep)) break;
-        m += mm.count;
-    }
-    return m;
-}
-
-/* The gate/up/SwiGLU at one token as one streamed launch on xq: with in_nq on the norm's hand-over
- * (scaled), and with BRISK_CUDA_NQ bit 2 its output quantized on the way for the down product.
- * Returns 0 with nothing launched, 1 launched, 2 launched with the output's groups in xq_alt (the
- * caller, after CU_LAUNCHED: nq_swiglu_out). */
-static int nq_swiglu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, float *out, bool in_nq) {
-    const bool oq = (cb->nq & 2) && cuda_nq_fits(cb, gate->n_out);
-    const mmvs_mats mm = mmvs_run(1, &gate, NULL, &out, up);
-    if ((!in_nq && !oq) || cb->glu_off || cb->ablate || !mm.count || !cuda_mmvq_dec_supported(cb, gate->type, gate->n_in))
-        return 0;
-    mmvs_epi ep = oq ? cuda_epi_out(cb, NULL) : mmvs_epi{};
-    if (in_nq) {
-        ep.npart = cb->epi_part;
-        ep.eps = cb->nq_eps;
-    }
-    if (!cuda_mmvs(cb, gate->type, true, mm, gate->row_bytes, gate->n_in, 0, NULL, &ep)) return 0;
-    return oq ? 2 : 1;
-}
-/* After nq_swiglu's 2: xq holds out's quantization (the buffers trade places, its tag says so). */
-static void nq_swiglu_out(cuda_backend *cb, const float *out, int64_t n_ff) {
-    cuda_xq_trade(cb);
-    cb->xq_src = out;
-    cb->xq_n = 1;
-    cb->xq_dim = n_ff;
-}
-
-extern "C" void cuda_norm_matmul(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n,
-                                 int n_w, const bk_weight *const *w, const bk_weight *const *bias, float *const *y) {
-    cuda_backend *cb = (cuda_backend *)be;
-    if (n_w > 0 && nq_ready(cb, x, norm, eps, w[0]->n_in, n)) { /* (xn is left unwritten: matmul_add_norm) */
-        int took = nq_matmul(cb, n_w, w, bias, y);
-        if (took > 0) {
-            CU_LAUNCHED(cb);
-            if (took < n_w) {
-                cuda_rms_norm(be, x, norm, xn, n, (int)w[0]->n_in, eps);
-                cuda_matmul(be, n_w - took, w + took, bias ? bias + took : NULL, xn, n, y + took);
-            }
-            return;
-        }
-    }
-    int took = n == 1 && n_w > 0 ? norm_mmvs(cb, x, norm, eps, xn, n_w, w, bias, y, NULL) : 0;
-    if (took > 0) {
-        CU_LAUNCHED(cb);
-        /* the prologue's block 0 stored xn's quantization too: the products after it reuse it */
-        q8_tag_keep(cb, q8_tag{xn, 1, w[0]->n_in}, NULL, 0);
-    } else {
-        cuda_rms_norm(be, x, norm, xn, n, (int)w[0]->n_in, eps);
-    }
-    if (took < n_w) cuda_matmul(be, n_w - took, w + took, bias ? bias + took : NULL, xn, n, y + took);
-}
-
-extern "C" void cuda_norm_swiglu(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n,
-                                 const bk_weight *gate, const bk_weight *up, float *tmp, float *out) {
-    cuda_backend *cb = (cuda_backend *)be;
-    int glu = nq_ready(cb, x, norm, eps, gate->n_in, n) ? nq_swiglu(cb, gate, up, out, true) : 0; /* (xn unwritten) */
-    if (!glu && n == 1 && norm_mmvs(cb, x, norm, eps, xn, 1, &gate, NULL, &out, up)) {
-        CU_LAUNCHED(cb);
-        q8_tag_keep(cb, q8_tag{xn, 1, gate->n_in}, out, (size_t)gate->n_out);
-        return;
-    }
-    if (!glu) {
-        cuda_rms_norm(be, x, norm, xn, n, (int)gate->n_in, eps);
-        /* the SwiGLU's output quantized on the way for the down product (BRISK_CUDA_NQ bit 2) */
-        if (n == 1 && (cb->nq & 2) && q8_path(cb, 1) == Q8_MMVQ && cuda_mmvq_dec_supported(cb, gate->type, gate->n_in) &&
-            cuda_mmvq_prepare(cb, xn, gate->n_in, 1))
-            glu = nq_swiglu(cb, gate, up, out, false);
-    }
-    if (glu) {
-        CU_LAUNCHED(cb);
-        if (glu == 2) nq_swiglu_out(cb, out, gate->n_out);
-        return;
-    }
-    cuda_matmul_swiglu(be, gate, up, xn, n, tmp, out);
 }

@@ -40,7 +40,7 @@ typedef struct cuda_backend {
      * the step's inputs from one upload instead of staging their own. */
     bool step_on;
     bool capturing;             /* the stream is being captured into a graph */
-    bool graphs_off;            /* BRISK_CUDA_GRAPHS=0, or a capture failed once */
+    bool graphs_off;            /* BRISK_CUDA_DISABLE=graphs, or a capture failed once */
     const int32_t *st_ids, *st_pos, *st_slot, *st_off, *st_tabs; /* device, inside step_dev */
     const int32_t *st_seq;      /* the entries' sequences (recurrent state slots), inside step_dev */
     int st_np;                  /* attention length the step's kernels are shaped for */
@@ -69,70 +69,48 @@ typedef struct cuda_backend {
     const float *xq_src;
     int xq_n;
     int64_t xq_dim;
-    /* The one-token hand-over between products (BRISK_CUDA_NQ, cuda_gemv.cu's matmul_add_norm): a
-     * product that writes its outputs' quantization writes it into xq_alt / xds_alt, the two pairs
-     * then trade places (every launch takes xq / xds as they are when it is launched). epi_cnt: a
-     * counter per output group of 32, zero between launches; epi_part: the groups' sums of squares.
-     * nq_src: xq holds, in groups, nq_src times the weight of the RMS norm nq_norm (nq_dim wide,
-     * unnormalized; epi_part its sums of squares), for a norm_matmul / norm_swiglu of nq_src with
-     * nq_norm and nq_eps; cleared as xq_src is. */
-    int nq;                     /* BRISK_CUDA_NQ=bits: 1 the norm's hand-over (matmul_add_norm), 2 the SwiGLU's to the down product; 0 (default) off until measured on a GPU */
-    int8_t *xq_alt;
-    float2 *xds_alt;
-    int *epi_cnt;
-    float *epi_part;
-    const float *nq_src;
-    const void *nq_norm;
-    float nq_eps;
-    int64_t nq_dim;
-    bool mma_off;               /* BRISK_CUDA_MMA=0: prefill products on the SIMT tiled kernel */
-    bool attn_gqa_off;          /* BRISK_CUDA_ATTN_GQA=0: one attention block per query head */
-    bool moe_q8_off;            /* BRISK_CUDA_MOE_Q8=0: expert products on f32 activations only */
-    bool attn_v1;               /* BRISK_CUDA_ATTN_V1=1: decode batches on the tile kernel too (A/B) */
-    bool glu_off;               /* BRISK_CUDA_GLU=0: gate and up as two products, then swiglu (A/B) */
-    bool qkrope_off;            /* BRISK_CUDA_QKROPE=0: QK-norm and rope op by op (A/B) */
-    bool kvfuse_off;            /* BRISK_CUDA_KV_FUSE=0: the K/V cache written by the attention's own kernel, not in QK-norm + rope (A/B) */
-    bool normq_off;             /* BRISK_CUDA_NORMQ=0: the RMS norm does not quantize its output (A/B) */
-    bool mmvq_slices_off;       /* BRISK_CUDA_MMVQ_SLICES=0: 17..MMVQ_SLICE_MAX tokens on the prefill path */
-    bool mmvq_multi_off;        /* BRISK_CUDA_MMVQ_MULTI=0: one launch per matrix of a call (A/B) */
-    bool mmvs_off;              /* BRISK_CUDA_MMVS=0: one token's products through cuda_mmvq's kernel, not cuda_mmvs's (A/B) */
-    bool mmvf_on;               /* BRISK_CUDA_MMVF=1: one token's products on F16 / BF16 / F32 weights streamed (cuda_mmvf.cu; off until measured on a GPU) */
-    bool norm_fuse_on;          /* BRISK_CUDA_NORM_FUSE=1: norm_matmul / norm_swiglu in one kernel at one token (A/B; off: slower) */
+    bool mma_off;               /* BRISK_CUDA_DISABLE=mma: prefill products on the SIMT tiled kernel */
+    bool attn_gqa_off;          /* BRISK_CUDA_DISABLE=attn_gqa: one attention block per query head */
+    bool moe_q8_off;            /* BRISK_CUDA_DISABLE=moe_q8: expert products on f32 activations only */
+    bool glu_off;               /* BRISK_CUDA_DISABLE=glu: gate and up as two products, then swiglu (A/B) */
+    bool qkrope_off;            /* BRISK_CUDA_DISABLE=qkrope: QK-norm and rope op by op (A/B) */
+    bool kvfuse_off;            /* BRISK_CUDA_DISABLE=kv_fuse: the K/V cache written by the attention's own kernel, not in QK-norm + rope (A/B) */
+    bool normq_off;             /* BRISK_CUDA_DISABLE=normq: the RMS norm does not quantize its output (A/B) */
+    bool mmvq_slices_off;       /* BRISK_CUDA_DISABLE=mmvq_slices: 17..MMVQ_SLICE_MAX tokens on the prefill path */
+    bool mmvq_multi_off;        /* BRISK_CUDA_DISABLE=mmvq_multi: one launch per matrix of a call (A/B) */
+    bool mmvs_off;              /* BRISK_CUDA_DISABLE=mmvs: one token's products through cuda_mmvq's kernel, not cuda_mmvs's (A/B) */
+    bool mmvf_on;               /* BRISK_CUDA_ENABLE=mmvf: one token's products on F16 / BF16 / F32 weights streamed (cuda_mmvf.cu; off until its op test has run on a GPU) */
     int64_t mmvs_min_in;        /* BRISK_CUDA_MMVS_MIN_IN (default 2048): narrower rows through cuda_mmvq's kernel */
-    bool mmvs_wide_off;         /* BRISK_CUDA_MMVS_WIDE=0: rows wider than 8,192 columns through cuda_mmvq's kernel (A/B) */
-    int mmvs_warps;             /* BRISK_CUDA_MMVS_WARPS=8: cuda_mmvs's 8-warp blocks only (A/B) */
-    int64_t mmvs_min_bytes;     /* BRISK_CUDA_MMVS_MIN_MB=N: launches of fewer weight bytes to cuda_mmvq (A/B) */
-    bool router_pf_off;         /* BRISK_CUDA_ROUTER_PF=0: the fused router's rows not asked into the L2 before its wait (A/B) */
-    bool moe_comb_off;          /* BRISK_CUDA_MOE_COMB=0: one token's MoE down products, then the combine (A/B) */
-    int mmvs_smem;              /* BRISK_CUDA_MMVS_SMEM=KB: cuda_mmvs's shared memory per block at most (A/B) */
-    bool dec_qtypes_off;        /* BRISK_CUDA_DEC_QTYPES=0: Q5_K, IQ4_XS, IQ4_NL decode products on the float path (A/B) */
+    bool mmvs_wide_off;         /* BRISK_CUDA_DISABLE=mmvs_wide: rows wider than 8,192 columns through cuda_mmvq's kernel (A/B) */
+    bool router_pf_off;         /* BRISK_CUDA_DISABLE=router_pf: the fused router's rows not asked into the L2 before its wait (A/B) */
+    bool moe_comb_off;          /* BRISK_CUDA_DISABLE=moe_comb: one token's MoE down products, then the combine (A/B) */
+    bool dec_qtypes_off;        /* BRISK_CUDA_DISABLE=dec_qtypes: Q5_K, IQ4_XS, IQ4_NL decode products on the float path (A/B) */
     int mmvs_seg_bytes;         /* BRISK_CUDA_MMVS_SEG: rows shared by warps (cuda_mmvs.cu's mmvs_plan): -1 (default) where 16 warps need it, N: rows over N bytes, 0: never */
-    bool attn_fuse_off;         /* BRISK_CUDA_ATTN_FUSE=0: decode attention merges its splits in a kernel of its own (A/B) */
+    bool attn_fuse_off;         /* BRISK_CUDA_DISABLE=attn_fuse: decode attention merges its splits in a kernel of its own (A/B) */
     int mmvs_pre;               /* BRISK_CUDA_MMVS_PRE=N: cuda_mmvs's warps ask for N stages before pdl_wait on rows of 4,096 columns and more, the rest after the activations' loads (default 1; 0: the whole ring before) (A/B) */
-    int attn_mma_min;           /* BRISK_CUDA_ATTN_MMA=N: decode attention on tensor cores (cuda_attn_mma.cu) from N positions (the launch's longest); 0: never */
+    int attn_mma_min;           /* decode attention on tensor cores (cuda_attn_mma.cu) from this many positions: 1, or 0 (never) with BRISK_CUDA_DISABLE=attn_mma */
     int attn_min_chunk;         /* BRISK_CUDA_ATTN_MINCHUNK=N: a decode split holds at least N positions (multiple of 32; default 128; 0: the splits the bucket shapes), so a short context merges fewer splits (A/B) */
-    bool attn_gadapt_off;       /* BRISK_CUDA_ATTN_GADAPT=0: a decode attention block serves a whole GQA group even when the blocks are fewer than the SMs (A/B) */
-    int attn_bps;               /* BRISK_CUDA_ATTN_BPS=N: a decode attention launch splits into at most N blocks per SM (one wave; 0, the default: about 4, rounded up) (A/B) */
-    bool attn_merge_off;        /* BRISK_CUDA_ATTN_MERGE=0: a decode attention's few splits merged head by head (A/B) */
-    bool attn_adapt_off;        /* BRISK_CUDA_ATTN_ADAPT=0: every split of a decode launch takes part, however short the context (A/B) */
+    bool attn_gadapt_off;       /* BRISK_CUDA_DISABLE=attn_gadapt: a decode attention block serves a whole GQA group even when the blocks are fewer than the SMs (A/B) */
+    int attn_bps;               /* always 0 (about 4 blocks per SM): BRISK_CUDA_ATTN_BPS is gone (docs/experiments.md); cuda_attn_decode.cu's branches on it go when that file is next edited */
+    bool attn_merge_off;        /* BRISK_CUDA_DISABLE=attn_merge: a decode attention's few splits merged head by head (A/B) */
+    bool attn_adapt_off;        /* BRISK_CUDA_DISABLE=attn_adapt: every split of a decode launch takes part, however short the context (A/B) */
     int *route_cnt;             /* the fused MoE router's finished-block counter (cuda_moe.cu), zero between launches */
     unsigned ablate;            /* BRISK_CUDA_ABLATE=bits: ops that launch nothing (a profile of the decode step by omission; wrong results, timing only): CU_ABLATE */
     int *att_cnt;               /* (ATT_CNT_N) per (token, head group) split counters of the decode attention, zero between launches */
-    int q6k_quad;               /* BRISK_CUDA_Q6K_QUAD: 0 off, 1 (default) Q6_K decode products in quads of groups, 2 the LM head too */
-    bool pdl_off;               /* BRISK_CUDA_PDL=0 or before sm_90: decode kernels launched the ordinary way (cuda_pdl.cuh) */
-    bool gd_chunk_off;          /* BRISK_CUDA_GD_CHUNK=0: prefill delta rule and short conv token by token (A/B) */
+    int q6k_quad;               /* Q6_K decode products (not the LM head) in quads of groups; 0 with BRISK_CUDA_DISABLE=q6k_quad */
+    bool pdl_off;               /* BRISK_CUDA_DISABLE=pdl or before sm_90: decode kernels launched the ordinary way (cuda_pdl.cuh) */
+    bool gd_chunk_off;          /* BRISK_CUDA_DISABLE=gd_chunk: prefill delta rule and short conv token by token (A/B) */
 
     /* int8 tensor-core products (cuda_mmq.cu) for batches of mmq_min <= n < mmq_max tokens on the
      * integer-dot types; below, cuda_mmvq.cu; from mmq_max, cuda_blas.cu / cuda_mma.cu */
-    bool mmq_off;               /* BRISK_CUDA_MMQ=0 */
+    bool mmq_off;               /* BRISK_CUDA_DISABLE=mmq */
     int mmq_min;                /* BRISK_CUDA_MMQ_MIN (default MMQ_MIN_TOK) */
-    int moe_tnt;                /* BRISK_CUDA_MOE_TNT: the grouped expert products' token tile (8..64; 0: by the mean) */
     int mmq_mt;                 /* BRISK_CUDA_MMQ_MT: m16 tiles per mmq warp from 16 tokens (1 or 2, default 2) */
     int mmq_max;                /* BRISK_CUDA_MMQ_MAX (default: BRISK_CUDA_CUBLAS_MIN_TOK, else MMQ_MAX_TOK) */
-    bool moe_mmq_off;           /* BRISK_CUDA_MOE_MMQ=0: expert products on the GEMV-style kernels only */
+    bool moe_mmq_off;           /* BRISK_CUDA_DISABLE=moe_mmq: expert products on the GEMV-style kernels only */
     /* f16 tensor-core products on streamed weights (cuda_mmqh.cu) for batches of mmqh_min <= n <
      * mmqh_max tokens on Q4_K, Q6_K and Q8_0; they come before mmq and mmvq */
-    bool mmqh_off;              /* BRISK_CUDA_MMQH=0 (or before sm_90) */
+    bool mmqh_off;              /* BRISK_CUDA_DISABLE=mmqh (or before sm_90) */
     int mmqh_min, mmqh_max;     /* BRISK_CUDA_MMQH_MIN (default MMQH_MIN_TOK), BRISK_CUDA_MMQH_MAX (default mmq_max) */
     __half *xh;                 /* (xh_cap) activations in f16, in the kernel's fragment order */
     float *xmul;                /* (MMQH_MAX_N) per token: the power of two that undoes their scaling */
@@ -142,7 +120,7 @@ typedef struct cuda_backend {
     const float *xh_src;
     int xh_n;
     int64_t xh_dim;
-    bool moe_vec_off;           /* BRISK_CUDA_MOE_VEC=0: one token's experts through the grouped kernels (A/B) */
+    bool moe_vec_off;           /* BRISK_CUDA_DISABLE=moe_vec: one token's experts through the grouped kernels (A/B) */
     /* A weights backend's pool (bk_cuda_weights_backend_new): slabs the weights are carved from,
      * as llama.cpp puts a model in one buffer, instead of a cudaMalloc each (rounded up to the
      * allocator's 2 MiB pages: ~1 MiB lost per tensor, hundreds of tensors). */
@@ -151,21 +129,20 @@ typedef struct cuda_backend {
     size_t *slab_used, *slab_cap;
     int n_slab;
     uint64_t pool_expect;       /* bytes the model still expects to bind (bk_cuda_weights_expect) */
-    bool attnq_off;             /* BRISK_CUDA_ATTNQ=0: the decode attention does not quantize its output (A/B) */
-    int moe_vec_r;              /* BRISK_CUDA_MOE_VEC_R: weight rows per warp of those kernels (2; 4 for A/B) */
+    bool attnq_off;             /* BRISK_CUDA_DISABLE=attnq: the decode attention does not quantize its output (A/B) */
     /* bk_cuda_expert_count_arm: the routing counters the next one-token MoE layer adds into in its
      * gate·up launch (NULL: none armed; taken: it did), instead of a count kernel of their own */
     const int32_t *xc_cached;
     uint32_t *xc_counts;
     bool xc_taken;
-    bool gd_conv_off;           /* BRISK_CUDA_GD_CONV=0: the short conv before the fused rule in a launch of its own (A/B) */
-    bool gd_fuse_off;           /* BRISK_CUDA_GD_FUSE=0: the delta rule, the heads' norm and the gate in three launches (A/B) */
-    bool route_warp_off;        /* BRISK_CUDA_ROUTE_WARP=0: the router's block-per-token kernel only (A/B) */
-    bool attn_rope_off;         /* BRISK_CUDA_ATTN_ROPE=0: one token's QK-norm, rope and cache write in a launch of their own (A/B) */
-    bool attn_gate_off;         /* BRISK_CUDA_ATTN_GATE=0: the gated attention's output gate in a launch of its own (A/B) */
-    bool router_fuse_off;       /* BRISK_CUDA_ROUTER_FUSE=0: the router's product and routing as two launches (A/B) */
-    bool router_join_off;       /* BRISK_CUDA_ROUTER_JOIN=0: the shared expert's gate in a launch of its own (A/B) */
-    bool moe_shared_off;        /* BRISK_CUDA_MOE_SHARED=0: one token's MoE layer end (the shared expert, the
+    bool gd_conv_off;           /* BRISK_CUDA_DISABLE=gd_conv: the short conv before the fused rule in a launch of its own (A/B) */
+    bool gd_fuse_off;           /* BRISK_CUDA_DISABLE=gd_fuse: the delta rule, the heads' norm and the gate in three launches (A/B) */
+    bool route_warp_off;        /* BRISK_CUDA_DISABLE=route_warp: the router's block-per-token kernel only (A/B) */
+    bool attn_rope_off;         /* BRISK_CUDA_DISABLE=attn_rope: one token's QK-norm, rope and cache write in a launch of their own (A/B) */
+    bool attn_gate_off;         /* BRISK_CUDA_DISABLE=attn_gate: the gated attention's output gate in a launch of its own (A/B) */
+    bool router_fuse_off;       /* BRISK_CUDA_DISABLE=router_fuse: the router's product and routing as two launches (A/B) */
+    bool router_join_off;       /* BRISK_CUDA_DISABLE=router_join: the shared expert's gate in a launch of its own (A/B) */
+    bool moe_shared_off;        /* BRISK_CUDA_DISABLE=moe_shared: one token's MoE layer end (the shared expert, the
                                    residual) in launches of their own (A/B) */
     int moe_mmq_min;            /* BRISK_CUDA_MOE_MMQ_MIN: (token, expert) entries from which cuda_moe.cu uses mmq */
 
@@ -178,8 +155,8 @@ typedef struct cuda_backend {
     void *moe_retired[8];
     int n_moe_retired;
 
-    struct cuda_blas *blas;     /* cuda_blas.cu: cuBLAS for prefill products; NULL with BRISK_CUDA_CUBLAS=0 */
-    bool fa_off;                /* BRISK_CUDA_FA=0: prefill attention on the SIMT tile kernel (A/B) */
+    struct cuda_blas *blas;     /* cuda_blas.cu: cuBLAS for prefill products; NULL with BRISK_CUDA_DISABLE=cublas */
+    bool fa_off;                /* BRISK_CUDA_DISABLE=fa: prefill attention on the SIMT tile kernel (A/B) */
     struct cuda_nccl *nccl;     /* cuda_nccl.cu: this backend's communicator (tensor parallelism), or NULL */
 } cuda_backend;
 
@@ -281,7 +258,6 @@ enum { ABL_NORM = 1, ABL_ROPE = 2, ABL_ATTN = 4, ABL_MATMUL = 8, ABL_ROUTER = 16
  * longer stand for any input: an op may have written the memory they were made from. */
 static inline void cuda_forget_act_copies(cuda_backend *cb) {
     cb->xq_src = cb->xh_src = NULL;
-    cb->nq_src = NULL;
 }
 /* The end of every op that launched work: checks the launch and forgets which input the
  * quantized activations stand for (the op may have written it). */
@@ -961,10 +937,6 @@ void cuda_matmul(bk_backend *be, int n_w, const bk_weight *const *w, const bk_we
                  const float *x, int n, float *const *y);
 void cuda_rms_norm(bk_backend *be, const float *x, const bk_weight *w, float *y, int n_rows, int dim,
                    float eps);
-void cuda_norm_matmul(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n, int n_w,
-                      const bk_weight *const *w, const bk_weight *const *bias, float *const *y);
-void cuda_norm_swiglu(bk_backend *be, const float *x, const bk_weight *norm, float eps, float *xn, int n,
-                      const bk_weight *gate, const bk_weight *up, float *tmp, float *out);
 void cuda_rope(bk_backend *be, float *x, int n, int n_heads, int head_dim, const int32_t *pos,
                const bk_rope_params *rp);
 bool cuda_attention_rope(bk_backend *be, const bk_attn_rope_in *in, const bk_kv_view *kv, const bk_attn_batch *ab,
@@ -978,8 +950,6 @@ void cuda_attention(bk_backend *be, const float *q, const float *k, const float 
 void cuda_swiglu(bk_backend *be, const float *gate, const float *up, float *out, size_t n);
 void cuda_add(bk_backend *be, float *x, const float *y, size_t n);
 void cuda_matmul_add(bk_backend *be, const bk_weight *w, const float *x, int n, float *y);
-void cuda_matmul_add_norm(bk_backend *be, const bk_weight *w, const float *x, int n, float *y, const bk_weight *norm,
-                          float eps);
 void cuda_matmul_swiglu(bk_backend *be, const bk_weight *gate, const bk_weight *up, const float *x, int n,
                         float *tmp, float *out);
 void cuda_qk_norm_rope(bk_backend *be, float *q, float *k, int n, int n_head, int n_head_kv, int head_dim,
@@ -1020,8 +990,7 @@ void cuda_moe_router(bk_backend *be, const bk_weight *w, const float *x, int n, 
 void cuda_moe_ids_local(bk_backend *be, int32_t *ids, int n, int e0, int e1);
 bool cuda_moe_ffn_shared(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
                          const bk_weight *gs, const bk_weight *us, const bk_weight *ds, const float *h, int n,
-                         const int32_t *ids, const float *weights, int k, const float *sh_logit, float *x,
-                         const bk_weight *next_norm, float eps);
+                         const int32_t *ids, const float *weights, int k, const float *sh_logit, float *x);
 void cuda_moe_free(cuda_backend *cb);
 }
 /* The quantized activations' tag (xq_src above) across an op that reads x and xq and writes only

@@ -22,8 +22,9 @@
  * width run as one launch over their concatenated rows (a layer's q, k, v); the gate/up pair of the
  * SwiGLU runs as one launch whose stages hold a gate chunk and the up chunk beside it.
  *
- * Off unless BRISK_CUDA_MMVF=1: it has not yet run on a GPU (written in session 20, when no device
- * was lent); make test-cuda checks it (matmul_float_stream) and dev/kernels/mmvf_lab.cu times it. */
+ * Off unless BRISK_CUDA_ENABLE=mmvf. It won on an H100 (BF16 qwen3-8b tg128 161.7 against 127.1
+ * tokens/s with the float GEMV), but its op test (make test-cuda: matmul_float_stream) has not yet
+ * run on a GPU; dev/kernels/mmvf_lab.cu times it. */
 #include "backend/cuda/cuda_bulk.cuh"
 
 #define MMVF_WARPS 16
@@ -150,7 +151,7 @@ mmvf_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, const float *x, int 
  * equal size (rounded up to 16). False: no room for two stages of MMVF_CHUNK_MIN bytes. */
 static bool mmvf_plan(const cuda_backend *cb, uint32_t row_bytes, int64_t n_in, bool glu, int64_t per_warp_rows,
                       uint32_t *chunk, int *nch, int *stages, size_t *smem) {
-    const size_t smem_max = cb->mmvs_smem > 0 && cb->mmvs_smem < MMVF_SMEM_MAX ? (size_t)cb->mmvs_smem : MMVF_SMEM_MAX;
+    const size_t smem_max = MMVF_SMEM_MAX;
     const size_t fixed = mmvs_bar_bytes(MMVF_WARPS, MMVF_STAGES_MAX) + mmvf_x_bytes(n_in);
     if (fixed >= smem_max) return false;
     const size_t warp_bytes = (smem_max - fixed) / MMVF_WARPS, g = glu ? 2 : 1;

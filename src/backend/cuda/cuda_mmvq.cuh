@@ -233,74 +233,13 @@ static inline void mmvs_add(mmvs_mats &mm, const uint8_t *W, const float *bias, 
     mm.y[m] = y;
     mm.rend[m] = (m > 0 ? mm.rend[m - 1] : 0) + n_out;
 }
-/* The RMS norm a product may run in its prologue: y = x / rms(x) * w (one row). */
-typedef struct mmvs_norm {
-    const float *x, *w;
-    float *y;
-    float eps;
-} mmvs_norm;
-/* The one-token hand-over between products (BRISK_CUDA_NQ, cuda_gemv.cu: the norm's and the GLU's
- * kernels between them left out), two optional parts of a streamed product:
- * - out (cnt set): the product's outputs (one matrix) are quantized in groups of 32 once stored,
- *   the warp whose count completes a group quantizing it (times ow, the next RMS norm's weight, when set)
- *   into oxq / oxds as cuda_mmvq_quantize would, with the group's sum of squares of the stored values
- *   in opart when set; cnt counts each group's stores and is back to 0 when the kernel ends;
- * - in (npart set): the activations are such groups of y times a norm's weight, unnormalized: every
- *   row's sum is scaled by 1 / rms(y), from the n_in / 32 sums of squares in npart, before it is
- *   stored (the norm's scale, common to the whole row, leaves the integer dots). */
-typedef struct mmvs_epi {
-    int *cnt;
-    int8_t *oxq;
-    float2 *oxds;
-    const float *ow;
-    float *opart;
-    const float *npart;
-    float eps;
-} mmvs_epi;
+/* cuda_mmvs.cu: one token's products of mm (GLU: the gate/up pair) on the quantized activations in
+ * cb->xq, the weights streamed by the bulk-copy engine; false with nothing launched when it does not
+ * take the shape (the caller runs cuda_mmvq's kernel). */
 bool cuda_mmvs(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, size_t row_bytes, int64_t n_in,
-               int accum, const mmvs_norm *norm, const mmvs_epi *epi = NULL);
-/* The hand-over's buffers trade places: the quantized activations a product wrote into xq_alt become
- * xq, the ones it read the spare. */
-static inline void cuda_xq_trade(cuda_backend *cb) {
-    int8_t *q = cb->xq;
-    float2 *d = cb->xds;
-    cb->xq = cb->xq_alt;
-    cb->xds = cb->xds_alt;
-    cb->xq_alt = q;
-    cb->xds_alt = d;
-}
-/* The output part of a hand-over, into the spare buffer (norm: times its weight, with the sums). */
-static inline mmvs_epi cuda_epi_out(const cuda_backend *cb, const bk_weight *norm) {
-    mmvs_epi e = {};
-    e.cnt = cb->epi_cnt;
-    e.oxq = cb->xq_alt;
-    e.oxds = cb->xds_alt;
-    if (norm) {
-        e.ow = (const float *)norm->dev;
-        e.opart = cb->epi_part;
-    }
-    return e;
-}
-/* Whether a product's d outputs fit the hand-over's groups and buffers (and no ablation skews it). */
-static inline bool cuda_nq_fits(const cuda_backend *cb, int64_t d) {
-    return !cb->ablate && d % 32 == 0 && (size_t)d <= cb->xq_cap;
-}
-/* Whether a product closing the residual y (d wide) may hand over to the norm_matmul of y with norm
- * (BRISK_CUDA_NQ bit 1; the product's launch then takes cuda_epi_out(cb, norm)). */
-static inline bool cuda_nq_can(const cuda_backend *cb, const bk_weight *norm, int64_t d) {
-    return (cb->nq & 1) && cuda_nq_fits(cb, d) && norm && norm->type == QT_F32 && norm->dev && norm->n_in == d;
-}
-/* After that launch (and its CU_LAUNCHED): xq holds y times norm's weight in groups, for the next
- * norm_matmul / norm_swiglu of y (cuda_gemv.cu's nq_ready). */
-static inline void cuda_nq_handed(cuda_backend *cb, const float *y, const bk_weight *norm, float eps, int64_t d) {
-    cuda_xq_trade(cb);
-    cb->nq_src = y;
-    cb->nq_norm = norm;
-    cb->nq_eps = eps;
-    cb->nq_dim = d;
-}
+               int accum);
 /* cuda_mmvf.cu: the same for float weights (F16, BF16, F32) on float activations x (see there;
- * BRISK_CUDA_MMVF=1). */
+ * BRISK_CUDA_ENABLE=mmvf). */
 bool cuda_mmvf(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, size_t row_bytes, int64_t n_in,
                const float *x, int accum);
 

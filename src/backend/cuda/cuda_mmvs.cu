@@ -16,9 +16,7 @@
  * Rows are dealt to warps round-robin (warp w of W takes rows w, w + W, ...), so neighbouring warps
  * read neighbouring rows; the copies carry an L2 evict-first hint (weights are read once per step,
  * the KV cache and activations should keep the L2). Up to MMVS_MATS matrices of one type and width
- * (a layer's q, k, v) run as one launch over their concatenated rows. The optional epilogue
- * (mmvs_epi: BRISK_CUDA_NQ, cuda_gemv.cu) hands the outputs over to the next product already
- * quantized, and scales the rows of a product whose activations were handed over unnormalized. */
+ * (a layer's q, k, v) run as one launch over their concatenated rows. */
 #include "backend/cuda/cuda_bulk.cuh"
 
 #define MMVS_WARPS_MAX 16
@@ -27,7 +25,6 @@
 #define MMVS_PAD 64 /* ld_a2 reads up to 8 bytes past a group: the last stage's row may not end the allocation */
 #define MMVS_SEGS_MAX 8      /* warps sharing a row (mmvs_plan) */
 #define MMVS_SEG_ROWS_MAX 64 /* rows per group of warps sharing rows: their partial sums' shared memory */
-static_assert(MMVS_SEG_ROWS_MAX <= 64, "the hand-over counts at most one row a thread after the segments meet");
 
 
 
@@ -58,80 +55,19 @@ __device__ __forceinline__ void mmvs_issue(const mmvs_mats &mm, int64_t r, uint3
                            cl, bar, policy);
 }
 
-/* Shared-memory bytes of the fused norm's quantized row (int8 + (d, d * sum) per group + the
- * warps' partial sums); the ring follows them and the barriers (mmvs_bar_bytes). */
-__host__ __device__ __forceinline__ size_t mmvs_norm_bytes(int64_t n_in) {
-    return ((size_t)n_in + (size_t)n_in / 4 + 8 * MMVS_WARPS_MAX + 127) & ~(size_t)127;
-}
 /* the segments' partial sums (a, and b for GLU) of a block's warps */
 __host__ __device__ __forceinline__ size_t mmvs_part_bytes(int nw, const mmvs_seg &sg, bool glu) {
     return sg.segs > 1 ? ((size_t)nw * sg.mine_cap * 4 * (glu ? 2 : 1) + 127) & ~(size_t)127 : 0;
-}
-
-/* The RMS norm of the kernel's input row in its prologue (NORM): every block computes
- * xn = x / rms(x) * w as cuda_rms_norm does and quantizes it into its shared memory, from where its
- * lanes take their activations; block 0 also stores xn and its quantization (cb->xq) for the
- * products that follow on the same input. */
-/* K: values per thread (the row's width is at most K * NW * 32). All loads are issued before the
- * first use (a loop that adds as it loads waits one memory latency per step: 7 us at 4096 on the
- * H200); the weights before pdl_wait, the row after (mmvs_norm_load). */
-template <int NW, int K> struct mmvs_norm_regs {
-    float v[K], w[K];
-};
-template <int NW, int K>
-__device__ __forceinline__ void mmvs_norm_load_w(const mmvs_norm &nm, int64_t n_in, mmvs_norm_regs<NW, K> &r) {
-#pragma unroll
-    for (int k = 0; k < K; k++) {
-        int64_t i = threadIdx.x + (int64_t)k * NW * 32;
-        r.w[k] = i < n_in ? nm.w[i] : 0.0f;
-    }
-}
-template <int NW, int K>
-__device__ __forceinline__ void mmvs_norm_prologue(const mmvs_norm &nm, int64_t n_in, mmvs_norm_regs<NW, K> &r,
-                                                   uint8_t *sm, int8_t *gxq, float2 *gxds) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int8_t *xs = (int8_t *)sm;
-    float2 *ds = (float2 *)(sm + n_in);
-    double *part = (double *)(sm + n_in + (n_in / 32) * 8);
-#pragma unroll
-    for (int k = 0; k < K; k++) {
-        int64_t i = threadIdx.x + (int64_t)k * NW * 32;
-        r.v[k] = i < n_in ? nm.x[i] : 0.0f;
-    }
-    double s = 0;
-#pragma unroll
-    for (int k = 0; k < K; k++) s += (double)(r.v[k] * r.v[k]);
-    s = warp_sum_d(s);
-    if (lane == 0) part[warp] = s;
-    __syncthreads();
-    double tot = 0;
-#pragma unroll
-    for (int w = 0; w < NW; w++) tot += part[w];
-    const float scale = 1.0f / sqrtf((float)(tot / n_in) + nm.eps);
-    /* element i = threadIdx.x + k * NW * 32: for each k a warp holds one group of 32 (n_in % 32 == 0) */
-#pragma unroll
-    for (int k = 0; k < K; k++) {
-        int64_t i = threadIdx.x + (int64_t)k * NW * 32;
-        if (i < n_in) {
-            float v = (r.v[k] * scale) * r.w[k];
-            q8_1_store_lane(v, i, lane, xs, ds);
-            if (blockIdx.x == 0) {
-                nm.y[i] = v;
-                q8_1_store_lane(v, i, lane, gxq, gxds);
-            }
-        }
-    }
-    __syncthreads();
 }
 
 /* NI: units per lane (the activations a lane keeps in registers: NI * XW words); NW: warps. With
  * sg.segs > 1 the block's warps form NW / segs groups; warp s of a group reads segment s of the
  * group's rows (rows gg, gg + ng, ... of group gg of ng) and leaves its partial sums in shared
  * memory, which the block adds up after its last barrier (segment order: the same sums every run). */
-template <int T, bool GLU, int NI, int NW, bool NORM>
+template <int T, bool GLU, int NI, int NW>
 __global__ void __launch_bounds__(NW * 32, 1)
 mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *xds, int accum, int stages,
-            int pre, mmvs_norm nm, mmvs_seg sg, mmvs_epi ep) {
+            int pre, mmvs_seg sg) {
     BK_TRACE_SCOPE(); /* (a trace build only) */
     using U = qunit<T>;
     extern __shared__ __align__(128) uint8_t mmvs_smem[];
@@ -141,7 +77,7 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
     const size_t head = mmvs_bar_bytes(NW, stages), pb = mmvs_part_bytes(NW, sg, GLU);
     uint64_t *bar = (uint64_t *)mmvs_smem + warp * stages;
     float *part = (float *)(mmvs_smem + head); /* [warp][row of the group] (then b's) */
-    uint8_t *ring = mmvs_smem + head + pb + (NORM ? mmvs_norm_bytes(n_in) : 0) + (size_t)warp * stages * stage_bytes;
+    uint8_t *ring = mmvs_smem + head + pb + (size_t)warp * stages * stage_bytes;
     const int64_t n_rows = mm.count > 2 ? mm.rend[2] : mm.count > 1 ? mm.rend[1] : mm.rend[0];
     const int64_t n_units = n_in / U::W;
     const int64_t gg = (int64_t)blockIdx.x * ngb + grp, ng = (int64_t)gridDim.x * ngb;
@@ -149,9 +85,6 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
     const int64_t su0 = (int64_t)seg * sg.ups, su1 = su0 + sg.ups < n_units ? su0 + sg.ups : n_units;
     const uint32_t ub = row_bytes / (uint32_t)n_units;
     const uint32_t cs = (uint32_t)(su0 * ub), len = (uint32_t)((su1 - su0) * ub); /* the segment's bytes */
-    constexpr int NK = NORM ? (NI * 32 * U::W + NW * 32 - 1) / (NW * 32) : 1; /* the norm's values per thread */
-    mmvs_norm_regs<NW, NK> nr;
-    if constexpr (NORM) mmvs_norm_load_w<NW, NK>(nm, n_in, nr);
     const uint64_t policy = bulk_evict_first();
     /* The weights do not depend on the kernel before: their copies start before pdl_wait, the first
      * pre stages of each warp's ring there (mmvs_pre_stages), the others once its activations' loads
@@ -164,24 +97,16 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
         });
     __syncwarp();
     pdl_wait();
-    const int8_t *xsrc = xq;
-    const float2 *dsrc = xds;
-    if constexpr (NORM) {
-        mmvs_norm_prologue<NW, NK>(nm, n_in, nr, mmvs_smem + head + pb, xq, xds);
-        xsrc = (const int8_t *)(mmvs_smem + head + pb);
-        dsrc = (const float2 *)(mmvs_smem + head + pb + n_in);
-    }
     int xw[NI][U::XW];
     float2 xd[NI][U::G];
 #pragma unroll
     for (int k = 0; k < NI; k++)
-        if (su0 + lane + 32 * k < su1) qunit_load_x<T, NORM>(xsrc, dsrc, su0 + lane + 32 * k, xw[k], xd[k]);
+        if (su0 + lane + 32 * k < su1) qunit_load_x<T, false>(xq, xds, su0 + lane + 32 * k, xw[k], xd[k]);
     if (lane == 0)
         for (int64_t i = n_pre; i < n_fill; i++)
             mmvs_issue<GLU>(mm, gg + i * ng, row_bytes, cs, len, sg.cap, ring + (size_t)i * stage_bytes, bar + i,
                             policy);
     __syncwarp();
-    const float nscale = ep.npart ? mmvs_epi_scale(ep, n_in, lane) : 1.0f;
     int s = 0;
     uint32_t parity = 0;
     for (int64_t i = 0; i < mine; i++) {
@@ -214,16 +139,13 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
         }
         if (lane == 0) {
             if (S == 1) {
-                mmvs_store<GLU>(mm, gg + i * ng, a * nscale, b * nscale, accum);
+                mmvs_store<GLU>(mm, gg + i * ng, a, b, accum);
             } else {
                 part[warp * sg.mine_cap + i] = a;
                 if (GLU) part[(NW + warp) * sg.mine_cap + i] = b;
             }
         }
     }
-    /* the hand-over's groups: lane 0 stored the warp's rows gg, gg + ng, ... (at most 32: the
-     * host's check) */
-    if (S == 1 && ep.cnt) mmvs_epi_rows(ep, mm.y[0], gg, ng, lane == 0 ? (int)mine : 0, lane);
     if (S > 1) {
         __syncthreads();
         for (int t = threadIdx.x; t < ngb * sg.mine_cap; t += NW * 32) {
@@ -235,13 +157,7 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
                 a += part[w * sg.mine_cap + i];
                 if (GLU) b += part[(NW + w) * sg.mine_cap + i];
             }
-            mmvs_store<GLU>(mm, r, a * nscale, b * nscale, accum);
-        }
-        if (ep.cnt) { /* the hand-over's groups: each thread stored at most one row above, since
-                       * ngb * mine_cap <= NW / 2 * MMVS_SEG_ROWS_MAX <= NW * 32 */
-            const int t = threadIdx.x;
-            const int64_t r = (int64_t)blockIdx.x * ngb + t / sg.mine_cap + (int64_t)(t % sg.mine_cap) * ng;
-            mmvs_epi_rows(ep, mm.y[0], r, 0, t < ngb * sg.mine_cap && r < n_rows ? 1 : 0, lane);
+            mmvs_store<GLU>(mm, r, a, b, accum);
         }
     }
 }
@@ -249,15 +165,16 @@ mmvs_kernel(mmvs_mats mm, uint32_t row_bytes, int64_t n_in, int8_t *xq, float2 *
 /* The NI instances per type: as many activation words per lane as 12288 columns of Q4_K need (96). */
 template <int T> static constexpr bool mmvs_ni_ok(int ni) { return ni * qunit<T>::XW <= 96; }
 /* Sixteen warps per SM where a lane's registers fit 128 (the 16-warp launch bound): the integer dots
- * of 8 warps leave the schedulers idle on their shared-memory and dependency latencies. The IQ4
- * codebook lookups hold more registers: their 16-warp units stop at 32 activation words. */
+ * of 8 warps leave the schedulers idle on their shared-memory and dependency latencies (8 warps
+ * only: qwen3-8b tg128 345.1 against 379.1 on the H200). The IQ4 codebook lookups hold more
+ * registers: their 16-warp units stop at 32 activation words. */
 template <int T> static constexpr bool mmvs_w16_ok(int ni) {
     return T == QT_Q6_K ? ni == 1 : ni * qunit<T>::XW <= (T == QT_IQ4_XS || T == QT_IQ4_NL ? 32 : 48);
 }
 
-template <int T, bool GLU, int NI, int NW, bool NORM>
+template <int T, bool GLU, int NI, int NW>
 static bool mmvs_go_w(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, int64_t n_in, int accum,
-                      int64_t n_rows, const mmvs_norm &nm, mmvs_seg sg, const mmvs_epi &ep) {
+                      int64_t n_rows, mmvs_seg sg) {
     static_assert(NW >= MMVS_SEGS_MAX, "a block holds at least one group of warps sharing rows");
     const uint32_t stage_bytes = GLU ? 2 * sg.cap : sg.cap;
     int64_t blocks = (n_rows * sg.segs + NW - 1) / NW;
@@ -267,41 +184,38 @@ static bool mmvs_go_w(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes,
         if (per_warp > MMVS_SEG_ROWS_MAX) return false;
         sg.mine_cap = (int)per_warp;
     }
-    const size_t nb = NORM ? mmvs_norm_bytes(n_in) : 0, pb = mmvs_part_bytes(NW, sg, GLU);
-    const size_t smem_max = cb->mmvs_smem > 0 && cb->mmvs_smem < MMVS_SMEM_MAX ? (size_t)cb->mmvs_smem : MMVS_SMEM_MAX;
-    if (128 + MMVS_PAD + nb + pb >= smem_max) return false;
-    int stages = (int)((smem_max - 128 - MMVS_PAD - nb - pb) / (NW * ((size_t)stage_bytes + 8)));
+    const size_t pb = mmvs_part_bytes(NW, sg, GLU);
+    if (128 + MMVS_PAD + pb >= MMVS_SMEM_MAX) return false;
+    int stages = (int)((MMVS_SMEM_MAX - 128 - MMVS_PAD - pb) / (NW * ((size_t)stage_bytes + 8)));
     if (stages < 2) return false; /* rows too wide for two stages per warp */
     if (stages > MMVS_STAGES_MAX) stages = MMVS_STAGES_MAX;
     if (stages > per_warp) stages = (int)per_warp; /* no more smem than rows: the block before may stay beside it */
     if (stages < 1) stages = 1;
-    size_t smem = mmvs_bar_bytes(NW, stages) + pb + nb + (size_t)NW * stages * stage_bytes + MMVS_PAD;
+    size_t smem = mmvs_bar_bytes(NW, stages) + pb + (size_t)NW * stages * stage_bytes + MMVS_PAD;
     static int attr_set[64]; /* per device: the opt-in to more than 48 KB of dynamic shared memory */
     int dev = cb->device & 63;
     if (!attr_set[dev]) {
-        if (cudaFuncSetAttribute(mmvs_kernel<T, GLU, NI, NW, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        if (cudaFuncSetAttribute(mmvs_kernel<T, GLU, NI, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  MMVS_SMEM_MAX) != cudaSuccess) {
             (void)cudaGetLastError();
             return false;
         }
         attr_set[dev] = 1;
     }
-    pdl_launch(cb, mmvs_kernel<T, GLU, NI, NW, NORM>, dim3((unsigned)blocks), dim3(NW * 32), smem, mm, row_bytes,
-               n_in, cb->xq, cb->xds, accum, stages, mmvs_pre_stages(cb, n_in, stages), nm, sg, ep);
+    pdl_launch(cb, mmvs_kernel<T, GLU, NI, NW>, dim3((unsigned)blocks), dim3(NW * 32), smem, mm, row_bytes,
+               n_in, cb->xq, cb->xds, accum, stages, mmvs_pre_stages(cb, n_in, stages), sg);
     return true;
 }
 
-template <int T, bool GLU, int NI, bool NORM>
+template <int T, bool GLU, int NI>
 static bool mmvs_go(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, int64_t n_in, int accum,
-                    int64_t n_rows, const mmvs_norm &nm, const mmvs_seg &sg, const mmvs_epi &ep) {
-    if constexpr (!mmvs_ni_ok<T>(NI) || (NORM && NI > 4)) { /* the norm: rows of n_embd, at most 8192 wide */
+                    int64_t n_rows, const mmvs_seg &sg) {
+    if constexpr (!mmvs_ni_ok<T>(NI)) {
         return false;
     } else {
         if constexpr (mmvs_w16_ok<T>(NI))
-            if (cb->mmvs_warps != 8 &&
-                mmvs_go_w<T, GLU, NI, 16, NORM>(cb, mm, row_bytes, n_in, accum, n_rows, nm, sg, ep))
-                return true;
-        return mmvs_go_w<T, GLU, NI, 8, NORM>(cb, mm, row_bytes, n_in, accum, n_rows, nm, sg, ep);
+            if (mmvs_go_w<T, GLU, NI, 16>(cb, mm, row_bytes, n_in, accum, n_rows, sg)) return true;
+        return mmvs_go_w<T, GLU, NI, 8>(cb, mm, row_bytes, n_in, accum, n_rows, sg);
     }
 }
 
@@ -348,15 +262,14 @@ template <int T> static mmvs_seg mmvs_plan(const cuda_backend *cb, uint32_t row_
     return sg;
 }
 
-template <int T, bool GLU, bool NORM>
+template <int T, bool GLU>
 static bool mmvs_type(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, int64_t n_in, int accum,
-                      int64_t n_rows, const mmvs_norm &nm, const mmvs_epi &ep) {
+                      int64_t n_rows) {
     if (n_in % qunit<T>::W) return false;
-    const mmvs_seg sg = NORM ? mmvs_seg{1, (int)(n_in / qunit<T>::W), 0, mmvs_cap(row_bytes)}
-                             : mmvs_plan<T>(cb, row_bytes, n_in, n_rows);
+    const mmvs_seg sg = mmvs_plan<T>(cb, row_bytes, n_in, n_rows);
     int64_t ni = (sg.ups + 31) / 32;
 #define MMVS_NI(N) \
-    if (ni <= N) return mmvs_go<T, GLU, N, NORM>(cb, mm, row_bytes, n_in, accum, n_rows, nm, sg, ep);
+    if (ni <= N) return mmvs_go<T, GLU, N>(cb, mm, row_bytes, n_in, accum, n_rows, sg);
     MMVS_NI(1) MMVS_NI(2) MMVS_NI(3) MMVS_NI(4) MMVS_NI(6) MMVS_NI(8) MMVS_NI(12)
 #undef MMVS_NI
     return false;
@@ -364,41 +277,30 @@ static bool mmvs_type(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes,
 
 /* One token: y[m] (+)= x W[m]^T (+ bias[m]) for count matrices of one type, row size and width, or
  * with GLU (count 1, W2 the up matrix) y[0] = silu(x W^T) * (x W2^T). x is already quantized
- * (cuda_mmvq_prepare), or with norm (not NULL) the kernel normalizes norm->x itself (see
- * mmvs_norm_prologue). False when this kernel does not take the shape (the caller runs cuda_mmvq's,
- * after the norm). The H200 lab (dev/kernels/mmvs_lab.cu), whose launches run back to back without
- * programmatic launches, has cuda_mmvq's kernel ahead on matrices of 1,024-12,288 rows and this one
+ * (cuda_mmvq_prepare). False when this kernel does not take the shape (the caller runs cuda_mmvq's).
+ * The H200 lab (dev/kernels/mmvs_lab.cu), whose launches run back to back without programmatic
+ * launches, has cuda_mmvq's kernel ahead on matrices of 1,024-12,288 rows and this one
  * on the gate/up pairs and the LM head; in the decode step (graphs, programmatic launches) this one
  * everywhere was faster (qwen3-8b tg128 375.0; 365.4 / 355.6 / 316.8 with products of less than
  * 4 / 16 / 64 MB left to cuda_mmvq, 311.5 without this kernel; with the early trigger of
- * cuda_pdl.cuh still 419.2 against 408.8 / 403.3 / 398.5 with less than 6 / 12 / 20 MB left to it,
- * BRISK_CUDA_MMVS_MIN_MB). Rows narrower than 2,048 columns stay with cuda_mmvq: there a row is a
- * few hundred cycles of work, the per-row wait, refill and reduction dominate and a Q6_K row leaves
- * half the lanes idle. 2,048-wide rows were slower here under the late trigger (qwen3.6-35b-a3b
+ * cuda_pdl.cuh still 419.2 against 408.8 / 403.3 / 398.5 with less than 6 / 12 / 20 MB left to it;
+ * the floor's switch, BRISK_CUDA_MMVS_MIN_MB, is gone: docs/experiments.md). Rows narrower than
+ * 2,048 columns stay with cuda_mmvq: there a row is a few hundred cycles of work, the per-row
+ * wait, refill and reduction dominate and a Q6_K row leaves half the lanes idle. 2,048-wide rows were slower here under the late trigger (qwen3.6-35b-a3b
  * tg128 284.8 against 299.7, session 9); with the early one qwen3-30b-a3b runs 414.6 against 400.0
  * and qwen3.6-35b-a3b 405.1 against 403.8 (session 14, lease H), so the bound is 2,048. */
 bool cuda_mmvs(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, size_t row_bytes, int64_t n_in,
-               int accum, const mmvs_norm *norm, const mmvs_epi *epi) {
+               int accum) {
     if (cb->mmvs_off || row_bytes % 2 || row_bytes > UINT32_MAX / 4 || (cb->mmvs_wide_off && n_in > 8192))
         return false;
     int64_t n_rows = mm.rend[mm.count - 1];
     if (n_in < cb->mmvs_min_in) return false; /* see above */
-    if (cb->mmvs_min_bytes > 0 && n_rows * (int64_t)row_bytes * (glu ? 2 : 1) < cb->mmvs_min_bytes) return false;
     for (int m = 0; m < mm.count; m++)
         if ((uintptr_t)mm.W[m] % 16) return false;
     if (glu && (mm.count != 1 || (uintptr_t)mm.W2 % 16)) return false;
     uint32_t rb = (uint32_t)row_bytes;
-    mmvs_norm nm = norm ? *norm : mmvs_norm{};
-    const mmvs_epi ep = epi ? *epi : mmvs_epi{};
-    /* the hand-over's output groups: one matrix, whole groups of rows (and no norm in the prologue) */
-    if ((ep.cnt && (mm.count != 1 || n_rows % 32 || norm)) || (ep.npart && (norm || n_in % 32))) return false;
-    if (ep.cnt && (n_rows + 8 * cb->n_sm - 1) / (8 * cb->n_sm) > 32) return false; /* a warp's rows: a 32-bit mask */
-#define MMVS_T(TT)                                                                                           \
-    case TT:                                                                                                 \
-        if (norm) return glu ? mmvs_type<TT, true, true>(cb, mm, rb, n_in, accum, n_rows, nm, ep)           \
-                             : mmvs_type<TT, false, true>(cb, mm, rb, n_in, accum, n_rows, nm, ep);         \
-        return glu ? mmvs_type<TT, true, false>(cb, mm, rb, n_in, accum, n_rows, nm, ep)                     \
-                   : mmvs_type<TT, false, false>(cb, mm, rb, n_in, accum, n_rows, nm, ep);
+#define MMVS_T(TT) \
+    case TT: return glu ? mmvs_type<TT, true>(cb, mm, rb, n_in, accum, n_rows) : mmvs_type<TT, false>(cb, mm, rb, n_in, accum, n_rows);
     switch (type) {
         MMVS_T(QT_Q4_K)
         MMVS_T(QT_Q6_K)

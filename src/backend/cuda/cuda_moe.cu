@@ -22,11 +22,11 @@
  * Q8_0, Q4_0, Q4_K and Q6_K the weight groups of cuda_mmvq.cu meet
  * activations quantized to int8 blocks of 32 in __dp4a (x once per chunk, h
  * once before down; as the CPU quantizes them), on the other types (and
- * with BRISK_CUDA_MOE_Q8=0) the block decoders deq8/deq1 meet f32
+ * with BRISK_CUDA_DISABLE=moe_q8) the block decoders deq8/deq1 meet f32
  * activations, as cuda_gemv.cu's float GEMV.
  *
  * Batches of many entries (>= cb->moe_mmq_min, BRISK_CUDA_MOE_MMQ_MIN; off with
- * BRISK_CUDA_MOE_MMQ=0) run the integer-dot products as grouped tensor-core
+ * BRISK_CUDA_DISABLE=moe_mmq) run the integer-dot products as grouped tensor-core
  * launches instead (cuda_mmq.cuh's kernel): the grouping also cuts each
  * active expert's entries into tiles of NT (8..64, from the mean entries per
  * expert) and lists them (tiles, n_tiles), and one launch per product covers
@@ -45,7 +45,6 @@
  * when the kernel runs: the hot-expert cache points an expert at its GPU
  * slot or at its bytes in mapped host memory (streamed over PCIe), and a
  * captured graph follows the table's later changes. */
-#include "backend/cuda/cuda_bulk.cuh" /* the hand-over's epilogue (mmvs_epi) */
 #include "backend/cuda/cuda_mmq.cuh"
 #include "backend/cuda/cuda_mmvq.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
@@ -725,8 +724,7 @@ template <int T, int NU>
 __global__ void __launch_bounds__(MMVQ_WARPS * 32)
 moe_vec_down_comb_kernel(const uint8_t *D, const uint8_t *const *td, size_t row_bytes, int64_t n_ff, int64_t n_embd,
                          int n_expert, const int32_t *ids, const float *wts, int k, const uint8_t *Ds,
-                         const float *sh_logit, const int8_t *hq, const float2 *hds, float *y, int accum,
-                         mmvs_epi ep) {
+                         const float *sh_logit, const int8_t *hq, const float2 *hds, float *y, int accum) {
     BK_TRACE_SCOPE();
     using U = qunit<T>;
     pdl_wait(); /* ids and weights come from the router, h from the gate/up launch */
@@ -765,14 +763,13 @@ moe_vec_down_comb_kernel(const uint8_t *D, const uint8_t *const *td, size_t row_
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (lane == 0) y[r] = accum ? __fadd_rn(y[r], acc) : acc;
-    if (ep.cnt) mmvs_epi_rows(ep, y, r, 0, lane == 0 ? 1 : 0, lane); /* (BRISK_CUDA_NQ: the next norm's input) */
 }
 
 /* Launches moe_vec_down_comb_kernel for the down type, or false (the type, or more pairs than 8 a lane). */
 template <int T>
 static bool moe_down_comb_t(cuda_backend *cb, const uint8_t *D, const uint8_t *const *td, size_t row_bytes,
                             int64_t n_ff, int64_t n_embd, int n_expert, const int32_t *ids, const float *wts, int k,
-                            const uint8_t *Ds, const float *sh_logit, float *y, int accum, const mmvs_epi &ep) {
+                            const uint8_t *Ds, const float *sh_logit, float *y, int accum) {
     if (n_ff % qunit<T>::W) return false;
     const int64_t pairs = (int64_t)(k + (Ds != NULL)) * (n_ff / qunit<T>::W);
     const dim3 grid((unsigned)((n_embd + MMVQ_WARPS - 1) / MMVQ_WARPS));
@@ -780,7 +777,7 @@ static bool moe_down_comb_t(cuda_backend *cb, const uint8_t *D, const uint8_t *c
     if (pairs <= 32 * N) {                                                                                        \
         pdl_launch(cb, moe_vec_down_comb_kernel<T, N>, grid, dim3(MMVQ_WARPS * 32), 0, D, td, row_bytes, n_ff, \
                    n_embd, n_expert, ids, wts, k, Ds, sh_logit, (const int8_t *)cb->xq, (const float2 *)cb->xds, y,   \
-                   accum, ep);                                                                                    \
+                   accum);                                                                                        \
         return true;                                                                                              \
     }
     DC_GO(1) DC_GO(2) DC_GO(3) DC_GO(4) DC_GO(6) DC_GO(8)
@@ -790,15 +787,15 @@ static bool moe_down_comb_t(cuda_backend *cb, const uint8_t *D, const uint8_t *c
 
 static bool moe_down_comb(cuda_backend *cb, const bk_weight *down, const uint8_t *Ds, int64_t n_ff, int64_t n_embd,
                           int n_expert, const int32_t *ids, const float *wts, int k, const float *sh_logit, float *y,
-                          int accum, const mmvs_epi &ep) {
+                          int accum) {
     if (cb->moe_comb_off) return false;
     const uint8_t *D = (const uint8_t *)down->dev;
     const uint8_t *const *td = (const uint8_t *const *)down->expert_ptrs;
     switch (down->type) {
-    case QT_Q4_K: return moe_down_comb_t<QT_Q4_K>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum, ep);
-    case QT_Q6_K: return moe_down_comb_t<QT_Q6_K>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum, ep);
-    case QT_Q8_0: return moe_down_comb_t<QT_Q8_0>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum, ep);
-    case QT_Q4_0: return moe_down_comb_t<QT_Q4_0>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum, ep);
+    case QT_Q4_K: return moe_down_comb_t<QT_Q4_K>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum);
+    case QT_Q6_K: return moe_down_comb_t<QT_Q6_K>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum);
+    case QT_Q8_0: return moe_down_comb_t<QT_Q8_0>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum);
+    case QT_Q4_0: return moe_down_comb_t<QT_Q4_0>(cb, D, td, down->row_bytes, n_ff, n_embd, n_expert, ids, wts, k, Ds, sh_logit, y, accum);
     default: return false;
     }
 }
@@ -888,8 +885,7 @@ extern "C" size_t bk_cuda_moe_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_
  * moe_buf's (moe_prepare sized it), as in moe_ffn's chunks. */
 static bool moe_vec(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
                     const bk_weight *const *sh, bool residual, const float *x, const int32_t *ids,
-                    const float *weights, int k, const float *sh_logit, float *out, const mmvs_epi *ep = NULL,
-                    bool *handed = NULL) {
+                    const float *weights, int k, const float *sh_logit, float *out) {
     const int n_expert = gate->n_expert > 0 ? gate->n_expert : 1;
     const int64_t n_ff = gate->n_out / n_expert, n_embd = gate->n_in;
     const int slots = k + (sh != NULL);
@@ -902,9 +898,8 @@ static bool moe_vec(cuda_backend *cb, const bk_weight *gate, const bk_weight *up
                          *const *tu = (const uint8_t *const *)up->expert_ptrs,
                          *const *td = (const uint8_t *const *)down->expert_ptrs;
     const unsigned ku = (unsigned)slots;
-    /* weight rows per warp, gate·up's counting gate and up: 2 (BRISK_CUDA_MOE_VEC_R=4 for the A/B; H200,
-     * tg128: qwen3-30b-a3b@24 553 / 539 / 477 tok/s at 2 / 4 / 8, qwen3.6-35b-a3b 305 / 298) */
-    const int r = cb->moe_vec_r;
+    /* weight rows per warp, gate·up's counting gate and up: 2 (H200, tg128: qwen3-30b-a3b@24
+     * 553 / 539 / 477 tok/s at 2 / 4 / 8, qwen3.6-35b-a3b 305 / 298; docs/experiments.md) */
 #define VEC_GU(RR)                                                                                                 \
     MOE_Q8_DISPATCH(gate->type,                                                                                    \
                     pdl_launch(cb, moe_vec_gate_up_kernel<TT, RR>,                                                 \
@@ -922,7 +917,7 @@ static bool moe_vec(cuda_backend *cb, const bk_weight *gate, const bk_weight *up
     const int32_t *xc_cached = cb->xc_cached;
     uint32_t *xc_counts = cb->xc_counts;
     if (!(cb->ablate & ABL_MOE_GU)) {
-        if (r == 4) VEC_GU(4) else VEC_GU(2)
+        VEC_GU(2)
         cb->xc_taken = xc_counts != NULL;
         cb->xc_counts = NULL;
     }
@@ -931,12 +926,10 @@ static bool moe_vec(cuda_backend *cb, const bk_weight *gate, const bk_weight *up
      * qwen3.6-35b-a3b 328.0 against 339.3): the last block's serial tail cost more than the launch */
     if (!(cb->ablate & ABL_MOE_HQ)) cuda_mmvq_quantize(cb, h, n_ff, slots);
     if (!(cb->ablate & ABL_MOE_DOWN) && moe_down_comb(cb, down, Ds, n_ff, n_embd, n_expert, ids, weights, k, sh_logit,
-                                                      out, residual ? 1 : 0, ep ? *ep : mmvs_epi{})) {
-        if (handed) *handed = ep != NULL;
+                                                      out, residual ? 1 : 0))
         return true;
-    }
     if (!(cb->ablate & ABL_MOE_DOWN)) {
-        if (r == 4) VEC_DOWN(4) else VEC_DOWN(2)
+        VEC_DOWN(2)
     }
 #undef VEC_GU
 #undef VEC_DOWN
@@ -974,7 +967,7 @@ static void moe_launched(cuda_backend *cb) { CU_LAUNCHED(cb); } /* (CU_LAUNCHED 
 extern "C" bool cuda_moe_ffn_shared(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
                                     const bk_weight *gs, const bk_weight *us, const bk_weight *ds, const float *h,
                                     int n, const int32_t *ids, const float *weights, int k, const float *sh_logit,
-                                    float *x, const bk_weight *next_norm, float eps) {
+                                    float *x) {
     cuda_backend *cb = (cuda_backend *)be;
     CU_ABLATE(cb, ABL_MOE, true);
     const int n_expert = gate->n_expert > 0 ? gate->n_expert : 1;
@@ -990,15 +983,8 @@ extern "C" bool cuda_moe_ffn_shared(bk_backend *be, const bk_weight *gate, const
         return false;
     if (!moe_prepare(cb, gate, up, down, k)) return true; /* the error is recorded */
     const bk_weight *sh[3] = {gs, us, ds};
-    /* BRISK_CUDA_NQ bit 1: the down + combine kernel leaves x times the next norm's weight quantized
-     * (cuda_gemv.cu's hand-over) */
-    const bool nq = cuda_nq_can(cb, next_norm, n_embd);
-    const mmvs_epi ep = nq ? cuda_epi_out(cb, next_norm) : mmvs_epi{};
-    bool handed = false;
-    if (!moe_vec(cb, gate, up, down, gs ? sh : NULL, true, h, ids, weights, k, sh_logit, x, nq ? &ep : NULL, &handed))
-        return false;
+    if (!moe_vec(cb, gate, up, down, gs ? sh : NULL, true, h, ids, weights, k, sh_logit, x)) return false;
     moe_launched(cb);
-    if (handed) cuda_nq_handed(cb, x, next_norm, eps, n_embd);
     return true;
 }
 
@@ -1047,7 +1033,6 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
              * 7,420 tokens/s, qwen3.6-35b-a3b (mean 16) 7,001 / 8,927 / 4,890 / 5,915 */
             int mean = (nk + (int)slots - 1) / (int)slots;
             tnt = mean <= 8 ? 8 : 16;
-            if (cb->moe_tnt == 8 || cb->moe_tnt == 16 || cb->moe_tnt == 32 || cb->moe_tnt == 64) tnt = cb->moe_tnt;
         }
         const unsigned tile_cap = tnt ? slots + (unsigned)(nk / tnt) : 0; /* >= the tiles listed */
         const int32_t *ids_c = ids + (size_t)t0 * k;

@@ -22,7 +22,7 @@
  * A build with -DBK_PDL_LATE triggers after the wait instead (never more than
  * one kernel waits ahead), for A/B.
  * Kernels launched the ordinary way stay full barriers. Stream capture keeps
- * these edges in the graph. BRISK_CUDA_PDL=0 (or a device before sm_90)
+ * these edges in the graph. BRISK_CUDA_DISABLE=pdl (or a device before sm_90)
  * launches them the ordinary way; the two device calls are then no-ops. */
 #ifndef BK_CUDA_PDL_CUH
 #define BK_CUDA_PDL_CUH

@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -21,14 +20,13 @@ typedef enum {
     P_ON,   /* bool: "1" turns the path on, "0" leaves it off */
     P_INT,  /* int in [lo, hi] */
     P_I64,  /* int64_t in [lo, hi] */
-    P_F64,  /* double in [lo, hi] */
     P_MASK, /* unsigned bits in [0, hi], decimal */
     P_STR,  /* const char *, any text */
 } plan_parse;
 
 typedef struct plan_row {
-    const char *env;      /* the environment name */
-    const char *flag;     /* its name in BRISK_CUDA_DISABLE / BRISK_CUDA_ENABLE, or NULL */
+    const char *env;      /* the environment name; NULL for a path (named only in the lists) */
+    const char *flag;     /* a path's name in BRISK_CUDA_DISABLE / BRISK_CUDA_ENABLE, else NULL */
     cuda_plan_class cls;
     plan_parse parse;
     int64_t def, lo, hi;  /* numbers: the default and the range */
@@ -38,90 +36,91 @@ typedef struct plan_row {
 } plan_row;
 
 #define F(field) offsetof(cuda_plan, field)
-#define OFF(name, flag, field, doc) {"BRISK_CUDA_" name, flag, CUDA_PLAN_PATH, P_OFF, 0, 0, 1, F(field), NULL, doc}
-#define ON(name, flag, field, doc) {"BRISK_CUDA_" name, flag, CUDA_PLAN_PATH, P_ON, 0, 0, 1, F(field), NULL, doc}
-#define NUM(cls, name, flag, parse, field, def, lo, hi, doc) \
-    {"BRISK_CUDA_" name, flag, CUDA_PLAN_##cls, parse, def, lo, hi, F(field), NULL, doc}
+#define OFF(flag, field, doc) {NULL, flag, CUDA_PLAN_PATH, P_OFF, 0, 0, 1, F(field), NULL, doc}
+#define ON(flag, field, doc) {NULL, flag, CUDA_PLAN_PATH, P_ON, 0, 0, 1, F(field), NULL, doc}
+#define NUM(cls, name, parse, field, def, lo, hi, doc) \
+    {"BRISK_CUDA_" name, NULL, CUDA_PLAN_##cls, parse, def, lo, hi, F(field), NULL, doc}
 #define FOLLOW(name, field, follows, lo, hi, doc) \
     {"BRISK_CUDA_" name, NULL, CUDA_PLAN_TUNING, P_INT, 0, lo, hi, F(field), "BRISK_CUDA_" follows, doc}
 
-/* One row per setting. Docs say what the path does when on (or what the number means): one line. */
+/* One row per setting. Docs say what the path does when on (or what the number means): one line.
+ * A path that lost its measurement leaves the table and src/ (docs/experiments.md keeps its line). */
 static const plan_row rows[] = {
-    /* ---- paths on by default: BRISK_CUDA_DISABLE=name, or the old NAME=0 ---- */
-    OFF("GRAPHS", "graphs", graphs_off, "CUDA graphs: a decode step captured once a shape and replayed (also off after a capture fails)"),
-    OFF("PDL", "pdl", pdl_off, "programmatic dependent launches: a decode kernel starts before the one before it ends (sm_90 and later)"),
-    NUM(PATH, "CUBLAS", "cublas", P_INT, cublas, 2, 0, 2, "cuBLAS for prefill products on dequantized f16 weights: 0 off, 1 on and saying why when it cannot be loaded, 2 on"),
-    OFF("MMA", "mma", mma_off, "prefill products on tensor cores (cuda_mma.cu); off: the SIMT tiled kernel"),
-    OFF("MMQ", "mmq", mmq_off, "int8 tensor-core products (cuda_mmq.cu) for batches of MMQ_MIN up to MMQ_MAX tokens"),
-    OFF("MMQH", "mmqh", mmqh_off, "Q4_K, Q6_K and Q8_0 weights streamed into shared memory and unpacked to f16 for f16 tensor cores (cuda_mmqh.cu; sm_90) for batches of MMQH_MIN up to MMQH_MAX (17-47 tokens); off: the int8 kernel"),
-    OFF("MOE_MMQ", "moe_mmq", moe_mmq_off, "expert products on int8 tensor cores from MOE_MMQ_MIN (token, expert) entries; off: the GEMV-style kernels only"),
-    OFF("MOE_Q8", "moe_q8", moe_q8_off, "expert products on int8 activations; off: on f32 activations only"),
-    OFF("MOE_VEC", "moe_vec", moe_vec_off, "one token's experts on the vector kernels; off: through the grouped kernels"),
-    OFF("MOE_COMB", "moe_comb", moe_comb_off, "one token's expert down products and their combine in one launch"),
-    OFF("MOE_SHARED", "moe_shared", moe_shared_off, "one token's MoE layer end (the shared expert, the residual) inside the routed experts' launches"),
-    OFF("ROUTER_FUSE", "router_fuse", router_fuse_off, "the MoE router's product and its routing in one launch"),
-    OFF("ROUTER_JOIN", "router_join", router_join_off, "the shared expert's gate inside the router's launch"),
-    OFF("ROUTER_PF", "router_pf", router_pf_off, "the fused router's rows asked into the L2 before its wait"),
-    OFF("ROUTE_WARP", "route_warp", route_warp_off, "the router's warp-per-token kernel; off: its block-per-token kernel only"),
-    OFF("FA", "fa", fa_off, "prefill attention on tensor cores; off: the SIMT tile kernel"),
-    OFF("ATTN_GQA", "attn_gqa", attn_gqa_off, "an attention block serves a KV head's whole GQA group; off: a block per query head"),
-    NUM(PATH, "ATTN_MMA", "attn_mma", P_INT, attn_mma_min, 1, 0, INT_MAX, "decode attention on tensor cores (cuda_attn_mma.cu) from N positions (the launch's longest); 0: never, the warp-per-row kernel"),
-    OFF("ATTN_FUSE", "attn_fuse", attn_fuse_off, "decode attention merges its splits in its own kernel; off: in a merge kernel of their own"),
-    OFF("ATTN_ADAPT", "attn_adapt", attn_adapt_off, "a short context's decode attention launches only the splits it needs; off: every split takes part"),
-    OFF("ATTN_GADAPT", "attn_gadapt", attn_gadapt_off, "with fewer decode attention blocks than SMs, a block serves part of a GQA group; off: always the whole group"),
-    OFF("ATTN_MERGE", "attn_merge", attn_merge_off, "a decode attention's few splits merged for a whole head group at once; off: head by head"),
-    OFF("ATTN_ROPE", "attn_rope", attn_rope_off, "one token's QK-norm, rope and cache write inside the decode attention's launch, whose split then also reads its first K/V rows before waiting on the product before it"),
-    OFF("ATTN_GATE", "attn_gate", attn_gate_off, "the gated attention's output gate inside the attention's launch"),
-    OFF("ATTNQ", "attnq", attnq_off, "the decode attention quantizes its output for the product after it"),
-    OFF("KV_FUSE", "kv_fuse", kvfuse_off, "the K/V cache written by QK-norm + rope; off: by the attention's own kernel"),
-    OFF("QKROPE", "qkrope", qkrope_off, "QK-norm and rope in one kernel; off: op by op"),
-    OFF("GLU", "glu", glu_off, "gate and up as one product with the SwiGLU; off: two products, then swiglu"),
-    OFF("NORMQ", "normq", normq_off, "the RMS norm quantizes its output for the product after it"),
-    OFF("MMVQ_SLICES", "mmvq_slices", mmvq_slices_off, "batches of 17 to 64 tokens on the int8 products in slices of 16; off: on the prefill path"),
-    OFF("MMVQ_MULTI", "mmvq_multi", mmvq_multi_off, "the matrices of one matmul call in one launch; off: a launch per matrix"),
-    OFF("MMVS", "mmvs", mmvs_off, "one token's products stream their weights through the bulk-copy engine (cuda_mmvs.cu; sm_90); off: cuda_mmvq's kernel"),
-    OFF("MMVS_WIDE", "mmvs_wide", mmvs_wide_off, "rows wider than 8,192 columns on the streamed kernel too; off: through cuda_mmvq's kernel"),
-    OFF("DEC_QTYPES", "dec_qtypes", dec_qtypes_off, "Q5_K, IQ4_XS and IQ4_NL decode products on int8 dots; off: the float path"),
-    NUM(PATH, "Q6K_QUAD", "q6k_quad", P_INT, q6k_quad, 1, 0, 2, "Q6_K decode products in quads of groups: 0 off, 1 on, 2 the LM head too"),
-    OFF("GD_CHUNK", "gd_chunk", gd_chunk_off, "chunked Gated DeltaNet prefill (delta rule and short conv); off: token by token"),
-    OFF("GD_FUSE", "gd_fuse", gd_fuse_off, "one token's delta rule, its heads' RMS norm and the output gate in one launch; off: three"),
-    OFF("GD_CONV", "gd_conv", gd_conv_off, "the Gated DeltaNet's short conv inside the fused delta rule's launch"),
-    OFF("WEIGHT_POOL", "weight_pool", weight_pool_off, "a model's weights carved from a few device slabs; off: a cudaMalloc per weight"),
-    /* ---- paths off by default: BRISK_CUDA_ENABLE=name, or the old NAME=1 ---- */
-    ON("MMVF", "mmvf", mmvf_on, "one token's products on F16, BF16 and F32 weights streamed into shared memory by the bulk-copy engine (cuda_mmvf.cu; sm_90), not the float GEMV (written without a GPU, off until measured: bench/cuda/h200_float.sh)"),
-    ON("NORM_FUSE", "norm_fuse", norm_fuse_on, "norm_matmul and norm_swiglu in one kernel at one token (measured slower)"),
-    ON("ATTN_V1", "attn_v1", attn_v1, "decode batches on the prefill attention's tile kernel too (A/B)"),
-    ON("EMB_GPU", "emb_gpu", emb_gpu, "the token embedding on the GPU with the first layer; off: in host memory, a step's rows copied up"),
+    /* ---- paths on by default: BRISK_CUDA_DISABLE=name ---- */
+    OFF("graphs", graphs_off, "CUDA graphs: a decode step captured once a shape and replayed (also off after a capture fails)"),
+    OFF("pdl", pdl_off, "programmatic dependent launches: a decode kernel starts before the one before it ends (sm_90 and later)"),
+    OFF("cublas", cublas_off, "cuBLAS for prefill products on dequantized f16 weights (loaded when first needed; BRISK_CUDA_GRAPH_INFO=1 says why when it cannot be)"),
+    OFF("mma", mma_off, "prefill products on tensor cores (cuda_mma.cu); off: the SIMT tiled kernel"),
+    OFF("mmq", mmq_off, "int8 tensor-core products (cuda_mmq.cu) for batches of MMQ_MIN up to MMQ_MAX tokens"),
+    OFF("mmqh", mmqh_off, "Q4_K, Q6_K and Q8_0 weights streamed into shared memory and unpacked to f16 for f16 tensor cores (cuda_mmqh.cu; sm_90) for batches of MMQH_MIN up to MMQH_MAX (17-47 tokens); off: the int8 kernel"),
+    OFF("moe_mmq", moe_mmq_off, "expert products on int8 tensor cores from MOE_MMQ_MIN (token, expert) entries; off: the GEMV-style kernels only"),
+    OFF("moe_q8", moe_q8_off, "expert products on int8 activations; off: on f32 activations only"),
+    OFF("moe_vec", moe_vec_off, "one token's experts on the vector kernels; off: through the grouped kernels"),
+    OFF("moe_comb", moe_comb_off, "one token's expert down products and their combine in one launch"),
+    OFF("moe_shared", moe_shared_off, "one token's MoE layer end (the shared expert, the residual) inside the routed experts' launches"),
+    OFF("router_fuse", router_fuse_off, "the MoE router's product and its routing in one launch"),
+    OFF("router_join", router_join_off, "the shared expert's gate inside the router's launch"),
+    OFF("router_pf", router_pf_off, "the fused router's rows asked into the L2 before its wait"),
+    OFF("route_warp", route_warp_off, "the router's warp-per-token kernel; off: its block-per-token kernel only"),
+    OFF("fa", fa_off, "prefill attention on tensor cores; off: the SIMT tile kernel"),
+    OFF("attn_gqa", attn_gqa_off, "an attention block serves a KV head's whole GQA group; off: a block per query head"),
+    OFF("attn_mma", attn_mma_off, "decode attention on tensor cores (cuda_attn_mma.cu); off: the warp-per-row kernel"),
+    OFF("attn_fuse", attn_fuse_off, "decode attention merges its splits in its own kernel; off: in a merge kernel of their own"),
+    OFF("attn_adapt", attn_adapt_off, "a short context's decode attention launches only the splits it needs; off: every split takes part"),
+    OFF("attn_gadapt", attn_gadapt_off, "with fewer decode attention blocks than SMs, a block serves part of a GQA group; off: always the whole group"),
+    OFF("attn_merge", attn_merge_off, "a decode attention's few splits merged for a whole head group at once; off: head by head"),
+    OFF("attn_rope", attn_rope_off, "one token's QK-norm, rope and cache write inside the decode attention's launch, whose split then also reads its first K/V rows before waiting on the product before it"),
+    OFF("attn_gate", attn_gate_off, "the gated attention's output gate inside the attention's launch"),
+    OFF("attnq", attnq_off, "the decode attention quantizes its output for the product after it"),
+    OFF("kv_fuse", kvfuse_off, "the K/V cache written by QK-norm + rope; off: by the attention's own kernel"),
+    OFF("qkrope", qkrope_off, "QK-norm and rope in one kernel; off: op by op"),
+    OFF("glu", glu_off, "gate and up as one product with the SwiGLU; off: two products, then swiglu"),
+    OFF("normq", normq_off, "the RMS norm quantizes its output for the product after it"),
+    OFF("mmvq_slices", mmvq_slices_off, "batches of 17 to 64 tokens on the int8 products in slices of 16; off: on the prefill path"),
+    OFF("mmvq_multi", mmvq_multi_off, "the matrices of one matmul call in one launch; off: a launch per matrix"),
+    OFF("mmvs", mmvs_off, "one token's products stream their weights through the bulk-copy engine (cuda_mmvs.cu; sm_90); off: cuda_mmvq's kernel"),
+    OFF("mmvs_wide", mmvs_wide_off, "rows wider than 8,192 columns on the streamed kernel too; off: through cuda_mmvq's kernel"),
+    OFF("dec_qtypes", dec_qtypes_off, "Q5_K, IQ4_XS and IQ4_NL decode products on int8 dots; off: the float path"),
+    OFF("q6k_quad", q6k_quad_off, "Q6_K decode products (not the LM head) in quads of groups; off: one group at a time"),
+    OFF("gd_chunk", gd_chunk_off, "chunked Gated DeltaNet prefill (delta rule and short conv); off: token by token"),
+    OFF("gd_fuse", gd_fuse_off, "one token's delta rule, its heads' RMS norm and the output gate in one launch; off: three"),
+    OFF("gd_conv", gd_conv_off, "the Gated DeltaNet's short conv inside the fused delta rule's launch"),
+    OFF("weight_pool", weight_pool_off, "a model's weights carved from a few device slabs; off: a cudaMalloc per weight"),
+    /* ---- paths off by default: BRISK_CUDA_ENABLE=name ---- */
+    ON("mmvf", mmvf_on, "one token's products on F16, BF16 and F32 weights streamed into shared memory by the bulk-copy engine (cuda_mmvf.cu; sm_90), not the float GEMV (won on an H100: BF16 qwen3-8b 161.7 against 127.1 tokens/s; off until its op test has run on a GPU)"),
     /* ---- numeric tuning ---- */
-    NUM(TUNING, "NQ", NULL, P_MASK, nq, 0, 0, 3, "one-token hand-over between products: 1 the product closing a residual branch quantizes its output times the next RMS norm's weight and the products after the norm scale their sums by 1 / rms (no norm kernel between them), 2 the gate/up product quantizes its SwiGLU output for the down product, 3 both (written without a GPU, off until measured: bench/cuda/h200_handover.sh)"),
-    NUM(TUNING, "MMVS_MIN_IN", NULL, P_I64, mmvs_min_in, 2048, 0, INT64_MAX, "rows narrower than this many columns take cuda_mmvq's kernel, not the streamed one"),
-    NUM(TUNING, "MMVS_WARPS", NULL, P_INT, mmvs_warps, 16, 8, 16, "the streamed kernel's blocks: 16 warps where they fit, else 8; 8: 8 only"),
-    NUM(TUNING, "MMVS_MIN_MB", NULL, P_F64, mmvs_min_mb, 0, 0, 1 << 20, "launches of fewer MiB of weights take cuda_mmvq's kernel; 0: no floor"),
-    NUM(TUNING, "MMVS_SMEM", NULL, P_INT, mmvs_smem, 0, 0, 1024, "KiB of shared memory a streamed block takes at most (cuda_mmvs.cu, cuda_mmvf.cu); 0: their cap, 200"),
-    NUM(TUNING, "MMVS_PRE", NULL, P_INT, mmvs_pre, 1, 0, 1024, "stages of weights a streamed product's warps ask for before waiting on the kernel before (pdl_wait), the rest after their activations' loads, on rows of 4,096 columns and more; 0: the whole ring first"),
-    NUM(TUNING, "MMVS_SEG", NULL, P_INT, mmvs_seg_bytes, -1, -1, INT_MAX, "rows shared by several warps: -1 where 16 warps need it, N rows over N bytes, 0 never"),
-    NUM(TUNING, "ATTN_BPS", NULL, P_INT, attn_bps, 0, 0, 1024, "a decode attention launch splits into at most N blocks per SM (one wave); 0: about 4, rounded up"),
-    NUM(TUNING, "ATTN_MINCHUNK", NULL, P_INT, attn_min_chunk, 128, 0, 8192, "positions a decode split holds at least (rounded down to 32); 0: the splits the graph bucket shapes"),
-    NUM(TUNING, "CUBLAS_MIN_TOK", NULL, P_INT, cublas_min_tok, CUDA_PLAN_CUBLAS_MIN, 1, INT_MAX, "the first batch of prefill products that goes to cuBLAS"),
-    NUM(TUNING, "CUBLAS_SCRATCH_MB", NULL, P_INT, cublas_scratch_mb, CUDA_PLAN_CUBLAS_MB, 1, 1 << 20, "MiB of dequantized f16 weights per cuBLAS chunk"),
-    NUM(TUNING, "MMQ_MIN", NULL, P_INT, mmq_min, CUDA_PLAN_MMQ_MIN, 1, INT_MAX, "the smallest batch of the int8 tensor-core products"),
+    NUM(TUNING, "MMVS_MIN_IN", P_I64, mmvs_min_in, 2048, 0, INT64_MAX, "rows narrower than this many columns take cuda_mmvq's kernel, not the streamed one"),
+    NUM(TUNING, "MMVS_PRE", P_INT, mmvs_pre, 1, 0, 1024, "stages of weights a streamed product's warps ask for before waiting on the kernel before (pdl_wait), the rest after their activations' loads, on rows of 4,096 columns and more; 0: the whole ring first"),
+    NUM(TUNING, "MMVS_SEG", P_INT, mmvs_seg_bytes, -1, -1, INT_MAX, "rows shared by several warps: -1 where 16 warps need it, N rows over N bytes, 0 never"),
+    NUM(TUNING, "ATTN_MINCHUNK", P_INT, attn_min_chunk, 128, 0, 8192, "positions a decode split holds at least (rounded down to 32); 0: the splits the graph bucket shapes"),
+    NUM(TUNING, "CUBLAS_MIN_TOK", P_INT, cublas_min_tok, CUDA_PLAN_CUBLAS_MIN, 1, INT_MAX, "the first batch of prefill products that goes to cuBLAS"),
+    NUM(TUNING, "CUBLAS_SCRATCH_MB", P_INT, cublas_scratch_mb, CUDA_PLAN_CUBLAS_MB, 1, 1 << 20, "MiB of dequantized f16 weights per cuBLAS chunk"),
+    NUM(TUNING, "MMQ_MIN", P_INT, mmq_min, CUDA_PLAN_MMQ_MIN, 1, INT_MAX, "the smallest batch of the int8 tensor-core products"),
     FOLLOW("MMQ_MAX", mmq_max, "CUBLAS_MIN_TOK", 1, INT_MAX, "the first batch the int8 tensor-core products leave to cuBLAS / cuda_mma.cu; unset: CUBLAS_MIN_TOK"),
-    NUM(TUNING, "MMQ_MT", NULL, P_INT, mmq_mt, 2, 1, 2, "m16 tiles a cuda_mmq.cu warp takes from 16 tokens"),
-    NUM(TUNING, "MMQH_MIN", NULL, P_INT, mmqh_min, CUDA_PLAN_MMQH_MIN, 1, INT_MAX, "the smallest batch of the f16 products on streamed weights (cuda_mmqh.cu)"),
+    NUM(TUNING, "MMQ_MT", P_INT, mmq_mt, 2, 1, 2, "m16 tiles a cuda_mmq.cu warp takes from 16 tokens"),
+    NUM(TUNING, "MMQH_MIN", P_INT, mmqh_min, CUDA_PLAN_MMQH_MIN, 1, INT_MAX, "the smallest batch of the f16 products on streamed weights (cuda_mmqh.cu)"),
     FOLLOW("MMQH_MAX", mmqh_max, "MMQ_MAX", 1, INT_MAX, "the first batch cuda_mmqh.cu leaves to the others (at most 65); unset: MMQ_MAX"),
-    NUM(TUNING, "MOE_MMQ_MIN", NULL, P_INT, moe_mmq_min, CUDA_PLAN_MOE_MMQ_MIN, 1, INT_MAX, "(token, expert) entries from which expert products take cuda_mmq.cu"),
-    NUM(TUNING, "MOE_TNT", NULL, P_INT, moe_tnt, 0, 0, 64, "the grouped expert products' token tile: 8, 16, 32 or 64; 0 (or another value): by the mean"),
-    NUM(TUNING, "MOE_VEC_R", NULL, P_INT, moe_vec_r, 2, 2, 4, "weight rows per warp of one token's expert kernels: 4, else 2"),
+    NUM(TUNING, "MOE_MMQ_MIN", P_INT, moe_mmq_min, CUDA_PLAN_MOE_MMQ_MIN, 1, INT_MAX, "(token, expert) entries from which expert products take cuda_mmq.cu"),
     /* ---- debugging ---- */
-    NUM(DEBUG, "ABLATE", NULL, P_MASK, ablate, 0, 0, 4095, "classes of ops that launch nothing, to profile a decode step inside its graph (wrong results; the tokens/s say what a class costs, bench/RESULTS.md sessions 12, 14, 16): 1 RMS norms, 2 QK-norm + rope, 4 attention, 8 dense products, 16 MoE router, 32 expert products, 64 adds, 128 MoE h quantize, 256 combine, 512 gate/up, 1024 down, 2048 Gated DeltaNet conv + update"),
-    {"BRISK_CUDA_GRAPH_INFO", NULL, CUDA_PLAN_DEBUG, P_ON, 0, 0, 1, F(graph_info), NULL, "=1: print the nodes of each captured step"},
-    NUM(DEBUG, "TRACE", NULL, P_STR, trace, 0, 0, 0, "a trace build (EXTRA_NVCCFLAGS=-DBK_TRACE) records one decode step's timeline into this file: every block's start, the return of its wait on the kernel before and, in every kernel that waits, each warp's end"),
-    NUM(DEBUG, "TRACE_STEP", NULL, P_INT, trace_step, 40, 1, INT_MAX, "the replayed step BRISK_CUDA_TRACE records"),
+    NUM(DEBUG, "ABLATE", P_MASK, ablate, 0, 0, 4095, "classes of ops that launch nothing, to profile a decode step inside its graph (wrong results; the tokens/s say what a class costs, bench/RESULTS.md sessions 12, 14, 16): 1 RMS norms, 2 QK-norm + rope, 4 attention, 8 dense products, 16 MoE router, 32 expert products, 64 adds, 128 MoE h quantize, 256 combine, 512 gate/up, 1024 down, 2048 Gated DeltaNet conv + update"),
+    {"BRISK_CUDA_GRAPH_INFO", NULL, CUDA_PLAN_DEBUG, P_ON, 0, 0, 1, F(graph_info), NULL, "=1: print the nodes of each captured step, and which cuBLAS was loaded or why none was"},
+    NUM(DEBUG, "TRACE", P_STR, trace, 0, 0, 0, "a trace build (EXTRA_NVCCFLAGS=-DBK_TRACE) records one decode step's timeline into this file: every block's start, the return of its wait on the kernel before and, in every kernel that waits, each warp's end"),
+    NUM(DEBUG, "TRACE_STEP", P_INT, trace_step, 40, 1, INT_MAX, "the replayed step BRISK_CUDA_TRACE records"),
 };
 #define N_ROWS ((int)(sizeof rows / sizeof rows[0]))
 
 #define LIST_DISABLE "BRISK_CUDA_DISABLE"
 #define LIST_ENABLE "BRISK_CUDA_ENABLE"
+
+/* Names that were settings and are not any more. A run that sets one is refused rather than run
+ * with the default: an A/B measurement with a stale name must not silently measure the default.
+ * Besides these, every path's old own name (BRISK_CUDA_ and its list name in upper case). */
+static const char *const removed[] = {
+    "BRISK_CUDA_NQ",       "BRISK_CUDA_NORM_FUSE",   "BRISK_CUDA_ATTN_V1",   "BRISK_CUDA_EMB_GPU",
+    "BRISK_CUDA_ATTN_BPS", "BRISK_CUDA_MMVS_MIN_MB", "BRISK_CUDA_MMVS_SMEM", "BRISK_CUDA_MMVS_WARPS",
+    "BRISK_CUDA_MOE_TNT",  "BRISK_CUDA_MOE_VEC_R",
+};
+#define N_REMOVED ((int)(sizeof removed / sizeof removed[0]))
 
 /* The BRISK_* names the rest of brisk reads (or its tests and scripts set), so that the unknown-name
  * check leaves them alone; docs/gpu-switches.md lists them too. */
@@ -163,8 +162,28 @@ static const void *cfield(const cuda_plan *p, const plan_row *r) { return (const
 
 static const plan_row *find_env(const char *env) {
     for (int i = 0; i < N_ROWS; i++)
-        if (!strcmp(rows[i].env, env)) return &rows[i];
+        if (rows[i].env && !strcmp(rows[i].env, env)) return &rows[i];
     return NULL;
+}
+
+/* A path's old own name into buf: BRISK_CUDA_GRAPHS for graphs. */
+static void old_path_name(char *buf, size_t cap, const plan_row *r) {
+    int n = snprintf(buf, cap, "BRISK_CUDA_%s", r->flag);
+    for (int k = 11; k < n && (size_t)k < cap; k++)
+        if (buf[k] >= 'a' && buf[k] <= 'z') buf[k] = (char)(buf[k] - 'a' + 'A');
+}
+
+/* Whether name is a path's old own name or a removed setting's. */
+static bool is_retired(const char *name) {
+    for (int i = 0; i < N_REMOVED; i++)
+        if (!strcmp(removed[i], name)) return true;
+    for (int i = 0; i < N_ROWS; i++) {
+        char old[64];
+        if (!rows[i].flag) continue;
+        old_path_name(old, sizeof old, &rows[i]);
+        if (!strcmp(old, name)) return true;
+    }
+    return false;
 }
 
 static void set_default(cuda_plan *p, const plan_row *r) {
@@ -174,7 +193,6 @@ static void set_default(cuda_plan *p, const plan_row *r) {
     case P_ON: *(bool *)f = false; break;
     case P_INT: *(int *)f = (int)r->def; break;
     case P_I64: *(int64_t *)f = r->def; break;
-    case P_F64: *(double *)f = (double)r->def; break;
     case P_MASK: *(unsigned *)f = (unsigned)r->def; break;
     case P_STR: *(const char **)f = NULL; break;
     }
@@ -246,29 +264,14 @@ static bool parse_row(cuda_plan *p, const plan_row *r, const char *s, plan_errs 
         else if (r->parse == P_I64) *(int64_t *)f = v;
         else *(unsigned *)f = (unsigned)v;
         return true;
-    case P_F64: {
-        char *end = NULL;
-        double d = strtod(s, &end);
-        if (end == s || *end || !isfinite(d) || d < (double)r->lo || d > (double)r->hi) {
-            plan_err(e, "%s=%s: expects a number from %" PRId64 " to %" PRId64, r->env, s, r->lo, r->hi);
-            return false;
-        }
-        *(double *)f = d;
-        return true;
-    }
     case P_STR: *(const char **)f = s; return true;
     }
     return false;
 }
 
-/* A path turned off (on == false) or on by a list; cublas, attn_mma and q6k_quad are numbers
- * whose 0 is off and whose default is on. */
+/* A path turned off (on == false) or on by a list. */
 static void set_path(cuda_plan *p, const plan_row *r, bool on) {
-    void *f = field(p, r);
-    if (r->parse == P_OFF) *(bool *)f = !on;
-    else if (r->parse == P_ON) *(bool *)f = on;
-    else if (!on) *(int *)f = 0;
-    else if (*(int *)f == 0) *(int *)f = (int)r->def;
+    *(bool *)field(p, r) = r->parse == P_OFF ? !on : on;
 }
 
 /* BRISK_CUDA_DISABLE / BRISK_CUDA_ENABLE: names separated by commas or spaces. */
@@ -295,10 +298,23 @@ brisk_status cuda_plan_read(cuda_plan *p, cuda_plan_getenv_fn get, void *ud, cha
     memset(p, 0, sizeof *p);
     for (int i = 0; i < N_ROWS; i++) {
         const plan_row *r = &rows[i];
-        const char *s = get(ud, r->env);
+        const char *s = r->env ? get(ud, r->env) : NULL;
         set_default(p, r);
         if (s && *s && parse_row(p, r, s, &e)) continue;
         if (r->follows) *(int *)field(p, r) = *(const int *)cfield(p, find_env(r->follows));
+    }
+    for (int i = 0; i < N_ROWS; i++) { /* the paths' old own names */
+        char old[64];
+        if (!rows[i].flag) continue;
+        old_path_name(old, sizeof old, &rows[i]);
+        const char *s = get(ud, old);
+        if (s && *s)
+            plan_err(&e, "%s=%s: the paths are not variables of their own any more; %s=%s", old, s,
+                     rows[i].parse == P_OFF ? LIST_DISABLE : LIST_ENABLE, rows[i].flag);
+    }
+    for (int i = 0; i < N_REMOVED; i++) {
+        const char *s = get(ud, removed[i]);
+        if (s && *s) plan_err(&e, "%s=%s: removed from brisk (it did not win: docs/experiments.md)", removed[i], s);
     }
     const char *en = get(ud, LIST_ENABLE), *dis = get(ud, LIST_DISABLE);
     if (en) parse_list(p, LIST_ENABLE, en, true, &e);
@@ -319,7 +335,8 @@ brisk_status cuda_plan_read_env(cuda_plan *p) {
 }
 
 bool cuda_plan_known_name(const char *name) {
-    if (!strcmp(name, LIST_DISABLE) || !strcmp(name, LIST_ENABLE) || find_env(name)) return true;
+    /* (retired names too: cuda_plan_read refuses them with a message of its own) */
+    if (!strcmp(name, LIST_DISABLE) || !strcmp(name, LIST_ENABLE) || find_env(name) || is_retired(name)) return true;
     for (int i = 0; i < N_OTHERS; i++)
         if (!strcmp(others[i].env, name)) return true;
     return false;
@@ -360,7 +377,6 @@ static void format_value(char *buf, size_t cap, const cuda_plan *p, const plan_r
     case P_ON: snprintf(buf, cap, "%s", *(const bool *)f ? "on" : "off"); break;
     case P_INT: snprintf(buf, cap, "%d", *(const int *)f); break;
     case P_I64: snprintf(buf, cap, "%" PRId64, *(const int64_t *)f); break;
-    case P_F64: snprintf(buf, cap, "%g", *(const double *)f); break;
     case P_MASK: snprintf(buf, cap, "%u", *(const unsigned *)f); break;
     case P_STR: snprintf(buf, cap, "%s", *(const char *const *)f ? *(const char *const *)f : "-"); break;
     }
@@ -382,11 +398,11 @@ void cuda_plan_print(FILE *f, const cuda_plan *p) {
         format_value(v, sizeof v, p, r);
         format_value(dv, sizeof dv, &d, r);
         format_default(shown, sizeof shown, &d, r);
-        fprintf(f, "%-28s %c%-11s %-16s %-7s %s%s%s\n", r->env, strcmp(v, dv) ? '*' : ' ', v, shown,
-                class_name(r->cls), r->flag ? r->flag : "", r->flag ? ": " : "", r->doc);
+        fprintf(f, "%-28s %c%-11s %-16s %-7s %s\n", r->env ? r->env : r->flag, strcmp(v, dv) ? '*' : ' ', v, shown,
+                class_name(r->cls), r->doc);
     }
-    fprintf(f, "\n* differs from the default. %s=name,... turns paths off, %s=name,... on (the name before the colon).\n",
-            LIST_DISABLE, LIST_ENABLE);
+    fprintf(f, "\n* differs from the default. %s=name,... turns paths off, %s=name,... on.\n", LIST_DISABLE,
+            LIST_ENABLE);
 }
 
 /* Markdown cells hold no '|'. */
@@ -409,17 +425,18 @@ void cuda_plan_print_markdown(FILE *f) {
           "A `BRISK_*` name that nothing reads is warned about once on stderr.\n\n"
           "## Paths\n\n"
           "Every GPU optimization can be turned off, for A/B runs and for bisecting a wrong result, with\n"
-          "one list: `BRISK_CUDA_DISABLE=graphs,pdl,mmvs` (names separated by commas or spaces). The few\n"
-          "paths that are off by default are turned on with `BRISK_CUDA_ENABLE=mmvf,...`. Each path's own\n"
-          "variable still works (`BRISK_CUDA_GRAPHS=0`, `BRISK_CUDA_MMVF=1`); the lists override it,\n"
-          "`BRISK_CUDA_DISABLE` last. Before sm_90, `pdl`, `mmvs`, `mmqh` and `mmvf` are off whatever is set.\n\n"
+          "one list: `BRISK_CUDA_DISABLE=graphs,pdl,mmvs` (names separated by commas or spaces). The path\n"
+          "that is off by default is turned on with `BRISK_CUDA_ENABLE=mmvf`; `BRISK_CUDA_DISABLE` is\n"
+          "applied last. Before sm_90, `pdl`, `mmvs`, `mmqh` and `mmvf` are off whatever is set. The paths\n"
+          "are not variables of their own: a path's old name (`BRISK_CUDA_GRAPHS=0`) is refused with the\n"
+          "list entry to use instead, and so is the name of a setting that was removed (below).\n\n"
           "| variable | takes |\n|---|---|\n"
           "| `" LIST_DISABLE "` | names of the paths below to turn off |\n"
           "| `" LIST_ENABLE "` | names of the paths below to turn on |\n\n",
           f);
     for (int pass = 0; pass < 3; pass++) {
         static const char *const heads[3] = {
-            "| name | variable | default | what it does when on |\n|---|---|---|---|\n",
+            "| name | default | what it does when on |\n|---|---|---|\n",
             "## Tuning\n\n| variable | default | range | meaning |\n|---|---|---|---|\n",
             "## Debugging\n\n| variable | default | meaning |\n|---|---|---|\n"};
         fputs(heads[pass], f);
@@ -428,7 +445,7 @@ void cuda_plan_print_markdown(FILE *f) {
             if ((int)r->cls != pass) continue;
             char dv[64];
             format_default(dv, sizeof dv, &d, r);
-            if (pass == CUDA_PLAN_PATH) fprintf(f, "| `%s` | `%s` | %s | ", r->flag, r->env, dv);
+            if (pass == CUDA_PLAN_PATH) fprintf(f, "| `%s` | %s | ", r->flag, dv);
             else fprintf(f, "| `%s` | %s | ", r->env, r->follows ? dv + 1 : r->parse == P_STR ? "unset" : dv);
             if (pass == CUDA_PLAN_TUNING) {
                 if (r->parse == P_MASK) fprintf(f, "bits, 0-%" PRId64 " | ", r->hi);
@@ -444,6 +461,12 @@ void cuda_plan_print_markdown(FILE *f) {
           "one decode step from inside its kernels with `BRISK_CUDA_TRACE=FILE`; `python3\n"
           "bench/cuda/trace_step.py FILE` prints the launches and where the step's time goes\n"
           "(`bench/cuda/h200_trace.sh` runs it on the GPU machine).\n\n"
+          "## Removed\n\n"
+          "These names are refused when set: their paths lost their measurements and left the source\n"
+          "([experiments.md](experiments.md) keeps each one's figures and last commit).\n\n",
+          f);
+    for (int i = 0; i < N_REMOVED; i++) fprintf(f, "%s`%s`", i ? ", " : "", removed[i]);
+    fputs(".\n\n"
           "## Elsewhere in brisk\n\n"
           "Read by other modules (or set by the tests and their scripts); listed so the unknown-name\n"
           "check knows them.\n\n| variable | module | meaning |\n|---|---|---|\n",

@@ -9,20 +9,18 @@
  * docs/gpu-switches.md is generated from it (`make docs`; tests/t_gpu_switches.sh fails when the
  * committed page differs).
  *
- * Paths are turned off through one list, BRISK_CUDA_DISABLE=mmvs,graphs,... (and the few that are
- * off by default turned on through BRISK_CUDA_ENABLE=mmvf,...). Each path's own older name
- * (BRISK_CUDA_MMVS=0) still works, silently: the bench and test scripts set them. Where both are
- * given, BRISK_CUDA_ENABLE overrides the own name and BRISK_CUDA_DISABLE overrides both.
+ * Paths are turned off through one list, BRISK_CUDA_DISABLE=mmvs,graphs,... (and the one that is
+ * off by default turned on through BRISK_CUDA_ENABLE=mmvf); DISABLE is applied last. The paths
+ * are not environment names of their own: only the numeric tunings and the debugging aids are.
+ * A path's old own name (BRISK_CUDA_MMVS=0) and the names of settings that were removed (their
+ * paths lost their measurements: docs/experiments.md) are refused, naming what to set instead.
  *
- * Malformed values (BRISK_CUDA_MMVS_WARPS=abc, a number out of its range, a bool other than 0 or 1,
+ * Malformed values (BRISK_CUDA_MMVS_PRE=abc, a number out of its range, a bool other than 0 or 1,
  * an unknown name in a list) are errors, not warnings: cuda_plan_read returns
  * BRISK_ERR_INVALID_ARG and a message that names the variable, the value and what it takes, and
  * the backend is not created. An A/B run with a typo must not silently measure the default. The
  * plan is filled all the same (the default where a value was malformed), for callers that only
- * size memory. An empty value counts as unset. Every value the old scattered getenv calls read
- * gives the same backend (tests/test_cuda_plan.c compares the two over a corpus), but for these:
- * an empty value (atoi made it 0), BRISK_CUDA_GRAPH_INFO=0 (on before: only the name was looked
- * at), and what is now refused (atoi read "abc" as 0, "1.5" as 1).
+ * size memory. An empty value counts as unset.
  *
  * BRISK_* names that no module reads are warned about once a process, on stderr
  * (cuda_plan_warn_unknown_once; the table of the other modules' names is here too, so that the
@@ -52,9 +50,9 @@ enum {
     CUDA_PLAN_CUBLAS_MB = 64,   /* BLAS_SCRATCH_MB */
 };
 
-/* The settings, in the terms of the environment (KiB, MiB, positions): cuda_init converts. The
- * field names are the cuda_backend fields they end up in. A path's bool is true when it is off
- * (x_off) or, for the paths off by default, on (x_on, attn_v1, emb_gpu). */
+/* The settings, in the terms of the environment (MiB, positions): cuda_init converts. The field
+ * names are the cuda_backend fields they end up in. A path's bool is true when it is off (x_off)
+ * or, for the path off by default, on (mmvf_on). */
 typedef struct cuda_plan {
     /* paths on by default (BRISK_CUDA_DISABLE=name) */
     bool graphs_off, pdl_off, mma_off, mmq_off, mmqh_off, moe_mmq_off, moe_q8_off, moe_vec_off;
@@ -63,25 +61,18 @@ typedef struct cuda_plan {
     bool attn_rope_off, attn_gate_off, attnq_off, kvfuse_off, qkrope_off, glu_off, normq_off;
     bool mmvq_slices_off, mmvq_multi_off, mmvs_off, mmvs_wide_off, dec_qtypes_off;
     bool gd_chunk_off, gd_fuse_off, gd_conv_off, weight_pool_off;
-    int cublas;                 /* 0 off, 1 on and saying why when cuBLAS cannot be loaded, 2 on */
-    int attn_mma_min;           /* decode attention on tensor cores from this many positions; 0: never */
-    int q6k_quad;               /* 0 off, 1 Q6_K decode products in quads of groups, 2 the LM head too */
+    bool cublas_off, attn_mma_off, q6k_quad_off;
     /* paths off by default (BRISK_CUDA_ENABLE=name) */
-    bool mmvf_on, norm_fuse_on, attn_v1, emb_gpu;
+    bool mmvf_on;
     /* tuning */
-    unsigned nq;                /* bits: 1 the norm's hand-over, 2 the SwiGLU's */
     int64_t mmvs_min_in;        /* columns */
-    int mmvs_warps;             /* 8 or 16 */
-    double mmvs_min_mb;         /* MiB of weights a launch */
-    int mmvs_smem;              /* KiB a block; 0: the kernel's own cap */
     int mmvs_pre;               /* stages */
     int mmvs_seg_bytes;         /* -1: auto */
-    int attn_bps;               /* blocks per SM; 0: auto */
     int attn_min_chunk;         /* positions */
     int cublas_min_tok, cublas_scratch_mb;
     int mmq_min, mmq_max, mmq_mt;
     int mmqh_min, mmqh_max;     /* tokens; cuda_init caps mmqh_max at MMQH_MAX_N + 1 */
-    int moe_mmq_min, moe_tnt, moe_vec_r;
+    int moe_mmq_min;
     /* debugging */
     unsigned ablate;            /* bits: classes of ops that launch nothing (CU_ABLATE) */
     bool graph_info;
@@ -121,8 +112,8 @@ void cuda_plan_print(FILE *f, const cuda_plan *p);
 /* docs/gpu-switches.md: every name of the table and of the other modules, with defaults. */
 void cuda_plan_print_markdown(FILE *f);
 
-/* Rows of the table (tests): the number, and row i's environment name, short name (NULL where
- * none) and class; false past the end. */
+/* Rows of the table (tests): the number, and row i's environment name (NULL for a path), list name
+ * (NULL where none) and class; false past the end. */
 int cuda_plan_rows(void);
 bool cuda_plan_row(int i, const char **env, const char **flag, cuda_plan_class *cls);
 

@@ -8,7 +8,7 @@
  * or not, touch different state slots.
  *
  * Decode (every sequence of fewer than GDC_MIN_PER_SEQ entries in the batch,
- * every batch inside a graph capture or with BRISK_CUDA_GD_CHUNK=0, and
+ * every batch inside a graph capture or with BRISK_CUDA_DISABLE=gd_chunk, and
  * d > 128) runs the recurrent form: row r (a value dim) of a
  * head's state S evolves on its own,
  *   S_r *= exp(g);  S_r += beta (v_r - S_r . k) k;  o_r = S_r . q / sqrt(d)
@@ -877,7 +877,7 @@ extern "C" void cuda_gated_delta(bk_backend *be, const float *qkv, const float *
 /* backend.h's gated_delta_gate: the conv, the rule, the heads' RMS norm and the output gate in one launch
  * (gated_delta_gate_kernel) when every sequence of the batch takes the recurrent form, the head size is
  * 32, 64, 96 or 128 and a key head has at most 8 value heads (a cluster); without the last (and with
- * BRISK_CUDA_GD_CONV=0) the conv in a launch of its own first; anything else (and BRISK_CUDA_GD_FUSE=0)
+ * BRISK_CUDA_DISABLE=gd_conv) the conv in a launch of its own first; anything else (and BRISK_CUDA_DISABLE=gd_fuse)
  * as the separate ops. */
 extern "C" void cuda_gated_delta_gate(bk_backend *be, const float *x, const bk_weight *conv_w, float *conv, int d_conv,
                                       float *conv_out, const float *b, const float *a, const bk_weight *a_bias,

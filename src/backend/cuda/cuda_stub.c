@@ -35,6 +35,11 @@ long bk_cuda_blas_products(bk_backend *be) {
     return -1;
 }
 
+bool bk_cuda_attn_on_mma(bk_backend *be, int kv_type, int n_head, int n_head_kv, int head_dim, int n, int max_np) {
+    (void)be, (void)kv_type, (void)n_head, (void)n_head_kv, (void)head_dim, (void)n, (void)max_np;
+    return false;
+}
+
 brisk_status bk_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes) {
     *free_bytes = *total_bytes = 0;
     return bk_fail(BRISK_ERR_UNSUPPORTED, "CUDA device %d: brisk was built without CUDA (no nvcc)", device);
