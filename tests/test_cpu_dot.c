@@ -11,6 +11,7 @@
 
 #include "backend/cpu/cpu_dot.h"
 #include "backend/cpu/cpu_pgemm.h"
+#include "backend/cpu/cpu_repack.h"
 #include "brisk.h"
 #include "quant/quant.h"
 #include "test.h"
@@ -450,12 +451,74 @@ static void test_pgemm(void) {
     printf("  packed GEMM: %d types tested\n", tested);
 }
 
+/* The repacked kernels (cpu_repack.h) against a double reference on the
+ * dequantized data: odd block counts (the zero pad block), row counts that
+ * are not a multiple of the interleave (only whole groups are repacked),
+ * 1..5 tokens (the 4-token tiles and their remainders). */
+static void test_repack(void) {
+    static const int64_t shapes[][2] = {{1024, 16}, {96, 13}, {3072, 24}, {32, 8}, {64, 9}, {160, 7}};
+    const uint32_t types[] = {QT_Q4_0};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t wt = types[ti], xt = quant_get_traits(wt)->vec_dot_type;
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t n = shapes[si][0], rows = shapes[si][1];
+            const size_t rb = cpu_repack_bytes(wt, n, rows);
+            if (cpu_dot_isa() != CPU_ISA_AVX512 || getenv("BRISK_CPU_REPACK")) {
+                CHECK(rb == 0 || cpu_dot_isa() == CPU_ISA_AVX512);
+                continue;
+            }
+            CHECK(rows < 8 ? rb == 0 : rb > 0);
+            if (!rb) continue;
+            const size_t ws = quant_row_size(wt, n), xs = quant_row_size(xt, n);
+            const size_t as = cpu_repack_act_bytes(wt, n);
+            const int nx = 5;
+            uint8_t *w = malloc(ws * (size_t)rows), *x = malloc(xs * nx);
+            void *wr = aligned_alloc(64, (rb + 63) & ~(size_t)63), *xa = aligned_alloc(64, as * nx);
+            float *wf = malloc(sizeof(float) * (size_t)(n * rows)), *xf = malloc(sizeof(float) * (size_t)(n * nx));
+            float *tmp = malloc(sizeof(float) * (size_t)n), *s = malloc(sizeof(float) * (size_t)(rows * nx));
+            fill_weights(wt, w, n * rows);
+            CHECK_OK(quant_dequantize(wt, w, wf, n * rows));
+            for (int j = 0; j < nx; j++) {
+                for (int64_t i = 0; i < n; i++) tmp[i] = rnd_unit();
+                cpu_get_from_float(xt)(tmp, x + (size_t)j * xs, n);
+                CHECK_OK(quant_dequantize(xt, x + (size_t)j * xs, xf + (size_t)j * n, n));
+            }
+            cpu_repack_weights(wt, n, rows, w, ws, wr);
+            for (int ntok = 1; ntok <= nx; ntok++) {
+                for (int j = 0; j < ntok; j++) cpu_repack_act(wt, n, x + (size_t)j * xs, (char *)xa + (size_t)j * as);
+                const int64_t ng = rows / CPU_REPACK_ROWS;
+                /* two calls, groups [0, 1) and [1, ng): the group offset is the caller's */
+                cpu_repack_gemm(wt, n, wr, 0, 1, xa, as, ntok, s, (size_t)nx);
+                cpu_repack_gemm(wt, n, wr, 1, ng, xa, as, ntok, s + CPU_REPACK_ROWS * nx, (size_t)nx);
+                int bad = 0;
+                for (int64_t r = 0; r < ng * CPU_REPACK_ROWS; r++) {
+                    for (int j = 0; j < ntok; j++) {
+                        double ref = 0, mag = 0;
+                        for (int64_t i = 0; i < n; i++) {
+                            const double p = (double)wf[r * n + i] * xf[(size_t)j * n + i];
+                            ref += p;
+                            mag += fabs(p);
+                        }
+                        const float v = s[r * nx + j];
+                        if (!(fabs(v - ref) <= 1e-5 * mag + 1e-6) && !bad++)
+                            fprintf(stderr, "  repack %s n=%lld rows=%lld nx=%d row %lld tok %d: %.9g vs ref %.9g\n",
+                                    quant_type_name(wt), (long long)n, (long long)rows, ntok, (long long)r, j, v, ref);
+                    }
+                }
+                CHECK(bad == 0);
+            }
+            free(w), free(x), free(wr), free(xa), free(wf), free(xf), free(tmp), free(s);
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     static const test_case cases[] = {
         {"isa", test_isa},
         {"all_isas", test_all_isas},
         {"gemm_bitwise", test_gemm_bitwise},
         {"pgemm", test_pgemm},
+        {"repack", test_repack},
         {"q8K_from_float", test_q8K_from_float},
         {"ggml_from_float", test_ggml_from_float},
         {"ggml_vec_dot", test_ggml_vec_dot},

@@ -1,0 +1,150 @@
+/* cpu_repack_avx512.c — the repacked layouts of cpu_repack.h and their
+ * AVX-512 VNNI kernels. Built with the AVX-512 flags; every entry point
+ * first checks that cpu_dot_isa() chose AVX-512 (which implies VNNI), so the
+ * portable code here never runs on a CPU without it. */
+#include "backend/cpu/cpu_repack.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_dot.h"
+#include "quant/quant.h"
+
+#define Q40_PAIR_BYTES 288 /* f16 d[16] + qs[4][64]: 16 blocks of 18 bytes */
+#define Q40_ACT_BYTES 640  /* per block pair: 8 x 64 activation groups, init sums, scales */
+
+/* Repacking is on by default where the kernels exist; BRISK_CPU_REPACK=0
+ * turns it off (A/B timing, or to read the mapped file only). */
+static bool repack_enabled(void) {
+    const char *e = getenv("BRISK_CPU_REPACK");
+    return !(e && !strcmp(e, "0")) && cpu_dot_isa() == CPU_ISA_AVX512;
+}
+
+size_t cpu_repack_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
+    if (type != QT_Q4_0 || n_out < CPU_REPACK_ROWS || n_in % 32 || !repack_enabled()) return 0;
+    const int64_t np = (n_in / 32 + 1) / 2;
+    return (size_t)(n_out / CPU_REPACK_ROWS) * (size_t)np * Q40_PAIR_BYTES;
+}
+
+size_t cpu_repack_act_bytes(uint32_t type, int64_t n_in) {
+    return type == QT_Q4_0 ? (size_t)((n_in / 32 + 1) / 2) * Q40_ACT_BYTES : 0;
+}
+
+void cpu_repack_weights(uint32_t type, int64_t n_in, int64_t n_out, const void *w, size_t ws, void *dst) {
+    if (type != QT_Q4_0) return;
+    const int64_t nb = n_in / 32, np = (nb + 1) / 2;
+    uint8_t *o = dst;
+    for (int64_t g = 0; g < n_out / CPU_REPACK_ROWS; g++) {
+        for (int64_t p = 0; p < np; p++, o += Q40_PAIR_BYTES) {
+            memset(o, 0, Q40_PAIR_BYTES);
+            for (int lane = 0; lane < 16; lane++) {
+                const int64_t b = 2 * p + lane / 8, row = g * CPU_REPACK_ROWS + lane % 8;
+                if (b >= nb) continue; /* the zero pad block: scale 0 */
+                const blk_q4_0 *src = (const blk_q4_0 *)((const char *)w + (size_t)row * ws) + b;
+                memcpy(o + 2 * lane, &src->d, 2);
+                for (int k = 0; k < 4; k++) memcpy(o + 32 + 64 * k + 4 * lane, src->qs + 4 * k, 4);
+            }
+        }
+    }
+}
+
+void cpu_repack_act(uint32_t type, int64_t n_in, const void *xq, void *xa) {
+    if (type != QT_Q4_0) return;
+    const blk_q8_0 *x = xq;
+    const int64_t nb = n_in / 32, np = (nb + 1) / 2;
+    uint8_t *o = xa;
+    for (int64_t p = 0; p < np; p++, o += Q40_ACT_BYTES) {
+        memset(o, 0, Q40_ACT_BYTES);
+        for (int h = 0; h < 2 && 2 * p + h < nb; h++) {
+            const blk_q8_0 *b = &x[2 * p + h];
+            int32_t sum = 0;
+            for (int i = 0; i < 32; i++) sum += b->qs[i];
+            const int32_t init = -8 * sum; /* the Q4_0 offset: sum (q - 8) y = sum q y - 8 sum y */
+            const float d = quant_f16_to_f32(b->d);
+            for (int lane = 8 * h; lane < 8 * h + 8; lane++) {
+                for (int k = 0; k < 8; k++) memcpy(o + 64 * k + 4 * lane, b->qs + 4 * k, 4);
+                memcpy(o + 512 + 4 * lane, &init, 4);
+                memcpy(o + 576 + 4 * lane, &d, 4);
+            }
+        }
+    }
+}
+
+#if defined(__x86_64__) && defined(__AVX512F__)
+#include <immintrin.h>
+
+#define KATTR __attribute__((target("avx512vnni")))
+/* Bytes ahead that the weight stream is prefetched: the groups are one
+ * sequential stream, so this only runs the hardware prefetcher's start. */
+#ifndef REPACK_PF_BYTES
+#define REPACK_PF_BYTES 1024
+#endif
+
+/* One group of 8 rows against RX (1..4) tokens: per block pair, the
+ * nibbles are unpacked once and meet each token's 8 activation vectors. */
+static inline __attribute__((always_inline)) KATTR void q40_group(int64_t np, const uint8_t *w, const uint8_t *xa,
+                                                                  size_t xs, const int RX, float *s, size_t ss) {
+    const __m512i m4 = _mm512_set1_epi8(15);
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < RX; j++) acc[j] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < np; p++, w += Q40_PAIR_BYTES) {
+        _mm_prefetch((const char *)w + REPACK_PF_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)w + REPACK_PF_BYTES + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)w + REPACK_PF_BYTES + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)w + REPACK_PF_BYTES + 192, _MM_HINT_T0);
+        _mm_prefetch((const char *)w + REPACK_PF_BYTES + 256, _MM_HINT_T0);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
+        __m512i lo[4], hi[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m512i q = _mm512_loadu_si512(w + 32 + 64 * k);
+            lo[k] = _mm512_and_si512(q, m4);
+            hi[k] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < RX; j++) {
+            const uint8_t *a = xa + (size_t)j * xs + (size_t)p * Q40_ACT_BYTES;
+            __m512i s0 = _mm512_load_si512(a + 512), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                s0 = _mm512_dpbusd_epi32(s0, lo[k], _mm512_load_si512(a + 64 * k));
+                s1 = _mm512_dpbusd_epi32(s1, hi[k], _mm512_load_si512(a + 64 * (k + 4)));
+            }
+            const __m512 d = _mm512_mul_ps(dw, _mm512_load_ps((const float *)(a + 576)));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), d, acc[j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < RX; j++) {
+        float v[8];
+        _mm256_storeu_ps(v, _mm256_add_ps(_mm512_castps512_ps256(acc[j]), _mm512_extractf32x8_ps(acc[j], 1)));
+        for (int r = 0; r < 8; r++) s[(size_t)r * ss + j] = v[r];
+    }
+}
+
+static KATTR void q40_gemm(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t g1, const uint8_t *xa, size_t xs,
+                           int nx, float *s, size_t ss) {
+    const int64_t np = (n_in / 32 + 1) / 2;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *w = wr + (size_t)g * (size_t)np * Q40_PAIR_BYTES;
+        float *sg = s + (size_t)(g - g0) * CPU_REPACK_ROWS * ss;
+        int j = 0;
+        for (; j + 4 <= nx; j += 4) q40_group(np, w, xa + (size_t)j * xs, xs, 4, sg + j, ss);
+        switch (nx - j) {
+        case 3: q40_group(np, w, xa + (size_t)j * xs, xs, 3, sg + j, ss); break;
+        case 2: q40_group(np, w, xa + (size_t)j * xs, xs, 2, sg + j, ss); break;
+        case 1: q40_group(np, w, xa + (size_t)j * xs, xs, 1, sg + j, ss); break;
+        default: break;
+        }
+    }
+}
+
+void cpu_repack_gemm(uint32_t type, int64_t n_in, const void *wr, int64_t g0, int64_t g1, const void *xa, size_t xs,
+                     int nx, float *s, size_t ss) {
+    if (type == QT_Q4_0) q40_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss);
+}
+#else
+void cpu_repack_gemm(uint32_t type, int64_t n_in, const void *wr, int64_t g0, int64_t g1, const void *xa, size_t xs,
+                     int nx, float *s, size_t ss) {}
+#endif
