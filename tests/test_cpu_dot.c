@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "backend/cpu/cpu_dot.h"
 #include "backend/cpu/cpu_pgemm.h"
 #include "backend/cpu/cpu_repack.h"
@@ -512,6 +513,58 @@ static void test_repack(void) {
     }
 }
 
+/* The CPU backend's matmul with repacked copies against the same backend
+ * reading the mapped rows (BRISK_CPU_REPACK=0): several matrices in one call
+ * (row tiles straddle them; row counts not a multiple of 8, so the plain
+ * kernels run the rows around the groups), one sharing the others' converted
+ * input, 1..15 tokens, 1 and 2 threads. */
+static void test_repack_matmul(void) {
+    if (cpu_dot_isa() != CPU_ISA_AVX512 || getenv("BRISK_CPU_REPACK")) return;
+    enum { NW = 4, NMAX = 15 };
+    const int64_t n_in = 320, rows[NW] = {13, 37, 8, 64};
+    const uint32_t types[NW] = {QT_Q4_0, QT_Q4_0, QT_Q4_0, QT_Q8_0};
+    bk_weight w[NW];
+    const bk_weight *wp[NW];
+    float *y[2][NW], *x = malloc(sizeof(float) * n_in * NMAX);
+    for (int64_t i = 0; i < n_in * NMAX; i++) x[i] = rnd_unit();
+    for (int m = 0; m < NW; m++) {
+        const size_t rb = quant_row_size(types[m], n_in);
+        uint8_t *buf = malloc(rb * (size_t)rows[m]);
+        fill_weights(types[m], buf, n_in * rows[m]);
+        w[m] = (bk_weight){.name = "w", .type = types[m], .n_in = n_in, .n_out = rows[m], .row_bytes = rb, .host = buf};
+        wp[m] = &w[m];
+        for (int v = 0; v < 2; v++) y[v][m] = malloc(sizeof(float) * (size_t)(rows[m] * NMAX));
+    }
+    for (int nt = 1; nt <= 2; nt++) {
+        bk_backend *be[2];
+        setenv("BRISK_CPU_REPACK", "0", 1);
+        CHECK_OK(bk_cpu_backend_new(nt, &be[0]));
+        be[0]->ops->matmul(be[0], NW, wp, NULL, x, 1, y[0]); /* makes its (absent) copies with repacking off */
+        unsetenv("BRISK_CPU_REPACK");
+        CHECK_OK(bk_cpu_backend_new(nt, &be[1]));
+        for (int n = 1; n <= NMAX; n += 2) {
+            for (int v = 0; v < 2; v++) be[v]->ops->matmul(be[v], NW, wp, NULL, x, n, y[v]);
+            int bad = 0, differ = 0; /* some sums differ in the last bits: the repacked path ran */
+            for (int m = 0; m < NW; m++)
+                for (int64_t i = 0; i < rows[m] * n; i++) {
+                    const float a = y[0][m][i], b = y[1][m][i];
+                    differ += a != b;
+                    if (!(fabsf(a - b) <= 1e-4f * (fabsf(a) + 1.0f)) && !bad++)
+                        fprintf(stderr, "  repack matmul threads %d n %d matrix %d out %lld: %.7g vs %.7g\n", nt, n, m,
+                                (long long)i, b, a);
+                }
+            CHECK(bad == 0);
+            CHECK(differ > 0);
+        }
+        for (int v = 0; v < 2; v++) be[v]->ops->free(be[v]);
+    }
+    for (int m = 0; m < NW; m++) {
+        free((void *)w[m].host);
+        for (int v = 0; v < 2; v++) free(y[v][m]);
+    }
+    free(x);
+}
+
 int main(int argc, char **argv) {
     static const test_case cases[] = {
         {"isa", test_isa},
@@ -519,6 +572,7 @@ int main(int argc, char **argv) {
         {"gemm_bitwise", test_gemm_bitwise},
         {"pgemm", test_pgemm},
         {"repack", test_repack},
+        {"repack_matmul", test_repack_matmul},
         {"q8K_from_float", test_q8K_from_float},
         {"ggml_from_float", test_ggml_from_float},
         {"ggml_vec_dot", test_ggml_vec_dot},
