@@ -457,18 +457,23 @@ static void test_pgemm(void) {
  * are not a multiple of the interleave (only whole groups are repacked),
  * 1..5 tokens (the 4-token tiles and their remainders). */
 static void test_repack(void) {
-    static const int64_t shapes[][2] = {{1024, 16}, {96, 13}, {3072, 24}, {32, 8}, {64, 9}, {160, 7}};
-    const uint32_t types[] = {QT_Q4_0};
+    if (getenv("BRISK_CPU_REPACK")) return; /* the test sets it, to reach every repacked type */
+    setenv("BRISK_CPU_REPACK", "all", 1);
+    static const int64_t shapes[][2] = {{1024, 16}, {96, 13}, {3072, 24}, {32, 8}, {64, 9}, {160, 7},
+                                        {256, 16}, {768, 35}, {512, 15}, {2048, 48}};
+    const uint32_t types[] = {QT_Q4_0, QT_Q4_K};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const uint32_t wt = types[ti], xt = quant_get_traits(wt)->vec_dot_type;
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             const int64_t n = shapes[si][0], rows = shapes[si][1];
             const size_t rb = cpu_repack_bytes(wt, n, rows);
-            if (cpu_dot_isa() != CPU_ISA_AVX512 || getenv("BRISK_CPU_REPACK")) {
-                CHECK(rb == 0 || cpu_dot_isa() == CPU_ISA_AVX512);
+            if (cpu_dot_isa() != CPU_ISA_AVX512) {
+                CHECK(rb == 0);
                 continue;
             }
-            CHECK(rows < 8 ? rb == 0 : rb > 0);
+            const int R = cpu_repack_rows(wt);
+            if (n % quant_get_traits(wt)->block_elems) continue;
+            CHECK(rows < R ? rb == 0 : rb > 0);
             if (!rb) continue;
             const size_t ws = quant_row_size(wt, n), xs = quant_row_size(xt, n);
             const size_t as = cpu_repack_act_bytes(wt, n);
@@ -487,12 +492,12 @@ static void test_repack(void) {
             cpu_repack_weights(wt, n, rows, w, ws, wr);
             for (int ntok = 1; ntok <= nx; ntok++) {
                 for (int j = 0; j < ntok; j++) cpu_repack_act(wt, n, x + (size_t)j * xs, (char *)xa + (size_t)j * as);
-                const int64_t ng = rows / CPU_REPACK_ROWS;
+                const int64_t ng = rows / R;
                 /* two calls, groups [0, 1) and [1, ng): the group offset is the caller's */
                 cpu_repack_gemm(wt, n, wr, 0, 1, xa, as, ntok, s, (size_t)nx);
-                cpu_repack_gemm(wt, n, wr, 1, ng, xa, as, ntok, s + CPU_REPACK_ROWS * nx, (size_t)nx);
+                cpu_repack_gemm(wt, n, wr, 1, ng, xa, as, ntok, s + R * nx, (size_t)nx);
                 int bad = 0;
-                for (int64_t r = 0; r < ng * CPU_REPACK_ROWS; r++) {
+                for (int64_t r = 0; r < ng * R; r++) {
                     for (int j = 0; j < ntok; j++) {
                         double ref = 0, mag = 0;
                         for (int64_t i = 0; i < n; i++) {
@@ -511,6 +516,7 @@ static void test_repack(void) {
             free(w), free(x), free(wr), free(xa), free(wf), free(xf), free(tmp), free(s);
         }
     }
+    unsetenv("BRISK_CPU_REPACK");
 }
 
 /* The CPU backend's matmul with repacked copies against the same backend
@@ -520,9 +526,9 @@ static void test_repack(void) {
  * input, 1..15 tokens, 1 and 2 threads. */
 static void test_repack_matmul(void) {
     if (cpu_dot_isa() != CPU_ISA_AVX512 || getenv("BRISK_CPU_REPACK")) return;
-    enum { NW = 4, NMAX = 15 };
-    const int64_t n_in = 320, rows[NW] = {13, 37, 8, 64};
-    const uint32_t types[NW] = {QT_Q4_0, QT_Q4_0, QT_Q4_0, QT_Q8_0};
+    enum { NW = 6, NMAX = 15 };
+    const int64_t n_in = 512, rows[NW] = {13, 37, 8, 64, 21, 48};
+    const uint32_t types[NW] = {QT_Q4_0, QT_Q4_0, QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q4_K};
     bk_weight w[NW];
     const bk_weight *wp[NW];
     float *y[2][NW], *x = malloc(sizeof(float) * n_in * NMAX);
@@ -540,7 +546,7 @@ static void test_repack_matmul(void) {
         setenv("BRISK_CPU_REPACK", "0", 1);
         CHECK_OK(bk_cpu_backend_new(nt, &be[0]));
         be[0]->ops->matmul(be[0], NW, wp, NULL, x, 1, y[0]); /* makes its (absent) copies with repacking off */
-        unsetenv("BRISK_CPU_REPACK");
+        setenv("BRISK_CPU_REPACK", "all", 1);
         CHECK_OK(bk_cpu_backend_new(nt, &be[1]));
         for (int n = 1; n <= NMAX; n += 2) {
             for (int v = 0; v < 2; v++) be[v]->ops->matmul(be[v], NW, wp, NULL, x, n, y[v]);
@@ -557,6 +563,7 @@ static void test_repack_matmul(void) {
             CHECK(differ > 0);
         }
         for (int v = 0; v < 2; v++) be[v]->ops->free(be[v]);
+        unsetenv("BRISK_CPU_REPACK");
     }
     for (int m = 0; m < NW; m++) {
         free((void *)w[m].host);

@@ -3,7 +3,7 @@
  * best of REPS, on Qwen3-0.6B shapes: 3072x1024 (ffn_gate/up, L2-resident:
  * the compute limit) and 151936x1024 (LM-head-sized, DRAM-bound), nx = 1..4.
  * Build: cc -O2 -Iinclude -Isrc dev/kernels/bench_repack.c build/libbrisk.a -lm -lpthread -ldl
- * Run:   ./a.out [q4_0] */
+ * Run:   ./a.out [q4_0|q4_K] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,8 +20,7 @@ static double now(void) {
 }
 
 int main(int argc, char **argv) {
-    uint32_t t = QT_Q4_0;
-    (void)argc, (void)argv;
+    uint32_t t = argc > 1 && !strcmp(argv[1], "q4_K") ? QT_Q4_K : QT_Q4_0;
     cpu_dot_init();
     const int shapes[2][2] = {{3072, 1024}, {151936, 1024}};
     const quant_traits *tr = quant_get_traits(t);
@@ -51,7 +50,7 @@ int main(int argc, char **argv) {
                     double t0 = now();
                     if (v) {
                         for (int j = 0; j < nx; j++) cpu_repack_act(t, cols, x + (size_t)j * xs, xa + (size_t)j * as);
-                        cpu_repack_gemm(t, cols, wr, 0, rows / 8, xa, as, nx, sr, 4);
+                        cpu_repack_gemm(t, cols, wr, 0, rows / cpu_repack_rows(t), xa, as, nx, sr, 4);
                     } else {
                         for (int r = 0; r < rows; r += 16) g(cols, w + (size_t)r * rs, rs, 16, x, xs, nx, s, 32);
                     }

@@ -145,10 +145,11 @@ typedef struct {
 static void repack_worker(void *arg, int ith, int nth) {
     repack_job *j = arg;
     long lo, hi;
-    threadpool_range(j->w->n_out / CPU_REPACK_ROWS, ith, nth, &lo, &hi);
+    const int R = cpu_repack_rows(j->w->type);
+    threadpool_range(j->w->n_out / R, ith, nth, &lo, &hi);
     if (lo < hi)
-        cpu_repack_weights(j->w->type, j->w->n_in, (hi - lo) * CPU_REPACK_ROWS,
-                           (const char *)j->w->host + (size_t)lo * CPU_REPACK_ROWS * j->w->row_bytes, j->w->row_bytes,
+        cpu_repack_weights(j->w->type, j->w->n_in, (hi - lo) * R,
+                           (const char *)j->w->host + (size_t)lo * R * j->w->row_bytes, j->w->row_bytes,
                            j->dst + (size_t)lo * j->group_bytes);
 }
 
@@ -181,7 +182,7 @@ static const void *repacked(cpu_backend *cb, const bk_weight *w) {
     const size_t rb = cpu_repack_bytes(w->type, w->n_in, w->n_out);
     void *copy = rb ? aligned_alloc(64, (rb + 63) & ~(size_t)63) : NULL;
     if (copy) {
-        repack_job j = {w, copy, cpu_repack_bytes(w->type, w->n_in, CPU_REPACK_ROWS)};
+        repack_job j = {w, copy, cpu_repack_bytes(w->type, w->n_in, cpu_repack_rows(w->type))};
         threadpool_run(cb->tp, repack_worker, &j);
         cb->copy_bytes += rb;
     }
@@ -287,13 +288,12 @@ static void mm_rows_plain(const mm_job *j, int m, long a, long b, float *s) {
     }
 }
 
-/* Rows [a, b) of a repacked matrix (cpu_repack.h): whole groups of 8 from the
- * copy, the rows around them from the mapped file. */
+/* Rows [a, b) of a repacked matrix (cpu_repack.h): whole groups of R rows
+ * from the copy, the rows around them from the mapped file. */
 static void mm_rows(const mm_job *j, int m, long a, long b, float *s) {
     const bk_weight *w = j->w[m];
-    const long ga = (a + CPU_REPACK_ROWS - 1) / CPU_REPACK_ROWS * CPU_REPACK_ROWS,
-               gb = (b < w->n_out / CPU_REPACK_ROWS * CPU_REPACK_ROWS ? b : w->n_out / CPU_REPACK_ROWS * CPU_REPACK_ROWS) /
-                    CPU_REPACK_ROWS * CPU_REPACK_ROWS;
+    const long R = j->xa[m] ? cpu_repack_rows(w->type) : 1, end = w->n_out / R * R;
+    const long ga = (a + R - 1) / R * R, gb = (b < end ? b : end) / R * R;
     if (!j->xa[m] || ga >= gb) {
         mm_rows_plain(j, m, a, b, s);
         return;
@@ -303,7 +303,7 @@ static void mm_rows(const mm_job *j, int m, long a, long b, float *s) {
     float *y = j->y[m];
     for (int t0 = 0, nt; t0 < j->n; t0 += nt) {
         nt = j->n - t0 < TOK_TILE ? j->n - t0 : TOK_TILE;
-        cpu_repack_gemm(w->type, w->n_in, j->wr[m], ga / CPU_REPACK_ROWS, gb / CPU_REPACK_ROWS,
+        cpu_repack_gemm(w->type, w->n_in, j->wr[m], ga / R, gb / R,
                         (const char *)j->xa[m] + (size_t)t0 * j->xa_stride[m], j->xa_stride[m], nt, s, TOK_TILE);
         for (long r = ga; r < gb; r++) {
             float bb = bias ? bias[r] : 0.0f;
