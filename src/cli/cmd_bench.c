@@ -288,14 +288,22 @@ int cmd_bench(int argc, char **argv) {
         int nl = snprintf(name, sizeof name, "%s%d", kind == 0 ? "pp" : "tg", kind == 0 ? np : ng);
         if (depth > 0) nl += snprintf(name + nl, sizeof name - (size_t)nl, "@d%d", depth);
         if (kind == 1 && n_seq > 1) snprintf(name + nl, sizeof name - (size_t)nl, "x%d", n_seq);
+        brisk_memory_report mr;
+        brisk_context_memory(ctx, &mr);
         if (json)
             printf("{\"test\":\"%s\",\"t\":%d,\"tps_mean\":%.3f,\"tps_sd\":%.3f,\"gbs\":%.2f,\"bw\":%.2f,"
-                   "\"peak_rss_mb\":%.1f}\n",
-                   name, n_threads, mean, sd, gbs, bw, cli_peak_rss_mb());
+                   "\"peak_rss_mb\":%.1f,\"repacked_mb\":%.1f}\n",
+                   name, n_threads, mean, sd, gbs, bw, cli_peak_rss_mb(), mr.host_copy_bytes / 1048576.0);
         else
             printf("| %-14s | %9.2f ± %6.2f | %8.2f | %6.1f%% |\n", name, mean, sd, gbs, 100 * gbs / bw);
     }
-    if (!json) printf("peak RSS: %.1f MiB\n", cli_peak_rss_mb());
+    if (!json) {
+        brisk_memory_report mr;
+        brisk_context_memory(ctx, &mr);
+        printf("peak RSS: %.1f MiB", cli_peak_rss_mb());
+        if (mr.host_copy_bytes) printf(" (repacked weight copies: %.1f MiB)", mr.host_copy_bytes / 1048576.0);
+        printf("\n");
+    }
     cli_report_expert_cache(m, ctx);
     rc = 0;
 done_tps:

@@ -71,7 +71,7 @@ typedef struct cpu_backend {
     cpu_moe_scratch moe;
     /* Repacked weight copies (cpu_repack.h) by mapped address: a hash table
      * (copies_cap a power of two); copy NULL: none for that matrix. */
-    struct cpu_copy { const void *host; void *copy; } *copies;
+    struct cpu_copy { const void *host; int64_t n_in, n_out; uint32_t type; void *copy; } *copies;
     size_t n_copies, copies_cap;
     size_t copy_bytes; /* bytes of all copies */
     void *xa[MAX_MATS]; /* expanded activations for repacked matrices, per converted x */
@@ -156,13 +156,17 @@ static void repack_worker(void *arg, int ith, int nth) {
 /* The repacked copy of a matrix, or NULL where its type has no repacked
  * layout on this CPU (or memory ran out: the mapped rows serve). A copy is
  * made on the first pass that reads the matrix and kept, keyed by the mapped
- * address, until the backend is freed; expert tensors keep the mapped layout. */
+ * address and shape, until the backend is freed (a tied LM head shares its
+ * embedding's); expert tensors keep the mapped layout. Each backend (each
+ * context's stage) makes its own. */
 static const void *repacked(cpu_backend *cb, const bk_weight *w) {
     if (w->n_expert > 1 || !w->host) return NULL;
     size_t h = ((uintptr_t)w->host >> 6) * 0x9E3779B97F4A7C15ULL;
     for (size_t i = cb->copies_cap ? h & (cb->copies_cap - 1) : 0; cb->copies_cap && cb->copies[i].host;
          i = (i + 1) & (cb->copies_cap - 1))
-        if (cb->copies[i].host == w->host) return cb->copies[i].copy;
+        if (cb->copies[i].host == w->host && cb->copies[i].n_in == w->n_in && cb->copies[i].n_out == w->n_out &&
+            cb->copies[i].type == w->type)
+            return cb->copies[i].copy; /* the same matrix (a view of other rows of it has its own) */
     if (2 * (cb->n_copies + 1) > cb->copies_cap) { /* open addressing, at most half full */
         size_t cap = cb->copies_cap ? 2 * cb->copies_cap : 256;
         struct cpu_copy *t = calloc(cap, sizeof *t);
@@ -186,7 +190,7 @@ static const void *repacked(cpu_backend *cb, const bk_weight *w) {
         threadpool_run(cb->tp, repack_worker, &j);
         cb->copy_bytes += rb;
     }
-    cb->copies[i] = (struct cpu_copy){w->host, copy}; /* NULL copy: read the map, and don't ask again */
+    cb->copies[i] = (struct cpu_copy){w->host, w->n_in, w->n_out, w->type, copy}; /* NULL copy: read the map, and don't ask again */
     cb->n_copies++;
     return copy;
 }
@@ -910,4 +914,8 @@ brisk_status bk_cpu_backend_new(int n_threads, bk_backend **out) {
     }
     *out = &cb->base;
     return BRISK_OK;
+}
+
+size_t bk_cpu_weight_copy_bytes(const bk_backend *be) {
+    return be && be->ops == &cpu_ops ? ((const cpu_backend *)be)->copy_bytes : 0;
 }
