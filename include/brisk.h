@@ -283,6 +283,8 @@ typedef struct brisk_memory_report {
     uint64_t weight_bytes, kv_bytes, scratch_bytes;
     uint64_t device_free, device_total;
     uint64_t expert_cache_bytes; /* the hot-expert cache's slots and buffers (in none of the above) */
+    uint64_t host_copy_bytes;    /* host memory of the CPU backend's repacked weight copies, made on the
+                                  * first pass that reads each matrix (in none of the above) */
 } brisk_memory_report;
 void brisk_context_memory(const brisk_context *ctx, brisk_memory_report *out);
 

@@ -9,8 +9,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "backend/cpu/cpu_dot.h"
 #include "backend/cpu/cpu_pgemm.h"
+#include "backend/cpu/cpu_repack.h"
 #include "brisk.h"
 #include "quant/quant.h"
 #include "test.h"
@@ -464,12 +466,134 @@ static void test_pgemm(void) {
     printf("  packed GEMM: %d types tested\n", tested);
 }
 
+/* The repacked kernels (cpu_repack.h) against a double reference on the
+ * dequantized data: odd block counts (the zero pad block), row counts that
+ * are not a multiple of the interleave (only whole groups are repacked),
+ * 1..5 tokens (the 4-token tiles and their remainders). */
+static void test_repack(void) {
+    if (getenv("BRISK_CPU_REPACK")) return; /* the test sets it, to reach every repacked type */
+    setenv("BRISK_CPU_REPACK", "all", 1);
+    static const int64_t shapes[][2] = {{1024, 16}, {96, 13}, {3072, 24}, {32, 8}, {64, 9}, {160, 7},
+                                        {256, 16}, {768, 35}, {512, 15}, {2048, 48}};
+    const uint32_t types[] = {QT_Q4_0, QT_Q4_K};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t wt = types[ti], xt = quant_get_traits(wt)->vec_dot_type;
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t n = shapes[si][0], rows = shapes[si][1];
+            const size_t rb = cpu_repack_bytes(wt, n, rows);
+            if (cpu_dot_isa() != CPU_ISA_AVX512) {
+                CHECK(rb == 0);
+                continue;
+            }
+            const int R = cpu_repack_rows(wt);
+            if (n % quant_get_traits(wt)->block_elems) continue;
+            CHECK(rows < R ? rb == 0 : rb > 0);
+            if (!rb) continue;
+            const size_t ws = quant_row_size(wt, n), xs = quant_row_size(xt, n);
+            const size_t as = cpu_repack_act_bytes(wt, n);
+            const int nx = 5;
+            uint8_t *w = malloc(ws * (size_t)rows), *x = malloc(xs * nx);
+            void *wr = aligned_alloc(64, (rb + 63) & ~(size_t)63), *xa = aligned_alloc(64, as * nx);
+            float *wf = malloc(sizeof(float) * (size_t)(n * rows)), *xf = malloc(sizeof(float) * (size_t)(n * nx));
+            float *tmp = malloc(sizeof(float) * (size_t)n), *s = malloc(sizeof(float) * (size_t)(rows * nx));
+            fill_weights(wt, w, n * rows);
+            CHECK_OK(quant_dequantize(wt, w, wf, n * rows));
+            for (int j = 0; j < nx; j++) {
+                for (int64_t i = 0; i < n; i++) tmp[i] = rnd_unit();
+                cpu_get_from_float(xt)(tmp, x + (size_t)j * xs, n);
+                CHECK_OK(quant_dequantize(xt, x + (size_t)j * xs, xf + (size_t)j * n, n));
+            }
+            cpu_repack_weights(wt, n, rows, w, ws, wr);
+            for (int ntok = 1; ntok <= nx; ntok++) {
+                for (int j = 0; j < ntok; j++) cpu_repack_act(wt, n, x + (size_t)j * xs, (char *)xa + (size_t)j * as);
+                const int64_t ng = rows / R;
+                /* two calls, groups [0, 1) and [1, ng): the group offset is the caller's */
+                cpu_repack_gemm(wt, n, wr, 0, 1, xa, as, ntok, s, (size_t)nx);
+                cpu_repack_gemm(wt, n, wr, 1, ng, xa, as, ntok, s + R * nx, (size_t)nx);
+                int bad = 0;
+                for (int64_t r = 0; r < ng * R; r++) {
+                    for (int j = 0; j < ntok; j++) {
+                        double ref = 0, mag = 0;
+                        for (int64_t i = 0; i < n; i++) {
+                            const double p = (double)wf[r * n + i] * xf[(size_t)j * n + i];
+                            ref += p;
+                            mag += fabs(p);
+                        }
+                        const float v = s[r * nx + j];
+                        if (!(fabs(v - ref) <= 1e-5 * mag + 1e-6) && !bad++)
+                            fprintf(stderr, "  repack %s n=%lld rows=%lld nx=%d row %lld tok %d: %.9g vs ref %.9g\n",
+                                    quant_type_name(wt), (long long)n, (long long)rows, ntok, (long long)r, j, v, ref);
+                    }
+                }
+                CHECK(bad == 0);
+            }
+            free(w), free(x), free(wr), free(xa), free(wf), free(xf), free(tmp), free(s);
+        }
+    }
+    unsetenv("BRISK_CPU_REPACK");
+}
+
+/* The CPU backend's matmul with repacked copies against the same backend
+ * reading the mapped rows (BRISK_CPU_REPACK=0): several matrices in one call
+ * (row tiles straddle them; row counts not a multiple of 8, so the plain
+ * kernels run the rows around the groups), one sharing the others' converted
+ * input, 1..15 tokens, 1 and 2 threads. */
+static void test_repack_matmul(void) {
+    if (cpu_dot_isa() != CPU_ISA_AVX512 || getenv("BRISK_CPU_REPACK")) return;
+    enum { NW = 6, NMAX = 15 };
+    const int64_t n_in = 512, rows[NW] = {13, 37, 8, 64, 21, 48};
+    const uint32_t types[NW] = {QT_Q4_0, QT_Q4_0, QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q4_K};
+    bk_weight w[NW];
+    const bk_weight *wp[NW];
+    float *y[2][NW], *x = malloc(sizeof(float) * n_in * NMAX);
+    for (int64_t i = 0; i < n_in * NMAX; i++) x[i] = rnd_unit();
+    for (int m = 0; m < NW; m++) {
+        const size_t rb = quant_row_size(types[m], n_in);
+        uint8_t *buf = malloc(rb * (size_t)rows[m]);
+        fill_weights(types[m], buf, n_in * rows[m]);
+        w[m] = (bk_weight){.name = "w", .type = types[m], .n_in = n_in, .n_out = rows[m], .row_bytes = rb, .host = buf};
+        wp[m] = &w[m];
+        for (int v = 0; v < 2; v++) y[v][m] = malloc(sizeof(float) * (size_t)(rows[m] * NMAX));
+    }
+    for (int nt = 1; nt <= 2; nt++) {
+        bk_backend *be[2];
+        setenv("BRISK_CPU_REPACK", "0", 1);
+        CHECK_OK(bk_cpu_backend_new(nt, &be[0]));
+        be[0]->ops->matmul(be[0], NW, wp, NULL, x, 1, y[0]); /* makes its (absent) copies with repacking off */
+        setenv("BRISK_CPU_REPACK", "all", 1);
+        CHECK_OK(bk_cpu_backend_new(nt, &be[1]));
+        for (int n = 1; n <= NMAX; n += 2) {
+            for (int v = 0; v < 2; v++) be[v]->ops->matmul(be[v], NW, wp, NULL, x, n, y[v]);
+            int bad = 0, differ = 0; /* some sums differ in the last bits: the repacked path ran */
+            for (int m = 0; m < NW; m++)
+                for (int64_t i = 0; i < rows[m] * n; i++) {
+                    const float a = y[0][m][i], b = y[1][m][i];
+                    differ += a != b;
+                    if (!(fabsf(a - b) <= 1e-4f * (fabsf(a) + 1.0f)) && !bad++)
+                        fprintf(stderr, "  repack matmul threads %d n %d matrix %d out %lld: %.7g vs %.7g\n", nt, n, m,
+                                (long long)i, b, a);
+                }
+            CHECK(bad == 0);
+            CHECK(differ > 0);
+        }
+        for (int v = 0; v < 2; v++) be[v]->ops->free(be[v]);
+        unsetenv("BRISK_CPU_REPACK");
+    }
+    for (int m = 0; m < NW; m++) {
+        free((void *)w[m].host);
+        for (int v = 0; v < 2; v++) free(y[v][m]);
+    }
+    free(x);
+}
+
 int main(int argc, char **argv) {
     static const test_case cases[] = {
         {"isa", test_isa},
         {"all_isas", test_all_isas},
         {"gemm_bitwise", test_gemm_bitwise},
         {"pgemm", test_pgemm},
+        {"repack", test_repack},
+        {"repack_matmul", test_repack_matmul},
         {"q8K_from_float", test_q8K_from_float},
         {"ggml_from_float", test_ggml_from_float},
         {"ggml_vec_dot", test_ggml_vec_dot},

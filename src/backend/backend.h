@@ -327,6 +327,9 @@ struct bk_backend {
 
 /* The CPU backend with n_threads workers (0: all cores). */
 brisk_status bk_cpu_backend_new(int n_threads, bk_backend **out);
+/* Bytes of the repacked weight copies (cpu_repack.h) a CPU backend has made
+ * so far (each on the first pass that reads its matrix); 0 for another backend. */
+size_t bk_cpu_weight_copy_bytes(const bk_backend *be);
 /* y += x W^T through the backend's fused op, or as matmul into tmp (n, W.n_out) then add. */
 static inline void bk_matmul_add(bk_backend *be, const bk_weight *w, const float *x, int n, float *tmp, float *y) {
     if (be->ops->matmul_add) {

@@ -926,4 +926,8 @@ int32_t brisk_seq_keepable(const brisk_context *c, int seq, int32_t n_tokens) {
 
 int brisk_context_n_checkpoints(const brisk_context *c) { return c->n_ckpt; }
 
-void brisk_context_memory(const brisk_context *c, brisk_memory_report *out) { *out = c->mem; }
+void brisk_context_memory(const brisk_context *c, brisk_memory_report *out) {
+    *out = c->mem;
+    out->host_copy_bytes = 0;
+    for (int i = 0; i < c->n_stage; i++) out->host_copy_bytes += bk_cpu_weight_copy_bytes(c->st[i].be);
+}

@@ -17,6 +17,7 @@
 #include "backend/cpu/cpu_dot.h"
 #include "backend/cpu/cpu_moe.h"
 #include "backend/cpu/cpu_pgemm.h"
+#include "backend/cpu/cpu_repack.h"
 #include "backend/cpu/cpu_ssm.h"
 #include "base/status.h"
 #include "base/threadpool.h"
@@ -71,6 +72,13 @@ typedef struct cpu_backend {
     float *rot;         /* q4_0h cache: rotated q and k (cpu_attention) */
     size_t rot_cap;
     cpu_moe_scratch moe;
+    /* Repacked weight copies (cpu_repack.h) by mapped address: a hash table
+     * (copies_cap a power of two); copy NULL: none for that matrix. */
+    struct cpu_copy { const void *host; int64_t n_in, n_out; uint32_t type; void *copy; } *copies;
+    size_t n_copies, copies_cap;
+    size_t copy_bytes; /* bytes of all copies */
+    void *xa[MAX_MATS]; /* expanded activations for repacked matrices, per converted x */
+    size_t xa_cap[MAX_MATS];
 } cpu_backend;
 
 static brisk_status grow(void **p, size_t *cap, size_t want) {
@@ -99,6 +107,9 @@ static void cpu_free(bk_backend *be) {
     threadpool_free(cb->tp);
     for (int i = 0; i < MAX_MATS; i++) free(cb->xq[i]);
     for (int i = 0; i < MAX_MATS; i++) free(cb->xp[i]);
+    for (int i = 0; i < MAX_MATS; i++) free(cb->xa[i]);
+    for (size_t i = 0; i < cb->copies_cap; i++) free(cb->copies[i].copy);
+    free(cb->copies);
     for (int i = 0; cb->panel && i < cb->n_threads; i++) free(cb->panel[i]);
     free(cb->panel);
     free(cb->att_scratch);
@@ -126,6 +137,66 @@ static brisk_status cpu_bind_weight(bk_backend *be, bk_weight *w) {
         return bk_fail(BRISK_ERR_UNSUPPORTED, "no CPU kernel for tensor %s of type %s", w->name,
                        quant_type_name(w->type));
     return BRISK_OK;
+}
+
+/* ---- repacked weight copies (cpu_repack.h) ---- */
+typedef struct {
+    const bk_weight *w;
+    char *dst;
+    size_t group_bytes;
+} repack_job;
+
+static void repack_worker(void *arg, int ith, int nth) {
+    repack_job *j = arg;
+    long lo, hi;
+    const int R = cpu_repack_rows(j->w->type);
+    threadpool_range(j->w->n_out / R, ith, nth, &lo, &hi);
+    if (lo < hi)
+        cpu_repack_weights(j->w->type, j->w->n_in, (hi - lo) * R,
+                           (const char *)j->w->host + (size_t)lo * R * j->w->row_bytes, j->w->row_bytes,
+                           j->dst + (size_t)lo * j->group_bytes);
+}
+
+/* The repacked copy of a matrix, or NULL where its type has no repacked
+ * layout on this CPU (or memory ran out: the mapped rows serve). A copy is
+ * made on the first pass that reads the matrix and kept, keyed by the mapped
+ * address and shape, until the backend is freed (a tied LM head shares its
+ * embedding's); expert tensors keep the mapped layout. Each backend (each
+ * context's stage) makes its own. */
+static const void *repacked(cpu_backend *cb, const bk_weight *w) {
+    if (w->n_expert > 1 || !w->host) return NULL;
+    size_t h = ((uintptr_t)w->host >> 6) * 0x9E3779B97F4A7C15ULL;
+    for (size_t i = cb->copies_cap ? h & (cb->copies_cap - 1) : 0; cb->copies_cap && cb->copies[i].host;
+         i = (i + 1) & (cb->copies_cap - 1))
+        if (cb->copies[i].host == w->host && cb->copies[i].n_in == w->n_in && cb->copies[i].n_out == w->n_out &&
+            cb->copies[i].type == w->type)
+            return cb->copies[i].copy; /* the same matrix (a view of other rows of it has its own) */
+    if (2 * (cb->n_copies + 1) > cb->copies_cap) { /* open addressing, at most half full */
+        size_t cap = cb->copies_cap ? 2 * cb->copies_cap : 256;
+        struct cpu_copy *t = calloc(cap, sizeof *t);
+        if (!t) return NULL;
+        for (size_t i = 0; i < cb->copies_cap; i++) {
+            if (!cb->copies[i].host) continue;
+            size_t k = (((uintptr_t)cb->copies[i].host >> 6) * 0x9E3779B97F4A7C15ULL) & (cap - 1);
+            while (t[k].host) k = (k + 1) & (cap - 1);
+            t[k] = cb->copies[i];
+        }
+        free(cb->copies);
+        cb->copies = t;
+        cb->copies_cap = cap;
+    }
+    size_t i = h & (cb->copies_cap - 1);
+    while (cb->copies[i].host) i = (i + 1) & (cb->copies_cap - 1);
+    const size_t rb = cpu_repack_bytes(w->type, w->n_in, w->n_out);
+    void *copy = rb ? aligned_alloc(64, (rb + 63) & ~(size_t)63) : NULL;
+    if (copy) {
+        repack_job j = {w, copy, cpu_repack_bytes(w->type, w->n_in, cpu_repack_rows(w->type))};
+        threadpool_run(cb->tp, repack_worker, &j);
+        cb->copy_bytes += rb;
+    }
+    cb->copies[i] = (struct cpu_copy){w->host, w->n_in, w->n_out, w->type, copy}; /* NULL copy: read the map, and don't ask again */
+    cb->n_copies++;
+    return copy;
 }
 
 /* ---- get_rows ---- */
@@ -178,6 +249,10 @@ typedef struct {
     size_t xq_stride[MAX_MATS];
     cpu_from_float_fn conv[MAX_MATS];
     int conv_owner[MAX_MATS]; /* index of the matrix whose xq this one shares */
+    const void *wr[MAX_MATS]; /* repacked copy, or NULL */
+    const void *xa[MAX_MATS]; /* (n, xa_stride) expanded x of a repacked matrix, else NULL */
+    size_t xa_stride[MAX_MATS];
+    int xa_owner[MAX_MATS];   /* the matrix whose xa this one shares */
     long total_rows;
 } mm_job;
 
@@ -191,6 +266,60 @@ static void mm_convert_worker(void *arg, int ith, int nth) {
         for (long t = lo; t < hi; t++)
             j->conv[m](j->x + t * n_in, (char *)j->xq[m] + t * j->xq_stride[m], n_in);
     }
+    for (int m = 0; m < j->n_w; m++) { /* after every conversion of this thread's tokens */
+        if (!j->xa[m] || j->xa_owner[m] != m) continue;
+        for (long t = lo; t < hi; t++)
+            cpu_repack_act(j->w[m]->type, j->w[m]->n_in, (const char *)j->xq[m] + t * j->xq_stride[m],
+                           (char *)j->xa[m] + t * j->xa_stride[m]);
+    }
+}
+
+/* Rows [a, b) of matrix m with the plain kernels on the mapped rows; s: (ROW_TILE, TOK_TILE) scratch. */
+static void mm_rows_plain(const mm_job *j, int m, long a, long b, float *s) {
+    const bk_weight *w = j->w[m];
+    cpu_gemm_fn gemm = cpu_get_gemm(w->type);
+    const float *bias = j->bias && j->bias[m] ? j->bias[m]->host : NULL;
+    float *y = j->y[m];
+    for (int t0 = 0, nt; t0 < j->n; t0 += nt) {
+        nt = j->n - t0 < TOK_TILE ? j->n - t0 : TOK_TILE;
+        /* never leave a lone last row: kernels called with several rows sum in
+         * the batch (tinyBLAS) order that llama.cpp uses for the whole batch */
+        if (j->n - t0 - nt == 1) nt--;
+        const char *xq = (const char *)j->xq[m] + (size_t)t0 * j->xq_stride[m];
+        gemm(w->n_in, (const char *)w->host + (size_t)a * w->row_bytes, w->row_bytes, (int)(b - a), xq,
+             j->xq_stride[m], nt, s, TOK_TILE);
+        for (long r = a; r < b; r++) {
+            float bb = bias ? bias[r] : 0.0f;
+            const float *sr = s + (r - a) * TOK_TILE;
+            for (int t = 0; t < nt; t++) y[(size_t)(t0 + t) * w->n_out + r] = sr[t] + bb;
+        }
+    }
+}
+
+/* Rows [a, b) of a repacked matrix (cpu_repack.h): whole groups of R rows
+ * from the copy, the rows around them from the mapped file. */
+static void mm_rows(const mm_job *j, int m, long a, long b, float *s) {
+    const bk_weight *w = j->w[m];
+    const long R = j->xa[m] ? cpu_repack_rows(w->type) : 1, end = w->n_out / R * R;
+    const long ga = (a + R - 1) / R * R, gb = (b < end ? b : end) / R * R;
+    if (!j->xa[m] || ga >= gb) {
+        mm_rows_plain(j, m, a, b, s);
+        return;
+    }
+    if (a < ga) mm_rows_plain(j, m, a, ga, s);
+    const float *bias = j->bias && j->bias[m] ? j->bias[m]->host : NULL;
+    float *y = j->y[m];
+    for (int t0 = 0, nt; t0 < j->n; t0 += nt) {
+        nt = j->n - t0 < TOK_TILE ? j->n - t0 : TOK_TILE;
+        cpu_repack_gemm(w->type, w->n_in, j->wr[m], ga / R, gb / R,
+                        (const char *)j->xa[m] + (size_t)t0 * j->xa_stride[m], j->xa_stride[m], nt, s, TOK_TILE);
+        for (long r = ga; r < gb; r++) {
+            float bb = bias ? bias[r] : 0.0f;
+            const float *sr = s + (r - ga) * TOK_TILE;
+            for (int t = 0; t < nt; t++) y[(size_t)(t0 + t) * w->n_out + r] = sr[t] + bb;
+        }
+    }
+    if (gb < b) mm_rows_plain(j, m, gb, b, s);
 }
 
 static void mm_dot_worker(void *arg, int ith, int nth) {
@@ -204,27 +333,10 @@ static void mm_dot_worker(void *arg, int ith, int nth) {
         /* map global rows to (matrix, row); a tile may straddle two matrices */
         long base = 0;
         for (int m = 0; m < j->n_w && r0 < r1; m++) {
-            const bk_weight *w = j->w[m];
-            long m_end = base + w->n_out;
+            long m_end = base + j->w[m]->n_out;
             if (r0 < m_end) {
                 long a = r0 - base, b = (r1 < m_end ? r1 : m_end) - base;
-                cpu_gemm_fn gemm = cpu_get_gemm(w->type);
-                const float *bias = j->bias && j->bias[m] ? j->bias[m]->host : NULL;
-                float *y = j->y[m];
-                for (int t0 = 0, nt; t0 < j->n; t0 += nt) {
-                    nt = j->n - t0 < TOK_TILE ? j->n - t0 : TOK_TILE;
-                    /* never leave a lone last row: kernels called with several rows sum in
-                     * the batch (tinyBLAS) order that llama.cpp uses for the whole batch */
-                    if (j->n - t0 - nt == 1) nt--;
-                    const char *xq = (const char *)j->xq[m] + (size_t)t0 * j->xq_stride[m];
-                    gemm(w->n_in, (const char *)w->host + (size_t)a * w->row_bytes, w->row_bytes, (int)(b - a), xq,
-                         j->xq_stride[m], nt, s, TOK_TILE);
-                    for (long r = a; r < b; r++) {
-                        float bb = bias ? bias[r] : 0.0f;
-                        const float *sr = s + (r - a) * TOK_TILE;
-                        for (int t = 0; t < nt; t++) y[(size_t)(t0 + t) * w->n_out + r] = sr[t] + bb;
-                    }
-                }
+                mm_rows(j, m, a, b, s);
                 r0 = base + b;
             }
             base = m_end;
@@ -372,6 +484,20 @@ static void cpu_matmul(bk_backend *be, int n_w, const bk_weight *const *w, const
         } else {
             j.xq[m] = j.xq[j.conv_owner[m]];
         }
+    }
+    for (int m = 0; m < n_w; m++) { /* repacked matrices: expanded activations, shared like xq */
+        if (!j.conv[j.conv_owner[m]] || !(j.wr[m] = repacked(cb, w[m]))) continue;
+        j.xa_owner[m] = m;
+        for (int p = 0; p < m; p++)
+            if (j.xa[p] && j.conv_owner[p] == j.conv_owner[m] && w[p]->type == w[m]->type) j.xa_owner[m] = j.xa_owner[p];
+        if (j.xa_owner[m] != m) {
+            j.xa[m] = j.xa[j.xa_owner[m]];
+            j.xa_stride[m] = j.xa_stride[j.xa_owner[m]];
+            continue;
+        }
+        j.xa_stride[m] = cpu_repack_act_bytes(w[m]->type, w[m]->n_in);
+        if (grow_aligned(&cb->xa[m], &cb->xa_cap[m], j.xa_stride[m] * (size_t)n) != BRISK_OK) return;
+        j.xa[m] = cb->xa[m];
     }
     if (need_conv) {
         if (n == 1) mm_convert_worker(&j, 0, 1);
@@ -829,4 +955,8 @@ brisk_status bk_cpu_backend_new(int n_threads, bk_backend **out) {
     }
     *out = &cb->base;
     return BRISK_OK;
+}
+
+size_t bk_cpu_weight_copy_bytes(const bk_backend *be) {
+    return be && be->ops == &cpu_ops ? ((const cpu_backend *)be)->copy_bytes : 0;
 }
