@@ -3,7 +3,7 @@
  * best of REPS, on Qwen3-0.6B shapes: 3072x1024 (ffn_gate/up, L2-resident:
  * the compute limit) and 151936x1024 (LM-head-sized, DRAM-bound), nx = 1..4.
  * Build: cc -O2 -Iinclude -Isrc dev/kernels/bench_repack.c build/libbrisk.a -lm -lpthread -ldl
- * Run:   ./a.out [q4_0|q4_K] */
+ * Run:   ./a.out [q4_0]   (the Q4_K layout lost and left src/: docs/experiments.md) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -11,17 +11,6 @@
  * (288 bytes, the size of the 16 blocks it holds). An odd last block is
  * padded with a zero block.
  *
- * Q4_K ("q4_Kx16"): sixteen rows, one per 32-bit lane, so a 4-byte group of
- * the activations meets all 16 rows through an embedded broadcast and the
- * activations need no expansion (cpu_repack_act copies the Q8_K row). Per
- * group of 16 rows and super-block (256 elements):
- *   f16 d[16], dmin[16]      per row
- *   u8  sc[8][16], m[8][16]  the 6-bit sub-block scales and mins, unpacked
- *   u8  qs[4][8][16][4]      chunk c, group k, row r: bytes 32c+4k..+3 of its qs
- * (2368 bytes for the 2304 of 16 blocks: the unpacked scales cost 2.8% more
- * reads and save decoding them in the loop). The integer sums
- * sum sc * sum q y and sum m * bsum are exact, as in ggml's kernel.
- *
  * The activations are expanded once per token (cpu_repack_act) so that each
  * vpdpbusd reads its 64 bytes as one load: per block pair, 8 vectors of the
  * two blocks' 4-byte groups, each broadcast to its 8 lanes, then -8*sum and
@@ -41,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Rows per interleaved group of a type (8 for Q4_0, 16 for Q4_K), 0 if none. */
+/* Rows per interleaved group of a type (8 for Q4_0), 0 if none. */
 int cpu_repack_rows(uint32_t type);
 
 /* Bytes of the repacked copy of an n_out x n_in matrix, or 0 when this type

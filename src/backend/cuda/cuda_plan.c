@@ -129,7 +129,7 @@ static const struct {
 } others[] = {
     {"BRISK_SPLIT_CPU", "model", "=1: split the layers as for a GPU, onto a second CPU backend (tests without a GPU)"},
     {"BRISK_CPU_ISA", "backend/cpu", "portable, avx2 or avx512: the CPU kernels' instruction set at most"},
-    {"BRISK_CPU_REPACK", "backend/cpu", "=0: decode reads the mapped weights, no repacked copies; =all: Q4_K too (cpu_repack.h)"},
+    {"BRISK_CPU_REPACK", "backend/cpu", "=0: decode reads the mapped weights, no repacked copies (cpu_repack.h)"},
     {"BRISK_XCACHE_MISS", "engine/offload", "cpu, copy or map: how the hot-expert cache runs a miss (unset: chosen by the batch)"},
     {"BRISK_XCACHE_READ_EVERY", "engine/offload", "passes between readbacks of the map mode's counters (16)"},
     {"BRISK_XCACHE_SWAP_MARGIN", "engine/offload", "routings by which an expert must be hotter to replace a cached one (6)"},
