@@ -103,7 +103,7 @@ int cmd_pull(int argc, char **argv) {
         if (argv[i][0] == '-' || spec) return cli_error(2, "pull: unexpected '%s' (try `brisk pull --help`)", argv[i]);
         spec = argv[i];
     }
-    if (!spec) return cli_error(2, "pull: REPO[:QUANT] is required (e.g. ggml-org/gemma-3-1b-it-GGUF:Q4_K_M)");
+    if (!spec) return cli_error(2, "pull: REPO[:QUANT] is required (e.g. Qwen/Qwen3-0.6B-GGUF:Q8_0)");
     char **paths;
     int n, rc = pull(spec, &paths, &n);
     if (rc) return rc;

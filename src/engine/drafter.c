@@ -8,7 +8,7 @@
 
 #include "base/status.h"
 
-#define PREFILL_CHUNK 512
+#define PREFILL_CHUNK DRAFTER_FEED_CHUNK
 
 /* The n-gram cache: which token followed each 1..DRAFTER_NGRAM_MAX-gram of the history, with
  * counts. Keys point into the history (the n-gram's first occurrence) instead of holding tokens;
@@ -158,9 +158,8 @@ static brisk_token argmax_p(const float *x, int n, float *p) {
     return best;
 }
 
-/* Decodes hist[from, to) into seq 0 of ctx, logits for the last entry only. */
-static brisk_status feed(brisk_context *ctx, const brisk_token *hist, int32_t from, int32_t to,
-                         brisk_batch_entry *batch) {
+brisk_status drafter_feed(brisk_context *ctx, const brisk_token *hist, int32_t from, int32_t to,
+                          brisk_batch_entry *batch) {
     for (int32_t i = from; i < to; i += PREFILL_CHUNK) {
         int n = to - i < PREFILL_CHUNK ? to - i : PREFILL_CHUNK;
         for (int j = 0; j < n; j++) batch[j] = (brisk_batch_entry){hist[i + j], i + j, 0, i + j == to - 1};
@@ -174,7 +173,7 @@ static brisk_status model_draft(drafter *d, const brisk_token *hist, int32_t n, 
     BK_TRY(brisk_seq_checkpoint(d->ctx, 0));
     d->snap = brisk_seq_len(d->ctx, 0);
     if (k_max <= 0) return BRISK_OK;
-    BK_TRY(feed(d->ctx, hist, d->snap, n, d->batch));
+    BK_TRY(drafter_feed(d->ctx, hist, d->snap, n, d->batch));
     /* proposals stop where the draft is unsure: a likely rejection costs a draft step and a
      * wider target batch for nothing */
     float p;
@@ -199,7 +198,7 @@ static brisk_status model_sync(drafter *d, const brisk_token *hist, int32_t keep
     if (brisk_seq_keepable(d->ctx, 0, d->snap) != d->snap)
         return bk_fail(BRISK_ERR_UNSUPPORTED, "speculative: cannot roll back the draft's recurrent state");
     BK_TRY(brisk_seq_remove(d->ctx, 0, d->snap, -1));
-    return feed(d->ctx, hist, d->snap, keep, d->batch);
+    return drafter_feed(d->ctx, hist, d->snap, keep, d->batch);
 }
 
 /* ---- lookup ---- */
@@ -308,7 +307,7 @@ static int cache_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max
 
 brisk_status drafter_begin(drafter *d, const brisk_token *hist, int32_t n) {
     switch (d->kind) {
-    case DRAFTER_MODEL: return feed(d->ctx, hist, 0, n - 1, d->batch);
+    case DRAFTER_MODEL: return drafter_feed(d->ctx, hist, 0, n - 1, d->batch);
     case DRAFTER_CACHE: return cache_sync(d, hist, n);
     default: return BRISK_OK;
     }

@@ -78,4 +78,10 @@ bool drafter_model_compatible(const brisk_model *target, const brisk_model *draf
 int drafter_lookup_search(const brisk_token *hist, int32_t n, int n_min, int n_max, int k_max, brisk_token *out,
                           int *n_match);
 
+/* Decodes hist[from, to) into sequence 0 of ctx in batches of DRAFTER_FEED_CHUNK entries (batch holds
+ * that many), logits for the last entry only: at index (to - 1 - from) % DRAFTER_FEED_CHUNK. The draft
+ * model's catch-up and spec_generate's prompt and re-decodes. */
+#define DRAFTER_FEED_CHUNK 512
+brisk_status drafter_feed(brisk_context *ctx, const brisk_token *hist, int32_t from, int32_t to,
+                          brisk_batch_entry *batch);
 #endif

@@ -7,22 +7,11 @@
 
 #include "base/status.h"
 
-#define PREFILL_CHUNK 512
+#define PREFILL_CHUNK DRAFTER_FEED_CHUNK
 #define TRY(expr)                              \
     do {                                       \
         if ((s = (expr)) != BRISK_OK) goto out; \
     } while (0)
-
-/* Decodes hist[from, to) into seq 0 of ctx, logits for the last entry only. */
-static brisk_status feed(brisk_context *ctx, const brisk_token *hist, int32_t from, int32_t to,
-                         brisk_batch_entry *batch) {
-    for (int32_t i = from; i < to; i += PREFILL_CHUNK) {
-        int n = to - i < PREFILL_CHUNK ? to - i : PREFILL_CHUNK;
-        for (int j = 0; j < n; j++) batch[j] = (brisk_batch_entry){hist[i + j], i + j, 0, i + j == to - 1};
-        BK_TRY(brisk_decode(ctx, batch, n));
-    }
-    return BRISK_OK;
-}
 
 /* Cuts seq 0 of ctx back to `keep` positions (hist holds the tokens). Where
  * recurrent state allows no direct cut, restores the snapshot at `snap`
@@ -35,7 +24,7 @@ static brisk_status cut_to(brisk_context *ctx, const brisk_token *hist, int32_t 
     if (brisk_seq_keepable(ctx, 0, snap) != snap)
         return bk_fail(BRISK_ERR_UNSUPPORTED, "speculative: cannot roll back a recurrent state (no checkpoint)");
     BK_TRY(brisk_seq_remove(ctx, 0, snap, -1));
-    return feed(ctx, hist, snap, keep, batch);
+    return drafter_feed(ctx, hist, snap, keep, batch);
 }
 
 brisk_status spec_generate(brisk_context *target, drafter *dr, brisk_sampler *smp, const brisk_token *prompt,
@@ -54,7 +43,7 @@ brisk_status spec_generate(brisk_context *target, drafter *dr, brisk_sampler *sm
     }
     memcpy(hist, prompt, (size_t)n_prompt * sizeof *hist);
     for (int64_t i = 0; i < n_prompt; i++) brisk_sampler_accept(smp, prompt[i]); /* as plain decoding does */
-    brisk_status s = feed(target, hist, 0, (int32_t)n_prompt, batch);
+    brisk_status s = drafter_feed(target, hist, 0, (int32_t)n_prompt, batch);
     if (s == BRISK_OK) s = drafter_begin(dr, hist, (int32_t)n_prompt);
     int32_t n = (int32_t)n_prompt; /* tokens in hist */
     const float *logits = s == BRISK_OK ? brisk_get_logits(target, ((int)n_prompt - 1) % PREFILL_CHUNK) : NULL;
