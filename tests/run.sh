@@ -11,6 +11,12 @@ BUILD=${BUILD:-build}
 export SHARED=${SHARED:-$(cd .. && pwd)/shared} BUILD LLAMACPP_LIBDIR=${LLAMACPP_LIBDIR:-} SAN=${SAN:-0}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# No test may hang the suite: each runs with stdin from /dev/null (CI starts with fd 0 closed, and a
+# closed fd 0 is handed to the next file or socket opened) and under a time limit, its whole
+# process group killed past it (a server a script started goes too).
+LIMIT=${TEST_LIMIT:-900}
+run_one() { timeout -k 10 "$LIMIT" "$@" </dev/null 2>&1; }
+timed_out() { [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; }
 pass=0; fail=0; skip=0; failed=(); skips=()
 # the summary's field n (1 passed, 3 failed, 5 skipped) of a test program's output
 field() { printf '%s\n' "$1" | awk -v n="$2" '/^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$/{v=$n} END{print v+0}'; }
@@ -18,26 +24,28 @@ field() { printf '%s\n' "$1" | awk -v n="$2" '/^[0-9]+ passed, [0-9]+ failed(, [
 skip_lines() { printf '%s\n' "$2" | sed -n "s/^skip \([^:]*\): /skip $1 \1: /p"; }
 for t in "$BUILD"/tests/test_*; do
   [ -x "$t" ] || continue
-  out=$("$t" 2>&1); rc=$?
+  t0=$SECONDS; out=$(run_one "$t"); rc=$?; dt=$((SECONDS - t0))
+  timed_out $rc && out+=$'\n'"TIMEOUT $(basename "$t"): still running after $LIMIT s, killed"
   p=$(field "$out" 1); f=$(field "$out" 3); s=$(field "$out" 5)
   if [ $rc -ne 0 ] && [ "$f" = 0 ]; then f=1; fi
   pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
   while IFS= read -r l; do [ -n "$l" ] && skips+=("$l"); done < <(skip_lines "$(basename "$t")" "$out")
   if [ $rc -ne 0 ]; then failed+=("$t"); printf '%s\n' "$out" | grep -v '^ok ' | tail -n 40; fi
-  echo "$(basename "$t"): $p passed, $f failed, $s skipped"
+  echo "$(basename "$t"): $p passed, $f failed, $s skipped ($dt s)"
 done
 for sc in tests/t_*.sh; do
   [ -f "$sc" ] || continue
   name=$(basename "$sc")
-  out=$(bash "$sc" 2>&1); rc=$?
+  t0=$SECONDS; out=$(run_one bash "$sc"); rc=$?; dt=$((SECONDS - t0))
+  timed_out $rc && out+=$'\n'"TIMEOUT $name: still running after $LIMIT s, killed"
   mine=()
   while IFS= read -r l; do [ -n "$l" ] && mine+=("$l"); done < <(skip_lines "$name" "$out")
   if [ $rc -eq 77 ]; then
     skip=$((skip + 1))
     [ ${#mine[@]} -gt 0 ] || mine=("skip $name: (no reason given: the script must print a skip line)")
-    echo "skip $name"
-  elif [ $rc -eq 0 ]; then pass=$((pass + 1)); skip=$((skip + ${#mine[@]})); echo "ok   $name"
-  else fail=$((fail + 1)); failed+=("$sc"); printf '%s\n' "$out" | tail -n 30; echo "FAIL $name"; fi
+    echo "skip $name ($dt s)"
+  elif [ $rc -eq 0 ]; then pass=$((pass + 1)); skip=$((skip + ${#mine[@]})); echo "ok   $name ($dt s)"
+  else fail=$((fail + 1)); failed+=("$sc"); printf '%s\n' "$out" | tail -n 30; echo "FAIL $name ($dt s)"; fi
   [ ${#mine[@]} -gt 0 ] && skips+=("${mine[@]}")
 done
 [ ${#failed[@]} -gt 0 ] && echo "failed: ${failed[*]}"

@@ -80,7 +80,7 @@ check "HF_HUB_OFFLINE and not cached: exit 1, says so" '[ $rc -eq 1 ] && grep -q
 # on a terminal: a bar redrawn in place, then the summary line (script(1) gives the pull a tty)
 if command -v script >/dev/null; then
   rm -rf "$C"
-  script -qec "$B pull brisk-test/tiny-GGUF:Q8_0" /dev/null >"$T/tty" 2>&1; rc=$?
+  script -qec "$B pull brisk-test/tiny-GGUF:Q8_0" /dev/null </dev/null >"$T/tty" 2>&1; rc=$?
   check "on a terminal: a progress bar (%, [###---], MiB/s, ETA) redrawn with \\r, then the summary" \
     '[ $rc -eq 0 ] && grep -q "$(printf "\r")" "$T/tty" && grep -aq "%.*\[#*-*\].*MiB/s ETA" "$T/tty" && grep -aq "sha256 checked" "$T/tty"'
   "$B" pull brisk-test/tiny-GGUF:Q4_K_M >/dev/null 2>&1
