@@ -68,10 +68,10 @@ zcat "$S/corpus/kjv_verses.txt.gz" | head -c 20000 >"$T/text.txt"
 check "perplexity -hf: the -m run's figure" '[ $rc -eq 0 ] && [ "$(grep -o "PPL = [0-9.]*" "$T/o")" = "$(grep -o "PPL = [0-9.]*" "$T/o2")" ] && grep -q "PPL = " "$T/o"'
 SP=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$B" serve -hf brisk-test/tiny-GGUF:Q4_K_M --port "$SP" -t 1 >"$T/serve.log" 2>&1 & SPID=$!
-models() { python3 -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+models() { python3 -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
   "http://127.0.0.1:$SP/v1/models" 2>/dev/null; }
 for _ in $(seq 100); do models >"$T/models" && break; sleep 0.1; done
-kill -TERM $SPID; wait $SPID; rc=$?
+kill -TERM $SPID; timeout 30 tail --pid=$SPID -f /dev/null; kill -9 $SPID 2>/dev/null; wait $SPID; rc=$?
 check "serve -hf: serves it, named REPO:QUANT in /v1/models, exits 0" \
   '[ $rc -eq 0 ] && grep -q "\"brisk-test/tiny-GGUF:Q4_K_M\"" "$T/models"'
 HF_HUB_OFFLINE=1 "$B" run -hf brisk-test/other-GGUF -p hi >/dev/null 2>"$T/e"; rc=$?
