@@ -387,17 +387,15 @@ bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
     int group = n_head / n_head_kv, G = group;
     if ((G != 2 && G != 4 && G != 8) || cb->attn_gqa_off) G = 1;
     /* Splits: about four blocks per SM (one resident wave at ~128 registers a thread), at least
-     * DEC_MIN_ROWS positions each, and within the partials buffer. BRISK_CUDA_ATTN_BPS=N (A/B, not
-     * yet measured): N blocks per SM and no more, so that the blocks are one wave (the grouped
-     * kernels hold 168 registers a thread: three blocks of 128 threads per SM, so the default's
-     * 4 x 132 blocks at depth run as a full wave and a quarter one). */
-    const int64_t target = (cb->attn_bps > 0 ? cb->attn_bps : 4) * (int64_t)cb->n_sm;
+     * DEC_MIN_ROWS positions each, and within the partials buffer. (Capping at one exact wave,
+     * BRISK_CUDA_ATTN_BPS, was never measured a win: docs/experiments.md.) */
+    const int64_t target = 4 * (int64_t)cb->n_sm;
     auto splits = [&](int g) {
         int64_t pairs = (int64_t)n * (n_head / g), ns = 1;
         if (pairs < target && max_np > DEC_MIN_ROWS) {
             int64_t by_len = (max_np + DEC_MIN_ROWS - 1) / DEC_MIN_ROWS;
             int64_t by_cap = (int64_t)(cb->att_part_cap / ((size_t)n * n_head * (hd + 2)));
-            ns = cb->attn_bps > 0 ? target / pairs : (target + pairs - 1) / pairs;
+            ns = (target + pairs - 1) / pairs;
             if (ns > by_len) ns = by_len;
             if (ns > by_cap) ns = by_cap;
             if (ns > DEC_MAX_SPLIT) ns = DEC_MAX_SPLIT;

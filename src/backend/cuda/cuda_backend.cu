@@ -373,7 +373,6 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->attn_fuse_off = p->attn_fuse_off;
     cb->attn_adapt_off = p->attn_adapt_off;
     cb->attn_gadapt_off = p->attn_gadapt_off;
-    cb->attn_bps = 0;
     cb->attn_merge_off = p->attn_merge_off;
     cb->mma_off = p->mma_off;
     cb->attn_gqa_off = p->attn_gqa_off;

@@ -91,7 +91,6 @@ typedef struct cuda_backend {
     int attn_mma_min;           /* decode attention on tensor cores (cuda_attn_mma.cu) from this many positions: 1, or 0 (never) with BRISK_CUDA_DISABLE=attn_mma */
     int attn_min_chunk;         /* BRISK_CUDA_ATTN_MINCHUNK=N: a decode split holds at least N positions (multiple of 32; default 128; 0: the splits the bucket shapes), so a short context merges fewer splits (A/B) */
     bool attn_gadapt_off;       /* BRISK_CUDA_DISABLE=attn_gadapt: a decode attention block serves a whole GQA group even when the blocks are fewer than the SMs (A/B) */
-    int attn_bps;               /* always 0 (about 4 blocks per SM): BRISK_CUDA_ATTN_BPS is gone (docs/experiments.md); cuda_attn_decode.cu's branches on it go when that file is next edited */
     bool attn_merge_off;        /* BRISK_CUDA_DISABLE=attn_merge: a decode attention's few splits merged head by head (A/B) */
     bool attn_adapt_off;        /* BRISK_CUDA_DISABLE=attn_adapt: every split of a decode launch takes part, however short the context (A/B) */
     int *route_cnt;             /* the fused MoE router's finished-block counter (cuda_moe.cu), zero between launches */
