@@ -102,7 +102,7 @@ int main(void) {
                 float *outs[2] = {o1, o2};
                 for (int k = 0; k < 2; k++) {
                     CK(cudaMemcpy(st, st0, n_state * 4, cudaMemcpyDeviceToDevice));
-                    two[k]->ops->gated_delta(two[k], qkv, bb, aa, &wb, &wa, st, seq, n, nk, nv, d, 1e-6f, outs[k]);
+                    two[k]->ops->gated_delta(two[k], qkv, bb, aa, &wb, &wa, st, seq, n, nk, nv, false, d, 1e-6f, outs[k]);
                     check(two[k]);
                 }
                 CK(cudaMemcpy(h1, o1, (size_t)n * nv * d * 4, cudaMemcpyDeviceToHost));
@@ -112,11 +112,11 @@ int main(void) {
                     den += (double)h1[i] * h1[i];
                 }
                 float t_rec = time_ms(s_rec, [&](int) {
-                    rec->ops->gated_delta(rec, qkv, bb, aa, &wb, &wa, st, seq, n, nk, nv, d, 1e-6f, o1);
+                    rec->ops->gated_delta(rec, qkv, bb, aa, &wb, &wa, st, seq, n, nk, nv, false, d, 1e-6f, o1);
                 });
                 check(rec);
                 float t_chk = time_ms(s_be, [&](int) {
-                    be->ops->gated_delta(be, qkv, bb, aa, &wb, &wa, st, seq, n, nk, nv, d, 1e-6f, o2);
+                    be->ops->gated_delta(be, qkv, bb, aa, &wb, &wa, st, seq, n, nk, nv, false, d, 1e-6f, o2);
                 });
                 check(be);
                 float c_rec = time_ms(s_rec, [&](int) {
