@@ -11,9 +11,10 @@ BUILD=${BUILD:-build}
 export SHARED=${SHARED:-$(cd .. && pwd)/shared} BUILD LLAMACPP_LIBDIR=${LLAMACPP_LIBDIR:-} SAN=${SAN:-0}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-# No test may hang the suite: each runs with stdin from /dev/null (CI starts with fd 0 closed, and a
-# closed fd 0 is handed to the next file or socket opened) and under a time limit, its whole
-# process group killed past it (a server a script started goes too).
+# No test may hang the suite: each runs under timeout(1), its whole process group killed past the
+# limit (a server a script started goes too), with stdin from /dev/null; timeout's own SIGCHLD
+# handler also gives each test that signal at its default (a SIGCHLD ignored by whoever started
+# the suite makes script(1) and other waiters hang: .ci/run).
 LIMIT=${TEST_LIMIT:-900}
 run_one() { timeout -k 10 "$LIMIT" "$@" </dev/null 2>&1; }
 timed_out() { [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; }
