@@ -102,8 +102,9 @@ static void test_stories_mean(void) { stories("mean"); }
 static void test_stories_last(void) { stories("last"); }
 
 /* A Qwen3-Reranker-shaped copy of brisk-kjv-6m, as llama.cpp's converter makes one: pooling rank,
- * labels "yes" and "no", and cls.output.weight (2, n_embd) f32 = the LM head's rows of two tokens
- * (here ids YES and NO). */
+ * labels "yes" and "no", a "rerank" chat template, and cls.output.weight (2, n_embd) f32 = the LM
+ * head's rows of two tokens (here ids YES and NO). Written to $BUILD/conformance/kjv-reranker.gguf,
+ * where tests/t_server.sh takes it (it runs `test_embeddings rank` first). */
 #define YES 100
 #define NO 200
 static const char *make_reranker(void) {
@@ -128,6 +129,8 @@ static const char *make_reranker(void) {
     size_t lens[2] = {3, 2};
     if (s == BRISK_OK) s = gguf_writer_set_u32(w, "qwen3.pooling_type", BRISK_POOLING_RANK);
     if (s == BRISK_OK) s = gguf_writer_set_arr_str(w, "qwen3.classifier.output_labels", labels, lens, 2);
+    /* the prompt /v1/rerank renders (tests/server/embeddings.mjs) */
+    if (s == BRISK_OK) s = gguf_writer_set_str(w, "tokenizer.chat_template.rerank", "Query: {query}\nDocument: {document}");
     for (int64_t i = 0; s == BRISK_OK && i < gguf_tensor_count(g); i++) {
         const gguf_tensor *t = gguf_get_tensor(g, i);
         s = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne);

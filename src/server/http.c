@@ -208,7 +208,8 @@ static enum MHD_Result answer(server *srv, struct MHD_Connection *con, conn *c) 
     if (got < 0) return MHD_NO; /* the client left: close */
     if (d.finish == SCHED_FINISH_ERROR || d.finish == SCHED_FINISH_CANCELLED)
         return fail(srv, con, c, 500, NULL, d.error[0] ? d.error : "generation cancelled");
-    char *body = c->api == API_ANTHROPIC   ? anth_response(&srv->oai, &c->job, &d)
+    char *body = c->api == API_EMBED       ? emb_response(&srv->oai, &c->ejob, c->req)
+                 : c->api == API_ANTHROPIC ? anth_response(&srv->oai, &c->job, &d)
                  : c->api == API_RESPONSES ? resp_response(&srv->oai, &c->job, &d)
                                            : oai_response(&srv->oai, &c->job, &d);
     return body ? send_json(srv, con, c, 200, body) : fail(srv, con, c, 500, NULL, "out of memory");
@@ -227,7 +228,8 @@ static enum MHD_Result submit(server *srv, struct MHD_Connection *con, conn *c, 
     if (st != BRISK_OK) {
         int status = st == BRISK_ERR_RANGE ? 400 : st == BRISK_ERR_NOMEM ? 429 : st == BRISK_ERR_INVALID_ARG ? 400 : 503;
         if (st == BRISK_ERR_RANGE) e.code = "context_length_exceeded";
-        oai_fail(&e, status, st == BRISK_ERR_RANGE ? (chat ? "messages" : "prompt") : NULL, "%s", brisk_last_error());
+        oai_fail(&e, status, st == BRISK_ERR_RANGE ? (c->api == API_EMBED ? "input" : chat ? "messages" : "prompt") : NULL,
+                 "%s", brisk_last_error());
         return send_error(srv, con, c, &e);
     }
     c->submitted = true;
@@ -243,8 +245,28 @@ static enum MHD_Result submit(server *srv, struct MHD_Connection *con, conn *c, 
     return res;
 }
 
+/* A generation endpoint on a server that computes embeddings: 501 with what to do. */
+static bool generates(server *srv, struct MHD_Connection *con, conn *c, enum MHD_Result *res) {
+    if (!sched_embeddings(srv->sch)) return true;
+    *res = fail(srv, con, c, 501, NULL, "this server computes embeddings (--embeddings or --reranking): it does "
+                "not generate; use /v1/embeddings or /v1/rerank");
+    return false;
+}
+
+/* /v1/embeddings and /v1/rerank (embed.h). */
+static enum MHD_Result embeddings(server *srv, struct MHD_Connection *con, conn *c, bool rerank) {
+    oai_error e = {0};
+    bool ok = emb_parse(&srv->oai, srv->sch, rerank, c->body.p ? c->body.p : "", c->body.len, &c->ejob, &e);
+    c->have_ejob = true;
+    c->req = c->ejob.req;
+    if (!ok) return send_error(srv, con, c, &e);
+    return submit(srv, con, c, false);
+}
+
 static enum MHD_Result completions(server *srv, struct MHD_Connection *con, conn *c, bool chat) {
     oai_error e = {0};
+    enum MHD_Result res;
+    if (!generates(srv, con, c, &res)) return res;
     bool ok = oai_parse(&srv->oai, c->body.p ? c->body.p : "", c->body.len, chat, &c->job, &e);
     c->have_job = true;
     c->req = c->job.req;
@@ -254,6 +276,8 @@ static enum MHD_Result completions(server *srv, struct MHD_Connection *con, conn
 
 static enum MHD_Result messages(server *srv, struct MHD_Connection *con, conn *c) {
     oai_error e = {0};
+    enum MHD_Result res;
+    if (!generates(srv, con, c, &res)) return res;
     bool ok = anth_parse(&srv->oai, c->body.p ? c->body.p : "", c->body.len, &c->job, &e);
     c->have_job = true;
     c->req = c->job.req;
@@ -263,6 +287,8 @@ static enum MHD_Result messages(server *srv, struct MHD_Connection *con, conn *c
 
 static enum MHD_Result responses(server *srv, struct MHD_Connection *con, conn *c) {
     oai_error e = {0};
+    enum MHD_Result res;
+    if (!generates(srv, con, c, &res)) return res;
     bool ok = resp_parse(&srv->oai, srv->resps, c->body.p ? c->body.p : "", c->body.len, &c->job, &e);
     c->have_job = true;
     c->req = c->job.req;
@@ -408,6 +434,10 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *con, conn *c, c
         if (!post) return fail(srv, con, c, 405, NULL, "use POST");
         return responses(srv, con, c);
     }
+    if (!strcmp(p, "/embeddings") || !strcmp(p, "/rerank") || !strcmp(p, "/reranking")) {
+        if (!post) return fail(srv, con, c, 405, NULL, "use POST");
+        return embeddings(srv, con, c, p[1] == 'r');
+    }
     const char *body = c->body.p ? c->body.p : "";
     if (!strcmp(p, "/messages/count_tokens")) {
         if (!post) return fail(srv, con, c, 405, NULL, "use POST");
@@ -489,7 +519,10 @@ static conn *conn_new(server *srv, struct MHD_Connection *con, const char *url, 
     }
     snprintf(c->method, sizeof c->method, "%s", method);
     snprintf(c->url, sizeof c->url, "%s", url);
-    c->api = strstr(url, "/messages") ? API_ANTHROPIC : strstr(url, "/responses") ? API_RESPONSES : API_OPENAI;
+    c->api = strstr(url, "/messages")     ? API_ANTHROPIC
+             : strstr(url, "/responses")  ? API_RESPONSES
+             : strstr(url, "/embeddings") || strstr(url, "/rerank") ? API_EMBED
+                                          : API_OPENAI;
     return c;
 }
 
@@ -544,6 +577,7 @@ static void completed(void *cls, struct MHD_Connection *con, void **con_cls, enu
                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (closed early)");
     guard_busy(srv, c->sk, false);
     if (c->have_job) oai_job_free(&c->job);
+    if (c->have_ejob) emb_job_free(&c->ejob);
     sb_free(&c->body);
     sb_free(&c->out);
     for (int i = 0; c->cc && i < c->n_cc; i++) {

@@ -15,11 +15,12 @@
 #include <stdatomic.h>
 
 #include "server/anthropic.h"
+#include "server/embed.h"
 #include "server/openai.h"
 #include "server/responses.h"
 #include "server/server.h"
 
-enum { API_OPENAI, API_ANTHROPIC, API_RESPONSES };
+enum { API_OPENAI, API_ANTHROPIC, API_RESPONSES, API_EMBED };
 
 typedef struct sock {
     int fd;
@@ -60,12 +61,14 @@ struct conn {
     struct MHD_Connection *con;
     int fd;              /* the client socket, polled for a hang-up while parked */
     sock *sk;
-    int api;             /* API_OPENAI, API_ANTHROPIC or API_RESPONSES: the shape of answers and errors */
+    int api;             /* API_OPENAI, API_ANTHROPIC, API_RESPONSES or API_EMBED: the shape of answers and errors */
     char cors[256];      /* the Origin this answer may be read from; "" none */
     strbuf body;
     bool too_large;
     oai_job job;
     bool have_job;
+    emb_job ejob;        /* API_EMBED: /v1/embeddings, /v1/rerank */
+    bool have_ejob;
     sched_req *req;      /* our reference, NULL until parsed */
     bool submitted;
     bool whole;          /* waits for the whole answer (not streaming) */
