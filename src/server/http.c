@@ -296,20 +296,6 @@ static enum MHD_Result responses(server *srv, struct MHD_Connection *con, conn *
     return submit(srv, con, c, true);
 }
 
-static char *models_json(server *srv) {
-    char *s = NULL;
-    cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "data"), *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
-    cJSON_AddStringToObject(m, "id", srv->model_id);
-    cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", (double)time(NULL));
-    cJSON_AddStringToObject(m, "owned_by", "brisk");
-    cJSON_AddItemToArray(a, m);
-    s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
-}
-
 static char *metrics_text(server *srv) {
     sched_stats st;
     sched_get_stats(srv->sch, &st);
@@ -453,10 +439,22 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *con, conn *c, c
                                   : oai_apply_template(&srv->oai, body, c->body.len, &e);
         return res ? send_json(srv, con, c, 200, res) : send_error(srv, con, c, &e);
     }
+    if (!strncmp(p, "/models/", 8) && p[8]) { /* OpenAI's retrieve: one model */
+        if (!get) return fail(srv, con, c, 405, NULL, "use GET");
+        char *m = props_models_json(srv, p + 8);
+        if (m) return send_json(srv, con, c, 200, m);
+        oai_error e = {0};
+        oai_model_ok(&srv->oai, p + 8, &e);
+        return send_error(srv, con, c, &e);
+    }
+    if (!strcmp(url, "/props") || !strcmp(url, "/slots")) {
+        if (!get) return fail(srv, con, c, 405, NULL, "use GET");
+        return send_json(srv, con, c, 200, url[1] == 'p' ? props_json(srv) : props_slots_json(srv));
+    }
     if (!strcmp(p, "/health") || !strcmp(p, "/models") || !strcmp(p, "/metrics")) {
         if (!get) return fail(srv, con, c, 405, NULL, "use GET");
         if (p[1] == 'h') return send_json(srv, con, c, 200, strdup("{\"status\":\"ok\"}"));
-        if (p[2] == 'o') return send_json(srv, con, c, 200, models_json(srv));
+        if (p[2] == 'o') return send_json(srv, con, c, 200, props_models_json(srv, NULL));
         return send_body(srv, con, c, 200, metrics_text(srv), "text/plain; version=0.0.4", NULL);
     }
     if (!strcmp(url, "/") || !strcmp(url, "/index.html")) {
@@ -689,6 +687,12 @@ brisk_status server_start(brisk_model *model, brisk_context *ctx, const server_c
         !(srv->names = dup_list(cfg->model_names, srv->n_names)))
         s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
     if (s == BRISK_OK) s = chat_fmt_new(model, cfg->chat_template, &srv->fmt);
+    if (s == BRISK_OK) {
+        char *own = cfg->chat_template ? NULL : brisk_model_meta_str(model, "tokenizer.chat_template");
+        const char *src = cfg->chat_template && strcmp(cfg->chat_template, "chatml") ? cfg->chat_template : own ? own : "";
+        if (!(srv->chat_template = strdup(src))) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
+        free(own);
+    }
     srv->oai = (oai_server){model, srv->fmt, srv->model_id, cfg->n_parallel, (const char *const *)srv->names,
                             srv->n_names, cfg->n_ctx_slot, 1};
     if (s == BRISK_OK) s = oai_server_init(&srv->oai);
@@ -718,6 +722,7 @@ void server_stop(server *srv) {
     sched_free(srv->sch);
     resp_store_free(srv->resps);
     chat_fmt_free(srv->fmt);
+    free(srv->chat_template);
     free(srv->api_key);
     free_list(srv->cors, srv->n_cors);
     free_list(srv->names, srv->n_names);

@@ -41,6 +41,7 @@ typedef struct server {
     char **names;        /* (n_names) model names requests may give: the id, the file name, aliases */
     int n_names;
     chat_fmt *fmt;
+    char *chat_template; /* the template's source for /props ("" for the built-in ChatML) */
     oai_server oai;
     sched *sch;
     resp_store *resps;   /* /v1/responses: past conversations for previous_response_id */
@@ -99,6 +100,12 @@ double http_now(void); /* monotonic seconds */
 bool http_client_gone(int fd);
 /* Scheduler lock held: resumes a parked connection (no-op when not parked). */
 void http_unpark(conn *c);
+
+/* props.c: GET /v1/models, /v1/models/{id} (NULL id: the list; an unknown one: NULL, a 404),
+ * /props and /slots as llama-server shapes them (the fields brisk has). Bodies are malloc'd. */
+char *props_models_json(server *srv, const char *id);
+char *props_json(server *srv);
+char *props_slots_json(server *srv);
 
 /* guard.c: the thread that closes connections past their request deadline
  * and resumes parked requests whose client left (or all, when stopping). */

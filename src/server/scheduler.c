@@ -736,6 +736,21 @@ void sched_get_stats(sched *s, sched_stats *out) {
     pthread_mutex_unlock(&s->mu);
 }
 
+void sched_get_slots(sched *s, sched_slot_info *out) {
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->p.n_parallel; i++) {
+        const slot *sl = &s->slots[i];
+        const sched_req *r = sl->req;
+        out[i] = (sched_slot_info){.id = sl->id, .is_processing = r != NULL, .n_cache = sl->n_cache};
+        if (!r) continue;
+        out[i].n_prompt = r->n_inputs ? r->in_off[sl->ci + 1] - r->in_off[sl->ci] : r->n_prompt;
+        out[i].n_cached = r->n_inputs ? 0 : r->n_cached;
+        out[i].n_decoded = r->n_inputs ? 0 : sl->n_gen;
+        out[i].n_remain = r->n_inputs ? 0 : sl->max_gen - sl->n_gen;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
 void sched_free(sched *s) {
     if (!s) return;
     if (s->thread_started) {

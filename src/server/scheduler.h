@@ -168,6 +168,18 @@ void sched_wait(sched *s, sched_req *r, int timeout_ms);
 /* Counters for /metrics (takes the lock itself). */
 void sched_get_stats(sched *s, sched_stats *out);
 int sched_n_ctx_slot(const sched *s);
+/* One slot's state for GET /slots (llama-server's fields that brisk has). */
+typedef struct sched_slot_info {
+    int id;
+    bool is_processing;  /* a request holds it */
+    int n_prompt;        /* its request's prompt tokens (0 when idle) */
+    int n_cached;        /* of them reused from the cache */
+    int n_decoded;       /* tokens generated so far */
+    int n_remain;        /* tokens it may still generate */
+    int n_cache;         /* tokens whose KV the slot holds (kept after its request ends, for reuse) */
+} sched_slot_info;
+/* Fills out[0 .. n_parallel) (out has room for n_parallel); takes the lock itself. */
+void sched_get_slots(sched *s, sched_slot_info *out);
 /* Whether the scheduler computes embeddings (its context was made with embeddings), and their pooling. */
 bool sched_embeddings(const sched *s);
 brisk_pooling sched_pooling(const sched *s);
