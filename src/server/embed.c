@@ -17,6 +17,7 @@ typedef struct inputs {
 } inputs;
 
 static bool push_tokens(inputs *in, const brisk_token *t, int n, oai_error *e) {
+    if (n == 0) return true; /* an empty text (end_input refuses the empty input) */
     if (in->n + n > in->cap) {
         int cap = (in->n + n) * 2 + 64;
         brisk_token *p = realloc(in->tok, (size_t)cap * sizeof *p);
