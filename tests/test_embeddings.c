@@ -107,9 +107,9 @@ static void test_stories_last(void) { stories("last"); }
  * where tests/t_server.sh takes it (it runs `test_embeddings rank` first). */
 #define YES 100
 #define NO 200
-static const char *make_reranker(void) {
+static const char *make_copy(bool reranker) {
     static char out[1200];
-    snprintf(out, sizeof out, "%s/kjv-reranker.gguf", dir);
+    snprintf(out, sizeof out, "%s/%s", dir, reranker ? "kjv-reranker.gguf" : "kjv-add-eos.gguf");
     gguf_file *g = NULL;
     gguf_writer *w = gguf_writer_new();
     float *head = NULL;
@@ -127,6 +127,19 @@ static const char *make_reranker(void) {
     for (int64_t i = 0; s == BRISK_OK && i < gguf_kv_count(g); i++) s = gguf_writer_copy_kv(w, g, i);
     const char *labels[2] = {"yes", "no"};
     size_t lens[2] = {3, 2};
+    if (!reranker) { /* Qwen3-Embedding's convention: pooling last over a text the tokenizer ends with EOS */
+        if (s == BRISK_OK) s = gguf_writer_set_u32(w, "qwen3.pooling_type", BRISK_POOLING_LAST);
+        if (s == BRISK_OK) s = gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", true);
+        for (int64_t i = 0; s == BRISK_OK && i < gguf_tensor_count(g); i++) {
+            const gguf_tensor *t = gguf_get_tensor(g, i);
+            s = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne);
+        }
+        if (s == BRISK_OK) s = gguf_writer_begin(w, out);
+        for (int64_t i = 0; s == BRISK_OK && i < gguf_tensor_count(g); i++)
+            s = gguf_writer_write_tensor(w, gguf_get_tensor(g, i)->data, gguf_get_tensor(g, i)->nbytes);
+        if (s == BRISK_OK) s = gguf_writer_finish(w);
+        goto done;
+    }
     if (s == BRISK_OK) s = gguf_writer_set_u32(w, "qwen3.pooling_type", BRISK_POOLING_RANK);
     if (s == BRISK_OK) s = gguf_writer_set_arr_str(w, "qwen3.classifier.output_labels", labels, lens, 2);
     /* the prompt /v1/rerank renders (tests/server/embeddings.mjs) */
@@ -143,6 +156,7 @@ static const char *make_reranker(void) {
     }
     if (s == BRISK_OK) s = gguf_writer_write_tensor(w, head, 2 * (uint64_t)d * sizeof(float));
     if (s == BRISK_OK) s = gguf_writer_finish(w);
+done:
     CHECK_OK(s);
     free(head);
     gguf_writer_free(w);
@@ -154,7 +168,7 @@ static const char *make_reranker(void) {
  * token's hidden state h (a direct computation from pooling last and the LM head's logits),
  * and equals llama.cpp's. */
 static void test_rank(void) {
-    const char *path = make_reranker();
+    const char *path = make_copy(true);
     if (!path) return;
     brisk_model *m = NULL;
     CHECK_OK(brisk_model_load(path, NULL, &m));
@@ -208,6 +222,42 @@ static void test_rank(void) {
         }
         free(ref);
     }
+    brisk_model_free(m);
+}
+
+/* The Qwen3-Embedding convention on a copy of brisk-kjv-6m whose file says pooling last and
+ * add_eos_token: each side tokenizes TEXT itself (llama.cpp through the harness's --prompt-text,
+ * with its special tokens, as its server does), the text ends with EOS, and the vectors agree. */
+static void test_last_eos(void) {
+    if (!have_ref) SKIP_REQUIRED("%s/llamacpp-ref is missing (the llama.cpp reference)", build_dir);
+    const char *path = make_copy(false);
+    if (!path) return;
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(path, NULL, &m));
+    if (!m) return;
+    brisk_token ids[128];
+    int64_t n = 0;
+    CHECK_OK(brisk_tokenize(m, TEXT, strlen(TEXT), true, false, ids, 128, &n));
+    CHECK(n > 1 && ids[n - 1] == brisk_token_eos(m));
+    char ref_path[1300], cmd[4096];
+    snprintf(ref_path, sizeof ref_path, "%s.embd", path);
+    snprintf(cmd, sizeof cmd, "%s/llamacpp-ref embed -m %s --prompt-text '%s' --kv f32 -t 1 --logits-out %s 2>/dev/null",
+             build_dir, path, TEXT, ref_path);
+    int nd = 0, nr = 0;
+    float *ref = ref_run(cmd) ? NULL : ref_read_logits(ref_path, &nd, &nr);
+    brisk_context *c = embed_ctx(m, BRISK_POOLING_UNSPECIFIED, 1);
+    CHECK(ref && nr == 1 && c && brisk_context_pooling(c) == BRISK_POOLING_LAST);
+    if (ref && c && nd == brisk_context_n_embd_out(c)) {
+        brisk_batch_entry b[128];
+        for (int i = 0; i < n; i++) b[i] = (brisk_batch_entry){ids[i], i, 0, false};
+        CHECK_OK(brisk_decode(c, b, (int)n));
+        const float *v = brisk_get_embeddings_seq(c, 0);
+        double d = v ? rel_diff(v, ref, nd) : 1;
+        printf("    last pooling over a text ending in EOS: max rel diff %.2e\n", d);
+        CHECK(d <= 1e-3);
+    }
+    free(ref);
+    brisk_context_free(c);
     brisk_model_free(m);
 }
 
@@ -327,7 +377,7 @@ int main(int argc, char **argv) {
     have_ref = access(ref_bin, X_OK) == 0 && test_env_switch("BRISK_NO_LLAMACPP") <= 0;
     test_case cases[] = {{"kjv_mean", test_kjv_mean}, {"kjv_last", test_kjv_last}, {"kjv_cls", test_kjv_cls},
                          {"kjv_none", test_kjv_none}, {"stories_mean", test_stories_mean},
-                         {"stories_last", test_stories_last}, {"rank", test_rank}, {"batched", test_batched},
+                         {"stories_last", test_stories_last}, {"rank", test_rank}, {"last_eos", test_last_eos}, {"batched", test_batched},
                          {"normalize_maxsim", test_normalize_maxsim}};
     return test_main(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
