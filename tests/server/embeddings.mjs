@@ -60,6 +60,10 @@ if (MODE === 'mean') {
       assert(r.status === 400 || r.status === 404, `${JSON.stringify(body)}: ${r.status} ${r.text}`);
       assert(r.json && r.json.error && r.json.error.message, 'no error message');
     }
+    // an input must fit one step (the server runs with --batch 64)
+    const long = await raw('/v1/embeddings', { body: JSON.stringify({ input: ['short', 'word '.repeat(200)] }) });
+    eq(long.status, 400);
+    eq(long.json.error.code, 'context_length_exceeded');
     const g = await raw('/v1/chat/completions', { body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }] }) });
     eq(g.status, 501);
   });
