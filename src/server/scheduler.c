@@ -232,7 +232,7 @@ brisk_status sched_submit(sched *s, sched_req *r) {
         return bk_fail(BRISK_ERR_INVALID_ARG,
                        "n is %d but the server decodes at most %d sequences at once (--parallel)", r->n_choices,
                        s->p.n_parallel);
-    if (r->n_prompt >= s->p.n_ctx_slot)
+    if (!r->n_inputs && r->n_prompt >= s->p.n_ctx_slot) /* (inputs are checked one by one) */
         return bk_fail(BRISK_ERR_RANGE,
                        "the prompt has %d tokens but the context holds %d (prompt and completion together); "
                        "shorten it or start the server with a larger -c",

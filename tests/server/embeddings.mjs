@@ -47,7 +47,8 @@ if (MODE === 'mean') {
     assert(maxdiff(r.data[1].embedding, want) < 1e-3, 'token input differs');
     const one = await client.embeddings.create({ model: MODEL, input: ids, encoding_format: 'float' });
     assert(maxdiff(one.data[0].embedding, want) < 1e-6, 'one token input differs');
-    const many = Array.from({ length: 9 }, (_, i) => `${TEXTS[i % 2]} ${i}`);
+    // more inputs than slots, and more tokens in all than one slot's context (-c 256)
+    const many = Array.from({ length: 14 }, (_, i) => `${TEXTS[i % 2]} ${TEXTS[(i + 1) % 2]} ${i}`);
     const all = await client.embeddings.create({ model: MODEL, input: many, encoding_format: 'float' });
     const solo = engine(many, 'mean');
     for (let i = 0; i < many.length; i++)
