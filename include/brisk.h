@@ -214,6 +214,11 @@ typedef struct brisk_context_params {
      * n_vocab floats: 0.6 MB for a 152K vocabulary). 0: n_seq_max, at least 64; a user of every
      * position's logits (perplexity) sets n_batch. */
     int n_outputs_max;
+    /* Embeddings instead of logits (llama.cpp's --embeddings): brisk_decode computes each wanted
+     * entry's hidden state after the final norm (n_embd floats; no LM head) and, with a pooling
+     * other than NONE, pools each sequence's entries of the call (brisk_get_embeddings_seq). */
+    bool embeddings;
+    int pooling;       /* a brisk_pooling; BRISK_POOLING_UNSPECIFIED: the file's <arch>.pooling_type (none without) */
 } brisk_context_params;
 
 brisk_context_params brisk_context_default_params(void);
@@ -292,6 +297,44 @@ brisk_status brisk_decode(brisk_context *ctx, const brisk_batch_entry *entries, 
 
 /* Logits of the i-th entry of the last batch that asked for them (n_vocab floats), or NULL. */
 const float *brisk_get_logits(brisk_context *ctx, int i);
+
+/* ---- embeddings ------------------------------------------------------
+ * A context made with embeddings on returns hidden states instead of logits.
+ * Pooling (llama.cpp's enum llama_pooling_type, same values) says which:
+ *   NONE  every entry that asks for logits gets its own vector (brisk_get_embeddings_ith);
+ *   MEAN  the mean over a sequence's entries in the call;
+ *   CLS   its entry at the lowest position in the call; LAST: at the highest;
+ *   RANK  the classification head (the file's cls / cls.output tensors) over the CLS entry
+ *         (qwen3: the LAST one, then a softmax over the head's outputs, as llama.cpp: a
+ *         Qwen3-Reranker's head is the LM head's "yes" and "no" rows, output 0 the score).
+ * With pooling the entries' logits flags are ignored: a sequence's whole input goes in one
+ * brisk_decode call (any length up to n_batch), and the vectors are not normalised
+ * (brisk_embd_normalize). Vectors stay valid until the next brisk_decode. */
+typedef enum brisk_pooling {
+    BRISK_POOLING_UNSPECIFIED = -1,
+    BRISK_POOLING_NONE = 0,
+    BRISK_POOLING_MEAN = 1,
+    BRISK_POOLING_CLS = 2,
+    BRISK_POOLING_LAST = 3,
+    BRISK_POOLING_RANK = 4,
+} brisk_pooling;
+/* "none", "mean", "cls", "last", "rank" -> pooling; -2 for an unknown name. */
+int brisk_pooling_from_name(const char *name);
+const char *brisk_pooling_name(int pooling); /* "?" for an unknown value */
+/* The context's pooling, resolved from the file's key; NONE for a context without embeddings. */
+brisk_pooling brisk_context_pooling(const brisk_context *ctx);
+/* Floats of a pooled vector: n_embd, or with RANK the head's outputs (2 for Qwen3-Reranker). */
+int brisk_context_n_embd_out(const brisk_context *ctx);
+/* Pooling NONE: the hidden state of the i-th entry of the last batch (it asked for logits), or NULL. */
+const float *brisk_get_embeddings_ith(brisk_context *ctx, int i);
+/* Pooling other than NONE: seq's pooled vector over its entries in the last batch, or NULL. */
+const float *brisk_get_embeddings_seq(brisk_context *ctx, int seq);
+/* out = in scaled as llama.cpp's embd_normalize: -1 none, 0 max |x| to 32760 (int16 range),
+ * 1 taxicab, 2 euclidean (its server's default), p > 2 the p-norm. A zero vector stays zero. */
+void brisk_embd_normalize(const float *in, float *out, int n, int norm);
+/* Late interaction (ColBERT's MaxSim): for each of the n_q query vectors the largest dot product
+ * with any of the n_d document vectors, summed. q (n_q, dim), d (n_d, dim), row-major. */
+float brisk_maxsim(const float *q, int n_q, const float *d, int n_d, int dim);
 
 /* The memory traffic of one decode step, in bytes: what a bandwidth figure (GB/s, and its share
  * of the roofline) divides by time. Of this process's layers (a pipeline or tensor-parallel rank:

@@ -3,8 +3,8 @@
 # port with stories260K, runs tests/server/*.mjs with the official `openai`
 # npm client (make deps) and a short load run; then a tiny synthetic qwen3
 # with the real Qwen3 chat template, a tiny hybrid (qwen35) for recurrent-state
-# checkpoints, and a server with --parallel 1 --queue 1 --api-key for 429 and
-# auth. Each server is stopped with SIGTERM and must exit 0 (under SAN=1 with
+# checkpoints, embeddings and rerank servers (tests/server/embeddings.mjs), and a
+# server with --parallel 1 --queue 1 --api-key for 429 and auth. Each server is stopped with SIGTERM and must exit 0 (under SAN=1 with
 # no leak report).
 set -u
 BUILD=${BUILD:-build}
@@ -121,6 +121,25 @@ BRISK_URL=http://127.0.0.1:$PORT BRISK_URL_NOCKPT=http://127.0.0.1:$NOCKPT_PORT 
 stop hybrid || fail=1
 PID=$BIG_PID stop big || fail=1
 PID=$NOCKPT_PID stop nockpt || fail=1
+
+# embeddings (--embeddings, --pooling none, --reranking) against `brisk embed` on brisk-kjv-6m;
+# the reranker is test_embeddings' yes/no-head copy of it
+KJV=$(pwd)/models/brisk-kjv-6m.gguf
+export EMB_BIN=$BUILD/brisk EMB_MODEL=$KJV
+MODEL=$KJV start emb --embeddings --pooling mean -c 256 --parallel 3 --batch 64 || exit 1
+BRISK_URL=http://127.0.0.1:$PORT EMB_MODE=mean node tests/server/embeddings.mjs || fail=1
+stop emb || fail=1
+MODEL=$KJV start late --embeddings --pooling none -c 256 --parallel 2 || exit 1
+BRISK_URL=http://127.0.0.1:$PORT EMB_MODE=none node tests/server/embeddings.mjs || fail=1
+stop late || fail=1
+if BUILD=$BUILD "$BUILD/tests/test_embeddings" rank >"$TMP/rank.log" 2>&1; then
+  cp "$BUILD/conformance/kjv-reranker.gguf" "$TMP/reranker.gguf"
+  MODEL=$TMP/reranker.gguf start rank --reranking -c 256 --parallel 2 || exit 1
+  BRISK_URL=http://127.0.0.1:$PORT EMB_MODE=rank EMB_MODEL=$TMP/reranker.gguf node tests/server/embeddings.mjs || fail=1
+  stop rank || fail=1
+else
+  echo "t_server: test_embeddings rank failed"; cat "$TMP/rank.log"; fail=1
+fi
 
 printf 'sekrit\n' >"$TMP/key"
 start queue -c 2048 --parallel 1 --queue 1 --api-key-file "$TMP/key" || exit 1

@@ -1,6 +1,7 @@
-/* test_server.c — the server's pieces that need no model: the chat output
- * parser (reasoning, tool calls, tags split across pushes), ChatML, token
- * texts that must stay valid UTF-8, and the body check for escaped NULs. */
+/* test_server.c — the server's pieces that need no model weights: the chat output
+ * parser (reasoning, tool calls, tags split across pushes), ChatML, the tools
+ * prompt of a template without a tools section, token texts that must stay
+ * valid UTF-8, and the body check for escaped NULs. */
 #include "server/chat.h"
 #include "server/openai.h"
 #include "test.h"
@@ -116,6 +117,56 @@ static void test_chatml(void) {
     brisk_model_free(m);
 }
 
+/* A Jinja template without a tools section gets the tools in its system message (llama.cpp's
+ * generic tool-call format, in the <tool_call> syntax the parser reads); one with a section keeps
+ * its own rendering. */
+static void test_tools_without_section(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/data/stories260K/stories260K.gguf", test_shared_dir());
+    brisk_model_params mp = brisk_model_default_params();
+    mp.vocab_only = true;
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(path, &mp, &m));
+    if (!m) return;
+    const char *plain = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}[assistant] ";
+    const char *own = "{% if tools %}TOOLS {{ tools | length }}\n{% endif %}{% for m in messages %}[{{ m.role }}] "
+                      "{{ m.content }}\n{% endfor %}[assistant] ";
+    cJSON *tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":"
+                               "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}]");
+    for (int with_sys = 0; with_sys < 2; with_sys++) {
+        cJSON *msgs = cJSON_Parse(with_sys ? "[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"}]"
+                                           : "[{\"role\":\"user\",\"content\":\"Hi\"}]");
+        chat_fmt *f = NULL;
+        char *out = NULL;
+        size_t len = 0;
+        CHECK_OK(chat_fmt_new(m, plain, &f));
+        if (f) CHECK_OK(chat_fmt_render(f, msgs, tools, true, &out, &len));
+        if (out) {
+            CHECK(!strncmp(out, with_sys ? "[system] Be brief.\n\nYou may call tools." : "[system] You may call tools.",
+                           with_sys ? 39 : 28));
+            CHECK(strstr(out, "<tool_call>\n{\"name\": \"<its name>\"") && strstr(out, "\"name\":\"get_weather\""));
+            CHECK(strstr(out, "\n[user] Hi\n[assistant] ") && strlen(out) == len);
+            CHECK(!strstr(out, "[system] Be brief.\n[")); /* merged, not a second system message */
+        }
+        free(out);
+        out = NULL;
+        if (f) CHECK_OK(chat_fmt_render(f, msgs, NULL, true, &out, &len)); /* no tools: untouched */
+        CHECK(out && !strstr(out, "You may call tools"));
+        free(out);
+        out = NULL;
+        chat_fmt_free(f);
+        f = NULL;
+        CHECK_OK(chat_fmt_new(m, own, &f));
+        if (f) CHECK_OK(chat_fmt_render(f, msgs, tools, true, &out, &len));
+        CHECK(out && !strncmp(out, "TOOLS 1\n", 8) && !strstr(out, "You may call tools"));
+        free(out);
+        chat_fmt_free(f);
+        cJSON_Delete(msgs);
+    }
+    cJSON_Delete(tools);
+    brisk_model_free(m);
+}
+
 static void test_token_text(void) {
     char out[64];
     oai_token_text("h\xc3\xa9llo", 6, out, sizeof out); /* valid: as is */
@@ -151,6 +202,7 @@ int main(int argc, char **argv) {
         {"tool_text_kept", test_tool_text_kept},
         {"partial_tag_held_back", test_partial_tag_held_back},
         {"chatml", test_chatml},
+        {"tools_without_section", test_tools_without_section},
         {"token_text", test_token_text},
         {"parse_body", test_parse_body},
     };

@@ -7,6 +7,7 @@
 #define BRISK_VERSION "0.1.0"
 int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_embed(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

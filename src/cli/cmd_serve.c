@@ -37,6 +37,10 @@ static void usage(FILE *f) {
             "                       names that requests may give (any other name is a 404)\n"
             "  --max-body BYTES     request body limit (default 8 MiB)\n"
             "  -t, --threads N      CPU threads (default: all cores)\n"
+            "  --embeddings         compute embeddings instead of generating: /v1/embeddings, /v1/rerank\n"
+            "  --reranking          a reranker (pooling rank: the model's classification head): /v1/rerank\n"
+            "  --pooling TYPE       none, mean, cls, last or rank (default: the model's <arch>.pooling_type);\n"
+            "                       none: /v1/rerank scores by late interaction (MaxSim of token vectors)\n"
             CLI_MODEL_HELP);
 }
 
@@ -66,7 +70,8 @@ int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *template_path = NULL, *key_file = NULL;
     const char *aliases[32], *cors[32];
     int n_alias = 0, n_cors = 0;
-    int n_ctx = 0, n_threads = 0, max_body_mb = 8, max_body = -1, n_ckpt = 4;
+    int n_ctx = 0, n_threads = 0, max_body_mb = 8, max_body = -1, n_ckpt = 4, pooling = BRISK_POOLING_UNSPECIFIED;
+    bool embeddings = false;
     server_config cfg = {.host = "127.0.0.1", .port = 8080, .n_parallel = 4, .prefill_chunk = 2048, .max_queue = 64,
                          .access_log = true};
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
@@ -83,6 +88,12 @@ int cmd_serve(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-access-log")) {
             cfg.access_log = false;
+            continue;
+        }
+        if (!strcmp(a, "--embeddings") || !strcmp(a, "--embedding") || !strcmp(a, "--reranking") ||
+            !strcmp(a, "--rerank")) {
+            embeddings = true;
+            if (a[2] == 'r') pooling = BRISK_POOLING_RANK;
             continue;
         }
         if (!(v = cli_next(argc, argv, &i))) return 2;
@@ -117,6 +128,9 @@ int cmd_serve(int argc, char **argv) {
             if (!cli_int(a, v, 1, 1 << 20, &cfg.max_queue)) return 2;
         } else if (!strcmp(a, "--max-body")) {
             if (!cli_int(a, v, 1024, 1 << 30, &max_body)) return 2;
+        } else if (!strcmp(a, "--pooling")) {
+            if ((pooling = brisk_pooling_from_name(v)) < BRISK_POOLING_NONE)
+                return cli_error(2, "serve: --pooling '%s': none, mean, cls, last or rank", v);
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!cli_int(a, v, 1, 1024, &n_threads)) return 2;
         } else return cli_error(2, "serve: unknown option '%s' (try `brisk serve --help`)", a);
@@ -167,6 +181,10 @@ int cmd_serve(int argc, char **argv) {
     cp.n_threads = n_threads;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
     cp.n_seq_checkpoints = n_ckpt;
+    cp.embeddings = embeddings;
+    cp.pooling = pooling;
+    if (pooling != BRISK_POOLING_UNSPECIFIED && !embeddings)
+        return free(key_buf), free(template_src), cli_error(2, "serve: --pooling needs --embeddings");
     if (!cli_load_model(model_path, &mo, &cp, &model)) goto done;
     brisk_model_info info;
     brisk_model_get_info(model, &info);
@@ -178,9 +196,10 @@ int cmd_serve(int argc, char **argv) {
         cli_error(1, "serve: %s", brisk_last_error());
         goto done;
     }
-    fprintf(stderr, "brisk serve: %s on http://%s%s%s:%d (%d slots of %d tokens)\n", cfg.model_id,
+    fprintf(stderr, "brisk serve: %s on http://%s%s%s:%d (%d slots of %d tokens%s%s)\n", cfg.model_id,
             strchr(cfg.host, ':') ? "[" : "", cfg.host, strchr(cfg.host, ':') ? "]" : "", server_port(srv),
-            cfg.n_parallel, cfg.n_ctx_slot);
+            cfg.n_parallel, cfg.n_ctx_slot, embeddings ? "; embeddings, pooling " : "",
+            embeddings ? brisk_pooling_name(brisk_context_pooling(ctx)) : "");
     int sig = 0;
     sigwait(&sigs, &sig);
     fprintf(stderr, "brisk serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");

@@ -34,6 +34,7 @@ static const struct {
     {"perplexity", cmd_perplexity, "perplexity of a text file"},
     {"calibrate", cmd_calibrate, "count an MoE model's expert routings over a text"},
     {"tokenize", cmd_tokenize, "print the token ids of stdin"},
+    {"embed", cmd_embed, "print the embeddings of texts (JSON)"},
     {"info", cmd_info, "print a GGUF file's metadata and tensors"},
     {"synth", cmd_synth, "write a random-weight model of a given shape"},
     {"quantize", cmd_quantize, "convert a model's weights to another type"},

@@ -24,6 +24,7 @@
 #include "base/status.h"
 #include "engine/kv_cache.h"
 #include "engine/offload.h"
+#include "engine/pooling.h"
 #include "engine/tp.h"
 #include "model/arch.h"
 
@@ -31,6 +32,7 @@
 
 /* Rows of logits a forward pass of up to n_ubatch entries computes (brisk_context_params.n_outputs_max). */
 static int outs_for(const brisk_context_params *p, int n_ubatch) {
+    if (p->embeddings) return n_ubatch; /* hidden rows only (n_embd floats each): a mean pools them all */
     int cap = p->n_outputs_max > 0 ? p->n_outputs_max : p->n_seq_max > 64 ? p->n_seq_max : 64;
     return cap < n_ubatch ? cap : n_ubatch;
 }
@@ -83,6 +85,15 @@ struct brisk_context {
     int n_logits_cap;
     int *logit_row;      /* (n_batch) entry -> row in logits, -1 if none */
     int n_last;          /* entries in the last batch */
+    /* embeddings (brisk_context_params.embeddings), else NULL / 0 */
+    brisk_pooling pooling; /* resolved */
+    int n_embd_out;      /* floats of a pooled vector */
+    uint8_t *want;       /* (n_batch) entries of the current batch that produce a hidden row */
+    float *embd;         /* (n_batch, n_embd) host: the hidden rows of the last batch, by logit_row */
+    float *pooled;       /* (n_seq_max, max(n_embd, n_embd_out)) each sequence's pooled vector */
+    int32_t *pool_n;     /* (n_seq_max) rows pooled into it in the last batch; 0: none */
+    int32_t *pick;       /* (2, n_seq_max) CLS/LAST: the chosen entry and its position */
+    float *head_tmp;     /* (2 * n_embd + n_embd_out) the reranking head's scratch and output */
     brisk_memory_report mem;
 };
 
@@ -95,7 +106,7 @@ int brisk_kv_type_from_name(const char *name) {
 
 brisk_context_params brisk_context_default_params(void) {
     brisk_context_params p = {.n_ctx = 0, .n_seq_max = 1, .n_batch = 512, .n_threads = 0,
-                              .kv_type = BRISK_KV_F16, .kv_block_size = 16};
+                              .kv_type = BRISK_KV_F16, .kv_block_size = 16, .pooling = BRISK_POOLING_UNSPECIFIED};
     return p;
 }
 
@@ -126,13 +137,20 @@ void brisk_context_free(brisk_context *c) {
     free(c->expert_counts);
     free(c->ids_host);
     free(c->expert_seen);
+    free(c->want);
+    free(c->embd);
+    free(c->pooled);
+    free(c->pool_n);
+    free(c->pick);
+    free(c->head_tmp);
     free(c);
 }
 
 /* The per-step activations of fwd_scratch, in floats, each rounded to 16. */
 #define N_SCRATCH 21
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
-static void scratch_sizes(const model_hparams *hp, size_t n, size_t n_out, size_t sizes[N_SCRATCH]) {
+/* head: the LM head's logits are sized (not for embeddings). */
+static void scratch_sizes(const model_hparams *hp, size_t n, size_t n_out, bool head, size_t sizes[N_SCRATCH]) {
     size_t d = hp->n_embd, qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim,
            ff = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp, ne = (size_t)hp->n_expert,
            nk = (size_t)hp->n_expert_used, dm = ne ? d : 0;
@@ -141,16 +159,16 @@ static void scratch_sizes(const model_hparams *hp, size_t n, size_t n_out, size_
     size_t nv = (size_t)hp->ssm_n_v_heads, vd = nv * hp->ssm_d_state,
            conv = (2 * (size_t)hp->ssm_n_k_heads + nv) * hp->ssm_d_state, sh = hp->n_ff_shexp ? d : 0;
     size_t s[N_SCRATCH] = {n * d,  n * d,  n * qd, n * kvd, n * kvd, n * max3(qd, vd, 0), n * ff, n * ff,
-                           n * ne, n * nk, n * nk, n * dm,  n_out * d, n_out * (size_t)hp->n_vocab,
+                           n * ne, n * nk, n * nk, n * dm,  n_out * d, head ? n_out * (size_t)hp->n_vocab : 0,
                            hy ? n * max3(2 * qd, conv, 0) : 0, hy ? n * vd : 0, n * conv,
                            n * nv, n * nv, n * sh, sh ? n : 0};
     for (int i = 0; i < N_SCRATCH; i++) sizes[i] = (s[i] + 15) & ~(size_t)15;
 }
 
 /* n_out: rows of logits when the stage runs the output layer (out and logits are sized), else 0. */
-static size_t scratch_bytes(const model_hparams *hp, size_t n, size_t n_out) {
+static size_t scratch_bytes(const model_hparams *hp, size_t n, size_t n_out, bool head) {
     size_t sizes[N_SCRATCH], total = 0;
-    scratch_sizes(hp, n, n_out, sizes);
+    scratch_sizes(hp, n, n_out, head, sizes);
     for (int i = 0; i < N_SCRATCH; i++) total += sizes[i];
     return total * sizeof(float);
 }
@@ -166,8 +184,8 @@ static bool runs_logits(const brisk_context *c, const ctx_stage *st) {
 }
 
 /* A stage's scratch bytes, with a pipeline's receive buffer. */
-static size_t stage_scratch_bytes(const brisk_model *m, size_t n_ubatch, size_t n_out) {
-    return scratch_bytes(&m->hp, n_ubatch, n_out) +
+static size_t stage_scratch_bytes(const brisk_model *m, size_t n_ubatch, size_t n_out, bool head) {
+    return scratch_bytes(&m->hp, n_ubatch, n_out, head) +
            (pipelined(m) ? n_ubatch * (size_t)m->hp.n_embd * sizeof(float) : 0);
 }
 
@@ -175,14 +193,15 @@ static brisk_status alloc_scratch(brisk_context *c, ctx_stage *st) {
     size_t sizes[N_SCRATCH];
     fwd_scratch *s = &st->s;
     size_t n_out = runs_logits(c, st) ? (size_t)c->n_out_cap : 0;
-    scratch_sizes(&c->model->hp, (size_t)c->n_ubatch, n_out, sizes);
+    scratch_sizes(&c->model->hp, (size_t)c->n_ubatch, n_out, !c->p.embeddings, sizes);
     float **dst[N_SCRATCH] = {&s->x,          &s->xb,     &s->q,        &s->k,
                               &s->v,          &s->att,    &s->hb,       &s->hb2,
                               &s->moe_logits, (float **)&s->moe_ids, &s->moe_w, &s->moe_out,
                               &s->out,        &s->logits, &s->qg,       &s->gz,
                               &s->conv,       &s->dn_beta, &s->dn_alpha, &s->sh,
                               &s->sh_gate};
-    BK_TRY(st->be->ops->alloc(st->be, stage_scratch_bytes(c->model, (size_t)c->n_ubatch, n_out), &st->scratch_mem));
+    BK_TRY(st->be->ops->alloc(st->be, stage_scratch_bytes(c->model, (size_t)c->n_ubatch, n_out, !c->p.embeddings),
+                              &st->scratch_mem));
     float *p = st->scratch_mem;
     for (int i = 0; i < N_SCRATCH; i++) {
         *dst[i] = p;
@@ -331,7 +350,8 @@ static void stage_bytes(const brisk_model *m, const model_hparams *hp, const bri
                             p->kv_type) +
           rs_bytes(hp, n_rec, p->n_seq_max) + ck_bytes(hp, n_rec, p->n_seq_max, p->n_seq_checkpoints);
     size_t n_out = last ? (size_t)outs_for(p, n_ubatch) : 0;
-    *scratch = m ? stage_scratch_bytes(m, (size_t)n_ubatch, n_out) : scratch_bytes(hp, (size_t)n_ubatch, n_out);
+    *scratch = m ? stage_scratch_bytes(m, (size_t)n_ubatch, n_out, !p->embeddings)
+                 : scratch_bytes(hp, (size_t)n_ubatch, n_out, !p->embeddings);
 }
 
 /* What a CUDA backend allocates for itself besides alloc(): staging, and the MoE op's chunk
@@ -383,6 +403,8 @@ static brisk_status fix_params(const model_hparams *hp, brisk_context_params *p)
     if (p->n_seq_checkpoints < 0 || p->n_seq_checkpoints > 256)
         return bk_fail(BRISK_ERR_INVALID_ARG, "n_seq_checkpoints %d not in [0, 256]", p->n_seq_checkpoints);
     if (hp->n_attn_layers == hp->n_layer) p->n_seq_checkpoints = 0;
+    if (p->embeddings && (p->pooling < BRISK_POOLING_UNSPECIFIED || p->pooling > BRISK_POOLING_RANK))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "unknown pooling type %d", p->pooling);
     return BRISK_OK;
 }
 
@@ -462,6 +484,32 @@ static brisk_status make_cache(brisk_context *c, ctx_stage *st) {
     }
     c->mem.expert_cache_bytes += bytes;
     return moe_offload_cache(st->s.moe_offload, st->be, m, st->l0, st->l1, slots, spare, p->expert_stats);
+}
+
+/* An embeddings context's pooling (the file's when unspecified) and host buffers. */
+static brisk_status embeddings_init(brisk_context *c) {
+    const brisk_model *m = c->model;
+    int d = m->hp.n_embd, n_seq = c->p.n_seq_max;
+    c->pooling = BRISK_POOLING_NONE;
+    if (!c->p.embeddings) return BRISK_OK;
+    if (m->tp_size > 0 || m->pp_size > 0)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "embeddings: not with tensor or pipeline parallelism");
+    c->pooling = c->p.pooling == BRISK_POOLING_UNSPECIFIED ? (brisk_pooling)m->hp.pooling_type
+                                                          : (brisk_pooling)c->p.pooling;
+    c->n_embd_out = d;
+    if (c->pooling == BRISK_POOLING_RANK && !(c->n_embd_out = pooling_rank_outputs(m)))
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "pooling rank needs a reranker's classification head (cls or "
+                       "cls.output tensors), which %s lacks", m->name[0] ? m->name : "this model");
+    int w = c->n_embd_out > d ? c->n_embd_out : d;
+    c->want = calloc((size_t)c->p.n_batch, 1);
+    c->embd = malloc((size_t)c->p.n_batch * d * sizeof(float));
+    c->pooled = malloc((size_t)n_seq * w * sizeof(float));
+    c->pool_n = calloc((size_t)n_seq, sizeof(int32_t));
+    c->pick = malloc(2 * (size_t)n_seq * sizeof(int32_t));
+    c->head_tmp = malloc((2 * (size_t)d + (size_t)c->n_embd_out) * sizeof(float));
+    if (!c->want || !c->embd || !c->pooled || !c->pool_n || !c->pick || !c->head_tmp)
+        return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    return BRISK_OK;
 }
 
 brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *params,
@@ -595,6 +643,8 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
             c->st[i].s.expert_seen = c->expert_seen;
         }
     }
+    s = embeddings_init(c);
+    if (s != BRISK_OK) goto fail;
     free(kv_be);
     *out = c;
     return BRISK_OK;
@@ -770,6 +820,56 @@ static brisk_status pp_forward(brisk_context *c, const fwd_batch *fb) {
     return BRISK_OK;
 }
 
+/* Whether entry i of the batch produces an output row (logits, or a hidden state). */
+static bool wants(const brisk_context *c, const brisk_batch_entry *e, int i) {
+    return c->want ? c->want[i] != 0 : e[i].logits;
+}
+
+/* Embeddings: which entries produce a hidden row (c->want). Pooling none: those that ask; mean:
+ * all; cls / last (and rank, by the architecture as llama.cpp): each sequence's entry at its
+ * lowest / highest position in the batch. */
+static void embeddings_want(brisk_context *c, const brisk_batch_entry *e, int n) {
+    brisk_pooling pl = c->pooling;
+    bool last = pl == BRISK_POOLING_LAST || (pl == BRISK_POOLING_RANK && c->model->hp.arch == ARCH_QWEN3);
+    int32_t *idx = c->pick, *pos = c->pick + c->p.n_seq_max;
+    for (int i = 0; i < n; i++) {
+        c->want[i] = pl == BRISK_POOLING_MEAN || (pl == BRISK_POOLING_NONE && e[i].logits);
+        idx[e[i].seq] = -1;
+    }
+    if (pl == BRISK_POOLING_NONE || pl == BRISK_POOLING_MEAN) return;
+    for (int i = 0; i < n; i++) {
+        int q = e[i].seq;
+        if (idx[q] < 0 || (last ? e[i].pos >= pos[q] : e[i].pos < pos[q])) idx[q] = i, pos[q] = e[i].pos;
+    }
+    for (int i = 0; i < n; i++) c->want[i] = idx[e[i].seq] == i;
+}
+
+/* Each sequence's pooled vector from the batch's hidden rows: their mean, or the one row
+ * embeddings_want chose, through the reranking head for rank. */
+static brisk_status embeddings_pool(brisk_context *c, const brisk_batch_entry *e, int n) {
+    const brisk_model *m = c->model;
+    int d = m->hp.n_embd, w = c->n_embd_out > d ? c->n_embd_out : d;
+    memset(c->pool_n, 0, (size_t)c->p.n_seq_max * sizeof *c->pool_n);
+    for (int i = 0; i < n; i++) {
+        if (c->logit_row[i] < 0) continue;
+        float *dst = c->pooled + (size_t)e[i].seq * w;
+        const float *row = c->embd + (size_t)c->logit_row[i] * d;
+        if (c->pool_n[e[i].seq]++ == 0) memcpy(dst, row, (size_t)d * sizeof(float));
+        else for (int k = 0; k < d; k++) dst[k] += row[k];
+    }
+    for (int q = 0; q < c->p.n_seq_max; q++) {
+        float *dst = c->pooled + (size_t)q * w;
+        if (c->pool_n[q] > 1) /* mean: llama.cpp weighs each row by 1/n */
+            for (int k = 0; k < d; k++) dst[k] *= 1.0f / (float)c->pool_n[q];
+        if (c->pool_n[q] && c->pooling == BRISK_POOLING_RANK) {
+            float *out = c->head_tmp + 2 * (size_t)d;
+            BK_TRY(pooling_rank_head(m, dst, out, c->head_tmp));
+            memcpy(dst, out, (size_t)c->n_embd_out * sizeof(float));
+        }
+    }
+    return BRISK_OK;
+}
+
 brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
     if (!c || (!e && n > 0)) return bk_fail(BRISK_ERR_INVALID_ARG, "brisk_decode: null argument");
     if (n < 0 || n > c->p.n_batch)
@@ -783,17 +883,18 @@ brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
         if (e[i].seq < 0 || e[i].seq >= c->p.n_seq_max)
             return bk_fail(BRISK_ERR_INVALID_ARG, "entry %d: sequence %d out of range [0, %d)", i, e[i].seq,
                            c->p.n_seq_max);
-        c->logit_row[i] = e[i].logits ? n_out++ : -1;
     }
-    BK_TRY(reserve_logits(c, n_out));
+    if (c->want) embeddings_want(c, e, n);
+    for (int i = 0; i < n; i++) c->logit_row[i] = wants(c, e, i) ? n_out++ : -1;
+    if (!c->p.embeddings) BK_TRY(reserve_logits(c, n_out));
     BK_TRY(tp_mirror(c->model, TP_DECODE, (const int32_t[3]){n, 0, 0}, e, (size_t)n * sizeof *e));
     c->n_last = 0;
     int row = 0;
     for (int b0 = 0, nb; b0 < n; b0 += nb) {
         /* a pass takes up to n_ubatch entries, of them up to n_out_cap wanting logits */
         int nb_out = 0, want = 0;
-        for (nb = 0; b0 + nb < n && nb < c->n_ubatch && !(e[b0 + nb].logits && want == c->n_out_cap); nb++)
-            want += e[b0 + nb].logits;
+        for (nb = 0; b0 + nb < n && nb < c->n_ubatch && !(wants(c, e, b0 + nb) && want == c->n_out_cap); nb++)
+            want += wants(c, e, b0 + nb);
         for (int i = 0; i < nb; i++) {
             const brisk_batch_entry *x = &e[b0 + i];
             c->tokens[i] = x->token;
@@ -805,27 +906,46 @@ brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
                                "(its state cannot be rewound; clear the sequence to start over)",
                                b0 + i, x->seq, kv_cache_seq_len(c->kv, x->seq), x->pos);
             BK_TRY(kv_cache_claim(c->kv, x->seq, x->pos, &c->slot[i]));
-            if (x->logits) c->out_idx[nb_out++] = i;
+            if (wants(c, e, b0 + i)) c->out_idx[nb_out++] = i;
         }
         /* Tables are read after every claim of the micro-batch: a claim may add pages. */
         for (int i = 0; i < nb; i++) c->tables[i] = kv_cache_table(c->kv, e[b0 + i].seq);
         fwd_batch fb = {.n = nb, .tokens = c->tokens,
                         .ab = {.n_tokens = nb, .pos = c->pos, .slot = c->slot, .block_table = c->tables,
                                .seq = c->seq},
-                        .n_out = nb_out, .out_idx = c->out_idx};
+                        .n_out = nb_out, .out_idx = c->out_idx, .hidden_only = c->p.embeddings};
         BK_TRY(pipelined(c->model) ? pp_forward(c, &fb) : run_forward(c, &fb));
         const ctx_stage *last = &c->st[c->n_stage - 1];
-        if (nb_out && runs_logits(c, last))
+        if (nb_out && c->p.embeddings)
+            BK_TRY(last->be->ops->read(last->be, last->s.out, c->embd + (size_t)row * hp->n_embd,
+                                       (size_t)nb_out * hp->n_embd * sizeof(float)));
+        else if (nb_out && runs_logits(c, last))
             BK_TRY(last->be->ops->read(last->be, last->s.logits, c->logits + (size_t)row * hp->n_vocab,
                                        (size_t)nb_out * hp->n_vocab * sizeof(float)));
         row += nb_out;
     }
     c->n_last = n;
-    return BRISK_OK;
+    return c->p.embeddings && c->pooling != BRISK_POOLING_NONE ? embeddings_pool(c, e, n) : BRISK_OK;
+}
+
+brisk_pooling brisk_context_pooling(const brisk_context *c) { return c ? c->pooling : BRISK_POOLING_NONE; }
+
+int brisk_context_n_embd_out(const brisk_context *c) { return c && c->p.embeddings ? c->n_embd_out : 0; }
+
+const float *brisk_get_embeddings_ith(brisk_context *c, int i) {
+    if (!c || !c->p.embeddings || c->pooling != BRISK_POOLING_NONE || i < 0 || i >= c->n_last || c->logit_row[i] < 0)
+        return NULL;
+    return c->embd + (size_t)c->logit_row[i] * c->model->hp.n_embd;
+}
+
+const float *brisk_get_embeddings_seq(brisk_context *c, int seq) {
+    if (!c || !c->p.embeddings || c->pooling == BRISK_POOLING_NONE || !seq_ok(c, seq) || !c->pool_n[seq]) return NULL;
+    int d = c->model->hp.n_embd;
+    return c->pooled + (size_t)seq * (c->n_embd_out > d ? c->n_embd_out : d);
 }
 
 const float *brisk_get_logits(brisk_context *c, int i) {
-    if (!c || i < 0 || i >= c->n_last || c->logit_row[i] < 0) return NULL;
+    if (!c || c->p.embeddings || i < 0 || i >= c->n_last || c->logit_row[i] < 0) return NULL;
     return c->logits + (size_t)c->logit_row[i] * c->model->hp.n_vocab;
 }
 

@@ -46,6 +46,7 @@ typedef struct fwd_batch {
     bk_attn_batch ab;      /* positions, cache slots, block tables */
     int n_out;             /* entries that want logits */
     const int32_t *out_idx;/* (n_out) their indices, increasing */
+    bool hidden_only;      /* embeddings: the final norm into s->out, no LM head (s->logits unused) */
 } fwd_batch;
 
 /* An architecture's forward pass over layers [l0, l1) of the batch: first,

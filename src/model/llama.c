@@ -78,6 +78,7 @@ void decoder_logits(const brisk_model *m, bk_backend *be, const fwd_batch *b, fw
             op->copy(be, s->out + (size_t)i * d, s->x + (size_t)b->out_idx[i] * d, (size_t)d * sizeof(float));
         op->rms_norm(be, s->out, &m->output_norm, s->out, b->n_out, d, hp->rms_eps);
     }
+    if (b->hidden_only) return;
     const bk_weight *wout = &m->output;
     op->matmul(be, 1, &wout, NULL, s->out, b->n_out, &s->logits);
 }

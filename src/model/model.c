@@ -121,6 +121,7 @@ brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp) {
     BK_TRY(get_int(g, arch, "attention.value_length", false, hp->head_dim, 1, 4096, &v_len));
     if (v_len != hp->head_dim)
         return bk_fail(BRISK_ERR_UNSUPPORTED, "key_length %d != value_length %d", hp->head_dim, v_len);
+    BK_TRY(get_int(g, arch, "pooling_type", false, 0, 0, 4, &hp->pooling_type));
     hp->rms_eps = get_float(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f);
     if (!(hp->rms_eps > 0 && hp->rms_eps < 1))
         return bk_fail(BRISK_ERR_FORMAT, "bad layer_norm_rms_epsilon %g", hp->rms_eps);
@@ -425,6 +426,22 @@ static brisk_status bind_experts(brisk_model *m, bk_backend *be, const char *nam
     return be->ops->bind_weight(be, w);
 }
 
+/* The reranking head (pooling rank), as llama.cpp loads it: cls (a dense layer, n_embd square) and
+ * cls.output (n_cls_out rows over cls's outputs or the hidden state), with optional biases. The
+ * host reads them from the map (a few rows, once per sequence). */
+static brisk_status bind_cls_head(brisk_model *m) {
+    int64_t d = m->hp.n_embd;
+    BK_TRY(bind(m, NULL, "cls.weight", d, d, false, &m->cls));
+    if (m->cls.host) BK_TRY(bind(m, NULL, "cls.bias", d, 0, false, &m->cls_b));
+    const gguf_tensor *t = gguf_find_tensor(m->gguf, "cls.output.weight");
+    if (!t) return BRISK_OK;
+    int64_t n_cls_out = t->ne[1];
+    if (n_cls_out < 1 || n_cls_out > 4096)
+        return bk_fail(BRISK_ERR_FORMAT, "cls.output.weight has %lld outputs", (long long)n_cls_out);
+    BK_TRY(bind(m, NULL, "cls.output.weight", d, n_cls_out, true, &m->cls_out));
+    return bind(m, NULL, "cls.output.bias", n_cls_out, 0, false, &m->cls_out_b);
+}
+
 static brisk_status bind_all(brisk_model *m, progress *bar) {
     const model_hparams *hp = &m->hp;
     int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim,
@@ -449,6 +466,7 @@ static brisk_status bind_all(brisk_model *m, progress *bar) {
         }
     }
     BK_TRY(bind(m, m->be, "rope_freqs.weight", hp->rope.n_rot / 2, 0, false, &m->rope_freqs));
+    BK_TRY(bind_cls_head(m));
     if (m->rope_freqs.host) m->hp.rope.freq_factors = m->rope_freqs.host;
 
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);

@@ -64,6 +64,7 @@ typedef struct model_hparams {
     bool qk_norm;   /* qwen3: RMSNorm over head_dim on q and k before RoPE */
     bool qkv_bias;  /* qwen2 */
     bool tied_output; /* no output.weight: the LM head is token_embd */
+    int pooling_type; /* <arch>.pooling_type (brisk_pooling; 0, none, without the key) */
     bk_rope_params rope;      /* as the forward pass rotates: rope_file resolved with the load's overrides */
     model_rope_file rope_file;
 } model_hparams;
@@ -116,6 +117,9 @@ struct brisk_model {
     bk_weight output_norm;/* (n_embd) */
     bk_weight output;     /* (n_vocab, n_embd); a copy of tok_embd's description when tied */
     bk_weight rope_freqs; /* optional (n_rot/2) f32 */
+    /* the classification head of a reranker (pooling rank), host memory, each optional (host NULL):
+     * cls (n_embd, n_embd) and cls.bias, then cls.output (n_cls_out, n_embd) and cls.output.bias */
+    bk_weight cls, cls_b, cls_out, cls_out_b;
     layer_weights *layers;/* (n_layer) */
     uint64_t n_params, weight_bytes;
     char arch_name[32];

@@ -30,11 +30,6 @@ char *anth_error_json(const oai_error *e) {
 
 /* ---- request: Messages -> chat ------------------------------------------- */
 
-static const cJSON *get(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return v && !cJSON_IsNull(v) ? v : NULL;
-}
-
 /* Text of a string or of an array of text blocks into b; false on another block. */
 static bool blocks_text(const cJSON *c, strbuf *b, oai_error *e, const char *param) {
     if (!c) return true;
@@ -45,7 +40,7 @@ static bool blocks_text(const cJSON *c, strbuf *b, oai_error *e, const char *par
     if (!cJSON_IsArray(c)) return oai_fail(e, 400, param, "'%s' must be a string or an array of text blocks", param);
     const cJSON *blk;
     cJSON_ArrayForEach(blk, c) {
-        const cJSON *t = get(blk, "type"), *x = get(blk, "text");
+        const cJSON *t = oai_get(blk, "type"), *x = oai_get(blk, "text");
         if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") || !cJSON_IsString(x))
             return oai_fail(e, 400, param, "'%s': only text blocks are supported here", param);
         sb_puts(b, x->valuestring);
@@ -55,7 +50,7 @@ static bool blocks_text(const cJSON *c, strbuf *b, oai_error *e, const char *par
 
 /* One Messages message into one or more chat messages appended to out. */
 static bool add_message(const cJSON *m, cJSON *out, oai_error *e) {
-    const cJSON *role = get(m, "role"), *content = get(m, "content");
+    const cJSON *role = oai_get(m, "role"), *content = oai_get(m, "content");
     if (!cJSON_IsString(role) || (strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant")))
         return oai_fail(e, 400, "messages", "each message needs a role of user or assistant");
     bool asst = role->valuestring[0] == 'a';
@@ -66,14 +61,14 @@ static bool add_message(const cJSON *m, cJSON *out, oai_error *e) {
     else if (!cJSON_IsArray(content)) ok = oai_fail(e, 400, "messages", "message content must be a string or an array of blocks");
     const cJSON *blk, *arr = cJSON_IsArray(content) ? content : NULL;
     cJSON_ArrayForEach(blk, arr) {
-        const cJSON *t = get(blk, "type");
+        const cJSON *t = oai_get(blk, "type");
         const char *type = cJSON_IsString(t) ? t->valuestring : "";
         if (!ok) break;
-        if (!strcmp(type, "text")) ok = blocks_text(get(blk, "text"), &text, e, "messages");
-        else if (!strcmp(type, "thinking") && asst) ok = blocks_text(get(blk, "thinking"), &think, e, "messages");
+        if (!strcmp(type, "text")) ok = blocks_text(oai_get(blk, "text"), &text, e, "messages");
+        else if (!strcmp(type, "thinking") && asst) ok = blocks_text(oai_get(blk, "thinking"), &think, e, "messages");
         else if (!strcmp(type, "redacted_thinking")) continue;
         else if (!strcmp(type, "tool_use") && asst) {
-            const cJSON *id = get(blk, "id"), *name = get(blk, "name"), *input = get(blk, "input");
+            const cJSON *id = oai_get(blk, "id"), *name = oai_get(blk, "name"), *input = oai_get(blk, "input");
             if (!cJSON_IsString(id) || !cJSON_IsString(name)) {
                 ok = oai_fail(e, 400, "messages", "a tool_use block needs an id and a name");
                 break;
@@ -89,9 +84,9 @@ static bool add_message(const cJSON *m, cJSON *out, oai_error *e) {
             free(args);
             cJSON_AddItemToArray(calls, c);
         } else if (!strcmp(type, "tool_result") && !asst) {
-            const cJSON *id = get(blk, "tool_use_id");
+            const cJSON *id = oai_get(blk, "tool_use_id");
             strbuf r = {0};
-            ok = blocks_text(get(blk, "content"), &r, e, "messages");
+            ok = blocks_text(oai_get(blk, "content"), &r, e, "messages");
             cJSON *tm = cJSON_CreateObject();
             cJSON_AddStringToObject(tm, "role", "tool");
             cJSON_AddStringToObject(tm, "tool_call_id", cJSON_IsString(id) ? id->valuestring : "");
@@ -116,16 +111,10 @@ static bool add_message(const cJSON *m, cJSON *out, oai_error *e) {
     return ok;
 }
 
-static bool copy_field(const cJSON *from, const char *k, cJSON *to, const char *as) {
-    const cJSON *v = get(from, k);
-    if (v) cJSON_AddItemToObject(to, as, cJSON_Duplicate(v, true));
-    return v != NULL;
-}
-
 /* The chat request (caller frees) for a Messages body; NULL and e on a bad one.
  * count: /count_tokens (max_tokens not required). */
 static cJSON *to_chat(const oai_server *srv, const cJSON *root, bool count, bool *thinking, oai_error *e) {
-    const cJSON *model = get(root, "model"), *msgs = get(root, "messages"), *mt = get(root, "max_tokens");
+    const cJSON *model = oai_get(root, "model"), *msgs = oai_get(root, "messages"), *mt = oai_get(root, "max_tokens");
     if (!cJSON_IsString(model)) return oai_fail(e, 400, "model", "'model' is required"), NULL;
     if (!oai_model_ok(srv, model->valuestring, e)) return NULL;
     if (!count && (!cJSON_IsNumber(mt) || mt->valuedouble < 1))
@@ -134,22 +123,17 @@ static cJSON *to_chat(const oai_server *srv, const cJSON *root, bool count, bool
         return oai_fail(e, 400, "messages", "'messages' must be a non-empty array"), NULL;
     cJSON *oa = cJSON_CreateObject(), *out = cJSON_AddArrayToObject(oa, "messages");
     strbuf sys = {0};
-    bool ok = blocks_text(get(root, "system"), &sys, e, "system");
-    if (ok && sys.len) {
-        cJSON *m = cJSON_CreateObject();
-        cJSON_AddStringToObject(m, "role", "system");
-        cJSON_AddStringToObject(m, "content", sys.p);
-        cJSON_AddItemToArray(out, m);
-    }
+    bool ok = blocks_text(oai_get(root, "system"), &sys, e, "system");
+    if (ok && sys.len) oai_add_message(out, "system", sys.p);
     sb_free(&sys);
     const cJSON *m;
     cJSON_ArrayForEach(m, msgs) if (ok) ok = add_message(m, out, e);
-    const cJSON *tools = get(root, "tools"), *t;
+    const cJSON *tools = oai_get(root, "tools"), *t;
     if (ok && tools && !cJSON_IsArray(tools)) ok = oai_fail(e, 400, "tools", "'tools' must be an array");
     cJSON *otools = ok && tools && cJSON_GetArraySize(tools) ? cJSON_AddArrayToObject(oa, "tools") : NULL;
     const cJSON *in_tools = otools ? tools : NULL;
     cJSON_ArrayForEach(t, in_tools) {
-        const cJSON *name = get(t, "name");
+        const cJSON *name = oai_get(t, "name");
         if (!cJSON_IsString(name)) {
             ok = oai_fail(e, 400, "tools", "each tool needs a name");
             break;
@@ -158,35 +142,34 @@ static cJSON *to_chat(const oai_server *srv, const cJSON *root, bool count, bool
         cJSON_AddStringToObject(ot, "type", "function"); /* as /v1/chat/completions clients order it */
         fn = cJSON_AddObjectToObject(ot, "function");
         cJSON_AddStringToObject(fn, "name", name->valuestring);
-        copy_field(t, "description", fn, "description");
-        copy_field(t, "input_schema", fn, "parameters");
+        oai_copy_field(t, "description", fn, "description");
+        oai_copy_field(t, "input_schema", fn, "parameters");
         cJSON_AddItemToArray(otools, ot);
     }
-    const cJSON *tc = get(root, "tool_choice"), *tct = tc ? get(tc, "type") : NULL;
+    const cJSON *tc = oai_get(root, "tool_choice"), *tct = tc ? oai_get(tc, "type") : NULL;
     if (ok && tc) {
         const char *k = cJSON_IsString(tct) ? tct->valuestring : "";
         if (!strcmp(k, "auto") || !strcmp(k, "none")) cJSON_AddStringToObject(oa, "tool_choice", k);
         else if (!strcmp(k, "any")) cJSON_AddStringToObject(oa, "tool_choice", "required");
-        else if (!strcmp(k, "tool") && cJSON_IsString(get(tc, "name"))) {
+        else if (!strcmp(k, "tool") && cJSON_IsString(oai_get(tc, "name"))) {
             cJSON *o = cJSON_AddObjectToObject(oa, "tool_choice"), *fn;
             cJSON_AddStringToObject(o, "type", "function");
             fn = cJSON_AddObjectToObject(o, "function");
-            cJSON_AddStringToObject(fn, "name", get(tc, "name")->valuestring);
+            cJSON_AddStringToObject(fn, "name", oai_get(tc, "name")->valuestring);
         } else ok = oai_fail(e, 400, "tool_choice", "'tool_choice.type' must be auto, any, tool (with a name) or none");
     }
-    const cJSON *th = get(root, "thinking"), *tht = th ? get(th, "type") : NULL;
+    const cJSON *th = oai_get(root, "thinking"), *tht = th ? oai_get(th, "type") : NULL;
     *thinking = cJSON_IsString(tht) && !strcmp(tht->valuestring, "enabled");
     if (ok && th && !(cJSON_IsString(tht) && (*thinking || !strcmp(tht->valuestring, "disabled"))))
         ok = oai_fail(e, 400, "thinking", "'thinking.type' must be enabled or disabled");
     cJSON *kw = cJSON_AddObjectToObject(oa, "chat_template_kwargs");
     cJSON_AddBoolToObject(kw, "enable_thinking", *thinking); /* Anthropic's default: off */
     if (!count) cJSON_AddNumberToObject(oa, "max_tokens", mt->valuedouble);
-    copy_field(root, "temperature", oa, "temperature");
-    copy_field(root, "top_p", oa, "top_p");
-    copy_field(root, "top_k", oa, "top_k");
-    copy_field(root, "stop_sequences", oa, "stop");
-    copy_field(root, "stream", oa, "stream");
-    copy_field(root, "grammar", oa, "grammar"); /* brisk's extension, as on /v1/chat/completions */
+    static const char *const fields[] = {"temperature", "temperature", "top_p", "top_p", "top_k", "top_k",
+                                         "stop_sequences", "stop", "stream", "stream",
+                                         "grammar", "grammar", /* brisk's extension, as on /v1/chat/completions */
+                                         NULL};
+    oai_copy_fields(root, oa, fields);
     if (!ok) {
         cJSON_Delete(oa);
         return NULL;

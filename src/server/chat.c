@@ -113,24 +113,79 @@ static brisk_status render_chatml(const cJSON *messages, const cJSON *tools, str
     return BRISK_OK;
 }
 
+static brisk_status render_jinja(const chat_fmt *f, const cJSON *messages, const cJSON *tools, bool enable_thinking,
+                                 char **out, size_t *len) {
+    cJSON *vars = cJSON_CreateObject();
+    if (!vars) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    /* References: the caller keeps ownership of messages and tools. */
+    cJSON_AddItemReferenceToObject(vars, "messages", (cJSON *)messages);
+    if (tools) cJSON_AddItemReferenceToObject(vars, "tools", (cJSON *)tools);
+    cJSON_AddBoolToObject(vars, "add_generation_prompt", true);
+    cJSON_AddBoolToObject(vars, "enable_thinking", enable_thinking);
+    cJSON_AddStringToObject(vars, "bos_token", f->bos);
+    cJSON_AddStringToObject(vars, "eos_token", f->eos);
+    brisk_status s = chat_template_render(f->tmpl, vars, out, len);
+    cJSON_Delete(vars);
+    return s;
+}
+
+/* messages with the tools described in the system message (the first one, or a new one before
+ * the rest), in the <tool_call> syntax chat_parser reads; NULL on OOM. */
+static cJSON *tools_in_system(const cJSON *messages, const cJSON *tools) {
+    char *schemas = cJSON_PrintUnformatted(tools);
+    cJSON *msgs = cJSON_Duplicate(messages, true);
+    strbuf b = {0};
+    const cJSON *first = cJSON_GetArrayItem(msgs, 0), *role = cJSON_GetObjectItemCaseSensitive(first, "role");
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(first, "content");
+    bool merge = cJSON_IsString(role) && !strcmp(role->valuestring, "system") && cJSON_IsString(content);
+    if (merge) sb_printf(&b, "%s\n\n", content->valuestring);
+    sb_printf(&b, "You may call tools. To call one, reply with only\n<tool_call>\n{\"name\": \"<its name>\", "
+                  "\"arguments\": <an object of its parameters>}\n</tool_call>\nand wait for the result; otherwise "
+                  "reply normally. The tools, as JSON schemas:\n%s", schemas ? schemas : "[]");
+    char *text = sb_take(&b);
+    cJSON *sys = text ? cJSON_CreateObject() : NULL;
+    if (sys) {
+        cJSON_AddStringToObject(sys, "role", "system");
+        cJSON_AddStringToObject(sys, "content", text);
+    }
+    if (!schemas || !msgs || !sys) {
+        cJSON_Delete(msgs);
+        cJSON_Delete(sys);
+        msgs = NULL;
+    } else if (merge) {
+        cJSON_ReplaceItemInArray(msgs, 0, sys);
+    } else {
+        cJSON_InsertItemInArray(msgs, 0, sys);
+    }
+    free(text);
+    free(schemas);
+    return msgs;
+}
+
 brisk_status chat_fmt_render(const chat_fmt *f, const cJSON *messages, const cJSON *tools, bool enable_thinking,
                              char **out, size_t *len) {
     *out = NULL;
     *len = 0;
-    if (f->tmpl) {
-        cJSON *vars = cJSON_CreateObject();
-        if (!vars) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
-        /* References: the caller keeps ownership of messages and tools. */
-        cJSON_AddItemReferenceToObject(vars, "messages", (cJSON *)messages);
-        if (tools) cJSON_AddItemReferenceToObject(vars, "tools", (cJSON *)tools);
-        cJSON_AddBoolToObject(vars, "add_generation_prompt", true);
-        cJSON_AddBoolToObject(vars, "enable_thinking", enable_thinking);
-        cJSON_AddStringToObject(vars, "bos_token", f->bos);
-        cJSON_AddStringToObject(vars, "eos_token", f->eos);
-        brisk_status s = chat_template_render(f->tmpl, vars, out, len);
-        cJSON_Delete(vars);
+    if (f->tmpl && tools) {
+        /* A template without a tools section renders the same without them: then the tools go into
+         * the system message, as llama.cpp's generic tool-call format puts them (a forced call's
+         * grammar, chat_tool_gbnf, constrains the answer in either case). */
+        char *plain = NULL;
+        size_t n_plain = 0;
+        BK_TRY(render_jinja(f, messages, tools, enable_thinking, out, len));
+        brisk_status s = render_jinja(f, messages, NULL, enable_thinking, &plain, &n_plain);
+        bool ignored = s == BRISK_OK && n_plain == *len && !memcmp(plain, *out, n_plain);
+        free(plain);
+        if (!ignored) return BRISK_OK;
+        free(*out);
+        *out = NULL;
+        cJSON *msgs = tools_in_system(messages, tools);
+        if (!msgs) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+        s = render_jinja(f, msgs, NULL, enable_thinking, out, len);
+        cJSON_Delete(msgs);
         return s;
     }
+    if (f->tmpl) return render_jinja(f, messages, tools, enable_thinking, out, len);
     strbuf b = {0};
     brisk_status s = render_chatml(messages, tools, &b);
     if (s != BRISK_OK) {

@@ -208,7 +208,8 @@ static enum MHD_Result answer(server *srv, struct MHD_Connection *con, conn *c) 
     if (got < 0) return MHD_NO; /* the client left: close */
     if (d.finish == SCHED_FINISH_ERROR || d.finish == SCHED_FINISH_CANCELLED)
         return fail(srv, con, c, 500, NULL, d.error[0] ? d.error : "generation cancelled");
-    char *body = c->api == API_ANTHROPIC   ? anth_response(&srv->oai, &c->job, &d)
+    char *body = c->api == API_EMBED       ? emb_response(&srv->oai, &c->ejob, c->req)
+                 : c->api == API_ANTHROPIC ? anth_response(&srv->oai, &c->job, &d)
                  : c->api == API_RESPONSES ? resp_response(&srv->oai, &c->job, &d)
                                            : oai_response(&srv->oai, &c->job, &d);
     return body ? send_json(srv, con, c, 200, body) : fail(srv, con, c, 500, NULL, "out of memory");
@@ -227,7 +228,8 @@ static enum MHD_Result submit(server *srv, struct MHD_Connection *con, conn *c, 
     if (st != BRISK_OK) {
         int status = st == BRISK_ERR_RANGE ? 400 : st == BRISK_ERR_NOMEM ? 429 : st == BRISK_ERR_INVALID_ARG ? 400 : 503;
         if (st == BRISK_ERR_RANGE) e.code = "context_length_exceeded";
-        oai_fail(&e, status, st == BRISK_ERR_RANGE ? (chat ? "messages" : "prompt") : NULL, "%s", brisk_last_error());
+        oai_fail(&e, status, st == BRISK_ERR_RANGE ? (c->api == API_EMBED ? "input" : chat ? "messages" : "prompt") : NULL,
+                 "%s", brisk_last_error());
         return send_error(srv, con, c, &e);
     }
     c->submitted = true;
@@ -243,8 +245,28 @@ static enum MHD_Result submit(server *srv, struct MHD_Connection *con, conn *c, 
     return res;
 }
 
+/* A generation endpoint on a server that computes embeddings: 501 with what to do. */
+static bool generates(server *srv, struct MHD_Connection *con, conn *c, enum MHD_Result *res) {
+    if (!sched_embeddings(srv->sch)) return true;
+    *res = fail(srv, con, c, 501, NULL, "this server computes embeddings (--embeddings or --reranking): it does "
+                "not generate; use /v1/embeddings or /v1/rerank");
+    return false;
+}
+
+/* /v1/embeddings and /v1/rerank (embed.h). */
+static enum MHD_Result embeddings(server *srv, struct MHD_Connection *con, conn *c, bool rerank) {
+    oai_error e = {0};
+    bool ok = emb_parse(&srv->oai, srv->sch, rerank, c->body.p ? c->body.p : "", c->body.len, &c->ejob, &e);
+    c->have_ejob = true;
+    c->req = c->ejob.req;
+    if (!ok) return send_error(srv, con, c, &e);
+    return submit(srv, con, c, false);
+}
+
 static enum MHD_Result completions(server *srv, struct MHD_Connection *con, conn *c, bool chat) {
     oai_error e = {0};
+    enum MHD_Result res;
+    if (!generates(srv, con, c, &res)) return res;
     bool ok = oai_parse(&srv->oai, c->body.p ? c->body.p : "", c->body.len, chat, &c->job, &e);
     c->have_job = true;
     c->req = c->job.req;
@@ -254,6 +276,8 @@ static enum MHD_Result completions(server *srv, struct MHD_Connection *con, conn
 
 static enum MHD_Result messages(server *srv, struct MHD_Connection *con, conn *c) {
     oai_error e = {0};
+    enum MHD_Result res;
+    if (!generates(srv, con, c, &res)) return res;
     bool ok = anth_parse(&srv->oai, c->body.p ? c->body.p : "", c->body.len, &c->job, &e);
     c->have_job = true;
     c->req = c->job.req;
@@ -263,25 +287,13 @@ static enum MHD_Result messages(server *srv, struct MHD_Connection *con, conn *c
 
 static enum MHD_Result responses(server *srv, struct MHD_Connection *con, conn *c) {
     oai_error e = {0};
+    enum MHD_Result res;
+    if (!generates(srv, con, c, &res)) return res;
     bool ok = resp_parse(&srv->oai, srv->resps, c->body.p ? c->body.p : "", c->body.len, &c->job, &e);
     c->have_job = true;
     c->req = c->job.req;
     if (!ok) return send_error(srv, con, c, &e);
     return submit(srv, con, c, true);
-}
-
-static char *models_json(server *srv) {
-    char *s = NULL;
-    cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "data"), *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
-    cJSON_AddStringToObject(m, "id", srv->model_id);
-    cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", (double)time(NULL));
-    cJSON_AddStringToObject(m, "owned_by", "brisk");
-    cJSON_AddItemToArray(a, m);
-    s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
 }
 
 static char *metrics_text(server *srv) {
@@ -408,6 +420,10 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *con, conn *c, c
         if (!post) return fail(srv, con, c, 405, NULL, "use POST");
         return responses(srv, con, c);
     }
+    if (!strcmp(p, "/embeddings") || !strcmp(p, "/rerank") || !strcmp(p, "/reranking")) {
+        if (!post) return fail(srv, con, c, 405, NULL, "use POST");
+        return embeddings(srv, con, c, p[1] == 'r');
+    }
     const char *body = c->body.p ? c->body.p : "";
     if (!strcmp(p, "/messages/count_tokens")) {
         if (!post) return fail(srv, con, c, 405, NULL, "use POST");
@@ -423,10 +439,22 @@ static enum MHD_Result route(server *srv, struct MHD_Connection *con, conn *c, c
                                   : oai_apply_template(&srv->oai, body, c->body.len, &e);
         return res ? send_json(srv, con, c, 200, res) : send_error(srv, con, c, &e);
     }
+    if (!strncmp(p, "/models/", 8) && p[8]) { /* OpenAI's retrieve: one model */
+        if (!get) return fail(srv, con, c, 405, NULL, "use GET");
+        char *m = props_models_json(srv, p + 8);
+        if (m) return send_json(srv, con, c, 200, m);
+        oai_error e = {0};
+        oai_model_ok(&srv->oai, p + 8, &e);
+        return send_error(srv, con, c, &e);
+    }
+    if (!strcmp(url, "/props") || !strcmp(url, "/slots")) {
+        if (!get) return fail(srv, con, c, 405, NULL, "use GET");
+        return send_json(srv, con, c, 200, url[1] == 'p' ? props_json(srv) : props_slots_json(srv));
+    }
     if (!strcmp(p, "/health") || !strcmp(p, "/models") || !strcmp(p, "/metrics")) {
         if (!get) return fail(srv, con, c, 405, NULL, "use GET");
         if (p[1] == 'h') return send_json(srv, con, c, 200, strdup("{\"status\":\"ok\"}"));
-        if (p[2] == 'o') return send_json(srv, con, c, 200, models_json(srv));
+        if (p[2] == 'o') return send_json(srv, con, c, 200, props_models_json(srv, NULL));
         return send_body(srv, con, c, 200, metrics_text(srv), "text/plain; version=0.0.4", NULL);
     }
     if (!strcmp(url, "/") || !strcmp(url, "/index.html")) {
@@ -489,7 +517,10 @@ static conn *conn_new(server *srv, struct MHD_Connection *con, const char *url, 
     }
     snprintf(c->method, sizeof c->method, "%s", method);
     snprintf(c->url, sizeof c->url, "%s", url);
-    c->api = strstr(url, "/messages") ? API_ANTHROPIC : strstr(url, "/responses") ? API_RESPONSES : API_OPENAI;
+    c->api = strstr(url, "/messages")     ? API_ANTHROPIC
+             : strstr(url, "/responses")  ? API_RESPONSES
+             : strstr(url, "/embeddings") || strstr(url, "/rerank") ? API_EMBED
+                                          : API_OPENAI;
     return c;
 }
 
@@ -544,6 +575,7 @@ static void completed(void *cls, struct MHD_Connection *con, void **con_cls, enu
                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (closed early)");
     guard_busy(srv, c->sk, false);
     if (c->have_job) oai_job_free(&c->job);
+    if (c->have_ejob) emb_job_free(&c->ejob);
     sb_free(&c->body);
     sb_free(&c->out);
     for (int i = 0; c->cc && i < c->n_cc; i++) {
@@ -655,6 +687,12 @@ brisk_status server_start(brisk_model *model, brisk_context *ctx, const server_c
         !(srv->names = dup_list(cfg->model_names, srv->n_names)))
         s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
     if (s == BRISK_OK) s = chat_fmt_new(model, cfg->chat_template, &srv->fmt);
+    if (s == BRISK_OK) {
+        char *own = cfg->chat_template ? NULL : brisk_model_meta_str(model, "tokenizer.chat_template");
+        const char *src = cfg->chat_template && strcmp(cfg->chat_template, "chatml") ? cfg->chat_template : own ? own : "";
+        if (!(srv->chat_template = strdup(src))) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
+        free(own);
+    }
     srv->oai = (oai_server){model, srv->fmt, srv->model_id, cfg->n_parallel, (const char *const *)srv->names,
                             srv->n_names, cfg->n_ctx_slot, 1};
     if (s == BRISK_OK) s = oai_server_init(&srv->oai);
@@ -684,6 +722,7 @@ void server_stop(server *srv) {
     sched_free(srv->sch);
     resp_store_free(srv->resps);
     chat_fmt_free(srv->fmt);
+    free(srv->chat_template);
     free(srv->api_key);
     free_list(srv->cors, srv->n_cors);
     free_list(srv->names, srv->n_names);

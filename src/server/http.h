@@ -15,11 +15,12 @@
 #include <stdatomic.h>
 
 #include "server/anthropic.h"
+#include "server/embed.h"
 #include "server/openai.h"
 #include "server/responses.h"
 #include "server/server.h"
 
-enum { API_OPENAI, API_ANTHROPIC, API_RESPONSES };
+enum { API_OPENAI, API_ANTHROPIC, API_RESPONSES, API_EMBED };
 
 typedef struct sock {
     int fd;
@@ -40,6 +41,7 @@ typedef struct server {
     char **names;        /* (n_names) model names requests may give: the id, the file name, aliases */
     int n_names;
     chat_fmt *fmt;
+    char *chat_template; /* the template's source for /props ("" for the built-in ChatML) */
     oai_server oai;
     sched *sch;
     resp_store *resps;   /* /v1/responses: past conversations for previous_response_id */
@@ -60,12 +62,14 @@ struct conn {
     struct MHD_Connection *con;
     int fd;              /* the client socket, polled for a hang-up while parked */
     sock *sk;
-    int api;             /* API_OPENAI, API_ANTHROPIC or API_RESPONSES: the shape of answers and errors */
+    int api;             /* API_OPENAI, API_ANTHROPIC, API_RESPONSES or API_EMBED: the shape of answers and errors */
     char cors[256];      /* the Origin this answer may be read from; "" none */
     strbuf body;
     bool too_large;
     oai_job job;
     bool have_job;
+    emb_job ejob;        /* API_EMBED: /v1/embeddings, /v1/rerank */
+    bool have_ejob;
     sched_req *req;      /* our reference, NULL until parsed */
     bool submitted;
     bool whole;          /* waits for the whole answer (not streaming) */
@@ -96,6 +100,12 @@ double http_now(void); /* monotonic seconds */
 bool http_client_gone(int fd);
 /* Scheduler lock held: resumes a parked connection (no-op when not parked). */
 void http_unpark(conn *c);
+
+/* props.c: GET /v1/models, /v1/models/{id} (NULL id: the list; an unknown one: NULL, a 404),
+ * /props and /slots as llama-server shapes them (the fields brisk has). Bodies are malloc'd. */
+char *props_models_json(server *srv, const char *id);
+char *props_json(server *srv);
+char *props_slots_json(server *srv);
 
 /* guard.c: the thread that closes connections past their request deadline
  * and resumes parked requests whose client left (or all, when stopping). */

@@ -38,6 +38,28 @@ char *oai_error_json(const oai_error *e) {
     return s;
 }
 
+const cJSON *oai_get(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+bool oai_copy_field(const cJSON *from, const char *k, cJSON *to, const char *as) {
+    const cJSON *v = oai_get(from, k);
+    if (v) cJSON_AddItemToObject(to, as, cJSON_Duplicate(v, true));
+    return v != NULL;
+}
+
+void oai_copy_fields(const cJSON *from, cJSON *to, const char *const *map) {
+    for (; map[0]; map += 2) oai_copy_field(from, map[0], to, map[1]);
+}
+
+void oai_add_message(cJSON *msgs, const char *role, const char *text) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", role);
+    cJSON_AddStringToObject(m, "content", text);
+    cJSON_AddItemToArray(msgs, m);
+}
+
 brisk_status oai_server_init(oai_server *srv) {
     int nv = brisk_n_vocab(srv->model);
     char buf[1100];

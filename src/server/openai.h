@@ -37,6 +37,16 @@ typedef struct oai_server {  /* what every request reads; read-only after oai_se
                                 bytes cannot fit and is refused before tokenizing; set by init */
 } oai_server;
 
+/* Request mapping shared by the APIs that become a chat request (anthropic.c, responses.c). */
+/* Field k of o; NULL when o is not an object, or k is absent or null. */
+const cJSON *oai_get(const cJSON *o, const char *k);
+/* Copies field k of from (a deep copy) into to as `as`; false when from has none. */
+bool oai_copy_field(const cJSON *from, const char *k, cJSON *to, const char *as);
+/* oai_copy_field for each pair of map (source name, chat name), which ends with a NULL. */
+void oai_copy_fields(const cJSON *from, cJSON *to, const char *const *map);
+/* Appends {"role": role, "content": text} to the array msgs. */
+void oai_add_message(cJSON *msgs, const char *role, const char *text);
+
 /* Measures the vocabulary (max_piece). */
 brisk_status oai_server_init(oai_server *srv);
 /* Whether a request's `model` names this server's model; false fills e (404). */

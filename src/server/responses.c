@@ -114,13 +114,8 @@ static void state_free(void *p) {
 
 /* ---- request: Responses -> chat ------------------------------------------ */
 
-static const cJSON *get(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
-    return v && !cJSON_IsNull(v) ? v : NULL;
-}
-
 static const char *str(const cJSON *o, const char *k) {
-    const cJSON *v = get(o, k);
+    const cJSON *v = oai_get(o, k);
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
@@ -169,8 +164,8 @@ static void turn_flush(turn *t, cJSON *out) {
 
 /* The text of a reasoning item: its reasoning_text content, else its summary. */
 static void reasoning_text(const cJSON *item, strbuf *b) {
-    const cJSON *arr = get(item, "content"), *p;
-    if (!cJSON_GetArraySize(arr)) arr = get(item, "summary");
+    const cJSON *arr = oai_get(item, "content"), *p;
+    if (!cJSON_GetArraySize(arr)) arr = oai_get(item, "summary");
     cJSON_ArrayForEach(p, arr) if (str(p, "text")) sb_puts(b, str(p, "text"));
 }
 
@@ -185,11 +180,11 @@ static bool add_item(const cJSON *it, turn *t, cJSON *out, oai_error *e) {
             return oai_fail(e, 400, "input", "a message needs a role of user, assistant, system or developer");
         if (!strcmp(role, "assistant")) {
             t->on = true;
-            return parts_text(get(it, "content"), &t->text, e);
+            return parts_text(oai_get(it, "content"), &t->text, e);
         }
         turn_flush(t, out);
         strbuf b = {0};
-        bool ok = parts_text(get(it, "content"), &b, e);
+        bool ok = parts_text(oai_get(it, "content"), &b, e);
         cJSON *m = cJSON_CreateObject();
         cJSON_AddStringToObject(m, "role", !strcmp(role, "developer") ? "system" : role);
         cJSON_AddStringToObject(m, "content", b.p ? b.p : "");
@@ -216,7 +211,7 @@ static bool add_item(const cJSON *it, turn *t, cJSON *out, oai_error *e) {
         if (!id) return oai_fail(e, 400, "input", "a function_call_output item needs a call_id");
         turn_flush(t, out);
         strbuf b = {0};
-        bool ok = parts_text(get(it, "output"), &b, e);
+        bool ok = parts_text(oai_get(it, "output"), &b, e);
         cJSON *m = cJSON_CreateObject();
         cJSON_AddStringToObject(m, "role", "tool");
         cJSON_AddStringToObject(m, "tool_call_id", id);
@@ -236,7 +231,7 @@ static bool add_item(const cJSON *it, turn *t, cJSON *out, oai_error *e) {
 
 /* Responses tools -> chat tools; tool_choice likewise. */
 static bool add_tools(const cJSON *root, cJSON *oa, oai_error *e) {
-    const cJSON *tools = get(root, "tools"), *t;
+    const cJSON *tools = oai_get(root, "tools"), *t;
     if (tools && !cJSON_IsArray(tools)) return oai_fail(e, 400, "tools", "'tools' must be an array");
     cJSON *otools = cJSON_GetArraySize(tools) ? cJSON_AddArrayToObject(oa, "tools") : NULL;
     cJSON_ArrayForEach(t, tools) {
@@ -249,10 +244,10 @@ static bool add_tools(const cJSON *root, cJSON *oa, oai_error *e) {
         fn = cJSON_AddObjectToObject(ot, "function");
         cJSON_AddStringToObject(fn, "name", name);
         if (str(t, "description")) cJSON_AddStringToObject(fn, "description", str(t, "description"));
-        if (get(t, "parameters")) cJSON_AddItemToObject(fn, "parameters", cJSON_Duplicate(get(t, "parameters"), true));
+        if (oai_get(t, "parameters")) cJSON_AddItemToObject(fn, "parameters", cJSON_Duplicate(oai_get(t, "parameters"), true));
         cJSON_AddItemToArray(otools, ot);
     }
-    const cJSON *tc = get(root, "tool_choice");
+    const cJSON *tc = oai_get(root, "tool_choice");
     if (!tc) return true;
     if (cJSON_IsString(tc) && (!strcmp(tc->valuestring, "auto") || !strcmp(tc->valuestring, "none") ||
                                !strcmp(tc->valuestring, "required"))) {
@@ -271,7 +266,7 @@ static bool add_tools(const cJSON *root, cJSON *oa, oai_error *e) {
 
 /* text.format -> response_format; reasoning.effort "none"/"minimal" -> no thinking. */
 static bool add_format(const cJSON *root, cJSON *oa, resp_state *s, oai_error *e) {
-    const cJSON *fmt = get(get(root, "text"), "format");
+    const cJSON *fmt = oai_get(oai_get(root, "text"), "format");
     const char *ft = str(fmt, "type");
     if (fmt && !ft) return oai_fail(e, 400, "text", "'text.format' needs a type");
     if (ft && !strcmp(ft, "json_schema")) {
@@ -279,12 +274,12 @@ static bool add_format(const cJSON *root, cJSON *oa, resp_state *s, oai_error *e
         cJSON_AddStringToObject(rf, "type", "json_schema");
         js = cJSON_AddObjectToObject(rf, "json_schema");
         cJSON_AddStringToObject(js, "name", str(fmt, "name") ? str(fmt, "name") : "schema");
-        if (get(fmt, "schema")) cJSON_AddItemToObject(js, "schema", cJSON_Duplicate(get(fmt, "schema"), true));
+        if (oai_get(fmt, "schema")) cJSON_AddItemToObject(js, "schema", cJSON_Duplicate(oai_get(fmt, "schema"), true));
     } else if (ft && !strcmp(ft, "json_object")) {
         cJSON_AddItemToObject(oa, "response_format", cJSON_Duplicate(fmt, true));
     } else if (ft && strcmp(ft, "text"))
         return oai_fail(e, 400, "text", "'text.format.type' must be text, json_object or json_schema");
-    const cJSON *rs = get(root, "reasoning");
+    const cJSON *rs = oai_get(root, "reasoning");
     const char *effort = str(rs, "effort");
     s->summary = str(rs, "summary") != NULL;
     if (effort && (!strcmp(effort, "none") || !strcmp(effort, "minimal"))) {
@@ -294,14 +289,9 @@ static bool add_format(const cJSON *root, cJSON *oa, resp_state *s, oai_error *e
     return true;
 }
 
-static void copy_field(const cJSON *from, const char *k, cJSON *to, const char *as) {
-    const cJSON *v = get(from, k);
-    if (v) cJSON_AddItemToObject(to, as, cJSON_Duplicate(v, true));
-}
-
 /* The conversation: the previous response's items, then this request's input. */
 static bool conversation(resp_store *st, const cJSON *root, resp_state *s, oai_error *e) {
-    const cJSON *input = get(root, "input"), *prev = get(root, "previous_response_id");
+    const cJSON *input = oai_get(root, "input"), *prev = oai_get(root, "previous_response_id");
     if (prev && !cJSON_IsString(prev))
         return oai_fail(e, 400, "previous_response_id", "'previous_response_id' must be a string");
     if (prev && !(s->conv = store_get(st, prev->valuestring))) {
@@ -330,52 +320,47 @@ static cJSON *echo(const cJSON *root) {
     cJSON *o = cJSON_CreateObject(), *r;
     const char *keys[] = {"instructions", "max_output_tokens", "previous_response_id"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
-        if (get(root, keys[i])) copy_field(root, keys[i], o, keys[i]);
+        if (oai_get(root, keys[i])) oai_copy_field(root, keys[i], o, keys[i]);
         else cJSON_AddNullToObject(o, keys[i]);
     }
-    cJSON_AddNumberToObject(o, "temperature", cJSON_IsNumber(get(root, "temperature")) ? get(root, "temperature")->valuedouble : 1);
-    cJSON_AddNumberToObject(o, "top_p", cJSON_IsNumber(get(root, "top_p")) ? get(root, "top_p")->valuedouble : 1);
-    if (get(root, "tools")) copy_field(root, "tools", o, "tools");
+    cJSON_AddNumberToObject(o, "temperature", cJSON_IsNumber(oai_get(root, "temperature")) ? oai_get(root, "temperature")->valuedouble : 1);
+    cJSON_AddNumberToObject(o, "top_p", cJSON_IsNumber(oai_get(root, "top_p")) ? oai_get(root, "top_p")->valuedouble : 1);
+    if (oai_get(root, "tools")) oai_copy_field(root, "tools", o, "tools");
     else cJSON_AddArrayToObject(o, "tools");
-    if (get(root, "tool_choice")) copy_field(root, "tool_choice", o, "tool_choice");
+    if (oai_get(root, "tool_choice")) oai_copy_field(root, "tool_choice", o, "tool_choice");
     else cJSON_AddStringToObject(o, "tool_choice", "auto");
     cJSON_AddBoolToObject(o, "parallel_tool_calls", true);
     r = cJSON_AddObjectToObject(o, "reasoning");
-    const char *effort = str(get(root, "reasoning"), "effort"), *summary = str(get(root, "reasoning"), "summary");
+    const char *effort = str(oai_get(root, "reasoning"), "effort"), *summary = str(oai_get(root, "reasoning"), "summary");
     if (effort) cJSON_AddStringToObject(r, "effort", effort);
     else cJSON_AddNullToObject(r, "effort");
     if (summary) cJSON_AddStringToObject(r, "summary", summary);
     else cJSON_AddNullToObject(r, "summary");
-    if (get(root, "text")) copy_field(root, "text", o, "text");
+    if (oai_get(root, "text")) oai_copy_field(root, "text", o, "text");
     else cJSON_AddStringToObject(cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "text"), "format"), "type", "text");
-    cJSON_AddBoolToObject(o, "store", !cJSON_IsFalse(get(root, "store")));
+    cJSON_AddBoolToObject(o, "store", !cJSON_IsFalse(oai_get(root, "store")));
     cJSON_AddStringToObject(o, "truncation", "disabled");
-    if (cJSON_IsObject(get(root, "metadata"))) copy_field(root, "metadata", o, "metadata");
+    if (cJSON_IsObject(oai_get(root, "metadata"))) oai_copy_field(root, "metadata", o, "metadata");
     else cJSON_AddObjectToObject(o, "metadata");
     return o;
 }
 
 /* The chat request (caller frees) for a Responses body; NULL and e on a bad one. */
 static cJSON *to_chat(const oai_server *srv, resp_store *st, const cJSON *root, resp_state *s, oai_error *e) {
-    const cJSON *model = get(root, "model"), *mt = get(root, "max_output_tokens"), *ins = get(root, "instructions");
+    const cJSON *model = oai_get(root, "model"), *mt = oai_get(root, "max_output_tokens"), *ins = oai_get(root, "instructions");
     if (!cJSON_IsString(model)) return oai_fail(e, 400, "model", "'model' is required"), NULL;
     if (!oai_model_ok(srv, model->valuestring, e)) return NULL;
     if (mt && (!cJSON_IsNumber(mt) || mt->valuedouble < 1))
         return oai_fail(e, 400, "max_output_tokens", "'max_output_tokens' must be a positive integer"), NULL;
     if (ins && !cJSON_IsString(ins))
         return oai_fail(e, 400, "instructions", "'instructions' must be a string"), NULL;
-    if (cJSON_IsTrue(get(root, "background")))
+    if (cJSON_IsTrue(oai_get(root, "background")))
         return oai_fail(e, 400, "background", "background responses are not supported"), NULL;
-    if (get(root, "conversation"))
+    if (oai_get(root, "conversation"))
         return oai_fail(e, 400, "conversation", "conversations are not supported; use previous_response_id"), NULL;
     if (!conversation(st, root, s, e)) return NULL;
     cJSON *oa = cJSON_CreateObject(), *out = cJSON_AddArrayToObject(oa, "messages");
-    if (ins) { /* not part of the stored conversation: a later turn's instructions replace it */
-        cJSON *m = cJSON_CreateObject();
-        cJSON_AddStringToObject(m, "role", "system");
-        cJSON_AddStringToObject(m, "content", ins->valuestring);
-        cJSON_AddItemToArray(out, m);
-    }
+    if (ins) oai_add_message(out, "system", ins->valuestring); /* not stored: a later turn's instructions replace it */
     turn t = {0};
     bool ok = true;
     const cJSON *it;
@@ -384,10 +369,10 @@ static cJSON *to_chat(const oai_server *srv, resp_store *st, const cJSON *root, 
     if (ok) ok = add_tools(root, oa, e);
     if (ok) ok = add_format(root, oa, s, e);
     if (mt) cJSON_AddNumberToObject(oa, "max_tokens", mt->valuedouble);
-    copy_field(root, "temperature", oa, "temperature");
-    copy_field(root, "top_p", oa, "top_p");
-    copy_field(root, "stream", oa, "stream");
-    copy_field(root, "grammar", oa, "grammar"); /* brisk's extension, as on /v1/chat/completions */
+    static const char *const fields[] = {"temperature", "temperature", "top_p", "top_p", "stream", "stream",
+                                         "grammar", "grammar", /* brisk's extension, as on /v1/chat/completions */
+                                         NULL};
+    oai_copy_fields(root, oa, fields);
     if (!ok) {
         cJSON_Delete(oa);
         return NULL;
@@ -409,7 +394,7 @@ bool resp_parse(const oai_server *srv, resp_store *st, const char *body, size_t 
     cJSON_Delete(oa);
     s->echo = echo(root);
     s->output = cJSON_CreateArray();
-    s->store = cJSON_IsFalse(get(root, "store")) ? NULL : st;
+    s->store = cJSON_IsFalse(oai_get(root, "store")) ? NULL : st;
     cJSON_Delete(root);
     job->ext = s;
     job->ext_free = state_free;

@@ -25,6 +25,7 @@ typedef struct slot {
     bool generating;       /* next holds a sampled token to feed */
     brisk_token next;
     int logit_idx;         /* batch entry whose logits this slot samples from, -1: none */
+    int embd_idx;          /* embeddings: the batch entry of its input's first token */
     int n_chunk;           /* prompt tokens of this slot in the current batch */
     sched_token rec;       /* the token sampled this step */
     brisk_detok dt;
@@ -51,6 +52,8 @@ struct sched {
     sched_stats st;
     double rate_t0;
     uint64_t rate_n0;
+    int n_embd_out;        /* embeddings: floats of a vector (brisk_context_n_embd_out); 0: generation */
+    brisk_pooling pooling;
 };
 
 static double now_s(void) {
@@ -89,6 +92,19 @@ brisk_status sched_req_set_choices(sched_req *r, int n) {
     return BRISK_OK;
 }
 
+brisk_status sched_req_set_inputs(sched_req *r, const int *off, int n) {
+    if (n < 1) return bk_fail(BRISK_ERR_INVALID_ARG, "no input");
+    for (int i = 0; i < n; i++)
+        if (off[i + 1] <= off[i]) return bk_fail(BRISK_ERR_INVALID_ARG, "input %d is empty", i);
+    int *o = malloc((size_t)(n + 1) * sizeof *o);
+    if (!o) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    memcpy(o, off, (size_t)(n + 1) * sizeof *o);
+    free(r->in_off);
+    r->in_off = o;
+    r->n_inputs = n;
+    return BRISK_OK;
+}
+
 void sched_req_free(sched_req *r) {
     if (!r) return;
     for (int i = 0; i < r->p.n_stop; i++) free(r->p.stop[i]);
@@ -101,6 +117,8 @@ void sched_req_free(sched_req *r) {
     }
     free(r->ch);
     free(r->prompt);
+    free(r->in_off);
+    free(r->embd);
     pthread_cond_destroy(&r->cv);
     free(r);
 }
@@ -120,6 +138,8 @@ void sched_req_release(sched *s, sched_req *r) {
 void sched_lock(sched *s) { pthread_mutex_lock(&s->mu); }
 void sched_unlock(sched *s) { pthread_mutex_unlock(&s->mu); }
 int sched_n_ctx_slot(const sched *s) { return s->p.n_ctx_slot; }
+bool sched_embeddings(const sched *s) { return s->n_embd_out > 0; }
+brisk_pooling sched_pooling(const sched *s) { return s->pooling; }
 
 void sched_wait(sched *s, sched_req *r, int timeout_ms) {
     struct timespec ts;
@@ -171,7 +191,10 @@ static void choice_finish(sched *s, sched_req *r, int ci, sched_finish f, const 
 /* Lock held: the slot's choice ends; the slot becomes idle with its cache. */
 static void slot_release(sched *s, slot *sl, sched_finish f, const char *msg) {
     if (!sl->req) return;
-    choice_finish(s, sl->req, sl->ci, f, msg);
+    sched_req *r = sl->req;
+    if (!r->n_inputs) choice_finish(s, r, sl->ci, f, msg);
+    else if (f == SCHED_FINISH_ERROR || f == SCHED_FINISH_CANCELLED) req_finish(s, r, f, msg);
+    else if (--r->n_running == 0) req_finish(s, r, f, NULL); /* its last input */
     req_unref(sl->req);
     sl->req = NULL;
     sl->generating = false;
@@ -181,13 +204,35 @@ static void slot_release(sched *s, slot *sl, sched_finish f, const char *msg) {
     sl->last_used = now_s();
 }
 
+/* An embeddings request fits: each input in one step (prefill_chunk) and in a slot. */
+static brisk_status check_inputs(const sched *s, const sched_req *r) {
+    if (!r->n_inputs != !s->n_embd_out)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, s->n_embd_out ? "this server computes embeddings (--embeddings or "
+                       "--reranking): it does not generate" : "this server does not compute embeddings: start it "
+                       "with --embeddings (or --reranking)");
+    if (r->in_off[r->n_inputs] != r->n_prompt) return bk_fail(BRISK_ERR_INVALID_ARG, "inputs and prompt disagree");
+    int cap = s->p.prefill_chunk < s->p.n_ctx_slot ? s->p.prefill_chunk : s->p.n_ctx_slot;
+    for (int i = 0; i < r->n_inputs; i++)
+        if (r->in_off[i + 1] - r->in_off[i] > cap)
+            return bk_fail(BRISK_ERR_RANGE, "input %d has %d tokens, more than the %d an embedding takes (the "
+                           "smaller of -b and -c)", i, r->in_off[i + 1] - r->in_off[i], cap);
+    return BRISK_OK;
+}
+
 brisk_status sched_submit(sched *s, sched_req *r) {
     if (r->n_prompt <= 0) return bk_fail(BRISK_ERR_INVALID_ARG, "the prompt is empty");
+    if (r->n_inputs || s->n_embd_out) {
+        BK_TRY(check_inputs(s, r));
+        r->n_embd_out = s->n_embd_out;
+        r->n_embd_rows = s->pooling == BRISK_POOLING_NONE ? r->n_prompt : r->n_inputs;
+        if (!(r->embd = malloc((size_t)r->n_embd_rows * s->n_embd_out * sizeof(float))))
+            return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    }
     if (r->n_choices > s->p.n_parallel)
         return bk_fail(BRISK_ERR_INVALID_ARG,
                        "n is %d but the server decodes at most %d sequences at once (--parallel)", r->n_choices,
                        s->p.n_parallel);
-    if (r->n_prompt >= s->p.n_ctx_slot)
+    if (!r->n_inputs && r->n_prompt >= s->p.n_ctx_slot) /* (inputs are checked one by one) */
         return bk_fail(BRISK_ERR_RANGE,
                        "the prompt has %d tokens but the context holds %d (prompt and completion together); "
                        "shorten it or start the server with a larger -c",
@@ -199,7 +244,7 @@ brisk_status sched_submit(sched *s, sched_req *r) {
         st = bk_fail(BRISK_ERR_NOMEM, "the server is busy (%d requests queued); retry later", s->q_len);
     else {
         r->refs++;
-        r->n_running = r->n_choices;
+        r->n_running = r->n_inputs ? r->n_inputs : r->n_choices;
         r->t_submit = now_s();
         s->queue[(s->q_head + s->q_len++) % s->p.max_queue] = r;
         s->st.requests++;
@@ -331,12 +376,36 @@ static void reap(sched *s) {
 }
 
 /* Lock held: frees the slots of cancelled requests, then fills idle slots from the queue. */
+/* Lock held: hands r's next inputs to idle slots, each with a reference and a cleared sequence;
+ * true once every input has one (r leaves the queue). */
+static bool start_inputs(sched *s, sched_req *r) {
+    int i;
+    while (r->next_input < r->n_inputs && (i = idle_lru(s)) >= 0) {
+        slot *sl = &s->slots[i];
+        brisk_seq_clear(s->ctx, sl->id);
+        sl->n_cache = sl->n_fed = 0;
+        sl->req = r;
+        sl->ci = r->next_input++;
+        sl->generating = sl->fork_wait = false;
+        r->refs++;
+        s->st.prompt_tokens += (uint64_t)(r->in_off[sl->ci + 1] - r->in_off[sl->ci]);
+    }
+    return r->next_input == r->n_inputs;
+}
+
 static void admit(sched *s) {
     reap(s);
     while (s->q_len > 0) {
         int idle = 0;
         for (int i = 0; i < s->p.n_parallel; i++) idle += !s->slots[i].req;
         sched_req *r = s->queue[s->q_head];
+        if (r->n_inputs && !r->cancelled) {
+            if (!start_inputs(s, r)) break;
+            s->q_head = (s->q_head + 1) % s->p.max_queue;
+            s->q_len--;
+            req_unref(r); /* the queue's */
+            continue;
+        }
         if (!r->cancelled && idle < r->n_choices) break;
         s->q_head = (s->q_head + 1) % s->p.max_queue;
         s->q_len--;
@@ -366,6 +435,16 @@ static int build_batch(sched *s) {
         slot *sl = &s->slots[(s->rr + k) % s->p.n_parallel];
         if (!sl->req || sl->generating || sl->fork_wait) continue;
         const sched_req *r = sl->req;
+        if (r->n_inputs) { /* an input goes whole into one step, or waits for the next */
+            int o = r->in_off[sl->ci], len = r->in_off[sl->ci + 1] - o;
+            if (sl->n_fed || len > budget) continue;
+            sl->embd_idx = n;
+            for (int j = 0; j < len; j++)
+                s->batch[n++] = (brisk_batch_entry){r->prompt[o + j], j, sl->id, s->pooling == BRISK_POOLING_NONE};
+            sl->n_chunk = len;
+            budget -= len;
+            continue;
+        }
         int take = r->n_prompt - sl->n_fed;
         if (take > budget) take = budget;
         /* End on a checkpoint boundary; near the prompt's end, on one a few tokens before it: a
@@ -512,6 +591,26 @@ static void fork_choices(sched *s, const slot *lead) {
 }
 
 /* Runs one batch. */
+/* After a step: copies the vector(s) of sl's input into its request (this thread owns r->embd
+ * until the request finishes); n_fed -1 marks a missing one. */
+static void embd_collect(sched *s, slot *sl) {
+    sched_req *r = sl->req;
+    int o = r->in_off[sl->ci], len = r->in_off[sl->ci + 1] - o, d = s->n_embd_out, at = sl->embd_idx;
+    size_t row = sizeof(float) * (size_t)d;
+    sl->n_fed = len;
+    if (s->pooling != BRISK_POOLING_NONE) {
+        const float *v = brisk_get_embeddings_seq(s->ctx, sl->id);
+        if (v) memcpy(r->embd + (size_t)sl->ci * d, v, row);
+        else sl->n_fed = -1;
+        return;
+    }
+    for (int j = 0; j < len; j++) {
+        const float *v = brisk_get_embeddings_ith(s->ctx, at + j);
+        if (v) memcpy(r->embd + (size_t)(o + j) * d, v, row);
+        else sl->n_fed = -1;
+    }
+}
+
 static void step(sched *s, int n) {
     brisk_status st = brisk_decode(s->ctx, s->batch, n);
     char err[256] = "";
@@ -520,6 +619,10 @@ static void step(sched *s, int n) {
     for (int i = 0; i < s->p.n_parallel && st == BRISK_OK; i++) {
         slot *sl = &s->slots[i];
         if (!sl->req) continue;
+        if (sl->req->n_inputs) { /* embeddings: the input's vector(s) */
+            if (sl->n_chunk) embd_collect(s, sl);
+            continue;
+        }
         if (sl->generating) sl->cache[sl->n_cache++] = sl->next;
         for (int j = 0; j < sl->n_chunk; j++) sl->cache[sl->n_cache++] = sl->req->prompt[sl->n_fed + j];
         sl->n_fed += sl->n_chunk;
@@ -563,6 +666,13 @@ static void step(sched *s, int n) {
             brisk_seq_clear(s->ctx, sl->id);
             sl->n_cache = 0;
             slot_release(s, sl, SCHED_FINISH_ERROR, err);
+            continue;
+        }
+        if (sl->req->n_inputs && sl->n_chunk) { /* an input done: its sequence is not kept */
+            brisk_seq_clear(s->ctx, sl->id);
+            sl->n_cache = 0;
+            sl->req->started = true;
+            slot_release(s, sl, sl->n_fed < 0 ? SCHED_FINISH_ERROR : SCHED_FINISH_STOP, "no embeddings came out");
             continue;
         }
         if (sl->logit_idx < 0) continue;
@@ -626,6 +736,21 @@ void sched_get_stats(sched *s, sched_stats *out) {
     pthread_mutex_unlock(&s->mu);
 }
 
+void sched_get_slots(sched *s, sched_slot_info *out) {
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->p.n_parallel; i++) {
+        const slot *sl = &s->slots[i];
+        const sched_req *r = sl->req;
+        out[i] = (sched_slot_info){.id = sl->id, .is_processing = r != NULL, .n_cache = sl->n_cache};
+        if (!r) continue;
+        out[i].n_prompt = r->n_inputs ? r->in_off[sl->ci + 1] - r->in_off[sl->ci] : r->n_prompt;
+        out[i].n_cached = r->n_inputs ? 0 : r->n_cached;
+        out[i].n_decoded = r->n_inputs ? 0 : sl->n_gen;
+        out[i].n_remain = r->n_inputs ? 0 : sl->max_gen - sl->n_gen;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
 void sched_free(sched *s) {
     if (!s) return;
     if (s->thread_started) {
@@ -662,6 +787,8 @@ brisk_status sched_new(brisk_model *model, brisk_context *ctx, const sched_param
     s->p = *p;
     s->n_vocab = brisk_n_vocab(model);
     s->ckpt = brisk_context_n_checkpoints(ctx) > 0 && p->ckpt_interval > 0 ? p->ckpt_interval : 0;
+    s->n_embd_out = brisk_context_n_embd_out(ctx);
+    s->pooling = brisk_context_pooling(ctx);
     s->rate_t0 = now_s();
     s->slots = calloc((size_t)p->n_parallel, sizeof *s->slots);
     s->queue = calloc((size_t)p->max_queue, sizeof *s->queue);

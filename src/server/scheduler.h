@@ -25,6 +25,13 @@
  * "shared" are guarded by the scheduler's lock (sched_lock / sched_unlock);
  * sched_wait sleeps until the scheduler publishes new output for the request.
  * The scheduler knows nothing of HTTP or JSON.
+ *
+ * Over an embeddings context (brisk_context_params.embeddings) the scheduler
+ * computes embeddings instead of generating: a request holds n_inputs prompts,
+ * each input takes a free slot, and its whole prompt goes into one step (a
+ * pooled vector is over one brisk_decode call), beside other slots' inputs.
+ * The request ends when every input's vector(s) are in r->embd. No prefix is
+ * reused (the pooled vector needs every token in the call).
  */
 #ifndef BK_SERVER_SCHEDULER_H
 #define BK_SERVER_SCHEDULER_H
@@ -94,6 +101,14 @@ typedef struct sched_req {
     bool cancelled;
     int refs;
     double t_submit, t_first_token; /* seconds, monotonic */
+    /* embeddings (sched_req_set_inputs): input i is prompt[in_off[i], in_off[i + 1]); n_inputs 0: generation.
+     * When the request finishes with SCHED_FINISH_STOP, embd holds n_embd_rows rows of n_embd_out floats,
+     * not normalised: input i's pooled vector in row i, or with pooling none one row per prompt token */
+    int n_inputs;
+    int *in_off;         /* (n_inputs + 1) owned */
+    float *embd;         /* owned, written by the scheduler thread only before the request finishes */
+    int n_embd_rows, n_embd_out;
+    int next_input;      /* shared: inputs handed to slots so far */
     pthread_cond_t cv;
     /* set by the submitter: called with the lock held (it must not block or
      * take the lock) whenever cv is signalled; cleared under the lock */
@@ -130,6 +145,9 @@ void sched_free(sched *s);
 sched_req *sched_req_new(void);
 /* Before sched_submit: n choices (1..128), their grammars NULL. BRISK_ERR_NOMEM keeps the old ones. */
 brisk_status sched_req_set_choices(sched_req *r, int n);
+/* Before sched_submit: makes r an embeddings request over n inputs, the prompt's tokens being the
+ * inputs one after another (off: n + 1 offsets, copied). BRISK_ERR_INVALID_ARG for an empty input. */
+brisk_status sched_req_set_inputs(sched_req *r, const int *off, int n);
 /* Drops a reference; frees the request with the last one. Takes the lock itself. */
 void sched_req_release(sched *s, sched_req *r);
 /* Frees a request never submitted (no lock, no scheduler). */
@@ -150,4 +168,19 @@ void sched_wait(sched *s, sched_req *r, int timeout_ms);
 /* Counters for /metrics (takes the lock itself). */
 void sched_get_stats(sched *s, sched_stats *out);
 int sched_n_ctx_slot(const sched *s);
+/* One slot's state for GET /slots (llama-server's fields that brisk has). */
+typedef struct sched_slot_info {
+    int id;
+    bool is_processing;  /* a request holds it */
+    int n_prompt;        /* its request's prompt tokens (0 when idle) */
+    int n_cached;        /* of them reused from the cache */
+    int n_decoded;       /* tokens generated so far */
+    int n_remain;        /* tokens it may still generate */
+    int n_cache;         /* tokens whose KV the slot holds (kept after its request ends, for reuse) */
+} sched_slot_info;
+/* Fills out[0 .. n_parallel) (out has room for n_parallel); takes the lock itself. */
+void sched_get_slots(sched *s, sched_slot_info *out);
+/* Whether the scheduler computes embeddings (its context was made with embeddings), and their pooling. */
+bool sched_embeddings(const sched *s);
+brisk_pooling sched_pooling(const sched *s);
 #endif

@@ -5,7 +5,9 @@
  *
  * Endpoints: POST /v1/chat/completions, /v1/completions (streaming or not),
  * /v1/messages, /v1/messages/count_tokens, /v1/responses, /tokenize, /detokenize,
- * /apply-template; GET /v1/models, /health, /metrics, / (the web page).
+ * /apply-template; GET /v1/models, /v1/models/{id}, /props, /slots, /health,
+ * /metrics, / (the web page). Over an embeddings context (brisk_context_params.
+ * embeddings) POST /v1/embeddings and /v1/rerank instead of generation (embed.h).
  *
  * Exposure: answers carry no CORS header unless an allowed origin asked;
  * requests from other origins are refused; JSON endpoints take only

@@ -9,7 +9,7 @@
 // The CPU backend itself (libggml-cpu-<variant>.so, the best one for this CPU)
 // is loaded with ggml_backend_load_all_from_path(libdir).
 //
-// Subcommands (see usage()): tokenize, quantize, eval, perplexity, bench, batched, info.
+// Subcommands (see usage()): tokenize, quantize, eval, embed, perplexity, bench, batched, info.
 // Every failure prints one line on stderr and exits non-zero.
 #include <ctype.h>
 #include <dlfcn.h>
@@ -50,7 +50,8 @@
     X(llama_attach_threadpool) X(llama_set_n_threads) X(llama_get_memory)        \
     X(llama_memory_clear) X(llama_batch_get_one) X(llama_decode)                 \
     X(llama_synchronize) X(llama_get_logits_ith) X(llama_ftype_name)             \
-    X(llama_batch_init) X(llama_batch_free) X(llama_vocab_get_add_eos)
+    X(llama_batch_init) X(llama_batch_free) X(llama_vocab_get_add_eos)          \
+    X(llama_get_embeddings_ith) X(llama_get_embeddings_seq) X(llama_pooling_type) X(llama_model_n_cls_out)
 
 static struct {
 #define X(fn) __typeof__(&fn) fn;
@@ -253,6 +254,7 @@ struct opts {
     int n_pos;
     int n_gen, n_ctx, n_threads, reps, top, n_chunks;
     int fa; // enum llama_flash_attn_type
+    int pooling; // embed: enum llama_pooling_type (UNSPECIFIED: the model's)
     enum ggml_type kv_type, out_type, emb_type;
     int repack; // weight repacking (CPU_REPACK buffers): 1 on, 0 off, -1 the command's default
     bool add_special, parse_special, pure, allow_requant, leave_output, verbose, kl;
@@ -281,7 +283,7 @@ static bool g_kv_given; // --kv was passed (perplexity's default is f16, the oth
 
 static int parse_opts(int argc, char **argv, struct opts *o) {
     *o = (struct opts){.n_gen = -1, .n_ctx = 0, .n_threads = 0, .reps = 5, .fa = -2, .repack = -1,
-                       .rope_scaling = LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED, .yarn_ext_factor = -1.0f,
+                       .rope_scaling = LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED, .pooling = LLAMA_POOLING_TYPE_UNSPECIFIED, .yarn_ext_factor = -1.0f,
                        .yarn_attn_factor = -1.0f, .yarn_beta_fast = -1.0f, .yarn_beta_slow = -1.0f};
     struct { const char *name; float *dst; bool inverse; } fl[] = {
         {"--rope-scale", &o->rope_freq_scale, true},      {"--rope-freq-scale", &o->rope_freq_scale, false},
@@ -317,6 +319,12 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
             else if (v && !strcmp(v, "linear")) o->rope_scaling = LLAMA_ROPE_SCALING_TYPE_LINEAR;
             else if (v && !strcmp(v, "yarn")) o->rope_scaling = LLAMA_ROPE_SCALING_TYPE_YARN;
             else return fail("bad --rope-scaling '%s' (none|linear|yarn)", v ? v : "");
+        } else if (!strcmp(a, "--pooling")) {
+            static const char *const pn[] = {"none", "mean", "cls", "last", "rank"}; // llama_pooling_type 0..4
+            o->pooling = -2;
+            for (int k = 0; v && k < 5; k++)
+                if (!strcmp(v, pn[k])) o->pooling = k;
+            if (o->pooling == -2) return fail("bad --pooling '%s' (none|mean|cls|last|rank)", v ? v : "");
         } else if (!strcmp(a, "--fa") || !strcmp(a, "-fa")) {
             if (v && !strcmp(v, "on")) o->fa = LLAMA_FLASH_ATTN_TYPE_ENABLED;
             else if (v && !strcmp(v, "off")) o->fa = LLAMA_FLASH_ATTN_TYPE_DISABLED;
@@ -681,6 +689,71 @@ static int cmd_eval(const struct opts *o) {
         rc = !prompt ? 1 : n_prompt == 0 ? fail("prompt text gives no tokens") : 0;
     }
     if (rc == 0) rc = run_eval(o, m, prompt, n_prompt);
+    free(prompt);
+    L.llama_model_free(m);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------
+// embed: llama.cpp's embeddings of one prompt (tokenized with add_special, as its server
+// does), in one batch with every token an output. --logits-out writes int32 n, int32 n_rows
+// and the rows: with pooling, 1 row of llama_get_embeddings_seq (n_embd, or n_cls_out for
+// rank), raw, not normalised; pooling none, one row per token (llama_get_embeddings_ith).
+
+static void batch_put(struct llama_batch *b, llama_token t, int pos, int seq, bool logits);
+
+static int cmd_embed(const struct opts *o) {
+    if (!o->p == !o->prompt_text) return fail("embed needs exactly one of -p \"IDS\" or --prompt-text TEXT");
+    if (!o->logits_out) return fail("embed needs --logits-out PATH");
+    struct llama_model *m = load_model(o, false, false);
+    if (!m) return 1;
+    llama_token *prompt = NULL;
+    int n_prompt = 0, rc;
+    if (o->p) rc = parse_id_list(o->p, &prompt, &n_prompt);
+    else {
+        prompt = tokenize(L.llama_model_get_vocab(m), o->prompt_text, strlen(o->prompt_text), true, o->parse_special,
+                          &n_prompt);
+        rc = !prompt ? 1 : n_prompt == 0 ? fail("prompt text gives no tokens") : 0;
+    }
+    struct llama_context *ctx = NULL;
+    struct llama_batch b = {0};
+    if (rc == 0) {
+        struct llama_context_params cp = L.llama_context_default_params();
+        cp.n_ctx = (uint32_t)(o->n_ctx ? o->n_ctx : n_prompt);
+        cp.n_batch = cp.n_ubatch = (uint32_t)(n_prompt > 512 ? n_prompt : 512);
+        cp.n_seq_max = 1;
+        cp.n_threads = cp.n_threads_batch = o->n_threads;
+        cp.flash_attn_type = o->fa == -2 ? LLAMA_FLASH_ATTN_TYPE_DISABLED : (enum llama_flash_attn_type)o->fa;
+        cp.type_k = cp.type_v = o->kv_type;
+        cp.no_perf = true;
+        cp.embeddings = true;
+        cp.pooling_type = (enum llama_pooling_type)o->pooling;
+        clear_error();
+        ctx = L.llama_init_from_model(m, cp);
+        if (!ctx) rc = fail("cannot create an embeddings context: %s", llama_error());
+    }
+    if (rc == 0) {
+        b = L.llama_batch_init(n_prompt, 0, 1);
+        for (int i = 0; i < n_prompt; i++) batch_put(&b, prompt[i], i, 0, true);
+        if (L.llama_decode(ctx, b) != 0) rc = fail("llama_decode failed: %s", llama_error());
+    }
+    if (rc == 0) {
+        bool pooled = L.llama_pooling_type(ctx) != LLAMA_POOLING_TYPE_NONE;
+        int32_t hdr[2] = {L.llama_model_n_embd(m), pooled ? 1 : n_prompt};
+        if (L.llama_pooling_type(ctx) == LLAMA_POOLING_TYPE_RANK) hdr[0] = (int32_t)L.llama_model_n_cls_out(m);
+        FILE *f = fopen(o->logits_out, "wb");
+        if (!f || fwrite(hdr, sizeof hdr, 1, f) != 1) rc = fail("cannot write %s", o->logits_out);
+        for (int r = 0; rc == 0 && r < hdr[1]; r++) {
+            const float *x = pooled ? L.llama_get_embeddings_seq(ctx, 0) : L.llama_get_embeddings_ith(ctx, r);
+            if (!x) rc = fail("no embeddings for row %d", r);
+            else if (fwrite(x, sizeof *x, (size_t)hdr[0], f) != (size_t)hdr[0]) rc = fail("cannot write %s", o->logits_out);
+        }
+        if (f && fclose(f) != 0 && rc == 0) rc = fail("cannot write %s", o->logits_out);
+        if (rc == 0) fprintf(stderr, "llamacpp-ref: embed n_prompt=%d pooling=%d rows=%d\n", n_prompt,
+                             (int)L.llama_pooling_type(ctx), hdr[1]);
+    }
+    if (b.token) L.llama_batch_free(b);
+    if (ctx) L.llama_free(ctx);
     free(prompt);
     L.llama_model_free(m);
     return rc;
@@ -1218,6 +1291,8 @@ static void usage(void) {
           "       [--rope-scaling none|linear|yarn] [--rope-scale N] [--rope-freq-base N] [--rope-freq-scale N]\n"
           "       [--yarn-orig-ctx N] [--yarn-ext-factor N] [--yarn-attn-factor N] [--yarn-beta-fast N]\n"
           "       [--yarn-beta-slow N]   (llama.cpp's flags, into llama_context_params)\n"
+          "  embed -m FILE (-p \"1 2 3\" | --prompt-text TEXT) --logits-out PATH [--pooling none|mean|cls|last|rank]\n"
+          "       [--parse-special]   (pooled row, or one row per token; raw, not normalised)\n"
           "  perplexity -m FILE -f TEXT [-c 512] [--chunks N] [--kv f16] [--fa auto|on|off] [--no-repack] [-t N]\n"
           "       [--kl-divergence-base FILE]   (llama-perplexity; FILE: its logits file, written)\n"
           "  perplexity -m FILE --kl-divergence --kl-divergence-base FILE [--chunks N] [--kv T] ...\n"
@@ -1237,6 +1312,7 @@ int main(int argc, char **argv) {
     int (*run)(const struct opts *) = !strcmp(cmd, "tokenize") ? cmd_tokenize
                                       : !strcmp(cmd, "quantize") ? cmd_quantize
                                       : !strcmp(cmd, "eval")     ? cmd_eval
+                                      : !strcmp(cmd, "embed")    ? cmd_embed
                                       : !strcmp(cmd, "perplexity") ? cmd_perplexity
                                       : !strcmp(cmd, "bench")    ? cmd_bench
                                       : !strcmp(cmd, "batched")  ? cmd_batched

@@ -9,6 +9,38 @@ test('GET /v1/models lists the model', async () => {
   assert(list.data.length === 1 && typeof list.data[0].id === 'string', JSON.stringify(list.data));
 });
 
+test('GET /v1/models/{id}: one model, by any of its names; an unknown one is a 404', async () => {
+  const m = await client.models.retrieve(MODEL);
+  eq([m.id, m.object, m.owned_by], [MODEL, 'model', 'brisk']);
+  const alias = await client.models.retrieve('other-name');
+  eq(alias.id, 'other-name');
+  const r = await raw('/v1/models/nope', { method: 'GET' });
+  eq(r.status, 404);
+  eq(r.json.error.code, 'model_not_found');
+});
+
+test('GET /props and /slots (llama-server shapes)', async () => {
+  const p = await raw('/props', { method: 'GET' });
+  eq(p.status, 200);
+  eq(p.json.total_slots, 4);
+  eq(p.json.default_generation_settings.n_ctx, 2048);
+  assert(typeof p.json.chat_template === 'string' && p.json.model_alias === MODEL, JSON.stringify(p.json));
+  eq(p.json.embeddings, false);
+  // a running request shows on its slot
+  const stream = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 200,
+    stream: true, ignore_eos: true });
+  let busy = null;
+  for await (const ch of stream) {
+    if (busy) continue;
+    const s = await raw('/slots', { method: 'GET' });
+    eq(s.status, 200);
+    eq(s.json.length, 4);
+    busy = s.json.find((x) => x.is_processing);
+  }
+  assert(busy && busy.n_prompt_tokens > 0 && busy.n_ctx === 2048 && busy.next_token[0].n_decoded >= 1, JSON.stringify(busy));
+  eq((await raw('/props', { method: 'POST', body: '{}' })).status, 405);
+});
+
 test('GET /health', async () => {
   const r = await raw('/health', { method: 'GET' });
   eq(r.status, 200);
