@@ -9,6 +9,8 @@
  * qwen35 / qwen35moe (model/qwen35.c) are the Qwen3.5/3.6 hybrids: Gated
  * DeltaNet layers with a per-sequence recurrent state, and every
  * full_attn_interval-th layer gated full attention with partial RoPE.
+ * Their files may also carry multi-token-prediction (nextn) blocks after the
+ * trunk, bound as extra layers plus model_nextn (qwen35.c's qwen35_mtp_forward).
  * qwen3next (Qwen3-Next, the same forward pass) is qwen35moe with the value
  * heads in HF's grouped order, one ssm_ba tensor for beta and alpha and, in
  * older files, one fused ssm_in for q|k|v and z; the loader maps those onto
