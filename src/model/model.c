@@ -814,6 +814,7 @@ void brisk_model_free(brisk_model *m) {
     if (!m) return;
     release_weights(m);
     free(m->layers);
+    free(m->nextn);
     for (int i = 0; i < m->n_tp_packed; i++) free(m->tp_packed[i]);
     free(m->tp_packed);
     if (m->tp_free) m->tp_free(m->tp);
