@@ -656,6 +656,7 @@ static void test_qwen35moe_mtp(void) {
     mtp_case("tiny-qwen35moe", "f32", 1e-4);
     if (!(getenv("SAN") && !strcmp(getenv("SAN"), "1"))) mtp_case("tiny-qwen35moe", "q8_0", 5e-2);
 }
+static void test_qwen3next_mtp(void) { mtp_case("tiny-qwen3next", "f32", 1e-4); } /* the same head on qwen3next */
 
 /* qwen2 (biases) with YaRN, llama with linear RoPE scaling: f32 and q8_0. */
 static void run_small(const char *preset, const char *vocab_file) {
@@ -803,6 +804,7 @@ int main(int argc, char **argv) {
                          {"qwen35_sequences", test_qwen35_sequences},
                          {"qwen35_checkpoints", test_qwen35_checkpoints},
                          {"qwen35moe_types", test_qwen35moe}, {"qwen3next_types", test_qwen3next},
-                         {"qwen35_mtp", test_qwen35_mtp}, {"qwen35moe_mtp", test_qwen35moe_mtp}};
+                         {"qwen35_mtp", test_qwen35_mtp}, {"qwen35moe_mtp", test_qwen35moe_mtp},
+                         {"qwen3next_mtp", test_qwen3next_mtp}};
     return test_main(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
