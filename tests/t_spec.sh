@@ -8,7 +8,11 @@
 #  2. on a prompt that repeats a passage, drafts are accepted (accepted > 0; the stats are printed);
 #  3. bench --spec-replay 8:0.5 accepts about half of what it proposes (45..55%) and ~5 tokens a
 #     target step, and prints the verify cost for k = 0..16;
-#  4. bad flags are refused with exit 2.
+#  4. bad flags are refused with exit 2;
+#  5. --spec-type mtp (the model's own multi-token-prediction head) on brisk synth's tiny qwen35 and
+#     qwen35moe with an MTP block: the same greedy text as plain decoding, its stats line printed;
+#     bench --spec-mtp 3 checks the same and prints the acceptance; a model without the head is
+#     refused with a message (exit 1). Acceptance itself is tested in tests/test_mtp.c.
 set -u
 B=${BUILD:-build}
 S=${SHARED:-../shared}
@@ -70,4 +74,20 @@ done
 "$B/brisk" bench -m "$ST" --spec-replay 8:1.5 >/dev/null 2>"$T/se"
 rc=$?
 [ $rc -eq 2 ] && ok "bench --spec-replay 8:1.5: refused" || no "bench --spec-replay 8:1.5: rc $rc"
+# 5
+for p in tiny-qwen35 tiny-qwen35moe; do
+  "$B/brisk" synth --preset $p --mtp 1 -t 2 -o "$T/$p-mtp.gguf" 2>/dev/null || no "synth --preset $p --mtp 1"
+  a=$("$B/brisk" run -m "$T/$p-mtp.gguf" -p "Once upon a time" -n 24 --temp 0 -t 2 2>/dev/null)
+  b=$("$B/brisk" run -m "$T/$p-mtp.gguf" -p "Once upon a time" -n 24 --temp 0 -t 2 --spec-type mtp 2>"$T/se")
+  if [ -n "$a" ] && [ "$a" = "$b" ] && grep -q '^mtp: [0-9]* rounds' "$T/se"; then
+    ok "$p mtp: same greedy text; $(grep '^mtp:' "$T/se")"
+  else no "$p mtp: plain '$a' / speculative '$b' ($(tail -n2 "$T/se"))"; fi
+done
+if "$B/brisk" bench -m "$T/tiny-qwen35-mtp.gguf" -t 2 -n 24 -r 1 --spec-mtp 3 > "$T/bo" 2>&1 &&
+   grep -q "greedy tokens equal to plain decoding's" "$T/bo"; then ok "bench --spec-mtp 3: $(grep '^mtp:' "$T/bo")"
+else no "bench --spec-mtp: $(cat "$T/bo")"; fi
+"$B/brisk" run -m "$ST" -p "Once" -n 2 --spec-type mtp >/dev/null 2>"$T/se"
+rc=$?
+[ $rc -eq 1 ] && grep -q "multi-token prediction" "$T/se" && ok "run --spec-type mtp without a head: refused ($(cat "$T/se"))" ||
+  no "run --spec-type mtp on stories260K: rc $rc ($(cat "$T/se"))"
 exit $fail

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "brisk.h"
+#include "engine/mtp.h"
 #include "format/gguf.h"
 #include "model/synth.h"
 #include "quant/quant.h"
@@ -526,6 +527,137 @@ static void test_qwen3next(void) {
     max_expert_flips = 0;
 }
 
+/* Multi-token prediction: the MTP head (one nextn block after the trunk, brisk synth's n_mtp) against
+ * llama.cpp's, driven as its --spec-type draft-mtp drives it (llamacpp-ref mtp: the model loaded with
+ * load_mtp, a context of type MTP, the target's h_nextn through the staging API). Compared: the head's
+ * logits over the 8-token prompt in one catch-up batch (position i paired with the target's final-norm
+ * h of position i-1, the first with zeros) and over N_MTP_DRAFTS chained drafts after the target's greedy
+ * token (each with the head's own output h), brisk fed llama.cpp's tokens so that every row is compared;
+ * the same rule as compare()'s: rows within tol of the row's max |logit|, argmax equal but for near-ties,
+ * and the drafted tokens counted. */
+#define N_MTP_DRAFTS 6
+static void mtp_case(const char *preset, const char *type, double tol) {
+    char base[1200], q[1200], vocab[1200], ref_path[1300], ids_path[1300], cmd[4096], pstr[256] = "";
+    snprintf(base, sizeof base, "%s/%s-mtp-f32.gguf", dir, preset);
+    snprintf(q, sizeof q, "%s/%s-mtp-%s.gguf", dir, preset, type);
+    snprintf(vocab, sizeof vocab, "%s/data/llama.cpp-vocab/ggml-vocab-gpt-2.gguf", test_shared_dir());
+    if (!test_need_file(vocab)) return;
+    if (!file_exists(base)) {
+        synth_config c;
+        CHECK_OK(synth_preset(preset, &c));
+        c.type = QT_F32;
+        c.seed = 1234;
+        c.n_mtp = 1;
+        CHECK_OK(synth_write(&c, vocab, base, false));
+    }
+    if (strcmp(type, "f32") && !file_exists(q)) {
+        snprintf(cmd, sizeof cmd, "%s/llamacpp-ref quantize %s %s %s --pure --output-tensor-type %s "
+                 "--token-embedding-type %s -t 2 >/dev/null 2>&1", build_dir, base, q, type, type, type);
+        if (ref_run(cmd)) {
+            CHECK(0);
+            return;
+        }
+    }
+    const char *model = strcmp(type, "f32") ? q : base;
+    for (int i = 0; i < n_prompt; i++) snprintf(pstr + strlen(pstr), sizeof pstr - strlen(pstr), "%s%d", i ? " " : "", prompt[i]);
+    snprintf(ref_path, sizeof ref_path, "%s.mtp.ref.bin", model);
+    snprintf(ids_path, sizeof ids_path, "%s.mtp.ref.ids", model);
+    snprintf(cmd, sizeof cmd, "%s/llamacpp-ref mtp -m %s -p '%s' -n %d --kv f32 -t 1 --logits-out %s > %s 2>/dev/null",
+             build_dir, model, pstr, N_MTP_DRAFTS, ref_path, ids_path);
+    if (ref_run(cmd)) {
+        CHECK(0);
+        return;
+    }
+    int nv = 0, nr = 0, ref_ids[N_MTP_DRAFTS + 1], n_ids = 0;
+    float *ref = ref_read_logits(ref_path, &nv, &nr);
+    FILE *f = fopen(ids_path, "r");
+    while (f && n_ids < N_MTP_DRAFTS + 1 && fscanf(f, "%d", &ref_ids[n_ids]) == 1) n_ids++;
+    if (f) fclose(f);
+    CHECK(ref && nr == n_prompt + N_MTP_DRAFTS && n_ids == N_MTP_DRAFTS + 1);
+    brisk_model *m = NULL;
+    brisk_context *t = NULL, *mc = NULL;
+    float *h = NULL;
+    if (!ref || nr != n_prompt + N_MTP_DRAFTS || n_ids != N_MTP_DRAFTS + 1) goto done;
+    CHECK_OK(brisk_model_load(model, NULL, &m));
+    if (!m) goto done;
+    brisk_context_params cp = brisk_context_default_params();
+    cp.n_ctx = 256;
+    cp.kv_type = BRISK_KV_F32;
+    cp.n_threads = 2;
+    CHECK_OK(brisk_context_new(m, &cp, &t));
+    CHECK_OK(mtp_context_new(m, &cp, &mc));
+    if (t) CHECK_OK(mtp_keep_hidden(t));
+    brisk_model_info info;
+    brisk_model_get_info(m, &info);
+    int d = info.n_embd;
+    h = calloc((size_t)(n_prompt + 1) * d, sizeof *h);
+    brisk_batch_entry b[MAX_PROMPT];
+    for (int i = 0; i < n_prompt; i++) b[i] = (brisk_batch_entry){prompt[i], i, 0, i == n_prompt - 1};
+    if (!t || !mc || brisk_decode(t, b, n_prompt) != BRISK_OK) {
+        CHECK(0);
+        goto done;
+    }
+    CHECK(ref_argmax(brisk_get_logits(t, n_prompt - 1), nv) == ref_ids[0]); /* the target's greedy token */
+    for (int i = 0; i < n_prompt; i++) { /* h row i + 1: the target's h of position i */
+        memcpy(h + (size_t)(i + 1) * d, mtp_hidden(t, i), (size_t)d * sizeof *h);
+        b[i].logits = true;
+    }
+    CHECK_OK(mtp_decode(mc, b, h, n_prompt));
+    double worst = 0;
+    int near_ties = 0, hard = 0, same_drafts = 0;
+    for (int row = 0; row < n_prompt + N_MTP_DRAFTS; row++) {
+        int j = row - n_prompt; /* the draft step, or < 0: the catch-up's row */
+        if (j >= 0) { /* (llama.cpp's token of the step before, the head's h of that step) */
+            memcpy(h, j ? mtp_hidden(mc, 0) : h + (size_t)n_prompt * d, (size_t)d * sizeof *h);
+            brisk_batch_entry e = {ref_ids[j], n_prompt + j, 0, true};
+            if (mtp_decode(mc, &e, h, 1) != BRISK_OK) {
+                CHECK(0);
+                break;
+            }
+        }
+        const float *lg = brisk_get_logits(mc, j < 0 ? row : 0), *r = ref + (size_t)row * nv;
+        double mx = 0, md = 0;
+        for (int v = 0; v < nv && lg; v++) {
+            double df = fabs((double)lg[v] - r[v]);
+            if (df > md) md = df;
+            if (fabs(r[v]) > mx) mx = fabs(r[v]);
+        }
+        double rel = md / (mx > 0 ? mx : 1);
+        if (rel > worst) worst = rel;
+        int tb = lg ? ref_argmax(lg, nv) : -1, tr = ref_argmax(r, nv);
+        if (j >= 0) CHECK(tr == ref_ids[j + 1]);
+        if (j >= 0 && tb == tr) same_drafts++;
+        if (tb != tr) {
+            double second = -INFINITY;
+            for (int v = 0; v < nv; v++)
+                if (v != tr && r[v] > second) second = r[v];
+            if (r[tr] - second <= 2 * md) near_ties++;
+            else hard++;
+        }
+        if (getenv("CONF_VERBOSE")) printf("    mtp row %d: rel %.2e\n", row, rel);
+    }
+    CHECK(worst <= tol);
+    CHECK(hard == 0);
+    printf("  %s %s MTP: %d catch-up rows + %d drafts, max rel diff %.2e (tol %.0e), drafts equal %d/%d, "
+           "near-ties %d\n", preset, type, n_prompt, N_MTP_DRAFTS, worst, tol, same_drafts, N_MTP_DRAFTS, near_ties);
+done:
+    free(h);
+    free(ref);
+    brisk_context_free(mc);
+    brisk_context_free(t);
+    brisk_model_free(m);
+}
+
+static void test_qwen35_mtp(void) {
+    mtp_case("tiny-qwen35", "f32", 1e-4);
+    if (!(getenv("SAN") && !strcmp(getenv("SAN"), "1"))) mtp_case("tiny-qwen35", "q8_0", 5e-2);
+}
+static void test_qwen35moe_mtp(void) {
+    mtp_case("tiny-qwen35moe", "f32", 1e-4);
+    if (!(getenv("SAN") && !strcmp(getenv("SAN"), "1"))) mtp_case("tiny-qwen35moe", "q8_0", 5e-2);
+}
+static void test_qwen3next_mtp(void) { mtp_case("tiny-qwen3next", "f32", 1e-4); } /* the same head on qwen3next */
+
 /* qwen2 (biases) with YaRN, llama with linear RoPE scaling: f32 and q8_0. */
 static void run_small(const char *preset, const char *vocab_file) {
     char base[1200], vocab[1200], cmd[4096], q[1300];
@@ -671,6 +803,8 @@ int main(int argc, char **argv) {
                          {"qwen3moe_batches", test_qwen3moe_batches}, {"qwen35_types", test_qwen35},
                          {"qwen35_sequences", test_qwen35_sequences},
                          {"qwen35_checkpoints", test_qwen35_checkpoints},
-                         {"qwen35moe_types", test_qwen35moe}, {"qwen3next_types", test_qwen3next}};
+                         {"qwen35moe_types", test_qwen35moe}, {"qwen3next_types", test_qwen3next},
+                         {"qwen35_mtp", test_qwen35_mtp}, {"qwen35moe_mtp", test_qwen35moe_mtp},
+                         {"qwen3next_mtp", test_qwen3next_mtp}};
     return test_main(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -4,9 +4,10 @@
  * restated independently: in_proj_qkvz split into attn_qkv (all q, all k, all
  * v rows) and attn_gate (the z rows), in_proj_ba kept whole as ssm_ba, value
  * heads left in HF's grouped order, A_log -> -exp(A_log), 1 added to every
- * norm but the DeltaNet's, experts stacked, MTP dropped, the names (HF's
- * post_attention_layernorm is post_attention_norm) and the metadata; then the
- * configs the converter refuses. Needs only tests/data/hf/tokenizer. */
+ * norm but the DeltaNet's, experts stacked, the MTP head kept as llama.cpp's
+ * nextn block (and brisk loads and runs it; --no-mtp drops it), the names
+ * (HF's post_attention_layernorm is post_attention_norm) and the metadata;
+ * then the configs the converter refuses. Needs only tests/data/hf/tokenizer. */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,9 +16,11 @@
 #include <unistd.h>
 
 #include "brisk.h"
+#include "engine/mtp.h"
 #include "format/gguf.h"
 #include "format/hfconfig.h"
 #include "model/convert.h"
+#include "model/model.h"
 #include "quant/quant.h"
 #include "test.h"
 
@@ -78,37 +81,40 @@ static int find(const char *name) {
     return -1;
 }
 
-#define P "model.layers.%d."
-static void add_layer(int il) {
-    add(1, D, 0, 0, P "input_layernorm.weight", il);
-    add(1, D, 0, 0, P "post_attention_layernorm.weight", il);
-    if (il == 0) {
-        add(2, NK * GROUP, D, 0, P "linear_attn.in_proj_qkvz.weight", il);
-        add(2, 2 * NV, D, 0, P "linear_attn.in_proj_ba.weight", il);
-        add(3, 2 * NK * HK + NV * HV, 1, CK, P "linear_attn.conv1d.weight", il);
-        int a = add(1, NV, 0, 0, P "linear_attn.A_log", il);
+/* A block's tensors, named pre + suffix (pre: "model.layers.%d." or the MTP head's "mtp.layers.%d."). */
+#define P "%s"
+static void add_block(const char *pre_fmt, int il, bool linear) {
+    char pre[64];
+    snprintf(pre, sizeof pre, pre_fmt, il);
+    add(1, D, 0, 0, P "input_layernorm.weight", pre);
+    add(1, D, 0, 0, P "post_attention_layernorm.weight", pre);
+    if (linear) {
+        add(2, NK * GROUP, D, 0, P "linear_attn.in_proj_qkvz.weight", pre);
+        add(2, 2 * NV, D, 0, P "linear_attn.in_proj_ba.weight", pre);
+        add(3, 2 * NK * HK + NV * HV, 1, CK, P "linear_attn.conv1d.weight", pre);
+        int a = add(1, NV, 0, 0, P "linear_attn.A_log", pre);
         for (int k = 0; k < NV; k++) T[a].data[k] = 0.25f * (float)k - 0.5f; /* -exp of these stays readable */
-        add(1, NV, 0, 0, P "linear_attn.dt_bias", il);
-        add(1, HV, 0, 0, P "linear_attn.norm.weight", il);
-        add(2, D, NV * HV, 0, P "linear_attn.out_proj.weight", il);
+        add(1, NV, 0, 0, P "linear_attn.dt_bias", pre);
+        add(1, HV, 0, 0, P "linear_attn.norm.weight", pre);
+        add(2, D, NV * HV, 0, P "linear_attn.out_proj.weight", pre);
     } else {
-        add(2, 2 * H * HD, D, 0, P "self_attn.q_proj.weight", il); /* per head: query rows, then gate rows */
-        add(2, KV * HD, D, 0, P "self_attn.k_proj.weight", il);
-        add(2, KV * HD, D, 0, P "self_attn.v_proj.weight", il);
-        add(2, D, H * HD, 0, P "self_attn.o_proj.weight", il);
-        add(1, HD, 0, 0, P "self_attn.q_norm.weight", il);
-        add(1, HD, 0, 0, P "self_attn.k_norm.weight", il);
+        add(2, 2 * H * HD, D, 0, P "self_attn.q_proj.weight", pre); /* per head: query rows, then gate rows */
+        add(2, KV * HD, D, 0, P "self_attn.k_proj.weight", pre);
+        add(2, KV * HD, D, 0, P "self_attn.v_proj.weight", pre);
+        add(2, D, H * HD, 0, P "self_attn.o_proj.weight", pre);
+        add(1, HD, 0, 0, P "self_attn.q_norm.weight", pre);
+        add(1, HD, 0, 0, P "self_attn.k_norm.weight", pre);
     }
-    add(2, E, D, 0, P "mlp.gate.weight", il);
+    add(2, E, D, 0, P "mlp.gate.weight", pre);
     for (int e = 0; e < E; e++) {
-        add(2, FFE, D, 0, P "mlp.experts.%d.gate_proj.weight", il, e);
-        add(2, FFE, D, 0, P "mlp.experts.%d.up_proj.weight", il, e);
-        add(2, D, FFE, 0, P "mlp.experts.%d.down_proj.weight", il, e);
+        add(2, FFE, D, 0, P "mlp.experts.%d.gate_proj.weight", pre, e);
+        add(2, FFE, D, 0, P "mlp.experts.%d.up_proj.weight", pre, e);
+        add(2, D, FFE, 0, P "mlp.experts.%d.down_proj.weight", pre, e);
     }
-    add(2, FFS, D, 0, P "mlp.shared_expert.gate_proj.weight", il);
-    add(2, FFS, D, 0, P "mlp.shared_expert.up_proj.weight", il);
-    add(2, D, FFS, 0, P "mlp.shared_expert.down_proj.weight", il);
-    add(2, 1, D, 0, P "mlp.shared_expert_gate.weight", il);
+    add(2, FFS, D, 0, P "mlp.shared_expert.gate_proj.weight", pre);
+    add(2, FFS, D, 0, P "mlp.shared_expert.up_proj.weight", pre);
+    add(2, D, FFS, 0, P "mlp.shared_expert.down_proj.weight", pre);
+    add(2, 1, D, 0, P "mlp.shared_expert_gate.weight", pre);
 }
 #undef P
 
@@ -116,8 +122,14 @@ static bool write_checkpoint(const char *dir) {
     add(2, V, D, 0, "model.embed_tokens.weight");
     add(1, D, 0, 0, "model.norm.weight");
     add(2, V, D, 0, "lm_head.weight");
-    add(2, D, 2 * D, 0, "mtp.fc.weight"); /* dropped */
-    for (int il = 0; il < L; il++) add_layer(il);
+    for (int il = 0; il < L; il++) add_block("model.layers.%d.", il, il == 0);
+    /* the MTP head: its own four, then one attention block (the config has no mtp_num_hidden_layers,
+     * as Qwen3-Next's: the converter counts mtp.layers.N) */
+    add(2, D, 2 * D, 0, "mtp.fc.weight");
+    add(1, D, 0, 0, "mtp.pre_fc_norm_embedding.weight");
+    add(1, D, 0, 0, "mtp.pre_fc_norm_hidden.weight");
+    add(1, D, 0, 0, "mtp.norm.weight");
+    add_block("mtp.layers.%d.", 0, false);
     size_t cap = 64 << 10, len = 0;
     char *hdr = malloc(cap);
     int64_t off = 0;
@@ -205,7 +217,7 @@ static void check_metadata(const gguf_file *g) {
     CHECK_OK(gguf_get_str(g, "general.architecture", &s, &n));
     CHECK(s && n == 9 && !memcmp(s, "qwen3next", 9));
     static const struct { const char *key; uint32_t v; } want[] = {
-        {"qwen3next.block_count", L}, {"qwen3next.embedding_length", D}, {"qwen3next.feed_forward_length", FF},
+        {"qwen3next.block_count", L + 1}, {"qwen3next.nextn_predict_layers", 1}, {"qwen3next.embedding_length", D}, {"qwen3next.feed_forward_length", FF},
         {"qwen3next.attention.head_count", H}, {"qwen3next.attention.head_count_kv", KV},
         {"qwen3next.attention.key_length", HD}, {"qwen3next.attention.value_length", HD},
         {"qwen3next.expert_count", E}, {"qwen3next.expert_used_count", 2},
@@ -259,10 +271,28 @@ static void check_tensors(const gguf_file *g) {
 #undef SRC
     check_tensor(g, "output_norm.weight", 1, D, 1, "model.norm.weight", NULL, PLUS1);
     check_tensor(g, "output.weight", 2, D, V, "lm_head.weight", NULL, RAW);
-    /* 3 global, 10 per layer, 8 for DeltaNet, 6 for attention; no MTP, no fused qkvz, no qwen35 names */
-    CHECK(gguf_tensor_count(g) == 3 + L * 10 + 8 + 6);
+    /* the MTP head, as llama.cpp's converter keeps it: block L, eh_proj = fc ([embedding ; hidden] columns as
+     * stored), its three norms + 1, then mtp.layers.0 as an ordinary attention block */
+    check_tensor(g, "blk.2.nextn.eh_proj.weight", 2, 2 * D, D, "mtp.fc.weight", NULL, RAW);
+    check_tensor(g, "blk.2.nextn.enorm.weight", 1, D, 1, "mtp.pre_fc_norm_embedding.weight", NULL, PLUS1);
+    check_tensor(g, "blk.2.nextn.hnorm.weight", 1, D, 1, "mtp.pre_fc_norm_hidden.weight", NULL, PLUS1);
+    check_tensor(g, "blk.2.nextn.shared_head_norm.weight", 1, D, 1, "mtp.norm.weight", NULL, PLUS1);
+    p = "mtp.layers.0.";
+#define SRC(x) (snprintf(src, sizeof src, "%s%s", p, x), src)
+    check_tensor(g, "blk.2.attn_norm.weight", 1, D, 1, SRC("input_layernorm.weight"), NULL, PLUS1);
+    check_tensor(g, "blk.2.attn_q.weight", 2, D, 2 * H * HD, SRC("self_attn.q_proj.weight"), NULL, RAW);
+    check_tensor(g, "blk.2.attn_k_norm.weight", 1, HD, 1, SRC("self_attn.k_norm.weight"), NULL, PLUS1);
+    check_tensor(g, "blk.2.post_attention_norm.weight", 1, D, 1, SRC("post_attention_layernorm.weight"), NULL, PLUS1);
+    check_tensor(g, "blk.2.ffn_gate_inp_shexp.weight", 2, D, 1, SRC("mlp.shared_expert_gate.weight"), NULL, RAW);
+#undef SRC
+    const gguf_tensor *mx = gguf_find_tensor(g, "blk.2.ffn_up_exps.weight");
+    const int m3 = find("mtp.layers.0.mlp.experts.3.up_proj.weight");
+    CHECK(mx && mx->n_dims == 3 && mx->ne[0] == D && mx->ne[1] == FFE && mx->ne[2] == E && m3 >= 0);
+    if (mx && m3 >= 0) CHECK(!memcmp((const float *)mx->data + 3 * D * FFE, T[m3].data, sizeof(float) * D * FFE));
+    /* 3 global, 10 per layer, 8 for DeltaNet, 6 for attention, 4 of the MTP head; no fused qkvz, no qwen35 names */
+    CHECK(gguf_tensor_count(g) == 3 + (L + 1) * 10 + 8 + 2 * 6 + 4);
     CHECK(!gguf_find_tensor(g, "blk.0.ssm_in.weight") && !gguf_find_tensor(g, "blk.0.ssm_beta.weight") &&
-          !gguf_find_tensor(g, "blk.0.attn_post_norm.weight") && !gguf_find_tensor(g, "blk.2.nextn.eh_proj.weight"));
+          !gguf_find_tensor(g, "blk.0.attn_post_norm.weight") && !gguf_find_tensor(g, "blk.2.nextn.embed_tokens.weight"));
 }
 
 static void test_qwen3next(void) {
@@ -287,7 +317,38 @@ static void test_qwen3next(void) {
         check_tensors(g);
     }
     gguf_close(g);
+    /* brisk loads the head and runs it (engine/mtp.h) */
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(out, NULL, &m));
+    brisk_context *mc = NULL;
+    if (m) {
+        CHECK(m->hp.n_layer == L && m->n_mtp == 1);
+        brisk_context_params cp = brisk_context_default_params();
+        cp.n_ctx = 64;
+        cp.n_threads = 2;
+        CHECK_OK(mtp_context_new(m, &cp, &mc));
+        float h[D] = {0};
+        brisk_batch_entry e = {5, 0, 0, true};
+        if (mc) CHECK_OK(mtp_decode(mc, &e, h, 1));
+        CHECK(mc && brisk_get_logits(mc, 0) && mtp_hidden(mc, 0));
+    }
+    brisk_context_free(mc);
+    brisk_model_free(m);
     unlink(out);
+
+    /* --no-mtp: the head left out, as llama.cpp's converter's --no-mtp */
+    o.no_mtp = true;
+    CHECK_OK(convert_hf(dir, out, &o, NULL));
+    g = NULL;
+    CHECK_OK(gguf_open(out, &g));
+    if (g) {
+        check_u32(g, "qwen3next.block_count", L);
+        CHECK(gguf_find_key(g, "qwen3next.nextn_predict_layers") < 0);
+        CHECK(gguf_tensor_count(g) == 3 + L * 10 + 8 + 6 && !gguf_find_tensor(g, "blk.2.nextn.eh_proj.weight"));
+    }
+    gguf_close(g);
+    unlink(out);
+    o.no_mtp = false;
 
     /* in_proj_qkvz rows the config does not explain: an error, no file */
     cfg = config("\"linear_key_head_dim\":2,");

@@ -274,10 +274,55 @@ done:
     return rc;
 }
 
+/* --spec-mtp K: the model's own MTP head (engine/mtp.h) drafts up to K tokens a round: -n greedy tokens after
+ * a prompt of random tokens, plainly and then -r times with MTP speculation (after a warm-up of each); the
+ * tokens are checked to be the plain run's, and tokens/s, tokens per target step and the acceptance printed. */
+static int bench_spec_mtp(brisk_model *m, brisk_context *ctx, const brisk_context_params *cp, int n_vocab, int n_gen,
+                          int reps, int k) {
+    int rc = 1;
+    brisk_token *ref = malloc((size_t)(REPLAY_PROMPT + n_gen) * sizeof *ref), *out = malloc((size_t)n_gen * sizeof *out);
+    double *t = calloc((size_t)reps, sizeof *t);
+    drafter *none = NULL, *dr = NULL;
+    spec_stats st;
+    bool same = true;
+    if (!ref || !out || !t) goto done;
+    for (int i = 0; i < REPLAY_PROMPT; i++) ref[i] = rand_token(n_vocab);
+    if (drafter_new_lookup(1, 1, &none) != BRISK_OK) goto done;
+    double t_plain = replay_once(ctx, none, n_vocab, ref, n_gen, 0, cp->n_ctx, ref + REPLAY_PROMPT, &st);
+    if (t_plain < 0 || (t_plain = replay_once(ctx, none, n_vocab, ref, n_gen, 0, cp->n_ctx, NULL, &st)) < 0) goto done;
+    if (drafter_new_mtp(ctx, m, cp, 0, &dr) != BRISK_OK) goto done;
+    if (replay_once(ctx, dr, n_vocab, ref, n_gen, k, cp->n_ctx, out, &st) < 0) goto done; /* warm-up */
+    same = !memcmp(out, ref + REPLAY_PROMPT, (size_t)n_gen * sizeof *out);
+    for (int r = 0; r < reps; r++)
+        if ((t[r] = replay_once(ctx, dr, n_vocab, ref, n_gen, k, cp->n_ctx, NULL, &st)) < 0) goto done;
+    for (int r = 0; r < reps; r++) t[r] = n_gen / t[r];
+    double mean, sd;
+    stats(t, reps, &mean, &sd);
+    printf("| %-22s | %18s | %12s | %8s |\n", "test", "tokens/s", "tokens/step", "speedup");
+    printf("|------------------------|--------------------|--------------|----------|\n");
+    printf("| %-22s | %18.2f | %12.2f | %8s |\n", "tg plain", n_gen / t_plain, 1.0, "1.00");
+    char name[48];
+    snprintf(name, sizeof name, "tg mtp k%d", k);
+    printf("| %-22s | %9.2f ± %6.2f | %12.2f | %8.2f |\n", name, mean, sd,
+           st.rounds ? (double)(st.emitted - 1) / st.rounds : 0.0, mean * t_plain / n_gen);
+    printf("mtp: %lld rounds, %lld proposed, %lld accepted (%.1f%%); greedy tokens %s plain decoding's\n",
+           (long long)st.rounds, (long long)st.drafted, (long long)st.accepted,
+           st.drafted ? 100.0 * st.accepted / st.drafted : 0.0, same ? "equal to" : "DIFFER from");
+    rc = same ? 0 : 1;
+done:
+    if (rc) cli_error(1, "bench: %s", same ? brisk_last_error() : "MTP speculation changed the greedy tokens");
+    drafter_free(none);
+    drafter_free(dr);
+    free(ref);
+    free(out);
+    free(t);
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
     int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, n_ctx = 0;
-    int depth = 0, n_seq = 1, spec_k = 0;
+    int depth = 0, n_seq = 1, spec_k = 0, mtp_k = 0;
     double spec_rate = 0;
     bool json = false, blank = false;
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
@@ -299,6 +344,9 @@ int cmd_bench(int argc, char **argv) {
                    "  --spec-replay K:RATE  speculative decoding at a fixed acceptance: -n greedy tokens, each\n"
                    "          round proposing K of which the first RATE*K are the model's own; prints tokens/s,\n"
                    "          tokens per target step, and the cost of a verify step of 1+k tokens, k = 0..16\n"
+                   "  --spec-mtp K  speculative decoding with the model's own multi-token-prediction head (Qwen3.5/3.6\n"
+                   "          nextn layers; CPU, -ngl 0), K drafts a round: -n greedy tokens plainly and with it,\n"
+                   "          tokens/s, tokens per target step and the acceptance rate\n"
                    "  -m, --model FILE     GGUF model\n"
                    CLI_MODEL_HELP);
             return 0;
@@ -312,6 +360,8 @@ int cmd_bench(int argc, char **argv) {
                 spec_rate > 1 || *end)
                 return cli_error(2, "bench: --spec-replay K:RATE wants K in [1, %d] and RATE in [0, 1], not '%s'",
                                  DRAFTER_MAX_DRAFT, v);
+        } else if (!strcmp(a, "--spec-mtp")) {
+            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 1, DRAFTER_MAX_DRAFT, &mtp_k)) return 2;
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else if (!strcmp(a, "--blank-depth")) {
@@ -347,8 +397,8 @@ int cmd_bench(int argc, char **argv) {
     double gpu_bw = mo.n_gpu_layers != 0 ? brisk_gpu_bandwidth(mo.device) : 0.0;
     /* a recurrent model's runs go back to the depth through one checkpoint a sequence (fill_depth;
      * a copy of the state each: none needed to go back to 0, which is a clear) */
-    cp.n_seq_checkpoints = depth > 0 || spec_k ? 2 : 0;
-    if (spec_k) { /* the prompt, the generation and one round's proposals; the verify table's batches */
+    cp.n_seq_checkpoints = depth > 0 || spec_k || mtp_k ? 2 : 0;
+    if (spec_k || mtp_k) { /* the prompt, the generation and one round's proposals; the verify table's batches */
         cp.n_ctx = n_ctx > 0 ? n_ctx : REPLAY_PROMPT + n_gen + DRAFTER_MAX_DRAFT + 16;
         cp.n_seq_max = 1;
         cp.n_batch = 512;
@@ -366,11 +416,12 @@ int cmd_bench(int argc, char **argv) {
     /* the roofline is the memory the weights are read from */
     double bw = info.gpu_device < 0 ? measure_bandwidth(cli_default_threads())
                 : info.gpu_device == mo.device && gpu_bw > 0 ? gpu_bw : brisk_gpu_bandwidth(info.gpu_device);
-    if (spec_k) {
+    if (spec_k || mtp_k) {
         printf("model: %s (%s), %.2f GiB; threads %d\n", model_path, info.arch, info.weight_bytes / 1073741824.0,
                n_threads);
-        rc = n_gen > 0 ? bench_spec_replay(ctx, n_vocab, n_gen, reps, spec_k, spec_rate, cp.n_ctx, batch)
-                       : cli_error(2, "bench: --spec-replay needs -n > 0");
+        if (n_gen <= 0) rc = cli_error(2, "bench: %s needs -n > 0", spec_k ? "--spec-replay" : "--spec-mtp");
+        else if (spec_k) rc = bench_spec_replay(ctx, n_vocab, n_gen, reps, spec_k, spec_rate, cp.n_ctx, batch);
+        else rc = bench_spec_mtp(m, ctx, &cp, n_vocab, n_gen, reps, mtp_k);
         goto done;
     }
     double *tps = calloc((size_t)reps, sizeof *tps);

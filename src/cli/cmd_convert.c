@@ -12,7 +12,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: brisk convert HF_DIR -o OUT.gguf [--type T] [-t, --threads N] [--pre NAME] [--slab-kb N]\n"
+            "usage: brisk convert HF_DIR -o OUT.gguf [--type T] [-t, --threads N] [--pre NAME] [--no-mtp] [--slab-kb N]\n"
             "  a Hugging Face checkpoint (config.json, tokenizer.json, tokenizer_config.json,\n"
             "  model.safetensors or shards with model.safetensors.index.json; f32/f16/bf16) to GGUF with\n"
             "  llama.cpp's names and metadata: llama, qwen2, qwen3, qwen3_moe, qwen3_5, qwen3_5_moe,\n"
@@ -22,6 +22,8 @@ static void usage(FILE *f) {
             "  --type: f32, f16 (default), bf16, q8_0 for every matrix, or a llama-quantize mix:");
     for (int i = 0; quant_ftype_at(i); i++) fprintf(f, " %s", quant_ftype_at(i)->name);
     fprintf(f, "\n  --pre NAME: the tokenizer's pre-tokenizer (qwen2, llama-bpe, qwen35, ...) when it is not recognized\n"
+            "  --no-mtp: leave out the multi-token-prediction head (Qwen3.5/3.6, Qwen3-Next mtp.*), which is\n"
+            "     kept by default as llama.cpp's nextn layers (brisk run --spec-type mtp drafts with it)\n"
             "  --slab-kb N: output bytes converted per step, in KiB (for tests)\n");
 }
 
@@ -34,6 +36,10 @@ int cmd_convert(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--no-mtp")) {
+            o.no_mtp = true;
+            continue;
         }
         if (a[0] != '-') {
             if (dir) return cli_error(2, "convert: more than one input directory ('%s', '%s')", dir, a);

@@ -33,12 +33,15 @@ static void usage(FILE *f) {
             "  -md, --model-draft FILE  a small model of the same vocabulary proposes tokens,\n"
             "                       the target checks them in one batch\n"
             "  --spec-type T        none, ngram-simple (prompt lookup: the text's own repeats), ngram-cache\n"
-            "                       (counts of what followed each 1..4-gram of the text) or draft (-md)\n"
+            "                       (counts of what followed each 1..4-gram of the text), draft (-md) or mtp\n"
+            "                       (the model's own multi-token-prediction head: Qwen3.5/3.6 files with\n"
+            "                       nextn layers; CPU, -ngl 0; also draft-mtp)\n"
             "                       (default: draft with -md, else " SPEC_DEFAULT_NAME ")\n"
-            "  --draft-max, --draft N  tokens proposed per round (default 8 for a draft model, 2 for\n"
+            "  --draft-max, --draft N  tokens proposed per round (default 8 for a draft model, 3 for mtp, 2 for\n"
             "                       n-grams; at most 64)\n"
             "  --draft-min N        verify no proposal shorter than N (default 0)\n"
-            "  --draft-p-min P      stop a draft model's proposals below this probability (default 0.75)\n"
+            "  --draft-p-min P      stop a draft model's or mtp's proposals below this probability (default 0.75,\n"
+            "                       mtp 0)\n"
             "  --spec-ngram-size-n, --spec-ngram-simple-size-n N  ngram-simple: the longest suffix looked up\n"
             "                       (default 4; down to 2)\n");
 }
@@ -93,6 +96,8 @@ static int run_speculative(brisk_model *model, brisk_context *ctx, const brisk_c
         }
         if (!cli_new_context(dm, cp, &dc)) goto done;
         s = drafter_new_model(dc, brisk_n_vocab(model), p_min, &dr);
+    } else if (!strcmp(spec_type, "mtp")) {
+        s = drafter_new_mtp(ctx, model, cp, p_min, &dr);
     } else if (!strcmp(spec_type, "ngram-simple")) {
         s = drafter_new_lookup(ngram_n < 2 ? ngram_n : 2, ngram_n, &dr);
     } else {
@@ -135,7 +140,7 @@ done:
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *draft_path = NULL, *spec_type = NULL;
     int n_predict = 128, n_ctx = 0, n_threads = 0, n_draft = -1, n_draft_min = 0, ngram_n = 4, n_batch = 512;
-    float draft_p_min = 0.75f;
+    float draft_p_min = -1; /* -1: the drafter's default */
     bool ignore_eos = false, seed_set = false;
     brisk_sampler_params sp = brisk_sampler_default_params();
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
@@ -191,8 +196,10 @@ int cmd_run(int argc, char **argv) {
             if (!cli_int(a, v, 0, 64, &n_draft_min)) return 2;
         } else if (!strcmp(a, "--spec-type")) {
             VAL();
-            if (strcmp(v, "none") && strcmp(v, "ngram-simple") && strcmp(v, "ngram-cache") && strcmp(v, "draft"))
-                return cli_error(2, "run: --spec-type %s (want none, ngram-simple, ngram-cache or draft)", v);
+            if (!strcmp(v, "draft-mtp")) v = "mtp"; /* llama.cpp's name */
+            if (strcmp(v, "none") && strcmp(v, "ngram-simple") && strcmp(v, "ngram-cache") && strcmp(v, "draft") &&
+                strcmp(v, "mtp"))
+                return cli_error(2, "run: --spec-type %s (want none, ngram-simple, ngram-cache, draft or mtp)", v);
             spec_type = v;
         } else if (!strcmp(a, "--spec-ngram-size-n") || !strcmp(a, "--spec-ngram-simple-size-n")) {
             VAL();
@@ -214,7 +221,9 @@ int cmd_run(int argc, char **argv) {
     bool spec = strcmp(spec_type, "none") != 0;
     /* a CPU verify step of 1 + k tokens costs ~1x a one-token step at k = 1, 1.3x at 2, 1.6x at 3
      * (brisk bench --spec-replay, brisk-kjv-6m): n-gram drafts, mostly short-lived, pay at k = 2 */
-    if (n_draft < 0) n_draft = strcmp(spec_type, "draft") ? 2 : 8;
+    bool mtp = !strcmp(spec_type, "mtp");
+    if (n_draft < 0) n_draft = mtp ? 3 : strcmp(spec_type, "draft") ? 2 : 8; /* mtp: llama.cpp's default */
+    if (draft_p_min < 0) draft_p_min = mtp ? 0.0f : 0.75f;
     int hf_rc = cli_model_path(&mo, "run", &model_path);
     if (hf_rc) return hf_rc;
     if (!seed_set) sp.seed = (uint64_t)(cli_now() * 1e9);

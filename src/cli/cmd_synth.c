@@ -15,7 +15,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: brisk synth --preset NAME -o OUT.gguf [--vocab VOCAB.gguf] [--type T] [--pure]\n"
-            "                   [--layers N] [--seed S] [--expert-skew S] [--repeat-rows N] [-t, --threads N]\n"
+            "                   [--layers N] [--mtp N] [--seed S] [--expert-skew S] [--repeat-rows N] [-t, --threads N]\n"
             "                   [--slab-kb N: output bytes per step, KiB; for tests]\n"
             "  random-weight model of a real shape, written streaming with N threads (default: all cores);\n"
             "  the same --seed gives the same bytes for any -t. Written beside OUT as OUT.tmp.XXXXXX,\n"
@@ -24,6 +24,8 @@ static void usage(FILE *f) {
     for (int i = 0; quant_ftype_at(i); i++) fprintf(f, " %s", quant_ftype_at(i)->name);
     fprintf(f, "\n          or a ggml type for every matrix (q8_1, mxfp4, ...); default: the preset's (bf16 or f32)\n"
                "  --pure: every matrix gets the mix's base type (llama-quantize --pure)\n"
+               "  --mtp N: N multi-token-prediction blocks after the layers (qwen35, qwen35moe, qwen3next: the\n"
+               "     nextn_predict_layers of Qwen3.5/3.6, for `brisk run --spec-type mtp`)\n"
                "  --expert-skew S: MoE routers favour some experts (router rows scaled by rank^(-S/4));\n"
                "     128 experts top-8: the top 10%% of experts get 18%%/27%%/41%% of picks at S=0.5/1/2\n"
                "  --repeat-rows N: each matrix repeats its first N rows (generated once: fast files for speed\n"
@@ -35,7 +37,7 @@ static void usage(FILE *f) {
 
 int cmd_synth(int argc, char **argv) {
     const char *preset = NULL, *vocab = NULL, *out = NULL, *type = NULL;
-    int layers = 0, threads = 0, slab_kb = 0, repeat = 0;
+    int layers = 0, threads = 0, slab_kb = 0, repeat = 0, mtp = 0;
     float skew = 0;
     uint64_t seed = 0;
     bool seed_set = false, pure = false;
@@ -56,6 +58,8 @@ int cmd_synth(int argc, char **argv) {
         else if (!strcmp(a, "--type")) type = v;
         else if (!strcmp(a, "--layers")) {
             if (!cli_int(a, v, 1, 4096, &layers)) return 2;
+        } else if (!strcmp(a, "--mtp")) {
+            if (!cli_int(a, v, 0, 4, &mtp)) return 2;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!cli_int(a, v, 1, 256, &threads)) return 2;
         } else if (!strcmp(a, "--slab-kb")) { /* output generated per step; for tests */
@@ -76,6 +80,7 @@ int cmd_synth(int argc, char **argv) {
     synth_config c;
     if (synth_preset(preset, &c) != BRISK_OK) return cli_error(2, "synth: %s", brisk_last_error());
     if (layers) c.n_layer = layers;
+    c.n_mtp = mtp;
     if (seed_set) c.seed = seed;
     c.n_threads = threads;
     c.expert_skew = skew;

@@ -15,7 +15,13 @@
  * (sized by make_cache after the KV cache and scratch, from what is left).
  * Such a stage runs its passes eagerly when they wait for the host (the CPU
  * runs experts: --n-cpu-moe without a cache, BRISK_XCACHE_MISS=cpu|copy) and
- * as CUDA graphs when its cache reads misses from mapped host memory. */
+ * as CUDA graphs when its cache reads misses from mapped host memory.
+ *
+ * Multi-token prediction (engine/mtp.h): a target context may keep every
+ * entry's final-norm hidden state (copied to the host after each pass), and
+ * an MTP context runs a model's MTP block instead of its trunk: one CPU stage
+ * of that one full-attention layer, with its own KV cache, whose batches
+ * carry an h row beside each token. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +29,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "base/status.h"
 #include "engine/kv_cache.h"
+#include "engine/mtp.h"
 #include "engine/offload.h"
 #include "engine/pooling.h"
 #include "engine/tp.h"
@@ -46,6 +53,13 @@ static const arch_forward_fn forward_by_arch[ARCH_COUNT] = {
     [ARCH_QWEN35] = qwen35_forward,
     [ARCH_QWEN35MOE] = qwen35_forward,
     [ARCH_QWEN3NEXT] = qwen35_forward,
+};
+
+/* The MTP head of each architecture that has one (an MTP context's forward pass). */
+static const arch_forward_fn mtp_forward_by_arch[ARCH_COUNT] = {
+    [ARCH_QWEN35] = qwen35_mtp_forward,
+    [ARCH_QWEN35MOE] = qwen35_mtp_forward,
+    [ARCH_QWEN3NEXT] = qwen35_mtp_forward,
 };
 
 /* Consecutive layers [l0, l1) on one backend. */
@@ -95,6 +109,12 @@ struct brisk_context {
     int32_t *pick;       /* (2, n_seq_max) CLS/LAST: the chosen entry and its position */
     float *head_tmp;     /* (2 * n_embd + n_embd_out) the reranking head's scratch and output */
     brisk_memory_report mem;
+    /* multi-token prediction (engine/mtp.h) */
+    bool mtp;            /* an MTP context: its one stage runs MTP block n_layer (mtp_forward_by_arch) */
+    const float *mtp_in; /* (n, n_embd) host: the h rows of the batch mtp_decode is running, else NULL */
+    float *hidden;       /* (n_batch, n_embd) host: the last batch's final-norm rows (mtp_keep_hidden, or an MTP
+                            context's output h), or NULL */
+    void *hidden_mem;    /* backend memory of the last stage's s.hidden (and an MTP context's mtp_h, mtp_eh) */
 };
 
 int brisk_kv_type_from_name(const char *name) {
@@ -114,6 +134,7 @@ void brisk_context_free(brisk_context *c) {
     if (!c) return;
     if (c->model) tp_mirror(c->model, TP_CONTEXT_FREE, NULL, NULL, 0);
     kv_cache_free(c->kv);
+    if (c->hidden_mem) c->st[c->n_stage - 1].be->ops->release(c->st[c->n_stage - 1].be, c->hidden_mem);
     for (int i = 0; i < 2; i++) {
         ctx_stage *st = &c->st[i];
         if (!st->be) continue;
@@ -143,6 +164,7 @@ void brisk_context_free(brisk_context *c) {
     free(c->pool_n);
     free(c->pick);
     free(c->head_tmp);
+    free(c->hidden);
     free(c);
 }
 
@@ -313,6 +335,12 @@ static void rs_copy(brisk_context *c, int src, int dst) {
 static brisk_status make_stages(brisk_context *c) {
     const brisk_model *m = c->model;
     int n_layer = m->hp.n_layer, split = model_split(m), dev = 0;
+    if (c->mtp) { /* the first MTP block, on the CPU whatever runs the trunk (its weights are bound there) */
+        c->n_stage = 1;
+        c->st[0].l0 = n_layer;
+        c->st[0].l1 = n_layer + 1;
+        return bk_cpu_backend_new(c->p.n_threads, &c->st[0].be);
+    }
     c->n_stage = split ? 2 : 1;
     c->st[0].l0 = 0;
     c->st[0].l1 = split ? split : n_layer;
@@ -512,26 +540,49 @@ static brisk_status embeddings_init(brisk_context *c) {
     return BRISK_OK;
 }
 
-brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *params,
-                               brisk_context **out) {
+/* Host rows (n_batch) and backend scratch (n_ubatch, the last stage's) for every entry's final-norm h; an MTP
+ * context also gets its h input and eh_proj input rows. */
+static brisk_status alloc_hidden(brisk_context *c) {
+    ctx_stage *st = &c->st[c->n_stage - 1];
+    size_t d = (size_t)c->model->hp.n_embd, n = (size_t)c->n_ubatch, floats = n * d * (c->mtp ? 4 : 1);
+    if (!(c->hidden = malloc((size_t)c->p.n_batch * d * sizeof(float)))) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    BK_TRY(st->be->ops->alloc(st->be, floats * sizeof(float), &c->hidden_mem));
+    c->mem.scratch_bytes += floats * sizeof(float);
+    st->s.hidden = c->hidden_mem;
+    if (c->mtp) {
+        st->s.mtp_h = st->s.hidden + n * d;
+        st->s.mtp_eh = st->s.mtp_h + n * d;
+    }
+    return BRISK_OK;
+}
+
+/* brisk_context_new, or (mtp) an MTP context of the model (engine/mtp.h). */
+static brisk_status context_new(brisk_model *model, const brisk_context_params *params, bool mtp,
+                                brisk_context **out) {
     *out = NULL;
     if (!model || model->vocab_only)
         return bk_fail(BRISK_ERR_INVALID_ARG, "a context needs a model loaded with its weights");
     brisk_context_params p = params ? *params : brisk_context_default_params();
     const model_hparams *hp = &model->hp;
     BK_TRY(fix_params(hp, &p));
-
-    if ((unsigned)hp->arch >= ARCH_COUNT || !forward_by_arch[hp->arch])
-        return bk_fail(BRISK_ERR_UNSUPPORTED, "no forward pass for architecture %s", model->arch_name);
-    BK_TRY(tp_context_begin(model, &p)); /* tensor parallelism: the other ranks make theirs meanwhile */
+    const arch_forward_fn *fwd = mtp ? mtp_forward_by_arch : forward_by_arch;
+    if ((unsigned)hp->arch >= ARCH_COUNT || !fwd[hp->arch])
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "no %s for architecture %s", mtp ? "MTP head" : "forward pass",
+                       model->arch_name);
+    if (mtp && !model->n_mtp)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "the model has no multi-token-prediction (nextn) layers%s",
+                       hp->n_nextn ? " bound (its file lacks their tensors, or tensor/pipeline parallelism is on)" : "");
+    if (mtp) p.n_seq_checkpoints = 0; /* attention only: a cut needs no snapshot */
+    else BK_TRY(tp_context_begin(model, &p)); /* tensor parallelism: the other ranks make theirs meanwhile */
     brisk_context *c = calloc(1, sizeof *c);
     if (!c) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     c->model = model;
-    c->forward = forward_by_arch[hp->arch];
+    c->mtp = mtp;
+    c->forward = fwd[hp->arch];
     c->p = p;
     c->n_ubatch = ubatch_for(&p);
     c->n_out_cap = outs_for(&p, c->n_ubatch);
-    c->recurrent = hp->n_attn_layers < hp->n_layer;
+    c->recurrent = !mtp && hp->n_attn_layers < hp->n_layer;
     bk_backend **kv_be = NULL; /* (n_attn_layers) the backend of each attention layer's pages */
     brisk_status s = make_stages(c);
     if (s != BRISK_OK) goto fail;
@@ -573,7 +624,7 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
             goto fail;
         }
     }
-    c->views = calloc((size_t)hp->n_layer, sizeof *c->views);
+    c->views = calloc((size_t)(hp->n_layer + model->n_mtp), sizeof *c->views);
     kv_be = calloc((size_t)hp->n_attn_layers + 1, sizeof *kv_be);
     c->tokens = calloc((size_t)c->n_ubatch, sizeof(int32_t));
     c->pos = calloc((size_t)c->n_ubatch, sizeof(int32_t));
@@ -616,6 +667,7 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
         if (s == BRISK_OK) s = make_cache(c, st);
         if (s != BRISK_OK) goto fail;
     }
+    if (mtp && (s = alloc_hidden(c)) != BRISK_OK) goto fail;
     if (c->n_ckpt > 0) {
         if (!(c->ck_pos = malloc((size_t)p.n_seq_max * c->n_ckpt * sizeof *c->ck_pos))) {
             s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
@@ -651,6 +703,40 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
 fail:
     free(kv_be);
     brisk_context_free(c);
+    return s;
+}
+
+brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *params, brisk_context **out) {
+    return context_new(model, params, false, out);
+}
+
+brisk_status mtp_context_new(brisk_model *model, const brisk_context_params *params, brisk_context **out) {
+    return context_new(model, params, true, out);
+}
+
+brisk_status mtp_keep_hidden(brisk_context *c) {
+    if (c->hidden) return BRISK_OK;
+    const brisk_model *m = c->model;
+    if (m->hp.arch >= ARCH_COUNT || !mtp_forward_by_arch[m->hp.arch])
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "multi-token prediction: %s has no MTP head", m->arch_name);
+    if (m->tp_size > 0 || pipelined(m))
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "multi-token prediction with tensor or pipeline parallelism is not supported");
+    for (int i = 0; i < c->n_stage; i++)
+        if (bk_backend_is_cuda(c->st[i].be, NULL)) /* its ops would run in a captured step graph made without them */
+            return bk_fail(BRISK_ERR_UNSUPPORTED, "multi-token prediction runs on the CPU for now (load with -ngl 0)");
+    return alloc_hidden(c);
+}
+
+const float *mtp_hidden(const brisk_context *c, int i) {
+    if (!c->hidden || i < 0 || i >= c->n_last) return NULL;
+    return c->hidden + (size_t)i * c->model->hp.n_embd;
+}
+
+brisk_status mtp_decode(brisk_context *c, const brisk_batch_entry *e, const float *h, int n) {
+    if (!c->mtp) return bk_fail(BRISK_ERR_INVALID_ARG, "mtp_decode: not an MTP context");
+    c->mtp_in = h;
+    brisk_status s = brisk_decode(c, e, n);
+    c->mtp_in = NULL;
     return s;
 }
 
@@ -884,6 +970,8 @@ brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
             return bk_fail(BRISK_ERR_INVALID_ARG, "entry %d: sequence %d out of range [0, %d)", i, e[i].seq,
                            c->p.n_seq_max);
     }
+    if (c->mtp && !c->mtp_in && n > 0)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "an MTP context decodes through mtp_decode (a hidden row per entry)");
     if (c->want) embeddings_want(c, e, n);
     for (int i = 0; i < n; i++) c->logit_row[i] = wants(c, e, i) ? n_out++ : -1;
     if (!c->p.embeddings) BK_TRY(reserve_logits(c, n_out));
@@ -914,8 +1002,13 @@ brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
                         .ab = {.n_tokens = nb, .pos = c->pos, .slot = c->slot, .block_table = c->tables,
                                .seq = c->seq},
                         .n_out = nb_out, .out_idx = c->out_idx, .hidden_only = c->p.embeddings};
-        BK_TRY(pipelined(c->model) ? pp_forward(c, &fb) : run_forward(c, &fb));
         const ctx_stage *last = &c->st[c->n_stage - 1];
+        size_t h_bytes = (size_t)nb * hp->n_embd * sizeof(float);
+        if (c->mtp) /* the batch's h rows (an MTP context runs on the CPU: a copy between host buffers) */
+            last->be->ops->copy(last->be, last->s.mtp_h, c->mtp_in + (size_t)b0 * hp->n_embd, h_bytes);
+        BK_TRY(pipelined(c->model) ? pp_forward(c, &fb) : run_forward(c, &fb));
+        if (c->hidden)
+            BK_TRY(last->be->ops->read(last->be, last->s.hidden, c->hidden + (size_t)b0 * hp->n_embd, h_bytes));
         if (nb_out && c->p.embeddings)
             BK_TRY(last->be->ops->read(last->be, last->s.out, c->embd + (size_t)row * hp->n_embd,
                                        (size_t)nb_out * hp->n_embd * sizeof(float)));

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "engine/mtp.h"
 
 #define PREFILL_CHUNK DRAFTER_FEED_CHUNK
 
@@ -35,6 +36,15 @@ struct drafter {
     float p_min;
     int32_t snap;              /* the draft cache's length when the round began */
     brisk_batch_entry *batch;  /* (PREFILL_CHUNK) */
+    /* mtp (ctx: the MTP context, owned; batch and p_min as the model kind's) */
+    brisk_context *target;     /* borrowed: keeps its hidden states */
+    int n_embd;
+    float *h_in;               /* (PREFILL_CHUNK, n_embd) a processed batch's h rows, shifted one entry */
+    float *pending_h;          /* (n_embd) the target's h of the position before the MTP context's next one */
+    float *chain_h;            /* (n_embd) a draft step's output h: the next step's input */
+    float *verify_h;           /* (DRAFTER_MAX_DRAFT + 1, n_embd) the tail of the last processed batch's target h */
+    int32_t verify_pos0;       /* the position of its first row */
+    int verify_rows;
     /* lookup */
     int n_min, n_max;
     /* cache */
@@ -68,6 +78,42 @@ brisk_status drafter_new_model(brisk_context *draft, int n_vocab, float p_min, d
         return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     }
     return BRISK_OK;
+}
+
+brisk_status drafter_new_mtp(brisk_context *target, brisk_model *model, const brisk_context_params *params,
+                             float p_min, drafter **out) {
+    *out = NULL;
+    brisk_model_info info;
+    brisk_model_get_info(model, &info);
+    BK_TRY(mtp_keep_hidden(target));
+    BK_TRY(alloc_drafter(DRAFTER_MTP, out));
+    drafter *d = *out;
+    d->target = target;
+    d->n_vocab = info.n_vocab;
+    d->n_embd = info.n_embd;
+    d->p_min = p_min;
+    size_t row = (size_t)info.n_embd * sizeof(float);
+    d->batch = malloc(PREFILL_CHUNK * sizeof *d->batch);
+    d->h_in = malloc(PREFILL_CHUNK * row);
+    d->pending_h = calloc(1, row);
+    d->chain_h = malloc(row);
+    d->verify_h = malloc((DRAFTER_MAX_DRAFT + 1) * row);
+    brisk_context_params p = *params;
+    p.n_seq_max = 1;
+    p.n_batch = PREFILL_CHUNK;
+    p.n_outputs_max = 0;
+    p.n_seq_checkpoints = 0;
+    p.collect_expert_stats = false;
+    p.cache_experts = 0;
+    p.cache_gpu_mem = 0;
+    p.expert_stats = NULL;
+    brisk_status s = d->batch && d->h_in && d->pending_h && d->chain_h && d->verify_h
+                         ? mtp_context_new(model, &p, &d->ctx) : bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    if (s != BRISK_OK) {
+        drafter_free(d);
+        *out = NULL;
+    }
+    return s;
 }
 
 brisk_status drafter_new_lookup(int n_min, int n_max, drafter **out) {
@@ -122,6 +168,11 @@ brisk_status drafter_new_replay(const brisk_token *ref, int32_t n_ref, int n_mat
 
 void drafter_free(drafter *d) {
     if (!d) return;
+    if (d->kind == DRAFTER_MTP) brisk_context_free(d->ctx);
+    free(d->h_in);
+    free(d->pending_h);
+    free(d->chain_h);
+    free(d->verify_h);
     free(d->batch);
     free(d->keys);
     free(d->pairs);
@@ -199,6 +250,70 @@ static brisk_status model_sync(drafter *d, const brisk_token *hist, int32_t keep
         return bk_fail(BRISK_ERR_UNSUPPORTED, "speculative: cannot roll back the draft's recurrent state");
     BK_TRY(brisk_seq_remove(d->ctx, 0, d->snap, -1));
     return drafter_feed(d->ctx, hist, d->snap, keep, d->batch);
+}
+
+/* ---- mtp ---- */
+
+static brisk_status mtp_begin(drafter *d) {
+    memset(d->pending_h, 0, (size_t)d->n_embd * sizeof(float)); /* position 0 has no h before it */
+    d->verify_rows = 0;
+    return brisk_seq_clear(d->ctx, 0);
+}
+
+/* The MTP context catches up on the target's batch: entry i pairs its token with the target's h of entry
+ * i - 1 (the first with pending_h). Keeps the batch's last rows of h for drafter_sync. */
+static brisk_status mtp_process(drafter *d, const brisk_batch_entry *batch, int n) {
+    if (n <= 0) return BRISK_OK;
+    if (n > PREFILL_CHUNK) return bk_fail(BRISK_ERR_INVALID_ARG, "drafter_process: a batch of %d entries", n);
+    size_t row = (size_t)d->n_embd * sizeof(float);
+    for (int i = 0; i < n; i++) {
+        const float *h = i ? mtp_hidden(d->target, i - 1) : d->pending_h;
+        if (!h) return bk_fail(BRISK_ERR_INVALID_ARG, "drafter_process: the target kept no hidden state");
+        memcpy(d->h_in + (size_t)i * d->n_embd, h, row);
+        d->batch[i] = batch[i];
+        d->batch[i].logits = false;
+    }
+    BK_TRY(mtp_decode(d->ctx, d->batch, d->h_in, n));
+    int keep = n < DRAFTER_MAX_DRAFT + 1 ? n : DRAFTER_MAX_DRAFT + 1;
+    for (int i = 0; i < keep; i++) memcpy(d->verify_h + (size_t)i * d->n_embd, mtp_hidden(d->target, n - keep + i), row);
+    d->verify_pos0 = batch[n - keep].pos;
+    d->verify_rows = keep;
+    memcpy(d->pending_h, d->verify_h + (size_t)(keep - 1) * d->n_embd, row);
+    return BRISK_OK;
+}
+
+/* Chained greedy drafts: hist[n-1] at position n-1 with the target's h before it, then each proposal with the
+ * head's own output h; the draft positions are cut again afterwards (drafter_process redoes them with the
+ * target's h once it has verified them). */
+static brisk_status mtp_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max, brisk_token *out, int *k) {
+    *k = 0;
+    if (k_max <= 0) return BRISK_OK;
+    if (brisk_seq_len(d->ctx, 0) != n - 1)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "drafter: the MTP cache holds %d positions, not %d",
+                       brisk_seq_len(d->ctx, 0), n - 1);
+    const float *h = d->pending_h;
+    brisk_status s = BRISK_OK;
+    for (int i = 0; i < k_max; i++) {
+        brisk_batch_entry e = {i ? out[i - 1] : hist[n - 1], n - 1 + i, 0, true};
+        if ((s = mtp_decode(d->ctx, &e, h, 1)) != BRISK_OK) break;
+        float p;
+        out[i] = argmax_p(brisk_get_logits(d->ctx, 0), d->n_vocab, &p);
+        if (p < d->p_min) break;
+        *k = i + 1;
+        memcpy(d->chain_h, mtp_hidden(d->ctx, 0), (size_t)d->n_embd * sizeof(float));
+        h = d->chain_h;
+    }
+    brisk_status cut = brisk_seq_remove(d->ctx, 0, n - 1, -1);
+    return s != BRISK_OK ? s : cut;
+}
+
+/* Keeps the MTP cache's settled positions [0, keep) and the target's h at keep - 1. */
+static brisk_status mtp_sync(drafter *d, int32_t keep) {
+    int i = keep - 1 - d->verify_pos0;
+    if (d->verify_rows && (i < 0 || i >= d->verify_rows))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "drafter: no target h for position %d", keep - 1);
+    if (d->verify_rows) memcpy(d->pending_h, d->verify_h + (size_t)i * d->n_embd, (size_t)d->n_embd * sizeof(float));
+    return brisk_seq_len(d->ctx, 0) > keep ? brisk_seq_remove(d->ctx, 0, keep, -1) : BRISK_OK;
 }
 
 /* ---- lookup ---- */
@@ -308,9 +423,14 @@ static int cache_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max
 brisk_status drafter_begin(drafter *d, const brisk_token *hist, int32_t n) {
     switch (d->kind) {
     case DRAFTER_MODEL: return drafter_feed(d->ctx, hist, 0, n - 1, d->batch);
+    case DRAFTER_MTP: return mtp_begin(d);
     case DRAFTER_CACHE: return cache_sync(d, hist, n);
     default: return BRISK_OK;
     }
+}
+
+brisk_status drafter_process(drafter *d, const brisk_batch_entry *batch, int n) {
+    return d->kind == DRAFTER_MTP ? mtp_process(d, batch, n) : BRISK_OK;
 }
 
 brisk_status drafter_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max, brisk_token *out, int *k) {
@@ -319,6 +439,7 @@ brisk_status drafter_draft(drafter *d, const brisk_token *hist, int32_t n, int k
     int m;
     switch (d->kind) {
     case DRAFTER_MODEL: return model_draft(d, hist, n, k_max, out, k);
+    case DRAFTER_MTP: return mtp_draft(d, hist, n, k_max, out, k);
     case DRAFTER_LOOKUP: *k = drafter_lookup_search(hist, n, d->n_min, d->n_max, k_max, out, &m); break;
     case DRAFTER_CACHE: *k = cache_draft(d, hist, n, k_max, out); break;
     case DRAFTER_REPLAY:
@@ -336,6 +457,7 @@ brisk_status drafter_draft(drafter *d, const brisk_token *hist, int32_t n, int k
 brisk_status drafter_sync(drafter *d, const brisk_token *hist, int32_t n) {
     switch (d->kind) {
     case DRAFTER_MODEL: return model_sync(d, hist, n - 1);
+    case DRAFTER_MTP: return mtp_sync(d, n - 1);
     case DRAFTER_CACHE: return cache_sync(d, hist, n);
     default: return BRISK_OK;
     }

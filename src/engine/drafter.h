@@ -1,8 +1,15 @@
 /* drafter.h — who proposes the tokens that speculative decoding
- * (engine/speculative.h) verifies. One interface, four kinds:
+ * (engine/speculative.h) verifies. One interface, five kinds:
  *
  *   model   a small draft model of the same vocabulary decodes greedily
  *           (its own context, rolled back after each round);
+ *   mtp     the target's own multi-token-prediction head (Qwen3.5/3.6's
+ *           nextn block, engine/mtp.h) drafts greedily from the target's
+ *           hidden states: as llama.cpp's --spec-type draft-mtp, the head
+ *           catches up on every batch the target decodes (its KV cache
+ *           then holds (token, target h) pairs of the settled positions),
+ *           and a round chains it: the last emitted token with the target's
+ *           h before it, then each proposal with the head's own output h;
  *   lookup  prompt lookup (llama.cpp's ngram-simple idea): the longest suffix
  *           of the history, n_max tokens down to n_min, is searched for in the
  *           history itself, most recent occurrence first, and what followed it
@@ -20,12 +27,15 @@
  * no match, so a round without a hit is a plain one-token step.
  *
  * Protocol, with hist[0, n) the prompt and the tokens emitted so far (the
- * target has decoded all but hist[n-1]): drafter_begin once after the prompt,
+ * target has decoded all but hist[n-1]): drafter_begin once with the prompt,
+ * before the target decodes it; drafter_process after each batch the target
+ * decodes of the prompt and of each round (not its re-decodes after a cut);
  * then per round drafter_draft (proposals for hist[n], hist[n+1], ...) and,
  * once the round's tokens are appended, drafter_sync with the new n.
  * A drafter belongs to one sequence; the model kind borrows its context (the
- * caller frees it after the drafter). All sizes are fixed at _new: no
- * allocation happens per round. */
+ * caller frees it after the drafter), the mtp kind borrows the target's and
+ * owns its MTP context. All sizes are fixed at _new: no allocation happens
+ * per round. */
 #ifndef BK_DRAFTER_H
 #define BK_DRAFTER_H
 #include <stdbool.h>
@@ -37,6 +47,7 @@ typedef struct drafter drafter;
 
 typedef enum drafter_kind {
     DRAFTER_MODEL,
+    DRAFTER_MTP,
     DRAFTER_LOOKUP,
     DRAFTER_CACHE,
     DRAFTER_REPLAY,
@@ -49,6 +60,11 @@ typedef enum drafter_kind {
  * model is recurrent), borrowed. A round stops proposing at the first token
  * whose draft probability is below p_min (0: never). */
 brisk_status drafter_new_model(brisk_context *draft, int n_vocab, float p_min, drafter **out);
+/* The MTP head of target's model (model->n_mtp > 0): makes target keep its hidden states (mtp_keep_hidden) and
+ * an MTP context of params' n_ctx, n_threads and kv_type (target's, borrowed: freed after the drafter). A
+ * round stops proposing below p_min, as the model kind. BRISK_ERR_UNSUPPORTED where engine/mtp.h says. */
+brisk_status drafter_new_mtp(brisk_context *target, brisk_model *model, const brisk_context_params *params,
+                             float p_min, drafter **out);
 /* Prompt lookup; 1 <= n_min <= n_max <= DRAFTER_NGRAM_MAX. */
 brisk_status drafter_new_lookup(int n_min, int n_max, drafter **out);
 /* N-gram cache (1..DRAFTER_NGRAM_MAX-grams) over histories of up to n_hist_max tokens. */
@@ -60,12 +76,18 @@ void drafter_free(drafter *d);
 
 drafter_kind drafter_get_kind(const drafter *d);
 
-/* After the prompt hist[0, n): the model kind prefills hist[0, n-1), the cache indexes hist. */
+/* With the prompt hist[0, n): the model kind prefills hist[0, n-1), the cache indexes hist, the mtp kind
+ * starts its context over. */
 brisk_status drafter_begin(drafter *d, const brisk_token *hist, int32_t n);
+/* The target has just decoded batch[0, n) (sequence 0, consecutive positions; n <= DRAFTER_FEED_CHUNK), its
+ * hidden states still there: the mtp kind runs its head over the batch's tokens with the target's h shifted
+ * one position (the first entry pairs with the h kept from the batch before). The other kinds ignore it. */
+brisk_status drafter_process(drafter *d, const brisk_batch_entry *batch, int n);
 /* Proposes *k <= k_max (<= DRAFTER_MAX_DRAFT) tokens into out to follow hist[0, n); *k = 0: no proposal. */
 brisk_status drafter_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max, brisk_token *out, int *k);
-/* The round ended with hist[0, n) emitted: the model kind cuts its cache back to n-1 positions
- * (restoring its snapshot from the round's start where recurrent state needs it), the cache
+/* The round ended with hist[0, n) emitted: the model and mtp kinds cut their caches back to n-1
+ * positions (the model kind restoring its snapshot from the round's start where recurrent state
+ * needs it; the mtp kind keeps the target's h of position n-2 for the next round), the cache
  * indexes the new tokens. */
 brisk_status drafter_sync(drafter *d, const brisk_token *hist, int32_t n);
 

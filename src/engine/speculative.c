@@ -43,8 +43,12 @@ brisk_status spec_generate(brisk_context *target, drafter *dr, brisk_sampler *sm
     }
     memcpy(hist, prompt, (size_t)n_prompt * sizeof *hist);
     for (int64_t i = 0; i < n_prompt; i++) brisk_sampler_accept(smp, prompt[i]); /* as plain decoding does */
-    brisk_status s = drafter_feed(target, hist, 0, (int32_t)n_prompt, batch);
-    if (s == BRISK_OK) s = drafter_begin(dr, hist, (int32_t)n_prompt);
+    brisk_status s = drafter_begin(dr, hist, (int32_t)n_prompt);
+    for (int32_t i = 0; s == BRISK_OK && i < n_prompt; i += PREFILL_CHUNK) { /* the drafter sees each chunk */
+        int32_t end = n_prompt - i < PREFILL_CHUNK ? (int32_t)n_prompt : i + PREFILL_CHUNK;
+        s = drafter_feed(target, hist, i, end, batch);
+        if (s == BRISK_OK) s = drafter_process(dr, batch, end - i);
+    }
     int32_t n = (int32_t)n_prompt; /* tokens in hist */
     const float *logits = s == BRISK_OK ? brisk_get_logits(target, ((int)n_prompt - 1) % PREFILL_CHUNK) : NULL;
     brisk_token t = logits ? brisk_sampler_sample(smp, logits) : 0;
@@ -68,6 +72,7 @@ brisk_status spec_generate(brisk_context *target, drafter *dr, brisk_sampler *sm
         batch[0] = (brisk_batch_entry){hist[n - 1], pos, 0, true};
         for (int i = 0; i < k; i++) batch[i + 1] = (brisk_batch_entry){d[i], pos + 1 + i, 0, true};
         TRY(brisk_decode(target, batch, k + 1));
+        TRY(drafter_process(dr, batch, k + 1));
         stats->rounds++;
         stats->draft_rounds += k > 0;
         stats->drafted += k;

@@ -1,7 +1,9 @@
 /* speculative.h — speculative decoding: a drafter (engine/drafter.h: a small
- * draft model, prompt lookup, an n-gram cache of the sequence's own history)
- * proposes up to n_draft tokens, the target checks them all in one batch, and
- * the target's own sampler decides every emitted token.
+ * draft model, the target's own MTP head, prompt lookup, an n-gram cache of
+ * the sequence's own history) proposes up to n_draft tokens, the target checks
+ * them all in one batch, and the target's own sampler decides every emitted
+ * token. Each batch the target decodes of the prompt and of a round is shown
+ * to the drafter (drafter_process: the MTP head catches up on it).
  *
  * Each emitted token is sampled once, from the target's logits after exactly
  * the tokens emitted before it, with the sampler's usual accept history; a

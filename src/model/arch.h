@@ -31,6 +31,11 @@ typedef struct fwd_scratch {
     float *dn_alpha; /* (n, n_v_heads) decay logits */
     float *sh;       /* (n, n_embd) shared expert output (qwen35moe) */
     float *sh_gate;  /* (n) its gate logit */
+    /* multi-token prediction (engine/mtp.h; NULL otherwise) */
+    float *hidden;   /* (n, n_embd) every entry's final-norm output: a target's (the MTP head's h input) or an
+                        MTP context's own (the next draft step's h) */
+    float *mtp_h;    /* (n, n_embd) an MTP context: the batch's input h rows */
+    float *mtp_eh;   /* (n, 2 n_embd) an MTP context: [enorm(embedding) ; hnorm(h)], eh_proj's input */
     /* routing statistics (brisk_context_params.collect_expert_stats), host memory, or NULL */
     int64_t *expert_counts; /* (n_layer, n_expert) */
     int32_t *ids_host;      /* (n, n_expert_used) a layer's choices read back */
@@ -63,6 +68,11 @@ brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_
                               const fwd_batch *b, fwd_scratch *s, int l0, int l1);
 brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
                             fwd_scratch *s, int l0, int l1);
+/* The multi-token-prediction head (model/qwen35.c): MTP block l0 (>= n_layer; l1 = l0 + 1) over the batch's
+ * tokens and s->mtp_h, its own KV cache kv[l0]; s->hidden gets every entry's output h, s->logits the draft
+ * logits of the entries that want them. The same arch_forward_fn signature, run by an MTP context. */
+brisk_status qwen35_mtp_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
+                                fwd_scratch *s, int l0, int l1);
 
 /* Pieces the decoders share (model/llama.c): x += the attention block of layer l
  * (norm, q/k/v, QK-norm, RoPE, cached attention, output projection); and the final norm and LM

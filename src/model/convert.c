@@ -261,9 +261,44 @@ static void canonical(const char *in, char *out, size_t cap) {
     else snprintf(out, cap, "%s", in);
 }
 
-static bool dropped(const char *name) {
-    return strstr(name, "visual.") || strstr(name, "vision") || !strncmp(name, "mtp.", 4) ||
-           !strncmp(name, "model.mtp.", 10) || strstr(name, "rotary_emb.inv_freq");
+/* The multi-token-prediction head's name with "model." dropped ("mtp.fc.weight", "mtp.layers.0. ..."), or NULL. */
+static const char *mtp_name(const char *canon) {
+    if (!strncmp(canon, "model.mtp.", 10)) return canon + 6;
+    return !strncmp(canon, "mtp.", 4) ? canon : NULL;
+}
+
+/* keep_mtp: the hybrids' MTP head is converted (n_mtp > 0), else dropped with the vision tower. */
+static bool dropped(const char *name, bool keep_mtp) {
+    return strstr(name, "visual.") || strstr(name, "vision") || (mtp_name(name) && !keep_mtp) ||
+           strstr(name, "rotary_emb.inv_freq");
+}
+
+/* The MTP head's own tensors, as llama.cpp's converter renames them into block n_layer: mtp.fc is
+ * eh_proj (input columns [embedding ; hidden]); the three norms keep HF's (1 + w) as stored, so they
+ * take the +1 as every hybrid norm (set_transforms sees these names). */
+static const char *nextn_name(const char *rest) {
+    static const char *map[][2] = {{"fc.weight", "eh_proj.weight"},
+                                   {"pre_fc_norm_embedding.weight", "enorm.weight"},
+                                   {"pre_fc_norm_hidden.weight", "hnorm.weight"},
+                                   {"norm.weight", "shared_head_norm.weight"}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (!strcmp(rest, map[i][0])) return map[i][1];
+    return NULL;
+}
+
+/* MTP blocks: config.json's mtp_num_hidden_layers, else (Qwen3-Next's configs lack it) as many as the
+ * checkpoint's mtp.layers.N name, as llama.cpp's converter counts them. */
+static int64_t count_mtp_layers(const hf_config *c, const shard_set *ss) {
+    if (c->n_mtp > 0) return c->n_mtp;
+    int64_t n = 0;
+    char canon[256];
+    for (int i = 0; i < ss->n; i++)
+        for (int64_t j = 0; j < st_count(ss->f[i]); j++) {
+            canonical(st_get(ss->f[i], j)->name, canon, sizeof canon);
+            const char *m = mtp_name(canon);
+            if (m && !strncmp(m, "mtp.layers.", 11) && atoll(m + 11) + 1 > n) n = atoll(m + 11) + 1;
+        }
+    return n;
 }
 
 /* Fills the transform fields of o for its HF name (rest: after "model.layers.N."). */
@@ -374,6 +409,35 @@ static brisk_status add_experts(plan *p, const hf_config *c, const shard_set *ss
 /* Is this HF name an expert weight (collected by add_experts)? */
 static bool is_expert(const char *rest) { return !strncmp(rest, "mlp.experts.", 12); }
 
+/* An MTP tensor (m: its name from "mtp."; layer: n_layer + its block) of the hybrids: the head's own four,
+ * or a block tensor of mtp.layers.J, mapped as a trunk layer's. raw: the source name (the experts are
+ * looked up by its prefix). */
+static brisk_status add_mtp(plan *p, const hf_config *c, const shard_set *ss, const char *m, const char *raw, int layer,
+                            src_ref s, int *last_exp_layer) {
+    char gname[96], rest[128];
+    if (strncmp(m, "mtp.layers.", 11)) {
+        const char *g = nextn_name(m + 4);
+        if (!g) return bk_fail(BRISK_ERR_UNSUPPORTED, "convert: cannot map tensor '%s'", raw);
+        snprintf(gname, sizeof gname, "blk.%d.nextn.%s", layer, g);
+        snprintf(rest, sizeof rest, "%s", g); /* enorm / hnorm / shared_head_norm: the +1 of the hybrids' norms */
+        return add_simple(p, c, gname, rest, s);
+    }
+    const char *r = strchr(m + 11, '.');
+    if (!r) return bk_fail(BRISK_ERR_UNSUPPORTED, "convert: cannot map tensor '%s'", raw);
+    r++;
+    if (is_expert(r)) {
+        if (layer == *last_exp_layer) return BRISK_OK;
+        *last_exp_layer = layer;
+        char prefix[256];
+        snprintf(prefix, sizeof prefix, "%.*s", (int)(strlen(raw) - strlen(r) - 1), raw);
+        return add_experts(p, c, ss, prefix, layer);
+    }
+    const char *g = block_name(c, r);
+    if (!g) return bk_fail(BRISK_ERR_UNSUPPORTED, "convert: cannot map tensor '%s'", raw);
+    snprintf(gname, sizeof gname, "blk.%d.%s", layer, g);
+    return add_simple(p, c, gname, r, s);
+}
+
 /* Collects every source name, canonical, sorted, and maps it. */
 static brisk_status build_plan(const hf_config *c, const shard_set *ss, plan *p) {
     int64_t total = 0;
@@ -386,10 +450,13 @@ static brisk_status build_plan(const hf_config *c, const shard_set *ss, plan *p)
         for (int64_t j = 0; j < st_count(ss->f[i]); j++) {
             const st_tensor *t = st_get(ss->f[i], j);
             canonical(t->name, it[n].canon, sizeof it[n].canon);
-            if (dropped(it[n].canon)) continue;
+            if (dropped(it[n].canon, c->n_mtp > 0 && is_hybrid(c))) continue;
             it[n].s = (src_ref){ss->f[i], t};
             it[n].layer = -1;
+            const char *m = mtp_name(it[n].canon);
             if (!strncmp(it[n].canon, "model.layers.", 13)) it[n].layer = atoi(it[n].canon + 13);
+            else if (m) /* after the trunk: mtp.layers.J is block n_layer + J, the head's own tensors block n_layer */
+                it[n].layer = (int)c->n_layer + (!strncmp(m, "mtp.layers.", 11) ? atoi(m + 11) : 0);
             n++;
         }
     /* order: the global tensors, then block by block (names sorted within) */
@@ -415,6 +482,8 @@ static brisk_status build_plan(const hf_config *c, const shard_set *ss, plan *p)
             s = add_simple(p, c, "output_norm.weight", "norm.weight", it[i].s);
         } else if (!strcmp(cn, "lm_head.weight")) {
             s = add_simple(p, c, "output.weight", NULL, it[i].s);
+        } else if (mtp_name(cn) && it[i].layer < c->n_layer + c->n_mtp) {
+            s = add_mtp(p, c, ss, mtp_name(cn), it[i].s.t->name, it[i].layer, it[i].s, &last_exp_layer);
         } else if (it[i].layer >= 0 && it[i].layer < c->n_layer) {
             int il = it[i].layer;
             snprintf(prefix, sizeof prefix, "model.layers.%d", il);
@@ -529,7 +598,8 @@ static brisk_status set_meta(gguf_writer *w, const hf_config *c, const char *nam
     BK_TRY(gguf_writer_set_str(w, "general.architecture", a));
     BK_TRY(gguf_writer_set_str(w, "general.type", "model"));
     BK_TRY(gguf_writer_set_str(w, "general.name", name));
-    U32("block_count", c->n_layer);
+    U32("block_count", c->n_layer + c->n_mtp); /* the MTP blocks after the trunk (hybrids; else 0) */
+    if (c->n_mtp > 0) U32("nextn_predict_layers", c->n_mtp);
     if (c->n_ctx > 0) U32("context_length", c->n_ctx);
     U32("embedding_length", c->n_embd);
     if (c->n_ff > 0) U32("feed_forward_length", c->n_ff);
@@ -679,6 +749,7 @@ brisk_status convert_hf(const char *dir, const char *out_path, const convert_opt
     gguf_rows *rs = NULL;
     uint64_t total = 0;
     brisk_status s = open_shards(dir, out_path, &ss);
+    if (s == BRISK_OK) c.n_mtp = is_hybrid(&c) && !o->no_mtp ? count_mtp_layers(&c, &ss) : 0;
     if (s == BRISK_OK) s = build_plan(&c, &ss, &p);
     if (s == BRISK_OK) s = add_rope_freqs(&p, &c);
     if (s == BRISK_OK) s = check_shapes(&c, &p);

@@ -8,10 +8,17 @@
  * qwen3_moe (per-expert or fused expert tensors stacked into 3-D
  * *_exps), qwen3_5 / qwen3_5_moe (norm weights stored as 1+w, A_log as
  * -exp(A_log), the conv squeezed, DeltaNet value heads reordered from
- * grouped to tiled order; MTP and vision weights are dropped), qwen3_next
+ * grouped to tiled order; vision weights are dropped), qwen3_next
  * (the same, but value heads stay grouped, as llama.cpp's qwen3next wants;
  * the fused in_proj_qkvz, per key head [q | k | v | z], is split into
- * attn_qkv and attn_gate; in_proj_ba is kept whole as ssm_ba).
+ * attn_qkv and attn_gate; in_proj_ba is kept whole as ssm_ba). The hybrids'
+ * multi-token-prediction head (mtp.*: mtp_num_hidden_layers blocks, else as
+ * many as the checkpoint's mtp.layers.N) is kept as llama.cpp's converter
+ * keeps it: blocks n_layer.. after the trunk (block_count counts them,
+ * nextn_predict_layers says how many), mtp.layers.J as block n_layer + J,
+ * and fc / pre_fc_norm_embedding / pre_fc_norm_hidden / norm as
+ * blk.<n_layer>.nextn.{eh_proj, enorm, hnorm, shared_head_norm}; no_mtp
+ * drops it (llama.cpp's --no-mtp).
  *
  * Weights: safetensors are mapped, never read whole. Each output tensor
  * is produced row by row by n_threads workers (gather from one or more
@@ -43,6 +50,7 @@ typedef struct convert_opts {
     bool progress;      /* a live line on stderr */
     const char *pre;    /* tokenizer.ggml.pre override; NULL: detected */
     size_t slab_bytes;  /* 0: 32 MiB (tests use small ones) */
+    bool no_mtp;        /* drop the multi-token-prediction head */
 } convert_opts;
 
 typedef struct convert_stats {

@@ -48,7 +48,7 @@ static float get_float(const gguf_file *g, const char *arch, const char *suffix,
 
 /* The Gated DeltaNet keys of qwen35/qwen35moe/qwen3next (llama.cpp's qwen35 and qwen3next loaders).
  * The multi-token-prediction blocks (nextn_predict_layers) are appended after
- * the trunk; brisk runs the trunk only. Positions of text tokens are equal in
+ * the trunk: n_layer counts the trunk, n_nextn those (bind_mtp). Positions of text tokens are equal in
  * the three M-RoPE streams, so rope.dimension_sections reduces to NEOX RoPE
  * over rope.dimension_count dims and is not read. */
 static brisk_status read_hybrid(const gguf_file *g, const char *arch, model_hparams *hp) {
@@ -61,6 +61,7 @@ static brisk_status read_hybrid(const gguf_file *g, const char *arch, model_hpar
     BK_TRY(get_int(g, arch, "full_attention_interval", false, 4, 1, 4096, &hp->full_attn_interval));
     BK_TRY(get_int(g, arch, "nextn_predict_layers", false, 0, 0, hp->n_layer - 1, &nextn));
     hp->n_layer -= nextn;
+    hp->n_nextn = nextn;
     if (hp->ssm_n_v_heads % hp->ssm_n_k_heads)
         return bk_fail(BRISK_ERR_FORMAT, "ssm.time_step_rank %d is not a multiple of ssm.group_count %d",
                        hp->ssm_n_v_heads, hp->ssm_n_k_heads);
@@ -442,11 +443,131 @@ static brisk_status bind_cls_head(brisk_model *m) {
     return bind(m, NULL, "cls.output.bias", n_cls_out, 0, false, &m->cls_out_b);
 }
 
-static brisk_status bind_all(brisk_model *m, progress *bar) {
+/* Binds layer l's tensors (a trunk layer, or an MTP block: l >= n_layer, full attention) to backend be
+ * (NULL: the CPU reads the map). */
+static brisk_status bind_layer(brisk_model *m, int l, bk_backend *be) {
     const model_hparams *hp = &m->hp;
     int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim,
             kvd = (int64_t)hp->n_head_kv * hp->head_dim;
     bool hybrid = hp->full_attn_interval > 0;
+    layer_weights *L = &m->layers[l];
+    char n[96];
+#define BIND(field, suffix, ne0, ne1, req)                             \
+    snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
+    BK_TRY(bind(m, be, n, ne0, ne1, req, &L->field))
+#define BIND_TP(field, suffix, ne0, ne1, req, kind, unit, kv)          \
+    snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
+    BK_TRY(bind_shard(m, be, n, ne0, ne1, req, kind, unit, kv, &L->field))
+#define BIND_SSM(field, suffix, ne0, ne1, kind, n_blocks, unit)        \
+    snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
+    BK_TRY(bind_gather(m, be, n, ne0, ne1, kind, n_blocks, unit, &L->field))
+    BIND(attn_norm, "attn_norm.weight", d, 0, true);
+    if (model_layer_recurrent(hp, l)) {
+        int64_t ds = hp->ssm_d_state, nv = hp->ssm_n_v_heads, vd = nv * ds,
+                conv_dim = 2 * hp->ssm_n_k_heads * ds + vd;
+        /* sharded by key heads: a per-value-head dimension is nv / nk blocks of nk heads, q|k|v
+         * and the conv channels two blocks more (shard_gather) */
+        int vb = hp->ssm_n_v_heads / hp->ssm_n_k_heads;
+        if (hp->arch == ARCH_QWEN3NEXT) {
+            BK_TRY(bind_deltanet(m, be, l, L));
+        } else {
+            BIND_SSM(ssm_qkv, "attn_qkv.weight", d, conv_dim, SHARD_ROWS, 2 + vb, ds);
+            BIND_SSM(ssm_z, "attn_gate.weight", d, vd, SHARD_ROWS, vb, ds);
+            BIND_SSM(ssm_beta, "ssm_beta.weight", d, nv, SHARD_ROWS, vb, 1);
+            BIND_SSM(ssm_alpha, "ssm_alpha.weight", d, nv, SHARD_ROWS, vb, 1);
+            BIND_SSM(ssm_conv1d, "ssm_conv1d.weight", hp->ssm_d_conv, conv_dim, SHARD_ROWS, 2 + vb, ds);
+            BIND_SSM(ssm_dt_bias, "ssm_dt.bias", nv, 0, SHARD_COLS, vb, 1);
+            BIND_SSM(ssm_a, "ssm_a", nv, 0, SHARD_COLS, vb, 1);
+            BIND_SSM(ssm_out, "ssm_out.weight", vd, d, SHARD_COLS, vb, ds);
+        }
+        if (L->ssm_conv1d.type != QT_F32)
+            return bk_fail(BRISK_ERR_UNSUPPORTED, "tensor blk.%d.ssm_conv1d.weight: type %s (want f32)", l,
+                           quant_type_name(L->ssm_conv1d.type));
+        BIND(ssm_norm, "ssm_norm.weight", ds, 0, true);
+    } else {
+        int64_t hd = hp->head_dim;
+        BIND_TP(wq, "attn_q.weight", d, hybrid ? 2 * qd : qd, true, SHARD_ROWS, hd, false);
+        BIND_TP(wk, "attn_k.weight", d, kvd, true, SHARD_ROWS, hd, true);
+        BIND_TP(wv, "attn_v.weight", d, kvd, true, SHARD_ROWS, hd, true);
+        BIND_TP(wo, "attn_output.weight", qd, d, true, SHARD_COLS, hd, false);
+        BIND_TP(bq, "attn_q.bias", qd, 0, hp->qkv_bias, SHARD_ROWS, hd, false);
+        BIND_TP(bk, "attn_k.bias", kvd, 0, hp->qkv_bias, SHARD_ROWS, hd, true);
+        BIND_TP(bv, "attn_v.bias", kvd, 0, hp->qkv_bias, SHARD_ROWS, hd, true);
+        BIND(q_norm, "attn_q_norm.weight", hp->head_dim, 0, hp->qk_norm);
+        BIND(k_norm, "attn_k_norm.weight", hp->head_dim, 0, hp->qk_norm);
+    }
+    BIND(ffn_norm, hybrid ? "post_attention_norm.weight" : "ffn_norm.weight", d, 0, true);
+    if (hp->n_ff_shexp) { /* its gate (one logit a token) replicated, its FFN split as a dense one */
+        BIND(gate_inp_shexp, "ffn_gate_inp_shexp.weight", d, 0, true);
+        BIND_TP(gate_shexp, "ffn_gate_shexp.weight", d, hp->n_ff_shexp, true, SHARD_ROWS, 1, false);
+        BIND_TP(up_shexp, "ffn_up_shexp.weight", d, hp->n_ff_shexp, true, SHARD_ROWS, 1, false);
+        BIND_TP(down_shexp, "ffn_down_shexp.weight", hp->n_ff_shexp, d, true, SHARD_COLS, 1, false);
+    }
+    if (hp->n_expert) {
+        int64_t ne = hp->n_expert, ff = hp->n_ff_exp;
+        BIND(ffn_gate_inp, "ffn_gate_inp.weight", d, ne, true);
+        /* --n-cpu-moe: a GPU layer's experts stay in the map for the CPU to read */
+        L->exps_host = l < m->n_cpu_moe && l >= m->n_cpu_layers;
+        bk_backend *ebe = L->exps_host ? NULL : be;
+#define BIND_EXPERTS(field, suffix, ne0, ne1)                          \
+    snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
+    BK_TRY(bind_experts(m, ebe, n, ne0, ne1, ne, &L->field));          \
+    if (L->exps_host) m->cpu_moe_bytes += (uint64_t)L->field.n_out * L->field.row_bytes
+        BIND_EXPERTS(gate_exps, "ffn_gate_exps.weight", d, ff);
+        BIND_EXPERTS(up_exps, "ffn_up_exps.weight", d, ff);
+        BIND_EXPERTS(down_exps, "ffn_down_exps.weight", ff, d);
+#undef BIND_EXPERTS
+        return BRISK_OK;
+    }
+    BIND_TP(w_gate, "ffn_gate.weight", d, hp->n_ff, true, SHARD_ROWS, 1, false);
+    BIND_TP(w_up, "ffn_up.weight", d, hp->n_ff, true, SHARD_ROWS, 1, false);
+    BIND_TP(w_down, "ffn_down.weight", hp->n_ff, d, true, SHARD_COLS, 1, false);
+#undef BIND_SSM
+#undef BIND_TP
+#undef BIND
+    return BRISK_OK;
+}
+
+/* The multi-token-prediction blocks (hp.n_nextn, llama.cpp's nextn layers: qwen35, qwen35moe, qwen3next),
+ * when the file holds their tensors: blk.N's ordinary attention and FFN tensors plus blk.N.nextn.*, as
+ * llama.cpp's loader names them; embed_tokens, shared_head_head and shared_head_norm are optional (the
+ * MTP head then uses the trunk's embedding, LM head and final norm, as llama.cpp does). A file without
+ * them (a converter that dropped them) loads without MTP. Bound for the CPU (the MTP head runs there,
+ * engine/drafter.h) and kept out of n_params / weight_bytes: plain decoding never reads them. */
+static brisk_status bind_mtp(brisk_model *m) {
+    const model_hparams *hp = &m->hp;
+    char n[96];
+    snprintf(n, sizeof n, "blk.%d.nextn.eh_proj.weight", hp->n_layer);
+    if (!hp->n_nextn || m->tp_size > 0 || m->pp_size > 0 || !gguf_find_tensor(m->gguf, n)) return BRISK_OK;
+    if (!(m->nextn = calloc((size_t)hp->n_nextn, sizeof *m->nextn))) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    uint64_t params = m->n_params, bytes = m->weight_bytes;
+    int64_t d = hp->n_embd;
+    for (int i = 0; i < hp->n_nextn; i++) {
+        int l = hp->n_layer + i;
+        model_nextn *x = &m->nextn[i];
+        BK_TRY(bind_layer(m, l, NULL));
+#define BIND_NEXTN(field, suffix, ne0, ne1, req)                       \
+    snprintf(n, sizeof n, "blk.%d.nextn.%s", l, suffix);               \
+    BK_TRY(bind(m, NULL, n, ne0, ne1, req, &x->field))
+        BIND_NEXTN(eh_proj, "eh_proj.weight", 2 * d, d, true);
+        BIND_NEXTN(enorm, "enorm.weight", d, 0, true);
+        BIND_NEXTN(hnorm, "hnorm.weight", d, 0, true);
+        BIND_NEXTN(embed_tokens, "embed_tokens.weight", d, hp->n_vocab, false);
+        BIND_NEXTN(shared_head_head, "shared_head_head.weight", d, hp->n_vocab, false);
+        BIND_NEXTN(shared_head_norm, "shared_head_norm.weight", d, 0, false);
+#undef BIND_NEXTN
+    }
+    m->n_mtp = hp->n_nextn;
+    m->mtp_params = m->n_params - params;
+    m->mtp_bytes = m->weight_bytes - bytes;
+    m->n_params = params;
+    m->weight_bytes = bytes;
+    return BRISK_OK;
+}
+
+static brisk_status bind_all(brisk_model *m, progress *bar) {
+    const model_hparams *hp = &m->hp;
+    int64_t d = hp->n_embd;
     /* The output layer goes with the last layer. The embedding stays in host memory, as llama.cpp
      * keeps it (a GPU backend gathers a step's rows on the host: n_embd floats a token against
      * 334 MiB of qwen3-8b's table on the GPU; on the GPU it ran pp512 1.6% faster, tg128 the same:
@@ -469,89 +590,15 @@ static brisk_status bind_all(brisk_model *m, progress *bar) {
     BK_TRY(bind_cls_head(m));
     if (m->rope_freqs.host) m->hp.rope.freq_factors = m->rope_freqs.host;
 
-    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    /* room for the MTP blocks after the trunk (bind_mtp) */
+    m->layers = calloc((size_t)(hp->n_layer + hp->n_nextn), sizeof *m->layers);
     if (!m->layers) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     for (int l = 0; l < hp->n_layer; l++) {
         progress_update(bar, false, "layer %d/%d", l, hp->n_layer);
         if (m->pp_size > 0 && (l < m->pp_l0 || l >= m->pp_l1)) continue; /* another pipeline rank's */
-        layer_weights *L = &m->layers[l];
-        bk_backend *be = l < m->n_cpu_layers ? NULL : m->be;
-        char n[96];
-#define BIND(field, suffix, ne0, ne1, req)                             \
-    snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
-    BK_TRY(bind(m, be, n, ne0, ne1, req, &L->field))
-#define BIND_TP(field, suffix, ne0, ne1, req, kind, unit, kv)          \
-    snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
-    BK_TRY(bind_shard(m, be, n, ne0, ne1, req, kind, unit, kv, &L->field))
-#define BIND_SSM(field, suffix, ne0, ne1, kind, n_blocks, unit)        \
-    snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
-    BK_TRY(bind_gather(m, be, n, ne0, ne1, kind, n_blocks, unit, &L->field))
-        BIND(attn_norm, "attn_norm.weight", d, 0, true);
-        if (model_layer_recurrent(hp, l)) {
-            int64_t ds = hp->ssm_d_state, nv = hp->ssm_n_v_heads, vd = nv * ds,
-                    conv_dim = 2 * hp->ssm_n_k_heads * ds + vd;
-            /* sharded by key heads: a per-value-head dimension is nv / nk blocks of nk heads, q|k|v
-             * and the conv channels two blocks more (shard_gather) */
-            int vb = hp->ssm_n_v_heads / hp->ssm_n_k_heads;
-            if (hp->arch == ARCH_QWEN3NEXT) {
-                BK_TRY(bind_deltanet(m, be, l, L));
-            } else {
-                BIND_SSM(ssm_qkv, "attn_qkv.weight", d, conv_dim, SHARD_ROWS, 2 + vb, ds);
-                BIND_SSM(ssm_z, "attn_gate.weight", d, vd, SHARD_ROWS, vb, ds);
-                BIND_SSM(ssm_beta, "ssm_beta.weight", d, nv, SHARD_ROWS, vb, 1);
-                BIND_SSM(ssm_alpha, "ssm_alpha.weight", d, nv, SHARD_ROWS, vb, 1);
-                BIND_SSM(ssm_conv1d, "ssm_conv1d.weight", hp->ssm_d_conv, conv_dim, SHARD_ROWS, 2 + vb, ds);
-                BIND_SSM(ssm_dt_bias, "ssm_dt.bias", nv, 0, SHARD_COLS, vb, 1);
-                BIND_SSM(ssm_a, "ssm_a", nv, 0, SHARD_COLS, vb, 1);
-                BIND_SSM(ssm_out, "ssm_out.weight", vd, d, SHARD_COLS, vb, ds);
-            }
-            if (L->ssm_conv1d.type != QT_F32)
-                return bk_fail(BRISK_ERR_UNSUPPORTED, "tensor blk.%d.ssm_conv1d.weight: type %s (want f32)", l,
-                               quant_type_name(L->ssm_conv1d.type));
-            BIND(ssm_norm, "ssm_norm.weight", ds, 0, true);
-        } else {
-            int64_t hd = hp->head_dim;
-            BIND_TP(wq, "attn_q.weight", d, hybrid ? 2 * qd : qd, true, SHARD_ROWS, hd, false);
-            BIND_TP(wk, "attn_k.weight", d, kvd, true, SHARD_ROWS, hd, true);
-            BIND_TP(wv, "attn_v.weight", d, kvd, true, SHARD_ROWS, hd, true);
-            BIND_TP(wo, "attn_output.weight", qd, d, true, SHARD_COLS, hd, false);
-            BIND_TP(bq, "attn_q.bias", qd, 0, hp->qkv_bias, SHARD_ROWS, hd, false);
-            BIND_TP(bk, "attn_k.bias", kvd, 0, hp->qkv_bias, SHARD_ROWS, hd, true);
-            BIND_TP(bv, "attn_v.bias", kvd, 0, hp->qkv_bias, SHARD_ROWS, hd, true);
-            BIND(q_norm, "attn_q_norm.weight", hp->head_dim, 0, hp->qk_norm);
-            BIND(k_norm, "attn_k_norm.weight", hp->head_dim, 0, hp->qk_norm);
-        }
-        BIND(ffn_norm, hybrid ? "post_attention_norm.weight" : "ffn_norm.weight", d, 0, true);
-        if (hp->n_ff_shexp) { /* its gate (one logit a token) replicated, its FFN split as a dense one */
-            BIND(gate_inp_shexp, "ffn_gate_inp_shexp.weight", d, 0, true);
-            BIND_TP(gate_shexp, "ffn_gate_shexp.weight", d, hp->n_ff_shexp, true, SHARD_ROWS, 1, false);
-            BIND_TP(up_shexp, "ffn_up_shexp.weight", d, hp->n_ff_shexp, true, SHARD_ROWS, 1, false);
-            BIND_TP(down_shexp, "ffn_down_shexp.weight", hp->n_ff_shexp, d, true, SHARD_COLS, 1, false);
-        }
-        if (hp->n_expert) {
-            int64_t ne = hp->n_expert, ff = hp->n_ff_exp;
-            BIND(ffn_gate_inp, "ffn_gate_inp.weight", d, ne, true);
-            /* --n-cpu-moe: a GPU layer's experts stay in the map for the CPU to read */
-            L->exps_host = l < m->n_cpu_moe && l >= m->n_cpu_layers;
-            bk_backend *ebe = L->exps_host ? NULL : be;
-#define BIND_EXPERTS(field, suffix, ne0, ne1)                          \
-    snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                     \
-    BK_TRY(bind_experts(m, ebe, n, ne0, ne1, ne, &L->field));          \
-    if (L->exps_host) m->cpu_moe_bytes += (uint64_t)L->field.n_out * L->field.row_bytes
-            BIND_EXPERTS(gate_exps, "ffn_gate_exps.weight", d, ff);
-            BIND_EXPERTS(up_exps, "ffn_up_exps.weight", d, ff);
-            BIND_EXPERTS(down_exps, "ffn_down_exps.weight", ff, d);
-#undef BIND_EXPERTS
-            continue;
-        }
-        BIND_TP(w_gate, "ffn_gate.weight", d, hp->n_ff, true, SHARD_ROWS, 1, false);
-        BIND_TP(w_up, "ffn_up.weight", d, hp->n_ff, true, SHARD_ROWS, 1, false);
-        BIND_TP(w_down, "ffn_down.weight", hp->n_ff, d, true, SHARD_COLS, 1, false);
-#undef BIND_SSM
-#undef BIND_TP
-#undef BIND
+        BK_TRY(bind_layer(m, l, l < m->n_cpu_layers ? NULL : m->be));
     }
-    return BRISK_OK;
+    return bind_mtp(m);
 }
 
 brisk_model_params brisk_model_default_params(void) {
@@ -785,6 +832,7 @@ void brisk_model_free(brisk_model *m) {
     if (!m) return;
     release_weights(m);
     free(m->layers);
+    free(m->nextn);
     for (int i = 0; i < m->n_tp_packed; i++) free(m->tp_packed[i]);
     free(m->tp_packed);
     if (m->tp_free) m->tp_free(m->tp);

@@ -9,6 +9,8 @@
  * qwen35 / qwen35moe (model/qwen35.c) are the Qwen3.5/3.6 hybrids: Gated
  * DeltaNet layers with a per-sequence recurrent state, and every
  * full_attn_interval-th layer gated full attention with partial RoPE.
+ * Their files may also carry multi-token-prediction (nextn) blocks after the
+ * trunk, bound as extra layers plus model_nextn (qwen35.c's qwen35_mtp_forward).
  * qwen3next (Qwen3-Next, the same forward pass) is qwen35moe with the value
  * heads in HF's grouped order, one ssm_ba tensor for beta and alpha and, in
  * older files, one fused ssm_in for q|k|v and z; the loader maps those onto
@@ -57,6 +59,8 @@ typedef struct model_hparams {
     int ssm_n_k_heads; /* ssm.group_count: q/k heads */
     int ssm_n_v_heads; /* ssm.time_step_rank: value heads (ssm.inner_size = n_v_heads * d_state) */
     int full_attn_interval;
+    int n_nextn;       /* nextn_predict_layers: multi-token-prediction blocks stored after the trunk's n_layer
+                          (blk.n_layer ...); the trunk never runs them (brisk_model.nextn) */
     bool ssm_v_grouped; /* qwen3next: value head i reads key head i / (n_v / n_k), HF's order; qwen35*:
                            key head i mod n_k (llama.cpp's converter tiles the value heads) */
     int n_attn_layers; /* layers with a KV cache (all but the recurrent ones) */
@@ -69,9 +73,9 @@ typedef struct model_hparams {
     model_rope_file rope_file;
 } model_hparams;
 
-/* Is layer l a recurrent (Gated DeltaNet) layer? */
+/* Is layer l a recurrent (Gated DeltaNet) layer? (An MTP block, l >= n_layer, is full attention.) */
 static inline bool model_layer_recurrent(const model_hparams *hp, int l) {
-    return hp->full_attn_interval > 0 && (l + 1) % hp->full_attn_interval != 0;
+    return hp->full_attn_interval > 0 && l < hp->n_layer && (l + 1) % hp->full_attn_interval != 0;
 }
 
 typedef struct layer_weights {
@@ -100,6 +104,16 @@ typedef struct layer_weights {
                                        expert FFN runs on the CPU, see moe_experts */
 } layer_weights;
 
+/* A multi-token-prediction (nextn) block's own tensors (llama.cpp's layer.nextn); the block's attention and
+ * FFN are ordinary layer_weights at m->layers[n_layer + i]. See qwen35.c's qwen35_mtp_forward. */
+typedef struct model_nextn {
+    bk_weight eh_proj;          /* (n_embd, 2 n_embd): input columns [embedding ; hidden] */
+    bk_weight enorm, hnorm;     /* (n_embd) f32: the token embedding's and the hidden state's norms */
+    bk_weight embed_tokens;     /* (n_vocab, n_embd) optional (absent: the model's token_embd) */
+    bk_weight shared_head_head; /* (n_vocab, n_embd) optional (absent: the model's LM head) */
+    bk_weight shared_head_norm; /* (n_embd) optional (absent: output_norm) */
+} model_nextn;
+
 struct brisk_model {
     gguf_file *gguf;
     tokenizer *tok;
@@ -120,7 +134,12 @@ struct brisk_model {
     /* the classification head of a reranker (pooling rank), host memory, each optional (host NULL):
      * cls (n_embd, n_embd) and cls.bias, then cls.output (n_cls_out, n_embd) and cls.output.bias */
     bk_weight cls, cls_b, cls_out, cls_out_b;
-    layer_weights *layers;/* (n_layer) */
+    layer_weights *layers;/* (n_layer + n_mtp): the trunk, then the MTP blocks */
+    model_nextn *nextn;   /* (n_mtp) the MTP blocks' own tensors, or NULL */
+    int n_mtp;            /* MTP blocks bound (hp.n_nextn when the file holds their tensors, else 0; never
+                             with tensor or pipeline parallelism). Bound for the CPU, whatever -ngl says, and
+                             not counted in n_params / weight_bytes (mtp_bytes): plain decoding never reads them */
+    uint64_t mtp_params, mtp_bytes;
     uint64_t n_params, weight_bytes;
     char arch_name[32];
     char name[128];

@@ -24,6 +24,19 @@
  *
  * In the files every norm weight already carries HF's (1 + w) offset.
  *
+ * Multi-token prediction (qwen35_mtp_forward; llama.cpp's graph_mtp): the
+ * files may carry nextn_predict_layers MTP blocks after the trunk, a draft
+ * model built in. Block N takes the trunk's final-norm hidden state h of
+ * position p-1 and the token x at p (the token that h predicted) and gives
+ * draft logits for position p+1:
+ *
+ *   x = eh_proj [rmsnorm(embed(x)) * enorm ; rmsnorm(h) * hnorm]   (embedding first)
+ *   x += gated attention (a full-attention layer, its own KV cache); x += FFN (the trunk's kind)
+ *   h' = rmsnorm(x) * shared_head_norm (absent: output_norm)
+ *   logits = shared_head_head h' (absent: the trunk's LM head)
+ *
+ * Chained, h' and the drafted token are the next step's inputs (engine/drafter.c).
+ *
  * Tensor parallelism (engine/shard.h; the two all-reduces of a layer as in
  * llama.c): a gated attention layer is split by whole heads as qwen3's (a
  * head's gate rows travel with its query rows; Wo by columns). A Gated
@@ -132,6 +145,40 @@ brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_vi
         else gated_attention(m, be, kv, b, s, l);
         BK_TRY(ffn(m, be, b, s, l, l1));
     }
+    /* a target that feeds an MTP head keeps every entry's final-norm h (llama.cpp's h_nextn) */
+    if (l1 == hp->n_layer && s->hidden) op->rms_norm(be, s->x, &m->output_norm, s->hidden, n, hp->n_embd, hp->rms_eps);
     if (l1 == hp->n_layer && b->n_out) decoder_logits(m, be, b, s);
+    return BRISK_OK;
+}
+
+brisk_status qwen35_mtp_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
+                                fwd_scratch *s, int l0, int l1) {
+    const model_hparams *hp = &m->hp;
+    const bk_backend_ops *op = be->ops;
+    const model_nextn *nx = &m->nextn[l0 - hp->n_layer];
+    int n = b->n, d = hp->n_embd;
+    size_t row = (size_t)d * sizeof(float);
+    if (!op->sigmoid_mul || (hp->n_expert && (!op->moe_route || !op->moe_ffn)))
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "the %s backend lacks the ops of %s", op->name, m->arch_name);
+
+    /* the two normed halves side by side: eh_proj's input columns [embedding ; h] */
+    op->get_rows(be, nx->embed_tokens.host ? &nx->embed_tokens : &m->tok_embd, b->tokens, n, s->xb);
+    op->rms_norm(be, s->xb, &nx->enorm, s->xb, n, d, hp->rms_eps);
+    op->rms_norm(be, s->mtp_h, &nx->hnorm, s->mtp_h, n, d, hp->rms_eps);
+    bk_copy_rows(be, s->mtp_eh, 2 * row, s->xb, row, row, (size_t)n);
+    bk_copy_rows(be, s->mtp_eh + d, 2 * row, s->mtp_h, row, row, (size_t)n);
+    const bk_weight *eh = &nx->eh_proj;
+    op->matmul(be, 1, &eh, NULL, s->mtp_eh, n, &s->x);
+
+    gated_attention(m, be, kv, b, s, l0);
+    BK_TRY(ffn(m, be, b, s, l0, l1));
+
+    const bk_weight *norm = nx->shared_head_norm.host ? &nx->shared_head_norm : &m->output_norm;
+    op->rms_norm(be, s->x, norm, s->hidden, n, d, hp->rms_eps);
+    if (!b->n_out) return BRISK_OK;
+    for (int i = 0; i < b->n_out; i++)
+        op->copy(be, s->out + (size_t)i * d, s->hidden + (size_t)b->out_idx[i] * d, row);
+    const bk_weight *head = nx->shared_head_head.host ? &nx->shared_head_head : &m->output;
+    op->matmul(be, 1, &head, NULL, s->out, b->n_out, &s->logits);
     return BRISK_OK;
 }

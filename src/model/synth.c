@@ -108,10 +108,16 @@ static void plan_tensors(const synth_config *c, plan_list *l) {
     mat(l, "token_embd.weight", 0.02f, d, c->n_vocab);
     vec(l, "output_norm.weight", INIT_ONES, 0, d);
     if (!c->tied) mat(l, "output.weight", sd, d, c->n_vocab);
-    for (int i = 0; i < c->n_layer; i++) {
+    for (int i = 0; i < c->n_layer + c->n_mtp; i++) {
 #define L(suffix) (snprintf(nm, sizeof nm, "blk.%d.%s", i, suffix), nm)
         vec(l, L("attn_norm.weight"), INIT_ONES, 0, d);
-        if (hybrid && (i + 1) % c->full_attn_interval != 0) { /* Gated DeltaNet */
+        if (i >= c->n_layer) { /* an MTP block: [enorm(embedding) ; hnorm(hidden)] -> eh_proj -> the block */
+            mat(l, L("nextn.eh_proj.weight"), 1.0f / sqrtf(2.0f * (float)d), 2 * d, d);
+            vec(l, L("nextn.enorm.weight"), INIT_ONES, 0, d);
+            vec(l, L("nextn.hnorm.weight"), INIT_ONES, 0, d);
+            vec(l, L("nextn.shared_head_norm.weight"), INIT_ONES, 0, d);
+        }
+        if (hybrid && i < c->n_layer && (i + 1) % c->full_attn_interval != 0) { /* Gated DeltaNet */
             if (c->ssm_in) { /* qwen3next's older layout: q, k, v, z fused, interleaved per key head */
                 mat(l, L("ssm_in.weight"), sd, d, conv_dim + val_dim);
             } else {
@@ -190,6 +196,9 @@ static brisk_status check_config(const synth_config *c) {
     if (is_hybrid(c) && c->n_layer < c->full_attn_interval) /* llama.cpp cannot run a model without one */
         return bk_fail(BRISK_ERR_INVALID_ARG, "synth: %s needs at least %d layers (one of full attention)", c->arch,
                        c->full_attn_interval);
+    if (c->n_mtp < 0 || c->n_mtp > 4 || (c->n_mtp && !is_hybrid(c)))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "synth: %d MTP blocks (0..4, qwen35, qwen35moe and qwen3next only)",
+                       c->n_mtp);
     if (!(c->expert_skew >= 0 && c->expert_skew <= 64))
         return bk_fail(BRISK_ERR_INVALID_ARG, "synth: expert skew %g is outside [0, 64]", (double)c->expert_skew);
     return BRISK_OK;
@@ -208,7 +217,8 @@ static brisk_status set_arch_meta(gguf_writer *w, const synth_config *c, const q
     if (ft) BK_TRY(gguf_writer_set_u32(w, "general.file_type", ft->id));
     U32("context_length", c->n_ctx);
     U32("embedding_length", c->n_embd);
-    U32("block_count", c->n_layer);
+    U32("block_count", c->n_layer + c->n_mtp);
+    if (c->n_mtp > 0) U32("nextn_predict_layers", c->n_mtp);
     if (c->n_ff > 0) U32("feed_forward_length", c->n_ff);
     U32("attention.head_count", c->n_head);
     U32("attention.head_count_kv", c->n_head_kv);
@@ -483,7 +493,7 @@ brisk_status synth_write_ex(const synth_config *c0, const char *vocab_path, cons
 
     gguf_file *vocab = NULL;
     int64_t n_tok = 0;
-    plan_list l = {calloc((size_t)(8 + c.n_layer * MAX_PER_LAYER), sizeof(tensor_plan)), 0};
+    plan_list l = {calloc((size_t)(8 + (c.n_layer + c.n_mtp) * MAX_PER_LAYER), sizeof(tensor_plan)), 0};
     gguf_writer *w = NULL;
     gguf_rows *rs = NULL;
     uint64_t total = 0;

@@ -4,7 +4,8 @@
  * Architectures: llama, qwen2, qwen3 (dense), qwen3moe (routed experts) and
  * qwen35 / qwen35moe (the Qwen3.5/3.6 hybrid: Gated DeltaNet layers with a
  * gated full-attention layer every full_attn_interval-th, dense FFN or routed
- * experts plus a shared expert). Tensor names, shapes and metadata keys are
+ * experts plus a shared expert), optionally with multi-token-prediction
+ * (MTP, "nextn") blocks after the trunk (n_mtp). Tensor names, shapes and metadata keys are
  * those llama.cpp's converter writes, so llama.cpp loads the files.
  *
  * Weights: matrices are N(0, 1/n_in) (the embedding N(0, 0.02^2)); the
@@ -67,6 +68,11 @@ typedef struct synth_config {
     int full_attn_interval;   /* every n-th layer is full attention */
     int rope_sections[4];     /* IMRoPE sections (qwen35*) */
     bool ssm_in;              /* qwen3next: the fused ssm_in of older files, not attn_qkv + attn_gate */
+    int n_mtp;                /* multi-token-prediction blocks after the n_layer trunk (nextn_predict_layers; the
+                               * hybrids): each a full-attention block with the trunk's FFN kind plus
+                               * blk.N.nextn.{eh_proj, enorm, hnorm, shared_head_norm}, as llama.cpp's converter
+                               * writes Qwen3.5/3.6's mtp.* (embed_tokens and shared_head_head left out: the
+                               * trunk's embedding and LM head serve, as in those checkpoints) */
     /* writing */
     const char *ftype;        /* llama-quantize mix name ("Q4_K_M", "Q8_0", "F16", ...) or NULL */
     bool pure;                /* with ftype: every matrix gets the mix's base type */

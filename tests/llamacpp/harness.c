@@ -9,7 +9,7 @@
 // The CPU backend itself (libggml-cpu-<variant>.so, the best one for this CPU)
 // is loaded with ggml_backend_load_all_from_path(libdir).
 //
-// Subcommands (see usage()): tokenize, quantize, eval, embed, perplexity, bench, batched, info.
+// Subcommands (see usage()): tokenize, quantize, eval, embed, perplexity, bench, batched, mtp, info.
 // Every failure prints one line on stderr and exits non-zero.
 #include <ctype.h>
 #include <dlfcn.h>
@@ -60,6 +60,7 @@ static struct {
     __typeof__(&ggml_threadpool_new) ggml_threadpool_new;   // from the CPU backend
     __typeof__(&ggml_threadpool_free) ggml_threadpool_free; // from the CPU backend
     char cpu_variant[256]; // file name of the libggml-cpu-*.so that got loaded
+    void *llama;           // libllama's handle (mtp resolves its staging API from it)
 } L;
 
 // ---------------------------------------------------------------------------
@@ -220,6 +221,7 @@ static int load_llamacpp(const char *libdir, const char *variant) {
     void *llama = open_lib(libdir, "libllama.so", "libllama.v*.so");
     if (!llama) return fail("cannot load libllama from %s: %s", libdir, dlerror());
     void *handles[3] = {llama, ggml, base};
+    L.llama = llama;
 #define X(fn)                                                                     \
     for (int i = 0; i < 3 && !L.fn; i++) *(void **)&L.fn = dlsym(handles[i], #fn); \
     if (!L.fn) return fail("symbol %s not found in %s", #fn, libdir);
@@ -1262,6 +1264,113 @@ static int cmd_batched(const struct opts *o) {
 }
 
 // ---------------------------------------------------------------------------
+// mtp: the multi-token-prediction head (Qwen3.5/3.6 nextn layers) as common/speculative.cpp's
+// draft-mtp drives it, through the same calls: the model loaded with load_mtp, a second context of
+// type LLAMA_CONTEXT_TYPE_MTP, and the staging API of src/llama-ext.h (C++ symbols, resolved by their
+// mangled names) for the target's final-norm hidden states h ("h_nextn") and the head's own.
+// 1. The target decodes the prompt p[0, N) (h of every position kept, unmasked), its greedy token t.
+// 2. The head catches up on the prompt in one batch: entry i = (p[i], h[i-1]) at position i, entry 0
+//    with a zero h (speculative.cpp's first pending_h), logits for every entry.
+// 3. n chained drafts: (t, h[N-1]) at N, then (draft j, the head's own h of step j) at N + 1 + j.
+// Prints t and the n drafts; --logits-out gets the N + n rows (eval's file layout).
+
+typedef void (*set_nextn_fn)(struct llama_context *, bool, bool);
+typedef float *(*get_nextn_fn)(struct llama_context *);
+typedef float *(*get_nextn_ith_fn)(struct llama_context *, int32_t);
+
+static int cmd_mtp(const struct opts *o) {
+    if (!o->p) return fail("mtp needs -p \"IDS\"");
+    set_nextn_fn set_nextn = (set_nextn_fn)dlsym(L.llama, "_Z26llama_set_embeddings_nextnP13llama_contextbb");
+    get_nextn_fn get_nextn = (get_nextn_fn)dlsym(L.llama, "_Z26llama_get_embeddings_nextnP13llama_context");
+    get_nextn_ith_fn get_nextn_ith =
+        (get_nextn_ith_fn)dlsym(L.llama, "_Z30llama_get_embeddings_nextn_ithP13llama_contexti");
+    if (!set_nextn || !get_nextn || !get_nextn_ith) return fail("this libllama has no llama_*_embeddings_nextn");
+    llama_token *prompt = NULL;
+    int n_prompt = 0, n_draft = o->n_gen < 0 ? 4 : o->n_gen;
+    if (parse_id_list(o->p, &prompt, &n_prompt)) return 1;
+    struct llama_model_params mp = L.llama_model_default_params();
+    mp.n_gpu_layers = 0;
+    mp.load_mode = LLAMA_LOAD_MODE_MMAP;
+    mp.use_extra_bufts = false;
+    mp.load_mtp = true;
+    clear_error();
+    struct llama_model *m = L.llama_model_load_from_file(o->model, mp);
+    if (!m) return free(prompt), fail("cannot load model '%s': %s", o->model, llama_error());
+    const int n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(m)), n_embd = L.llama_model_n_embd(m);
+    struct llama_context_params cp = L.llama_context_default_params();
+    cp.n_ctx = (uint32_t)(n_prompt + n_draft + 16);
+    cp.n_batch = cp.n_ubatch = (uint32_t)(n_prompt > 512 ? n_prompt : 512);
+    cp.n_seq_max = 1;
+    cp.n_threads = cp.n_threads_batch = o->n_threads;
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.type_k = cp.type_v = o->kv_type;
+    cp.no_perf = true;
+    struct llama_context *tgt = L.llama_init_from_model(m, cp), *dft = NULL;
+    cp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
+    cp.ctx_other = tgt;
+    if (tgt) dft = L.llama_init_from_model(m, cp);
+    int rc = tgt && dft ? 0 : fail("cannot create the target and MTP contexts: %s", llama_error());
+    FILE *lf = NULL;
+    if (rc == 0 && o->logits_out) {
+        int32_t hdr[2] = {n_vocab, n_prompt + n_draft};
+        lf = fopen(o->logits_out, "wb");
+        if (!lf || fwrite(hdr, sizeof hdr, 1, lf) != 1) rc = fail("cannot write %s: %s", o->logits_out, strerror(errno));
+    }
+    struct llama_batch b = L.llama_batch_init(n_prompt, n_embd, 1); // embd rows; the tokens beside them:
+    llama_token *tok = malloc(sizeof *tok * (size_t)n_prompt);     // speculative.cpp's MTP batch carries both
+    float *h = calloc((size_t)n_embd, sizeof *h);
+    llama_token *out = malloc(sizeof *out * (size_t)(n_draft + 1));
+    if (rc == 0 && (!tok || !h || !out)) rc = fail("out of memory");
+    if (rc == 0) {
+        set_nextn(tgt, true, false); // every position's h
+        set_nextn(dft, true, true);  // the head's output rows
+        b.token = tok;
+        for (int i = 0; i < n_prompt; i++) batch_put(&b, prompt[i], i, 0, i == n_prompt - 1);
+        struct llama_batch tb = b;
+        tb.embd = NULL;
+        if (L.llama_decode(tgt, tb) != 0) rc = fail("target decode failed: %s", llama_error());
+    }
+    if (rc == 0) {
+        out[0] = argmax(L.llama_get_logits_ith(tgt, -1), n_vocab);
+        const float *ht = get_nextn(tgt); // (n_prompt, n_embd)
+        memset(b.embd, 0, sizeof(float) * (size_t)n_embd);
+        memcpy(b.embd + n_embd, ht, sizeof(float) * (size_t)n_embd * (size_t)(n_prompt - 1));
+        memcpy(h, ht + (size_t)(n_prompt - 1) * n_embd, sizeof(float) * (size_t)n_embd);
+        for (int i = 0; i < n_prompt; i++) b.logits[i] = true;
+        if (L.llama_decode(dft, b) != 0) rc = fail("MTP catch-up decode failed: %s", llama_error());
+        for (int i = 0; i < n_prompt && rc == 0 && lf; i++)
+            if (fwrite(L.llama_get_logits_ith(dft, i), sizeof(float), (size_t)n_vocab, lf) != (size_t)n_vocab)
+                rc = fail("cannot write %s: %s", o->logits_out, strerror(errno));
+    }
+    for (int j = 0; j < n_draft && rc == 0; j++) {
+        b.n_tokens = 0;
+        batch_put(&b, out[j], n_prompt + j, 0, true);
+        memcpy(b.embd, h, sizeof(float) * (size_t)n_embd);
+        if (L.llama_decode(dft, b) != 0) {
+            rc = fail("MTP draft decode %d failed: %s", j, llama_error());
+            break;
+        }
+        const float *lg = L.llama_get_logits_ith(dft, 0);
+        out[j + 1] = argmax(lg, n_vocab);
+        memcpy(h, get_nextn_ith(dft, 0), sizeof(float) * (size_t)n_embd);
+        if (lf && fwrite(lg, sizeof(float), (size_t)n_vocab, lf) != (size_t)n_vocab)
+            rc = fail("cannot write %s: %s", o->logits_out, strerror(errno));
+    }
+    if (lf && fclose(lf) != 0 && rc == 0) rc = fail("cannot write %s: %s", o->logits_out, strerror(errno));
+    if (rc == 0) print_ids(out, n_draft + 1);
+    free(out);
+    free(h);
+    b.token = NULL; // ours: llama_batch_free frees only what llama_batch_init made (embd then)
+    free(tok);
+    L.llama_batch_free(b);
+    if (dft) L.llama_free(dft);
+    if (tgt) L.llama_free(tgt);
+    L.llama_model_free(m);
+    free(prompt);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------
 // info
 
 static int cmd_info(const struct opts *o) {
@@ -1299,6 +1408,9 @@ static void usage(void) {
           "       (FILE's tokens and -c; KL divergence, PPL ratio and same top token against it)\n"
           "  bench -m FILE [-p 512] [-n 128] [-t N] [-r 5] [-c N] [--fa auto|on|off] [--no-repack]\n"
           "  batched -m FILE [-p 128] [-n 128] [-npl 1,8,32,64] [-t N] [-r 5] [-c N] [--fa auto|on|off]\n"
+          "  mtp -m FILE -p \"1 2 3\" [-n 4] [-t N] [--kv f32] [--logits-out PATH]\n"
+          "       (the MTP head as --spec-type draft-mtp drives it: logits of the catch-up over the prompt,\n"
+          "       then of n chained greedy drafts after the target's greedy token)\n"
           "  info -m FILE\n",
           stderr);
 }
@@ -1316,6 +1428,7 @@ int main(int argc, char **argv) {
                                       : !strcmp(cmd, "perplexity") ? cmd_perplexity
                                       : !strcmp(cmd, "bench")    ? cmd_bench
                                       : !strcmp(cmd, "batched")  ? cmd_batched
+                                      : !strcmp(cmd, "mtp")      ? cmd_mtp
                                       : !strcmp(cmd, "info")     ? cmd_info : NULL;
     if (!run) return usage(), fail("unknown command '%s'", cmd);
     struct opts o;
