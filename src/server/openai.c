@@ -334,6 +334,8 @@ static bool tokenize(const oai_server *srv, const char *text, size_t len, bool a
                  "bytes); shorten it or start the server with a larger -c",
                  len, srv->n_ctx_slot, srv->max_piece);
         e->code = "context_length_exceeded";
+        e->n_prompt = (int)(len / srv->max_piece);
+        e->n_ctx = srv->n_ctx_slot;
         return false;
     }
     int64_t n = 0;
