@@ -59,16 +59,7 @@ static bool blocks_text(const cJSON *c, strbuf *b, oai_error *e, const char *par
 /* One Messages message into one or more chat messages appended to out. */
 static bool add_message(const cJSON *m, cJSON *out, oai_error *e) {
     const cJSON *role = get(m, "role"), *content = get(m, "content");
-    if (cJSON_IsString(role) && !strcmp(role->valuestring, "system")) { /* Claude Code sends these mid-conversation */
-        strbuf sys = {0};
-        bool ok = blocks_text(content, &sys, e, "messages");
-        cJSON *sm = cJSON_CreateObject();
-        cJSON_AddStringToObject(sm, "role", "system");
-        cJSON_AddStringToObject(sm, "content", sys.p ? sys.p : "");
-        cJSON_AddItemToArray(out, sm);
-        sb_free(&sys);
-        return ok;
-    }
+    if (cJSON_IsString(role) && !strcmp(role->valuestring, "system")) return true; /* in the system prompt: to_chat */
     if (!cJSON_IsString(role) || (strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant")))
         return oai_fail(e, 400, "messages", "each message needs a role of user, assistant or system");
     bool asst = role->valuestring[0] == 'a';
@@ -148,14 +139,22 @@ static cJSON *to_chat(const oai_server *srv, const cJSON *root, bool count, bool
     cJSON *oa = cJSON_CreateObject(), *out = cJSON_AddArrayToObject(oa, "messages");
     strbuf sys = {0};
     bool ok = blocks_text(get(root, "system"), &sys, e, "system");
+    /* System messages among the messages (Claude Code puts its environment after the first user
+     * message) join the system prompt: most templates take a system message only first. */
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *role = get(m, "role");
+        if (!ok || !cJSON_IsString(role) || strcmp(role->valuestring, "system")) continue;
+        if (sys.len) sb_puts(&sys, "\n\n");
+        ok = blocks_text(get(m, "content"), &sys, e, "messages");
+    }
     if (ok && sys.len) {
-        cJSON *m = cJSON_CreateObject();
-        cJSON_AddStringToObject(m, "role", "system");
-        cJSON_AddStringToObject(m, "content", sys.p);
-        cJSON_AddItemToArray(out, m);
+        cJSON *sm = cJSON_CreateObject();
+        cJSON_AddStringToObject(sm, "role", "system");
+        cJSON_AddStringToObject(sm, "content", sys.p);
+        cJSON_AddItemToArray(out, sm);
     }
     sb_free(&sys);
-    const cJSON *m;
     cJSON_ArrayForEach(m, msgs) if (ok) ok = add_message(m, out, e);
     const cJSON *tools = get(root, "tools"), *t;
     if (ok && tools && !cJSON_IsArray(tools)) ok = oai_fail(e, 400, "tools", "'tools' must be an array");

@@ -118,6 +118,11 @@ test('agents: a Claude Code shaped request streams a turn; too long a prompt in 
     assert(r.text.includes('event: message_stop'), r.text);
     if (display === 'omitted') assert(!r.text.includes('thinking_delta'), 'thinking text shown');
   }
+  // a system message among the messages joins the system prompt: the same prompt as one system text
+  const count = async (b) => (await raw('/v1/messages/count_tokens', { body: JSON.stringify({ model: MODEL, ...b }) })).json.input_tokens;
+  const hi = { role: 'user', content: 'Hi' };
+  eq(await count({ system: 'A', messages: [hi, { role: 'system', content: [{ type: 'text', text: 'B' }] }] }),
+    await count({ system: 'A\n\nB', messages: [hi] }));
   const bad = await raw('/v1/messages', { body: JSON.stringify({ ...body, stream: false, thinking: { type: 'sometimes' } }) });
   eq([bad.status, bad.json.error.type], [400, 'invalid_request_error']);
   const long = await raw('/v1/messages', { body: JSON.stringify({ ...body, messages: [{ role: 'user', content: 'word '.repeat(5000) }] }) });
