@@ -120,7 +120,8 @@ test-cuda: $(BUILD)/tests/test_cuda_ops $(BUILD)/tests/test_pp $(BUILD)/tests/te
 	@BUILD=$(BUILD) SHARED=$(SHARED) bash tests/cuda/run.sh
 
 deps: .deps/llama.cpp/include/llama.h .deps/npm/node_modules/openai/package.json \
-      .deps/npm/node_modules/@anthropic-ai/sdk/package.json .deps/npm/node_modules/playwright-core/package.json
+      .deps/npm/node_modules/@anthropic-ai/sdk/package.json .deps/npm/node_modules/playwright-core/package.json \
+      .deps/npm/node_modules/@openai/codex/package.json .deps/npm/node_modules/@anthropic-ai/claude-code/package.json
 # drives Debian's chromium in tests/t_webui.sh (no browser download)
 .deps/npm/node_modules/playwright-core/package.json: | .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle
 	cd .deps/npm && npm install --omit=optional --no-audit --no-fund --loglevel=error playwright-core@1.64.1
@@ -130,6 +131,14 @@ deps: .deps/llama.cpp/include/llama.h .deps/npm/node_modules/openai/package.json
 # /v1/messages' client in tests/server/anthropic.mjs
 .deps/npm/node_modules/@anthropic-ai/sdk/package.json: | .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle
 	cd .deps/npm && npm install --no-audit --no-fund --loglevel=error @anthropic-ai/sdk@0.71.0
+# the agents of tests/t_agents.sh: native binaries in optional platform packages, named here as
+# dependencies of their own so that --omit=optional (node-llama-cpp's GPU builds) keeps them
+.deps/npm/node_modules/@openai/codex/package.json: | .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle
+	cd .deps/npm && npm install --omit=optional --no-audit --no-fund --loglevel=error @openai/codex@0.171.0 \
+	    @openai/codex-linux-x64@npm:@openai/codex@0.171.0-linux-x64
+.deps/npm/node_modules/@anthropic-ai/claude-code/package.json: | .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle
+	cd .deps/npm && npm install --omit=optional --no-audit --no-fund --loglevel=error @anthropic-ai/claude-code@2.1.332 \
+	    @anthropic-ai/claude-code-linux-x64@2.1.332
 .deps/llama.cpp/include/llama.h: | .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle
 	rm -rf .deps/llama.cpp
 	git clone -q .deps/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle .deps/llama.cpp

@@ -22,7 +22,10 @@ char *anth_error_json(const oai_error *e) {
     cJSON *o = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(o, "error");
     cJSON_AddStringToObject(o, "type", "error");
     cJSON_AddStringToObject(err, "type", type);
-    cJSON_AddStringToObject(err, "message", e->message);
+    char too_long[96]; /* Anthropic's words, which clients such as Claude Code match to start compacting */
+    snprintf(too_long, sizeof too_long, "prompt is too long: %d tokens > %d maximum", e->n_prompt, e->n_ctx);
+    bool ctx = e->code && !strcmp(e->code, "context_length_exceeded");
+    cJSON_AddStringToObject(err, "message", ctx ? too_long : e->message);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -51,8 +54,9 @@ static bool blocks_text(const cJSON *c, strbuf *b, oai_error *e, const char *par
 /* One Messages message into one or more chat messages appended to out. */
 static bool add_message(const cJSON *m, cJSON *out, oai_error *e) {
     const cJSON *role = oai_get(m, "role"), *content = oai_get(m, "content");
+    if (cJSON_IsString(role) && !strcmp(role->valuestring, "system")) return true; /* in the system prompt: to_chat */
     if (!cJSON_IsString(role) || (strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant")))
-        return oai_fail(e, 400, "messages", "each message needs a role of user or assistant");
+        return oai_fail(e, 400, "messages", "each message needs a role of user, assistant or system");
     bool asst = role->valuestring[0] == 'a';
     strbuf text = {0}, think = {0};
     cJSON *calls = NULL;
@@ -113,7 +117,7 @@ static bool add_message(const cJSON *m, cJSON *out, oai_error *e) {
 
 /* The chat request (caller frees) for a Messages body; NULL and e on a bad one.
  * count: /count_tokens (max_tokens not required). */
-static cJSON *to_chat(const oai_server *srv, const cJSON *root, bool count, bool *thinking, oai_error *e) {
+static cJSON *to_chat(const oai_server *srv, const cJSON *root, bool count, bool *thinking, bool *hide, oai_error *e) {
     const cJSON *model = oai_get(root, "model"), *msgs = oai_get(root, "messages"), *mt = oai_get(root, "max_tokens");
     if (!cJSON_IsString(model)) return oai_fail(e, 400, "model", "'model' is required"), NULL;
     if (!oai_model_ok(srv, model->valuestring, e)) return NULL;
@@ -124,20 +128,33 @@ static cJSON *to_chat(const oai_server *srv, const cJSON *root, bool count, bool
     cJSON *oa = cJSON_CreateObject(), *out = cJSON_AddArrayToObject(oa, "messages");
     strbuf sys = {0};
     bool ok = blocks_text(oai_get(root, "system"), &sys, e, "system");
+    /* System messages among the messages (Claude Code puts its environment after the first user
+     * message) join the system prompt: most templates take a system message only first. */
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *role = oai_get(m, "role");
+        if (!ok || !cJSON_IsString(role) || strcmp(role->valuestring, "system")) continue;
+        if (sys.len) sb_puts(&sys, "\n\n");
+        ok = blocks_text(oai_get(m, "content"), &sys, e, "messages");
+    }
     if (ok && sys.len) oai_add_message(out, "system", sys.p);
     sb_free(&sys);
-    const cJSON *m;
     cJSON_ArrayForEach(m, msgs) if (ok) ok = add_message(m, out, e);
     const cJSON *tools = oai_get(root, "tools"), *t;
     if (ok && tools && !cJSON_IsArray(tools)) ok = oai_fail(e, 400, "tools", "'tools' must be an array");
-    cJSON *otools = ok && tools && cJSON_GetArraySize(tools) ? cJSON_AddArrayToObject(oa, "tools") : NULL;
-    const cJSON *in_tools = otools ? tools : NULL;
+    cJSON *otools = cJSON_CreateArray();
+    const cJSON *in_tools = ok ? tools : NULL;
     cJSON_ArrayForEach(t, in_tools) {
-        const cJSON *name = oai_get(t, "name");
+        const cJSON *name = oai_get(t, "name"), *type = oai_get(t, "type");
         if (!cJSON_IsString(name)) {
             ok = oai_fail(e, 400, "tools", "each tool needs a name");
             break;
         }
+        /* Server tools (a versioned type: web_search_20250305, ...) are the provider's to run and
+         * brisk runs none; deferred tools (defer_loading) stay out of the prompt until a tool
+         * search loads them, and brisk has no tool search: the model is offered neither. */
+        if ((cJSON_IsString(type) && strcmp(type->valuestring, "custom")) || cJSON_IsTrue(oai_get(t, "defer_loading")))
+            continue;
         cJSON *ot = cJSON_CreateObject(), *fn;
         cJSON_AddStringToObject(ot, "type", "function"); /* as /v1/chat/completions clients order it */
         fn = cJSON_AddObjectToObject(ot, "function");
@@ -146,6 +163,8 @@ static cJSON *to_chat(const oai_server *srv, const cJSON *root, bool count, bool
         oai_copy_field(t, "input_schema", fn, "parameters");
         cJSON_AddItemToArray(otools, ot);
     }
+    if (cJSON_GetArraySize(otools)) cJSON_AddItemToObject(oa, "tools", otools);
+    else cJSON_Delete(otools);
     const cJSON *tc = oai_get(root, "tool_choice"), *tct = tc ? oai_get(tc, "type") : NULL;
     if (ok && tc) {
         const char *k = cJSON_IsString(tct) ? tct->valuestring : "";
@@ -158,10 +177,14 @@ static cJSON *to_chat(const oai_server *srv, const cJSON *root, bool count, bool
             cJSON_AddStringToObject(fn, "name", oai_get(tc, "name")->valuestring);
         } else ok = oai_fail(e, 400, "tool_choice", "'tool_choice.type' must be auto, any, tool (with a name) or none");
     }
-    const cJSON *th = oai_get(root, "thinking"), *tht = th ? oai_get(th, "type") : NULL;
-    *thinking = cJSON_IsString(tht) && !strcmp(tht->valuestring, "enabled");
+    /* adaptive: the model decides whether to think, which a thinking model's template does when enabled */
+    const cJSON *th = oai_get(root, "thinking"), *tht = th ? oai_get(th, "type") : NULL, *thd = th ? oai_get(th, "display") : NULL;
+    *thinking = cJSON_IsString(tht) && (!strcmp(tht->valuestring, "enabled") || !strcmp(tht->valuestring, "adaptive"));
+    *hide = cJSON_IsString(thd) && !strcmp(thd->valuestring, "omitted");
     if (ok && th && !(cJSON_IsString(tht) && (*thinking || !strcmp(tht->valuestring, "disabled"))))
-        ok = oai_fail(e, 400, "thinking", "'thinking.type' must be enabled or disabled");
+        ok = oai_fail(e, 400, "thinking", "'thinking.type' must be enabled, adaptive or disabled");
+    if (ok && thd && !(cJSON_IsString(thd) && (*hide || !strcmp(thd->valuestring, "summarized"))))
+        ok = oai_fail(e, 400, "thinking", "'thinking.display' must be summarized or omitted");
     cJSON *kw = cJSON_AddObjectToObject(oa, "chat_template_kwargs");
     cJSON_AddBoolToObject(kw, "enable_thinking", *thinking); /* Anthropic's default: off */
     if (!count) cJSON_AddNumberToObject(oa, "max_tokens", mt->valuedouble);
@@ -181,13 +204,13 @@ bool anth_parse(const oai_server *srv, const char *body, size_t len, oai_job *jo
     memset(job, 0, sizeof *job);
     cJSON *root = oai_parse_body(body, len, e);
     if (!root) return false;
-    bool thinking = false;
-    cJSON *oa = to_chat(srv, root, false, &thinking, e);
+    bool thinking = false, hide = false;
+    cJSON *oa = to_chat(srv, root, false, &thinking, &hide, e);
     cJSON_Delete(root);
     if (!oa) return false;
     bool ok = oai_parse_chat(srv, oa, job, e);
     cJSON_Delete(oa);
-    job->anth_thinking = thinking;
+    job->anth_hide_thinking = hide;
     char id[sizeof job->id];
     snprintf(id, sizeof id, "msg_%s", job->id + strlen("chatcmpl-"));
     memcpy(job->id, id, sizeof id);
@@ -197,8 +220,8 @@ bool anth_parse(const oai_server *srv, const char *body, size_t len, oai_job *jo
 char *anth_count_tokens(const oai_server *srv, const char *body, size_t len, oai_error *e) {
     cJSON *root = oai_parse_body(body, len, e);
     if (!root) return NULL;
-    bool thinking = false;
-    cJSON *oa = to_chat(srv, root, true, &thinking, e);
+    bool thinking = false, hide = false;
+    cJSON *oa = to_chat(srv, root, true, &thinking, &hide, e);
     cJSON_Delete(root);
     if (!oa) return NULL;
     oai_job job;
@@ -265,7 +288,7 @@ char *anth_response(const oai_server *srv, oai_job *job, const oai_delta *d) {
     if (p->reasoning.len) {
         cJSON *b = cJSON_CreateObject();
         cJSON_AddStringToObject(b, "type", "thinking");
-        cJSON_AddStringToObject(b, "thinking", p->reasoning.p);
+        cJSON_AddStringToObject(b, "thinking", job->anth_hide_thinking ? "" : p->reasoning.p);
         cJSON_AddStringToObject(b, "signature", "");
         cJSON_AddItemToArray(content, b);
     }
@@ -324,6 +347,10 @@ static void open_block(oai_job *job, int kind, strbuf *out) {
 static void delta(oai_job *job, int kind, strbuf *text, strbuf *out) {
     if (!text->len) return;
     open_block(job, kind, out);
+    if (kind == 2 && job->anth_hide_thinking) { /* the block is there, its text is not */
+        sb_reset(text);
+        return;
+    }
     cJSON *o = indexed(job->anth_block), *dl = cJSON_AddObjectToObject(o, "delta");
     cJSON_AddStringToObject(dl, "type", kind == 1 ? "text_delta" : "thinking_delta");
     cJSON_AddStringToObject(dl, kind == 1 ? "text" : "thinking", text->p);

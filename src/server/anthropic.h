@@ -1,10 +1,10 @@
 /* anthropic.h — the Anthropic Messages API (/v1/messages) on top of the chat
- * machinery of openai.h: a request (system, content blocks, tool_use and
- * tool_result blocks, tools, tool_choice, thinking) becomes an OpenAI-style
- * chat job, and the job's output becomes a Messages response or its stream of
- * events (message_start, content_block_start/delta/stop, message_delta,
- * message_stop). Errors are {"type": "error", "error": {"type", "message"}}.
- * No I/O here.
+ * machinery of openai.h: a request (system, also as messages; content blocks,
+ * tool_use and tool_result blocks, tools, server and deferred tools being left
+ * out; tool_choice, thinking) becomes an OpenAI-style chat job, and the
+ * job's output becomes a Messages response or its stream of events
+ * (message_start, content_block_start/delta/stop, message_delta, message_stop).
+ * Errors are {"type": "error", "error": {"type", "message"}}. No I/O here.
  */
 #ifndef BK_SERVER_ANTHROPIC_H
 #define BK_SERVER_ANTHROPIC_H

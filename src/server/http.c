@@ -227,9 +227,13 @@ static enum MHD_Result submit(server *srv, struct MHD_Connection *con, conn *c, 
     brisk_status st = sched_submit(srv->sch, c->req);
     if (st != BRISK_OK) {
         int status = st == BRISK_ERR_RANGE ? 400 : st == BRISK_ERR_NOMEM ? 429 : st == BRISK_ERR_INVALID_ARG ? 400 : 503;
-        if (st == BRISK_ERR_RANGE) e.code = "context_length_exceeded";
-        oai_fail(&e, status, st == BRISK_ERR_RANGE ? (c->api == API_EMBED ? "input" : chat ? "messages" : "prompt") : NULL,
-                 "%s", brisk_last_error());
+        const char *param = c->api == API_RESPONSES || c->api == API_EMBED ? "input" : chat ? "messages" : "prompt";
+        oai_fail(&e, status, st == BRISK_ERR_RANGE ? param : NULL, "%s", brisk_last_error());
+        if (st == BRISK_ERR_RANGE) {
+            e.code = "context_length_exceeded";
+            e.n_prompt = c->req->n_prompt;
+            e.n_ctx = srv->oai.n_ctx_slot;
+        }
         return send_error(srv, con, c, &e);
     }
     c->submitted = true;

@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,7 +277,11 @@ static bool parse_sampling(const oai_server *srv, const cJSON *root, bool chat, 
     if (get_num(root, "frequency_penalty", -2, 2, false, &v, &ok, e)) p->sp.frequency_penalty = (float)v;
     if (get_num(root, "repeat_penalty", 0, 10, false, &v, &ok, e)) p->sp.repeat_penalty = (float)v;
     if (get_num(root, "seed", -9.2e18, 1.8e19, true, &v, &ok, e)) p->sp.seed = (uint64_t)(int64_t)v;
-    else p->sp.seed = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)job;
+    else { /* a count as well: two requests in one second, their job at one address, would sample alike */
+        static atomic_ullong n_unseeded;
+        p->sp.seed = ((uint64_t)time(NULL) + atomic_fetch_add(&n_unseeded, 1) * 0xBF58476D1CE4E5B9ull) *
+                         0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)job;
+    }
     if (get_num(root, "max_tokens", 0, 1 << 30, true, &v, &ok, e)) p->max_tokens = (int)v;
     if (get_num(root, "max_completion_tokens", 0, 1 << 30, true, &v, &ok, e)) p->max_tokens = (int)v;
     job->n = 1;
@@ -356,6 +361,8 @@ static bool tokenize(const oai_server *srv, const char *text, size_t len, bool a
                  "bytes); shorten it or start the server with a larger -c",
                  len, srv->n_ctx_slot, srv->max_piece);
         e->code = "context_length_exceeded";
+        e->n_prompt = (int)(len / srv->max_piece);
+        e->n_ctx = srv->n_ctx_slot;
         return false;
     }
     int64_t n = 0;

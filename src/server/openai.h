@@ -18,6 +18,7 @@ typedef struct oai_error {
     const char *code;    /* NULL or a code ("context_length_exceeded") */
     char param[64];      /* "" or the offending field */
     char message[512];
+    int n_prompt, n_ctx; /* code "context_length_exceeded": the prompt's tokens (at least) and the context's */
 } oai_error;
 
 /* Fills e (and returns false, for `return oai_fail(...)`). */
@@ -73,7 +74,7 @@ typedef struct oai_job {     /* one completion request */
     int tool_mode;           /* 0 auto, 1 required (a call is forced), 2 a named function */
     int anth_block;          /* /v1/messages streaming: index of the next content block */
     int anth_open;           /* /v1/messages streaming: type of the open block (0 none, 1 text, 2 thinking) */
-    bool anth_thinking;      /* /v1/messages: the request enabled thinking */
+    bool anth_hide_thinking; /* /v1/messages: thinking.display "omitted": thinking blocks carry no text */
     void *ext;               /* another API's own state (/v1/responses), freed by oai_job_free through ext_free */
     void (*ext_free)(void *ext);
     int top_logprobs;

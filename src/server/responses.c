@@ -95,6 +95,7 @@ typedef struct resp_state {
     cJSON *echo;         /* the request's fields every Response repeats (instructions, tools, ...) */
     cJSON *conv;         /* the conversation's items so far: previous response's, then this input */
     cJSON *output;       /* output items finished so far */
+    cJSON *namespaces;   /* {function name: its namespace tool's name}, or NULL */
     bool summary;        /* reasoning.summary was asked: the thinking is the summary too */
     int seq;             /* streaming: the next sequence_number */
     int open;            /* streaming: the open output item (0 none, 1 message, 2 reasoning) */
@@ -108,6 +109,7 @@ static void state_free(void *p) {
     cJSON_Delete(s->echo);
     cJSON_Delete(s->conv);
     cJSON_Delete(s->output);
+    cJSON_Delete(s->namespaces);
     sb_free(&s->text);
     free(s);
 }
@@ -229,24 +231,52 @@ static bool add_item(const cJSON *it, turn *t, cJSON *out, oai_error *e) {
     return oai_fail(e, 400, "input", "input items of type '%s' are not supported", type);
 }
 
-/* Responses tools -> chat tools; tool_choice likewise. */
-static bool add_tools(const cJSON *root, cJSON *oa, oai_error *e) {
+/* One function tool into the chat tools otools. */
+static bool add_function(const cJSON *t, cJSON *otools, oai_error *e) {
+    const char *name = str(t, "name");
+    if (!name) return oai_fail(e, 400, "tools", "each function tool needs a name");
+    cJSON *ot = cJSON_CreateObject(), *fn;
+    cJSON_AddStringToObject(ot, "type", "function"); /* first: a template's tojson keeps the order */
+    fn = cJSON_AddObjectToObject(ot, "function");
+    cJSON_AddStringToObject(fn, "name", name);
+    if (str(t, "description")) cJSON_AddStringToObject(fn, "description", str(t, "description"));
+    if (oai_get(t, "parameters")) cJSON_AddItemToObject(fn, "parameters", cJSON_Duplicate(oai_get(t, "parameters"), true));
+    cJSON_AddItemToArray(otools, ot);
+    return true;
+}
+
+/* Responses tools -> chat tools; tool_choice likewise. A namespace's
+ * functions are offered by their own names (s->namespaces maps each back, for
+ * the function_call items); hosted tools (web_search, file_search, ...) are
+ * the provider's to run, and brisk runs none: the model is not offered them,
+ * as clients such as Codex list them whatever the provider. */
+static bool add_tools(const cJSON *root, cJSON *oa, resp_state *s, oai_error *e) {
     const cJSON *tools = oai_get(root, "tools"), *t;
     if (tools && !cJSON_IsArray(tools)) return oai_fail(e, 400, "tools", "'tools' must be an array");
-    cJSON *otools = cJSON_GetArraySize(tools) ? cJSON_AddArrayToObject(oa, "tools") : NULL;
+    cJSON *otools = cJSON_CreateArray();
+    bool ok = true;
     cJSON_ArrayForEach(t, tools) {
-        const char *type = str(t, "type"), *name = str(t, "name");
-        if (!type || strcmp(type, "function"))
-            return oai_fail(e, 400, "tools", "tools of type '%s' are not supported (only function)", type ? type : "?");
-        if (!name) return oai_fail(e, 400, "tools", "each function tool needs a name");
-        cJSON *ot = cJSON_CreateObject(), *fn;
-        cJSON_AddStringToObject(ot, "type", "function"); /* first: a template's tojson keeps the order */
-        fn = cJSON_AddObjectToObject(ot, "function");
-        cJSON_AddStringToObject(fn, "name", name);
-        if (str(t, "description")) cJSON_AddStringToObject(fn, "description", str(t, "description"));
-        if (oai_get(t, "parameters")) cJSON_AddItemToObject(fn, "parameters", cJSON_Duplicate(oai_get(t, "parameters"), true));
-        cJSON_AddItemToArray(otools, ot);
+        const char *type = str(t, "type");
+        if (!type) ok = oai_fail(e, 400, "tools", "each tool needs a type");
+        else if (!strcmp(type, "function")) ok = add_function(t, otools, e);
+        else if (!strcmp(type, "namespace")) {
+            const cJSON *inner = oai_get(t, "tools"), *f;
+            const char *ns = str(t, "name");
+            if (!ns || !cJSON_IsArray(inner)) ok = oai_fail(e, 400, "tools", "a namespace tool needs a name and tools");
+            const cJSON *fns = ok ? inner : NULL;
+            cJSON_ArrayForEach(f, fns) {
+                if (!ok) break;
+                if (!str(f, "type") || strcmp(str(f, "type"), "function")) continue; /* hosted, as above */
+                ok = add_function(f, otools, e);
+                if (ok && !s->namespaces) s->namespaces = cJSON_CreateObject();
+                if (ok) cJSON_AddStringToObject(s->namespaces, str(f, "name"), ns);
+            }
+        }
+        if (!ok) break;
     }
+    if (ok && cJSON_GetArraySize(otools)) cJSON_AddItemToObject(oa, "tools", otools);
+    else cJSON_Delete(otools);
+    if (!ok) return false;
     const cJSON *tc = oai_get(root, "tool_choice");
     if (!tc) return true;
     if (cJSON_IsString(tc) && (!strcmp(tc->valuestring, "auto") || !strcmp(tc->valuestring, "none") ||
@@ -366,7 +396,7 @@ static cJSON *to_chat(const oai_server *srv, resp_store *st, const cJSON *root, 
     const cJSON *it;
     cJSON_ArrayForEach(it, s->conv) if (ok) ok = add_item(it, &t, out, e);
     turn_flush(&t, out);
-    if (ok) ok = add_tools(root, oa, e);
+    if (ok) ok = add_tools(root, oa, s, e);
     if (ok) ok = add_format(root, oa, s, e);
     if (mt) cJSON_AddNumberToObject(oa, "max_tokens", mt->valuedouble);
     static const char *const fields[] = {"temperature", "temperature", "top_p", "top_p", "stream", "stream",
@@ -392,6 +422,7 @@ bool resp_parse(const oai_server *srv, resp_store *st, const char *body, size_t 
     cJSON *oa = to_chat(srv, st, root, s, e);
     bool ok = oa && oai_parse_chat(srv, oa, job, e); /* memsets job: s goes in after */
     cJSON_Delete(oa);
+    if (!ok && e->code && !strcmp(e->code, "context_length_exceeded")) snprintf(e->param, sizeof e->param, "input");
     s->echo = echo(root);
     s->output = cJSON_CreateArray();
     s->store = cJSON_IsFalse(oai_get(root, "store")) ? NULL : st;
@@ -447,7 +478,7 @@ static cJSON *text_item(const oai_job *job, const resp_state *s, int kind, int k
     return it;
 }
 
-static cJSON *call_item(const oai_job *job, const chat_tool_call *c, int call, int k, bool done) {
+static cJSON *call_item(const oai_job *job, const resp_state *s, const chat_tool_call *c, int call, int k, bool done) {
     cJSON *it = cJSON_CreateObject();
     char id[96];
     item_id(job, "fc", k, id, sizeof id);
@@ -457,6 +488,8 @@ static cJSON *call_item(const oai_job *job, const chat_tool_call *c, int call, i
     item_id(job, "call", call, id, sizeof id);
     cJSON_AddStringToObject(it, "call_id", id);
     cJSON_AddStringToObject(it, "name", c->name);
+    const char *ns = str(s->namespaces, c->name);
+    if (ns) cJSON_AddStringToObject(it, "namespace", ns);
     cJSON_AddStringToObject(it, "arguments", done ? c->arguments : "");
     return it;
 }
@@ -511,7 +544,7 @@ char *resp_response(const oai_server *srv, oai_job *job, const oai_delta *d) {
     if (p->content.len || !p->n_calls)
         cJSON_AddItemToArray(s->output, text_item(job, s, 1, cJSON_GetArraySize(s->output), p->content.p ? p->content.p : ""));
     for (int k = 0; k < p->n_calls; k++)
-        cJSON_AddItemToArray(s->output, call_item(job, &p->calls[k], k, cJSON_GetArraySize(s->output), true));
+        cJSON_AddItemToArray(s->output, call_item(job, s, &p->calls[k], k, cJSON_GetArraySize(s->output), true));
     keep(job, s);
     cJSON *o = response(srv, job, s, d);
     char *js = cJSON_PrintUnformatted(o);
@@ -602,7 +635,7 @@ static void call_events(const oai_job *job, resp_state *s, int call, strbuf *out
     int k = cJSON_GetArraySize(s->output);
     char id[96];
     item_id(job, "fc", k, id, sizeof id);
-    event(s, out, "response.output_item.added", at_item(call_item(job, c, call, k, false), k));
+    event(s, out, "response.output_item.added", at_item(call_item(job, s, c, call, k, false), k));
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "item_id", id);
     cJSON_AddNumberToObject(o, "output_index", k);
@@ -613,7 +646,7 @@ static void call_events(const oai_job *job, resp_state *s, int call, strbuf *out
     cJSON_AddNumberToObject(o, "output_index", k);
     cJSON_AddStringToObject(o, "arguments", c->arguments);
     event(s, out, "response.function_call_arguments.done", o);
-    cJSON *item = call_item(job, c, call, k, true);
+    cJSON *item = call_item(job, s, c, call, k, true);
     cJSON_AddItemToArray(s->output, cJSON_Duplicate(item, true));
     event(s, out, "response.output_item.done", at_item(item, k));
 }

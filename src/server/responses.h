@@ -1,7 +1,8 @@
 /* responses.h — the OpenAI Responses API (/v1/responses) on top of the chat
  * machinery of openai.h, as anthropic.h does for Messages: a request (input
  * as a string or as items: messages, function_call, function_call_output and
- * reasoning items; instructions; function tools; previous_response_id)
+ * reasoning items; instructions; function tools, and the functions of
+ * namespace tools, hosted tools being left out; previous_response_id)
  * becomes an OpenAI-style chat job, and the job's output becomes a Response
  * (reasoning, message and function_call output items) or its stream of events
  * (response.created ... response.completed, each with a sequence_number).

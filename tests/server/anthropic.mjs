@@ -100,6 +100,36 @@ if (THINKING) test('thinking: enabled gives a thinking block before the text', a
   eq(fin.content[1].text, 'A cat.');
 });
 
+// Claude Code's request: system messages among the messages, adaptive thinking
+// shown or omitted, server tools and deferred tools, fields brisk does not use
+test('agents: a Claude Code shaped request streams a turn; too long a prompt in Anthropic\'s words', async () => {
+  const body = { model: MODEL, max_tokens: 8, stream: true,
+    system: [{ type: 'text', text: 'x-billing: 1' }, { type: 'text', text: 'Be brief.', cache_control: { type: 'ephemeral' } }],
+    messages: [{ role: 'user', content: [{ type: 'text', text: 'Hi' }] },
+      { role: 'system', content: [{ type: 'text', text: '# Environment', cache_control: { type: 'ephemeral' } }] }],
+    tools: [...tools, { name: 'Later', input_schema: { type: 'object', properties: {} }, defer_loading: true },
+      { type: 'web_search_20250305', name: 'web_search' }],
+    thinking: { type: 'adaptive', display: 'omitted' }, context_management: { edits: [] }, output_config: { effort: 'high' },
+    metadata: { user_id: 'u' } };
+  for (const display of ['omitted', 'summarized']) {
+    const r = await raw('/v1/messages?beta=true', { body: JSON.stringify({ ...body, thinking: { type: 'adaptive', display } }),
+      headers: { 'anthropic-beta': 'claude-code-20250219', 'anthropic-version': '2023-06-01' } });
+    eq(r.status, 200, display);
+    assert(r.text.includes('event: message_stop'), r.text);
+    if (display === 'omitted') assert(!r.text.includes('thinking_delta'), 'thinking text shown');
+  }
+  // a system message among the messages joins the system prompt: the same prompt as one system text
+  const count = async (b) => (await raw('/v1/messages/count_tokens', { body: JSON.stringify({ model: MODEL, ...b }) })).json.input_tokens;
+  const hi = { role: 'user', content: 'Hi' };
+  eq(await count({ system: 'A', messages: [hi, { role: 'system', content: [{ type: 'text', text: 'B' }] }] }),
+    await count({ system: 'A\n\nB', messages: [hi] }));
+  const bad = await raw('/v1/messages', { body: JSON.stringify({ ...body, stream: false, thinking: { type: 'sometimes' } }) });
+  eq([bad.status, bad.json.error.type], [400, 'invalid_request_error']);
+  const long = await raw('/v1/messages', { body: JSON.stringify({ ...body, messages: [{ role: 'user', content: 'word '.repeat(5000) }] }) });
+  eq(long.status, 400);
+  assert(/^prompt is too long: \d+ tokens > \d+ maximum$/.test(long.json.error.message), long.json.error.message);
+});
+
 test('errors: Anthropic shape; unknown model 404, missing max_tokens 400', async () => {
   try {
     await anthropic.messages.create({ model: 'claude-nope', max_tokens: 4, messages: user });

@@ -192,6 +192,26 @@ test('tool_choice: required and a named function force a call; none gives none',
   await bad({ tool_choice: 'required', grammar: CALL }, 'with a grammar');
 });
 
+// Codex's tool list: hosted tools (web_search) and namespaces of functions
+test('agents: hosted tools are not offered, the functions of a namespace are, their calls name it', async () => {
+  const body = { model: MODEL, input: 'Which unit?', max_output_tokens: 250, store: false,
+    tools: [{ type: 'web_search', external_web_access: false }, { type: 'namespace', name: 'units', description: 'Units',
+      tools: [pick[0], { type: 'web_search' }] }, pick[1]],
+    tool_choice: { type: 'function', name: 'pick_unit' }, include: ['reasoning.encrypted_content'],
+    prompt_cache_key: 'k', client_metadata: { a: 'b' }, parallel_tool_calls: true, reasoning: { summary: 'auto' } };
+  const r = await client.responses.create(body);
+  eq(calls(r).map((c) => [c.name, c.namespace]), [['pick_unit', 'units']]);
+  const evs = await events(body);
+  eq(evs.find((e) => e.type === 'response.output_item.done' && e.item.type === 'function_call').item.namespace, 'units');
+  const t = await client.responses.create({ ...body, tool_choice: { type: 'function', name: 'get_time' } });
+  eq(calls(t).map((c) => [c.name, c.namespace]), [['get_time', undefined]]);
+  const hosted = await raw('/v1/responses', { body: JSON.stringify({ ...body, tools: [{ type: 'web_search' }], tool_choice: 'auto', max_output_tokens: 2 }) });
+  eq(hosted.status, 200);
+  // a prompt longer than the context: OpenAI's code, param input
+  const long = await raw('/v1/responses', { body: JSON.stringify({ model: MODEL, input: 'word '.repeat(5000) }) });
+  eq([long.status, long.json.error.code, long.json.error.param], [400, 'context_length_exceeded', 'input']);
+});
+
 test('errors: OpenAI shape; unknown model 404, bad input, tools and fields 400', async () => {
   try {
     await client.responses.create({ model: 'gpt-nope', input: 'hi' });
@@ -211,7 +231,8 @@ test('errors: OpenAI shape; unknown model 404, bad input, tools and fields 400',
   await bad({ input: [] }, 'input');
   await bad({ input: [{ type: 'item_reference', id: 'x' }] }, 'input');
   await bad({ input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'http://x' }] }] }, 'input');
-  await bad({ input: 'hi', tools: [{ type: 'web_search' }] }, 'tools');
+  await bad({ input: 'hi', tools: [{ type: 'namespace', name: 'ns' }] }, 'tools');
+  await bad({ input: 'hi', tools: [{ name: 'typeless' }] }, 'tools');
   await bad({ input: 'hi', max_output_tokens: 0 }, 'max_output_tokens');
   await bad({ input: 'hi', instructions: 7 }, 'instructions');
   await bad({ input: 'hi', previous_response_id: 'resp_nope' }, 'previous_response_id');
