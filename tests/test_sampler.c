@@ -8,11 +8,15 @@
  * deterministic. Each case also proves the test can fail: the same counts against the
  * distribution of a slightly wrong chain (temperature off by 15%, a cutoff one token off,
  * a penalty not applied) must be rejected.
- * Speculative decoding needs no case here: its tokens are drawn by this same sampler from the
- * target's logits (engine/speculative.h), and tests/t_trained.sh checks they equal plain
- * decoding's, sampled with the same seed. */
+ * Speculative decoding (engine/speculative.c) draws every token with this sampler from the
+ * target's logits and keeps a draft token only while the draws equal it; with a greedy
+ * drafter (a one-hot q) that is the rejection rule (accept with min(1, p/q) = p(d), else draw
+ * from norm(max(0, p - q)) = p without d). speculative_distribution checks the tokens it emits
+ * against the target's exact joint distribution, and that a verifier which skips a draw after
+ * an accepted draft is rejected. */
 #include "brisk.h"
 #include "engine/grammar.h"
+#include "engine/speculative.h"
 #include "test.h"
 
 #define N_DRAWS 20000
@@ -76,23 +80,30 @@ static void expected(const float *logits, const brisk_sampler_params *p, const i
     for (int i = 0; i < n; i++) q[order[i]] /= s;
 }
 
-/* Pearson's statistic of counts against q (N_DRAWS draws); a draw where q is 0: INFINITY.
- * *df: the bins q keeps, less one. */
-static double chi2(const int *counts, const double *q, int *df) {
-    double x = 0;
-    int bins = 0;
-    for (int t = 0; t < NV; t++) {
+/* Pearson's statistic of counts (n bins, n_draws draws) against q; a draw where q is 0:
+ * INFINITY. Bins expecting fewer than min_expected draws are pooled into one (the statistic's
+ * chi-square law needs a few per bin); *df: the bins kept, less one. */
+static double chi2_bins(const int *counts, const double *q, int n, int n_draws, double min_expected, int *df) {
+    double x = 0, pool_e = 0;
+    int bins = 0, pool_c = 0;
+    for (int t = 0; t < n; t++) {
         if (q[t] == 0) {
             if (counts[t]) return INFINITY;
             continue;
         }
-        double e = q[t] * N_DRAWS;
+        double e = q[t] * n_draws;
+        if (e < min_expected) {
+            pool_e += e, pool_c += counts[t];
+            continue;
+        }
         x += (counts[t] - e) * (counts[t] - e) / e;
         bins++;
     }
+    if (pool_e > 0) x += (pool_c - pool_e) * (pool_c - pool_e) / pool_e, bins++;
     *df = bins - 1;
     return x;
 }
+static double chi2(const int *counts, const double *q, int *df) { return chi2_bins(counts, q, NV, N_DRAWS, 0, df); }
 
 /* A 16-token row; at temperature 1 its probabilities by logit are .248 .166 .136 .101 .083
  * .061 .050 .041 ... (cumulative .651 at 4 tokens, .733 at 5, .795 at 6). Every cutoff below
@@ -256,11 +267,159 @@ out:
     brisk_model_free(m);
 }
 
+/* ---- speculative decoding ---- */
+
+#define SPEC_K 4 /* top-k of the chain: 4 x 4 x 4 joint outcomes of the first three tokens */
+
+typedef struct {
+    brisk_token tok[3];
+    int n;
+} spec_rec;
+static bool spec_emit3(void *user, brisk_token t) {
+    spec_rec *r = user;
+    if (r->n == 3) return false;
+    r->tok[r->n++] = t;
+    return true;
+}
+
+/* The chain's top-SPEC_K tokens after ctx's sequence 0 plus toks (n of them, decoded then cut
+ * back), at temperature 1: ids, probabilities (exact, in double) and the argmax (the greedy
+ * drafter's pick). */
+static void spec_dist(brisk_context *ctx, int nv, const brisk_token *prompt, int np, const brisk_token *toks,
+                      int n, int *ids, double *p) {
+    brisk_batch_entry b[16];
+    int m = 0;
+    for (int i = 0; i < np; i++) b[m] = (brisk_batch_entry){prompt[i], m, 0, false}, m++;
+    for (int i = 0; i < n; i++) b[m] = (brisk_batch_entry){toks[i], m, 0, false}, m++;
+    b[m - 1].logits = true;
+    CHECK_OK(brisk_seq_clear(ctx, 0));
+    CHECK_OK(brisk_decode(ctx, b, m));
+    const float *lg = brisk_get_logits(ctx, m - 1);
+    for (int j = 0; j < SPEC_K; j++) { /* the j-th largest; ties to the lower id */
+        int best = -1;
+        for (int v = 0; lg && v < nv; v++) {
+            bool taken = false;
+            for (int q = 0; q < j; q++) taken |= ids[q] == v;
+            if (!taken && (best < 0 || lg[v] > lg[best])) best = v;
+        }
+        ids[j] = best;
+    }
+    double z = 0;
+    for (int j = 0; lg && j < SPEC_K; j++) z += (p[j] = exp((double)lg[ids[j]] - lg[ids[0]]));
+    for (int j = 0; j < SPEC_K; j++) p[j] = lg ? p[j] / z : 0;
+}
+
+/* A verifier that, where its draw rejects the draft (rank 0 of p), draws again from all of p:
+ * the probability of rank r. */
+static double redraw(const double *p, int r) { return r == 0 ? p[0] + (1 - p[0]) * p[0] : (1 - p[0]) * p[r]; }
+
+/* The first three tokens of spec_generate with a draft model (stories260K drafting for itself,
+ * greedily: drafts that the target's draws accept with p(d) and reject otherwise, both often),
+ * temperature 1 and top-k 4, over many runs, against the target's exact joint distribution
+ * p(t1) p(t2 | t1) p(t3 | t1 t2) by chi-square. Token 2 is the first one verified against a
+ * draft, token 3 comes from the draft's position when token 2 accepted it. The same counts must
+ * reject a verifier that, after an accepted draft, keeps the next draft without a draw. */
+static void test_speculative_distribution(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/data/stories260K/stories260K.gguf", test_shared_dir());
+    if (!test_need_file(path)) return;
+    bool san = getenv("SAN") && !strcmp(getenv("SAN"), "1");
+    const int n_runs = san ? 2000 : 10000; /* SAN: memory errors and a coarser check */
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(path, NULL, &m));
+    if (!m) return;
+    int nv = brisk_n_vocab(m);
+    brisk_context_params cp = brisk_context_default_params();
+    cp.n_ctx = 32;
+    cp.n_threads = 1;
+    brisk_context *target = NULL, *draft = NULL, *ref = NULL;
+    brisk_sampler *smp = NULL;
+    CHECK_OK(brisk_context_new(m, &cp, &target));
+    CHECK_OK(brisk_context_new(m, &cp, &draft));
+    CHECK_OK(brisk_context_new(m, &cp, &ref));
+    brisk_sampler_params sp = plain(1.0f);
+    sp.top_k = SPEC_K;
+    CHECK_OK(brisk_sampler_new(&sp, nv, &smp));
+    int *counts = calloc(SPEC_K * SPEC_K * SPEC_K, sizeof *counts);
+    if (!target || !draft || !ref || !smp || !counts) goto out;
+    const brisk_token prompt[] = {1, 296}; /* BOS and a token after which the next is spread (top .32) */
+    const int np = 2;
+    /* the exact joint and the wrong verifier's, over (i1, i2, i3): ranks in each step's top-k */
+    int id1[SPEC_K], id2[SPEC_K][SPEC_K], id3[SPEC_K][SPEC_K][SPEC_K];
+    double p1[SPEC_K], p2[SPEC_K][SPEC_K], p3[SPEC_K][SPEC_K][SPEC_K];
+    double q[SPEC_K * SPEC_K * SPEC_K], qw[SPEC_K * SPEC_K * SPEC_K], qr[SPEC_K * SPEC_K * SPEC_K];
+    spec_dist(ref, nv, prompt, np, NULL, 0, id1, p1);
+    for (int a = 0; a < SPEC_K; a++) {
+        brisk_token t[2] = {id1[a], 0};
+        spec_dist(ref, nv, prompt, np, t, 1, id2[a], p2[a]);
+        for (int b = 0; b < SPEC_K; b++) {
+            t[1] = id2[a][b];
+            spec_dist(ref, nv, prompt, np, t, 2, id3[a][b], p3[a][b]);
+            for (int c = 0; c < SPEC_K; c++) {
+                int i = (a * SPEC_K + b) * SPEC_K + c;
+                q[i] = p1[a] * p2[a][b] * p3[a][b][c];
+                /* wrong: token 2 equal to the draft (rank 0, the greedy pick) keeps the draft's
+                 * next token (rank 0 again) without a draw */
+                qw[i] = p1[a] * p2[a][b] * (b == 0 ? (c == 0) : p3[a][b][c]);
+                /* wrong: a rejected draft is drawn again (from p, not from p without the draft),
+                 * at tokens 2 and 3, each verified against a draft (the greedy pick, rank 0) */
+                qr[i] = p1[a] * redraw(p2[a], b) * redraw(p3[a][b], c);
+            }
+        }
+    }
+    int outside = 0;
+    spec_stats total = {0};
+    for (int r = 0; r < n_runs; r++) {
+        CHECK_OK(brisk_seq_clear(target, 0));
+        CHECK_OK(brisk_seq_clear(draft, 0));
+        drafter *dr = NULL;
+        CHECK_OK(drafter_new_model(draft, nv, 0.0f, &dr));
+        if (!dr) break;
+        spec_rec rec = {{0}, 0};
+        spec_stats st;
+        brisk_status s = spec_generate(target, dr, smp, prompt, np, SPEC_K, 1, cp.n_ctx, spec_emit3, &rec, &st);
+        drafter_free(dr);
+        CHECK(s == BRISK_OK && rec.n == 3);
+        if (s != BRISK_OK || rec.n != 3) break;
+        total.drafted += st.drafted, total.accepted += st.accepted;
+        int a = 0, b = 0, c = 0;
+        while (a < SPEC_K && id1[a] != rec.tok[0]) a++;
+        if (a < SPEC_K)
+            while (b < SPEC_K && id2[a][b] != rec.tok[1]) b++;
+        if (a < SPEC_K && b < SPEC_K)
+            while (c < SPEC_K && id3[a][b][c] != rec.tok[2]) c++;
+        if (a == SPEC_K || b == SPEC_K || c == SPEC_K) outside++;
+        else counts[(a * SPEC_K + b) * SPEC_K + c]++;
+    }
+    int df = 0, dfw = 0, n = SPEC_K * SPEC_K * SPEC_K;
+    int dfr = 0;
+    double x = chi2_bins(counts, q, n, n_runs, 5, &df), xw = chi2_bins(counts, qw, n, n_runs, 5, &dfw),
+           xr = chi2_bins(counts, qr, n, n_runs, 5, &dfr);
+    printf("  speculative, %d runs: p(t1) top %.2f, drafts %lld accepted %lld (%.0f%%), %d outside the top-k; "
+           "chi2 %.1f (df %d, bound %.1f); a rejected draft drawn again: %.1f (bound %.1f); a draw skipped after "
+           "an accepted draft: %s%.1f\n",
+           n_runs, p1[0], (long long)total.drafted, (long long)total.accepted,
+           total.drafted ? 100.0 * total.accepted / total.drafted : 0.0, outside, x, df, chi2_crit(df > 0 ? df : 1),
+           xr, chi2_crit(dfr > 0 ? dfr : 1), isinf(xw) ? "draws it never makes " : "", isinf(xw) ? 0.0 : xw);
+    CHECK(dfr > 0 && xr > chi2_crit(dfr));
+    CHECK(outside == 0);
+    CHECK(total.accepted > 0 && total.accepted < total.drafted); /* both branches of the verifier ran */
+    CHECK(df > 0 && x <= chi2_crit(df));
+    CHECK(isinf(xw) || (dfw > 0 && xw > chi2_crit(dfw)));
+out:
+    free(counts);
+    brisk_sampler_free(smp);
+    brisk_context_free(ref);
+    brisk_context_free(draft);
+    brisk_context_free(target);
+    brisk_model_free(m);
+}
+
 int main(int argc, char **argv) {
     static const test_case cases[] = {
         {"temperature", test_temperature}, {"top_k", test_top_k},       {"top_p", test_top_p},
         {"min_p", test_min_p},             {"defaults", test_chain_defaults}, {"penalties", test_penalties},
-        {"grammar_mask", test_grammar_mask},
+        {"grammar_mask", test_grammar_mask}, {"speculative_distribution", test_speculative_distribution},
     };
     return test_main(cases, sizeof cases / sizeof *cases, argc, argv);
 }

@@ -252,6 +252,7 @@ static int load_llamacpp(const char *libdir, const char *variant) {
 struct opts {
     const char *model, *libdir, *cpu_variant, *p, *prompt_text, *logits_out, *imatrix, *npl;
     const char *text_file, *kl_base; // perplexity: -f, --kl-divergence-base
+    const char *force; // eval --force "IDS": the tokens fed after the prompt instead of the greedy ones
     const char *pos[4]; // positional arguments, in order
     int n_pos;
     int n_gen, n_ctx, n_threads, reps, top, n_chunks;
@@ -302,6 +303,7 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
         else if (!strcmp(a, "-p")) o->p = v;
         else if (!strcmp(a, "--prompt-text")) o->prompt_text = v;
         else if (!strcmp(a, "--logits-out")) o->logits_out = v;
+        else if (!strcmp(a, "--force")) o->force = v;
         else if (!strcmp(a, "--imatrix")) o->imatrix = v;
         else if (!strcmp(a, "-npl")) o->npl = v;
         else if (!strcmp(a, "--kv")) g_kv_name = v, g_kv_given = true;
@@ -636,6 +638,15 @@ static int run_eval(const struct opts *o, struct llama_model *m, llama_token *pr
     }
     llama_token *out = malloc(sizeof *out * (size_t)(n_gen + 1));
     if (!out) rc = fail("out of memory");
+    // --force: teacher forcing, so that two files' logits can be compared row by row on the same
+    // tokens (test_conformance measures llama.cpp's own quantization error with it)
+    llama_token *forced = NULL;
+    int n_forced = 0;
+    if (rc == 0 && o->force && parse_id_list(o->force, &forced, &n_forced) == 0) {
+        if (n_forced < n_gen - 1) rc = fail("--force gives %d tokens, -n %d needs %d", n_forced, n_gen, n_gen - 1);
+        for (int i = 0; i < n_forced && rc == 0; i++)
+            if (forced[i] >= n_vocab) rc = fail("forced token %d is outside the vocabulary (%d)", forced[i], n_vocab);
+    } else if (o->force) rc = 1;
     double t0 = now_s(), t_prompt = 0;
     llama_token tok = 0;
     for (int i = 0; i < n_gen && rc == 0; i++) {
@@ -652,12 +663,13 @@ static int run_eval(const struct opts *o, struct llama_model *m, llama_token *pr
             rc = fail("no logits at step %d", i);
             break;
         }
-        tok = argmax(logits, n_vocab);
-        out[i] = tok;
+        out[i] = argmax(logits, n_vocab);
+        tok = forced ? forced[i < n_forced ? i : n_forced - 1] : out[i];
         if (o->top > 0) print_top(i, logits, n_vocab, o->top);
         if (lf && fwrite(logits, sizeof *logits, (size_t)n_vocab, lf) != (size_t)n_vocab)
             rc = fail("cannot write %s: %s", o->logits_out, strerror(errno));
     }
+    free(forced);
     double t_all = now_s() - t0;
     if (lf && fclose(lf) != 0 && rc == 0) rc = fail("cannot write %s: %s", o->logits_out, strerror(errno));
     if (rc == 0) {
@@ -1396,7 +1408,8 @@ static void usage(void) {
           "           [--token-embedding-type T] [--allow-requantize] [--leave-output-tensor]\n"
           "           [--imatrix FILE.dat]\n"
           "  eval -m FILE (-p \"1 2 3\" | --prompt-text TEXT) [-n 16] [-c N] [-t N] [--kv f32]\n"
-          "       [--fa off|on|auto] [--repack] [--logits-out PATH] [--top K]\n"
+          "       [--fa off|on|auto] [--repack] [--logits-out PATH] [--top K] [--force \"IDS\"]\n"
+          "       (--force: the tokens fed after the prompt, instead of the greedy picks)\n"
           "       [--rope-scaling none|linear|yarn] [--rope-scale N] [--rope-freq-base N] [--rope-freq-scale N]\n"
           "       [--yarn-orig-ctx N] [--yarn-ext-factor N] [--yarn-attn-factor N] [--yarn-beta-fast N]\n"
           "       [--yarn-beta-slow N]   (llama.cpp's flags, into llama_context_params)\n"

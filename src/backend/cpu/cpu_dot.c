@@ -445,7 +445,14 @@ cpu_gemm_fn cpu_get_gemm_isa(uint32_t type, cpu_isa isa) {
     return NULL;
 }
 
+static cpu_from_float_fn g_from_float_override[QT_COUNT]; /* tests' planted converters; NULL: none */
+
+void cpu_dot_override_from_float(uint32_t type, cpu_from_float_fn fn) {
+    if (type < QT_COUNT) g_from_float_override[type] = fn;
+}
+
 cpu_from_float_fn cpu_get_from_float(uint32_t type) {
+    if (type < QT_COUNT && g_from_float_override[type]) return g_from_float_override[type];
     switch (type) {
     case QT_F32: return ff_f32;
     case QT_F16: return ff_f16;

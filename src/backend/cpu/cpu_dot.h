@@ -38,6 +38,9 @@ const char *cpu_isa_name(cpu_isa isa);
 /* NULL if the weight type has no kernel. */
 cpu_vec_dot_fn cpu_get_vec_dot(uint32_t weight_type);
 cpu_from_float_fn cpu_get_from_float(uint32_t vec_dot_type);
+/* Tests only (the mutation tests of tests/test_conformance.c): makes cpu_get_from_float return
+ * fn for vec_dot_type, NULL to restore. Not thread-safe: call it with no decode running. */
+void cpu_dot_override_from_float(uint32_t vec_dot_type, cpu_from_float_fn fn);
 /* The multi-row kernel for a weight type on this CPU: a fast one where it
  * exists, otherwise a loop over cpu_get_vec_dot(). NULL if no kernel. */
 cpu_gemm_fn cpu_get_gemm(uint32_t weight_type);

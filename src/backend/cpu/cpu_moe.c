@@ -109,8 +109,17 @@ static void route_worker(void *arg, int ith, int nth) {
     }
 }
 
+static cpu_moe_route_observer g_route_observer;
+static void *g_route_observer_user;
+
+void cpu_moe_observe_routes(cpu_moe_route_observer fn, void *user) {
+    g_route_observer = fn;
+    g_route_observer_user = user;
+}
+
 void cpu_moe_route(threadpool *tp, const float *logits, int n, int n_expert, int k, bool norm, float scale,
                    int32_t *ids, float *weights) {
+    if (g_route_observer) g_route_observer(g_route_observer_user, logits, n, n_expert, k);
     route_job j = {logits, n, n_expert, k, norm, scale, ids, weights};
     if (n < 8) route_worker(&j, 0, 1);
     else threadpool_run(tp, route_worker, &j);

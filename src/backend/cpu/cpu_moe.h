@@ -26,6 +26,11 @@ typedef struct cpu_moe_scratch {
     size_t cap[6];   /* bytes held by each buffer above, in order */
 } cpu_moe_scratch;
 
+/* Tests only (test_conformance's expert-flip rule): fn sees the router logits of every routing,
+ * n rows of n_expert, k picked per row, before the top-k; NULL: none. Not thread-safe: set it
+ * with no decode running. */
+typedef void (*cpu_moe_route_observer)(void *user, const float *logits, int n, int n_expert, int k);
+void cpu_moe_observe_routes(cpu_moe_route_observer fn, void *user);
 void cpu_moe_route(threadpool *tp, const float *logits, int n, int n_expert, int k, bool norm, float scale,
                    int32_t *ids, float *weights);
 void cpu_moe_ffn(threadpool *tp, cpu_moe_scratch *sc, const bk_weight *gate, const bk_weight *up,
