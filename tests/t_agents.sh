@@ -50,12 +50,13 @@ struct.pack_into('<I', b, i + 4, tok)
 open(dst, 'wb').write(b)
 EOF
 
-# the server: one slot of 16K tokens (the trained 2048 stretched by YaRN), the name the agents give
+# the server: one slot of 32K tokens (the trained 2048 stretched by YaRN; the agents' tools join the
+# system prompt, as this template has no tools section: ~21K tokens for Claude Code), the name the agents give
 export AGENT_KEY=agent-test-key
 printf '%s\n' "$AGENT_KEY" >"$TMP/key"
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 NAME=brisk-kjv
-"$BUILD/brisk" serve -m "$MODEL" --port "$PORT" --alias "$NAME" --api-key-file "$TMP/key" -c 16384 --rope-scaling yarn --rope-scale 8 \
+"$BUILD/brisk" serve -m "$MODEL" --port "$PORT" --alias "$NAME" --api-key-file "$TMP/key" -c 32768 --rope-scaling yarn --rope-scale 16 \
   --parallel 1 -t 2 >"$TMP/serve.log" 2>&1 &
 PID=$!
 for _ in $(seq 1 100); do
