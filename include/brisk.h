@@ -214,6 +214,15 @@ typedef struct brisk_context_params {
      * n_vocab floats: 0.6 MB for a 152K vocabulary). 0: n_seq_max, at least 64; a user of every
      * position's logits (perplexity) sets n_batch. */
     int n_outputs_max;
+    /* Block-sparse attention (CPU backend only; off by default, 0): each query group (the q heads of
+     * one KV head, for one token, or a block of a prompt's tokens) reads only attn_sparse_k KV pages of
+     * kv_block_size tokens: the first page and the local window (its own page and the one before)
+     * always, then the pages whose per-channel key min/max bound q.k highest (Quest, Tang et al.
+     * 2024). Exact attention over the pages read; attn_sparse_k >= the pages of a span: dense's result
+     * bit for bit. The summaries take 2 / kv_block_size of an f16 cache's bytes. docs/long-context.md. */
+    int attn_sparse_k;
+    bool attn_sparse_measure; /* with attn_sparse_k: also compute dense attention to measure the choice
+                                 (slow; brisk_context_attn_sparse_recall) */
 } brisk_context_params;
 
 brisk_context_params brisk_context_default_params(void);
@@ -236,6 +245,11 @@ void brisk_context_free(brisk_context *ctx);
  * BRISK_ERR_UNSUPPORTED for a model without experts or a context without stats. */
 brisk_status brisk_context_expert_counts(const brisk_context *ctx, int64_t *counts, int64_t cap, int *n_layer,
                                          int *n_expert);
+/* With attn_sparse_measure: over the query groups so far whose choice dropped a page (all layers),
+ * *recall: the share of the true top-n pages by attention mass (n: the pages read) that were read,
+ * *mass: the share of the attention mass the pages read hold; *groups: how many were measured.
+ * BRISK_ERR_UNSUPPORTED for a context made without it. */
+brisk_status brisk_context_attn_sparse_recall(const brisk_context *ctx, double *recall, double *mass, int64_t *groups);
 /* With collect_expert_stats: over every forward pass so far and each of its MoE layers, the
  * sum of the distinct experts the pass's tokens were routed to (*reads: the expert weights
  * that layer read) and the number of such (pass, layer) pairs (*passes). The difference of

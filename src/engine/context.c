@@ -383,6 +383,9 @@ static brisk_status fix_params(const model_hparams *hp, brisk_context_params *p)
     if (p->n_seq_checkpoints < 0 || p->n_seq_checkpoints > 256)
         return bk_fail(BRISK_ERR_INVALID_ARG, "n_seq_checkpoints %d not in [0, 256]", p->n_seq_checkpoints);
     if (hp->n_attn_layers == hp->n_layer) p->n_seq_checkpoints = 0;
+    if (p->attn_sparse_k < 0) return bk_fail(BRISK_ERR_INVALID_ARG, "attn_sparse_k %d is negative", p->attn_sparse_k);
+    if (p->attn_sparse_k > 0 && hp->head_dim > 1024)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "block-sparse attention: head size %d above 1024", hp->head_dim);
     return BRISK_OK;
 }
 
@@ -552,8 +555,15 @@ brisk_status brisk_context_new(brisk_model *model, const brisk_context_params *p
             s = bk_fail(BRISK_ERR_UNSUPPORTED, "the q4_0h KV cache runs on the CPU only for now (on a GPU: q4_0 or q8_0)");
             goto fail;
         }
+    for (int a = 0, dev; a < n_attn && p.attn_sparse_k > 0; a++)
+        if (bk_backend_is_cuda(kv_be[a], &dev)) {
+            s = bk_fail(BRISK_ERR_UNSUPPORTED, "block-sparse attention (--attn-sparse) runs on the CPU only for now "
+                                               "(-ngl 0); layer %d's cache is on CUDA device %d", a, dev);
+            goto fail;
+        }
     s = kv_cache_new(kv_be, n_attn, hp->n_head_kv * hp->head_dim, p.n_ctx, p.n_seq_max, p.kv_block_size,
                      p.kv_type, &c->kv);
+    if (s == BRISK_OK && p.attn_sparse_k > 0) s = kv_cache_enable_sparse(c->kv, p.attn_sparse_k, p.attn_sparse_measure);
     if (s != BRISK_OK) goto fail;
     for (int i = 0, a = 0; i < c->n_stage; i++)
         for (int l = c->st[i].l0; l < c->st[i].l1; l++)
@@ -602,6 +612,16 @@ fail:
     free(kv_be);
     brisk_context_free(c);
     return s;
+}
+
+brisk_status brisk_context_attn_sparse_recall(const brisk_context *c, double *recall, double *mass, int64_t *groups) {
+    int64_t st[4];
+    if (!c->kv || !kv_cache_sparse_stats(c->kv, st))
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "the context was made without attn_sparse_measure");
+    *recall = st[1] ? (double)st[0] / (double)st[1] : 1.0;
+    *mass = st[3] ? (double)st[2] * 1e-9 / (double)st[3] : 1.0;
+    *groups = st[3];
+    return BRISK_OK;
 }
 
 brisk_status brisk_context_expert_counts(const brisk_context *c, int64_t *counts, int64_t cap, int *n_layer,
