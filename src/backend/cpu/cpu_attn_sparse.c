@@ -117,8 +117,10 @@ static float kth_largest(float *a, int n, int k) {
     return a[k];
 }
 
-/* Scores every candidate page (indices 1 .. n_cand) and marks the want best in take (1 per page). */
-static void pick_best(const cpu_sparse_sel *s, int n_cand, int want, float *scratch, unsigned char *take) {
+/* Scores every candidate page (indices 1 .. n_cand) and marks the want best in take (1 per page):
+ * each row's bounds, scaled as the scores are, through a softmax over the candidates (the mass the
+ * row would put on each page if its best key reached the bound), summed over the rows. */
+static void pick_best(const cpu_sparse_sel *s, float scale, int n_cand, int want, float *scratch, unsigned char *take) {
     const bk_kv_view *kv = s->kv;
     const int hd = s->hd, kvd = s->n_head_kv * hd, rows = s->n_tok * s->group;
     float *u = scratch;                      /* (rows, n_cand) bounds */
@@ -132,15 +134,17 @@ static void pick_best(const cpu_sparse_sel *s, int n_cand, int want, float *scra
             ur[b] = bound(q, mn, mn + kvd, hd);
             if (ur[b] > top) top = ur[b];
         }
+        double sum = 0;
         for (int b = 0; b < n_cand; b++) {
-            const float v = ur[b] - top; /* -inf - -inf is NaN: every bound of this row was -inf */
-            ur[b] = v == v ? v : -INFINITY;
+            const float v = expf((ur[b] - top) * scale); /* -inf - -inf is NaN: every bound was -inf */
+            sum += ur[b] = v == v ? v : 0.0f;
         }
+        const float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+        for (int b = 0; b < n_cand; b++) ur[b] *= inv;
     }
     for (int b = 0; b < n_cand; b++) {
-        float m = -INFINITY;
-        for (int r = 0; r < rows; r++)
-            if (u[(size_t)r * n_cand + b] > m) m = u[(size_t)r * n_cand + b];
+        float m = 0;
+        for (int r = 0; r < rows; r++) m += u[(size_t)r * n_cand + b];
         score[b] = tmp[b] = m;
     }
     const float thr = kth_largest(tmp, n_cand, want - 1);
@@ -204,7 +208,7 @@ int cpu_sparse_select(const cpu_sparse_sel *s, float scale, float *scratch, int3
     unsigned char *take = (unsigned char *)scratch; /* (n_cand) flags */
     if (want == n_cand) memset(take, 1, (size_t)n_cand);
     else if (want == 0) memset(take, 0, (size_t)n_cand);
-    else pick_best(s, n_cand, want, scratch + nb, take);
+    else pick_best(s, scale, n_cand, want, scratch + nb, take);
     int n = 0;
     blocks[n++] = 0;
     for (int b = 0; b < n_cand; b++)

@@ -11,10 +11,15 @@
  * tile of tokens of one sequence in a prompt) reads top_k pages: always the
  * first page (the attention sink) and the local window (the page before the
  * group's first token's page and every page up to its last token's), then the
- * best-scoring others. A page's score is the max over the group's query rows
- * of U_r(page) - max_p U_r(p): softmax is shift-invariant per row, so each row
- * is compared on its own scale (a sum of raw bounds would let the head with the
- * largest norms decide for all), and a page any row may need is kept.
+ * best-scoring others. A page's score is the attention mass the group's rows
+ * would put on it if each page's best key reached its bound: per row r a
+ * softmax over the candidate pages of scale * U_r(page), then summed over the
+ * rows. Summed, not the max: the error of skipping a page is the mass each row
+ * loses, and the rows' losses add; the max of raw bounds would let the head with
+ * the largest norms decide for all, and the max of per-row normalised bounds
+ * gives every head's favourite page the same top score however flat that head
+ * is (tried first: a page one head attends to sharply then lost ties to other
+ * heads' mild favourites).
  *
  * The chosen pages, in position order, form a compacted page table; every
  * chosen page before the group's own is full, so a token at position p sits
