@@ -33,7 +33,7 @@ zcat "$S/data/corpus/kjv_verses.txt.gz" |
 ch=(); [ "$CHUNKS" -gt 0 ] && ch=(--chunks "$CHUNKS")
 num() { sed -n "s/^$1 *: *\([-0-9.e]*\).*/\1/p" "$2"; }
 t0=$SECONDS
-echo "| model | K (pages of 16) | tokens read at 2,048 | recall of true top-K | attention mass read | mean KLD vs dense | same top token | PPL (dense) |"
+echo "| model | K (pages of 16) | tokens read (of $CTX) | recall of true top-K | attention mass read (true top-K's) | mean KLD vs dense | same top token | PPL (dense) |"
 echo "|---|---|---|---|---|---|---|---|"
 for m in $MODELS; do
   f=models/$m.gguf
@@ -45,8 +45,9 @@ for m in $MODELS; do
     "$B/brisk" perplexity "${P[@]}" --kl-divergence --kl-divergence-base "$T/$m.bin" --attn-sparse "$k" \
       --attn-sparse-measure >"$T/o" 2>"$T/e" || { cat "$T/e" >&2; die "$m K=$k failed"; }
     rec=$(sed -n 's/.*recall of the true top-K pages \([0-9.]*\),.*/\1/p' "$T/o")
-    mass=$(sed -n 's/.*attention mass read \([0-9.]*\),.*/\1/p' "$T/o")
-    echo "| $m | $k | $((k * 16)) | $rec | $mass | $(num "Mean    KLD" "$T/o") | $(num "Same top p" "$T/o")% | $ppl |"
+    mass=$(sed -n 's/.*attention mass read \([0-9.]*\) .*/\1/p' "$T/o")
+    best=$(sed -n 's/.*(the true top-K pages: \([0-9.]*\)).*/\1/p' "$T/o")
+    echo "| $m | $k | $((k * 16)) | $rec | $mass ($best) | $(num "Mean    KLD" "$T/o") | $(num "Same top p" "$T/o")% | $ppl |"
   done
 done
 echo "attn_sparse: $((SECONDS - t0)) s" >&2

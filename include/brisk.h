@@ -247,9 +247,11 @@ brisk_status brisk_context_expert_counts(const brisk_context *ctx, int64_t *coun
                                          int *n_expert);
 /* With attn_sparse_measure: over the query groups so far whose choice dropped a page (all layers),
  * *recall: the share of the true top-n pages by attention mass (n: the pages read) that were read,
- * *mass: the share of the attention mass the pages read hold; *groups: how many were measured.
- * BRISK_ERR_UNSUPPORTED for a context made without it. */
-brisk_status brisk_context_attn_sparse_recall(const brisk_context *ctx, double *recall, double *mass, int64_t *groups);
+ * *mass: the share of the attention mass the pages read hold, *mass_best: the share the true top-n
+ * pages hold (the most any n pages could); *groups: how many were measured. BRISK_ERR_UNSUPPORTED
+ * for a context made without it. */
+brisk_status brisk_context_attn_sparse_recall(const brisk_context *ctx, double *recall, double *mass,
+                                              double *mass_best, int64_t *groups);
 /* With collect_expert_stats: over every forward pass so far and each of its MoE layers, the
  * sum of the distinct experts the pass's tokens were routed to (*reads: the expert weights
  * that layer read) and the number of such (pass, layer) pairs (*passes). The difference of

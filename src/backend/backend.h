@@ -77,7 +77,7 @@ typedef struct bk_kv_view {
      * bound q.k over the page, and the pages each query group reads. ksum NULL: dense attention. */
     float *ksum;         /* (n_pages, 2, n_head_kv * head_dim) min row, then max row; backend memory */
     int sparse_k;        /* pages read per query group, the first page and the local window included */
-    int64_t *sparse_stats; /* (4) recall counters (cpu_attn_sparse.h), NULL: not measured */
+    int64_t *sparse_stats; /* (5) recall counters (cpu_attn_sparse.h), NULL: not measured */
 } bk_kv_view;
 
 /* Bytes of one 32-value block of a quantized KV type (q8_0 34, q4_0 18: ggml's

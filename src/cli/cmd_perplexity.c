@@ -198,11 +198,12 @@ int cmd_perplexity(int argc, char **argv) {
         printf("Final estimate: PPL = %.4f over %lld tokens (%.1f s)\n", exp(nll / count), (long long)count,
                cli_now() - t0);
     }
-    double recall, mass;
+    double recall, mass, best;
     int64_t groups;
-    if (measure && brisk_context_attn_sparse_recall(ctx, &recall, &mass, &groups) == BRISK_OK)
-        printf("Sparse attention (K = %d): recall of the true top-K pages %.4f, attention mass read %.4f, "
-               "over %lld query groups that dropped a page\n", mo.attn_sparse, recall, mass, (long long)groups);
+    if (measure && brisk_context_attn_sparse_recall(ctx, &recall, &mass, &best, &groups) == BRISK_OK)
+        printf("Sparse attention (K = %d): recall of the true top-K pages %.4f, attention mass read %.4f "
+               "(the true top-K pages: %.4f), over %lld query groups that dropped a page\n", mo.attn_sparse, recall,
+               mass, best, (long long)groups);
     if (kw) {
         bool ok = kld_writer_close(kw, true);
         kw = NULL;

@@ -614,13 +614,15 @@ fail:
     return s;
 }
 
-brisk_status brisk_context_attn_sparse_recall(const brisk_context *c, double *recall, double *mass, int64_t *groups) {
-    int64_t st[4];
+brisk_status brisk_context_attn_sparse_recall(const brisk_context *c, double *recall, double *mass, double *mass_best,
+                                              int64_t *groups) {
+    int64_t st[KV_SPARSE_N_STATS]; /* cpu_attn_sparse.h's counters: hits, wanted, mass, best mass, groups */
     if (!c->kv || !kv_cache_sparse_stats(c->kv, st))
         return bk_fail(BRISK_ERR_UNSUPPORTED, "the context was made without attn_sparse_measure");
     *recall = st[1] ? (double)st[0] / (double)st[1] : 1.0;
-    *mass = st[3] ? (double)st[2] * 1e-9 / (double)st[3] : 1.0;
-    *groups = st[3];
+    *mass = st[4] ? (double)st[2] * 1e-9 / (double)st[4] : 1.0;
+    *mass_best = st[4] ? (double)st[3] * 1e-9 / (double)st[4] : 1.0;
+    *groups = st[4];
     return BRISK_OK;
 }
 

@@ -23,7 +23,7 @@ struct kv_cache {
     kv_seq *seqs;      /* (n_seq_max) */
     float **ksum;      /* (n_layer) -> (n_pages, 2, kv_dim) page key summaries, or NULL: dense attention */
     int sparse_k;      /* pages per query group (kv_cache_enable_sparse) */
-    int64_t *stats;    /* (n_layer, 4) recall counters, or NULL */
+    int64_t *stats;    /* (n_layer, KV_SPARSE_N_STATS) recall counters, or NULL */
 };
 
 brisk_status kv_cache_new(bk_backend *const *be, int n_layer, int kv_dim, int n_ctx, int n_seq_max,
@@ -113,7 +113,7 @@ bk_kv_view kv_cache_view(const kv_cache *kc, int layer) {
     if (kc->ksum && layer < kc->n_layer) {
         v.ksum = kc->ksum[layer];
         v.sparse_k = kc->sparse_k;
-        v.sparse_stats = kc->stats ? kc->stats + 4 * (size_t)layer : NULL;
+        v.sparse_stats = kc->stats ? kc->stats + KV_SPARSE_N_STATS * (size_t)layer : NULL;
     }
     return v;
 }
@@ -122,7 +122,7 @@ brisk_status kv_cache_enable_sparse(kv_cache *kc, int top_k, bool measure) {
     if (top_k < 1) return bk_fail(BRISK_ERR_INVALID_ARG, "block-sparse attention: %d pages per query (at least 1)", top_k);
     if (kc->ksum) return bk_fail(BRISK_ERR_INVALID_ARG, "block-sparse attention: already enabled");
     kc->ksum = calloc((size_t)kc->n_layer + 1, sizeof *kc->ksum);
-    if (!kc->ksum || (measure && !(kc->stats = calloc(4 * ((size_t)kc->n_layer + 1), sizeof *kc->stats))))
+    if (!kc->ksum || (measure && !(kc->stats = calloc(KV_SPARSE_N_STATS * ((size_t)kc->n_layer + 1), sizeof *kc->stats))))
         return bk_fail(BRISK_ERR_NOMEM, "kv cache: out of memory");
     const size_t bytes = (size_t)kc->n_pages * 2 * kc->kv_dim * sizeof(float);
     for (int l = 0; l < kc->n_layer; l++) {
@@ -133,11 +133,12 @@ brisk_status kv_cache_enable_sparse(kv_cache *kc, int top_k, bool measure) {
     return BRISK_OK;
 }
 
-bool kv_cache_sparse_stats(const kv_cache *kc, int64_t stats[4]) {
+bool kv_cache_sparse_stats(const kv_cache *kc, int64_t stats[KV_SPARSE_N_STATS]) {
     if (!kc->stats) return false;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < KV_SPARSE_N_STATS; i++) {
         stats[i] = 0;
-        for (int l = 0; l < kc->n_layer; l++) stats[i] += __atomic_load_n(&kc->stats[4 * (size_t)l + i], __ATOMIC_RELAXED);
+        for (int l = 0; l < kc->n_layer; l++)
+            stats[i] += __atomic_load_n(&kc->stats[KV_SPARSE_N_STATS * (size_t)l + i], __ATOMIC_RELAXED);
     }
     return true;
 }

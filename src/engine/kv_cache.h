@@ -31,9 +31,10 @@ size_t kv_cache_size_for(int n_layer, int kv_dim, int n_ctx, int n_seq_max, int 
  * query group. measure: also count how the choices compare with dense attention (slow; see
  * kv_cache_sparse_stats). */
 brisk_status kv_cache_enable_sparse(kv_cache *kc, int top_k, bool measure);
-/* The recall counters of a measuring cache (cpu_attn_sparse.h's four, summed over layers); false
- * when not measuring. */
-bool kv_cache_sparse_stats(const kv_cache *kc, int64_t stats[4]);
+/* The recall counters of a measuring cache (cpu_attn_sparse.h's KV_SPARSE_N_STATS, summed over
+ * layers); false when not measuring. */
+#define KV_SPARSE_N_STATS 5
+bool kv_cache_sparse_stats(const kv_cache *kc, int64_t stats[KV_SPARSE_N_STATS]);
 
 /* The pools of layer l, for the attention op. */
 bk_kv_view kv_cache_view(const kv_cache *kc, int layer);

@@ -184,10 +184,17 @@ static void measure(const cpu_sparse_sel *s, float scale, int nb, const int32_t 
         got += mass[blocks[i]];
         hits += mass[blocks[i]] >= thr;
     }
+    double best = 0;
+    int n_above = 0;
+    for (int b = 0; b < nb; b++)
+        if (mass[b] > thr) best += mass[b], n_above++;
+    best += (double)(n - n_above) * thr; /* ties at the threshold fill the rest */
     int64_t *st = kv->sparse_stats;
     __atomic_fetch_add(&st[CPU_SPARSE_HITS], hits < n ? hits : n, __ATOMIC_RELAXED);
     __atomic_fetch_add(&st[CPU_SPARSE_WANTED], (int64_t)n, __ATOMIC_RELAXED);
     __atomic_fetch_add(&st[CPU_SPARSE_MASS], (int64_t)llround(total > 0 ? got / total * 1e9 : 1e9), __ATOMIC_RELAXED);
+    __atomic_fetch_add(&st[CPU_SPARSE_MASS_BEST], (int64_t)llround(total > 0 ? best / total * 1e9 : 1e9),
+                       __ATOMIC_RELAXED);
     __atomic_fetch_add(&st[CPU_SPARSE_GROUPS], (int64_t)1, __ATOMIC_RELAXED);
 }
 

@@ -64,8 +64,9 @@ int cpu_sparse_select(const cpu_sparse_sel *s, float scale, float *scratch, int3
 /* The recall counters (kv->sparse_stats), added to by every query group whose choice dropped a page:
  * [0] pages among the true top-n by attention mass (the group's rows' softmax weights, each row's
  * summing to 1, added per page) that were chosen, [1] the n counted, [2] the chosen pages' share of
- * the mass in units of 1e-9, [3] groups measured. */
-enum { CPU_SPARSE_HITS, CPU_SPARSE_WANTED, CPU_SPARSE_MASS, CPU_SPARSE_GROUPS };
+ * the mass in units of 1e-9, [3] the true top-n pages' share (the best any n pages could read),
+ * [4] groups measured. */
+enum { CPU_SPARSE_HITS, CPU_SPARSE_WANTED, CPU_SPARSE_MASS, CPU_SPARSE_MASS_BEST, CPU_SPARSE_GROUPS, CPU_SPARSE_N_STATS };
 
 /* After a batch's K rows are in the cache: the summaries of every page it wrote, recomputed over
  * the page's rows up to the last one written (so a page reused or rewritten after a truncation is
