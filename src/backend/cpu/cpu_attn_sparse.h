@@ -70,7 +70,8 @@ enum { CPU_SPARSE_HITS, CPU_SPARSE_WANTED, CPU_SPARSE_MASS, CPU_SPARSE_MASS_BEST
 
 /* After a batch's K rows are in the cache: the summaries of every page it wrote, recomputed over
  * the page's rows up to the last one written (so a page reused or rewritten after a truncation is
- * summarised afresh). pages_scratch: 2 * ab->n_tokens ints. */
+ * summarised afresh; a page truncated and not yet rewritten keeps a box that still contains its
+ * rows, a looser bound). head_dim <= 1024 (the context checks). pages_scratch: 2 * ab->n_tokens ints. */
 void cpu_sparse_summarise(threadpool *tp, const bk_kv_view *kv, const bk_attn_batch *ab, int n_head_kv, int hd,
                           int32_t *pages_scratch);
 #endif

@@ -870,6 +870,7 @@ static void attention_core(cpu_backend *cb, const float *q, const float *k, cons
         cb->sp_pages_cap = have;
         cpu_sparse_summarise(cb->tp, kv, ab, n_head_kv, head_dim, cb->sp_pages);
     }
+    /* without memory for the choice's scratch, dense attention: exact, only slower */
     if (kv->ksum && kv->sparse_k > 0 && sparse_scratch(cb, kv, group, max_pos, head_dim, &j.nb_max))
         threadpool_run(cb->tp, att_sparse_worker, &j);
     else
