@@ -219,6 +219,15 @@ typedef struct brisk_context_params {
      * other than NONE, pools each sequence's entries of the call (brisk_get_embeddings_seq). */
     bool embeddings;
     int pooling;       /* a brisk_pooling; BRISK_POOLING_UNSPECIFIED: the file's <arch>.pooling_type (none without) */
+    /* Block-sparse attention (CPU backend only; off by default, 0): each query group (the q heads of
+     * one KV head, for one token, or a block of a prompt's tokens) reads only attn_sparse_k KV pages of
+     * kv_block_size tokens: the first page and the local window (its own page and the one before)
+     * always, then the pages whose per-channel key min/max bound q.k highest (Quest, Tang et al.
+     * 2024). Exact attention over the pages read; attn_sparse_k >= the pages of a span: dense's result
+     * bit for bit. The summaries take 2 / kv_block_size of an f16 cache's bytes. docs/long-context.md. */
+    int attn_sparse_k;
+    bool attn_sparse_measure; /* with attn_sparse_k: also compute dense attention to measure the choice
+                                 (slow; brisk_context_attn_sparse_recall) */
 } brisk_context_params;
 
 brisk_context_params brisk_context_default_params(void);
@@ -241,6 +250,13 @@ void brisk_context_free(brisk_context *ctx);
  * BRISK_ERR_UNSUPPORTED for a model without experts or a context without stats. */
 brisk_status brisk_context_expert_counts(const brisk_context *ctx, int64_t *counts, int64_t cap, int *n_layer,
                                          int *n_expert);
+/* With attn_sparse_measure: over the query groups so far whose choice dropped a page (all layers),
+ * *recall: the share of the true top-n pages by attention mass (n: the pages read) that were read,
+ * *mass: the share of the attention mass the pages read hold, *mass_best: the share the true top-n
+ * pages hold (the most any n pages could); *groups: how many were measured. BRISK_ERR_UNSUPPORTED
+ * for a context made without it. */
+brisk_status brisk_context_attn_sparse_recall(const brisk_context *ctx, double *recall, double *mass,
+                                              double *mass_best, int64_t *groups);
 /* With collect_expert_stats: over every forward pass so far and each of its MoE layers, the
  * sum of the distinct experts the pass's tokens were routed to (*reads: the expert weights
  * that layer read) and the number of such (pass, layer) pairs (*passes). The difference of

@@ -72,6 +72,12 @@ typedef struct bk_kv_view {
      * copies it). Both NULL for an attention layer. */
     float *conv;         /* (n_seq_max + 1, d_conv - 1, conv_dim) the short conv's last inputs, oldest first */
     float *ssm;          /* (n_seq_max + 1, n_v_heads, d_state, d_state) delta-rule state, row = value dim */
+    /* Block-sparse attention (opt-in; the CPU backend's, cpu_attn_sparse.h): each page's per-channel
+     * min and max of its keys as the cache holds them (dequantized; q4_0h: the rotated keys), which
+     * bound q.k over the page, and the pages each query group reads. ksum NULL: dense attention. */
+    float *ksum;         /* (n_pages, 2, n_head_kv * head_dim) min row, then max row; backend memory */
+    int sparse_k;        /* pages read per query group, the first page and the local window included */
+    int64_t *sparse_stats; /* (5) recall counters (cpu_attn_sparse.h), NULL: not measured */
 } bk_kv_view;
 
 /* Bytes of one 32-value block of a quantized KV type (q8_0 34, q4_0 18: ggml's

@@ -42,7 +42,7 @@ int cmd_perplexity(int argc, char **argv) {
     cli_text_opts to = CLI_TEXT_OPTS_DEFAULT;
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
     const char *base_path = NULL;
-    bool kl = false;
+    bool kl = false, measure = false;
     for (int i = 1; i < argc; i++) {
         int g = cli_model_flag(argc, argv, &i, &mo);
         if (!g) g = cli_text_flag(argc, argv, &i, &to);
@@ -58,6 +58,10 @@ int cmd_perplexity(int argc, char **argv) {
             kl = true;
             continue;
         }
+        if (!strcmp(argv[i], "--attn-sparse-measure")) {
+            measure = true;
+            continue;
+        }
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: brisk perplexity -m FILE -f TEXT [-c 512] [-t N] [--chunks N] [--kv-type f16|q8_0|q4_0|q4_0h|f32] [-ngl N] [--device I]\n"
                    "                        [--n-cpu-moe N | --gpu-mem SIZE] [--no-mmap]\n"
@@ -65,11 +69,15 @@ int cmd_perplexity(int argc, char **argv) {
                    "                              (llama-perplexity's format; FILE is replaced whole when the run ends)\n"
                    "  --kl-divergence             with --kl-divergence-base FILE: run FILE's chunks (its tokens and -c;\n"
                    "                              no -f) and report KL divergence from it, PPL ratio and same top token\n"
+                   "  --attn-sparse-measure       with --attn-sparse K: also run dense attention to report the recall of\n"
+                   "                              the true top-K pages by attention mass and the mass the pages read hold\n"
                    CLI_TEXT_HELP CLI_MODEL_HELP);
             return 0;
         }
         return cli_error(2, "perplexity: unknown option '%s'", argv[i]);
     }
+    if (measure && !mo.attn_sparse)
+        return cli_error(2, "perplexity: --attn-sparse-measure needs --attn-sparse K");
     if (kl && !base_path)
         return cli_error(2, "perplexity: --kl-divergence needs --kl-divergence-base FILE (a base run's logits)");
     const char *model_path = to.model_path, *text_path = to.text_path;
@@ -103,6 +111,8 @@ int cmd_perplexity(int argc, char **argv) {
     cp.n_outputs_max = n_ctx; /* every position's logits, a pass of up to 512 at a time */
     cp.n_threads = n_threads;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
+    cp.attn_sparse_k = mo.attn_sparse;
+    cp.attn_sparse_measure = measure;
     if (!kl && !(text = cli_read_all(text_path, &len))) goto done;
     if (!cli_load_model(model_path, &mo, &cp, &m)) goto done;
     int n_vocab = brisk_n_vocab(m), first = n_ctx / 2;
@@ -188,6 +198,12 @@ int cmd_perplexity(int argc, char **argv) {
         printf("Final estimate: PPL = %.4f over %lld tokens (%.1f s)\n", exp(nll / count), (long long)count,
                cli_now() - t0);
     }
+    double recall, mass, best;
+    int64_t groups;
+    if (measure && brisk_context_attn_sparse_recall(ctx, &recall, &mass, &best, &groups) == BRISK_OK)
+        printf("Sparse attention (K = %d): recall of the true top-K pages %.4f, attention mass read %.4f "
+               "(the true top-K pages: %.4f), over %lld query groups that dropped a page\n", mo.attn_sparse, recall,
+               mass, best, (long long)groups);
     if (kw) {
         bool ok = kld_writer_close(kw, true);
         kw = NULL;

@@ -180,6 +180,7 @@ int cmd_serve(int argc, char **argv) {
     cp.n_batch = cfg.n_parallel + cfg.prefill_chunk;
     cp.n_threads = n_threads;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
+    cp.attn_sparse_k = mo.attn_sparse;
     cp.n_seq_checkpoints = n_ckpt;
     cp.embeddings = embeddings;
     cp.pooling = pooling;

@@ -335,6 +335,7 @@ int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
     }
     if (!strcmp(a, "--expert-stats")) return (o->expert_stats = cli_next(argc, argv, i)) ? 1 : -1;
     if (!strcmp(a, "-hf") || !strcmp(a, "-hfr") || !strcmp(a, "--hf-repo")) return (o->hf = cli_next(argc, argv, i)) ? 1 : -1;
+    if (!strcmp(a, "--attn-sparse")) return (v = cli_next(argc, argv, i)) && cli_int(a, v, 1, 1 << 24, &o->attn_sparse) ? 1 : -1;
     if (!strcmp(a, "--tp")) return (v = cli_next(argc, argv, i)) && cli_int(a, v, 1, 1024, &o->tp) ? 1 : -1;
     if (!strcmp(a, "--pp")) return (v = cli_next(argc, argv, i)) && cli_int(a, v, 1, 1024, &o->pp) ? 1 : -1;
     if (!strcmp(a, "--device")) o->device_set = true;

@@ -47,10 +47,11 @@ typedef struct cli_model_opts {
     bool mlock;               /* --mlock: lock the loaded model's host pages in memory (mlockall) */
     const char *hf;           /* -hf REPO[:QUANT]: the model from the Hugging Face cache (cli_model_path) */
     char hf_path[4096];       /* where -hf resolved to */
+    int attn_sparse;          /* --attn-sparse K: block-sparse attention reading K KV pages per query group; 0: dense */
 } cli_model_opts;
 enum { CLI_CACHE_UNSET = -2 };
 #define CLI_MODEL_OPTS_DEFAULT \
-    {-1, 0, BRISK_KV_F16, 0, 0, false, CLI_CACHE_UNSET, NULL, 0, 0, {BRISK_ROPE_SCALING_MODEL, 0, 0, 0, -1, -1, -1, -1}, false, false, NULL, {0}}
+    {-1, 0, BRISK_KV_F16, 0, 0, false, CLI_CACHE_UNSET, NULL, 0, 0, {BRISK_ROPE_SCALING_MODEL, 0, 0, 0, -1, -1, -1, -1}, false, false, NULL, {0}, 0}
 /* llama.cpp's RoPE flags (common/arg.cpp), the same meanings; default: the model file's */
 #define CLI_ROPE_HELP                                                                                         \
     "  --rope-scaling none|linear|yarn  RoPE frequency scaling (default: the model's, else linear)\n"        \
@@ -133,7 +134,9 @@ bool cli_stop_push(cli_stop *st, const char *piece, size_t len);
 #define CLI_KV_HELP                                                                                           \
     "  --kv-type T          KV cache type: f16 (default), q8_0, q4_0, q4_0h (q4_0, keys rotated; CPU) or f32\n" \
     "                       (also -ctk/-ctv T,\n"                                                          \
-    "                       --cache-type-k/--cache-type-v T: one type for both; --kv-f32)\n"
+    "                       --cache-type-k/--cache-type-v T: one type for both; --kv-f32)\n"                  \
+    "  --attn-sparse K      block-sparse attention (CPU): each query group reads K KV pages of 16 tokens, the\n" \
+    "                       first and the local window always, the rest by a key min/max bound (default: dense)\n"
 /* Every flag cli_model_flag takes, for a command's --help (-m FILE is the command's to list). */
 #define CLI_MODEL_HELP CLI_HF_HELP CLI_KV_HELP CLI_GPU_HELP CLI_CPU_MOE_HELP CLI_TP_HELP CLI_ROPE_HELP CLI_LLAMACPP_HELP
 /* cli_text_flag's */

@@ -433,6 +433,9 @@ static brisk_status fix_params(const model_hparams *hp, brisk_context_params *p)
     if (hp->n_attn_layers == hp->n_layer) p->n_seq_checkpoints = 0;
     if (p->embeddings && (p->pooling < BRISK_POOLING_UNSPECIFIED || p->pooling > BRISK_POOLING_RANK))
         return bk_fail(BRISK_ERR_INVALID_ARG, "unknown pooling type %d", p->pooling);
+    if (p->attn_sparse_k < 0) return bk_fail(BRISK_ERR_INVALID_ARG, "attn_sparse_k %d is negative", p->attn_sparse_k);
+    if (p->attn_sparse_k > 0 && hp->head_dim > 1024)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "block-sparse attention: head size %d above 1024", hp->head_dim);
     return BRISK_OK;
 }
 
@@ -651,8 +654,15 @@ static brisk_status context_new(brisk_model *model, const brisk_context_params *
             s = bk_fail(BRISK_ERR_UNSUPPORTED, "the q4_0h KV cache runs on the CPU only for now (on a GPU: q4_0 or q8_0)");
             goto fail;
         }
+    for (int a = 0, dev; a < n_attn && p.attn_sparse_k > 0; a++)
+        if (bk_backend_is_cuda(kv_be[a], &dev)) {
+            s = bk_fail(BRISK_ERR_UNSUPPORTED, "block-sparse attention (--attn-sparse) runs on the CPU only for now "
+                                               "(-ngl 0); layer %d's cache is on CUDA device %d", a, dev);
+            goto fail;
+        }
     s = kv_cache_new(kv_be, n_attn, hp->n_head_kv * hp->head_dim, p.n_ctx, p.n_seq_max, p.kv_block_size,
                      p.kv_type, &c->kv);
+    if (s == BRISK_OK && p.attn_sparse_k > 0) s = kv_cache_enable_sparse(c->kv, p.attn_sparse_k, p.attn_sparse_measure);
     if (s != BRISK_OK) goto fail;
     for (int i = 0, a = 0; i < c->n_stage; i++)
         for (int l = c->st[i].l0; l < c->st[i].l1; l++)
@@ -738,6 +748,18 @@ brisk_status mtp_decode(brisk_context *c, const brisk_batch_entry *e, const floa
     brisk_status s = brisk_decode(c, e, n);
     c->mtp_in = NULL;
     return s;
+}
+
+brisk_status brisk_context_attn_sparse_recall(const brisk_context *c, double *recall, double *mass, double *mass_best,
+                                              int64_t *groups) {
+    int64_t st[KV_SPARSE_N_STATS]; /* cpu_attn_sparse.h's counters: hits, wanted, mass, best mass, groups */
+    if (!c->kv || !kv_cache_sparse_stats(c->kv, st))
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "the context was made without attn_sparse_measure");
+    *recall = st[1] ? (double)st[0] / (double)st[1] : 1.0;
+    *mass = st[4] ? (double)st[2] * 1e-9 / (double)st[4] : 1.0;
+    *mass_best = st[4] ? (double)st[3] * 1e-9 / (double)st[4] : 1.0;
+    *groups = st[4];
+    return BRISK_OK;
 }
 
 brisk_status brisk_context_expert_counts(const brisk_context *c, int64_t *counts, int64_t cap, int *n_layer,

@@ -21,6 +21,9 @@ struct kv_cache {
     int32_t *free_ids; /* stack of free page ids */
     int n_free;
     kv_seq *seqs;      /* (n_seq_max) */
+    float **ksum;      /* (n_layer) -> (n_pages, 2, kv_dim) page key summaries, or NULL: dense attention */
+    int sparse_k;      /* pages per query group (kv_cache_enable_sparse) */
+    int64_t *stats;    /* (n_layer, KV_SPARSE_N_STATS) recall counters, or NULL */
 };
 
 brisk_status kv_cache_new(bk_backend *const *be, int n_layer, int kv_dim, int n_ctx, int n_seq_max,
@@ -91,6 +94,11 @@ void kv_cache_free(kv_cache *kc) {
     }
     if (kc->seqs)
         for (int s = 0; s < kc->n_seq_max; s++) free(kc->seqs[s].pages);
+    if (kc->ksum)
+        for (int l = 0; l < kc->n_layer; l++)
+            if (kc->ksum[l]) kc->be[l]->ops->release(kc->be[l], kc->ksum[l]);
+    free(kc->ksum);
+    free(kc->stats);
     free(kc->seqs);
     free(kc->be);
     free(kc->k);
@@ -102,7 +110,37 @@ void kv_cache_free(kv_cache *kc) {
 
 bk_kv_view kv_cache_view(const kv_cache *kc, int layer) {
     bk_kv_view v = {.k = kc->k[layer], .v = kc->v[layer], .kv_type = kc->type, .block_size = kc->block_size};
+    if (kc->ksum && layer < kc->n_layer) {
+        v.ksum = kc->ksum[layer];
+        v.sparse_k = kc->sparse_k;
+        v.sparse_stats = kc->stats ? kc->stats + KV_SPARSE_N_STATS * (size_t)layer : NULL;
+    }
     return v;
+}
+
+brisk_status kv_cache_enable_sparse(kv_cache *kc, int top_k, bool measure) {
+    if (top_k < 1) return bk_fail(BRISK_ERR_INVALID_ARG, "block-sparse attention: %d pages per query (at least 1)", top_k);
+    if (kc->ksum) return bk_fail(BRISK_ERR_INVALID_ARG, "block-sparse attention: already enabled");
+    kc->ksum = calloc((size_t)kc->n_layer + 1, sizeof *kc->ksum);
+    if (!kc->ksum || (measure && !(kc->stats = calloc(KV_SPARSE_N_STATS * ((size_t)kc->n_layer + 1), sizeof *kc->stats))))
+        return bk_fail(BRISK_ERR_NOMEM, "kv cache: out of memory");
+    const size_t bytes = (size_t)kc->n_pages * 2 * kc->kv_dim * sizeof(float);
+    for (int l = 0; l < kc->n_layer; l++) {
+        brisk_status st = kc->be[l]->ops->alloc(kc->be[l], bytes, (void **)&kc->ksum[l]);
+        if (st != BRISK_OK) return bk_wrap(st, "page key summaries (%zu MiB)", (bytes * kc->n_layer) >> 20);
+    }
+    kc->sparse_k = top_k;
+    return BRISK_OK;
+}
+
+bool kv_cache_sparse_stats(const kv_cache *kc, int64_t stats[KV_SPARSE_N_STATS]) {
+    if (!kc->stats) return false;
+    for (int i = 0; i < KV_SPARSE_N_STATS; i++) {
+        stats[i] = 0;
+        for (int l = 0; l < kc->n_layer; l++)
+            stats[i] += __atomic_load_n(&kc->stats[KV_SPARSE_N_STATS * (size_t)l + i], __ATOMIC_RELAXED);
+    }
+    return true;
 }
 
 size_t kv_cache_bytes(const kv_cache *kc) { return kc->page_bytes * kc->n_pages * 2 * kc->n_layer; }

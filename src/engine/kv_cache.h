@@ -25,6 +25,17 @@ size_t kv_cache_row_bytes(brisk_kv_type type, int kv_dim);
 /* Backend bytes kv_cache_new would allocate for these sizes (K and V of every layer). */
 size_t kv_cache_size_for(int n_layer, int kv_dim, int n_ctx, int n_seq_max, int block_size, brisk_kv_type type);
 
+/* Block-sparse attention (opt-in, right after kv_cache_new): allocates each layer's page summaries
+ * (n_pages, 2, kv_dim floats: per-channel key min and max, which the backend keeps up to date as it
+ * writes keys; 2 / block_size of an f16 cache's bytes) and makes the views ask for top_k pages per
+ * query group. measure: also count how the choices compare with dense attention (slow; see
+ * kv_cache_sparse_stats). */
+brisk_status kv_cache_enable_sparse(kv_cache *kc, int top_k, bool measure);
+/* The recall counters of a measuring cache (cpu_attn_sparse.h's KV_SPARSE_N_STATS, summed over
+ * layers); false when not measuring. */
+#define KV_SPARSE_N_STATS 5
+bool kv_cache_sparse_stats(const kv_cache *kc, int64_t stats[KV_SPARSE_N_STATS]);
+
 /* The pools of layer l, for the attention op. */
 bk_kv_view kv_cache_view(const kv_cache *kc, int layer);
 size_t kv_cache_bytes(const kv_cache *kc);

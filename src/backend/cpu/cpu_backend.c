@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_attn.h"
+#include "backend/cpu/cpu_attn_sparse.h"
 #include "backend/cpu/cpu_dot.h"
 #include "backend/cpu/cpu_moe.h"
 #include "backend/cpu/cpu_pgemm.h"
@@ -71,6 +72,12 @@ typedef struct cpu_backend {
     size_t att_cap;
     float *rot;         /* q4_0h cache: rotated q and k (cpu_attention) */
     size_t rot_cap;
+    float *sp_scratch;  /* block-sparse attention: (n_threads, sp_cap) selection scratch (cpu_attn_sparse.h) */
+    size_t sp_cap;      /* floats per thread */
+    int32_t *sp_idx;    /* (n_threads, sp_icap) chosen page indices, the compacted table, 16 positions */
+    size_t sp_icap;     /* ints per thread */
+    int32_t *sp_pages;  /* (2 * n_tokens) the pages a batch wrote, for their summaries */
+    size_t sp_pages_cap;
     cpu_moe_scratch moe;
     /* Repacked weight copies (cpu_repack.h) by mapped address: a hash table
      * (copies_cap a power of two); copy NULL: none for that matrix. */
@@ -115,6 +122,9 @@ static void cpu_free(bk_backend *be) {
     free(cb->att_scratch);
     free(cb->rot);
     free(cb->att_blk);
+    free(cb->sp_scratch);
+    free(cb->sp_idx);
+    free(cb->sp_pages);
     cpu_moe_scratch_free(&cb->moe);
     free(cb);
 }
@@ -589,6 +599,7 @@ typedef struct {
     int n_q;            /* query heads per work unit: the GQA group on AVX-512, else 1 */
     const int *blk;     /* (n_blk + 1) first token of each query block (cpu_attn_block), or NULL */
     int n_blk;
+    int nb_max;         /* block-sparse: pages of the longest span */
 } att_job;
 
 
@@ -679,16 +690,14 @@ BK_INLINE float dot_f32(const float *a, const float *b, int n) {
     return s;
 }
 
-/* One token's query heads h .. h + n_q - 1 (one work unit of att_worker). */
-BK_MULTIVERSION static void att_unit(att_job *j, int ith, int t, int h) {
-    const bk_attn_batch *ab = j->ab;
+/* One token's query heads h .. h + n_q - 1 (one work unit of att_worker) over positions [0, np) of
+ * the page table (the sequence's, or block-sparse attention's compacted one). */
+BK_MULTIVERSION static void att_unit(att_job *j, int ith, int t, int h, const int32_t *table, int np) {
     int hd = j->head_dim, group = j->n_head / j->n_head_kv, nq = j->n_q, kvh = h / group;
     float *sc = j->cb->att_scratch + (size_t)ith * j->att_cap;
     float *kbuf = sc + (size_t)nq * j->sc_stride; /* f16 -> f32 staging for one row, then lanes */
     {
         const float *q = j->q + ((size_t)t * j->n_head + h) * hd;
-        const int32_t *table = ab->block_table[t];
-        int np = ab->pos[t] + 1;
         float *o = j->out + ((size_t)t * j->n_head + h) * hd;
         if (nq > 1 || cpu_dot_isa() == CPU_ISA_AVX512) {
             cpu_attn_head ah = {.q = q, .kv = j->kv, .table = table, .np = np, .kvh = kvh, .n_head_kv = j->n_head_kv,
@@ -749,7 +758,10 @@ static void att_worker(void *arg, int ith, int nth) {
     const int units = j->n_head / j->n_q, group = j->n_head / j->n_head_kv;
     if (!j->blk) {
         const long n_work = (long)j->ab->n_tokens * units;
-        for (long w = ith; w < n_work; w += nth) att_unit(j, ith, (int)(w / units), (int)(w % units) * j->n_q);
+        for (long w = ith; w < n_work; w += nth) {
+            const int t = (int)(w / units);
+            att_unit(j, ith, t, (int)(w % units) * j->n_q, j->ab->block_table[t], j->ab->pos[t] + 1);
+        }
         return;
     }
     const long n_work = (long)j->n_blk * j->n_head_kv;
@@ -765,8 +777,56 @@ static void att_worker(void *arg, int ith, int nth) {
             if (cpu_attn_block_avx512(&ab)) continue;
         }
         for (int t = t0; t < t0 + nt; t++)
-            for (int h = kvh * group; h < (kvh + 1) * group; h += j->n_q) att_unit(j, ith, t, h);
+            for (int h = kvh * group; h < (kvh + 1) * group; h += j->n_q)
+                att_unit(j, ith, t, h, j->ab->block_table[t], j->ab->pos[t] + 1);
     }
+}
+
+/* Block-sparse attention (cpu_attn_sparse.h): att_worker's units (a token's query group, or a
+ * query block's), each first choosing its pages; the same kernels then run over the compacted
+ * page table, with positions shifted to match. */
+static void att_sparse_worker(void *arg, int ith, int nth) {
+    att_job *j = arg;
+    const int group = j->n_head / j->n_head_kv, hd = j->head_dim;
+    float *scr = j->cb->sp_scratch + (size_t)ith * j->cb->sp_cap;
+    int32_t *blocks = j->cb->sp_idx + (size_t)ith * j->cb->sp_icap, *pages = blocks + j->nb_max, *pos = pages + j->nb_max;
+    const long n_units = j->blk ? j->n_blk : j->ab->n_tokens;
+    for (long w = ith; w < n_units * j->n_head_kv; w += nth) {
+        const int u = (int)(w % n_units), kvh = (int)(w / n_units);
+        const int t0 = j->blk ? j->blk[u] : u, nt = j->blk ? j->blk[u + 1] - t0 : 1;
+        const size_t ts = (size_t)j->n_head * hd, off = (size_t)t0 * ts + (size_t)kvh * group * hd;
+        cpu_sparse_sel s = {.q = j->q + off, .tok_stride = ts, .n_tok = nt, .group = group, .pos = j->ab->pos + t0,
+                            .kv = j->kv, .table = j->ab->block_table[t0], .kvh = kvh, .n_head_kv = j->n_head_kv, .hd = hd};
+        int shift;
+        cpu_sparse_select(&s, j->scale, scr, blocks, pages, &shift);
+        for (int i = 0; i < nt; i++) pos[i] = s.pos[i] - shift;
+        if (j->blk && nt * group >= ATT_BLOCK_MIN_LANES) {
+            cpu_attn_block ab = {.q = j->q + off, .out = j->out + off, .tok_stride = ts, .pos = pos, .nt = nt,
+                                 .group = group, .kv = j->kv, .table = pages, .kvh = kvh, .n_head_kv = j->n_head_kv,
+                                 .hd = hd, .scale = j->scale, .scratch = j->cb->att_scratch + (size_t)ith * j->att_cap};
+            if (cpu_attn_block_avx512(&ab)) continue;
+        }
+        for (int i = 0; i < nt; i++)
+            for (int h = kvh * group; h < (kvh + 1) * group; h += j->n_q) att_unit(j, ith, t0 + i, h, pages, pos[i] + 1);
+    }
+}
+
+/* Sizes block-sparse attention's scratch for spans up to max_pos (false: out of memory). */
+static bool sparse_scratch(cpu_backend *cb, const bk_kv_view *kv, int group, int max_pos, int head_dim, int *nb_max) {
+    *nb_max = max_pos / kv->block_size + 1;
+    size_t have = cb->sp_cap * sizeof(float) * (size_t)cb->n_threads;
+    size_t cap = cpu_sparse_scratch_floats(group > 16 ? group : 16, *nb_max, max_pos + 1, head_dim);
+    if (cap > cb->sp_cap) {
+        if (grow((void **)&cb->sp_scratch, &have, cap * sizeof(float) * (size_t)cb->n_threads) != BRISK_OK) return false;
+        cb->sp_cap = cap;
+    }
+    size_t icap = 2 * (size_t)*nb_max + 16;
+    have = cb->sp_icap * sizeof(int32_t) * (size_t)cb->n_threads;
+    if (icap > cb->sp_icap) {
+        if (grow((void **)&cb->sp_idx, &have, icap * sizeof(int32_t) * (size_t)cb->n_threads) != BRISK_OK) return false;
+        cb->sp_icap = icap;
+    }
+    return true;
 }
 
 static void attention_core(cpu_backend *cb, const float *q, const float *k, const float *v, const bk_kv_view *kv,
@@ -788,7 +848,7 @@ static void attention_core(cpu_backend *cb, const float *q, const float *k, cons
         if (grow((void **)&cb->att_scratch, &have, bytes) != BRISK_OK) return;
         cb->att_cap = cap;
     }
-    att_job j = {q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, out, cb, cb->att_cap, stride, nq, NULL, 0};
+    att_job j = {q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, out, cb, cb->att_cap, stride, nq, NULL, 0, 0};
     /* Query blocks: runs of entries of one sequence, 16 lanes (tokens x group) at most. */
     if (ab->n_tokens >= ATT_BLOCK_MIN_TOKENS && cpu_dot_isa() == CPU_ISA_AVX512 && !bk_kv_block_bytes(kv->kv_type) &&
         head_dim % 16 == 0 && group <= 16 && n_head % n_head_kv == 0 &&
@@ -804,7 +864,17 @@ static void attention_core(cpu_backend *cb, const float *q, const float *k, cons
     }
     if (k && ab->n_tokens < 8) att_write_worker(&j, 0, 1);
     else if (k) threadpool_run(cb->tp, att_write_worker, &j);
-    threadpool_run(cb->tp, att_worker, &j);
+    if (k && kv->ksum) {
+        size_t have = cb->sp_pages_cap;
+        if (grow((void **)&cb->sp_pages, &have, sizeof(int32_t) * 2 * (size_t)ab->n_tokens) != BRISK_OK) return;
+        cb->sp_pages_cap = have;
+        cpu_sparse_summarise(cb->tp, kv, ab, n_head_kv, head_dim, cb->sp_pages);
+    }
+    /* without memory for the choice's scratch, dense attention: exact, only slower */
+    if (kv->ksum && kv->sparse_k > 0 && sparse_scratch(cb, kv, group, max_pos, head_dim, &j.nb_max))
+        threadpool_run(cb->tp, att_sparse_worker, &j);
+    else
+        threadpool_run(cb->tp, att_worker, &j);
 }
 
 /* The q4_0h cache (kv_rot.h): q and k rotated head by head into cb->rot, then the attention over
