@@ -5,6 +5,7 @@
  * query-blocked attention (cpu_attn.h), which sum in another float order.
  * Decode and short batches keep ggml's order. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -86,7 +87,15 @@ typedef struct cpu_backend {
     size_t copy_bytes; /* bytes of all copies */
     void *xa[MAX_MATS]; /* expanded activations for repacked matrices, per converted x */
     size_t xa_cap[MAX_MATS];
+    char oom[96];        /* an op that could not get its scratch (ops return nothing): the next read reports it */
 } cpu_backend;
+
+/* An op's scratch could not grow: ops return nothing, so the failure waits in cb->oom for the next
+ * read (a forward's outputs are read back after it), which fails instead of handing back outputs
+ * the op never wrote. */
+static void op_oom(cpu_backend *cb, const char *what) {
+    if (!cb->oom[0]) snprintf(cb->oom, sizeof cb->oom, "out of memory for %s", what);
+}
 
 static brisk_status grow(void **p, size_t *cap, size_t want) {
     if (want <= *cap) return BRISK_OK;
@@ -488,7 +497,7 @@ static void cpu_matmul(bk_backend *be, int n_w, const bk_weight *const *w, const
             j.conv[m] = cpu_get_from_float(vt);
             /* A failed grow leaves the old buffer: the caller sized things at context creation,
              * so this only happens on true memory exhaustion. */
-            if (grow(&cb->xq[m], &cb->xq_cap[m], j.xq_stride[m] * (size_t)n) != BRISK_OK) return;
+            if (grow(&cb->xq[m], &cb->xq_cap[m], j.xq_stride[m] * (size_t)n) != BRISK_OK) return op_oom(cb, "activations");
             j.xq[m] = cb->xq[m];
             need_conv = true;
         } else {
@@ -506,7 +515,8 @@ static void cpu_matmul(bk_backend *be, int n_w, const bk_weight *const *w, const
             continue;
         }
         j.xa_stride[m] = cpu_repack_act_bytes(w[m]->type, w[m]->n_in);
-        if (grow_aligned(&cb->xa[m], &cb->xa_cap[m], j.xa_stride[m] * (size_t)n) != BRISK_OK) return;
+        if (grow_aligned(&cb->xa[m], &cb->xa_cap[m], j.xa_stride[m] * (size_t)n) != BRISK_OK)
+            return op_oom(cb, "repacked activations");
         j.xa[m] = cb->xa[m];
     }
     if (need_conv) {
@@ -845,7 +855,7 @@ static void attention_core(cpu_backend *cb, const float *q, const float *k, cons
     size_t bytes = cap * sizeof(float) * (size_t)cb->n_threads;
     if (cap > cb->att_cap) {
         size_t have = cb->att_cap * sizeof(float) * (size_t)cb->n_threads;
-        if (grow((void **)&cb->att_scratch, &have, bytes) != BRISK_OK) return;
+        if (grow((void **)&cb->att_scratch, &have, bytes) != BRISK_OK) return op_oom(cb, "attention scores");
         cb->att_cap = cap;
     }
     att_job j = {q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, out, cb, cb->att_cap, stride, nq, NULL, 0, 0};
@@ -866,7 +876,8 @@ static void attention_core(cpu_backend *cb, const float *q, const float *k, cons
     else if (k) threadpool_run(cb->tp, att_write_worker, &j);
     if (k && kv->ksum) {
         size_t have = cb->sp_pages_cap;
-        if (grow((void **)&cb->sp_pages, &have, sizeof(int32_t) * 2 * (size_t)ab->n_tokens) != BRISK_OK) return;
+        if (grow((void **)&cb->sp_pages, &have, sizeof(int32_t) * 2 * (size_t)ab->n_tokens) != BRISK_OK)
+            return op_oom(cb, "key summaries");
         cb->sp_pages_cap = have;
         cpu_sparse_summarise(cb->tp, kv, ab, n_head_kv, head_dim, cb->sp_pages);
     }
@@ -903,7 +914,7 @@ static void cpu_attention(bk_backend *be, const float *q, const float *k, const 
     }
     const size_t nq = (size_t)ab->n_tokens * n_head * head_dim, nk = (size_t)ab->n_tokens * n_head_kv * head_dim;
     size_t have = cb->rot_cap * sizeof(float);
-    if (grow((void **)&cb->rot, &have, (nq + nk) * sizeof(float)) != BRISK_OK) return;
+    if (grow((void **)&cb->rot, &have, (nq + nk) * sizeof(float)) != BRISK_OK) return op_oom(cb, "rotated q and k");
     cb->rot_cap = have / sizeof(float);
     float *qr = cb->rot, *kr = k ? qr + nq : NULL; /* q's rows, then k's: one pass rotates both */
     memcpy(qr, q, nq * sizeof(float));
@@ -932,7 +943,12 @@ static void cpu_add(bk_backend *be, float *x, const float *y, size_t n) {
 }
 
 static brisk_status cpu_read(bk_backend *be, const void *src, void *dst, size_t bytes) {
-    (void)be;
+    cpu_backend *cb = (cpu_backend *)be;
+    if (cb->oom[0]) {
+        brisk_status s = bk_fail(BRISK_ERR_NOMEM, "CPU backend: %s", cb->oom);
+        cb->oom[0] = 0;
+        return s;
+    }
     if (src != dst) memcpy(dst, src, bytes);
     return BRISK_OK;
 }
