@@ -3,7 +3,8 @@
  * best of REPS, on Qwen3-0.6B shapes: 3072x1024 (ffn_gate/up, L2-resident:
  * the compute limit) and 151936x1024 (LM-head-sized, DRAM-bound), nx = 1..4.
  * Build: cc -O2 -Iinclude -Isrc dev/kernels/bench_repack.c build/libbrisk.a -lm -lpthread -ldl
- * Run:   ./a.out [q4_0]   (the Q4_K layout lost and left src/: docs/experiments.md) */
+ * Run:   ./a.out [q4_0|q8_0]   (the Q4_K layout lost and left src/: docs/experiments.md)
+ * Times are the thread's CPU time (best of REPS): on a shared machine wall time follows the load. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,12 +16,12 @@
 
 static double now(void) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
 int main(int argc, char **argv) {
-    uint32_t t = argc > 1 && !strcmp(argv[1], "q4_K") ? QT_Q4_K : QT_Q4_0;
+    uint32_t t = argc > 1 && !strcmp(argv[1], "q8_0") ? QT_Q8_0 : QT_Q4_0;
     cpu_dot_init();
     const int shapes[2][2] = {{3072, 1024}, {151936, 1024}};
     const quant_traits *tr = quant_get_traits(t);

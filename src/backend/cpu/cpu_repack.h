@@ -11,6 +11,13 @@
  * (288 bytes, the size of the 16 blocks it holds). An odd last block is
  * padded with a zero block.
  *
+ * Q8_0 ("q8_0x8"): the same interleave with the 32 quant bytes of a block
+ * stored as q + 128 (unsigned for vpdpbusd), so the offset enters as
+ * -128 * sum(activations):
+ *   f16 d[16]       as above
+ *   u8  qs[8][64]   qs[k] lane L: bytes 4k..4k+3 of that block's qs, each + 128
+ * (544 bytes, 16 blocks of 34).
+ *
  * The activations are expanded once per token (cpu_repack_act) so that each
  * vpdpbusd reads its 64 bytes as one load: per block pair, 8 vectors of the
  * two blocks' 4-byte groups, each broadcast to its 8 lanes, then -8*sum and
@@ -30,7 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Rows per interleaved group of a type (8 for Q4_0), 0 if none. */
+/* Rows per interleaved group of a type (8 for Q4_0 and Q8_0), 0 if none. */
 int cpu_repack_rows(uint32_t type);
 
 /* Bytes of the repacked copy of an n_out x n_in matrix, or 0 when this type
@@ -43,7 +50,7 @@ void cpu_repack_weights(uint32_t type, int64_t n_in, int64_t n_out, const void *
 /* Bytes of one token's expanded activations. */
 size_t cpu_repack_act_bytes(uint32_t type, int64_t n_in);
 /* Expands one activation row, already in the type's vec_dot_type (Q8_0 for
- * Q4_0), into xa (cpu_repack_act_bytes() bytes, 64-byte aligned). */
+ * Q4_0 and Q8_0), into xa (cpu_repack_act_bytes() bytes, 64-byte aligned). */
 void cpu_repack_act(uint32_t type, int64_t n_in, const void *xq, void *xa);
 /* s[(g*R + r - g0*R) * ss + j] = dot(row g*R + r, token j) for groups g in
  * [g0, g1), r in [0, R = cpu_repack_rows()), j in [0, nx); xa: expanded

@@ -11,61 +11,72 @@
 #include "quant/quant.h"
 
 #define Q40_PAIR_BYTES 288 /* f16 d[16] + qs[4][64]: 16 blocks of 18 bytes */
-#define Q40_ACT_BYTES 640  /* per block pair: 8 x 64 activation groups, init sums, scales */
+#define Q80_PAIR_BYTES 544 /* f16 d[16] + qs[8][64]: 16 blocks of 34 bytes */
+#define REPACK_ACT_BYTES 640 /* per block pair: 8 x 64 activation groups, init sums, scales */
+
+static size_t pair_bytes(uint32_t type) { return type == QT_Q8_0 ? Q80_PAIR_BYTES : Q40_PAIR_BYTES; }
 
 /* Which types are repacked: those whose repacked kernels won end to end (Q4_0: qwen3-0.6b decode
- * 29.9 against 22.5 tok/s, 1 thread, on the 2-core AVX-512 VNNI VM; a Q4_K layout lost, see
- * docs/experiments.md); BRISK_CPU_REPACK=0 turns repacking off (A/B timing, or to read the mapped
- * file only). */
+ * 29.9 against 22.5 tok/s, 1 thread, on the 2-core AVX-512 VNNI VM; Q8_0: see bench/RESULTS.md's
+ * CPU section; a Q4_K layout lost, see docs/experiments.md); BRISK_CPU_REPACK=0 turns repacking off
+ * (A/B timing, or to read the mapped file only). */
 static bool repack_enabled(uint32_t type) {
     const char *e = getenv("BRISK_CPU_REPACK");
     if ((e && !strcmp(e, "0")) || cpu_dot_isa() != CPU_ISA_AVX512) return false;
-    return type == QT_Q4_0;
+    return type == QT_Q4_0 || type == QT_Q8_0;
 }
 
-int cpu_repack_rows(uint32_t type) { return type == QT_Q4_0 ? 8 : 0; }
+int cpu_repack_rows(uint32_t type) { return type == QT_Q4_0 || type == QT_Q8_0 ? 8 : 0; }
 
 size_t cpu_repack_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
     const int R = cpu_repack_rows(type);
     if (!R || n_out < R || !repack_enabled(type)) return 0;
     if (n_in % 32) return 0;
-    return (size_t)(n_out / R) * (size_t)((n_in / 32 + 1) / 2) * Q40_PAIR_BYTES;
+    return (size_t)(n_out / R) * (size_t)((n_in / 32 + 1) / 2) * pair_bytes(type);
 }
 
 size_t cpu_repack_act_bytes(uint32_t type, int64_t n_in) {
-    return type == QT_Q4_0 ? (size_t)((n_in / 32 + 1) / 2) * Q40_ACT_BYTES : 0;
+    return cpu_repack_rows(type) ? (size_t)((n_in / 32 + 1) / 2) * REPACK_ACT_BYTES : 0;
 }
 
 void cpu_repack_weights(uint32_t type, int64_t n_in, int64_t n_out, const void *w, size_t ws, void *dst) {
-    if (type != QT_Q4_0) return;
+    if (!cpu_repack_rows(type)) return;
     const int64_t nb = n_in / 32, np = (nb + 1) / 2;
+    const size_t pb = pair_bytes(type), bb = quant_get_traits(type)->block_bytes;
     uint8_t *o = dst;
     for (int64_t g = 0; g < n_out / 8; g++) {
-        for (int64_t p = 0; p < np; p++, o += Q40_PAIR_BYTES) {
-            memset(o, 0, Q40_PAIR_BYTES);
+        for (int64_t p = 0; p < np; p++, o += pb) {
+            memset(o, 0, pb);
             for (int lane = 0; lane < 16; lane++) {
                 const int64_t b = 2 * p + lane / 8, row = g * 8 + lane % 8;
                 if (b >= nb) continue; /* the zero pad block: scale 0 */
-                const blk_q4_0 *src = (const blk_q4_0 *)((const char *)w + (size_t)row * ws) + b;
-                memcpy(o + 2 * lane, &src->d, 2);
-                for (int k = 0; k < 4; k++) memcpy(o + 32 + 64 * k + 4 * lane, src->qs + 4 * k, 4);
+                const uint8_t *src = (const uint8_t *)w + (size_t)row * ws + (size_t)b * bb;
+                memcpy(o + 2 * lane, src, 2); /* d: the first field of both block types */
+                if (type == QT_Q4_0) {
+                    for (int k = 0; k < 4; k++) memcpy(o + 32 + 64 * k + 4 * lane, src + 2 + 4 * k, 4);
+                } else { /* Q8_0: the int8 quants stored as q + 128, unsigned for vpdpbusd */
+                    for (int k = 0; k < 8; k++)
+                        for (int i = 0; i < 4; i++) o[32 + 64 * k + 4 * lane + i] = (uint8_t)(src[2 + 4 * k + i] ^ 0x80);
+                }
             }
         }
     }
 }
 
 void cpu_repack_act(uint32_t type, int64_t n_in, const void *xq, void *xa) {
-    if (type != QT_Q4_0) return;
+    if (!cpu_repack_rows(type)) return;
     const blk_q8_0 *x = xq;
     const int64_t nb = n_in / 32, np = (nb + 1) / 2;
+    /* the weights' offset: sum (q - off) y = sum q y - off sum y, with q the stored unsigned quant */
+    const int32_t off = type == QT_Q8_0 ? 128 : 8;
     uint8_t *o = xa;
-    for (int64_t p = 0; p < np; p++, o += Q40_ACT_BYTES) {
-        memset(o, 0, Q40_ACT_BYTES);
+    for (int64_t p = 0; p < np; p++, o += REPACK_ACT_BYTES) {
+        memset(o, 0, REPACK_ACT_BYTES);
         for (int h = 0; h < 2 && 2 * p + h < nb; h++) {
             const blk_q8_0 *b = &x[2 * p + h];
             int32_t sum = 0;
             for (int i = 0; i < 32; i++) sum += b->qs[i];
-            const int32_t init = -8 * sum; /* the Q4_0 offset: sum (q - 8) y = sum q y - 8 sum y */
+            const int32_t init = -off * sum;
             const float d = quant_f16_to_f32(b->d);
             for (int lane = 8 * h; lane < 8 * h + 8; lane++) {
                 for (int k = 0; k < 8; k++) memcpy(o + 64 * k + 4 * lane, b->qs + 4 * k, 4);
@@ -81,36 +92,47 @@ void cpu_repack_act(uint32_t type, int64_t n_in, const void *xq, void *xa) {
 
 #define KATTR __attribute__((target("avx512vnni")))
 /* Bytes ahead that the weight stream is prefetched: the groups are one
- * sequential stream, so this only runs the hardware prefetcher's start. */
+ * sequential stream, so this only runs the hardware prefetcher's start.
+ * Q8_0 (544-byte pairs) further ahead: on the 151936x1024 LM head, one
+ * thread, best of 5 in thread CPU time on the loaded VM, 4096 bytes gave
+ * 14.3-14.7 GB/s against 13.4-13.5 at 1024 (dev/kernels/bench_repack.c). */
 #ifndef REPACK_PF_BYTES
 #define REPACK_PF_BYTES 1024
 #endif
+#ifndef REPACK_PF_BYTES_Q8
+#define REPACK_PF_BYTES_Q8 4096
+#endif
 
 /* One group of 8 rows against RX (1..4) tokens: per block pair, the
- * nibbles are unpacked once and meet each token's 8 activation vectors. */
-static inline __attribute__((always_inline)) KATTR void q40_group(int64_t np, const uint8_t *w, const uint8_t *xa,
-                                                                  size_t xs, const int RX, float *s, size_t ss) {
+ * weights are loaded (Q8: Q8_0's offset quants; else Q4_0's nibbles,
+ * unpacked) once and meet each token's 8 activation vectors. */
+static inline __attribute__((always_inline)) KATTR void group8(int64_t np, const uint8_t *w, const uint8_t *xa,
+                                                               size_t xs, const int RX, float *s, size_t ss,
+                                                               const int Q8) {
     const __m512i m4 = _mm512_set1_epi8(15);
+    const size_t pb = Q8 ? Q80_PAIR_BYTES : Q40_PAIR_BYTES;
     __m512 acc[4];
 #pragma GCC unroll 4
     for (int j = 0; j < RX; j++) acc[j] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < np; p++, w += Q40_PAIR_BYTES) {
-        _mm_prefetch((const char *)w + REPACK_PF_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)w + REPACK_PF_BYTES + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)w + REPACK_PF_BYTES + 128, _MM_HINT_T0);
-        _mm_prefetch((const char *)w + REPACK_PF_BYTES + 192, _MM_HINT_T0);
-        _mm_prefetch((const char *)w + REPACK_PF_BYTES + 256, _MM_HINT_T0);
+    for (int64_t p = 0; p < np; p++, w += pb) {
+        for (int l = 0; l < (Q8 ? 9 : 5); l++)
+            _mm_prefetch((const char *)w + (Q8 ? REPACK_PF_BYTES_Q8 : REPACK_PF_BYTES) + 64 * l, _MM_HINT_T0);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
         __m512i lo[4], hi[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
-            const __m512i q = _mm512_loadu_si512(w + 32 + 64 * k);
-            lo[k] = _mm512_and_si512(q, m4);
-            hi[k] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            if (Q8) {
+                lo[k] = _mm512_loadu_si512(w + 32 + 64 * k);
+                hi[k] = _mm512_loadu_si512(w + 32 + 64 * (k + 4));
+            } else {
+                const __m512i q = _mm512_loadu_si512(w + 32 + 64 * k);
+                lo[k] = _mm512_and_si512(q, m4);
+                hi[k] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            }
         }
 #pragma GCC unroll 4
         for (int j = 0; j < RX; j++) {
-            const uint8_t *a = xa + (size_t)j * xs + (size_t)p * Q40_ACT_BYTES;
+            const uint8_t *a = xa + (size_t)j * xs + (size_t)p * REPACK_ACT_BYTES;
             __m512i s0 = _mm512_load_si512(a + 512), s1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
@@ -129,26 +151,39 @@ static inline __attribute__((always_inline)) KATTR void q40_group(int64_t np, co
     }
 }
 
-static KATTR void q40_gemm(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t g1, const uint8_t *xa, size_t xs,
-                           int nx, float *s, size_t ss) {
+static inline __attribute__((always_inline)) KATTR void gemm8(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t g1,
+                                                              const uint8_t *xa, size_t xs, int nx, float *s,
+                                                              size_t ss, const int Q8) {
     const int64_t np = (n_in / 32 + 1) / 2;
+    const size_t pb = Q8 ? Q80_PAIR_BYTES : Q40_PAIR_BYTES;
     for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *w = wr + (size_t)g * (size_t)np * Q40_PAIR_BYTES;
+        const uint8_t *w = wr + (size_t)g * (size_t)np * pb;
         float *sg = s + (size_t)(g - g0) * 8 * ss;
         int j = 0;
-        for (; j + 4 <= nx; j += 4) q40_group(np, w, xa + (size_t)j * xs, xs, 4, sg + j, ss);
+        for (; j + 4 <= nx; j += 4) group8(np, w, xa + (size_t)j * xs, xs, 4, sg + j, ss, Q8);
         switch (nx - j) {
-        case 3: q40_group(np, w, xa + (size_t)j * xs, xs, 3, sg + j, ss); break;
-        case 2: q40_group(np, w, xa + (size_t)j * xs, xs, 2, sg + j, ss); break;
-        case 1: q40_group(np, w, xa + (size_t)j * xs, xs, 1, sg + j, ss); break;
+        case 3: group8(np, w, xa + (size_t)j * xs, xs, 3, sg + j, ss, Q8); break;
+        case 2: group8(np, w, xa + (size_t)j * xs, xs, 2, sg + j, ss, Q8); break;
+        case 1: group8(np, w, xa + (size_t)j * xs, xs, 1, sg + j, ss, Q8); break;
         default: break;
         }
     }
 }
 
+static KATTR void q40_gemm(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t g1, const uint8_t *xa, size_t xs,
+                           int nx, float *s, size_t ss) {
+    gemm8(n_in, wr, g0, g1, xa, xs, nx, s, ss, 0);
+}
+
+static KATTR void q80_gemm(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t g1, const uint8_t *xa, size_t xs,
+                           int nx, float *s, size_t ss) {
+    gemm8(n_in, wr, g0, g1, xa, xs, nx, s, ss, 1);
+}
+
 void cpu_repack_gemm(uint32_t type, int64_t n_in, const void *wr, int64_t g0, int64_t g1, const void *xa, size_t xs,
                      int nx, float *s, size_t ss) {
     if (type == QT_Q4_0) q40_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss);
+    else if (type == QT_Q8_0) q80_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss);
 }
 #else
 void cpu_repack_gemm(uint32_t type, int64_t n_in, const void *wr, int64_t g0, int64_t g1, const void *xa, size_t xs,
