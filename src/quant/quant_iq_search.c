@@ -28,20 +28,21 @@
 
 /* ---- the lattice: grid points, the map from level vectors, the neighbours ---- */
 
-enum { LAT_IQ3_XXS, LAT_IQ3_S, LAT_IQ2_XXS, LAT_IQ2_XS, LAT_COUNT };
+enum { LAT_IQ3_XXS, LAT_IQ3_S, LAT_IQ2_XXS, LAT_IQ2_XS, LAT_IQ2_S, LAT_COUNT };
 
 typedef struct {
     int n;                  /* grid points */
     int dim, bits;          /* 4 coordinates of 3 bits (IQ3) or 8 of 2 (IQ2) */
     int n_levels;           /* levels a coordinate may take: 8 (IQ3) or 3 (IQ2) */
-    int8_t value[512][8];   /* (n, dim) 2l+1 per coordinate */
+    int8_t value[1024][8];  /* (n, dim) 2l+1 per coordinate */
     int32_t map[1 << 16];   /* packed levels -> grid index; off the grid: -1 - offset into nbrs */
     uint16_t *nbrs;         /* per off-grid vector: a count, then grid indices by (distance, index) */
     brisk_status status;    /* of the one-time build */
 } iq_lattice;
 
 static iq_lattice g_lat[LAT_COUNT];
-static pthread_once_t g_once[LAT_COUNT] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
+static pthread_once_t g_once[LAT_COUNT] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
+                                           PTHREAD_ONCE_INIT};
 
 static int pack_levels(const iq_lattice *g, const int8_t *l) {
     int u = 0;
@@ -93,19 +94,20 @@ static int grid_level(int which, uint8_t b) {
 }
 
 /* Builds lattice `which` from the decoder's grid: the map, and for every
- * reachable off-grid vector its neighbours (IQ3_XXS and IQ2: the 2 nearest
- * distances, IQ3_S: 3). */
+ * reachable off-grid vector its neighbours (the points at the nearest
+ * distance for IQ2_S, the 2 nearest for IQ3_XXS, IQ2_XXS, IQ2_XS, 3 for IQ3_S). */
 static void build(int which) {
     iq_lattice *g = &g_lat[which];
-    static const int n_points[LAT_COUNT] = {256, 512, 256, 512};
+    static const int n_points[LAT_COUNT] = {256, 512, 256, 512, 1024};
     g->n = n_points[which];
     const bool iq3 = which <= LAT_IQ3_S;
     g->dim = iq3 ? 4 : 8, g->bits = iq3 ? 3 : 2, g->n_levels = iq3 ? 8 : 3;
-    const int n_dist = which == LAT_IQ3_S ? 3 : 2, n_map = 1 << g->dim * g->bits;
+    const int n_dist = which == LAT_IQ3_S ? 3 : which == LAT_IQ2_S ? 1 : 2, n_map = 1 << g->dim * g->bits;
     for (int j = 0; j < g->n; j++)
         for (int k = 0; k < g->dim; k++) {
             const uint64_t e = which == LAT_IQ3_XXS ? quant_iq3xxs_grid[j] : which == LAT_IQ3_S ? quant_iq3s_grid[j]
-                             : which == LAT_IQ2_XXS ? quant_iq2xxs_grid[j] : quant_iq2xs_grid[j];
+                             : which == LAT_IQ2_XXS ? quant_iq2xxs_grid[j] : which == LAT_IQ2_XS ? quant_iq2xs_grid[j]
+                             : quant_iq2s_grid[j];
             g->value[j][k] = (int8_t)(2 * grid_level(which, (uint8_t)(e >> 8 * k)) + 1);
         }
     for (int u = 0; u < n_map; u++) g->map[u] = INT32_MIN;
@@ -114,7 +116,7 @@ static void build(int which) {
         for (int k = 0; k < g->dim; k++) l[k] = (int8_t)(g->value[j][k] / 2);
         g->map[pack_levels(g, l)] = j;
     }
-    int d2[512];
+    int d2[1024];
     size_t total = 0;
     for (int u = 0; u < n_map; u++)
         if (g->map[u] < 0 && reachable(g, u)) total += 1 + (size_t)neighbours(g, u, n_dist, d2, NULL);
@@ -136,9 +138,10 @@ static void build_0(void) { build(0); }
 static void build_1(void) { build(1); }
 static void build_2(void) { build(2); }
 static void build_3(void) { build(3); }
+static void build_4(void) { build(4); }
 
 static const iq_lattice *lattice(int which) {
-    static void (*const fn[LAT_COUNT])(void) = {build_0, build_1, build_2, build_3};
+    static void (*const fn[LAT_COUNT])(void) = {build_0, build_1, build_2, build_3, build_4};
     pthread_once(&g_once[which], fn[which]);
     return &g_lat[which];
 }
@@ -470,6 +473,52 @@ static void quant_iq2_xs_block(const iq_lattice *g, const float *x, const float 
     memcpy(y->qs, q2, sizeof q2);
 }
 
+/* ---- IQ2_S: per 16 values 2 grid indices (of 1024, bits 8-9 in qh) with 8 sign bits each, a 4-bit scale ---- */
+
+static void quant_iq2_s_block(const iq_lattice *g, const float *x, const float *qw, blk_iq2_s *y) {
+    static const search_opts opt = {.n = 16, .is_range = 9, .step = 0.1f, .start_on = true, .refit = REFIT_OFF};
+    float scales[16], weight[16], waux[16], xval[16];
+    int8_t l[16];
+    float max_scale = 0;
+    memset(y, 0, sizeof *y);
+    const float sigma2 = 2 * sum_sq(x) / 256;
+    for (int ib = 0; ib < 16; ib++) {
+        const float *xb = x + 16 * ib;
+        if (qw) {
+            group_weights(16, xb, qw + 16 * ib, sigma2, weight, waux);
+        } else { /* no importances: x^2 plus an eighth of the block's mean square */
+            for (int i = 0; i < 16; i++) weight[i] = 0.25f * sigma2 + xb[i] * xb[i];
+            for (int i = 0; i < 16; i++) waux[i] = sqrtf(weight[i]);
+        }
+        uint8_t signs[2];
+        for (int k = 0; k < 2; k++) signs[k] = split_signs(xb + 8 * k, weight + 8 * k, false, xval + 8 * k);
+        const float max = max_of(16, xval);
+        if (max < 1e-8f) {
+            scales[ib] = 0;
+            continue;
+        }
+        float scale = search_group(g, &opt, xval, weight, waux, max, max / 5, l);
+        if (scale < 0) {
+            scale = -scale;
+            for (int k = 0; k < 2; k++) signs[k] = (uint8_t)~signs[k];
+        }
+        for (int k = 0; k < 2; k++) {
+            const int gi = g->map[pack_levels(g, l + 8 * k)], i8 = 2 * ib + k;
+            y->qs[i8] = (uint8_t)gi;
+            y->qh[i8 / 4] |= (uint8_t)((gi >> 8) << 2 * (i8 % 4));
+            y->qs[32 + i8] = signs[k];
+        }
+        scales[ib] = scale;
+        max_scale = max_scale > scale ? max_scale : scale;
+    }
+    if (!max_scale) return;
+    const float d = max_scale / 31;
+    y->d = F2H(d * 0.9875f);
+    const float id = 1 / d;
+    for (int ib = 0; ib < 16; ib += 2)
+        y->scales[ib / 2] = (uint8_t)(scale_code(id, scales[ib]) | scale_code(id, scales[ib + 1]) << 4);
+}
+
 brisk_status quant_iq_quantize_row(uint32_t type, const float *x, void *dst, int64_t n, const float *qw) {
     int which;
     switch (type) {
@@ -477,11 +526,12 @@ brisk_status quant_iq_quantize_row(uint32_t type, const float *x, void *dst, int
     case QT_IQ3_S: which = LAT_IQ3_S; break;
     case QT_IQ2_XXS: which = LAT_IQ2_XXS; break;
     case QT_IQ2_XS: which = LAT_IQ2_XS; break;
+    case QT_IQ2_S: which = LAT_IQ2_S; break;
     default: return bk_fail(BRISK_ERR_UNSUPPORTED, "quantize: no quantizer for %s", quant_type_name(type));
     }
     if (n % 256) return bk_fail(BRISK_ERR_INVALID_ARG, "quantize %s: %lld elements is not a multiple of 256",
                                 quant_type_name(type), (long long)n);
-    if (!qw && which >= LAT_IQ2_XXS)
+    if (!qw && (which == LAT_IQ2_XXS || which == LAT_IQ2_XS))
         return bk_fail(BRISK_ERR_INVALID_ARG, "quantize %s: needs an importance matrix (--imatrix)",
                        quant_type_name(type));
     const iq_lattice *g = lattice(which);
@@ -492,7 +542,8 @@ brisk_status quant_iq_quantize_row(uint32_t type, const float *x, void *dst, int
         case LAT_IQ3_XXS: quant_iq3_xxs_block(g, xi, w, (blk_iq3_xxs *)dst + i); break;
         case LAT_IQ3_S: quant_iq3_s_block(g, xi, w, (blk_iq3_s *)dst + i); break;
         case LAT_IQ2_XXS: quant_iq2_xxs_block(g, xi, w, (blk_iq2_xxs *)dst + i); break;
-        default: quant_iq2_xs_block(g, xi, w, (blk_iq2_xs *)dst + i); break;
+        case LAT_IQ2_XS: quant_iq2_xs_block(g, xi, w, (blk_iq2_xs *)dst + i); break;
+        default: quant_iq2_s_block(g, xi, w, (blk_iq2_s *)dst + i); break;
         }
     }
     return BRISK_OK;
