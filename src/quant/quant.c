@@ -588,7 +588,8 @@ brisk_status quant_quantize_rows(uint32_t type, const float *src, void *dst, int
         case QT_Q6_K: kq_quantize_q6_K(src, dst, n_per_row, w); break;
         case QT_IQ4_NL: kq_quantize_iq4(src, dst, n_per_row, w, 7, false); break;
         case QT_IQ4_XS: kq_quantize_iq4(src, dst, n_per_row, w, 7, true); break;
-        case QT_IQ2_XXS: /* these two only with an importance matrix, as in ggml */
+        case QT_IQ1_S: /* these three only with an importance matrix, as in ggml */
+        case QT_IQ2_XXS:
         case QT_IQ2_XS:
         case QT_IQ2_S:
         case QT_IQ3_XXS:

@@ -28,13 +28,13 @@
 
 /* ---- the lattice: grid points, the map from level vectors, the neighbours ---- */
 
-enum { LAT_IQ3_XXS, LAT_IQ3_S, LAT_IQ2_XXS, LAT_IQ2_XS, LAT_IQ2_S, LAT_COUNT };
+enum { LAT_IQ3_XXS, LAT_IQ3_S, LAT_IQ2_XXS, LAT_IQ2_XS, LAT_IQ2_S, LAT_IQ1_S, LAT_COUNT };
 
 typedef struct {
     int n;                  /* grid points */
     int dim, bits;          /* 4 coordinates of 3 bits (IQ3) or 8 of 2 (IQ2) */
     int n_levels;           /* levels a coordinate may take: 8 (IQ3) or 3 (IQ2) */
-    int8_t value[1024][8];  /* (n, dim) 2l+1 per coordinate */
+    int8_t value[2048][8];  /* (n, dim) 2l+1 per coordinate */
     int32_t map[1 << 16];   /* packed levels -> grid index; off the grid: -1 - offset into nbrs */
     uint16_t *nbrs;         /* per off-grid vector: a count, then grid indices by (distance, index) */
     brisk_status status;    /* of the one-time build */
@@ -42,7 +42,7 @@ typedef struct {
 
 static iq_lattice g_lat[LAT_COUNT];
 static pthread_once_t g_once[LAT_COUNT] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
-                                           PTHREAD_ONCE_INIT};
+                                           PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
 
 static int pack_levels(const iq_lattice *g, const int8_t *l) {
     int u = 0;
@@ -89,6 +89,7 @@ static int grid_level(int which, uint8_t b) {
     switch (which) {
     case LAT_IQ3_XXS: return b / 8;
     case LAT_IQ3_S: return b / 2;
+    case LAT_IQ1_S: return (int8_t)b + 1; /* -1, 0, +1 */
     default: return (b - 8) / 17;
     }
 }
@@ -98,16 +99,16 @@ static int grid_level(int which, uint8_t b) {
  * distance for IQ2_S, the 2 nearest for IQ3_XXS, IQ2_XXS, IQ2_XS, 3 for IQ3_S). */
 static void build(int which) {
     iq_lattice *g = &g_lat[which];
-    static const int n_points[LAT_COUNT] = {256, 512, 256, 512, 1024};
+    static const int n_points[LAT_COUNT] = {256, 512, 256, 512, 1024, 2048};
     g->n = n_points[which];
     const bool iq3 = which <= LAT_IQ3_S;
     g->dim = iq3 ? 4 : 8, g->bits = iq3 ? 3 : 2, g->n_levels = iq3 ? 8 : 3;
-    const int n_dist = which == LAT_IQ3_S ? 3 : which == LAT_IQ2_S ? 1 : 2, n_map = 1 << g->dim * g->bits;
+    const int n_dist = which == LAT_IQ3_S || which == LAT_IQ1_S ? 3 : which == LAT_IQ2_S ? 1 : 2, n_map = 1 << g->dim * g->bits;
     for (int j = 0; j < g->n; j++)
         for (int k = 0; k < g->dim; k++) {
             const uint64_t e = which == LAT_IQ3_XXS ? quant_iq3xxs_grid[j] : which == LAT_IQ3_S ? quant_iq3s_grid[j]
                              : which == LAT_IQ2_XXS ? quant_iq2xxs_grid[j] : which == LAT_IQ2_XS ? quant_iq2xs_grid[j]
-                             : quant_iq2s_grid[j];
+                             : which == LAT_IQ2_S ? quant_iq2s_grid[j] : quant_iq1s_grid[j];
             g->value[j][k] = (int8_t)(2 * grid_level(which, (uint8_t)(e >> 8 * k)) + 1);
         }
     for (int u = 0; u < n_map; u++) g->map[u] = INT32_MIN;
@@ -116,7 +117,7 @@ static void build(int which) {
         for (int k = 0; k < g->dim; k++) l[k] = (int8_t)(g->value[j][k] / 2);
         g->map[pack_levels(g, l)] = j;
     }
-    int d2[1024];
+    int d2[2048];
     size_t total = 0;
     for (int u = 0; u < n_map; u++)
         if (g->map[u] < 0 && reachable(g, u)) total += 1 + (size_t)neighbours(g, u, n_dist, d2, NULL);
@@ -139,9 +140,10 @@ static void build_1(void) { build(1); }
 static void build_2(void) { build(2); }
 static void build_3(void) { build(3); }
 static void build_4(void) { build(4); }
+static void build_5(void) { build(5); }
 
 static const iq_lattice *lattice(int which) {
-    static void (*const fn[LAT_COUNT])(void) = {build_0, build_1, build_2, build_3, build_4};
+    static void (*const fn[LAT_COUNT])(void) = {build_0, build_1, build_2, build_3, build_4, build_5};
     pthread_once(&g_once[which], fn[which]);
     return &g_lat[which];
 }
@@ -519,6 +521,133 @@ static void quant_iq2_s_block(const iq_lattice *g, const float *x, const float *
         y->scales[ib / 2] = (uint8_t)(scale_code(id, scales[ib]) | scale_code(id, scales[ib + 1]) << 4);
 }
 
+/* ---- IQ1_S: per 32 values 4 grid indices (of 2048, 8 ternary values each), a 3-bit scale, a shift sign ---- */
+
+/* A value and its position, sorted by value with the C library's qsort as
+ * ggml sorts them (the same comparator on the same 8-byte elements, so equal
+ * values end in the same order). */
+typedef struct { float v; int32_t i; } iq1_pair;
+static int by_value(const void *a, const void *b) {
+    const float x = ((const iq1_pair *)a)->v, y = ((const iq1_pair *)b)->v;
+    return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* The neighbour of off-grid vector u nearest to xb (weights w) on the shifted
+ * levels xx at `scale`; its levels go to l. */
+static int iq1_neighbour(const iq_lattice *g, int u, const float *xb, const float *w, float scale, const float *xx,
+                         int8_t *l) {
+    const uint16_t *nb = g->nbrs + (-1 - g->map[u]);
+    float best_d2 = FLT_MAX;
+    int best = nb[1];
+    for (int j = 1; j <= nb[0]; j++) {
+        float d2 = 0;
+        for (int i = 0; i < 8; i++) {
+            const float diff = scale * xx[(g->value[nb[j]][i] - 1) / 2] - xb[i];
+            d2 += w[i] * diff * diff;
+        }
+        if (d2 < best_d2) best_d2 = d2, best = nb[j];
+    }
+    for (int i = 0; i < 8; i++) l[i] = (int8_t)((g->value[best][i] - 1) / 2);
+    return best;
+}
+
+/* The best split of the sorted values into levels 0 | 1 | 2 (the two
+ * boundaries i1 <= i2) and shift (+1: levels -1, 0, 1 moved up by 1/8; -1:
+ * down), by weighted least squares over the prefix sums. Returns the scale;
+ * *shift = 0 if no split fits. */
+static float iq1_split(const float *sumx, const float *sumw, const float *x_p, const float *x_m, int *i1_out,
+                       int *i2_out, int *shift) {
+    float best = -FLT_MAX, scale = 0;
+    *shift = 0;
+    for (int i1 = 0; i1 <= 32; i1++)
+        for (int i2 = i1; i2 <= 32; i2++)
+            for (int sh = 1; sh >= -1; sh -= 2) {
+                const float *xs = sh == 1 ? x_p : x_m;
+                const float sumqx = (sumx[i1] - sumx[0]) * xs[0] + (sumx[i2] - sumx[i1]) * xs[1] + (sumx[32] - sumx[i2]) * xs[2];
+                const float sumq2 = (sumw[i1] - sumw[0]) * xs[0] * xs[0] + (sumw[i2] - sumw[i1]) * xs[1] * xs[1] +
+                                    (sumw[32] - sumw[i2]) * xs[2] * xs[2];
+                if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+                    scale = sumqx / sumq2;
+                    best = scale * sumqx;
+                    *i1_out = i1, *i2_out = i2, *shift = sh;
+                }
+            }
+    return scale;
+}
+
+static void quant_iq1_s_block(const iq_lattice *g, const float *x, const float *qw, blk_iq1_s *y) {
+    static const float x_p[3] = {-1 + 0.125f, 0.125f, 1 + 0.125f}, x_m[3] = {-1 - 0.125f, -0.125f, 1 - 0.125f};
+    float scales[8], weight[32], sumx[33], sumw[33];
+    int8_t shifts[8], l[32];
+    iq1_pair pairs[32];
+    float max_scale = 0;
+    memset(y, 0, sizeof *y);
+    const float sigma2 = 2 * sum_sq(x) / 256;
+    for (int ib = 0; ib < 8; ib++) {
+        const float *xb = x + 32 * ib;
+        for (int i = 0; i < 32; i++) weight[i] = qw[32 * ib + i] * sqrtf(sigma2 + xb[i] * xb[i]);
+        float max = fabsf(xb[0]);
+        for (int i = 1; i < 32; i++) max = max > fabsf(xb[i]) ? max : fabsf(xb[i]);
+        scales[ib] = 0, shifts[ib] = 1;
+        if (max < 1e-12f) continue;
+        for (int j = 0; j < 32; j++) pairs[j] = (iq1_pair){xb[j], j};
+        qsort(pairs, 32, sizeof *pairs, by_value);
+        sumx[0] = sumw[0] = 0;
+        for (int j = 0; j < 32; j++) {
+            const int i = pairs[j].i;
+            sumx[j + 1] = sumx[j] + weight[i] * xb[i];
+            sumw[j + 1] = sumw[j] + weight[i];
+        }
+        int i1 = -1, i2 = -1, shift;
+        float scale = iq1_split(sumx, sumw, x_p, x_m, &i1, &i2, &shift);
+        if (!shift) continue;
+        for (int j = 0; j < 32; j++) l[pairs[j].i] = (int8_t)(j < i1 ? 0 : j < i2 ? 1 : 2);
+        if (scale < 0) {
+            for (int j = 0; j < 32; j++) l[j] = (int8_t)(2 - l[j]);
+            scale = -scale, shift = -shift;
+        }
+        const float *xx = shift == 1 ? x_p : x_m;
+        int index[4];
+        bool all_on = true;
+        for (int k = 0; k < 4; k++) {
+            const int u = pack_levels(g, l + 8 * k);
+            index[k] = g->map[u];
+            if (index[k] < 0) {
+                all_on = false;
+                index[k] = iq1_neighbour(g, u, xb + 8 * k, weight + 8 * k, scale, xx, l + 8 * k);
+            }
+        }
+        if (!all_on) {
+            float sumqx = 0, sumq2 = 0;
+            for (int k = 0; k < 4; k++)
+                for (int j = 0; j < 8; j++) {
+                    const float w = weight[8 * k + j], q = xx[(g->value[index[k]][j] - 1) / 2];
+                    sumqx += w * q * xb[8 * k + j];
+                    sumq2 += w * q * q;
+                }
+            if (sumqx > 0 && sumq2 > 0) scale = sumqx / sumq2;
+        }
+        uint16_t h = 0;
+        for (int k = 0; k < 4; k++) {
+            y->qs[4 * ib + k] = (uint8_t)index[k];
+            h |= (uint16_t)((index[k] >> 8) << 3 * k);
+        }
+        y->qh[ib] = h;
+        scales[ib] = scale, shifts[ib] = (int8_t)shift;
+        max_scale = max_scale > scale ? max_scale : scale;
+    }
+    if (!max_scale) return;
+    const float d = max_scale / 15;
+    y->d = F2H(d * 1.125f);
+    const float id = 1 / d;
+    for (int ib = 0; ib < 8; ib++) {
+        int v = kq_nearest_int(0.5f * (id * scales[ib] - 1));
+        v = v < 0 ? 0 : v > 7 ? 7 : v;
+        if (shifts[ib] == -1) v |= 8;
+        y->qh[ib] |= (uint16_t)(v << 12);
+    }
+}
+
 brisk_status quant_iq_quantize_row(uint32_t type, const float *x, void *dst, int64_t n, const float *qw) {
     int which;
     switch (type) {
@@ -527,11 +656,12 @@ brisk_status quant_iq_quantize_row(uint32_t type, const float *x, void *dst, int
     case QT_IQ2_XXS: which = LAT_IQ2_XXS; break;
     case QT_IQ2_XS: which = LAT_IQ2_XS; break;
     case QT_IQ2_S: which = LAT_IQ2_S; break;
+    case QT_IQ1_S: which = LAT_IQ1_S; break;
     default: return bk_fail(BRISK_ERR_UNSUPPORTED, "quantize: no quantizer for %s", quant_type_name(type));
     }
     if (n % 256) return bk_fail(BRISK_ERR_INVALID_ARG, "quantize %s: %lld elements is not a multiple of 256",
                                 quant_type_name(type), (long long)n);
-    if (!qw && (which == LAT_IQ2_XXS || which == LAT_IQ2_XS))
+    if (!qw && (which == LAT_IQ2_XXS || which == LAT_IQ2_XS || which == LAT_IQ1_S))
         return bk_fail(BRISK_ERR_INVALID_ARG, "quantize %s: needs an importance matrix (--imatrix)",
                        quant_type_name(type));
     const iq_lattice *g = lattice(which);
@@ -543,7 +673,8 @@ brisk_status quant_iq_quantize_row(uint32_t type, const float *x, void *dst, int
         case LAT_IQ3_S: quant_iq3_s_block(g, xi, w, (blk_iq3_s *)dst + i); break;
         case LAT_IQ2_XXS: quant_iq2_xxs_block(g, xi, w, (blk_iq2_xxs *)dst + i); break;
         case LAT_IQ2_XS: quant_iq2_xs_block(g, xi, w, (blk_iq2_xs *)dst + i); break;
-        default: quant_iq2_s_block(g, xi, w, (blk_iq2_s *)dst + i); break;
+        case LAT_IQ2_S: quant_iq2_s_block(g, xi, w, (blk_iq2_s *)dst + i); break;
+        default: quant_iq1_s_block(g, xi, w, (blk_iq1_s *)dst + i); break;
         }
     }
     return BRISK_OK;
