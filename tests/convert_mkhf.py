@@ -2,7 +2,7 @@
 """Writes a tiny Hugging Face checkpoint for `brisk convert` tests (no pip packages).
 
 usage: convert_mkhf.py ARCH OUT_DIR TOKENIZER_DIR [--shards N] [--dtype bf16|f16|f32] [--tied] [--zero-bias]
-                      [--mrope A,B,C]
+                      [--mrope A,B,C] [--fp8 e4m3|dequant]
 
 ARCH: llama qwen2 qwen3 qwen3_moe qwen3_5 qwen3_5_moe qwen3_next. Weights are random
 (N(0, 1/n_in) matrices, N(0, 0.02) embeddings drawn from a pool of rows so a
@@ -14,7 +14,11 @@ qwen3_next draws qwen3_5_moe's exact weights, then fuses them as Qwen3-Next
 stores them (per key head: in_proj_qkvz [q | k | v | z], in_proj_ba [b | a]);
 its config has layer_types and no MRoPE. --mrope: qwen3_5*'s mrope_section
 (default 2,1,1; 3,3,2 covers all 8 rotary pairs, so text positions rotate as
-qwen3_next's plain RoPE does)."""
+qwen3_next's plain RoPE does). --fp8 e4m3: every *_proj matrix becomes FP8 as Qwen's
+official FP8 checkpoints store it (F8_E4M3 codes, a bf16 "<name>_scale_inv" per
+48x48 block, quantization_config in config.json); --fp8 dequant: the same
+matrices dequantized, as bf16. Scales have 4 significant bits, so every product
+is exact in bf16 and both checkpoints hold the same numbers."""
 import json, os, random, shutil, struct, sys
 
 args = sys.argv[1:]
@@ -23,6 +27,7 @@ shards = int(args[args.index("--shards") + 1]) if "--shards" in args else 1
 dtype = args[args.index("--dtype") + 1] if "--dtype" in args else "bf16"
 tied = "--tied" in args
 zero_bias = "--zero-bias" in args
+fp8 = args[args.index("--fp8") + 1] if "--fp8" in args else None
 mrope = [int(x) for x in args[args.index("--mrope") + 1].split(",")] if "--mrope" in args else [2, 1, 1]
 rng = random.Random(1234)
 os.makedirs(out, exist_ok=True)
@@ -181,12 +186,47 @@ if arch == "qwen3_next":
         if (i + 1) % 4 != 0:
             fuse_next("model.layers.%d." % i)
 
+def e4m3(b):
+    e, m = (b >> 3) & 15, b & 7
+    v = (8 + m) * 2.0 ** (e - 10) if e else m * 2.0 ** -9
+    return -v if b & 0x80 else v
+
+BLK = 48  # Qwen uses 128; 48 gives these small matrices several blocks and a partial edge block
+
+def to_fp8(name, std):
+    """Matrix name as FP8 codes and block scales (--fp8), drawn from their own generator."""
+    import math
+    shape = T[name][0]
+    r, c = shape
+    g = random.Random(name)
+    br, bc = (r + BLK - 1) // BLK, (c + BLK - 1) // BLK
+    k = math.floor(math.log2(std / 2)) - 3
+    scales = [g.randint(8, 15) * 2.0 ** k for _ in range(br * bc)]
+    codes = bytearray(g.randrange(256) & 0x87 | g.choice((0, 4, 5, 6, 7, 8, 9)) << 3 for _ in range(r * c))
+    if fp8 == "e4m3":
+        T[name] = (shape, bytes(codes), "F8_E4M3")
+        sb = struct.pack("<%df" % len(scales), *scales)
+        T[name + "_scale_inv"] = ([br, bc], b"".join(sb[4 * i + 2:4 * i + 4] for i in range(len(scales))), "BF16")
+    else:
+        vals = [e4m3(codes[i]) * scales[(i // c) // BLK * bc + (i % c) // BLK] for i in range(r * c)]
+        fb = struct.pack("<%df" % len(vals), *vals)  # exact in bf16: the top halves
+        T[name] = (shape, b"".join(fb[4 * i + 2:4 * i + 4] for i in range(len(vals))), "BF16")
+
+if fp8:
+    assert dtype == "bf16"
+    for n in list(T):
+        if n.endswith("_proj.weight") and len(T[n][0]) == 2:
+            to_fp8(n, T[n][0][1] ** -0.5)
+    if fp8 == "e4m3":
+        cfg["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                      "weight_block_size": [BLK, BLK]}
+
 def write_st(path, names):
     hdr, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []
     st = {"f32": "F32", "f16": "F16", "bf16": "BF16"}[dtype]
     for n in names:
-        shape, data = T[n]
-        hdr[n] = {"dtype": st, "shape": shape, "data_offsets": [off, off + len(data)]}
+        shape, data = T[n][:2]
+        hdr[n] = {"dtype": T[n][2] if len(T[n]) > 2 else st, "shape": shape, "data_offsets": [off, off + len(data)]}
         off += len(data)
         blobs.append(data)
     h = json.dumps(hdr).encode()

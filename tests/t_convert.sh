@@ -15,6 +15,9 @@
 #  - qwen3_next's fused in_proj_qkvz / in_proj_ba, split as llama.cpp's converter
 #    does: the same weights as a qwen3_5_moe checkpoint decode alike in llama.cpp,
 #    and brisk's greedy tokens on the conversion equal llama.cpp's;
+#  - FP8: a qwen3 checkpoint of F8_E4M3 weights with block scales and the same
+#    numbers dequantized to bf16 (exact: see convert_mkhf.py --fp8) convert to
+#    byte-identical GGUFs (f32 and q8_0), so brisk's greedy tokens are the same;
 #  - errors: one line on stderr, status 2 for usage, 1 for bad input.
 # Under SAN=1 (everything ~10x slower) only the first, fourth (qwen3_5_moe) and
 # last parts run; the pre-tokenizer is detected once, then given with --pre.
@@ -101,7 +104,18 @@ if cv "$T/s35/m" "$T/s35.gguf" --type f32 $PRE && cv "$T/s3n/m" "$T/s3n.gguf" --
 fi
 fi
 
-# 5. errors
+# 5. FP8 (block-scaled E4M3) = its bf16 dequantization
+mk qwen3 "$T/f8/m" "$TOK" --fp8 e4m3
+mk qwen3 "$T/f8d/m" "$TOK" --fp8 dequant
+for ty in f32 q8_0; do
+  cv "$T/f8/m" "$T/f8.gguf" --type $ty $PRE && cv "$T/f8d/m" "$T/f8d.gguf" --type $ty $PRE &&
+    if cmp -s "$T/f8.gguf" "$T/f8d.gguf"; then ok "fp8 = its bf16 dequantization, $ty: byte-identical"
+    else no "fp8 and its dequantization convert differently ($ty)"; fi
+done
+a=$(brisk_text "$T/f8.gguf" 8); b=$(brisk_text "$T/f8d.gguf" 8)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok "fp8 q8_0 runs, greedy text as bf16's: $a" || no "fp8 '$a' / bf16 '$b'"
+
+# 6. errors
 bad() { # expected-rc description args...
   local want=$1 what=$2; shift 2
   "$B/brisk" convert "$@" >/dev/null 2>"$T/e"; local rc=$?
@@ -116,5 +130,8 @@ mkdir -p "$T/c" && cp "$T/a/m/"*.json "$T/c/" && head -c 100000 "$T/a/m/model.sa
 bad 1 "truncated safetensors" "$T/c" -o "$T/x.gguf"
 sed 's/Qwen3ForCausalLM/GPT2LMHeadModel/' "$T/a/m/config.json" >"$T/c/config.json"
 bad 1 "unsupported architecture" "$T/c" -o "$T/x.gguf"
+mkdir -p "$T/f8x" && cp "$T/f8/m/"* "$T/f8x/"
+python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); del c["quantization_config"]; json.dump(c, open(sys.argv[1], "w"))' "$T/f8x/config.json"
+bad 1 "fp8 weights without quantization_config" "$T/f8x" -o "$T/x.gguf"
 [ ! -e "$T/x.gguf" ] && [ -z "$(ls "$T"/x.gguf.* 2>/dev/null)" ] || no "a failed convert left a file"
 exit $fail

@@ -7,7 +7,11 @@
  * norm but the DeltaNet's, experts stacked, the MTP head kept as llama.cpp's
  * nextn block (and brisk loads and runs it; --no-mtp drops it), the names
  * (HF's post_attention_layernorm is post_attention_norm) and the metadata;
- * then the configs the converter refuses. Needs only tests/data/hf/tokenizer. */
+ * then the configs the converter refuses. Then a tiny qwen3 FP8 checkpoint (F8_E4M3
+ * weights with 128x128 block scales, every code, edge blocks) whose conversion
+ * must equal an independent dequantization exactly, and the FP8 checkpoints
+ * the converter refuses. Needs only tests/data/hf/tokenizer. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -397,10 +401,261 @@ static void test_qwen3next_config(void) {
     }
 }
 
+/* ---- FP8 ---- */
+
+/* The FP8 shape: 160 columns (a 32-column edge block), 200 FFN rows (a 72-row edge block). */
+enum { F_V = 4096, F_D = 160, F_H = 2, F_HD = 80, F_FF = 200, F_BLK = 128 };
+
+static const char *FP8_CONFIG =
+    "{\"architectures\":[\"Qwen3ForCausalLM\"],\"model_type\":\"qwen3\",\"vocab_size\":4096,\"hidden_size\":160,"
+    "\"num_hidden_layers\":1,\"num_attention_heads\":2,\"num_key_value_heads\":1,\"head_dim\":80,"
+    "\"intermediate_size\":200,\"max_position_embeddings\":512,\"rms_norm_eps\":1e-6,\"rope_theta\":10000.0,"
+    "\"tie_word_embeddings\":true,\"eos_token_id\":0%s}";
+
+typedef struct {
+    char name[80];
+    const char *dtype;  /* safetensors dtype */
+    int64_t shape[2];
+    int n_dims;
+    unsigned char *bytes;
+    size_t nbytes;
+    float *want;        /* (shape) the dequantized values (FP8 weights), or the values */
+} st_entry;
+
+static st_entry F[32];
+static int n_f;
+
+/* E4M3 restated: exponent field e, mantissa m; e = 0 is m * 2^-9, else (8 + m) * 2^(e - 10). */
+static float e4m3(unsigned b) {
+    const unsigned e = b >> 3 & 15, m = b & 7;
+    if ((b & 0x7F) == 0x7F) return NAN;
+    float v = e ? ldexpf((float)(8 + m), (int)e - 10) : ldexpf((float)m, -9);
+    return b & 0x80 ? -v : v;
+}
+
+static st_entry *f_add(const char *name, const char *dtype, int n_dims, int64_t d0, int64_t d1, size_t esize) {
+    st_entry *t = &F[n_f++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->dtype = dtype, t->n_dims = n_dims, t->shape[0] = d0, t->shape[1] = n_dims > 1 ? d1 : 1;
+    t->nbytes = (size_t)(t->shape[0] * t->shape[1]) * esize;
+    t->bytes = calloc(t->nbytes, 1);
+    t->want = calloc((size_t)(t->shape[0] * t->shape[1]), sizeof(float));
+    return t;
+}
+
+/* A plain f32 (or bf16) tensor of small distinct values. */
+static void f_plain(const char *name, int n_dims, int64_t d0, int64_t d1, bool bf16) {
+    st_entry *t = f_add(name, bf16 ? "BF16" : "F32", n_dims, d0, d1, bf16 ? 2 : 4);
+    for (int64_t k = 0; k < t->shape[0] * t->shape[1]; k++) {
+        float v = (float)((k * 7 + n_f) % 509 - 254) / 256.0f; /* exact in bf16 */
+        t->want[k] = v;
+        if (bf16) {
+            uint16_t h = quant_f32_to_bf16(v);
+            memcpy(t->bytes + 2 * k, &h, 2);
+        } else {
+            memcpy(t->bytes + 4 * k, &v, 4);
+        }
+    }
+}
+
+/* An FP8 weight [d0, d1]: element k is code (37k + 11 id) mod 256 (every code,
+ * NaNs and the subnormals included), block (i, j) scaled by 0.75 + 0.3 (3i + j)
+ * + id / 64, stored as f32 or bf16 in "<name>_scale_inv". */
+static void f_fp8(const char *name, int64_t d0, int64_t d1, bool bf16_scale) {
+    const int id = n_f;
+    st_entry *t = f_add(name, "F8_E4M3", 2, d0, d1, 1);
+    char sn[96];
+    snprintf(sn, sizeof sn, "%s_scale_inv", name);
+    const int64_t br = (d0 + F_BLK - 1) / F_BLK, bc = (d1 + F_BLK - 1) / F_BLK;
+    st_entry *s = f_add(sn, bf16_scale ? "BF16" : "F32", 2, br, bc, bf16_scale ? 2 : 4);
+    for (int64_t k = 0; k < br * bc; k++) {
+        float v = 0.75f + 0.3f * (float)(3 * (k / bc) + k % bc) + (float)id / 64.0f;
+        if (bf16_scale) {
+            uint16_t h = quant_f32_to_bf16(v);
+            memcpy(s->bytes + 2 * k, &h, 2);
+            v = quant_bf16_to_f32(h);
+        } else {
+            memcpy(s->bytes + 4 * k, &v, 4);
+        }
+        s->want[k] = v;
+    }
+    for (int64_t r = 0; r < d0; r++)
+        for (int64_t c = 0; c < d1; c++) {
+            const int64_t k = r * d1 + c;
+            t->bytes[k] = (unsigned char)((37 * k + 11 * id) % 256);
+            t->want[k] = e4m3(t->bytes[k]) * s->want[(r / F_BLK) * bc + c / F_BLK];
+        }
+}
+
+static void fp8_checkpoint(void) {
+    f_plain("model.embed_tokens.weight", 2, F_V, F_D, true);
+    f_plain("model.norm.weight", 1, F_D, 0, false);
+    f_plain("model.layers.0.input_layernorm.weight", 1, F_D, 0, false);
+    f_plain("model.layers.0.post_attention_layernorm.weight", 1, F_D, 0, false);
+    f_plain("model.layers.0.self_attn.q_norm.weight", 1, F_HD, 0, false);
+    f_plain("model.layers.0.self_attn.k_norm.weight", 1, F_HD, 0, false);
+    f_fp8("model.layers.0.self_attn.q_proj.weight", F_H * F_HD, F_D, false);
+    f_fp8("model.layers.0.self_attn.k_proj.weight", F_HD, F_D, false);
+    f_fp8("model.layers.0.self_attn.v_proj.weight", F_HD, F_D, true);
+    f_fp8("model.layers.0.self_attn.o_proj.weight", F_D, F_H * F_HD, false);
+    f_fp8("model.layers.0.mlp.gate_proj.weight", F_FF, F_D, true);
+    f_fp8("model.layers.0.mlp.up_proj.weight", F_FF, F_D, false);
+    f_fp8("model.layers.0.mlp.down_proj.weight", F_D, F_FF, true);
+}
+
+/* Writes F as dir/model.safetensors, skipping the tensor named `skip` and
+ * giving tensor `reshape` a first dimension one too large (a bad scale). */
+static bool fp8_write(const char *dir, const char *skip, const char *reshape) {
+    size_t cap = 16 << 10, len = 0;
+    char *hdr = malloc(cap);
+    uint64_t off = 0;
+    len += (size_t)snprintf(hdr + len, cap - len, "{");
+    for (int i = 0; i < n_f; i++) {
+        const st_entry *t = &F[i];
+        if (skip && !strcmp(t->name, skip)) continue;
+        int64_t d0 = t->shape[0] + (reshape && !strcmp(t->name, reshape));
+        uint64_t nb = t->nbytes / (size_t)t->shape[0] * (size_t)d0;
+        len += (size_t)snprintf(hdr + len, cap - len, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld", len > 1 ? "," : "",
+                                t->name, t->dtype, (long long)d0);
+        if (t->n_dims > 1) len += (size_t)snprintf(hdr + len, cap - len, ",%lld", (long long)t->shape[1]);
+        len += (size_t)snprintf(hdr + len, cap - len, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                                (unsigned long long)(off + nb));
+        off += nb;
+    }
+    len += (size_t)snprintf(hdr + len, cap - len, "}");
+    char path[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    uint64_t hl = len;
+    bool ok = f && len < cap && fwrite(&hl, 8, 1, f) == 1 && fwrite(hdr, 1, len, f) == len;
+    for (int i = 0; ok && i < n_f; i++) {
+        const st_entry *t = &F[i];
+        if (skip && !strcmp(t->name, skip)) continue;
+        ok = fwrite(t->bytes, 1, t->nbytes, f) == t->nbytes;
+        if (ok && reshape && !strcmp(t->name, reshape)) /* the extra row */
+            ok = fwrite(t->bytes, 1, t->nbytes / (size_t)t->shape[0], f) == t->nbytes / (size_t)t->shape[0];
+    }
+    if (f) ok = fclose(f) == 0 && ok;
+    free(hdr);
+    return ok;
+}
+
+static const char *gguf_name(const char *hf) {
+    static const char *map[][2] = {
+        {"model.embed_tokens.weight", "token_embd.weight"},
+        {"model.layers.0.self_attn.q_proj.weight", "blk.0.attn_q.weight"},
+        {"model.layers.0.self_attn.k_proj.weight", "blk.0.attn_k.weight"},
+        {"model.layers.0.self_attn.v_proj.weight", "blk.0.attn_v.weight"},
+        {"model.layers.0.self_attn.o_proj.weight", "blk.0.attn_output.weight"},
+        {"model.layers.0.mlp.gate_proj.weight", "blk.0.ffn_gate.weight"},
+        {"model.layers.0.mlp.up_proj.weight", "blk.0.ffn_up.weight"},
+        {"model.layers.0.mlp.down_proj.weight", "blk.0.ffn_down.weight"},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (!strcmp(map[i][0], hf)) return map[i][1];
+    return NULL;
+}
+
+/* Every matrix of the conversion (f32 or bf16) equals the dequantized values
+ * (rounded to bf16 for bf16), NaN where the code is NaN. */
+static void fp8_check(const gguf_file *g, uint32_t type) {
+    int n_checked = 0;
+    for (int i = 0; i < n_f; i++) {
+        const char *name = gguf_name(F[i].name);
+        if (!name) continue;
+        const gguf_tensor *t = gguf_find_tensor(g, name);
+        CHECK(t && t->type == type && t->ne[0] == F[i].shape[1] && t->ne[1] == F[i].shape[0]);
+        if (!t || t->type != type || t->ne[0] != F[i].shape[1] || t->ne[1] != F[i].shape[0]) continue;
+        int64_t bad = 0, n_nan = 0;
+        for (int64_t k = 0; k < F[i].shape[0] * F[i].shape[1]; k++) {
+            float want = F[i].want[k], got;
+            if (type == QT_BF16) {
+                uint16_t h;
+                memcpy(&h, (const unsigned char *)t->data + 2 * k, 2);
+                got = quant_bf16_to_f32(h);
+                want = quant_bf16_to_f32(quant_f32_to_bf16(want));
+            } else {
+                memcpy(&got, (const unsigned char *)t->data + 4 * k, 4);
+            }
+            n_nan += isnan(want);
+            bad += isnan(want) ? !isnan(got) : got != want;
+        }
+        if (bad) fprintf(stderr, "  %s: %lld of %lld values differ\n", name, (long long)bad,
+                         (long long)(F[i].shape[0] * F[i].shape[1]));
+        CHECK(bad == 0 && (!strcmp(F[i].dtype, "BF16") || n_nan > 0));
+        n_checked++;
+    }
+    CHECK(n_checked == 8);
+}
+
+static void test_fp8(void) {
+    char dir[] = "/tmp/brisk-convert-XXXXXX", cwd[256], a[512], b[512], out[600], cfg[2048];
+    CHECK(mkdtemp(dir) && getcwd(cwd, sizeof cwd));
+    static const char *tok[] = {"tokenizer.json", "tokenizer_config.json"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(a, sizeof a, "%s/tests/data/hf/tokenizer/%s", cwd, tok[i]);
+        snprintf(b, sizeof b, "%s/%s", dir, tok[i]);
+        CHECK(symlink(a, b) == 0);
+    }
+    /* every code occurs, the subnormals and +-448 dequantize as restated */
+    CHECK(e4m3(0x01) == 0x1p-9f && e4m3(0x07) == 7 * 0x1p-9f && e4m3(0x08) == 0x1p-6f && e4m3(0x7E) == 448.0f &&
+          e4m3(0xFE) == -448.0f && isnan(e4m3(0xFF)));
+    fp8_checkpoint();
+    static const char *quant = ",\"quantization_config\":{\"activation_scheme\":\"dynamic\",\"fmt\":\"e4m3\","
+                               "\"quant_method\":\"fp8\",\"weight_block_size\":[128,128]}";
+    snprintf(cfg, sizeof cfg, FP8_CONFIG, quant);
+    CHECK(fp8_write(dir, NULL, NULL) && write_text(dir, "config.json", cfg));
+    snprintf(out, sizeof out, "%s/out.gguf", dir);
+    static const struct { const char *type; uint32_t qt; } outs[] = {{"f32", QT_F32}, {"bf16", QT_BF16}};
+    for (int k = 0; k < 2; k++) {
+        convert_opts o = {.type = outs[k].type, .n_threads = 2, .pre = "qwen2"};
+        CHECK_OK(convert_hf(dir, out, &o, NULL));
+        gguf_file *g = NULL;
+        CHECK_OK(gguf_open(out, &g));
+        if (g) fp8_check(g, outs[k].qt);
+        gguf_close(g);
+        unlink(out);
+    }
+    /* q8_0 (a block type) takes the dequantized rows too */
+    convert_opts o = {.type = "q8_0", .n_threads = 1, .pre = "qwen2"};
+    CHECK_OK(convert_hf(dir, out, &o, NULL));
+    unlink(out);
+
+    /* refused: a missing scale, a scale of the wrong shape, FP8 without the
+     * config's block size, another quantization method; never a file */
+    static const struct { const char *skip, *reshape, *quant; brisk_status want; } bad[] = {
+        {"model.layers.0.mlp.up_proj.weight_scale_inv", NULL, NULL, BRISK_ERR_NOT_FOUND},
+        {NULL, "model.layers.0.mlp.down_proj.weight_scale_inv", NULL, BRISK_ERR_FORMAT},
+        {NULL, NULL, "", BRISK_ERR_FORMAT},
+        {NULL, NULL, ",\"quantization_config\":{\"quant_method\":\"gptq\",\"bits\":4}", BRISK_ERR_UNSUPPORTED},
+        {NULL, NULL, ",\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"e5m2\",\"weight_block_size\":[128,128]}",
+         BRISK_ERR_UNSUPPORTED},
+        {NULL, NULL, ",\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"e4m3\",\"weight_block_size\":[64,64]}",
+         BRISK_ERR_FORMAT},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cfg, sizeof cfg, FP8_CONFIG, bad[i].quant ? bad[i].quant : quant);
+        CHECK(fp8_write(dir, bad[i].skip, bad[i].reshape) && write_text(dir, "config.json", cfg));
+        brisk_status s = convert_hf(dir, out, &o, NULL);
+        if (s != bad[i].want) fprintf(stderr, "  case %zu: status %d: %s\n", i, (int)s, brisk_last_error());
+        CHECK(s == bad[i].want && strlen(brisk_last_error()) > 0);
+        CHECK(access(out, F_OK) != 0);
+    }
+    static const char *files[] = {"tokenizer.json", "tokenizer_config.json", "config.json", "model.safetensors"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(b, sizeof b, "%s/%s", dir, files[i]);
+        unlink(b);
+    }
+    rmdir(dir);
+    for (int i = 0; i < n_f; i++) free(F[i].bytes), free(F[i].want);
+    n_f = 0;
+}
+
 int main(int argc, char **argv) {
     static const test_case cases[] = {
         {"qwen3next", test_qwen3next},
         {"qwen3next_config", test_qwen3next_config},
+        {"fp8", test_fp8},
     };
     return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }

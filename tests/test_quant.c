@@ -323,6 +323,14 @@ static void test_ggml_dequantize(void) {
     }
 }
 
+/* ggml's lattice quantizers (the i-quants) need their tables built first. */
+static void ggml_init_type(uint32_t t) {
+    void *lib = dlopen(NULL, RTLD_NOW);
+    void (*init)(int) = lib ? (void (*)(int))dlsym(lib, "ggml_quantize_init") : NULL;
+    CHECK(init != NULL);
+    if (init) init((int)t);
+}
+
 static void test_ggml_quantize(void) {
     bool skip;
     get_traits_fn gt = ggml_traits(&skip);
@@ -331,7 +339,8 @@ static void test_ggml_quantize(void) {
     if (!gt) return;
     static const uint32_t qtypes[] = {QT_F16,  QT_BF16, QT_Q8_0, QT_Q8_1, QT_Q4_0, QT_Q4_1, QT_Q5_0,
                                       QT_Q5_1, QT_IQ4_NL, QT_MXFP4, QT_Q2_K, QT_Q3_K, QT_Q4_K, QT_Q5_K,
-                                      QT_Q6_K, QT_IQ4_XS, QT_TQ1_0, QT_TQ2_0, QT_NVFP4, QT_Q1_0, QT_Q2_0};
+                                      QT_Q6_K, QT_IQ4_XS, QT_TQ1_0, QT_TQ2_0, QT_NVFP4, QT_Q1_0, QT_Q2_0,
+                                      QT_IQ3_XXS, QT_IQ3_S, QT_IQ2_S};
     enum { NE = 256 * 16 };
     static float x[NE];
     static uint8_t ours[NE * 4], theirs[NE * 4];
@@ -340,6 +349,7 @@ static void test_ggml_quantize(void) {
         const ggml_traits_mirror *g = gt((int)t);
         CHECK(g && g->from_float_ref);
         if (!g || !g->from_float_ref) continue;
+        ggml_init_type(t);
         for (int pass = 0; pass < 3; pass++) {
             for (int i = 0; i < NE; i++) x[i] = pass == 2 ? rnd_unit() * 1e-3f : rnd_weight();
             if (pass == 1) /* special values in some blocks: zeros, ties */
@@ -385,7 +395,7 @@ static void test_ggml_quantize_chunk(void) {
     if (!chunk) return;
     static const uint32_t qtypes[] = {QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q8_0, QT_Q2_K, QT_Q3_K,
                                       QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_NL, QT_IQ4_XS, QT_TQ1_0, QT_TQ2_0,
-                                      QT_NVFP4, QT_Q1_0, QT_Q2_0};
+                                      QT_NVFP4, QT_Q1_0, QT_Q2_0, QT_IQ3_XXS, QT_IQ3_S, QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S, QT_IQ1_S};
     enum { NR = 6, NPR = 768 };
     static float x[NR * NPR], imat[NPR];
     static uint8_t ours[NR * NPR * 2], theirs[NR * NPR * 2];
@@ -396,6 +406,11 @@ static void test_ggml_quantize_chunk(void) {
     for (size_t k = 0; k < sizeof qtypes / sizeof qtypes[0]; k++) {
         for (int with_imat = 0; with_imat < 2; with_imat++) {
             const uint32_t t = qtypes[k];
+            if (!with_imat && (t == QT_IQ2_XXS || t == QT_IQ2_XS || t == QT_IQ1_S)) { /* these need one: refused, not guessed */
+                CHECK(quant_quantize_rows(t, x, ours, NR, NPR, NULL) == BRISK_ERR_INVALID_ARG);
+                continue;
+            }
+            ggml_init_type(t);
             const size_t bytes = NR * quant_row_size(t, NPR);
             memset(ours, 0xAA, bytes);
             memset(theirs, 0x55, bytes);

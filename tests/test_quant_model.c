@@ -1,6 +1,6 @@
 /* test_quant_model.c — `brisk quantize` (model_quantize) against llama.cpp's
  * llama_model_quantize (build/llamacpp-ref quantize) on small synthetic models:
- *  - per mix (Q8_0 .. Q6_K, IQ4_NL, IQ4_XS, the K mixes): every tensor gets the
+ *  - per mix (Q8_0 .. Q6_K, IQ1_S, IQ2_XXS/M, IQ3_XXS/XS/S/M, IQ4_NL, IQ4_XS, the K mixes): every tensor gets the
  *    type llama.cpp gives it, and its bytes are identical to llama.cpp's;
  *  - per type (--pure): RMSE of brisk's weights vs the f32 originals no worse
  *    than llama.cpp's (printed as a table; they are equal when the bytes are);
@@ -130,11 +130,11 @@ static void check_mixes(const char *model, const char *label, const char *const 
 /* Mixes chosen so that every type is written (q8_0 .. iq4_xs) and every
  * rule fires at least once, at a modest run time. */
 static void test_mixes(void) {
-    static const char *a_mixes[] = {"Q4_K_M", "IQ4_XS", "Q8_0",   "Q4_0",   "Q2_K",  "Q3_K_S",
+    static const char *a_mixes[] = {"Q4_K_M", "IQ4_XS", "IQ3_M", "Q8_0",   "Q4_0",   "Q2_K",  "Q3_K_S",
                                     "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q5_K_M", "Q6_K"};
-    check_mixes(model_a, "A", a_mixes, san ? 2 : 11, NULL);
-    static const char *b_mixes[] = {"Q4_K_M", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q5_K_S"};
-    check_mixes(model_b, "B", b_mixes, san ? 1 : 6, NULL);
+    check_mixes(model_a, "A", a_mixes, san ? 3 : 12, NULL);
+    static const char *b_mixes[] = {"Q4_K_M", "IQ3_S", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q5_K_S"};
+    check_mixes(model_b, "B", b_mixes, san ? 2 : 7, NULL);
 }
 
 /* The RMSE table over all files written above (per tensor type). */
@@ -148,7 +148,7 @@ static void test_rmse(void) {
         CHECK(ro <= rt * (1 + 1e-9));
         n++;
     }
-    CHECK(n >= (san ? 2 : 12));
+    CHECK(n >= (san ? 2 : 13));
     CHECK(g_worst_ratio <= 1.0 + 1e-9); /* per tensor, too */
 }
 
@@ -233,8 +233,8 @@ static void test_imatrix(void) {
     snprintf(gg, sizeof gg, "%s/imatrix.gguf", dir);
     write_imatrix(model_a, dat, gg);
     /* all K types, IQ4_XS and Q4_0/Q4_1 with weights (the rest: test_quant's chunk test) */
-    static const char *mixes[] = {"Q3_K_M", "Q2_K_S", "IQ4_XS", "Q4_0"};
-    check_mixes(model_a, "A", mixes, san ? 1 : 4, dat);
+    static const char *mixes[] = {"IQ3_XS", "IQ2_XXS", "IQ2_M", "IQ3_XXS", "IQ1_S", "Q3_K_M", "Q2_K_S", "IQ4_XS", "Q4_0"};
+    check_mixes(model_a, "A", mixes, san ? 1 : 9, dat);
     /* the GGUF imatrix gives the same bytes as the .dat */
     snprintf(o1, sizeof o1, "%s/im-dat.gguf", dir);
     snprintf(o2, sizeof o2, "%s/im-gguf.gguf", dir);
@@ -255,6 +255,9 @@ static void test_errors(void) {
     snprintf(bad, sizeof bad, "%s/bad.dat", dir);
     model_quant_opts o = {.ftype = "Q2_K_S", .n_threads = 1};
     CHECK(model_quantize(model_a, out, &o) == BRISK_ERR_INVALID_ARG); /* Q2_K_S needs an imatrix */
+    CHECK(strstr(brisk_last_error(), "importance matrix") != NULL);
+    o.ftype = "IQ3_XS"; /* its IQ3_XXS tensors need one too, as in llama.cpp */
+    CHECK(model_quantize(model_a, out, &o) == BRISK_ERR_INVALID_ARG);
     CHECK(strstr(brisk_last_error(), "importance matrix") != NULL);
     o.ftype = "Q9_K";
     CHECK(model_quantize(model_a, out, &o) == BRISK_ERR_INVALID_ARG);

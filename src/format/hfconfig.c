@@ -130,6 +130,33 @@ static brisk_status read_hybrid(hf_config *c, const cJSON *text, const cJSON *ro
     return BRISK_OK;
 }
 
+/* quantization_config: only fine-grained FP8 (E4M3 weights, a scale per block)
+ * is read; other methods (GPTQ, AWQ, ...) store weights brisk cannot dequantize. */
+static brisk_status read_quant(hf_config *c, const cJSON *text, const cJSON *root) {
+    const cJSON *q = get(text, root, "quantization_config");
+    if (!q) return BRISK_OK;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
+    const char *method = cJSON_IsString(m) ? m->valuestring : "?";
+    if (!cJSON_IsObject(q) || strcmp(method, "fp8"))
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "config.json: quantization_config quant_method '%s' is not supported "
+                                              "(fp8 is; or convert the unquantized checkpoint)", method);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(q, "fmt");
+    if (fmt && (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "e4m3")))
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "config.json: fp8 fmt '%s' is not supported (e4m3 is)",
+                       cJSON_IsString(fmt) ? fmt->valuestring : "?");
+    const cJSON *bs = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
+    bool ok = cJSON_IsArray(bs) && cJSON_GetArraySize(bs) == 2;
+    for (int k = 0; ok && k < 2; k++) {
+        const cJSON *v = cJSON_GetArrayItem(bs, k);
+        ok = cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 65536 && v->valuedouble == floor(v->valuedouble);
+        if (ok) c->fp8_block[k] = (int64_t)v->valuedouble;
+    }
+    if (!ok)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "config.json: fp8 quantization_config needs weight_block_size [rows, "
+                                              "cols] (per-tensor and per-channel FP8 are not supported)");
+    return BRISK_OK;
+}
+
 static brisk_status parse_root(const cJSON *root, hf_config *c) {
     if (!cJSON_IsObject(root)) return bk_fail(BRISK_ERR_FORMAT, "config.json: not a JSON object");
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text_config");
@@ -186,6 +213,7 @@ static brisk_status parse_root(const cJSON *root, hf_config *c) {
     read_rope(c, text, root);
     if (c->n_mtp < 0) c->n_mtp = 0;
     if (c->n_head_kv < 0) c->n_head_kv = c->n_head;
+    BK_TRY(read_quant(c, text, root));
 
     if (c->n_vocab <= 0 || c->n_embd <= 0 || c->n_layer <= 0 || c->n_layer > 4096 || c->n_head <= 0 ||
         c->n_head_kv <= 0 || c->n_head % c->n_head_kv)

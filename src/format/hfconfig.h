@@ -11,8 +11,10 @@
  * attention interval from "layer_types" when only that is given (as
  * transformers 5 saves Qwen3-Next). Layouts brisk cannot run are refused:
  * dense layers inside a MoE model (decoder_sparse_step != 1, a non-empty
- * mlp_only_layers), layer_types that no fixed interval explains. The struct
- * owns no memory.
+ * mlp_only_layers), layer_types that no fixed interval explains.
+ * quantization_config: "fp8" (fine-grained E4M3 with block scales, Qwen's
+ * official FP8 checkpoints) gives fp8_block; any other quant_method is
+ * refused. The struct owns no memory.
  */
 #ifndef BK_HFCONFIG_H
 #define BK_HFCONFIG_H
@@ -49,6 +51,9 @@ typedef struct hf_config {
     /* Gated DeltaNet (qwen35*, qwen3next) */
     int64_t ssm_conv, ssm_k_dim, ssm_v_dim, ssm_n_k, ssm_n_v, full_attn_interval;
     int64_t n_mtp;               /* mtp_num_hidden_layers, 0 if absent */
+    /* quantization_config {quant_method: "fp8", fmt: "e4m3", weight_block_size: [r, c]}:
+     * F8_E4M3 weights come with <name>_scale_inv, one scale per r x c block; 0, 0 if none */
+    int64_t fp8_block[2];
 } hf_config;
 
 /* Reads and checks path (shapes positive and consistent). BRISK_ERR_UNSUPPORTED

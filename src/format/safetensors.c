@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -249,6 +250,71 @@ brisk_status st_read_f32(const st_tensor *t, int64_t e0, int64_t n, float *dst) 
         return bk_fail(BRISK_ERR_UNSUPPORTED, "safetensors: '%s' is %s (f32, f16 and bf16 are supported)", t->name,
                        dtypes[t->dtype].name);
     }
+}
+
+float st_f8_e4m3_to_f32(uint8_t b) {
+    const uint32_t sign = (uint32_t)(b >> 7) << 31, e = (b >> 3) & 15, m = b & 7;
+    float v;
+    if ((b & 0x7F) == 0x7F) return NAN;
+    if (e == 0) { /* subnormal: m * 2^-9, exact in f32 */
+        v = (float)m * 0x1p-9f;
+        return sign ? -v : v;
+    }
+    uint32_t bits = sign | (e - 7 + 127) << 23 | m << 20;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
+/* The rows and columns of one matrix of a [..., R, C] tensor (1-D: one row). */
+static void matrix_shape(const st_tensor *t, int64_t *r, int64_t *c) {
+    *c = t->n_dims ? t->shape[t->n_dims - 1] : 1;
+    *r = t->n_dims > 1 ? t->shape[t->n_dims - 2] : 1;
+}
+
+brisk_status st_check_block_scale(const st_tensor *q, const st_tensor *s, int64_t block_r, int64_t block_c) {
+    if (q->dtype != ST_F8_E4M3)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "safetensors: '%s' is %s, block-scaled FP8 must be F8_E4M3", q->name,
+                       dtypes[q->dtype].name);
+    if (s->dtype != ST_F32 && s->dtype != ST_BF16 && s->dtype != ST_F16)
+        return bk_fail(BRISK_ERR_FORMAT, "safetensors: scale '%s' is %s (f32, f16 or bf16 expected)", s->name,
+                       dtypes[s->dtype].name);
+    if (block_r <= 0 || block_c <= 0)
+        return bk_fail(BRISK_ERR_FORMAT, "safetensors: FP8 block size %lld x %lld", (long long)block_r,
+                       (long long)block_c);
+    int64_t r, c;
+    matrix_shape(q, &r, &c);
+    bool ok = q->n_dims >= 2 && s->n_dims == q->n_dims && s->shape[s->n_dims - 2] == (r + block_r - 1) / block_r &&
+              s->shape[s->n_dims - 1] == (c + block_c - 1) / block_c;
+    for (int k = 0; ok && k < q->n_dims - 2; k++) ok = s->shape[k] == q->shape[k];
+    if (!ok) {
+        char qs[192] = "", ss[192] = "";
+        for (int k = 0, n = 0; k < q->n_dims; k++) n += snprintf(qs + n, sizeof qs - (size_t)n, "%s%lld", k ? "," : "", (long long)q->shape[k]);
+        for (int k = 0, n = 0; k < s->n_dims; k++) n += snprintf(ss + n, sizeof ss - (size_t)n, "%s%lld", k ? "," : "", (long long)s->shape[k]);
+        return bk_fail(BRISK_ERR_FORMAT, "safetensors: scale '%s' is [%s], FP8 '%s' [%s] in %lldx%lld blocks needs one "
+                       "scale per block", s->name, ss, q->name, qs, (long long)block_r, (long long)block_c);
+    }
+    return BRISK_OK;
+}
+
+brisk_status st_read_f8_scaled(const st_tensor *q, const st_tensor *s, int64_t block_r, int64_t block_c, int64_t e0,
+                               int64_t n, float *dst) {
+    BK_TRY(st_check_block_scale(q, s, block_r, block_c));
+    if (e0 < 0 || n < 0 || e0 > q->n_elems || n > q->n_elems - e0)
+        return bk_fail(BRISK_ERR_RANGE, "safetensors: elements [%lld, +%lld) outside '%s'", (long long)e0,
+                       (long long)n, q->name);
+    int64_t r, c;
+    matrix_shape(q, &r, &c);
+    const int64_t sr = s->shape[s->n_dims - 2], sc = s->shape[s->n_dims - 1];
+    float scale = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t e = e0 + i, col = e % c, row = e / c; /* row: over all matrices */
+        if (i == 0 || col % block_c == 0) { /* a new block: fetch its scale */
+            const int64_t mat = row / r, br = row % r / block_r;
+            BK_TRY(st_read_f32(s, (mat * sr + br) * sc + col / block_c, 1, &scale));
+        }
+        dst[i] = st_f8_e4m3_to_f32(q->data[e]) * scale;
+    }
+    return BRISK_OK;
 }
 
 void st_release(const st_file *f, const st_tensor *t) {

@@ -63,6 +63,20 @@ const char *st_dtype_name(st_dtype t);
 size_t st_dtype_size(st_dtype t);
 /* Converts n elements starting at element e0 of t (f32, f16 or bf16) to f32. */
 brisk_status st_read_f32(const st_tensor *t, int64_t e0, int64_t n, float *dst);
+/* FP8 E4M3 (1 sign, 4 exponent bits biased by 7, 3 mantissa bits; no
+ * infinities; 0x7F and 0xFF are NaN; exponent 0 is subnormal m/8 * 2^-6) to f32,
+ * exactly: every code is a float. */
+float st_f8_e4m3_to_f32(uint8_t b);
+/* Block-scaled FP8 ("fine-grained fp8", as Qwen's and DeepSeek's checkpoints
+ * store it): q is F8_E4M3 of shape [..., R, C], scale_inv has the same leading
+ * dimensions and [ceil(R/block_r), ceil(C/block_c)] last, f32, f16 or bf16.
+ * Checks that the two fit; BRISK_ERR_FORMAT names both tensors if not. */
+brisk_status st_check_block_scale(const st_tensor *q, const st_tensor *scale_inv, int64_t block_r, int64_t block_c);
+/* Dequantizes elements [e0, e0 + n) of q (checked with st_check_block_scale):
+ * dst[i] = e4m3(q[e]) * scale_inv[matrix][row / block_r][col / block_c], one
+ * f32 multiplication (as torch's dequantization in f32). */
+brisk_status st_read_f8_scaled(const st_tensor *q, const st_tensor *scale_inv, int64_t block_r, int64_t block_c,
+                               int64_t e0, int64_t n, float *dst);
 /* Tells the kernel the pages of t may be dropped (after a tensor was converted),
  * so a checkpoint larger than memory streams through. No-op for memory files. */
 void st_release(const st_file *f, const st_tensor *t);

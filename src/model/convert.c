@@ -123,14 +123,16 @@ static void close_shards(shard_set *ss) {
 typedef struct {
     const st_file *file;
     const st_tensor *t;
+    const st_tensor *scale; /* FP8 (F8_E4M3) weights: their block scales ("<name>_scale_inv"); else NULL */
+    int64_t block[2];       /* FP8: rows, columns of one scale's block */
 } src_ref;
 
 static src_ref find_src(const shard_set *ss, const char *name) {
     for (int i = 0; i < ss->n; i++) {
         const st_tensor *t = st_find(ss->f[i], name);
-        if (t) return (src_ref){ss->f[i], t};
+        if (t) return (src_ref){.file = ss->f[i], .t = t};
     }
-    return (src_ref){NULL, NULL};
+    return (src_ref){.file = NULL};
 }
 
 /* ---- the plan: one entry per output tensor ---- */
@@ -438,6 +440,11 @@ static brisk_status add_mtp(plan *p, const hf_config *c, const shard_set *ss, co
     return add_simple(p, c, gname, r, s);
 }
 
+static bool ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
 /* Collects every source name, canonical, sorted, and maps it. */
 static brisk_status build_plan(const hf_config *c, const shard_set *ss, plan *p) {
     int64_t total = 0;
@@ -450,8 +457,9 @@ static brisk_status build_plan(const hf_config *c, const shard_set *ss, plan *p)
         for (int64_t j = 0; j < st_count(ss->f[i]); j++) {
             const st_tensor *t = st_get(ss->f[i], j);
             canonical(t->name, it[n].canon, sizeof it[n].canon);
-            if (dropped(it[n].canon, c->n_mtp > 0 && is_hybrid(c))) continue;
-            it[n].s = (src_ref){ss->f[i], t};
+            if (dropped(it[n].canon, c->n_mtp > 0 && is_hybrid(c)) || ends_with(it[n].canon, "_scale_inv"))
+                continue; /* FP8 scales: see attach_scales */
+            it[n].s = (src_ref){.file = ss->f[i], .t = t};
             it[n].layer = -1;
             const char *m = mtp_name(it[n].canon);
             if (!strncmp(it[n].canon, "model.layers.", 13)) it[n].layer = atoi(it[n].canon + 13);
@@ -513,6 +521,27 @@ static brisk_status build_plan(const hf_config *c, const shard_set *ss, plan *p)
     return s;
 }
 
+/* FP8 checkpoints: every F8_E4M3 source gets its "<name>_scale_inv" (same shard
+ * or another), checked against the config's block size. */
+static brisk_status attach_scales(const hf_config *c, const shard_set *ss, plan *p) {
+    char nm[512];
+    for (int i = 0; i < p->n; i++)
+        for (int k = 0; k < p->t[i].n_src; k++) {
+            src_ref *s = &p->t[i].src[k];
+            if (s->t->dtype != ST_F8_E4M3) continue;
+            if (!c->fp8_block[0])
+                return bk_fail(BRISK_ERR_FORMAT, "convert: '%s' is F8_E4M3 but config.json has no fp8 "
+                                                 "quantization_config (weight_block_size)", s->t->name);
+            snprintf(nm, sizeof nm, "%s_scale_inv", s->t->name);
+            src_ref sc = find_src(ss, nm);
+            if (!sc.t) return bk_fail(BRISK_ERR_NOT_FOUND, "convert: FP8 tensor '%s' has no scale '%s'", s->t->name, nm);
+            BK_TRY(st_check_block_scale(s->t, sc.t, c->fp8_block[0], c->fp8_block[1]));
+            s->scale = sc.t;
+            s->block[0] = c->fp8_block[0], s->block[1] = c->fp8_block[1];
+        }
+    return BRISK_OK;
+}
+
 /* llama3 RoPE scaling: per-frequency factors as the rope_freqs tensor. */
 static brisk_status add_rope_freqs(plan *p, const hf_config *c) {
     if (c->arch != HF_LLAMA || strcmp(c->rope_type, "llama3")) return BRISK_OK;
@@ -543,10 +572,6 @@ static brisk_status add_rope_freqs(plan *p, const hf_config *c) {
 
 /* ---- types ---- */
 
-static bool ends_with(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
 
 static void base_types(plan *p, uint32_t type) {
     for (int i = 0; i < p->n; i++) {
@@ -673,7 +698,8 @@ static brisk_status gather_row(void *ctx, int64_t r, float *x, float *tmp) {
     const src_ref *s = &t->src[t->n_src == 1 ? 0 : e];
     const int64_t src_row = (t->n_src == 1 ? e * t->src_rows_per_exp : 0) + t->row_off + j;
     float *dst = t->col_perm.kind != PERM_NONE ? tmp : x;
-    BK_TRY(st_read_f32(s->t, src_row * ne0, ne0, dst));
+    if (s->scale) BK_TRY(st_read_f8_scaled(s->t, s->scale, s->block[0], s->block[1], src_row * ne0, ne0, dst));
+    else BK_TRY(st_read_f32(s->t, src_row * ne0, ne0, dst));
     if (t->col_perm.kind != PERM_NONE)
         for (int64_t k = 0; k < ne0; k++) x[k] = tmp[perm_apply(&t->col_perm, k)];
     if (t->op == OP_PLUS1)
@@ -751,6 +777,7 @@ brisk_status convert_hf(const char *dir, const char *out_path, const convert_opt
     brisk_status s = open_shards(dir, out_path, &ss);
     if (s == BRISK_OK) c.n_mtp = is_hybrid(&c) && !o->no_mtp ? count_mtp_layers(&c, &ss) : 0;
     if (s == BRISK_OK) s = build_plan(&c, &ss, &p);
+    if (s == BRISK_OK) s = attach_scales(&c, &ss, &p);
     if (s == BRISK_OK) s = add_rope_freqs(&p, &c);
     if (s == BRISK_OK) s = check_shapes(&c, &p);
     if (s == BRISK_OK) {

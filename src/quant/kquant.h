@@ -27,6 +27,9 @@ void kq_quantize_q6_K(const float *x, blk_q6_K *y, int64_t n, const float *qw);
 /* IQ4_NL (32-element blocks) or IQ4_XS (256, xs = true). ntry = 7 is what
  * ggml_quantize_chunk uses; ntry = -1 is quantize_row_iq4_nl_ref. */
 void kq_quantize_iq4(const float *x, void *y, int64_t n, const float *qw, int ntry, bool xs);
+/* ggml's make_qp_quants: n non-negative values x to levels L in [0, nmax]
+ * against one scale (returned), weighted by qw. */
+float kq_search_pos(int n, int nmax, const float *x, uint8_t *L, const float *qw);
 /* The weighted Q4_0, Q4_1, Q5_0, Q5_1 (qw must not be NULL). */
 void kq_quantize_legacy_w(uint32_t type, const float *x, void *y, int64_t n, const float *qw);
 

@@ -45,6 +45,12 @@ brisk_status quant_iq_dequantize(uint32_t type, const void *src, float *dst, int
  * Q1_0 and Q2_0 only (the i-quants need llama.cpp's lattice searches). */
 brisk_status quant_iq_quantize(uint32_t type, const float *src, void *dst, int64_t nb);
 
+/* One row of n values (a multiple of 256) of IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS
+ * or IQ2_S, bytewise llama.cpp's quantize_iq3_xxs / _iq3_s / _iq2_xxs / _iq2_xs / _iq2_s;
+ * qw: n importances (one per column), or NULL (not for the IQ2 types, which
+ * need them, as in llama.cpp). quant_iq_search.c. */
+brisk_status quant_iq_quantize_row(uint32_t type, const float *x, void *dst, int64_t n, const float *qw);
+
 /* A block in integer form, for int8 dot products. Element i of the block is
  *   d * ls[i/16] * q[i]   for the types paired with Q8_K (all 256-element ones),
  *   d16[i/16] * q[i]      for NVFP4, Q1_0 and Q2_0 (paired with Q8_0),

@@ -191,7 +191,7 @@ static float search_affine(int n, int nmax, const float *x, const float *w, uint
 /* Quantizes n non-negative sub-block scales (or mins) into [0, nmax] against
  * one scale (ggml's make_qp_quants): 9 candidate scales by weighted error,
  * then up to 5 passes of single-level moves. */
-static float search_pos(int n, int nmax, const float *x, uint8_t *L, const float *qw) {
+float kq_search_pos(int n, int nmax, const float *x, uint8_t *L, const float *qw) {
     float max = 0;
     for (int i = 0; i < n; i++) max = max > x[i] ? max : x[i];
     if (max < EPS) {
@@ -309,8 +309,8 @@ void kq_quantize_q2_K(const float *x, blk_q2_K *y, int64_t n, const float *qw) {
                 for (int l = 0; l < 16; l++) sw[j] += w[l];
                 scales[j] = search_affine(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], Laux, -0.9f, 0.05f, 36, false);
             }
-            y[i].d = F2H(search_pos(16, 15, scales, Ls, sw));
-            y[i].dmin = F2H(search_pos(16, 15, mins, Lm, sw));
+            y[i].d = F2H(kq_search_pos(16, 15, scales, Ls, sw));
+            y[i].dmin = F2H(kq_search_pos(16, 15, mins, Lm, sw));
             for (int j = 0; j < 16; j++) y[i].scales[j] = (uint8_t)(Ls[j] | (Lm[j] << 4));
         }
         /* re-round every value against the stored scales */
@@ -435,8 +435,8 @@ static void k45_block(const float *x, int nmax, const float *qw, uint16_t *d_out
             sw[j] = sumw;
             scales[j] = search_affine(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], Laux, -0.9f, 0.05f, 36, false);
         }
-        *d_out = F2H(search_pos(8, 63, scales, ls, sw));
-        *dmin_out = F2H(search_pos(8, 63, mins, lm, sw));
+        *d_out = F2H(kq_search_pos(8, 63, scales, ls, sw));
+        *dmin_out = F2H(kq_search_pos(8, 63, mins, lm, sw));
     }
     memset(scales12, 0, 12);
     k4_pack_scales(ls, lm, scales12);

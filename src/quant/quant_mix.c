@@ -1,6 +1,6 @@
 /* quant_mix.c — the tensor-type rules of llama.cpp's quantization mixes (see
  * quant_mix.h). Written from llama.cpp's llama_tensor_get_type for the mixes
- * brisk can write; the IQ1/IQ2/IQ3 branches are left out. */
+ * brisk can write; IQ1_M (brisk cannot write the IQ1_M type yet) is left out. */
 #include "quant/quant_mix.h"
 
 #include <stdio.h>
@@ -15,7 +15,8 @@
 enum { /* LLAMA_FTYPE_* */
     FT_F32 = 0, FT_F16 = 1, FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7, FT_Q5_0 = 8, FT_Q5_1 = 9, FT_Q2_K = 10,
     FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14, FT_Q4_K_M = 15, FT_Q5_K_S = 16,
-    FT_Q5_K_M = 17, FT_Q6_K = 18, FT_Q2_K_S = 21, FT_IQ4_NL = 25, FT_IQ4_XS = 30, FT_BF16 = 32, FT_MXFP4_MOE = 38
+    FT_Q5_K_M = 17, FT_Q6_K = 18, FT_IQ2_XXS = 19, FT_IQ2_XS = 20, FT_Q2_K_S = 21, FT_IQ3_XS = 22, FT_IQ3_XXS = 23, FT_IQ1_S = 24, FT_IQ4_NL = 25, FT_IQ3_S = 26,
+    FT_IQ3_M = 27, FT_IQ2_S = 28, FT_IQ2_M = 29, FT_IQ4_XS = 30, FT_BF16 = 32, FT_MXFP4_MOE = 38
 };
 
 static const quant_ftype ftypes[] = {
@@ -24,6 +25,9 @@ static const quant_ftype ftypes[] = {
     {"Q2_K_S", FT_Q2_K_S, QT_Q2_K},   {"Q3_K_S", FT_Q3_K_S, QT_Q3_K},     {"Q3_K_M", FT_Q3_K_M, QT_Q3_K},
     {"Q3_K_L", FT_Q3_K_L, QT_Q3_K},   {"Q4_K_S", FT_Q4_K_S, QT_Q4_K},     {"Q4_K_M", FT_Q4_K_M, QT_Q4_K},
     {"Q5_K_S", FT_Q5_K_S, QT_Q5_K},   {"Q5_K_M", FT_Q5_K_M, QT_Q5_K},     {"Q6_K", FT_Q6_K, QT_Q6_K},
+    {"IQ2_XXS", FT_IQ2_XXS, QT_IQ2_XXS}, {"IQ2_XS", FT_IQ2_XS, QT_IQ2_XS}, {"IQ2_S", FT_IQ2_S, QT_IQ2_XS},
+    {"IQ1_S", FT_IQ1_S, QT_IQ1_S},     {"IQ2_M", FT_IQ2_M, QT_IQ2_S},     {"IQ3_XXS", FT_IQ3_XXS, QT_IQ3_XXS},
+    {"IQ3_XS", FT_IQ3_XS, QT_IQ3_S},   {"IQ3_S", FT_IQ3_S, QT_IQ3_S},       {"IQ3_M", FT_IQ3_M, QT_IQ3_S},
     {"IQ4_NL", FT_IQ4_NL, QT_IQ4_NL}, {"IQ4_XS", FT_IQ4_XS, QT_IQ4_XS},   {"MXFP4_MOE", FT_MXFP4_MOE, QT_MXFP4},
     {"F16", FT_F16, QT_F16},          {"BF16", FT_BF16, QT_BF16},         {"F32", FT_F32, QT_F32},
 };
@@ -42,7 +46,10 @@ const quant_ftype *quant_ftype_find(const char *name) {
 
 /* ---- which tensors are converted at all ---- */
 
-typedef enum { CAT_OTHER, CAT_TOKEN_EMBD, CAT_OUTPUT, CAT_ATTN_V, CAT_ATTN_K, CAT_ATTN_OUT, CAT_FFN_DOWN } category;
+typedef enum {
+    CAT_OTHER, CAT_TOKEN_EMBD, CAT_OUTPUT, CAT_ATTN_V, CAT_ATTN_K, CAT_ATTN_Q, CAT_ATTN_OUT, CAT_FFN_UP, CAT_FFN_GATE,
+    CAT_FFN_DOWN
+} category;
 
 static bool has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
 
@@ -53,9 +60,10 @@ static category category_of(const char *name) {
     if (!strcmp(name, "token_embd.weight") || !strcmp(name, "per_layer_token_embd.weight")) return CAT_TOKEN_EMBD;
     if (has(name, "attn_qkv.weight") || has(name, "attn_kv_b.weight") || has(name, "attn_v.weight")) return CAT_ATTN_V;
     if (has(name, "attn_k.weight")) return CAT_ATTN_K;
-    if (has(name, "attn_q.weight")) return CAT_OTHER;
+    if (has(name, "attn_q.weight")) return CAT_ATTN_Q;
     if (has(name, "attn_output.weight")) return CAT_ATTN_OUT;
-    if (has(name, "ffn_up") || has(name, "ffn_gate")) return CAT_OTHER;
+    if (has(name, "ffn_up")) return CAT_FFN_UP;
+    if (has(name, "ffn_gate")) return CAT_FFN_GATE;
     if (has(name, "ffn_down")) return CAT_FFN_DOWN;
     return CAT_OTHER;
 }
@@ -94,7 +102,7 @@ typedef struct {
     char arch[64];
     int n_layer, n_gqa, n_expert;
     bool is_70b, falcon, tied; /* tied: no output.weight, token_embd doubles as it */
-    int n_attn_v, i_attn_v, i_ffn_down;
+    int n_attn_v, i_attn_v, i_ffn_down, i_ffn_gate, i_ffn_up;
 } mix_state;
 
 static int64_t kv_first_int(const gguf_file *g, const char *key, int64_t dflt) {
@@ -148,18 +156,53 @@ static bool more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i -
 
 static int block_of(uint32_t t) { return quant_get_traits(t)->block_elems; }
 
+/* The layer of an ffn tensor: its counter, or (MoE: experts come in no layer
+ * order) the number in its name. */
+static brisk_status ffn_layer(const mix_state *s, const char *name, int counter, int *layer) {
+    *layer = counter;
+    if (s->n_expert > 1 && (sscanf(name, "blk.%d.", layer) != 1 || *layer < 0 || *layer >= s->n_layer))
+        return bk_fail(BRISK_ERR_FORMAT, "quantize: cannot tell the layer of tensor %s", name);
+    return BRISK_OK;
+}
+
+/* The middle three quarters of the layers (IQ3_XS's IQ3_XXS ffn_gate/ffn_up). */
+static bool middle(int i, int n) { return i >= n / 8 && i < 7 * n / 8; }
+
 /* llama_tensor_get_type_impl for one tensor (counters advance as there). */
 static brisk_status mix_rule(mix_state *s, uint32_t ft, uint32_t t, const gguf_tensor *x, bool imat, uint32_t *out) {
     const category c = category_of(x->name);
+    const bool iq2 = ft == FT_IQ2_XXS || ft == FT_IQ2_XS || ft == FT_IQ2_S || ft == FT_IQ2_M || ft == FT_IQ1_S;
+    const bool iq2_sm = ft == FT_IQ2_S || ft == FT_IQ2_M;
     if (c == CAT_OUTPUT || (s->tied && c == CAT_TOKEN_EMBD)) {
         if (ft == FT_MXFP4_MOE || s->falcon || x->ne[0] % block_of(t)) t = QT_Q8_0;
+        else if (ft == FT_IQ3_XXS || iq2) t = QT_Q5_K;
         else if (t != QT_Q8_0) t = QT_Q6_K;
     } else if (ft == FT_MXFP4_MOE) {
         t = x->ne[2] > 1 ? QT_MXFP4 : QT_Q8_0; /* experts -> MXFP4, the rest Q8_0 */
+    } else if (c == CAT_TOKEN_EMBD) {
+        if (ft == FT_IQ2_XXS || ft == FT_IQ2_XS || ft == FT_IQ1_S) t = QT_Q2_K;
+        else if (iq2_sm || ft == FT_IQ3_XXS) t = QT_IQ3_S;
+    } else if (iq2) { /* the 1- and 2-bit mixes: a few tensors get Q2_K .. Q5_K, IQ2_XXS or IQ3_S */
+        const uint32_t more = iq2_sm ? QT_IQ3_S : QT_Q2_K;
+        if (c == CAT_ATTN_V) {
+            t = s->n_gqa >= 4 || s->n_expert >= 4 ? QT_Q4_K : more;
+            s->i_attn_v++;
+        } else if (c == CAT_ATTN_K && s->n_expert == 8) {
+            t = QT_Q4_K;
+        } else if (c == CAT_FFN_DOWN) {
+            if (s->i_ffn_down++ < s->n_layer / 8) t = more; /* the counter, not the layer: as llama.cpp */
+        } else if (c == CAT_ATTN_OUT) {
+            if (s->n_expert == 8) t = QT_Q5_K;
+            else if (ft == FT_IQ1_S) t = QT_IQ2_XXS;
+            else if (iq2_sm) t = QT_IQ3_S;
+        }
     } else if (c == CAT_ATTN_V) {
         const int i = s->i_attn_v++, n = s->n_attn_v;
         if (ft == FT_Q2_K) t = s->n_gqa >= 4 ? QT_Q4_K : QT_Q3_K;
         else if (ft == FT_Q2_K_S && s->n_gqa >= 4) t = QT_Q4_K;
+        else if (ft == FT_IQ3_XXS) t = s->n_gqa >= 4 ? QT_Q4_K : !imat ? QT_IQ3_S : QT_IQ3_XXS;
+        else if ((ft == FT_IQ3_XS || ft == FT_IQ3_S) && s->n_gqa >= 4) t = QT_Q4_K;
+        else if (ft == FT_IQ3_M) t = QT_Q4_K;
         else if (ft == FT_Q3_K_M) t = i < 2 ? QT_Q5_K : QT_Q4_K;
         else if (ft == FT_Q3_K_L) t = QT_Q5_K;
         else if ((ft == FT_IQ4_NL || ft == FT_IQ4_XS) && s->n_gqa >= 4) t = QT_Q5_K;
@@ -169,15 +212,23 @@ static brisk_status mix_rule(mix_state *s, uint32_t ft, uint32_t t, const gguf_t
         if (s->n_expert == 8) t = QT_Q8_0;
     } else if (c == CAT_ATTN_K) {
         if (s->n_expert == 8) t = QT_Q8_0;
+        else if (ft == FT_IQ3_XS) t = QT_IQ3_XXS;
+        else if (ft == FT_IQ3_XXS) t = QT_IQ2_S;
+    } else if (c == CAT_ATTN_Q) {
+        if (ft == FT_IQ3_XS) t = QT_IQ3_XXS;
+        else if (ft == FT_IQ3_XXS) t = QT_IQ2_S;
+    } else if (c == CAT_FFN_GATE || c == CAT_FFN_UP) {
+        int i, n = s->n_layer;
+        BK_TRY(ffn_layer(s, x->name, c == CAT_FFN_GATE ? s->i_ffn_gate++ : s->i_ffn_up++, &i));
+        if (ft == FT_IQ3_XS && middle(i, n)) t = QT_IQ3_XXS;
     } else if (c == CAT_FFN_DOWN) {
-        int i = s->i_ffn_down++, n = s->n_layer;
-        if (s->n_expert > 1) { /* experts are not in layer order: read the layer from the name */
-            if (sscanf(x->name, "blk.%d.", &i) != 1 || i < 0 || i >= n)
-                return bk_fail(BRISK_ERR_FORMAT, "quantize: cannot tell the layer of tensor %s", x->name);
-        }
+        int i, n = s->n_layer;
+        BK_TRY(ffn_layer(s, x->name, s->i_ffn_down++, &i));
         if (ft == FT_Q2_K) t = QT_Q3_K;
         else if (ft == FT_Q2_K_S) t = i < n / 8 ? QT_Q4_K : t;
+        else if (ft == FT_IQ3_XXS && !imat) t = i < n / 8 ? QT_Q4_K : QT_Q3_K;
         else if (ft == FT_Q3_K_M) t = i < n / 16 ? QT_Q5_K : !s->falcon || more_bits(i, n) ? QT_Q4_K : QT_Q3_K;
+        else if (ft == FT_IQ3_M && (i < n / 8 || (s->n_expert == 8 && more_bits(i, n)))) t = QT_Q4_K;
         else if (ft == FT_Q3_K_L) t = s->falcon ? QT_Q4_K : QT_Q5_K;
         else if (ft == FT_Q4_K_M) {
             if (s->falcon) t = i < n / 16 ? QT_Q6_K : more_bits(i, n) ? QT_Q5_K : QT_Q4_K;
@@ -189,12 +240,15 @@ static brisk_status mix_rule(mix_state *s, uint32_t ft, uint32_t t, const gguf_t
     } else if (c == CAT_ATTN_OUT) {
         if (!s->falcon && s->n_expert == 8) {
             if (ft == FT_Q2_K || ft == FT_Q3_K_S || ft == FT_Q3_K_M || ft == FT_IQ4_NL || ft == FT_Q4_K_S ||
-                ft == FT_Q4_K_M || ft == FT_IQ4_XS)
+                ft == FT_Q4_K_M || ft == FT_IQ4_XS || ft == FT_IQ3_XS || ft == FT_IQ3_XXS || ft == FT_IQ3_S ||
+                ft == FT_IQ3_M)
                 t = QT_Q5_K;
         } else if (!s->falcon) {
             if (ft == FT_Q2_K) t = QT_Q3_K;
+            else if (ft == FT_IQ3_XXS) t = QT_IQ3_S;
             else if (ft == FT_Q3_K_M) t = QT_Q4_K;
             else if (ft == FT_Q3_K_L) t = QT_Q5_K;
+            else if (ft == FT_IQ3_M) t = QT_Q4_K;
         } else if (ft == FT_Q3_K_L) {
             t = QT_Q4_K;
         }
@@ -209,6 +263,12 @@ static brisk_status fallback(const gguf_tensor *x, uint32_t t, uint32_t *out, in
     if (x->ne[0] % block_of(t) == 0) return BRISK_OK;
     (*n_fallback)++;
     switch (t) {
+    case QT_IQ1_S:
+    case QT_IQ2_XXS:
+    case QT_IQ2_XS:
+    case QT_IQ2_S:
+    case QT_IQ3_XXS:
+    case QT_IQ3_S:
     case QT_IQ4_XS: t = QT_IQ4_NL; break;
     case QT_Q2_K:
     case QT_Q3_K: t = QT_Q4_0; break;
@@ -260,8 +320,10 @@ brisk_status quant_mix_plan(const gguf_file *g, const quant_ftype *ft, const qua
                 if (st == BRISK_OK) st = fallback(x, t, &t, &nf);
             }
             const category c = category_of(x->name);
-            if (st == BRISK_OK && t == QT_Q2_K && ft->id == FT_Q2_K_S && !o->has_imatrix && c != CAT_OUTPUT &&
-                c != CAT_TOKEN_EMBD)
+            const bool needs_imatrix =
+                (t == QT_Q2_K && ft->id == FT_Q2_K_S) || t == QT_IQ3_XXS || t == QT_IQ2_XXS || t == QT_IQ2_XS ||
+                t == QT_IQ2_S || t == QT_IQ1_S;
+            if (st == BRISK_OK && needs_imatrix && !o->has_imatrix && c != CAT_OUTPUT && c != CAT_TOKEN_EMBD)
                 st = bk_fail(BRISK_ERR_INVALID_ARG, "quantize: %s needs an importance matrix (--imatrix) for tensor %s",
                              ft->name, x->name);
         }

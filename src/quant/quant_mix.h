@@ -13,7 +13,7 @@
  *    by GQA factor, expert count (8-expert models) and 70B-ness, counted in
  *    llama.cpp's tensor order (by layer, then by name);
  *  - a type whose block does not divide the row length falls back
- *    (IQ4_XS->IQ4_NL, Q2_K/Q3_K->Q4_0, Q4_K->Q5_0, Q5_K->Q5_1, Q6_K->Q8_0, then F16).
+ *    (the IQ2/IQ3 types and IQ4_XS->IQ4_NL, Q2_K/Q3_K->Q4_0, Q4_K->Q5_0, Q5_K->Q5_1, Q6_K->Q8_0, then F16).
  * With `pure`, every convertible tensor gets the mix's base type (still with
  * the fallback), like llama-quantize --pure. */
 #ifndef BK_QUANT_MIX_H
