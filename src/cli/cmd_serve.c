@@ -37,8 +37,10 @@ static void usage(FILE *f) {
             "                       names that requests may give (any other name is a 404)\n"
             "  --max-body BYTES     request body limit (default 8 MiB)\n"
             "  -t, --threads N      CPU threads (default: all cores)\n"
-            "  --embeddings         compute embeddings instead of generating: /v1/embeddings, /v1/rerank\n"
-            "  --reranking          a reranker (pooling rank: the model's classification head): /v1/rerank\n"
+            "  --embeddings, --embedding\n"
+            "                       compute embeddings instead of generating: /v1/embeddings, /v1/rerank\n"
+            "  --reranking, --rerank\n"
+            "                       a reranker (pooling rank: the model's classification head): /v1/rerank\n"
             "  --pooling TYPE       none, mean, cls, last or rank (default: the model's <arch>.pooling_type);\n"
             "                       none: /v1/rerank scores by late interaction (MaxSim of token vectors)\n"
             CLI_MODEL_HELP);
