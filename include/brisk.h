@@ -372,6 +372,11 @@ typedef struct brisk_step_bytes {
  * is what there is). BRISK_ERR_INVALID_ARG for a negative depth, n_seq < 1 or an unknown type. */
 brisk_status brisk_decode_bytes(const brisk_model *model, brisk_kv_type kv_type, int64_t depth, int n_seq,
                                 double experts_read, brisk_step_bytes *out);
+/* The same under block-sparse attention (brisk_context_params.attn_sparse_k pages of block_size
+ * tokens; 0: dense, as brisk_decode_bytes): kv counts the K and V rows of the pages a token reads
+ * and, when there are more pages than sparse_k, every page's key summary it scores. */
+brisk_status brisk_decode_bytes_sparse(const brisk_model *model, brisk_kv_type kv_type, int64_t depth, int n_seq,
+                                       double experts_read, int sparse_k, int block_size, brisk_step_bytes *out);
 
 /* ---- per-sequence cache control --------------------------------------
  * Recurrent models (qwen35, qwen35moe: Gated DeltaNet layers) keep, besides

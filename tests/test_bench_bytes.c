@@ -101,6 +101,15 @@ static void test_dense(void) {
     CHECK(brisk_decode_bytes(m, BRISK_KV_F16, 0, 0, 0, &b) == BRISK_ERR_INVALID_ARG);
     CHECK_OK(brisk_decode_bytes(m, BRISK_KV_Q4_0H, 1000, 1, 0, &b)); /* q4_0's 18-byte blocks of 32 */
     CHECK(b.kv == 6ull * 2 * 1001 * (128 / 32 * 18));
+    /* --attn-sparse 8 at depth 1000: 63 pages of 16; 7 whole ones and the token's own (9 rows), so
+     * 121 rows of K and V, and every page's key min and max (2 kv heads x 64 floats each) scored */
+    CHECK_OK(brisk_decode_bytes_sparse(m, BRISK_KV_F16, 1000, 1, 0, 8, 16, &b));
+    CHECK(b.kv == 6ull * (2 * 121 * 128 * 2 + 63 * 2 * 128 * 4));
+    brisk_step_bytes dense;
+    CHECK_OK(brisk_decode_bytes(m, BRISK_KV_F16, 1000, 1, 0, &dense));
+    CHECK_OK(brisk_decode_bytes_sparse(m, BRISK_KV_F16, 1000, 1, 0, 63, 16, &b)); /* k covers every page: dense */
+    CHECK(b.kv == dense.kv && b.total == dense.total);
+    CHECK(brisk_decode_bytes_sparse(m, BRISK_KV_F16, 1000, 1, 0, -1, 16, &b) == BRISK_ERR_INVALID_ARG);
     CHECK(brisk_decode_bytes(m, (brisk_kv_type)5, 0, 1, 0, &b) == BRISK_ERR_INVALID_ARG);
     CHECK(brisk_decode_bytes(m, (brisk_kv_type)7, 0, 1, 0, &b) == BRISK_ERR_INVALID_ARG);
 out:

@@ -156,14 +156,17 @@ static double run_once(brisk_context *ctx, int n_vocab, int n_prompt, int n_gen,
  * counted); tg, every step's weights, KV history at that step's depth and recurrent state,
  * over the n_seq tokens of the step. experts: measured distinct experts per layer and step, or 0.
  * 0 on failure. */
-static double bytes_per_token(const brisk_model *m, brisk_kv_type kv, int n_prompt, int n_gen, int depth, int n_seq,
-                              double experts) {
+static double bytes_per_token(const brisk_model *m, const brisk_context_params *cp, int n_prompt, int n_gen, int depth,
+                              int n_seq, double experts) {
     brisk_step_bytes b;
+    brisk_kv_type kv = cp->kv_type;
     if (n_prompt > 0)
         return brisk_decode_bytes(m, kv, depth, n_prompt, experts, &b) == BRISK_OK ? (double)b.weights / n_prompt : 0;
     double sum = 0;
-    for (int i = 0; i < n_gen; i++) {
-        if (brisk_decode_bytes(m, kv, (int64_t)depth + i, n_seq, experts, &b) != BRISK_OK) return 0;
+    for (int i = 0; i < n_gen; i++) { /* --attn-sparse: the pages read, not the whole history */
+        if (brisk_decode_bytes_sparse(m, kv, (int64_t)depth + i, n_seq, experts, cp->attn_sparse_k,
+                                      cp->kv_block_size > 0 ? cp->kv_block_size : 16, &b) != BRISK_OK)
+            return 0;
         sum += (double)b.total;
     }
     return sum / ((double)n_gen * n_seq);
@@ -461,7 +464,7 @@ int cmd_bench(int argc, char **argv) {
             }
         double mean, sd;
         stats(tps, reps, &mean, &sd);
-        double per_tok = bytes_per_token(m, cp.kv_type, np, ng, depth, n_seq, experts_since(ctx, &reads, &passes));
+        double per_tok = bytes_per_token(m, &cp, np, ng, depth, n_seq, experts_since(ctx, &reads, &passes));
         double gbs = per_tok * mean / 1e9;
         char name[48];
         int nl = snprintf(name, sizeof name, "%s%d", kind == 0 ? "pp" : "tg", kind == 0 ? np : ng);

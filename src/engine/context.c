@@ -785,7 +785,27 @@ brisk_status brisk_context_expert_reads(const brisk_context *c, int64_t *reads, 
 
 brisk_status brisk_decode_bytes(const brisk_model *m, brisk_kv_type kv_type, int64_t depth, int n_seq,
                                 double experts_read, brisk_step_bytes *out) {
+    return brisk_decode_bytes_sparse(m, kv_type, depth, n_seq, experts_read, 0, 16, out);
+}
+
+/* K and V rows one token at position depth reads in one attention layer, and the key-summary bytes
+ * (per page and KV head a min and a max of head_dim floats) it scores, under attn_sparse_k pages of
+ * block tokens (0: dense; no choice either when the pages fit in k). */
+static void sparse_rows(int64_t depth, int sparse_k, int block, size_t summary_page, int64_t *rows,
+                        uint64_t *summaries) {
+    int64_t pages = depth / block + 1, last = depth + 1 - (pages - 1) * block; /* rows of the last page */
+    *rows = depth + 1;
+    *summaries = 0;
+    if (sparse_k <= 0 || sparse_k >= pages) return;
+    *rows = (int64_t)(sparse_k - 1) * block + last; /* k pages, one of them the token's own */
+    *summaries = (uint64_t)pages * summary_page;
+}
+
+brisk_status brisk_decode_bytes_sparse(const brisk_model *m, brisk_kv_type kv_type, int64_t depth, int n_seq,
+                                       double experts_read, int sparse_k, int block_size, brisk_step_bytes *out) {
     memset(out, 0, sizeof *out);
+    if (sparse_k < 0 || block_size < 1)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "brisk_decode_bytes_sparse: bad k %d or page size %d", sparse_k, block_size);
     const model_hparams *hp = &m->hp;
     if (depth < 0 || n_seq < 1 || kv_type < BRISK_KV_F32 || kv_type > BRISK_KV_Q4_0H)
         return bk_fail(BRISK_ERR_INVALID_ARG, "brisk_decode_bytes: bad depth %lld, n_seq %d or KV type %d",
@@ -803,8 +823,13 @@ brisk_status brisk_decode_bytes(const brisk_model *m, brisk_kv_type kv_type, int
         if (m->pp_size > 0 && (l < m->pp_l0 || l >= m->pp_l1)) continue; /* another rank's */
         if (model_layer_recurrent(hp, l)) /* the state is read, updated and written back each step */
             out->state += 2 * (uint64_t)n_seq * (conv + ssm) * sizeof(float);
-        else /* each token's K and V history, its own row included */
-            out->kv += 2 * (uint64_t)n_seq * (uint64_t)(depth + 1) * kv_row;
+        else { /* each token's K and V history, its own row included (block-sparse: the pages it reads) */
+            int64_t rows;
+            uint64_t summaries;
+            sparse_rows(depth, sparse_k, block_size, 2 * (size_t)hp->n_head_kv * hp->head_dim * sizeof(float), &rows,
+                        &summaries);
+            out->kv += (uint64_t)n_seq * (2 * (uint64_t)rows * kv_row + summaries);
+        }
     }
     out->total = out->weights + out->kv + out->state;
     return BRISK_OK;
