@@ -191,7 +191,7 @@ static cJSON *to_chat(const oai_server *srv, const cJSON *root, bool count, bool
     static const char *const fields[] = {"temperature", "temperature", "top_p", "top_p", "top_k", "top_k",
                                          "stop_sequences", "stop", "stream", "stream",
                                          "grammar", "grammar", /* brisk's extension, as on /v1/chat/completions */
-                                         NULL};
+                                         "model", "model", NULL}; /* answered with the name asked for */
     oai_copy_fields(root, oa, fields);
     if (!ok) {
         cJSON_Delete(oa);
@@ -275,7 +275,7 @@ static cJSON *message(const oai_server *srv, const oai_job *job) {
     cJSON_AddStringToObject(m, "id", job->id);
     cJSON_AddStringToObject(m, "type", "message");
     cJSON_AddStringToObject(m, "role", "assistant");
-    cJSON_AddStringToObject(m, "model", srv->model_id);
+    cJSON_AddStringToObject(m, "model", job->model);
     return m;
 }
 

@@ -500,6 +500,7 @@ static bool parse_root(const oai_server *srv, const cJSON *root, bool chat, oai_
     const cJSON *model = field(root, "model");
     if (model && !cJSON_IsString(model)) return oai_fail(e, 400, "model", "'model' must be a string");
     if (model && !oai_model_ok(srv, model->valuestring, e)) return false;
+    snprintf(job->model, sizeof job->model, "%s", model ? model->valuestring : srv->model_id);
     bool ok = true;
     get_bool(root, "stream", &job->stream, &ok, e);
     const cJSON *so = field(root, "stream_options");
@@ -624,7 +625,7 @@ static cJSON *envelope(const oai_server *srv, const oai_job *job, const char *ob
     cJSON_AddStringToObject(o, "id", job->id);
     cJSON_AddStringToObject(o, "object", object);
     cJSON_AddNumberToObject(o, "created", (double)job->created);
-    cJSON_AddStringToObject(o, "model", srv->model_id);
+    cJSON_AddStringToObject(o, "model", job->model);
     cJSON_AddStringToObject(o, "system_fingerprint", "brisk");
     return o;
 }

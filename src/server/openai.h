@@ -79,6 +79,8 @@ typedef struct oai_job {     /* one completion request */
     void (*ext_free)(void *ext);
     int top_logprobs;
     char id[48];
+    char model[128];         /* the request's `model` (one of the server's names), else the server's id:
+                                what the answer says it came from, as llama-server does */
     long long created;       /* unix seconds */
     sched_req *req;          /* prompt and sampling set by oai_parse; the caller submits it */
     int n;                   /* choices (`n`) */

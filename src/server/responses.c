@@ -401,7 +401,7 @@ static cJSON *to_chat(const oai_server *srv, resp_store *st, const cJSON *root, 
     if (mt) cJSON_AddNumberToObject(oa, "max_tokens", mt->valuedouble);
     static const char *const fields[] = {"temperature", "temperature", "top_p", "top_p", "stream", "stream",
                                          "grammar", "grammar", /* brisk's extension, as on /v1/chat/completions */
-                                         NULL};
+                                         "model", "model", NULL}; /* answered with the name asked for */
     oai_copy_fields(root, oa, fields);
     if (!ok) {
         cJSON_Delete(oa);
@@ -516,7 +516,7 @@ static cJSON *response(const oai_server *srv, const oai_job *job, const resp_sta
     cJSON_AddNullToObject(o, "error");
     if (cut) cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "incomplete_details"), "reason", "max_output_tokens");
     else cJSON_AddNullToObject(o, "incomplete_details");
-    cJSON_AddStringToObject(o, "model", srv->model_id);
+    cJSON_AddStringToObject(o, "model", job->model);
     cJSON_AddItemToObject(o, "output", d ? cJSON_Duplicate(s->output, true) : cJSON_CreateArray());
     if (d) cJSON_AddItemToObject(o, "usage", usage(d));
     else cJSON_AddNullToObject(o, "usage");

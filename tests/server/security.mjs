@@ -62,9 +62,14 @@ test('unknown model names 404 (model_not_found); the id, file name and --alias a
     await client.completions.create({ model: 'nope', prompt: 'hi', max_tokens: 2 });
     assert(false, 'no error');
   } catch (e) { eq(e.status, 404); }
-  for (const m of [MODEL, 'other-name', 'stories260K.gguf'])
-    eq((await raw('/v1/completions', { body: body({ model: m, prompt: 'hi' }) })).status, 200, m);
-  eq((await raw('/v1/completions', { body: JSON.stringify({ prompt: 'hi', max_tokens: 2 }) })).status, 200, 'no model');
+  for (const m of [MODEL, 'other-name', 'stories260K.gguf']) {
+    const r = await raw('/v1/completions', { body: body({ model: m, prompt: 'hi' }) });
+    eq(r.status, 200, m);
+    eq(r.json.model, m, 'the answer names the model as asked'); // as llama-server does
+  }
+  const none = await raw('/v1/completions', { body: JSON.stringify({ prompt: 'hi', max_tokens: 2 }) });
+  eq(none.status, 200, 'no model');
+  eq(none.json.model, MODEL, 'no model asked: the server id');
 });
 
 test('a NUL in a string is refused, not silently cut', async () => {
