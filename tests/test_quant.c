@@ -395,7 +395,8 @@ static void test_ggml_quantize_chunk(void) {
     if (!chunk) return;
     static const uint32_t qtypes[] = {QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q8_0, QT_Q2_K, QT_Q3_K,
                                       QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_NL, QT_IQ4_XS, QT_TQ1_0, QT_TQ2_0,
-                                      QT_NVFP4, QT_Q1_0, QT_Q2_0, QT_IQ3_XXS, QT_IQ3_S, QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S, QT_IQ1_S};
+                                      QT_NVFP4, QT_Q1_0, QT_Q2_0, QT_IQ3_XXS, QT_IQ3_S, QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S, QT_IQ1_S,
+                                      QT_IQ1_M};
     enum { NR = 6, NPR = 768 };
     static float x[NR * NPR], imat[NPR];
     static uint8_t ours[NR * NPR * 2], theirs[NR * NPR * 2];

@@ -1,6 +1,6 @@
 /* test_quant_model.c — `brisk quantize` (model_quantize) against llama.cpp's
  * llama_model_quantize (build/llamacpp-ref quantize) on small synthetic models:
- *  - per mix (Q8_0 .. Q6_K, IQ1_S, IQ2_XXS/M, IQ3_XXS/XS/S/M, IQ4_NL, IQ4_XS, the K mixes): every tensor gets the
+ *  - per mix (Q8_0 .. Q6_K, IQ1_S/M, IQ2_XXS/M, IQ3_XXS/XS/S/M, IQ4_NL, IQ4_XS, the K mixes): every tensor gets the
  *    type llama.cpp gives it, and its bytes are identical to llama.cpp's;
  *  - per type (--pure): RMSE of brisk's weights vs the f32 originals no worse
  *    than llama.cpp's (printed as a table; they are equal when the bytes are);
@@ -233,8 +233,8 @@ static void test_imatrix(void) {
     snprintf(gg, sizeof gg, "%s/imatrix.gguf", dir);
     write_imatrix(model_a, dat, gg);
     /* all K types, IQ4_XS and Q4_0/Q4_1 with weights (the rest: test_quant's chunk test) */
-    static const char *mixes[] = {"IQ3_XS", "IQ2_XXS", "IQ2_M", "IQ3_XXS", "IQ1_S", "Q3_K_M", "Q2_K_S", "IQ4_XS", "Q4_0"};
-    check_mixes(model_a, "A", mixes, san ? 1 : 9, dat);
+    static const char *mixes[] = {"IQ3_XS", "IQ2_XXS", "IQ2_M", "IQ3_XXS", "IQ1_S", "IQ1_M", "Q3_K_M", "Q2_K_S", "IQ4_XS", "Q4_0"};
+    check_mixes(model_a, "A", mixes, san ? 1 : 10, dat);
     /* the GGUF imatrix gives the same bytes as the .dat */
     snprintf(o1, sizeof o1, "%s/im-dat.gguf", dir);
     snprintf(o2, sizeof o2, "%s/im-gguf.gguf", dir);
@@ -257,6 +257,9 @@ static void test_errors(void) {
     CHECK(model_quantize(model_a, out, &o) == BRISK_ERR_INVALID_ARG); /* Q2_K_S needs an imatrix */
     CHECK(strstr(brisk_last_error(), "importance matrix") != NULL);
     o.ftype = "IQ3_XS"; /* its IQ3_XXS tensors need one too, as in llama.cpp */
+    CHECK(model_quantize(model_a, out, &o) == BRISK_ERR_INVALID_ARG);
+    CHECK(strstr(brisk_last_error(), "importance matrix") != NULL);
+    o.ftype = "IQ1_M"; /* its IQ1_M tensors need one, as in llama.cpp (ggml's row quantizer does not) */
     CHECK(model_quantize(model_a, out, &o) == BRISK_ERR_INVALID_ARG);
     CHECK(strstr(brisk_last_error(), "importance matrix") != NULL);
     o.ftype = "Q9_K";

@@ -63,7 +63,7 @@ static const quant_traits traits_table[QT_COUNT] = {
     [QT_IQ1_S] = {"iq1_s", 256, 50, QT_Q8_K, true, false},
     [QT_IQ3_S] = {"iq3_s", 256, 110, QT_Q8_K, true, true},
     [QT_IQ2_S] = {"iq2_s", 256, 82, QT_Q8_K, true, true},
-    [QT_IQ1_M] = {"iq1_m", 256, 56, QT_Q8_K, true, false},
+    [QT_IQ1_M] = {"iq1_m", 256, 56, QT_Q8_K, true, true},
     [QT_TQ1_0] = {"tq1_0", 256, 54, QT_Q8_K, true, true},
     [QT_TQ2_0] = {"tq2_0", 256, 66, QT_Q8_K, true, true},
     [QT_NVFP4] = {"nvfp4", 64, 36, QT_Q8_0, true, true},
@@ -563,6 +563,7 @@ brisk_status quant_quantize(uint32_t type, const float *src, void *dst, int64_t 
     case QT_Q5_K: kq_quantize_q5_K(src, dst, n, NULL); break;
     case QT_Q6_K: kq_quantize_q6_K(src, dst, n, NULL); break;
     case QT_MXFP4: quant_mxfp4(src, dst, nb); break;
+    case QT_IQ1_M: /* ggml's IQ1_M takes no imatrix too (weights x^2) */
     case QT_IQ2_S:
     case QT_IQ3_XXS:
     case QT_IQ3_S: return quant_iq_quantize_row(type, src, dst, n, NULL);
@@ -588,7 +589,8 @@ brisk_status quant_quantize_rows(uint32_t type, const float *src, void *dst, int
         case QT_Q6_K: kq_quantize_q6_K(src, dst, n_per_row, w); break;
         case QT_IQ4_NL: kq_quantize_iq4(src, dst, n_per_row, w, 7, false); break;
         case QT_IQ4_XS: kq_quantize_iq4(src, dst, n_per_row, w, 7, true); break;
-        case QT_IQ1_S: /* these three only with an importance matrix, as in ggml */
+        case QT_IQ1_S: /* IQ1_S, IQ2_XXS, IQ2_XS only with an importance matrix, as in ggml */
+        case QT_IQ1_M:
         case QT_IQ2_XXS:
         case QT_IQ2_XS:
         case QT_IQ2_S:

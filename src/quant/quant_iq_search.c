@@ -1,4 +1,4 @@
-/* quant_iq_search.c — the i-quant quantizers that search a lattice (IQ3_XXS,
+/* quant_iq_search.c — the i-quant quantizers that search a lattice (IQ1_S, IQ1_M, IQ2_*, IQ3_XXS,
  * IQ3_S): bytewise llama.cpp's quantize_iq3_xxs / quantize_iq3_s, with or
  * without an importance matrix. The same maths restated, float operations in
  * the same order (every sum and product below is evaluated as ggml does, so
@@ -648,6 +648,130 @@ static void quant_iq1_s_block(const iq_lattice *g, const float *x, const float *
     }
 }
 
+/* ---- IQ1_M: per 16 values 2 grid indices (IQ1_S's grid), a 3-bit scale, a shift sign per 8 ---- */
+
+/* The best split of the 16 sorted values into levels 0 | 1 | 2 and the two
+ * shift signs (k = 0: +,+; 1: +,-; 2: -,+; 3: -,-, the first sign for the
+ * first 8 positions, the second for the last 8). Sums are accumulated value by
+ * value in sorted order for every split, as ggml does. Returns the scale and
+ * the choice in *best_k (-1 if no split fits). */
+static float iq1m_split(const iq1_pair *pairs, const float *xb, const float *weight, const float *x_p,
+                        const float *x_m, float max, int *i1_out, int *i2_out, int *best_k) {
+    float best = -FLT_MAX, scale = max;
+    *best_k = -1;
+    for (int i1 = 0; i1 <= 16; i1++)
+        for (int i2 = i1; i2 <= 16; i2++) {
+            float sx[4] = {0, 0, 0, 0}, s2[4] = {0, 0, 0, 0};
+            for (int j = 0; j < 16; j++) {
+                const int i = pairs[j].i, lv = j < i1 ? 0 : j < i2 ? 1 : 2;
+                const float pqx = weight[i] * x_p[lv] * xb[i], mqx = weight[i] * x_m[lv] * xb[i];
+                const float pq2 = weight[i] * x_p[lv] * x_p[lv], mq2 = weight[i] * x_m[lv] * x_m[lv];
+                /* plus-shift accumulators: both halves for k = 0, the first half for k = 1, the second for k = 2 */
+                const bool first = i < 8;
+                sx[0] += pqx, s2[0] += pq2;
+                sx[3] += mqx, s2[3] += mq2;
+                if (first) sx[1] += pqx, s2[1] += pq2, sx[2] += mqx, s2[2] += mq2;
+                else sx[2] += pqx, s2[2] += pq2, sx[1] += mqx, s2[1] += mq2;
+            }
+            for (int k = 0; k < 4; k++)
+                if (s2[k] > 0 && sx[k] * sx[k] > best * s2[k]) {
+                    scale = sx[k] / s2[k];
+                    best = scale * sx[k];
+                    *i1_out = i1, *i2_out = i2, *best_k = k;
+                }
+        }
+    return scale;
+}
+
+static void iq1m_weights(const float *xb, const float *qw, float sigma2, float *weight) {
+    for (int i = 0; i < 16; i++) weight[i] = qw ? qw[i] * sqrtf(sigma2 + xb[i] * xb[i]) : xb[i] * xb[i];
+}
+
+static void quant_iq1_m_block(const iq_lattice *g, const float *x, const float *qw, blk_iq1_m *y) {
+    static const float x_p[3] = {-1 + 0.125f, 0.125f, 1 + 0.125f}, x_m[3] = {-1 - 0.125f, -0.125f, 1 - 0.125f};
+    float scales[16], weight[16];
+    int shifts[16];
+    int8_t l[16];
+    iq1_pair pairs[16];
+    float max_scale = 0;
+    memset(y, 0, sizeof *y);
+    const float sigma2 = 2 * sum_sq(x) / 256;
+    for (int ib = 0; ib < 16; ib++) {
+        const float *xb = x + 16 * ib;
+        iq1m_weights(xb, qw ? qw + 16 * ib : NULL, sigma2, weight);
+        float max = fabsf(xb[0]);
+        for (int i = 1; i < 16; i++) max = max > fabsf(xb[i]) ? max : fabsf(xb[i]);
+        scales[ib] = 0, shifts[ib] = 0;
+        if (max < 1e-7f) continue;
+        for (int j = 0; j < 16; j++) pairs[j] = (iq1_pair){xb[j], j};
+        qsort(pairs, 16, sizeof *pairs, by_value);
+        int i1 = -1, i2 = -1, k_best;
+        float scale = iq1m_split(pairs, xb, weight, x_p, x_m, max, &i1, &i2, &k_best);
+        if (k_best < 0 || i1 < 0 || i2 < 0) continue;
+        for (int j = 0; j < 16; j++) l[pairs[j].i] = (int8_t)(j < i1 ? 0 : j < i2 ? 1 : 2);
+        if (scale < 0) {
+            for (int j = 0; j < 16; j++) l[j] = (int8_t)(2 - l[j]);
+            scale = -scale, k_best = 3 - k_best;
+        }
+        int index[2];
+        bool all_on = true;
+        for (int k = 0; k < 2; k++) {
+            const float *xx = (k == 0 ? k_best < 2 : k_best % 2 == 0) ? x_p : x_m;
+            const int u = pack_levels(g, l + 8 * k);
+            index[k] = g->map[u];
+            if (index[k] < 0) {
+                all_on = false;
+                index[k] = iq1_neighbour(g, u, xb + 8 * k, weight + 8 * k, scale, xx, l + 8 * k);
+            }
+        }
+        if (!all_on) {
+            float sumqx = 0, sumq2 = 0;
+            for (int k = 0; k < 2; k++) {
+                const float *xx = (k == 0 ? k_best < 2 : k_best % 2 == 0) ? x_p : x_m;
+                for (int j = 0; j < 8; j++) {
+                    const float w = weight[8 * k + j], q = xx[(g->value[index[k]][j] - 1) / 2];
+                    sumqx += w * q * xb[8 * k + j];
+                    sumq2 += w * q * q;
+                }
+            }
+            if (sumqx > 0 && sumq2 > 0) scale = sumqx / sumq2;
+        }
+        y->qs[2 * ib] = (uint8_t)index[0];
+        y->qs[2 * ib + 1] = (uint8_t)index[1];
+        y->qh[ib] = (uint8_t)((index[0] >> 8) | (index[1] >> 8) << 4);
+        scales[ib] = scale, shifts[ib] = k_best;
+        max_scale = max_scale > scale ? max_scale : scale;
+    }
+    if (!max_scale) return;
+    /* the 3-bit scales, 4 to a little-endian uint16; the shift signs in bit 3 of each qh nibble */
+    uint16_t sc[4] = {0, 0, 0, 0};
+    float d = max_scale / 15;
+    const float id = 1 / d;
+    float sumqx = 0, sumq2 = 0;
+    for (int ib = 0; ib < 16; ib++) {
+        int v = kq_nearest_int(0.5f * (id * scales[ib] - 1));
+        v = v < 0 ? 0 : v > 7 ? 7 : v;
+        sc[ib / 4] |= (uint16_t)(v << 3 * (ib % 4));
+        y->qh[ib] |= (uint8_t)((shifts[ib] & 1 ? 0x80 : 0) | (shifts[ib] & 2 ? 0x08 : 0));
+        const float *xb = x + 16 * ib;
+        iq1m_weights(xb, qw ? qw + 16 * ib : NULL, sigma2, weight);
+        /* the fp16 scale is refitted over the whole block at the encoded scales */
+        for (int k = 0; k < 2; k++) {
+            const float *xx = (k == 0 ? shifts[ib] < 2 : shifts[ib] % 2 == 0) ? x_p : x_m;
+            const int idx = y->qs[2 * ib + k] | ((y->qh[ib] >> 4 * k) & 7) << 8;
+            for (int j = 0; j < 8; j++) {
+                const float w = weight[8 * k + j], q = xx[(g->value[idx][j] - 1) / 2] * (float)(2 * v + 1);
+                sumqx += w * q * xb[8 * k + j];
+                sumq2 += w * q * q;
+            }
+        }
+    }
+    if (sumq2 > 0) d = sumqx / sumq2;
+    const uint16_t h = F2H(d * 1.1125f);
+    for (int k = 0; k < 4; k++) sc[k] |= (uint16_t)(((h >> 4 * k) & 0xf) << 12);
+    for (int k = 0; k < 4; k++) y->scales[2 * k] = (uint8_t)sc[k], y->scales[2 * k + 1] = (uint8_t)(sc[k] >> 8);
+}
+
 brisk_status quant_iq_quantize_row(uint32_t type, const float *x, void *dst, int64_t n, const float *qw) {
     int which;
     switch (type) {
@@ -656,12 +780,12 @@ brisk_status quant_iq_quantize_row(uint32_t type, const float *x, void *dst, int
     case QT_IQ2_XXS: which = LAT_IQ2_XXS; break;
     case QT_IQ2_XS: which = LAT_IQ2_XS; break;
     case QT_IQ2_S: which = LAT_IQ2_S; break;
-    case QT_IQ1_S: which = LAT_IQ1_S; break;
+    case QT_IQ1_S: case QT_IQ1_M: which = LAT_IQ1_S; break;
     default: return bk_fail(BRISK_ERR_UNSUPPORTED, "quantize: no quantizer for %s", quant_type_name(type));
     }
     if (n % 256) return bk_fail(BRISK_ERR_INVALID_ARG, "quantize %s: %lld elements is not a multiple of 256",
                                 quant_type_name(type), (long long)n);
-    if (!qw && (which == LAT_IQ2_XXS || which == LAT_IQ2_XS || which == LAT_IQ1_S))
+    if (!qw && (which == LAT_IQ2_XXS || which == LAT_IQ2_XS || type == QT_IQ1_S))
         return bk_fail(BRISK_ERR_INVALID_ARG, "quantize %s: needs an importance matrix (--imatrix)",
                        quant_type_name(type));
     const iq_lattice *g = lattice(which);
@@ -674,7 +798,10 @@ brisk_status quant_iq_quantize_row(uint32_t type, const float *x, void *dst, int
         case LAT_IQ2_XXS: quant_iq2_xxs_block(g, xi, w, (blk_iq2_xxs *)dst + i); break;
         case LAT_IQ2_XS: quant_iq2_xs_block(g, xi, w, (blk_iq2_xs *)dst + i); break;
         case LAT_IQ2_S: quant_iq2_s_block(g, xi, w, (blk_iq2_s *)dst + i); break;
-        default: quant_iq1_s_block(g, xi, w, (blk_iq1_s *)dst + i); break;
+        default:
+            if (type == QT_IQ1_M) quant_iq1_m_block(g, xi, w, (blk_iq1_m *)dst + i);
+            else quant_iq1_s_block(g, xi, w, (blk_iq1_s *)dst + i);
+            break;
         }
     }
     return BRISK_OK;

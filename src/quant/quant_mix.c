@@ -1,6 +1,6 @@
 /* quant_mix.c — the tensor-type rules of llama.cpp's quantization mixes (see
  * quant_mix.h). Written from llama.cpp's llama_tensor_get_type for the mixes
- * brisk can write; IQ1_M (brisk cannot write the IQ1_M type yet) is left out. */
+ * brisk can write. */
 #include "quant/quant_mix.h"
 
 #include <stdio.h>
@@ -16,7 +16,7 @@ enum { /* LLAMA_FTYPE_* */
     FT_F32 = 0, FT_F16 = 1, FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7, FT_Q5_0 = 8, FT_Q5_1 = 9, FT_Q2_K = 10,
     FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14, FT_Q4_K_M = 15, FT_Q5_K_S = 16,
     FT_Q5_K_M = 17, FT_Q6_K = 18, FT_IQ2_XXS = 19, FT_IQ2_XS = 20, FT_Q2_K_S = 21, FT_IQ3_XS = 22, FT_IQ3_XXS = 23, FT_IQ1_S = 24, FT_IQ4_NL = 25, FT_IQ3_S = 26,
-    FT_IQ3_M = 27, FT_IQ2_S = 28, FT_IQ2_M = 29, FT_IQ4_XS = 30, FT_BF16 = 32, FT_MXFP4_MOE = 38
+    FT_IQ3_M = 27, FT_IQ2_S = 28, FT_IQ2_M = 29, FT_IQ4_XS = 30, FT_IQ1_M = 31, FT_BF16 = 32, FT_MXFP4_MOE = 38
 };
 
 static const quant_ftype ftypes[] = {
@@ -26,7 +26,7 @@ static const quant_ftype ftypes[] = {
     {"Q3_K_L", FT_Q3_K_L, QT_Q3_K},   {"Q4_K_S", FT_Q4_K_S, QT_Q4_K},     {"Q4_K_M", FT_Q4_K_M, QT_Q4_K},
     {"Q5_K_S", FT_Q5_K_S, QT_Q5_K},   {"Q5_K_M", FT_Q5_K_M, QT_Q5_K},     {"Q6_K", FT_Q6_K, QT_Q6_K},
     {"IQ2_XXS", FT_IQ2_XXS, QT_IQ2_XXS}, {"IQ2_XS", FT_IQ2_XS, QT_IQ2_XS}, {"IQ2_S", FT_IQ2_S, QT_IQ2_XS},
-    {"IQ1_S", FT_IQ1_S, QT_IQ1_S},     {"IQ2_M", FT_IQ2_M, QT_IQ2_S},     {"IQ3_XXS", FT_IQ3_XXS, QT_IQ3_XXS},
+    {"IQ1_S", FT_IQ1_S, QT_IQ1_S},     {"IQ1_M", FT_IQ1_M, QT_IQ1_M},     {"IQ2_M", FT_IQ2_M, QT_IQ2_S},     {"IQ3_XXS", FT_IQ3_XXS, QT_IQ3_XXS},
     {"IQ3_XS", FT_IQ3_XS, QT_IQ3_S},   {"IQ3_S", FT_IQ3_S, QT_IQ3_S},       {"IQ3_M", FT_IQ3_M, QT_IQ3_S},
     {"IQ4_NL", FT_IQ4_NL, QT_IQ4_NL}, {"IQ4_XS", FT_IQ4_XS, QT_IQ4_XS},   {"MXFP4_MOE", FT_MXFP4_MOE, QT_MXFP4},
     {"F16", FT_F16, QT_F16},          {"BF16", FT_BF16, QT_BF16},         {"F32", FT_F32, QT_F32},
@@ -171,7 +171,8 @@ static bool middle(int i, int n) { return i >= n / 8 && i < 7 * n / 8; }
 /* llama_tensor_get_type_impl for one tensor (counters advance as there). */
 static brisk_status mix_rule(mix_state *s, uint32_t ft, uint32_t t, const gguf_tensor *x, bool imat, uint32_t *out) {
     const category c = category_of(x->name);
-    const bool iq2 = ft == FT_IQ2_XXS || ft == FT_IQ2_XS || ft == FT_IQ2_S || ft == FT_IQ2_M || ft == FT_IQ1_S;
+    const bool iq1 = ft == FT_IQ1_S || ft == FT_IQ1_M;
+    const bool iq2 = ft == FT_IQ2_XXS || ft == FT_IQ2_XS || ft == FT_IQ2_S || ft == FT_IQ2_M || iq1;
     const bool iq2_sm = ft == FT_IQ2_S || ft == FT_IQ2_M;
     if (c == CAT_OUTPUT || (s->tied && c == CAT_TOKEN_EMBD)) {
         if (ft == FT_MXFP4_MOE || s->falcon || x->ne[0] % block_of(t)) t = QT_Q8_0;
@@ -180,7 +181,7 @@ static brisk_status mix_rule(mix_state *s, uint32_t ft, uint32_t t, const gguf_t
     } else if (ft == FT_MXFP4_MOE) {
         t = x->ne[2] > 1 ? QT_MXFP4 : QT_Q8_0; /* experts -> MXFP4, the rest Q8_0 */
     } else if (c == CAT_TOKEN_EMBD) {
-        if (ft == FT_IQ2_XXS || ft == FT_IQ2_XS || ft == FT_IQ1_S) t = QT_Q2_K;
+        if (ft == FT_IQ2_XXS || ft == FT_IQ2_XS || iq1) t = QT_Q2_K;
         else if (iq2_sm || ft == FT_IQ3_XXS) t = QT_IQ3_S;
     } else if (iq2) { /* the 1- and 2-bit mixes: a few tensors get Q2_K .. Q5_K, IQ2_XXS or IQ3_S */
         const uint32_t more = iq2_sm ? QT_IQ3_S : QT_Q2_K;
@@ -193,7 +194,7 @@ static brisk_status mix_rule(mix_state *s, uint32_t ft, uint32_t t, const gguf_t
             if (s->i_ffn_down++ < s->n_layer / 8) t = more; /* the counter, not the layer: as llama.cpp */
         } else if (c == CAT_ATTN_OUT) {
             if (s->n_expert == 8) t = QT_Q5_K;
-            else if (ft == FT_IQ1_S) t = QT_IQ2_XXS;
+            else if (iq1) t = QT_IQ2_XXS;
             else if (iq2_sm) t = QT_IQ3_S;
         }
     } else if (c == CAT_ATTN_V) {
@@ -264,6 +265,7 @@ static brisk_status fallback(const gguf_tensor *x, uint32_t t, uint32_t *out, in
     (*n_fallback)++;
     switch (t) {
     case QT_IQ1_S:
+    case QT_IQ1_M:
     case QT_IQ2_XXS:
     case QT_IQ2_XS:
     case QT_IQ2_S:
@@ -322,7 +324,7 @@ brisk_status quant_mix_plan(const gguf_file *g, const quant_ftype *ft, const qua
             const category c = category_of(x->name);
             const bool needs_imatrix =
                 (t == QT_Q2_K && ft->id == FT_Q2_K_S) || t == QT_IQ3_XXS || t == QT_IQ2_XXS || t == QT_IQ2_XS ||
-                t == QT_IQ2_S || t == QT_IQ1_S;
+                t == QT_IQ2_S || t == QT_IQ1_S || t == QT_IQ1_M;
             if (st == BRISK_OK && needs_imatrix && !o->has_imatrix && c != CAT_OUTPUT && c != CAT_TOKEN_EMBD)
                 st = bk_fail(BRISK_ERR_INVALID_ARG, "quantize: %s needs an importance matrix (--imatrix) for tensor %s",
                              ft->name, x->name);
