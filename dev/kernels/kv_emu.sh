@@ -16,9 +16,9 @@ a = open('src/backend/cuda/cuda_attention.cu').read()
 k += cut(a, 'template <int KT> __device__ __forceinline__ float kv_at(', '/* One block per (G query heads')
 open(sys.argv[1], 'w').write(k)
 PY
-for f in quant/quant quant/quant_kquant quant/quant_iq quant/quant_iq_grids base/status; do
+for f in quant/quant quant/quant_kquant quant/quant_iq quant/quant_iq_grids quant/quant_iq_search base/status; do
   gcc -std=c11 -O1 -w -D_GNU_SOURCE -Isrc -Iinclude -c src/$f.c -o "$out/$(basename $f).o"
 done
 g++ -std=c++20 -O1 -ffp-contract=off -fno-strict-aliasing -pthread -w -I"$out" -Isrc -Iinclude dev/kernels/kv_emu.cpp \
-  "$out/quant.o" "$out/quant_kquant.o" "$out/quant_iq.o" "$out/quant_iq_grids.o" "$out/status.o" -lm -o "$out/emu"
+  "$out/quant.o" "$out/quant_kquant.o" "$out/quant_iq.o" "$out/quant_iq_grids.o" "$out/quant_iq_search.o" "$out/status.o" -lm -o "$out/emu"
 "$out/emu"

@@ -29,9 +29,9 @@ k += grab('template <bool SH = false> __device__ __forceinline__ void group_load
 k += grab('template <bool SH = false> __device__ __forceinline__ void group_load_q6k_quad(')
 open(sys.argv[1], 'w').write(k)
 PY
-for f in quant/quant quant/quant_kquant quant/quant_iq quant/quant_iq_grids base/status; do
+for f in quant/quant quant/quant_kquant quant/quant_iq quant/quant_iq_grids quant/quant_iq_search base/status; do
   gcc -std=c11 -O1 -w -D_GNU_SOURCE -Isrc -Iinclude -c src/$f.c -o "$out/$(basename $f).o"
 done
-g++ -std=c++17 -O1 -w -I"$out" -Isrc -Iinclude dev/kernels/loader_emu.cpp "$out/quant.o" "$out/quant_kquant.o" "$out/quant_iq.o" "$out/quant_iq_grids.o" \
+g++ -std=c++17 -O1 -w -I"$out" -Isrc -Iinclude dev/kernels/loader_emu.cpp "$out/quant.o" "$out/quant_kquant.o" "$out/quant_iq.o" "$out/quant_iq_grids.o" "$out/quant_iq_search.o" \
   "$out/status.o" -lm -o "$out/emu"
 "$out/emu"
