@@ -82,7 +82,7 @@ typedef struct cpu_backend {
     cpu_moe_scratch moe;
     /* Repacked weight copies (cpu_repack.h) by mapped address: a hash table
      * (copies_cap a power of two); copy NULL: none for that matrix. */
-    struct cpu_copy { const void *host; int64_t n_in, n_out; uint32_t type; void *copy; } *copies;
+    struct cpu_copy { const void *host; int64_t n_in, n_out; uint32_t type; uint64_t print; void *copy; } *copies;
     size_t n_copies, copies_cap;
     size_t copy_bytes; /* bytes of all copies */
     void *xa[MAX_MATS]; /* expanded activations for repacked matrices, per converted x */
@@ -182,14 +182,40 @@ static void repack_worker(void *arg, int ith, int nth) {
  * address and shape, until the backend is freed (a tied LM head shares its
  * embedding's); expert tensors keep the mapped layout. Each backend (each
  * context's stage) makes its own. */
+/* A matrix's bytes at its two ends (its first and last rows' first 64 bytes): a repacked copy is
+ * found by the host address, and a caller's buffer freed and allocated again at that address for
+ * other weights (test_shard's packed shards did) must not find the old matrix's copy. */
+static uint64_t fingerprint(const bk_weight *w) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    size_t n = w->row_bytes < 64 ? w->row_bytes : 64;
+    const unsigned char *rows[2] = {w->host, (const unsigned char *)w->host + (size_t)(w->n_out - 1) * w->row_bytes};
+    for (int r = 0; r < 2; r++)
+        for (size_t i = 0; i < n; i++) h = (h ^ rows[r][i]) * 0x100000001b3ULL;
+    return h;
+}
+
 static const void *repacked(cpu_backend *cb, const bk_weight *w) {
-    if (w->n_expert > 1 || !w->host) return NULL;
+    if (w->n_expert > 1 || !w->host || w->n_out < 1) return NULL;
     size_t h = ((uintptr_t)w->host >> 6) * 0x9E3779B97F4A7C15ULL;
+    const uint64_t print = fingerprint(w);
     for (size_t i = cb->copies_cap ? h & (cb->copies_cap - 1) : 0; cb->copies_cap && cb->copies[i].host;
-         i = (i + 1) & (cb->copies_cap - 1))
-        if (cb->copies[i].host == w->host && cb->copies[i].n_in == w->n_in && cb->copies[i].n_out == w->n_out &&
-            cb->copies[i].type == w->type)
-            return cb->copies[i].copy; /* the same matrix (a view of other rows of it has its own) */
+         i = (i + 1) & (cb->copies_cap - 1)) {
+        struct cpu_copy *c = &cb->copies[i];
+        if (c->host != w->host || c->n_in != w->n_in || c->n_out != w->n_out || c->type != w->type) continue;
+        if (c->print == print) return c->copy; /* the same matrix (a view of other rows of it has its own) */
+        /* other bytes at the same address: the copy is stale, made again in place */
+        if (c->copy) cb->copy_bytes -= cpu_repack_bytes(c->type, c->n_in, c->n_out);
+        free(c->copy);
+        c->copy = NULL;
+        const size_t rb = cpu_repack_bytes(w->type, w->n_in, w->n_out);
+        if (rb && (c->copy = aligned_alloc(64, (rb + 63) & ~(size_t)63))) {
+            repack_job j = {w, c->copy, cpu_repack_bytes(w->type, w->n_in, cpu_repack_rows(w->type))};
+            threadpool_run(cb->tp, repack_worker, &j);
+            cb->copy_bytes += rb;
+        }
+        c->print = print;
+        return c->copy;
+    }
     if (2 * (cb->n_copies + 1) > cb->copies_cap) { /* open addressing, at most half full */
         size_t cap = cb->copies_cap ? 2 * cb->copies_cap : 256;
         struct cpu_copy *t = calloc(cap, sizeof *t);
@@ -213,7 +239,7 @@ static const void *repacked(cpu_backend *cb, const bk_weight *w) {
         threadpool_run(cb->tp, repack_worker, &j);
         cb->copy_bytes += rb;
     }
-    cb->copies[i] = (struct cpu_copy){w->host, w->n_in, w->n_out, w->type, copy}; /* NULL copy: read the map, and don't ask again */
+    cb->copies[i] = (struct cpu_copy){w->host, w->n_in, w->n_out, w->type, print, copy}; /* NULL copy: read the map, and don't ask again */
     cb->n_copies++;
     return copy;
 }
