@@ -121,7 +121,7 @@ bad() { # expected-rc description args...
 }
 bad 2 "unknown preset" --preset qwen9-1b -o "$T/z.gguf"
 bad 2 "unknown type" --preset tiny-llama --type q7_k -o "$T/z.gguf"
-bad 2 "a type brisk reads but cannot write" --preset tiny-llama --type iq2_xxs -o "$T/z.gguf"
+bad 1 "a type llama.cpp writes only with an importance matrix, which synth has not" --preset tiny-llama --type iq2_xxs -o "$T/z.gguf"
 bad 2 "bad thread count" --preset tiny-llama -t 0 -o "$T/z.gguf"
 bad 2 "skew on a dense model" --preset tiny-llama --expert-skew 1 -o "$T/z.gguf"
 bad 1 "unwritable path" --preset tiny-llama -o "$T/no/such/dir/z.gguf"
