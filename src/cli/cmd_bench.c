@@ -218,6 +218,24 @@ static double replay_once(brisk_context *ctx, drafter *dr, int n_vocab, const br
     return s == BRISK_OK && e.n == n_gen ? t : -1;
 }
 
+/* Times reps speculative runs of drafter dr (st: the last run's counts) and prints them beside the
+ * plain decode's t_plain seconds as the table's two rows; false if a run failed. */
+static bool spec_rows(brisk_context *ctx, drafter *dr, int n_vocab, const brisk_token *ref, int n_gen, int k, int n_ctx,
+                      int reps, double *t, double t_plain, const char *name, spec_stats *st) {
+    for (int r = 0; r < reps; r++)
+        if ((t[r] = replay_once(ctx, dr, n_vocab, ref, n_gen, k, n_ctx, NULL, st)) < 0) return false;
+    for (int r = 0; r < reps; r++) t[r] = n_gen / t[r];
+    double mean, sd;
+    stats(t, reps, &mean, &sd);
+    printf("| %-22s | %18s | %12s | %8s |\n", "test", "tokens/s", "tokens/step", "speedup");
+    printf("|------------------------|--------------------|--------------|----------|\n");
+    printf("| %-22s | %18.2f | %12.2f | %8s |\n", "tg plain", n_gen / t_plain, 1.0, "1.00");
+    printf("| %-22s | %9.2f ± %6.2f | %12.2f | %8.2f |\n", name, mean, sd,
+           st->rounds ? (double)(st->emitted - 1) / st->rounds : 0.0, mean * t_plain / n_gen);
+    return true;
+}
+
+
 static int bench_spec_replay(brisk_context *ctx, int n_vocab, int n_gen, int reps, int k, double rate, int n_ctx,
                              brisk_batch_entry *batch) {
     int rc = 1, n_match = (int)(rate * k + 0.5);
@@ -233,18 +251,9 @@ static int bench_spec_replay(brisk_context *ctx, int n_vocab, int n_gen, int rep
     if (t_plain < 0 || (t_plain = replay_once(ctx, none, n_vocab, ref, n_gen, 0, n_ctx, NULL, &st)) < 0) goto done;
     if (drafter_new_replay(ref, REPLAY_PROMPT + n_gen, n_match, n_vocab, &dr) != BRISK_OK) goto done;
     if (replay_once(ctx, dr, n_vocab, ref, n_gen, k, n_ctx, NULL, &st) < 0) goto done; /* warm-up */
-    for (int r = 0; r < reps; r++)
-        if ((t[r] = replay_once(ctx, dr, n_vocab, ref, n_gen, k, n_ctx, NULL, &st)) < 0) goto done;
-    for (int r = 0; r < reps; r++) t[r] = n_gen / t[r];
-    double mean, sd;
-    stats(t, reps, &mean, &sd);
-    printf("| %-22s | %18s | %12s | %8s |\n", "test", "tokens/s", "tokens/step", "speedup");
-    printf("|------------------------|--------------------|--------------|----------|\n");
-    printf("| %-22s | %18.2f | %12.2f | %8s |\n", "tg plain", n_gen / t_plain, 1.0, "1.00");
     char name[48];
     snprintf(name, sizeof name, "tg replay k%d match %d", k, n_match);
-    printf("| %-22s | %9.2f ± %6.2f | %12.2f | %8.2f |\n", name, mean, sd,
-           st.rounds ? (double)(st.emitted - 1) / st.rounds : 0.0, mean * t_plain / n_gen);
+    if (!spec_rows(ctx, dr, n_vocab, ref, n_gen, k, n_ctx, reps, t, t_plain, name, &st)) goto done;
     printf("replay: %lld rounds, %lld proposed, %lld accepted (%.1f%%; %d of %d a round intended)\n",
            (long long)st.rounds, (long long)st.drafted, (long long)st.accepted,
            st.drafted ? 100.0 * st.accepted / st.drafted : 0.0, n_match, k);
@@ -296,18 +305,9 @@ static int bench_spec_mtp(brisk_model *m, brisk_context *ctx, const brisk_contex
     if (drafter_new_mtp(ctx, m, cp, 0, &dr) != BRISK_OK) goto done;
     if (replay_once(ctx, dr, n_vocab, ref, n_gen, k, cp->n_ctx, out, &st) < 0) goto done; /* warm-up */
     same = !memcmp(out, ref + REPLAY_PROMPT, (size_t)n_gen * sizeof *out);
-    for (int r = 0; r < reps; r++)
-        if ((t[r] = replay_once(ctx, dr, n_vocab, ref, n_gen, k, cp->n_ctx, NULL, &st)) < 0) goto done;
-    for (int r = 0; r < reps; r++) t[r] = n_gen / t[r];
-    double mean, sd;
-    stats(t, reps, &mean, &sd);
-    printf("| %-22s | %18s | %12s | %8s |\n", "test", "tokens/s", "tokens/step", "speedup");
-    printf("|------------------------|--------------------|--------------|----------|\n");
-    printf("| %-22s | %18.2f | %12.2f | %8s |\n", "tg plain", n_gen / t_plain, 1.0, "1.00");
     char name[48];
     snprintf(name, sizeof name, "tg mtp k%d", k);
-    printf("| %-22s | %9.2f ± %6.2f | %12.2f | %8.2f |\n", name, mean, sd,
-           st.rounds ? (double)(st.emitted - 1) / st.rounds : 0.0, mean * t_plain / n_gen);
+    if (!spec_rows(ctx, dr, n_vocab, ref, n_gen, k, cp->n_ctx, reps, t, t_plain, name, &st)) goto done;
     printf("mtp: %lld rounds, %lld proposed, %lld accepted (%.1f%%); greedy tokens %s plain decoding's\n",
            (long long)st.rounds, (long long)st.drafted, (long long)st.accepted,
            st.drafted ? 100.0 * st.accepted / st.drafted : 0.0, same ? "equal to" : "DIFFER from");

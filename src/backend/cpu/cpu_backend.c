@@ -194,6 +194,18 @@ static uint64_t fingerprint(const bk_weight *w) {
     return h;
 }
 
+/* w repacked into a new copy (counted in copy_bytes), or NULL: no layout for its type, or no memory. */
+static void *make_copy(cpu_backend *cb, const bk_weight *w) {
+    const size_t rb = cpu_repack_bytes(w->type, w->n_in, w->n_out);
+    void *copy = rb ? aligned_alloc(64, (rb + 63) & ~(size_t)63) : NULL;
+    if (copy) {
+        repack_job j = {w, copy, cpu_repack_bytes(w->type, w->n_in, cpu_repack_rows(w->type))};
+        threadpool_run(cb->tp, repack_worker, &j);
+        cb->copy_bytes += rb;
+    }
+    return copy;
+}
+
 static const void *repacked(cpu_backend *cb, const bk_weight *w) {
     if (w->n_expert > 1 || !w->host || w->n_out < 1) return NULL;
     size_t h = ((uintptr_t)w->host >> 6) * 0x9E3779B97F4A7C15ULL;
@@ -206,13 +218,7 @@ static const void *repacked(cpu_backend *cb, const bk_weight *w) {
         /* other bytes at the same address: the copy is stale, made again in place */
         if (c->copy) cb->copy_bytes -= cpu_repack_bytes(c->type, c->n_in, c->n_out);
         free(c->copy);
-        c->copy = NULL;
-        const size_t rb = cpu_repack_bytes(w->type, w->n_in, w->n_out);
-        if (rb && (c->copy = aligned_alloc(64, (rb + 63) & ~(size_t)63))) {
-            repack_job j = {w, c->copy, cpu_repack_bytes(w->type, w->n_in, cpu_repack_rows(w->type))};
-            threadpool_run(cb->tp, repack_worker, &j);
-            cb->copy_bytes += rb;
-        }
+        c->copy = make_copy(cb, w);
         c->print = print;
         return c->copy;
     }
@@ -232,13 +238,7 @@ static const void *repacked(cpu_backend *cb, const bk_weight *w) {
     }
     size_t i = h & (cb->copies_cap - 1);
     while (cb->copies[i].host) i = (i + 1) & (cb->copies_cap - 1);
-    const size_t rb = cpu_repack_bytes(w->type, w->n_in, w->n_out);
-    void *copy = rb ? aligned_alloc(64, (rb + 63) & ~(size_t)63) : NULL;
-    if (copy) {
-        repack_job j = {w, copy, cpu_repack_bytes(w->type, w->n_in, cpu_repack_rows(w->type))};
-        threadpool_run(cb->tp, repack_worker, &j);
-        cb->copy_bytes += rb;
-    }
+    void *copy = make_copy(cb, w);
     cb->copies[i] = (struct cpu_copy){w->host, w->n_in, w->n_out, w->type, print, copy}; /* NULL copy: read the map, and don't ask again */
     cb->n_copies++;
     return copy;
