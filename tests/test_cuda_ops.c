@@ -661,7 +661,7 @@ static void paged_batch(int n_seq, int per, int n, const int32_t *seq, const int
 
 /* A KV type's format for quant_quantize / quant_dequantize, and the bytes of a cache row of kvd values. */
 static uint32_t kv_qt(int kv_type) {
-    return kv_type == BRISK_KV_Q4_0   ? QT_Q4_0
+    return kv_type == BRISK_KV_Q4_0 || kv_type == BRISK_KV_Q4_0H ? QT_Q4_0 /* (q4_0h: blocks of rotated keys) */
            : kv_type == BRISK_KV_Q8_0 ? QT_Q8_0
            : kv_type == BRISK_KV_F16  ? QT_F16
                                       : QT_F32;
@@ -852,7 +852,7 @@ static void test_attention_kv_fused(void) {
 static void attention_cases(void) {
     int32_t pos[40];
     int seq[40];
-    for (int kt = BRISK_KV_F32; kt <= BRISK_KV_Q4_0; kt++) {
+    for (int kt = BRISK_KV_F32; kt <= BRISK_KV_Q4_0H; kt++) {
         static const int hds[] = {64, 128, 8, 80, 256, 32};
         for (int h = 0; h < 6; h++) {
             if (bk_kv_block_bytes(kt) && hds[h] % 32) continue; /* q8_0, q4_0 rows are whole 32-blocks */
@@ -1286,7 +1286,7 @@ static void test_attention_prefill(void) {
     static int32_t pos[512];
     static int seq[512];
     static const int hds[] = {64, 128, 256};
-    for (int kt = BRISK_KV_F32; kt <= BRISK_KV_Q4_0; kt++)
+    for (int kt = BRISK_KV_F32; kt <= BRISK_KV_Q4_0H; kt++)
         for (int h = 0; h < 3; h++) {
             int hd = hds[h];
             /* a prompt's first chunk, one sequence, GQA 4 */
@@ -1310,8 +1310,8 @@ static void test_attention_prefill(void) {
     for (int i = 0; i < 120; i++) { seq[i] = i < 30 ? 0 : i < 50 ? 2 : i < 100 ? 1 : 0; pos[i] = 20 * seq[i] + i; }
     check_prefill(BRISK_KV_Q8_0, 8, 2, 128, 16, 120, pos, seq);
     check_prefill(BRISK_KV_Q4_0, 8, 2, 128, 16, 120, pos, seq);
-    /* Qwen3-8B's shape (32/8 heads of 128): 65 and 512 entries deep in a prompt, f16, q8_0 and q4_0 */
-    for (int kt = BRISK_KV_F16; kt <= BRISK_KV_Q4_0; kt++) {
+    /* Qwen3-8B's shape (32/8 heads of 128): 65 and 512 entries deep in a prompt, f16, q8_0, q4_0 and q4_0h */
+    for (int kt = BRISK_KV_F16; kt <= BRISK_KV_Q4_0H; kt++) {
         for (int i = 0; i < 65; i++) { pos[i] = 3000 + i; seq[i] = 0; }
         check_prefill(kt, 32, 8, 128, 16, 65, pos, seq);
         for (int i = 0; i < 512; i++) { pos[i] = 1000 + i; seq[i] = 0; }

@@ -649,11 +649,6 @@ static brisk_status context_new(brisk_model *model, const brisk_context_params *
     for (int i = 0; i < c->n_stage; i++)
         for (int l = c->st[i].l0; l < c->st[i].l1; l++)
             if (!model_layer_recurrent(hp, l)) kv_be[n_attn++] = c->st[i].be;
-    for (int a = 0, dev; a < n_attn && p.kv_type == BRISK_KV_Q4_0H; a++)
-        if (bk_backend_is_cuda(kv_be[a], &dev)) {
-            s = bk_fail(BRISK_ERR_UNSUPPORTED, "the q4_0h KV cache runs on the CPU only for now (on a GPU: q4_0 or q8_0)");
-            goto fail;
-        }
     for (int a = 0, dev; a < n_attn && p.attn_sparse_k > 0; a++)
         if (bk_backend_is_cuda(kv_be[a], &dev)) {
             s = bk_fail(BRISK_ERR_UNSUPPORTED, "block-sparse attention (--attn-sparse) runs on the CPU only for now "

@@ -10,7 +10,7 @@ static void depth_cases(void) {
     static const int shapes[][3] = {{16, 2, 256}, {24, 4, 256}, {32, 8, 128}, {32, 2, 64}, {8, 8, 128}};
     int32_t pos[4];
     int seq[4];
-    for (int kt = BRISK_KV_F32; kt <= BRISK_KV_Q4_0; kt++)
+    for (int kt = BRISK_KV_F32; kt <= BRISK_KV_Q4_0H; /* (q4_0h: q and k rotated before the kernels) */ kt++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int nh = shapes[s][0], nkv = shapes[s][1], hd = shapes[s][2];
             /* one token at 70,000 positions: all splits full, the last tile partial */
@@ -22,7 +22,8 @@ static void depth_cases(void) {
                 check_attention(kt, nh, nkv, hd, 2, pos, seq);
             }
         }
-    /* the step's own row made in the launch (QK-norm, rope, cache write) at depth */
+    /* the step's own row made in the launch (QK-norm, rope, cache write) at depth (not q4_0h: its keys
+     * are rotated before the cache write, which then stays the attention's) */
     for (int kt = BRISK_KV_F32; kt <= BRISK_KV_Q4_0; kt++) {
         pos[0] = 66000; seq[0] = 1;
         check_attention_ex(kt, 16, 2, 256, 1, pos, seq, true);

@@ -47,17 +47,19 @@ cli_check() { # model
   else fail=$((fail + 1)); echo "FAIL cli greedy graphs vs eager ($name)"; echo "eager: $c"; echo "graphs: $b"; fi
 }
 [ -f "$MODEL" ] && cli_check "$MODEL"
-# A q4_0 KV cache on the GPU: a greedy run on a trained model (64-wide heads) starts as the CPU's
+# A q4_0 and a q4_0h (rotated keys) KV cache on the GPU: a greedy run on a trained model (64-wide heads) starts as the CPU's
 # q4_0 run does (the K/V rows quantize alike, but a last-bit difference in a row can move a value a
 # whole step of its block's scale: the first words, not the whole text).
 K=models/brisk-kjv-6m.gguf
+for kt in q4_0 q4_0h; do
 if [ -f "$K" ]; then
-  a=$("$BUILD/brisk" run -m "$K" -p "In the beginning God" -n 24 --temp 0 -ctk q4_0 -ctv q4_0 -ngl 0 2>/dev/null)
-  b=$("$BUILD/brisk" run -m "$K" -p "In the beginning God" -n 24 --temp 0 -ctk q4_0 -ctv q4_0 2>"$E2E_DIR/err"); rc=$?
+  a=$("$BUILD/brisk" run -m "$K" -p "In the beginning God" -n 24 --temp 0 --kv-type $kt -ngl 0 2>/dev/null)
+  b=$("$BUILD/brisk" run -m "$K" -p "In the beginning God" -n 24 --temp 0 --kv-type $kt 2>"$E2E_DIR/err"); rc=$?
   if [ $rc -eq 0 ] && [ ${#b} -gt 40 ] && [ "${a:0:20}" = "${b:0:20}" ] && on_gpu "$E2E_DIR/err"; then
-    pass=$((pass + 1)); echo "ok   cli q4_0 KV cache on CUDA: the CPU's first words"
-  else fail=$((fail + 1)); echo "FAIL cli q4_0 KV cache on CUDA (rc $rc)"; echo "cpu: $a"; echo "cuda: $b"; cat "$E2E_DIR/err"; fi
+    pass=$((pass + 1)); echo "ok   cli $kt KV cache on CUDA: the CPU's first words"
+  else fail=$((fail + 1)); echo "FAIL cli $kt KV cache on CUDA (rc $rc)"; echo "cpu: $a"; echo "cuda: $b"; cat "$E2E_DIR/err"; fi
 fi
+done
 # Partial offload: -ngl 2 runs the first layers on the CPU and the last two on
 # the GPU, the residual stream crossing once a step; its greedy text is the CPU's.
 ngl_check() { # model

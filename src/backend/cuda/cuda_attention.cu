@@ -225,6 +225,73 @@ static int64_t pack_meta(cuda_backend *cb, const bk_attn_batch *ab, int bs, int 
     return cur;
 }
 
+/* The q4_0h cache (quant/kv_rot.h): each head's K rows are stored as q4_0 blocks of R k, and q is
+ * rotated alike (q . k = R q . R k), so the attention kernels read it as a plain q4_0 cache of
+ * rotated keys. R = H D / sqrt(L) block by block of L values: one warp a block, PER = L / 32 values
+ * a lane (value lane * PER + j); the butterflies of span h < PER stay in a lane, the others pair
+ * lane with lane ^ (h / PER). The same additions in the same order as kv_rot_apply on the CPU: the
+ * same bits, so the cache's bytes are the CPU's. Blocks [0, nbq) come from q, the rest from k. */
+__device__ __forceinline__ float kv_rot_sign_dev(int i) { return ((uint32_t)(i + 1) * 2654435761u) >> 31 ? -1.0f : 1.0f; }
+
+template <int PER>
+__global__ void kv_rot_kernel(const float *__restrict__ q, const float *__restrict__ k, int64_t nbq, int64_t nb,
+                              float *__restrict__ out, float s) {
+    const int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x & 31;
+    if (w >= nb) return; /* (whole warps: w is the warp's) */
+    const float *src = (w < nbq ? q + w * 32 * PER : k + (w - nbq) * 32 * PER) + lane * PER;
+    float v[PER];
+#pragma unroll
+    for (int j = 0; j < PER; j++) v[j] = src[j] * kv_rot_sign_dev(lane * PER + j);
+#pragma unroll
+    for (int h = 1; h < PER; h *= 2)
+#pragma unroll
+        for (int i = 0; i < PER; i += 2 * h)
+#pragma unroll
+            for (int j = i; j < i + h; j++) {
+                const float a = v[j], b = v[j + h];
+                v[j] = a + b;
+                v[j + h] = a - b;
+            }
+#pragma unroll
+    for (int m = 1; m < 32; m *= 2)
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            const float p = __shfl_xor_sync(0xffffffffu, v[j], m);
+            v[j] = (lane & m) ? p - v[j] : v[j] + p; /* the upper of a pair holds a - b, a the lower's */
+        }
+    float *dst = out + w * 32 * PER + lane * PER;
+#pragma unroll
+    for (int j = 0; j < PER; j++) dst[j] = v[j] * s;
+}
+
+/* For a q4_0h cache: q's rows and k's (if any) rotated into cb->rot, *q and *k pointed there, and *kv4
+ * the cache viewed as q4_0; other caches pass through (*kv4 = *kv). False with the error recorded. */
+static bool rot_q4_0h(cuda_backend *cb, const float **q, const float **k, const bk_kv_view *kv, bk_kv_view *kv4, int n,
+                      int n_head, int n_head_kv, int head_dim) {
+    *kv4 = *kv;
+    if (kv->kv_type != BRISK_KV_Q4_0H) return true;
+    kv4->kv_type = KT_Q4_0;
+    if (head_dim % 32 || head_dim > ATT_MAX_HD) return true; /* attention_run refuses it */
+    const size_t nq = (size_t)n * n_head * head_dim, nk = *k ? (size_t)n * n_head_kv * head_dim : 0;
+    if (!cuda_scratch_reserve(cb, &cb->rot, (nq + nk) * sizeof(float), "q4_0h rotation")) return false;
+    float *r = (float *)cb->rot.buf;
+    int L = head_dim & -head_dim;
+    if (L > 256) L = 256;
+    const int64_t nbq = (int64_t)(nq / L), nb = (int64_t)((nq + nk) / L);
+    const float s = 1.0f / sqrtf((float)L); /* as kv_rot_apply computes it */
+    const dim3 grid((unsigned)((nb * 32 + 255) / 256));
+    switch (L) {
+    case 32: kv_rot_kernel<1><<<grid, 256, 0, cb->stream>>>(*q, *k, nbq, nb, r, s); break;
+    case 64: kv_rot_kernel<2><<<grid, 256, 0, cb->stream>>>(*q, *k, nbq, nb, r, s); break;
+    case 128: kv_rot_kernel<4><<<grid, 256, 0, cb->stream>>>(*q, *k, nbq, nb, r, s); break;
+    default: kv_rot_kernel<8><<<grid, 256, 0, cb->stream>>>(*q, *k, nbq, nb, r, s); break;
+    }
+    *q = r;
+    if (*k) *k = r + nq;
+    return true;
+}
+
 /* The attention op; gate.g (NULL: none): the decode kernels gate their outputs (attention_gated). */
 static void attention_run(cuda_backend *cb, const float *q, const float *k, const float *v, const bk_kv_view *kv,
                           const bk_attn_batch *ab, int n_head, int n_head_kv, int head_dim, float scale,
@@ -330,7 +397,9 @@ extern "C" void cuda_attention(bk_backend *be, const float *q, const float *k, c
     cuda_backend *cb = (cuda_backend *)be;
     if (ab->n_tokens <= 0) return;
     CU_ABLATE(cb, ABL_ATTN);
-    attention_run(cb, q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, att_gate{}, dec_rope{}, out);
+    bk_kv_view kv4;
+    if (!rot_q4_0h(cb, &q, &k, kv, &kv4, ab->n_tokens, n_head, n_head_kv, head_dim)) return;
+    attention_run(cb, q, k, v, &kv4, ab, n_head, n_head_kv, head_dim, scale, att_gate{}, dec_rope{}, out);
 }
 
 /* backend.h's attention_gated: the decode kernels multiply each output by sigmoid(its gate) before
@@ -346,7 +415,10 @@ extern "C" bool cuda_attention_gated(bk_backend *be, const float *q, const float
     if (n <= 0 || cb->attn_gate_off || (cb->ablate & ABL_ATTN) || n > ATT_DEC_MAX_TOK ||
         !cuda_attn_decode_supported(head_dim) || head_dim > ATT_MAX_HD)
         return false;
-    attention_run(cb, q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, att_gate{gate, gate_pitch}, dec_rope{}, out);
+    bk_kv_view kv4;
+    if (rot_q4_0h(cb, &q, &k, kv, &kv4, n, n_head, n_head_kv, head_dim))
+        attention_run(cb, q, k, v, &kv4, ab, n_head, n_head_kv, head_dim, scale, att_gate{gate, gate_pitch}, dec_rope{},
+                      out);
     return true;
 }
 
@@ -364,7 +436,7 @@ extern "C" bool cuda_attention_rope(bk_backend *be, const bk_attn_rope_in *in, c
     cuda_backend *cb = (cuda_backend *)be;
     const int n = ab->n_tokens;
     const bk_rope_params *rp = in->rope;
-    if (n <= 0 || cb->attn_rope_off || !cb->step_on || cb->kvfuse_off || cb->qkrope_off ||
+    if (n <= 0 || cb->attn_rope_off || !cb->step_on || cb->kvfuse_off || cb->qkrope_off || kv->kv_type == BRISK_KV_Q4_0H ||
         (cb->ablate & (ABL_ATTN | ABL_ROPE)) || (in->gate && cb->attn_gate_off) || n > ATT_DEC_MAX_TOK ||
         !cuda_attn_decode_supported(head_dim) || !kv->k || (kt_block_bytes(kv->kv_type) && head_dim % 32) ||
         rp->n_rot > head_dim || rp->n_rot % 2 || (in->q_norm && in->q_norm->type != QT_F32) ||
@@ -394,6 +466,7 @@ extern "C" bool cuda_attention_rope(bk_backend *be, const bk_attn_rope_in *in, c
 extern "C" bool bk_cuda_attn_on_mma(bk_backend *be, int kv_type, int n_head, int n_head_kv, int head_dim, int n,
                                     int max_np) {
     const cuda_backend *cb = (const cuda_backend *)be;
+    if (kv_type == BRISK_KV_Q4_0H) kv_type = KT_Q4_0; /* (read as q4_0: rot_q4_0h) */
     return n > 0 && n <= ATT_DEC_MAX_TOK && cuda_attn_decode_supported(head_dim) && cb->attn_mma_min > 0 &&
            max_np >= cb->attn_mma_min && !cb->attn_gqa_off &&
            cuda_attn_mma_supported(cb, kv_type, head_dim, n_head, n_head_kv);

@@ -23,6 +23,43 @@ void cuda_set_error(cuda_backend *cb, brisk_status s) {
     snprintf(cb->errmsg, sizeof cb->errmsg, "%s", brisk_last_error());
 }
 
+bool cuda_scratch_reserve(cuda_backend *cb, cuda_scratch *sc, size_t need, const char *what) {
+    if (need <= sc->cap) return true;
+    if (sc->buf) {
+        if (!cb->capturing && cb->n_graphs == 0) {
+            cudaError_t e = cudaStreamSynchronize(cb->stream);
+            if (e != cudaSuccess) {
+                cuda_set_error(cb, bk_fail(BRISK_ERR_BACKEND, "cuda %s scratch: %s", what, cudaGetErrorString(e)));
+                return false;
+            }
+            cudaFree(sc->buf);
+        } else if (sc->n_retired < (int)(sizeof sc->retired / sizeof sc->retired[0])) {
+            sc->retired[sc->n_retired++] = sc->buf;
+        } else {
+            cuda_set_error(cb, bk_fail(BRISK_ERR_NOMEM, "cuda %s: scratch regrown too often", what));
+            return false;
+        }
+        sc->buf = NULL;
+        sc->cap = 0;
+    }
+    cudaError_t e = cudaMalloc(&sc->buf, need);
+    if (e != cudaSuccess) {
+        sc->buf = NULL;
+        cudaGetLastError();
+        cuda_set_error(cb, bk_fail(BRISK_ERR_NOMEM, "cuda %s: cannot allocate %.1f MiB of scratch: %s", what,
+                                   need / 1048576.0, cudaGetErrorString(e)));
+        return false;
+    }
+    sc->cap = need;
+    return true;
+}
+
+void cuda_scratch_free(cuda_scratch *sc) {
+    cudaFree(sc->buf);
+    for (int i = 0; i < sc->n_retired; i++) cudaFree(sc->retired[i]);
+    *sc = cuda_scratch{};
+}
+
 const void *cuda_upload(cuda_backend *cb, int slot, const void *host, size_t bytes) {
     if (bytes > cb->meta_cap[slot]) {
         cuda_set_error(cb, bk_fail(BRISK_ERR_RANGE, "cuda: batch metadata of %zu bytes exceeds the staging area (%zu)",
@@ -73,6 +110,7 @@ static void cuda_free(bk_backend *be) {
     cudaFree(cb->xh);
     cudaFree(cb->xmul);
     cuda_moe_free(cb);
+    cuda_scratch_free(&cb->rot);
     cuda_blas_free(cb);
     cuda_nccl_free(cb);
     cuda_graph_free(cb);

@@ -19,6 +19,15 @@ extern "C" {
  * skipped (unchanged) upload never clobbers another op's live data. */
 enum { META_IDS = 0, META_ROPE_POS, META_ROPE_FREQ, META_ATT, META_SEQ, META_COUNT };
 
+/* A device buffer grown on demand (cuda_scratch_reserve). A buffer outgrown while a captured graph
+ * may point into it is retired, not freed, until the backend is. */
+typedef struct cuda_scratch {
+    void *buf;
+    size_t cap; /* bytes */
+    void *retired[8];
+    int n_retired;
+} cuda_scratch;
+
 typedef struct cuda_backend {
     bk_backend base;
     int device;
@@ -146,13 +155,9 @@ typedef struct cuda_backend {
     int moe_mmq_min;            /* BRISK_CUDA_MOE_MMQ_MIN: (token, expert) entries from which cuda_moe.cu uses mmq */
 
     /* MoE scratch (cuda_moe.cu): sized at the first moe_ffn call for the
-     * model's dims and a whole chunk of entries, so later calls never grow it.
-     * A buffer outgrown (other dims: tests) is retired, not freed, until the
-     * backend is: captured graphs may still point into it. */
-    void *moe_buf;
-    size_t moe_cap;             /* bytes */
-    void *moe_retired[8];
-    int n_moe_retired;
+     * model's dims and a whole chunk of entries, so later calls never grow it. */
+    cuda_scratch moe;
+    cuda_scratch rot;           /* the q4_0h cache's rotated q and k rows (cuda_attention.cu) */
 
     struct cuda_blas *blas;     /* cuda_blas.cu: cuBLAS for prefill products; NULL with BRISK_CUDA_DISABLE=cublas */
     bool fa_off;                /* BRISK_CUDA_DISABLE=fa: prefill attention on the SIMT tile kernel (A/B) */
@@ -232,6 +237,12 @@ template <int KT> __device__ __forceinline__ void kv_store(void *c, size_t e, fl
 
 /* For void ops: records the first error (sticky) and returns from the op. */
 void cuda_set_error(cuda_backend *cb, brisk_status s);
+/* Makes sc hold `need` bytes (what: the error message's name for it). Inside a capture the
+ * allocation is made anyway (relaxed mode allows it; it is not part of the graph, and the buffer
+ * outlives every graph that uses it). An outgrown buffer is freed when no graph can point into it,
+ * else retired until cuda_scratch_free. False with the error recorded. */
+bool cuda_scratch_reserve(cuda_backend *cb, cuda_scratch *sc, size_t need, const char *what);
+void cuda_scratch_free(cuda_scratch *sc);
 #define CU_OP(cb, call)                                                                    \
     do {                                                                                   \
         cudaError_t cu_e_ = (call);                                                        \

@@ -800,48 +800,9 @@ static bool moe_down_comb(cuda_backend *cb, const bk_weight *down, const uint8_t
     }
 }
 
-/* Makes moe_buf hold `need` bytes. Inside a capture the allocation is made
- * anyway (relaxed mode allows it; it is not part of the graph, and the buffer
- * outlives every graph that uses it). An outgrown buffer is freed when no
- * graph can point into it, else retired until the backend is freed. */
-static bool moe_reserve(cuda_backend *cb, size_t need) {
-    if (need <= cb->moe_cap) return true;
-    if (cb->moe_buf) {
-        if (!cb->capturing && cb->n_graphs == 0) {
-            cudaError_t e = cudaStreamSynchronize(cb->stream);
-            if (e != cudaSuccess) {
-                cuda_set_error(cb, bk_fail(BRISK_ERR_BACKEND, "cuda moe: %s", cudaGetErrorString(e)));
-                return false;
-            }
-            cudaFree(cb->moe_buf);
-        } else if (cb->n_moe_retired < (int)(sizeof cb->moe_retired / sizeof cb->moe_retired[0])) {
-            cb->moe_retired[cb->n_moe_retired++] = cb->moe_buf;
-        } else {
-            cuda_set_error(cb, bk_fail(BRISK_ERR_NOMEM, "cuda moe: scratch regrown too often"));
-            return false;
-        }
-        cb->moe_buf = NULL;
-        cb->moe_cap = 0;
-    }
-    cudaError_t e = cudaMalloc(&cb->moe_buf, need);
-    if (e != cudaSuccess) {
-        cb->moe_buf = NULL;
-        cudaGetLastError();
-        cuda_set_error(cb, bk_fail(BRISK_ERR_NOMEM, "cuda moe: cannot allocate %.1f MiB of scratch: %s",
-                                   need / 1048576.0, cudaGetErrorString(e)));
-        return false;
-    }
-    cb->moe_cap = need;
-    return true;
-}
+static bool moe_reserve(cuda_backend *cb, size_t need) { return cuda_scratch_reserve(cb, &cb->moe, need, "moe"); }
 
-extern "C" void cuda_moe_free(cuda_backend *cb) {
-    cudaFree(cb->moe_buf);
-    for (int i = 0; i < cb->n_moe_retired; i++) cudaFree(cb->moe_retired[i]);
-    cb->moe_buf = NULL;
-    cb->moe_cap = 0;
-    cb->n_moe_retired = 0;
-}
+extern "C" void cuda_moe_free(cuda_backend *cb) { cuda_scratch_free(&cb->moe); }
 
 static size_t al256(size_t b) { return (b + 255) & ~(size_t)255; }
 
@@ -882,7 +843,7 @@ extern "C" size_t bk_cuda_moe_scratch_bytes(int64_t n_embd, int64_t n_ff, int n_
  * out += m; with sh (the shared expert's gate, up and down, of the routed tensors' types and shapes)
  * slot k is the shared expert and out += m + s * sigmoid(sh_logit). false, nothing launched, where
  * it does not apply (the k (+1) rows of n_ff must fit the activation buffer). h and dout are
- * moe_buf's (moe_prepare sized it), as in moe_ffn's chunks. */
+ * cb->moe's buffer (moe_prepare sized it), as in moe_ffn's chunks. */
 static bool moe_vec(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
                     const bk_weight *const *sh, bool residual, const float *x, const int32_t *ids,
                     const float *weights, int k, const float *sh_logit, float *out) {
@@ -890,7 +851,7 @@ static bool moe_vec(cuda_backend *cb, const bk_weight *gate, const bk_weight *up
     const int64_t n_ff = gate->n_out / n_expert, n_embd = gate->n_in;
     const int slots = k + (sh != NULL);
     if (cb->moe_vec_off || (size_t)slots * n_ff > cb->xq_cap || !cuda_mmvq_prepare(cb, x, n_embd, 1)) return false;
-    float *h = (float *)cb->moe_buf, *dout = (float *)((char *)cb->moe_buf + moe_sizes(n_embd, n_ff, n_expert, k).b_h);
+    float *h = (float *)cb->moe.buf, *dout = (float *)((char *)cb->moe.buf + moe_sizes(n_embd, n_ff, n_expert, k).b_h);
     const uint8_t *G = (const uint8_t *)gate->dev, *U = (const uint8_t *)up->dev, *D = (const uint8_t *)down->dev;
     const uint8_t *Gs = sh ? (const uint8_t *)sh[0]->dev : NULL, *Us = sh ? (const uint8_t *)sh[1]->dev : NULL,
                   *Ds = sh ? (const uint8_t *)sh[2]->dev : NULL;
@@ -998,7 +959,7 @@ extern "C" void cuda_moe_ffn(bk_backend *be, const bk_weight *gate, const bk_wei
     if (!moe_prepare(cb, gate, up, down, k)) return;
     moe_layout l = moe_sizes(n_embd, n_ff, n_expert, k);
     const int chunk = l.chunk;
-    char *p = (char *)cb->moe_buf;
+    char *p = (char *)cb->moe.buf;
     float *h = (float *)p, *dout = (float *)(p + l.b_h);
     int32_t *off = (int32_t *)(p + l.b_h + l.b_d), *act = (int32_t *)((char *)off + l.b_off),
             *n_act = (int32_t *)((char *)act + l.b_act), *ent = (int32_t *)((char *)n_act + l.b_na);

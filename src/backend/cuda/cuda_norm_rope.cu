@@ -309,7 +309,8 @@ extern "C" bool cuda_qk_norm_rope_kv(bk_backend *be, float *q, const float *q_sr
                                      const bk_rope_params *rp, const bk_kv_view *kv) {
     cuda_backend *cb = (cuda_backend *)be;
     CU_ABLATE(cb, ABL_ROPE, cb->step_on);
-    if (n <= 0 || !cb->step_on || cb->kvfuse_off || !kv->k || (kt_block_bytes(kv->kv_type) && head_dim % 32))
+    if (n <= 0 || !cb->step_on || cb->kvfuse_off || !kv->k || (kt_block_bytes(kv->kv_type) && head_dim % 32) ||
+        kv->kv_type == BRISK_KV_Q4_0H) /* (its keys are rotated first: cuda_attention) */
         return false;
     return qk_norm_rope_launch(cb, q, q_src, q_pitch, k, v, n, n_head, n_head_kv, head_dim, q_norm, k_norm, eps, pos,
                                rp, kv);
