@@ -5,14 +5,15 @@
 #   STEP=prep bash bench/cuda/depth.sh    llama.cpp build (background, its log in /tmp/ll), the models,
 #                                         test_cuda_ops' attention cases (MEMCHECK=1: under memcheck too),
 #                                         dev/kernels/attn_lab.cu when packed (LAB=1 bash bench/cuda/pack.sh)
-#   STEP=run ROWS="model:depth ..." bash bench/cuda/depth.sh
+#   STEP=run ROWS="model:depth[:kv] ..." bash bench/cuda/depth.sh
 #                                         per row: brisk tg32 at that depth (default kernel, then
 #                                         AB=1 the warp kernel), llama-bench; TTFT=1: both engines' pp of a
 #                                         prompt of the depth's length (time to first token = depth / pp)
 # Models (brisk synth --repeat-rows 256, full layer counts): qwen3-8b, qwen3.6-27b, qwen3.6-35b-a3b
 # (--expert-skew 1). KV=q8_0 etc. sets both engines' cache type; BLANK=1 gives brisk the depth as
 # blank cache rows (brisk bench --blank-depth: no prefill, so 262K-1M rows take seconds; llama.cpp
-# has no such option, so its rows still prefill). Results: $OUT/depth.txt.
+# has no such option, so its rows still prefill); a row's own :kv overrides KV. BRISK=0: llama.cpp's rows
+# only; LLAMA=0: brisk's only. Results: $OUT/depth.txt.
 set -u
 OUT=${OUT:-/tmp/depth}; mkdir -p "$OUT"
 d=/tmp/bm; L=/tmp/ll/b/bin; . bench/cuda/device_env.sh
@@ -32,7 +33,7 @@ if [ "${STEP:-prep}" = prep ]; then
     [ -f $d/$p.gguf ] || $B/brisk synth --preset $p --vocab $d/vocab.gguf --type q4_k_m --repeat-rows 256 \
       $(case $p in *a3b) echo --expert-skew 1;; esac) -o $d/$p.gguf > /dev/null 2>&1 &
   done
-  $B/tests/test_cuda_ops attention 2>&1 | tail -4 | tee "$OUT/ops.txt"
+  [ "${OPS:-1}" = 1 ] && $B/tests/test_cuda_ops attention 2>&1 | tail -4 | tee "$OUT/ops.txt" # (OPS=0: not here)
   if [ -f .device/attn_lab.xz ]; then # (LAB=1 bash bench/cuda/pack.sh) every shape and depth, no prefill
     xz -dc .device/attn_lab.xz > /tmp/attn_lab && chmod +x /tmp/attn_lab && /tmp/attn_lab | tee "$OUT/attn_lab.txt"
   fi
@@ -40,9 +41,9 @@ if [ "${STEP:-prep}" = prep ]; then
   wait; ls -la $d | tee -a "$OUT/ops.txt"
   exit 0
 fi
-for r in ${ROWS:-qwen3-8b:32768}; do p=${r%%:*}; dd=${r##*:}; f=$d/$p.gguf
+for r in ${ROWS:-qwen3-8b:32768}; do IFS=: read -r p dd kv <<< "$r"; f=$d/$p.gguf; KV=${kv:-${KV0:=$KV}}
   row "=== $p at depth $dd, KV $KV ($(nvidia-smi --query-gpu=name --format=csv,noheader))"
-  for v in default ${AB:+warp}; do
+  for v in $([ "${BRISK:-1}" = 1 ] && echo default) ${AB:+warp}; do
     env $([ $v = warp ] && echo BRISK_CUDA_DISABLE=attn_mma) $B/brisk bench -m $f -p 0 -n $N -d $dd -r ${REPS:-2} --kv-type $KV ${BLANK:+--blank-depth} \
       2> "$OUT/err.txt" | grep -E '^\| tg' | sed "s/^/$v /" | tee -a "$OUT/depth.txt"
     grep -E "once for|rror" "$OUT/err.txt" | tee -a "$OUT/depth.txt"
@@ -53,8 +54,8 @@ for r in ${ROWS:-qwen3-8b:32768}; do p=${r%%:*}; dd=${r##*:}; f=$d/$p.gguf
       grep -E '^\| [a-z]' | tee -a "$OUT/depth.txt"
   fi
   if [ -n "${TTFT:-}" ] && [ "$dd" -gt 0 ]; then # time to first token of a dd-token prompt, both at default batches
-    $B/brisk bench -m $f -p $dd -n 0 -r 1 --kv-type $KV 2> "$OUT/err.txt" | grep -E '^\| pp' | sed 's/^/ttft /' |
-      tee -a "$OUT/depth.txt"
+    [ "${BRISK:-1}" = 1 ] && $B/brisk bench -m $f -p $dd -n 0 -r 1 --kv-type $KV 2> "$OUT/err.txt" |
+      grep -E '^\| pp' | sed 's/^/ttft /' | tee -a "$OUT/depth.txt"
     [ "${LLAMA:-1}" = 1 ] && [ -x $L/llama-bench ] && $L/llama-bench -m $f -p $dd -n 0 -fa 1 -ngl 99 -r 1 -ctk $KV \
       -ctv $KV 2>&1 | grep -E '^\| [a-z]' | tee -a "$OUT/depth.txt"
   fi

@@ -2,8 +2,9 @@
  * (cuda_attn_mma.cu) beside the warp-per-row kernel (cuda_attn_decode.cu, BRISK_CUDA_DISABLE=attn_mma),
  * on the attention shapes of the supported models, at depths 4K-1M, f16, q8_0 and q4_0 caches, as the KV
  * bytes read over the time and their share of the copy bandwidth (issue 28 asks 80%), with the
- * largest relative difference between the two kernels' outputs. No prefill: the cache is filled
- * with random values on the device, so a lease measures every shape in seconds.
+ * largest relative difference between the two kernels' outputs; then the prefill kernel's rate for a
+ * chunk of 2,048 tokens after a prefix of 0-256K (prefill_rows). No model prefill: the cache is
+ * filled with random values on the device, so a lease measures every shape in seconds.
  *
  *   nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc dev/kernels/attn_lab.cu build/libbrisk.a -o build/attn_lab \
  *        -lpcre2-8 -lcjson -lmicrohttpd -ldl
@@ -57,6 +58,76 @@ template <typename F> static float time_graph(cudaStream_t st, int reps, const F
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
     return ms / (reps * 16);
+}
+
+/* The prefill kernel (cuda_attn_prefill.cu) for one chunk of C query tokens of one sequence after a
+ * prefix of D cached positions (a long prompt's later chunks, or a new turn after a long
+ * conversation): its time, the time a token, and the tensor-core rate (4 flops a query row, key and
+ * dimension, Q K^T and P V, over the keys the causal mask keeps). Issue 28 asks that pp at 32K-262K
+ * stay within 1.5x of pp512's time a token; this is the attention's part of it. */
+static void prefill_rows(cuda_backend *cb, long max_depth) {
+    printf("\n| prefill shape (q/kv heads x dim) | KV | chunk | prefix | ms | us a token | TFLOP/s |\n"
+           "|---|---|---|---|---|---|---|\n");
+    static const int shapes[][3] = {{32, 8, 128}, {24, 4, 256}, {16, 2, 256}};
+    static const long prefixes[] = {0, 4096, 32768, 131072, 262144};
+    const int bs = 16, C = 2048;
+    for (int kt : {KT_F16, KT_Q8_0})
+        for (auto &sh : shapes)
+            for (long D : prefixes) {
+                if (D > max_depth) continue;
+                const int nh = sh[0], nkv = sh[1], hd = sh[2];
+                const size_t row = kt == KT_F16 ? (size_t)nkv * hd * 2 : (size_t)nkv * hd / 32 * kt_block_bytes(kt);
+                const long n_keys = D + C, n_pages = n_keys / bs + 1;
+                const size_t bytes = (size_t)n_pages * bs * row;
+                uint8_t *kc, *vc;
+                CK(cudaMalloc(&kc, bytes));
+                CK(cudaMalloc(&vc, bytes));
+                fill_kernel<<<1024, 256>>>(kc, bytes, kt, 3u);
+                fill_kernel<<<1024, 256>>>(vc, bytes, kt, 4u);
+                int32_t *meta = (int32_t *)malloc((2 * C + n_pages) * 4), *d_meta;
+                for (int i = 0; i < C; i++) meta[i] = (int32_t)(D + i), meta[C + i] = 0;
+                for (long i = 0; i < n_pages; i++) meta[2 * C + i] = (int32_t)i;
+                for (long i = n_pages - 1; i > 0; i--) { /* shuffled pages */
+                    long j = rnd() % (i + 1);
+                    int32_t x = meta[2 * C + i];
+                    meta[2 * C + i] = meta[2 * C + j];
+                    meta[2 * C + j] = x;
+                }
+                CK(cudaMalloc(&d_meta, (2 * C + n_pages) * 4));
+                CK(cudaMemcpy(d_meta, meta, (2 * C + n_pages) * 4, cudaMemcpyHostToDevice));
+                const size_t nq = (size_t)C * nh * hd;
+                float *q, *out;
+                CK(cudaMalloc(&q, nq * 4));
+                CK(cudaMalloc(&out, nq * 4));
+                fill_kernel<<<1024, 256>>>((uint8_t *)q, nq * 4, KT_F16, 5u); /* (f16 pairs read as floats: small values) */
+                bk_kv_view kv = {.k = kc, .v = vc, .kv_type = kt, .block_size = bs};
+                const float scale = 1.0f / sqrtf((float)hd);
+                auto call = [&]() {
+                    cuda_attn_prefill(cb, q, &kv, C, d_meta, d_meta + C, d_meta + 2 * C, nh, nkv, hd, scale, out);
+                };
+                call();
+                CK(cudaStreamSynchronize(cb->stream));
+                check_backend(cb);
+                cudaEvent_t a, b;
+                cudaEventCreate(&a);
+                cudaEventCreate(&b);
+                const int reps = D >= 131072 ? 3 : 10;
+                cudaEventRecord(a, cb->stream);
+                for (int r = 0; r < reps; r++) call();
+                cudaEventRecord(b, cb->stream);
+                CK(cudaEventSynchronize(b));
+                float ms;
+                cudaEventElapsedTime(&ms, a, b);
+                ms /= reps;
+                const double flops = 4.0 * nh * hd * ((double)C * D + (double)C * (C + 1) / 2);
+                printf("| %d/%d x %d | %s | %d | %ld | %.2f | %.1f | %.0f |\n", nh, nkv, hd, kt == KT_F16 ? "f16" : "q8_0",
+                       C, D, ms, ms * 1e3 / C, flops / (ms * 1e9));
+                fflush(stdout);
+                cudaFree(kc); cudaFree(vc); cudaFree(d_meta); cudaFree(q); cudaFree(out);
+                free(meta);
+                cudaEventDestroy(a);
+                cudaEventDestroy(b);
+            }
 }
 
 int main(int argc, char **argv) {
@@ -138,6 +209,7 @@ int main(int argc, char **argv) {
                 free(tab); free(hq); free(o1); free(o2);
             }
     cb->attn_mma_min = 1;
+    prefill_rows(cb, max_depth);
     be->ops->free(be);
     return 0;
 }
