@@ -10,7 +10,8 @@
 # the 1st; none is held out). Every mix is quantized with that one matrix by `brisk quantize`, and
 # again by llama.cpp's llama_model_quantize (`llamacpp-ref quantize`): the column "= llama.cpp"
 # says whether the two files hold the same tensors byte for byte (llama.cpp writes them sorted by
-# name, brisk in the input's order; the tensors' bytes are compared); both engines read brisk's file. Method of
+# name, brisk in the input's order; the tensors' bytes are compared); both engines read brisk's file
+# ("its file": a LLAMA_TYPES row, llama.cpp's file). Method of
 # bench/kv_quality.sh: chunks of CTX tokens (default 256, the models' training window), each from a
 # cleared cache, the second half scored; f16 KV cache. Each engine's f16-weight run writes
 # llama-perplexity's logits file (its PPL is the base) and every mix runs its tokens in
@@ -27,9 +28,11 @@ CTX=${CTX:-256}
 TH=${THREADS:-2}
 CHUNKS=${CHUNKS:-0}
 MODELS=${MODELS:-"brisk-kjv-6m brisk-kjv-draft brisk-kjv-moe brisk-kjv-hybrid"}
-# every mix brisk quantize writes that the issue lists (TQ1_0, TQ2_0, NVFP4, Q1_0 and Q2_0 are
-# synth-only in brisk: no llama-quantize mix to match)
-TYPES=${TYPES:-"Q8_0 Q6_K Q5_K_M Q4_K_M Q4_0 IQ4_NL IQ4_XS Q3_K_M IQ3_S IQ3_XXS Q2_K IQ2_S IQ2_XS IQ2_XXS IQ1_M IQ1_S"}
+# every mix brisk quantize writes that the issue lists; LLAMA_TYPES: types only llama.cpp's
+# quantizer writes from a model (brisk writes TQ1_0, TQ2_0, Q1_0 and Q2_0 through synth only; NVFP4
+# neither), quantized by llama.cpp alone and run by both engines
+TYPES=${TYPES-"Q8_0 Q6_K Q5_K_M Q4_K_M Q4_0 IQ4_NL IQ4_XS Q3_K_M IQ3_S IQ3_XXS Q2_K IQ2_S IQ2_XS IQ2_XXS IQ1_M IQ1_S"}
+LLAMA_TYPES=${LLAMA_TYPES-"TQ2_0 TQ1_0 Q2_0 Q1_0"}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 die() { echo "quant_quality: $*" >&2; exit 1; }
 for f in "$B/brisk" "$B/llamacpp-ref" "$S/data/corpus/kjv_verses.txt.gz"; do [ -e "$f" ] || die "$f missing"; done
@@ -93,14 +96,18 @@ for m in $MODELS; do
   cmp -s -n "$hdr" "$T/b.$m" "$T/l.$m" || die "$m: brisk and llama.cpp tokenized the text differently"
   echo "| $m | F16 | $(size_cells "$M") | | $(cells "$pb" "$pb" -) | $(cells "$pl" "$pl" -) |" >>"$T/table"
   echo "| $m | F16 | $(matrix_types "$M") |" >>"$T/types"
-  for t in $TYPES; do
+  for t in $TYPES $LLAMA_TYPES; do
     echo "quant_quality: $m $t" >&2
     Q=$T/q.gguf
-    "$B/brisk" quantize "$M" "$Q" "$t" --imatrix "$T/imat.dat" -t "$TH" >/dev/null 2>"$T/e" ||
-      die "brisk quantize $m $t: $(tail -n1 "$T/e")"
     "$B/llamacpp-ref" quantize "$M" "$T/lq.gguf" "$t" --imatrix "$T/imat.dat" -t "$TH" >/dev/null 2>"$T/e" ||
       die "llama.cpp quantize $m $t: $(tail -n1 "$T/e")"
-    same=yes; same_tensors "$Q" "$T/lq.gguf" || same=NO
+    if [[ " $LLAMA_TYPES " == *" $t "* ]]; then
+      same="its file"; Q=$T/lq.gguf
+    else
+      "$B/brisk" quantize "$M" "$Q" "$t" --imatrix "$T/imat.dat" -t "$TH" >/dev/null 2>"$T/e" ||
+        die "brisk quantize $m $t: $(tail -n1 "$T/e")"
+      same=yes; same_tensors "$Q" "$T/lq.gguf" || same=NO
+    fi
     "$B/brisk" perplexity -m "$Q" -t "$TH" --kv-type f16 --kl-divergence --kl-divergence-base "$T/b.$m" \
       >"$T/k" 2>"$T/e" || die "brisk $m $t: $(tail -n1 "$T/e")"
     bc=$(cells "$(num "Mean PPL(Q)" "$T/k")" "$pb" "$T/k")

@@ -2,6 +2,7 @@
 #include "imatrix.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,16 @@ static imx_entry *entry(imx *m, const char *name, int64_t ne0, int64_t n_mat, in
     return e;
 }
 
+/* The weight's name without a scheduler copy's decoration ("CPU#blk.0.attn_q.weight#0"), as
+ * llama-imatrix's filter_tensor_name; out: 128 bytes. */
+static const char *weight_name(const char *name, char *out) {
+    const char *p = strchr(name, '#');
+    if (!p) return name;
+    const char *q = strchr(++p, '#');
+    snprintf(out, 128, "%.*s", (int)(q ? q - p : (ptrdiff_t)strlen(p)), p);
+    return out;
+}
+
 static void add_squares(float *acc, const float *x, int64_t n) {
     for (int64_t j = 0; j < n; j++) acc[j] += x[j] * x[j];
 }
@@ -67,9 +78,11 @@ static void add_squares(float *acc, const float *x, int64_t n) {
 bool imx_collect(struct ggml_tensor *t, bool ask, void *user) {
     imx *m = user;
     const struct ggml_tensor *w = t->src[0], *x = t->src[1];
+    char nb[128];
+    const char *name = w ? weight_name(w->name, nb) : "";
     if (ask) { /* llama-imatrix's choice: every routed product; dense ones of layer weights, 16+ rows */
         if (t->op == GGML_OP_MUL_MAT_ID) return true;
-        return t->op == GGML_OP_MUL_MAT && x->ne[1] >= 16 && x->type == GGML_TYPE_F32 && !strncmp(w->name, "blk.", 4);
+        return t->op == GGML_OP_MUL_MAT && x->ne[1] >= 16 && x->type == GGML_TYPE_F32 && !strncmp(name, "blk.", 4);
     }
     if (m->err[0]) return true;
     if (x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float)) {
@@ -86,7 +99,7 @@ bool imx_collect(struct ggml_tensor *t, bool ask, void *user) {
             snprintf(m->err, sizeof m->err, "%s: routed activations of an unexpected shape", w->name);
             return true;
         }
-        if (!(e = entry(m, w->name, ne0, n_as, (int)n_as))) return true;
+        if (!(e = entry(m, name, ne0, n_as, (int)n_as))) return true;
         for (int64_t k = 0; k < ids->ne[0]; k++)
             for (int64_t r = 0; r < ids->ne[1]; r++) {
                 int32_t ex = *(const int32_t *)((const char *)ids->data + r * ids->nb[1] + k * ids->nb[0]);
@@ -99,7 +112,7 @@ bool imx_collect(struct ggml_tensor *t, bool ask, void *user) {
             }
     } else {
         const int64_t n_mat = w->ne[2] * w->ne[3];
-        if (!(e = entry(m, w->name, ne0, n_mat, 1))) return true;
+        if (!(e = entry(m, name, ne0, n_mat, 1))) return true;
         for (int64_t i3 = 0; i3 < x->ne[3]; i3++)
             for (int64_t i2 = 0; i2 < x->ne[2]; i2++) {
                 float *acc = e->sum + ((i3 % w->ne[3]) * w->ne[2] + i2 % w->ne[2]) * ne0;
@@ -152,7 +165,7 @@ int imx_write(const imx *m, const char *path, int n_chunks, const char *dataset)
     free(s);
     if (!ok) {
         if (f) remove(path);
-        return fprintf(stderr, "llamacpp-ref: imatrix: cannot write %s (%d entries)\n", path, n), 1;
+        return fprintf(stderr, n ? "llamacpp-ref: imatrix: cannot write %s\n" : "llamacpp-ref: imatrix: no matrix product gathered for %s\n", path), 1;
     }
     fprintf(stderr, "llamacpp-ref: imatrix: %d entries, %d chunks of %d -> %s\n", n, n_chunks, m->chunk, path);
     return 0;
