@@ -99,9 +99,15 @@ for m in $MODELS; do
   for t in $TYPES $LLAMA_TYPES; do
     echo "quant_quality: $m $t" >&2
     Q=$T/q.gguf
-    "$B/llamacpp-ref" quantize "$M" "$T/lq.gguf" "$t" --imatrix "$T/imat.dat" -t "$TH" >/dev/null 2>"$T/e" ||
-      die "llama.cpp quantize $m $t: $(tail -n1 "$T/e")"
-    if [[ " $LLAMA_TYPES " == *" $t "* ]]; then
+    llama_only=0; [[ " $LLAMA_TYPES " == *" $t "* ]] && llama_only=1
+    if ! "$B/llamacpp-ref" quantize "$M" "$T/lq.gguf" "$t" --imatrix "$T/imat.dat" -t "$TH" >/dev/null 2>"$T/e"; then
+      [ $llama_only = 1 ] || die "llama.cpp quantize $m $t: $(tail -n1 "$T/e")"
+      # a type with no fallback for this width (Q1_0's 128-wide blocks on 192-wide rows): a row that says so
+      echo "| $m | $t | | | refused | | | | | | | | |" >>"$T/table"
+      echo "| $m | $t | llama.cpp refuses it: $(tail -n1 "$T/e" | sed 's/.*failed to quantize: //') |" >>"$T/types"
+      continue
+    fi
+    if [ $llama_only = 1 ]; then
       same="its file"; Q=$T/lq.gguf
     else
       "$B/brisk" quantize "$M" "$Q" "$t" --imatrix "$T/imat.dat" -t "$TH" >/dev/null 2>"$T/e" ||
