@@ -20,7 +20,7 @@
 # model size and count). A second table lists the matrix types each file holds: these models'
 # widths (128, 192, 384) are no multiple of 256, and there the mixes fall back as llama.cpp's do.
 # The markdown tables go to stdout, progress to stderr. Environment: BUILD, SHARED, CTX,
-# THREADS (2), CHUNKS (0: all), MODELS, TYPES.
+# THREADS (2), CHUNKS (0: all), MODELS, TYPES, LLAMA_TYPES (either may be empty).
 set -euo pipefail
 B=${BUILD:-build}
 S=${SHARED:-../shared}
