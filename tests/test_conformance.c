@@ -20,7 +20,7 @@
  * a near-tie (observe_route), and every step compared: a failed decode or a short run fails.
  * Also reported: greedy steps identical (free-running) and steps with bitwise-equal logits, not
  * asserted: how long rows stay bitwise equal depends on the CPU's kernel path (qwen2-yarn q8_0:
- * 128 steps in CONFORMANCE.md's run, 49 on another AVX-512 machine).
+ * 128 steps in a 2026-12-02 run, 49 on another AVX-512 machine, 0 in CONFORMANCE.md's run).
  * test_mutants plants errors (block scales swapped, a K-quant min off by one, activations
  * truncated) and asserts the same check fails on them. */
 #include <sys/stat.h>

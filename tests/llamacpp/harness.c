@@ -31,6 +31,7 @@
 #include "ggml-cpu.h"
 #include "ggml.h"
 #include "llama.h"
+#include "imatrix.h"
 
 // ---------------------------------------------------------------------------
 // The function table. Each entry is typed from the real prototype.
@@ -252,6 +253,7 @@ static int load_llamacpp(const char *libdir, const char *variant) {
 struct opts {
     const char *model, *libdir, *cpu_variant, *p, *prompt_text, *logits_out, *imatrix, *npl;
     const char *text_file, *kl_base; // perplexity: -f, --kl-divergence-base
+    const char *imatrix_out; // imatrix: -o (perplexity gathering llama-imatrix's statistics)
     const char *force; // eval --force "IDS": the tokens fed after the prompt instead of the greedy ones
     const char *pos[4]; // positional arguments, in order
     int n_pos;
@@ -308,6 +310,7 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
         else if (!strcmp(a, "-npl")) o->npl = v;
         else if (!strcmp(a, "--kv")) g_kv_name = v, g_kv_given = true;
         else if (!strcmp(a, "-f")) o->text_file = v;
+        else if (!strcmp(a, "-o")) o->imatrix_out = v;
         else if (!strcmp(a, "--kl-divergence-base")) o->kl_base = v;
         else if (!strcmp(a, "--chunks")) { if (!parse_int(v, 1, 1 << 24, &o->n_chunks)) return fail("bad --chunks '%s'", v ? v : ""); }
         else if (!strcmp(a, "--output-tensor-type")) g_out_name = v;
@@ -967,8 +970,12 @@ static int cmd_perplexity(const struct opts *o) {
     }
     const int first = n_ctx / 2, scored = n_ctx - 1 - first, nv = 2 * ((n_vocab + 1) / 2) + 4;
     struct llama_context *ctx = NULL;
+    imx *im = NULL; // imatrix: llama-imatrix's statistics, gathered through cb_eval
+    if (rc == 0 && o->imatrix_out && (o->kl || !(im = imx_new(n_ctx)))) rc = fail(o->kl ? "imatrix takes no --kl-divergence" : "out of memory");
     if (rc == 0) {
         struct llama_context_params cp = L.llama_context_default_params();
+        cp.cb_eval = im ? imx_collect : NULL;
+        cp.cb_eval_user_data = im;
         cp.n_ctx = cp.n_batch = cp.n_ubatch = (uint32_t)n_ctx;
         cp.n_seq_max = 1;
         cp.n_threads = cp.n_threads_batch = o->n_threads;
@@ -1036,6 +1043,8 @@ static int cmd_perplexity(const struct opts *o) {
         printf("Final estimate: PPL = %.4f +/- %.5f over %ld tokens (%.1f s)\n", exp(mean),
                var > 0 ? sqrt(var / (count - 1)) * exp(mean) : 0, count, now_s() - t0);
     }
+    if (rc == 0 && im) rc = imx_write(im, o->imatrix_out, n_chunk, o->text_file);
+    imx_free(im);
     free(recs);
     free(klds);
     free(dps);
@@ -1419,6 +1428,8 @@ static void usage(void) {
           "       [--kl-divergence-base FILE]   (llama-perplexity; FILE: its logits file, written)\n"
           "  perplexity -m FILE --kl-divergence --kl-divergence-base FILE [--chunks N] [--kv T] ...\n"
           "       (FILE's tokens and -c; KL divergence, PPL ratio and same top token against it)\n"
+          "  imatrix -m FILE -f TEXT -o OUT.dat [-c 512] [--chunks N] [-t N]\n"
+          "       (perplexity's run gathering llama-imatrix's statistics; OUT: its legacy .dat)\n"
           "  bench -m FILE [-p 512] [-n 128] [-t N] [-r 5] [-c N] [--fa auto|on|off] [--no-repack]\n"
           "  batched -m FILE [-p 128] [-n 128] [-npl 1,8,32,64] [-t N] [-r 5] [-c N] [--fa auto|on|off]\n"
           "  mtp -m FILE -p \"1 2 3\" [-n 4] [-t N] [--kv f32] [--logits-out PATH]\n"
@@ -1439,6 +1450,7 @@ int main(int argc, char **argv) {
                                       : !strcmp(cmd, "eval")     ? cmd_eval
                                       : !strcmp(cmd, "embed")    ? cmd_embed
                                       : !strcmp(cmd, "perplexity") ? cmd_perplexity
+                                      : !strcmp(cmd, "imatrix")  ? cmd_perplexity
                                       : !strcmp(cmd, "bench")    ? cmd_bench
                                       : !strcmp(cmd, "batched")  ? cmd_batched
                                       : !strcmp(cmd, "mtp")      ? cmd_mtp
@@ -1446,7 +1458,9 @@ int main(int argc, char **argv) {
     if (!run) return usage(), fail("unknown command '%s'", cmd);
     struct opts o;
     if (parse_opts(argc, argv, &o)) return 1;
-    if (!strcmp(cmd, "perplexity") && !g_kv_given) g_kv_name = "f16"; // llama-perplexity's default
+    if (!strcmp(cmd, "imatrix") && !o.imatrix_out) return fail("imatrix needs -o OUT.dat");
+    if (strcmp(cmd, "imatrix")) o.imatrix_out = NULL;
+    if ((!strcmp(cmd, "perplexity") || !strcmp(cmd, "imatrix")) && !g_kv_given) g_kv_name = "f16"; // llama-perplexity's default
     // quiet by default; quantize shows its warnings (which tensors fell back to another type)
     if (o.verbose) g_log_min = GGML_LOG_LEVEL_DEBUG, g_log_max = GGML_LOG_LEVEL_ERROR;
     else if (!strcmp(cmd, "quantize")) g_log_min = g_log_max = GGML_LOG_LEVEL_WARN;
