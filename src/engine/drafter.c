@@ -422,9 +422,14 @@ static int cache_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max
 
 brisk_status drafter_begin(drafter *d, const brisk_token *hist, int32_t n) {
     switch (d->kind) {
-    case DRAFTER_MODEL: return drafter_feed(d->ctx, hist, 0, n - 1, d->batch);
+    case DRAFTER_MODEL: /* a server slot's drafter begins again for each request */
+        BK_TRY(brisk_seq_clear(d->ctx, 0));
+        return drafter_feed(d->ctx, hist, 0, n - 1, d->batch);
     case DRAFTER_MTP: return mtp_begin(d);
-    case DRAFTER_CACHE: return cache_sync(d, hist, n);
+    case DRAFTER_CACHE:
+        for (uint32_t i = 0; d->n_indexed && i < d->cap; i++) d->keys[i].start = -1, d->pairs[i].key = -1;
+        d->n_indexed = 0;
+        return cache_sync(d, hist, n);
     default: return BRISK_OK;
     }
 }

@@ -76,8 +76,9 @@ void drafter_free(drafter *d);
 
 drafter_kind drafter_get_kind(const drafter *d);
 
-/* With the prompt hist[0, n): the model kind prefills hist[0, n-1), the cache indexes hist, the mtp kind
- * starts its context over. */
+/* With the prompt hist[0, n): every kind starts over (a drafter may serve one sequence after another,
+ * as a server slot's does): the model kind clears its context and prefills hist[0, n-1), the cache
+ * forgets what it indexed and indexes hist, the mtp kind starts its context over. */
 brisk_status drafter_begin(drafter *d, const brisk_token *hist, int32_t n);
 /* The target has just decoded batch[0, n) (sequence 0, consecutive positions; n <= DRAFTER_FEED_CHUNK), its
  * hidden states still there: the mtp kind runs its head over the batch's tokens with the target's h shifted
