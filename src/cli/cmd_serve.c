@@ -84,28 +84,23 @@ typedef struct serve_spec {
     int n_max, n_min, ngram_n, rows;
     float p_min;
     brisk_model *dm;       /* the draft model (type "draft") */
-    brisk_context **dctx;  /* (n_parallel) the slots' draft contexts */
+    brisk_context *dctx;   /* its context: slot i's drafter decodes sequence i */
     drafter **dr;          /* (n_parallel) the slots' drafters */
     int n;
 } serve_spec;
 
 static void serve_spec_free(serve_spec *sp) {
-    for (int i = 0; i < sp->n; i++) {
-        if (sp->dr) drafter_free(sp->dr[i]);
-        if (sp->dctx) brisk_context_free(sp->dctx[i]);
-    }
+    for (int i = 0; i < sp->n; i++) drafter_free(sp->dr[i]);
     free(sp->dr);
-    free(sp->dctx);
+    brisk_context_free(sp->dctx);
     brisk_model_free(sp->dm);
 }
 
-/* One drafter per slot (a draft model: its weights once, a context of n_ctx_slot tokens per slot). */
+/* One drafter per slot; a draft model's share one context, one sequence of n_ctx_slot tokens each. */
 static bool serve_spec_new(serve_spec *sp, brisk_model *model, const cli_model_opts *mo,
                            const brisk_context_params *cp, int n_parallel, int n_ctx_slot) {
     bool draft = !strcmp(sp->type, "draft");
-    sp->dr = calloc((size_t)n_parallel, sizeof *sp->dr);
-    sp->dctx = calloc((size_t)n_parallel, sizeof *sp->dctx);
-    if (!sp->dr || !sp->dctx) return cli_error(1, "out of memory"), false;
+    if (!(sp->dr = calloc((size_t)n_parallel, sizeof *sp->dr))) return cli_error(1, "out of memory"), false;
     sp->n = n_parallel;
     brisk_context_params dp = brisk_context_default_params();
     if (draft) {
@@ -117,18 +112,18 @@ static bool serve_spec_new(serve_spec *sp, brisk_model *model, const cli_model_o
         if (!cli_load_model(sp->draft_path, &dmo, NULL, &sp->dm)) return false;
         if (!drafter_model_compatible(model, sp->dm, why, sizeof why))
             return cli_error(1, "serve: %s cannot draft for the model: %s", sp->draft_path, why), false;
-        dp.n_ctx = n_ctx_slot;
-        dp.n_seq_max = 1;
+        dp.n_ctx = n_ctx_slot * n_parallel;
+        dp.n_seq_max = n_parallel;
         dp.n_batch = DRAFTER_FEED_CHUNK;
         dp.n_threads = cp->n_threads;
         dp.kv_type = cp->kv_type;
         dp.n_seq_checkpoints = 1; /* a recurrent draft rolls its rejected proposals back from a snapshot */
+        if (!cli_new_context(sp->dm, &dp, &sp->dctx)) return false;
     }
     for (int i = 0; i < n_parallel; i++) {
         brisk_status st;
         if (draft) {
-            if (!cli_new_context(sp->dm, &dp, &sp->dctx[i])) return false;
-            st = drafter_new_model(sp->dctx[i], brisk_n_vocab(model), sp->p_min, &sp->dr[i]);
+            st = drafter_new_model(sp->dctx, i, brisk_n_vocab(model), sp->p_min, &sp->dr[i]);
         } else if (!strcmp(sp->type, "ngram-simple")) {
             st = drafter_new_lookup(sp->ngram_n < 2 ? sp->ngram_n : 2, sp->ngram_n, &sp->dr[i]);
         } else {

@@ -32,6 +32,7 @@ struct drafter {
     drafter_kind kind;
     /* model */
     brisk_context *ctx;        /* borrowed */
+    int seq;                   /* the model kind's sequence in ctx */
     int n_vocab;
     float p_min;
     int32_t snap;              /* the draft cache's length when the round began */
@@ -66,10 +67,11 @@ static brisk_status alloc_drafter(drafter_kind kind, drafter **out) {
     return BRISK_OK;
 }
 
-brisk_status drafter_new_model(brisk_context *draft, int n_vocab, float p_min, drafter **out) {
+brisk_status drafter_new_model(brisk_context *draft, int seq, int n_vocab, float p_min, drafter **out) {
     BK_TRY(alloc_drafter(DRAFTER_MODEL, out));
     drafter *d = *out;
     d->ctx = draft;
+    d->seq = seq;
     d->n_vocab = n_vocab;
     d->p_min = p_min;
     if (!(d->batch = malloc(PREFILL_CHUNK * sizeof *d->batch))) {
@@ -209,22 +211,27 @@ static brisk_token argmax_p(const float *x, int n, float *p) {
     return best;
 }
 
-brisk_status drafter_feed(brisk_context *ctx, const brisk_token *hist, int32_t from, int32_t to,
-                          brisk_batch_entry *batch) {
+static brisk_status feed_seq(brisk_context *ctx, int seq, const brisk_token *hist, int32_t from, int32_t to,
+                             brisk_batch_entry *batch) {
     for (int32_t i = from; i < to; i += PREFILL_CHUNK) {
         int n = to - i < PREFILL_CHUNK ? to - i : PREFILL_CHUNK;
-        for (int j = 0; j < n; j++) batch[j] = (brisk_batch_entry){hist[i + j], i + j, 0, i + j == to - 1};
+        for (int j = 0; j < n; j++) batch[j] = (brisk_batch_entry){hist[i + j], i + j, seq, i + j == to - 1};
         BK_TRY(brisk_decode(ctx, batch, n));
     }
     return BRISK_OK;
 }
 
+brisk_status drafter_feed(brisk_context *ctx, const brisk_token *hist, int32_t from, int32_t to,
+                          brisk_batch_entry *batch) {
+    return feed_seq(ctx, 0, hist, from, to, batch);
+}
+
 static brisk_status model_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max, brisk_token *out, int *k) {
     *k = 0;
-    BK_TRY(brisk_seq_checkpoint(d->ctx, 0));
-    d->snap = brisk_seq_len(d->ctx, 0);
+    BK_TRY(brisk_seq_checkpoint(d->ctx, d->seq));
+    d->snap = brisk_seq_len(d->ctx, d->seq);
     if (k_max <= 0) return BRISK_OK;
-    BK_TRY(drafter_feed(d->ctx, hist, d->snap, n, d->batch));
+    BK_TRY(feed_seq(d->ctx, d->seq, hist, d->snap, n, d->batch));
     /* proposals stop where the draft is unsure: a likely rejection costs a draft step and a
      * wider target batch for nothing */
     float p;
@@ -232,7 +239,7 @@ static brisk_status model_draft(drafter *d, const brisk_token *hist, int32_t n, 
     if (p < d->p_min) return BRISK_OK;
     *k = 1;
     for (int i = 1; i < k_max; i++) {
-        brisk_batch_entry e = {out[i - 1], n - 1 + i, 0, true};
+        brisk_batch_entry e = {out[i - 1], n - 1 + i, d->seq, true};
         BK_TRY(brisk_decode(d->ctx, &e, 1));
         out[i] = argmax_p(brisk_get_logits(d->ctx, 0), d->n_vocab, &p);
         if (p < d->p_min) break;
@@ -244,12 +251,12 @@ static brisk_status model_draft(drafter *d, const brisk_token *hist, int32_t n, 
 /* Cuts the draft's seq 0 back to `keep` positions; where recurrent state allows no direct cut,
  * restores the round's snapshot and re-decodes hist[snap, keep). */
 static brisk_status model_sync(drafter *d, const brisk_token *hist, int32_t keep) {
-    if (brisk_seq_len(d->ctx, 0) <= keep) return BRISK_OK;
-    if (brisk_seq_keepable(d->ctx, 0, keep) == keep) return brisk_seq_remove(d->ctx, 0, keep, -1);
-    if (brisk_seq_keepable(d->ctx, 0, d->snap) != d->snap)
+    if (brisk_seq_len(d->ctx, d->seq) <= keep) return BRISK_OK;
+    if (brisk_seq_keepable(d->ctx, d->seq, keep) == keep) return brisk_seq_remove(d->ctx, d->seq, keep, -1);
+    if (brisk_seq_keepable(d->ctx, d->seq, d->snap) != d->snap)
         return bk_fail(BRISK_ERR_UNSUPPORTED, "speculative: cannot roll back the draft's recurrent state");
-    BK_TRY(brisk_seq_remove(d->ctx, 0, d->snap, -1));
-    return drafter_feed(d->ctx, hist, d->snap, keep, d->batch);
+    BK_TRY(brisk_seq_remove(d->ctx, d->seq, d->snap, -1));
+    return feed_seq(d->ctx, d->seq, hist, d->snap, keep, d->batch);
 }
 
 /* ---- mtp ---- */
@@ -423,8 +430,8 @@ static int cache_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max
 brisk_status drafter_begin(drafter *d, const brisk_token *hist, int32_t n) {
     switch (d->kind) {
     case DRAFTER_MODEL: /* a server slot's drafter begins again for each request */
-        BK_TRY(brisk_seq_clear(d->ctx, 0));
-        return drafter_feed(d->ctx, hist, 0, n - 1, d->batch);
+        BK_TRY(brisk_seq_clear(d->ctx, d->seq));
+        return feed_seq(d->ctx, d->seq, hist, 0, n - 1, d->batch);
     case DRAFTER_MTP: return mtp_begin(d);
     case DRAFTER_CACHE:
         for (uint32_t i = 0; d->n_indexed && i < d->cap; i++) d->keys[i].start = -1, d->pairs[i].key = -1;

@@ -33,7 +33,7 @@
  * then per round drafter_draft (proposals for hist[n], hist[n+1], ...) and,
  * once the round's tokens are appended, drafter_sync with the new n.
  * A drafter belongs to one sequence; the model kind borrows its context (the
- * caller frees it after the drafter), the mtp kind borrows the target's and
+ * caller frees it after the drafter; drafters may share it, one sequence each), the mtp kind borrows the target's and
  * owns its MTP context. All sizes are fixed at _new: no allocation happens
  * per round. */
 #ifndef BK_DRAFTER_H
@@ -56,10 +56,11 @@ typedef enum drafter_kind {
 #define DRAFTER_MAX_DRAFT 64  /* proposals per round, at most */
 #define DRAFTER_NGRAM_MAX 4   /* the longest n-gram either n-gram kind matches (llama.cpp's LLAMA_NGRAM_MAX) */
 
-/* A draft model's context (empty, sequence 0; n_seq_checkpoints >= 1 when the
- * model is recurrent), borrowed. A round stops proposing at the first token
- * whose draft probability is below p_min (0: never). */
-brisk_status drafter_new_model(brisk_context *draft, int n_vocab, float p_min, drafter **out);
+/* A draft model's context (n_seq_checkpoints >= 1 when the model is recurrent), borrowed; the
+ * drafter decodes its sequence seq (empty), so drafters of several sequences (a server's slots)
+ * can share one context, one sequence each. A round stops proposing at the first token whose
+ * draft probability is below p_min (0: never). */
+brisk_status drafter_new_model(brisk_context *draft, int seq, int n_vocab, float p_min, drafter **out);
 /* The MTP head of target's model (model->n_mtp > 0): makes target keep its hidden states (mtp_keep_hidden) and
  * an MTP context of params' n_ctx, n_threads and kv_type (target's, borrowed: freed after the drafter). A
  * round stops proposing below p_min, as the model kind. BRISK_ERR_UNSUPPORTED where engine/mtp.h says. */

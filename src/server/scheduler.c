@@ -807,13 +807,13 @@ static void step(sched *s, int n) {
             sl->req->started = true;
             wake(sl->req);
         }
-        if (sl->req->cancelled || sl->req->finish != SCHED_RUNNING) continue;
-        if (sl->spec_err) {
+        if (sl->spec_err) { /* its sequence no longer matches its cache: cleared even when cancelled */
             brisk_seq_clear(s->ctx, sl->id);
             sl->n_cache = 0;
             slot_release(s, sl, SCHED_FINISH_ERROR, "speculative decoding: rolling back rejected drafts failed");
             continue;
         }
+        if (sl->req->cancelled || sl->req->finish != SCHED_RUNNING) continue;
         if (sl->n_draft) {
             sl->req->n_drafted += sl->n_draft;
             sl->req->n_draft_accepted += sl->n_rec - 1;
@@ -890,7 +890,7 @@ void sched_get_slots(sched *s, sched_slot_info *out) {
         out[i].n_remain = r->n_inputs ? 0 : sl->max_gen - sl->n_gen;
         if (!sl->dr || r->n_inputs) continue;
         int k = r->p.spec_n_max >= 0 && r->p.spec_n_max < s->p.spec.n_max ? r->p.spec_n_max : s->p.spec.n_max;
-        out[i].spec_n_max = sl->dr_failed ? 0 : k;
+        out[i].spec_n_max = k;
         out[i].spec_n_min = k ? (r->p.spec_n_min >= 0 ? r->p.spec_n_min : s->p.spec.n_min) : 0;
         out[i].n_drafted = r->n_drafted;
         out[i].n_draft_accepted = r->n_draft_accepted;
