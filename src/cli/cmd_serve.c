@@ -278,6 +278,10 @@ int cmd_serve(int argc, char **argv) {
     cp.n_ctx = (n_ctx > 0 ? n_ctx : 4096) * cfg.n_parallel; /* --gpu-mem's estimate: at most this */
     cp.n_seq_max = cfg.n_parallel;
     cp.n_batch = cfg.n_parallel * (1 + (speculate ? spec.n_max : 0)) + cfg.prefill_chunk; /* scheduler.h */
+    /* logits rows a step may want: the generating slots' tokens and drafts (at most max(--draft-rows,
+     * slots)) and the prompts ending in it (other slots); past n_outputs_max a step is several passes */
+    int spec_rows = spec.rows ? spec.rows : 1 + spec.n_max, outs = cfg.n_parallel + spec_rows;
+    if (speculate && outs > (cfg.n_parallel > 64 ? cfg.n_parallel : 64)) cp.n_outputs_max = outs;
     cp.n_threads = n_threads;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
     cp.attn_sparse_k = mo.attn_sparse;
