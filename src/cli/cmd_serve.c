@@ -234,6 +234,8 @@ int cmd_serve(int argc, char **argv) {
     if (!strcmp(spec.type, "draft") && !spec.draft_path) return cli_error(2, "serve: --spec-type draft needs -md FILE");
     bool speculate = strcmp(spec.type, "none") != 0;
     if (speculate && embeddings) return cli_error(2, "serve: speculative decoding is for generation, not --embeddings");
+    if (!strcmp(spec.type, "draft") && cfg.n_parallel > DRAFTER_FEED_CHUNK) /* drafter_draft_models' lockstep */
+        return cli_error(2, "serve: a draft model drafts for at most %d slots (--parallel)", DRAFTER_FEED_CHUNK);
     if (spec.n_max < 0) spec.n_max = strcmp(spec.type, "draft") ? 2 : 8; /* as brisk run */
     int hf_rc = cli_model_path(&mo, "serve", &model_path);
     if (hf_rc) return hf_rc;

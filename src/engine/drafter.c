@@ -248,6 +248,46 @@ static brisk_status model_draft(drafter *d, const brisk_token *hist, int32_t n, 
     return BRISK_OK;
 }
 
+brisk_status drafter_draft_models(drafter *const *d, int n_d, const brisk_token *const *hist, const int32_t *n,
+                                  const int *k_max, brisk_token *const *out, int *k) {
+    if (n_d <= 0) return BRISK_OK;
+    if (n_d > PREFILL_CHUNK) return bk_fail(BRISK_ERR_INVALID_ARG, "drafter: %d drafters in lockstep", n_d);
+    brisk_context *ctx = d[0]->ctx;
+    brisk_batch_entry *b = d[0]->batch;
+    int live[PREFILL_CHUNK], m = 0;
+    for (int i = 0; i < n_d; i++) {
+        k[i] = 0;
+        if (d[i]->kind != DRAFTER_MODEL || d[i]->ctx != ctx)
+            return bk_fail(BRISK_ERR_INVALID_ARG, "drafter: lockstep drafting needs draft models of one context");
+        BK_TRY(brisk_seq_checkpoint(ctx, d[i]->seq));
+        d[i]->snap = brisk_seq_len(ctx, d[i]->seq);
+        if (k_max[i] <= 0 || d[i]->snap > n[i] - 1) continue;
+        /* catch up on all but the last token alone (the first round of a sequence, or after rounds
+         * it sat out); the last tokens of all go in one batch */
+        BK_TRY(feed_seq(ctx, d[i]->seq, hist[i], d[i]->snap, n[i] - 1, b));
+        live[m++] = i;
+    }
+    for (int step = 0; m > 0; step++) {
+        for (int j = 0; j < m; j++) {
+            int i = live[j];
+            brisk_token t = step ? out[i][step - 1] : hist[i][n[i] - 1];
+            b[j] = (brisk_batch_entry){t, n[i] - 1 + step, d[i]->seq, true};
+        }
+        BK_TRY(brisk_decode(ctx, b, m));
+        int m2 = 0;
+        for (int j = 0; j < m; j++) {
+            int i = live[j], kmax = k_max[i] < DRAFTER_MAX_DRAFT ? k_max[i] : DRAFTER_MAX_DRAFT;
+            float p;
+            out[i][step] = argmax_p(brisk_get_logits(ctx, j), d[i]->n_vocab, &p);
+            if (p < d[i]->p_min) continue; /* as model_draft: the proposals stop where the draft is unsure */
+            k[i] = step + 1;
+            if (k[i] < kmax) live[m2++] = i;
+        }
+        m = m2;
+    }
+    return BRISK_OK;
+}
+
 /* Cuts the draft's seq 0 back to `keep` positions; where recurrent state allows no direct cut,
  * restores the round's snapshot and re-decodes hist[snap, keep). */
 static brisk_status model_sync(drafter *d, const brisk_token *hist, int32_t keep) {

@@ -87,6 +87,12 @@ brisk_status drafter_begin(drafter *d, const brisk_token *hist, int32_t n);
 brisk_status drafter_process(drafter *d, const brisk_batch_entry *batch, int n);
 /* Proposes *k <= k_max (<= DRAFTER_MAX_DRAFT) tokens into out to follow hist[0, n); *k = 0: no proposal. */
 brisk_status drafter_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max, brisk_token *out, int *k);
+/* drafter_draft for n_d (<= DRAFTER_FEED_CHUNK) model drafters that share one context (distinct
+ * sequences) in lockstep: the same proposals, but each draft step is one brisk_decode for all of them
+ * (a server's slots; the context's n_batch >= n_d). Drafter i proposes k[i] <= k_max[i] tokens into
+ * out[i] to follow hist[i][0, n[i]). */
+brisk_status drafter_draft_models(drafter *const *d, int n_d, const brisk_token *const *hist, const int32_t *n,
+                                  const int *k_max, brisk_token *const *out, int *k);
 /* The round ended with hist[0, n) emitted: the model and mtp kinds cut their caches back to n-1
  * positions (the model kind restoring its snapshot from the round's start where recurrent state
  * needs it; the mtp kind keeps the target's h of position n-2 for the next round), the cache

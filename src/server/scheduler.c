@@ -41,6 +41,16 @@ typedef struct slot {
     double last_used;
 } slot;
 
+/* Lockstep drafting's arguments (drafter_draft_models), one entry per slot. */
+typedef struct spec_lanes {
+    drafter **dr;
+    const brisk_token **hist;
+    int32_t *n;
+    int *k_max, *k;
+    brisk_token **out;
+    struct slot **sl;
+} spec_lanes;
+
 struct sched {
     brisk_model *model;
     brisk_context *ctx;
@@ -63,6 +73,7 @@ struct sched {
     uint64_t rate_n0;
     int n_embd_out;        /* embeddings: floats of a vector (brisk_context_n_embd_out); 0: generation */
     brisk_pooling pooling;
+    spec_lanes lanes;      /* (n_parallel each) */
 };
 
 static double now_s(void) {
@@ -445,26 +456,61 @@ static int spec_k_max(const sched *s, const slot *sl) {
     return k > 0 ? k : 0;
 }
 
-/* Asks sl's drafter for up to k_max proposals to follow its history (the cache, then next) into
- * sl->draft; returns how many go into the batch (0: a plain step). The drafter first catches up on
- * the tokens since its last round (or begins on the request). A failing drafter turns speculation
- * off for the rest of the request, which goes on without it. */
-static int spec_propose(sched *s, slot *sl, int k_max) {
-    const sched_req *r = sl->req;
+/* Before sl's drafter proposes: its history is the cache then next (hist[0, n), n = n_cache + 1);
+ * the drafter catches up on the tokens since its last round, or begins on the request. false: the
+ * drafter failed, which turns speculation off for the rest of the request (it goes on without). */
+static bool spec_prepare(slot *sl) {
     int32_t n = sl->n_cache + 1;
-    sl->cache[sl->n_cache] = sl->next; /* fed this step; the drafters read hist[0, n) */
+    sl->cache[sl->n_cache] = sl->next; /* fed this step */
     brisk_status st = sl->dr_begun ? drafter_sync(sl->dr, sl->cache, n) : drafter_begin(sl->dr, sl->cache, n);
     sl->dr_begun = sl->dr_asked = true;
-    int k = 0;
-    if (st == BRISK_OK) st = drafter_draft(sl->dr, sl->cache, n, k_max, sl->draft, &k);
-    if (st != BRISK_OK) {
-        sl->dr_failed = true;
-        return 0;
-    }
-    int n_min = r->p.spec_n_min >= 0 ? r->p.spec_n_min : s->p.spec.n_min;
+    if (st != BRISK_OK) sl->dr_failed = true;
+    return st == BRISK_OK;
+}
+
+/* How many of k proposals go into the batch: none below the request's n_min; a recurrent state is
+ * snapshotted first (it cannot be cut back otherwise). */
+static int spec_keep(sched *s, const slot *sl, int k) {
+    int n_min = sl->req->p.spec_n_min >= 0 ? sl->req->p.spec_n_min : s->p.spec.n_min;
     if (k < n_min || k == 0) return 0;
-    /* a recurrent state cannot be cut back: snapshot it before the rows that may be rejected */
     return brisk_seq_checkpoint(s->ctx, sl->id) == BRISK_OK ? k : 0;
+}
+
+/* Each generating slot's proposals for this step into sl->draft / n_draft, within its share of
+ * the step's draft rows (see build_batch). Draft models sharing a context propose in lockstep: one
+ * draft decode per draft step for all slots instead of one per slot. */
+static void spec_draft_all(sched *s, int n_gen, int n_spec) {
+    int rows = s->p.spec.max_rows - n_gen, m = 0, j = 0;
+    if (rows <= 0 || n_spec <= 0) return;
+    int base = rows / n_spec, extra = rows % n_spec;
+    spec_lanes *ls = &s->lanes;
+    for (int i = 0; i < s->p.n_parallel; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->req || !sl->generating) continue;
+        int k = spec_k_max(s, sl), share = base + (j < extra);
+        if (k <= 0) continue;
+        j++;
+        if (k > share) k = share;
+        if (k <= 0 || !spec_prepare(sl)) continue;
+        if (drafter_get_kind(sl->dr) == DRAFTER_MODEL) {
+            ls->dr[m] = sl->dr;
+            ls->hist[m] = sl->cache;
+            ls->n[m] = sl->n_cache + 1;
+            ls->k_max[m] = k;
+            ls->out[m] = sl->draft;
+            ls->sl[m++] = sl;
+            continue;
+        }
+        int got = 0;
+        if (drafter_draft(sl->dr, sl->cache, sl->n_cache + 1, k, sl->draft, &got) != BRISK_OK) sl->dr_failed = true;
+        else sl->n_draft = spec_keep(s, sl, got);
+    }
+    if (!m) return;
+    bool ok = drafter_draft_models(ls->dr, m, ls->hist, ls->n, ls->k_max, ls->out, ls->k) == BRISK_OK;
+    for (int i = 0; i < m; i++) {
+        if (!ok) ls->sl[i]->dr_failed = true;
+        else ls->sl[i]->n_draft = spec_keep(s, ls->sl[i], ls->k[i]);
+    }
 }
 
 /* One token per generating slot (with its drafts), then prompt chunks up to prefill_chunk. Returns
@@ -475,7 +521,7 @@ static int spec_propose(sched *s, slot *sl, int k_max) {
  * share, so a rejected draft row takes time the other slots' tokens need. The generating slots' rows
  * are therefore capped at spec.max_rows (default 1 + n_max: the verify width of one stream
  * speculating alone, as `brisk run` does): plain tokens first, drafts in what is left, shared evenly
- * (what a slot leaves unused goes to the next). With max_rows slots generating nobody drafts.
+ * (the remainder to the first slots). With max_rows slots generating nobody drafts.
  * Prompt chunks are not counted: a step holding one is compute-bound already, and drafts are a small
  * part of it. */
 static int build_batch(sched *s) {
@@ -489,20 +535,12 @@ static int build_batch(sched *s) {
         n_gen++;
         n_spec += spec_k_max(s, sl) > 0;
     }
-    int rows = s->p.spec.max_rows - n_gen; /* draft rows left in this step */
+    spec_draft_all(s, n_gen, n_spec);
     for (int i = 0; i < s->p.n_parallel; i++) {
         slot *sl = &s->slots[i];
         if (!sl->req || !sl->generating) continue;
         sl->logit_idx = n;
         s->batch[n++] = (brisk_batch_entry){sl->next, sl->n_cache, sl->id, true};
-        int k = spec_k_max(s, sl);
-        if (k <= 0) continue;
-        int share = rows > 0 ? rows / n_spec : 0;
-        n_spec--;
-        if (k > share) k = share;
-        if (k <= 0) continue;
-        sl->n_draft = spec_propose(s, sl, k);
-        rows -= sl->n_draft;
         for (int j = 0; j < sl->n_draft; j++)
             s->batch[n++] = (brisk_batch_entry){sl->draft[j], sl->n_cache + 1 + j, sl->id, true};
     }
@@ -724,7 +762,7 @@ static void spec_settle(sched *s) {
     }
     for (int i = 0; i < s->p.n_parallel; i++) {
         slot *sl = &s->slots[i];
-        if (!sl->req || !sl->dr_asked || sl->spec_err || sl->n_cache >= s->p.n_ctx_slot) continue;
+        if (!sl->req || !sl->dr_asked || sl->dr_failed || sl->spec_err || sl->n_cache >= s->p.n_ctx_slot) continue;
         sl->cache[sl->n_cache] = sl->rec[sl->n_rec - 1].id; /* the next step's input */
         if (drafter_sync(sl->dr, sl->cache, sl->n_cache + 1) != BRISK_OK) sl->dr_failed = true;
     }
@@ -914,6 +952,14 @@ void sched_free(sched *s) {
             free(s->slots[i].rec);
         }
     free(s->slots);
+    spec_lanes *ls = &s->lanes;
+    free(ls->dr);
+    free(ls->hist);
+    free(ls->n);
+    free(ls->k_max);
+    free(ls->k);
+    free(ls->out);
+    free(ls->sl);
     free(s->queue);
     free(s->batch);
     free(s->biased);
@@ -950,6 +996,16 @@ brisk_status sched_new(brisk_model *model, brisk_context *ctx, const sched_param
     s->batch = calloc((size_t)p->n_parallel * per_slot + p->prefill_chunk, sizeof *s->batch);
     s->biased = malloc((size_t)s->n_vocab * sizeof *s->biased);
     if (!s->slots || !s->queue || !s->batch || !s->biased) goto oom;
+    size_t np = (size_t)p->n_parallel;
+    spec_lanes *ls = &s->lanes;
+    ls->dr = calloc(np, sizeof *ls->dr);
+    ls->hist = calloc(np, sizeof *ls->hist);
+    ls->n = calloc(np, sizeof *ls->n);
+    ls->k_max = calloc(np, sizeof *ls->k_max);
+    ls->k = calloc(np, sizeof *ls->k);
+    ls->out = calloc(np, sizeof *ls->out);
+    ls->sl = calloc(np, sizeof *ls->sl);
+    if (!ls->dr || !ls->hist || !ls->n || !ls->k_max || !ls->k || !ls->out || !ls->sl) goto oom;
     for (int i = 0; i < p->n_parallel; i++) {
         s->slots[i].id = i;
         s->slots[i].dr = sp->drafters ? sp->drafters[i] : NULL;
