@@ -2,7 +2,8 @@
 # t_server_spec.sh — speculative decoding in `brisk serve` (scheduler.h: per slot, inside the
 # batched step):
 #  1. greedy text with speculation equals the same server without it, for several concurrent
-#     streams (completions and chat, streaming and not, n = 2), with ngram-simple, ngram-cache and
+#     streams (completions and chat, streaming and not, n = 2; a stop string with logprobs, a
+#     3-token limit and a JSON grammar, which end rounds early), with ngram-simple, ngram-cache and
 #     a draft model (-md brisk-kjv-draft) on brisk-kjv-6m, and with ngram-simple and the draft model
 #     on brisk-kjv-hybrid (recurrent state: rejected drafts rolled back from a snapshot);
 #  2. on a prompt that repeats a passage drafts are proposed and accepted: the response's timings
@@ -71,13 +72,18 @@ jobs = [
     ("chat-stream", "/v1/chat/completions", {"messages": [{"role": "user", "content": "And Jesus said"}],
                                               "stream": True}),
     ("n2", "/v1/completions", {"prompt": "Blessed are the", "n": 2}),
+    # a round may end early: a stop string, a token limit inside it, a grammar that rejects drafts
+    ("stop", "/v1/completions", {"prompt": REP, "stop": ["darkness"], "logprobs": 2}),
+    ("short", "/v1/completions", {"prompt": REP, "max_tokens": 3}),
+    ("grammar", "/v1/chat/completions", {"messages": [{"role": "user", "content": REP}],
+                                          "response_format": {"type": "json_object"}}),
 ]
 if mode == "optout":
     jobs = [(l, p, dict(b, **{"speculative.n_max": 0})) for l, p, b in jobs]
 res, errs = {}, []
 
 def run(label, path, body):
-    body = dict(body, max_tokens=n, temperature=0)
+    body = dict({"max_tokens": n}, **body, temperature=0)
     req = urllib.request.Request(url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=300) as r:
@@ -85,7 +91,7 @@ def run(label, path, body):
     except Exception as e:  # noqa: BLE001 - any failure is a test failure
         errs.append(f"{label}: {e}")
         return
-    texts, timings = {}, None
+    texts, timings, lps = {}, None, None
     if body.get("stream"):
         for line in raw.splitlines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -100,7 +106,8 @@ def run(label, path, body):
         timings = o.get("timings")
         for c in o["choices"]:
             texts[c["index"]] = c["message"]["content"] if "message" in c else c["text"]
-    res[label] = {"text": [texts[i] for i in sorted(texts)], "timings": timings}
+            lps = c.get("logprobs") and [round(x, 3) for x in c["logprobs"]["token_logprobs"]]
+    res[label] = {"text": [texts[i] for i in sorted(texts)], "timings": timings, "logprobs": lps}
 
 ts = [threading.Thread(target=run, args=j) for j in jobs]
 for t in ts: t.start()
@@ -118,6 +125,12 @@ for k, v in a["res"].items():
     w = b["res"].get(k)
     if not w or v["text"] != w["text"]:
         bad.append(f"{k}: plain {v['text']!r} / speculative {w and w['text']!r}")
+    # a recurrent state updated over several tokens in one pass (a verify step) sums in another
+    # order than token by token: the hybrid's logprobs move in the third decimal, its tokens do not
+    elif (v["logprobs"] is None) != (w["logprobs"] is None) or \
+            any(abs(x - y) > 0.01 for x, y in zip(v["logprobs"] or [], w["logprobs"] or [])) or \
+            len(v["logprobs"] or []) != len(w["logprobs"] or []):
+        bad.append(f"{k}: logprobs plain {v['logprobs']} / speculative {w['logprobs']}")
     elif not any(v["text"]):
         bad.append(f"{k}: empty text")
 t = b["res"].get("rep", {}).get("timings") or {}
