@@ -5,14 +5,17 @@
 #     streams (completions and chat, streaming and not, n = 2; a stop string with logprobs, a
 #     3-token limit and a JSON grammar, which end rounds early), with ngram-simple, ngram-cache and
 #     a draft model (-md brisk-kjv-draft) on brisk-kjv-6m, and with ngram-simple and the draft model
-#     on brisk-kjv-hybrid (recurrent state: rejected drafts rolled back from a snapshot);
+#     on brisk-kjv-hybrid (recurrent state: rejected drafts rolled back from a snapshot), and
+#     --spec-type mtp on a tiny synthetic qwen35 with an MTP head (random weights: drafts are
+#     verified and rejected, so only sameness and the rollback are checked);
 #  2. on a prompt that repeats a passage drafts are proposed and accepted: the response's timings
 #     carry draft_n > 0 and draft_n_accepted > 0 (non-streaming and in the last streamed chunk);
 #  3. a request's "speculative.n_max": 0 opts out (no draft_n), the same text;
 #  4. --draft-rows 1 (a step's rows all taken by plain tokens) turns drafting off;
 #  5. /props and /slots report the speculation (llama-server's speculative and speculative.* fields),
 #     /metrics its counters;
-#  6. bad flags are refused with exit 2 (mtp, draft without -md, embeddings with speculation).
+#  6. bad flags are refused with exit 2 (draft without -md, embeddings with speculation, an unknown
+#     type), and mtp on a model without the head with exit 1.
 # Each server is stopped with SIGTERM and must exit 0 (under SAN=1 with no leak report).
 #
 # The CPU backend sums a batch of 16+ rows in another float order than a shorter one (cpu_backend.c:
@@ -80,6 +83,8 @@ jobs = [
 ]
 if mode == "optout":
     jobs = [(l, p, dict(b, **{"speculative.n_max": 0})) for l, p, b in jobs]
+if mode == "bytes":  # a random-weight model of bytes: no chat template, no JSON
+    jobs = [(l, p, b) for l, p, b in jobs if p == "/v1/completions"]
 res, errs = {}, []
 
 def run(label, path, body):
@@ -140,6 +145,8 @@ if accept == "accept" and not (t.get("draft_n", 0) > 0 and t.get("draft_n_accept
     bad.append(f"rep: no accepted drafts in timings {t}")
 if accept == "accept" and not (ts.get("draft_n", 0) > 0 and "predicted_n" in ts):
     bad.append(f"rep-stream: no draft_n in the last chunk's timings {ts}")
+if accept == "drafted" and not drafted:
+    bad.append("no drafts were verified")
 if accept == "none" and drafted:
     bad.append(f"drafts were verified ({drafted}) where none should be")
 if bad:
@@ -197,6 +204,17 @@ PY
 then :; else echo "FAIL /props, /slots or /metrics"; fail=1; fi
 stop draft || fail=1
 
+# 1 with --spec-type mtp: a tiny synthetic qwen35 (hybrid) with an MTP head, random weights (its
+# drafts are all rejected: every round is rolled back from the snapshot)
+"$BUILD/brisk" synth --preset tiny-qwen35 --mtp 1 -t 1 -o "$TMP/q35mtp.gguf" >/dev/null 2>&1 || { echo "FAIL synth"; exit 1; }
+start plain-mtp "$TMP/q35mtp.gguf" --parallel 3 || exit 1
+python3 "$TMP/client.py" "http://127.0.0.1:$PORT" "$TMP/plain-mtp.json" $N bytes || fail=1
+stop plain-mtp || fail=1
+start mtp "$TMP/q35mtp.gguf" "${SD[@]}" --spec-type mtp || exit 1
+python3 "$TMP/client.py" "http://127.0.0.1:$PORT" "$TMP/mtp.json" $N bytes &&
+  compare "$TMP/plain-mtp.json" "$TMP/mtp.json" "mtp (tiny-qwen35 --mtp 1, ${SD[*]})" drafted || fail=1
+stop mtp || fail=1
+
 # 4
 start rows $M/brisk-kjv-6m.gguf --parallel 4 --spec-type ngram-simple --draft-rows 1 || exit 1
 python3 "$TMP/client.py" "http://127.0.0.1:$PORT" "$TMP/rows.json" $N spec &&
@@ -212,8 +230,12 @@ bad() { # expected-text ARGS...
     echo "FAIL serve $* gave $rc: $(cat "$TMP/bad.log")"; fail=1; fi
 }
 ok_() { echo "ok   $*"; }
-bad "not in brisk serve yet" --spec-type mtp
 bad "needs -md" --spec-type draft
 bad "not --embeddings" --embeddings --spec-type ngram-simple
 bad "spec-type" --spec-type bogus
+PORT=$(free_port)
+"$BUILD/brisk" serve -m $M/brisk-kjv-6m.gguf --port "$PORT" --spec-type mtp >"$TMP/bad.log" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "no MTP head" "$TMP/bad.log" && ok_ "refused: --spec-type mtp without a head ($(tail -n1 "$TMP/bad.log"))" ||
+  { echo "FAIL serve --spec-type mtp on a model without the head: rc $rc $(cat "$TMP/bad.log")"; fail=1; }
 exit $fail

@@ -45,14 +45,15 @@ static void usage(FILE *f) {
             "                       none: /v1/rerank scores by late interaction (MaxSim of token vectors)\n"
             "speculative decoding, per slot inside the batch (the output is the model's own; only the speed changes):\n"
             "  -md, --model-draft, --spec-draft-model FILE  a small model of the same vocabulary proposes tokens\n"
-            "  --spec-type T        none, ngram-simple, ngram-cache or draft (-md; also draft-simple)\n"
-            "                       (default: draft with -md, else none)\n"
+            "  --spec-type T        none, ngram-simple, ngram-cache, draft (-md; also draft-simple) or mtp\n"
+            "                       (the model's own multi-token-prediction head: Qwen3.5/3.6 files with\n"
+            "                       nextn layers; CPU, -ngl 0; also draft-mtp) (default: draft with -md, else none)\n"
             "  --draft-max, --draft, --draft-n, --spec-draft-n-max N  tokens proposed per round (default 8 for a\n"
-            "                       draft model, 2 for n-grams; at most 64); a request's speculative.n_max\n"
+            "                       draft model, 3 for mtp, 2 for n-grams; at most 64); a request's speculative.n_max\n"
             "                       lowers it (0: off)\n"
             "  --draft-min, --draft-n-min, --spec-draft-n-min N  verify no proposal shorter than N (default 0)\n"
-            "  --draft-p-min, --spec-draft-p-min P  stop a draft model's proposals below this probability\n"
-            "                       (default 0.75)\n"
+            "  --draft-p-min, --spec-draft-p-min P  stop a draft model's or mtp's proposals below this\n"
+            "                       probability (default 0.75, mtp 0)\n"
             "  --spec-ngram-size-n, --spec-ngram-simple-size-n N  ngram-simple: the longest suffix looked up\n"
             "                       (default 4; down to 2)\n"
             "  --draft-rows N       rows (every generating slot's token and drafts) a step holds before drafts\n"
@@ -97,7 +98,7 @@ static void serve_spec_free(serve_spec *sp) {
 }
 
 /* One drafter per slot; a draft model's share one context, one sequence of n_ctx_slot tokens each. */
-static bool serve_spec_new(serve_spec *sp, brisk_model *model, const cli_model_opts *mo,
+static bool serve_spec_new(serve_spec *sp, brisk_model *model, brisk_context *ctx, const cli_model_opts *mo,
                            const brisk_context_params *cp, int n_parallel, int n_ctx_slot) {
     bool draft = !strcmp(sp->type, "draft");
     if (!(sp->dr = calloc((size_t)n_parallel, sizeof *sp->dr))) return cli_error(1, "out of memory"), false;
@@ -124,6 +125,10 @@ static bool serve_spec_new(serve_spec *sp, brisk_model *model, const cli_model_o
         brisk_status st;
         if (draft) {
             st = drafter_new_model(sp->dctx, i, brisk_n_vocab(model), sp->p_min, &sp->dr[i]);
+        } else if (!strcmp(sp->type, "mtp")) { /* its own MTP context of n_ctx_slot per slot */
+            brisk_context_params mp = *cp;
+            mp.n_ctx = n_ctx_slot;
+            st = drafter_new_mtp(ctx, model, &mp, sp->p_min, &sp->dr[i]);
         } else if (!strcmp(sp->type, "ngram-simple")) {
             st = drafter_new_lookup(sp->ngram_n < 2 ? sp->ngram_n : 2, sp->ngram_n, &sp->dr[i]);
         } else {
@@ -145,6 +150,7 @@ int cmd_serve(int argc, char **argv) {
     int n_ctx = 0, n_threads = 0, max_body_mb = 8, max_body = -1, n_ckpt = 4, pooling = BRISK_POOLING_UNSPECIFIED;
     bool embeddings = false;
     serve_spec spec = {.n_max = -1, .ngram_n = 4, .p_min = 0.75f};
+    bool p_min_set = false;
     server_config cfg = {.host = "127.0.0.1", .port = 8080, .n_parallel = 4, .prefill_chunk = 2048, .max_queue = 64,
                          .access_log = true};
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
@@ -210,12 +216,10 @@ int cmd_serve(int argc, char **argv) {
             spec.draft_path = v;
         } else if (!strcmp(a, "--spec-type")) {
             if (!strcmp(v, "draft-simple")) v = "draft"; /* llama.cpp's name */
-            if (!strcmp(v, "mtp") || !strcmp(v, "draft-mtp"))
-                return cli_error(2, "serve: --spec-type %s is not in brisk serve yet (the MTP head drafts from the "
-                                 "target's hidden states, which the batched step does not keep per slot); use "
-                                 "ngram-simple, ngram-cache or draft with -md", v);
-            if (strcmp(v, "none") && strcmp(v, "ngram-simple") && strcmp(v, "ngram-cache") && strcmp(v, "draft"))
-                return cli_error(2, "serve: --spec-type %s (want none, ngram-simple, ngram-cache or draft)", v);
+            if (!strcmp(v, "draft-mtp")) v = "mtp"; /* llama.cpp's name */
+            if (strcmp(v, "none") && strcmp(v, "ngram-simple") && strcmp(v, "ngram-cache") && strcmp(v, "draft") &&
+                strcmp(v, "mtp"))
+                return cli_error(2, "serve: --spec-type %s (want none, ngram-simple, ngram-cache, draft or mtp)", v);
             spec.type = v;
         } else if (!strcmp(a, "--draft-max") || !strcmp(a, "--draft") || !strcmp(a, "--draft-n") ||
                    !strcmp(a, "--spec-draft-n-max")) {
@@ -224,6 +228,7 @@ int cmd_serve(int argc, char **argv) {
             if (!cli_int(a, v, 0, DRAFTER_MAX_DRAFT, &spec.n_min)) return 2;
         } else if (!strcmp(a, "--draft-p-min") || !strcmp(a, "--spec-draft-p-min")) {
             if (!cli_float(a, v, 0, 1, &spec.p_min)) return 2;
+            p_min_set = true;
         } else if (!strcmp(a, "--spec-ngram-size-n") || !strcmp(a, "--spec-ngram-simple-size-n")) {
             if (!cli_int(a, v, 1, DRAFTER_NGRAM_MAX, &spec.ngram_n)) return 2;
         } else if (!strcmp(a, "--draft-rows")) {
@@ -236,7 +241,9 @@ int cmd_serve(int argc, char **argv) {
     if (speculate && embeddings) return cli_error(2, "serve: speculative decoding is for generation, not --embeddings");
     if (!strcmp(spec.type, "draft") && cfg.n_parallel > DRAFTER_FEED_CHUNK) /* drafter_draft_models' lockstep */
         return cli_error(2, "serve: a draft model drafts for at most %d slots (--parallel)", DRAFTER_FEED_CHUNK);
-    if (spec.n_max < 0) spec.n_max = strcmp(spec.type, "draft") ? 2 : 8; /* as brisk run */
+    bool mtp = !strcmp(spec.type, "mtp");
+    if (spec.n_max < 0) spec.n_max = mtp ? 3 : strcmp(spec.type, "draft") ? 2 : 8; /* as brisk run */
+    if (mtp && !p_min_set) spec.p_min = 0; /* llama.cpp's default for mtp */
     int hf_rc = cli_model_path(&mo, "serve", &model_path);
     if (hf_rc) return hf_rc;
     cfg.max_body = max_body > 0 ? (size_t)max_body : (size_t)max_body_mb << 20;
@@ -301,7 +308,7 @@ int cmd_serve(int argc, char **argv) {
     cfg.ckpt_interval = cp.kv_block_size;
     if (!cli_new_context(model, &cp, &ctx)) goto done;
     if (speculate) {
-        if (!serve_spec_new(&spec, model, &mo, &cp, cfg.n_parallel, cfg.n_ctx_slot)) goto done;
+        if (!serve_spec_new(&spec, model, ctx, &mo, &cp, cfg.n_parallel, cfg.n_ctx_slot)) goto done;
         cfg.spec = (sched_spec){spec.type, spec.dr, spec.n_max, spec.n_min, spec.p_min, spec.rows};
     }
     if (server_start(model, ctx, &cfg, &srv) != BRISK_OK) {

@@ -307,23 +307,26 @@ static brisk_status mtp_begin(drafter *d) {
     return brisk_seq_clear(d->ctx, 0);
 }
 
-/* The MTP context catches up on the target's batch: entry i pairs its token with the target's h of entry
- * i - 1 (the first with pending_h). Keeps the batch's last rows of h for drafter_sync. */
-static brisk_status mtp_process(drafter *d, const brisk_batch_entry *batch, int n) {
+/* The MTP context catches up on entries [first, first + n) of the target's batch (one sequence's
+ * consecutive positions): entry i pairs its token with the target's h of the entry before it (the
+ * first with pending_h). Keeps the entries' last rows of h for drafter_sync. */
+static brisk_status mtp_process(drafter *d, const brisk_batch_entry *batch, int first, int n) {
     if (n <= 0) return BRISK_OK;
     if (n > PREFILL_CHUNK) return bk_fail(BRISK_ERR_INVALID_ARG, "drafter_process: a batch of %d entries", n);
     size_t row = (size_t)d->n_embd * sizeof(float);
     for (int i = 0; i < n; i++) {
-        const float *h = i ? mtp_hidden(d->target, i - 1) : d->pending_h;
+        const float *h = i ? mtp_hidden(d->target, first + i - 1) : d->pending_h;
         if (!h) return bk_fail(BRISK_ERR_INVALID_ARG, "drafter_process: the target kept no hidden state");
         memcpy(d->h_in + (size_t)i * d->n_embd, h, row);
-        d->batch[i] = batch[i];
+        d->batch[i] = batch[first + i];
+        d->batch[i].seq = 0; /* the MTP context's one sequence */
         d->batch[i].logits = false;
     }
     BK_TRY(mtp_decode(d->ctx, d->batch, d->h_in, n));
     int keep = n < DRAFTER_MAX_DRAFT + 1 ? n : DRAFTER_MAX_DRAFT + 1;
-    for (int i = 0; i < keep; i++) memcpy(d->verify_h + (size_t)i * d->n_embd, mtp_hidden(d->target, n - keep + i), row);
-    d->verify_pos0 = batch[n - keep].pos;
+    for (int i = 0; i < keep; i++)
+        memcpy(d->verify_h + (size_t)i * d->n_embd, mtp_hidden(d->target, first + n - keep + i), row);
+    d->verify_pos0 = batch[first + n - keep].pos;
     d->verify_rows = keep;
     memcpy(d->pending_h, d->verify_h + (size_t)(keep - 1) * d->n_embd, row);
     return BRISK_OK;
@@ -482,7 +485,26 @@ brisk_status drafter_begin(drafter *d, const brisk_token *hist, int32_t n) {
 }
 
 brisk_status drafter_process(drafter *d, const brisk_batch_entry *batch, int n) {
-    return d->kind == DRAFTER_MTP ? mtp_process(d, batch, n) : BRISK_OK;
+    return d->kind == DRAFTER_MTP ? mtp_process(d, batch, 0, n) : BRISK_OK;
+}
+
+brisk_status drafter_process_at(drafter *d, const brisk_batch_entry *batch, int first, int n) {
+    for (int i = 0; d->kind == DRAFTER_MTP && i < n; i += PREFILL_CHUNK)
+        BK_TRY(mtp_process(d, batch, first + i, n - i < PREFILL_CHUNK ? n - i : PREFILL_CHUNK));
+    return BRISK_OK;
+}
+
+brisk_status drafter_begin_at(drafter *d, const brisk_token *hist, int32_t n, int32_t n_have, int32_t n_seen) {
+    if (d->kind != DRAFTER_MTP) return drafter_begin(d, hist, n);
+    /* the pairs of the positions it saw stay; those it did not see are left blank (they only make its
+     * drafts worse), as is the h before the first new position */
+    int32_t keep = n_seen < n_have ? n_seen : n_have, len = brisk_seq_len(d->ctx, 0);
+    if (keep < 0) keep = 0;
+    if (keep > len) keep = len;
+    memset(d->pending_h, 0, (size_t)d->n_embd * sizeof(float));
+    d->verify_rows = 0;
+    BK_TRY(keep ? brisk_seq_remove(d->ctx, 0, keep, -1) : brisk_seq_clear(d->ctx, 0));
+    return n_have > keep ? brisk_seq_extend_blank(d->ctx, 0, n_have - keep) : BRISK_OK;
 }
 
 brisk_status drafter_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max, brisk_token *out, int *k) {

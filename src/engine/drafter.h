@@ -85,6 +85,15 @@ brisk_status drafter_begin(drafter *d, const brisk_token *hist, int32_t n);
  * hidden states still there: the mtp kind runs its head over the batch's tokens with the target's h shifted
  * one position (the first entry pairs with the h kept from the batch before). The other kinds ignore it. */
 brisk_status drafter_process(drafter *d, const brisk_batch_entry *batch, int n);
+/* drafter_process for a batch of several sequences (a server's step): this drafter's entries are
+ * batch[first, first + n), consecutive positions of its sequence (any length; the target's hidden
+ * states are those of the whole batch). */
+brisk_status drafter_process_at(drafter *d, const brisk_batch_entry *batch, int first, int n);
+/* drafter_begin where the target already holds hist[0, n_have) (a reused prefix it decodes no more),
+ * of which this drafter saw hist[0, n_seen) with its last sequence (a server slot's own cache): the
+ * mtp kind keeps what it saw of it and leaves the rest blank (its drafts for such a prompt are worse;
+ * the output is the same); the other kinds begin as drafter_begin. */
+brisk_status drafter_begin_at(drafter *d, const brisk_token *hist, int32_t n, int32_t n_have, int32_t n_seen);
 /* Proposes *k <= k_max (<= DRAFTER_MAX_DRAFT) tokens into out to follow hist[0, n); *k = 0: no proposal. */
 brisk_status drafter_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max, brisk_token *out, int *k);
 /* drafter_draft for n_d (<= DRAFTER_FEED_CHUNK) model drafters that share one context (distinct

@@ -31,6 +31,9 @@ typedef struct slot {
     int n_rec;
     /* speculative decoding */
     drafter *dr;           /* borrowed (sched_spec.drafters[id]); NULL: none */
+    bool dr_mtp;           /* the MTP kind: it sees every batch of the slot's request (drafter_process_at) */
+    int n_seen;            /* MTP: prompt tokens its context still holds from the slot's last request */
+    int chunk_idx;         /* the batch entry of this slot's first prompt token in the current batch */
     bool dr_begun;         /* drafter_begin ran for the current request */
     bool dr_failed;        /* the drafter failed: the request goes on without speculation */
     bool dr_asked;         /* the drafter proposed this step (it is synced after the step) */
@@ -319,6 +322,9 @@ static brisk_status slot_bind(sched *s, slot *sl, sched_req *r, int ci) {
     sl->fork_wait = ci > 0;
     sl->dt = (brisk_detok){0};
     sl->dr_begun = sl->dr_failed = false;
+    /* the MTP kind runs its head over every token of the request: not for a request that opts out,
+     * nor for choices > 0, which take the first one's prompt without having seen it */
+    if (sl->dr_mtp && (r->p.spec_n_max == 0 || ci > 0)) sl->dr_failed = true;
     return BRISK_OK;
 }
 
@@ -346,6 +352,8 @@ static void slot_start(sched *s, sched_req *r) {
     }
     slot *sl = &s->slots[target];
     int reuse = s_lcp > t_lcp ? s_lcp : t_lcp;
+    /* what its MTP head saw of the reused prefix: the slot's own cache, if its last request ran it */
+    sl->n_seen = sl->dr_mtp && sl->dr_begun && !sl->dr_failed ? t_lcp : 0;
     brisk_status st;
     if (src >= 0 && src != target && s_lcp > t_lcp) {
         st = brisk_seq_share_prefix(s->ctx, src, target, reuse);
@@ -461,6 +469,8 @@ static int spec_k_max(const sched *s, const slot *sl) {
  * drafter failed, which turns speculation off for the rest of the request (it goes on without). */
 static bool spec_prepare(slot *sl) {
     int32_t n = sl->n_cache + 1;
+    if (sl->dr_mtp && !sl->dr_begun) sl->dr_failed = true; /* it must have seen the prompt */
+    if (sl->dr_failed) return false;
     sl->cache[sl->n_cache] = sl->next; /* fed this step */
     brisk_status st = sl->dr_begun ? drafter_sync(sl->dr, sl->cache, n) : drafter_begin(sl->dr, sl->cache, n);
     sl->dr_begun = sl->dr_asked = true;
@@ -561,6 +571,12 @@ static int build_batch(sched *s) {
         }
         int take = r->n_prompt - sl->n_fed;
         if (take > budget) take = budget;
+        if (sl->dr_mtp && !sl->dr_begun && !sl->dr_failed) { /* before the request's first batch */
+            sl->dr_begun = true;
+            if (drafter_begin_at(sl->dr, r->prompt, r->n_prompt, sl->n_fed, sl->n_seen) != BRISK_OK)
+                sl->dr_failed = true;
+        }
+        sl->chunk_idx = n;
         /* End on a checkpoint boundary; near the prompt's end, on one a few tokens before it: a
          * follow-up turn re-renders the generation prompt ("<think>\n") differently. */
         int end = sl->n_fed + take, limit = end == r->n_prompt ? end - CKPT_END_MARGIN : end;
@@ -768,8 +784,23 @@ static void spec_settle(sched *s) {
     }
 }
 
+/* After the target's step, while its hidden states are there: each slot's MTP head catches up on the
+ * slot's entries of the batch (a prompt chunk, or its token and drafts). */
+static void spec_process(sched *s) {
+    for (int i = 0; i < s->p.n_parallel; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->req || !sl->dr_mtp || !sl->dr_begun || sl->dr_failed) continue;
+        brisk_status st = BRISK_OK;
+        if (sl->n_chunk) st = drafter_process_at(sl->dr, s->batch, sl->chunk_idx, sl->n_chunk);
+        else if (sl->generating && sl->logit_idx >= 0)
+            st = drafter_process_at(sl->dr, s->batch, sl->logit_idx, 1 + sl->n_draft);
+        if (st != BRISK_OK) sl->dr_failed = true;
+    }
+}
+
 static void step(sched *s, int n) {
     brisk_status st = brisk_decode(s->ctx, s->batch, n);
+    if (st == BRISK_OK && s->p.spec.drafters) spec_process(s);
     char err[256] = "";
     if (st != BRISK_OK) snprintf(err, sizeof err, "decode failed: %s", brisk_last_error());
     /* Sampling runs outside the lock: the slots belong to this thread. */
@@ -1009,6 +1040,7 @@ brisk_status sched_new(brisk_model *model, brisk_context *ctx, const sched_param
     for (int i = 0; i < p->n_parallel; i++) {
         s->slots[i].id = i;
         s->slots[i].dr = sp->drafters ? sp->drafters[i] : NULL;
+        s->slots[i].dr_mtp = s->slots[i].dr && drafter_get_kind(s->slots[i].dr) == DRAFTER_MTP;
         if (!(s->slots[i].cache = malloc((size_t)p->n_ctx_slot * sizeof(brisk_token)))) goto oom;
         if (!(s->slots[i].rec = malloc((size_t)per_slot * sizeof(sched_token)))) goto oom;
     }
