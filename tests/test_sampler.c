@@ -373,7 +373,7 @@ static void test_speculative_distribution(void) {
         CHECK_OK(brisk_seq_clear(target, 0));
         CHECK_OK(brisk_seq_clear(draft, 0));
         drafter *dr = NULL;
-        CHECK_OK(drafter_new_model(draft, nv, 0.0f, &dr));
+        CHECK_OK(drafter_new_model(draft, 0, nv, 0.0f, &dr));
         if (!dr) break;
         spec_rec rec = {{0}, 0};
         spec_stats st;

@@ -95,7 +95,7 @@ static int run_speculative(brisk_model *model, brisk_context *ctx, const brisk_c
             goto done;
         }
         if (!cli_new_context(dm, cp, &dc)) goto done;
-        s = drafter_new_model(dc, brisk_n_vocab(model), p_min, &dr);
+        s = drafter_new_model(dc, 0, brisk_n_vocab(model), p_min, &dr);
     } else if (!strcmp(spec_type, "mtp")) {
         s = drafter_new_mtp(ctx, model, cp, p_min, &dr);
     } else if (!strcmp(spec_type, "ngram-simple")) {

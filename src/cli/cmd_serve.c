@@ -43,6 +43,21 @@ static void usage(FILE *f) {
             "                       a reranker (pooling rank: the model's classification head): /v1/rerank\n"
             "  --pooling TYPE       none, mean, cls, last or rank (default: the model's <arch>.pooling_type);\n"
             "                       none: /v1/rerank scores by late interaction (MaxSim of token vectors)\n"
+            "speculative decoding, per slot inside the batch (the output is the model's own; only the speed changes):\n"
+            "  -md, --model-draft, --spec-draft-model FILE  a small model of the same vocabulary proposes tokens\n"
+            "  --spec-type T        none, ngram-simple, ngram-cache, draft (-md; also draft-simple) or mtp\n"
+            "                       (the model's own multi-token-prediction head: Qwen3.5/3.6 files with\n"
+            "                       nextn layers; CPU, -ngl 0; also draft-mtp) (default: draft with -md, else none)\n"
+            "  --draft-max, --draft, --draft-n, --spec-draft-n-max N  tokens proposed per round (default 8 for a\n"
+            "                       draft model, 3 for mtp, 2 for n-grams; at most 64); a request's speculative.n_max\n"
+            "                       lowers it (0: off)\n"
+            "  --draft-min, --draft-n-min, --spec-draft-n-min N  verify no proposal shorter than N (default 0)\n"
+            "  --draft-p-min, --spec-draft-p-min P  stop a draft model's or mtp's proposals below this\n"
+            "                       probability (default 0.75, mtp 0)\n"
+            "  --spec-ngram-size-n, --spec-ngram-simple-size-n N  ngram-simple: the longest suffix looked up\n"
+            "                       (default 4; down to 2)\n"
+            "  --draft-rows N       rows (every generating slot's token and drafts) a step holds before drafts\n"
+            "                       shrink (default 1 + draft-max: with that many slots generating, none drafts)\n"
             CLI_MODEL_HELP);
 }
 
@@ -64,6 +79,66 @@ static bool resolve_key(server_config *cfg, const char *file, char **buf) {
     return true;
 }
 
+/* Speculation settings from the flags. */
+typedef struct serve_spec {
+    const char *type, *draft_path;
+    int n_max, n_min, ngram_n, rows;
+    float p_min;
+    brisk_model *dm;       /* the draft model (type "draft") */
+    brisk_context *dctx;   /* its context: slot i's drafter decodes sequence i */
+    drafter **dr;          /* (n_parallel) the slots' drafters */
+    int n;
+} serve_spec;
+
+static void serve_spec_free(serve_spec *sp) {
+    for (int i = 0; i < sp->n; i++) drafter_free(sp->dr[i]);
+    free(sp->dr);
+    brisk_context_free(sp->dctx);
+    brisk_model_free(sp->dm);
+}
+
+/* One drafter per slot; a draft model's share one context, one sequence of n_ctx_slot tokens each. */
+static bool serve_spec_new(serve_spec *sp, brisk_model *model, brisk_context *ctx, const cli_model_opts *mo,
+                           const brisk_context_params *cp, int n_parallel, int n_ctx_slot) {
+    bool draft = !strcmp(sp->type, "draft");
+    if (!(sp->dr = calloc((size_t)n_parallel, sizeof *sp->dr))) return cli_error(1, "out of memory"), false;
+    sp->n = n_parallel;
+    brisk_context_params dp = brisk_context_default_params();
+    if (draft) {
+        cli_model_opts dmo = *mo;
+        dmo.n_cpu_moe = 0; /* the draft is small: all of it where -ngl puts it */
+        dmo.gpu_mem = 0;
+        dmo.tp = 0;
+        char why[256];
+        if (!cli_load_model(sp->draft_path, &dmo, NULL, &sp->dm)) return false;
+        if (!drafter_model_compatible(model, sp->dm, why, sizeof why))
+            return cli_error(1, "serve: %s cannot draft for the model: %s", sp->draft_path, why), false;
+        dp.n_ctx = n_ctx_slot * n_parallel;
+        dp.n_seq_max = n_parallel;
+        dp.n_batch = DRAFTER_FEED_CHUNK;
+        dp.n_threads = cp->n_threads;
+        dp.kv_type = cp->kv_type;
+        dp.n_seq_checkpoints = 1; /* a recurrent draft rolls its rejected proposals back from a snapshot */
+        if (!cli_new_context(sp->dm, &dp, &sp->dctx)) return false;
+    }
+    for (int i = 0; i < n_parallel; i++) {
+        brisk_status st;
+        if (draft) {
+            st = drafter_new_model(sp->dctx, i, brisk_n_vocab(model), sp->p_min, &sp->dr[i]);
+        } else if (!strcmp(sp->type, "mtp")) { /* its own MTP context of n_ctx_slot per slot */
+            brisk_context_params mp = *cp;
+            mp.n_ctx = n_ctx_slot;
+            st = drafter_new_mtp(ctx, model, &mp, sp->p_min, &sp->dr[i]);
+        } else if (!strcmp(sp->type, "ngram-simple")) {
+            st = drafter_new_lookup(sp->ngram_n < 2 ? sp->ngram_n : 2, sp->ngram_n, &sp->dr[i]);
+        } else {
+            st = drafter_new_cache(n_ctx_slot, &sp->dr[i]);
+        }
+        if (st != BRISK_OK) return cli_error(1, "serve: %s", brisk_last_error()), false;
+    }
+    return true;
+}
+
 static bool is_loopback(const char *host) {
     return !strncmp(host, "127.", 4) || !strcmp(host, "::1") || !strcmp(host, "localhost");
 }
@@ -74,6 +149,8 @@ int cmd_serve(int argc, char **argv) {
     int n_alias = 0, n_cors = 0;
     int n_ctx = 0, n_threads = 0, max_body_mb = 8, max_body = -1, n_ckpt = 4, pooling = BRISK_POOLING_UNSPECIFIED;
     bool embeddings = false;
+    serve_spec spec = {.n_max = -1, .ngram_n = 4, .p_min = 0.75f};
+    bool p_min_set = false;
     server_config cfg = {.host = "127.0.0.1", .port = 8080, .n_parallel = 4, .prefill_chunk = 2048, .max_queue = 64,
                          .access_log = true};
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
@@ -135,8 +212,38 @@ int cmd_serve(int argc, char **argv) {
                 return cli_error(2, "serve: --pooling '%s': none, mean, cls, last or rank", v);
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!cli_int(a, v, 1, 1024, &n_threads)) return 2;
+        } else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft") || !strcmp(a, "--spec-draft-model")) {
+            spec.draft_path = v;
+        } else if (!strcmp(a, "--spec-type")) {
+            if (!strcmp(v, "draft-simple")) v = "draft"; /* llama.cpp's name */
+            if (!strcmp(v, "draft-mtp")) v = "mtp"; /* llama.cpp's name */
+            if (strcmp(v, "none") && strcmp(v, "ngram-simple") && strcmp(v, "ngram-cache") && strcmp(v, "draft") &&
+                strcmp(v, "mtp"))
+                return cli_error(2, "serve: --spec-type %s (want none, ngram-simple, ngram-cache, draft or mtp)", v);
+            spec.type = v;
+        } else if (!strcmp(a, "--draft-max") || !strcmp(a, "--draft") || !strcmp(a, "--draft-n") ||
+                   !strcmp(a, "--spec-draft-n-max")) {
+            if (!cli_int(a, v, 1, DRAFTER_MAX_DRAFT, &spec.n_max)) return 2;
+        } else if (!strcmp(a, "--draft-min") || !strcmp(a, "--draft-n-min") || !strcmp(a, "--spec-draft-n-min")) {
+            if (!cli_int(a, v, 0, DRAFTER_MAX_DRAFT, &spec.n_min)) return 2;
+        } else if (!strcmp(a, "--draft-p-min") || !strcmp(a, "--spec-draft-p-min")) {
+            if (!cli_float(a, v, 0, 1, &spec.p_min)) return 2;
+            p_min_set = true;
+        } else if (!strcmp(a, "--spec-ngram-size-n") || !strcmp(a, "--spec-ngram-simple-size-n")) {
+            if (!cli_int(a, v, 1, DRAFTER_NGRAM_MAX, &spec.ngram_n)) return 2;
+        } else if (!strcmp(a, "--draft-rows")) {
+            if (!cli_int(a, v, 1, 1 << 16, &spec.rows)) return 2;
         } else return cli_error(2, "serve: unknown option '%s' (try `brisk serve --help`)", a);
     }
+    if (!spec.type) spec.type = spec.draft_path ? "draft" : "none";
+    if (!strcmp(spec.type, "draft") && !spec.draft_path) return cli_error(2, "serve: --spec-type draft needs -md FILE");
+    bool speculate = strcmp(spec.type, "none") != 0;
+    if (speculate && embeddings) return cli_error(2, "serve: speculative decoding is for generation, not --embeddings");
+    if (!strcmp(spec.type, "draft") && cfg.n_parallel > DRAFTER_FEED_CHUNK) /* drafter_draft_models' lockstep */
+        return cli_error(2, "serve: a draft model drafts for at most %d slots (--parallel)", DRAFTER_FEED_CHUNK);
+    bool mtp = !strcmp(spec.type, "mtp");
+    if (spec.n_max < 0) spec.n_max = mtp ? 3 : strcmp(spec.type, "draft") ? 2 : 8; /* as brisk run */
+    if (mtp && !p_min_set) spec.p_min = 0; /* llama.cpp's default for mtp */
     int hf_rc = cli_model_path(&mo, "serve", &model_path);
     if (hf_rc) return hf_rc;
     cfg.max_body = max_body > 0 ? (size_t)max_body : (size_t)max_body_mb << 20;
@@ -179,11 +286,16 @@ int cmd_serve(int argc, char **argv) {
     brisk_context_params cp = brisk_context_default_params();
     cp.n_ctx = (n_ctx > 0 ? n_ctx : 4096) * cfg.n_parallel; /* --gpu-mem's estimate: at most this */
     cp.n_seq_max = cfg.n_parallel;
-    cp.n_batch = cfg.n_parallel + cfg.prefill_chunk;
+    cp.n_batch = cfg.n_parallel * (1 + (speculate ? spec.n_max : 0)) + cfg.prefill_chunk; /* scheduler.h */
+    /* logits rows a step may want: the generating slots' tokens and drafts (at most max(--draft-rows,
+     * slots)) and the prompts ending in it (other slots); past n_outputs_max a step is several passes */
+    int spec_rows = spec.rows ? spec.rows : 1 + spec.n_max, outs = cfg.n_parallel + spec_rows;
+    if (speculate && outs > (cfg.n_parallel > 64 ? cfg.n_parallel : 64)) cp.n_outputs_max = outs;
     cp.n_threads = n_threads;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
     cp.attn_sparse_k = mo.attn_sparse;
-    cp.n_seq_checkpoints = n_ckpt;
+    /* speculation snapshots a recurrent state before each round that may be cut back */
+    cp.n_seq_checkpoints = speculate && n_ckpt < 1 ? 1 : n_ckpt;
     cp.embeddings = embeddings;
     cp.pooling = pooling;
     if (pooling != BRISK_POOLING_UNSPECIFIED && !embeddings)
@@ -195,20 +307,27 @@ int cmd_serve(int argc, char **argv) {
     cp.n_ctx = cfg.n_ctx_slot * cfg.n_parallel;
     cfg.ckpt_interval = cp.kv_block_size;
     if (!cli_new_context(model, &cp, &ctx)) goto done;
+    if (speculate) {
+        if (!serve_spec_new(&spec, model, ctx, &mo, &cp, cfg.n_parallel, cfg.n_ctx_slot)) goto done;
+        cfg.spec = (sched_spec){spec.type, spec.dr, spec.n_max, spec.n_min, spec.p_min, spec.rows};
+    }
     if (server_start(model, ctx, &cfg, &srv) != BRISK_OK) {
         cli_error(1, "serve: %s", brisk_last_error());
         goto done;
     }
-    fprintf(stderr, "brisk serve: %s on http://%s%s%s:%d (%d slots of %d tokens%s%s)\n", cfg.model_id,
+    char spec_note[96] = "";
+    if (speculate) snprintf(spec_note, sizeof spec_note, "; speculative %s, up to %d drafts", spec.type, spec.n_max);
+    fprintf(stderr, "brisk serve: %s on http://%s%s%s:%d (%d slots of %d tokens%s%s%s)\n", cfg.model_id,
             strchr(cfg.host, ':') ? "[" : "", cfg.host, strchr(cfg.host, ':') ? "]" : "", server_port(srv),
             cfg.n_parallel, cfg.n_ctx_slot, embeddings ? "; embeddings, pooling " : "",
-            embeddings ? brisk_pooling_name(brisk_context_pooling(ctx)) : "");
+            embeddings ? brisk_pooling_name(brisk_context_pooling(ctx)) : "", spec_note);
     int sig = 0;
     sigwait(&sigs, &sig);
     fprintf(stderr, "brisk serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     rc = 0;
 done:
     server_stop(srv);
+    serve_spec_free(&spec); /* after the scheduler, before the model */
     brisk_context_free(ctx);
     brisk_model_free(model);
     free(template_src);

@@ -32,6 +32,7 @@ struct drafter {
     drafter_kind kind;
     /* model */
     brisk_context *ctx;        /* borrowed */
+    int seq;                   /* the model kind's sequence in ctx */
     int n_vocab;
     float p_min;
     int32_t snap;              /* the draft cache's length when the round began */
@@ -66,10 +67,11 @@ static brisk_status alloc_drafter(drafter_kind kind, drafter **out) {
     return BRISK_OK;
 }
 
-brisk_status drafter_new_model(brisk_context *draft, int n_vocab, float p_min, drafter **out) {
+brisk_status drafter_new_model(brisk_context *draft, int seq, int n_vocab, float p_min, drafter **out) {
     BK_TRY(alloc_drafter(DRAFTER_MODEL, out));
     drafter *d = *out;
     d->ctx = draft;
+    d->seq = seq;
     d->n_vocab = n_vocab;
     d->p_min = p_min;
     if (!(d->batch = malloc(PREFILL_CHUNK * sizeof *d->batch))) {
@@ -209,22 +211,27 @@ static brisk_token argmax_p(const float *x, int n, float *p) {
     return best;
 }
 
-brisk_status drafter_feed(brisk_context *ctx, const brisk_token *hist, int32_t from, int32_t to,
-                          brisk_batch_entry *batch) {
+static brisk_status feed_seq(brisk_context *ctx, int seq, const brisk_token *hist, int32_t from, int32_t to,
+                             brisk_batch_entry *batch) {
     for (int32_t i = from; i < to; i += PREFILL_CHUNK) {
         int n = to - i < PREFILL_CHUNK ? to - i : PREFILL_CHUNK;
-        for (int j = 0; j < n; j++) batch[j] = (brisk_batch_entry){hist[i + j], i + j, 0, i + j == to - 1};
+        for (int j = 0; j < n; j++) batch[j] = (brisk_batch_entry){hist[i + j], i + j, seq, i + j == to - 1};
         BK_TRY(brisk_decode(ctx, batch, n));
     }
     return BRISK_OK;
 }
 
+brisk_status drafter_feed(brisk_context *ctx, const brisk_token *hist, int32_t from, int32_t to,
+                          brisk_batch_entry *batch) {
+    return feed_seq(ctx, 0, hist, from, to, batch);
+}
+
 static brisk_status model_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max, brisk_token *out, int *k) {
     *k = 0;
-    BK_TRY(brisk_seq_checkpoint(d->ctx, 0));
-    d->snap = brisk_seq_len(d->ctx, 0);
+    BK_TRY(brisk_seq_checkpoint(d->ctx, d->seq));
+    d->snap = brisk_seq_len(d->ctx, d->seq);
     if (k_max <= 0) return BRISK_OK;
-    BK_TRY(drafter_feed(d->ctx, hist, d->snap, n, d->batch));
+    BK_TRY(feed_seq(d->ctx, d->seq, hist, d->snap, n, d->batch));
     /* proposals stop where the draft is unsure: a likely rejection costs a draft step and a
      * wider target batch for nothing */
     float p;
@@ -232,7 +239,7 @@ static brisk_status model_draft(drafter *d, const brisk_token *hist, int32_t n, 
     if (p < d->p_min) return BRISK_OK;
     *k = 1;
     for (int i = 1; i < k_max; i++) {
-        brisk_batch_entry e = {out[i - 1], n - 1 + i, 0, true};
+        brisk_batch_entry e = {out[i - 1], n - 1 + i, d->seq, true};
         BK_TRY(brisk_decode(d->ctx, &e, 1));
         out[i] = argmax_p(brisk_get_logits(d->ctx, 0), d->n_vocab, &p);
         if (p < d->p_min) break;
@@ -241,15 +248,55 @@ static brisk_status model_draft(drafter *d, const brisk_token *hist, int32_t n, 
     return BRISK_OK;
 }
 
+brisk_status drafter_draft_models(drafter *const *d, int n_d, const brisk_token *const *hist, const int32_t *n,
+                                  const int *k_max, brisk_token *const *out, int *k) {
+    if (n_d <= 0) return BRISK_OK;
+    if (n_d > PREFILL_CHUNK) return bk_fail(BRISK_ERR_INVALID_ARG, "drafter: %d drafters in lockstep", n_d);
+    brisk_context *ctx = d[0]->ctx;
+    brisk_batch_entry *b = d[0]->batch;
+    int live[PREFILL_CHUNK], m = 0;
+    for (int i = 0; i < n_d; i++) {
+        k[i] = 0;
+        if (d[i]->kind != DRAFTER_MODEL || d[i]->ctx != ctx)
+            return bk_fail(BRISK_ERR_INVALID_ARG, "drafter: lockstep drafting needs draft models of one context");
+        BK_TRY(brisk_seq_checkpoint(ctx, d[i]->seq));
+        d[i]->snap = brisk_seq_len(ctx, d[i]->seq);
+        if (k_max[i] <= 0 || d[i]->snap > n[i] - 1) continue;
+        /* catch up on all but the last token alone (the first round of a sequence, or after rounds
+         * it sat out); the last tokens of all go in one batch */
+        BK_TRY(feed_seq(ctx, d[i]->seq, hist[i], d[i]->snap, n[i] - 1, b));
+        live[m++] = i;
+    }
+    for (int step = 0; m > 0; step++) {
+        for (int j = 0; j < m; j++) {
+            int i = live[j];
+            brisk_token t = step ? out[i][step - 1] : hist[i][n[i] - 1];
+            b[j] = (brisk_batch_entry){t, n[i] - 1 + step, d[i]->seq, true};
+        }
+        BK_TRY(brisk_decode(ctx, b, m));
+        int m2 = 0;
+        for (int j = 0; j < m; j++) {
+            int i = live[j], kmax = k_max[i] < DRAFTER_MAX_DRAFT ? k_max[i] : DRAFTER_MAX_DRAFT;
+            float p;
+            out[i][step] = argmax_p(brisk_get_logits(ctx, j), d[i]->n_vocab, &p);
+            if (p < d[i]->p_min) continue; /* as model_draft: the proposals stop where the draft is unsure */
+            k[i] = step + 1;
+            if (k[i] < kmax) live[m2++] = i;
+        }
+        m = m2;
+    }
+    return BRISK_OK;
+}
+
 /* Cuts the draft's seq 0 back to `keep` positions; where recurrent state allows no direct cut,
  * restores the round's snapshot and re-decodes hist[snap, keep). */
 static brisk_status model_sync(drafter *d, const brisk_token *hist, int32_t keep) {
-    if (brisk_seq_len(d->ctx, 0) <= keep) return BRISK_OK;
-    if (brisk_seq_keepable(d->ctx, 0, keep) == keep) return brisk_seq_remove(d->ctx, 0, keep, -1);
-    if (brisk_seq_keepable(d->ctx, 0, d->snap) != d->snap)
+    if (brisk_seq_len(d->ctx, d->seq) <= keep) return BRISK_OK;
+    if (brisk_seq_keepable(d->ctx, d->seq, keep) == keep) return brisk_seq_remove(d->ctx, d->seq, keep, -1);
+    if (brisk_seq_keepable(d->ctx, d->seq, d->snap) != d->snap)
         return bk_fail(BRISK_ERR_UNSUPPORTED, "speculative: cannot roll back the draft's recurrent state");
-    BK_TRY(brisk_seq_remove(d->ctx, 0, d->snap, -1));
-    return drafter_feed(d->ctx, hist, d->snap, keep, d->batch);
+    BK_TRY(brisk_seq_remove(d->ctx, d->seq, d->snap, -1));
+    return feed_seq(d->ctx, d->seq, hist, d->snap, keep, d->batch);
 }
 
 /* ---- mtp ---- */
@@ -260,23 +307,26 @@ static brisk_status mtp_begin(drafter *d) {
     return brisk_seq_clear(d->ctx, 0);
 }
 
-/* The MTP context catches up on the target's batch: entry i pairs its token with the target's h of entry
- * i - 1 (the first with pending_h). Keeps the batch's last rows of h for drafter_sync. */
-static brisk_status mtp_process(drafter *d, const brisk_batch_entry *batch, int n) {
+/* The MTP context catches up on entries [first, first + n) of the target's batch (one sequence's
+ * consecutive positions): entry i pairs its token with the target's h of the entry before it (the
+ * first with pending_h). Keeps the entries' last rows of h for drafter_sync. */
+static brisk_status mtp_process(drafter *d, const brisk_batch_entry *batch, int first, int n) {
     if (n <= 0) return BRISK_OK;
     if (n > PREFILL_CHUNK) return bk_fail(BRISK_ERR_INVALID_ARG, "drafter_process: a batch of %d entries", n);
     size_t row = (size_t)d->n_embd * sizeof(float);
     for (int i = 0; i < n; i++) {
-        const float *h = i ? mtp_hidden(d->target, i - 1) : d->pending_h;
+        const float *h = i ? mtp_hidden(d->target, first + i - 1) : d->pending_h;
         if (!h) return bk_fail(BRISK_ERR_INVALID_ARG, "drafter_process: the target kept no hidden state");
         memcpy(d->h_in + (size_t)i * d->n_embd, h, row);
-        d->batch[i] = batch[i];
+        d->batch[i] = batch[first + i];
+        d->batch[i].seq = 0; /* the MTP context's one sequence */
         d->batch[i].logits = false;
     }
     BK_TRY(mtp_decode(d->ctx, d->batch, d->h_in, n));
     int keep = n < DRAFTER_MAX_DRAFT + 1 ? n : DRAFTER_MAX_DRAFT + 1;
-    for (int i = 0; i < keep; i++) memcpy(d->verify_h + (size_t)i * d->n_embd, mtp_hidden(d->target, n - keep + i), row);
-    d->verify_pos0 = batch[n - keep].pos;
+    for (int i = 0; i < keep; i++)
+        memcpy(d->verify_h + (size_t)i * d->n_embd, mtp_hidden(d->target, first + n - keep + i), row);
+    d->verify_pos0 = batch[first + n - keep].pos;
     d->verify_rows = keep;
     memcpy(d->pending_h, d->verify_h + (size_t)(keep - 1) * d->n_embd, row);
     return BRISK_OK;
@@ -422,15 +472,39 @@ static int cache_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max
 
 brisk_status drafter_begin(drafter *d, const brisk_token *hist, int32_t n) {
     switch (d->kind) {
-    case DRAFTER_MODEL: return drafter_feed(d->ctx, hist, 0, n - 1, d->batch);
+    case DRAFTER_MODEL: /* a server slot's drafter begins again for each request */
+        BK_TRY(brisk_seq_clear(d->ctx, d->seq));
+        return feed_seq(d->ctx, d->seq, hist, 0, n - 1, d->batch);
     case DRAFTER_MTP: return mtp_begin(d);
-    case DRAFTER_CACHE: return cache_sync(d, hist, n);
+    case DRAFTER_CACHE:
+        for (uint32_t i = 0; d->n_indexed && i < d->cap; i++) d->keys[i].start = -1, d->pairs[i].key = -1;
+        d->n_indexed = 0;
+        return cache_sync(d, hist, n);
     default: return BRISK_OK;
     }
 }
 
 brisk_status drafter_process(drafter *d, const brisk_batch_entry *batch, int n) {
-    return d->kind == DRAFTER_MTP ? mtp_process(d, batch, n) : BRISK_OK;
+    return d->kind == DRAFTER_MTP ? mtp_process(d, batch, 0, n) : BRISK_OK;
+}
+
+brisk_status drafter_process_at(drafter *d, const brisk_batch_entry *batch, int first, int n) {
+    for (int i = 0; d->kind == DRAFTER_MTP && i < n; i += PREFILL_CHUNK)
+        BK_TRY(mtp_process(d, batch, first + i, n - i < PREFILL_CHUNK ? n - i : PREFILL_CHUNK));
+    return BRISK_OK;
+}
+
+brisk_status drafter_begin_at(drafter *d, const brisk_token *hist, int32_t n, int32_t n_have, int32_t n_seen) {
+    if (d->kind != DRAFTER_MTP) return drafter_begin(d, hist, n);
+    /* the pairs of the positions it saw stay; those it did not see are left blank (they only make its
+     * drafts worse), as is the h before the first new position */
+    int32_t keep = n_seen < n_have ? n_seen : n_have, len = brisk_seq_len(d->ctx, 0);
+    if (keep < 0) keep = 0;
+    if (keep > len) keep = len;
+    memset(d->pending_h, 0, (size_t)d->n_embd * sizeof(float));
+    d->verify_rows = 0;
+    BK_TRY(keep ? brisk_seq_remove(d->ctx, 0, keep, -1) : brisk_seq_clear(d->ctx, 0));
+    return n_have > keep ? brisk_seq_extend_blank(d->ctx, 0, n_have - keep) : BRISK_OK;
 }
 
 brisk_status drafter_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max, brisk_token *out, int *k) {

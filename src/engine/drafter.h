@@ -33,7 +33,7 @@
  * then per round drafter_draft (proposals for hist[n], hist[n+1], ...) and,
  * once the round's tokens are appended, drafter_sync with the new n.
  * A drafter belongs to one sequence; the model kind borrows its context (the
- * caller frees it after the drafter), the mtp kind borrows the target's and
+ * caller frees it after the drafter; drafters may share it, one sequence each), the mtp kind borrows the target's and
  * owns its MTP context. All sizes are fixed at _new: no allocation happens
  * per round. */
 #ifndef BK_DRAFTER_H
@@ -56,10 +56,11 @@ typedef enum drafter_kind {
 #define DRAFTER_MAX_DRAFT 64  /* proposals per round, at most */
 #define DRAFTER_NGRAM_MAX 4   /* the longest n-gram either n-gram kind matches (llama.cpp's LLAMA_NGRAM_MAX) */
 
-/* A draft model's context (empty, sequence 0; n_seq_checkpoints >= 1 when the
- * model is recurrent), borrowed. A round stops proposing at the first token
- * whose draft probability is below p_min (0: never). */
-brisk_status drafter_new_model(brisk_context *draft, int n_vocab, float p_min, drafter **out);
+/* A draft model's context (n_seq_checkpoints >= 1 when the model is recurrent), borrowed; the
+ * drafter decodes its sequence seq (empty), so drafters of several sequences (a server's slots)
+ * can share one context, one sequence each. A round stops proposing at the first token whose
+ * draft probability is below p_min (0: never). */
+brisk_status drafter_new_model(brisk_context *draft, int seq, int n_vocab, float p_min, drafter **out);
 /* The MTP head of target's model (model->n_mtp > 0): makes target keep its hidden states (mtp_keep_hidden) and
  * an MTP context of params' n_ctx, n_threads and kv_type (target's, borrowed: freed after the drafter). A
  * round stops proposing below p_min, as the model kind. BRISK_ERR_UNSUPPORTED where engine/mtp.h says. */
@@ -76,15 +77,31 @@ void drafter_free(drafter *d);
 
 drafter_kind drafter_get_kind(const drafter *d);
 
-/* With the prompt hist[0, n): the model kind prefills hist[0, n-1), the cache indexes hist, the mtp kind
- * starts its context over. */
+/* With the prompt hist[0, n): every kind starts over (a drafter may serve one sequence after another,
+ * as a server slot's does): the model kind clears its context and prefills hist[0, n-1), the cache
+ * forgets what it indexed and indexes hist, the mtp kind starts its context over. */
 brisk_status drafter_begin(drafter *d, const brisk_token *hist, int32_t n);
 /* The target has just decoded batch[0, n) (sequence 0, consecutive positions; n <= DRAFTER_FEED_CHUNK), its
  * hidden states still there: the mtp kind runs its head over the batch's tokens with the target's h shifted
  * one position (the first entry pairs with the h kept from the batch before). The other kinds ignore it. */
 brisk_status drafter_process(drafter *d, const brisk_batch_entry *batch, int n);
+/* drafter_process for a batch of several sequences (a server's step): this drafter's entries are
+ * batch[first, first + n), consecutive positions of its sequence (any length; the target's hidden
+ * states are those of the whole batch). */
+brisk_status drafter_process_at(drafter *d, const brisk_batch_entry *batch, int first, int n);
+/* drafter_begin where the target already holds hist[0, n_have) (a reused prefix it decodes no more),
+ * of which this drafter saw hist[0, n_seen) with its last sequence (a server slot's own cache): the
+ * mtp kind keeps what it saw of it and leaves the rest blank (its drafts for such a prompt are worse;
+ * the output is the same); the other kinds begin as drafter_begin. */
+brisk_status drafter_begin_at(drafter *d, const brisk_token *hist, int32_t n, int32_t n_have, int32_t n_seen);
 /* Proposes *k <= k_max (<= DRAFTER_MAX_DRAFT) tokens into out to follow hist[0, n); *k = 0: no proposal. */
 brisk_status drafter_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max, brisk_token *out, int *k);
+/* drafter_draft for n_d (<= DRAFTER_FEED_CHUNK) model drafters that share one context (distinct
+ * sequences) in lockstep: the same proposals, but each draft step is one brisk_decode for all of them
+ * (a server's slots; the context's n_batch >= n_d). Drafter i proposes k[i] <= k_max[i] tokens into
+ * out[i] to follow hist[i][0, n[i]). */
+brisk_status drafter_draft_models(drafter *const *d, int n_d, const brisk_token *const *hist, const int32_t *n,
+                                  const int *k_max, brisk_token *const *out, int *k);
 /* The round ended with hist[0, n) emitted: the model and mtp kinds cut their caches back to n-1
  * positions (the model kind restoring its snapshot from the round's start where recurrent state
  * needs it; the mtp kind keeps the target's h of position n-2 for the next round), the cache

@@ -168,8 +168,11 @@ static int take_delta(conn *c, oai_delta *d) {
     bool ok = true;
     for (int i = 0; i < c->n_cc; i++) ok &= copy_choice(c, i);
     snprintf(c->error, sizeof c->error, "%s", r->error);
+    double t_first = r->t_first_token ? r->t_first_token : r->t_end;
     *d = (oai_delta){.n = c->n_cc, .ch = c->cd, .finish = r->finish, .error = c->error, .n_prompt = r->n_prompt,
-                     .n_cached = r->n_cached};
+                     .n_cached = r->n_cached, .n_drafted = r->n_drafted, .n_draft_accepted = r->n_draft_accepted,
+                     .prompt_ms = t_first ? 1e3 * (t_first - r->t_submit) : 0,
+                     .predicted_ms = r->t_end && t_first ? 1e3 * (r->t_end - t_first) : 0};
     sched_unlock(srv->sch);
     return ok ? 1 : -1;
 }
@@ -331,6 +334,13 @@ static char *metrics_text(server *srv) {
            (unsigned long long)st.cached_tokens);
     METRIC("generated_tokens_total", "counter", "Tokens generated.", "%llu", (unsigned long long)st.generated_tokens);
     METRIC("decode_steps_total", "counter", "Batched decode steps.", "%llu", (unsigned long long)st.steps);
+    /* llama-server's speculative counters, under brisk's prefix */
+    METRIC("spec_decode_num_draft_tokens_total", "counter", "Speculative: draft tokens verified.", "%llu",
+           (unsigned long long)st.draft_tokens);
+    METRIC("spec_decode_num_accepted_tokens_total", "counter", "Speculative: draft tokens the target accepted.",
+           "%llu", (unsigned long long)st.draft_accepted);
+    METRIC("spec_decode_num_drafts_total", "counter", "Speculative: slot rounds that verified drafts.", "%llu",
+           (unsigned long long)st.draft_rounds);
     METRIC("queue_length", "gauge", "Requests waiting for a slot.", "%d", st.queue_len);
     METRIC("slots_active", "gauge", "Slots running a request.", "%d", st.active);
     METRIC("slots_total", "gauge", "Slots (parallel sequences).", "%d", st.n_parallel);
@@ -700,7 +710,8 @@ brisk_status server_start(brisk_model *model, brisk_context *ctx, const server_c
     srv->oai = (oai_server){model, srv->fmt, srv->model_id, cfg->n_parallel, (const char *const *)srv->names,
                             srv->n_names, cfg->n_ctx_slot, 1};
     if (s == BRISK_OK) s = oai_server_init(&srv->oai);
-    sched_params sp = {cfg->n_parallel, cfg->n_ctx_slot, cfg->prefill_chunk, cfg->max_queue, cfg->ckpt_interval};
+    sched_params sp = {cfg->n_parallel, cfg->n_ctx_slot, cfg->prefill_chunk, cfg->max_queue, cfg->ckpt_interval,
+                       cfg->spec};
     if (s == BRISK_OK) s = resp_store_new((size_t)64 << 20, 4096, &srv->resps); /* bytes, responses */
     if (s == BRISK_OK) s = sched_new(model, ctx, &sp, &srv->sch);
     if (s == BRISK_OK) s = guard_start(srv);

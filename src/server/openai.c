@@ -292,6 +292,10 @@ static bool parse_sampling(const oai_server *srv, const cJSON *root, bool chat, 
         else job->n = (int)v;
     }
     get_bool(root, "ignore_eos", &p->ignore_eos, &ok, e);
+    /* llama-server's per-request speculation fields (what its /slots shows under params); n_max 0 opts out,
+     * more than the server's --draft-max gets the server's */
+    if (get_num(root, "speculative.n_max", 0, DRAFTER_MAX_DRAFT, true, &v, &ok, e)) p->spec_n_max = (int)v;
+    if (get_num(root, "speculative.n_min", 0, DRAFTER_MAX_DRAFT, true, &v, &ok, e)) p->spec_n_min = (int)v;
     if (ok) ok = parse_bias(srv, root, p, e);
     if (!chat) get_bool(root, "echo", &job->echo, &ok, e);
     if (chat) {
@@ -620,6 +624,28 @@ static cJSON *usage(const oai_delta *d) {
     return u;
 }
 
+/* llama-server's per-response timings; draft_n and draft_n_accepted only when the request speculated, as
+ * there. prompt_ms runs from the request's arrival (queueing included) to its first token. */
+static cJSON *timings(const oai_delta *d) {
+    int n_gen = 0, n_proc = d->n_prompt - d->n_cached;
+    for (int i = 0; i < d->n; i++) n_gen += d->ch[i].n_gen;
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddNumberToObject(t, "cache_n", d->n_cached);
+    cJSON_AddNumberToObject(t, "prompt_n", n_proc);
+    cJSON_AddNumberToObject(t, "prompt_ms", d->prompt_ms);
+    cJSON_AddNumberToObject(t, "prompt_per_token_ms", n_proc > 0 ? d->prompt_ms / n_proc : 0);
+    cJSON_AddNumberToObject(t, "prompt_per_second", d->prompt_ms > 0 ? 1e3 * n_proc / d->prompt_ms : 0);
+    cJSON_AddNumberToObject(t, "predicted_n", n_gen);
+    cJSON_AddNumberToObject(t, "predicted_ms", d->predicted_ms);
+    cJSON_AddNumberToObject(t, "predicted_per_token_ms", n_gen > 0 ? d->predicted_ms / n_gen : 0);
+    cJSON_AddNumberToObject(t, "predicted_per_second", d->predicted_ms > 0 ? 1e3 * n_gen / d->predicted_ms : 0);
+    if (d->n_drafted > 0) {
+        cJSON_AddNumberToObject(t, "draft_n", (double)d->n_drafted);
+        cJSON_AddNumberToObject(t, "draft_n_accepted", (double)d->n_draft_accepted);
+    }
+    return t;
+}
+
 static cJSON *envelope(const oai_server *srv, const oai_job *job, const char *object) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", job->id);
@@ -678,7 +704,8 @@ static cJSON *chunk(const oai_server *srv, const oai_job *job, int index, cJSON 
 }
 
 /* The SSE events of one choice's new output (and its finish chunk when it ended). */
-static void stream_choice(const oai_server *srv, oai_job *job, int i, const oai_choice_delta *d, strbuf *out) {
+static void stream_choice(const oai_server *srv, oai_job *job, int i, const oai_delta *all, strbuf *out) {
+    const oai_choice_delta *d = &all->ch[i];
     oai_choice *c = &job->ch[i];
     if (c->done) return;
     bool fin = d->finish != SCHED_RUNNING;
@@ -720,8 +747,10 @@ static void stream_choice(const oai_server *srv, oai_job *job, int i, const oai_
         }
     }
     if (!fin) return;
-    sse(out, chunk(srv, job, i, job->chat ? cJSON_CreateObject() : cJSON_CreateString(""),
-                   finish_reason(job, c, d->finish), NULL));
+    cJSON *o = chunk(srv, job, i, job->chat ? cJSON_CreateObject() : cJSON_CreateString(""),
+                     finish_reason(job, c, d->finish), NULL);
+    if (all->finish != SCHED_RUNNING) cJSON_AddItemToObject(o, "timings", timings(all)); /* the request's last */
+    sse(out, o);
     c->done = true;
 }
 
@@ -734,7 +763,7 @@ void oai_stream_events(const oai_server *srv, oai_job *job, const oai_delta *d, 
         free(js);
         return;
     }
-    for (int i = 0; i < d->n && i < job->n; i++) stream_choice(srv, job, i, &d->ch[i], out);
+    for (int i = 0; i < d->n && i < job->n; i++) stream_choice(srv, job, i, d, out);
     if (d->finish == SCHED_RUNNING) return;
     if (job->include_usage) {
         cJSON *o = envelope(srv, job, job->chat ? "chat.completion.chunk" : "text_completion");
@@ -788,6 +817,7 @@ char *oai_response(const oai_server *srv, oai_job *job, const oai_delta *d) {
     cJSON *ch = cJSON_AddArrayToObject(o, "choices");
     for (int i = 0; i < d->n && i < job->n; i++) cJSON_AddItemToArray(ch, choice_json(srv, job, i, d->ch[i].finish));
     cJSON_AddItemToObject(o, "usage", usage(d));
+    cJSON_AddItemToObject(o, "timings", timings(d));
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;

@@ -110,6 +110,8 @@ typedef struct oai_delta {
     sched_finish finish;     /* the request's: SCHED_RUNNING while any choice runs */
     const char *error;
     int n_prompt, n_cached;
+    int64_t n_drafted, n_draft_accepted; /* speculative decoding: proposals verified, and accepted */
+    double prompt_ms, predicted_ms;      /* submission to the first token (queueing and prefill), then to the end */
 } oai_delta;
 
 /* Streaming: appends the SSE events for d (each choice's chunks carry its

@@ -33,6 +33,14 @@ char *props_models_json(server *srv, const char *id) {
     return print(o);
 }
 
+/* llama-server's speculative.* parameters: the server's (n_max -1) or a request's. */
+static void add_spec_params(cJSON *p, const sched_spec *sp, int n_max, int n_min) {
+    cJSON_AddNumberToObject(p, "speculative.n_max", n_max < 0 ? sp->n_max : n_max);
+    cJSON_AddNumberToObject(p, "speculative.n_min", n_max < 0 ? sp->n_min : n_min);
+    cJSON_AddNumberToObject(p, "speculative.p_min", sp->p_min);
+    cJSON_AddStringToObject(p, "speculative.types", sp->drafters ? sp->type : "none");
+}
+
 static const char *token_text(const brisk_model *m, brisk_token t, char *buf, size_t cap) {
     size_t len = 0;
     if (t < 0 || brisk_token_to_piece(m, t, true, buf, cap - 1, &len) != BRISK_OK) len = 0;
@@ -44,7 +52,9 @@ char *props_json(server *srv) {
     const brisk_model *m = srv->oai.model;
     brisk_sampler_params sp = brisk_sampler_default_params();
     cJSON *o = cJSON_CreateObject(), *dg = cJSON_AddObjectToObject(o, "default_generation_settings");
+    const sched_spec *spec = sched_get_spec(srv->sch);
     cJSON_AddNumberToObject(dg, "n_ctx", srv->cfg.n_ctx_slot);
+    cJSON_AddBoolToObject(dg, "speculative", spec->drafters != NULL);
     cJSON *p = cJSON_AddObjectToObject(dg, "params"); /* what a request gets without sampling fields */
     cJSON_AddNumberToObject(p, "temperature", sp.temp);
     cJSON_AddNumberToObject(p, "top_k", sp.top_k);
@@ -54,6 +64,7 @@ char *props_json(server *srv) {
     cJSON_AddNumberToObject(p, "repeat_last_n", sp.repeat_last_n);
     cJSON_AddNumberToObject(p, "presence_penalty", sp.presence_penalty);
     cJSON_AddNumberToObject(p, "frequency_penalty", sp.frequency_penalty);
+    add_spec_params(p, spec, -1, 0);
     cJSON_AddNumberToObject(o, "total_slots", srv->cfg.n_parallel);
     cJSON_AddStringToObject(o, "model_alias", srv->model_id);
     cJSON *mod = cJSON_AddObjectToObject(o, "modalities");
@@ -78,18 +89,24 @@ char *props_slots_json(server *srv) {
     sched_slot_info *info = malloc((size_t)n * sizeof *info);
     if (!info) return NULL;
     sched_get_slots(srv->sch, info);
+    const sched_spec *spec = sched_get_spec(srv->sch);
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; a && i < n; i++) {
         cJSON *s = cJSON_CreateObject();
         cJSON_AddItemToArray(a, s);
         cJSON_AddNumberToObject(s, "id", info[i].id);
         cJSON_AddNumberToObject(s, "n_ctx", srv->cfg.n_ctx_slot);
-        cJSON_AddBoolToObject(s, "speculative", false);
+        cJSON_AddBoolToObject(s, "speculative", spec->drafters != NULL);
         cJSON_AddBoolToObject(s, "is_processing", info[i].is_processing);
         cJSON_AddNumberToObject(s, "n_cache_tokens", info[i].n_cache); /* brisk's: the KV it keeps for reuse */
         if (!info[i].is_processing) continue;
         cJSON_AddNumberToObject(s, "n_prompt_tokens", info[i].n_prompt);
         cJSON_AddNumberToObject(s, "n_prompt_tokens_cache", info[i].n_cached);
+        if (spec->drafters) { /* its request's speculation, and brisk's counts of it */
+            add_spec_params(cJSON_AddObjectToObject(s, "params"), spec, info[i].spec_n_max, info[i].spec_n_min);
+            cJSON_AddNumberToObject(s, "draft_n", (double)info[i].n_drafted);
+            cJSON_AddNumberToObject(s, "draft_n_accepted", (double)info[i].n_draft_accepted);
+        }
         cJSON *nt = cJSON_CreateObject();
         cJSON_AddItemToArray(cJSON_AddArrayToObject(s, "next_token"), nt);
         cJSON_AddBoolToObject(nt, "has_next_token", info[i].n_remain > 0);

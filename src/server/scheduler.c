@@ -27,10 +27,32 @@ typedef struct slot {
     int logit_idx;         /* batch entry whose logits this slot samples from, -1: none */
     int embd_idx;          /* embeddings: the batch entry of its input's first token */
     int n_chunk;           /* prompt tokens of this slot in the current batch */
-    sched_token rec;       /* the token sampled this step */
+    sched_token *rec;      /* (1 + spec n_max) the tokens sampled this step */
+    int n_rec;
+    /* speculative decoding */
+    drafter *dr;           /* borrowed (sched_spec.drafters[id]); NULL: none */
+    bool dr_mtp;           /* the MTP kind: it sees every batch of the slot's request (drafter_process_at) */
+    int n_seen;            /* MTP: prompt tokens its context still holds from the slot's last request */
+    int chunk_idx;         /* the batch entry of this slot's first prompt token in the current batch */
+    bool dr_begun;         /* drafter_begin ran for the current request */
+    bool dr_failed;        /* the drafter failed: the request goes on without speculation */
+    bool dr_asked;         /* the drafter proposed this step (it is synced after the step) */
+    bool spec_err;         /* rolling back rejected drafts failed: the request ends with an error */
+    int n_draft;           /* proposals in this step's batch, after next */
+    brisk_token draft[DRAFTER_MAX_DRAFT];
     brisk_detok dt;
     double last_used;
 } slot;
+
+/* Lockstep drafting's arguments (drafter_draft_models), one entry per slot. */
+typedef struct spec_lanes {
+    drafter **dr;
+    const brisk_token **hist;
+    int32_t *n;
+    int *k_max, *k;
+    brisk_token **out;
+    struct slot **sl;
+} spec_lanes;
 
 struct sched {
     brisk_model *model;
@@ -54,6 +76,7 @@ struct sched {
     uint64_t rate_n0;
     int n_embd_out;        /* embeddings: floats of a vector (brisk_context_n_embd_out); 0: generation */
     brisk_pooling pooling;
+    spec_lanes lanes;      /* (n_parallel each) */
 };
 
 static double now_s(void) {
@@ -78,6 +101,7 @@ sched_req *sched_req_new(void) {
     r->refs = 1;
     r->p.sp = brisk_sampler_default_params();
     r->p.max_tokens = -1;
+    r->p.spec_n_max = r->p.spec_n_min = -1;
     return r;
 }
 
@@ -140,6 +164,7 @@ void sched_unlock(sched *s) { pthread_mutex_unlock(&s->mu); }
 int sched_n_ctx_slot(const sched *s) { return s->p.n_ctx_slot; }
 bool sched_embeddings(const sched *s) { return s->n_embd_out > 0; }
 brisk_pooling sched_pooling(const sched *s) { return s->pooling; }
+const sched_spec *sched_get_spec(const sched *s) { return &s->p.spec; }
 
 void sched_wait(sched *s, sched_req *r, int timeout_ms) {
     struct timespec ts;
@@ -163,6 +188,7 @@ static void wake(sched_req *r) {
 static void req_finish(sched *s, sched_req *r, sched_finish f, const char *msg) {
     if (r->finish != SCHED_RUNNING) return;
     r->finish = f;
+    r->t_end = now_s();
     if (msg) snprintf(r->error, sizeof r->error, "%s", msg);
     if (f == SCHED_FINISH_ERROR) s->st.requests_failed++;
     for (int i = 0; i < r->n_choices; i++) {
@@ -295,6 +321,10 @@ static brisk_status slot_bind(sched *s, slot *sl, sched_req *r, int ci) {
     sl->generating = false;
     sl->fork_wait = ci > 0;
     sl->dt = (brisk_detok){0};
+    sl->dr_begun = sl->dr_failed = false;
+    /* the MTP kind runs its head over every token of the request: not for a request that opts out,
+     * nor for choices > 0, which take the first one's prompt without having seen it */
+    if (sl->dr_mtp && (r->p.spec_n_max == 0 || ci > 0)) sl->dr_failed = true;
     return BRISK_OK;
 }
 
@@ -322,6 +352,8 @@ static void slot_start(sched *s, sched_req *r) {
     }
     slot *sl = &s->slots[target];
     int reuse = s_lcp > t_lcp ? s_lcp : t_lcp;
+    /* what its MTP head saw of the reused prefix: the slot's own cache, if its last request ran it */
+    sl->n_seen = sl->dr_mtp && sl->dr_begun && !sl->dr_failed ? t_lcp : 0;
     brisk_status st;
     if (src >= 0 && src != target && s_lcp > t_lcp) {
         st = brisk_seq_share_prefix(s->ctx, src, target, reuse);
@@ -419,16 +451,108 @@ static void admit(sched *s) {
     reap(s);
 }
 
-/* One token per generating slot, then prompt chunks up to prefill_chunk. Returns the entry count. */
+/* The most proposals sl's drafter may make this step: its request's speculative.n_max (at most the
+ * server's), fewer where the request's token limit or the slot's context would end the round early. */
+static int spec_k_max(const sched *s, const slot *sl) {
+    const sched_req *r = sl->req;
+    if (!sl->dr || sl->dr_failed || r->n_inputs) return 0;
+    int k = r->p.spec_n_max >= 0 && r->p.spec_n_max < s->p.spec.n_max ? r->p.spec_n_max : s->p.spec.n_max;
+    int left = sl->max_gen - sl->n_gen - 1;       /* a round emits up to k + 1 tokens */
+    int room = s->p.n_ctx_slot - 1 - sl->n_cache; /* it decodes positions n_cache .. n_cache + k */
+    if (k > left) k = left;
+    if (k > room) k = room;
+    return k > 0 ? k : 0;
+}
+
+/* Before sl's drafter proposes: its history is the cache then next (hist[0, n), n = n_cache + 1);
+ * the drafter catches up on the tokens since its last round, or begins on the request. false: the
+ * drafter failed, which turns speculation off for the rest of the request (it goes on without). */
+static bool spec_prepare(slot *sl) {
+    int32_t n = sl->n_cache + 1;
+    if (sl->dr_mtp && !sl->dr_begun) sl->dr_failed = true; /* it must have seen the prompt */
+    if (sl->dr_failed) return false;
+    sl->cache[sl->n_cache] = sl->next; /* fed this step */
+    brisk_status st = sl->dr_begun ? drafter_sync(sl->dr, sl->cache, n) : drafter_begin(sl->dr, sl->cache, n);
+    sl->dr_begun = sl->dr_asked = true;
+    if (st != BRISK_OK) sl->dr_failed = true;
+    return st == BRISK_OK;
+}
+
+/* How many of k proposals go into the batch: none below the request's n_min; a recurrent state is
+ * snapshotted first (it cannot be cut back otherwise). */
+static int spec_keep(sched *s, const slot *sl, int k) {
+    int n_min = sl->req->p.spec_n_min >= 0 ? sl->req->p.spec_n_min : s->p.spec.n_min;
+    if (k < n_min || k == 0) return 0;
+    return brisk_seq_checkpoint(s->ctx, sl->id) == BRISK_OK ? k : 0;
+}
+
+/* Each generating slot's proposals for this step into sl->draft / n_draft, within its share of
+ * the step's draft rows (see build_batch). Draft models sharing a context propose in lockstep: one
+ * draft decode per draft step for all slots instead of one per slot. */
+static void spec_draft_all(sched *s, int n_gen, int n_spec) {
+    int rows = s->p.spec.max_rows - n_gen, m = 0, j = 0;
+    if (rows <= 0 || n_spec <= 0) return;
+    int base = rows / n_spec, extra = rows % n_spec;
+    spec_lanes *ls = &s->lanes;
+    for (int i = 0; i < s->p.n_parallel; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->req || !sl->generating) continue;
+        int k = spec_k_max(s, sl), share = base + (j < extra);
+        if (k <= 0) continue;
+        j++;
+        if (k > share) k = share;
+        if (k <= 0 || !spec_prepare(sl)) continue;
+        if (drafter_get_kind(sl->dr) == DRAFTER_MODEL) {
+            ls->dr[m] = sl->dr;
+            ls->hist[m] = sl->cache;
+            ls->n[m] = sl->n_cache + 1;
+            ls->k_max[m] = k;
+            ls->out[m] = sl->draft;
+            ls->sl[m++] = sl;
+            continue;
+        }
+        int got = 0;
+        if (drafter_draft(sl->dr, sl->cache, sl->n_cache + 1, k, sl->draft, &got) != BRISK_OK) sl->dr_failed = true;
+        else sl->n_draft = spec_keep(s, sl, got);
+    }
+    if (!m) return;
+    bool ok = drafter_draft_models(ls->dr, m, ls->hist, ls->n, ls->k_max, ls->out, ls->k) == BRISK_OK;
+    for (int i = 0; i < m; i++) {
+        if (!ok) ls->sl[i]->dr_failed = true;
+        else ls->sl[i]->n_draft = spec_keep(s, ls->sl[i], ls->k[i]);
+    }
+}
+
+/* One token per generating slot (with its drafts), then prompt chunks up to prefill_chunk. Returns
+ * the entry count.
+ *
+ * Speculation's share of a step: while a step is memory-bound (weights read once for all rows), a
+ * verify row costs little; once the batch is wide the step is compute-bound and every row costs its
+ * share, so a rejected draft row takes time the other slots' tokens need. The generating slots' rows
+ * are therefore capped at spec.max_rows (default 1 + n_max: the verify width of one stream
+ * speculating alone, as `brisk run` does): plain tokens first, drafts in what is left, shared evenly
+ * (the remainder to the first slots). With max_rows slots generating nobody drafts.
+ * Prompt chunks are not counted: a step holding one is compute-bound already, and drafts are a small
+ * part of it. */
 static int build_batch(sched *s) {
-    int n = 0;
+    int n = 0, n_gen = 0, n_spec = 0;
     for (int i = 0; i < s->p.n_parallel; i++) {
         slot *sl = &s->slots[i];
         sl->logit_idx = -1;
-        sl->n_chunk = 0;
+        sl->n_chunk = sl->n_draft = 0;
+        sl->dr_asked = sl->spec_err = false;
+        if (!sl->req || !sl->generating) continue;
+        n_gen++;
+        n_spec += spec_k_max(s, sl) > 0;
+    }
+    spec_draft_all(s, n_gen, n_spec);
+    for (int i = 0; i < s->p.n_parallel; i++) {
+        slot *sl = &s->slots[i];
         if (!sl->req || !sl->generating) continue;
         sl->logit_idx = n;
         s->batch[n++] = (brisk_batch_entry){sl->next, sl->n_cache, sl->id, true};
+        for (int j = 0; j < sl->n_draft; j++)
+            s->batch[n++] = (brisk_batch_entry){sl->draft[j], sl->n_cache + 1 + j, sl->id, true};
     }
     int budget = s->p.prefill_chunk;
     for (int k = 0; k < s->p.n_parallel && budget > 0; k++) {
@@ -447,6 +571,12 @@ static int build_batch(sched *s) {
         }
         int take = r->n_prompt - sl->n_fed;
         if (take > budget) take = budget;
+        if (sl->dr_mtp && !sl->dr_begun && !sl->dr_failed) { /* before the request's first batch */
+            sl->dr_begun = true;
+            if (drafter_begin_at(sl->dr, r->prompt, r->n_prompt, sl->n_fed, sl->n_seen) != BRISK_OK)
+                sl->dr_failed = true;
+        }
+        sl->chunk_idx = n;
         /* End on a checkpoint boundary; near the prompt's end, on one a few tokens before it: a
          * follow-up turn re-renders the generation prompt ("<think>\n") differently. */
         int end = sl->n_fed + take, limit = end == r->n_prompt ? end - CKPT_END_MARGIN : end;
@@ -520,10 +650,10 @@ static size_t stop_holdback(const sched_req *r, const sched_choice *c) {
 
 /* Lock held: publishes the slot's sampled token to its choice; ends the
  * choice on end-of-generation, a stop string or the length limit. */
-static void publish(sched *s, slot *sl) {
+static void publish(sched *s, slot *sl, const sched_token *t) {
     sched_req *r = sl->req;
     sched_choice *c = &r->ch[sl->ci];
-    brisk_token tok = sl->rec.id;
+    brisk_token tok = t->id;
     sl->n_gen++;
     s->st.generated_tokens++;
     if (r->t_first_token == 0) r->t_first_token = now_s();
@@ -533,15 +663,15 @@ static void publish(sched *s, slot *sl) {
     }
     if (c->n_toks == c->toks_cap) {
         int cap = c->toks_cap ? 2 * c->toks_cap : 64;
-        sched_token *t = realloc(c->toks, (size_t)cap * sizeof *t);
-        if (!t) {
+        sched_token *nt = realloc(c->toks, (size_t)cap * sizeof *nt);
+        if (!nt) {
             slot_release(s, sl, SCHED_FINISH_ERROR, "out of memory");
             return;
         }
-        c->toks = t;
+        c->toks = nt;
         c->toks_cap = cap;
     }
-    c->toks[c->n_toks++] = sl->rec;
+    c->toks[c->n_toks++] = *t;
     char piece[1100];
     size_t len = 0;
     if (brisk_detok_push(s->model, &sl->dt, tok, piece, sizeof piece, &len) != BRISK_OK) len = 0;
@@ -611,8 +741,66 @@ static void embd_collect(sched *s, slot *sl) {
     }
 }
 
+/* Cuts sl's sequence back to its cache (n_cache tokens) after a step that verified drafts; the
+ * sequence was snap tokens long before it. Where a recurrent state allows no direct cut, restores the
+ * snapshot at snap and appends the accepted tokens to the re-decode batch (s->batch from *nr). */
+static brisk_status spec_cut(sched *s, slot *sl, int32_t snap, int *nr) {
+    int32_t keep = sl->n_cache;
+    if (brisk_seq_len(s->ctx, sl->id) <= keep) return BRISK_OK;
+    if (brisk_seq_keepable(s->ctx, sl->id, keep) == keep) return brisk_seq_remove(s->ctx, sl->id, keep, -1);
+    if (brisk_seq_keepable(s->ctx, sl->id, snap) != snap)
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "speculative: cannot roll back a recurrent state (no checkpoint)");
+    BK_TRY(brisk_seq_remove(s->ctx, sl->id, snap, -1));
+    for (int32_t p = snap; p < keep; p++) s->batch[(*nr)++] = (brisk_batch_entry){sl->cache[p], p, sl->id, false};
+    return BRISK_OK;
+}
+
+/* After sampling (the batch's logits are no longer needed): each slot that verified drafts keeps
+ * the accepted ones in its cache and cuts the rejected positions (recurrent states re-decoded from
+ * their snapshots, every such slot in one batch); each drafter asked this step catches up on the
+ * round's outcome (drafter_sync: the draft model cuts its own cache). A failed cut ends the slot's
+ * request (spec_err); a failed drafter only stops its speculation. */
+static void spec_settle(sched *s) {
+    int nr = 0;
+    for (int i = 0; i < s->p.n_parallel; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->req || sl->logit_idx < 0 || !sl->n_draft) continue;
+        int32_t snap = sl->n_cache - 1; /* step() has appended next */
+        int acc = sl->n_rec - 1;
+        memcpy(sl->cache + sl->n_cache, sl->draft, (size_t)acc * sizeof *sl->draft);
+        sl->n_cache += acc;
+        if (spec_cut(s, sl, snap, &nr) != BRISK_OK) sl->spec_err = true;
+    }
+    if (nr > 0) {
+        s->batch[nr - 1].logits = true;
+        if (brisk_decode(s->ctx, s->batch, nr) != BRISK_OK)
+            for (int j = 0; j < nr; j++) s->slots[s->batch[j].seq].spec_err = true;
+    }
+    for (int i = 0; i < s->p.n_parallel; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->req || !sl->dr_asked || sl->dr_failed || sl->spec_err || sl->n_cache >= s->p.n_ctx_slot) continue;
+        sl->cache[sl->n_cache] = sl->rec[sl->n_rec - 1].id; /* the next step's input */
+        if (drafter_sync(sl->dr, sl->cache, sl->n_cache + 1) != BRISK_OK) sl->dr_failed = true;
+    }
+}
+
+/* After the target's step, while its hidden states are there: each slot's MTP head catches up on the
+ * slot's entries of the batch (a prompt chunk, or its token and drafts). */
+static void spec_process(sched *s) {
+    for (int i = 0; i < s->p.n_parallel; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->req || !sl->dr_mtp || !sl->dr_begun || sl->dr_failed) continue;
+        brisk_status st = BRISK_OK;
+        if (sl->n_chunk) st = drafter_process_at(sl->dr, s->batch, sl->chunk_idx, sl->n_chunk);
+        else if (sl->generating && sl->logit_idx >= 0)
+            st = drafter_process_at(sl->dr, s->batch, sl->logit_idx, 1 + sl->n_draft);
+        if (st != BRISK_OK) sl->dr_failed = true;
+    }
+}
+
 static void step(sched *s, int n) {
     brisk_status st = brisk_decode(s->ctx, s->batch, n);
+    if (st == BRISK_OK && s->p.spec.drafters) spec_process(s);
     char err[256] = "";
     if (st != BRISK_OK) snprintf(err, sizeof err, "decode failed: %s", brisk_last_error());
     /* Sampling runs outside the lock: the slots belong to this thread. */
@@ -636,19 +824,27 @@ static void step(sched *s, int n) {
     for (int i = 0; i < s->p.n_parallel && st == BRISK_OK; i++) {
         slot *sl = &s->slots[i];
         if (!sl->req || sl->logit_idx < 0) continue;
-        const float *lg = brisk_get_logits(s->ctx, sl->logit_idx);
-        const sched_gen_params *gp = &sl->req->p;
-        if (gp->n_bias) { /* logprobs then report what was sampled from */
-            memcpy(s->biased, lg, (size_t)s->n_vocab * sizeof *lg);
-            for (int k = 0; k < gp->n_bias; k++) s->biased[gp->bias_id[k]] += gp->bias[k];
-            lg = s->biased;
+        /* as plain decoding: each token sampled from the logits after exactly the tokens before it; a
+         * draft only saves a step while the samples match it */
+        sl->n_rec = 0;
+        for (int j = 0; j <= sl->n_draft; j++) {
+            sched_token *rec = &sl->rec[sl->n_rec++];
+            const float *lg = brisk_get_logits(s->ctx, sl->logit_idx + j);
+            const sched_gen_params *gp = &sl->req->p;
+            if (gp->n_bias) { /* logprobs then report what was sampled from */
+                memcpy(s->biased, lg, (size_t)s->n_vocab * sizeof *lg);
+                for (int k = 0; k < gp->n_bias; k++) s->biased[gp->bias_id[k]] += gp->bias[k];
+                lg = s->biased;
+            }
+            rec->id = brisk_sampler_sample(sl->smp, lg);
+            brisk_sampler_accept(sl->smp, rec->id);
+            rec->n_top = 0;
+            rec->logprob = 0;
+            if (gp->logprobs) logprobs(lg, s->n_vocab, rec, gp->top_logprobs);
+            if (j == sl->n_draft || rec->id != sl->draft[j]) break;
         }
-        sl->rec.id = brisk_sampler_sample(sl->smp, lg);
-        brisk_sampler_accept(sl->smp, sl->rec.id);
-        sl->rec.n_top = 0;
-        sl->rec.logprob = 0;
-        if (sl->req->p.logprobs) logprobs(lg, s->n_vocab, &sl->rec, sl->req->p.top_logprobs);
     }
+    if (st == BRISK_OK) spec_settle(s);
     pthread_mutex_lock(&s->mu);
     s->st.steps++;
     for (int i = 0; i < s->p.n_parallel; i++) {
@@ -680,8 +876,22 @@ static void step(sched *s, int n) {
             sl->req->started = true;
             wake(sl->req);
         }
+        if (sl->spec_err) { /* its sequence no longer matches its cache: cleared even when cancelled */
+            brisk_seq_clear(s->ctx, sl->id);
+            sl->n_cache = 0;
+            slot_release(s, sl, SCHED_FINISH_ERROR, "speculative decoding: rolling back rejected drafts failed");
+            continue;
+        }
         if (sl->req->cancelled || sl->req->finish != SCHED_RUNNING) continue;
-        publish(s, sl);
+        if (sl->n_draft) {
+            sl->req->n_drafted += sl->n_draft;
+            sl->req->n_draft_accepted += sl->n_rec - 1;
+            s->st.draft_tokens += (uint64_t)sl->n_draft;
+            s->st.draft_accepted += (uint64_t)(sl->n_rec - 1);
+            s->st.draft_rounds++;
+        }
+        /* publish may end the choice (and free the slot) at any of them */
+        for (int j = 0; j < sl->n_rec && sl->req; j++) publish(s, sl, &sl->rec[j]);
     }
     double t = now_s();
     if (t - s->rate_t0 >= 2.0) {
@@ -747,6 +957,12 @@ void sched_get_slots(sched *s, sched_slot_info *out) {
         out[i].n_cached = r->n_inputs ? 0 : r->n_cached;
         out[i].n_decoded = r->n_inputs ? 0 : sl->n_gen;
         out[i].n_remain = r->n_inputs ? 0 : sl->max_gen - sl->n_gen;
+        if (!sl->dr || r->n_inputs) continue;
+        int k = r->p.spec_n_max >= 0 && r->p.spec_n_max < s->p.spec.n_max ? r->p.spec_n_max : s->p.spec.n_max;
+        out[i].spec_n_max = k;
+        out[i].spec_n_min = k ? (r->p.spec_n_min >= 0 ? r->p.spec_n_min : s->p.spec.n_min) : 0;
+        out[i].n_drafted = r->n_drafted;
+        out[i].n_draft_accepted = r->n_draft_accepted;
     }
     pthread_mutex_unlock(&s->mu);
 }
@@ -764,8 +980,17 @@ void sched_free(sched *s) {
         for (int i = 0; i < s->p.n_parallel; i++) {
             brisk_sampler_free(s->slots[i].smp);
             free(s->slots[i].cache);
+            free(s->slots[i].rec);
         }
     free(s->slots);
+    spec_lanes *ls = &s->lanes;
+    free(ls->dr);
+    free(ls->hist);
+    free(ls->n);
+    free(ls->k_max);
+    free(ls->k);
+    free(ls->out);
+    free(ls->sl);
     free(s->queue);
     free(s->batch);
     free(s->biased);
@@ -778,6 +1003,10 @@ brisk_status sched_new(brisk_model *model, brisk_context *ctx, const sched_param
     *out = NULL;
     if (p->n_parallel < 1 || p->n_ctx_slot < 2 || p->prefill_chunk < 1 || p->max_queue < 1)
         return bk_fail(BRISK_ERR_INVALID_ARG, "scheduler: bad limits");
+    const sched_spec *sp = &p->spec;
+    if (sp->drafters && (sp->n_max < 1 || sp->n_max > DRAFTER_MAX_DRAFT || sp->n_min < 0 || sp->max_rows < 0))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "scheduler: speculation proposes 1..%d tokens a round, not %d",
+                       DRAFTER_MAX_DRAFT, sp->n_max);
     sched *s = calloc(1, sizeof *s);
     if (!s) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&s->mu, NULL);
@@ -785,6 +1014,9 @@ brisk_status sched_new(brisk_model *model, brisk_context *ctx, const sched_param
     s->model = model;
     s->ctx = ctx;
     s->p = *p;
+    if (!sp->drafters) s->p.spec = (sched_spec){0};
+    else if (!s->p.spec.max_rows) s->p.spec.max_rows = 1 + s->p.spec.n_max;
+    int per_slot = 1 + s->p.spec.n_max; /* rows a generating slot may put in a step */
     s->n_vocab = brisk_n_vocab(model);
     s->ckpt = brisk_context_n_checkpoints(ctx) > 0 && p->ckpt_interval > 0 ? p->ckpt_interval : 0;
     s->n_embd_out = brisk_context_n_embd_out(ctx);
@@ -792,12 +1024,25 @@ brisk_status sched_new(brisk_model *model, brisk_context *ctx, const sched_param
     s->rate_t0 = now_s();
     s->slots = calloc((size_t)p->n_parallel, sizeof *s->slots);
     s->queue = calloc((size_t)p->max_queue, sizeof *s->queue);
-    s->batch = calloc((size_t)(p->n_parallel + p->prefill_chunk), sizeof *s->batch);
+    s->batch = calloc((size_t)p->n_parallel * per_slot + p->prefill_chunk, sizeof *s->batch);
     s->biased = malloc((size_t)s->n_vocab * sizeof *s->biased);
     if (!s->slots || !s->queue || !s->batch || !s->biased) goto oom;
+    size_t np = (size_t)p->n_parallel;
+    spec_lanes *ls = &s->lanes;
+    ls->dr = calloc(np, sizeof *ls->dr);
+    ls->hist = calloc(np, sizeof *ls->hist);
+    ls->n = calloc(np, sizeof *ls->n);
+    ls->k_max = calloc(np, sizeof *ls->k_max);
+    ls->k = calloc(np, sizeof *ls->k);
+    ls->out = calloc(np, sizeof *ls->out);
+    ls->sl = calloc(np, sizeof *ls->sl);
+    if (!ls->dr || !ls->hist || !ls->n || !ls->k_max || !ls->k || !ls->out || !ls->sl) goto oom;
     for (int i = 0; i < p->n_parallel; i++) {
         s->slots[i].id = i;
+        s->slots[i].dr = sp->drafters ? sp->drafters[i] : NULL;
+        s->slots[i].dr_mtp = s->slots[i].dr && drafter_get_kind(s->slots[i].dr) == DRAFTER_MTP;
         if (!(s->slots[i].cache = malloc((size_t)p->n_ctx_slot * sizeof(brisk_token)))) goto oom;
+        if (!(s->slots[i].rec = malloc((size_t)per_slot * sizeof(sched_token)))) goto oom;
     }
     if (pthread_create(&s->thread, NULL, sched_main, s)) {
         sched_free(s);

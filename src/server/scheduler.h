@@ -26,6 +26,18 @@
  * sched_wait sleeps until the scheduler publishes new output for the request.
  * The scheduler knows nothing of HTTP or JSON.
  *
+ * Speculative decoding (sched_spec: one drafter of engine/drafter.h per
+ * slot): before a step each generating slot may ask its drafter for
+ * proposals; they go into the same batch as the other slots' plain tokens
+ * and prompt chunks, each with logits, so one brisk_decode verifies every
+ * slot's drafts. The slot then samples as plain decoding would, one token
+ * per verified row while the samples match the drafts, so the output is the
+ * one plain decoding gives; the rejected positions are cut from the slot's
+ * sequence (a recurrent state goes back to the snapshot taken before the
+ * step and the accepted tokens are decoded again, all such slots in one
+ * batch). Drafts shrink as the batch fills with other slots' tokens (see
+ * spec_budget in scheduler.c).
+ *
  * Over an embeddings context (brisk_context_params.embeddings) the scheduler
  * computes embeddings instead of generating: a request holds n_inputs prompts,
  * each input takes a free slot, and its whole prompt goes into one step (a
@@ -40,6 +52,7 @@
 #include <stdint.h>
 
 #include "brisk.h"
+#include "engine/drafter.h"
 
 #define SCHED_MAX_STOP 8
 #define SCHED_MAX_TOP_LOGPROBS 20
@@ -55,6 +68,8 @@ typedef struct sched_gen_params {
     brisk_token *bias_id; /* (n_bias) owned: OpenAI's logit_bias, added to these tokens' logits */
     float *bias;          /* (n_bias) */
     int n_bias;
+    int spec_n_max;       /* proposals per round (llama-server's speculative.n_max); -1: the server's; 0: none */
+    int spec_n_min;       /* no round verifies fewer (speculative.n_min); -1: the server's */
 } sched_gen_params;
 
 typedef struct sched_token {     /* one generated token, with logprobs when asked */
@@ -100,7 +115,8 @@ typedef struct sched_req {
     char error[256];
     bool cancelled;
     int refs;
-    double t_submit, t_first_token; /* seconds, monotonic */
+    double t_submit, t_first_token, t_end; /* seconds, monotonic */
+    int64_t n_drafted, n_draft_accepted; /* speculative decoding: proposals verified, and accepted */
     /* embeddings (sched_req_set_inputs): input i is prompt[in_off[i], in_off[i + 1]); n_inputs 0: generation.
      * When the request finishes with SCHED_FINISH_STOP, embd holds n_embd_rows rows of n_embd_out floats,
      * not normalised: input i's pooled vector in row i, or with pooling none one row per prompt token */
@@ -116,6 +132,15 @@ typedef struct sched_req {
     void *on_news_arg;
 } sched_req;
 
+typedef struct sched_spec {
+    const char *type;   /* --spec-type's name: "draft", "ngram-simple", "ngram-cache" */
+    drafter **drafters; /* (n_parallel) borrowed: slot i proposes with drafters[i]; NULL: no speculation */
+    int n_max;          /* proposals per round, at most (1..DRAFTER_MAX_DRAFT) */
+    int n_min;          /* a round with fewer proposals verifies none */
+    float p_min;        /* the drafters' (reported in /props and /slots; a drafter applies it) */
+    int max_rows;       /* rows (plain tokens and drafts) a step holds before drafts shrink; 0: 1 + n_max */
+} sched_spec;
+
 typedef struct sched_params {
     int n_parallel;    /* slots */
     int n_ctx_slot;    /* tokens one request may hold: prompt + completion */
@@ -123,10 +148,15 @@ typedef struct sched_params {
     int max_queue;     /* waiting requests before sched_submit refuses */
     int ckpt_interval; /* recurrent models (a context with checkpoints): prompt chunks end on multiples of this
                           (the KV block size) and the state is saved there; 0: off */
+    sched_spec spec;   /* speculative decoding; spec.drafters NULL: off. The context then needs
+                          n_batch >= n_parallel * (1 + spec.n_max) + prefill_chunk, and for a recurrent
+                          model n_seq_checkpoints >= 1 */
 } sched_params;
 
 typedef struct sched_stats {
     uint64_t requests, requests_failed, prompt_tokens, cached_tokens, generated_tokens, steps;
+    uint64_t draft_tokens, draft_accepted, draft_rounds; /* speculative decoding: proposals verified, accepted,
+                                                           and slot rounds that verified some */
     int queue_len, active, n_parallel;
     int64_t kv_tokens, kv_capacity; /* cached tokens over all slots (shared pages counted per slot) */
     double gen_tok_per_s;           /* generation rate over the last few seconds */
@@ -135,8 +165,9 @@ typedef struct sched_stats {
 typedef struct sched sched;
 
 /* Starts the scheduler thread over ctx (created with n_seq_max >= n_parallel
- * and n_batch >= n_parallel + prefill_chunk). The model and context stay owned
- * by the caller and must outlive the scheduler. */
+ * and n_batch >= n_parallel + prefill_chunk, more with speculation: see
+ * sched_params.spec). The model, context and drafters stay owned by the
+ * caller and must outlive the scheduler. */
 brisk_status sched_new(brisk_model *model, brisk_context *ctx, const sched_params *p, sched **out);
 /* Stops the thread; queued and running requests finish with an error. Accepts NULL. */
 void sched_free(sched *s);
@@ -177,10 +208,14 @@ typedef struct sched_slot_info {
     int n_decoded;       /* tokens generated so far */
     int n_remain;        /* tokens it may still generate */
     int n_cache;         /* tokens whose KV the slot holds (kept after its request ends, for reuse) */
+    int spec_n_max, spec_n_min; /* its request's speculation (0, 0: none) */
+    int64_t n_drafted, n_draft_accepted; /* its request's proposals verified and accepted */
 } sched_slot_info;
 /* Fills out[0 .. n_parallel) (out has room for n_parallel); takes the lock itself. */
 void sched_get_slots(sched *s, sched_slot_info *out);
 /* Whether the scheduler computes embeddings (its context was made with embeddings), and their pooling. */
 bool sched_embeddings(const sched *s);
+/* The speculation the server was started with (spec.drafters NULL: none). */
+const sched_spec *sched_get_spec(const sched *s);
 brisk_pooling sched_pooling(const sched *s);
 #endif

@@ -20,6 +20,7 @@
 #include <stddef.h>
 
 #include "brisk.h"
+#include "server/scheduler.h"
 
 typedef struct server_config {
     const char *host;     /* IPv4 or IPv6 literal; "127.0.0.1" by default */
@@ -45,6 +46,8 @@ typedef struct server_config {
     int max_queue;        /* waiting requests before 429 */
     int ckpt_interval;    /* recurrent models: prompt tokens between state checkpoints (the KV block size; the
                              context needs n_seq_checkpoints > 0); 0: none */
+    sched_spec spec;      /* speculative decoding (scheduler.h: the context's n_batch and checkpoints it needs);
+                             spec.drafters NULL: none */
 } server_config;
 
 typedef struct server server;
