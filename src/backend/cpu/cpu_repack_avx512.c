@@ -130,8 +130,16 @@ void cpu_repack_act(uint32_t type, int64_t n_in, const void *xq, void *xa) {
 #ifndef REPACK_PF_BYTES_Q8
 #define REPACK_PF_BYTES_Q8 4096
 #endif
+/* Q4_K (2368-byte super-block groups, 37 lines each) into L2 (T1), 16 KiB ahead: on the LM-head
+ * shape, one thread, loaded VM, alternating with the plain kernel, T0 at 4 KiB read 12.1-12.8
+ * GB/s (the plain kernel 12.1-12.9; no prefetch 11.6-12.5), T1 at 8-32 KiB 14-16, at 16 KiB
+ * 1.22-1.38x the plain kernel in the same run: 37 T0 prefetches an iteration seem to hold L1's
+ * fill buffers that the loads need (dev/kernels/bench_repack.c q4_k). */
 #ifndef REPACK_PF_BYTES_Q4K
-#define REPACK_PF_BYTES_Q4K 4096
+#define REPACK_PF_BYTES_Q4K 16384
+#endif
+#ifndef REPACK_PF_HINT_Q4K
+#define REPACK_PF_HINT_Q4K _MM_HINT_T1
 #endif
 
 /* One group of 8 rows against RX (1..4) tokens: per block pair, the
@@ -224,8 +232,8 @@ static inline __attribute__((always_inline)) KATTR void q4k_group(int64_t nb, co
     for (int j = 0; j < RX; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, w += Q4K_GROUP_BYTES) {
 #pragma GCC unroll 37
-        for (int l = 0; l < Q4K_GROUP_BYTES / 64; l++)
-            _mm_prefetch((const char *)w + REPACK_PF_BYTES_Q4K + 64 * l, _MM_HINT_T0);
+        for (int l = 0; l < (REPACK_PF_BYTES_Q4K ? Q4K_GROUP_BYTES / 64 : 0); l++)
+            _mm_prefetch((const char *)w + REPACK_PF_BYTES_Q4K + 64 * l, REPACK_PF_HINT_Q4K);
         const blk_q8_K *y[2];
         __m512i isum[2], msum[2];
 #pragma GCC unroll 2
