@@ -123,9 +123,12 @@ void cpu_repack_act(uint32_t type, int64_t n_in, const void *xq, void *xa) {
  * sequential stream, so this only runs the hardware prefetcher's start.
  * Q8_0 (544-byte pairs) further ahead: on the 151936x1024 LM head, one
  * thread, best of 5 in thread CPU time on the loaded VM, 4096 bytes gave
- * 14.3-14.7 GB/s against 13.4-13.5 at 1024 (dev/kernels/bench_repack.c). */
+ * 14.3-14.7 GB/s against 13.4-13.5 at 1024 (dev/kernels/bench_repack.c).
+ * Q4_0 (288-byte pairs) into L2 (T1) 8 KiB ahead: same probe, 2026-12-06,
+ * 16.1-17.0 GB/s against 12.4-13.2 for T0 at 1 KiB (T0 at 8 KiB 14.6-16.7);
+ * Q8_0 with T1 at 16 KiB read 17.0-17.1 against 16.7: left at T0. */
 #ifndef REPACK_PF_BYTES
-#define REPACK_PF_BYTES 1024
+#define REPACK_PF_BYTES 8192
 #endif
 #ifndef REPACK_PF_BYTES_Q8
 #define REPACK_PF_BYTES_Q8 4096
@@ -154,8 +157,10 @@ static inline __attribute__((always_inline)) KATTR void group8(int64_t np, const
 #pragma GCC unroll 4
     for (int j = 0; j < RX; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t p = 0; p < np; p++, w += pb) {
-        for (int l = 0; l < (Q8 ? 9 : 5); l++)
-            _mm_prefetch((const char *)w + (Q8 ? REPACK_PF_BYTES_Q8 : REPACK_PF_BYTES) + 64 * l, _MM_HINT_T0);
+        for (int l = 0; l < (Q8 ? 9 : 5); l++) {
+            if (Q8) _mm_prefetch((const char *)w + REPACK_PF_BYTES_Q8 + 64 * l, _MM_HINT_T0);
+            else _mm_prefetch((const char *)w + REPACK_PF_BYTES + 64 * l, _MM_HINT_T1);
+        }
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
         __m512i lo[4], hi[4];
 #pragma GCC unroll 4
