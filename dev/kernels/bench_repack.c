@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
         const size_t rs = quant_row_size(t, cols), xs = quant_row_size(tr->vec_dot_type, cols);
         const size_t rb = cpu_repack_bytes(t, cols, rows), as = cpu_repack_act_bytes(t, cols);
         if (!rb && t != QT_Q6_K) { fprintf(stderr, "no repack on this CPU\n"); return 1; }
-        uint8_t *w = malloc(rs * rows), *x = malloc(xs * 4), *wr = aligned_alloc(64, rb + 64), *xa = aligned_alloc(64, as * 4 + 64);
+        uint8_t *w = malloc(rs * rows), *x = malloc(xs * 4), *wr = aligned_alloc(64, (rb + 127) & ~(size_t)63), *xa = aligned_alloc(64, as * 4);
         float *xf = malloc(sizeof(float) * cols), *s = malloc(sizeof(float) * 32 * 16);
         float *sr = malloc(sizeof(float) * (size_t)rows * 4);
         for (int r = 0; r < rows; r++) {

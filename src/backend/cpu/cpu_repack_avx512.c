@@ -38,7 +38,7 @@ size_t cpu_repack_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
 }
 
 size_t cpu_repack_act_bytes(uint32_t type, int64_t n_in) {
-    if (type == QT_Q4_K) return (size_t)(n_in / 256) * sizeof(blk_q8_K);
+    if (type == QT_Q4_K) return ((size_t)(n_in / 256) * sizeof(blk_q8_K) + 63) & ~(size_t)63; /* tokens 64 B aligned */
     return cpu_repack_rows(type) ? (size_t)((n_in / 32 + 1) / 2) * REPACK_ACT_BYTES : 0;
 }
 
@@ -89,7 +89,7 @@ void cpu_repack_weights(uint32_t type, int64_t n_in, int64_t n_out, const void *
 
 void cpu_repack_act(uint32_t type, int64_t n_in, const void *xq, void *xa) {
     if (type == QT_Q4_K) { /* the Q8_K row as it is: its 4-byte groups are broadcast from memory */
-        memcpy(xa, xq, cpu_repack_act_bytes(type, n_in));
+        memcpy(xa, xq, (size_t)(n_in / 256) * sizeof(blk_q8_K));
         return;
     }
     if (!cpu_repack_rows(type)) return;
