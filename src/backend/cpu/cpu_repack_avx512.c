@@ -125,7 +125,7 @@ void cpu_repack_act(uint32_t type, int64_t n_in, const void *xq, void *xa) {
  * thread, best of 5 in thread CPU time on the loaded VM, 4096 bytes gave
  * 14.3-14.7 GB/s against 13.4-13.5 at 1024 (dev/kernels/bench_repack.c).
  * Q4_0 (288-byte pairs) into L2 (T1) 8 KiB ahead: same probe, 2026-12-06,
- * 16.1-17.0 GB/s against 12.4-13.2 for T0 at 1 KiB (T0 at 8 KiB 14.6-16.7);
+ * 16.1-17.0 GB/s against 12.6-13.2 for T0 at 1 KiB (T0 at 8 KiB 14.6-16.7);
  * Q8_0 with T1 at 16 KiB read 17.0-17.1 against 16.7: left at T0. */
 #ifndef REPACK_PF_BYTES
 #define REPACK_PF_BYTES 8192
