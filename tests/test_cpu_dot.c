@@ -467,14 +467,15 @@ static void test_pgemm(void) {
 }
 
 /* The repacked kernels (cpu_repack.h) against a double reference on the
- * dequantized data: odd block counts (the zero pad block), row counts that
- * are not a multiple of the interleave (only whole groups are repacked),
- * 1..5 tokens (the 4-token tiles and their remainders). */
+ * dequantized data: odd block counts (the zero pad block; Q4_K: 3 super-
+ * blocks), row counts that are not a multiple of the interleave (only whole
+ * groups are repacked; fewer rows than a group: no copy), 1..5 tokens (the
+ * 4-token tiles, Q4_K's 2-token ones, and their remainders). */
 static void test_repack(void) {
     if (getenv("BRISK_CPU_REPACK")) return; /* the test runs the repacked types as they are by default */
     static const int64_t shapes[][2] = {{1024, 16}, {96, 13}, {3072, 24}, {32, 8}, {64, 9}, {160, 7},
                                         {256, 16}, {768, 35}, {512, 15}, {2048, 48}};
-    const uint32_t types[] = {QT_Q4_0, QT_Q8_0};
+    const uint32_t types[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K}; /* Q4_K: 16 rows, whole super-blocks only */
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const uint32_t wt = types[ti], xt = quant_get_traits(wt)->vec_dot_type;
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -540,8 +541,10 @@ static void test_repack(void) {
 static void test_repack_matmul(void) {
     if (cpu_dot_isa() != CPU_ISA_AVX512 || getenv("BRISK_CPU_REPACK")) return;
     enum { NW = 6, NMAX = 15 };
-    const int64_t n_in = 512, rows[NW] = {13, 37, 8, 64, 21, 48};
-    const uint32_t types[NW] = {QT_Q4_0, QT_Q8_0, QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q4_K};
+    /* Q4_K first: its 16-row groups are repacked only where a 16-row tile of the call holds a
+     * whole group (the matrices' rows are tiled as one run), so it starts at row 0 and 48 */
+    const int64_t n_in = 512, rows[NW] = {48, 21, 13, 37, 8, 64};
+    const uint32_t types[NW] = {QT_Q4_K, QT_Q4_K, QT_Q4_0, QT_Q8_0, QT_Q4_0, QT_Q8_0};
     bk_weight w[NW];
     const bk_weight *wp[NW];
     float *y[2][NW], *x = malloc(sizeof(float) * n_in * NMAX);
@@ -559,7 +562,7 @@ static void test_repack_matmul(void) {
         setenv("BRISK_CPU_REPACK", "0", 1);
         CHECK_OK(bk_cpu_backend_new(nt, &be[0]));
         be[0]->ops->matmul(be[0], NW, wp, NULL, x, 1, y[0]); /* makes its (absent) copies with repacking off */
-        unsetenv("BRISK_CPU_REPACK"); /* the default: Q4_0 and Q8_0 repacked, the others the map */
+        unsetenv("BRISK_CPU_REPACK"); /* the default: Q4_0, Q8_0 and Q4_K repacked, the others the map */
         CHECK_OK(bk_cpu_backend_new(nt, &be[1]));
         for (int n = 1; n <= NMAX; n += 2) {
             for (int v = 0; v < 2; v++) be[v]->ops->matmul(be[v], NW, wp, NULL, x, n, y[v]);

@@ -18,8 +18,20 @@
  *   u8  qs[8][64]   qs[k] lane L: bytes 4k..4k+3 of that block's qs, each + 128
  * (544 bytes, 16 blocks of 34).
  *
- * The activations are expanded once per token (cpu_repack_act) so that each
- * vpdpbusd reads its 64 bytes as one load: per block pair, 8 vectors of the
+ * Q4_K ("q4_Kx16"): sixteen rows, one per 32-bit lane, so that a 4-byte
+ * group of the Q8_K activations meets all 16 rows through a broadcast and
+ * the activations need no expansion (cpu_repack_act copies the Q8_K row,
+ * padded to 64 bytes). Per group of 16 rows and super-block (256 elements):
+ *   f16 d[16], dmin[16]      per row
+ *   u8  sc[8][16], m[8][16]  the 6-bit sub-block scales and mins, unpacked
+ *   u8  qs[4][8][16][4]      chunk c, group k, row r: bytes 32c+4k..+3 of its qs
+ * (2368 bytes for the 2304 of 16 blocks: the unpacked scales cost 2.8% more
+ * reads and save decoding them in the loop). The integer sums
+ * Σ sc Σ q y and Σ m bsum are exact in int32, as in ggml's kernel. Only
+ * whole super-blocks (n_in a multiple of 256) are repacked.
+ *
+ * For Q4_0 and Q8_0 the activations are expanded once per token
+ * (cpu_repack_act) so that each vpdpbusd reads its 64 bytes as one load: per block pair, 8 vectors of the
  * two blocks' 4-byte groups, each broadcast to its 8 lanes, then -8*sum and
  * the scale per lane.
  *
@@ -37,7 +49,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Rows per interleaved group of a type (8 for Q4_0 and Q8_0), 0 if none. */
+/* Rows per interleaved group of a type (8 for Q4_0 and Q8_0, 16 for Q4_K), 0 if none. */
 int cpu_repack_rows(uint32_t type);
 
 /* Bytes of the repacked copy of an n_out x n_in matrix, or 0 when this type
@@ -50,7 +62,7 @@ void cpu_repack_weights(uint32_t type, int64_t n_in, int64_t n_out, const void *
 /* Bytes of one token's expanded activations. */
 size_t cpu_repack_act_bytes(uint32_t type, int64_t n_in);
 /* Expands one activation row, already in the type's vec_dot_type (Q8_0 for
- * Q4_0 and Q8_0), into xa (cpu_repack_act_bytes() bytes, 64-byte aligned). */
+ * Q4_0 and Q8_0, Q8_K for Q4_K), into xa (cpu_repack_act_bytes() bytes, 64-byte aligned). */
 void cpu_repack_act(uint32_t type, int64_t n_in, const void *xq, void *xa);
 /* s[(g*R + r - g0*R) * ss + j] = dot(row g*R + r, token j) for groups g in
  * [g0, g1), r in [0, R = cpu_repack_rows()), j in [0, nx); xa: expanded
