@@ -47,6 +47,7 @@
 #include "backend/cuda/cuda_plan.h"
 #include "brisk.h"
 #include "quant/quant.h"
+#include "quant/quant_iq.h"
 #include "test.h"
 
 static bk_backend *cpu, *gpu;
@@ -103,6 +104,10 @@ static void *make_weight(uint32_t type, int64_t n_in, int64_t n_out, size_t *row
     switch (type) {
     case QT_Q4_1: case QT_Q5_1: case QT_Q4_K: case QT_Q5_K: f16_off[1] = 2; break;
     case QT_Q6_K: f16_off[0] = 208; break;
+    case QT_TQ1_0: f16_off[0] = 52; break;
+    case QT_TQ2_0: f16_off[0] = 64; break;
+    case QT_NVFP4: f16_off[0] = -1; break; /* UE4M3 scale bytes: every byte is a finite scale */
+    case QT_IQ1_M: f16_off[0] = -1; break; /* its f16 scale is spread over four words (below) */
     default: break;
     }
     size_t nb = bytes / (size_t)qt->block_bytes;
@@ -112,6 +117,13 @@ static void *make_weight(uint32_t type, int64_t n_in, int64_t n_out, size_t *row
                 uint16_t h = quant_f32_to_f16(frand() * 0.02f);
                 memcpy(w + b * qt->block_bytes + f16_off[k], &h, 2);
             }
+    if (type == QT_IQ1_M) /* the f16 scale in the top nibbles of the four 16-bit scale words */
+        for (size_t b = 0; b < nb; b++) {
+            uint16_t h = quant_f32_to_f16(frand() * 0.02f), sc[4];
+            memcpy(sc, w + b * qt->block_bytes + 48, 8);
+            for (int i = 0; i < 4; i++) sc[i] = (uint16_t)((sc[i] & 0x0FFF) | (((h >> 4 * i) & 15) << 12));
+            memcpy(w + b * qt->block_bytes + 48, sc, 8);
+        }
     return w;
 }
 
@@ -166,7 +178,8 @@ static void matmul_tol(uint32_t type, int64_t n_in, int n, double cpu_err, doubl
                 (type == QT_Q8_0 || type == QT_Q4_K || type == QT_Q6_K);
     bool small = n <= int8_max && !(mmq_on && n >= mmq_max);
     /* Q5_K, IQ4_XS, IQ4_NL: the int8 decode products only (cuda_mmvq_dec_supported), not mmq's batches */
-    bool dec_only = !pl.dec_qtypes_off && (type == QT_Q5_K || type == QT_IQ4_XS || type == QT_IQ4_NL);
+    bool dec_only = (!pl.dec_qtypes_off && (type == QT_Q5_K || type == QT_IQ4_XS || type == QT_IQ4_NL)) ||
+                    (pl.dec_iq_on && quant_iq_has(type)); /* the codebook types: cuda_mmvq_iq.cu */
     bool int8_path = !mmqh && n_in % 32 == 0 &&
                      (((mmq || small) && (type == QT_Q4_0 || type == QT_Q8_0 || type == QT_Q4_K || type == QT_Q6_K)) ||
                       (dec_only && !mmq && small));
@@ -1321,6 +1334,8 @@ static void test_attention_prefill(void) {
     gpu_fa_off = NULL;
 }
 
+#include "cuda/ops_iq.c"
+
 int main(int argc, char **argv) {
     int nd = bk_cuda_device_count();
     if (nd == 0) { /* each case listed as skipped, the backends never made */
@@ -1344,6 +1359,8 @@ int main(int argc, char **argv) {
         {"end_to_end_models", test_end_to_end_models},
         {"matmul_cublas", test_matmul_cublas},
         {"attention_prefill", test_attention_prefill},
+        {"get_rows_iq", test_get_rows_iq}, {"matmul_iq", test_matmul_iq}, {"matmul_iq_dec", test_matmul_iq_dec},
+        {"matmul_iq_cublas", test_matmul_iq_cublas}, {"moe_ffn_iq", test_moe_ffn_iq},
     };
     int rc = test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
     cpu->ops->free(cpu);

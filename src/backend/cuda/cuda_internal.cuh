@@ -343,6 +343,9 @@ template <int KT> __device__ __forceinline__ uint4 kvq_h8(const uint4 &r) {
 __constant__ static const int8_t bk_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                   1,    13,   25,  38,  53,  69,  89,  113};
 
+/* the codebook, ternary and FP4 types (deq8 below calls iq_deq8) */
+#include "backend/cuda/cuda_iq.cuh"
+
 /* Scale and min of Q4_K/Q5_K sub-block j (0..7). */
 __device__ __forceinline__ void k4_scale_min(int j, const uint8_t *q, int *sc, int *m) {
     if (j < 4) {
@@ -454,6 +457,8 @@ template <int T> __device__ __forceinline__ void deq8(const uint8_t *row, int64_
         int sh = j >= 16 ? 4 : 0;
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] = dl * bk_iq4nl[(w[i / 4] >> (8 * (i % 4) + sh)) & 15];
+    } else if constexpr (iq_type(T)) {
+        iq_deq8<T>(row, e, v);
     }
 }
 
@@ -932,7 +937,12 @@ __device__ __forceinline__ float group_dot(const wgroup &q, const int *xi, float
 /* Calls F<T>::run(args...) for the weight type, or returns false for an unsupported one. */
 #define BK_CUDA_TYPES(X) \
     X(QT_F32) X(QT_F16) X(QT_BF16) X(QT_Q8_0) X(QT_Q4_0) X(QT_Q4_1) X(QT_Q5_0) X(QT_Q5_1) \
-    X(QT_IQ4_NL) X(QT_Q4_K) X(QT_Q5_K) X(QT_Q6_K) X(QT_IQ4_XS)
+    X(QT_IQ4_NL) X(QT_Q4_K) X(QT_Q5_K) X(QT_Q6_K) X(QT_IQ4_XS) BK_CUDA_IQ_TYPES(X)
+/* the codebook, ternary and FP4 types (cuda_iq.cuh): the float paths through deq8, one token's
+ * products also on int8 dots (cuda_mmvq_iq.cu) */
+#define BK_CUDA_IQ_TYPES(X) \
+    X(QT_IQ2_XXS) X(QT_IQ2_XS) X(QT_IQ2_S) X(QT_IQ3_XXS) X(QT_IQ3_S) X(QT_IQ1_S) X(QT_IQ1_M) \
+    X(QT_TQ1_0) X(QT_TQ2_0) X(QT_NVFP4) X(QT_Q1_0) X(QT_Q2_0)
 static inline bool cuda_type_supported(uint32_t t) {
 #define X(T) if (t == T) return true;
     BK_CUDA_TYPES(X)
@@ -1120,6 +1130,12 @@ void cuda_graph_free(cuda_backend *cb);
         BK_TYPE_CASE(QT_IQ4_NL, __VA_ARGS__) BK_TYPE_CASE(QT_Q4_K, __VA_ARGS__)  \
         BK_TYPE_CASE(QT_Q5_K, __VA_ARGS__) BK_TYPE_CASE(QT_Q6_K, __VA_ARGS__)    \
         BK_TYPE_CASE(QT_IQ4_XS, __VA_ARGS__)                                     \
+        BK_TYPE_CASE(QT_IQ2_XXS, __VA_ARGS__) BK_TYPE_CASE(QT_IQ2_XS, __VA_ARGS__) \
+        BK_TYPE_CASE(QT_IQ2_S, __VA_ARGS__) BK_TYPE_CASE(QT_IQ3_XXS, __VA_ARGS__)  \
+        BK_TYPE_CASE(QT_IQ3_S, __VA_ARGS__) BK_TYPE_CASE(QT_IQ1_S, __VA_ARGS__)    \
+        BK_TYPE_CASE(QT_IQ1_M, __VA_ARGS__) BK_TYPE_CASE(QT_TQ1_0, __VA_ARGS__)    \
+        BK_TYPE_CASE(QT_TQ2_0, __VA_ARGS__) BK_TYPE_CASE(QT_NVFP4, __VA_ARGS__)    \
+        BK_TYPE_CASE(QT_Q1_0, __VA_ARGS__) BK_TYPE_CASE(QT_Q2_0, __VA_ARGS__)      \
     default: break;                                                              \
     }
 
