@@ -178,8 +178,7 @@ static void matmul_tol(uint32_t type, int64_t n_in, int n, double cpu_err, doubl
                 (type == QT_Q8_0 || type == QT_Q4_K || type == QT_Q6_K);
     bool small = n <= int8_max && !(mmq_on && n >= mmq_max);
     /* Q5_K, IQ4_XS, IQ4_NL: the int8 decode products only (cuda_mmvq_dec_supported), not mmq's batches */
-    bool dec_only = (!pl.dec_qtypes_off && (type == QT_Q5_K || type == QT_IQ4_XS || type == QT_IQ4_NL)) ||
-                    (pl.dec_iq_on && quant_iq_has(type)); /* the codebook types: cuda_mmvq_iq.cu */
+    bool dec_only = !pl.dec_qtypes_off && (type == QT_Q5_K || type == QT_IQ4_XS || type == QT_IQ4_NL);
     bool int8_path = !mmqh && n_in % 32 == 0 &&
                      (((mmq || small) && (type == QT_Q4_0 || type == QT_Q8_0 || type == QT_Q4_K || type == QT_Q6_K)) ||
                       (dec_only && !mmq && small));
@@ -1359,7 +1358,7 @@ int main(int argc, char **argv) {
         {"end_to_end_models", test_end_to_end_models},
         {"matmul_cublas", test_matmul_cublas},
         {"attention_prefill", test_attention_prefill},
-        {"get_rows_iq", test_get_rows_iq}, {"matmul_iq", test_matmul_iq}, {"matmul_iq_dec", test_matmul_iq_dec},
+        {"get_rows_iq", test_get_rows_iq}, {"matmul_iq", test_matmul_iq},
         {"matmul_iq_cublas", test_matmul_iq_cublas}, {"moe_ffn_iq", test_moe_ffn_iq},
     };
     int rc = test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);

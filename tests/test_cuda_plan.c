@@ -47,8 +47,7 @@ static void test_defaults(void) {
     cuda_plan_defaults(&d);
     CHECK(!memcmp(&p, &d, sizeof p));
     CHECK(!p.graphs_off && !p.pdl_off && !p.mma_off && !p.mmq_off && !p.mmvs_off && !p.fa_off && !p.weight_pool_off);
-    CHECK(!p.cublas_off && !p.attn_mma_off && !p.q6k_quad_off && !p.mmvf_on && !p.dec_iq_on && !p.graph_info &&
-          p.ablate == 0);
+    CHECK(!p.cublas_off && !p.attn_mma_off && !p.q6k_quad_off && !p.mmvf_on && !p.graph_info && p.ablate == 0);
     CHECK(p.mmvs_min_in == 2048 && p.mmvs_pre == 1 && p.mmvs_seg_bytes == -1 && p.attn_min_chunk == 128);
     CHECK(p.mmq_min == 8 && p.mmq_max == 48 && p.mmq_mt == 2 && p.mmqh_min == 17 && p.mmqh_max == 48);
     CHECK(p.moe_mmq_min == 64 && p.cublas_min_tok == 48 && p.cublas_scratch_mb == 64);
@@ -139,10 +138,7 @@ static void test_lists(void) {
     CHECK(!p.mma_off && !p.fa_off);
     const char *en[] = {"BRISK_CUDA_ENABLE=mmvf", NULL};
     p = plan_of(en);
-    CHECK(p.mmvf_on && !p.dec_iq_on);
-    const char *en_iq[] = {"BRISK_CUDA_ENABLE=dec_iq", NULL};
-    p = plan_of(en_iq);
-    CHECK(p.dec_iq_on && !p.mmvf_on);
+    CHECK(p.mmvf_on);
     /* DISABLE is applied last */
     const char *both[] = {"BRISK_CUDA_ENABLE=mma,mmvf,fa", "BRISK_CUDA_DISABLE=graphs,mmvf,fa", NULL};
     p = plan_of(both);
@@ -157,8 +153,7 @@ static void test_lists(void) {
         CHECK((cls == CUDA_PLAN_PATH) == (flag != NULL));
         if (!flag) continue;
         char list[96];
-        bool off_by_default = !strcmp(flag, "mmvf") || !strcmp(flag, "dec_iq"); /* the table's ON rows */
-        snprintf(list, sizeof list, "BRISK_CUDA_%s=%s", off_by_default ? "ENABLE" : "DISABLE", flag);
+        snprintf(list, sizeof list, "BRISK_CUDA_%s=%s", strcmp(flag, "mmvf") ? "DISABLE" : "ENABLE", flag);
         const char *e[] = {list, NULL};
         cuda_plan q;
         plan_into(&q, e);

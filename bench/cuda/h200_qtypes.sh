@@ -6,8 +6,8 @@
 # the greedy text of 48 tokens either way (not bit for bit: int8 activations against floats).
 #   bash bench/cuda/h200_qtypes.sh [MIX...]      default q5_k_m iq4_xs iq4_nl
 # AB=VAR=VALUE: the switch to alternate instead (h200_float.sh: BRISK_CUDA_ENABLE=mmvf); OPS="CASES":
-# the op tests to run first instead ("": none). The low-bit types' int8 decode products
-# (cuda_mmvq_iq.cu, off by default) against their float GEMV:
+# the op tests to run first instead ("": none). The low-bit types' int8 decode products (branch
+# lab/iq-dec: cuda_mmvq_iq.cu) against their float GEMV, on that branch's build:
 #   AB=BRISK_CUDA_ENABLE=dec_iq OPS=_iq bash bench/cuda/h200_qtypes.sh iq3_s iq3_m tq2_0 nvfp4 q2_0
 # MEMCHECK=1: compute-sanitizer's memcheck on the streamed products' op test after.
 set -u

@@ -3,8 +3,7 @@
  * translation unit of its own: tests/test_cuda_ops.c includes it after its helpers (check_matmul
  * and the others, on_backend_with, blas_backend_new, check_moe_ffn). The weights are random bytes
  * with finite scales (make_weight); the products are held to the tolerances of the header
- * (matmul_tol: the float paths 2e-5 vs the double reference, tensor cores 3e-3, the int8 path of
- * BRISK_CUDA_ENABLE=dec_iq twice the CPU's own error + 1e-5). */
+ * (matmul_tol: the float paths 2e-5 vs the double reference, tensor cores 3e-3). */
 
 static const uint32_t iq_types[] = {QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S, QT_IQ3_XXS, QT_IQ3_S, QT_IQ1_S,
                                     QT_IQ1_M,   QT_TQ1_0,  QT_TQ2_0, QT_NVFP4,   QT_Q1_0,  QT_Q2_0};
@@ -56,28 +55,6 @@ static void test_matmul_iq(void) {
     }
     show_err = false;
 }
-
-/* matmul_iq_dec: the same types on the int8 decode products (cuda_mmvq_iq.cu), on a backend made
- * with BRISK_CUDA_ENABLE=dec_iq: 1 to 8 tokens in one launch, 16 and 64 in slices of 8 (those the
- * int8 tensor-core range takes stay on the float paths: matmul_tol knows which), rows of one
- * group per lane and of many, a bias, y +=, gate/up as two products + SwiGLU, three matrices. */
-static void iq_dec_cases(void) {
-    static const struct { int64_t n_in, n_out; int n; } shapes[] = {
-        {256, 67, 1}, {512, 129, 3}, {1024, 300, 8}, {4096, 33, 1}, {2048, 1000, 1}, {512, 70, 16}, {512, 96, 64}};
-    show_err = true;
-    for (int ti = 0; ti < N_IQ; ti++) {
-        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            check_matmul(iq_types[ti], shapes[s].n_in, shapes[s].n_out, shapes[s].n, s == 1);
-        check_matmul_add(iq_types[ti], 2048, 700, 1);
-        check_matmul_swiglu(iq_types[ti], 2048, 1500, 1, true);
-        check_matmul_swiglu(iq_types[ti], 1024, 300, 2, false);
-        const uint32_t same[3] = {iq_types[ti], iq_types[ti], iq_types[ti]};
-        const int64_t no[3] = {512, 128, 128};
-        check_matmul_multi(same, 2048, no, 1);
-    }
-    show_err = false;
-}
-static void test_matmul_iq_dec(void) { on_backend_with("BRISK_CUDA_ENABLE", "dec_iq", iq_dec_cases); }
 
 /* matmul_iq_cublas: 300 tokens of every type through cuBLAS (the counter says it took each). */
 static void test_matmul_iq_cublas(void) {

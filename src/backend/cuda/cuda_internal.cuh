@@ -938,8 +938,8 @@ __device__ __forceinline__ float group_dot(const wgroup &q, const int *xi, float
 #define BK_CUDA_TYPES(X) \
     X(QT_F32) X(QT_F16) X(QT_BF16) X(QT_Q8_0) X(QT_Q4_0) X(QT_Q4_1) X(QT_Q5_0) X(QT_Q5_1) \
     X(QT_IQ4_NL) X(QT_Q4_K) X(QT_Q5_K) X(QT_Q6_K) X(QT_IQ4_XS) BK_CUDA_IQ_TYPES(X)
-/* the codebook, ternary and FP4 types (cuda_iq.cuh): the float paths through deq8, one token's
- * products also on int8 dots (cuda_mmvq_iq.cu) */
+/* the codebook, ternary and FP4 types (cuda_iq.cuh): the float paths through deq8 (their int8
+ * decode kernel waits on branch lab/iq-dec for a GPU's op test and timing) */
 #define BK_CUDA_IQ_TYPES(X) \
     X(QT_IQ2_XXS) X(QT_IQ2_XS) X(QT_IQ2_S) X(QT_IQ3_XXS) X(QT_IQ3_S) X(QT_IQ1_S) X(QT_IQ1_M) \
     X(QT_TQ1_0) X(QT_TQ2_0) X(QT_NVFP4) X(QT_Q1_0) X(QT_Q2_0)

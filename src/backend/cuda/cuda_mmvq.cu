@@ -129,8 +129,7 @@ bool cuda_mmvq_supported(uint32_t type, int64_t n_in) {
  * their batches keep the float paths. */
 bool cuda_mmvq_dec_supported(const cuda_backend *cb, uint32_t type, int64_t n_in) {
     return cuda_mmvq_supported(type, n_in) ||
-           (!cb->dec_qtypes_off && (type == QT_Q5_K || type == QT_IQ4_XS || type == QT_IQ4_NL) && n_in % 32 == 0) ||
-           (cb->plan.dec_iq_on && cuda_mmvq_iq_supported(type, n_in)); /* cuda_mmvq_iq.cu's own kernel */
+           (!cb->dec_qtypes_off && (type == QT_Q5_K || type == QT_IQ4_XS || type == QT_IQ4_NL) && n_in % 32 == 0);
 }
 
 /* Quantizes x (n, n_in) into the backend's activation buffer; false when it does not fit. */
@@ -148,10 +147,6 @@ bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n) {
  * each reading the weights again: at 32 tokens two slices beat the tensor-core tile kernel, whose
  * 128-row x 64-token tiles give a 4096-row matrix 32 blocks for 132 SMs. */
 void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum) {
-    if (iq_type((int)w->type)) { /* the codebook, ternary and FP4 types: a kernel of their own */
-        cuda_mmvq_iq(cb, w, bias, n, y, accum);
-        return;
-    }
     if (n == 1) {
         mmvs_mats mm = {};
         mmvs_add(mm, (const uint8_t *)w->dev, bias, y, w->n_out);
@@ -181,8 +176,7 @@ bool cuda_mmvq_prepare(cuda_backend *cb, const float *x, int64_t n_in, int n) {
  * one warp per output row reads its gate and up rows (false: types or shapes it does not take). */
 bool cuda_mmvq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, int n, float *out) {
     if (n > MMVQ_MAX_TOK || gate->type != up->type || gate->n_in != up->n_in || gate->n_out != up->n_out ||
-        gate->row_bytes != up->row_bytes || !cuda_mmvq_dec_supported(cb, gate->type, gate->n_in) ||
-        iq_type((int)gate->type)) /* cuda_mmvq_iq.cu runs the two products, then the gate */
+        gate->row_bytes != up->row_bytes || !cuda_mmvq_dec_supported(cb, gate->type, gate->n_in))
         return false;
     const uint8_t *G = (const uint8_t *)gate->dev, *U = (const uint8_t *)up->dev;
     if (n == 1) {
@@ -220,7 +214,7 @@ int cuda_mmvq_multi(cuda_backend *cb, int n_w, const bk_weight *const *w, const 
                     float *const *y) {
     if (n > MMVQ_MAX_TOK || cb->mmvq_multi_off) return 0;
     int done = 0;
-    while (done < n_w && cuda_mmvq_dec_supported(cb, w[done]->type, w[done]->n_in) && !iq_type((int)w[done]->type)) {
+    while (done < n_w && cuda_mmvq_dec_supported(cb, w[done]->type, w[done]->n_in)) {
         mmvq_mats mm = {};
         unsigned blocks = 0;
         const bk_weight *w0 = w[done];

@@ -215,11 +215,6 @@ __device__ __forceinline__ void mmvq_rows(const uint8_t *W, const uint8_t *W2, s
     }
 }
 
-/* cuda_mmvq_iq.cu: the integer-dot products of the codebook, ternary and FP4 types (cuda_iq.cuh), for
- * activations already quantized; any n up to MMVQ_SLICE_MAX. */
-bool cuda_mmvq_iq_supported(uint32_t type, int64_t n_in);
-void cuda_mmvq_iq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum);
-
 /* cuda_mmvs.cu: one token's products streamed through shared memory (see there). */
 #define MMVS_MATS 3
 typedef struct mmvs_mats {

@@ -88,7 +88,6 @@ static const plan_row rows[] = {
     OFF("weight_pool", weight_pool_off, "a model's weights carved from a few device slabs; off: a cudaMalloc per weight"),
     /* ---- paths off by default: BRISK_CUDA_ENABLE=name ---- */
     ON("mmvf", mmvf_on, "one token's products on F16, BF16 and F32 weights streamed into shared memory by the bulk-copy engine (cuda_mmvf.cu; sm_90), not the float GEMV (won on an H100: BF16 qwen3-8b 161.7 against 127.1 tokens/s; off until its op test has run on a GPU)"),
-    ON("dec_iq", dec_iq_on, "one to 64 tokens' products on IQ1_S/M, IQ2_XXS/XS/S, IQ3_XXS/S, TQ1_0, TQ2_0, NVFP4, Q1_0 and Q2_0 weights on int8 dots (cuda_mmvq_iq.cu), not the float GEMV (off until its op test has run and it has been timed on a GPU)"),
     /* ---- numeric tuning ---- */
     NUM(TUNING, "MMVS_MIN_IN", P_I64, mmvs_min_in, 2048, 0, INT64_MAX, "rows narrower than this many columns take cuda_mmvq's kernel, not the streamed one"),
     NUM(TUNING, "MMVS_PRE", P_INT, mmvs_pre, 1, 0, 1024, "stages of weights a streamed product's warps ask for before waiting on the kernel before (pdl_wait), the rest after their activations' loads, on rows of 4,096 columns and more; 0: the whole ring first"),
@@ -428,7 +427,7 @@ void cuda_plan_print_markdown(FILE *f) {
           "## Paths\n\n"
           "Every GPU optimization can be turned off, for A/B runs and for bisecting a wrong result, with\n"
           "one list: `BRISK_CUDA_DISABLE=graphs,pdl,mmvs` (names separated by commas or spaces). The paths\n"
-          "that are off by default are turned on with `BRISK_CUDA_ENABLE=mmvf,dec_iq`; `BRISK_CUDA_DISABLE` is\n"
+          "that is off by default is turned on with `BRISK_CUDA_ENABLE=mmvf`; `BRISK_CUDA_DISABLE` is\n"
           "applied last. Before sm_90, `pdl`, `mmvs`, `mmqh` and `mmvf` are off whatever is set. The paths\n"
           "are not variables of their own: a path's old name (`BRISK_CUDA_GRAPHS=0`) is refused with the\n"
           "list entry to use instead, and so is the name of a setting that was removed (below).\n\n"

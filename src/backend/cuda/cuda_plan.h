@@ -63,7 +63,7 @@ typedef struct cuda_plan {
     bool gd_chunk_off, gd_fuse_off, gd_conv_off, weight_pool_off;
     bool cublas_off, attn_mma_off, q6k_quad_off;
     /* paths off by default (BRISK_CUDA_ENABLE=name) */
-    bool mmvf_on, dec_iq_on;
+    bool mmvf_on;
     /* tuning */
     int64_t mmvs_min_in;        /* columns */
     int mmvs_pre;               /* stages */
