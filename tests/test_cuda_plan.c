@@ -47,7 +47,7 @@ static void test_defaults(void) {
     cuda_plan_defaults(&d);
     CHECK(!memcmp(&p, &d, sizeof p));
     CHECK(!p.graphs_off && !p.pdl_off && !p.mma_off && !p.mmq_off && !p.mmvs_off && !p.fa_off && !p.weight_pool_off);
-    CHECK(!p.cublas_off && !p.attn_mma_off && !p.q6k_quad_off && !p.mmvf_on && !p.graph_info && p.ablate == 0);
+    CHECK(!p.cublas_off && !p.attn_mma_off && !p.q6k_quad_off && !p.mmvf_off && !p.graph_info && p.ablate == 0);
     CHECK(p.mmvs_min_in == 2048 && p.mmvs_pre == 1 && p.mmvs_seg_bytes == -1 && p.attn_min_chunk == 128);
     CHECK(p.mmq_min == 8 && p.mmq_max == 48 && p.mmq_mt == 2 && p.mmqh_min == 17 && p.mmqh_max == 48);
     CHECK(p.moe_mmq_min == 64 && p.cublas_min_tok == 48 && p.cublas_scratch_mb == 64);
@@ -57,7 +57,7 @@ static void test_defaults(void) {
 /* Issue 31's budget: the environment names of the table (the lists, the tunings, the debugging
  * aids) stay under 20; the paths are list entries only. */
 static void test_count(void) {
-    int names = 2; /* BRISK_CUDA_DISABLE, BRISK_CUDA_ENABLE */
+    int names = 1; /* BRISK_CUDA_DISABLE */
     for (int i = 0; i < cuda_plan_rows(); i++) {
         const char *env;
         cuda_plan_row(i, &env, NULL, NULL);
@@ -71,8 +71,11 @@ static void test_count(void) {
 static void test_retired(void) {
     const char *old[] = {"BRISK_CUDA_MMVS=0", NULL};
     CHECK(refused(old, "BRISK_CUDA_MMVS=0: the paths are not variables of their own any more; BRISK_CUDA_DISABLE=mmvs"));
-    const char *old_on[] = {"BRISK_CUDA_MMVF=1", NULL};
-    CHECK(refused(old_on, "BRISK_CUDA_ENABLE=mmvf"));
+    const char *old_on[] = {"BRISK_CUDA_MMVF=0", NULL};
+    CHECK(refused(old_on, "BRISK_CUDA_DISABLE=mmvf"));
+    /* the list for paths off by default went with the last such path */
+    const char *en[] = {"BRISK_CUDA_ENABLE=mmvf", NULL};
+    CHECK(refused(en, "BRISK_CUDA_ENABLE=mmvf: every GPU path is on by default now"));
     const char *kv[] = {"BRISK_CUDA_KV_FUSE=0", NULL};
     CHECK(refused(kv, "BRISK_CUDA_DISABLE=kv_fuse"));
     static const char *const gone[] = {"BRISK_CUDA_NQ=3",        "BRISK_CUDA_NORM_FUSE=1", "BRISK_CUDA_ATTN_V1=1",
@@ -136,13 +139,9 @@ static void test_lists(void) {
     cuda_plan p = plan_of(dis);
     CHECK(p.mmvs_off && p.graphs_off && p.pdl_off && p.cublas_off && p.attn_mma_off && p.q6k_quad_off && p.kvfuse_off);
     CHECK(!p.mma_off && !p.fa_off);
-    const char *en[] = {"BRISK_CUDA_ENABLE=mmvf", NULL};
-    p = plan_of(en);
-    CHECK(p.mmvf_on);
-    /* DISABLE is applied last */
-    const char *both[] = {"BRISK_CUDA_ENABLE=mma,mmvf,fa", "BRISK_CUDA_DISABLE=graphs,mmvf,fa", NULL};
-    p = plan_of(both);
-    CHECK(!p.mma_off && p.graphs_off && !p.mmvf_on && p.fa_off);
+    const char *mf[] = {"BRISK_CUDA_DISABLE=mmvf", NULL};
+    p = plan_of(mf);
+    CHECK(p.mmvf_off && !p.mmvs_off);
     /* every path of the table works in the list, and flips exactly its own field */
     cuda_plan d;
     cuda_plan_defaults(&d);
@@ -153,7 +152,7 @@ static void test_lists(void) {
         CHECK((cls == CUDA_PLAN_PATH) == (flag != NULL));
         if (!flag) continue;
         char list[96];
-        snprintf(list, sizeof list, "BRISK_CUDA_%s=%s", strcmp(flag, "mmvf") ? "DISABLE" : "ENABLE", flag);
+        snprintf(list, sizeof list, "BRISK_CUDA_DISABLE=%s", flag);
         const char *e[] = {list, NULL};
         cuda_plan q;
         plan_into(&q, e);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine (after `LAB=1 bash bench/cuda/pack.sh` here): one token's products on float
-# weights streamed (cuda_mmvf.cu, BRISK_CUDA_ENABLE=mmvf) against the float GEMV they replace:
+# weights streamed (cuda_mmvf.cu, BRISK_CUDA_DISABLE=mmvf) against the float GEMV they replace:
 #   1. the op tests (matmul_float_stream: F16, BF16, F32 on the streamed kernel; matmul, matmul_swiglu,
 #      matmul_multi on the default), under a time limit each;
 #   2. the lab (.device/mmvf_lab.xz): the decode shapes of qwen3-8b and qwen3.6-27b, us and % of the
@@ -16,5 +16,5 @@ timeout 300 $B/tests/test_cuda_ops matmul matmul_swiglu matmul_multi 2>&1 | grep
 if [ -f .device/mmvf_lab.xz ]; then
   xz -dc .device/mmvf_lab.xz > /tmp/mmvf_lab && chmod +x /tmp/mmvf_lab && timeout 240 /tmp/mmvf_lab 2>&1 | tail -20
 fi
-AB=BRISK_CUDA_ENABLE=mmvf OPS= MEMCHECK= bash bench/cuda/h200_qtypes.sh ${*:-bf16 f16}
+AB=BRISK_CUDA_DISABLE=mmvf OPS= MEMCHECK= bash bench/cuda/h200_qtypes.sh ${*:-bf16 f16}
 if [ -n "${MEMCHECK:-}" ]; then ops_memcheck matmul_float_stream; fi

@@ -1,10 +1,9 @@
 /* ops_mmvf.c — test_cuda_ops's checks of one token's products on float weights streamed
- * (BRISK_CUDA_ENABLE=mmvf, cuda_mmvf.cu), on a backend of its own with the path on. Not a
+ * (cuda_mmvf.cu, on by default; BRISK_CUDA_DISABLE=mmvf: the float GEMV). Not a
  * translation unit of its own: tests/test_cuda_ops.c includes it after its matmul helpers
  * (check_matmul, check_matmul_add, check_matmul_swiglu, check_matmul_multi, on_backend_with). */
 
-/* One token's products on float weights streamed through shared memory (cuda_mmvf.cu, on with
- * BRISK_CUDA_ENABLE=mmvf) for F16, BF16 and F32: rows enough for every warp's ring to wrap round
+/* One token's products on float weights streamed through shared memory (cuda_mmvf.cu) for F16, BF16 and F32: rows enough for every warp's ring to wrap round
  * (20,000), rows cut into several chunks (12,288 and 5,120 columns: 2-8 chunks of unequal last
  * size), rows of one chunk, a bias, y += (matmul_add), the fused gate/up/SwiGLU, three matrices in
  * one launch, and rows the kernel refuses (bytes no multiple of 16, fewer than 1,024 rows: the
@@ -29,4 +28,4 @@ static void float_stream_cases(void) {
     }
     show_err = false;
 }
-static void test_matmul_float_stream(void) { on_backend_with("BRISK_CUDA_ENABLE", "mmvf", float_stream_cases); }
+static void test_matmul_float_stream(void) { float_stream_cases(); }

@@ -419,7 +419,7 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->fa_off = p->fa_off;
     cb->mmvq_multi_off = p->mmvq_multi_off;
     cb->mmvs_off = p->mmvs_off || cc_major < 9;
-    cb->mmvf_on = p->mmvf_on && cc_major >= 9;
+    cb->mmvf_on = !p->mmvf_off && cc_major >= 9;
     cb->mmvs_min_in = p->mmvs_min_in;
     cb->mmvs_wide_off = p->mmvs_wide_off;
     cb->router_pf_off = p->router_pf_off;

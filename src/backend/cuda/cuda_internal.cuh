@@ -88,7 +88,7 @@ typedef struct cuda_backend {
     bool mmvq_slices_off;       /* BRISK_CUDA_DISABLE=mmvq_slices: 17..MMVQ_SLICE_MAX tokens on the prefill path */
     bool mmvq_multi_off;        /* BRISK_CUDA_DISABLE=mmvq_multi: one launch per matrix of a call (A/B) */
     bool mmvs_off;              /* BRISK_CUDA_DISABLE=mmvs: one token's products through cuda_mmvq's kernel, not cuda_mmvs's (A/B) */
-    bool mmvf_on;               /* BRISK_CUDA_ENABLE=mmvf: one token's products on F16 / BF16 / F32 weights streamed (cuda_mmvf.cu; off until its op test has run on a GPU) */
+    bool mmvf_on;               /* one token's products on F16 / BF16 / F32 weights streamed (cuda_mmvf.cu; sm_90; BRISK_CUDA_DISABLE=mmvf: off) */
     int64_t mmvs_min_in;        /* BRISK_CUDA_MMVS_MIN_IN (default 2048): narrower rows through cuda_mmvq's kernel */
     bool mmvs_wide_off;         /* BRISK_CUDA_DISABLE=mmvs_wide: rows wider than 8,192 columns through cuda_mmvq's kernel (A/B) */
     bool router_pf_off;         /* BRISK_CUDA_DISABLE=router_pf: the fused router's rows not asked into the L2 before its wait (A/B) */

@@ -26,7 +26,7 @@ typedef enum {
 
 typedef struct plan_row {
     const char *env;      /* the environment name; NULL for a path (named only in the lists) */
-    const char *flag;     /* a path's name in BRISK_CUDA_DISABLE / BRISK_CUDA_ENABLE, else NULL */
+    const char *flag;     /* a path's name in BRISK_CUDA_DISABLE, else NULL */
     cuda_plan_class cls;
     plan_parse parse;
     int64_t def, lo, hi;  /* numbers: the default and the range */
@@ -37,7 +37,6 @@ typedef struct plan_row {
 
 #define F(field) offsetof(cuda_plan, field)
 #define OFF(flag, field, doc) {NULL, flag, CUDA_PLAN_PATH, P_OFF, 0, 0, 1, F(field), NULL, doc}
-#define ON(flag, field, doc) {NULL, flag, CUDA_PLAN_PATH, P_ON, 0, 0, 1, F(field), NULL, doc}
 #define NUM(cls, name, parse, field, def, lo, hi, doc) \
     {"BRISK_CUDA_" name, NULL, CUDA_PLAN_##cls, parse, def, lo, hi, F(field), NULL, doc}
 #define FOLLOW(name, field, follows, lo, hi, doc) \
@@ -86,8 +85,7 @@ static const plan_row rows[] = {
     OFF("gd_fuse", gd_fuse_off, "one token's delta rule, its heads' RMS norm and the output gate in one launch; off: three"),
     OFF("gd_conv", gd_conv_off, "the Gated DeltaNet's short conv inside the fused delta rule's launch"),
     OFF("weight_pool", weight_pool_off, "a model's weights carved from a few device slabs; off: a cudaMalloc per weight"),
-    /* ---- paths off by default: BRISK_CUDA_ENABLE=name ---- */
-    ON("mmvf", mmvf_on, "one token's products on F16, BF16 and F32 weights streamed into shared memory by the bulk-copy engine (cuda_mmvf.cu; sm_90), not the float GEMV (won on an H100: BF16 qwen3-8b 161.7 against 127.1 tokens/s; off until its op test has run on a GPU)"),
+    OFF("mmvf", mmvf_off, "one token's products on F16, BF16 and F32 weights streamed into shared memory by the bulk-copy engine (cuda_mmvf.cu; sm_90); off: the float GEMV (H100: BF16 qwen3-8b 161.7 against 127.1 tokens/s)"),
     /* ---- numeric tuning ---- */
     NUM(TUNING, "MMVS_MIN_IN", P_I64, mmvs_min_in, 2048, 0, INT64_MAX, "rows narrower than this many columns take cuda_mmvq's kernel, not the streamed one"),
     NUM(TUNING, "MMVS_PRE", P_INT, mmvs_pre, 1, 0, 1024, "stages of weights a streamed product's warps ask for before waiting on the kernel before (pdl_wait), the rest after their activations' loads, on rows of 4,096 columns and more; 0: the whole ring first"),
@@ -110,7 +108,7 @@ static const plan_row rows[] = {
 #define N_ROWS ((int)(sizeof rows / sizeof rows[0]))
 
 #define LIST_DISABLE "BRISK_CUDA_DISABLE"
-#define LIST_ENABLE "BRISK_CUDA_ENABLE"
+#define LIST_ENABLE "BRISK_CUDA_ENABLE" /* gone: every path is on by default (refused with a message) */
 
 /* Names that were settings and are not any more. A run that sets one is refused rather than run
  * with the default: an A/B measurement with a stale name must not silently measure the default.
@@ -275,7 +273,7 @@ static void set_path(cuda_plan *p, const plan_row *r, bool on) {
     *(bool *)field(p, r) = r->parse == P_OFF ? !on : on;
 }
 
-/* BRISK_CUDA_DISABLE / BRISK_CUDA_ENABLE: names separated by commas or spaces. */
+/* BRISK_CUDA_DISABLE: names separated by commas or spaces. */
 static void parse_list(cuda_plan *p, const char *list_env, const char *s, bool on, plan_errs *e) {
     const char *q = s;
     while (*q) {
@@ -310,15 +308,16 @@ brisk_status cuda_plan_read(cuda_plan *p, cuda_plan_getenv_fn get, void *ud, cha
         old_path_name(old, sizeof old, &rows[i]);
         const char *s = get(ud, old);
         if (s && *s)
-            plan_err(&e, "%s=%s: the paths are not variables of their own any more; %s=%s", old, s,
-                     rows[i].parse == P_OFF ? LIST_DISABLE : LIST_ENABLE, rows[i].flag);
+            plan_err(&e, "%s=%s: the paths are not variables of their own any more; %s=%s", old, s, LIST_DISABLE,
+                     rows[i].flag);
     }
     for (int i = 0; i < N_REMOVED; i++) {
         const char *s = get(ud, removed[i]);
         if (s && *s) plan_err(&e, "%s=%s: removed from brisk (it did not win: docs/experiments.md)", removed[i], s);
     }
     const char *en = get(ud, LIST_ENABLE), *dis = get(ud, LIST_DISABLE);
-    if (en) parse_list(p, LIST_ENABLE, en, true, &e);
+    if (en && *en) /* (mmvf was the last path off by default) */
+        plan_err(&e, "%s=%s: every GPU path is on by default now; %s turns one off", LIST_ENABLE, en, LIST_DISABLE);
     if (dis) parse_list(p, LIST_DISABLE, dis, false, &e);
     if (e.n > 1 && err && err_cap) {
         size_t len = strlen(err);
@@ -402,8 +401,7 @@ void cuda_plan_print(FILE *f, const cuda_plan *p) {
         fprintf(f, "%-28s %c%-11s %-16s %-7s %s\n", r->env ? r->env : r->flag, strcmp(v, dv) ? '*' : ' ', v, shown,
                 class_name(r->cls), r->doc);
     }
-    fprintf(f, "\n* differs from the default. %s=name,... turns paths off, %s=name,... on.\n", LIST_DISABLE,
-            LIST_ENABLE);
+    fprintf(f, "\n* differs from the default. %s=name,... turns paths off.\n", LIST_DISABLE);
 }
 
 /* Markdown cells hold no '|'. */
@@ -426,14 +424,14 @@ void cuda_plan_print_markdown(FILE *f) {
           "A `BRISK_*` name that nothing reads is warned about once on stderr.\n\n"
           "## Paths\n\n"
           "Every GPU optimization can be turned off, for A/B runs and for bisecting a wrong result, with\n"
-          "one list: `BRISK_CUDA_DISABLE=graphs,pdl,mmvs` (names separated by commas or spaces). The paths\n"
-          "that is off by default is turned on with `BRISK_CUDA_ENABLE=mmvf`; `BRISK_CUDA_DISABLE` is\n"
-          "applied last. Before sm_90, `pdl`, `mmvs`, `mmqh` and `mmvf` are off whatever is set. The paths\n"
+          "one list: `BRISK_CUDA_DISABLE=graphs,pdl,mmvs` (names separated by commas or spaces). Every path\n"
+          "is on by default (a path lands default-on with the measurement that shows it wins, or not at\n"
+          "all), so `BRISK_CUDA_ENABLE` is gone and refused. Before sm_90, `pdl`, `mmvs`, `mmqh` and `mmvf`\n"
+          "are off whatever is set. The paths\n"
           "are not variables of their own: a path's old name (`BRISK_CUDA_GRAPHS=0`) is refused with the\n"
           "list entry to use instead, and so is the name of a setting that was removed (below).\n\n"
           "| variable | takes |\n|---|---|\n"
-          "| `" LIST_DISABLE "` | names of the paths below to turn off |\n"
-          "| `" LIST_ENABLE "` | names of the paths below to turn on |\n\n",
+          "| `" LIST_DISABLE "` | names of the paths below to turn off |\n\n",
           f);
     for (int pass = 0; pass < 3; pass++) {
         static const char *const heads[3] = {

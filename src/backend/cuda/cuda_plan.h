@@ -9,8 +9,8 @@
  * docs/gpu-switches.md is generated from it (`make docs`; tests/t_gpu_switches.sh fails when the
  * committed page differs).
  *
- * Paths are turned off through one list, BRISK_CUDA_DISABLE=mmvs,graphs,... (and the one that is
- * off by default turned on through BRISK_CUDA_ENABLE=mmvf); DISABLE is applied last. The paths
+ * Paths are turned off through one list, BRISK_CUDA_DISABLE=mmvs,graphs,...; every path is on by
+ * default (BRISK_CUDA_ENABLE, for the last one that was not, is refused with a message). The paths
  * are not environment names of their own: only the numeric tunings and the debugging aids are.
  * A path's old own name (BRISK_CUDA_MMVS=0) and the names of settings that were removed (their
  * paths lost their measurements: docs/experiments.md) are refused, naming what to set instead.
@@ -51,8 +51,7 @@ enum {
 };
 
 /* The settings, in the terms of the environment (MiB, positions): cuda_init converts. The field
- * names are the cuda_backend fields they end up in. A path's bool is true when it is off (x_off)
- * or, for the path off by default, on (mmvf_on). */
+ * names are the cuda_backend fields they end up in. A path's bool is true when it is off (x_off). */
 typedef struct cuda_plan {
     /* paths on by default (BRISK_CUDA_DISABLE=name) */
     bool graphs_off, pdl_off, mma_off, mmq_off, mmqh_off, moe_mmq_off, moe_q8_off, moe_vec_off;
@@ -61,9 +60,7 @@ typedef struct cuda_plan {
     bool attn_rope_off, attn_gate_off, attnq_off, kvfuse_off, qkrope_off, glu_off, normq_off;
     bool mmvq_slices_off, mmvq_multi_off, mmvs_off, mmvs_wide_off, dec_qtypes_off;
     bool gd_chunk_off, gd_fuse_off, gd_conv_off, weight_pool_off;
-    bool cublas_off, attn_mma_off, q6k_quad_off;
-    /* paths off by default (BRISK_CUDA_ENABLE=name) */
-    bool mmvf_on;
+    bool cublas_off, attn_mma_off, q6k_quad_off, mmvf_off;
     /* tuning */
     int64_t mmvs_min_in;        /* columns */
     int mmvs_pre;               /* stages */
