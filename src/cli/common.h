@@ -132,7 +132,7 @@ void cli_stop_reset(cli_stop *st);
 bool cli_stop_push(cli_stop *st, const char *piece, size_t len);
 #define CLI_STOP_HELP "  -r, --reverse-prompt TEXT  stop generating once TEXT appears (printed; may repeat)\n"
 #define CLI_KV_HELP                                                                                           \
-    "  --kv-type T          KV cache type: f16 (default), q8_0, q4_0, q4_0h (q4_0, keys rotated; CPU) or f32\n" \
+    "  --kv-type T          KV cache type: f16 (default), q8_0, q4_0, q4_0h (q4_0, keys rotated) or f32\n" \
     "                       (also -ctk/-ctv T,\n"                                                          \
     "                       --cache-type-k/--cache-type-v T: one type for both; --kv-f32)\n"                  \
     "  --attn-sparse K      block-sparse attention (CPU): each query group reads K KV pages of 16 tokens, the\n" \
