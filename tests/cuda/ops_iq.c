@@ -11,28 +11,7 @@ static const uint32_t iq_types[] = {QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S, QT_IQ3_XXS,
 
 /* get_rows_iq: rows decoded on the GPU (deq8 -> iq_deq8) equal the CPU's, bit for bit. */
 static void test_get_rows_iq(void) {
-    for (int ti = 0; ti < N_IQ; ti++) {
-        const int64_t n_in = 1024, n_out = 50;
-        size_t rb;
-        void *wh = make_weight(iq_types[ti], n_in, n_out, &rb);
-        bk_weight wc = {.name = "emb", .type = iq_types[ti], .n_in = n_in, .n_out = n_out, .row_bytes = rb, .host = wh},
-                  wg = wc;
-        CHECK_OK(gpu->ops->bind_weight(gpu, &wg));
-        int32_t ids[7] = {3, 0, 49, 3, 17, 25, 1};
-        float *yc = malloc(7 * n_in * 4), *yg = malloc(7 * n_in * 4);
-        float *dy = dev_copy(NULL, 7 * n_in * 4);
-        cpu->ops->get_rows(cpu, &wc, ids, 7, yc);
-        gpu->ops->get_rows(gpu, &wg, ids, 7, dy);
-        dev_read(dy, yg, 7 * n_in * 4);
-        size_t diff = 0;
-        for (size_t i = 0; i < (size_t)(7 * n_in); i++) diff += memcmp(&yg[i], &yc[i], 4) != 0;
-        if (diff) fprintf(stderr, "  get_rows %s: %zu of %lld floats differ\n", quant_type_name(iq_types[ti]), diff,
-                          (long long)(7 * n_in));
-        CHECK(diff == 0);
-        gpu->ops->release(gpu, dy);
-        bk_cuda_release_weight(&wg);
-        free(wh); free(yc); free(yg);
-    }
+    for (int ti = 0; ti < N_IQ; ti++) check_get_rows(iq_types[ti], 1024, true);
 }
 
 /* matmul_iq: the products of every type on the default paths: one token and up to 8 on the float
