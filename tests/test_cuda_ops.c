@@ -804,7 +804,14 @@ static void check_attention_ex(int kv_type, int n_head, int n_head_kv, int hd, i
         bk_cuda_release_weight(&kng);
     } else {
         cpu->ops->attention(cpu, q, k, v, &vwc, &ab, n_head, n_head_kv, hd, scale, oc);
+        const long m0 = bk_cuda_path_launches(gpu, "attn_mma");
         gpu->ops->attention(gpu, dq, dk, dv, &vwg, &ab, n_head, n_head_kv, hd, scale, dout);
+        /* the kernel the tolerance below assumes is the one that ran */
+        const long m1 = bk_cuda_path_launches(gpu, "attn_mma");
+        if (m1 - m0 != (attn_on_mma(kv_type, n_head, n_head_kv, hd, n, pos) ? 1 : 0))
+            fprintf(stderr, "  attention kv %d heads %d/%d hd %d n %d: %ld tensor-core launches, expected %d\n", kv_type,
+                    n_head, n_head_kv, hd, n, m1 - m0, attn_on_mma(kv_type, n_head, n_head_kv, hd, n, pos) ? 1 : 0);
+        CHECK(m1 - m0 == (attn_on_mma(kv_type, n_head, n_head_kv, hd, n, pos) ? 1 : 0));
         check_attention_gated(&vwg, &ab, dq, n_head, n_head_kv, hd, scale, nq);
     }
     dev_read(dout, og, nq * 4);
@@ -1272,7 +1279,9 @@ static void check_prefill(int kv_type, int n_head, int n_head_kv, int hd, int bs
     bk_attn_batch ab = {.n_tokens = n, .pos = pos, .slot = slot, .block_table = tables};
     float scale = 1.0f / sqrtf((float)hd);
     cpu->ops->attention(cpu, q, k, v, &vwc, &ab, n_head, n_head_kv, hd, scale, oc);
+    const long p0 = bk_cuda_path_launches(gpu, "attn_prefill");
     gpu->ops->attention(gpu, dq, dk, dv, &vwg, &ab, n_head, n_head_kv, hd, scale, dout);
+    CHECK(bk_cuda_path_launches(gpu, "attn_prefill") - p0 == 1); /* (every case here is > 64 entries, head 64-256) */
     dev_read(dout, og, nq * 4);
     double e = rel_err(og, oc, nq);
     if (!(e <= 2e-3))
@@ -1284,7 +1293,9 @@ static void check_prefill(int kv_type, int n_head, int n_head_kv, int hd, int bs
     CHECK(!memcmp(kg, kc, cache_bytes)); /* the batch's K rows, written as the CPU writes them */
     free(kg);
     if (gpu_fa_off) { /* the SIMT kernel on the same device buffers (its own stream: read() syncs it) */
+        const long f0 = bk_cuda_path_launches(gpu_fa_off, "attn_prefill");
         gpu_fa_off->ops->attention(gpu_fa_off, dq, dk, dv, &vwg, &ab, n_head, n_head_kv, hd, scale, dout);
+        CHECK(bk_cuda_path_launches(gpu_fa_off, "attn_prefill") == f0); /* the tile kernel ran */
         CHECK_OK(gpu_fa_off->ops->read(gpu_fa_off, dout, og, nq * 4));
         double e0 = rel_err(og, oc, nq), tol0 = kv_type == BRISK_KV_F32 ? 1e-5 : 1e-4;
         if (!(e0 <= tol0))

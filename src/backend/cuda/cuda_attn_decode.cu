@@ -443,6 +443,7 @@ bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
 #undef DEC_G
 #undef DEC_LAUNCH
 #undef DEC_LAUNCH_RP
+    CU_COUNT(cb, CU_PATH_ATTN_WARP);
     if (part && !cnt)
         pdl_launch(cb, attn_dec_combine_kernel, dim3(n_head, n), dim3(DEC_WARPS * 32), 0, (const float *)part, n_split,
                    n_head, hd, out, xq, xds, gate);

@@ -503,6 +503,7 @@ static bool dm_launch(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
     pdl_launch(cb, kern, dim3(n_head_kv, n, n_split), dim3(DM_THREADS), smem, q, (const void *)kv->k,
                (const void *)kv->v, kv->block_size, d_pos, d_off, d_tabs, n_head, n_head_kv, group,
                scale * 1.4426950408889634f /* log2 e */, min_chunk, out, part, cnt, xq, xds, gate, rope);
+    CU_COUNT(cb, CU_PATH_ATTN_MMA);
     if (part && !cnt)
         pdl_launch(cb, attn_dec_mma_combine_kernel, dim3(n_head, n, D / DM_COMBINE_DIMS), dim3(DM_COMBINE_DIMS), 0,
                    (const float *)part, d_pos, n_split, min_chunk, n_head, D, out, xq, xds, gate);

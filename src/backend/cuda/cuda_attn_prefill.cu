@@ -314,6 +314,7 @@ static void fa_launch(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
     fa_prefill_kernel<KT, D, BN><<<grid, FA_THREADS, smem, cb->stream>>>(
         q, kv->k, kv->v, kv->block_size, d_pos, d_off, d_tabs, n, n_head, n_head_kv, group, gs,
         scale * 1.4426950408889634f /* log2 e */, out);
+    CU_COUNT(cb, CU_PATH_ATTN_PREFILL);
 }
 
 /* Launches the prefill kernel (the KV write is the caller's); cuda_attn_prefill_supported must hold. */

@@ -23,6 +23,16 @@ void cuda_set_error(cuda_backend *cb, brisk_status s) {
     snprintf(cb->errmsg, sizeof cb->errmsg, "%s", brisk_last_error());
 }
 
+static const char *const cu_path_names[CU_PATH_COUNT] = {"mmvf", "mmvs", "mmqh", "mma", "attn_mma", "attn_warp",
+                                                           "attn_prefill"};
+
+extern "C" long bk_cuda_path_launches(bk_backend *be, const char *name) {
+    const cuda_backend *cb = (const cuda_backend *)be;
+    for (int i = 0; i < CU_PATH_COUNT; i++)
+        if (!strcmp(name, cu_path_names[i])) return i == CU_PATH_MMVF && !cb->mmvf_on ? -1 : cb->path_n[i];
+    return -1;
+}
+
 bool cuda_scratch_reserve(cuda_backend *cb, cuda_scratch *sc, size_t need, const char *what) {
     if (need <= sc->cap) return true;
     if (sc->buf) {

@@ -19,6 +19,21 @@ extern "C" {
  * skipped (unchanged) upload never clobbers another op's live data. */
 enum { META_IDS = 0, META_ROPE_POS, META_ROPE_FREQ, META_ATT, META_SEQ, META_COUNT };
 
+/* The kernels a test may need to see launched (issue 37: a test of an optional path asserts that it
+ * ran, not only that the results agree): counted on the host at each launch, so a captured step
+ * counts once, at its capture. Names for bk_cuda_path_launches in cuda_backend.cu's cu_path_names. */
+enum {
+    CU_PATH_MMVF,         /* cuda_mmvf.cu: one token's products on float weights, streamed */
+    CU_PATH_MMVS,         /* cuda_mmvs.cu: one token's products on int8 dots, streamed */
+    CU_PATH_MMQH,         /* cuda_mmqh.cu: small batches' f16 products on streamed weights */
+    CU_PATH_MMA,          /* cuda_mma.cu: batches' products on f16 tensor cores */
+    CU_PATH_ATTN_MMA,     /* cuda_attn_mma.cu: decode attention on tensor cores */
+    CU_PATH_ATTN_WARP,    /* cuda_attn_decode.cu: decode attention, a warp per row */
+    CU_PATH_ATTN_PREFILL, /* cuda_attn_prefill.cu: prefill attention on tensor cores */
+    CU_PATH_COUNT
+};
+#define CU_COUNT(cb, path) ((cb)->path_n[path]++)
+
 /* A device buffer grown on demand (cuda_scratch_reserve). A buffer outgrown while a captured graph
  * may point into it is retired, not freed, until the backend is. */
 typedef struct cuda_scratch {
@@ -67,6 +82,7 @@ typedef struct cuda_backend {
     struct cuda_graph_entry *graphs; /* captured passes, by shape */
     int n_graphs, cap_graphs, cur_key[4];
     long n_replays, n_captures; /* counters for tests and bench */
+    long path_n[CU_PATH_COUNT]; /* launches of each optional kernel (CU_COUNT; bk_cuda_path_launches) */
     struct cuda_trace *trace;   /* BRISK_CUDA_TRACE in a trace build (cuda_trace.cu), else NULL */
 
     int8_t *xq;                 /* (xq_cap) activations quantized for cuda_mmvq.cu */

@@ -116,6 +116,7 @@ bool cuda_mma_supported(uint32_t type, int64_t n_in) {
 }
 
 void cuda_mma(cuda_backend *cb, const bk_weight *w, const float *bias, const float *x, int n, float *y, int accum) {
+    CU_COUNT(cb, CU_PATH_MMA);
     dim3 grid((unsigned)((w->n_out + MMA_BM - 1) / MMA_BM), (unsigned)((n + MMA_BN - 1) / MMA_BN));
     const uint8_t *W = (const uint8_t *)w->dev;
 #define X(T)                                                                                              \

@@ -488,6 +488,7 @@ template <int T, int NT, bool GLU> static bool mmqh_go_nt(cuda_backend *cb, mmqh
     if (bx > tiles) bx = tiles;
     if (bx < 1) bx = 1;
     pdl_launch(cb, mmqh_kernel<T, NT, GLU>, dim3((unsigned)bx, ty), dim3(MMQH_WARPS * 32), smem, p);
+    CU_COUNT(cb, CU_PATH_MMQH);
     return true;
 }
 

@@ -196,6 +196,7 @@ static bool mmvf_go(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes, i
     }
     pdl_launch(cb, mmvf_kernel<T, GLU>, dim3((unsigned)blocks), dim3(MMVF_WARPS * 32), smem, mm, row_bytes, n_in, x,
                accum, stages, mmvs_pre_stages(cb, n_in, stages), chunk, nch);
+    CU_COUNT(cb, CU_PATH_MMVF);
     return true;
 }
 

@@ -204,6 +204,7 @@ static bool mmvs_go_w(cuda_backend *cb, const mmvs_mats &mm, uint32_t row_bytes,
     }
     pdl_launch(cb, mmvs_kernel<T, GLU, NI, NW>, dim3((unsigned)blocks), dim3(NW * 32), smem, mm, row_bytes,
                n_in, cb->xq, cb->xds, accum, stages, mmvs_pre_stages(cb, n_in, stages), sg);
+    CU_COUNT(cb, CU_PATH_MMVS);
     return true;
 }
 

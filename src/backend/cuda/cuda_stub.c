@@ -35,6 +35,11 @@ long bk_cuda_blas_products(bk_backend *be) {
     return -1;
 }
 
+long bk_cuda_path_launches(bk_backend *be, const char *name) {
+    (void)be, (void)name;
+    return -1;
+}
+
 bool bk_cuda_attn_on_mma(bk_backend *be, int kv_type, int n_head, int n_head_kv, int head_dim, int n, int max_np) {
     (void)be, (void)kv_type, (void)n_head, (void)n_head_kv, (void)head_dim, (void)n, (void)max_np;
     return false;
