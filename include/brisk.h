@@ -187,6 +187,20 @@ typedef enum brisk_kv_type {
 /* "f32", "f16", "q8_0", "q4_0", "q4_0h" -> type; -1 for an unknown name. */
 int brisk_kv_type_from_name(const char *name);
 
+/* Where a context's CPU threads run and how they wait for work: llama.cpp's -C/--cpu-mask,
+ * -Cr/--cpu-range, --cpu-strict, --prio and --poll, with its meanings. */
+#define BRISK_CPU_MASK_WORDS 16 /* 1,024 CPUs */
+typedef struct brisk_cpu_placement {
+    uint64_t mask[BRISK_CPU_MASK_WORDS]; /* bit i % 64 of word i / 64: CPU i may run the threads; all zero:
+                                            wherever the OS puts them (unless strict) */
+    bool strict;  /* thread j alone on the j-th CPU of the mask (of the CPUs this process may use when the
+                     mask is empty), round robin, as llama.cpp's --cpu-strict 1 */
+    int prio;     /* -1 low (SCHED_BATCH), 0 normal (inherited), 1 medium, 2 high, 3 realtime (SCHED_FIFO
+                     at 40, 80, 90, as ggml; a priority the process may not take is warned about once) */
+    int poll;     /* 0-100: how long an idle thread polls for the next job before it sleeps; 50 (about
+                     50 us, longer than the gaps of a decode step) by default, 0: sleeps at once */
+} brisk_cpu_placement;
+
 typedef struct brisk_context_params {
     int n_ctx;         /* KV cache capacity in tokens, shared by all sequences; 0: model's train ctx capped at 4096 */
     int n_seq_max;     /* sequences that may be live at once */
@@ -228,6 +242,7 @@ typedef struct brisk_context_params {
     int attn_sparse_k;
     bool attn_sparse_measure; /* with attn_sparse_k: also compute dense attention to measure the choice
                                  (slow; brisk_context_attn_sparse_recall) */
+    brisk_cpu_placement cpu;  /* the CPU threads' placement (the CPU backend's, and the host experts') */
 } brisk_context_params;
 
 brisk_context_params brisk_context_default_params(void);

@@ -37,6 +37,15 @@ check "greedy run prints the continuation" '[ $rc -eq 0 ] && grep -q "^, there w
 check "timings on stderr" 'grep -q "generation: 24 tokens" "$T/e" && grep -q "prompt: 5 tokens" "$T/e"'
 $B run -m "$M" -p "Once upon a time" -n 24 --temp 0 -b 2 -ub 64 >"$T/o" 2>/dev/null; rc=$?
 check "-b 2 (prompt tokens per pass; -ub accepted): the same continuation" '[ $rc -eq 0 ] && grep -q "^, there was a little girl named Lily" "$T/o"'
+# llama.cpp's CPU placement flags: threads pinned (strict: one CPU each), the same text; bad values refused
+$B run -m "$M" -p "Once upon a time" -n 24 --temp 0 -t 2 -Cr 0-0 -C 0x1 --cpu-strict 1 --poll 0 --prio 0 >"$T/o" 2>"$T/e"; rc=$?
+check "-C/-Cr/--cpu-strict/--poll/--prio: the same continuation" '[ $rc -eq 0 ] && grep -q "^, there was a little girl named Lily" "$T/o"'
+for bad in "-C xyz" "-C 0" "-Cr 5-2" "-Cr 7" "--poll 101" "--prio 4" "--cpu-strict 2" "-Cb 1" "--poll-batch 1"; do
+  $B run -m "$M" -p hi -n 1 $bad >/dev/null 2>"$T/e"; rc=$?
+  check "$bad: exit 2, one line" '[ $rc -eq 2 ] && [ $(wc -l <"$T/e") -eq 1 ]'
+done
+$B run -m "$M" -p hi -n 1 -C "0x8$(printf '0%.0s' $(seq 255))" >/dev/null 2>"$T/e"; rc=$? # CPU 1023
+check "-C of a CPU this machine lacks: exit 1, says so" '[ $rc -eq 1 ] && grep -q "names no CPU this process may run on" "$T/e"'
 $B run -m "$M" -p "Once upon a time" -n 32 --seed 7 >"$T/o1" 2>/dev/null
 $B run -m "$M" -p "Once upon a time" -n 32 --seed 7 >"$T/o2" 2>/dev/null
 check "seeded sampling is reproducible" 'cmp -s "$T/o1" "$T/o2" && [ -s "$T/o1" ]'

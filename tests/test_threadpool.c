@@ -2,9 +2,11 @@
  * no two threads run one ith at once, and a job returns only when all are done; with more threads
  * than cores (a worker often off its core: the caller then claims its share) and across thousands
  * of back-to-back jobs, as a decode step issues them. */
+#include <sched.h>
 #include <stdatomic.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/threadpool.h"
 #include "test.h"
@@ -81,10 +83,81 @@ static void test_range(void) {
         }
 }
 
+/* A task that counts: a placed pool still runs every job. */
+static void count_task(void *arg, int ith, int nth) {
+    (void)ith, (void)nth;
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+static int mask_count(const uint64_t *m) {
+    int n = 0;
+    for (int w = 0; w < BRISK_CPU_MASK_WORDS; w++) n += __builtin_popcountll(m[w]);
+    return n;
+}
+
+/* llama.cpp's --cpu-mask / --cpu-strict / --poll: each thread's affinity is the mask (every thread
+ * on every CPU of it), or with strict the mask's CPUs one each, round robin; the caller (ith 0) takes
+ * thread 0's when it runs a job; a mask of no usable CPU, a poll or prio out of range are refused. */
+static void test_placement(void) {
+    cpu_set_t allowed;
+    CHECK(sched_getaffinity(0, sizeof allowed, &allowed) == 0);
+    int first = -1, second = -1;
+    for (int c = 0; c < CPU_SETSIZE && second < 0; c++)
+        if (CPU_ISSET(c, &allowed)) first < 0 ? (void)(first = c) : (void)(second = c);
+    threadpool_params p = {.poll = 50};
+    p.mask[first / 64] |= (uint64_t)1 << (first % 64);
+    threadpool *tp = NULL;
+    CHECK_OK(threadpool_new_ex(3, &p, &tp));
+    atomic_int n = 0;
+    for (int j = 0; j < 100; j++) threadpool_run(tp, count_task, &n);
+    CHECK(atomic_load(&n) == 300);
+    for (int t = 0; t < 3; t++) {
+        uint64_t m[BRISK_CPU_MASK_WORDS];
+        threadpool_thread_mask(tp, t, m);
+        CHECK(mask_count(m) == 1 && (m[first / 64] >> (first % 64) & 1));
+    }
+    threadpool_free(tp);
+    if (second >= 0) { /* strict over two CPUs: threads 0, 1, 2 on first, second, first */
+        p.mask[second / 64] |= (uint64_t)1 << (second % 64);
+        p.strict = true;
+        p.poll = 0; /* (no polling: every wait sleeps) */
+        CHECK_OK(threadpool_new_ex(3, &p, &tp));
+        atomic_store(&n, 0);
+        for (int j = 0; j < 100; j++) threadpool_run(tp, count_task, &n);
+        CHECK(atomic_load(&n) == 300);
+        const int want[3] = {first, second, first};
+        for (int t = 0; t < 3; t++) {
+            uint64_t m[BRISK_CPU_MASK_WORDS];
+            threadpool_thread_mask(tp, t, m);
+            CHECK(mask_count(m) == 1 && (m[want[t] / 64] >> (want[t] % 64) & 1));
+        }
+        threadpool_free(tp);
+    }
+    /* the caller's own affinity back as it was for the other cases */
+    CHECK(sched_setaffinity(0, sizeof allowed, &allowed) == 0);
+    /* refusals: a mask of CPUs this process may not use, out-of-range values */
+    threadpool_params bad = {.poll = 50};
+    int off = -1;
+    for (int c = BRISK_CPU_MASK_WORDS * 64 - 1; c >= 0 && off < 0; c--)
+        if (c >= CPU_SETSIZE || !CPU_ISSET(c, &allowed)) off = c;
+    if (off >= 0) {
+        bad.mask[off / 64] = (uint64_t)1 << (off % 64);
+        tp = NULL;
+        CHECK(threadpool_new_ex(2, &bad, &tp) == BRISK_ERR_INVALID_ARG && !tp);
+        CHECK(strstr(brisk_last_error(), "names no CPU") != NULL);
+    }
+    threadpool_params pl = {.poll = 101};
+    CHECK(threadpool_new_ex(2, &pl, &tp) == BRISK_ERR_INVALID_ARG);
+    pl.poll = 50;
+    pl.prio = 4;
+    CHECK(threadpool_new_ex(2, &pl, &tp) == BRISK_ERR_INVALID_ARG);
+}
+
 int main(int argc, char **argv) {
     static const test_case cases[] = {
         {"each_once", test_each_once},
         {"range", test_range},
+        {"placement", test_placement},
     };
     return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }

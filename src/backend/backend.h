@@ -333,6 +333,8 @@ struct bk_backend {
 
 /* The CPU backend with n_threads workers (0: all cores). */
 brisk_status bk_cpu_backend_new(int n_threads, bk_backend **out);
+/* The same with its threads placed (brisk.h's brisk_cpu_placement; NULL: as bk_cpu_backend_new). */
+brisk_status bk_cpu_backend_new_placed(int n_threads, const brisk_cpu_placement *place, bk_backend **out);
 /* Bytes of the repacked weight copies (cpu_repack.h) a CPU backend has made
  * so far (each on the first pass that reads its matrix); 0 for another backend. */
 size_t bk_cpu_weight_copy_bytes(const bk_backend *be);

@@ -391,6 +391,7 @@ int cmd_bench(int argc, char **argv) {
     cp.n_threads = n_threads;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
     cp.attn_sparse_k = mo.attn_sparse;
+    cp.cpu = mo.cpu;
     /* the cache is one page pool for all sequences: room for each of them */
     cp.n_ctx = n_ctx > 0 ? n_ctx : (depth + (n_prompt > n_gen ? n_prompt : n_gen) + 16) * n_seq;
     cp.n_seq_max = n_seq;

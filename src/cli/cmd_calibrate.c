@@ -89,6 +89,7 @@ int cmd_calibrate(int argc, char **argv) {
     cp.n_batch = n_ctx;
     cp.n_threads = n_threads;
     cp.collect_expert_stats = true;
+    cp.cpu = mo.cpu;
     if (!cli_new_context(m, &cp, &ctx)) goto done;
     int n_layer = 0, n_expert = 0;
     if (brisk_context_expert_counts(ctx, NULL, 0, &n_layer, &n_expert) != BRISK_OK) {

@@ -112,6 +112,7 @@ int cmd_perplexity(int argc, char **argv) {
     cp.n_threads = n_threads;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
     cp.attn_sparse_k = mo.attn_sparse;
+    cp.cpu = mo.cpu;
     cp.attn_sparse_measure = measure;
     if (!kl && !(text = cli_read_all(text_path, &len))) goto done;
     if (!cli_load_model(model_path, &mo, &cp, &m)) goto done;

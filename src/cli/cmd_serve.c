@@ -118,6 +118,7 @@ static bool serve_spec_new(serve_spec *sp, brisk_model *model, brisk_context *ct
         dp.n_batch = DRAFTER_FEED_CHUNK;
         dp.n_threads = cp->n_threads;
         dp.kv_type = cp->kv_type;
+        dp.cpu = cp->cpu;
         dp.n_seq_checkpoints = 1; /* a recurrent draft rolls its rejected proposals back from a snapshot */
         if (!cli_new_context(sp->dm, &dp, &sp->dctx)) return false;
     }
@@ -294,6 +295,7 @@ int cmd_serve(int argc, char **argv) {
     cp.n_threads = n_threads;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
     cp.attn_sparse_k = mo.attn_sparse;
+    cp.cpu = mo.cpu;
     /* speculation snapshots a recurrent state before each round that may be cut back */
     cp.n_seq_checkpoints = speculate && n_ckpt < 1 ? 1 : n_ckpt;
     cp.embeddings = embeddings;

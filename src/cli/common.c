@@ -312,10 +312,78 @@ static int cli_llamacpp_flag(int argc, char **argv, int *i, cli_model_opts *o) {
     return 1;
 }
 
+/* -C's hex digits into mask (bit i: CPU i; the last digit holds CPUs 0-3), as llama.cpp's
+ * parse_cpu_mask; false for a non-hex character or more CPUs than the mask holds. */
+static bool parse_cpu_mask(const char *s, uint64_t *mask) {
+    if (!strncmp(s, "0x", 2) || !strncmp(s, "0X", 2)) s += 2;
+    size_t n = strlen(s);
+    if (n == 0) return false;
+    for (size_t d = 0; d < n; d++) { /* digit d from the right holds CPUs 4d..4d+3 */
+        const char c = s[n - 1 - d];
+        const int x = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (x < 0) return false;
+        if (x && 4 * d >= BRISK_CPU_MASK_WORDS * 64) return false;
+        if (x) mask[4 * d / 64] |= (uint64_t)x << (4 * d % 64);
+    }
+    return true;
+}
+
+/* -C, -Cr, --cpu-strict, --prio, --poll into o->cpu (llama.cpp's meanings); its -batch forms are
+ * refused: brisk runs prompts and generation on one pool of threads. Same returns as cli_model_flag. */
+static int cli_place_flag(int argc, char **argv, int *i, cli_model_opts *o) {
+    const char *a = argv[*i], *v;
+    brisk_cpu_placement *p = &o->cpu;
+    const int max_cpu = BRISK_CPU_MASK_WORDS * 64 - 1;
+    if (!strcmp(a, "-C") || !strcmp(a, "--cpu-mask")) {
+        if (!(v = cli_next(argc, argv, i))) return -1;
+        uint64_t m[BRISK_CPU_MASK_WORDS] = {0};
+        bool any = false;
+        if (!parse_cpu_mask(v, m))
+            return cli_error(2, "%s %s: expects a hex mask of CPUs 0-%d (e.g. 0xff: CPUs 0-7)", a, v, max_cpu), -1;
+        for (int w = 0; w < BRISK_CPU_MASK_WORDS; w++) {
+            any |= m[w] != 0;
+            p->mask[w] |= m[w];
+        }
+        if (!any) return cli_error(2, "%s %s: the mask names no CPU", a, v), -1;
+        return 1;
+    }
+    if (!strcmp(a, "-Cr") || !strcmp(a, "--cpu-range")) {
+        if (!(v = cli_next(argc, argv, i))) return -1;
+        const char *dash = strchr(v, '-');
+        char lo_s[32] = "", hi_s[32] = "";
+        int lo = 0, hi = max_cpu;
+        if (!dash || (size_t)(dash - v) >= sizeof lo_s || strlen(dash + 1) >= sizeof hi_s)
+            return cli_error(2, "%s %s: expects lo-hi (either may be left out: 4-, -7)", a, v), -1;
+        memcpy(lo_s, v, (size_t)(dash - v));
+        strcpy(hi_s, dash + 1);
+        if ((*lo_s && !cli_int(a, lo_s, 0, max_cpu, &lo)) || (*hi_s && !cli_int(a, hi_s, 0, max_cpu, &hi))) return -1;
+        if (lo > hi) return cli_error(2, "%s %s: the range is empty (%d > %d)", a, v, lo, hi), -1;
+        for (int c = lo; c <= hi; c++) p->mask[c / 64] |= (uint64_t)1 << (c % 64);
+        return 1;
+    }
+    if (!strcmp(a, "--cpu-strict")) {
+        int x;
+        if (!(v = cli_next(argc, argv, i)) || !cli_int(a, v, 0, 1, &x)) return -1;
+        p->strict = x;
+        return 1;
+    }
+    if (!strcmp(a, "--prio")) return (v = cli_next(argc, argv, i)) && cli_int(a, v, -1, 3, &p->prio) ? 1 : -1;
+    if (!strcmp(a, "--poll")) return (v = cli_next(argc, argv, i)) && cli_int(a, v, 0, 100, &p->poll) ? 1 : -1;
+    static const char *const batch[] = {"-Cb", "--cpu-mask-batch", "-Crb", "--cpu-range-batch", "--cpu-strict-batch",
+                                        "--prio-batch", "--poll-batch"};
+    for (size_t k = 0; k < sizeof batch / sizeof batch[0]; k++)
+        if (!strcmp(a, batch[k]))
+            return cli_error(2, "%s: brisk runs prompts and generation on one pool of threads: place it with "
+                                "-C/-Cr/--cpu-strict/--prio/--poll", a), -1;
+    return 0;
+}
+
 int cli_model_flag(int argc, char **argv, int *i, cli_model_opts *o) {
     const char *a = argv[*i], *v;
     int rope = cli_rope_flag(argc, argv, i, &o->rope);
     if (rope) return rope;
+    int place = cli_place_flag(argc, argv, i, o);
+    if (place) return place;
     int lc = cli_llamacpp_flag(argc, argv, i, o);
     if (lc) return lc;
     if (!strcmp(a, "--n-cpu-moe") || !strcmp(a, "-ncmoe"))

@@ -48,10 +48,12 @@ typedef struct cli_model_opts {
     const char *hf;           /* -hf REPO[:QUANT]: the model from the Hugging Face cache (cli_model_path) */
     char hf_path[4096];       /* where -hf resolved to */
     int attn_sparse;          /* --attn-sparse K: block-sparse attention reading K KV pages per query group; 0: dense */
+    brisk_cpu_placement cpu;  /* -C/--cpu-mask, -Cr/--cpu-range, --cpu-strict, --prio, --poll (llama.cpp's) */
 } cli_model_opts;
 enum { CLI_CACHE_UNSET = -2 };
 #define CLI_MODEL_OPTS_DEFAULT \
-    {-1, 0, BRISK_KV_F16, 0, 0, false, CLI_CACHE_UNSET, NULL, 0, 0, {BRISK_ROPE_SCALING_MODEL, 0, 0, 0, -1, -1, -1, -1}, false, false, NULL, {0}, 0}
+    {-1, 0, BRISK_KV_F16, 0, 0, false, CLI_CACHE_UNSET, NULL, 0, 0, {BRISK_ROPE_SCALING_MODEL, 0, 0, 0, -1, -1, -1, -1}, false, false, NULL, {0}, 0, \
+     {{0}, false, 0, 50}}
 /* llama.cpp's RoPE flags (common/arg.cpp), the same meanings; default: the model file's */
 #define CLI_ROPE_HELP                                                                                         \
     "  --rope-scaling none|linear|yarn  RoPE frequency scaling (default: the model's, else linear)\n"        \
@@ -80,6 +82,13 @@ enum { CLI_CACHE_UNSET = -2 };
     "                       sizes the cache from what the budget leaves. Default: auto when --gpu-mem alone\n" \
     "                       cannot hold every expert; off: whole layers' experts on the host instead\n" \
     "  --expert-stats FILE  MoE: fill that cache from `brisk calibrate -o FILE` counts (else from the first batches)\n"
+/* Where the CPU threads run (cli_model_flag; llama.cpp's flags and meanings) */
+#define CLI_PLACE_HELP                                                                                         \
+    "  -C, --cpu-mask M     CPU affinity mask, hex of any length (bit i: CPU i); adds to --cpu-range\n"          \
+    "  -Cr, --cpu-range lo-hi  CPUs lo..hi for the threads (either end may be left out); adds to --cpu-mask\n"  \
+    "  --cpu-strict 0|1     1: thread j alone on the j-th CPU of the mask, round robin (default 0)\n"           \
+    "  --prio N             threads' priority: -1 low, 0 normal (default), 1 medium, 2 high, 3 realtime\n"     \
+    "  --poll 0..100        how long idle threads poll for work before sleeping (default 50; 0: no polling)\n"
 /* llama.cpp's habitual flags that cli_model_flag takes, and what each means here */
 #define CLI_LLAMACPP_HELP                                                                                      \
     "  --mlock              lock the model's host memory in RAM (mlockall; a warning if `ulimit -l` is too low)\n" \
@@ -138,7 +147,7 @@ bool cli_stop_push(cli_stop *st, const char *piece, size_t len);
     "  --attn-sparse K      block-sparse attention (CPU): each query group reads K KV pages of 16 tokens, the\n" \
     "                       first and the local window always, the rest by a key min/max bound (default: dense)\n"
 /* Every flag cli_model_flag takes, for a command's --help (-m FILE is the command's to list). */
-#define CLI_MODEL_HELP CLI_HF_HELP CLI_KV_HELP CLI_GPU_HELP CLI_CPU_MOE_HELP CLI_TP_HELP CLI_ROPE_HELP CLI_LLAMACPP_HELP
+#define CLI_MODEL_HELP CLI_HF_HELP CLI_KV_HELP CLI_GPU_HELP CLI_CPU_MOE_HELP CLI_TP_HELP CLI_ROPE_HELP CLI_PLACE_HELP CLI_LLAMACPP_HELP
 /* cli_text_flag's */
 #define CLI_TEXT_HELP                                                                                         \
     "  -m, --model FILE     GGUF model\n"                                                                     \

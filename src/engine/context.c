@@ -126,7 +126,8 @@ int brisk_kv_type_from_name(const char *name) {
 
 brisk_context_params brisk_context_default_params(void) {
     brisk_context_params p = {.n_ctx = 0, .n_seq_max = 1, .n_batch = 512, .n_threads = 0,
-                              .kv_type = BRISK_KV_F16, .kv_block_size = 16, .pooling = BRISK_POOLING_UNSPECIFIED};
+                              .kv_type = BRISK_KV_F16, .kv_block_size = 16, .pooling = BRISK_POOLING_UNSPECIFIED,
+                              .cpu = {.poll = 50}};
     return p;
 }
 
@@ -339,7 +340,7 @@ static brisk_status make_stages(brisk_context *c) {
         c->n_stage = 1;
         c->st[0].l0 = n_layer;
         c->st[0].l1 = n_layer + 1;
-        return bk_cpu_backend_new(c->p.n_threads, &c->st[0].be);
+        return bk_cpu_backend_new_placed(c->p.n_threads, &c->p.cpu, &c->st[0].be);
     }
     c->n_stage = split ? 2 : 1;
     c->st[0].l0 = 0;
@@ -353,7 +354,7 @@ static brisk_status make_stages(brisk_context *c) {
     for (int i = 0; i < c->n_stage; i++) {
         ctx_stage *st = &c->st[i];
         bool gpu = bk_backend_is_cuda(m->be, &dev) && (i == 1 || !split);
-        BK_TRY(gpu ? bk_cuda_backend_new(dev, &st->be) : bk_cpu_backend_new(c->p.n_threads, &st->be));
+        BK_TRY(gpu ? bk_cuda_backend_new(dev, &st->be) : bk_cpu_backend_new_placed(c->p.n_threads, &c->p.cpu, &st->be));
         BK_TRY(tp_attach(m, st->be)); /* tensor parallelism: the backend's all_reduce over the ranks */
         bool exps_host = false;
         for (int l = st->l0; l < st->l1; l++) {
@@ -361,7 +362,7 @@ static brisk_status make_stages(brisk_context *c) {
             exps_host |= m->layers[l].exps_host;
         }
         if (exps_host)
-            BK_TRY(moe_offload_new(c->p.n_threads, c->n_ubatch, m->hp.n_embd, m->hp.n_expert_used,
+            BK_TRY(moe_offload_new(c->p.n_threads, &c->p.cpu, c->n_ubatch, m->hp.n_embd, m->hp.n_expert_used,
                                    &st->s.moe_offload));
     }
     return BRISK_OK;

@@ -135,7 +135,8 @@ brisk_status offload_transfer(bk_backend *from, const void *src, bk_backend *to,
     return from->ops->read(from, src, dst, bytes); /* to the host: a GPU copies back and waits */
 }
 
-brisk_status moe_offload_new(int n_threads, int n_max, int n_embd, int k, moe_offload **out) {
+brisk_status moe_offload_new(int n_threads, const brisk_cpu_placement *place, int n_max, int n_embd, int k,
+                             moe_offload **out) {
     *out = NULL;
     moe_offload *mo = calloc(1, sizeof *mo);
     if (!mo) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
@@ -143,7 +144,7 @@ brisk_status moe_offload_new(int n_threads, int n_max, int n_embd, int k, moe_of
     mo->n_embd = n_embd;
     mo->k = k;
     size_t xf = (size_t)n_max * n_embd, kf = (size_t)n_max * k;
-    brisk_status s = bk_cpu_backend_new(n_threads, &mo->cpu);
+    brisk_status s = bk_cpu_backend_new_placed(n_threads, place, &mo->cpu);
     if (s == BRISK_OK) s = mo->cpu->ops->alloc(mo->cpu, (2 * xf + 2 * kf) * sizeof(float), &mo->mem);
     if (s != BRISK_OK) {
         moe_offload_free(mo);

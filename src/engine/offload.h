@@ -28,9 +28,10 @@
  * `to`), one of the two a CPU backend (host memory); a GPU copies and waits. */
 brisk_status offload_transfer(bk_backend *from, const void *src, bk_backend *to, void *dst, size_t bytes);
 
-/* A CPU backend of n_threads (0: all cores) and host buffers for n_max tokens
- * of n_embd floats routed to k experts each. */
-brisk_status moe_offload_new(int n_threads, int n_max, int n_embd, int k, moe_offload **out);
+/* A CPU backend of n_threads (0: all cores) placed as place says (NULL: anywhere) and host buffers
+ * for n_max tokens of n_embd floats routed to k experts each. */
+brisk_status moe_offload_new(int n_threads, const brisk_cpu_placement *place, int n_max, int n_embd, int k,
+                             moe_offload **out);
 void moe_offload_free(moe_offload *mo);
 
 /* Bytes of one expert of layer l (gate, up and down rows), and the cache's backend memory for

@@ -1049,7 +1049,9 @@ static const bk_backend_ops cpu_ops = {
     .sigmoid_mul = cpu_sigmoid_mul_op,
 };
 
-brisk_status bk_cpu_backend_new(int n_threads, bk_backend **out) {
+brisk_status bk_cpu_backend_new(int n_threads, bk_backend **out) { return bk_cpu_backend_new_placed(n_threads, NULL, out); }
+
+brisk_status bk_cpu_backend_new_placed(int n_threads, const brisk_cpu_placement *place, bk_backend **out) {
     *out = NULL;
     cpu_dot_init();
     if (n_threads <= 0) {
@@ -1060,7 +1062,7 @@ brisk_status bk_cpu_backend_new(int n_threads, bk_backend **out) {
     if (!cb) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     cb->base.ops = &cpu_ops;
     cb->n_threads = n_threads;
-    brisk_status s = threadpool_new(n_threads, &cb->tp);
+    brisk_status s = threadpool_new_ex(n_threads, place, &cb->tp);
     if (s != BRISK_OK) {
         free(cb);
         return s;
