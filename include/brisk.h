@@ -199,7 +199,11 @@ typedef struct brisk_cpu_placement {
                      at 40, 80, 90, as ggml; a priority the process may not take is warned about once) */
     int poll;     /* 0-100: how long an idle thread polls for the next job before it sleeps; 50 (about
                      50 us, longer than the gaps of a decode step) by default, 0: sleeps at once */
+    int numa;     /* a brisk_numa (llama.cpp's --numa), instead of mask and strict: distribute puts thread j
+                     on the CPUs of NUMA node j % nodes, isolate every thread on the node the pool was made
+                     on, numactl on the CPUs the process was started with (numactl's) */
 } brisk_cpu_placement;
+enum brisk_numa { BRISK_NUMA_NONE = 0, BRISK_NUMA_DISTRIBUTE = 1, BRISK_NUMA_ISOLATE = 2, BRISK_NUMA_NUMACTL = 3 };
 
 typedef struct brisk_context_params {
     int n_ctx;         /* KV cache capacity in tokens, shared by all sequences; 0: model's train ctx capped at 4096 */

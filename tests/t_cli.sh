@@ -40,7 +40,11 @@ check "-b 2 (prompt tokens per pass; -ub accepted): the same continuation" '[ $r
 # llama.cpp's CPU placement flags: threads pinned (strict: one CPU each), the same text; bad values refused
 $B run -m "$M" -p "Once upon a time" -n 24 --temp 0 -t 2 -Cr 0-0 -C 0x1 --cpu-strict 1 --poll 0 --prio 0 >"$T/o" 2>"$T/e"; rc=$?
 check "-C/-Cr/--cpu-strict/--poll/--prio: the same continuation" '[ $rc -eq 0 ] && grep -q "^, there was a little girl named Lily" "$T/o"'
-for bad in "-C xyz" "-C 0" "-Cr 5-2" "-Cr 7" "--poll 101" "--prio 4" "--cpu-strict 2" "-Cb 1" "--poll-batch 1"; do
+$B run -m "$M" -p "Once upon a time" -n 24 --temp 0 -t 2 --numa distribute >"$T/o" 2>"$T/e"; rc=$?
+check "--numa distribute: the same continuation" '[ $rc -eq 0 ] && grep -q "^, there was a little girl named Lily" "$T/o"'
+$B run -m "$M" -p hi -n 1 --numa isolate -C 1 >/dev/null 2>"$T/e"; rc=$?
+check "--numa with -C: exit 1, says why" '[ $rc -eq 1 ] && grep -q "not both" "$T/e"'
+for bad in "-C xyz" "-C 0" "-Cr 5-2" "-Cr 7" "--poll 101" "--prio 4" "--cpu-strict 2" "-Cb 1" "--poll-batch 1" "--numa x"; do
   $B run -m "$M" -p hi -n 1 $bad >/dev/null 2>"$T/e"; rc=$?
   check "$bad: exit 2, one line" '[ $rc -eq 2 ] && [ $(wc -l <"$T/e") -eq 1 ]'
 done

@@ -146,6 +146,29 @@ static void test_placement(void) {
         CHECK(threadpool_new_ex(2, &bad, &tp) == BRISK_ERR_INVALID_ARG && !tp);
         CHECK(strstr(brisk_last_error(), "names no CPU") != NULL);
     }
+    /* --numa: every thread on its node's CPUs (distribute: node j % nodes; isolate: the caller's),
+     * numactl on the process's; this machine's nodes from sysfs, or (none listed) the process's CPUs */
+    for (int numa = BRISK_NUMA_DISTRIBUTE; numa <= BRISK_NUMA_NUMACTL; numa++) {
+        threadpool_params pn = {.poll = 50, .numa = numa};
+        tp = NULL;
+        CHECK_OK(threadpool_new_ex(3, &pn, &tp));
+        if (!tp) continue;
+        atomic_store(&n, 0);
+        threadpool_run(tp, count_task, &n);
+        CHECK(atomic_load(&n) == 3);
+        for (int t = 1; t < 3; t++) { /* (the workers: the caller is ith 0 too, checked above) */
+            uint64_t m[BRISK_CPU_MASK_WORDS];
+            threadpool_thread_mask(tp, t, m);
+            int in = 0;
+            for (int c = 0; c < BRISK_CPU_MASK_WORDS * 64 && c < CPU_SETSIZE; c++)
+                if (m[c / 64] >> (c % 64) & 1) in += CPU_ISSET(c, &allowed) ? 1 : -1000;
+            CHECK(in > 0); /* some CPUs, all of them the process's */
+        }
+        threadpool_free(tp);
+        CHECK(sched_setaffinity(0, sizeof allowed, &allowed) == 0);
+    }
+    threadpool_params both = {.poll = 50, .numa = BRISK_NUMA_ISOLATE, .strict = true};
+    CHECK(threadpool_new_ex(2, &both, &tp) == BRISK_ERR_INVALID_ARG);
     threadpool_params pl = {.poll = 101};
     CHECK(threadpool_new_ex(2, &pl, &tp) == BRISK_ERR_INVALID_ARG);
     pl.poll = 50;

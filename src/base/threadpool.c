@@ -96,10 +96,60 @@ static void *worker_main(void *p) {
 
 /* Each thread's CPU set from the placement: the mask's CPUs for every thread, or (strict) thread ith
  * alone on the ith CPU of the mask, round robin (ggml_thread_cpumask_next). An empty mask: none, or
- * (strict) the CPUs this process may run on. */
+ * (strict) the CPUs this process may run on. With numa, the nodes' CPUs instead (place_numa). */
 static cpu_set_t proc_allowed; /* the CPUs the process could use before any pool placed a thread */
 static void read_allowed(void) {
     if (sched_getaffinity(0, sizeof proc_allowed, &proc_allowed) != 0) CPU_ZERO(&proc_allowed);
+}
+
+/* "0-3,8,10-11" (sysfs's cpulist) into set; false if it does not parse. */
+static bool parse_cpulist(const char *s, cpu_set_t *set) {
+    CPU_ZERO(set);
+    while (*s && *s != '\n') {
+        char *e;
+        long lo = strtol(s, &e, 10), hi = lo;
+        if (e == s || lo < 0) return false;
+        if (*e == '-') {
+            s = e + 1;
+            hi = strtol(s, &e, 10);
+            if (e == s || hi < lo) return false;
+        }
+        for (long c = lo; c <= hi && c < CPU_SETSIZE; c++) CPU_SET((int)c, set);
+        s = *e == ',' ? e + 1 : e;
+    }
+    return true;
+}
+
+/* The CPUs of NUMA node n (sysfs), false past the last node or without the information. */
+static bool numa_node_cpus(int n, cpu_set_t *set) {
+    char path[96], line[4096];
+    snprintf(path, sizeof path, "/sys/devices/system/node/node%d/cpulist", n);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    bool ok = fgets(line, sizeof line, f) && parse_cpulist(line, set);
+    fclose(f);
+    return ok;
+}
+
+/* --numa (ggml's strategies): thread ith's set from the nodes' CPUs, within the process's. */
+static brisk_status place_numa(threadpool *tp, int numa, const cpu_set_t *allowed) {
+    if (!(tp->sets = calloc((size_t)tp->n, sizeof *tp->sets))) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    cpu_set_t node[64];
+    int n_nodes = 0;
+    while (n_nodes < 64 && numa_node_cpus(n_nodes, &node[n_nodes])) n_nodes++;
+    int here = 0; /* isolate: the node of the CPU this thread runs on now */
+    const int cpu = sched_getcpu();
+    for (int i = 0; i < n_nodes && cpu >= 0; i++)
+        if (CPU_ISSET(cpu, &node[i])) here = i;
+    for (int t = 0; t < tp->n; t++) {
+        tp->sets[t] = *allowed;
+        if (numa == BRISK_NUMA_NUMACTL || n_nodes == 0) continue;
+        const int nd = numa == BRISK_NUMA_DISTRIBUTE ? t % n_nodes : here;
+        cpu_set_t s;
+        CPU_AND(&s, &node[nd], allowed);
+        if (CPU_COUNT(&s)) tp->sets[t] = s; /* (a node the process may not use: anywhere it may) */
+    }
+    return BRISK_OK;
 }
 
 static brisk_status place_threads(threadpool *tp, const threadpool_params *p) {
@@ -107,6 +157,7 @@ static brisk_status place_threads(threadpool *tp, const threadpool_params *p) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, read_allowed);
     cpu_set_t allowed = proc_allowed, want;
+    if (p->numa) return place_numa(tp, p->numa, &allowed);
     CPU_ZERO(&want);
     bool any = false;
     for (int i = 0; i < BRISK_CPU_MASK_WORDS * 64 && i < CPU_SETSIZE; i++)
@@ -142,6 +193,13 @@ brisk_status threadpool_new_ex(int n_threads, const threadpool_params *p, thread
     if (n_threads < 1) n_threads = 1;
     if (p && (p->poll < 0 || p->poll > 100))
         return bk_fail(BRISK_ERR_INVALID_ARG, "poll %d: the polling level is 0 to 100", p->poll);
+    if (p && (p->numa < BRISK_NUMA_NONE || p->numa > BRISK_NUMA_NUMACTL))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "numa %d: none (0), distribute (1), isolate (2) or numactl (3)", p->numa);
+    bool masked = false;
+    for (int w = 0; p && w < BRISK_CPU_MASK_WORDS; w++) masked |= p->mask[w] != 0;
+    if (p && p->numa && (masked || p->strict))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "--numa places the threads by node: give it or a CPU mask / --cpu-strict, "
+                                              "not both");
     if (p && (p->prio < -1 || p->prio > 3))
         return bk_fail(BRISK_ERR_INVALID_ARG, "prio %d: -1 (low), 0 (normal), 1 (medium), 2 (high) or 3 (realtime)",
                        p->prio);

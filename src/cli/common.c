@@ -368,6 +368,13 @@ static int cli_place_flag(int argc, char **argv, int *i, cli_model_opts *o) {
         return 1;
     }
     if (!strcmp(a, "--prio")) return (v = cli_next(argc, argv, i)) && cli_int(a, v, -1, 3, &p->prio) ? 1 : -1;
+    if (!strcmp(a, "--numa")) {
+        if (!(v = cli_next(argc, argv, i))) return -1;
+        p->numa = !strcmp(v, "distribute") ? BRISK_NUMA_DISTRIBUTE : !strcmp(v, "isolate") ? BRISK_NUMA_ISOLATE
+                  : !strcmp(v, "numactl")  ? BRISK_NUMA_NUMACTL : -1;
+        if (p->numa < 0) return cli_error(2, "%s %s: distribute, isolate or numactl", a, v), -1;
+        return 1;
+    }
     if (!strcmp(a, "--poll")) return (v = cli_next(argc, argv, i)) && cli_int(a, v, 0, 100, &p->poll) ? 1 : -1;
     static const char *const batch[] = {"-Cb", "--cpu-mask-batch", "-Crb", "--cpu-range-batch", "--cpu-strict-batch",
                                         "--prio-batch", "--poll-batch"};

@@ -53,7 +53,7 @@ typedef struct cli_model_opts {
 enum { CLI_CACHE_UNSET = -2 };
 #define CLI_MODEL_OPTS_DEFAULT \
     {-1, 0, BRISK_KV_F16, 0, 0, false, CLI_CACHE_UNSET, NULL, 0, 0, {BRISK_ROPE_SCALING_MODEL, 0, 0, 0, -1, -1, -1, -1}, false, false, NULL, {0}, 0, \
-     {{0}, false, 0, 50}}
+     {{0}, false, 0, 50, 0}}
 /* llama.cpp's RoPE flags (common/arg.cpp), the same meanings; default: the model file's */
 #define CLI_ROPE_HELP                                                                                         \
     "  --rope-scaling none|linear|yarn  RoPE frequency scaling (default: the model's, else linear)\n"        \
@@ -88,7 +88,9 @@ enum { CLI_CACHE_UNSET = -2 };
     "  -Cr, --cpu-range lo-hi  CPUs lo..hi for the threads (either end may be left out); adds to --cpu-mask\n"  \
     "  --cpu-strict 0|1     1: thread j alone on the j-th CPU of the mask, round robin (default 0)\n"           \
     "  --prio N             threads' priority: -1 low, 0 normal (default), 1 medium, 2 high, 3 realtime\n"     \
-    "  --poll 0..100        how long idle threads poll for work before sleeping (default 50; 0: no polling)\n"
+    "  --poll 0..100        how long idle threads poll for work before sleeping (default 50; 0: no polling)\n"   \
+    "  --numa distribute|isolate|numactl  threads by NUMA node: spread over all, on the starting one, or\n"   \
+    "                       numactl's CPUs (instead of -C/-Cr/--cpu-strict)\n"
 /* llama.cpp's habitual flags that cli_model_flag takes, and what each means here */
 #define CLI_LLAMACPP_HELP                                                                                      \
     "  --mlock              lock the model's host memory in RAM (mlockall; a warning if `ulimit -l` is too low)\n" \
