@@ -85,6 +85,13 @@ test('Shift+Enter adds a line; Enter sends; tokens stream into the page', async 
       if (b) window.lens.add(b.textContent.length);
     }).observe(document.getElementById('log'), { subtree: true, childList: true, characterData: true });
   });
+  // The reply's bytes arrive at 16 KB/s (Chromium's network emulation): stories260K on the CPU writes
+  // its 200 tokens in a few ms, which one read of the stream could take whole, and then the page has
+  // nothing to show in parts however well it streams (this case failed so on a fast, idle machine).
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Network.enable');
+  await cdp.send('Network.emulateNetworkConditions',
+    { offline: false, latency: 0, downloadThroughput: 16384, uploadThroughput: -1 });
   await page.fill('#input', 'Once upon a time');
   await page.press('#input', 'Shift+Enter');
   await page.type('#input', 'there was');
@@ -93,6 +100,9 @@ test('Shift+Enter adds a line; Enter sends; tokens stream into the page', async 
   await page.press('#input', 'Enter');
   eq(await page.inputValue('#input'), '');
   await page.waitForFunction(() => document.getElementById('stop').disabled, null, { timeout: 15000 });
+  await cdp.send('Network.emulateNetworkConditions',
+    { offline: false, latency: 0, downloadThroughput: -1, uploadThroughput: -1 });
+  await cdp.detach();
   await page.unroute('**/v1/chat/completions');
   eq(await page.textContent('#log .msg.user .body'), 'Once upon a time\nthere was');
   eq(await lastReply().locator('.note').textContent(), 'stopped at the max tokens setting');
