@@ -626,7 +626,7 @@ static cJSON *usage(const oai_delta *d) {
 
 /* llama-server's per-response timings; draft_n and draft_n_accepted only when the request speculated, as
  * there. prompt_ms runs from the request's arrival (queueing included) to its first token. */
-static cJSON *timings(const oai_delta *d) {
+cJSON *oai_timings(const oai_delta *d) {
     int n_gen = 0, n_proc = d->n_prompt - d->n_cached;
     for (int i = 0; i < d->n; i++) n_gen += d->ch[i].n_gen;
     cJSON *t = cJSON_CreateObject();
@@ -749,7 +749,7 @@ static void stream_choice(const oai_server *srv, oai_job *job, int i, const oai_
     if (!fin) return;
     cJSON *o = chunk(srv, job, i, job->chat ? cJSON_CreateObject() : cJSON_CreateString(""),
                      finish_reason(job, c, d->finish), NULL);
-    if (all->finish != SCHED_RUNNING) cJSON_AddItemToObject(o, "timings", timings(all)); /* the request's last */
+    if (all->finish != SCHED_RUNNING) cJSON_AddItemToObject(o, "timings", oai_timings(all)); /* the request's last */
     sse(out, o);
     c->done = true;
 }
@@ -817,7 +817,7 @@ char *oai_response(const oai_server *srv, oai_job *job, const oai_delta *d) {
     cJSON *ch = cJSON_AddArrayToObject(o, "choices");
     for (int i = 0; i < d->n && i < job->n; i++) cJSON_AddItemToArray(ch, choice_json(srv, job, i, d->ch[i].finish));
     cJSON_AddItemToObject(o, "usage", usage(d));
-    cJSON_AddItemToObject(o, "timings", timings(d));
+    cJSON_AddItemToObject(o, "timings", oai_timings(d));
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;

@@ -686,6 +686,8 @@ void resp_stream_events(const oai_server *srv, oai_job *job, const oai_delta *d,
     cJSON *r = response(srv, job, s, d);
     bool cut = !strcmp(cJSON_GetObjectItem(r, "status")->valuestring, "incomplete");
     cJSON_AddItemToObject(o, "response", r);
+    /* llama-server adds its timings to this last event (beside "response"; not in the non-streamed body) */
+    cJSON_AddItemToObject(o, "timings", oai_timings(d));
     event(s, out, cut ? "response.incomplete" : "response.completed", o);
     c->done = true;
 }

@@ -75,6 +75,10 @@ test('streaming: events in order, text equal to the whole answer', async () => {
   eq(fin.output, evs.filter((e) => e.type === 'response.output_item.done').map((e) => e.item));
   eq(fin.output[0].content[0].text, text);
   eq(fin.usage.output_tokens, ref.usage.output_tokens);
+  // llama-server's timings ride on the last event (not on the non-streamed body)
+  const t = evs[evs.length - 1].timings;
+  assert(t && t.predicted_n === fin.usage.output_tokens && t.predicted_ms >= 0 && t.prompt_n + t.cache_n > 0, JSON.stringify(t));
+  eq(ref.timings, undefined);
 });
 
 test('tools: a function_call item, its output answered (streaming and not)', async () => {
