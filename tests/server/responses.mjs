@@ -233,6 +233,10 @@ test('tool_choice: required and a named function force a call; none gives none',
     eq(r.json.error.param, 'tool_choice', msg);
   };
   await bad({ tool_choice: { type: 'function', name: 'nope' } }, 'unknown name');
+  // auto: the lazy grammar of a schema it cannot express (pattern) leaves the answer free; a forced call is a 400
+  const odd = [{ type: 'function', name: 'grep', parameters: { type: 'object', properties: { re: { type: 'string', pattern: '^a+$' } } } }];
+  eq((await raw('/v1/responses', { body: JSON.stringify({ ...body, tools: odd, max_output_tokens: 4 }) })).status, 200);
+  await bad({ tools: odd, tool_choice: 'required' }, 'a schema the grammar cannot express');
   await bad({ tools: [], tool_choice: 'required' }, 'no tools');
   await bad({ tool_choice: 'required', grammar: CALL }, 'with a grammar');
 });
