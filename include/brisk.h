@@ -492,8 +492,20 @@ void brisk_grammar_free(brisk_grammar *g);
 /* Advances g by a token's bytes. BRISK_ERR_INVALID_ARG (g unchanged) when the
  * token leaves the grammar; end-of-generation tokens are accepted when complete. */
 brisk_status brisk_grammar_accept(brisk_grammar *g, brisk_token tok);
-/* Whether the text accepted so far is a complete sentence of the grammar. */
+/* Whether the text accepted so far is a complete sentence of the grammar
+ * (true while a lazy grammar waits for its trigger). */
 bool brisk_grammar_is_complete(const brisk_grammar *g);
+/* Makes g lazy (llama.cpp's grammar triggers): tokens are unconstrained until
+ * the generated text contains trigger outside any skip_open..skip_close span
+ * (both NULL: no spans; skipping: the text starts inside one, as after a
+ * prompt that opened <think>). From the trigger on, the text is constrained:
+ * the grammar reads the trigger and the rest of that token (only the trigger
+ * when the rest leaves it). Call on a new grammar, which must accept trigger
+ * first; BRISK_ERR_INVALID_ARG otherwise. */
+brisk_status brisk_grammar_set_trigger(brisk_grammar *g, const char *trigger, const char *skip_open,
+                                       const char *skip_close, bool skipping);
+/* Whether a lazy grammar still waits for its trigger. */
+bool brisk_grammar_waiting(const brisk_grammar *g);
 /* Sampling with g from now on; the sampler owns g afterwards (frees it with
  * itself or when replaced). NULL detaches and frees the current one. */
 void brisk_sampler_set_grammar(brisk_sampler *s, brisk_grammar *g);

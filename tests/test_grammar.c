@@ -285,11 +285,96 @@ static void test_sampling(void) {
     brisk_model_free(m);
 }
 
+/* Feeds text's tokens (parse_special: "<tool_call>" may be one token) to g; the last one's mask after. */
+static void feed(brisk_model *m, brisk_grammar *g, const char *text, bool parse_special) {
+    brisk_token toks[256];
+    int64_t n = 0;
+    CHECK_OK(brisk_tokenize(m, text, strlen(text), false, parse_special, toks, 256, &n));
+    for (int64_t i = 0; i < n; i++) CHECK_OK(brisk_grammar_accept(g, toks[i]));
+}
+
+/* A lazy grammar: free text until its trigger (not inside <think>..</think>), then constrained. */
+static void test_lazy(void) {
+    brisk_model *m = load_qwen();
+    if (!m) return; /* skipped, or failed saying why */
+    const char *gbnf = "root ::= \"<tool_call>\" [0-9]+ \"</tool_call>\"\n";
+    for (int special = 0; special < 2; special++) {
+        brisk_grammar *g = NULL;
+        CHECK_OK(brisk_grammar_new(m, gbnf, NULL, &g));
+        if (!g) break;
+        /* bad triggers: one the grammar does not start with; a lone skip word */
+        CHECK(brisk_grammar_set_trigger(g, "<tool", "<think>", NULL, false) == BRISK_ERR_INVALID_ARG);
+        CHECK(brisk_grammar_set_trigger(g, "<call>", NULL, NULL, false) == BRISK_ERR_INVALID_ARG);
+        CHECK(!brisk_grammar_waiting(g));
+        CHECK_OK(brisk_grammar_set_trigger(g, "<tool_call>", "<think>", "</think>", true));
+        CHECK(brisk_grammar_set_trigger(g, "<tool_call>", NULL, NULL, false) == BRISK_ERR_INVALID_ARG);
+        int n = 0;
+        /* inside the thinking the prompt opened, then in a new one: the trigger does not fire */
+        feed(m, g, "I could use <tool_call> here.</think>Sure: <think>or <tool_call>?</think> yes", special);
+        CHECK(brisk_grammar_waiting(g));
+        CHECK(grammar_mask(g, &n) == NULL); /* unconstrained */
+        CHECK(brisk_grammar_is_complete(g));
+        feed(m, g, " <tool_call>12", special);
+        CHECK(!brisk_grammar_waiting(g));
+        CHECK(!brisk_grammar_is_complete(g));
+        const uint32_t *mask = grammar_mask(g, &n);
+        brisk_token eos = brisk_token_eos(m), hello[8];
+        int64_t nh = 0;
+        CHECK_OK(brisk_tokenize(m, " hello", 6, false, false, hello, 8, &nh));
+        CHECK(mask && n > 0 && !(mask[eos >> 5] >> (eos & 31) & 1) && !(mask[hello[0] >> 5] >> (hello[0] & 31) & 1));
+        feed(m, g, "3</tool_call>", special);
+        CHECK(brisk_grammar_is_complete(g));
+        brisk_grammar_free(g);
+    }
+    /* sampling: free random text, then the trigger's tokens steered in by their logits; from there the
+     * grammar holds the text and ends it */
+    int nv = brisk_n_vocab(m);
+    float *logits = malloc((size_t)nv * sizeof *logits);
+    brisk_token trig[8];
+    int64_t nt = 0;
+    CHECK_OK(brisk_tokenize(m, "<tool_call>", 11, false, false, trig, 8, &nt));
+    brisk_sampler_params sp = brisk_sampler_default_params();
+    sp.temp = 1.0f, sp.top_k = 0, sp.top_p = 1.0f, sp.min_p = 0.0f, sp.seed = 7;
+    brisk_sampler *s = NULL;
+    brisk_grammar *g = NULL;
+    CHECK_OK(brisk_sampler_new(&sp, nv, &s));
+    CHECK_OK(brisk_grammar_new(m, gbnf, NULL, &g));
+    if (logits && s && g && nt > 1) {
+        CHECK_OK(brisk_grammar_set_trigger(g, "<tool_call>", NULL, NULL, false));
+        brisk_sampler_set_grammar(s, g);
+        char text[4096] = "";
+        size_t len = 0;
+        uint64_t x = 99;
+        bool ended = false;
+        for (int step = 0; step < 200 && !ended; step++) {
+            for (int i = 0; i < nv; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, logits[i] = (float)(x >> 40) / (float)(1 << 24) * 8.0f;
+            if (step >= 20 && step < 20 + nt) logits[trig[step - 20]] = 1e4f;
+            brisk_token t = brisk_sampler_sample(s, logits);
+            brisk_sampler_accept(s, t);
+            if (brisk_token_is_eog(m, t)) ended = true;
+            else {
+                size_t pl = 0;
+                CHECK_OK(brisk_token_to_piece(m, t, false, text + len, sizeof text - len - 1, &pl));
+                len += pl;
+                text[len] = 0;
+            }
+        }
+        const char *at = strstr(text, "<tool_call>");
+        CHECK(ended && at && !brisk_grammar_waiting(g));
+        CHECK(at && match(gbnf, at, false) == 1);
+        if (at) printf("  lazy: %s\n", at);
+    } else
+        brisk_grammar_free(g);
+    brisk_sampler_free(s);
+    free(logits);
+    brisk_model_free(m);
+}
+
 int main(int argc, char **argv) {
     static const test_case cases[] = {
         {"parse_errors", test_parse_errors}, {"match", test_match},   {"utf8", test_utf8},
         {"llamacpp_grammars", test_llamacpp_grammars}, {"json_schema", test_json_schema},
-        {"masks", test_masks}, {"sampling", test_sampling},
+        {"masks", test_masks}, {"sampling", test_sampling}, {"lazy", test_lazy},
     };
     return test_main(cases, sizeof cases / sizeof *cases, argc, argv);
 }

@@ -196,6 +196,14 @@ struct brisk_grammar {
     bool oom;
     int n_masks, masks_built, mask_hits;
     int32_t *walk;            /* (voc->max_depth + 1) states along the trie path */
+    /* Lazy (brisk_grammar_set_trigger): while waiting, nothing is constrained and the text is
+     * scanned for the trigger outside skip_open..skip_close spans. */
+    const brisk_model *model; /* to spell tokens (special ones too) while waiting */
+    bool waiting, skipping;
+    char *word[3];            /* trigger, skip_open, skip_close (owned; the last two may be NULL) */
+    size_t wlen[3];
+    char *win;                /* (n_win, cap_win) unscanned tail of the text */
+    size_t n_win, cap_win;
 };
 
 static uint32_t mix(uint32_t h, uint32_t x) {
@@ -468,6 +476,8 @@ void brisk_grammar_free(brisk_grammar *g) {
     gram_rules_free(g->r);
     free(g->alt_off), free(g->alts), free(g->nodes), free(g->mark), free(g->nhash);
     free(g->states), free(g->shash), free(g->sset), free(g->tmp), free(g->work), free(g->walk);
+    for (int i = 0; i < 3; i++) free(g->word[i]);
+    free(g->win);
     free(g);
 }
 
@@ -479,6 +489,7 @@ brisk_status grammar_from_rules(const brisk_model *model, gram_rules *rules, bri
         return bk_fail(BRISK_ERR_NOMEM, "grammar: out of memory");
     }
     g->r = rules;
+    g->model = model;
     if (model) {
         brisk_status st = vocab_get(model, &g->voc);
         if (st != BRISK_OK) {
@@ -552,12 +563,88 @@ bool grammar_accept_bytes(brisk_grammar *g, const char *s, size_t n) {
 
 bool grammar_would_accept(brisk_grammar *g, const char *s, size_t n) { return run_bytes(g, g->cur, s, n) >= 0; }
 
-bool grammar_is_complete(const brisk_grammar *g) { return g->states[g->cur].accept; }
+bool grammar_is_complete(const brisk_grammar *g) { return g->waiting || g->states[g->cur].accept; }
 bool brisk_grammar_is_complete(const brisk_grammar *g) { return g && grammar_is_complete(g); }
+
+brisk_status brisk_grammar_set_trigger(brisk_grammar *g, const char *trigger, const char *skip_open,
+                                       const char *skip_close, bool skipping) {
+    if (!g || !trigger || !trigger[0] || !skip_open != !skip_close || (skip_open && (!skip_open[0] || !skip_close[0])))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "grammar trigger: a non-empty trigger, and both skip words or neither");
+    if (g->waiting || g->word[0]) return bk_fail(BRISK_ERR_INVALID_ARG, "grammar trigger: already set");
+    /* The grammar must read the trigger first: its text is where the constrained part starts. */
+    if (!grammar_would_accept(g, trigger, strlen(trigger)))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "grammar trigger: the grammar does not start with '%s'", trigger);
+    const char *w[3] = {trigger, skip_open, skip_close};
+    for (int i = 0; i < 3; i++) {
+        if (!w[i]) continue;
+        g->wlen[i] = strlen(w[i]);
+        if (!(g->word[i] = strdup(w[i]))) return bk_fail(BRISK_ERR_NOMEM, "grammar: out of memory");
+    }
+    g->waiting = true;
+    g->skipping = skipping && skip_open;
+    return BRISK_OK;
+}
+
+bool brisk_grammar_waiting(const brisk_grammar *g) { return g && g->waiting; }
+
+/* While waiting: appends a token's text and scans it. At the trigger the grammar starts, fed the text
+ * from the trigger on (only the trigger when the rest of the token leaves it). */
+static brisk_status lazy_accept(brisk_grammar *g, brisk_token tok) {
+    char buf[1024];
+    size_t len = 0;
+    if (!g->model || brisk_token_to_piece(g->model, tok, true, buf, sizeof buf, &len) != BRISK_OK || len == 0)
+        return BRISK_OK; /* no text (an end-of-generation token): nothing to scan */
+    if (g->n_win + len > g->cap_win) {
+        size_t cap = (g->n_win + len) * 2;
+        char *p = realloc(g->win, cap);
+        if (!p) return bk_fail(BRISK_ERR_NOMEM, "grammar: out of memory");
+        g->win = p, g->cap_win = cap;
+    }
+    memcpy(g->win + g->n_win, buf, len);
+    g->n_win += len;
+    size_t at = 0, keep = 0;
+    for (;;) {
+        const char *w = g->win + at;
+        size_t n = g->n_win - at;
+        if (g->skipping) {
+            const char *c = memmem(w, n, g->word[2], g->wlen[2]);
+            if (!c) {
+                keep = g->wlen[2] - 1;
+                break;
+            }
+            at = (size_t)(c - g->win) + g->wlen[2];
+            g->skipping = false;
+            continue;
+        }
+        const char *t = memmem(w, n, g->word[0], g->wlen[0]);
+        const char *o = g->word[1] ? memmem(w, n, g->word[1], g->wlen[1]) : NULL;
+        if (o && (!t || o < t)) {
+            at = (size_t)(o - g->win) + g->wlen[1];
+            g->skipping = true;
+            continue;
+        }
+        if (t) {
+            size_t from = (size_t)(t - g->win);
+            g->waiting = false;
+            if (!grammar_accept_bytes(g, t, g->n_win - from) && !grammar_accept_bytes(g, g->word[0], g->wlen[0]))
+                return bk_fail(BRISK_ERR_NOMEM, "grammar: out of memory");
+            g->n_win = 0;
+            return BRISK_OK;
+        }
+        keep = (g->word[1] && g->wlen[1] > g->wlen[0] ? g->wlen[1] : g->wlen[0]) - 1;
+        break;
+    }
+    /* only a tail that could be the start of a word stays */
+    size_t rest = g->n_win - at, k = rest < keep ? rest : keep;
+    memmove(g->win, g->win + g->n_win - k, k);
+    g->n_win = k;
+    return BRISK_OK;
+}
 
 brisk_status brisk_grammar_accept(brisk_grammar *g, brisk_token tok) {
     if (!g || !g->voc || tok < 0 || tok >= g->voc->n_vocab)
         return bk_fail(BRISK_ERR_INVALID_ARG, "grammar: token %d out of range or no model", (int)tok);
+    if (g->waiting) return lazy_accept(g, tok);
     const grammar_vocab *v = g->voc;
     if (!v->piece[tok]) {
         for (int i = 0; i < v->n_eog; i++)
@@ -593,7 +680,7 @@ static int build_mask(brisk_grammar *g, int si, uint32_t *mask) {
 
 const uint32_t *grammar_mask(brisk_grammar *g, int *n_allowed) {
     *n_allowed = 0;
-    if (!g->voc) return NULL;
+    if (!g->voc || g->waiting) return NULL; /* waiting for the trigger: nothing is constrained */
     gstate *s = &g->states[g->cur];
     if (s->mask) {
         g->mask_hits++;

@@ -435,6 +435,26 @@ static bool render_chat(const oai_server *srv, const cJSON *root, char **text, s
     return ok;
 }
 
+/* tool_choice "auto" with tools: llama.cpp's lazy grammar. The answer is free until it opens a call
+ * (<tool_call> outside <think>...</think>, where chat_parser reads calls); from there the grammar holds
+ * the call to the tools' schemas. A request's own grammar or response_format wins; a tool schema the
+ * grammar cannot express leaves the answer free (as before), not an error, since no call was demanded. */
+static bool lazy_tool(const oai_server *srv, const cJSON *root, bool in_reasoning, oai_job *job, oai_error *e) {
+    if (field(root, "grammar") || field(root, "response_format")) return true;
+    char *gbnf = NULL;
+    brisk_status st = chat_tool_gbnf(field(root, "tools"), NULL, false, &gbnf);
+    if (st == BRISK_ERR_NOMEM) return oai_fail(e, 500, NULL, "out of memory");
+    if (st != BRISK_OK) return true;
+    for (int i = 0; st == BRISK_OK && i < job->n; i++) {
+        brisk_grammar **g = &job->req->ch[i].grammar;
+        st = brisk_grammar_new(srv->model, gbnf, "root", g);
+        if (st == BRISK_OK) st = brisk_grammar_set_trigger(*g, "<tool_call>", "<think>", "</think>", in_reasoning);
+    }
+    free(gbnf);
+    if (st != BRISK_OK) return oai_fail(e, st == BRISK_ERR_NOMEM ? 500 : 400, "tools", "%s", brisk_last_error());
+    return true;
+}
+
 /* tool_choice "required" or a named function: every choice's grammar forces
  * one call in the parser's syntax (after closing a <think> the prompt opened). */
 static bool force_tool(const oai_server *srv, const cJSON *root, bool in_reasoning, oai_job *job, oai_error *e) {
@@ -446,7 +466,7 @@ static bool force_tool(const oai_server *srv, const cJSON *root, bool in_reasoni
         return oai_fail(e, 400, "tool_choice", "'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
     else if (cJSON_IsString(tc) && strcmp(tc->valuestring, "auto") && strcmp(tc->valuestring, "none"))
         return oai_fail(e, 400, "tool_choice", "'tool_choice' must be none, auto, required or a function");
-    if (!job->tool_mode) return true;
+    if (!job->tool_mode) return job->tools ? lazy_tool(srv, root, in_reasoning, job, e) : true;
     if (!job->tools) return oai_fail(e, 400, "tool_choice", "'tool_choice' asks for a tool call but no tools were given");
     if (field(root, "grammar") || field(root, "response_format"))
         return oai_fail(e, 400, "tool_choice", "a forced tool call cannot be combined with 'grammar' or 'response_format'");
@@ -626,7 +646,7 @@ static cJSON *usage(const oai_delta *d) {
 
 /* llama-server's per-response timings; draft_n and draft_n_accepted only when the request speculated, as
  * there. prompt_ms runs from the request's arrival (queueing included) to its first token. */
-static cJSON *timings(const oai_delta *d) {
+cJSON *oai_timings(const oai_delta *d) {
     int n_gen = 0, n_proc = d->n_prompt - d->n_cached;
     for (int i = 0; i < d->n; i++) n_gen += d->ch[i].n_gen;
     cJSON *t = cJSON_CreateObject();
@@ -749,7 +769,7 @@ static void stream_choice(const oai_server *srv, oai_job *job, int i, const oai_
     if (!fin) return;
     cJSON *o = chunk(srv, job, i, job->chat ? cJSON_CreateObject() : cJSON_CreateString(""),
                      finish_reason(job, c, d->finish), NULL);
-    if (all->finish != SCHED_RUNNING) cJSON_AddItemToObject(o, "timings", timings(all)); /* the request's last */
+    if (all->finish != SCHED_RUNNING) cJSON_AddItemToObject(o, "timings", oai_timings(all)); /* the request's last */
     sse(out, o);
     c->done = true;
 }
@@ -817,7 +837,7 @@ char *oai_response(const oai_server *srv, oai_job *job, const oai_delta *d) {
     cJSON *ch = cJSON_AddArrayToObject(o, "choices");
     for (int i = 0; i < d->n && i < job->n; i++) cJSON_AddItemToArray(ch, choice_json(srv, job, i, d->ch[i].finish));
     cJSON_AddItemToObject(o, "usage", usage(d));
-    cJSON_AddItemToObject(o, "timings", timings(d));
+    cJSON_AddItemToObject(o, "timings", oai_timings(d));
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;

@@ -114,6 +114,10 @@ typedef struct oai_delta {
     double prompt_ms, predicted_ms;      /* submission to the first token (queueing and prefill), then to the end */
 } oai_delta;
 
+/* llama-server's timings object for a finished request (prompt_n, prompt_ms, predicted_n, predicted_ms,
+ * their per-token and per-second figures; draft_n and draft_n_accepted when it speculated). */
+cJSON *oai_timings(const oai_delta *d);
+
 /* Streaming: appends the SSE events for d (each choice's chunks carry its
  * index; when a choice ends its finish chunk; when the request ends, the
  * usage chunk if asked and "data: [DONE]"). */

@@ -96,6 +96,7 @@ typedef struct resp_state {
     cJSON *conv;         /* the conversation's items so far: previous response's, then this input */
     cJSON *output;       /* output items finished so far */
     cJSON *namespaces;   /* {function name: its namespace tool's name}, or NULL */
+    cJSON *customs;      /* {name: true} of the custom (freeform) tools, or NULL */
     bool summary;        /* reasoning.summary was asked: the thinking is the summary too */
     int seq;             /* streaming: the next sequence_number */
     int open;            /* streaming: the open output item (0 none, 1 message, 2 reasoning) */
@@ -110,6 +111,7 @@ static void state_free(void *p) {
     cJSON_Delete(s->conv);
     cJSON_Delete(s->output);
     cJSON_Delete(s->namespaces);
+    cJSON_Delete(s->customs);
     sb_free(&s->text);
     free(s);
 }
@@ -208,9 +210,27 @@ static bool add_item(const cJSON *it, turn *t, cJSON *out, oai_error *e) {
         cJSON_AddItemToArray(t->calls, c);
         return true;
     }
-    if (!strcmp(type, "function_call_output")) {
+    if (!strcmp(type, "custom_tool_call")) { /* a custom tool's call: its input becomes the one argument */
+        const char *id = str(it, "call_id"), *name = str(it, "name"), *input = str(it, "input");
+        if (!id || !name) return oai_fail(e, 400, "input", "a custom_tool_call item needs a call_id and a name");
+        t->on = true;
+        if (!t->calls) t->calls = cJSON_CreateArray();
+        cJSON *c = cJSON_CreateObject(), *fn, *args = cJSON_CreateObject();
+        cJSON_AddStringToObject(args, "input", input ? input : "");
+        char *a = cJSON_PrintUnformatted(args);
+        cJSON_Delete(args);
+        cJSON_AddStringToObject(c, "id", id);
+        cJSON_AddStringToObject(c, "type", "function");
+        fn = cJSON_AddObjectToObject(c, "function");
+        cJSON_AddStringToObject(fn, "name", name);
+        cJSON_AddStringToObject(fn, "arguments", a ? a : "{}");
+        free(a);
+        cJSON_AddItemToArray(t->calls, c);
+        return true;
+    }
+    if (!strcmp(type, "function_call_output") || !strcmp(type, "custom_tool_call_output")) {
         const char *id = str(it, "call_id");
-        if (!id) return oai_fail(e, 400, "input", "a function_call_output item needs a call_id");
+        if (!id) return oai_fail(e, 400, "input", "a %s item needs a call_id", type);
         turn_flush(t, out);
         strbuf b = {0};
         bool ok = parts_text(oai_get(it, "output"), &b, e);
@@ -245,6 +265,38 @@ static bool add_function(const cJSON *t, cJSON *otools, oai_error *e) {
     return true;
 }
 
+/* A custom (freeform) tool: the model writes free text, its input. It is offered as a function of one
+ * string argument, "input"; its calls come back as custom_tool_call items. A grammar format (lark or
+ * regex) is shown to the model in the description but not enforced: brisk reads neither syntax. */
+static bool add_custom(const cJSON *t, cJSON *otools, resp_state *s, oai_error *e) {
+    const char *name = str(t, "name"), *desc = str(t, "description");
+    if (!name) return oai_fail(e, 400, "tools", "each custom tool needs a name");
+    const cJSON *fmt = oai_get(t, "format");
+    const char *ft = str(fmt, "type"), *syntax = str(fmt, "syntax"), *def = str(fmt, "definition");
+    bool grammar = ft && !strcmp(ft, "grammar");
+    if (fmt && !(ft && !strcmp(ft, "text")) &&
+        !(grammar && syntax && (!strcmp(syntax, "lark") || !strcmp(syntax, "regex")) && def))
+        return oai_fail(e, 400, "tools", "a custom tool's format must be {type: text} or {type: grammar, syntax: lark or regex, definition}");
+    cJSON *ot = cJSON_CreateObject(), *fn, *params, *props;
+    cJSON_AddStringToObject(ot, "type", "function");
+    fn = cJSON_AddObjectToObject(ot, "function");
+    cJSON_AddStringToObject(fn, "name", name);
+    strbuf d = {0};
+    if (desc) sb_puts(&d, desc);
+    if (grammar) sb_printf(&d, "%sIts input follows this %s grammar:\n%s", desc ? "\n\n" : "", syntax, def);
+    if (d.len) cJSON_AddStringToObject(fn, "description", d.p);
+    sb_free(&d);
+    params = cJSON_AddObjectToObject(fn, "parameters");
+    cJSON_AddStringToObject(params, "type", "object");
+    props = cJSON_AddObjectToObject(params, "properties");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "input"), "type", "string");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(params, "required"), cJSON_CreateString("input"));
+    cJSON_AddItemToArray(otools, ot);
+    if (!s->customs) s->customs = cJSON_CreateObject();
+    cJSON_AddTrueToObject(s->customs, name);
+    return true;
+}
+
 /* Responses tools -> chat tools; tool_choice likewise. A namespace's
  * functions are offered by their own names (s->namespaces maps each back, for
  * the function_call items); hosted tools (web_search, file_search, ...) are
@@ -259,6 +311,7 @@ static bool add_tools(const cJSON *root, cJSON *oa, resp_state *s, oai_error *e)
         const char *type = str(t, "type");
         if (!type) ok = oai_fail(e, 400, "tools", "each tool needs a type");
         else if (!strcmp(type, "function")) ok = add_function(t, otools, e);
+        else if (!strcmp(type, "custom")) ok = add_custom(t, otools, s, e);
         else if (!strcmp(type, "namespace")) {
             const cJSON *inner = oai_get(t, "tools"), *f;
             const char *ns = str(t, "name");
@@ -285,8 +338,8 @@ static bool add_tools(const cJSON *root, cJSON *oa, resp_state *s, oai_error *e)
         return true;
     }
     const char *type = str(tc, "type"), *name = str(tc, "name");
-    if (!type || strcmp(type, "function") || !name)
-        return oai_fail(e, 400, "tool_choice", "'tool_choice' must be auto, none, required or {type: function, name}");
+    if (!type || (strcmp(type, "function") && strcmp(type, "custom")) || !name)
+        return oai_fail(e, 400, "tool_choice", "'tool_choice' must be auto, none, required, {type: function, name} or {type: custom, name}");
     cJSON *o = cJSON_AddObjectToObject(oa, "tool_choice"), *fn;
     cJSON_AddStringToObject(o, "type", "function");
     fn = cJSON_AddObjectToObject(o, "function");
@@ -478,9 +531,31 @@ static cJSON *text_item(const oai_job *job, const resp_state *s, int kind, int k
     return it;
 }
 
+/* A custom tool's call: its input is the "input" argument (the arguments' text when they hold none). */
+static bool custom_input(const resp_state *s, const chat_tool_call *c, strbuf *input) {
+    if (!cJSON_GetObjectItemCaseSensitive(s->customs, c->name)) return false;
+    cJSON *a = cJSON_Parse(c->arguments ? c->arguments : "");
+    const char *in = str(a, "input");
+    sb_puts(input, in ? in : c->arguments ? c->arguments : "");
+    cJSON_Delete(a);
+    return true;
+}
+
 static cJSON *call_item(const oai_job *job, const resp_state *s, const chat_tool_call *c, int call, int k, bool done) {
     cJSON *it = cJSON_CreateObject();
     char id[96];
+    strbuf input = {0};
+    if (custom_input(s, c, &input)) { /* as OpenAI's: no status */
+        item_id(job, "ctc", k, id, sizeof id);
+        cJSON_AddStringToObject(it, "id", id);
+        cJSON_AddStringToObject(it, "type", "custom_tool_call");
+        item_id(job, "call", call, id, sizeof id);
+        cJSON_AddStringToObject(it, "call_id", id);
+        cJSON_AddStringToObject(it, "name", c->name);
+        cJSON_AddStringToObject(it, "input", done && input.p ? input.p : "");
+        sb_free(&input);
+        return it;
+    }
     item_id(job, "fc", k, id, sizeof id);
     cJSON_AddStringToObject(it, "id", id);
     cJSON_AddStringToObject(it, "type", "function_call");
@@ -634,18 +709,22 @@ static void call_events(const oai_job *job, resp_state *s, int call, strbuf *out
     close_item(job, s, out);
     int k = cJSON_GetArraySize(s->output);
     char id[96];
-    item_id(job, "fc", k, id, sizeof id);
+    strbuf input = {0};
+    bool custom = custom_input(s, c, &input);
+    const char *text = custom ? (input.p ? input.p : "") : c->arguments;
+    item_id(job, custom ? "ctc" : "fc", k, id, sizeof id);
     event(s, out, "response.output_item.added", at_item(call_item(job, s, c, call, k, false), k));
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "item_id", id);
     cJSON_AddNumberToObject(o, "output_index", k);
-    cJSON_AddStringToObject(o, "delta", c->arguments);
-    event(s, out, "response.function_call_arguments.delta", o);
+    cJSON_AddStringToObject(o, "delta", text);
+    event(s, out, custom ? "response.custom_tool_call_input.delta" : "response.function_call_arguments.delta", o);
     o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "item_id", id);
     cJSON_AddNumberToObject(o, "output_index", k);
-    cJSON_AddStringToObject(o, "arguments", c->arguments);
-    event(s, out, "response.function_call_arguments.done", o);
+    cJSON_AddStringToObject(o, custom ? "input" : "arguments", text);
+    event(s, out, custom ? "response.custom_tool_call_input.done" : "response.function_call_arguments.done", o);
+    sb_free(&input);
     cJSON *item = call_item(job, s, c, call, k, true);
     cJSON_AddItemToArray(s->output, cJSON_Duplicate(item, true));
     event(s, out, "response.output_item.done", at_item(item, k));
@@ -686,6 +765,8 @@ void resp_stream_events(const oai_server *srv, oai_job *job, const oai_delta *d,
     cJSON *r = response(srv, job, s, d);
     bool cut = !strcmp(cJSON_GetObjectItem(r, "status")->valuestring, "incomplete");
     cJSON_AddItemToObject(o, "response", r);
+    /* llama-server adds its timings to this last event (beside "response"; not in the non-streamed body) */
+    cJSON_AddItemToObject(o, "timings", oai_timings(d));
     event(s, out, cut ? "response.incomplete" : "response.completed", o);
     c->done = true;
 }
