@@ -103,10 +103,26 @@ double cli_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* The kernel's high-water mark of resident memory (VmHWM, which cli_peak_rss_reset can lower), or
+ * getrusage's where /proc is not there. */
 double cli_peak_rss_mb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) kb = strtol(line + 6, NULL, 10);
+    if (f) fclose(f);
+    if (kb >= 0) return kb / 1024.0;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return ru.ru_maxrss / 1024.0;
+}
+
+void cli_peak_rss_reset(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w"); /* "5": VmHWM back to the current RSS (Linux 4.0+) */
+    if (!f) return;
+    fputs("5", f);
+    fclose(f);
 }
 
 int cli_default_threads(void) {

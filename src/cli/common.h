@@ -173,6 +173,8 @@ void cli_report_expert_cache(const struct brisk_model *m, const struct brisk_con
  * context (n_ctx / n_seq_max) is beyond the model's trained context with no RoPE scaling. */
 bool cli_new_context(struct brisk_model *m, const struct brisk_context_params *cp, struct brisk_context **out);
 double cli_now(void);         /* seconds, monotonic */
-double cli_peak_rss_mb(void); /* peak resident set size */
+double cli_peak_rss_mb(void);
+/* Lowers the peak to the current resident size (Linux; a no-op where it cannot). */
+void cli_peak_rss_reset(void); /* peak resident set size */
 int cli_default_threads(void);
 #endif
