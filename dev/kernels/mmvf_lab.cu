@@ -1,9 +1,9 @@
 /* mmvf_lab.cu — one token's products on float weights (F16, BF16, F32): the streamed kernel
  * (cuda_mmvf.cu, BRISK_CUDA_ENABLE=mmvf) beside the float GEMV it would replace (cuda_gemv.cu's
  * gemv_kernel, a warp per row pair), on the decode shapes of qwen3-8b and qwen3.6-27b in BF16, with
- * the largest relative difference between their outputs. Both run through matmul_one /
- * cuda_matmul_swiglu's own choice, as the decode step calls them (the GEMV's SwiGLU: two products and
- * the gate kernel), launched back to back with programmatic launches.
+ * the largest relative difference between their outputs. Both run through cuda_matmul.cu's ladder
+ * (cuda_matmul / cuda_matmul_swiglu's own choice), as the decode step calls them (the GEMV's SwiGLU:
+ * two products and the gate kernel), launched back to back with programmatic launches.
  *
  *   nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc dev/kernels/mmvf_lab.cu build/libbrisk.a -o build/mmvf_lab \
  *        -lpcre2-8 -lcjson -lmicrohttpd -ldl

@@ -105,7 +105,7 @@ static brisk_status ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b
     }
     op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
     /* Every product of h first (router, shared expert's gate, its gate and up with their SwiGLU),
-     * then the routed experts: a GPU quantizes h once for all of them (cuda_gemv.cu's tag), the
+     * then the routed experts: a GPU quantizes h once for all of them (cuda_matmul.cu's tag), the
      * experts included. */
     bk_moe_router(be, &L->ffn_gate_inp, s->xb, n, hp->n_expert_used, true, 0.0f, s->moe_logits, s->moe_ids,
                   s->moe_w, &L->gate_inp_shexp, s->sh_gate);

@@ -1,5 +1,6 @@
 /* cuda_backend.cu — memory, the stream, metadata staging and the op table of
- * the CUDA backend. The op families live in cuda_gemv.cu, cuda_norm_rope.cu,
+ * the CUDA backend. The op families live in cuda_matmul.cu (which kernel takes a matrix
+ * product: a ladder of the kernels' predicates), cuda_gemv.cu, cuda_norm_rope.cu,
  * cuda_attention.cu (decode batches: cuda_attn_decode.cu), cuda_elementwise.cu,
  * cuda_moe.cu (router, experts) and cuda_ssm.cu (Gated DeltaNet). */
 #include <stdio.h>

@@ -306,6 +306,14 @@ static int64_t blas_chunk_rows(const cuda_blas *bl, int64_t n_in, int64_t n_out)
     return r < n_out ? r : n_out;
 }
 
+/* Batches from min_tok tokens (BRISK_CUDA_CUBLAS_MIN_TOK) of the shapes cuBLAS takes, while the
+ * library is on (NULL: BRISK_CUDA_DISABLE=cublas); loading it, or having given it up, is cuda_blas_ready's. */
+bool cuda_blas_should_use(const cuda_backend *cb, uint32_t type, int64_t n_in, int64_t n_out, int n) {
+    const cuda_blas *bl = cb->blas;
+    return bl && n >= bl->min_tok && cuda_type_supported(type) && n_in % 32 == 0 && n_in <= INT32_MAX &&
+           n_out <= INT32_MAX;
+}
+
 /* y (n, n_out) = x W^T (+ bias), or y += x W^T when accum is set, through cuBLAS. False when
  * it does not take the product (off, unavailable, capturing, too few tokens, a type or shape
  * it does not handle, no memory): the caller runs the WMMA kernel; nothing was written to y.
@@ -316,9 +324,7 @@ bool cuda_blas_matmul(cuda_backend *cb, const bk_weight *w, const float *bias, c
                       int accum, bool *x16_ready) {
     cuda_blas *bl = cb->blas;
     int64_t n_in = w->n_in, n_out = w->n_out;
-    if (!bl || n < bl->min_tok || !cuda_type_supported(w->type) || n_in % 32 || n_in > INT32_MAX ||
-        n_out > INT32_MAX || !cuda_blas_ready(cb))
-        return false;
+    if (!cuda_blas_should_use(cb, w->type, n_in, n_out, n) || !cuda_blas_ready(cb)) return false;
     bool in_place = w->type == QT_F16; /* rows of n_in f16 values: cuBLAS reads W itself */
     int64_t rows = in_place ? n_out : blas_chunk_rows(bl, n_in, n_out);
     if (rows < 1 || (!in_place && !blas_grow((void **)&bl->w16, &bl->w16_cap, (size_t)rows * n_in * sizeof(half))))

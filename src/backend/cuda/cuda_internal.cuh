@@ -1030,7 +1030,7 @@ bool cuda_moe_ffn_shared(bk_backend *be, const bk_weight *gate, const bk_weight 
 void cuda_moe_free(cuda_backend *cb);
 }
 /* The quantized activations' tag (xq_src above) across an op that reads x and xq and writes only
- * other outputs (the products of cuda_gemv.cu, the MoE router of cuda_moe.cu). A product reads
+ * other outputs (the products of cuda_matmul.cu, the MoE router of cuda_moe.cu). A product reads
  * x and xq and writes only its outputs, so the tag outlives it: it names x when the call quantized x
  * (or found it quantized), else stays as it was, unless an output overwrote the tagged rows. So the
  * MoE router's product, which sits between the norm that quantized h and the experts that read h,
@@ -1054,18 +1054,43 @@ static inline void q8_tag_keep(cuda_backend *cb, q8_tag t, const float *y, size_
     cb->xq_dim = t.dim;
 }
 
-/* A float matrix of few, wide rows (a router) takes the split-K GEMV at decode (a block per row). */
-bool cuda_gemv_splitk_use(const bk_weight *w);
+/* ---- the rungs of the matrix products (cuda_matmul.cu climbs them in order) ----
+ * Each *_should_use is a pure predicate of the plan (cb's switches, limits and buffers, set once at
+ * init; the compute capability enters through them, e.g. mmvf_on), the weight's type and shape and
+ * the batch n: it launches, allocates and writes nothing. It is defined beside its kernel. A kernel
+ * the predicate chose may still refuse at run time (returns 0 or false: an alignment, a shared-memory
+ * opt-in, cuBLAS not loading, a buffer too small), and cuda_matmul.cu then takes the next rung. */
+/* cuda_gemv.cu: the SIMT tiled kernel for batches over GEMV_MAX_TOK tokens (K a multiple of 32); the
+ * split-K GEMV for a float matrix of few, wide rows (a router: a block per row); the float GEMV,
+ * which takes everything (the last rung). bias: NULL or n_out floats. */
+#define GEMV_MAX_TOK 8 /* float-path GEMV tokens per launch; the tiled and tensor-core kernels above */
+bool cuda_mm_tiled_should_use(int64_t n_in, int n);
+bool cuda_gemv_splitk_should_use(uint32_t type, int64_t n_in, int64_t n_out);
+void cuda_mm_tiled(cuda_backend *cb, const bk_weight *w, const float *bias, const float *x, int n, float *y, int accum);
+void cuda_gemv_splitk(cuda_backend *cb, const bk_weight *w, const float *bias, const float *x, int n, float *y,
+                      int accum);
+void cuda_gemv(cuda_backend *cb, const bk_weight *w, const float *bias, const float *x, int n, float *y, int accum);
+/* cuda_mmvq.cu: the integer-dot GEMV. _use: a batch of n tokens belongs to it (x quantized into cb->xq:
+ * up to MMVQ_SLICE_MAX tokens as MMVQ_MAX_TOK-token slices, none of cuda_mmq's or cuBLAS's batches);
+ * _should_use: and a matrix of type and n_in too; multi: several matrices of a call in one launch;
+ * glu: the gate/up pair and the SwiGLU in one launch (one slice). */
 bool cuda_mmvq_supported(uint32_t type, int64_t n_in);
 bool cuda_mmvq_dec_supported(const cuda_backend *cb, uint32_t type, int64_t n_in);
+bool cuda_mmvq_use(const cuda_backend *cb, int n);
+bool cuda_mmvq_should_use(const cuda_backend *cb, uint32_t type, int64_t n_in, int n);
+bool cuda_mmvq_multi_should_use(const cuda_backend *cb, int n, int n_mats);
+bool cuda_mmvq_glu_should_use(const cuda_backend *cb, uint32_t type, int64_t n_in, int n);
 bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n);
 void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum);
 int cuda_mmvq_multi(cuda_backend *cb, int n_w, const bk_weight *const *w, const float *const *bias, int n,
                     float *const *y);
 bool cuda_mmvq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, int n, float *out);
 /* cuda_mmq.cu: the same products on int8 tensor cores for activations already quantized
- * (cuda_mmvq_prepare); cuda_mmq_use says whether a batch of n tokens belongs to it. */
+ * (cuda_mmvq_prepare); cuda_mmq_use says whether a batch of n tokens belongs to it, _should_use
+ * whether a matrix of type and n_in in that batch does too, glu_should_use the gate of a SwiGLU. */
 bool cuda_mmq_use(const cuda_backend *cb, int n);
+bool cuda_mmq_should_use(const cuda_backend *cb, uint32_t type, int64_t n_in, int n);
+bool cuda_mmq_glu_should_use(const cuda_backend *cb, uint32_t type, int64_t n_in, int n);
 void cuda_mmq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum);
 bool cuda_mmq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, int n, float *out);
 /* cuda_mmqh.cu: the batched products on f16 tensor cores, the weights streamed. _use: whether a batch
@@ -1074,6 +1099,8 @@ bool cuda_mmq_glu(cuda_backend *cb, const bk_weight *gate, const bk_weight *up, 
  * launch and returns how many it took (0: none). */
 bool cuda_mmqh_use(const cuda_backend *cb, int n);
 bool cuda_mmqh_supported(const cuda_backend *cb, uint32_t type, int64_t n_in);
+bool cuda_mmqh_should_use(const cuda_backend *cb, uint32_t type, int64_t n_in, int n); /* _use and _supported */
+bool cuda_mmqh_glu_should_use(const cuda_backend *cb, uint32_t type, int64_t n_in, int n);
 bool cuda_mmqh_prepare(cuda_backend *cb, const float *x, int64_t n_in, int n);
 int cuda_mmqh(cuda_backend *cb, int n_w, const bk_weight *const *w, const float *const *bias, int n,
               float *const *y, int accum);
@@ -1114,7 +1141,12 @@ bool cuda_attn_prefill_supported(const cuda_backend *cb, int head_dim, int n_hea
 void cuda_attn_prefill(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, const int32_t *d_pos,
                        const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
                        float *out);
+/* cuda_mma.cu: batches over GEMV_MAX_TOK tokens on f16 tensor cores (WMMA), weights decoded per tile;
+ * cuda_blas.cu: from cuBLAS's first batch, weights dequantized to f16 through cuBLAS (the x16
+ * conversion is cuda_blas_matmul's, once per cuda_matmul call), the WMMA kernel where it refuses. */
 bool cuda_mma_supported(uint32_t type, int64_t n_in);
+bool cuda_mma_should_use(const cuda_backend *cb, uint32_t type, int64_t n_in, int n);
+bool cuda_blas_should_use(const cuda_backend *cb, uint32_t type, int64_t n_in, int64_t n_out, int n);
 void cuda_mma(cuda_backend *cb, const bk_weight *w, const float *bias, const float *x, int n, float *y, int accum);
 brisk_status cuda_blas_init(cuda_backend *cb);
 void cuda_blas_free(cuda_backend *cb);

@@ -115,6 +115,11 @@ bool cuda_mma_supported(uint32_t type, int64_t n_in) {
     return cuda_type_supported(type) && n_in % MMA_BK == 0;
 }
 
+/* Batches over GEMV_MAX_TOK tokens, unless BRISK_CUDA_DISABLE=mma (cuBLAS first where it takes them). */
+bool cuda_mma_should_use(const cuda_backend *cb, uint32_t type, int64_t n_in, int n) {
+    return n > GEMV_MAX_TOK && !cb->mma_off && cuda_mma_supported(type, n_in);
+}
+
 void cuda_mma(cuda_backend *cb, const bk_weight *w, const float *bias, const float *x, int n, float *y, int accum) {
     CU_COUNT(cb, CU_PATH_MMA);
     dim3 grid((unsigned)((w->n_out + MMA_BM - 1) / MMA_BM), (unsigned)((n + MMA_BN - 1) / MMA_BN));

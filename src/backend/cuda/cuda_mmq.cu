@@ -16,7 +16,19 @@
  * as one tile) */
 static int mmq_tile(int n) { return n <= 8 ? 8 : n <= 16 ? 16 : 32; }
 
-bool cuda_mmq_use(const cuda_backend *cb, int n) { return !cb->mmq_off && n >= cb->mmq_min && n < cb->mmq_max; }
+/* Batches of mmq_min <= n < mmq_max tokens on the integer-dot types (the activations quantized into cb->xq). */
+bool cuda_mmq_use(const cuda_backend *cb, int n) {
+    return cb->xq && !cb->mmq_off && n >= cb->mmq_min && n < cb->mmq_max;
+}
+
+/* The tensor-core batches know the types of cuda_mmvq_supported, not the decode-only ones. */
+bool cuda_mmq_should_use(const cuda_backend *cb, uint32_t type, int64_t n_in, int n) {
+    return cuda_mmq_use(cb, n) && cuda_mmvq_supported(type, n_in);
+}
+
+bool cuda_mmq_glu_should_use(const cuda_backend *cb, uint32_t type, int64_t n_in, int n) {
+    return !cb->glu_off && cuda_mmq_should_use(cb, type, n_in, n);
+}
 
 /* The arguments of a dense launch over w's rows into y (n, w->n_out), on the quantized activations. */
 static mmq_args mmq_dense_args(const cuda_backend *cb, const bk_weight *w, int n, float *y) {

@@ -14,7 +14,7 @@
  * and the activations' fragments a few groups ahead of their products (each group otherwise waits
  * an L2 round trip: q4_K 4096 x 12288 at 32 tokens 49.6 -> 26.1 us). H200: 1.1-1.8x the int8
  * kernel at 16-32 tokens, still 25-38% of bandwidth, and behind the integer-dot GEMV at 2 tokens
- * (bench/RESULTS.md, session 13), hence cuda_gemv.cu's range from 17 tokens.
+ * (bench/RESULTS.md, session 13), hence its range from 17 tokens (MMQH_MIN_TOK).
  *
  * Work split. A block tile is 32 weight rows (GLU: 16 gate rows and the same 16 up rows) by a
  * token tile of NT (8, 16 or 32); the block's MMQH_WARPS warps take contiguous K-slices of the
@@ -448,6 +448,14 @@ bool cuda_mmqh_supported(const cuda_backend *cb, uint32_t type, int64_t n_in) {
 
 bool cuda_mmqh_use(const cuda_backend *cb, int n) {
     return !cb->mmqh_off && cb->xh && n >= cb->mmqh_min && n < cb->mmqh_max;
+}
+
+bool cuda_mmqh_should_use(const cuda_backend *cb, uint32_t type, int64_t n_in, int n) {
+    return cuda_mmqh_use(cb, n) && cuda_mmqh_supported(cb, type, n_in);
+}
+
+bool cuda_mmqh_glu_should_use(const cuda_backend *cb, uint32_t type, int64_t n_in, int n) {
+    return !cb->glu_off && cuda_mmqh_should_use(cb, type, n_in, n);
 }
 
 bool cuda_mmqh_prepare(cuda_backend *cb, const float *x, int64_t n_in, int n) {

@@ -227,3 +227,32 @@ bool cuda_mmvf(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, s
     default: return false;
     }
 }
+
+bool cuda_mmvf_should_use(const cuda_backend *cb, uint32_t type, int n) {
+    return n == 1 && cb->mmvf_on && (type == QT_F16 || type == QT_BF16 || type == QT_F32);
+}
+
+/* The first run of w[0..n_w) of one type, row size and width as one streamed launch's matrices (up
+ * to MMVS_MATS; with up, the gate/up pair of a SwiGLU into y[0], or an empty run where up does not
+ * match the gate). */
+static mmvs_mats mmvs_run(int n_w, const bk_weight *const *w, const bk_weight *const *bias, float *const *y,
+                          const bk_weight *up) {
+    mmvs_mats mm = {};
+    const bk_weight *w0 = w[0];
+    if (up && (up->type != w0->type || up->n_out != w0->n_out || up->row_bytes != w0->row_bytes)) return mm;
+    for (int m = 0; m < (up ? 1 : n_w) && m < MMVS_MATS && w[m]->type == w0->type &&
+                    w[m]->row_bytes == w0->row_bytes && w[m]->n_in == w0->n_in; m++)
+        mmvs_add(mm, (const uint8_t *)w[m]->dev, bias && bias[m] ? (const float *)bias[m]->dev : NULL, y[m],
+                 w[m]->n_out);
+    if (up) mm.W2 = (const uint8_t *)up->dev;
+    return mm;
+}
+
+/* mmvs_run's matrices of w in one launch; 0 (nothing launched) where cuda_mmvf refuses them. */
+int cuda_mmvf_run(cuda_backend *cb, int n_w, const bk_weight *const *w, const bk_weight *const *bias, const float *x,
+                  float *const *y, int accum, const bk_weight *up) {
+    if (!cb->mmvf_on) return 0;
+    const mmvs_mats mm = mmvs_run(n_w, w, bias, y, up);
+    return mm.count && cuda_mmvf(cb, w[0]->type, up != NULL, mm, w[0]->row_bytes, w[0]->n_in, x, accum) ? mm.count
+                                                                                                       : 0;
+}

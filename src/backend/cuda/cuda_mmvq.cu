@@ -132,6 +132,28 @@ bool cuda_mmvq_dec_supported(const cuda_backend *cb, uint32_t type, int64_t n_in
            (!cb->dec_qtypes_off && (type == QT_Q5_K || type == QT_IQ4_XS || type == QT_IQ4_NL) && n_in % 32 == 0);
 }
 
+/* Batches up to MMVQ_SLICE_MAX tokens (MMVQ_MAX_TOK with BRISK_CUDA_DISABLE=mmvq_slices) that are
+ * not cuda_mmq's (it comes first) nor cuBLAS's (slices would read W n/16 times). */
+bool cuda_mmvq_use(const cuda_backend *cb, int n) {
+    if (!cb->xq || cuda_mmq_use(cb, n)) return false;
+    if (!cb->mmq_off && n >= cb->mmq_max) return false;
+    return n <= (cb->mmvq_slices_off ? MMVQ_MAX_TOK : MMVQ_SLICE_MAX);
+}
+
+bool cuda_mmvq_should_use(const cuda_backend *cb, uint32_t type, int64_t n_in, int n) {
+    return cuda_mmvq_use(cb, n) && cuda_mmvq_dec_supported(cb, type, n_in);
+}
+
+/* Several matrices of one call, one slice of tokens: cuda_mmvq_multi. */
+bool cuda_mmvq_multi_should_use(const cuda_backend *cb, int n, int n_mats) {
+    return n_mats > 1 && n <= MMVQ_MAX_TOK && !cb->mmvq_multi_off;
+}
+
+/* The GLU kernel takes one slice. */
+bool cuda_mmvq_glu_should_use(const cuda_backend *cb, uint32_t type, int64_t n_in, int n) {
+    return !cb->glu_off && n <= MMVQ_MAX_TOK && cuda_mmvq_should_use(cb, type, n_in, n);
+}
+
 /* Quantizes x (n, n_in) into the backend's activation buffer; false when it does not fit. */
 bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n) {
     int64_t n_groups = (int64_t)n * (n_in / 32);
@@ -143,7 +165,7 @@ bool cuda_mmvq_quantize(cuda_backend *cb, const float *x, int64_t n_in, int n) {
 }
 
 /* y = W x for activations already quantized by cuda_mmvq_quantize. Up to MMVQ_MAX_TOK tokens are one
- * launch; larger batches (up to MMVQ_SLICE_MAX, cuda_gemv.cu) run as slices of MMVQ_MAX_TOK tokens,
+ * launch; larger batches (up to MMVQ_SLICE_MAX: cuda_mmvq_use) run as slices of MMVQ_MAX_TOK tokens,
  * each reading the weights again: at 32 tokens two slices beat the tensor-core tile kernel, whose
  * 128-row x 64-token tiles give a 4096-row matrix 32 blocks for 132 SMs. */
 void cuda_mmvq(cuda_backend *cb, const bk_weight *w, const float *bias, int n, float *y, int accum) {

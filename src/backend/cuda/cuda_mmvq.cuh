@@ -242,5 +242,12 @@ bool cuda_mmvs(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, s
  * BRISK_CUDA_ENABLE=mmvf). */
 bool cuda_mmvf(cuda_backend *cb, uint32_t type, bool glu, const mmvs_mats &mm, size_t row_bytes, int64_t n_in,
                const float *x, int accum);
+/* cuda_mmvf.cu: whether one token's product on a matrix of this type belongs to cuda_mmvf (the shape
+ * is cuda_mmvf's to refuse); cuda_mmvf_run: the first run of w[0..n_w) of one type, row size and width
+ * (up to MMVS_MATS; with up, the gate/up pair of a SwiGLU into y[0]) as one launch. Returns the
+ * matrices it took (0: none, nothing launched). */
+bool cuda_mmvf_should_use(const cuda_backend *cb, uint32_t type, int n);
+int cuda_mmvf_run(cuda_backend *cb, int n_w, const bk_weight *const *w, const bk_weight *const *bias, const float *x,
+                  float *const *y, int accum, const bk_weight *up);
 
 #endif

@@ -313,7 +313,7 @@ extern "C" void cuda_moe_router(bk_backend *be, const bk_weight *w, const float 
     CU_ABLATE(cb, ABL_ROUTER);
     const int n_expert = (int)w->n_out;
     /* the product as the split-K GEMV computes it (the same logits as the two-launch path) */
-    if (n == 1 && !cb->router_fuse_off && !cb->route_warp_off && cuda_gemv_splitk_use(w) &&
+    if (n == 1 && !cb->router_fuse_off && !cb->route_warp_off && cuda_gemv_splitk_should_use(w->type, w->n_in, w->n_out) &&
         n_expert <= ROUTE_WARP_MAX && k >= 1 && k <= n_expert) {
         /* w2 joins as one more block when it is one row of w's type and width */
         const bool join = w2 && !cb->router_join_off && w2->type == w->type && w2->n_in == w->n_in && w2->n_out == 1;
