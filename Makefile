@@ -116,7 +116,13 @@ $(BUILD)/tests/test_cuda_ops: tests/test_cuda_ops.c $(wildcard tests/cuda/ops_*.
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libbrisk.a $(LDFLAGS) $(LDLIBS)
 
-test-cuda: $(BUILD)/tests/test_cuda_ops $(BUILD)/tests/test_pp $(BUILD)/tests/test_expert_cache $(BUILD)/brisk
+# The matrix products' ladder decided on plain values (host code: runs without a GPU; CUDA builds only).
+$(BUILD)/tests/test_cuda_ladder: tests/test_cuda_ladder.cu $(BUILD)/libbrisk.a
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(BUILD)/libbrisk.a $(LDLIBS)
+
+test-cuda: $(BUILD)/tests/test_cuda_ops $(if $(NVCC),$(BUILD)/tests/test_cuda_ladder) $(BUILD)/tests/test_pp \
+           $(BUILD)/tests/test_expert_cache $(BUILD)/brisk
 	@BUILD=$(BUILD) SHARED=$(SHARED) bash tests/cuda/run.sh
 
 deps: .deps/llama.cpp/include/llama.h .deps/npm/node_modules/openai/package.json \

@@ -27,6 +27,14 @@ for spec in "tiny-qwen3moe" "tiny-qwen35" "tiny-qwen35moe --expert-skew 1" "tiny
   else fail=$((fail + 1)); echo "FAIL synth $p: $(tail -n1 "$E2E_DIR/err")"; fi
 done
 export BRISK_E2E_MODELS="${models# }"
+# the ladder of the matrix products (cuda_matmul.cu), decided on plain values (CUDA builds)
+if [ -x "$BUILD/tests/test_cuda_ladder" ]; then
+  out=$("$BUILD/tests/test_cuda_ladder" 2>&1); rc=$?
+  printf '%s\n' "$out"
+  p=$(field "$out" 1); f=$(field "$out" 3)
+  pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0}))
+  [ $rc -ne 0 ] && [ "${f:-0}" = 0 ] && fail=$((fail + 1))
+fi
 out=$("$BUILD/tests/test_cuda_ops" 2>&1); rc=$?
 printf '%s\n' "$out"
 p=$(field "$out" 1); f=$(field "$out" 3)
