@@ -128,9 +128,8 @@ static int exclusive_and_glu(void) {
                                    (!off && n <= MMVQ_MAX_TOK && cuda_mmvq_should_use(&cb, QT_Q4_K, 4096, n)) &&
                                cuda_mmqh_glu_should_use(&cb, QT_Q4_K, 4096, n) ==
                                    (!off && cuda_mmqh_should_use(&cb, QT_Q4_K, 4096, n));
-                if ((q && v) || !g) {
-                    if (bad++ < 5) printf("  plan %s glu_off %d n %d: mmq %d mmvq %d glu %d\n", plan_names[p], off, n, q, v, g);
-                }
+                if (((q && v) || !g) && bad++ < 5)
+                    printf("  plan %s glu_off %d n %d: mmq %d mmvq %d glu %d\n", plan_names[p], off, n, q, v, g);
             }
     return bad;
 }
