@@ -11,7 +11,8 @@
  *      takes them (cuda_mmqh_should_use);
  *   b. x quantized to int8 for the integer-dot paths (cuda_mmvq_prepare, or the fused norm's copy),
  *      when a matrix of the call takes one (cuda_mmq_should_use / cuda_mmvq_should_use) and is not
- *      already on rung 1. Where it fails, no matrix of the call takes rungs 2-3.
+ *      already on rung 1. Where it fails, no matrix of the call takes rungs 2-3 (nor does a matrix
+ *      rung 1 refuses at run time unless another matrix of the call had x quantized).
  *
  * The rungs of cuda_matmul, for each matrix in order (runs of consecutive matrices of one type share
  * a launch where the rung says so; the run then skips the matrices it took):
