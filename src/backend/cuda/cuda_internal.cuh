@@ -30,6 +30,8 @@ enum {
     CU_PATH_ATTN_MMA,     /* cuda_attn_mma.cu: decode attention on tensor cores */
     CU_PATH_ATTN_WARP,    /* cuda_attn_decode.cu: decode attention, a warp per row */
     CU_PATH_ATTN_PREFILL, /* cuda_attn_prefill.cu: prefill attention on tensor cores */
+    CU_PATH_MMQ,          /* cuda_mmq.cu: batches' products on int8 tensor cores (dense; not the experts') */
+    CU_PATH_MMVQ,         /* cuda_mmvq.cu: the integer-dot GEMV (decode, small batches, slices) */
     CU_PATH_COUNT
 };
 #define CU_COUNT(cb, path) ((cb)->path_n[path]++)
