@@ -1224,7 +1224,10 @@ static void check_blas_multi(int n) {
     free(x); free(bh);
 }
 
-static void test_matmul_cublas(void) {
+/* cases() on a cuBLAS backend of its own (blas_backend_new) as the global gpu, which check_matmul
+ * and the helpers run on; cuBLAS must take exactly the products cases() says it ran (the counter,
+ * bk_cuda_blas_products). Skipped where cuBLAS cannot be loaded. */
+static void on_blas_backend(int (*cases)(void)) {
     bk_backend *b = blas_backend_new();
     long n0 = b ? bk_cuda_blas_products(b) : -1;
     if (n0 < 0) {
@@ -1232,7 +1235,16 @@ static void test_matmul_cublas(void) {
         SKIP("cuBLAS not loaded (no libcublas, or BRISK_CUDA_DISABLE=cublas)");
     }
     bk_backend *main_gpu = gpu;
-    gpu = b; /* check_matmul and the helpers run on the global gpu */
+    gpu = b;
+    const int expect = cases();
+    long n1 = bk_cuda_blas_products(b);
+    if (n1 - n0 != expect) fprintf(stderr, "  cublas products: %ld, expected %d\n", n1 - n0, expect);
+    CHECK(n1 - n0 == expect);
+    gpu = main_gpu;
+    b->ops->free(b);
+}
+
+static int cublas_cases(void) {
     const int n = 300;
     int expect = 0;
     for (int ti = 0; ti < N_TYPES; ti++) {
@@ -1244,13 +1256,9 @@ static void test_matmul_cublas(void) {
     uint32_t acc_types[3] = {QT_Q4_K, QT_Q8_0, QT_BF16};
     for (int i = 0; i < 3; i++, expect++) check_matmul_add(acc_types[i], 512, 1100, n);
     check_blas_multi(n);
-    expect += 3;
-    long n1 = bk_cuda_blas_products(b);
-    if (n1 - n0 != expect) fprintf(stderr, "  cublas products: %ld, expected %d\n", n1 - n0, expect);
-    CHECK(n1 - n0 == expect);
-    gpu = main_gpu;
-    b->ops->free(b);
+    return expect + 3;
 }
+static void test_matmul_cublas(void) { on_blas_backend(cublas_cases); }
 
 /* ---- prefill attention on tensor cores (cuda_attn_prefill.cu) ----
  * Batches of more than 64 entries with head_dim 64/128/256 run the tensor-core
