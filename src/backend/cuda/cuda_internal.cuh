@@ -943,12 +943,8 @@ template <bool SH = false> __device__ __forceinline__ void group_load_q6k_quad(c
 }
 
 __device__ __forceinline__ float group_dot(const wgroup &q, const int *xi, float2 ds) {
-    int s0 = 0, s1 = 0;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        s0 = __dp4a(q.w[i], xi[i], s0);
-        s1 = __dp4a(q.w[4 + i], xi[4 + i], s1);
-    }
+    int s0, s1;
+    dot_halves32(q.w, xi, s0, s1); /* (cuda_iq.cuh) */
     return q.a * ds.x * (float)(q.s0 * s0 + q.s1 * s1) - q.b * ds.y;
 }
 
