@@ -16,22 +16,13 @@
 #
 # Environment: BUILD, SHARED, CTX (2048), THREADS (2), CHUNKS (0: all), MODELS, KS, KV (f16).
 set -euo pipefail
-B=${BUILD:-build}
-S=${SHARED:-../shared}
-CTX=${CTX:-2048}
-TH=${THREADS:-2}
-CHUNKS=${CHUNKS:-0}
+NAME=attn_sparse CTX_DEFAULT=2048
 MODELS=${MODELS:-"brisk-kjv-6m brisk-kjv-hybrid"}
 KS=${KS:-"4 8 16 32 64"}
 KV=${KV:-f16}
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-die() { echo "attn_sparse: $*" >&2; exit 1; }
+. "$(dirname "$0")/kjv_eval.sh"
 for f in "$B/brisk" "$S/data/corpus/kjv_verses.txt.gz"; do [ -e "$f" ] || die "$f missing"; done
-zcat "$S/data/corpus/kjv_verses.txt.gz" |
-  awk '{ ref = $1; sub(/^[^ ]+ /, ""); split(ref, cv, ":"); if (cv[2] == "1" && NR > 1) print ""; print }' |
-  awk 'BEGIN { RS = "" } (NR - 1) % 100 == 50 { printf "%s%s\n", n++ ? "\n" : "", $0 }' >"$T/val.txt"
-ch=(); [ "$CHUNKS" -gt 0 ] && ch=(--chunks "$CHUNKS")
-num() { sed -n "s/^$1 *: *\([-0-9.e]*\).*/\1/p" "$2"; }
+kjv_texts # $T/val.txt: the 12 held-out chapters
 t0=$SECONDS
 echo "| model | K (pages of 16) | tokens read (of $CTX) | recall of true top-K | attention mass read (true top-K's) | mean KLD vs dense | same top token | PPL (dense) |"
 echo "|---|---|---|---|---|---|---|---|"

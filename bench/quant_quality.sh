@@ -22,35 +22,20 @@
 # The markdown tables go to stdout, progress to stderr. Environment: BUILD, SHARED, CTX,
 # THREADS (2), CHUNKS (0: all), MODELS, TYPES, LLAMA_TYPES (either may be empty).
 set -euo pipefail
-B=${BUILD:-build}
-S=${SHARED:-../shared}
-CTX=${CTX:-256}
-TH=${THREADS:-2}
-CHUNKS=${CHUNKS:-0}
+NAME=quant_quality CTX_DEFAULT=256
 MODELS=${MODELS:-"brisk-kjv-6m brisk-kjv-draft brisk-kjv-moe brisk-kjv-hybrid"}
 # every mix brisk quantize writes that the issue lists; LLAMA_TYPES: types only llama.cpp's
 # quantizer writes from a model (brisk writes TQ1_0, TQ2_0, Q1_0 and Q2_0 through synth only; NVFP4
 # neither), quantized by llama.cpp alone and run by both engines
 TYPES=${TYPES-"Q8_0 Q6_K Q5_K_M Q4_K_M Q4_0 IQ4_NL IQ4_XS Q3_K_M IQ3_S IQ3_XXS Q2_K IQ2_S IQ2_XS IQ2_XXS IQ1_M IQ1_S"}
 LLAMA_TYPES=${LLAMA_TYPES-"TQ2_0 TQ1_0 Q2_0 Q1_0"}
-T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
-die() { echo "quant_quality: $*" >&2; exit 1; }
+. "$(dirname "$0")/kjv_eval.sh"
 for f in "$B/brisk" "$B/llamacpp-ref" "$S/data/corpus/kjv_verses.txt.gz"; do [ -e "$f" ] || die "$f missing"; done
 
-# The chapters as tools/train/corpus.sh writes them (reference stripped, a blank line before each
-# chapter); held out: every 100th from the 51st (train.py's i % 100 == 50); calibration: every
-# 100th from the 1st, training text.
-zcat "$S/data/corpus/kjv_verses.txt.gz" |
-  awk '{ ref = $1; sub(/^[^ ]+ /, ""); split(ref, cv, ":"); if (cv[2] == "1" && NR > 1) print ""; print }' >"$T/all.txt"
-chapters() { awk -v r="$1" 'BEGIN { RS = "" } (NR - 1) % 100 == r { printf "%s%s\n", n++ ? "\n" : "", $0 }' "$T/all.txt"; }
-chapters 50 >"$T/val.txt"
+# held out: $T/val.txt (kjv_texts); calibration: every 100th chapter from the 1st, training text
+kjv_texts
 chapters 0 >"$T/cal.txt"
-n_chap=$(awk 'BEGIN { RS = "" } END { print NR }' "$T/val.txt")
-[ "$n_chap" -eq 12 ] || die "expected 12 held-out chapters, got $n_chap"
-ch=(); [ "$CHUNKS" -gt 0 ] && ch=(--chunks "$CHUNKS")
 
-num() { sed -n "s/^$1 *: *\([-0-9.e]*\).*/\1/p" "$2"; } # a value of llama-perplexity's report
-final_ppl() { sed -n 's/^Final estimate: PPL = \([0-9.]*\).*/\1/p' "$1"; }
 cells() { # ppl ppl_f16 report|- : "PPL | ΔPPL | KLD | same top"
   if [ "$3" = - ]; then printf '%.4f | base | base | base' "$1"; return; fi
   printf '%.4f | %s | %s | %s%%' "$1" "$(awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.2f%%", 100 * (a / b - 1) }')" \
@@ -85,15 +70,9 @@ for m in $MODELS; do
   "$B/llamacpp-ref" imatrix -m "$M" -f "$T/cal.txt" -c "$CTX" -t "$TH" -o "$T/imat.dat" >/dev/null 2>"$T/e" ||
     die "llama.cpp imatrix $m: $(tail -n1 "$T/e")"
   # the f16 bases, one per engine
-  "$B/brisk" perplexity -m "$M" -f "$T/val.txt" -c "$CTX" -t "$TH" "${ch[@]}" --kv-type f16 \
-    --kl-divergence-base "$T/b.$m" >"$T/o" 2>"$T/e" || die "brisk $m f16: $(tail -n1 "$T/e")"
-  pb=$(final_ppl "$T/o")
-  info=$(sed -n 's/^perplexity: \(.*\)/\1/p' "$T/e" | head -n1) # "N tokens, K chunks of C"
-  "$B/llamacpp-ref" perplexity -m "$M" -f "$T/val.txt" -c "$CTX" -t "$TH" "${ch[@]}" --kv f16 \
-    --kl-divergence-base "$T/l.$m" >"$T/o" 2>"$T/e" || die "llama.cpp $m f16: $(tail -n1 "$T/e")"
-  pl=$(final_ppl "$T/o")
-  hdr=$(od -An -tu4 -j8 -N12 "$T/b.$m" | awk '{ print 20 + 4 * $1 * $3 }')
-  cmp -s -n "$hdr" "$T/b.$m" "$T/l.$m" || die "$m: brisk and llama.cpp tokenized the text differently"
+  brisk_base "$M" "$m"
+  llama_base "$M" "$m"
+  same_tokens "$m"
   echo "| $m | F16 | $(size_cells "$M") | | $(cells "$pb" "$pb" -) | $(cells "$pl" "$pl" -) |" >>"$T/table"
   echo "| $m | F16 | $(matrix_types "$M") |" >>"$T/types"
   for t in $TYPES $LLAMA_TYPES; do
@@ -123,14 +102,10 @@ for m in $MODELS; do
     echo "| $m | $t | $(size_cells "$Q") | $same | $bc | $lc |" >>"$T/table"
     echo "| $m | $t | $(matrix_types "$Q") |" >>"$T/types"
   done
-  # cross-engine: brisk's f16 run against llama.cpp's f16 file
-  "$B/brisk" perplexity -m "$M" -t "$TH" --kv-type f16 --kl-divergence --kl-divergence-base "$T/l.$m" \
-    >"$T/k" 2>"$T/e" || die "brisk $m against llama.cpp: $(tail -n1 "$T/e")"
-  echo "$m KLD $(num "Mean    KLD" "$T/k" | sed 's/^-0\.0*$/0.000000/'), same top $(num "Same top p" "$T/k")%" >>"$T/cross"
-  rm -f "$T/b.$m" "$T/l.$m"
+  cross_kld "$M" "$m"
 done
 
-cpu=$("$B/llamacpp-ref" info -m "models/${MODELS%% *}.gguf" 2>/dev/null | sed -n 's/^cpu //p')
+cpu=$(ref_cpu)
 echo "Text: the 12 held-out KJV chapters ($(wc -c <"$T/val.txt") bytes, $info, $(( ($CTX - 1 - $CTX / 2) ))" \
      "scored positions each); imatrix over 12 training chapters ($(wc -c <"$T/cal.txt") bytes, chunks of $CTX)." \
      "f16 KV cache, $TH threads; llama.cpp v0.4.0 CPU ($cpu), flash attention auto. $(( $(date +%s) - t0 )) s."
@@ -139,7 +114,7 @@ echo "| model | type | MiB | bits/weight | = llama.cpp | brisk PPL | ΔPPL | mea
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 cat "$T/table"
 echo
-printf 'brisk f16 against llama.cpp f16 (same tokens): %s\n' "$(paste -sd';' "$T/cross" | sed 's/;/; /g')"
+cross_line
 echo
 echo "| model | type | matrices (type count) |"
 echo "|---|---|---|"

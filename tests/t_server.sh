@@ -15,37 +15,15 @@ export BRISK_NPM=${BRISK_NPM:-$(pwd)/.deps/npm/node_modules}
 command -v node >/dev/null || { echo "t_server: node missing"; exit 1; }
 [ -f "$BRISK_NPM/openai/package.json" ] || { echo "t_server: the openai npm package is missing (make deps)"; exit 1; }
 [ -f "$BRISK_NPM/@anthropic-ai/sdk/package.json" ] || { echo "t_server: the @anthropic-ai/sdk npm package is missing (make deps)"; exit 1; }
-TMP=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$TMP"; }
-trap cleanup EXIT
+SERVER_FAIL=t_server:
+. tests/server_lib.sh
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-# start NAME ARGS...: starts a server, waits for /health, sets PORT and PID
+# start NAME ARGS...: a server of $MODEL (serve_start); sets PORT and PID
 start() {
   local name=$1; shift
-  PORT=$(free_port)
-  "$BUILD/brisk" serve -m "${MODEL}" --port "$PORT" -t 1 "$@" >"$TMP/$name.log" 2>&1 &
-  PID=$!
-  pids+=("$PID")
-  for _ in $(seq 1 100); do
-    curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && return 0
-    kill -0 "$PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "t_server: $name did not start"; cat "$TMP/$name.log"; return 1
+  serve_start "$name" 100 -m "${MODEL}" -t 1 "$@"
 }
-
-# stop NAME: SIGTERM, then the exit status must be 0 and the log clean
-stop() {
-  local name=$1 rc
-  kill -TERM "$PID"
-  wait "$PID"; rc=$?
-  if [ $rc -ne 0 ] || grep -q "ERROR: \(Address\|Leak\)Sanitizer\|runtime error" "$TMP/$name.log"; then
-    echo "t_server: $name exited with $rc"; tail -n 60 "$TMP/$name.log"; return 1
-  fi
-}
+stop() { serve_stop "$@"; }
 
 fail=0
 start main -c 2048 --parallel 4 --cors-origin https://ok.example --alias other-name || exit 1

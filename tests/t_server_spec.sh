@@ -29,36 +29,17 @@ M=models
 for f in brisk-kjv-6m brisk-kjv-draft brisk-kjv-hybrid; do
   [ -f "$M/$f.gguf" ] || { echo "skip t_server_spec.sh: $M/$f.gguf not found [required]"; exit 77; }
 done
-TMP=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$TMP"; }
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+SERVER_FAIL=FAIL
+. tests/server_lib.sh
 N=40
 [ "${SAN:-0}" = 1 ] && N=16
 
-# start NAME MODEL ARGS...: starts a server, waits for /health, sets PORT and PID
+# start NAME MODEL ARGS...: a server of MODEL (serve_start); sets PORT and PID
 start() {
   local name=$1 model=$2; shift 2
-  PORT=$(free_port)
-  "$BUILD/brisk" serve -m "$model" --port "$PORT" -t 1 -c 512 -b 3 --no-access-log "$@" >"$TMP/$name.log" 2>&1 &
-  PID=$!
-  pids+=("$PID")
-  for _ in $(seq 1 200); do
-    curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && return 0
-    kill -0 "$PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "FAIL $name did not start"; cat "$TMP/$name.log"; return 1
+  serve_start "$name" 200 -m "$model" -t 1 -c 512 -b 3 --no-access-log "$@"
 }
-stop() {
-  local name=$1 rc
-  kill -TERM "$PID"
-  wait "$PID"; rc=$?
-  if [ $rc -ne 0 ] || grep -q "ERROR: \(Address\|Leak\)Sanitizer\|runtime error" "$TMP/$name.log"; then
-    echo "FAIL $name exited with $rc"; tail -n 60 "$TMP/$name.log"; return 1
-  fi
-}
+stop() { serve_stop "$@"; }
 
 # The client: the same requests at once from 6 threads; writes {label: text} and the timings to $2.
 cat >"$TMP/client.py" <<'PY'

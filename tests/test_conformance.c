@@ -539,6 +539,7 @@ static void run_mutants(const char *preset, const char *base, const char *vocab,
     free(ref);
 }
 
+static void mtp_mutants(void);
 static void test_mutants(void) {
     char base[1200], vocab[1200];
     const char *preset = "tiny-llama";
@@ -560,6 +561,7 @@ static void test_mutants(void) {
     };
     run_mutants(preset, base, vocab, e_q8, "q8_0", q8, (int)(sizeof q8 / sizeof *q8));
     run_mutants(preset, base, vocab, e_q8, "q4_K", q4k, (int)(sizeof q4k / sizeof *q4k));
+    mtp_mutants();
 }
 
 static void test_llama(void) { run_arch("tiny-llama", "ggml-vocab-llama-spm.gguf", NULL); }
@@ -843,14 +845,18 @@ static void test_qwen3next(void) {
  * h of position i-1, the first with zeros) and over N_MTP_DRAFTS chained drafts after the target's greedy
  * token (each with the head's own output h), brisk fed llama.cpp's tokens so that every row is compared;
  * the same rule as compare()'s: rows within tol of the row's max |logit|, argmax equal but for near-ties,
- * and the drafted tokens counted. */
+ * and the drafted tokens counted. tol: TOL_F32 for f32, else derived_tol's from llama.cpp's own error
+ * of the head's rows on the quantized file against the f32 file's (mtp_own_error). */
 #define N_MTP_DRAFTS 6
-static void mtp_case(const char *preset, const char *type, double tol) {
-    char base[1200], q[1200], vocab[1200], ref_path[1300], ids_path[1300], cmd[4096], pstr[256] = "";
+
+/* The preset's MTP file of a type (f32: synth with seed 1234; others: llama.cpp's quantizer on the f32
+ * file) into path; false (a failed CHECK) if it cannot be made. */
+static bool mtp_file(const char *preset, const char *type, char *path, size_t cap) {
+    char base[1200], vocab[1200], cmd[4096];
     snprintf(base, sizeof base, "%s/%s-mtp-f32.gguf", dir, preset);
-    snprintf(q, sizeof q, "%s/%s-mtp-%s.gguf", dir, preset, type);
+    snprintf(path, cap, "%s/%s-mtp-%s.gguf", dir, preset, type);
     snprintf(vocab, sizeof vocab, "%s/data/llama.cpp-vocab/ggml-vocab-gpt-2.gguf", test_shared_dir());
-    if (!test_need_file(vocab)) return;
+    if (!test_need_file(vocab)) return false;
     if (!file_exists(base)) {
         synth_config c;
         CHECK_OK(synth_preset(preset, &c));
@@ -859,36 +865,76 @@ static void mtp_case(const char *preset, const char *type, double tol) {
         c.n_mtp = 1;
         CHECK_OK(synth_write(&c, vocab, base, false));
     }
-    if (strcmp(type, "f32") && !file_exists(q)) {
+    if (strcmp(type, "f32") && !file_exists(path)) {
         snprintf(cmd, sizeof cmd, "%s/llamacpp-ref quantize %s %s %s --pure --output-tensor-type %s "
-                 "--token-embedding-type %s -t 2 >/dev/null 2>&1", build_dir, base, q, type, type, type);
+                 "--token-embedding-type %s -t 2 >/dev/null 2>&1", build_dir, base, path, type, type, type);
         if (ref_run(cmd)) {
             CHECK(0);
-            return;
+            return false;
         }
     }
-    const char *model = strcmp(type, "f32") ? q : base;
+    CHECK(file_exists(path));
+    return file_exists(path);
+}
+
+/* llama.cpp's MTP rows on a file: n_prompt catch-up rows then N_MTP_DRAFTS drafts (*ref, rows of *nv
+ * floats, caller frees), ids: the target's greedy token and the drafts (N_MTP_DRAFTS + 1); false (a
+ * failed CHECK) if llama.cpp failed or wrote a short file. */
+static bool mtp_ref(const char *model, float **ref, int *nv, int *ids) {
+    char ref_path[1300], ids_path[1300], cmd[4096], pstr[256] = "";
     for (int i = 0; i < n_prompt; i++) snprintf(pstr + strlen(pstr), sizeof pstr - strlen(pstr), "%s%d", i ? " " : "", prompt[i]);
     snprintf(ref_path, sizeof ref_path, "%s.mtp.ref.bin", model);
     snprintf(ids_path, sizeof ids_path, "%s.mtp.ref.ids", model);
     snprintf(cmd, sizeof cmd, "%s/llamacpp-ref mtp -m %s -p '%s' -n %d --kv f32 -t 1 --logits-out %s > %s 2>/dev/null",
              build_dir, model, pstr, N_MTP_DRAFTS, ref_path, ids_path);
+    *ref = NULL;
     if (ref_run(cmd)) {
         CHECK(0);
-        return;
+        return false;
     }
-    int nv = 0, nr = 0, ref_ids[N_MTP_DRAFTS + 1], n_ids = 0;
-    float *ref = ref_read_logits(ref_path, &nv, &nr);
+    int nr = 0, n_ids = 0;
+    *ref = ref_read_logits(ref_path, nv, &nr);
     FILE *f = fopen(ids_path, "r");
-    while (f && n_ids < N_MTP_DRAFTS + 1 && fscanf(f, "%d", &ref_ids[n_ids]) == 1) n_ids++;
+    while (f && n_ids < N_MTP_DRAFTS + 1 && fscanf(f, "%d", &ids[n_ids]) == 1) n_ids++;
     if (f) fclose(f);
-    CHECK(ref && nr == n_prompt + N_MTP_DRAFTS && n_ids == N_MTP_DRAFTS + 1);
+    bool ok = *ref && nr == n_prompt + N_MTP_DRAFTS && n_ids == N_MTP_DRAFTS + 1;
+    CHECK(ok);
+    return ok;
+}
+
+/* llama.cpp's own error of the head on a quantized file: the median row_rel_diff of its rows (ref,
+ * ids) against the f32 file's (fref, fids) over the rows whose inputs are the same tokens: every
+ * catch-up row (the prompt; each file's own target h, which is part of the quantization's error),
+ * and a draft while both chains have fed the same tokens (a greedy pick that differs feeds the next
+ * draft another token). -1 if no row compares. */
+static double mtp_own_error(const float *ref, const int *ids, const float *fref, const int *fids, int nv) {
+    double e[MAX_PROMPT + N_MTP_DRAFTS];
+    int n = 0;
+    for (int row = 0; row < n_prompt + N_MTP_DRAFTS; row++) {
+        int j = row - n_prompt; /* the draft step, fed ids[j] */
+        if (j >= 0 && memcmp(ids, fids, sizeof *ids * (size_t)(j + 1))) break;
+        e[n++] = row_rel_diff(fref + (size_t)row * nv, ref + (size_t)row * nv, nv);
+    }
+    if (!n) return -1;
+    qsort(e, (size_t)n, sizeof *e, cmp_double);
+    return e[n / 2];
+}
+
+/* brisk's head on model against llama.cpp's rows (ref, ref_ids: mtp_ref's): true when the target's
+ * greedy token is llama.cpp's, every row is within tol and the argmaxes agree but for near-ties (top-2
+ * margin within 2 x the row's difference). A load or decode failure is a failed CHECK (and false).
+ * *worst_out: the largest row difference. One line (label) unless quiet. */
+static bool mtp_conforms(const char *model, const float *ref, int nv, const int *ref_ids, double tol,
+                         const char *label, bool quiet, double *worst_out) {
     brisk_model *m = NULL;
     brisk_context *t = NULL, *mc = NULL;
     float *h = NULL;
-    if (!ref || nr != n_prompt + N_MTP_DRAFTS || n_ids != N_MTP_DRAFTS + 1) goto done;
+    bool ok = false;
+    double worst = 0;
+    int near_ties = 0, hard = 0, same_drafts = 0;
     CHECK_OK(brisk_model_load(model, NULL, &m));
     if (!m) goto done;
+    CHECK(brisk_n_vocab(m) == nv);
     brisk_context_params cp = brisk_context_default_params();
     cp.n_ctx = 256;
     cp.kv_type = BRISK_KV_F32;
@@ -902,18 +948,20 @@ static void mtp_case(const char *preset, const char *type, double tol) {
     h = calloc((size_t)(n_prompt + 1) * d, sizeof *h);
     brisk_batch_entry b[MAX_PROMPT];
     for (int i = 0; i < n_prompt; i++) b[i] = (brisk_batch_entry){prompt[i], i, 0, i == n_prompt - 1};
-    if (!t || !mc || brisk_decode(t, b, n_prompt) != BRISK_OK) {
+    if (!t || !mc || !h || brisk_n_vocab(m) != nv || brisk_decode(t, b, n_prompt) != BRISK_OK) {
         CHECK(0);
         goto done;
     }
-    CHECK(ref_argmax(brisk_get_logits(t, n_prompt - 1), nv) == ref_ids[0]); /* the target's greedy token */
+    ok = ref_argmax(brisk_get_logits(t, n_prompt - 1), nv) == ref_ids[0]; /* the target's greedy token */
     for (int i = 0; i < n_prompt; i++) { /* h row i + 1: the target's h of position i */
         memcpy(h + (size_t)(i + 1) * d, mtp_hidden(t, i), (size_t)d * sizeof *h);
         b[i].logits = true;
     }
-    CHECK_OK(mtp_decode(mc, b, h, n_prompt));
-    double worst = 0;
-    int near_ties = 0, hard = 0, same_drafts = 0;
+    if (mtp_decode(mc, b, h, n_prompt) != BRISK_OK) {
+        CHECK(0);
+        ok = false;
+        goto done;
+    }
     for (int row = 0; row < n_prompt + N_MTP_DRAFTS; row++) {
         int j = row - n_prompt; /* the draft step, or < 0: the catch-up's row */
         if (j >= 0) { /* (llama.cpp's token of the step before, the head's h of that step) */
@@ -921,20 +969,23 @@ static void mtp_case(const char *preset, const char *type, double tol) {
             brisk_batch_entry e = {ref_ids[j], n_prompt + j, 0, true};
             if (mtp_decode(mc, &e, h, 1) != BRISK_OK) {
                 CHECK(0);
-                break;
+                ok = false;
+                goto done;
             }
         }
         const float *lg = brisk_get_logits(mc, j < 0 ? row : 0), *r = ref + (size_t)row * nv;
-        double mx = 0, md = 0;
-        for (int v = 0; v < nv && lg; v++) {
-            double df = fabs((double)lg[v] - r[v]);
-            if (df > md) md = df;
-            if (fabs(r[v]) > mx) mx = fabs(r[v]);
+        if (!lg) {
+            CHECK(0);
+            ok = false;
+            goto done;
         }
-        double rel = md / (mx > 0 ? mx : 1);
+        double md = 0;
+        for (int v = 0; v < nv; v++)
+            if (fabs((double)lg[v] - r[v]) > md) md = fabs((double)lg[v] - r[v]);
+        double rel = row_rel_diff(lg, r, nv);
         if (rel > worst) worst = rel;
-        int tb = lg ? ref_argmax(lg, nv) : -1, tr = ref_argmax(r, nv);
-        if (j >= 0) CHECK(tr == ref_ids[j + 1]);
+        int tb = ref_argmax(lg, nv), tr = ref_argmax(r, nv);
+        if (j >= 0 && tr != ref_ids[j + 1]) hard++; /* llama.cpp's rows and picks disagree: a broken reference */
         if (j >= 0 && tb == tr) same_drafts++;
         if (tb != tr) {
             double second = -INFINITY;
@@ -945,27 +996,96 @@ static void mtp_case(const char *preset, const char *type, double tol) {
         }
         if (getenv("CONF_VERBOSE")) printf("    mtp row %d: rel %.2e\n", row, rel);
     }
-    CHECK(worst <= tol);
-    CHECK(hard == 0);
-    printf("  %s %s MTP: %d catch-up rows + %d drafts, max rel diff %.2e (tol %.0e), drafts equal %d/%d, "
-           "near-ties %d\n", preset, type, n_prompt, N_MTP_DRAFTS, worst, tol, same_drafts, N_MTP_DRAFTS, near_ties);
+    ok = ok && worst <= tol && hard == 0;
+    if (!quiet)
+        printf("  %s MTP: %d catch-up rows + %d drafts, max rel diff %.2e (tol %.2e), drafts equal %d/%d, "
+               "near-ties %d\n", label, n_prompt, N_MTP_DRAFTS, worst, tol, same_drafts, N_MTP_DRAFTS, near_ties);
 done:
+    *worst_out = worst;
     free(h);
-    free(ref);
     brisk_context_free(mc);
     brisk_context_free(t);
     brisk_model_free(m);
+    return ok;
+}
+
+/* The head's file of a type and llama.cpp's rows on it (*ref, ids), with the tolerance of the rule
+ * (*tol; *e: llama.cpp's own error, 0 for f32); false (failed CHECKs) if any step failed. */
+static bool mtp_setup(const char *preset, const char *type, char *path, size_t cap, float **ref, int *nv, int *ids,
+                      double *e, double *tol) {
+    char base[1300];
+    float *fref = NULL;
+    int fids[N_MTP_DRAFTS + 1], fnv = 0;
+    *ref = NULL;
+    *e = 0;
+    *tol = TOL_F32;
+    if (!mtp_file(preset, "f32", base, sizeof base) || !mtp_file(preset, type, path, cap)) return false;
+    if (!mtp_ref(path, ref, nv, ids)) return false;
+    if (!strcmp(type, "f32")) return true;
+    bool ok = mtp_ref(base, &fref, &fnv, fids) && fnv == *nv;
+    *e = ok ? mtp_own_error(*ref, ids, fref, fids, *nv) : -1;
+    free(fref);
+    CHECK(*e > 0);
+    *tol = derived_tol(type_index(type), *e, *e); /* (q8_0: its own error is the 8-bit floor) */
+    return *e > 0;
+}
+
+static void mtp_case(const char *preset, const char *type) {
+    char q[1300], label[128];
+    float *ref = NULL;
+    int nv = 0, ids[N_MTP_DRAFTS + 1];
+    double e = 0, tol = TOL_F32, worst = 0;
+    snprintf(label, sizeof label, "%s %s", preset, type);
+    if (mtp_setup(preset, type, q, sizeof q, &ref, &nv, ids, &e, &tol)) {
+        CHECK(mtp_conforms(q, ref, nv, ids, tol, label, false, &worst));
+        if (e > 0)
+            printf("  %-22s llama.cpp's own error %.2e: tol %.2e, brisk's gap %.2e of it\n", label, e, tol, worst / tol);
+    }
+    free(ref);
 }
 
 static void test_qwen35_mtp(void) {
-    mtp_case("tiny-qwen35", "f32", 1e-4);
-    if (!(getenv("SAN") && !strcmp(getenv("SAN"), "1"))) mtp_case("tiny-qwen35", "q8_0", 5e-2);
+    mtp_case("tiny-qwen35", "f32");
+    if (!(getenv("SAN") && !strcmp(getenv("SAN"), "1"))) mtp_case("tiny-qwen35", "q8_0");
 }
 static void test_qwen35moe_mtp(void) {
-    mtp_case("tiny-qwen35moe", "f32", 1e-4);
-    if (!(getenv("SAN") && !strcmp(getenv("SAN"), "1"))) mtp_case("tiny-qwen35moe", "q8_0", 5e-2);
+    mtp_case("tiny-qwen35moe", "f32");
+    if (!(getenv("SAN") && !strcmp(getenv("SAN"), "1"))) mtp_case("tiny-qwen35moe", "q8_0");
 }
-static void test_qwen3next_mtp(void) { mtp_case("tiny-qwen3next", "f32", 1e-4); } /* the same head on qwen3next */
+static void test_qwen3next_mtp(void) { mtp_case("tiny-qwen3next", "f32"); } /* the same head on qwen3next */
+
+/* The MTP bound's mutants (test_mutants'): tiny-qwen35's q8_0 head with the scales of block pairs
+ * swapped in its own input projection (blk.4.nextn.eh_proj: the head's block follows the 4 of the
+ * trunk, whose logits and greedy token it leaves alone) must fail mtp_conforms, and so must q8_0
+ * activations truncated, not rounded (the head's products and the trunk's); the unmutated file
+ * must pass in the same run. */
+static void mtp_mutants(void) {
+    char q[1300], mpath[1400];
+    float *ref = NULL;
+    int nv = 0, ids[N_MTP_DRAFTS + 1];
+    double e = 0, tol = 0, worst = 0;
+    if (!mtp_setup("tiny-qwen35", "q8_0", q, sizeof q, &ref, &nv, ids, &e, &tol)) {
+        free(ref);
+        return;
+    }
+    CHECK(mtp_conforms(q, ref, nv, ids, tol, "control", true, &worst));
+    printf("  q8_0 MTP unmutated: max rel logit diff %.1e, tol %.1e (llama.cpp's own error %.1e)\n", worst, tol, e);
+    snprintf(mpath, sizeof mpath, "%s/tiny-qwen35-mtp-q8_0.mutant.gguf", dir);
+    bool made = write_mutant(q, mpath, "blk.4.nextn.eh_proj.weight", QT_Q8_0, swap_scales_q8_0);
+    CHECK(made);
+    bool passed = made && mtp_conforms(mpath, ref, nv, ids, tol, "mutant", true, &worst);
+    printf("  q8_0 MTP %-40s %s: max rel logit diff %.1e\n", "scales of block pairs swapped, eh_proj",
+           passed ? "passes" : "caught", worst);
+    CHECK(!passed);
+    remove(mpath);
+    cpu_dot_override_from_float(QT_Q8_0, q8_0_truncating);
+    passed = mtp_conforms(q, ref, nv, ids, tol, "mutant", true, &worst);
+    cpu_dot_override_from_float(QT_Q8_0, NULL);
+    printf("  q8_0 MTP %-40s %s: max rel logit diff %.1e\n", "activations truncated, not rounded",
+           passed ? "passes" : "caught", worst);
+    CHECK(!passed);
+    free(ref);
+}
 
 /* qwen2 (biases) with YaRN, llama with linear RoPE scaling: f32 and q8_0. */
 static void run_small(const char *preset, const char *vocab_file) {

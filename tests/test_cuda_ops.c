@@ -306,14 +306,25 @@ static void test_matmul_mmq(void) { on_backend_with("BRISK_CUDA_DISABLE", "mmqh"
 static void mmq_cases(void) {
     static const uint32_t ty[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K};
     static const int ns[] = {2, 3, 8, 16, 17, 33, 64, 100};
+    /* the batches each kernel must take (check_matmul and check_matmul_add: a launch each at least):
+     * mmq_min <= n < mmq_max on cuda_mmq.cu, those below mmq_min on cuda_mmvq.cu */
+    const cuda_plan pl = plan_now();
+    long want_mmq = 0, want_mmvq = 0;
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+        want_mmq += 2 * (ns[i] >= pl.mmq_min && ns[i] < pl.mmq_max);
+        want_mmvq += 2 * (ns[i] < pl.mmq_min);
+    }
     show_err = true;
     for (size_t ti = 0; ti < sizeof ty / sizeof ty[0]; ti++) {
+        const long q0 = bk_cuda_path_launches(gpu, "mmq"), v0 = bk_cuda_path_launches(gpu, "mmvq"); /* mmq -1: off */
         bool k_quant = ty[ti] == QT_Q4_K || ty[ti] == QT_Q6_K; /* blocks of 256 */
         for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
             int64_t n_in = k_quant ? (i % 2 ? 2304 : 512) : (i % 2 ? 1056 : 160);
             check_matmul(ty[ti], n_in, i % 3 ? 200 : 96, ns[i], i % 2 == 0);
             check_matmul_add(ty[ti], n_in, 72, ns[i]);
         }
+        if (q0 >= 0) CHECK(bk_cuda_path_launches(gpu, "mmq") - q0 >= want_mmq);
+        CHECK(bk_cuda_path_launches(gpu, "mmvq") - v0 >= want_mmvq);
     }
     show_err = false;
 }
@@ -351,6 +362,7 @@ static void mmqh_cases(void) {
     static const int ns[] = {2, 7, 9, 16, 31, 47};
     show_err = true;
     for (size_t ti = 0; ti < sizeof ty / sizeof ty[0]; ti++) {
+        const long h0 = bk_cuda_path_launches(gpu, "mmqh"); /* -1: not run on this device (before sm_90) */
         for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
             check_matmul(ty[ti], i % 2 ? 2304 : 4096, i % 3 ? 200 : 96, ns[i], i % 2 == 0);
             check_matmul_add(ty[ti], 2304, 72, ns[i]);
@@ -367,10 +379,15 @@ static void mmqh_cases(void) {
         const uint32_t same[3] = {ty[ti], ty[ti], ty[ti]};
         const int64_t no[3] = {512, 128, 96};
         check_matmul_multi(same, 2048, no, 12);
+        /* the kernel ran: a launch at least for each product and y += above (2 a batch size), the four
+         * single products, and the three matrices (one launch); the fused gate/up not counted */
+        if (h0 >= 0) CHECK(bk_cuda_path_launches(gpu, "mmqh") - h0 >= 2 * (long)(sizeof ns / sizeof ns[0]) + 4 + 1);
     }
+    const long h0 = bk_cuda_path_launches(gpu, "mmqh");
     const uint32_t mixed[3] = {QT_Q4_K, QT_Q6_K, QT_Q4_K};
     const int64_t no[3] = {256, 64, 64};
     check_matmul_multi(mixed, 1024, no, 20);
+    if (h0 >= 0) CHECK(bk_cuda_path_launches(gpu, "mmqh") - h0 >= 3); /* a launch per type run */
     show_err = false;
 }
 
@@ -433,6 +450,7 @@ static void stream_cases(void) {
     static const uint32_t ty[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K, QT_Q5_K, QT_IQ4_XS, QT_IQ4_NL};
     show_err = true;
     for (size_t ti = 0; ti < sizeof ty / sizeof ty[0]; ti++) {
+        const long s0 = bk_cuda_path_launches(gpu, "mmvs"); /* -1: not run on this device (before sm_90) */
         int64_t narrow = ty[ti] == QT_Q6_K ? 2048 : 256; /* Q6_K rows are 16-byte multiples from 2048 on */
         check_matmul(ty[ti], narrow, 20000, 1, true);
         check_matmul(ty[ti], 12288, 300, 1, false);
@@ -446,6 +464,10 @@ static void stream_cases(void) {
         const uint32_t same[3] = {ty[ti], ty[ti], ty[ti]};
         const int64_t no[3] = {512, 128, 128};
         check_matmul_multi(same, 2048, no, 1);
+        /* the streamed kernel ran: at least for y += and the three matrices (one launch), rows of
+         * 2,048 columns that every plan above streams while BRISK_CUDA_MMVS_MIN_IN lets them (main
+         * sets 0; its default is 2,048) */
+        if (s0 >= 0 && plan_now().mmvs_min_in <= 2048) CHECK(bk_cuda_path_launches(gpu, "mmvs") - s0 >= 2);
     }
     show_err = false;
 }
@@ -1202,7 +1224,10 @@ static void check_blas_multi(int n) {
     free(x); free(bh);
 }
 
-static void test_matmul_cublas(void) {
+/* cases() on a cuBLAS backend of its own (blas_backend_new) as the global gpu, which check_matmul
+ * and the helpers run on; cuBLAS must take exactly the products cases() says it ran (the counter,
+ * bk_cuda_blas_products). Skipped where cuBLAS cannot be loaded. */
+static void on_blas_backend(int (*cases)(void)) {
     bk_backend *b = blas_backend_new();
     long n0 = b ? bk_cuda_blas_products(b) : -1;
     if (n0 < 0) {
@@ -1210,7 +1235,16 @@ static void test_matmul_cublas(void) {
         SKIP("cuBLAS not loaded (no libcublas, or BRISK_CUDA_DISABLE=cublas)");
     }
     bk_backend *main_gpu = gpu;
-    gpu = b; /* check_matmul and the helpers run on the global gpu */
+    gpu = b;
+    const int expect = cases();
+    long n1 = bk_cuda_blas_products(b);
+    if (n1 - n0 != expect) fprintf(stderr, "  cublas products: %ld, expected %d\n", n1 - n0, expect);
+    CHECK(n1 - n0 == expect);
+    gpu = main_gpu;
+    b->ops->free(b);
+}
+
+static int cublas_cases(void) {
     const int n = 300;
     int expect = 0;
     for (int ti = 0; ti < N_TYPES; ti++) {
@@ -1222,13 +1256,9 @@ static void test_matmul_cublas(void) {
     uint32_t acc_types[3] = {QT_Q4_K, QT_Q8_0, QT_BF16};
     for (int i = 0; i < 3; i++, expect++) check_matmul_add(acc_types[i], 512, 1100, n);
     check_blas_multi(n);
-    expect += 3;
-    long n1 = bk_cuda_blas_products(b);
-    if (n1 - n0 != expect) fprintf(stderr, "  cublas products: %ld, expected %d\n", n1 - n0, expect);
-    CHECK(n1 - n0 == expect);
-    gpu = main_gpu;
-    b->ops->free(b);
+    return expect + 3;
 }
+static void test_matmul_cublas(void) { on_blas_backend(cublas_cases); }
 
 /* ---- prefill attention on tensor cores (cuda_attn_prefill.cu) ----
  * Batches of more than 64 entries with head_dim 64/128/256 run the tensor-core

@@ -1,7 +1,7 @@
 /* ops_iq.c — test_cuda_ops's checks of the codebook, ternary and FP4 weight types (IQ1_S, IQ1_M,
  * IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, TQ1_0, TQ2_0, NVFP4, Q1_0, Q2_0; cuda_iq.cuh). Not a
  * translation unit of its own: tests/test_cuda_ops.c includes it after its helpers (check_matmul
- * and the others, on_backend_with, blas_backend_new, check_moe_ffn). The weights are random bytes
+ * and the others, on_backend_with, on_blas_backend, check_moe_ffn). The weights are random bytes
  * with finite scales (make_weight); the products are held to the tolerances of the header
  * (matmul_tol: the float paths 2e-5 vs the double reference, tensor cores 3e-3). */
 
@@ -36,22 +36,11 @@ static void test_matmul_iq(void) {
 }
 
 /* matmul_iq_cublas: 300 tokens of every type through cuBLAS (the counter says it took each). */
-static void test_matmul_iq_cublas(void) {
-    bk_backend *b = blas_backend_new();
-    long n0 = b ? bk_cuda_blas_products(b) : -1;
-    if (n0 < 0) {
-        if (b) b->ops->free(b);
-        SKIP("cuBLAS not loaded (no libcublas, or BRISK_CUDA_DISABLE=cublas)");
-    }
-    bk_backend *main_gpu = gpu;
-    gpu = b;
+static int iq_cublas_cases(void) {
     for (int ti = 0; ti < N_IQ; ti++) check_matmul(iq_types[ti], 512, 700, 300, ti % 2 == 0);
-    long n1 = bk_cuda_blas_products(b);
-    if (n1 - n0 != N_IQ) fprintf(stderr, "  cublas products: %ld, expected %d\n", n1 - n0, N_IQ);
-    CHECK(n1 - n0 == N_IQ);
-    gpu = main_gpu;
-    b->ops->free(b);
+    return N_IQ;
 }
+static void test_matmul_iq_cublas(void) { on_blas_backend(iq_cublas_cases); }
 
 /* moe_ffn_iq: the routed experts of every type (the float paths of cuda_moe.cu) at decode and on a
  * small batch, and an IQ2_XXS/IQ3_XXS-like mix with a Q4_K down. */

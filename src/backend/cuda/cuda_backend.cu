@@ -25,12 +25,18 @@ void cuda_set_error(cuda_backend *cb, brisk_status s) {
 }
 
 static const char *const cu_path_names[CU_PATH_COUNT] = {"mmvf", "mmvs", "mmqh", "mma", "attn_mma", "attn_warp",
-                                                           "attn_prefill"};
+                                                           "attn_prefill", "mmq", "mmvq"};
 
 extern "C" long bk_cuda_path_launches(bk_backend *be, const char *name) {
     const cuda_backend *cb = (const cuda_backend *)be;
-    for (int i = 0; i < CU_PATH_COUNT; i++)
-        if (!strcmp(name, cu_path_names[i])) return i == CU_PATH_MMVF && !cb->mmvf_on ? -1 : cb->path_n[i];
+    for (int i = 0; i < CU_PATH_COUNT; i++) {
+        if (strcmp(name, cu_path_names[i])) continue;
+        /* -1 for a path this backend never takes (switched off, or before sm_90): a test then has no
+         * launch to expect */
+        bool off = (i == CU_PATH_MMVF && !cb->mmvf_on) || (i == CU_PATH_MMVS && cb->mmvs_off) ||
+                   (i == CU_PATH_MMQH && cb->mmqh_off) || (i == CU_PATH_MMQ && cb->mmq_off);
+        return off ? -1 : cb->path_n[i];
+    }
     return -1;
 }
 

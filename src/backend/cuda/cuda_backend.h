@@ -61,9 +61,11 @@ void bk_cuda_release_weight(bk_weight *w);
  * (BRISK_CUDA_DISABLE=cublas) or cannot be loaded. Loads it if no product has. */
 long bk_cuda_blas_products(bk_backend *be);
 /* Launches of one of the optional kernels by this backend so far: "mmvf", "mmvs", "mmqh", "mma",
- * "attn_mma", "attn_warp" or "attn_prefill" (a captured step counts once, at its capture), so that
- * a test can assert which kernel ran; -1 for another name, for mmvf where this backend does not run
- * it (before sm_90, or BRISK_CUDA_DISABLE=mmvf), or without CUDA. */
+ * "attn_mma", "attn_warp", "attn_prefill", "mmq" (the dense int8 tensor-core products) or "mmvq"
+ * (the integer-dot GEMV) (a captured step counts once, at its capture), so that a test can assert
+ * which kernel ran; -1 for another name, for mmvf, mmvs or mmqh where this backend does not run
+ * them (before sm_90, or switched off in BRISK_CUDA_DISABLE), for mmq where it is switched off,
+ * or without CUDA. */
 long bk_cuda_path_launches(bk_backend *be, const char *name);
 /* Whether this backend runs the decode attention of n tokens (the longest max_np positions) on
  * tensor cores (cuda_attn_mma.cu), as its plan (BRISK_CUDA_DISABLE=attn_mma, attn_gqa) and the

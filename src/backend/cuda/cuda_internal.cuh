@@ -30,6 +30,8 @@ enum {
     CU_PATH_ATTN_MMA,     /* cuda_attn_mma.cu: decode attention on tensor cores */
     CU_PATH_ATTN_WARP,    /* cuda_attn_decode.cu: decode attention, a warp per row */
     CU_PATH_ATTN_PREFILL, /* cuda_attn_prefill.cu: prefill attention on tensor cores */
+    CU_PATH_MMQ,          /* cuda_mmq.cu: batches' products on int8 tensor cores (dense; not the experts') */
+    CU_PATH_MMVQ,         /* cuda_mmvq.cu: the integer-dot GEMV (decode, small batches, slices) */
     CU_PATH_COUNT
 };
 #define CU_COUNT(cb, path) ((cb)->path_n[path]++)
@@ -941,27 +943,27 @@ template <bool SH = false> __device__ __forceinline__ void group_load_q6k_quad(c
 }
 
 __device__ __forceinline__ float group_dot(const wgroup &q, const int *xi, float2 ds) {
-    int s0 = 0, s1 = 0;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        s0 = __dp4a(q.w[i], xi[i], s0);
-        s1 = __dp4a(q.w[4 + i], xi[4 + i], s1);
-    }
+    int s0, s1;
+    dot_halves32(q.w, xi, s0, s1); /* (cuda_iq.cuh) */
     return q.a * ds.x * (float)(q.s0 * s0 + q.s1 * s1) - q.b * ds.y;
 }
 
-/* Calls F<T>::run(args...) for the weight type, or returns false for an unsupported one. */
-#define BK_CUDA_TYPES(X) \
-    X(QT_F32) X(QT_F16) X(QT_BF16) X(QT_Q8_0) X(QT_Q4_0) X(QT_Q4_1) X(QT_Q5_0) X(QT_Q5_1) \
-    X(QT_IQ4_NL) X(QT_Q4_K) X(QT_Q5_K) X(QT_Q6_K) X(QT_IQ4_XS) BK_CUDA_IQ_TYPES(X)
+/* The one list of the weight types the CUDA kernels support: X(T, ...) for each, the arguments after
+ * X passed on to it (BK_DISPATCH's statement; none for cuda_type_supported and cuda_mma). */
+#define BK_CUDA_TYPES(X, ...) \
+    X(QT_F32, __VA_ARGS__) X(QT_F16, __VA_ARGS__) X(QT_BF16, __VA_ARGS__) X(QT_Q8_0, __VA_ARGS__) \
+    X(QT_Q4_0, __VA_ARGS__) X(QT_Q4_1, __VA_ARGS__) X(QT_Q5_0, __VA_ARGS__) X(QT_Q5_1, __VA_ARGS__) \
+    X(QT_IQ4_NL, __VA_ARGS__) X(QT_Q4_K, __VA_ARGS__) X(QT_Q5_K, __VA_ARGS__) X(QT_Q6_K, __VA_ARGS__) \
+    X(QT_IQ4_XS, __VA_ARGS__) BK_CUDA_IQ_TYPES(X, __VA_ARGS__)
 /* the codebook, ternary and FP4 types (cuda_iq.cuh): the float paths through deq8 (their int8
  * decode kernel waits on branch lab/iq-dec for a GPU's op test and timing) */
-#define BK_CUDA_IQ_TYPES(X) \
-    X(QT_IQ2_XXS) X(QT_IQ2_XS) X(QT_IQ2_S) X(QT_IQ3_XXS) X(QT_IQ3_S) X(QT_IQ1_S) X(QT_IQ1_M) \
-    X(QT_TQ1_0) X(QT_TQ2_0) X(QT_NVFP4) X(QT_Q1_0) X(QT_Q2_0)
+#define BK_CUDA_IQ_TYPES(X, ...) \
+    X(QT_IQ2_XXS, __VA_ARGS__) X(QT_IQ2_XS, __VA_ARGS__) X(QT_IQ2_S, __VA_ARGS__) X(QT_IQ3_XXS, __VA_ARGS__) \
+    X(QT_IQ3_S, __VA_ARGS__) X(QT_IQ1_S, __VA_ARGS__) X(QT_IQ1_M, __VA_ARGS__) X(QT_TQ1_0, __VA_ARGS__) \
+    X(QT_TQ2_0, __VA_ARGS__) X(QT_NVFP4, __VA_ARGS__) X(QT_Q1_0, __VA_ARGS__) X(QT_Q2_0, __VA_ARGS__)
 static inline bool cuda_type_supported(uint32_t t) {
-#define X(T) if (t == T) return true;
-    BK_CUDA_TYPES(X)
+#define X(T, ...) if (t == T) return true;
+    BK_CUDA_TYPES(X, )
 #undef X
     return false;
 }
@@ -1162,28 +1164,16 @@ bool cuda_blas_gemm(cuda_backend *cb, const half *a, int64_t rows, int64_t n_in,
 extern "C" {
 void cuda_graph_free(cuda_backend *cb);
 }
-/* Dispatch over the weight types the CUDA kernels support (cuda_gemv.cu, cuda_moe.cu):
+/* Dispatch over the weight types the CUDA kernels support (BK_CUDA_TYPES; cuda_gemv.cu, cuda_moe.cu):
  * inside, TT is the type as a constant. */
 #define BK_TYPE_CASE(T, ...) \
     case T: {                \
         constexpr int TT = T; \
         __VA_ARGS__;         \
     } break;
-#define BK_DISPATCH(type, ...)                                                   \
-    switch (type) {                                                              \
-        BK_TYPE_CASE(QT_F32, __VA_ARGS__) BK_TYPE_CASE(QT_F16, __VA_ARGS__)      \
-        BK_TYPE_CASE(QT_BF16, __VA_ARGS__) BK_TYPE_CASE(QT_Q8_0, __VA_ARGS__)    \
-        BK_TYPE_CASE(QT_Q4_0, __VA_ARGS__) BK_TYPE_CASE(QT_Q4_1, __VA_ARGS__)    \
-        BK_TYPE_CASE(QT_Q5_0, __VA_ARGS__) BK_TYPE_CASE(QT_Q5_1, __VA_ARGS__)    \
-        BK_TYPE_CASE(QT_IQ4_NL, __VA_ARGS__) BK_TYPE_CASE(QT_Q4_K, __VA_ARGS__)  \
-        BK_TYPE_CASE(QT_Q5_K, __VA_ARGS__) BK_TYPE_CASE(QT_Q6_K, __VA_ARGS__)    \
-        BK_TYPE_CASE(QT_IQ4_XS, __VA_ARGS__)                                     \
-        BK_TYPE_CASE(QT_IQ2_XXS, __VA_ARGS__) BK_TYPE_CASE(QT_IQ2_XS, __VA_ARGS__) \
-        BK_TYPE_CASE(QT_IQ2_S, __VA_ARGS__) BK_TYPE_CASE(QT_IQ3_XXS, __VA_ARGS__)  \
-        BK_TYPE_CASE(QT_IQ3_S, __VA_ARGS__) BK_TYPE_CASE(QT_IQ1_S, __VA_ARGS__)    \
-        BK_TYPE_CASE(QT_IQ1_M, __VA_ARGS__) BK_TYPE_CASE(QT_TQ1_0, __VA_ARGS__)    \
-        BK_TYPE_CASE(QT_TQ2_0, __VA_ARGS__) BK_TYPE_CASE(QT_NVFP4, __VA_ARGS__)    \
-        BK_TYPE_CASE(QT_Q1_0, __VA_ARGS__) BK_TYPE_CASE(QT_Q2_0, __VA_ARGS__)      \
+#define BK_DISPATCH(type, ...)                   \
+    switch (type) {                              \
+        BK_CUDA_TYPES(BK_TYPE_CASE, __VA_ARGS__) \
     default: break;                                                              \
     }
 

@@ -174,6 +174,19 @@ typedef struct iqgroup {
     float f0, f1;
 } iqgroup;
 
+/* The integer dot of a group's 32 int8 weights (w: 8 words, the first 16 weights in w[0..3]) with 32
+ * int8 activations xi, one sum per half (*s0, *s1), which each group type scales in its own way
+ * (iq_group_dot here, cuda_internal.cuh's group_dot). */
+__device__ __forceinline__ void dot_halves32(const int *w, const int *xi, int &s0, int &s1) {
+    s0 = 0;
+    s1 = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        s0 = __dp4a(w[i], xi[i], s0);
+        s1 = __dp4a(w[4 + i], xi[4 + i], s1);
+    }
+}
+
 /* four signed bytes into a word */
 __device__ __forceinline__ int iq_pack4(int a, int b, int c, int d) {
     return (int)((uint32_t)(a & 0xFF) | (uint32_t)(b & 0xFF) << 8 | (uint32_t)(c & 0xFF) << 16 |
@@ -315,12 +328,8 @@ template <int T> __device__ __forceinline__ void iq_group_load(const uint8_t *ro
 
 /* The group's dot with 32 int8 activations xi (scale dx): dx * (f0 * sum0 + f1 * sum1). */
 __device__ __forceinline__ float iq_group_dot(const iqgroup &q, const int *xi, float dx) {
-    int s0 = 0, s1 = 0;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        s0 = __dp4a(q.w[i], xi[i], s0);
-        s1 = __dp4a(q.w[4 + i], xi[4 + i], s1);
-    }
+    int s0, s1;
+    dot_halves32(q.w, xi, s0, s1);
     return dx * (q.f0 * (float)s0 + q.f1 * (float)s1);
 }
 

@@ -124,11 +124,11 @@ void cuda_mma(cuda_backend *cb, const bk_weight *w, const float *bias, const flo
     CU_COUNT(cb, CU_PATH_MMA);
     dim3 grid((unsigned)((w->n_out + MMA_BM - 1) / MMA_BM), (unsigned)((n + MMA_BN - 1) / MMA_BN));
     const uint8_t *W = (const uint8_t *)w->dev;
-#define X(T)                                                                                              \
+#define X(T, ...)                                                                                         \
     if (w->type == T) {                                                                                   \
         mma_kernel<T><<<grid, 256, 0, cb->stream>>>(W, w->row_bytes, w->n_in, w->n_out, x, n, bias, y, accum); \
         return;                                                                                           \
     }
-    BK_CUDA_TYPES(X)
+    BK_CUDA_TYPES(X, )
 #undef X
 }

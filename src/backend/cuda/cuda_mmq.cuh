@@ -564,6 +564,8 @@ static bool mmq_launch(const cuda_backend *cb, cudaStream_t s, uint32_t type, di
  * (GLU: / (MMQ_DENSE_ROWS / 2 * mt)), token tiles) for the mt the caller got from mmq_mt. */
 template <bool GLU, bool MOE>
 static bool mmq_launch(cuda_backend *cb, uint32_t type, dim3 grid, int nt, int mt, const mmq_args &p) {
-    return mmq_launch_any<GLU, MOE>(cb, cb->stream, type, grid, nt, mt, p);
+    if (!mmq_launch_any<GLU, MOE>(cb, cb->stream, type, grid, nt, mt, p)) return false;
+    CU_COUNT(cb, CU_PATH_MMQ);
+    return true;
 }
 #endif

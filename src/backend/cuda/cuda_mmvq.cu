@@ -80,6 +80,7 @@ static void mmvq_launch_t(cuda_backend *cb, unsigned blocks, const uint8_t *W, c
 #define MMVQ_GO(NT, ...) \
     pdl_launch(cb, mmvq_kernel<T, NT, GLU, ##__VA_ARGS__>, dim3(blocks), dim3(MMVQ_WARPS * 32), 0, W, W2, row_bytes, \
                n_in, n_out, xq, xds, nt, bias, y, accum)
+    CU_COUNT(cb, CU_PATH_MMVQ); /* every branch below launches once */
     if constexpr (T == QT_Q6_K) {
         /* quads (group_load_q6k_quad) for decode batches; the LM head keeps one group in flight
          * (in quads too it ran 423.7 against 424.6 tokens/s, qwen3-8b tg128, H200) */
@@ -218,6 +219,7 @@ template <int T>
 static void mmvq_multi_launch_t(cuda_backend *cb, const mmvq_mats &mm, size_t row_bytes, int64_t n_in, int nt,
                                 int accum) {
     dim3 grid(mm.bend[mm.count - 1]), block(MMVQ_WARPS * 32);
+    CU_COUNT(cb, CU_PATH_MMVQ);
     if (nt == 1) pdl_launch(cb, mmvq_multi_kernel<T, 1>, grid, block, 0, mm, row_bytes, n_in, (const int8_t *)cb->xq,
                             (const float2 *)cb->xds, nt, accum);
     else if (nt <= 4) pdl_launch(cb, mmvq_multi_kernel<T, 4>, grid, block, 0, mm, row_bytes, n_in,
