@@ -8,7 +8,8 @@
  *
  *   nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc dev/kernels/attn_lab.cu build/libbrisk.a -o build/attn_lab \
  *        -lpcre2-8 -lcjson -lmicrohttpd -ldl
- *   build/attn_lab [MAX_DEPTH]          (default 1048576; rows past the GPU's memory are skipped)
+ *   build/attn_lab [MAX_DEPTH [KV [MIN_DEPTH]]]  (default 1048576; rows past the GPU's memory are skipped;
+ *                                        KV: f16, q8_0 or q4_0 alone, and then no prefill rows)
  *
  * Each time is a replayed CUDA graph of 16 launches back to back (programmatic launches, as in a
  * decode step), over a cache several times the 50 MB L2 from 4K positions up (the smallest rows
@@ -132,6 +133,8 @@ static void prefill_rows(cuda_backend *cb, long max_depth) {
 
 int main(int argc, char **argv) {
     const long max_depth = argc > 1 ? atol(argv[1]) : 1048576;
+    const char *only = argc > 2 ? argv[2] : NULL; /* one cache type's decode rows */
+    const long min_depth = argc > 3 ? atol(argv[3]) : 0;
     bk_backend *be;
     if (bk_cuda_backend_new(0, &be) != BRISK_OK) {
         printf("no CUDA backend: %s\n", brisk_last_error());
@@ -150,7 +153,8 @@ int main(int argc, char **argv) {
     for (int kt : {KT_F16, KT_Q8_0, KT_Q4_0})
         for (auto &sh : shapes)
             for (long depth : depths) {
-                if (depth > max_depth) continue;
+                if (depth > max_depth || depth < min_depth) continue;
+                if (only && strcmp(only, kt == KT_F16 ? "f16" : kt == KT_Q8_0 ? "q8_0" : "q4_0")) continue;
                 const int nh = sh[0], nkv = sh[1], hd = sh[2];
                 const size_t row = kt == KT_F16 ? (size_t)nkv * hd * 2 : (size_t)nkv * hd / 32 * kt_block_bytes(kt);
                 const long n_pages = depth / bs + 1;
@@ -209,7 +213,7 @@ int main(int argc, char **argv) {
                 free(tab); free(hq); free(o1); free(o2);
             }
     cb->attn_mma_min = 1;
-    prefill_rows(cb, max_depth);
+    if (!only) prefill_rows(cb, max_depth);
     be->ops->free(be);
     return 0;
 }

@@ -21,16 +21,26 @@
  * pipeline's memory, dead by then). Splits: enough blocks for every SM's
  * resident slots (cudaOccupancy...), at least 64 positions each.
  *
- * Cache types: f16 rows are copied into the tile as they are; q8_0 and q4_0
+ * Cache types: f16 rows are copied into the tile as they are. q8_0 and q4_0
  * rows (34- and 18-byte blocks: rows of 136 or 72 bytes at head_dim 128, 272
  * or 144 at 256, all 8-byte aligned) are copied raw, 8 bytes at a time, and
- * converted to an f16 tile by the warp before its products (d * q rounded to
- * f16): K's rows, then, once S is made, V's rows into the same tile. The
- * conversion is a few half2 instructions per pair of values (kvq_h8),
- * and a quantized warp keeps two raw stages and one f16 tile, so that two
- * blocks fit an SM at head_dim 256: with one block of four warps and scalar
- * conversions the warps were bound by the conversions' latency (q8_0 read at
- * ~25% of an H200's copy bandwidth, q4_0 at ~15%, slower than f16 in time).
+ * each lane builds its mma fragments straight from the raw bytes in
+ * registers (d * q rounded to f16, kvq_h2), with no f16 tile: a word of four
+ * codes, byte-permuted under f16 1024's exponent, gives two half2 in a few
+ * instructions. For that the dimensions are reordered where it costs nothing:
+ * - S = Q K^T sums over the dimensions in any order, so Q is stored in
+ *   dm_qperm's order, the one in which a lane's B fragment for key n is the
+ *   consecutive bytes of one word of key n's row (q8_0: 8 bytes a lane and
+ *   block; q4_0: 4 bytes, low nibbles then high);
+ * - O += P V's B fragment holds one dimension of four keys: the lane of column
+ *   g takes the dimensions (D / 8) g + j of n-tile j (a whole block at head
+ *   dim 256, half of one at 128), so its codes for four keys are four words
+ *   of four rows, interleaved pairwise by byte permutes, each row with its own
+ *   scale in its half of the half2; the output is stored back in order.
+ * With the f16 tile gone a warp's shared memory is only raw stages, as many as
+ * let two blocks (head dim 256) or three (128) share an SM: the tile and the
+ * conversion through shared memory (stores, ldmatrix, 2-byte loads) held the
+ * quantized caches to 20-46% of an H100's copy bandwidth at 128K (session 24).
  *
  * Merge: up to DEC_FAST_MERGE splits, the last block of a (token, KV head)
  * merges (dec_combine_group, a split counter as in cuda_attn_decode.cu); more
@@ -66,12 +76,19 @@
 template <int KT, int D> struct dm_cfg {
     static constexpr int LD = D + DM_PAD;                           /* f16 row stride */
     static constexpr int RB = KT == KT_F16 ? D * 2 : D / 32 * kt_block_bytes(KT); /* cache row bytes */
-    static constexpr int STAGES = KT != KT_F16 || D == 256 ? 2 : 3; /* cp.async stages a warp */
     static constexpr int TILE = 2 * DM_BN * LD * 2;                 /* K and V f16 tiles, bytes */
     static constexpr int RAW = KT == KT_F16 ? TILE : 2 * DM_BN * RB; /* a stage, bytes */
-    static constexpr int WARP = STAGES * RAW + (KT == KT_F16 ? 0 : TILE / 2); /* (quantized: one f16 tile, K then V) */
     static constexpr int QS = DM_ROWS * LD * 2;
+    /* quantized: the raw stages that let BPS blocks share an SM (227 KB; head dim 256: two, as the
+     * registers allow; 128: three), at most 8; beside the fused rope's static arrays (RSTAT: angles,
+     * the warps' q rows, the step's K/V row, the merge's maxima and sums) and the driver's 1 KB */
+    static constexpr int BPS = D == 256 ? 2 : 3;
+    static constexpr int RSTAT = 4 * D + DEC_WARPS * D * 4 + 2 * RB + 2 * DEC_WARPS * DM_ROWS * 4 + 256;
+    static constexpr int QFIT = (227 * 1024 / BPS - 1024 - RSTAT - QS) / DEC_WARPS / RAW;
+    static constexpr int STAGES = KT == KT_F16 ? (D == 256 ? 2 : 3) : (QFIT < 8 ? QFIT : 8); /* cp.async stages a warp */
+    static constexpr int WARP = STAGES * RAW;
     static constexpr size_t smem = QS + (size_t)DEC_WARPS * WARP;
+    static_assert(STAGES >= 2, "a stage in flight while one is used");
     static_assert(RAW % 16 == 0 && TILE % 16 == 0, "16-byte aligned stages");
     static_assert(RB % 8 == 0, "rows of whole 8-byte copies");
     static_assert((size_t)DEC_WARPS * DM_ROWS * D * 4 <= (size_t)DEC_WARPS * WARP, "the warps' merge fits the rings");
@@ -87,9 +104,38 @@ __device__ __forceinline__ int dm_split(int np, int n_split, int min_chunk, int 
     return (np + c - 1) / c;
 }
 
-/* Values [e, e + 8) of a quantized row (q8_0 or q4_0, e % 8 == 0; 2-byte aligned) as 8 f16. */
-template <int KT> __device__ __forceinline__ uint4 dm_kvq_to_h8(const uint8_t *row, int e) {
-    return kvq_h8<KT>(kvq_load8<KT>(row, e));
+/* The dimension a quantized cache's Q column k holds (module comment): within each block of 32,
+ * column 16 h + 8 r + 2 tig + e (chunk h of the block, b-register r of lane tig, element e) is the
+ * value of the lane's word h (q8_0: bytes 8 tig + 4 h ..) or of its word's nibbles h (q4_0: bytes
+ * 4 tig ..; low nibbles the block's first 16 values), element 2 r + e of the word. */
+template <int KT> __device__ __forceinline__ int dm_qperm(int k) {
+    const int x = k & 31, h = x >> 4, r = (x >> 3) & 1, tig = (x >> 1) & 3, e = x & 1;
+    return (k & ~31) + (KT == KT_Q8_0 ? 8 * tig + 4 * h : 16 * h + 4 * tig) + 2 * r + e;
+}
+
+/* N words of shared memory from a 2-byte-aligned address p (mis: p % 4 == 2; a constant where
+ * the caller's offsets are): aligned loads and funnel shifts; the word past the end only when
+ * misaligned (it stays inside the row's next block, or the caller's row). */
+template <int N> __device__ __forceinline__ void dm_words(const uint8_t *p, bool mis, uint32_t (&w)[N]) {
+    const uint32_t *a = (const uint32_t *)(p - (mis ? 2 : 0));
+    uint32_t x = a[0];
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const uint32_t y = mis || i + 1 < N ? a[i + 1] : 0u;
+        w[i] = mis ? __funnelshift_r(x, y, 16) : x;
+        x = y;
+    }
+}
+
+/* Two codes of a word (bytes picked by sel into the low bytes of two halves: 0x5140 bytes 0, 1;
+ * 0x5342 bytes 2, 3; with the codes of two rows interleaved, 0x4140 / 0x4342), made unsigned (q8_0:
+ * q + 128; q4_0: the nibble), times d: f16 1024 + u, the offset off exactly, one rounded product:
+ * d * q rounded to f16, the bits of kvq_h8. */
+template <int KT> __device__ __forceinline__ uint32_t kvq_h2(uint32_t codes, uint32_t sel, __half2 d) {
+    const uint32_t h = __byte_perm(codes, 0x64646464u, sel);
+    const __half2 off = __half2half2(__ushort_as_half(KT == KT_Q4_0 ? 0x6408 : 0x6480)); /* 1032, 1152 */
+    const __half2 x = __hmul2(__hsub2(*(const __half2 *)&h, off), d);
+    return *(const uint32_t *)&x;
 }
 
 template <int KT, int D, bool RP>
@@ -160,22 +206,6 @@ attn_dec_mma_kernel(const float *q, const void *kc, const void *vc, int bs, cons
         }
         fa_cp_commit();
     };
-    /* A quantized stage's K (or V) rows into the warp's f16 tile; rows past the split are zero. */
-    auto to_f16 = [&](const uint8_t *st, int p, bool v) {
-        __half *T = (__half *)(wbase + (size_t)ST * C::RAW);
-        constexpr int CPR = D / 8; /* 8 values (16 f16 bytes) a chunk */
-#pragma unroll 4
-        for (int i = 0; i < DM_BN * CPR / 32; i++) {
-            const int c = lane + 32 * i, r = c / CPR, c8 = c % CPR, pk = p + r;
-            uint4 h = make_uint4(0, 0, 0, 0);
-            if (pk < p_end) {
-                const uint8_t *src = RP && pk == p_new ? (v ? new_v : new_k) : st + (v ? DM_BN * RB : 0) + r * RB;
-                h = dm_kvq_to_h8<KT>(src, 8 * c8);
-            }
-            *(uint4 *)(T + r * LD + 8 * c8) = h;
-        }
-        __syncwarp();
-    };
     auto begin = [&]() {
         np = pos[t] + 1;
         n_use = dm_split(np, n_split, min_chunk, &chunk);
@@ -203,7 +233,8 @@ attn_dec_mma_kernel(const float *q, const void *kc, const void *vc, int bs, cons
             if (r < group) {
                 qk_head_norm_rope(rope.qs + ((size_t)t * n_head + h0 + r) * rope.qp, rope.qw, rope.eps, D, half, r_cs,
                                   r_sn, rope.a, q_row[warp]);
-                for (int i = lane; i < D; i += 32) Qs[r * LD + i] = __float2half_rn(q_row[warp][i] * scale_log2);
+                for (int i = lane; i < D; i += 32) /* (quantized caches: in dm_qperm's order) */
+                    Qs[r * LD + i] = __float2half_rn(q_row[warp][KT == KT_F16 ? i : dm_qperm<KT>(i)] * scale_log2);
             } else {
                 for (int i = lane; i < D; i += 32) Qs[r * LD + i] = __float2half_rn(0.0f);
             }
@@ -226,8 +257,8 @@ attn_dec_mma_kernel(const float *q, const void *kc, const void *vc, int bs, cons
         }
     } else {
         for (int i = tid; i < DM_ROWS * D; i += DM_THREADS) {
-            const int r = i / D, d = i % D;
-            const float x = r < group ? q[((size_t)t * n_head + h0 + r) * D + d] * scale_log2 : 0.0f;
+            const int r = i / D, d = i % D, dq = KT == KT_F16 ? d : dm_qperm<KT>(d);
+            const float x = r < group ? q[((size_t)t * n_head + h0 + r) * D + dq] * scale_log2 : 0.0f;
             Qs[r * LD + d] = __float2half_rn(x);
         }
     }
@@ -244,10 +275,17 @@ attn_dec_mma_kernel(const float *q, const void *kc, const void *vc, int bs, cons
         __syncwarp();         /* ... and every lane's */
         const int p = p_begin + DM_BN * (warp + it * DEC_WARPS);
         uint8_t *st = wbase + (size_t)(it % ST) * C::RAW;
-        __half *Kt, *Vt;
+        /* a quantized row of the stage (part 0: K, 1: V), or the step's own row */
+        auto qrow = [&](int part, int r) -> const uint8_t * {
+            return RP && p + r == p_new ? (part ? new_v : new_k) : st + part * DM_BN * RB + r * RB;
+        };
+        /* S (16 x 16) = Q K^T, the even and odd 16-dimension chunks in two accumulators: two chains
+         * of dependent mma of half the length (the chain's latency, not the loads, set a small tile's
+         * time: a quantized tile is 16 keys of 2.3-8.7 KB) */
+        float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+        float s2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
         if constexpr (KT == KT_F16) {
-            Kt = (__half *)st;
-            Vt = Kt + DM_BN * LD;
+            __half *Kt = (__half *)st, *Vt = Kt + DM_BN * LD;
             if (RP && p_new >= p && p_new < p + DM_BN) { /* the step's row from shared memory */
                 const int r = p_new - p;
                 for (int c = lane; c < D / 8; c += 32) {
@@ -256,21 +294,43 @@ attn_dec_mma_kernel(const float *q, const void *kc, const void *vc, int bs, cons
                 }
                 __syncwarp();
             }
-        } else {
-            Kt = Vt = (__half *)(wbase + (size_t)ST * C::RAW);
-            to_f16(st, p, false);
-        }
-        /* S (16 x 16) = Q K^T */
-        float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            uint32_t a[4], b[4];
-            fa_ldsm_x4(a, Qs + (lane % 16) * LD + 16 * kk + 8 * (lane / 16));
-            /* matrices: keys +0/+8 (lane / 16) x dims +0/+8 (lane / 8 % 2) -> b0, b1 of the two n-tiles */
-            fa_ldsm_x4(b, Kt + (lane % 8 + 8 * (lane / 16)) * LD + 16 * kk + 8 * (lane / 8 % 2));
-            fa_mma(s[0], a, b[0], b[1]);
-            fa_mma(s[1], a, b[2], b[3]);
+            for (int kk = 0; kk < D / 16; kk++) {
+                uint32_t a[4], b[4];
+                fa_ldsm_x4(a, Qs + (lane % 16) * LD + 16 * kk + 8 * (lane / 16));
+                /* matrices: keys +0/+8 (lane / 16) x dims +0/+8 (lane / 8 % 2) -> b0, b1 of the two n-tiles */
+                fa_ldsm_x4(b, Kt + (lane % 8 + 8 * (lane / 16)) * LD + 16 * kk + 8 * (lane / 8 % 2));
+                float(&acc)[2][4] = kk % 2 ? s2 : s;
+                fa_mma(acc[0], a, b[0], b[1]);
+                fa_mma(acc[1], a, b[2], b[3]);
+            }
+        } else { /* keys g and g + 8 of the tile (the lane's B columns of the two n-tiles), in registers */
+            constexpr int BB = kt_block_bytes(KT), NW = KT == KT_Q8_0 ? 2 : 1, WB = 4 * NW;
+            const uint8_t *k0 = qrow(0, g), *k1 = qrow(0, g + 8);
+#pragma unroll
+            for (int b = 0; b < D / 32; b++) {
+                const __half2 d0 = __half2half2(__ushort_as_half(ld16(k0 + BB * b)));
+                const __half2 d1 = __half2half2(__ushort_as_half(ld16(k1 + BB * b)));
+                uint32_t w0[NW], w1[NW];
+                const bool mis = (BB * b + 2) % 4 != 0; /* (a constant: rows are 8-byte aligned) */
+                dm_words<NW>(k0 + BB * b + 2 + WB * tig, mis, w0);
+                dm_words<NW>(k1 + BB * b + 2 + WB * tig, mis, w1);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    uint32_t a[4];
+                    fa_ldsm_x4(a, Qs + (lane % 16) * LD + 16 * (2 * b + h) + 8 * (lane / 16));
+                    const uint32_t c0 = KT == KT_Q8_0 ? w0[h % NW] ^ 0x80808080u : (w0[0] >> (4 * h)) & 0x0f0f0f0fu;
+                    const uint32_t c1 = KT == KT_Q8_0 ? w1[h % NW] ^ 0x80808080u : (w1[0] >> (4 * h)) & 0x0f0f0f0fu;
+                    float(&acc)[2][4] = h ? s2 : s;
+                    fa_mma(acc[0], a, kvq_h2<KT>(c0, 0x5140, d0), kvq_h2<KT>(c0, 0x5342, d0));
+                    fa_mma(acc[1], a, kvq_h2<KT>(c1, 0x5140, d1), kvq_h2<KT>(c1, 0x5342, d1));
+                }
+            }
         }
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[i][e] += s2[i][e];
         /* s[i][0..1]: row g, keys p + 8i + 2 tig + {0, 1}; s[i][2..3]: row g + 8 */
         if (p + DM_BN > p_end) {
 #pragma unroll
@@ -299,27 +359,66 @@ attn_dec_mma_kernel(const float *q, const void *kc, const void *vc, int bs, cons
         }
         la = la * fa + (s[0][0] + s[0][1] + s[1][0] + s[1][1]);
         lb = lb * fb + (s[0][2] + s[0][3] + s[1][2] + s[1][3]);
-        if constexpr (KT != KT_F16) { /* V's rows into the tile K's leave */
-            __syncwarp();
-            to_f16(st, p, true);
-        }
         /* O (16 x D) += P (16 x 16) V: the S accumulators are P's A fragment */
         uint32_t a[4] = {fa_pack(s[0][0], s[0][1]), fa_pack(s[0][2], s[0][3]), fa_pack(s[1][0], s[1][1]),
                          fa_pack(s[1][2], s[1][3])};
+        if (__any_sync(full, fa != 1.0f || fb != 1.0f)) /* (once the maxima settle, most tiles keep them) */
 #pragma unroll
-        for (int dp = 0; dp < D / 16; dp++) {
-            o[2 * dp][0] *= fa;
-            o[2 * dp][1] *= fa;
-            o[2 * dp][2] *= fb;
-            o[2 * dp][3] *= fb;
-            o[2 * dp + 1][0] *= fa;
-            o[2 * dp + 1][1] *= fa;
-            o[2 * dp + 1][2] *= fb;
-            o[2 * dp + 1][3] *= fb;
-            uint32_t b[4]; /* transposed: keys +0/+8 (lane / 8 % 2) x dims +0/+8 (lane / 16) */
-            fa_ldsm_x4_t(b, Vt + (lane % 16) * LD + 16 * dp + 8 * (lane / 16));
-            fa_mma(o[2 * dp], a, b[0], b[1]);
-            fa_mma(o[2 * dp + 1], a, b[2], b[3]);
+            for (int i = 0; i < D / 8; i++) {
+                o[i][0] *= fa;
+                o[i][1] *= fa;
+                o[i][2] *= fb;
+                o[i][3] *= fb;
+            }
+        if constexpr (KT == KT_F16) {
+            const __half *Vt = (const __half *)st + DM_BN * LD;
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                uint32_t b[4]; /* transposed: keys +0/+8 (lane / 8 % 2) x dims +0/+8 (lane / 16) */
+                fa_ldsm_x4_t(b, Vt + (lane % 16) * LD + 16 * dp + 8 * (lane / 16));
+                fa_mma(o[2 * dp], a, b[0], b[1]);
+                fa_mma(o[2 * dp + 1], a, b[2], b[3]);
+            }
+        } else {
+            /* the lane's B fragments: keys 2 tig, 2 tig + 1 (b0) and 2 tig + 8, 2 tig + 9 (b1) of
+             * dimension (D / 8) g + j for n-tile j; the codes of a key pair interleaved by a byte
+             * permute, each key's scale in its half (0 past the split: its P is 0, its bytes stale) */
+            constexpr int BB = kt_block_bytes(KT), NW = KT == KT_Q8_0 && D == 256 ? 8 : 4;
+            const int boff = BB * (D == 256 ? g : g / 2);
+            const int qoff = boff + 2 + (KT == KT_Q8_0 && D == 128 ? 16 * (g % 2) : 0);
+            const bool mis = qoff % 4 != 0;
+            const uint8_t *rw[4];
+            __half dv[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int r = 2 * tig + (k & 1) + 8 * (k >> 1);
+                rw[k] = qrow(1, r);
+                dv[k] = p + r < p_end ? __ushort_as_half(ld16(rw[k] + boff)) : __ushort_as_half(0);
+            }
+            const __half2 dA = __halves2half2(dv[0], dv[1]), dB = __halves2half2(dv[2], dv[3]);
+            uint32_t w[4][NW];
+#pragma unroll
+            for (int k = 0; k < 4; k++) dm_words<NW>(rw[k] + qoff, mis, w[k]);
+            const int nsh = KT == KT_Q4_0 && D == 128 ? 4 * (g % 2) : 0; /* q4_0 at 128: the lane's nibbles */
+#pragma unroll
+            for (int m = 0; m < NW; m++) {
+#pragma unroll
+                for (int nib = 0; nib < (KT == KT_Q4_0 && D == 256 ? 2 : 1); nib++) {
+                    uint32_t c[4];
+#pragma unroll
+                    for (int k = 0; k < 4; k++)
+                        c[k] = KT == KT_Q8_0 ? w[k][m] ^ 0x80808080u : (w[k][m] >> (4 * nib + nsh)) & 0x0f0f0f0fu;
+                    /* bytes a0 b0 a1 b1 and a2 b2 a3 b3 of the key pairs */
+                    const uint32_t pa[2] = {__byte_perm(c[0], c[1], 0x5140), __byte_perm(c[0], c[1], 0x7362)};
+                    const uint32_t pb[2] = {__byte_perm(c[2], c[3], 0x5140), __byte_perm(c[2], c[3], 0x7362)};
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const int j = 16 * nib + 4 * m + i;
+                        const uint32_t sel = i % 2 ? 0x4342 : 0x4140;
+                        fa_mma(o[j], a, kvq_h2<KT>(pa[i / 2], sel, dA), kvq_h2<KT>(pb[i / 2], sel, dB));
+                    }
+                }
+            }
         }
         __syncwarp(); /* every lane is done with the stage before it is requested again */
     }
@@ -335,9 +434,21 @@ attn_dec_mma_kernel(const float *q, const void *kc, const void *vc, int bs, cons
     const int ra = g, rb = g + 8;
 #pragma unroll
     for (int i = 0; i < D / 8; i++) {
-        const int d = 8 * i + 2 * tig;
-        if (ra < group) *(float2 *)&o_s[((size_t)warp * group + ra) * D + d] = make_float2(o[i][0], o[i][1]);
-        if (rb < group) *(float2 *)&o_s[((size_t)warp * group + rb) * D + d] = make_float2(o[i][2], o[i][3]);
+        if constexpr (KT == KT_F16) {
+            const int d = 8 * i + 2 * tig;
+            if (ra < group) *(float2 *)&o_s[((size_t)warp * group + ra) * D + d] = make_float2(o[i][0], o[i][1]);
+            if (rb < group) *(float2 *)&o_s[((size_t)warp * group + rb) * D + d] = make_float2(o[i][2], o[i][3]);
+        } else { /* column 2 tig + e of n-tile i is dimension (D / 8)(2 tig + e) + i */
+            const int d0 = D / 8 * (2 * tig) + i, d1 = d0 + D / 8;
+            if (ra < group) {
+                o_s[((size_t)warp * group + ra) * D + d0] = o[i][0];
+                o_s[((size_t)warp * group + ra) * D + d1] = o[i][1];
+            }
+            if (rb < group) {
+                o_s[((size_t)warp * group + rb) * D + d0] = o[i][2];
+                o_s[((size_t)warp * group + rb) * D + d1] = o[i][3];
+            }
+        }
     }
     if (tig == 0) {
         m_s[warp][ra] = ma;
@@ -476,12 +587,20 @@ static bool dm_launch(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
     const int dev = cb->device & 7;
     if (!bps[dev]) {
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e == cudaSuccess && !RP) /* (the occupancy below asks the fused-rope instance) */
+            e = cudaFuncSetAttribute(attn_dec_mma_kernel<KT, D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)smem);
         if (e != cudaSuccess) {
             cuda_set_error(cb, bk_fail(BRISK_ERR_BACKEND, "cuda attention: %s", cudaGetErrorString(e)));
             return false;
         }
+        /* the fused-rope instance's residency for both (its static arrays are the larger): the same
+         * splits, so the same sums, with and without the fused rope */
         int b = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kern, DM_THREADS, smem) != cudaSuccess || b < 1) b = 1;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, attn_dec_mma_kernel<KT, D, true>, DM_THREADS, smem) !=
+                cudaSuccess ||
+            b < 1)
+            b = 1;
         bps[dev] = b;
     }
     const int group = n_head / n_head_kv;

@@ -524,6 +524,7 @@ template <int DK> __device__ __forceinline__ void gdc_gather(gdc_shared<DK> &sm,
         }
         cnt += take;
     }
+    __syncwarp(); /* every lane has read sm.cur (a gather past the end runs no ballot: racecheck) */
     if (lane == 0) {
         sm.nc = cnt;
         sm.cur = cur;
