@@ -35,7 +35,9 @@ static void usage(FILE *f) {
             "  --spec-type T        none, ngram-simple (prompt lookup: the text's own repeats), ngram-cache\n"
             "                       (counts of what followed each 1..4-gram of the text), draft (-md) or mtp\n"
             "                       (the model's own multi-token-prediction head: Qwen3.5/3.6 files with\n"
-            "                       nextn layers; CPU, -ngl 0; also draft-mtp)\n"
+            "                       nextn layers; CPU, -ngl 0; also draft-mtp) or draft-eagle3 (-md FILE an\n"
+            "                       EAGLE-3 drafter GGUF for this model: drafts from three of its layers'\n"
+            "                       hidden states; CPU, -ngl 0; also eagle3)\n"
             "                       (default: draft with -md, else " SPEC_DEFAULT_NAME ")\n"
             "  --draft-max, --draft N  tokens proposed per round (default 8 for a draft model, 3 for mtp, 2 for\n"
             "                       n-grams; at most 64)\n"
@@ -98,6 +100,8 @@ static int run_speculative(brisk_model *model, brisk_context *ctx, const brisk_c
         s = drafter_new_model(dc, 0, brisk_n_vocab(model), p_min, &dr);
     } else if (!strcmp(spec_type, "mtp")) {
         s = drafter_new_mtp(ctx, model, cp, p_min, &dr);
+    } else if (!strcmp(spec_type, "draft-eagle3")) {
+        s = drafter_new_eagle3(ctx, model, draft_path, ctx_size, cp->n_threads, p_min, &dr);
     } else if (!strcmp(spec_type, "ngram-simple")) {
         s = drafter_new_lookup(ngram_n < 2 ? ngram_n : 2, ngram_n, &dr);
     } else {
@@ -197,9 +201,11 @@ int cmd_run(int argc, char **argv) {
         } else if (!strcmp(a, "--spec-type")) {
             VAL();
             if (!strcmp(v, "draft-mtp")) v = "mtp"; /* llama.cpp's name */
+            if (!strcmp(v, "eagle3")) v = "draft-eagle3";
             if (strcmp(v, "none") && strcmp(v, "ngram-simple") && strcmp(v, "ngram-cache") && strcmp(v, "draft") &&
-                strcmp(v, "mtp"))
-                return cli_error(2, "run: --spec-type %s (want none, ngram-simple, ngram-cache, draft or mtp)", v);
+                strcmp(v, "mtp") && strcmp(v, "draft-eagle3"))
+                return cli_error(2, "run: --spec-type %s (want none, ngram-simple, ngram-cache, draft, mtp or "
+                                 "draft-eagle3)", v);
             spec_type = v;
         } else if (!strcmp(a, "--spec-ngram-size-n") || !strcmp(a, "--spec-ngram-simple-size-n")) {
             VAL();
@@ -218,10 +224,12 @@ int cmd_run(int argc, char **argv) {
     if (!prompt && !prompt_file) return cli_error(2, "run: -p TEXT or -f FILE is required");
     if (!spec_type) spec_type = draft_path ? "draft" : SPEC_DEFAULT_NAME;
     if (!strcmp(spec_type, "draft") && !draft_path) return cli_error(2, "run: --spec-type draft needs -md FILE");
+    if (!strcmp(spec_type, "draft-eagle3") && !draft_path)
+        return cli_error(2, "run: --spec-type draft-eagle3 needs -md FILE (the EAGLE-3 drafter)");
     bool spec = strcmp(spec_type, "none") != 0;
     /* a CPU verify step of 1 + k tokens costs ~1x a one-token step at k = 1, 1.3x at 2, 1.6x at 3
      * (brisk bench --spec-replay, brisk-kjv-6m): n-gram drafts, mostly short-lived, pay at k = 2 */
-    bool mtp = !strcmp(spec_type, "mtp");
+    bool mtp = !strcmp(spec_type, "mtp") || !strcmp(spec_type, "draft-eagle3"); /* both draft from the target */
     if (n_draft < 0) n_draft = mtp ? 3 : strcmp(spec_type, "draft") ? 2 : 8; /* mtp: llama.cpp's default */
     if (draft_p_min < 0) draft_p_min = mtp ? 0.0f : 0.75f;
     int hf_rc = cli_model_path(&mo, "run", &model_path);

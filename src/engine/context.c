@@ -115,6 +115,9 @@ struct brisk_context {
     float *hidden;       /* (n_batch, n_embd) host: the last batch's final-norm rows (mtp_keep_hidden, or an MTP
                             context's output h), or NULL */
     void *hidden_mem;    /* backend memory of the last stage's s.hidden (and an MTP context's mtp_h, mtp_eh) */
+    /* EAGLE-3 features (eagle3_keep_layers) */
+    float *taps;         /* (n_batch, n_tap * n_embd) host: the last batch's tapped layer inputs, or NULL */
+    void *taps_mem;      /* backend memory of the stage's s.taps (n_ubatch rows) */
 };
 
 int brisk_kv_type_from_name(const char *name) {
@@ -136,6 +139,7 @@ void brisk_context_free(brisk_context *c) {
     if (c->model) tp_mirror(c->model, TP_CONTEXT_FREE, NULL, NULL, 0);
     kv_cache_free(c->kv);
     if (c->hidden_mem) c->st[c->n_stage - 1].be->ops->release(c->st[c->n_stage - 1].be, c->hidden_mem);
+    if (c->taps_mem) c->st[0].be->ops->release(c->st[0].be, c->taps_mem);
     for (int i = 0; i < 2; i++) {
         ctx_stage *st = &c->st[i];
         if (!st->be) continue;
@@ -166,6 +170,7 @@ void brisk_context_free(brisk_context *c) {
     free(c->pick);
     free(c->head_tmp);
     free(c->hidden);
+    free(c->taps);
     free(c);
 }
 
@@ -738,6 +743,31 @@ const float *mtp_hidden(const brisk_context *c, int i) {
     return c->hidden + (size_t)i * c->model->hp.n_embd;
 }
 
+brisk_status eagle3_keep_layers(brisk_context *c, const int32_t *layers, int n) {
+    const brisk_model *m = c->model;
+    if (c->taps) return bk_fail(BRISK_ERR_INVALID_ARG, "eagle3_keep_layers: the context keeps layers already");
+    if (n < 1 || n > 3) return bk_fail(BRISK_ERR_INVALID_ARG, "eagle3_keep_layers: %d layers (1..3)", n);
+    if (c->mtp || c->n_stage != 1 || m->tp_size > 0 || pipelined(m) || bk_backend_is_cuda(c->st[0].be, NULL))
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "EAGLE-3 runs on the CPU for now, one stage (load with -ngl 0)");
+    for (int k = 0; k < n; k++)
+        if (layers[k] < 0 || layers[k] >= m->hp.n_layer)
+            return bk_fail(BRISK_ERR_INVALID_ARG, "eagle3_keep_layers: layer %d of %d", layers[k], m->hp.n_layer);
+    size_t w = (size_t)n * m->hp.n_embd, bytes = (size_t)c->n_ubatch * w * sizeof(float);
+    if (!(c->taps = malloc((size_t)c->p.n_batch * w * sizeof(float)))) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    BK_TRY(c->st[0].be->ops->alloc(c->st[0].be, bytes, &c->taps_mem));
+    c->mem.scratch_bytes += bytes;
+    fwd_scratch *s = &c->st[0].s;
+    s->taps = c->taps_mem;
+    s->n_tap = n;
+    for (int k = 0; k < n; k++) s->tap_layer[k] = layers[k];
+    return BRISK_OK;
+}
+
+const float *eagle3_features(const brisk_context *c, int i) {
+    if (!c->taps || i < 0 || i >= c->n_last) return NULL;
+    return c->taps + (size_t)i * c->st[0].s.n_tap * c->model->hp.n_embd;
+}
+
 brisk_status mtp_decode(brisk_context *c, const brisk_batch_entry *e, const float *h, int n) {
     if (!c->mtp) return bk_fail(BRISK_ERR_INVALID_ARG, "mtp_decode: not an MTP context");
     c->mtp_in = h;
@@ -1052,6 +1082,9 @@ brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
         BK_TRY(pipelined(c->model) ? pp_forward(c, &fb) : run_forward(c, &fb));
         if (c->hidden)
             BK_TRY(last->be->ops->read(last->be, last->s.hidden, c->hidden + (size_t)b0 * hp->n_embd, h_bytes));
+        if (c->taps)
+            BK_TRY(last->be->ops->read(last->be, last->s.taps, c->taps + (size_t)b0 * last->s.n_tap * hp->n_embd,
+                                       (size_t)last->s.n_tap * h_bytes));
         if (nb_out && c->p.embeddings)
             BK_TRY(last->be->ops->read(last->be, last->s.out, c->embd + (size_t)row * hp->n_embd,
                                        (size_t)nb_out * hp->n_embd * sizeof(float)));

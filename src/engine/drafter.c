@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "engine/mtp.h"
+#include "model/eagle3.h"
 
 #define PREFILL_CHUNK DRAFTER_FEED_CHUNK
 
@@ -46,6 +47,11 @@ struct drafter {
     float *verify_h;           /* (DRAFTER_MAX_DRAFT + 1, n_embd) the tail of the last processed batch's target h */
     int32_t verify_pos0;       /* the position of its first row */
     int verify_rows;
+    /* eagle3 (target, n_embd (the drafter's), p_min, chain_h and verify_h (its g rows) as mtp's) */
+    eagle3 *e3;                /* owned */
+    int32_t *e3_tok;           /* (PREFILL_CHUNK) a processed batch's tokens, shifted one entry */
+    float *e3_g;               /* (PREFILL_CHUNK + 1, n_embd) the pending g row, then the batch's g rows */
+    int32_t pending_pos;       /* the position of the g row in e3_g[0] (the deferred pair's); -1: none */
     /* lookup */
     int n_min, n_max;
     /* cache */
@@ -118,6 +124,33 @@ brisk_status drafter_new_mtp(brisk_context *target, brisk_model *model, const br
     return s;
 }
 
+brisk_status drafter_new_eagle3(brisk_context *target, const brisk_model *model, const char *path, int n_ctx,
+                                int n_threads, float p_min, drafter **out) {
+    *out = NULL;
+    BK_TRY(alloc_drafter(DRAFTER_EAGLE3, out));
+    drafter *d = *out;
+    d->target = target;
+    d->n_vocab = brisk_n_vocab(model);
+    d->p_min = p_min;
+    d->pending_pos = -1;
+    brisk_status s = eagle3_open(path, model, n_ctx, n_threads, &d->e3);
+    if (s == BRISK_OK) s = eagle3_keep_layers(target, eagle3_target_layers(d->e3), 3);
+    if (s == BRISK_OK) {
+        d->n_embd = eagle3_n_embd(d->e3);
+        size_t row = (size_t)d->n_embd * sizeof(float);
+        d->e3_tok = malloc(PREFILL_CHUNK * sizeof *d->e3_tok);
+        d->e3_g = malloc((PREFILL_CHUNK + 1) * row);
+        d->chain_h = malloc(row);
+        d->verify_h = malloc((DRAFTER_MAX_DRAFT + 1) * row);
+        if (!d->e3_tok || !d->e3_g || !d->chain_h || !d->verify_h) s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    }
+    if (s != BRISK_OK) {
+        drafter_free(d);
+        *out = NULL;
+    }
+    return s;
+}
+
 brisk_status drafter_new_lookup(int n_min, int n_max, drafter **out) {
     *out = NULL;
     if (n_min < 1 || n_max < n_min || n_max > DRAFTER_MAX_DRAFT)
@@ -171,6 +204,9 @@ brisk_status drafter_new_replay(const brisk_token *ref, int32_t n_ref, int n_mat
 void drafter_free(drafter *d) {
     if (!d) return;
     if (d->kind == DRAFTER_MTP) brisk_context_free(d->ctx);
+    eagle3_free(d->e3);
+    free(d->e3_tok);
+    free(d->e3_g);
     free(d->h_in);
     free(d->pending_h);
     free(d->chain_h);
@@ -366,6 +402,85 @@ static brisk_status mtp_sync(drafter *d, int32_t keep) {
     return brisk_seq_len(d->ctx, 0) > keep ? brisk_seq_remove(d->ctx, 0, keep, -1) : BRISK_OK;
 }
 
+/* ---- eagle3 ---- */
+
+/* EAGLE-3's pair at position P is (token P+1, g_P) (llama.cpp's convention): a batch's last position waits
+ * for the token after it, which the next batch or the draft brings (pending_pos, e3_g[0]). */
+static brisk_status eagle3_begin(drafter *d) {
+    d->pending_pos = -1;
+    d->verify_rows = 0;
+    eagle3_cut(d->e3, 0);
+    return BRISK_OK;
+}
+
+/* The drafter catches up on entries [first, first + n) of the target's batch (one sequence's consecutive
+ * positions): g rows from the target's kept layer inputs, then the pairs whose next token the batch holds
+ * (the pending one first, when it is the position just before). Keeps the batch's last g rows for sync. */
+static brisk_status eagle3_process(drafter *d, const brisk_batch_entry *batch, int first, int n) {
+    if (n <= 0) return BRISK_OK;
+    if (n > PREFILL_CHUNK) return bk_fail(BRISK_ERR_INVALID_ARG, "drafter_process: a batch of %d entries", n);
+    const float *feat = eagle3_features(d->target, first);
+    if (!feat || !eagle3_features(d->target, first + n - 1))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "drafter_process: the target kept no layer inputs");
+    size_t row = (size_t)d->n_embd * sizeof(float);
+    BK_TRY(eagle3_encode(d->e3, feat, n, d->e3_g + d->n_embd)); /* rows 1..n: g of the batch's positions */
+    int32_t p0 = batch[first].pos;
+    bool bridge = d->pending_pos >= 0 && d->pending_pos + 1 == p0 && eagle3_len(d->e3) == d->pending_pos;
+    for (int i = 0; i < n; i++) d->e3_tok[i] = batch[first + i].token;
+    /* entries: (token p0, pending g) at p0 - 1 when bridging, then (token p0+i+1, g_{p0+i}) at p0 + i */
+    int m = n - 1 + bridge;
+    int32_t at = bridge ? p0 - 1 : p0;
+    if (eagle3_len(d->e3) != at)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "drafter_process: the EAGLE-3 cache holds %d positions, the batch "
+                       "starts at %d", eagle3_len(d->e3), p0);
+    if (m > 0) BK_TRY(eagle3_decode(d->e3, d->e3_tok + !bridge, d->e3_g + (size_t)!bridge * d->n_embd, at, m, false));
+    int keep = n < DRAFTER_MAX_DRAFT + 1 ? n : DRAFTER_MAX_DRAFT + 1;
+    memcpy(d->verify_h, d->e3_g + (size_t)(1 + n - keep) * d->n_embd, (size_t)keep * row);
+    d->verify_pos0 = p0 + n - keep;
+    d->verify_rows = keep;
+    d->pending_pos = p0 + n - 1;
+    memcpy(d->e3_g, d->e3_g + (size_t)n * d->n_embd, row);
+    return BRISK_OK;
+}
+
+/* Chained greedy drafts: (hist[n-1], the pending g of position n-2) at n-2, then each proposal with the
+ * drafter's own output h; the draft positions are cut again afterwards. */
+static brisk_status eagle3_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max, brisk_token *out,
+                                 int *k) {
+    *k = 0;
+    if (k_max <= 0 || n < 2) return BRISK_OK;
+    if (d->pending_pos != n - 2 || eagle3_len(d->e3) != n - 2)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "drafter: the EAGLE-3 cache holds %d positions (pending %d), not %d",
+                       eagle3_len(d->e3), d->pending_pos, n - 2);
+    const float *h = d->e3_g;
+    brisk_status s = BRISK_OK;
+    for (int i = 0; i < k_max; i++) {
+        int32_t tok = i ? out[i - 1] : hist[n - 1];
+        if ((s = eagle3_decode(d->e3, &tok, h, n - 2 + i, 1, true)) != BRISK_OK) break;
+        float p;
+        out[i] = argmax_p(eagle3_logits(d->e3), d->n_vocab, &p);
+        if (p < d->p_min) break;
+        *k = i + 1;
+        memcpy(d->chain_h, eagle3_hidden(d->e3, 0), (size_t)d->n_embd * sizeof(float));
+        h = d->chain_h;
+    }
+    eagle3_cut(d->e3, n - 2);
+    return s;
+}
+
+/* The round ended with positions [0, keep] settled (keep = n - 1): the pairs of [0, keep - 1) stay, the g of
+ * keep - 1 waits for hist[keep]. */
+static brisk_status eagle3_sync(drafter *d, int32_t keep) {
+    int i = keep - 1 - d->verify_pos0;
+    if (keep < 1) return BRISK_OK;
+    if (!d->verify_rows || i < 0 || i >= d->verify_rows)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "drafter: no EAGLE-3 g for position %d", keep - 1);
+    memcpy(d->e3_g, d->verify_h + (size_t)i * d->n_embd, (size_t)d->n_embd * sizeof(float));
+    d->pending_pos = keep - 1;
+    eagle3_cut(d->e3, keep - 1);
+    return BRISK_OK;
+}
+
 /* ---- lookup ---- */
 
 int drafter_lookup_search(const brisk_token *hist, int32_t n, int n_min, int n_max, int k_max, brisk_token *out,
@@ -476,6 +591,7 @@ brisk_status drafter_begin(drafter *d, const brisk_token *hist, int32_t n) {
         BK_TRY(brisk_seq_clear(d->ctx, d->seq));
         return feed_seq(d->ctx, d->seq, hist, 0, n - 1, d->batch);
     case DRAFTER_MTP: return mtp_begin(d);
+    case DRAFTER_EAGLE3: return eagle3_begin(d);
     case DRAFTER_CACHE:
         for (uint32_t i = 0; d->n_indexed && i < d->cap; i++) d->keys[i].start = -1, d->pairs[i].key = -1;
         d->n_indexed = 0;
@@ -485,12 +601,15 @@ brisk_status drafter_begin(drafter *d, const brisk_token *hist, int32_t n) {
 }
 
 brisk_status drafter_process(drafter *d, const brisk_batch_entry *batch, int n) {
-    return d->kind == DRAFTER_MTP ? mtp_process(d, batch, 0, n) : BRISK_OK;
+    return d->kind == DRAFTER_MTP ? mtp_process(d, batch, 0, n)
+           : d->kind == DRAFTER_EAGLE3 ? eagle3_process(d, batch, 0, n) : BRISK_OK;
 }
 
 brisk_status drafter_process_at(drafter *d, const brisk_batch_entry *batch, int first, int n) {
-    for (int i = 0; d->kind == DRAFTER_MTP && i < n; i += PREFILL_CHUNK)
-        BK_TRY(mtp_process(d, batch, first + i, n - i < PREFILL_CHUNK ? n - i : PREFILL_CHUNK));
+    for (int i = 0; (d->kind == DRAFTER_MTP || d->kind == DRAFTER_EAGLE3) && i < n; i += PREFILL_CHUNK) {
+        int m = n - i < PREFILL_CHUNK ? n - i : PREFILL_CHUNK;
+        BK_TRY(d->kind == DRAFTER_MTP ? mtp_process(d, batch, first + i, m) : eagle3_process(d, batch, first + i, m));
+    }
     return BRISK_OK;
 }
 
@@ -514,6 +633,7 @@ brisk_status drafter_draft(drafter *d, const brisk_token *hist, int32_t n, int k
     switch (d->kind) {
     case DRAFTER_MODEL: return model_draft(d, hist, n, k_max, out, k);
     case DRAFTER_MTP: return mtp_draft(d, hist, n, k_max, out, k);
+    case DRAFTER_EAGLE3: return eagle3_draft(d, hist, n, k_max, out, k);
     case DRAFTER_LOOKUP: *k = drafter_lookup_search(hist, n, d->n_min, d->n_max, k_max, out, &m); break;
     case DRAFTER_CACHE: *k = cache_draft(d, hist, n, k_max, out); break;
     case DRAFTER_REPLAY:
@@ -532,6 +652,7 @@ brisk_status drafter_sync(drafter *d, const brisk_token *hist, int32_t n) {
     switch (d->kind) {
     case DRAFTER_MODEL: return model_sync(d, hist, n - 1);
     case DRAFTER_MTP: return mtp_sync(d, n - 1);
+    case DRAFTER_EAGLE3: return eagle3_sync(d, n - 1);
     case DRAFTER_CACHE: return cache_sync(d, hist, n);
     default: return BRISK_OK;
     }

@@ -10,6 +10,11 @@
  *           then holds (token, target h) pairs of the settled positions),
  *           and a round chains it: the last emitted token with the target's
  *           h before it, then each proposal with the head's own output h;
+ *   eagle3  an EAGLE-3 drafter (model/eagle3.h) drafts greedily from the inputs of three target layers,
+ *           fused by its fc into one row g per position; as llama.cpp's --spec-type draft-eagle3 its
+ *           cache holds the pairs (token P+1, g_P) of the settled positions (the last one waits for its
+ *           next token), and a round chains it: the last emitted token with the pending g, then each
+ *           proposal with the drafter's own output h;
  *   lookup  prompt lookup (llama.cpp's ngram-simple idea): the longest suffix
  *           of the history, n_max tokens down to n_min, is searched for in the
  *           history itself, most recent occurrence first, and what followed it
@@ -51,6 +56,7 @@ typedef enum drafter_kind {
     DRAFTER_LOOKUP,
     DRAFTER_CACHE,
     DRAFTER_REPLAY,
+    DRAFTER_EAGLE3,
 } drafter_kind;
 
 #define DRAFTER_MAX_DRAFT 64  /* proposals per round, at most */
@@ -66,6 +72,12 @@ brisk_status drafter_new_model(brisk_context *draft, int seq, int n_vocab, float
  * round stops proposing below p_min, as the model kind. BRISK_ERR_UNSUPPORTED where engine/mtp.h says. */
 brisk_status drafter_new_mtp(brisk_context *target, brisk_model *model, const brisk_context_params *params,
                              float p_min, drafter **out);
+/* The EAGLE-3 drafter at path (llama.cpp's eagle3 GGUF) for target, a context of model: makes target keep the
+ * drafter's three layer inputs (eagle3_keep_layers); the drafter's cache holds n_ctx positions, its CPU
+ * backend n_threads. A round stops proposing below p_min, as the model kind. BRISK_ERR_UNSUPPORTED /
+ * FORMAT with a message where model/eagle3.h or engine/mtp.h says. */
+brisk_status drafter_new_eagle3(brisk_context *target, const brisk_model *model, const char *path, int n_ctx,
+                                int n_threads, float p_min, drafter **out);
 /* Prompt lookup; 1 <= n_min <= n_max <= DRAFTER_NGRAM_MAX. */
 brisk_status drafter_new_lookup(int n_min, int n_max, drafter **out);
 /* N-gram cache (1..DRAFTER_NGRAM_MAX-grams) over histories of up to n_hist_max tokens. */

@@ -34,4 +34,12 @@ brisk_status mtp_context_new(brisk_model *model, const brisk_context_params *par
 /* brisk_decode for an MTP context: entry i pairs e[i].token with h[i * n_embd ...] (host memory). Logits
  * through brisk_get_logits, the output h through mtp_hidden. */
 brisk_status mtp_decode(brisk_context *mtp, const brisk_batch_entry *e, const float *h, int n);
+
+/* EAGLE-3 (model/eagle3.h) drafts from the inputs of n (<= 3) layers of the target: from now on the target keeps
+ * every batch entry's rows of those layers, side by side (host memory, n_batch rows of n * n_embd floats).
+ * BRISK_ERR_UNSUPPORTED off the CPU or split over stages, as mtp_keep_hidden. */
+brisk_status eagle3_keep_layers(brisk_context *target, const int32_t *layers, int n);
+/* Entry i's kept rows (n * n_embd floats, eagle3_keep_layers' order) of the last brisk_decode, valid until the
+ * next one; NULL when the context keeps none or i is out of range. */
+const float *eagle3_features(const brisk_context *c, int i);
 #endif

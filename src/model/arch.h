@@ -36,6 +36,10 @@ typedef struct fwd_scratch {
                         MTP context's own (the next draft step's h) */
     float *mtp_h;    /* (n, n_embd) an MTP context: the batch's input h rows */
     float *mtp_eh;   /* (n, 2 n_embd) an MTP context: [enorm(embedding) ; hnorm(h)], eh_proj's input */
+    /* EAGLE-3 features (engine/mtp.h's eagle3_keep_layers; NULL / 0 otherwise) */
+    float *taps;     /* (n, n_tap * n_embd) each entry's inputs of layers tap_layer[0, n_tap), side by side */
+    int n_tap;
+    int tap_layer[3];
     /* routing statistics (brisk_context_params.collect_expert_stats), host memory, or NULL */
     int64_t *expert_counts; /* (n_layer, n_expert) */
     int32_t *ids_host;      /* (n, n_expert_used) a layer's choices read back */
@@ -73,6 +77,14 @@ brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_vi
  * logits of the entries that want them. The same arch_forward_fn signature, run by an MTP context. */
 brisk_status qwen35_mtp_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
                                 fwd_scratch *s, int l0, int l1);
+
+/* EAGLE-3's features: when layer l is tapped, its input s->x (n rows of d) goes to its column of s->taps.
+ * Every forward pass calls it at the top of each layer. */
+static inline void fwd_tap(bk_backend *be, fwd_scratch *s, int l, int n, int d) {
+    size_t row = (size_t)d * sizeof(float);
+    for (int k = 0; k < s->n_tap; k++)
+        if (s->tap_layer[k] == l) bk_copy_rows(be, s->taps + (size_t)k * d, (size_t)s->n_tap * row, s->x, row, row, (size_t)n);
+}
 
 /* Pieces the decoders share (model/llama.c): x += the attention block of layer l
  * (norm, q/k/v, QK-norm, RoPE, cached attention, output projection); and the final norm and LM

@@ -92,6 +92,7 @@ brisk_status llama_forward(const brisk_model *m, bk_backend *be, const bk_kv_vie
     if (l0 == 0) op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);
     for (int l = l0; l < l1; l++) {
         const layer_weights *L = &m->layers[l];
+        fwd_tap(be, s, l, n, hp->n_embd);
         decoder_attention(m, be, kv, b, s, l);
 
         bk_norm_swiglu(be, s->x, &L->ffn_norm, hp->rms_eps, s->xb, n, &L->w_gate, &L->w_up, s->hb2, s->hb);

@@ -141,6 +141,7 @@ brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_vi
 
     if (l0 == 0) op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);
     for (int l = l0; l < l1; l++) {
+        fwd_tap(be, s, l, n, hp->n_embd);
         if (model_layer_recurrent(hp, l)) gated_deltanet(m, be, kv, b, s, l);
         else gated_attention(m, be, kv, b, s, l);
         BK_TRY(ffn(m, be, b, s, l, l1));

@@ -88,6 +88,7 @@ brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_
     if (l0 == 0) op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);
     for (int l = l0; l < l1; l++) {
         const layer_weights *L = &m->layers[l];
+        fwd_tap(be, s, l, n, d);
         decoder_attention(m, be, kv, b, s, l);
 
         op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);

@@ -91,6 +91,27 @@ static bool is_moe(const synth_config *c) {
     return !strcmp(c->arch, "qwen3moe") || !strcmp(c->arch, "qwen35moe") || is_next(c);
 }
 static bool is_hybrid(const synth_config *c) { return !strncmp(c->arch, "qwen35", 6) || is_next(c); }
+static bool is_eagle3(const synth_config *c) { return !strcmp(c->arch, "eagle3"); }
+
+/* An EAGLE-3 drafter as llama.cpp's eagle3 loader reads it: fc (3 d_tgt -> d), one layer whose q/k/v take
+ * 2 d inputs, an own LM head; no token_embd (the target's serves, as in EAGLE-3 checkpoints for Llama 3.1). */
+static void plan_eagle3(const synth_config *c, plan_list *l) {
+    const int64_t d = c->n_embd, hd = c->head_dim, qd = (int64_t)c->n_head * hd, kvd = (int64_t)c->n_head_kv * hd;
+    const float sd2 = 1.0f / sqrtf(2.0f * (float)d), damp = 1.0f / sqrtf(2.0f);
+    mat(l, "fc.weight", 1.0f / sqrtf(3.0f * (float)c->eagle3_target_embd), 3 * (int64_t)c->eagle3_target_embd, d);
+    vec(l, "output_norm.weight", INIT_ONES, 0, d);
+    mat(l, "output.weight", 1.0f / sqrtf((float)d), d, c->n_vocab);
+    vec(l, "blk.0.attn_norm.weight", INIT_ONES, 0, d);
+    vec(l, "blk.0.attn_norm_2.weight", INIT_ONES, 0, d);
+    mat(l, "blk.0.attn_q.weight", sd2, 2 * d, qd);
+    mat(l, "blk.0.attn_k.weight", sd2, 2 * d, kvd);
+    mat(l, "blk.0.attn_v.weight", sd2, 2 * d, kvd);
+    mat(l, "blk.0.attn_output.weight", damp / sqrtf((float)qd), qd, d);
+    vec(l, "blk.0.ffn_norm.weight", INIT_ONES, 0, d);
+    mat(l, "blk.0.ffn_gate.weight", 1.0f / sqrtf((float)d), d, c->n_ff);
+    mat(l, "blk.0.ffn_up.weight", 1.0f / sqrtf((float)d), d, c->n_ff);
+    mat(l, "blk.0.ffn_down.weight", damp / sqrtf((float)c->n_ff), c->n_ff, d);
+}
 
 /* Upper bound of tensors per layer, for the allocation. */
 #define MAX_PER_LAYER 24
@@ -105,6 +126,10 @@ static void plan_tensors(const synth_config *c, plan_list *l) {
     const int64_t conv_dim = 2 * key_dim + val_dim;
     char nm[64];
     l->n = 0;
+    if (is_eagle3(c)) {
+        plan_eagle3(c, l);
+        return;
+    }
     mat(l, "token_embd.weight", 0.02f, d, c->n_vocab);
     vec(l, "output_norm.weight", INIT_ONES, 0, d);
     if (!c->tied) mat(l, "output.weight", sd, d, c->n_vocab);
@@ -177,7 +202,7 @@ static int64_t plan_rows(const tensor_plan *t) { return t->ne[1] * t->ne[2]; }
 /* ---- checks ---- */
 
 static brisk_status check_config(const synth_config *c) {
-    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next"};
+    static const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "eagle3"};
     bool known = false;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) known |= c->arch && !strcmp(c->arch, archs[i]);
     if (!known) return bk_fail(BRISK_ERR_UNSUPPORTED, "synth: architecture '%s' is not supported", c->arch ? c->arch : "");
@@ -199,6 +224,10 @@ static brisk_status check_config(const synth_config *c) {
     if (c->n_mtp < 0 || c->n_mtp > 4 || (c->n_mtp && !is_hybrid(c)))
         return bk_fail(BRISK_ERR_INVALID_ARG, "synth: %d MTP blocks (0..4, qwen35, qwen35moe and qwen3next only)",
                        c->n_mtp);
+    if (is_eagle3(c) && (c->n_layer != 1 || c->eagle3_target_embd <= 0 || c->eagle3_layers[0] < 0 ||
+                         c->eagle3_layers[1] < 0 || c->eagle3_layers[2] < 0))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "synth: an eagle3 drafter has one layer, a target width and three "
+                       "target layers");
     if (!(c->expert_skew >= 0 && c->expert_skew <= 64))
         return bk_fail(BRISK_ERR_INVALID_ARG, "synth: expert skew %g is outside [0, 64]", (double)c->expert_skew);
     return BRISK_OK;
@@ -242,6 +271,11 @@ static brisk_status set_arch_meta(gguf_writer *w, const synth_config *c, const q
     if (is_hybrid(c) && !is_next(c)) { /* qwen3next's RoPE is plain NEOX */
         int32_t sec[4] = {c->rope_sections[0], c->rope_sections[1], c->rope_sections[2], c->rope_sections[3]};
         BK_TRY(gguf_writer_set_arr(w, KEY("rope.dimension_sections"), GGUF_TYPE_INT32, sec, 4));
+    }
+    if (is_eagle3(c)) {
+        int32_t ids[3] = {c->eagle3_layers[0], c->eagle3_layers[1], c->eagle3_layers[2]};
+        BK_TRY(gguf_writer_set_arr(w, KEY("target_layers"), GGUF_TYPE_INT32, ids, 3));
+        U32("target_hidden_size", c->eagle3_target_embd);
     }
     if (is_hybrid(c)) {
         U32("ssm.conv_kernel", c->ssm_d_conv);

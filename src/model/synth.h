@@ -5,7 +5,9 @@
  * qwen35 / qwen35moe (the Qwen3.5/3.6 hybrid: Gated DeltaNet layers with a
  * gated full-attention layer every full_attn_interval-th, dense FFN or routed
  * experts plus a shared expert), optionally with multi-token-prediction
- * (MTP, "nextn") blocks after the trunk (n_mtp). Tensor names, shapes and metadata keys are
+ * (MTP, "nextn") blocks after the trunk (n_mtp); and eagle3, an EAGLE-3 drafter for
+ * such a target (llama.cpp's eagle3 arch: fc over three target layers' hidden states, one decoder layer
+ * whose q/k/v read [attn_norm(embedding) ; attn_norm_2(g)], its own LM head, the target's embedding). Tensor names, shapes and metadata keys are
  * those llama.cpp's converter writes, so llama.cpp loads the files.
  *
  * Weights: matrices are N(0, 1/n_in) (the embedding N(0, 0.02^2)); the
@@ -48,7 +50,7 @@
 #include "brisk.h"
 
 typedef struct synth_config {
-    const char *arch;  /* "llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next" */
+    const char *arch;  /* "llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "eagle3" */
     const char *name;
     int n_vocab;       /* 0: the vocab file's token count */
     int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx; /* n_ff 0: no dense FFN key */
@@ -73,6 +75,9 @@ typedef struct synth_config {
                                * blk.N.nextn.{eh_proj, enorm, hnorm, shared_head_norm}, as llama.cpp's converter
                                * writes Qwen3.5/3.6's mtp.* (embed_tokens and shared_head_head left out: the
                                * trunk's embedding and LM head serve, as in those checkpoints) */
+    /* eagle3: the target's layers whose inputs fc fuses (eagle3.target_layers) and its n_embd */
+    int eagle3_layers[3];
+    int eagle3_target_embd;
     /* writing */
     const char *ftype;        /* llama-quantize mix name ("Q4_K_M", "Q8_0", "F16", ...) or NULL */
     bool pure;                /* with ftype: every matrix gets the mix's base type */
