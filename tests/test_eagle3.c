@@ -1,0 +1,314 @@
+/* test_eagle3.c — the EAGLE-3 drafter (model/eagle3.h, the drafter's eagle3 kind) on a synthetic
+ * tiny-llama target and its tiny-llama-eagle3 drafter (brisk synth, the built-in vocabulary, f32):
+ *
+ *   load:     the file's keys and tensors are read as llama.cpp's eagle3 loader reads them (three
+ *             target layers, the target's embedding serving); a file of another architecture, a
+ *             target without the drafter's layers, and one of another width are refused with a
+ *             message; the target keeps the layer inputs only when asked;
+ *   greedy:   spec_generate with the drafter gives plain greedy decoding's tokens, token for token.
+ *             The files are patched so that rounds accept some proposals and reject others: the
+ *             target's LM head keeps two rows (on this prompt its greedy token is always 1), the
+ *             drafter's keeps row 1, negated (it proposes 1 where that logit is positive, else 0, the
+ *             first of the zero logits: varying with its h; measured 67..92% accepted);
+ *   rollback: the drafter driven by hand through rounds that keep 1..4 of 4 verified tokens (the
+ *             unpatched files) proposes what a drafter fed the same settled history one position at
+ *             a time proposes: its cache holds exactly the settled (token P+1, g_P) pairs.
+ * The drafter's logits against llama.cpp's are in test_conformance.c (eagle3). */
+#include <unistd.h>
+
+#include "brisk.h"
+#include "engine/drafter.h"
+#include "engine/mtp.h"
+#include "engine/speculative.h"
+#include "format/gguf.h"
+#include "model/eagle3.h"
+#include "model/model.h"
+#include "model/synth.h"
+#include "quant/quant.h"
+#include "test.h"
+
+static char dir[512];
+
+static void path_for(const char *name, char *out, size_t cap) { snprintf(out, cap, "%s/%s.gguf", dir, name); }
+
+/* Rewrites an f32 tensor of the file in place: x[i] = f(i, ne0, x[i]). */
+typedef float (*patch_fn)(int64_t i, int64_t ne0, float x);
+static void patch(const char *path, const char *name, patch_fn f) {
+    gguf_file *g = NULL;
+    CHECK_OK(gguf_open(path, &g));
+    if (!g) return;
+    const gguf_tensor *t = gguf_find_tensor(g, name);
+    CHECK(t && t->type == QT_F32);
+    if (t && t->type == QT_F32) {
+        int64_t n = (int64_t)(t->nbytes / sizeof(float));
+        float *x = malloc(t->nbytes);
+        memcpy(x, t->data, t->nbytes);
+        for (int64_t i = 0; i < n; i++) x[i] = f(i, t->ne[0], x[i]);
+        FILE *fp = fopen(path, "r+b");
+        CHECK(fp && fseek(fp, (long)(gguf_data_offset(g) + t->offset), SEEK_SET) == 0 &&
+              fwrite(x, 1, t->nbytes, fp) == t->nbytes);
+        if (fp) fclose(fp);
+        free(x);
+    }
+    gguf_close(g);
+}
+static float two_rows(int64_t i, int64_t ne0, float x) { return i / ne0 < 2 ? x : 0.0f; }
+static float row_one(int64_t i, int64_t ne0, float x) { return i / ne0 == 1 ? -x : 0.0f; }
+
+/* The pair (target, drafter); patched: as the header says. */
+static void make_pair(bool patched, char *tpath, char *dpath, size_t cap) {
+    path_for(patched ? "t-patched" : "t", tpath, cap);
+    path_for(patched ? "d-patched" : "d", dpath, cap);
+    if (access(tpath, R_OK) == 0 && access(dpath, R_OK) == 0) return;
+    synth_config c;
+    CHECK_OK(synth_preset("tiny-llama", &c));
+    c.n_threads = 2;
+    CHECK_OK(synth_write(&c, NULL, tpath, false));
+    CHECK_OK(synth_preset("tiny-llama-eagle3", &c));
+    c.n_threads = 2;
+    CHECK_OK(synth_write(&c, NULL, dpath, false));
+    if (!patched) return;
+    patch(tpath, "output.weight", two_rows);
+    patch(dpath, "output.weight", row_one);
+}
+
+static brisk_context_params ctx_params(void) {
+    brisk_context_params cp = brisk_context_default_params();
+    cp.n_ctx = 256;
+    cp.n_threads = 2;
+    cp.kv_type = BRISK_KV_F32;
+    return cp;
+}
+
+static const brisk_token prompt[] = {1, 100, 200, 300, 40, 50, 60, 70};
+#define N_PROMPT ((int)(sizeof prompt / sizeof *prompt))
+#define N_GEN 48
+
+static void test_load(void) {
+    char tpath[600], dpath[600], other[600];
+    make_pair(false, tpath, dpath, sizeof tpath);
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(tpath, NULL, &m));
+    if (!m) return;
+    eagle3 *e = NULL;
+    CHECK_OK(eagle3_open(dpath, m, 64, 2, &e));
+    if (e) {
+        const int32_t *ids = eagle3_target_layers(e);
+        CHECK(eagle3_n_embd(e) == 256 && ids[0] == 1 && ids[1] == 2 && ids[2] == 3 && eagle3_len(e) == 0);
+        /* a pair beyond the cache, a token out of range: errors, the cache unchanged */
+        float g[256] = {0};
+        int32_t tok = 5, bad = brisk_n_vocab(m);
+        CHECK(eagle3_decode(e, &tok, g, 3, 1, false) == BRISK_ERR_INVALID_ARG);
+        CHECK(eagle3_decode(e, &bad, g, 0, 1, false) == BRISK_ERR_INVALID_ARG);
+        CHECK_OK(eagle3_decode(e, &tok, g, 0, 1, true));
+        CHECK(eagle3_len(e) == 1 && eagle3_logits(e) && eagle3_hidden(e, 0) && !eagle3_hidden(e, 1));
+    }
+    eagle3_free(e);
+    e = NULL;
+    /* the target itself is no drafter */
+    CHECK(eagle3_open(tpath, m, 64, 2, &e) == BRISK_ERR_FORMAT && !e);
+    CHECK(strstr(brisk_last_error(), "eagle3"));
+    /* the target keeps no layer inputs until asked; then the drafter's three */
+    brisk_context_params cp = ctx_params();
+    brisk_context *t = NULL;
+    CHECK_OK(brisk_context_new(m, &cp, &t));
+    brisk_batch_entry b = {1, 0, 0, true};
+    if (t) {
+        CHECK_OK(brisk_decode(t, &b, 1));
+        CHECK(eagle3_features(t, 0) == NULL);
+        int32_t ids[3] = {1, 2, 9};
+        CHECK(eagle3_keep_layers(t, ids, 3) == BRISK_ERR_INVALID_ARG);
+    }
+    brisk_context_free(t);
+    brisk_model_free(m);
+    /* a target of two layers lacks layer 3; one of another width does not fit */
+    synth_config c;
+    CHECK_OK(synth_preset("tiny-llama", &c));
+    c.n_layer = 2;
+    c.n_threads = 2;
+    path_for("t2", other, sizeof other);
+    CHECK_OK(synth_write(&c, NULL, other, false));
+    CHECK_OK(brisk_model_load(other, NULL, &m));
+    if (m) CHECK(eagle3_open(dpath, m, 64, 2, &e) == BRISK_ERR_UNSUPPORTED && !e);
+    brisk_model_free(m);
+    CHECK_OK(synth_preset("tiny-llama", &c));
+    c.n_embd = 128, c.n_head = 4, c.n_head_kv = 2;
+    c.n_threads = 2;
+    path_for("t128", other, sizeof other);
+    CHECK_OK(synth_write(&c, NULL, other, false));
+    CHECK_OK(brisk_model_load(other, NULL, &m));
+    if (m) CHECK(eagle3_open(dpath, m, 64, 2, &e) == BRISK_ERR_FORMAT && !e && strstr(brisk_last_error(), "width"));
+    brisk_model_free(m);
+}
+
+typedef struct {
+    brisk_token out[N_GEN];
+    int n;
+} collect;
+
+static bool emit(void *user, brisk_token t) {
+    collect *c = user;
+    if (c->n >= N_GEN) return false;
+    c->out[c->n++] = t;
+    return true;
+}
+
+static brisk_token argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* Plain greedy decoding, then speculative with the EAGLE-3 drafter (k = 1, 3 and 5): the same tokens. */
+static void test_greedy(void) {
+    char tpath[600], dpath[600];
+    make_pair(true, tpath, dpath, sizeof tpath);
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(tpath, NULL, &m));
+    if (!m) return;
+    int nv = brisk_n_vocab(m);
+    brisk_context_params cp = ctx_params();
+    brisk_context *t = NULL;
+    CHECK_OK(brisk_context_new(m, &cp, &t));
+    if (!t) goto done;
+    collect plain = {.n = 0};
+    brisk_batch_entry b[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) b[i] = (brisk_batch_entry){prompt[i], i, 0, i == N_PROMPT - 1};
+    CHECK_OK(brisk_decode(t, b, N_PROMPT));
+    const float *lg = brisk_get_logits(t, N_PROMPT - 1);
+    for (int i = 0; i < N_GEN && lg; i++) {
+        plain.out[plain.n++] = argmax(lg, nv);
+        brisk_batch_entry e = {plain.out[i], N_PROMPT + i, 0, true};
+        CHECK_OK(brisk_decode(t, &e, 1));
+        lg = brisk_get_logits(t, 0);
+    }
+    CHECK_OK(brisk_seq_clear(t, 0));
+    drafter *d = NULL;
+    CHECK_OK(drafter_new_eagle3(t, m, dpath, cp.n_ctx, 2, 0, &d));
+    for (int k = 1; d && k <= 5; k += 2) {
+        brisk_sampler *smp = NULL;
+        brisk_sampler_params sp = brisk_sampler_default_params();
+        sp.temp = 0;
+        CHECK_OK(brisk_sampler_new(&sp, nv, &smp));
+        collect spec = {.n = 0};
+        spec_stats st;
+        if (smp) CHECK_OK(spec_generate(t, d, smp, prompt, N_PROMPT, k, 0, cp.n_ctx, emit, &spec, &st));
+        CHECK(spec.n == N_GEN && memcmp(spec.out, plain.out, sizeof plain.out) == 0);
+        for (int i = 0; i < N_GEN; i++)
+            if (spec.out[i] != plain.out[i]) {
+                fprintf(stderr, "  k=%d: token %d: speculative %d, plain %d\n", k, i, spec.out[i], plain.out[i]);
+                break;
+            }
+        CHECK(st.accepted > 0 && st.accepted < st.drafted); /* the accept and the rollback paths both ran */
+        CHECK(plain.out[0] == 1 && plain.out[N_GEN - 1] == 1); /* the patch's premise */
+        printf("  eagle3 k=%d: %lld rounds, %lld proposed, %lld accepted (%.1f%%), %.2f tokens per target step\n", k,
+               (long long)st.rounds, (long long)st.drafted, (long long)st.accepted,
+               st.drafted ? 100.0 * st.accepted / st.drafted : 0.0, st.rounds ? (st.emitted - 1.0) / st.rounds : 0.0);
+        brisk_sampler_free(smp);
+        CHECK_OK(brisk_seq_clear(t, 0));
+    }
+    drafter_free(d);
+done:
+    brisk_context_free(t);
+    brisk_model_free(m);
+}
+
+/* The reference: a fresh target and drafter fed hist[0, n-1) one position at a time (the pair of
+ * position p once hist[p+1] is known), then k chained greedy proposals for hist[n-1]. */
+static void reference_drafts(brisk_model *m, const char *dpath, const brisk_token *hist, int n, int k,
+                             brisk_token *out) {
+    brisk_context_params cp = ctx_params();
+    brisk_context *t = NULL;
+    eagle3 *e = NULL;
+    CHECK_OK(brisk_context_new(m, &cp, &t));
+    CHECK_OK(eagle3_open(dpath, m, cp.n_ctx, 2, &e));
+    if (t && e) CHECK_OK(eagle3_keep_layers(t, eagle3_target_layers(e), 3));
+    int d = e ? eagle3_n_embd(e) : 0, nv = brisk_n_vocab(m);
+    float *g = calloc((size_t)d + 1, sizeof *g);
+    for (int p = 0; t && e && p < n - 1; p++) {
+        if (p > 0) CHECK_OK(eagle3_decode(e, &hist[p], g, p - 1, 1, false)); /* (hist[p], g_{p-1}) at p-1 */
+        brisk_batch_entry be = {hist[p], p, 0, false};
+        CHECK_OK(brisk_decode(t, &be, 1));
+        CHECK_OK(eagle3_encode(e, eagle3_features(t, 0), 1, g));
+    }
+    for (int i = 0; t && e && i < k; i++) {
+        int32_t tok = i ? out[i - 1] : hist[n - 1];
+        CHECK_OK(eagle3_decode(e, &tok, g, n - 2 + i, 1, true));
+        out[i] = argmax(eagle3_logits(e), nv);
+        memcpy(g, eagle3_hidden(e, 0), (size_t)d * sizeof *g);
+    }
+    free(g);
+    eagle3_free(e);
+    brisk_context_free(t);
+}
+
+/* Rounds of 3 proposals verified in one batch of 4, keeping 1, 2, 3, 4, 1, ... of them (the kept
+ * tokens: the proposals, then a correction unlike the next one), the target cut back and re-decoded
+ * as speculative.c does. After each round the drafter's proposals equal the reference's. */
+static void test_rollback(void) {
+    char tpath[600], dpath[600];
+    make_pair(false, tpath, dpath, sizeof tpath);
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(tpath, NULL, &m));
+    if (!m) return;
+    int nv = brisk_n_vocab(m);
+    brisk_context_params cp = ctx_params();
+    brisk_context *t = NULL;
+    drafter *d = NULL;
+    CHECK_OK(brisk_context_new(m, &cp, &t));
+    if (t) CHECK_OK(drafter_new_eagle3(t, m, dpath, cp.n_ctx, 2, 0, &d));
+    brisk_token hist[128];
+    brisk_batch_entry b[16];
+    memcpy(hist, prompt, sizeof prompt);
+    int n = N_PROMPT;
+    if (!d) goto done;
+    CHECK_OK(drafter_begin(d, hist, n));
+    for (int i = 0; i < n; i++) b[i] = (brisk_batch_entry){hist[i], i, 0, i == n - 1};
+    CHECK_OK(brisk_decode(t, b, n));
+    CHECK_OK(drafter_process(d, b, n));
+    hist[n] = argmax(brisk_get_logits(t, n - 1), nv);
+    n++;
+    for (int round = 0; round < 8; round++) {
+        brisk_token dr[3], ref[3];
+        int k = 0;
+        CHECK_OK(drafter_draft(d, hist, n, 3, dr, &k));
+        CHECK(k == 3);
+        reference_drafts(m, dpath, hist, n, 3, ref);
+        CHECK(memcmp(dr, ref, sizeof dr) == 0);
+        if (k != 3) break;
+        int pos = n - 1, keep = round % 4 + 1; /* tokens of the batch kept: hist[n-1] and keep-1 proposals */
+        b[0] = (brisk_batch_entry){hist[n - 1], pos, 0, true};
+        for (int i = 0; i < 3; i++) b[i + 1] = (brisk_batch_entry){dr[i], pos + 1 + i, 0, true};
+        CHECK_OK(brisk_decode(t, b, 4));
+        CHECK_OK(drafter_process(d, b, 4));
+        for (int i = 0; i < keep - 1; i++) hist[n++] = dr[i];
+        hist[n] = keep < 4 ? (dr[keep - 1] + 1) % nv : argmax(brisk_get_logits(t, 3), nv); /* the round's sample */
+        n++;
+        if (keep < 4) { /* as speculative.c's cut_to: back, then the kept tokens again (no drafter_process) */
+            CHECK_OK(brisk_seq_remove(t, 0, pos, -1));
+            CHECK(drafter_feed(t, hist, pos, pos + keep, b) == BRISK_OK);
+        }
+        CHECK(brisk_seq_len(t, 0) == n - 1);
+        CHECK_OK(drafter_sync(d, hist, n));
+    }
+done:
+    drafter_free(d);
+    brisk_context_free(t);
+    brisk_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    snprintf(dir, sizeof dir, "/tmp/brisk-test-eagle3-XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    static const test_case cases[] = {
+        {"load", test_load},
+        {"greedy", test_greedy},
+        {"rollback", test_rollback},
+    };
+    int rc = test_main(cases, sizeof cases / sizeof *cases, argc, argv);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd)) rc = rc ? rc : 1;
+    return rc;
+}
