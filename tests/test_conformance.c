@@ -28,6 +28,7 @@
 
 #include "brisk.h"
 #include "engine/mtp.h"
+#include "model/eagle3.h"
 #include "format/gguf.h"
 #include "model/synth.h"
 #include "backend/cpu/cpu_dot.h"
@@ -1214,6 +1215,83 @@ static void test_stories260k(void) {
     if (test_need_file(p)) compare(p, "stories260K f32", 1e-4);
 }
 
+/* EAGLE-3: tiny-llama-eagle3 drafting for tiny-llama (f32, seed 1234, gpt-2's vocabulary) against llama.cpp's
+ * draft-eagle3 (llamacpp-ref eagle3: the target's inputs of layers 1..3, llama_encode's fc, the decoder over
+ * (token P+1, g_P) pairs with the target's embedding through ctx_other). Compared: the drafter's logits over
+ * the prompt's n_prompt - 1 catch-up pairs and N_EAGLE3_DRAFTS chained drafts after the target's greedy
+ * token, f32 everywhere: TOL_F32 (float order only); the drafts' tokens equal. */
+#define N_EAGLE3_DRAFTS 6
+static void test_llama_eagle3(void) {
+    char tpath[1200], dpath[1200], vocab[1200], ref_path[1300], ids_path[1300], cmd[4096], pstr[256] = "";
+    snprintf(tpath, sizeof tpath, "%s/tiny-llama-e3t-f32.gguf", dir);
+    snprintf(dpath, sizeof dpath, "%s/tiny-llama-eagle3-f32.gguf", dir);
+    snprintf(vocab, sizeof vocab, "%s/data/llama.cpp-vocab/ggml-vocab-gpt-2.gguf", test_shared_dir());
+    if (!test_need_file(vocab)) return;
+    const char *presets[2] = {"tiny-llama", "tiny-llama-eagle3"}, *paths[2] = {tpath, dpath};
+    for (int i = 0; i < 2; i++) {
+        if (file_exists(paths[i])) continue;
+        synth_config c;
+        CHECK_OK(synth_preset(presets[i], &c));
+        c.seed = 1234;
+        CHECK_OK(synth_write(&c, vocab, paths[i], false));
+    }
+    for (int i = 0; i < n_prompt; i++) snprintf(pstr + strlen(pstr), sizeof pstr - strlen(pstr), "%s%d", i ? " " : "", prompt[i]);
+    snprintf(ref_path, sizeof ref_path, "%s.eagle3.ref.bin", dpath);
+    snprintf(ids_path, sizeof ids_path, "%s.eagle3.ref.ids", dpath);
+    snprintf(cmd, sizeof cmd, "%s/llamacpp-ref eagle3 -m %s %s -p '%s' -n %d --kv f32 -t 1 --logits-out %s > %s "
+             "2>/dev/null", build_dir, tpath, dpath, pstr, N_EAGLE3_DRAFTS, ref_path, ids_path);
+    int nv = 0, nr = 0, ids[N_EAGLE3_DRAFTS + 1], n_ids = 0;
+    float *ref = ref_run(cmd) ? NULL : ref_read_logits(ref_path, &nv, &nr);
+    FILE *f = fopen(ids_path, "r");
+    while (f && n_ids < N_EAGLE3_DRAFTS + 1 && fscanf(f, "%d", &ids[n_ids]) == 1) n_ids++;
+    if (f) fclose(f);
+    CHECK(ref && nr == n_prompt - 1 + N_EAGLE3_DRAFTS && n_ids == N_EAGLE3_DRAFTS + 1);
+    brisk_model *m = NULL;
+    brisk_context *t = NULL;
+    eagle3 *e = NULL;
+    brisk_context_params cp = brisk_context_default_params();
+    cp.n_ctx = 128, cp.n_threads = 1, cp.kv_type = BRISK_KV_F32;
+    if (ref && nr == n_prompt - 1 + N_EAGLE3_DRAFTS && n_ids == N_EAGLE3_DRAFTS + 1) CHECK_OK(brisk_model_load(tpath, NULL, &m));
+    if (m) CHECK_OK(brisk_context_new(m, &cp, &t));
+    if (t) CHECK_OK(eagle3_open(dpath, m, cp.n_ctx, 1, &e));
+    if (e) CHECK_OK(eagle3_keep_layers(t, eagle3_target_layers(e), 3));
+    brisk_batch_entry b[MAX_PROMPT];
+    int d = e ? eagle3_n_embd(e) : 0, same = 0;
+    float *g = malloc(sizeof(float) * (size_t)(n_prompt + 1) * (d ? d : 1));
+    double worst = 0;
+    bool ok = e && g;
+    for (int i = 0; ok && i < n_prompt; i++) b[i] = (brisk_batch_entry){prompt[i], i, 0, i == n_prompt - 1};
+    ok = ok && brisk_decode(t, b, n_prompt) == BRISK_OK && eagle3_encode(e, eagle3_features(t, 0), n_prompt, g) == BRISK_OK;
+    CHECK(ok && ref_argmax(brisk_get_logits(t, n_prompt - 1), nv) == ids[0]); /* the target's greedy token */
+    brisk_token tok = ok ? ids[0] : 0;
+    for (int row = 0; ok && row < nr; row++) { /* catch-up rows one pair at a time, then the drafts */
+        int j = row - (n_prompt - 1);
+        int32_t in = j < 0 ? prompt[row + 1] : tok;
+        const float *gi = j <= 0 ? g + (size_t)row * d : g + (size_t)n_prompt * d;
+        if (eagle3_decode(e, &in, gi, row, 1, true) != BRISK_OK) {
+            ok = false;
+            break;
+        }
+        const float *lg = eagle3_logits(e), *r = ref + (size_t)row * nv;
+        double rel = row_rel_diff(lg, r, nv);
+        if (rel > worst) worst = rel;
+        if (getenv("CONF_VERBOSE")) printf("    eagle3 row %d: rel %.2e\n", row, rel);
+        if (j >= 0) {
+            tok = ref_argmax(lg, nv);
+            same += tok == ids[j + 1];
+            memcpy(g + (size_t)n_prompt * d, eagle3_hidden(e, 0), sizeof(float) * (size_t)d);
+        }
+    }
+    CHECK(ok && worst <= TOL_F32 && same == N_EAGLE3_DRAFTS);
+    printf("  tiny-llama eagle3: %d catch-up rows + %d drafts, max rel diff %.2e (tol %.2e), drafts equal %d/%d\n",
+           n_prompt - 1, N_EAGLE3_DRAFTS, worst, TOL_F32, same, N_EAGLE3_DRAFTS);
+    free(g);
+    eagle3_free(e);
+    brisk_context_free(t);
+    brisk_model_free(m);
+    free(ref);
+}
+
 int main(int argc, char **argv) {
     /* every case compares against llama.cpp: the switch, or a missing reference, skips them all */
     int off = test_env_switch("BRISK_NO_LLAMACPP"); /* a bad value fails "setup" */
@@ -1242,6 +1320,7 @@ int main(int argc, char **argv) {
                          {"qwen35_checkpoints", test_qwen35_checkpoints},
                          {"qwen35moe_types", test_qwen35moe}, {"qwen3next_types", test_qwen3next},
                          {"qwen35_mtp", test_qwen35_mtp}, {"qwen35moe_mtp", test_qwen35moe_mtp},
-                         {"qwen3next_mtp", test_qwen3next_mtp}, {"mutants", test_mutants}};
+                         {"qwen3next_mtp", test_qwen3next_mtp}, {"llama_eagle3", test_llama_eagle3},
+                         {"mutants", test_mutants}};
     return test_main(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
