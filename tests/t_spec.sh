@@ -13,6 +13,10 @@
 #     qwen35moe with an MTP block: the same greedy text as plain decoding, its stats line printed;
 #     bench --spec-mtp 3 checks the same and prints the acceptance; a model without the head is
 #     refused with a message (exit 1). Acceptance itself is tested in tests/test_mtp.c.
+#  6. --spec-type draft-eagle3 -md (an EAGLE-3 drafter) on brisk synth's tiny-llama and
+#     tiny-llama-eagle3: the same greedy text as plain decoding, its stats line printed; bench
+#     --spec-eagle3 3 -md checks the same; without -md, or with a file that is no EAGLE-3 drafter,
+#     refused with a message. Acceptance and llama.cpp's logits: tests/test_eagle3.c, test_conformance.c.
 set -u
 B=${BUILD:-build}
 S=${SHARED:-../shared}
@@ -90,4 +94,22 @@ else no "bench --spec-mtp: $(cat "$T/bo")"; fi
 rc=$?
 [ $rc -eq 1 ] && grep -q "multi-token prediction" "$T/se" && ok "run --spec-type mtp without a head: refused ($(cat "$T/se"))" ||
   no "run --spec-type mtp on stories260K: rc $rc ($(cat "$T/se"))"
+"$B/brisk" synth --preset tiny-llama -t 2 -o "$T/e3t.gguf" 2>/dev/null || no "synth --preset tiny-llama"
+"$B/brisk" synth --preset tiny-llama-eagle3 -t 2 -o "$T/e3d.gguf" 2>/dev/null || no "synth --preset tiny-llama-eagle3"
+a=$("$B/brisk" run -m "$T/e3t.gguf" -p "Once upon a time" -n 24 --temp 0 -t 2 2>/dev/null)
+b=$("$B/brisk" run -m "$T/e3t.gguf" -md "$T/e3d.gguf" -p "Once upon a time" -n 24 --temp 0 -t 2 \
+    --spec-type draft-eagle3 2>"$T/se")
+if [ -n "$a" ] && [ "$a" = "$b" ] && grep -q '^draft-eagle3: [0-9]* rounds ([1-9]' "$T/se"; then
+  ok "eagle3: same greedy text; $(grep '^draft-eagle3:' "$T/se")"
+else no "eagle3: plain '$a' / speculative '$b' ($(tail -n2 "$T/se"))"; fi
+if "$B/brisk" bench -m "$T/e3t.gguf" -md "$T/e3d.gguf" -t 2 -n 24 -r 1 --spec-eagle3 3 > "$T/bo" 2>&1 &&
+   grep -q "greedy tokens equal to plain decoding's" "$T/bo"; then ok "bench --spec-eagle3 3: $(grep '^eagle3:' "$T/bo")"
+else no "bench --spec-eagle3: $(cat "$T/bo")"; fi
+"$B/brisk" run -m "$T/e3t.gguf" -p "Once" -n 2 --spec-type eagle3 >/dev/null 2>"$T/se"
+rc=$?
+[ $rc -eq 2 ] && grep -q "needs -md" "$T/se" && ok "eagle3 without -md: refused" || no "eagle3 without -md: rc $rc"
+"$B/brisk" run -m "$T/e3t.gguf" -md "$T/e3t.gguf" -p "Once" -n 2 --spec-type eagle3 >/dev/null 2>"$T/se"
+rc=$?
+[ $rc -eq 1 ] && grep -q "eagle3" "$T/se" && ok "eagle3 with a plain model as drafter: refused ($(cat "$T/se"))" ||
+  no "eagle3 with a plain model as drafter: rc $rc ($(cat "$T/se"))"
 exit $fail

@@ -277,9 +277,10 @@ done:
 
 /* --spec-mtp K: the model's own MTP head (engine/mtp.h) drafts up to K tokens a round: -n greedy tokens after
  * a prompt of random tokens, plainly and then -r times with MTP speculation (after a warm-up of each); the
- * tokens are checked to be the plain run's, and tokens/s, tokens per target step and the acceptance printed. */
+ * tokens are checked to be the plain run's, and tokens/s, tokens per target step and the acceptance printed.
+ * With eagle3 (--spec-eagle3 K -md FILE) the EAGLE-3 drafter at that path drafts instead. */
 static int bench_spec_mtp(brisk_model *m, brisk_context *ctx, const brisk_context_params *cp, int n_vocab, int n_gen,
-                          int reps, int k) {
+                          int reps, int k, const char *eagle3) {
     int rc = 1;
     brisk_token *ref = malloc((size_t)(REPLAY_PROMPT + n_gen) * sizeof *ref), *out = malloc((size_t)n_gen * sizeof *out);
     double *t = calloc((size_t)reps, sizeof *t);
@@ -291,18 +292,21 @@ static int bench_spec_mtp(brisk_model *m, brisk_context *ctx, const brisk_contex
     if (drafter_new_lookup(1, 1, &none) != BRISK_OK) goto done;
     double t_plain = replay_once(ctx, none, n_vocab, ref, n_gen, 0, cp->n_ctx, ref + REPLAY_PROMPT, &st);
     if (t_plain < 0 || (t_plain = replay_once(ctx, none, n_vocab, ref, n_gen, 0, cp->n_ctx, NULL, &st)) < 0) goto done;
-    if (drafter_new_mtp(ctx, m, cp, 0, &dr) != BRISK_OK) goto done;
+    const char *kind = eagle3 ? "eagle3" : "mtp";
+    if ((eagle3 ? drafter_new_eagle3(ctx, m, eagle3, cp->n_ctx, cp->n_threads, 0, &dr)
+                : drafter_new_mtp(ctx, m, cp, 0, &dr)) != BRISK_OK)
+        goto done;
     if (replay_once(ctx, dr, n_vocab, ref, n_gen, k, cp->n_ctx, out, &st) < 0) goto done; /* warm-up */
     same = !memcmp(out, ref + REPLAY_PROMPT, (size_t)n_gen * sizeof *out);
     char name[48];
-    snprintf(name, sizeof name, "tg mtp k%d", k);
+    snprintf(name, sizeof name, "tg %s k%d", kind, k);
     if (!spec_rows(ctx, dr, n_vocab, ref, n_gen, k, cp->n_ctx, reps, t, t_plain, name, &st)) goto done;
-    printf("mtp: %lld rounds, %lld proposed, %lld accepted (%.1f%%); greedy tokens %s plain decoding's\n",
-           (long long)st.rounds, (long long)st.drafted, (long long)st.accepted,
+    printf("%s: %lld rounds, %lld proposed, %lld accepted (%.1f%%); greedy tokens %s plain decoding's\n",
+           kind, (long long)st.rounds, (long long)st.drafted, (long long)st.accepted,
            st.drafted ? 100.0 * st.accepted / st.drafted : 0.0, same ? "equal to" : "DIFFER from");
     rc = same ? 0 : 1;
 done:
-    if (rc) cli_error(1, "bench: %s", same ? brisk_last_error() : "MTP speculation changed the greedy tokens");
+    if (rc) cli_error(1, "bench: %s", same ? brisk_last_error() : "speculation changed the greedy tokens");
     drafter_free(none);
     drafter_free(dr);
     free(ref);
@@ -312,11 +316,11 @@ done:
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *model_path = NULL;
+    const char *model_path = NULL, *draft_path = NULL;
     int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, n_ctx = 0;
     int depth = 0, n_seq = 1, spec_k = 0, mtp_k = 0;
     double spec_rate = 0;
-    bool json = false, blank = false;
+    bool json = false, blank = false, eagle3 = false;
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -339,6 +343,7 @@ int cmd_bench(int argc, char **argv) {
                    "  --spec-mtp K  speculative decoding with the model's own multi-token-prediction head (Qwen3.5/3.6\n"
                    "          nextn layers; CPU, -ngl 0), K drafts a round: -n greedy tokens plainly and with it,\n"
                    "          tokens/s, tokens per target step and the acceptance rate\n"
+                   "  --spec-eagle3 K -md FILE  the same with the EAGLE-3 drafter FILE (llama.cpp's eagle3 GGUF; CPU)\n"
                    "  -m, --model FILE     GGUF model\n"
                    CLI_MODEL_HELP);
             return 0;
@@ -352,8 +357,11 @@ int cmd_bench(int argc, char **argv) {
                 spec_rate > 1 || *end)
                 return cli_error(2, "bench: --spec-replay K:RATE wants K in [1, %d] and RATE in [0, 1], not '%s'",
                                  DRAFTER_MAX_DRAFT, v);
-        } else if (!strcmp(a, "--spec-mtp")) {
+        } else if (!strcmp(a, "--spec-mtp") || !strcmp(a, "--spec-eagle3")) {
             if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 1, DRAFTER_MAX_DRAFT, &mtp_k)) return 2;
+            eagle3 = !strcmp(a, "--spec-eagle3");
+        } else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) {
+            if (!(draft_path = cli_next(argc, argv, &i))) return 2;
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else if (!strcmp(a, "--blank-depth")) {
@@ -368,6 +376,7 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     if (reps < 1) return cli_error(2, "bench: -r must be at least 1");
+    if (eagle3 != (draft_path != NULL)) return cli_error(2, "bench: --spec-eagle3 K goes with -md FILE, and -md with it");
     if (n_seq < 1 || n_seq > 256) return cli_error(2, "bench: -np must be in [1, 256]");
     int hf_rc = cli_model_path(&mo, "bench", &model_path);
     if (hf_rc) return hf_rc;
@@ -413,9 +422,9 @@ int cmd_bench(int argc, char **argv) {
     if (spec_k || mtp_k) {
         printf("model: %s (%s), %.2f GiB; threads %d\n", model_path, info.arch, info.weight_bytes / 1073741824.0,
                n_threads);
-        if (n_gen <= 0) rc = cli_error(2, "bench: %s needs -n > 0", spec_k ? "--spec-replay" : "--spec-mtp");
+        if (n_gen <= 0) rc = cli_error(2, "bench: %s needs -n > 0", spec_k ? "--spec-replay" : eagle3 ? "--spec-eagle3" : "--spec-mtp");
         else if (spec_k) rc = bench_spec_replay(ctx, n_vocab, n_gen, reps, spec_k, spec_rate, cp.n_ctx, batch);
-        else rc = bench_spec_mtp(m, ctx, &cp, n_vocab, n_gen, reps, mtp_k);
+        else rc = bench_spec_mtp(m, ctx, &cp, n_vocab, n_gen, reps, mtp_k, draft_path);
         goto done;
     }
     double *tps = calloc((size_t)reps, sizeof *tps);
