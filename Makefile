@@ -107,10 +107,11 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(BUILD)/libbrisk.a
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libbrisk.a $(LDFLAGS) $(LDLIBS)
 
 # The llama.cpp reference harness (dlopens the npm build of llama.cpp v0.4.0).
-$(BUILD)/llamacpp-ref: tests/llamacpp/harness.c tests/llamacpp/imatrix.c tests/llamacpp/imatrix.h .deps/llama.cpp/include/llama.h
+$(BUILD)/llamacpp-ref: tests/llamacpp/harness.c tests/llamacpp/harness.h tests/llamacpp/spec.c tests/llamacpp/imatrix.c \
+                      tests/llamacpp/imatrix.h .deps/llama.cpp/include/llama.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O2 -g -D_GNU_SOURCE -I.deps/llama.cpp/include -I.deps/llama.cpp/ggml/include \
-	    -o $@ tests/llamacpp/harness.c tests/llamacpp/imatrix.c -ldl -lm -pthread
+	    -o $@ tests/llamacpp/harness.c tests/llamacpp/spec.c tests/llamacpp/imatrix.c -ldl -lm -pthread
 
 $(BUILD)/tests/test_cuda_ops: tests/test_cuda_ops.c $(wildcard tests/cuda/ops_*.c) tests/test.h $(BUILD)/libbrisk.a
 	@mkdir -p $(dir $@)
