@@ -1215,19 +1215,20 @@ static void test_stories260k(void) {
     if (test_need_file(p)) compare(p, "stories260K f32", 1e-4);
 }
 
-/* EAGLE-3: tiny-llama-eagle3 drafting for tiny-llama (f32, seed 1234, gpt-2's vocabulary) against llama.cpp's
+/* EAGLE-3: tiny-llama-eagle3 drafting for a target of width 256 and 4 layers (tiny-llama; tiny-qwen3, tied;
+ * tiny-qwen35, recurrent; tiny-qwen3moe; f32, seed 1234, gpt-2's vocabulary) against llama.cpp's
  * draft-eagle3 (llamacpp-ref eagle3: the target's inputs of layers 1..3, llama_encode's fc, the decoder over
  * (token P+1, g_P) pairs with the target's embedding through ctx_other). Compared: the drafter's logits over
  * the prompt's n_prompt - 1 catch-up pairs and N_EAGLE3_DRAFTS chained drafts after the target's greedy
  * token, f32 everywhere: TOL_F32 (float order only); the drafts' tokens equal. */
 #define N_EAGLE3_DRAFTS 6
-static void test_llama_eagle3(void) {
+static void eagle3_case(const char *target) {
     char tpath[1200], dpath[1200], vocab[1200], ref_path[1300], ids_path[1300], cmd[4096], pstr[256] = "";
-    snprintf(tpath, sizeof tpath, "%s/tiny-llama-e3t-f32.gguf", dir);
+    snprintf(tpath, sizeof tpath, "%s/%s-e3t-f32.gguf", dir, target);
     snprintf(dpath, sizeof dpath, "%s/tiny-llama-eagle3-f32.gguf", dir);
     snprintf(vocab, sizeof vocab, "%s/data/llama.cpp-vocab/ggml-vocab-gpt-2.gguf", test_shared_dir());
     if (!test_need_file(vocab)) return;
-    const char *presets[2] = {"tiny-llama", "tiny-llama-eagle3"}, *paths[2] = {tpath, dpath};
+    const char *presets[2] = {target, "tiny-llama-eagle3"}, *paths[2] = {tpath, dpath};
     for (int i = 0; i < 2; i++) {
         if (file_exists(paths[i])) continue;
         synth_config c;
@@ -1236,8 +1237,8 @@ static void test_llama_eagle3(void) {
         CHECK_OK(synth_write(&c, vocab, paths[i], false));
     }
     for (int i = 0; i < n_prompt; i++) snprintf(pstr + strlen(pstr), sizeof pstr - strlen(pstr), "%s%d", i ? " " : "", prompt[i]);
-    snprintf(ref_path, sizeof ref_path, "%s.eagle3.ref.bin", dpath);
-    snprintf(ids_path, sizeof ids_path, "%s.eagle3.ref.ids", dpath);
+    snprintf(ref_path, sizeof ref_path, "%s.eagle3.ref.bin", tpath);
+    snprintf(ids_path, sizeof ids_path, "%s.eagle3.ref.ids", tpath);
     snprintf(cmd, sizeof cmd, "%s/llamacpp-ref eagle3 -m %s %s -p '%s' -n %d --kv f32 -t 1 --logits-out %s > %s "
              "2>/dev/null", build_dir, tpath, dpath, pstr, N_EAGLE3_DRAFTS, ref_path, ids_path);
     int nv = 0, nr = 0, ids[N_EAGLE3_DRAFTS + 1], n_ids = 0;
@@ -1283,13 +1284,20 @@ static void test_llama_eagle3(void) {
         }
     }
     CHECK(ok && worst <= TOL_F32 && same == N_EAGLE3_DRAFTS);
-    printf("  tiny-llama eagle3: %d catch-up rows + %d drafts, max rel diff %.2e (tol %.2e), drafts equal %d/%d\n",
-           n_prompt - 1, N_EAGLE3_DRAFTS, worst, TOL_F32, same, N_EAGLE3_DRAFTS);
+    printf("  %-14s eagle3: %d catch-up rows + %d drafts, max rel diff %.2e (tol %.2e), drafts equal %d/%d\n",
+           target, n_prompt - 1, N_EAGLE3_DRAFTS, worst, TOL_F32, same, N_EAGLE3_DRAFTS);
     free(g);
     eagle3_free(e);
     brisk_context_free(t);
     brisk_model_free(m);
     free(ref);
+}
+
+static void test_eagle3(void) {
+    eagle3_case("tiny-llama");
+    eagle3_case("tiny-qwen3");
+    eagle3_case("tiny-qwen35");
+    eagle3_case("tiny-qwen3moe");
 }
 
 int main(int argc, char **argv) {
@@ -1320,7 +1328,7 @@ int main(int argc, char **argv) {
                          {"qwen35_checkpoints", test_qwen35_checkpoints},
                          {"qwen35moe_types", test_qwen35moe}, {"qwen3next_types", test_qwen3next},
                          {"qwen35_mtp", test_qwen35_mtp}, {"qwen35moe_mtp", test_qwen35moe_mtp},
-                         {"qwen3next_mtp", test_qwen3next_mtp}, {"llama_eagle3", test_llama_eagle3},
+                         {"qwen3next_mtp", test_qwen3next_mtp}, {"eagle3", test_eagle3},
                          {"mutants", test_mutants}};
     return test_main(cases, sizeof cases / sizeof cases[0], argc, argv);
 }
