@@ -208,8 +208,8 @@ static void greedy(const char *preset) {
             }
         CHECK(st.accepted > 0 && st.accepted < st.drafted); /* the accept and the rollback paths both ran */
         if (!strcmp(preset, "tiny-llama")) CHECK(plain.out[0] == 1 && plain.out[N_GEN - 1] == 1); /* the premise */
-        printf("  %s eagle3 k=%d: %lld rounds, %lld proposed, %lld accepted (%.1f%%), %.2f tokens per target step\n", preset,
-               k, (long long)st.rounds, (long long)st.drafted, (long long)st.accepted,
+        printf("  %s eagle3 k=%d: %lld rounds, %lld proposed, %lld accepted (%.1f%%), %.2f tokens per target step\n",
+               preset, k, (long long)st.rounds, (long long)st.drafted, (long long)st.accepted,
                st.drafted ? 100.0 * st.accepted / st.drafted : 0.0, st.rounds ? (st.emitted - 1.0) / st.rounds : 0.0);
         brisk_sampler_free(smp);
         CHECK_OK(brisk_seq_clear(t, 0));

@@ -99,7 +99,8 @@ static brisk_status read_hparams(eagle3 *e, const brisk_model *target) {
     BK_TRY(get_u32(g, "embedding_length", true, 0, 1, 1 << 20, &e->n_embd));
     BK_TRY(get_u32(g, "attention.head_count", true, 0, 1, 4096, &e->n_head));
     BK_TRY(get_u32(g, "attention.head_count_kv", false, e->n_head, 1, e->n_head, &e->n_head_kv));
-    if (e->n_head % e->n_head_kv) return bk_fail(BRISK_ERR_FORMAT, "eagle3: %d heads over %d KV heads", e->n_head, e->n_head_kv);
+    if (e->n_head % e->n_head_kv)
+        return bk_fail(BRISK_ERR_FORMAT, "eagle3: %d heads over %d KV heads", e->n_head, e->n_head_kv);
     BK_TRY(get_u32(g, "attention.key_length", false, e->n_embd / e->n_head, 2, 4096, &e->head_dim));
     int vlen;
     BK_TRY(get_u32(g, "attention.value_length", false, e->head_dim, 2, 4096, &vlen));
