@@ -122,8 +122,13 @@ static void test_load(void) {
     if (t) {
         CHECK_OK(brisk_decode(t, &b, 1));
         CHECK(eagle3_features(t, 0) == NULL);
-        int32_t ids[3] = {1, 2, 9};
+        int32_t ids[3] = {1, 2, 9}, ok[3] = {1, 2, 3}, elsewhere[3] = {0, 2, 3};
         CHECK(eagle3_keep_layers(t, ids, 3) == BRISK_ERR_INVALID_ARG);
+        CHECK_OK(eagle3_keep_layers(t, ok, 3));
+        CHECK_OK(eagle3_keep_layers(t, ok, 3)); /* a second drafter of the same target */
+        CHECK(eagle3_keep_layers(t, elsewhere, 3) == BRISK_ERR_INVALID_ARG);
+        CHECK_OK(brisk_decode(t, &(brisk_batch_entry){1, 1, 0, true}, 1));
+        CHECK(eagle3_features(t, 0) && !eagle3_features(t, 1));
     }
     brisk_context_free(t);
     brisk_model_free(m);

@@ -745,18 +745,28 @@ const float *mtp_hidden(const brisk_context *c, int i) {
 
 brisk_status eagle3_keep_layers(brisk_context *c, const int32_t *layers, int n) {
     const brisk_model *m = c->model;
-    if (c->taps) return bk_fail(BRISK_ERR_INVALID_ARG, "eagle3_keep_layers: the context keeps layers already");
+    fwd_scratch *s = &c->st[0].s;
     if (n < 1 || n > 3) return bk_fail(BRISK_ERR_INVALID_ARG, "eagle3_keep_layers: %d layers (1..3)", n);
+    if (c->taps) { /* a second drafter of the same target: the same layers, or none */
+        bool same = s->n_tap == n;
+        for (int k = 0; same && k < n; k++) same = s->tap_layer[k] == layers[k];
+        return same ? BRISK_OK : bk_fail(BRISK_ERR_INVALID_ARG, "eagle3_keep_layers: the context keeps other layers");
+    }
     if (c->mtp || c->n_stage != 1 || m->tp_size > 0 || pipelined(m) || bk_backend_is_cuda(c->st[0].be, NULL))
         return bk_fail(BRISK_ERR_UNSUPPORTED, "EAGLE-3 runs on the CPU for now, one stage (load with -ngl 0)");
     for (int k = 0; k < n; k++)
         if (layers[k] < 0 || layers[k] >= m->hp.n_layer)
             return bk_fail(BRISK_ERR_INVALID_ARG, "eagle3_keep_layers: layer %d of %d", layers[k], m->hp.n_layer);
     size_t w = (size_t)n * m->hp.n_embd, bytes = (size_t)c->n_ubatch * w * sizeof(float);
-    if (!(c->taps = malloc((size_t)c->p.n_batch * w * sizeof(float)))) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    BK_TRY(c->st[0].be->ops->alloc(c->st[0].be, bytes, &c->taps_mem));
+    float *host = malloc((size_t)c->p.n_batch * w * sizeof(float));
+    if (!host) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    brisk_status st = c->st[0].be->ops->alloc(c->st[0].be, bytes, &c->taps_mem);
+    if (st != BRISK_OK) {
+        free(host);
+        return st;
+    }
+    c->taps = host;
     c->mem.scratch_bytes += bytes;
-    fwd_scratch *s = &c->st[0].s;
     s->taps = c->taps_mem;
     s->n_tap = n;
     for (int k = 0; k < n; k++) s->tap_layer[k] = layers[k];

@@ -83,7 +83,8 @@ brisk_status qwen35_mtp_forward(const brisk_model *m, bk_backend *be, const bk_k
 static inline void fwd_tap(bk_backend *be, fwd_scratch *s, int l, int n, int d) {
     size_t row = (size_t)d * sizeof(float);
     for (int k = 0; k < s->n_tap; k++)
-        if (s->tap_layer[k] == l) bk_copy_rows(be, s->taps + (size_t)k * d, (size_t)s->n_tap * row, s->x, row, row, (size_t)n);
+        if (s->tap_layer[k] == l)
+            bk_copy_rows(be, s->taps + (size_t)k * d, (size_t)s->n_tap * row, s->x, row, row, (size_t)n);
 }
 
 /* Pieces the decoders share (model/llama.c): x += the attention block of layer l
