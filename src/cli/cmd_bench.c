@@ -343,7 +343,8 @@ int cmd_bench(int argc, char **argv) {
                    "  --spec-mtp K  speculative decoding with the model's own multi-token-prediction head (Qwen3.5/3.6\n"
                    "          nextn layers; CPU, -ngl 0), K drafts a round: -n greedy tokens plainly and with it,\n"
                    "          tokens/s, tokens per target step and the acceptance rate\n"
-                   "  --spec-eagle3 K -md FILE  the same with the EAGLE-3 drafter FILE (llama.cpp's eagle3 GGUF; CPU)\n"
+                   "  --spec-eagle3 K -md, --model-draft FILE  the same with the EAGLE-3 drafter FILE (llama.cpp's\n"
+                   "          eagle3 GGUF; CPU, -ngl 0)\n"
                    "  -m, --model FILE     GGUF model\n"
                    CLI_MODEL_HELP);
             return 0;
