@@ -110,6 +110,13 @@ static void test_load(void) {
         CHECK(eagle3_decode(e, &bad, g, 0, 1, false) == BRISK_ERR_INVALID_ARG);
         CHECK_OK(eagle3_decode(e, &tok, g, 0, 1, true));
         CHECK(eagle3_len(e) == 1 && eagle3_logits(e) && eagle3_hidden(e, 0) && !eagle3_hidden(e, 1));
+        /* blank pairs (a server slot's reused prefix): up to n_ctx, never shrinking; then decodes go on */
+        CHECK(eagle3_extend_blank(e, 0) == BRISK_ERR_INVALID_ARG && eagle3_extend_blank(e, 65) == BRISK_ERR_INVALID_ARG);
+        CHECK_OK(eagle3_extend_blank(e, 3));
+        CHECK(eagle3_len(e) == 3);
+        CHECK_OK(eagle3_decode(e, &tok, g, 3, 1, true));
+        CHECK(eagle3_len(e) == 4 && eagle3_logits(e));
+        eagle3_cut(e, 1);
     }
     eagle3_free(e);
     e = NULL;
