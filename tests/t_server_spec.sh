@@ -7,15 +7,20 @@
 #     a draft model (-md brisk-kjv-draft) on brisk-kjv-6m, and with ngram-simple and the draft model
 #     on brisk-kjv-hybrid (recurrent state: rejected drafts rolled back from a snapshot), and
 #     --spec-type mtp on a tiny synthetic qwen35 with an MTP head (random weights: drafts are
-#     verified and rejected, so only sameness and the rollback are checked);
+#     verified and rejected, so only sameness and the rollback are checked), and --spec-type
+#     draft-eagle3 -md on brisk synth's tiny-llama with tiny-llama-eagle3, patched as test_eagle3.c's
+#     pair is (the target's LM head keeps rows 0 and 343, the drafter's row 343 negated), so that
+#     several slots' rounds in one batch accept some drafts and reject others, twice (the second
+#     time the slots reuse cached prompts);
 #  2. on a prompt that repeats a passage drafts are proposed and accepted: the response's timings
 #     carry draft_n > 0 and draft_n_accepted > 0 (non-streaming and in the last streamed chunk);
 #  3. a request's "speculative.n_max": 0 opts out (no draft_n), the same text;
 #  4. --draft-rows 1 (a step's rows all taken by plain tokens) turns drafting off;
 #  5. /props and /slots report the speculation (llama-server's speculative and speculative.* fields),
 #     /metrics its counters;
-#  6. bad flags are refused with exit 2 (draft without -md, embeddings with speculation, an unknown
-#     type), and mtp on a model without the head with exit 1.
+#  6. bad flags are refused with exit 2 (draft or draft-eagle3 without -md, embeddings with
+#     speculation, an unknown type), mtp on a model without the head and draft-eagle3 with a file
+#     that is no EAGLE-3 drafter with exit 1.
 # Each server is stopped with SIGTERM and must exit 0 (under SAN=1 with no leak report).
 #
 # The CPU backend sums a batch of 16+ rows in another float order than a shorter one (cpu_backend.c:
@@ -126,6 +131,9 @@ if accept == "accept" and not (t.get("draft_n", 0) > 0 and t.get("draft_n_accept
     bad.append(f"rep: no accepted drafts in timings {t}")
 if accept == "accept" and not (ts.get("draft_n", 0) > 0 and "predicted_n" in ts):
     bad.append(f"rep-stream: no draft_n in the last chunk's timings {ts}")
+accepted = sum((r["timings"] or {}).get("draft_n_accepted", 0) for r in b["res"].values())
+if accept == "accepted" and not (drafted > accepted > 0):
+    bad.append(f"drafts: {drafted} verified, {accepted} accepted (want some accepted, some rejected)")
 if accept == "drafted" and not drafted:
     bad.append("no drafts were verified")
 if accept == "none" and drafted:
@@ -133,7 +141,8 @@ if accept == "none" and drafted:
 if bad:
     print(f"FAIL {label}:\n  " + "\n  ".join(bad)); sys.exit(1)
 print(f"ok   {label}: {len(a['res'])} concurrent requests, same greedy text; rep timings draft_n "
-      f"{t.get('draft_n', 0)}, accepted {t.get('draft_n_accepted', 0)}; all requests drafted {drafted}")
+      f"{t.get('draft_n', 0)}, accepted {t.get('draft_n_accepted', 0)}; all requests drafted {drafted}, "
+      f"accepted {accepted}")
 PY
 }
 
@@ -196,6 +205,61 @@ python3 "$TMP/client.py" "http://127.0.0.1:$PORT" "$TMP/mtp.json" $N bytes &&
   compare "$TMP/plain-mtp.json" "$TMP/mtp.json" "mtp (tiny-qwen35 --mtp 1, ${SD[*]})" drafted || fail=1
 stop mtp || fail=1
 
+# 1 with --spec-type draft-eagle3: the EAGLE-3 pair, patched (a GGUF f32 matrix rewritten in place)
+cat >"$TMP/patch.py" <<'PY'
+import struct, sys
+# patch.py FILE TENSOR MODE Q: keep_rows keeps rows 0 and Q, neg_row keeps row Q negated, the rest zero
+path, name, mode, q = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+f = open(path, "r+b"); b = f.read(); o = 24
+n_tensors, n_kv = struct.unpack_from("<QQ", b, 8)
+SZ = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+def take(fmt):
+    global o
+    v = struct.unpack_from(fmt, b, o); o += struct.calcsize(fmt); return v
+def string():
+    global o
+    n, = take("<Q"); o += n; return b[o - n:o].decode()
+def value(t):
+    global o
+    if t == 8: return string()
+    if t == 9:
+        et, n = take("<IQ"); return [value(et) for _ in range(n)]
+    o += SZ[t]; return struct.unpack_from("<I", b, o - 4)[0] if t == 4 else None
+align, info = 32, {}
+for _ in range(n_kv):
+    k = string(); t, = take("<I"); v = value(t)
+    if k == "general.alignment": align = v
+for _ in range(n_tensors):
+    nm = string(); nd, = take("<I"); dims = take("<%dQ" % nd); t, off = take("<IQ"); info[nm] = (dims, t, off)
+dims, t, off = info[name]
+assert t == 0 and len(dims) == 2, (name, dims, t)  # f32
+at = (o + align - 1) // align * align + off
+ne0, ne1 = dims
+x = struct.unpack_from("<%df" % (ne0 * ne1), b, at)
+y = [0.0] * len(x)
+for r in ((0, q) if mode == "keep_rows" else (q,)):
+    y[r * ne0:(r + 1) * ne0] = [v if mode == "keep_rows" else -v for v in x[r * ne0:(r + 1) * ne0]]
+f.seek(at); f.write(struct.pack("<%df" % len(y), *y)); f.close()
+PY
+"$BUILD/brisk" synth --preset tiny-llama -t 1 -o "$TMP/e3t.gguf" >/dev/null 2>&1 &&
+  "$BUILD/brisk" synth --preset tiny-llama-eagle3 -t 1 -o "$TMP/e3d.gguf" >/dev/null 2>&1 &&
+  python3 "$TMP/patch.py" "$TMP/e3t.gguf" output.weight keep_rows 343 &&
+  python3 "$TMP/patch.py" "$TMP/e3d.gguf" output.weight neg_row 343 || { echo "FAIL the EAGLE-3 pair"; exit 1; }
+# 40 tokens under SAN=1 too: a request's first 16 may all be token 0, which prints nothing
+start plain-e3 "$TMP/e3t.gguf" --parallel 3 || exit 1
+python3 "$TMP/client.py" "http://127.0.0.1:$PORT" "$TMP/plain-e3.json" 40 bytes || fail=1
+stop plain-e3 || fail=1
+start eagle3 "$TMP/e3t.gguf" "${SD[@]}" --spec-type draft-eagle3 -md "$TMP/e3d.gguf" || exit 1
+python3 "$TMP/client.py" "http://127.0.0.1:$PORT" "$TMP/eagle3.json" 40 bytes &&
+  compare "$TMP/plain-e3.json" "$TMP/eagle3.json" "draft-eagle3 (tiny-llama + tiny-llama-eagle3, ${SD[*]})" accepted ||
+  fail=1
+# the same requests again: the slots reuse their cached prompts (the drafter keeps its pairs of a prefix
+# it saw, the rest is blank)
+python3 "$TMP/client.py" "http://127.0.0.1:$PORT" "$TMP/eagle3b.json" 40 bytes &&
+  compare "$TMP/plain-e3.json" "$TMP/eagle3b.json" "draft-eagle3 again (reused prefixes)" accepted || fail=1
+stop eagle3 || fail=1
+rm -f "$TMP/e3t.gguf" "$TMP/e3d.gguf"
+
 # 4
 start rows $M/brisk-kjv-6m.gguf --parallel 4 --spec-type ngram-simple --draft-rows 1 || exit 1
 python3 "$TMP/client.py" "http://127.0.0.1:$PORT" "$TMP/rows.json" $N spec &&
@@ -212,6 +276,7 @@ bad() { # expected-text ARGS...
 }
 ok_() { echo "ok   $*"; }
 bad "needs -md" --spec-type draft
+bad "needs -md" --spec-type draft-eagle3
 bad "not --embeddings" --embeddings --spec-type ngram-simple
 bad "spec-type" --spec-type bogus
 PORT=$(free_port)
@@ -219,4 +284,10 @@ PORT=$(free_port)
 rc=$?
 [ $rc -eq 1 ] && grep -q "no MTP head" "$TMP/bad.log" && ok_ "refused: --spec-type mtp without a head ($(tail -n1 "$TMP/bad.log"))" ||
   { echo "FAIL serve --spec-type mtp on a model without the head: rc $rc $(cat "$TMP/bad.log")"; fail=1; }
+PORT=$(free_port)
+"$BUILD/brisk" serve -m $M/brisk-kjv-6m.gguf --port "$PORT" --spec-type eagle3 -md $M/brisk-kjv-draft.gguf \
+  >"$TMP/bad.log" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "eagle3" "$TMP/bad.log" && ok_ "refused: draft-eagle3 with a plain model as -md ($(tail -n1 "$TMP/bad.log"))" ||
+  { echo "FAIL serve --spec-type eagle3 with a plain -md: rc $rc $(cat "$TMP/bad.log")"; fail=1; }
 exit $fail

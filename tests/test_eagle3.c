@@ -14,7 +14,9 @@
  *             9..33% on tiny-qwen35);
  *   rollback: the drafter driven by hand through rounds that keep 1..4 of 4 verified tokens (the
  *             unpatched files) proposes what a drafter fed the same settled history one position at
- *             a time proposes: its cache holds exactly the settled (token P+1, g_P) pairs.
+ *             a time proposes: its cache holds exactly the settled (token P+1, g_P) pairs;
+ *   slots:    two drafters of one target context (a server's slots) fed their own rows of shared
+ *             batches (drafter_process_at) propose what the same reference proposes for each.
  * The drafter's logits against llama.cpp's are in test_conformance.c (eagle3). */
 #include <unistd.h>
 
@@ -108,6 +110,13 @@ static void test_load(void) {
         CHECK(eagle3_decode(e, &bad, g, 0, 1, false) == BRISK_ERR_INVALID_ARG);
         CHECK_OK(eagle3_decode(e, &tok, g, 0, 1, true));
         CHECK(eagle3_len(e) == 1 && eagle3_logits(e) && eagle3_hidden(e, 0) && !eagle3_hidden(e, 1));
+        /* blank pairs (a server slot's reused prefix): up to n_ctx, never shrinking; then decodes go on */
+        CHECK(eagle3_extend_blank(e, 0) == BRISK_ERR_INVALID_ARG && eagle3_extend_blank(e, 65) == BRISK_ERR_INVALID_ARG);
+        CHECK_OK(eagle3_extend_blank(e, 3));
+        CHECK(eagle3_len(e) == 3);
+        CHECK_OK(eagle3_decode(e, &tok, g, 3, 1, true));
+        CHECK(eagle3_len(e) == 4 && eagle3_logits(e));
+        eagle3_cut(e, 1);
     }
     eagle3_free(e);
     e = NULL;
@@ -312,6 +321,85 @@ done:
     brisk_model_free(m);
 }
 
+/* Two drafters of one target context, a server's slots (scheduler.c): each round verifies both
+ * sequences' proposals in one batch (sequence 1's entries first), each drafter fed its own rows of
+ * it (drafter_process_at: the kept layer inputs are per batch entry); rounds keep 1..4 of 4, the
+ * rejected positions cut and the kept ones decoded again. Each drafter proposes what the reference
+ * fed its sequence alone proposes. */
+static void test_slots(void) {
+    char tpath[600], dpath[600];
+    make_pair("tiny-llama", false, tpath, dpath, sizeof tpath);
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(tpath, NULL, &m));
+    if (!m) return;
+    int nv = brisk_n_vocab(m);
+    brisk_context_params cp = ctx_params();
+    cp.n_seq_max = 2;
+    brisk_context *t = NULL;
+    drafter *d[2] = {NULL, NULL};
+    CHECK_OK(brisk_context_new(m, &cp, &t));
+    for (int s = 0; t && s < 2; s++) CHECK_OK(drafter_new_eagle3(t, m, dpath, cp.n_ctx, 2, 0, &d[s]));
+    brisk_token hist[2][128];
+    int n[2] = {N_PROMPT, N_PROMPT - 3};
+    brisk_batch_entry b[16];
+    memcpy(hist[0], prompt, sizeof prompt);
+    for (int i = 0; i < n[1]; i++) hist[1][i] = (prompt[i] * 7 + 11) % nv;
+    if (!d[0] || !d[1]) goto done;
+    /* the prompts in one batch: sequence 1's, then 0's */
+    int nb = 0, at[2];
+    for (int s = 1; s >= 0; s--) {
+        CHECK_OK(drafter_begin(d[s], hist[s], n[s]));
+        at[s] = nb;
+        for (int i = 0; i < n[s]; i++) b[nb++] = (brisk_batch_entry){hist[s][i], i, s, i == n[s] - 1};
+    }
+    CHECK_OK(brisk_decode(t, b, nb));
+    for (int s = 0; s < 2; s++) {
+        CHECK_OK(drafter_process_at(d[s], b, at[s], n[s]));
+        hist[s][n[s]] = argmax(brisk_get_logits(t, at[s] + n[s] - 1), nv);
+        n[s]++;
+    }
+    for (int round = 0; round < 6; round++) {
+        brisk_token dr[2][3];
+        int keep[2] = {round % 4 + 1, (round + 2) % 4 + 1}, pos[2];
+        nb = 0;
+        for (int s = 1; s >= 0; s--) {
+            brisk_token ref[3];
+            int k = 0;
+            CHECK_OK(drafter_draft(d[s], hist[s], n[s], 3, dr[s], &k));
+            CHECK(k == 3);
+            reference_drafts(m, dpath, hist[s], n[s], 3, ref);
+            CHECK(k == 3 && memcmp(dr[s], ref, sizeof ref) == 0);
+            if (k != 3) goto done;
+            pos[s] = n[s] - 1;
+            at[s] = nb;
+            b[nb++] = (brisk_batch_entry){hist[s][n[s] - 1], pos[s], s, true};
+            for (int i = 0; i < 3; i++) b[nb++] = (brisk_batch_entry){dr[s][i], pos[s] + 1 + i, s, true};
+        }
+        CHECK_OK(brisk_decode(t, b, nb));
+        for (int s = 0; s < 2; s++) CHECK_OK(drafter_process_at(d[s], b, at[s], 4));
+        brisk_token last[2];
+        for (int s = 0; s < 2; s++) /* the round's sample: a correction unlike the next proposal, or the 4th */
+            last[s] = keep[s] < 4 ? (dr[s][keep[s] - 1] + 1) % nv : argmax(brisk_get_logits(t, at[s] + 3), nv);
+        nb = 0;
+        for (int s = 0; s < 2; s++) { /* cut back, the kept tokens decoded again, both in one batch */
+            for (int i = 0; i < keep[s] - 1; i++) hist[s][n[s]++] = dr[s][i];
+            hist[s][n[s]++] = last[s];
+            if (keep[s] == 4) continue;
+            CHECK_OK(brisk_seq_remove(t, s, pos[s], -1));
+            for (int i = 0; i < keep[s]; i++) b[nb++] = (brisk_batch_entry){hist[s][pos[s] + i], pos[s] + i, s, false};
+        }
+        if (nb) CHECK_OK(brisk_decode(t, b, nb));
+        for (int s = 0; s < 2; s++) {
+            CHECK(brisk_seq_len(t, s) == n[s] - 1);
+            CHECK_OK(drafter_sync(d[s], hist[s], n[s]));
+        }
+    }
+done:
+    for (int s = 0; s < 2; s++) drafter_free(d[s]);
+    brisk_context_free(t);
+    brisk_model_free(m);
+}
+
 int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "/tmp/brisk-test-eagle3-XXXXXX");
     if (!mkdtemp(dir)) return 1;
@@ -320,6 +408,7 @@ int main(int argc, char **argv) {
         {"greedy_llama", test_greedy_llama},
         {"greedy_qwen35", test_greedy_qwen35},
         {"rollback", test_rollback},
+        {"slots", test_slots},
     };
     int rc = test_main(cases, sizeof cases / sizeof *cases, argc, argv);
     char cmd[600];

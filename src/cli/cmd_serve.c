@@ -45,15 +45,17 @@ static void usage(FILE *f) {
             "                       none: /v1/rerank scores by late interaction (MaxSim of token vectors)\n"
             "speculative decoding, per slot inside the batch (the output is the model's own; only the speed changes):\n"
             "  -md, --model-draft, --spec-draft-model FILE  a small model of the same vocabulary proposes tokens\n"
-            "  --spec-type T        none, ngram-simple, ngram-cache, draft (-md; also draft-simple) or mtp\n"
+            "  --spec-type T        none, ngram-simple, ngram-cache, draft (-md; also draft-simple), mtp\n"
             "                       (the model's own multi-token-prediction head: Qwen3.5/3.6 files with\n"
-            "                       nextn layers; CPU, -ngl 0; also draft-mtp) (default: draft with -md, else none)\n"
+            "                       nextn layers; CPU, -ngl 0; also draft-mtp) or draft-eagle3 (-md FILE an\n"
+            "                       EAGLE-3 drafter GGUF for this model, one per slot; CPU, -ngl 0; also eagle3)\n"
+            "                       (default: draft with -md, else none)\n"
             "  --draft-max, --draft, --draft-n, --spec-draft-n-max N  tokens proposed per round (default 8 for a\n"
-            "                       draft model, 3 for mtp, 2 for n-grams; at most 64); a request's speculative.n_max\n"
-            "                       lowers it (0: off)\n"
+            "                       draft model, 3 for mtp and draft-eagle3, 2 for n-grams; at most 64); a\n"
+            "                       request's speculative.n_max lowers it (0: off)\n"
             "  --draft-min, --draft-n-min, --spec-draft-n-min N  verify no proposal shorter than N (default 0)\n"
-            "  --draft-p-min, --spec-draft-p-min P  stop a draft model's or mtp's proposals below this\n"
-            "                       probability (default 0.75, mtp 0)\n"
+            "  --draft-p-min, --spec-draft-p-min P  stop a draft model's, mtp's or draft-eagle3's proposals below\n"
+            "                       this probability (default 0.75, mtp and draft-eagle3 0)\n"
             "  --spec-ngram-size-n, --spec-ngram-simple-size-n N  ngram-simple: the longest suffix looked up\n"
             "                       (default 4; down to 2)\n"
             "  --draft-rows N       rows (every generating slot's token and drafts) a step holds before drafts\n"
@@ -84,7 +86,7 @@ typedef struct serve_spec {
     const char *type, *draft_path;
     int n_max, n_min, ngram_n, rows;
     float p_min;
-    brisk_model *dm;       /* the draft model (type "draft") */
+    brisk_model *dm;       /* the draft model (type "draft"; draft_path is the EAGLE-3 file for "draft-eagle3") */
     brisk_context *dctx;   /* its context: slot i's drafter decodes sequence i */
     drafter **dr;          /* (n_parallel) the slots' drafters */
     int n;
@@ -130,6 +132,8 @@ static bool serve_spec_new(serve_spec *sp, brisk_model *model, brisk_context *ct
             brisk_context_params mp = *cp;
             mp.n_ctx = n_ctx_slot;
             st = drafter_new_mtp(ctx, model, &mp, sp->p_min, &sp->dr[i]);
+        } else if (!strcmp(sp->type, "draft-eagle3")) { /* its own EAGLE-3 cache of n_ctx_slot per slot */
+            st = drafter_new_eagle3(ctx, model, sp->draft_path, n_ctx_slot, cp->n_threads, sp->p_min, &sp->dr[i]);
         } else if (!strcmp(sp->type, "ngram-simple")) {
             st = drafter_new_lookup(sp->ngram_n < 2 ? sp->ngram_n : 2, sp->ngram_n, &sp->dr[i]);
         } else {
@@ -218,9 +222,11 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--spec-type")) {
             if (!strcmp(v, "draft-simple")) v = "draft"; /* llama.cpp's name */
             if (!strcmp(v, "draft-mtp")) v = "mtp"; /* llama.cpp's name */
+            if (!strcmp(v, "eagle3")) v = "draft-eagle3";
             if (strcmp(v, "none") && strcmp(v, "ngram-simple") && strcmp(v, "ngram-cache") && strcmp(v, "draft") &&
-                strcmp(v, "mtp"))
-                return cli_error(2, "serve: --spec-type %s (want none, ngram-simple, ngram-cache, draft or mtp)", v);
+                strcmp(v, "mtp") && strcmp(v, "draft-eagle3"))
+                return cli_error(2, "serve: --spec-type %s (want none, ngram-simple, ngram-cache, draft, mtp or "
+                                 "draft-eagle3)", v);
             spec.type = v;
         } else if (!strcmp(a, "--draft-max") || !strcmp(a, "--draft") || !strcmp(a, "--draft-n") ||
                    !strcmp(a, "--spec-draft-n-max")) {
@@ -238,11 +244,13 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!spec.type) spec.type = spec.draft_path ? "draft" : "none";
     if (!strcmp(spec.type, "draft") && !spec.draft_path) return cli_error(2, "serve: --spec-type draft needs -md FILE");
+    if (!strcmp(spec.type, "draft-eagle3") && !spec.draft_path)
+        return cli_error(2, "serve: --spec-type draft-eagle3 needs -md FILE (the EAGLE-3 drafter)");
     bool speculate = strcmp(spec.type, "none") != 0;
     if (speculate && embeddings) return cli_error(2, "serve: speculative decoding is for generation, not --embeddings");
     if (!strcmp(spec.type, "draft") && cfg.n_parallel > DRAFTER_FEED_CHUNK) /* drafter_draft_models' lockstep */
         return cli_error(2, "serve: a draft model drafts for at most %d slots (--parallel)", DRAFTER_FEED_CHUNK);
-    bool mtp = !strcmp(spec.type, "mtp");
+    bool mtp = !strcmp(spec.type, "mtp") || !strcmp(spec.type, "draft-eagle3"); /* both draft from the target */
     if (spec.n_max < 0) spec.n_max = mtp ? 3 : strcmp(spec.type, "draft") ? 2 : 8; /* as brisk run */
     if (mtp && !p_min_set) spec.p_min = 0; /* llama.cpp's default for mtp */
     int hf_rc = cli_model_path(&mo, "serve", &model_path);

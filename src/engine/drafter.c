@@ -443,6 +443,19 @@ static brisk_status eagle3_process(drafter *d, const brisk_batch_entry *batch, i
     return BRISK_OK;
 }
 
+/* The target already holds [0, n_have) and decodes only what follows: the pairs (token P+1, g_P) this drafter
+ * made for its slot's last sequence stay where P+1 lies in the n_seen tokens both sequences share; the rest of
+ * the prefix (the deferred pair at its end too) is left blank, so the first batch lands at n_have. */
+static brisk_status eagle3_begin_at(drafter *d, int32_t n_have, int32_t n_seen) {
+    int32_t keep = (n_seen < n_have ? n_seen : n_have) - 1;
+    if (keep < 0) keep = 0;
+    if (keep > eagle3_len(d->e3)) keep = eagle3_len(d->e3);
+    d->pending_pos = -1;
+    d->verify_rows = 0;
+    eagle3_cut(d->e3, keep);
+    return eagle3_extend_blank(d->e3, n_have);
+}
+
 /* Chained greedy drafts: (hist[n-1], the pending g of position n-2) at n-2, then each proposal with the
  * drafter's own output h; the draft positions are cut again afterwards. */
 static brisk_status eagle3_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max, brisk_token *out,
@@ -614,6 +627,7 @@ brisk_status drafter_process_at(drafter *d, const brisk_batch_entry *batch, int 
 }
 
 brisk_status drafter_begin_at(drafter *d, const brisk_token *hist, int32_t n, int32_t n_have, int32_t n_seen) {
+    if (d->kind == DRAFTER_EAGLE3) return eagle3_begin_at(d, n_have, n_seen);
     if (d->kind != DRAFTER_MTP) return drafter_begin(d, hist, n);
     /* the pairs of the positions it saw stay; those it did not see are left blank (they only make its
      * drafts worse), as is the h before the first new position */

@@ -99,12 +99,12 @@ brisk_status drafter_begin(drafter *d, const brisk_token *hist, int32_t n);
 brisk_status drafter_process(drafter *d, const brisk_batch_entry *batch, int n);
 /* drafter_process for a batch of several sequences (a server's step): this drafter's entries are
  * batch[first, first + n), consecutive positions of its sequence (any length; the target's hidden
- * states are those of the whole batch). */
+ * states and EAGLE-3 layer inputs are kept per batch entry, so row first + i is this entry's). */
 brisk_status drafter_process_at(drafter *d, const brisk_batch_entry *batch, int first, int n);
 /* drafter_begin where the target already holds hist[0, n_have) (a reused prefix it decodes no more),
  * of which this drafter saw hist[0, n_seen) with its last sequence (a server slot's own cache): the
- * mtp kind keeps what it saw of it and leaves the rest blank (its drafts for such a prompt are worse;
- * the output is the same); the other kinds begin as drafter_begin. */
+ * mtp and eagle3 kinds keep what they saw of it and leave the rest blank (their drafts for such a prompt
+ * are worse; the output is the same); the other kinds begin as drafter_begin. */
 brisk_status drafter_begin_at(drafter *d, const brisk_token *hist, int32_t n, int32_t n_have, int32_t n_seen);
 /* Proposes *k <= k_max (<= DRAFTER_MAX_DRAFT) tokens into out to follow hist[0, n); *k = 0: no proposal. */
 brisk_status drafter_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max, brisk_token *out, int *k);

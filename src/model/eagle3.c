@@ -256,6 +256,19 @@ void eagle3_cut(eagle3 *e, int32_t keep) {
     if (keep >= 0 && keep < e->len) e->len = keep;
 }
 
+brisk_status eagle3_extend_blank(eagle3 *e, int32_t n) {
+    if (n < e->len || n > e->n_ctx)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "eagle3_extend_blank: %d positions (the cache holds %d of %d)", n,
+                       e->len, e->n_ctx);
+    /* slot = position, kv_dim floats each (an f32 page of EAGLE3_KV_BLOCK slots); the drafter's own CPU
+     * backend: host memory */
+    size_t kvd = (size_t)e->n_head_kv * e->head_dim, off = (size_t)e->len * kvd, cnt = (size_t)(n - e->len) * kvd;
+    memset((float *)e->kv.k + off, 0, cnt * sizeof(float));
+    memset((float *)e->kv.v + off, 0, cnt * sizeof(float));
+    e->len = n;
+    return BRISK_OK;
+}
+
 brisk_status eagle3_encode(eagle3 *e, const float *feat, int n, float *g) {
     if (n < 0 || n > EAGLE3_BATCH) return bk_fail(BRISK_ERR_INVALID_ARG, "eagle3_encode: %d entries", n);
     if (n == 0) return BRISK_OK;

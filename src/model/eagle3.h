@@ -48,4 +48,7 @@ const float *eagle3_hidden(const eagle3 *e, int i); /* entry i of the last decod
 const float *eagle3_logits(const eagle3 *e);        /* (n_vocab) of the last decode's last entry, or NULL */
 int32_t eagle3_len(const eagle3 *e);                /* positions in the cache */
 void eagle3_cut(eagle3 *e, int32_t keep);           /* keeps positions [0, keep) */
+/* Grows the cache to n positions (<= n_ctx) with blank pairs (zero K and V): a prefix the target reused
+ * without decoding it, which the drafter never saw (its drafts are worse there; a server slot's). */
+brisk_status eagle3_extend_blank(eagle3 *e, int32_t n);
 #endif

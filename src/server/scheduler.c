@@ -31,8 +31,9 @@ typedef struct slot {
     int n_rec;
     /* speculative decoding */
     drafter *dr;           /* borrowed (sched_spec.drafters[id]); NULL: none */
-    bool dr_mtp;           /* the MTP kind: it sees every batch of the slot's request (drafter_process_at) */
-    int n_seen;            /* MTP: prompt tokens its context still holds from the slot's last request */
+    bool dr_tgt;           /* the mtp or eagle3 kind: drafts from the target's own states, so it sees every
+                            * batch of the slot's request (drafter_process_at: the slot's rows of the batch) */
+    int n_seen;            /* mtp, eagle3: prompt tokens its cache still holds from the slot's last request */
     int chunk_idx;         /* the batch entry of this slot's first prompt token in the current batch */
     bool dr_begun;         /* drafter_begin ran for the current request */
     bool dr_failed;        /* the drafter failed: the request goes on without speculation */
@@ -322,9 +323,9 @@ static brisk_status slot_bind(sched *s, slot *sl, sched_req *r, int ci) {
     sl->fork_wait = ci > 0;
     sl->dt = (brisk_detok){0};
     sl->dr_begun = sl->dr_failed = false;
-    /* the MTP kind runs its head over every token of the request: not for a request that opts out,
+    /* the mtp and eagle3 kinds run over every token of the request: not for a request that opts out,
      * nor for choices > 0, which take the first one's prompt without having seen it */
-    if (sl->dr_mtp && (r->p.spec_n_max == 0 || ci > 0)) sl->dr_failed = true;
+    if (sl->dr_tgt && (r->p.spec_n_max == 0 || ci > 0)) sl->dr_failed = true;
     return BRISK_OK;
 }
 
@@ -352,8 +353,9 @@ static void slot_start(sched *s, sched_req *r) {
     }
     slot *sl = &s->slots[target];
     int reuse = s_lcp > t_lcp ? s_lcp : t_lcp;
-    /* what its MTP head saw of the reused prefix: the slot's own cache, if its last request ran it */
-    sl->n_seen = sl->dr_mtp && sl->dr_begun && !sl->dr_failed ? t_lcp : 0;
+    /* what its MTP head or EAGLE-3 drafter saw of the reused prefix: the slot's own cache, if its last
+     * request ran it */
+    sl->n_seen = sl->dr_tgt && sl->dr_begun && !sl->dr_failed ? t_lcp : 0;
     brisk_status st;
     if (src >= 0 && src != target && s_lcp > t_lcp) {
         st = brisk_seq_share_prefix(s->ctx, src, target, reuse);
@@ -469,7 +471,7 @@ static int spec_k_max(const sched *s, const slot *sl) {
  * drafter failed, which turns speculation off for the rest of the request (it goes on without). */
 static bool spec_prepare(slot *sl) {
     int32_t n = sl->n_cache + 1;
-    if (sl->dr_mtp && !sl->dr_begun) sl->dr_failed = true; /* it must have seen the prompt */
+    if (sl->dr_tgt && !sl->dr_begun) sl->dr_failed = true; /* it must have seen the prompt */
     if (sl->dr_failed) return false;
     sl->cache[sl->n_cache] = sl->next; /* fed this step */
     brisk_status st = sl->dr_begun ? drafter_sync(sl->dr, sl->cache, n) : drafter_begin(sl->dr, sl->cache, n);
@@ -571,7 +573,7 @@ static int build_batch(sched *s) {
         }
         int take = r->n_prompt - sl->n_fed;
         if (take > budget) take = budget;
-        if (sl->dr_mtp && !sl->dr_begun && !sl->dr_failed) { /* before the request's first batch */
+        if (sl->dr_tgt && !sl->dr_begun && !sl->dr_failed) { /* before the request's first batch */
             sl->dr_begun = true;
             if (drafter_begin_at(sl->dr, r->prompt, r->n_prompt, sl->n_fed, sl->n_seen) != BRISK_OK)
                 sl->dr_failed = true;
@@ -784,12 +786,13 @@ static void spec_settle(sched *s) {
     }
 }
 
-/* After the target's step, while its hidden states are there: each slot's MTP head catches up on the
- * slot's entries of the batch (a prompt chunk, or its token and drafts). */
+/* After the target's step, while its hidden states (and EAGLE-3 layer inputs, one row per batch entry) are
+ * there: each slot's MTP head or EAGLE-3 drafter catches up on the slot's entries of the batch (a prompt
+ * chunk, or its token and drafts). */
 static void spec_process(sched *s) {
     for (int i = 0; i < s->p.n_parallel; i++) {
         slot *sl = &s->slots[i];
-        if (!sl->req || !sl->dr_mtp || !sl->dr_begun || sl->dr_failed) continue;
+        if (!sl->req || !sl->dr_tgt || !sl->dr_begun || sl->dr_failed) continue;
         brisk_status st = BRISK_OK;
         if (sl->n_chunk) st = drafter_process_at(sl->dr, s->batch, sl->chunk_idx, sl->n_chunk);
         else if (sl->generating && sl->logit_idx >= 0)
@@ -1040,7 +1043,8 @@ brisk_status sched_new(brisk_model *model, brisk_context *ctx, const sched_param
     for (int i = 0; i < p->n_parallel; i++) {
         s->slots[i].id = i;
         s->slots[i].dr = sp->drafters ? sp->drafters[i] : NULL;
-        s->slots[i].dr_mtp = s->slots[i].dr && drafter_get_kind(s->slots[i].dr) == DRAFTER_MTP;
+        drafter_kind kind = s->slots[i].dr ? drafter_get_kind(s->slots[i].dr) : DRAFTER_MODEL;
+        s->slots[i].dr_tgt = s->slots[i].dr && (kind == DRAFTER_MTP || kind == DRAFTER_EAGLE3);
         if (!(s->slots[i].cache = malloc((size_t)p->n_ctx_slot * sizeof(brisk_token)))) goto oom;
         if (!(s->slots[i].rec = malloc((size_t)per_slot * sizeof(sched_token)))) goto oom;
     }

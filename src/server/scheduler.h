@@ -133,7 +133,7 @@ typedef struct sched_req {
 } sched_req;
 
 typedef struct sched_spec {
-    const char *type;   /* --spec-type's name: "draft", "ngram-simple", "ngram-cache" */
+    const char *type;   /* --spec-type's name: "draft", "ngram-simple", "ngram-cache", "mtp", "draft-eagle3" */
     drafter **drafters; /* (n_parallel) borrowed: slot i proposes with drafters[i]; NULL: no speculation */
     int n_max;          /* proposals per round, at most (1..DRAFTER_MAX_DRAFT) */
     int n_min;          /* a round with fewer proposals verifies none */
