@@ -30,33 +30,13 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "quant/quant.h"
+#include "gguf_patch.h"
 #include "test.h"
 
 static char dir[512];
 
 static void path_for(const char *name, char *out, size_t cap) { snprintf(out, cap, "%s/%s.gguf", dir, name); }
 
-/* Rewrites an f32 tensor of the file in place: x[i] = f(i, x[i]) over its elements. */
-typedef float (*patch_fn)(int64_t i, int64_t ne0, float x);
-static void patch(const char *path, const char *name, patch_fn f) {
-    gguf_file *g = NULL;
-    CHECK_OK(gguf_open(path, &g));
-    if (!g) return;
-    const gguf_tensor *t = gguf_find_tensor(g, name);
-    CHECK(t && t->type == QT_F32);
-    if (t && t->type == QT_F32) {
-        int64_t n = (int64_t)(t->nbytes / sizeof(float));
-        float *x = malloc(t->nbytes);
-        memcpy(x, t->data, t->nbytes);
-        for (int64_t i = 0; i < n; i++) x[i] = f(i, t->ne[0], x[i]);
-        FILE *fp = fopen(path, "r+b");
-        CHECK(fp && fseek(fp, (long)(gguf_data_offset(g) + t->offset), SEEK_SET) == 0 &&
-              fwrite(x, 1, t->nbytes, fp) == t->nbytes);
-        if (fp) fclose(fp);
-        free(x);
-    }
-    gguf_close(g);
-}
 static float damp(int64_t i, int64_t ne0, float x) { return x / 2; }
 static float boost(int64_t i, int64_t ne0, float x) { return x * 50; } /* the embedding: std 0.02 -> 1 */
 static float zero(int64_t i, int64_t ne0, float x) { return 0; }

@@ -22,6 +22,26 @@ typedef void (*set_nextn_fn)(struct llama_context *, bool, bool);
 typedef float *(*get_nextn_fn)(struct llama_context *);
 typedef float *(*get_nextn_ith_fn)(struct llama_context *, int32_t);
 
+/* The chained drafts both drafters run after their catch-up: draft j decodes token out[j] at position
+ * pos0 + j with the last output row h as its embedding; out[j + 1] is its argmax and h its new
+ * output row; each draft's logits go to lf when set. Returns 0 or the failure's code. */
+static int chain_drafts(struct llama_context *dft, get_nextn_ith_fn get_nextn_ith, struct llama_batch *b,
+                        llama_token *out, float *h, int n_draft, int pos0, int d, int n_vocab, FILE *lf,
+                        const struct opts *o, const char *what) {
+    for (int j = 0; j < n_draft; j++) {
+        b->n_tokens = 0;
+        batch_put(b, out[j], pos0 + j, 0, true);
+        memcpy(b->embd, h, sizeof(float) * (size_t)d);
+        if (L.llama_decode(dft, *b) != 0) return fail("%s decode %d failed: %s", what, j, llama_error());
+        const float *lg = L.llama_get_logits_ith(dft, 0);
+        out[j + 1] = argmax(lg, n_vocab);
+        memcpy(h, get_nextn_ith(dft, 0), sizeof(float) * (size_t)d);
+        if (lf && fwrite(lg, sizeof(float), (size_t)n_vocab, lf) != (size_t)n_vocab)
+            return fail("cannot write %s: %s", o->logits_out, strerror(errno));
+    }
+    return 0;
+}
+
 int cmd_mtp(const struct opts *o) {
     if (!o->p) return fail("mtp needs -p \"IDS\"");
     set_nextn_fn set_nextn = (set_nextn_fn)dlsym(L.llama, "_Z26llama_set_embeddings_nextnP13llama_contextbb");
@@ -86,20 +106,8 @@ int cmd_mtp(const struct opts *o) {
             if (fwrite(L.llama_get_logits_ith(dft, i), sizeof(float), (size_t)n_vocab, lf) != (size_t)n_vocab)
                 rc = fail("cannot write %s: %s", o->logits_out, strerror(errno));
     }
-    for (int j = 0; j < n_draft && rc == 0; j++) {
-        b.n_tokens = 0;
-        batch_put(&b, out[j], n_prompt + j, 0, true);
-        memcpy(b.embd, h, sizeof(float) * (size_t)n_embd);
-        if (L.llama_decode(dft, b) != 0) {
-            rc = fail("MTP draft decode %d failed: %s", j, llama_error());
-            break;
-        }
-        const float *lg = L.llama_get_logits_ith(dft, 0);
-        out[j + 1] = argmax(lg, n_vocab);
-        memcpy(h, get_nextn_ith(dft, 0), sizeof(float) * (size_t)n_embd);
-        if (lf && fwrite(lg, sizeof(float), (size_t)n_vocab, lf) != (size_t)n_vocab)
-            rc = fail("cannot write %s: %s", o->logits_out, strerror(errno));
-    }
+    if (rc == 0)
+        rc = chain_drafts(dft, get_nextn_ith, &b, out, h, n_draft, n_prompt, n_embd, n_vocab, lf, o, "MTP draft");
     if (lf && fclose(lf) != 0 && rc == 0) rc = fail("cannot write %s: %s", o->logits_out, strerror(errno));
     if (rc == 0) print_ids(out, n_draft + 1);
     free(out);
@@ -208,20 +216,7 @@ int cmd_eagle3(const struct opts *o) {
                 rc = fail("cannot write %s: %s", o->logits_out, strerror(errno));
         memcpy(h, g + (size_t)(n_prompt - 1) * d, sizeof(float) * (size_t)d);
     }
-    for (int j = 0; j < n_draft && rc == 0; j++) {
-        b.n_tokens = 0;
-        batch_put(&b, out[j], n_prompt - 1 + j, 0, true);
-        memcpy(b.embd, h, sizeof(float) * (size_t)d);
-        if (L.llama_decode(dft, b) != 0) {
-            rc = fail("drafter decode %d failed: %s", j, llama_error());
-            break;
-        }
-        const float *lg = L.llama_get_logits_ith(dft, 0);
-        out[j + 1] = argmax(lg, n_vocab);
-        memcpy(h, get_nextn_ith(dft, 0), sizeof(float) * (size_t)d);
-        if (lf && fwrite(lg, sizeof(float), (size_t)n_vocab, lf) != (size_t)n_vocab)
-            rc = fail("cannot write %s: %s", o->logits_out, strerror(errno));
-    }
+    if (rc == 0) rc = chain_drafts(dft, get_nextn_ith, &b, out, h, n_draft, n_prompt - 1, d, n_vocab, lf, o, "drafter");
     if (lf && fclose(lf) != 0 && rc == 0) rc = fail("cannot write %s: %s", o->logits_out, strerror(errno));
     if (rc == 0) print_ids(out, n_draft + 1);
     b.token = NULL;
