@@ -12,7 +12,8 @@
  *   nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc dev/kernels/attn_lab.cu build/libbrisk.a -o build/attn_lab \
  *        -lpcre2-8 -lcjson -lmicrohttpd -ldl
  *   build/attn_lab [MAX_DEPTH [KV [MIN_DEPTH]]]  (default 1048576; rows past the GPU's memory are skipped;
- *                                        KV: f16, q8_0 or q4_0 alone, and then no prefill rows)
+ *                                        KV: f16, q8_0 or q4_0 alone, and then no prefill rows;
+ *                                        KV = prefill: the prefill rows alone, prefixes up to MAX_DEPTH)
  *
  * Each time is a replayed CUDA graph of 16 launches back to back (programmatic launches, as in a
  * decode step), over a cache several times the 50 MB L2 from 4K positions up (the smallest rows
@@ -139,22 +140,26 @@ static void prefill_rows(cuda_backend *cb, long max_depth) {
                 };
                 const float ms = time_calls(cb->stream, reps, call);
                 check_backend(cb);
-                printf("| %d/%d x %d | %s | %d | %ld | %.2f | %.1f | %.0f |", nh, nkv, hd, kt == KT_F16 ? "f16" : "q8_0", C,
-                       D, ms, ms * 1e3 / C, flops / (ms * 1e9));
+                printf("| %d/%d x %d | %s | %d | %ld | %.2f | %.1f | %.0f |", nh, nkv, hd,
+                       kt == KT_F16 ? "f16" : "q8_0", C, D, ms, ms * 1e3 / C, flops / (ms * 1e9));
                 if (fa_mt2_fits(kt, hd)) {
                     float *h1 = (float *)malloc(nq * 4), *h2 = (float *)malloc(nq * 4);
                     CK(cudaMemcpy(h1, out, nq * 4, cudaMemcpyDeviceToHost));
                     CK(cudaMemset(out, 0xff, nq * 4)); /* NaN: a row MT = 2 leaves unwritten shows */
+                    const int32_t *d_pos = d_meta, *d_off = d_meta + C, *d_tabs = d_meta + 2 * C;
                     auto call2 = [&]() {
-                        if (hd == 64) fa_launch<KT_F16, 64, 2>(cb, q, &kv, C, d_meta, d_meta + C, d_meta + 2 * C, nh, nkv, scale, out);
-                        else fa_launch<KT_F16, 128, 2>(cb, q, &kv, C, d_meta, d_meta + C, d_meta + 2 * C, nh, nkv, scale, out);
+                        if (hd == 64)
+                            fa_launch<KT_F16, 64, 2>(cb, q, &kv, C, d_pos, d_off, d_tabs, nh, nkv, scale, out);
+                        else
+                            fa_launch<KT_F16, 128, 2>(cb, q, &kv, C, d_pos, d_off, d_tabs, nh, nkv, scale, out);
                     };
                     const float ms2 = time_calls(cb->stream, reps, call2);
                     check_backend(cb);
                     CK(cudaMemcpy(h2, out, nq * 4, cudaMemcpyDeviceToHost));
                     bool nan = false;
                     for (size_t i = 0; i < nq && !nan; i++) nan = h2[i] != h2[i];
-                    printf(" %.0f | %.2fx | %s%.1e |", flops / (ms2 * 1e9), ms / ms2, nan ? "NaN! " : "", max_rel(h2, h1, (int64_t)nq));
+                    printf(" %.0f | %.2fx | %s%.1e |", flops / (ms2 * 1e9), ms / ms2, nan ? "NaN! " : "",
+                           max_rel(h2, h1, (int64_t)nq));
                     free(h1);
                     free(h2);
                 } else {
@@ -186,10 +191,12 @@ int main(int argc, char **argv) {
     static const int shapes[][3] = {{16, 2, 256}, {24, 4, 256}, {32, 8, 128}, {32, 4, 128}};
     static const long depths[] = {4096, 32768, 131072, 262144, 1048576};
     const int bs = 16;
+    const bool prefill_only = only && !strcmp(only, "prefill");
     for (int kt : {KT_F16, KT_Q8_0, KT_Q4_0})
         for (auto &sh : shapes)
             for (long depth : depths) {
                 if (depth > max_depth || depth < min_depth) continue;
+                if (prefill_only) continue;
                 if (only && strcmp(only, kt == KT_F16 ? "f16" : kt == KT_Q8_0 ? "q8_0" : "q4_0")) continue;
                 const int nh = sh[0], nkv = sh[1], hd = sh[2];
                 const size_t row = kt == KT_F16 ? (size_t)nkv * hd * 2 : (size_t)nkv * hd / 32 * kt_block_bytes(kt);
@@ -249,7 +256,7 @@ int main(int argc, char **argv) {
                 free(tab); free(hq); free(o1); free(o2);
             }
     cb->attn_mma_min = 1;
-    if (!only) prefill_rows(cb, max_depth);
+    if (!only || prefill_only) prefill_rows(cb, max_depth);
     be->ops->free(be);
     return 0;
 }

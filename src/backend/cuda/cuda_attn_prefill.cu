@@ -223,7 +223,8 @@ fa_prefill_kernel(const float *q, const void *kc, const void *vc, int bs, const 
 #pragma unroll
                 for (int m = 0; m < MT; m++)
 #pragma unroll
-                    for (int i = 0; i < BN / 8; i++) sacc[m][i][0] = sacc[m][i][1] = sacc[m][i][2] = sacc[m][i][3] = 0.0f;
+                    for (int i = 0; i < BN / 8; i++)
+                        sacc[m][i][0] = sacc[m][i][1] = sacc[m][i][2] = sacc[m][i][3] = 0.0f;
 #pragma unroll
                 for (int kk = 0; kk < D / 16; kk++) {
                     uint32_t a[MT][4];
@@ -393,11 +394,11 @@ static void fa_launch(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
 void cuda_attn_prefill(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, const int32_t *d_pos,
                        const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
                        float *out) {
-#define FA_D(KK)                                                                                             \
-    switch (hd) {                                                                                            \
-    case 64: fa_launch<KK, 64, 1>(cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, scale, out); break; \
-    case 128: fa_launch<KK, 128, 1>(cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, scale, out); break; \
-    default: fa_launch<KK, 256, 1>(cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, scale, out); break; \
+#define FA_D(KK)                                                                                                 \
+    switch (hd) {                                                                                                \
+    case 64: fa_launch<KK, 64, 1>(cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, scale, out); break;     \
+    case 128: fa_launch<KK, 128, 1>(cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, scale, out); break;   \
+    default: fa_launch<KK, 256, 1>(cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, scale, out); break;    \
     }
     const int kt = kv->kv_type;
     if (kt == KT_Q4_0) FA_D(KT_Q4_0)
