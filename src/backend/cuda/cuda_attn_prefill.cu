@@ -118,7 +118,7 @@ fa_prefill_kernel(const float *q, const void *kc, const void *vc, int bs, const 
     constexpr int LD = D + FA_PAD, BM = FA_BM * MT;
     /* MT = 2 sits at 255 registers: there, fewer values stay live across the key loop (staging
      * offsets as constants, positions read again from shared memory, P packed to f16 before the
-     * barrier). MT = 1 keeps the code it had before MT existed. */
+     * barrier). MT = 1 keeps its code: the instructions and registers it had before MT existed. */
     constexpr bool LEAN = MT > 1;
     static_assert(BM <= FA_THREADS, "a thread per row for the tile's metadata");
     extern __shared__ __align__(16) uint8_t fa_smem[];
