@@ -3,13 +3,17 @@
  * on the attention shapes of the supported models, at depths 4K-1M, f16, q8_0 and q4_0 caches, as the KV
  * bytes read over the time and their share of the copy bandwidth (issue 28 asks 80%), with the
  * largest relative difference between the two kernels' outputs; then the prefill kernel's rate for a
- * chunk of 2,048 tokens after a prefix of 0-256K (prefill_rows). No model prefill: the cache is
+ * chunk of 2,048 tokens after a prefix of 0-256K (prefill_rows), and beside it, for f16 caches at
+ * head dims 64 and 128, the candidate with two m-tiles a warp (MT = 2: 128 query rows a block, each
+ * K/V fragment feeding two mma chains; cuda_attn_prefill.cu, included here, compiles it only for this
+ * lab until it wins). No model prefill: the cache is
  * filled with random values on the device, so a lease measures every shape in seconds.
  *
  *   nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc dev/kernels/attn_lab.cu build/libbrisk.a -o build/attn_lab \
  *        -lpcre2-8 -lcjson -lmicrohttpd -ldl
  *   build/attn_lab [MAX_DEPTH [KV [MIN_DEPTH]]]  (default 1048576; rows past the GPU's memory are skipped;
- *                                        KV: f16, q8_0 or q4_0 alone, and then no prefill rows)
+ *                                        KV: f16, q8_0 or q4_0 alone, and then no prefill rows;
+ *                                        KV = prefill: the prefill rows alone, prefixes up to MAX_DEPTH)
  *
  * Each time is a replayed CUDA graph of 16 launches back to back (programmatic launches, as in a
  * decode step), over a cache several times the 50 MB L2 from 4K positions up (the smallest rows
@@ -19,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../src/backend/cuda/cuda_attn_prefill.cu" /* the MT = 2 instance (fa_launch<KT, D, 2>) */
 #include "backend/cuda/cuda_internal.cuh"
 #include "lab.cuh"
 
@@ -61,15 +66,39 @@ template <typename F> static float time_graph(cudaStream_t st, int reps, const F
     return ms / (reps * 16);
 }
 
+/* Milliseconds a call of f on the stream: one warm-up call (it sets the kernel's shared memory
+ * attribute), then the mean of reps calls. */
+template <typename F> static float time_calls(cudaStream_t st, int reps, const F &f) {
+    f();
+    CK(cudaStreamSynchronize(st));
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    cudaEventRecord(a, st);
+    for (int r = 0; r < reps; r++) f();
+    cudaEventRecord(b, st);
+    CK(cudaEventSynchronize(b));
+    float ms;
+    cudaEventElapsedTime(&ms, a, b);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return ms / reps;
+}
+
 /* The prefill kernel (cuda_attn_prefill.cu) for one chunk of C query tokens of one sequence after a
  * prefix of D cached positions (a long prompt's later chunks, or a new turn after a long
  * conversation): its time, the time a token, and the tensor-core rate (4 flops a query row, key and
  * dimension, Q K^T and P V, over the keys the causal mask keeps). Issue 28 asks that pp at 32K-262K
- * stay within 1.5x of pp512's time a token; this is the attention's part of it. */
+ * stay within 1.5x of pp512's time a token; this is the attention's part of it. Where fa_mt2_fits,
+ * the two-m-tile instance's rate, its speed-up and the largest relative difference of its output
+ * from the mainline's (each row sees the same key tiles in the same order, a fully masked tile
+ * leaves m, l and O exactly as they were: 0 expected). */
 static void prefill_rows(cuda_backend *cb, long max_depth) {
-    printf("\n| prefill shape (q/kv heads x dim) | KV | chunk | prefix | ms | us a token | TFLOP/s |\n"
-           "|---|---|---|---|---|---|---|\n");
-    static const int shapes[][3] = {{32, 8, 128}, {24, 4, 256}, {16, 2, 256}};
+    printf("\n| prefill shape (q/kv heads x dim) | KV | chunk | prefix | ms | us a token | TFLOP/s | MT=2 TFLOP/s | "
+           "MT=2 speed-up | MT=2 rel |\n"
+           "|---|---|---|---|---|---|---|---|---|---|\n");
+    /* qwen3-8b, qwen3.6-27b, qwen3.6-35b-a3b; 32/8 x 64: head dim 64 on the 8b's heads (no model of ours) */
+    static const int shapes[][3] = {{32, 8, 128}, {24, 4, 256}, {16, 2, 256}, {32, 8, 64}};
     static const long prefixes[] = {0, 4096, 32768, 131072, 262144};
     const int bs = 16, C = 2048;
     for (int kt : {KT_F16, KT_Q8_0})
@@ -77,6 +106,7 @@ static void prefill_rows(cuda_backend *cb, long max_depth) {
             for (long D : prefixes) {
                 if (D > max_depth) continue;
                 const int nh = sh[0], nkv = sh[1], hd = sh[2];
+                if (hd == 64 && kt != KT_F16) continue;
                 const size_t row = kt == KT_F16 ? (size_t)nkv * hd * 2 : (size_t)nkv * hd / 32 * kt_block_bytes(kt);
                 const long n_keys = D + C, n_pages = n_keys / bs + 1;
                 const size_t bytes = (size_t)n_pages * bs * row;
@@ -103,31 +133,42 @@ static void prefill_rows(cuda_backend *cb, long max_depth) {
                 fill_kernel<<<1024, 256>>>((uint8_t *)q, nq * 4, KT_F16, 5u); /* (f16 pairs read as floats: small values) */
                 bk_kv_view kv = {.k = kc, .v = vc, .kv_type = kt, .block_size = bs};
                 const float scale = 1.0f / sqrtf((float)hd);
+                const int reps = D >= 131072 ? 3 : 10;
+                const double flops = 4.0 * nh * hd * ((double)C * D + (double)C * (C + 1) / 2);
                 auto call = [&]() {
                     cuda_attn_prefill(cb, q, &kv, C, d_meta, d_meta + C, d_meta + 2 * C, nh, nkv, hd, scale, out);
                 };
-                call();
-                CK(cudaStreamSynchronize(cb->stream));
+                const float ms = time_calls(cb->stream, reps, call);
                 check_backend(cb);
-                cudaEvent_t a, b;
-                cudaEventCreate(&a);
-                cudaEventCreate(&b);
-                const int reps = D >= 131072 ? 3 : 10;
-                cudaEventRecord(a, cb->stream);
-                for (int r = 0; r < reps; r++) call();
-                cudaEventRecord(b, cb->stream);
-                CK(cudaEventSynchronize(b));
-                float ms;
-                cudaEventElapsedTime(&ms, a, b);
-                ms /= reps;
-                const double flops = 4.0 * nh * hd * ((double)C * D + (double)C * (C + 1) / 2);
-                printf("| %d/%d x %d | %s | %d | %ld | %.2f | %.1f | %.0f |\n", nh, nkv, hd, kt == KT_F16 ? "f16" : "q8_0",
-                       C, D, ms, ms * 1e3 / C, flops / (ms * 1e9));
+                printf("| %d/%d x %d | %s | %d | %ld | %.2f | %.1f | %.0f |", nh, nkv, hd,
+                       kt == KT_F16 ? "f16" : "q8_0", C, D, ms, ms * 1e3 / C, flops / (ms * 1e9));
+                if (fa_mt2_fits(kt, hd)) {
+                    float *h1 = (float *)malloc(nq * 4), *h2 = (float *)malloc(nq * 4);
+                    CK(cudaMemcpy(h1, out, nq * 4, cudaMemcpyDeviceToHost));
+                    CK(cudaMemset(out, 0xff, nq * 4)); /* NaN: a row MT = 2 leaves unwritten shows */
+                    const int32_t *d_pos = d_meta, *d_off = d_meta + C, *d_tabs = d_meta + 2 * C;
+                    auto call2 = [&]() {
+                        if (hd == 64)
+                            fa_launch<KT_F16, 64, 2>(cb, q, &kv, C, d_pos, d_off, d_tabs, nh, nkv, scale, out);
+                        else
+                            fa_launch<KT_F16, 128, 2>(cb, q, &kv, C, d_pos, d_off, d_tabs, nh, nkv, scale, out);
+                    };
+                    const float ms2 = time_calls(cb->stream, reps, call2);
+                    check_backend(cb);
+                    CK(cudaMemcpy(h2, out, nq * 4, cudaMemcpyDeviceToHost));
+                    bool nan = false;
+                    for (size_t i = 0; i < nq && !nan; i++) nan = h2[i] != h2[i];
+                    printf(" %.0f | %.2fx | %s%.1e |", flops / (ms2 * 1e9), ms / ms2, nan ? "NaN! " : "",
+                           max_rel(h2, h1, (int64_t)nq));
+                    free(h1);
+                    free(h2);
+                } else {
+                    printf(" | | |");
+                }
+                printf("\n");
                 fflush(stdout);
                 cudaFree(kc); cudaFree(vc); cudaFree(d_meta); cudaFree(q); cudaFree(out);
                 free(meta);
-                cudaEventDestroy(a);
-                cudaEventDestroy(b);
             }
 }
 
@@ -150,10 +191,12 @@ int main(int argc, char **argv) {
     static const int shapes[][3] = {{16, 2, 256}, {24, 4, 256}, {32, 8, 128}, {32, 4, 128}};
     static const long depths[] = {4096, 32768, 131072, 262144, 1048576};
     const int bs = 16;
+    const bool prefill_only = only && !strcmp(only, "prefill");
     for (int kt : {KT_F16, KT_Q8_0, KT_Q4_0})
         for (auto &sh : shapes)
             for (long depth : depths) {
                 if (depth > max_depth || depth < min_depth) continue;
+                if (prefill_only) continue;
                 if (only && strcmp(only, kt == KT_F16 ? "f16" : kt == KT_Q8_0 ? "q8_0" : "q4_0")) continue;
                 const int nh = sh[0], nkv = sh[1], hd = sh[2];
                 const size_t row = kt == KT_F16 ? (size_t)nkv * hd * 2 : (size_t)nkv * hd / 32 * kt_block_bytes(kt);
@@ -213,7 +256,7 @@ int main(int argc, char **argv) {
                 free(tab); free(hq); free(o1); free(o2);
             }
     cb->attn_mma_min = 1;
-    if (!only) prefill_rows(cb, max_depth);
+    if (!only || prefill_only) prefill_rows(cb, max_depth);
     be->ops->free(be);
     return 0;
 }

@@ -12,7 +12,8 @@
  * entries times the GQ heads (GQ: the largest of 8, 4, 2, 1 dividing the
  * model's query heads per KV head), so each K/V tile staged in shared memory
  * serves all GQ heads at once. Row r is entry t0 + r / GQ, head h0 + r % GQ;
- * warp w owns rows 16w .. 16w + 15. Per key tile of BN positions:
+ * warp w owns rows 16w .. 16w + 15 (a lab variant: two such m-tiles a warp, see the kernel).
+ * Per key tile of BN positions:
  *   S = Q K^T           (Q pre-scaled by scale * log2 e, f16, in shared memory)
  *   mask                key > pos[row] -> -inf
  *   online softmax      running max m and sum l per row, in f32, base 2;
@@ -47,7 +48,7 @@
 
 #define FA_WARPS 4
 #define FA_THREADS (FA_WARPS * 32)
-#define FA_BM (FA_WARPS * 16) /* query rows per block */
+#define FA_BM (FA_WARPS * 16) /* query rows per block and m-tile a warp */
 #define FA_PAD 8              /* f16 padding per shared row: conflict-free ldmatrix, 16-byte rows */
 
 /* Cache row (slot * n_head_kv + kvh) of key position p, or -1 past the group's last position. */
@@ -57,13 +58,15 @@ __device__ __forceinline__ int fa_row(const int32_t *table, int bs, int p, int n
 
 /* Stages the BN cache rows named by rows[] into dst [BN][D + FA_PAD] f16: 16-byte
  * chunks, consecutive threads along a row (coalesced). */
-template <int KT, int D, int BN>
+template <int KT, int D, int BN, bool LEAN>
 __device__ __forceinline__ void fa_stage(__half *dst, const void *base, const int *rows, int tid) {
     constexpr int CPR = D / 8; /* chunks per row */
-    static_assert(BN * CPR % FA_THREADS == 0, "whole passes");
+    static_assert(BN * CPR % FA_THREADS == 0 && FA_THREADS % CPR == 0, "whole passes");
 #pragma unroll
     for (int i = 0; i < BN * CPR / FA_THREADS; i++) {
-        const int c = tid + i * FA_THREADS, r = c / CPR, c8 = c % CPR;
+        /* LEAN: a pass's row and chunk as the first pass's plus constants (no per-pass registers) */
+        const int c = tid + i * FA_THREADS;
+        const int r = LEAN ? tid / CPR + i * (FA_THREADS / CPR) : c / CPR, c8 = LEAN ? tid % CPR : c % CPR;
         __half *d = dst + r * (D + FA_PAD) + 8 * c8;
         const int row = rows[r];
         if (row < 0) {
@@ -85,23 +88,45 @@ __device__ __forceinline__ void fa_stage(__half *dst, const void *base, const in
     }
 }
 
+/* One row's output O / l from its accumulators: columns 8i + 2 tig + {0, 1} at out + at are
+ * oacc[i][e], oacc[i][e + 1] (e = 0: the thread's row g of an m-tile, 2: row g + 8). */
+template <int D>
+__device__ __forceinline__ void fa_store_row(float *out, int64_t at, const float (*oacc)[4], int e, float l) {
+    const float inv = 1.0f / l;
+    float *o = out + at;
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) {
+        o[8 * i] = oacc[i][e] * inv;
+        o[8 * i + 1] = oacc[i][e + 1] * inv;
+    }
+}
+
 /* One block per (query tile, GQ = 1 << gs heads from h0 = blockIdx.y * GQ): see the header.
+ * MT m-tiles of 16 rows a warp (FA_BM * MT rows a block): each K and V fragment a warp loads with
+ * ldmatrix feeds MT mma chains. MT = 1 is the mainline; MT = 2 (head dims 64 and 128: its O and
+ * S accumulators take MT (D + BN) / 2 registers a thread, 192 at head dim 128) is
+ * dev/kernels/attn_lab.cu's candidate (fa_mt2_fits below). Warp w owns rows 16 (MT w + m) .. + 15.
  * Query tiles are taken last first (blockIdx.x reversed): the later entries see the
- * longest key ranges and should start first. Dynamic shared memory: Q [FA_BM], K [BN],
+ * longest key ranges and should start first. Dynamic shared memory: Q [FA_BM * MT], K [BN],
  * V [BN] rows of D + FA_PAD f16. */
-template <int KT, int D, int BN>
+template <int KT, int D, int BN, int MT>
 __global__ void __launch_bounds__(FA_THREADS)
 fa_prefill_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_t *pos, const int32_t *tab_off,
                   const int32_t *tabs, int n, int n_head, int n_head_kv, int group, int gs, float qscale,
                   float *out) {
 #if FA_ARCH_OK
-    constexpr int LD = D + FA_PAD;
+    constexpr int LD = D + FA_PAD, BM = FA_BM * MT;
+    /* MT = 2 sits at 255 registers: there, fewer values stay live across the key loop (staging
+     * offsets as constants, positions read again from shared memory, P packed to f16 before the
+     * barrier). MT = 1 keeps its code: the instructions and registers it had before MT existed. */
+    constexpr bool LEAN = MT > 1;
+    static_assert(BM <= FA_THREADS, "a thread per row for the tile's metadata");
     extern __shared__ __align__(16) uint8_t fa_smem[];
-    __half *Qs = (__half *)fa_smem, *Ks = Qs + FA_BM * LD, *Vs = Ks + BN * LD;
-    __shared__ int pos_s[FA_BM], off_s[FA_BM], last_s[FA_BM], row_s[2][BN];
+    __half *Qs = (__half *)fa_smem, *Ks = Qs + BM * LD, *Vs = Ks + BN * LD;
+    __shared__ int pos_s[BM], off_s[BM], last_s[BM], row_s[2][BN];
     const unsigned full = 0xffffffffu;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, tig = lane % 4;
-    const int ntok = FA_BM >> gs, t0 = (int)(gridDim.x - 1 - blockIdx.x) * ntok, n_tok = min(ntok, n - t0);
+    const int ntok = BM >> gs, t0 = (int)(gridDim.x - 1 - blockIdx.x) * ntok, n_tok = min(ntok, n - t0);
     const int h0 = blockIdx.y << gs, kvh = h0 / group, gmask = (1 << gs) - 1;
 
     if (tid < ntok) {
@@ -109,7 +134,7 @@ fa_prefill_kernel(const float *q, const void *kc, const void *vc, int bs, const 
         off_s[tid] = tid < n_tok ? tab_off[t0 + tid] : -1;
     }
     /* Q, scaled and rounded to f16; rows past the batch are zero (and idle) */
-    for (int c = tid; c < FA_BM * D; c += FA_THREADS) {
+    for (int c = tid; c < BM * D; c += FA_THREADS) {
         const int r = c / D, d = c % D, j = r >> gs;
         const float x = j < n_tok ? q[((int64_t)(t0 + j) * n_head + h0 + (r & gmask)) * D + d] : 0.0f;
         Qs[r * LD + d] = __float2half_rn(x * qscale);
@@ -127,166 +152,214 @@ fa_prefill_kernel(const float *q, const void *kc, const void *vc, int bs, const 
     }
     __syncthreads();
 
-    /* this thread's two rows (g and g + 8 of its warp's 16) */
-    const int ra = 16 * warp + g, rb = ra + 8, ja = ra >> gs, jb = rb >> gs;
+    /* this thread's rows: g and g + 8 (h = 0, 1) of each of its warp's m-tiles */
+    const auto row = [&](int m, int h) { return 16 * (MT * warp + m) + g + 8 * h; };
     for (int s = 0; s < n_tok; s++) {
         if (last_s[s] < 0) continue; /* not a group's first entry */
         const int n_keys = last_s[s] + 1, n_tiles = (n_keys + BN - 1) / BN, off = off_s[s];
         const int32_t *table = tabs + off;
-        const int pa = ja < n_tok && off_s[ja] == off ? pos_s[ja] : -1;
-        const int pb = jb < n_tok && off_s[jb] == off ? pos_s[jb] : -1;
-        /* the warp's last position: key tiles past it hold nothing for its rows */
-        int wmax = max(pa, pb);
+        int p[MT][2]; /* the rows' positions; -1: not in this group */
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            const int j0 = row(m, 0) >> gs, j1 = row(m, 1) >> gs;
+            p[m][0] = j0 < n_tok && off_s[j0] == off ? pos_s[j0] : -1;
+            p[m][1] = j1 < n_tok && off_s[j1] == off ? pos_s[j1] : -1;
+        }
+        /* row (m, h)'s position; LEAN reads it again from shared memory where it is needed */
+        const auto rpos = [&](int m, int h) {
+            if (!LEAN) return p[m][h];
+            const int j = row(m, h) >> gs;
+            return j < n_tok && off_s[j] == off ? pos_s[j] : -1;
+        };
+        /* the warp's last position (key tiles past it hold nothing for its rows), the thread's first */
+        int wmax = max(p[0][0], p[0][1]), pmin = min(p[0][0], p[0][1]);
+#pragma unroll
+        for (int m = 1; m < MT; m++) {
+            wmax = max(wmax, max(p[m][0], p[m][1]));
+            pmin = min(pmin, min(p[m][0], p[m][1]));
+        }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) wmax = max(wmax, __shfl_xor_sync(full, wmax, o));
 
-        float oacc[D / 8][4];
+        float oacc[MT][D / 8][4];
 #pragma unroll
-        for (int i = 0; i < D / 8; i++) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0.0f;
-        float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f; /* l: this thread's columns only */
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int i = 0; i < D / 8; i++) oacc[m][i][0] = oacc[m][i][1] = oacc[m][i][2] = oacc[m][i][3] = 0.0f;
+        float mr[MT][2], lr[MT][2]; /* running max and sum (l: this thread's columns only) */
+#pragma unroll
+        for (int m = 0; m < MT; m++) mr[m][0] = mr[m][1] = -INFINITY, lr[m][0] = lr[m][1] = 0.0f;
 
         /* No barrier needed before this write: the previous group read row_s and Ks only before
          * its last tile's second barrier, and Vs is restaged after the loop's first barrier. */
         if (tid < BN) row_s[0][tid] = fa_row(table, bs, tid, n_keys, n_head_kv, kvh);
         __syncthreads();
-        fa_stage<KT, D, BN>(Ks, kc, row_s[0], tid);
+        fa_stage<KT, D, BN, LEAN>(Ks, kc, row_s[0], tid);
         fa_cp_commit();
         for (int jt = 0; jt < n_tiles; jt++) {
             const int k0 = jt * BN;
             fa_cp_wait_all();
             __syncthreads(); /* K tile jt in place; every warp is done with V tile jt - 1 */
-            fa_stage<KT, D, BN>(Vs, vc, row_s[jt & 1], tid);
+            fa_stage<KT, D, BN, LEAN>(Vs, vc, row_s[jt & 1], tid);
             fa_cp_commit();
             if (jt + 1 < n_tiles && tid < BN)
                 row_s[(jt + 1) & 1][tid] = fa_row(table, bs, k0 + BN + tid, n_keys, n_head_kv, kvh);
             const bool live = wmax >= k0; /* warp-uniform */
-            float sacc[BN / 8][4];
-            if (live) {
-                /* S (16 x BN) = Q (16 x D) K^T */
+            float sacc[MT][BN / 8][4];
+            /* P as the A fragments of P V: the S accumulators of n-tiles 2kc, 2kc + 1 are exactly
+             * the A fragment of key chunk kc */
+            uint32_t pf[MT][BN / 16][4];
+            const auto pack_p = [&](int kc2) {
 #pragma unroll
-                for (int i = 0; i < BN / 8; i++) sacc[i][0] = sacc[i][1] = sacc[i][2] = sacc[i][3] = 0.0f;
+                for (int m = 0; m < MT; m++) {
+                    pf[m][kc2][0] = fa_pack(sacc[m][2 * kc2][0], sacc[m][2 * kc2][1]);
+                    pf[m][kc2][1] = fa_pack(sacc[m][2 * kc2][2], sacc[m][2 * kc2][3]);
+                    pf[m][kc2][2] = fa_pack(sacc[m][2 * kc2 + 1][0], sacc[m][2 * kc2 + 1][1]);
+                    pf[m][kc2][3] = fa_pack(sacc[m][2 * kc2 + 1][2], sacc[m][2 * kc2 + 1][3]);
+                }
+            };
+            if (live) {
+                /* S (16 MT x BN) = Q (16 MT x D) K^T: one K fragment, MT products */
+#pragma unroll
+                for (int m = 0; m < MT; m++)
+#pragma unroll
+                    for (int i = 0; i < BN / 8; i++)
+                        sacc[m][i][0] = sacc[m][i][1] = sacc[m][i][2] = sacc[m][i][3] = 0.0f;
 #pragma unroll
                 for (int kk = 0; kk < D / 16; kk++) {
-                    uint32_t a[4];
-                    fa_ldsm_x4(a, Qs + (16 * warp + lane % 16) * LD + 16 * kk + 8 * (lane / 16));
+                    uint32_t a[MT][4];
+#pragma unroll
+                    for (int m = 0; m < MT; m++)
+                        fa_ldsm_x4(a[m], Qs + (16 * (MT * warp + m) + lane % 16) * LD + 16 * kk + 8 * (lane / 16));
 #pragma unroll
                     for (int np = 0; np < BN / 16; np++) {
                         /* matrices: keys +0/+8 (lane / 16) x dims +0/+8 (lane / 8 % 2) -> b0, b1 of two n-tiles */
                         uint32_t b[4];
                         fa_ldsm_x4(b, Ks + (16 * np + lane % 8 + 8 * (lane / 16)) * LD + 16 * kk + 8 * (lane / 8 % 2));
-                        fa_mma(sacc[2 * np], a, b[0], b[1]);
-                        fa_mma(sacc[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+                        for (int m = 0; m < MT; m++) {
+                            fa_mma(sacc[m][2 * np], a[m], b[0], b[1]);
+                            fa_mma(sacc[m][2 * np + 1], a[m], b[2], b[3]);
+                        }
                     }
                 }
-                /* mask: sacc[i][0..1] are row ra, keys k0 + 8i + 2 tig + {0, 1}; [2..3] row rb */
-                if (k0 + BN - 1 > min(pa, pb)) {
+                /* mask: sacc[m][i][0..1] are row rr[m][0], keys k0 + 8i + 2 tig + {0, 1}; [2..3] row rr[m][1] */
+                if (k0 + BN - 1 > pmin) {
 #pragma unroll
-                    for (int i = 0; i < BN / 8; i++)
+                    for (int m = 0; m < MT; m++) {
+                        const int pa = rpos(m, 0), pb = rpos(m, 1);
 #pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const int key = k0 + 8 * i + 2 * tig + e;
-                            if (key > pa) sacc[i][e] = -INFINITY;
-                            if (key > pb) sacc[i][2 + e] = -INFINITY;
-                        }
+                        for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+                            for (int e = 0; e < 2; e++) {
+                                const int key = k0 + 8 * i + 2 * tig + e;
+                                if (key > pa) sacc[m][i][e] = -INFINITY;
+                                if (key > pb) sacc[m][i][2 + e] = -INFINITY;
+                            }
+                    }
                 }
                 /* online softmax; a row with every key so far masked keeps m = -inf and uses 0 as
                  * its reference, so exp2 sees -inf - 0 (= 0), never -inf - -inf */
-                float mxa = ma, mxb = mb;
 #pragma unroll
-                for (int i = 0; i < BN / 8; i++) {
-                    mxa = fmaxf(mxa, fmaxf(sacc[i][0], sacc[i][1]));
-                    mxb = fmaxf(mxb, fmaxf(sacc[i][2], sacc[i][3]));
-                }
+                for (int m = 0; m < MT; m++) {
+                    float mxa = mr[m][0], mxb = mr[m][1];
 #pragma unroll
-                for (int o = 1; o < 4; o <<= 1) { /* the four lanes of a row */
-                    mxa = fmaxf(mxa, __shfl_xor_sync(full, mxa, o));
-                    mxb = fmaxf(mxb, __shfl_xor_sync(full, mxb, o));
-                }
-                const float ua = mxa == -INFINITY ? 0.0f : mxa, ub = mxb == -INFINITY ? 0.0f : mxb;
-                const float fa = exp2f(ma - ua), fb = exp2f(mb - ub);
-                ma = mxa;
-                mb = mxb;
-                float sa = 0.0f, sb = 0.0f;
+                    for (int i = 0; i < BN / 8; i++) {
+                        mxa = fmaxf(mxa, fmaxf(sacc[m][i][0], sacc[m][i][1]));
+                        mxb = fmaxf(mxb, fmaxf(sacc[m][i][2], sacc[m][i][3]));
+                    }
 #pragma unroll
-                for (int i = 0; i < BN / 8; i++) {
-                    sacc[i][0] = exp2f(sacc[i][0] - ua);
-                    sacc[i][1] = exp2f(sacc[i][1] - ua);
-                    sacc[i][2] = exp2f(sacc[i][2] - ub);
-                    sacc[i][3] = exp2f(sacc[i][3] - ub);
-                    sa += sacc[i][0] + sacc[i][1];
-                    sb += sacc[i][2] + sacc[i][3];
-                }
-                la = la * fa + sa;
-                lb = lb * fb + sb;
+                    for (int o = 1; o < 4; o <<= 1) { /* the four lanes of a row */
+                        mxa = fmaxf(mxa, __shfl_xor_sync(full, mxa, o));
+                        mxb = fmaxf(mxb, __shfl_xor_sync(full, mxb, o));
+                    }
+                    const float ua = mxa == -INFINITY ? 0.0f : mxa, ub = mxb == -INFINITY ? 0.0f : mxb;
+                    const float fa = exp2f(mr[m][0] - ua), fb = exp2f(mr[m][1] - ub);
+                    mr[m][0] = mxa;
+                    mr[m][1] = mxb;
+                    float sa = 0.0f, sb = 0.0f;
 #pragma unroll
-                for (int i = 0; i < D / 8; i++) {
-                    oacc[i][0] *= fa;
-                    oacc[i][1] *= fa;
-                    oacc[i][2] *= fb;
-                    oacc[i][3] *= fb;
+                    for (int i = 0; i < BN / 8; i++) {
+                        sacc[m][i][0] = exp2f(sacc[m][i][0] - ua);
+                        sacc[m][i][1] = exp2f(sacc[m][i][1] - ua);
+                        sacc[m][i][2] = exp2f(sacc[m][i][2] - ub);
+                        sacc[m][i][3] = exp2f(sacc[m][i][3] - ub);
+                        sa += sacc[m][i][0] + sacc[m][i][1];
+                        sb += sacc[m][i][2] + sacc[m][i][3];
+                    }
+                    lr[m][0] = lr[m][0] * fa + sa;
+                    lr[m][1] = lr[m][1] * fb + sb;
+#pragma unroll
+                    for (int i = 0; i < D / 8; i++) {
+                        oacc[m][i][0] *= fa;
+                        oacc[m][i][1] *= fa;
+                        oacc[m][i][2] *= fb;
+                        oacc[m][i][3] *= fb;
+                    }
                 }
+                if (LEAN) /* half the registers through the barrier below */
+#pragma unroll
+                    for (int kc2 = 0; kc2 < BN / 16; kc2++) pack_p(kc2);
             }
             fa_cp_wait_all();
             __syncthreads(); /* V tile jt in place; every warp is done with K tile jt */
             if (jt + 1 < n_tiles) {
-                fa_stage<KT, D, BN>(Ks, kc, row_s[(jt + 1) & 1], tid);
+                fa_stage<KT, D, BN, LEAN>(Ks, kc, row_s[(jt + 1) & 1], tid);
                 fa_cp_commit();
             }
             if (live) {
-                /* O (16 x D) += P (16 x BN) V: the S accumulators of n-tiles 2kc, 2kc + 1 are
-                 * exactly the A fragment of key chunk kc */
+                /* O (16 MT x D) += P (16 MT x BN) V: one V fragment, MT products */
 #pragma unroll
                 for (int kc2 = 0; kc2 < BN / 16; kc2++) {
-                    uint32_t a[4];
-                    a[0] = fa_pack(sacc[2 * kc2][0], sacc[2 * kc2][1]);
-                    a[1] = fa_pack(sacc[2 * kc2][2], sacc[2 * kc2][3]);
-                    a[2] = fa_pack(sacc[2 * kc2 + 1][0], sacc[2 * kc2 + 1][1]);
-                    a[3] = fa_pack(sacc[2 * kc2 + 1][2], sacc[2 * kc2 + 1][3]);
+                    if (!LEAN) pack_p(kc2);
 #pragma unroll
                     for (int dp = 0; dp < D / 16; dp++) {
                         /* transposed matrices: keys +0/+8 (lane / 8 % 2) x dims +0/+8 (lane / 16) */
                         uint32_t b[4];
                         fa_ldsm_x4_t(b, Vs + (16 * kc2 + lane % 16) * LD + 16 * dp + 8 * (lane / 16));
-                        fa_mma(oacc[2 * dp], a, b[0], b[1]);
-                        fa_mma(oacc[2 * dp + 1], a, b[2], b[3]);
+#pragma unroll
+                        for (int m = 0; m < MT; m++) {
+                            fa_mma(oacc[m][2 * dp], pf[m][kc2], b[0], b[1]);
+                            fa_mma(oacc[m][2 * dp + 1], pf[m][kc2], b[2], b[3]);
+                        }
                     }
                 }
             }
         }
         /* l over the row's four lanes; a row of the group has l >= 1 (its max scores exp2(0)) */
 #pragma unroll
-        for (int o = 1; o < 4; o <<= 1) {
-            la += __shfl_xor_sync(full, la, o);
-            lb += __shfl_xor_sync(full, lb, o);
-        }
-        if (pa >= 0) {
-            const float inv = 1.0f / la;
-            float *o = out + ((int64_t)(t0 + ja) * n_head + h0 + (ra & gmask)) * D + 2 * tig;
+        for (int m = 0; m < MT; m++)
 #pragma unroll
-            for (int i = 0; i < D / 8; i++) {
-                o[8 * i] = oacc[i][0] * inv;
-                o[8 * i + 1] = oacc[i][1] * inv;
+            for (int o = 1; o < 4; o <<= 1) {
+                lr[m][0] += __shfl_xor_sync(full, lr[m][0], o);
+                lr[m][1] += __shfl_xor_sync(full, lr[m][1], o);
             }
-        }
-        if (pb >= 0) {
-            const float inv = 1.0f / lb;
-            float *o = out + ((int64_t)(t0 + jb) * n_head + h0 + (rb & gmask)) * D + 2 * tig;
 #pragma unroll
-            for (int i = 0; i < D / 8; i++) {
-                o[8 * i] = oacc[i][2] * inv;
-                o[8 * i + 1] = oacc[i][3] * inv;
-            }
+        for (int m = 0; m < MT; m++) {
+            const int r0 = row(m, 0), r1 = row(m, 1);
+            const int64_t at0 = ((int64_t)(t0 + (r0 >> gs)) * n_head + h0 + (r0 & gmask)) * D + 2 * tig;
+            const int64_t at1 = ((int64_t)(t0 + (r1 >> gs)) * n_head + h0 + (r1 & gmask)) * D + 2 * tig;
+            if (rpos(m, 0) >= 0) fa_store_row<D>(out, at0, oacc[m], 0, lr[m][0]);
+            if (rpos(m, 1) >= 0) fa_store_row<D>(out, at1, oacc[m], 2, lr[m][1]);
         }
     }
 #endif
 }
 
 /* Key tile size: 64 positions; 32 at head_dim 256, where the O accumulator alone takes
- * 128 registers a thread. */
-template <int D> struct fa_tile {
+ * 128 registers a thread (and MT = 1 only: two m-tiles would need 256). */
+template <int D, int MT> struct fa_tile {
+    static_assert(MT == 1 || (MT == 2 && D <= 128), "two m-tiles a warp: head dims 64 and 128");
     static constexpr int BN = D == 256 ? 32 : 64;
-    static constexpr size_t smem = (size_t)(FA_BM + 2 * BN) * (D + FA_PAD) * sizeof(__half);
+    static constexpr size_t smem = (size_t)(FA_BM * MT + 2 * BN) * (D + FA_PAD) * sizeof(__half);
 };
+
+/* The shapes the two-m-tile instance (MT = 2) serves: f16 caches (the others convert on the
+ * threads while staging, which bounds them first), head dims 64 and 128. It is not in the dispatch
+ * below: dev/kernels/attn_lab.cu times it beside MT = 1, and it lands here only with that win. */
+inline bool fa_mt2_fits(int kv_type, int head_dim) {
+    return kv_type == KT_F16 && (head_dim == 64 || head_dim == 128);
+}
 
 /* log2 of the query heads per block: the largest power of two <= 8 dividing the GQA group */
 static int fa_gq_shift(int group) { return group % 8 == 0 ? 3 : group % 4 == 0 ? 2 : group % 2 == 0 ? 1 : 0; }
@@ -301,17 +374,17 @@ bool cuda_attn_prefill_supported(const cuda_backend *cb, int head_dim, int n_hea
            n_head % n_head_kv == 0;
 }
 
-template <int KT, int D>
+template <int KT, int D, int MT>
 static void fa_launch(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, const int32_t *d_pos,
                       const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, float scale, float *out) {
-    const int group = n_head / n_head_kv, gs = fa_gq_shift(group), ntok = FA_BM >> gs;
-    constexpr int BN = fa_tile<D>::BN;
-    constexpr size_t smem = fa_tile<D>::smem;
+    const int group = n_head / n_head_kv, gs = fa_gq_shift(group), ntok = (FA_BM * MT) >> gs;
+    constexpr int BN = fa_tile<D, MT>::BN;
+    constexpr size_t smem = fa_tile<D, MT>::smem;
     /* above the 48 KB default: opt in (per device, cheap, legal inside a capture) */
-    CU_OP(cb, cudaFuncSetAttribute(fa_prefill_kernel<KT, D, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CU_OP(cb, cudaFuncSetAttribute(fa_prefill_kernel<KT, D, BN, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem));
     dim3 grid((unsigned)((n + ntok - 1) / ntok), (unsigned)(n_head >> gs));
-    fa_prefill_kernel<KT, D, BN><<<grid, FA_THREADS, smem, cb->stream>>>(
+    fa_prefill_kernel<KT, D, BN, MT><<<grid, FA_THREADS, smem, cb->stream>>>(
         q, kv->k, kv->v, kv->block_size, d_pos, d_off, d_tabs, n, n_head, n_head_kv, group, gs,
         scale * 1.4426950408889634f /* log2 e */, out);
     CU_COUNT(cb, CU_PATH_ATTN_PREFILL);
@@ -321,11 +394,11 @@ static void fa_launch(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
 void cuda_attn_prefill(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, const int32_t *d_pos,
                        const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
                        float *out) {
-#define FA_D(KK)                                                                                             \
-    switch (hd) {                                                                                            \
-    case 64: fa_launch<KK, 64>(cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, scale, out); break;    \
-    case 128: fa_launch<KK, 128>(cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, scale, out); break;  \
-    default: fa_launch<KK, 256>(cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, scale, out); break;   \
+#define FA_D(KK)                                                                                                 \
+    switch (hd) {                                                                                                \
+    case 64: fa_launch<KK, 64, 1>(cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, scale, out); break;     \
+    case 128: fa_launch<KK, 128, 1>(cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, scale, out); break;   \
+    default: fa_launch<KK, 256, 1>(cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, scale, out); break;    \
     }
     const int kt = kv->kv_type;
     if (kt == KT_Q4_0) FA_D(KT_Q4_0)
