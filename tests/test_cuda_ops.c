@@ -1344,8 +1344,8 @@ static void test_attention_prefill(void) {
     char *saved = list_add("BRISK_CUDA_DISABLE", "fa");
     if (bk_cuda_backend_new(0, &gpu_fa_off) != BRISK_OK) gpu_fa_off = NULL;
     list_restore("BRISK_CUDA_DISABLE", saved);
-    static int32_t pos[512];
-    static int seq[512];
+    static int32_t pos[1600];
+    static int seq[1600];
     static const int hds[] = {64, 128, 256};
     for (int kt = BRISK_KV_F32; kt <= BRISK_KV_Q4_0H; kt++)
         for (int h = 0; h < 3; h++) {
@@ -1378,6 +1378,21 @@ static void test_attention_prefill(void) {
         for (int i = 0; i < 512; i++) { pos[i] = 1000 + i; seq[i] = 0; }
         check_prefill(kt, 32, 8, 128, 16, 512, pos, seq);
     }
+    /* head dim 64 past 6,144 keys: the two-m-tile instance; few entries against a long prefix: the
+     * key range split over blocks and merged (fa_plan: 4-6 splits here, the second sequence's range
+     * shorter than the first's); every cache type */
+    for (int kt = BRISK_KV_F16; kt <= BRISK_KV_Q4_0H; kt++) {
+        for (int i = 0; i < 100; i++) { pos[i] = 6200 + i; seq[i] = 0; }
+        check_prefill(kt, 8, 2, 64, 16, 100, pos, seq);
+        for (int i = 0; i < 80; i++) { seq[i] = i >= 50; pos[i] = i < 50 ? 5000 + i : 2100 + i; }
+        check_prefill(kt, 32, 8, 128, 16, 80, pos, seq);
+        for (int i = 0; i < 70; i++) { pos[i] = 4500 + i; seq[i] = 0; }
+        check_prefill(kt, 24, 4, 256, 16, 70, pos, seq);
+    }
+    /* a prompt chunk of 1,600 entries on the 8b's heads: enough blocks for the two-m-tile instance
+     * unsplit (fa_plan: 400 blocks) */
+    for (int i = 0; i < 1600; i++) { pos[i] = i; seq[i] = 0; }
+    check_prefill(BRISK_KV_F16, 32, 8, 128, 16, 1600, pos, seq);
     if (gpu_fa_off) gpu_fa_off->ops->free(gpu_fa_off);
     gpu_fa_off = NULL;
 }

@@ -3,10 +3,8 @@
  * on the attention shapes of the supported models, at depths 4K-1M, f16, q8_0 and q4_0 caches, as the KV
  * bytes read over the time and their share of the copy bandwidth (issue 28 asks 80%), with the
  * largest relative difference between the two kernels' outputs; then the prefill kernel's rate for a
- * chunk of 2,048 tokens after a prefix of 0-256K (prefill_rows), and beside it, for f16 caches at
- * head dims 64 and 128, the candidate with two m-tiles a warp (MT = 2: 128 query rows a block, each
- * K/V fragment feeding two mma chains; cuda_attn_prefill.cu, included here, compiles it only for this
- * lab until it wins). No model prefill: the cache is
+ * chunk of 2,048 tokens after a prefix of 0-256K (prefill_rows), with one and (head dims 64 and
+ * 128) two m-tiles a warp (cuda_attn_prefill.cu, included here for fa_launch). No model prefill: the cache is
  * filled with random values on the device, so a lease measures every shape in seconds.
  *
  *   nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc dev/kernels/attn_lab.cu build/libbrisk.a -o build/attn_lab \
@@ -23,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/backend/cuda/cuda_attn_prefill.cu" /* the MT = 2 instance (fa_launch<KT, D, 2>) */
+#include "../../src/backend/cuda/cuda_attn_prefill.cu" /* fa_launch<KT, D, MT>, fa_plan */
 #include "backend/cuda/cuda_internal.cuh"
 #include "lab.cuh"
 
@@ -85,28 +83,46 @@ template <typename F> static float time_calls(cudaStream_t st, int reps, const F
     return ms / reps;
 }
 
+/* fa_launch<KT, hd, MT> by value (MT = 2: head dims 64 and 128 only) */
+template <int MT>
+static void fa_mt(cuda_backend *cb, int kt, int hd, const float *q, const bk_kv_view *kv, int n, const int32_t *pos,
+                  const int32_t *off, const int32_t *tabs, int nh, int nkv, float scale, float *out) {
+#define FA_LAB_ARGS cb, q, kv, n, pos, off, tabs, nh, nkv, scale, out
+#define FA_LAB_D(KK)                                                                                             \
+    {                                                                                                            \
+        if (hd == 64) fa_launch<KK, 64, MT>(FA_LAB_ARGS);                                                        \
+        else if (hd == 128) fa_launch<KK, 128, MT>(FA_LAB_ARGS);                                                 \
+        else if constexpr (MT == 1) fa_launch<KK, 256, 1>(FA_LAB_ARGS);                                          \
+    }
+    if (kt == KT_F16) FA_LAB_D(KT_F16)
+    else if (kt == KT_Q8_0) FA_LAB_D(KT_Q8_0)
+    else FA_LAB_D(KT_Q4_0)
+#undef FA_LAB_D
+#undef FA_LAB_ARGS
+}
+
 /* The prefill kernel (cuda_attn_prefill.cu) for one chunk of C query tokens of one sequence after a
  * prefix of D cached positions (a long prompt's later chunks, or a new turn after a long
- * conversation): its time, the time a token, and the tensor-core rate (4 flops a query row, key and
- * dimension, Q K^T and P V, over the keys the causal mask keeps). Issue 28 asks that pp at 32K-262K
- * stay within 1.5x of pp512's time a token; this is the attention's part of it. Where fa_mt2_fits,
- * the two-m-tile instance's rate, its speed-up and the largest relative difference of its output
- * from the mainline's (each row sees the same key tiles in the same order, a fully masked tile
- * leaves m, l and O exactly as they were: 0 expected). */
+ * conversation): its time a token and the tensor-core rate (4 flops a query row, key and
+ * dimension, Q K^T and P V, over the keys the causal mask keeps) with one m-tile a warp (MT = 1) and,
+ * at head dims 64 and 128, two (MT = 2), the speed-up, the largest relative difference of MT = 2's
+ * output from MT = 1's (each row sees the same key tiles in the same order: 0 expected; NaN flagged),
+ * and what cuda_attn_prefill's dispatch picks (fa_plan: MT and the key-range split) and its rate. Issue 28 asks that pp at
+ * 32K-262K stay within 1.5x of pp512's time a token; this is the attention's part of it. */
 static void prefill_rows(cuda_backend *cb, long max_depth) {
-    printf("\n| prefill shape (q/kv heads x dim) | KV | chunk | prefix | ms | us a token | TFLOP/s | MT=2 TFLOP/s | "
-           "MT=2 speed-up | MT=2 rel |\n"
-           "|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("\n| prefill shape (q/kv heads x dim) | KV | chunk | prefix | MT=1 ms | us a token | MT=1 TFLOP/s | "
+           "MT=2 TFLOP/s | MT=2 speed-up | MT=2 rel | dispatch (MT, splits) | its TFLOP/s | its rel |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     /* qwen3-8b, qwen3.6-27b, qwen3.6-35b-a3b; 32/8 x 64: head dim 64 on the 8b's heads (no model of ours) */
     static const int shapes[][3] = {{32, 8, 128}, {24, 4, 256}, {16, 2, 256}, {32, 8, 64}};
     static const long prefixes[] = {0, 4096, 32768, 131072, 262144};
-    const int bs = 16, C = 2048;
-    for (int kt : {KT_F16, KT_Q8_0})
+    const int bs = 16;
+    for (int C : {2048, 512}) /* the lab's chunk; brisk's ubatch */
+    for (int kt : {KT_F16, KT_Q8_0, KT_Q4_0})
         for (auto &sh : shapes)
             for (long D : prefixes) {
                 if (D > max_depth) continue;
                 const int nh = sh[0], nkv = sh[1], hd = sh[2];
-                if (hd == 64 && kt != KT_F16) continue;
                 const size_t row = kt == KT_F16 ? (size_t)nkv * hd * 2 : (size_t)nkv * hd / 32 * kt_block_bytes(kt);
                 const long n_keys = D + C, n_pages = n_keys / bs + 1;
                 const size_t bytes = (size_t)n_pages * bs * row;
@@ -135,24 +151,18 @@ static void prefill_rows(cuda_backend *cb, long max_depth) {
                 const float scale = 1.0f / sqrtf((float)hd);
                 const int reps = D >= 131072 ? 3 : 10;
                 const double flops = 4.0 * nh * hd * ((double)C * D + (double)C * (C + 1) / 2);
-                auto call = [&]() {
-                    cuda_attn_prefill(cb, q, &kv, C, d_meta, d_meta + C, d_meta + 2 * C, nh, nkv, hd, scale, out);
-                };
-                const float ms = time_calls(cb->stream, reps, call);
+                const int32_t *d_pos = d_meta, *d_off = d_meta + C, *d_tabs = d_meta + 2 * C;
+                auto call1 = [&]() { fa_mt<1>(cb, kt, hd, q, &kv, C, d_pos, d_off, d_tabs, nh, nkv, scale, out); };
+                const float ms = time_calls(cb->stream, reps, call1);
                 check_backend(cb);
                 printf("| %d/%d x %d | %s | %d | %ld | %.2f | %.1f | %.0f |", nh, nkv, hd,
-                       kt == KT_F16 ? "f16" : "q8_0", C, D, ms, ms * 1e3 / C, flops / (ms * 1e9));
-                if (fa_mt2_fits(kt, hd)) {
-                    float *h1 = (float *)malloc(nq * 4), *h2 = (float *)malloc(nq * 4);
-                    CK(cudaMemcpy(h1, out, nq * 4, cudaMemcpyDeviceToHost));
+                       kt == KT_F16 ? "f16" : kt == KT_Q8_0 ? "q8_0" : "q4_0", C, D, ms, ms * 1e3 / C,
+                       flops / (ms * 1e9));
+                float *h1 = (float *)malloc(nq * 4), *h2 = (float *)malloc(nq * 4);
+                CK(cudaMemcpy(h1, out, nq * 4, cudaMemcpyDeviceToHost));
+                if (hd <= 128) {
                     CK(cudaMemset(out, 0xff, nq * 4)); /* NaN: a row MT = 2 leaves unwritten shows */
-                    const int32_t *d_pos = d_meta, *d_off = d_meta + C, *d_tabs = d_meta + 2 * C;
-                    auto call2 = [&]() {
-                        if (hd == 64)
-                            fa_launch<KT_F16, 64, 2>(cb, q, &kv, C, d_pos, d_off, d_tabs, nh, nkv, scale, out);
-                        else
-                            fa_launch<KT_F16, 128, 2>(cb, q, &kv, C, d_pos, d_off, d_tabs, nh, nkv, scale, out);
-                    };
+                    auto call2 = [&]() { fa_mt<2>(cb, kt, hd, q, &kv, C, d_pos, d_off, d_tabs, nh, nkv, scale, out); };
                     const float ms2 = time_calls(cb->stream, reps, call2);
                     check_backend(cb);
                     CK(cudaMemcpy(h2, out, nq * 4, cudaMemcpyDeviceToHost));
@@ -160,12 +170,25 @@ static void prefill_rows(cuda_backend *cb, long max_depth) {
                     for (size_t i = 0; i < nq && !nan; i++) nan = h2[i] != h2[i];
                     printf(" %.0f | %.2fx | %s%.1e |", flops / (ms2 * 1e9), ms / ms2, nan ? "NaN! " : "",
                            max_rel(h2, h1, (int64_t)nq));
-                    free(h1);
-                    free(h2);
                 } else {
                     printf(" | | |");
                 }
-                printf("\n");
+                /* what cuda_attn_prefill picks (MT and the key-range split) and its rate */
+                const fa_shape shp = fa_plan(cb, kt, C, nh, nkv, hd, (int)n_keys);
+                const int mt = shp.mt, nsp = shp.n_split;
+                CK(cudaMemset(out, 0xff, nq * 4));
+                auto calld = [&]() {
+                    cuda_attn_prefill(cb, q, &kv, C, (int)n_keys, d_pos, d_off, d_tabs, nh, nkv, hd, scale, out);
+                };
+                const float msd = time_calls(cb->stream, reps, calld);
+                check_backend(cb);
+                CK(cudaMemcpy(h2, out, nq * 4, cudaMemcpyDeviceToHost));
+                bool nan = false;
+                for (size_t i = 0; i < nq && !nan; i++) nan = h2[i] != h2[i];
+                printf(" MT=%d, %d | %.0f | %s%.1e |\n", mt, nsp, flops / (msd * 1e9), nan ? "NaN! " : "",
+                       max_rel(h2, h1, (int64_t)nq));
+                free(h1);
+                free(h2);
                 fflush(stdout);
                 cudaFree(kc); cudaFree(vc); cudaFree(d_meta); cudaFree(q); cudaFree(out);
                 free(meta);

@@ -320,7 +320,7 @@ int cmd_bench(int argc, char **argv) {
     int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, n_ctx = 0;
     int depth = 0, n_seq = 1, spec_k = 0, mtp_k = 0;
     double spec_rate = 0;
-    bool json = false, blank = false, eagle3 = false;
+    bool json = false, blank = false, eagle3 = false, warmup = true;
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -333,9 +333,12 @@ int cmd_bench(int argc, char **argv) {
             printf("usage: brisk bench -m FILE [-p 512] [-n 128] [-d DEPTH] [-np SEQS] [-t N] [-r 5] [-c N] [-ngl N]\n"
                    "                   [--device I] [--n-cpu-moe N | --gpu-mem SIZE] [--no-mmap] [--kv-type T] [--json]\n"
                    "                   [--cache-experts N|auto] [--expert-stats FILE] [--tp N] [--blank-depth]\n"
+                   "                   [--no-warmup]\n"
                    "  -d N    run each test after N tokens already in the KV cache (llama-bench's -d)\n"
                    "  --blank-depth  the -d positions as blank (zero) cache rows, not a prefill of random tokens:\n"
                    "          decode reads the same bytes, and a depth of 1M is ready in seconds (outputs are noise)\n"
+                   "  --no-warmup  no untimed run before the timed ones (llama-bench's flag): a long prompt's\n"
+                   "          time to first token in one prefill instead of two\n"
                    "  -np N   generation decodes N sequences per step (batched decode; tokens/s of all)\n"
                    "  --spec-replay K:RATE  speculative decoding at a fixed acceptance: -n greedy tokens, each\n"
                    "          round proposing K of which the first RATE*K are the model's own; prints tokens/s,\n"
@@ -367,6 +370,8 @@ int cmd_bench(int argc, char **argv) {
             json = true;
         } else if (!strcmp(a, "--blank-depth")) {
             blank = true;
+        } else if (!strcmp(a, "--no-warmup")) {
+            warmup = false;
         } else {
             int *dst = !strcmp(a, "-p") ? &n_prompt : !strcmp(a, "-n") ? &n_gen
                      : !strcmp(a, "-t") ? &n_threads : !strcmp(a, "-r") ? &reps
@@ -451,7 +456,7 @@ int cmd_bench(int argc, char **argv) {
     for (int kind = 0; kind < 2; kind++) {
         int np = kind == 0 ? n_prompt : 0, ng = kind == 0 ? 0 : n_gen;
         if ((kind == 0 && np == 0) || (kind == 1 && ng == 0)) continue;
-        if (run_once(ctx, n_vocab, np, ng, depth, n_seq, batch) < 0) { /* warm-up */
+        if (warmup && run_once(ctx, n_vocab, np, ng, depth, n_seq, batch) < 0) { /* warm-up */
             cli_error(1, "%s", brisk_last_error());
             goto done_tps;
         }

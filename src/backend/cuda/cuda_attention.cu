@@ -350,7 +350,7 @@ static void attention_run(cuda_backend *cb, const float *q, const float *k, cons
     }
     /* prefill on tensor cores (cuda_attn_prefill.cu); BRISK_CUDA_DISABLE=fa keeps it on the tile kernel below */
     if (!cb->fa_off && n > ATT_DEC_MAX_TOK && cuda_attn_prefill_supported(cb, head_dim, n_head, n_head_kv)) {
-        cuda_attn_prefill(cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, head_dim, scale, out);
+        cuda_attn_prefill(cb, q, kv, n, max_np, d_pos, d_off, d_tabs, n_head, n_head_kv, head_dim, scale, out);
         CU_LAUNCHED(cb);
         return;
     }

@@ -88,6 +88,40 @@ __device__ __forceinline__ void fa_stage(__half *dst, const void *base, const in
     }
 }
 
+/* Bytes of one quantized cache row (q8_0, q4_0; 0 for f16 / f32): whole blocks of 32. */
+template <int KT, int D> __host__ __device__ constexpr int fa_raw_bytes() { return D / 32 * kt_block_bytes(KT); }
+
+/* Copies the BN quantized cache rows named by rows[] raw into dst [BN][fa_raw_bytes], asynchronously
+ * (8-byte pieces; 4 at head dim 64, whose rows are 68 and 36 bytes). Rows < 0 are left as they are:
+ * fa_convert zero-fills them. */
+template <int KT, int D, int BN>
+__device__ __forceinline__ void fa_stage_raw(uint8_t *dst, const void *base, const int *rows, int tid) {
+    constexpr int RB = fa_raw_bytes<KT, D>(), CB = RB % 8 == 0 ? 8 : 4, CPR = RB / CB;
+    static_assert(RB % CB == 0, "whole pieces a row");
+    for (int c = tid; c < BN * CPR; c += FA_THREADS) {
+        const int r = c / CPR, k = c % CPR, row = rows[r];
+        if (row < 0) continue;
+        const uint8_t *src = (const uint8_t *)base + (int64_t)row * RB + CB * k;
+        if (CB == 8) fa_cp_async8(dst + r * RB + CB * k, src);
+        else fa_cp_async4(dst + r * RB + CB * k, src);
+    }
+}
+
+/* fa_stage_raw's rows as f16 into dst [BN][D + FA_PAD] (d * q rounded once: kvq_h8, the bits the
+ * threads' own conversion made before); rows < 0 are zeros. */
+template <int KT, int D, int BN>
+__device__ __forceinline__ void fa_convert(__half *dst, const uint8_t *raw, const int *rows, int tid) {
+    constexpr int RB = fa_raw_bytes<KT, D>(), CPR = D / 8;
+    static_assert(BN * CPR % FA_THREADS == 0 && FA_THREADS % CPR == 0, "whole passes");
+#pragma unroll
+    for (int i = 0; i < BN * CPR / FA_THREADS; i++) {
+        /* a pass's row is the first pass's plus a constant: few registers beside MT = 2's accumulators */
+        const int r = tid / CPR + i * (FA_THREADS / CPR), c8 = tid % CPR;
+        *(uint4 *)(dst + r * (D + FA_PAD) + 8 * c8) =
+            rows[r] < 0 ? make_uint4(0, 0, 0, 0) : kvq_h8<KT>(kvq_load8<KT>(raw + r * RB, 8 * c8));
+    }
+}
+
 /* One row's output O / l from its accumulators: columns 8i + 2 tig + {0, 1} at out + at are
  * oacc[i][e], oacc[i][e + 1] (e = 0: the thread's row g of an m-tile, 2: row g + 8). */
 template <int D>
@@ -101,6 +135,44 @@ __device__ __forceinline__ void fa_store_row(float *out, int64_t at, const float
     }
 }
 
+/* A split's partial of output row th (entry t * n_head + head h): O unnormalised, then its running
+ * max m (base 2, -inf where the split held no key of the row) and sum l, at part[(th * n_split + sp) *
+ * (D + 2)]; this thread's columns of O as in fa_store_row. */
+template <int D>
+__device__ __forceinline__ void fa_store_part(float *part, int64_t th, int n_split, int sp, int tig,
+                                              const float (*oacc)[4], int e, float m, float l) {
+    float *p = part + (th * n_split + sp) * (D + 2);
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) {
+        p[8 * i + 2 * tig] = oacc[i][e];
+        p[8 * i + 2 * tig + 1] = oacc[i][e + 1];
+    }
+    if (tig == 0) p[D] = m, p[D + 1] = l;
+}
+
+/* The splits' partials of each output row merged: one warp a row, out = sum_s 2^(m_s - M) O_s /
+ * sum_s 2^(m_s - M) l_s with M the largest m_s (finite: split 0 holds key 0 of every row). */
+template <int D>
+__global__ void __launch_bounds__(128) fa_merge_kernel(const float *part, int n_split, int64_t n_rows, float *out) {
+    const int64_t th = (int64_t)blockIdx.x * 4 + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (th >= n_rows) return;
+    const float *p = part + th * n_split * (D + 2);
+    float M = -INFINITY;
+    for (int z = 0; z < n_split; z++) M = fmaxf(M, p[z * (D + 2) + D]);
+    float acc[D / 32] = {}, L = 0.0f;
+    for (int z = 0; z < n_split; z++) {
+        const float mz = p[z * (D + 2) + D];
+        const float w = mz == -INFINITY ? 0.0f : exp2f(mz - M);
+        L += w * p[z * (D + 2) + D + 1];
+#pragma unroll
+        for (int i = 0; i < D / 32; i++) acc[i] += w * p[z * (D + 2) + 32 * i + lane];
+    }
+    const float inv = 1.0f / L;
+#pragma unroll
+    for (int i = 0; i < D / 32; i++) out[th * D + 32 * i + lane] = acc[i] * inv;
+}
+
 /* One block per (query tile, GQ = 1 << gs heads from h0 = blockIdx.y * GQ): see the header.
  * MT m-tiles of 16 rows a warp (FA_BM * MT rows a block): each K and V fragment a warp loads with
  * ldmatrix feeds MT mma chains. MT = 1 is the mainline; MT = 2 (head dims 64 and 128: its O and
@@ -109,11 +181,11 @@ __device__ __forceinline__ void fa_store_row(float *out, int64_t at, const float
  * Query tiles are taken last first (blockIdx.x reversed): the later entries see the
  * longest key ranges and should start first. Dynamic shared memory: Q [FA_BM * MT], K [BN],
  * V [BN] rows of D + FA_PAD f16. */
-template <int KT, int D, int BN, int MT>
+template <int KT, int D, int BN, int MT, bool SPLIT>
 __global__ void __launch_bounds__(FA_THREADS)
 fa_prefill_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_t *pos, const int32_t *tab_off,
                   const int32_t *tabs, int n, int n_head, int n_head_kv, int group, int gs, float qscale,
-                  float *out) {
+                  float *out, float *part) {
 #if FA_ARCH_OK
     constexpr int LD = D + FA_PAD, BM = FA_BM * MT;
     /* MT = 2 sits at 255 registers: there, fewer values stay live across the key loop (staging
@@ -122,12 +194,19 @@ fa_prefill_kernel(const float *q, const void *kc, const void *vc, int bs, const 
     constexpr bool LEAN = MT > 1;
     static_assert(BM <= FA_THREADS, "a thread per row for the tile's metadata");
     extern __shared__ __align__(16) uint8_t fa_smem[];
+    /* q8_0 / q4_0: the rows arrive raw (asynchronously, like f16's) and are converted to the f16
+     * tiles once in place, between two barriers */
+    constexpr bool RAW = fa_raw_bytes<KT, D>() > 0;
     __half *Qs = (__half *)fa_smem, *Ks = Qs + BM * LD, *Vs = Ks + BN * LD;
+    uint8_t *Kr = (uint8_t *)(Vs + BN * LD), *Vr = Kr + BN * fa_raw_bytes<KT, D>();
     __shared__ int pos_s[BM], off_s[BM], last_s[BM], row_s[2][BN];
     const unsigned full = 0xffffffffu;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, tig = lane % 4;
     const int ntok = BM >> gs, t0 = (int)(gridDim.x - 1 - blockIdx.x) * ntok, n_tok = min(ntok, n - t0);
     const int h0 = blockIdx.y << gs, kvh = h0 / group, gmask = (1 << gs) - 1;
+    /* SPLIT: this block's share of each group's key tiles (its own instance: the unsplit one keeps
+     * its registers) */
+    const int sp = SPLIT ? (int)blockIdx.z : 0, n_split = SPLIT ? (int)gridDim.z : 1;
 
     if (tid < ntok) {
         pos_s[tid] = tid < n_tok ? pos[t0 + tid] : -1;
@@ -156,7 +235,11 @@ fa_prefill_kernel(const float *q, const void *kc, const void *vc, int bs, const 
     const auto row = [&](int m, int h) { return 16 * (MT * warp + m) + g + 8 * h; };
     for (int s = 0; s < n_tok; s++) {
         if (last_s[s] < 0) continue; /* not a group's first entry */
-        const int n_keys = last_s[s] + 1, n_tiles = (n_keys + BN - 1) / BN, off = off_s[s];
+        const int n_keys = last_s[s] + 1, n_all = (n_keys + BN - 1) / BN, off = off_s[s];
+        /* split sp's tiles [j0, n_tiles) of the group's n_all (split 0 always holds tile 0); an even
+         * count a split, so that tile jt's rows sit in row_s[jt & 1] from any split's first tile */
+        const int per = ((n_all + n_split - 1) / n_split + 1) & ~1, j0 = min(sp * per, n_all),
+                  n_tiles = min(j0 + per, n_all);
         const int32_t *table = tabs + off;
         int p[MT][2]; /* the rows' positions; -1: not in this group */
 #pragma unroll
@@ -192,18 +275,25 @@ fa_prefill_kernel(const float *q, const void *kc, const void *vc, int bs, const 
 
         /* No barrier needed before this write: the previous group read row_s and Ks only before
          * its last tile's second barrier, and Vs is restaged after the loop's first barrier. */
-        if (tid < BN) row_s[0][tid] = fa_row(table, bs, tid, n_keys, n_head_kv, kvh);
+        if (tid < BN) row_s[0][tid] = fa_row(table, bs, j0 * BN + tid, n_keys, n_head_kv, kvh);
         __syncthreads();
-        fa_stage<KT, D, BN, LEAN>(Ks, kc, row_s[0], tid);
+        if constexpr (RAW) fa_stage_raw<KT, D, BN>(Kr, kc, row_s[0], tid);
+        else fa_stage<KT, D, BN, LEAN>(Ks, kc, row_s[0], tid);
         fa_cp_commit();
-        for (int jt = 0; jt < n_tiles; jt++) {
+        for (int jt = j0; jt < n_tiles; jt++) {
             const int k0 = jt * BN;
             fa_cp_wait_all();
             __syncthreads(); /* K tile jt in place; every warp is done with V tile jt - 1 */
-            fa_stage<KT, D, BN, LEAN>(Vs, vc, row_s[jt & 1], tid);
+            if constexpr (RAW) {
+                fa_stage_raw<KT, D, BN>(Vr, vc, row_s[jt & 1], tid);
+                fa_convert<KT, D, BN>(Ks, Kr, row_s[jt & 1], tid);
+            } else {
+                fa_stage<KT, D, BN, LEAN>(Vs, vc, row_s[jt & 1], tid);
+            }
             fa_cp_commit();
             if (jt + 1 < n_tiles && tid < BN)
                 row_s[(jt + 1) & 1][tid] = fa_row(table, bs, k0 + BN + tid, n_keys, n_head_kv, kvh);
+            if (RAW) __syncthreads(); /* the f16 K tile converted */
             const bool live = wmax >= k0; /* warp-uniform */
             float sacc[MT][BN / 8][4];
             /* P as the A fragments of P V: the S accumulators of n-tiles 2kc, 2kc + 1 are exactly
@@ -304,8 +394,13 @@ fa_prefill_kernel(const float *q, const void *kc, const void *vc, int bs, const 
             fa_cp_wait_all();
             __syncthreads(); /* V tile jt in place; every warp is done with K tile jt */
             if (jt + 1 < n_tiles) {
-                fa_stage<KT, D, BN, LEAN>(Ks, kc, row_s[(jt + 1) & 1], tid);
+                if constexpr (RAW) fa_stage_raw<KT, D, BN>(Kr, kc, row_s[(jt + 1) & 1], tid);
+                else fa_stage<KT, D, BN, LEAN>(Ks, kc, row_s[(jt + 1) & 1], tid);
                 fa_cp_commit();
+            }
+            if constexpr (RAW) {
+                fa_convert<KT, D, BN>(Vs, Vr, row_s[jt & 1], tid);
+                __syncthreads(); /* the f16 V tile converted */
             }
             if (live) {
                 /* O (16 MT x D) += P (16 MT x BN) V: one V fragment, MT products */
@@ -339,6 +434,11 @@ fa_prefill_kernel(const float *q, const void *kc, const void *vc, int bs, const 
             const int r0 = row(m, 0), r1 = row(m, 1);
             const int64_t at0 = ((int64_t)(t0 + (r0 >> gs)) * n_head + h0 + (r0 & gmask)) * D + 2 * tig;
             const int64_t at1 = ((int64_t)(t0 + (r1 >> gs)) * n_head + h0 + (r1 & gmask)) * D + 2 * tig;
+            if (SPLIT) { /* O unnormalised, m and l (fa_merge_kernel) */
+                if (rpos(m, 0) >= 0) fa_store_part<D>(part, at0 / D, n_split, sp, tig, oacc[m], 0, mr[m][0], lr[m][0]);
+                if (rpos(m, 1) >= 0) fa_store_part<D>(part, at1 / D, n_split, sp, tig, oacc[m], 2, mr[m][1], lr[m][1]);
+                continue;
+            }
             if (rpos(m, 0) >= 0) fa_store_row<D>(out, at0, oacc[m], 0, lr[m][0]);
             if (rpos(m, 1) >= 0) fa_store_row<D>(out, at1, oacc[m], 2, lr[m][1]);
         }
@@ -347,19 +447,14 @@ fa_prefill_kernel(const float *q, const void *kc, const void *vc, int bs, const 
 }
 
 /* Key tile size: 64 positions; 32 at head_dim 256, where the O accumulator alone takes
- * 128 registers a thread (and MT = 1 only: two m-tiles would need 256). */
-template <int D, int MT> struct fa_tile {
+ * 128 registers a thread (and MT = 1 only: two m-tiles would need 256). Dynamic shared memory: Q, K
+ * and V f16 tiles, and the raw K and V rows of a quantized cache. */
+template <int KT, int D, int MT> struct fa_tile {
     static_assert(MT == 1 || (MT == 2 && D <= 128), "two m-tiles a warp: head dims 64 and 128");
     static constexpr int BN = D == 256 ? 32 : 64;
-    static constexpr size_t smem = (size_t)(FA_BM * MT + 2 * BN) * (D + FA_PAD) * sizeof(__half);
+    static constexpr size_t smem =
+        (size_t)(FA_BM * MT + 2 * BN) * (D + FA_PAD) * sizeof(__half) + 2 * BN * fa_raw_bytes<KT, D>();
 };
-
-/* The shapes the two-m-tile instance (MT = 2) serves: f16 caches (the others convert on the
- * threads while staging, which bounds them first), head dims 64 and 128. It is not in the dispatch
- * below: dev/kernels/attn_lab.cu times it beside MT = 1, and it lands here only with that win. */
-inline bool fa_mt2_fits(int kv_type, int head_dim) {
-    return kv_type == KT_F16 && (head_dim == 64 || head_dim == 128);
-}
 
 /* log2 of the query heads per block: the largest power of two <= 8 dividing the GQA group */
 static int fa_gq_shift(int group) { return group % 8 == 0 ? 3 : group % 4 == 0 ? 2 : group % 2 == 0 ? 1 : 0; }
@@ -374,36 +469,99 @@ bool cuda_attn_prefill_supported(const cuda_backend *cb, int head_dim, int n_hea
            n_head % n_head_kv == 0;
 }
 
+/* n_split > 1: each block takes 1 / n_split of each group's key tiles (blockIdx.z) and writes its
+ * partials to part (n * n_head * n_split rows of D + 2 floats); fa_merge_kernel makes out. */
 template <int KT, int D, int MT>
 static void fa_launch(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, const int32_t *d_pos,
-                      const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, float scale, float *out) {
+                      const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, float scale, float *out,
+                      int n_split = 1, float *part = NULL) {
     const int group = n_head / n_head_kv, gs = fa_gq_shift(group), ntok = (FA_BM * MT) >> gs;
-    constexpr int BN = fa_tile<D, MT>::BN;
-    constexpr size_t smem = fa_tile<D, MT>::smem;
+    constexpr int BN = fa_tile<KT, D, MT>::BN;
+    constexpr size_t smem = fa_tile<KT, D, MT>::smem;
     /* above the 48 KB default: opt in (per device, cheap, legal inside a capture) */
-    CU_OP(cb, cudaFuncSetAttribute(fa_prefill_kernel<KT, D, BN, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)smem));
-    dim3 grid((unsigned)((n + ntok - 1) / ntok), (unsigned)(n_head >> gs));
-    fa_prefill_kernel<KT, D, BN, MT><<<grid, FA_THREADS, smem, cb->stream>>>(
-        q, kv->k, kv->v, kv->block_size, d_pos, d_off, d_tabs, n, n_head, n_head_kv, group, gs,
-        scale * 1.4426950408889634f /* log2 e */, out);
+    if (n_split < 2 || !part) n_split = 1, part = NULL;
+    auto kern = part ? fa_prefill_kernel<KT, D, BN, MT, true> : fa_prefill_kernel<KT, D, BN, MT, false>;
+    CU_OP(cb, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((unsigned)((n + ntok - 1) / ntok), (unsigned)(n_head >> gs), (unsigned)n_split);
+    kern<<<grid, FA_THREADS, smem, cb->stream>>>(q, kv->k, kv->v, kv->block_size, d_pos, d_off, d_tabs, n, n_head,
+                                                 n_head_kv, group, gs, scale * 1.4426950408889634f /* log2 e */, out,
+                                                 part);
     CU_COUNT(cb, CU_PATH_ATTN_PREFILL);
+    if (part) {
+        const int64_t rows = (int64_t)n * n_head;
+        fa_merge_kernel<D><<<(unsigned)((rows + 3) / 4), 128, 0, cb->stream>>>(part, n_split, rows, out);
+    }
 }
 
-/* Launches the prefill kernel (the KV write is the caller's); cuda_attn_prefill_supported must hold. */
-void cuda_attn_prefill(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, const int32_t *d_pos,
+/* How a batch runs (fa_plan): MT, m-tiles of 16 rows a warp, and n_split, the key-range split.
+ *
+ * MT = 2 (each K/V fragment feeds two mma chains: half the shared-memory reads a product) compiles for
+ * head dims 64 and 128, every cache type but f32. It wins with enough blocks: attn_lab (H100, session
+ * 26) at a 2,048-entry chunk (the 8b's shape: 512 blocks) 1.12x with no prefix and 1.34-1.53x
+ * against 4K-256K prefixes (f16; q8_0 and q4_0 1.2-1.7x); at 512 entries (128 blocks for 132 SMs)
+ * alone it lost (0.82-0.98x). Head dim 64 gains from 6K keys only (0.94x below).
+ *
+ * The split: a ubatch of 512 entries (brisk's) against a long prefix gives few blocks, each with a
+ * long run of key tiles; blockIdx.z takes a share of every group's tiles (FA_SPLIT_BLOCKS blocks a
+ * multiprocessor in all, at least FA_SPLIT_KEYS keys a split) and fa_merge_kernel adds the partials
+ * (cb->fa_part, grown on demand; one split if it cannot grow). Measured at 512 entries: the 8b's
+ * shape 1.11-1.24x (MT = 2, 5 splits) and the 35b-a3b's (16/2 x 256) 1.32-1.33x from 32K-token
+ * prefixes; where the prefix is short beside the chunk (the causal triangle splits unevenly) or the
+ * blocks already fill the SMs (the 27b's 24/4 x 256: 192 blocks), it lost (0.8-0.97x), hence the
+ * conditions. */
+#define FA_MT2_BLOCKS 3      /* MT = 2 unsplit from this many blocks a multiprocessor */
+#define FA_SPLIT_LONG 16     /* split only when the longest key range is this many times the batch */
+#define FA_SPLIT_BLOCKS 4    /* blocks a multiprocessor the split aims at */
+#define FA_SPLIT_KEYS 1024   /* keys a split at least */
+#define FA_SPLIT_MAX 16
+struct fa_shape {
+    int mt, n_split;
+};
+static fa_shape fa_plan(cuda_backend *cb, int kv_type, int n, int n_head, int n_head_kv, int hd, int max_np) {
+    const int gs = fa_gq_shift(n_head / n_head_kv);
+    const auto blocks = [&](int mt) { return (int64_t)((n + (FA_BM * mt >> gs) - 1) / (FA_BM * mt >> gs)) * (n_head >> gs); };
+    const bool mt2 = kv_type != KT_F32 && (hd == 128 || (hd == 64 && max_np >= 6144));
+    if (mt2 && blocks(2) >= (int64_t)FA_MT2_BLOCKS * cb->n_sm) return {2, 1};
+    const int mt = mt2 ? 2 : 1;
+    const int64_t b = blocks(mt), want = (int64_t)FA_SPLIT_BLOCKS * cb->n_sm;
+    if ((int64_t)max_np < (int64_t)FA_SPLIT_LONG * n || b > cb->n_sm) return {1, 1};
+    int64_t sp = (want + b - 1) / b;
+    if (sp > FA_SPLIT_MAX) sp = FA_SPLIT_MAX;
+    /* the scratch for this n's most splits, whatever the prefix: grown once, not chunk by chunk */
+    const size_t need = (size_t)n * n_head * sp * (hd + 2) * sizeof(float);
+    if (sp > max_np / FA_SPLIT_KEYS) sp = max_np / FA_SPLIT_KEYS;
+    if (sp < 2) return {1, 1};
+    const brisk_status before = cb->err;
+    if (!cuda_scratch_reserve(cb, &cb->fa_part, need, "prefill attention splits")) {
+        cb->err = before; /* not this op's failure: the unsplit kernel needs no scratch */
+        return {1, 1};
+    }
+    return {mt, (int)sp};
+}
+
+/* Launches the prefill kernel (the KV write is the caller's); cuda_attn_prefill_supported must hold.
+ * max_np: the longest key range of the batch (or the step's shape), for fa_plan. */
+void cuda_attn_prefill(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, int max_np, const int32_t *d_pos,
                        const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
                        float *out) {
+    const int kt = kv->kv_type;
+    const fa_shape sh = fa_plan(cb, kt, n, n_head, n_head_kv, hd, max_np);
+    const bool mt2 = sh.mt == 2;
+    const int n_split = sh.n_split;
+    float *part = n_split > 1 ? (float *)cb->fa_part.buf : NULL;
+#define FA_ARGS cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, scale, out, n_split, part
 #define FA_D(KK)                                                                                                 \
     switch (hd) {                                                                                                \
-    case 64: fa_launch<KK, 64, 1>(cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, scale, out); break;     \
-    case 128: fa_launch<KK, 128, 1>(cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, scale, out); break;   \
-    default: fa_launch<KK, 256, 1>(cb, q, kv, n, d_pos, d_off, d_tabs, n_head, n_head_kv, scale, out); break;    \
+    case 64: mt2 ? fa_launch<KK, 64, 2>(FA_ARGS) : fa_launch<KK, 64, 1>(FA_ARGS); break;                        \
+    case 128: mt2 ? fa_launch<KK, 128, 2>(FA_ARGS) : fa_launch<KK, 128, 1>(FA_ARGS); break;                     \
+    default: fa_launch<KK, 256, 1>(FA_ARGS); break;                                                              \
     }
-    const int kt = kv->kv_type;
     if (kt == KT_Q4_0) FA_D(KT_Q4_0)
     else if (kt == KT_Q8_0) FA_D(KT_Q8_0)
     else if (kt == KT_F16) FA_D(KT_F16)
-    else FA_D(KT_F32)
+    else if (hd == 64) fa_launch<KT_F32, 64, 1>(FA_ARGS); /* f32 (exact comparisons): MT = 1 only */
+    else if (hd == 128) fa_launch<KT_F32, 128, 1>(FA_ARGS);
+    else fa_launch<KT_F32, 256, 1>(FA_ARGS);
 #undef FA_D
+#undef FA_ARGS
 }

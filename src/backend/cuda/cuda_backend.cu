@@ -128,6 +128,7 @@ static void cuda_free(bk_backend *be) {
     cudaFree(cb->xmul);
     cuda_moe_free(cb);
     cuda_scratch_free(&cb->rot);
+    cuda_scratch_free(&cb->fa_part);
     cuda_blas_free(cb);
     cuda_nccl_free(cb);
     cuda_graph_free(cb);

@@ -176,6 +176,7 @@ typedef struct cuda_backend {
      * model's dims and a whole chunk of entries, so later calls never grow it. */
     cuda_scratch moe;
     cuda_scratch rot;           /* the q4_0h cache's rotated q and k rows (cuda_attention.cu) */
+    cuda_scratch fa_part;       /* the prefill attention's split partials (cuda_attn_prefill.cu) */
 
     struct cuda_blas *blas;     /* cuda_blas.cu: cuBLAS for prefill products; NULL with BRISK_CUDA_DISABLE=cublas */
     bool fa_off;                /* BRISK_CUDA_DISABLE=fa: prefill attention on the SIMT tile kernel (A/B) */
@@ -1140,7 +1141,7 @@ bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
                       const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
                       att_gate gate, const dec_rope &rope, float *out);
 bool cuda_attn_prefill_supported(const cuda_backend *cb, int head_dim, int n_head, int n_head_kv);
-void cuda_attn_prefill(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, const int32_t *d_pos,
+void cuda_attn_prefill(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, int max_np, const int32_t *d_pos,
                        const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
                        float *out);
 /* cuda_mma.cu: batches over GEMV_MAX_TOK tokens on f16 tensor cores (WMMA), weights decoded per tile;

@@ -54,6 +54,10 @@ __device__ __forceinline__ uint32_t fa_pack(float x, float y) {
 __device__ __forceinline__ void fa_cp_async8(void *dst, const void *src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(fa_smem_addr(dst)), "l"(src));
 }
+/* 4 bytes global -> shared (q8_0 / q4_0 cache rows at head_dim 64: 68 and 36 bytes) */
+__device__ __forceinline__ void fa_cp_async4(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(fa_smem_addr(dst)), "l"(src));
+}
 /* waits until at most N of the thread's committed groups are still in flight */
 template <int N> __device__ __forceinline__ void fa_cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
