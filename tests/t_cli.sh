@@ -107,6 +107,8 @@ check "info on a truncated file" '[ $rc -eq 1 ] && [ $(wc -l <"$T/e") -eq 1 ]'
 
 $B bench -m "$M" -p 32 -n 8 -r 2 -t 1 >"$T/o" 2>&1; rc=$?
 check "bench table" '[ $rc -eq 0 ] && grep -q "| pp32 " "$T/o" && grep -q "| tg8 " "$T/o" && grep -q "peak RSS" "$T/o"'
+$B bench -m "$M" -p 32 -n 0 -r 1 -t 1 --no-warmup >"$T/o" 2>&1; rc=$?
+check "bench --no-warmup (llama-bench's flag): one timed prefill" '[ $rc -eq 0 ] && grep -q "| pp32 " "$T/o" && ! grep -q "| tg" "$T/o"'
 
 python3 - "$T/story.txt" <<'PY'
 import sys
