@@ -97,9 +97,16 @@ static bool llama_rows(const char *model_path, const char *tag, const int *force
 }
 
 /* max |a - b| over a row of n, divided by the row's max |b| */
+/* The largest |a - b| over the largest |b|, over the finite entries; an entry infinite on one side only, or
+ * NaN on either, is a mismatch (INFINITY): a draft vocabulary's -inf logits must match position by position. */
 static double row_rel_diff(const float *a, const float *b, int n) {
     double mx = 0, md = 0;
     for (int v = 0; v < n; v++) {
+        if (isnan(a[v]) || isnan(b[v])) return INFINITY;
+        if (isinf(a[v]) || isinf(b[v])) {
+            if (a[v] != b[v]) return INFINITY;
+            continue;
+        }
         double d = fabs((double)a[v] - b[v]);
         if (d > md) md = d;
         if (fabs(b[v]) > mx) mx = fabs(b[v]);
@@ -1222,13 +1229,13 @@ static void test_stories260k(void) {
  * the prompt's n_prompt - 1 catch-up pairs and N_EAGLE3_DRAFTS chained drafts after the target's greedy
  * token, f32 everywhere: TOL_F32 (float order only); the drafts' tokens equal. */
 #define N_EAGLE3_DRAFTS 6
-static void eagle3_case(const char *target) {
-    char tpath[1200], dpath[1200], vocab[1200], ref_path[1300], ids_path[1300], cmd[4096], pstr[256] = "";
+static void eagle3_case(const char *target, const char *drafter) {
+    char tpath[1200], dpath[1200], vocab[1200], ref_path[1400], ids_path[1400], cmd[4096], pstr[256] = "";
     snprintf(tpath, sizeof tpath, "%s/%s-e3t-f32.gguf", dir, target);
-    snprintf(dpath, sizeof dpath, "%s/tiny-llama-eagle3-f32.gguf", dir);
+    snprintf(dpath, sizeof dpath, "%s/%s-f32.gguf", dir, drafter);
     snprintf(vocab, sizeof vocab, "%s/data/llama.cpp-vocab/ggml-vocab-gpt-2.gguf", test_shared_dir());
     if (!test_need_file(vocab)) return;
-    const char *presets[2] = {target, "tiny-llama-eagle3"}, *paths[2] = {tpath, dpath};
+    const char *presets[2] = {target, drafter}, *paths[2] = {tpath, dpath};
     for (int i = 0; i < 2; i++) {
         if (file_exists(paths[i])) continue;
         synth_config c;
@@ -1237,8 +1244,8 @@ static void eagle3_case(const char *target) {
         CHECK_OK(synth_write(&c, vocab, paths[i], false));
     }
     for (int i = 0; i < n_prompt; i++) snprintf(pstr + strlen(pstr), sizeof pstr - strlen(pstr), "%s%d", i ? " " : "", prompt[i]);
-    snprintf(ref_path, sizeof ref_path, "%s.eagle3.ref.bin", tpath);
-    snprintf(ids_path, sizeof ids_path, "%s.eagle3.ref.ids", tpath);
+    snprintf(ref_path, sizeof ref_path, "%s.%s.ref.bin", tpath, drafter);
+    snprintf(ids_path, sizeof ids_path, "%s.%s.ref.ids", tpath, drafter);
     snprintf(cmd, sizeof cmd, "%s/llamacpp-ref eagle3 -m %s %s -p '%s' -n %d --kv f32 -t 1 --logits-out %s > %s "
              "2>/dev/null", build_dir, tpath, dpath, pstr, N_EAGLE3_DRAFTS, ref_path, ids_path);
     int nv = 0, nr = 0, ids[N_EAGLE3_DRAFTS + 1], n_ids = 0;
@@ -1257,7 +1264,7 @@ static void eagle3_case(const char *target) {
     if (t) CHECK_OK(eagle3_open(dpath, m, cp.n_ctx, 1, &e));
     if (e) CHECK_OK(eagle3_keep_layers(t, eagle3_target_layers(e), 3));
     brisk_batch_entry b[MAX_PROMPT];
-    int d = e ? eagle3_n_embd(e) : 0, same = 0;
+    int d = e ? eagle3_n_embd(e) : 0, same = 0, n_finite = -1;
     float *g = malloc(sizeof(float) * (size_t)(n_prompt + 1) * (d ? d : 1));
     double worst = 0;
     bool ok = e && g;
@@ -1277,6 +1284,9 @@ static void eagle3_case(const char *target) {
         double rel = row_rel_diff(lg, r, nv);
         if (rel > worst) worst = rel;
         if (getenv("CONF_VERBOSE")) printf("    eagle3 row %d: rel %.2e\n", row, rel);
+        int fin = 0;
+        for (int v = 0; v < nv; v++) fin += isfinite(lg[v]);
+        if (row == 0 || fin != n_finite) n_finite = row == 0 ? fin : -2; /* the same count every row */
         if (j >= 0) {
             tok = ref_argmax(lg, nv);
             same += tok == ids[j + 1];
@@ -1284,8 +1294,13 @@ static void eagle3_case(const char *target) {
         }
     }
     CHECK(ok && worst <= TOL_F32 && same == N_EAGLE3_DRAFTS);
-    printf("  %-14s eagle3: %d catch-up rows + %d drafts, max rel diff %.2e (tol %.2e), drafts equal %d/%d\n",
-           target, n_prompt - 1, N_EAGLE3_DRAFTS, worst, TOL_F32, same, N_EAGLE3_DRAFTS);
+    /* a draft vocabulary: only its tokens have logits (the others -inf, as llama.cpp's); else all of them */
+    synth_config dc;
+    CHECK_OK(synth_preset(drafter, &dc));
+    CHECK(n_finite == (dc.eagle3_draft_vocab > 0 ? dc.eagle3_draft_vocab : nv));
+    printf("  %-14s %s: %d catch-up rows + %d drafts, max rel diff %.2e (tol %.2e), drafts equal %d/%d, "
+           "%d finite logits\n", target, drafter, n_prompt - 1, N_EAGLE3_DRAFTS, worst, TOL_F32, same,
+           N_EAGLE3_DRAFTS, n_finite);
     free(g);
     eagle3_free(e);
     brisk_context_free(t);
@@ -1294,10 +1309,11 @@ static void eagle3_case(const char *target) {
 }
 
 static void test_eagle3(void) {
-    eagle3_case("tiny-llama");
-    eagle3_case("tiny-qwen3");
-    eagle3_case("tiny-qwen35");
-    eagle3_case("tiny-qwen3moe");
+    eagle3_case("tiny-llama", "tiny-llama-eagle3");
+    eagle3_case("tiny-qwen3", "tiny-llama-eagle3");
+    eagle3_case("tiny-qwen35", "tiny-llama-eagle3");
+    eagle3_case("tiny-qwen3moe", "tiny-llama-eagle3");
+    eagle3_case("tiny-llama", "tiny-llama-eagle3-d2t"); /* a draft vocabulary of 200 tokens (d2t) */
 }
 
 int main(int argc, char **argv) {

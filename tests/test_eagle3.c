@@ -16,7 +16,10 @@
  *             unpatched files) proposes what a drafter fed the same settled history one position at
  *             a time proposes: its cache holds exactly the settled (token P+1, g_P) pairs;
  *   slots:    two drafters of one target context (a server's slots) fed their own rows of shared
- *             batches (drafter_process_at) propose what the same reference proposes for each.
+ *             batches (drafter_process_at) propose what the same reference proposes for each;
+ *   d2t:      a drafter with a reduced vocabulary (tiny-llama-eagle3-d2t: 200 of the 354 tokens) has
+ *             logits at its d2t's target ids only, the others -inf; speculative greedy equals plain
+ *             greedy; a d2t with a repeated or an out-of-range id is refused with a message.
  * The drafter's logits against llama.cpp's are in test_conformance.c (eagle3). */
 #include <unistd.h>
 
@@ -380,6 +383,89 @@ done:
     brisk_model_free(m);
 }
 
+/* Element i of an i64 tensor set to v, in place. */
+static void patch_i64(const char *path, const char *name, int64_t i, int64_t v) {
+    gguf_file *g = NULL;
+    CHECK_OK(gguf_open(path, &g));
+    const gguf_tensor *t = g ? gguf_find_tensor(g, name) : NULL;
+    CHECK(t && t->type == QT_I64 && i < t->ne[0]);
+    FILE *fp = t ? fopen(path, "r+b") : NULL;
+    CHECK(fp && fseek(fp, (long)(gguf_data_offset(g) + t->offset + 8 * (uint64_t)i), SEEK_SET) == 0 &&
+          fwrite(&v, 8, 1, fp) == 1);
+    if (fp) fclose(fp);
+    gguf_close(g);
+}
+
+static void test_d2t(void) {
+    char tpath[600], dpath[600], bad[600];
+    path_for("t-d2t", tpath, sizeof tpath);
+    path_for("d-d2t", dpath, sizeof dpath);
+    synth_config c;
+    CHECK_OK(synth_preset("tiny-llama", &c));
+    c.n_threads = 2;
+    CHECK_OK(synth_write(&c, NULL, tpath, false));
+    CHECK_OK(synth_preset("tiny-llama-eagle3-d2t", &c));
+    c.n_threads = 2;
+    CHECK_OK(synth_write(&c, NULL, dpath, false));
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(tpath, NULL, &m));
+    if (!m) return;
+    const int nv = brisk_n_vocab(m), n_draft = c.eagle3_draft_vocab;
+    eagle3 *e = NULL;
+    CHECK_OK(eagle3_open(dpath, m, 64, 2, &e));
+    if (e) { /* synth's d2t: draft row i -> target (7 i + 3) mod 354 */
+        float g[256] = {0};
+        int32_t tok = 5;
+        CHECK_OK(eagle3_decode(e, &tok, g, 0, 1, true));
+        const float *lg = eagle3_logits(e);
+        int fin = 0, at_ids = 0;
+        for (int v = 0; lg && v < nv; v++) fin += isfinite(lg[v]);
+        for (int i = 0; lg && i < n_draft; i++) at_ids += isfinite(lg[(7 * i + 3) % nv]);
+        CHECK(nv == 354 && fin == n_draft && at_ids == n_draft);
+    }
+    eagle3_free(e);
+    /* speculative greedy with the reduced drafter: plain greedy's tokens */
+    brisk_context_params cp = ctx_params();
+    brisk_context *t = NULL;
+    CHECK_OK(brisk_context_new(m, &cp, &t));
+    collect plain = {.n = 0};
+    brisk_batch_entry b[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) b[i] = (brisk_batch_entry){prompt[i], i, 0, i == N_PROMPT - 1};
+    if (t) CHECK_OK(brisk_decode(t, b, N_PROMPT));
+    const float *lg = t ? brisk_get_logits(t, N_PROMPT - 1) : NULL;
+    for (int i = 0; i < N_GEN && lg; i++) {
+        plain.out[plain.n++] = argmax(lg, nv);
+        brisk_batch_entry en = {plain.out[i], N_PROMPT + i, 0, true};
+        CHECK_OK(brisk_decode(t, &en, 1));
+        lg = brisk_get_logits(t, 0);
+    }
+    drafter *d = NULL;
+    if (t) CHECK_OK(brisk_seq_clear(t, 0));
+    if (t) CHECK_OK(drafter_new_eagle3(t, m, dpath, cp.n_ctx, 2, 0, &d));
+    brisk_sampler *smp = NULL;
+    brisk_sampler_params sp = brisk_sampler_default_params();
+    sp.temp = 0;
+    CHECK_OK(brisk_sampler_new(&sp, nv, &smp));
+    collect spec = {.n = 0};
+    spec_stats st = {0};
+    if (d && smp) CHECK_OK(spec_generate(t, d, smp, prompt, N_PROMPT, 3, 0, cp.n_ctx, emit, &spec, &st));
+    CHECK(plain.n == N_GEN && spec.n == N_GEN && memcmp(spec.out, plain.out, sizeof plain.out) == 0 && st.drafted > 0);
+    brisk_sampler_free(smp);
+    drafter_free(d);
+    brisk_context_free(t);
+    /* a repeated target id, one outside the vocabulary: refused, with the reason */
+    path_for("d-d2t-bad", bad, sizeof bad);
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "cp %s %s", dpath, bad);
+    CHECK(system(cmd) == 0);
+    patch_i64(bad, "d2t", 5, 3); /* row 0's id */
+    e = NULL;
+    CHECK(eagle3_open(bad, m, 64, 2, &e) == BRISK_ERR_FORMAT && !e && strstr(brisk_last_error(), "repeated"));
+    patch_i64(bad, "d2t", 5, nv);
+    CHECK(eagle3_open(bad, m, 64, 2, &e) == BRISK_ERR_FORMAT && !e && strstr(brisk_last_error(), "outside"));
+    brisk_model_free(m);
+}
+
 int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "/tmp/brisk-test-eagle3-XXXXXX");
     if (!mkdtemp(dir)) return 1;
@@ -389,6 +475,7 @@ int main(int argc, char **argv) {
         {"greedy_qwen35", test_greedy_qwen35},
         {"rollback", test_rollback},
         {"slots", test_slots},
+        {"d2t", test_d2t},
     };
     int rc = test_main(cases, sizeof cases / sizeof *cases, argc, argv);
     char cmd[600];

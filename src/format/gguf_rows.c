@@ -59,6 +59,11 @@ static brisk_status convert_row(uint32_t type, const float *x, unsigned char *ds
         for (int64_t k = 0; k < ne0; k++) ((uint16_t *)dst)[k] = quant_f32_to_f16(x[k]);
     else if (type == QT_BF16)
         for (int64_t k = 0; k < ne0; k++) ((uint16_t *)dst)[k] = quant_f32_to_bf16(x[k]);
+    else if (type == QT_I64) /* whole numbers below 2^24, exact in f32 (token ids) */
+        for (int64_t k = 0; k < ne0; k++) {
+            int64_t v = (int64_t)x[k];
+            memcpy(dst + 8 * k, &v, 8);
+        }
     else if (type != QT_F32)
         return quant_quantize_rows(type, x, dst, 1, ne0, NULL);
     return BRISK_OK;

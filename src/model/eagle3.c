@@ -19,13 +19,15 @@ struct eagle3 {
     gguf_file *g;
     bk_backend *be;                 /* its own CPU backend */
     int n_embd, n_embd_tgt, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
+    int n_draft;                    /* the LM head's rows: n_vocab, or the draft vocabulary's size (d2t) */
+    int32_t *d2t;                   /* (n_draft) target token id of each draft row, or NULL */
     float rms_eps;
     bool norm_before_residual, norm_before_fc;
     int32_t layers[3];              /* target layers whose inputs fc fuses */
     bk_rope_params rope;
     bk_weight fc;                   /* (n_embd, 3 n_embd_tgt) */
     bk_weight enc_norm;             /* (3 n_embd_tgt) with norm_before_fc */
-    bk_weight tok_embd, output;     /* (n_vocab, n_embd): own or the target's */
+    bk_weight tok_embd, output;     /* (n_vocab, n_embd) / (n_draft, n_embd): own or the target's */
     bk_weight output_norm;          /* (n_embd) */
     bk_weight attn_norm, attn_norm_2, ffn_norm; /* (n_embd) */
     bk_weight wq, wk, wv;           /* (n_head*hd, 2 n_embd), (n_kv*hd, 2 n_embd) x2 */
@@ -45,6 +47,7 @@ struct eagle3 {
     float *hb, *hb2;/* (n, n_ff) */
     float *out;     /* (n_embd) the last entry's output norm */
     float *logits;  /* (n_vocab) */
+    float *dlogits; /* (n_draft) the LM head's, scattered into logits through d2t (NULL without one) */
     int32_t *pos, *slot;            /* (n) */
     const int32_t **tables;         /* (n) */
     int32_t *seq;                   /* (n) zeros */
@@ -84,6 +87,36 @@ static brisk_status bind(eagle3 *e, const char *name, int64_t ne0, int64_t ne1, 
                        quant_type_name(t->type));
     *w = (bk_weight){.name = t->name, .type = t->type, .n_in = t->ne[0], .n_out = t->ne[1],
                      .row_bytes = quant_row_size(t->type, t->ne[0]), .host = t->data};
+    return BRISK_OK;
+}
+
+/* A reduced draft vocabulary, as llama.cpp's converter writes it: d2t (i64, one per LM-head row) holds the
+ * target token id of each draft row, all distinct and in the target's vocabulary. The draft's logits go to
+ * those ids; every other token's is -inf (llama.cpp's eagle3 graph: a fill and a set_rows). */
+static brisk_status read_d2t(eagle3 *e) {
+    const gguf_tensor *t = gguf_find_tensor(e->g, "d2t");
+    if (!t) return BRISK_OK;
+    if (t->type != QT_I64 || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1 || t->ne[0] < 1 || t->ne[0] > e->n_vocab)
+        return bk_fail(BRISK_ERR_FORMAT, "eagle3: d2t must be an i64 vector of 1..%d target ids (it is %s [%lld, %lld])",
+                       e->n_vocab, quant_type_name(t->type), (long long)t->ne[0], (long long)t->ne[1]);
+    e->n_draft = (int)t->ne[0];
+    uint8_t *seen = calloc((size_t)e->n_vocab, 1);
+    if (!(e->d2t = malloc((size_t)e->n_draft * sizeof *e->d2t)) || !seen) {
+        free(seen);
+        return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < e->n_draft; i++) {
+        int64_t v;
+        memcpy(&v, (const uint8_t *)t->data + 8 * (size_t)i, 8);
+        if (v < 0 || v >= e->n_vocab || seen[v]) {
+            free(seen);
+            return bk_fail(BRISK_ERR_FORMAT, "eagle3: d2t[%d] = %lld is %s", i, (long long)v,
+                           v < 0 || v >= e->n_vocab ? "outside the target's vocabulary" : "a repeated target id");
+        }
+        seen[v] = 1;
+        e->d2t[i] = (int32_t)v;
+    }
+    free(seen);
     return BRISK_OK;
 }
 
@@ -132,15 +165,13 @@ static brisk_status read_hparams(eagle3 *e, const brisk_model *target) {
     char key[64];
     snprintf(key, sizeof key, "eagle3.rope.scaling.type");
     if (gguf_find_key(g, key) >= 0) return bk_fail(BRISK_ERR_UNSUPPORTED, "eagle3: rope scaling is not supported");
-    if (gguf_find_tensor(g, "d2t"))
-        return bk_fail(BRISK_ERR_UNSUPPORTED, "eagle3: a draft vocabulary (d2t) is not supported yet");
     float base = 10000.0f;
     gguf_get_f32(g, "eagle3.rope.freq_base", &base);
     e->rope = (bk_rope_params){.n_rot = e->head_dim, .mode = BK_ROPE_NORM, .freq_base = base, .freq_scale = 1.0f,
                                .ext_factor = 0.0f, .attn_factor = 1.0f, .beta_fast = 32.0f, .beta_slow = 1.0f,
                                .n_ctx_orig = ctx};
-    e->n_vocab = th->n_vocab;
-    return BRISK_OK;
+    e->n_vocab = e->n_draft = th->n_vocab;
+    return read_d2t(e);
 }
 
 static brisk_status bind_all(eagle3 *e, const brisk_model *target) {
@@ -148,7 +179,7 @@ static brisk_status bind_all(eagle3 *e, const brisk_model *target) {
     BK_TRY(bind(e, "fc.weight", 3 * (int64_t)e->n_embd_tgt, d, true, &e->fc));
     if (e->norm_before_fc) BK_TRY(bind(e, "enc.output_norm.weight", 3 * (int64_t)e->n_embd_tgt, 0, true, &e->enc_norm));
     BK_TRY(bind(e, "output_norm.weight", d, 0, true, &e->output_norm));
-    BK_TRY(bind(e, "output.weight", d, e->n_vocab, false, &e->output));
+    BK_TRY(bind(e, "output.weight", d, e->n_draft, e->d2t != NULL, &e->output)); /* a draft vocabulary's own */
     BK_TRY(bind(e, "token_embd.weight", d, e->n_vocab, false, &e->tok_embd));
     if (!e->output.host) e->output = target->output;
     if (!e->tok_embd.host) e->tok_embd = target->tok_embd;
@@ -175,7 +206,7 @@ static brisk_status alloc_state(eagle3 *e) {
     size_t n = EAGLE3_BATCH, d = (size_t)e->n_embd, qd = (size_t)e->n_head * e->head_dim;
     size_t kvd = (size_t)e->n_head_kv * e->head_dim, ff = (size_t)e->n_ff;
     size_t floats = n * 3 * (size_t)e->n_embd_tgt + n * d * 5 + n * 2 * d + n * qd * 2 + n * kvd * 2 + n * ff * 2 +
-                    d + (size_t)e->n_vocab;
+                    d + (size_t)e->n_vocab + (e->d2t ? (size_t)e->n_draft : 0);
     BK_TRY(e->be->ops->alloc(e->be, floats * sizeof(float), &e->mem));
     float *p = e->mem;
 #define CARVE(field, count) (e->field = p, p += (count))
@@ -193,6 +224,7 @@ static brisk_status alloc_state(eagle3 *e) {
     CARVE(hb2, n * ff);
     CARVE(out, d);
     CARVE(logits, (size_t)e->n_vocab);
+    if (e->d2t) CARVE(dlogits, (size_t)e->n_draft);
 #undef CARVE
     int n_pages = (e->n_ctx + EAGLE3_KV_BLOCK - 1) / EAGLE3_KV_BLOCK;
     size_t kv_bytes = (size_t)n_pages * EAGLE3_KV_BLOCK * kvd * sizeof(float);
@@ -240,6 +272,7 @@ void eagle3_free(eagle3 *e) {
         e->be->ops->free(e->be);
     }
     gguf_close(e->g);
+    free(e->d2t);
     free(e->table);
     free(e->pos);
     free(e->slot);
@@ -323,7 +356,11 @@ brisk_status eagle3_decode(eagle3 *e, const int32_t *tokens, const float *g, int
     if (!logits) return BRISK_OK;
     op->rms_norm(be, e->x + (size_t)(n - 1) * d, &e->output_norm, e->out, 1, (int)d, e->rms_eps);
     const bk_weight *wout = &e->output;
-    op->matmul(be, 1, &wout, NULL, e->out, 1, &e->logits);
+    op->matmul(be, 1, &wout, NULL, e->out, 1, e->d2t ? &e->dlogits : &e->logits);
+    if (e->d2t) { /* (the CPU backend's memory is the host's) */
+        for (int i = 0; i < e->n_vocab; i++) e->logits[i] = -INFINITY;
+        for (int i = 0; i < e->n_draft; i++) e->logits[e->d2t[i]] = e->dlogits[i];
+    }
     e->have_logits = true;
     return BRISK_OK;
 }

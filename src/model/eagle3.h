@@ -19,8 +19,9 @@
  * cache of one sequence (f32, n_ctx positions), cut back with eagle3_cut.
  * llama.cpp's RoPE for the arch is NORM over the whole head.
  *
- * Not supported (BRISK_ERR_UNSUPPORTED): a draft vocabulary (d2t), more than
- * one layer, rope scaling. The weights are read from the file's map on the
+ * A reduced draft vocabulary (d2t: the target id of each LM-head row) gives
+ * the other tokens' logits as -inf, as llama.cpp does. Not supported
+ * (BRISK_ERR_UNSUPPORTED): more than one layer, rope scaling. The weights are read from the file's map on the
  * CPU (its own CPU backend of n_threads). */
 #ifndef BK_EAGLE3_H
 #define BK_EAGLE3_H

@@ -52,15 +52,16 @@ static void fill_normal(uint64_t *s, float *x, int64_t n, float scale) {
 
 /* ---- the tensor plan ---- */
 
-typedef enum { INIT_NORMAL, INIT_ONES, INIT_UNIFORM, INIT_ROUTER } init_kind;
+typedef enum { INIT_NORMAL, INIT_ONES, INIT_UNIFORM, INIT_ROUTER, INIT_D2T } init_kind;
 
 typedef struct tensor_plan {
     char name[64];
     int n_dims;
     int64_t ne[3];
     init_kind init;
-    float a, b;    /* NORMAL, ROUTER: std; UNIFORM: range [a, b] */
+    float a, b;    /* NORMAL, ROUTER: std; UNIFORM: range [a, b]; D2T: stride, target vocabulary */
     bool matrix;   /* gets the model's type (else f32) */
+    bool ids;      /* token ids, i64 whatever the model's type (D2T) */
     uint32_t type; /* chosen type */
 } tensor_plan;
 
@@ -86,6 +87,15 @@ static void experts(plan_list *l, const char *name, float std, int64_t n_in, int
     add(l, name, INIT_NORMAL, std, true, 3, n_in, n_out, n_exp);
 }
 
+static int64_t gcd64(int64_t a, int64_t b) {
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
 static bool is_next(const synth_config *c) { return !strcmp(c->arch, "qwen3next"); }
 static bool is_moe(const synth_config *c) {
     return !strcmp(c->arch, "qwen3moe") || !strcmp(c->arch, "qwen35moe") || is_next(c);
@@ -100,7 +110,15 @@ static void plan_eagle3(const synth_config *c, plan_list *l) {
     const float sd2 = 1.0f / sqrtf(2.0f * (float)d), damp = 1.0f / sqrtf(2.0f);
     mat(l, "fc.weight", 1.0f / sqrtf(3.0f * (float)c->eagle3_target_embd), 3 * (int64_t)c->eagle3_target_embd, d);
     vec(l, "output_norm.weight", INIT_ONES, 0, d);
-    mat(l, "output.weight", 1.0f / sqrtf((float)d), d, c->n_vocab);
+    const int64_t n_out = c->eagle3_draft_vocab > 0 ? c->eagle3_draft_vocab : c->n_vocab;
+    mat(l, "output.weight", 1.0f / sqrtf((float)d), d, n_out);
+    if (c->eagle3_draft_vocab > 0) { /* draft row i -> target (stride i + 3) mod V, stride prime to V: distinct */
+        int64_t stride = 7;
+        while (gcd64(stride, c->n_vocab) != 1) stride++;
+        vec(l, "d2t", INIT_D2T, (float)stride, c->eagle3_draft_vocab);
+        l->p[l->n - 1].b = (float)c->n_vocab;
+        l->p[l->n - 1].ids = true;
+    }
     vec(l, "blk.0.attn_norm.weight", INIT_ONES, 0, d);
     vec(l, "blk.0.attn_norm_2.weight", INIT_ONES, 0, d);
     mat(l, "blk.0.attn_q.weight", sd2, 2 * d, qd);
@@ -225,7 +243,8 @@ static brisk_status check_config(const synth_config *c) {
         return bk_fail(BRISK_ERR_INVALID_ARG, "synth: %d MTP blocks (0..4, qwen35, qwen35moe and qwen3next only)",
                        c->n_mtp);
     if (is_eagle3(c) && (c->n_layer != 1 || c->eagle3_target_embd <= 0 || c->eagle3_layers[0] < 0 ||
-                         c->eagle3_layers[1] < 0 || c->eagle3_layers[2] < 0))
+                         c->eagle3_layers[1] < 0 || c->eagle3_layers[2] < 0 || c->eagle3_draft_vocab < 0 ||
+                         (c->n_vocab > 0 && c->eagle3_draft_vocab > c->n_vocab)))
         return bk_fail(BRISK_ERR_INVALID_ARG, "synth: an eagle3 drafter has one layer, a target width and three "
                        "target layers");
     if (!(c->expert_skew >= 0 && c->expert_skew <= 64))
@@ -399,7 +418,8 @@ static brisk_status mix_types(const synth_config *c, const quant_ftype *ft, plan
         s = quant_mix_plan_shapes(w, l->n, mt, ft, &mo, out_path, types);
         w = NULL; /* consumed */
     }
-    for (int i = 0; s == BRISK_OK && i < l->n; i++) l->p[i].type = types[i] == QT_COUNT ? QT_F32 : types[i];
+    for (int i = 0; s == BRISK_OK && i < l->n; i++)
+        l->p[i].type = l->p[i].ids ? QT_I64 : types[i] == QT_COUNT ? QT_F32 : types[i];
     gguf_writer_free(w);
     free(types);
     free(mt);
@@ -409,7 +429,7 @@ static brisk_status mix_types(const synth_config *c, const quant_ftype *ft, plan
 static void pure_types(const synth_config *c, plan_list *l) {
     for (int i = 0; i < l->n; i++) {
         tensor_plan *t = &l->p[i];
-        t->type = t->matrix ? c->type : QT_F32;
+        t->type = t->ids ? QT_I64 : t->matrix ? c->type : QT_F32;
         if (t->ne[0] % quant_get_traits(t->type)->block_elems) t->type = QT_F32; /* odd widths stay f32 */
     }
 }
@@ -445,6 +465,9 @@ static brisk_status gen_row(void *ctx, int64_t r, float *x, float *tmp) {
     case INIT_NORMAL:
     case INIT_ROUTER:
         fill_normal(&s, x, n, t->a * (g->row_scale ? g->row_scale[r] : 1.0f));
+        break;
+    case INIT_D2T:
+        for (int64_t e = 0; e < n; e++) x[e] = (float)(((int64_t)t->a * e + 3) % (int64_t)t->b);
         break;
     }
     return BRISK_OK;
@@ -535,6 +558,11 @@ brisk_status synth_write_ex(const synth_config *c0, const char *vocab_path, cons
     if (s == BRISK_OK) s = vocab_size(&c, vocab_path, &vocab, &n_tok);
     if (s == BRISK_OK) {
         if (c.n_vocab <= 0) c.n_vocab = (int)n_tok;
+        if (c.eagle3_draft_vocab > c.n_vocab)
+            s = bk_fail(BRISK_ERR_INVALID_ARG, "synth: a draft vocabulary of %d tokens beside a target's %d",
+                        c.eagle3_draft_vocab, c.n_vocab);
+    }
+    if (s == BRISK_OK) {
         plan_tensors(&c, &l);
         if (ft) s = mix_types(&c, ft, &l, out_path);
         else pure_types(&c, &l);

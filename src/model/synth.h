@@ -78,6 +78,9 @@ typedef struct synth_config {
     /* eagle3: the target's layers whose inputs fc fuses (eagle3.target_layers) and its n_embd */
     int eagle3_layers[3];
     int eagle3_target_embd;
+    int eagle3_draft_vocab;   /* > 0: a reduced draft vocabulary of this many tokens, its LM head that many rows
+                               * and d2t (i64) mapping draft row i to a target token id, as llama.cpp's
+                               * converter writes EAGLE-3 checkpoints' d2t (absolute ids, all distinct) */
     /* writing */
     const char *ftype;        /* llama-quantize mix name ("Q4_K_M", "Q8_0", "F16", ...) or NULL */
     bool pure;                /* with ftype: every matrix gets the mix's base type */

@@ -69,6 +69,13 @@ static const quant_traits traits_table[QT_COUNT] = {
     [QT_NVFP4] = {"nvfp4", 64, 36, QT_Q8_0, true, true},
     [QT_Q1_0] = {"q1_0", 128, 18, QT_Q8_0, true, true},
     [QT_Q2_0] = {"q2_0", 64, 18, QT_Q8_0, true, true},
+    /* plain numbers, not weights: a file may hold them (an EAGLE-3 drafter's d2t is i64); the tensor
+     * loaders refuse them as weights (can_dequantize false) and read them where they mean something */
+    [QT_I8] = {"i8", 1, 1, QT_COUNT, false, false},
+    [QT_I16] = {"i16", 1, 2, QT_COUNT, false, false},
+    [QT_I32] = {"i32", 1, 4, QT_COUNT, false, false},
+    [QT_I64] = {"i64", 1, 8, QT_COUNT, false, false},
+    [QT_F64] = {"f64", 1, 8, QT_COUNT, false, false},
 };
 
 const quant_traits *quant_get_traits(uint32_t type) {

@@ -14,7 +14,8 @@ typedef enum quant_type {
     QT_F32 = 0, QT_F16 = 1, QT_Q4_0 = 2, QT_Q4_1 = 3, QT_Q5_0 = 6, QT_Q5_1 = 7,
     QT_Q8_0 = 8, QT_Q8_1 = 9, QT_Q2_K = 10, QT_Q3_K = 11, QT_Q4_K = 12, QT_Q5_K = 13,
     QT_Q6_K = 14, QT_Q8_K = 15, QT_IQ2_XXS = 16, QT_IQ2_XS = 17, QT_IQ3_XXS = 18, QT_IQ1_S = 19,
-    QT_IQ4_NL = 20, QT_IQ3_S = 21, QT_IQ2_S = 22, QT_IQ4_XS = 23, QT_IQ1_M = 29, QT_BF16 = 30,
+    QT_IQ4_NL = 20, QT_IQ3_S = 21, QT_IQ2_S = 22, QT_IQ4_XS = 23, QT_I8 = 24, QT_I16 = 25, QT_I32 = 26,
+    QT_I64 = 27, QT_F64 = 28, QT_IQ1_M = 29, QT_BF16 = 30,
     QT_TQ1_0 = 34, QT_TQ2_0 = 35, QT_MXFP4 = 39, QT_NVFP4 = 40, QT_Q1_0 = 41, QT_Q2_0 = 42, QT_COUNT = 43
 } quant_type;
 
