@@ -1314,6 +1314,7 @@ static void test_eagle3(void) {
     eagle3_case("tiny-qwen35", "tiny-llama-eagle3");
     eagle3_case("tiny-qwen3moe", "tiny-llama-eagle3");
     eagle3_case("tiny-llama", "tiny-llama-eagle3-d2t"); /* a draft vocabulary of 200 tokens (d2t) */
+    eagle3_case("tiny-llama", "tiny-llama-eagle3-rf");  /* Llama 3's RoPE scaling (rope_freqs.weight) */
 }
 
 int main(int argc, char **argv) {

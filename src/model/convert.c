@@ -18,6 +18,7 @@
 #include "base/status.h"
 #include "format/gguf_rows.h"
 #include "format/safetensors.h"
+#include "model/model.h"
 #include "quant/quant.h"
 #include "quant/quant_mix.h"
 
@@ -555,18 +556,7 @@ static brisk_status add_rope_freqs(plan *p, const hf_config *c) {
     if (!o || !(o->gen = malloc((size_t)(dim / 2) * sizeof(float)))) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     o->n_dims = 1;
     o->ne[0] = dim / 2, o->ne[1] = o->ne[2] = 1;
-    for (int64_t i = 0; i < dim / 2; i++) {
-        float freq = 1.0f / powf((float)base, (float)(2 * i) / (float)dim); /* as torch computes it, in f32 */
-        double wavelen = 2 * M_PI / freq;
-        double f;
-        if (wavelen < old / hi) f = 1;
-        else if (wavelen > old / lo) f = factor;
-        else {
-            double smooth = (old / wavelen - lo) / (hi - lo);
-            f = 1 / ((1 - smooth) / factor + smooth);
-        }
-        o->gen[i] = (float)f;
-    }
+    for (int64_t i = 0; i < dim / 2; i++) o->gen[i] = model_rope_llama3_factor(i, dim, base, factor, lo, hi, old);
     return BRISK_OK;
 }
 

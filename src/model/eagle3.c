@@ -29,6 +29,7 @@ struct eagle3 {
     bk_weight enc_norm;             /* (3 n_embd_tgt) with norm_before_fc */
     bk_weight tok_embd, output;     /* (n_vocab, n_embd) / (n_draft, n_embd): own or the target's */
     bk_weight output_norm;          /* (n_embd) */
+    bk_weight rope_freqs;           /* (head_dim / 2) Llama 3's RoPE factors, or none */
     bk_weight attn_norm, attn_norm_2, ffn_norm; /* (n_embd) */
     bk_weight wq, wk, wv;           /* (n_head*hd, 2 n_embd), (n_kv*hd, 2 n_embd) x2 */
     bk_weight wo;                   /* (n_embd, n_head*hd) */
@@ -196,8 +197,9 @@ static brisk_status bind_all(eagle3 *e, const brisk_model *target) {
     BK_TRY(bind(e, "blk.0.ffn_gate.weight", d, e->n_ff, true, &e->w_gate));
     BK_TRY(bind(e, "blk.0.ffn_up.weight", d, e->n_ff, true, &e->w_up));
     BK_TRY(bind(e, "blk.0.ffn_down.weight", e->n_ff, d, true, &e->w_down));
-    if (gguf_find_tensor(e->g, "blk.0.rope_freqs.weight"))
-        return bk_fail(BRISK_ERR_UNSUPPORTED, "eagle3: rope_freqs (Llama 3 rope scaling) is not supported yet");
+    /* Llama 3's RoPE scaling (rope_freqs.weight: llama.cpp names it without a layer, as for llama) */
+    BK_TRY(bind(e, "rope_freqs.weight", e->head_dim / 2, 0, false, &e->rope_freqs));
+    e->rope.freq_factors = e->rope_freqs.host;
     return BRISK_OK;
 }
 

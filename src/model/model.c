@@ -173,6 +173,16 @@ brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp) {
     return model_rope_resolve(hp, NULL);
 }
 
+float model_rope_llama3_factor(int64_t i, int64_t dim, double base, double factor, double lo, double hi,
+                               double orig_ctx) {
+    float freq = 1.0f / powf((float)base, (float)(2 * i) / (float)dim); /* as torch computes it, in f32 */
+    double wavelen = 2 * M_PI / freq;
+    if (wavelen < orig_ctx / hi) return 1.0f;
+    if (wavelen > orig_ctx / lo) return (float)factor;
+    double smooth = (orig_ctx / wavelen - lo) / (hi - lo);
+    return (float)(1 / ((1 - smooth) / factor + smooth));
+}
+
 brisk_status model_rope_resolve(model_hparams *hp, const brisk_rope_overrides *o) {
     const brisk_rope_overrides unset = brisk_model_default_params().rope;
     if (!o) o = &unset;

@@ -202,4 +202,8 @@ brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp);
  * rope.scaling.attn_factor, and a YaRN freq_scale other than the file's stretches n_ctx_train
  * to orig_ctx / freq_scale. BRISK_ERR_INVALID_ARG (with the field) for an override out of range. */
 brisk_status model_rope_resolve(model_hparams *hp, const brisk_rope_overrides *o);
+/* Llama 3's RoPE scaling ("rope_type": "llama3"): the factor dividing frequency i of a head of dim (the
+ * rope_freqs tensor's element i, as HF's _compute_llama3_parameters and llama.cpp's converter make it). */
+float model_rope_llama3_factor(int64_t i, int64_t dim, double base, double factor, double lo, double hi,
+                               double orig_ctx);
 #endif

@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "format/gguf.h"
 #include "format/gguf_rows.h"
+#include "model/model.h"
 #include "quant/quant.h"
 #include "quant/quant_mix.h"
 
@@ -52,14 +53,15 @@ static void fill_normal(uint64_t *s, float *x, int64_t n, float scale) {
 
 /* ---- the tensor plan ---- */
 
-typedef enum { INIT_NORMAL, INIT_ONES, INIT_UNIFORM, INIT_ROUTER, INIT_D2T } init_kind;
+typedef enum { INIT_NORMAL, INIT_ONES, INIT_UNIFORM, INIT_ROUTER, INIT_D2T, INIT_LLAMA3 } init_kind;
 
 typedef struct tensor_plan {
     char name[64];
     int n_dims;
     int64_t ne[3];
     init_kind init;
-    float a, b;    /* NORMAL, ROUTER: std; UNIFORM: range [a, b]; D2T: stride, target vocabulary */
+    float a, b;    /* NORMAL, ROUTER: std; UNIFORM: range [a, b]; D2T: stride, target vocabulary;
+                    * LLAMA3: head dim, RoPE base */
     bool matrix;   /* gets the model's type (else f32) */
     bool ids;      /* token ids, i64 whatever the model's type (D2T) */
     uint32_t type; /* chosen type */
@@ -118,6 +120,10 @@ static void plan_eagle3(const synth_config *c, plan_list *l) {
         vec(l, "d2t", INIT_D2T, (float)stride, c->eagle3_draft_vocab);
         l->p[l->n - 1].b = (float)c->n_vocab;
         l->p[l->n - 1].ids = true;
+    }
+    if (c->eagle3_rope_llama3) {
+        vec(l, "rope_freqs.weight", INIT_LLAMA3, (float)hd, hd / 2);
+        l->p[l->n - 1].b = c->rope_base;
     }
     vec(l, "blk.0.attn_norm.weight", INIT_ONES, 0, d);
     vec(l, "blk.0.attn_norm_2.weight", INIT_ONES, 0, d);
@@ -468,6 +474,9 @@ static brisk_status gen_row(void *ctx, int64_t r, float *x, float *tmp) {
         break;
     case INIT_D2T:
         for (int64_t e = 0; e < n; e++) x[e] = (float)(((int64_t)t->a * e + 3) % (int64_t)t->b);
+        break;
+    case INIT_LLAMA3:
+        for (int64_t e = 0; e < n; e++) x[e] = model_rope_llama3_factor(e, (int64_t)t->a, t->b, 8, 1, 4, 8192);
         break;
     }
     return BRISK_OK;

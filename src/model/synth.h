@@ -81,6 +81,8 @@ typedef struct synth_config {
     int eagle3_draft_vocab;   /* > 0: a reduced draft vocabulary of this many tokens, its LM head that many rows
                                * and d2t (i64) mapping draft row i to a target token id, as llama.cpp's
                                * converter writes EAGLE-3 checkpoints' d2t (absolute ids, all distinct) */
+    bool eagle3_rope_llama3;  /* rope_freqs.weight: Llama 3's RoPE scaling factors (factor 8, low 1,
+                               * high 4, original context 8192), as EAGLE-3 drafters for Llama 3.1 carry */
     /* writing */
     const char *ftype;        /* llama-quantize mix name ("Q4_K_M", "Q8_0", "F16", ...) or NULL */
     bool pure;                /* with ftype: every matrix gets the mix's base type */
