@@ -64,25 +64,6 @@ template <typename F> static float time_graph(cudaStream_t st, int reps, const F
     return ms / (reps * 16);
 }
 
-/* Milliseconds a call of f on the stream: one warm-up call (it sets the kernel's shared memory
- * attribute), then the mean of reps calls. */
-template <typename F> static float time_calls(cudaStream_t st, int reps, const F &f) {
-    f();
-    CK(cudaStreamSynchronize(st));
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    cudaEventRecord(a, st);
-    for (int r = 0; r < reps; r++) f();
-    cudaEventRecord(b, st);
-    CK(cudaEventSynchronize(b));
-    float ms;
-    cudaEventElapsedTime(&ms, a, b);
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return ms / reps;
-}
-
 /* fa_launch<KT, hd, MT> by value (MT = 2: head dims 64 and 128 only) */
 template <int MT>
 static void fa_mt(cuda_backend *cb, int kt, int hd, const float *q, const bk_kv_view *kv, int n, const int32_t *pos,
@@ -149,11 +130,10 @@ static void prefill_rows(cuda_backend *cb, long max_depth) {
                 fill_kernel<<<1024, 256>>>((uint8_t *)q, nq * 4, KT_F16, 5u); /* (f16 pairs read as floats: small values) */
                 bk_kv_view kv = {.k = kc, .v = vc, .kv_type = kt, .block_size = bs};
                 const float scale = 1.0f / sqrtf((float)hd);
-                const int reps = D >= 131072 ? 3 : 10;
                 const double flops = 4.0 * nh * hd * ((double)C * D + (double)C * (C + 1) / 2);
                 const int32_t *d_pos = d_meta, *d_off = d_meta + C, *d_tabs = d_meta + 2 * C;
                 auto call1 = [&]() { fa_mt<1>(cb, kt, hd, q, &kv, C, d_pos, d_off, d_tabs, nh, nkv, scale, out); };
-                const float ms = time_calls(cb->stream, reps, call1);
+                const float ms = time_ms(cb->stream, [&](int) { call1(); });
                 check_backend(cb);
                 printf("| %d/%d x %d | %s | %d | %ld | %.2f | %.1f | %.0f |", nh, nkv, hd,
                        kt == KT_F16 ? "f16" : kt == KT_Q8_0 ? "q8_0" : "q4_0", C, D, ms, ms * 1e3 / C,
@@ -163,7 +143,7 @@ static void prefill_rows(cuda_backend *cb, long max_depth) {
                 if (hd <= 128) {
                     CK(cudaMemset(out, 0xff, nq * 4)); /* NaN: a row MT = 2 leaves unwritten shows */
                     auto call2 = [&]() { fa_mt<2>(cb, kt, hd, q, &kv, C, d_pos, d_off, d_tabs, nh, nkv, scale, out); };
-                    const float ms2 = time_calls(cb->stream, reps, call2);
+                    const float ms2 = time_ms(cb->stream, [&](int) { call2(); });
                     check_backend(cb);
                     CK(cudaMemcpy(h2, out, nq * 4, cudaMemcpyDeviceToHost));
                     bool nan = false;
@@ -180,7 +160,7 @@ static void prefill_rows(cuda_backend *cb, long max_depth) {
                 auto calld = [&]() {
                     cuda_attn_prefill(cb, q, &kv, C, (int)n_keys, d_pos, d_off, d_tabs, nh, nkv, hd, scale, out);
                 };
-                const float msd = time_calls(cb->stream, reps, calld);
+                const float msd = time_ms(cb->stream, [&](int) { calld(); });
                 check_backend(cb);
                 CK(cudaMemcpy(h2, out, nq * 4, cudaMemcpyDeviceToHost));
                 bool nan = false;
