@@ -11,7 +11,8 @@
  *        -lpcre2-8 -lcjson -lmicrohttpd -ldl
  *   build/attn_lab [MAX_DEPTH [KV [MIN_DEPTH]]]  (default 1048576; rows past the GPU's memory are skipped;
  *                                        KV: f16, q8_0 or q4_0 alone, and then no prefill rows;
- *                                        KV = prefill: the prefill rows alone, prefixes up to MAX_DEPTH)
+ *                                        KV = prefill: the prefill rows alone, prefixes up to MAX_DEPTH;
+ *                                        KV = splits: the key-range split swept at brisk's ubatch alone)
  *
  * Each time is a replayed CUDA graph of 16 launches back to back (programmatic launches, as in a
  * decode step), over a cache several times the 50 MB L2 from 4K positions up (the smallest rows
@@ -67,8 +68,9 @@ template <typename F> static float time_graph(cudaStream_t st, int reps, const F
 /* fa_launch<KT, hd, MT> by value (MT = 2: head dims 64 and 128 only) */
 template <int MT>
 static void fa_mt(cuda_backend *cb, int kt, int hd, const float *q, const bk_kv_view *kv, int n, const int32_t *pos,
-                  const int32_t *off, const int32_t *tabs, int nh, int nkv, float scale, float *out) {
-#define FA_LAB_ARGS cb, q, kv, n, pos, off, tabs, nh, nkv, scale, out
+                  const int32_t *off, const int32_t *tabs, int nh, int nkv, float scale, float *out, int n_split = 1,
+                  float *part = NULL) {
+#define FA_LAB_ARGS cb, q, kv, n, pos, off, tabs, nh, nkv, scale, out, n_split, part
 #define FA_LAB_D(KK)                                                                                             \
     {                                                                                                            \
         if (hd == 64) fa_launch<KK, 64, MT>(FA_LAB_ARGS);                                                        \
@@ -175,6 +177,95 @@ static void prefill_rows(cuda_backend *cb, long max_depth) {
             }
 }
 
+/* Resident blocks a multiprocessor of the split instance fa_launch<KT, hd, MT> runs (its registers and
+ * shared memory), for the wave count of a grid. */
+template <int MT> static int fa_resident(int kt, int hd) {
+    int nb = 0;
+#define FA_RES(KK, DD)                                                                                           \
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, fa_prefill_kernel<KK, DD, fa_tile<KK, DD, MT>::BN, MT, true>, \
+                                                     FA_THREADS, fa_tile<KK, DD, MT>::smem))
+#define FA_RES_D(KK)                                                                                             \
+    {                                                                                                            \
+        if (hd == 64) FA_RES(KK, 64);                                                                            \
+        else if (hd == 128) FA_RES(KK, 128);                                                                     \
+        else if constexpr (MT == 1) FA_RES(KK, 256);                                                            \
+    }
+    if (kt == KT_F16) FA_RES_D(KT_F16)
+    else if (kt == KT_Q8_0) FA_RES_D(KT_Q8_0)
+    else FA_RES_D(KT_Q4_0)
+#undef FA_RES_D
+#undef FA_RES
+    return nb;
+}
+
+/* The key-range split swept (prefill_splits): brisk's ubatch of 512 entries after 32K-256K prefixes, each
+ * shape with the MT fa_plan picks there, TFLOP/s at 1-8 splits beside the share of the last wave's
+ * resident slots the grid fills (blocks / (waves x slots); fa_plan's rule does not look at it yet: a grid
+ * of 1.45 or 2.2 waves leaves a quarter of the SMs idle in its last wave, so 4 splits may beat 5, and the
+ * 27b's 192 blocks may gain from a split fa_plan does not make). rel: the split against one split's output. */
+static void prefill_splits(cuda_backend *cb, long max_depth) {
+    printf("\n| ubatch 512: shape | KV | prefix | MT | resident a SM | TFLOP/s (fill of the last wave) at 1, 2, 3, 4, 5, "
+           "6, 8 splits | fa_plan's | largest rel |\n|---|---|---|---|---|---|---|---|\n");
+    static const int shapes[][3] = {{32, 8, 128}, {24, 4, 256}, {16, 2, 256}};
+    static const int splits[] = {1, 2, 3, 4, 5, 6, 8};
+    const int bs = 16, C = 512;
+    for (int kt : {KT_F16, KT_Q8_0})
+        for (auto &sh : shapes)
+            for (long D : {32768L, 131072L, 262144L}) {
+                if (D > max_depth) continue;
+                const int nh = sh[0], nkv = sh[1], hd = sh[2];
+                const size_t row = kt == KT_F16 ? (size_t)nkv * hd * 2 : (size_t)nkv * hd / 32 * kt_block_bytes(kt);
+                const long n_keys = D + C, n_pages = n_keys / bs + 1;
+                const size_t bytes = (size_t)n_pages * bs * row;
+                uint8_t *kc, *vc;
+                CK(cudaMalloc(&kc, bytes));
+                CK(cudaMalloc(&vc, bytes));
+                fill_kernel<<<1024, 256>>>(kc, bytes, kt, 3u);
+                fill_kernel<<<1024, 256>>>(vc, bytes, kt, 4u);
+                int32_t *meta = (int32_t *)malloc((2 * C + n_pages) * 4), *d_meta;
+                for (int i = 0; i < C; i++) meta[i] = (int32_t)(D + i), meta[C + i] = 0;
+                for (long i = 0; i < n_pages; i++) meta[2 * C + i] = (int32_t)i;
+                CK(cudaMalloc(&d_meta, (2 * C + n_pages) * 4));
+                CK(cudaMemcpy(d_meta, meta, (2 * C + n_pages) * 4, cudaMemcpyHostToDevice));
+                const size_t nq = (size_t)C * nh * hd;
+                float *q, *out, *part;
+                CK(cudaMalloc(&q, nq * 4));
+                CK(cudaMalloc(&out, nq * 4));
+                CK(cudaMalloc(&part, (size_t)C * nh * 8 * (hd + 2) * 4));
+                fill_kernel<<<1024, 256>>>((uint8_t *)q, nq * 4, KT_F16, 5u);
+                bk_kv_view kv = {.k = kc, .v = vc, .kv_type = kt, .block_size = bs};
+                const float scale = 1.0f / sqrtf((float)hd);
+                const double flops = 4.0 * nh * hd * ((double)C * D + (double)C * (C + 1) / 2);
+                const int32_t *d_pos = d_meta, *d_off = d_meta + C, *d_tabs = d_meta + 2 * C;
+                const fa_shape plan = fa_plan(cb, kt, C, nh, nkv, hd, (int)n_keys);
+                const int mt = plan.mt, gs = fa_gq_shift(nh / nkv);
+                const int res = mt == 2 ? fa_resident<2>(kt, hd) : fa_resident<1>(kt, hd);
+                const long blocks = (long)((C + (FA_BM * mt >> gs) - 1) / (FA_BM * mt >> gs)) * (nh >> gs);
+                const long slots = (long)res * cb->n_sm;
+                float *h1 = (float *)malloc(nq * 4), *h2 = (float *)malloc(nq * 4);
+                double worst = 0;
+                printf("| %d/%d x %d | %s | %ld | %d | %d |", nh, nkv, hd, kt == KT_F16 ? "f16" : "q8_0", D, mt, res);
+                for (int sp : splits) {
+                    auto call = [&]() {
+                        if (mt == 2) fa_mt<2>(cb, kt, hd, q, &kv, C, d_pos, d_off, d_tabs, nh, nkv, scale, out, sp, part);
+                        else fa_mt<1>(cb, kt, hd, q, &kv, C, d_pos, d_off, d_tabs, nh, nkv, scale, out, sp, part);
+                    };
+                    const float ms = time_ms(cb->stream, [&](int) { call(); });
+                    check_backend(cb);
+                    CK(cudaMemcpy(sp == 1 ? h1 : h2, out, nq * 4, cudaMemcpyDeviceToHost));
+                    if (sp > 1) worst = fmax(worst, max_rel(h2, h1, (int64_t)nq));
+                    const long g = blocks * sp, waves = (g + slots - 1) / slots;
+                    printf(" %.0f (%.0f%%)", flops / (ms * 1e9), 100.0 * g / (waves * slots));
+                }
+                printf(" | MT=%d, %d | %.1e |\n", plan.mt, plan.n_split, worst);
+                fflush(stdout);
+                free(h1);
+                free(h2);
+                cudaFree(kc); cudaFree(vc); cudaFree(d_meta); cudaFree(q); cudaFree(out); cudaFree(part);
+                free(meta);
+            }
+}
+
 int main(int argc, char **argv) {
     const long max_depth = argc > 1 ? atol(argv[1]) : 1048576;
     const char *only = argc > 2 ? argv[2] : NULL; /* one cache type's decode rows */
@@ -260,6 +351,7 @@ int main(int argc, char **argv) {
             }
     cb->attn_mma_min = 1;
     if (!only || prefill_only) prefill_rows(cb, max_depth);
+    if (!only || prefill_only || !strcmp(only, "splits")) prefill_splits(cb, max_depth);
     be->ops->free(be);
     return 0;
 }
