@@ -100,6 +100,25 @@ static void test_load(void) {
         CHECK_OK(eagle3_decode(e, &tok, g, 3, 1, true));
         CHECK(eagle3_len(e) == 4 && eagle3_logits(e));
         eagle3_cut(e, 1);
+        /* a sibling (a server slot's): the same weights, its own cache; it outlives the drafter it shares */
+        eagle3 *s2 = NULL;
+        CHECK_OK(eagle3_open_sibling(e, 32, &s2));
+        if (s2) {
+            CHECK(eagle3_len(s2) == 0 && eagle3_logits(s2) == NULL);
+            float gz[256] = {0};
+            int32_t t0 = 5;
+            eagle3_cut(e, 0);
+            CHECK_OK(eagle3_decode(e, &t0, gz, 0, 1, true));
+            CHECK_OK(eagle3_decode(s2, &t0, gz, 0, 1, true));
+            const float *la = eagle3_logits(e), *lb = eagle3_logits(s2);
+            CHECK(la && lb && la != lb && !memcmp(la, lb, (size_t)brisk_n_vocab(m) * sizeof(float)));
+            CHECK(eagle3_len(e) == 1 && eagle3_len(s2) == 1);
+            eagle3_free(e);
+            e = NULL;
+            CHECK_OK(eagle3_decode(s2, &t0, gz, 1, 1, true)); /* its shared map and backend still there */
+            CHECK(eagle3_len(s2) == 2 && eagle3_logits(s2));
+        }
+        eagle3_free(s2);
     }
     eagle3_free(e);
     e = NULL;
@@ -188,7 +207,7 @@ static void greedy(const char *preset) {
     }
     CHECK_OK(brisk_seq_clear(t, 0));
     drafter *d = NULL;
-    CHECK_OK(drafter_new_eagle3(t, m, dpath, cp.n_ctx, 2, 0, &d));
+    CHECK_OK(drafter_new_eagle3(t, m, dpath, cp.n_ctx, 2, 0, NULL, &d));
     for (int k = 1; d && k <= 5; k += 2) {
         brisk_sampler *smp = NULL;
         brisk_sampler_params sp = brisk_sampler_default_params();
@@ -263,7 +282,7 @@ static void test_rollback(void) {
     brisk_context *t = NULL;
     drafter *d = NULL;
     CHECK_OK(brisk_context_new(m, &cp, &t));
-    if (t) CHECK_OK(drafter_new_eagle3(t, m, dpath, cp.n_ctx, 2, 0, &d));
+    if (t) CHECK_OK(drafter_new_eagle3(t, m, dpath, cp.n_ctx, 2, 0, NULL, &d));
     brisk_token hist[128];
     brisk_batch_entry b[16];
     memcpy(hist, prompt, sizeof prompt);
@@ -321,7 +340,8 @@ static void test_slots(void) {
     brisk_context *t = NULL;
     drafter *d[2] = {NULL, NULL};
     CHECK_OK(brisk_context_new(m, &cp, &t));
-    for (int s = 0; t && s < 2; s++) CHECK_OK(drafter_new_eagle3(t, m, dpath, cp.n_ctx, 2, 0, &d[s]));
+    /* the second shares the first's weights and backend (a server's slots: cmd_serve.c) */
+    for (int s = 0; t && s < 2; s++) CHECK_OK(drafter_new_eagle3(t, m, dpath, cp.n_ctx, 2, 0, s ? d[0] : NULL, &d[s]));
     brisk_token hist[2][128];
     int n[2] = {N_PROMPT, N_PROMPT - 3};
     brisk_batch_entry b[16];
@@ -441,7 +461,7 @@ static void test_d2t(void) {
     }
     drafter *d = NULL;
     if (t) CHECK_OK(brisk_seq_clear(t, 0));
-    if (t) CHECK_OK(drafter_new_eagle3(t, m, dpath, cp.n_ctx, 2, 0, &d));
+    if (t) CHECK_OK(drafter_new_eagle3(t, m, dpath, cp.n_ctx, 2, 0, NULL, &d));
     brisk_sampler *smp = NULL;
     brisk_sampler_params sp = brisk_sampler_default_params();
     sp.temp = 0;

@@ -293,7 +293,7 @@ static int bench_spec_mtp(brisk_model *m, brisk_context *ctx, const brisk_contex
     double t_plain = replay_once(ctx, none, n_vocab, ref, n_gen, 0, cp->n_ctx, ref + REPLAY_PROMPT, &st);
     if (t_plain < 0 || (t_plain = replay_once(ctx, none, n_vocab, ref, n_gen, 0, cp->n_ctx, NULL, &st)) < 0) goto done;
     const char *kind = eagle3 ? "eagle3" : "mtp";
-    if ((eagle3 ? drafter_new_eagle3(ctx, m, eagle3, cp->n_ctx, cp->n_threads, 0, &dr)
+    if ((eagle3 ? drafter_new_eagle3(ctx, m, eagle3, cp->n_ctx, cp->n_threads, 0, NULL, &dr)
                 : drafter_new_mtp(ctx, m, cp, 0, &dr)) != BRISK_OK)
         goto done;
     if (replay_once(ctx, dr, n_vocab, ref, n_gen, k, cp->n_ctx, out, &st) < 0) goto done; /* warm-up */

@@ -101,7 +101,7 @@ static int run_speculative(brisk_model *model, brisk_context *ctx, const brisk_c
     } else if (!strcmp(spec_type, "mtp")) {
         s = drafter_new_mtp(ctx, model, cp, p_min, &dr);
     } else if (!strcmp(spec_type, "draft-eagle3")) {
-        s = drafter_new_eagle3(ctx, model, draft_path, ctx_size, cp->n_threads, p_min, &dr);
+        s = drafter_new_eagle3(ctx, model, draft_path, ctx_size, cp->n_threads, p_min, NULL, &dr);
     } else if (!strcmp(spec_type, "ngram-simple")) {
         s = drafter_new_lookup(ngram_n < 2 ? ngram_n : 2, ngram_n, &dr);
     } else {

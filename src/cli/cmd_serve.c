@@ -132,8 +132,9 @@ static bool serve_spec_new(serve_spec *sp, brisk_model *model, brisk_context *ct
             brisk_context_params mp = *cp;
             mp.n_ctx = n_ctx_slot;
             st = drafter_new_mtp(ctx, model, &mp, sp->p_min, &sp->dr[i]);
-        } else if (!strcmp(sp->type, "draft-eagle3")) { /* its own EAGLE-3 cache of n_ctx_slot per slot */
-            st = drafter_new_eagle3(ctx, model, sp->draft_path, n_ctx_slot, cp->n_threads, sp->p_min, &sp->dr[i]);
+        } else if (!strcmp(sp->type, "draft-eagle3")) { /* one file, weights and backend; a cache a slot */
+            st = drafter_new_eagle3(ctx, model, sp->draft_path, n_ctx_slot, cp->n_threads, sp->p_min,
+                                    i ? sp->dr[0] : NULL, &sp->dr[i]);
         } else if (!strcmp(sp->type, "ngram-simple")) {
             st = drafter_new_lookup(sp->ngram_n < 2 ? sp->ngram_n : 2, sp->ngram_n, &sp->dr[i]);
         } else {

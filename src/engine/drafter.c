@@ -125,7 +125,7 @@ brisk_status drafter_new_mtp(brisk_context *target, brisk_model *model, const br
 }
 
 brisk_status drafter_new_eagle3(brisk_context *target, const brisk_model *model, const char *path, int n_ctx,
-                                int n_threads, float p_min, drafter **out) {
+                                int n_threads, float p_min, const drafter *like, drafter **out) {
     *out = NULL;
     BK_TRY(alloc_drafter(DRAFTER_EAGLE3, out));
     drafter *d = *out;
@@ -133,7 +133,9 @@ brisk_status drafter_new_eagle3(brisk_context *target, const brisk_model *model,
     d->n_vocab = brisk_n_vocab(model);
     d->p_min = p_min;
     d->pending_pos = -1;
-    brisk_status s = eagle3_open(path, model, n_ctx, n_threads, &d->e3);
+    brisk_status s = like && like->kind == DRAFTER_EAGLE3 ? eagle3_open_sibling(like->e3, n_ctx, &d->e3)
+                     : like ? bk_fail(BRISK_ERR_INVALID_ARG, "drafter_new_eagle3: the drafter to share is no EAGLE-3 one")
+                     : eagle3_open(path, model, n_ctx, n_threads, &d->e3);
     if (s == BRISK_OK) s = eagle3_keep_layers(target, eagle3_target_layers(d->e3), 3);
     if (s == BRISK_OK) {
         d->n_embd = eagle3_n_embd(d->e3);

@@ -75,9 +75,11 @@ brisk_status drafter_new_mtp(brisk_context *target, brisk_model *model, const br
 /* The EAGLE-3 drafter at path (llama.cpp's eagle3 GGUF) for target, a context of model: makes target keep the
  * drafter's three layer inputs (eagle3_keep_layers); the drafter's cache holds n_ctx positions, its CPU
  * backend n_threads. A round stops proposing below p_min, as the model kind. BRISK_ERR_UNSUPPORTED /
- * FORMAT with a message where model/eagle3.h or engine/mtp.h says. */
+ * FORMAT with a message where model/eagle3.h or engine/mtp.h says. like (or NULL): an EAGLE-3 drafter of the
+ * same target whose weights, file and backend this one shares (eagle3_open_sibling; path and n_threads
+ * unused): a server's slots. */
 brisk_status drafter_new_eagle3(brisk_context *target, const brisk_model *model, const char *path, int n_ctx,
-                                int n_threads, float p_min, drafter **out);
+                                int n_threads, float p_min, const drafter *like, drafter **out);
 /* Prompt lookup; 1 <= n_min <= n_max <= DRAFTER_NGRAM_MAX. */
 brisk_status drafter_new_lookup(int n_min, int n_max, drafter **out);
 /* N-gram cache (1..DRAFTER_NGRAM_MAX-grams) over histories of up to n_hist_max tokens. */

@@ -16,8 +16,11 @@
 #define EAGLE3_KV_BLOCK 16  /* tokens per page of the one sequence's cache */
 
 struct eagle3 {
+    /* g, be and d2t are shared by the siblings of one eagle3_open (eagle3_open_sibling: a server's
+     * slots), *refs of them; the last one freed closes them */
     gguf_file *g;
-    bk_backend *be;                 /* its own CPU backend */
+    bk_backend *be;                 /* its own CPU backend (the siblings run one at a time) */
+    int *refs;
     int n_embd, n_embd_tgt, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
     int n_draft;                    /* the LM head's rows: n_vocab, or the draft vocabulary's size (d2t) */
     int32_t *d2t;                   /* (n_draft) target token id of each draft row, or NULL */
@@ -252,7 +255,8 @@ brisk_status eagle3_open(const char *path, const brisk_model *target, int n_ctx,
     eagle3 *e = calloc(1, sizeof *e);
     if (!e) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     e->n_ctx = n_ctx;
-    brisk_status s = gguf_open(path, &e->g);
+    brisk_status s = (e->refs = malloc(sizeof *e->refs)) ? gguf_open(path, &e->g) : bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    if (e->refs) *e->refs = 1;
     if (s == BRISK_OK) s = read_hparams(e, target);
     if (s == BRISK_OK) s = bind_all(e, target);
     if (s == BRISK_OK) s = bk_cpu_backend_new(n_threads, &e->be);
@@ -265,16 +269,40 @@ brisk_status eagle3_open(const char *path, const brisk_model *target, int n_ctx,
     return BRISK_OK;
 }
 
+brisk_status eagle3_open_sibling(const eagle3 *base, int n_ctx, eagle3 **out) {
+    *out = NULL;
+    if (!base || n_ctx < 1) return bk_fail(BRISK_ERR_INVALID_ARG, "eagle3_open_sibling: a drafter and n_ctx >= 1");
+    eagle3 *e = malloc(sizeof *e);
+    if (!e) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    *e = *base; /* the hyperparameters, the weights (views of the shared map or the target's), g, be, d2t */
+    (*e->refs)++;
+    e->n_ctx = n_ctx;
+    e->mem = e->kv.k = e->kv.v = NULL; /* its own cache and scratch */
+    e->table = NULL, e->pos = e->slot = e->seq = NULL, e->tables = NULL;
+    e->len = 0, e->n_last = 0, e->have_logits = false;
+    brisk_status s = alloc_state(e);
+    if (s != BRISK_OK) {
+        eagle3_free(e);
+        return s;
+    }
+    *out = e;
+    return BRISK_OK;
+}
+
 void eagle3_free(eagle3 *e) {
     if (!e) return;
+    const bool last = !e->refs || --*e->refs == 0;
     if (e->be) {
         if (e->mem) e->be->ops->release(e->be, e->mem);
         if (e->kv.k) e->be->ops->release(e->be, e->kv.k);
         if (e->kv.v) e->be->ops->release(e->be, e->kv.v);
-        e->be->ops->free(e->be);
+        if (last) e->be->ops->free(e->be);
     }
-    gguf_close(e->g);
-    free(e->d2t);
+    if (last) {
+        gguf_close(e->g);
+        free(e->d2t);
+        free(e->refs);
+    }
     free(e->table);
     free(e->pos);
     free(e->slot);

@@ -34,6 +34,10 @@ typedef struct eagle3 eagle3;
  * first), a KV cache of n_ctx positions. BRISK_ERR_FORMAT / UNSUPPORTED with a message for a file
  * that is not an EAGLE-3 drafter of this target. */
 brisk_status eagle3_open(const char *path, const brisk_model *target, int n_ctx, int n_threads, eagle3 **out);
+/* Another drafter of the same file and target (a server's slot): base's weights, file map and CPU backend,
+ * shared (never used by two at once), its own cache of n_ctx positions and scratch. Any of them may be
+ * freed first. */
+brisk_status eagle3_open_sibling(const eagle3 *base, int n_ctx, eagle3 **out);
 void eagle3_free(eagle3 *e);
 
 int eagle3_n_embd(const eagle3 *e);           /* the drafter's width (g and h rows) */
