@@ -12,7 +12,7 @@
  * entries times the GQ heads (GQ: the largest of 8, 4, 2, 1 dividing the
  * model's query heads per KV head), so each K/V tile staged in shared memory
  * serves all GQ heads at once. Row r is entry t0 + r / GQ, head h0 + r % GQ;
- * warp w owns rows 16w .. 16w + 15 (a lab variant: two such m-tiles a warp, see the kernel).
+ * warp w owns rows 16w .. 16w + 15 (MT = 2: two such m-tiles a warp, see the kernel).
  * Per key tile of BN positions:
  *   S = Q K^T           (Q pre-scaled by scale * log2 e, f16, in shared memory)
  *   mask                key > pos[row] -> -inf
@@ -30,9 +30,15 @@
  * interleaved one degrades to a group per entry: correct, not fast.
  *
  * K/V staging: f16 caches are copied with cp.async (the V tile's copy overlaps
- * Q K^T, the next K tile's overlaps P V); f32, q8_0 and q4_0 caches are loaded,
- * converted to f16 and stored by the threads at the same points. Rows past the
- * group's last position are zero-filled (their P is 0, but 0 * NaN would not be).
+ * Q K^T, the next K tile's overlaps P V); q8_0 and q4_0 rows are copied raw the
+ * same way and converted to the f16 tiles once a tile, between two barriers; f32
+ * caches are loaded, converted and stored by the threads at those points. Rows
+ * past the group's last position are zero-filled (their P is 0, but 0 * NaN
+ * would not be).
+ *
+ * fa_plan (below) picks per batch the m-tiles a warp (MT = 2: 128 rows a block)
+ * and a split of the key range over blocks (blockIdx.z) whose partials
+ * fa_merge_kernel adds, from attn_lab's measurements.
  *
  * Everything the kernel depends on per step is read from device memory (pos,
  * tab_off, tables) and the launch shape depends on n and the head counts only,
@@ -175,9 +181,9 @@ __global__ void __launch_bounds__(128) fa_merge_kernel(const float *part, int n_
 
 /* One block per (query tile, GQ = 1 << gs heads from h0 = blockIdx.y * GQ): see the header.
  * MT m-tiles of 16 rows a warp (FA_BM * MT rows a block): each K and V fragment a warp loads with
- * ldmatrix feeds MT mma chains. MT = 1 is the mainline; MT = 2 (head dims 64 and 128: its O and
- * S accumulators take MT (D + BN) / 2 registers a thread, 192 at head dim 128) is
- * dev/kernels/attn_lab.cu's candidate (fa_mt2_fits below). Warp w owns rows 16 (MT w + m) .. + 15.
+ * ldmatrix feeds MT mma chains. MT = 2 (head dims 64 and 128: its O and S accumulators take
+ * MT (D + BN) / 2 registers a thread, 192 at head dim 128) where fa_plan says. Warp w owns rows
+ * 16 (MT w + m) .. + 15.
  * Query tiles are taken last first (blockIdx.x reversed): the later entries see the
  * longest key ranges and should start first. Dynamic shared memory: Q [FA_BM * MT], K [BN],
  * V [BN] rows of D + FA_PAD f16. */
