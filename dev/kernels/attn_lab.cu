@@ -182,8 +182,12 @@ static void prefill_rows(cuda_backend *cb, long max_depth) {
 template <int MT> static int fa_resident(int kt, int hd) {
     int nb = 0;
 #define FA_RES(KK, DD)                                                                                           \
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, fa_prefill_kernel<KK, DD, fa_tile<KK, DD, MT>::BN, MT, true>, \
-                                                     FA_THREADS, fa_tile<KK, DD, MT>::smem))
+    do {                                                                                                         \
+        auto k_ = fa_prefill_kernel<KK, DD, fa_tile<KK, DD, MT>::BN, MT, true>;                                  \
+        /* above 48 KB the occupancy counts only what the kernel is allowed (fa_launch's attribute) */           \
+        CK(cudaFuncSetAttribute(k_, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_tile<KK, DD, MT>::smem)); \
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_, FA_THREADS, fa_tile<KK, DD, MT>::smem));      \
+    } while (0)
 #define FA_RES_D(KK)                                                                                             \
     {                                                                                                            \
         if (hd == 64) FA_RES(KK, 64);                                                                            \
@@ -241,7 +245,7 @@ static void prefill_splits(cuda_backend *cb, long max_depth) {
                 const int mt = plan.mt, gs = fa_gq_shift(nh / nkv);
                 const int res = mt == 2 ? fa_resident<2>(kt, hd) : fa_resident<1>(kt, hd);
                 const long blocks = (long)((C + (FA_BM * mt >> gs) - 1) / (FA_BM * mt >> gs)) * (nh >> gs);
-                const long slots = (long)res * cb->n_sm;
+                const long slots = (long)(res > 0 ? res : 1) * cb->n_sm;
                 float *h1 = (float *)malloc(nq * 4), *h2 = (float *)malloc(nq * 4);
                 double worst = 0;
                 printf("| %d/%d x %d | %s | %ld | %d | %d |", nh, nkv, hd, kt == KT_F16 ? "f16" : "q8_0", D, mt, res);
