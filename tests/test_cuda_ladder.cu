@@ -134,6 +134,39 @@ static int exclusive_and_glu(void) {
     return bad;
 }
 
+/* The prefill attention's plan (fa_plan_shape, cuda_attn_prefill.cu) on an H100's 132 SMs, at the
+ * points attn_lab measured (session 26): what it picks there is what won. */
+static int prefill_plans(void) {
+    struct {
+        int kt, n, nh, nkv, hd, max_np, mt, n_split;
+        const char *why;
+    } cases[] = {
+        {KT_F16, 2048, 32, 8, 128, 2048, 2, 1, "8b, a 2K chunk: MT = 2 (512 blocks), 1.12x"},
+        {KT_F16, 2048, 32, 8, 128, 133120, 2, 1, "8b, a 2K chunk after 128K: MT = 2 unsplit, 1.53x"},
+        {KT_F16, 512, 32, 8, 128, 4608, 1, 1, "8b ubatch after 4K: MT = 1 (MT = 2 alone 0.92x, split 0.92x)"},
+        {KT_F16, 512, 32, 8, 128, 131584, 2, 5, "8b ubatch after 128K: MT = 2, 5 splits, 1.22x"},
+        {KT_Q8_0, 512, 32, 8, 128, 33280, 2, 5, "8b q8_0 ubatch after 32K: MT = 2, 5 splits, 1.29x"},
+        {KT_F16, 512, 24, 4, 256, 131584, 1, 1, "27b ubatch: 192 blocks, unsplit (the split lost)"},
+        {KT_F16, 512, 16, 2, 256, 131584, 1, 5, "35b-a3b ubatch after 128K: 5 splits, 1.33x"},
+        {KT_F16, 512, 16, 2, 256, 4608, 1, 1, "35b-a3b ubatch after 4K: unsplit"},
+        {KT_F16, 2048, 32, 8, 64, 2048, 1, 1, "head dim 64 at 2K keys: MT = 1 (MT = 2 0.94x)"},
+        {KT_F16, 2048, 32, 8, 64, 6144, 2, 1, "head dim 64 at 6K keys: MT = 2, 1.15x"},
+        {KT_F32, 512, 32, 8, 128, 131584, 1, 1, "f32 caches: MT = 1, unsplit"},
+        {KT_F16, 100, 8, 2, 64, 6300, 2, 6, "test_cuda_ops' split case: 6 splits"},
+    };
+    int bad = 0;
+    for (auto &c : cases) {
+        const fa_shape sh = fa_plan_shape(c.kt, c.n, c.nh, c.nkv, c.hd, c.max_np, 132);
+        if (sh.mt != c.mt || sh.n_split != c.n_split) {
+            bad++;
+            printf("FAIL prefill plan (%s): MT = %d, %d splits\n", c.why, sh.mt, sh.n_split);
+        }
+    }
+    printf("%s prefill attention plans: %zu batches -> (MT, splits)\n", bad ? "FAIL" : "ok  ",
+           sizeof cases / sizeof cases[0]);
+    return bad;
+}
+
 int main(void) {
     int pass = 0, fail = 0;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
@@ -153,6 +186,9 @@ int main(void) {
     printf("%s ladder: mmq and mmvq batches exclusive, GLU predicates as their products'\n", bad ? "FAIL" : "ok  ");
     pass += !bad;
     fail += !!bad;
+    const int badp = prefill_plans();
+    pass += !badp;
+    fail += !!badp;
     printf("%d passed, %d failed\n", pass, fail);
     return fail ? 1 : 0;
 }

@@ -520,29 +520,33 @@ static void fa_launch(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
 #define FA_SPLIT_BLOCKS 4    /* blocks a multiprocessor the split aims at */
 #define FA_SPLIT_KEYS 1024   /* keys a split at least */
 #define FA_SPLIT_MAX 16
-struct fa_shape {
-    int mt, n_split;
-};
-static fa_shape fa_plan(cuda_backend *cb, int kv_type, int n, int n_head, int n_head_kv, int hd, int max_np) {
+fa_shape fa_plan_shape(int kv_type, int n, int n_head, int n_head_kv, int hd, int max_np, int n_sm) {
     const int gs = fa_gq_shift(n_head / n_head_kv);
     const auto blocks = [&](int mt) { return (int64_t)((n + (FA_BM * mt >> gs) - 1) / (FA_BM * mt >> gs)) * (n_head >> gs); };
     const bool mt2 = kv_type != KT_F32 && (hd == 128 || (hd == 64 && max_np >= 6144));
-    if (mt2 && blocks(2) >= (int64_t)FA_MT2_BLOCKS * cb->n_sm) return {2, 1};
+    if (mt2 && blocks(2) >= (int64_t)FA_MT2_BLOCKS * n_sm) return {2, 1};
     const int mt = mt2 ? 2 : 1;
-    const int64_t b = blocks(mt), want = (int64_t)FA_SPLIT_BLOCKS * cb->n_sm;
-    if ((int64_t)max_np < (int64_t)FA_SPLIT_LONG * n || b > cb->n_sm) return {1, 1};
+    const int64_t b = blocks(mt), want = (int64_t)FA_SPLIT_BLOCKS * n_sm;
+    if ((int64_t)max_np < (int64_t)FA_SPLIT_LONG * n || b > n_sm) return {1, 1};
     int64_t sp = (want + b - 1) / b;
     if (sp > FA_SPLIT_MAX) sp = FA_SPLIT_MAX;
-    /* the scratch for this n's most splits, whatever the prefix: grown once, not chunk by chunk */
-    const size_t need = (size_t)n * n_head * sp * (hd + 2) * sizeof(float);
     if (sp > max_np / FA_SPLIT_KEYS) sp = max_np / FA_SPLIT_KEYS;
-    if (sp < 2) return {1, 1};
+    return sp < 2 ? fa_shape{1, 1} : fa_shape{mt, (int)sp};
+}
+
+/* fa_plan_shape, with the split's scratch: for this n's most splits whatever the prefix (grown once,
+ * not chunk by chunk); one split if it cannot grow. */
+static fa_shape fa_plan(cuda_backend *cb, int kv_type, int n, int n_head, int n_head_kv, int hd, int max_np) {
+    const fa_shape sh = fa_plan_shape(kv_type, n, n_head, n_head_kv, hd, max_np, cb->n_sm);
+    if (sh.n_split < 2) return sh;
+    const int most = fa_plan_shape(kv_type, n, n_head, n_head_kv, hd, 1 << 30, cb->n_sm).n_split;
+    const size_t need = (size_t)n * n_head * most * (hd + 2) * sizeof(float);
     const brisk_status before = cb->err;
     if (!cuda_scratch_reserve(cb, &cb->fa_part, need, "prefill attention splits")) {
         cb->err = before; /* not this op's failure: the unsplit kernel needs no scratch */
         return {1, 1};
     }
-    return {mt, (int)sp};
+    return sh;
 }
 
 /* Launches the prefill kernel (the KV write is the caller's); cuda_attn_prefill_supported must hold.

@@ -1141,6 +1141,12 @@ bool cuda_attn_decode(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
                       const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
                       att_gate gate, const dec_rope &rope, float *out);
 bool cuda_attn_prefill_supported(const cuda_backend *cb, int head_dim, int n_head, int n_head_kv);
+/* How the prefill kernel runs a batch of n entries whose longest key range is max_np (cuda_attn_prefill.cu,
+ * its comment before fa_plan): m-tiles a warp (1 or 2) and key-range splits (1: none). Pure. */
+struct fa_shape {
+    int mt, n_split;
+};
+fa_shape fa_plan_shape(int kv_type, int n, int n_head, int n_head_kv, int hd, int max_np, int n_sm);
 void cuda_attn_prefill(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, int max_np, const int32_t *d_pos,
                        const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
                        float *out);
