@@ -120,7 +120,7 @@ $(BUILD)/tests/test_cuda_ops: tests/test_cuda_ops.c $(wildcard tests/cuda/ops_*.
 # The matrix products' ladder decided on plain values (host code: runs without a GPU; CUDA builds only).
 $(BUILD)/tests/test_cuda_ladder: tests/test_cuda_ladder.cu $(BUILD)/libbrisk.a
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -o $@ $< $(BUILD)/libbrisk.a $(LDLIBS)
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(BUILD)/libbrisk.a $(LDLIBS) $(if $(LDSAN),-Xlinker -lasan -Xlinker -lubsan)
 
 test-cuda: $(BUILD)/tests/test_cuda_ops $(if $(NVCC),$(BUILD)/tests/test_cuda_ladder) $(BUILD)/tests/test_pp \
            $(BUILD)/tests/test_expert_cache $(BUILD)/brisk
@@ -156,7 +156,8 @@ deps: .deps/llama.cpp/include/llama.h .deps/npm/node_modules/openai/package.json
 	    node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 openai@5.23.2 @huggingface/jinja@0.5.13 playwright-core@1.64.1 \
 	    @anthropic-ai/sdk@0.71.0
 
-tests: $(TEST_BIN) $(BUILD)/brisk
+# the CUDA ladders' host-only table (no GPU needed) joins `make test` in CUDA builds
+tests: $(TEST_BIN) $(BUILD)/brisk $(if $(NVCC),$(BUILD)/tests/test_cuda_ladder)
 
 test: tests $(BUILD)/llamacpp-ref
 	@BUILD=$(BUILD) SHARED=$(SHARED) LLAMACPP_LIBDIR=$(LLAMACPP_LIBDIR) SAN=$(SAN) bash tests/run.sh

@@ -1,7 +1,8 @@
 /* test_cuda_ladder.cu — the matrix products' ladder (src/backend/cuda/cuda_matmul.cu) decided
  * on plain values: for a table of (plan, type, n_in, n_out, batch n), the kernel that the first
  * rung whose pure predicate says yes names for one matrix alone (before any run-time refusal),
- * in the ladder's order. Host code only: it runs without a GPU (make test-cuda runs it too).
+ * in the ladder's order; and the prefill attention's plan (fa_plan_shape). Host code only: it runs
+ * without a GPU, in `make test` of a CUDA build (and make test-cuda).
  * A row that fails names a predicate that moved; if the move was meant, the row changes with it.
  * (dev/ladder/ladder_equiv.sh checked the ladder against the dispatch it replaced.) */
 #include <stdio.h>
