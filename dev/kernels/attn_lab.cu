@@ -84,6 +84,51 @@ static void fa_mt(cuda_backend *cb, int kt, int hd, const float *q, const bk_kv_
 #undef FA_LAB_ARGS
 }
 
+/* One prefill case on the device: a paged cache of D + C positions (pages shuffled), a chunk of C
+ * query rows at positions D.., one sequence. */
+struct fa_case {
+    uint8_t *kc, *vc;
+    int32_t *d_meta; /* pos (C), table offsets (C), the table */
+    float *q, *out;
+    size_t nq;
+    bk_kv_view kv;
+};
+static fa_case fa_case_new(int kt, int nh, int nkv, int hd, long D, int C, int bs) {
+    fa_case c;
+    const size_t row = kt == KT_F16 ? (size_t)nkv * hd * 2 : (size_t)nkv * hd / 32 * kt_block_bytes(kt);
+    const long n_pages = (D + C) / bs + 1;
+    const size_t bytes = (size_t)n_pages * bs * row;
+    CK(cudaMalloc(&c.kc, bytes));
+    CK(cudaMalloc(&c.vc, bytes));
+    fill_kernel<<<1024, 256>>>(c.kc, bytes, kt, 3u);
+    fill_kernel<<<1024, 256>>>(c.vc, bytes, kt, 4u);
+    int32_t *meta = (int32_t *)malloc((2 * C + n_pages) * 4);
+    for (int i = 0; i < C; i++) meta[i] = (int32_t)(D + i), meta[C + i] = 0;
+    for (long i = 0; i < n_pages; i++) meta[2 * C + i] = (int32_t)i;
+    for (long i = n_pages - 1; i > 0; i--) { /* shuffled pages */
+        long j = rnd() % (i + 1);
+        int32_t x = meta[2 * C + i];
+        meta[2 * C + i] = meta[2 * C + j];
+        meta[2 * C + j] = x;
+    }
+    CK(cudaMalloc(&c.d_meta, (2 * C + n_pages) * 4));
+    CK(cudaMemcpy(c.d_meta, meta, (2 * C + n_pages) * 4, cudaMemcpyHostToDevice));
+    free(meta);
+    c.nq = (size_t)C * nh * hd;
+    CK(cudaMalloc(&c.q, c.nq * 4));
+    CK(cudaMalloc(&c.out, c.nq * 4));
+    fill_kernel<<<1024, 256>>>((uint8_t *)c.q, c.nq * 4, KT_F16, 5u); /* (f16 pairs read as floats: small values) */
+    c.kv = (bk_kv_view){.k = c.kc, .v = c.vc, .kv_type = kt, .block_size = bs};
+    return c;
+}
+static void fa_case_free(fa_case &c) {
+    cudaFree(c.kc);
+    cudaFree(c.vc);
+    cudaFree(c.d_meta);
+    cudaFree(c.q);
+    cudaFree(c.out);
+}
+
 /* The prefill kernel (cuda_attn_prefill.cu) for one chunk of C query tokens of one sequence after a
  * prefix of D cached positions (a long prompt's later chunks, or a new turn after a long
  * conversation): its time a token and the tensor-core rate (4 flops a query row, key and
@@ -106,31 +151,12 @@ static void prefill_rows(cuda_backend *cb, long max_depth) {
             for (long D : prefixes) {
                 if (D > max_depth) continue;
                 const int nh = sh[0], nkv = sh[1], hd = sh[2];
-                const size_t row = kt == KT_F16 ? (size_t)nkv * hd * 2 : (size_t)nkv * hd / 32 * kt_block_bytes(kt);
-                const long n_keys = D + C, n_pages = n_keys / bs + 1;
-                const size_t bytes = (size_t)n_pages * bs * row;
-                uint8_t *kc, *vc;
-                CK(cudaMalloc(&kc, bytes));
-                CK(cudaMalloc(&vc, bytes));
-                fill_kernel<<<1024, 256>>>(kc, bytes, kt, 3u);
-                fill_kernel<<<1024, 256>>>(vc, bytes, kt, 4u);
-                int32_t *meta = (int32_t *)malloc((2 * C + n_pages) * 4), *d_meta;
-                for (int i = 0; i < C; i++) meta[i] = (int32_t)(D + i), meta[C + i] = 0;
-                for (long i = 0; i < n_pages; i++) meta[2 * C + i] = (int32_t)i;
-                for (long i = n_pages - 1; i > 0; i--) { /* shuffled pages */
-                    long j = rnd() % (i + 1);
-                    int32_t x = meta[2 * C + i];
-                    meta[2 * C + i] = meta[2 * C + j];
-                    meta[2 * C + j] = x;
-                }
-                CK(cudaMalloc(&d_meta, (2 * C + n_pages) * 4));
-                CK(cudaMemcpy(d_meta, meta, (2 * C + n_pages) * 4, cudaMemcpyHostToDevice));
-                const size_t nq = (size_t)C * nh * hd;
-                float *q, *out;
-                CK(cudaMalloc(&q, nq * 4));
-                CK(cudaMalloc(&out, nq * 4));
-                fill_kernel<<<1024, 256>>>((uint8_t *)q, nq * 4, KT_F16, 5u); /* (f16 pairs read as floats: small values) */
-                bk_kv_view kv = {.k = kc, .v = vc, .kv_type = kt, .block_size = bs};
+                const long n_keys = D + C;
+                fa_case fc = fa_case_new(kt, nh, nkv, hd, D, C, bs);
+                const size_t nq = fc.nq;
+                float *q = fc.q, *out = fc.out;
+                const bk_kv_view kv = fc.kv;
+                int32_t *d_meta = fc.d_meta;
                 const float scale = 1.0f / sqrtf((float)hd);
                 const double flops = 4.0 * nh * hd * ((double)C * D + (double)C * (C + 1) / 2);
                 const int32_t *d_pos = d_meta, *d_off = d_meta + C, *d_tabs = d_meta + 2 * C;
@@ -172,8 +198,7 @@ static void prefill_rows(cuda_backend *cb, long max_depth) {
                 free(h1);
                 free(h2);
                 fflush(stdout);
-                cudaFree(kc); cudaFree(vc); cudaFree(d_meta); cudaFree(q); cudaFree(out);
-                free(meta);
+                fa_case_free(fc);
             }
 }
 
@@ -218,26 +243,13 @@ static void prefill_splits(cuda_backend *cb, long max_depth) {
             for (long D : {32768L, 131072L, 262144L}) {
                 if (D > max_depth) continue;
                 const int nh = sh[0], nkv = sh[1], hd = sh[2];
-                const size_t row = kt == KT_F16 ? (size_t)nkv * hd * 2 : (size_t)nkv * hd / 32 * kt_block_bytes(kt);
-                const long n_keys = D + C, n_pages = n_keys / bs + 1;
-                const size_t bytes = (size_t)n_pages * bs * row;
-                uint8_t *kc, *vc;
-                CK(cudaMalloc(&kc, bytes));
-                CK(cudaMalloc(&vc, bytes));
-                fill_kernel<<<1024, 256>>>(kc, bytes, kt, 3u);
-                fill_kernel<<<1024, 256>>>(vc, bytes, kt, 4u);
-                int32_t *meta = (int32_t *)malloc((2 * C + n_pages) * 4), *d_meta;
-                for (int i = 0; i < C; i++) meta[i] = (int32_t)(D + i), meta[C + i] = 0;
-                for (long i = 0; i < n_pages; i++) meta[2 * C + i] = (int32_t)i;
-                CK(cudaMalloc(&d_meta, (2 * C + n_pages) * 4));
-                CK(cudaMemcpy(d_meta, meta, (2 * C + n_pages) * 4, cudaMemcpyHostToDevice));
-                const size_t nq = (size_t)C * nh * hd;
-                float *q, *out, *part;
-                CK(cudaMalloc(&q, nq * 4));
-                CK(cudaMalloc(&out, nq * 4));
+                const long n_keys = D + C;
+                fa_case fc = fa_case_new(kt, nh, nkv, hd, D, C, bs);
+                const size_t nq = fc.nq;
+                float *q = fc.q, *out = fc.out, *part;
                 CK(cudaMalloc(&part, (size_t)C * nh * 8 * (hd + 2) * 4));
-                fill_kernel<<<1024, 256>>>((uint8_t *)q, nq * 4, KT_F16, 5u);
-                bk_kv_view kv = {.k = kc, .v = vc, .kv_type = kt, .block_size = bs};
+                const bk_kv_view kv = fc.kv;
+                int32_t *d_meta = fc.d_meta;
                 const float scale = 1.0f / sqrtf((float)hd);
                 const double flops = 4.0 * nh * hd * ((double)C * D + (double)C * (C + 1) / 2);
                 const int32_t *d_pos = d_meta, *d_off = d_meta + C, *d_tabs = d_meta + 2 * C;
@@ -265,8 +277,8 @@ static void prefill_splits(cuda_backend *cb, long max_depth) {
                 fflush(stdout);
                 free(h1);
                 free(h2);
-                cudaFree(kc); cudaFree(vc); cudaFree(d_meta); cudaFree(q); cudaFree(out); cudaFree(part);
-                free(meta);
+                cudaFree(part);
+                fa_case_free(fc);
             }
 }
 
