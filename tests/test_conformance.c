@@ -1315,6 +1315,7 @@ static void test_eagle3(void) {
     eagle3_case("tiny-qwen3moe", "tiny-llama-eagle3");
     eagle3_case("tiny-llama", "tiny-llama-eagle3-d2t"); /* a draft vocabulary of 200 tokens (d2t) */
     eagle3_case("tiny-llama", "tiny-llama-eagle3-rf");  /* Llama 3's RoPE scaling (rope_freqs.weight) */
+    eagle3_case("tiny-llama", "tiny-llama-eagle3-yarn"); /* YaRN (eagle3.rope.scaling.*) */
 }
 
 int main(int argc, char **argv) {

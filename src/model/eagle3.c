@@ -166,14 +166,15 @@ static brisk_status read_hparams(eagle3 *e, const brisk_model *target) {
     if (e->n_embd_tgt != th->n_embd)
         return bk_fail(BRISK_ERR_FORMAT, "eagle3: drafted for a target of width %d, this one is %d", e->n_embd_tgt,
                        th->n_embd);
-    char key[64];
-    snprintf(key, sizeof key, "eagle3.rope.scaling.type");
-    if (gguf_find_key(g, key) >= 0) return bk_fail(BRISK_ERR_UNSUPPORTED, "eagle3: rope scaling is not supported");
-    float base = 10000.0f;
-    gguf_get_f32(g, "eagle3.rope.freq_base", &base);
-    e->rope = (bk_rope_params){.n_rot = e->head_dim, .mode = BK_ROPE_NORM, .freq_base = base, .freq_scale = 1.0f,
-                               .ext_factor = 0.0f, .attn_factor = 1.0f, .beta_fast = 32.0f, .beta_slow = 1.0f,
-                               .n_ctx_orig = ctx};
+    /* RoPE as llama.cpp resolves a context's from the file's keys (eagle3.rope.freq_base and the
+     * rope.scaling.* of a linear or YaRN drafter): over the whole head, NORM */
+    model_hparams rh;
+    memset(&rh, 0, sizeof rh);
+    rh.n_ctx_train = ctx;
+    rh.rope = (bk_rope_params){.n_rot = e->head_dim, .mode = BK_ROPE_NORM};
+    BK_TRY(model_read_rope_file(g, "eagle3", ctx, &rh.rope_file));
+    BK_TRY(model_rope_resolve(&rh, NULL));
+    e->rope = rh.rope;
     e->n_vocab = e->n_draft = th->n_vocab;
     return read_d2t(e);
 }

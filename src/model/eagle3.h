@@ -20,9 +20,9 @@
  * llama.cpp's RoPE for the arch is NORM over the whole head.
  *
  * A reduced draft vocabulary (d2t: the target id of each LM-head row) gives
- * the other tokens' logits as -inf, as llama.cpp does. Not supported
- * (BRISK_ERR_UNSUPPORTED): more than one layer, the rope.scaling keys (linear,
- * YaRN); Llama 3's rope_freqs are read. The weights are read from the file's map on the
+ * the other tokens' logits as -inf, as llama.cpp does. RoPE scaling (Llama 3's
+ * rope_freqs, eagle3.rope.scaling.* linear or YaRN) as llama.cpp resolves it.
+ * Not supported (BRISK_ERR_UNSUPPORTED): more than one layer. The weights are read from the file's map on the
  * CPU (its own CPU backend of n_threads). */
 #ifndef BK_EAGLE3_H
 #define BK_EAGLE3_H

@@ -79,6 +79,44 @@ static brisk_status read_hybrid(const gguf_file *g, const char *arch, model_hpar
     return BRISK_OK;
 }
 
+brisk_status model_read_rope_file(const gguf_file *g, const char *arch, int n_ctx_train, model_rope_file *rf) {
+    rf->freq_base = get_float(g, arch, "rope.freq_base", 10000.0f);
+    rf->attn_factor = get_float(g, arch, "rope.scaling.attn_factor", 1.0f);
+    rf->yarn_attn_factor = get_float(g, arch, "rope.scaling.yarn_attn_factor", 1.0f);
+    rf->yarn_beta_fast = get_float(g, arch, "rope.scaling.yarn_beta_fast", 32.0f);
+    rf->yarn_beta_slow = get_float(g, arch, "rope.scaling.yarn_beta_slow", 1.0f);
+    rf->n_ctx_train = n_ctx_train;
+    BK_TRY(get_int(g, arch, "rope.scaling.original_context_length", false, n_ctx_train, 1,
+                   1 << 30, &rf->orig_ctx));
+    if (!(rf->freq_base > 0 && isfinite(rf->freq_base)))
+        return bk_fail(BRISK_ERR_FORMAT, "bad rope.freq_base %g", rf->freq_base);
+    if (!(rf->yarn_beta_fast > 0 && rf->yarn_beta_slow > 0 && isfinite(rf->yarn_beta_fast + rf->yarn_beta_slow)))
+        return bk_fail(BRISK_ERR_FORMAT, "bad rope.scaling.yarn_beta_fast/slow %g/%g", rf->yarn_beta_fast,
+                       rf->yarn_beta_slow);
+    char key[128];
+    const char *st = NULL;
+    size_t st_len = 0;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    gguf_get_str(g, key, &st, &st_len);
+    float factor = get_float(g, arch, "rope.scaling.factor", 0.0f);
+    if (factor == 0.0f) {
+        float lin = get_float(g, arch, "rope.scale_linear", 0.0f); /* older files */
+        if (lin > 0) factor = lin;
+    }
+    bool is_yarn = st && st_len == 4 && !memcmp(st, "yarn", 4);
+    bool is_none = st && st_len == 4 && !memcmp(st, "none", 4);
+    if (st && !is_yarn && !is_none && !(st_len == 6 && !memcmp(st, "linear", 6)))
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "rope scaling type '%.*s' is not supported", (int)st_len, st);
+    if (factor < 0 || !isfinite(factor)) return bk_fail(BRISK_ERR_FORMAT, "bad rope.scaling.factor %g", factor);
+    rf->type = is_yarn ? BRISK_ROPE_SCALING_YARN : is_none ? BRISK_ROPE_SCALING_NONE : BRISK_ROPE_SCALING_LINEAR;
+    rf->freq_scale = factor > 0 ? 1.0f / factor : 1.0f;
+    /* llama.cpp's loader reads the yarn_* keys for a few architectures only (grok, mistral3) and
+     * otherwise takes their defaults; brisk takes them from any yarn file, whose converter wrote
+     * them from the model's config (the defaults when absent: the same numbers) */
+    rf->yarn_ext_factor = is_yarn ? get_float(g, arch, "rope.scaling.yarn_ext_factor", -1.0f) : -1.0f;
+    return BRISK_OK;
+}
+
 brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp) {
     memset(hp, 0, sizeof *hp);
     const char *arch_s;
@@ -135,41 +173,7 @@ brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp) {
     BK_TRY(get_int(g, arch, "rope.dimension_count", false, hp->head_dim, 2, hp->head_dim, &rp->n_rot));
     if (rp->n_rot % 2) return bk_fail(BRISK_ERR_FORMAT, "rope.dimension_count %d is odd", rp->n_rot);
     rp->mode = hp->arch == ARCH_LLAMA ? BK_ROPE_NORM : BK_ROPE_NEOX;
-    model_rope_file *rf = &hp->rope_file;
-    rf->freq_base = get_float(g, arch, "rope.freq_base", 10000.0f);
-    rf->attn_factor = get_float(g, arch, "rope.scaling.attn_factor", 1.0f);
-    rf->yarn_attn_factor = get_float(g, arch, "rope.scaling.yarn_attn_factor", 1.0f);
-    rf->yarn_beta_fast = get_float(g, arch, "rope.scaling.yarn_beta_fast", 32.0f);
-    rf->yarn_beta_slow = get_float(g, arch, "rope.scaling.yarn_beta_slow", 1.0f);
-    rf->n_ctx_train = hp->n_ctx_train;
-    BK_TRY(get_int(g, arch, "rope.scaling.original_context_length", false, hp->n_ctx_train, 1,
-                   1 << 30, &rf->orig_ctx));
-    if (!(rf->freq_base > 0 && isfinite(rf->freq_base)))
-        return bk_fail(BRISK_ERR_FORMAT, "bad rope.freq_base %g", rf->freq_base);
-    if (!(rf->yarn_beta_fast > 0 && rf->yarn_beta_slow > 0 && isfinite(rf->yarn_beta_fast + rf->yarn_beta_slow)))
-        return bk_fail(BRISK_ERR_FORMAT, "bad rope.scaling.yarn_beta_fast/slow %g/%g", rf->yarn_beta_fast,
-                       rf->yarn_beta_slow);
-    char key[128];
-    const char *st = NULL;
-    size_t st_len = 0;
-    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
-    gguf_get_str(g, key, &st, &st_len);
-    float factor = get_float(g, arch, "rope.scaling.factor", 0.0f);
-    if (factor == 0.0f) {
-        float lin = get_float(g, arch, "rope.scale_linear", 0.0f); /* older files */
-        if (lin > 0) factor = lin;
-    }
-    bool is_yarn = st && st_len == 4 && !memcmp(st, "yarn", 4);
-    bool is_none = st && st_len == 4 && !memcmp(st, "none", 4);
-    if (st && !is_yarn && !is_none && !(st_len == 6 && !memcmp(st, "linear", 6)))
-        return bk_fail(BRISK_ERR_UNSUPPORTED, "rope scaling type '%.*s' is not supported", (int)st_len, st);
-    if (factor < 0 || !isfinite(factor)) return bk_fail(BRISK_ERR_FORMAT, "bad rope.scaling.factor %g", factor);
-    rf->type = is_yarn ? BRISK_ROPE_SCALING_YARN : is_none ? BRISK_ROPE_SCALING_NONE : BRISK_ROPE_SCALING_LINEAR;
-    rf->freq_scale = factor > 0 ? 1.0f / factor : 1.0f;
-    /* llama.cpp's loader reads the yarn_* keys for a few architectures only (grok, mistral3) and
-     * otherwise takes their defaults; brisk takes them from any yarn file, whose converter wrote
-     * them from the model's config (the defaults when absent: the same numbers) */
-    rf->yarn_ext_factor = is_yarn ? get_float(g, arch, "rope.scaling.yarn_ext_factor", -1.0f) : -1.0f;
+    BK_TRY(model_read_rope_file(g, arch, hp->n_ctx_train, &hp->rope_file));
     return model_rope_resolve(hp, NULL);
 }
 

@@ -196,6 +196,9 @@ uint64_t model_step_weight_bytes(const brisk_model *m, double experts_read);
 bool model_split_cpu(const brisk_model_params *params);
 /* Reads hyperparameters for the file's architecture (BRISK_ERR_UNSUPPORTED for others). */
 brisk_status model_read_hparams(const gguf_file *g, model_hparams *hp);
+/* The file's RoPE keys under arch (ARCH.rope.freq_base, ARCH.rope.scaling.*) as llama.cpp's loader reads
+ * them; n_ctx_train: ARCH.context_length (the default original context). */
+brisk_status model_read_rope_file(const gguf_file *g, const char *arch, int n_ctx_train, model_rope_file *rf);
 /* hp->rope (and hp->n_ctx_train) from hp->rope_file and the overrides o (NULL: none), as
  * llama.cpp v0.4.0 resolves its context's rope parameters: the scaling type picks ext_factor's
  * default (1 under YaRN), YaRN's cos/sin scale comes out as 1 + 0.1 ln(1/freq_scale) times

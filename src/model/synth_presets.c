@@ -63,6 +63,12 @@ static const struct {
                               .n_layer = 1, .n_head = 8, .n_head_kv = 4, .head_dim = 32, .n_ff = 512, .n_ctx = 2048,
                               .rope_base = 1e4f, .rms_eps = 1e-5f, .type = QT_F32, .eagle3_layers = {1, 2, 3},
                               .eagle3_target_embd = 256, .eagle3_rope_llama3 = true}},
+    /* the same vocabulary as its target, YaRN (factor 4 over an original context of 512) */
+    {"tiny-llama-eagle3-yarn", {.arch = "eagle3", .name = "synthetic tiny llama eagle3 yarn", .n_embd = 256,
+                                .n_layer = 1, .n_head = 8, .n_head_kv = 4, .head_dim = 32, .n_ff = 512, .n_ctx = 2048,
+                                .rope_base = 1e4f, .rms_eps = 1e-5f, .type = QT_F32, .eagle3_layers = {1, 2, 3},
+                                .eagle3_target_embd = 256, .rope_scaling = "yarn", .rope_factor = 4.0f,
+                                .rope_orig_ctx = 512}},
     /* 8 experts (llama.cpp's mixes treat 8-expert models specially), top-2 */
     {"tiny-qwen3moe", {.arch = "qwen3moe", .name = "synthetic tiny qwen3moe", .n_embd = 256, .n_layer = 4,
                        .n_head = 8, .n_head_kv = 4, .head_dim = 64, .n_ff = 512, .n_ctx = 4096, .rope_base = 1e6f,
