@@ -509,7 +509,7 @@ static void fa_launch(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
  *
  * The split: a ubatch of 512 entries (brisk's) against a long prefix gives few blocks, each with a
  * long run of key tiles; blockIdx.z takes a share of every group's tiles (FA_SPLIT_BLOCKS blocks a
- * multiprocessor in all, at least FA_SPLIT_KEYS keys a split) and fa_merge_kernel adds the partials
+ * multiprocessor in all, at least FA_SPLIT_KEYS keys a split; never on an f32 cache) and fa_merge_kernel adds the partials
  * (cb->fa_part, grown on demand; one split if it cannot grow). Measured at 512 entries: the 8b's
  * shape 1.11-1.24x (MT = 2, 5 splits) and the 35b-a3b's (16/2 x 256) 1.32-1.33x from 32K-token
  * prefixes; where the prefix is short beside the chunk (the causal triangle splits unevenly) or the
@@ -521,9 +521,10 @@ static void fa_launch(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
 #define FA_SPLIT_KEYS 1024   /* keys a split at least */
 #define FA_SPLIT_MAX 16
 fa_shape fa_plan_shape(int kv_type, int n, int n_head, int n_head_kv, int hd, int max_np, int n_sm) {
+    if (kv_type == KT_F32) return {1, 1}; /* f32 caches are for exact comparisons: the plain kernel */
     const int gs = fa_gq_shift(n_head / n_head_kv);
     const auto blocks = [&](int mt) { return (int64_t)((n + (FA_BM * mt >> gs) - 1) / (FA_BM * mt >> gs)) * (n_head >> gs); };
-    const bool mt2 = kv_type != KT_F32 && (hd == 128 || (hd == 64 && max_np >= 6144));
+    const bool mt2 = hd == 128 || (hd == 64 && max_np >= 6144);
     if (mt2 && blocks(2) >= (int64_t)FA_MT2_BLOCKS * n_sm) return {2, 1};
     const int mt = mt2 ? 2 : 1;
     const int64_t b = blocks(mt), want = (int64_t)FA_SPLIT_BLOCKS * n_sm;
