@@ -182,6 +182,31 @@ static brisk_token argmax(const float *x, int n) {
     return b;
 }
 
+/* Plain greedy decoding of N_GEN tokens after the prompt on sequence 0 of t, which is cleared after. */
+static void plain_greedy(brisk_context *t, int nv, collect *out) {
+    out->n = 0;
+    brisk_batch_entry b[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) b[i] = (brisk_batch_entry){prompt[i], i, 0, i == N_PROMPT - 1};
+    CHECK_OK(brisk_decode(t, b, N_PROMPT));
+    const float *lg = brisk_get_logits(t, N_PROMPT - 1);
+    for (int i = 0; i < N_GEN && lg; i++) {
+        out->out[out->n++] = argmax(lg, nv);
+        brisk_batch_entry e = {out->out[i], N_PROMPT + i, 0, true};
+        CHECK_OK(brisk_decode(t, &e, 1));
+        lg = brisk_get_logits(t, 0);
+    }
+    CHECK_OK(brisk_seq_clear(t, 0));
+}
+
+/* A temperature-0 sampler (NULL on failure, recorded). */
+static brisk_sampler *greedy_sampler(int nv) {
+    brisk_sampler *smp = NULL;
+    brisk_sampler_params sp = brisk_sampler_default_params();
+    sp.temp = 0;
+    CHECK_OK(brisk_sampler_new(&sp, nv, &smp));
+    return smp;
+}
+
 /* Plain greedy decoding, then speculative with the EAGLE-3 drafter (k = 1, 3 and 5): the same tokens. */
 static void greedy(const char *preset) {
     char tpath[600], dpath[600];
@@ -194,25 +219,12 @@ static void greedy(const char *preset) {
     brisk_context *t = NULL;
     CHECK_OK(brisk_context_new(m, &cp, &t));
     if (!t) goto done;
-    collect plain = {.n = 0};
-    brisk_batch_entry b[N_PROMPT];
-    for (int i = 0; i < N_PROMPT; i++) b[i] = (brisk_batch_entry){prompt[i], i, 0, i == N_PROMPT - 1};
-    CHECK_OK(brisk_decode(t, b, N_PROMPT));
-    const float *lg = brisk_get_logits(t, N_PROMPT - 1);
-    for (int i = 0; i < N_GEN && lg; i++) {
-        plain.out[plain.n++] = argmax(lg, nv);
-        brisk_batch_entry e = {plain.out[i], N_PROMPT + i, 0, true};
-        CHECK_OK(brisk_decode(t, &e, 1));
-        lg = brisk_get_logits(t, 0);
-    }
-    CHECK_OK(brisk_seq_clear(t, 0));
+    collect plain;
+    plain_greedy(t, nv, &plain);
     drafter *d = NULL;
     CHECK_OK(drafter_new_eagle3(t, m, dpath, cp.n_ctx, 2, 0, NULL, &d));
     for (int k = 1; d && k <= 5; k += 2) {
-        brisk_sampler *smp = NULL;
-        brisk_sampler_params sp = brisk_sampler_default_params();
-        sp.temp = 0;
-        CHECK_OK(brisk_sampler_new(&sp, nv, &smp));
+        brisk_sampler *smp = greedy_sampler(nv);
         collect spec = {.n = 0};
         spec_stats st;
         if (smp) CHECK_OK(spec_generate(t, d, smp, prompt, N_PROMPT, k, 0, cp.n_ctx, emit, &spec, &st));
@@ -449,23 +461,10 @@ static void test_d2t(void) {
     brisk_context *t = NULL;
     CHECK_OK(brisk_context_new(m, &cp, &t));
     collect plain = {.n = 0};
-    brisk_batch_entry b[N_PROMPT];
-    for (int i = 0; i < N_PROMPT; i++) b[i] = (brisk_batch_entry){prompt[i], i, 0, i == N_PROMPT - 1};
-    if (t) CHECK_OK(brisk_decode(t, b, N_PROMPT));
-    const float *lg = t ? brisk_get_logits(t, N_PROMPT - 1) : NULL;
-    for (int i = 0; i < N_GEN && lg; i++) {
-        plain.out[plain.n++] = argmax(lg, nv);
-        brisk_batch_entry en = {plain.out[i], N_PROMPT + i, 0, true};
-        CHECK_OK(brisk_decode(t, &en, 1));
-        lg = brisk_get_logits(t, 0);
-    }
+    if (t) plain_greedy(t, nv, &plain);
     drafter *d = NULL;
-    if (t) CHECK_OK(brisk_seq_clear(t, 0));
     if (t) CHECK_OK(drafter_new_eagle3(t, m, dpath, cp.n_ctx, 2, 0, NULL, &d));
-    brisk_sampler *smp = NULL;
-    brisk_sampler_params sp = brisk_sampler_default_params();
-    sp.temp = 0;
-    CHECK_OK(brisk_sampler_new(&sp, nv, &smp));
+    brisk_sampler *smp = greedy_sampler(nv);
     collect spec = {.n = 0};
     spec_stats st = {0};
     if (d && smp) CHECK_OK(spec_generate(t, d, smp, prompt, N_PROMPT, 3, 0, cp.n_ctx, emit, &spec, &st));
