@@ -209,6 +209,8 @@ typedef struct brisk_context_params {
     int n_ctx;         /* KV cache capacity in tokens, shared by all sequences; 0: model's train ctx capped at 4096 */
     int n_seq_max;     /* sequences that may be live at once */
     int n_batch;       /* most entries in one brisk_decode call */
+    int n_ubatch;      /* most entries in one forward pass (llama.cpp's -ub): a longer call runs as several
+                          passes; bounds the scratch. 0: 512 */
     int n_threads;     /* CPU threads; 0: all cores */
     brisk_kv_type kv_type;
     int kv_block_size; /* tokens per KV page (default 16) */

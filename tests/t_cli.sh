@@ -36,7 +36,7 @@ $B run -m "$M" -p "Once upon a time" -n 24 --temp 0 >"$T/o" 2>"$T/e"; rc=$?
 check "greedy run prints the continuation" '[ $rc -eq 0 ] && grep -q "^, there was a little girl named Lily" "$T/o"'
 check "timings on stderr" 'grep -q "generation: 24 tokens" "$T/e" && grep -q "prompt: 5 tokens" "$T/e"'
 $B run -m "$M" -p "Once upon a time" -n 24 --temp 0 -b 2 -ub 64 >"$T/o" 2>/dev/null; rc=$?
-check "-b 2 (prompt tokens per pass; -ub accepted): the same continuation" '[ $rc -eq 0 ] && grep -q "^, there was a little girl named Lily" "$T/o"'
+check "-b 2 -ub 64 (passes of at most -b): the same continuation" '[ $rc -eq 0 ] && grep -q "^, there was a little girl named Lily" "$T/o"'
 # llama.cpp's CPU placement flags: threads pinned (strict: one CPU each), the same text; bad values refused
 $B run -m "$M" -p "Once upon a time" -n 24 --temp 0 -t 2 -Cr 0-0 -C 0x1 --cpu-strict 1 --poll 0 --prio 0 >"$T/o" 2>"$T/e"; rc=$?
 check "-C/-Cr/--cpu-strict/--poll/--prio: the same continuation" '[ $rc -eq 0 ] && grep -q "^, there was a little girl named Lily" "$T/o"'

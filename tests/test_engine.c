@@ -99,6 +99,46 @@ static void test_prompt_batch(void) {
     brisk_context_free(c);
 }
 
+/* -ub: a call longer than n_ubatch runs as several forward passes, with the logits of one pass; the
+ * scratch is sized by the pass (so n_ubatch really took effect). */
+static void test_ubatch(void) {
+    enum { N = 300 };
+    static const int ubs[] = {0, 64, 7, 1000}; /* 0: the default (512) */
+    float *want = NULL;
+    uint64_t scratch[4];
+    brisk_batch_entry b[N];
+    for (int i = 0; i < N; i++) b[i] = (brisk_batch_entry){1 + (i * 37) % 500, i, 0, i == N - 1 || i == 100};
+    for (int k = 0; k < 4; k++) {
+        brisk_context_params cp = brisk_context_default_params();
+        cp.n_ctx = 512;
+        cp.n_batch = N;
+        cp.n_ubatch = ubs[k];
+        cp.kv_type = BRISK_KV_F32;
+        cp.n_threads = 2;
+        brisk_context *c = NULL;
+        CHECK_OK(brisk_context_new(model, &cp, &c));
+        brisk_memory_report mr;
+        brisk_context_memory(c, &mr);
+        scratch[k] = mr.scratch_bytes;
+        CHECK_OK(brisk_decode(c, b, N));
+        float got[2][512];
+        memcpy(got[0], brisk_get_logits(c, 100), sizeof got[0]);
+        memcpy(got[1], brisk_get_logits(c, N - 1), sizeof got[1]);
+        if (!want) {
+            want = malloc(sizeof got);
+            memcpy(want, got, sizeof got);
+        } else {
+            double maxerr = 0;
+            for (int i = 0; i < 1024; i++) maxerr = fmax(maxerr, fabs((double)(&got[0][0])[i] - want[i]));
+            printf("  n_ubatch %d: max abs difference %.2e from one pass\n", ubs[k], maxerr);
+            CHECK(maxerr < 1e-4);
+        }
+        brisk_context_free(c);
+    }
+    free(want);
+    CHECK(scratch[2] < scratch[1] && scratch[1] < scratch[0] && scratch[0] == scratch[3]); /* 300 < 512 entries */
+}
+
 static void test_interleaved_sequences(void) {
     /* Four sequences with different prompts, decoded alone and then together in
      * shared batches (mixed prompt and generation entries): identical tokens. */
@@ -380,6 +420,7 @@ int main(int argc, char **argv) {
         {"greedy_reference_256", test_greedy_reference},
         {"first_step_logits", test_first_logits},
         {"prompt_batch", test_prompt_batch},
+        {"ubatch", test_ubatch},
         {"interleaved_sequences", test_interleaved_sequences},
         {"share_prefix", test_share_prefix},
         {"extend_blank", test_extend_blank},

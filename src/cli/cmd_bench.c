@@ -394,6 +394,7 @@ int cmd_bench(int argc, char **argv) {
     brisk_context_params cp = brisk_context_default_params();
     cp.n_threads = n_threads;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
+    cp.n_ubatch = mo.n_ubatch;
     cp.attn_sparse_k = mo.attn_sparse;
     cp.cpu = mo.cpu;
     /* the cache is one page pool for all sequences: room for each of them */

@@ -45,7 +45,7 @@ static void usage(FILE *f) {
             "  --chat-template FILE a Jinja chat template instead of the model's (\"chatml\": built-in ChatML)\n"
             "  -v, --verbose        each turn's rendered prompt and a line of token counts on stderr\n"
             "  -cnv, --conversation, --no-display-prompt  accepted (chat is always one, and shows no prompt)\n"
-            "  -b, --batch-size N   prompt tokens per forward pass (default 512)\n"
+            "  -b, --batch-size N   prompt tokens per call (default 2048), run in passes of -ub\n"
             CLI_MODEL_HELP);
 }
 
@@ -413,7 +413,7 @@ int cmd_chat(int argc, char **argv) {
     const char *model_path = NULL, *template_path = NULL;
     int n_ctx = 0, n_threads = 0;
     bool seed_set = false;
-    chat c = {.n_predict = -1, .n_batch = 512, .think_display = true, .sp = brisk_sampler_default_params()};
+    chat c = {.n_predict = -1, .n_batch = 2048, .think_display = true, .sp = brisk_sampler_default_params()};
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -463,6 +463,7 @@ int cmd_chat(int argc, char **argv) {
     cp.n_threads = n_threads;
     cp.n_batch = c.n_batch;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
+    cp.n_ubatch = mo.n_ubatch;
     cp.attn_sparse_k = mo.attn_sparse;
     cp.cpu = mo.cpu;
     cp.n_seq_checkpoints = CHAT_CKPTS; /* recurrent models: no-op otherwise */

@@ -20,7 +20,7 @@ static void usage(FILE *f) {
             "  -n, --n-predict N    tokens to generate (default 128; -1: until end of text or context)\n"
             "  -c, --ctx-size N     context size (default: model's, at most 4096)\n"
             "  -t, --threads N      CPU threads (default: all cores)\n"
-            "  -b, --batch-size N   prompt tokens per forward pass (default 512)\n"
+            "  -b, --batch-size N   prompt tokens per call (default 2048), run in passes of -ub\n"
             CLI_SAMPLER_HELP
             "  --ignore-eos         keep generating past end-of-text\n"
             CLI_STOP_HELP
@@ -143,7 +143,7 @@ done:
 
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *draft_path = NULL, *spec_type = NULL;
-    int n_predict = 128, n_ctx = 0, n_threads = 0, n_draft = -1, n_draft_min = 0, ngram_n = 4, n_batch = 512;
+    int n_predict = 128, n_ctx = 0, n_threads = 0, n_draft = -1, n_draft_min = 0, ngram_n = 4, n_batch = 2048;
     float draft_p_min = -1; /* -1: the drafter's default */
     bool ignore_eos = false, seed_set = false;
     brisk_sampler_params sp = brisk_sampler_default_params();
@@ -256,6 +256,7 @@ int cmd_run(int argc, char **argv) {
     cp.n_threads = n_threads;
     cp.n_batch = n_batch;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
+    cp.n_ubatch = mo.n_ubatch;
     cp.attn_sparse_k = mo.attn_sparse;
     cp.cpu = mo.cpu;
     if (spec) cp.n_seq_checkpoints = 2; /* recurrent models roll a rejected draft back from a snapshot */

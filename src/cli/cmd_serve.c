@@ -303,6 +303,7 @@ int cmd_serve(int argc, char **argv) {
     if (speculate && outs > (cfg.n_parallel > 64 ? cfg.n_parallel : 64)) cp.n_outputs_max = outs;
     cp.n_threads = n_threads;
     cp.kv_type = (brisk_kv_type)mo.kv_type;
+    cp.n_ubatch = mo.n_ubatch;
     cp.attn_sparse_k = mo.attn_sparse;
     cp.cpu = mo.cpu;
     /* speculation snapshots a recurrent state before each round that may be cut back */

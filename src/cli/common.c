@@ -314,10 +314,8 @@ static int cli_llamacpp_flag(int argc, char **argv, int *i, cli_model_opts *o) {
         return 1;
     }
     if (!strcmp(a, "--jinja")) return 1; /* brisk's chats always go through the model's template */
-    if (!strcmp(a, "-ub") || !strcmp(a, "--ubatch-size")) {
-        int n;
-        return (v = cli_next(argc, argv, i)) && cli_int(a, v, 1, 1 << 24, &n) ? 1 : -1;
-    }
+    if (!strcmp(a, "-ub") || !strcmp(a, "--ubatch-size"))
+        return (v = cli_next(argc, argv, i)) && cli_int(a, v, 1, 1 << 16, &o->n_ubatch) ? 1 : -1;
     if (strcmp(a, "-fa") && strcmp(a, "--flash-attn")) return 0;
     /* llama.cpp takes on|off|auto (older builds: a bare switch, meaning on) */
     v = *i + 1 < argc ? argv[*i + 1] : "";

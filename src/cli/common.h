@@ -49,11 +49,12 @@ typedef struct cli_model_opts {
     char hf_path[4096];       /* where -hf resolved to */
     int attn_sparse;          /* --attn-sparse K: block-sparse attention reading K KV pages per query group; 0: dense */
     brisk_cpu_placement cpu;  /* -C/--cpu-mask, -Cr/--cpu-range, --cpu-strict, --prio, --poll (llama.cpp's) */
+    int n_ubatch;             /* -ub N: entries in one forward pass (brisk_context_params.n_ubatch); 0: default */
 } cli_model_opts;
 enum { CLI_CACHE_UNSET = -2 };
 #define CLI_MODEL_OPTS_DEFAULT \
     {-1, 0, BRISK_KV_F16, 0, 0, false, CLI_CACHE_UNSET, NULL, 0, 0, {BRISK_ROPE_SCALING_MODEL, 0, 0, 0, -1, -1, -1, -1}, false, false, NULL, {0}, 0, \
-     {{0}, false, 0, 50, 0}}
+     {{0}, false, 0, 50, 0}, 0}
 /* llama.cpp's RoPE flags (common/arg.cpp), the same meanings; default: the model file's */
 #define CLI_ROPE_HELP                                                                                         \
     "  --rope-scaling none|linear|yarn  RoPE frequency scaling (default: the model's, else linear)\n"        \
@@ -95,7 +96,7 @@ enum { CLI_CACHE_UNSET = -2 };
 #define CLI_LLAMACPP_HELP                                                                                      \
     "  --mlock              lock the model's host memory in RAM (mlockall; a warning if `ulimit -l` is too low)\n" \
     "  -fa, --flash-attn [on|auto]  accepted: brisk's attention is always fused (flash-style); off is refused\n" \
-    "  -ub, --ubatch-size N accepted and ignored: brisk sizes a forward pass's batch itself\n"                 \
+    "  -ub, --ubatch-size N entries in one forward pass, at most -b (default 512): a prompt runs in passes of N\n" \
     "  --jinja              accepted: brisk always formats chats with the model's Jinja template\n"
 /* 1: argv[*i] (and its value) was one of them; 0: not one; -1: bad (message printed). Also --tp N, --pp N,
  * -hf REPO[:QUANT], the RoPE flags of CLI_ROPE_HELP and llama.cpp's of CLI_LLAMACPP_HELP. */

@@ -35,7 +35,7 @@
 #include "engine/tp.h"
 #include "model/arch.h"
 
-#define UBATCH_MAX 512 /* tokens per forward pass; bounds the scratch */
+#define UBATCH_DEFAULT 512 /* tokens per forward pass (brisk_context_params.n_ubatch 0); bounds the scratch */
 
 /* Rows of logits a forward pass of up to n_ubatch entries computes (brisk_context_params.n_outputs_max). */
 static int outs_for(const brisk_context_params *p, int n_ubatch) {
@@ -445,7 +445,10 @@ static brisk_status fix_params(const model_hparams *hp, brisk_context_params *p)
     return BRISK_OK;
 }
 
-static int ubatch_for(const brisk_context_params *p) { return p->n_batch < UBATCH_MAX ? p->n_batch : UBATCH_MAX; }
+static int ubatch_for(const brisk_context_params *p) {
+    int u = p->n_ubatch > 0 ? p->n_ubatch : UBATCH_DEFAULT;
+    return p->n_batch < u ? p->n_batch : u;
+}
 
 brisk_status brisk_model_fit_n_cpu_moe(const char *path, const brisk_model_params *mp, const brisk_context_params *cp,
                                        uint64_t gpu_mem, int *n_cpu_moe) {
