@@ -294,9 +294,12 @@ static void test_errors(void) {
  * within RT_TOL of the row's max |logit| (test_conformance's bound for
  * quantized weights), and picks the same token at every step but at most
  * RT_TIES near-ties: steps where llama.cpp's own top-2 margin is within twice
- * the two rows' difference, a difference itself bounded by RT_TOL. */
+ * the two rows' difference, a difference itself bounded by RT_TOL. A near-tie's flip is allowed by
+ * that bound; RT_TIES only keeps the test from going vacuous (three steps in four decided): on random
+ * weights the near-ties follow the cores' kernels (AVX-512 machines gave 2, an AVX2-only AMD EPYC 3,
+ * every other step the same token). */
 #define RT_TOL 5e-2
-#define RT_TIES 2
+#define RT_TIES 4
 static void test_round_trip(void) {
     char q[1200], lg_path[1200], cmd[4096];
     snprintf(q, sizeof q, "%s/rt-Q4_K_M.gguf", dir);

@@ -785,6 +785,12 @@ BK_MULTIVERSION static void att_unit(att_job *j, int ith, int t, int h, const in
     }
 }
 
+/* cpu_attn_block on this core's ISA: 0 where it has none (the per-token loop then runs). */
+static int attn_block_isa(const cpu_attn_block *ab) {
+    const cpu_isa isa = cpu_dot_isa();
+    return isa == CPU_ISA_AVX512 ? cpu_attn_block_avx512(ab) : isa == CPU_ISA_AVX2 ? cpu_attn_block_avx2(ab) : 0;
+}
+
 /* Striped over work units: causal rows grow with the position, so contiguous
  * ranges would give the last thread most of the work. A unit is (token, head
  * group), or with query blocks (block, KV head): a block of enough lanes goes
@@ -810,7 +816,7 @@ static void att_worker(void *arg, int ith, int nth) {
                                  .nt = nt, .group = group, .kv = j->kv, .table = j->ab->block_table[t0], .kvh = kvh,
                                  .n_head_kv = j->n_head_kv, .hd = j->head_dim, .scale = j->scale,
                                  .scratch = j->cb->att_scratch + (size_t)ith * j->att_cap};
-            if (cpu_attn_block_avx512(&ab)) continue;
+            if (attn_block_isa(&ab)) continue;
         }
         for (int t = t0; t < t0 + nt; t++)
             for (int h = kvh * group; h < (kvh + 1) * group; h += j->n_q)
@@ -840,7 +846,7 @@ static void att_sparse_worker(void *arg, int ith, int nth) {
             cpu_attn_block ab = {.q = j->q + off, .out = j->out + off, .tok_stride = ts, .pos = pos, .nt = nt,
                                  .group = group, .kv = j->kv, .table = pages, .kvh = kvh, .n_head_kv = j->n_head_kv,
                                  .hd = hd, .scale = j->scale, .scratch = j->cb->att_scratch + (size_t)ith * j->att_cap};
-            if (cpu_attn_block_avx512(&ab)) continue;
+            if (attn_block_isa(&ab)) continue;
         }
         for (int i = 0; i < nt; i++)
             for (int h = kvh * group; h < (kvh + 1) * group; h += j->n_q) att_unit(j, ith, t0 + i, h, pages, pos[i] + 1);
@@ -886,7 +892,7 @@ static void attention_core(cpu_backend *cb, const float *q, const float *k, cons
     }
     att_job j = {q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, out, cb, cb->att_cap, stride, nq, NULL, 0, 0};
     /* Query blocks: runs of entries of one sequence, 16 lanes (tokens x group) at most. */
-    if (ab->n_tokens >= ATT_BLOCK_MIN_TOKENS && cpu_dot_isa() == CPU_ISA_AVX512 && !bk_kv_block_bytes(kv->kv_type) &&
+    if (ab->n_tokens >= ATT_BLOCK_MIN_TOKENS && cpu_dot_isa() >= CPU_ISA_AVX2 && !bk_kv_block_bytes(kv->kv_type) &&
         head_dim % 16 == 0 && group <= 16 && n_head % n_head_kv == 0 &&
         grow((void **)&cb->att_blk, &cb->att_blk_cap, sizeof(int) * ((size_t)ab->n_tokens + 1)) == BRISK_OK) {
         const int per = 16 / group;
