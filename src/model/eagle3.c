@@ -160,7 +160,9 @@ static brisk_status read_hparams(eagle3 *e, const brisk_model *target) {
     memcpy(e->layers, ids, sizeof e->layers);
     const model_hparams *th = &target->hp;
     for (int i = 0; i < 3; i++)
-        if (e->layers[i] < 0 || e->layers[i] >= th->n_layer) /* llama.cpp also allows n_layer: its nextn rows */
+        /* n_layer would be the final hidden state: llama.cpp's graphs keep that input only for deepseek4 and
+         * nemotron-h (res->t_layer_inp[n_layer]); for the architectures brisk runs it aborts on one too */
+        if (e->layers[i] < 0 || e->layers[i] >= th->n_layer)
             return bk_fail(BRISK_ERR_UNSUPPORTED, "eagle3: target layer %d (the target has %d layers; brisk reads "
                            "layer inputs only)", e->layers[i], th->n_layer);
     if (e->n_embd_tgt != th->n_embd)
