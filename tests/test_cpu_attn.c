@@ -19,9 +19,11 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_attn.h"
+#include "backend/cpu/cpu_dot.h"
 #include "quant/kv_rot.h"
 #include "quant/quant.h"
 #include "test.h"
@@ -180,6 +182,63 @@ static void test_block_kernels(void) {
     CHECK(ran >= 14); /* x86-64 CI cores have AVX2 at least */
 }
 
+/* Decode attention (one entry a batch: cpu_attn_head on AVX2 / AVX-512 cores, the portable loop
+ * otherwise) over three shapes, f16 and f32 caches, two sequences: every output, in order. */
+enum { DEC_N = 40 };
+static const shape dec_shapes[] = {{16, 8, 128, BRISK_KV_F16}, {8, 2, 64, BRISK_KV_F32}, {4, 4, 64, BRISK_KV_F16}};
+static size_t decode_floats(void) {
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof dec_shapes / sizeof dec_shapes[0]; i++) n += (size_t)DEC_N * dec_shapes[i].n_head * dec_shapes[i].hd;
+    return n;
+}
+static void decode_outputs(float *all) {
+    rng = 4242;
+    bk_backend *be = NULL;
+    CHECK_OK(bk_cpu_backend_new(2, &be));
+    if (!be) return;
+    for (size_t i = 0; i < sizeof dec_shapes / sizeof dec_shapes[0]; i++) {
+        const shape *s = &dec_shapes[i];
+        const int kvd = s->n_head_kv * s->hd, qd = s->n_head * s->hd;
+        float *q = malloc(sizeof(float) * DEC_N * qd), *k = malloc(sizeof(float) * DEC_N * kvd),
+              *v = malloc(sizeof(float) * DEC_N * kvd);
+        for (int e = 0; e < DEC_N * qd; e++) q[e] = frand() * 4.0f;
+        for (int e = 0; e < DEC_N * kvd; e++) k[e] = frand(), v[e] = frand();
+        int32_t pos[MAXT];
+        int seq[MAXT];
+        for (int t = 0; t < DEC_N; t++) seq[t] = t % 3 == 2, pos[t] = seq[t] ? t / 3 : t - t / 3;
+        run(be, s, q, k, v, pos, seq, DEC_N, 1, all);
+        all += (size_t)DEC_N * qd;
+        free(q), free(k), free(v);
+    }
+    be->ops->free(be);
+}
+
+/* cpu_attn_head_avx2 / _avx512 claim the portable loop's float order: this core's kernel against
+ * the portable one (BRISK_CPU_ISA=portable in a child of this program), bit for bit. */
+static void test_head_isas_bitwise(void) {
+    const size_t n = decode_floats();
+    float *mine = calloc(n, sizeof(float)), *port = calloc(n, sizeof(float));
+    decode_outputs(mine);
+    char self[1024] = "", path[] = "/tmp/brisk-attn-XXXXXX", cmd[2300];
+    const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    const int fd = mkstemp(path);
+    CHECK(len > 0 && fd >= 0);
+    if (len <= 0 || fd < 0) return;
+    close(fd);
+    snprintf(cmd, sizeof cmd, "BRISK_CPU_ISA=portable '%s' --dump-decode '%s'", self, path);
+    CHECK(system(cmd) == 0);
+    FILE *f = fopen(path, "rb");
+    CHECK(f && fread(port, sizeof(float), n, f) == n);
+    if (f) fclose(f);
+    unlink(path);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) differ += memcmp(&mine[i], &port[i], sizeof(float)) != 0;
+    printf("  %s against portable: %zu of %zu decode outputs differ\n", cpu_isa_name(cpu_dot_isa()), differ, n);
+    CHECK(cpu_dot_isa() != CPU_ISA_PORTABLE); /* x86-64 CI cores have AVX2 at least: a kernel under test */
+    CHECK(differ == 0);
+    free(mine), free(port);
+}
+
 /* out (n, n_head, hd) = causal attention of one sequence (entry i at position i) in float64. */
 static void attn_ref(const shape *s, const float *q, const float *k, const float *v, int n, double *out) {
     const int kvd = s->n_head_kv * s->hd, qd = s->n_head * s->hd, group = s->n_head / s->n_head_kv;
@@ -323,11 +382,22 @@ static void test_rotated_cache(void) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--dump-decode")) { /* test_head_isas_bitwise's child */
+        const size_t n = decode_floats();
+        float *out = calloc(n, sizeof(float));
+        decode_outputs(out);
+        FILE *f = fopen(argv[2], "wb");
+        const int ok = f && fwrite(out, sizeof(float), n, f) == n;
+        if (f) fclose(f);
+        free(out);
+        return ok ? 0 : 1;
+    }
     static const test_case cases[] = {
         {"rotation", test_rotation},
         {"rotated_cache", test_rotated_cache},
         {"blocked_vs_per_token", test_blocked_vs_per_token},
         {"block_kernels", test_block_kernels},
+        {"head_isas_bitwise", test_head_isas_bitwise},
         {"quantized_cache", test_quantized_cache},
     };
     return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);

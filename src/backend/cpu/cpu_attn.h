@@ -66,6 +66,8 @@ int cpu_attn_block_avx2(const cpu_attn_block *a);
 /* AVX-512 version; returns 0 (and does nothing) when head_dim is not a
  * multiple of 16 or the cache is quantized (the portable version handles those). */
 int cpu_attn_head_avx512(const cpu_attn_head *a);
+/* The same in AVX2 + FMA + F16C (cpu_attn_avx2.c), bitwise. */
+int cpu_attn_head_avx2(const cpu_attn_head *a);
 /* out = silu(gate) * up, bitwise swiglu_row of cpu_math.h (it shares this
  * file's 16-lane exp). */
 void cpu_swiglu_avx512(const float *gate, const float *up, float *out, size_t n);

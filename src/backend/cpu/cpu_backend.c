@@ -735,11 +735,11 @@ BK_MULTIVERSION static void att_unit(att_job *j, int ith, int t, int h, const in
     {
         const float *q = j->q + ((size_t)t * j->n_head + h) * hd;
         float *o = j->out + ((size_t)t * j->n_head + h) * hd;
-        if (nq > 1 || cpu_dot_isa() == CPU_ISA_AVX512) {
+        if (nq > 1 || cpu_dot_isa() >= CPU_ISA_AVX2) {
             cpu_attn_head ah = {.q = q, .kv = j->kv, .table = table, .np = np, .kvh = kvh, .n_head_kv = j->n_head_kv,
                                 .hd = hd, .scale = j->scale, .scores = sc, .sc_stride = j->sc_stride,
                                 .lanes = kbuf + hd, .out = o, .n_q = nq};
-            if (cpu_attn_head_avx512(&ah)) return;
+            if (cpu_dot_isa() == CPU_ISA_AVX512 ? cpu_attn_head_avx512(&ah) : cpu_attn_head_avx2(&ah)) return;
         }
         float mx = -INFINITY;
         for (int p = 0; p < np; p++) {
@@ -876,9 +876,9 @@ static void attention_core(cpu_backend *cb, const float *q, const float *k, cons
     int max_pos = 0;
     for (int t = 0; t < ab->n_tokens; t++)
         if (ab->pos[t] > max_pos) max_pos = ab->pos[t];
-    /* GQA groups go through the AVX-512 kernel together (K/V rows read once per group) */
+    /* GQA groups go through the AVX2 / AVX-512 kernel together (K/V rows read once per group) */
     int group = n_head / n_head_kv;
-    int nq = cpu_dot_isa() == CPU_ISA_AVX512 && !bk_kv_block_bytes(kv->kv_type) && head_dim % 16 == 0 &&
+    int nq = cpu_dot_isa() >= CPU_ISA_AVX2 && !bk_kv_block_bytes(kv->kv_type) && head_dim % 16 == 0 &&
                      group <= 16 && n_head % n_head_kv == 0 ? group : 1;
     size_t stride = ((size_t)max_pos + 1 + 15) & ~(size_t)15;
     size_t cap = (size_t)nq * stride + 2 * (size_t)head_dim + (size_t)nq * 16 * head_dim; /* scores, staging, lanes */
