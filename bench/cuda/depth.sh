@@ -34,7 +34,7 @@ if [ "${STEP:-prep}" = prep ]; then
       $(case $p in *a3b) echo --expert-skew 1;; esac) -o $d/$p.gguf > /dev/null 2>&1 &
   done
   [ "${OPS:-1}" = 1 ] && $B/tests/test_cuda_ops attention 2>&1 | tail -4 | tee "$OUT/ops.txt" # (OPS=0: not here)
-  if [ -f .device/attn_lab.xz ]; then # (LAB=1 bash bench/cuda/pack.sh) every shape and depth, no prefill
+  if [ -f .device/attn_lab.xz ] && [ "${LAB:-1}" = 1 ]; then # (LAB=1 bash bench/cuda/pack.sh; LAB=0 here: not now) every shape and depth
     xz -dc .device/attn_lab.xz > /tmp/attn_lab && chmod +x /tmp/attn_lab && /tmp/attn_lab | tee "$OUT/attn_lab.txt"
   fi
   [ -n "${MEMCHECK:-}" ] && ops_memcheck attention_depth | tee -a "$OUT/ops.txt"
