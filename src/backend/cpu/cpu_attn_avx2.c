@@ -30,10 +30,10 @@ static inline float reduce16_halves(__m256 lo, __m256 hi) {
     return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
 }
 
-/* exp_poly (cpu_math.h) of 8 lanes, bitwise: ldexpf's scaling as one or two exact power-of-two
+/* exp_poly (cpu_math.h) of 8 lanes, bitwise (the block kernel's online softmax uses it too): ldexpf's scaling as one or two exact power-of-two
  * products (the second rounds once, as ldexpf does, where the result leaves the normal range);
  * 0 or inf beyond |n| > 192, NaN's n included. */
-static inline __m256 exp_poly8_exact(__m256 x) {
+static inline __m256 exp_poly8(__m256 x) {
     const __m256 shift = _mm256_set1_ps(0x1.8p23f);
     __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), shift);
     __m256 n = _mm256_sub_ps(z, shift);
@@ -85,8 +85,8 @@ int cpu_attn_head_avx2(const cpu_attn_head *a) {
             float l16[16] = {0};
             const int m = np - p0 < 16 ? np - p0 : 16;
             memcpy(l16, sc + p0, sizeof(float) * (size_t)m);
-            __m256 e0 = exp_poly8_exact(_mm256_sub_ps(_mm256_loadu_ps(l16), vmx));
-            __m256 e1 = exp_poly8_exact(_mm256_sub_ps(_mm256_loadu_ps(l16 + 8), vmx));
+            __m256 e0 = exp_poly8(_mm256_sub_ps(_mm256_loadu_ps(l16), vmx));
+            __m256 e1 = exp_poly8(_mm256_sub_ps(_mm256_loadu_ps(l16 + 8), vmx));
             _mm256_storeu_ps(l16, e0);
             _mm256_storeu_ps(l16 + 8, e1);
             for (int u = m; u < 16; u++) l16[u] = 0;
@@ -132,26 +132,6 @@ int cpu_attn_head_avx2(const cpu_attn_head *a) {
         }
     }
     return 1;
-}
-
-/* exp(x) for x <= 0 (scores minus a running maximum): cpu_attn_avx512.c's polynomial, with 2^n
- * made from the exponent bits; below 2^-126 it returns 0 (exp(-inf) included), which a softmax
- * weight that small cannot tell from the true value. */
-static inline __m256 exp_poly8(__m256 x) {
-    const __m256 shift = _mm256_set1_ps(0x1.8p23f);
-    __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), shift);
-    __m256 n = _mm256_sub_ps(z, shift);
-    __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
-                                _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
-    __m256 u = _mm256_mul_ps(b, b);
-    __m256 j = _mm256_fmadd_ps(
-        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
-                        _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
-        u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
-    const __m256 small = _mm256_cmp_ps(n, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-126.0f))),
-                                                         _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(small, _mm256_mul_ps(j, _mm256_castsi256_ps(e)));
 }
 
 /* Lanes [l0, l0 + 8) of the block (lanes past its nt * group repeat lane 0's query and are not
