@@ -393,10 +393,7 @@ int cmd_bench(int argc, char **argv) {
     int rc = 1;
     brisk_context_params cp = brisk_context_default_params();
     cp.n_threads = n_threads;
-    cp.kv_type = (brisk_kv_type)mo.kv_type;
-    cp.n_ubatch = mo.n_ubatch;
-    cp.attn_sparse_k = mo.attn_sparse;
-    cp.cpu = mo.cpu;
+    cli_context_opts(&mo, &cp);
     /* the cache is one page pool for all sequences: room for each of them */
     cp.n_ctx = n_ctx > 0 ? n_ctx : (depth + (n_prompt > n_gen ? n_prompt : n_gen) + 16) * n_seq;
     cp.n_seq_max = n_seq;

@@ -462,10 +462,7 @@ int cmd_chat(int argc, char **argv) {
     cp.n_ctx = n_ctx;
     cp.n_threads = n_threads;
     cp.n_batch = c.n_batch;
-    cp.kv_type = (brisk_kv_type)mo.kv_type;
-    cp.n_ubatch = mo.n_ubatch;
-    cp.attn_sparse_k = mo.attn_sparse;
-    cp.cpu = mo.cpu;
+    cli_context_opts(&mo, &cp);
     cp.n_seq_checkpoints = CHAT_CKPTS; /* recurrent models: no-op otherwise */
     size_t tlen;
     if (template_path && strcmp(template_path, "chatml") && !(template_src = cli_read_all(template_path, &tlen)))

@@ -110,10 +110,7 @@ int cmd_perplexity(int argc, char **argv) {
     cp.n_batch = n_ctx;
     cp.n_outputs_max = n_ctx; /* every position's logits, a pass of up to 512 at a time */
     cp.n_threads = n_threads;
-    cp.kv_type = (brisk_kv_type)mo.kv_type;
-    cp.n_ubatch = mo.n_ubatch;
-    cp.attn_sparse_k = mo.attn_sparse;
-    cp.cpu = mo.cpu;
+    cli_context_opts(&mo, &cp);
     cp.attn_sparse_measure = measure;
     if (!kl && !(text = cli_read_all(text_path, &len))) goto done;
     if (!cli_load_model(model_path, &mo, &cp, &m)) goto done;

@@ -255,10 +255,7 @@ int cmd_run(int argc, char **argv) {
     cp.n_ctx = n_ctx;
     cp.n_threads = n_threads;
     cp.n_batch = n_batch;
-    cp.kv_type = (brisk_kv_type)mo.kv_type;
-    cp.n_ubatch = mo.n_ubatch;
-    cp.attn_sparse_k = mo.attn_sparse;
-    cp.cpu = mo.cpu;
+    cli_context_opts(&mo, &cp);
     if (spec) cp.n_seq_checkpoints = 2; /* recurrent models roll a rejected draft back from a snapshot */
     if (!cli_load_model(model_path, &mo, &cp, &model)) goto done;
     if (!cli_new_context(model, &cp, &ctx)) goto done;

@@ -302,10 +302,7 @@ int cmd_serve(int argc, char **argv) {
     int spec_rows = spec.rows ? spec.rows : 1 + spec.n_max, outs = cfg.n_parallel + spec_rows;
     if (speculate && outs > (cfg.n_parallel > 64 ? cfg.n_parallel : 64)) cp.n_outputs_max = outs;
     cp.n_threads = n_threads;
-    cp.kv_type = (brisk_kv_type)mo.kv_type;
-    cp.n_ubatch = mo.n_ubatch;
-    cp.attn_sparse_k = mo.attn_sparse;
-    cp.cpu = mo.cpu;
+    cli_context_opts(&mo, &cp);
     /* speculation snapshots a recurrent state before each round that may be cut back */
     cp.n_seq_checkpoints = speculate && n_ckpt < 1 ? 1 : n_ckpt;
     cp.embeddings = embeddings;

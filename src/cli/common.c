@@ -454,6 +454,13 @@ int cli_text_flag(int argc, char **argv, int *i, cli_text_opts *o) {
     return 0;
 }
 
+void cli_context_opts(const cli_model_opts *mo, brisk_context_params *cp) {
+    cp->kv_type = (brisk_kv_type)mo->kv_type;
+    cp->n_ubatch = mo->n_ubatch;
+    cp->attn_sparse_k = mo->attn_sparse;
+    cp->cpu = mo->cpu;
+}
+
 void cli_free_expert_stats(brisk_context_params *cp) {
     if (!cp) return;
     free((void *)cp->expert_stats);

@@ -168,6 +168,8 @@ bool cli_load_model(const char *path, const cli_model_opts *mo, struct brisk_con
 /* With --cache-experts / --expert-stats, cli_load_model also sets cp's cache fields; the counts it
  * read (cp->expert_stats) are the caller's to free with this, once the context is made. */
 void cli_free_expert_stats(struct brisk_context_params *cp);
+/* The context settings of the model flags into cp: --kv-type, -ub, --attn-sparse, the CPU placement. */
+void cli_context_opts(const cli_model_opts *mo, struct brisk_context_params *cp);
 /* The hot-expert cache's hits and misses on stderr, a short table (nothing without a cache). */
 void cli_report_expert_cache(const struct brisk_model *m, const struct brisk_context *ctx);
 /* Makes the context and says what it took on the GPU; a notice when a sequence's share of the

@@ -726,6 +726,16 @@ BK_INLINE float dot_f32(const float *a, const float *b, int n) {
     return s;
 }
 
+/* cpu_attn_head / cpu_attn_block on this core's ISA: 0 where it has none (the per-token loop then runs). */
+static int attn_head_isa(const cpu_attn_head *ah) {
+    const cpu_isa isa = cpu_dot_isa();
+    return isa == CPU_ISA_AVX512 ? cpu_attn_head_avx512(ah) : isa == CPU_ISA_AVX2 ? cpu_attn_head_avx2(ah) : 0;
+}
+static int attn_block_isa(const cpu_attn_block *ab) {
+    const cpu_isa isa = cpu_dot_isa();
+    return isa == CPU_ISA_AVX512 ? cpu_attn_block_avx512(ab) : isa == CPU_ISA_AVX2 ? cpu_attn_block_avx2(ab) : 0;
+}
+
 /* One token's query heads h .. h + n_q - 1 (one work unit of att_worker) over positions [0, np) of
  * the page table (the sequence's, or block-sparse attention's compacted one). */
 BK_MULTIVERSION static void att_unit(att_job *j, int ith, int t, int h, const int32_t *table, int np) {
@@ -739,7 +749,7 @@ BK_MULTIVERSION static void att_unit(att_job *j, int ith, int t, int h, const in
             cpu_attn_head ah = {.q = q, .kv = j->kv, .table = table, .np = np, .kvh = kvh, .n_head_kv = j->n_head_kv,
                                 .hd = hd, .scale = j->scale, .scores = sc, .sc_stride = j->sc_stride,
                                 .lanes = kbuf + hd, .out = o, .n_q = nq};
-            if (cpu_dot_isa() == CPU_ISA_AVX512 ? cpu_attn_head_avx512(&ah) : cpu_attn_head_avx2(&ah)) return;
+            if (attn_head_isa(&ah)) return;
         }
         float mx = -INFINITY;
         for (int p = 0; p < np; p++) {
@@ -783,12 +793,6 @@ BK_MULTIVERSION static void att_unit(att_job *j, int ith, int t, int h, const in
             fma_row(o, vf, sc[p], hd);
         }
     }
-}
-
-/* cpu_attn_block on this core's ISA: 0 where it has none (the per-token loop then runs). */
-static int attn_block_isa(const cpu_attn_block *ab) {
-    const cpu_isa isa = cpu_dot_isa();
-    return isa == CPU_ISA_AVX512 ? cpu_attn_block_avx512(ab) : isa == CPU_ISA_AVX2 ? cpu_attn_block_avx2(ab) : 0;
 }
 
 /* Striped over work units: causal rows grow with the position, so contiguous
