@@ -1,6 +1,11 @@
 /* cpu_repack.h — weights repacked at load into an interleaved layout for
  * decode and short batches (the matmul path below cpu_pgemm's 16 tokens).
  *
+ * Each ISA has its own layouts (cpu_repack_isa.h): AVX-512 VNNI repacks
+ * Q4_0, Q8_0 and Q4_K as below; AVX2 repacks Q4_0 (cpu_repack_avx2.c: per
+ * group of 8 rows and block, f16 d[8] then qs[4][32], qs[k] lane L the bytes
+ * 4k..4k+3 of row L, 144 bytes, vpmaddubsw products summed in int16).
+ *
  * Q4_0 ("q4_0x8"): eight rows are interleaved so that one 64-byte load feeds
  * eight rows and two blocks, and vpdpbusd (AVX-512 VNNI) takes the nibbles as
  * unsigned bytes against the int8 activations; the -8 offset of Q4_0 enters
@@ -53,8 +58,8 @@
 int cpu_repack_rows(uint32_t type);
 
 /* Bytes of the repacked copy of an n_out x n_in matrix, or 0 when this type
- * or shape is not repacked on this CPU (no AVX-512 VNNI, BRISK_CPU_REPACK=0,
- * fewer rows than a group). */
+ * or shape is not repacked on this CPU (no layout for the type on this ISA,
+ * BRISK_CPU_REPACK=0, fewer rows than a group). */
 size_t cpu_repack_bytes(uint32_t type, int64_t n_in, int64_t n_out);
 /* Writes the repacked copy of the whole groups of rows of w (row stride ws)
  * into dst (cpu_repack_bytes() bytes, 64-byte aligned). */

@@ -1,10 +1,9 @@
-/* cpu_repack_avx512.c — the repacked layouts of cpu_repack.h and their
- * AVX-512 VNNI kernels. Built with the AVX-512 flags; every entry point
- * first checks that cpu_dot_isa() chose AVX-512 (which implies VNNI), so the
- * portable code here never runs on a CPU without it. */
-#include "backend/cpu/cpu_repack.h"
+/* cpu_repack_avx512.c — the AVX-512 VNNI layouts of cpu_repack.h and their
+ * kernels. Built with the AVX-512 flags; cpu_repack.c calls this table only
+ * when cpu_dot_isa() chose AVX-512 (which implies VNNI), so even its
+ * portable code never runs on a CPU without it. */
+#include "backend/cpu/cpu_repack_isa.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_dot.h"
@@ -17,29 +16,21 @@
 
 static size_t pair_bytes(uint32_t type) { return type == QT_Q8_0 ? Q80_PAIR_BYTES : Q40_PAIR_BYTES; }
 
-/* Which types are repacked: those whose repacked kernels won end to end (Q4_0: qwen3-0.6b decode
- * 29.9 against 22.5 tok/s, 1 thread, on the 2-core AVX-512 VNNI VM; Q8_0 and Q4_K: see
- * bench/RESULTS.md's CPU section); BRISK_CPU_REPACK=0 turns repacking off (A/B timing, or to read
- * the mapped file only). */
-static bool repack_enabled(uint32_t type) {
-    const char *e = getenv("BRISK_CPU_REPACK");
-    if ((e && !strcmp(e, "0")) || cpu_dot_isa() != CPU_ISA_AVX512) return false;
-    return type == QT_Q4_0 || type == QT_Q8_0 || type == QT_Q4_K;
-}
+/* The types repacked on AVX-512 VNNI: those whose repacked kernels won end to end (Q4_0: qwen3-0.6b
+ * decode 29.9 against 22.5 tok/s, 1 thread, on the 2-core AVX-512 VNNI VM; Q8_0 and Q4_K: see
+ * bench/RESULTS.md's CPU section). */
+static int rows_avx512(uint32_t type) { return type == QT_Q4_0 || type == QT_Q8_0 ? 8 : type == QT_Q4_K ? 16 : 0; }
 
-int cpu_repack_rows(uint32_t type) { return type == QT_Q4_0 || type == QT_Q8_0 ? 8 : type == QT_Q4_K ? 16 : 0; }
-
-size_t cpu_repack_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
-    const int R = cpu_repack_rows(type);
-    if (!R || n_out < R || !repack_enabled(type)) return 0;
+static size_t bytes_avx512(uint32_t type, int64_t n_in, int64_t n_out) {
+    const int R = rows_avx512(type);
     if (type == QT_Q4_K) return n_in % 256 ? 0 : (size_t)(n_out / R) * (size_t)(n_in / 256) * Q4K_GROUP_BYTES;
     if (n_in % 32) return 0;
     return (size_t)(n_out / R) * (size_t)((n_in / 32 + 1) / 2) * pair_bytes(type);
 }
 
-size_t cpu_repack_act_bytes(uint32_t type, int64_t n_in) {
+static size_t act_bytes_avx512(uint32_t type, int64_t n_in) {
     if (type == QT_Q4_K) return ((size_t)(n_in / 256) * sizeof(blk_q8_K) + 63) & ~(size_t)63; /* tokens 64 B aligned */
-    return cpu_repack_rows(type) ? (size_t)((n_in / 32 + 1) / 2) * REPACK_ACT_BYTES : 0;
+    return rows_avx512(type) ? (size_t)((n_in / 32 + 1) / 2) * REPACK_ACT_BYTES : 0;
 }
 
 /* q4_Kx16: the 6-bit scales and mins unpacked, each chunk's quants 4 bytes a row per lane. */
@@ -59,12 +50,12 @@ static void q4k_repack(int64_t n_in, int64_t n_out, const void *w, size_t ws, ui
     }
 }
 
-void cpu_repack_weights(uint32_t type, int64_t n_in, int64_t n_out, const void *w, size_t ws, void *dst) {
+static void weights_avx512(uint32_t type, int64_t n_in, int64_t n_out, const void *w, size_t ws, void *dst) {
     if (type == QT_Q4_K) {
         q4k_repack(n_in, n_out, w, ws, dst);
         return;
     }
-    if (!cpu_repack_rows(type)) return;
+    if (!rows_avx512(type)) return;
     const int64_t nb = n_in / 32, np = (nb + 1) / 2;
     const size_t pb = pair_bytes(type), bb = quant_get_traits(type)->block_bytes;
     uint8_t *o = dst;
@@ -87,12 +78,12 @@ void cpu_repack_weights(uint32_t type, int64_t n_in, int64_t n_out, const void *
     }
 }
 
-void cpu_repack_act(uint32_t type, int64_t n_in, const void *xq, void *xa) {
+static void act_avx512(uint32_t type, int64_t n_in, const void *xq, void *xa) {
     if (type == QT_Q4_K) { /* the Q8_K row as it is: its 4-byte groups are broadcast from memory */
         memcpy(xa, xq, (size_t)(n_in / 256) * sizeof(blk_q8_K));
         return;
     }
-    if (!cpu_repack_rows(type)) return;
+    if (!rows_avx512(type)) return;
     const blk_q8_0 *x = xq;
     const int64_t nb = n_in / 32, np = (nb + 1) / 2;
     /* the weights' offset: sum (q - off) y = sum q y - off sum y, with q the stored unsigned quant */
@@ -319,13 +310,16 @@ static KATTR void q4k_gemm(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t 
     }
 }
 
-void cpu_repack_gemm(uint32_t type, int64_t n_in, const void *wr, int64_t g0, int64_t g1, const void *xa, size_t xs,
-                     int nx, float *s, size_t ss) {
+static void gemm_avx512(uint32_t type, int64_t n_in, const void *wr, int64_t g0, int64_t g1, const void *xa,
+                        size_t xs, int nx, float *s, size_t ss) {
     if (type == QT_Q4_0) q40_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss);
     else if (type == QT_Q8_0) q80_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss);
     else if (type == QT_Q4_K) q4k_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss);
 }
 #else
-void cpu_repack_gemm(uint32_t type, int64_t n_in, const void *wr, int64_t g0, int64_t g1, const void *xa, size_t xs,
-                     int nx, float *s, size_t ss) {}
+static void gemm_avx512(uint32_t type, int64_t n_in, const void *wr, int64_t g0, int64_t g1, const void *xa,
+                        size_t xs, int nx, float *s, size_t ss) {}
 #endif
+
+const cpu_repack_ops cpu_repack_avx512 = {rows_avx512, bytes_avx512, act_bytes_avx512,
+                                          weights_avx512, act_avx512, gemm_avx512};

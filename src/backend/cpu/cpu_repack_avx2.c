@@ -1,0 +1,135 @@
+/* cpu_repack_avx2.c — the AVX2 layout of cpu_repack.h (Q4_0) and its
+ * kernel. Built with the AVX2 flags; cpu_repack.c calls this table only when
+ * cpu_dot_isa() chose AVX2 (AVX-512 cores take cpu_repack_avx512.c's).
+ *
+ * AVX2 has no vpdpbusd: vpmaddubsw multiplies the unsigned nibbles by the
+ * int8 activations into int16 pairs (at most 2 * 15 * 128 = 3840 each), the
+ * eight pairs of a block's row add in int16 without overflow (30720), and
+ * one vpmaddwd takes them to int32: per block and 8 rows about half the
+ * instructions of the plain kernel's sign trick, which runs each row alone. */
+#include "backend/cpu/cpu_repack_isa.h"
+
+#include <string.h>
+
+#include "quant/quant.h"
+
+#define Q40X8_BYTES 144 /* f16 d[8] + qs[4][32]: 8 blocks of 18 bytes */
+#define ACT_BLOCK_BYTES 48 /* i8 qs[32], i32 -8 * sum(qs), f32 d, pad */
+
+static int rows_avx2(uint32_t type) { return type == QT_Q4_0 ? 8 : 0; }
+
+static size_t bytes_avx2(uint32_t type, int64_t n_in, int64_t n_out) {
+    return n_in % 32 ? 0 : (size_t)(n_out / 8) * (size_t)(n_in / 32) * Q40X8_BYTES;
+}
+
+static size_t act_bytes_avx2(uint32_t type, int64_t n_in) {
+    return ((size_t)(n_in / 32) * ACT_BLOCK_BYTES + 63) & ~(size_t)63; /* tokens 64 B aligned */
+}
+
+/* Per group of 8 rows and block: the 8 scales, then qs[k] lane L = bytes 4k..4k+3 of row L's qs
+ * (its elements 4k..4k+3 in the low nibbles, 16+4k.. in the high ones). */
+static void weights_avx2(uint32_t type, int64_t n_in, int64_t n_out, const void *w, size_t ws, void *dst) {
+    const int64_t nb = n_in / 32;
+    uint8_t *o = dst;
+    for (int64_t g = 0; g < n_out / 8; g++) {
+        for (int64_t b = 0; b < nb; b++, o += Q40X8_BYTES) {
+            for (int r = 0; r < 8; r++) {
+                const blk_q4_0 *src = (const blk_q4_0 *)(const void *)((const char *)w + (size_t)(g * 8 + r) * ws) + b;
+                memcpy(o + 2 * r, &src->d, 2);
+                for (int k = 0; k < 4; k++) memcpy(o + 16 + 32 * k + 4 * r, src->qs + 4 * k, 4);
+            }
+        }
+    }
+}
+
+/* The Q8_0 row with each block's -8 * sum(qs) (the nibbles' offset: sum (q - 8) y = sum q y - 8 sum y)
+ * and its scale as a float beside the quants. */
+static void act_avx2(uint32_t type, int64_t n_in, const void *xq, void *xa) {
+    const blk_q8_0 *x = xq;
+    uint8_t *o = xa;
+    for (int64_t b = 0; b < n_in / 32; b++, o += ACT_BLOCK_BYTES) {
+        int32_t sum = 0;
+        for (int i = 0; i < 32; i++) sum += x[b].qs[i];
+        const int32_t init = -8 * sum;
+        const float d = quant_f16_to_f32(x[b].d);
+        memcpy(o, x[b].qs, 32);
+        memcpy(o + 32, &init, 4);
+        memcpy(o + 36, &d, 4);
+        memset(o + 40, 0, ACT_BLOCK_BYTES - 40);
+    }
+}
+
+#if defined(__x86_64__) && defined(__AVX2__)
+#include <immintrin.h>
+
+#define KINL static inline __attribute__((always_inline))
+
+/* Bytes ahead that the weight stream is prefetched into L2. */
+#ifndef REPACK_PF_BYTES
+#define REPACK_PF_BYTES 8192
+#endif
+
+KINL __m256i bcast4(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* One group of 8 rows (a row per 32-bit lane) against RX (1..2) tokens: per block, the nibbles
+ * are unpacked once and meet each token's 4-byte groups, broadcast to the 8 rows. */
+KINL void q40_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, const int RX, float *s, size_t ss) {
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < nb; b++, w += Q40X8_BYTES) {
+        _mm_prefetch((const char *)w + REPACK_PF_BYTES, _MM_HINT_T1);
+        _mm_prefetch((const char *)w + REPACK_PF_BYTES + 64, _MM_HINT_T1);
+        _mm_prefetch((const char *)w + REPACK_PF_BYTES + 128, _MM_HINT_T1);
+        __m256i lo[4], hi[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * k));
+            lo[k] = _mm256_and_si256(q, m4);
+            hi[k] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+#pragma GCC unroll 4
+        for (int j = 0; j < RX; j++) {
+            const uint8_t *a = xa + (size_t)j * xs + (size_t)b * ACT_BLOCK_BYTES;
+            __m256i p0 = _mm256_maddubs_epi16(lo[0], bcast4(a)), p1 = _mm256_maddubs_epi16(hi[0], bcast4(a + 16));
+#pragma GCC unroll 3
+            for (int k = 1; k < 4; k++) {
+                p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(lo[k], bcast4(a + 4 * k)));
+                p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(hi[k], bcast4(a + 16 + 4 * k)));
+            }
+            const __m256i i32 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones), bcast4(a + 32));
+            float dx;
+            memcpy(&dx, a + 36, 4);
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < RX; j++) {
+        float v[8];
+        _mm256_storeu_ps(v, acc[j]);
+        for (int r = 0; r < 8; r++) s[(size_t)r * ss + j] = v[r];
+    }
+}
+
+static void gemm_avx2(uint32_t type, int64_t n_in, const void *wr, int64_t g0, int64_t g1, const void *xa,
+                      size_t xs, int nx, float *s, size_t ss) {
+    const int64_t nb = n_in / 32;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *w = (const uint8_t *)wr + (size_t)g * (size_t)nb * Q40X8_BYTES;
+        float *sg = s + (size_t)(g - g0) * 8 * ss;
+        int j = 0;
+        for (; j + 4 <= nx; j += 4) q40_group(nb, w, (const uint8_t *)xa + (size_t)j * xs, xs, 4, sg + j, ss);
+        for (; j + 2 <= nx; j += 2) q40_group(nb, w, (const uint8_t *)xa + (size_t)j * xs, xs, 2, sg + j, ss);
+        if (j < nx) q40_group(nb, w, (const uint8_t *)xa + (size_t)j * xs, xs, 1, sg + j, ss);
+    }
+}
+#else
+static void gemm_avx2(uint32_t type, int64_t n_in, const void *wr, int64_t g0, int64_t g1, const void *xa,
+                      size_t xs, int nx, float *s, size_t ss) {}
+#endif
+
+const cpu_repack_ops cpu_repack_avx2 = {rows_avx2, bytes_avx2, act_bytes_avx2, weights_avx2, act_avx2, gemm_avx2};
