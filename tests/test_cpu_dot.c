@@ -476,15 +476,17 @@ static void test_repack(void) {
     if (getenv("BRISK_CPU_REPACK")) return; /* the test runs the repacked types as they are by default */
     static const int64_t shapes[][2] = {{1024, 16}, {96, 13}, {3072, 24}, {32, 8}, {64, 9}, {160, 7},
                                         {256, 16}, {768, 35}, {512, 15}, {2048, 48}};
-    const uint32_t types[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K}; /* Q4_K: 16 rows, whole super-blocks only */
+    /* Q4_K: 16 rows (AVX-512), Q6_K (AVX2): whole super-blocks only */
+    const uint32_t types[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q6_K};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const uint32_t wt = types[ti], xt = quant_get_traits(wt)->vec_dot_type;
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             const int64_t n = shapes[si][0], rows = shapes[si][1];
             const size_t rb = cpu_repack_bytes(wt, n, rows);
             const int R = cpu_repack_rows(wt);
-            /* AVX-512 VNNI: the three types; AVX2: Q4_0; portable cores: none */
-            CHECK((R > 0) == (cpu_dot_isa() == CPU_ISA_AVX512 || (cpu_dot_isa() == CPU_ISA_AVX2 && wt == QT_Q4_0)));
+            /* AVX-512 VNNI: Q4_0, Q8_0, Q4_K; AVX2: Q4_0, Q6_K; portable cores: none */
+            CHECK((R > 0) == (cpu_dot_isa() == CPU_ISA_AVX512 ? wt != QT_Q6_K
+                              : cpu_dot_isa() == CPU_ISA_AVX2 && (wt == QT_Q4_0 || wt == QT_Q6_K)));
             if (!R) {
                 CHECK(rb == 0);
                 continue;
@@ -536,6 +538,71 @@ static void test_repack(void) {
     unsetenv("BRISK_CPU_REPACK");
 }
 
+/* The repacked kernels sum products in int16 before widening (AVX2: a Q4_0 block's eight
+ * vpmaddubsw pairs, two of Q6_K's), which holds only for the largest quants against activations
+ * of -128: every weight quant at its maximum (bytes 0xFF), Q6_K's sub-block scales -128, every
+ * activation -128 (Q8_K's bsums to match), all scales 1. Random data would not reach that bound. */
+static void test_repack_extremes(void) {
+    if (getenv("BRISK_CPU_REPACK")) return;
+    const uint32_t types[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q6_K};
+    const int64_t n = 512, rows = 16;
+    int tested = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t wt = types[ti], xt = quant_get_traits(wt)->vec_dot_type;
+        const size_t rb = cpu_repack_bytes(wt, n, rows);
+        if (!rb) continue;
+        const quant_traits *tr = quant_get_traits(wt), *xtr = quant_get_traits(xt);
+        const size_t ws = quant_row_size(wt, n), xs = quant_row_size(xt, n), as = cpu_repack_act_bytes(wt, n);
+        uint8_t *w = malloc(ws * rows), *x = malloc(xs);
+        void *wr = aligned_alloc(64, (rb + 63) & ~(size_t)63), *xa = aligned_alloc(64, (as + 63) & ~(size_t)63);
+        float *wf = malloc(sizeof(float) * n * rows), *xf = malloc(sizeof(float) * n), s[16];
+        memset(w, 0xFF, ws * rows);
+        const uint16_t one = quant_f32_to_f16(1.0f);
+        for (int64_t b = 0; b < n * rows / tr->block_elems; b++) {
+            uint8_t *blk = w + (size_t)b * tr->block_bytes;
+            if (wt == QT_Q6_K) {
+                memcpy(blk + 208, &one, 2);
+                memset(blk + 192, 0x80, 16); /* scales -128 */
+            } else {
+                memcpy(blk, &one, 2); /* d; Q4_K: dmin 0 next */
+                if (wt == QT_Q4_K) memset(blk + 2, 0, 2);
+            }
+        }
+        for (int64_t b = 0; b < n / xtr->block_elems; b++) {
+            if (xt == QT_Q8_K) {
+                blk_q8_K *y = (blk_q8_K *)(void *)x + b;
+                y->d = 1.0f;
+                memset(y->qs, 0x80, sizeof y->qs);
+                for (int i = 0; i < 16; i++) y->bsums[i] = -128 * 16;
+            } else {
+                blk_q8_0 *y = (blk_q8_0 *)(void *)x + b;
+                y->d = one;
+                memset(y->qs, 0x80, sizeof y->qs);
+            }
+        }
+        CHECK_OK(quant_dequantize(wt, w, wf, n * rows));
+        CHECK_OK(quant_dequantize(xt, x, xf, n));
+        cpu_repack_weights(wt, n, rows, w, ws, wr);
+        cpu_repack_act(wt, n, x, xa);
+        const int R = cpu_repack_rows(wt);
+        cpu_repack_gemm(wt, n, wr, 0, rows / R, xa, as, 1, s, 1);
+        for (int64_t r = 0; r < rows / R * R; r++) {
+            double ref = 0;
+            for (int64_t i = 0; i < n; i++) ref += (double)wf[r * n + i] * xf[i];
+            if (!(fabs(s[r] - ref) <= 1e-6 * fabs(ref) + 1e-3)) {
+                fprintf(stderr, "  repack extremes %s row %lld: %.9g vs ref %.9g\n", quant_type_name(wt), (long long)r,
+                        s[r], ref);
+                CHECK(0);
+                break;
+            }
+        }
+        tested++;
+        free(w), free(x), free(wr), free(xa), free(wf), free(xf);
+    }
+    printf("  %d repacked types at their extremes on %s\n", tested, cpu_isa_name(cpu_dot_isa()));
+    CHECK(tested > 0 || cpu_dot_isa() == CPU_ISA_PORTABLE);
+}
+
 /* The CPU backend's matmul with repacked copies against the same backend
  * reading the mapped rows (BRISK_CPU_REPACK=0): several matrices in one call
  * (row tiles straddle them; row counts not a multiple of 8, so the plain
@@ -543,11 +610,11 @@ static void test_repack(void) {
  * input, 1..15 tokens, 1 and 2 threads. */
 static void test_repack_matmul(void) {
     if (!cpu_repack_rows(QT_Q4_0) || getenv("BRISK_CPU_REPACK")) return; /* types without a layout here: the map */
-    enum { NW = 6, NMAX = 15 };
+    enum { NW = 7, NMAX = 15 };
     /* Q4_K first: its 16-row groups are repacked only where a 16-row tile of the call holds a
      * whole group (the matrices' rows are tiled as one run), so it starts at row 0 and 48 */
-    const int64_t n_in = 512, rows[NW] = {48, 21, 13, 37, 8, 64};
-    const uint32_t types[NW] = {QT_Q4_K, QT_Q4_K, QT_Q4_0, QT_Q8_0, QT_Q4_0, QT_Q8_0};
+    const int64_t n_in = 512, rows[NW] = {48, 21, 13, 37, 8, 64, 19};
+    const uint32_t types[NW] = {QT_Q4_K, QT_Q4_K, QT_Q4_0, QT_Q8_0, QT_Q4_0, QT_Q8_0, QT_Q6_K};
     bk_weight w[NW];
     const bk_weight *wp[NW];
     float *y[2][NW], *x = malloc(sizeof(float) * n_in * NMAX);
@@ -613,6 +680,7 @@ int main(int argc, char **argv) {
         {"pgemm", test_pgemm},
         {"repack", test_repack},
         {"repack_matmul", test_repack_matmul},
+        {"repack_extremes", test_repack_extremes},
         {"repack_as_avx2", test_repack_as_avx2},
         {"q8K_from_float", test_q8K_from_float},
         {"ggml_from_float", test_ggml_from_float},

@@ -15,20 +15,47 @@
 
 #define Q40X8_BYTES 144 /* f16 d[8] + qs[4][32]: 8 blocks of 18 bytes */
 #define ACT_BLOCK_BYTES 48 /* i8 qs[32], i32 -8 * sum(qs), f32 d, pad */
+#define Q6KX8_BYTES 1680 /* f16 d[8], i8 sc[16][8], ql[32][32], qh[16][32]: 8 blocks of 210 bytes */
+#define Q6KX8_SC 16
+#define Q6KX8_QL 144
+#define Q6KX8_QH 1168
 
-static int rows_avx2(uint32_t type) { return type == QT_Q4_0 ? 8 : 0; }
+static int rows_avx2(uint32_t type) { return type == QT_Q4_0 || type == QT_Q6_K ? 8 : 0; }
 
 static size_t bytes_avx2(uint32_t type, int64_t n_in, int64_t n_out) {
+    if (type == QT_Q6_K) return n_in % 256 ? 0 : (size_t)(n_out / 8) * (size_t)(n_in / 256) * Q6KX8_BYTES;
     return n_in % 32 ? 0 : (size_t)(n_out / 8) * (size_t)(n_in / 32) * Q40X8_BYTES;
 }
 
 static size_t act_bytes_avx2(uint32_t type, int64_t n_in) {
+    if (type == QT_Q6_K) return ((size_t)(n_in / 256) * sizeof(blk_q8_K) + 63) & ~(size_t)63;
     return ((size_t)(n_in / 32) * ACT_BLOCK_BYTES + 63) & ~(size_t)63; /* tokens 64 B aligned */
+}
+
+/* q6_Kx8: per group of 8 rows and super-block the 8 scales d, the 16 sub-block scales of the 8
+ * rows (sc[sb][r]), then ql and qh a row per lane: ql vector k lane r = bytes 4k..4k+3 of row r's
+ * ql, qh vector k lane r = bytes 4k..4k+3 of its qh (the 2-bit fields stay where Q6_K has them). */
+static void q6k_repack(int64_t n_in, int64_t n_out, const void *w, size_t ws, uint8_t *o) {
+    for (int64_t g = 0; g < n_out / 8; g++) {
+        for (int64_t b = 0; b < n_in / 256; b++, o += Q6KX8_BYTES) {
+            for (int r = 0; r < 8; r++) {
+                const blk_q6_K *src = (const blk_q6_K *)(const void *)((const char *)w + (size_t)(g * 8 + r) * ws) + b;
+                memcpy(o + 2 * r, &src->d, 2);
+                for (int sb = 0; sb < 16; sb++) o[Q6KX8_SC + 8 * sb + r] = (uint8_t)src->scales[sb];
+                for (int k = 0; k < 32; k++) memcpy(o + Q6KX8_QL + 32 * k + 4 * r, src->ql + 4 * k, 4);
+                for (int k = 0; k < 16; k++) memcpy(o + Q6KX8_QH + 32 * k + 4 * r, src->qh + 4 * k, 4);
+            }
+        }
+    }
 }
 
 /* Per group of 8 rows and block: the 8 scales, then qs[k] lane L = bytes 4k..4k+3 of row L's qs
  * (its elements 4k..4k+3 in the low nibbles, 16+4k.. in the high ones). */
 static void weights_avx2(uint32_t type, int64_t n_in, int64_t n_out, const void *w, size_t ws, void *dst) {
+    if (type == QT_Q6_K) {
+        q6k_repack(n_in, n_out, w, ws, dst);
+        return;
+    }
     const int64_t nb = n_in / 32;
     uint8_t *o = dst;
     for (int64_t g = 0; g < n_out / 8; g++) {
@@ -45,6 +72,10 @@ static void weights_avx2(uint32_t type, int64_t n_in, int64_t n_out, const void 
 /* The Q8_0 row with each block's -8 * sum(qs) (the nibbles' offset: sum (q - 8) y = sum q y - 8 sum y)
  * and its scale as a float beside the quants. */
 static void act_avx2(uint32_t type, int64_t n_in, const void *xq, void *xa) {
+    if (type == QT_Q6_K) { /* the Q8_K row as it is: its 4-byte groups and bsums are broadcast from memory */
+        memcpy(xa, xq, (size_t)(n_in / 256) * sizeof(blk_q8_K));
+        return;
+    }
     const blk_q8_0 *x = xq;
     uint8_t *o = xa;
     for (int64_t b = 0; b < n_in / 32; b++, o += ACT_BLOCK_BYTES) {
@@ -67,6 +98,9 @@ static void act_avx2(uint32_t type, int64_t n_in, const void *xq, void *xa) {
 /* Bytes ahead that the weight stream is prefetched into L2. */
 #ifndef REPACK_PF_BYTES
 #define REPACK_PF_BYTES 8192
+#endif
+#ifndef REPACK_PF_BYTES_Q6K
+#define REPACK_PF_BYTES_Q6K 16384
 #endif
 
 KINL __m256i bcast4(const uint8_t *p) {
@@ -115,8 +149,106 @@ KINL void q40_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, 
     }
 }
 
+/* An int32 lane's low int16 copied into its high half: (sc, sc) pairs for vpmaddwd. */
+KINL __m256i pair16(__m256i v) { return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA); }
+
+KINL __m256i sc32(const uint8_t *p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+
+/* One group of 8 rows against RX (1..2) Q8_K tokens, per super-block: sum_sb sc[sb] (sum q y
+ * - 32 bsum[sb]) exact in int32. The 6-bit quants are rebuilt unsigned (0..63) from ql's nibble
+ * and qh's 2 bits; a vpmaddubsw pair is at most 2 * 63 * 128 = 16128, so two add in int16 before
+ * vpmaddwd by the sub-block's scale. The -32 offset: sum_sb sc[sb] bsum[sb] by vpmaddwd on
+ * (sc[2i], sc[2i+1]) pairs. */
+KINL void q6k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, const int RX, float *s, size_t ss) {
+    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < nb; b++, w += Q6KX8_BYTES) {
+#pragma GCC unroll 27
+        for (int l = 0; l < (Q6KX8_BYTES + 63) / 64; l++)
+            _mm_prefetch((const char *)w + REPACK_PF_BYTES_Q6K + 64 * l, _MM_HINT_T1);
+        const uint8_t *sc = w + Q6KX8_SC, *ql = w + Q6KX8_QL, *qh = w + Q6KX8_QH;
+        const blk_q8_K *y[2];
+        __m256i isum[2];
+#pragma GCC unroll 2
+        for (int j = 0; j < RX; j++) {
+            y[j] = (const blk_q8_K *)(const void *)(xa + (size_t)j * xs) + b;
+            isum[j] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            const __m256i pr = _mm256_blend_epi16(sc32(sc + 16 * i), _mm256_slli_epi32(sc32(sc + 16 * i + 8), 16), 0xAA);
+#pragma GCC unroll 2
+            for (int j = 0; j < RX; j++) {
+                int32_t bs;
+                memcpy(&bs, y[j]->bsums + 2 * i, 4);
+                isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(pr, _mm256_set1_epi32(bs)));
+            }
+        }
+#pragma GCC unroll 2
+        for (int j = 0; j < RX; j++) isum[j] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(isum[j], 5));
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 2
+            for (int is = 0; is < 2; is++) {
+                __m256i p[4][2], sc16[4];
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; t++) sc16[t] = pair16(sc32(sc + 8 * (8 * h + is + 2 * t)));
+#pragma GCC unroll 4
+                for (int kk = 0; kk < 4; kk++) {
+                    const int kq = 4 * is + kk;
+                    const __m256i A = _mm256_loadu_si256((const __m256i *)(ql + 32 * (16 * h + kq)));
+                    const __m256i B = _mm256_loadu_si256((const __m256i *)(ql + 32 * (16 * h + 8 + kq)));
+                    const __m256i H = _mm256_loadu_si256((const __m256i *)(qh + 32 * (8 * h + kq)));
+                    __m256i v[4];
+                    v[0] = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
+                    v[1] = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+                    v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(H, m30));
+                    v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
+                                           _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+#pragma GCC unroll 2
+                    for (int j = 0; j < RX; j++) {
+#pragma GCC unroll 4
+                        for (int t = 0; t < 4; t++) {
+                            const __m256i m = _mm256_maddubs_epi16(v[t], bcast4((const uint8_t *)y[j]->qs + 128 * h + 32 * t + 4 * kq));
+                            p[t][j] = kk % 2 ? _mm256_add_epi16(p[t][j], m) : m;
+                            if (kk % 2)
+                                isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p[t][j], sc16[t]));
+                        }
+                    }
+                }
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+#pragma GCC unroll 2
+        for (int j = 0; j < RX; j++)
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(y[j]->d)), acc[j]);
+    }
+#pragma GCC unroll 2
+    for (int j = 0; j < RX; j++) {
+        float v[8];
+        _mm256_storeu_ps(v, acc[j]);
+        for (int r = 0; r < 8; r++) s[(size_t)r * ss + j] = v[r];
+    }
+}
+
+static void q6k_gemm(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t g1, const uint8_t *xa, size_t xs, int nx,
+                     float *s, size_t ss) {
+    const int64_t nb = n_in / 256;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *w = wr + (size_t)g * (size_t)nb * Q6KX8_BYTES;
+        float *sg = s + (size_t)(g - g0) * 8 * ss;
+        int j = 0;
+        for (; j + 2 <= nx; j += 2) q6k_group(nb, w, xa + (size_t)j * xs, xs, 2, sg + j, ss);
+        if (j < nx) q6k_group(nb, w, xa + (size_t)j * xs, xs, 1, sg + j, ss);
+    }
+}
+
 static void gemm_avx2(uint32_t type, int64_t n_in, const void *wr, int64_t g0, int64_t g1, const void *xa,
                       size_t xs, int nx, float *s, size_t ss) {
+    if (type == QT_Q6_K) {
+        q6k_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss);
+        return;
+    }
     const int64_t nb = n_in / 32;
     for (int64_t g = g0; g < g1; g++) {
         const uint8_t *w = (const uint8_t *)wr + (size_t)g * (size_t)nb * Q40X8_BYTES;
@@ -128,6 +260,100 @@ static void gemm_avx2(uint32_t type, int64_t n_in, const void *wr, int64_t g0, i
     }
 }
 #else
+/* An int32 lane's low int16 copied into its high half: (sc, sc) pairs for vpmaddwd. */
+KINL __m256i pair16(__m256i v) { return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA); }
+
+KINL __m256i sc32(const uint8_t *p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+
+/* One group of 8 rows against RX (1..2) Q8_K tokens, per super-block: sum_sb sc[sb] (sum q y
+ * - 32 bsum[sb]) exact in int32. The 6-bit quants are rebuilt unsigned (0..63) from ql's nibble
+ * and qh's 2 bits; a vpmaddubsw pair is at most 2 * 63 * 128 = 16128, so two add in int16 before
+ * vpmaddwd by the sub-block's scale. The -32 offset: sum_sb sc[sb] bsum[sb] by vpmaddwd on
+ * (sc[2i], sc[2i+1]) pairs. */
+KINL void q6k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, const int RX, float *s, size_t ss) {
+    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < nb; b++, w += Q6KX8_BYTES) {
+#pragma GCC unroll 27
+        for (int l = 0; l < (Q6KX8_BYTES + 63) / 64; l++)
+            _mm_prefetch((const char *)w + REPACK_PF_BYTES_Q6K + 64 * l, _MM_HINT_T1);
+        const uint8_t *sc = w + Q6KX8_SC, *ql = w + Q6KX8_QL, *qh = w + Q6KX8_QH;
+        const blk_q8_K *y[2];
+        __m256i isum[2];
+#pragma GCC unroll 2
+        for (int j = 0; j < RX; j++) {
+            y[j] = (const blk_q8_K *)(const void *)(xa + (size_t)j * xs) + b;
+            isum[j] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            const __m256i pr = _mm256_blend_epi16(sc32(sc + 16 * i), _mm256_slli_epi32(sc32(sc + 16 * i + 8), 16), 0xAA);
+#pragma GCC unroll 2
+            for (int j = 0; j < RX; j++) {
+                int32_t bs;
+                memcpy(&bs, y[j]->bsums + 2 * i, 4);
+                isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(pr, _mm256_set1_epi32(bs)));
+            }
+        }
+#pragma GCC unroll 2
+        for (int j = 0; j < RX; j++) isum[j] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(isum[j], 5));
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 2
+            for (int is = 0; is < 2; is++) {
+                __m256i p[4][2], sc16[4];
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; t++) sc16[t] = pair16(sc32(sc + 8 * (8 * h + is + 2 * t)));
+#pragma GCC unroll 4
+                for (int kk = 0; kk < 4; kk++) {
+                    const int kq = 4 * is + kk;
+                    const __m256i A = _mm256_loadu_si256((const __m256i *)(ql + 32 * (16 * h + kq)));
+                    const __m256i B = _mm256_loadu_si256((const __m256i *)(ql + 32 * (16 * h + 8 + kq)));
+                    const __m256i H = _mm256_loadu_si256((const __m256i *)(qh + 32 * (8 * h + kq)));
+                    __m256i v[4];
+                    v[0] = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
+                    v[1] = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+                    v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(H, m30));
+                    v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
+                                           _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+#pragma GCC unroll 2
+                    for (int j = 0; j < RX; j++) {
+#pragma GCC unroll 4
+                        for (int t = 0; t < 4; t++) {
+                            const __m256i m = _mm256_maddubs_epi16(v[t], bcast4((const uint8_t *)y[j]->qs + 128 * h + 32 * t + 4 * kq));
+                            p[t][j] = kk % 2 ? _mm256_add_epi16(p[t][j], m) : m;
+                            if (kk % 2)
+                                isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p[t][j], sc16[t]));
+                        }
+                    }
+                }
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+#pragma GCC unroll 2
+        for (int j = 0; j < RX; j++)
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(y[j]->d)), acc[j]);
+    }
+#pragma GCC unroll 2
+    for (int j = 0; j < RX; j++) {
+        float v[8];
+        _mm256_storeu_ps(v, acc[j]);
+        for (int r = 0; r < 8; r++) s[(size_t)r * ss + j] = v[r];
+    }
+}
+
+static void q6k_gemm(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t g1, const uint8_t *xa, size_t xs, int nx,
+                     float *s, size_t ss) {
+    const int64_t nb = n_in / 256;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *w = wr + (size_t)g * (size_t)nb * Q6KX8_BYTES;
+        float *sg = s + (size_t)(g - g0) * 8 * ss;
+        int j = 0;
+        for (; j + 2 <= nx; j += 2) q6k_group(nb, w, xa + (size_t)j * xs, xs, 2, sg + j, ss);
+        if (j < nx) q6k_group(nb, w, xa + (size_t)j * xs, xs, 1, sg + j, ss);
+    }
+}
+
 static void gemm_avx2(uint32_t type, int64_t n_in, const void *wr, int64_t g0, int64_t g1, const void *xa,
                       size_t xs, int nx, float *s, size_t ss) {}
 #endif
