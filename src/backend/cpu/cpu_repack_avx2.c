@@ -15,21 +15,44 @@
 
 #define Q40X8_BYTES 144 /* f16 d[8] + qs[4][32]: 8 blocks of 18 bytes */
 #define ACT_BLOCK_BYTES 48 /* i8 qs[32], i32 -8 * sum(qs), f32 d, pad */
+#define Q4KX8_BYTES 1184 /* f16 d[8], dmin[8], u8 sc[8][8], m[8][8], qs[32][32]: 1152 mapped */
+#define Q4KX8_SC 32
+#define Q4KX8_M 96
+#define Q4KX8_QS 160
 #define Q6KX8_BYTES 1680 /* f16 d[8], i8 sc[16][8], ql[32][32], qh[16][32]: 8 blocks of 210 bytes */
 #define Q6KX8_SC 16
 #define Q6KX8_QL 144
 #define Q6KX8_QH 1168
 
-static int rows_avx2(uint32_t type) { return type == QT_Q4_0 || type == QT_Q6_K ? 8 : 0; }
+static int rows_avx2(uint32_t type) { return type == QT_Q4_0 || type == QT_Q4_K || type == QT_Q6_K ? 8 : 0; }
 
 static size_t bytes_avx2(uint32_t type, int64_t n_in, int64_t n_out) {
+    if (type == QT_Q4_K) return n_in % 256 ? 0 : (size_t)(n_out / 8) * (size_t)(n_in / 256) * Q4KX8_BYTES;
     if (type == QT_Q6_K) return n_in % 256 ? 0 : (size_t)(n_out / 8) * (size_t)(n_in / 256) * Q6KX8_BYTES;
     return n_in % 32 ? 0 : (size_t)(n_out / 8) * (size_t)(n_in / 32) * Q40X8_BYTES;
 }
 
 static size_t act_bytes_avx2(uint32_t type, int64_t n_in) {
-    if (type == QT_Q6_K) return ((size_t)(n_in / 256) * sizeof(blk_q8_K) + 63) & ~(size_t)63;
+    if (type == QT_Q4_K || type == QT_Q6_K) return ((size_t)(n_in / 256) * sizeof(blk_q8_K) + 63) & ~(size_t)63;
     return ((size_t)(n_in / 32) * ACT_BLOCK_BYTES + 63) & ~(size_t)63; /* tokens 64 B aligned */
+}
+
+/* q4_Kx8: per group of 8 rows and super-block the scales d and dmin, the 6-bit sub-block scales and
+ * mins unpacked (sc[sb][r], m[sb][r]), then qs a row per lane: vector k lane r = bytes 4k..4k+3 of
+ * row r's qs (chunk k / 8: low nibbles sub-block 2 (k / 8), high ones the next). */
+static void q4k_repack(int64_t n_in, int64_t n_out, const void *w, size_t ws, uint8_t *o) {
+    for (int64_t g = 0; g < n_out / 8; g++) {
+        for (int64_t b = 0; b < n_in / 256; b++, o += Q4KX8_BYTES) {
+            for (int r = 0; r < 8; r++) {
+                const blk_q4_K *src = (const blk_q4_K *)(const void *)((const char *)w + (size_t)(g * 8 + r) * ws) + b;
+                memcpy(o + 2 * r, &src->d, 2);
+                memcpy(o + 16 + 2 * r, &src->dmin, 2);
+                for (int sb = 0; sb < 8; sb++)
+                    quant_k4_scale_min(sb, src->scales, o + Q4KX8_SC + 8 * sb + r, o + Q4KX8_M + 8 * sb + r);
+                for (int k = 0; k < 32; k++) memcpy(o + Q4KX8_QS + 32 * k + 4 * r, src->qs + 4 * k, 4);
+            }
+        }
+    }
 }
 
 /* q6_Kx8: per group of 8 rows and super-block the 8 scales d, the 16 sub-block scales of the 8
@@ -56,6 +79,10 @@ static void weights_avx2(uint32_t type, int64_t n_in, int64_t n_out, const void 
         q6k_repack(n_in, n_out, w, ws, dst);
         return;
     }
+    if (type == QT_Q4_K) {
+        q4k_repack(n_in, n_out, w, ws, dst);
+        return;
+    }
     const int64_t nb = n_in / 32;
     uint8_t *o = dst;
     for (int64_t g = 0; g < n_out / 8; g++) {
@@ -74,6 +101,14 @@ static void weights_avx2(uint32_t type, int64_t n_in, int64_t n_out, const void 
 static void act_avx2(uint32_t type, int64_t n_in, const void *xq, void *xa) {
     if (type == QT_Q6_K) { /* the Q8_K row as it is: its 4-byte groups and bsums are broadcast from memory */
         memcpy(xa, xq, (size_t)(n_in / 256) * sizeof(blk_q8_K));
+        return;
+    }
+    if (type == QT_Q4_K) { /* the Q8_K row, bsums[0..7] replaced by the sums of the 32-element sub-blocks */
+        memcpy(xa, xq, (size_t)(n_in / 256) * sizeof(blk_q8_K));
+        for (int64_t b = 0; b < n_in / 256; b++) {
+            blk_q8_K *y = (blk_q8_K *)xa + b;
+            for (int sb = 0; sb < 8; sb++) y->bsums[sb] = (int16_t)(y->bsums[2 * sb] + y->bsums[2 * sb + 1]);
+        }
         return;
     }
     const blk_q8_0 *x = xq;
@@ -99,8 +134,8 @@ static void act_avx2(uint32_t type, int64_t n_in, const void *xq, void *xa) {
 #ifndef REPACK_PF_BYTES
 #define REPACK_PF_BYTES 8192
 #endif
-#ifndef REPACK_PF_BYTES_Q6K
-#define REPACK_PF_BYTES_Q6K 16384
+#ifndef REPACK_PF_BYTES_K
+#define REPACK_PF_BYTES_K 4096
 #endif
 
 KINL __m256i bcast4(const uint8_t *p) {
@@ -153,6 +188,7 @@ KINL void q40_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, 
 KINL __m256i pair16(__m256i v) { return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA); }
 
 KINL __m256i sc32(const uint8_t *p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+KINL __m256i u8x32(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
 
 /* One group of 8 rows against RX (1..2) Q8_K tokens, per super-block: sum_sb sc[sb] (sum q y
  * - 32 bsum[sb]) exact in int32. The 6-bit quants are rebuilt unsigned (0..63) from ql's nibble
@@ -163,9 +199,6 @@ KINL void q6k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, 
     const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t b = 0; b < nb; b++, w += Q6KX8_BYTES) {
-#pragma GCC unroll 27
-        for (int l = 0; l < (Q6KX8_BYTES + 63) / 64; l++)
-            _mm_prefetch((const char *)w + REPACK_PF_BYTES_Q6K + 64 * l, _MM_HINT_T1);
         const uint8_t *sc = w + Q6KX8_SC, *ql = w + Q6KX8_QL, *qh = w + Q6KX8_QH;
         const blk_q8_K *y[2];
         __m256i isum[2];
@@ -190,6 +223,9 @@ KINL void q6k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, 
         for (int h = 0; h < 2; h++) {
 #pragma GCC unroll 2
             for (int is = 0; is < 2; is++) {
+#pragma GCC unroll 7
+                for (int l = 0; l < 7; l++)
+                    _mm_prefetch((const char *)w + REPACK_PF_BYTES_K + 420 * (2 * h + is) + 64 * l, _MM_HINT_T1);
                 __m256i p[4][2], sc16[4];
 #pragma GCC unroll 4
                 for (int t = 0; t < 4; t++) sc16[t] = pair16(sc32(sc + 8 * (8 * h + is + 2 * t)));
@@ -228,6 +264,80 @@ KINL void q6k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, 
         float v[8];
         _mm256_storeu_ps(v, acc[j]);
         for (int r = 0; r < 8; r++) s[(size_t)r * ss + j] = v[r];
+    }
+}
+
+/* One group of 8 rows against RX (1..2) Q8_K tokens, per super-block: d sum_sb sc[sb] sum q y
+ * - dmin sum_sb m[sb] bsum[sb], each sum exact in int32. A vpmaddubsw pair of a nibble is at
+ * most 2 * 15 * 128 = 3840, so a sub-block's eight add in int16 before vpmaddwd by its scale;
+ * the mins meet the 32-element bsums (act_avx2) by vpmaddwd on (m[2i], m[2i+1]) pairs. */
+KINL void q4k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, const int RX, float *s, size_t ss) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < nb; b++, w += Q4KX8_BYTES) {
+        const uint8_t *sc = w + Q4KX8_SC, *mn = w + Q4KX8_M, *qs = w + Q4KX8_QS;
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
+        const blk_q8_K *y[2];
+        __m256i isum[2];
+#pragma GCC unroll 2
+        for (int j = 0; j < RX; j++) {
+            y[j] = (const blk_q8_K *)(const void *)(xa + (size_t)j * xs) + b;
+            __m256i msum = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                const __m256i pr = _mm256_blend_epi16(u8x32(mn + 16 * i), _mm256_slli_epi32(u8x32(mn + 16 * i + 8), 16), 0xAA);
+                int32_t bs;
+                memcpy(&bs, y[j]->bsums + 2 * i, 4);
+                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(pr, _mm256_set1_epi32(bs)));
+            }
+            acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dm, _mm256_set1_ps(y[j]->d)), acc[j]);
+            isum[j] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+#pragma GCC unroll 5
+            for (int l = 0; l < 5; l++)
+                _mm_prefetch((const char *)w + REPACK_PF_BYTES_K + 320 * c + 64 * l, _MM_HINT_T1);
+            __m256i plo[2], phi[2];
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * (8 * c + k)));
+                const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+#pragma GCC unroll 2
+                for (int j = 0; j < RX; j++) {
+                    const uint8_t *yq = (const uint8_t *)y[j]->qs + 64 * c + 4 * k;
+                    const __m256i a = _mm256_maddubs_epi16(lo, bcast4(yq)), h = _mm256_maddubs_epi16(hi, bcast4(yq + 32));
+                    plo[j] = k ? _mm256_add_epi16(plo[j], a) : a;
+                    phi[j] = k ? _mm256_add_epi16(phi[j], h) : h;
+                }
+            }
+            const __m256i s0 = pair16(u8x32(sc + 8 * (2 * c))), s1 = pair16(u8x32(sc + 8 * (2 * c + 1)));
+#pragma GCC unroll 2
+            for (int j = 0; j < RX; j++)
+                isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(_mm256_madd_epi16(plo[j], s0), _mm256_madd_epi16(phi[j], s1)));
+        }
+#pragma GCC unroll 2
+        for (int j = 0; j < RX; j++)
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(y[j]->d)), acc[j]);
+    }
+#pragma GCC unroll 2
+    for (int j = 0; j < RX; j++) {
+        float v[8];
+        _mm256_storeu_ps(v, acc[j]);
+        for (int r = 0; r < 8; r++) s[(size_t)r * ss + j] = v[r];
+    }
+}
+
+static void q4k_gemm(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t g1, const uint8_t *xa, size_t xs, int nx,
+                     float *s, size_t ss) {
+    const int64_t nb = n_in / 256;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *w = wr + (size_t)g * (size_t)nb * Q4KX8_BYTES;
+        float *sg = s + (size_t)(g - g0) * 8 * ss;
+        int j = 0;
+        for (; j + 2 <= nx; j += 2) q4k_group(nb, w, xa + (size_t)j * xs, xs, 2, sg + j, ss);
+        if (j < nx) q4k_group(nb, w, xa + (size_t)j * xs, xs, 1, sg + j, ss);
     }
 }
 
@@ -249,6 +359,10 @@ static void gemm_avx2(uint32_t type, int64_t n_in, const void *wr, int64_t g0, i
         q6k_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss);
         return;
     }
+    if (type == QT_Q4_K) {
+        q4k_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss);
+        return;
+    }
     const int64_t nb = n_in / 32;
     for (int64_t g = g0; g < g1; g++) {
         const uint8_t *w = (const uint8_t *)wr + (size_t)g * (size_t)nb * Q40X8_BYTES;
@@ -260,100 +374,6 @@ static void gemm_avx2(uint32_t type, int64_t n_in, const void *wr, int64_t g0, i
     }
 }
 #else
-/* An int32 lane's low int16 copied into its high half: (sc, sc) pairs for vpmaddwd. */
-KINL __m256i pair16(__m256i v) { return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA); }
-
-KINL __m256i sc32(const uint8_t *p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
-
-/* One group of 8 rows against RX (1..2) Q8_K tokens, per super-block: sum_sb sc[sb] (sum q y
- * - 32 bsum[sb]) exact in int32. The 6-bit quants are rebuilt unsigned (0..63) from ql's nibble
- * and qh's 2 bits; a vpmaddubsw pair is at most 2 * 63 * 128 = 16128, so two add in int16 before
- * vpmaddwd by the sub-block's scale. The -32 offset: sum_sb sc[sb] bsum[sb] by vpmaddwd on
- * (sc[2i], sc[2i+1]) pairs. */
-KINL void q6k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, const int RX, float *s, size_t ss) {
-    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t b = 0; b < nb; b++, w += Q6KX8_BYTES) {
-#pragma GCC unroll 27
-        for (int l = 0; l < (Q6KX8_BYTES + 63) / 64; l++)
-            _mm_prefetch((const char *)w + REPACK_PF_BYTES_Q6K + 64 * l, _MM_HINT_T1);
-        const uint8_t *sc = w + Q6KX8_SC, *ql = w + Q6KX8_QL, *qh = w + Q6KX8_QH;
-        const blk_q8_K *y[2];
-        __m256i isum[2];
-#pragma GCC unroll 2
-        for (int j = 0; j < RX; j++) {
-            y[j] = (const blk_q8_K *)(const void *)(xa + (size_t)j * xs) + b;
-            isum[j] = _mm256_setzero_si256();
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) {
-            const __m256i pr = _mm256_blend_epi16(sc32(sc + 16 * i), _mm256_slli_epi32(sc32(sc + 16 * i + 8), 16), 0xAA);
-#pragma GCC unroll 2
-            for (int j = 0; j < RX; j++) {
-                int32_t bs;
-                memcpy(&bs, y[j]->bsums + 2 * i, 4);
-                isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(pr, _mm256_set1_epi32(bs)));
-            }
-        }
-#pragma GCC unroll 2
-        for (int j = 0; j < RX; j++) isum[j] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(isum[j], 5));
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-#pragma GCC unroll 2
-            for (int is = 0; is < 2; is++) {
-                __m256i p[4][2], sc16[4];
-#pragma GCC unroll 4
-                for (int t = 0; t < 4; t++) sc16[t] = pair16(sc32(sc + 8 * (8 * h + is + 2 * t)));
-#pragma GCC unroll 4
-                for (int kk = 0; kk < 4; kk++) {
-                    const int kq = 4 * is + kk;
-                    const __m256i A = _mm256_loadu_si256((const __m256i *)(ql + 32 * (16 * h + kq)));
-                    const __m256i B = _mm256_loadu_si256((const __m256i *)(ql + 32 * (16 * h + 8 + kq)));
-                    const __m256i H = _mm256_loadu_si256((const __m256i *)(qh + 32 * (8 * h + kq)));
-                    __m256i v[4];
-                    v[0] = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
-                    v[1] = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
-                    v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(H, m30));
-                    v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
-                                           _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
-#pragma GCC unroll 2
-                    for (int j = 0; j < RX; j++) {
-#pragma GCC unroll 4
-                        for (int t = 0; t < 4; t++) {
-                            const __m256i m = _mm256_maddubs_epi16(v[t], bcast4((const uint8_t *)y[j]->qs + 128 * h + 32 * t + 4 * kq));
-                            p[t][j] = kk % 2 ? _mm256_add_epi16(p[t][j], m) : m;
-                            if (kk % 2)
-                                isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p[t][j], sc16[t]));
-                        }
-                    }
-                }
-            }
-        }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
-#pragma GCC unroll 2
-        for (int j = 0; j < RX; j++)
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(y[j]->d)), acc[j]);
-    }
-#pragma GCC unroll 2
-    for (int j = 0; j < RX; j++) {
-        float v[8];
-        _mm256_storeu_ps(v, acc[j]);
-        for (int r = 0; r < 8; r++) s[(size_t)r * ss + j] = v[r];
-    }
-}
-
-static void q6k_gemm(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t g1, const uint8_t *xa, size_t xs, int nx,
-                     float *s, size_t ss) {
-    const int64_t nb = n_in / 256;
-    for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *w = wr + (size_t)g * (size_t)nb * Q6KX8_BYTES;
-        float *sg = s + (size_t)(g - g0) * 8 * ss;
-        int j = 0;
-        for (; j + 2 <= nx; j += 2) q6k_group(nb, w, xa + (size_t)j * xs, xs, 2, sg + j, ss);
-        if (j < nx) q6k_group(nb, w, xa + (size_t)j * xs, xs, 1, sg + j, ss);
-    }
-}
-
 static void gemm_avx2(uint32_t type, int64_t n_in, const void *wr, int64_t g0, int64_t g1, const void *xa,
                       size_t xs, int nx, float *s, size_t ss) {}
 #endif
