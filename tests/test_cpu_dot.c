@@ -477,15 +477,15 @@ static void test_repack(void) {
     static const int64_t shapes[][2] = {{1024, 16}, {96, 13}, {3072, 24}, {32, 8}, {64, 9}, {160, 7},
                                         {256, 16}, {768, 35}, {512, 15}, {2048, 48}};
     /* Q4_K, Q6_K: whole super-blocks only (Q4_K 16 rows a group on AVX-512) */
-    const uint32_t types[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q6_K};
+    const uint32_t types[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q6_K, QT_IQ4_XS};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const uint32_t wt = types[ti], xt = quant_get_traits(wt)->vec_dot_type;
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             const int64_t n = shapes[si][0], rows = shapes[si][1];
             const size_t rb = cpu_repack_bytes(wt, n, rows);
             const int R = cpu_repack_rows(wt);
-            /* AVX-512 VNNI: Q4_0, Q8_0, Q4_K; AVX2: Q4_0, Q4_K, Q6_K; portable cores: none */
-            CHECK((R > 0) == (cpu_dot_isa() == CPU_ISA_AVX512 ? wt != QT_Q6_K
+            /* AVX-512 VNNI: Q4_0, Q8_0, Q4_K; AVX2: Q4_0, Q4_K, Q6_K, IQ4_XS; portable cores: none */
+            CHECK((R > 0) == (cpu_dot_isa() == CPU_ISA_AVX512 ? wt != QT_Q6_K && wt != QT_IQ4_XS
                               : cpu_dot_isa() == CPU_ISA_AVX2 && wt != QT_Q8_0));
             if (!R) {
                 CHECK(rb == 0);
@@ -540,11 +540,12 @@ static void test_repack(void) {
 
 /* The repacked kernels sum products in int16 before widening (AVX2: a Q4_0 block's eight
  * vpmaddubsw pairs, two of Q6_K's), which holds only for the largest quants against activations
- * of -128: every weight quant at its maximum (bytes 0xFF), Q6_K's sub-block scales -128, every
- * activation -128 (Q8_K's bsums to match), all scales 1. Random data would not reach that bound. */
+ * of -128: every weight quant at its maximum (bytes 0xFF; IQ4_XS: the codebook's -127), Q6_K's
+ * sub-block scales -128, every activation -128 (Q8_K's bsums to match), all scales 1. Random data
+ * would not reach that bound. */
 static void test_repack_extremes(void) {
     if (getenv("BRISK_CPU_REPACK")) return;
-    const uint32_t types[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q6_K};
+    const uint32_t types[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q6_K, QT_IQ4_XS};
     const int64_t n = 512, rows = 16;
     int tested = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
@@ -557,6 +558,9 @@ static void test_repack_extremes(void) {
         void *wr = aligned_alloc(64, (rb + 63) & ~(size_t)63), *xa = aligned_alloc(64, (as + 63) & ~(size_t)63);
         float *wf = malloc(sizeof(float) * n * rows), *xf = malloc(sizeof(float) * n), s[16];
         memset(w, 0xFF, ws * rows);
+        /* -128, except where the kernel takes the weights' sign with vpsignb (IQ4_XS): there the
+         * activations are Q8_K's own range, -127..127 (-(-128) does not exist in int8) */
+        const int8_t ymin = wt == QT_IQ4_XS ? -127 : -128;
         const uint16_t one = quant_f32_to_f16(1.0f);
         for (int64_t b = 0; b < n * rows / tr->block_elems; b++) {
             uint8_t *blk = w + (size_t)b * tr->block_bytes;
@@ -566,18 +570,19 @@ static void test_repack_extremes(void) {
             } else {
                 memcpy(blk, &one, 2); /* d; Q4_K: dmin 0 next */
                 if (wt == QT_Q4_K) memset(blk + 2, 0, 2);
+                if (wt == QT_IQ4_XS) memset(blk + 2, 0, 134); /* scales -32, every value the codebook's -127 */
             }
         }
         for (int64_t b = 0; b < n / xtr->block_elems; b++) {
             if (xt == QT_Q8_K) {
                 blk_q8_K *y = (blk_q8_K *)(void *)x + b;
                 y->d = 1.0f;
-                memset(y->qs, 0x80, sizeof y->qs);
-                for (int i = 0; i < 16; i++) y->bsums[i] = -128 * 16;
+                memset(y->qs, ymin, sizeof y->qs);
+                for (int i = 0; i < 16; i++) y->bsums[i] = (int16_t)(ymin * 16);
             } else {
                 blk_q8_0 *y = (blk_q8_0 *)(void *)x + b;
                 y->d = one;
-                memset(y->qs, 0x80, sizeof y->qs);
+                memset(y->qs, ymin, sizeof y->qs);
             }
         }
         CHECK_OK(quant_dequantize(wt, w, wf, n * rows));
@@ -610,11 +615,11 @@ static void test_repack_extremes(void) {
  * input, 1..15 tokens, 1 and 2 threads. */
 static void test_repack_matmul(void) {
     if (!cpu_repack_rows(QT_Q4_0) || getenv("BRISK_CPU_REPACK")) return; /* types without a layout here: the map */
-    enum { NW = 7, NMAX = 15 };
+    enum { NW = 8, NMAX = 15 };
     /* Q4_K first: its 16-row groups are repacked only where a 16-row tile of the call holds a
      * whole group (the matrices' rows are tiled as one run), so it starts at row 0 and 48 */
-    const int64_t n_in = 512, rows[NW] = {48, 21, 13, 37, 8, 64, 19};
-    const uint32_t types[NW] = {QT_Q4_K, QT_Q4_K, QT_Q4_0, QT_Q8_0, QT_Q4_0, QT_Q8_0, QT_Q6_K};
+    const int64_t n_in = 512, rows[NW] = {48, 21, 13, 37, 8, 64, 19, 11};
+    const uint32_t types[NW] = {QT_Q4_K, QT_Q4_K, QT_Q4_0, QT_Q8_0, QT_Q4_0, QT_Q8_0, QT_Q6_K, QT_IQ4_XS};
     bk_weight w[NW];
     const bk_weight *wp[NW];
     float *y[2][NW], *x = malloc(sizeof(float) * n_in * NMAX);

@@ -19,21 +19,29 @@
 #define Q4KX8_SC 32
 #define Q4KX8_M 96
 #define Q4KX8_QS 160
+#define IQ4XSX8_BYTES 1104 /* f16 d[8], i8 sc[8][8] (ls - 32), qs[32][32]: 1088 mapped */
+#define IQ4XSX8_SC 16
+#define IQ4XSX8_QS 80
 #define Q6KX8_BYTES 1680 /* f16 d[8], i8 sc[16][8], ql[32][32], qh[16][32]: 8 blocks of 210 bytes */
 #define Q6KX8_SC 16
 #define Q6KX8_QL 144
 #define Q6KX8_QH 1168
 
-static int rows_avx2(uint32_t type) { return type == QT_Q4_0 || type == QT_Q4_K || type == QT_Q6_K ? 8 : 0; }
+static int rows_avx2(uint32_t type) {
+    return type == QT_Q4_0 || type == QT_Q4_K || type == QT_Q6_K || type == QT_IQ4_XS ? 8 : 0;
+}
+
+static size_t kgroup_bytes(uint32_t type) {
+    return type == QT_Q4_K ? Q4KX8_BYTES : type == QT_Q6_K ? Q6KX8_BYTES : IQ4XSX8_BYTES;
+}
 
 static size_t bytes_avx2(uint32_t type, int64_t n_in, int64_t n_out) {
-    if (type == QT_Q4_K) return n_in % 256 ? 0 : (size_t)(n_out / 8) * (size_t)(n_in / 256) * Q4KX8_BYTES;
-    if (type == QT_Q6_K) return n_in % 256 ? 0 : (size_t)(n_out / 8) * (size_t)(n_in / 256) * Q6KX8_BYTES;
+    if (type != QT_Q4_0) return n_in % 256 ? 0 : (size_t)(n_out / 8) * (size_t)(n_in / 256) * kgroup_bytes(type);
     return n_in % 32 ? 0 : (size_t)(n_out / 8) * (size_t)(n_in / 32) * Q40X8_BYTES;
 }
 
 static size_t act_bytes_avx2(uint32_t type, int64_t n_in) {
-    if (type == QT_Q4_K || type == QT_Q6_K) return ((size_t)(n_in / 256) * sizeof(blk_q8_K) + 63) & ~(size_t)63;
+    if (type != QT_Q4_0) return ((size_t)(n_in / 256) * sizeof(blk_q8_K) + 63) & ~(size_t)63;
     return ((size_t)(n_in / 32) * ACT_BLOCK_BYTES + 63) & ~(size_t)63; /* tokens 64 B aligned */
 }
 
@@ -50,6 +58,25 @@ static void q4k_repack(int64_t n_in, int64_t n_out, const void *w, size_t ws, ui
                 for (int sb = 0; sb < 8; sb++)
                     quant_k4_scale_min(sb, src->scales, o + Q4KX8_SC + 8 * sb + r, o + Q4KX8_M + 8 * sb + r);
                 for (int k = 0; k < 32; k++) memcpy(o + Q4KX8_QS + 32 * k + 4 * r, src->qs + 4 * k, 4);
+            }
+        }
+    }
+}
+
+/* iq4_xsx8: per group of 8 rows and super-block the scales d, the sub-block scales ls - 32
+ * (sc[sb][r]), then qs a row per lane: vector k lane r = bytes 4k..4k+3 of row r's qs (sub-block
+ * k / 4: low nibbles its elements 4 (k % 4).., high ones 16 + 4 (k % 4)..). */
+static void iq4xs_repack(int64_t n_in, int64_t n_out, const void *w, size_t ws, uint8_t *o) {
+    for (int64_t g = 0; g < n_out / 8; g++) {
+        for (int64_t b = 0; b < n_in / 256; b++, o += IQ4XSX8_BYTES) {
+            for (int r = 0; r < 8; r++) {
+                const blk_iq4_xs *src = (const blk_iq4_xs *)(const void *)((const char *)w + (size_t)(g * 8 + r) * ws) + b;
+                memcpy(o + 2 * r, &src->d, 2);
+                for (int sb = 0; sb < 8; sb++) {
+                    const int ls = ((src->scales_l[sb / 2] >> 4 * (sb % 2)) & 15) | (((src->scales_h >> 2 * sb) & 3) << 4);
+                    o[IQ4XSX8_SC + 8 * sb + r] = (uint8_t)(int8_t)(ls - 32);
+                }
+                for (int k = 0; k < 32; k++) memcpy(o + IQ4XSX8_QS + 32 * k + 4 * r, src->qs + 4 * k, 4);
             }
         }
     }
@@ -83,6 +110,10 @@ static void weights_avx2(uint32_t type, int64_t n_in, int64_t n_out, const void 
         q4k_repack(n_in, n_out, w, ws, dst);
         return;
     }
+    if (type == QT_IQ4_XS) {
+        iq4xs_repack(n_in, n_out, w, ws, dst);
+        return;
+    }
     const int64_t nb = n_in / 32;
     uint8_t *o = dst;
     for (int64_t g = 0; g < n_out / 8; g++) {
@@ -99,7 +130,7 @@ static void weights_avx2(uint32_t type, int64_t n_in, int64_t n_out, const void 
 /* The Q8_0 row with each block's -8 * sum(qs) (the nibbles' offset: sum (q - 8) y = sum q y - 8 sum y)
  * and its scale as a float beside the quants. */
 static void act_avx2(uint32_t type, int64_t n_in, const void *xq, void *xa) {
-    if (type == QT_Q6_K) { /* the Q8_K row as it is: its 4-byte groups and bsums are broadcast from memory */
+    if (type == QT_Q6_K || type == QT_IQ4_XS) { /* the Q8_K row as it is: its 4-byte groups (and bsums) are broadcast */
         memcpy(xa, xq, (size_t)(n_in / 256) * sizeof(blk_q8_K));
         return;
     }
@@ -329,6 +360,69 @@ KINL void q4k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, 
     }
 }
 
+/* One group of 8 rows against RX (1..2) Q8_K tokens, per super-block: d sum_sb (ls - 32) sum kv y.
+ * The codebook values kv (-127..113) are signed: the sign trick (|kv| against y with kv's sign)
+ * makes them vpmaddubsw operands, and a pair (at most 2 * 127 * 128) goes straight to vpmaddwd by
+ * the sub-block's scale. */
+KINL void iq4xs_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, const int RX, float *s, size_t ss) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4nl_values));
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < nb; b++, w += IQ4XSX8_BYTES) {
+        const uint8_t *qs = w + IQ4XSX8_QS;
+        const blk_q8_K *y[2];
+        __m256i isum[2];
+#pragma GCC unroll 2
+        for (int j = 0; j < RX; j++) {
+            y[j] = (const blk_q8_K *)(const void *)(xa + (size_t)j * xs) + b;
+            isum[j] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 8
+        for (int sb = 0; sb < 8; sb++) {
+#pragma GCC unroll 3
+            for (int l = 0; l < 3; l++)
+                _mm_prefetch((const char *)w + REPACK_PF_BYTES_K + 138 * sb + 64 * l, _MM_HINT_T1);
+            const __m256i sc16 = pair16(sc32(w + IQ4XSX8_SC + 8 * sb));
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * (4 * sb + k)));
+                const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
+                const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+                const __m256i ulo = _mm256_abs_epi8(lo), uhi = _mm256_abs_epi8(hi);
+#pragma GCC unroll 2
+                for (int j = 0; j < RX; j++) {
+                    const uint8_t *yq = (const uint8_t *)y[j]->qs + 32 * sb + 4 * k;
+                    const __m256i a = _mm256_maddubs_epi16(ulo, _mm256_sign_epi8(bcast4(yq), lo));
+                    const __m256i h = _mm256_maddubs_epi16(uhi, _mm256_sign_epi8(bcast4(yq + 16), hi));
+                    isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(_mm256_madd_epi16(a, sc16), _mm256_madd_epi16(h, sc16)));
+                }
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+#pragma GCC unroll 2
+        for (int j = 0; j < RX; j++)
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(y[j]->d)), acc[j]);
+    }
+#pragma GCC unroll 2
+    for (int j = 0; j < RX; j++) {
+        float v[8];
+        _mm256_storeu_ps(v, acc[j]);
+        for (int r = 0; r < 8; r++) s[(size_t)r * ss + j] = v[r];
+    }
+}
+
+static void iq4xs_gemm(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t g1, const uint8_t *xa, size_t xs, int nx,
+                       float *s, size_t ss) {
+    const int64_t nb = n_in / 256;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *w = wr + (size_t)g * (size_t)nb * IQ4XSX8_BYTES;
+        float *sg = s + (size_t)(g - g0) * 8 * ss;
+        int j = 0;
+        for (; j + 2 <= nx; j += 2) iq4xs_group(nb, w, xa + (size_t)j * xs, xs, 2, sg + j, ss);
+        if (j < nx) iq4xs_group(nb, w, xa + (size_t)j * xs, xs, 1, sg + j, ss);
+    }
+}
+
 static void q4k_gemm(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t g1, const uint8_t *xa, size_t xs, int nx,
                      float *s, size_t ss) {
     const int64_t nb = n_in / 256;
@@ -361,6 +455,10 @@ static void gemm_avx2(uint32_t type, int64_t n_in, const void *wr, int64_t g0, i
     }
     if (type == QT_Q4_K) {
         q4k_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss);
+        return;
+    }
+    if (type == QT_IQ4_XS) {
+        iq4xs_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss);
         return;
     }
     const int64_t nb = n_in / 32;
