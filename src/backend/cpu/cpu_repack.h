@@ -2,9 +2,10 @@
  * decode and short batches (the matmul path below cpu_pgemm's 16 tokens).
  *
  * Each ISA has its own layouts (cpu_repack_isa.h): AVX-512 VNNI repacks
- * Q4_0, Q8_0 and Q4_K as below; AVX2 repacks Q4_0 (cpu_repack_avx2.c: per
- * group of 8 rows and block, f16 d[8] then qs[4][32], qs[k] lane L the bytes
- * 4k..4k+3 of row L, 144 bytes, vpmaddubsw products summed in int16).
+ * Q4_0, Q8_0 and Q4_K as below; AVX2 repacks Q4_0, Q8_0, Q4_K, Q6_K and IQ4_XS
+ * (cpu_repack_avx2.c, whose comments give the layouts): 8 rows a group, one
+ * row per 32-bit lane, so a 4-byte group of the activations is broadcast to
+ * the 8 rows; the scales unpacked where they are packed in the block.
  *
  * Q4_0 ("q4_0x8"): eight rows are interleaved so that one 64-byte load feeds
  * eight rows and two blocks, and vpdpbusd (AVX-512 VNNI) takes the nibbles as

@@ -14,6 +14,7 @@
 #include "quant/quant.h"
 
 #define Q40X8_BYTES 144 /* f16 d[8] + qs[4][32]: 8 blocks of 18 bytes */
+#define Q80X8_BYTES 272 /* f16 d[8] + qs[8][32]: 8 blocks of 34 bytes */
 #define ACT_BLOCK_BYTES 48 /* i8 qs[32], i32 -8 * sum(qs), f32 d, pad */
 #define Q4KX8_BYTES 1184 /* f16 d[8], dmin[8], u8 sc[8][8], m[8][8], qs[32][32]: 1152 mapped */
 #define Q4KX8_SC 32
@@ -28,7 +29,7 @@
 #define Q6KX8_QH 1168
 
 static int rows_avx2(uint32_t type) {
-    return type == QT_Q4_0 || type == QT_Q4_K || type == QT_Q6_K || type == QT_IQ4_XS ? 8 : 0;
+    return type == QT_Q4_0 || type == QT_Q8_0 || type == QT_Q4_K || type == QT_Q6_K || type == QT_IQ4_XS ? 8 : 0;
 }
 
 static size_t kgroup_bytes(uint32_t type) {
@@ -36,12 +37,13 @@ static size_t kgroup_bytes(uint32_t type) {
 }
 
 static size_t bytes_avx2(uint32_t type, int64_t n_in, int64_t n_out) {
-    if (type != QT_Q4_0) return n_in % 256 ? 0 : (size_t)(n_out / 8) * (size_t)(n_in / 256) * kgroup_bytes(type);
-    return n_in % 32 ? 0 : (size_t)(n_out / 8) * (size_t)(n_in / 32) * Q40X8_BYTES;
+    if (type == QT_Q4_0 || type == QT_Q8_0)
+        return n_in % 32 ? 0 : (size_t)(n_out / 8) * (size_t)(n_in / 32) * (type == QT_Q4_0 ? Q40X8_BYTES : Q80X8_BYTES);
+    return n_in % 256 ? 0 : (size_t)(n_out / 8) * (size_t)(n_in / 256) * kgroup_bytes(type);
 }
 
 static size_t act_bytes_avx2(uint32_t type, int64_t n_in) {
-    if (type != QT_Q4_0) return ((size_t)(n_in / 256) * sizeof(blk_q8_K) + 63) & ~(size_t)63;
+    if (type != QT_Q4_0 && type != QT_Q8_0) return ((size_t)(n_in / 256) * sizeof(blk_q8_K) + 63) & ~(size_t)63;
     return ((size_t)(n_in / 32) * ACT_BLOCK_BYTES + 63) & ~(size_t)63; /* tokens 64 B aligned */
 }
 
@@ -116,6 +118,18 @@ static void weights_avx2(uint32_t type, int64_t n_in, int64_t n_out, const void 
     }
     const int64_t nb = n_in / 32;
     uint8_t *o = dst;
+    if (type == QT_Q8_0) { /* q8_0x8: the 8 scales, then qs[k] lane L = bytes 4k..4k+3 of row L's qs */
+        for (int64_t g = 0; g < n_out / 8; g++) {
+            for (int64_t b = 0; b < nb; b++, o += Q80X8_BYTES) {
+                for (int r = 0; r < 8; r++) {
+                    const blk_q8_0 *src = (const blk_q8_0 *)(const void *)((const char *)w + (size_t)(g * 8 + r) * ws) + b;
+                    memcpy(o + 2 * r, &src->d, 2);
+                    for (int k = 0; k < 8; k++) memcpy(o + 16 + 32 * k + 4 * r, src->qs + 4 * k, 4);
+                }
+            }
+        }
+        return;
+    }
     for (int64_t g = 0; g < n_out / 8; g++) {
         for (int64_t b = 0; b < nb; b++, o += Q40X8_BYTES) {
             for (int r = 0; r < 8; r++) {
@@ -411,6 +425,54 @@ KINL void iq4xs_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs
     }
 }
 
+/* One group of 8 rows against RX (1..2) tokens, per block: the int8 weights through the sign trick
+ * (|w| against y with w's sign; y is -127..127, as the Q8_0 converter writes it), each vpmaddubsw
+ * pair (at most 2 * 127 * 127) widened by vpmaddwd at once. */
+KINL void q80_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, const int RX, float *s, size_t ss) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < nb; b++, w += Q80X8_BYTES) {
+#pragma GCC unroll 5
+        for (int l = 0; l < 5; l++) _mm_prefetch((const char *)w + REPACK_PF_BYTES + 64 * l, _MM_HINT_T1);
+        __m256i i32[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m256i wv = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * k)), uw = _mm256_abs_epi8(wv);
+#pragma GCC unroll 2
+            for (int j = 0; j < RX; j++) {
+                const uint8_t *a = xa + (size_t)j * xs + (size_t)b * ACT_BLOCK_BYTES;
+                const __m256i p = _mm256_maddubs_epi16(uw, _mm256_sign_epi8(bcast4(a + 4 * k), wv));
+                i32[j] = _mm256_add_epi32(i32[j], _mm256_madd_epi16(p, ones));
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+#pragma GCC unroll 2
+        for (int j = 0; j < RX; j++) {
+            float dx;
+            memcpy(&dx, xa + (size_t)j * xs + (size_t)b * ACT_BLOCK_BYTES + 36, 4);
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32[j]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[j]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int j = 0; j < RX; j++) {
+        float v[8];
+        _mm256_storeu_ps(v, acc[j]);
+        for (int r = 0; r < 8; r++) s[(size_t)r * ss + j] = v[r];
+    }
+}
+
+static void q80_gemm(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t g1, const uint8_t *xa, size_t xs, int nx,
+                     float *s, size_t ss) {
+    const int64_t nb = n_in / 32;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *w = wr + (size_t)g * (size_t)nb * Q80X8_BYTES;
+        float *sg = s + (size_t)(g - g0) * 8 * ss;
+        int j = 0;
+        for (; j + 2 <= nx; j += 2) q80_group(nb, w, xa + (size_t)j * xs, xs, 2, sg + j, ss);
+        if (j < nx) q80_group(nb, w, xa + (size_t)j * xs, xs, 1, sg + j, ss);
+    }
+}
+
 static void iq4xs_gemm(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t g1, const uint8_t *xa, size_t xs, int nx,
                        float *s, size_t ss) {
     const int64_t nb = n_in / 256;
@@ -459,6 +521,10 @@ static void gemm_avx2(uint32_t type, int64_t n_in, const void *wr, int64_t g0, i
     }
     if (type == QT_IQ4_XS) {
         iq4xs_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss);
+        return;
+    }
+    if (type == QT_Q8_0) {
+        q80_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss);
         return;
     }
     const int64_t nb = n_in / 32;
