@@ -47,98 +47,69 @@ static size_t act_bytes_avx2(uint32_t type, int64_t n_in) {
     return ((size_t)(n_in / 32) * ACT_BLOCK_BYTES + 63) & ~(size_t)63; /* tokens 64 B aligned */
 }
 
-/* q4_Kx8: per group of 8 rows and super-block the scales d and dmin, the 6-bit sub-block scales and
- * mins unpacked (sc[sb][r], m[sb][r]), then qs a row per lane: vector k lane r = bytes 4k..4k+3 of
- * row r's qs (chunk k / 8: low nibbles sub-block 2 (k / 8), high ones the next). */
-static void q4k_repack(int64_t n_in, int64_t n_out, const void *w, size_t ws, uint8_t *o) {
-    for (int64_t g = 0; g < n_out / 8; g++) {
-        for (int64_t b = 0; b < n_in / 256; b++, o += Q4KX8_BYTES) {
-            for (int r = 0; r < 8; r++) {
-                const blk_q4_K *src = (const blk_q4_K *)(const void *)((const char *)w + (size_t)(g * 8 + r) * ws) + b;
-                memcpy(o + 2 * r, &src->d, 2);
-                memcpy(o + 16 + 2 * r, &src->dmin, 2);
-                for (int sb = 0; sb < 8; sb++)
-                    quant_k4_scale_min(sb, src->scales, o + Q4KX8_SC + 8 * sb + r, o + Q4KX8_M + 8 * sb + r);
-                for (int k = 0; k < 32; k++) memcpy(o + Q4KX8_QS + 32 * k + 4 * r, src->qs + 4 * k, 4);
-            }
-        }
-    }
+/* Each layout below: per group of 8 rows and (super-)block, the rows' f16 scales d[8] first, then
+ * the unpacked sub-block scales where the type has them, then the quants a row per 32-bit lane:
+ * quant vector k lane r = bytes 4k..4k+3 of row r's quant array. These write row r of one
+ * group-block o from its mapped block src. */
+static void quants4(uint8_t *o, int r, const uint8_t *q, int nvec) {
+    for (int k = 0; k < nvec; k++) memcpy(o + 32 * k + 4 * r, q + 4 * k, 4);
 }
 
-/* iq4_xsx8: per group of 8 rows and super-block the scales d, the sub-block scales ls - 32
- * (sc[sb][r]), then qs a row per lane: vector k lane r = bytes 4k..4k+3 of row r's qs (sub-block
- * k / 4: low nibbles its elements 4 (k % 4).., high ones 16 + 4 (k % 4)..). */
-static void iq4xs_repack(int64_t n_in, int64_t n_out, const void *w, size_t ws, uint8_t *o) {
-    for (int64_t g = 0; g < n_out / 8; g++) {
-        for (int64_t b = 0; b < n_in / 256; b++, o += IQ4XSX8_BYTES) {
-            for (int r = 0; r < 8; r++) {
-                const blk_iq4_xs *src = (const blk_iq4_xs *)(const void *)((const char *)w + (size_t)(g * 8 + r) * ws) + b;
-                memcpy(o + 2 * r, &src->d, 2);
-                for (int sb = 0; sb < 8; sb++) {
-                    const int ls = ((src->scales_l[sb / 2] >> 4 * (sb % 2)) & 15) | (((src->scales_h >> 2 * sb) & 3) << 4);
-                    o[IQ4XSX8_SC + 8 * sb + r] = (uint8_t)(int8_t)(ls - 32);
-                }
-                for (int k = 0; k < 32; k++) memcpy(o + IQ4XSX8_QS + 32 * k + 4 * r, src->qs + 4 * k, 4);
-            }
-        }
-    }
+/* q4_0x8: qs[4][32], a vector's low nibbles elements 4k..4k+3, its high ones 16+4k.. */
+static void q40_row(uint8_t *o, int r, const void *src) {
+    const blk_q4_0 *b = src;
+    memcpy(o + 2 * r, &b->d, 2);
+    quants4(o + 16, r, b->qs, 4);
 }
 
-/* q6_Kx8: per group of 8 rows and super-block the 8 scales d, the 16 sub-block scales of the 8
- * rows (sc[sb][r]), then ql and qh a row per lane: ql vector k lane r = bytes 4k..4k+3 of row r's
- * ql, qh vector k lane r = bytes 4k..4k+3 of its qh (the 2-bit fields stay where Q6_K has them). */
-static void q6k_repack(int64_t n_in, int64_t n_out, const void *w, size_t ws, uint8_t *o) {
-    for (int64_t g = 0; g < n_out / 8; g++) {
-        for (int64_t b = 0; b < n_in / 256; b++, o += Q6KX8_BYTES) {
-            for (int r = 0; r < 8; r++) {
-                const blk_q6_K *src = (const blk_q6_K *)(const void *)((const char *)w + (size_t)(g * 8 + r) * ws) + b;
-                memcpy(o + 2 * r, &src->d, 2);
-                for (int sb = 0; sb < 16; sb++) o[Q6KX8_SC + 8 * sb + r] = (uint8_t)src->scales[sb];
-                for (int k = 0; k < 32; k++) memcpy(o + Q6KX8_QL + 32 * k + 4 * r, src->ql + 4 * k, 4);
-                for (int k = 0; k < 16; k++) memcpy(o + Q6KX8_QH + 32 * k + 4 * r, src->qh + 4 * k, 4);
-            }
-        }
-    }
+/* q8_0x8: qs[8][32]. */
+static void q80_row(uint8_t *o, int r, const void *src) {
+    const blk_q8_0 *b = src;
+    memcpy(o + 2 * r, &b->d, 2);
+    quants4(o + 16, r, (const uint8_t *)b->qs, 8);
 }
 
-/* Per group of 8 rows and block: the 8 scales, then qs[k] lane L = bytes 4k..4k+3 of row L's qs
- * (its elements 4k..4k+3 in the low nibbles, 16+4k.. in the high ones). */
+/* q4_Kx8: dmin[8], the 6-bit sub-block scales and mins unpacked (sc[sb][r], m[sb][r]), qs[32][32]
+ * (chunk k / 8: low nibbles sub-block 2 (k / 8), high ones the next). */
+static void q4k_row(uint8_t *o, int r, const void *src) {
+    const blk_q4_K *b = src;
+    memcpy(o + 2 * r, &b->d, 2);
+    memcpy(o + 16 + 2 * r, &b->dmin, 2);
+    for (int sb = 0; sb < 8; sb++) quant_k4_scale_min(sb, b->scales, o + Q4KX8_SC + 8 * sb + r, o + Q4KX8_M + 8 * sb + r);
+    quants4(o + Q4KX8_QS, r, b->qs, 32);
+}
+
+/* iq4_xsx8: the sub-block scales as ls - 32 (sc[sb][r]), qs[32][32] (sub-block k / 4: low nibbles
+ * its elements 4 (k % 4).., high ones 16 + 4 (k % 4)..). */
+static void iq4xs_row(uint8_t *o, int r, const void *src) {
+    const blk_iq4_xs *b = src;
+    memcpy(o + 2 * r, &b->d, 2);
+    for (int sb = 0; sb < 8; sb++) {
+        const int ls = ((b->scales_l[sb / 2] >> 4 * (sb % 2)) & 15) | (((b->scales_h >> 2 * sb) & 3) << 4);
+        o[IQ4XSX8_SC + 8 * sb + r] = (uint8_t)(int8_t)(ls - 32);
+    }
+    quants4(o + IQ4XSX8_QS, r, b->qs, 32);
+}
+
+/* q6_Kx8: the 16 sub-block scales (sc[sb][r]), ql[32][32], qh[16][32] (the 2-bit fields stay where
+ * Q6_K has them). */
+static void q6k_row(uint8_t *o, int r, const void *src) {
+    const blk_q6_K *b = src;
+    memcpy(o + 2 * r, &b->d, 2);
+    for (int sb = 0; sb < 16; sb++) o[Q6KX8_SC + 8 * sb + r] = (uint8_t)b->scales[sb];
+    quants4(o + Q6KX8_QL, r, b->ql, 32);
+    quants4(o + Q6KX8_QH, r, b->qh, 16);
+}
+
 static void weights_avx2(uint32_t type, int64_t n_in, int64_t n_out, const void *w, size_t ws, void *dst) {
-    if (type == QT_Q6_K) {
-        q6k_repack(n_in, n_out, w, ws, dst);
-        return;
-    }
-    if (type == QT_Q4_K) {
-        q4k_repack(n_in, n_out, w, ws, dst);
-        return;
-    }
-    if (type == QT_IQ4_XS) {
-        iq4xs_repack(n_in, n_out, w, ws, dst);
-        return;
-    }
-    const int64_t nb = n_in / 32;
+    void (*row)(uint8_t *, int, const void *) = type == QT_Q4_0 ? q40_row : type == QT_Q8_0 ? q80_row
+                                                : type == QT_Q4_K ? q4k_row : type == QT_Q6_K ? q6k_row : iq4xs_row;
+    const quant_traits *tr = quant_get_traits(type);
+    const size_t gb = bytes_avx2(type, tr->block_elems, 8); /* one group-block */
     uint8_t *o = dst;
-    if (type == QT_Q8_0) { /* q8_0x8: the 8 scales, then qs[k] lane L = bytes 4k..4k+3 of row L's qs */
-        for (int64_t g = 0; g < n_out / 8; g++) {
-            for (int64_t b = 0; b < nb; b++, o += Q80X8_BYTES) {
-                for (int r = 0; r < 8; r++) {
-                    const blk_q8_0 *src = (const blk_q8_0 *)(const void *)((const char *)w + (size_t)(g * 8 + r) * ws) + b;
-                    memcpy(o + 2 * r, &src->d, 2);
-                    for (int k = 0; k < 8; k++) memcpy(o + 16 + 32 * k + 4 * r, src->qs + 4 * k, 4);
-                }
-            }
-        }
-        return;
-    }
-    for (int64_t g = 0; g < n_out / 8; g++) {
-        for (int64_t b = 0; b < nb; b++, o += Q40X8_BYTES) {
-            for (int r = 0; r < 8; r++) {
-                const blk_q4_0 *src = (const blk_q4_0 *)(const void *)((const char *)w + (size_t)(g * 8 + r) * ws) + b;
-                memcpy(o + 2 * r, &src->d, 2);
-                for (int k = 0; k < 4; k++) memcpy(o + 16 + 32 * k + 4 * r, src->qs + 4 * k, 4);
-            }
-        }
-    }
+    for (int64_t g = 0; g < n_out / 8; g++)
+        for (int64_t b = 0; b < n_in / tr->block_elems; b++, o += gb)
+            for (int r = 0; r < 8; r++) row(o, r, (const char *)w + (size_t)(g * 8 + r) * ws + (size_t)b * tr->block_bytes);
 }
 
 /* The Q8_0 row with each block's -8 * sum(qs) (the nibbles' offset: sum (q - 8) y = sum q y - 8 sum y)
@@ -189,6 +160,38 @@ KINL __m256i bcast4(const uint8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
+/* A group's 8 rows (lanes) of RX tokens into s (row r, token j at s[r * ss + j]). */
+KINL void store8(const __m256 *acc, const int RX, float *s, size_t ss) {
+    for (int j = 0; j < RX; j++) {
+        float v[8];
+        _mm256_storeu_ps(v, acc[j]);
+        for (int r = 0; r < 8; r++) s[(size_t)r * ss + j] = v[r];
+    }
+}
+
+/* acc[j] += isum[j] * d * y[j]->d: a super-block's integer sums of the 8 rows (their f16 scales d
+ * at the group's start) against RX Q8_K tokens. */
+KINL void add_scaled(__m256 *acc, const __m256i *isum, const uint8_t *d, const blk_q8_K *const *y, const int RX) {
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
+    for (int j = 0; j < RX; j++)
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(y[j]->d)), acc[j]);
+}
+
+/* The groups [g0, g1) of a layout, RXM tokens a pass (then two, then one). */
+#define GROUP_DRIVER(name, group, BLOCK_ELEMS, GROUP_BYTES, RXM)                                           \
+    static void name(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t g1, const uint8_t *xa, size_t xs, \
+                     int nx, float *s, size_t ss) {                                                       \
+        const int64_t nb = n_in / (BLOCK_ELEMS);                                                          \
+        for (int64_t g = g0; g < g1; g++) {                                                               \
+            const uint8_t *w = wr + (size_t)g * (size_t)nb * (GROUP_BYTES);                               \
+            float *sg = s + (size_t)(g - g0) * 8 * ss;                                                    \
+            int j = 0;                                                                                    \
+            for (; j + (RXM) <= nx; j += (RXM)) group(nb, w, xa + (size_t)j * xs, xs, (RXM), sg + j, ss);  \
+            for (; j + 2 <= nx; j += 2) group(nb, w, xa + (size_t)j * xs, xs, 2, sg + j, ss);             \
+            if (j < nx) group(nb, w, xa + (size_t)j * xs, xs, 1, sg + j, ss);                             \
+        }                                                                                                 \
+    }
+
 /* One group of 8 rows (a row per 32-bit lane) against RX (1..2) tokens: per block, the nibbles
  * are unpacked once and meet each token's 4-byte groups, broadcast to the 8 rows. */
 KINL void q40_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, const int RX, float *s, size_t ss) {
@@ -221,12 +224,7 @@ KINL void q40_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, 
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[j]);
         }
     }
-#pragma GCC unroll 4
-    for (int j = 0; j < RX; j++) {
-        float v[8];
-        _mm256_storeu_ps(v, acc[j]);
-        for (int r = 0; r < 8; r++) s[(size_t)r * ss + j] = v[r];
-    }
+    store8(acc, RX, s, ss);
 }
 
 /* An int32 lane's low int16 copied into its high half: (sc, sc) pairs for vpmaddwd. */
@@ -299,17 +297,9 @@ KINL void q6k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, 
                 }
             }
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
-#pragma GCC unroll 2
-        for (int j = 0; j < RX; j++)
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(y[j]->d)), acc[j]);
+        add_scaled(acc, isum, w, y, RX);
     }
-#pragma GCC unroll 2
-    for (int j = 0; j < RX; j++) {
-        float v[8];
-        _mm256_storeu_ps(v, acc[j]);
-        for (int r = 0; r < 8; r++) s[(size_t)r * ss + j] = v[r];
-    }
+    store8(acc, RX, s, ss);
 }
 
 /* One group of 8 rows against RX (1..2) Q8_K tokens, per super-block: d sum_sb sc[sb] sum q y
@@ -321,7 +311,6 @@ KINL void q4k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, 
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t b = 0; b < nb; b++, w += Q4KX8_BYTES) {
         const uint8_t *sc = w + Q4KX8_SC, *mn = w + Q4KX8_M, *qs = w + Q4KX8_QS;
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
         const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
         const blk_q8_K *y[2];
         __m256i isum[2];
@@ -362,16 +351,9 @@ KINL void q4k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, 
             for (int j = 0; j < RX; j++)
                 isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(_mm256_madd_epi16(plo[j], s0), _mm256_madd_epi16(phi[j], s1)));
         }
-#pragma GCC unroll 2
-        for (int j = 0; j < RX; j++)
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(y[j]->d)), acc[j]);
+        add_scaled(acc, isum, w, y, RX);
     }
-#pragma GCC unroll 2
-    for (int j = 0; j < RX; j++) {
-        float v[8];
-        _mm256_storeu_ps(v, acc[j]);
-        for (int r = 0; r < 8; r++) s[(size_t)r * ss + j] = v[r];
-    }
+    store8(acc, RX, s, ss);
 }
 
 /* One group of 8 rows against RX (1..2) Q8_K tokens, per super-block: d sum_sb (ls - 32) sum kv y.
@@ -412,17 +394,9 @@ KINL void iq4xs_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs
                 }
             }
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
-#pragma GCC unroll 2
-        for (int j = 0; j < RX; j++)
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(y[j]->d)), acc[j]);
+        add_scaled(acc, isum, w, y, RX);
     }
-#pragma GCC unroll 2
-    for (int j = 0; j < RX; j++) {
-        float v[8];
-        _mm256_storeu_ps(v, acc[j]);
-        for (int r = 0; r < 8; r++) s[(size_t)r * ss + j] = v[r];
-    }
+    store8(acc, RX, s, ss);
 }
 
 /* One group of 8 rows against RX (1..2) tokens, per block: the int8 weights through the sign trick
@@ -453,88 +427,24 @@ KINL void q80_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, 
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32[j]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[j]);
         }
     }
-#pragma GCC unroll 2
-    for (int j = 0; j < RX; j++) {
-        float v[8];
-        _mm256_storeu_ps(v, acc[j]);
-        for (int r = 0; r < 8; r++) s[(size_t)r * ss + j] = v[r];
-    }
+    store8(acc, RX, s, ss);
 }
 
-static void q80_gemm(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t g1, const uint8_t *xa, size_t xs, int nx,
-                     float *s, size_t ss) {
-    const int64_t nb = n_in / 32;
-    for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *w = wr + (size_t)g * (size_t)nb * Q80X8_BYTES;
-        float *sg = s + (size_t)(g - g0) * 8 * ss;
-        int j = 0;
-        for (; j + 2 <= nx; j += 2) q80_group(nb, w, xa + (size_t)j * xs, xs, 2, sg + j, ss);
-        if (j < nx) q80_group(nb, w, xa + (size_t)j * xs, xs, 1, sg + j, ss);
-    }
-}
-
-static void iq4xs_gemm(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t g1, const uint8_t *xa, size_t xs, int nx,
-                       float *s, size_t ss) {
-    const int64_t nb = n_in / 256;
-    for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *w = wr + (size_t)g * (size_t)nb * IQ4XSX8_BYTES;
-        float *sg = s + (size_t)(g - g0) * 8 * ss;
-        int j = 0;
-        for (; j + 2 <= nx; j += 2) iq4xs_group(nb, w, xa + (size_t)j * xs, xs, 2, sg + j, ss);
-        if (j < nx) iq4xs_group(nb, w, xa + (size_t)j * xs, xs, 1, sg + j, ss);
-    }
-}
-
-static void q4k_gemm(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t g1, const uint8_t *xa, size_t xs, int nx,
-                     float *s, size_t ss) {
-    const int64_t nb = n_in / 256;
-    for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *w = wr + (size_t)g * (size_t)nb * Q4KX8_BYTES;
-        float *sg = s + (size_t)(g - g0) * 8 * ss;
-        int j = 0;
-        for (; j + 2 <= nx; j += 2) q4k_group(nb, w, xa + (size_t)j * xs, xs, 2, sg + j, ss);
-        if (j < nx) q4k_group(nb, w, xa + (size_t)j * xs, xs, 1, sg + j, ss);
-    }
-}
-
-static void q6k_gemm(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t g1, const uint8_t *xa, size_t xs, int nx,
-                     float *s, size_t ss) {
-    const int64_t nb = n_in / 256;
-    for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *w = wr + (size_t)g * (size_t)nb * Q6KX8_BYTES;
-        float *sg = s + (size_t)(g - g0) * 8 * ss;
-        int j = 0;
-        for (; j + 2 <= nx; j += 2) q6k_group(nb, w, xa + (size_t)j * xs, xs, 2, sg + j, ss);
-        if (j < nx) q6k_group(nb, w, xa + (size_t)j * xs, xs, 1, sg + j, ss);
-    }
-}
+GROUP_DRIVER(q40_gemm, q40_group, 32, Q40X8_BYTES, 4)
+GROUP_DRIVER(q80_gemm, q80_group, 32, Q80X8_BYTES, 2)
+GROUP_DRIVER(q4k_gemm, q4k_group, 256, Q4KX8_BYTES, 2)
+GROUP_DRIVER(q6k_gemm, q6k_group, 256, Q6KX8_BYTES, 2)
+GROUP_DRIVER(iq4xs_gemm, iq4xs_group, 256, IQ4XSX8_BYTES, 2)
 
 static void gemm_avx2(uint32_t type, int64_t n_in, const void *wr, int64_t g0, int64_t g1, const void *xa,
                       size_t xs, int nx, float *s, size_t ss) {
-    if (type == QT_Q6_K) {
-        q6k_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss);
-        return;
-    }
-    if (type == QT_Q4_K) {
-        q4k_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss);
-        return;
-    }
-    if (type == QT_IQ4_XS) {
-        iq4xs_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss);
-        return;
-    }
-    if (type == QT_Q8_0) {
-        q80_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss);
-        return;
-    }
-    const int64_t nb = n_in / 32;
-    for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *w = (const uint8_t *)wr + (size_t)g * (size_t)nb * Q40X8_BYTES;
-        float *sg = s + (size_t)(g - g0) * 8 * ss;
-        int j = 0;
-        for (; j + 4 <= nx; j += 4) q40_group(nb, w, (const uint8_t *)xa + (size_t)j * xs, xs, 4, sg + j, ss);
-        for (; j + 2 <= nx; j += 2) q40_group(nb, w, (const uint8_t *)xa + (size_t)j * xs, xs, 2, sg + j, ss);
-        if (j < nx) q40_group(nb, w, (const uint8_t *)xa + (size_t)j * xs, xs, 1, sg + j, ss);
+    switch (type) {
+    case QT_Q4_0: q40_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss); break;
+    case QT_Q8_0: q80_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss); break;
+    case QT_Q4_K: q4k_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss); break;
+    case QT_Q6_K: q6k_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss); break;
+    case QT_IQ4_XS: iq4xs_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss); break;
+    default: break;
     }
 }
 #else
