@@ -298,7 +298,6 @@ typedef struct {
     const void *xa[MAX_MATS]; /* (n, xa_stride) expanded x of a repacked matrix, else NULL */
     size_t xa_stride[MAX_MATS];
     int xa_owner[MAX_MATS];   /* the matrix whose xa this one shares */
-    long total_rows;
 } mm_job;
 
 static void mm_convert_worker(void *arg, int ith, int nth) {
@@ -369,23 +368,16 @@ static void mm_rows(const mm_job *j, int m, long a, long b, float *s) {
 
 static void mm_dot_worker(void *arg, int ith, int nth) {
     mm_job *j = arg;
-    long n_tiles = (j->total_rows + ROW_TILE - 1) / ROW_TILE, lo, hi;
+    long n_tiles = 0, lo, hi;
+    for (int m = 0; m < j->n_w; m++) n_tiles += (j->w[m]->n_out + ROW_TILE - 1) / ROW_TILE;
     threadpool_range(n_tiles, ith, nth, &lo, &hi);
     float s[ROW_TILE * TOK_TILE];
+    int m = 0;
+    long first = 0; /* the first tile of matrix m */
     for (long tile = lo; tile < hi; tile++) {
-        long r0 = tile * ROW_TILE, r1 = r0 + ROW_TILE;
-        if (r1 > j->total_rows) r1 = j->total_rows;
-        /* map global rows to (matrix, row); a tile may straddle two matrices */
-        long base = 0;
-        for (int m = 0; m < j->n_w && r0 < r1; m++) {
-            long m_end = base + j->w[m]->n_out;
-            if (r0 < m_end) {
-                long a = r0 - base, b = (r1 < m_end ? r1 : m_end) - base;
-                mm_rows(j, m, a, b, s);
-                r0 = base + b;
-            }
-            base = m_end;
-        }
+        while (tile >= first + (j->w[m]->n_out + ROW_TILE - 1) / ROW_TILE) first += (j->w[m++]->n_out + ROW_TILE - 1) / ROW_TILE;
+        const long a = (tile - first) * ROW_TILE, b = a + ROW_TILE < j->w[m]->n_out ? a + ROW_TILE : j->w[m]->n_out;
+        mm_rows(j, m, a, b, s);
     }
 }
 
@@ -510,7 +502,6 @@ static void cpu_matmul(bk_backend *be, int n_w, const bk_weight *const *w, const
             if (w[p]->n_in == w[m]->n_in &&
                 quant_get_traits(w[p]->type)->vec_dot_type == vt)
                 j.conv_owner[m] = j.conv_owner[p];
-        j.total_rows += w[m]->n_out;
         if (vt == QT_F32) {
             j.xq[m] = x;
             j.xq_stride[m] = (size_t)w[m]->n_in * sizeof(float);

@@ -14,7 +14,6 @@
 #include "quant/quant.h"
 
 #define Q40X8_BYTES 144 /* f16 d[8] + qs[4][32]: 8 blocks of 18 bytes */
-#define Q80X8_BYTES 272 /* f16 d[8] + qs[8][32]: 8 blocks of 34 bytes */
 #define ACT_BLOCK_BYTES 48 /* i8 qs[32], i32 -8 * sum(qs), f32 d, pad */
 #define Q4KX8_BYTES 1184 /* f16 d[8], dmin[8], u8 sc[8][8], m[8][8], qs[32][32]: 1152 mapped */
 #define Q4KX8_SC 32
@@ -29,7 +28,7 @@
 #define Q6KX8_QH 1168
 
 static int rows_avx2(uint32_t type) {
-    return type == QT_Q4_0 || type == QT_Q8_0 || type == QT_Q4_K || type == QT_Q6_K || type == QT_IQ4_XS ? 8 : 0;
+    return type == QT_Q4_0 || type == QT_Q4_K || type == QT_Q6_K || type == QT_IQ4_XS ? 8 : 0;
 }
 
 static size_t kgroup_bytes(uint32_t type) {
@@ -37,13 +36,12 @@ static size_t kgroup_bytes(uint32_t type) {
 }
 
 static size_t bytes_avx2(uint32_t type, int64_t n_in, int64_t n_out) {
-    if (type == QT_Q4_0 || type == QT_Q8_0)
-        return n_in % 32 ? 0 : (size_t)(n_out / 8) * (size_t)(n_in / 32) * (type == QT_Q4_0 ? Q40X8_BYTES : Q80X8_BYTES);
+    if (type == QT_Q4_0) return n_in % 32 ? 0 : (size_t)(n_out / 8) * (size_t)(n_in / 32) * Q40X8_BYTES;
     return n_in % 256 ? 0 : (size_t)(n_out / 8) * (size_t)(n_in / 256) * kgroup_bytes(type);
 }
 
 static size_t act_bytes_avx2(uint32_t type, int64_t n_in) {
-    if (type != QT_Q4_0 && type != QT_Q8_0) return ((size_t)(n_in / 256) * sizeof(blk_q8_K) + 63) & ~(size_t)63;
+    if (type != QT_Q4_0) return ((size_t)(n_in / 256) * sizeof(blk_q8_K) + 63) & ~(size_t)63;
     return ((size_t)(n_in / 32) * ACT_BLOCK_BYTES + 63) & ~(size_t)63; /* tokens 64 B aligned */
 }
 
@@ -60,13 +58,6 @@ static void q40_row(uint8_t *o, int r, const void *src) {
     const blk_q4_0 *b = src;
     memcpy(o + 2 * r, &b->d, 2);
     quants4(o + 16, r, b->qs, 4);
-}
-
-/* q8_0x8: qs[8][32]. */
-static void q80_row(uint8_t *o, int r, const void *src) {
-    const blk_q8_0 *b = src;
-    memcpy(o + 2 * r, &b->d, 2);
-    quants4(o + 16, r, (const uint8_t *)b->qs, 8);
 }
 
 /* q4_Kx8: dmin[8], the 6-bit sub-block scales and mins unpacked (sc[sb][r], m[sb][r]), qs[32][32]
@@ -102,8 +93,10 @@ static void q6k_row(uint8_t *o, int r, const void *src) {
 }
 
 static void weights_avx2(uint32_t type, int64_t n_in, int64_t n_out, const void *w, size_t ws, void *dst) {
-    void (*row)(uint8_t *, int, const void *) = type == QT_Q4_0 ? q40_row : type == QT_Q8_0 ? q80_row
-                                                : type == QT_Q4_K ? q4k_row : type == QT_Q6_K ? q6k_row : iq4xs_row;
+    void (*row)(uint8_t *, int, const void *) = type == QT_Q4_0   ? q40_row
+                                                : type == QT_Q4_K ? q4k_row
+                                                : type == QT_Q6_K ? q6k_row
+                                                                  : iq4xs_row;
     const quant_traits *tr = quant_get_traits(type);
     const size_t gb = bytes_avx2(type, tr->block_elems, 8); /* one group-block */
     uint8_t *o = dst;
@@ -399,39 +392,7 @@ KINL void iq4xs_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs
     store8(acc, RX, s, ss);
 }
 
-/* One group of 8 rows against RX (1..2) tokens, per block: the int8 weights through the sign trick
- * (|w| against y with w's sign; y is -127..127, as the Q8_0 converter writes it), each vpmaddubsw
- * pair (at most 2 * 127 * 127) widened by vpmaddwd at once. */
-KINL void q80_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, const int RX, float *s, size_t ss) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t b = 0; b < nb; b++, w += Q80X8_BYTES) {
-#pragma GCC unroll 5
-        for (int l = 0; l < 5; l++) _mm_prefetch((const char *)w + REPACK_PF_BYTES + 64 * l, _MM_HINT_T1);
-        __m256i i32[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            const __m256i wv = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * k)), uw = _mm256_abs_epi8(wv);
-#pragma GCC unroll 2
-            for (int j = 0; j < RX; j++) {
-                const uint8_t *a = xa + (size_t)j * xs + (size_t)b * ACT_BLOCK_BYTES;
-                const __m256i p = _mm256_maddubs_epi16(uw, _mm256_sign_epi8(bcast4(a + 4 * k), wv));
-                i32[j] = _mm256_add_epi32(i32[j], _mm256_madd_epi16(p, ones));
-            }
-        }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
-#pragma GCC unroll 2
-        for (int j = 0; j < RX; j++) {
-            float dx;
-            memcpy(&dx, xa + (size_t)j * xs + (size_t)b * ACT_BLOCK_BYTES + 36, 4);
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32[j]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[j]);
-        }
-    }
-    store8(acc, RX, s, ss);
-}
-
 GROUP_DRIVER(q40_gemm, q40_group, 32, Q40X8_BYTES, 4)
-GROUP_DRIVER(q80_gemm, q80_group, 32, Q80X8_BYTES, 2)
 GROUP_DRIVER(q4k_gemm, q4k_group, 256, Q4KX8_BYTES, 2)
 GROUP_DRIVER(q6k_gemm, q6k_group, 256, Q6KX8_BYTES, 2)
 GROUP_DRIVER(iq4xs_gemm, iq4xs_group, 256, IQ4XSX8_BYTES, 2)
@@ -440,7 +401,6 @@ static void gemm_avx2(uint32_t type, int64_t n_in, const void *wr, int64_t g0, i
                       size_t xs, int nx, float *s, size_t ss) {
     switch (type) {
     case QT_Q4_0: q40_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss); break;
-    case QT_Q8_0: q80_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss); break;
     case QT_Q4_K: q4k_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss); break;
     case QT_Q6_K: q6k_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss); break;
     case QT_IQ4_XS: iq4xs_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss); break;
