@@ -210,7 +210,7 @@ typedef struct brisk_context_params {
     int n_seq_max;     /* sequences that may be live at once */
     int n_batch;       /* most entries in one brisk_decode call */
     int n_ubatch;      /* most entries in one forward pass (llama.cpp's -ub): a longer call runs as several
-                          passes; bounds the scratch. 0: 512 */
+                          passes; bounds the scratch. 0: 2048 for a model on a GPU, else 512 */
     int n_threads;     /* CPU threads; 0: all cores */
     brisk_kv_type kv_type;
     int kv_block_size; /* tokens per KV page (default 16) */

@@ -96,7 +96,7 @@ enum { CLI_CACHE_UNSET = -2 };
 #define CLI_LLAMACPP_HELP                                                                                      \
     "  --mlock              lock the model's host memory in RAM (mlockall; a warning if `ulimit -l` is too low)\n" \
     "  -fa, --flash-attn [on|auto]  accepted: brisk's attention is always fused (flash-style); off is refused\n" \
-    "  -ub, --ubatch-size N entries in one forward pass, at most -b (default 512): a prompt runs in passes of N\n" \
+    "  -ub, --ubatch-size N entries in one forward pass, at most -b (default 2048 on a GPU, 512 on the CPU)\n" \
     "  --jinja              accepted: brisk always formats chats with the model's Jinja template\n"
 /* 1: argv[*i] (and its value) was one of them; 0: not one; -1: bad (message printed). Also --tp N, --pp N,
  * -hf REPO[:QUANT], the RoPE flags of CLI_ROPE_HELP and llama.cpp's of CLI_LLAMACPP_HELP. */
