@@ -36,7 +36,7 @@
  *   ssm_conv 1e-6, carried inputs exact; gated_delta 1e-4 (outputs and the
  *     fp32 state, after up to 24 entries); sigmoid_mul 1e-6; gated_residual 1e-6 vs
  *     the CPU's three ops, bit for bit vs the GPU's
- *   end to end: identical greedy tokens; max |logit diff| <= 2e-2 * max |logit|
+ *   end to end: identical greedy tokens (but for ties within float noise); max |logit diff| <= 4e-3 * max |logit|
  *     (stories260K, and the models of BRISK_E2E_MODELS: tiny MoE and hybrids,
  *     also two sequences per batch)
  * Needs a GPU: `make test-cuda` (skips, passing, when none is found). */
@@ -977,7 +977,12 @@ static void test_elementwise(void) {
 /* the MoE and Gated DeltaNet cases (kept apart: the file would pass 1,500 lines) */
 #include "cuda/ops_moe_ssm.c"
 
-/* Greedy decoding from BOS on the CPU and on CUDA: same tokens for 128 steps. */
+/* Greedy decoding from BOS on the CPU and on CUDA: same tokens for 128 steps. A random-weight model
+ * can have two tokens within float noise of each other at some step; there the backends may pick
+ * differently without either being wrong. Such a step counts as a tie when the CPU's own logits of the
+ * two picks are closer than twice that step's largest logit difference; both then go on with the
+ * CPU's token. A pick that differs by more, more than two ties, or logits apart by more than 4e-3 of
+ * the largest (0.2-6e-4 seen on H100) fail. */
 static void e2e_model(const char *path) {
     brisk_model *m[2] = {NULL, NULL};
     brisk_context *c[2] = {NULL, NULL};
@@ -995,7 +1000,7 @@ static void e2e_model(const char *path) {
     brisk_token tok[2];
     tok[0] = tok[1] = brisk_token_bos(m[0]) >= 0 ? brisk_token_bos(m[0]) : 1;
     double worst = 0;
-    int same = 0, steps = 128;
+    int same = 0, ties = 0, steps = 128;
     for (int i = 0; i < steps; i++) {
         const float *lg[2];
         for (int d = 0; d < 2; d++) {
@@ -1003,6 +1008,7 @@ static void e2e_model(const char *path) {
             CHECK_OK(brisk_decode(c[d], &e, 1));
             lg[d] = brisk_get_logits(c[d], 0);
         }
+        CHECK(lg[0] && lg[1]); /* a run that stops early is a failure */
         if (!lg[0] || !lg[1]) return;
         float mx = 0, diff = 0;
         for (int d = 0; d < 2; d++) {
@@ -1016,12 +1022,19 @@ static void e2e_model(const char *path) {
             if (fabsf(lg[0][j] - lg[1][j]) > diff) diff = fabsf(lg[0][j] - lg[1][j]);
         }
         if (diff / mx > worst) worst = diff / mx;
-        if (tok[0] == tok[1]) same++;
-        else break;
+        if (tok[0] == tok[1]) { same++; continue; }
+        const float gap = lg[0][tok[0]] - lg[0][tok[1]];
+        printf("  e2e %s: step %d picks %d (CPU) and %d (CUDA), the CPU's logits %.3e apart, the step's largest "
+               "difference %.3e\n", path, i, (int)tok[0], (int)tok[1], gap, diff);
+        if (gap > 2 * diff) break;
+        ties++;
+        tok[1] = tok[0];
     }
-    printf("  e2e %s: %d/%d greedy tokens equal, max |logit diff| / max |logit| = %.2e\n", path, same, steps, worst);
-    CHECK(same == steps);
-    CHECK(worst <= 2e-2);
+    printf("  e2e %s: %d/%d greedy tokens equal, %d ties, max |logit diff| / max |logit| = %.2e\n", path, same, steps,
+           ties, worst);
+    CHECK(same + ties == steps);
+    CHECK(ties <= 2);
+    CHECK(worst <= 4e-3);
     /* a prompt as one batch (the tiled product and multi-token attention) */
     brisk_batch_entry pe[64];
     for (int d = 0; d < 2; d++) {
@@ -1030,6 +1043,7 @@ static void e2e_model(const char *path) {
         CHECK_OK(brisk_decode(c[d], pe, 64));
     }
     const float *a = brisk_get_logits(c[0], 63), *b = brisk_get_logits(c[1], 63);
+    CHECK(a && b);
     if (a && b) {
         double e = rel_err(b, a, (size_t)nv);
         printf("  e2e prefill 64: logits rel err %.2e\n", e);
@@ -1059,7 +1073,7 @@ static void test_end_to_end(void) {
 /* Two sequences in every batch: an interleaved prompt of 16 entries, then 32
  * steps of one entry per sequence (graphs captured and replayed with the
  * sequences read from the step's upload): same greedy tokens on both
- * backends, logits within 2e-2 of the largest. */
+ * backends, logits within 4e-3 of the largest. */
 static void e2e_two_seqs(const char *path) {
     brisk_model *m[2] = {NULL, NULL};
     brisk_context *c[2] = {NULL, NULL};
@@ -1092,6 +1106,7 @@ static void e2e_two_seqs(const char *path) {
             }
             for (int sq = 0; sq < 2; sq++) lg[d][sq] = brisk_get_logits(c[d], step == 0 ? 14 + sq : sq);
         }
+        CHECK(lg[0][0] && lg[0][1] && lg[1][0] && lg[1][1]);
         if (!lg[0][0] || !lg[0][1] || !lg[1][0] || !lg[1][1]) goto done;
         bool agree = true;
         for (int sq = 0; sq < 2; sq++) {
@@ -1115,7 +1130,7 @@ static void e2e_two_seqs(const char *path) {
     printf("  e2e two sequences %s: %d/%d steps with equal greedy tokens, max |logit diff| / max |logit| = %.2e\n",
            path, same, steps + 1, worst);
     CHECK(same == steps + 1);
-    CHECK(worst <= 2e-2);
+    CHECK(worst <= 4e-3);
 done:
     for (int d = 0; d < 2; d++) {
         brisk_context_free(c[d]);

@@ -13,6 +13,8 @@
  *                                        KV: f16, q8_0 or q4_0 alone, and then no prefill rows;
  *                                        KV = prefill: the prefill rows alone, prefixes up to MAX_DEPTH;
  *                                        KV = splits: the key-range split swept at brisk's ubatch alone)
+ *   LAB_SHAPE=i: the decode rows of shape i alone (0: 16/2 x 256 ... 3: 32/4 x 128), e.g. under
+ *   `ncu -k regex:attn_dec_mma --launch-count 1`
  *
  * Each time is a replayed CUDA graph of 16 launches back to back (programmatic launches, as in a
  * decode step), over a cache several times the 50 MB L2 from 4K positions up (the smallest rows
@@ -302,10 +304,12 @@ int main(int argc, char **argv) {
     static const long depths[] = {4096, 32768, 131072, 262144, 1048576};
     const int bs = 16;
     const bool prefill_only = only && !strcmp(only, "prefill");
+    const char *shape_env = getenv("LAB_SHAPE"); /* one shape's rows (its index above): for ncu */
     for (int kt : {KT_F16, KT_Q8_0, KT_Q4_0})
         for (auto &sh : shapes)
             for (long depth : depths) {
                 if (depth > max_depth || depth < min_depth) continue;
+                if (shape_env && atoi(shape_env) != (int)(&sh - shapes)) continue;
                 if (prefill_only) continue;
                 if (only && strcmp(only, kt == KT_F16 ? "f16" : kt == KT_Q8_0 ? "q8_0" : "q4_0")) continue;
                 const int nh = sh[0], nkv = sh[1], hd = sh[2];

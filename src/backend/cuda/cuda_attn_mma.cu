@@ -127,17 +127,6 @@ template <int N> __device__ __forceinline__ void dm_words(const uint8_t *p, bool
     }
 }
 
-/* Two codes of a word (bytes picked by sel into the low bytes of two halves: 0x5140 bytes 0, 1;
- * 0x5342 bytes 2, 3; with the codes of two rows interleaved, 0x4140 / 0x4342), made unsigned (q8_0:
- * q + 128; q4_0: the nibble), times d: f16 1024 + u, the offset off exactly, one rounded product:
- * d * q rounded to f16, the bits of kvq_h8. */
-template <int KT> __device__ __forceinline__ uint32_t kvq_h2(uint32_t codes, uint32_t sel, __half2 d) {
-    const uint32_t h = __byte_perm(codes, 0x64646464u, sel);
-    const __half2 off = __half2half2(__ushort_as_half(KT == KT_Q4_0 ? 0x6408 : 0x6480)); /* 1032, 1152 */
-    const __half2 x = __hmul2(__hsub2(*(const __half2 *)&h, off), d);
-    return *(const uint32_t *)&x;
-}
-
 template <int KT, int D, bool RP>
 __global__ void __launch_bounds__(DM_THREADS)
 attn_dec_mma_kernel(const float *q, const void *kc, const void *vc, int bs, const int32_t *pos,

@@ -128,17 +128,22 @@ __device__ __forceinline__ void fa_convert(__half *dst, const uint8_t *raw, cons
     }
 }
 
-/* One row's output O / l from its accumulators: columns 8i + 2 tig + {0, 1} at out + at are
- * oacc[i][e], oacc[i][e + 1] (e = 0: the thread's row g of an m-tile, 2: row g + 8). */
+/* A thread's columns of one row's accumulators, times mul: columns 8i + {0, 1} at o (o already at
+ * the thread's 2 tig) are oacc[i][e], oacc[i][e + 1] (e = 0: the thread's row g of an m-tile, 2:
+ * row g + 8). */
 template <int D>
-__device__ __forceinline__ void fa_store_row(float *out, int64_t at, const float (*oacc)[4], int e, float l) {
-    const float inv = 1.0f / l;
-    float *o = out + at;
+__device__ __forceinline__ void fa_store_cols(float *o, const float (*oacc)[4], int e, float mul) {
 #pragma unroll
     for (int i = 0; i < D / 8; i++) {
-        o[8 * i] = oacc[i][e] * inv;
-        o[8 * i + 1] = oacc[i][e + 1] * inv;
+        o[8 * i] = oacc[i][e] * mul;
+        o[8 * i + 1] = oacc[i][e + 1] * mul;
     }
+}
+
+/* One row's output O / l (at: the row's start plus the thread's 2 tig). */
+template <int D>
+__device__ __forceinline__ void fa_store_row(float *out, int64_t at, const float (*oacc)[4], int e, float l) {
+    fa_store_cols<D>(out + at, oacc, e, 1.0f / l);
 }
 
 /* A split's partial of output row th (entry t * n_head + head h): O unnormalised, then its running
@@ -148,11 +153,7 @@ template <int D>
 __device__ __forceinline__ void fa_store_part(float *part, int64_t th, int n_split, int sp, int tig,
                                               const float (*oacc)[4], int e, float m, float l) {
     float *p = part + (th * n_split + sp) * (D + 2);
-#pragma unroll
-    for (int i = 0; i < D / 8; i++) {
-        p[8 * i + 2 * tig] = oacc[i][e];
-        p[8 * i + 2 * tig + 1] = oacc[i][e + 1];
-    }
+    fa_store_cols<D>(p + 2 * tig, oacc, e, 1.0f); /* (x * 1 is x: unnormalised) */
     if (tig == 0) p[D] = m, p[D + 1] = l;
 }
 

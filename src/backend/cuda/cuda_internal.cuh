@@ -333,6 +333,18 @@ template <int KT> __device__ __forceinline__ void kvq_cvt8(const uint4 &r, float
     }
 }
 
+/* Two codes of a word (bytes picked by sel into the low bytes of two halves: 0x5140 bytes 0, 1;
+ * 0x5342 bytes 2, 3; with the codes of two rows interleaved, 0x4140 / 0x4342), made unsigned (q8_0:
+ * q + 128; q4_0: the nibble), times d: f16 1024 + u, the offset off exactly, one rounded product:
+ * d * q rounded to f16. The decode (cuda_attn_mma.cu) and prefill (kvq_h8) attention read the
+ * quantized caches through it, so both see the same f16 values. */
+template <int KT> __device__ __forceinline__ uint32_t kvq_h2(uint32_t codes, uint32_t sel, __half2 d) {
+    const uint32_t h = __byte_perm(codes, 0x64646464u, sel);
+    const __half2 off = __half2half2(__ushort_as_half(KT == KT_Q4_0 ? 0x6408 : 0x6480)); /* 1032, 1152 */
+    const __half2 x = __hmul2(__hsub2(*(const __half2 *)&h, off), d);
+    return *(const uint32_t *)&x;
+}
+
 /* kvq_load8's 8 values as 8 f16 (a uint4), d * q rounded once to f16: the same bits as kvq_cvt8's
  * f32 products rounded (d * q is exact in f32), in a few half2 instructions instead of 8 conversions
  * and products: each code u, made unsigned (q8_0: q + 128, the sign bit flipped; q4_0: the nibble,
@@ -348,15 +360,8 @@ template <int KT> __device__ __forceinline__ uint4 kvq_h8(const uint4 &r) {
         w1 = r.y ^ 0x80808080u;
     }
     const __half2 d = __half2half2(__ushort_as_half((uint16_t)r.z));
-    const __half2 off = __half2half2(__ushort_as_half(KT == KT_Q4_0 ? 0x6408 : 0x6480)); /* 1032, 1152 */
-    uint32_t h[4] = {__byte_perm(w0, 0x64646464u, 0x5140), __byte_perm(w0, 0x64646464u, 0x5342),
-                     __byte_perm(w1, 0x64646464u, 0x5140), __byte_perm(w1, 0x64646464u, 0x5342)};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const __half2 x = __hmul2(__hsub2(*(__half2 *)&h[i], off), d);
-        h[i] = *(const uint32_t *)&x;
-    }
-    return make_uint4(h[0], h[1], h[2], h[3]);
+    return make_uint4(kvq_h2<KT>(w0, 0x5140, d), kvq_h2<KT>(w0, 0x5342, d), kvq_h2<KT>(w1, 0x5140, d),
+                      kvq_h2<KT>(w1, 0x5342, d));
 }
 
 __constant__ static const int8_t bk_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
