@@ -476,7 +476,7 @@ static void test_repack(void) {
     if (getenv("BRISK_CPU_REPACK")) return; /* the test runs the repacked types as they are by default */
     static const int64_t shapes[][2] = {{1024, 16}, {96, 13}, {3072, 24}, {32, 8}, {64, 9}, {160, 7},
                                         {256, 16}, {768, 35}, {512, 15}, {2048, 48}};
-    /* Q4_K, IQ4_XS: whole super-blocks only (Q4_K 16 rows a group on AVX-512); Q6_K: no layout */
+    /* Q4_K, Q6_K, IQ4_XS: whole super-blocks only (Q4_K 16 rows a group on AVX-512) */
     const uint32_t types[] = {QT_Q4_0, QT_Q8_0, QT_Q4_K, QT_Q6_K, QT_IQ4_XS};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const uint32_t wt = types[ti], xt = quant_get_traits(wt)->vec_dot_type;
@@ -484,9 +484,9 @@ static void test_repack(void) {
             const int64_t n = shapes[si][0], rows = shapes[si][1];
             const size_t rb = cpu_repack_bytes(wt, n, rows);
             const int R = cpu_repack_rows(wt);
-            /* AVX-512 VNNI: Q4_0, Q8_0, Q4_K; AVX2: Q4_0, Q4_K, IQ4_XS; portable cores: none */
+            /* AVX-512 VNNI: Q4_0, Q8_0, Q4_K; AVX2: Q4_0, Q4_K, Q6_K, IQ4_XS; portable cores: none */
             CHECK((R > 0) == (cpu_dot_isa() == CPU_ISA_AVX512 ? wt != QT_Q6_K && wt != QT_IQ4_XS
-                              : cpu_dot_isa() == CPU_ISA_AVX2 && wt != QT_Q8_0 && wt != QT_Q6_K));
+                              : cpu_dot_isa() == CPU_ISA_AVX2 && wt != QT_Q8_0));
             if (!R) {
                 CHECK(rb == 0);
                 continue;
@@ -609,6 +609,73 @@ static void test_repack_extremes(void) {
     CHECK(tested > 0 || cpu_dot_isa() == CPU_ISA_PORTABLE);
 }
 
+/* The repacked kernels that keep the plain kernel's float order (AVX2's Q6_K: ggml's 8 lanes,
+ * each scaled and summed apart) against the single-row kernel, bitwise: random blocks, then
+ * blocks at the extremes (quants 0 or 63, scales -128 or 127, activations -128 or 127, mixed
+ * per block), row counts around the 8-row groups, 1..4 tokens. */
+static void test_repack_bitwise(void) {
+    if (getenv("BRISK_CPU_REPACK")) return;
+    const uint32_t types[] = {QT_Q6_K};
+    static const int64_t shapes[][2] = {{256, 8}, {512, 13}, {1024, 16}, {768, 21}, {3072, 24}, {2560, 35}};
+    int tested = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t wt = types[ti], xt = quant_get_traits(wt)->vec_dot_type;
+        if (!(cpu_dot_isa() == CPU_ISA_AVX2 && cpu_repack_rows(wt))) continue; /* AVX-512 cores: in repack_as_avx2's child */
+        const quant_traits *tr = quant_get_traits(wt);
+        cpu_vec_dot_fn f = cpu_get_vec_dot(wt);
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t n = shapes[si][0], rows = shapes[si][1];
+            const int R = cpu_repack_rows(wt), nx = 4;
+            const size_t rb = cpu_repack_bytes(wt, n, rows), ws = quant_row_size(wt, n), xs = quant_row_size(xt, n);
+            const size_t as = cpu_repack_act_bytes(wt, n);
+            CHECK(rb > 0);
+            uint8_t *w = malloc(ws * (size_t)rows), *x = malloc(xs * nx);
+            void *wr = aligned_alloc(64, (rb + 63) & ~(size_t)63), *xa = aligned_alloc(64, as * nx);
+            float *tmp = malloc(sizeof(float) * (size_t)n), *s = malloc(sizeof(float) * (size_t)(rows * nx)), ref[4];
+            for (int pass = 0; pass < 2; pass++) {
+                fill_weights(wt, w, n * rows);
+                for (int j = 0; j < nx; j++) {
+                    for (int64_t i = 0; i < n; i++) tmp[i] = rnd_unit() * (1 + j);
+                    cpu_get_from_float(xt)(tmp, x + (size_t)j * xs, n);
+                }
+                if (pass) { /* extremes: each block (and activation block) one of four kinds */
+                    for (int64_t b = 0; b < n * rows / tr->block_elems; b++) {
+                        blk_q6_K *q = (blk_q6_K *)(void *)(w + (size_t)b * tr->block_bytes);
+                        const uint32_t k = rnd_u32();
+                        if (k & 1) memset(q->ql, k & 2 ? 0xFF : 0, sizeof q->ql + sizeof q->qh);
+                        if (k & 4) memset(q->scales, k & 8 ? 0x80 : 0x7F, sizeof q->scales);
+                    }
+                    for (int j = 0; j < nx; j++)
+                        for (int64_t b = 0; b < n / 256; b++) {
+                            blk_q8_K *y = (blk_q8_K *)(void *)(x + (size_t)j * xs) + b;
+                            const uint32_t k = rnd_u32();
+                            if (!(k & 1)) continue;
+                            memset(y->qs, k & 2 ? 0x80 : 0x7F, sizeof y->qs);
+                            for (int i = 0; i < 16; i++) y->bsums[i] = (int16_t)(16 * y->qs[0]);
+                        }
+                }
+                cpu_repack_weights(wt, n, rows, w, ws, wr);
+                for (int ntok = 1; ntok <= nx; ntok++) {
+                    for (int j = 0; j < ntok; j++) cpu_repack_act(wt, n, x + (size_t)j * xs, (char *)xa + (size_t)j * as);
+                    const int64_t ng = rows / R;
+                    cpu_repack_gemm(wt, n, wr, 0, ng, xa, as, ntok, s, (size_t)nx);
+                    int bad = 0;
+                    for (int64_t r = 0; r < ng * R; r++) {
+                        f(n, w + (size_t)r * ws, x, xs, ntok, ref);
+                        if (memcmp(ref, s + r * nx, sizeof(float) * (size_t)ntok) && !bad++)
+                            fprintf(stderr, "  repack bitwise %s n=%lld rows=%lld nx=%d pass %d row %lld: %.9g vs %.9g\n",
+                                    tr->name, (long long)n, (long long)rows, ntok, pass, (long long)r, s[r * nx], ref[0]);
+                    }
+                    CHECK(bad == 0);
+                    tested++;
+                }
+            }
+            free(w), free(x), free(wr), free(xa), free(tmp), free(s);
+        }
+    }
+    printf("  %d repacked shapes bitwise the plain kernel on %s\n", tested, cpu_isa_name(cpu_dot_isa()));
+}
+
 /* The CPU backend's matmul with repacked copies against the same backend
  * reading the mapped rows (BRISK_CPU_REPACK=0): several matrices in one call
  * (row tiles straddle them; row counts not a multiple of 8, so the plain
@@ -687,6 +754,7 @@ int main(int argc, char **argv) {
         {"repack", test_repack},
         {"repack_matmul", test_repack_matmul},
         {"repack_extremes", test_repack_extremes},
+        {"repack_bitwise", test_repack_bitwise},
         {"repack_as_avx2", test_repack_as_avx2},
         {"q8K_from_float", test_q8K_from_float},
         {"ggml_from_float", test_ggml_from_float},

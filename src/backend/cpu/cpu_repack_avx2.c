@@ -1,5 +1,5 @@
 /* cpu_repack_avx2.c — the AVX2 layouts of cpu_repack.h (Q4_0, Q4_K,
- * IQ4_XS) and their kernels. Built with the AVX2 flags; cpu_repack.c calls this table only when
+ * Q6_K, IQ4_XS) and their kernels. Built with the AVX2 flags; cpu_repack.c calls this table only when
  * cpu_dot_isa() chose AVX2 (AVX-512 cores take cpu_repack_avx512.c's).
  *
  * AVX2 has no vpdpbusd: vpmaddubsw multiplies the unsigned nibbles by the
@@ -10,8 +10,10 @@
  *
  * The sums are exact in int32 per (super-)block and row, then scaled in
  * float: another float order than ggml's per-lane one, which the plain
- * kernels keep (docs/experiments.md: a Q6_K layout was withdrawn because
- * that order flipped near-tied routings of a tiny MoE in test_conformance). */
+ * kernels keep. Q6_K alone keeps ggml's order (its 8 int32 lanes, each
+ * scaled and summed apart, then ggml's horizontal sum), bitwise the plain
+ * kernel's: a first Q6_K layout in the per-block order flipped near-tied
+ * routings of a tiny MoE in test_conformance (docs/experiments.md). */
 #include "backend/cpu/cpu_repack_isa.h"
 
 #include <string.h>
@@ -27,13 +29,16 @@
 #define IQ4XSX8_BYTES 1104 /* f16 d[8], i8 sc[8][8] (ls - 32), qs[32][32]: 1088 mapped */
 #define IQ4XSX8_SC 16
 #define IQ4XSX8_QS 80
+#define Q6KX8_BYTES 1680 /* f16 d[8], i8 sc[8][8][2], q[8][2][3][32]: 8 blocks of 210 bytes */
+#define Q6KX8_SC 16
+#define Q6KX8_Q 144
 
 static int rows_avx2(uint32_t type) {
-    return type == QT_Q4_0 || type == QT_Q4_K || type == QT_IQ4_XS ? 8 : 0;
+    return type == QT_Q4_0 || type == QT_Q4_K || type == QT_Q6_K || type == QT_IQ4_XS ? 8 : 0;
 }
 
 static size_t kgroup_bytes(uint32_t type) {
-    return type == QT_Q4_K ? Q4KX8_BYTES : IQ4XSX8_BYTES;
+    return type == QT_Q4_K ? Q4KX8_BYTES : type == QT_Q6_K ? Q6KX8_BYTES : IQ4XSX8_BYTES;
 }
 
 static size_t bytes_avx2(uint32_t type, int64_t n_in, int64_t n_out) {
@@ -83,9 +88,47 @@ static void iq4xs_row(uint8_t *o, int r, const void *src) {
     quants4(o + IQ4XSX8_QS, r, b->qs, 32);
 }
 
+/* q6_Kx8, in ggml's lane order: ggml's AVX2 kernel sums a super-block in 8 int32 lanes, lane j
+ * holding elements 4j..4j+3 of each of the 8 chunks of 32 (chunk 4h + c: elements 128h + 32c..,
+ * sub-block 8h + 2c + j / 4) and the -32 offset of sub-blocks 2j, 2j+1; each lane is scaled
+ * and summed apart. Here one vpmaddubsw step meets one 4-byte group, so a lane is a row and the
+ * 16 elements of (j, h) sit in three vectors X, Y, Z (q[j][h]), re-laid so that
+ *   v0 = X & 63, v1 = Y & 63, v2 = Z & 63, v3 = X >> 6 | (Y >> 6) << 2 | (Z >> 6) << 4
+ * (11 instructions for 4 vectors; Q6_K's own ql/qh take 17), with v0 = chunks 0, 1 elements
+ * 4j, 4j+1 (bytes (c0, c0, c1, c1)), v1 their 4j+2, 4j+3, v2 and v3 the same of chunks 2, 3. Two
+ * vpmaddubsw pairs of one chunk then add in int16 (v0 + v1: (chunk 0, chunk 1) of 4 elements,
+ * at most 2 * 2 * 63 * 128 = 32256) before one vpmaddwd by the chunks' scales, stored as int8
+ * pairs sc[jh][h][cp][r] = (sub-block 8h + 4cp + jh, 8h + 4cp + 2 + jh) of row r (jh = j / 4).
+ * act_avx2 lays the Q8_K quants out the same way. */
+static int q6k_q(const blk_q6_K *b, int e) { /* the unsigned 6-bit quant of element e */
+    const int h = e / 128, c = e % 128 / 32, l = e % 32;
+    return ((b->ql[64 * h + 32 * (c % 2) + l] >> 4 * (c / 2)) & 15) | ((b->qh[32 * h + l] >> 2 * c) & 3) << 4;
+}
+
+/* The element behind byte p of v_t of (j, h): chunk 2 (t / 2) + p / 2, element 4j + 2 (t % 2) + p % 2. */
+static int q6k_elem(int j, int h, int t, int p) { return 128 * h + 32 * (2 * (t / 2) + p / 2) + 4 * j + 2 * (t % 2) + p % 2; }
+
+static void q6k_row(uint8_t *o, int r, const void *src) {
+    const blk_q6_K *b = src;
+    memcpy(o + 2 * r, &b->d, 2);
+    for (int jh = 0; jh < 2; jh++)
+        for (int h = 0; h < 2; h++)
+            for (int cp = 0; cp < 2; cp++)
+                for (int k = 0; k < 2; k++)
+                    o[Q6KX8_SC + 16 * (4 * jh + 2 * h + cp) + 2 * r + k] = (uint8_t)b->scales[8 * h + 4 * cp + 2 * k + jh];
+    for (int j = 0; j < 8; j++)
+        for (int h = 0; h < 2; h++)
+            for (int p = 0; p < 4; p++) {
+                uint8_t *q = o + Q6KX8_Q + 96 * (2 * j + h) + 4 * r + p;
+                const int v3 = q6k_q(b, q6k_elem(j, h, 3, p));
+                for (int t = 0; t < 3; t++) q[32 * t] = (uint8_t)(q6k_q(b, q6k_elem(j, h, t, p)) | (v3 >> 2 * t & 3) << 6);
+            }
+}
+
 static void weights_avx2(uint32_t type, int64_t n_in, int64_t n_out, const void *w, size_t ws, void *dst) {
     void (*row)(uint8_t *, int, const void *) = type == QT_Q4_0   ? q40_row
                                                 : type == QT_Q4_K ? q4k_row
+                                                : type == QT_Q6_K ? q6k_row
                                                                   : iq4xs_row;
     const quant_traits *tr = quant_get_traits(type);
     const size_t gb = bytes_avx2(type, tr->block_elems, 8); /* one group-block */
@@ -100,6 +143,18 @@ static void weights_avx2(uint32_t type, int64_t n_in, int64_t n_out, const void 
 static void act_avx2(uint32_t type, int64_t n_in, const void *xq, void *xa) {
     if (type == QT_IQ4_XS) { /* the Q8_K row as it is: its 4-byte groups are broadcast */
         memcpy(xa, xq, (size_t)(n_in / 256) * sizeof(blk_q8_K));
+        return;
+    }
+    if (type == QT_Q6_K) { /* the Q8_K row, its quants laid out as q6k_row's: 16 bytes per (j, h) */
+        for (int64_t b = 0; b < n_in / 256; b++) {
+            const blk_q8_K *x = (const blk_q8_K *)xq + b;
+            blk_q8_K *y = (blk_q8_K *)xa + b;
+            *y = *x;
+            for (int j = 0; j < 8; j++)
+                for (int h = 0; h < 2; h++)
+                    for (int t = 0; t < 4; t++)
+                        for (int p = 0; p < 4; p++) y->qs[32 * j + 16 * h + 4 * t + p] = x->qs[q6k_elem(j, h, t, p)];
+        }
         return;
     }
     if (type == QT_Q4_K) { /* the Q8_K row, bsums[0..7] replaced by the sums of the 32-element sub-blocks */
@@ -135,6 +190,9 @@ static void act_avx2(uint32_t type, int64_t n_in, const void *xq, void *xa) {
 #endif
 #ifndef REPACK_PF_BYTES_K
 #define REPACK_PF_BYTES_K 4096
+#endif
+#ifndef REPACK_PF_BYTES_Q6K
+#define REPACK_PF_BYTES_Q6K 16384
 #endif
 
 KINL __m256i bcast4(const uint8_t *p) {
@@ -313,9 +371,80 @@ KINL void iq4xs_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs
     store8(acc, RX, s, ss);
 }
 
+/* One group of 8 rows against RX (1..4) Q8_K tokens in ggml's float order (q6_Kx8 above): per
+ * super-block and lane j, the exact int32 sum of ggml's lane j for the 8 rows,
+ * acc[j] = fma(d * y.d, float(sum), acc[j]); at the end ggml's horizontal sum of the 8 lanes,
+ * ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)), a row per float lane. */
+KINL void q6k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, const int RX, float *s, size_t ss) {
+    const __m256i m63 = _mm256_set1_epi8(63), mC0 = _mm256_set1_epi8((char)0xC0);
+    __m256 acc[8][4];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+#pragma GCC unroll 4
+        for (int x = 0; x < RX; x++) acc[j][x] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, w += Q6KX8_BYTES) {
+#pragma GCC unroll 27
+        for (int l = 0; l < (Q6KX8_BYTES + 63) / 64; l++)
+            _mm_prefetch((const char *)w + REPACK_PF_BYTES_Q6K + 64 * l, _MM_HINT_T1);
+        const blk_q8_K *y[4];
+        __m256 dy[4];
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+#pragma GCC unroll 4
+        for (int x = 0; x < RX; x++) {
+            y[x] = (const blk_q8_K *)(const void *)(xa + (size_t)x * xs) + b;
+            dy[x] = _mm256_mul_ps(dw, _mm256_set1_ps(y[x]->d)); /* ggml's d: y.d times the row's d, one rounding */
+        }
+        __m256i sc[8]; /* sc[4jh + 2h + cp]: the int16 scale pairs of chunks (2cp, 2cp + 1) */
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++) sc[q] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + Q6KX8_SC + 16 * q)));
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            /* the offset's pair (sub-blocks 2j, 2j+1 = chunk c = j % 4 of h = j / 4, both j-halves) */
+            const int h0 = j / 4, c = j % 4;
+            const __m256i lo = sc[2 * h0 + c / 2], hi = sc[4 + 2 * h0 + c / 2];
+            const __m256i off = c % 2 ? _mm256_blend_epi16(_mm256_srli_epi32(lo, 16), hi, 0xAA)
+                                      : _mm256_blend_epi16(lo, _mm256_slli_epi32(hi, 16), 0xAA);
+            __m256i isum[4];
+#pragma GCC unroll 4
+            for (int x = 0; x < RX; x++) {
+                int32_t bs;
+                memcpy(&bs, y[x]->bsums + 2 * j, 4);
+                isum[x] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(off, _mm256_set1_epi32(bs)), 5));
+            }
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *q = w + Q6KX8_Q + 96 * (2 * j + h);
+                const __m256i X = _mm256_loadu_si256((const __m256i *)q), Y = _mm256_loadu_si256((const __m256i *)(q + 32));
+                const __m256i Z = _mm256_loadu_si256((const __m256i *)(q + 64));
+                const __m256i v0 = _mm256_and_si256(X, m63), v1 = _mm256_and_si256(Y, m63), v2 = _mm256_and_si256(Z, m63);
+                const __m256i v3 = _mm256_or_si256(_mm256_or_si256(_mm256_srli_epi16(_mm256_and_si256(X, mC0), 6),
+                                                                   _mm256_srli_epi16(_mm256_and_si256(Y, mC0), 4)),
+                                                   _mm256_srli_epi16(_mm256_and_si256(Z, mC0), 2));
+                const __m256i s01 = sc[4 * (j / 4) + 2 * h], s23 = sc[4 * (j / 4) + 2 * h + 1];
+#pragma GCC unroll 4
+                for (int x = 0; x < RX; x++) {
+                    const uint8_t *a = (const uint8_t *)y[x]->qs + 32 * j + 16 * h;
+                    const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(v0, bcast4(a)), _mm256_maddubs_epi16(v1, bcast4(a + 4)));
+                    const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(v2, bcast4(a + 8)), _mm256_maddubs_epi16(v3, bcast4(a + 12)));
+                    isum[x] = _mm256_add_epi32(isum[x], _mm256_add_epi32(_mm256_madd_epi16(p01, s01), _mm256_madd_epi16(p23, s23)));
+                }
+            }
+#pragma GCC unroll 4
+            for (int x = 0; x < RX; x++) acc[j][x] = _mm256_fmadd_ps(dy[x], _mm256_cvtepi32_ps(isum[x]), acc[j][x]);
+        }
+    }
+    __m256 sum[4];
+#pragma GCC unroll 4
+    for (int x = 0; x < RX; x++)
+        sum[x] = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0][x], acc[4][x]), _mm256_add_ps(acc[2][x], acc[6][x])),
+                               _mm256_add_ps(_mm256_add_ps(acc[1][x], acc[5][x]), _mm256_add_ps(acc[3][x], acc[7][x])));
+    store8(sum, RX, s, ss);
+}
+
 GROUP_DRIVER(q40_gemm, q40_group, 32, Q40X8_BYTES, 4)
 GROUP_DRIVER(q4k_gemm, q4k_group, 256, Q4KX8_BYTES, 2)
 GROUP_DRIVER(iq4xs_gemm, iq4xs_group, 256, IQ4XSX8_BYTES, 2)
+GROUP_DRIVER(q6k_gemm, q6k_group, 256, Q6KX8_BYTES, 2)
 
 static void gemm_avx2(uint32_t type, int64_t n_in, const void *wr, int64_t g0, int64_t g1, const void *xa,
                       size_t xs, int nx, float *s, size_t ss) {
@@ -323,6 +452,7 @@ static void gemm_avx2(uint32_t type, int64_t n_in, const void *wr, int64_t g0, i
     case QT_Q4_0: q40_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss); break;
     case QT_Q4_K: q4k_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss); break;
     case QT_IQ4_XS: iq4xs_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss); break;
+    case QT_Q6_K: q6k_gemm(n_in, wr, g0, g1, xa, xs, nx, s, ss); break;
     default: break;
     }
 }
