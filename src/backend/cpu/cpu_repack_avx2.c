@@ -371,25 +371,25 @@ KINL void iq4xs_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs
     store8(acc, RX, s, ss);
 }
 
-/* One group of 8 rows against RX (1..4) Q8_K tokens in ggml's float order (q6_Kx8 above): per
+/* One group of 8 rows against RX (1..2) Q8_K tokens in ggml's float order (q6_Kx8 above): per
  * super-block and lane j, the exact int32 sum of ggml's lane j for the 8 rows,
  * acc[j] = fma(d * y.d, float(sum), acc[j]); at the end ggml's horizontal sum of the 8 lanes,
  * ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)), a row per float lane. */
 KINL void q6k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, const int RX, float *s, size_t ss) {
     const __m256i m63 = _mm256_set1_epi8(63), mC0 = _mm256_set1_epi8((char)0xC0);
-    __m256 acc[8][4];
+    __m256 acc[8][2];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++)
-#pragma GCC unroll 4
+#pragma GCC unroll 2
         for (int x = 0; x < RX; x++) acc[j][x] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++, w += Q6KX8_BYTES) {
 #pragma GCC unroll 27
         for (int l = 0; l < (Q6KX8_BYTES + 63) / 64; l++)
             _mm_prefetch((const char *)w + REPACK_PF_BYTES_Q6K + 64 * l, _MM_HINT_T1);
-        const blk_q8_K *y[4];
-        __m256 dy[4];
+        const blk_q8_K *y[2];
+        __m256 dy[2];
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
-#pragma GCC unroll 4
+#pragma GCC unroll 2
         for (int x = 0; x < RX; x++) {
             y[x] = (const blk_q8_K *)(const void *)(xa + (size_t)x * xs) + b;
             dy[x] = _mm256_mul_ps(dw, _mm256_set1_ps(y[x]->d)); /* ggml's d: y.d times the row's d, one rounding */
@@ -404,8 +404,8 @@ KINL void q6k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, 
             const __m256i lo = sc[2 * h0 + c / 2], hi = sc[4 + 2 * h0 + c / 2];
             const __m256i off = c % 2 ? _mm256_blend_epi16(_mm256_srli_epi32(lo, 16), hi, 0xAA)
                                       : _mm256_blend_epi16(lo, _mm256_slli_epi32(hi, 16), 0xAA);
-            __m256i isum[4];
-#pragma GCC unroll 4
+            __m256i isum[2];
+#pragma GCC unroll 2
             for (int x = 0; x < RX; x++) {
                 int32_t bs;
                 memcpy(&bs, y[x]->bsums + 2 * j, 4);
@@ -421,7 +421,7 @@ KINL void q6k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, 
                                                                    _mm256_srli_epi16(_mm256_and_si256(Y, mC0), 4)),
                                                    _mm256_srli_epi16(_mm256_and_si256(Z, mC0), 2));
                 const __m256i s01 = sc[4 * (j / 4) + 2 * h], s23 = sc[4 * (j / 4) + 2 * h + 1];
-#pragma GCC unroll 4
+#pragma GCC unroll 2
                 for (int x = 0; x < RX; x++) {
                     const uint8_t *a = (const uint8_t *)y[x]->qs + 32 * j + 16 * h;
                     const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(v0, bcast4(a)), _mm256_maddubs_epi16(v1, bcast4(a + 4)));
@@ -429,12 +429,12 @@ KINL void q6k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, 
                     isum[x] = _mm256_add_epi32(isum[x], _mm256_add_epi32(_mm256_madd_epi16(p01, s01), _mm256_madd_epi16(p23, s23)));
                 }
             }
-#pragma GCC unroll 4
+#pragma GCC unroll 2
             for (int x = 0; x < RX; x++) acc[j][x] = _mm256_fmadd_ps(dy[x], _mm256_cvtepi32_ps(isum[x]), acc[j][x]);
         }
     }
-    __m256 sum[4];
-#pragma GCC unroll 4
+    __m256 sum[2];
+#pragma GCC unroll 2
     for (int x = 0; x < RX; x++)
         sum[x] = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0][x], acc[4][x]), _mm256_add_ps(acc[2][x], acc[6][x])),
                                _mm256_add_ps(_mm256_add_ps(acc[1][x], acc[5][x]), _mm256_add_ps(acc[3][x], acc[7][x])));
