@@ -2,7 +2,7 @@
  * decode and short batches (the matmul path below cpu_pgemm's 16 tokens).
  *
  * Each ISA has its own layouts (cpu_repack_isa.h): AVX-512 VNNI repacks
- * Q4_0, Q8_0 and Q4_K as below; AVX2 repacks Q4_0, Q4_K and IQ4_XS
+ * Q4_0, Q8_0 and Q4_K as below; AVX2 repacks Q4_0, Q4_K, Q6_K and IQ4_XS
  * (cpu_repack_avx2.c, whose comments give the layouts): 8 rows a group, one
  * row per 32-bit lane, so a 4-byte group of the activations is broadcast to
  * the 8 rows; the scales unpacked where they are packed in the block.
@@ -44,6 +44,8 @@
  * The sums run in another float order than ggml's vec_dot (each block's int
  * sum is scaled and added per lane; the two halves are added at the end), as
  * llama.cpp's own repacked kernels do; tests hold them to the same tolerance.
+ * AVX2's Q6_K layout alone keeps ggml's order, bitwise the plain kernel's
+ * (test_cpu_dot repack_bitwise): another order flipped near-tied MoE routings.
  * Only rows in whole groups are repacked: the caller runs the rows after the
  * last group with the plain kernels on the mapped rows.
  *
