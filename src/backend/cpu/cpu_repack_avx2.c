@@ -106,7 +106,9 @@ static int q6k_q(const blk_q6_K *b, int e) { /* the unsigned 6-bit quant of elem
 }
 
 /* The element behind byte p of v_t of (j, h): chunk 2 (t / 2) + p / 2, element 4j + 2 (t % 2) + p % 2. */
-static int q6k_elem(int j, int h, int t, int p) { return 128 * h + 32 * (2 * (t / 2) + p / 2) + 4 * j + 2 * (t % 2) + p % 2; }
+static int q6k_elem(int j, int h, int t, int p) {
+    return 128 * h + 32 * (2 * (t / 2) + p / 2) + 4 * j + 2 * (t % 2) + p % 2;
+}
 
 static void q6k_row(uint8_t *o, int r, const void *src) {
     const blk_q6_K *b = src;
@@ -115,13 +117,15 @@ static void q6k_row(uint8_t *o, int r, const void *src) {
         for (int h = 0; h < 2; h++)
             for (int cp = 0; cp < 2; cp++)
                 for (int k = 0; k < 2; k++)
-                    o[Q6KX8_SC + 16 * (4 * jh + 2 * h + cp) + 2 * r + k] = (uint8_t)b->scales[8 * h + 4 * cp + 2 * k + jh];
+                    o[Q6KX8_SC + 16 * (4 * jh + 2 * h + cp) + 2 * r + k] =
+                        (uint8_t)b->scales[8 * h + 4 * cp + 2 * k + jh];
     for (int j = 0; j < 8; j++)
         for (int h = 0; h < 2; h++)
             for (int p = 0; p < 4; p++) {
                 uint8_t *q = o + Q6KX8_Q + 96 * (2 * j + h) + 4 * r + p;
                 const int v3 = q6k_q(b, q6k_elem(j, h, 3, p));
-                for (int t = 0; t < 3; t++) q[32 * t] = (uint8_t)(q6k_q(b, q6k_elem(j, h, t, p)) | (v3 >> 2 * t & 3) << 6);
+                for (int t = 0; t < 3; t++) /* X, Y, Z: v0..v2, and v3's bits 2t, 2t+1 on top */
+                    q[32 * t] = (uint8_t)(q6k_q(b, q6k_elem(j, h, t, p)) | (v3 >> 2 * t & 3) << 6);
             }
 }
 
@@ -396,10 +400,13 @@ KINL void q6k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, 
         }
         __m256i sc[8]; /* sc[4jh + 2h + cp]: the int16 scale pairs of chunks (2cp, 2cp + 1) */
 #pragma GCC unroll 8
-        for (int q = 0; q < 8; q++) sc[q] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + Q6KX8_SC + 16 * q)));
+        for (int q = 0; q < 8; q++)
+            sc[q] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + Q6KX8_SC + 16 * q)));
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
-            /* the offset's pair (sub-blocks 2j, 2j+1 = chunk c = j % 4 of h = j / 4, both j-halves) */
+            /* The -32 offset where ggml puts it, 32 (sc[2j] bsum[2j] + sc[2j+1] bsum[2j+1]) in lane j:
+             * sub-blocks 2j, 2j+1 are chunk c = j % 4 of h = j / 4 in the two j-halves, so their
+             * (sc[2j], sc[2j+1]) pair is word c % 2 of two stored pairs. */
             const int h0 = j / 4, c = j % 4;
             const __m256i lo = sc[2 * h0 + c / 2], hi = sc[4 + 2 * h0 + c / 2];
             const __m256i off = c % 2 ? _mm256_blend_epi16(_mm256_srli_epi32(lo, 16), hi, 0xAA)
@@ -409,7 +416,8 @@ KINL void q6k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, 
             for (int x = 0; x < RX; x++) {
                 int32_t bs;
                 memcpy(&bs, y[x]->bsums + 2 * j, 4);
-                isum[x] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(off, _mm256_set1_epi32(bs)), 5));
+                const __m256i o32 = _mm256_slli_epi32(_mm256_madd_epi16(off, _mm256_set1_epi32(bs)), 5);
+                isum[x] = _mm256_sub_epi32(_mm256_setzero_si256(), o32);
             }
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
@@ -424,8 +432,10 @@ KINL void q6k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, 
 #pragma GCC unroll 2
                 for (int x = 0; x < RX; x++) {
                     const uint8_t *a = (const uint8_t *)y[x]->qs + 32 * j + 16 * h;
-                    const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(v0, bcast4(a)), _mm256_maddubs_epi16(v1, bcast4(a + 4)));
-                    const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(v2, bcast4(a + 8)), _mm256_maddubs_epi16(v3, bcast4(a + 12)));
+                    const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(v0, bcast4(a)),
+                                                         _mm256_maddubs_epi16(v1, bcast4(a + 4)));
+                    const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(v2, bcast4(a + 8)),
+                                                         _mm256_maddubs_epi16(v3, bcast4(a + 12)));
                     isum[x] = _mm256_add_epi32(isum[x], _mm256_add_epi32(_mm256_madd_epi16(p01, s01), _mm256_madd_epi16(p23, s23)));
                 }
             }
