@@ -2,12 +2,16 @@
 """Server benchmark: `brisk serve` under 1, 8, 32, 64 concurrent streaming clients.
 
 Starts `brisk serve` on a model (or uses a running OpenAI-compatible server with
---url, llama.cpp's llama-server for instance), then for each stream count C runs
-C clients that each send streaming /v1/completions requests back to back (a
-prompt of --prompt tokens that starts with the client's and request's own
-numbers, so no two prompts share a cached prefix; --max-tokens tokens with
-ignore_eos) until --duration seconds have passed (every client finishes at
-least one request; requests in flight at the deadline complete and count).
+--url, llama.cpp's llama-server for instance), then for each endpoint and stream
+count C runs C clients that each send streaming requests back to back (a prompt
+of --prompt tokens in an order of the client's and request's own, so no two
+prompts share a cached prefix; --max-tokens tokens with ignore_eos) until
+--duration seconds have passed (every client finishes at least one request;
+requests in flight at the deadline complete and count). --endpoint picks the
+API: completions (/v1/completions, the prompt as token ids), chat
+(/v1/chat/completions), responses (/v1/responses), messages (/v1/messages);
+the last three send the prompt as text through the chat template, and their
+overhead against completions is what the agent endpoints cost (issue 33).
 The table: completed requests, requests/s and generated tokens/s over the
 wall time from the first request to the last completion, time to first token
 p50/p90/p99 (request sent -> first text chunk), and inter-token latency p50
@@ -101,12 +105,77 @@ def base_tokens(url, n):
     return (ids * (n // len(ids) + 1))[:n]
 
 
-def one_request(url, prompt, max_tokens):
-    """One streaming completion. Returns (ttft_s, itl_s or None, tokens) or raises."""
-    body = {"prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
+ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions", "responses": "/v1/responses",
+             "messages": "/v1/messages"}
+
+
+MODEL = "default"  # the served model's name (GET /v1/models), which the chat-style APIs must send
+
+
+def served_model(url):
+    u = urllib.parse.urlparse(url)
+    c = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=60)
+    c.request("GET", "/v1/models", headers={"Authorization": "Bearer none"})
+    data = json.loads(c.getresponse().read()).get("data") or [{}]
+    c.close()
+    return data[0].get("id", MODEL)
+
+
+def request_body(endpoint, prompt, max_tokens):
+    """The streaming request of an endpoint: prompt is token ids (completions) or text."""
+    common = {"ignore_eos": True, "temperature": 0, "stream": True}
+    if endpoint == "completions":
+        return {"prompt": prompt, "max_tokens": max_tokens, "stream_options": {"include_usage": True}, **common}
+    msgs = [{"role": "user", "content": prompt}]
+    if endpoint == "chat":
+        return {"model": MODEL, "messages": msgs, "max_tokens": max_tokens, "stream_options": {"include_usage": True},
+                **common}
+    if endpoint == "responses":
+        return {"model": MODEL, "input": prompt, "max_output_tokens": max_tokens, **common}
+    return {"model": MODEL, "messages": msgs, "max_tokens": max_tokens, **common}
+
+
+def event_text(endpoint, ev):
+    """(generated text in this streamed event, output tokens it reports or 0)."""
+    if endpoint in ("completions", "chat"):
+        usage = (ev.get("usage") or {}).get("completion_tokens", 0)
+        text = ""
+        for ch in ev.get("choices") or []:
+            d = ch.get("delta") or {}
+            text += ch.get("text") or d.get("content") or d.get("reasoning_content") or ""
+        return text, usage
+    t = ev.get("type", "")
+    if endpoint == "responses":
+        if t in ("response.output_text.delta", "response.reasoning_text.delta"):
+            return ev.get("delta") or "", 0
+        if t in ("response.completed", "response.incomplete"):
+            return "", ((ev.get("response") or {}).get("usage") or {}).get("output_tokens", 0)
+        return "", 0
+    if t == "content_block_delta":
+        d = ev.get("delta") or {}
+        return d.get("text") or d.get("thinking") or "", 0
+    if t == "message_delta":
+        return "", (ev.get("usage") or {}).get("output_tokens", 0)
+    return "", 0
+
+
+def base_words(url, n):
+    """Words of the base text, as many as make about n tokens (through /tokenize), repeated as needed."""
+    text = ("The old lighthouse keeper climbed the stairs every evening to light the lamp, and from the top "
+            "he watched the ships come home across the grey water while the gulls circled the harbour.")
+    c, r = post(url, "/tokenize", {"content": text})
+    per_word = len(json.loads(r.read())["tokens"]) / len(text.split())
+    c.close()
+    words = text.split()
+    k = max(1, int(n / per_word))
+    return (words * (k // len(words) + 1))[:k]
+
+
+def one_request(url, prompt, max_tokens, endpoint="completions"):
+    """One streaming request. Returns (ttft_s, itl_s or None, tokens) or raises."""
+    body = request_body(endpoint, prompt, max_tokens)
     t0 = time.perf_counter()
-    c, r = post(url, "/v1/completions", body)
+    c, r = post(url, ENDPOINTS[endpoint], body)
     if r.status != 200:
         raise RuntimeError(f"HTTP {r.status}: {r.read()[:200]!r}")
     first = last = None
@@ -118,15 +187,13 @@ def one_request(url, prompt, max_tokens):
         data = line[6:]
         if data == b"[DONE]":
             break
-        ev = json.loads(data)
-        if ev.get("usage"):
-            tokens = ev["usage"]["completion_tokens"]
-        for ch in ev.get("choices") or []:
-            if ch.get("text"):
-                now = time.perf_counter()
-                first = first or now
-                last = now
-                chunks += 1
+        text, n = event_text(endpoint, json.loads(data))
+        tokens = n or tokens
+        if text:
+            now = time.perf_counter()
+            first = first or now
+            last = now
+            chunks += 1
     c.close()
     if first is None:
         raise RuntimeError("no text came back")
@@ -135,8 +202,8 @@ def one_request(url, prompt, max_tokens):
     return first - t0, itl, tokens
 
 
-def run_level(url, streams, args, base):
-    """streams clients for args.duration seconds; returns a result row."""
+def run_level(url, streams, args, base, endpoint="completions", words=None):
+    """streams clients for args.duration seconds on one endpoint; returns a result row."""
     ttft, itl, toks, errors = [], [], [], []
     lock = threading.Lock()
     t_start = time.perf_counter()
@@ -147,10 +214,12 @@ def run_level(url, streams, args, base):
         while True:
             # the base text's tokens in an order of its own: no two prompts share a cached prefix
             rnd = random.Random(k * 1000003 + i)
-            prompt = base[:]
+            prompt = base[:] if endpoint == "completions" else words[:]
             rnd.shuffle(prompt)
+            if endpoint != "completions":
+                prompt = " ".join(prompt)
             try:
-                a, b, n = one_request(url, prompt, args.max_tokens)
+                a, b, n = one_request(url, prompt, args.max_tokens, endpoint)
                 with lock:
                     ttft.append(a)
                     toks.append(n)
@@ -171,7 +240,7 @@ def run_level(url, streams, args, base):
     wall = time.perf_counter() - t_start
     if errors:
         print(f"  {len(errors)} errors, first: {errors[0]}", file=sys.stderr)
-    return dict(streams=streams, requests=len(toks), errors=len(errors), wall=wall, rps=len(toks) / wall,
+    return dict(endpoint=endpoint, streams=streams, requests=len(toks), errors=len(errors), wall=wall, rps=len(toks) / wall,
                 tps=sum(toks) / wall, ttft50=pct(ttft, 50) * 1e3, ttft90=pct(ttft, 90) * 1e3,
                 ttft99=pct(ttft, 99) * 1e3, itl50=pct(itl, 50) * 1e3)
 
@@ -208,6 +277,8 @@ def main():
     ap.add_argument("--ngl", type=int, help="brisk -ngl (layers on the GPU)")
     ap.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (0: brisk's default)")
     ap.add_argument("--streams", type=int, nargs="+", default=[1, 8, 32, 64])
+    ap.add_argument("--endpoint", nargs="+", default=["completions"], choices=sorted(ENDPOINTS),
+                    help="the APIs to bench, a table row per endpoint and stream count")
     ap.add_argument("--duration", type=float, default=30, help="seconds per stream count")
     ap.add_argument("--prompt", type=int, default=128, help="prompt tokens per request")
     ap.add_argument("--max-tokens", type=int, default=128, help="generated tokens per request")
@@ -222,23 +293,29 @@ def main():
     url = args.url or server.url
     rows = []
     try:
+        global MODEL
+        MODEL = served_model(url)
         base = base_tokens(url, args.prompt)
-        one_request(url, base, 4)  # warm-up
-        for s in args.streams:
-            print(f"{s} streams, {args.duration:g} s ...", file=sys.stderr)
-            rows.append(run_level(url, s, args, base))
+        words = base_words(url, args.prompt)
+        for ep in args.endpoint:
+            one_request(url, base if ep == "completions" else " ".join(words), 4, ep)  # warm-up
+            for s in args.streams:
+                print(f"{ep}: {s} streams, {args.duration:g} s ...", file=sys.stderr)
+                rows.append(run_level(url, s, args, base, ep, words))
     finally:
         if server:
             server.stop()
     what = args.url or os.path.basename(args.model)
     print(f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC with "
           f"`python3 bench/server_bench.py {' '.join(sys.argv[1:])}`\n")
-    print(f"{what}: streaming /v1/completions, {args.prompt} prompt tokens, {args.max_tokens} generated (ignore_eos), "
-          f"{args.duration:g} s per row\n")
-    print("| streams | requests | errors | req/s | gen tok/s | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | ITL p50 ms |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"{what}: streaming requests, {args.prompt} prompt tokens (completions; the others about as many words' "
+          f"tokens through the chat template), {args.max_tokens} generated (ignore_eos), {args.duration:g} s per row\n")
+    print("| endpoint | streams | requests | errors | req/s | gen tok/s | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms "
+          "| ITL p50 ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['streams']} | {r['requests']} | {r['errors']} | {r['rps']:.2f} | {r['tps']:.1f} | {r['ttft50']:.0f} "
+        print(f"| {r['endpoint']} | {r['streams']} | {r['requests']} | {r['errors']} | {r['rps']:.2f} | {r['tps']:.1f} "
+              f"| {r['ttft50']:.0f} "
               f"| {r['ttft90']:.0f} | {r['ttft99']:.0f} | {r['itl50']:.1f} |")
     if args.llamacpp_ref and args.model:
         br = batched_table(args)

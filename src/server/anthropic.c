@@ -190,8 +190,8 @@ static cJSON *to_chat(const oai_server *srv, const cJSON *root, bool count, bool
     if (!count) cJSON_AddNumberToObject(oa, "max_tokens", mt->valuedouble);
     static const char *const fields[] = {"temperature", "temperature", "top_p", "top_p", "top_k", "top_k",
                                          "stop_sequences", "stop", "stream", "stream",
-                                         "grammar", "grammar", /* brisk's extension, as on /v1/chat/completions */
-                                         "model", "model", NULL}; /* answered with the name asked for */
+                                         "grammar", "grammar", /* brisk's extensions, as on /v1/chat/completions */
+                                         "ignore_eos", "ignore_eos", "model", "model", NULL}; /* (the name asked for) */
     oai_copy_fields(root, oa, fields);
     if (!ok) {
         cJSON_Delete(oa);

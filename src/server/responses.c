@@ -453,7 +453,8 @@ static cJSON *to_chat(const oai_server *srv, resp_store *st, const cJSON *root, 
     if (ok) ok = add_format(root, oa, s, e);
     if (mt) cJSON_AddNumberToObject(oa, "max_tokens", mt->valuedouble);
     static const char *const fields[] = {"temperature", "temperature", "top_p", "top_p", "stream", "stream",
-                                         "grammar", "grammar", /* brisk's extension, as on /v1/chat/completions */
+                                         "grammar", "grammar", /* brisk's extensions, as on /v1/chat/completions; */
+                                         "ignore_eos", "ignore_eos", /* llama-server passes every field on */
                                          "model", "model", NULL}; /* answered with the name asked for */
     oai_copy_fields(root, oa, fields);
     if (!ok) {
