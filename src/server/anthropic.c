@@ -176,6 +176,11 @@ static cJSON *to_chat(const oai_server *srv, const cJSON *root, bool count, bool
             fn = cJSON_AddObjectToObject(o, "function");
             cJSON_AddStringToObject(fn, "name", oai_get(tc, "name")->valuestring);
         } else ok = oai_fail(e, 400, "tool_choice", "'tool_choice.type' must be auto, any, tool (with a name) or none");
+        /* at most one call: the chat request's parallel_tool_calls, inverted (absent: its default) */
+        const cJSON *dp = oai_get(tc, "disable_parallel_tool_use");
+        if (ok && dp && !cJSON_IsBool(dp))
+            ok = oai_fail(e, 400, "tool_choice", "'tool_choice.disable_parallel_tool_use' must be a boolean");
+        else if (ok && dp) cJSON_AddBoolToObject(oa, "parallel_tool_calls", !cJSON_IsTrue(dp));
     }
     /* adaptive: the model decides whether to think, which a thinking model's template does when enabled */
     const cJSON *th = oai_get(root, "thinking"), *tht = th ? oai_get(th, "type") : NULL, *thd = th ? oai_get(th, "display") : NULL;

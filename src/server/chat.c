@@ -11,7 +11,10 @@
 struct chat_fmt {
     char *bos, *eos; /* token texts for the template */
     chat_template *tmpl; /* NULL: ChatML */
+    bool parallel_tools; /* the template renders an assistant message's second tool call */
 };
+
+static bool probe_parallel(const chat_fmt *f);
 
 static char *token_text(const brisk_model *m, brisk_token t) {
     char buf[256];
@@ -42,6 +45,7 @@ brisk_status chat_fmt_new(const brisk_model *model, const char *source, chat_fmt
             return bk_wrap(s, "chat template");
         }
     }
+    f->parallel_tools = !f->tmpl || probe_parallel(f);
     *out = f;
     return BRISK_OK;
 }
@@ -129,6 +133,40 @@ static brisk_status render_jinja(const chat_fmt *f, const cJSON *messages, const
     return s;
 }
 
+/* llama.cpp's capability check for parallel tool calls (the request's default): a conversation whose
+ * assistant message holds two calls, rendered; the template supports them when the second call
+ * (a name the tools do not offer, so nothing else prints it) reaches the text. A template that
+ * fails on the probe does not. llama.cpp watches the template read the second call; the text is
+ * the nearest brisk has. */
+static bool probe_parallel(const chat_fmt *f) {
+    static const char *const msgs_json =
+        "[{\"role\":\"user\",\"content\":\"User message\"},"
+        "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":["
+        "{\"id\":\"call00001\",\"type\":\"function\",\"function\":{\"name\":\"tool1\",\"arguments\":{\"arg\":\"value\"}}},"
+        "{\"id\":\"call00002\",\"type\":\"function\",\"function\":{\"name\":\"probe_second_call\",\"arguments\":{\"arg\":\"value\"}}}]},"
+        "{\"role\":\"tool\",\"content\":\"Tool response\",\"tool_call_id\":\"call00001\"},"
+        "{\"role\":\"assistant\",\"content\":\"The tool response was 'tool response'\"},"
+        "{\"role\":\"user\",\"content\":\"User message\"}]";
+    static const char *const tools_json =
+        "[{\"type\":\"function\",\"function\":{\"name\":\"tool1\",\"description\":\"Tool description\","
+        "\"parameters\":{\"type\":\"object\",\"properties\":{\"arg\":{\"type\":\"string\",\"description\":"
+        "\"Arg description\"}},\"required\":[\"arg\"]}}}]";
+    cJSON *msgs = cJSON_Parse(msgs_json), *tools = cJSON_Parse(tools_json);
+    char *out = NULL;
+    size_t len = 0;
+    bool yes = msgs && tools && render_jinja(f, msgs, tools, true, &out, &len) == BRISK_OK && out &&
+               strstr(out, "probe_second_call");
+    free(out);
+    cJSON_Delete(msgs);
+    cJSON_Delete(tools);
+    bk_clear_error();
+    return yes;
+}
+
+bool chat_fmt_parallel_tools(const chat_fmt *f) {
+    return f->parallel_tools;
+}
+
 /* messages with the tools described in the system message (the first one, or a new one before
  * the rest), in the <tool_call> syntax chat_parser reads; NULL on OOM. */
 static cJSON *tools_in_system(const cJSON *messages, const cJSON *tools) {
@@ -197,7 +235,7 @@ brisk_status chat_fmt_render(const chat_fmt *f, const cJSON *messages, const cJS
     return BRISK_OK;
 }
 
-brisk_status chat_tool_gbnf(const cJSON *tools, const char *name, bool close_think, char **gbnf) {
+brisk_status chat_tool_gbnf(const cJSON *tools, const char *name, bool close_think, bool parallel, char **gbnf) {
     *gbnf = NULL;
     /* One JSON schema for the call object: anyOf over the allowed functions,
      * the name a const; json_schema.c keeps the property order (name first). */
@@ -237,8 +275,11 @@ brisk_status chat_tool_gbnf(const cJSON *tools, const char *name, bool close_thi
     else {
         if (r != g) r++;
         sb_append(&b, g, (size_t)(r - g));
-        sb_printf(&b, "call ::=%s\nroot ::= %s\"<tool_call>\\n\" call \"\\n</tool_call>\"\n", r + 8,
-                  close_think ? "\"</think>\\n\\n\" " : "");
+        /* parallel: one or more calls, whitespace between (llama.cpp's space rule); else exactly one */
+        sb_printf(&b, "call ::=%s\ncall-block ::= \"<tool_call>\\n\" call \"\\n</tool_call>\"\n", r + 8);
+        if (parallel) sb_puts(&b, "call-gap ::= | \" \" | \"\\n\"{1,2} [ \\t]{0,20}\n");
+        sb_printf(&b, "root ::= %scall-block%s\n", close_think ? "\"</think>\\n\\n\" " : "",
+                  parallel ? " (call-gap call-block)*" : "");
     }
     free(g);
     if (b.failed) {

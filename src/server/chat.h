@@ -26,6 +26,9 @@ typedef struct chat_fmt chat_fmt;
 brisk_status chat_fmt_new(const brisk_model *model, const char *source, chat_fmt **out);
 void chat_fmt_free(chat_fmt *f);
 const char *chat_fmt_kind(const chat_fmt *f); /* "gguf" or "chatml" */
+/* parallel_tool_calls' default, as llama.cpp's: whether the template renders an
+ * assistant message's second tool call (ChatML's does). */
+bool chat_fmt_parallel_tools(const chat_fmt *f);
 /* Renders messages (normalized: content is a string) with the generation
  * prompt; tools may be NULL. *out is malloc'd. */
 brisk_status chat_fmt_render(const chat_fmt *f, const cJSON *messages, const cJSON *tools,
@@ -38,13 +41,14 @@ bool chat_prompt_opens_think(const char *text, size_t len);
  * without adding a second one. */
 bool chat_prompt_has_bos(const brisk_model *model, const char *text, size_t len);
 
-/* The GBNF of one tool call in the syntax chat_parser reads: <tool_call>,
+/* The GBNF of tool calls in the syntax chat_parser reads: <tool_call>,
  * {"name": N, "arguments": A} with A matching N's parameters schema,
  * </tool_call>. tools: chat tools ({type, function: {name, parameters}});
  * name: the one function allowed, or NULL for any of them; close_think: the
- * prompt opened <think>, so the answer closes it first. *gbnf is malloc'd.
+ * prompt opened <think>, so the answer closes it first; parallel: one or more
+ * calls in a row (whitespace between), else exactly one. *gbnf is malloc'd.
  * An unknown name or a schema the grammar cannot express is an error. */
-brisk_status chat_tool_gbnf(const cJSON *tools, const char *name, bool close_think, char **gbnf);
+brisk_status chat_tool_gbnf(const cJSON *tools, const char *name, bool close_think, bool parallel, char **gbnf);
 
 typedef struct chat_tool_call {
     char *name, *arguments; /* arguments: a JSON text */

@@ -437,12 +437,12 @@ static bool render_chat(const oai_server *srv, const cJSON *root, char **text, s
 
 /* tool_choice "auto" with tools: llama.cpp's lazy grammar. The answer is free until it opens a call
  * (<tool_call> outside <think>...</think>, where chat_parser reads calls); from there the grammar holds
- * the call to the tools' schemas. A request's own grammar or response_format wins; a tool schema the
+ * the call (the calls, with parallel_tool_calls) to the tools' schemas. A request's own grammar or response_format wins; a tool schema the
  * grammar cannot express leaves the answer free (as before), not an error, since no call was demanded. */
 static bool lazy_tool(const oai_server *srv, const cJSON *root, bool in_reasoning, oai_job *job, oai_error *e) {
     if (field(root, "grammar") || field(root, "response_format")) return true;
     char *gbnf = NULL;
-    brisk_status st = chat_tool_gbnf(field(root, "tools"), NULL, false, &gbnf);
+    brisk_status st = chat_tool_gbnf(field(root, "tools"), NULL, false, job->parallel_tools, &gbnf);
     if (st == BRISK_ERR_NOMEM) return oai_fail(e, 500, NULL, "out of memory");
     if (st != BRISK_OK) return true;
     for (int i = 0; st == BRISK_OK && i < job->n; i++) {
@@ -456,8 +456,14 @@ static bool lazy_tool(const oai_server *srv, const cJSON *root, bool in_reasonin
 }
 
 /* tool_choice "required" or a named function: every choice's grammar forces
- * one call in the parser's syntax (after closing a <think> the prompt opened). */
+ * one call in the parser's syntax (after closing a <think> the prompt opened),
+ * or with parallel_tool_calls one or more. parallel_tool_calls defaults, as
+ * llama.cpp's, to whether the template renders several calls of a message. */
 static bool force_tool(const oai_server *srv, const cJSON *root, bool in_reasoning, oai_job *job, oai_error *e) {
+    bool ok = true;
+    job->parallel_tools = chat_fmt_parallel_tools(srv->fmt);
+    get_bool(root, "parallel_tool_calls", &job->parallel_tools, &ok, e);
+    if (!ok) return false;
     const cJSON *tc = field(root, "tool_choice"), *fn = cJSON_IsObject(tc) ? field(tc, "function") : NULL;
     const cJSON *name = fn ? field(fn, "name") : NULL;
     if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "required")) job->tool_mode = 1;
@@ -471,7 +477,8 @@ static bool force_tool(const oai_server *srv, const cJSON *root, bool in_reasoni
     if (field(root, "grammar") || field(root, "response_format"))
         return oai_fail(e, 400, "tool_choice", "a forced tool call cannot be combined with 'grammar' or 'response_format'");
     char *gbnf = NULL;
-    brisk_status st = chat_tool_gbnf(field(root, "tools"), job->tool_mode == 2 ? name->valuestring : NULL, in_reasoning, &gbnf);
+    brisk_status st = chat_tool_gbnf(field(root, "tools"), job->tool_mode == 2 ? name->valuestring : NULL, in_reasoning,
+                                     job->parallel_tools, &gbnf);
     for (int i = 0; st == BRISK_OK && i < job->n; i++) st = brisk_grammar_new(srv->model, gbnf, "root", &job->req->ch[i].grammar);
     free(gbnf);
     if (st != BRISK_OK) return oai_fail(e, st == BRISK_ERR_NOMEM ? 500 : 400, "tool_choice", "%s", brisk_last_error());

@@ -398,8 +398,8 @@ static bool conversation(resp_store *st, const cJSON *root, resp_state *s, oai_e
     return true;
 }
 
-/* What every Response repeats of its request. */
-static cJSON *echo(const cJSON *root) {
+/* What every Response repeats of its request; parallel: the parallel_tool_calls it ran with. */
+static cJSON *echo(const cJSON *root, bool parallel) {
     cJSON *o = cJSON_CreateObject(), *r;
     const char *keys[] = {"instructions", "max_output_tokens", "previous_response_id"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
@@ -412,7 +412,7 @@ static cJSON *echo(const cJSON *root) {
     else cJSON_AddArrayToObject(o, "tools");
     if (oai_get(root, "tool_choice")) oai_copy_field(root, "tool_choice", o, "tool_choice");
     else cJSON_AddStringToObject(o, "tool_choice", "auto");
-    cJSON_AddBoolToObject(o, "parallel_tool_calls", true);
+    cJSON_AddBoolToObject(o, "parallel_tool_calls", parallel);
     r = cJSON_AddObjectToObject(o, "reasoning");
     const char *effort = str(oai_get(root, "reasoning"), "effort"), *summary = str(oai_get(root, "reasoning"), "summary");
     if (effort) cJSON_AddStringToObject(r, "effort", effort);
@@ -455,6 +455,7 @@ static cJSON *to_chat(const oai_server *srv, resp_store *st, const cJSON *root, 
     static const char *const fields[] = {"temperature", "temperature", "top_p", "top_p", "stream", "stream",
                                          "grammar", "grammar", /* brisk's extensions, as on /v1/chat/completions; */
                                          "ignore_eos", "ignore_eos", /* llama-server passes every field on */
+                                         "parallel_tool_calls", "parallel_tool_calls",
                                          "model", "model", NULL}; /* answered with the name asked for */
     oai_copy_fields(root, oa, fields);
     if (!ok) {
@@ -477,7 +478,7 @@ bool resp_parse(const oai_server *srv, resp_store *st, const char *body, size_t 
     bool ok = oa && oai_parse_chat(srv, oa, job, e); /* memsets job: s goes in after */
     cJSON_Delete(oa);
     if (!ok && e->code && !strcmp(e->code, "context_length_exceeded")) snprintf(e->param, sizeof e->param, "input");
-    s->echo = echo(root);
+    s->echo = echo(root, job->parallel_tools);
     s->output = cJSON_CreateArray();
     s->store = cJSON_IsFalse(oai_get(root, "store")) ? NULL : st;
     cJSON_Delete(root);
