@@ -1,7 +1,9 @@
 /* test_server.c — the server's pieces that need no model weights: the chat output
  * parser (reasoning, tool calls, tags split across pushes), ChatML, the tools
  * prompt of a template without a tools section, token texts that must stay
- * valid UTF-8, and the body check for escaped NULs. */
+ * valid UTF-8, the body check for escaped NULs, and the tool-call grammar with
+ * and without parallel_tool_calls (and the field's default per template). */
+#include "engine/grammar.h"
 #include "server/chat.h"
 #include "server/openai.h"
 #include "test.h"
@@ -167,6 +169,107 @@ static void test_tools_without_section(void) {
     brisk_model_free(m);
 }
 
+/* Feeds text's tokens to g; false at the first token it refuses. */
+static bool grammar_takes(const brisk_model *m, brisk_grammar *g, const char *text) {
+    brisk_token toks[512];
+    int64_t n = 0;
+    CHECK_OK(brisk_tokenize(m, text, strlen(text), false, false, toks, 512, &n));
+    for (int64_t i = 0; i < n; i++)
+        if (brisk_grammar_accept(g, toks[i]) != BRISK_OK) return false;
+    return true;
+}
+
+/* Qwen2's vocabulary: byte-level BPE, no leading space added to a text. */
+static brisk_model *load_vocab(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/data/llama.cpp-vocab/ggml-vocab-qwen2.gguf", test_shared_dir());
+    if (!test_need_file(path)) return NULL;
+    brisk_model_params mp = brisk_model_default_params();
+    mp.vocab_only = true;
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(path, &mp, &m));
+    return m;
+}
+
+/* parallel_tool_calls: the tool-call grammar takes a second call (whitespace between) only when
+ * on, forced (required, a named function) and lazy (auto) alike; one call is whole either way. */
+static void test_tool_grammar_parallel(void) {
+    brisk_model *m = load_vocab();
+    if (!m) return;
+    cJSON *tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":"
+                               "\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}},"
+                               "{\"type\":\"function\",\"function\":{\"name\":\"now\",\"parameters\":{\"type\":\"object\"}}}]");
+    const char *one = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    const char *two = "\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>";
+    const char *now = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+    for (int parallel = 0; parallel < 2; parallel++)
+        for (int mode = 0; mode < 3; mode++) { /* required, named get_weather, auto (lazy) */
+            char *gbnf = NULL;
+            brisk_grammar *g = NULL;
+            CHECK_OK(chat_tool_gbnf(tools, mode == 1 ? "get_weather" : NULL, false, parallel, &gbnf));
+            if (gbnf) CHECK_OK(brisk_grammar_new(m, gbnf, "root", &g));
+            if (g && mode == 2) CHECK_OK(brisk_grammar_set_trigger(g, "<tool_call>", "<think>", "</think>", false));
+            if (!g) {
+                free(gbnf);
+                continue;
+            }
+            if (mode == 2) CHECK(grammar_takes(m, g, "Let me look. "));
+            CHECK(grammar_takes(m, g, one));
+            CHECK(brisk_grammar_is_complete(g));
+            CHECK(grammar_takes(m, g, two) == (bool)parallel); /* a second call */
+            if (parallel) {
+                CHECK(brisk_grammar_is_complete(g));
+                CHECK(!grammar_would_accept(g, "  ", 2)); /* llama.cpp's space: one blank, or newlines and indentation */
+                CHECK(grammar_takes(m, g, "\n\n  "));
+                CHECK(!brisk_grammar_is_complete(g)); /* whitespace opens the next call */
+                CHECK(grammar_takes(m, g, mode == 1 ? one : now));
+                CHECK(brisk_grammar_is_complete(g));
+                CHECK(!grammar_takes(m, g, "\nDone.")); /* text after the calls */
+            }
+            brisk_grammar_free(g);
+            /* a named function's grammar holds every call to the name */
+            if (parallel && mode == 1) {
+                CHECK_OK(brisk_grammar_new(m, gbnf, "root", &g));
+                CHECK(grammar_takes(m, g, one) && !grammar_takes(m, g, "\n<tool_call>\n{\"name\": \"now\""));
+                brisk_grammar_free(g);
+            }
+            free(gbnf);
+        }
+    cJSON_Delete(tools);
+    brisk_model_free(m);
+}
+
+/* parallel_tool_calls' default: whether the template renders a message's second call. */
+static void test_parallel_default(void) {
+    brisk_model *m = load_vocab();
+    if (!m) return;
+    const char *plain = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}[assistant] ";
+    const char *first_only = "{% for m in messages %}[{{ m.role }}] {{ m.content }}{% if m.tool_calls %}"
+                             "{{ m.tool_calls[0].function.name }}{% endif %}\n{% endfor %}[assistant] ";
+    const char *every = "{% for m in messages %}[{{ m.role }}] {{ m.content }}{% for c in m.tool_calls or [] %}"
+                        "{{ c.function.name }}{% endfor %}\n{% endfor %}[assistant] ";
+    char path[1024];
+    snprintf(path, sizeof path, "tests/data/chat_templates/qwen3.5.jinja");
+    size_t n = 0;
+    char *qwen = test_read_file(path, &n);
+    snprintf(path, sizeof path, "tests/data/chat_templates/llama3.1.jinja");
+    char *llama = test_read_file(path, &n); /* raises on a second call */
+    CHECK(qwen && llama);
+    const struct { const char *src; bool want; } cases[] = {
+        {"chatml", true}, {plain, false}, {first_only, false}, {every, true}, {qwen, true}, {llama, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        chat_fmt *f = NULL;
+        if (!cases[i].src) continue;
+        CHECK_OK(chat_fmt_new(m, cases[i].src, &f));
+        if (f) CHECK(chat_fmt_parallel_tools(f) == cases[i].want);
+        chat_fmt_free(f);
+    }
+    free(qwen);
+    free(llama);
+    brisk_model_free(m);
+}
+
 static void test_token_text(void) {
     char out[64];
     oai_token_text("h\xc3\xa9llo", 6, out, sizeof out); /* valid: as is */
@@ -203,6 +306,8 @@ int main(int argc, char **argv) {
         {"partial_tag_held_back", test_partial_tag_held_back},
         {"chatml", test_chatml},
         {"tools_without_section", test_tools_without_section},
+        {"tool_grammar_parallel", test_tool_grammar_parallel},
+        {"parallel_default", test_parallel_default},
         {"token_text", test_token_text},
         {"parse_body", test_parse_body},
     };
