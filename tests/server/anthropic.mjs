@@ -65,12 +65,34 @@ test('tool_choice any and tool force a call (a grammar in the template syntax)',
   const pick = [{ name: 'pick_unit', input_schema: { type: 'object', properties: { unit: { enum: ['c', 'f'] } }, required: ['unit'] } },
     { name: 'get_time', input_schema: { type: 'object', properties: { zone: { enum: ['utc', 'cet'] } }, required: ['zone'] } }];
   const body = { model: MODEL, max_tokens: 250, messages: [{ role: 'user', content: 'Which unit?' }], tools: pick, temperature: 0.8 };
-  const any = await anthropic.messages.create({ ...body, tool_choice: { type: 'any' } });
+  const any = await anthropic.messages.create({ ...body, tool_choice: { type: 'any', disable_parallel_tool_use: true } });
   eq(any.stop_reason, 'tool_use');
   assert(['pick_unit', 'get_time'].includes(any.content.find((b) => b.type === 'tool_use').name), JSON.stringify(any.content));
-  const one = await anthropic.messages.create({ ...body, tool_choice: { type: 'tool', name: 'get_time' } });
+  const one = await anthropic.messages.create({ ...body, tool_choice: { type: 'tool', name: 'get_time', disable_parallel_tool_use: true } });
   eq(one.content.filter((b) => b.type === 'tool_use').map((b) => b.name), ['get_time']);
   assert(['utc', 'cet'].includes(one.content.find((b) => b.type === 'tool_use').input.zone), JSON.stringify(one.content));
+});
+
+// parallel tool use: two <tool_call> blocks are two tool_use blocks (streamed: a block each);
+// disable_parallel_tool_use holds a forced call to one
+test('parallel tool use: two tool_use blocks, streamed as two blocks; disable_parallel_tool_use', async () => {
+  const call = (city) => `"<tool_call>\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": {\\"city\\": \\"${city}\\"}}\\n</tool_call>"`;
+  const body = { model: MODEL, max_tokens: 400, messages: [{ role: 'user', content: 'Weather in Paris and Rome?' }], tools, temperature: 0,
+    grammar: `root ::= ${call('Paris')} "\\n" ${call('Rome')}` };
+  const m = await anthropic.messages.create(body);
+  eq(m.stop_reason, 'tool_use');
+  const uses = m.content.filter((b) => b.type === 'tool_use');
+  eq(uses.map((b) => [b.name, b.input]), [['get_weather', { city: 'Paris' }], ['get_weather', { city: 'Rome' }]]);
+  assert(uses[0].id !== uses[1].id, 'ids');
+  const starts = [];
+  const stream = anthropic.messages.stream(body);
+  stream.on('streamEvent', (ev) => { if (ev.type === 'content_block_start' && ev.content_block.type === 'tool_use') starts.push(ev.index); });
+  const fin = await stream.finalMessage();
+  eq(starts.length, 2);
+  assert(starts[0] !== starts[1], JSON.stringify(starts));
+  eq(fin.content.filter((b) => b.type === 'tool_use').map((b) => b.input), [{ city: 'Paris' }, { city: 'Rome' }]);
+  const bad = await raw('/v1/messages', { body: JSON.stringify({ ...body, tool_choice: { type: 'auto', disable_parallel_tool_use: 'yes' } }) });
+  eq(bad.status, 400);
 });
 
 test('tool_result and tool_use in the history render and answer', async () => {

@@ -149,6 +149,57 @@ test('tools: accepted, answer well-formed', async () => {
   assert(r2.choices.length === 1);
 });
 
+// parallel_tool_calls: several <tool_call> blocks are several calls, non-streamed and streamed
+// (a tool_calls delta per call, each its own index); the grammar of tool_choice lets calls follow
+// each other only with the field on (its default here: ChatML renders every call of a message)
+const weather = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+const callText = (city) => `"<tool_call>\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": {\\"city\\": \\"${city}\\"}}\\n</tool_call>"`;
+const TWO = `root ::= ${callText('Paris')} "\\n" ${callText('Rome')}`;
+
+test('parallel tool calls: two calls parsed, streamed with distinct indexes', async () => {
+  const body = { model: MODEL, messages: [{ role: 'user', content: 'Weather in Paris and Rome?' }], tools: weather, max_tokens: 400, temperature: 0, grammar: TWO };
+  const r = await client.chat.completions.create(body);
+  const c = r.choices[0];
+  eq(c.finish_reason, 'tool_calls');
+  eq(c.message.tool_calls.map((t) => [t.function.name, JSON.parse(t.function.arguments)]),
+    [['get_weather', { city: 'Paris' }], ['get_weather', { city: 'Rome' }]]);
+  assert(c.message.tool_calls[0].id !== c.message.tool_calls[1].id, 'ids');
+  const s = await client.chat.completions.create({ ...body, stream: true });
+  const calls = [];
+  let finish;
+  for await (const ch of s) {
+    for (const d of ch.choices[0]?.delta?.tool_calls ?? []) {
+      if (!calls[d.index]) calls[d.index] = { id: d.id, name: d.function.name, args: '' };
+      calls[d.index].args += d.function.arguments ?? '';
+    }
+    finish = ch.choices[0]?.finish_reason ?? finish;
+  }
+  eq(finish, 'tool_calls');
+  eq(calls.map((t) => [t.name, JSON.parse(t.args)]), [['get_weather', { city: 'Paris' }], ['get_weather', { city: 'Rome' }]]);
+  assert(calls[0].id && calls[1].id && calls[0].id !== calls[1].id, JSON.stringify(calls));
+});
+
+test('parallel_tool_calls: on, the grammar of tool_choice takes calls in a row; off, one', async () => {
+  const pick = [{ type: 'function', function: { name: 'pick_unit', parameters: { type: 'object', properties: { unit: { enum: ['c', 'f'] } }, required: ['unit'] } } }];
+  eq((await raw('/props', { method: 'GET' })).json.eos_token, '</s>'); // id 2, banned below: the answer runs to max_tokens
+  const body = { model: MODEL, messages: [{ role: 'user', content: 'Which unit?' }], tools: pick, max_tokens: 300, temperature: 0.8,
+    ignore_eos: true, logit_bias: { 2: -100 } };
+  // (auto's lazy grammar waits for the model to open a call, which this one need not: test_server checks it)
+  for (const tool_choice of ['required', { type: 'function', function: { name: 'pick_unit' } }]) {
+    const on = await client.chat.completions.create({ ...body, tool_choice, seed: 1, parallel_tool_calls: true });
+    const n = on.choices[0].message.tool_calls?.length ?? 0;
+    assert(n >= 2, `parallel on: ${n} calls: ${JSON.stringify(on.choices[0].message)}`);
+    for (const t of on.choices[0].message.tool_calls) assert(['c', 'f'].includes(JSON.parse(t.function.arguments).unit), t.function.arguments);
+    const def = await client.chat.completions.create({ ...body, tool_choice, seed: 1 });
+    eq(def.choices[0].message.tool_calls?.length, n, 'the default is on (ChatML)');
+    const off = await client.chat.completions.create({ ...body, tool_choice, seed: 1, parallel_tool_calls: false });
+    eq(off.choices[0].message.tool_calls?.length, 1, JSON.stringify(off.choices[0].message));
+  }
+  const bad = await raw('/v1/chat/completions', { body: JSON.stringify({ ...body, tool_choice: 'required', parallel_tool_calls: 'yes' }) });
+  eq(bad.status, 400);
+  eq(bad.json.error.param, 'parallel_tool_calls');
+});
+
 test('content parts and a system message', async () => {
   const r = await client.chat.completions.create({ model: MODEL, max_tokens: 4, temperature: 0, messages: [
     { role: 'system', content: 'Be brief.' }, { role: 'user', content: [{ type: 'text', text: 'Hello' }, { type: 'text', text: ' there' }] }] });

@@ -187,7 +187,8 @@ test('custom tools: a custom_tool_call item, its input streamed, its output answ
   eq(r3.usage.input_tokens, r2.usage.input_tokens);
   // tool_choice {type: custom}: a call is forced; a text format is accepted too
   const f = await client.responses.create({ model: MODEL, input: 'Fix it.', max_output_tokens: 300, temperature: 0.8, seed: 1,
-    tools: [{ type: 'custom', name: 'note', format: { type: 'text' } }, ...custom], tool_choice: { type: 'custom', name: 'note' } });
+    tools: [{ type: 'custom', name: 'note', format: { type: 'text' } }, ...custom], tool_choice: { type: 'custom', name: 'note' },
+    parallel_tool_calls: false });
   // (the random-weight qwen3 of RESP_THINKING=1 may ramble inside the string past max_output_tokens)
   if (!THINKING || f.status === 'completed') {
     eq(f.status, 'completed');
@@ -206,7 +207,7 @@ const pick = [
 const calls = (r) => r.output.filter((o) => o.type === 'function_call');
 
 test('tool_choice: required and a named function force a call; none gives none', async () => {
-  const body = { model: MODEL, input: 'Which unit?', tools: pick, max_output_tokens: 250, temperature: 0.8 };
+  const body = { model: MODEL, input: 'Which unit?', tools: pick, max_output_tokens: 250, temperature: 0.8, parallel_tool_calls: false };
   for (let i = 0; i < 3; i++) {
     const r = await client.responses.create({ ...body, tool_choice: 'required' });
     eq(r.status, 'completed');
@@ -223,7 +224,7 @@ test('tool_choice: required and a named function force a call; none gives none',
   // chat/completions: the same enforcement
   const c = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Time?' }], max_tokens: 250,
     tools: pick.map(({ name, parameters }) => ({ type: 'function', function: { name, parameters } })),
-    tool_choice: { type: 'function', function: { name: 'get_time' } } });
+    tool_choice: { type: 'function', function: { name: 'get_time' } }, parallel_tool_calls: false });
   eq(c.choices[0].finish_reason, 'tool_calls');
   eq(c.choices[0].message.tool_calls.map((t) => t.function.name), ['get_time']);
   // none: the tools leave the prompt and nothing is parsed as a call
@@ -244,6 +245,26 @@ test('tool_choice: required and a named function force a call; none gives none',
   await bad({ tool_choice: 'required', grammar: CALL }, 'with a grammar');
 });
 
+// parallel_tool_calls: two <tool_call> blocks are two function_call items (streamed: an item each);
+// the Response repeats the field (its default: on, the templates here render every call)
+test('parallel tool calls: two function_call items, streamed as two items', async () => {
+  const call = (city) => `"<tool_call>\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": {\\"city\\": \\"${city}\\"}}\\n</tool_call>"`;
+  const body = { model: MODEL, input: 'Weather in Paris and Rome?', tools, max_output_tokens: 400, temperature: 0,
+    grammar: `root ::= ${call('Paris')} "\\n" ${call('Rome')}` };
+  const r = await client.responses.create(body);
+  eq(r.status, 'completed');
+  eq(r.parallel_tool_calls, true);
+  eq(calls(r).map((c) => [c.name, JSON.parse(c.arguments)]), [['get_weather', { city: 'Paris' }], ['get_weather', { city: 'Rome' }]]);
+  assert(calls(r)[0].call_id !== calls(r)[1].call_id && calls(r)[0].id !== calls(r)[1].id, JSON.stringify(calls(r)));
+  const evs = await events(body);
+  const done = evs.filter((e) => e.type === 'response.output_item.done' && e.item.type === 'function_call');
+  eq(done.map((e) => [e.item.name, JSON.parse(e.item.arguments)]), [['get_weather', { city: 'Paris' }], ['get_weather', { city: 'Rome' }]]);
+  assert(done[0].output_index !== done[1].output_index, 'output_index');
+  eq(evs[evs.length - 1].response.output.filter((o) => o.type === 'function_call').length, 2);
+  const off = await client.responses.create({ ...body, parallel_tool_calls: false });
+  eq(off.parallel_tool_calls, false);
+});
+
 // Codex's tool list: hosted tools (web_search) and namespaces of functions
 test('agents: hosted tools are not offered, the functions of a namespace are, their calls name it', async () => {
   const body = { model: MODEL, input: 'Which unit?', max_output_tokens: 250, store: false,
@@ -251,12 +272,15 @@ test('agents: hosted tools are not offered, the functions of a namespace are, th
       tools: [pick[0], { type: 'web_search' }] }, pick[1]],
     tool_choice: { type: 'function', name: 'pick_unit' }, include: ['reasoning.encrypted_content'],
     prompt_cache_key: 'k', client_metadata: { a: 'b' }, parallel_tool_calls: true, reasoning: { summary: 'auto' } };
-  const r = await client.responses.create(body);
-  eq(calls(r).map((c) => [c.name, c.namespace]), [['pick_unit', 'units']]);
+  const r = await client.responses.create(body); // parallel_tool_calls: one call or several, each of the name
+  assert(calls(r).length >= 1, JSON.stringify(r.output));
+  for (const c of calls(r)) eq([c.name, c.namespace], ['pick_unit', 'units']);
+  eq(r.parallel_tool_calls, true);
   const evs = await events(body);
   eq(evs.find((e) => e.type === 'response.output_item.done' && e.item.type === 'function_call').item.namespace, 'units');
-  const t = await client.responses.create({ ...body, tool_choice: { type: 'function', name: 'get_time' } });
+  const t = await client.responses.create({ ...body, tool_choice: { type: 'function', name: 'get_time' }, parallel_tool_calls: false });
   eq(calls(t).map((c) => [c.name, c.namespace]), [['get_time', undefined]]);
+  eq(t.parallel_tool_calls, false);
   const hosted = await raw('/v1/responses', { body: JSON.stringify({ ...body, tools: [{ type: 'web_search' }], tool_choice: 'auto', max_output_tokens: 2 }) });
   eq(hosted.status, 200);
   // a prompt longer than the context: OpenAI's code, param input
