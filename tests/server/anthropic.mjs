@@ -91,6 +91,15 @@ test('parallel tool use: two tool_use blocks, streamed as two blocks; disable_pa
   eq(starts.length, 2);
   assert(starts[0] !== starts[1], JSON.stringify(starts));
   eq(fin.content.filter((b) => b.type === 'tool_use').map((b) => b.input), [{ city: 'Paris' }, { city: 'Rome' }]);
+  // a forced call with the end of text ignored (greedy): calls follow each other to max_tokens, or one when disabled
+  const pick = [{ name: 'pick_unit', input_schema: { type: 'object', properties: { unit: { enum: ['c', 'f'] } }, required: ['unit'] } }];
+  const forced = { model: MODEL, max_tokens: 300, messages: [{ role: 'user', content: 'Which unit?' }], tools: pick, temperature: 0, ignore_eos: true };
+  const count = async (tool_choice) => (await anthropic.messages.create({ ...forced, tool_choice })).content.filter((b) => b.type === 'tool_use').length;
+  const n = await count({ type: 'any', disable_parallel_tool_use: false });
+  assert(n >= 2, `parallel: ${n} tool_use blocks`);
+  eq(await count({ type: 'any' }), n, 'the default: parallel');
+  eq(await count({ type: 'any', disable_parallel_tool_use: true }), 1);
+  eq(await count({ type: 'tool', name: 'pick_unit', disable_parallel_tool_use: true }), 1);
   const bad = await raw('/v1/messages', { body: JSON.stringify({ ...body, tool_choice: { type: 'auto', disable_parallel_tool_use: 'yes' } }) });
   eq(bad.status, 400);
 });
