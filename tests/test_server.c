@@ -206,7 +206,7 @@ static void test_tool_grammar_parallel(void) {
         for (int mode = 0; mode < 3; mode++) { /* required, named get_weather, auto (lazy) */
             char *gbnf = NULL;
             brisk_grammar *g = NULL;
-            CHECK_OK(chat_tool_gbnf(tools, mode == 1 ? "get_weather" : NULL, false, parallel, &gbnf));
+            CHECK_OK(chat_tool_gbnf(tools, mode == 1 ? "get_weather" : NULL, false, parallel, false, &gbnf));
             if (gbnf) CHECK_OK(brisk_grammar_new(m, gbnf, "root", &g));
             if (g && mode == 2) CHECK_OK(brisk_grammar_set_trigger(g, "<tool_call>", "<think>", "</think>", false));
             if (!g) {
@@ -235,6 +235,133 @@ static void test_tool_grammar_parallel(void) {
             }
             free(gbnf);
         }
+    cJSON_Delete(tools);
+    brisk_model_free(m);
+}
+
+
+static const char *const XML_TOOLS =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":"
+    "{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},\"opts\":{\"type\":\"object\",\"properties\":"
+    "{\"unit\":{\"type\":\"string\"}}}},\"required\":[\"city\",\"days\"]}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"note\",\"parameters\":{\"type\":\"object\",\"properties\":"
+    "{\"text\":{\"type\":\"string\"}},\"required\":[\"text\"]}}}]";
+
+/* Qwen3-Coder / Qwen3.5 / Qwen3.6's XML calls: values typed by the tools' schemas (a string keeps its
+ * text, one newline off either end; others read as JSON, text when not JSON), two calls in a row,
+ * the same at every push size; the JSON form still read beside it. */
+static void test_xml_tool_calls(void) {
+    cJSON *tools = cJSON_Parse(XML_TOOLS);
+    const char *text = "I'll check.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\n42\n</parameter>\n"
+                       "<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{\"unit\": \"celsius\"}\n</parameter>\n"
+                       "</function>\n</tool_call>\n<tool_call>\n<function=note>\n<parameter=text>\nline one\n\nline two\n"
+                       "</parameter>\n</function>\n</tool_call>\n"
+                       "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+    for (size_t step = 1; step <= 9; step += 4) {
+        chat_parser p;
+        chat_parser_init(&p, true, false);
+        CHECK(chat_parser_set_tools(&p, tools));
+        feed(&p, text, step);
+        CHECK(!strcmp(str(&p.content), "I'll check.\n\n"));
+        CHECK(p.n_calls == 3);
+        if (p.n_calls == 3) {
+            CHECK(!strcmp(p.calls[0].name, "get_weather"));
+            CHECK(!strcmp(p.calls[0].arguments, "{\"city\":\"42\",\"days\":3,\"opts\":{\"unit\":\"celsius\"}}"));
+            CHECK(!strcmp(p.calls[1].name, "note"));
+            CHECK(!strcmp(p.calls[1].arguments, "{\"text\":\"line one\\n\\nline two\"}"));
+            CHECK(!strcmp(p.calls[2].name, "now"));
+            CHECK(!strcmp(p.calls[2].arguments, "{}"));
+        }
+        chat_parser_free(&p);
+    }
+    /* without the tools: values read as JSON first; a value not JSON stays text */
+    chat_parser p;
+    chat_parser_init(&p, true, false);
+    feed(&p, "<tool_call>\n<function=f>\n<parameter=a>\n42\n</parameter>\n<parameter=b>\nParis, France\n</parameter>\n"
+             "</function>\n</tool_call>", 3);
+    CHECK(p.n_calls == 1 && !strcmp(p.calls[0].arguments, "{\"a\":42,\"b\":\"Paris, France\"}"));
+    chat_parser_free(&p);
+    /* not the form (an unclosed parameter): the block stays text */
+    chat_parser_init(&p, true, false);
+    feed(&p, "<tool_call>\n<function=f>\n<parameter=a>\n42\n</function>\n</tool_call>", 1);
+    CHECK(p.n_calls == 0 && strstr(str(&p.content), "<function=f>"));
+    chat_parser_free(&p);
+    cJSON_Delete(tools);
+}
+
+/* The template's form: llama.cpp's check (<tool_call>, <function=, <parameter= in the source). */
+static void test_xml_detect(void) {
+    brisk_model *m = load_vocab();
+    if (!m) return;
+    size_t n = 0;
+    char *qwen = test_read_file("tests/data/chat_templates/qwen3.5.jinja", &n);
+    CHECK(qwen);
+    const struct { const char *src; bool want; } cases[] = {{"chatml", false}, {qwen, true}, {"{{ messages }}", false}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        chat_fmt *f = NULL;
+        if (!cases[i].src) continue;
+        CHECK_OK(chat_fmt_new(m, cases[i].src, &f));
+        if (f) CHECK(chat_fmt_xml_tools(f) == cases[i].want);
+        chat_fmt_free(f);
+    }
+    free(qwen);
+    brisk_model_free(m);
+}
+
+/* The XML form's grammar: a whole call taken (required parameters, an optional one left out or given,
+ * a string value over lines, JSON for the others); a wrong name, a missing required parameter, a
+ * non-integer for an integer or parameters out of the schema's order refused; forced, named, lazy
+ * and parallel as the JSON form's. */
+static void test_xml_tool_grammar(void) {
+    brisk_model *m = load_vocab();
+    if (!m) return;
+    cJSON *tools = cJSON_Parse(XML_TOOLS);
+    const char *one = "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew\nYork </parameter>\n</parameter>\n"
+                      "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
+    const char *full = "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n"
+                       "<parameter=days>\n-2\n</parameter>\n<parameter=opts>\n{\"unit\": \"celsius\"}\n</parameter>\n"
+                       "</function>\n</tool_call>";
+    const char *note = "<tool_call>\n<function=note>\n<parameter=text>\nhi\n</parameter>\n</function>\n</tool_call>";
+    const struct { const char *text; } bad[] = {
+        {"<tool_call>\n<function=get_weath>"},                                                     /* name */
+        {"<tool_call>\n<function=get_weather>\n<parameter=days>"},                                 /* city missing */
+        {"<tool_call>\n<function=get_weather>\n<parameter=city>\nx\n</parameter>\n</function>"},   /* days missing */
+        {"<tool_call>\n<function=get_weather>\n<parameter=city>\nx\n</parameter>\n<parameter=days>\nthree"},
+        {"<tool_call>\n{\"name\": \"get_weather\""},                                               /* the JSON form */
+    };
+    for (int parallel = 0; parallel < 2; parallel++)
+        for (int mode = 0; mode < 3; mode++) { /* required, named get_weather, auto (lazy) */
+            char *gbnf = NULL;
+            CHECK_OK(chat_tool_gbnf(tools, mode == 1 ? "get_weather" : NULL, false, parallel, true, &gbnf));
+            if (!gbnf) continue;
+            const char *seq[] = {one, full, note};
+            for (int k = 0; k < 3; k++) {
+                brisk_grammar *g = NULL;
+                CHECK_OK(brisk_grammar_new(m, gbnf, "root", &g));
+                if (!g) break;
+                if (mode == 2) CHECK_OK(brisk_grammar_set_trigger(g, "<tool_call>", "<think>", "</think>", false));
+                if (mode == 2) CHECK(grammar_takes(m, g, "Let me look. "));
+                bool want = !(mode == 1 && k == 2);
+                CHECK(grammar_takes(m, g, seq[k]) == want);
+                if (want) {
+                    CHECK(brisk_grammar_is_complete(g));
+                    CHECK(grammar_takes(m, g, "\n") == (bool)parallel);
+                    if (parallel) CHECK(grammar_takes(m, g, one) && brisk_grammar_is_complete(g));
+                }
+                brisk_grammar_free(g);
+            }
+            for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+                brisk_grammar *g = NULL;
+                CHECK_OK(brisk_grammar_new(m, gbnf, "root", &g));
+                if (!g) break;
+                if (mode == 2) CHECK_OK(brisk_grammar_set_trigger(g, "<tool_call>", "<think>", "</think>", false));
+                CHECK(!grammar_takes(m, g, bad[k].text));
+                brisk_grammar_free(g);
+            }
+            free(gbnf);
+        }
+    char *gbnf = NULL;
+    CHECK(chat_tool_gbnf(tools, "nope", false, false, true, &gbnf) != BRISK_OK && !gbnf);
     cJSON_Delete(tools);
     brisk_model_free(m);
 }
@@ -310,6 +437,9 @@ int main(int argc, char **argv) {
         {"parallel_default", test_parallel_default},
         {"token_text", test_token_text},
         {"parse_body", test_parse_body},
+        {"xml_tool_calls", test_xml_tool_calls},
+        {"xml_detect", test_xml_detect},
+        {"xml_tool_grammar", test_xml_tool_grammar},
     };
     return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }

@@ -1,6 +1,7 @@
 /* chat.c — chat templates and the output parser of chat.h. */
 #include "server/chat.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,7 @@ struct chat_fmt {
     char *bos, *eos; /* token texts for the template */
     chat_template *tmpl; /* NULL: ChatML */
     bool parallel_tools; /* the template renders an assistant message's second tool call */
+    bool xml_tools;      /* the template teaches Qwen3-Coder / Qwen3.5's <function=...> calls */
 };
 
 static bool probe_parallel(const chat_fmt *f);
@@ -37,6 +39,8 @@ brisk_status chat_fmt_new(const brisk_model *model, const char *source, chat_fmt
     bool chatml = source && !strcmp(source, "chatml");
     char *own = source || chatml ? NULL : brisk_model_meta_str(model, "tokenizer.chat_template");
     const char *src = chatml ? NULL : source ? source : own;
+    /* llama.cpp's check for the Qwen3-Coder / Qwen3.5 / Qwen3.6 format */
+    f->xml_tools = src && strstr(src, "<tool_call>") && strstr(src, "<function=") && strstr(src, "<parameter=");
     if (src) {
         brisk_status s = chat_template_new(src, strlen(src), &f->tmpl);
         free(own);
@@ -167,6 +171,10 @@ bool chat_fmt_parallel_tools(const chat_fmt *f) {
     return f->parallel_tools;
 }
 
+bool chat_fmt_xml_tools(const chat_fmt *f) {
+    return f->xml_tools;
+}
+
 /* messages with the tools described in the system message (the first one, or a new one before
  * the rest), in the <tool_call> syntax chat_parser reads; NULL on OOM. */
 static cJSON *tools_in_system(const cJSON *messages, const cJSON *tools) {
@@ -235,8 +243,177 @@ brisk_status chat_fmt_render(const chat_fmt *f, const cJSON *messages, const cJS
     return BRISK_OK;
 }
 
-brisk_status chat_tool_gbnf(const cJSON *tools, const char *name, bool close_think, bool parallel, char **gbnf) {
+/* llama.cpp's resolves_to_string: a parameter schema whose value may be a string. */
+static bool schema_is_string(const cJSON *s) {
+    if (!cJSON_IsObject(s)) return false;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "type"), *v;
+    if (cJSON_IsString(t) && !strcmp(t->valuestring, "string")) return true;
+    const cJSON *types = cJSON_IsArray(t) ? t : NULL;
+    cJSON_ArrayForEach(v, types) if (cJSON_IsString(v) && !strcmp(v->valuestring, "string")) return true;
+    cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(s, "anyOf")) if (schema_is_string(v)) return true;
+    cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(s, "oneOf")) if (schema_is_string(v)) return true;
+    const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
+    if (cJSON_IsArray(all) && cJSON_GetArraySize(all) > 0) {
+        bool every = true;
+        cJSON_ArrayForEach(v, all) every = every && schema_is_string(v);
+        if (every) return true;
+    }
+    if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(s, "const"))) return true;
+    cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(s, "enum")) if (cJSON_IsString(v)) return true;
+    return cJSON_GetObjectItemCaseSensitive(s, "pattern") || cJSON_GetObjectItemCaseSensitive(s, "minLength") ||
+           cJSON_GetObjectItemCaseSensitive(s, "maxLength");
+}
+
+/* A GBNF string literal of s. */
+static void gbnf_lit(strbuf *b, const char *s) {
+    sb_puts(b, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') sb_printf(b, "\\%c", c);
+        else if (c == '\n') sb_puts(b, "\\n");
+        else if (c == '\r') sb_puts(b, "\\r");
+        else if (c == '\t') sb_puts(b, "\\t");
+        else if (c < 0x20) sb_printf(b, "\\x%02X", c);
+        else sb_append(b, s, 1);
+    }
+    sb_puts(b, "\"");
+}
+
+/* The call rules of the XML form (llama.cpp's Qwen3-Coder grammar): per tool `<function=NAME>\n`, its
+ * parameters in the schema's order (the required ones always, the others optional), each
+ * `<parameter=P>\n` VALUE `\n</parameter>\n`, then `</function>\n`; VALUE is any text without
+ * "\n</parameter>" for a parameter whose schema allows a string, else JSON of its schema. Appends the
+ * rules (`call` the start) to b. */
+static brisk_status xml_call_rules(const cJSON *tools, const char *name, strbuf *b) {
+    /* The JSON values: one schema, anyOf over every non-string parameter (the tools' $defs merged
+     * for their $refs); the alternatives' rule names are read back from its start rule. */
+    cJSON *schema = cJSON_CreateObject(), *any = cJSON_AddArrayToObject(schema, "anyOf");
+    cJSON *defs = cJSON_AddObjectToObject(schema, "$defs"), *defs2 = cJSON_AddObjectToObject(schema, "definitions");
+    const cJSON *t, *pr, *d;
+    int n_fn = 0;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(fn, "name"), *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        if (!cJSON_IsString(n) || (name && strcmp(name, n->valuestring))) continue;
+        n_fn++;
+        cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(params, "$defs"))
+            if (!cJSON_GetObjectItemCaseSensitive(defs, d->string)) cJSON_AddItemToObject(defs, d->string, cJSON_Duplicate(d, true));
+        cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(params, "definitions"))
+            if (!cJSON_GetObjectItemCaseSensitive(defs2, d->string)) cJSON_AddItemToObject(defs2, d->string, cJSON_Duplicate(d, true));
+        cJSON_ArrayForEach(pr, cJSON_GetObjectItemCaseSensitive(params, "properties"))
+            if (!schema_is_string(pr)) cJSON_AddItemToArray(any, cJSON_Duplicate(pr, true));
+    }
+    if (!n_fn) {
+        cJSON_Delete(schema);
+        return name ? bk_fail(BRISK_ERR_INVALID_ARG, "no tool is named '%s'", name)
+                    : bk_fail(BRISK_ERR_INVALID_ARG, "a tool call is required but no tools were given");
+    }
+    int n_json = cJSON_GetArraySize(any);
+    char **alt = n_json ? calloc((size_t)n_json, sizeof *alt) : NULL;
+    char *g = NULL;
+    brisk_status st = BRISK_OK;
+    if (n_json) {
+        char *text = cJSON_PrintUnformatted(schema);
+        st = !text || !alt ? bk_fail(BRISK_ERR_NOMEM, "out of memory") : brisk_json_schema_to_gbnf(text, &g);
+        free(text);
+        /* "root ::= sK\n" and "sK ::= a0 | a1 ...\n" */
+        char *r = st == BRISK_OK ? (!strncmp(g, "root ::= ", 9) ? g : strstr(g, "\nroot ::= ")) : NULL;
+        if (st == BRISK_OK && r) {
+            if (r != g) r++;
+            char top[64] = {0}, pat[80];
+            sscanf(r + 9, "%63s", top);
+            *r = 0; /* the schema's root is not needed */
+            snprintf(pat, sizeof pat, "\n%s ::= ", top);
+            char *line = !strncmp(g, pat + 1, strlen(pat + 1)) ? g - 1 : strstr(g, pat);
+            int k = 0;
+            if (line) {
+                char *q = line + strlen(pat);
+                while (k < n_json) {
+                    char nm[64];
+                    int used = 0;
+                    if (sscanf(q, "%63s%n", nm, &used) != 1) break;
+                    alt[k++] = strdup(nm);
+                    q += used;
+                    while (*q == ' ') q++;
+                    if (*q != '|') break;
+                    q++;
+                }
+            }
+            if (k != n_json) st = bk_fail(BRISK_ERR_UNSUPPORTED, "tool call grammar: unexpected schema rules");
+            for (int i = 0; st == BRISK_OK && i < k; i++)
+                if (!alt[i]) st = bk_fail(BRISK_ERR_NOMEM, "out of memory");
+            sb_puts(b, g);
+        } else if (st == BRISK_OK) st = bk_fail(BRISK_ERR_UNSUPPORTED, "tool call grammar: no root rule");
+    }
+    if (st == BRISK_OK) {
+        /* xml-text: no "\n</parameter>" inside (each line after a newline does not start with "</parameter>") */
+        static const char close[] = "</parameter>";
+        sb_puts(b, "xml-text ::= [^\\n]* (\"\\n\" xml-line)*\nxml-line ::= \"\"");
+        for (size_t i = 0; i < sizeof close - 1; i++) {
+            sb_puts(b, " | ");
+            for (size_t j = 0; j < i; j++) sb_printf(b, "\"%c\" ", close[j]);
+            sb_printf(b, "[^\\n%c] [^\\n]*", close[i]);
+        }
+        for (size_t i = 1; i < sizeof close - 1; i++) { /* a proper prefix, then the line ends */
+            sb_puts(b, " | ");
+            for (size_t j = 0; j < i; j++) sb_printf(b, "%s\"%c\"", j ? " " : "", close[j]);
+        }
+        sb_puts(b, "\n");
+        int fi = 0, ji = 0;
+        strbuf calls = {0};
+        cJSON_ArrayForEach(t, tools) {
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+            const cJSON *n = cJSON_GetObjectItemCaseSensitive(fn, "name"), *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+            if (!cJSON_IsString(n) || (name && strcmp(name, n->valuestring))) continue;
+            const cJSON *req = cJSON_GetObjectItemCaseSensitive(params, "required");
+            sb_printf(&calls, "%sxml-fn%d", fi ? " | " : "", fi);
+            sb_printf(b, "xml-fn%d ::= ", fi);
+            sb_puts(b, "\"<function=\" ");
+            gbnf_lit(b, n->valuestring);
+            sb_puts(b, " \">\\n\"");
+            cJSON_ArrayForEach(pr, cJSON_GetObjectItemCaseSensitive(params, "properties")) {
+                bool required = false;
+                cJSON_ArrayForEach(d, req) required = required || (cJSON_IsString(d) && !strcmp(d->valuestring, pr->string));
+                sb_puts(b, " (\"<parameter=\" ");
+                gbnf_lit(b, pr->string);
+                sb_printf(b, " \">\\n\" %s \"\\n</parameter>\\n\")%s", schema_is_string(pr) ? "xml-text" : alt[ji++],
+                          required ? "" : "?");
+            }
+            sb_puts(b, " \"</function>\\n\"\n");
+            fi++;
+        }
+        sb_printf(b, "call ::= %s\n", calls.p ? calls.p : "");
+        if (calls.failed) b->failed = true;
+        sb_free(&calls);
+    }
+    for (int i = 0; i < n_json; i++) free(alt ? alt[i] : NULL);
+    free(alt);
+    free(g);
+    cJSON_Delete(schema);
+    return st;
+}
+
+brisk_status chat_tool_gbnf(const cJSON *tools, const char *name, bool close_think, bool parallel, bool xml, char **gbnf) {
     *gbnf = NULL;
+    if (xml) {
+        strbuf b = {0};
+        brisk_status st = xml_call_rules(tools, name, &b);
+        if (st != BRISK_OK) {
+            sb_free(&b);
+            return st;
+        }
+        /* llama.cpp: "<tool_call>\n" call "</tool_call>"; parallel as the JSON form's */
+        sb_puts(&b, "call-block ::= \"<tool_call>\\n\" call \"</tool_call>\"\n");
+        if (parallel) sb_puts(&b, "call-gap ::= | \" \" | \"\\n\"{1,2} [ \\t]{0,20}\n");
+        sb_printf(&b, "root ::= %scall-block%s\n", close_think ? "\"</think>\\n\\n\" " : "",
+                  parallel ? " (call-gap call-block)*" : "");
+        if (b.failed) {
+            sb_free(&b);
+            return bk_fail(BRISK_ERR_NOMEM, "tool call grammar: out of memory");
+        }
+        *gbnf = sb_take(&b);
+        return BRISK_OK;
+    }
     /* One JSON schema for the call object: anyOf over the allowed functions,
      * the name a const; json_schema.c keeps the property order (name first). */
     cJSON *schema = cJSON_CreateObject(), *any = cJSON_AddArrayToObject(schema, "anyOf");
@@ -316,12 +493,19 @@ void chat_parser_init(chat_parser *p, bool tools, bool in_reasoning) {
     p->trim = in_reasoning;
 }
 
+bool chat_parser_set_tools(chat_parser *p, const cJSON *tools) {
+    cJSON_Delete(p->tool_defs);
+    p->tool_defs = tools ? cJSON_Duplicate(tools, true) : NULL;
+    return !tools || p->tool_defs;
+}
+
 void chat_parser_free(chat_parser *p) {
     for (int i = 0; i < p->n_calls; i++) {
         free(p->calls[i].name);
         free(p->calls[i].arguments);
     }
     free(p->calls);
+    cJSON_Delete(p->tool_defs);
     sb_free(&p->pending);
     sb_free(&p->tool);
     sb_free(&p->content);
@@ -340,14 +524,99 @@ static void emit(chat_parser *p, const char *s, size_t n) {
     sb_append(dst, s, n);
 }
 
-/* A finished <tool_call> body: a call, or (not JSON of the right shape) content. */
+/* The schema of tool `name`'s parameter `param` among chat tools, or NULL. */
+static const cJSON *param_schema(const cJSON *tools, const char *name, const char *param) {
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (!cJSON_IsString(n) || strcmp(n->valuestring, name)) continue;
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(params, "properties"), param);
+    }
+    return NULL;
+}
+
+static const char *skip_ws(const char *s, const char *e) {
+    while (s < e && (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t')) s++;
+    return s;
+}
+
+/* The XML form (Qwen3-Coder, Qwen3.5, Qwen3.6): <function=NAME> then <parameter=P>\nVALUE\n</parameter>
+ * each, then </function>. A value is the text between the tags less one newline at either end; a
+ * parameter the tool's schema types as a string keeps it as text, any other is read as JSON and stays
+ * text if it is not JSON (llama.cpp's conversion). NULL (and no *name) when the body is not of this form. */
+static cJSON *parse_xml_call(const cJSON *tools, const char *s, size_t n, char **name) {
+    const char *e = s + n, *gt;
+    *name = NULL;
+    s = skip_ws(s, e);
+    if ((size_t)(e - s) < 10 || memcmp(s, "<function=", 10)) return NULL;
+    s += 10;
+    if (!(gt = memchr(s, '>', (size_t)(e - s))) || gt == s || memchr(s, '\n', (size_t)(gt - s))) return NULL;
+    cJSON *args = cJSON_CreateObject();
+    char *fname = strndup(s, (size_t)(gt - s));
+    bool ok = args && fname;
+    s = gt + 1;
+    while (ok) {
+        s = skip_ws(s, e);
+        if (s == e) break; /* </function> left out: the call is whole anyway */
+        if ((size_t)(e - s) >= 11 && !memcmp(s, "</function>", 11)) {
+            ok = skip_ws(s + 11, e) == e;
+            break;
+        }
+        if ((size_t)(e - s) < 11 || memcmp(s, "<parameter=", 11)) {
+            ok = false;
+            break;
+        }
+        s += 11;
+        if (!(gt = memchr(s, '>', (size_t)(e - s))) || gt == s || memchr(s, '\n', (size_t)(gt - s))) {
+            ok = false;
+            break;
+        }
+        char *pname = strndup(s, (size_t)(gt - s));
+        const char *v = gt + 1, *ve = memmem(v, (size_t)(e - v), "</parameter>", 12);
+        if (!pname || !ve) {
+            free(pname);
+            ok = false;
+            break;
+        }
+        s = ve + 12;
+        if (v < ve && *v == '\n') v++;
+        if (ve > v && ve[-1] == '\n') ve--;
+        char *text = strndup(v, (size_t)(ve - v));
+        cJSON *val = NULL;
+        if (text && !schema_is_string(param_schema(tools, fname, pname))) val = cJSON_ParseWithOpts(text, NULL, true);
+        if (!val && text) val = cJSON_CreateString(text);
+        free(text);
+        if (!val) ok = false;
+        else {
+            cJSON_DeleteItemFromObjectCaseSensitive(args, pname); /* a repeated parameter: the last wins */
+            cJSON_AddItemToObject(args, pname, val);
+        }
+        free(pname);
+    }
+    if (!ok) {
+        cJSON_Delete(args);
+        free(fname);
+        return NULL;
+    }
+    *name = fname;
+    return args;
+}
+
+/* A finished <tool_call> body: a call, or (not JSON of the right shape, nor the XML form) content. */
 static void end_tool(chat_parser *p) {
-    cJSON *j = cJSON_ParseWithLength(p->tool.p ? p->tool.p : "", p->tool.len);
+    const char *body = p->tool.p ? p->tool.p : "";
+    char *xname = NULL;
+    cJSON *xargs = parse_xml_call(p->tool_defs, body, p->tool.len, &xname);
+    cJSON *j = xargs ? NULL : cJSON_ParseWithLength(body, p->tool.len);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
-    if (cJSON_IsString(name) && (!args || cJSON_IsObject(args) || cJSON_IsString(args))) {
-        char *a = !args ? strdup("{}") : cJSON_IsString(args) ? strdup(args->valuestring) : cJSON_PrintUnformatted(args);
-        char *n = strdup(name->valuestring);
+    if (xargs || (cJSON_IsString(name) && (!args || cJSON_IsObject(args) || cJSON_IsString(args)))) {
+        char *a = xargs ? cJSON_PrintUnformatted(xargs)
+                  : !args ? strdup("{}") : cJSON_IsString(args) ? strdup(args->valuestring) : cJSON_PrintUnformatted(args);
+        char *n = xargs ? xname : strdup(name->valuestring);
+        xname = NULL;
         if (p->n_calls == p->cap_calls) {
             int cap = p->cap_calls ? 2 * p->cap_calls : 4;
             chat_tool_call *c = realloc(p->calls, (size_t)cap * sizeof *c);
@@ -361,9 +630,11 @@ static void end_tool(chat_parser *p) {
         free(n);
     } else {
         sb_puts(&p->content, TAG_OPEN_TOOL);
-        sb_append(&p->content, p->tool.p ? p->tool.p : "", p->tool.len);
+        sb_append(&p->content, body, p->tool.len);
         sb_puts(&p->content, TAG_CLOSE_TOOL);
     }
+    cJSON_Delete(xargs);
+    free(xname);
     cJSON_Delete(j);
     sb_reset(&p->tool);
 }

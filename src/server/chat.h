@@ -5,8 +5,10 @@
  * tokenizer/chat_template.h) or, for a model without one, ChatML.
  *
  * chat_parser splits generated text as it streams into content, reasoning
- * (between <think> and </think>) and tool calls (<tool_call>{"name": ...,
- * "arguments": {...}}</tool_call>, Qwen3 style). Text that could still be the
+ * (between <think> and </think>) and tool calls: <tool_call> blocks holding
+ * Qwen3's JSON {"name": ..., "arguments": {...}} or the XML form of
+ * Qwen3-Coder / Qwen3.5 / Qwen3.6 (<function=NAME>, <parameter=P>\nVALUE\n
+ * </parameter> each, </function>). Text that could still be the
  * start of a tag is held back until the next push, so a tag never leaks into
  * the content in pieces.
  */
@@ -29,6 +31,9 @@ const char *chat_fmt_kind(const chat_fmt *f); /* "gguf" or "chatml" */
 /* parallel_tool_calls' default, as llama.cpp's: whether the template renders an
  * assistant message's second tool call (ChatML's does). */
 bool chat_fmt_parallel_tools(const chat_fmt *f);
+/* Whether the template teaches the XML tool-call form (llama.cpp's check: its
+ * source holds "<tool_call>", "<function=" and "<parameter="); chat_tool_gbnf's xml. */
+bool chat_fmt_xml_tools(const chat_fmt *f);
 /* Renders messages (normalized: content is a string) with the generation
  * prompt; tools may be NULL. *out is malloc'd. */
 brisk_status chat_fmt_render(const chat_fmt *f, const cJSON *messages, const cJSON *tools,
@@ -41,14 +46,19 @@ bool chat_prompt_opens_think(const char *text, size_t len);
  * without adding a second one. */
 bool chat_prompt_has_bos(const brisk_model *model, const char *text, size_t len);
 
-/* The GBNF of tool calls in the syntax chat_parser reads: <tool_call>,
+/* The GBNF of tool calls in the syntax chat_parser reads: <tool_call>\n,
  * {"name": N, "arguments": A} with A matching N's parameters schema,
- * </tool_call>. tools: chat tools ({type, function: {name, parameters}});
+ * \n</tool_call>; or with xml (chat_fmt_xml_tools), llama.cpp's Qwen3-Coder
+ * form: <function=N>\n, N's parameters in the schema's order (required ones
+ * always, others optional), each <parameter=P>\n VALUE \n</parameter>\n
+ * (VALUE: text without "\n</parameter>" when P's schema allows a string,
+ * else JSON of P's schema), </function>\n</tool_call>. tools: chat tools ({type, function: {name, parameters}});
  * name: the one function allowed, or NULL for any of them; close_think: the
  * prompt opened <think>, so the answer closes it first; parallel: one or more
  * calls in a row (whitespace between), else exactly one. *gbnf is malloc'd.
  * An unknown name or a schema the grammar cannot express is an error. */
-brisk_status chat_tool_gbnf(const cJSON *tools, const char *name, bool close_think, bool parallel, char **gbnf);
+brisk_status chat_tool_gbnf(const cJSON *tools, const char *name, bool close_think, bool parallel, bool xml,
+                            char **gbnf);
 
 typedef struct chat_tool_call {
     char *name, *arguments; /* arguments: a JSON text */
@@ -62,11 +72,17 @@ typedef struct chat_parser {
     strbuf tool;         /* body of the tool call being read */
     strbuf content, reasoning; /* output since the caller last reset them */
     chat_tool_call *calls;     /* (n_calls) all calls parsed so far */
+    cJSON *tool_defs;          /* the request's tools (a copy): XML parameter values typed by them */
     int n_calls, cap_calls;
 } chat_parser;
 
 /* in_reasoning: the prompt ended inside <think> (the template opened it). */
 void chat_parser_init(chat_parser *p, bool tools, bool in_reasoning);
+/* The request's tools (chat tools, copied; NULL for none): an XML call's
+ * parameter whose schema is a string keeps its text, any other is read as
+ * JSON (text when it is not). Without them every value is read as JSON
+ * first. false on OOM. */
+bool chat_parser_set_tools(chat_parser *p, const cJSON *tools);
 /* Feeds text; final flushes everything held back. false on OOM. */
 bool chat_parser_push(chat_parser *p, const char *text, size_t len, bool final);
 void chat_parser_free(chat_parser *p);

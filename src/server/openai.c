@@ -442,7 +442,7 @@ static bool render_chat(const oai_server *srv, const cJSON *root, char **text, s
 static bool lazy_tool(const oai_server *srv, const cJSON *root, bool in_reasoning, oai_job *job, oai_error *e) {
     if (field(root, "grammar") || field(root, "response_format")) return true;
     char *gbnf = NULL;
-    brisk_status st = chat_tool_gbnf(field(root, "tools"), NULL, false, job->parallel_tools, &gbnf);
+    brisk_status st = chat_tool_gbnf(field(root, "tools"), NULL, false, job->parallel_tools, chat_fmt_xml_tools(srv->fmt), &gbnf);
     if (st == BRISK_ERR_NOMEM) return oai_fail(e, 500, NULL, "out of memory");
     if (st != BRISK_OK) return true;
     for (int i = 0; st == BRISK_OK && i < job->n; i++) {
@@ -478,7 +478,7 @@ static bool force_tool(const oai_server *srv, const cJSON *root, bool in_reasoni
         return oai_fail(e, 400, "tool_choice", "a forced tool call cannot be combined with 'grammar' or 'response_format'");
     char *gbnf = NULL;
     brisk_status st = chat_tool_gbnf(field(root, "tools"), job->tool_mode == 2 ? name->valuestring : NULL, in_reasoning,
-                                     job->parallel_tools, &gbnf);
+                                     job->parallel_tools, chat_fmt_xml_tools(srv->fmt), &gbnf);
     for (int i = 0; st == BRISK_OK && i < job->n; i++) st = brisk_grammar_new(srv->model, gbnf, "root", &job->req->ch[i].grammar);
     free(gbnf);
     if (st != BRISK_OK) return oai_fail(e, st == BRISK_ERR_NOMEM ? 500 : 400, "tool_choice", "%s", brisk_last_error());
@@ -495,10 +495,19 @@ static bool chat_prompt(const oai_server *srv, const cJSON *root, oai_job *job, 
         free(text);
         return false;
     }
-    for (int i = 0; i < job->n; i++) chat_parser_init(&job->ch[i].parser, job->tools, in_reasoning);
+    bool ok = true;
+    for (int i = 0; i < job->n; i++) {
+        chat_parser_init(&job->ch[i].parser, job->tools, in_reasoning);
+        /* the tools type an XML call's parameter values */
+        if (job->tools && !chat_parser_set_tools(&job->ch[i].parser, field(root, "tools"))) ok = false;
+    }
+    if (!ok) {
+        free(text);
+        return oai_fail(e, 500, NULL, "out of memory");
+    }
     /* A template that writes the BOS itself gets no second one. */
     bool has_bos = chat_prompt_has_bos(srv->model, text, len);
-    bool ok = tokenize(srv, text, len, !has_bos, job->req, e);
+    ok = tokenize(srv, text, len, !has_bos, job->req, e);
     free(text);
     return ok;
 }
