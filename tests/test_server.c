@@ -328,6 +328,7 @@ static void test_xml_tool_grammar(void) {
         {"<tool_call>\n<function=get_weather>\n<parameter=city>\nx\n</parameter>\n</function>"},   /* days missing */
         {"<tool_call>\n<function=get_weather>\n<parameter=city>\nx\n</parameter>\n<parameter=days>\nthree"},
         {"<tool_call>\n{\"name\": \"get_weather\""},                                               /* the JSON form */
+        {"<tool_call>\n<function=get_weather>\n<parameter=city>\nx\n</parameter>\nmore"}, /* text after the close */
     };
     for (int parallel = 0; parallel < 2; parallel++)
         for (int mode = 0; mode < 3; mode++) { /* required, named get_weather, auto (lazy) */
