@@ -83,6 +83,10 @@ BRISK_URL=http://127.0.0.1:$PORT ANTH_THINKING=1 node tests/server/anthropic.mjs
 BRISK_URL=http://127.0.0.1:$PORT RESP_THINKING=1 node tests/server/responses.mjs || fail=1
 BRISK_URL=http://127.0.0.1:$PORT node tests/server/structured.mjs || fail=1 # masks over a 151k vocabulary
 stop qwen3 || fail=1
+# the same model with the real Qwen3.5 template: XML tool calls (tests/server/qwen_xml.mjs)
+MODEL=$TMP/qwen3.gguf start qwen35tmpl -c 1024 --parallel 1 --chat-template tests/data/chat_templates/qwen3.5.jinja || exit 1
+BRISK_URL=http://127.0.0.1:$PORT node tests/server/qwen_xml.mjs || fail=1
+stop qwen35tmpl || fail=1
 
 # a tiny synthetic hybrid (qwen35: Gated DeltaNet; GPT-2's vocabulary and ChatML keep it
 # small): recurrent-state checkpoints for prefix reuse, against a server without them (the

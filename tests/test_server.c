@@ -2,7 +2,8 @@
  * parser (reasoning, tool calls, tags split across pushes), ChatML, the tools
  * prompt of a template without a tools section, token texts that must stay
  * valid UTF-8, the body check for escaped NULs, and the tool-call grammar with
- * and without parallel_tool_calls (and the field's default per template). */
+ * and without parallel_tool_calls (and the field's default per template); Qwen3.5 / Qwen3.6's XML
+ * tool calls: parsed, detected from the template, and their grammar. */
 #include "engine/grammar.h"
 #include "server/chat.h"
 #include "server/openai.h"

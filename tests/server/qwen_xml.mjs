@@ -1,0 +1,49 @@
+// qwen_xml.mjs — the tiny synthetic qwen3 served with the real Qwen3.5 chat template, whose tool
+// calls are XML (<function=NAME>, <parameter=P>\nVALUE\n</parameter>): calls the model writes in that
+// form come back parsed (values typed by the tools' schemas), streamed as tool-call deltas, two in a
+// row as two calls; tool_choice required / named forces the XML form.
+import { client, test, run, assert, eq, MODEL } from './lib.mjs';
+
+const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object',
+  properties: { city: { type: 'string' }, days: { type: 'integer' } }, required: ['city', 'days'] } } }];
+const lit = (s) => JSON.stringify(s);
+const call = (city, days) => `<tool_call>\n<function=get_weather>\n<parameter=city>\n${city}\n</parameter>\n` +
+  `<parameter=days>\n${days}\n</parameter>\n</function>\n</tool_call>`;
+const base = { model: MODEL, messages: [{ role: 'user', content: 'Weather in Paris and Rome?' }], tools, max_tokens: 400,
+  temperature: 0, chat_template_kwargs: { enable_thinking: false } };
+
+test('XML tool calls parsed: two calls, typed values; streamed with distinct indexes', async () => {
+  const body = { ...base, grammar: `root ::= ${lit(call('Paris', 3))} "\\n" ${lit(call('42', 7))}` };
+  const want = [['get_weather', { city: 'Paris', days: 3 }], ['get_weather', { city: '42', days: 7 }]];
+  const r = await client.chat.completions.create(body);
+  const c = r.choices[0];
+  eq(c.finish_reason, 'tool_calls');
+  eq(c.message.tool_calls.map((t) => [t.function.name, JSON.parse(t.function.arguments)]), want);
+  const s = await client.chat.completions.create({ ...body, stream: true });
+  const calls = [];
+  let content = '';
+  for await (const ch of s) {
+    content += ch.choices[0]?.delta?.content ?? '';
+    for (const d of ch.choices[0]?.delta?.tool_calls ?? []) {
+      if (!calls[d.index]) calls[d.index] = { name: d.function.name, args: '' };
+      calls[d.index].args += d.function.arguments ?? '';
+    }
+  }
+  eq(content, '');
+  eq(calls.map((t) => [t.name, JSON.parse(t.args)]), want);
+});
+
+test('tool_choice required and named: the grammar forces an XML call with typed values', async () => {
+  for (const tool_choice of ['required', { type: 'function', function: { name: 'get_weather' } }]) {
+    const r = await client.chat.completions.create({ ...base, tool_choice, parallel_tool_calls: false, max_tokens: 300,
+      tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object',
+        properties: { days: { type: 'integer' }, metric: { type: 'boolean' } }, required: ['days', 'metric'] } } }] });
+    const tc = r.choices[0].message.tool_calls;
+    assert(tc?.length === 1, JSON.stringify(r.choices[0]));
+    eq(tc[0].function.name, 'get_weather');
+    const a = JSON.parse(tc[0].function.arguments);
+    assert(Number.isInteger(a.days) && typeof a.metric === 'boolean', tc[0].function.arguments);
+  }
+});
+
+await run();
