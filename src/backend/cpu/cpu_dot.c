@@ -462,6 +462,7 @@ cpu_from_float_fn cpu_get_from_float(uint32_t type) {
     case QT_Q8_K:
 #if defined(__x86_64__)
         if (cpu_dot_isa() == CPU_ISA_AVX512) return cpu_q8_K_from_float_avx512;
+        if (cpu_dot_isa() == CPU_ISA_AVX2) return cpu_q8_K_from_float_avx2;
 #endif
         return ff_q8_K;
     default: return NULL;

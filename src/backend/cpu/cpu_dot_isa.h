@@ -16,4 +16,5 @@ cpu_vec_dot_fn cpu_dot_iq_get(uint32_t weight_type);
 cpu_gemm_fn cpu_gemm_iq_get(uint32_t weight_type);
 /* The Q8_K converter, bitwise the reference (cpu_from_float_fn). */
 void cpu_q8_K_from_float_avx512(const float *x, void *y, int64_t n);
+void cpu_q8_K_from_float_avx2(const float *x, void *y, int64_t n);
 #endif

@@ -375,6 +375,88 @@ KINL void iq4xs_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs
     store8(acc, RX, s, ss);
 }
 
+/* IQ4_XS prompts (4+ tokens). iq4xs_group decodes the nibbles (and, shift, two vpshufb, two
+ * vpabsb per 64 weights) for every pass of 2 tokens: a third of a token's work. Here a group's
+ * super-block is decoded once into an L1 scratch (signed values and their magnitudes, 4 KiB) and
+ * met by up to IQ4XS_CHUNK tokens, 4 a pass (the remainder 1..3), their float sums kept in memory
+ * between super-blocks. Per token the same integer sums and the same fma per super-block as
+ * iq4xs_group, so the results are bitwise iq4xs_group's. */
+#define IQ4XS_CHUNK 32
+
+KINL void iq4xs_decode(const uint8_t *w, __m256i *dq) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4nl_values));
+#pragma GCC unroll 18
+    for (int l = 0; l < (IQ4XSX8_BYTES + 63) / 64; l++) _mm_prefetch((const char *)w + REPACK_PF_BYTES_K + 64 * l, _MM_HINT_T1);
+#pragma GCC unroll 4
+    for (int k = 0; k < 32; k++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(w + IQ4XSX8_QS + 32 * k));
+        const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
+        const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+        dq[4 * k] = lo, dq[4 * k + 1] = _mm256_abs_epi8(lo), dq[4 * k + 2] = hi, dq[4 * k + 3] = _mm256_abs_epi8(hi);
+    }
+}
+
+/* RX (1..4) tokens y against a decoded super-block dq of group-block w: acc[8 j..8 j + 7] += the
+ * 8 rows' sums of token j, scaled as add_scaled does. The sub-block loop stays rolled: unrolled,
+ * the compiler hoists loads and madds ahead of their use and spills them. */
+KINL void iq4xs_pass(const __m256i *dq, const uint8_t *w, const blk_q8_K *const *y, const int RX, float *acc) {
+    __m256i isum[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < RX; j++) isum[j] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+    for (int sb = 0; sb < 8; sb++) {
+        const __m256i sc16 = pair16(sc32(w + IQ4XSX8_SC + 8 * sb));
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m256i *d = dq + 4 * (4 * sb + k);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) { /* low nibbles (elements 4k..), high ones (16 + 4k..) */
+                const __m256i q = d[2 * h], u = d[2 * h + 1];
+#pragma GCC unroll 8
+                for (int j = 0; j < RX; j++) {
+                    const __m256i p = _mm256_maddubs_epi16(u, _mm256_sign_epi8(bcast4((const uint8_t *)y[j]->qs + 32 * sb + 16 * h + 4 * k), q));
+                    isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p, sc16));
+                }
+            }
+        }
+    }
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+#pragma GCC unroll 8
+    for (int j = 0; j < RX; j++)
+        _mm256_store_ps(acc + 8 * j, _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(y[j]->d)),
+                                                     _mm256_load_ps(acc + 8 * j)));
+}
+
+/* One group of 8 rows against one chunk of nc (1..IQ4XS_CHUNK) tokens into s (as store8). */
+static void iq4xs_chunk(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, int nc, float *s, size_t ss) {
+    __m256i dq[128];
+    __attribute__((aligned(32))) float acc[IQ4XS_CHUNK * 8];
+    memset(acc, 0, sizeof(float) * 8 * (size_t)nc);
+    for (int64_t b = 0; b < nb; b++, w += IQ4XSX8_BYTES) {
+        iq4xs_decode(w, dq);
+        const blk_q8_K *y[8];
+        int j = 0;
+        for (; j + 8 <= nc; j += 8) {
+            for (int x = 0; x < 8; x++) y[x] = (const blk_q8_K *)(const void *)(xa + (size_t)(j + x) * xs) + b;
+            iq4xs_pass(dq, w, y, 8, acc + 8 * j);
+        }
+        for (; j + 4 <= nc; j += 4) {
+            for (int x = 0; x < 4; x++) y[x] = (const blk_q8_K *)(const void *)(xa + (size_t)(j + x) * xs) + b;
+            iq4xs_pass(dq, w, y, 4, acc + 8 * j);
+        }
+        for (int x = 0; x < nc - j; x++) y[x] = (const blk_q8_K *)(const void *)(xa + (size_t)(j + x) * xs) + b;
+        switch (nc - j) {
+        case 3: iq4xs_pass(dq, w, y, 3, acc + 8 * j); break;
+        case 2: iq4xs_pass(dq, w, y, 2, acc + 8 * j); break;
+        case 1: iq4xs_pass(dq, w, y, 1, acc + 8 * j); break;
+        default: break;
+        }
+    }
+    for (int j = 0; j < nc; j++)
+        for (int r = 0; r < 8; r++) s[(size_t)r * ss + j] = acc[8 * j + r];
+}
+
 /* One group of 8 rows against RX (1..2) Q8_K tokens in ggml's float order (q6_Kx8 above): per
  * super-block and lane j, the exact int32 sum of ggml's lane j for the 8 rows,
  * acc[j] = fma(d * y.d, float(sum), acc[j]); at the end ggml's horizontal sum of the 8 lanes,
@@ -453,7 +535,21 @@ KINL void q6k_group(int64_t nb, const uint8_t *w, const uint8_t *xa, size_t xs, 
 
 GROUP_DRIVER(q40_gemm, q40_group, 32, Q40X8_BYTES, 4)
 GROUP_DRIVER(q4k_gemm, q4k_group, 256, Q4KX8_BYTES, 2)
-GROUP_DRIVER(iq4xs_gemm, iq4xs_group, 256, IQ4XSX8_BYTES, 2)
+GROUP_DRIVER(iq4xs_gemm_short, iq4xs_group, 256, IQ4XSX8_BYTES, 2)
+
+/* IQ4_XS: decode and 2-3 tokens in iq4xs_group, 4+ in chunks of decoded super-blocks. */
+static void iq4xs_gemm(int64_t n_in, const uint8_t *wr, int64_t g0, int64_t g1, const uint8_t *xa, size_t xs, int nx,
+                       float *s, size_t ss) {
+    if (nx < 4) {
+        iq4xs_gemm_short(n_in, wr, g0, g1, xa, xs, nx, s, ss);
+        return;
+    }
+    const int64_t nb = n_in / 256;
+    for (int64_t g = g0; g < g1; g++)
+        for (int c0 = 0; c0 < nx; c0 += IQ4XS_CHUNK)
+            iq4xs_chunk(nb, wr + (size_t)g * (size_t)nb * IQ4XSX8_BYTES, xa + (size_t)c0 * xs, xs,
+                        nx - c0 < IQ4XS_CHUNK ? nx - c0 : IQ4XS_CHUNK, s + (size_t)(g - g0) * 8 * ss + c0, ss);
+}
 GROUP_DRIVER(q6k_gemm, q6k_group, 256, Q6KX8_BYTES, 2)
 
 static void gemm_avx2(uint32_t type, int64_t n_in, const void *wr, int64_t g0, int64_t g1, const void *xa,
