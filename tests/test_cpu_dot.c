@@ -676,6 +676,70 @@ static void test_repack_bitwise(void) {
     printf("  %d shape, data and token-count cases against the plain kernel on %s\n", tested, cpu_isa_name(cpu_dot_isa()));
 }
 
+/* A prompt's call (up to the backend's 32-token tile, and past it) against one call a token,
+ * bitwise: on AVX2 each token's sums are its own whatever pass meets it (IQ4_XS's prompts decode
+ * a super-block once for 8- and 4-token passes and their remainders). A second pass puts IQ4_XS
+ * at its int16 extremes (codebook -127 or 113, scales -32 or 31, activations -128 or 127). */
+static void test_repack_tokens(void) {
+    if (getenv("BRISK_CPU_REPACK") || cpu_dot_isa() != CPU_ISA_AVX2) return;
+    const uint32_t types[] = {QT_Q4_0, QT_Q4_K, QT_Q6_K, QT_IQ4_XS};
+    const int64_t n = 768, rows = 16;
+    const int nxs[] = {12, 31, 45};
+    int tested = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t wt = types[ti], xt = quant_get_traits(wt)->vec_dot_type;
+        const quant_traits *tr = quant_get_traits(wt);
+        const int R = cpu_repack_rows(wt), nmax = 45;
+        const size_t rb = cpu_repack_bytes(wt, n, rows), ws = quant_row_size(wt, n), xs = quant_row_size(xt, n);
+        const size_t as = cpu_repack_act_bytes(wt, n);
+        CHECK(rb > 0 && R > 0);
+        if (!rb || !R) continue;
+        uint8_t *w = malloc(ws * (size_t)rows), *x = malloc(xs * nmax);
+        void *wr = aligned_alloc(64, (rb + 63) & ~(size_t)63), *xa = aligned_alloc(64, as * nmax);
+        float *tmp = malloc(sizeof(float) * (size_t)n), *s = malloc(sizeof(float) * (size_t)(rows * nmax)), one[16];
+        for (int pass = 0; pass < (wt == QT_IQ4_XS ? 2 : 1); pass++) {
+            fill_weights(wt, w, n * rows);
+            for (int j = 0; j < nmax; j++) {
+                for (int64_t i = 0; i < n; i++) tmp[i] = rnd_unit() * (1 + j % 5);
+                cpu_get_from_float(xt)(tmp, x + (size_t)j * xs, n);
+            }
+            if (pass) {
+                for (int64_t b = 0; b < n * rows / tr->block_elems; b++) {
+                    blk_iq4_xs *q = (blk_iq4_xs *)(void *)(w + (size_t)b * tr->block_bytes);
+                    const uint32_t k = rnd_u32();
+                    memset(q->qs, k & 1 ? 0xFF : 0, sizeof q->qs);
+                    memset(q->scales_l, k & 2 ? 0xFF : 0, sizeof q->scales_l);
+                    q->scales_h = k & 2 ? 0xFFFF : 0;
+                }
+                for (int j = 0; j < nmax; j++)
+                    for (int64_t b = 0; b < n / 256; b++) {
+                        blk_q8_K *y = (blk_q8_K *)(void *)(x + (size_t)j * xs) + b;
+                        memset(y->qs, rnd_u32() & 1 ? 0x80 : 0x7F, sizeof y->qs);
+                        for (int i = 0; i < 16; i++) y->bsums[i] = (int16_t)(16 * y->qs[0]);
+                    }
+            }
+            cpu_repack_weights(wt, n, rows, w, ws, wr);
+            for (int j = 0; j < nmax; j++) cpu_repack_act(wt, n, x + (size_t)j * xs, (char *)xa + (size_t)j * as);
+            for (size_t k = 0; k < sizeof nxs / sizeof nxs[0]; k++) {
+                const int nx = nxs[k];
+                cpu_repack_gemm(wt, n, wr, 0, rows / R, xa, as, nx, s, (size_t)nx);
+                int bad = 0;
+                for (int j = 0; j < nx; j++) {
+                    cpu_repack_gemm(wt, n, wr, 0, rows / R, (const char *)xa + (size_t)j * as, as, 1, one, 1);
+                    for (int64_t r = 0; r < rows; r++)
+                        if (memcmp(&one[r], &s[r * nx + j], sizeof(float)) && !bad++)
+                            fprintf(stderr, "  repack tokens %s pass %d nx=%d row %lld tok %d: %.9g vs one token %.9g\n",
+                                    tr->name, pass, nx, (long long)r, j, s[r * nx + j], one[r]);
+                }
+                CHECK(bad == 0);
+                tested++;
+            }
+        }
+        free(w), free(x), free(wr), free(xa), free(tmp), free(s);
+    }
+    printf("  %d type, data and token-count cases against one token a call\n", tested);
+}
+
 /* The CPU backend's matmul with repacked copies against the same backend
  * reading the mapped rows (BRISK_CPU_REPACK=0): several matrices in one call
  * (row tiles straddle them; row counts not a multiple of 8, so the plain
@@ -758,6 +822,7 @@ int main(int argc, char **argv) {
         {"repack_matmul", test_repack_matmul},
         {"repack_extremes", test_repack_extremes},
         {"repack_bitwise", test_repack_bitwise},
+        {"repack_tokens", test_repack_tokens},
         {"repack_as_avx2", test_repack_as_avx2},
         {"q8K_from_float", test_q8K_from_float},
         {"ggml_from_float", test_ggml_from_float},
