@@ -7,6 +7,9 @@
  * eight pairs of a block's row add in int16 without overflow (30720), and
  * one vpmaddwd takes them to int32: per block and 8 rows about half the
  * instructions of the plain kernel's sign trick, which runs each row alone.
+ * A group's weights are unpacked per pass of 1-4 tokens; IQ4_XS's codebook
+ * decode alone is dear enough that its prompts (4+ tokens) decode a
+ * super-block once into an L1 scratch for up to 32 tokens (iq4xs_chunk).
  *
  * The sums are exact in int32 per (super-)block and row, then scaled in
  * float: another float order than ggml's per-lane one, which the plain
