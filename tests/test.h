@@ -108,6 +108,21 @@ static inline int test_need_file(const char *path) {
     return 0;
 }
 
+#ifdef BRISK_H /* (a test that includes brisk.h first) */
+/* Qwen2's vocabulary alone (../shared's llama.cpp ggml-vocab-qwen2.gguf: byte-level BPE, no leading
+ * space added to a text); NULL, with a [required] skip, where ../shared lacks it. */
+static inline brisk_model *test_qwen2_vocab(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/data/llama.cpp-vocab/ggml-vocab-qwen2.gguf", test_shared_dir());
+    if (!test_need_file(path)) return NULL;
+    brisk_model_params mp = brisk_model_default_params();
+    mp.vocab_only = true;
+    brisk_model *m = NULL;
+    CHECK_OK(brisk_model_load(path, &mp, &m));
+    return m;
+}
+#endif
+
 /* An environment switch that turns tests off takes exactly "1"; unset, empty or "0" leaves
  * them on. Any other value fails the current test rather than guess what was meant (any
  * value, "0" included, once turned tests off). Returns 1 on, 0 off, -1 for a bad value. */

@@ -169,17 +169,6 @@ static void test_json_schema(void) {
     CHECK(brisk_grammar_from_json_schema(NULL, "{\"properties\":{},\"required\":[\"x\"]}", &g) == BRISK_ERR_INVALID_ARG);
 }
 
-static brisk_model *load_qwen(void) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/data/llama.cpp-vocab/ggml-vocab-qwen2.gguf", test_shared_dir());
-    if (!test_need_file(path)) return NULL;
-    brisk_model_params mp = brisk_model_default_params();
-    mp.vocab_only = true;
-    brisk_model *m = NULL;
-    CHECK_OK(brisk_model_load(path, &mp, &m));
-    return m;
-}
-
 /* The mask of g's state equals piece-by-piece matching on a copy of the text so far. */
 static void check_mask(brisk_model *m, brisk_grammar *g, const char *gbnf, const char *so_far) {
     int n_allowed = 0, nv = brisk_n_vocab(m), bad = 0, count = 0;
@@ -207,7 +196,7 @@ static void check_mask(brisk_model *m, brisk_grammar *g, const char *gbnf, const
 }
 
 static void test_masks(void) {
-    brisk_model *m = load_qwen();
+    brisk_model *m = test_qwen2_vocab();
     if (!m) return; /* skipped, or failed saying why */
     /* a small grammar: the reference check builds one matcher per token */
     const char *gbnf = "root ::= \"{\" ws \"\\\"k\\\"\" ws \":\" ws (num | str) ws \"}\"\n"
@@ -238,7 +227,7 @@ static void test_masks(void) {
 
 /* Sampling random logits under a schema's grammar gives text the schema's grammar accepts. */
 static void test_sampling(void) {
-    brisk_model *m = load_qwen();
+    brisk_model *m = test_qwen2_vocab();
     if (!m) return; /* skipped, or failed saying why */
     int nv = brisk_n_vocab(m);
     float *logits = malloc((size_t)nv * sizeof *logits);
@@ -295,7 +284,7 @@ static void feed(brisk_model *m, brisk_grammar *g, const char *text, bool parse_
 
 /* A lazy grammar: free text until its trigger (not inside <think>..</think>), then constrained. */
 static void test_lazy(void) {
-    brisk_model *m = load_qwen();
+    brisk_model *m = test_qwen2_vocab();
     if (!m) return; /* skipped, or failed saying why */
     const char *gbnf = "root ::= \"<tool_call>\" [0-9]+ \"</tool_call>\"\n";
     for (int special = 0; special < 2; special++) {

@@ -180,22 +180,10 @@ static bool grammar_takes(const brisk_model *m, brisk_grammar *g, const char *te
     return true;
 }
 
-/* Qwen2's vocabulary: byte-level BPE, no leading space added to a text. */
-static brisk_model *load_vocab(void) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/data/llama.cpp-vocab/ggml-vocab-qwen2.gguf", test_shared_dir());
-    if (!test_need_file(path)) return NULL;
-    brisk_model_params mp = brisk_model_default_params();
-    mp.vocab_only = true;
-    brisk_model *m = NULL;
-    CHECK_OK(brisk_model_load(path, &mp, &m));
-    return m;
-}
-
 /* parallel_tool_calls: the tool-call grammar takes a second call (whitespace between) only when
  * on, forced (required, a named function) and lazy (auto) alike; one call is whole either way. */
 static void test_tool_grammar_parallel(void) {
-    brisk_model *m = load_vocab();
+    brisk_model *m = test_qwen2_vocab();
     if (!m) return;
     cJSON *tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":"
                                "\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}},"
@@ -292,7 +280,7 @@ static void test_xml_tool_calls(void) {
 
 /* The template's form: llama.cpp's check (<tool_call>, <function=, <parameter= in the source). */
 static void test_xml_detect(void) {
-    brisk_model *m = load_vocab();
+    brisk_model *m = test_qwen2_vocab();
     if (!m) return;
     size_t n = 0;
     char *qwen = test_read_file("tests/data/chat_templates/qwen3.5.jinja", &n);
@@ -314,7 +302,7 @@ static void test_xml_detect(void) {
  * non-integer for an integer or parameters out of the schema's order refused; forced, named, lazy
  * and parallel as the JSON form's. */
 static void test_xml_tool_grammar(void) {
-    brisk_model *m = load_vocab();
+    brisk_model *m = test_qwen2_vocab();
     if (!m) return;
     cJSON *tools = cJSON_Parse(XML_TOOLS);
     const char *one = "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew\nYork </parameter>\n</parameter>\n"
@@ -370,7 +358,7 @@ static void test_xml_tool_grammar(void) {
 
 /* parallel_tool_calls' default: whether the template renders a message's second call. */
 static void test_parallel_default(void) {
-    brisk_model *m = load_vocab();
+    brisk_model *m = test_qwen2_vocab();
     if (!m) return;
     const char *plain = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}[assistant] ";
     const char *first_only = "{% for m in messages %}[{{ m.role }}] {{ m.content }}{% if m.tool_calls %}"
