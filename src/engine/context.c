@@ -475,10 +475,11 @@ brisk_status brisk_model_fit_n_cpu_moe(const char *path, const brisk_model_param
     int n_layer = hp.n_layer, ngl = mp->n_gpu_layers;
     int l0 = ngl < 0 || ngl > n_layer ? 0 : n_layer - ngl; /* the first GPU layer */
     uint64_t need = 0;
+    const bool gpu = !model_split_cpu(mp); /* (the split_cpu stand-in's stage is a CPU one: its ubatch) */
     /* n = l0 keeps every expert of the GPU's layers there; each further n moves one layer's to the host */
     for (int n = l0; s == BRISK_OK && l0 < n_layer && n <= n_layer; n++) {
         uint64_t kv, scratch;
-        stage_bytes(NULL, &hp, &p, ubatch_for(&p, true), l0, n_layer, true, &kv, &scratch);
+        stage_bytes(NULL, &hp, &p, ubatch_for(&p, gpu), l0, n_layer, true, &kv, &scratch);
         need = model_gpu_bytes(g, n_layer, l0, n) + kv + scratch + cuda_extra_bytes(&hp, n < n_layer);
         if (need <= gpu_mem) {
             *n_cpu_moe = n > l0 ? n : 0;
