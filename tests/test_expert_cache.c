@@ -299,6 +299,22 @@ static void check_model(const char *preset, uint32_t type, const char *ftype, in
         brisk_context *c = NULL;
         CHECK(brisk_context_new(m, &cp, &c) == BRISK_ERR_INVALID_ARG && !c);
         CHECK(strstr(brisk_last_error(), "do not fit this model") != NULL);
+        /* the cache's settings that do not parse are refused with their name, not taken as the default */
+        cp.expert_stats = NULL;
+        static const char *const bad[][2] = {{"BRISK_XCACHE_MISS", "mapped"}, {"BRISK_XCACHE_READ_EVERY", "0"},
+                                             {"BRISK_XCACHE_READ_EVERY", "8x"}, {"BRISK_XCACHE_SWAP_MARGIN", "-1"},
+                                             {"BRISK_XCACHE_SWAP_MARGIN", ""}};
+        for (int i = 0; i < 5; i++) {
+            setenv(bad[i][0], bad[i][1], 1);
+            c = NULL;
+            CHECK(brisk_context_new(m, &cp, &c) == BRISK_ERR_INVALID_ARG && !c);
+            CHECK(strstr(brisk_last_error(), bad[i][0]) != NULL);
+            unsetenv(bad[i][0]);
+        }
+        setenv("BRISK_XCACHE_SWAP_MARGIN", "2.5", 1); /* a good value still makes the context */
+        CHECK_OK(brisk_context_new(m, &cp, &c));
+        unsetenv("BRISK_XCACHE_SWAP_MARGIN");
+        brisk_context_free(c);
         brisk_model_free(m);
     }
     free(stats);

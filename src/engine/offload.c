@@ -36,6 +36,7 @@
  * copy. XC_MAP_MAX is the graphs' token limit (cuda_graph.cu's GRAPH_MAX_TOKENS). */
 #include "engine/offload.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -451,10 +452,35 @@ static brisk_status make_tables(moe_offload *mo, xc_cache *xc) {
     return BRISK_OK;
 }
 
+/* The cache's three lab settings (docs/gpu-switches.md), read strictly: a value that does not parse
+ * is an error, not the default. */
+static brisk_status xc_env(int *miss_mode, int *read_every, float *swap_margin) {
+    const char *mode = getenv("BRISK_XCACHE_MISS"), *every = getenv("BRISK_XCACHE_READ_EVERY");
+    const char *margin = getenv("BRISK_XCACHE_SWAP_MARGIN");
+    *miss_mode = !mode ? XC_AUTO
+                 : !strcmp(mode, "cpu") ? XC_CPU
+                 : !strcmp(mode, "copy") ? XC_COPY
+                 : !strcmp(mode, "map") ? XC_MAP : -1;
+    if (*miss_mode < 0) return bk_fail(BRISK_ERR_INVALID_ARG, "BRISK_XCACHE_MISS=%s: cpu, copy or map", mode);
+    char *end = NULL;
+    long e = every ? (errno = 0, strtol(every, &end, 10)) : XC_READ_EVERY;
+    if (every && (!*every || *end || errno || e < 1 || e > 1 << 20))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "BRISK_XCACHE_READ_EVERY=%s: a whole number of passes, 1 to 1048576", every);
+    *read_every = (int)e;
+    double g = margin ? strtod(margin, &end) : XC_SWAP_MARGIN;
+    if (margin && (!*margin || *end || !(g >= 0 && g <= 1e9)))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "BRISK_XCACHE_SWAP_MARGIN=%s: a number of routings, 0 or more", margin);
+    *swap_margin = (float)g;
+    return BRISK_OK;
+}
+
 brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_model *m, int l0, int l1, int slots,
                                int spare, const int64_t *stats) {
     const model_hparams *hp = &m->hp;
     if (!mo || slots <= 0) return BRISK_OK;
+    int miss_mode = XC_AUTO, read_every = XC_READ_EVERY;
+    float swap_margin = XC_SWAP_MARGIN;
+    BK_TRY(xc_env(&miss_mode, &read_every, &swap_margin));
     if (slots > hp->n_expert) slots = hp->n_expert;
     if (spare > hp->n_expert - slots) spare = hp->n_expert - slots;
     /* the CUDA moe_ffn takes a tensor of at least k experts (cuda_moe.cu checks k <= n_expert) */
@@ -472,14 +498,9 @@ brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_mode
     xc->spare = spare;
     xc->n_expert = hp->n_expert;
     xc->k = hp->n_expert_used;
-    const char *mode = getenv("BRISK_XCACHE_MISS"), *every = getenv("BRISK_XCACHE_READ_EVERY");
-    xc->miss_mode = !mode ? XC_AUTO
-                    : !strcmp(mode, "cpu") ? XC_CPU
-                    : !strcmp(mode, "copy") ? XC_COPY
-                    : !strcmp(mode, "map") ? XC_MAP : XC_AUTO;
-    xc->read_every = every && atoi(every) > 0 ? atoi(every) : XC_READ_EVERY;
-    const char *margin = getenv("BRISK_XCACHE_SWAP_MARGIN"); /* an A/B knob */
-    xc->swap_margin = margin && atof(margin) >= 0 ? (float)atof(margin) : XC_SWAP_MARGIN;
+    xc->miss_mode = miss_mode;
+    xc->read_every = read_every;
+    xc->swap_margin = swap_margin;
     if (bk_backend_is_cuda(be, NULL)) {
         BK_TRY(bk_cuda_copier_new(be, &xc->cp));
         xc->pcie_gbs = bk_cuda_copier_bandwidth(xc->cp);
