@@ -1,6 +1,8 @@
 /* test_grammar.c — GBNF parsing and errors, byte matching, JSON schema to
  * grammar, token masks over the Qwen vocabulary (checked against matching
  * every piece one by one) and grammar-constrained sampling. */
+#include <cjson/cJSON.h>
+
 #include "brisk.h"
 #include "engine/grammar.h"
 #include "test.h"
@@ -167,6 +169,51 @@ static void test_json_schema(void) {
     CHECK(strstr(brisk_last_error(), "schema.properties.a: 'pattern' is not supported"));
     CHECK(brisk_grammar_from_json_schema(NULL, "{\"$ref\":\"#/$defs/nope\"}", &g) == BRISK_ERR_INVALID_ARG);
     CHECK(brisk_grammar_from_json_schema(NULL, "{\"properties\":{},\"required\":[\"x\"]}", &g) == BRISK_ERR_INVALID_ARG);
+}
+
+/* json_gbnf: two schemas under the caller's names in one text, each $ref resolved in its own
+ * document (the same $defs name means another schema in each); a name that could clash with a
+ * generated one refused; a schema error kept and returned by take. */
+static void test_json_gbnf(void) {
+    cJSON *a = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"u\":{\"$ref\":\"#/$defs/unit\"}},"
+                           "\"$defs\":{\"unit\":{\"enum\":[\"c\",\"f\"]}}}");
+    cJSON *b = cJSON_Parse("{\"properties\":{\"u\":{\"$ref\":\"#/$defs/unit\"}},\"required\":[\"u\"],"
+                           "\"$defs\":{\"unit\":{\"type\":\"integer\"}}}");
+    json_gbnf *jb = NULL;
+    char *text = NULL;
+    CHECK_OK(json_gbnf_new(&jb));
+    if (!jb || !a || !b) goto out;
+    CHECK_OK(json_gbnf_add(jb, cJSON_GetObjectItem(cJSON_GetObjectItem(a, "properties"), "u"), a, "a-unit"));
+    CHECK_OK(json_gbnf_add(jb, b, NULL, "b_all-1"));
+    CHECK(json_gbnf_add(jb, b, NULL, "s1") == BRISK_ERR_INVALID_ARG); /* could be a generated name */
+    CHECK(json_gbnf_add(jb, b, NULL, "a b") == BRISK_ERR_INVALID_ARG);
+    CHECK_OK(json_gbnf_take(jb, &text));
+    jb = NULL;
+    if (!text) goto out;
+    CHECK(!strstr(text, "root ::="));
+    char gbnf[8192];
+    snprintf(gbnf, sizeof gbnf, "%sroot ::= a-unit \"|\" b_all-1\n", text);
+    CHECK(match(gbnf, "\"c\"|{\"u\": 3}", false) == 1);
+    CHECK(match(gbnf, "\"f\"|{\"u\":-12}", false) == 1);
+    CHECK(match(gbnf, "3|{\"u\": 3}", false) == 0);     /* a's unit is an enum of strings */
+    CHECK(match(gbnf, "\"c\"|{\"u\": \"c\"}", false) == 0); /* b's is an integer */
+    CHECK(match(gbnf, "\"c\"|{}", false) == 0);           /* b's u is required */
+    free(text);
+    text = NULL;
+    /* an unsupported schema: its error stays */
+    CHECK_OK(json_gbnf_new(&jb));
+    if (!jb) goto out;
+    cJSON *bad = cJSON_Parse("{\"type\":\"string\",\"pattern\":\"x\"}");
+    CHECK(json_gbnf_add(jb, bad, NULL, "x-bad") == BRISK_ERR_UNSUPPORTED);
+    CHECK(json_gbnf_add(jb, b, NULL, "x-good") == BRISK_ERR_UNSUPPORTED);
+    CHECK(json_gbnf_take(jb, &text) == BRISK_ERR_UNSUPPORTED && !text);
+    jb = NULL;
+    cJSON_Delete(bad);
+out:
+    json_gbnf_free(jb);
+    free(text);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
 }
 
 /* The mask of g's state equals piece-by-piece matching on a copy of the text so far. */
@@ -363,6 +410,7 @@ int main(int argc, char **argv) {
     static const test_case cases[] = {
         {"parse_errors", test_parse_errors}, {"match", test_match},   {"utf8", test_utf8},
         {"llamacpp_grammars", test_llamacpp_grammars}, {"json_schema", test_json_schema},
+        {"json_gbnf", test_json_gbnf},
         {"masks", test_masks}, {"sampling", test_sampling}, {"lazy", test_lazy},
     };
     return test_main(cases, sizeof cases / sizeof *cases, argc, argv);

@@ -356,6 +356,45 @@ static void test_xml_tool_grammar(void) {
     brisk_model_free(m);
 }
 
+/* Whether text is a whole sentence of gbnf (bytes, no tokens); -1 when it does not parse. */
+static int gbnf_match(const char *gbnf, const char *text) {
+    brisk_grammar *g = NULL;
+    if (brisk_grammar_new(NULL, gbnf, "root", &g) != BRISK_OK) {
+        fprintf(stderr, "  grammar: %s\n", brisk_last_error());
+        return -1;
+    }
+    int ok = grammar_accept_bytes(g, text, strlen(text)) && grammar_is_complete(g);
+    brisk_grammar_free(g);
+    return ok;
+}
+
+/* Each tool's $refs resolve in its own parameters, in both forms: two tools whose $defs name the
+ * same "unit" differently (an enum of strings, an integer) each keep their own. */
+static void test_tool_grammar_refs(void) {
+    cJSON *tools = cJSON_Parse(
+        "[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"type\":\"object\",\"properties\":"
+        "{\"u\":{\"$ref\":\"#/$defs/unit\"}},\"required\":[\"u\"],\"$defs\":{\"unit\":{\"enum\":[\"c\",\"f\"]}}}}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"b\",\"parameters\":{\"type\":\"object\",\"properties\":"
+        "{\"u\":{\"$ref\":\"#/$defs/unit\"}},\"required\":[\"u\"],\"$defs\":{\"unit\":{\"type\":\"integer\"}}}}}]");
+    static const struct { bool xml; const char *text; int want; } cases[] = {
+        {false, "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"u\": \"c\"}}\n</tool_call>", 1},
+        {false, "<tool_call>\n{\"name\": \"b\", \"arguments\": {\"u\": 7}}\n</tool_call>", 1},
+        {false, "<tool_call>\n{\"name\": \"b\", \"arguments\": {\"u\": \"c\"}}\n</tool_call>", 0},
+        {false, "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"u\": 7}}\n</tool_call>", 0},
+        {true, "<tool_call>\n<function=a>\n<parameter=u>\n\"f\"\n</parameter>\n</function>\n</tool_call>", 1},
+        {true, "<tool_call>\n<function=b>\n<parameter=u>\n7\n</parameter>\n</function>\n</tool_call>", 1},
+        {true, "<tool_call>\n<function=b>\n<parameter=u>\n\"f\"\n</parameter>\n</function>\n</tool_call>", 0},
+        {true, "<tool_call>\n<function=a>\n<parameter=u>\n7\n</parameter>\n</function>\n</tool_call>", 0},
+    };
+    char *gbnf[2] = {NULL, NULL};
+    for (int xml = 0; xml < 2; xml++) CHECK_OK(chat_tool_gbnf(tools, NULL, false, false, xml, &gbnf[xml]));
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        if (gbnf[cases[i].xml]) CHECK(gbnf_match(gbnf[cases[i].xml], cases[i].text) == cases[i].want);
+    free(gbnf[0]);
+    free(gbnf[1]);
+    cJSON_Delete(tools);
+}
+
 /* parallel_tool_calls' default: whether the template renders a message's second call. */
 static void test_parallel_default(void) {
     brisk_model *m = test_qwen2_vocab();
@@ -430,6 +469,7 @@ int main(int argc, char **argv) {
         {"xml_tool_calls", test_xml_tool_calls},
         {"xml_detect", test_xml_detect},
         {"xml_tool_grammar", test_xml_tool_grammar},
+        {"tool_grammar_refs", test_tool_grammar_refs},
     };
     return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }

@@ -75,6 +75,26 @@ brisk_status json_schema_to_gbnf(const char *schema, size_t len, char **gbnf);
 /* The GBNF of any JSON object (response_format json_object). */
 const char *json_object_gbnf(void);
 
+/* Several schemas in one GBNF text, each under a rule name the caller picks,
+ * for grammars that embed JSON values in a syntax of their own (the server's
+ * tool calls): the JSON base rules once, then each schema's rules. No root
+ * rule is written; the caller adds its own rules to the text. */
+typedef struct json_gbnf json_gbnf;
+struct cJSON;
+brisk_status json_gbnf_new(json_gbnf **out);
+/* Appends schema's rules with `name` as its start rule. name: letters, digits,
+ * '_' and '-', holding a '-' (no generated rule has one, so names never clash);
+ * doc: the document schema's $refs resolve in (#, #/$defs/X,
+ * #/definitions/X), NULL for schema itself. Schemas added in a row with the
+ * same doc share the rules of their $refs, so doc must not change between
+ * those calls; both stay the caller's. A bad name is BRISK_ERR_INVALID_ARG
+ * (nothing added); a schema's error names its path, and after one b only
+ * returns it (json_gbnf_take too). */
+brisk_status json_gbnf_add(json_gbnf *b, const struct cJSON *schema, const struct cJSON *doc, const char *name);
+/* The text (NUL-terminated, the caller free()s it) and frees b. */
+brisk_status json_gbnf_take(json_gbnf *b, char **gbnf);
+void json_gbnf_free(json_gbnf *b); /* NULL is fine */
+
 /* ---- matcher (grammar.c) ----------------------------------------------- */
 
 /* A grammar from rules it takes ownership of (freed on failure too); model

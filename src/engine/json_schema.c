@@ -12,6 +12,10 @@
  * keyword's path: pattern, prefixItems, not, if/then/else, allOf of several.
  * Whitespace between tokens is bounded (a newline and up to 8 blanks), and
  * numbers have at most 16 digits per part, so a model cannot pad forever.
+ *
+ * json_gbnf puts several schemas into one text, each under a name its caller
+ * gives, so a grammar of another syntax (the server's tool calls) refers to
+ * them without reading the generated text back.
  */
 #include <cjson/cJSON.h>
 #include <stdarg.h>
@@ -96,14 +100,20 @@ static void put_lit(buf *b, const char *s) {
 }
 
 typedef struct conv {
-    const cJSON *root;
+    const cJSON *root; /* the document $refs resolve in */
     buf out;
     int n_rules;
-    const char *ref_name[256]; /* $ref strings already given a rule (borrowed from the schema) */
+    char *ref_name[256]; /* $ref strings of root already given a rule (owned) */
     int ref_rule[256], n_refs;
     brisk_status st;
     int depth;
 } conv;
+
+/* Forgets the $ref rules: they belong to one document. */
+static void forget_refs(conv *c) {
+    for (int i = 0; i < c->n_refs; i++) free(c->ref_name[i]);
+    c->n_refs = 0;
+}
 
 static bool cfail(conv *c, brisk_status st, const char *path, const char *fmt, ...) BK_PRINTF(4, 5);
 static bool cfail(conv *c, brisk_status st, const char *path, const char *fmt, ...) {
@@ -324,7 +334,7 @@ static bool gen_ref(conv *c, const char *ref, const char *path, rname *out) {
     if (c->n_refs == (int)(sizeof c->ref_rule / sizeof *c->ref_rule))
         return cfail(c, BRISK_ERR_UNSUPPORTED, path, "more than 256 distinct $refs");
     int me = ++c->n_rules; /* named before its body, so the body may refer back */
-    c->ref_name[c->n_refs] = ref;
+    if (!(c->ref_name[c->n_refs] = strdup(ref))) return cfail(c, BRISK_ERR_NOMEM, path, "out of memory");
     c->ref_rule[c->n_refs++] = me;
     rname body;
     char p[256];
@@ -411,6 +421,7 @@ brisk_status json_schema_to_gbnf(const char *schema, size_t len, char **gbnf) {
     put(&c.out, base_rules, sizeof base_rules - 1);
     rname top;
     if (gen(&c, root, "schema", &top)) putf(&c.out, "root ::= %s\n", top.s);
+    forget_refs(&c);
     cJSON_Delete(root);
     if (c.st == BRISK_OK && c.out.oom) c.st = bk_fail(BRISK_ERR_NOMEM, "json schema: out of memory");
     if (c.st != BRISK_OK) {
@@ -419,4 +430,57 @@ brisk_status json_schema_to_gbnf(const char *schema, size_t len, char **gbnf) {
     }
     *gbnf = c.out.p;
     return BRISK_OK;
+}
+
+/* ---- several schemas in one grammar ------------------------------------ */
+
+struct json_gbnf {
+    conv c;
+};
+
+brisk_status json_gbnf_new(json_gbnf **out) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) return bk_fail(BRISK_ERR_NOMEM, "json schema: out of memory");
+    put(&(*out)->c.out, base_rules, sizeof base_rules - 1);
+    return BRISK_OK;
+}
+
+void json_gbnf_free(json_gbnf *b) {
+    if (!b) return;
+    forget_refs(&b->c);
+    free(b->c.out.p);
+    free(b);
+}
+
+brisk_status json_gbnf_add(json_gbnf *b, const cJSON *schema, const cJSON *doc, const char *name) {
+    conv *c = &b->c;
+    if (c->st != BRISK_OK) return c->st;
+    /* A '-' keeps the name apart from the generated ones (sN and the base rules' plain words). */
+    bool dash = false, ok = name && name[0];
+    for (const char *q = name; ok && *q; q++) {
+        dash = dash || *q == '-';
+        ok = (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '-' || *q == '_';
+    }
+    if (!ok || !dash) return bk_fail(BRISK_ERR_INVALID_ARG, "json schema: rule name '%s' must be letters, digits, "
+                                     "'_' and '-', with a '-'", name ? name : "(null)");
+    if (!doc) doc = schema;
+    if (doc != c->root) forget_refs(c); /* a $ref's rule is only the same rule within one document */
+    c->root = doc;
+    c->depth = 0;
+    rname top;
+    if (gen(c, schema, "schema", &top)) putf(&c->out, "%s ::= %s\n", name, top.s);
+    if (c->st == BRISK_OK && c->out.oom) c->st = bk_fail(BRISK_ERR_NOMEM, "json schema: out of memory");
+    return c->st;
+}
+
+brisk_status json_gbnf_take(json_gbnf *b, char **gbnf) {
+    *gbnf = NULL;
+    brisk_status st = b->c.st;
+    if (st == BRISK_OK && b->c.out.oom) st = bk_fail(BRISK_ERR_NOMEM, "json schema: out of memory");
+    if (st == BRISK_OK) {
+        *gbnf = b->c.out.p;
+        b->c.out.p = NULL;
+    }
+    json_gbnf_free(b);
+    return st;
 }

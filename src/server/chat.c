@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "engine/grammar.h"
 
 #include "tokenizer/chat_template.h"
 
@@ -279,192 +280,178 @@ static void gbnf_lit(strbuf *b, const char *s) {
     sb_puts(b, "\"");
 }
 
+/* Whether chat tool t is one the grammar allows (name: the one allowed, or NULL for all); *fn_name
+ * and *params (NULL when absent) are its function's. */
+static bool tool_allowed(const cJSON *t, const char *name, const char **fn_name, const cJSON **params) {
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(fn, "name");
+    if (!cJSON_IsString(n) || (name && strcmp(name, n->valuestring))) return false;
+    *fn_name = n->valuestring;
+    *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+    return true;
+}
+
+static brisk_status no_tool(const char *name) {
+    return name ? bk_fail(BRISK_ERR_INVALID_ARG, "no tool is named '%s'", name)
+                : bk_fail(BRISK_ERR_INVALID_ARG, "a tool call is required but no tools were given");
+}
+
 /* The call rules of the XML form (llama.cpp's Qwen3-Coder grammar): per tool `<function=NAME>\n`, its
  * parameters in the schema's order (the required ones always, the others optional), each
  * `<parameter=P>\n` VALUE `\n</parameter>\n`, then `</function>\n`; VALUE is any text without
- * "\n</parameter>" for a parameter whose schema allows a string, else JSON of its schema. Appends the
+ * "\n</parameter>" for a parameter whose schema allows a string, else JSON of its schema (rule
+ * xml-fnF-vI of tool F's parameter I, its $refs resolved in the tool's parameters). Appends the
  * rules (`call` the start) to b. */
 static brisk_status xml_call_rules(const cJSON *tools, const char *name, strbuf *b) {
-    /* The JSON values: one schema, anyOf over every non-string parameter (the tools' $defs merged
-     * for their $refs); the alternatives' rule names are read back from its start rule. */
-    cJSON *schema = cJSON_CreateObject(), *any = cJSON_AddArrayToObject(schema, "anyOf");
-    cJSON *defs = cJSON_AddObjectToObject(schema, "$defs"), *defs2 = cJSON_AddObjectToObject(schema, "definitions");
+    json_gbnf *jb = NULL;
+    BK_TRY(json_gbnf_new(&jb));
     const cJSON *t, *pr, *d;
-    int n_fn = 0;
+    const char *fname;
+    const cJSON *params;
+    char rule[64];
+    int fi = 0;
     cJSON_ArrayForEach(t, tools) {
-        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
-        const cJSON *n = cJSON_GetObjectItemCaseSensitive(fn, "name"), *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
-        if (!cJSON_IsString(n) || (name && strcmp(name, n->valuestring))) continue;
-        n_fn++;
-        cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(params, "$defs"))
-            if (!cJSON_GetObjectItemCaseSensitive(defs, d->string)) cJSON_AddItemToObject(defs, d->string, cJSON_Duplicate(d, true));
-        cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(params, "definitions"))
-            if (!cJSON_GetObjectItemCaseSensitive(defs2, d->string)) cJSON_AddItemToObject(defs2, d->string, cJSON_Duplicate(d, true));
-        cJSON_ArrayForEach(pr, cJSON_GetObjectItemCaseSensitive(params, "properties"))
-            if (!schema_is_string(pr)) cJSON_AddItemToArray(any, cJSON_Duplicate(pr, true));
+        if (!tool_allowed(t, name, &fname, &params)) continue;
+        int pi = 0;
+        cJSON_ArrayForEach(pr, cJSON_GetObjectItemCaseSensitive(params, "properties")) {
+            snprintf(rule, sizeof rule, "xml-fn%d-v%d", fi, pi++);
+            if (!schema_is_string(pr) && json_gbnf_add(jb, pr, params, rule) != BRISK_OK) break;
+        }
+        fi++;
     }
-    if (!n_fn) {
-        cJSON_Delete(schema);
-        return name ? bk_fail(BRISK_ERR_INVALID_ARG, "no tool is named '%s'", name)
-                    : bk_fail(BRISK_ERR_INVALID_ARG, "a tool call is required but no tools were given");
-    }
-    int n_json = cJSON_GetArraySize(any);
-    char **alt = n_json ? calloc((size_t)n_json, sizeof *alt) : NULL;
     char *g = NULL;
-    brisk_status st = BRISK_OK;
-    if (n_json) {
-        char *text = cJSON_PrintUnformatted(schema);
-        st = !text || !alt ? bk_fail(BRISK_ERR_NOMEM, "out of memory") : brisk_json_schema_to_gbnf(text, &g);
-        free(text);
-        /* "root ::= sK\n" and "sK ::= a0 | a1 ...\n" */
-        char *r = st == BRISK_OK ? (!strncmp(g, "root ::= ", 9) ? g : strstr(g, "\nroot ::= ")) : NULL;
-        if (st == BRISK_OK && r) {
-            if (r != g) r++;
-            char top[64] = {0}, pat[80];
-            sscanf(r + 9, "%63s", top);
-            *r = 0; /* the schema's root is not needed */
-            snprintf(pat, sizeof pat, "\n%s ::= ", top);
-            char *line = !strncmp(g, pat + 1, strlen(pat + 1)) ? g - 1 : strstr(g, pat);
-            int k = 0;
-            if (line) {
-                char *q = line + strlen(pat);
-                while (k < n_json) {
-                    char nm[64];
-                    int used = 0;
-                    if (sscanf(q, "%63s%n", nm, &used) != 1) break;
-                    alt[k++] = strdup(nm);
-                    q += used;
-                    while (*q == ' ') q++;
-                    if (*q != '|') break;
-                    q++;
-                }
-            }
-            if (k != n_json) st = bk_fail(BRISK_ERR_UNSUPPORTED, "tool call grammar: unexpected schema rules");
-            for (int i = 0; st == BRISK_OK && i < k; i++)
-                if (!alt[i]) st = bk_fail(BRISK_ERR_NOMEM, "out of memory");
-            sb_puts(b, g);
-        } else if (st == BRISK_OK) st = bk_fail(BRISK_ERR_UNSUPPORTED, "tool call grammar: no root rule");
+    brisk_status st = json_gbnf_take(jb, &g);
+    if (st == BRISK_OK && !fi) st = no_tool(name);
+    if (st != BRISK_OK) {
+        free(g);
+        return st;
     }
-    if (st == BRISK_OK) {
-        /* xml-text: no "\n</parameter>" inside (each line after a newline does not start with "</parameter>") */
-        static const char close[] = "</parameter>";
-        sb_puts(b, "xml-text ::= [^\\n]* (\"\\n\" xml-line)*\nxml-line ::= \"\"");
-        for (size_t i = 0; i < sizeof close - 1; i++) {
-            sb_puts(b, " | ");
-            for (size_t j = 0; j < i; j++) sb_printf(b, "\"%c\" ", close[j]);
-            sb_printf(b, "[^\\n%c] [^\\n]*", close[i]);
-        }
-        for (size_t i = 1; i < sizeof close - 1; i++) { /* a proper prefix, then the line ends */
-            sb_puts(b, " | ");
-            for (size_t j = 0; j < i; j++) sb_printf(b, "%s\"%c\"", j ? " " : "", close[j]);
-        }
-        sb_puts(b, "\n");
-        int fi = 0, ji = 0;
-        strbuf calls = {0};
-        cJSON_ArrayForEach(t, tools) {
-            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
-            const cJSON *n = cJSON_GetObjectItemCaseSensitive(fn, "name"), *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
-            if (!cJSON_IsString(n) || (name && strcmp(name, n->valuestring))) continue;
-            const cJSON *req = cJSON_GetObjectItemCaseSensitive(params, "required");
-            sb_printf(&calls, "%sxml-fn%d", fi ? " | " : "", fi);
-            sb_printf(b, "xml-fn%d ::= ", fi);
-            sb_puts(b, "\"<function=\" ");
-            gbnf_lit(b, n->valuestring);
-            sb_puts(b, " \">\\n\"");
-            cJSON_ArrayForEach(pr, cJSON_GetObjectItemCaseSensitive(params, "properties")) {
-                bool required = false;
-                cJSON_ArrayForEach(d, req) required = required || (cJSON_IsString(d) && !strcmp(d->valuestring, pr->string));
-                sb_puts(b, " (\"<parameter=\" ");
-                gbnf_lit(b, pr->string);
-                sb_printf(b, " \">\\n\" %s \"\\n</parameter>\\n\")%s", schema_is_string(pr) ? "xml-text" : alt[ji++],
-                          required ? "" : "?");
-            }
-            sb_puts(b, " \"</function>\\n\"\n");
-            fi++;
-        }
-        sb_printf(b, "call ::= %s\n", calls.p ? calls.p : "");
-        if (calls.failed) b->failed = true;
-        sb_free(&calls);
-    }
-    for (int i = 0; i < n_json; i++) free(alt ? alt[i] : NULL);
-    free(alt);
+    sb_puts(b, g);
     free(g);
-    cJSON_Delete(schema);
-    return st;
+    /* xml-text: no "\n</parameter>" inside (each line after a newline does not start with "</parameter>") */
+    static const char close[] = "</parameter>";
+    sb_puts(b, "xml-text ::= [^\\n]* (\"\\n\" xml-line)*\nxml-line ::= \"\"");
+    for (size_t i = 0; i < sizeof close - 1; i++) {
+        sb_puts(b, " | ");
+        for (size_t j = 0; j < i; j++) sb_printf(b, "\"%c\" ", close[j]);
+        sb_printf(b, "[^\\n%c] [^\\n]*", close[i]);
+    }
+    for (size_t i = 1; i < sizeof close - 1; i++) { /* a proper prefix, then the line ends */
+        sb_puts(b, " | ");
+        for (size_t j = 0; j < i; j++) sb_printf(b, "%s\"%c\"", j ? " " : "", close[j]);
+    }
+    sb_puts(b, "\n");
+    sb_puts(b, "call ::=");
+    for (int f = 0; f < fi; f++) sb_printf(b, "%s xml-fn%d", f ? " |" : "", f);
+    sb_puts(b, "\n");
+    fi = 0;
+    cJSON_ArrayForEach(t, tools) {
+        if (!tool_allowed(t, name, &fname, &params)) continue;
+        const cJSON *req = cJSON_GetObjectItemCaseSensitive(params, "required");
+        sb_printf(b, "xml-fn%d ::= \"<function=\" ", fi);
+        gbnf_lit(b, fname);
+        sb_puts(b, " \">\\n\"");
+        int pi = 0;
+        cJSON_ArrayForEach(pr, cJSON_GetObjectItemCaseSensitive(params, "properties")) {
+            bool required = false;
+            cJSON_ArrayForEach(d, req) required |= cJSON_IsString(d) && !strcmp(d->valuestring, pr->string);
+            sb_puts(b, " (\"<parameter=\" ");
+            gbnf_lit(b, pr->string);
+            if (schema_is_string(pr)) sb_puts(b, " \">\\n\" xml-text");
+            else sb_printf(b, " \">\\n\" xml-fn%d-v%d", fi, pi);
+            sb_printf(b, " \"\\n</parameter>\\n\")%s", required ? "" : "?");
+            pi++;
+        }
+        sb_puts(b, " \"</function>\\n\"\n");
+        fi++;
+    }
+    return BRISK_OK;
 }
 
-brisk_status chat_tool_gbnf(const cJSON *tools, const char *name, bool close_think, bool parallel, bool xml, char **gbnf) {
+/* The JSON form's call object for function fname: {"name": fname, "arguments": params}, or NULL on
+ * OOM. params is referenced, not copied: free the result before it. */
+static cJSON *call_schema(const char *fname, const cJSON *params) {
+    cJSON *alt = cJSON_CreateObject(), *props = cJSON_AddObjectToObject(alt, "properties");
+    cJSON *nm = cJSON_AddObjectToObject(props, "name"), *req = cJSON_AddArrayToObject(alt, "required");
+    bool ok = cJSON_AddStringToObject(alt, "type", "object") && cJSON_AddStringToObject(nm, "const", fname) &&
+              cJSON_AddItemToArray(req, cJSON_CreateString("name")) &&
+              cJSON_AddItemToArray(req, cJSON_CreateString("arguments")) &&
+              cJSON_AddFalseToObject(alt, "additionalProperties");
+    if (ok && cJSON_IsObject(params)) ok = cJSON_AddItemReferenceToObject(props, "arguments", (cJSON *)params);
+    else if (ok) ok = cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "arguments"), "type", "object");
+    if (!ok) {
+        cJSON_Delete(alt);
+        return NULL;
+    }
+    return alt;
+}
+
+/* The tags around `call`, and the root: closing a <think> the prompt opened, then one call or
+ * (parallel) several with whitespace between (llama.cpp's space rule). xml: llama.cpp's
+ * "<tool_call>\n" call "</tool_call>" (the XML call ends in a newline); else a newline before the
+ * close too. */
+static brisk_status call_root(strbuf *b, bool close_think, bool parallel, bool xml, char **gbnf) {
+    sb_printf(b, "call-block ::= \"<tool_call>\\n\" call \"%s</tool_call>\"\n", xml ? "" : "\\n");
+    if (parallel) sb_puts(b, "call-gap ::= | \" \" | \"\\n\"{1,2} [ \\t]{0,20}\n");
+    sb_printf(b, "root ::= %scall-block%s\n", close_think ? "\"</think>\\n\\n\" " : "",
+              parallel ? " (call-gap call-block)*" : "");
+    if (b->failed) {
+        sb_free(b);
+        return bk_fail(BRISK_ERR_NOMEM, "tool call grammar: out of memory");
+    }
+    *gbnf = sb_take(b);
+    return BRISK_OK;
+}
+
+brisk_status chat_tool_gbnf(const cJSON *tools, const char *name, bool close_think, bool parallel, bool xml,
+                            char **gbnf) {
     *gbnf = NULL;
+    strbuf b = {0};
     if (xml) {
-        strbuf b = {0};
         brisk_status st = xml_call_rules(tools, name, &b);
         if (st != BRISK_OK) {
             sb_free(&b);
             return st;
         }
-        /* llama.cpp: "<tool_call>\n" call "</tool_call>"; parallel as the JSON form's */
-        sb_puts(&b, "call-block ::= \"<tool_call>\\n\" call \"</tool_call>\"\n");
-        if (parallel) sb_puts(&b, "call-gap ::= | \" \" | \"\\n\"{1,2} [ \\t]{0,20}\n");
-        sb_printf(&b, "root ::= %scall-block%s\n", close_think ? "\"</think>\\n\\n\" " : "",
-                  parallel ? " (call-gap call-block)*" : "");
-        if (b.failed) {
-            sb_free(&b);
-            return bk_fail(BRISK_ERR_NOMEM, "tool call grammar: out of memory");
-        }
-        *gbnf = sb_take(&b);
-        return BRISK_OK;
+        return call_root(&b, close_think, parallel, true, gbnf);
     }
-    /* One JSON schema for the call object: anyOf over the allowed functions,
-     * the name a const; json_schema.c keeps the property order (name first). */
-    cJSON *schema = cJSON_CreateObject(), *any = cJSON_AddArrayToObject(schema, "anyOf");
-    const cJSON *t;
+    /* Per allowed function, a JSON schema of the call object, the name a const and the arguments
+     * its parameters ($refs resolved in them); json_schema.c keeps the property order (name
+     * first). `call` is any of them. */
+    json_gbnf *jb = NULL;
+    BK_TRY(json_gbnf_new(&jb));
+    const cJSON *t, *params;
+    const char *fname;
+    char rule[64];
+    int fi = 0;
+    brisk_status st = BRISK_OK;
     cJSON_ArrayForEach(t, tools) {
-        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
-        const cJSON *n = cJSON_GetObjectItemCaseSensitive(fn, "name"), *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
-        if (!cJSON_IsString(n) || (name && strcmp(name, n->valuestring))) continue;
-        cJSON *alt = cJSON_CreateObject(), *props;
-        cJSON_AddStringToObject(alt, "type", "object");
-        props = cJSON_AddObjectToObject(alt, "properties");
-        cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "name"), "const", n->valuestring);
-        if (cJSON_IsObject(params)) cJSON_AddItemToObject(props, "arguments", cJSON_Duplicate(params, true));
-        else cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "arguments"), "type", "object");
-        cJSON *req = cJSON_AddArrayToObject(alt, "required");
-        cJSON_AddItemToArray(req, cJSON_CreateString("name"));
-        cJSON_AddItemToArray(req, cJSON_CreateString("arguments"));
-        cJSON_AddFalseToObject(alt, "additionalProperties");
-        cJSON_AddItemToArray(any, alt);
+        if (!tool_allowed(t, name, &fname, &params)) continue;
+        cJSON *alt = call_schema(fname, params);
+        snprintf(rule, sizeof rule, "call-fn%d", fi);
+        st = alt ? json_gbnf_add(jb, alt, cJSON_IsObject(params) ? params : NULL, rule)
+                 : bk_fail(BRISK_ERR_NOMEM, "out of memory");
+        cJSON_Delete(alt); /* params stays: a reference */
+        if (st != BRISK_OK) break;
+        sb_printf(&b, "%scall-fn%d", fi ? " | " : "call ::= ", fi);
+        fi++;
     }
-    if (!cJSON_GetArraySize(any)) {
-        cJSON_Delete(schema);
-        return name ? bk_fail(BRISK_ERR_INVALID_ARG, "no tool is named '%s'", name)
-                    : bk_fail(BRISK_ERR_INVALID_ARG, "a tool call is required but no tools were given");
-    }
-    char *text = cJSON_PrintUnformatted(schema), *g = NULL;
-    cJSON_Delete(schema);
-    if (!text) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    brisk_status st = brisk_json_schema_to_gbnf(text, &g);
-    free(text);
-    if (st != BRISK_OK) return st;
-    /* The schema's start rule becomes `call`; the new root wraps it in the tags. */
-    char *r = !strncmp(g, "root ::=", 8) ? g : strstr(g, "\nroot ::=");
-    strbuf b = {0};
-    if (!r) b.failed = true;
-    else {
-        if (r != g) r++;
-        sb_append(&b, g, (size_t)(r - g));
-        /* parallel: one or more calls, whitespace between (llama.cpp's space rule); else exactly one */
-        sb_printf(&b, "call ::=%s\ncall-block ::= \"<tool_call>\\n\" call \"\\n</tool_call>\"\n", r + 8);
-        if (parallel) sb_puts(&b, "call-gap ::= | \" \" | \"\\n\"{1,2} [ \\t]{0,20}\n");
-        sb_printf(&b, "root ::= %scall-block%s\n", close_think ? "\"</think>\\n\\n\" " : "",
-                  parallel ? " (call-gap call-block)*" : "");
-    }
-    free(g);
-    if (b.failed) {
+    char *g = NULL;
+    brisk_status st2 = json_gbnf_take(jb, &g);
+    if (st == BRISK_OK) st = st2;
+    if (st == BRISK_OK && !fi) st = no_tool(name);
+    if (st != BRISK_OK) {
+        free(g);
         sb_free(&b);
-        return bk_fail(BRISK_ERR_NOMEM, "tool call grammar: out of memory");
+        return st;
     }
-    *gbnf = sb_take(&b);
-    return BRISK_OK;
+    strbuf all = {0};
+    sb_puts(&all, g);
+    sb_printf(&all, "%s\n", b.p ? b.p : "");
+    if (b.failed) all.failed = true;
+    free(g);
+    sb_free(&b);
+    return call_root(&all, close_think, parallel, false, gbnf);
 }
 
 bool chat_prompt_opens_think(const char *text, size_t len) {
