@@ -180,6 +180,18 @@ static bool grammar_takes(const brisk_model *m, brisk_grammar *g, const char *te
     return true;
 }
 
+/* Whether text is a whole sentence of gbnf (bytes, no tokens); -1 when it does not parse. */
+static int gbnf_match(const char *gbnf, const char *text) {
+    brisk_grammar *g = NULL;
+    if (brisk_grammar_new(NULL, gbnf, "root", &g) != BRISK_OK) {
+        fprintf(stderr, "  grammar: %s\n", brisk_last_error());
+        return -1;
+    }
+    int ok = grammar_accept_bytes(g, text, strlen(text)) && grammar_is_complete(g);
+    brisk_grammar_free(g);
+    return ok;
+}
+
 /* parallel_tool_calls: the tool-call grammar takes a second call (whitespace between) only when
  * on, forced (required, a named function) and lazy (auto) alike; one call is whole either way. */
 static void test_tool_grammar_parallel(void) {
@@ -298,9 +310,9 @@ static void test_xml_detect(void) {
 }
 
 /* The XML form's grammar: a whole call taken (required parameters, an optional one left out or given,
- * a string value over lines, JSON for the others); a wrong name, a missing required parameter, a
- * non-integer for an integer or parameters out of the schema's order refused; forced, named, lazy
- * and parallel as the JSON form's. */
+ * a string value over lines, JSON for the others, the parameters in any order); a wrong name, a missing
+ * required parameter (in either order), one given twice or a non-integer for an integer refused; forced,
+ * named, lazy and parallel as the JSON form's. */
 static void test_xml_tool_grammar(void) {
     brisk_model *m = test_qwen2_vocab();
     if (!m) return;
@@ -311,10 +323,16 @@ static void test_xml_tool_grammar(void) {
                        "<parameter=days>\n-2\n</parameter>\n<parameter=opts>\n{\"unit\": \"celsius\"}\n</parameter>\n"
                        "</function>\n</tool_call>";
     const char *note = "<tool_call>\n<function=note>\n<parameter=text>\nhi\n</parameter>\n</function>\n</tool_call>";
+    const char *shuffled = "<tool_call>\n<function=get_weather>\n<parameter=opts>\n{}\n</parameter>\n"
+                           "<parameter=days>\n1\n</parameter>\n<parameter=city>\nOslo\n</parameter>\n</function>\n"
+                           "</tool_call>";
     const struct { const char *text; } bad[] = {
         {"<tool_call>\n<function=get_weath>"},                                                     /* name */
-        {"<tool_call>\n<function=get_weather>\n<parameter=days>"},                                 /* city missing */
+        {"<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>"},   /* city missing */
         {"<tool_call>\n<function=get_weather>\n<parameter=city>\nx\n</parameter>\n</function>"},   /* days missing */
+        {"<tool_call>\n<function=get_weather>\n<parameter=city>\nx\n</parameter>\n<parameter=city>"}, /* twice */
+        {"<tool_call>\n<function=get_weather>\n<parameter=days>\n1\n</parameter>\n<parameter=opts>\n{}\n</parameter>\n"
+         "<parameter=days>"},
         {"<tool_call>\n<function=get_weather>\n<parameter=city>\nx\n</parameter>\n<parameter=days>\nthree"},
         {"<tool_call>\n{\"name\": \"get_weather\""},                                               /* the JSON form */
         {"<tool_call>\n<function=get_weather>\n<parameter=city>\nx\n</parameter>\nmore"}, /* text after the close */
@@ -324,8 +342,8 @@ static void test_xml_tool_grammar(void) {
             char *gbnf = NULL;
             CHECK_OK(chat_tool_gbnf(tools, mode == 1 ? "get_weather" : NULL, false, parallel, true, &gbnf));
             if (!gbnf) continue;
-            const char *seq[] = {one, full, note};
-            for (int k = 0; k < 3; k++) {
+            const char *seq[] = {one, full, note, shuffled};
+            for (int k = 0; k < 4; k++) {
                 brisk_grammar *g = NULL;
                 CHECK_OK(brisk_grammar_new(m, gbnf, "root", &g));
                 if (!g) break;
@@ -356,16 +374,59 @@ static void test_xml_tool_grammar(void) {
     brisk_model_free(m);
 }
 
-/* Whether text is a whole sentence of gbnf (bytes, no tokens); -1 when it does not parse. */
-static int gbnf_match(const char *gbnf, const char *text) {
-    brisk_grammar *g = NULL;
-    if (brisk_grammar_new(NULL, gbnf, "root", &g) != BRISK_OK) {
-        fprintf(stderr, "  grammar: %s\n", brisk_last_error());
-        return -1;
+/* Tool "many": n parameters PREFIX0, PREFIX1, ... of one type; required: a JSON array's text. */
+static cJSON *many_tool(int n, char prefix, const char *type, const char *required) {
+    char text[4096];
+    int len = snprintf(text, sizeof text, "[{\"type\":\"function\",\"function\":{\"name\":\"many\",\"parameters\":"
+                                          "{\"type\":\"object\",\"required\":%s,\"properties\":{", required);
+    for (int i = 0; i < n && len > 0 && (size_t)len < sizeof text; i++)
+        len += snprintf(text + len, sizeof text - (size_t)len, "%s\"%c%d\":{\"type\":\"%s\"}", i ? "," : "", prefix, i,
+                        type);
+    if (len > 0 && (size_t)len < sizeof text) snprintf(text + len, sizeof text - (size_t)len, "}}}}]");
+    return cJSON_Parse(text);
+}
+
+/* A call of tool "many" with parameters pI each set to "v", in the order of the digits of ps. */
+static void many_call(char *out, size_t cap, const char *ps) {
+    int n = snprintf(out, cap, "<tool_call>\n<function=many>\n");
+    for (; *ps && n > 0 && (size_t)n < cap; ps++)
+        n += snprintf(out + n, cap - (size_t)n, "<parameter=p%c>\nv\n</parameter>\n", *ps);
+    if (n > 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, "</function>\n</tool_call>");
+}
+
+/* The XML grammar of a tool with more parameters than XML_ANY_ORDER (6): any order within each run of
+ * 6 of the schema's order (p0-p5, p6-p7), each at most once, the required ones (p1, p7) present; the
+ * runs in order. 40 parameters stay a small grammar (runs: linear, not 2^40). */
+static void test_xml_tool_grammar_runs(void) {
+    char call[1024];
+    cJSON *t = many_tool(8, 'p', "string", "[\"p1\",\"p7\"]");
+    char *gbnf = NULL;
+    CHECK_OK(chat_tool_gbnf(t, NULL, false, false, true, &gbnf));
+    static const struct { const char *order; int want; } cases[] = {
+        {"17", 1}, {"517", 1}, {"176", 1}, {"32105476", 1}, {"01234567", 1}, {"12345067", 1}, /* any order in runs */
+        {"71", 0}, {"1760", 0}, {"61", 0},                                        /* across runs: in order */
+        {"1", 0}, {"7", 0}, {"0567", 0},                                          /* a required one missing */
+        {"117", 0}, {"1677", 0},                                                  /* twice */
+    };
+    for (size_t i = 0; gbnf && i < sizeof cases / sizeof *cases; i++) {
+        many_call(call, sizeof call, cases[i].order);
+        int got = gbnf_match(gbnf, call);
+        if (got != cases[i].want) fprintf(stderr, "  order %s: got %d\n", cases[i].order, got);
+        CHECK(got == cases[i].want);
     }
-    int ok = grammar_accept_bytes(g, text, strlen(text)) && grammar_is_complete(g);
-    brisk_grammar_free(g);
-    return ok;
+    free(gbnf);
+    cJSON_Delete(t);
+    t = many_tool(40, 'q', "integer", "[]");
+    gbnf = NULL;
+    CHECK_OK(chat_tool_gbnf(t, NULL, false, false, true, &gbnf));
+    CHECK(gbnf && strlen(gbnf) < 96 * 1024);
+    if (gbnf) {
+        CHECK(gbnf_match(gbnf, "<tool_call>\n<function=many>\n<parameter=q3>\n1\n</parameter>\n<parameter=q0>\n2\n"
+                               "</parameter>\n<parameter=q39>\n3\n</parameter>\n</function>\n</tool_call>") == 1);
+        CHECK(gbnf_match(gbnf, "<tool_call>\n<function=many>\n</function>\n</tool_call>") == 1);
+    }
+    free(gbnf);
+    cJSON_Delete(t);
 }
 
 /* Each tool's $refs resolve in its own parameters, in both forms: two tools whose $defs name the
@@ -470,6 +531,7 @@ int main(int argc, char **argv) {
         {"xml_detect", test_xml_detect},
         {"xml_tool_grammar", test_xml_tool_grammar},
         {"tool_grammar_refs", test_tool_grammar_refs},
+        {"xml_tool_grammar_runs", test_xml_tool_grammar_runs},
     };
     return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }

@@ -296,24 +296,77 @@ static brisk_status no_tool(const char *name) {
                 : bk_fail(BRISK_ERR_INVALID_ARG, "a tool call is required but no tools were given");
 }
 
-/* The call rules of the XML form (llama.cpp's Qwen3-Coder grammar): per tool `<function=NAME>\n`, its
- * parameters in the schema's order (the required ones always, the others optional), each
- * `<parameter=P>\n` VALUE `\n</parameter>\n`, then `</function>\n`; VALUE is any text without
- * "\n</parameter>" for a parameter whose schema allows a string, else JSON of its schema (rule
- * xml-fnF-vI of tool F's parameter I, its $refs resolved in the tool's parameters). Appends the
- * rules (`call` the start) to b. */
+/* A tool's parameters' properties object, or NULL. */
+static const cJSON *params_props(const cJSON *params) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(params, "properties");
+    return cJSON_IsObject(p) ? p : NULL;
+}
+
+/* The XML grammar's parameters go in any order within runs of this many consecutive parameters of the
+ * schema (all of a tool's when it has no more). A run of k takes each of its parameters at most once and
+ * all its required ones, which needs a rule per subset already given: 2^k rules, k * 2^(k-1)
+ * alternatives. 6 is llama.cpp's bound for permuting (COMMON_CHAT_MAX_PERMUTE), about 200 alternatives a
+ * run; runs keep a tool with many parameters linear in their number, at the price of the schema's order
+ * between runs. (llama.cpp instead lists the required parameters in the schema's order past 6 and lets
+ * optional ones repeat.) */
+#define XML_ANY_ORDER 6
+
+/* One tool's rules in the XML form, `xml-fnF` (F: fi) the start: `<function=NAME>\n`, the parameters
+ * (xml-fnF-pI each: `<parameter=P>\n` VALUE `\n</parameter>\n`, VALUE xml-text when P's schema allows a
+ * string, else xml-fnF-vI), then `</function>\n`. The parameters come in runs of XML_ANY_ORDER; within
+ * a run any order, each at most once, every required one (xml-fnF-rR-M: the rest of run R after the
+ * parameters in bit mask M). */
+static void xml_fn_rules(strbuf *b, int fi, const char *fname, const cJSON *params) {
+    const cJSON *props = params_props(params);
+    const cJSON *req = cJSON_GetObjectItemCaseSensitive(params, "required"), *pr, *d;
+    int n = cJSON_GetArraySize(props), pi = 0;
+    unsigned need = 0; /* required parameters of the current run, a bit each */
+    sb_printf(b, "xml-fn%d ::= \"<function=\" ", fi);
+    gbnf_lit(b, fname);
+    sb_puts(b, " \">\\n\"");
+    for (int r = 0; r * XML_ANY_ORDER < n; r++) sb_printf(b, " xml-fn%d-r%d-0", fi, r);
+    sb_puts(b, " \"</function>\\n\"\n");
+    cJSON_ArrayForEach(pr, props) {
+        sb_printf(b, "xml-fn%d-p%d ::= \"<parameter=\" ", fi, pi);
+        gbnf_lit(b, pr->string);
+        if (schema_is_string(pr)) sb_puts(b, " \">\\n\" xml-text");
+        else sb_printf(b, " \">\\n\" xml-fn%d-v%d", fi, pi);
+        sb_puts(b, " \"\\n</parameter>\\n\"\n");
+        bool required = false;
+        cJSON_ArrayForEach(d, req) required |= cJSON_IsString(d) && !strcmp(d->valuestring, pr->string);
+        int r = pi / XML_ANY_ORDER, first = r * XML_ANY_ORDER; /* run r: parameters first .. first + k - 1 */
+        int k = n - first < XML_ANY_ORDER ? n - first : XML_ANY_ORDER;
+        if (required) need |= 1u << (pi - first);
+        if (++pi < first + k) continue;
+        for (unsigned m = 0; m < 1u << k; m++) { /* the run is whole: its rules */
+            sb_printf(b, "xml-fn%d-r%d-%u ::=", fi, r, m);
+            bool any = false;
+            for (int i = 0; i < k; i++)
+                if (!(m >> i & 1)) {
+                    sb_printf(b, "%s xml-fn%d-p%d xml-fn%d-r%d-%u", any ? " |" : "", fi, first + i, fi, r, m | 1u << i);
+                    any = true;
+                }
+            if ((m & need) == need) sb_printf(b, "%s \"\"", any ? " |" : "");
+            sb_puts(b, "\n");
+        }
+        need = 0;
+    }
+}
+
+/* The call rules of the XML form (llama.cpp's Qwen3-Coder grammar, xml_fn_rules per allowed tool), the
+ * JSON values' rules first (xml-fnF-vI of tool F's parameter I, its $refs resolved in the tool's
+ * parameters). Appends them (`call` the start) to b. */
 static brisk_status xml_call_rules(const cJSON *tools, const char *name, strbuf *b) {
     json_gbnf *jb = NULL;
     BK_TRY(json_gbnf_new(&jb));
-    const cJSON *t, *pr, *d;
+    const cJSON *t, *pr, *params;
     const char *fname;
-    const cJSON *params;
     char rule[64];
     int fi = 0;
     cJSON_ArrayForEach(t, tools) {
         if (!tool_allowed(t, name, &fname, &params)) continue;
         int pi = 0;
-        cJSON_ArrayForEach(pr, cJSON_GetObjectItemCaseSensitive(params, "properties")) {
+        cJSON_ArrayForEach(pr, params_props(params)) {
             snprintf(rule, sizeof rule, "xml-fn%d-v%d", fi, pi++);
             if (!schema_is_string(pr) && json_gbnf_add(jb, pr, params, rule) != BRISK_OK) break;
         }
@@ -345,26 +398,8 @@ static brisk_status xml_call_rules(const cJSON *tools, const char *name, strbuf 
     for (int f = 0; f < fi; f++) sb_printf(b, "%s xml-fn%d", f ? " |" : "", f);
     sb_puts(b, "\n");
     fi = 0;
-    cJSON_ArrayForEach(t, tools) {
-        if (!tool_allowed(t, name, &fname, &params)) continue;
-        const cJSON *req = cJSON_GetObjectItemCaseSensitive(params, "required");
-        sb_printf(b, "xml-fn%d ::= \"<function=\" ", fi);
-        gbnf_lit(b, fname);
-        sb_puts(b, " \">\\n\"");
-        int pi = 0;
-        cJSON_ArrayForEach(pr, cJSON_GetObjectItemCaseSensitive(params, "properties")) {
-            bool required = false;
-            cJSON_ArrayForEach(d, req) required |= cJSON_IsString(d) && !strcmp(d->valuestring, pr->string);
-            sb_puts(b, " (\"<parameter=\" ");
-            gbnf_lit(b, pr->string);
-            if (schema_is_string(pr)) sb_puts(b, " \">\\n\" xml-text");
-            else sb_printf(b, " \">\\n\" xml-fn%d-v%d", fi, pi);
-            sb_printf(b, " \"\\n</parameter>\\n\")%s", required ? "" : "?");
-            pi++;
-        }
-        sb_puts(b, " \"</function>\\n\"\n");
-        fi++;
-    }
+    cJSON_ArrayForEach(t, tools)
+        if (tool_allowed(t, name, &fname, &params)) xml_fn_rules(b, fi++, fname, params);
     return BRISK_OK;
 }
 

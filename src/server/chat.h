@@ -49,10 +49,12 @@ bool chat_prompt_has_bos(const brisk_model *model, const char *text, size_t len)
 /* The GBNF of tool calls in the syntax chat_parser reads: <tool_call>\n,
  * {"name": N, "arguments": A} with A matching N's parameters schema,
  * \n</tool_call>; or with xml (chat_fmt_xml_tools), llama.cpp's Qwen3-Coder
- * form: <function=N>\n, N's parameters in the schema's order (required ones
- * always, others optional), each <parameter=P>\n VALUE \n</parameter>\n
- * (VALUE: text without "\n</parameter>" when P's schema allows a string,
- * else JSON of P's schema), </function>\n</tool_call>. tools: chat tools ({type, function: {name, parameters}});
+ * form: <function=N>\n, N's parameters in any order, each at most once and
+ * the required ones always (past 6 parameters, any order within each run of
+ * 6 of the schema's order: chat.c's XML_ANY_ORDER), each <parameter=P>\n
+ * VALUE \n</parameter>\n (VALUE: text without "\n</parameter>" when P's
+ * schema allows a string, else JSON of P's schema), </function>\n
+ * </tool_call>. tools: chat tools ({type, function: {name, parameters}});
  * name: the one function allowed, or NULL for any of them; close_think: the
  * prompt opened <think>, so the answer closes it first; parallel: one or more
  * calls in a row (whitespace between), else exactly one. *gbnf is malloc'd.
