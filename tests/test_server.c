@@ -261,7 +261,7 @@ static void test_xml_tool_calls(void) {
     for (size_t step = 1; step <= 9; step += 4) {
         chat_parser p;
         chat_parser_init(&p, true, false);
-        CHECK(chat_parser_set_tools(&p, tools));
+        chat_parser_set_tools(&p, tools);
         feed(&p, text, step);
         CHECK(!strcmp(str(&p.content), "I'll check.\n\n"));
         CHECK(p.n_calls == 3);
@@ -288,6 +288,40 @@ static void test_xml_tool_calls(void) {
     CHECK(p.n_calls == 0 && strstr(str(&p.content), "<function=f>"));
     chat_parser_free(&p);
     cJSON_Delete(tools);
+}
+
+/* A chat request with n choices and tools: every choice's parser reads the job's one copy of the
+ * tools (borrowed), which outlives the body oai_parse freed: an XML call's integer stays typed. */
+static void test_job_tools_shared(void) {
+    brisk_model *m = test_qwen2_vocab();
+    if (!m) return;
+    size_t n = 0;
+    char *qwen = test_read_file("tests/data/chat_templates/qwen3.5.jinja", &n);
+    chat_fmt *f = NULL;
+    if (qwen) CHECK_OK(chat_fmt_new(m, qwen, &f));
+    oai_server srv = {.model = m, .fmt = f, .model_id = "m", .n_parallel = 4, .n_ctx_slot = 4096};
+    if (f) CHECK_OK(oai_server_init(&srv));
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"n\":3,"
+                       "\"chat_template_kwargs\":{\"enable_thinking\":false},\"tools\":[{\"type\":"
+                       "\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":"
+                       "{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"}}}}}]}";
+    oai_job job;
+    oai_error e = {0};
+    bool ok = f && oai_parse(&srv, body, strlen(body), true, &job, &e);
+    CHECK(ok);
+    if (ok) {
+        CHECK(job.n == 3 && job.tool_defs);
+        for (int i = 0; i < job.n; i++) CHECK(job.ch[i].parser.tool_defs == job.tool_defs);
+        chat_parser *p = &job.ch[1].parser;
+        feed(p, "<tool_call>\n<function=f>\n<parameter=a>\n7\n</parameter>\n<parameter=b>\n7\n</parameter>\n"
+                "</function>\n</tool_call>", 5);
+        CHECK(p->n_calls == 1 && !strcmp(p->calls[0].arguments, "{\"a\":7,\"b\":\"7\"}"));
+        oai_job_free(&job);
+        sched_req_free(job.req);
+    }
+    chat_fmt_free(f);
+    free(qwen);
+    brisk_model_free(m);
 }
 
 /* The template's form: llama.cpp's check (<tool_call>, <function=, <parameter= in the source). */
@@ -529,6 +563,7 @@ int main(int argc, char **argv) {
         {"parse_body", test_parse_body},
         {"xml_tool_calls", test_xml_tool_calls},
         {"xml_detect", test_xml_detect},
+        {"job_tools_shared", test_job_tools_shared},
         {"xml_tool_grammar", test_xml_tool_grammar},
         {"tool_grammar_refs", test_tool_grammar_refs},
         {"xml_tool_grammar_runs", test_xml_tool_grammar_runs},

@@ -515,10 +515,8 @@ void chat_parser_init(chat_parser *p, bool tools, bool in_reasoning) {
     p->trim = in_reasoning;
 }
 
-bool chat_parser_set_tools(chat_parser *p, const cJSON *tools) {
-    cJSON_Delete(p->tool_defs);
-    p->tool_defs = tools ? cJSON_Duplicate(tools, true) : NULL;
-    return !tools || p->tool_defs;
+void chat_parser_set_tools(chat_parser *p, const cJSON *tools) {
+    p->tool_defs = tools;
 }
 
 void chat_parser_free(chat_parser *p) {
@@ -527,7 +525,6 @@ void chat_parser_free(chat_parser *p) {
         free(p->calls[i].arguments);
     }
     free(p->calls);
-    cJSON_Delete(p->tool_defs);
     sb_free(&p->pending);
     sb_free(&p->tool);
     sb_free(&p->content);

@@ -74,17 +74,18 @@ typedef struct chat_parser {
     strbuf tool;         /* body of the tool call being read */
     strbuf content, reasoning; /* output since the caller last reset them */
     chat_tool_call *calls;     /* (n_calls) all calls parsed so far */
-    cJSON *tool_defs;          /* the request's tools (a copy): XML parameter values typed by them */
+    const cJSON *tool_defs;    /* the request's tools (borrowed, read only): XML parameter values typed by them */
     int n_calls, cap_calls;
 } chat_parser;
 
 /* in_reasoning: the prompt ended inside <think> (the template opened it). */
 void chat_parser_init(chat_parser *p, bool tools, bool in_reasoning);
-/* The request's tools (chat tools, copied; NULL for none): an XML call's
- * parameter whose schema is a string keeps its text, any other is read as
- * JSON (text when it is not). Without them every value is read as JSON
- * first. false on OOM. */
-bool chat_parser_set_tools(chat_parser *p, const cJSON *tools);
+/* The request's tools (chat tools; NULL for none): an XML call's parameter
+ * whose schema is a string keeps its text, any other is read as JSON (text
+ * when it is not). Without them every value is read as JSON first. Borrowed:
+ * tools must outlive the parser and not change (a request's choices share
+ * one copy). */
+void chat_parser_set_tools(chat_parser *p, const cJSON *tools);
 /* Feeds text; final flushes everything held back. false on OOM. */
 bool chat_parser_push(chat_parser *p, const char *text, size_t len, bool final);
 void chat_parser_free(chat_parser *p);

@@ -495,19 +495,18 @@ static bool chat_prompt(const oai_server *srv, const cJSON *root, oai_job *job, 
         free(text);
         return false;
     }
-    bool ok = true;
-    for (int i = 0; i < job->n; i++) {
-        chat_parser_init(&job->ch[i].parser, job->tools, in_reasoning);
-        /* the tools type an XML call's parameter values */
-        if (job->tools && !chat_parser_set_tools(&job->ch[i].parser, field(root, "tools"))) ok = false;
-    }
-    if (!ok) {
+    /* the tools type an XML call's parameter values: one copy for every choice, as the body goes first */
+    if (job->tools && !(job->tool_defs = cJSON_Duplicate(field(root, "tools"), true))) {
         free(text);
         return oai_fail(e, 500, NULL, "out of memory");
     }
+    for (int i = 0; i < job->n; i++) {
+        chat_parser_init(&job->ch[i].parser, job->tools, in_reasoning);
+        chat_parser_set_tools(&job->ch[i].parser, job->tool_defs);
+    }
     /* A template that writes the BOS itself gets no second one. */
     bool has_bos = chat_prompt_has_bos(srv->model, text, len);
-    ok = tokenize(srv, text, len, !has_bos, job->req, e);
+    bool ok = tokenize(srv, text, len, !has_bos, job->req, e);
     free(text);
     return ok;
 }
@@ -577,6 +576,8 @@ void oai_job_free(oai_job *job) {
     }
     free(job->ch);
     job->ch = NULL;
+    cJSON_Delete(job->tool_defs); /* after the parsers that read it */
+    job->tool_defs = NULL;
     free(job->echo_text);
     job->echo_text = NULL;
     if (job->ext_free) job->ext_free(job->ext);

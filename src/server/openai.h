@@ -73,6 +73,7 @@ typedef struct oai_job {     /* one completion request */
     char *echo_text;         /* completions with echo: the prompt, put before each choice's text */
     int tool_mode;           /* 0 auto, 1 required (a call is forced), 2 a named function */
     bool parallel_tools;     /* parallel_tool_calls: the grammar lets one or more calls follow each other */
+    cJSON *tool_defs;        /* the request's tools (a copy, owned): every choice's parser reads this one */
     int anth_block;          /* /v1/messages streaming: index of the next content block */
     int anth_open;           /* /v1/messages streaming: type of the open block (0 none, 1 text, 2 thinking) */
     bool anth_hide_thinking; /* /v1/messages: thinking.display "omitted": thinking blocks carry no text */
