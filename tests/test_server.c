@@ -290,6 +290,41 @@ static void test_xml_tool_calls(void) {
     cJSON_Delete(tools);
 }
 
+/* Python's True, False and None in a non-string parameter's value are JSON's (llama.cpp's mapper), also
+ * inside arrays and objects but not inside their strings; a string parameter, a parameter the tools do
+ * not name and a word that only starts like one keep their text. */
+static void test_xml_python_literals(void) {
+    cJSON *tools = cJSON_Parse(
+        "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+        "\"flag\":{\"type\":\"boolean\"},\"xs\":{\"type\":\"array\"},\"o\":{\"type\":\"object\"},"
+        "\"n\":{\"type\":[\"integer\",\"null\"]},\"s\":{\"type\":\"string\"},\"w\":{\"type\":\"boolean\"}}}}}]");
+    static const struct { const char *param, *value, *want; } cases[] = {
+        {"flag", "True", "{\"flag\":true}"},
+        {"flag", "False", "{\"flag\":false}"},
+        {"n", "None", "{\"n\":null}"},
+        {"xs", "[1, None, True]", "{\"xs\":[1,null,true]}"},
+        {"o", "{\"k\": \"True \\\" None\", \"v\": False}", "{\"o\":{\"k\":\"True \\\" None\",\"v\":false}}"},
+        {"s", "True", "{\"s\":\"True\"}"},     /* a string parameter */
+        {"other", "None", "{\"other\":\"None\"}"}, /* not in the schema */
+        {"w", "Truely", "{\"w\":\"Truely\"}"}, /* not a literal: text */
+        {"w", "true", "{\"w\":true}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "<tool_call>\n<function=f>\n<parameter=%s>\n%s\n</parameter>\n</function>\n</tool_call>",
+                 cases[i].param, cases[i].value);
+        chat_parser p;
+        chat_parser_init(&p, true, false);
+        chat_parser_set_tools(&p, tools);
+        feed(&p, text, 4);
+        bool ok = p.n_calls == 1 && !strcmp(p.calls[0].arguments, cases[i].want);
+        if (!ok) fprintf(stderr, "  %s: %s\n", cases[i].value, p.n_calls ? p.calls[0].arguments : "(no call)");
+        CHECK(ok);
+        chat_parser_free(&p);
+    }
+    cJSON_Delete(tools);
+}
+
 /* A chat request with n choices and tools: every choice's parser reads the job's one copy of the
  * tools (borrowed), which outlives the body oai_parse freed: an XML call's integer stays typed. */
 static void test_job_tools_shared(void) {
@@ -564,6 +599,7 @@ int main(int argc, char **argv) {
         {"xml_tool_calls", test_xml_tool_calls},
         {"xml_detect", test_xml_detect},
         {"job_tools_shared", test_job_tools_shared},
+        {"xml_python_literals", test_xml_python_literals},
         {"xml_tool_grammar", test_xml_tool_grammar},
         {"tool_grammar_refs", test_tool_grammar_refs},
         {"xml_tool_grammar_runs", test_xml_tool_grammar_runs},

@@ -561,10 +561,45 @@ static const char *skip_ws(const char *s, const char *e) {
     return s;
 }
 
+static bool is_word(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+/* text as JSON once Python's True, False and None (whole words outside strings) are JSON's true, false
+ * and null, as llama.cpp's tool-call mapper normalises a non-string value; NULL when it is still not
+ * JSON. Each literal is as long as its JSON one, so the copy keeps text's length. */
+static cJSON *parse_pythonic(const char *text) {
+    static const char *const py[3] = {"True", "False", "None"}, *const js[3] = {"true", "false", "null"};
+    char *t = strdup(text);
+    if (!t) return NULL;
+    bool in_str = false, changed = false;
+    for (char *q = t; *q; q++) {
+        if (in_str) {
+            if (*q == '\\' && q[1]) q++;
+            else if (*q == '"') in_str = false;
+            continue;
+        }
+        if (*q == '"') {
+            in_str = true;
+            continue;
+        }
+        if (!is_word(*q)) continue;
+        size_t n = 1;
+        while (is_word(q[n])) n++;
+        for (int i = 0; i < 3; i++)
+            if (n == strlen(py[i]) && !memcmp(q, py[i], n)) memcpy(q, js[i], n), changed = true;
+        q += n - 1; /* the rest of the word is no literal's start */
+    }
+    cJSON *v = changed ? cJSON_ParseWithOpts(t, NULL, true) : NULL;
+    free(t);
+    return v;
+}
+
 /* The XML form (Qwen3-Coder, Qwen3.5, Qwen3.6): <function=NAME> then <parameter=P>\nVALUE\n</parameter>
  * each, then </function>. A value is the text between the tags less one newline at either end; a
- * parameter the tool's schema types as a string keeps it as text, any other is read as JSON and stays
- * text if it is not JSON (llama.cpp's conversion). NULL (and no *name) when the body is not of this form. */
+ * parameter the tool's schema types as a string keeps it as text, any other is read as JSON (Python's
+ * True, False and None taken for JSON's) and stays text if it is not JSON (llama.cpp's conversion).
+ * NULL (and no *name) when the body is not of this form. */
 static cJSON *parse_xml_call(const cJSON *tools, const char *s, size_t n, char **name) {
     const char *e = s + n, *gt;
     *name = NULL;
@@ -603,8 +638,10 @@ static cJSON *parse_xml_call(const cJSON *tools, const char *s, size_t n, char *
         if (v < ve && *v == '\n') v++;
         if (ve > v && ve[-1] == '\n') ve--;
         char *text = strndup(v, (size_t)(ve - v));
+        const cJSON *ps = param_schema(tools, fname, pname);
         cJSON *val = NULL;
-        if (text && !schema_is_string(param_schema(tools, fname, pname))) val = cJSON_ParseWithOpts(text, NULL, true);
+        if (text && !schema_is_string(ps)) val = cJSON_ParseWithOpts(text, NULL, true);
+        if (text && !val && ps && !schema_is_string(ps)) val = parse_pythonic(text);
         if (!val && text) val = cJSON_CreateString(text);
         free(text);
         if (!val) ok = false;

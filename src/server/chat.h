@@ -81,8 +81,8 @@ typedef struct chat_parser {
 /* in_reasoning: the prompt ended inside <think> (the template opened it). */
 void chat_parser_init(chat_parser *p, bool tools, bool in_reasoning);
 /* The request's tools (chat tools; NULL for none): an XML call's parameter
- * whose schema is a string keeps its text, any other is read as JSON (text
- * when it is not). Without them every value is read as JSON first. Borrowed:
+ * whose schema is a string keeps its text, any other is read as JSON (with
+ * Python's True, False and None for JSON's; text when it is not JSON). Without them every value is read as JSON first. Borrowed:
  * tools must outlive the parser and not change (a request's choices share
  * one copy). */
 void chat_parser_set_tools(chat_parser *p, const cJSON *tools);
