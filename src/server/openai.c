@@ -437,12 +437,14 @@ static bool render_chat(const oai_server *srv, const cJSON *root, char **text, s
 
 /* tool_choice "auto" with tools: llama.cpp's lazy grammar. The answer is free until it opens a call
  * (<tool_call> outside <think>...</think>, where chat_parser reads calls); from there the grammar holds
- * the call (the calls, with parallel_tool_calls) to the tools' schemas. A request's own grammar or response_format wins; a tool schema the
- * grammar cannot express leaves the answer free (as before), not an error, since no call was demanded. */
+ * the call (the calls, with parallel_tool_calls) to the tools' schemas. A request's own grammar or
+ * response_format wins; a tool schema the grammar cannot express leaves the answer free (as before),
+ * not an error, since no call was demanded. */
 static bool lazy_tool(const oai_server *srv, const cJSON *root, bool in_reasoning, oai_job *job, oai_error *e) {
     if (field(root, "grammar") || field(root, "response_format")) return true;
     char *gbnf = NULL;
-    brisk_status st = chat_tool_gbnf(field(root, "tools"), NULL, false, job->parallel_tools, chat_fmt_xml_tools(srv->fmt), &gbnf);
+    brisk_status st =
+        chat_tool_gbnf(field(root, "tools"), NULL, false, job->parallel_tools, chat_fmt_xml_tools(srv->fmt), &gbnf);
     if (st == BRISK_ERR_NOMEM) return oai_fail(e, 500, NULL, "out of memory");
     if (st != BRISK_OK) return true;
     for (int i = 0; st == BRISK_OK && i < job->n; i++) {
