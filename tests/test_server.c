@@ -261,7 +261,7 @@ static void test_xml_tool_calls(void) {
     for (size_t step = 1; step <= 9; step += 4) {
         chat_parser p;
         chat_parser_init(&p, true, false);
-        chat_parser_set_tools(&p, tools);
+        chat_parser_set_tools(&p, tools, CHAT_TOOLS_XML);
         feed(&p, text, step);
         CHECK(!strcmp(str(&p.content), "I'll check.\n\n"));
         CHECK(p.n_calls == 3);
@@ -315,13 +315,67 @@ static void test_xml_python_literals(void) {
                  cases[i].param, cases[i].value);
         chat_parser p;
         chat_parser_init(&p, true, false);
-        chat_parser_set_tools(&p, tools);
+        chat_parser_set_tools(&p, tools, CHAT_TOOLS_XML);
         feed(&p, text, 4);
         bool ok = p.n_calls == 1 && !strcmp(p.calls[0].arguments, cases[i].want);
         if (!ok) fprintf(stderr, "  %s: %s\n", cases[i].value, p.n_calls ? p.calls[0].arguments : "(no call)");
         CHECK(ok);
         chat_parser_free(&p);
     }
+    cJSON_Delete(tools);
+}
+
+/* A <tool_call> inside an unclosed <think> (the template opened it): with the XML syntax it ends the
+ * reasoning and is a call, and the lazy grammar of an auto request starts there, as llama.cpp's
+ * Qwen3-Coder handler (</think> and <tool_call> its reasoning's end tags); with the JSON syntax it stays
+ * reasoning. */
+static void test_xml_tool_call_in_think(void) {
+    const char *text = "\nLet me look.\n<tool_call>\n<function=note>\n<parameter=text>\nhi\n</parameter>\n</function>\n"
+                       "</tool_call>";
+    cJSON *tools = cJSON_Parse(XML_TOOLS);
+    for (size_t step = 1; step <= 9; step += 4)
+        for (int xml = 0; xml < 2; xml++) {
+            chat_parser p;
+            chat_parser_init(&p, true, true);
+            chat_parser_set_tools(&p, tools, xml ? CHAT_TOOLS_XML : CHAT_TOOLS_JSON);
+            feed(&p, text, step);
+            if (xml) {
+                CHECK(!strcmp(str(&p.reasoning), "Let me look.\n") && !strcmp(str(&p.content), ""));
+                CHECK(p.n_calls == 1 && !strcmp(p.calls[0].name, "note"));
+            } else {
+                CHECK(p.n_calls == 0 && strstr(str(&p.reasoning), "<tool_call>") && !strcmp(str(&p.content), ""));
+            }
+            chat_parser_free(&p);
+        }
+    /* the server's lazy grammar: waits through the reasoning, starts at the call */
+    brisk_model *m = test_qwen2_vocab();
+    size_t n = 0;
+    char *qwen = m ? test_read_file("tests/data/chat_templates/qwen3.5.jinja", &n) : NULL;
+    chat_fmt *f = NULL;
+    if (qwen) CHECK_OK(chat_fmt_new(m, qwen, &f));
+    oai_server srv = {.model = m, .fmt = f, .model_id = "m", .n_parallel = 4, .n_ctx_slot = 4096};
+    char *tj = cJSON_PrintUnformatted(tools), body[4096];
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":%s}", tj ? tj : "[]");
+    oai_job job;
+    oai_error e = {0};
+    bool ok = f && oai_server_init(&srv) == BRISK_OK && oai_parse(&srv, body, strlen(body), true, &job, &e);
+    CHECK(ok);
+    if (ok) {
+        brisk_grammar *g = job.req->ch[0].grammar;
+        CHECK(g && brisk_grammar_waiting(g));
+        CHECK(job.ch[0].parser.mode == 1); /* the template opened <think> */
+        if (g) {
+            CHECK(grammar_takes(m, g, "Let me look.\n") && brisk_grammar_waiting(g));
+            CHECK(grammar_takes(m, g, "<tool_call>\n<function=note>\n") && !brisk_grammar_waiting(g));
+            CHECK(!grammar_takes(m, g, "<parameter=nope>"));
+        }
+        oai_job_free(&job);
+        sched_req_free(job.req);
+    }
+    free(tj);
+    chat_fmt_free(f);
+    free(qwen);
+    brisk_model_free(m);
     cJSON_Delete(tools);
 }
 
@@ -371,7 +425,7 @@ static void test_xml_detect(void) {
         chat_fmt *f = NULL;
         if (!cases[i].src) continue;
         CHECK_OK(chat_fmt_new(m, cases[i].src, &f));
-        if (f) CHECK(chat_fmt_xml_tools(f) == cases[i].want);
+        if (f) CHECK((chat_fmt_tool_syntax(f) == CHAT_TOOLS_XML) == cases[i].want);
         chat_fmt_free(f);
     }
     free(qwen);
@@ -599,6 +653,7 @@ int main(int argc, char **argv) {
         {"xml_tool_calls", test_xml_tool_calls},
         {"xml_detect", test_xml_detect},
         {"job_tools_shared", test_job_tools_shared},
+        {"xml_tool_call_in_think", test_xml_tool_call_in_think},
         {"xml_python_literals", test_xml_python_literals},
         {"xml_tool_grammar", test_xml_tool_grammar},
         {"tool_grammar_refs", test_tool_grammar_refs},

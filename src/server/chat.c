@@ -14,7 +14,7 @@ struct chat_fmt {
     char *bos, *eos; /* token texts for the template */
     chat_template *tmpl; /* NULL: ChatML */
     bool parallel_tools; /* the template renders an assistant message's second tool call */
-    bool xml_tools;      /* the template teaches Qwen3-Coder / Qwen3.5's <function=...> calls */
+    chat_tool_syntax tool_syntax; /* the calls the template teaches */
 };
 
 static bool probe_parallel(const chat_fmt *f);
@@ -41,7 +41,8 @@ brisk_status chat_fmt_new(const brisk_model *model, const char *source, chat_fmt
     char *own = source || chatml ? NULL : brisk_model_meta_str(model, "tokenizer.chat_template");
     const char *src = chatml ? NULL : source ? source : own;
     /* llama.cpp's check for the Qwen3-Coder / Qwen3.5 / Qwen3.6 format */
-    f->xml_tools = src && strstr(src, "<tool_call>") && strstr(src, "<function=") && strstr(src, "<parameter=");
+    if (src && strstr(src, "<tool_call>") && strstr(src, "<function=") && strstr(src, "<parameter="))
+        f->tool_syntax = CHAT_TOOLS_XML;
     if (src) {
         brisk_status s = chat_template_new(src, strlen(src), &f->tmpl);
         free(own);
@@ -172,8 +173,8 @@ bool chat_fmt_parallel_tools(const chat_fmt *f) {
     return f->parallel_tools;
 }
 
-bool chat_fmt_xml_tools(const chat_fmt *f) {
-    return f->xml_tools;
+chat_tool_syntax chat_fmt_tool_syntax(const chat_fmt *f) {
+    return f->tool_syntax;
 }
 
 /* messages with the tools described in the system message (the first one, or a new one before
@@ -515,8 +516,9 @@ void chat_parser_init(chat_parser *p, bool tools, bool in_reasoning) {
     p->trim = in_reasoning;
 }
 
-void chat_parser_set_tools(chat_parser *p, const cJSON *tools) {
+void chat_parser_set_tools(chat_parser *p, const cJSON *tools, chat_tool_syntax syntax) {
     p->tool_defs = tools;
+    p->syntax = syntax;
 }
 
 void chat_parser_free(chat_parser *p) {
@@ -706,6 +708,8 @@ bool chat_parser_push(chat_parser *p, const char *text, size_t len, bool final) 
             tags[nt++] = TAG_OPEN_THINK;
             if (p->tools) tags[nt++] = TAG_OPEN_TOOL;
         } else tags[nt++] = p->mode == 1 ? TAG_CLOSE_THINK : TAG_CLOSE_TOOL;
+        /* llama.cpp's XML handler ends the reasoning at a call too (its lazy grammar starts there) */
+        if (p->mode == 1 && p->tools && p->syntax == CHAT_TOOLS_XML) tags[nt++] = TAG_OPEN_TOOL;
         const char *best = NULL;
         int bi = -1;
         for (int i = 0; i < nt; i++) {

@@ -31,9 +31,15 @@ const char *chat_fmt_kind(const chat_fmt *f); /* "gguf" or "chatml" */
 /* parallel_tool_calls' default, as llama.cpp's: whether the template renders an
  * assistant message's second tool call (ChatML's does). */
 bool chat_fmt_parallel_tools(const chat_fmt *f);
-/* Whether the template teaches the XML tool-call form (llama.cpp's check: its
- * source holds "<tool_call>", "<function=" and "<parameter="); chat_tool_gbnf's xml. */
-bool chat_fmt_xml_tools(const chat_fmt *f);
+/* The tool-call syntax a template teaches, as llama.cpp tells them apart. */
+typedef enum chat_tool_syntax {
+    CHAT_TOOLS_JSON, /* <tool_call>{"name": ..., "arguments": ...}</tool_call> (Qwen3, the generic form) */
+    /* The XML form (the template's source holds "<tool_call>", "<function=" and "<parameter=": Qwen3.5,
+     * Qwen3.6, Qwen3-Coder): a <tool_call> inside <think> also ends the reasoning, as llama.cpp's
+     * Qwen3-Coder handler counts it among the reasoning's end tags. */
+    CHAT_TOOLS_XML,
+} chat_tool_syntax;
+chat_tool_syntax chat_fmt_tool_syntax(const chat_fmt *f);
 /* Renders messages (normalized: content is a string) with the generation
  * prompt; tools may be NULL. *out is malloc'd. */
 brisk_status chat_fmt_render(const chat_fmt *f, const cJSON *messages, const cJSON *tools,
@@ -48,7 +54,7 @@ bool chat_prompt_has_bos(const brisk_model *model, const char *text, size_t len)
 
 /* The GBNF of tool calls in the syntax chat_parser reads: <tool_call>\n,
  * {"name": N, "arguments": A} with A matching N's parameters schema,
- * \n</tool_call>; or with xml (chat_fmt_xml_tools), llama.cpp's Qwen3-Coder
+ * \n</tool_call>; or with xml (CHAT_TOOLS_XML), llama.cpp's Qwen3-Coder
  * form: <function=N>\n, N's parameters in any order, each at most once and
  * the required ones always (past 6 parameters, any order within each run of
  * 6 of the schema's order: chat.c's XML_ANY_ORDER), each <parameter=P>\n
@@ -68,6 +74,7 @@ typedef struct chat_tool_call {
 
 typedef struct chat_parser {
     bool tools;          /* parse <tool_call> blocks */
+    chat_tool_syntax syntax; /* the template's (chat_parser_set_tools) */
     int mode;            /* 0 content, 1 reasoning, 2 tool call */
     bool trim;           /* drop leading newlines of the section just opened */
     strbuf pending;      /* text not yet classified (a possible tag start) */
@@ -80,12 +87,13 @@ typedef struct chat_parser {
 
 /* in_reasoning: the prompt ended inside <think> (the template opened it). */
 void chat_parser_init(chat_parser *p, bool tools, bool in_reasoning);
-/* The request's tools (chat tools; NULL for none): an XML call's parameter
- * whose schema is a string keeps its text, any other is read as JSON (with
- * Python's True, False and None for JSON's; text when it is not JSON). Without them every value is read as JSON first. Borrowed:
- * tools must outlive the parser and not change (a request's choices share
- * one copy). */
-void chat_parser_set_tools(chat_parser *p, const cJSON *tools);
+/* The request's tools and the template's syntax. tools (chat tools; NULL for
+ * none) type the XML form's values: a parameter whose schema is a string keeps
+ * its text, any other is read as JSON (with Python's True, False and None for
+ * JSON's; text when it is not JSON); without them every value is read as JSON
+ * first. Borrowed: tools must outlive the parser and not change (a request's
+ * choices share one copy). syntax: chat_fmt_tool_syntax's. */
+void chat_parser_set_tools(chat_parser *p, const cJSON *tools, chat_tool_syntax syntax);
 /* Feeds text; final flushes everything held back. false on OOM. */
 bool chat_parser_push(chat_parser *p, const char *text, size_t len, bool final);
 void chat_parser_free(chat_parser *p);

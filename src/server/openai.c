@@ -436,21 +436,24 @@ static bool render_chat(const oai_server *srv, const cJSON *root, char **text, s
 }
 
 /* tool_choice "auto" with tools: llama.cpp's lazy grammar. The answer is free until it opens a call
- * (<tool_call> outside <think>...</think>, where chat_parser reads calls); from there the grammar holds
- * the call (the calls, with parallel_tool_calls) to the tools' schemas. A request's own grammar or
- * response_format wins; a tool schema the grammar cannot express leaves the answer free (as before),
- * not an error, since no call was demanded. */
+ * where chat_parser reads calls: <tool_call> outside <think>...</think>, or anywhere with the XML
+ * syntax, whose <tool_call> also ends the reasoning (llama.cpp replays that end into the grammar); from
+ * there the grammar holds the call (the calls, with parallel_tool_calls) to the tools' schemas. A
+ * request's own grammar or response_format wins; a tool schema the grammar cannot express leaves the
+ * answer free (as before), not an error, since no call was demanded. */
 static bool lazy_tool(const oai_server *srv, const cJSON *root, bool in_reasoning, oai_job *job, oai_error *e) {
     if (field(root, "grammar") || field(root, "response_format")) return true;
     char *gbnf = NULL;
-    brisk_status st =
-        chat_tool_gbnf(field(root, "tools"), NULL, false, job->parallel_tools, chat_fmt_xml_tools(srv->fmt), &gbnf);
+    bool xml = chat_fmt_tool_syntax(srv->fmt) == CHAT_TOOLS_XML;
+    brisk_status st = chat_tool_gbnf(field(root, "tools"), NULL, false, job->parallel_tools, xml, &gbnf);
     if (st == BRISK_ERR_NOMEM) return oai_fail(e, 500, NULL, "out of memory");
     if (st != BRISK_OK) return true;
     for (int i = 0; st == BRISK_OK && i < job->n; i++) {
         brisk_grammar **g = &job->req->ch[i].grammar;
         st = brisk_grammar_new(srv->model, gbnf, "root", g);
-        if (st == BRISK_OK) st = brisk_grammar_set_trigger(*g, "<tool_call>", "<think>", "</think>", in_reasoning);
+        if (st == BRISK_OK)
+            st = brisk_grammar_set_trigger(*g, "<tool_call>", xml ? NULL : "<think>", xml ? NULL : "</think>",
+                                           in_reasoning && !xml);
     }
     free(gbnf);
     if (st != BRISK_OK) return oai_fail(e, st == BRISK_ERR_NOMEM ? 500 : 400, "tools", "%s", brisk_last_error());
@@ -480,7 +483,7 @@ static bool force_tool(const oai_server *srv, const cJSON *root, bool in_reasoni
         return oai_fail(e, 400, "tool_choice", "a forced tool call cannot be combined with 'grammar' or 'response_format'");
     char *gbnf = NULL;
     brisk_status st = chat_tool_gbnf(field(root, "tools"), job->tool_mode == 2 ? name->valuestring : NULL, in_reasoning,
-                                     job->parallel_tools, chat_fmt_xml_tools(srv->fmt), &gbnf);
+                                     job->parallel_tools, chat_fmt_tool_syntax(srv->fmt) == CHAT_TOOLS_XML, &gbnf);
     for (int i = 0; st == BRISK_OK && i < job->n; i++) st = brisk_grammar_new(srv->model, gbnf, "root", &job->req->ch[i].grammar);
     free(gbnf);
     if (st != BRISK_OK) return oai_fail(e, st == BRISK_ERR_NOMEM ? 500 : 400, "tool_choice", "%s", brisk_last_error());
@@ -504,7 +507,7 @@ static bool chat_prompt(const oai_server *srv, const cJSON *root, oai_job *job, 
     }
     for (int i = 0; i < job->n; i++) {
         chat_parser_init(&job->ch[i].parser, job->tools, in_reasoning);
-        chat_parser_set_tools(&job->ch[i].parser, job->tool_defs);
+        chat_parser_set_tools(&job->ch[i].parser, job->tool_defs, chat_fmt_tool_syntax(srv->fmt));
     }
     /* A template that writes the BOS itself gets no second one. */
     bool has_bos = chat_prompt_has_bos(srv->model, text, len);
