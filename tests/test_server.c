@@ -311,8 +311,8 @@ static void test_xml_python_literals(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char text[512];
-        snprintf(text, sizeof text, "<tool_call>\n<function=f>\n<parameter=%s>\n%s\n</parameter>\n</function>\n</tool_call>",
-                 cases[i].param, cases[i].value);
+        snprintf(text, sizeof text, "<tool_call>\n<function=f>\n<parameter=%s>\n%s\n</parameter>\n</function>\n"
+                 "</tool_call>", cases[i].param, cases[i].value);
         chat_parser p;
         chat_parser_init(&p, true, false);
         chat_parser_set_tools(&p, tools, CHAT_TOOLS_XML);
@@ -320,6 +320,61 @@ static void test_xml_python_literals(void) {
         bool ok = p.n_calls == 1 && !strcmp(p.calls[0].arguments, cases[i].want);
         if (!ok) fprintf(stderr, "  %s: %s\n", cases[i].value, p.n_calls ? p.calls[0].arguments : "(no call)");
         CHECK(ok);
+        chat_parser_free(&p);
+    }
+    cJSON_Delete(tools);
+}
+
+/* Qwen3-Coder's calls without their <tool_call> (CHAT_TOOLS_XML_CODER: an XML template without <think>,
+ * llama.cpp's is_qwen3_coder): <function=NAME> of a tool opens a call, as in llama.cpp, at every push
+ * size; "#include <functional>" or <function= with a name no tool has stays content, and so does a bare
+ * call not closed by </tool_call> (as one opened by <tool_call>) or not of the form; the Qwen3.5 and
+ * JSON syntaxes take none; a bare call and a whole one in a row are two. */
+static void test_xml_bare_function(void) {
+    cJSON *tools = cJSON_Parse(XML_TOOLS);
+    const char *call = "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n2\n"
+                       "</parameter>\n</function>\n</tool_call>";
+    char text[1024];
+    static const struct {
+        chat_tool_syntax syntax;
+        const char *before, *after; /* text around the bare call */
+        int calls;
+        const char *content; /* NULL: all the text */
+    } cases[] = {
+        {CHAT_TOOLS_XML_CODER, "Sure.\n", "", 1, "Sure.\n"},
+        {CHAT_TOOLS_XML_CODER, "", "\n<tool_call>\n<function=note>\n<parameter=text>\nx\n</parameter>\n</function>\n"
+                                   "</tool_call>", 2, ""},
+        {CHAT_TOOLS_XML_CODER, "#include <functional>\n<function=get_weath>\n", "", 1,
+         "#include <functional>\n<function=get_weath>\n"},
+        {CHAT_TOOLS_XML, "", "", 0, NULL},
+        {CHAT_TOOLS_JSON, "", "", 0, NULL},
+    };
+    for (size_t step = 1; step <= 9; step += 4)
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+            snprintf(text, sizeof text, "%s%s%s", cases[i].before, call, cases[i].after);
+            chat_parser p;
+            chat_parser_init(&p, true, false);
+            chat_parser_set_tools(&p, tools, cases[i].syntax);
+            feed(&p, text, step);
+            const char *want = cases[i].content ? cases[i].content : text;
+            bool ok = p.n_calls == cases[i].calls && !strcmp(str(&p.content), want);
+            if (ok && p.n_calls) ok = !strcmp(p.calls[0].name, "get_weather") &&
+                                      !strcmp(p.calls[0].arguments, "{\"city\":\"Paris\",\"days\":2}");
+            if (!ok) fprintf(stderr, "  case %zu, step %zu: %d calls, '%s'\n", i, step, p.n_calls, str(&p.content));
+            CHECK(ok);
+            chat_parser_free(&p);
+        }
+    /* bare and not a whole call: the text comes back as it was written */
+    const char *text_only[] = {
+        "<function=note>\n<parameter=text>\nunclosed",                       /* the answer ended first */
+        "<function=note>\nnot a parameter\n</function>\n</tool_call>",       /* not the form */
+    };
+    for (size_t i = 0; i < sizeof text_only / sizeof *text_only; i++) {
+        chat_parser p;
+        chat_parser_init(&p, true, false);
+        chat_parser_set_tools(&p, tools, CHAT_TOOLS_XML_CODER);
+        feed(&p, text_only[i], 3);
+        CHECK(p.n_calls == 0 && !strcmp(str(&p.content), text_only[i]));
         chat_parser_free(&p);
     }
     cJSON_Delete(tools);
@@ -413,22 +468,43 @@ static void test_job_tools_shared(void) {
     brisk_model_free(m);
 }
 
-/* The template's form: llama.cpp's check (<tool_call>, <function=, <parameter= in the source). */
+/* The template's form: llama.cpp's check (<tool_call>, <function=, <parameter= in the source; without
+ * <think> too, Qwen3-Coder's); our Qwen3-Coder-style fixture renders tools and an XML call. */
 static void test_xml_detect(void) {
     brisk_model *m = test_qwen2_vocab();
     if (!m) return;
     size_t n = 0;
     char *qwen = test_read_file("tests/data/chat_templates/qwen3.5.jinja", &n);
-    CHECK(qwen);
-    const struct { const char *src; bool want; } cases[] = {{"chatml", false}, {qwen, true}, {"{{ messages }}", false}};
+    char *coder = test_read_file("tests/data/chat_templates/qwen3-coder-mini.jinja", &n);
+    CHECK(qwen && coder);
+    const struct { const char *src; chat_tool_syntax want; } cases[] = {
+        {"chatml", CHAT_TOOLS_JSON}, {qwen, CHAT_TOOLS_XML}, {coder, CHAT_TOOLS_XML_CODER},
+        {"{{ messages }}", CHAT_TOOLS_JSON},
+    };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         chat_fmt *f = NULL;
         if (!cases[i].src) continue;
         CHECK_OK(chat_fmt_new(m, cases[i].src, &f));
-        if (f) CHECK((chat_fmt_tool_syntax(f) == CHAT_TOOLS_XML) == cases[i].want);
+        if (f) CHECK(chat_fmt_tool_syntax(f) == cases[i].want);
+        if (f && cases[i].src == coder) { /* the fixture renders tools and an XML call */
+            cJSON *msgs = cJSON_Parse("[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"\","
+                                      "\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":\"note\","
+                                      "\"arguments\":{\"text\":\"x\",\"n\":2}}}]},{\"role\":\"tool\",\"content\":\"ok\"}]");
+            cJSON *tools = cJSON_Parse(XML_TOOLS);
+            char *out = NULL;
+            size_t len = 0;
+            CHECK_OK(chat_fmt_render(f, msgs, tools, false, &out, &len));
+            CHECK(out && strstr(out, "\"name\": \"get_weather\"") &&
+                  strstr(out, "<function=note>\n<parameter=text>\nx\n</parameter>\n<parameter=n>\n2\n</parameter>") &&
+                  strstr(out, "<tool_response>\nok\n</tool_response>") && strstr(out, "<|im_start|>assistant\n"));
+            free(out);
+            cJSON_Delete(msgs);
+            cJSON_Delete(tools);
+        }
         chat_fmt_free(f);
     }
     free(qwen);
+    free(coder);
     brisk_model_free(m);
 }
 
@@ -654,6 +730,7 @@ int main(int argc, char **argv) {
         {"xml_detect", test_xml_detect},
         {"job_tools_shared", test_job_tools_shared},
         {"xml_tool_call_in_think", test_xml_tool_call_in_think},
+        {"xml_bare_function", test_xml_bare_function},
         {"xml_python_literals", test_xml_python_literals},
         {"xml_tool_grammar", test_xml_tool_grammar},
         {"tool_grammar_refs", test_tool_grammar_refs},

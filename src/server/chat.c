@@ -42,7 +42,7 @@ brisk_status chat_fmt_new(const brisk_model *model, const char *source, chat_fmt
     const char *src = chatml ? NULL : source ? source : own;
     /* llama.cpp's check for the Qwen3-Coder / Qwen3.5 / Qwen3.6 format */
     if (src && strstr(src, "<tool_call>") && strstr(src, "<function=") && strstr(src, "<parameter="))
-        f->tool_syntax = CHAT_TOOLS_XML;
+        f->tool_syntax = strstr(src, "<think>") ? CHAT_TOOLS_XML : CHAT_TOOLS_XML_CODER;
     if (src) {
         brisk_status s = chat_template_new(src, strlen(src), &f->tmpl);
         free(own);
@@ -507,7 +507,8 @@ bool chat_prompt_has_bos(const brisk_model *model, const char *text, size_t len)
 /* ---- output parser ---------------------------------------------------- */
 
 static const char *const TAG_OPEN_THINK = "<think>", *const TAG_CLOSE_THINK = "</think>",
-                  *const TAG_OPEN_TOOL = "<tool_call>", *const TAG_CLOSE_TOOL = "</tool_call>";
+                  *const TAG_OPEN_TOOL = "<tool_call>", *const TAG_CLOSE_TOOL = "</tool_call>",
+                  *const TAG_BARE_CALL = "<function="; /* CHAT_TOOLS_XML_CODER: a call without <tool_call> */
 
 void chat_parser_init(chat_parser *p, bool tools, bool in_reasoning) {
     *p = (chat_parser){0};
@@ -519,6 +520,20 @@ void chat_parser_init(chat_parser *p, bool tools, bool in_reasoning) {
 void chat_parser_set_tools(chat_parser *p, const cJSON *tools, chat_tool_syntax syntax) {
     p->tool_defs = tools;
     p->syntax = syntax;
+    p->max_name = 0;
+    const cJSON *t, *params;
+    const char *name;
+    cJSON_ArrayForEach(t, tools)
+        if (tool_allowed(t, NULL, &name, &params) && strlen(name) > p->max_name) p->max_name = strlen(name);
+}
+
+/* Whether the tools hold a function named by the n bytes at s. */
+static bool tool_named(const cJSON *tools, const char *s, size_t n) {
+    const cJSON *t, *params;
+    const char *name;
+    cJSON_ArrayForEach(t, tools)
+        if (tool_allowed(t, NULL, &name, &params) && strlen(name) == n && !memcmp(name, s, n)) return true;
+    return false;
 }
 
 void chat_parser_free(chat_parser *p) {
@@ -687,7 +702,7 @@ static void end_tool(chat_parser *p) {
         free(a);
         free(n);
     } else {
-        sb_puts(&p->content, TAG_OPEN_TOOL);
+        if (!p->bare) sb_puts(&p->content, TAG_OPEN_TOOL);
         sb_append(&p->content, body, p->tool.len);
         sb_puts(&p->content, TAG_CLOSE_TOOL);
     }
@@ -695,6 +710,22 @@ static void end_tool(chat_parser *p) {
     free(xname);
     cJSON_Delete(j);
     sb_reset(&p->tool);
+    p->bare = false;
+}
+
+/* At a "<function=" in content (CHAT_TOOLS_XML_CODER), tag..e the pending text from it: 1 when it opens
+ * a call, `<function=NAME>` with NAME one of the tools (*end: past the '>'; llama.cpp's trigger is the
+ * whole opener, so text such as "#include <functional>" stays content), 0 when it is text, -1 when the
+ * text so far cannot tell. */
+static int bare_opener(const chat_parser *p, const char *tag, const char *e, bool final, const char **end) {
+    const char *nm = tag + strlen(TAG_BARE_CALL);
+    size_t avail = (size_t)(e - nm), win = p->max_name + 1 < avail ? p->max_name + 1 : avail;
+    const char *gt = memchr(nm, '>', win);
+    if (gt) {
+        *end = gt + 1;
+        return tool_named(p->tool_defs, nm, (size_t)(gt - nm));
+    }
+    return !final && win == avail && !memchr(nm, '\n', win) ? -1 : 0;
 }
 
 bool chat_parser_push(chat_parser *p, const char *text, size_t len, bool final) {
@@ -702,14 +733,15 @@ bool chat_parser_push(chat_parser *p, const char *text, size_t len, bool final) 
     size_t at = 0, n = p->pending.len;
     const char *s = p->pending.p ? p->pending.p : "";
     for (;;) {
-        const char *tags[2];
+        const char *tags[3];
         int nt = 0;
         if (p->mode == 0) {
             tags[nt++] = TAG_OPEN_THINK;
             if (p->tools) tags[nt++] = TAG_OPEN_TOOL;
+            if (p->tools && p->syntax == CHAT_TOOLS_XML_CODER && p->max_name) tags[nt++] = TAG_BARE_CALL;
         } else tags[nt++] = p->mode == 1 ? TAG_CLOSE_THINK : TAG_CLOSE_TOOL;
         /* llama.cpp's XML handler ends the reasoning at a call too (its lazy grammar starts there) */
-        if (p->mode == 1 && p->tools && p->syntax == CHAT_TOOLS_XML) tags[nt++] = TAG_OPEN_TOOL;
+        if (p->mode == 1 && p->tools && p->syntax != CHAT_TOOLS_JSON) tags[nt++] = TAG_OPEN_TOOL;
         const char *best = NULL;
         int bi = -1;
         for (int i = 0; i < nt; i++) {
@@ -717,13 +749,25 @@ bool chat_parser_push(chat_parser *p, const char *text, size_t len, bool final) 
             if (h && (!best || h < best)) best = h, bi = i;
         }
         if (best) {
-            emit(p, s + at, (size_t)(best - (s + at)));
-            at = (size_t)(best - s) + strlen(tags[bi]);
-            const char *t = tags[bi];
+            const char *t = tags[bi], *end = NULL;
+            int opens = t == TAG_BARE_CALL ? bare_opener(p, best, s + n, final, &end) : 1;
+            if (opens < 0) { /* "<function=" and not yet its name: wait for more */
+                emit(p, s + at, (size_t)(best - (s + at)));
+                at = (size_t)(best - s);
+                break;
+            }
+            /* through the tag: the text before it, and the tag itself when it opens nothing */
+            emit(p, s + at, (size_t)(best - (s + at)) + (opens ? 0 : strlen(t)));
+            at = (size_t)(best - s) + strlen(t);
+            if (!opens) continue;
             if (t == TAG_OPEN_THINK) p->mode = 1, p->trim = true;
             else if (t == TAG_CLOSE_THINK) p->mode = 0, p->trim = true;
-            else if (t == TAG_OPEN_TOOL) p->mode = 2, p->trim = false;
-            else p->mode = 0, p->trim = true, end_tool(p);
+            else if (t == TAG_OPEN_TOOL) p->mode = 2, p->trim = false, p->bare = false;
+            else if (t == TAG_BARE_CALL) { /* the body starts with the opener, as after <tool_call> */
+                sb_append(&p->tool, best, (size_t)(end - best));
+                at = (size_t)(end - s);
+                p->mode = 2, p->trim = false, p->bare = true;
+            } else p->mode = 0, p->trim = true, end_tool(p);
             continue;
         }
         /* No tag: keep back the longest tail that could begin one. */
@@ -740,10 +784,10 @@ bool chat_parser_push(chat_parser *p, const char *text, size_t len, bool final) 
         break;
     }
     if (final && p->mode == 2) { /* an unterminated call stays text */
-        sb_puts(&p->content, TAG_OPEN_TOOL);
+        if (!p->bare) sb_puts(&p->content, TAG_OPEN_TOOL);
         sb_append(&p->content, p->tool.p ? p->tool.p : "", p->tool.len);
         sb_reset(&p->tool);
-        p->mode = 0;
+        p->mode = 0, p->bare = false;
     }
     if (p->pending.p) {
         memmove(p->pending.p, s + at, n - at);

@@ -38,6 +38,9 @@ typedef enum chat_tool_syntax {
      * Qwen3.6, Qwen3-Coder): a <tool_call> inside <think> also ends the reasoning, as llama.cpp's
      * Qwen3-Coder handler counts it among the reasoning's end tags. */
     CHAT_TOOLS_XML,
+    /* The XML form from a template without "<think>" (Qwen3-Coder, llama.cpp's is_qwen3_coder): also a
+     * call whose <tool_call> the model left out, starting at <function=NAME> for a NAME of the tools. */
+    CHAT_TOOLS_XML_CODER,
 } chat_tool_syntax;
 chat_tool_syntax chat_fmt_tool_syntax(const chat_fmt *f);
 /* Renders messages (normalized: content is a string) with the generation
@@ -54,7 +57,7 @@ bool chat_prompt_has_bos(const brisk_model *model, const char *text, size_t len)
 
 /* The GBNF of tool calls in the syntax chat_parser reads: <tool_call>\n,
  * {"name": N, "arguments": A} with A matching N's parameters schema,
- * \n</tool_call>; or with xml (CHAT_TOOLS_XML), llama.cpp's Qwen3-Coder
+ * \n</tool_call>; or with xml (either XML syntax), llama.cpp's Qwen3-Coder
  * form: <function=N>\n, N's parameters in any order, each at most once and
  * the required ones always (past 6 parameters, any order within each run of
  * 6 of the schema's order: chat.c's XML_ANY_ORDER), each <parameter=P>\n
@@ -82,6 +85,8 @@ typedef struct chat_parser {
     strbuf content, reasoning; /* output since the caller last reset them */
     chat_tool_call *calls;     /* (n_calls) all calls parsed so far */
     const cJSON *tool_defs;    /* the request's tools (borrowed, read only): XML parameter values typed by them */
+    size_t max_name;           /* bytes of the tools' longest name (CHAT_TOOLS_XML_CODER's bare openers) */
+    bool bare;                 /* the call being read came without its <tool_call> (it began at <function=) */
     int n_calls, cap_calls;
 } chat_parser;
 

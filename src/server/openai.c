@@ -444,7 +444,7 @@ static bool render_chat(const oai_server *srv, const cJSON *root, char **text, s
 static bool lazy_tool(const oai_server *srv, const cJSON *root, bool in_reasoning, oai_job *job, oai_error *e) {
     if (field(root, "grammar") || field(root, "response_format")) return true;
     char *gbnf = NULL;
-    bool xml = chat_fmt_tool_syntax(srv->fmt) == CHAT_TOOLS_XML;
+    bool xml = chat_fmt_tool_syntax(srv->fmt) != CHAT_TOOLS_JSON;
     brisk_status st = chat_tool_gbnf(field(root, "tools"), NULL, false, job->parallel_tools, xml, &gbnf);
     if (st == BRISK_ERR_NOMEM) return oai_fail(e, 500, NULL, "out of memory");
     if (st != BRISK_OK) return true;
@@ -483,7 +483,7 @@ static bool force_tool(const oai_server *srv, const cJSON *root, bool in_reasoni
         return oai_fail(e, 400, "tool_choice", "a forced tool call cannot be combined with 'grammar' or 'response_format'");
     char *gbnf = NULL;
     brisk_status st = chat_tool_gbnf(field(root, "tools"), job->tool_mode == 2 ? name->valuestring : NULL, in_reasoning,
-                                     job->parallel_tools, chat_fmt_tool_syntax(srv->fmt) == CHAT_TOOLS_XML, &gbnf);
+                                     job->parallel_tools, chat_fmt_tool_syntax(srv->fmt) != CHAT_TOOLS_JSON, &gbnf);
     for (int i = 0; st == BRISK_OK && i < job->n; i++) st = brisk_grammar_new(srv->model, gbnf, "root", &job->req->ch[i].grammar);
     free(gbnf);
     if (st != BRISK_OK) return oai_fail(e, st == BRISK_ERR_NOMEM ? 500 : 400, "tool_choice", "%s", brisk_last_error());
