@@ -87,6 +87,11 @@ stop qwen3 || fail=1
 MODEL=$TMP/qwen3.gguf start qwen35tmpl -c 1024 --parallel 1 --chat-template tests/data/chat_templates/qwen3.5.jinja || exit 1
 BRISK_URL=http://127.0.0.1:$PORT node tests/server/qwen_xml.mjs || fail=1
 stop qwen35tmpl || fail=1
+# ... and our Qwen3-Coder-style template (XML calls, no <think>): calls without their <tool_call>
+MODEL=$TMP/qwen3.gguf start codertmpl -c 1024 --parallel 1 --chat-template tests/data/chat_templates/qwen3-coder-mini.jinja ||
+  exit 1
+BRISK_URL=http://127.0.0.1:$PORT XML_CODER=1 node tests/server/qwen_xml.mjs || fail=1
+stop codertmpl || fail=1
 
 # a tiny synthetic hybrid (qwen35: Gated DeltaNet; GPT-2's vocabulary and ChatML keep it
 # small): recurrent-state checkpoints for prefix reuse, against a server without them (the
