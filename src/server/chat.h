@@ -8,9 +8,11 @@
  * (between <think> and </think>) and tool calls: <tool_call> blocks holding
  * Qwen3's JSON {"name": ..., "arguments": {...}} or the XML form of
  * Qwen3-Coder / Qwen3.5 / Qwen3.6 (<function=NAME>, <parameter=P>\nVALUE\n
- * </parameter> each, </function>). Text that could still be the
- * start of a tag is held back until the next push, so a tag never leaks into
- * the content in pieces.
+ * </parameter> each, </function>); with the XML syntax a <tool_call> also
+ * ends an open <think>, and with Qwen3-Coder's a call may start at
+ * <function=NAME> without its <tool_call> (chat_tool_syntax). Text that could
+ * still be the start of a tag is held back until the next push, so a tag
+ * never leaks into the content in pieces.
  */
 #ifndef BK_SERVER_CHAT_H
 #define BK_SERVER_CHAT_H
