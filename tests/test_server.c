@@ -595,7 +595,8 @@ static void many_call(char *out, size_t cap, const char *ps) {
 
 /* The XML grammar of a tool with more parameters than XML_ANY_ORDER (6): any order within each run of
  * 6 of the schema's order (p0-p5, p6-p7), each at most once, the required ones (p1, p7) present; the
- * runs in order. 40 parameters stay a small grammar (runs: linear, not 2^40). */
+ * runs in order. 40 parameters stay a small grammar (runs: linear, not 2^40), and so do 120 tools of 6
+ * (shorter runs). */
 static void test_xml_tool_grammar_runs(void) {
     char call[1024];
     cJSON *t = many_tool(8, 'p', "string", "[\"p1\",\"p7\"]");
@@ -623,6 +624,27 @@ static void test_xml_tool_grammar_runs(void) {
         CHECK(gbnf_match(gbnf, "<tool_call>\n<function=many>\n<parameter=q3>\n1\n</parameter>\n<parameter=q0>\n2\n"
                                "</parameter>\n<parameter=q39>\n3\n</parameter>\n</function>\n</tool_call>") == 1);
         CHECK(gbnf_match(gbnf, "<tool_call>\n<function=many>\n</function>\n</tool_call>") == 1);
+    }
+    free(gbnf);
+    cJSON_Delete(t);
+    /* 120 tools of 6 (p0 required): past chat.c's XML_ALT_BUDGET the runs shrink to 5 */
+    t = cJSON_CreateArray();
+    for (int i = 0; t && i < 120; i++) {
+        cJSON *one = many_tool(6, 'p', "string", "[\"p0\"]");
+        cJSON *fn = cJSON_GetObjectItem(cJSON_GetArrayItem(one, 0), "function");
+        char name[16];
+        snprintf(name, sizeof name, "many%d", i);
+        if (i) cJSON_ReplaceItemInObject(fn, "name", cJSON_CreateString(name)); /* tool 0 stays "many" */
+        cJSON_AddItemToArray(t, cJSON_DetachItemFromArray(one, 0));
+        cJSON_Delete(one);
+    }
+    gbnf = NULL;
+    CHECK_OK(chat_tool_gbnf(t, NULL, false, false, true, &gbnf));
+    CHECK(gbnf && strlen(gbnf) < 512 * 1024);
+    static const struct { const char *order; int want; } shrunk[] = {{"43210", 1}, {"432105", 1}, {"50", 0}, {"1", 0}};
+    for (size_t i = 0; gbnf && i < sizeof shrunk / sizeof *shrunk; i++) {
+        many_call(call, sizeof call, shrunk[i].order);
+        CHECK(gbnf_match(gbnf, call) == shrunk[i].want);
     }
     free(gbnf);
     cJSON_Delete(t);

@@ -303,21 +303,49 @@ static const cJSON *params_props(const cJSON *params) {
     return cJSON_IsObject(p) ? p : NULL;
 }
 
-/* The XML grammar's parameters go in any order within runs of this many consecutive parameters of the
- * schema (all of a tool's when it has no more). A run of k takes each of its parameters at most once and
- * all its required ones, which needs a rule per subset already given: 2^k rules, k * 2^(k-1)
- * alternatives. 6 is llama.cpp's bound for permuting (COMMON_CHAT_MAX_PERMUTE), about 200 alternatives a
- * run; runs keep a tool with many parameters linear in their number, at the price of the schema's order
- * between runs. (llama.cpp instead lists the required parameters in the schema's order past 6 and lets
- * optional ones repeat.) */
+/* The XML grammar's parameters go in any order within runs of at most this many consecutive parameters
+ * of the schema (all of a tool's when it has no more). A run of k takes each of its parameters at most
+ * once and all its required ones, which needs a rule per subset already given: 2^k rules, k * 2^(k-1)
+ * alternatives. 6 is llama.cpp's bound for permuting (COMMON_CHAT_MAX_PERMUTE), 192 alternatives (about
+ * 7 KB of GBNF) a run; runs keep a tool with many parameters linear in their number, at the price of
+ * the schema's order between runs. (llama.cpp instead lists the required parameters in the schema's
+ * order past 6 and lets the optional ones repeat.) XML_ALT_BUDGET bounds the alternatives of all the
+ * tools together (about 500 KB, half the grammar parser's GRAM_MAX_TEXT): past it the runs shrink, down
+ * to 1, the schema's order, whose grammar is a few rules a parameter. */
 #define XML_ANY_ORDER 6
+#define XML_ALT_BUDGET 16384
+
+/* The alternatives of n parameters in runs of k. */
+static long xml_run_alts(int n, int k) {
+    long alts = 0;
+    for (int first = 0; first < n; first += k) {
+        int m = n - first < k ? n - first : k;
+        alts += (long)m << (m - 1);
+    }
+    return alts;
+}
+
+/* The run length for the allowed tools: the longest up to XML_ANY_ORDER within XML_ALT_BUDGET. */
+static int xml_run_len(const cJSON *tools, const char *name) {
+    const cJSON *t, *params;
+    const char *fname;
+    int k = XML_ANY_ORDER;
+    for (; k > 1; k--) {
+        long alts = 0;
+        cJSON_ArrayForEach(t, tools)
+            if (tool_allowed(t, name, &fname, &params))
+                alts += xml_run_alts(cJSON_GetArraySize(params_props(params)), k);
+        if (alts <= XML_ALT_BUDGET) break;
+    }
+    return k;
+}
 
 /* One tool's rules in the XML form, `xml-fnF` (F: fi) the start: `<function=NAME>\n`, the parameters
  * (xml-fnF-pI each: `<parameter=P>\n` VALUE `\n</parameter>\n`, VALUE xml-text when P's schema allows a
- * string, else xml-fnF-vI), then `</function>\n`. The parameters come in runs of XML_ANY_ORDER; within
- * a run any order, each at most once, every required one (xml-fnF-rR-M: the rest of run R after the
- * parameters in bit mask M). */
-static void xml_fn_rules(strbuf *b, int fi, const char *fname, const cJSON *params) {
+ * string, else xml-fnF-vI), then `</function>\n`. The parameters come in runs of `run` (xml_run_len);
+ * within a run any order, each at most once, every required one (xml-fnF-rR-M: the rest of run R after
+ * the parameters in bit mask M). */
+static void xml_fn_rules(strbuf *b, int fi, const char *fname, const cJSON *params, int run) {
     const cJSON *props = params_props(params);
     const cJSON *req = cJSON_GetObjectItemCaseSensitive(params, "required"), *pr, *d;
     int n = cJSON_GetArraySize(props), pi = 0;
@@ -325,7 +353,7 @@ static void xml_fn_rules(strbuf *b, int fi, const char *fname, const cJSON *para
     sb_printf(b, "xml-fn%d ::= \"<function=\" ", fi);
     gbnf_lit(b, fname);
     sb_puts(b, " \">\\n\"");
-    for (int r = 0; r * XML_ANY_ORDER < n; r++) sb_printf(b, " xml-fn%d-r%d-0", fi, r);
+    for (int r = 0; r * run < n; r++) sb_printf(b, " xml-fn%d-r%d-0", fi, r);
     sb_puts(b, " \"</function>\\n\"\n");
     cJSON_ArrayForEach(pr, props) {
         sb_printf(b, "xml-fn%d-p%d ::= \"<parameter=\" ", fi, pi);
@@ -335,8 +363,7 @@ static void xml_fn_rules(strbuf *b, int fi, const char *fname, const cJSON *para
         sb_puts(b, " \"\\n</parameter>\\n\"\n");
         bool required = false;
         cJSON_ArrayForEach(d, req) required |= cJSON_IsString(d) && !strcmp(d->valuestring, pr->string);
-        int r = pi / XML_ANY_ORDER, first = r * XML_ANY_ORDER; /* run r: parameters first .. first + k - 1 */
-        int k = n - first < XML_ANY_ORDER ? n - first : XML_ANY_ORDER;
+        int r = pi / run, first = r * run, k = n - first < run ? n - first : run; /* run r: first .. first+k-1 */
         if (required) need |= 1u << (pi - first);
         if (++pi < first + k) continue;
         for (unsigned m = 0; m < 1u << k; m++) { /* the run is whole: its rules */
@@ -399,8 +426,9 @@ static brisk_status xml_call_rules(const cJSON *tools, const char *name, strbuf 
     for (int f = 0; f < fi; f++) sb_printf(b, "%s xml-fn%d", f ? " |" : "", f);
     sb_puts(b, "\n");
     fi = 0;
+    int run = xml_run_len(tools, name);
     cJSON_ArrayForEach(t, tools)
-        if (tool_allowed(t, name, &fname, &params)) xml_fn_rules(b, fi++, fname, params);
+        if (tool_allowed(t, name, &fname, &params)) xml_fn_rules(b, fi++, fname, params, run);
     return BRISK_OK;
 }
 

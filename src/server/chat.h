@@ -62,7 +62,8 @@ bool chat_prompt_has_bos(const brisk_model *model, const char *text, size_t len)
  * \n</tool_call>; or with xml (either XML syntax), llama.cpp's Qwen3-Coder
  * form: <function=N>\n, N's parameters in any order, each at most once and
  * the required ones always (past 6 parameters, any order within each run of
- * 6 of the schema's order: chat.c's XML_ANY_ORDER), each <parameter=P>\n
+ * 6 of the schema's order, shorter runs for many tools: chat.c's
+ * XML_ANY_ORDER and XML_ALT_BUDGET), each <parameter=P>\n
  * VALUE \n</parameter>\n (VALUE: text without "\n</parameter>" when P's
  * schema allows a string, else JSON of P's schema), </function>\n
  * </tool_call>. tools: chat tools ({type, function: {name, parameters}});
