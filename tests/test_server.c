@@ -675,6 +675,15 @@ static void test_tool_grammar_refs(void) {
     free(gbnf[0]);
     free(gbnf[1]);
     cJSON_Delete(tools);
+    /* a schema the grammar cannot express: the error names the tool (and the XML form's parameter) */
+    tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"type\":\"object\","
+                        "\"properties\":{\"u\":{\"type\":\"integer\",\"not\":{}}}}}}]");
+    for (int xml = 0; xml < 2; xml++) {
+        gbnf[xml] = NULL;
+        CHECK(chat_tool_gbnf(tools, NULL, false, false, xml, &gbnf[xml]) == BRISK_ERR_UNSUPPORTED && !gbnf[xml]);
+        CHECK(strstr(brisk_last_error(), xml ? "tool 'a', parameter 'u': json schema:" : "tool 'a': json schema:"));
+    }
+    cJSON_Delete(tools);
 }
 
 /* parallel_tool_calls' default: whether the template renders a message's second call. */

@@ -468,7 +468,10 @@ brisk_status json_gbnf_add(json_gbnf *b, const cJSON *schema, const cJSON *doc, 
     c->root = doc;
     c->depth = 0;
     rname top;
-    if (gen(c, schema, "schema", &top)) putf(&c->out, "%s ::= %s\n", name, top.s);
+    if (gen(c, schema, "schema", &top)) {
+        put(&c->out, name, strlen(name)); /* not putf: its buffer would cut a long name */
+        putf(&c->out, " ::= %s\n", top.s);
+    }
     if (c->st == BRISK_OK && c->out.oom) c->st = bk_fail(BRISK_ERR_NOMEM, "json schema: out of memory");
     return c->st;
 }

@@ -396,7 +396,11 @@ static brisk_status xml_call_rules(const cJSON *tools, const char *name, strbuf 
         int pi = 0;
         cJSON_ArrayForEach(pr, params_props(params)) {
             snprintf(rule, sizeof rule, "xml-fn%d-v%d", fi, pi++);
-            if (!schema_is_string(pr) && json_gbnf_add(jb, pr, params, rule) != BRISK_OK) break;
+            brisk_status st = schema_is_string(pr) ? BRISK_OK : json_gbnf_add(jb, pr, params, rule);
+            if (st != BRISK_OK) {
+                bk_wrap(st, "tool '%s', parameter '%s'", fname, pr->string); /* take returns st */
+                break;
+            }
         }
         fi++;
     }
@@ -496,7 +500,10 @@ brisk_status chat_tool_gbnf(const cJSON *tools, const char *name, bool close_thi
         st = alt ? json_gbnf_add(jb, alt, cJSON_IsObject(params) ? params : NULL, rule)
                  : bk_fail(BRISK_ERR_NOMEM, "out of memory");
         cJSON_Delete(alt); /* params stays: a reference */
-        if (st != BRISK_OK) break;
+        if (st != BRISK_OK) {
+            bk_wrap(st, "tool '%s'", fname);
+            break;
+        }
         sb_printf(&b, "%scall-fn%d", fi ? " | " : "call ::= ", fi);
         fi++;
     }
