@@ -2,8 +2,10 @@
  * parser (reasoning, tool calls, tags split across pushes), ChatML, the tools
  * prompt of a template without a tools section, token texts that must stay
  * valid UTF-8, the body check for escaped NULs, and the tool-call grammar with
- * and without parallel_tool_calls (and the field's default per template); Qwen3.5 / Qwen3.6's XML
- * tool calls: parsed, detected from the template, and their grammar. */
+ * and without parallel_tool_calls (and the field's default per template), each tool's $refs in its
+ * own parameters; Qwen3.5 / Qwen3.6 / Qwen3-Coder's XML tool calls: parsed (Python literals, a call
+ * inside <think>, Qwen3-Coder's calls without <tool_call>), detected from the template, their grammar
+ * (parameters in any order, bounded size), and a request's one copy of its tools for every choice. */
 #include "engine/grammar.h"
 #include "server/chat.h"
 #include "server/openai.h"
