@@ -405,6 +405,38 @@ static void test_q8K_from_float(void) {
     }
 }
 
+/* The Q8_0 / Q8_1 converters cpu_get_from_float picks (AVX2 on such cores) against ggml's x86
+ * semantics written out here (id = 127 / amax, lrintf, d and d * sum as f16), bitwise: exact .5
+ * ties, a zero block, the largest |x| negative, and scales from tiny to large. */
+static void test_q80_from_float(void) {
+    enum { N = 32 * 24 };
+    static float x[N];
+    static blk_q8_1 a[N / 32], b[N / 32];
+    for (int rep = 0; rep < 40; rep++) {
+        const float sc = ldexpf(1.0f, rep % 20 - 12);
+        for (int i = 0; i < N; i++) x[i] = rnd_unit() * sc;
+        for (int i = 0; i < 32; i++) x[32 + i] = 0.0f;
+        for (int i = 0; i < 32; i++) x[64 + i] = (float)(i % 5) * 0.5f - 1.0f; /* q = 127 * x: .5 ties */
+        x[100] = -3.0f * sc;
+        for (int t = 0; t < 2; t++) {
+            memset(a, 0x55, sizeof a);
+            memset(b, 0x55, sizeof b);
+            cpu_get_from_float(t ? QT_Q8_1 : QT_Q8_0)(x, a, N);
+            for (int k = 0; k < N / 32; k++) {
+                float amax = 0.0f;
+                for (int j = 0; j < 32; j++) amax = fabsf(x[32 * k + j]) > amax ? fabsf(x[32 * k + j]) : amax;
+                const float d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
+                int8_t *qs = t ? b[k].qs : ((blk_q8_0 *)b)[k].qs;
+                int sum = 0;
+                for (int j = 0; j < 32; j++) sum += qs[j] = (int8_t)lrintf(x[32 * k + j] * id);
+                if (t) b[k].d = quant_f32_to_f16(d), b[k].s = quant_f32_to_f16(d * (float)sum);
+                else ((blk_q8_0 *)b)[k].d = quant_f32_to_f16(d);
+            }
+            CHECK(!memcmp(a, b, quant_row_size(t ? QT_Q8_1 : QT_Q8_0, N)));
+        }
+    }
+}
+
 /* The packed prompt GEMM (cpu_pgemm.h) against the double reference on the
  * dequantized operands: a full and a partial panel of rows, full and partial
  * token tiles, the same tolerance as the dot kernels. */
@@ -825,6 +857,7 @@ int main(int argc, char **argv) {
         {"repack_tokens", test_repack_tokens},
         {"repack_as_avx2", test_repack_as_avx2},
         {"q8K_from_float", test_q8K_from_float},
+        {"q80_from_float", test_q80_from_float},
         {"ggml_from_float", test_ggml_from_float},
         {"ggml_vec_dot", test_ggml_vec_dot},
     };

@@ -640,9 +640,23 @@ __attribute__((target("avx512f"))) static void f2h_row_avx512(const float *src, 
     for (; i < n; i++) dst[i] = quant_f32_to_f16(src[i]);
 }
 
+/* (CPU_ISA_AVX2 implies F16C: cpu_dot.c) Without it the cast below is a libgcc call per value,
+ * 1.3% of a 2-thread qwen3-0.6b decode on the AVX2 EPYC. */
+__attribute__((target("avx2,f16c"))) static void f2h_row_f16c(const float *src, uint16_t *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++) dst[i] = quant_f32_to_f16(src[i]);
+}
+
 static void f2h_row(const float *restrict src, uint16_t *restrict dst, size_t n) {
-    if (cpu_dot_isa() == CPU_ISA_AVX512) {
+    const cpu_isa isa = cpu_dot_isa();
+    if (isa == CPU_ISA_AVX512) {
         f2h_row_avx512(src, dst, n);
+        return;
+    }
+    if (isa == CPU_ISA_AVX2) {
+        f2h_row_f16c(src, dst, n);
         return;
     }
     for (size_t i = 0; i < n; i++) {

@@ -457,8 +457,13 @@ cpu_from_float_fn cpu_get_from_float(uint32_t type) {
     case QT_F32: return ff_f32;
     case QT_F16: return ff_f16;
     case QT_BF16: return ff_bf16;
+#if defined(__x86_64__)
+    case QT_Q8_0: return cpu_dot_isa() >= CPU_ISA_AVX2 ? cpu_q8_0_from_float_avx2 : ff_q8_0;
+    case QT_Q8_1: return cpu_dot_isa() >= CPU_ISA_AVX2 ? cpu_q8_1_from_float_avx2 : ff_q8_1;
+#else
     case QT_Q8_0: return ff_q8_0;
     case QT_Q8_1: return ff_q8_1;
+#endif
     case QT_Q8_K:
 #if defined(__x86_64__)
         if (cpu_dot_isa() == CPU_ISA_AVX512) return cpu_q8_K_from_float_avx512;

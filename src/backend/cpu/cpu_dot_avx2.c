@@ -57,8 +57,50 @@ void cpu_q8_K_from_float_avx2(const float *x, void *vy, int64_t n) {
         y[b].d = 1 / iscale;
     }
 }
+
+/* ggml's x86 quantize_row_q8_0 / q8_1 (cpu_dot.c's q8_block_cpu), 8 lanes at a time and bitwise:
+ * amax of |x| (max is exact in any order), id = 127 / amax, products rounded half to even
+ * (vcvtps2dq under the default rounding mode, as lrintf), the sum of the quants for q8_1. The
+ * scalar loop with its fmaxf and lrintf calls was 2.4% of a 2-thread Q4_0 decode. */
+static inline void q8_block_avx2(const float *x, uint16_t *d_out, uint16_t *s_out, int8_t *qs) {
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 v[4], am = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        am = _mm256_max_ps(am, _mm256_and_ps(v[k], absm));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(am), _mm256_extractf128_ps(am, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    const float d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
+    *d_out = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+    const __m256 is = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], is));
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256((__m256i *)qs, _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    if (s_out) {
+        const __m256i s8 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+        *s_out = _cvtss_sh(d * (float)_mm_cvtsi128_si32(s4), _MM_FROUND_TO_NEAREST_INT);
+    }
+}
+
+void cpu_q8_0_from_float_avx2(const float *x, void *vy, int64_t n) {
+    blk_q8_0 *y = vy;
+    for (int64_t i = 0; i < n / 32; i++) q8_block_avx2(x + 32 * i, &y[i].d, NULL, y[i].qs);
+}
+
+void cpu_q8_1_from_float_avx2(const float *x, void *vy, int64_t n) {
+    blk_q8_1 *y = vy;
+    for (int64_t i = 0; i < n / 32; i++) q8_block_avx2(x + 32 * i, &y[i].d, &y[i].s, y[i].qs);
+}
 #else
 #include "backend/cpu/cpu_dot_isa.h"
 cpu_vec_dot_fn cpu_dot_avx2_get(uint32_t weight_type) { return NULL; }
 void cpu_q8_K_from_float_avx2(const float *x, void *y, int64_t n) {}
+void cpu_q8_0_from_float_avx2(const float *x, void *y, int64_t n) {}
+void cpu_q8_1_from_float_avx2(const float *x, void *y, int64_t n) {}
 #endif

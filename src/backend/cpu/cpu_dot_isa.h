@@ -17,4 +17,7 @@ cpu_gemm_fn cpu_gemm_iq_get(uint32_t weight_type);
 /* The Q8_K converter, bitwise the reference (cpu_from_float_fn). */
 void cpu_q8_K_from_float_avx512(const float *x, void *y, int64_t n);
 void cpu_q8_K_from_float_avx2(const float *x, void *y, int64_t n);
+/* ggml's x86 Q8_0 / Q8_1 converters (cpu_dot.c's q8_block_cpu), bitwise, for AVX2 cores. */
+void cpu_q8_0_from_float_avx2(const float *x, void *y, int64_t n);
+void cpu_q8_1_from_float_avx2(const float *x, void *y, int64_t n);
 #endif
