@@ -148,6 +148,8 @@ static brisk_status cuda_alloc(bk_backend *be, size_t bytes, void **out) {
     CU_TRY(cudaSetDevice(cb->device));
     cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
     if (e != cudaSuccess) {
+        cudaGetLastError(); /* the failure is this status, not the next op's launch check (a caller may go on:
+                             * brisk_maxsim_batch scores on the CPU when its scratch does not fit) */
         size_t fr = 0, tot = 0;
         cudaMemGetInfo(&fr, &tot);
         *out = NULL;
