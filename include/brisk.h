@@ -372,6 +372,23 @@ void brisk_embd_normalize(const float *in, float *out, int n, int norm);
 /* Late interaction (ColBERT's MaxSim): for each of the n_q query vectors the largest dot product
  * with any of the n_d document vectors, summed. q (n_q, dim), d (n_d, dim), row-major. */
 float brisk_maxsim(const float *q, int n_q, const float *d, int n_d, int dim);
+/* MaxSim of one query against n_docs documents in one call: scores[j] (n_docs) = brisk_maxsim(q, n_q,
+ * d + off[j] * dim, off[j + 1] - off[j], dim), 0 for an empty document. Document j is rows
+ * [off[j], off[j + 1]) of d (row-major, dim floats a row); off (n_docs + 1) is nondecreasing from
+ * off[0] >= 0. normalize: every row (query and documents) counts as L2-normalised
+ * (brisk_embd_normalize(row, .., dim, 2)), as late-interaction models score; nothing is copied, the
+ * dot products are scaled. All memory is the caller's, on the host.
+ * With ctx NULL, or a context whose model's output layer is on the CPU, or work below the GPU's
+ * threshold (n_q x rows x dim multiply-adds, BRISK_CUDA_MAXSIM_MIN), the CPU scores. Otherwise the
+ * context's GPU does (the rows copied there in runs of about 64 MiB; the context keeps that device
+ * memory from the first such call until it is freed), with another summation order: scores agree
+ * with the CPU's to fp32 rounding of the dot products (the tests allow 1e-5 of a score's magnitude
+ * bound, the sum of |products|). A device without room for it leaves the call to the CPU.
+ * Call it where brisk_decode may be called (not concurrently with another call on ctx).
+ * BRISK_ERR_INVALID_ARG for a negative size, dim < 1, decreasing offsets or a missing array; a GPU
+ * failure's status otherwise. */
+brisk_status brisk_maxsim_batch(brisk_context *ctx, const float *q, int n_q, const float *d, const int64_t *off,
+                                int n_docs, int dim, bool normalize, float *scores);
 
 /* The memory traffic of one decode step, in bytes: what a bandwidth figure (GB/s, and its share
  * of the roofline) divides by time. Of this process's layers (a pipeline or tensor-parallel rank:

@@ -1,7 +1,7 @@
 /* test_embeddings.c — embeddings (brisk_context_params.embeddings): pooled and per-token hidden
  * states against llama.cpp (build/llamacpp-ref embed, llama_get_embeddings_seq / _ith on the same
- * GGUF and token ids), batching, the reranking head, normalisation and MaxSim against plain
- * references.
+ * GGUF and token ids), batching, the reranking head, normalisation and MaxSim (one document, and
+ * brisk_maxsim_batch's many on the CPU) against plain references.
  *
  * Tolerance: max |brisk - llama.cpp| over a vector, divided by the vector's max |x|: 1e-4 for
  * f32 weights (stories260K), 1e-3 for f16 (brisk-kjv-6m; measured up to 1.4e-4). */
@@ -367,6 +367,101 @@ static void test_normalize_maxsim(void) {
     CHECK(brisk_maxsim(q, 0, dd, ND, DIM) == 0);
 }
 
+/* The plain reference of brisk_maxsim_batch: every dot product in double, rows normalised first
+ * when norm (a zero row stays zero); an empty document scores 0. */
+static double maxsim_ref(const float *q, int n_q, const float *d, int64_t r0, int64_t r1, int dim, bool norm) {
+    if (r1 <= r0) return 0;
+    double total = 0;
+    for (int i = 0; i < n_q; i++) {
+        double qn = 0, best = -INFINITY;
+        for (int k = 0; k < dim; k++) qn += (double)q[i * dim + k] * q[i * dim + k];
+        for (int64_t r = r0; r < r1; r++) {
+            double s = 0, dn = 0;
+            for (int k = 0; k < dim; k++) {
+                s += (double)q[i * dim + k] * d[r * dim + k];
+                dn += (double)d[r * dim + k] * d[r * dim + k];
+            }
+            if (norm) s = qn > 0 && dn > 0 ? s / sqrt(qn) / sqrt(dn) : 0;
+            best = s > best ? s : best;
+        }
+        total += best;
+    }
+    return total;
+}
+
+/* brisk_maxsim_batch on the CPU (no context: the GPU's kernel is tests/test_cuda_ops.c's maxsim)
+ * against the double reference, within 1e-5 of the score's magnitude bound (the sum over query
+ * rows of the largest sum of |products| of a row pair: what fp32 rounding of the dots moves), with
+ * and without normalising, over awkward sizes: dim 33, one query row and odd counts, documents of
+ * one row, empty documents (also first and last), a zero row, rows not starting at 0; and the
+ * normalised scores equal brisk_embd_normalize + brisk_maxsim's. Bad arguments are refused. */
+static void test_maxsim_batch(void) {
+    enum { DIM = 33, NQ = 7, ND = 12 };
+    static const int len[ND] = {0, 1, 5, 0, 17, 1, 64, 3, 0, 2, 40, 0};
+    int64_t off[ND + 1];
+    off[0] = 3; /* rows 0-2 belong to no document */
+    for (int j = 0; j < ND; j++) off[j + 1] = off[j] + len[j];
+    const int64_t rows = off[ND];
+    float *q = malloc(sizeof(float) * NQ * DIM), *d = malloc(sizeof(float) * (size_t)rows * DIM);
+    uint32_t r = 777;
+    for (int i = 0; i < NQ * DIM; i++) q[i] = (float)((r = r * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
+    for (int64_t i = 0; i < rows * DIM; i++) d[i] = (float)((r = r * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
+    memset(d + off[6] * DIM, 0, sizeof(float) * DIM);   /* a zero row (document 6's first) */
+    memset(q + 2 * DIM, 0, sizeof(float) * DIM);        /* and a zero query row */
+    float got[ND], tmp_q[NQ * DIM], *tmp_d = malloc(sizeof(float) * (size_t)rows * DIM);
+    for (int norm = 0; norm < 2; norm++)
+        for (int nq = 1; nq <= NQ; nq += 2) {
+            CHECK_OK(brisk_maxsim_batch(NULL, q, nq, d, off, ND, DIM, norm, got));
+            for (int j = 0; j < ND; j++) {
+                double bound = 0;
+                for (int i = 0; i < nq && len[j]; i++) {
+                    double b = 0;
+                    for (int64_t rr = off[j]; rr < off[j + 1]; rr++) {
+                        double s = 0, qn = 0, dn = 0;
+                        for (int k = 0; k < DIM; k++) {
+                            s += fabs((double)q[i * DIM + k] * d[rr * DIM + k]);
+                            qn += (double)q[i * DIM + k] * q[i * DIM + k];
+                            dn += (double)d[rr * DIM + k] * d[rr * DIM + k];
+                        }
+                        if (norm) s = qn > 0 && dn > 0 ? s / sqrt(qn) / sqrt(dn) : 0;
+                        b = s > b ? s : b;
+                    }
+                    bound += b;
+                }
+                double want = maxsim_ref(q, nq, d, off[j], off[j + 1], DIM, norm);
+                CHECK_NEAR(got[j], want, 1e-5 * bound + 1e-7);
+                if (!len[j]) CHECK(got[j] == 0);
+            }
+            if (norm) { /* the fused scales and the normalised copies: the same scores but for rounding */
+                for (int i = 0; i < nq; i++) brisk_embd_normalize(q + i * DIM, tmp_q + i * DIM, DIM, 2);
+                for (int64_t i = 0; i < rows; i++) brisk_embd_normalize(d + i * DIM, tmp_d + i * DIM, DIM, 2);
+                for (int j = 0; j < ND; j++)
+                    CHECK_NEAR(got[j], brisk_maxsim(tmp_q, nq, tmp_d + off[j] * DIM, len[j], DIM), 1e-5);
+            } else { /* without, brisk_maxsim's own sums, bit for bit */
+                for (int j = 0; j < ND; j++) CHECK(got[j] == brisk_maxsim(q, nq, d + off[j] * DIM, len[j], DIM));
+            }
+        }
+    /* no query rows, no documents, every document empty: zeros */
+    got[0] = got[1] = 1;
+    CHECK_OK(brisk_maxsim_batch(NULL, q, 0, d, off, 2, DIM, true, got));
+    CHECK(got[0] == 0 && got[1] == 0);
+    CHECK_OK(brisk_maxsim_batch(NULL, q, NQ, d, off, 0, DIM, true, NULL));
+    int64_t none[3] = {5, 5, 5};
+    got[0] = got[1] = 1;
+    CHECK_OK(brisk_maxsim_batch(NULL, q, NQ, NULL, none, 2, DIM, false, got));
+    CHECK(got[0] == 0 && got[1] == 0);
+    /* refused: decreasing offsets, a negative start, dim 0, a missing array */
+    int64_t bad[3] = {0, 4, 2}, neg[2] = {-1, 2};
+    CHECK(brisk_maxsim_batch(NULL, q, NQ, d, bad, 2, DIM, false, got) == BRISK_ERR_INVALID_ARG);
+    CHECK(brisk_maxsim_batch(NULL, q, NQ, d, neg, 1, DIM, false, got) == BRISK_ERR_INVALID_ARG);
+    CHECK(brisk_maxsim_batch(NULL, q, NQ, d, off, ND, 0, false, got) == BRISK_ERR_INVALID_ARG);
+    CHECK(brisk_maxsim_batch(NULL, q, NQ, NULL, off, ND, DIM, false, got) == BRISK_ERR_INVALID_ARG);
+    CHECK(brisk_maxsim_batch(NULL, NULL, NQ, d, off, ND, DIM, false, got) == BRISK_ERR_INVALID_ARG);
+    free(q);
+    free(d);
+    free(tmp_d);
+}
+
 int main(int argc, char **argv) {
     const char *b = getenv("BUILD");
     snprintf(build_dir, sizeof build_dir, "%s", b ? b : "build");
@@ -378,6 +473,6 @@ int main(int argc, char **argv) {
     test_case cases[] = {{"kjv_mean", test_kjv_mean}, {"kjv_last", test_kjv_last}, {"kjv_cls", test_kjv_cls},
                          {"kjv_none", test_kjv_none}, {"stories_mean", test_stories_mean},
                          {"stories_last", test_stories_last}, {"rank", test_rank}, {"last_eos", test_last_eos}, {"batched", test_batched},
-                         {"normalize_maxsim", test_normalize_maxsim}};
+                         {"normalize_maxsim", test_normalize_maxsim}, {"maxsim_batch", test_maxsim_batch}};
     return test_main(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

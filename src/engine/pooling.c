@@ -1,8 +1,12 @@
 /* pooling.c — the host side of embeddings: pooling names, the reranking head, normalisation and
- * late-interaction scoring (MaxSim). See brisk.h's embeddings section. */
+ * late-interaction scoring (MaxSim: the CPU's loop, and the dispatch of a batch of documents to the
+ * context's GPU, backend.h's maxsim op). See brisk.h's embeddings section. */
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "base/status.h"
 #include "engine/pooling.h"
 #include "quant/quant.h"
@@ -74,37 +78,153 @@ void brisk_embd_normalize(const float *in, float *out, int n, int norm) {
     for (int i = 0; i < n; i++) out[i] = in[i] * scale;
 }
 
+/* The scale brisk_embd_normalize(x, .., n, 2) multiplies a row by: 1 / its L2 norm, 0 for a zero row. */
+static float l2_scale(const float *x, int n) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += (double)x[i] * x[i];
+    sum = sqrt(sum);
+    return sum > 0 ? (float)(1.0 / sum) : 0.0f;
+}
+
 /* MaxSim without the (n_q, n_d) similarity matrix: query rows go four at a time, so each
  * document row is read once per four queries and its dot products fold straight into the four
- * running maxima. */
-float brisk_maxsim(const float *q, int n_q, const float *d, int n_d, int dim) {
-    if (n_q <= 0 || n_d <= 0 || dim <= 0) return 0.0f;
+ * running maxima. qs (n_q), ds (n_d): scales of each row's dot products (its inverse norm: the
+ * row normalised without a copy), NULL: 1 (a product by 1 is exact: brisk_maxsim's sums). */
+static double maxsim_rows(const float *q, int n_q, const float *d, int64_t n_d, int dim, const float *qs,
+                          const float *ds) {
     double total = 0;
     int i = 0;
     for (; i + 4 <= n_q; i += 4) {
         const float *q0 = q + (size_t)i * dim, *q1 = q0 + dim, *q2 = q1 + dim, *q3 = q2 + dim;
         float m0 = -INFINITY, m1 = -INFINITY, m2 = -INFINITY, m3 = -INFINITY;
-        for (int j = 0; j < n_d; j++) {
-            const float *dr = d + (size_t)j * dim;
+        for (int64_t j = 0; j < n_d; j++) {
+            const float *dr = d + (size_t)j * dim, sj = ds ? ds[j] : 1.0f;
             float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
             for (int k = 0; k < dim; k++) {
                 float x = dr[k];
                 s0 += q0[k] * x, s1 += q1[k] * x, s2 += q2[k] * x, s3 += q3[k] * x;
             }
+            s0 *= sj, s1 *= sj, s2 *= sj, s3 *= sj;
             m0 = s0 > m0 ? s0 : m0, m1 = s1 > m1 ? s1 : m1, m2 = s2 > m2 ? s2 : m2, m3 = s3 > m3 ? s3 : m3;
         }
-        total += (double)m0 + m1 + m2 + m3;
+        if (qs) total += (double)m0 * qs[i] + (double)m1 * qs[i + 1] + (double)m2 * qs[i + 2] + (double)m3 * qs[i + 3];
+        else total += (double)m0 + m1 + m2 + m3;
     }
     for (; i < n_q; i++) {
         const float *qr = q + (size_t)i * dim;
         float m = -INFINITY;
-        for (int j = 0; j < n_d; j++) {
+        for (int64_t j = 0; j < n_d; j++) {
             const float *dr = d + (size_t)j * dim;
             float s = 0;
             for (int k = 0; k < dim; k++) s += qr[k] * dr[k];
+            if (ds) s *= ds[j];
             m = s > m ? s : m;
         }
-        total += m;
+        total += qs ? (double)m * qs[i] : m;
     }
-    return (float)total;
+    return total;
+}
+
+float brisk_maxsim(const float *q, int n_q, const float *d, int n_d, int dim) {
+    if (n_q <= 0 || n_d <= 0 || dim <= 0) return 0.0f;
+    return (float)maxsim_rows(q, n_q, d, n_d, dim, NULL, NULL);
+}
+
+/* brisk_maxsim_batch on the host, a document at a time; normalising scales each dot product by
+ * its rows' inverse norms (the query's once, each document's when it comes). */
+static brisk_status maxsim_batch_cpu(const float *q, int n_q, const float *d, const int64_t *off, int n_docs, int dim,
+                                     bool normalize, float *scores) {
+    int64_t longest = 0;
+    for (int j = 0; j < n_docs; j++) longest = off[j + 1] - off[j] > longest ? off[j + 1] - off[j] : longest;
+    float *qs = NULL, *ds = NULL;
+    if (normalize && n_q > 0 && longest > 0) {
+        qs = malloc((size_t)n_q * sizeof *qs);
+        ds = malloc((size_t)longest * sizeof *ds);
+        if (!qs || !ds) {
+            free(qs);
+            free(ds);
+            return bk_fail(BRISK_ERR_NOMEM, "maxsim: out of memory for %lld row scales", (long long)longest);
+        }
+        for (int i = 0; i < n_q; i++) qs[i] = l2_scale(q + (size_t)i * dim, dim);
+    }
+    for (int j = 0; j < n_docs; j++) {
+        const int64_t n_d = off[j + 1] - off[j];
+        const float *rows = d + (size_t)off[j] * dim;
+        if (n_q <= 0 || n_d <= 0) {
+            scores[j] = 0.0f;
+            continue;
+        }
+        if (ds)
+            for (int64_t r = 0; r < n_d; r++) ds[r] = l2_scale(rows + (size_t)r * dim, dim);
+        scores[j] = (float)maxsim_rows(q, n_q, rows, n_d, dim, qs, ds);
+    }
+    free(qs);
+    free(ds);
+    return BRISK_OK;
+}
+
+/* Document rows a GPU call copies to the device at a time (more when one document is longer), and
+ * documents at a time: the device scratch a context keeps for it (ctx_side_memory) stays near 64 MiB
+ * whatever the request. */
+#define MAXSIM_STAGE_BYTES ((size_t)64 << 20)
+#define MAXSIM_STAGE_DOCS 65536
+
+static size_t up256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+/* brisk_maxsim_batch on be, ctx's GPU (the backend's maxsim op): the query copied once, then the
+ * documents in runs that fit the staging, each run's scores read back (which waits for it).
+ * BRISK_ERR_NOMEM: the device has no room for the staging (the caller scores on the host). */
+static brisk_status maxsim_batch_gpu(brisk_context *ctx, bk_backend *be, const float *q, int n_q, const float *d,
+                                     const int64_t *off, int n_docs, int dim, bool normalize, float *scores) {
+    const size_t row_b = (size_t)dim * sizeof(float);
+    int64_t longest = 0, total = off[n_docs] - off[0];
+    for (int j = 0; j < n_docs; j++) longest = off[j + 1] - off[j] > longest ? off[j + 1] - off[j] : longest;
+    int64_t rows_cap = (int64_t)(MAXSIM_STAGE_BYTES / row_b);
+    rows_cap = rows_cap > total ? total : rows_cap;
+    rows_cap = rows_cap < longest ? longest : rows_cap;
+    if (rows_cap > INT32_MAX) return bk_fail(BRISK_ERR_NOMEM, "maxsim: a document of %lld rows", (long long)longest);
+    const int docs_cap = n_docs < MAXSIM_STAGE_DOCS ? n_docs : MAXSIM_STAGE_DOCS;
+    const size_t b_q = up256((size_t)n_q * row_b), b_d = up256((size_t)rows_cap * row_b),
+                 b_off = up256((size_t)(docs_cap + 1) * sizeof(int32_t)), b_work = up256(bk_maxsim_work_bytes(n_q, docs_cap));
+    void *mem = NULL;
+    BK_TRY(ctx_side_memory(ctx, b_q + b_d + b_off + b_work + (size_t)docs_cap * sizeof(float), &mem));
+    char *p = mem;
+    float *dq = (float *)p, *dd = (float *)(p + b_q), *dsc = (float *)(p + b_q + b_d + b_off + b_work);
+    int32_t *doff = (int32_t *)(p + b_q + b_d);
+    void *work = p + b_q + b_d + b_off;
+    int32_t *hoff = malloc((size_t)(docs_cap + 1) * sizeof *hoff);
+    if (!hoff) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    brisk_status st = bk_cuda_write(be, dq, q, (size_t)n_q * row_b);
+    for (int j0 = 0, j1; st == BRISK_OK && j0 < n_docs; j0 = j1) {
+        for (j1 = j0 + 1; j1 < n_docs && j1 - j0 < docs_cap && off[j1 + 1] - off[j0] <= rows_cap;) j1++;
+        const int64_t r0 = off[j0], nr = off[j1] - r0;
+        for (int k = 0; k <= j1 - j0; k++) hoff[k] = (int32_t)(off[j0 + k] - r0);
+        if (nr > 0) st = bk_cuda_write(be, dd, d + (size_t)r0 * dim, (size_t)nr * row_b);
+        if (st == BRISK_OK) st = bk_cuda_write(be, doff, hoff, (size_t)(j1 - j0 + 1) * sizeof *hoff);
+        if (st != BRISK_OK) break;
+        be->ops->maxsim(be, dq, n_q, dd, nr, doff, j1 - j0, dim, normalize, work, dsc);
+        st = be->ops->read(be, dsc, scores + j0, (size_t)(j1 - j0) * sizeof *scores);
+    }
+    free(hoff);
+    return st;
+}
+
+brisk_status brisk_maxsim_batch(brisk_context *ctx, const float *q, int n_q, const float *d, const int64_t *off,
+                                int n_docs, int dim, bool normalize, float *scores) {
+    if (n_q < 0 || n_docs < 0 || dim <= 0 || !off || (n_q > 0 && !q) || (n_docs > 0 && !scores))
+        return bk_fail(BRISK_ERR_INVALID_ARG, "maxsim: bad arguments (n_q %d, n_docs %d, dim %d)", n_q, n_docs, dim);
+    if (off[0] < 0) return bk_fail(BRISK_ERR_INVALID_ARG, "maxsim: a negative offset (%lld)", (long long)off[0]);
+    for (int j = 0; j < n_docs; j++)
+        if (off[j + 1] < off[j])
+            return bk_fail(BRISK_ERR_INVALID_ARG, "maxsim: document %d ends (%lld) before it starts (%lld)", j,
+                           (long long)off[j + 1], (long long)off[j]);
+    if (n_docs == 0) return BRISK_OK;
+    const int64_t total = off[n_docs] - off[0];
+    if (total > 0 && !d) return bk_fail(BRISK_ERR_INVALID_ARG, "maxsim: no document rows");
+    bk_backend *be = ctx_gpu_backend(ctx);
+    if (be && be->ops->maxsim && bk_cuda_maxsim_should_use(be, n_q, total, dim)) {
+        brisk_status st = maxsim_batch_gpu(ctx, be, q, n_q, d, off, n_docs, dim, normalize, scores);
+        if (st != BRISK_ERR_NOMEM) return st; /* else the device had no room: the host scores it */
+    }
+    return maxsim_batch_cpu(q, n_q, d, off, n_docs, dim, normalize, scores);
 }
