@@ -217,6 +217,7 @@ bool emb_parse(const oai_server *srv, const sched *sch, bool rerank, const char 
     if (ok && !(job->req = sched_req_new())) ok = oai_fail(e, 500, NULL, "out of memory");
     if (ok && sched_req_set_inputs(job->req, in.off, in.n_in) != BRISK_OK) ok = oai_fail(e, 400, NULL, "%s", brisk_last_error());
     if (ok) {
+        job->req->maxsim = rerank && job->score == EMB_SCORE_MAXSIM; /* scored where the context is */
         job->req->prompt = in.tok;
         job->req->n_prompt = in.n;
         in.tok = NULL;
@@ -278,7 +279,7 @@ static bool embeddings_data(const emb_job *job, const sched_req *r, float *tmp, 
     return true;
 }
 
-/* Document i's score (see embed.h); tmp holds two normalised copies' worth of rows. */
+/* Document i's score (see embed.h); tmp holds two normalised vectors. */
 static float rerank_score(const emb_job *job, const sched_req *r, int i, float *tmp) {
     int d = r->n_embd_out;
     if (job->score == EMB_SCORE_HEAD) return r->embd[(size_t)i * d];
@@ -289,12 +290,8 @@ static float rerank_score(const emb_job *job, const sched_req *r, int i, float *
         for (int k = 0; k < d; k++) s += (double)tmp[k] * tmp[d + k];
         return (float)s;
     }
-    /* MaxSim over the query's token rows [0, in_off[1]) and document i's [in_off[i+1], in_off[i+2]) */
-    int nq = r->in_off[1], o = r->in_off[i + 1], nd = r->in_off[i + 2] - o;
-    float *q = tmp, *dd = tmp + (size_t)nq * d;
-    for (int t = 0; t < nq; t++) brisk_embd_normalize(r->embd + (size_t)t * d, q + (size_t)t * d, d, 2);
-    for (int t = 0; t < nd; t++) brisk_embd_normalize(r->embd + (size_t)(o + t) * d, dd + (size_t)t * d, d, 2);
-    return brisk_maxsim(q, nq, dd, nd, d);
+    /* MaxSim: the scheduler scored every document at once (sched_req.maxsim) */
+    return r->scores[i];
 }
 
 typedef struct scored { int index; float score; } scored;
@@ -321,8 +318,7 @@ static bool rerank_results(const emb_job *job, const sched_req *r, float *tmp, c
 }
 
 char *emb_response(const oai_server *srv, const emb_job *job, const sched_req *r) {
-    size_t rows = job->rerank && job->score == EMB_SCORE_MAXSIM ? (size_t)r->n_prompt : 2;
-    float *tmp = malloc(rows * (size_t)r->n_embd_out * sizeof(float));
+    float *tmp = malloc(2 * (size_t)r->n_embd_out * sizeof(float));
     cJSON *root = cJSON_CreateObject();
     bool ok = tmp && root;
     if (ok) {
