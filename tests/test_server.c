@@ -382,6 +382,36 @@ static void test_xml_bare_function(void) {
     cJSON_Delete(tools);
 }
 
+/* An oai_server over ../shared's Qwen2 vocabulary with the real qwen3.5.jinja (4 slots): the
+ * fixture of the tool-call tests that go through oai_parse. False when a check failed or the
+ * vocabulary is missing (q->m NULL: test_qwen2_vocab said skip); qwen_srv_close frees either way. */
+typedef struct qwen_srv {
+    brisk_model *m;
+    char *tmpl;
+    chat_fmt *f;
+    oai_server srv;
+} qwen_srv;
+
+static bool qwen_srv_open(qwen_srv *q) {
+    memset(q, 0, sizeof *q);
+    size_t n = 0;
+    if (!(q->m = test_qwen2_vocab())) return false;
+    q->tmpl = test_read_file("tests/data/chat_templates/qwen3.5.jinja", &n);
+    CHECK(q->tmpl != NULL);
+    if (q->tmpl) CHECK_OK(chat_fmt_new(q->m, q->tmpl, &q->f));
+    q->srv = (oai_server){.model = q->m, .fmt = q->f, .model_id = "m", .n_parallel = 4, .n_ctx_slot = 4096};
+    if (!q->f) return false;
+    brisk_status st = oai_server_init(&q->srv);
+    CHECK_OK(st);
+    return st == BRISK_OK;
+}
+
+static void qwen_srv_close(qwen_srv *q) {
+    chat_fmt_free(q->f);
+    free(q->tmpl);
+    brisk_model_free(q->m);
+}
+
 /* A <tool_call> inside an unclosed <think> (the template opened it): with the XML syntax it ends the
  * reasoning and is a call, and the lazy grammar of an auto request starts there, as llama.cpp's
  * Qwen3-Coder handler (</think> and <tool_call> its reasoning's end tags); with the JSON syntax it stays
@@ -405,55 +435,48 @@ static void test_xml_tool_call_in_think(void) {
             chat_parser_free(&p);
         }
     /* the server's lazy grammar: waits through the reasoning, starts at the call */
-    brisk_model *m = test_qwen2_vocab();
-    size_t n = 0;
-    char *qwen = m ? test_read_file("tests/data/chat_templates/qwen3.5.jinja", &n) : NULL;
-    chat_fmt *f = NULL;
-    if (qwen) CHECK_OK(chat_fmt_new(m, qwen, &f));
-    oai_server srv = {.model = m, .fmt = f, .model_id = "m", .n_parallel = 4, .n_ctx_slot = 4096};
+    qwen_srv q;
+    bool up = qwen_srv_open(&q);
+    if (!q.m) { /* no vocabulary: skipped */
+        cJSON_Delete(tools);
+        return;
+    }
     char *tj = cJSON_PrintUnformatted(tools), body[4096];
     snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":%s}", tj ? tj : "[]");
     oai_job job;
     oai_error e = {0};
-    bool ok = f && oai_server_init(&srv) == BRISK_OK && oai_parse(&srv, body, strlen(body), true, &job, &e);
+    bool ok = up && oai_parse(&q.srv, body, strlen(body), true, &job, &e);
     CHECK(ok);
     if (ok) {
         brisk_grammar *g = job.req->ch[0].grammar;
         CHECK(g && brisk_grammar_waiting(g));
         CHECK(job.ch[0].parser.mode == 1); /* the template opened <think> */
         if (g) {
-            CHECK(grammar_takes(m, g, "Let me look.\n") && brisk_grammar_waiting(g));
-            CHECK(grammar_takes(m, g, "<tool_call>\n<function=note>\n") && !brisk_grammar_waiting(g));
-            CHECK(!grammar_takes(m, g, "<parameter=nope>"));
+            CHECK(grammar_takes(q.m, g, "Let me look.\n") && brisk_grammar_waiting(g));
+            CHECK(grammar_takes(q.m, g, "<tool_call>\n<function=note>\n") && !brisk_grammar_waiting(g));
+            CHECK(!grammar_takes(q.m, g, "<parameter=nope>"));
         }
         oai_job_free(&job);
         sched_req_free(job.req);
     }
     free(tj);
-    chat_fmt_free(f);
-    free(qwen);
-    brisk_model_free(m);
+    qwen_srv_close(&q);
     cJSON_Delete(tools);
 }
 
 /* A chat request with n choices and tools: every choice's parser reads the job's one copy of the
  * tools (borrowed), which outlives the body oai_parse freed: an XML call's integer stays typed. */
 static void test_job_tools_shared(void) {
-    brisk_model *m = test_qwen2_vocab();
-    if (!m) return;
-    size_t n = 0;
-    char *qwen = test_read_file("tests/data/chat_templates/qwen3.5.jinja", &n);
-    chat_fmt *f = NULL;
-    if (qwen) CHECK_OK(chat_fmt_new(m, qwen, &f));
-    oai_server srv = {.model = m, .fmt = f, .model_id = "m", .n_parallel = 4, .n_ctx_slot = 4096};
-    if (f) CHECK_OK(oai_server_init(&srv));
+    qwen_srv q;
+    bool up = qwen_srv_open(&q);
+    if (!q.m) return; /* no vocabulary: skipped */
     const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"n\":3,"
                        "\"chat_template_kwargs\":{\"enable_thinking\":false},\"tools\":[{\"type\":"
                        "\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":"
                        "{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"}}}}}]}";
     oai_job job;
     oai_error e = {0};
-    bool ok = f && oai_parse(&srv, body, strlen(body), true, &job, &e);
+    bool ok = up && oai_parse(&q.srv, body, strlen(body), true, &job, &e);
     CHECK(ok);
     if (ok) {
         CHECK(job.n == 3 && job.tool_defs);
@@ -465,9 +488,7 @@ static void test_job_tools_shared(void) {
         oai_job_free(&job);
         sched_req_free(job.req);
     }
-    chat_fmt_free(f);
-    free(qwen);
-    brisk_model_free(m);
+    qwen_srv_close(&q);
 }
 
 /* The template's form: llama.cpp's check (<tool_call>, <function=, <parameter= in the source; without
