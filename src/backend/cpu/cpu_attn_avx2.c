@@ -99,15 +99,29 @@ int cpu_attn_head_avx2(const cpu_attn_head *a) {
     const size_t lstride = (size_t)16 * hd; /* one head's lanes */
     const int full = np & ~15;
     memset(a->lanes, 0, (size_t)nq * lstride * sizeof(float));
-    for (int p = 0; p < full; p++) {
-        const void *vr = cpu_kv_row(a->kv, a->kv->v, a->table, p, a->kvh, a->n_head_kv, a->hd);
-        for (int i = 0; i < hd; i += 8) {
-            const __m256 v = load8(vr, i, f16);
-            for (int g = 0; g < nq; g++) {
-                float *ln = a->lanes + g * lstride + (size_t)(p & 15) * hd + i;
-                _mm256_storeu_ps(ln, _mm256_fmadd_ps(v, _mm256_set1_ps(a->scores[g * a->sc_stride + p]),
-                                                     _mm256_loadu_ps(ln)));
-            }
+    /* Lane r (of 16) sums the positions p = r mod 16 in order, as the portable loop does. Blocks of
+     * V_BLOCK positions (their V rows stay in L1) keep a lane's 8 columns in registers for the block's
+     * V_BLOCK / 16 positions, for up to 8 heads of the group at once: one load and store of a lane's
+     * sums per block, where a load and store per position and column chunk made this loop most of
+     * the decode attention's time on AVX2. */
+    enum { V_BLOCK = 64 };
+    for (int b0 = 0; b0 < full; b0 += V_BLOCK) {
+        const int b1 = b0 + V_BLOCK < full ? b0 + V_BLOCK : full;
+        const void *vr[V_BLOCK];
+        for (int p = b0; p < b1; p++) vr[p - b0] = cpu_kv_row(a->kv, a->kv->v, a->table, p, a->kvh, a->n_head_kv, a->hd);
+        for (int g0 = 0; g0 < nq; g0 += 8) {
+            const int ng = nq - g0 < 8 ? nq - g0 : 8;
+            for (int i = 0; i < hd; i += 8)
+                for (int r = 0; r < 16; r++) {
+                    __m256 acc[8];
+                    for (int g = 0; g < ng; g++) acc[g] = _mm256_loadu_ps(a->lanes + (g0 + g) * lstride + (size_t)r * hd + i);
+                    for (int p = b0 + r; p < b1; p += 16) {
+                        const __m256 v = load8(vr[p - b0], i, f16);
+                        for (int g = 0; g < ng; g++)
+                            acc[g] = _mm256_fmadd_ps(v, _mm256_set1_ps(a->scores[(g0 + g) * a->sc_stride + p]), acc[g]);
+                    }
+                    for (int g = 0; g < ng; g++) _mm256_storeu_ps(a->lanes + (g0 + g) * lstride + (size_t)r * hd + i, acc[g]);
+                }
         }
     }
     for (int g = 0; g < nq; g++) {
