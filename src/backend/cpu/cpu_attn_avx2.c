@@ -57,14 +57,44 @@ static inline __m256 exp_poly8(__m256 x) {
     return _mm256_blendv_ps(alt, r, ok);
 }
 
+/* Positions a cache row is asked for ahead (K), and the V sums' block (its rows stay in L1). */
+enum { KV_PF = 8, V_BLOCK = 64 };
+
+static inline void prefetch_row(const void *row, int bytes) {
+    for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)row + o, _MM_HINT_T0);
+}
+
+/* Lane r (of 16) sums the positions p = r mod 16 in order, as the portable loop does. A block of
+ * V_BLOCK positions keeps a lane's 8 columns in registers for its V_BLOCK / 16 positions, for NG
+ * heads of the group at once (a constant, so that acc stays in registers): one load and store of a
+ * lane's sums per block, where a load and store per position and column chunk made this loop most
+ * of the decode attention's time on AVX2. vr: the block's rows. */
+static inline __attribute__((always_inline)) void v_block(const void *const *vr, int b0, int b1, int hd, int f16,
+                                                          const float *sc, size_t sc_stride, float *ln, size_t lstride,
+                                                          const int NG) {
+    for (int i = 0; i < hd; i += 8)
+        for (int r = 0; r < 16; r++) {
+            __m256 acc[8];
+            for (int g = 0; g < NG; g++) acc[g] = _mm256_loadu_ps(ln + g * lstride + (size_t)r * hd + i);
+            for (int p = b0 + r; p < b1; p += 16) {
+                const __m256 v = load8(vr[p - b0], i, f16);
+                for (int g = 0; g < NG; g++) acc[g] = _mm256_fmadd_ps(v, _mm256_set1_ps(sc[g * sc_stride + p]), acc[g]);
+            }
+            for (int g = 0; g < NG; g++) _mm256_storeu_ps(ln + g * lstride + (size_t)r * hd + i, acc[g]);
+        }
+}
+
 int cpu_attn_head_avx2(const cpu_attn_head *a) {
     if (bk_kv_block_bytes(a->kv->kv_type)) return 0; /* q8_0, q4_0: the portable version */
     const int hd = a->hd, np = a->np, f16 = a->kv->kv_type == BRISK_KV_F16, nq = a->n_q;
     if (hd % 16 || nq < 1 || nq > 16) return 0;
     float mx[16];
     for (int g = 0; g < nq; g++) mx[g] = -INFINITY;
+    const int row_bytes = hd * (f16 ? 2 : 4);
     for (int p = 0; p < np; p++) {
         const void *kr = cpu_kv_row(a->kv, a->kv->k, a->table, p, a->kvh, a->n_head_kv, a->hd);
+        if (p + KV_PF < np) /* a head's rows are n_head_kv rows apart: too far for the prefetchers */
+            prefetch_row(cpu_kv_row(a->kv, a->kv->k, a->table, p + KV_PF, a->kvh, a->n_head_kv, a->hd), row_bytes);
         for (int g = 0; g < nq; g++) {
             const float *q = a->q + (size_t)g * hd;
             __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
@@ -99,29 +129,28 @@ int cpu_attn_head_avx2(const cpu_attn_head *a) {
     const size_t lstride = (size_t)16 * hd; /* one head's lanes */
     const int full = np & ~15;
     memset(a->lanes, 0, (size_t)nq * lstride * sizeof(float));
-    /* Lane r (of 16) sums the positions p = r mod 16 in order, as the portable loop does. Blocks of
-     * V_BLOCK positions (their V rows stay in L1) keep a lane's 8 columns in registers for the block's
-     * V_BLOCK / 16 positions, for up to 8 heads of the group at once: one load and store of a lane's
-     * sums per block, where a load and store per position and column chunk made this loop most of
-     * the decode attention's time on AVX2. */
-    enum { V_BLOCK = 64 };
-    for (int b0 = 0; b0 < full; b0 += V_BLOCK) {
+    /* v_block's sums, up to 8 heads at a time; the block after is asked for while one runs */
+    const void *vb[2][V_BLOCK];
+    for (int p = 0; p < V_BLOCK && p < full; p++) vb[0][p] = cpu_kv_row(a->kv, a->kv->v, a->table, p, a->kvh, a->n_head_kv, a->hd);
+    for (int b0 = 0, cur = 0; b0 < full; b0 += V_BLOCK, cur ^= 1) {
         const int b1 = b0 + V_BLOCK < full ? b0 + V_BLOCK : full;
-        const void *vr[V_BLOCK];
-        for (int p = b0; p < b1; p++) vr[p - b0] = cpu_kv_row(a->kv, a->kv->v, a->table, p, a->kvh, a->n_head_kv, a->hd);
+        for (int p = b1; p < b1 + V_BLOCK && p < full; p++) { /* the next block's rows, asked for now */
+            vb[cur ^ 1][p - b1] = cpu_kv_row(a->kv, a->kv->v, a->table, p, a->kvh, a->n_head_kv, a->hd);
+            prefetch_row(vb[cur ^ 1][p - b1], row_bytes);
+        }
         for (int g0 = 0; g0 < nq; g0 += 8) {
-            const int ng = nq - g0 < 8 ? nq - g0 : 8;
-            for (int i = 0; i < hd; i += 8)
-                for (int r = 0; r < 16; r++) {
-                    __m256 acc[8];
-                    for (int g = 0; g < ng; g++) acc[g] = _mm256_loadu_ps(a->lanes + (g0 + g) * lstride + (size_t)r * hd + i);
-                    for (int p = b0 + r; p < b1; p += 16) {
-                        const __m256 v = load8(vr[p - b0], i, f16);
-                        for (int g = 0; g < ng; g++)
-                            acc[g] = _mm256_fmadd_ps(v, _mm256_set1_ps(a->scores[(g0 + g) * a->sc_stride + p]), acc[g]);
-                    }
-                    for (int g = 0; g < ng; g++) _mm256_storeu_ps(a->lanes + (g0 + g) * lstride + (size_t)r * hd + i, acc[g]);
-                }
+            float *ln = a->lanes + g0 * lstride;
+            const float *sc = a->scores + g0 * a->sc_stride;
+            switch (nq - g0 < 8 ? nq - g0 : 8) { /* the heads' sums in registers: a constant count each */
+            case 1: v_block(vb[cur], b0, b1, hd, f16, sc, a->sc_stride, ln, lstride, 1); break;
+            case 2: v_block(vb[cur], b0, b1, hd, f16, sc, a->sc_stride, ln, lstride, 2); break;
+            case 3: v_block(vb[cur], b0, b1, hd, f16, sc, a->sc_stride, ln, lstride, 3); break;
+            case 4: v_block(vb[cur], b0, b1, hd, f16, sc, a->sc_stride, ln, lstride, 4); break;
+            case 5: v_block(vb[cur], b0, b1, hd, f16, sc, a->sc_stride, ln, lstride, 5); break;
+            case 6: v_block(vb[cur], b0, b1, hd, f16, sc, a->sc_stride, ln, lstride, 6); break;
+            case 7: v_block(vb[cur], b0, b1, hd, f16, sc, a->sc_stride, ln, lstride, 7); break;
+            default: v_block(vb[cur], b0, b1, hd, f16, sc, a->sc_stride, ln, lstride, 8); break;
+            }
         }
     }
     for (int g = 0; g < nq; g++) {
