@@ -6,16 +6,11 @@
 set -e
 out=${TMPDIR:-/tmp}/kv_emu
 mkdir -p "$out"
-python3 - "$out/kv_emu.inc" <<'PY'
-import sys
-s = open('src/backend/cuda/cuda_internal.cuh').read()
-cut = lambda t, a, b: t[t.index(a):t.index(b, t.index(a))]
-k = cut(s, 'enum { KT_F32 = 0', '/* One check macro:')
-k += cut(s, 'template <int KT> __device__ __forceinline__ uint4 kvq_load8(', '__constant__ static const int8_t bk_iq4nl')
-a = open('src/backend/cuda/cuda_attention.cu').read()
-k += cut(a, 'template <int KT> __device__ __forceinline__ float kv_at(', '/* One block per (G query heads')
-open(sys.argv[1], 'w').write(k)
-PY
+python3 dev/kernels/emu_cut.py "$out/kv_emu.inc" \
+  src/backend/cuda/cuda_internal.cuh 'enum { KT_F32 = 0' '/* One check macro:' \
+  src/backend/cuda/cuda_internal.cuh 'template <int KT> __device__ __forceinline__ uint4 kvq_load8(' \
+    '__constant__ static const int8_t bk_iq4nl' \
+  src/backend/cuda/cuda_attention.cu 'template <int KT> __device__ __forceinline__ float kv_at(' '/* One block per (G query heads'
 for f in quant/quant quant/quant_kquant quant/quant_iq quant/quant_iq_grids quant/quant_iq_search base/status; do
   gcc -std=c11 -O1 -w -D_GNU_SOURCE -Isrc -Iinclude -c src/$f.c -o "$out/$(basename $f).o"
 done
