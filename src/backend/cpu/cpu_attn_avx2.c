@@ -84,6 +84,28 @@ static inline __attribute__((always_inline)) void v_block(const void *const *vr,
         }
 }
 
+/* The scores of position p for NG (<= 4) heads of the group, K's row kr loaded and converted once
+ * for all of them (before, once a head): per head the same sums in the same order as the loop below
+ * (lo: the 16-column chunks' first halves, hi: their second), so the same bits. */
+static inline __attribute__((always_inline)) void k_scores(const cpu_attn_head *a, const void *kr, int p, int f16,
+                                                           float *mx, const int NG) {
+    __m256 lo[4], hi[4];
+    for (int g = 0; g < NG; g++) lo[g] = hi[g] = _mm256_setzero_ps();
+    for (int i = 0; i < a->hd; i += 16) {
+        const __m256 k0 = load8(kr, i, f16), k1 = load8(kr, i + 8, f16);
+        for (int g = 0; g < NG; g++) {
+            const float *q = a->q + (size_t)g * a->hd + i;
+            lo[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q), k0, lo[g]);
+            hi[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8), k1, hi[g]);
+        }
+    }
+    for (int g = 0; g < NG; g++) {
+        const float s = reduce16_halves(lo[g], hi[g]) * a->scale;
+        a->scores[g * a->sc_stride + p] = s;
+        if (s > mx[g]) mx[g] = s;
+    }
+}
+
 int cpu_attn_head_avx2(const cpu_attn_head *a) {
     if (bk_kv_block_bytes(a->kv->kv_type)) return 0; /* q8_0, q4_0: the portable version */
     const int hd = a->hd, np = a->np, f16 = a->kv->kv_type == BRISK_KV_F16, nq = a->n_q;
@@ -95,6 +117,15 @@ int cpu_attn_head_avx2(const cpu_attn_head *a) {
         const void *kr = cpu_kv_row(a->kv, a->kv->k, a->table, p, a->kvh, a->n_head_kv, a->hd);
         if (p + KV_PF < np) /* a head's rows are n_head_kv rows apart: too far for the prefetchers */
             prefetch_row(cpu_kv_row(a->kv, a->kv->k, a->table, p + KV_PF, a->kvh, a->n_head_kv, a->hd), row_bytes);
+        if (nq <= 4) { /* the row converted once for the group's heads */
+            switch (nq) {
+            case 1: k_scores(a, kr, p, f16, mx, 1); break;
+            case 2: k_scores(a, kr, p, f16, mx, 2); break;
+            case 3: k_scores(a, kr, p, f16, mx, 3); break;
+            default: k_scores(a, kr, p, f16, mx, 4); break;
+            }
+            continue;
+        }
         for (int g = 0; g < nq; g++) {
             const float *q = a->q + (size_t)g * hd;
             __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
