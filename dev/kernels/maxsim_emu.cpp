@@ -10,7 +10,7 @@
  * What it cannot show: the device's scheduling (a missing __syncthreads can pass here when the
  * emulated threads happen to run in order), its shared-memory banks and what nvcc makes of the
  * arithmetic (the kernels use fmaf; built with -ffp-contract=off, the rest rounds as written).
- * Build and run (a minute or two on two cores): sh dev/kernels/maxsim_emu.sh */
+ * Build and run (a minute on two cores): sh dev/kernels/maxsim_emu.sh */
 #include <atomic>
 #include <barrier>
 #include <cmath>
@@ -96,16 +96,14 @@ template <class F> static void launch(unsigned grid, F kernel) {
 
 /* cuda_maxsim's launches, in its order and with its choice of the query tile (TM from n_q) */
 static void emu_maxsim(const float *q, int n_q, const float *d, int64_t n_rows, const int32_t *off, int n_docs, int dim,
-                       bool norm, unsigned *best, float *qs, int32_t *row_doc, float *scores) {
-    const size_t n_best = (size_t)n_docs * n_q, n_pre = n_best > (size_t)n_rows ? n_best : (size_t)n_rows;
-    const size_t pb = (n_pre + 255) / 256;
-    launch((unsigned)(pb < 1 ? 1 : pb > 1024 ? 1024 : pb),
-           [&] { maxsim_prep_kernel(q, n_q, dim, norm, off, n_docs, n_rows, best, n_best, qs, row_doc); });
+                       bool norm, unsigned *best, float *qs, float *scores) {
+    const size_t n_best = (size_t)n_docs * n_q, pb = (n_best + 255) / 256;
+    launch((unsigned)(pb < 1 ? 1 : pb > 1024 ? 1024 : pb), [&] { maxsim_prep_kernel(q, n_q, dim, norm, best, n_best, qs); });
     auto main_kernel = [&](auto tm) {
         constexpr int TM = decltype(tm)::value;
         const int n_qt = (n_q + 8 * TM - 1) / (8 * TM);
         launch((unsigned)((n_rows + MS_DT - 1) / MS_DT * n_qt),
-               [&] { maxsim_kernel<TM>(q, n_q, d, n_rows, off, row_doc, dim, norm, n_qt, best); });
+               [&] { maxsim_kernel<TM>(q, n_q, d, n_rows, off, n_docs, dim, norm, n_qt, best); });
     };
     if (n_rows > 0) {
         if (n_q <= 8) main_kernel(std::integral_constant<int, 1>());
@@ -137,10 +135,8 @@ static void check(int n_q, int dim, const std::vector<int> &len) {
     if (n_q > 2) memset(&q[(size_t)(n_q / 2) * dim], 0, sizeof(float) * dim);
     if (rows > 2) memset(&d[(size_t)(rows / 2) * dim], 0, sizeof(float) * dim);
     std::vector<unsigned> best((size_t)n_docs * n_q);
-    std::vector<int32_t> row_doc(rows ? rows : 1);
     for (int norm = 0; norm < 2; norm++) {
-        emu_maxsim(q.data(), n_q, d.data(), rows, off.data(), n_docs, dim, norm, best.data(), qs.data(), row_doc.data(),
-                   sc.data());
+        emu_maxsim(q.data(), n_q, d.data(), rows, off.data(), n_docs, dim, norm, best.data(), qs.data(), sc.data());
         int bad = 0;
         for (int j = 0; j < n_docs; j++) {
             double want = 0, bound = 0;

@@ -61,7 +61,7 @@ static void run(brisk_context *ctx, int n_q, int dim, int n_docs, int len, doubl
     float *dq = (float *)dev_put(be, q, sizeof(float) * (size_t)n_q * dim);
     float *dd = (float *)dev_put(be, d, sizeof(float) * (size_t)rows * dim);
     int32_t *doff = (int32_t *)dev_put(be, off32, sizeof(int32_t) * (n_docs + 1));
-    void *work = dev_put(be, NULL, bk_maxsim_work_bytes(n_q, n_docs, rows));
+    void *work = dev_put(be, NULL, bk_maxsim_work_bytes(n_q, n_docs));
     float *dsc = (float *)dev_put(be, NULL, sizeof(float) * n_docs);
     const float t_op = time_ms(cb->stream, [&](int) {
         be->ops->maxsim(be, dq, n_q, dd, rows, doff, n_docs, dim, true, work, dsc);

@@ -341,10 +341,10 @@ struct bk_backend {
     const bk_backend_ops *ops;
 };
 
-/* Bytes of the maxsim op's work area: a running maximum per (document, query row), a scale per
- * query row and each document row's document. */
-static inline size_t bk_maxsim_work_bytes(int n_q, int n_docs, int64_t n_rows) {
-    return ((size_t)n_q * (size_t)n_docs + (size_t)n_q + (size_t)n_rows) * 4;
+/* Bytes of the maxsim op's work area: a running maximum per (document, query row) and a scale per
+ * query row. */
+static inline size_t bk_maxsim_work_bytes(int n_q, int n_docs) {
+    return ((size_t)n_q * (size_t)n_docs + (size_t)n_q) * 4;
 }
 
 /* The CPU backend with n_threads workers (0: all cores). */

@@ -185,7 +185,7 @@ static brisk_status maxsim_batch_gpu(brisk_context *ctx, bk_backend *be, const f
     if (rows_cap > INT32_MAX) return bk_fail(BRISK_ERR_NOMEM, "maxsim: a document of %lld rows", (long long)longest);
     const int docs_cap = n_docs < MAXSIM_STAGE_DOCS ? n_docs : MAXSIM_STAGE_DOCS;
     const size_t b_q = up256((size_t)n_q * row_b), b_d = up256((size_t)rows_cap * row_b),
-                 b_off = up256((size_t)(docs_cap + 1) * sizeof(int32_t)), b_work = up256(bk_maxsim_work_bytes(n_q, docs_cap, rows_cap));
+                 b_off = up256((size_t)(docs_cap + 1) * sizeof(int32_t)), b_work = up256(bk_maxsim_work_bytes(n_q, docs_cap));
     void *mem = NULL;
     BK_TRY(ctx_side_memory(ctx, b_q + b_d + b_off + b_work + (size_t)docs_cap * sizeof(float), &mem));
     char *p = mem;

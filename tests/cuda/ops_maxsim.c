@@ -69,7 +69,7 @@ static void check_maxsim(int n_q, int dim, const int *len, int n_docs) {
     for (int j = 0; j <= n_docs; j++) off32[j] = (int32_t)off[j];
     float *dq = dev_copy(q, sizeof(float) * (size_t)n_q * dim), *dd = dev_copy(d, sizeof(float) * (size_t)(rows ? rows : 1) * dim);
     int32_t *doff = dev_copy(off32, sizeof(int32_t) * (size_t)(n_docs + 1));
-    void *work = dev_copy(NULL, bk_maxsim_work_bytes(n_q, n_docs, rows));
+    void *work = dev_copy(NULL, bk_maxsim_work_bytes(n_q, n_docs));
     float *dsc = dev_copy(NULL, sizeof(float) * n_docs);
     for (int norm = 0; norm < 2; norm++) {
         const long l0 = bk_cuda_path_launches(gpu, "maxsim");

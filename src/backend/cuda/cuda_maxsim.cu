@@ -10,22 +10,19 @@
  * tile row per document in the tile (the segmented maximum) and merges it into a running maximum
  * per (document, query row) in global memory with atomicMax on an order-preserving integer
  * encoding. The (n_q, n_rows) similarity matrix never leaves the registers; the running maxima
- * (n_docs x n_q values) are the only intermediate. Three launches: one clears them and finds each
- * row's document (and the query rows' norms), the product, then a sum per document.
+ * (n_docs x n_q values) are the only intermediate. A second launch sums them per document.
  *
  * Bytes and work: every document row is read once per QT query rows (once for n_q <= 64: QT is
  * picked from n_q, 8 to 64), 4 * dim bytes for 2 * QT * dim flops, so n_q = 32 is 16 flop/byte:
  * near an H100's ridge for f32 SIMT (67 TFLOP/s over 3.35 TB/s); n_q 64 is bound by the FMA
- * pipes, n_q <= 16 by the memory. Besides: the query tile re-read from the L2 by each block (QT/DT
- * of the document bytes), a row's document written and read (8 bytes a row: 1.6% at dim 128), the
- * running maxima (n_docs x n_q x 4 bytes, twice). Measured by dev/kernels/maxsim_lab.cu (not yet on
- * a GPU).
+ * pipes, n_q <= 16 by the memory. The query tile is re-read from the L2 for each block (QT/DT of
+ * the document bytes). Measured by dev/kernels/maxsim_lab.cu (not yet on a GPU).
  *
  * Normalising (normalize): a row's dots are scaled by its inverse L2 norm instead of the row
  * being rewritten: the document rows' sums of squares come from the values the block loads
  * anyway, the query rows' once by the first launch; a zero row scales to 0 as
  * brisk_embd_normalize leaves it. Products are fp32 FMA (another summation order than the CPU's:
- * tests/test_cuda_ops.c's maxsim allows 1e-5 of each score's magnitude bound). */
+ * the tests allow 1e-5 relative, tests/test_cuda_ops.c's maxsim). */
 #include "backend/cuda/cuda_internal.cuh"
 
 #define MS_THREADS 256
@@ -77,25 +74,12 @@ template <int N> __device__ __forceinline__ void ms_lds(const float *p, float *v
     }
 }
 
-/* The first launch: the running maxima to "none" (0), each document row's document (the last j
- * with off[j] <= row: empty documents hold none; a binary search a row, here where many warps hide
- * its chain of loads rather than at the start of each product block), and the query rows' scales
- * (their inverse L2 norms, summed in double as brisk_embd_normalize does; 1 without normalize). */
+/* The first launch: the running maxima to "none" (0) and the query rows' scales (their inverse
+ * L2 norms, summed in double as brisk_embd_normalize does; 1 without normalize). */
 __global__ void maxsim_prep_kernel(const float *__restrict__ q, int n_q, int dim, bool normalize,
-                                   const int32_t *__restrict__ off, int n_docs, int64_t n_rows,
-                                   unsigned *__restrict__ best, size_t n_best, float *__restrict__ qs,
-                                   int32_t *__restrict__ row_doc) {
-    const size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x, step = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = i0; i < n_best; i += step) best[i] = 0;
-    for (size_t r = i0; r < (size_t)n_rows; r += step) {
-        int lo = 0, hi = n_docs - 1;
-        while (lo < hi) {
-            const int mid = lo + (hi - lo + 1) / 2;
-            if (off[mid] <= (int64_t)r) lo = mid;
-            else hi = mid - 1;
-        }
-        row_doc[r] = lo;
-    }
+                                   unsigned *__restrict__ best, size_t n_best, float *__restrict__ qs) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_best; i += (size_t)gridDim.x * blockDim.x)
+        best[i] = 0;
     if (blockIdx.x) return;
     const int lane = threadIdx.x % 32;
     for (int r = threadIdx.x / 32; r < n_q; r += blockDim.x / 32) {
@@ -116,8 +100,8 @@ __global__ void maxsim_prep_kernel(const float *__restrict__ q, int n_q, int dim
 template <int TM>
 __global__ void __launch_bounds__(MS_THREADS, 2)
     maxsim_kernel(const float *__restrict__ q, int n_q, const float *__restrict__ d, int64_t n_rows,
-                  const int32_t *__restrict__ off, const int32_t *__restrict__ row_doc, int dim, bool normalize,
-                  int n_qt, unsigned *__restrict__ best) {
+                  const int32_t *__restrict__ off, int n_docs, int dim, bool normalize, int n_qt,
+                  unsigned *__restrict__ best) {
     constexpr int QT = 8 * TM, DT = MS_DT, TN = 4, QP = QT + 4, DP = DT + 4;
     constexpr int QL = (QT * MS_KT + MS_THREADS - 1) / MS_THREADS, DL = DT * MS_KT / MS_THREADS;
     constexpr int OPER = 2 * MS_KT * (QP + DP), TILE = QT * DT;
@@ -131,6 +115,24 @@ __global__ void __launch_bounds__(MS_THREADS, 2)
     const int tile = blockIdx.x / n_qt, q0 = blockIdx.x % n_qt * QT;
     const int64_t row0 = (int64_t)tile * DT;
     const int qb = ((warp / 4) * 4 + lane / 8) * TM, db = ((warp % 4) * 8 + lane % 8) * TN;
+
+    if (tid < DT) { /* the row's document: the last j with off[j] <= row (empty documents hold none) */
+        const int64_t row = row0 + tid;
+        int doc = -1, slot = 0;
+        if (row < n_rows) {
+            int lo = 0, hi = n_docs - 1;
+            while (lo < hi) {
+                const int mid = (lo + hi + 1) / 2;
+                if (off[mid] <= row) lo = mid;
+                else hi = mid - 1;
+            }
+            doc = lo;
+            slot = off[lo] > row0 ? (int)(off[lo] - row0) : 0;
+        }
+        cdoc[tid] = doc;
+        cslot[tid] = slot;
+        ssq[tid] = 0.0f;
+    }
 
     /* Loader: element e = tid + 256 i of a stage is row (e / 8) % ROWS, k 8 (e / 8 / ROWS) + e % 8:
      * 8 lanes read 32 contiguous bytes of a row, a warp 4 rows. A thread's rows are the same at every
@@ -171,13 +173,6 @@ __global__ void __launch_bounds__(MS_THREADS, 2)
     };
 
     load(0);
-    if (tid < DT) { /* (after the first loads are on their way) */
-        const int64_t row = row0 + tid;
-        const int doc = row < n_rows ? row_doc[row] : -1;
-        cdoc[tid] = doc;
-        cslot[tid] = doc >= 0 && off[doc] > row0 ? (int)(off[doc] - row0) : 0;
-        ssq[tid] = 0.0f;
-    }
     store(0);
     __syncthreads();
     const int n_stage = (dim + MS_KT - 1) / MS_KT;
@@ -259,7 +254,7 @@ __global__ void maxsim_sum_kernel(const unsigned *__restrict__ best, const float
 
 template <int TM>
 static void maxsim_launch(cuda_backend *cb, const float *q, int n_q, const float *d, int64_t n_rows, const int32_t *off,
-                          const int32_t *row_doc, int dim, bool normalize, unsigned *best) {
+                          int n_docs, int dim, bool normalize, unsigned *best) {
     const int n_qt = (n_q + 8 * TM - 1) / (8 * TM);
     const int64_t blocks = (n_rows + MS_DT - 1) / MS_DT * n_qt;
     if (blocks > INT32_MAX) {
@@ -267,8 +262,8 @@ static void maxsim_launch(cuda_backend *cb, const float *q, int n_q, const float
                                    (long long)n_rows, n_q));
         return;
     }
-    maxsim_kernel<TM><<<(unsigned)blocks, MS_THREADS, 0, cb->stream>>>(q, n_q, d, n_rows, off, row_doc, dim,
-                                                                      normalize, n_qt, best);
+    maxsim_kernel<TM><<<(unsigned)blocks, MS_THREADS, 0, cb->stream>>>(q, n_q, d, n_rows, off, n_docs, dim, normalize,
+                                                                      n_qt, best);
     CU_COUNT(cb, CU_PATH_MAXSIM);
 }
 
@@ -281,18 +276,17 @@ extern "C" void cuda_maxsim(bk_backend *be, const float *q, int n_q, const float
         CU_OP(cb, cudaMemsetAsync(scores, 0, (size_t)n_docs * sizeof(float), cb->stream));
         return;
     }
+    unsigned *best = (unsigned *)work;                   /* (n_docs, n_q) */
+    float *qs = (float *)(best + (size_t)n_docs * n_q); /* (n_q) */
     const size_t n_best = (size_t)n_docs * n_q;
-    unsigned *best = (unsigned *)work;            /* (n_docs, n_q) */
-    float *qs = (float *)(best + n_best);         /* (n_q) */
-    int32_t *row_doc = (int32_t *)(qs + n_q);     /* (n_rows) */
-    const size_t n_pre = n_best > (size_t)n_rows ? n_best : (size_t)n_rows, pb = (n_pre + 255) / 256;
-    maxsim_prep_kernel<<<(unsigned)(pb < 1 ? 1 : pb > 1024 ? 1024 : pb), 256, 0, cb->stream>>>(
-        q, n_q, dim, normalize, off, n_docs, n_rows, best, n_best, qs, row_doc);
+    const size_t pb = (n_best + 255) / 256;
+    maxsim_prep_kernel<<<(unsigned)(pb < 1 ? 1 : pb > 1024 ? 1024 : pb), 256, 0, cb->stream>>>(q, n_q, dim, normalize,
+                                                                                             best, n_best, qs);
     if (n_rows > 0) { /* the query tile's height from n_q: rows past n_q cost FMAs, not bytes */
-        if (n_q <= 8) maxsim_launch<1>(cb, q, n_q, d, n_rows, off, row_doc, dim, normalize, best);
-        else if (n_q <= 16) maxsim_launch<2>(cb, q, n_q, d, n_rows, off, row_doc, dim, normalize, best);
-        else if (n_q <= 32) maxsim_launch<4>(cb, q, n_q, d, n_rows, off, row_doc, dim, normalize, best);
-        else maxsim_launch<8>(cb, q, n_q, d, n_rows, off, row_doc, dim, normalize, best);
+        if (n_q <= 8) maxsim_launch<1>(cb, q, n_q, d, n_rows, off, n_docs, dim, normalize, best);
+        else if (n_q <= 16) maxsim_launch<2>(cb, q, n_q, d, n_rows, off, n_docs, dim, normalize, best);
+        else if (n_q <= 32) maxsim_launch<4>(cb, q, n_q, d, n_rows, off, n_docs, dim, normalize, best);
+        else maxsim_launch<8>(cb, q, n_q, d, n_rows, off, n_docs, dim, normalize, best);
     }
     maxsim_sum_kernel<<<(unsigned)(((size_t)n_docs * 32 + 255) / 256), 256, 0, cb->stream>>>(best, qs, n_q, off, n_docs,
                                                                                            scores);
