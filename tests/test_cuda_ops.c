@@ -36,8 +36,6 @@
  *   ssm_conv 1e-6, carried inputs exact; gated_delta 1e-4 (outputs and the
  *     fp32 state, after up to 24 entries); sigmoid_mul 1e-6; gated_residual 1e-6 vs
  *     the CPU's three ops, bit for bit vs the GPU's
- *   maxsim (late interaction) 1e-5 of the score's magnitude bound vs a double reference, empty
- *     documents exactly 0; through brisk_maxsim_batch also 2e-5 vs the CPU's (tests/cuda/ops_maxsim.c)
  *   end to end: identical greedy tokens (but for ties within float noise); max |logit diff| <= 4e-3 * max |logit|
  *     (stories260K, and the models of BRISK_E2E_MODELS: tiny MoE and hybrids,
  *     also two sequences per batch)
@@ -1415,8 +1413,6 @@ static void test_attention_prefill(void) {
 }
 
 #include "cuda/ops_iq.c"
-/* late-interaction scoring: the maxsim op, and brisk_maxsim_batch through a GPU context */
-#include "cuda/ops_maxsim.c"
 
 int main(int argc, char **argv) {
     int nd = bk_cuda_device_count();
@@ -1443,7 +1439,6 @@ int main(int argc, char **argv) {
         {"attention_prefill", test_attention_prefill},
         {"get_rows_iq", test_get_rows_iq}, {"matmul_iq", test_matmul_iq},
         {"matmul_iq_cublas", test_matmul_iq_cublas}, {"moe_ffn_iq", test_moe_ffn_iq},
-        {"maxsim", test_maxsim},
     };
     int rc = test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
     cpu->ops->free(cpu);
