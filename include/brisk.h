@@ -378,15 +378,10 @@ float brisk_maxsim(const float *q, int n_q, const float *d, int n_d, int dim);
  * off[0] >= 0. normalize: every row (query and documents) counts as L2-normalised
  * (brisk_embd_normalize(row, .., dim, 2)), as late-interaction models score; nothing is copied, the
  * dot products are scaled. All memory is the caller's, on the host.
- * With ctx NULL, or a context whose model's output layer is on the CPU, or work below the GPU's
- * threshold (n_q x rows x dim multiply-adds, BRISK_CUDA_MAXSIM_MIN), the CPU scores. Otherwise the
- * context's GPU does (the rows copied there in runs of about 64 MiB; the context keeps that device
- * memory from the first such call until it is freed), with another summation order: scores agree
- * with the CPU's to fp32 rounding of the dot products (the tests allow 1e-5 of a score's magnitude
- * bound, the sum of |products|). A device without room for it leaves the call to the CPU.
- * Call it where brisk_decode may be called (not concurrently with another call on ctx).
- * BRISK_ERR_INVALID_ARG for a negative size, dim < 1, decreasing offsets or a missing array; a GPU
- * failure's status otherwise. */
+ * ctx (may be NULL) is the context whose device may score: today the CPU does for every context
+ * (a GPU kernel is written, on branch lab/maxsim-gpu, and lands with its measurement). Call it where
+ * brisk_decode may be called (not concurrently with another call on ctx).
+ * BRISK_ERR_INVALID_ARG for a negative size, dim < 1, decreasing offsets or a missing array. */
 brisk_status brisk_maxsim_batch(brisk_context *ctx, const float *q, int n_q, const float *d, const int64_t *off,
                                 int n_docs, int dim, bool normalize, float *scores);
 

@@ -124,10 +124,6 @@ struct brisk_context {
     /* EAGLE-3 features (eagle3_keep_layers) */
     float *taps;         /* (n_batch, n_tap * n_embd) host: the last batch's tapped layer inputs, or NULL */
     void *taps_mem;      /* backend memory of the stage's s.taps (n_ubatch rows) */
-    /* work beside the forward passes (brisk_maxsim_batch on a GPU): memory of the last stage's
-     * backend, made at the first use and grown when a use needs more */
-    void *side_mem;
-    size_t side_cap;     /* bytes */
 };
 
 int brisk_kv_type_from_name(const char *name) {
@@ -150,7 +146,6 @@ void brisk_context_free(brisk_context *c) {
     kv_cache_free(c->kv);
     if (c->hidden_mem) c->st[c->n_stage - 1].be->ops->release(c->st[c->n_stage - 1].be, c->hidden_mem);
     if (c->taps_mem) c->st[0].be->ops->release(c->st[0].be, c->taps_mem);
-    if (c->side_mem) c->st[c->n_stage - 1].be->ops->release(c->st[c->n_stage - 1].be, c->side_mem);
     for (int i = 0; i < 2; i++) {
         ctx_stage *st = &c->st[i];
         if (!st->be) continue;
@@ -1240,26 +1235,6 @@ int32_t brisk_seq_keepable(const brisk_context *c, int seq, int32_t n_tokens) {
 }
 
 int brisk_context_n_checkpoints(const brisk_context *c) { return c->n_ckpt; }
-
-bk_backend *ctx_gpu_backend(const brisk_context *c) {
-    bk_backend *be = c ? c->st[c->n_stage - 1].be : NULL;
-    return be && bk_backend_is_cuda(be, NULL) ? be : NULL;
-}
-
-brisk_status ctx_side_memory(brisk_context *c, size_t bytes, void **mem) {
-    *mem = NULL;
-    bk_backend *be = ctx_gpu_backend(c);
-    if (!be) return bk_fail(BRISK_ERR_UNSUPPORTED, "the context has no GPU stage");
-    if (bytes > c->side_cap) {
-        if (c->side_mem) be->ops->release(be, c->side_mem);
-        c->side_mem = NULL;
-        c->side_cap = 0;
-        BK_TRY(be->ops->alloc(be, bytes, &c->side_mem));
-        c->side_cap = bytes;
-    }
-    *mem = c->side_mem;
-    return BRISK_OK;
-}
 
 void brisk_context_memory(const brisk_context *c, brisk_memory_report *out) {
     *out = c->mem;

@@ -1,12 +1,10 @@
 /* pooling.c — the host side of embeddings: pooling names, the reranking head, normalisation and
- * late-interaction scoring (MaxSim: the CPU's loop, and the dispatch of a batch of documents to the
- * context's GPU, backend.h's maxsim op). See brisk.h's embeddings section. */
+ * late-interaction scoring (MaxSim, one document or a batch). See brisk.h's embeddings section. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_backend.h"
 #include "base/status.h"
 #include "engine/pooling.h"
 #include "quant/quant.h"
@@ -163,52 +161,6 @@ static brisk_status maxsim_batch_cpu(const float *q, int n_q, const float *d, co
     return BRISK_OK;
 }
 
-/* Document rows a GPU call copies to the device at a time (more when one document is longer), and
- * documents at a time: the device scratch a context keeps for it (ctx_side_memory) stays near 64 MiB
- * whatever the request. */
-#define MAXSIM_STAGE_BYTES ((size_t)64 << 20)
-#define MAXSIM_STAGE_DOCS 65536
-
-static size_t up256(size_t x) { return (x + 255) & ~(size_t)255; }
-
-/* brisk_maxsim_batch on be, ctx's GPU (the backend's maxsim op): the query copied once, then the
- * documents in runs that fit the staging, each run's scores read back (which waits for it).
- * BRISK_ERR_NOMEM: the device has no room for the staging (the caller scores on the host). */
-static brisk_status maxsim_batch_gpu(brisk_context *ctx, bk_backend *be, const float *q, int n_q, const float *d,
-                                     const int64_t *off, int n_docs, int dim, bool normalize, float *scores) {
-    const size_t row_b = (size_t)dim * sizeof(float);
-    int64_t longest = 0, total = off[n_docs] - off[0];
-    for (int j = 0; j < n_docs; j++) longest = off[j + 1] - off[j] > longest ? off[j + 1] - off[j] : longest;
-    int64_t rows_cap = (int64_t)(MAXSIM_STAGE_BYTES / row_b);
-    rows_cap = rows_cap > total ? total : rows_cap;
-    rows_cap = rows_cap < longest ? longest : rows_cap;
-    if (rows_cap > INT32_MAX) return bk_fail(BRISK_ERR_NOMEM, "maxsim: a document of %lld rows", (long long)longest);
-    const int docs_cap = n_docs < MAXSIM_STAGE_DOCS ? n_docs : MAXSIM_STAGE_DOCS;
-    const size_t b_q = up256((size_t)n_q * row_b), b_d = up256((size_t)rows_cap * row_b),
-                 b_off = up256((size_t)(docs_cap + 1) * sizeof(int32_t)), b_work = up256(bk_maxsim_work_bytes(n_q, docs_cap));
-    void *mem = NULL;
-    BK_TRY(ctx_side_memory(ctx, b_q + b_d + b_off + b_work + (size_t)docs_cap * sizeof(float), &mem));
-    char *p = mem;
-    float *dq = (float *)p, *dd = (float *)(p + b_q), *dsc = (float *)(p + b_q + b_d + b_off + b_work);
-    int32_t *doff = (int32_t *)(p + b_q + b_d);
-    void *work = p + b_q + b_d + b_off;
-    int32_t *hoff = malloc((size_t)(docs_cap + 1) * sizeof *hoff);
-    if (!hoff) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    brisk_status st = bk_cuda_write(be, dq, q, (size_t)n_q * row_b);
-    for (int j0 = 0, j1; st == BRISK_OK && j0 < n_docs; j0 = j1) {
-        for (j1 = j0 + 1; j1 < n_docs && j1 - j0 < docs_cap && off[j1 + 1] - off[j0] <= rows_cap;) j1++;
-        const int64_t r0 = off[j0], nr = off[j1] - r0;
-        for (int k = 0; k <= j1 - j0; k++) hoff[k] = (int32_t)(off[j0 + k] - r0);
-        if (nr > 0) st = bk_cuda_write(be, dd, d + (size_t)r0 * dim, (size_t)nr * row_b);
-        if (st == BRISK_OK) st = bk_cuda_write(be, doff, hoff, (size_t)(j1 - j0 + 1) * sizeof *hoff);
-        if (st != BRISK_OK) break;
-        be->ops->maxsim(be, dq, n_q, dd, nr, doff, j1 - j0, dim, normalize, work, dsc);
-        st = be->ops->read(be, dsc, scores + j0, (size_t)(j1 - j0) * sizeof *scores);
-    }
-    free(hoff);
-    return st;
-}
-
 brisk_status brisk_maxsim_batch(brisk_context *ctx, const float *q, int n_q, const float *d, const int64_t *off,
                                 int n_docs, int dim, bool normalize, float *scores) {
     if (n_q < 0 || n_docs < 0 || dim <= 0 || !off || (n_q > 0 && !q) || (n_docs > 0 && !scores))
@@ -221,10 +173,6 @@ brisk_status brisk_maxsim_batch(brisk_context *ctx, const float *q, int n_q, con
     if (n_docs == 0) return BRISK_OK;
     const int64_t total = off[n_docs] - off[0];
     if (total > 0 && !d) return bk_fail(BRISK_ERR_INVALID_ARG, "maxsim: no document rows");
-    bk_backend *be = ctx_gpu_backend(ctx);
-    if (be && be->ops->maxsim && bk_cuda_maxsim_should_use(be, n_q, total, dim)) {
-        brisk_status st = maxsim_batch_gpu(ctx, be, q, n_q, d, off, n_docs, dim, normalize, scores);
-        if (st != BRISK_ERR_NOMEM) return st; /* else the device had no room: the host scores it */
-    }
+    (void)ctx; /* (the GPU kernel waits on branch lab/maxsim-gpu for its measurement) */
     return maxsim_batch_cpu(q, n_q, d, off, n_docs, dim, normalize, scores);
 }
