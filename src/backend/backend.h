@@ -325,27 +325,11 @@ typedef struct bk_backend_ops {
      * rotates in the attention's own launch and takes the step's K/V row from there, not from the cache). */
     bool (*attention_rope)(bk_backend *be, const bk_attn_rope_in *in, const bk_kv_view *kv, const bk_attn_batch *ab,
                            int n_head, int n_head_kv, int head_dim, float scale, float *out);
-
-    /* ---- beside the forward pass ---- */
-    /* Optional (NULL: engine/pooling.c scores on the host): late interaction (ColBERT's MaxSim) of one
-     * query against n_docs documents, scores[j] = the sum over the n_q query rows of the largest dot
-     * product with a row of document j (rows [off[j], off[j + 1]) of d), 0 for an empty document; with
-     * normalize every row L2-normalised first (as brisk_embd_normalize(.., 2): a zero row stays zero).
-     * q (n_q, dim), d (n_rows, dim), off (n_docs + 1; off[0] = 0, nondecreasing, off[n_docs] = n_rows),
-     * scores (n_docs) and work (bk_maxsim_work_bytes): backend memory; no similarity matrix is stored. */
-    void (*maxsim)(bk_backend *be, const float *q, int n_q, const float *d, int64_t n_rows, const int32_t *off,
-                   int n_docs, int dim, bool normalize, void *work, float *scores);
 } bk_backend_ops;
 
 struct bk_backend {
     const bk_backend_ops *ops;
 };
-
-/* Bytes of the maxsim op's work area: a running maximum per (document, query row) and a scale per
- * query row. */
-static inline size_t bk_maxsim_work_bytes(int n_q, int n_docs) {
-    return ((size_t)n_q * (size_t)n_docs + (size_t)n_q) * 4;
-}
 
 /* The CPU backend with n_threads workers (0: all cores). */
 brisk_status bk_cpu_backend_new(int n_threads, bk_backend **out);

@@ -2,8 +2,7 @@
  * the CUDA backend. The op families live in cuda_matmul.cu (which kernel takes a matrix
  * product: a ladder of the kernels' predicates), cuda_gemv.cu, cuda_norm_rope.cu,
  * cuda_attention.cu (decode batches: cuda_attn_decode.cu), cuda_elementwise.cu,
- * cuda_moe.cu (router, experts), cuda_ssm.cu (Gated DeltaNet) and cuda_maxsim.cu (late-interaction
- * scoring, beside the forward pass). */
+ * cuda_moe.cu (router, experts) and cuda_ssm.cu (Gated DeltaNet). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +25,7 @@ void cuda_set_error(cuda_backend *cb, brisk_status s) {
 }
 
 static const char *const cu_path_names[CU_PATH_COUNT] = {"mmvf", "mmvs", "mmqh", "mma", "attn_mma", "attn_warp",
-                                                           "attn_prefill", "mmq", "mmvq", "maxsim"};
+                                                           "attn_prefill", "mmq", "mmvq"};
 
 extern "C" long bk_cuda_path_launches(bk_backend *be, const char *name) {
     const cuda_backend *cb = (const cuda_backend *)be;
@@ -318,7 +317,6 @@ static const bk_backend_ops cuda_ops = {
     /* gated_delta_gate */ cuda_gated_delta_gate,
     /* attention_gated */ cuda_attention_gated,
     /* attention_rope */ cuda_attention_rope,
-    /* maxsim */ cuda_maxsim,
 };
 
 extern "C" int bk_cuda_device_count(void) {

@@ -61,9 +61,8 @@ void bk_cuda_release_weight(bk_weight *w);
  * (BRISK_CUDA_DISABLE=cublas) or cannot be loaded. Loads it if no product has. */
 long bk_cuda_blas_products(bk_backend *be);
 /* Launches of one of the optional kernels by this backend so far: "mmvf", "mmvs", "mmqh", "mma",
- * "attn_mma", "attn_warp", "attn_prefill", "mmq" (the dense int8 tensor-core products), "mmvq"
- * (the integer-dot GEMV) or "maxsim" (the maxsim op's product, cuda_maxsim.cu) (a captured step
- * counts once, at its capture), so that a test can assert
+ * "attn_mma", "attn_warp", "attn_prefill", "mmq" (the dense int8 tensor-core products) or "mmvq"
+ * (the integer-dot GEMV) (a captured step counts once, at its capture), so that a test can assert
  * which kernel ran; -1 for another name, for mmvf, mmvs or mmqh where this backend does not run
  * them (before sm_90, or switched off in BRISK_CUDA_DISABLE), for mmq where it is switched off,
  * or without CUDA. */
@@ -72,11 +71,6 @@ long bk_cuda_path_launches(bk_backend *be, const char *name);
  * tensor cores (cuda_attn_mma.cu), as its plan (BRISK_CUDA_DISABLE=attn_mma, attn_gqa) and the
  * kernel's shapes decide: the tests' tolerance follows it. False without CUDA. */
 bool bk_cuda_attn_on_mma(bk_backend *be, int kv_type, int n_head, int n_head_kv, int head_dim, int n, int max_np);
-
-/* Whether brisk_maxsim_batch's work of n_q query rows against n_rows document rows of dim belongs on
- * be (cuda_maxsim.cu's predicate: the multiply-adds against BRISK_CUDA_MAXSIM_MIN); false for a
- * backend that is not CUDA's, or without CUDA. */
-bool bk_cuda_maxsim_should_use(bk_backend *be, int n_q, int64_t n_rows, int dim);
 
 /* ---- host-to-device expert copies (cuda_expert_cache.cu) ----
  * A copier belongs to one CUDA backend and owns a copy stream of its own, a

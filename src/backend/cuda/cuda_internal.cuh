@@ -32,7 +32,6 @@ enum {
     CU_PATH_ATTN_PREFILL, /* cuda_attn_prefill.cu: prefill attention on tensor cores */
     CU_PATH_MMQ,          /* cuda_mmq.cu: batches' products on int8 tensor cores (dense; not the experts') */
     CU_PATH_MMVQ,         /* cuda_mmvq.cu: the integer-dot GEMV (decode, small batches, slices) */
-    CU_PATH_MAXSIM,       /* cuda_maxsim.cu: late-interaction scoring (beside the forward pass) */
     CU_PATH_COUNT
 };
 #define CU_COUNT(cb, path) ((cb)->path_n[path]++)
@@ -1030,10 +1029,6 @@ void cuda_gated_delta(bk_backend *be, const float *qkv, const float *b, const fl
                       bool v_grouped, int d, float eps, float *out);
 void cuda_sigmoid_mul(bk_backend *be, float *x, const float *gate, int n_rows, int width, int gate_width);
 void cuda_gated_residual(bk_backend *be, float *x, float *m, float *s, const float *gate, int n_rows, int width);
-/* cuda_maxsim.cu: the maxsim op (backend.h), and whether a call of that size belongs on the GPU */
-void cuda_maxsim(bk_backend *be, const float *q, int n_q, const float *d, int64_t n_rows, const int32_t *off,
-                 int n_docs, int dim, bool normalize, void *work, float *scores);
-bool cuda_maxsim_should_use(const cuda_backend *cb, int n_q, int64_t n_rows, int dim);
 void cuda_moe_router(bk_backend *be, const bk_weight *w, const float *x, int n, int k, bool norm, float scale,
                      float *logits, int32_t *ids, float *weights, const bk_weight *w2, float *out2);
 void cuda_moe_ids_local(bk_backend *be, int32_t *ids, int n, int e0, int e1);

@@ -99,7 +99,6 @@ static const plan_row rows[] = {
     NUM(TUNING, "MMQH_MIN", P_INT, mmqh_min, CUDA_PLAN_MMQH_MIN, 1, INT_MAX, "the smallest batch of the f16 products on streamed weights (cuda_mmqh.cu)"),
     FOLLOW("MMQH_MAX", mmqh_max, "MMQ_MAX", 1, INT_MAX, "the first batch cuda_mmqh.cu leaves to the others (at most 65); unset: MMQ_MAX"),
     NUM(TUNING, "MOE_MMQ_MIN", P_INT, moe_mmq_min, CUDA_PLAN_MOE_MMQ_MIN, 1, INT_MAX, "(token, expert) entries from which expert products take cuda_mmq.cu"),
-    NUM(TUNING, "MAXSIM_MIN", P_I64, maxsim_min, CUDA_PLAN_MAXSIM_MIN, 0, INT64_MAX, "multiply-adds (query rows x document rows x dim) from which brisk_maxsim_batch scores on the GPU (cuda_maxsim.cu; the default is not measured yet); 0: every call"),
     /* ---- debugging ---- */
     NUM(DEBUG, "ABLATE", P_MASK, ablate, 0, 0, 4095, "classes of ops that launch nothing, to profile a decode step inside its graph (wrong results; the tokens/s say what a class costs, bench/RESULTS.md sessions 12, 14, 16): 1 RMS norms, 2 QK-norm + rope, 4 attention, 8 dense products, 16 MoE router, 32 expert products, 64 adds, 128 MoE h quantize, 256 combine, 512 gate/up, 1024 down, 2048 Gated DeltaNet conv + update"),
     {"BRISK_CUDA_GRAPH_INFO", NULL, CUDA_PLAN_DEBUG, P_ON, 0, 0, 1, F(graph_info), NULL, "=1: print the nodes of each captured step, and which cuBLAS was loaded or why none was"},

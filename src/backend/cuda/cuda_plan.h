@@ -48,7 +48,6 @@ enum {
     CUDA_PLAN_MMQH_MIN = 17,    /* MMQH_MIN_TOK */
     CUDA_PLAN_MOE_MMQ_MIN = 64, /* MOE_MMQ_MIN_ENT */
     CUDA_PLAN_CUBLAS_MB = 64,   /* BLAS_SCRATCH_MB */
-    CUDA_PLAN_MAXSIM_MIN = 1 << 24, /* MAXSIM_MIN_MACS (cuda_maxsim.cu: unmeasured) */
 };
 
 /* The settings, in the terms of the environment (MiB, positions): cuda_init converts. The field
@@ -71,7 +70,6 @@ typedef struct cuda_plan {
     int mmq_min, mmq_max, mmq_mt;
     int mmqh_min, mmqh_max;     /* tokens; cuda_init caps mmqh_max at MMQH_MAX_N + 1 */
     int moe_mmq_min;
-    int64_t maxsim_min;         /* multiply-adds */
     /* debugging */
     unsigned ablate;            /* bits: classes of ops that launch nothing (CU_ABLATE) */
     bool graph_info;

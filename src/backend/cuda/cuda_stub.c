@@ -45,11 +45,6 @@ bool bk_cuda_attn_on_mma(bk_backend *be, int kv_type, int n_head, int n_head_kv,
     return false;
 }
 
-bool bk_cuda_maxsim_should_use(bk_backend *be, int n_q, int64_t n_rows, int dim) {
-    (void)be, (void)n_q, (void)n_rows, (void)dim;
-    return false;
-}
-
 brisk_status bk_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes) {
     *free_bytes = *total_bytes = 0;
     return bk_fail(BRISK_ERR_UNSUPPORTED, "CUDA device %d: brisk was built without CUDA (no nvcc)", device);
