@@ -731,7 +731,7 @@ static void fork_choices(sched *s, const slot *lead) {
 }
 
 /* Late interaction for r, whose last input has just come in: inputs 1.. against input 0, every row
- * L2-normalised, in one call (on the context's GPU when its model is there). */
+ * L2-normalised, in one brisk_maxsim_batch call (on the CPU until a GPU kernel lands). */
 static brisk_status embd_maxsim(sched *s, sched_req *r) {
     int n_docs = r->n_inputs - 1;
     int64_t *off = malloc((size_t)(n_docs + 1) * sizeof *off);

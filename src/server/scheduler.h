@@ -46,8 +46,8 @@
  * reused (the pooled vector needs every token in the call). With pooling none a
  * request may also ask for late-interaction scores (sched_req.maxsim): once its
  * last input's rows are in, this thread scores every input after the first
- * against the first (brisk_maxsim_batch, one call: on the context's GPU when its
- * model is there), since the context is this thread's.
+ * against the first (brisk_maxsim_batch, one call, which takes the context: a
+ * GPU kernel, on branch lab/maxsim-gpu, would run on it; the CPU scores today).
  */
 #ifndef BK_SERVER_SCHEDULER_H
 #define BK_SERVER_SCHEDULER_H
