@@ -217,7 +217,6 @@ bool emb_parse(const oai_server *srv, const sched *sch, bool rerank, const char 
     if (ok && !(job->req = sched_req_new())) ok = oai_fail(e, 500, NULL, "out of memory");
     if (ok && sched_req_set_inputs(job->req, in.off, in.n_in) != BRISK_OK) ok = oai_fail(e, 400, NULL, "%s", brisk_last_error());
     if (ok) {
-        job->req->maxsim = rerank && job->score == EMB_SCORE_MAXSIM; /* scored where the context is */
         job->req->prompt = in.tok;
         job->req->n_prompt = in.n;
         in.tok = NULL;
@@ -279,8 +278,9 @@ static bool embeddings_data(const emb_job *job, const sched_req *r, float *tmp, 
     return true;
 }
 
-/* Document i's score (see embed.h); tmp holds two normalised vectors. */
-static float rerank_score(const emb_job *job, const sched_req *r, int i, float *tmp) {
+/* Document i's score (see embed.h); tmp holds two normalised vectors, maxsim every document's
+ * late-interaction score (EMB_SCORE_MAXSIM). */
+static float rerank_score(const emb_job *job, const sched_req *r, int i, float *tmp, const float *maxsim) {
     int d = r->n_embd_out;
     if (job->score == EMB_SCORE_HEAD) return r->embd[(size_t)i * d];
     if (job->score == EMB_SCORE_COSINE) {
@@ -290,8 +290,23 @@ static float rerank_score(const emb_job *job, const sched_req *r, int i, float *
         for (int k = 0; k < d; k++) s += (double)tmp[k] * tmp[d + k];
         return (float)s;
     }
-    /* MaxSim: the scheduler scored every document at once (sched_req.maxsim) */
-    return r->scores[i];
+    return maxsim[i];
+}
+
+/* MaxSim of every document (input i + 1, token rows [in_off[i+1], in_off[i+2])) against the query
+ * (rows [0, in_off[1])), rows L2-normalised on the way, in one call. On this (the HTTP) thread, not
+ * the scheduler's: scoring a long request there would hold up every other slot's decoding. NULL on
+ * failure (brisk_last_error says why). */
+static float *rerank_maxsim(const sched_req *r, int n_docs) {
+    float *scores = malloc((size_t)n_docs * sizeof *scores);
+    int64_t *off = malloc((size_t)(n_docs + 1) * sizeof *off);
+    bool ok = scores && off;
+    for (int i = 0; ok && i <= n_docs; i++) off[i] = r->in_off[i + 1];
+    ok = ok && brisk_maxsim_batch(NULL, r->embd, r->in_off[1], r->embd, off, n_docs, r->n_embd_out, true,
+                                  scores) == BRISK_OK;
+    free(off);
+    if (!ok) free(scores);
+    return ok ? scores : NULL;
 }
 
 typedef struct scored { int index; float score; } scored;
@@ -301,9 +316,15 @@ static int by_score(const void *a, const void *b) {
 }
 
 static bool rerank_results(const emb_job *job, const sched_req *r, float *tmp, cJSON *results) {
+    float *maxsim = job->score == EMB_SCORE_MAXSIM ? rerank_maxsim(r, job->n_docs) : NULL;
     scored *s = malloc((size_t)job->n_docs * sizeof *s);
-    if (!s) return false;
-    for (int i = 0; i < job->n_docs; i++) s[i] = (scored){i, rerank_score(job, r, i, tmp)};
+    if (!s || (job->score == EMB_SCORE_MAXSIM && !maxsim)) {
+        free(s);
+        free(maxsim);
+        return false;
+    }
+    for (int i = 0; i < job->n_docs; i++) s[i] = (scored){i, rerank_score(job, r, i, tmp, maxsim)};
+    free(maxsim);
     qsort(s, (size_t)job->n_docs, sizeof *s, by_score);
     for (int i = 0; i < job->top_n; i++) {
         cJSON *o = cJSON_CreateObject();

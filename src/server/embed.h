@@ -9,8 +9,7 @@
  *                        [BOS] query [EOS] document [EOS] as llama.cpp builds it): head output 0;
  *   none (--pooling none) late interaction: query and documents are separate inputs, every
  *                        token's vector L2-normalised, the score the MaxSim: all documents in
- *                        one brisk_maxsim_batch call by the scheduler's thread, as the request
- *                        finishes (sched_req.maxsim);
+ *                        one brisk_maxsim_batch call on the HTTP thread (emb_response);
  *   mean / cls / last    the cosine of the query's and the document's pooled vectors. */
 #ifndef BK_SERVER_EMBED_H
 #define BK_SERVER_EMBED_H

@@ -26,7 +26,6 @@ typedef struct slot {
     brisk_token next;
     int logit_idx;         /* batch entry whose logits this slot samples from, -1: none */
     int embd_idx;          /* embeddings: the batch entry of its input's first token */
-    char embd_err[160];    /* embeddings: why its input's request failed here (n_fed -1), "" for no vector */
     int n_chunk;           /* prompt tokens of this slot in the current batch */
     sched_token *rec;      /* (1 + spec n_max) the tokens sampled this step */
     int n_rec;
@@ -145,7 +144,6 @@ void sched_req_free(sched_req *r) {
     free(r->prompt);
     free(r->in_off);
     free(r->embd);
-    free(r->scores);
     pthread_cond_destroy(&r->cv);
     free(r);
 }
@@ -254,13 +252,7 @@ brisk_status sched_submit(sched *s, sched_req *r) {
         BK_TRY(check_inputs(s, r));
         r->n_embd_out = s->n_embd_out;
         r->n_embd_rows = s->pooling == BRISK_POOLING_NONE ? r->n_prompt : r->n_inputs;
-        if (r->maxsim && s->pooling != BRISK_POOLING_NONE)
-            return bk_fail(BRISK_ERR_INVALID_ARG, "late-interaction scores need pooling none");
-        free(r->embd);
-        free(r->scores);
-        r->scores = NULL;
-        if (!(r->embd = malloc((size_t)r->n_embd_rows * s->n_embd_out * sizeof(float))) ||
-            (r->maxsim && !(r->scores = calloc((size_t)r->n_inputs, sizeof *r->scores))))
+        if (!(r->embd = malloc((size_t)r->n_embd_rows * s->n_embd_out * sizeof(float))))
             return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     }
     if (r->n_choices > s->p.n_parallel)
@@ -730,43 +722,24 @@ static void fork_choices(sched *s, const slot *lead) {
     }
 }
 
-/* Late interaction for r, whose last input has just come in: inputs 1.. against input 0, every row
- * L2-normalised, in one brisk_maxsim_batch call (on the CPU until a GPU kernel lands). */
-static brisk_status embd_maxsim(sched *s, sched_req *r) {
-    int n_docs = r->n_inputs - 1;
-    int64_t *off = malloc((size_t)(n_docs + 1) * sizeof *off);
-    if (!off) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
-    for (int i = 0; i <= n_docs; i++) off[i] = r->in_off[i + 1]; /* document i: rows of input i + 1 */
-    brisk_status st = brisk_maxsim_batch(s->ctx, r->embd, r->in_off[1], r->embd, off, n_docs, r->n_embd_out, true,
-                                         r->scores);
-    free(off);
-    return st;
-}
-
+/* Runs one batch. */
 /* After a step: copies the vector(s) of sl's input into its request (this thread owns r->embd
- * until the request finishes), then scores the request if it asked and this was its last input;
- * n_fed -1 marks a missing vector or a failed scoring (embd_err says which). */
+ * until the request finishes); n_fed -1 marks a missing one. */
 static void embd_collect(sched *s, slot *sl) {
     sched_req *r = sl->req;
     int o = r->in_off[sl->ci], len = r->in_off[sl->ci + 1] - o, d = s->n_embd_out, at = sl->embd_idx;
     size_t row = sizeof(float) * (size_t)d;
     sl->n_fed = len;
-    sl->embd_err[0] = 0;
     if (s->pooling != BRISK_POOLING_NONE) {
         const float *v = brisk_get_embeddings_seq(s->ctx, sl->id);
         if (v) memcpy(r->embd + (size_t)sl->ci * d, v, row);
         else sl->n_fed = -1;
-    } else {
-        for (int j = 0; j < len; j++) {
-            const float *v = brisk_get_embeddings_ith(s->ctx, at + j);
-            if (v) memcpy(r->embd + (size_t)(o + j) * d, v, row);
-            else sl->n_fed = -1;
-        }
+        return;
     }
-    if (sl->n_fed < 0 || ++r->n_collected < r->n_inputs || !r->maxsim) return;
-    if (embd_maxsim(s, r) != BRISK_OK) {
-        snprintf(sl->embd_err, sizeof sl->embd_err, "late-interaction scoring failed: %s", brisk_last_error());
-        sl->n_fed = -1;
+    for (int j = 0; j < len; j++) {
+        const float *v = brisk_get_embeddings_ith(s->ctx, at + j);
+        if (v) memcpy(r->embd + (size_t)(o + j) * d, v, row);
+        else sl->n_fed = -1;
     }
 }
 
@@ -828,7 +801,6 @@ static void spec_process(sched *s) {
     }
 }
 
-/* Runs one batch. */
 static void step(sched *s, int n) {
     brisk_status st = brisk_decode(s->ctx, s->batch, n);
     if (st == BRISK_OK && s->p.spec.drafters) spec_process(s);
@@ -899,8 +871,7 @@ static void step(sched *s, int n) {
             brisk_seq_clear(s->ctx, sl->id);
             sl->n_cache = 0;
             sl->req->started = true;
-            slot_release(s, sl, sl->n_fed < 0 ? SCHED_FINISH_ERROR : SCHED_FINISH_STOP,
-                         sl->embd_err[0] ? sl->embd_err : "no embeddings came out");
+            slot_release(s, sl, sl->n_fed < 0 ? SCHED_FINISH_ERROR : SCHED_FINISH_STOP, "no embeddings came out");
             continue;
         }
         if (sl->logit_idx < 0) continue;

@@ -43,11 +43,7 @@
  * each input takes a free slot, and its whole prompt goes into one step (a
  * pooled vector is over one brisk_decode call), beside other slots' inputs.
  * The request ends when every input's vector(s) are in r->embd. No prefix is
- * reused (the pooled vector needs every token in the call). With pooling none a
- * request may also ask for late-interaction scores (sched_req.maxsim): once its
- * last input's rows are in, this thread scores every input after the first
- * against the first (brisk_maxsim_batch, one call, which takes the context: a
- * GPU kernel, on branch lab/maxsim-gpu, would run on it; the CPU scores today).
+ * reused (the pooled vector needs every token in the call).
  */
 #ifndef BK_SERVER_SCHEDULER_H
 #define BK_SERVER_SCHEDULER_H
@@ -128,10 +124,6 @@ typedef struct sched_req {
     int *in_off;         /* (n_inputs + 1) owned */
     float *embd;         /* owned, written by the scheduler thread only before the request finishes */
     int n_embd_rows, n_embd_out;
-    bool maxsim;         /* set by the submitter (pooling none): also score inputs 1.. against input 0 */
-    float *scores;       /* (n_inputs - 1) owned, with maxsim: input i + 1's MaxSim of L2-normalised rows
-                            against input 0's, written by the scheduler thread before the request finishes */
-    int n_collected;     /* the scheduler thread's: inputs whose rows are in embd */
     int next_input;      /* shared: inputs handed to slots so far */
     pthread_cond_t cv;
     /* set by the submitter: called with the lock held (it must not block or
