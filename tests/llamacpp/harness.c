@@ -274,6 +274,7 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
         else if (!strcmp(a, "--token-embedding-type")) g_emb_name = v;
         else if (!strcmp(a, "-n")) { if (!parse_int(v, 0, 1 << 24, &o->n_gen)) return fail("bad -n '%s'", v ? v : ""); }
         else if (!strcmp(a, "-c")) { if (!parse_int(v, 0, 1 << 24, &o->n_ctx)) return fail("bad -c '%s'", v ? v : ""); }
+        else if (!strcmp(a, "-d")) { if (!parse_int(v, 0, 1 << 24, &o->depth)) return fail("bad -d '%s'", v ? v : ""); }
         else if (!strcmp(a, "-t")) { if (!parse_int(v, 1, 4096, &o->n_threads)) return fail("bad -t '%s'", v ? v : ""); }
         else if (!strcmp(a, "-r")) { if (!parse_int(v, 1, 1000000, &o->reps)) return fail("bad -r '%s'", v ? v : ""); }
         else if (!strcmp(a, "--top")) { if (!parse_int(v, 0, 1 << 24, &o->top)) return fail("bad --top '%s'", v ? v : ""); }
@@ -1018,6 +1019,8 @@ static int cmd_perplexity(const struct opts *o) {
 // t threads (poll 50) attached, one warmup run, then r timed repetitions on a
 // cleared cache. Token ids come from rand() with the default seed, the first
 // prompt token being BOS when the vocab adds one, exactly as llama-bench does.
+// -d N (llama-bench's depth): each run, warmup included, first decodes N random
+// tokens untimed, so the timed tokens attend to N earlier positions.
 
 struct bench_result {
     double mean, sd; // tokens per second over the repetitions
@@ -1037,9 +1040,9 @@ static int bench_prompt(struct llama_context *ctx, const struct llama_vocab *voc
     return 0;
 }
 
-static int bench_gen(struct llama_context *ctx, const struct llama_vocab *vocab, int n_gen) {
+static int bench_gen(struct llama_context *ctx, const struct llama_vocab *vocab, int n_gen, bool after_depth) {
     int n_vocab = L.llama_vocab_n_tokens(vocab);
-    llama_token tok = L.llama_vocab_get_add_bos(vocab) ? L.llama_vocab_bos(vocab) : rand() % n_vocab;
+    llama_token tok = !after_depth && L.llama_vocab_get_add_bos(vocab) ? L.llama_vocab_bos(vocab) : rand() % n_vocab;
     for (int i = 0; i < n_gen; i++) {
         if (L.llama_decode(ctx, L.llama_batch_get_one(&tok, 1)) != 0) return fail("decode of a generated token failed");
         L.llama_synchronize(ctx);
@@ -1051,7 +1054,7 @@ static int bench_gen(struct llama_context *ctx, const struct llama_vocab *vocab,
 static int bench_one(const struct opts *o, struct llama_model *m, int n_prompt, int n_gen, struct bench_result *res) {
     const struct llama_vocab *vocab = L.llama_model_get_vocab(m);
     struct llama_context_params cp = L.llama_context_default_params();
-    cp.n_ctx = o->n_ctx ? (uint32_t)o->n_ctx : (uint32_t)(n_prompt + n_gen);
+    cp.n_ctx = o->n_ctx ? (uint32_t)o->n_ctx : (uint32_t)(o->depth + n_prompt + n_gen);
     cp.n_batch = 2048;
     cp.n_ubatch = 512;
     cp.type_k = cp.type_v = GGML_TYPE_F16;
@@ -1071,12 +1074,15 @@ static int bench_one(const struct opts *o, struct llama_model *m, int n_prompt, 
         L.llama_attach_threadpool(ctx, tp, NULL);
         L.llama_set_n_threads(ctx, o->n_threads, o->n_threads);
         L.llama_memory_clear(L.llama_get_memory(ctx), false);
-        rc = n_prompt > 0 ? bench_prompt(ctx, vocab, n_prompt, 2048, buf) : bench_gen(ctx, vocab, 1); // warmup
+        if (o->depth) rc = bench_prompt(ctx, vocab, o->depth, 2048, buf);
+        if (rc == 0) // warmup
+            rc = n_prompt > 0 ? bench_prompt(ctx, vocab, n_prompt, 2048, buf) : bench_gen(ctx, vocab, 1, o->depth > 0);
     }
     for (int r = 0; r < o->reps && rc == 0; r++) {
         L.llama_memory_clear(L.llama_get_memory(ctx), false);
+        if (o->depth && (rc = bench_prompt(ctx, vocab, o->depth, 2048, buf))) break;
         double t0 = now_s();
-        rc = n_prompt > 0 ? bench_prompt(ctx, vocab, n_prompt, 2048, buf) : bench_gen(ctx, vocab, n_gen);
+        rc = n_prompt > 0 ? bench_prompt(ctx, vocab, n_prompt, 2048, buf) : bench_gen(ctx, vocab, n_gen, o->depth > 0);
         tps[r] = (n_prompt + n_gen) / (now_s() - t0);
     }
     if (rc == 0) {
@@ -1120,9 +1126,9 @@ static int cmd_bench(const struct opts *o) {
         struct bench_result res = {0};
         rc = bench_one(o, m, np, ng, &res);
         if (rc) break;
-        printf("{\"test\":\"%s%d\",\"t\":%d,\"tps_mean\":%.3f,\"tps_sd\":%.3f,\"peak_rss_mb\":%.1f,\"reps\":%d,"
+        printf("{\"test\":\"%s%d\",\"depth\":%d,\"t\":%d,\"tps_mean\":%.3f,\"tps_sd\":%.3f,\"peak_rss_mb\":%.1f,\"reps\":%d,"
                "\"flash_attn\":\"%s\",\"repack\":%s,\"cpu\":",
-               np ? "pp" : "tg", np ? np : ng, o->n_threads, res.mean, res.sd, peak_rss_mb(), o->reps,
+               np ? "pp" : "tg", np ? np : ng, o->depth, o->n_threads, res.mean, res.sd, peak_rss_mb(), o->reps,
                o->fa == LLAMA_FLASH_ATTN_TYPE_DISABLED  ? "off"
                : o->fa == LLAMA_FLASH_ATTN_TYPE_ENABLED ? "on" : g_fa_resolved, o->repack != 0 ? "true" : "false");
         json_str(L.cpu_variant);
@@ -1279,7 +1285,7 @@ static void usage(void) {
           "       (FILE's tokens and -c; KL divergence, PPL ratio and same top token against it)\n"
           "  imatrix -m FILE -f TEXT -o OUT.dat [-c 512] [--chunks N] [-t N]\n"
           "       (perplexity's run gathering llama-imatrix's statistics; OUT: its legacy .dat)\n"
-          "  bench -m FILE [-p 512] [-n 128] [-t N] [-r 5] [-c N] [--fa auto|on|off] [--no-repack]\n"
+          "  bench -m FILE [-p 512] [-n 128] [-d 0] [-t N] [-r 5] [-c N] [--fa auto|on|off] [--no-repack]\n"
           "  batched -m FILE [-p 128] [-n 128] [-npl 1,8,32,64] [-t N] [-r 5] [-c N] [--fa auto|on|off]\n"
           "  mtp -m FILE -p \"1 2 3\" [-n 4] [-t N] [--kv f32] [--logits-out PATH]\n"
           "       (the MTP head as --spec-type draft-mtp drives it: logits of the catch-up over the prompt,\n"

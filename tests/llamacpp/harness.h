@@ -50,6 +50,7 @@ struct opts {
     const char *pos[4]; // positional arguments, in order
     int n_pos;
     int n_gen, n_ctx, n_threads, reps, top, n_chunks;
+    int depth; // bench -d: tokens prefilled (untimed) before each repetition, llama-bench's -d
     int fa; // enum llama_flash_attn_type
     int pooling; // embed: enum llama_pooling_type (UNSPECIFIED: the model's)
     enum ggml_type kv_type, out_type, emb_type;
