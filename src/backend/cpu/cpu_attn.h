@@ -11,7 +11,11 @@
 
 /* n_q query heads that share KV head kvh (a GQA group), done together so
  * each K and V row is loaded and converted once for all of them; each head's
- * arithmetic is exactly that of a head done alone. */
+ * arithmetic is exactly that of a head done alone. With group < n_q (the AVX2
+ * kernel only), the heads of n_q / group consecutive KV heads kvh, kvh + 1, ...:
+ * their rows of a position are adjacent in the cache, so one pass over the
+ * positions reads them as one run instead of one row every n_head_kv rows. */
+enum { CPU_ATTN_MAX_Q = 64 }; /* query heads of one call at most */
 typedef struct cpu_attn_head {
     const float *q;          /* (n_q, head_dim): consecutive heads */
     const bk_kv_view *kv;
@@ -24,6 +28,7 @@ typedef struct cpu_attn_head {
     float *lanes;            /* (n_q, 16, hd) scratch */
     float *out;              /* (n_q, hd) */
     int n_q;
+    int group;               /* query heads a KV head (0: n_q, one KV head); n_q % group == 0 */
 } cpu_attn_head;
 
 /* The cache row of position p for kv head kvh: page from the table, then the slot. */
@@ -66,7 +71,8 @@ int cpu_attn_block_avx2(const cpu_attn_block *a);
 /* AVX-512 version; returns 0 (and does nothing) when head_dim is not a
  * multiple of 16 or the cache is quantized (the portable version handles those). */
 int cpu_attn_head_avx512(const cpu_attn_head *a);
-/* The same in AVX2 + FMA + F16C (cpu_attn_avx2.c), bitwise. */
+/* The same in AVX2 + FMA + F16C (cpu_attn_avx2.c), bitwise; also takes several KV heads
+ * (group < n_q <= CPU_ATTN_MAX_Q), where the AVX-512 version takes one (n_q <= 16). */
 int cpu_attn_head_avx2(const cpu_attn_head *a);
 /* out = silu(gate) * up, bitwise swiglu_row of cpu_math.h (it shares this
  * file's 16-lane exp). */

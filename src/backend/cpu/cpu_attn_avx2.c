@@ -57,7 +57,7 @@ static inline __m256 exp_poly8(__m256 x) {
     return _mm256_blendv_ps(alt, r, ok);
 }
 
-/* Positions a cache row is asked for ahead (K), and the V sums' block (its rows stay in L1). */
+/* Positions a cache row is asked for ahead (K), and the V sums' block (its rows stay in L1 or L2). */
 enum { KV_PF = 8, V_BLOCK = 64 };
 
 static inline void prefetch_row(const void *row, int bytes) {
@@ -65,78 +65,112 @@ static inline void prefetch_row(const void *row, int bytes) {
 }
 
 /* Lane r (of 16) sums the positions p = r mod 16 in order, as the portable loop does. A block of
- * V_BLOCK positions keeps a lane's 8 columns in registers for its V_BLOCK / 16 positions, for NG
- * heads of the group at once (a constant, so that acc stays in registers): one load and store of a
- * lane's sums per block, where a load and store per position and column chunk made this loop most
- * of the decode attention's time on AVX2. vr: the block's rows. */
-static inline __attribute__((always_inline)) void v_block(const void *const *vr, int b0, int b1, int hd, int f16,
-                                                          const float *sc, size_t sc_stride, float *ln, size_t lstride,
-                                                          const int NG) {
-    for (int i = 0; i < hd; i += 8)
+ * V_BLOCK positions keeps a lane's sums of C column chunks (8 columns each) in registers for its
+ * V_BLOCK / 16 positions, for NG heads of the group at once (constants, so that acc stays in
+ * registers): one load and store of the sums per block, where a load and store per position and
+ * column chunk made this loop most of the decode attention's time on AVX2. A position's score is
+ * broadcast once for C chunks, and C = 4 chunks of f16 are one cache line of the row, read in one
+ * go (C = 1 read a line at four different times and broadcast a score for every 8 columns).
+ * vr: the block's rows (of the unit's first KV head), off: the bytes from there to this KV head's. */
+static inline __attribute__((always_inline)) void v_block(const void *const *vr, size_t off, int b0, int b1, int hd,
+                                                          int f16, const float *sc, size_t sc_stride, float *ln,
+                                                          size_t lstride, const int NG, const int C) {
+    for (int i = 0; i < hd; i += 8 * C)
         for (int r = 0; r < 16; r++) {
-            __m256 acc[8];
-            for (int g = 0; g < NG; g++) acc[g] = _mm256_loadu_ps(ln + g * lstride + (size_t)r * hd + i);
+            __m256 acc[8][8];
+            for (int c = 0; c < C; c++)
+                for (int g = 0; g < NG; g++) acc[c][g] = _mm256_loadu_ps(ln + g * lstride + (size_t)r * hd + i + 8 * c);
             for (int p = b0 + r; p < b1; p += 16) {
-                const __m256 v = load8(vr[p - b0], i, f16);
-                for (int g = 0; g < NG; g++) acc[g] = _mm256_fmadd_ps(v, _mm256_set1_ps(sc[g * sc_stride + p]), acc[g]);
+                const char *row = (const char *)vr[p - b0] + off;
+                __m256 s[8];
+                for (int g = 0; g < NG; g++) s[g] = _mm256_set1_ps(sc[g * sc_stride + p]);
+                for (int c = 0; c < C; c++) {
+                    const __m256 v = load8(row, i + 8 * c, f16);
+                    for (int g = 0; g < NG; g++) acc[c][g] = _mm256_fmadd_ps(v, s[g], acc[c][g]);
+                }
             }
-            for (int g = 0; g < NG; g++) _mm256_storeu_ps(ln + g * lstride + (size_t)r * hd + i, acc[g]);
+            for (int c = 0; c < C; c++)
+                for (int g = 0; g < NG; g++) _mm256_storeu_ps(ln + g * lstride + (size_t)r * hd + i + 8 * c, acc[c][g]);
         }
 }
 
-/* The scores of position p for NG (<= 4) heads of the group, K's row kr loaded and converted once
- * for all of them (before, once a head): per head the same sums in the same order as the loop below
- * (lo: the 16-column chunks' first halves, hi: their second), so the same bits. */
-static inline __attribute__((always_inline)) void k_scores(const cpu_attn_head *a, const void *kr, int p, int f16,
-                                                           float *mx, const int NG) {
+/* v_block for ng (<= 8) heads, with as many chunks a pass as keep C * NG sums, the NG scores and a
+ * row's chunk within AVX2's 16 registers (C divides hd / 8). */
+static inline void v_block_heads(const void *const *vr, size_t off, int b0, int b1, int hd, int f16, const float *sc,
+                                 size_t sc_stride, float *ln, size_t lstride, int ng) {
+#define VB(NG, C) v_block(vr, off, b0, b1, hd, f16, sc, sc_stride, ln, lstride, NG, C)
+    switch (ng) {
+    case 1: if (hd % 64 == 0) VB(1, 8); else VB(1, 2); break;
+    case 2: if (hd % 32 == 0) VB(2, 4); else VB(2, 2); break;
+    case 3: VB(3, 2); break;
+    case 4: VB(4, 2); break;
+    case 5: VB(5, 1); break;
+    case 6: VB(6, 1); break;
+    case 7: VB(7, 1); break;
+    default: VB(8, 1); break;
+    }
+#undef VB
+}
+
+/* The scores of position p for NG (<= 4) query heads q (consecutive rows) against K's row kr,
+ * loaded and converted once for all of them: per head the 16-lane sums of the portable loop in
+ * its order (lo: the 16-column chunks' first halves, hi: their second), so the same bits. */
+static inline __attribute__((always_inline)) void k_scores(const float *q, int hd, float scale, const void *kr,
+                                                           int f16, float *sc, size_t sc_stride, int p, float *mx,
+                                                           const int NG) {
     __m256 lo[4], hi[4];
     for (int g = 0; g < NG; g++) lo[g] = hi[g] = _mm256_setzero_ps();
-    for (int i = 0; i < a->hd; i += 16) {
+    for (int i = 0; i < hd; i += 16) {
         const __m256 k0 = load8(kr, i, f16), k1 = load8(kr, i + 8, f16);
         for (int g = 0; g < NG; g++) {
-            const float *q = a->q + (size_t)g * a->hd + i;
-            lo[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q), k0, lo[g]);
-            hi[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8), k1, hi[g]);
+            const float *qg = q + (size_t)g * hd + i;
+            lo[g] = _mm256_fmadd_ps(_mm256_loadu_ps(qg), k0, lo[g]);
+            hi[g] = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8), k1, hi[g]);
         }
     }
     for (int g = 0; g < NG; g++) {
-        const float s = reduce16_halves(lo[g], hi[g]) * a->scale;
-        a->scores[g * a->sc_stride + p] = s;
+        const float s = reduce16_halves(lo[g], hi[g]) * scale;
+        sc[g * sc_stride + p] = s;
         if (s > mx[g]) mx[g] = s;
+    }
+}
+
+/* k_scores for the G query heads of one KV head, four at a time. */
+static inline void k_scores_group(const float *q, int hd, float scale, const void *kr, int f16, float *sc,
+                                  size_t sc_stride, int p, float *mx, int G) {
+    for (int g0 = 0; g0 < G; g0 += 4) {
+        const float *qg = q + (size_t)g0 * hd;
+        float *s = sc + (size_t)g0 * sc_stride;
+        switch (G - g0 < 4 ? G - g0 : 4) {
+        case 1: k_scores(qg, hd, scale, kr, f16, s, sc_stride, p, mx + g0, 1); break;
+        case 2: k_scores(qg, hd, scale, kr, f16, s, sc_stride, p, mx + g0, 2); break;
+        case 3: k_scores(qg, hd, scale, kr, f16, s, sc_stride, p, mx + g0, 3); break;
+        default: k_scores(qg, hd, scale, kr, f16, s, sc_stride, p, mx + g0, 4); break;
+        }
     }
 }
 
 int cpu_attn_head_avx2(const cpu_attn_head *a) {
     if (bk_kv_block_bytes(a->kv->kv_type)) return 0; /* q8_0, q4_0: the portable version */
     const int hd = a->hd, np = a->np, f16 = a->kv->kv_type == BRISK_KV_F16, nq = a->n_q;
-    if (hd % 16 || nq < 1 || nq > 16) return 0;
-    float mx[16];
+    const int G = a->group > 0 ? a->group : nq; /* query heads a KV head */
+    if (hd % 16 || nq < 1 || nq > CPU_ATTN_MAX_Q || G < 1 || nq % G || (G == nq && nq > 16)) return 0;
+    const int H = nq / G, row_bytes = hd * (f16 ? 2 : 4); /* KV heads kvh .. kvh + H - 1: adjacent rows */
+    float mx[CPU_ATTN_MAX_Q];
     for (int g = 0; g < nq; g++) mx[g] = -INFINITY;
-    const int row_bytes = hd * (f16 ? 2 : 4);
+    /* The K rows of the next KV_PF positions, asked for when found: a unit's rows of a position are
+     * n_head_kv rows from the next position's, too far apart for the hardware prefetchers. */
+    const char *kp[KV_PF];
+    for (int p = 0; p < KV_PF && p < np; p++) kp[p] = cpu_kv_row(a->kv, a->kv->k, a->table, p, a->kvh, a->n_head_kv, hd);
     for (int p = 0; p < np; p++) {
-        const void *kr = cpu_kv_row(a->kv, a->kv->k, a->table, p, a->kvh, a->n_head_kv, a->hd);
-        if (p + KV_PF < np) /* a head's rows are n_head_kv rows apart: too far for the prefetchers */
-            prefetch_row(cpu_kv_row(a->kv, a->kv->k, a->table, p + KV_PF, a->kvh, a->n_head_kv, a->hd), row_bytes);
-        if (nq <= 4) { /* the row converted once for the group's heads */
-            switch (nq) {
-            case 1: k_scores(a, kr, p, f16, mx, 1); break;
-            case 2: k_scores(a, kr, p, f16, mx, 2); break;
-            case 3: k_scores(a, kr, p, f16, mx, 3); break;
-            default: k_scores(a, kr, p, f16, mx, 4); break;
-            }
-            continue;
+        const char *kr = kp[p % KV_PF];
+        if (p + KV_PF < np) {
+            kp[p % KV_PF] = cpu_kv_row(a->kv, a->kv->k, a->table, p + KV_PF, a->kvh, a->n_head_kv, hd);
+            prefetch_row(kp[p % KV_PF], H * row_bytes);
         }
-        for (int g = 0; g < nq; g++) {
-            const float *q = a->q + (size_t)g * hd;
-            __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-            for (int i = 0; i < hd; i += 16) {
-                lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(kr, i, f16), lo);
-                hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load8(kr, i + 8, f16), hi);
-            }
-            const float s = reduce16_halves(lo, hi) * a->scale;
-            a->scores[g * a->sc_stride + p] = s;
-            if (s > mx[g]) mx[g] = s;
-        }
+        for (int h = 0; h < H; h++)
+            k_scores_group(a->q + (size_t)h * G * hd, hd, a->scale, kr + (size_t)h * row_bytes, f16,
+                           a->scores + (size_t)h * G * a->sc_stride, a->sc_stride, p, mx + h * G, G);
     }
     for (int g = 0; g < nq; g++) { /* exp in chunks of 16, each reduced like a vector, summed in double */
         float *sc = a->scores + g * a->sc_stride;
@@ -162,26 +196,20 @@ int cpu_attn_head_avx2(const cpu_attn_head *a) {
     memset(a->lanes, 0, (size_t)nq * lstride * sizeof(float));
     /* v_block's sums, up to 8 heads at a time; the block after is asked for while one runs */
     const void *vb[2][V_BLOCK];
-    for (int p = 0; p < V_BLOCK && p < full; p++) vb[0][p] = cpu_kv_row(a->kv, a->kv->v, a->table, p, a->kvh, a->n_head_kv, a->hd);
+    for (int p = 0; p < V_BLOCK && p < full; p++) vb[0][p] = cpu_kv_row(a->kv, a->kv->v, a->table, p, a->kvh, a->n_head_kv, hd);
     for (int b0 = 0, cur = 0; b0 < full; b0 += V_BLOCK, cur ^= 1) {
         const int b1 = b0 + V_BLOCK < full ? b0 + V_BLOCK : full;
         for (int p = b1; p < b1 + V_BLOCK && p < full; p++) { /* the next block's rows, asked for now */
-            vb[cur ^ 1][p - b1] = cpu_kv_row(a->kv, a->kv->v, a->table, p, a->kvh, a->n_head_kv, a->hd);
-            prefetch_row(vb[cur ^ 1][p - b1], row_bytes);
+            vb[cur ^ 1][p - b1] = cpu_kv_row(a->kv, a->kv->v, a->table, p, a->kvh, a->n_head_kv, hd);
+            prefetch_row(vb[cur ^ 1][p - b1], H * row_bytes);
         }
         for (int g0 = 0; g0 < nq; g0 += 8) {
+            const int h = g0 / G, ng = G - g0 % G < 8 ? G - g0 % G : 8; /* (8 heads at most, of one KV head) */
             float *ln = a->lanes + g0 * lstride;
             const float *sc = a->scores + g0 * a->sc_stride;
-            switch (nq - g0 < 8 ? nq - g0 : 8) { /* the heads' sums in registers: a constant count each */
-            case 1: v_block(vb[cur], b0, b1, hd, f16, sc, a->sc_stride, ln, lstride, 1); break;
-            case 2: v_block(vb[cur], b0, b1, hd, f16, sc, a->sc_stride, ln, lstride, 2); break;
-            case 3: v_block(vb[cur], b0, b1, hd, f16, sc, a->sc_stride, ln, lstride, 3); break;
-            case 4: v_block(vb[cur], b0, b1, hd, f16, sc, a->sc_stride, ln, lstride, 4); break;
-            case 5: v_block(vb[cur], b0, b1, hd, f16, sc, a->sc_stride, ln, lstride, 5); break;
-            case 6: v_block(vb[cur], b0, b1, hd, f16, sc, a->sc_stride, ln, lstride, 6); break;
-            case 7: v_block(vb[cur], b0, b1, hd, f16, sc, a->sc_stride, ln, lstride, 7); break;
-            default: v_block(vb[cur], b0, b1, hd, f16, sc, a->sc_stride, ln, lstride, 8); break;
-            }
+            const size_t off = (size_t)h * row_bytes;
+            v_block_heads(vb[cur], off, b0, b1, hd, f16, sc, a->sc_stride, ln, lstride, ng);
+            g0 += ng - 8; /* the next KV head's heads start a new run of 8 */
         }
     }
     for (int g = 0; g < nq; g++) {
@@ -196,14 +224,15 @@ int cpu_attn_head_avx2(const cpu_attn_head *a) {
         }
     }
     for (int p = full; p < np; p++) {
-        const void *vr = cpu_kv_row(a->kv, a->kv->v, a->table, p, a->kvh, a->n_head_kv, a->hd);
-        for (int i = 0; i < hd; i += 8) {
-            const __m256 v = load8(vr, i, f16);
-            for (int g = 0; g < nq; g++) {
-                float *o = a->out + (size_t)g * hd + i;
-                _mm256_storeu_ps(o, _mm256_fmadd_ps(v, _mm256_set1_ps(a->scores[g * a->sc_stride + p]), _mm256_loadu_ps(o)));
+        const char *vr = cpu_kv_row(a->kv, a->kv->v, a->table, p, a->kvh, a->n_head_kv, hd);
+        for (int i = 0; i < hd; i += 8)
+            for (int h = 0; h < H; h++) {
+                const __m256 v = load8(vr + (size_t)h * row_bytes, i, f16);
+                for (int g = h * G; g < (h + 1) * G; g++) {
+                    float *o = a->out + (size_t)g * hd + i;
+                    _mm256_storeu_ps(o, _mm256_fmadd_ps(v, _mm256_set1_ps(a->scores[g * a->sc_stride + p]), _mm256_loadu_ps(o)));
+                }
             }
-        }
     }
     return 1;
 }

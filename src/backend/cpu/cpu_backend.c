@@ -766,7 +766,7 @@ BK_MULTIVERSION static void att_unit(att_job *j, int ith, int t, int h, const in
         if (nq > 1 || cpu_dot_isa() >= CPU_ISA_AVX2) {
             cpu_attn_head ah = {.q = q, .kv = j->kv, .table = table, .np = np, .kvh = kvh, .n_head_kv = j->n_head_kv,
                                 .hd = hd, .scale = j->scale, .scores = sc, .sc_stride = j->sc_stride,
-                                .lanes = kbuf + hd, .out = o, .n_q = nq};
+                                .lanes = kbuf + hd, .out = o, .n_q = nq, .group = group};
             if (attn_head_isa(&ah)) return;
         }
         float mx = -INFINITY;
@@ -900,8 +900,22 @@ static void attention_core(cpu_backend *cb, const float *q, const float *k, cons
         if (ab->pos[t] > max_pos) max_pos = ab->pos[t];
     /* GQA groups go through the AVX2 / AVX-512 kernel together (K/V rows read once per group) */
     int group = n_head / n_head_kv;
-    int nq = cpu_dot_isa() >= CPU_ISA_AVX2 && !bk_kv_block_bytes(kv->kv_type) && head_dim % 16 == 0 &&
-                     group <= 16 && n_head % n_head_kv == 0 ? group : 1;
+    const bool kernel = cpu_dot_isa() >= CPU_ISA_AVX2 && !bk_kv_block_bytes(kv->kv_type) && head_dim % 16 == 0 &&
+                        group <= 16 && n_head % n_head_kv == 0;
+    int nq = kernel ? group : 1;
+    /* The AVX2 kernel's units of decode and short batches take as many adjacent KV heads as still
+     * give every thread the same number of units: a unit reads a position's rows of its heads as
+     * one run. One KV head a unit read a 256-byte row every n_head_kv rows, a pattern the hardware
+     * prefetchers do not follow; qwen3-0.6b's 8 heads on 2 threads now read 1 KiB runs. */
+    if (kernel && cpu_dot_isa() == CPU_ISA_AVX2 && ab->n_tokens < ATT_BLOCK_MIN_TOKENS &&
+        !(kv->ksum && kv->sparse_k > 0))
+        for (int h = n_head_kv; h > 1; h--) {
+            const long units = (long)ab->n_tokens * (n_head_kv / h);
+            if (n_head_kv % h == 0 && h * group <= CPU_ATTN_MAX_Q && units >= cb->n_threads && units % cb->n_threads == 0) {
+                nq = h * group;
+                break;
+            }
+        }
     size_t stride = ((size_t)max_pos + 1 + 15) & ~(size_t)15;
     size_t cap = (size_t)nq * stride + 2 * (size_t)head_dim + (size_t)nq * 16 * head_dim; /* scores, staging, lanes */
     if (cap < (size_t)64 * head_dim) cap = (size_t)64 * head_dim; /* cpu_attn_block's four tiles */
