@@ -77,20 +77,21 @@ static inline __attribute__((always_inline)) void v_block(const void *const *vr,
                                                           size_t lstride, const int NG, const int C) {
     for (int i = 0; i < hd; i += 8 * C)
         for (int r = 0; r < 16; r++) {
-            __m256 acc[8][8];
-            for (int c = 0; c < C; c++)
-                for (int g = 0; g < NG; g++) acc[c][g] = _mm256_loadu_ps(ln + g * lstride + (size_t)r * hd + i + 8 * c);
+            __m256 acc[16]; /* acc[c * NG + g]: flat and small, so that the compiler keeps it in registers */
+            _Pragma("GCC unroll 8") for (int c = 0; c < C; c++)
+                _Pragma("GCC unroll 8") for (int g = 0; g < NG; g++) acc[c * NG + g] = _mm256_loadu_ps(ln + g * lstride + (size_t)r * hd + i + 8 * c);
             for (int p = b0 + r; p < b1; p += 16) {
                 const char *row = (const char *)vr[p - b0] + off;
                 __m256 s[8];
-                for (int g = 0; g < NG; g++) s[g] = _mm256_set1_ps(sc[g * sc_stride + p]);
-                for (int c = 0; c < C; c++) {
+                _Pragma("GCC unroll 8") for (int g = 0; g < NG; g++) s[g] = _mm256_set1_ps(sc[g * sc_stride + p]);
+                _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
                     const __m256 v = load8(row, i + 8 * c, f16);
-                    for (int g = 0; g < NG; g++) acc[c][g] = _mm256_fmadd_ps(v, s[g], acc[c][g]);
+                    _Pragma("GCC unroll 8") for (int g = 0; g < NG; g++) acc[c * NG + g] = _mm256_fmadd_ps(v, s[g], acc[c * NG + g]);
                 }
             }
-            for (int c = 0; c < C; c++)
-                for (int g = 0; g < NG; g++) _mm256_storeu_ps(ln + g * lstride + (size_t)r * hd + i + 8 * c, acc[c][g]);
+            _Pragma("GCC unroll 8") for (int c = 0; c < C; c++)
+                _Pragma("GCC unroll 8") for (int g = 0; g < NG; g++)
+                    _mm256_storeu_ps(ln + g * lstride + (size_t)r * hd + i + 8 * c, acc[c * NG + g]);
         }
 }
 
