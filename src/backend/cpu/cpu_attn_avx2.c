@@ -96,10 +96,12 @@ static inline __attribute__((always_inline)) void v_block(const void *const *vr,
 }
 
 /* v_block for ng (<= 8) heads, with as many chunks a pass as keep C * NG sums, the NG scores and a
- * row's chunk within AVX2's 16 registers (C divides hd / 8). */
+ * row's chunk within AVX2's 16 registers (C divides hd / 8); the cache's type a constant too, so that
+ * no branch is left in the loop. */
 static inline void v_block_heads(const void *const *vr, size_t off, int b0, int b1, int hd, int f16, const float *sc,
                                  size_t sc_stride, float *ln, size_t lstride, int ng) {
-#define VB(NG, C) v_block(vr, off, b0, b1, hd, f16, sc, sc_stride, ln, lstride, NG, C)
+#define VB(NG, C) (f16 ? v_block(vr, off, b0, b1, hd, 1, sc, sc_stride, ln, lstride, NG, C) \
+                       : v_block(vr, off, b0, b1, hd, 0, sc, sc_stride, ln, lstride, NG, C))
     switch (ng) {
     case 1: if (hd % 64 == 0) VB(1, 8); else VB(1, 2); break;
     case 2: if (hd % 32 == 0) VB(2, 4); else VB(2, 2); break;
@@ -113,12 +115,12 @@ static inline void v_block_heads(const void *const *vr, size_t off, int b0, int 
 #undef VB
 }
 
-/* The scores of position p for NG (<= 4) query heads q (consecutive rows) against K's row kr,
- * loaded and converted once for all of them: per head the 16-lane sums of the portable loop in
- * its order (lo: the 16-column chunks' first halves, hi: their second), so the same bits. */
-static inline __attribute__((always_inline)) void k_scores(const float *q, int hd, float scale, const void *kr,
-                                                           int f16, float *sc, size_t sc_stride, int p, float *mx,
-                                                           const int NG) {
+/* The 16-lane products of position p's K row kr with NG (<= 4) query heads q (consecutive rows),
+ * the row loaded and converted once for all of them: per head the portable loop's sums in its
+ * order (lo: the 16-column chunks' first halves, hi: their second), kept as hi + lo, the first
+ * step of reduce16_halves, in sums[g * 8 + slot] until reduce8 finishes eight positions at once. */
+static inline __attribute__((always_inline)) void k_sums(const float *q, int hd, const void *kr, int f16,
+                                                         __m256 *sums, int slot, const int NG) {
     __m256 lo[4], hi[4];
     for (int g = 0; g < NG; g++) lo[g] = hi[g] = _mm256_setzero_ps();
     for (int i = 0; i < hd; i += 16) {
@@ -129,26 +131,47 @@ static inline __attribute__((always_inline)) void k_scores(const float *q, int h
             hi[g] = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8), k1, hi[g]);
         }
     }
-    for (int g = 0; g < NG; g++) {
-        const float s = reduce16_halves(lo[g], hi[g]) * scale;
-        sc[g * sc_stride + p] = s;
-        if (s > mx[g]) mx[g] = s;
-    }
+    for (int g = 0; g < NG; g++) sums[g * 8 + slot] = _mm256_add_ps(hi[g], lo[g]);
 }
 
-/* k_scores for the G query heads of one KV head, four at a time. */
-static inline void k_scores_group(const float *q, int hd, float scale, const void *kr, int f16, float *sc,
-                                  size_t sc_stride, int p, float *mx, int G) {
+/* k_sums for the G query heads of one KV head, four at a time (the cache's type a constant). */
+static inline void k_sums_group(const float *q, int hd, const void *kr, int f16, __m256 *sums, int slot, int G) {
+#define KS(NG) (f16 ? k_sums(qg, hd, kr, 1, sg, slot, NG) : k_sums(qg, hd, kr, 0, sg, slot, NG))
     for (int g0 = 0; g0 < G; g0 += 4) {
         const float *qg = q + (size_t)g0 * hd;
-        float *s = sc + (size_t)g0 * sc_stride;
+        __m256 *sg = sums + g0 * 8;
         switch (G - g0 < 4 ? G - g0 : 4) {
-        case 1: k_scores(qg, hd, scale, kr, f16, s, sc_stride, p, mx + g0, 1); break;
-        case 2: k_scores(qg, hd, scale, kr, f16, s, sc_stride, p, mx + g0, 2); break;
-        case 3: k_scores(qg, hd, scale, kr, f16, s, sc_stride, p, mx + g0, 3); break;
-        default: k_scores(qg, hd, scale, kr, f16, s, sc_stride, p, mx + g0, 4); break;
+        case 1: KS(1); break;
+        case 2: KS(2); break;
+        case 3: KS(3); break;
+        default: KS(4); break;
         }
     }
+#undef KS
+}
+
+/* The rest of reduce16_halves for eight positions' hi + lo vectors a[0..7] at once, transposed: the
+ * same additions of the same pairs (lanes i + 4, then i + 2, then i + 1), so the same bits, in 12
+ * shuffles and 7 additions where one position at a time took 5 and 3 each. */
+static inline __m256 reduce8(const __m256 *a) {
+    __m256 b[4]; /* b[j]: positions j (low half) and j + 4 (high half), lanes i + (i + 4) */
+    for (int j = 0; j < 4; j++)
+        b[j] = _mm256_add_ps(_mm256_permute2f128_ps(a[j], a[j + 4], 0x31), _mm256_permute2f128_ps(a[j], a[j + 4], 0x20));
+    /* c02: lanes 0 + 2, 1 + 3 of positions 0, 2 (low half) and 4, 6 (high); c13 of 1, 3 and 5, 7 */
+    const __m256 c02 = _mm256_add_ps(_mm256_shuffle_ps(b[0], b[2], _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm256_shuffle_ps(b[0], b[2], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m256 c13 = _mm256_add_ps(_mm256_shuffle_ps(b[1], b[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm256_shuffle_ps(b[1], b[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(c02, c13, _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm256_shuffle_ps(c02, c13, _MM_SHUFFLE(3, 1, 3, 1))); /* 0 2 1 3 | 4 6 5 7 */
+    return _mm256_permute_ps(r, _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+/* reduce16_halves of one position's hi + lo vector a. */
+static inline float reduce1(__m256 a) {
+    const __m128 b = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
+    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
 }
 
 int cpu_attn_head_avx2(const cpu_attn_head *a) {
@@ -158,11 +181,13 @@ int cpu_attn_head_avx2(const cpu_attn_head *a) {
     if (hd % 16 || nq < 1 || nq > CPU_ATTN_MAX_Q || G < 1 || nq % G || (G == nq && nq > 16)) return 0;
     const int H = nq / G, row_bytes = hd * (f16 ? 2 : 4); /* KV heads kvh .. kvh + H - 1: adjacent rows */
     float mx[CPU_ATTN_MAX_Q];
-    for (int g = 0; g < nq; g++) mx[g] = -INFINITY;
+    __m256 mx8[CPU_ATTN_MAX_Q], sums[CPU_ATTN_MAX_Q * 8]; /* sums[g * 8 + p % 8]: k_sums of the last positions */
+    for (int g = 0; g < nq; g++) mx8[g] = _mm256_set1_ps(-INFINITY);
     /* The K rows of the next KV_PF positions, asked for when found: a unit's rows of a position are
      * n_head_kv rows from the next position's, too far apart for the hardware prefetchers. */
     const char *kp[KV_PF];
     for (int p = 0; p < KV_PF && p < np; p++) kp[p] = cpu_kv_row(a->kv, a->kv->k, a->table, p, a->kvh, a->n_head_kv, hd);
+    const __m256 vscale = _mm256_set1_ps(a->scale);
     for (int p = 0; p < np; p++) {
         const char *kr = kp[p % KV_PF];
         if (p + KV_PF < np) {
@@ -170,8 +195,24 @@ int cpu_attn_head_avx2(const cpu_attn_head *a) {
             prefetch_row(kp[p % KV_PF], H * row_bytes);
         }
         for (int h = 0; h < H; h++)
-            k_scores_group(a->q + (size_t)h * G * hd, hd, a->scale, kr + (size_t)h * row_bytes, f16,
-                           a->scores + (size_t)h * G * a->sc_stride, a->sc_stride, p, mx + h * G, G);
+            k_sums_group(a->q + (size_t)h * G * hd, hd, kr + (size_t)h * row_bytes, f16, sums + h * G * 8, p % 8, G);
+        if (p % 8 == 7)
+            for (int g = 0; g < nq; g++) { /* (max_ps(s, mx): a NaN score is skipped, as s > mx skips it) */
+                const __m256 s8 = _mm256_mul_ps(reduce8(sums + g * 8), vscale);
+                _mm256_storeu_ps(a->scores + g * a->sc_stride + p - 7, s8);
+                mx8[g] = _mm256_max_ps(s8, mx8[g]);
+            }
+    }
+    for (int g = 0; g < nq; g++) {
+        float m8[8];
+        _mm256_storeu_ps(m8, mx8[g]);
+        mx[g] = m8[0];
+        for (int u = 1; u < 8; u++) mx[g] = m8[u] > mx[g] ? m8[u] : mx[g];
+        for (int p = np & ~7; p < np; p++) { /* the last np % 8 positions one at a time */
+            const float sc = reduce1(sums[g * 8 + p % 8]) * a->scale;
+            a->scores[g * a->sc_stride + p] = sc;
+            if (sc > mx[g]) mx[g] = sc;
+        }
     }
     for (int g = 0; g < nq; g++) { /* exp in chunks of 16, each reduced like a vector, summed in double */
         float *sc = a->scores + g * a->sc_stride;
