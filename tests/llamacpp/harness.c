@@ -1015,7 +1015,7 @@ static int cmd_perplexity(const struct opts *o) {
 // ---------------------------------------------------------------------------
 // bench: llama-bench's methodology (tools/llama-bench/llama-bench.cpp, v0.4.0).
 // One context per test with n_ctx = n_prompt + n_gen of that test, n_batch
-// 2048, n_ubatch 512, F16 KV cache, flash attention auto, a ggml threadpool of
+// 2048, n_ubatch 512, F16 KV cache (--kv T: T), flash attention auto, a ggml threadpool of
 // t threads (poll 50) attached, one warmup run, then r timed repetitions on a
 // cleared cache. Token ids come from rand() with the default seed, the first
 // prompt token being BOS when the vocab adds one, exactly as llama-bench does.
@@ -1057,7 +1057,7 @@ static int bench_one(const struct opts *o, struct llama_model *m, int n_prompt, 
     cp.n_ctx = o->n_ctx ? (uint32_t)o->n_ctx : (uint32_t)(o->depth + n_prompt + n_gen);
     cp.n_batch = 2048;
     cp.n_ubatch = 512;
-    cp.type_k = cp.type_v = GGML_TYPE_F16;
+    cp.type_k = cp.type_v = g_kv_given ? o->kv_type : GGML_TYPE_F16; // --kv T: llama-bench's -ctk/-ctv T
     cp.flash_attn_type = o->fa == -2 ? LLAMA_FLASH_ATTN_TYPE_AUTO : (enum llama_flash_attn_type)o->fa;
     cp.swa_full = false;
     cp.n_threads = cp.n_threads_batch = o->n_threads;
@@ -1126,9 +1126,10 @@ static int cmd_bench(const struct opts *o) {
         struct bench_result res = {0};
         rc = bench_one(o, m, np, ng, &res);
         if (rc) break;
-        printf("{\"test\":\"%s%d\",\"depth\":%d,\"t\":%d,\"tps_mean\":%.3f,\"tps_sd\":%.3f,\"peak_rss_mb\":%.1f,\"reps\":%d,"
+        printf("{\"test\":\"%s%d\",\"depth\":%d,\"kv\":\"%s\",\"t\":%d,\"tps_mean\":%.3f,\"tps_sd\":%.3f,\"peak_rss_mb\":%.1f,\"reps\":%d,"
                "\"flash_attn\":\"%s\",\"repack\":%s,\"cpu\":",
-               np ? "pp" : "tg", np ? np : ng, o->depth, o->n_threads, res.mean, res.sd, peak_rss_mb(), o->reps,
+               np ? "pp" : "tg", np ? np : ng, o->depth, L.ggml_type_name(g_kv_given ? o->kv_type : GGML_TYPE_F16),
+               o->n_threads, res.mean, res.sd, peak_rss_mb(), o->reps,
                o->fa == LLAMA_FLASH_ATTN_TYPE_DISABLED  ? "off"
                : o->fa == LLAMA_FLASH_ATTN_TYPE_ENABLED ? "on" : g_fa_resolved, o->repack != 0 ? "true" : "false");
         json_str(L.cpu_variant);
@@ -1285,7 +1286,7 @@ static void usage(void) {
           "       (FILE's tokens and -c; KL divergence, PPL ratio and same top token against it)\n"
           "  imatrix -m FILE -f TEXT -o OUT.dat [-c 512] [--chunks N] [-t N]\n"
           "       (perplexity's run gathering llama-imatrix's statistics; OUT: its legacy .dat)\n"
-          "  bench -m FILE [-p 512] [-n 128] [-d 0] [-t N] [-r 5] [-c N] [--fa auto|on|off] [--no-repack]\n"
+          "  bench -m FILE [-p 512] [-n 128] [-d 0] [-t N] [-r 5] [-c N] [--kv f16] [--fa auto|on|off] [--no-repack]\n"
           "  batched -m FILE [-p 128] [-n 128] [-npl 1,8,32,64] [-t N] [-r 5] [-c N] [--fa auto|on|off]\n"
           "  mtp -m FILE -p \"1 2 3\" [-n 4] [-t N] [--kv f32] [--logits-out PATH]\n"
           "       (the MTP head as --spec-type draft-mtp drives it: logits of the catch-up over the prompt,\n"
