@@ -185,7 +185,8 @@ static void test_block_kernels(void) {
 /* Decode attention (one entry a batch: cpu_attn_head on AVX2 / AVX-512 cores, the portable loop
  * otherwise) over three shapes, f16 and f32 caches, two sequences: every output, in order. */
 enum { DEC_N = 96 }; /* sequence 0 reaches 84 positions: the AVX2 kernel's V blocks of 64, a partial one and a tail */
-static const shape dec_shapes[] = {{16, 8, 128, BRISK_KV_F16}, {8, 2, 64, BRISK_KV_F32}, {4, 4, 64, BRISK_KV_F16}};
+static const shape dec_shapes[] = {{16, 8, 128, BRISK_KV_F16}, {8, 2, 64, BRISK_KV_F32}, {4, 4, 64, BRISK_KV_F16},
+                                   {16, 8, 128, BRISK_KV_Q8_0}, {8, 2, 64, BRISK_KV_Q4_0}, {12, 4, 32, BRISK_KV_Q8_0}};
 static size_t decode_floats(void) {
     size_t n = 0;
     for (size_t i = 0; i < sizeof dec_shapes / sizeof dec_shapes[0]; i++) n += (size_t)DEC_N * dec_shapes[i].n_head * dec_shapes[i].hd;

@@ -17,9 +17,33 @@
 
 #include "backend/cpu/cpu_attn.h"
 
-static inline __m256 load8(const void *row, int i, int f16) {
-    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i)))
-               : _mm256_loadu_ps((const float *)row + i);
+/* A cache row's element type (a constant where the inner loops take it): f32, f16, or the q8_0 /
+ * q4_0 blocks of 32 (a head's row is whole blocks). */
+enum { KT_F32, KT_F16, KT_Q8_0, KT_Q4_0 };
+
+/* Elements i .. i + 7 of a row as f32 (i % 8 == 0). The quantized types give what quant_dequantize
+ * gives (the integer times the block's scale, one rounding), which the portable loop reads. */
+static inline __m256 load8(const void *row, int i, const int kt) {
+    if (kt == KT_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i)));
+    if (kt == KT_F32) return _mm256_loadu_ps((const float *)row + i);
+    const uint8_t *b = (const uint8_t *)row + (size_t)(i / 32) * (kt == KT_Q8_0 ? 34 : 18); /* f16 scale, then quants */
+    uint16_t dh;
+    memcpy(&dh, b, 2);
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(dh));
+    __m256i x;
+    if (kt == KT_Q8_0) {
+        x = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 2 + i % 32)));
+    } else { /* elements 0-15 in the low nibbles of the 16 bytes, 16-31 in the high */
+        __m128i q = _mm_loadl_epi64((const __m128i *)(b + 2 + i % 16));
+        if (i % 32 >= 16) q = _mm_srli_epi16(q, 4);
+        x = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_and_si128(q, _mm_set1_epi8(0x0F))), _mm256_set1_epi32(8));
+    }
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(x), d);
+}
+
+/* Bytes of a head's row of hd elements. */
+static inline int row_bytes_of(int kt, int hd) {
+    return kt == KT_F32 ? 4 * hd : kt == KT_F16 ? 2 * hd : hd / 32 * (kt == KT_Q8_0 ? 34 : 18);
 }
 
 /* reduce16 (cpu_math.h) of the 16 lanes lo (0-7) and hi (8-15): lanes i + 8, i + 4, then pairs */
@@ -73,7 +97,7 @@ static inline void prefetch_row(const void *row, int bytes) {
  * go (C = 1 read a line at four different times and broadcast a score for every 8 columns).
  * vr: the block's rows (of the unit's first KV head), off: the bytes from there to this KV head's. */
 static inline __attribute__((always_inline)) void v_block(const void *const *vr, size_t off, int b0, int b1, int hd,
-                                                          int f16, const float *sc, size_t sc_stride, float *ln,
+                                                          const int kt, const float *sc, size_t sc_stride, float *ln,
                                                           size_t lstride, const int NG, const int C) {
     for (int i = 0; i < hd; i += 8 * C)
         for (int r = 0; r < 16; r++) {
@@ -85,7 +109,7 @@ static inline __attribute__((always_inline)) void v_block(const void *const *vr,
                 __m256 s[8];
                 _Pragma("GCC unroll 8") for (int g = 0; g < NG; g++) s[g] = _mm256_set1_ps(sc[g * sc_stride + p]);
                 _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
-                    const __m256 v = load8(row, i + 8 * c, f16);
+                    const __m256 v = load8(row, i + 8 * c, kt);
                     _Pragma("GCC unroll 8") for (int g = 0; g < NG; g++) acc[c * NG + g] = _mm256_fmadd_ps(v, s[g], acc[c * NG + g]);
                 }
             }
@@ -98,10 +122,11 @@ static inline __attribute__((always_inline)) void v_block(const void *const *vr,
 /* v_block for ng (<= 8) heads, with as many chunks a pass as keep C * NG sums, the NG scores and a
  * row's chunk within AVX2's 16 registers (C divides hd / 8); the cache's type a constant too, so that
  * no branch is left in the loop. */
-static inline void v_block_heads(const void *const *vr, size_t off, int b0, int b1, int hd, int f16, const float *sc,
+static inline void v_block_heads(const void *const *vr, size_t off, int b0, int b1, int hd, int kt, const float *sc,
                                  size_t sc_stride, float *ln, size_t lstride, int ng) {
-#define VB(NG, C) (f16 ? v_block(vr, off, b0, b1, hd, 1, sc, sc_stride, ln, lstride, NG, C) \
-                       : v_block(vr, off, b0, b1, hd, 0, sc, sc_stride, ln, lstride, NG, C))
+#define VB1(NG, C, KT) v_block(vr, off, b0, b1, hd, KT, sc, sc_stride, ln, lstride, NG, C)
+#define VB(NG, C) (kt == KT_F16 ? VB1(NG, C, KT_F16) : kt == KT_F32 ? VB1(NG, C, KT_F32) \
+                   : kt == KT_Q8_0 ? VB1(NG, C, KT_Q8_0) : VB1(NG, C, KT_Q4_0))
     switch (ng) {
     case 1: if (hd % 64 == 0) VB(1, 8); else VB(1, 2); break;
     case 2: if (hd % 32 == 0) VB(2, 4); else VB(2, 2); break;
@@ -113,18 +138,19 @@ static inline void v_block_heads(const void *const *vr, size_t off, int b0, int 
     default: VB(8, 1); break;
     }
 #undef VB
+#undef VB1
 }
 
 /* The 16-lane products of position p's K row kr with NG (<= 4) query heads q (consecutive rows),
  * the row loaded and converted once for all of them: per head the portable loop's sums in its
  * order (lo: the 16-column chunks' first halves, hi: their second), kept as hi + lo, the first
  * step of reduce16_halves, in sums[g * 8 + slot] until reduce8 finishes eight positions at once. */
-static inline __attribute__((always_inline)) void k_sums(const float *q, int hd, const void *kr, int f16,
+static inline __attribute__((always_inline)) void k_sums(const float *q, int hd, const void *kr, const int kt,
                                                          __m256 *sums, int slot, const int NG) {
     __m256 lo[4], hi[4];
     for (int g = 0; g < NG; g++) lo[g] = hi[g] = _mm256_setzero_ps();
     for (int i = 0; i < hd; i += 16) {
-        const __m256 k0 = load8(kr, i, f16), k1 = load8(kr, i + 8, f16);
+        const __m256 k0 = load8(kr, i, kt), k1 = load8(kr, i + 8, kt);
         for (int g = 0; g < NG; g++) {
             const float *qg = q + (size_t)g * hd + i;
             lo[g] = _mm256_fmadd_ps(_mm256_loadu_ps(qg), k0, lo[g]);
@@ -135,8 +161,9 @@ static inline __attribute__((always_inline)) void k_sums(const float *q, int hd,
 }
 
 /* k_sums for the G query heads of one KV head, four at a time (the cache's type a constant). */
-static inline void k_sums_group(const float *q, int hd, const void *kr, int f16, __m256 *sums, int slot, int G) {
-#define KS(NG) (f16 ? k_sums(qg, hd, kr, 1, sg, slot, NG) : k_sums(qg, hd, kr, 0, sg, slot, NG))
+static inline void k_sums_group(const float *q, int hd, const void *kr, int kt, __m256 *sums, int slot, int G) {
+#define KS(NG) (kt == KT_F16 ? k_sums(qg, hd, kr, KT_F16, sg, slot, NG) : kt == KT_F32 ? k_sums(qg, hd, kr, KT_F32, sg, slot, NG) \
+                : kt == KT_Q8_0 ? k_sums(qg, hd, kr, KT_Q8_0, sg, slot, NG) : k_sums(qg, hd, kr, KT_Q4_0, sg, slot, NG))
     for (int g0 = 0; g0 < G; g0 += 4) {
         const float *qg = q + (size_t)g0 * hd;
         __m256 *sg = sums + g0 * 8;
@@ -175,11 +202,14 @@ static inline float reduce1(__m256 a) {
 }
 
 int cpu_attn_head_avx2(const cpu_attn_head *a) {
-    if (bk_kv_block_bytes(a->kv->kv_type)) return 0; /* q8_0, q4_0: the portable version */
-    const int hd = a->hd, np = a->np, f16 = a->kv->kv_type == BRISK_KV_F16, nq = a->n_q;
+    const int t = a->kv->kv_type, hd = a->hd, np = a->np, nq = a->n_q;
+    const int kt = t == BRISK_KV_F16 ? KT_F16 : t == BRISK_KV_F32 ? KT_F32 : t == BRISK_KV_Q8_0 ? KT_Q8_0
+                 : t == BRISK_KV_Q4_0 ? KT_Q4_0 : -1;
     const int G = a->group > 0 ? a->group : nq; /* query heads a KV head */
-    if (hd % 16 || nq < 1 || nq > CPU_ATTN_MAX_Q || G < 1 || nq % G || (G == nq && nq > 16)) return 0;
-    const int H = nq / G, row_bytes = hd * (f16 ? 2 : 4); /* KV heads kvh .. kvh + H - 1: adjacent rows */
+    if (kt < 0 || hd % (kt >= KT_Q8_0 ? 32 : 16) || nq < 1 || nq > CPU_ATTN_MAX_Q || G < 1 || nq % G ||
+        (G == nq && nq > 16))
+        return 0;
+    const int H = nq / G, row_bytes = row_bytes_of(kt, hd); /* KV heads kvh .. kvh + H - 1: adjacent rows */
     float mx[CPU_ATTN_MAX_Q];
     __m256 mx8[CPU_ATTN_MAX_Q], sums[CPU_ATTN_MAX_Q * 8]; /* sums[g * 8 + p % 8]: k_sums of the last positions */
     for (int g = 0; g < nq; g++) mx8[g] = _mm256_set1_ps(-INFINITY);
@@ -195,7 +225,7 @@ int cpu_attn_head_avx2(const cpu_attn_head *a) {
             prefetch_row(kp[p % KV_PF], H * row_bytes);
         }
         for (int h = 0; h < H; h++)
-            k_sums_group(a->q + (size_t)h * G * hd, hd, kr + (size_t)h * row_bytes, f16, sums + h * G * 8, p % 8, G);
+            k_sums_group(a->q + (size_t)h * G * hd, hd, kr + (size_t)h * row_bytes, kt, sums + h * G * 8, p % 8, G);
         if (p % 8 == 7)
             for (int g = 0; g < nq; g++) { /* (max_ps(s, mx): a NaN score is skipped, as s > mx skips it) */
                 const __m256 s8 = _mm256_mul_ps(reduce8(sums + g * 8), vscale);
@@ -250,7 +280,7 @@ int cpu_attn_head_avx2(const cpu_attn_head *a) {
             float *ln = a->lanes + g0 * lstride;
             const float *sc = a->scores + g0 * a->sc_stride;
             const size_t off = (size_t)h * row_bytes;
-            v_block_heads(vb[cur], off, b0, b1, hd, f16, sc, a->sc_stride, ln, lstride, ng);
+            v_block_heads(vb[cur], off, b0, b1, hd, kt, sc, a->sc_stride, ln, lstride, ng);
             g0 += ng - 8; /* the next KV head's heads start a new run of 8 */
         }
     }
@@ -269,7 +299,7 @@ int cpu_attn_head_avx2(const cpu_attn_head *a) {
         const char *vr = cpu_kv_row(a->kv, a->kv->v, a->table, p, a->kvh, a->n_head_kv, hd);
         for (int i = 0; i < hd; i += 8)
             for (int h = 0; h < H; h++) {
-                const __m256 v = load8(vr + (size_t)h * row_bytes, i, f16);
+                const __m256 v = load8(vr + (size_t)h * row_bytes, i, kt);
                 for (int g = h * G; g < (h + 1) * G; g++) {
                     float *o = a->out + (size_t)g * hd + i;
                     _mm256_storeu_ps(o, _mm256_fmadd_ps(v, _mm256_set1_ps(a->scores[g * a->sc_stride + p]), _mm256_loadu_ps(o)));
@@ -282,7 +312,7 @@ int cpu_attn_head_avx2(const cpu_attn_head *a) {
 /* Lanes [l0, l0 + 8) of the block (lanes past its nt * group repeat lane 0's query and are not
  * stored). Qt[i][lane] holds q pre-scaled, Ot[d][lane] the unnormalised output. */
 static inline __attribute__((always_inline)) void attn_block8(const cpu_attn_block *a, const int hd, int l0) {
-    const int L = a->nt * a->group, f16 = a->kv->kv_type == BRISK_KV_F16;
+    const int L = a->nt * a->group, kt = a->kv->kv_type == BRISK_KV_F16 ? KT_F16 : KT_F32;
     float *Qt = a->scratch, *Ot = Qt + 8 * hd, *Kf = Ot + 8 * hd, *Vf = Kf + 8 * hd;
     int32_t posl[8];
     int maxp = 0;
@@ -308,8 +338,8 @@ static inline __attribute__((always_inline)) void attn_block8(const cpu_attn_blo
             const void *kr = cpu_kv_row(a->kv, a->kv->k, a->table, p0 + j, a->kvh, a->n_head_kv, hd);
             const void *vr = cpu_kv_row(a->kv, a->kv->v, a->table, p0 + j, a->kvh, a->n_head_kv, hd);
             for (int i = 0; i < hd; i += 8) {
-                _mm256_storeu_ps(kd + i, load8(kr, i, f16));
-                _mm256_storeu_ps(vd + i, load8(vr, i, f16));
+                _mm256_storeu_ps(kd + i, load8(kr, i, kt));
+                _mm256_storeu_ps(vd + i, load8(vr, i, kt));
             }
         }
         __m256 s[8];

@@ -747,7 +747,9 @@ BK_INLINE float dot_f32(const float *a, const float *b, int n) {
 /* cpu_attn_head / cpu_attn_block on this core's ISA: 0 where it has none (the per-token loop then runs). */
 static int attn_head_isa(const cpu_attn_head *ah) {
     const cpu_isa isa = cpu_dot_isa();
-    return isa == CPU_ISA_AVX512 ? cpu_attn_head_avx512(ah) : isa == CPU_ISA_AVX2 ? cpu_attn_head_avx2(ah) : 0;
+    /* (the AVX2 kernel also takes the quantized caches, which the AVX-512 one leaves) */
+    return isa == CPU_ISA_AVX512 ? cpu_attn_head_avx512(ah) || cpu_attn_head_avx2(ah)
+           : isa == CPU_ISA_AVX2 ? cpu_attn_head_avx2(ah) : 0;
 }
 static int attn_block_isa(const cpu_attn_block *ab) {
     const cpu_isa isa = cpu_dot_isa();
@@ -900,14 +902,15 @@ static void attention_core(cpu_backend *cb, const float *q, const float *k, cons
         if (ab->pos[t] > max_pos) max_pos = ab->pos[t];
     /* GQA groups go through the AVX2 / AVX-512 kernel together (K/V rows read once per group) */
     int group = n_head / n_head_kv;
-    const bool kernel = cpu_dot_isa() >= CPU_ISA_AVX2 && !bk_kv_block_bytes(kv->kv_type) && head_dim % 16 == 0 &&
-                        group <= 16 && n_head % n_head_kv == 0;
+    const bool quant = bk_kv_block_bytes(kv->kv_type) != 0; /* (q8_0, q4_0: the AVX2 kernel's alone) */
+    const bool kernel = cpu_dot_isa() >= CPU_ISA_AVX2 && head_dim % (quant ? 32 : 16) == 0 && group <= 16 &&
+                        n_head % n_head_kv == 0;
     int nq = kernel ? group : 1;
     /* The AVX2 kernel's units of decode and short batches take as many adjacent KV heads as still
      * give every thread the same number of units: a unit reads a position's rows of its heads as
      * one run. One KV head a unit read a 256-byte row every n_head_kv rows, a pattern the hardware
      * prefetchers do not follow; qwen3-0.6b's 8 heads on 2 threads now read 1 KiB runs. */
-    if (kernel && cpu_dot_isa() == CPU_ISA_AVX2 && ab->n_tokens < ATT_BLOCK_MIN_TOKENS &&
+    if (kernel && (cpu_dot_isa() == CPU_ISA_AVX2 || quant) && ab->n_tokens < ATT_BLOCK_MIN_TOKENS &&
         !(kv->ksum && kv->sparse_k > 0))
         for (int h = n_head_kv; h > 1; h--) {
             const long units = (long)ab->n_tokens * (n_head_kv / h);
