@@ -65,11 +65,12 @@ typedef struct cpu_attn_block {
 /* Returns 0 (and does nothing) for a quantized cache (q8_0, q4_0), head_dim
  * not a multiple of 16 or more than 16 lanes. */
 int cpu_attn_block_avx512(const cpu_attn_block *a);
-/* The same in AVX2 + FMA + F16C (cpu_attn_avx2.c), 8 lanes at a time: another float order again. */
+/* The same in AVX2 + FMA + F16C (cpu_attn_avx2.c), 8 lanes at a time: another float order again.
+ * It also reads q8_0 and q4_0 caches (head_dim a multiple of 32), which AVX-512 cores send here. */
 int cpu_attn_block_avx2(const cpu_attn_block *a);
 
 /* AVX-512 version; returns 0 (and does nothing) when head_dim is not a
- * multiple of 16 or the cache is quantized (the portable version handles those). */
+ * multiple of 16 or the cache is quantized (the AVX2 version handles those). */
 int cpu_attn_head_avx512(const cpu_attn_head *a);
 /* The same in AVX2 + FMA + F16C (cpu_attn_avx2.c), bitwise; also takes several KV heads
  * (group < n_q <= CPU_ATTN_MAX_Q), where the AVX-512 version takes one (n_q <= 16). */

@@ -41,6 +41,12 @@ static inline __m256 load8(const void *row, int i, const int kt) {
     return _mm256_mul_ps(_mm256_cvtepi32_ps(x), d);
 }
 
+/* The KT_ of a cache type, -1 for one this file does not read. */
+static inline int kt_of(int kv_type) {
+    return kv_type == BRISK_KV_F16 ? KT_F16 : kv_type == BRISK_KV_F32 ? KT_F32 : kv_type == BRISK_KV_Q8_0 ? KT_Q8_0
+         : kv_type == BRISK_KV_Q4_0 ? KT_Q4_0 : -1;
+}
+
 /* Bytes of a head's row of hd elements. */
 static inline int row_bytes_of(int kt, int hd) {
     return kt == KT_F32 ? 4 * hd : kt == KT_F16 ? 2 * hd : hd / 32 * (kt == KT_Q8_0 ? 34 : 18);
@@ -202,9 +208,7 @@ static inline float reduce1(__m256 a) {
 }
 
 int cpu_attn_head_avx2(const cpu_attn_head *a) {
-    const int t = a->kv->kv_type, hd = a->hd, np = a->np, nq = a->n_q;
-    const int kt = t == BRISK_KV_F16 ? KT_F16 : t == BRISK_KV_F32 ? KT_F32 : t == BRISK_KV_Q8_0 ? KT_Q8_0
-                 : t == BRISK_KV_Q4_0 ? KT_Q4_0 : -1;
+    const int kt = kt_of(a->kv->kv_type), hd = a->hd, np = a->np, nq = a->n_q;
     const int G = a->group > 0 ? a->group : nq; /* query heads a KV head */
     if (kt < 0 || hd % (kt >= KT_Q8_0 ? 32 : 16) || nq < 1 || nq > CPU_ATTN_MAX_Q || G < 1 || nq % G ||
         (G == nq && nq > 16))
@@ -312,7 +316,7 @@ int cpu_attn_head_avx2(const cpu_attn_head *a) {
 /* Lanes [l0, l0 + 8) of the block (lanes past its nt * group repeat lane 0's query and are not
  * stored). Qt[i][lane] holds q pre-scaled, Ot[d][lane] the unnormalised output. */
 static inline __attribute__((always_inline)) void attn_block8(const cpu_attn_block *a, const int hd, int l0) {
-    const int L = a->nt * a->group, kt = a->kv->kv_type == BRISK_KV_F16 ? KT_F16 : KT_F32;
+    const int L = a->nt * a->group, kt = kt_of(a->kv->kv_type);
     float *Qt = a->scratch, *Ot = Qt + 8 * hd, *Kf = Ot + 8 * hd, *Vf = Kf + 8 * hd;
     int32_t posl[8];
     int maxp = 0;
@@ -384,7 +388,8 @@ static inline __attribute__((always_inline)) void attn_block8(const cpu_attn_blo
 /* Common head sizes as constants, as in cpu_attn_avx512.c. */
 int cpu_attn_block_avx2(const cpu_attn_block *a) {
     const int L = a->nt * a->group;
-    if (bk_kv_block_bytes(a->kv->kv_type) || a->hd % 16 || L < 1 || L > 16) return 0;
+    const int kt = kt_of(a->kv->kv_type);
+    if (kt < 0 || a->hd % (kt >= KT_Q8_0 ? 32 : 16) || L < 1 || L > 16) return 0;
     for (int l0 = 0; l0 < L; l0 += 8) switch (a->hd) {
         case 64: attn_block8(a, 64, l0); break;
         case 128: attn_block8(a, 128, l0); break;

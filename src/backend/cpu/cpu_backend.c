@@ -753,7 +753,8 @@ static int attn_head_isa(const cpu_attn_head *ah) {
 }
 static int attn_block_isa(const cpu_attn_block *ab) {
     const cpu_isa isa = cpu_dot_isa();
-    return isa == CPU_ISA_AVX512 ? cpu_attn_block_avx512(ab) : isa == CPU_ISA_AVX2 ? cpu_attn_block_avx2(ab) : 0;
+    return isa == CPU_ISA_AVX512 ? cpu_attn_block_avx512(ab) || cpu_attn_block_avx2(ab)
+           : isa == CPU_ISA_AVX2 ? cpu_attn_block_avx2(ab) : 0;
 }
 
 /* One token's query heads h .. h + n_q - 1 (one work unit of att_worker) over positions [0, np) of
@@ -931,8 +932,7 @@ static void attention_core(cpu_backend *cb, const float *q, const float *k, cons
     }
     att_job j = {q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, out, cb, cb->att_cap, stride, nq, NULL, 0, 0};
     /* Query blocks: runs of entries of one sequence, 16 lanes (tokens x group) at most. */
-    if (ab->n_tokens >= ATT_BLOCK_MIN_TOKENS && cpu_dot_isa() >= CPU_ISA_AVX2 && !bk_kv_block_bytes(kv->kv_type) &&
-        head_dim % 16 == 0 && group <= 16 && n_head % n_head_kv == 0 &&
+    if (ab->n_tokens >= ATT_BLOCK_MIN_TOKENS && kernel &&
         grow((void **)&cb->att_blk, &cb->att_blk_cap, sizeof(int) * ((size_t)ab->n_tokens + 1)) == BRISK_OK) {
         const int per = 16 / group;
         int nb = 0;
