@@ -510,14 +510,15 @@ brisk_status brisk_grammar_accept(brisk_grammar *g, brisk_token tok);
  * (true while a lazy grammar waits for its trigger). */
 bool brisk_grammar_is_complete(const brisk_grammar *g);
 /* Makes g lazy (llama.cpp's grammar triggers): tokens are unconstrained until
- * the generated text contains trigger outside any skip_open..skip_close span
- * (both NULL: no spans; skipping: the text starts inside one, as after a
- * prompt that opened <think>). From the trigger on, the text is constrained:
- * the grammar reads the trigger and the rest of that token (only the trigger
- * when the rest leaves it). Call on a new grammar, which must accept trigger
- * first; BRISK_ERR_INVALID_ARG otherwise. */
-brisk_status brisk_grammar_set_trigger(brisk_grammar *g, const char *trigger, const char *skip_open,
-                                       const char *skip_close, bool skipping);
+ * the generated text contains one of the n_triggers words of triggers outside
+ * any skip_open..skip_close span (both NULL: no spans; skipping: the text
+ * starts inside one, as after a prompt that opened <think>). From the earliest
+ * trigger on (the longest of those starting there), the text is constrained:
+ * the grammar reads that trigger and the rest of its token (only the trigger
+ * when the rest leaves it). The words are copied. Call on a new grammar, which
+ * must accept each trigger first; BRISK_ERR_INVALID_ARG otherwise. */
+brisk_status brisk_grammar_set_triggers(brisk_grammar *g, const char *const *triggers, int n_triggers,
+                                        const char *skip_open, const char *skip_close, bool skipping);
 /* Whether a lazy grammar still waits for its trigger. */
 bool brisk_grammar_waiting(const brisk_grammar *g);
 /* Sampling with g from now on; the sampler owns g afterwards (frees it with

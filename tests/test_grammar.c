@@ -321,6 +321,8 @@ static void test_sampling(void) {
     brisk_model_free(m);
 }
 
+static const char *const TOOL_CALL[] = {"<tool_call>"}; /* a lazy grammar's one trigger */
+
 /* Feeds text's tokens (parse_special: "<tool_call>" may be one token) to g; the last one's mask after. */
 static void feed(brisk_model *m, brisk_grammar *g, const char *text, bool parse_special) {
     brisk_token toks[256];
@@ -339,11 +341,11 @@ static void test_lazy(void) {
         CHECK_OK(brisk_grammar_new(m, gbnf, NULL, &g));
         if (!g) break;
         /* bad triggers: one the grammar does not start with; a lone skip word */
-        CHECK(brisk_grammar_set_trigger(g, "<tool", "<think>", NULL, false) == BRISK_ERR_INVALID_ARG);
-        CHECK(brisk_grammar_set_trigger(g, "<call>", NULL, NULL, false) == BRISK_ERR_INVALID_ARG);
+        CHECK(brisk_grammar_set_triggers(g, (const char *const[]){"<tool"}, 1, "<think>", NULL, false) == BRISK_ERR_INVALID_ARG);
+        CHECK(brisk_grammar_set_triggers(g, (const char *const[]){"<call>"}, 1, NULL, NULL, false) == BRISK_ERR_INVALID_ARG);
         CHECK(!brisk_grammar_waiting(g));
-        CHECK_OK(brisk_grammar_set_trigger(g, "<tool_call>", "<think>", "</think>", true));
-        CHECK(brisk_grammar_set_trigger(g, "<tool_call>", NULL, NULL, false) == BRISK_ERR_INVALID_ARG);
+        CHECK_OK(brisk_grammar_set_triggers(g, TOOL_CALL, 1, "<think>", "</think>", true));
+        CHECK(brisk_grammar_set_triggers(g, TOOL_CALL, 1, NULL, NULL, false) == BRISK_ERR_INVALID_ARG);
         int n = 0;
         /* inside the thinking the prompt opened, then in a new one: the trigger does not fire */
         feed(m, g, "I could use <tool_call> here.</think>Sure: <think>or <tool_call>?</think> yes", special);
@@ -376,7 +378,7 @@ static void test_lazy(void) {
     CHECK_OK(brisk_sampler_new(&sp, nv, &s));
     CHECK_OK(brisk_grammar_new(m, gbnf, NULL, &g));
     if (logits && s && g && nt > 1) {
-        CHECK_OK(brisk_grammar_set_trigger(g, "<tool_call>", NULL, NULL, false));
+        CHECK_OK(brisk_grammar_set_triggers(g, TOOL_CALL, 1, NULL, NULL, false));
         brisk_sampler_set_grammar(s, g);
         char text[4096] = "";
         size_t len = 0;
@@ -406,12 +408,51 @@ static void test_lazy(void) {
     brisk_model_free(m);
 }
 
+/* Several triggers: each one the grammar must start with; any of them starts it, the longest across
+ * many tokens too (the text kept between tokens is as long as the longest word), and the grammar reads
+ * from that one on; text that only looks like one does not. */
+static void test_lazy_triggers(void) {
+    brisk_model *m = test_qwen2_vocab();
+    if (!m) return;
+    const char *gbnf = "root ::= (\"<tool_call>\" | \"<fn=\" [a-z]+ \">\") [0-9]+ \"</tool_call>\"\n";
+    static const char *const trig[] = {"<tool_call>", "<fn=a>", "<fn=abcdefghijklmnopqrst>"};
+    static const char *const cases[][2] = { /* free text, then the text from the trigger on */
+        {"Sure: ", "<fn=a>1"},
+        {"Sure: ", "<fn=abcdefghijklmnopqrst>1"}, /* over several tokens */
+        {"Sure: <fn=ab>1 <fn=abcdefghijklmnopqrs> ", "<tool_call>1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        brisk_grammar *g = NULL;
+        CHECK_OK(brisk_grammar_new(m, gbnf, NULL, &g));
+        if (!g) break;
+        /* bad lists: none, an empty word, one word the grammar does not start with */
+        CHECK(brisk_grammar_set_triggers(g, trig, 0, NULL, NULL, false) == BRISK_ERR_INVALID_ARG);
+        CHECK(brisk_grammar_set_triggers(g, (const char *const[]){"<fn=a>", ""}, 2, NULL, NULL, false) ==
+              BRISK_ERR_INVALID_ARG);
+        CHECK(brisk_grammar_set_triggers(g, (const char *const[]){"<fn=a>", "<call>"}, 2, NULL, NULL, false) ==
+              BRISK_ERR_INVALID_ARG);
+        CHECK(!brisk_grammar_waiting(g));
+        CHECK_OK(brisk_grammar_set_triggers(g, trig, 3, NULL, NULL, false));
+        feed(m, g, cases[i][0], false);
+        bool ok = brisk_grammar_waiting(g);
+        feed(m, g, cases[i][1], false);
+        ok = ok && !brisk_grammar_waiting(g) && !brisk_grammar_is_complete(g) && !grammar_would_accept(g, "x", 1);
+        feed(m, g, "2</tool_call>", false);
+        ok = ok && brisk_grammar_is_complete(g);
+        if (!ok) fprintf(stderr, "  case %zu: %s%s\n", i, cases[i][0], cases[i][1]);
+        CHECK(ok);
+        brisk_grammar_free(g);
+    }
+    brisk_model_free(m);
+}
+
 int main(int argc, char **argv) {
     static const test_case cases[] = {
         {"parse_errors", test_parse_errors}, {"match", test_match},   {"utf8", test_utf8},
         {"llamacpp_grammars", test_llamacpp_grammars}, {"json_schema", test_json_schema},
         {"json_gbnf", test_json_gbnf},
         {"masks", test_masks}, {"sampling", test_sampling}, {"lazy", test_lazy},
+        {"lazy_triggers", test_lazy_triggers},
     };
     return test_main(cases, sizeof cases / sizeof *cases, argc, argv);
 }

@@ -172,6 +172,8 @@ static void test_tools_without_section(void) {
     brisk_model_free(m);
 }
 
+static const char *const TOOL_CALL[] = {"<tool_call>"}; /* the one trigger of the JSON and Qwen3.5 forms */
+
 /* Feeds text's tokens to g; false at the first token it refuses. */
 static bool grammar_takes(const brisk_model *m, brisk_grammar *g, const char *text) {
     brisk_token toks[512];
@@ -211,7 +213,7 @@ static void test_tool_grammar_parallel(void) {
             brisk_grammar *g = NULL;
             CHECK_OK(chat_tool_gbnf(tools, mode == 1 ? "get_weather" : NULL, false, parallel, false, &gbnf));
             if (gbnf) CHECK_OK(brisk_grammar_new(m, gbnf, "root", &g));
-            if (g && mode == 2) CHECK_OK(brisk_grammar_set_trigger(g, "<tool_call>", "<think>", "</think>", false));
+            if (g && mode == 2) CHECK_OK(brisk_grammar_set_triggers(g, TOOL_CALL, 1, "<think>", "</think>", false));
             if (!g) {
                 free(gbnf);
                 continue;
@@ -569,7 +571,7 @@ static void test_xml_tool_grammar(void) {
                 brisk_grammar *g = NULL;
                 CHECK_OK(brisk_grammar_new(m, gbnf, "root", &g));
                 if (!g) break;
-                if (mode == 2) CHECK_OK(brisk_grammar_set_trigger(g, "<tool_call>", "<think>", "</think>", false));
+                if (mode == 2) CHECK_OK(brisk_grammar_set_triggers(g, TOOL_CALL, 1, "<think>", "</think>", false));
                 if (mode == 2) CHECK(grammar_takes(m, g, "Let me look. "));
                 bool want = !(mode == 1 && k == 2);
                 CHECK(grammar_takes(m, g, seq[k]) == want);
@@ -584,7 +586,7 @@ static void test_xml_tool_grammar(void) {
                 brisk_grammar *g = NULL;
                 CHECK_OK(brisk_grammar_new(m, gbnf, "root", &g));
                 if (!g) break;
-                if (mode == 2) CHECK_OK(brisk_grammar_set_trigger(g, "<tool_call>", "<think>", "</think>", false));
+                if (mode == 2) CHECK_OK(brisk_grammar_set_triggers(g, TOOL_CALL, 1, "<think>", "</think>", false));
                 CHECK(!grammar_takes(m, g, bad[k].text));
                 brisk_grammar_free(g);
             }

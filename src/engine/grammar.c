@@ -196,12 +196,16 @@ struct brisk_grammar {
     bool oom;
     int n_masks, masks_built, mask_hits;
     int32_t *walk;            /* (voc->max_depth + 1) states along the trie path */
-    /* Lazy (brisk_grammar_set_trigger): while waiting, nothing is constrained and the text is
-     * scanned for the trigger outside skip_open..skip_close spans. */
+    /* Lazy (brisk_grammar_set_triggers): while waiting, nothing is constrained and the text is
+     * scanned for the triggers outside skip_open..skip_close spans. */
     const brisk_model *model; /* to spell tokens (special ones too) while waiting */
     bool waiting, skipping;
-    char *word[3];            /* trigger, skip_open, skip_close (owned; the last two may be NULL) */
-    size_t wlen[3];
+    char **trig;              /* (n_trig) owned trigger words */
+    size_t *trig_len;         /* (n_trig) */
+    int n_trig;
+    char *skip[2];            /* skip_open, skip_close (owned; NULL: no spans) */
+    size_t skip_len[2];
+    size_t keep;              /* bytes of the longest trigger or skip_open, less one: the tail that may start one */
     char *win;                /* (n_win, cap_win) unscanned tail of the text */
     size_t n_win, cap_win;
 };
@@ -476,7 +480,8 @@ void brisk_grammar_free(brisk_grammar *g) {
     gram_rules_free(g->r);
     free(g->alt_off), free(g->alts), free(g->nodes), free(g->mark), free(g->nhash);
     free(g->states), free(g->shash), free(g->sset), free(g->tmp), free(g->work), free(g->walk);
-    for (int i = 0; i < 3; i++) free(g->word[i]);
+    for (int i = 0; i < g->n_trig; i++) free(g->trig[i]);
+    free(g->trig), free(g->trig_len), free(g->skip[0]), free(g->skip[1]);
     free(g->win);
     free(g);
 }
@@ -566,20 +571,37 @@ bool grammar_would_accept(brisk_grammar *g, const char *s, size_t n) { return ru
 bool grammar_is_complete(const brisk_grammar *g) { return g->waiting || g->states[g->cur].accept; }
 bool brisk_grammar_is_complete(const brisk_grammar *g) { return g && grammar_is_complete(g); }
 
-brisk_status brisk_grammar_set_trigger(brisk_grammar *g, const char *trigger, const char *skip_open,
-                                       const char *skip_close, bool skipping) {
-    if (!g || !trigger || !trigger[0] || !skip_open != !skip_close || (skip_open && (!skip_open[0] || !skip_close[0])))
-        return bk_fail(BRISK_ERR_INVALID_ARG, "grammar trigger: a non-empty trigger, and both skip words or neither");
-    if (g->waiting || g->word[0]) return bk_fail(BRISK_ERR_INVALID_ARG, "grammar trigger: already set");
-    /* The grammar must read the trigger first: its text is where the constrained part starts. */
-    if (!grammar_would_accept(g, trigger, strlen(trigger)))
-        return bk_fail(BRISK_ERR_INVALID_ARG, "grammar trigger: the grammar does not start with '%s'", trigger);
-    const char *w[3] = {trigger, skip_open, skip_close};
-    for (int i = 0; i < 3; i++) {
-        if (!w[i]) continue;
-        g->wlen[i] = strlen(w[i]);
-        if (!(g->word[i] = strdup(w[i]))) return bk_fail(BRISK_ERR_NOMEM, "grammar: out of memory");
+brisk_status brisk_grammar_set_triggers(brisk_grammar *g, const char *const *triggers, int n_triggers,
+                                        const char *skip_open, const char *skip_close, bool skipping) {
+    bool ok = g && triggers && n_triggers > 0 && !skip_open == !skip_close &&
+              (!skip_open || (skip_open[0] && skip_close[0]));
+    for (int i = 0; ok && i < n_triggers; i++) ok = triggers[i] && triggers[i][0];
+    if (!ok)
+        return bk_fail(BRISK_ERR_INVALID_ARG,
+                       "grammar trigger: one or more non-empty triggers, and both skip words or neither");
+    if (g->waiting || g->trig) return bk_fail(BRISK_ERR_INVALID_ARG, "grammar trigger: already set");
+    /* The grammar must read each trigger first: its text is where the constrained part starts. */
+    for (int i = 0; i < n_triggers; i++)
+        if (!grammar_would_accept(g, triggers[i], strlen(triggers[i])))
+            return bk_fail(BRISK_ERR_INVALID_ARG, "grammar trigger: the grammar does not start with '%s'", triggers[i]);
+    char **trig = calloc((size_t)n_triggers, sizeof *trig);
+    size_t *len = malloc((size_t)n_triggers * sizeof *len), keep = skip_open ? strlen(skip_open) : 0;
+    char *skip[2] = {skip_open ? strdup(skip_open) : NULL, skip_close ? strdup(skip_close) : NULL};
+    ok = trig && len && !skip_open == !skip[0] && !skip_close == !skip[1];
+    for (int i = 0; ok && i < n_triggers; i++) {
+        len[i] = strlen(triggers[i]);
+        if (len[i] > keep) keep = len[i];
+        ok = (trig[i] = strdup(triggers[i])) != NULL;
     }
+    if (!ok) {
+        for (int i = 0; trig && i < n_triggers; i++) free(trig[i]);
+        free(trig), free(len), free(skip[0]), free(skip[1]);
+        return bk_fail(BRISK_ERR_NOMEM, "grammar: out of memory");
+    }
+    g->trig = trig, g->trig_len = len, g->n_trig = n_triggers;
+    g->skip[0] = skip[0], g->skip[1] = skip[1];
+    for (int i = 0; i < 2; i++) g->skip_len[i] = skip[i] ? strlen(skip[i]) : 0;
+    g->keep = keep - 1;
     g->waiting = true;
     g->skipping = skipping && skip_open;
     return BRISK_OK;
@@ -587,8 +609,8 @@ brisk_status brisk_grammar_set_trigger(brisk_grammar *g, const char *trigger, co
 
 bool brisk_grammar_waiting(const brisk_grammar *g) { return g && g->waiting; }
 
-/* While waiting: appends a token's text and scans it. At the trigger the grammar starts, fed the text
- * from the trigger on (only the trigger when the rest of the token leaves it). */
+/* While waiting: appends a token's text and scans it. At the earliest trigger the grammar starts, fed
+ * the text from that trigger on (only the trigger when the rest of the token leaves it). */
 static brisk_status lazy_accept(brisk_grammar *g, brisk_token tok) {
     char buf[1024];
     size_t len = 0;
@@ -607,31 +629,37 @@ static brisk_status lazy_accept(brisk_grammar *g, brisk_token tok) {
         const char *w = g->win + at;
         size_t n = g->n_win - at;
         if (g->skipping) {
-            const char *c = memmem(w, n, g->word[2], g->wlen[2]);
+            const char *c = memmem(w, n, g->skip[1], g->skip_len[1]);
             if (!c) {
-                keep = g->wlen[2] - 1;
+                keep = g->skip_len[1] - 1;
                 break;
             }
-            at = (size_t)(c - g->win) + g->wlen[2];
+            at = (size_t)(c - g->win) + g->skip_len[1];
             g->skipping = false;
             continue;
         }
-        const char *t = memmem(w, n, g->word[0], g->wlen[0]);
-        const char *o = g->word[1] ? memmem(w, n, g->word[1], g->wlen[1]) : NULL;
+        /* the earliest trigger; of two starting there (one a prefix of the other) the longer */
+        const char *t = NULL;
+        int ti = -1;
+        for (int i = 0; i < g->n_trig; i++) {
+            const char *h = memmem(w, n, g->trig[i], g->trig_len[i]);
+            if (h && (!t || h < t || (h == t && g->trig_len[i] > g->trig_len[ti]))) t = h, ti = i;
+        }
+        const char *o = g->skip[0] ? memmem(w, n, g->skip[0], g->skip_len[0]) : NULL;
         if (o && (!t || o < t)) {
-            at = (size_t)(o - g->win) + g->wlen[1];
+            at = (size_t)(o - g->win) + g->skip_len[0];
             g->skipping = true;
             continue;
         }
         if (t) {
             size_t from = (size_t)(t - g->win);
             g->waiting = false;
-            if (!grammar_accept_bytes(g, t, g->n_win - from) && !grammar_accept_bytes(g, g->word[0], g->wlen[0]))
+            if (!grammar_accept_bytes(g, t, g->n_win - from) && !grammar_accept_bytes(g, g->trig[ti], g->trig_len[ti]))
                 return bk_fail(BRISK_ERR_NOMEM, "grammar: out of memory");
             g->n_win = 0;
             return BRISK_OK;
         }
-        keep = (g->word[1] && g->wlen[1] > g->wlen[0] ? g->wlen[1] : g->wlen[0]) - 1;
+        keep = g->keep;
         break;
     }
     /* only a tail that could be the start of a word stays */

@@ -452,8 +452,8 @@ static bool lazy_tool(const oai_server *srv, const cJSON *root, bool in_reasonin
         brisk_grammar **g = &job->req->ch[i].grammar;
         st = brisk_grammar_new(srv->model, gbnf, "root", g);
         if (st == BRISK_OK)
-            st = brisk_grammar_set_trigger(*g, "<tool_call>", xml ? NULL : "<think>", xml ? NULL : "</think>",
-                                           in_reasoning && !xml);
+            st = brisk_grammar_set_triggers(*g, (const char *const[]){"<tool_call>"}, 1, xml ? NULL : "<think>",
+                                            xml ? NULL : "</think>", in_reasoning && !xml);
     }
     free(gbnf);
     if (st != BRISK_OK) return oai_fail(e, st == BRISK_ERR_NOMEM ? 500 : 400, "tools", "%s", brisk_last_error());
