@@ -5,7 +5,8 @@
  * and without parallel_tool_calls (and the field's default per template), each tool's $refs in its
  * own parameters; Qwen3.5 / Qwen3.6 / Qwen3-Coder's XML tool calls: parsed (Python literals, a call
  * inside <think>, Qwen3-Coder's calls without <tool_call>), detected from the template, their grammar
- * (parameters in any order, bounded size), and a request's one copy of its tools for every choice. */
+ * (parameters in any order, bounded size; the lazy one also starting at Qwen3-Coder's <function=NAME>),
+ * and a request's one copy of its tools for every choice. */
 #include "engine/grammar.h"
 #include "server/chat.h"
 #include "server/openai.h"
@@ -384,9 +385,10 @@ static void test_xml_bare_function(void) {
     cJSON_Delete(tools);
 }
 
-/* An oai_server over ../shared's Qwen2 vocabulary with the real qwen3.5.jinja (4 slots): the
- * fixture of the tool-call tests that go through oai_parse. False when a check failed or the
- * vocabulary is missing (q->m NULL: test_qwen2_vocab said skip); qwen_srv_close frees either way. */
+/* An oai_server over ../shared's Qwen2 vocabulary with chat template tmpl (4 slots; the real
+ * qwen3.5.jinja when NULL): the fixture of the tool-call tests that go through oai_parse. False when a
+ * check failed or the vocabulary is missing (q->m NULL: test_qwen2_vocab said skip); qwen_srv_close
+ * frees either way. */
 typedef struct qwen_srv {
     brisk_model *m;
     char *tmpl;
@@ -394,11 +396,11 @@ typedef struct qwen_srv {
     oai_server srv;
 } qwen_srv;
 
-static bool qwen_srv_open(qwen_srv *q) {
+static bool qwen_srv_open(qwen_srv *q, const char *tmpl) {
     memset(q, 0, sizeof *q);
     size_t n = 0;
     if (!(q->m = test_qwen2_vocab())) return false;
-    q->tmpl = test_read_file("tests/data/chat_templates/qwen3.5.jinja", &n);
+    q->tmpl = test_read_file(tmpl ? tmpl : "tests/data/chat_templates/qwen3.5.jinja", &n);
     CHECK(q->tmpl != NULL);
     if (q->tmpl) CHECK_OK(chat_fmt_new(q->m, q->tmpl, &q->f));
     q->srv = (oai_server){.model = q->m, .fmt = q->f, .model_id = "m", .n_parallel = 4, .n_ctx_slot = 4096};
@@ -438,7 +440,7 @@ static void test_xml_tool_call_in_think(void) {
         }
     /* the server's lazy grammar: waits through the reasoning, starts at the call */
     qwen_srv q;
-    bool up = qwen_srv_open(&q);
+    bool up = qwen_srv_open(&q, NULL);
     if (!q.m) { /* no vocabulary: skipped */
         cJSON_Delete(tools);
         return;
@@ -466,11 +468,83 @@ static void test_xml_tool_call_in_think(void) {
     cJSON_Delete(tools);
 }
 
+/* tool_choice auto with Qwen3-Coder's syntax: the lazy grammar also starts at <function=NAME> of a tool
+ * (llama.cpp's triggers), its first call without <tool_call> as chat_parser reads it, the later ones
+ * with it; text such as "#include <functional>" or a name no tool has starts nothing. The other
+ * syntaxes start at <tool_call> only. Then through oai_parse with our Qwen3-Coder-style template. */
+static void test_xml_lazy_coder(void) {
+    brisk_model *m = test_qwen2_vocab();
+    if (!m) return;
+    cJSON *tools = cJSON_Parse(XML_TOOLS);
+    const char *bare = "<function=note>\n<parameter=text>\nhi\n</parameter>\n</function>\n</tool_call>";
+    const char *whole = "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n"
+                        "<parameter=days>\n1\n</parameter>\n</function>\n</tool_call>";
+    const char *whole_json = "<tool_call>\n{\"name\": \"note\", \"arguments\": {\"text\": \"hi\"}}\n</tool_call>";
+    static const struct { chat_tool_syntax syntax; int n_trig; } forms[] = {
+        {CHAT_TOOLS_XML_CODER, 3}, {CHAT_TOOLS_XML, 1}, {CHAT_TOOLS_JSON, 1},
+    };
+    for (size_t f = 0; f < sizeof forms / sizeof *forms; f++)
+        for (int parallel = 0; parallel < 2; parallel++) {
+            char *gbnf = NULL, **trig = NULL;
+            int n = 0;
+            bool coder = forms[f].syntax == CHAT_TOOLS_XML_CODER;
+            CHECK_OK(chat_tool_lazy_gbnf(tools, forms[f].syntax, parallel, &gbnf, &trig, &n));
+            CHECK(n == forms[f].n_trig && trig && !strcmp(trig[0], "<tool_call>"));
+            if (coder && n == 3) CHECK(!strcmp(trig[1], "<function=get_weather>") && !strcmp(trig[2], "<function=note>"));
+            for (int k = 0; gbnf && trig && k < 2; k++) { /* a bare call first, then a whole one first */
+                brisk_grammar *g = NULL;
+                CHECK_OK(brisk_grammar_new(m, gbnf, "root", &g));
+                if (!g) break;
+                CHECK_OK(brisk_grammar_set_triggers(g, (const char *const *)trig, n, NULL, NULL, false));
+                CHECK(grammar_takes(m, g, "Sure.\n#include <functional>\n<function=get_weath>\n<function=") &&
+                      brisk_grammar_waiting(g));
+                if (k == 0) {
+                    bool ok = grammar_takes(m, g, bare);
+                    if (coder) {
+                        CHECK(ok && !brisk_grammar_waiting(g) && brisk_grammar_is_complete(g));
+                        CHECK(grammar_would_accept(g, "\n<tool_call>", 12) == (bool)parallel);
+                        CHECK(!grammar_would_accept(g, "\n<function=", 11)); /* later calls: with <tool_call> */
+                    } else CHECK(ok && brisk_grammar_waiting(g)); /* a bare opener is text */
+                } else {
+                    const char *w = forms[f].syntax == CHAT_TOOLS_JSON ? whole_json : whole;
+                    CHECK(grammar_takes(m, g, w) && !brisk_grammar_waiting(g) && brisk_grammar_is_complete(g));
+                }
+                brisk_grammar_free(g);
+            }
+            free(gbnf);
+            free(trig);
+        }
+    /* through oai_parse: the server's lazy grammar of an auto request */
+    qwen_srv q;
+    bool up = qwen_srv_open(&q, "tests/data/chat_templates/qwen3-coder-mini.jinja");
+    char *tj = cJSON_PrintUnformatted(tools), body[4096];
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":%s}", tj ? tj : "[]");
+    oai_job job;
+    oai_error e = {0};
+    bool ok = up && oai_parse(&q.srv, body, strlen(body), true, &job, &e);
+    CHECK(ok);
+    if (ok) {
+        brisk_grammar *g = job.req->ch[0].grammar;
+        CHECK(g && brisk_grammar_waiting(g));
+        if (g) {
+            CHECK(grammar_takes(q.m, g, "On it.\n") && brisk_grammar_waiting(g));
+            CHECK(grammar_takes(q.m, g, "<function=note>\n") && !brisk_grammar_waiting(g));
+            CHECK(!grammar_takes(q.m, g, "<parameter=nope>"));
+        }
+        oai_job_free(&job);
+        sched_req_free(job.req);
+    }
+    free(tj);
+    qwen_srv_close(&q);
+    cJSON_Delete(tools);
+    brisk_model_free(m);
+}
+
 /* A chat request with n choices and tools: every choice's parser reads the job's one copy of the
  * tools (borrowed), which outlives the body oai_parse freed: an XML call's integer stays typed. */
 static void test_job_tools_shared(void) {
     qwen_srv q;
-    bool up = qwen_srv_open(&q);
+    bool up = qwen_srv_open(&q, NULL);
     if (!q.m) return; /* no vocabulary: skipped */
     const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"n\":3,"
                        "\"chat_template_kwargs\":{\"enable_thinking\":false},\"tools\":[{\"type\":"
@@ -787,6 +861,7 @@ int main(int argc, char **argv) {
         {"job_tools_shared", test_job_tools_shared},
         {"xml_tool_call_in_think", test_xml_tool_call_in_think},
         {"xml_bare_function", test_xml_bare_function},
+        {"xml_lazy_coder", test_xml_lazy_coder},
         {"xml_python_literals", test_xml_python_literals},
         {"xml_tool_grammar", test_xml_tool_grammar},
         {"tool_grammar_refs", test_tool_grammar_refs},

@@ -457,12 +457,14 @@ static cJSON *call_schema(const char *fname, const cJSON *params) {
 /* The tags around `call`, and the root: closing a <think> the prompt opened, then one call or
  * (parallel) several with whitespace between (llama.cpp's space rule). xml: llama.cpp's
  * "<tool_call>\n" call "</tool_call>" (the XML call ends in a newline); else a newline before the
- * close too. */
-static brisk_status call_root(strbuf *b, bool close_think, bool parallel, bool xml, char **gbnf) {
+ * close too. bare_first: the first call may also leave out its "<tool_call>\n" (llama.cpp's
+ * tool-call-first for Qwen3-Coder; the later ones keep it, as there). */
+static brisk_status call_root(strbuf *b, bool close_think, bool parallel, bool xml, bool bare_first, char **gbnf) {
     sb_printf(b, "call-block ::= \"<tool_call>\\n\" call \"%s</tool_call>\"\n", xml ? "" : "\\n");
+    if (bare_first) sb_puts(b, "call-first ::= call-block | call \"</tool_call>\"\n");
     if (parallel) sb_puts(b, "call-gap ::= | \" \" | \"\\n\"{1,2} [ \\t]{0,20}\n");
-    sb_printf(b, "root ::= %scall-block%s\n", close_think ? "\"</think>\\n\\n\" " : "",
-              parallel ? " (call-gap call-block)*" : "");
+    sb_printf(b, "root ::= %s%s%s\n", close_think ? "\"</think>\\n\\n\" " : "",
+              bare_first ? "call-first" : "call-block", parallel ? " (call-gap call-block)*" : "");
     if (b->failed) {
         sb_free(b);
         return bk_fail(BRISK_ERR_NOMEM, "tool call grammar: out of memory");
@@ -471,8 +473,9 @@ static brisk_status call_root(strbuf *b, bool close_think, bool parallel, bool x
     return BRISK_OK;
 }
 
-brisk_status chat_tool_gbnf(const cJSON *tools, const char *name, bool close_think, bool parallel, bool xml,
-                            char **gbnf) {
+/* chat_tool_gbnf's grammar; bare_first: call_root's. */
+static brisk_status tool_gbnf(const cJSON *tools, const char *name, bool close_think, bool parallel, bool xml,
+                              bool bare_first, char **gbnf) {
     *gbnf = NULL;
     strbuf b = {0};
     if (xml) {
@@ -481,7 +484,7 @@ brisk_status chat_tool_gbnf(const cJSON *tools, const char *name, bool close_thi
             sb_free(&b);
             return st;
         }
-        return call_root(&b, close_think, parallel, true, gbnf);
+        return call_root(&b, close_think, parallel, true, bare_first, gbnf);
     }
     /* Per allowed function, a JSON schema of the call object, the name a const and the arguments
      * its parameters ($refs resolved in them); json_schema.c keeps the property order (name
@@ -522,7 +525,12 @@ brisk_status chat_tool_gbnf(const cJSON *tools, const char *name, bool close_thi
     if (b.failed) all.failed = true;
     free(g);
     sb_free(&b);
-    return call_root(&all, close_think, parallel, false, gbnf);
+    return call_root(&all, close_think, parallel, false, false, gbnf);
+}
+
+brisk_status chat_tool_gbnf(const cJSON *tools, const char *name, bool close_think, bool parallel, bool xml,
+                            char **gbnf) {
+    return tool_gbnf(tools, name, close_think, parallel, xml, false, gbnf);
 }
 
 bool chat_prompt_opens_think(const char *text, size_t len) {
@@ -544,6 +552,39 @@ bool chat_prompt_has_bos(const brisk_model *model, const char *text, size_t len)
 static const char *const TAG_OPEN_THINK = "<think>", *const TAG_CLOSE_THINK = "</think>",
                   *const TAG_OPEN_TOOL = "<tool_call>", *const TAG_CLOSE_TOOL = "</tool_call>",
                   *const TAG_BARE_CALL = "<function="; /* CHAT_TOOLS_XML_CODER: a call without <tool_call> */
+
+/* Its triggers are the tags at which chat_parser_push opens a call (a bare one: bare_opener's). */
+brisk_status chat_tool_lazy_gbnf(const cJSON *tools, chat_tool_syntax syntax, bool parallel, char **gbnf,
+                                 char ***triggers, int *n_triggers) {
+    *triggers = NULL;
+    *n_triggers = 0;
+    bool bare = syntax == CHAT_TOOLS_XML_CODER;
+    BK_TRY(tool_gbnf(tools, NULL, false, parallel, syntax != CHAT_TOOLS_JSON, bare, gbnf));
+    /* sizes first, then one block: the pointers, then the words */
+    const cJSON *t, *params;
+    const char *name;
+    size_t n = 1, bytes = strlen(TAG_OPEN_TOOL) + 1;
+    cJSON_ArrayForEach(t, tools)
+        if (bare && tool_allowed(t, NULL, &name, &params)) n++, bytes += strlen(TAG_BARE_CALL) + strlen(name) + 2;
+    char **w = malloc(n * sizeof *w + bytes);
+    if (!w) {
+        free(*gbnf);
+        *gbnf = NULL;
+        return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    }
+    char *at = (char *)(w + n);
+    int k = 0;
+    w[k++] = at;
+    at += sprintf(at, "%s", TAG_OPEN_TOOL) + 1;
+    cJSON_ArrayForEach(t, tools)
+        if (bare && tool_allowed(t, NULL, &name, &params)) {
+            w[k++] = at;
+            at += sprintf(at, "%s%s>", TAG_BARE_CALL, name) + 1;
+        }
+    *triggers = w;
+    *n_triggers = k;
+    return BRISK_OK;
+}
 
 void chat_parser_init(chat_parser *p, bool tools, bool in_reasoning) {
     *p = (chat_parser){0};

@@ -74,6 +74,17 @@ bool chat_prompt_has_bos(const brisk_model *model, const char *text, size_t len)
 brisk_status chat_tool_gbnf(const cJSON *tools, const char *name, bool close_think, bool parallel, bool xml,
                             char **gbnf);
 
+/* tool_choice auto's lazy grammar (llama.cpp's grammar_lazy and its
+ * grammar_triggers): chat_tool_gbnf's of any of the tools in syntax's form,
+ * and the words it starts at, where chat_parser opens a call: <tool_call>,
+ * and with CHAT_TOOLS_XML_CODER also <function=NAME> for each tool's NAME
+ * (llama.cpp's whole opener: text such as "#include <functional>" starts
+ * nothing), whose grammar lets the first call leave out its <tool_call> as
+ * llama.cpp's does. *gbnf is malloc'd; *triggers holds *n_triggers words in
+ * one malloc'd block (free() it). */
+brisk_status chat_tool_lazy_gbnf(const cJSON *tools, chat_tool_syntax syntax, bool parallel, char **gbnf,
+                                 char ***triggers, int *n_triggers);
+
 typedef struct chat_tool_call {
     char *name, *arguments; /* arguments: a JSON text */
 } chat_tool_call;

@@ -437,25 +437,29 @@ static bool render_chat(const oai_server *srv, const cJSON *root, char **text, s
 
 /* tool_choice "auto" with tools: llama.cpp's lazy grammar. The answer is free until it opens a call
  * where chat_parser reads calls: <tool_call> outside <think>...</think>, or anywhere with the XML
- * syntax, whose <tool_call> also ends the reasoning (llama.cpp replays that end into the grammar); from
- * there the grammar holds the call (the calls, with parallel_tool_calls) to the tools' schemas. A
- * request's own grammar or response_format wins; a tool schema the grammar cannot express leaves the
- * answer free (as before), not an error, since no call was demanded. */
+ * syntax, whose <tool_call> also ends the reasoning (llama.cpp replays that end into the grammar), and
+ * with Qwen3-Coder's also at <function=NAME> of a tool (chat_tool_lazy_gbnf); from there the grammar
+ * holds the call (the calls, with parallel_tool_calls) to the tools' schemas. A request's own grammar or
+ * response_format wins; a tool schema the grammar cannot express leaves the answer free (as before), not
+ * an error, since no call was demanded. */
 static bool lazy_tool(const oai_server *srv, const cJSON *root, bool in_reasoning, oai_job *job, oai_error *e) {
     if (field(root, "grammar") || field(root, "response_format")) return true;
-    char *gbnf = NULL;
-    bool xml = chat_fmt_tool_syntax(srv->fmt) != CHAT_TOOLS_JSON;
-    brisk_status st = chat_tool_gbnf(field(root, "tools"), NULL, false, job->parallel_tools, xml, &gbnf);
+    char *gbnf = NULL, **trig = NULL;
+    int n_trig = 0;
+    chat_tool_syntax syntax = chat_fmt_tool_syntax(srv->fmt);
+    bool xml = syntax != CHAT_TOOLS_JSON;
+    brisk_status st = chat_tool_lazy_gbnf(field(root, "tools"), syntax, job->parallel_tools, &gbnf, &trig, &n_trig);
     if (st == BRISK_ERR_NOMEM) return oai_fail(e, 500, NULL, "out of memory");
     if (st != BRISK_OK) return true;
     for (int i = 0; st == BRISK_OK && i < job->n; i++) {
         brisk_grammar **g = &job->req->ch[i].grammar;
         st = brisk_grammar_new(srv->model, gbnf, "root", g);
         if (st == BRISK_OK)
-            st = brisk_grammar_set_triggers(*g, (const char *const[]){"<tool_call>"}, 1, xml ? NULL : "<think>",
+            st = brisk_grammar_set_triggers(*g, (const char *const *)trig, n_trig, xml ? NULL : "<think>",
                                             xml ? NULL : "</think>", in_reasoning && !xml);
     }
     free(gbnf);
+    free(trig);
     if (st != BRISK_OK) return oai_fail(e, st == BRISK_ERR_NOMEM ? 500 : 400, "tools", "%s", brisk_last_error());
     return true;
 }

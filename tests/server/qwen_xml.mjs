@@ -4,7 +4,7 @@
 // parameters in any order), streamed as tool-call deltas, two in a row as two calls; a call opened
 // inside the template's <think> ends the reasoning; tool_choice required / named forces the XML form.
 // XML_CODER=1: the server runs our Qwen3-Coder-style template (no <think>), whose calls may come
-// without their <tool_call>.
+// without their <tool_call> (and whose lazy grammar also starts at <function=NAME>).
 import { client, test, run, assert, eq, MODEL } from './lib.mjs';
 
 const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object',
@@ -44,6 +44,10 @@ if (process.env.XML_CODER) {
     eq(f.msg.content, 'On it.\n');
     eq(parsed(f.calls), [['get_weather', { city: 'Paris', days: 3 }]]);
     eq(f.content, 'On it.\n');
+  });
+  test('Qwen3-Coder: tool_choice auto takes the lazy grammar (<tool_call> and <function=NAME> start it)', async () => {
+    const r = await client.chat.completions.create({ ...base, max_tokens: 16 });
+    assert(['stop', 'length', 'tool_calls'].includes(r.choices[0].finish_reason), JSON.stringify(r.choices[0]));
   });
   await run(); // exits: the Qwen3.5 tests below are not this template's
 }
