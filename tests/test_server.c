@@ -296,8 +296,9 @@ static void test_xml_tool_calls(void) {
 }
 
 /* Python's True, False and None in a non-string parameter's value are JSON's (llama.cpp's mapper), also
- * inside arrays and objects but not inside their strings; a string parameter, a parameter the tools do
- * not name and a word that only starts like one keep their text. */
+ * inside arrays and objects but not inside their strings, and so are Python's strings (single quotes,
+ * Python's escapes); a string parameter, a parameter the tools do not name, a word that only starts like
+ * a literal and a value that is still not JSON keep their text. */
 static void test_xml_python_literals(void) {
     cJSON *tools = cJSON_Parse(
         "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{"
@@ -313,6 +314,20 @@ static void test_xml_python_literals(void) {
         {"other", "None", "{\"other\":\"None\"}"}, /* not in the schema */
         {"w", "Truely", "{\"w\":\"Truely\"}"}, /* not a literal: text */
         {"w", "true", "{\"w\":true}"},
+        /* Python's strings: single quotes, a quote of the other kind inside, Python's escapes as JSON's */
+        {"xs", "['a', \"b's\"]", "{\"xs\":[\"a\",\"b's\"]}"},
+        {"o", "{'k': 'v', 'q': 'say \"hi\"', 'e': 'it\\'s', 'n': None}",
+         "{\"o\":{\"k\":\"v\",\"q\":\"say \\\"hi\\\"\",\"e\":\"it's\",\"n\":null}}"},
+        {"xs", "['a\\\\b', 'tab\\there', '\\x41\\u00e9\\U0001F600', 'C:\\dir', \"it\\'s\", '\\101']",
+         "{\"xs\":[\"a\\\\b\",\"tab\\there\",\"A\xc3\xa9\xf0\x9f\x98\x80\",\"C:\\\\dir\",\"it's\",\"A\"]}"},
+        {"xs", "['True', None]", "{\"xs\":[\"True\",null]}"},
+        {"s", "'quoted'", "{\"s\":\"'quoted'\"}"}, /* a string parameter keeps its text */
+        /* still not JSON: the text, as before */
+        {"xs", "['a', 'b]", "{\"xs\":\"['a', 'b]\"}"},
+        {"xs", "['\\xZZ']", "{\"xs\":\"['\\\\xZZ']\"}"},
+        {"xs", "['\\N{DASH}']", "{\"xs\":\"['\\\\N{DASH}']\"}"},
+        {"xs", "['\\0']", "{\"xs\":\"['\\\\0']\"}"},
+        {"o", "{'a': 1,}", "{\"o\":\"{'a': 1,}\"}"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char text[512];

@@ -658,40 +658,109 @@ static bool is_word(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
-/* text as JSON once Python's True, False and None (whole words outside strings) are JSON's true, false
- * and null, as llama.cpp's tool-call mapper normalises a non-string value; NULL when it is still not
- * JSON. Each literal is as long as its JSON one, so the copy keeps text's length. */
+/* The value of n hex digits at s, or -1 when they are not all hex digits. */
+static long hex_value(const char *s, int n) {
+    long v = 0;
+    for (int i = 0; i < n; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
+        if (d < 0) return -1;
+        v = v << 4 | d;
+    }
+    return v;
+}
+
+/* Appends the Python string literal at *s (in ' or ") to b as a JSON string and moves *s past it; false
+ * when it is not one: unclosed, or an escape Python refuses (\x without two hex digits) or brisk does not
+ * map (\N{NAME}; a NUL, which would cut the C string short). The quotes become ", a " inside is escaped,
+ * and so are raw control characters; Python's escapes that JSON lacks become JSON's (\' a plain ', \a \v
+ * \x \U and octal as \u, an unknown escape a backslash kept, as Python keeps it). *changed: the JSON is
+ * not the text as it was. */
+static bool py_string(strbuf *b, const char **s, bool *changed) {
+    const char *q = *s;
+    char quote = *q++;
+    *changed = *changed || quote == '\'';
+    sb_puts(b, "\"");
+    for (;; q++) {
+        unsigned char c = (unsigned char)*q;
+        long v = -1;
+        if (!c) return false;
+        if (c == (unsigned char)quote) break;
+        if (c != '\\') {
+            if (c == '"') sb_puts(b, "\\\"");
+            else if (c < 0x20) sb_printf(b, "\\u%04X", c), *changed = true;
+            else sb_append(b, q, 1);
+            continue;
+        }
+        char e = *++q;
+        bool same = e && strchr("\\\"nrtbfu", e); /* JSON's escape too */
+        *changed = *changed || !same;
+        if (e == 'u' && (v = hex_value(q + 1, 4)) < 0) return false;
+        if (same) sb_printf(b, "\\%c", e);
+        else if (e == '\'') sb_puts(b, "'");
+        else if (e == '\n') continue; /* a line continued */
+        else if (e == 'a' || e == 'v') sb_puts(b, e == 'a' ? "\\u0007" : "\\u000B");
+        else if (e == 'x' || e == 'U') {
+            int n = e == 'x' ? 2 : 8;
+            if ((v = hex_value(q + 1, n)) <= 0 || v > 0x10FFFF || (v >= 0xD800 && v < 0xE000)) return false;
+            if (v >= 0x10000) sb_printf(b, "\\u%04lX\\u%04lX", 0xD800 + ((v - 0x10000) >> 10), 0xDC00 + (v & 0x3FF));
+            else sb_printf(b, "\\u%04lX", v);
+            q += n;
+        } else if (e >= '0' && e <= '7') {
+            int n = 0;
+            for (v = 0; n < 3 && q[n] >= '0' && q[n] <= '7'; n++) v = v * 8 + (q[n] - '0');
+            if (!v) return false;
+            sb_printf(b, "\\u%04lX", v);
+            q += n - 1;
+        } else if (e == 'N' || !e) return false;
+        else { /* not an escape: the backslash stays, and the character is read as any other */
+            sb_puts(b, "\\\\");
+            q--;
+        }
+    }
+    sb_puts(b, "\"");
+    *s = q + 1;
+    return true;
+}
+
+/* text as JSON once Python's literals are JSON's, as llama.cpp's tool-call mapper normalises a
+ * non-string value: True, False and None (whole words outside strings) as true, false and null, and
+ * strings in single quotes (or with Python's escapes) as JSON strings (py_string); NULL when it is
+ * still not JSON, or was not Python either. */
 static cJSON *parse_pythonic(const char *text) {
     static const char *const py[3] = {"True", "False", "None"}, *const js[3] = {"true", "false", "null"};
-    char *t = strdup(text);
-    if (!t) return NULL;
-    bool in_str = false, changed = false;
-    for (char *q = t; *q; q++) {
-        if (in_str) {
-            if (*q == '\\' && q[1]) q++;
-            else if (*q == '"') in_str = false;
+    strbuf b = {0};
+    bool changed = false, ok = true;
+    for (const char *q = text; ok && *q;) {
+        if (*q == '"' || *q == '\'') {
+            ok = py_string(&b, &q, &changed);
             continue;
         }
-        if (*q == '"') {
-            in_str = true;
-            continue;
-        }
-        if (!is_word(*q)) continue;
-        size_t n = 1;
+        size_t n = 0;
         while (is_word(q[n])) n++;
+        if (!n) { /* punctuation, blanks */
+            sb_append(&b, q++, 1);
+            continue;
+        }
+        int lit = -1;
         for (int i = 0; i < 3; i++)
-            if (n == strlen(py[i]) && !memcmp(q, py[i], n)) memcpy(q, js[i], n), changed = true;
-        q += n - 1; /* the rest of the word is no literal's start */
+            if (n == strlen(py[i]) && !memcmp(q, py[i], n)) lit = i;
+        if (lit >= 0) sb_puts(&b, js[lit]), changed = true;
+        else sb_append(&b, q, n); /* the rest of the word is no literal's start */
+        q += n;
     }
-    cJSON *v = changed ? cJSON_ParseWithOpts(t, NULL, true) : NULL;
-    free(t);
+    cJSON *v = ok && changed && !b.failed && b.p ? cJSON_ParseWithOpts(b.p, NULL, true) : NULL;
+    sb_free(&b);
     return v;
 }
 
 /* The XML form (Qwen3-Coder, Qwen3.5, Qwen3.6): <function=NAME> then <parameter=P>\nVALUE\n</parameter>
  * each, then </function>. A value is the text between the tags less one newline at either end; a
  * parameter the tool's schema types as a string keeps it as text, any other is read as JSON (Python's
- * True, False and None taken for JSON's) and stays text if it is not JSON (llama.cpp's conversion).
+ * literals taken for JSON's: parse_pythonic) and stays text if it is not JSON (llama.cpp's conversion).
  * NULL (and no *name) when the body is not of this form. */
 static cJSON *parse_xml_call(const cJSON *tools, const char *s, size_t n, char **name) {
     const char *e = s + n, *gt;

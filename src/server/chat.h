@@ -108,8 +108,9 @@ typedef struct chat_parser {
 void chat_parser_init(chat_parser *p, bool tools, bool in_reasoning);
 /* The request's tools and the template's syntax. tools (chat tools; NULL for
  * none) type the XML form's values: a parameter whose schema is a string keeps
- * its text, any other is read as JSON (with Python's True, False and None for
- * JSON's; text when it is not JSON); without them every value is read as JSON
+ * its text, any other is read as JSON (with Python's True, False and None and
+ * its strings, single-quoted ones too, for JSON's; text when it is not JSON);
+ * without them every value is read as JSON
  * first. Borrowed: tools must outlive the parser and not change (a request's
  * choices share one copy). syntax: chat_fmt_tool_syntax's. */
 void chat_parser_set_tools(chat_parser *p, const cJSON *tools, chat_tool_syntax syntax);
