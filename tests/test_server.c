@@ -6,7 +6,8 @@
  * own parameters; Qwen3.5 / Qwen3.6 / Qwen3-Coder's XML tool calls: parsed (Python literals, a call
  * inside <think>, Qwen3-Coder's calls without <tool_call>), detected from the template, their grammar
  * (parameters in any order, bounded size; the lazy one also starting at Qwen3-Coder's <function=NAME>),
- * and a request's one copy of its tools for every choice. */
+ * a parameter whose $ref names a string schema taken as a string, and a request's one copy of its tools
+ * for every choice. */
 #include "engine/grammar.h"
 #include "server/chat.h"
 #include "server/openai.h"
@@ -765,7 +766,8 @@ static void test_xml_tool_grammar_runs(void) {
 }
 
 /* Each tool's $refs resolve in its own parameters, in both forms: two tools whose $defs name the
- * same "unit" differently (an enum of strings, an integer) each keep their own. */
+ * same "unit" differently (an enum of strings, an integer) each keep their own; in the XML form a's
+ * is a string parameter (test_xml_string_refs), b's JSON. */
 static void test_tool_grammar_refs(void) {
     cJSON *tools = cJSON_Parse(
         "[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"type\":\"object\",\"properties\":"
@@ -780,7 +782,8 @@ static void test_tool_grammar_refs(void) {
         {true, "<tool_call>\n<function=a>\n<parameter=u>\n\"f\"\n</parameter>\n</function>\n</tool_call>", 1},
         {true, "<tool_call>\n<function=b>\n<parameter=u>\n7\n</parameter>\n</function>\n</tool_call>", 1},
         {true, "<tool_call>\n<function=b>\n<parameter=u>\n\"f\"\n</parameter>\n</function>\n</tool_call>", 0},
-        {true, "<tool_call>\n<function=a>\n<parameter=u>\n7\n</parameter>\n</function>\n</tool_call>", 0},
+        /* a's unit, an enum of strings, is a string parameter: its value is text (llama.cpp's too) */
+        {true, "<tool_call>\n<function=a>\n<parameter=u>\n7\n</parameter>\n</function>\n</tool_call>", 1},
     };
     char *gbnf[2] = {NULL, NULL};
     for (int xml = 0; xml < 2; xml++) CHECK_OK(chat_tool_gbnf(tools, NULL, false, false, xml, &gbnf[xml]));
@@ -797,6 +800,84 @@ static void test_tool_grammar_refs(void) {
         CHECK(chat_tool_gbnf(tools, NULL, false, false, xml, &gbnf[xml]) == BRISK_ERR_UNSUPPORTED && !gbnf[xml]);
         CHECK(strstr(brisk_last_error(), xml ? "tool 'a', parameter 'u': json schema:" : "tool 'a': json schema:"));
     }
+    cJSON_Delete(tools);
+}
+
+/* A parameter whose schema is a $ref to a string schema is a string parameter (llama.cpp's
+ * resolves_to_string follows $refs): its value keeps its text and the XML grammar takes it as text.
+ * Through a $ref to a $ref, #/definitions/, an anyOf whose first branch is a cycle; a $ref cycle, one
+ * naming nothing, or $refs fanning out past the walk's bounds are no string (and end); a $ref to an
+ * integer still reads JSON. */
+static void test_xml_string_refs(void) {
+    cJSON *tools = cJSON_Parse(
+        "[{\"type\":\"function\",\"function\":{\"name\":\"r\",\"parameters\":{\"type\":\"object\",\"$defs\":{"
+        "\"Name\":{\"type\":\"string\"},\"Alias\":{\"$ref\":\"#/$defs/Name\"},\"Num\":{\"type\":\"integer\"},"
+        "\"Loop\":{\"$ref\":\"#/$defs/Loop\"},\"Either\":{\"anyOf\":[{\"$ref\":\"#/$defs/Loop\"},"
+        "{\"$ref\":\"#/definitions/Word\"}]}},\"definitions\":{\"Word\":{\"minLength\":1}},\"properties\":{"
+        "\"who\":{\"$ref\":\"#/$defs/Name\"},\"alias\":{\"$ref\":\"#/$defs/Alias\"},\"n\":{\"$ref\":\"#/$defs/Num\"},"
+        "\"either\":{\"$ref\":\"#/$defs/Either\"},\"loop\":{\"$ref\":\"#/$defs/Loop\"},"
+        "\"nowhere\":{\"$ref\":\"#/$defs/Missing\"}},\"required\":[\"who\"]}}}]");
+    static const struct { const char *param, *value, *want; } cases[] = {
+        {"who", "42", "{\"who\":\"42\"}"},       {"alias", "true", "{\"alias\":\"true\"}"},
+        {"either", "7", "{\"either\":\"7\"}"},   {"n", "7", "{\"n\":7}"},
+        {"loop", "7", "{\"loop\":7}"},             {"loop", "x y", "{\"loop\":\"x y\"}"},
+        {"nowhere", "[1]", "{\"nowhere\":[1]}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "<tool_call>\n<function=r>\n<parameter=%s>\n%s\n</parameter>\n</function>\n"
+                 "</tool_call>", cases[i].param, cases[i].value);
+        chat_parser p;
+        chat_parser_init(&p, true, false);
+        chat_parser_set_tools(&p, tools, CHAT_TOOLS_XML);
+        feed(&p, text, 3);
+        bool ok = p.n_calls == 1 && !strcmp(p.calls[0].arguments, cases[i].want);
+        if (!ok) fprintf(stderr, "  %s: %s\n", cases[i].param, p.n_calls ? p.calls[0].arguments : "(no call)");
+        CHECK(ok);
+        chat_parser_free(&p);
+    }
+    /* $refs fanning out, 8 alternatives to the next of 16 levels, down to an integer: 8^16 paths, so the
+     * walk must end within its bounds (not a string; the value read as JSON) */
+    strbuf b = {0};
+    sb_puts(&b, "[{\"type\":\"function\",\"function\":{\"name\":\"r\",\"parameters\":{\"type\":\"object\","
+                "\"properties\":{\"fan\":{\"$ref\":\"#/$defs/d0\"}},\"$defs\":{\"d16\":{\"type\":\"integer\"}");
+    for (int d = 0; d < 16; d++) {
+        sb_printf(&b, ",\"d%d\":{\"anyOf\":[", d);
+        for (int k = 0; k < 8; k++) sb_printf(&b, "%s{\"$ref\":\"#/$defs/d%d\"}", k ? "," : "", d + 1);
+        sb_puts(&b, "]}");
+    }
+    sb_puts(&b, "}}}}]");
+    cJSON *fan = cJSON_Parse(str(&b));
+    CHECK(fan != NULL);
+    chat_parser p;
+    chat_parser_init(&p, true, false);
+    chat_parser_set_tools(&p, fan, CHAT_TOOLS_XML);
+    feed(&p, "<tool_call>\n<function=r>\n<parameter=fan>\n7\n</parameter>\n</function>\n</tool_call>", 16);
+    CHECK(p.n_calls == 1 && !strcmp(p.calls[0].arguments, "{\"fan\":7}"));
+    chat_parser_free(&p);
+    cJSON_Delete(fan);
+    sb_free(&b);
+    /* the grammar (without the cycle, which json_schema.c's grammar refuses as left-recursive) */
+    cJSON *fn = cJSON_GetObjectItem(cJSON_GetArrayItem(tools, 0), "function");
+    cJSON *props = cJSON_GetObjectItem(cJSON_GetObjectItem(fn, "parameters"), "properties");
+    cJSON_DeleteItemFromObject(props, "loop");
+    cJSON_DeleteItemFromObject(props, "nowhere"); /* refused as well: it names nothing */
+    char *gbnf = NULL;
+    CHECK_OK(chat_tool_gbnf(tools, NULL, false, false, true, &gbnf));
+    static const struct { const char *params; int want; } calls[] = {
+        {"<parameter=who>\nNew York\n</parameter>\n<parameter=alias>\n{x\n</parameter>\n", 1},
+        {"<parameter=who>\n7\n</parameter>\n<parameter=either>\nany text\n</parameter>\n", 1},
+        {"<parameter=who>\nx\n</parameter>\n<parameter=n>\n7\n</parameter>\n", 1},
+        {"<parameter=who>\nx\n</parameter>\n<parameter=n>\nseven\n</parameter>\n", 0},
+    };
+    for (size_t i = 0; gbnf && i < sizeof calls / sizeof *calls; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "<tool_call>\n<function=r>\n%s</function>\n</tool_call>", calls[i].params);
+        int got = gbnf_match(gbnf, text);
+        if (got != calls[i].want) fprintf(stderr, "  %s: got %d\n", calls[i].params, got);
+        CHECK(got == calls[i].want);
+    }
+    free(gbnf);
     cJSON_Delete(tools);
 }
 
@@ -880,6 +961,7 @@ int main(int argc, char **argv) {
         {"xml_python_literals", test_xml_python_literals},
         {"xml_tool_grammar", test_xml_tool_grammar},
         {"tool_grammar_refs", test_tool_grammar_refs},
+        {"xml_string_refs", test_xml_string_refs},
         {"xml_tool_grammar_runs", test_xml_tool_grammar_runs},
     };
     return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);

@@ -94,6 +94,11 @@ brisk_status json_gbnf_add(json_gbnf *b, const struct cJSON *schema, const struc
 /* The text (NUL-terminated, the caller free()s it) and frees b. */
 brisk_status json_gbnf_take(json_gbnf *b, char **gbnf);
 void json_gbnf_free(json_gbnf *b); /* NULL is fine */
+/* The schema a $ref names in document doc, of the forms json_gbnf resolves:
+ * "#" (doc), "#/$defs/NAME" or "#/definitions/NAME"; NULL when it names
+ * nothing there. *known (when not NULL): whether ref has one of those forms.
+ * The result is doc's (borrowed). */
+const struct cJSON *json_schema_ref(const struct cJSON *doc, const char *ref, bool *known);
 
 /* ---- matcher (grammar.c) ----------------------------------------------- */
 

@@ -317,19 +317,26 @@ static bool gen_alts(conv *c, const cJSON *list, const char *path, const char *k
     return true;
 }
 
+const cJSON *json_schema_ref(const cJSON *doc, const char *ref, bool *known) {
+    bool defs = !strncmp(ref, "#/$defs/", 8), definitions = !strncmp(ref, "#/definitions/", 14);
+    if (known) *known = !strcmp(ref, "#") || defs || definitions;
+    if (!strcmp(ref, "#")) return doc;
+    if (defs) return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "$defs"), ref + 8);
+    if (definitions)
+        return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "definitions"), ref + 14);
+    return NULL;
+}
+
 static bool gen_ref(conv *c, const char *ref, const char *path, rname *out) {
     for (int i = 0; i < c->n_refs; i++)
         if (!strcmp(c->ref_name[i], ref)) {
             snprintf(out->s, sizeof out->s, "s%d", c->ref_rule[i]);
             return true;
         }
-    const cJSON *target = NULL;
-    if (!strcmp(ref, "#")) target = c->root;
-    else if (!strncmp(ref, "#/$defs/", 8))
-        target = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c->root, "$defs"), ref + 8);
-    else if (!strncmp(ref, "#/definitions/", 14))
-        target = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c->root, "definitions"), ref + 14);
-    else return cfail(c, BRISK_ERR_UNSUPPORTED, path, "$ref '%.100s': only #, #/$defs/NAME and #/definitions/NAME", ref);
+    bool known = false;
+    const cJSON *target = json_schema_ref(c->root, ref, &known);
+    if (!known)
+        return cfail(c, BRISK_ERR_UNSUPPORTED, path, "$ref '%.100s': only #, #/$defs/NAME and #/definitions/NAME", ref);
     if (!target) return cfail(c, BRISK_ERR_INVALID_ARG, path, "$ref '%.100s' points nowhere", ref);
     if (c->n_refs == (int)(sizeof c->ref_rule / sizeof *c->ref_rule))
         return cfail(c, BRISK_ERR_UNSUPPORTED, path, "more than 256 distinct $refs");

@@ -245,25 +245,44 @@ brisk_status chat_fmt_render(const chat_fmt *f, const cJSON *messages, const cJS
     return BRISK_OK;
 }
 
-/* llama.cpp's resolves_to_string: a parameter schema whose value may be a string. */
-static bool schema_is_string(const cJSON *s) {
-    if (!cJSON_IsObject(s)) return false;
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "type"), *v;
+/* schema_is_string's walk: $refs are followed at most STRING_MAX_REFS deep along a path (a cycle of
+ * them ends there), and at most STRING_MAX_SCHEMAS schemas are read through them in all (alternatives
+ * of $refs to alternatives would otherwise multiply, and every parameter may name the same big
+ * $defs): past either, a schema does not count as a string. A schema without $refs is read whole. */
+#define STRING_MAX_REFS 16
+#define STRING_MAX_SCHEMAS 1024
+
+/* schema_is_string at n_refs $refs deep, *left schemas still to read. */
+static bool is_string_in(const cJSON *s, const cJSON *doc, int n_refs, int *left) {
+    if (!cJSON_IsObject(s) || (n_refs && --*left < 0)) return false;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "$ref"), *v;
+    if (t) /* the schema it names, its siblings unread (as llama.cpp, and json_schema.c's grammar) */
+        return cJSON_IsString(t) && n_refs < STRING_MAX_REFS &&
+               is_string_in(json_schema_ref(doc, t->valuestring, NULL), doc, n_refs + 1, left);
+    t = cJSON_GetObjectItemCaseSensitive(s, "type");
     if (cJSON_IsString(t) && !strcmp(t->valuestring, "string")) return true;
     const cJSON *types = cJSON_IsArray(t) ? t : NULL;
     cJSON_ArrayForEach(v, types) if (cJSON_IsString(v) && !strcmp(v->valuestring, "string")) return true;
-    cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(s, "anyOf")) if (schema_is_string(v)) return true;
-    cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(s, "oneOf")) if (schema_is_string(v)) return true;
+    for (int k = 0; k < 2; k++)
+        cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(s, k ? "oneOf" : "anyOf"))
+            if (is_string_in(v, doc, n_refs, left)) return true;
     const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
     if (cJSON_IsArray(all) && cJSON_GetArraySize(all) > 0) {
         bool every = true;
-        cJSON_ArrayForEach(v, all) every = every && schema_is_string(v);
+        cJSON_ArrayForEach(v, all) every = every && is_string_in(v, doc, n_refs, left);
         if (every) return true;
     }
     if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(s, "const"))) return true;
     cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(s, "enum")) if (cJSON_IsString(v)) return true;
     return cJSON_GetObjectItemCaseSensitive(s, "pattern") || cJSON_GetObjectItemCaseSensitive(s, "minLength") ||
            cJSON_GetObjectItemCaseSensitive(s, "maxLength");
+}
+
+/* llama.cpp's resolves_to_string: a parameter schema whose value may be a string. doc: the tool's
+ * parameters, where a $ref resolves (json_schema_ref's forms, as the grammar's). */
+static bool schema_is_string(const cJSON *s, const cJSON *doc) {
+    int left = STRING_MAX_SCHEMAS;
+    return is_string_in(s, doc, 0, &left);
 }
 
 /* A GBNF string literal of s. */
@@ -358,7 +377,7 @@ static void xml_fn_rules(strbuf *b, int fi, const char *fname, const cJSON *para
     cJSON_ArrayForEach(pr, props) {
         sb_printf(b, "xml-fn%d-p%d ::= \"<parameter=\" ", fi, pi);
         gbnf_lit(b, pr->string);
-        if (schema_is_string(pr)) sb_puts(b, " \">\\n\" xml-text");
+        if (schema_is_string(pr, params)) sb_puts(b, " \">\\n\" xml-text");
         else sb_printf(b, " \">\\n\" xml-fn%d-v%d", fi, pi);
         sb_puts(b, " \"\\n</parameter>\\n\"\n");
         bool required = false;
@@ -396,7 +415,7 @@ static brisk_status xml_call_rules(const cJSON *tools, const char *name, strbuf 
         int pi = 0;
         cJSON_ArrayForEach(pr, params_props(params)) {
             snprintf(rule, sizeof rule, "xml-fn%d-v%d", fi, pi++);
-            brisk_status st = schema_is_string(pr) ? BRISK_OK : json_gbnf_add(jb, pr, params, rule);
+            brisk_status st = schema_is_string(pr, params) ? BRISK_OK : json_gbnf_add(jb, pr, params, rule);
             if (st != BRISK_OK) {
                 bk_wrap(st, "tool '%s', parameter '%s'", fname, pr->string); /* take returns st */
                 break;
@@ -636,15 +655,17 @@ static void emit(chat_parser *p, const char *s, size_t n) {
     sb_append(dst, s, n);
 }
 
-/* The schema of tool `name`'s parameter `param` among chat tools, or NULL. */
-static const cJSON *param_schema(const cJSON *tools, const char *name, const char *param) {
+/* The schema of tool `name`'s parameter `param` among chat tools, or NULL; *params: the tool's
+ * parameters (where the schema's $refs resolve), or NULL. */
+static const cJSON *param_schema(const cJSON *tools, const char *name, const char *param, const cJSON **params) {
     const cJSON *t;
+    *params = NULL;
     cJSON_ArrayForEach(t, tools) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
         const cJSON *n = cJSON_GetObjectItemCaseSensitive(fn, "name");
         if (!cJSON_IsString(n) || strcmp(n->valuestring, name)) continue;
-        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
-        return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(params, "properties"), param);
+        *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(*params, "properties"), param);
     }
     return NULL;
 }
@@ -800,10 +821,11 @@ static cJSON *parse_xml_call(const cJSON *tools, const char *s, size_t n, char *
         if (v < ve && *v == '\n') v++;
         if (ve > v && ve[-1] == '\n') ve--;
         char *text = strndup(v, (size_t)(ve - v));
-        const cJSON *ps = param_schema(tools, fname, pname);
+        const cJSON *doc, *ps = param_schema(tools, fname, pname, &doc);
+        bool is_str = schema_is_string(ps, doc);
         cJSON *val = NULL;
-        if (text && !schema_is_string(ps)) val = cJSON_ParseWithOpts(text, NULL, true);
-        if (text && !val && ps && !schema_is_string(ps)) val = parse_pythonic(text);
+        if (text && !is_str) val = cJSON_ParseWithOpts(text, NULL, true);
+        if (text && !val && ps && !is_str) val = parse_pythonic(text);
         if (!val && text) val = cJSON_CreateString(text);
         free(text);
         if (!val) ok = false;

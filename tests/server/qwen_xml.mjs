@@ -1,7 +1,7 @@
 // qwen_xml.mjs — the tiny synthetic qwen3 served with the real Qwen3.5 chat template, whose tool
 // calls are XML (<function=NAME>, <parameter=P>\nVALUE\n</parameter>): calls the model writes in that
-// form come back parsed (values typed by the tools' schemas, Python's True/None and 'strings' read as
-// JSON's, the parameters in any order), streamed as tool-call deltas, two in a row as two calls; a call opened
+// form come back parsed (values typed by the tools' schemas, $refs followed, Python's True/None and
+// 'strings' read as JSON's, the parameters in any order), streamed as tool-call deltas, two in a row as two calls; a call opened
 // inside the template's <think> ends the reasoning; tool_choice required / named forces the XML form.
 // XML_CODER=1: the server runs our Qwen3-Coder-style template (no <think>), whose calls may come
 // without their <tool_call> (and whose lazy grammar also starts at <function=NAME>).
@@ -55,12 +55,13 @@ if (process.env.XML_CODER) {
 test('XML calls: parameters out of the schema order, Python literals for non-string values', async () => {
   const tools2 = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: {
     city: { type: 'string' }, days: { type: ['integer', 'null'] }, metric: { type: 'boolean' },
-    tags: { type: 'array', items: { type: 'string' } } }, required: ['city'] } } }];
+    tags: { type: 'array', items: { type: 'string' } }, zip: { $ref: '#/$defs/Zip' } }, required: ['city'],
+    $defs: { Zip: { type: 'string' } } } } }];
   const text = '<tool_call>\n<function=get_weather>\n<parameter=metric>\nTrue\n</parameter>\n<parameter=days>\nNone\n' +
     '</parameter>\n<parameter=city>\nTrue\n</parameter>\n<parameter=tags>\n[\'a\', "b\'s", \'say "hi"\']\n</parameter>\n' +
-    '</function>\n</tool_call>';
+    '<parameter=zip>\n75001\n</parameter>\n</function>\n</tool_call>';
   const f = await forced(text, { tools: tools2 });
-  const want = [['get_weather', { metric: true, days: null, city: 'True', tags: ['a', "b's", 'say "hi"'] }]];
+  const want = [['get_weather', { metric: true, days: null, city: 'True', tags: ['a', "b's", 'say "hi"'], zip: '75001' }]];
   eq(parsed(f.msg.tool_calls), want);
   eq(parsed(f.calls), want);
 });
