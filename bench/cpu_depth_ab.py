@@ -16,6 +16,8 @@ build/llamacpp-ref bench (LLAMACPP_LIBDIR, default the npm package's, on LD_LIBR
 """
 import argparse, json, os, statistics, subprocess, sys
 
+from cpu_time_ab import llama_env, parse_engines
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -27,13 +29,8 @@ def main():
     ap.add_argument("--kv", default="f16", help="comma-separated cache types")
     ap.add_argument("engines", nargs="+")
     a = ap.parse_args()
-    libdir = os.environ.get("LLAMACPP_LIBDIR", ".deps/npm/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64")
-    base = dict(os.environ, LD_LIBRARY_PATH=libdir)
-    engs = []
-    for e in a.engines:
-        name, rest = e.split("=", 1)
-        exe, *envs = rest.split(":")
-        engs.append((name, exe, dict(x.split("=", 1) for x in envs)))
+    base = llama_env()
+    engs = parse_engines(a.engines)
 
     def one(exe, env, d, kv):
         brisk = "llamacpp" not in os.path.basename(exe)

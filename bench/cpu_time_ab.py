@@ -17,6 +17,22 @@ build/llamacpp-ref bench (LLAMACPP_LIBDIR, default the npm package's, is put on 
 """
 import argparse, json, os, resource, subprocess, sys
 
+def llama_env():
+    """The environment for build/llamacpp-ref: LLAMACPP_LIBDIR (default the npm package's) as LD_LIBRARY_PATH."""
+    libdir = os.environ.get("LLAMACPP_LIBDIR", ".deps/npm/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64")
+    return dict(os.environ, LD_LIBRARY_PATH=libdir)
+
+
+def parse_engines(specs):
+    """NAME=EXE[:VAR=VALUE...] -> [(name, exe, {VAR: VALUE})]."""
+    engs = []
+    for e in specs:
+        name, rest = e.split("=", 1)
+        exe, *envs = rest.split(":")
+        engs.append((name, exe, dict(x.split("=", 1) for x in envs)))
+    return engs
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
@@ -26,13 +42,8 @@ def main():
     ap.add_argument("--nhi", type=int, default=40)
     ap.add_argument("engines", nargs="+")
     a = ap.parse_args()
-    libdir = os.environ.get("LLAMACPP_LIBDIR", ".deps/npm/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64")
-    base = dict(os.environ, LD_LIBRARY_PATH=libdir)
-    engs = []
-    for e in a.engines:
-        name, rest = e.split("=", 1)
-        exe, *envs = rest.split(":")
-        engs.append((name, exe, dict(x.split("=", 1) for x in envs)))
+    base = llama_env()
+    engs = parse_engines(a.engines)
 
     def one(exe, n, env):
         brisk = "llamacpp" not in os.path.basename(exe)

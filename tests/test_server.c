@@ -22,6 +22,23 @@ static void feed(chat_parser *p, const char *s, size_t step) {
 
 static const char *str(const strbuf *b) { return b->p ? b->p : ""; }
 
+/* Whether one XML call of function fn with the single parameter param = value, fed in pieces of step
+ * bytes, parses as one call whose arguments are want (printed when not). */
+static bool xml_param_parses(const cJSON *tools, const char *fn, const char *param, const char *value,
+                             const char *want, size_t step) {
+    char text[512];
+    snprintf(text, sizeof text, "<tool_call>\n<function=%s>\n<parameter=%s>\n%s\n</parameter>\n</function>\n"
+             "</tool_call>", fn, param, value);
+    chat_parser p;
+    chat_parser_init(&p, true, false);
+    chat_parser_set_tools(&p, tools, CHAT_TOOLS_XML);
+    feed(&p, text, step);
+    bool ok = p.n_calls == 1 && !strcmp(p.calls[0].arguments, want);
+    if (!ok) fprintf(stderr, "  %s = %s: %s\n", param, value, p.n_calls ? p.calls[0].arguments : "(no call)");
+    chat_parser_free(&p);
+    return ok;
+}
+
 static void test_reasoning(void) {
     for (size_t step = 1; step <= 5; step++) {
         chat_parser p;
@@ -330,19 +347,8 @@ static void test_xml_python_literals(void) {
         {"xs", "['\\0']", "{\"xs\":\"['\\\\0']\"}"},
         {"o", "{'a': 1,}", "{\"o\":\"{'a': 1,}\"}"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char text[512];
-        snprintf(text, sizeof text, "<tool_call>\n<function=f>\n<parameter=%s>\n%s\n</parameter>\n</function>\n"
-                 "</tool_call>", cases[i].param, cases[i].value);
-        chat_parser p;
-        chat_parser_init(&p, true, false);
-        chat_parser_set_tools(&p, tools, CHAT_TOOLS_XML);
-        feed(&p, text, 4);
-        bool ok = p.n_calls == 1 && !strcmp(p.calls[0].arguments, cases[i].want);
-        if (!ok) fprintf(stderr, "  %s: %s\n", cases[i].value, p.n_calls ? p.calls[0].arguments : "(no call)");
-        CHECK(ok);
-        chat_parser_free(&p);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        CHECK(xml_param_parses(tools, "f", cases[i].param, cases[i].value, cases[i].want, 4));
     cJSON_Delete(tools);
 }
 
@@ -823,19 +829,8 @@ static void test_xml_string_refs(void) {
         {"loop", "7", "{\"loop\":7}"},             {"loop", "x y", "{\"loop\":\"x y\"}"},
         {"nowhere", "[1]", "{\"nowhere\":[1]}"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char text[512];
-        snprintf(text, sizeof text, "<tool_call>\n<function=r>\n<parameter=%s>\n%s\n</parameter>\n</function>\n"
-                 "</tool_call>", cases[i].param, cases[i].value);
-        chat_parser p;
-        chat_parser_init(&p, true, false);
-        chat_parser_set_tools(&p, tools, CHAT_TOOLS_XML);
-        feed(&p, text, 3);
-        bool ok = p.n_calls == 1 && !strcmp(p.calls[0].arguments, cases[i].want);
-        if (!ok) fprintf(stderr, "  %s: %s\n", cases[i].param, p.n_calls ? p.calls[0].arguments : "(no call)");
-        CHECK(ok);
-        chat_parser_free(&p);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        CHECK(xml_param_parses(tools, "r", cases[i].param, cases[i].value, cases[i].want, 3));
     /* $refs fanning out, 8 alternatives to the next of 16 levels, down to an integer: 8^16 paths, so the
      * walk must end within its bounds (not a string; the value read as JSON) */
     strbuf b = {0};
