@@ -809,6 +809,23 @@ static void test_tool_grammar_refs(void) {
     cJSON_Delete(tools);
 }
 
+/* A parameter whose schema names a string format (llama.cpp's list: date, time, date-time, uri, email,
+ * hostname, ipv4, ipv6, uuid*) is a string parameter: "2026" stays text; another format, or none, reads
+ * JSON. */
+static void test_xml_string_formats(void) {
+    cJSON *tools = cJSON_Parse(
+        "[{\"type\":\"function\",\"function\":{\"name\":\"d\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+        "\"day\":{\"format\":\"date\"},\"id\":{\"format\":\"uuid4\"},\"ip\":{\"format\":\"ipv4\"},"
+        "\"odd\":{\"format\":\"int32\"},\"bare\":{}}}}}]");
+    static const struct { const char *param, *value, *want; } cases[] = {
+        {"day", "2026", "{\"day\":\"2026\"}"}, {"id", "7", "{\"id\":\"7\"}"},     {"ip", "10", "{\"ip\":\"10\"}"},
+        {"odd", "2026", "{\"odd\":2026}"},     {"bare", "2026", "{\"bare\":2026}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        CHECK(xml_param_parses(tools, "d", cases[i].param, cases[i].value, cases[i].want, 5));
+    cJSON_Delete(tools);
+}
+
 /* A parameter whose schema is a $ref to a string schema is a string parameter (llama.cpp's
  * resolves_to_string follows $refs): its value keeps its text and the XML grammar takes it as text.
  * Through a $ref to a $ref, #/definitions/, an anyOf whose first branch is a cycle; a $ref cycle, one
@@ -957,6 +974,7 @@ int main(int argc, char **argv) {
         {"xml_tool_grammar", test_xml_tool_grammar},
         {"tool_grammar_refs", test_tool_grammar_refs},
         {"xml_string_refs", test_xml_string_refs},
+        {"xml_string_formats", test_xml_string_formats},
         {"xml_tool_grammar_runs", test_xml_tool_grammar_runs},
     };
     return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);

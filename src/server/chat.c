@@ -274,8 +274,17 @@ static bool is_string_in(const cJSON *s, const cJSON *doc, int n_refs, int *left
     }
     if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(s, "const"))) return true;
     cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(s, "enum")) if (cJSON_IsString(v)) return true;
-    return cJSON_GetObjectItemCaseSensitive(s, "pattern") || cJSON_GetObjectItemCaseSensitive(s, "minLength") ||
-           cJSON_GetObjectItemCaseSensitive(s, "maxLength");
+    if (cJSON_GetObjectItemCaseSensitive(s, "pattern") || cJSON_GetObjectItemCaseSensitive(s, "minLength") ||
+        cJSON_GetObjectItemCaseSensitive(s, "maxLength"))
+        return true;
+    /* the string formats llama.cpp's list names (uuid and its variants by prefix) */
+    static const char *const string_formats[] = {"date", "time", "date-time", "uri", "email", "hostname", "ipv4",
+                                                 "ipv6"};
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(s, "format");
+    if (!cJSON_IsString(f)) return false;
+    for (size_t i = 0; i < sizeof string_formats / sizeof *string_formats; i++)
+        if (!strcmp(f->valuestring, string_formats[i])) return true;
+    return !strncmp(f->valuestring, "uuid", 4);
 }
 
 /* llama.cpp's resolves_to_string: a parameter schema whose value may be a string. doc: the tool's
