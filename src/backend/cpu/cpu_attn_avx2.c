@@ -1,7 +1,9 @@
-/* cpu_attn_avx2.c — attention with AVX2 + FMA + F16C, for cores without AVX-512:
- * - cpu_attn_head_avx2: a token's GQA group (decode, short batches), bitwise the portable loop of
- *   cpu_backend.c and so cpu_attn_avx512.c's version: its 16 lanes as two 8-wide halves, reduce16's
- *   tree, the same polynomial exp scaled as ldexpf scales;
+/* cpu_attn_avx2.c — attention with AVX2 + FMA + F16C, for cores without AVX-512 (and, on those,
+ * for the q8_0 / q4_0 caches, which the AVX-512 kernels leave):
+ * - cpu_attn_head_avx2: a token's GQA group, or the groups of several adjacent KV heads (decode,
+ *   short batches), bitwise the portable loop of cpu_backend.c and so cpu_attn_avx512.c's version:
+ *   its 16 lanes as two 8-wide halves, reduce16's tree, the same polynomial exp scaled as ldexpf
+ *   scales, the quantized rows dequantized to the same values;
  * - cpu_attn_block_avx2: query-blocked attention (cpu_attn_block), the algorithm of
  *   cpu_attn_avx512.c's attn_block (queries in vector lanes, one pass over the cache with an online
  *   softmax) in 8-wide vectors over 8-position tiles, so that a tile's scores and the running output
@@ -184,8 +186,8 @@ static inline void k_sums_group(const float *q, int hd, const void *kr, int kt, 
 }
 
 /* The rest of reduce16_halves for eight positions' hi + lo vectors a[0..7] at once, transposed: the
- * same additions of the same pairs (lanes i + 4, then i + 2, then i + 1), so the same bits, in 12
- * shuffles and 7 additions where one position at a time took 5 and 3 each. */
+ * same additions of the same pairs (lanes i + 4, then i + 2, then i + 1), so the same bits, in 15
+ * shuffles and 7 additions where eight positions one at a time took 24 and 24. */
 static inline __m256 reduce8(const __m256 *a) {
     __m256 b[4]; /* b[j]: positions j (low half) and j + 4 (high half), lanes i + (i + 4) */
     for (int j = 0; j < 4; j++)
