@@ -23,7 +23,9 @@
 
 #include "backend/cpu/cpu_math.h"
 
-#define ROW_TILE 16 /* weight rows per task */
+/* Weight rows per task. 64 rather than 16: a 12-layer qwen3-30b-a3b Q4_K_M decoded 1.2x faster on 2
+ * AVX2 cores (fewer claims, and the token's activations read once per 64 rows, not 16). */
+#define ROW_TILE 64
 
 static bool grow(void **p, size_t *cap, size_t want) {
     if (want <= *cap) return true;
