@@ -441,7 +441,7 @@ static void test_q80_from_float(void) {
  * dequantized operands: a full and a partial panel of rows, full and partial
  * token tiles, the same tolerance as the dot kernels. */
 static void test_pgemm(void) {
-    static const uint32_t types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_Q8_0, QT_Q4_0, QT_BF16};
+    static const uint32_t types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_Q8_0, QT_Q4_0, QT_IQ4_XS, QT_BF16};
     const int64_t k = 768;
     const int R = CPU_PGEMM_ROWS + 5;
     int tested = 0;

@@ -1,4 +1,5 @@
-/* cpu_pgemm.h — prompt-batch matrix products on packed panels (AVX-512).
+/* cpu_pgemm.h — prompt-batch matrix products on packed panels (AVX-512 VNNI,
+ * and AVX2: cpu_pgemm_avx2.c, int16 and u8 panels for cores without VNNI).
  *
  * For a batch of many tokens the weight row's unpacking, not the arithmetic,
  * limits the fused kernels of cpu_dot.h. Here each thread unpacks a panel of
@@ -26,8 +27,8 @@
 #define CPU_PGEMM_ROWS 16 /* weight rows per panel: one per zmm lane */
 
 /* Tokens per activation tile for weight type wtype on this CPU; 0 when
- * there is no packed kernel (other types, no AVX-512 VNNI, BRISK_CPU_ISA below
- * avx512). Types that share a vec_dot_type share the tile format. */
+ * there is no packed kernel (other types, a portable core or BRISK_CPU_ISA=portable).
+ * Types that share a vec_dot_type share the tile format. */
 int cpu_pgemm_tile_tokens(uint32_t wtype);
 /* Bytes of one token tile of k elements, of one weight panel of k columns. */
 size_t cpu_pgemm_act_bytes(uint32_t wtype, int64_t k);

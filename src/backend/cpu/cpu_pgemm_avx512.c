@@ -15,7 +15,9 @@
  *     (int32 -128*sum, -8*sum: the weights' offsets times the block sum).
  *   BF16 panel: [k/2 g][16 r][2] bf16; tile: [k/2 g][16 t][2] bf16.
  * The integer part is exact; scales apply per sub-block in float. */
+#define CPU_PGEMM_UNPACKERS
 #include "backend/cpu/cpu_pgemm.h"
+#include "backend/cpu/cpu_pgemm_isa.h"
 
 #include <string.h>
 
@@ -39,7 +41,7 @@
 static int have_vnni(void) { return cpu_dot_isa() == CPU_ISA_AVX512; }
 static int have_bf16(void) { return have_vnni() && __builtin_cpu_supports("avx512bf16"); }
 
-int cpu_pgemm_tile_tokens(uint32_t wtype) {
+static int tile_tokens_avx512(uint32_t wtype) {
     switch (wtype) {
     case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: case QT_Q8_0: case QT_Q4_0: return have_vnni() ? PT : 0;
     case QT_BF16: return have_bf16() ? PT_BF : 0;
@@ -47,7 +49,7 @@ int cpu_pgemm_tile_tokens(uint32_t wtype) {
     }
 }
 
-size_t cpu_pgemm_act_bytes(uint32_t wtype, int64_t k) {
+static size_t act_bytes_avx512(uint32_t wtype, int64_t k) {
     switch (wtype) {
     case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: return (size_t)(k / 256) * KQ_TILE;
     case QT_Q8_0: case QT_Q4_0: return (size_t)(k / 32) * Q8_TILE;
@@ -56,7 +58,7 @@ size_t cpu_pgemm_act_bytes(uint32_t wtype, int64_t k) {
     }
 }
 
-size_t cpu_pgemm_panel_bytes(uint32_t wtype, int64_t k) {
+static size_t panel_bytes_avx512(uint32_t wtype, int64_t k) {
     switch (wtype) {
     case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: return (size_t)(k / 256) * KQ_PANEL;
     case QT_Q8_0: case QT_Q4_0: return (size_t)(k / 32) * Q8_PANEL;
@@ -71,40 +73,6 @@ static VATTR void interleave16(const uint8_t *src, int ne, uint8_t *dst) {
                                            _mm512_set1_epi32(ne));
     for (int g = 0; g < ne / 4; g++)
         _mm512_storeu_si512(dst + 64 * g, _mm512_i32gather_epi32(idx, (const void *)(src + 4 * g), 1));
-}
-
-/* ---- weight unpacking: one row's block -> unsigned quants in element order ---- */
-
-static VATTR void unpack_q45_K(const uint8_t *blk, int qh5, uint8_t out[256]) {
-    const uint8_t *qs = qh5 ? ((const blk_q5_K *)(const void *)blk)->qs : ((const blk_q4_K *)(const void *)blk)->qs;
-    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
-    const __m256i qh = qh5 ? _mm256_loadu_si256((const __m256i *)((const blk_q5_K *)(const void *)blk)->qh)
-                           : _mm256_setzero_si256();
-    for (int c = 0; c < 4; c++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        if (qh5) { /* bit 2c -> low half's bit 4, bit 2c+1 -> high half's (per byte: shift by 16-bit then mask) */
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
-        }
-        _mm256_storeu_si256((__m256i *)(out + 64 * c), lo);
-        _mm256_storeu_si256((__m256i *)(out + 64 * c + 32), hi);
-    }
-}
-
-static VATTR void unpack_q6_K(const blk_q6_K *b, uint8_t out[256]) {
-    const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
-    for (int h = 0; h < 2; h++) {
-        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
-        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-        for (int j = 0; j < 4; j++) {
-            const __m256i l = (j & 1) ? l1 : l0;
-            const __m256i nib = j < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
-            const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), m3);
-            _mm256_storeu_si256((__m256i *)(out + 128 * h + 32 * j), _mm256_or_si256(nib, _mm256_slli_epi16(hb, 4)));
-        }
-    }
 }
 
 static VATTR void pack_panel_kq(uint32_t wtype, int64_t k, const uint8_t *w, size_t ws, int nr, uint8_t *panel) {
@@ -188,7 +156,7 @@ static VATTR void pack_panel_bf16(int64_t k, const uint8_t *w, size_t ws, int nr
     }
 }
 
-void cpu_pgemm_pack_panel(uint32_t wtype, int64_t k, const void *w, size_t row_bytes, int nr, void *panel) {
+static void pack_panel_avx512(uint32_t wtype, int64_t k, const void *w, size_t row_bytes, int nr, void *panel) {
     switch (wtype) {
     case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: pack_panel_kq(wtype, k, w, row_bytes, nr, panel); break;
     case QT_Q8_0: case QT_Q4_0: pack_panel_q8(wtype, k, w, row_bytes, nr, panel); break;
@@ -208,7 +176,7 @@ static void interleave_tokens(const uint8_t *const *rows, int nt, int T, int ng,
         }
 }
 
-void cpu_pgemm_pack_act(uint32_t wtype, int64_t k, const void *xq, size_t xs, int nt, void *tile) {
+static void pack_act_avx512(uint32_t wtype, int64_t k, const void *xq, size_t xs, int nt, void *tile) {
     const uint8_t *rows[PT_BF];
     uint8_t *dst = tile;
     switch (wtype) {
@@ -362,7 +330,7 @@ static BATTR void tile_bf16(int64_t k, const uint8_t *pn, const uint8_t *at, flo
     for (int t = 0; t < PT_BF; t++) _mm512_storeu_ps(out + 16 * t, acc[t]);
 }
 
-void cpu_pgemm_tile(uint32_t wtype, int64_t k, const void *panel, const void *tile, float *out) {
+static void tile_avx512(uint32_t wtype, int64_t k, const void *panel, const void *tile, float *out) {
     switch (wtype) {
     case QT_Q4_K: case QT_Q5_K: tile_q45_K(k, panel, tile, out); break;
     case QT_Q6_K: tile_q6_K(k, panel, tile, out); break;
@@ -373,11 +341,9 @@ void cpu_pgemm_tile(uint32_t wtype, int64_t k, const void *panel, const void *ti
     }
 }
 
+const cpu_pgemm_ops cpu_pgemm_avx512 = {tile_tokens_avx512, act_bytes_avx512, panel_bytes_avx512,
+                                        pack_act_avx512,    pack_panel_avx512, tile_avx512};
 #else /* no AVX-512 build: no packed kernels */
-int cpu_pgemm_tile_tokens(uint32_t wtype) { (void)wtype; return 0; }
-size_t cpu_pgemm_act_bytes(uint32_t wtype, int64_t k) { (void)wtype; (void)k; return 0; }
-size_t cpu_pgemm_panel_bytes(uint32_t wtype, int64_t k) { (void)wtype; (void)k; return 0; }
-void cpu_pgemm_pack_act(uint32_t wtype, int64_t k, const void *xq, size_t xs, int nt, void *tile) {}
-void cpu_pgemm_pack_panel(uint32_t wtype, int64_t k, const void *w, size_t row_bytes, int nr, void *panel) {}
-void cpu_pgemm_tile(uint32_t wtype, int64_t k, const void *panel, const void *tile, float *out) {}
+static int tile_tokens_none(uint32_t wtype) { (void)wtype; return 0; }
+const cpu_pgemm_ops cpu_pgemm_avx512 = {tile_tokens_none, NULL, NULL, NULL, NULL, NULL};
 #endif
