@@ -23,6 +23,10 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_attn.h"
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=off") /* cpu_math.h's reference rounds as written */
+#endif
+#include "backend/cpu/cpu_math.h"
 #include "backend/cpu/cpu_dot.h"
 #include "quant/kv_rot.h"
 #include "quant/quant.h"
@@ -257,6 +261,42 @@ static void test_head_isas_bitwise(void) {
     free(mine), free(port), free(avx2);
 }
 
+/* SwiGLU's x86 versions (cpu_attn.h) against swiglu_row (cpu_math.h), bit for bit: a sweep through
+ * exp's range and past it (where 2^n leaves the normal range, ldexpf's rounding), signed zeros,
+ * denormals, infinities and a NaN, with a length that leaves a tail of 7 for expf. */
+static void test_swiglu_isas(void) {
+    enum { N = 16 * 97 + 7 };
+    float *g = malloc(sizeof(float) * N), *u = malloc(sizeof(float) * N), *ref = malloc(sizeof(float) * N),
+          *got = malloc(sizeof(float) * N);
+    const float special[] = {0.0f, -0.0f, 1e-40f, -1e-40f, INFINITY, -INFINITY, NAN, 1e30f, -1e30f, 88.7f, -88.7f,
+                             103.9f, -103.9f, 126.5f, -126.5f, 150.0f, -150.0f, 192.4f, -192.4f, 200.0f, -200.0f};
+    const int ns = (int)(sizeof special / sizeof special[0]);
+    for (int i = 0; i < N; i++) {
+        g[i] = i < ns ? special[i] : -130.0f + 260.0f * (float)i / N + 1e-3f * (float)(i % 13);
+        u[i] = 0.5f + 0.25f * (float)(i % 7) - (i % 3 ? 0.0f : 1.5f);
+    }
+    swiglu_row(g, u, ref, N);
+    int tested = 0;
+    if (cpu_dot_isa() >= CPU_ISA_AVX2) {
+        cpu_swiglu_avx2(g, u, got, N);
+        int bad = 0;
+        for (int i = 0; i < N; i++) bad += memcmp(&ref[i], &got[i], sizeof(float)) != 0;
+        if (bad) fprintf(stderr, "  avx2 swiglu: %d of %d differ\n", bad, N);
+        CHECK(bad == 0);
+        tested++;
+    }
+    if (cpu_dot_isa() == CPU_ISA_AVX512) {
+        cpu_swiglu_avx512(g, u, got, N);
+        int bad = 0;
+        for (int i = 0; i < N; i++) bad += memcmp(&ref[i], &got[i], sizeof(float)) != 0;
+        if (bad) fprintf(stderr, "  avx512 swiglu: %d of %d differ\n", bad, N);
+        CHECK(bad == 0);
+        tested++;
+    }
+    printf("  swiglu: %d x86 versions bitwise swiglu_row over %d values\n", tested, N);
+    free(g), free(u), free(ref), free(got);
+}
+
 /* out (n, n_head, hd) = causal attention of one sequence (entry i at position i) in float64. */
 static void attn_ref(const shape *s, const float *q, const float *k, const float *v, int n, double *out) {
     const int kvd = s->n_head_kv * s->hd, qd = s->n_head * s->hd, group = s->n_head / s->n_head_kv;
@@ -416,6 +456,7 @@ int main(int argc, char **argv) {
         {"blocked_vs_per_token", test_blocked_vs_per_token},
         {"block_kernels", test_block_kernels},
         {"head_isas_bitwise", test_head_isas_bitwise},
+        {"swiglu_isas", test_swiglu_isas},
         {"quantized_cache", test_quantized_cache},
     };
     return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);

@@ -78,4 +78,5 @@ int cpu_attn_head_avx2(const cpu_attn_head *a);
 /* out = silu(gate) * up, bitwise swiglu_row of cpu_math.h (it shares this
  * file's 16-lane exp). */
 void cpu_swiglu_avx512(const float *gate, const float *up, float *out, size_t n);
+void cpu_swiglu_avx2(const float *gate, const float *up, float *out, size_t n);
 #endif

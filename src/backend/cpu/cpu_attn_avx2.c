@@ -400,3 +400,17 @@ int cpu_attn_block_avx2(const cpu_attn_block *a) {
         }
     return 1;
 }
+
+/* swiglu_row (cpu_math.h) 8 lanes at a time, bitwise: exp_poly8 is exp_poly, the division and the
+ * product are single IEEE operations; the tail past the last whole 16 goes through expf as there.
+ * (The scalar loop called libm's ldexpf an element: 4.7% of a 1-thread qwen3-0.6b prompt.) */
+void cpu_swiglu_avx2(const float *gate, const float *up, float *out, size_t n) {
+    const size_t vec_end = n & ~(size_t)15;
+    for (size_t i = 0; i < vec_end; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256 e = exp_poly8(_mm256_xor_ps(g, _mm256_set1_ps(-0.0f)));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)),
+                                                _mm256_loadu_ps(up + i)));
+    }
+    for (size_t i = vec_end; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}

@@ -1001,11 +1001,10 @@ static void cpu_attention(bk_backend *be, const float *q, const float *k, const 
 /* ---- elementwise ---- */
 BK_MULTIVERSION static void cpu_swiglu(bk_backend *be, const float *gate, const float *up, float *out, size_t n) {
     (void)be;
-    if (cpu_dot_isa() == CPU_ISA_AVX512) {
-        cpu_swiglu_avx512(gate, up, out, n);
-        return;
-    }
-    swiglu_row(gate, up, out, n);
+    const cpu_isa isa = cpu_dot_isa();
+    if (isa == CPU_ISA_AVX512) cpu_swiglu_avx512(gate, up, out, n);
+    else if (isa == CPU_ISA_AVX2) cpu_swiglu_avx2(gate, up, out, n);
+    else swiglu_row(gate, up, out, n);
 }
 
 static void cpu_add(bk_backend *be, float *x, const float *y, size_t n) {

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_attn.h"
 #include "backend/cpu/cpu_dot.h"
 #include "base/status.h"
 #include "quant/quant.h"
@@ -148,6 +149,7 @@ typedef struct {
     float *dout;               /* (n*k, n_embd) */
     const int32_t *ids;
     const float *w;
+    cpu_isa isa;
     float *out;
     cpu_from_float_fn conv_g, conv_u, conv_d;
     void *hq_buf;
@@ -207,7 +209,8 @@ BK_MULTIVERSION static void swiglu_worker(void *arg, int ith, int nth) {
     for (long r = lo; r < hi; r++) {
         if (j->ids[r] < 0) continue; /* a skipped entry: gate/up never wrote its row */
         float *g = j->gu + r * 2 * j->n_ff;
-        swiglu_row(g, g + j->n_ff, g, (size_t)j->n_ff);
+        if (j->isa == CPU_ISA_AVX2) cpu_swiglu_avx2(g, g + j->n_ff, g, (size_t)j->n_ff);
+        else swiglu_row(g, g + j->n_ff, g, (size_t)j->n_ff);
         if (j->conv_d) j->conv_d(g, (char *)j->hq_buf + r * j->hq_stride, j->n_ff);
     }
 }
@@ -267,7 +270,7 @@ void cpu_moe_ffn(threadpool *tp, cpu_moe_scratch *sc, const bk_weight *gate, con
                  float *out) {
     int n_expert = gate->n_expert > 0 ? gate->n_expert : 1;
     ffn_job j = {.gate = gate, .up = up, .down = down, .x = x, .n = n, .k = k, .n_ff = gate->n_out / n_expert,
-                 .n_embd = gate->n_in, .ids = ids, .w = weights, .out = out};
+                 .n_embd = gate->n_in, .ids = ids, .w = weights, .out = out, .isa = cpu_dot_isa()};
     size_t nk = (size_t)n * k;
     /* sizes first */
     j.conv_g = act_format(gate->type, j.n_embd, &j.xq_stride);
