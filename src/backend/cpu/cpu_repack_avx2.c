@@ -18,6 +18,8 @@
  * kernel's: a first Q6_K layout in the per-block order flipped near-tied
  * routings of a tiny MoE in test_conformance (docs/experiments.md). */
 #include "backend/cpu/cpu_repack_isa.h"
+#define CPU_PGEMM_UNPACKERS
+#include "backend/cpu/cpu_pgemm_isa.h" /* unpack_q6_K */
 
 #include <string.h>
 
@@ -103,11 +105,6 @@ static void iq4xs_row(uint8_t *o, int r, const void *src) {
  * at most 2 * 2 * 63 * 128 = 32256) before one vpmaddwd by the chunks' scales, stored as int8
  * pairs sc[jh][h][cp][r] = (sub-block 8h + 4cp + jh, 8h + 4cp + 2 + jh) of row r (jh = j / 4).
  * act_avx2 lays the Q8_K quants out the same way. */
-static int q6k_q(const blk_q6_K *b, int e) { /* the unsigned 6-bit quant of element e */
-    const int h = e / 128, c = e % 128 / 32, l = e % 32;
-    return ((b->ql[64 * h + 32 * (c % 2) + l] >> 4 * (c / 2)) & 15) | ((b->qh[32 * h + l] >> 2 * c) & 3) << 4;
-}
-
 /* The element behind byte p of v_t of (j, h): chunk 2 (t / 2) + p / 2, element 4j + 2 (t % 2) + p % 2. */
 static int q6k_elem(int j, int h, int t, int p) {
     return 128 * h + 32 * (2 * (t / 2) + p / 2) + 4 * j + 2 * (t % 2) + p % 2;
@@ -115,6 +112,14 @@ static int q6k_elem(int j, int h, int t, int p) {
 
 static void q6k_row(uint8_t *o, int r, const void *src) {
     const blk_q6_K *b = src;
+    uint8_t u[256]; /* the unsigned 6-bit quants in element order (a scalar extraction each was most of a load's repacking) */
+#if defined(__x86_64__) && defined(__AVX2__)
+    unpack_q6_K(b, u);
+#else
+    for (int e = 0; e < 256; e++)
+        u[e] = (uint8_t)(((b->ql[64 * (e / 128) + 32 * (e % 128 / 32 % 2) + e % 32] >> 4 * (e % 128 / 32 / 2)) & 15) |
+                         ((b->qh[32 * (e / 128) + e % 32] >> 2 * (e % 128 / 32)) & 3) << 4);
+#endif
     memcpy(o + 2 * r, &b->d, 2);
     for (int jh = 0; jh < 2; jh++)
         for (int h = 0; h < 2; h++)
@@ -126,9 +131,9 @@ static void q6k_row(uint8_t *o, int r, const void *src) {
         for (int h = 0; h < 2; h++)
             for (int p = 0; p < 4; p++) {
                 uint8_t *q = o + Q6KX8_Q + 96 * (2 * j + h) + 4 * r + p;
-                const int v3 = q6k_q(b, q6k_elem(j, h, 3, p));
+                const int v3 = u[q6k_elem(j, h, 3, p)];
                 for (int t = 0; t < 3; t++) /* X, Y, Z: v0..v2, and v3's bits 2t, 2t+1 on top */
-                    q[32 * t] = (uint8_t)(q6k_q(b, q6k_elem(j, h, t, p)) | (v3 >> 2 * t & 3) << 6);
+                    q[32 * t] = (uint8_t)(u[q6k_elem(j, h, t, p)] | (v3 >> 2 * t & 3) << 6);
             }
 }
 
