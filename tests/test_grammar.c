@@ -171,6 +171,93 @@ static void test_json_schema(void) {
     CHECK(brisk_grammar_from_json_schema(NULL, "{\"properties\":{},\"required\":[\"x\"]}", &g) == BRISK_ERR_INVALID_ARG);
 }
 
+/* $ref as an RFC 6901 JSON pointer in a URI fragment: ~1 for '/', ~0 for '~' (one pass, so "~01" is
+ * the key "~1"), %XX decoded first, any depth, a digit token indexing an array; a pointer naming
+ * nothing, a bad ~ or % escape and a leading-zero index are INVALID_ARG with a message, another
+ * document or an anchor UNSUPPORTED. Before, only #, #/$defs/NAME and #/definitions/NAME resolved. */
+/* Whether schema t is {"const": want, ...}. */
+static bool const_is(const cJSON *t, const char *want) {
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(t, "const");
+    return cJSON_IsString(c) && !strcmp(c->valuestring, want);
+}
+
+static void test_json_schema_ref(void) {
+    const char *doc_text =
+        "{\"$defs\":{\"a/b\":{\"const\":\"slash\"},\"m~n\":{\"const\":\"tilde\"},\"~1\":{\"const\":\"lit\"},"
+        "\"x\":{\"type\":\"integer\"},\"a\":{\"properties\":{\"b\":{\"const\":\"deep\"}}},"
+        "\"sp ce\":{\"const\":\"sp\"}},"
+        "\"anyOf\":[{\"type\":\"null\"},{\"enum\":[\"e0\",\"e1\"]}],\"properties\":{\"p\":{\"type\":\"boolean\"}}}";
+    cJSON *doc = cJSON_Parse(doc_text);
+    const cJSON *t = NULL;
+    if (!doc) {
+        CHECK(doc);
+        return;
+    }
+    CHECK(json_schema_ref(doc, "#", &t) == BRISK_OK && t == doc);
+    CHECK_OK(json_schema_ref(doc, "#/$defs/a~1b", &t));
+    CHECK(const_is(t, "slash"));
+    CHECK_OK(json_schema_ref(doc, "#/$defs/m~0n", &t));
+    CHECK(const_is(t, "tilde"));
+    CHECK_OK(json_schema_ref(doc, "#/$defs/~01", &t)); /* "~1", not "/" */
+    CHECK(const_is(t, "lit"));
+    CHECK_OK(json_schema_ref(doc, "#/%24defs/x", &t));
+    CHECK(t == cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "$defs"), "x"));
+    CHECK_OK(json_schema_ref(doc, "#/%24defs/sp%20ce", &t));
+    CHECK(const_is(t, "sp"));
+    CHECK_OK(json_schema_ref(doc, "#/$defs/a/properties/b", &t));
+    CHECK(const_is(t, "deep"));
+    CHECK_OK(json_schema_ref(doc, "#/anyOf/1", &t));
+    CHECK(t == cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "anyOf"), 1));
+    CHECK_OK(json_schema_ref(doc, "#/anyOf/1/enum/0", &t));
+    CHECK(cJSON_IsString(t) && !strcmp(t->valuestring, "e0"));
+    /* names nothing: a missing key, an index past the end or with a leading zero, "-", a step into a scalar */
+    static const char *const nowhere[] = {"#/$defs/nope", "#/anyOf/2", "#/anyOf/01", "#/anyOf/-", "#/anyOf/x",
+                                          "#/$defs/x/type/0", "#/$defs/a~1b/const/c", "#/$defs/a/b"};
+    for (size_t i = 0; i < sizeof nowhere / sizeof *nowhere; i++) {
+        bool ok = json_schema_ref(doc, nowhere[i], &t) == BRISK_ERR_INVALID_ARG && !t &&
+                  strstr(brisk_last_error(), "points nowhere");
+        if (!ok) fprintf(stderr, "  %s: %s\n", nowhere[i], brisk_last_error());
+        CHECK(ok);
+    }
+    CHECK(json_schema_ref(doc, "#/%24defs/%zz", &t) == BRISK_ERR_INVALID_ARG && !t);
+    CHECK(strstr(brisk_last_error(), "bad percent escape '%zz'"));
+    CHECK(json_schema_ref(doc, "#/$defs/x%2", &t) == BRISK_ERR_INVALID_ARG);
+    CHECK(json_schema_ref(doc, "#/$defs/x%00", &t) == BRISK_ERR_INVALID_ARG);
+    CHECK(json_schema_ref(doc, "#/$defs/m~2n", &t) == BRISK_ERR_INVALID_ARG);
+    CHECK(strstr(brisk_last_error(), "'~' must be followed by 0 or 1"));
+    CHECK(json_schema_ref(doc, "#/$defs/m~", &t) == BRISK_ERR_INVALID_ARG);
+    CHECK(json_schema_ref(doc, "other.json#/$defs/x", &t) == BRISK_ERR_UNSUPPORTED);
+    CHECK(json_schema_ref(doc, "http://example.com/s.json", &t) == BRISK_ERR_UNSUPPORTED);
+    CHECK(json_schema_ref(doc, "#x", &t) == BRISK_ERR_UNSUPPORTED); /* an anchor */
+    cJSON_Delete(doc);
+
+    /* the same through the grammar: escaped names, a pointer into properties and into an array */
+    const char *schema =
+        "{\"type\":\"object\",\"properties\":{"
+        "\"s\":{\"$ref\":\"#/$defs/a~1b\"},\"t\":{\"$ref\":\"#/$defs/m~0n\"},\"n\":{\"$ref\":\"#/%24defs/x\"},"
+        "\"b\":{\"$ref\":\"#/properties/flag\"},\"e\":{\"$ref\":\"#/$defs/list/anyOf/1\"},"
+        "\"flag\":{\"type\":\"boolean\"}},\"required\":[\"s\",\"t\",\"n\",\"b\",\"e\"],"
+        "\"$defs\":{\"a/b\":{\"const\":\"slash\"},\"m~n\":{\"const\":\"tilde\"},\"x\":{\"type\":\"integer\"},"
+        "\"list\":{\"anyOf\":[{\"type\":\"null\"},{\"enum\":[\"e0\",\"e1\"]}]}}}";
+    CHECK(schema_match(schema, "{\"s\":\"slash\",\"t\":\"tilde\",\"n\":3,\"b\":true,\"e\":\"e1\"}") == 1);
+    CHECK(schema_match(schema, "{\"s\":\"tilde\",\"t\":\"tilde\",\"n\":3,\"b\":true,\"e\":\"e1\"}") == 0);
+    CHECK(schema_match(schema, "{\"s\":\"slash\",\"t\":\"tilde\",\"n\":\"3\",\"b\":true,\"e\":\"e1\"}") == 0);
+    CHECK(schema_match(schema, "{\"s\":\"slash\",\"t\":\"tilde\",\"n\":3,\"b\":1,\"e\":\"e1\"}") == 0);
+    CHECK(schema_match(schema, "{\"s\":\"slash\",\"t\":\"tilde\",\"n\":3,\"b\":true,\"e\":null}") == 0);
+    /* a recursive pointer into properties: a list of lists */
+    CHECK(schema_match("{\"properties\":{\"l\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/properties/l\"}}}}",
+                       "{\"l\":[[],[[]]]}") == 1);
+    brisk_grammar *g = NULL;
+    CHECK(brisk_grammar_from_json_schema(NULL, "{\"$ref\":\"#/%24defs/%zz\",\"$defs\":{}}", &g) ==
+          BRISK_ERR_INVALID_ARG);
+    CHECK(strstr(brisk_last_error(), "json schema: schema: $ref '#/%24defs/%zz': bad percent escape '%zz'"));
+    CHECK(brisk_grammar_from_json_schema(NULL, "{\"properties\":{\"a\":{\"$ref\":\"#/properties/b\"}}}", &g) ==
+          BRISK_ERR_INVALID_ARG);
+    CHECK(strstr(brisk_last_error(), "schema.properties.a: $ref '#/properties/b' points nowhere"));
+    CHECK(brisk_grammar_from_json_schema(NULL, "{\"$ref\":\"other.json#/$defs/x\"}", &g) == BRISK_ERR_UNSUPPORTED);
+    CHECK(!g);
+}
+
 /* json_gbnf: two schemas under the caller's names in one text, each $ref resolved in its own
  * document (the same $defs name means another schema in each); a name that could clash with a
  * generated one refused; a schema error kept and returned by take. */
@@ -450,7 +537,7 @@ int main(int argc, char **argv) {
     static const test_case cases[] = {
         {"parse_errors", test_parse_errors}, {"match", test_match},   {"utf8", test_utf8},
         {"llamacpp_grammars", test_llamacpp_grammars}, {"json_schema", test_json_schema},
-        {"json_gbnf", test_json_gbnf},
+        {"json_schema_ref", test_json_schema_ref}, {"json_gbnf", test_json_gbnf},
         {"masks", test_masks}, {"sampling", test_sampling}, {"lazy", test_lazy},
         {"lazy_triggers", test_lazy_triggers},
     };

@@ -84,8 +84,8 @@ struct cJSON;
 brisk_status json_gbnf_new(json_gbnf **out);
 /* Appends schema's rules with `name` as its start rule. name: letters, digits,
  * '_' and '-', holding a '-' (no generated rule has one, so names never clash);
- * doc: the document schema's $refs resolve in (#, #/$defs/X,
- * #/definitions/X), NULL for schema itself. Schemas added in a row with the
+ * doc: the document schema's $refs resolve in (json_schema_ref's pointers),
+ * NULL for schema itself. Schemas added in a row with the
  * same doc share the rules of their $refs, so doc must not change between
  * those calls; both stay the caller's. A bad name is BRISK_ERR_INVALID_ARG
  * (nothing added); a schema's error names its path, and after one b only
@@ -94,11 +94,15 @@ brisk_status json_gbnf_add(json_gbnf *b, const struct cJSON *schema, const struc
 /* The text (NUL-terminated, the caller free()s it) and frees b. */
 brisk_status json_gbnf_take(json_gbnf *b, char **gbnf);
 void json_gbnf_free(json_gbnf *b); /* NULL is fine */
-/* The schema a $ref names in document doc, of the forms json_gbnf resolves:
- * "#" (doc), "#/$defs/NAME" or "#/definitions/NAME"; NULL when it names
- * nothing there. *known (when not NULL): whether ref has one of those forms.
- * The result is doc's (borrowed). */
-const struct cJSON *json_schema_ref(const struct cJSON *doc, const char *ref, bool *known);
+/* The schema a $ref names in document doc: a URI fragment holding an RFC 6901
+ * JSON pointer, "#" (doc itself), "#/$defs/NAME", "#/properties/a/items",
+ * "#/anyOf/0" (a token of digits, no leading zero, indexes an array); in each
+ * token ~1 is '/' and ~0 is '~', and the fragment's %XX escapes are decoded
+ * first ("#/%24defs/x"). *target: doc's node (borrowed), NULL on failure.
+ * A ref to another document ("other.json#/x", "http://...") or an anchor
+ * ("#name") is BRISK_ERR_UNSUPPORTED; a malformed one (a bad % or ~ escape)
+ * or one naming nothing in doc is BRISK_ERR_INVALID_ARG; each with a message. */
+brisk_status json_schema_ref(const struct cJSON *doc, const char *ref, const struct cJSON **target);
 
 /* ---- matcher (grammar.c) ----------------------------------------------- */
 

@@ -5,8 +5,9 @@
  * boolean/null; properties (in the schema's order) with required;
  * additionalProperties false, or a schema for the values of a map without
  * properties; enum; const; anyOf/oneOf; a one-element allOf; items;
- * minItems/maxItems; minLength/maxLength; $ref to #, #/$defs/X or
- * #/definitions/X (recursion allowed). Ignored: descriptions, titles,
+ * minItems/maxItems; minLength/maxLength; $ref to any place of the
+ * document, as a URI fragment holding an RFC 6901 JSON pointer (#, #/$defs/X,
+ * #/properties/a/anyOf/0, ~0 ~1 and %XX escapes; recursion allowed). Ignored: descriptions, titles,
  * format, minimum/maximum, and additionalProperties other than a map's
  * (objects with properties never take extra keys). Refused with the
  * keyword's path: pattern, prefixItems, not, if/then/else, allOf of several.
@@ -18,6 +19,7 @@
  * them without reading the generated text back.
  */
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -317,14 +319,86 @@ static bool gen_alts(conv *c, const cJSON *list, const char *path, const char *k
     return true;
 }
 
-const cJSON *json_schema_ref(const cJSON *doc, const char *ref, bool *known) {
-    bool defs = !strncmp(ref, "#/$defs/", 8), definitions = !strncmp(ref, "#/definitions/", 14);
-    if (known) *known = !strcmp(ref, "#") || defs || definitions;
-    if (!strcmp(ref, "#")) return doc;
-    if (defs) return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "$defs"), ref + 8);
-    if (definitions)
-        return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "definitions"), ref + 14);
-    return NULL;
+/* The value of hex digit c, or -1. */
+static int hex_digit(char c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* The child of node that JSON-pointer token tok (unescaped) names: an object's member, or an
+ * array's element for a token of decimal digits without a leading zero (RFC 6901 §4: "-" and "01"
+ * name nothing); NULL when there is none. */
+static const cJSON *pointer_step(const cJSON *node, const char *tok) {
+    if (cJSON_IsObject(node)) return cJSON_GetObjectItemCaseSensitive(node, tok);
+    if (!cJSON_IsArray(node) || !tok[0] || (tok[0] == '0' && tok[1])) return NULL;
+    long i = 0;
+    for (const char *q = tok; *q; q++) {
+        if (*q < '0' || *q > '9' || i > (long)INT_MAX / 10) return NULL;
+        i = i * 10 + (*q - '0');
+    }
+    return i < cJSON_GetArraySize(node) ? cJSON_GetArrayItem(node, (int)i) : NULL;
+}
+
+/* ptr: the fragment, percent-decoded (a writable copy); resolved in place, token by token. */
+static brisk_status resolve_pointer(const cJSON *doc, const char *ref, char *ptr, const cJSON **target) {
+    const cJSON *node = doc;
+    for (char *tok = ptr; *tok == '/';) {
+        char *end = tok + 1 + strcspn(tok + 1, "/"), *w = tok; /* the token is tok+1..end; w: unescaped */
+        for (char *r = tok + 1; r < end; r++) {
+            if (*r != '~') {
+                *w++ = *r;
+                continue;
+            }
+            /* one pass left to right is RFC 6901's ~1-then-~0 order: "~01" is "~1", never "/" */
+            if (r + 1 == end || (r[1] != '0' && r[1] != '1'))
+                return bk_fail(BRISK_ERR_INVALID_ARG, "$ref '%.100s': '~' must be followed by 0 or 1 (RFC 6901)", ref);
+            *w++ = *++r == '1' ? '/' : '~';
+        }
+        *w = 0;
+        const cJSON *next = pointer_step(node, tok);
+        if (!next)
+            return bk_fail(BRISK_ERR_INVALID_ARG, "$ref '%.100s' points nowhere: %s has no '%.60s'", ref,
+                           cJSON_IsArray(node)    ? "an array"
+                           : cJSON_IsObject(node) ? "an object"
+                                                  : "a value that is neither object nor array",
+                           tok);
+        node = next;
+        tok = end; /* at the next token's '/', or at the end */
+    }
+    *target = node;
+    return BRISK_OK;
+}
+
+brisk_status json_schema_ref(const cJSON *doc, const char *ref, const cJSON **target) {
+    *target = NULL;
+    if (ref[0] != '#')
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "$ref '%.100s': only refs within the document (#...) are supported", ref);
+    /* The fragment is a URI's: percent-decode it first (%24defs is $defs), then read the pointer. */
+    char *ptr = malloc(strlen(ref) + 1); /* decoding only shortens */
+    if (!ptr) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    char *w = ptr;
+    for (const char *r = ref + 1; *r; r++) {
+        if (*r != '%') {
+            *w++ = *r;
+            continue;
+        }
+        int hi = hex_digit(r[1]), lo = hi < 0 ? -1 : hex_digit(r[2]);
+        if (lo < 0 || (hi == 0 && lo == 0)) { /* a NUL would cut the key short */
+            free(ptr);
+            return bk_fail(BRISK_ERR_INVALID_ARG,
+                           "$ref '%.100s': bad percent escape '%.3s' (two hex digits, not 00)", ref, r);
+        }
+        *w++ = (char)(hi << 4 | lo);
+        r += 2;
+    }
+    *w = 0;
+    brisk_status st = ptr[0] && ptr[0] != '/' /* "#name": a $anchor's, not a pointer */
+                          ? bk_fail(BRISK_ERR_UNSUPPORTED, "$ref '%.100s': only JSON pointers (#/...)", ref)
+                          : resolve_pointer(doc, ref, ptr, target);
+    free(ptr);
+    return st;
 }
 
 static bool gen_ref(conv *c, const char *ref, const char *path, rname *out) {
@@ -333,11 +407,9 @@ static bool gen_ref(conv *c, const char *ref, const char *path, rname *out) {
             snprintf(out->s, sizeof out->s, "s%d", c->ref_rule[i]);
             return true;
         }
-    bool known = false;
-    const cJSON *target = json_schema_ref(c->root, ref, &known);
-    if (!known)
-        return cfail(c, BRISK_ERR_UNSUPPORTED, path, "$ref '%.100s': only #, #/$defs/NAME and #/definitions/NAME", ref);
-    if (!target) return cfail(c, BRISK_ERR_INVALID_ARG, path, "$ref '%.100s' points nowhere", ref);
+    const cJSON *target;
+    brisk_status st = json_schema_ref(c->root, ref, &target);
+    if (st != BRISK_OK) return cfail(c, st, path, "%s", brisk_last_error());
     if (c->n_refs == (int)(sizeof c->ref_rule / sizeof *c->ref_rule))
         return cfail(c, BRISK_ERR_UNSUPPORTED, path, "more than 256 distinct $refs");
     int me = ++c->n_rules; /* named before its body, so the body may refer back */

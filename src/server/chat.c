@@ -256,9 +256,11 @@ brisk_status chat_fmt_render(const chat_fmt *f, const cJSON *messages, const cJS
 static bool is_string_in(const cJSON *s, const cJSON *doc, int n_refs, int *left) {
     if (!cJSON_IsObject(s) || (n_refs && --*left < 0)) return false;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "$ref"), *v;
-    if (t) /* the schema it names, its siblings unread (as llama.cpp, and json_schema.c's grammar) */
+    if (t) { /* the schema it names, its siblings unread (as llama.cpp, and json_schema.c's grammar) */
+        const cJSON *target = NULL; /* stays NULL for a ref that names nothing: no string */
         return cJSON_IsString(t) && n_refs < STRING_MAX_REFS &&
-               is_string_in(json_schema_ref(doc, t->valuestring, NULL), doc, n_refs + 1, left);
+               json_schema_ref(doc, t->valuestring, &target) == BRISK_OK && is_string_in(target, doc, n_refs + 1, left);
+    }
     t = cJSON_GetObjectItemCaseSensitive(s, "type");
     if (cJSON_IsString(t) && !strcmp(t->valuestring, "string")) return true;
     const cJSON *types = cJSON_IsArray(t) ? t : NULL;
