@@ -438,6 +438,36 @@ static void qwen_srv_close(qwen_srv *q) {
     brisk_model_free(q->m);
 }
 
+/* tool_choice auto through oai_parse, with template tmpl (NULL: qwen3.5's): the request's lazy grammar
+ * waits through `text`, starts at `opener`, and then refuses a parameter no tool has. mode: the
+ * parser's mode as the answer starts (1: the template opened <think>; -1: not checked). Skipped
+ * without the vocabulary. */
+static void check_lazy_request(const cJSON *tools, const char *tmpl, int mode, const char *text, const char *opener) {
+    qwen_srv q;
+    bool up = qwen_srv_open(&q, tmpl);
+    if (!q.m) return; /* no vocabulary: skipped */
+    char *tj = cJSON_PrintUnformatted(tools), body[4096];
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":%s}", tj ? tj : "[]");
+    oai_job job;
+    oai_error e = {0};
+    bool ok = up && oai_parse(&q.srv, body, strlen(body), true, &job, &e);
+    CHECK(ok);
+    if (ok) {
+        brisk_grammar *g = job.req->ch[0].grammar;
+        CHECK(g && brisk_grammar_waiting(g));
+        if (mode >= 0) CHECK(job.ch[0].parser.mode == mode);
+        if (g) {
+            CHECK(grammar_takes(q.m, g, text) && brisk_grammar_waiting(g));
+            CHECK(grammar_takes(q.m, g, opener) && !brisk_grammar_waiting(g));
+            CHECK(!grammar_takes(q.m, g, "<parameter=nope>"));
+        }
+        oai_job_free(&job);
+        sched_req_free(job.req);
+    }
+    free(tj);
+    qwen_srv_close(&q);
+}
+
 /* A <tool_call> inside an unclosed <think> (the template opened it): with the XML syntax it ends the
  * reasoning and is a call, and the lazy grammar of an auto request starts there, as llama.cpp's
  * Qwen3-Coder handler (</think> and <tool_call> its reasoning's end tags); with the JSON syntax it stays
@@ -460,33 +490,8 @@ static void test_xml_tool_call_in_think(void) {
             }
             chat_parser_free(&p);
         }
-    /* the server's lazy grammar: waits through the reasoning, starts at the call */
-    qwen_srv q;
-    bool up = qwen_srv_open(&q, NULL);
-    if (!q.m) { /* no vocabulary: skipped */
-        cJSON_Delete(tools);
-        return;
-    }
-    char *tj = cJSON_PrintUnformatted(tools), body[4096];
-    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":%s}", tj ? tj : "[]");
-    oai_job job;
-    oai_error e = {0};
-    bool ok = up && oai_parse(&q.srv, body, strlen(body), true, &job, &e);
-    CHECK(ok);
-    if (ok) {
-        brisk_grammar *g = job.req->ch[0].grammar;
-        CHECK(g && brisk_grammar_waiting(g));
-        CHECK(job.ch[0].parser.mode == 1); /* the template opened <think> */
-        if (g) {
-            CHECK(grammar_takes(q.m, g, "Let me look.\n") && brisk_grammar_waiting(g));
-            CHECK(grammar_takes(q.m, g, "<tool_call>\n<function=note>\n") && !brisk_grammar_waiting(g));
-            CHECK(!grammar_takes(q.m, g, "<parameter=nope>"));
-        }
-        oai_job_free(&job);
-        sched_req_free(job.req);
-    }
-    free(tj);
-    qwen_srv_close(&q);
+    /* the server's lazy grammar: waits through the reasoning (the template opened <think>), starts at the call */
+    check_lazy_request(tools, NULL, 1, "Let me look.\n", "<tool_call>\n<function=note>\n");
     cJSON_Delete(tools);
 }
 
@@ -537,27 +542,7 @@ static void test_xml_lazy_coder(void) {
             free(trig);
         }
     /* through oai_parse: the server's lazy grammar of an auto request */
-    qwen_srv q;
-    bool up = qwen_srv_open(&q, "tests/data/chat_templates/qwen3-coder-mini.jinja");
-    char *tj = cJSON_PrintUnformatted(tools), body[4096];
-    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":%s}", tj ? tj : "[]");
-    oai_job job;
-    oai_error e = {0};
-    bool ok = up && oai_parse(&q.srv, body, strlen(body), true, &job, &e);
-    CHECK(ok);
-    if (ok) {
-        brisk_grammar *g = job.req->ch[0].grammar;
-        CHECK(g && brisk_grammar_waiting(g));
-        if (g) {
-            CHECK(grammar_takes(q.m, g, "On it.\n") && brisk_grammar_waiting(g));
-            CHECK(grammar_takes(q.m, g, "<function=note>\n") && !brisk_grammar_waiting(g));
-            CHECK(!grammar_takes(q.m, g, "<parameter=nope>"));
-        }
-        oai_job_free(&job);
-        sched_req_free(job.req);
-    }
-    free(tj);
-    qwen_srv_close(&q);
+    check_lazy_request(tools, "tests/data/chat_templates/qwen3-coder-mini.jinja", -1, "On it.\n", "<function=note>\n");
     cJSON_Delete(tools);
     brisk_model_free(m);
 }
