@@ -89,6 +89,10 @@ static void test_tool_text_kept(void) {
     CHECK(!strcmp(str(&p.content), "<tool_call>oops</tool_call>"));
     CHECK(p.n_calls == 0);
     chat_parser_free(&p);
+    chat_parser_init(&p, true, false); /* and the blanks after it stay too (fuzz_chat_parser's find) */
+    feed(&p, "<tool_call></tool_call> and <tool_call>oops</tool_call>\n\nmore", 2);
+    CHECK(!strcmp(str(&p.content), "<tool_call></tool_call> and <tool_call>oops</tool_call>\n\nmore"));
+    chat_parser_free(&p);
     chat_parser_init(&p, true, false); /* unterminated */
     feed(&p, "x<tool_call>{\"name\"", 3);
     CHECK(!strcmp(str(&p.content), "x<tool_call>{\"name\""));
@@ -395,6 +399,7 @@ static void test_xml_bare_function(void) {
     const char *text_only[] = {
         "<function=note>\n<parameter=text>\nunclosed",                       /* the answer ended first */
         "<function=note>\nnot a parameter\n</function>\n</tool_call>",       /* not the form */
+        "<function=note>\n</parameter>\n</tool_call>\n\nthe text after it", /* nor this */
     };
     for (size_t i = 0; i < sizeof text_only / sizeof *text_only; i++) {
         chat_parser p;
@@ -404,6 +409,38 @@ static void test_xml_bare_function(void) {
         CHECK(p.n_calls == 0 && !strcmp(str(&p.content), text_only[i]));
         chat_parser_free(&p);
     }
+    cJSON_Delete(tools);
+}
+
+/* Qwen3-Coder's bare opener waits only while the text after "<function=" may still be a tool's name,
+ * so a streamed answer parses as the whole text does whatever bytes the names hold: with a tool named
+ * "a\nb" (fuzz_chat_parser's find), "<function=a\n" was taken for text when pushed alone, and "<think>"
+ * then opened reasoning, while the whole text opened the call (unterminated here, so all content).
+ * Text that starts no name comes back at once; the start of one is held. */
+static void test_xml_bare_streamed(void) {
+    cJSON *tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"a\\nb\"}},"
+                               "{\"type\":\"function\",\"function\":{\"name\":\"note\"}}]");
+    const char *text = "<function=a\nb>\nhi <think>x</think>";
+    for (size_t step = 1; step <= 6; step++) {
+        chat_parser p;
+        chat_parser_init(&p, true, false);
+        chat_parser_set_tools(&p, tools, CHAT_TOOLS_XML_CODER);
+        feed(&p, text, step);
+        bool ok = p.n_calls == 0 && !strcmp(str(&p.content), text) && !p.reasoning.len;
+        if (!ok) fprintf(stderr, "  step %zu: content '%s', reasoning '%s'\n", step, str(&p.content), str(&p.reasoning));
+        CHECK(ok);
+        chat_parser_free(&p);
+    }
+    chat_parser p;
+    chat_parser_init(&p, true, false);
+    chat_parser_set_tools(&p, tools, CHAT_TOOLS_XML_CODER);
+    chat_parser_push(&p, "x <function=zz", 14, false);
+    CHECK(!strcmp(str(&p.content), "x <function=zz")); /* no tool's name starts "zz" */
+    chat_parser_push(&p, " <function=no", 13, false);
+    CHECK(!strcmp(str(&p.content), "x <function=zz ")); /* may become note's */
+    chat_parser_push(&p, "pe>", 3, true);
+    CHECK(!strcmp(str(&p.content), "x <function=zz <function=nope>"));
+    chat_parser_free(&p);
     cJSON_Delete(tools);
 }
 
@@ -953,7 +990,7 @@ int main(int argc, char **argv) {
         {"xml_detect", test_xml_detect},
         {"job_tools_shared", test_job_tools_shared},
         {"xml_tool_call_in_think", test_xml_tool_call_in_think},
-        {"xml_bare_function", test_xml_bare_function},
+        {"xml_bare_function", test_xml_bare_function}, {"xml_bare_streamed", test_xml_bare_streamed},
         {"xml_lazy_coder", test_xml_lazy_coder},
         {"xml_python_literals", test_xml_python_literals},
         {"xml_tool_grammar", test_xml_tool_grammar},

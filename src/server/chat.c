@@ -633,12 +633,14 @@ void chat_parser_set_tools(chat_parser *p, const cJSON *tools, chat_tool_syntax 
         if (tool_allowed(t, NULL, &name, &params) && strlen(name) > p->max_name) p->max_name = strlen(name);
 }
 
-/* Whether the tools hold a function named by the n bytes at s. */
-static bool tool_named(const cJSON *tools, const char *s, size_t n) {
+/* Whether the tools hold a function named by the n bytes at s (prefix: whose name starts with them). */
+static bool tool_named(const cJSON *tools, const char *s, size_t n, bool prefix) {
     const cJSON *t, *params;
     const char *name;
     cJSON_ArrayForEach(t, tools)
-        if (tool_allowed(t, NULL, &name, &params) && strlen(name) == n && !memcmp(name, s, n)) return true;
+        if (tool_allowed(t, NULL, &name, &params) && (prefix ? strlen(name) >= n : strlen(name) == n) &&
+            !memcmp(name, s, n))
+            return true;
     return false;
 }
 
@@ -855,15 +857,17 @@ static cJSON *parse_xml_call(const cJSON *tools, const char *s, size_t n, char *
     return args;
 }
 
-/* A finished <tool_call> body: a call, or (not JSON of the right shape, nor the XML form) content. */
-static void end_tool(chat_parser *p) {
+/* A finished <tool_call> body: a call, or (not JSON of the right shape, nor the XML form) content.
+ * Whether it was a call. */
+static bool end_tool(chat_parser *p) {
     const char *body = p->tool.p ? p->tool.p : "";
     char *xname = NULL;
     cJSON *xargs = parse_xml_call(p->tool_defs, body, p->tool.len, &xname);
     cJSON *j = xargs ? NULL : cJSON_ParseWithLength(body, p->tool.len);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
-    if (xargs || (cJSON_IsString(name) && (!args || cJSON_IsObject(args) || cJSON_IsString(args)))) {
+    bool call = xargs || (cJSON_IsString(name) && (!args || cJSON_IsObject(args) || cJSON_IsString(args)));
+    if (call) {
         char *a = xargs ? cJSON_PrintUnformatted(xargs)
                   : !args ? strdup("{}") : cJSON_IsString(args) ? strdup(args->valuestring) : cJSON_PrintUnformatted(args);
         char *n = xargs ? xname : strdup(name->valuestring);
@@ -889,21 +893,25 @@ static void end_tool(chat_parser *p) {
     cJSON_Delete(j);
     sb_reset(&p->tool);
     p->bare = false;
+    return call;
 }
 
 /* At a "<function=" in content (CHAT_TOOLS_XML_CODER), tag..e the pending text from it: 1 when it opens
  * a call, `<function=NAME>` with NAME one of the tools (*end: past the '>'; llama.cpp's trigger is the
  * whole opener, so text such as "#include <functional>" stays content), 0 when it is text, -1 when the
- * text so far cannot tell. */
+ * text so far cannot tell: no '>' yet, and what came is the start of a tool's name. Waiting on exactly
+ * that keeps a streamed answer's result the whole text's, whatever bytes the names hold (a guess such
+ * as "a newline ends it" took `<function=\n` for text where the whole `<function=\n>` opened the call
+ * of a tool named "\n"), and gives back other text at once. */
 static int bare_opener(const chat_parser *p, const char *tag, const char *e, bool final, const char **end) {
     const char *nm = tag + strlen(TAG_BARE_CALL);
     size_t avail = (size_t)(e - nm), win = p->max_name + 1 < avail ? p->max_name + 1 : avail;
     const char *gt = memchr(nm, '>', win);
     if (gt) {
         *end = gt + 1;
-        return tool_named(p->tool_defs, nm, (size_t)(gt - nm));
+        return tool_named(p->tool_defs, nm, (size_t)(gt - nm), false);
     }
-    return !final && win == avail && !memchr(nm, '\n', win) ? -1 : 0;
+    return !final && tool_named(p->tool_defs, nm, avail, true) ? -1 : 0;
 }
 
 bool chat_parser_push(chat_parser *p, const char *text, size_t len, bool final) {
@@ -945,7 +953,8 @@ bool chat_parser_push(chat_parser *p, const char *text, size_t len, bool final) 
                 sb_append(&p->tool, best, (size_t)(end - best));
                 at = (size_t)(end - s);
                 p->mode = 2, p->trim = false, p->bare = true;
-            } else p->mode = 0, p->trim = true, end_tool(p);
+            } else /* the newlines after a call go; after text given back, nothing of the text does */
+                p->mode = 0, p->trim = end_tool(p);
             continue;
         }
         /* No tag: keep back the longest tail that could begin one. */
