@@ -276,20 +276,15 @@ static void test_swiglu_isas(void) {
         u[i] = 0.5f + 0.25f * (float)(i % 7) - (i % 3 ? 0.0f : 1.5f);
     }
     swiglu_row(g, u, ref, N);
+    struct { const char *name; void (*fn)(const float *, const float *, float *, size_t); cpu_isa needs; } v[] = {
+        {"avx2", cpu_swiglu_avx2, CPU_ISA_AVX2}, {"avx512", cpu_swiglu_avx512, CPU_ISA_AVX512}};
     int tested = 0;
-    if (cpu_dot_isa() >= CPU_ISA_AVX2) {
-        cpu_swiglu_avx2(g, u, got, N);
+    for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
+        if (cpu_dot_isa() < v[k].needs) continue;
+        v[k].fn(g, u, got, N);
         int bad = 0;
         for (int i = 0; i < N; i++) bad += memcmp(&ref[i], &got[i], sizeof(float)) != 0;
-        if (bad) fprintf(stderr, "  avx2 swiglu: %d of %d differ\n", bad, N);
-        CHECK(bad == 0);
-        tested++;
-    }
-    if (cpu_dot_isa() == CPU_ISA_AVX512) {
-        cpu_swiglu_avx512(g, u, got, N);
-        int bad = 0;
-        for (int i = 0; i < N; i++) bad += memcmp(&ref[i], &got[i], sizeof(float)) != 0;
-        if (bad) fprintf(stderr, "  avx512 swiglu: %d of %d differ\n", bad, N);
+        if (bad) fprintf(stderr, "  %s swiglu: %d of %d differ\n", v[k].name, bad, N);
         CHECK(bad == 0);
         tested++;
     }

@@ -148,18 +148,10 @@ static void unpack_row(uint32_t wtype, const uint8_t *blk, uint8_t *tmp, float *
         for (int s = 0; s < 16; s++) sc[16 * s + r] = d * (float)a->scales[s];
         break;
     }
-    default: { /* Q4_K, Q5_K: d, dmin and scales lead both */
-        const blk_q4_K *a = (const blk_q4_K *)(const void *)blk;
+    default: /* Q4_K, Q5_K */
         unpack_q45_K(blk, wtype == QT_Q5_K, tmp);
-        const float d = _cvtsh_ss(a->d), dmin = _cvtsh_ss(a->dmin);
-        for (int s = 0; s < 8; s++) {
-            uint8_t scv, m;
-            quant_k4_scale_min(s, a->scales, &scv, &m);
-            sc[16 * s + r] = d * (float)scv;
-            dmm[16 * s + r] = dmin * (float)m;
-        }
+        kq_scales_min(blk, r, sc, dmm);
         break;
-    }
     }
 }
 

@@ -97,15 +97,8 @@ static VATTR void pack_panel_kq(uint32_t wtype, int64_t k, const uint8_t *w, siz
                 const float d = quant_f16_to_f32(q6->d);
                 for (int s = 0; s < 16; s++) dsc[16 * s + r] = d * (float)q6->scales[s];
             } else {
-                const blk_q4_K *q4 = (const blk_q4_K *)(const void *)blk; /* d, dmin, scales lead both */
                 unpack_q45_K(blk, wtype == QT_Q5_K, tmp + 256 * r);
-                const float d = quant_f16_to_f32(q4->d), dmin = quant_f16_to_f32(q4->dmin);
-                for (int s = 0; s < 8; s++) {
-                    uint8_t sc, m;
-                    quant_k4_scale_min(s, q4->scales, &sc, &m);
-                    dsc[16 * s + r] = d * (float)sc;
-                    dmm[16 * s + r] = dmin * (float)m;
-                }
+                kq_scales_min(blk, r, dsc, dmm);
             }
         }
         interleave16(tmp, 256, pb);

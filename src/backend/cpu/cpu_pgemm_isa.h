@@ -25,6 +25,19 @@ extern const cpu_pgemm_ops cpu_pgemm_avx512, cpu_pgemm_avx2;
 
 #include "quant/quant.h"
 
+/* Row r of a 16-row panel's sub-block scales, Q4_K / Q5_K (their d, dmin and scales lead both
+ * blocks): dsc[16 s + r] = d * sc_s, dmm[16 s + r] = dmin * m_s. */
+static inline void kq_scales_min(const void *blk, int r, float *dsc, float *dmm) {
+    const blk_q4_K *a = (const blk_q4_K *)blk;
+    const float d = quant_f16_to_f32(a->d), dmin = quant_f16_to_f32(a->dmin);
+    for (int s = 0; s < 8; s++) {
+        uint8_t sc, m;
+        quant_k4_scale_min(s, a->scales, &sc, &m);
+        dsc[16 * s + r] = d * (float)sc;
+        dmm[16 * s + r] = dmin * (float)m;
+    }
+}
+
 /* One row's Q4_K / Q5_K (qh5) / Q6_K block -> its unsigned quants in element order. */
 static inline void unpack_q45_K(const uint8_t *blk, int qh5, uint8_t out[256]) {
     const uint8_t *qs = qh5 ? ((const blk_q5_K *)(const void *)blk)->qs : ((const blk_q4_K *)(const void *)blk)->qs;
