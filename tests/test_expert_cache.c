@@ -3,8 +3,8 @@
  * model "on the GPU" is split_cpu's second CPU backend, which holds the
  * cache's slots, while the context's extra CPU backend runs the misses, as
  * a GPU stage does. Each layer's weighted expert sum is then two sums added,
- * so logits match the all-CPU run to rounding (1e-4 of the row's largest)
- * and greedy tokens exactly; the counters add up; the calibration file
+ * so logits match the all-CPU run to rounding (1e-4 of the row's largest
+ * for float models, 2e-2 with quantized activations: g_tol) and greedy tokens exactly; the counters add up; the calibration file
  * round-trips and a broken one is refused with a message.
  *
  * The map mode (the default for decode steps) runs a cached layer as one moe_ffn through tables of
@@ -127,7 +127,16 @@ static bool run(const char *path, const run_opts *o, run_out *r) {
     return ok;
 }
 
-/* Same greedy tokens, and every logit within 1e-4 of its row's largest magnitude. */
+/* The logits' bound, of the row's largest magnitude. A run that splits a layer's experts between
+ * two products (the hits', the misses') adds their two partial sums, another float order than the
+ * one product's (the residual stream moves by ~1e-8); where the activations are quantized before
+ * each product (Q8_0, Q8_K), such a move can cross one rounding boundary now and then and change a
+ * quant by one step, which the tiny random model carries to ~1% of a logit (6.2e-3 measured, a
+ * q8_0 prompt's split on packed panels; the same file in ggml's order happened to cross none).
+ * Float models keep 1e-4. */
+static double g_tol = 1e-4;
+
+/* Same greedy tokens, and every logit within g_tol of its row's largest magnitude. */
 static void check_same(const run_out *ref, const run_out *got, const char *what) {
     bool same_tok = !memcmp(ref->tokens, got->tokens, sizeof ref->tokens);
     double worst = 0;
@@ -144,11 +153,11 @@ static void check_same(const run_out *ref, const run_out *got, const char *what)
         fprintf(stderr, "  %s: worst %.3g, hits %lld, misses %lld (copied %lld), refresh copies %lld\n", what, worst,
                 (long long)got->st.hits, (long long)got->st.misses, (long long)got->st.miss_copied,
                 (long long)got->st.copies);
-    if (!same_tok || !(worst <= 1e-4))
+    if (!same_tok || !(worst <= g_tol))
         fprintf(stderr, "  %s: tokens %s, worst logit difference %.3g of the row's largest\n", what,
                 same_tok ? "equal" : "DIFFER", worst);
     CHECK(same_tok);
-    CHECK(worst <= 1e-4);
+    CHECK(worst <= g_tol);
 }
 
 static bool synth(const char *preset, uint32_t type, const char *ftype, int k, char *dir, char *path, size_t cap) {
@@ -215,6 +224,7 @@ static void check_map_counts(const char *path, const run_out *ref, int nl, int n
  * and without calibration counts. */
 static void check_model(const char *preset, uint32_t type, const char *ftype, int k) {
     char dir[64], path[128];
+    g_tol = type == 0 && !ftype ? 1e-4 : 2e-2; /* float weights, float activations; else quantized ones */
     if (!synth(preset, type, ftype, k, dir, path, sizeof path)) return;
     run_out ref, got;
     run_opts ro = {.k = k};

@@ -6,7 +6,13 @@
  * is multiplied with all of them while it sits in L1, so an active expert's
  * weights are read once per call and an idle expert's not at all. Threads
  * take (expert, row tile) tasks from a shared counter: popular experts have
- * more columns, and fixed ranges would leave threads idle. */
+ * more columns, and fixed ranges would leave threads idle.
+ *
+ * An expert with MOE_PG_MIN or more columns (a prompt's popular experts) runs
+ * on the packed panels of cpu_pgemm.h instead, as the dense prompt products
+ * do: its columns are gathered into token tiles once, and each 16-row panel
+ * of its weights is unpacked once and met by all of them. Those columns sum
+ * in the panels' float order; decode and rare experts keep ggml's. */
 #include "backend/cpu/cpu_moe.h"
 
 #include <stdatomic.h>
@@ -15,6 +21,7 @@
 
 #include "backend/cpu/cpu_attn.h"
 #include "backend/cpu/cpu_dot.h"
+#include "backend/cpu/cpu_pgemm.h"
 #include "base/status.h"
 #include "quant/quant.h"
 
@@ -27,6 +34,8 @@
 /* Weight rows per task. 64 rather than 16: a 12-layer qwen3-30b-a3b Q4_K_M decoded 1.2x faster on 2
  * AVX2 cores (fewer claims, and the token's activations read once per 64 rows, not 16). */
 #define ROW_TILE 64
+/* Columns an expert needs for the packed panels (cpu_pgemm.h): the dense prompt products' threshold. */
+#define MOE_PG_MIN 16
 
 static bool grow(void **p, size_t *cap, size_t want) {
     if (want <= *cap) return true;
@@ -41,6 +50,12 @@ static bool grow(void **p, size_t *cap, size_t want) {
 }
 
 void cpu_moe_scratch_free(cpu_moe_scratch *sc) {
+    for (int i = 0; i < sc->n_panel; i++) free(sc->panel[i]);
+    free(sc->panel);
+    free(sc->xt);
+    free(sc->ht);
+    free(sc->stage);
+    free(sc->tbase);
     free(sc->xq);
     free(sc->xq_up);
     free(sc->gu);
@@ -150,6 +165,14 @@ typedef struct {
     const int32_t *ids;
     const float *w;
     cpu_isa isa;
+    /* packed panels: tiles of T tokens (xt: gate/up's, ht: down's), tbase[e] an expert's first
+     * (-1: one column at a time), panel[ith] a thread's panel, stage[ith] its gathered rows */
+    int T;
+    const int32_t *tbase;
+    char *xt, *ht, *stage;
+    size_t xt_bytes, ht_bytes, stage_bytes;
+    long n_tiles;
+    void **panel;
     float *out;
     cpu_from_float_fn conv_g, conv_u, conv_d;
     void *hq_buf;
@@ -184,9 +207,53 @@ static void expert_tile(const bk_weight *wt, int64_t rows, int e, int64_t r0, in
     }
 }
 
+/* Tile i of expert e from its columns' converted rows (x_by_entry: rows by entry, else by token). */
+static void pack_tile(const ffn_job *j, uint32_t type, int64_t n_in, int e, long i, const void *x, size_t x_stride,
+                      int x_by_entry, char *stage, char *tile) {
+    const int32_t c0 = j->off[e] + (int32_t)i * j->T, c1 = c0 + j->T < j->off[e + 1] ? c0 + j->T : j->off[e + 1];
+    for (int32_t c = c0; c < c1; c++) {
+        const size_t xi = x_by_entry ? (size_t)j->ent[c] : (size_t)(j->ent[c] / j->k);
+        memcpy(stage + (size_t)(c - c0) * x_stride, (const char *)x + xi * x_stride, x_stride);
+    }
+    cpu_pgemm_pack_act(type, n_in, stage, x_stride, (int)(c1 - c0), tile);
+}
+
+/* The tiles of the experts on panels: tasks (expert, tile) in tile order. DOWN: down's, from hq. */
+static void pack_worker(ffn_job *j, int ith, int down) {
+    char *stage = j->stage + (size_t)ith * j->stage_bytes;
+    for (long task; (task = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_tiles;) {
+        int e = 0; /* the expert whose tiles hold task: the last tbase <= task */
+        for (int a = 0; a < j->n_act; a++)
+            if (j->tbase[j->act[a]] >= 0 && j->tbase[j->act[a]] <= task) e = j->act[a];
+        const long i = task - j->tbase[e];
+        if (down) pack_tile(j, j->down->type, j->n_ff, e, i, j->hq, j->hq_stride, 1, stage, j->ht + (size_t)task * j->ht_bytes);
+        else pack_tile(j, j->gate->type, j->n_embd, e, i, j->xq, j->xq_stride, 0, stage, j->xt + (size_t)task * j->xt_bytes);
+    }
+}
+static void pack_gu_worker(void *arg, int ith, int nth) { (void)nth; pack_worker(arg, ith, 0); }
+static void pack_down_worker(void *arg, int ith, int nth) { (void)nth; pack_worker(arg, ith, 1); }
+
+/* expert_tile's rows on the panels: each 16 rows unpacked once, met by every tile of e. */
+static void expert_tile_pg(const bk_weight *wt, int64_t rows, int e, int64_t r0, int nr, const ffn_job *j,
+                           const char *tiles, size_t tile_bytes, void *panel, float *y, size_t y_stride) {
+    const char *w = wt->expert_ptrs ? (const char *)wt->expert_ptrs[e] + (size_t)r0 * wt->row_bytes
+                                    : (const char *)wt->host + ((size_t)e * rows + r0) * wt->row_bytes;
+    const int32_t c0 = j->off[e], n_col = j->off[e + 1] - c0;
+    float out[CPU_PGEMM_ROWS * 16];
+    for (int p = 0; p < nr; p += CPU_PGEMM_ROWS) {
+        const int np = nr - p < CPU_PGEMM_ROWS ? nr - p : CPU_PGEMM_ROWS;
+        cpu_pgemm_pack_panel(wt->type, wt->n_in, w + (size_t)p * wt->row_bytes, wt->row_bytes, np, panel);
+        for (int32_t i = 0; i * j->T < n_col; i++) {
+            cpu_pgemm_tile(wt->type, wt->n_in, panel, tiles + (size_t)(j->tbase[e] + i) * tile_bytes, out);
+            for (int t = 0; t < j->T && i * j->T + t < n_col; t++)
+                memcpy(y + (size_t)j->ent[c0 + i * j->T + t] * y_stride + r0 + p, out + CPU_PGEMM_ROWS * t,
+                       (size_t)np * sizeof(float));
+        }
+    }
+}
+
 /* gate and up: tasks (active expert, row tile of gate then of up) */
 static void gate_up_worker(void *arg, int ith, int nth) {
-    (void)ith;
     (void)nth;
     ffn_job *j = arg;
     long tiles = (j->n_ff + ROW_TILE - 1) / ROW_TILE, total = (long)j->n_act * 2 * tiles;
@@ -196,8 +263,12 @@ static void gate_up_worker(void *arg, int ith, int nth) {
         bool is_up = tl >= tiles;
         int64_t r0 = (tl % tiles) * ROW_TILE;
         int nr = (int)(j->n_ff - r0 < ROW_TILE ? j->n_ff - r0 : ROW_TILE);
-        expert_tile(is_up ? j->up : j->gate, j->n_ff, e, r0, nr, j, is_up ? j->xq_up : j->xq,
-                    is_up ? j->xq_up_stride : j->xq_stride, 0, j->gu + (is_up ? j->n_ff : 0), 2 * (size_t)j->n_ff);
+        if (j->tbase && j->tbase[e] >= 0)
+            expert_tile_pg(is_up ? j->up : j->gate, j->n_ff, e, r0, nr, j, j->xt, j->xt_bytes, j->panel[ith],
+                           j->gu + (is_up ? j->n_ff : 0), 2 * (size_t)j->n_ff);
+        else
+            expert_tile(is_up ? j->up : j->gate, j->n_ff, e, r0, nr, j, is_up ? j->xq_up : j->xq,
+                        is_up ? j->xq_up_stride : j->xq_stride, 0, j->gu + (is_up ? j->n_ff : 0), 2 * (size_t)j->n_ff);
     }
 }
 
@@ -216,7 +287,6 @@ BK_MULTIVERSION static void swiglu_worker(void *arg, int ith, int nth) {
 }
 
 static void down_worker(void *arg, int ith, int nth) {
-    (void)ith;
     (void)nth;
     ffn_job *j = arg;
     long tiles = (j->n_embd + ROW_TILE - 1) / ROW_TILE, total = (long)j->n_act * tiles;
@@ -224,7 +294,9 @@ static void down_worker(void *arg, int ith, int nth) {
         int e = j->act[task / tiles];
         int64_t r0 = (task % tiles) * ROW_TILE;
         int nr = (int)(j->n_embd - r0 < ROW_TILE ? j->n_embd - r0 : ROW_TILE);
-        expert_tile(j->down, j->n_embd, e, r0, nr, j, j->hq, j->hq_stride, 1, j->dout, (size_t)j->n_embd);
+        if (j->tbase && j->tbase[e] >= 0)
+            expert_tile_pg(j->down, j->n_embd, e, r0, nr, j, j->ht, j->ht_bytes, j->panel[ith], j->dout, (size_t)j->n_embd);
+        else expert_tile(j->down, j->n_embd, e, r0, nr, j, j->hq, j->hq_stride, 1, j->dout, (size_t)j->n_embd);
     }
 }
 
@@ -263,6 +335,72 @@ static cpu_from_float_fn act_format(uint32_t type, int64_t n_in, size_t *stride)
     *stride = quant_row_size(vt, n_in);
     if (*stride % 4096 == 0) *stride += 64;
     return cpu_get_from_float(vt);
+}
+
+/* Buffers for 64-byte aligned loads (the panels); the old contents are dropped. */
+static bool grow_aligned(void **p, size_t *cap, size_t want) {
+    if (want <= *cap) return true;
+    free(*p);
+    *p = aligned_alloc(64, (want + 63) / 64 * 64);
+    *cap = *p ? want : 0;
+    if (!*p) bk_fail(BRISK_ERR_NOMEM, "cpu backend: out of memory (%zu bytes)", want);
+    return *p != NULL;
+}
+
+/* Which experts run on the packed panels (MOE_PG_MIN columns or more, every matrix with a packed
+ * kernel of one tile size, gate and up sharing their converted rows), their tiles' places, and the
+ * buffers. False only when memory runs out (nothing is computed then, as grow's other failures). */
+static bool panels_setup(threadpool *tp, cpu_moe_scratch *sc, ffn_job *j, int n_expert, bool same_up) {
+    const int T = cpu_pgemm_tile_tokens(j->gate->type);
+    if (!T || !same_up || !j->conv_g || !j->conv_d || cpu_pgemm_tile_tokens(j->up->type) != T ||
+        cpu_pgemm_tile_tokens(j->down->type) != T || j->n_embd % 2 || j->n_ff % 2)
+        return true;
+    if (!grow((void **)&sc->tbase, &sc->cap[9], (size_t)n_expert * sizeof(int32_t))) return false;
+    long n_tiles = 0;
+    for (int e = 0; e < n_expert; e++) sc->tbase[e] = -1;
+    for (int a = 0; a < j->n_act; a++) {
+        const int e = j->act[a], c = j->off[e + 1] - j->off[e];
+        if (c < MOE_PG_MIN) continue;
+        sc->tbase[e] = (int32_t)n_tiles;
+        n_tiles += (c + T - 1) / T;
+    }
+    if (!n_tiles) return true;
+    const int nth = threadpool_size(tp);
+    size_t pb = cpu_pgemm_panel_bytes(j->gate->type, j->n_embd), t;
+    if ((t = cpu_pgemm_panel_bytes(j->up->type, j->n_embd)) > pb) pb = t;
+    if ((t = cpu_pgemm_panel_bytes(j->down->type, j->n_ff)) > pb) pb = t;
+    j->xt_bytes = cpu_pgemm_act_bytes(j->gate->type, j->n_embd);
+    j->ht_bytes = cpu_pgemm_act_bytes(j->down->type, j->n_ff);
+    j->stage_bytes = (size_t)T * (j->xq_stride > j->hq_stride ? j->xq_stride : j->hq_stride);
+    if (sc->n_panel < nth) {
+        void **np = realloc(sc->panel, (size_t)nth * sizeof *np);
+        if (!np) return !bk_fail(BRISK_ERR_NOMEM, "cpu backend: out of memory (panels)");
+        sc->panel = np;
+        for (int i = sc->n_panel; i < nth; i++) sc->panel[i] = NULL;
+        sc->n_panel = nth;
+        sc->panel_cap = 0; /* the new ones are empty: size them all below */
+    }
+    if (pb > sc->panel_cap) {
+        for (int i = 0; i < sc->n_panel; i++) {
+            size_t cap = 0;
+            free(sc->panel[i]);
+            sc->panel[i] = NULL;
+            if (!grow_aligned(&sc->panel[i], &cap, pb)) return false;
+        }
+        sc->panel_cap = pb;
+    }
+    if (!grow_aligned(&sc->xt, &sc->cap[6], j->xt_bytes * (size_t)n_tiles) ||
+        !grow_aligned(&sc->ht, &sc->cap[7], j->ht_bytes * (size_t)n_tiles) ||
+        !grow(&sc->stage, &sc->cap[8], j->stage_bytes * (size_t)nth))
+        return false;
+    j->T = T;
+    j->tbase = sc->tbase;
+    j->n_tiles = n_tiles;
+    j->xt = sc->xt;
+    j->ht = sc->ht;
+    j->stage = sc->stage;
+    j->panel = sc->panel;
+    return true;
 }
 
 void cpu_moe_ffn(threadpool *tp, cpu_moe_scratch *sc, const bk_weight *gate, const bk_weight *up,
@@ -317,15 +455,24 @@ void cpu_moe_ffn(threadpool *tp, cpu_moe_scratch *sc, const bk_weight *gate, con
     j.ent = ent;
     j.act = act;
     j.n_act = n_act;
+    if (nk >= MOE_PG_MIN && !panels_setup(tp, sc, &j, n_expert, same_up)) return;
 
     if (j.conv_g || j.conv_u) {
         if (n == 1) convert_worker(&j, 0, 1);
         else threadpool_run(tp, convert_worker, &j);
     }
+    if (j.n_tiles) {
+        atomic_store(&j.next, 0);
+        threadpool_run(tp, pack_gu_worker, &j);
+    }
     atomic_store(&j.next, 0);
     threadpool_run(tp, gate_up_worker, &j);
     if (nk < 4) swiglu_worker(&j, 0, 1);
     else threadpool_run(tp, swiglu_worker, &j);
+    if (j.n_tiles) {
+        atomic_store(&j.next, 0);
+        threadpool_run(tp, pack_down_worker, &j);
+    }
     atomic_store(&j.next, 0);
     threadpool_run(tp, down_worker, &j);
     if (n < 4) combine_worker(&j, 0, 1);

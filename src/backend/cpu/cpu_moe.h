@@ -3,8 +3,10 @@
  * moe_route, moe_ffn and moe_ids_local in backend/backend.h; cpu_backend.c
  * puts these in its op table. Arithmetic follows llama.cpp's graph (build_moe_ffn) and
  * ggml's CPU kernels: softmax as ggml_vec_soft_max_f32, each expert product
- * as ggml's mul_mat_id (one vec_dot per weight row and token, never the
- * batched tinyBLAS order), weights applied and summed in expert-slot order. */
+ * as ggml's mul_mat_id (one vec_dot per weight row and token), weights
+ * applied and summed in expert-slot order; an expert with 16 or more columns
+ * in one call (a prompt's) runs on the packed panels of cpu_pgemm.h, in their
+ * float order, as the dense prompt products do. */
 #ifndef BK_CPU_MOE_H
 #define BK_CPU_MOE_H
 #include <stdbool.h>
@@ -23,7 +25,13 @@ typedef struct cpu_moe_scratch {
     void *hq;        /* (n*k, ·) silu(gate)*up in down's vec_dot_type */
     float *dout;     /* (n*k, n_embd) each chosen expert's output, unweighted */
     int32_t *group;  /* (n_expert + 1) offsets, then (n*k) entries t*k+j grouped by expert */
-    size_t cap[6];   /* bytes held by each buffer above, in order */
+    void *xt, *ht;   /* packed token tiles (cpu_pgemm.h) of the experts with many columns: gate/up's, down's */
+    void *stage;     /* (threads, tile tokens) rows gathered for a tile */
+    int32_t *tbase;  /* (n_expert) an expert's first tile, -1: one column at a time */
+    size_t cap[10];  /* bytes held by each buffer above, in order */
+    void **panel;    /* (n_panel) a thread's unpacked weight panel */
+    int n_panel;
+    size_t panel_cap;
 } cpu_moe_scratch;
 
 /* Tests only (test_conformance's expert-flip rule): fn sees the router logits of every routing,
