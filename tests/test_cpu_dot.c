@@ -466,7 +466,9 @@ static void test_pgemm(void) {
         }
         const int n_tiles = (N + T - 1) / T;
         const size_t tb = cpu_pgemm_act_bytes(wt, k);
-        uint8_t *tiles = aligned_alloc(64, tb * n_tiles), *panel = aligned_alloc(64, cpu_pgemm_panel_bytes(wt, k));
+        /* aligned_alloc wants a multiple of the alignment (the AVX2 tiles are 208 or 1,680 bytes...) */
+        uint8_t *tiles = aligned_alloc(64, (tb * n_tiles + 63) / 64 * 64);
+        uint8_t *panel = aligned_alloc(64, (cpu_pgemm_panel_bytes(wt, k) + 63) / 64 * 64);
         float *out = malloc(sizeof(float) * CPU_PGEMM_ROWS * T);
         for (int i = 0; i < n_tiles; i++)
             cpu_pgemm_pack_act(wt, k, xq + (size_t)i * T * xs, xs, N - i * T < T ? N - i * T : T, tiles + (size_t)i * tb);

@@ -33,8 +33,8 @@ int main(int argc, char **argv) {
         if (!T) { printf("%-7s no packed kernel here\n", nm); continue; }
         const uint32_t vt = quant_get_traits(t)->vec_dot_type;
         const size_t ws = quant_row_size(t, k), xs = quant_row_size(vt, k), tb = cpu_pgemm_act_bytes(t, k);
-        uint8_t *w = malloc(ws * rows), *xq = malloc(xs * N), *tiles = aligned_alloc(64, tb * (N / T + 1));
-        uint8_t *panel = aligned_alloc(64, cpu_pgemm_panel_bytes(t, k));
+        uint8_t *w = malloc(ws * rows), *xq = malloc(xs * N), *tiles = aligned_alloc(64, (tb * (N / T + 1) + 63) / 64 * 64);
+        uint8_t *panel = aligned_alloc(64, (cpu_pgemm_panel_bytes(t, k) + 63) / 64 * 64);
         float *f = malloc(sizeof(float) * k), out[CPU_PGEMM_ROWS * 16];
         srand(1);
         for (int r = 0; r < rows; r++) {
