@@ -181,7 +181,7 @@ static void repack_worker(void *arg, int ith, int nth) {
  * layout on this CPU (or memory ran out: the mapped rows serve). A copy is
  * made on the first pass that reads the matrix and kept, keyed by the mapped
  * address and shape, until the backend is freed (a tied LM head shares its
- * embedding's); expert tensors keep the mapped layout. Each backend (each
+ * embedding's); an expert tensor's copy holds all its experts. Each backend (each
  * context's stage) makes its own. */
 /* A matrix's bytes at its two ends (its first and last rows' first 64 bytes): a repacked copy is
  * found by the host address, and a caller's buffer freed and allocated again at that address for
@@ -198,6 +198,10 @@ static uint64_t fingerprint(const bk_weight *w) {
 /* w repacked into a new copy (counted in copy_bytes), or NULL: no layout for its type, or no memory. */
 static void *make_copy(cpu_backend *cb, const bk_weight *w) {
     const size_t rb = cpu_repack_bytes(w->type, w->n_in, w->n_out);
+    /* Copies are resident memory beside the mapped file, which the kernel can drop: past half of
+     * the machine's memory (a MoE larger than RAM, read from the page cache) the mapped rows serve. */
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (rb && pages > 0 && page > 0 && cb->copy_bytes + rb > (size_t)pages * (size_t)page / 2) return NULL;
     void *copy = rb ? aligned_alloc(64, (rb + 63) & ~(size_t)63) : NULL;
     if (copy) {
         repack_job j = {w, copy, cpu_repack_bytes(w->type, w->n_in, cpu_repack_rows(w->type))};
@@ -208,7 +212,13 @@ static void *make_copy(cpu_backend *cb, const bk_weight *w) {
 }
 
 static const void *repacked(cpu_backend *cb, const bk_weight *w) {
-    if (w->n_expert > 1 || !w->host || w->n_out < 1) return NULL;
+    if (!w->host || w->n_out < 1) return NULL;
+    /* an expert tensor: whole groups in every expert (the groups then never straddle two), and its
+     * rows in the mapped file, not placed one by one (expert_ptrs) */
+    if (w->n_expert > 1) {
+        const int R = cpu_repack_rows(w->type);
+        if (!R || w->expert_ptrs || (w->n_out / w->n_expert) % R) return NULL;
+    }
     size_t h = ((uintptr_t)w->host >> 6) * 0x9E3779B97F4A7C15ULL;
     const uint64_t print = fingerprint(w);
     for (size_t i = cb->copies_cap ? h & (cb->copies_cap - 1) : 0; cb->copies_cap && cb->copies[i].host;
@@ -1066,7 +1076,8 @@ static void cpu_moe_route_op(bk_backend *be, const float *logits, int n, int n_e
 static void cpu_moe_ffn_op(bk_backend *be, const bk_weight *gate, const bk_weight *up, const bk_weight *down,
                            const float *x, int n, const int32_t *ids, const float *weights, int k, float *out) {
     cpu_backend *cb = (cpu_backend *)be;
-    cpu_moe_ffn(cb->tp, &cb->moe, gate, up, down, x, n, ids, weights, k, out);
+    const void *wr[3] = {repacked(cb, gate), repacked(cb, up), repacked(cb, down)};
+    cpu_moe_ffn(cb->tp, &cb->moe, gate, up, down, wr, x, n, ids, weights, k, out);
 }
 
 static void cpu_moe_ids_local_op(bk_backend *be, int32_t *ids, int n, int e0, int e1) {

@@ -22,6 +22,7 @@
 #include "backend/cpu/cpu_attn.h"
 #include "backend/cpu/cpu_dot.h"
 #include "backend/cpu/cpu_pgemm.h"
+#include "backend/cpu/cpu_repack.h"
 #include "base/status.h"
 #include "quant/quant.h"
 
@@ -62,6 +63,7 @@ void cpu_moe_scratch_free(cpu_moe_scratch *sc) {
     free(sc->hq);
     free(sc->dout);
     free(sc->group);
+    for (int i = 0; i < 3; i++) free(sc->xa[i]);
     memset(sc, 0, sizeof *sc);
 }
 
@@ -176,6 +178,11 @@ typedef struct {
     float *out;
     cpu_from_float_fn conv_g, conv_u, conv_d;
     void *hq_buf;
+    /* repacked copies of gate, up, down (or NULL) and their expanded activations: gate's and up's
+     * by token (up's may be gate's), down's by entry */
+    const void *wr[3];
+    void *xa[3];
+    size_t xa_stride[3];
     atomic_long next;          /* next task of the current phase */
 } ffn_job;
 
@@ -187,6 +194,12 @@ static void convert_worker(void *arg, int ith, int nth) {
         const float *xr = j->x + t * j->n_embd;
         if (j->conv_g) j->conv_g(xr, (char *)j->xq + t * j->xq_stride, j->n_embd);
         if (j->conv_u) j->conv_u(xr, (char *)j->xq_up + t * j->xq_up_stride, j->n_embd);
+        if (j->wr[0])
+            cpu_repack_act(j->gate->type, j->n_embd, (const char *)j->xq + t * j->xq_stride,
+                           (char *)j->xa[0] + t * j->xa_stride[0]);
+        if (j->wr[1] && j->xa[1] != j->xa[0])
+            cpu_repack_act(j->up->type, j->n_embd, (const char *)j->xq_up + t * j->xq_up_stride,
+                           (char *)j->xa[1] + t * j->xa_stride[1]);
     }
 }
 
@@ -195,6 +208,19 @@ static void convert_worker(void *arg, int ith, int nth) {
  * is its own single-token product, as ggml's mul_mat_id computes it. */
 static void expert_tile(const bk_weight *wt, int64_t rows, int e, int64_t r0, int nr, const ffn_job *j,
                         const void *x, size_t x_stride, int x_by_entry, float *y, size_t y_stride) {
+    const int which = wt == j->gate ? 0 : wt == j->up ? 1 : 2;
+    if (j->wr[which]) { /* whole groups: rows and ROW_TILE are multiples of R (cpu_backend's copy rule) */
+        const int R = cpu_repack_rows(wt->type);
+        const int64_t g0 = ((int64_t)e * rows + r0) / R;
+        for (int32_t c = j->off[e]; c < j->off[e + 1]; c++) {
+            int32_t ent = j->ent[c];
+            size_t xi = x_by_entry ? (size_t)ent : (size_t)(ent / j->k);
+            cpu_repack_gemm(wt->type, wt->n_in, j->wr[which], g0, g0 + nr / R,
+                            (const char *)j->xa[which] + xi * j->xa_stride[which], j->xa_stride[which], 1,
+                            y + (size_t)ent * y_stride + r0, 1);
+        }
+        return;
+    }
     cpu_gemm_fn gemm = cpu_get_gemm(wt->type);
     const char *w = wt->expert_ptrs ? (const char *)wt->expert_ptrs[e] + (size_t)r0 * wt->row_bytes
                                     : (const char *)wt->host + ((size_t)e * rows + r0) * wt->row_bytes;
@@ -283,6 +309,9 @@ BK_MULTIVERSION static void swiglu_worker(void *arg, int ith, int nth) {
         if (j->isa == CPU_ISA_AVX2) cpu_swiglu_avx2(g, g + j->n_ff, g, (size_t)j->n_ff);
         else swiglu_row(g, g + j->n_ff, g, (size_t)j->n_ff);
         if (j->conv_d) j->conv_d(g, (char *)j->hq_buf + r * j->hq_stride, j->n_ff);
+        if (j->wr[2])
+            cpu_repack_act(j->down->type, j->n_ff, (const char *)j->hq_buf + r * j->hq_stride,
+                           (char *)j->xa[2] + r * j->xa_stride[2]);
     }
 }
 
@@ -404,8 +433,8 @@ static bool panels_setup(threadpool *tp, cpu_moe_scratch *sc, ffn_job *j, int n_
 }
 
 void cpu_moe_ffn(threadpool *tp, cpu_moe_scratch *sc, const bk_weight *gate, const bk_weight *up,
-                 const bk_weight *down, const float *x, int n, const int32_t *ids, const float *weights, int k,
-                 float *out) {
+                 const bk_weight *down, const void *const wr[3], const float *x, int n, const int32_t *ids,
+                 const float *weights, int k, float *out) {
     int n_expert = gate->n_expert > 0 ? gate->n_expert : 1;
     ffn_job j = {.gate = gate, .up = up, .down = down, .x = x, .n = n, .k = k, .n_ff = gate->n_out / n_expert,
                  .n_embd = gate->n_in, .ids = ids, .w = weights, .out = out, .isa = cpu_dot_isa()};
@@ -435,6 +464,21 @@ void cpu_moe_ffn(threadpool *tp, cpu_moe_scratch *sc, const bk_weight *gate, con
     j.hq_buf = sc->hq;
     j.hq = j.conv_d ? sc->hq : (const void *)sc->gu;
     j.dout = sc->dout;
+    /* the repacked copies' expanded activations (their tensors' types are all quantized, so each
+     * has its converted rows: xq, xq_up, hq) */
+    const bk_weight *mats[3] = {gate, up, down};
+    for (int m = 0; m < 3; m++) {
+        const bool converted = m == 0 ? j.conv_g != NULL : m == 1 ? (same_up ? j.conv_g : j.conv_u) != NULL : j.conv_d != NULL;
+        if (!wr || !wr[m] || !converted) continue;
+        j.wr[m] = wr[m];
+        j.xa_stride[m] = cpu_repack_act_bytes(mats[m]->type, m < 2 ? j.n_embd : j.n_ff);
+        if (m == 1 && same_up && j.wr[0] && up->type == gate->type) {
+            j.xa[1] = j.xa[0];
+            continue;
+        }
+        if (!grow_aligned(&sc->xa[m], &sc->cap[10 + m], j.xa_stride[m] * (m < 2 ? (size_t)n : nk))) return;
+        j.xa[m] = sc->xa[m];
+    }
 
     /* group the (token, slot) entries by expert, tokens in order; an entry whose id is < 0 (the
      * expert is computed elsewhere: offload.c's hot-expert cache) is in no group and never read */
