@@ -21,6 +21,7 @@
 #include "backend/cpu/cpu_moe.h"
 #include "backend/cpu/cpu_pgemm.h"
 #include "backend/cpu/cpu_repack.h"
+#include "backend/cpu/cpu_scratch.h"
 #include "backend/cpu/cpu_ssm.h"
 #include "base/status.h"
 #include "base/threadpool.h"
@@ -96,26 +97,6 @@ typedef struct cpu_backend {
  * the op never wrote. */
 static void op_oom(cpu_backend *cb, const char *what) {
     if (!cb->oom[0]) snprintf(cb->oom, sizeof cb->oom, "out of memory for %s", what);
-}
-
-static brisk_status grow(void **p, size_t *cap, size_t want) {
-    if (want <= *cap) return BRISK_OK;
-    void *np = realloc(*p, want);
-    if (!np) return bk_fail(BRISK_ERR_NOMEM, "cpu backend: out of memory (%zu bytes)", want);
-    *p = np;
-    *cap = want;
-    return BRISK_OK;
-}
-
-/* As grow(), 64-byte aligned and without keeping the contents. */
-static brisk_status grow_aligned(void **p, size_t *cap, size_t want) {
-    if (want <= *cap) return BRISK_OK;
-    free(*p);
-    *cap = 0;
-    *p = aligned_alloc(64, (want + 63) & ~(size_t)63);
-    if (!*p) return bk_fail(BRISK_ERR_NOMEM, "cpu backend: out of memory (%zu bytes)", want);
-    *cap = want;
-    return BRISK_OK;
 }
 
 static void cpu_free(bk_backend *be) {
@@ -509,7 +490,7 @@ static bool pg_matmul(cpu_backend *cb, int n_w, const bk_weight *const *w, const
         if (!cb->panel && !(cb->panel = calloc((size_t)cb->n_threads, sizeof *cb->panel))) return false;
         for (int i = 0; i < cb->n_threads; i++) {
             size_t cap = cb->panel_cap;
-            if (grow_aligned(&cb->panel[i], &cap, panel_bytes) != BRISK_OK) return false;
+            if (cpu_grow_aligned(&cb->panel[i], &cap, panel_bytes) != BRISK_OK) return false;
         }
         cb->panel_cap = panel_bytes;
     }
@@ -524,8 +505,8 @@ static bool pg_matmul(cpu_backend *cb, int n_w, const bk_weight *const *w, const
         j.xq_stride[m] = quant_row_size(vt, w[m]->n_in);
         j.tile_bytes[m] = cpu_pgemm_act_bytes(w[m]->type, w[m]->n_in);
         const size_t n_tiles = (size_t)(n + j.tt[m] - 1) / j.tt[m];
-        if (!j.conv[m] || grow(&cb->xq[m], &cb->xq_cap[m], j.xq_stride[m] * (size_t)n) != BRISK_OK ||
-            grow_aligned(&cb->xp[m], &cb->xp_cap[m], j.tile_bytes[m] * n_tiles) != BRISK_OK)
+        if (!j.conv[m] || cpu_grow(&cb->xq[m], &cb->xq_cap[m], j.xq_stride[m] * (size_t)n) != BRISK_OK ||
+            cpu_grow_aligned(&cb->xp[m], &cb->xp_cap[m], j.tile_bytes[m] * n_tiles) != BRISK_OK)
             return false;
         j.xq[m] = cb->xq[m];
         j.xp[m] = cb->xp[m];
@@ -560,7 +541,7 @@ static void cpu_matmul(bk_backend *be, int n_w, const bk_weight *const *w, const
             j.conv[m] = cpu_get_from_float(vt);
             /* A failed grow leaves the old buffer: the caller sized things at context creation,
              * so this only happens on true memory exhaustion. */
-            if (grow(&cb->xq[m], &cb->xq_cap[m], j.xq_stride[m] * (size_t)n) != BRISK_OK) return op_oom(cb, "activations");
+            if (cpu_grow(&cb->xq[m], &cb->xq_cap[m], j.xq_stride[m] * (size_t)n) != BRISK_OK) return op_oom(cb, "activations");
             j.xq[m] = cb->xq[m];
             need_conv = true;
         } else {
@@ -578,7 +559,7 @@ static void cpu_matmul(bk_backend *be, int n_w, const bk_weight *const *w, const
             continue;
         }
         j.xa_stride[m] = cpu_repack_act_bytes(w[m]->type, w[m]->n_in);
-        if (grow_aligned(&cb->xa[m], &cb->xa_cap[m], j.xa_stride[m] * (size_t)n) != BRISK_OK)
+        if (cpu_grow_aligned(&cb->xa[m], &cb->xa_cap[m], j.xa_stride[m] * (size_t)n) != BRISK_OK)
             return op_oom(cb, "repacked activations");
         j.xa[m] = cb->xa[m];
     }
@@ -917,13 +898,13 @@ static bool sparse_scratch(cpu_backend *cb, const bk_kv_view *kv, int group, int
     size_t have = cb->sp_cap * sizeof(float) * (size_t)cb->n_threads;
     size_t cap = cpu_sparse_scratch_floats(group > 16 ? group : 16, *nb_max, max_pos + 1, head_dim);
     if (cap > cb->sp_cap) {
-        if (grow((void **)&cb->sp_scratch, &have, cap * sizeof(float) * (size_t)cb->n_threads) != BRISK_OK) return false;
+        if (cpu_grow((void **)&cb->sp_scratch, &have, cap * sizeof(float) * (size_t)cb->n_threads) != BRISK_OK) return false;
         cb->sp_cap = cap;
     }
     size_t icap = 2 * (size_t)*nb_max + 16;
     have = cb->sp_icap * sizeof(int32_t) * (size_t)cb->n_threads;
     if (icap > cb->sp_icap) {
-        if (grow((void **)&cb->sp_idx, &have, icap * sizeof(int32_t) * (size_t)cb->n_threads) != BRISK_OK) return false;
+        if (cpu_grow((void **)&cb->sp_idx, &have, icap * sizeof(int32_t) * (size_t)cb->n_threads) != BRISK_OK) return false;
         cb->sp_icap = icap;
     }
     return true;
@@ -960,13 +941,13 @@ static void attention_core(cpu_backend *cb, const float *q, const float *k, cons
     size_t bytes = cap * sizeof(float) * (size_t)cb->n_threads;
     if (cap > cb->att_cap) {
         size_t have = cb->att_cap * sizeof(float) * (size_t)cb->n_threads;
-        if (grow((void **)&cb->att_scratch, &have, bytes) != BRISK_OK) return op_oom(cb, "attention scores");
+        if (cpu_grow((void **)&cb->att_scratch, &have, bytes) != BRISK_OK) return op_oom(cb, "attention scores");
         cb->att_cap = cap;
     }
     att_job j = {q, k, v, kv, ab, n_head, n_head_kv, head_dim, scale, out, cb, cb->att_cap, stride, nq, NULL, 0, 0};
     /* Query blocks: runs of entries of one sequence, 16 lanes (tokens x group) at most. */
     if (ab->n_tokens >= ATT_BLOCK_MIN_TOKENS && kernel &&
-        grow((void **)&cb->att_blk, &cb->att_blk_cap, sizeof(int) * ((size_t)ab->n_tokens + 1)) == BRISK_OK) {
+        cpu_grow((void **)&cb->att_blk, &cb->att_blk_cap, sizeof(int) * ((size_t)ab->n_tokens + 1)) == BRISK_OK) {
         const int per = 16 / group;
         int nb = 0;
         for (int t = 0; t < ab->n_tokens; t++)
@@ -980,7 +961,7 @@ static void attention_core(cpu_backend *cb, const float *q, const float *k, cons
     else if (k) threadpool_run(cb->tp, att_write_worker, &j);
     if (k && kv->ksum) {
         size_t have = cb->sp_pages_cap;
-        if (grow((void **)&cb->sp_pages, &have, sizeof(int32_t) * 2 * (size_t)ab->n_tokens) != BRISK_OK)
+        if (cpu_grow((void **)&cb->sp_pages, &have, sizeof(int32_t) * 2 * (size_t)ab->n_tokens) != BRISK_OK)
             return op_oom(cb, "key summaries");
         cb->sp_pages_cap = have;
         cpu_sparse_summarise(cb->tp, kv, ab, n_head_kv, head_dim, cb->sp_pages);
@@ -1018,7 +999,7 @@ static void cpu_attention(bk_backend *be, const float *q, const float *k, const 
     }
     const size_t nq = (size_t)ab->n_tokens * n_head * head_dim, nk = (size_t)ab->n_tokens * n_head_kv * head_dim;
     size_t have = cb->rot_cap * sizeof(float);
-    if (grow((void **)&cb->rot, &have, (nq + nk) * sizeof(float)) != BRISK_OK) return op_oom(cb, "rotated q and k");
+    if (cpu_grow((void **)&cb->rot, &have, (nq + nk) * sizeof(float)) != BRISK_OK) return op_oom(cb, "rotated q and k");
     cb->rot_cap = have / sizeof(float);
     float *qr = cb->rot, *kr = k ? qr + nq : NULL; /* q's rows, then k's: one pass rotates both */
     memcpy(qr, q, nq * sizeof(float));

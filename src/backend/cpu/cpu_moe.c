@@ -23,6 +23,7 @@
 #include "backend/cpu/cpu_dot.h"
 #include "backend/cpu/cpu_pgemm.h"
 #include "backend/cpu/cpu_repack.h"
+#include "backend/cpu/cpu_scratch.h"
 #include "base/status.h"
 #include "quant/quant.h"
 
@@ -38,18 +39,6 @@
 /* Columns an expert needs for the packed panels (cpu_pgemm.h): the dense prompt products' threshold. */
 #define MOE_PG_MIN 16
 
-static bool grow(void **p, size_t *cap, size_t want) {
-    if (want <= *cap) return true;
-    void *np = realloc(*p, want);
-    if (!np) {
-        bk_fail(BRISK_ERR_NOMEM, "cpu backend: out of memory (%zu bytes)", want);
-        return false;
-    }
-    *p = np;
-    *cap = want;
-    return true;
-}
-
 void cpu_moe_scratch_free(cpu_moe_scratch *sc) {
     for (int i = 0; i < sc->n_panel; i++) free(sc->panel[i]);
     free(sc->panel);
@@ -57,6 +46,7 @@ void cpu_moe_scratch_free(cpu_moe_scratch *sc) {
     free(sc->ht);
     free(sc->stage);
     free(sc->tbase);
+    free(sc->tile_e);
     free(sc->xq);
     free(sc->xq_up);
     free(sc->gu);
@@ -170,7 +160,7 @@ typedef struct {
     /* packed panels: tiles of T tokens (xt: gate/up's, ht: down's), tbase[e] an expert's first
      * (-1: one column at a time), panel[ith] a thread's panel, stage[ith] its gathered rows */
     int T;
-    const int32_t *tbase;
+    const int32_t *tbase, *tile_e;
     char *xt, *ht, *stage;
     size_t xt_bytes, ht_bytes, stage_bytes;
     long n_tiles;
@@ -248,9 +238,7 @@ static void pack_tile(const ffn_job *j, uint32_t type, int64_t n_in, int e, long
 static void pack_worker(ffn_job *j, int ith, int down) {
     char *stage = j->stage + (size_t)ith * j->stage_bytes;
     for (long task; (task = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_tiles;) {
-        int e = 0; /* the expert whose tiles hold task: the last tbase <= task */
-        for (int a = 0; a < j->n_act; a++)
-            if (j->tbase[j->act[a]] >= 0 && j->tbase[j->act[a]] <= task) e = j->act[a];
+        const int e = j->tile_e[task];
         const long i = task - j->tbase[e];
         if (down) pack_tile(j, j->down->type, j->n_ff, e, i, j->hq, j->hq_stride, 1, stage, j->ht + (size_t)task * j->ht_bytes);
         else pack_tile(j, j->gate->type, j->n_embd, e, i, j->xq, j->xq_stride, 0, stage, j->xt + (size_t)task * j->xt_bytes);
@@ -366,25 +354,15 @@ static cpu_from_float_fn act_format(uint32_t type, int64_t n_in, size_t *stride)
     return cpu_get_from_float(vt);
 }
 
-/* Buffers for 64-byte aligned loads (the panels); the old contents are dropped. */
-static bool grow_aligned(void **p, size_t *cap, size_t want) {
-    if (want <= *cap) return true;
-    free(*p);
-    *p = aligned_alloc(64, (want + 63) / 64 * 64);
-    *cap = *p ? want : 0;
-    if (!*p) bk_fail(BRISK_ERR_NOMEM, "cpu backend: out of memory (%zu bytes)", want);
-    return *p != NULL;
-}
-
 /* Which experts run on the packed panels (MOE_PG_MIN columns or more, every matrix with a packed
  * kernel of one tile size, gate and up sharing their converted rows), their tiles' places, and the
- * buffers. False only when memory runs out (nothing is computed then, as grow's other failures). */
+ * buffers. False only when memory runs out (nothing is computed then, as the other buffers' failures). */
 static bool panels_setup(threadpool *tp, cpu_moe_scratch *sc, ffn_job *j, int n_expert, bool same_up) {
     const int T = cpu_pgemm_tile_tokens(j->gate->type);
     if (!T || !same_up || !j->conv_g || !j->conv_d || cpu_pgemm_tile_tokens(j->up->type) != T ||
         cpu_pgemm_tile_tokens(j->down->type) != T || j->n_embd % 2 || j->n_ff % 2)
         return true;
-    if (!grow((void **)&sc->tbase, &sc->cap[9], (size_t)n_expert * sizeof(int32_t))) return false;
+    if (cpu_grow((void **)&sc->tbase, &sc->cap[9], (size_t)n_expert * sizeof(int32_t)) != BRISK_OK) return false;
     long n_tiles = 0;
     for (int e = 0; e < n_expert; e++) sc->tbase[e] = -1;
     for (int a = 0; a < j->n_act; a++) {
@@ -394,6 +372,12 @@ static bool panels_setup(threadpool *tp, cpu_moe_scratch *sc, ffn_job *j, int n_
         n_tiles += (c + T - 1) / T;
     }
     if (!n_tiles) return true;
+    if (cpu_grow((void **)&sc->tile_e, &sc->cap[13], (size_t)n_tiles * sizeof(int32_t)) != BRISK_OK) return false;
+    for (int a = 0; a < j->n_act; a++) {
+        const int e = j->act[a];
+        if (sc->tbase[e] < 0) continue;
+        for (long t = sc->tbase[e]; t < sc->tbase[e] + (j->off[e + 1] - j->off[e] + T - 1) / T; t++) sc->tile_e[t] = e;
+    }
     const int nth = threadpool_size(tp);
     size_t pb = cpu_pgemm_panel_bytes(j->gate->type, j->n_embd), t;
     if ((t = cpu_pgemm_panel_bytes(j->up->type, j->n_embd)) > pb) pb = t;
@@ -414,16 +398,17 @@ static bool panels_setup(threadpool *tp, cpu_moe_scratch *sc, ffn_job *j, int n_
             size_t cap = 0;
             free(sc->panel[i]);
             sc->panel[i] = NULL;
-            if (!grow_aligned(&sc->panel[i], &cap, pb)) return false;
+            if (cpu_grow_aligned(&sc->panel[i], &cap, pb) != BRISK_OK) return false;
         }
         sc->panel_cap = pb;
     }
-    if (!grow_aligned(&sc->xt, &sc->cap[6], j->xt_bytes * (size_t)n_tiles) ||
-        !grow_aligned(&sc->ht, &sc->cap[7], j->ht_bytes * (size_t)n_tiles) ||
-        !grow(&sc->stage, &sc->cap[8], j->stage_bytes * (size_t)nth))
+    if (cpu_grow_aligned(&sc->xt, &sc->cap[6], j->xt_bytes * (size_t)n_tiles) != BRISK_OK ||
+        cpu_grow_aligned(&sc->ht, &sc->cap[7], j->ht_bytes * (size_t)n_tiles) != BRISK_OK ||
+        cpu_grow(&sc->stage, &sc->cap[8], j->stage_bytes * (size_t)nth) != BRISK_OK)
         return false;
     j->T = T;
     j->tbase = sc->tbase;
+    j->tile_e = sc->tile_e;
     j->n_tiles = n_tiles;
     j->xt = sc->xt;
     j->ht = sc->ht;
@@ -445,12 +430,12 @@ void cpu_moe_ffn(threadpool *tp, cpu_moe_scratch *sc, const bk_weight *gate, con
     j.conv_u = same_up ? NULL : act_format(up->type, j.n_embd, &j.xq_up_stride);
     j.conv_d = act_format(down->type, j.n_ff, &j.hq_stride);
     if (!j.conv_d) j.hq_stride = 2 * (size_t)j.n_ff * sizeof(float); /* f32: read the gate half of gu */
-    if (!grow(&sc->xq, &sc->cap[0], j.conv_g ? j.xq_stride * n : 1) ||
-        !grow(&sc->xq_up, &sc->cap[1], j.conv_u ? j.xq_up_stride * n : 1) ||
-        !grow((void **)&sc->gu, &sc->cap[2], nk * 2 * (size_t)j.n_ff * sizeof(float)) ||
-        !grow(&sc->hq, &sc->cap[3], j.conv_d ? j.hq_stride * nk : 1) ||
-        !grow((void **)&sc->dout, &sc->cap[4], nk * (size_t)j.n_embd * sizeof(float)) ||
-        !grow((void **)&sc->group, &sc->cap[5], ((size_t)2 * n_expert + 1 + nk) * sizeof(int32_t)))
+    if (cpu_grow(&sc->xq, &sc->cap[0], j.conv_g ? j.xq_stride * n : 1) != BRISK_OK ||
+        cpu_grow(&sc->xq_up, &sc->cap[1], j.conv_u ? j.xq_up_stride * n : 1) != BRISK_OK ||
+        cpu_grow((void **)&sc->gu, &sc->cap[2], nk * 2 * (size_t)j.n_ff * sizeof(float)) != BRISK_OK ||
+        cpu_grow(&sc->hq, &sc->cap[3], j.conv_d ? j.hq_stride * nk : 1) != BRISK_OK ||
+        cpu_grow((void **)&sc->dout, &sc->cap[4], nk * (size_t)j.n_embd * sizeof(float)) != BRISK_OK ||
+        cpu_grow((void **)&sc->group, &sc->cap[5], ((size_t)2 * n_expert + 1 + nk) * sizeof(int32_t)) != BRISK_OK)
         return;
     j.xq = j.conv_g ? sc->xq : (const void *)x;
     if (same_up) {
@@ -476,7 +461,7 @@ void cpu_moe_ffn(threadpool *tp, cpu_moe_scratch *sc, const bk_weight *gate, con
             j.xa[1] = j.xa[0];
             continue;
         }
-        if (!grow_aligned(&sc->xa[m], &sc->cap[10 + m], j.xa_stride[m] * (m < 2 ? (size_t)n : nk))) return;
+        if (cpu_grow_aligned(&sc->xa[m], &sc->cap[10 + m], j.xa_stride[m] * (m < 2 ? (size_t)n : nk)) != BRISK_OK) return;
         j.xa[m] = sc->xa[m];
     }
 

@@ -29,8 +29,9 @@ typedef struct cpu_moe_scratch {
     void *xt, *ht;   /* packed token tiles (cpu_pgemm.h) of the experts with many columns: gate/up's, down's */
     void *stage;     /* (threads, tile tokens) rows gathered for a tile */
     int32_t *tbase;  /* (n_expert) an expert's first tile, -1: one column at a time */
+    int32_t *tile_e; /* (tiles) the expert a tile belongs to */
     void *xa[3];     /* expanded activations (cpu_repack.h) of repacked gate, up (by token), down (by entry) */
-    size_t cap[13];  /* bytes held by each buffer above, in order */
+    size_t cap[14];  /* bytes held by each buffer above, in order */
     void **panel;    /* (n_panel) a thread's unpacked weight panel */
     int n_panel;
     size_t panel_cap;
