@@ -256,6 +256,20 @@ static void test_json_schema_ref(void) {
     CHECK(strstr(brisk_last_error(), "schema.properties.a: $ref '#/properties/b' points nowhere"));
     CHECK(brisk_grammar_from_json_schema(NULL, "{\"$ref\":\"other.json#/$defs/x\"}", &g) == BRISK_ERR_UNSUPPORTED);
     CHECK(!g);
+    /* two spellings of one pointer name one node: one rule for it, not one per spelling */
+    cJSON *two = cJSON_Parse("{\"properties\":{\"a\":{\"$ref\":\"#/$defs/x\"},\"b\":{\"$ref\":\"#/%24defs/x\"},"
+                             "\"c\":{\"$ref\":\"#/%24defs/%78\"}},\"$defs\":{\"x\":{\"enum\":[\"xval\"]}}}");
+    json_gbnf *jb = NULL;
+    char *text = NULL;
+    CHECK_OK(json_gbnf_new(&jb));
+    CHECK_OK(json_gbnf_add(jb, two, NULL, "root-x"));
+    CHECK_OK(json_gbnf_take(jb, &text));
+    int n_rules = 0;
+    for (const char *q = text; q && (q = strstr(q, "xval")); q++) n_rules++;
+    if (n_rules != 1) fprintf(stderr, "  the enum's rule appears %d times in:\n%s\n", n_rules, text ? text : "");
+    CHECK(n_rules == 1);
+    free(text);
+    cJSON_Delete(two);
 }
 
 /* json_gbnf: two schemas under the caller's names in one text, each $ref resolved in its own

@@ -105,7 +105,8 @@ typedef struct conv {
     const cJSON *root; /* the document $refs resolve in */
     buf out;
     int n_rules;
-    char *ref_name[256]; /* $ref strings of root already given a rule (owned) */
+    const cJSON *ref_target[256]; /* nodes of root already given a rule by a $ref: keyed by the node, so
+                                   * that two spellings of one pointer (#/$defs/x, #/%24defs/x) share it */
     int ref_rule[256], n_refs;
     brisk_status st;
     int depth;
@@ -113,7 +114,6 @@ typedef struct conv {
 
 /* Forgets the $ref rules: they belong to one document. */
 static void forget_refs(conv *c) {
-    for (int i = 0; i < c->n_refs; i++) free(c->ref_name[i]);
     c->n_refs = 0;
 }
 
@@ -402,18 +402,18 @@ brisk_status json_schema_ref(const cJSON *doc, const char *ref, const cJSON **ta
 }
 
 static bool gen_ref(conv *c, const char *ref, const char *path, rname *out) {
-    for (int i = 0; i < c->n_refs; i++)
-        if (!strcmp(c->ref_name[i], ref)) {
-            snprintf(out->s, sizeof out->s, "s%d", c->ref_rule[i]);
-            return true;
-        }
     const cJSON *target;
     brisk_status st = json_schema_ref(c->root, ref, &target);
     if (st != BRISK_OK) return cfail(c, st, path, "%s", brisk_last_error());
+    for (int i = 0; i < c->n_refs; i++)
+        if (c->ref_target[i] == target) {
+            snprintf(out->s, sizeof out->s, "s%d", c->ref_rule[i]);
+            return true;
+        }
     if (c->n_refs == (int)(sizeof c->ref_rule / sizeof *c->ref_rule))
-        return cfail(c, BRISK_ERR_UNSUPPORTED, path, "more than 256 distinct $refs");
+        return cfail(c, BRISK_ERR_UNSUPPORTED, path, "more than 256 distinct $ref targets");
     int me = ++c->n_rules; /* named before its body, so the body may refer back */
-    if (!(c->ref_name[c->n_refs] = strdup(ref))) return cfail(c, BRISK_ERR_NOMEM, path, "out of memory");
+    c->ref_target[c->n_refs] = target;
     c->ref_rule[c->n_refs++] = me;
     rname body;
     char p[256];
