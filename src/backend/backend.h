@@ -338,6 +338,11 @@ brisk_status bk_cpu_backend_new_placed(int n_threads, const brisk_cpu_placement 
 /* Bytes of the repacked weight copies (cpu_repack.h) a CPU backend has made
  * so far (each on the first pass that reads its matrix); 0 for another backend. */
 size_t bk_cpu_weight_copy_bytes(const bk_backend *be);
+/* Whether a CPU backend makes such copies of MoE expert tensors too (on at creation). The hot-expert
+ * cache's miss backend turns it off: its misses are a minority of the routings, and a copy of
+ * every expert it might run would double the host memory the cache is there to spare. No-op for
+ * another backend. */
+void bk_cpu_expert_copies(bk_backend *be, bool on);
 /* y += x W^T through the backend's fused op, or as matmul into tmp (n, W.n_out) then add. */
 static inline void bk_matmul_add(bk_backend *be, const bk_weight *w, const float *x, int n, float *tmp, float *y) {
     if (be->ops->matmul_add) {

@@ -491,6 +491,7 @@ brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_mode
     xc_cache *xc = calloc(1, sizeof *xc);
     if (!xc) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     mo->xc = xc;
+    bk_cpu_expert_copies(mo->cpu, false); /* the misses read the mapped rows (backend.h says why) */
     xc->be = be;
     xc->l0 = l0;
     xc->l1 = l1;

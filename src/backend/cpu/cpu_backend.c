@@ -87,6 +87,7 @@ typedef struct cpu_backend {
     struct cpu_copy { const void *host; int64_t n_in, n_out; uint32_t type; uint64_t print; void *copy; } *copies;
     size_t n_copies, copies_cap;
     size_t copy_bytes; /* bytes of all copies */
+    bool no_expert_copies; /* bk_cpu_expert_copies(be, false) */
     void *xa[MAX_MATS]; /* expanded activations for repacked matrices, per converted x */
     size_t xa_cap[MAX_MATS];
     char oom[96];        /* an op that could not get its scratch (ops return nothing): the next read reports it */
@@ -198,7 +199,7 @@ static const void *repacked(cpu_backend *cb, const bk_weight *w) {
      * rows in the mapped file, not placed one by one (expert_ptrs) */
     if (w->n_expert > 1) {
         const int R = cpu_repack_rows(w->type);
-        if (!R || w->expert_ptrs || (w->n_out / w->n_expert) % R) return NULL;
+        if (cb->no_expert_copies || !R || w->expert_ptrs || (w->n_out / w->n_expert) % R) return NULL;
     }
     size_t h = ((uintptr_t)w->host >> 6) * 0x9E3779B97F4A7C15ULL;
     const uint64_t print = fingerprint(w);
@@ -1137,4 +1138,8 @@ brisk_status bk_cpu_backend_new_placed(int n_threads, const brisk_cpu_placement 
 
 size_t bk_cpu_weight_copy_bytes(const bk_backend *be) {
     return be && be->ops == &cpu_ops ? ((const cpu_backend *)be)->copy_bytes : 0;
+}
+
+void bk_cpu_expert_copies(bk_backend *be, bool on) {
+    if (be && be->ops == &cpu_ops) ((cpu_backend *)be)->no_expert_copies = !on;
 }
