@@ -196,10 +196,14 @@ static void *make_copy(cpu_backend *cb, const bk_weight *w) {
 static const void *repacked(cpu_backend *cb, const bk_weight *w) {
     if (!w->host || w->n_out < 1) return NULL;
     /* an expert tensor: whole groups in every expert (the groups then never straddle two), and its
-     * rows in the mapped file, not placed one by one (expert_ptrs) */
+     * rows in the mapped file, not placed one by one (expert_ptrs). AVX2's layouts only: measured
+     * there (bench/RESULTS.md, session 33) and run by test_conformance's MoE cases on such a core;
+     * AVX-512's expert copies are neither yet, so those cores keep the mapped rows for experts. */
     if (w->n_expert > 1) {
         const int R = cpu_repack_rows(w->type);
-        if (cb->no_expert_copies || !R || w->expert_ptrs || (w->n_out / w->n_expert) % R) return NULL;
+        if (cb->no_expert_copies || cpu_dot_isa() != CPU_ISA_AVX2 || !R || w->expert_ptrs ||
+            (w->n_out / w->n_expert) % R)
+            return NULL;
     }
     size_t h = ((uintptr_t)w->host >> 6) * 0x9E3779B97F4A7C15ULL;
     const uint64_t print = fingerprint(w);
