@@ -17,9 +17,9 @@
  * t: token of the 3-token tile; s: sub-block with its own scale):
  *   panel, per block of BE elements (32: Q8_0, Q4_0; 256: the K-quants and
  *     IQ4_XS): q[BE/2 g][16 r][2] int16, the signed weight (Q4_0: nibble - 8,
- *     Q6_K: q - 32, IQ4_XS: the codebook value, Q4_K / Q5_K: the unsigned
- *     quant), then sc[NS s][16 r] floats (d, d*sc_s, d*(ls_s - 32)) and for
- *     Q4_K / Q5_K dmm[8 s][16 r] = dmin*m_s.
+ *     Q6_K: q - 32, IQ4_XS: the codebook value times ls_s - 32, Q4_K / Q5_K:
+ *     the unsigned quant), then sc[NS s][16 r] floats (d, d*sc_s; IQ4_XS: d,
+ *     one scale a block) and for Q4_K / Q5_K dmm[8 s][16 r] = dmin*m_s.
  *   tile, per block: x[3 t][BE] int16 (the q8_0 / q8_K quants), d[4] float,
  *     and for q8_K ysd[8 s][4 t] = d * (sum of sub-block s's 32 quants).
  * A row's result is sum over blocks and sub-blocks of (int32 sum) * (weight
@@ -39,7 +39,7 @@
 #define PT 3 /* tokens per tile: 16 rows x 3 tokens of integer and float sums fill the 16 ymm */
 /* panel bytes per block */
 #define P16_Q8 1088 /* Q8_0: int16 [16 g][16 r][2], d[16] */
-#define P16_KQ 8704 /* IQ4_XS: int16 [128 g][16 r][2], sc[8][16] */
+#define P16_KQ 8704 /* IQ4_XS: int16 [128 g][16 r][2] (times the sub-block scales), d[16] and room for sc[8][16] */
 #define P8_Q4 576   /* Q4_0: u8 [8 g][16 r][4], d[16] */
 #define P8_KQ 5120  /* Q4_K, Q5_K, Q6_K: u8 [64 g][16 r][4], sc[16][16] (Q4_K / Q5_K: sc[8][16], dmm[8][16]) */
 /* tile bytes per block, and where its parts start: both widths of the quants, so that the types
@@ -101,14 +101,21 @@ static inline void widen32(const int8_t *q, int16_t *out) {
     _mm256_storeu_si256((__m256i *)(out + 16), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 16))));
 }
 
-/* IQ4_XS: sub-block ib's 16 bytes hold elements 32ib + j (low nibble) and 32ib + 16 + j (high). */
+/* IQ4_XS: sub-block ib's 16 bytes hold elements 32ib + j (low nibble) and 32ib + 16 + j (high).
+ * Each value comes out times its sub-block's scale ls - 32: |codebook value| <= 127 and |ls - 32|
+ * <= 32 keep it within 4,064, so the block's products sum exactly in int32 (256 x 4,064 x 127 <
+ * 2^31) and the tile applies one float scale a block, not one a sub-block: the sub-block scaling
+ * and its float accumulators held 16 ymm and spilled inside the product loop. */
 static void unpack_iq4_xs(const blk_iq4_xs *a, int16_t *out) {
     const __m128i lut = _mm_loadu_si128((const __m128i *)quant_iq4nl_values), m4 = _mm_set1_epi8(15);
     for (int ib = 0; ib < 8; ib++) {
+        const int ls = ((a->scales_l[ib / 2] >> 4 * (ib % 2)) & 15) | (((a->scales_h >> 2 * ib) & 3) << 4);
+        const __m256i sc = _mm256_set1_epi16((int16_t)(ls - 32));
         const __m128i q = _mm_loadu_si128((const __m128i *)(a->qs + 16 * ib));
-        _mm256_storeu_si256((__m256i *)(out + 32 * ib), _mm256_cvtepi8_epi16(_mm_shuffle_epi8(lut, _mm_and_si128(q, m4))));
+        _mm256_storeu_si256((__m256i *)(out + 32 * ib),
+                            _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm_shuffle_epi8(lut, _mm_and_si128(q, m4))), sc));
         _mm256_storeu_si256((__m256i *)(out + 32 * ib + 16),
-                            _mm256_cvtepi8_epi16(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4))));
+                            _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4))), sc));
     }
 }
 
@@ -133,12 +140,8 @@ static void unpack_row(uint32_t wtype, const uint8_t *blk, uint8_t *tmp, float *
     }
     case QT_IQ4_XS: {
         const blk_iq4_xs *a = (const blk_iq4_xs *)(const void *)blk;
-        unpack_iq4_xs(a, (int16_t *)(void *)tmp);
-        const float d = _cvtsh_ss(a->d);
-        for (int s = 0; s < 8; s++) {
-            const int ls = ((a->scales_l[s / 2] >> 4 * (s % 2)) & 15) | (((a->scales_h >> 2 * s) & 3) << 4);
-            sc[16 * s + r] = d * (float)(ls - 32);
-        }
+        unpack_iq4_xs(a, (int16_t *)(void *)tmp); /* the sub-block scales in the values */
+        sc[r] = _cvtsh_ss(a->d);
         break;
     }
     case QT_Q6_K: {
@@ -259,7 +262,7 @@ KINL void tile_wide(int64_t k, const uint8_t *pn, const uint8_t *at, float *out,
             __m256i is[2][PT];
             #pragma GCC unroll 3
             for (int t = 0; t < PT; t++) is[0][t] = is[1][t] = _mm256_setzero_si256();
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int g = s * G; g < (s + 1) * G; g++) {
                 const __m256i w0 = _mm256_load_si256((const __m256i *)(q + 32 * g));
                 const __m256i w1 = _mm256_load_si256((const __m256i *)(q + 32 * g + 16));
@@ -346,7 +349,7 @@ KINL void tile_u8(int64_t k, const uint8_t *pn, const uint8_t *at, float *out, c
 
 /* one function a type (the kernels are specialized on their constants) */
 static void tile_q8_0(int64_t k, const uint8_t *p, const uint8_t *a, float *o) { tile_wide(k, p, a, o, 32, 1, P16_Q8, T_Q8, 288); }
-static void tile_iq4_xs(int64_t k, const uint8_t *p, const uint8_t *a, float *o) { tile_wide(k, p, a, o, 256, 8, P16_KQ, T_KQ, 2304); }
+static void tile_iq4_xs(int64_t k, const uint8_t *p, const uint8_t *a, float *o) { tile_wide(k, p, a, o, 256, 1, P16_KQ, T_KQ, 2304); }
 static void tile_q4_0(int64_t k, const uint8_t *p, const uint8_t *a, float *o) { tile_u8(k, p, a, o, 32, 1, 8, 1, 0, P8_Q4, T_Q8, 192, 288, 304); }
 static void tile_q4_K(int64_t k, const uint8_t *p, const uint8_t *a, float *o) { tile_u8(k, p, a, o, 256, 8, 8, 0, 1, P8_KQ, T_KQ, 1536, 2304, 2448); }
 static void tile_q5_K(int64_t k, const uint8_t *p, const uint8_t *a, float *o) { tile_u8(k, p, a, o, 256, 8, 4, 0, 1, P8_KQ, T_KQ, 1536, 2304, 2448); }
