@@ -832,6 +832,77 @@ static void test_repack_matmul(void) {
     free(x);
 }
 
+/* MoE expert tensors through moe_ffn (cpu_moe.c): on an AVX2 core the backend repacks them (the
+ * copies counted) and one-column products read the copies, near the mapped rows' run
+ * (BRISK_CPU_REPACK=0) and not bitwise (the Q4_K copies' float order); a
+ * backend told bk_cpu_expert_copies(false), the hot-expert cache's miss backend, makes none and
+ * is bitwise the mapped rows' run. Other cores keep the mapped rows for experts: no copy. */
+static void test_repack_moe(void) {
+    if (getenv("BRISK_CPU_REPACK")) return;
+    /* whole Q4_K super-blocks, two a row (one block's sums can come out bitwise equal in either
+     * order), and whole 16-row groups; Q4_K down too: a Q6_K down's copy sums in the plain order,
+     * and down's Q8_K input mostly absorbs gate's and up's last-bit differences */
+    enum { NE = 4, K = 2, NMAX = 3, D = 512, F = 512 };
+    const uint32_t types[3] = {QT_Q4_K, QT_Q4_K, QT_Q4_K}; /* gate, up, down */
+    const int64_t n_in[3] = {D, D, F}, rows[3] = {F, F, D};
+    bk_weight w[3];
+    for (int m = 0; m < 3; m++) {
+        const size_t rb = quant_row_size(types[m], n_in[m]);
+        uint8_t *buf = malloc(rb * (size_t)(NE * rows[m]));
+        fill_weights(types[m], buf, n_in[m] * NE * rows[m]);
+        w[m] = (bk_weight){.name = "e", .type = types[m], .n_in = n_in[m], .n_out = NE * rows[m], .row_bytes = rb,
+                           .host = buf, .n_expert = NE};
+    }
+    float *x = malloc(sizeof(float) * D * NMAX), wt[NMAX * K], *y[3];
+    int32_t ids[NMAX * K];
+    for (int i = 0; i < D * NMAX; i++) x[i] = rnd_unit();
+    for (int i = 0; i < NMAX * K; i++) {
+        ids[i] = (int32_t)(rnd_u32() % NE);
+        if (i % K && ids[i] == ids[i - 1]) ids[i] = (ids[i] + 1) % NE; /* a token's K experts differ */
+        wt[i] = 0.25f + 0.5f * (rnd_unit() + 1.0f) / 2.0f;
+    }
+    bk_backend *be[3];
+    setenv("BRISK_CPU_REPACK", "0", 1);
+    CHECK_OK(bk_cpu_backend_new(2, &be[0]));
+    be[0]->ops->moe_ffn(be[0], &w[0], &w[1], &w[2], x, 1, ids, wt, K, (y[0] = malloc(sizeof(float) * D * NMAX)));
+    unsetenv("BRISK_CPU_REPACK");
+    CHECK_OK(bk_cpu_backend_new(2, &be[1]));
+    CHECK_OK(bk_cpu_backend_new(2, &be[2]));
+    bk_cpu_expert_copies(be[2], false);
+    y[1] = malloc(sizeof(float) * D * NMAX);
+    y[2] = malloc(sizeof(float) * D * NMAX);
+    const bool avx2 = cpu_dot_isa() == CPU_ISA_AVX2;
+    int differ = 0;
+    for (int n = 1; n <= NMAX; n++) {
+        for (int v = 0; v < 3; v++) be[v]->ops->moe_ffn(be[v], &w[0], &w[1], &w[2], x, n, ids, wt, K, y[v]);
+        /* Bounded by the output's largest magnitude, not per element: the copies' float order moves
+         * gate and up by ~1e-7, and where that crosses a rounding of down's Q8_K input, one quant
+         * step moves the outputs by up to ~1e-3 of the largest (5e-4 seen); a wrong expert or group
+         * moves them by its whole size. */
+        int bad = 0;
+        float mx = 0;
+        for (int i = 0; i < D * n; i++) mx = fabsf(y[0][i]) > mx ? fabsf(y[0][i]) : mx;
+        for (int i = 0; i < D * n; i++) {
+            const float a = y[0][i], b = y[1][i];
+            differ += a != b;
+            if (!(fabsf(a - b) <= 2e-3f * mx) && !bad++)
+                fprintf(stderr, "  repack moe n %d out %d: %.9g vs %.9g (largest %.9g)\n", n, i, b, a, mx);
+        }
+        CHECK(bad == 0);
+        CHECK(!memcmp(y[0], y[2], sizeof(float) * D * (size_t)n));
+    }
+    CHECK(avx2 ? differ > 0 : differ == 0); /* the copies ran, or (no copies) the same kernels */
+    if (avx2) CHECK(bk_cpu_weight_copy_bytes(be[1]) >= 3 * (size_t)NE * F * quant_row_size(QT_Q4_K, D));
+    else CHECK(bk_cpu_weight_copy_bytes(be[1]) == 0);
+    CHECK(bk_cpu_weight_copy_bytes(be[2]) == 0);
+    for (int v = 0; v < 3; v++) {
+        be[v]->ops->free(be[v]);
+        free(y[v]);
+    }
+    for (int m = 0; m < 3; m++) free((void *)w[m].host);
+    free(x);
+}
+
 /* On an AVX-512 core the AVX2 layout (cpu_repack_avx2.c) would go untested: the two repack cases
  * again in a child of this program under BRISK_CPU_ISA=avx2. */
 static void test_repack_as_avx2(void) {
@@ -854,6 +925,7 @@ int main(int argc, char **argv) {
         {"pgemm", test_pgemm},
         {"repack", test_repack},
         {"repack_matmul", test_repack_matmul},
+        {"repack_moe", test_repack_moe},
         {"repack_extremes", test_repack_extremes},
         {"repack_bitwise", test_repack_bitwise},
         {"repack_tokens", test_repack_tokens},
