@@ -323,6 +323,17 @@ static void mm_convert_worker(void *arg, int ith, int nth) {
  * of a 1-thread decode). */
 static bool mm_direct(const mm_job *j, int m) { return j->n == 1 && !(j->bias && j->bias[m]); }
 
+/* Rows [a0, b0) x tokens [t0, t0 + nt) of matrix m from the (ROW_TILE, TOK_TILE) scratch s into y,
+ * plus the bias. */
+static void mm_store(const mm_job *j, int m, long a0, long b0, int t0, int nt, const float *s) {
+    const float *bias = j->bias && j->bias[m] ? j->bias[m]->host : NULL;
+    const int64_t n_out = j->w[m]->n_out;
+    for (long r = a0; r < b0; r++) {
+        const float bb = bias ? bias[r] : 0.0f, *sr = s + (r - a0) * TOK_TILE;
+        for (int t = 0; t < nt; t++) j->y[m][(size_t)(t0 + t) * n_out + r] = sr[t] + bb;
+    }
+}
+
 /* Rows [a, b) of matrix m with the plain kernels on the mapped rows; s: (ROW_TILE, TOK_TILE) scratch. */
 static void mm_rows_plain(const mm_job *j, int m, long a, long b, float *s) {
     const bk_weight *w = j->w[m];
@@ -332,8 +343,6 @@ static void mm_rows_plain(const mm_job *j, int m, long a, long b, float *s) {
              j->xq_stride[m], 1, j->y[m] + a, 1);
         return;
     }
-    const float *bias = j->bias && j->bias[m] ? j->bias[m]->host : NULL;
-    float *y = j->y[m];
     for (long a0 = a; a0 < b; a0 += ROW_TILE) {
         const long b0 = b - a0 < ROW_TILE ? b : a0 + ROW_TILE;
         for (int t0 = 0, nt; t0 < j->n; t0 += nt) {
@@ -344,11 +353,7 @@ static void mm_rows_plain(const mm_job *j, int m, long a, long b, float *s) {
             const char *xq = (const char *)j->xq[m] + (size_t)t0 * j->xq_stride[m];
             gemm(w->n_in, (const char *)w->host + (size_t)a0 * w->row_bytes, w->row_bytes, (int)(b0 - a0), xq,
                  j->xq_stride[m], nt, s, TOK_TILE);
-            for (long r = a0; r < b0; r++) {
-                float bb = bias ? bias[r] : 0.0f;
-                const float *sr = s + (r - a0) * TOK_TILE;
-                for (int t = 0; t < nt; t++) y[(size_t)(t0 + t) * w->n_out + r] = sr[t] + bb;
-            }
+            mm_store(j, m, a0, b0, t0, nt, s);
         }
     }
 }
@@ -367,19 +372,13 @@ static void mm_rows(const mm_job *j, int m, long a, long b, float *s) {
     if (mm_direct(j, m)) {
         cpu_repack_gemm(w->type, w->n_in, j->wr[m], ga / R, gb / R, j->xa[m], j->xa_stride[m], 1, j->y[m] + ga, 1);
     } else {
-        const float *bias = j->bias && j->bias[m] ? j->bias[m]->host : NULL;
-        float *y = j->y[m];
         for (long a0 = ga; a0 < gb; a0 += ROW_TILE) { /* ROW_TILE: a multiple of every R */
             const long b0 = gb - a0 < ROW_TILE ? gb : a0 + ROW_TILE;
             for (int t0 = 0, nt; t0 < j->n; t0 += nt) {
                 nt = j->n - t0 < TOK_TILE ? j->n - t0 : TOK_TILE;
                 cpu_repack_gemm(w->type, w->n_in, j->wr[m], a0 / R, b0 / R,
                                 (const char *)j->xa[m] + (size_t)t0 * j->xa_stride[m], j->xa_stride[m], nt, s, TOK_TILE);
-                for (long r = a0; r < b0; r++) {
-                    float bb = bias ? bias[r] : 0.0f;
-                    const float *sr = s + (r - a0) * TOK_TILE;
-                    for (int t = 0; t < nt; t++) y[(size_t)(t0 + t) * w->n_out + r] = sr[t] + bb;
-                }
+                mm_store(j, m, a0, b0, t0, nt, s);
             }
         }
     }
