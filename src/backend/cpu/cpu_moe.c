@@ -196,9 +196,9 @@ static void convert_worker(void *arg, int ith, int nth) {
 /* One row tile of one expert's matrix against every column routed to it:
  * y[ent * y_stride + r] = dot(row r, x[ent]) for the tile's rows. Each column
  * is its own single-token product, as ggml's mul_mat_id computes it. */
-static void expert_tile(const bk_weight *wt, int64_t rows, int e, int64_t r0, int nr, const ffn_job *j,
-                        const void *x, size_t x_stride, int x_by_entry, float *y, size_t y_stride) {
-    const int which = wt == j->gate ? 0 : wt == j->up ? 1 : 2;
+static void expert_tile(int which, int64_t rows, int e, int64_t r0, int nr, const ffn_job *j, const void *x,
+                        size_t x_stride, int x_by_entry, float *y, size_t y_stride) {
+    const bk_weight *wt = which == 0 ? j->gate : which == 1 ? j->up : j->down; /* (which: j->wr's index) */
     if (j->wr[which]) { /* whole groups: rows and ROW_TILE are multiples of R (cpu_backend's copy rule) */
         const int R = cpu_repack_rows(wt->type);
         const int64_t g0 = ((int64_t)e * rows + r0) / R;
@@ -281,7 +281,7 @@ static void gate_up_worker(void *arg, int ith, int nth) {
             expert_tile_pg(is_up ? j->up : j->gate, j->n_ff, e, r0, nr, j, j->xt, j->xt_bytes, j->panel[ith],
                            j->gu + (is_up ? j->n_ff : 0), 2 * (size_t)j->n_ff);
         else
-            expert_tile(is_up ? j->up : j->gate, j->n_ff, e, r0, nr, j, is_up ? j->xq_up : j->xq,
+            expert_tile(is_up, j->n_ff, e, r0, nr, j, is_up ? j->xq_up : j->xq,
                         is_up ? j->xq_up_stride : j->xq_stride, 0, j->gu + (is_up ? j->n_ff : 0), 2 * (size_t)j->n_ff);
     }
 }
@@ -313,7 +313,7 @@ static void down_worker(void *arg, int ith, int nth) {
         int nr = (int)(j->n_embd - r0 < ROW_TILE ? j->n_embd - r0 : ROW_TILE);
         if (j->tbase && j->tbase[e] >= 0)
             expert_tile_pg(j->down, j->n_embd, e, r0, nr, j, j->ht, j->ht_bytes, j->panel[ith], j->dout, (size_t)j->n_embd);
-        else expert_tile(j->down, j->n_embd, e, r0, nr, j, j->hq, j->hq_stride, 1, j->dout, (size_t)j->n_embd);
+        else expert_tile(2, j->n_embd, e, r0, nr, j, j->hq, j->hq_stride, 1, j->dout, (size_t)j->n_embd);
     }
 }
 
