@@ -12,7 +12,8 @@
  *   build/attn_lab [MAX_DEPTH [KV [MIN_DEPTH]]]  (default 1048576; rows past the GPU's memory are skipped;
  *                                        KV: f16, q8_0 or q4_0 alone, and then no prefill rows;
  *                                        KV = prefill: the prefill rows alone, prefixes up to MAX_DEPTH;
- *                                        KV = splits: the key-range split swept at brisk's ubatch alone)
+ *                                        KV = splits: the key-range split swept at brisk's ubatch alone;
+ *                                        KV = fw: the warpgroup-MMA prefill kernel beside the mma.sync one)
  *   LAB_SHAPE=i: the decode rows of shape i alone (0: 16/2 x 256 ... 3: 32/4 x 128), e.g. under
  *   `ncu -k regex:attn_dec_mma --launch-count 1`
  *
@@ -25,6 +26,7 @@
 #include <string.h>
 
 #include "../../src/backend/cuda/cuda_attn_prefill.cu" /* fa_launch<KT, D, MT>, fa_plan */
+#include "attn_fw.cuh"                                  /* fw_launch<KT, D, PIPE>: the wgmma kernels */
 #include "backend/cuda/cuda_internal.cuh"
 #include "lab.cuh"
 
@@ -284,6 +286,105 @@ static void prefill_splits(cuda_backend *cb, long max_depth) {
             }
 }
 
+/* fw_launch<KT, hd, PIPE> by value (head dims 128 and 256; PIPE: the pipelined fw2 kernel) */
+template <bool PIPE = true>
+static void fw_any(cuda_backend *cb, int kt, int hd, const float *q, const bk_kv_view *kv, int n, const int32_t *pos,
+                   const int32_t *off, const int32_t *tabs, int nh, int nkv, float scale, float *out, int n_split,
+                   float *part) {
+#define FW_LAB_ARGS cb, q, kv, n, pos, off, tabs, nh, nkv, scale, out, n_split, part
+    if (kt == KT_F16)
+        hd == 128 ? fw_launch<KT_F16, 128, PIPE>(FW_LAB_ARGS) : fw_launch<KT_F16, 256, PIPE>(FW_LAB_ARGS);
+    else if (kt == KT_Q8_0)
+        hd == 128 ? fw_launch<KT_Q8_0, 128, PIPE>(FW_LAB_ARGS) : fw_launch<KT_Q8_0, 256, PIPE>(FW_LAB_ARGS);
+    else hd == 128 ? fw_launch<KT_Q4_0, 128, PIPE>(FW_LAB_ARGS) : fw_launch<KT_Q4_0, 256, PIPE>(FW_LAB_ARGS);
+#undef FW_LAB_ARGS
+}
+
+/* The warpgroup-MMA prefill kernel (fw_*, cuda_attn_prefill.cu) beside the mma.sync kernel's dispatch
+ * (fa_plan: MT and splits), a chunk of 2,048 or 512 entries after a prefix of 0-256K: TFLOP/s of each,
+ * the speed-up, and the largest relative difference of fw's output (unsplit, and with 1-8 splits at the
+ * 512-entry ubatch) from the mma.sync kernel's MT = 1 output (same roundings, other summation order);
+ * NaN flagged (the outputs start as NaN). fw_plan_splits' pick and fw2's rate with it last (the
+ * speed-up over the mma.sync dispatch: what moving fw2 into cuda_attn_prefill would give). */
+static void prefill_fw(cuda_backend *cb, long max_depth) {
+    printf("\n| fw: shape | KV | chunk | prefix | mma.sync dispatch TFLOP/s | fw (one stage) TFLOP/s | rel | fw2 unsplit TFLOP/s | speed-up | rel | "
+           "fw at 2, 3, 4, 6, 8 splits TFLOP/s | worst rel | fw_plan_splits | its TFLOP/s | over mma.sync |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    static const int shapes[][3] = {{32, 8, 128}, {24, 4, 256}, {16, 2, 256}};
+    static const long prefixes[] = {0, 4096, 32768, 131072, 262144};
+    const int bs = 16;
+    for (int C : {2048, 512})
+        for (int kt : {KT_F16, KT_Q8_0, KT_Q4_0})
+            for (auto &sh : shapes)
+                for (long D : prefixes) {
+                    if (D > max_depth || (kt != KT_F16 && D > 131072)) continue;
+                    const int nh = sh[0], nkv = sh[1], hd = sh[2];
+                    const long n_keys = D + C;
+                    fa_case fc = fa_case_new(kt, nh, nkv, hd, D, C, bs);
+                    const size_t nq = fc.nq;
+                    float *q = fc.q, *out = fc.out, *part;
+                    CK(cudaMalloc(&part, (size_t)C * nh * FA_SPLIT_MAX * (hd + 2) * 4));
+                    const bk_kv_view kv = fc.kv;
+                    const float scale = 1.0f / sqrtf((float)hd);
+                    const double flops = 4.0 * nh * hd * ((double)C * D + (double)C * (C + 1) / 2);
+                    const int32_t *d_pos = fc.d_meta, *d_off = fc.d_meta + C, *d_tabs = fc.d_meta + 2 * C;
+                    float *ref = (float *)malloc(nq * 4), *h = (float *)malloc(nq * 4);
+                    const auto fetch_rel = [&]() {
+                        CK(cudaMemcpy(h, out, nq * 4, cudaMemcpyDeviceToHost));
+                        bool nan = false;
+                        for (size_t i = 0; i < nq && !nan; i++) nan = h[i] != h[i];
+                        return nan ? 1e30 : max_rel(h, ref, (int64_t)nq);
+                    };
+                    fa_mt<1>(cb, kt, hd, q, &kv, C, d_pos, d_off, d_tabs, nh, nkv, scale, out);
+                    CK(cudaStreamSynchronize(cb->stream));
+                    check_backend(cb);
+                    CK(cudaMemcpy(ref, out, nq * 4, cudaMemcpyDeviceToHost));
+                    const float ms_old = time_ms(cb->stream, [&](int) {
+                        cuda_attn_prefill(cb, q, &kv, C, (int)n_keys, d_pos, d_off, d_tabs, nh, nkv, hd, scale, out);
+                    });
+                    check_backend(cb);
+                    CK(cudaMemset(out, 0xff, nq * 4));
+                    const float ms0 = time_ms(cb->stream, [&](int) {
+                        fw_any<false>(cb, kt, hd, q, &kv, C, d_pos, d_off, d_tabs, nh, nkv, scale, out, 1, NULL);
+                    });
+                    check_backend(cb);
+                    const double rel0 = fetch_rel();
+                    CK(cudaMemset(out, 0xff, nq * 4));
+                    const float ms1 = time_ms(cb->stream, [&](int) {
+                        fw_any(cb, kt, hd, q, &kv, C, d_pos, d_off, d_tabs, nh, nkv, scale, out, 1, NULL);
+                    });
+                    check_backend(cb);
+                    const double rel1 = fetch_rel();
+                    printf("| %d/%d x %d | %s | %d | %ld | %.0f | %.0f | %.1e | %.0f | %.2fx | %.1e |", nh, nkv, hd,
+                           kt == KT_F16 ? "f16" : kt == KT_Q8_0 ? "q8_0" : "q4_0", C, D, flops / (ms_old * 1e9),
+                           flops / (ms0 * 1e9), rel0, flops / (ms1 * 1e9), ms_old / ms1, rel1);
+                    double worst = 0;
+                    for (int sp : {2, 3, 4, 6, 8}) {
+                        if (C != 512) break;
+                        CK(cudaMemset(out, 0xff, nq * 4));
+                        const float ms = time_ms(cb->stream, [&](int) {
+                            fw_any(cb, kt, hd, q, &kv, C, d_pos, d_off, d_tabs, nh, nkv, scale, out, sp, part);
+                        });
+                        check_backend(cb);
+                        worst = fmax(worst, fetch_rel());
+                        printf(" %.0f", flops / (ms * 1e9));
+                    }
+                    const int plan = fw_plan_splits(C, nh, nkv, (int)n_keys, cb->n_sm);
+                    CK(cudaMemset(out, 0xff, nq * 4));
+                    const float msd = time_ms(cb->stream, [&](int) {
+                        fw_any(cb, kt, hd, q, &kv, C, d_pos, d_off, d_tabs, nh, nkv, scale, out, plan, part);
+                    });
+                    check_backend(cb);
+                    worst = fmax(worst, fetch_rel());
+                    printf(" | %.1e | %d | %.0f | %.2fx |\n", worst, plan, flops / (msd * 1e9), ms_old / msd);
+                    fflush(stdout);
+                    free(ref);
+                    free(h);
+                    cudaFree(part);
+                    fa_case_free(fc);
+                }
+}
+
 int main(int argc, char **argv) {
     const long max_depth = argc > 1 ? atol(argv[1]) : 1048576;
     const char *only = argc > 2 ? argv[2] : NULL; /* one cache type's decode rows */
@@ -304,6 +405,11 @@ int main(int argc, char **argv) {
     static const long depths[] = {4096, 32768, 131072, 262144, 1048576};
     const int bs = 16;
     const bool prefill_only = only && !strcmp(only, "prefill");
+    if (only && !strcmp(only, "fw")) { /* the warpgroup-MMA prefill kernel's rows alone */
+        prefill_fw(cb, max_depth);
+        be->ops->free(be);
+        return 0;
+    }
     const char *shape_env = getenv("LAB_SHAPE"); /* one shape's rows (its index above): for ncu */
     for (int kt : {KT_F16, KT_Q8_0, KT_Q4_0})
         for (auto &sh : shapes)

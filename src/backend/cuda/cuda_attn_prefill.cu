@@ -100,11 +100,11 @@ template <int KT, int D> __host__ __device__ constexpr int fa_raw_bytes() { retu
 /* Copies the BN quantized cache rows named by rows[] raw into dst [BN][fa_raw_bytes], asynchronously
  * (8-byte pieces; 4 at head dim 64, whose rows are 68 and 36 bytes). Rows < 0 are left as they are:
  * fa_convert zero-fills them. */
-template <int KT, int D, int BN>
+template <int KT, int D, int BN, int NT = FA_THREADS /* threads a block */>
 __device__ __forceinline__ void fa_stage_raw(uint8_t *dst, const void *base, const int *rows, int tid) {
     constexpr int RB = fa_raw_bytes<KT, D>(), CB = RB % 8 == 0 ? 8 : 4, CPR = RB / CB;
     static_assert(RB % CB == 0, "whole pieces a row");
-    for (int c = tid; c < BN * CPR; c += FA_THREADS) {
+    for (int c = tid; c < BN * CPR; c += NT) {
         const int r = c / CPR, k = c % CPR, row = rows[r];
         if (row < 0) continue;
         const uint8_t *src = (const uint8_t *)base + (int64_t)row * RB + CB * k;
