@@ -165,7 +165,28 @@ static int prefill_plans(void) {
     }
     printf("%s prefill attention plans: %zu batches -> (MT, splits)\n", bad ? "FAIL" : "ok  ",
            sizeof cases / sizeof cases[0]);
-    return bad;
+    /* the warpgroup-MMA kernels' splits (fw_plan_splits), at attn_lab's points (session 34) */
+    struct {
+        int n, nh, nkv, max_np, n_split;
+        const char *why;
+    } fw[] = {
+        {512, 32, 8, 131584, 1, "8b ubatch after 128K: 128 blocks fill 97% unsplit"},
+        {512, 24, 4, 131584, 4, "27b ubatch after 128K: 96 blocks, 4 splits fill 97%"},
+        {512, 16, 2, 33280, 2, "35b-a3b ubatch after 32K: 64 blocks, 2 splits fill 97%"},
+        {512, 16, 2, 4608, 1, "35b-a3b ubatch after 4K: the prefix too short to split"},
+        {2048, 24, 4, 133120, 1, "27b chunk of 2K: 384 blocks, more than the SMs"},
+        {80, 8, 2, 65680, 16, "test_cuda_ops' deep chunk: 6 blocks, the most splits"},
+    };
+    int bad_fw = 0;
+    for (auto &c : fw) {
+        const int sp = fw_plan_splits(c.n, c.nh, c.nkv, c.max_np, 132);
+        if (sp != c.n_split) {
+            bad_fw++;
+            printf("FAIL fw prefill plan (%s): %d splits\n", c.why, sp);
+        }
+    }
+    printf("%s warpgroup-MMA prefill plans: %zu batches -> splits\n", bad_fw ? "FAIL" : "ok  ", sizeof fw / sizeof fw[0]);
+    return bad + bad_fw;
 }
 
 int main(void) {

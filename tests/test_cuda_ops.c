@@ -1281,8 +1281,10 @@ static void test_matmul_cublas(void) { on_blas_backend(cublas_cases); }
  * sums and softmax stay f32. Expected relative L2 error vs the CPU: 2-4e-4
  * (a host emulation of the kernel measured <= 3.4e-4 on these shapes);
  * tolerance 2e-3. The same batches on a backend made with BRISK_CUDA_DISABLE=fa
- * (the SIMT tile kernel) keep the tile kernel's tolerances (1e-5 f32 KV, 1e-4). */
-static bk_backend *gpu_fa_off;
+ * (the SIMT tile kernel) keep the tile kernel's tolerances (1e-5 f32 KV, 1e-4). On an sm_90 device the
+ * default is the warpgroup-MMA kernel at head dims 128 and 256 (same roundings, same 2e-3); a backend
+ * made with BRISK_CUDA_DISABLE=attn_wgmma checks the mma.sync kernel there too. */
+static bk_backend *gpu_fa_off, *gpu_fw_off;
 
 /* A paged cache of random contents (shuffled pages, n_seq sequences, bs tokens a page);
  * the batch's entries write their own K/V, positions below them are the prefix. */
@@ -1337,6 +1339,17 @@ static void check_prefill(int kv_type, int n_head, int n_head_kv, int hd, int bs
     dev_read(dkc, kg, cache_bytes);
     CHECK(!memcmp(kg, kc, cache_bytes)); /* the batch's K rows, written as the CPU writes them */
     free(kg);
+    if (gpu_fw_off) { /* the mma.sync kernel where the default is the warpgroup-MMA one (sm_90a, 128, 256) */
+        const long f0 = bk_cuda_path_launches(gpu_fw_off, "attn_prefill");
+        gpu_fw_off->ops->attention(gpu_fw_off, dq, dk, dv, &vwg, &ab, n_head, n_head_kv, hd, scale, dout);
+        CHECK(bk_cuda_path_launches(gpu_fw_off, "attn_prefill") - f0 == 1);
+        CHECK_OK(gpu_fw_off->ops->read(gpu_fw_off, dout, og, nq * 4));
+        const double e1 = rel_err(og, oc, nq);
+        if (!(e1 <= 2e-3))
+            fprintf(stderr, "  prefill attention (attn_wgmma off) kv %d heads %d/%d hd %d bs %d n %d pos0 %d: %.2e\n",
+                    kv_type, n_head, n_head_kv, hd, bs, n, pos[0], e1);
+        CHECK(e1 <= 2e-3);
+    }
     if (gpu_fa_off) { /* the SIMT kernel on the same device buffers (its own stream: read() syncs it) */
         const long f0 = bk_cuda_path_launches(gpu_fa_off, "attn_prefill");
         gpu_fa_off->ops->attention(gpu_fa_off, dq, dk, dv, &vwg, &ab, n_head, n_head_kv, hd, scale, dout);
@@ -1358,6 +1371,9 @@ static void test_attention_prefill(void) {
     /* a second backend with the switch read at creation (the environment is left as it was) */
     char *saved = list_add("BRISK_CUDA_DISABLE", "fa");
     if (bk_cuda_backend_new(0, &gpu_fa_off) != BRISK_OK) gpu_fa_off = NULL;
+    list_restore("BRISK_CUDA_DISABLE", saved);
+    saved = list_add("BRISK_CUDA_DISABLE", "attn_wgmma");
+    if (bk_cuda_backend_new(0, &gpu_fw_off) != BRISK_OK) gpu_fw_off = NULL;
     list_restore("BRISK_CUDA_DISABLE", saved);
     static int32_t pos[1600];
     static int seq[1600];
@@ -1404,12 +1420,18 @@ static void test_attention_prefill(void) {
         for (int i = 0; i < 70; i++) { pos[i] = 4500 + i; seq[i] = 0; }
         check_prefill(kt, 24, 4, 256, 16, 70, pos, seq);
     }
+    /* a chunk after 65,600 cached positions (a new turn deep in a conversation): the key range split,
+     * head dims 128 (f16) and 256 (q8_0) */
+    for (int i = 0; i < 80; i++) { pos[i] = 65600 + i; seq[i] = 0; }
+    check_prefill(BRISK_KV_F16, 8, 2, 128, 16, 80, pos, seq);
+    check_prefill(BRISK_KV_Q8_0, 4, 1, 256, 16, 80, pos, seq);
     /* a prompt chunk of 1,600 entries on the 8b's heads: enough blocks for the two-m-tile instance
      * unsplit (fa_plan: 400 blocks) */
     for (int i = 0; i < 1600; i++) { pos[i] = i; seq[i] = 0; }
     check_prefill(BRISK_KV_F16, 32, 8, 128, 16, 1600, pos, seq);
     if (gpu_fa_off) gpu_fa_off->ops->free(gpu_fa_off);
-    gpu_fa_off = NULL;
+    if (gpu_fw_off) gpu_fw_off->ops->free(gpu_fw_off);
+    gpu_fa_off = gpu_fw_off = NULL;
 }
 
 #include "cuda/ops_iq.c"

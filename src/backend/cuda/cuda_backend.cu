@@ -437,6 +437,7 @@ static brisk_status cuda_init(cuda_backend *cb, bool weights_only) {
     cb->moe_q8_off = p->moe_q8_off;
     cb->mmvq_slices_off = p->mmvq_slices_off;
     cb->fa_off = p->fa_off;
+    cb->attn_wgmma_off = p->attn_wgmma_off;
     cb->mmvq_multi_off = p->mmvq_multi_off;
     cb->mmvs_off = p->mmvs_off || cc_major < 9;
     cb->mmvf_on = !p->mmvf_off && cc_major >= 9;

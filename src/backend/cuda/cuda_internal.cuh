@@ -180,6 +180,7 @@ typedef struct cuda_backend {
 
     struct cuda_blas *blas;     /* cuda_blas.cu: cuBLAS for prefill products; NULL with BRISK_CUDA_DISABLE=cublas */
     bool fa_off;                /* BRISK_CUDA_DISABLE=fa: prefill attention on the SIMT tile kernel (A/B) */
+    bool attn_wgmma_off;        /* BRISK_CUDA_DISABLE=attn_wgmma: prefill attention on mma.sync, not wgmma */
     struct cuda_nccl *nccl;     /* cuda_nccl.cu: this backend's communicator (tensor parallelism), or NULL */
 } cuda_backend;
 
@@ -1152,6 +1153,8 @@ struct fa_shape {
     int mt, n_split;
 };
 fa_shape fa_plan_shape(int kv_type, int n, int n_head, int n_head_kv, int hd, int max_np, int n_sm);
+/* The key-range splits of the warpgroup-MMA kernel (sm_90a, one block an SM) for the same batch. Pure. */
+int fw_plan_splits(int n, int n_head, int n_head_kv, int max_np, int n_sm);
 void cuda_attn_prefill(cuda_backend *cb, const float *q, const bk_kv_view *kv, int n, int max_np, const int32_t *d_pos,
                        const int32_t *d_off, const int32_t *d_tabs, int n_head, int n_head_kv, int hd, float scale,
                        float *out);

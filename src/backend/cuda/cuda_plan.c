@@ -62,6 +62,7 @@ static const plan_row rows[] = {
     OFF("router_pf", router_pf_off, "the fused router's rows asked into the L2 before its wait"),
     OFF("route_warp", route_warp_off, "the router's warp-per-token kernel; off: its block-per-token kernel only"),
     OFF("fa", fa_off, "prefill attention on tensor cores; off: the SIMT tile kernel"),
+    OFF("attn_wgmma", attn_wgmma_off, "prefill attention on Hopper's warpgroup MMA (sm_90a, head dims 128 and 256); off: the mma.sync kernel"),
     OFF("attn_gqa", attn_gqa_off, "an attention block serves a KV head's whole GQA group; off: a block per query head"),
     OFF("attn_mma", attn_mma_off, "decode attention on tensor cores (cuda_attn_mma.cu); off: the warp-per-row kernel"),
     OFF("attn_fuse", attn_fuse_off, "decode attention merges its splits in its own kernel; off: in a merge kernel of their own"),

@@ -60,7 +60,7 @@ typedef struct cuda_plan {
     bool attn_rope_off, attn_gate_off, attnq_off, kvfuse_off, qkrope_off, glu_off, normq_off;
     bool mmvq_slices_off, mmvq_multi_off, mmvs_off, mmvs_wide_off, dec_qtypes_off;
     bool gd_chunk_off, gd_fuse_off, gd_conv_off, weight_pool_off;
-    bool cublas_off, attn_mma_off, q6k_quad_off, mmvf_off;
+    bool cublas_off, attn_mma_off, q6k_quad_off, mmvf_off, attn_wgmma_off;
     /* tuning */
     int64_t mmvs_min_in;        /* columns */
     int mmvs_pre;               /* stages */

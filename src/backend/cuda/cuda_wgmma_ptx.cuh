@@ -1,5 +1,5 @@
-/* wgmma_ptx.cuh — Hopper's warpgroup MMA (wgmma.mma_async, sm_90a) for the prefill attention
- * (attn_fw.cuh): f16 inputs, f32 accumulators, M = 64 rows a warpgroup, K = 16.
+/* cuda_wgmma_ptx.cuh — Hopper's warpgroup MMA (wgmma.mma_async, sm_90a) for the prefill attention
+ * (cuda_attn_prefill.cu's fw kernel): f16 inputs, f32 accumulators, M = 64 rows a warpgroup, K = 16.
  *
  * Accumulators: d[j][e] of an m64nN product is, for the thread of lane l in warp w of the warpgroup,
  * row 16 w + l / 4 + 8 (e / 2), column 8 j + 2 (l % 4) + e % 2: warp w's rows in the layout of
@@ -8,10 +8,10 @@
  * rounded to f16, the A fragment of key chunk c of P V (as in the mma.sync kernel).
  *
  * Shared memory operands are described by 64-bit descriptors (fw_desc) over 128-byte-swizzled tiles
- * (see fw_swz in attn_fw.cuh). scale_d = 0 makes the product overwrite d (the first K step).
+ * (see fw_swz in cuda_attn_prefill.cu). scale_d = 0 makes the product overwrite d (the first K step).
  * Every wrapper needs sm_90a (FW_ARCH_OK); the kernel that uses them compiles empty elsewhere. */
-#ifndef BK_DEV_WGMMA_PTX_CUH
-#define BK_DEV_WGMMA_PTX_CUH
+#ifndef BK_CUDA_WGMMA_PTX_CUH
+#define BK_CUDA_WGMMA_PTX_CUH
 #include <stdint.h>
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
