@@ -577,6 +577,68 @@ template <int D> __device__ __forceinline__ void fw_rescale(float (&o)[D / 8][4]
     }
 }
 
+/* Both wgmma kernels' start: the tile's entries' positions and table offsets (pos_s, off_s), Q scaled
+ * and rounded to f16 into the swizzled tile Qs (8 values a thread and pass; rows past the batch zero),
+ * and each group's leader (the first entry of a table offset) with the group's last position
+ * (last_s; -1 elsewhere), as fa_prefill_kernel; ends with a barrier. */
+template <int D>
+__device__ __forceinline__ void fw_begin(uint8_t *Qs, const float *q, const int32_t *pos, const int32_t *tab_off,
+                                         int *pos_s, int *off_s, int *last_s, int tid, int t0, int n_tok, int ntok,
+                                         int n_head, int h0, int gmask, int gs, float qscale) {
+    if (tid < ntok) {
+        pos_s[tid] = tid < n_tok ? pos[t0 + tid] : -1;
+        off_s[tid] = tid < n_tok ? tab_off[t0 + tid] : -1;
+    }
+    for (int c = tid; c < FW_BM * D / 8; c += FW_THREADS) {
+        const int r = c / (D / 8), c8 = c % (D / 8), j = r >> gs;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (j < n_tok) {
+            const float4 *p = (const float4 *)(q + ((int64_t)(t0 + j) * n_head + h0 + (r & gmask)) * D + 8 * c8);
+            const float4 a = p[0], b = p[1];
+            v = make_uint4(fa_pack(a.x * qscale, a.y * qscale), fa_pack(a.z * qscale, a.w * qscale),
+                           fa_pack(b.x * qscale, b.y * qscale), fa_pack(b.z * qscale, b.w * qscale));
+        }
+        *(uint4 *)(Qs + fw_swz<FW_BM>(r, c8)) = v;
+    }
+    __syncthreads();
+    if (tid < n_tok) {
+        bool lead = true;
+        for (int k = 0; k < tid && lead; k++) lead = off_s[k] != off_s[tid];
+        int mx = -1;
+        if (lead)
+            for (int k = tid; k < n_tok; k++)
+                if (off_s[k] == off_s[tid]) mx = max(mx, pos_s[k]);
+        last_s[tid] = mx;
+    }
+#if FW_ARCH_OK
+    fw_fence_smem(); /* Q's tile, for wgmma */
+#endif
+    __syncthreads();
+}
+
+/* Both wgmma kernels' end of a group: the row sums over a row's four lanes, then O / l (or, split, the
+ * unnormalised partial with m and l) for this thread's rows ra and rb where they belong to the group. */
+template <int D, bool SPLIT>
+__device__ __forceinline__ void fw_finish(float *out, float *part, const float (*oacc)[4], float la, float lb,
+                                          float ma, float mb, int pa, int pb, int t0, int ra, int rb, int gs,
+                                          int n_head, int h0, int gmask, int tig, int n_split, int sp) {
+    const unsigned full = 0xffffffffu;
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) {
+        la += __shfl_xor_sync(full, la, o);
+        lb += __shfl_xor_sync(full, lb, o);
+    }
+    const int64_t at0 = ((int64_t)(t0 + (ra >> gs)) * n_head + h0 + (ra & gmask)) * D + 2 * tig;
+    const int64_t at1 = ((int64_t)(t0 + (rb >> gs)) * n_head + h0 + (rb & gmask)) * D + 2 * tig;
+    if (SPLIT) {
+        if (pa >= 0) fa_store_part<D>(part, at0 / D, n_split, sp, tig, oacc, 0, ma, la);
+        if (pb >= 0) fa_store_part<D>(part, at1 / D, n_split, sp, tig, oacc, 2, mb, lb);
+    } else {
+        if (pa >= 0) fa_store_row<D>(out, at0, oacc, 0, la);
+        if (pb >= 0) fa_store_row<D>(out, at1, oacc, 2, lb);
+    }
+}
+
 /* Key tile: 128 positions at head dim 128 (S: 64 registers a thread, O: 64), 64 at 256 (O: 128).
  * Dynamic shared memory: 1 KB to align the tiles, Q (FW_BM rows), K and V (BN rows), f16, and the raw
  * K and V rows of a quantized cache. */
@@ -600,40 +662,12 @@ fw_prefill_kernel(const float *q, const void *kc, const void *vc, int bs, const 
     uint8_t *Ks = Qs + BM * D * 2, *Vs = Ks + BN * D * 2;
     uint8_t *Kr = Vs + BN * D * 2, *Vr = Kr + BN * fa_raw_bytes<KT, D>();
     __shared__ int pos_s[BM], off_s[BM], last_s[BM], row_s[2][BN];
-    const unsigned full = 0xffffffffu;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4, g = lane / 4, tig = lane % 4;
     const int ntok = BM >> gs, t0 = (int)(gridDim.x - 1 - blockIdx.x) * ntok, n_tok = min(ntok, n - t0);
     const int h0 = blockIdx.y << gs, kvh = h0 / group, gmask = (1 << gs) - 1;
     const int sp = SPLIT ? (int)blockIdx.z : 0, n_split = SPLIT ? (int)gridDim.z : 1;
 
-    if (tid < ntok) {
-        pos_s[tid] = tid < n_tok ? pos[t0 + tid] : -1;
-        off_s[tid] = tid < n_tok ? tab_off[t0 + tid] : -1;
-    }
-    /* Q, scaled and rounded to f16, 8 values a thread and pass; rows past the batch are zero */
-    for (int c = tid; c < BM * D / 8; c += FW_THREADS) {
-        const int r = c / (D / 8), c8 = c % (D / 8), j = r >> gs;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (j < n_tok) {
-            const float4 *p = (const float4 *)(q + ((int64_t)(t0 + j) * n_head + h0 + (r & gmask)) * D + 8 * c8);
-            const float4 a = p[0], b = p[1];
-            v = make_uint4(fa_pack(a.x * qscale, a.y * qscale), fa_pack(a.z * qscale, a.w * qscale),
-                           fa_pack(b.x * qscale, b.y * qscale), fa_pack(b.z * qscale, b.w * qscale));
-        }
-        *(uint4 *)(Qs + fw_swz<BM>(r, c8)) = v;
-    }
-    __syncthreads();
-    if (tid < n_tok) { /* groups, as fa_prefill_kernel */
-        bool lead = true;
-        for (int k = 0; k < tid && lead; k++) lead = off_s[k] != off_s[tid];
-        int mx = -1;
-        if (lead)
-            for (int k = tid; k < n_tok; k++)
-                if (off_s[k] == off_s[tid]) mx = max(mx, pos_s[k]);
-        last_s[tid] = mx;
-    }
-    fw_fence_smem(); /* Q's tile, for wgmma */
-    __syncthreads();
+    fw_begin<D>(Qs, q, pos, tab_off, pos_s, off_s, last_s, tid, t0, n_tok, ntok, n_head, h0, gmask, gs, qscale);
 
     const int ra = 16 * warp + g, rb = ra + 8; /* this thread's rows */
     const uint32_t q_at = fa_smem_addr(Qs) + wg * 64 * 128, k_at = fa_smem_addr(Ks), v_at = fa_smem_addr(Vs);
@@ -722,20 +756,7 @@ fw_prefill_kernel(const float *q, const void *kc, const void *vc, int bs, const 
                 fw_wait<0>();
             }
         }
-#pragma unroll
-        for (int o = 1; o < 4; o <<= 1) {
-            la += __shfl_xor_sync(full, la, o);
-            lb += __shfl_xor_sync(full, lb, o);
-        }
-        const int64_t at0 = ((int64_t)(t0 + ja) * n_head + h0 + (ra & gmask)) * D + 2 * tig;
-        const int64_t at1 = ((int64_t)(t0 + jb) * n_head + h0 + (rb & gmask)) * D + 2 * tig;
-        if (SPLIT) {
-            if (pa >= 0) fa_store_part<D>(part, at0 / D, n_split, sp, tig, oacc, 0, ma, la);
-            if (pb >= 0) fa_store_part<D>(part, at1 / D, n_split, sp, tig, oacc, 2, mb, lb);
-        } else {
-            if (pa >= 0) fa_store_row<D>(out, at0, oacc, 0, la);
-            if (pb >= 0) fa_store_row<D>(out, at1, oacc, 2, lb);
-        }
+        fw_finish<D, SPLIT>(out, part, oacc, la, lb, ma, mb, pa, pb, t0, ra, rb, gs, n_head, h0, gmask, tig, n_split, sp);
     }
 #endif
 }
@@ -773,33 +794,7 @@ fw2_prefill_kernel(const float *q, const void *kc, const void *vc, int bs, const
     const int h0 = blockIdx.y << gs, kvh = h0 / group, gmask = (1 << gs) - 1;
     const int sp = SPLIT ? (int)blockIdx.z : 0, n_split = SPLIT ? (int)gridDim.z : 1;
 
-    if (tid < ntok) {
-        pos_s[tid] = tid < n_tok ? pos[t0 + tid] : -1;
-        off_s[tid] = tid < n_tok ? tab_off[t0 + tid] : -1;
-    }
-    for (int c = tid; c < BM * D / 8; c += FW_THREADS) {
-        const int r = c / (D / 8), c8 = c % (D / 8), j = r >> gs;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (j < n_tok) {
-            const float4 *p = (const float4 *)(q + ((int64_t)(t0 + j) * n_head + h0 + (r & gmask)) * D + 8 * c8);
-            const float4 a = p[0], b = p[1];
-            v = make_uint4(fa_pack(a.x * qscale, a.y * qscale), fa_pack(a.z * qscale, a.w * qscale),
-                           fa_pack(b.x * qscale, b.y * qscale), fa_pack(b.z * qscale, b.w * qscale));
-        }
-        *(uint4 *)(Qs + fw_swz<BM>(r, c8)) = v;
-    }
-    __syncthreads();
-    if (tid < n_tok) {
-        bool lead = true;
-        for (int k = 0; k < tid && lead; k++) lead = off_s[k] != off_s[tid];
-        int mx = -1;
-        if (lead)
-            for (int k = tid; k < n_tok; k++)
-                if (off_s[k] == off_s[tid]) mx = max(mx, pos_s[k]);
-        last_s[tid] = mx;
-    }
-    fw_fence_smem();
-    __syncthreads();
+    fw_begin<D>(Qs, q, pos, tab_off, pos_s, off_s, last_s, tid, t0, n_tok, ntok, n_head, h0, gmask, gs, qscale);
 
     const int ra = 16 * warp + g, rb = ra + 8;
     const uint32_t q_at = fa_smem_addr(Qs) + wg * 64 * 128, kv_at = fa_smem_addr(KV);
@@ -892,20 +887,7 @@ fw2_prefill_kernel(const float *q, const void *kc, const void *vc, int bs, const
             fw_commit();
             fw_wait<0>();
         }
-#pragma unroll
-        for (int o = 1; o < 4; o <<= 1) {
-            la += __shfl_xor_sync(full, la, o);
-            lb += __shfl_xor_sync(full, lb, o);
-        }
-        const int64_t at0 = ((int64_t)(t0 + ja) * n_head + h0 + (ra & gmask)) * D + 2 * tig;
-        const int64_t at1 = ((int64_t)(t0 + jb) * n_head + h0 + (rb & gmask)) * D + 2 * tig;
-        if (SPLIT) {
-            if (pa >= 0) fa_store_part<D>(part, at0 / D, n_split, sp, tig, oacc, 0, ma, la);
-            if (pb >= 0) fa_store_part<D>(part, at1 / D, n_split, sp, tig, oacc, 2, mb, lb);
-        } else {
-            if (pa >= 0) fa_store_row<D>(out, at0, oacc, 0, la);
-            if (pb >= 0) fa_store_row<D>(out, at1, oacc, 2, lb);
-        }
+        fw_finish<D, SPLIT>(out, part, oacc, la, lb, ma, mb, pa, pb, t0, ra, rb, gs, n_head, h0, gmask, tig, n_split, sp);
         __syncthreads(); /* every warpgroup past its last tile before the next group's rows and copies */
     }
 #endif
