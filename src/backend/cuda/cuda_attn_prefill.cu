@@ -1038,7 +1038,7 @@ static bool fw_usable(cuda_backend *cb, int kv_type, int hd) {
         const bool y = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, cb->device) == cudaSuccess &&
                        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, cb->device) == cudaSuccess &&
                        major == 9 && minor == 0 &&
-                       cudaFuncGetAttributes(&a, fw_prefill_kernel<KT_F16, 128, false>) == cudaSuccess &&
+                       cudaFuncGetAttributes(&a, fw2_prefill_kernel<KT_F16, 128, false>) == cudaSuccess &&
                        a.binaryVersion == 90;
         cudaGetLastError(); /* a refusal here is not this op's failure: the mma.sync kernel runs */
         ok[dev] = y ? 1 : -1;
@@ -1055,8 +1055,11 @@ static void fw_launch(cuda_backend *cb, const float *q, const bk_kv_view *kv, in
     constexpr bool P2 = PIPE && fw2_tile<KT, D>::fits;
     constexpr size_t smem = P2 ? fw2_tile<KT, D>::smem : fw_tile<KT, D>::smem;
     if (n_split < 2 || !part) n_split = 1, part = NULL;
-    auto kern = P2 ? (part ? fw2_prefill_kernel<KT, D, true> : fw2_prefill_kernel<KT, D, false>)
-                     : (part ? fw_prefill_kernel<KT, D, true> : fw_prefill_kernel<KT, D, false>);
+    /* if constexpr: only the form that runs is instantiated (a ?: would compile both for every type) */
+    auto kern = [&] {
+        if constexpr (P2) return part ? fw2_prefill_kernel<KT, D, true> : fw2_prefill_kernel<KT, D, false>;
+        else return part ? fw_prefill_kernel<KT, D, true> : fw_prefill_kernel<KT, D, false>;
+    }();
     CU_OP(cb, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((unsigned)((n + ntok - 1) / ntok), (unsigned)(n_head >> gs), (unsigned)n_split);
     kern<<<grid, FW_THREADS, smem, cb->stream>>>(q, kv->k, kv->v, kv->block_size, d_pos, d_off, d_tabs, n, n_head,
