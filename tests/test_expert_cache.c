@@ -1,5 +1,5 @@
 /* test_expert_cache.c — the hot-expert GPU cache for experts in host memory
- * (brisk_context_params.cache_experts, engine/offload.c) without a GPU: the
+ * (brisk_context_params.cache_experts, backend/moe.c) without a GPU: the
  * model "on the GPU" is split_cpu's second CPU backend, which holds the
  * cache's slots, while the context's extra CPU backend runs the misses, as
  * a GPU stage does. Each layer's weighted expert sum is then two sums added,

@@ -31,7 +31,7 @@
  * least 16-byte aligned, readable for 256 bytes past the end), and host / dev are
  * not read. The array (n_expert) is backend memory read by the op when it runs, so
  * a CUDA graph that captured the op follows later changes of its entries; an entry
- * may point at device memory or at mapped host memory (offload.c's expert cache:
+ * may point at device memory or at mapped host memory (moe.c's expert cache:
  * a GPU slot, or the expert's bytes in pinned host memory read over PCIe). */
 typedef struct bk_weight {
     const char *name;   /* tensor name, for messages */
@@ -215,7 +215,7 @@ typedef struct bk_backend_ops {
      * expert tensors (bk_weight.n_expert). The batch is grouped by expert, so
      * an active expert's weights are read once per call; experts no token
      * chose are not read. An entry whose id is < 0 is skipped, as if its weight
-     * were 0 (a row with none is 0): offload.c splits one routing between a
+     * were 0 (a row with none is 0): moe.c splits one routing between a
      * GPU's expert cache and the CPU this way, and a tensor-parallel rank
      * keeps the slots of its own experts (moe_ids_local; k may then exceed
      * the n_expert it holds). x (n, n_embd), out: backend memory, not aliased. */

@@ -9,7 +9,7 @@
  * residual stream across, then the second's.
  *
  * A GPU stage whose layers keep their experts in host memory (n_cpu_moe)
- * holds a moe_offload (engine/offload.h): a CPU backend of its own and host
+ * holds a moe_offload (backend/moe.h): a CPU backend of its own and host
  * buffers, through which those layers' expert FFN runs on the CPU, and with
  * cache_experts / cache_gpu_mem a hot-expert cache on the stage's device
  * (sized by make_cache after the KV cache and scratch, from what is left).
@@ -30,7 +30,6 @@
 #include "base/status.h"
 #include "engine/kv_cache.h"
 #include "engine/mtp.h"
-#include "engine/offload.h"
 #include "engine/pooling.h"
 #include "engine/tp.h"
 #include "model/arch.h"
@@ -340,6 +339,28 @@ static void rs_copy(brisk_context *c, int src, int dst) {
     }
 }
 
+/* The stage's moe_offload when some of its layers keep their experts in host memory (n_cpu_moe):
+ * their tensors handed over as a table. */
+static brisk_status make_offload(brisk_context *c, ctx_stage *st) {
+    const brisk_model *m = c->model;
+    int n_host = 0;
+    const bk_weight *(*exps)[3] = calloc(st->l1 > st->l0 ? (size_t)(st->l1 - st->l0) : 1, sizeof *exps);
+    if (!exps) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    for (int l = st->l0; l < st->l1; l++) {
+        const layer_weights *L = &m->layers[l];
+        if (!L->exps_host) continue;
+        exps[l - st->l0][0] = &L->gate_exps;
+        exps[l - st->l0][1] = &L->up_exps;
+        exps[l - st->l0][2] = &L->down_exps;
+        n_host++;
+    }
+    const moe_host_experts hx = {st->l0, st->l1, m->hp.n_expert, m->hp.n_expert_used, m->hp.n_embd, exps};
+    brisk_status s = n_host ? moe_offload_new(c->p.n_threads, &c->p.cpu, c->n_ubatch, &hx, &st->s.moe_offload)
+                            : BRISK_OK;
+    free(exps);
+    return s;
+}
+
 /* The stages of a model: one, or two when its layers are split (model_split).
  * Each gets a backend of its own: the CPU's, or for a GPU stage a CUDA
  * backend (own stream and staging) on the device that holds its weights;
@@ -367,14 +388,8 @@ static brisk_status make_stages(brisk_context *c) {
         bool gpu = bk_backend_is_cuda(m->be, &dev) && (i == 1 || !split);
         BK_TRY(gpu ? bk_cuda_backend_new(dev, &st->be) : bk_cpu_backend_new_placed(c->p.n_threads, &c->p.cpu, &st->be));
         BK_TRY(tp_attach(m, st->be)); /* tensor parallelism: the backend's all_reduce over the ranks */
-        bool exps_host = false;
-        for (int l = st->l0; l < st->l1; l++) {
-            st->n_rec += model_layer_recurrent(&m->hp, l);
-            exps_host |= m->layers[l].exps_host;
-        }
-        if (exps_host)
-            BK_TRY(moe_offload_new(c->p.n_threads, &c->p.cpu, c->n_ubatch, m->hp.n_embd, m->hp.n_expert_used,
-                                   &st->s.moe_offload));
+        for (int l = st->l0; l < st->l1; l++) st->n_rec += model_layer_recurrent(&m->hp, l);
+        BK_TRY(make_offload(c, st));
     }
     return BRISK_OK;
 }
@@ -406,17 +421,17 @@ static uint64_t cuda_extra_bytes(const model_hparams *hp, bool gpu_experts) {
  * `used` (the GPU's other bytes: weights, KV cache, scratch) is spread over those layers' slots,
  * each layer's sized by its experts, after the spare slots (a copied miss is worth most in a
  * prefill, where many experts miss at once) and the buffers. */
-static void cache_size(const brisk_model *m, const brisk_context_params *p, int l0, int l1, int n_ubatch,
-                       uint64_t used, int *slots, int *spare) {
+static void cache_size(const brisk_model *m, const brisk_context_params *p, const moe_offload *mo, uint64_t used,
+                       int *slots, int *spare) {
     const model_hparams *hp = &m->hp;
     int ne = hp->n_expert, want_spare = 2 * hp->n_expert_used > ne / 8 ? 2 * hp->n_expert_used : ne / 8;
     *slots = *spare = 0;
     uint64_t se, emax; /* one slot in every layer; the largest expert */
-    if (!moe_cache_layers(m, l0, l1, &se, &emax) || !ne) return;
+    if (!moe_cache_layers(mo, &se, &emax) || !ne) return;
     if (p->cache_experts > 0) {
         *slots = p->cache_experts < ne ? p->cache_experts : ne;
     } else if (p->cache_gpu_mem > used) {
-        uint64_t fixed = moe_cache_bytes(m, l0, l1, 0, 0, n_ubatch), left = p->cache_gpu_mem - used;
+        uint64_t fixed = moe_cache_bytes(mo, 0, 0), left = p->cache_gpu_mem - used;
         uint64_t t = left > fixed ? left - fixed : 0;
         uint64_t sp = t / (se + emax); /* no more spare slots than slots in a layer */
         if (sp > (uint64_t)want_spare) sp = (uint64_t)want_spare;
@@ -514,11 +529,11 @@ static brisk_status make_cache(brisk_context *c, ctx_stage *st) {
                        p->expert_stats_layers, p->expert_stats_experts, m->hp.n_layer, m->hp.n_expert);
     int slots, spare;
     uint64_t se, emax;
-    int n_off = moe_cache_layers(m, st->l0, st->l1, &se, &emax); /* (for the message) */
+    int n_off = moe_cache_layers(st->s.moe_offload, &se, &emax); /* (for the message) */
     uint64_t used = m->gpu_weight_bytes + c->mem.kv_bytes + c->mem.scratch_bytes;
-    cache_size(m, p, st->l0, st->l1, c->n_ubatch, used, &slots, &spare);
+    cache_size(m, p, st->s.moe_offload, used, &slots, &spare);
     if (slots <= 0) return BRISK_OK;
-    uint64_t bytes = moe_cache_bytes(m, st->l0, st->l1, slots, spare, c->n_ubatch);
+    uint64_t bytes = moe_cache_bytes(st->s.moe_offload, slots, spare);
     int dev;
     if (bk_backend_is_cuda(st->be, &dev)) {
         size_t fr = 0, tot = 0;
@@ -530,7 +545,7 @@ static brisk_status make_cache(brisk_context *c, ctx_stage *st) {
                            bytes / 1048576.0, dev, fr / 1048576.0);
     }
     c->mem.expert_cache_bytes += bytes;
-    return moe_offload_cache(st->s.moe_offload, st->be, m, st->l0, st->l1, slots, spare, p->expert_stats);
+    return moe_offload_cache(st->s.moe_offload, st->be, slots, spare, p->expert_stats);
 }
 
 /* An embeddings context's pooling (the file's when unspecified) and host buffers. */

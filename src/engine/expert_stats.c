@@ -1,5 +1,5 @@
 /* expert_stats.c — the expert activation statistics file that `brisk calibrate`
- * writes and the hot-expert cache (engine/offload.c) reads: JSON,
+ * writes and the hot-expert cache (backend/moe.c) reads: JSON,
  *
  *   {"format": "brisk-expert-stats-1", "model": PATH, "n_layer": L, "n_expert": E,
  *    "n_expert_used": K, "tokens": T, "counts": [[c_0_0, ..., c_0_{E-1}], ..., [c_{L-1}_0, ...]]}

@@ -2,10 +2,8 @@
 #ifndef BK_ARCH_H
 #define BK_ARCH_H
 #include "backend/backend.h"
+#include "backend/moe.h"
 #include "model/model.h"
-
-/* The CPU side of experts kept in host memory (engine/offload.h). */
-typedef struct moe_offload moe_offload;
 
 /* Per-step activations, allocated once by the context for n_max tokens. */
 typedef struct fwd_scratch {
@@ -100,28 +98,9 @@ void residual_matmul(const brisk_model *m, bk_backend *be, const bk_weight *w, c
 /* (model/qwen3moe.c) Adds layer l's routed experts (s->moe_ids) to s->expert_counts, if kept, and
  * the number of distinct ones (the expert weights the pass reads) to s->expert_reads. */
 void moe_count_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l);
-/* (model/qwen3moe.c) s->moe_out = layer l's routed experts over s->xb as s->moe_ids and s->moe_w chose
- * them (backend.h's moe_ffn): on be, or on the CPU when the layer keeps its experts in host memory. */
-brisk_status moe_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l);
-/* (model/qwen3moe.c) s->x += layer l's routed experts over s->xb (and, shared, plus its gated shared
- * expert, the gate's logit in s->sh_gate) in one pass of the backend's moe_ffn_shared, where it can:
- * the experts on be, no tensor parallelism. false: nothing done, the caller runs the separate ops. */
-bool moe_residual(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l, bool shared);
-/* (engine/offload.c) moe_ffn of layer `layer` on mo's CPU backend: x, ids and weights (backend memory
- * of be) are copied to host buffers, the sum back into out; the weights must be host memory. With a
- * hot-expert cache for the layer, the entries of cached experts run on be meanwhile (offload.h). */
-brisk_status moe_offload_ffn(moe_offload *mo, bk_backend *be, int layer, const bk_weight *gate, const bk_weight *up,
-                             const bk_weight *down, const float *x, int n, const int32_t *ids, const float *weights,
-                             int k, float *out);
-/* (engine/offload.c) Map mode, for a batch of n tokens that maps (what moe_offload_ffn would run on be): the layer's
- * gate, up and down (three bk_weights) with every expert addressed through its table, a slot or
- * mapped host bytes, for any MoE op of be; NULL otherwise. The caller that runs them instead of
- * moe_offload_ffn also calls moe_offload_count with the batch's routing. */
-const bk_weight *moe_offload_tables(const moe_offload *mo, int layer, int n);
-/* Adds the routing ids (n tokens x k, backend memory of be) into the layer's counters when a batch of
- * n maps (a kernel on be: part of a captured step), else nothing; unless the MoE op run between
- * moe_offload_count_arm(on) and this call counted them itself (a GPU's one-token op). Arm off (on
- * false): the op did not run, nothing is counted. */
-void moe_offload_count_arm(moe_offload *mo, bk_backend *be, int layer, int n, bool on);
-void moe_offload_count(moe_offload *mo, bk_backend *be, int layer, const int32_t *ids, int n, int k);
+/* (model/qwen3moe.c) s->x += layer l's routed experts over s->xb as s->moe_ids and s->moe_w chose them
+ * and, shared, its gated shared expert (the gate's logit in s->sh_gate): backend/moe.h's bk_moe_ffn,
+ * the experts on be or in host memory (s->moe_offload). */
+brisk_status moe_ffn_residual(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l,
+                              bool shared);
 #endif

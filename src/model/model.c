@@ -788,7 +788,7 @@ brisk_status brisk_model_load(const char *path, const brisk_model_params *params
         if (s == BRISK_OK && (m->tp_size > 0 || m->pp_size > 0) && model_split(m))
             s = bk_fail(BRISK_ERR_UNSUPPORTED, "%s parallelism keeps every layer on the GPUs (no -ngl split)",
                         m->tp_size > 0 ? "tensor" : "pipeline");
-        /* a rank's experts live on its GPU: the host-memory paths (offload.c) know no expert slices */
+        /* a rank's experts live on its GPU: the host-memory paths (backend/moe.c) know no expert slices */
         if (s == BRISK_OK && m->tp_size > 0 && m->n_cpu_moe > 0)
             s = bk_fail(BRISK_ERR_UNSUPPORTED, "tensor parallelism keeps every rank's experts on its GPU (no "
                                                "--n-cpu-moe, --gpu-mem fit or expert cache)");

@@ -101,7 +101,7 @@ typedef struct layer_weights {
                                        the rank's tp_n_expert_local experts */
     bk_weight down_exps;            /* (n_expert * n_embd, n_ff_exp) */
     bool exps_host;                 /* a GPU layer whose experts stay in host memory (n_cpu_moe): its
-                                       expert FFN runs on the CPU, see moe_experts */
+                                       expert FFN runs through backend/moe.h */
 } layer_weights;
 
 /* A multi-token-prediction (nextn) block's own tensors (llama.cpp's layer.nextn); the block's attention and

@@ -110,24 +110,9 @@ static brisk_status ffn(const brisk_model *m, bk_backend *be, const fwd_batch *b
     bk_moe_router(be, &L->ffn_gate_inp, s->xb, n, hp->n_expert_used, true, 0.0f, s->moe_logits, s->moe_ids,
                   s->moe_w, &L->gate_inp_shexp, s->sh_gate);
     moe_count_experts(m, be, b, s, l);
-    /* the shared expert as one more of the routed; the next layer's norm may take its input from it */
-    if (moe_residual(m, be, b, s, l, true)) return BRISK_OK;
-    bk_matmul_swiglu(be, &L->gate_shexp, &L->up_shexp, s->xb, n, s->hb2, s->hb);
-    if (m->tp_size > 1) /* expert parallelism: this rank runs the chosen experts it holds */
-        op->moe_ids_local(be, s->moe_ids, n * hp->n_expert_used, m->tp_expert0, m->tp_expert0 + m->tp_n_expert_local);
-    BK_TRY(moe_experts(m, be, b, s, l));
-    const bk_weight *down = &L->down_shexp;
-    op->matmul(be, 1, &down, NULL, s->hb, n, &s->sh);
-    if (m->tp_size > 0 && op->all_reduce) { /* bk_gated_residual's unfused steps, one all-reduce before x */
-        size_t len = (size_t)n * d;
-        op->sigmoid_mul(be, s->sh, s->sh_gate, n, d, 1);
-        op->add(be, s->moe_out, s->sh, len);
-        op->all_reduce(be, s->moe_out, len);
-        op->add(be, s->x, s->moe_out, len);
-        return BRISK_OK;
-    }
-    bk_gated_residual(be, s->x, s->moe_out, s->sh, s->sh_gate, n, d);
-    return BRISK_OK;
+    /* the shared expert as one more of the routed where the backend fuses them (the next layer's norm
+     * may take its input from it) */
+    return moe_ffn_residual(m, be, b, s, l, true);
 }
 
 brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,

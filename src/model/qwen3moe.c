@@ -43,35 +43,20 @@ void moe_count_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b,
     s->expert_reads[1]++;
 }
 
-brisk_status moe_experts(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l) {
+brisk_status moe_ffn_residual(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l,
+                              bool shared) {
     const layer_weights *L = &m->layers[l];
-    int k = m->hp.n_expert_used;
-    if (L->exps_host) /* --n-cpu-moe: the experts stay in host memory; the CPU runs them, or a GPU cache with
-                       * its misses on the CPU or read by the GPU from mapped host memory (offload.c) */
-        return moe_offload_ffn(s->moe_offload, be, l, &L->gate_exps, &L->up_exps, &L->down_exps, s->xb, b->n,
-                               s->moe_ids, s->moe_w, k, s->moe_out);
-    be->ops->moe_ffn(be, &L->gate_exps, &L->up_exps, &L->down_exps, s->xb, b->n, s->moe_ids, s->moe_w, k,
-                     s->moe_out);
-    return BRISK_OK;
-}
-
-bool moe_residual(const brisk_model *m, bk_backend *be, const fwd_batch *b, fwd_scratch *s, int l, bool shared) {
-    const layer_weights *L = &m->layers[l];
-    if (m->tp_size != 0 || !be->ops->moe_ffn_shared) return false;
-    const bk_weight *gate = &L->gate_exps, *up = &L->up_exps, *down = &L->down_exps;
-    if (L->exps_host) { /* the hot-expert cache's tables, when this batch reads its misses in place */
-        const bk_weight *t = moe_offload_tables(s->moe_offload, l, b->n);
-        if (!t) return false;
-        gate = &t[0], up = &t[1], down = &t[2];
-        moe_offload_count_arm(s->moe_offload, be, l, b->n, true); /* the op may count the routing */
-    }
-    int k = m->hp.n_expert_used;
-    bool done = be->ops->moe_ffn_shared(be, gate, up, down, shared ? &L->gate_shexp : NULL,
-                                        shared ? &L->up_shexp : NULL, shared ? &L->down_shexp : NULL, s->xb, b->n,
-                                        s->moe_ids, s->moe_w, k, shared ? s->sh_gate : NULL, s->x);
-    if (L->exps_host && done) moe_offload_count(s->moe_offload, be, l, s->moe_ids, b->n, k);
-    else if (L->exps_host) moe_offload_count_arm(s->moe_offload, be, l, b->n, false);
-    return done;
+    if (L->exps_host && !s->moe_offload) /* (the context makes one for every stage with such layers) */
+        return bk_fail(BRISK_ERR_BACKEND, "layer %d keeps its experts in host memory, but the context has no CPU "
+                       "backend for them", l);
+    const bk_moe_layer ml = {&L->gate_exps, &L->up_exps, &L->down_exps,
+                             shared ? &L->gate_shexp : NULL, shared ? &L->up_shexp : NULL,
+                             shared ? &L->down_shexp : NULL, L->exps_host ? s->moe_offload : NULL, l};
+    const bk_moe_io io = {.h = s->xb, .n = b->n, .k = m->hp.n_expert_used, .n_embd = m->hp.n_embd,
+                          .ids = s->moe_ids, .w = s->moe_w, .sh_logit = s->sh_gate, .x = s->x, .out = s->moe_out,
+                          .sh = s->sh, .ff_tmp = s->hb2, .ff = s->hb, .tp = m->tp_size, .e0 = m->tp_expert0,
+                          .e1 = m->tp_expert0 + m->tp_n_expert_local};
+    return bk_moe_ffn(be, &ml, &io);
 }
 
 brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv,
@@ -79,10 +64,8 @@ brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_
     const model_hparams *hp = &m->hp;
     const bk_backend_ops *op = be->ops;
     int n = b->n, d = hp->n_embd, k = hp->n_expert_used;
-    /* expert parallelism: this rank holds experts [e0, e1) of the router's n_expert (a world of one: all) */
-    bool ep = m->tp_size > 1;
-    int e0 = m->tp_expert0, e1 = m->tp_expert0 + m->tp_n_expert_local;
-    if (!op->moe_route || !op->moe_ffn || (ep && !op->moe_ids_local))
+    /* expert parallelism: a rank holds a slice of the router's n_expert experts (a world of one: all) */
+    if (!op->moe_route || !op->moe_ffn || (m->tp_size > 1 && !op->moe_ids_local))
         return bk_fail(BRISK_ERR_UNSUPPORTED, "the %s backend has no MoE ops", op->name);
 
     if (l0 == 0) op->get_rows(be, &m->tok_embd, b->tokens, n, s->x);
@@ -94,12 +77,7 @@ brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_
         op->rms_norm(be, s->x, &L->ffn_norm, s->xb, n, d, hp->rms_eps);
         bk_moe_router(be, &L->ffn_gate_inp, s->xb, n, k, true, 0.0f, s->moe_logits, s->moe_ids, s->moe_w, NULL, NULL);
         moe_count_experts(m, be, b, s, l);
-        /* the combine closes the residual (and may hand the next layer's norm its input) */
-        if (moe_residual(m, be, b, s, l, false)) continue;
-        if (ep) op->moe_ids_local(be, s->moe_ids, n * k, e0, e1);
-        BK_TRY(moe_experts(m, be, b, s, l));
-        if (m->tp_size > 0 && op->all_reduce) op->all_reduce(be, s->moe_out, (size_t)n * d);
-        op->add(be, s->x, s->moe_out, (size_t)n * d);
+        BK_TRY(moe_ffn_residual(m, be, b, s, l, false));
     }
     if (l1 == hp->n_layer && b->n_out) decoder_logits(m, be, b, s);
     return BRISK_OK;

@@ -412,7 +412,7 @@ static void test_moe_ffn_ep(void) {
     check_moe_ep(QT_Q8_0, 256, 256, 4, 8, 600, 4, 3, 2); /* two chunks (512 tokens a pass) */
 }
 
-/* Experts placed one by one (bk_weight.expert_ptrs, engine/offload.c's map mode): tables mixing
+/* Experts placed one by one (bk_weight.expert_ptrs, backend/moe.c's map mode): tables mixing
  * device slots (in another order than the experts') and experts read over PCIe from pinned, mapped
  * host memory give the contiguous tensors' result bit for bit, on the GEMV-style kernels (1 and 9
  * tokens) and the grouped mmq ones (64, 512), fused and two-stage gate/up; and the routing

@@ -466,7 +466,7 @@ void cpu_moe_ffn(threadpool *tp, cpu_moe_scratch *sc, const bk_weight *gate, con
     }
 
     /* group the (token, slot) entries by expert, tokens in order; an entry whose id is < 0 (the
-     * expert is computed elsewhere: offload.c's hot-expert cache) is in no group and never read */
+     * expert is computed elsewhere: moe.c's hot-expert cache) is in no group and never read */
     int32_t *off = sc->group, *act = off + n_expert + 1, *ent = act + n_expert;
     memset(off, 0, ((size_t)n_expert + 1) * sizeof(int32_t));
     for (size_t i = 0; i < nk; i++)

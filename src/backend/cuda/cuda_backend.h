@@ -77,7 +77,7 @@ bool bk_cuda_attn_on_mma(bk_backend *be, int kv_type, int n_head, int n_head_kv,
  * ring of events and a pinned staging buffer. Copies run on the copy stream,
  * each after the work queued so far on the backend's stream (so a slot is
  * never overwritten while a queued product still reads it), and overlap the
- * backend's later work. engine/offload.c's hot-expert cache is its user. */
+ * backend's later work. backend/moe.c's hot-expert cache is its user. */
 typedef struct bk_cuda_copier bk_cuda_copier;
 brisk_status bk_cuda_copier_new(bk_backend *be, bk_cuda_copier **out);
 /* Waits for its copies, unpins what it pinned, frees it (NULL: no-op). */

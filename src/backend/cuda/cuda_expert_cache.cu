@@ -1,17 +1,17 @@
 /* cuda_expert_cache.cu — host-to-device copies for the hot-expert cache
- * (engine/offload.c): a copy stream beside the backend's, pinned sources,
+ * (backend/moe.c): a copy stream beside the backend's, pinned sources,
  * a staging ring for sources that cannot be pinned, and tickets (events)
  * that tell the host when a copy has landed. See cuda_backend.h.
  *
  * Ordering: every copy first makes the copy stream wait for an event
  * recorded on the backend's stream, so it starts only after the products
  * already queued there (which may read the slot it overwrites); the
- * backend's stream waits for the copies only where offload.c asks
+ * backend's stream waits for the copies only where moe.c asks
  * (bk_cuda_copier_fence: a batch's spare slots), and the refresh's copies
  * are never waited on by the device: the host swaps an expert into the map
  * once bk_cuda_copier_done says its copy finished.
  *
- * The no-sync cache layers (offload.c's map mode) also use: the pinned ranges
+ * The no-sync cache layers (moe.c's map mode) also use: the pinned ranges
  * mapped into the device's address space (their device addresses for the
  * expert tables), small uploads of table entries on the backend's stream
  * from a pinned ring (the host may change its copy at once), an

@@ -37,7 +37,7 @@
  * An entry whose expert id is negative contributes nothing: the grouping
  * skips it, the one-token kernels' blocks of its slot return at once, and
  * the combine counts it as weight 0 (the hot-expert cache of
- * engine/offload.c marks experts it computes elsewhere so; under tensor
+ * backend/moe.c marks experts it computes elsewhere so; under tensor
  * parallelism moe_ids_local marks the experts other ranks hold).
  *
  * Expert tensors with a table of expert pointers (bk_weight.expert_ptrs, all

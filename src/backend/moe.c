@@ -1,4 +1,4 @@
-/* offload.c — see offload.h.
+/* moe.c — see moe.h.
  *
  * How a cached layer runs its misses (BRISK_XCACHE_MISS, or auto):
  *   map   the GPU reads them where they are: each layer has a device table of
@@ -34,7 +34,7 @@
  * warp wait on PCIe, streamed the ~250 missed experts of a 512-token batch at
  * ~3.4 GB/s (pp512 95 tok/s against 923 through the host), so large batches
  * copy. XC_MAP_MAX is the graphs' token limit (cuda_graph.cu's GRAPH_MAX_TOKENS). */
-#include "engine/offload.h"
+#include "backend/moe.h"
 
 #include <errno.h>
 #include <math.h>
@@ -123,6 +123,8 @@ typedef struct xc_cache {
 struct moe_offload {
     bk_backend *cpu;
     int n_max, n_embd, k;
+    int l0, l1, n_expert;       /* the stage's layers; experts in each MoE layer */
+    const bk_weight *(*exps)[3];/* (l1 - l0) a layer's host experts (gate, up, down), NULLs: none */
     void *mem;      /* CPU backend memory carved into the four below */
     float *x;       /* (n_max, n_embd) the experts' input */
     int32_t *ids;   /* (n_max, k) the router's choices */
@@ -136,16 +138,23 @@ brisk_status offload_transfer(bk_backend *from, const void *src, bk_backend *to,
     return from->ops->read(from, src, dst, bytes); /* to the host: a GPU copies back and waits */
 }
 
-brisk_status moe_offload_new(int n_threads, const brisk_cpu_placement *place, int n_max, int n_embd, int k,
+brisk_status moe_offload_new(int n_threads, const brisk_cpu_placement *place, int n_max, const moe_host_experts *hx,
                              moe_offload **out) {
     *out = NULL;
     moe_offload *mo = calloc(1, sizeof *mo);
     if (!mo) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     mo->n_max = n_max;
-    mo->n_embd = n_embd;
-    mo->k = k;
-    size_t xf = (size_t)n_max * n_embd, kf = (size_t)n_max * k;
-    brisk_status s = bk_cpu_backend_new_placed(n_threads, place, &mo->cpu);
+    mo->n_embd = hx->n_embd;
+    mo->k = hx->n_expert_used;
+    mo->l0 = hx->l0;
+    mo->l1 = hx->l1;
+    mo->n_expert = hx->n_expert;
+    size_t xf = (size_t)n_max * mo->n_embd, kf = (size_t)n_max * mo->k;
+    const size_t nl = hx->l1 > hx->l0 ? (size_t)(hx->l1 - hx->l0) : 0;
+    mo->exps = calloc(nl ? nl : 1, sizeof *mo->exps);
+    brisk_status s = mo->exps ? BRISK_OK : bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    if (s == BRISK_OK && nl) memcpy(mo->exps, hx->exps, nl * sizeof *mo->exps);
+    if (s == BRISK_OK) s = bk_cpu_backend_new_placed(n_threads, place, &mo->cpu);
     if (s == BRISK_OK) s = mo->cpu->ops->alloc(mo->cpu, (2 * xf + 2 * kf) * sizeof(float), &mo->mem);
     if (s != BRISK_OK) {
         moe_offload_free(mo);
@@ -189,34 +198,31 @@ void moe_offload_free(moe_offload *mo) {
     xc_free(mo->xc);
     if (mo->mem) mo->cpu->ops->release(mo->cpu, mo->mem);
     if (mo->cpu) mo->cpu->ops->free(mo->cpu);
+    free(mo->exps);
     free(mo);
 }
 
 /* ---- the hot-expert cache ---- */
 
-static const bk_weight *layer_exps(const brisk_model *m, int l, int i) {
-    const layer_weights *L = &m->layers[l];
-    return i == 0 ? &L->gate_exps : i == 1 ? &L->up_exps : &L->down_exps;
+/* Layer l's host experts (gate, up, down), NULL for a layer without them. */
+static const bk_weight *const *host_exps(const moe_offload *mo, int l) {
+    return l >= mo->l0 && l < mo->l1 && mo->exps[l - mo->l0][0] ? mo->exps[l - mo->l0] : NULL;
 }
 
-uint64_t moe_cache_expert_bytes(const brisk_model *m, int l) {
+/* Bytes of one expert of a layer (its gate, up and down rows). */
+static uint64_t expert_bytes(const moe_offload *mo, const bk_weight *const w[3]) {
     uint64_t b = 0;
-    for (int i = 0; i < 3; i++) {
-        const bk_weight *w = layer_exps(m, l, i);
-        b += (uint64_t)(w->n_out / m->hp.n_expert) * w->row_bytes;
-    }
+    for (int i = 0; i < 3; i++) b += (uint64_t)(w[i]->n_out / mo->n_expert) * w[i]->row_bytes;
     return b;
 }
 
-/* The layers' experts share a shape but not always a type (Q4_K_M gives some layers' down
- * products Q6_K), so each layer's slots are sized by its own experts, and the spare slots by the
- * largest. */
-int moe_cache_layers(const brisk_model *m, int l0, int l1, uint64_t *sum, uint64_t *max) {
+int moe_cache_layers(const moe_offload *mo, uint64_t *sum, uint64_t *max) {
     int n = 0;
     *sum = *max = 0;
-    for (int l = l0; l < l1; l++) {
-        if (!m->layers[l].exps_host) continue;
-        uint64_t e = moe_cache_expert_bytes(m, l);
+    for (int l = mo->l0; l < mo->l1; l++) {
+        const bk_weight *const *w = host_exps(mo, l);
+        if (!w) continue;
+        uint64_t e = expert_bytes(mo, w);
         *sum += e;
         *max = e > *max ? e : *max;
         n++;
@@ -224,13 +230,13 @@ int moe_cache_layers(const brisk_model *m, int l0, int l1, uint64_t *sum, uint64
     return n;
 }
 
-uint64_t moe_cache_bytes(const brisk_model *m, int l0, int l1, int slots, int spare, int n_max) {
-    uint64_t se, emax, ne = (uint64_t)m->hp.n_expert;
-    int n_layers = moe_cache_layers(m, l0, l1, &se, &emax);
+uint64_t moe_cache_bytes(const moe_offload *mo, int slots, int spare) {
+    uint64_t se, emax, ne = (uint64_t)mo->n_expert;
+    int n_layers = moe_cache_layers(mo, &se, &emax);
     if (!n_layers) return 0;
     uint64_t tables = (uint64_t)n_layers * (3 * ne * sizeof(void *) + ne * 4 + (ne + 1) * 4);
     return se * (uint64_t)slots + emax * (uint64_t)spare + (uint64_t)(n_layers + 1) * 3 * XC_PAD + tables +
-           (uint64_t)n_max * (2 * (uint64_t)m->hp.n_expert_used * 4 + (uint64_t)m->hp.n_embd * 4);
+           (uint64_t)mo->n_max * (2 * (uint64_t)mo->k * 4 + (uint64_t)mo->n_embd * 4);
 }
 
 /* Bytes of n slots shaped as the experts of src (a layer's gate, up and down), each tensor padded. */
@@ -474,19 +480,18 @@ static brisk_status xc_env(int *miss_mode, int *read_every, float *swap_margin) 
     return BRISK_OK;
 }
 
-brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_model *m, int l0, int l1, int slots,
-                               int spare, const int64_t *stats) {
-    const model_hparams *hp = &m->hp;
+brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, int slots, int spare, const int64_t *stats) {
     if (!mo || slots <= 0) return BRISK_OK;
+    const int l0 = mo->l0, l1 = mo->l1, n_expert = mo->n_expert;
     int miss_mode = XC_AUTO, read_every = XC_READ_EVERY;
     float swap_margin = XC_SWAP_MARGIN;
     BK_TRY(xc_env(&miss_mode, &read_every, &swap_margin));
-    if (slots > hp->n_expert) slots = hp->n_expert;
-    if (spare > hp->n_expert - slots) spare = hp->n_expert - slots;
+    if (slots > n_expert) slots = n_expert;
+    if (spare > n_expert - slots) spare = n_expert - slots;
     /* the CUDA moe_ffn takes a tensor of at least k experts (cuda_moe.cu checks k <= n_expert) */
     if (bk_backend_is_cuda(be, NULL)) {
-        if (slots < hp->n_expert_used) slots = hp->n_expert_used;
-        if (spare < hp->n_expert_used) spare = 0;
+        if (slots < mo->k) slots = mo->k;
+        if (spare < mo->k) spare = 0;
     }
     xc_cache *xc = calloc(1, sizeof *xc);
     if (!xc) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
@@ -497,8 +502,8 @@ brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_mode
     xc->l1 = l1;
     xc->slots = slots;
     xc->spare = spare;
-    xc->n_expert = hp->n_expert;
-    xc->k = hp->n_expert_used;
+    xc->n_expert = n_expert;
+    xc->k = mo->k;
     xc->miss_mode = miss_mode;
     xc->read_every = read_every;
     xc->swap_margin = swap_margin;
@@ -508,7 +513,7 @@ brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_mode
     } else {
         xc->pcie_gbs = 16.0; /* the stand-in's "PCIe": a nominal figure, for the report only */
     }
-    size_t nk = (size_t)mo->n_max * xc->k, ne = (size_t)hp->n_expert;
+    size_t nk = (size_t)mo->n_max * xc->k, ne = (size_t)n_expert;
     xc->xl = calloc((size_t)(l1 - l0), sizeof *xc->xl);
     xc->host_mem = malloc((2 * nk + 3 * ne) * sizeof(int32_t));
     if (!xc->xl || !xc->host_mem) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
@@ -526,7 +531,8 @@ brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_mode
     const char *lo = NULL, *hi = NULL;
     size_t spare_bytes = 0;
     for (int l = l0; l < l1; l++) {
-        if (!m->layers[l].exps_host) continue;
+        const bk_weight *const *hw = host_exps(mo, l);
+        if (!hw) continue;
         xc_layer *L = calloc(1, sizeof *L);
         if (!L) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
         xc->xl[l - l0] = L;
@@ -540,8 +546,8 @@ brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_mode
         for (size_t e = 0; e < ne; e++) L->slot_of[e] = -1;
         for (int s = 0; s < slots; s++) L->in_slot[s] = -1;
         for (int i = 0; i < 3; i++) {
-            L->src[i] = layer_exps(m, l, i);
-            L->eb[i] = (size_t)(L->src[i]->n_out / hp->n_expert) * L->src[i]->row_bytes;
+            L->src[i] = hw[i];
+            L->eb[i] = (size_t)(L->src[i]->n_out / n_expert) * L->src[i]->row_bytes;
             const char *a = L->src[i]->host, *b = a + (size_t)L->src[i]->n_out * L->src[i]->row_bytes;
             if (!lo || a < lo) lo = a;
             if (!hi || b > hi) hi = b;
@@ -555,7 +561,7 @@ brisk_status moe_offload_cache(moe_offload *mo, bk_backend *be, const brisk_mode
     /* with XC_PAD bytes past the last expert where the mapping has them (the kernels' reads past a row) */
     if (xc->cp && lo && !bk_cuda_copier_pin(xc->cp, lo, (size_t)(hi - lo) + XC_PAD))
         bk_cuda_copier_pin(xc->cp, lo, (size_t)(hi - lo));
-    if (!stats && slots < hp->n_expert) return make_tables(mo, xc); /* the first batches' counts fill it */
+    if (!stats && slots < n_expert) return make_tables(mo, xc); /* the first batches' counts fill it */
     /* the calibration's counts, scaled to XC_PRIOR_TOKENS tokens' routings: they pick the first
      * experts, and a run whose routing differs takes over within a few dozen tokens (the steady
      * state of the decayed counts is k / (1 - decay) = 100 tokens' worth) */
@@ -813,25 +819,12 @@ static void count_mapped(moe_offload *mo, bk_backend *be, xc_layer *L, const int
     else if (!bk_cuda_expert_count_taken(be)) bk_cuda_expert_count(be, ids, n * k, mo->xc->n_expert, L->cached, L->count);
 }
 
-const bk_weight *moe_offload_tables(const moe_offload *mo, int layer, int n) {
-    xc_layer *L = mapped_layer(mo, layer, n);
-    return L ? L->tw : NULL;
-}
-
-void moe_offload_count_arm(moe_offload *mo, bk_backend *be, int layer, int n, bool on) {
-    xc_layer *L = mapped_layer(mo, layer, n);
-    if (L && mo->xc->cp) bk_cuda_expert_count_arm(be, L->cached, on ? L->count : NULL);
-}
-
-void moe_offload_count(moe_offload *mo, bk_backend *be, int layer, const int32_t *ids, int n, int k) {
-    xc_layer *L = mapped_layer(mo, layer, n);
-    if (L) count_mapped(mo, be, L, ids, n, k);
-}
-
-brisk_status moe_offload_ffn(moe_offload *mo, bk_backend *be, int layer, const bk_weight *gate, const bk_weight *up,
+/* moe_ffn of layer `layer` with its experts in host memory: mapped (all on be through the tables),
+ * or x, ids and weights (backend memory of be) copied to host buffers, the CPU's sum copied back into
+ * out; with a hot-expert cache for the layer, the entries of cached experts run on be meanwhile. */
+static brisk_status host_ffn(moe_offload *mo, bk_backend *be, int layer, const bk_weight *gate, const bk_weight *up,
                              const bk_weight *down, const float *x, int n, const int32_t *ids, const float *weights,
                              int k, float *out) {
-    if (!mo) return bk_fail(BRISK_ERR_BACKEND, "experts in host memory, but the context has no CPU backend for them");
     if (n > mo->n_max || k != mo->k)
         return bk_fail(BRISK_ERR_RANGE, "moe offload: %d tokens x %d experts exceed its buffers (%d x %d)", n, k,
                        mo->n_max, mo->k);
@@ -849,4 +842,52 @@ brisk_status moe_offload_ffn(moe_offload *mo, bk_backend *be, int layer, const b
     BK_TRY(offload_transfer(be, weights, mo->cpu, mo->w, kb));
     mo->cpu->ops->moe_ffn(mo->cpu, gate, up, down, mo->x, n, mo->ids, mo->w, k, mo->out);
     return offload_transfer(mo->cpu, mo->out, be, out, xb);
+}
+
+/* ---- the op ---- */
+
+/* The fused op (experts, shared expert and residual in one pass of moe_ffn_shared), where the backend
+ * has it and the experts are on be or, in map mode, reachable through the layer's tables: their
+ * routing is counted by the op's first launch (armed) or after it. false: nothing was done. */
+static bool fused_ffn(bk_backend *be, const bk_moe_layer *L, const bk_moe_io *io) {
+    if (io->tp != 0 || !be->ops->moe_ffn_shared) return false;
+    const bk_weight *gate = L->gate, *up = L->up, *down = L->down;
+    xc_layer *XL = NULL;
+    if (L->host) { /* the hot-expert cache's tables, when this batch reads its misses in place */
+        if (!(XL = mapped_layer(L->host, L->layer, io->n))) return false;
+        gate = &XL->tw[0], up = &XL->tw[1], down = &XL->tw[2];
+        if (L->host->xc->cp) bk_cuda_expert_count_arm(be, XL->cached, XL->count); /* the op may count them */
+    }
+    bool sh = L->gate_sh != NULL;
+    bool done = be->ops->moe_ffn_shared(be, gate, up, down, L->gate_sh, L->up_sh, L->down_sh, io->h, io->n, io->ids,
+                                        io->w, io->k, sh ? io->sh_logit : NULL, io->x);
+    if (XL && done) count_mapped(L->host, be, XL, io->ids, io->n, io->k);
+    else if (XL && L->host->xc->cp) bk_cuda_expert_count_arm(be, XL->cached, NULL);
+    return done;
+}
+
+brisk_status bk_moe_ffn(bk_backend *be, const bk_moe_layer *L, const bk_moe_io *io) {
+    const bk_backend_ops *op = be->ops;
+    if (fused_ffn(be, L, io)) return BRISK_OK;
+    const size_t len = (size_t)io->n * (size_t)io->n_embd;
+    /* every product of h first (the shared expert's gate and up): a GPU quantizes h once for all */
+    if (L->gate_sh) bk_matmul_swiglu(be, L->gate_sh, L->up_sh, io->h, io->n, io->ff_tmp, io->ff);
+    if (io->tp > 1) op->moe_ids_local(be, io->ids, io->n * io->k, io->e0, io->e1); /* this rank's experts */
+    if (L->host) BK_TRY(host_ffn(L->host, be, L->layer, L->gate, L->up, L->down, io->h, io->n, io->ids, io->w, io->k,
+                                 io->out));
+    else op->moe_ffn(be, L->gate, L->up, L->down, io->h, io->n, io->ids, io->w, io->k, io->out);
+    if (L->gate_sh) op->matmul(be, 1, &L->down_sh, NULL, io->ff, io->n, &io->sh);
+    if (io->tp > 0 && op->all_reduce) { /* the ranks' partial sums, one all-reduce before x */
+        if (L->gate_sh) {
+            op->sigmoid_mul(be, io->sh, io->sh_logit, io->n, io->n_embd, 1);
+            op->add(be, io->out, io->sh, len);
+        }
+        op->all_reduce(be, io->out, len);
+        op->add(be, io->x, io->out, len);
+    } else if (L->gate_sh) {
+        bk_gated_residual(be, io->x, io->out, io->sh, io->sh_logit, io->n, io->n_embd);
+    } else {
+        op->add(be, io->x, io->out, len);
+    }
+    return BRISK_OK;
 }
