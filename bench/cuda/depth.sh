@@ -2,7 +2,9 @@
 # On the GPU machine (after bench/cuda/pack.sh here): issue 28's depth table, brisk beside
 # llama.cpp v0.4.0's CUDA build (-fa 1) on the same synthetic Q4_K_M files, in one run, and the
 # decode attention's A/B (BRISK_CUDA_DISABLE=attn_mma: the warp-per-row kernel).
-#   STEP=prep bash bench/cuda/depth.sh    llama.cpp build (background, its log in /tmp/ll), the models,
+#   STEP=prep bash bench/cuda/depth.sh    llama.cpp build (beside the rest, its log in /tmp/ll; waited for at
+#                                         the end: a device call's background processes end with the call,
+#                                         and the build takes 6-7 minutes on 16 cores), the models,
 #                                         test_cuda_ops' attention cases (MEMCHECK=1: under memcheck too),
 #                                         dev/kernels/attn_lab.cu when packed (LAB=1 bash bench/cuda/pack.sh)
 #   STEP=run ROWS="model:depth[:kv] ..." bash bench/cuda/depth.sh
@@ -27,7 +29,7 @@ if [ "${STEP:-prep}" = prep ]; then
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
         -DLLAMA_OPENSSL=OFF -DGGML_CCACHE=OFF -DCMAKE_BUILD_TYPE=Release > /tmp/ll/cfg.log 2>&1 &&
       cmake --build b -j12 --target llama-bench > /tmp/ll/build.log 2>&1
-      echo "llama.cpp build rc=$?" > /tmp/ll/done ) > /dev/null 2>&1 < /dev/null & disown
+      echo "llama.cpp build rc=$?" > /tmp/ll/done ) > /dev/null 2>&1 < /dev/null &
   fi
   for p in ${MODELS:-qwen3-8b qwen3.6-27b qwen3.6-35b-a3b}; do
     [ -f $d/$p.gguf ] || $B/brisk synth --preset $p --vocab $d/vocab.gguf --type q4_k_m --repeat-rows 256 \
@@ -38,7 +40,7 @@ if [ "${STEP:-prep}" = prep ]; then
     xz -dc .device/attn_lab.xz > /tmp/attn_lab && chmod +x /tmp/attn_lab && /tmp/attn_lab | tee "$OUT/attn_lab.txt"
   fi
   [ -n "${MEMCHECK:-}" ] && ops_memcheck attention_depth | tee -a "$OUT/ops.txt"
-  wait; ls -la $d | tee -a "$OUT/ops.txt"
+  wait; ls -la $d | tee -a "$OUT/ops.txt"; cat /tmp/ll/done 2>/dev/null | tee -a "$OUT/ops.txt"
   exit 0
 fi
 for r in ${ROWS:-qwen3-8b:32768}; do IFS=: read -r p dd kv <<< "$r"; f=$d/$p.gguf; KV=${kv:-${KV0:=$KV}}
