@@ -156,8 +156,15 @@ deps: .deps/llama.cpp/include/llama.h .deps/npm/node_modules/openai/package.json
 	    node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 openai@5.23.2 @huggingface/jinja@0.5.13 playwright-core@1.64.1 \
 	    @anthropic-ai/sdk@0.71.0
 
+# The persistent decode kernel's instruction plan (issue 30, a lab in dev/kernels/) run on CPU threads
+$(BUILD)/tests/test_pk_emu: dev/kernels/pk_emu.c dev/kernels/pk_plan.c dev/kernels/pk_plan.h tests/test.h \
+                            $(BUILD)/libbrisk.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -Idev/kernels -o $@ dev/kernels/pk_emu.c dev/kernels/pk_plan.c $(BUILD)/libbrisk.a \
+	    $(LDFLAGS) $(LDLIBS)
+
 # the CUDA ladders' host-only table (no GPU needed) joins `make test` in CUDA builds
-tests: $(TEST_BIN) $(BUILD)/brisk $(if $(NVCC),$(BUILD)/tests/test_cuda_ladder)
+tests: $(TEST_BIN) $(BUILD)/brisk $(BUILD)/tests/test_pk_emu $(if $(NVCC),$(BUILD)/tests/test_cuda_ladder)
 
 test: tests $(BUILD)/llamacpp-ref
 	@BUILD=$(BUILD) SHARED=$(SHARED) LLAMACPP_LIBDIR=$(LLAMACPP_LIBDIR) SAN=$(SAN) bash tests/run.sh
