@@ -10,7 +10,9 @@
 #   STEP=run ROWS="model:depth[:kv] ..." bash bench/cuda/depth.sh
 #                                         per row: brisk tg32 at that depth (default kernel, then
 #                                         AB=1 the warp kernel), llama-bench; TTFT=1: both engines' pp of a
-#                                         prompt of the depth's length (time to first token = depth / pp)
+#                                         prompt of the depth's length (time to first token = depth / pp),
+#                                         llama.cpp's from one llama-batched-bench run that also gives its
+#                                         tg32 right after that prompt (at the depth: one prefill, not two)
 # Models (brisk synth --repeat-rows 256, full layer counts): qwen3-8b, qwen3.6-27b, qwen3.6-35b-a3b
 # (--expert-skew 1). KV=q8_0 etc. sets both engines' cache type; BLANK=1 gives brisk the depth as
 # blank cache rows (brisk bench --blank-depth: no prefill, so 262K-1M rows take seconds; llama.cpp
@@ -28,7 +30,7 @@ if [ "${STEP:-prep}" = prep ]; then
       cmake -B b -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGGML_CUDA_FA_ALL_QUANTS=OFF -DLLAMA_BUILD_TESTS=OFF \
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
         -DLLAMA_OPENSSL=OFF -DGGML_CCACHE=OFF -DCMAKE_BUILD_TYPE=Release > /tmp/ll/cfg.log 2>&1 &&
-      cmake --build b -j12 --target llama-bench > /tmp/ll/build.log 2>&1
+      cmake --build b -j12 --target llama-bench llama-batched-bench > /tmp/ll/build.log 2>&1
       echo "llama.cpp build rc=$?" > /tmp/ll/done ) > /dev/null 2>&1 < /dev/null &
   fi
   for p in ${MODELS:-qwen3-8b qwen3.6-27b qwen3.6-35b-a3b}; do
@@ -50,15 +52,16 @@ for r in ${ROWS:-qwen3-8b:32768}; do IFS=: read -r p dd kv <<< "$r"; f=$d/$p.ggu
       2> "$OUT/err.txt" | grep -E '^\| tg' | sed "s/^/$v /" | tee -a "$OUT/depth.txt"
     grep -E "once for|rror" "$OUT/err.txt" | tee -a "$OUT/depth.txt"
   done
-  if [ "${LLAMA:-1}" = 1 ]; then
-    for i in $(seq 300); do [ -f /tmp/ll/done ] && break; sleep 2; done
+  if [ "${LLAMA:-1}" = 1 ] && { [ -z "${TTFT:-}" ] || [ "$dd" = 0 ]; }; then
     [ -x $L/llama-bench ] && $L/llama-bench -m $f -p 0 -n $N -d $dd -fa 1 -ngl 99 -r 1 -ctk $KV -ctv $KV 2>&1 |
       grep -E '^\| [a-z]' | tee -a "$OUT/depth.txt"
   fi
   if [ -n "${TTFT:-}" ] && [ "$dd" -gt 0 ]; then # time to first token of a dd-token prompt, both at default batches
     [ "${BRISK:-1}" = 1 ] && $B/brisk bench -m $f -p $dd -n 0 -r 1 --kv-type $KV 2> "$OUT/err.txt" |
       grep -E '^\| pp' | sed 's/^/ttft /' | tee -a "$OUT/depth.txt"
-    [ "${LLAMA:-1}" = 1 ] && [ -x $L/llama-bench ] && $L/llama-bench -m $f -p $dd -n 0 -fa 1 -ngl 99 -r 1 -ctk $KV \
-      -ctv $KV 2>&1 | grep -E '^\| [a-z]' | tee -a "$OUT/depth.txt"
+    # (T_PP: the prompt's time to first token; S_TG: tg32 after it, at the depth; -b 2048 -ub 512 as llama-bench)
+    [ "${LLAMA:-1}" = 1 ] && [ -x $L/llama-batched-bench ] && $L/llama-batched-bench -m $f -c $((dd + N + 16)) \
+      -npp $dd -ntg $N -npl 1 -fa on -ngl 99 -ctk $KV -ctv $KV 2>&1 | grep -E '^\|' | sed 's/^/ttft+tg /' |
+      tee -a "$OUT/depth.txt"
   fi
 done
