@@ -9,7 +9,7 @@
 # (the GPU machine lacks them); .device/llsrc.tar.xz: llama.cpp v0.4.0's sources from the
 # git bundle in node-llama-cpp@3.21.1 (built there, never committed here);
 # .device/vocab.gguf.xz: the Qwen2 vocabulary for `brisk synth`; with LAB=1, .device/mmvs_lab.xz,
-# .device/mmvf_lab.xz and .device/attn_lab.xz (dev/kernels/*_lab.cu, stripped).
+# .device/mmvf_lab.xz, .device/attn_lab.xz and .device/pk_lab.xz (dev/kernels/*_lab.cu, stripped).
 set -euo pipefail
 B=${1:-build}
 S=${SHARED:-$(cd .. && pwd)/shared}
@@ -36,8 +36,11 @@ if [ -n "${LAB:-}" ]; then # LAB=1: the one-token product lab too (h200_fusions.
   ${NVCC:-nvcc} -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc dev/kernels/attn_lab.cu "$B/libbrisk.a" -o "$B/attn_lab" \
     -lpcre2-8 -lcjson -lmicrohttpd -ldl
   strip -o $D/attn_lab "$B/attn_lab" && xz -T2 -9 -f $D/attn_lab # the decode attention at depth (bench/cuda/depth.sh)
+  ${NVCC:-nvcc} -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc -Idev/kernels dev/kernels/pk_lab.cu dev/kernels/pk_plan.c \
+    "$B/libbrisk.a" -o "$B/pk_lab" -lpcre2-8 -lcjson -lmicrohttpd -lcurl -ldl
+  strip -o $D/pk_lab "$B/pk_lab" && xz -T2 -9 -f $D/pk_lab # issue 30's persistent decode kernel (pk_lab MODEL [n_tok])
 else
-  rm -f $D/mmvs_lab $D/mmvs_lab.xz $D/mmvf_lab $D/mmvf_lab.xz $D/attn_lab.xz
+  rm -f $D/mmvs_lab $D/mmvs_lab.xz $D/mmvf_lab $D/mmvf_lab.xz $D/attn_lab.xz $D/pk_lab.xz
 fi
 if [ ! -f $D/lib/libmicrohttpd.so.12 ] || [ ! -f $D/lib/libcjson.so.1 ]; then
   t=$(mktemp -d)

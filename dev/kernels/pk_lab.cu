@@ -1,0 +1,615 @@
+/* pk_lab.cu — issue 30's persistent decode kernel, first version: one cooperative launch a step, a
+ * block an SM, each block running its list of pk_plan.h's instructions (dev/kernels/pk_plan.c),
+ * waiting on counters in global memory; f16 weights (any GGUF type, dequantized to f16 at load),
+ * an f16 cache. The work of each instruction is pk_emu.c's, written for a block of PK_THREADS:
+ * a slice's rows a warp each (16-byte loads, four in flight a lane), the norm before it into shared
+ * memory; the attention's split a warp per position stride, merged by the group's last split.
+ *
+ * What it is for: the counters' machinery and the instruction lists on the GPU, checked against
+ * brisk's own CUDA decode (logits and greedy tokens) and timed beside it on the same file: the
+ * step's bytes over its time, against `brisk bench`'s tg. Not yet here: the weights streamed by the
+ * bulk-copy engine ahead of the instruction that needs them, quantized weights read as they are,
+ * the fused attention of cuda_attn_mma.cu. (Those are the next versions; this one asks whether the
+ * launch-free step alone closes part of the gap.)
+ *
+ *   nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc -Idev/kernels dev/kernels/pk_lab.cu dev/kernels/pk_plan.c \
+ *     build/libbrisk.a -o build/pk_lab -lpcre2-8 -lcjson -lmicrohttpd -lcurl -ldl
+ *   build/pk_lab MODEL.gguf [n_tok 1] [steps 64] [depth 512]
+ * (a dense llama / qwen2 / qwen3 file; brisk synth --type F16 makes one of any preset's shape) */
+#include <cuda_fp16.h>
+#include <cooperative_groups.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+extern "C" {
+#include "brisk.h"
+#include "model/model.h"
+#include "pk_plan.h"
+#include "quant/quant.h"
+}
+
+#define PK_THREADS 512
+#define PK_WARPS (PK_THREADS / 32)
+#define PK_MAX_TOK 4
+#define PK_MAX_HD 256
+
+#define CK(x)                                                                                  \
+    do {                                                                                       \
+        cudaError_t e_ = (x);                                                                  \
+        if (e_ != cudaSuccess) {                                                               \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(1);                                                                           \
+        }                                                                                      \
+    } while (0)
+
+struct pk_layer {
+    const __half *wqkv, *wo, *gate, *up, *down;
+    const float *attn_norm, *ffn_norm, *q_norm, *k_norm; /* q_norm, k_norm NULL: none */
+};
+
+struct pk_args {
+    const pk_inst *inst;
+    const int *w_off, *w_idx;
+    unsigned *cnt, *merge; /* never reset: step `gen` (1, 2, ...) waits for gen times a count */
+    unsigned gen;
+    const pk_layer *L;
+    const __half *wout;
+    const float *out_norm;
+    int nl, d, nh, nkv, hd, nff, nv, n_tok, n_ctx, n_split, pos_tile;
+    float eps;
+    int n_rot, neox;
+    float freq_base, freq_scale, attn_factor;
+    const int *pos;
+    float *x, *q, *k, *v, *att, *h, *logits;
+    __half *kc, *vc;
+    float *po, *pm, *pl;
+};
+
+__device__ __forceinline__ float warp_sum(float s) {
+    for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
+/* the block's sum of v (every thread's), through red[PK_WARPS] */
+__device__ float block_sum(float v, float *red) {
+    v = warp_sum(v);
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int w = 0; w < PK_WARPS; w++) s += red[w];
+    return s;
+}
+
+/* out_s[t][i] = rms(x[t]) * w[i] for the step's tokens (x written by other blocks: read through L2) */
+__device__ void norm_rows(const pk_args &a, const float *x, const float *w, float *out_s, float *red) {
+    for (int t = 0; t < a.n_tok; t++) {
+        float ss = 0.0f;
+        for (int i = threadIdx.x; i < a.d; i += PK_THREADS) {
+            float v = __ldcg(x + (size_t)t * a.d + i);
+            out_s[t * a.d + i] = v;
+            ss += v * v;
+        }
+        float r = rsqrtf(block_sum(ss, red) / (float)a.d + a.eps);
+        for (int i = threadIdx.x; i < a.d; i += PK_THREADS) out_s[t * a.d + i] *= r * w[i];
+    }
+    __syncthreads();
+}
+
+/* in_s[t][i] = src[t][i], n values a token */
+__device__ void stage(const pk_args &a, const float *src, int n, float *in_s) {
+    for (int t = 0; t < a.n_tok; t++)
+        for (int i = threadIdx.x; i < n; i += PK_THREADS) in_s[t * n + i] = __ldcg(src + (size_t)t * n + i);
+    __syncthreads();
+}
+
+/* acc[t] += W's row (n f16 weights, n % 8 == 0) . in_s[t], this lane's share: 16-byte loads, four in
+ * flight (a warp streams 2 KB at a time) */
+__device__ __forceinline__ void row_dot(const __half *w, int n, const float *in_s, int n_tok, float (&acc)[PK_MAX_TOK]) {
+    const int lane = threadIdx.x % 32;
+    int c = lane * 8;
+    for (; c + 3 * 256 < n; c += 4 * 256) {
+        uint4 u[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) u[j] = __ldg((const uint4 *)(w + c + j * 256));
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const __half2 *h2 = (const __half2 *)&u[j];
+            float2 f[4] = {__half22float2(h2[0]), __half22float2(h2[1]), __half22float2(h2[2]), __half22float2(h2[3])};
+            const int cc = c + j * 256;
+#pragma unroll
+            for (int t = 0; t < PK_MAX_TOK; t++) {
+                if (t >= n_tok) break;
+                const float *xi = in_s + t * n + cc;
+                acc[t] += f[0].x * xi[0] + f[0].y * xi[1] + f[1].x * xi[2] + f[1].y * xi[3] + f[2].x * xi[4] +
+                          f[2].y * xi[5] + f[3].x * xi[6] + f[3].y * xi[7];
+            }
+        }
+    }
+    for (; c < n; c += 256) {
+        uint4 u = __ldg((const uint4 *)(w + c));
+        const __half2 *h2 = (const __half2 *)&u;
+        float2 f[4] = {__half22float2(h2[0]), __half22float2(h2[1]), __half22float2(h2[2]), __half22float2(h2[3])};
+        for (int t = 0; t < n_tok; t++) {
+            const float *xi = in_s + t * n + c;
+            acc[t] += f[0].x * xi[0] + f[0].y * xi[1] + f[1].x * xi[2] + f[1].y * xi[3] + f[2].x * xi[4] +
+                      f[2].y * xi[5] + f[3].x * xi[6] + f[3].y * xi[7];
+        }
+    }
+}
+
+/* as the CPU's rope of pk_emu.c (theta = pos base^(-i0 / n_rot), computed directly) on v (smem row) */
+__device__ void rope_row(const pk_args &a, float *v, int pos) {
+    const int lane = threadIdx.x % 32;
+    __syncwarp();
+    for (int i0 = 2 * lane; i0 < a.n_rot; i0 += 64) {
+        float th = a.freq_scale * (float)pos * powf(a.freq_base, -(float)i0 / (float)a.n_rot);
+        float c = cosf(th) * a.attn_factor, s = sinf(th) * a.attn_factor;
+        int ia = a.neox ? i0 / 2 : i0, ib = a.neox ? i0 / 2 + a.n_rot / 2 : i0 + 1;
+        float x0 = v[ia], x1 = v[ib];
+        v[ia] = x0 * c - x1 * s;
+        v[ib] = x0 * s + x1 * c;
+    }
+    __syncwarp();
+}
+
+/* a head (hd values at g, global) normed (w or NULL) into the warp's smem row, rotated */
+__device__ void head_norm_rope(const pk_args &a, const float *g, const float *w, int pos, float *row) {
+    const int lane = threadIdx.x % 32;
+    float ss = 0.0f;
+    for (int i = lane; i < a.hd; i += 32) {
+        row[i] = __ldcg(g + i);
+        ss += row[i] * row[i];
+    }
+    ss = warp_sum(ss);
+    if (w) {
+        float r = rsqrtf(ss / (float)a.hd + a.eps);
+        for (int i = lane; i < a.hd; i += 32) row[i] *= r * w[i];
+    }
+    rope_row(a, row, pos);
+}
+
+/* Returns whether this split merged its group (the group's last to finish). */
+__device__ bool run_attn(const pk_args &a, const pk_inst &in, float *sm, float *red) {
+    const int t = in.tok, h = in.kvh, l = in.layer, hd = a.hd, group = a.nh / a.nkv;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, per = hd / 32;
+    const int np = a.pos[t] + 1;
+    int chunk = (np + a.n_split - 1) / a.n_split;
+    chunk = (chunk + a.pos_tile - 1) / a.pos_tile * a.pos_tile;
+    const int p0 = min(np, in.split * chunk), p1 = min(np, p0 + chunk);
+    const float scale = rsqrtf((float)hd);
+    float *qs = sm;                        /* (group, hd) */
+    float *wm = qs + group * hd;           /* (PK_WARPS, group) the warps' maxima */
+    float *wl = wm + PK_WARPS * group;     /* ... sums */
+    float *wo = wl + PK_WARPS * group;     /* (PK_WARPS, group, hd) ... outputs */
+    const int nq = a.nh * hd;
+    for (int i = threadIdx.x; i < group * hd; i += PK_THREADS) qs[i] = __ldcg(a.q + (size_t)t * nq + (size_t)h * group * hd + i);
+    __syncthreads();
+    float m[16], s[16], o[16][PK_MAX_HD / 32];
+    for (int j = 0; j < group; j++) {
+        m[j] = -INFINITY, s[j] = 0.0f;
+        for (int e = 0; e < per; e++) o[j][e] = 0.0f;
+    }
+    for (int p = p0 + warp; p < p1; p += PK_WARPS) {
+        const size_t at = (((size_t)l * a.n_ctx + p) * a.nkv + h) * hd;
+        float kv[PK_MAX_HD / 32], vv[PK_MAX_HD / 32];
+        for (int e = 0; e < per; e++) {
+            kv[e] = __half2float(__ldcg(a.kc + at + lane + 32 * e));
+            vv[e] = __half2float(__ldcg(a.vc + at + lane + 32 * e));
+        }
+        for (int j = 0; j < group; j++) {
+            float d = 0.0f;
+            for (int e = 0; e < per; e++) d += qs[j * hd + lane + 32 * e] * kv[e];
+            d = warp_sum(d) * scale;
+            float mn = fmaxf(m[j], d), f = __expf(m[j] - mn), w = __expf(d - mn);
+            s[j] = s[j] * f + w;
+            for (int e = 0; e < per; e++) o[j][e] = o[j][e] * f + w * vv[e];
+            m[j] = mn;
+        }
+    }
+    for (int j = 0; j < group; j++) {
+        if (lane == 0) wm[warp * group + j] = m[j], wl[warp * group + j] = s[j];
+        for (int e = 0; e < per; e++) wo[((size_t)warp * group + j) * hd + lane + 32 * e] = o[j][e];
+    }
+    __syncthreads();
+    /* the block's partial of this split: warps merged */
+    const size_t g0 = (((size_t)t * a.nkv + h) * a.n_split + in.split) * group;
+    for (int i = threadIdx.x; i < group * hd; i += PK_THREADS) {
+        const int j = i / hd, e = i % hd;
+        float M = -INFINITY, S = 0.0f, O = 0.0f;
+        for (int w = 0; w < PK_WARPS; w++) M = fmaxf(M, wm[w * group + j]);
+        for (int w = 0; w < PK_WARPS; w++) {
+            if (wl[w * group + j] == 0.0f) continue;
+            float f = __expf(wm[w * group + j] - M);
+            S += wl[w * group + j] * f;
+            O += wo[((size_t)w * group + j) * hd + e] * f;
+        }
+        a.po[(g0 + j) * hd + e] = O;
+        if (e == 0) a.pm[g0 + j] = M, a.pl[g0 + j] = S;
+    }
+    __syncthreads();
+    /* the group's last split merges */
+    __shared__ unsigned last;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(&a.merge[((size_t)l * a.n_tok + t) * a.nkv + h], 1u) + 1 == (unsigned)a.n_split * a.gen;
+        __threadfence();
+    }
+    __syncthreads();
+    if (!last) return false;
+    for (int i = threadIdx.x; i < group * hd; i += PK_THREADS) {
+        const int j = i / hd, e = i % hd;
+        float M = -INFINITY, S = 0.0f, O = 0.0f;
+        for (int sp = 0; sp < a.n_split; sp++)
+            M = fmaxf(M, __ldcg(a.pm + (((size_t)t * a.nkv + h) * a.n_split + sp) * group + j));
+        for (int sp = 0; sp < a.n_split; sp++) {
+            const size_t gi = (((size_t)t * a.nkv + h) * a.n_split + sp) * group + j;
+            const float lsum = __ldcg(a.pl + gi);
+            if (lsum == 0.0f) continue;
+            float f = __expf(__ldcg(a.pm + gi) - M);
+            S += lsum * f;
+            O += __ldcg(a.po + gi * hd + e) * f;
+        }
+        a.att[(size_t)t * nq + ((size_t)h * group + j) * hd + e] = O / S;
+    }
+    return true;
+}
+
+/* Returns whether the instruction signals its counter (the attention: only the merging split). */
+__device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *red) {
+    const int d = a.d, hd = a.hd, nq = a.nh * hd, nk = a.nkv * hd, group = a.nh / a.nkv;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const pk_layer *L = in.layer < a.nl ? &a.L[in.layer] : NULL;
+    float acc[PK_MAX_TOK];
+    switch (in.op) {
+    case PK_QKV:
+        norm_rows(a, a.x, L->attn_norm, sm, red);
+        for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
+            for (int t = 0; t < PK_MAX_TOK; t++) acc[t] = 0.0f;
+            row_dot(L->wqkv + (size_t)r * d, d, sm, a.n_tok, acc);
+            for (int t = 0; t < a.n_tok; t++) {
+                float y = warp_sum(acc[t]);
+                if (lane) continue;
+                if (r < nq) a.q[(size_t)t * nq + r] = y;
+                else if (r < nq + nk) a.k[(size_t)t * nk + r - nq] = y;
+                else a.v[(size_t)t * nk + r - nq - nk] = y;
+            }
+        }
+        return true;
+    case PK_KV: /* warp 0 the head's k (and v to the cache), warps 1..group its q heads */
+        for (int t = 0; t < a.n_tok; t++) {
+            float *row = sm + warp * PK_MAX_HD;
+            if (warp == 0) {
+                head_norm_rope(a, a.k + (size_t)t * nk + (size_t)in.kvh * hd, L->k_norm, a.pos[t], row);
+                const size_t at = (((size_t)in.layer * a.n_ctx + a.pos[t]) * a.nkv + in.kvh) * hd;
+                for (int i = lane; i < hd; i += 32) {
+                    a.kc[at + i] = __float2half_rn(row[i]);
+                    a.vc[at + i] = __float2half_rn(__ldcg(a.v + (size_t)t * nk + (size_t)in.kvh * hd + i));
+                }
+            } else if (warp <= group) {
+                float *q = a.q + (size_t)t * nq + ((size_t)in.kvh * group + warp - 1) * hd;
+                head_norm_rope(a, q, L->q_norm, a.pos[t], row);
+                for (int i = lane; i < hd; i += 32) q[i] = row[i];
+            }
+        }
+        return true;
+    case PK_ATTN: return run_attn(a, in, sm, red); /* (only the merging split signals) */
+    case PK_OUT:
+        stage(a, a.att, nq, sm);
+        for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
+            for (int t = 0; t < PK_MAX_TOK; t++) acc[t] = 0.0f;
+            row_dot(L->wo + (size_t)r * nq, nq, sm, a.n_tok, acc);
+            for (int t = 0; t < a.n_tok; t++) {
+                float y = warp_sum(acc[t]);
+                if (!lane) a.x[(size_t)t * d + r] = __ldcg(a.x + (size_t)t * d + r) + y;
+            }
+        }
+        return true;
+    case PK_GATEUP:
+        norm_rows(a, a.x, L->ffn_norm, sm, red);
+        for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
+            float g[PK_MAX_TOK], u[PK_MAX_TOK];
+            for (int t = 0; t < PK_MAX_TOK; t++) g[t] = u[t] = 0.0f;
+            row_dot(L->gate + (size_t)r * d, d, sm, a.n_tok, g);
+            row_dot(L->up + (size_t)r * d, d, sm, a.n_tok, u);
+            for (int t = 0; t < a.n_tok; t++) {
+                float gg = warp_sum(g[t]), uu = warp_sum(u[t]);
+                if (!lane) a.h[(size_t)t * a.nff + r] = gg / (1.0f + __expf(-gg)) * uu;
+            }
+        }
+        return true;
+    case PK_DOWN:
+        stage(a, a.h, a.nff, sm);
+        for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
+            for (int t = 0; t < PK_MAX_TOK; t++) acc[t] = 0.0f;
+            row_dot(L->down + (size_t)r * a.nff, a.nff, sm, a.n_tok, acc);
+            for (int t = 0; t < a.n_tok; t++) {
+                float y = warp_sum(acc[t]);
+                if (!lane) a.x[(size_t)t * d + r] = __ldcg(a.x + (size_t)t * d + r) + y;
+            }
+        }
+        return true;
+    case PK_HEAD:
+        norm_rows(a, a.x, a.out_norm, sm, red);
+        for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
+            for (int t = 0; t < PK_MAX_TOK; t++) acc[t] = 0.0f;
+            row_dot(a.wout + (size_t)r * d, d, sm, a.n_tok, acc);
+            for (int t = 0; t < a.n_tok; t++) {
+                float y = warp_sum(acc[t]);
+                if (!lane) a.logits[(size_t)t * a.nv + r] = y;
+            }
+        }
+        return true;
+    default: return false;
+    }
+}
+
+/* One step: block b runs its list; a counter is waited for by thread 0 (acquire: a fence after the
+ * load), added to by thread 0 after the block's writes (release: a fence before the add). */
+__global__ void __launch_bounds__(PK_THREADS, 1) pk_kernel(pk_args a) {
+    extern __shared__ float sm[];
+    __shared__ float red[PK_WARPS];
+    for (int j = a.w_off[blockIdx.x]; j < a.w_off[blockIdx.x + 1]; j++) {
+        const pk_inst in = a.inst[a.w_idx[j]];
+        if (in.wait >= 0 && threadIdx.x == 0) {
+            const unsigned want = (unsigned)in.need * a.gen;
+            while (*(volatile unsigned *)&a.cnt[in.wait] < want) __nanosleep(64);
+            __threadfence();
+        }
+        __syncthreads();
+        const bool sig = run_inst(a, in, sm, red); /* (uniform over the block) */
+        __syncthreads();
+        if (in.signal >= 0 && sig && threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(&a.cnt[in.signal], 1u);
+        }
+    }
+}
+
+/* ---- host ---- */
+
+static __half *upload_f16(const bk_weight *w) {
+    const size_t n = (size_t)w->n_in * (size_t)w->n_out;
+    std::vector<float> f((size_t)w->n_in);
+    std::vector<__half> hv(n);
+    for (int64_t r = 0; r < w->n_out; r++) {
+        if (quant_dequantize(w->type, (const char *)w->host + (size_t)r * w->row_bytes, f.data(), w->n_in)) exit(1);
+        for (int64_t i = 0; i < w->n_in; i++) hv[(size_t)r * w->n_in + i] = __float2half_rn(f[i]);
+    }
+    __half *d;
+    CK(cudaMalloc(&d, n * sizeof(__half)));
+    CK(cudaMemcpy(d, hv.data(), n * sizeof(__half), cudaMemcpyHostToDevice));
+    return d;
+}
+
+static __half *upload_stack(const bk_weight *const *ws, int n) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += (size_t)ws[i]->n_in * ws[i]->n_out;
+    __half *d;
+    CK(cudaMalloc(&d, total * sizeof(__half)));
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        __half *p = upload_f16(ws[i]);
+        const size_t k = (size_t)ws[i]->n_in * ws[i]->n_out;
+        CK(cudaMemcpy(d + at, p, k * sizeof(__half), cudaMemcpyDeviceToDevice));
+        CK(cudaFree(p));
+        at += k;
+    }
+    return d;
+}
+
+static float *upload_f32(const bk_weight *w) {
+    std::vector<float> f((size_t)w->n_in * w->n_out);
+    if (quant_dequantize(w->type, w->host, f.data(), (int64_t)f.size())) exit(1);
+    float *d;
+    CK(cudaMalloc(&d, f.size() * sizeof(float)));
+    CK(cudaMemcpy(d, f.data(), f.size() * sizeof(float), cudaMemcpyHostToDevice));
+    return d;
+}
+
+template <class T> static T *dev_zero(size_t n) {
+    T *d;
+    CK(cudaMalloc(&d, n * sizeof(T) + 256));
+    CK(cudaMemset(d, 0, n * sizeof(T) + 256));
+    return d;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: pk_lab MODEL.gguf [n_tok 1] [steps 64] [depth 512]\n");
+        return 2;
+    }
+    const int n_tok = argc > 2 ? atoi(argv[2]) : 1, steps = argc > 3 ? atoi(argv[3]) : 64;
+    const int depth = argc > 4 ? atoi(argv[4]) : 512;
+    if (n_tok < 1 || n_tok > PK_MAX_TOK || steps < 1 || depth < 16) return 2;
+    brisk_model_params mp = brisk_model_default_params();
+    brisk_model *m = NULL;
+    if (brisk_model_load(argv[1], &mp, &m) != BRISK_OK) {
+        fprintf(stderr, "%s\n", brisk_last_error());
+        return 1;
+    }
+    const model_hparams *hp = &m->hp;
+    if (hp->n_expert || hp->qkv_bias || hp->n_attn_layers != hp->n_layer || hp->head_dim > PK_MAX_HD ||
+        hp->head_dim % 32 || hp->n_head / hp->n_head_kv > 15 || hp->rope.ext_factor != 0.0f || hp->rope.freq_factors) {
+        fprintf(stderr, "pk_lab: a dense llama/qwen2/qwen3 file without biases, YaRN or rope factors\n");
+        return 2;
+    }
+    int dev = 0, n_sm = 0;
+    CK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+    const int n_ctx = depth + steps * n_tok + 64;
+    pk_shape sh = {};
+    sh.n_layer = hp->n_layer, sh.n_embd = hp->n_embd, sh.n_head = hp->n_head, sh.n_head_kv = hp->n_head_kv;
+    sh.head_dim = hp->head_dim, sh.n_ff = hp->n_ff, sh.n_vocab = hp->n_vocab, sh.n_tok = n_tok, sh.n_ctx = n_ctx;
+    sh.n_workers = n_sm, sh.weight_bytes = 2, sh.kv_bytes = 2;
+    pk_plan plan;
+    if (pk_plan_build(&sh, &plan) || pk_plan_check(&plan)) {
+        fprintf(stderr, "pk_lab: no plan\n");
+        return 1;
+    }
+    printf("%s: %d layers, %d instructions over %d SMs, %d splits; slices of %d / %d / %d / %d rows\n", argv[1],
+           hp->n_layer, plan.n_inst, n_sm, plan.n_split, plan.rows[PK_QKV], plan.rows[PK_OUT], plan.rows[PK_GATEUP],
+           plan.rows[PK_DOWN]);
+    /* the weights in f16 */
+    std::vector<pk_layer> hl(hp->n_layer);
+    double wbytes = 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const layer_weights *W = &m->layers[l];
+        const bk_weight *qkv[3] = {&W->wq, &W->wk, &W->wv};
+        hl[l].wqkv = upload_stack(qkv, 3);
+        hl[l].wo = upload_f16(&W->wo);
+        hl[l].gate = upload_f16(&W->w_gate);
+        hl[l].up = upload_f16(&W->w_up);
+        hl[l].down = upload_f16(&W->w_down);
+        hl[l].attn_norm = upload_f32(&W->attn_norm);
+        hl[l].ffn_norm = upload_f32(&W->ffn_norm);
+        hl[l].q_norm = hp->qk_norm ? upload_f32(&W->q_norm) : NULL;
+        hl[l].k_norm = hp->qk_norm ? upload_f32(&W->k_norm) : NULL;
+        for (const bk_weight *w : {&W->wq, &W->wk, &W->wv, &W->wo, &W->w_gate, &W->w_up, &W->w_down})
+            wbytes += 2.0 * w->n_in * w->n_out;
+    }
+    wbytes += 2.0 * m->output.n_in * m->output.n_out;
+    pk_args a = {};
+    pk_layer *dl;
+    CK(cudaMalloc(&dl, hl.size() * sizeof(pk_layer)));
+    CK(cudaMemcpy(dl, hl.data(), hl.size() * sizeof(pk_layer), cudaMemcpyHostToDevice));
+    a.L = dl;
+    a.wout = upload_f16(&m->output);
+    a.out_norm = upload_f32(&m->output_norm);
+    a.nl = hp->n_layer, a.d = hp->n_embd, a.nh = hp->n_head, a.nkv = hp->n_head_kv, a.hd = hp->head_dim;
+    a.nff = hp->n_ff, a.nv = hp->n_vocab, a.n_tok = n_tok, a.n_ctx = n_ctx, a.n_split = plan.n_split;
+    a.pos_tile = plan.s.pos_tile, a.eps = hp->rms_eps, a.n_rot = hp->rope.n_rot, a.neox = hp->rope.mode == BK_ROPE_NEOX;
+    a.freq_base = hp->rope.freq_base, a.freq_scale = hp->rope.freq_scale, a.attn_factor = hp->rope.attn_factor;
+    pk_inst *di;
+    int *dwo, *dwi, *dpos;
+    CK(cudaMalloc(&di, (size_t)plan.n_inst * sizeof(pk_inst)));
+    CK(cudaMemcpy(di, plan.inst, (size_t)plan.n_inst * sizeof(pk_inst), cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&dwo, (size_t)(n_sm + 1) * sizeof(int)));
+    CK(cudaMemcpy(dwo, plan.w_off, (size_t)(n_sm + 1) * sizeof(int), cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&dwi, (size_t)plan.n_inst * sizeof(int)));
+    CK(cudaMemcpy(dwi, plan.w_idx, (size_t)plan.n_inst * sizeof(int), cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&dpos, PK_MAX_TOK * sizeof(int)));
+    a.inst = di, a.w_off = dwo, a.w_idx = dwi, a.pos = dpos;
+    const size_t nt = (size_t)n_tok, group = (size_t)hp->n_head / hp->n_head_kv;
+    a.cnt = dev_zero<unsigned>((size_t)plan.n_counters);
+    a.merge = dev_zero<unsigned>((size_t)hp->n_layer * nt * hp->n_head_kv);
+    a.x = dev_zero<float>(nt * a.d);
+    a.q = dev_zero<float>(nt * a.nh * a.hd);
+    a.k = dev_zero<float>(nt * a.nkv * a.hd);
+    a.v = dev_zero<float>(nt * a.nkv * a.hd);
+    a.att = dev_zero<float>(nt * a.nh * a.hd);
+    a.h = dev_zero<float>(nt * a.nff);
+    a.logits = dev_zero<float>(nt * a.nv);
+    a.kc = dev_zero<__half>((size_t)a.nl * n_ctx * a.nkv * a.hd);
+    a.vc = dev_zero<__half>((size_t)a.nl * n_ctx * a.nkv * a.hd);
+    const size_t parts = nt * a.nkv * plan.n_split * group;
+    a.po = dev_zero<float>(parts * a.hd);
+    a.pm = dev_zero<float>(parts);
+    a.pl = dev_zero<float>(parts);
+    /* shared memory: the widest staged input (n_tok rows), the attention's warps' partials */
+    size_t in_w = (size_t)(a.nff > a.nh * a.hd ? a.nff : a.nh * a.hd);
+    in_w = in_w > (size_t)a.d ? in_w : (size_t)a.d;
+    size_t smem = nt * in_w * sizeof(float);
+    const size_t att_s = (group * a.hd + 2 * PK_WARPS * group + PK_WARPS * group * a.hd) * sizeof(float);
+    smem = smem > att_s ? smem : att_s;
+    smem = smem > PK_WARPS * PK_MAX_HD * sizeof(float) ? smem : PK_WARPS * PK_MAX_HD * sizeof(float);
+    if (smem > 227 * 1024) {
+        fprintf(stderr, "pk_lab: %zu bytes of shared memory: fewer tokens a step\n", smem);
+        return 2;
+    }
+    CK(cudaFuncSetAttribute(pk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int per_sm = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pk_kernel, PK_THREADS, smem));
+    if (per_sm < 1) {
+        fprintf(stderr, "pk_lab: the kernel does not fit an SM\n");
+        return 1;
+    }
+
+    /* the reference: brisk's own decode of the same tokens (the GPU when there is one) */
+    brisk_context_params cp = brisk_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = 512;
+    brisk_context *c = NULL;
+    if (brisk_context_new(m, &cp, &c) != BRISK_OK) {
+        fprintf(stderr, "%s\n", brisk_last_error());
+        return 1;
+    }
+    const int n_check = 8 * n_tok; /* positions compared, from 0 */
+    std::vector<int> toks(n_ctx);
+    for (int i = 0; i < n_ctx; i++) toks[i] = (i * 7 + 3) % (hp->n_vocab - 4) + 2;
+    std::vector<float> ref((size_t)n_check * a.nv), got((size_t)n_check * a.nv);
+    for (int i = 0; i < n_check; i++) {
+        brisk_batch_entry e = {toks[i], i, 0, true};
+        const float *lg = brisk_decode(c, &e, 1) == BRISK_OK ? brisk_get_logits(c, 0) : NULL;
+        if (!lg) return 1;
+        memcpy(&ref[(size_t)i * a.nv], lg, (size_t)a.nv * sizeof(float));
+    }
+    brisk_context_free(c);
+    std::vector<float> emb((size_t)a.d);
+    /* A step: the kernel alone (generation a.gen); with `fill`, first the tokens' embedding rows and
+     * positions from the host, and after it the logits back. The timed steps leave x and the
+     * positions as they are (the step reads the same bytes; its numbers are no longer meaningful). */
+    auto step = [&](int p0, bool fill) {
+        if (fill) {
+            int pos[PK_MAX_TOK];
+            for (int t = 0; t < n_tok; t++) {
+                pos[t] = p0 + t;
+                if (quant_dequantize(m->tok_embd.type,
+                                     (const char *)m->tok_embd.host + (size_t)toks[p0 + t] * m->tok_embd.row_bytes,
+                                     emb.data(), a.d))
+                    exit(1);
+                CK(cudaMemcpy(a.x + (size_t)t * a.d, emb.data(), (size_t)a.d * sizeof(float), cudaMemcpyHostToDevice));
+            }
+            CK(cudaMemcpy(dpos, pos, sizeof pos, cudaMemcpyHostToDevice));
+        }
+        a.gen++;
+        void *args[] = {&a};
+        CK(cudaLaunchCooperativeKernel((void *)pk_kernel, dim3(n_sm), dim3(PK_THREADS), args, smem, 0));
+        if (fill) CK(cudaMemcpy(&got[(size_t)p0 * a.nv], a.logits, nt * a.nv * sizeof(float), cudaMemcpyDeviceToHost));
+    };
+    for (int p = 0; p < n_check; p += n_tok) step(p, true);
+    CK(cudaDeviceSynchronize());
+    double worst = 0;
+    int same = 0;
+    for (int i = 0; i < n_check; i++) {
+        const float *r = &ref[(size_t)i * a.nv], *g = &got[(size_t)i * a.nv];
+        double mx = 0, dd = 0;
+        int br = 0, bg = 0;
+        for (int v = 0; v < a.nv; v++) {
+            mx = fmax(mx, fabs(r[v]));
+            dd = fmax(dd, fabs((double)r[v] - g[v]));
+            br = r[v] > r[br] ? v : br;
+            bg = g[v] > g[bg] ? v : bg;
+        }
+        worst = fmax(worst, mx > 0 ? dd / mx : 0);
+        same += br == bg;
+    }
+    printf("logits of %d positions against brisk's decode: within %.2e of the row's largest; argmax equal at %d\n",
+           n_check, worst, same);
+    /* timing: steps at positions depth.. (the cache rows before are whatever the check left: the bytes
+     * read are what count); one launch after another, nothing between them */
+    {
+        int pos[PK_MAX_TOK];
+        for (int t = 0; t < n_tok; t++) pos[t] = depth + t;
+        CK(cudaMemcpy(dpos, pos, sizeof pos, cudaMemcpyHostToDevice));
+    }
+    for (int i = 0; i < 4; i++) step(depth, false);
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaEventRecord(e0));
+    for (int i = 0; i < steps; i++) step(depth, false);
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    const double per = ms / 1e3 / steps;
+    const double kvb = 2.0 * 2 * a.nl * (double)a.nkv * a.hd * (depth + n_tok);
+    printf("%d tokens a step at depth %d: %.1f us a step, %.1f tokens/s, %.0f GB/s (weights %.2f GB, KV %.2f GB)\n",
+           n_tok, depth, per * 1e6, n_tok / per, (wbytes + kvb * n_tok) / per / 1e9, wbytes / 1e9, kvb / 1e9);
+    pk_plan_free(&plan);
+    brisk_model_free(m);
+    return 0;
+}
