@@ -1,21 +1,23 @@
 /* pk_lab.cu — issue 30's persistent decode kernel, first version: one cooperative launch a step, a
  * block an SM, each block running its list of pk_plan.h's instructions (dev/kernels/pk_plan.c),
- * waiting on counters in global memory; f16 weights (any GGUF type, dequantized to f16 at load),
- * an f16 cache. The work of each instruction is pk_emu.c's, written for a block of PK_THREADS:
- * a slice's rows a warp each (16-byte loads, four in flight a lane), the norm before it into shared
- * memory; the attention's split a warp per position stride, merged by the group's last split.
+ * waiting on counters in global memory. Weights in their file's types where brisk's integer-dot
+ * groups read them (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K: group_load and group_dot of cuda_internal.cuh on
+ * int8 activations, quantized as the decode kernels do), else dequantized to f16 at load; an f16
+ * cache. The work of each instruction is pk_emu.c's, written for a block of PK_THREADS: a slice's
+ * rows a warp each, the norm (and the activations' quantization) before it into shared memory; the
+ * attention's split a warp per position stride, merged by the group's last split.
  *
  * What it is for: the counters' machinery and the instruction lists on the GPU, checked against
  * brisk's own CUDA decode (logits and greedy tokens) and timed beside it on the same file: the
  * step's bytes over its time, against `brisk bench`'s tg. Not yet here: the weights streamed by the
- * bulk-copy engine ahead of the instruction that needs them, quantized weights read as they are,
- * the fused attention of cuda_attn_mma.cu. (Those are the next versions; this one asks whether the
+ * bulk-copy engine ahead of the instruction that needs them (cuda_mmvs.cu's way), the tensor-core
+ * attention of cuda_attn_mma.cu. (Those are the next versions; this one asks whether the
  * launch-free step alone closes part of the gap.)
  *
  *   nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc -Idev/kernels dev/kernels/pk_lab.cu dev/kernels/pk_plan.c \
  *     build/libbrisk.a -o build/pk_lab -lpcre2-8 -lcjson -lmicrohttpd -lcurl -ldl
  *   build/pk_lab MODEL.gguf [n_tok 1] [steps 64] [depth 512]
- * (a dense llama / qwen2 / qwen3 file; brisk synth --type F16 makes one of any preset's shape) */
+ * (a dense llama / qwen2 / qwen3 file: brisk synth --preset qwen3-8b --type q4_k_m --repeat-rows 256) */
 #include <cuda_fp16.h>
 #include <cooperative_groups.h>
 #include <math.h>
@@ -24,11 +26,11 @@
 #include <string.h>
 #include <vector>
 
+#include "backend/cuda/cuda_internal.cuh" /* group_load, group_dot, q8_1_store_lane */
 extern "C" {
 #include "brisk.h"
 #include "model/model.h"
 #include "pk_plan.h"
-#include "quant/quant.h"
 }
 
 #define PK_THREADS 512
@@ -45,8 +47,15 @@ extern "C" {
         }                                                                                      \
     } while (0)
 
+/* A weight matrix on the device: rows of row_bytes in a type group_load reads, or f16 */
+struct pk_mat {
+    const uint8_t *p;
+    size_t rb;
+    int type, n_in;
+};
+
 struct pk_layer {
-    const __half *wqkv, *wo, *gate, *up, *down;
+    pk_mat q, k, v, o, gate, up, down;
     const float *attn_norm, *ffn_norm, *q_norm, *k_norm; /* q_norm, k_norm NULL: none */
 };
 
@@ -56,9 +65,10 @@ struct pk_args {
     unsigned *cnt, *merge; /* never reset: step `gen` (1, 2, ...) waits for gen times a count */
     unsigned gen;
     const pk_layer *L;
-    const __half *wout;
+    pk_mat wout;
     const float *out_norm;
     int nl, d, nh, nkv, hd, nff, nv, n_tok, n_ctx, n_split, pos_tile;
+    int in_w; /* floats a token of the widest staged row (shared memory's layout) */
     float eps;
     int n_rot, neox;
     float freq_base, freq_scale, attn_factor;
@@ -138,6 +148,52 @@ __device__ __forceinline__ void row_dot(const __half *w, int n, const float *in_
             acc[t] += f[0].x * xi[0] + f[0].y * xi[1] + f[1].x * xi[2] + f[1].y * xi[3] + f[2].x * xi[4] +
                       f[2].y * xi[5] + f[3].x * xi[6] + f[3].y * xi[7];
         }
+    }
+}
+
+/* xq_s / xds_s: the staged rows in_s (n_tok x n floats) as int8 groups of 32 and their (d, d sum) */
+__device__ void quant_rows(const pk_args &a, const float *in_s, int n, int8_t *xq_s, float2 *xds_s) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, ng = n / 32;
+    for (int t = 0; t < a.n_tok; t++)
+        for (int g = warp; g < ng; g += PK_WARPS)
+            q8_1_store_lane(in_s[t * n + g * 32 + lane], g * 32 + lane, lane, xq_s + t * n, xds_s + t * ng);
+    __syncthreads();
+}
+
+/* acc[t] += row . x[t], this lane's groups (two loaded before their dots) */
+template <int T>
+__device__ __forceinline__ void row_dot_q(const uint8_t *row, int n, const int8_t *xq_s, const float2 *xds_s,
+                                          int n_tok, float (&acc)[PK_MAX_TOK]) {
+    const int lane = threadIdx.x % 32, ng = n / 32;
+    int g = lane;
+    for (; g + 32 < ng; g += 64) {
+        wgroup q0, q1;
+        group_load<T>(row, g, q0);
+        group_load<T>(row, g + 32, q1);
+        for (int t = 0; t < n_tok; t++) {
+            acc[t] += group_dot(q0, (const int *)(xq_s + t * n + g * 32), xds_s[t * ng + g]);
+            acc[t] += group_dot(q1, (const int *)(xq_s + t * n + (g + 32) * 32), xds_s[t * ng + g + 32]);
+        }
+    }
+    if (g < ng) {
+        wgroup q0;
+        group_load<T>(row, g, q0);
+        for (int t = 0; t < n_tok; t++) acc[t] += group_dot(q0, (const int *)(xq_s + t * n + g * 32), xds_s[t * ng + g]);
+    }
+}
+
+/* acc[t] += w's row r . x[t]: the f16 path on the float rows, the others on the int8 ones */
+__device__ __forceinline__ void mat_dot(const pk_mat &w, int r, const float *xf_s, const int8_t *xq_s,
+                                        const float2 *xds_s, int n_tok, float (&acc)[PK_MAX_TOK]) {
+    const uint8_t *row = w.p + (size_t)r * w.rb;
+    switch (w.type) {
+    case QT_F16: row_dot((const __half *)row, w.n_in, xf_s, n_tok, acc); break;
+    case QT_Q4_0: row_dot_q<QT_Q4_0>(row, w.n_in, xq_s, xds_s, n_tok, acc); break;
+    case QT_Q8_0: row_dot_q<QT_Q8_0>(row, w.n_in, xq_s, xds_s, n_tok, acc); break;
+    case QT_Q4_K: row_dot_q<QT_Q4_K>(row, w.n_in, xq_s, xds_s, n_tok, acc); break;
+    case QT_Q5_K: row_dot_q<QT_Q5_K>(row, w.n_in, xq_s, xds_s, n_tok, acc); break;
+    case QT_Q6_K: row_dot_q<QT_Q6_K>(row, w.n_in, xq_s, xds_s, n_tok, acc); break;
+    default: break;
     }
 }
 
@@ -258,18 +314,23 @@ __device__ bool run_attn(const pk_args &a, const pk_inst &in, float *sm, float *
     return true;
 }
 
-/* Returns whether the instruction signals its counter (the attention: only the merging split). */
+/* Returns whether the instruction signals its counter (the attention: only the merging split).
+ * Shared memory: the staged float rows (n_tok x in_w), then their int8 groups and scales. */
 __device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *red) {
     const int d = a.d, hd = a.hd, nq = a.nh * hd, nk = a.nkv * hd, group = a.nh / a.nkv;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const pk_layer *L = in.layer < a.nl ? &a.L[in.layer] : NULL;
+    int8_t *xq = (int8_t *)(sm + (size_t)a.n_tok * a.in_w);
+    float2 *xds = (float2 *)(xq + (size_t)a.n_tok * a.in_w);
     float acc[PK_MAX_TOK];
     switch (in.op) {
     case PK_QKV:
         norm_rows(a, a.x, L->attn_norm, sm, red);
+        quant_rows(a, sm, d, xq, xds);
         for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
             for (int t = 0; t < PK_MAX_TOK; t++) acc[t] = 0.0f;
-            row_dot(L->wqkv + (size_t)r * d, d, sm, a.n_tok, acc);
+            const pk_mat &w = r < nq ? L->q : r < nq + nk ? L->k : L->v;
+            mat_dot(w, r < nq ? r : r < nq + nk ? r - nq : r - nq - nk, sm, xq, xds, a.n_tok, acc);
             for (int t = 0; t < a.n_tok; t++) {
                 float y = warp_sum(acc[t]);
                 if (lane) continue;
@@ -299,9 +360,10 @@ __device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *
     case PK_ATTN: return run_attn(a, in, sm, red); /* (only the merging split signals) */
     case PK_OUT:
         stage(a, a.att, nq, sm);
+        quant_rows(a, sm, nq, xq, xds);
         for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
             for (int t = 0; t < PK_MAX_TOK; t++) acc[t] = 0.0f;
-            row_dot(L->wo + (size_t)r * nq, nq, sm, a.n_tok, acc);
+            mat_dot(L->o, r, sm, xq, xds, a.n_tok, acc);
             for (int t = 0; t < a.n_tok; t++) {
                 float y = warp_sum(acc[t]);
                 if (!lane) a.x[(size_t)t * d + r] = __ldcg(a.x + (size_t)t * d + r) + y;
@@ -310,11 +372,12 @@ __device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *
         return true;
     case PK_GATEUP:
         norm_rows(a, a.x, L->ffn_norm, sm, red);
+        quant_rows(a, sm, d, xq, xds);
         for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
             float g[PK_MAX_TOK], u[PK_MAX_TOK];
             for (int t = 0; t < PK_MAX_TOK; t++) g[t] = u[t] = 0.0f;
-            row_dot(L->gate + (size_t)r * d, d, sm, a.n_tok, g);
-            row_dot(L->up + (size_t)r * d, d, sm, a.n_tok, u);
+            mat_dot(L->gate, r, sm, xq, xds, a.n_tok, g);
+            mat_dot(L->up, r, sm, xq, xds, a.n_tok, u);
             for (int t = 0; t < a.n_tok; t++) {
                 float gg = warp_sum(g[t]), uu = warp_sum(u[t]);
                 if (!lane) a.h[(size_t)t * a.nff + r] = gg / (1.0f + __expf(-gg)) * uu;
@@ -323,9 +386,10 @@ __device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *
         return true;
     case PK_DOWN:
         stage(a, a.h, a.nff, sm);
+        quant_rows(a, sm, a.nff, xq, xds);
         for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
             for (int t = 0; t < PK_MAX_TOK; t++) acc[t] = 0.0f;
-            row_dot(L->down + (size_t)r * a.nff, a.nff, sm, a.n_tok, acc);
+            mat_dot(L->down, r, sm, xq, xds, a.n_tok, acc);
             for (int t = 0; t < a.n_tok; t++) {
                 float y = warp_sum(acc[t]);
                 if (!lane) a.x[(size_t)t * d + r] = __ldcg(a.x + (size_t)t * d + r) + y;
@@ -334,9 +398,10 @@ __device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *
         return true;
     case PK_HEAD:
         norm_rows(a, a.x, a.out_norm, sm, red);
+        quant_rows(a, sm, d, xq, xds);
         for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
             for (int t = 0; t < PK_MAX_TOK; t++) acc[t] = 0.0f;
-            row_dot(a.wout + (size_t)r * d, d, sm, a.n_tok, acc);
+            mat_dot(a.wout, r, sm, xq, xds, a.n_tok, acc);
             for (int t = 0; t < a.n_tok; t++) {
                 float y = warp_sum(acc[t]);
                 if (!lane) a.logits[(size_t)t * a.nv + r] = y;
@@ -371,34 +436,32 @@ __global__ void __launch_bounds__(PK_THREADS, 1) pk_kernel(pk_args a) {
 
 /* ---- host ---- */
 
-static __half *upload_f16(const bk_weight *w) {
-    const size_t n = (size_t)w->n_in * (size_t)w->n_out;
-    std::vector<float> f((size_t)w->n_in);
-    std::vector<__half> hv(n);
-    for (int64_t r = 0; r < w->n_out; r++) {
-        if (quant_dequantize(w->type, (const char *)w->host + (size_t)r * w->row_bytes, f.data(), w->n_in)) exit(1);
-        for (int64_t i = 0; i < w->n_in; i++) hv[(size_t)r * w->n_in + i] = __float2half_rn(f[i]);
+/* A weight as it is where group_load reads its type (its rows and brisk's 64 bytes of padding: the
+ * loads read aligned words past a row's end), else dequantized to f16. */
+static pk_mat upload_mat(const bk_weight *w, double *bytes) {
+    pk_mat m = {NULL, w->row_bytes, (int)w->type, (int)w->n_in};
+    const bool keep = w->type == QT_Q4_0 || w->type == QT_Q8_0 || w->type == QT_Q4_K || w->type == QT_Q5_K ||
+                      w->type == QT_Q6_K || w->type == QT_F16;
+    std::vector<uint8_t> host;
+    if (keep) {
+        host.assign((const uint8_t *)w->host, (const uint8_t *)w->host + (size_t)w->n_out * w->row_bytes);
+    } else {
+        m.type = QT_F16, m.rb = (size_t)w->n_in * 2;
+        host.resize((size_t)w->n_out * m.rb);
+        std::vector<float> f((size_t)w->n_in);
+        for (int64_t r = 0; r < w->n_out; r++) {
+            if (quant_dequantize(w->type, (const char *)w->host + (size_t)r * w->row_bytes, f.data(), w->n_in)) exit(1);
+            __half *o = (__half *)(host.data() + (size_t)r * m.rb);
+            for (int64_t i = 0; i < w->n_in; i++) o[i] = __float2half_rn(f[i]);
+        }
     }
-    __half *d;
-    CK(cudaMalloc(&d, n * sizeof(__half)));
-    CK(cudaMemcpy(d, hv.data(), n * sizeof(__half), cudaMemcpyHostToDevice));
-    return d;
-}
-
-static __half *upload_stack(const bk_weight *const *ws, int n) {
-    size_t total = 0;
-    for (int i = 0; i < n; i++) total += (size_t)ws[i]->n_in * ws[i]->n_out;
-    __half *d;
-    CK(cudaMalloc(&d, total * sizeof(__half)));
-    size_t at = 0;
-    for (int i = 0; i < n; i++) {
-        __half *p = upload_f16(ws[i]);
-        const size_t k = (size_t)ws[i]->n_in * ws[i]->n_out;
-        CK(cudaMemcpy(d + at, p, k * sizeof(__half), cudaMemcpyDeviceToDevice));
-        CK(cudaFree(p));
-        at += k;
-    }
-    return d;
+    uint8_t *d;
+    CK(cudaMalloc(&d, host.size() + 64));
+    CK(cudaMemset(d + host.size(), 0, 64));
+    CK(cudaMemcpy(d, host.data(), host.size(), cudaMemcpyHostToDevice));
+    m.p = d;
+    *bytes += (double)host.size();
+    return m;
 }
 
 static float *upload_f32(const bk_weight *w) {
@@ -457,26 +520,24 @@ int main(int argc, char **argv) {
     double wbytes = 0;
     for (int l = 0; l < hp->n_layer; l++) {
         const layer_weights *W = &m->layers[l];
-        const bk_weight *qkv[3] = {&W->wq, &W->wk, &W->wv};
-        hl[l].wqkv = upload_stack(qkv, 3);
-        hl[l].wo = upload_f16(&W->wo);
-        hl[l].gate = upload_f16(&W->w_gate);
-        hl[l].up = upload_f16(&W->w_up);
-        hl[l].down = upload_f16(&W->w_down);
+        hl[l].q = upload_mat(&W->wq, &wbytes);
+        hl[l].k = upload_mat(&W->wk, &wbytes);
+        hl[l].v = upload_mat(&W->wv, &wbytes);
+        hl[l].o = upload_mat(&W->wo, &wbytes);
+        hl[l].gate = upload_mat(&W->w_gate, &wbytes);
+        hl[l].up = upload_mat(&W->w_up, &wbytes);
+        hl[l].down = upload_mat(&W->w_down, &wbytes);
         hl[l].attn_norm = upload_f32(&W->attn_norm);
         hl[l].ffn_norm = upload_f32(&W->ffn_norm);
         hl[l].q_norm = hp->qk_norm ? upload_f32(&W->q_norm) : NULL;
         hl[l].k_norm = hp->qk_norm ? upload_f32(&W->k_norm) : NULL;
-        for (const bk_weight *w : {&W->wq, &W->wk, &W->wv, &W->wo, &W->w_gate, &W->w_up, &W->w_down})
-            wbytes += 2.0 * w->n_in * w->n_out;
     }
-    wbytes += 2.0 * m->output.n_in * m->output.n_out;
     pk_args a = {};
     pk_layer *dl;
     CK(cudaMalloc(&dl, hl.size() * sizeof(pk_layer)));
     CK(cudaMemcpy(dl, hl.data(), hl.size() * sizeof(pk_layer), cudaMemcpyHostToDevice));
     a.L = dl;
-    a.wout = upload_f16(&m->output);
+    a.wout = upload_mat(&m->output, &wbytes);
     a.out_norm = upload_f32(&m->output_norm);
     a.nl = hp->n_layer, a.d = hp->n_embd, a.nh = hp->n_head, a.nkv = hp->n_head_kv, a.hd = hp->head_dim;
     a.nff = hp->n_ff, a.nv = hp->n_vocab, a.n_tok = n_tok, a.n_ctx = n_ctx, a.n_split = plan.n_split;
@@ -508,10 +569,12 @@ int main(int argc, char **argv) {
     a.po = dev_zero<float>(parts * a.hd);
     a.pm = dev_zero<float>(parts);
     a.pl = dev_zero<float>(parts);
-    /* shared memory: the widest staged input (n_tok rows), the attention's warps' partials */
+    /* shared memory: the widest staged input (n_tok rows of floats, then of int8 groups and their
+     * scales), the attention's warps' partials */
     size_t in_w = (size_t)(a.nff > a.nh * a.hd ? a.nff : a.nh * a.hd);
     in_w = in_w > (size_t)a.d ? in_w : (size_t)a.d;
-    size_t smem = nt * in_w * sizeof(float);
+    a.in_w = (int)in_w;
+    size_t smem = nt * in_w * (sizeof(float) + 1) + nt * (in_w / 32) * sizeof(float2);
     const size_t att_s = (group * a.hd + 2 * PK_WARPS * group + PK_WARPS * group * a.hd) * sizeof(float);
     smem = smem > att_s ? smem : att_s;
     smem = smem > PK_WARPS * PK_MAX_HD * sizeof(float) ? smem : PK_WARPS * PK_MAX_HD * sizeof(float);
