@@ -69,6 +69,7 @@ struct pk_args {
     const float *out_norm;
     int nl, d, nh, nkv, hd, nff, nv, n_tok, n_ctx, n_split, pos_tile;
     int in_w; /* floats a token of the widest staged row (shared memory's layout) */
+    int prefetch; /* the next instruction's weights asked into the L2 by the bulk-copy engine */
     float eps;
     int n_rot, neox;
     float freq_base, freq_scale, attn_factor;
@@ -412,13 +413,48 @@ __device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *
     }
 }
 
+/* Asks the L2 for rows [r0, r1) of w (the bulk-copy engine's prefetch: no registers, no wait). */
+__device__ __forceinline__ void prefetch_rows(const pk_mat &w, int r0, int r1) {
+    if (r1 <= r0) return;
+    uintptr_t a0 = (uintptr_t)(w.p + (size_t)r0 * w.rb) & ~(uintptr_t)15, a1 = (uintptr_t)(w.p + (size_t)r1 * w.rb);
+    for (uintptr_t a = a0; a < a1; a += 1u << 20) { /* (pieces of at most 1 MiB) */
+        const uint32_t n = (uint32_t)((a1 - a < (1u << 20) ? a1 - a : 1u << 20) + 15) & ~15u;
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(n) : "memory");
+    }
+}
+
+/* The weights instruction `in` will read, into the L2 (thread 0). */
+__device__ void prefetch_inst(const pk_args &a, const pk_inst &in) {
+    const pk_layer *L = in.layer < a.nl ? &a.L[in.layer] : NULL;
+    const int nq = a.nh * a.hd, nk = a.nkv * a.hd;
+    switch (in.op) {
+    case PK_QKV: /* the slice's rows of q, k and v */
+        prefetch_rows(L->q, min(in.r0, nq), min(in.r1, nq));
+        prefetch_rows(L->k, min(max(in.r0 - nq, 0), nk), min(max(in.r1 - nq, 0), nk));
+        prefetch_rows(L->v, min(max(in.r0 - nq - nk, 0), nk), min(max(in.r1 - nq - nk, 0), nk));
+        break;
+    case PK_OUT: prefetch_rows(L->o, in.r0, in.r1); break;
+    case PK_GATEUP:
+        prefetch_rows(L->gate, in.r0, in.r1);
+        prefetch_rows(L->up, in.r0, in.r1);
+        break;
+    case PK_DOWN: prefetch_rows(L->down, in.r0, in.r1); break;
+    case PK_HEAD: prefetch_rows(a.wout, in.r0, in.r1); break;
+    default: break;
+    }
+}
+
 /* One step: block b runs its list; a counter is waited for by thread 0 (acquire: a fence after the
  * load), added to by thread 0 after the block's writes (release: a fence before the add). */
 __global__ void __launch_bounds__(PK_THREADS, 1) pk_kernel(pk_args a) {
     extern __shared__ float sm[];
     __shared__ float red[PK_WARPS];
-    for (int j = a.w_off[blockIdx.x]; j < a.w_off[blockIdx.x + 1]; j++) {
+    const int j0 = a.w_off[blockIdx.x], j1 = a.w_off[blockIdx.x + 1];
+    if (a.prefetch && threadIdx.x == 0 && j0 < j1) prefetch_inst(a, a.inst[a.w_idx[j0]]);
+    for (int j = j0; j < j1; j++) {
         const pk_inst in = a.inst[a.w_idx[j]];
+        /* the next one's weights depend on nothing: they stream in while this one waits and runs */
+        if (a.prefetch && threadIdx.x == 0 && j + 1 < j1) prefetch_inst(a, a.inst[a.w_idx[j + 1]]);
         if (in.wait >= 0 && threadIdx.x == 0) {
             const unsigned want = (unsigned)in.need * a.gen;
             while (*(volatile unsigned *)&a.cnt[in.wait] < want) __nanosleep(64);
@@ -482,11 +518,12 @@ template <class T> static T *dev_zero(size_t n) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: pk_lab MODEL.gguf [n_tok 1] [steps 64] [depth 512]\n");
+        fprintf(stderr, "usage: pk_lab MODEL.gguf [n_tok 1] [steps 64] [depth 512] [prefetch 1] [slice_kb 64]\n");
         return 2;
     }
     const int n_tok = argc > 2 ? atoi(argv[2]) : 1, steps = argc > 3 ? atoi(argv[3]) : 64;
-    const int depth = argc > 4 ? atoi(argv[4]) : 512;
+    const int depth = argc > 4 ? atoi(argv[4]) : 512, prefetch = argc > 5 ? atoi(argv[5]) : 1;
+    const int slice_kb = argc > 6 ? atoi(argv[6]) : 64;
     if (n_tok < 1 || n_tok > PK_MAX_TOK || steps < 1 || depth < 16) return 2;
     brisk_model_params mp = brisk_model_default_params();
     brisk_model *m = NULL;
@@ -506,7 +543,13 @@ int main(int argc, char **argv) {
     pk_shape sh = {};
     sh.n_layer = hp->n_layer, sh.n_embd = hp->n_embd, sh.n_head = hp->n_head, sh.n_head_kv = hp->n_head_kv;
     sh.head_dim = hp->head_dim, sh.n_ff = hp->n_ff, sh.n_vocab = hp->n_vocab, sh.n_tok = n_tok, sh.n_ctx = n_ctx;
-    sh.n_workers = n_sm, sh.weight_bytes = 2, sh.kv_bytes = 2;
+    /* the layers' bytes a weight (Q4_K_M: about 0.6), for the slices' size */
+    double lb = 0, ln = 0;
+    for (int l = 0; l < hp->n_layer; l++)
+        for (const bk_weight *w : {&m->layers[l].wq, &m->layers[l].wk, &m->layers[l].wv, &m->layers[l].wo,
+                                   &m->layers[l].w_gate, &m->layers[l].w_up, &m->layers[l].w_down})
+            lb += (double)w->n_out * w->row_bytes, ln += (double)w->n_out * w->n_in;
+    sh.n_workers = n_sm, sh.weight_bytes = lb / ln, sh.kv_bytes = 2, sh.slice_kb = slice_kb;
     pk_plan plan;
     if (pk_plan_build(&sh, &plan) || pk_plan_check(&plan)) {
         fprintf(stderr, "pk_lab: no plan\n");
@@ -541,7 +584,7 @@ int main(int argc, char **argv) {
     a.out_norm = upload_f32(&m->output_norm);
     a.nl = hp->n_layer, a.d = hp->n_embd, a.nh = hp->n_head, a.nkv = hp->n_head_kv, a.hd = hp->head_dim;
     a.nff = hp->n_ff, a.nv = hp->n_vocab, a.n_tok = n_tok, a.n_ctx = n_ctx, a.n_split = plan.n_split;
-    a.pos_tile = plan.s.pos_tile, a.eps = hp->rms_eps, a.n_rot = hp->rope.n_rot, a.neox = hp->rope.mode == BK_ROPE_NEOX;
+    a.pos_tile = plan.s.pos_tile, a.prefetch = prefetch, a.eps = hp->rms_eps, a.n_rot = hp->rope.n_rot, a.neox = hp->rope.mode == BK_ROPE_NEOX;
     a.freq_base = hp->rope.freq_base, a.freq_scale = hp->rope.freq_scale, a.attn_factor = hp->rope.attn_factor;
     pk_inst *di;
     int *dwo, *dwi, *dpos;
@@ -670,8 +713,9 @@ int main(int argc, char **argv) {
     CK(cudaEventElapsedTime(&ms, e0, e1));
     const double per = ms / 1e3 / steps;
     const double kvb = 2.0 * 2 * a.nl * (double)a.nkv * a.hd * (depth + n_tok);
-    printf("%d tokens a step at depth %d: %.1f us a step, %.1f tokens/s, %.0f GB/s (weights %.2f GB, KV %.2f GB)\n",
-           n_tok, depth, per * 1e6, n_tok / per, (wbytes + kvb * n_tok) / per / 1e9, wbytes / 1e9, kvb / 1e9);
+    printf("%d tokens a step at depth %d, prefetch %d, slices of %d KiB: %.1f us a step, %.1f tokens/s, %.0f GB/s "
+           "(weights %.2f GB, KV %.2f GB)\n", n_tok, depth, prefetch, slice_kb, per * 1e6, n_tok / per,
+           (wbytes + kvb * n_tok) / per / 1e9, wbytes / 1e9, kvb / 1e9);
     pk_plan_free(&plan);
     brisk_model_free(m);
     return 0;
