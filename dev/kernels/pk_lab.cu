@@ -70,6 +70,7 @@ struct pk_args {
     int nl, d, nh, nkv, hd, nff, nv, n_tok, n_ctx, n_split, pos_tile;
     int in_w; /* floats a token of the widest staged row (shared memory's layout) */
     int prefetch; /* the next instruction's weights asked into the L2 by the bulk-copy engine */
+    int *stuck;   /* a wait past the watchdog's limit writes its instruction here and the kernel ends */
     float eps;
     int n_rot, neox;
     float freq_base, freq_scale, attn_factor;
@@ -455,12 +456,24 @@ __global__ void __launch_bounds__(PK_THREADS, 1) pk_kernel(pk_args a) {
         const pk_inst in = a.inst[a.w_idx[j]];
         /* the next one's weights depend on nothing: they stream in while this one waits and runs */
         if (a.prefetch && threadIdx.x == 0 && j + 1 < j1) prefetch_inst(a, a.inst[a.w_idx[j + 1]]);
-        if (in.wait >= 0 && threadIdx.x == 0) {
-            const unsigned want = (unsigned)in.need * a.gen;
-            while (*(volatile unsigned *)&a.cnt[in.wait] < want) __nanosleep(64);
-            __threadfence();
+        __shared__ int give_up;
+        if (threadIdx.x == 0) {
+            give_up = 0;
+            if (in.wait >= 0) {
+                /* a watchdog: a plan or kernel bug would hang the GPU; a wait of over ~4 s (2^32
+                 * cycles) gives up instead, says which instruction, and the whole grid ends */
+                const unsigned want = (unsigned)in.need * a.gen;
+                const long long t0 = clock64();
+                while (*(volatile unsigned *)&a.cnt[in.wait] < want && !give_up) {
+                    __nanosleep(64);
+                    if (clock64() - t0 > (1ll << 32) || *(volatile int *)a.stuck >= 0) give_up = 1;
+                }
+                if (give_up) atomicCAS(a.stuck, -1, a.w_idx[j]);
+                __threadfence();
+            }
         }
         __syncthreads();
+        if (give_up) return;
         const bool sig = run_inst(a, in, sm, red); /* (uniform over the block) */
         __syncthreads();
         if (in.signal >= 0 && sig && threadIdx.x == 0) {
@@ -595,6 +608,8 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&dwi, (size_t)plan.n_inst * sizeof(int)));
     CK(cudaMemcpy(dwi, plan.w_idx, (size_t)plan.n_inst * sizeof(int), cudaMemcpyHostToDevice));
     CK(cudaMalloc(&dpos, PK_MAX_TOK * sizeof(int)));
+    CK(cudaMalloc(&a.stuck, sizeof(int)));
+    CK(cudaMemset(a.stuck, 0xff, sizeof(int)));
     a.inst = di, a.w_off = dwo, a.w_idx = dwi, a.pos = dpos;
     const size_t nt = (size_t)n_tok, group = (size_t)hp->n_head / hp->n_head_kv;
     a.cnt = dev_zero<unsigned>((size_t)plan.n_counters);
@@ -677,6 +692,14 @@ int main(int argc, char **argv) {
     };
     for (int p = 0; p < n_check; p += n_tok) step(p, true);
     CK(cudaDeviceSynchronize());
+    int stuck = -1;
+    CK(cudaMemcpy(&stuck, a.stuck, sizeof stuck, cudaMemcpyDeviceToHost));
+    if (stuck >= 0) {
+        const pk_inst &in = plan.inst[stuck];
+        fprintf(stderr, "pk_lab: the watchdog ended a step: instruction %d (op %d, layer %d) waited on counter %d for %d\n",
+                stuck, in.op, in.layer, in.wait, in.need);
+        return 1;
+    }
     double worst = 0;
     int same = 0;
     for (int i = 0; i < n_check; i++) {
@@ -711,6 +734,11 @@ int main(int argc, char **argv) {
     CK(cudaEventSynchronize(e1));
     float ms = 0;
     CK(cudaEventElapsedTime(&ms, e0, e1));
+    CK(cudaMemcpy(&stuck, a.stuck, sizeof stuck, cudaMemcpyDeviceToHost));
+    if (stuck >= 0) {
+        fprintf(stderr, "pk_lab: the watchdog ended a timed step (instruction %d)\n", stuck);
+        return 1;
+    }
     const double per = ms / 1e3 / steps;
     const double kvb = 2.0 * 2 * a.nl * (double)a.nkv * a.hd * (depth + n_tok);
     printf("%d tokens a step at depth %d, prefetch %d, slices of %d KiB: %.1f us a step, %.1f tokens/s, %.0f GB/s "
