@@ -124,6 +124,9 @@ typedef struct emu_state {
     float *po, *pm, *pl;                     /* the splits' partials: (n_tok, nkv, n_split, group, hd) and max / sum */
     atomic_int *cnt;                         /* (n_counters) */
     atomic_int *merge;                       /* (nl, n_tok, nkv) splits done */
+    int gen;                                 /* the step's generation: counters are not reset between the
+                                              * steps of one plan, a step waits for gen times a count (as
+                                              * pk_lab.cu's kernel) */
     int chaos;                               /* threads: random delays */
     int skip_wait;                           /* an instruction whose wait is dropped (-1: none) */
 } emu_state;
@@ -211,7 +214,7 @@ static void run_inst(emu_state *st, const pk_inst *in) {
         }
         /* the group's last split merges the splits, in their order (the same sums whoever is last) */
         atomic_int *mc = &st->merge[((size_t)l * st->n_tok + t) * m->nkv + h];
-        if (atomic_fetch_add(mc, 1) != ns - 1) return;
+        if (atomic_fetch_add(mc, 1) + 1 != ns * st->gen) return;
         for (int j = 0; j < group; j++) {
             float M = -INFINITY, S = 0.0f, *out = st->att + (size_t)t * nq + (size_t)(h * group + j) * hd;
             for (int sp = 0; sp < ns; sp++) M = fmaxf(M, st->pm[(((size_t)t * m->nkv + h) * ns + sp) * group + j]);
@@ -259,7 +262,7 @@ static void run_inst(emu_state *st, const pk_inst *in) {
 
 static bool may_run(const emu_state *st, int i) {
     const pk_inst *in = &st->p->inst[i];
-    return in->wait < 0 || i == st->skip_wait || atomic_load(&st->cnt[in->wait]) >= in->need;
+    return in->wait < 0 || i == st->skip_wait || atomic_load(&st->cnt[in->wait]) >= in->need * st->gen;
 }
 
 typedef struct worker_arg {
@@ -289,11 +292,16 @@ static void *worker(void *arg) {
 
 enum { RUN_SERIAL, RUN_THREADS, RUN_CHAOS, RUN_ADVERSARY };
 
-/* One step of the plan over the state's tokens; false on a deadlock (adversary) or no threads. */
-static bool run_step(emu_state *st, int mode) {
+/* One step of the plan over the state's tokens (generation st->gen + 1; the counters zeroed first
+ * when `fresh`: a plan's first step); false on a deadlock (adversary) or no threads. */
+static bool run_step(emu_state *st, int mode, bool fresh) {
     const pk_plan *p = st->p;
-    for (int c = 0; c < p->n_counters; c++) atomic_store(&st->cnt[c], 0);
-    for (size_t i = 0; i < (size_t)st->m->nl * st->n_tok * st->m->nkv; i++) atomic_store(&st->merge[i], 0);
+    if (fresh) {
+        for (int c = 0; c < p->n_counters; c++) atomic_store(&st->cnt[c], 0);
+        for (size_t i = 0; i < (size_t)st->m->nl * st->n_tok * st->m->nkv; i++) atomic_store(&st->merge[i], 0);
+        st->gen = 0;
+    }
+    st->gen++;
     if (mode == RUN_SERIAL) {
         for (int i = 0; i < p->n_inst; i++) {
             if (!may_run(st, i)) return false;
@@ -441,7 +449,7 @@ static bool emulate(const emu_model *m, int n_tok, int n_workers, int mode, int 
             st.pos[t] = p0 + t;
             memcpy(st.x + (size_t)t * m->d, m->emb + (size_t)tok[p0 + t] * m->d, (size_t)m->d * sizeof(float));
         }
-        ok = run_step(&st, mode);
+        ok = run_step(&st, mode, p0 == 0 || last);
         for (int t = 0; ok && t < st.n_tok; t++)
             memcpy(out + (size_t)(p0 + t) * m->nv, st.logits + (size_t)t * m->nv, (size_t)m->nv * sizeof(float));
     }
