@@ -12,6 +12,13 @@ T0=$(date +%s); left() { [ $(( $(date +%s) - T0 )) -lt $LIMIT ]; }
 . bench/cuda/device_env.sh
 xz -dc .device/pk_lab.xz > /tmp/pk_lab && chmod +x /tmp/pk_lab
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/pk.txt"
+# first the tiny f32 models (their f16 path; seconds): the machinery, before the big files
+for p in tiny-qwen3 tiny-llama; do
+  $A synth --preset $p -o $d/$p.gguf > /dev/null 2>&1
+  echo "== $p pk_lab 1 8 64 1 16 / 3 8 64 1 16" | tee -a "$OUT/pk.txt"
+  timeout 60 /tmp/pk_lab $d/$p.gguf 1 8 64 1 16 2>&1 | tail -3 | tee -a "$OUT/pk.txt"
+  timeout 60 /tmp/pk_lab $d/$p.gguf 3 8 64 1 16 2>&1 | tail -3 | tee -a "$OUT/pk.txt"
+done
 for p in ${MODELS:-qwen3-8b}; do f=$d/$p-${TYPE:-q4_k_m}.gguf
   [ -f $f ] || $A synth --preset $p --vocab $d/vocab.gguf --type ${TYPE:-q4_k_m} --repeat-rows 256 -o $f > /dev/null
   for args in "1 64 512 1 64" "1 64 512 0 64" "1 64 512 1 32" "1 64 512 1 128" "4 32 512 1 64"; do

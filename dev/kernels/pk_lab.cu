@@ -316,6 +316,24 @@ __device__ bool run_attn(const pk_args &a, const pk_inst &in, float *sm, float *
     return true;
 }
 
+/* x[t][r] += w's row r . src[t] (n values a token) over the slice's rows: the attention output's and
+ * the FFN down's products close their residual branch in place (each slice owns its rows of x). */
+__device__ void residual_rows(const pk_args &a, const pk_inst &in, const pk_mat &w, const float *src, int n, float *sm,
+                              int8_t *xq, float2 *xds) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float acc[PK_MAX_TOK];
+    stage(a, src, n, sm);
+    quant_rows(a, sm, n, xq, xds);
+    for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
+        for (int t = 0; t < PK_MAX_TOK; t++) acc[t] = 0.0f;
+        mat_dot(w, r, sm, xq, xds, a.n_tok, acc);
+        for (int t = 0; t < a.n_tok; t++) {
+            float y = warp_sum(acc[t]);
+            if (!lane) a.x[(size_t)t * a.d + r] = __ldcg(a.x + (size_t)t * a.d + r) + y;
+        }
+    }
+}
+
 /* Returns whether the instruction signals its counter (the attention: only the merging split).
  * Shared memory: the staged float rows (n_tok x in_w), then their int8 groups and scales. */
 __device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *red) {
@@ -360,18 +378,7 @@ __device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *
         }
         return true;
     case PK_ATTN: return run_attn(a, in, sm, red); /* (only the merging split signals) */
-    case PK_OUT:
-        stage(a, a.att, nq, sm);
-        quant_rows(a, sm, nq, xq, xds);
-        for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
-            for (int t = 0; t < PK_MAX_TOK; t++) acc[t] = 0.0f;
-            mat_dot(L->o, r, sm, xq, xds, a.n_tok, acc);
-            for (int t = 0; t < a.n_tok; t++) {
-                float y = warp_sum(acc[t]);
-                if (!lane) a.x[(size_t)t * d + r] = __ldcg(a.x + (size_t)t * d + r) + y;
-            }
-        }
-        return true;
+    case PK_OUT: residual_rows(a, in, L->o, a.att, nq, sm, xq, xds); return true;
     case PK_GATEUP:
         norm_rows(a, a.x, L->ffn_norm, sm, red);
         quant_rows(a, sm, d, xq, xds);
@@ -386,18 +393,7 @@ __device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *
             }
         }
         return true;
-    case PK_DOWN:
-        stage(a, a.h, a.nff, sm);
-        quant_rows(a, sm, a.nff, xq, xds);
-        for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
-            for (int t = 0; t < PK_MAX_TOK; t++) acc[t] = 0.0f;
-            mat_dot(L->down, r, sm, xq, xds, a.n_tok, acc);
-            for (int t = 0; t < a.n_tok; t++) {
-                float y = warp_sum(acc[t]);
-                if (!lane) a.x[(size_t)t * d + r] = __ldcg(a.x + (size_t)t * d + r) + y;
-            }
-        }
-        return true;
+    case PK_DOWN: residual_rows(a, in, L->down, a.h, a.nff, sm, xq, xds); return true;
     case PK_HEAD:
         norm_rows(a, a.x, a.out_norm, sm, red);
         quant_rows(a, sm, d, xq, xds);
