@@ -319,11 +319,13 @@ __device__ bool run_attn(const pk_args &a, const pk_inst &in, float *sm, float *
 /* x[t][r] += w's row r . src[t] (n values a token) over the slice's rows: the attention output's and
  * the FFN down's products close their residual branch in place (each slice owns its rows of x). */
 __device__ void residual_rows(const pk_args &a, const pk_inst &in, const pk_mat &w, const float *src, int n, float *sm,
-                              int8_t *xq, float2 *xds) {
+                              int8_t *xq, float2 *xds, bool fresh) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float acc[PK_MAX_TOK];
-    stage(a, src, n, sm);
-    quant_rows(a, sm, n, xq, xds);
+    if (fresh) {
+        stage(a, src, n, sm);
+        quant_rows(a, sm, n, xq, xds);
+    }
     for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
         for (int t = 0; t < PK_MAX_TOK; t++) acc[t] = 0.0f;
         mat_dot(w, r, sm, xq, xds, a.n_tok, acc);
@@ -335,8 +337,10 @@ __device__ void residual_rows(const pk_args &a, const pk_inst &in, const pk_mat 
 }
 
 /* Returns whether the instruction signals its counter (the attention: only the merging split).
- * Shared memory: the staged float rows (n_tok x in_w), then their int8 groups and scales. */
-__device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *red) {
+ * Shared memory: the staged float rows (n_tok x in_w), then their int8 groups and scales. fresh:
+ * stage them; false when the block's previous instruction staged the same input (a slice of the same
+ * product: consecutive slices of one stage on a block share its norm and quantization). */
+__device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *red, bool fresh) {
     const int d = a.d, hd = a.hd, nq = a.nh * hd, nk = a.nkv * hd, group = a.nh / a.nkv;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const pk_layer *L = in.layer < a.nl ? &a.L[in.layer] : NULL;
@@ -345,8 +349,10 @@ __device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *
     float acc[PK_MAX_TOK];
     switch (in.op) {
     case PK_QKV:
-        norm_rows(a, a.x, L->attn_norm, sm, red);
-        quant_rows(a, sm, d, xq, xds);
+        if (fresh) {
+            norm_rows(a, a.x, L->attn_norm, sm, red);
+            quant_rows(a, sm, d, xq, xds);
+        }
         for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
             for (int t = 0; t < PK_MAX_TOK; t++) acc[t] = 0.0f;
             const pk_mat &w = r < nq ? L->q : r < nq + nk ? L->k : L->v;
@@ -378,10 +384,12 @@ __device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *
         }
         return true;
     case PK_ATTN: return run_attn(a, in, sm, red); /* (only the merging split signals) */
-    case PK_OUT: residual_rows(a, in, L->o, a.att, nq, sm, xq, xds); return true;
+    case PK_OUT: residual_rows(a, in, L->o, a.att, nq, sm, xq, xds, fresh); return true;
     case PK_GATEUP:
-        norm_rows(a, a.x, L->ffn_norm, sm, red);
-        quant_rows(a, sm, d, xq, xds);
+        if (fresh) {
+            norm_rows(a, a.x, L->ffn_norm, sm, red);
+            quant_rows(a, sm, d, xq, xds);
+        }
         for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
             float g[PK_MAX_TOK], u[PK_MAX_TOK];
             for (int t = 0; t < PK_MAX_TOK; t++) g[t] = u[t] = 0.0f;
@@ -393,10 +401,12 @@ __device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *
             }
         }
         return true;
-    case PK_DOWN: residual_rows(a, in, L->down, a.h, a.nff, sm, xq, xds); return true;
+    case PK_DOWN: residual_rows(a, in, L->down, a.h, a.nff, sm, xq, xds, fresh); return true;
     case PK_HEAD:
-        norm_rows(a, a.x, a.out_norm, sm, red);
-        quant_rows(a, sm, d, xq, xds);
+        if (fresh) {
+            norm_rows(a, a.x, a.out_norm, sm, red);
+            quant_rows(a, sm, d, xq, xds);
+        }
         for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
             for (int t = 0; t < PK_MAX_TOK; t++) acc[t] = 0.0f;
             mat_dot(a.wout, r, sm, xq, xds, a.n_tok, acc);
@@ -447,6 +457,7 @@ __global__ void __launch_bounds__(PK_THREADS, 1) pk_kernel(pk_args a) {
     extern __shared__ float sm[];
     __shared__ float red[PK_WARPS];
     const int j0 = a.w_off[blockIdx.x], j1 = a.w_off[blockIdx.x + 1];
+    int staged = -1; /* what the shared memory holds staged (run_inst's fresh) */
     if (a.prefetch && threadIdx.x == 0 && j0 < j1) prefetch_inst(a, a.inst[a.w_idx[j0]]);
     for (int j = j0; j < j1; j++) {
         const pk_inst in = a.inst[a.w_idx[j]];
@@ -470,7 +481,10 @@ __global__ void __launch_bounds__(PK_THREADS, 1) pk_kernel(pk_args a) {
         }
         __syncthreads();
         if (give_up) return;
-        const bool sig = run_inst(a, in, sm, red); /* (uniform over the block) */
+        /* the staged input's key: the layer and the product (KV and ATTN use the memory otherwise) */
+        const int key = in.op == PK_KV || in.op == PK_ATTN ? -1 : in.layer * PK_N_OPS + in.op;
+        const bool sig = run_inst(a, in, sm, red, key < 0 || key != staged); /* (uniform over the block) */
+        staged = key;
         __syncthreads();
         if (in.signal >= 0 && sig && threadIdx.x == 0) {
             __threadfence();
