@@ -288,6 +288,7 @@ __device__ bool run_attn(const pk_args &a, const pk_inst &in, float *sm, float *
         a.po[(g0 + j) * hd + e] = O;
         if (e == 0) a.pm[g0 + j] = M, a.pl[g0 + j] = S;
     }
+    __threadfence(); /* every writer's fence, then the count (release) */
     __syncthreads();
     /* the group's last split merges */
     __shared__ unsigned last;
@@ -485,6 +486,7 @@ __global__ void __launch_bounds__(PK_THREADS, 1) pk_kernel(pk_args a) {
         const int key = in.op == PK_KV || in.op == PK_ATTN ? -1 : in.layer * PK_N_OPS + in.op;
         const bool sig = run_inst(a, in, sm, red, key < 0 || key != staged); /* (uniform over the block) */
         staged = key;
+        __threadfence(); /* each thread's writes visible at gpu scope before thread 0's add (release) */
         __syncthreads();
         if (in.signal >= 0 && sig && threadIdx.x == 0) {
             __threadfence();
