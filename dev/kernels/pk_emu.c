@@ -3,7 +3,7 @@
  * them, the instructions' work done in plain float C on a real model's weights (dequantized).
  * Built as $(BUILD)/tests/test_pk_emu (make test); no GPU.
  *
- * What it shows, per model (brisk synth's tiny qwen3 and llama, f32 weights and cache):
+ * What it shows, per model (brisk synth's tiny qwen3, llama and qwen3moe, f32 weights and cache):
  *   - the plan computes the model: every token's logits within 1e-4 (of the row's largest) of
  *     brisk's own CPU forward pass over the same tokens, steps of 1 to 8 tokens;
  *   - the counters order everything the scratch's reuse needs: runs on threads (with random
@@ -13,8 +13,8 @@
  *   - that check can fail: with one wait dropped (the first attention-output slice of layer 1
  *     no longer waits for the attention) and its worker let ahead of the others, the adversarial
  *     schedule's logits differ;
- *   - plans for the real shapes (qwen3-8b, llama3-8b, qwen3-0.6b; 1-8 tokens; 4K-128K; 132
- *     workers) keep pk_plan_check's invariants, and mutated ones are refused.
+ *   - plans for the real shapes (qwen3-8b, llama3-8b, qwen3-0.6b, qwen3-30b-a3b; 1-8 tokens; 4K-128K;
+ *     132 workers) keep pk_plan_check's invariants, and mutated ones are refused.
  * What it cannot show: the GPU kernel's speed; its memory model (the emulation's atomics are
  * sequentially consistent C11 ones; the kernel's counters need release/acquire at gpu scope). */
 #include <math.h>
@@ -41,10 +41,14 @@ typedef struct emu_layer {
     float *wo;    /* (n_embd, n_head * head_dim) */
     float *gate, *up; /* (n_ff, n_embd) */
     float *down;  /* (n_embd, n_ff) */
+    float *router;            /* qwen3moe: (n_expert, n_embd) */
+    float *gate_e, *up_e;     /* (n_expert * n_ff_exp, n_embd) */
+    float *down_e;            /* (n_expert * n_embd, n_ff_exp) */
 } emu_layer;
 
 typedef struct emu_model {
     int nl, d, nh, nkv, hd, nff, nv;
+    int ne, k, nffe; /* qwen3moe: experts, routed a token, their FFN width (ne 0: dense) */
     float eps;
     bk_rope_params rope;
     float *emb, *out_norm, *wout; /* (nv, d), (d), (nv, d) */
@@ -76,6 +80,8 @@ static bool emu_load(const brisk_model *m, emu_model *e) {
     memset(e, 0, sizeof *e);
     e->nl = hp->n_layer, e->d = hp->n_embd, e->nh = hp->n_head, e->nkv = hp->n_head_kv, e->hd = hp->head_dim;
     e->nff = hp->n_ff, e->nv = hp->n_vocab, e->eps = hp->rms_eps, e->rope = hp->rope;
+    e->ne = hp->n_expert, e->k = hp->n_expert_used, e->nffe = hp->n_ff_exp;
+    if (e->ne && (e->k > 8 || e->ne > 256)) return false;
     if (hp->qkv_bias || hp->rope.ext_factor != 0.0f) return false; /* (not in this emulation) */
     e->emb = dequant(&m->tok_embd);
     e->out_norm = dequant(&m->output_norm);
@@ -91,11 +97,18 @@ static bool emu_load(const brisk_model *m, emu_model *e) {
         const int64_t nq = (int64_t)e->nh * e->hd, nk = (int64_t)e->nkv * e->hd;
         L->wqkv = stack(stack(dequant(&W->wq), nq, dequant(&W->wk), nk, e->d), nq + nk, dequant(&W->wv), nk, e->d);
         L->wo = dequant(&W->wo);
-        L->gate = dequant(&W->w_gate);
-        L->up = dequant(&W->w_up);
-        L->down = dequant(&W->w_down);
+        if (e->ne) {
+            L->router = dequant(&W->ffn_gate_inp);
+            L->gate_e = dequant(&W->gate_exps);
+            L->up_e = dequant(&W->up_exps);
+            L->down_e = dequant(&W->down_exps);
+        } else {
+            L->gate = dequant(&W->w_gate);
+            L->up = dequant(&W->w_up);
+            L->down = dequant(&W->w_down);
+        }
         ok = L->attn_norm && L->ffn_norm && (!hp->qk_norm || (L->q_norm && L->k_norm)) && L->wqkv && L->wo &&
-             L->gate && L->up && L->down;
+             (e->ne ? L->router && L->gate_e && L->up_e && L->down_e : L->gate && L->up && L->down);
     }
     return ok;
 }
@@ -103,7 +116,8 @@ static bool emu_load(const brisk_model *m, emu_model *e) {
 static void emu_free(emu_model *e) {
     for (int l = 0; e->L && l < e->nl; l++) {
         emu_layer *L = &e->L[l];
-        float *f[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->wqkv, L->wo, L->gate, L->up, L->down};
+        float *f[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->wqkv, L->wo, L->gate, L->up, L->down,
+                      L->router, L->gate_e, L->up_e, L->down_e};
         for (size_t i = 0; i < sizeof f / sizeof *f; i++) free(f[i]);
     }
     free(e->L);
@@ -122,6 +136,9 @@ typedef struct emu_state {
     float *x, *q, *k, *v, *att, *h, *logits; /* (n_tok, ...) scratch shared by the layers */
     float *kc, *vc;                          /* (nl, n_ctx, nkv, hd) */
     float *po, *pm, *pl;                     /* the splits' partials: (n_tok, nkv, n_split, group, hd) and max / sum */
+    float *lg;                               /* qwen3moe: (n_tok, ne) the router's logits */
+    int32_t *ids;                            /* (n_tok, k) the routed experts */
+    float *wts, *he;                         /* (n_tok, k) their weights; (n_tok, k, nffe) their SwiGLU */
     atomic_int *cnt;                         /* (n_counters) */
     atomic_int *merge;                       /* (nl, n_tok, nkv) splits done */
     int gen;                                 /* the step's generation: counters are not reset between the
@@ -248,6 +265,61 @@ static void run_inst(emu_state *st, const pk_inst *in) {
         for (int t = 0; t < st->n_tok; t++)
             for (int r = in->r0; r < in->r1; r++)
                 st->x[(size_t)t * d + r] += dot(L->down + (size_t)r * m->nff, st->h + (size_t)t * m->nff, m->nff);
+        break;
+    case PK_ROUTE: /* the router's logits, experts [r0, r1) */
+        for (int t = 0; t < st->n_tok; t++) {
+            rms(st->x + (size_t)t * d, L->ffn_norm, xn, d, m->eps);
+            for (int e = in->r0; e < in->r1; e++) st->lg[(size_t)t * m->ne + e] = dot(L->router + (size_t)e * d, xn, d);
+        }
+        break;
+    case PK_TOPK: { /* as brisk's CPU: softmax, top-k (ties to the lower id), renormalized (double sum) */
+        const int t = in->tok;
+        const float *lg = st->lg + (size_t)t * m->ne;
+        float pr[256], mx = -INFINITY;
+        for (int e = 0; e < m->ne; e++) mx = fmaxf(mx, lg[e]);
+        double sum = 0;
+        for (int e = 0; e < m->ne; e++) sum += (double)(pr[e] = expf(lg[e] - mx));
+        for (int e = 0; e < m->ne; e++) pr[e] *= (float)(1.0 / sum);
+        int32_t *ids = st->ids + (size_t)t * m->k;
+        float *w = st->wts + (size_t)t * m->k;
+        double ws = 0;
+        for (int k = 0; k < m->k; k++) {
+            int best = -1;
+            for (int e = 0; e < m->ne; e++) {
+                bool taken = false;
+                for (int q = 0; q < k; q++) taken |= ids[q] == e;
+                if (!taken && (best < 0 || pr[e] > pr[best])) best = e;
+            }
+            ids[k] = best;
+            ws += (double)(w[k] = pr[best]);
+        }
+        float fs = (float)ws < 6.103515625e-5f ? 6.103515625e-5f : (float)ws;
+        for (int k = 0; k < m->k; k++) w[k] /= fs;
+        break;
+    }
+    case PK_EGU: { /* slot kvh of token tok: its expert's rows */
+        const int t = in->tok, e = st->ids[(size_t)t * m->k + in->kvh];
+        rms(st->x + (size_t)t * d, L->ffn_norm, xn, d, m->eps);
+        float *h = st->he + ((size_t)t * m->k + in->kvh) * m->nffe;
+        for (int r = in->r0; r < in->r1; r++) {
+            const size_t row = (size_t)e * m->nffe + r;
+            float g = dot(L->gate_e + row * d, xn, d), u = dot(L->up_e + row * d, xn, d);
+            h[r] = g / (1.0f + expf(-g)) * u;
+        }
+        break;
+    }
+    case PK_EDOWN:
+        for (int t = 0; t < st->n_tok; t++)
+            for (int r = in->r0; r < in->r1; r++) {
+                float acc = 0.0f;
+                for (int k = 0; k < m->k; k++) {
+                    const int e = st->ids[(size_t)t * m->k + k];
+                    acc += st->wts[(size_t)t * m->k + k] *
+                           dot(L->down_e + ((size_t)e * d + r) * m->nffe, st->he + ((size_t)t * m->k + k) * m->nffe,
+                               m->nffe);
+                }
+                st->x[(size_t)t * d + r] += acc;
+            }
         break;
     case PK_HEAD:
         for (int t = 0; t < st->n_tok; t++) {
@@ -403,8 +475,9 @@ static bool reference(brisk_model *m, ref_run *r) {
  * still has several of each (a split of a few positions, tiles of 4). */
 static int emu_plan(const emu_model *m, int n_tok, int n_workers, pk_plan *p) {
     pk_shape sh = {.n_layer = m->nl, .n_embd = m->d, .n_head = m->nh, .n_head_kv = m->nkv, .head_dim = m->hd,
-                   .n_ff = m->nff, .n_vocab = m->nv, .n_tok = n_tok, .n_ctx = N_POS, .n_workers = n_workers,
-                   .weight_bytes = 4, .kv_bytes = 4, .slice_kb = 16, .split_min = 6, .pos_tile = 4};
+                   .n_ff = m->nff, .n_vocab = m->nv, .n_expert = m->ne, .n_expert_used = m->k, .n_ff_exp = m->nffe,
+                   .n_tok = n_tok, .n_ctx = N_POS, .n_workers = n_workers, .weight_bytes = 4, .kv_bytes = 4,
+                   .slice_kb = 16, .split_min = 6, .pos_tile = 4};
     return pk_plan_build(&sh, p);
 }
 
@@ -429,7 +502,7 @@ static bool emulate(const emu_model *m, int n_tok, int n_workers, int mode, int 
     st.k = calloc(nt * m->nkv * m->hd, sizeof(float));
     st.v = calloc(nt * m->nkv * m->hd, sizeof(float));
     st.att = calloc(nt * m->nh * m->hd, sizeof(float));
-    st.h = calloc(nt * m->nff, sizeof(float));
+    st.h = calloc(nt * (m->nff > 0 ? (size_t)m->nff : 1), sizeof(float));
     st.logits = calloc(nt * m->nv, sizeof(float));
     st.kc = calloc(cache, sizeof(float));
     st.vc = calloc(cache, sizeof(float));
@@ -438,8 +511,14 @@ static bool emulate(const emu_model *m, int n_tok, int n_workers, int mode, int 
     st.pl = calloc(parts, sizeof(float));
     st.cnt = calloc((size_t)full.n_counters, sizeof *st.cnt);
     st.merge = calloc((size_t)m->nl * nt * m->nkv, sizeof *st.merge);
+    const size_t kk = m->ne ? (size_t)m->k : 1;
+    st.ids = calloc(nt * kk, sizeof *st.ids);
+    st.lg = calloc(nt * (m->ne ? (size_t)m->ne : 1), sizeof *st.lg);
+    st.wts = calloc(nt * kk, sizeof *st.wts);
+    st.he = calloc(nt * kk * (m->ne ? (size_t)m->nffe : 1), sizeof *st.he);
     bool ok = st.x && st.q && st.k && st.v && st.att && st.h && st.logits && st.kc && st.vc && st.po && st.pm &&
-              st.pl && st.cnt && st.merge && full.n_split <= most && (!rest || part.n_split <= most);
+              st.pl && st.cnt && st.merge && st.ids && st.lg && st.wts && st.he && full.n_split <= most &&
+              (!rest || part.n_split <= most);
     for (int p0 = 0; ok && p0 < N_POS; p0 += n_tok) {
         const bool last = p0 + n_tok > N_POS;
         st.p = last ? &part : &full;
@@ -453,7 +532,8 @@ static bool emulate(const emu_model *m, int n_tok, int n_workers, int mode, int 
         for (int t = 0; ok && t < st.n_tok; t++)
             memcpy(out + (size_t)(p0 + t) * m->nv, st.logits + (size_t)t * m->nv, (size_t)m->nv * sizeof(float));
     }
-    void *f[] = {st.x, st.q, st.k, st.v, st.att, st.h, st.logits, st.kc, st.vc, st.po, st.pm, st.pl, st.cnt, st.merge};
+    void *f[] = {st.x,  st.q,  st.k,  st.v,     st.att,   st.h,   st.logits, st.kc, st.vc,
+                 st.po, st.pm, st.pl, st.cnt, st.merge, st.ids, st.lg, st.wts, st.he};
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) free(f[i]);
     pk_plan_free(&full);
     if (rest) pk_plan_free(&part);
@@ -549,6 +629,7 @@ static void check_model(const char *preset) {
 
 static void t_qwen3(void) { check_model("tiny-qwen3"); }
 static void t_llama(void) { check_model("tiny-llama"); }
+static void t_qwen3moe(void) { check_model("tiny-qwen3moe"); }
 
 /* Plans of the real shapes keep the invariants; their schedule's estimate against the bound of the
  * bytes spread evenly over the workers. */
@@ -563,6 +644,8 @@ static void t_real_shapes(void) {
                        .n_vocab = 128256}},
         {"qwen3-0.6b", {.n_layer = 28, .n_embd = 1024, .n_head = 16, .n_head_kv = 8, .head_dim = 128, .n_ff = 3072,
                         .n_vocab = 151936}},
+        {"qwen3-30b-a3b", {.n_layer = 48, .n_embd = 2048, .n_head = 32, .n_head_kv = 4, .head_dim = 128,
+                           .n_vocab = 151936, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768}},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         for (int nt = 1; nt <= 8; nt *= 2)
@@ -577,7 +660,7 @@ static void t_real_shapes(void) {
                 double total = 0;
                 for (int k = 0; k < p.n_inst; k++) total += p.inst[k].est;
                 if (nt == 1 || nt == 8)
-                    printf("  %-10s %d token%s at %6d: %6d instructions, %2d splits; schedule %.0f%% of the even "
+                    printf("  %-13s %d token%s at %6d: %6d instructions, %2d splits; schedule %.0f%% of the even "
                            "spread's bound\n", shapes[i].name, nt, nt > 1 ? "s" : " ", ctx, p.n_inst, p.n_split,
                            100.0 * total / s.n_workers / p.makespan);
                 /* mutations the check must refuse */
@@ -610,6 +693,7 @@ int main(int argc, char **argv) {
         {"real_shapes", t_real_shapes},
         {"qwen3", t_qwen3},
         {"llama", t_llama},
+        {"qwen3moe", t_qwen3moe},
     };
     return test_main(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }

@@ -99,9 +99,42 @@ static int build(builder *b) {
         p->target[ca] = s->n_tok * s->n_head_kv;
         if ((n = slices(b, PK_OUT, l, s->n_embd, s->n_head * hd, ca, co)) < 0) return -1;
         p->target[co] = n;
-        if ((n = slices(b, PK_GATEUP, l, s->n_ff, 2 * s->n_embd, co, cf)) < 0) return -1;
-        p->target[cf] = n;
-        if ((n = slices(b, PK_DOWN, l, s->n_embd, s->n_ff, cf, counter(l + 1, PK_C_X))) < 0) return -1;
+        if (s->n_expert) { /* qwen3moe: the router's rows, the top-k a token, the slots' rows, the down slices */
+            const int cg = counter(l, PK_C_G), ct = counter(l, PK_C_T);
+            /* the router (f32 in the files: 4 bytes a weight) in slices over the workers */
+            const int rr = (s->n_expert + 7) / 8;
+            for (int e = 0; e < s->n_expert; e += rr) {
+                const int e1 = e + rr < s->n_expert ? e + rr : s->n_expert;
+                pk_inst in = {.op = PK_ROUTE, .layer = (int16_t)l, .r0 = e, .r1 = e1, .wait = co, .signal = cg};
+                in.est = PK_FIXED + (double)(e1 - e) * s->n_embd * 4.0 + (double)s->n_tok * s->n_embd * 4.0;
+                if (push(b, in)) return -1;
+                p->target[cg]++;
+            }
+            p->rows[PK_ROUTE] = rr;
+            for (int t = 0; t < s->n_tok; t++) {
+                pk_inst in = {.op = PK_TOPK, .layer = (int16_t)l, .tok = (int16_t)t, .wait = cg, .signal = ct};
+                in.est = PK_FIXED;
+                if (push(b, in)) return -1;
+            }
+            p->target[ct] = s->n_tok;
+            int total = 0;
+            for (int t = 0; t < s->n_tok; t++)
+                for (int k = 0; k < s->n_expert_used; k++) {
+                    const int before = p->n_inst;
+                    if ((n = slices(b, PK_EGU, l, s->n_ff_exp, 2 * s->n_embd, ct, cf)) < 0) return -1;
+                    for (int i = before; i < p->n_inst; i++) p->inst[i].tok = (int16_t)t, p->inst[i].kvh = (int16_t)k;
+                    total += n;
+                }
+            p->target[cf] = total;
+            if ((n = slices(b, PK_EDOWN, l, s->n_embd, s->n_ff_exp, cf, counter(l + 1, PK_C_X))) < 0) return -1;
+            /* (an EDOWN slice reads its rows of every slot's expert: n_tok * k times a row's bytes) */
+            for (int i = p->n_inst - n; i < p->n_inst; i++)
+                p->inst[i].est = PK_FIXED + (p->inst[i].est - PK_FIXED) * s->n_tok * s->n_expert_used;
+        } else {
+            if ((n = slices(b, PK_GATEUP, l, s->n_ff, 2 * s->n_embd, co, cf)) < 0) return -1;
+            p->target[cf] = n;
+            if ((n = slices(b, PK_DOWN, l, s->n_embd, s->n_ff, cf, counter(l + 1, PK_C_X))) < 0) return -1;
+        }
         p->target[counter(l + 1, PK_C_X)] = n;
     }
     if (slices(b, PK_HEAD, s->n_layer, s->n_vocab, s->n_embd, counter(s->n_layer, PK_C_X), -1) < 0) return -1;
@@ -150,8 +183,10 @@ static int schedule(pk_plan *p) {
 int pk_plan_build(const pk_shape *s, pk_plan *p) {
     memset(p, 0, sizeof *p);
     if (s->n_layer < 1 || s->n_layer > 4096 || s->n_embd < 1 || s->n_head < 1 || s->n_head_kv < 1 ||
-        s->n_head % s->n_head_kv || s->head_dim < 1 || s->n_ff < 1 || s->n_vocab < 1 || s->n_tok < 1 ||
-        s->n_tok > 8 || s->n_ctx < 1 || s->n_workers < 1 || s->weight_bytes <= 0 || s->kv_bytes <= 0)
+        s->n_head % s->n_head_kv || s->head_dim < 1 || (!s->n_expert && s->n_ff < 1) || s->n_vocab < 1 || s->n_tok < 1 ||
+        s->n_tok > 8 || s->n_ctx < 1 || s->n_workers < 1 || s->weight_bytes <= 0 || s->kv_bytes <= 0 ||
+        s->n_expert < 0 || (s->n_expert && (s->n_expert_used < 1 || s->n_expert_used > s->n_expert ||
+                                            s->n_ff_exp < 1)))
         return -1;
     p->s = *s;
     if (p->s.split_min <= 0) p->s.split_min = 256;

@@ -1,4 +1,4 @@
-/* pk_plan.h — one decode step of a dense decoder (llama, qwen2, qwen3) as a list of instructions
+/* pk_plan.h — one decode step of a dense decoder (llama, qwen2, qwen3) or of qwen3moe as a list of instructions
  * for a persistent kernel (issue 30; a lab: nothing in src/ runs it yet).
  *
  * The step is cut into instructions small enough that every worker (a GPU's SM: one resident
@@ -14,7 +14,15 @@
  *             OUT slices   wait A[l] (all groups)                x += Wo att       add to O[l]
  *             GATEUP       wait O[l]                             h = silu(g) u     add to F[l]
  *             DOWN slices  wait F[l]                             x += Wdown h      add to X[l+1]
+ *   (a MoE layer: in place of GATEUP and DOWN)
+ *             ROUTE slices wait O[l]      router logits, rows of experts          add to G[l]
+ *             TOPK (a token) wait G[l]    softmax, top-k, renormalized            add to T[l]
+ *             EGU (token, slot, rows)  wait T[l]: the slot's expert, read from memory, h = silu(g) u
+ *                                                                                 add to F[l]
+ *             EDOWN slices wait F[l]   x += sum over a token's slots w down_e h  add to X[l+1]
  *   HEAD slices            wait X[n_layer]                       logits rows
+ * (the expert a slot runs is known only at run time: an EGU instruction reads it, so the plan stays
+ * static; the kernel's prefetch of an EGU's rows can start once T[l] holds)
  *
  * The scratch (x, q/k/v, att, h, the attention's partial sums) is one buffer each for all layers:
  * the waits above also order every reuse (layer l+1 writes q only after X[l+1], which follows every
@@ -34,13 +42,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum pk_op { PK_QKV, PK_KV, PK_ATTN, PK_OUT, PK_GATEUP, PK_DOWN, PK_HEAD, PK_N_OPS } pk_op;
+typedef enum pk_op {
+    PK_QKV, PK_KV, PK_ATTN, PK_OUT, PK_GATEUP, PK_DOWN, PK_HEAD, PK_ROUTE, PK_TOPK, PK_EGU, PK_EDOWN, PK_N_OPS
+} pk_op;
 
-/* The counters of layer l: index 6 l + PK_C_*; X of layer n_layer (the LM head's input) is 6 n_layer. */
-enum { PK_C_X = 0, PK_C_Q, PK_C_R, PK_C_A, PK_C_O, PK_C_F, PK_C_PER_LAYER };
+/* The counters of layer l: index 8 l + PK_C_*; X of layer n_layer (the LM head's input) is 8 n_layer. */
+enum { PK_C_X = 0, PK_C_Q, PK_C_R, PK_C_A, PK_C_O, PK_C_G, PK_C_T, PK_C_F, PK_C_PER_LAYER };
 
 typedef struct pk_shape {
-    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab;
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab; /* n_ff: dense layers' (0 for MoE) */
+    int n_expert, n_expert_used, n_ff_exp; /* qwen3moe (every layer MoE); n_expert 0: dense */
     int n_tok;           /* tokens in a step, 1-8: they share each weight row's read */
     int n_ctx;           /* the most positions a token attends over (the attention's splits) */
     int n_workers;       /* the GPU's SMs */
@@ -54,8 +65,9 @@ typedef struct pk_shape {
 typedef struct pk_inst {
     uint8_t op;          /* pk_op */
     int16_t layer;
-    int32_t r0, r1;      /* QKV: rows of q|k|v stacked; OUT, DOWN: of x; GATEUP: of h; HEAD: of the logits */
-    int16_t tok, kvh;    /* ATTN: the (token, KV head) group; KV: the head */
+    int32_t r0, r1;      /* QKV: rows of q|k|v stacked; OUT, DOWN, EDOWN: of x; GATEUP, EGU: of h; HEAD: of the
+                            logits; ROUTE: experts */
+    int16_t tok, kvh;    /* ATTN: the (token, KV head) group; KV: the head; TOPK, EGU: tok; EGU: kvh the slot */
     int16_t split, n_split; /* ATTN: this split of the group's n_split */
     int32_t wait;        /* the counter waited for (-1: none) */
     int32_t need;        /* ... until it holds this */
