@@ -17,7 +17,8 @@
  *   nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc -Idev/kernels dev/kernels/pk_lab.cu dev/kernels/pk_plan.c \
  *     build/libbrisk.a -o build/pk_lab -lpcre2-8 -lcjson -lmicrohttpd -lcurl -ldl
  *   build/pk_lab MODEL.gguf [n_tok 1] [steps 64] [depth 512]
- * (a dense llama / qwen2 / qwen3 file: brisk synth --preset qwen3-8b --type q4_k_m --repeat-rows 256) */
+ * (a dense llama / qwen2 / qwen3 or a qwen3moe file: brisk synth --preset qwen3-8b --type q4_k_m --repeat-rows 256;
+ * qwen3moe's layers as pk_plan.h's ROUTE / TOPK / EGU / EDOWN instructions) */
 #include <cuda_fp16.h>
 #include <cooperative_groups.h>
 #include <math.h>
@@ -56,6 +57,7 @@ struct pk_mat {
 
 struct pk_layer {
     pk_mat q, k, v, o, gate, up, down;
+    pk_mat router, gate_e, up_e, down_e; /* qwen3moe (the experts' rows stacked, as in the file) */
     const float *attn_norm, *ffn_norm, *q_norm, *k_norm; /* q_norm, k_norm NULL: none */
 };
 
@@ -76,6 +78,9 @@ struct pk_args {
     float freq_base, freq_scale, attn_factor;
     const int *pos;
     float *x, *q, *k, *v, *att, *h, *logits;
+    int ne, k_used, nffe;          /* qwen3moe: experts, routed a token, their FFN width */
+    float *lg, *wts, *he;          /* (n_tok, ne) router logits; (n_tok, k) weights; (n_tok, k, nffe) SwiGLU */
+    int *ids;                      /* (n_tok, k) the routed experts */
     __half *kc, *vc;
     float *po, *pm, *pl;
 };
@@ -111,9 +116,9 @@ __device__ void norm_rows(const pk_args &a, const float *x, const float *w, floa
     __syncthreads();
 }
 
-/* in_s[t][i] = src[t][i], n values a token */
-__device__ void stage(const pk_args &a, const float *src, int n, float *in_s) {
-    for (int t = 0; t < a.n_tok; t++)
+/* in_s[t][i] = src[t][i], n values a row, rows rows (0: n_tok) */
+__device__ void stage(const pk_args &a, const float *src, int n, float *in_s, int rows = 0) {
+    for (int t = 0; t < (rows ? rows : a.n_tok); t++)
         for (int i = threadIdx.x; i < n; i += PK_THREADS) in_s[t * n + i] = __ldcg(src + (size_t)t * n + i);
     __syncthreads();
 }
@@ -153,10 +158,11 @@ __device__ __forceinline__ void row_dot(const __half *w, int n, const float *in_
     }
 }
 
-/* xq_s / xds_s: the staged rows in_s (n_tok x n floats) as int8 groups of 32 and their (d, d sum) */
-__device__ void quant_rows(const pk_args &a, const float *in_s, int n, int8_t *xq_s, float2 *xds_s) {
+/* xq_s / xds_s: the staged rows in_s (rows x n floats; rows 0: n_tok) as int8 groups of 32 and their
+ * (d, d sum) */
+__device__ void quant_rows(const pk_args &a, const float *in_s, int n, int8_t *xq_s, float2 *xds_s, int rows = 0) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, ng = n / 32;
-    for (int t = 0; t < a.n_tok; t++)
+    for (int t = 0; t < (rows ? rows : a.n_tok); t++)
         for (int g = warp; g < ng; g += PK_WARPS)
             q8_1_store_lane(in_s[t * n + g * 32 + lane], g * 32 + lane, lane, xq_s + t * n, xds_s + t * ng);
     __syncthreads();
@@ -184,12 +190,24 @@ __device__ __forceinline__ void row_dot_q(const uint8_t *row, int n, const int8_
     }
 }
 
+/* acc[t] += an f32 row (n % 4 == 0) . in_s[t] (the router: kept in f32, as brisk keeps it) */
+__device__ __forceinline__ void row_dot_f32(const float *w, int n, const float *in_s, int n_tok, float (&acc)[PK_MAX_TOK]) {
+    for (int c = (threadIdx.x % 32) * 4; c < n; c += 128) {
+        const float4 u = __ldg((const float4 *)(w + c));
+        for (int t = 0; t < n_tok; t++) {
+            const float *xi = in_s + t * n + c;
+            acc[t] += u.x * xi[0] + u.y * xi[1] + u.z * xi[2] + u.w * xi[3];
+        }
+    }
+}
+
 /* acc[t] += w's row r . x[t]: the f16 path on the float rows, the others on the int8 ones */
 __device__ __forceinline__ void mat_dot(const pk_mat &w, int r, const float *xf_s, const int8_t *xq_s,
                                         const float2 *xds_s, int n_tok, float (&acc)[PK_MAX_TOK]) {
     const uint8_t *row = w.p + (size_t)r * w.rb;
     switch (w.type) {
     case QT_F16: row_dot((const __half *)row, w.n_in, xf_s, n_tok, acc); break;
+    case QT_F32: row_dot_f32((const float *)row, w.n_in, xf_s, n_tok, acc); break;
     case QT_Q4_0: row_dot_q<QT_Q4_0>(row, w.n_in, xq_s, xds_s, n_tok, acc); break;
     case QT_Q8_0: row_dot_q<QT_Q8_0>(row, w.n_in, xq_s, xds_s, n_tok, acc); break;
     case QT_Q4_K: row_dot_q<QT_Q4_K>(row, w.n_in, xq_s, xds_s, n_tok, acc); break;
@@ -417,6 +435,89 @@ __device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *
             }
         }
         return true;
+    case PK_ROUTE: /* the router's logits, experts [r0, r1), on the f32 normed rows */
+        if (fresh) norm_rows(a, a.x, L->ffn_norm, sm, red);
+        for (int e = in.r0 + warp; e < in.r1; e += PK_WARPS) {
+            for (int t = 0; t < PK_MAX_TOK; t++) acc[t] = 0.0f;
+            mat_dot(L->router, e, sm, xq, xds, a.n_tok, acc);
+            for (int t = 0; t < a.n_tok; t++) {
+                float y = warp_sum(acc[t]);
+                if (!lane) a.lg[(size_t)t * a.ne + e] = y;
+            }
+        }
+        return true;
+    case PK_TOPK: /* warp 0: softmax, top-k (ties to the lower id), renormalized, as the CPU */
+        if (warp == 0) {
+            const int t = in.tok;
+            const float *lg = a.lg + (size_t)t * a.ne;
+            float mx = -INFINITY;
+            for (int e = lane; e < a.ne; e += 32) mx = fmaxf(mx, __ldcg(lg + e));
+            for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            float sum = 0.0f;
+            for (int e = lane; e < a.ne; e += 32) sum += __expf(__ldcg(lg + e) - mx);
+            sum = warp_sum(sum);
+            float ws = 0.0f;
+            unsigned taken = 0; /* bit i: this lane's expert lane + 32 i is taken */
+            for (int kk = 0; kk < a.k_used; kk++) {
+                float bv = -INFINITY;
+                int be = 1 << 30;
+                for (int i = 0, e = lane; e < a.ne; i++, e += 32) {
+                    const float v = __ldcg(lg + e);
+                    if (!(taken >> i & 1u) && (v > bv || (v == bv && e < be))) bv = v, be = e;
+                }
+                for (int o = 16; o; o >>= 1) {
+                    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                    const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+                    if (ov > bv || (ov == bv && oe < be)) bv = ov, be = oe;
+                }
+                if (be % 32 == lane) taken |= 1u << (be / 32);
+                const float p = __expf(bv - mx) / sum;
+                ws += p;
+                if (!lane) a.ids[(size_t)t * a.k_used + kk] = be, a.wts[(size_t)t * a.k_used + kk] = p;
+            }
+            __syncwarp();
+            const float fs = fmaxf(ws, 6.103515625e-5f);
+            if (lane < a.k_used) a.wts[(size_t)t * a.k_used + lane] /= fs;
+        }
+        return true;
+    case PK_EGU: { /* slot kvh of token tok: its expert (read from memory) */
+        if (fresh) {
+            norm_rows(a, a.x, L->ffn_norm, sm, red);
+            quant_rows(a, sm, d, xq, xds);
+        }
+        const int t = in.tok, e = __ldcg(a.ids + (size_t)t * a.k_used + in.kvh);
+        /* this token's row alone: the staged rows start at token t */
+        const float *xs = sm + (size_t)t * d;
+        const int8_t *xqt = xq + (size_t)t * d;
+        const float2 *xdt = xds + (size_t)t * (d / 32);
+        for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
+            float g[PK_MAX_TOK] = {0.0f}, u[PK_MAX_TOK] = {0.0f};
+            mat_dot(L->gate_e, e * a.nffe + r, xs, xqt, xdt, 1, g);
+            mat_dot(L->up_e, e * a.nffe + r, xs, xqt, xdt, 1, u);
+            const float gg = warp_sum(g[0]), uu = warp_sum(u[0]);
+            if (!lane) a.he[((size_t)t * a.k_used + in.kvh) * a.nffe + r] = gg / (1.0f + __expf(-gg)) * uu;
+        }
+        return true;
+    }
+    case PK_EDOWN: { /* x[t][r] += sum over the token's slots of w down_e(h) */
+        const int rows = a.n_tok * a.k_used, n = a.nffe;
+        if (fresh) {
+            stage(a, a.he, n, sm, rows);
+            quant_rows(a, sm, n, xq, xds, rows);
+        }
+        for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS)
+            for (int t = 0; t < a.n_tok; t++) {
+                float sum = 0.0f;
+                for (int kk = 0; kk < a.k_used; kk++) {
+                    const int i = t * a.k_used + kk, e = __ldcg(a.ids + i);
+                    float y[PK_MAX_TOK] = {0.0f};
+                    mat_dot(L->down_e, e * d + r, sm + (size_t)i * n, xq + (size_t)i * n, xds + (size_t)i * (n / 32), 1, y);
+                    sum += __ldcg(a.wts + i) * warp_sum(y[0]);
+                }
+                if (!lane) a.x[(size_t)t * d + r] = __ldcg(a.x + (size_t)t * d + r) + sum;
+            }
+        return true;
+    }
     default: return false;
     }
 }
@@ -448,7 +549,8 @@ __device__ void prefetch_inst(const pk_args &a, const pk_inst &in) {
         break;
     case PK_DOWN: prefetch_rows(L->down, in.r0, in.r1); break;
     case PK_HEAD: prefetch_rows(a.wout, in.r0, in.r1); break;
-    default: break;
+    case PK_ROUTE: prefetch_rows(L->router, in.r0, in.r1); break;
+    default: break; /* (EGU, EDOWN: their experts are known only after the top-k) */
     }
 }
 
@@ -501,7 +603,7 @@ __global__ void __launch_bounds__(PK_THREADS, 1) pk_kernel(pk_args a) {
  * loads read aligned words past a row's end), else dequantized to f16. */
 static pk_mat upload_mat(const bk_weight *w, double *bytes) {
     pk_mat m = {NULL, w->row_bytes, (int)w->type, (int)w->n_in};
-    const bool keep = w->type == QT_Q4_0 || w->type == QT_Q8_0 || w->type == QT_Q4_K || w->type == QT_Q5_K ||
+    const bool keep = w->type == QT_F32 || w->type == QT_Q4_0 || w->type == QT_Q8_0 || w->type == QT_Q4_K || w->type == QT_Q5_K ||
                       w->type == QT_Q6_K || w->type == QT_F16;
     std::vector<uint8_t> host;
     if (keep) {
@@ -557,9 +659,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     const model_hparams *hp = &m->hp;
-    if (hp->n_expert || hp->qkv_bias || hp->n_attn_layers != hp->n_layer || hp->head_dim > PK_MAX_HD ||
+    if ((hp->n_expert && (hp->n_expert > 256 || hp->n_expert_used > 8 || hp->n_ff_shexp || n_tok * hp->n_expert_used > 32)) ||
+        hp->qkv_bias || hp->n_attn_layers != hp->n_layer || hp->head_dim > PK_MAX_HD ||
         hp->head_dim % 32 || hp->n_head / hp->n_head_kv > 15 || hp->rope.ext_factor != 0.0f || hp->rope.freq_factors) {
-        fprintf(stderr, "pk_lab: a dense llama/qwen2/qwen3 file without biases, YaRN or rope factors\n");
+        fprintf(stderr, "pk_lab: a dense llama/qwen2/qwen3 or a qwen3moe file without biases, YaRN or rope factors\n");
         return 2;
     }
     int dev = 0, n_sm = 0;
@@ -568,12 +671,15 @@ int main(int argc, char **argv) {
     pk_shape sh = {};
     sh.n_layer = hp->n_layer, sh.n_embd = hp->n_embd, sh.n_head = hp->n_head, sh.n_head_kv = hp->n_head_kv;
     sh.head_dim = hp->head_dim, sh.n_ff = hp->n_ff, sh.n_vocab = hp->n_vocab, sh.n_tok = n_tok, sh.n_ctx = n_ctx;
+    sh.n_expert = hp->n_expert, sh.n_expert_used = hp->n_expert_used, sh.n_ff_exp = hp->n_ff_exp;
     /* the layers' bytes a weight (Q4_K_M: about 0.6), for the slices' size */
     double lb = 0, ln = 0;
-    for (int l = 0; l < hp->n_layer; l++)
-        for (const bk_weight *w : {&m->layers[l].wq, &m->layers[l].wk, &m->layers[l].wv, &m->layers[l].wo,
-                                   &m->layers[l].w_gate, &m->layers[l].w_up, &m->layers[l].w_down})
-            lb += (double)w->n_out * w->row_bytes, ln += (double)w->n_out * w->n_in;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const layer_weights *W = &m->layers[l];
+        for (const bk_weight *w : {&W->wq, &W->wk, &W->wv, &W->wo, &W->w_gate, &W->w_up, &W->w_down, &W->gate_exps,
+                                   &W->up_exps, &W->down_exps})
+            if (w->host && w->n_out > 0) lb += (double)w->n_out * w->row_bytes, ln += (double)w->n_out * w->n_in;
+    }
     sh.n_workers = n_sm, sh.weight_bytes = lb / ln, sh.kv_bytes = 2, sh.slice_kb = slice_kb;
     pk_plan plan;
     if (pk_plan_build(&sh, &plan) || pk_plan_check(&plan)) {
@@ -592,9 +698,19 @@ int main(int argc, char **argv) {
         hl[l].k = upload_mat(&W->wk, &wbytes);
         hl[l].v = upload_mat(&W->wv, &wbytes);
         hl[l].o = upload_mat(&W->wo, &wbytes);
-        hl[l].gate = upload_mat(&W->w_gate, &wbytes);
-        hl[l].up = upload_mat(&W->w_up, &wbytes);
-        hl[l].down = upload_mat(&W->w_down, &wbytes);
+        if (hp->n_expert) { /* all the experts (a step reads its tokens' k of them: rbytes below) */
+            double eb = 0;
+            hl[l].router = upload_mat(&W->ffn_gate_inp, &wbytes);
+            hl[l].gate_e = upload_mat(&W->gate_exps, &eb);
+            hl[l].up_e = upload_mat(&W->up_exps, &eb);
+            hl[l].down_e = upload_mat(&W->down_exps, &eb);
+            const int used = n_tok * hp->n_expert_used < hp->n_expert ? n_tok * hp->n_expert_used : hp->n_expert;
+            wbytes += eb * used / hp->n_expert;
+        } else {
+            hl[l].gate = upload_mat(&W->w_gate, &wbytes);
+            hl[l].up = upload_mat(&W->w_up, &wbytes);
+            hl[l].down = upload_mat(&W->w_down, &wbytes);
+        }
         hl[l].attn_norm = upload_f32(&W->attn_norm);
         hl[l].ffn_norm = upload_f32(&W->ffn_norm);
         hl[l].q_norm = hp->qk_norm ? upload_f32(&W->q_norm) : NULL;
@@ -611,6 +727,13 @@ int main(int argc, char **argv) {
     a.nff = hp->n_ff, a.nv = hp->n_vocab, a.n_tok = n_tok, a.n_ctx = n_ctx, a.n_split = plan.n_split;
     a.pos_tile = plan.s.pos_tile, a.prefetch = prefetch, a.eps = hp->rms_eps, a.n_rot = hp->rope.n_rot, a.neox = hp->rope.mode == BK_ROPE_NEOX;
     a.freq_base = hp->rope.freq_base, a.freq_scale = hp->rope.freq_scale, a.attn_factor = hp->rope.attn_factor;
+    a.ne = hp->n_expert, a.k_used = hp->n_expert_used, a.nffe = hp->n_ff_exp;
+    if (a.ne) {
+        a.lg = dev_zero<float>((size_t)n_tok * a.ne);
+        a.wts = dev_zero<float>((size_t)n_tok * a.k_used);
+        a.ids = dev_zero<int>((size_t)n_tok * a.k_used);
+        a.he = dev_zero<float>((size_t)n_tok * a.k_used * a.nffe);
+    }
     pk_inst *di;
     int *dwo, *dwi, *dpos;
     CK(cudaMalloc(&di, (size_t)plan.n_inst * sizeof(pk_inst)));
@@ -643,6 +766,7 @@ int main(int argc, char **argv) {
      * scales), the attention's warps' partials */
     size_t in_w = (size_t)(a.nff > a.nh * a.hd ? a.nff : a.nh * a.hd);
     in_w = in_w > (size_t)a.d ? in_w : (size_t)a.d;
+    if (hp->n_expert) in_w = in_w > (size_t)hp->n_expert_used * hp->n_ff_exp ? in_w : (size_t)hp->n_expert_used * hp->n_ff_exp;
     a.in_w = (int)in_w;
     size_t smem = nt * in_w * (sizeof(float) + 1) + nt * (in_w / 32) * sizeof(float2);
     const size_t att_s = (group * a.hd + 2 * PK_WARPS * group + PK_WARPS * group * a.hd) * sizeof(float);
@@ -753,6 +877,7 @@ int main(int argc, char **argv) {
     }
     const double per = ms / 1e3 / steps;
     const double kvb = 2.0 * 2 * a.nl * (double)a.nkv * a.hd * (depth + n_tok);
+    /* (weights: the step's reads; a MoE's experts counted as n_tok * k of them, or all) */
     printf("%d tokens a step at depth %d, prefetch %d, slices of %d KiB: %.1f us a step, %.1f tokens/s, %.0f GB/s "
            "(weights %.2f GB, KV %.2f GB)\n", n_tok, depth, prefetch, slice_kb, per * 1e6, n_tok / per,
            (wbytes + kvb * n_tok) / per / 1e9, wbytes / 1e9, kvb / 1e9);
