@@ -570,7 +570,7 @@ __global__ void __launch_bounds__(PK_THREADS, 1) pk_kernel(pk_args a) {
         if (threadIdx.x == 0) {
             give_up = 0;
             if (in.wait >= 0) {
-                /* a watchdog: a plan or kernel bug would hang the GPU; a wait of over ~4 s (2^32
+                /* a watchdog: a plan or kernel bug would hang the GPU; a wait of over ~2 s (2^32
                  * cycles) gives up instead, says which instruction, and the whole grid ends */
                 const unsigned want = (unsigned)in.need * a.gen;
                 const long long t0 = clock64();
