@@ -217,12 +217,16 @@ __device__ __forceinline__ void mat_dot(const pk_mat &w, int r, const float *xf_
     }
 }
 
-/* as the CPU's rope of pk_emu.c (theta = pos base^(-i0 / n_rot), computed directly) on v (smem row) */
+/* as the CPU's rope (and brisk's rope_cs): theta by repeated multiplication, single roundings, so the
+ * angles match brisk's at any position; on v (a warp's smem row) */
 __device__ void rope_row(const pk_args &a, float *v, int pos) {
     const int lane = threadIdx.x % 32;
+    const float theta_scale = powf(a.freq_base, -2.0f / (float)a.n_rot);
     __syncwarp();
     for (int i0 = 2 * lane; i0 < a.n_rot; i0 += 64) {
-        float th = a.freq_scale * (float)pos * powf(a.freq_base, -(float)i0 / (float)a.n_rot);
+        float theta = (float)pos;
+        for (int k = 0; k < i0 / 2; k++) theta = __fmul_rn(theta, theta_scale);
+        const float th = __fmul_rn(a.freq_scale, theta);
         float c = cosf(th) * a.attn_factor, s = sinf(th) * a.attn_factor;
         int ia = a.neox ? i0 / 2 : i0, ib = a.neox ? i0 / 2 + a.n_rot / 2 : i0 + 1;
         float x0 = v[ia], x1 = v[ib];
