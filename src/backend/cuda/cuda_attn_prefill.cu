@@ -1018,13 +1018,14 @@ int fw_plan_splits(int n, int n_head, int n_head_kv, int max_np, int n_sm) {
     return best;
 }
 
-/* Which form runs (cuda_attn_prefill): the pipelined fw2 wherever it fits 227 KB (all but q8_0 caches at
- * head dim 256, whose two K/V buffers and raw rows do not). attn_lab (H100, session 34, chunks of 2,048
- * and 512 after 0-128K): fw2 beat fw at head dim 128 (342-350 TFLOP/s against 331-337 at 32K+) and with
- * q4_0 caches (238 against 223 at 256); fw beat fw2 at head dim 256 with f16 caches (371 against 336:
- * fw2 spills 16-40 bytes there), but only fw2 has run test_cuda_ops on a GPU in that role: fw takes f16
- * at 256 after its op tests pass. */
-template <int KT, int D> constexpr bool fw_pipelined() { return fw2_tile<KT, D>::fits; }
+/* Which form runs (cuda_attn_prefill): the pipelined fw2 where it fits 227 KB and wins. attn_lab (H100,
+ * session 34, chunks of 2,048 and 512 after 0-128K): fw2 beat fw at head dim 128 (342-350 TFLOP/s against
+ * 331-337 at 32K+) and with q4_0 caches (238 against 223 at 256); fw beat fw2 at head dim 256 with f16
+ * caches (363-371 against 325-336: fw2 spills 16-40 bytes there), so fw takes f16 at 256 too (end to end,
+ * H100 session 35: pp32768 1.014x on qwen3.6-27b, 1.022x on qwen3.6-35b-a3b, 1.026x at 128K; its
+ * test_cuda_ops attention_prefill passed in session 36). q8_0 at 256 is fw's because fw2's two K/V
+ * buffers and raw rows pass 227 KB. */
+template <int KT, int D> constexpr bool fw_pipelined() { return fw2_tile<KT, D>::fits && !(KT == KT_F16 && D == 256); }
 
 /* Whether the warpgroup-MMA kernel takes this cache type and head dim here: an sm_90 device (wgmma is
  * sm_90a's; later majors lack it), this build's sm_90a code, not switched off. Asked once a device. */
