@@ -9,14 +9,18 @@
  *
  * What it is for: the counters' machinery and the instruction lists on the GPU, checked against
  * brisk's own CUDA decode (logits and greedy tokens) and timed beside it on the same file: the
- * step's bytes over its time, against `brisk bench`'s tg. Not yet here: the weights streamed by the
- * bulk-copy engine ahead of the instruction that needs them (cuda_mmvs.cu's way), the tensor-core
- * attention of cuda_attn_mma.cu. (Those are the next versions; this one asks whether the
- * launch-free step alone closes part of the gap.)
+ * step's bytes over its time, against `brisk bench`'s tg.
+ *
+ * The weights' reads (pk_lab's 5th argument, prefetch): 0, each warp loads its rows as it computes;
+ * 1, also the next instruction's rows asked into the L2; 2-8, the block's dense products streamed
+ * by the bulk-copy engine through a ring of that many shared-memory buffers, as far ahead of the
+ * counters as the ring allows (the first GPU run, session 36: one warp's loads of a row at a time
+ * left each SM streaming at a sixth of its share of the bandwidth, 503 GB/s on qwen3-8b). Not yet
+ * here: the tensor-core attention of cuda_attn_mma.cu, the MoE's expert rows in the ring.
  *
  *   nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -Isrc -Idev/kernels dev/kernels/pk_lab.cu dev/kernels/pk_plan.c \
  *     build/libbrisk.a -o build/pk_lab -lpcre2-8 -lcjson -lmicrohttpd -lcurl -ldl
- *   build/pk_lab MODEL.gguf [n_tok 1] [steps 64] [depth 512]
+ *   build/pk_lab MODEL.gguf [n_tok 1] [steps 64] [depth 512] [prefetch 1] [slice_kb 64]
  * (a dense llama / qwen2 / qwen3 or a qwen3moe file: brisk synth --preset qwen3-8b --type q4_k_m --repeat-rows 256;
  * qwen3moe's layers as pk_plan.h's ROUTE / TOPK / EGU / EDOWN instructions) */
 #include <cuda_fp16.h>
@@ -25,9 +29,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <algorithm>
 #include <vector>
 
 #include "backend/cuda/cuda_internal.cuh" /* group_load, group_dot, q8_1_store_lane */
+#include "backend/cuda/cuda_bulk.cuh"     /* bulk_copy_g2s, mbar_* */
 extern "C" {
 #include "brisk.h"
 #include "model/model.h"
@@ -71,7 +77,11 @@ struct pk_args {
     const float *out_norm;
     int nl, d, nh, nkv, hd, nff, nv, n_tok, n_ctx, n_split, pos_tile;
     int in_w; /* floats a token of the widest staged row (shared memory's layout) */
-    int prefetch; /* the next instruction's weights asked into the L2 by the bulk-copy engine */
+    int prefetch; /* 1: the next instruction's weights asked into the L2 by the bulk-copy engine; 2..8: the
+                     weights streamed into a ring of that many shared-memory buffers (ring_bytes each) */
+    int ring;
+    uint32_t ring_bytes;
+    size_t ring_off; /* the ring's offset in the dynamic shared memory (after the staged input) */
     int *stuck;   /* a wait past the watchdog's limit writes its instruction here and the kernel ends */
     float eps;
     int n_rot, neox;
@@ -339,16 +349,188 @@ __device__ bool run_attn(const pk_args &a, const pk_inst &in, float *sm, float *
     return true;
 }
 
+/* ---- the streamed products (prefetch >= 2) ----
+ * The block's weights are one stream: its instructions' rows in list order, cut into chunks of at most
+ * ring_bytes (a chunk: rows [r, rend) of one matrix, or of gate and up together), each copied by the
+ * bulk-copy engine into the next buffer of a ring in shared memory, as far ahead as the ring allows.
+ * The weights depend on nothing in the step, so the copies run ahead of the counters: while the block
+ * waits for its next instruction's inputs, the ring fills. Thread 0 issues; the block consumes the
+ * chunks in the same order, each on its buffer's barrier, its rows split over the warps (a row over
+ * PK_WARPS / rows warps, the parts summed through shared memory). */
+struct pk_chunk {
+    const pk_mat *m[2]; /* the rows' matrices (m[1]: up, for GATEUP) */
+    int nm;
+    int mr0;            /* the chunk's first row in m (r, less the rows of the matrices before it) */
+    int r, rend;        /* its rows in the instruction's numbering */
+};
+
+/* Whether the instruction's weights stream: the dense products on the integer-dot types, rows of
+ * whole 16-byte units (the bulk copies' granularity). */
+__device__ __forceinline__ bool mat_streams(const pk_mat &w) {
+    return (w.type == QT_Q4_0 || w.type == QT_Q8_0 || w.type == QT_Q4_K || w.type == QT_Q5_K || w.type == QT_Q6_K) &&
+           w.rb % 16 == 0;
+}
+__device__ __forceinline__ bool inst_streams(const pk_args &a, const pk_inst &in) {
+    if (a.prefetch < 2) return false;
+    const pk_layer *L = in.layer < a.nl ? &a.L[in.layer] : NULL;
+    switch (in.op) {
+    case PK_QKV: return mat_streams(L->q) && mat_streams(L->k) && mat_streams(L->v);
+    case PK_OUT: return mat_streams(L->o);
+    case PK_GATEUP: return mat_streams(L->gate) && mat_streams(L->up);
+    case PK_DOWN: return mat_streams(L->down);
+    case PK_HEAD: return mat_streams(a.wout);
+    default: return false;
+    }
+}
+
+/* The chunk of instruction in that starts at row r: as many rows as ring_bytes holds (at most
+ * PK_WARPS), not past the instruction's end or its matrix's. */
+__device__ __forceinline__ pk_chunk chunk_at(const pk_args &a, const pk_inst &in, int r) {
+    const pk_layer *L = in.layer < a.nl ? &a.L[in.layer] : NULL;
+    const int nq = a.nh * a.hd, nk = a.nkv * a.hd;
+    pk_chunk c;
+    c.nm = 1, c.m[1] = NULL, c.mr0 = r;
+    int end = in.r1;
+    switch (in.op) {
+    case PK_QKV:
+        if (r < nq) c.m[0] = &L->q, end = min(end, nq);
+        else if (r < nq + nk) c.m[0] = &L->k, c.mr0 = r - nq, end = min(end, nq + nk);
+        else c.m[0] = &L->v, c.mr0 = r - nq - nk;
+        break;
+    case PK_OUT: c.m[0] = &L->o; break;
+    case PK_GATEUP: c.m[0] = &L->gate, c.m[1] = &L->up, c.nm = 2; break;
+    case PK_DOWN: c.m[0] = &L->down; break;
+    default: c.m[0] = &a.wout; break;
+    }
+    const uint32_t rb = (uint32_t)c.m[0]->rb + (c.nm == 2 ? (uint32_t)c.m[1]->rb : 0u);
+    const int per = (int)(a.ring_bytes / (rb + 64u * c.nm)); /* (the host checked >= 1) */
+    c.r = r;
+    c.rend = min(end, r + min(per, PK_WARPS));
+    return c;
+}
+
+/* The ring's state (thread 0's: what it issued; every thread's: what the block consumed) */
+struct pk_ring {
+    uint8_t *buf;
+    uint64_t *bar;
+    uint64_t policy;
+    int issued, consumed; /* chunks */
+    int j, r;             /* thread 0: the next chunk to issue, (list index, row; r < 0: the instruction's first) */
+};
+
+/* Thread 0: issues chunks until the ring is full or the block's list ends. */
+__device__ void ring_top_up(const pk_args &a, pk_ring &g, int j1) {
+    while (g.issued - g.consumed < a.ring && g.j < j1) {
+        const pk_inst &x = a.inst[a.w_idx[g.j]];
+        if (!inst_streams(a, x)) { g.j++, g.r = -1; continue; }
+        if (g.r < 0) g.r = x.r0;
+        if (g.r >= x.r1) { g.j++, g.r = -1; continue; }
+        const pk_chunk c = chunk_at(a, x, g.r);
+        const int slot = g.issued % a.ring;
+        uint8_t *dst = g.buf + (size_t)slot * a.ring_bytes;
+        /* (GATEUP: up's rows 64 bytes after gate's: group_load reads a few bytes past a row) */
+        const uint32_t b0 = (uint32_t)((c.rend - c.r) * c.m[0]->rb);
+        const uint32_t b1 = c.nm == 2 ? (uint32_t)((c.rend - c.r) * c.m[1]->rb) : 0u;
+        mbar_expect_bytes(&g.bar[slot], b0 + b1);
+        bulk_copy_g2s(dst, c.m[0]->p + (size_t)c.mr0 * c.m[0]->rb, b0, &g.bar[slot], g.policy);
+        if (c.nm == 2) bulk_copy_g2s(dst + b0 + 64, c.m[1]->p + (size_t)c.mr0 * c.m[1]->rb, b1, &g.bar[slot], g.policy);
+        g.issued++;
+        g.r = c.rend;
+    }
+}
+
+/* acc[t] += the row at row (shared memory) . x[t] over groups [g0, g1), this lane's share */
+template <int T>
+__device__ __forceinline__ void part_dot(const uint8_t *row, int g0, int g1, int n, const int8_t *xq_s,
+                                         const float2 *xds_s, int n_tok, float (&acc)[PK_MAX_TOK]) {
+    const int ng = n / 32;
+    int g = g0 + threadIdx.x % 32;
+    for (; g + 32 < g1; g += 64) {
+        wgroup q0, q1;
+        group_load<T, true>(row, g, q0);
+        group_load<T, true>(row, g + 32, q1);
+        for (int t = 0; t < n_tok; t++) {
+            acc[t] += group_dot(q0, (const int *)(xq_s + t * n + g * 32), xds_s[t * ng + g]);
+            acc[t] += group_dot(q1, (const int *)(xq_s + t * n + (g + 32) * 32), xds_s[t * ng + g + 32]);
+        }
+    }
+    if (g < g1) {
+        wgroup q0;
+        group_load<T, true>(row, g, q0);
+        for (int t = 0; t < n_tok; t++) acc[t] += group_dot(q0, (const int *)(xq_s + t * n + g * 32), xds_s[t * ng + g]);
+    }
+}
+__device__ __forceinline__ void part_dot_any(int type, const uint8_t *row, int g0, int g1, int n, const int8_t *xq_s,
+                                             const float2 *xds_s, int n_tok, float (&acc)[PK_MAX_TOK]) {
+    switch (type) {
+    case QT_Q4_0: part_dot<QT_Q4_0>(row, g0, g1, n, xq_s, xds_s, n_tok, acc); break;
+    case QT_Q8_0: part_dot<QT_Q8_0>(row, g0, g1, n, xq_s, xds_s, n_tok, acc); break;
+    case QT_Q4_K: part_dot<QT_Q4_K>(row, g0, g1, n, xq_s, xds_s, n_tok, acc); break;
+    case QT_Q5_K: part_dot<QT_Q5_K>(row, g0, g1, n, xq_s, xds_s, n_tok, acc); break;
+    default: part_dot<QT_Q6_K>(row, g0, g1, n, xq_s, xds_s, n_tok, acc); break;
+    }
+}
+
+/* A streamed instruction's products, chunk by chunk from the ring (its input staged by the caller):
+ * QKV's rows to q / k / v, OUT's and DOWN's added to x, GATEUP's SwiGLU to h, HEAD's logits.
+ * part_s: (2, PK_WARPS, PK_MAX_TOK, 2) floats, the warps' partial sums, by the chunk's parity. */
+__device__ void run_streamed(const pk_args &a, const pk_inst &in, const int8_t *xq, const float2 *xds, pk_ring &g,
+                             int j1, float *part_s) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nq = a.nh * a.hd, nk = a.nkv * a.hd;
+    for (int r = in.r0; r < in.r1;) {
+        const pk_chunk c = chunk_at(a, in, r);
+        if (threadIdx.x == 0) ring_top_up(a, g, j1); /* (issues this chunk if it was not yet) */
+        const int slot = g.consumed % a.ring, rows = c.rend - c.r, P = PK_WARPS / rows;
+        const uint8_t *buf = g.buf + (size_t)slot * a.ring_bytes;
+        const uint32_t bytes = (uint32_t)(rows * c.m[0]->rb);
+        mbar_wait(&g.bar[slot], (uint32_t)(g.consumed / a.ring) & 1u);
+        float *ps = part_s + (size_t)(g.consumed & 1) * PK_WARPS * PK_MAX_TOK * 2;
+        const int i = warp / P, part = warp % P;
+        if (i < rows) {
+            const pk_mat &m0 = *c.m[0];
+            const int n = m0.n_in, ng = n / 32, g0 = part * ng / P, g1 = (part + 1) * ng / P;
+            float acc[PK_MAX_TOK], acc2[PK_MAX_TOK];
+            for (int t = 0; t < PK_MAX_TOK; t++) acc[t] = acc2[t] = 0.0f;
+            part_dot_any(m0.type, buf + (size_t)i * m0.rb, g0, g1, n, xq, xds, a.n_tok, acc);
+            if (c.nm == 2) part_dot_any(c.m[1]->type, buf + bytes + 64 + (size_t)i * c.m[1]->rb, g0, g1, n, xq, xds, a.n_tok, acc2);
+            for (int t = 0; t < a.n_tok; t++) {
+                const float y = warp_sum(acc[t]), y2 = warp_sum(acc2[t]);
+                if (!lane) ps[(warp * PK_MAX_TOK + t) * 2] = y, ps[(warp * PK_MAX_TOK + t) * 2 + 1] = y2;
+            }
+        }
+        __syncthreads(); /* the buffer is read (free for the next copy) and the parts are in */
+        g.consumed++;
+        if (threadIdx.x < rows * a.n_tok) {
+            const int ii = threadIdx.x % rows, t = threadIdx.x / rows, rr = c.r + ii;
+            float y = 0.0f, y2 = 0.0f;
+            for (int p = 0; p < P; p++) y += ps[((ii * P + p) * PK_MAX_TOK + t) * 2], y2 += ps[((ii * P + p) * PK_MAX_TOK + t) * 2 + 1];
+            switch (in.op) {
+            case PK_QKV:
+                if (rr < nq) a.q[(size_t)t * nq + rr] = y;
+                else if (rr < nq + nk) a.k[(size_t)t * nk + rr - nq] = y;
+                else a.v[(size_t)t * nk + rr - nq - nk] = y;
+                break;
+            case PK_OUT:
+            case PK_DOWN: a.x[(size_t)t * a.d + rr] = __ldcg(a.x + (size_t)t * a.d + rr) + y; break;
+            case PK_GATEUP: a.h[(size_t)t * a.nff + rr] = y / (1.0f + __expf(-y)) * y2; break;
+            default: a.logits[(size_t)t * a.nv + rr] = y; break;
+            }
+        }
+        r = c.rend;
+    }
+}
+
 /* x[t][r] += w's row r . src[t] (n values a token) over the slice's rows: the attention output's and
  * the FFN down's products close their residual branch in place (each slice owns its rows of x). */
 __device__ void residual_rows(const pk_args &a, const pk_inst &in, const pk_mat &w, const float *src, int n, float *sm,
-                              int8_t *xq, float2 *xds, bool fresh) {
+                              int8_t *xq, float2 *xds, bool fresh, pk_ring &g, int j1, float *part_s) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float acc[PK_MAX_TOK];
     if (fresh) {
         stage(a, src, n, sm);
         quant_rows(a, sm, n, xq, xds);
     }
+    if (inst_streams(a, in)) return run_streamed(a, in, xq, xds, g, j1, part_s);
     for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
         for (int t = 0; t < PK_MAX_TOK; t++) acc[t] = 0.0f;
         mat_dot(w, r, sm, xq, xds, a.n_tok, acc);
@@ -363,7 +545,8 @@ __device__ void residual_rows(const pk_args &a, const pk_inst &in, const pk_mat 
  * Shared memory: the staged float rows (n_tok x in_w), then their int8 groups and scales. fresh:
  * stage them; false when the block's previous instruction staged the same input (a slice of the same
  * product: consecutive slices of one stage on a block share its norm and quantization). */
-__device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *red, bool fresh) {
+__device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *red, bool fresh, pk_ring &g, int j1,
+                         float *part_s) {
     const int d = a.d, hd = a.hd, nq = a.nh * hd, nk = a.nkv * hd, group = a.nh / a.nkv;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const pk_layer *L = in.layer < a.nl ? &a.L[in.layer] : NULL;
@@ -375,6 +558,10 @@ __device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *
         if (fresh) {
             norm_rows(a, a.x, L->attn_norm, sm, red);
             quant_rows(a, sm, d, xq, xds);
+        }
+        if (inst_streams(a, in)) {
+            run_streamed(a, in, xq, xds, g, j1, part_s);
+            return true;
         }
         for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
             for (int t = 0; t < PK_MAX_TOK; t++) acc[t] = 0.0f;
@@ -407,28 +594,36 @@ __device__ bool run_inst(const pk_args &a, const pk_inst &in, float *sm, float *
         }
         return true;
     case PK_ATTN: return run_attn(a, in, sm, red); /* (only the merging split signals) */
-    case PK_OUT: residual_rows(a, in, L->o, a.att, nq, sm, xq, xds, fresh); return true;
+    case PK_OUT: residual_rows(a, in, L->o, a.att, nq, sm, xq, xds, fresh, g, j1, part_s); return true;
     case PK_GATEUP:
         if (fresh) {
             norm_rows(a, a.x, L->ffn_norm, sm, red);
             quant_rows(a, sm, d, xq, xds);
         }
+        if (inst_streams(a, in)) {
+            run_streamed(a, in, xq, xds, g, j1, part_s);
+            return true;
+        }
         for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
-            float g[PK_MAX_TOK], u[PK_MAX_TOK];
-            for (int t = 0; t < PK_MAX_TOK; t++) g[t] = u[t] = 0.0f;
-            mat_dot(L->gate, r, sm, xq, xds, a.n_tok, g);
+            float gt[PK_MAX_TOK], u[PK_MAX_TOK];
+            for (int t = 0; t < PK_MAX_TOK; t++) gt[t] = u[t] = 0.0f;
+            mat_dot(L->gate, r, sm, xq, xds, a.n_tok, gt);
             mat_dot(L->up, r, sm, xq, xds, a.n_tok, u);
             for (int t = 0; t < a.n_tok; t++) {
-                float gg = warp_sum(g[t]), uu = warp_sum(u[t]);
+                float gg = warp_sum(gt[t]), uu = warp_sum(u[t]);
                 if (!lane) a.h[(size_t)t * a.nff + r] = gg / (1.0f + __expf(-gg)) * uu;
             }
         }
         return true;
-    case PK_DOWN: residual_rows(a, in, L->down, a.h, a.nff, sm, xq, xds, fresh); return true;
+    case PK_DOWN: residual_rows(a, in, L->down, a.h, a.nff, sm, xq, xds, fresh, g, j1, part_s); return true;
     case PK_HEAD:
         if (fresh) {
             norm_rows(a, a.x, a.out_norm, sm, red);
             quant_rows(a, sm, d, xq, xds);
+        }
+        if (inst_streams(a, in)) {
+            run_streamed(a, in, xq, xds, g, j1, part_s);
+            return true;
         }
         for (int r = in.r0 + warp; r < in.r1; r += PK_WARPS) {
             for (int t = 0; t < PK_MAX_TOK; t++) acc[t] = 0.0f;
@@ -561,15 +756,28 @@ __device__ void prefetch_inst(const pk_args &a, const pk_inst &in) {
 /* One step: block b runs its list; a counter is waited for by thread 0 (acquire: a fence after the
  * load), added to by thread 0 after the block's writes (release: a fence before the add). */
 __global__ void __launch_bounds__(PK_THREADS, 1) pk_kernel(pk_args a) {
-    extern __shared__ float sm[];
+    extern __shared__ __align__(128) float sm[];
     __shared__ float red[PK_WARPS];
+    __shared__ float part_s[2 * PK_WARPS * PK_MAX_TOK * 2];
+    __shared__ uint64_t bars[8];
     const int j0 = a.w_off[blockIdx.x], j1 = a.w_off[blockIdx.x + 1];
     int staged = -1; /* what the shared memory holds staged (run_inst's fresh) */
-    if (a.prefetch && threadIdx.x == 0 && j0 < j1) prefetch_inst(a, a.inst[a.w_idx[j0]]);
+    pk_ring g = {(uint8_t *)sm + a.ring_off, bars, 0, 0, 0, j0, -1};
+    if (a.prefetch >= 2) {
+        g.policy = bulk_evict_first();
+        if (threadIdx.x == 0) {
+            for (int i = 0; i < a.ring; i++) mbar_init(&bars[i], 1);
+            mbar_init_fence();
+            ring_top_up(a, g, j1);
+        }
+        __syncthreads();
+    }
+    if (a.prefetch == 1 && threadIdx.x == 0 && j0 < j1) prefetch_inst(a, a.inst[a.w_idx[j0]]);
     for (int j = j0; j < j1; j++) {
         const pk_inst in = a.inst[a.w_idx[j]];
         /* the next one's weights depend on nothing: they stream in while this one waits and runs */
-        if (a.prefetch && threadIdx.x == 0 && j + 1 < j1) prefetch_inst(a, a.inst[a.w_idx[j + 1]]);
+        if (a.prefetch == 1 && threadIdx.x == 0 && j + 1 < j1) prefetch_inst(a, a.inst[a.w_idx[j + 1]]);
+        if (a.prefetch >= 2 && threadIdx.x == 0) ring_top_up(a, g, j1);
         __shared__ int give_up;
         if (threadIdx.x == 0) {
             give_up = 0;
@@ -590,7 +798,7 @@ __global__ void __launch_bounds__(PK_THREADS, 1) pk_kernel(pk_args a) {
         if (give_up) return;
         /* the staged input's key: the layer and the product (KV and ATTN use the memory otherwise) */
         const int key = in.op == PK_KV || in.op == PK_ATTN ? -1 : in.layer * PK_N_OPS + in.op;
-        const bool sig = run_inst(a, in, sm, red, key < 0 || key != staged); /* (uniform over the block) */
+        const bool sig = run_inst(a, in, sm, red, key < 0 || key != staged, g, j1, part_s); /* (uniform over the block) */
         staged = key;
         __threadfence(); /* each thread's writes visible at gpu scope before thread 0's add (release) */
         __syncthreads();
@@ -779,6 +987,31 @@ int main(int argc, char **argv) {
     if (smem > 227 * 1024) {
         fprintf(stderr, "pk_lab: %zu bytes of shared memory: fewer tokens a step\n", smem);
         return 2;
+    }
+    if (prefetch >= 2) { /* the ring: what the shared memory has left, in prefetch buffers */
+        a.ring = prefetch;
+        a.ring_off = (smem + 127) & ~(size_t)127;
+        const size_t budget = 227 * 1024 - 2048; /* (the static arrays and the driver's share) */
+        if (a.ring > 8 || a.ring_off + (size_t)a.ring * 4096 > budget) {
+            fprintf(stderr, "pk_lab: no room for a ring of %d buffers\n", a.ring);
+            return 2;
+        }
+        a.ring_bytes = (uint32_t)(((budget - a.ring_off) / a.ring) & ~(size_t)127);
+        smem = a.ring_off + (size_t)a.ring * a.ring_bytes;
+        /* every streamed matrix's row (GATEUP: gate's and up's) fits a buffer */
+        auto streams = [](const pk_mat &w) {
+            return (w.type == QT_Q4_0 || w.type == QT_Q8_0 || w.type == QT_Q4_K || w.type == QT_Q5_K || w.type == QT_Q6_K) &&
+                   w.rb % 16 == 0;
+        };
+        size_t need = streams(a.wout) ? a.wout.rb + 64 : 0;
+        for (const pk_layer &l : hl)
+            for (const pk_mat *w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+                if (w->p && streams(*w)) need = std::max(need, w == &l.gate || w == &l.up ? l.gate.rb + l.up.rb + 128 : w->rb + 64);
+        if (need > a.ring_bytes) {
+            fprintf(stderr, "pk_lab: a row of %zu bytes does not fit the ring's %u-byte buffers\n", need, a.ring_bytes);
+            return 2;
+        }
+        printf("ring: %d buffers of %u bytes\n", a.ring, a.ring_bytes);
     }
     CK(cudaFuncSetAttribute(pk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int per_sm = 0;
