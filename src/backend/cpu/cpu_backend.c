@@ -508,9 +508,7 @@ static bool pg_matmul(cpu_backend *cb, int n_w, const bk_weight *const *w, const
         uint32_t vt = quant_get_traits(w[m]->type)->vec_dot_type;
         j.owner[m] = m;
         for (int p = 0; p < m; p++)
-            if (w[p]->n_in == w[m]->n_in && quant_get_traits(w[p]->type)->vec_dot_type == vt &&
-                cpu_pgemm_same_tiles(w[p]->type, w[m]->type))
-                j.owner[m] = j.owner[p];
+            if (w[p]->n_in == w[m]->n_in && quant_get_traits(w[p]->type)->vec_dot_type == vt) j.owner[m] = j.owner[p];
         if (j.owner[m] != m) continue;
         j.conv[m] = cpu_get_from_float(vt);
         j.xq_stride[m] = quant_row_size(vt, w[m]->n_in);

@@ -360,7 +360,6 @@ static cpu_from_float_fn act_format(uint32_t type, int64_t n_in, size_t *stride)
 static bool panels_setup(threadpool *tp, cpu_moe_scratch *sc, ffn_job *j, int n_expert, bool same_up) {
     const int T = cpu_pgemm_tile_tokens(j->gate->type);
     if (!T || !same_up || !j->conv_g || !j->conv_d || cpu_pgemm_tile_tokens(j->up->type) != T ||
-        !cpu_pgemm_same_tiles(j->gate->type, j->up->type) ||
         cpu_pgemm_tile_tokens(j->down->type) != T || j->n_embd % 2 || j->n_ff % 2)
         return true;
     if (cpu_grow((void **)&sc->tbase, &sc->cap[9], (size_t)n_expert * sizeof(int32_t)) != BRISK_OK) return false;

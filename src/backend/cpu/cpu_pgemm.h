@@ -21,7 +21,6 @@
  * Every function here needs cpu_pgemm_tile_tokens(type) > 0 for its type. */
 #ifndef BK_CPU_PGEMM_H
 #define BK_CPU_PGEMM_H
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,10 +28,8 @@
 
 /* Tokens per activation tile for weight type wtype on this CPU; 0 when
  * there is no packed kernel (other types, a portable core or BRISK_CPU_ISA=portable).
- * Types that share a vec_dot_type share the tile format when cpu_pgemm_same_tiles
- * (an AVX-512 core runs some types on the AVX2 table, whose tiles differ). */
+ * Types that share a vec_dot_type share the tile format. */
 int cpu_pgemm_tile_tokens(uint32_t wtype);
-bool cpu_pgemm_same_tiles(uint32_t a, uint32_t b);
 /* Bytes of one token tile of k elements, of one weight panel of k columns. */
 size_t cpu_pgemm_act_bytes(uint32_t wtype, int64_t k);
 size_t cpu_pgemm_panel_bytes(uint32_t wtype, int64_t k);

@@ -5,8 +5,9 @@
  * four int8 elements / two bf16 elements, k: sub-block):
  *   K-quant panel, per 256-block (5120 B): q[64 g][16 r][4] u8, then
  *     Q4_K/Q5_K: dsc[8 k][16 r] = d*sc_k, dmm[8 k][16 r] = dmin*m_k (floats);
- *     Q6_K: dsc[16 k][16 r] = d*sc_k. q is the unsigned quant (Q6_K: 0..63,
- *     its -32 offset is folded into the activation side).
+ *     Q6_K: dsc[16 k][16 r] = d*sc_k; IQ4_XS: dsc[16 k][16 r] = d*(ls_{k/2} - 32). q is
+ *     the unsigned quant (Q6_K: 0..63, IQ4_XS: the codebook value + 128; the offsets -32 and
+ *     -128 are folded into the activation side).
  *   q8_K tile, per block (2880 B): qs[64 g][8 t][4], d[8 t] (64 B),
  *     ys[8 k][8 t] float sums of 32 quants, o16[16 k][8 t] int32 = -32 * bsums.
  *   q8_0-family panel, per 32-block (576 B): q[8 g][16 r][4] u8 (Q8_0: w+128,
@@ -43,7 +44,7 @@ static int have_bf16(void) { return have_vnni() && __builtin_cpu_supports("avx51
 
 static int tile_tokens_avx512(uint32_t wtype) {
     switch (wtype) {
-    case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: case QT_Q8_0: case QT_Q4_0: return have_vnni() ? PT : 0;
+    case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: case QT_IQ4_XS: case QT_Q8_0: case QT_Q4_0: return have_vnni() ? PT : 0;
     case QT_BF16: return have_bf16() ? PT_BF : 0;
     default: return 0;
     }
@@ -51,7 +52,7 @@ static int tile_tokens_avx512(uint32_t wtype) {
 
 static size_t act_bytes_avx512(uint32_t wtype, int64_t k) {
     switch (wtype) {
-    case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: return (size_t)(k / 256) * KQ_TILE;
+    case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: case QT_IQ4_XS: return (size_t)(k / 256) * KQ_TILE;
     case QT_Q8_0: case QT_Q4_0: return (size_t)(k / 32) * Q8_TILE;
     case QT_BF16: return (size_t)(k / 2) * PT_BF * 4;
     default: return 0;
@@ -60,7 +61,7 @@ static size_t act_bytes_avx512(uint32_t wtype, int64_t k) {
 
 static size_t panel_bytes_avx512(uint32_t wtype, int64_t k) {
     switch (wtype) {
-    case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: return (size_t)(k / 256) * KQ_PANEL;
+    case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: case QT_IQ4_XS: return (size_t)(k / 256) * KQ_PANEL;
     case QT_Q8_0: case QT_Q4_0: return (size_t)(k / 32) * Q8_PANEL;
     case QT_BF16: return (size_t)(k / 2) * CPU_PGEMM_ROWS * 4;
     default: return 0;
@@ -85,13 +86,25 @@ static VATTR void pack_panel_kq(uint32_t wtype, int64_t k, const uint8_t *w, siz
         for (int r = 0; r < CPU_PGEMM_ROWS; r++) {
             if (r >= nr) {
                 memset(tmp + 256 * r, 0, 256);
-                for (int s = 0; s < (wtype == QT_Q6_K ? 16 : 8); s++) dsc[16 * s + r] = 0.0f;
-                if (wtype != QT_Q6_K)
+                for (int s = 0; s < (wtype == QT_Q6_K || wtype == QT_IQ4_XS ? 16 : 8); s++) dsc[16 * s + r] = 0.0f;
+                if (wtype != QT_Q6_K && wtype != QT_IQ4_XS)
                     for (int s = 0; s < 8; s++) dmm[16 * s + r] = 0.0f;
                 continue;
             }
             const uint8_t *blk = w + (size_t)r * ws + (size_t)b * bb;
-            if (wtype == QT_Q6_K) {
+            if (wtype == QT_IQ4_XS) { /* codebook value + 128; each 32-element scale on both 16-halves */
+                const blk_iq4_xs *x = (const blk_iq4_xs *)(const void *)blk;
+                const float d = quant_f16_to_f32(x->d);
+                for (int ib = 0; ib < 8; ib++) {
+                    const int ls = ((x->scales_l[ib / 2] >> 4 * (ib % 2)) & 15) | (((x->scales_h >> 2 * ib) & 3) << 4);
+                    dsc[16 * (2 * ib) + r] = dsc[16 * (2 * ib + 1) + r] = d * (float)(ls - 32);
+                    for (int j = 0; j < 16; j++) {
+                        const uint8_t q = x->qs[16 * ib + j];
+                        tmp[256 * r + 32 * ib + j] = (uint8_t)(quant_iq4nl_values[q & 15] + 128);
+                        tmp[256 * r + 32 * ib + 16 + j] = (uint8_t)(quant_iq4nl_values[q >> 4] + 128);
+                    }
+                }
+            } else if (wtype == QT_Q6_K) {
                 const blk_q6_K *q6 = (const blk_q6_K *)(const void *)blk;
                 unpack_q6_K(q6, tmp + 256 * r);
                 const float d = quant_f16_to_f32(q6->d);
@@ -151,7 +164,7 @@ static VATTR void pack_panel_bf16(int64_t k, const uint8_t *w, size_t ws, int nr
 
 static void pack_panel_avx512(uint32_t wtype, int64_t k, const void *w, size_t row_bytes, int nr, void *panel) {
     switch (wtype) {
-    case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: pack_panel_kq(wtype, k, w, row_bytes, nr, panel); break;
+    case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: case QT_IQ4_XS: pack_panel_kq(wtype, k, w, row_bytes, nr, panel); break;
     case QT_Q8_0: case QT_Q4_0: pack_panel_q8(wtype, k, w, row_bytes, nr, panel); break;
     case QT_BF16: pack_panel_bf16(k, w, row_bytes, nr, panel); break;
     default: break;
@@ -173,7 +186,7 @@ static void pack_act_avx512(uint32_t wtype, int64_t k, const void *xq, size_t xs
     const uint8_t *rows[PT_BF];
     uint8_t *dst = tile;
     switch (wtype) {
-    case QT_Q4_K: case QT_Q5_K: case QT_Q6_K:
+    case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: case QT_IQ4_XS:
         for (int64_t b = 0; b < k / 256; b++) {
             uint8_t *tb = dst + b * KQ_TILE;
             float *d = (float *)(void *)(tb + 2048), *ys = (float *)(void *)(tb + 2112);
@@ -254,8 +267,9 @@ static VATTR void tile_q45_K(int64_t k, const uint8_t *pn, const uint8_t *at, fl
     for (int t = 0; t < PT; t++) _mm512_storeu_ps(out + 16 * t, acc[t]);
 }
 
-/* Q6_K: per sub-block of 16, d*sc*(Σq·y - 32Σy) (the -32Σy starts the integer sum). */
-static VATTR void tile_q6_K(int64_t k, const uint8_t *pn, const uint8_t *at, float *out) {
+/* Q6_K: per sub-block of 16, d*sc*(Σq·y - 32Σy) (the -32Σy starts the integer sum); IQ4_XS (sh 2):
+ * the codebook value + 128, so -128Σy = 4 times the tile's -32Σy. */
+static VATTR void tile_q6_K(int64_t k, const uint8_t *pn, const uint8_t *at, float *out, int sh) {
     __m512 acc[PT];
     for (int t = 0; t < PT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < k / 256; b++) {
@@ -268,7 +282,7 @@ static VATTR void tile_q6_K(int64_t k, const uint8_t *pn, const uint8_t *at, flo
         for (int s = 0; s < 16; s++) {
             __m512i is[PT];
 #pragma GCC unroll 8
-            for (int t = 0; t < PT; t++) is[t] = bcast32(o16 + 4 * (8 * s + t));
+            for (int t = 0; t < PT; t++) is[t] = _mm512_slli_epi32(bcast32(o16 + 4 * (8 * s + t)), (unsigned)sh);
 #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) {
                 const __m512i w = _mm512_load_si512(wq + (4 * s + g) * 64);
@@ -326,7 +340,8 @@ static BATTR void tile_bf16(int64_t k, const uint8_t *pn, const uint8_t *at, flo
 static void tile_avx512(uint32_t wtype, int64_t k, const void *panel, const void *tile, float *out) {
     switch (wtype) {
     case QT_Q4_K: case QT_Q5_K: tile_q45_K(k, panel, tile, out); break;
-    case QT_Q6_K: tile_q6_K(k, panel, tile, out); break;
+    case QT_Q6_K: tile_q6_K(k, panel, tile, out, 0); break;
+    case QT_IQ4_XS: tile_q6_K(k, panel, tile, out, 2); break;
     case QT_Q8_0: tile_q8(k, panel, tile, out, 0); break;
     case QT_Q4_0: tile_q8(k, panel, tile, out, 1); break;
     case QT_BF16: tile_bf16(k, panel, tile, out); break;
