@@ -302,7 +302,7 @@ static void deq_iq4_xs(const blk_iq4_xs *x, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
         const float d = H2F(x[i].d);
         for (int ib = 0; ib < 8; ib++, y += 32) {
-            int ls = ((x[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 15) | (((x[i].scales_h >> 2 * ib) & 3) << 4);
+            int ls = quant_iq4xs_scale(&x[i], ib);
             deq_codebook32(x[i].qs + 16 * ib, d * (ls - 32), quant_iq4nl_values, y);
         }
     }

@@ -85,6 +85,10 @@ static inline void quant_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint
         *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
     }
 }
+/* IQ4_XS's 6-bit scale of sub-block ib (0..7), before its -32 offset. */
+static inline int quant_iq4xs_scale(const blk_iq4_xs *b, int ib) {
+    return ((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 15) | (((b->scales_h >> 2 * ib) & 3) << 4);
+}
 /* Unpacks Q3_K's sixteen 6-bit scales (already minus 32). */
 void quant_q3k_scales(const uint8_t packed[12], int8_t out[16]);
 

@@ -258,7 +258,7 @@ static float dot_iq4_xs(int64_t n, const void *w, const void *x) {
     for (int64_t i = 0; i < n / 256; i++) {
         int sumi = 0;
         for (int ib = 0; ib < 8; ib++) {
-            int ls = ((a[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 15) | (((a[i].scales_h >> 2 * ib) & 3) << 4);
+            int ls = quant_iq4xs_scale(&a[i], ib);
             sumi += (ls - 32) * codebook_sum(a[i].qs + 16 * ib, quant_iq4nl_values, b[i].qs + 32 * ib);
         }
         s += (H2F(a[i].d) * b[i].d) * sumi;

@@ -445,7 +445,7 @@ KINL void iq4_xs_rows(int64_t n, const void *w, const char *x, size_t xs, int R,
         ROW_PREFETCH((const char *)&a[i] + 128);
 #pragma GCC unroll 8
         for (int ib = 0; ib < 8; ib++) {
-            const int ls = ((a[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 15) | (((a[i].scales_h >> 2 * ib) & 3) << 4);
+            const int ls = quant_iq4xs_scale(&a[i], ib);
             const __m256i wv = _mm256_shuffle_epi8(lut, unpack_nibbles(a[i].qs + 16 * ib));
             const __m256i uw = _mm256_sign_epi8(wv, wv), sc = _mm256_set1_epi16((short)(ls - 32));
 #pragma GCC unroll 4

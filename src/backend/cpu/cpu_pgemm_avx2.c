@@ -109,7 +109,7 @@ static inline void widen32(const int8_t *q, int16_t *out) {
 static void unpack_iq4_xs(const blk_iq4_xs *a, int16_t *out) {
     const __m128i lut = _mm_loadu_si128((const __m128i *)quant_iq4nl_values), m4 = _mm_set1_epi8(15);
     for (int ib = 0; ib < 8; ib++) {
-        const int ls = ((a->scales_l[ib / 2] >> 4 * (ib % 2)) & 15) | (((a->scales_h >> 2 * ib) & 3) << 4);
+        const int ls = quant_iq4xs_scale(a, ib);
         const __m256i sc = _mm256_set1_epi16((int16_t)(ls - 32));
         const __m128i q = _mm_loadu_si128((const __m128i *)(a->qs + 16 * ib));
         _mm256_storeu_si256((__m256i *)(out + 32 * ib),

@@ -96,7 +96,7 @@ static VATTR void pack_panel_kq(uint32_t wtype, int64_t k, const uint8_t *w, siz
                 const blk_iq4_xs *x = (const blk_iq4_xs *)(const void *)blk;
                 const float d = quant_f16_to_f32(x->d);
                 for (int ib = 0; ib < 8; ib++) {
-                    const int ls = ((x->scales_l[ib / 2] >> 4 * (ib % 2)) & 15) | (((x->scales_h >> 2 * ib) & 3) << 4);
+                    const int ls = quant_iq4xs_scale(x, ib);
                     dsc[16 * (2 * ib) + r] = dsc[16 * (2 * ib + 1) + r] = d * (float)(ls - 32);
                     for (int j = 0; j < 16; j++) {
                         const uint8_t q = x->qs[16 * ib + j];

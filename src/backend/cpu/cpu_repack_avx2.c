@@ -87,7 +87,7 @@ static void iq4xs_row(uint8_t *o, int r, const void *src) {
     const blk_iq4_xs *b = src;
     memcpy(o + 2 * r, &b->d, 2);
     for (int sb = 0; sb < 8; sb++) {
-        const int ls = ((b->scales_l[sb / 2] >> 4 * (sb % 2)) & 15) | (((b->scales_h >> 2 * sb) & 3) << 4);
+        const int ls = quant_iq4xs_scale(b, sb);
         o[IQ4XSX8_SC + 8 * sb + r] = (uint8_t)(int8_t)(ls - 32);
     }
     quants4(o + IQ4XSX8_QS, r, b->qs, 32);
