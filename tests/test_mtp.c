@@ -19,10 +19,17 @@
  *   rollback: the drafter driven by hand through rounds that keep 1..4 of 4
  *             verified tokens (the random, unpatched head) proposes what an MTP
  *             head fed the same settled history from scratch proposes: its
- *             cache holds exactly the settled (token, h) pairs.
+ *             cache holds exactly the settled (token, h) pairs;
+ *   gpu:      with a CUDA device (make test-cuda; skipped without one), the
+ *             target and its MTP head on the GPU (the default load) against
+ *             the CPU's (-ngl 0) fed the same rows: the target's h rows, the
+ *             head's logits and output h within 2e-3 of each row's largest,
+ *             the same argmax, and both contexts' memory on the device. The
+ *             greedy cases then also run on the GPU there.
  * The MTP head's logits against llama.cpp's are in test_conformance.c. */
 #include <unistd.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "brisk.h"
 #include "engine/mtp.h"
 #include "engine/speculative.h"
@@ -297,6 +304,89 @@ done:
     brisk_model_free(m);
 }
 
+/* The largest |a - b| over rows of n floats, each relative to that row's largest |b|. */
+static double rows_rel_diff(const float *a, const float *b, int rows, int n) {
+    double worst = 0;
+    for (int r = 0; r < rows; r++) {
+        double big = 1e-30, d = 0;
+        for (int i = 0; i < n; i++) {
+            double v = fabs(b[(size_t)r * n + i]), e = fabs((double)a[(size_t)r * n + i] - b[(size_t)r * n + i]);
+            if (v > big) big = v;
+            if (!(e <= d)) d = e; /* NaN too */
+        }
+        if (!(d / big <= worst)) worst = d / big;
+    }
+    return worst;
+}
+
+#define GPU_TOL 2e-3
+
+/* The target and its MTP head on the GPU against the CPU, each fed the CPU target's h rows. */
+static void gpu_vs_cpu(const char *preset, const char *name) {
+    char path[600];
+    make_model(preset, name, true, path, sizeof path);
+    brisk_model_params on_cpu = brisk_model_default_params();
+    on_cpu.n_gpu_layers = 0;
+    brisk_model *m[2] = {NULL, NULL}; /* CPU, GPU */
+    brisk_context *t[2] = {NULL, NULL}, *x[2] = {NULL, NULL};
+    CHECK_OK(brisk_model_load(path, &on_cpu, &m[0]));
+    CHECK_OK(brisk_model_load(path, NULL, &m[1]));
+    if (!m[0] || !m[1]) goto done;
+    brisk_model_info info;
+    brisk_model_get_info(m[1], &info);
+    CHECK(info.gpu_device >= 0 && info.n_gpu_layers == m[1]->hp.n_layer);
+    int d = m[0]->hp.n_embd, nv = brisk_n_vocab(m[0]);
+    float *h[2] = {calloc((size_t)N_PROMPT * d, sizeof(float)), calloc((size_t)N_PROMPT * d, sizeof(float))};
+    float *lg[2] = {calloc((size_t)N_PROMPT * nv, sizeof(float)), calloc((size_t)N_PROMPT * nv, sizeof(float))};
+    float *oh[2] = {calloc((size_t)N_PROMPT * d, sizeof(float)), calloc((size_t)N_PROMPT * d, sizeof(float))};
+    float *hin = calloc((size_t)N_PROMPT * d, sizeof(float)); /* row 0: no h before position 0 */
+    brisk_context_params cp = ctx_params();
+    brisk_batch_entry b[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) b[i] = (brisk_batch_entry){prompt[i], i, 0, true};
+    for (int k = 0; k < 2 && h[1] && lg[1] && oh[1] && hin; k++) {
+        CHECK_OK(brisk_context_new(m[k], &cp, &t[k]));
+        if (!t[k]) goto out;
+        CHECK_OK(mtp_keep_hidden(t[k]));
+        CHECK_OK(brisk_decode(t[k], b, N_PROMPT));
+        for (int i = 0; i < N_PROMPT && mtp_hidden(t[k], i); i++)
+            memcpy(h[k] + (size_t)i * d, mtp_hidden(t[k], i), (size_t)d * sizeof(float));
+        if (k == 0) memcpy(hin + d, h[0], (size_t)(N_PROMPT - 1) * d * sizeof(float));
+        CHECK_OK(mtp_context_new(m[k], &cp, &x[k]));
+        if (!x[k]) goto out;
+        brisk_memory_report mr;
+        brisk_context_memory(t[k], &mr);
+        CHECK(k ? mr.device >= 0 : mr.device < 0);
+        brisk_context_memory(x[k], &mr);
+        CHECK(k ? mr.device >= 0 : mr.device < 0);
+        CHECK_OK(mtp_decode(x[k], b, hin, N_PROMPT));
+        for (int i = 0; i < N_PROMPT && brisk_get_logits(x[k], i) && mtp_hidden(x[k], i); i++) {
+            memcpy(lg[k] + (size_t)i * nv, brisk_get_logits(x[k], i), (size_t)nv * sizeof(float));
+            memcpy(oh[k] + (size_t)i * d, mtp_hidden(x[k], i), (size_t)d * sizeof(float));
+        }
+    }
+    double dh = rows_rel_diff(h[1], h[0], N_PROMPT, d), dl = rows_rel_diff(lg[1], lg[0], N_PROMPT, nv),
+           doh = rows_rel_diff(oh[1], oh[0], N_PROMPT, d);
+    printf("  %s GPU vs CPU: target h %.2e, MTP logits %.2e, MTP h %.2e (of each row's largest)\n", name, dh, dl, doh);
+    CHECK(dh < GPU_TOL && dl < GPU_TOL && doh < GPU_TOL);
+    for (int i = 0; i < N_PROMPT; i++) CHECK(argmax(lg[1] + (size_t)i * nv, nv) == argmax(lg[0] + (size_t)i * nv, nv));
+out:
+    for (int k = 0; k < 2; k++) {
+        free(h[k]), free(lg[k]), free(oh[k]);
+        brisk_context_free(x[k]);
+        brisk_context_free(t[k]);
+    }
+    free(hin);
+done:
+    brisk_model_free(m[0]);
+    brisk_model_free(m[1]);
+}
+
+static void test_gpu(void) {
+    if (bk_cuda_device_count() < 1) SKIP("no CUDA device");
+    gpu_vs_cpu("tiny-qwen35", "q35-bigram");
+    gpu_vs_cpu("tiny-qwen35moe", "q35moe-bigram");
+}
+
 int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "/tmp/brisk-test-mtp-XXXXXX");
     if (!mkdtemp(dir)) return 1;
@@ -306,6 +396,7 @@ int main(int argc, char **argv) {
         {"greedy_qwen35", test_greedy_qwen35},
         {"greedy_qwen35moe", test_greedy_qwen35moe},
         {"rollback", test_rollback},
+        {"gpu", test_gpu},
     };
     int rc = test_main(cases, sizeof cases / sizeof *cases, argc, argv);
     char cmd[600];

@@ -117,6 +117,9 @@ typedef struct bk_step {
     const int32_t *out_idx;   /* (n_out) */
     const bk_weight *emb;     /* the token embedding get_rows will read, when the pass starts with it
                                  (a GPU backend gathers rows of one kept in host memory here); or NULL */
+    int variant;              /* which optional ops the pass issues for the same batch shape (bit 0: it keeps
+                                 every entry's final-norm h, bit 1: layer inputs for EAGLE-3), so that a
+                                 graph captured before a target started keeping them is not replayed */
 } bk_step;
 
 typedef struct bk_backend bk_backend;

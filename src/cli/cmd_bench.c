@@ -278,10 +278,14 @@ done:
 /* --spec-mtp K: the model's own MTP head (engine/mtp.h) drafts up to K tokens a round: -n greedy tokens after
  * a prompt of random tokens, plainly and then -r times with MTP speculation (after a warm-up of each); the
  * tokens are checked to be the plain run's, and tokens/s, tokens per target step and the acceptance printed.
- * With eagle3 (--spec-eagle3 K -md FILE) the EAGLE-3 drafter at that path drafts instead. */
+ * With eagle3 (--spec-eagle3 K -md FILE) the EAGLE-3 drafter at that path drafts instead. With a rate
+ * (K:RATE, rate >= 0) the head still runs every round, but the round proposes what --spec-replay's would
+ * (the first RATE*K of them the plain run's tokens): the speed at that acceptance with the head's real
+ * cost, on files whose head drafts nothing useful (random weights). */
 static int bench_spec_mtp(brisk_model *m, brisk_context *ctx, const brisk_context_params *cp, int n_vocab, int n_gen,
-                          int reps, int k, const char *eagle3) {
-    int rc = 1;
+                          int reps, int k, double rate, const char *eagle3) {
+    int rc = 1, n_match = rate >= 0 ? (int)(rate * k + 0.5) : -1;
+    drafter *rp = NULL;
     brisk_token *ref = malloc((size_t)(REPLAY_PROMPT + n_gen) * sizeof *ref), *out = malloc((size_t)n_gen * sizeof *out);
     double *t = calloc((size_t)reps, sizeof *t);
     drafter *none = NULL, *dr = NULL;
@@ -296,11 +300,16 @@ static int bench_spec_mtp(brisk_model *m, brisk_context *ctx, const brisk_contex
     if ((eagle3 ? drafter_new_eagle3(ctx, m, eagle3, cp->n_ctx, cp->n_threads, 0, NULL, &dr)
                 : drafter_new_mtp(ctx, m, cp, 0, &dr)) != BRISK_OK)
         goto done;
-    if (replay_once(ctx, dr, n_vocab, ref, n_gen, k, cp->n_ctx, out, &st) < 0) goto done; /* warm-up */
+    if (n_match >= 0 && (drafter_new_replay(ref, REPLAY_PROMPT + n_gen, n_match, n_vocab, &rp) != BRISK_OK ||
+                         drafter_replay_over(rp, dr) != BRISK_OK))
+        goto done;
+    drafter *use = rp ? rp : dr;
+    if (replay_once(ctx, use, n_vocab, ref, n_gen, k, cp->n_ctx, out, &st) < 0) goto done; /* warm-up */
     same = !memcmp(out, ref + REPLAY_PROMPT, (size_t)n_gen * sizeof *out);
     char name[48];
-    snprintf(name, sizeof name, "tg %s k%d", kind, k);
-    if (!spec_rows(ctx, dr, n_vocab, ref, n_gen, k, cp->n_ctx, reps, t, t_plain, name, &st)) goto done;
+    if (rp) snprintf(name, sizeof name, "tg %s k%d match %d", kind, k, n_match);
+    else snprintf(name, sizeof name, "tg %s k%d", kind, k);
+    if (!spec_rows(ctx, use, n_vocab, ref, n_gen, k, cp->n_ctx, reps, t, t_plain, name, &st)) goto done;
     printf("%s: %lld rounds, %lld proposed, %lld accepted (%.1f%%); greedy tokens %s plain decoding's\n",
            kind, (long long)st.rounds, (long long)st.drafted, (long long)st.accepted,
            st.drafted ? 100.0 * st.accepted / st.drafted : 0.0, same ? "equal to" : "DIFFER from");
@@ -308,6 +317,7 @@ static int bench_spec_mtp(brisk_model *m, brisk_context *ctx, const brisk_contex
 done:
     if (rc) cli_error(1, "bench: %s", same ? brisk_last_error() : "speculation changed the greedy tokens");
     drafter_free(none);
+    drafter_free(rp);
     drafter_free(dr);
     free(ref);
     free(out);
@@ -319,7 +329,7 @@ int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *draft_path = NULL;
     int n_prompt = 512, n_gen = 128, n_threads = 0, reps = 5, n_ctx = 0;
     int depth = 0, n_seq = 1, spec_k = 0, mtp_k = 0;
-    double spec_rate = 0;
+    double spec_rate = 0, mtp_rate = -1;
     bool json = false, blank = false, eagle3 = false, warmup = true;
     cli_model_opts mo = CLI_MODEL_OPTS_DEFAULT;
     for (int i = 1; i < argc; i++) {
@@ -343,9 +353,11 @@ int cmd_bench(int argc, char **argv) {
                    "  --spec-replay K:RATE  speculative decoding at a fixed acceptance: -n greedy tokens, each\n"
                    "          round proposing K of which the first RATE*K are the model's own; prints tokens/s,\n"
                    "          tokens per target step, and the cost of a verify step of 1+k tokens, k = 0..16\n"
-                   "  --spec-mtp K  speculative decoding with the model's own multi-token-prediction head (Qwen3.5/3.6\n"
-                   "          nextn layers; CPU, -ngl 0), K drafts a round: -n greedy tokens plainly and with it,\n"
-                   "          tokens/s, tokens per target step and the acceptance rate\n"
+                   "  --spec-mtp K[:RATE]  speculative decoding with the model's own multi-token-prediction head\n"
+                   "          (Qwen3.5/3.6 nextn layers, where the trunk runs), K drafts a round: -n greedy tokens\n"
+                   "          plainly and with it, tokens/s, tokens per target step and the acceptance rate; with\n"
+                   "          RATE the head runs each round but the first RATE*K proposals are the model's own\n"
+                   "          tokens, the rest wrong (as --spec-replay): the speed at that acceptance, head included\n"
                    "  --spec-eagle3 K -md, --model-draft FILE  the same with the EAGLE-3 drafter FILE (llama.cpp's\n"
                    "          eagle3 GGUF; CPU, -ngl 0)\n"
                    "  -m, --model FILE     GGUF model\n"
@@ -362,7 +374,14 @@ int cmd_bench(int argc, char **argv) {
                 return cli_error(2, "bench: --spec-replay K:RATE wants K in [1, %d] and RATE in [0, 1], not '%s'",
                                  DRAFTER_MAX_DRAFT, v);
         } else if (!strcmp(a, "--spec-mtp") || !strcmp(a, "--spec-eagle3")) {
-            if (!(v = cli_next(argc, argv, &i)) || !cli_int(a, v, 1, DRAFTER_MAX_DRAFT, &mtp_k)) return 2;
+            char *end = NULL;
+            if (!(v = cli_next(argc, argv, &i))) return 2;
+            mtp_k = (int)strtol(v, &end, 10);
+            mtp_rate = -1;
+            if (mtp_k < 1 || mtp_k > DRAFTER_MAX_DRAFT || (*end && *end != ':') ||
+                (*end == ':' && ((mtp_rate = strtod(end + 1, &end)) < 0 || mtp_rate > 1 || *end)))
+                return cli_error(2, "bench: %s K[:RATE] wants K in [1, %d] and RATE in [0, 1], not '%s'", a,
+                                 DRAFTER_MAX_DRAFT, v);
             eagle3 = !strcmp(a, "--spec-eagle3");
         } else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) {
             if (!(draft_path = cli_next(argc, argv, &i))) return 2;
@@ -428,7 +447,7 @@ int cmd_bench(int argc, char **argv) {
                n_threads);
         if (n_gen <= 0) rc = cli_error(2, "bench: %s needs -n > 0", spec_k ? "--spec-replay" : eagle3 ? "--spec-eagle3" : "--spec-mtp");
         else if (spec_k) rc = bench_spec_replay(ctx, n_vocab, n_gen, reps, spec_k, spec_rate, cp.n_ctx, batch);
-        else rc = bench_spec_mtp(m, ctx, &cp, n_vocab, n_gen, reps, mtp_k, draft_path);
+        else rc = bench_spec_mtp(m, ctx, &cp, n_vocab, n_gen, reps, mtp_k, mtp_rate, draft_path);
         goto done;
     }
     double *tps = calloc((size_t)reps, sizeof *tps);

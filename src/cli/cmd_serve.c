@@ -47,7 +47,7 @@ static void usage(FILE *f) {
             "  -md, --model-draft, --spec-draft-model FILE  a small model of the same vocabulary proposes tokens\n"
             "  --spec-type T        none, ngram-simple, ngram-cache, draft (-md; also draft-simple), mtp\n"
             "                       (the model's own multi-token-prediction head: Qwen3.5/3.6 files with\n"
-            "                       nextn layers; CPU, -ngl 0; also draft-mtp) or draft-eagle3 (-md FILE an\n"
+            "                       nextn layers, run where the trunk runs; also draft-mtp) or draft-eagle3 (-md FILE an\n"
             "                       EAGLE-3 drafter GGUF for this model, one per slot; CPU, -ngl 0; also eagle3)\n"
             "                       (default: draft with -md, else none)\n"
             "  --draft-max, --draft, --draft-n, --spec-draft-n-max N  tokens proposed per round (default 8 for a\n"

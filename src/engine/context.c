@@ -368,11 +368,12 @@ static brisk_status make_offload(brisk_context *c, ctx_stage *st) {
 static brisk_status make_stages(brisk_context *c) {
     const brisk_model *m = c->model;
     int n_layer = m->hp.n_layer, split = model_split(m), dev = 0;
-    if (c->mtp) { /* the first MTP block, on the CPU whatever runs the trunk (its weights are bound there) */
+    if (c->mtp) { /* the first MTP block, where the trunk's last layer runs (bind_mtp put its weights there) */
         c->n_stage = 1;
         c->st[0].l0 = n_layer;
         c->st[0].l1 = n_layer + 1;
-        return bk_cpu_backend_new_placed(c->p.n_threads, &c->p.cpu, &c->st[0].be);
+        return bk_backend_is_cuda(m->be, &dev) ? bk_cuda_backend_new(dev, &c->st[0].be)
+                                               : bk_cpu_backend_new_placed(c->p.n_threads, &c->p.cpu, &c->st[0].be);
     }
     c->n_stage = split ? 2 : 1;
     c->st[0].l0 = 0;
@@ -758,9 +759,7 @@ brisk_status mtp_keep_hidden(brisk_context *c) {
         return bk_fail(BRISK_ERR_UNSUPPORTED, "multi-token prediction: %s has no MTP head", m->arch_name);
     if (m->tp_size > 0 || pipelined(m))
         return bk_fail(BRISK_ERR_UNSUPPORTED, "multi-token prediction with tensor or pipeline parallelism is not supported");
-    for (int i = 0; i < c->n_stage; i++)
-        if (bk_backend_is_cuda(c->st[i].be, NULL)) /* its ops would run in a captured step graph made without them */
-            return bk_fail(BRISK_ERR_UNSUPPORTED, "multi-token prediction runs on the CPU for now (load with -ngl 0)");
+    /* (a GPU stage's graphs captured before now lack the h rows' norm: step_key tells them apart) */
     return alloc_hidden(c);
 }
 
@@ -907,6 +906,12 @@ static brisk_status reserve_logits(brisk_context *c, int n) {
     return BRISK_OK;
 }
 
+/* The table an MTP context's pass gathers its tokens' rows from (qwen35_mtp_forward): the block's own
+ * embedding, else the trunk's. */
+static const bk_weight *mtp_embedding(const brisk_model *m) {
+    return m->nextn[0].embed_tokens.host ? &m->nextn[0].embed_tokens : &m->tok_embd;
+}
+
 /* A stage's layers of one forward pass, bracketed as a backend step when the
  * backend takes steps (the CUDA backend replays a captured graph of them).
  * A stage with experts in host memory runs its ops unbracketed when the pass
@@ -923,7 +928,8 @@ static brisk_status run_stage(brisk_context *c, ctx_stage *stg, const fwd_batch 
         return c->forward(c->model, stg->be, c->views, fb, &stg->s, stg->l0, stg->l1);
     bk_step st = {.n_tokens = fb->n, .tokens = fb->tokens, .ab = &fb->ab, .n_out = fb->n_out,
                   .out_idx = fb->out_idx, .kv_block_size = c->p.kv_block_size,
-                  .emb = stg->l0 == 0 ? &c->model->tok_embd : NULL};
+                  .emb = c->mtp ? mtp_embedding(c->model) : stg->l0 == 0 ? &c->model->tok_embd : NULL,
+                  .variant = (stg->s.hidden ? 1 : 0) | (stg->s.n_tap ? 2 : 0)};
     bool replayed = false, rerun = false;
     BK_TRY(op->step_begin(stg->be, &st, &replayed));
     if (replayed) return BRISK_OK;
@@ -1113,8 +1119,11 @@ brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
                         .n_out = nb_out, .out_idx = c->out_idx, .hidden_only = c->p.embeddings};
         const ctx_stage *last = &c->st[c->n_stage - 1];
         size_t h_bytes = (size_t)nb * hp->n_embd * sizeof(float);
-        if (c->mtp) /* the batch's h rows (an MTP context runs on the CPU: a copy between host buffers) */
-            last->be->ops->copy(last->be, last->s.mtp_h, c->mtp_in + (size_t)b0 * hp->n_embd, h_bytes);
+        if (c->mtp) { /* the batch's h rows, from host memory: uploaded to a GPU (before its step), copied on the CPU */
+            const float *h = c->mtp_in + (size_t)b0 * hp->n_embd;
+            if (bk_backend_is_cuda(last->be, NULL)) BK_TRY(bk_cuda_write(last->be, last->s.mtp_h, h, h_bytes));
+            else last->be->ops->copy(last->be, last->s.mtp_h, h, h_bytes);
+        }
         BK_TRY(pipelined(c->model) ? pp_forward(c, &fb) : run_forward(c, &fb));
         if (c->hidden)
             BK_TRY(last->be->ops->read(last->be, last->s.hidden, c->hidden + (size_t)b0 * hp->n_embd, h_bytes));

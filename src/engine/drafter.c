@@ -64,6 +64,7 @@ struct drafter {
     brisk_token *ref;          /* (n_ref) */
     int32_t n_ref;
     int n_match;
+    drafter *inner;            /* borrowed (drafter_replay_over), or NULL */
 };
 
 static brisk_status alloc_drafter(drafter_kind kind, drafter **out) {
@@ -600,8 +601,16 @@ static int cache_draft(drafter *d, const brisk_token *hist, int32_t n, int k_max
 
 /* ---- the interface ---- */
 
+brisk_status drafter_replay_over(drafter *replay, drafter *inner) {
+    if (replay->kind != DRAFTER_REPLAY || !inner || inner->kind == DRAFTER_REPLAY)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "drafter_replay_over: a replay drafter over another kind");
+    replay->inner = inner;
+    return BRISK_OK;
+}
+
 brisk_status drafter_begin(drafter *d, const brisk_token *hist, int32_t n) {
     switch (d->kind) {
+    case DRAFTER_REPLAY: return d->inner ? drafter_begin(d->inner, hist, n) : BRISK_OK;
     case DRAFTER_MODEL: /* a server slot's drafter begins again for each request */
         BK_TRY(brisk_seq_clear(d->ctx, d->seq));
         return feed_seq(d->ctx, d->seq, hist, 0, n - 1, d->batch);
@@ -616,11 +625,13 @@ brisk_status drafter_begin(drafter *d, const brisk_token *hist, int32_t n) {
 }
 
 brisk_status drafter_process(drafter *d, const brisk_batch_entry *batch, int n) {
+    if (d->kind == DRAFTER_REPLAY) return d->inner ? drafter_process(d->inner, batch, n) : BRISK_OK;
     return d->kind == DRAFTER_MTP ? mtp_process(d, batch, 0, n)
            : d->kind == DRAFTER_EAGLE3 ? eagle3_process(d, batch, 0, n) : BRISK_OK;
 }
 
 brisk_status drafter_process_at(drafter *d, const brisk_batch_entry *batch, int first, int n) {
+    if (d->kind == DRAFTER_REPLAY) return d->inner ? drafter_process_at(d->inner, batch, first, n) : BRISK_OK;
     for (int i = 0; (d->kind == DRAFTER_MTP || d->kind == DRAFTER_EAGLE3) && i < n; i += PREFILL_CHUNK) {
         int m = n - i < PREFILL_CHUNK ? n - i : PREFILL_CHUNK;
         BK_TRY(d->kind == DRAFTER_MTP ? mtp_process(d, batch, first + i, m) : eagle3_process(d, batch, first + i, m));
@@ -629,6 +640,7 @@ brisk_status drafter_process_at(drafter *d, const brisk_batch_entry *batch, int 
 }
 
 brisk_status drafter_begin_at(drafter *d, const brisk_token *hist, int32_t n, int32_t n_have, int32_t n_seen) {
+    if (d->kind == DRAFTER_REPLAY) return d->inner ? drafter_begin_at(d->inner, hist, n, n_have, n_seen) : BRISK_OK;
     if (d->kind == DRAFTER_EAGLE3) return eagle3_begin_at(d, n_have, n_seen);
     if (d->kind != DRAFTER_MTP) return drafter_begin(d, hist, n);
     /* the pairs of the positions it saw stay; those it did not see are left blank (they only make its
@@ -653,6 +665,10 @@ brisk_status drafter_draft(drafter *d, const brisk_token *hist, int32_t n, int k
     case DRAFTER_LOOKUP: *k = drafter_lookup_search(hist, n, d->n_min, d->n_max, k_max, out, &m); break;
     case DRAFTER_CACHE: *k = cache_draft(d, hist, n, k_max, out); break;
     case DRAFTER_REPLAY:
+        if (d->inner) { /* its round's work, its proposals dropped */
+            brisk_token drop[DRAFTER_MAX_DRAFT];
+            BK_TRY(drafter_draft(d->inner, hist, n, k_max, drop, &m));
+        }
         for (int i = 0; i < k_max; i++) {
             int32_t p = n + i;
             brisk_token t = p < d->n_ref ? d->ref[p] : 0;
@@ -670,6 +686,7 @@ brisk_status drafter_sync(drafter *d, const brisk_token *hist, int32_t n) {
     case DRAFTER_MTP: return mtp_sync(d, n - 1);
     case DRAFTER_EAGLE3: return eagle3_sync(d, n - 1);
     case DRAFTER_CACHE: return cache_sync(d, hist, n);
+    case DRAFTER_REPLAY: return d->inner ? drafter_sync(d->inner, hist, n) : BRISK_OK;
     default: return BRISK_OK;
     }
 }

@@ -87,6 +87,10 @@ brisk_status drafter_new_cache(int32_t n_hist_max, drafter **out);
 /* Replays ref[0, n_ref) (the prompt then the target's greedy continuation; copied): a round at
  * n proposes ref[n, n + n_match) then (ref[i] + 1) % n_vocab up to its k_max. */
 brisk_status drafter_new_replay(const brisk_token *ref, int32_t n_ref, int n_match, int n_vocab, drafter **out);
+/* The replay drafter also drives inner (borrowed; not a replay): begins, feeds and syncs it as
+ * spec_generate would, and asks it for as many proposals each round, which it drops. A round then
+ * costs what one of inner's does, at the replay's acceptance (`brisk bench --spec-mtp K:RATE`). */
+brisk_status drafter_replay_over(drafter *replay, drafter *inner);
 void drafter_free(drafter *d);
 
 drafter_kind drafter_get_kind(const drafter *d);

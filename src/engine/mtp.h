@@ -14,15 +14,16 @@
  * The MTP entry at position p is (token x_p, h of the target at p-1): h
  * predicted x_p, and the pair predicts x_{p+1}. The MTP context's cache holds
  * these pairs for the positions the target has settled on; it is an attention
- * cache only, so brisk_seq_remove cuts it back anywhere. Both run on the CPU
- * (the MTP weights are bound there: model.c's bind_mtp). */
+ * cache only, so brisk_seq_remove cuts it back anywhere. The MTP context runs
+ * where the trunk's last layer runs, the CPU or its GPU (model.c's bind_mtp
+ * binds the block's weights there); the h rows cross through host memory, as
+ * the logits do (n_embd floats an entry). */
 #ifndef BK_MTP_H
 #define BK_MTP_H
 #include "brisk.h"
 
 /* From now on the target keeps every batch entry's final-norm hidden state (host memory, n_batch rows).
- * BRISK_ERR_UNSUPPORTED for an architecture without an MTP head, a GPU stage, tensor or pipeline
- * parallelism. */
+ * BRISK_ERR_UNSUPPORTED for an architecture without an MTP head, tensor or pipeline parallelism. */
 brisk_status mtp_keep_hidden(brisk_context *target);
 /* Entry i's hidden state (n_embd floats) of the last brisk_decode / mtp_decode, valid until the next one;
  * NULL when the context keeps none or i is out of range. */

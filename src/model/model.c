@@ -546,8 +546,10 @@ static brisk_status bind_layer(brisk_model *m, int l, bk_backend *be) {
  * when the file holds their tensors: blk.N's ordinary attention and FFN tensors plus blk.N.nextn.*, as
  * llama.cpp's loader names them; embed_tokens, shared_head_head and shared_head_norm are optional (the
  * MTP head then uses the trunk's embedding, LM head and final norm, as llama.cpp does). A file without
- * them (a converter that dropped them) loads without MTP. Bound for the CPU (the MTP head runs there,
- * engine/drafter.h) and kept out of n_params / weight_bytes: plain decoding never reads them. */
+ * them (a converter that dropped them) loads without MTP. Bound where the trunk's last layer runs (the
+ * GPU when it has one: the MTP context runs there, engine/mtp.h), the block's own embedding kept in host
+ * memory as the trunk's is; kept out of n_params / weight_bytes: plain decoding never reads them (a GPU
+ * holds them all the same, as llama.cpp's loader does: model_gpu_bytes counts them). */
 static brisk_status bind_mtp(brisk_model *m) {
     const model_hparams *hp = &m->hp;
     char n[96];
@@ -559,16 +561,16 @@ static brisk_status bind_mtp(brisk_model *m) {
     for (int i = 0; i < hp->n_nextn; i++) {
         int l = hp->n_layer + i;
         model_nextn *x = &m->nextn[i];
-        BK_TRY(bind_layer(m, l, NULL));
-#define BIND_NEXTN(field, suffix, ne0, ne1, req)                       \
+        BK_TRY(bind_layer(m, l, m->be)); /* m->be: the GPU that runs the trunk's last layer, or NULL */
+#define BIND_NEXTN(field, suffix, ne0, ne1, req, be)                   \
     snprintf(n, sizeof n, "blk.%d.nextn.%s", l, suffix);               \
-    BK_TRY(bind(m, NULL, n, ne0, ne1, req, &x->field))
-        BIND_NEXTN(eh_proj, "eh_proj.weight", 2 * d, d, true);
-        BIND_NEXTN(enorm, "enorm.weight", d, 0, true);
-        BIND_NEXTN(hnorm, "hnorm.weight", d, 0, true);
-        BIND_NEXTN(embed_tokens, "embed_tokens.weight", d, hp->n_vocab, false);
-        BIND_NEXTN(shared_head_head, "shared_head_head.weight", d, hp->n_vocab, false);
-        BIND_NEXTN(shared_head_norm, "shared_head_norm.weight", d, 0, false);
+    BK_TRY(bind(m, be, n, ne0, ne1, req, &x->field))
+        BIND_NEXTN(eh_proj, "eh_proj.weight", 2 * d, d, true, m->be);
+        BIND_NEXTN(enorm, "enorm.weight", d, 0, true, m->be);
+        BIND_NEXTN(hnorm, "hnorm.weight", d, 0, true, m->be);
+        BIND_NEXTN(embed_tokens, "embed_tokens.weight", d, hp->n_vocab, false, NULL);
+        BIND_NEXTN(shared_head_head, "shared_head_head.weight", d, hp->n_vocab, false, m->be);
+        BIND_NEXTN(shared_head_norm, "shared_head_norm.weight", d, 0, false, m->be);
 #undef BIND_NEXTN
     }
     m->n_mtp = hp->n_nextn;
@@ -629,8 +631,10 @@ uint64_t model_gpu_bytes(const gguf_file *g, int n_layer, int n_cpu_layers, int 
         const gguf_tensor *t = gguf_get_tensor(g, i);
         int l;
         bool gpu = true;
-        if (sscanf(t->name, "blk.%d.", &l) == 1)
-            gpu = l >= n_cpu_layers && l < n_layer && !(l < n_cpu_moe && strstr(t->name, "_exps."));
+        if (sscanf(t->name, "blk.%d.", &l) == 1 && l < n_layer)
+            gpu = l >= n_cpu_layers && !(l < n_cpu_moe && strstr(t->name, "_exps."));
+        else if (sscanf(t->name, "blk.%d.", &l) == 1) /* an MTP block (bind_mtp): with the last layer, but its embedding */
+            gpu = n_cpu_layers < n_layer && !strstr(t->name, ".nextn.embed_tokens.");
         else if (!strcmp(t->name, "token_embd.weight")) gpu = tied; /* as the LM head; else host (bind_all) */
         if (gpu) need += t->nbytes;
     }

@@ -182,9 +182,10 @@ static inline void model_pp_layers(int n_layer, int rank, int n_ranks, int *l0, 
     *l1 = *l0 + base + (rank < extra);
 }
 
-/* Bytes of weights a model puts on the GPU when layers [0, n_cpu_layers) run on the CPU and
- * layers [0, n_cpu_moe) keep their experts in host memory: the other layers, the output layer,
- * and the embedding when it serves as the tied LM head (else it stays in host memory). */
+/* Bytes of weights a model puts on the GPU when layers [0, n_cpu_layers) of the n_layer of its trunk
+ * run on the CPU and layers [0, n_cpu_moe) keep their experts in host memory: the other layers, the
+ * output layer, the embedding when it serves as the tied LM head (else it stays in host memory), and
+ * the MTP blocks after the trunk (but their own embedding) when its last layer is on the GPU. */
 uint64_t model_gpu_bytes(const gguf_file *g, int n_layer, int n_cpu_layers, int n_cpu_moe);
 /* Bytes of weights one forward pass over a small batch reads: every weight once, the token
  * embedding only as the tied LM head (its looked-up rows are not counted), and of each MoE

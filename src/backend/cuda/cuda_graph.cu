@@ -9,8 +9,9 @@
  * read from device memory (ids, positions, cache slots, table offsets and
  * block tables, in step_dev at fixed places), never baked into kernel
  * arguments. What does shape the kernels is the graph's key: the token
- * count, which rows want logits, and the attention length bucket (the next
- * power of two of the longest sequence, at least 256): split-K attention is
+ * count, which rows want logits, the optional outputs (bk_step.variant),
+ * and the attention length bucket (the next power of two of the longest
+ * sequence, at least 256): split-K attention is
  * sized for the bucket and its kernels skip positions past each sequence's
  * end (the decode kernel, cuda_attn_decode.cu, deals each sequence's own
  * length over the bucket's splits), so one graph serves every length in its
@@ -25,7 +26,7 @@
 #define GRAPH_CACHE_MAX 32
 
 typedef struct cuda_graph_entry {
-    int key[4];              /* n_tokens, n_out, first output row, attention bucket */
+    int key[5];              /* n_tokens, n_out, first output row, attention bucket, bk_step.variant */
     cudaGraphExec_t exec;
 } cuda_graph_entry;
 
@@ -145,7 +146,7 @@ extern "C" brisk_status cuda_step_begin(bk_backend *be, const bk_step *st, bool 
     cb->st_np = graph ? np_bucket(max_np) : max_np;
     if (!graph) return BRISK_OK;
 
-    int key[4] = {n, st->n_out, st->n_out ? st->out_idx[0] : -1, cb->st_np};
+    int key[5] = {n, st->n_out, st->n_out ? st->out_idx[0] : -1, cb->st_np, st->variant};
     /* rows wanting logits beyond the first must follow it one by one for the key to describe them */
     for (int i = 1; i < st->n_out; i++)
         if (st->out_idx[i] != st->out_idx[0] + i) return BRISK_OK;

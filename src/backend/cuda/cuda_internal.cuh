@@ -82,7 +82,7 @@ typedef struct cuda_backend {
     size_t emb_cap;
     const uint8_t *st_emb;      /* this step's rows in emb_dev, or NULL */
     struct cuda_graph_entry *graphs; /* captured passes, by shape */
-    int n_graphs, cap_graphs, cur_key[4];
+    int n_graphs, cap_graphs, cur_key[5];
     long n_replays, n_captures; /* counters for tests and bench */
     long path_n[CU_PATH_COUNT]; /* launches of each optional kernel (CU_COUNT; bk_cuda_path_launches) */
     struct cuda_trace *trace;   /* BRISK_CUDA_TRACE in a trace build (cuda_trace.cu), else NULL */
