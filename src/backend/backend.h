@@ -72,6 +72,10 @@ typedef struct bk_kv_view {
      * copies it). Both NULL for an attention layer. */
     float *conv;         /* (n_seq_max + 1, d_conv - 1, conv_dim) the short conv's last inputs, oldest first */
     float *ssm;          /* (n_seq_max + 1, n_v_heads, d_state, d_state) delta-rule state, row = value dim */
+    /* The layer's inputs of the context's last pass when it had at most BK_REC_KEEP entries: its conv
+     * input rows (conv_dim), then its beta and decay logits (n_v_heads each), each part BK_REC_KEEP rows
+     * long; a rollback replays the state from a checkpoint through them (engine/context.c). NULL: not kept. */
+    float *rec_in;
     /* Block-sparse attention (opt-in; the CPU backend's, cpu_attn_sparse.h): each page's per-channel
      * min and max of its keys as the cache holds them (dequantized; q4_0h: the rotated keys), which
      * bound q.k over the page, and the pages each query group reads. ksum NULL: dense attention. */
@@ -79,6 +83,8 @@ typedef struct bk_kv_view {
     int sparse_k;        /* pages read per query group, the first page and the local window included */
     int64_t *sparse_stats; /* (5) recall counters (cpu_attn_sparse.h), NULL: not measured */
 } bk_kv_view;
+
+#define BK_REC_KEEP 16 /* entries of a pass whose recurrent inputs are kept (a speculative verify: 1 + drafts) */
 
 /* Bytes of one 32-value block of a quantized KV type (q8_0 34, q4_0 18: ggml's
  * layouts, f16 scale first), 0 for f32 and f16, whose elements are addressed

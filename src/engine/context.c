@@ -67,6 +67,16 @@ static const arch_forward_fn mtp_forward_by_arch[ARCH_COUNT] = {
     [ARCH_QWEN3NEXT] = qwen35_mtp_forward,
 };
 
+/* The recurrent state moved on through a kept pass's first entries, per architecture with recurrent layers
+ * (model/arch.h's qwen35_rec_replay). */
+typedef brisk_status (*arch_rec_replay_fn)(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, fwd_scratch *s,
+                                           int l0, int l1, int seq, int n);
+static const arch_rec_replay_fn rec_replay_by_arch[ARCH_COUNT] = {
+    [ARCH_QWEN35] = qwen35_rec_replay,
+    [ARCH_QWEN35MOE] = qwen35_rec_replay,
+    [ARCH_QWEN3NEXT] = qwen35_rec_replay,
+};
+
 /* Consecutive layers [l0, l1) on one backend. */
 typedef struct ctx_stage {
     bk_backend *be;
@@ -74,6 +84,7 @@ typedef struct ctx_stage {
     int n_rec;           /* recurrent layers among them */
     void *rs_mem;        /* their per-sequence state, see rs_layer_floats */
     void *ck_mem;        /* (n_seq_max, n_ckpt) snapshots of one sequence's state in these layers, see ck_xfer */
+    void *rk_mem;        /* their layers' kept inputs (bk_kv_view.rec_in, rk_bytes), or NULL */
     fwd_scratch s;
     void *scratch_mem;   /* backend memory carved into s (and pp_x) */
     float *pp_x;         /* pipeline parallelism: (n_ubatch, n_embd) the residual stream received from the
@@ -91,6 +102,11 @@ struct brisk_context {
     bool recurrent;      /* the model has recurrent layers */
     int n_ckpt;          /* snapshots per sequence; 0 without recurrent state */
     int32_t *ck_pos;     /* (n_seq_max, n_ckpt) the length each snapshot was taken at, -1: free */
+    /* The recurrent layers' kept inputs (bk_kv_view.rec_in) are those of rk_n entries of sequence rk_seq at
+     * positions rk_pos0.. (the last pass, when it was one sequence's run of at most BK_REC_KEEP); 0: none.
+     * With the snapshot taken at rk_pos0 they cut that run back to any length without decoding it again. */
+    int rk_seq, rk_n;
+    int32_t rk_pos0;
     int n_ubatch;
     int n_out_cap;       /* rows of logits a forward pass computes at most (outs_for) */
     int64_t *expert_counts; /* (n_layer, n_expert) routing statistics, or NULL (fwd_scratch.expert_counts) */
@@ -151,6 +167,7 @@ void brisk_context_free(brisk_context *c) {
         if (st->scratch_mem) st->be->ops->release(st->be, st->scratch_mem);
         if (st->rs_mem) st->be->ops->release(st->be, st->rs_mem);
         if (st->ck_mem) st->be->ops->release(st->be, st->ck_mem);
+        if (st->rk_mem) st->be->ops->release(st->be, st->rk_mem);
         moe_offload_free(st->s.moe_offload); /* its expert cache lives on st->be */
         st->be->ops->free(st->be);
     }
@@ -260,10 +277,29 @@ static size_t rs_bytes(const model_hparams *hp, int n_rec, int n_seq_max) {
     return (size_t)n_rec * (size_t)(n_seq_max + 1) * (conv + ssm) * sizeof(float);
 }
 
-/* Allocates a stage's recurrent state once and points its recurrent layers' views into it. */
+/* Backend bytes of n_rec layers' kept inputs (bk_kv_view.rec_in): with snapshots, so that a cut back
+ * into the last pass replays the state instead of decoding again; not under tensor or pipeline parallelism. */
+static size_t rk_bytes(const brisk_model *m, const model_hparams *hp, int n_rec, int n_ckpt) {
+    if (!n_ckpt || (m && (m->tp_size > 0 || m->pp_size > 0))) return 0;
+    size_t per = (2 * (size_t)hp->ssm_n_k_heads + hp->ssm_n_v_heads) * hp->ssm_d_state + 2 * (size_t)hp->ssm_n_v_heads;
+    return (size_t)n_rec * BK_REC_KEEP * per * sizeof(float);
+}
+
+/* Allocates a stage's recurrent state once and points its recurrent layers' views into it (and their
+ * rec_in into the kept inputs' buffer, when the context keeps them). */
 static brisk_status alloc_rs(brisk_context *c, ctx_stage *st) {
     const model_hparams *hp = &c->model->hp;
     if (!st->n_rec) return BRISK_OK;
+    size_t rk = rk_bytes(c->model, hp, st->n_rec, c->n_ckpt);
+    if (rk) {
+        BK_TRY(st->be->ops->alloc(st->be, rk, &st->rk_mem));
+        float *q = st->rk_mem;
+        for (int l = st->l0; l < st->l1; l++)
+            if (model_layer_recurrent(hp, l)) {
+                c->views[l].rec_in = q;
+                q += rk / sizeof(float) / (size_t)st->n_rec;
+            }
+    }
     BK_TRY(st->be->ops->alloc(st->be, rs_bytes(hp, st->n_rec, c->p.n_seq_max), &st->rs_mem));
     size_t conv, ssm, slots = (size_t)c->p.n_seq_max + 1;
     rs_layer_floats(hp, &conv, &ssm);
@@ -404,7 +440,8 @@ static void stage_bytes(const brisk_model *m, const model_hparams *hp, const bri
     int n_attn = (l1 - l0) - n_rec;
     *kv = kv_cache_size_for(n_attn, hp->n_head_kv * hp->head_dim, p->n_ctx, p->n_seq_max, p->kv_block_size,
                             p->kv_type) +
-          rs_bytes(hp, n_rec, p->n_seq_max) + ck_bytes(hp, n_rec, p->n_seq_max, p->n_seq_checkpoints);
+          rs_bytes(hp, n_rec, p->n_seq_max) + ck_bytes(hp, n_rec, p->n_seq_max, p->n_seq_checkpoints) +
+          (n_rec ? rk_bytes(m, hp, n_rec, p->n_seq_checkpoints) : 0);
     size_t n_out = last ? (size_t)outs_for(p, n_ubatch) : 0;
     *scratch = m ? stage_scratch_bytes(m, (size_t)n_ubatch, n_out, !p->embeddings)
                  : scratch_bytes(hp, (size_t)n_ubatch, n_out, !p->embeddings);
@@ -1092,8 +1129,9 @@ brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
     if (!c->p.embeddings) BK_TRY(reserve_logits(c, n_out));
     BK_TRY(tp_mirror(c->model, TP_DECODE, (const int32_t[3]){n, 0, 0}, e, (size_t)n * sizeof *e));
     c->n_last = 0;
-    int row = 0;
-    for (int b0 = 0, nb; b0 < n; b0 += nb) {
+    c->rk_n = 0; /* a pass overwrites the kept recurrent inputs */
+    int row = 0, passes = 0;
+    for (int b0 = 0, nb; b0 < n; b0 += nb, passes++) {
         /* a pass takes up to n_ubatch entries, of them up to n_out_cap wanting logits */
         int nb_out = 0, want = 0;
         for (nb = 0; b0 + nb < n && nb < c->n_ubatch && !(wants(c, e, b0 + nb) && want == c->n_out_cap); nb++)
@@ -1139,6 +1177,9 @@ brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
         row += nb_out;
     }
     c->n_last = n;
+    bool run = passes == 1 && n <= BK_REC_KEEP && c->views && (c->st[0].rk_mem || c->st[c->n_stage - 1].rk_mem);
+    for (int i = 1; run && i < n; i++) run = e[i].seq == e[0].seq && e[i].pos == e[0].pos + i;
+    if (run) c->rk_seq = e[0].seq, c->rk_pos0 = e[0].pos, c->rk_n = n; /* one sequence's run, in one pass: kept */
     return c->p.embeddings && c->pooling != BRISK_POOLING_NONE ? embeddings_pool(c, e, n) : BRISK_OK;
 }
 
@@ -1163,11 +1204,24 @@ const float *brisk_get_logits(brisk_context *c, int i) {
     return c->logits + (size_t)c->logit_row[i] * c->model->hp.n_vocab;
 }
 
+/* The kept inputs no longer describe sequence seq past length len. */
+static void rk_cut(brisk_context *c, int seq, int32_t len) {
+    if (c->rk_n && c->rk_seq == seq && c->rk_pos0 + c->rk_n > len) c->rk_n = len > c->rk_pos0 ? len - c->rk_pos0 : 0;
+}
+
+/* The snapshot of seq from which the kept inputs replay its state to length len, -1 if none: they
+ * describe seq's positions [rk_pos0, len) and a snapshot was taken at rk_pos0. */
+static int rk_snapshot(const brisk_context *c, int seq, int32_t len) {
+    if (!c->rk_n || c->rk_seq != seq || len <= c->rk_pos0 || len > c->rk_pos0 + c->rk_n) return -1;
+    return ck_find(c, seq, c->rk_pos0);
+}
+
 brisk_status brisk_seq_clear(brisk_context *c, int seq) {
     BK_TRY(tp_mirror(c->model, TP_SEQ_CLEAR, (const int32_t[3]){seq, 0, 0}, NULL, 0));
     BK_TRY(kv_cache_seq_clear(c->kv, seq));
     rs_copy(c, c->p.n_seq_max, seq);
     ck_drop_after(c, seq, 0);
+    rk_cut(c, seq, 0);
     return BRISK_OK;
 }
 
@@ -1181,14 +1235,21 @@ brisk_status brisk_seq_remove(brisk_context *c, int seq, int32_t p0, int32_t p1)
                        p0, p1, p1);
     if (c->recurrent && p0 < len) {
         if (p0 == 0) return brisk_seq_clear(c, seq);
-        int j = ck_find(c, seq, p0); /* len > 0: seq is in range */
-        if (j < 0)
+        int j = ck_find(c, seq, p0), r = j < 0 ? rk_snapshot(c, seq, p0) : -1; /* len > 0: seq is in range */
+        if (j < 0 && r < 0)
             return bk_fail(BRISK_ERR_UNSUPPORTED,
                            "sequence %d: a recurrent model's state cannot be truncated to %d of %d positions "
-                           "(only cleared, or cut back to a checkpoint)", seq, p0, len);
+                           "(only cleared, or cut back to a checkpoint or into the last pass after one)", seq,
+                           p0, len);
         BK_TRY(kv_cache_seq_truncate(c->kv, seq, p0));
-        ck_xfer(c, seq * c->n_ckpt + j, seq, false);
+        ck_xfer(c, seq * c->n_ckpt + (j >= 0 ? j : r), seq, false);
+        /* from the snapshot before the last pass, its first entries again through the recurrent layers alone */
+        for (int i = 0; j < 0 && i < c->n_stage; i++)
+            if (c->st[i].n_rec)
+                BK_TRY(rec_replay_by_arch[c->model->hp.arch](c->model, c->st[i].be, c->views, &c->st[i].s,
+                                                             c->st[i].l0, c->st[i].l1, seq, p0 - c->rk_pos0));
         ck_drop_after(c, seq, p0);
+        rk_cut(c, seq, p0);
         return BRISK_OK;
     }
     return kv_cache_seq_truncate(c->kv, seq, p0);
@@ -1206,6 +1267,7 @@ brisk_status brisk_seq_share_prefix(brisk_context *c, int src, int dst, int32_t 
     if (j >= 0) ck_xfer(c, src * c->n_ckpt + j, dst, false);
     else rs_copy(c, n_tokens ? src : c->p.n_seq_max, dst);
     ck_drop_after(c, dst, 0);
+    rk_cut(c, dst, 0);
     return BRISK_OK;
 }
 
@@ -1249,7 +1311,7 @@ int32_t brisk_seq_keepable(const brisk_context *c, int seq, int32_t n_tokens) {
     int32_t len = kv_cache_seq_len(c->kv, seq);
     if (n_tokens >= len) return len;
     if (n_tokens <= 0) return 0;
-    if (!c->recurrent) return n_tokens;
+    if (!c->recurrent || rk_snapshot(c, seq, n_tokens) >= 0) return n_tokens;
     int32_t best = 0;
     for (int j = 0; seq_ok(c, seq) && j < c->n_ckpt; j++) {
         int32_t p = c->ck_pos[(size_t)seq * c->n_ckpt + j];

@@ -83,6 +83,12 @@ static void gated_deltanet(const brisk_model *m, bk_backend *be, const bk_kv_vie
     const bk_weight *w[4] = {&L->ssm_qkv, &L->ssm_z, &L->ssm_beta, &L->ssm_alpha};
     float *out[4] = {s->qg, s->gz, s->dn_beta, s->dn_alpha};
     bk_norm_matmul(be, s->x, &L->attn_norm, hp->rms_eps, s->xb, n, 4, w, NULL, out);
+    if (kv[l].rec_in && n <= BK_REC_KEEP) { /* kept: a rollback replays the state through them */
+        size_t cd = (size_t)(2 * nk + nv) * ds, f = sizeof(float);
+        be->ops->copy(be, kv[l].rec_in, s->qg, (size_t)n * cd * f);
+        be->ops->copy(be, kv[l].rec_in + BK_REC_KEEP * cd, s->dn_beta, (size_t)n * nv * f);
+        be->ops->copy(be, kv[l].rec_in + BK_REC_KEEP * (cd + nv), s->dn_alpha, (size_t)n * nv * f);
+    }
     /* the short conv, the rule, then silu(z) * norm(o) head by head */
     bk_gated_delta_gate(be, s->qg, &L->ssm_conv1d, kv[l].conv, hp->ssm_d_conv, s->conv, s->dn_beta, s->dn_alpha,
                         &L->ssm_dt_bias, &L->ssm_a, kv[l].ssm, b->ab.seq, n, nk, nv, hp->ssm_v_grouped, ds, hp->rms_eps,
@@ -134,6 +140,28 @@ brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_vi
     /* a target that feeds an MTP head keeps every entry's final-norm h (llama.cpp's h_nextn) */
     if (l1 == hp->n_layer && s->hidden) op->rms_norm(be, s->x, &m->output_norm, s->hidden, n, hp->n_embd, hp->rms_eps);
     if (l1 == hp->n_layer && b->n_out) decoder_logits(m, be, b, s);
+    return BRISK_OK;
+}
+
+brisk_status qwen35_rec_replay(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, fwd_scratch *s, int l0,
+                               int l1, int seq, int n) {
+    const model_hparams *hp = &m->hp;
+    const bk_backend_ops *op = be->ops;
+    int ds = hp->ssm_d_state, nk = hp->ssm_n_k_heads, nv = hp->ssm_n_v_heads, cd = (2 * nk + nv) * ds;
+    if (n < 1 || n > BK_REC_KEEP) return bk_fail(BRISK_ERR_INVALID_ARG, "recurrent replay of %d entries", n);
+    int32_t seqs[BK_REC_KEEP];
+    for (int i = 0; i < n; i++) seqs[i] = seq;
+    for (int l = l0; l < l1; l++) {
+        if (!model_layer_recurrent(hp, l)) continue;
+        if (!kv[l].rec_in) return bk_fail(BRISK_ERR_INVALID_ARG, "recurrent replay: layer %d kept no inputs", l);
+        const layer_weights *L = &m->layers[l];
+        const float *x = kv[l].rec_in, *beta = x + (size_t)BK_REC_KEEP * cd, *alpha = beta + (size_t)BK_REC_KEEP * nv;
+        /* the forward's ops on those rows (bk_gated_delta_gate's parts): the conv's and the rule's state
+         * move as the pass moved them; their outputs are scratch */
+        op->ssm_conv(be, x, &L->ssm_conv1d, kv[l].conv, seqs, n, cd, hp->ssm_d_conv, s->conv);
+        op->gated_delta(be, s->conv, beta, alpha, &L->ssm_dt_bias, &L->ssm_a, kv[l].ssm, seqs, n, nk, nv,
+                        hp->ssm_v_grouped, ds, hp->rms_eps, s->att);
+    }
     return BRISK_OK;
 }
 
