@@ -12,7 +12,8 @@
 #  5. --spec-type mtp (the model's own multi-token-prediction head) on brisk synth's tiny qwen35 and
 #     qwen35moe with an MTP block: the same greedy text as plain decoding, its stats line printed;
 #     bench --spec-mtp 3 checks the same and prints the acceptance, and --spec-mtp 3:0.67 (the head
-#     run each round, the replay's proposals verified) accepts exactly 2 of 3; a model without the head is
+#     run each round, the replay's proposals verified) accepts exactly 2 of 3; on `synth --bigram`'s
+#     file the head's own drafts are accepted a quarter of the time or more; a model without the head is
 #     refused with a message (exit 1). Acceptance itself is tested in tests/test_mtp.c.
 #  6. --spec-type draft-eagle3 -md (an EAGLE-3 drafter) on brisk synth's tiny-llama and
 #     tiny-llama-eagle3: the same greedy text as plain decoding, its stats line printed; bench
@@ -91,6 +92,13 @@ done
 if "$B/brisk" bench -m "$T/tiny-qwen35-mtp.gguf" -t 2 -n 24 -r 1 --spec-mtp 3 > "$T/bo" 2>&1 &&
    grep -q "greedy tokens equal to plain decoding's" "$T/bo"; then ok "bench --spec-mtp 3: $(grep '^mtp:' "$T/bo")"
 else no "bench --spec-mtp: $(cat "$T/bo")"; fi
+# synth --bigram: its MTP block drafts the trunk's near-bigram, so a good share is accepted (about half)
+"$B/brisk" synth --preset tiny-qwen35 --mtp 1 --bigram -o "$T/bigram.gguf" > /dev/null 2>&1
+if "$B/brisk" bench -m "$T/bigram.gguf" -t 2 -n 48 -r 1 --spec-mtp 3 > "$T/bo" 2>&1 &&
+   grep -q "greedy tokens equal to plain decoding's" "$T/bo" &&
+   awk '/^mtp:/{p=$4; a=$6; exit !(p > 0 && 4 * a >= p)}' "$T/bo"; then
+  ok "synth --bigram, bench --spec-mtp 3: $(grep '^mtp:' "$T/bo")"
+else no "synth --bigram, bench --spec-mtp 3 (want >= 25% accepted): $(cat "$T/bo")"; fi
 # K:RATE: the head runs each round, the proposals are the replay's (2 of 3 right): exactly 2/3 accepted
 if "$B/brisk" bench -m "$T/tiny-qwen35-mtp.gguf" -t 2 -n 24 -r 1 --spec-mtp 3:0.67 > "$T/bo" 2>&1 &&
    grep -q "tg mtp k3 match 2 " "$T/bo" && grep -q "greedy tokens equal to plain decoding's" "$T/bo" &&

@@ -15,7 +15,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: brisk synth --preset NAME -o OUT.gguf [--vocab VOCAB.gguf] [--type T] [--pure]\n"
-            "                   [--layers N] [--mtp N] [--seed S] [--expert-skew S] [--repeat-rows N] [-t, --threads N]\n"
+            "                   [--layers N] [--mtp N] [--bigram] [--seed S] [--expert-skew S] [--repeat-rows N]\n"
+            "                   [-t, --threads N]\n"
             "                   [--slab-kb N: output bytes per step, KiB; for tests]\n"
             "  random-weight model of a real shape, written streaming with N threads (default: all cores);\n"
             "  the same --seed gives the same bytes for any -t. Written beside OUT as OUT.tmp.XXXXXX,\n"
@@ -26,6 +27,9 @@ static void usage(FILE *f) {
                "  --pure: every matrix gets the mix's base type (llama-quantize --pure)\n"
                "  --mtp N: N multi-token-prediction blocks after the layers (qwen35, qwen35moe, qwen3next: the\n"
                "     nextn_predict_layers of Qwen3.5/3.6, for `brisk run --spec-type mtp`)\n"
+               "  --bigram: nearly a bigram model of its embedding (embedding std 1, the trunk's residual\n"
+               "     branches at a quarter), its MTP blocks that bigram exactly (eh_proj [I | 0], no branches): greedy\n"
+               "     text with wide margins and MTP drafts that are often right, for speculation's acceptance\n"
                "  --expert-skew S: MoE routers favour some experts (router rows scaled by rank^(-S/4));\n"
                "     128 experts top-8: the top 10%% of experts get 18%%/27%%/41%% of picks at S=0.5/1/2\n"
                "  --repeat-rows N: each matrix repeats its first N rows (generated once: fast files for speed\n"
@@ -40,15 +44,15 @@ int cmd_synth(int argc, char **argv) {
     int layers = 0, threads = 0, slab_kb = 0, repeat = 0, mtp = 0;
     float skew = 0;
     uint64_t seed = 0;
-    bool seed_set = false, pure = false;
+    bool seed_set = false, pure = false, bigram = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         }
-        if (!strcmp(a, "--pure")) {
-            pure = true;
+        if (!strcmp(a, "--pure") || !strcmp(a, "--bigram")) {
+            *(!strcmp(a, "--pure") ? &pure : &bigram) = true;
             continue;
         }
         if (!(v = cli_next(argc, argv, &i))) return 2;
@@ -86,6 +90,7 @@ int cmd_synth(int argc, char **argv) {
     c.expert_skew = skew;
     c.slab_bytes = (size_t)slab_kb << 10;
     c.repeat_rows = repeat;
+    c.bigram = bigram;
     if (skew > 0 && c.n_expert == 0) return cli_error(2, "synth: --expert-skew needs a MoE preset, not %s", preset);
     if (type && quant_ftype_find(type)) c.ftype = type;
     else if (type) {

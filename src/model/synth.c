@@ -53,7 +53,7 @@ static void fill_normal(uint64_t *s, float *x, int64_t n, float scale) {
 
 /* ---- the tensor plan ---- */
 
-typedef enum { INIT_NORMAL, INIT_ONES, INIT_UNIFORM, INIT_ROUTER, INIT_D2T, INIT_LLAMA3 } init_kind;
+typedef enum { INIT_NORMAL, INIT_ONES, INIT_UNIFORM, INIT_ROUTER, INIT_D2T, INIT_LLAMA3, INIT_EYE } init_kind;
 
 typedef struct tensor_plan {
     char name[64];
@@ -144,7 +144,7 @@ static void plan_tensors(const synth_config *c, plan_list *l) {
     const int64_t d = c->n_embd, hd = c->head_dim, qd = (int64_t)c->n_head * hd, kvd = (int64_t)c->n_head_kv * hd;
     const bool qwen2 = !strcmp(c->arch, "qwen2"), hybrid = is_hybrid(c), moe = is_moe(c);
     const bool qk_norm = !strcmp(c->arch, "qwen3") || !strcmp(c->arch, "qwen3moe") || hybrid;
-    const float sd = 1.0f / sqrtf((float)d), damp = 1.0f / sqrtf(2.0f * c->n_layer);
+    const float sd = 1.0f / sqrtf((float)d), damp0 = 1.0f / sqrtf(2.0f * c->n_layer);
     /* DeltaNet sizes */
     const int64_t key_dim = (int64_t)c->ssm_n_group * c->ssm_d_state, val_dim = (int64_t)c->ssm_dt_rank * c->ssm_d_state;
     const int64_t conv_dim = 2 * key_dim + val_dim;
@@ -154,14 +154,18 @@ static void plan_tensors(const synth_config *c, plan_list *l) {
         plan_eagle3(c, l);
         return;
     }
-    mat(l, "token_embd.weight", 0.02f, d, c->n_vocab);
+    mat(l, "token_embd.weight", c->bigram ? 1.0f : 0.02f, d, c->n_vocab);
     vec(l, "output_norm.weight", INIT_ONES, 0, d);
     if (!c->tied) mat(l, "output.weight", sd, d, c->n_vocab);
     for (int i = 0; i < c->n_layer + c->n_mtp; i++) {
 #define L(suffix) (snprintf(nm, sizeof nm, "blk.%d.%s", i, suffix), nm)
+        /* the residual branches' output projections (bigram: a quarter in the trunk, none in an MTP block; at
+         * a half, qwen3.6-35b-a3b's near-tied expert choices still moved its greedy text with the batch) */
+        const float damp = damp0 * (!c->bigram ? 1.0f : i < c->n_layer ? 0.25f : 0.0f);
         vec(l, L("attn_norm.weight"), INIT_ONES, 0, d);
         if (i >= c->n_layer) { /* an MTP block: [enorm(embedding) ; hnorm(hidden)] -> eh_proj -> the block */
-            mat(l, L("nextn.eh_proj.weight"), 1.0f / sqrtf(2.0f * (float)d), 2 * d, d);
+            if (c->bigram) add(l, L("nextn.eh_proj.weight"), INIT_EYE, 0, true, 2, 2 * d, d, 1);
+            else mat(l, L("nextn.eh_proj.weight"), 1.0f / sqrtf(2.0f * (float)d), 2 * d, d);
             vec(l, L("nextn.enorm.weight"), INIT_ONES, 0, d);
             vec(l, L("nextn.hnorm.weight"), INIT_ONES, 0, d);
             vec(l, L("nextn.shared_head_norm.weight"), INIT_ONES, 0, d);
@@ -478,6 +482,9 @@ static brisk_status gen_row(void *ctx, int64_t r, float *x, float *tmp) {
     case INIT_LLAMA3:
         for (int64_t e = 0; e < n; e++) x[e] = model_rope_llama3_factor(e, (int64_t)t->a, t->b, 8, 1, 4, 8192);
         break;
+    case INIT_EYE: /* [I | 0]: row r has its one at column r */
+        for (int64_t e = 0; e < n; e++) x[e] = e == r ? 1.0f : 0.0f;
+        break;
     }
     return BRISK_OK;
 }
@@ -513,7 +520,7 @@ static brisk_status write_tensor(gguf_rows *rs, const synth_config *c, const ten
         }
         g.row_scale = scales;
     }
-    gguf_rows_set_period(rs, t->init == INIT_ROUTER ? 0 : c->repeat_rows);
+    gguf_rows_set_period(rs, t->init == INIT_ROUTER || t->init == INIT_EYE ? 0 : c->repeat_rows);
     brisk_status s = gguf_rows_tensor(rs, t->type, t->ne[0], rows, gen_row, &g);
     free(scales);
     return s;

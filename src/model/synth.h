@@ -88,6 +88,11 @@ typedef struct synth_config {
     bool pure;                /* with ftype: every matrix gets the mix's base type */
     int n_threads;            /* <= 0: one per core */
     size_t slab_bytes;        /* output bytes per generation step; 0: 32 MiB (tests use small ones) */
+    bool bigram;              /* nearly a bigram model of its embedding, with wide greedy margins: the embedding
+                               * at std 1 (not 0.02), the trunk's residual branches (each block's output
+                               * projection) at a quarter of their std, an MTP block's at zero, its eh_proj [I | 0],
+                               * so that the block drafts the trunk's bigram: speculation's acceptance on real
+                               * shapes, and the same greedy text from any rounding (tests/test_mtp.c's patch) */
     int64_t repeat_rows;      /* > 0: matrices repeat their first N rows (fast, for speed benchmarks;
                                * the router keeps distinct rows, so --expert-skew still holds) */
 } synth_config;
