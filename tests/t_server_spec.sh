@@ -204,6 +204,17 @@ start mtp "$TMP/q35mtp.gguf" "${SD[@]}" --spec-type mtp || exit 1
 python3 "$TMP/client.py" "http://127.0.0.1:$PORT" "$TMP/mtp.json" $N bytes &&
   compare "$TMP/plain-mtp.json" "$TMP/mtp.json" "mtp (tiny-qwen35 --mtp 1, ${SD[*]})" drafted || fail=1
 stop mtp || fail=1
+# again on synth --bigram's file, whose head's drafts are often right: rounds partly accepted, each
+# slot cut back into its own rows of the shared verify pass (the kept recurrent inputs, replayed)
+"$BUILD/brisk" synth --preset tiny-qwen35 --mtp 1 --bigram -t 1 -o "$TMP/q35big.gguf" >/dev/null 2>&1 ||
+  { echo "FAIL synth --bigram"; exit 1; }
+start plain-big "$TMP/q35big.gguf" --parallel 3 || exit 1
+python3 "$TMP/client.py" "http://127.0.0.1:$PORT" "$TMP/plain-big.json" $N bytes || fail=1
+stop plain-big || fail=1
+start mtp-big "$TMP/q35big.gguf" "${SD[@]}" --spec-type mtp || exit 1
+python3 "$TMP/client.py" "http://127.0.0.1:$PORT" "$TMP/mtp-big.json" $N bytes &&
+  compare "$TMP/plain-big.json" "$TMP/mtp-big.json" "mtp (tiny-qwen35 --mtp 1 --bigram, ${SD[*]})" accepted || fail=1
+stop mtp-big || fail=1
 
 # 1 with --spec-type draft-eagle3: the EAGLE-3 pair, patched (a GGUF f32 matrix rewritten in place)
 cat >"$TMP/patch.py" <<'PY'

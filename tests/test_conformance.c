@@ -829,6 +829,27 @@ static void test_qwen35_checkpoints(void) {
     feed(c, 0, t, 0, 8, got, nv);
     CHECK(!memcmp(got, want, sizeof(float) * nv));
     CHECK(brisk_seq_keepable(c, 0, 7) == 0);
+    /* two sequences' runs in one pass (a server's slots verifying together): each cut into its own run
+     * (sequence 1's rows follow sequence 0's), then each goes on as the reference */
+    brisk_token u[16]; /* sequence 1: the same start, other tokens from 8 on (its reference in ref's sequence 1) */
+    for (int i = 0; i < 16; i++) u[i] = i < 8 ? t[i] : (brisk_token)((i * 53 + 11) % nv);
+    feed(ref, 1, u, 0, 8, got, nv);
+    feed(ref, 1, u, 8, 10, got, nv);
+    feed(ref, 1, u, 10, 16, want + 3 * nv, nv);
+    CHECK_OK(brisk_seq_clear(c, 1));
+    feed(c, 1, u, 0, 8, got, nv);
+    CHECK_OK(brisk_seq_checkpoint(c, 0));
+    CHECK_OK(brisk_seq_checkpoint(c, 1));
+    brisk_batch_entry two[6];
+    for (int i = 0; i < 6; i++) two[i] = (brisk_batch_entry){(i < 3 ? t : u)[8 + i % 3], 8 + i % 3, i / 3, false};
+    CHECK_OK(brisk_decode(c, two, 6));
+    CHECK(brisk_seq_keepable(c, 0, 9) == 9 && brisk_seq_keepable(c, 1, 10) == 10);
+    CHECK_OK(brisk_seq_remove(c, 0, 9, -1));
+    CHECK_OK(brisk_seq_remove(c, 1, 10, -1));
+    feed(c, 0, t, 9, 16, got, nv);
+    CHECK(row_rel_diff(got, want + nv, nv) < 1e-5 && ref_argmax(got, nv) == ref_argmax(want + nv, nv));
+    feed(c, 1, u, 10, 16, got, nv);
+    CHECK(row_rel_diff(got, want + 3 * nv, nv) < 1e-5 && ref_argmax(got, nv) == ref_argmax(want + 3 * nv, nv));
 out:
     free(want);
     free(got);

@@ -70,7 +70,7 @@ static const arch_forward_fn mtp_forward_by_arch[ARCH_COUNT] = {
 /* The recurrent state moved on through a kept pass's first entries, per architecture with recurrent layers
  * (model/arch.h's qwen35_rec_replay). */
 typedef brisk_status (*arch_rec_replay_fn)(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, fwd_scratch *s,
-                                           int l0, int l1, int seq, int n);
+                                           int l0, int l1, int seq, int row0, int n);
 static const arch_rec_replay_fn rec_replay_by_arch[ARCH_COUNT] = {
     [ARCH_QWEN35] = qwen35_rec_replay,
     [ARCH_QWEN35MOE] = qwen35_rec_replay,
@@ -102,11 +102,11 @@ struct brisk_context {
     bool recurrent;      /* the model has recurrent layers */
     int n_ckpt;          /* snapshots per sequence; 0 without recurrent state */
     int32_t *ck_pos;     /* (n_seq_max, n_ckpt) the length each snapshot was taken at, -1: free */
-    /* The recurrent layers' kept inputs (bk_kv_view.rec_in) are those of rk_n entries of sequence rk_seq at
-     * positions rk_pos0.. (the last pass, when it was one sequence's run of at most BK_REC_KEEP); 0: none.
-     * With the snapshot taken at rk_pos0 they cut that run back to any length without decoding it again. */
-    int rk_seq, rk_n;
-    int32_t rk_pos0;
+    /* The recurrent layers' kept inputs (bk_kv_view.rec_in) hold the last pass's rows when it had at most
+     * BK_REC_KEEP entries; per sequence (n_seq_max), rk_n[s] of them from row rk_row0[s] were s's entries at
+     * positions rk_pos0[s].. (its entries there being consecutive rows and positions; 0: none). With the
+     * snapshot taken at rk_pos0[s] they cut s back into that run without decoding it again. */
+    int32_t *rk_n, *rk_row0, *rk_pos0;
     int n_ubatch;
     int n_out_cap;       /* rows of logits a forward pass computes at most (outs_for) */
     int64_t *expert_counts; /* (n_layer, n_expert) routing statistics, or NULL (fwd_scratch.expert_counts) */
@@ -173,6 +173,7 @@ void brisk_context_free(brisk_context *c) {
     }
     free(c->views);
     free(c->ck_pos);
+    free(c->rk_n);
     free(c->tokens);
     free(c->pos);
     free(c->slot);
@@ -749,6 +750,13 @@ static brisk_status context_new(brisk_model *model, const brisk_context_params *
             goto fail;
         }
         for (size_t i = 0; i < (size_t)p.n_seq_max * c->n_ckpt; i++) c->ck_pos[i] = -1;
+        bool kept = false; /* the stages' recurrent inputs kept (alloc_rs, rk_bytes): their runs' bookkeeping */
+        for (int i = 0; i < c->n_stage; i++) kept |= c->st[i].rk_mem != NULL;
+        if (kept && !(c->rk_n = calloc(3 * (size_t)p.n_seq_max, sizeof *c->rk_n))) {
+            s = bk_fail(BRISK_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        if (c->rk_n) c->rk_row0 = c->rk_n + p.n_seq_max, c->rk_pos0 = c->rk_row0 + p.n_seq_max;
     }
     if (p.collect_expert_stats && hp->n_expert > 0) {
         /* read back per layer: a host sync inside the step, so the CPU backend only */
@@ -1129,7 +1137,7 @@ brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
     if (!c->p.embeddings) BK_TRY(reserve_logits(c, n_out));
     BK_TRY(tp_mirror(c->model, TP_DECODE, (const int32_t[3]){n, 0, 0}, e, (size_t)n * sizeof *e));
     c->n_last = 0;
-    c->rk_n = 0; /* a pass overwrites the kept recurrent inputs */
+    if (c->rk_n) memset(c->rk_n, 0, (size_t)c->p.n_seq_max * sizeof *c->rk_n); /* a pass overwrites the kept rows */
     int row = 0, passes = 0;
     for (int b0 = 0, nb; b0 < n; b0 += nb, passes++) {
         /* a pass takes up to n_ubatch entries, of them up to n_out_cap wanting logits */
@@ -1177,9 +1185,16 @@ brisk_status brisk_decode(brisk_context *c, const brisk_batch_entry *e, int n) {
         row += nb_out;
     }
     c->n_last = n;
-    bool run = passes == 1 && n <= BK_REC_KEEP && c->views && (c->st[0].rk_mem || c->st[c->n_stage - 1].rk_mem);
-    for (int i = 1; run && i < n; i++) run = e[i].seq == e[0].seq && e[i].pos == e[0].pos + i;
-    if (run) c->rk_seq = e[0].seq, c->rk_pos0 = e[0].pos, c->rk_n = n; /* one sequence's run, in one pass: kept */
+    /* kept rows: each sequence's entries of a one-pass batch, when they are one run of rows and positions */
+    for (int i = 0; c->rk_n && passes == 1 && n <= BK_REC_KEEP && i < n; i++) {
+        int s = e[i].seq;
+        if (!c->rk_n[s]) c->rk_row0[s] = i, c->rk_pos0[s] = e[i].pos, c->rk_n[s] = 1;
+        else if (c->rk_n[s] > 0 && i == c->rk_row0[s] + c->rk_n[s] && e[i].pos == c->rk_pos0[s] + c->rk_n[s])
+            c->rk_n[s]++;
+        else c->rk_n[s] = -1; /* not one run */
+    }
+    for (int s = 0; c->rk_n && s < c->p.n_seq_max; s++)
+        if (c->rk_n[s] < 0) c->rk_n[s] = 0;
     return c->p.embeddings && c->pooling != BRISK_POOLING_NONE ? embeddings_pool(c, e, n) : BRISK_OK;
 }
 
@@ -1206,14 +1221,14 @@ const float *brisk_get_logits(brisk_context *c, int i) {
 
 /* The kept inputs no longer describe sequence seq past length len. */
 static void rk_cut(brisk_context *c, int seq, int32_t len) {
-    if (c->rk_n && c->rk_seq == seq && c->rk_pos0 + c->rk_n > len) c->rk_n = len > c->rk_pos0 ? len - c->rk_pos0 : 0;
+    if (c->rk_n && c->rk_pos0[seq] + c->rk_n[seq] > len) c->rk_n[seq] = len > c->rk_pos0[seq] ? len - c->rk_pos0[seq] : 0;
 }
 
 /* The snapshot of seq from which the kept inputs replay its state to length len, -1 if none: they
  * describe seq's positions [rk_pos0, len) and a snapshot was taken at rk_pos0. */
 static int rk_snapshot(const brisk_context *c, int seq, int32_t len) {
-    if (!c->rk_n || c->rk_seq != seq || len <= c->rk_pos0 || len > c->rk_pos0 + c->rk_n) return -1;
-    return ck_find(c, seq, c->rk_pos0);
+    if (!c->rk_n || !seq_ok(c, seq) || len <= c->rk_pos0[seq] || len > c->rk_pos0[seq] + c->rk_n[seq]) return -1;
+    return ck_find(c, seq, c->rk_pos0[seq]);
 }
 
 brisk_status brisk_seq_clear(brisk_context *c, int seq) {
@@ -1246,8 +1261,8 @@ brisk_status brisk_seq_remove(brisk_context *c, int seq, int32_t p0, int32_t p1)
         /* from the snapshot before the last pass, its first entries again through the recurrent layers alone */
         for (int i = 0; j < 0 && i < c->n_stage; i++)
             if (c->st[i].n_rec)
-                BK_TRY(rec_replay_by_arch[c->model->hp.arch](c->model, c->st[i].be, c->views, &c->st[i].s,
-                                                             c->st[i].l0, c->st[i].l1, seq, p0 - c->rk_pos0));
+                BK_TRY(rec_replay_by_arch[c->model->hp.arch](c->model, c->st[i].be, c->views, &c->st[i].s, c->st[i].l0,
+                                                             c->st[i].l1, seq, c->rk_row0[seq], p0 - c->rk_pos0[seq]));
         ck_drop_after(c, seq, p0);
         rk_cut(c, seq, p0);
         return BRISK_OK;

@@ -70,12 +70,12 @@ brisk_status qwen3moe_forward(const brisk_model *m, bk_backend *be, const bk_kv_
                               const fwd_batch *b, fwd_scratch *s, int l0, int l1);
 brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, const fwd_batch *b,
                             fwd_scratch *s, int l0, int l1);
-/* The recurrent state of sequence seq in layers [l0, l1) moved on through the first n (<= BK_REC_KEEP) entries
- * of the pass that kept its layers' inputs (bk_kv_view.rec_in), without the rest of the model: the context
- * restores the checkpoint taken before that pass, then cuts the pass's rejected tail (a speculative verify)
- * this way instead of decoding the kept entries again. */
+/* The recurrent state of sequence seq in layers [l0, l1) moved on through entries [row0, row0 + n) (its own, in
+ * position order; row0 + n <= BK_REC_KEEP) of the pass that kept its layers' inputs (bk_kv_view.rec_in), without
+ * the rest of the model: the context restores the checkpoint taken before that pass, then cuts the pass's
+ * rejected tail (a speculative verify) this way instead of decoding the kept entries again. */
 brisk_status qwen35_rec_replay(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, fwd_scratch *s, int l0,
-                               int l1, int seq, int n);
+                               int l1, int seq, int row0, int n);
 /* The multi-token-prediction head (model/qwen35.c): MTP block l0 (>= n_layer; l1 = l0 + 1) over the batch's
  * tokens and s->mtp_h, its own KV cache kv[l0]; s->hidden gets every entry's output h, s->logits the draft
  * logits of the entries that want them. The same arch_forward_fn signature, run by an MTP context. */

@@ -144,18 +144,20 @@ brisk_status qwen35_forward(const brisk_model *m, bk_backend *be, const bk_kv_vi
 }
 
 brisk_status qwen35_rec_replay(const brisk_model *m, bk_backend *be, const bk_kv_view *kv, fwd_scratch *s, int l0,
-                               int l1, int seq, int n) {
+                               int l1, int seq, int row0, int n) {
     const model_hparams *hp = &m->hp;
     const bk_backend_ops *op = be->ops;
     int ds = hp->ssm_d_state, nk = hp->ssm_n_k_heads, nv = hp->ssm_n_v_heads, cd = (2 * nk + nv) * ds;
-    if (n < 1 || n > BK_REC_KEEP) return bk_fail(BRISK_ERR_INVALID_ARG, "recurrent replay of %d entries", n);
+    if (n < 1 || row0 < 0 || row0 + n > BK_REC_KEEP)
+        return bk_fail(BRISK_ERR_INVALID_ARG, "recurrent replay of rows [%d, %d)", row0, row0 + n);
     int32_t seqs[BK_REC_KEEP];
     for (int i = 0; i < n; i++) seqs[i] = seq;
     for (int l = l0; l < l1; l++) {
         if (!model_layer_recurrent(hp, l)) continue;
         if (!kv[l].rec_in) return bk_fail(BRISK_ERR_INVALID_ARG, "recurrent replay: layer %d kept no inputs", l);
         const layer_weights *L = &m->layers[l];
-        const float *x = kv[l].rec_in, *beta = x + (size_t)BK_REC_KEEP * cd, *alpha = beta + (size_t)BK_REC_KEEP * nv;
+        const float *x = kv[l].rec_in + (size_t)row0 * cd, *beta = kv[l].rec_in + (size_t)BK_REC_KEEP * cd + (size_t)row0 * nv,
+                    *alpha = beta + (size_t)BK_REC_KEEP * nv;
         /* the forward's ops on those rows (bk_gated_delta_gate's parts): the conv's and the rule's state
          * move as the pass moved them; their outputs are scratch */
         op->ssm_conv(be, x, &L->ssm_conv1d, kv[l].conv, seqs, n, cd, hp->ssm_d_conv, s->conv);
