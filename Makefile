@@ -123,7 +123,7 @@ $(BUILD)/tests/test_cuda_ladder: tests/test_cuda_ladder.cu $(BUILD)/libbrisk.a
 	$(NVCC) $(NVCCFLAGS) -o $@ $< $(BUILD)/libbrisk.a $(LDLIBS) $(if $(LDSAN),-Xlinker -lasan -Xlinker -lubsan)
 
 test-cuda: $(BUILD)/tests/test_cuda_ops $(if $(NVCC),$(BUILD)/tests/test_cuda_ladder) $(BUILD)/tests/test_pp \
-           $(BUILD)/tests/test_expert_cache $(BUILD)/tests/test_mtp $(BUILD)/brisk
+           $(BUILD)/tests/test_expert_cache $(BUILD)/tests/test_mtp $(BUILD)/tests/test_eagle3 $(BUILD)/brisk
 	@BUILD=$(BUILD) SHARED=$(SHARED) bash tests/cuda/run.sh
 
 deps: .deps/llama.cpp/include/llama.h .deps/npm/node_modules/openai/package.json \

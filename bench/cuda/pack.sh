@@ -2,7 +2,7 @@
 # Packs what a GPU-machine benchmark run needs into .device/ (git-ignored; the device
 # tool carries it: carry [".device"]). Run here, after `make`:
 #   bash bench/cuda/pack.sh [BUILD]
-# .device/bin.tar.xz: build/{brisk,tests/test_cuda_ops,test_pp,test_expert_cache,test_mtp} stripped, in one
+# .device/bin.tar.xz: build/{brisk,tests/{test_cuda_ops,test_pp,test_expert_cache,test_mtp,test_eagle3}} stripped, in one
 # xz -9 archive (its 64 MiB window shares the four binaries' common code: ~3 MB against ~100 MB,
 # which with the tracked files would pass the device tool's 64 MiB limit; the scripts on the GPU
 # machine unpack it into .device/build); .device/lib: libmicrohttpd + libcjson
@@ -15,7 +15,7 @@ B=${1:-build}
 S=${SHARED:-$(cd .. && pwd)/shared}
 D=.device
 mkdir -p $D/lib
-BINS="brisk tests/test_cuda_ops tests/test_pp tests/test_expert_cache tests/test_mtp"
+BINS="brisk tests/test_cuda_ops tests/test_pp tests/test_expert_cache tests/test_mtp tests/test_eagle3"
 make -s BUILD="$B" $(for f in $BINS; do echo "$B/$f"; done) # (test_cuda_ops is not part of `make`)
 t=$(mktemp -d); mkdir -p "$t/build/tests"
 for f in $BINS; do strip -o "$t/build/$f" "$B/$f"; done

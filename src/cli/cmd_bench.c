@@ -359,7 +359,7 @@ int cmd_bench(int argc, char **argv) {
                    "          RATE the head runs each round but the first RATE*K proposals are the model's own\n"
                    "          tokens, the rest wrong (as --spec-replay): the speed at that acceptance, head included\n"
                    "  --spec-eagle3 K -md, --model-draft FILE  the same with the EAGLE-3 drafter FILE (llama.cpp's\n"
-                   "          eagle3 GGUF; CPU, -ngl 0)\n"
+                   "          eagle3 GGUF; it runs where the target does, all on the CPU or all on the GPU)\n"
                    "  -m, --model FILE     GGUF model\n"
                    CLI_MODEL_HELP);
             return 0;

@@ -37,7 +37,7 @@ static void usage(FILE *f) {
             "                       (the model's own multi-token-prediction head: Qwen3.5/3.6 files with\n"
             "                       nextn layers, run where the trunk runs; also draft-mtp) or draft-eagle3 (-md FILE an\n"
             "                       EAGLE-3 drafter GGUF for this model: drafts from three of its layers'\n"
-            "                       hidden states; CPU, -ngl 0; also eagle3)\n"
+            "                       hidden states; where the target runs, all on one device; also eagle3)\n"
             "                       (default: draft with -md, else " SPEC_DEFAULT_NAME ")\n"
             "  --draft-max, --draft N  tokens proposed per round (default 8 for a draft model, 3 for mtp, 2 for\n"
             "                       n-grams; at most 64)\n"

@@ -48,7 +48,7 @@ static void usage(FILE *f) {
             "  --spec-type T        none, ngram-simple, ngram-cache, draft (-md; also draft-simple), mtp\n"
             "                       (the model's own multi-token-prediction head: Qwen3.5/3.6 files with\n"
             "                       nextn layers, run where the trunk runs; also draft-mtp) or draft-eagle3 (-md FILE an\n"
-            "                       EAGLE-3 drafter GGUF for this model, one per slot; CPU, -ngl 0; also eagle3)\n"
+            "                       EAGLE-3 drafter GGUF for this model, one per slot, where the target runs; also eagle3)\n"
             "                       (default: draft with -md, else none)\n"
             "  --draft-max, --draft, --draft-n, --spec-draft-n-max N  tokens proposed per round (default 8 for a\n"
             "                       draft model, 3 for mtp and draft-eagle3, 2 for n-grams; at most 64); a\n"

@@ -804,7 +804,7 @@ brisk_status mtp_keep_hidden(brisk_context *c) {
         return bk_fail(BRISK_ERR_UNSUPPORTED, "multi-token prediction: %s has no MTP head", m->arch_name);
     if (m->tp_size > 0 || pipelined(m))
         return bk_fail(BRISK_ERR_UNSUPPORTED, "multi-token prediction with tensor or pipeline parallelism is not supported");
-    /* (a GPU stage's graphs captured before now lack the h rows' norm: step_key tells them apart) */
+    /* (a GPU stage's graphs captured before now lack the h rows' norm: bk_step.variant tells them apart) */
     return alloc_hidden(c);
 }
 
@@ -822,8 +822,10 @@ brisk_status eagle3_keep_layers(brisk_context *c, const int32_t *layers, int n) 
         for (int k = 0; same && k < n; k++) same = s->tap_layer[k] == layers[k];
         return same ? BRISK_OK : bk_fail(BRISK_ERR_INVALID_ARG, "eagle3_keep_layers: the context keeps other layers");
     }
-    if (c->mtp || c->n_stage != 1 || m->tp_size > 0 || pipelined(m) || bk_backend_is_cuda(c->st[0].be, NULL))
-        return bk_fail(BRISK_ERR_UNSUPPORTED, "EAGLE-3 runs on the CPU for now, one stage (load with -ngl 0)");
+    /* (a GPU's graphs captured before now lack the taps' copies: bk_step.variant tells them apart) */
+    if (c->mtp || c->n_stage != 1 || m->tp_size > 0 || pipelined(m))
+        return bk_fail(BRISK_ERR_UNSUPPORTED, "EAGLE-3 needs the target in one stage, without tensor or pipeline "
+                                              "parallelism (all layers on the GPU, -ngl 99, or on the CPU, -ngl 0)");
     for (int k = 0; k < n; k++)
         if (layers[k] < 0 || layers[k] >= m->hp.n_layer)
             return bk_fail(BRISK_ERR_INVALID_ARG, "eagle3_keep_layers: layer %d of %d", layers[k], m->hp.n_layer);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "base/status.h"
 #include "format/gguf.h"
 #include "model/model.h"
@@ -19,7 +20,11 @@ struct eagle3 {
     /* g, be and d2t are shared by the siblings of one eagle3_open (eagle3_open_sibling: a server's
      * slots), *refs of them; the last one freed closes them */
     gguf_file *g;
-    bk_backend *be;                 /* its own CPU backend (the siblings run one at a time) */
+    bk_backend *be;                 /* its own backend, the CPU's or the target's GPU's (the siblings run one at
+                                     * a time) */
+    bool gpu;                       /* be is a GPU's: its weights have device copies, inputs are uploaded and
+                                     * outputs read back into the host mirrors below */
+    bool own_output;                /* the LM head is the file's (else the target's, not released here) */
     int *refs;
     int n_embd, n_embd_tgt, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
     int n_draft;                    /* the LM head's rows: n_vocab, or the draft vocabulary's size (d2t) */
@@ -58,7 +63,21 @@ struct eagle3 {
     int n_last;                     /* entries of the last decode */
     bool have_logits;
     void *mem;                      /* the one allocation the scratch is carved from */
+    /* on a GPU: the inputs' device rows, and the host mirrors of the outputs (NULL on the CPU, whose
+     * backend memory is the host's) */
+    float *gin;     /* (n, n_embd) the g rows, uploaded */
+    float *fin;     /* (n, 3 n_embd_tgt) the features, uploaded */
+    float *h_x;     /* (n, n_embd) host: the last decode's h rows */
+    float *h_logits;/* (n_vocab) host */
+    float *h_dlogits;/* (n_draft) host, with d2t */
 };
+
+/* The drafter's own weights: those a GPU backend holds device copies of (the embedding stays in host
+ * memory, as the target's does: get_rows gathers a step's rows there). */
+#define OWN_WEIGHTS(e)                                                                                        \
+    {&(e)->fc, &(e)->enc_norm, &(e)->output_norm, &(e)->attn_norm, &(e)->attn_norm_2, &(e)->ffn_norm,       \
+     &(e)->wq, &(e)->wk, &(e)->wv, &(e)->wo, &(e)->w_gate, &(e)->w_up, &(e)->w_down,                       \
+     (e)->own_output ? &(e)->output : NULL}
 
 static brisk_status get_u32(const gguf_file *g, const char *suffix, bool required, int64_t dflt, int64_t lo,
                             int64_t hi, int *out) {
@@ -188,6 +207,7 @@ static brisk_status bind_all(eagle3 *e, const brisk_model *target) {
     BK_TRY(bind(e, "output_norm.weight", d, 0, true, &e->output_norm));
     BK_TRY(bind(e, "output.weight", d, e->n_draft, e->d2t != NULL, &e->output)); /* a draft vocabulary's own */
     BK_TRY(bind(e, "token_embd.weight", d, e->n_vocab, false, &e->tok_embd));
+    e->own_output = e->output.host != NULL;
     if (!e->output.host) e->output = target->output;
     if (!e->tok_embd.host) e->tok_embd = target->tok_embd;
     if (e->output.n_in != d || e->tok_embd.n_in != d || !e->output.host || !e->tok_embd.host)
@@ -214,7 +234,8 @@ static brisk_status alloc_state(eagle3 *e) {
     size_t n = EAGLE3_BATCH, d = (size_t)e->n_embd, qd = (size_t)e->n_head * e->head_dim;
     size_t kvd = (size_t)e->n_head_kv * e->head_dim, ff = (size_t)e->n_ff;
     size_t floats = n * 3 * (size_t)e->n_embd_tgt + n * d * 5 + n * 2 * d + n * qd * 2 + n * kvd * 2 + n * ff * 2 +
-                    d + (size_t)e->n_vocab + (e->d2t ? (size_t)e->n_draft : 0);
+                    d + (size_t)e->n_vocab + (e->d2t ? (size_t)e->n_draft : 0) +
+                    (e->gpu ? n * d + n * 3 * (size_t)e->n_embd_tgt : 0);
     BK_TRY(e->be->ops->alloc(e->be, floats * sizeof(float), &e->mem));
     float *p = e->mem;
 #define CARVE(field, count) (e->field = p, p += (count))
@@ -233,7 +254,15 @@ static brisk_status alloc_state(eagle3 *e) {
     CARVE(out, d);
     CARVE(logits, (size_t)e->n_vocab);
     if (e->d2t) CARVE(dlogits, (size_t)e->n_draft);
+    if (e->gpu) {
+        CARVE(gin, n * d);
+        CARVE(fin, n * 3 * (size_t)e->n_embd_tgt);
+    }
 #undef CARVE
+    if (e->gpu && (!(e->h_x = malloc(n * d * sizeof(float))) ||
+                   !(e->h_logits = malloc((size_t)e->n_vocab * sizeof(float))) ||
+                   (e->d2t && !(e->h_dlogits = malloc((size_t)e->n_draft * sizeof(float))))))
+        return bk_fail(BRISK_ERR_NOMEM, "out of memory");
     int n_pages = (e->n_ctx + EAGLE3_KV_BLOCK - 1) / EAGLE3_KV_BLOCK;
     size_t kv_bytes = (size_t)n_pages * EAGLE3_KV_BLOCK * kvd * sizeof(float);
     BK_TRY(e->be->ops->alloc(e->be, kv_bytes, &e->kv.k));
@@ -262,7 +291,13 @@ brisk_status eagle3_open(const char *path, const brisk_model *target, int n_ctx,
     if (e->refs) *e->refs = 1;
     if (s == BRISK_OK) s = read_hparams(e, target);
     if (s == BRISK_OK) s = bind_all(e, target);
-    if (s == BRISK_OK) s = bk_cpu_backend_new(n_threads, &e->be);
+    /* where the target's last layer runs (its taps and LM head are there): its GPU, or the CPU */
+    int dev;
+    e->gpu = bk_backend_is_cuda(target->be, &dev);
+    if (s == BRISK_OK) s = e->gpu ? bk_cuda_backend_new(dev, &e->be) : bk_cpu_backend_new(n_threads, &e->be);
+    bk_weight *own[] = OWN_WEIGHTS(e);
+    for (size_t i = 0; e->gpu && s == BRISK_OK && i < sizeof own / sizeof *own; i++)
+        if (own[i] && own[i]->host) s = e->be->ops->bind_weight(e->be, own[i]);
     if (s == BRISK_OK) s = alloc_state(e);
     if (s != BRISK_OK) {
         eagle3_free(e);
@@ -282,6 +317,7 @@ brisk_status eagle3_open_sibling(const eagle3 *base, int n_ctx, eagle3 **out) {
     e->n_ctx = n_ctx;
     e->mem = e->kv.k = e->kv.v = NULL; /* its own cache and scratch */
     e->table = NULL, e->pos = e->slot = e->seq = NULL, e->tables = NULL;
+    e->gin = e->fin = e->h_x = e->h_logits = e->h_dlogits = NULL;
     e->len = 0, e->n_last = 0, e->have_logits = false;
     brisk_status s = alloc_state(e);
     if (s != BRISK_OK) {
@@ -295,6 +331,11 @@ brisk_status eagle3_open_sibling(const eagle3 *base, int n_ctx, eagle3 **out) {
 void eagle3_free(eagle3 *e) {
     if (!e) return;
     const bool last = !e->refs || --*e->refs == 0;
+    if (last && e->gpu) { /* the device copies of its own weights, before the backend goes */
+        bk_weight *own[] = OWN_WEIGHTS(e);
+        for (size_t i = 0; i < sizeof own / sizeof *own; i++)
+            if (own[i]) bk_cuda_release_weight(own[i]);
+    }
     if (e->be) {
         if (e->mem) e->be->ops->release(e->be, e->mem);
         if (e->kv.k) e->be->ops->release(e->be, e->kv.k);
@@ -311,6 +352,9 @@ void eagle3_free(eagle3 *e) {
     free(e->slot);
     free(e->seq);
     free(e->tables);
+    free(e->h_x);
+    free(e->h_logits);
+    free(e->h_dlogits);
     free(e);
 }
 
@@ -326,11 +370,24 @@ brisk_status eagle3_extend_blank(eagle3 *e, int32_t n) {
     if (n < e->len || n > e->n_ctx)
         return bk_fail(BRISK_ERR_INVALID_ARG, "eagle3_extend_blank: %d positions (the cache holds %d of %d)", n,
                        e->len, e->n_ctx);
-    /* slot = position, kv_dim floats each (an f32 page of EAGLE3_KV_BLOCK slots); the drafter's own CPU
-     * backend: host memory */
+    /* slot = position, kv_dim floats each (an f32 page of EAGLE3_KV_BLOCK slots) */
     size_t kvd = (size_t)e->n_head_kv * e->head_dim, off = (size_t)e->len * kvd, cnt = (size_t)(n - e->len) * kvd;
-    memset((float *)e->kv.k + off, 0, cnt * sizeof(float));
-    memset((float *)e->kv.v + off, 0, cnt * sizeof(float));
+    if (!e->gpu) {
+        memset((float *)e->kv.k + off, 0, cnt * sizeof(float));
+        memset((float *)e->kv.v + off, 0, cnt * sizeof(float));
+    } else if (cnt) { /* zeros uploaded a chunk at a time */
+        size_t chunk = cnt < ((size_t)1 << 18) ? cnt : (size_t)1 << 18;
+        float *z = calloc(chunk, sizeof(float));
+        if (!z) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+        brisk_status s = BRISK_OK;
+        for (size_t o = 0; s == BRISK_OK && o < cnt; o += chunk) {
+            size_t m = cnt - o < chunk ? cnt - o : chunk;
+            s = bk_cuda_write(e->be, (float *)e->kv.k + off + o, z, m * sizeof(float));
+            if (s == BRISK_OK) s = bk_cuda_write(e->be, (float *)e->kv.v + off + o, z, m * sizeof(float));
+        }
+        free(z);
+        BK_TRY(s);
+    }
     e->len = n;
     return BRISK_OK;
 }
@@ -340,6 +397,10 @@ brisk_status eagle3_encode(eagle3 *e, const float *feat, int n, float *g) {
     if (n == 0) return BRISK_OK;
     const bk_backend_ops *op = e->be->ops;
     size_t w = 3 * (size_t)e->n_embd_tgt;
+    if (e->gpu) { /* the features from host memory */
+        BK_TRY(bk_cuda_write(e->be, e->fin, feat, (size_t)n * w * sizeof(float)));
+        feat = e->fin;
+    }
     const float *in = feat;
     if (e->norm_before_fc) {
         op->rms_norm(e->be, feat, &e->enc_norm, e->feat, n, (int)w, e->rms_eps);
@@ -363,6 +424,10 @@ brisk_status eagle3_decode(eagle3 *e, const int32_t *tokens, const float *g, int
     size_t d = (size_t)e->n_embd, row = d * sizeof(float);
     for (int i = 0; i < n; i++) e->pos[i] = e->slot[i] = pos0 + i;
     e->have_logits = false;
+    if (e->gpu) { /* the g rows from host memory */
+        BK_TRY(bk_cuda_write(be, e->gin, g, (size_t)n * row));
+        g = e->gin;
+    }
 
     op->get_rows(be, &e->tok_embd, tokens, n, e->emb);
     op->rms_norm(be, e->emb, &e->attn_norm, e->emb, n, (int)d, e->rms_eps);
@@ -386,20 +451,25 @@ brisk_status eagle3_decode(eagle3 *e, const int32_t *tokens, const float *g, int
     bk_matmul_add(be, &e->w_down, e->hb, n, e->xb, e->x);
     e->len = pos0 + n;
     e->n_last = n;
+    if (e->gpu) BK_TRY(op->read(be, e->x, e->h_x, (size_t)n * row)); /* (read waits for the device) */
     if (!logits) return BRISK_OK;
     op->rms_norm(be, e->x + (size_t)(n - 1) * d, &e->output_norm, e->out, 1, (int)d, e->rms_eps);
     const bk_weight *wout = &e->output;
     op->matmul(be, 1, &wout, NULL, e->out, 1, e->d2t ? &e->dlogits : &e->logits);
-    if (e->d2t) { /* (the CPU backend's memory is the host's) */
-        for (int i = 0; i < e->n_vocab; i++) e->logits[i] = -INFINITY;
-        for (int i = 0; i < e->n_draft; i++) e->logits[e->d2t[i]] = e->dlogits[i];
+    /* host views of the logits (the CPU backend's memory is the host's; a GPU's are read back) */
+    float *lg = e->gpu ? e->h_logits : e->logits, *dl = e->gpu ? e->h_dlogits : e->dlogits;
+    if (e->gpu) BK_TRY(op->read(be, e->d2t ? e->dlogits : e->logits, e->d2t ? dl : lg,
+                                (size_t)(e->d2t ? e->n_draft : e->n_vocab) * sizeof(float)));
+    if (e->d2t) {
+        for (int i = 0; i < e->n_vocab; i++) lg[i] = -INFINITY;
+        for (int i = 0; i < e->n_draft; i++) lg[e->d2t[i]] = dl[i];
     }
     e->have_logits = true;
     return BRISK_OK;
 }
 
 const float *eagle3_hidden(const eagle3 *e, int i) {
-    return i >= 0 && i < e->n_last ? e->x + (size_t)i * e->n_embd : NULL;
+    return i >= 0 && i < e->n_last ? (e->gpu ? e->h_x : e->x) + (size_t)i * e->n_embd : NULL;
 }
 
-const float *eagle3_logits(const eagle3 *e) { return e->have_logits ? e->logits : NULL; }
+const float *eagle3_logits(const eagle3 *e) { return e->have_logits ? (e->gpu ? e->h_logits : e->logits) : NULL; }

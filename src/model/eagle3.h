@@ -22,8 +22,9 @@
  * A reduced draft vocabulary (d2t: the target id of each LM-head row) gives
  * the other tokens' logits as -inf, as llama.cpp does. RoPE scaling (Llama 3's
  * rope_freqs, eagle3.rope.scaling.* linear or YaRN) as llama.cpp resolves it.
- * Not supported (BRISK_ERR_UNSUPPORTED): more than one layer. The weights are read from the file's map on the
- * CPU (its own CPU backend of n_threads). */
+ * Not supported (BRISK_ERR_UNSUPPORTED): more than one layer. It runs where the target's last layer runs: on
+ * the CPU (its own CPU backend of n_threads) from the file's map, or on that GPU (its own CUDA backend, device
+ * copies of its weights; its inputs uploaded and its outputs read back, n_embd floats an entry). */
 #ifndef BK_EAGLE3_H
 #define BK_EAGLE3_H
 #include "brisk.h"

@@ -834,7 +834,13 @@ static void release_weights(brisk_model *m) {
     bk_cuda_release_weight(&m->tok_embd);
     bk_cuda_release_weight(&m->output_norm);
     bk_cuda_release_weight(&m->rope_freqs);
-    for (int l = 0; m->layers && l < m->hp.n_layer; l++) {
+    for (int i = 0; m->nextn && i < m->n_mtp; i++) { /* the MTP blocks (bind_mtp): their own tensors, then layers */
+        model_nextn *x = &m->nextn[i];
+        bk_weight *ws[] = {&x->eh_proj, &x->enorm, &x->hnorm, &x->embed_tokens, &x->shared_head_head,
+                           &x->shared_head_norm};
+        for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++) bk_cuda_release_weight(ws[k]);
+    }
+    for (int l = 0; m->layers && l < m->hp.n_layer + m->n_mtp; l++) {
         layer_weights *L = &m->layers[l];
         bk_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk, &L->bv,
                            &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down,

@@ -180,16 +180,18 @@ if [ -x "$BUILD/tests/test_pp" ]; then
   pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0}))
   [ $rc -ne 0 ] && [ "${f:-0}" = 0 ] && { fail=$((fail + 1)); printf '%s\n' "$out" | tail -n5; }
 fi
-# Multi-token prediction on the GPU (tests/test_mtp.c): its gpu case holds the target's h rows and the
-# MTP head's logits against the CPU's, and its greedy cases (speculative == plain greedy) run on the
-# GPU here; tensor cores off, as for the random-weight models below (near-tied logits).
-if [ -x "$BUILD/tests/test_mtp" ]; then
-  out=$(BRISK_CUDA_DISABLE=mma "$BUILD/tests/test_mtp" 2>&1); rc=$?
+# Speculative decoding's drafters on the GPU: tests/test_mtp.c's gpu case holds the target's h rows
+# and the MTP head's logits against the CPU's, and its greedy cases (speculative == plain greedy) run
+# on the GPU here, as do tests/test_eagle3.c's (the EAGLE-3 drafter and the target's taps there);
+# tensor cores off, as for the random-weight models below (near-tied logits).
+for t in test_mtp test_eagle3; do
+  [ -x "$BUILD/tests/$t" ] || continue
+  out=$(BRISK_CUDA_DISABLE=mma "$BUILD/tests/$t" 2>&1); rc=$?
   printf '%s\n' "$out" | grep -E "^(ok|FAIL|skip)|GPU vs CPU|mtp k="
   p=$(field "$out" 1); f=$(field "$out" 3)
   pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0}))
   [ $rc -ne 0 ] && [ "${f:-0}" = 0 ] && { fail=$((fail + 1)); printf '%s\n' "$out" | tail -n5; }
-fi
+done
 pp_check() { # model
   local m=$1 name; name=$(basename "$m")
   [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ] || { echo "skip cli --pp 2 ($name): one GPU"; return 0; }
