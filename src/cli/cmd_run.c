@@ -35,7 +35,7 @@ static void usage(FILE *f) {
             "  --spec-type T        none, ngram-simple (prompt lookup: the text's own repeats), ngram-cache\n"
             "                       (counts of what followed each 1..4-gram of the text), draft (-md) or mtp\n"
             "                       (the model's own multi-token-prediction head: Qwen3.5/3.6 files with\n"
-            "                       nextn layers, run where the trunk runs; also draft-mtp) or draft-eagle3 (-md FILE an\n"
+            "                       nextn layers, where the trunk runs; also draft-mtp) or draft-eagle3 (-md FILE an\n"
             "                       EAGLE-3 drafter GGUF for this model: drafts from three of its layers'\n"
             "                       hidden states; where the target runs, all on one device; also eagle3)\n"
             "                       (default: draft with -md, else " SPEC_DEFAULT_NAME ")\n"

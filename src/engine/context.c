@@ -1223,7 +1223,8 @@ const float *brisk_get_logits(brisk_context *c, int i) {
 
 /* The kept inputs no longer describe sequence seq past length len. */
 static void rk_cut(brisk_context *c, int seq, int32_t len) {
-    if (c->rk_n && c->rk_pos0[seq] + c->rk_n[seq] > len) c->rk_n[seq] = len > c->rk_pos0[seq] ? len - c->rk_pos0[seq] : 0;
+    if (c->rk_n && c->rk_pos0[seq] + c->rk_n[seq] > len)
+        c->rk_n[seq] = len > c->rk_pos0[seq] ? len - c->rk_pos0[seq] : 0;
 }
 
 /* The snapshot of seq from which the kept inputs replay its state to length len, -1 if none: they

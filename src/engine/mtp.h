@@ -38,7 +38,8 @@ brisk_status mtp_decode(brisk_context *mtp, const brisk_batch_entry *e, const fl
 
 /* EAGLE-3 (model/eagle3.h) drafts from the inputs of n (<= 3) layers of the target: from now on the target keeps
  * every batch entry's rows of those layers, side by side (host memory, n_batch rows of n * n_embd floats).
- * BRISK_ERR_UNSUPPORTED split over stages (a partial offload) or under tensor or pipeline parallelism; asked again, the same layers are
+ * BRISK_ERR_UNSUPPORTED split over stages (a partial offload) or under tensor or pipeline parallelism; asked
+ * again, the same layers are
  * kept (BRISK_ERR_INVALID_ARG for others). */
 brisk_status eagle3_keep_layers(brisk_context *target, const int32_t *layers, int n);
 /* Entry i's kept rows (n * n_embd floats, eagle3_keep_layers' order) of the last brisk_decode, valid until the

@@ -633,8 +633,8 @@ uint64_t model_gpu_bytes(const gguf_file *g, int n_layer, int n_cpu_layers, int 
         bool gpu = true;
         if (sscanf(t->name, "blk.%d.", &l) == 1 && l < n_layer)
             gpu = l >= n_cpu_layers && !(l < n_cpu_moe && strstr(t->name, "_exps."));
-        else if (sscanf(t->name, "blk.%d.", &l) == 1) /* an MTP block (bind_mtp): with the last layer, but its embedding */
-            gpu = n_cpu_layers < n_layer && !strstr(t->name, ".nextn.embed_tokens.");
+        else if (sscanf(t->name, "blk.%d.", &l) == 1) /* an MTP block (bind_mtp): with the last layer */
+            gpu = n_cpu_layers < n_layer && !strstr(t->name, ".nextn.embed_tokens."); /* (which stays on the host) */
         else if (!strcmp(t->name, "token_embd.weight")) gpu = tied; /* as the LM head; else host (bind_all) */
         if (gpu) need += t->nbytes;
     }

@@ -156,8 +156,9 @@ brisk_status qwen35_rec_replay(const brisk_model *m, bk_backend *be, const bk_kv
         if (!model_layer_recurrent(hp, l)) continue;
         if (!kv[l].rec_in) return bk_fail(BRISK_ERR_INVALID_ARG, "recurrent replay: layer %d kept no inputs", l);
         const layer_weights *L = &m->layers[l];
-        const float *x = kv[l].rec_in + (size_t)row0 * cd, *beta = kv[l].rec_in + (size_t)BK_REC_KEEP * cd + (size_t)row0 * nv,
-                    *alpha = beta + (size_t)BK_REC_KEEP * nv;
+        const float *x = kv[l].rec_in + (size_t)row0 * cd;
+        const float *beta = kv[l].rec_in + (size_t)BK_REC_KEEP * cd + (size_t)row0 * nv;
+        const float *alpha = beta + (size_t)BK_REC_KEEP * nv;
         /* the forward's ops on those rows (bk_gated_delta_gate's parts): the conv's and the rule's state
          * move as the pass moved them; their outputs are scratch */
         op->ssm_conv(be, x, &L->ssm_conv1d, kv[l].conv, seqs, n, cd, hp->ssm_d_conv, s->conv);
