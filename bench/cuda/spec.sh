@@ -9,7 +9,10 @@
 #      rounding moves), then per model: `bench --spec-replay 3:0.67` (tokens/s at 2 of 3 accepted and the
 #      verify step's cost for k = 0..16), `bench --spec-mtp 3` (the head's own drafts) and
 #      `bench --spec-mtp 3:0.67` (the head run each round, 2 of 3 accepted).
-# Results under $OUT: log.txt (elapsed seconds per step), test_mtp.txt, test_eagle3.txt, spec-*.txt.
+#   3. both engines' servers on the same files, plain and with MTP (section 3 below; llama.cpp's from
+#      .device/s37c1.sh's build in the same lease).
+# Results under $OUT: log.txt (elapsed seconds per step), test_mtp.txt, test_eagle3.txt, spec-*.txt,
+# serve-*.log.
 set -u
 OUT=${OUT:-/tmp/spec}; mkdir -p "$OUT"; d=/tmp/bm
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$OUT/log.txt"; }
@@ -33,4 +36,37 @@ for p in ${MODELS:-qwen3.6-27b qwen3.6-35b-a3b}; do
     grep -E "^\| tg|^(mtp|replay):" "$OUT/spec-$p${flag#--spec}-$val.txt" | tee -a "$OUT/log.txt"
   done
 done
-el end
+el end-bench
+# 3. Beside llama.cpp (its build from .device/s37c1.sh's call, with llama-server: v0.4.0 speculates only
+#    there): each engine's server on the same file, plain and with MTP (--spec-type draft-mtp / mtp,
+#    3 drafts), the same /completion requests (32 random token ids, 128 greedy tokens, 3 times): generation
+#    tokens/s and drafts accepted from the response's timings.
+L=/tmp/ll/b/bin
+serve_bench() { # label cmd...
+  local label=$1; shift
+  "$@" > "$OUT/serve-$label.log" 2>&1 & local pid=$!
+  for i in $(seq 240); do curl -sf http://127.0.0.1:8199/health > /dev/null 2>&1 && break; sleep 0.5; done
+  python3 - "$label" <<'PY' | tee -a "$OUT/log.txt"
+import json, random, sys, urllib.request
+random.seed(7)
+rows = []
+for r in range(3):
+    body = {"prompt": [random.randrange(1000, 100000) for _ in range(32)], "n_predict": 128, "temperature": 0,
+            "cache_prompt": False}
+    req = urllib.request.Request("http://127.0.0.1:8199/completion", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    t = json.load(urllib.request.urlopen(req, timeout=300)).get("timings", {})
+    rows.append((t.get("predicted_per_second", 0), t.get("draft_n", 0), t.get("draft_n_accepted", 0)))
+print(sys.argv[1], " ".join(f"{a:.1f} tok/s ({b} drafted, {c} accepted)" for a, b, c in rows))
+PY
+  kill $pid; wait $pid 2>/dev/null
+}
+for p in ${MODELS:-qwen3.6-27b qwen3.6-35b-a3b}; do
+  f=$d/$p-mtp.gguf
+  serve_bench "brisk-$p-plain" $A serve -m $f --port 8199 -c 4096
+  serve_bench "brisk-$p-mtp" $A serve -m $f --port 8199 -c 4096 --spec-type mtp --draft-max 3
+  [ -x $L/llama-server ] || { el "no llama-server"; continue; }
+  serve_bench "llama-$p-plain" $L/llama-server -m $f --port 8199 -c 4096 -ngl 99 -fa on
+  serve_bench "llama-$p-mtp" $L/llama-server -m $f --port 8199 -c 4096 -ngl 99 -fa on --spec-type draft-mtp --draft-max 3
+done
+el end-serve
