@@ -39,21 +39,20 @@ done
 el end-bench
 # 3. Beside llama.cpp (its build from .device/s37c1.sh's call, with llama-server: v0.4.0 speculates only
 #    there): each engine's server on the same file, plain and with MTP (--spec-type draft-mtp / mtp,
-#    3 drafts), the same /completion requests (32 random token ids, 128 greedy tokens, 3 times): generation
+#    3 drafts), the same /v1/completions requests (32 random token ids, 128 greedy tokens, 3 times): generation
 #    tokens/s and drafts accepted from the response's timings.
 L=/tmp/ll/b/bin
 serve_bench() { # label cmd...
   local label=$1; shift
   "$@" > "$OUT/serve-$label.log" 2>&1 & local pid=$!
-  for i in $(seq 240); do curl -sf http://127.0.0.1:8199/health > /dev/null 2>&1 && break; sleep 0.5; done
+  for i in $(seq 240); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8199/health', timeout=1)" 2>/dev/null && break; sleep 0.5; done
   python3 - "$label" <<'PY' | tee -a "$OUT/log.txt"
 import json, random, sys, urllib.request
 random.seed(7)
 rows = []
 for r in range(3):
-    body = {"prompt": [random.randrange(1000, 100000) for _ in range(32)], "n_predict": 128, "temperature": 0,
-            "cache_prompt": False}
-    req = urllib.request.Request("http://127.0.0.1:8199/completion", json.dumps(body).encode(),
+    body = {"prompt": [random.randrange(1000, 100000) for _ in range(32)], "max_tokens": 128, "temperature": 0}
+    req = urllib.request.Request("http://127.0.0.1:8199/v1/completions", json.dumps(body).encode(),
                                  {"Content-Type": "application/json"})
     t = json.load(urllib.request.urlopen(req, timeout=300)).get("timings", {})
     rows.append((t.get("predicted_per_second", 0), t.get("draft_n", 0), t.get("draft_n_accepted", 0)))
