@@ -16,6 +16,7 @@
 set -u
 OUT=${OUT:-/tmp/spec}; mkdir -p "$OUT"; d=/tmp/bm
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$OUT/log.txt"; }
+LIM=${LIM:-540}; left() { [ $(( $(date +%s) - T0 )) -lt "$LIM" ]; } # (a device call ends at 600 s)
 . bench/cuda/device_env.sh
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/smi.txt"
 for p in ${MODELS:-qwen3.6-27b qwen3.6-35b-a3b}; do
@@ -30,6 +31,7 @@ wait; el models
 for p in ${MODELS:-qwen3.6-27b qwen3.6-35b-a3b}; do
   f=$d/$p-mtp.gguf
   for s in --spec-replay:3:0.67 --spec-mtp:3 --spec-mtp:3:0.67; do
+    left || break
     flag=${s%%:*} val=${s#*:}
     timeout 150 $A bench -m $f -n 128 -r 2 $flag $val > "$OUT/spec-$p${flag#--spec}-$val.txt" 2>&1
     el "$p $flag $val rc=$?"
@@ -44,6 +46,7 @@ el end-bench
 L=/tmp/ll/b/bin
 serve_bench() { # label cmd...
   local label=$1; shift
+  left || { el "skipped $label (time)"; return; }
   "$@" > "$OUT/serve-$label.log" 2>&1 & local pid=$!
   for i in $(seq 240); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8199/health', timeout=1)" 2>/dev/null && break; sleep 0.5; done
   python3 - "$label" <<'PY' | tee -a "$OUT/log.txt"
