@@ -39,6 +39,19 @@ for p in ${MODELS:-qwen3.6-27b qwen3.6-35b-a3b}; do
   done
 done
 el end-bench
+# 2b. With .device/mv.tar.xz (branch lab/mmvq-rows' bench/cuda/mmvq_variants.sh): the verify step's cost with
+#     the 2-16-token products at 4 and 8 rows a warp, beside main's, on the first model.
+if [ -f .device/mv.tar.xz ] && left; then
+  tar xf .device/mv.tar.xz -C .device
+  p=${MODELS:-qwen3.6-27b}; p=${p%% *}
+  for v in main r4 r8; do
+    left || break
+    bin=$([ $v = main ] && echo $A || echo .device/mv/brisk_$v)
+    timeout 120 $bin bench -m $d/$p-mtp.gguf -n 64 -r 2 --spec-replay 3:0.67 > "$OUT/verify-$v.txt" 2>&1
+    el "verify $v rc=$?"
+    grep -E "^\| (tg|[0-9])" "$OUT/verify-$v.txt" | tr '\n' ' ' | sed 's/  */ /g' | tee -a "$OUT/log.txt"; echo | tee -a "$OUT/log.txt"
+  done
+fi
 # 3. Beside llama.cpp (its build from .device/s37c1.sh's call, with llama-server: v0.4.0 speculates only
 #    there): each engine's server on the same file, plain and with MTP (--spec-type draft-mtp / mtp,
 #    3 drafts), the same /v1/completions requests (32 random token ids, 128 greedy tokens, 3 times): generation
