@@ -215,6 +215,11 @@ typedef struct brisk_context_params {
     brisk_kv_type kv_type;
     int kv_block_size; /* tokens per KV page (default 16) */
     int n_seq_checkpoints; /* recurrent models: state snapshots each sequence keeps (brisk_seq_checkpoint); default 0 */
+    /* Recurrent models with snapshots, for speculative decoding's callers: each pass of at most 16 entries
+     * keeps its recurrent layers' inputs, so that a cut back into it (a rejected draft, brisk_seq_keepable)
+     * replays the state from the snapshot at its start instead of decoding again. Costs 3 copies per
+     * recurrent layer in every such pass: off by default, set only where drafts are verified. */
+    bool keep_recurrent_inputs;
     bool collect_expert_stats; /* MoE models on the CPU: count each token's routed experts (brisk_context_expert_counts) */
     /* Hot-expert cache (MoE, experts in host memory by n_cpu_moe, on a GPU stage): each such layer keeps
      * copies of its most used experts on the GPU. A token's entries routed to a cached expert run there,

@@ -46,7 +46,9 @@ for sc in tests/t_*.sh; do
     [ ${#mine[@]} -gt 0 ] || mine=("skip $name: (no reason given: the script must print a skip line)")
     echo "skip $name ($dt s)"
   elif [ $rc -eq 0 ]; then pass=$((pass + 1)); skip=$((skip + ${#mine[@]})); echo "ok   $name ($dt s)"
-  else fail=$((fail + 1)); failed+=("$sc"); printf '%s\n' "$out" | tail -n 30; echo "FAIL $name ($dt s)"; fi
+  else # the lines that say what failed: a long script's passing cases would push them out of a plain tail
+    fail=$((fail + 1)); failed+=("$sc")
+    printf '%s\n' "$out" | grep -Ev '^(ok |[0-9]+ passed, 0 failed)' | tail -n 40; echo "FAIL $name ($dt s)"; fi
   [ ${#mine[@]} -gt 0 ] && skips+=("${mine[@]}")
 done
 [ ${#failed[@]} -gt 0 ] && echo "failed: ${failed[*]}"

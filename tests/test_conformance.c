@@ -773,9 +773,12 @@ static void test_qwen35_checkpoints(void) {
     brisk_context *c = NULL, *ref = NULL;
     CHECK_OK(brisk_context_new(m, &cp, &ref));
     cp.n_seq_checkpoints = 2;
+    brisk_context *nk = NULL; /* snapshots without the kept inputs (a plain run's): cuts only to snapshots */
+    CHECK_OK(brisk_context_new(m, &cp, &nk));
+    cp.keep_recurrent_inputs = true;
     CHECK_OK(brisk_context_new(m, &cp, &c));
     float *want = malloc(sizeof(float) * nv * 4), *got = malloc(sizeof(float) * nv);
-    if (!c || !ref || !want || !got) goto out;
+    if (!c || !ref || !nk || !want || !got) goto out;
     CHECK(brisk_context_n_checkpoints(c) == 2 && brisk_context_n_checkpoints(ref) == 0);
     brisk_token t[24];
     for (int i = 0; i < 24; i++) t[i] = (brisk_token)((i * 37 + 5) % nv);
@@ -788,6 +791,10 @@ static void test_qwen35_checkpoints(void) {
     CHECK(brisk_seq_remove(ref, 0, 23, -1) == BRISK_ERR_UNSUPPORTED); /* no snapshots: no inputs kept either */
     CHECK_OK(brisk_seq_checkpoint(ref, 0)); /* no room: a no-op */
     CHECK(brisk_seq_keepable(ref, 0, 10) == 0);
+    feed(nk, 0, t, 0, 8, got, nv);
+    CHECK_OK(brisk_seq_checkpoint(nk, 0));
+    feed(nk, 0, t, 8, 10, got, nv);
+    CHECK(brisk_seq_keepable(nk, 0, 9) == 8 && brisk_seq_remove(nk, 0, 9, -1) == BRISK_ERR_UNSUPPORTED);
 
     feed(c, 0, t, 0, 8, got, nv);
     CHECK_OK(brisk_seq_checkpoint(c, 0));
@@ -854,6 +861,7 @@ out:
     free(want);
     free(got);
     brisk_context_free(c);
+    brisk_context_free(nk);
     brisk_context_free(ref);
     brisk_model_free(m);
 }

@@ -68,6 +68,7 @@ static brisk_context_params ctx_params(void) {
     cp.n_threads = 2;
     cp.kv_type = BRISK_KV_F32;
     cp.n_seq_checkpoints = 2; /* a recurrent target rolls a rejected draft back from a snapshot */
+    cp.keep_recurrent_inputs = true;
     return cp;
 }
 

@@ -80,6 +80,7 @@ static brisk_context_params ctx_params(void) {
     cp.n_threads = 2;
     cp.kv_type = BRISK_KV_F32;
     cp.n_seq_checkpoints = 2;
+    cp.keep_recurrent_inputs = true; /* a rejected draft's cut replays the kept inputs */
     return cp;
 }
 

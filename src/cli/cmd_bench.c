@@ -424,6 +424,7 @@ int cmd_bench(int argc, char **argv) {
     /* a recurrent model's runs go back to the depth through one checkpoint a sequence (fill_depth;
      * a copy of the state each: none needed to go back to 0, which is a clear) */
     cp.n_seq_checkpoints = depth > 0 || spec_k || mtp_k ? 2 : 0;
+    cp.keep_recurrent_inputs = spec_k || mtp_k; /* a plain run at depth pays no rollback's copies */
     if (spec_k || mtp_k) { /* the prompt, the generation and one round's proposals; the verify table's batches */
         cp.n_ctx = n_ctx > 0 ? n_ctx : REPLAY_PROMPT + n_gen + DRAFTER_MAX_DRAFT + 16;
         cp.n_seq_max = 1;

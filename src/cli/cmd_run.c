@@ -256,7 +256,10 @@ int cmd_run(int argc, char **argv) {
     cp.n_threads = n_threads;
     cp.n_batch = n_batch;
     cli_context_opts(&mo, &cp);
-    if (spec) cp.n_seq_checkpoints = 2; /* recurrent models roll a rejected draft back from a snapshot */
+    if (spec) { /* recurrent models roll a rejected draft back from a snapshot, replaying the kept inputs */
+        cp.n_seq_checkpoints = 2;
+        cp.keep_recurrent_inputs = true;
+    }
     if (!cli_load_model(model_path, &mo, &cp, &model)) goto done;
     if (!cli_new_context(model, &cp, &ctx)) goto done;
     brisk_model_info info;

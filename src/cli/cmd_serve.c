@@ -123,6 +123,7 @@ static bool serve_spec_new(serve_spec *sp, brisk_model *model, brisk_context *ct
         dp.kv_type = cp->kv_type;
         dp.cpu = cp->cpu;
         dp.n_seq_checkpoints = 1; /* a recurrent draft rolls its rejected proposals back from a snapshot */
+        dp.keep_recurrent_inputs = true;
         if (!cli_new_context(sp->dm, &dp, &sp->dctx)) return false;
     }
     for (int i = 0; i < n_parallel; i++) {
@@ -306,6 +307,7 @@ int cmd_serve(int argc, char **argv) {
     cli_context_opts(&mo, &cp);
     /* speculation snapshots a recurrent state before each round that may be cut back */
     cp.n_seq_checkpoints = speculate && n_ckpt < 1 ? 1 : n_ckpt;
+    cp.keep_recurrent_inputs = speculate; /* a rejected draft's cut replays the kept inputs (brisk.h) */
     cp.embeddings = embeddings;
     cp.pooling = pooling;
     if (pooling != BRISK_POOLING_UNSPECIFIED && !embeddings)

@@ -279,9 +279,10 @@ static size_t rs_bytes(const model_hparams *hp, int n_rec, int n_seq_max) {
 }
 
 /* Backend bytes of n_rec layers' kept inputs (bk_kv_view.rec_in): with snapshots, so that a cut back
- * into the last pass replays the state instead of decoding again; not under tensor or pipeline parallelism. */
-static size_t rk_bytes(const brisk_model *m, const model_hparams *hp, int n_rec, int n_ckpt) {
-    if (!n_ckpt || (m && (m->tp_size > 0 || m->pp_size > 0))) return 0;
+ * into the last pass replays the state instead of decoding again (keep_recurrent_inputs, speculative decoding's
+ * callers only: the copies cost every short pass); not under tensor or pipeline parallelism. */
+static size_t rk_bytes(const brisk_model *m, const model_hparams *hp, int n_rec, int n_ckpt, bool keep) {
+    if (!n_ckpt || !keep || (m && (m->tp_size > 0 || m->pp_size > 0))) return 0;
     size_t per = (2 * (size_t)hp->ssm_n_k_heads + hp->ssm_n_v_heads) * hp->ssm_d_state + 2 * (size_t)hp->ssm_n_v_heads;
     return (size_t)n_rec * BK_REC_KEEP * per * sizeof(float);
 }
@@ -291,7 +292,7 @@ static size_t rk_bytes(const brisk_model *m, const model_hparams *hp, int n_rec,
 static brisk_status alloc_rs(brisk_context *c, ctx_stage *st) {
     const model_hparams *hp = &c->model->hp;
     if (!st->n_rec) return BRISK_OK;
-    size_t rk = rk_bytes(c->model, hp, st->n_rec, c->n_ckpt);
+    size_t rk = rk_bytes(c->model, hp, st->n_rec, c->n_ckpt, c->p.keep_recurrent_inputs);
     if (rk) {
         BK_TRY(st->be->ops->alloc(st->be, rk, &st->rk_mem));
         float *q = st->rk_mem;
@@ -442,7 +443,7 @@ static void stage_bytes(const brisk_model *m, const model_hparams *hp, const bri
     *kv = kv_cache_size_for(n_attn, hp->n_head_kv * hp->head_dim, p->n_ctx, p->n_seq_max, p->kv_block_size,
                             p->kv_type) +
           rs_bytes(hp, n_rec, p->n_seq_max) + ck_bytes(hp, n_rec, p->n_seq_max, p->n_seq_checkpoints) +
-          (n_rec ? rk_bytes(m, hp, n_rec, p->n_seq_checkpoints) : 0);
+          (n_rec ? rk_bytes(m, hp, n_rec, p->n_seq_checkpoints, p->keep_recurrent_inputs) : 0);
     size_t n_out = last ? (size_t)outs_for(p, n_ubatch) : 0;
     *scratch = m ? stage_scratch_bytes(m, (size_t)n_ubatch, n_out, !p->embeddings)
                  : scratch_bytes(hp, (size_t)n_ubatch, n_out, !p->embeddings);
