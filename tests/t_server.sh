@@ -28,7 +28,7 @@ stop() { serve_stop "$@"; }
 fail=0
 start main -c 2048 --parallel 4 --cors-origin https://ok.example --alias other-name || exit 1
 export BRISK_URL=http://127.0.0.1:$PORT
-for t in api errors security anthropic responses concurrency structured; do
+for t in api errors security anthropic responses concurrency structured native; do
   node "tests/server/$t.mjs" || fail=1
 done
 LOAD_SECONDS=${LOAD_SECONDS:-3} LOAD_CLIENTS=${LOAD_CLIENTS:-8} LOAD_PID=$PID node tests/server/load.mjs || fail=1

@@ -107,7 +107,7 @@ static bool copy_choice(conn *c, int i) {
     sb_reset(&k->text);
     sb_append(&k->text, ch->text ? ch->text + k->text_done : "", ch->n_visible - k->text_done);
     k->text_done = ch->n_visible;
-    int nt = r->p.logprobs ? ch->n_toks - k->toks_done : 0;
+    int nt = r->p.logprobs || c->api == API_NATIVE ? ch->n_toks - k->toks_done : 0; /* /completion streams ids */
     if (nt > k->toks_cap) {
         sched_token *t = realloc(k->toks, (size_t)nt * sizeof *t);
         if (t) k->toks = t, k->toks_cap = nt;
@@ -116,7 +116,8 @@ static bool copy_choice(conn *c, int i) {
     if (nt > 0) memcpy(k->toks, ch->toks + k->toks_done, (size_t)nt * sizeof *k->toks);
     k->toks_done += nt;
     c->cd[i] = (oai_choice_delta){.text = k->text.p ? k->text.p : "", .len = k->text.len, .toks = k->toks,
-                                  .n_toks = nt, .finish = ch->finish, .n_gen = ch->n_toks};
+                                  .n_toks = nt, .finish = ch->finish, .n_gen = ch->n_toks, .stop_hit = ch->stop_hit,
+                                  .slot = ch->slot};
     return !k->text.failed;
 }
 
@@ -189,6 +190,7 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
         if (got < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (c->api == API_ANTHROPIC) anth_stream_events(&c->srv->oai, &c->job, &d, &c->out);
         else if (c->api == API_RESPONSES) resp_stream_events(&c->srv->oai, &c->job, &d, &c->out);
+        else if (c->api == API_NATIVE) nat_stream_events(&c->srv->oai, &c->job, &d, &c->out);
         else oai_stream_events(&c->srv->oai, &c->job, &d, &c->out);
         if (c->out.failed) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (d.finish != SCHED_RUNNING) c->out_done = true;
@@ -214,6 +216,7 @@ static enum MHD_Result answer(server *srv, struct MHD_Connection *con, conn *c) 
     char *body = c->api == API_EMBED       ? emb_response(&srv->oai, &c->ejob, c->req)
                  : c->api == API_ANTHROPIC ? anth_response(&srv->oai, &c->job, &d)
                  : c->api == API_RESPONSES ? resp_response(&srv->oai, &c->job, &d)
+                 : c->api == API_NATIVE    ? nat_response(&srv->oai, &c->job, &d)
                                            : oai_response(&srv->oai, &c->job, &d);
     return body ? send_json(srv, con, c, 200, body) : fail(srv, con, c, 500, NULL, "out of memory");
 }
@@ -279,6 +282,18 @@ static enum MHD_Result completions(server *srv, struct MHD_Connection *con, conn
     c->req = c->job.req;
     if (!ok) return send_error(srv, con, c, &e);
     return submit(srv, con, c, chat);
+}
+
+/* llama-server's own /completion (native.h). */
+static enum MHD_Result native_completion(server *srv, struct MHD_Connection *con, conn *c) {
+    oai_error e = {0};
+    enum MHD_Result res;
+    if (!generates(srv, con, c, &res)) return res;
+    bool ok = nat_parse(&srv->oai, c->body.p ? c->body.p : "", c->body.len, &c->job, &e);
+    c->have_job = true;
+    c->req = c->job.req;
+    if (!ok) return send_error(srv, con, c, &e);
+    return submit(srv, con, c, false);
 }
 
 static enum MHD_Result messages(server *srv, struct MHD_Connection *con, conn *c) {
@@ -422,6 +437,10 @@ static bool json_type(struct MHD_Connection *con) {
 static enum MHD_Result route(server *srv, struct MHD_Connection *con, conn *c, const char *url, const char *method) {
     bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     const char *p = !strncmp(url, "/v1/", 4) ? url + 3 : url;
+    if (c->api == API_NATIVE) { /* llama-server's /completion (and /completions without /v1) */
+        if (!post) return fail(srv, con, c, 405, NULL, "use POST");
+        return native_completion(srv, con, c);
+    }
     if (!strcmp(p, "/chat/completions") || !strcmp(p, "/completions")) {
         if (!post) return fail(srv, con, c, 405, NULL, "use POST");
         return completions(srv, con, c, p[1] == 'c' && p[2] == 'h');
@@ -534,6 +553,7 @@ static conn *conn_new(server *srv, struct MHD_Connection *con, const char *url, 
     c->api = strstr(url, "/messages")     ? API_ANTHROPIC
              : strstr(url, "/responses")  ? API_RESPONSES
              : strstr(url, "/embeddings") || strstr(url, "/rerank") ? API_EMBED
+             : !strcmp(url, "/completion") || !strcmp(url, "/completions") ? API_NATIVE
                                           : API_OPENAI;
     return c;
 }

@@ -17,10 +17,11 @@
 #include "server/anthropic.h"
 #include "server/embed.h"
 #include "server/openai.h"
+#include "server/native.h"
 #include "server/responses.h"
 #include "server/server.h"
 
-enum { API_OPENAI, API_ANTHROPIC, API_RESPONSES, API_EMBED };
+enum { API_OPENAI, API_ANTHROPIC, API_RESPONSES, API_EMBED, API_NATIVE };
 
 typedef struct sock {
     int fd;
@@ -62,7 +63,8 @@ struct conn {
     struct MHD_Connection *con;
     int fd;              /* the client socket, polled for a hang-up while parked */
     sock *sk;
-    int api;             /* API_OPENAI, API_ANTHROPIC, API_RESPONSES or API_EMBED: the shape of answers and errors */
+    int api;             /* API_OPENAI, API_ANTHROPIC, API_RESPONSES, API_EMBED or API_NATIVE (llama-server's
+                            /completion): the shape of answers and errors */
     char cors[256];      /* the Origin this answer may be read from; "" none */
     strbuf body;
     bool too_large;

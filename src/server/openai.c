@@ -357,8 +357,8 @@ static bool parse_grammar(const oai_server *srv, const cJSON *root, sched_req *r
  * tokenizing it: a token spells at most max_piece bytes, so such a text
  * cannot fit, and tokenizing megabytes only to refuse them costs time and
  * memory. */
-static bool tokenize(const oai_server *srv, const char *text, size_t len, bool add_special, sched_req *r,
-                     oai_error *e) {
+bool oai_tokenize_prompt(const oai_server *srv, const char *text, size_t len, bool add_special, sched_req *r,
+                         oai_error *e) {
     if (srv->n_ctx_slot > 0 && len / srv->max_piece > (size_t)srv->n_ctx_slot + 16) {
         oai_fail(e, 400, "prompt",
                  "the prompt is %zu bytes, more than a context of %d tokens can hold (a token spells at most %zu "
@@ -388,7 +388,7 @@ static bool completion_prompt(const oai_server *srv, const cJSON *root, oai_job 
         p = cJSON_GetArrayItem(p, 0);
     if (cJSON_IsString(p)) {
         if (job->echo && !(job->echo_text = strdup(p->valuestring))) return oai_fail(e, 500, NULL, "out of memory");
-        return tokenize(srv, p->valuestring, strlen(p->valuestring), true, r, e);
+        return oai_tokenize_prompt(srv, p->valuestring, strlen(p->valuestring), true, r, e);
     }
     if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) == 0)
         return oai_fail(e, 400, "prompt", "'prompt' must be a string or an array of token ids");
@@ -515,7 +515,7 @@ static bool chat_prompt(const oai_server *srv, const cJSON *root, oai_job *job, 
     }
     /* A template that writes the BOS itself gets no second one. */
     bool has_bos = chat_prompt_has_bos(srv->model, text, len);
-    bool ok = tokenize(srv, text, len, !has_bos, job->req, e);
+    bool ok = oai_tokenize_prompt(srv, text, len, !has_bos, job->req, e);
     free(text);
     return ok;
 }
@@ -567,6 +567,11 @@ static bool parse_root(const oai_server *srv, const cJSON *root, bool chat, oai_
 bool oai_parse_chat(const oai_server *srv, const cJSON *root, oai_job *job, oai_error *e) {
     memset(job, 0, sizeof *job);
     return parse_root(srv, root, true, job, e);
+}
+
+bool oai_parse_completion(const oai_server *srv, const cJSON *root, oai_job *job, oai_error *e) {
+    memset(job, 0, sizeof *job);
+    return parse_root(srv, root, false, job, e);
 }
 
 bool oai_parse(const oai_server *srv, const char *body, size_t len, bool chat, oai_job *job, oai_error *e) {
@@ -880,7 +885,7 @@ char *oai_tokenize(const oai_server *srv, const char *body, size_t len, oai_erro
     if (!cJSON_IsString(c)) oai_fail(e, 400, "content", "'content' must be a string");
     else if (get_bool(root, "add_special", &add, &ok, e), get_bool(root, "with_pieces", &pieces, &ok, e), ok) {
         sched_req r = {0};
-        if (tokenize(srv, c->valuestring, strlen(c->valuestring), add, &r, e)) {
+        if (oai_tokenize_prompt(srv, c->valuestring, strlen(c->valuestring), add, &r, e)) {
             cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "tokens");
             char buf[512];
             for (int i = 0; i < r.n_prompt; i++) {

@@ -94,6 +94,12 @@ typedef struct oai_job {     /* one completion request */
 bool oai_parse(const oai_server *srv, const char *body, size_t len, bool chat, oai_job *job, oai_error *e);
 /* The same from a parsed chat request (root stays the caller's). */
 bool oai_parse_chat(const oai_server *srv, const cJSON *root, oai_job *job, oai_error *e);
+/* The same from a parsed /v1/completions request (native.c's translation of llama-server's /completion). */
+bool oai_parse_completion(const oai_server *srv, const cJSON *root, oai_job *job, oai_error *e);
+/* Tokenizes a prompt text into r->prompt (n_prompt); a text that cannot fit the context by its bytes
+ * is refused before tokenizing (context_length_exceeded). */
+bool oai_tokenize_prompt(const oai_server *srv, const char *text, size_t len, bool add_special, sched_req *r,
+                         oai_error *e);
 void oai_job_free(oai_job *job); /* not the request */
 
 /* New output of one choice since the last call, copied under the lock. */
@@ -104,6 +110,7 @@ typedef struct oai_choice_delta {
     int n_toks;
     sched_finish finish;     /* SCHED_RUNNING while more may come */
     int n_gen;               /* tokens generated so far */
+    int stop_hit, slot;      /* sched_choice's */
 } oai_choice_delta;
 
 typedef struct oai_delta {

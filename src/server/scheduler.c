@@ -99,6 +99,7 @@ sched_req *sched_req_new(void) {
         return NULL;
     }
     r->n_choices = 1;
+    r->ch[0].slot = -1;
     r->refs = 1;
     r->p.sp = brisk_sampler_default_params();
     r->p.max_tokens = -1;
@@ -110,6 +111,7 @@ brisk_status sched_req_set_choices(sched_req *r, int n) {
     if (n < 1 || n > 128) return bk_fail(BRISK_ERR_INVALID_ARG, "choices: %d not in [1, 128]", n);
     sched_choice *ch = calloc((size_t)n, sizeof *ch);
     if (!ch) return bk_fail(BRISK_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) ch[i].slot = -1;
     for (int i = 0; i < r->n_choices; i++) brisk_grammar_free(r->ch[i].grammar);
     free(r->ch);
     r->ch = ch;
@@ -316,6 +318,7 @@ static brisk_status slot_bind(sched *s, slot *sl, sched_req *r, int ci) {
     r->ch[ci].grammar = NULL;
     sl->req = r;
     sl->ci = ci;
+    r->ch[ci].slot = sl->id;
     sl->n_gen = 0;
     int room = s->p.n_ctx_slot - r->n_prompt;
     sl->max_gen = r->p.max_tokens >= 0 && r->p.max_tokens < room ? r->p.max_tokens : room;
@@ -689,6 +692,7 @@ static void publish(sched *s, slot *sl, const sched_token *t) {
         if (hit) {
             c->text_len = (size_t)(hit - c->text);
             c->text[c->text_len] = 0;
+            c->stop_hit = 1 + i;
             slot_release(s, sl, SCHED_FINISH_STOP, NULL);
             return;
         }

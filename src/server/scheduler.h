@@ -97,6 +97,8 @@ typedef struct sched_choice {
     sched_token *toks;   /* (n_toks) generated tokens (ids always, logprobs when asked) */
     int n_toks, toks_cap;
     sched_finish finish; /* this choice's end (SCHED_RUNNING while it runs) */
+    int stop_hit;        /* 1 + the index in p.stop of the string that ended it; 0: none did */
+    int slot;            /* the slot that decodes it, once one does (llama-server's id_slot); -1 before */
 } sched_choice;
 
 typedef struct sched_req {
