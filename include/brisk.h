@@ -161,6 +161,10 @@ brisk_token brisk_token_bos(const brisk_model *model); /* -1 if none */
 brisk_token brisk_token_eos(const brisk_model *model);
 bool brisk_token_is_eog(const brisk_model *model, brisk_token tok);
 bool brisk_add_bos(const brisk_model *model);
+/* Fill-in-the-middle tokens (code models: Qwen2.5/3-Coder's <|fim_prefix|> ...): from the GGUF's
+ * tokenizer.ggml.fim_*_token_id, else found by their texts as llama.cpp finds them; -1 if none. */
+enum brisk_fim { BRISK_FIM_PRE, BRISK_FIM_SUF, BRISK_FIM_MID, BRISK_FIM_PAD, BRISK_FIM_REP, BRISK_FIM_SEP };
+brisk_token brisk_token_fim(const brisk_model *model, int kind);
 int brisk_n_vocab(const brisk_model *model);
 
 /* Streaming detokenizer: feeds token pieces and emits only complete UTF-8. */

@@ -2,7 +2,8 @@
 # t_server.sh — `brisk serve` against real clients: starts the server on a free
 # port with stories260K, runs tests/server/*.mjs with the official `openai`
 # npm client (make deps) and a short load run; then a tiny synthetic qwen3
-# with the real Qwen3 chat template, a tiny hybrid (qwen35) for recurrent-state
+# with the real Qwen3 chat template, a tiny qwen3 with the real Qwen3 tokenizer for
+# /infill, a tiny hybrid (qwen35) for recurrent-state
 # checkpoints, embeddings and rerank servers (tests/server/embeddings.mjs), and a
 # server with --parallel 1 --queue 1 --api-key for 429 and auth. Each server is stopped with SIGTERM and must exit 0 (under SAN=1 with
 # no leak report).
@@ -92,6 +93,14 @@ MODEL=$TMP/qwen3.gguf start codertmpl -c 1024 --parallel 1 --chat-template tests
   exit 1
 BRISK_URL=http://127.0.0.1:$PORT XML_CODER=1 node tests/server/qwen_xml.mjs || fail=1
 stop codertmpl || fail=1
+
+# /infill needs fill-in-the-middle tokens: a tiny qwen3 checkpoint with the real Qwen3 tokenizer
+# (tests/convert_mkhf.py), converted (tests/server/infill.mjs)
+python3 tests/convert_mkhf.py qwen3 "$TMP/fimhf" "$SHARED/data/qwen3-tokenizer" &&
+  "$BUILD/brisk" convert "$TMP/fimhf" -o "$TMP/fim.gguf" --type q8_0 >/dev/null 2>&1 || { echo "t_server: fim model failed"; exit 1; }
+MODEL=$TMP/fim.gguf start fim -c 1024 --parallel 1 || exit 1
+BRISK_URL=http://127.0.0.1:$PORT node tests/server/infill.mjs || fail=1
+stop fim || fail=1
 
 # a tiny synthetic hybrid (qwen35: Gated DeltaNet; GPT-2's vocabulary and ChatML keep it
 # small): recurrent-state checkpoints for prefix reuse, against a server without them (the

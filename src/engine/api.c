@@ -32,6 +32,7 @@ brisk_token brisk_token_bos(const brisk_model *m) { return tokenizer_bos(m->tok)
 brisk_token brisk_token_eos(const brisk_model *m) { return tokenizer_eos(m->tok); }
 bool brisk_token_is_eog(const brisk_model *m, brisk_token t) { return tokenizer_is_eog(m->tok, t); }
 bool brisk_add_bos(const brisk_model *m) { return tokenizer_add_bos(m->tok); }
+brisk_token brisk_token_fim(const brisk_model *m, int kind) { return tokenizer_fim(m->tok, kind); }
 int brisk_n_vocab(const brisk_model *m) { return m->vocab_only ? tokenizer_n_vocab(m->tok) : m->hp.n_vocab; }
 
 /* Length of a valid UTF-8 sequence at s (n bytes available): >0 valid length,

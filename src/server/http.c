@@ -284,12 +284,14 @@ static enum MHD_Result completions(server *srv, struct MHD_Connection *con, conn
     return submit(srv, con, c, chat);
 }
 
-/* llama-server's own /completion (native.h). */
+/* llama-server's own /completion and /infill (native.h). */
 static enum MHD_Result native_completion(server *srv, struct MHD_Connection *con, conn *c) {
     oai_error e = {0};
     enum MHD_Result res;
     if (!generates(srv, con, c, &res)) return res;
-    bool ok = nat_parse(&srv->oai, c->body.p ? c->body.p : "", c->body.len, &c->job, &e);
+    const char *body = c->body.p ? c->body.p : "";
+    bool ok = !strcmp(c->url, "/infill") ? nat_parse_infill(&srv->oai, body, c->body.len, &c->job, &e)
+                                         : nat_parse(&srv->oai, body, c->body.len, &c->job, &e);
     c->have_job = true;
     c->req = c->job.req;
     if (!ok) return send_error(srv, con, c, &e);
@@ -437,7 +439,7 @@ static bool json_type(struct MHD_Connection *con) {
 static enum MHD_Result route(server *srv, struct MHD_Connection *con, conn *c, const char *url, const char *method) {
     bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     const char *p = !strncmp(url, "/v1/", 4) ? url + 3 : url;
-    if (c->api == API_NATIVE) { /* llama-server's /completion (and /completions without /v1) */
+    if (c->api == API_NATIVE) { /* llama-server's /completion (and /completions without /v1), /infill */
         if (!post) return fail(srv, con, c, 405, NULL, "use POST");
         return native_completion(srv, con, c);
     }
@@ -553,7 +555,7 @@ static conn *conn_new(server *srv, struct MHD_Connection *con, const char *url, 
     c->api = strstr(url, "/messages")     ? API_ANTHROPIC
              : strstr(url, "/responses")  ? API_RESPONSES
              : strstr(url, "/embeddings") || strstr(url, "/rerank") ? API_EMBED
-             : !strcmp(url, "/completion") || !strcmp(url, "/completions") ? API_NATIVE
+             : !strcmp(url, "/completion") || !strcmp(url, "/completions") || !strcmp(url, "/infill") ? API_NATIVE
                                           : API_OPENAI;
     return c;
 }

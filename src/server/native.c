@@ -307,10 +307,7 @@ static cJSON *settings_json(const oai_job *job, const nat_state *st) {
     return g;
 }
 
-bool nat_parse(const oai_server *srv, const char *body, size_t len, oai_job *job, oai_error *e) {
-    memset(job, 0, sizeof *job);
-    cJSON *root = oai_parse_body(body, len, e);
-    if (!root) return false;
+static bool parse_root(const oai_server *srv, cJSON *root, oai_job *job, oai_error *e) {
     nat_state *st = calloc(1, sizeof *st);
     cJSON *o = st ? translate(srv, root, st, e) : NULL;
     bool ok = o && oai_parse_completion(srv, o, job, e); /* clears job: the state goes in after */
@@ -322,6 +319,145 @@ bool nat_parse(const oai_server *srv, const char *body, size_t len, oai_job *job
     cJSON_Delete(o);
     cJSON_Delete(root);
     return ok;
+}
+
+bool nat_parse(const oai_server *srv, const char *body, size_t len, oai_job *job, oai_error *e) {
+    memset(job, 0, sizeof *job);
+    cJSON *root = oai_parse_body(body, len, e);
+    return root && parse_root(srv, root, job, e);
+}
+
+/* ---- /infill ------------------------------------------------------------- */
+
+/* Appends the tokens of x (a text, or ids and texts mixed) to ids; texts are code, not markup: their
+ * special-token texts stay text (llama-server's parse_special false). */
+static bool add_code(const oai_server *srv, const cJSON *x, const char *name, cJSON *ids, oai_error *e) {
+    const cJSON *it;
+    if (cJSON_IsString(x)) {
+        int64_t n = 0;
+        size_t len = strlen(x->valuestring);
+        brisk_status s = brisk_tokenize(srv->model, x->valuestring, len, false, false, NULL, 0, &n);
+        if (s != BRISK_OK && s != BRISK_ERR_RANGE) return oai_fail(e, 400, name, "tokenize: %s", brisk_last_error());
+        brisk_token *t = malloc((size_t)(n > 0 ? n : 1) * sizeof *t);
+        if (!t) return oai_fail(e, 500, NULL, "out of memory");
+        if (brisk_tokenize(srv->model, x->valuestring, len, false, false, t, n, &n) != BRISK_OK)
+            return free(t), oai_fail(e, 400, name, "tokenize: %s", brisk_last_error());
+        for (int64_t i = 0; i < n; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(t[i]));
+        free(t);
+        return true;
+    }
+    if (!cJSON_IsArray(x)) return oai_fail(e, 400, name, "'%s' must be a string (or token ids and strings)", name);
+    cJSON_ArrayForEach(it, x) {
+        if (cJSON_IsNumber(it)) cJSON_AddItemToArray(ids, cJSON_CreateNumber(it->valuedouble));
+        else if (!add_code(srv, it, name, ids, e)) return false;
+    }
+    return true;
+}
+
+static void add_id(cJSON *ids, brisk_token t) { cJSON_AddItemToArray(ids, cJSON_CreateNumber(t)); }
+
+/* Moves the last n of from's items (all when n is larger) to the end of to. */
+static void move_tail(cJSON *to, cJSON *from, int n) {
+    int skip = cJSON_GetArraySize(from) - n;
+    const cJSON *it;
+    int i = 0;
+    cJSON_ArrayForEach(it, from) if (i++ >= skip) add_id(to, (brisk_token)it->valuedouble);
+}
+
+/* llama-server's infill prompt (its format_prompt_infill, the repository-level FIM layout of Qwen2.5-Coder):
+ *   [FIM_REP]myproject\n [FIM_SEP]file\n chunk ... [FIM_SEP]filename\n [BOS] [FIM_PRE]prefix prompt
+ *   [FIM_SUF]suffix [FIM_MID]
+ * (without FIM_REP / FIM_SEP the chunks are joined by a "--- snippet ---" line). The prefix keeps its
+ * last 3/4 of a batch (llama-server's 2048; half the slot's context when that is less), the suffix its
+ * first 1/4 less the prompt; the extra chunks, their last tokens first, fill the context but the batch
+ * and twice n_predict (llama-server counts its server-wide n_predict there: -1 unless set). */
+static cJSON *infill_ids(const oai_server *srv, const cJSON *r, oai_error *e) {
+    brisk_token fim[6];
+    for (int k = 0; k < 6; k++) fim[k] = brisk_token_fim(srv->model, k);
+    if (fim[BRISK_FIM_PRE] < 0 || fim[BRISK_FIM_SUF] < 0 || fim[BRISK_FIM_MID] < 0)
+        return oai_fail(e, 400, NULL, "this model has no fill-in-the-middle tokens: /infill needs a code model"), NULL;
+    const cJSON *pre = oai_get(r, "input_prefix"), *suf = oai_get(r, "input_suffix"), *extra = oai_get(r, "input_extra");
+    const cJSON *prompt = oai_get(r, "prompt"), *ch;
+    if (!pre || !suf) return oai_fail(e, 400, pre ? "input_suffix" : "input_prefix", "'%s' is required",
+                                      pre ? "input_suffix" : "input_prefix"), NULL;
+    if (prompt && !cJSON_IsString(prompt)) return oai_fail(e, 400, "prompt", "'prompt' must be a string"), NULL;
+    if (extra && !cJSON_IsArray(extra))
+        return oai_fail(e, 400, "input_extra", "'input_extra' must be an array of {\"filename\", \"text\"}"), NULL;
+    cJSON_ArrayForEach(ch, extra) {
+        const cJSON *f = oai_get(ch, "filename");
+        if (!cJSON_IsString(oai_get(ch, "text")) || (f && !cJSON_IsString(f)))
+            return oai_fail(e, 400, "input_extra", "an input_extra chunk is {\"text\": string, \"filename\": string}"), NULL;
+    }
+    cJSON *tp = cJSON_CreateArray(), *ts = cJSON_CreateArray(), *tx = cJSON_CreateArray(), *tq = cJSON_CreateArray();
+    cJSON *out = NULL;
+    char name[1100];
+    bool ok = add_code(srv, pre, "input_prefix", tp, e) && add_code(srv, suf, "input_suffix", ts, e);
+    if (ok && prompt && prompt->valuestring[0]) { /* the prompt's own markup is parsed, as llama-server does */
+        sched_req q = {0};
+        ok = oai_tokenize_prompt(srv, prompt->valuestring, strlen(prompt->valuestring), false, &q, e);
+        for (int i = 0; ok && i < q.n_prompt; i++) add_id(tq, q.prompt[i]);
+        free(q.prompt);
+    }
+    if (ok && fim[BRISK_FIM_REP] >= 0) {
+        add_id(tx, fim[BRISK_FIM_REP]);
+        cJSON *s = cJSON_CreateString("myproject\n");
+        ok = add_code(srv, s, "input_extra", tx, e);
+        cJSON_Delete(s);
+    }
+    cJSON_ArrayForEach(ch, extra) {
+        if (!ok) break;
+        const cJSON *f = oai_get(ch, "filename");
+        if (fim[BRISK_FIM_SEP] >= 0) {
+            add_id(tx, fim[BRISK_FIM_SEP]);
+            snprintf(name, sizeof name, "%s\n", f ? f->valuestring : "tmp");
+        } else
+            snprintf(name, sizeof name, "\n\n--- snippet ---\n\n");
+        cJSON *s = cJSON_CreateString(name);
+        ok = add_code(srv, s, "input_extra", tx, e) && add_code(srv, oai_get(ch, "text"), "input_extra", tx, e);
+        cJSON_Delete(s);
+    }
+    if (ok && fim[BRISK_FIM_SEP] >= 0) {
+        add_id(tx, fim[BRISK_FIM_SEP]);
+        cJSON *s = cJSON_CreateString("filename\n");
+        ok = add_code(srv, s, "input_extra", tx, e);
+        cJSON_Delete(s);
+    }
+    if (ok) {
+        double np = -1;
+        if (num(r, "n_predict", &np, e) <= 0 && num(r, "max_tokens", &np, e) <= 0) np = -1;
+        int n_pred = np > 2 ? (int)np : 2; /* the extras leave room for twice the generation, at least 4 tokens */
+        int n_ctx = srv->n_ctx_slot, n_batch = n_ctx / 2 < 2048 ? n_ctx / 2 : 2048, n_q = cJSON_GetArraySize(tq);
+        int n_pre = cJSON_GetArraySize(tp), n_suf = cJSON_GetArraySize(ts), n_ext = cJSON_GetArraySize(tx);
+        int take_pre = n_pre < 3 * (n_batch / 4) ? n_pre : 3 * (n_batch / 4);
+        int room_suf = n_batch / 4 - (2 + n_q), take_suf = n_suf < room_suf ? n_suf : room_suf > 0 ? room_suf : 0;
+        int room_ext = n_ctx - n_batch - 2 * n_pred, take_ext = room_ext < 0 ? 0 : room_ext < n_ext ? room_ext : n_ext;
+        out = cJSON_CreateArray();
+        move_tail(out, tx, take_ext);
+        if (brisk_add_bos(srv->model)) add_id(out, brisk_token_bos(srv->model));
+        add_id(out, fim[BRISK_FIM_PRE]);
+        move_tail(out, tp, take_pre);
+        move_tail(out, tq, n_q);
+        add_id(out, fim[BRISK_FIM_SUF]);
+        int i = 0;
+        cJSON_ArrayForEach(ch, ts) if (i++ < take_suf) add_id(out, (brisk_token)ch->valuedouble);
+        add_id(out, fim[BRISK_FIM_MID]);
+    }
+    cJSON_Delete(tp);
+    cJSON_Delete(ts);
+    cJSON_Delete(tx);
+    cJSON_Delete(tq);
+    return out;
+}
+
+bool nat_parse_infill(const oai_server *srv, const char *body, size_t len, oai_job *job, oai_error *e) {
+    memset(job, 0, sizeof *job);
+    cJSON *root = oai_parse_body(body, len, e);
+    if (!root) return false;
+    cJSON *ids = infill_ids(srv, root, e);
+    if (!ids) return cJSON_Delete(root), false;
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "prompt");
+    cJSON_AddItemToObject(root, "prompt", ids);
+    return parse_root(srv, root, job, e);
 }
 
 /* ---- results ----------------------------------------------------------- */

@@ -15,6 +15,10 @@
 /* Validates a /completion request and builds job (as oai_parse does); the native state lives in
  * job->ext (freed by oai_job_free). */
 bool nat_parse(const oai_server *srv, const char *body, size_t len, oai_job *job, oai_error *e);
+/* /infill (llama-server's code completion, as llama.vim and llama.vscode call it): input_prefix,
+ * input_suffix, input_extra chunks and an optional prompt laid out with the model's FIM tokens
+ * (infill_ids in native.c), then the request as /completion takes it. */
+bool nat_parse_infill(const oai_server *srv, const char *body, size_t len, oai_job *job, oai_error *e);
 /* Non-streaming: the result (or the array of n_cmpl results) once d has finished (else NULL). */
 char *nat_response(const oai_server *srv, oai_job *job, const oai_delta *d);
 /* Streaming: appends the events for d. */

@@ -110,6 +110,7 @@ struct tokenizer {
     int32_t n_special;
     uint8_t *eog;       /* (n_vocab) 1 = end of generation */
     int32_t bos, eos, eot, eom, unk;
+    int32_t fim[6];     /* fill-in-the-middle: pre, suf, mid, pad, rep, sep (brisk_fim order); -1: none */
     bool add_bos, add_eos, add_space_prefix, ignore_merges, clean_spaces;
 };
 

@@ -51,6 +51,7 @@ int32_t tokenizer_bos(const tokenizer *t); /* -1 if none */
 const char *tokenizer_pre_family(const tokenizer *t);
 int32_t tokenizer_eos(const tokenizer *t);
 bool tokenizer_add_bos(const tokenizer *t);
+int32_t tokenizer_fim(const tokenizer *t, int kind); /* a brisk_fim kind's token, -1 if none */
 bool tokenizer_add_eos(const tokenizer *t);
 bool tokenizer_is_eog(const tokenizer *t, int32_t id); /* eos, eot, eom, <|im_end|>, ... */
 int32_t tokenizer_token_type(const tokenizer *t, int32_t id);

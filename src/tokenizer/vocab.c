@@ -147,6 +147,7 @@ tokenizer *tok_alloc(void) {
     tokenizer *t = calloc(1, sizeof *t);
     if (!t) return NULL;
     t->bos = t->eos = t->eot = t->eom = t->unk = -1;
+    for (int i = 0; i < 6; i++) t->fim[i] = -1;
     return t;
 }
 
@@ -260,10 +261,21 @@ static const char *const k_eot[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end
                                     "[EOT]", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
                                     "<end_of_utterance>", NULL};
 static const char *const k_eom[] = {"<|eom_id|>", NULL};
+/* fill-in-the-middle tokens by their texts (llama.cpp's lists), in brisk_fim order */
+static const char *const k_fim_pre[] = {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+                                        "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", "<PRE>",
+                                        "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", NULL};
+static const char *const k_fim_suf[] = {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+                                        "<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>", "<SUF>",
+                                        "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>", NULL};
+static const char *const k_fim_mid[] = {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+                                        "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>", "<MID>",
+                                        "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL};
 static const char *const k_fim_pad[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL};
 static const char *const k_fim_rep[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
                                         "<reponame>", NULL};
 static const char *const k_fim_sep[] = {"<|file_sep|>", NULL};
+static const char *const *const k_fim[6] = {k_fim_pre, k_fim_suf, k_fim_mid, k_fim_pad, k_fim_rep, k_fim_sep};
 static const char *const k_eog[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
     "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
@@ -301,9 +313,9 @@ brisk_status tok_finalize(tokenizer *t, const char *model_name, size_t model_nam
 
     if (t->eot < 0) t->eot = find_any(t, k_eot, true);
     if (t->eom < 0) t->eom = find_any(t, k_eom, true);
-    int32_t fim_pad = find_any(t, k_fim_pad, true);
-    int32_t fim_rep = find_any(t, k_fim_rep, true);
-    int32_t fim_sep = find_any(t, k_fim_sep, true);
+    for (int k = 0; k < 6; k++)
+        if (t->fim[k] < 0) t->fim[k] = find_any(t, k_fim[k], true);
+        else t->attr[t->fim[k]] |= TOK_ATTR_CONTROL;
 
     /* control tokens whose text says "unused" are unused */
     for (int32_t i = 0; i < n; i++) {
@@ -313,9 +325,8 @@ brisk_status tok_finalize(tokenizer *t, const char *model_name, size_t model_nam
         if (memmem(s, len, "unused", 6)) t->attr[i] |= TOK_ATTR_UNUSED;
     }
 
-    if (fim_pad >= 0) t->eog[fim_pad] = 1;
-    if (fim_rep >= 0) t->eog[fim_rep] = 1;
-    if (fim_sep >= 0) t->eog[fim_sep] = 1;
+    for (int k = BRISK_FIM_PAD; k <= BRISK_FIM_SEP; k++) /* as llama.cpp: pad, repo and file separators end a fill */
+        if (t->fim[k] >= 0) t->eog[t->fim[k]] = 1;
     for (const char *const *p = k_eog; *p; p++) {
         int32_t id = find_text(t, *p);
         if (id < 0) continue;
@@ -523,6 +534,17 @@ static brisk_status load_gguf(tokenizer *t, const gguf_file *g) {
     read_id(g, "tokenizer.ggml.seperator_token_id", nv, &sep);
     read_id(g, "tokenizer.ggml.padding_token_id", nv, &pad);
     read_id(g, "tokenizer.ggml.mask_token_id", nv, &mask);
+    static const char *const fim_keys[6] = {"pre", "suf", "mid", "pad", "rep", "sep"};
+    static const char *const fim_legacy[3] = {"prefix", "suffix", "middle"};
+    for (int k = 0; k < 6; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "tokenizer.ggml.fim_%s_token_id", fim_keys[k]);
+        read_id(g, key, nv, &t->fim[k]);
+        if (k < 3 && t->fim[k] < 0) {
+            snprintf(key, sizeof key, "tokenizer.ggml.%s_token_id", fim_legacy[k]);
+            read_id(g, key, nv, &t->fim[k]);
+        }
+    }
     if (gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b) == BRISK_OK) t->add_bos = b;
     if (gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b) == BRISK_OK) t->add_eos = b;
     return tok_finalize(t, name, name_len);
@@ -549,6 +571,7 @@ int32_t tokenizer_bos(const tokenizer *t) { return t->bos; }
 const char *tokenizer_pre_family(const tokenizer *t) { return t->pre_family; }
 int32_t tokenizer_eos(const tokenizer *t) { return t->eos; }
 bool tokenizer_add_bos(const tokenizer *t) { return t->add_bos && t->bos >= 0; }
+int32_t tokenizer_fim(const tokenizer *t, int kind) { return kind >= 0 && kind < 6 ? t->fim[kind] : -1; }
 bool tokenizer_add_eos(const tokenizer *t) { return t->add_eos && t->eos >= 0; }
 bool tokenizer_is_eog(const tokenizer *t, int32_t id) {
     return id >= 0 && id < t->n_vocab && t->eog[id];

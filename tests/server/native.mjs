@@ -1,7 +1,8 @@
 // native.mjs — llama-server's own /completion API (what llama.cpp's scripts, bench tools and
 // front-ends that predate the OpenAI routes speak): its result shape, streaming without [DONE],
 // n_probs, stop words, mixed token/text prompts, logit_bias pairs, samplers, response_fields,
-// n_cmpl; settings brisk lacks refused by name. Compared with /v1/completions' greedy answers.
+// n_cmpl; settings brisk lacks refused by name; /infill refused where the model has no FIM tokens.
+// Compared with /v1/completions' greedy answers.
 import { test, run, assert, eq, raw, greedy } from './lib.mjs';
 
 const PROMPT = 'Once upon a time';
@@ -129,6 +130,12 @@ test('sampling: seeds replay, samplers turn brisk\'s others off, unsupported set
     eq([r.status, r.json.error.param], [400, k], r.text);
   }
   eq((await post('/completion', { prompt: PROMPT, samplers: ['warp'] })).status, 400);
+});
+
+test('/infill on a model without fill-in-the-middle tokens: a 400 that says so', async () => {
+  const r = await post('/infill', { input_prefix: 'a', input_suffix: 'b' });
+  eq(r.status, 400);
+  assert(/fill-in-the-middle/.test(r.json.error.message), r.text);
 });
 
 test('n_cmpl: an array of results; response_fields picks (and unnests) fields', async () => {
