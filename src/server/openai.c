@@ -880,12 +880,24 @@ char *oai_tokenize(const oai_server *srv, const char *body, size_t len, oai_erro
     cJSON *root = oai_parse_body(body, len, e);
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "content");
     char *res = NULL;
-    bool add = false, pieces = false, ok = true;
+    bool add = false, pieces = false, special = true, ok = true;
     if (!root) return NULL;
     if (!cJSON_IsString(c)) oai_fail(e, 400, "content", "'content' must be a string");
-    else if (get_bool(root, "add_special", &add, &ok, e), get_bool(root, "with_pieces", &pieces, &ok, e), ok) {
+    else if (get_bool(root, "add_special", &add, &ok, e), get_bool(root, "with_pieces", &pieces, &ok, e),
+             get_bool(root, "parse_special", &special, &ok, e), ok) {
         sched_req r = {0};
-        if (oai_tokenize_prompt(srv, c->valuestring, strlen(c->valuestring), add, &r, e)) {
+        bool got;
+        if (special) got = oai_tokenize_prompt(srv, c->valuestring, strlen(c->valuestring), add, &r, e);
+        else { /* special tokens' texts stay text (llama-server's parse_special: false) */
+            size_t cl = strlen(c->valuestring);
+            int64_t n = 0;
+            brisk_status s = brisk_tokenize(srv->model, c->valuestring, cl, add, false, NULL, 0, &n);
+            got = (s == BRISK_OK || s == BRISK_ERR_RANGE) && (r.prompt = malloc((size_t)(n > 0 ? n : 1) * sizeof *r.prompt)) &&
+                  brisk_tokenize(srv->model, c->valuestring, cl, add, false, r.prompt, n, &n) == BRISK_OK;
+            if (got) r.n_prompt = (int)n;
+            else oai_fail(e, 400, "content", "tokenize: %s", brisk_last_error());
+        }
+        if (got) {
             cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "tokens");
             char buf[512];
             for (int i = 0; i < r.n_prompt; i++) {
@@ -897,9 +909,12 @@ char *oai_tokenize(const oai_server *srv, const char *body, size_t len, oai_erro
                 cJSON_AddNumberToObject(t, "id", r.prompt[i]);
                 size_t pl = 0; /* control tokens show their text here */
                 if (brisk_token_to_piece(srv->model, r.prompt[i], true, buf, sizeof buf - 1, &pl) != BRISK_OK) pl = 0;
-                char txt[2100];
-                oai_token_text(buf, pl, txt, sizeof txt);
-                cJSON_AddStringToObject(t, "piece", txt);
+                bool valid = true; /* llama-server's piece: the text, or its bytes where it is not UTF-8 */
+                for (size_t k = 0, w; k < pl && valid; k += w) valid = (w = utf8_len((const unsigned char *)buf + k, pl - k)) > 0;
+                if (valid) {
+                    buf[pl] = 0;
+                    cJSON_AddStringToObject(t, "piece", buf);
+                } else cJSON_AddItemToObject(t, "piece", bytes_array(buf, pl));
                 cJSON_AddItemToArray(a, t);
             }
             res = cJSON_PrintUnformatted(o);

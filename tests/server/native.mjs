@@ -132,6 +132,17 @@ test('sampling: seeds replay, samplers turn brisk\'s others off, unsupported set
   eq((await post('/completion', { prompt: PROMPT, samplers: ['warp'] })).status, 400);
 });
 
+test('/tokenize as llama-server: parse_special, and pieces that are not UTF-8 as byte lists', async () => {
+  const on = (await post('/tokenize', { content: '<s>Once' })).json.tokens;
+  const off = (await post('/tokenize', { content: '<s>Once', parse_special: false })).json.tokens;
+  eq(on[0], 1, '<s> is BOS when parsed');
+  assert(off.length > on.length && !off.includes(1), `parse_special false: ${JSON.stringify(off)}`);
+  // llama-server's README example, on this very model (stories260K): 'á' falls back to two byte tokens
+  // (after SentencePiece's space prefix)
+  eq((await post('/tokenize', { content: 'á', with_pieces: true })).json.tokens.map((t) => t.piece).slice(-2), [[195], [161]]);
+  eq((await post('/tokenize', { content: 'Once', with_pieces: true })).json.tokens.map((t) => typeof t.piece), ['string']);
+});
+
 test('/infill on a model without fill-in-the-middle tokens: a 400 that says so', async () => {
   const r = await post('/infill', { input_prefix: 'a', input_suffix: 'b' });
   eq(r.status, 400);
