@@ -231,7 +231,7 @@ static bool native_settings(const oai_server *srv, const cJSON *r, sched_req *q,
     if ((k = num(r, "repeat_last_n", &v, e)) < 0) return false;
     if (k) {
         if (v != floor(v) || v < -1) return oai_fail(e, 400, "repeat_last_n", "'repeat_last_n' must be -1 or a count");
-        q->p.sp.repeat_last_n = v < 0 ? srv->n_ctx_slot : (int)v;
+        q->p.sp.repeat_last_n = v < 0 || v > srv->n_ctx_slot ? srv->n_ctx_slot : (int)v;
     }
     const cJSON *s = oai_get(r, "samplers"), *x;
     if (s) {
@@ -425,7 +425,8 @@ static cJSON *infill_ids(const oai_server *srv, const cJSON *r, oai_error *e) {
     if (ok) {
         double np = -1;
         if (num(r, "n_predict", &np, e) <= 0 && num(r, "max_tokens", &np, e) <= 0) np = -1;
-        int n_pred = np > 2 ? (int)np : 2; /* the extras leave room for twice the generation, at least 4 tokens */
+        /* the extras leave room for twice the generation, at least 4 tokens */
+        int n_pred = np > srv->n_ctx_slot ? srv->n_ctx_slot : np > 2 ? (int)np : 2;
         int n_ctx = srv->n_ctx_slot, n_batch = n_ctx / 2 < 2048 ? n_ctx / 2 : 2048, n_q = cJSON_GetArraySize(tq);
         int n_pre = cJSON_GetArraySize(tp), n_suf = cJSON_GetArraySize(ts), n_ext = cJSON_GetArraySize(tx);
         int take_pre = n_pre < 3 * (n_batch / 4) ? n_pre : 3 * (n_batch / 4);
