@@ -384,8 +384,9 @@ bool oai_tokenize_prompt(const oai_server *srv, const char *text, size_t len, bo
 static bool completion_prompt(const oai_server *srv, const cJSON *root, oai_job *job, oai_error *e) {
     sched_req *r = job->req;
     const cJSON *p = field(root, "prompt");
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0)))
-        p = cJSON_GetArrayItem(p, 0);
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 &&
+        (cJSON_IsString(cJSON_GetArrayItem(p, 0)) || cJSON_IsArray(cJSON_GetArrayItem(p, 0))))
+        p = cJSON_GetArrayItem(p, 0); /* ["text"] or [[ids]]: one prompt in a batch of one */
     if (cJSON_IsString(p)) {
         if (job->echo && !(job->echo_text = strdup(p->valuestring))) return oai_fail(e, 500, NULL, "out of memory");
         return oai_tokenize_prompt(srv, p->valuestring, strlen(p->valuestring), true, r, e);
@@ -555,8 +556,7 @@ static bool parse_root(const oai_server *srv, const cJSON *root, bool chat, oai_
     if (so && !cJSON_IsObject(so)) ok = oai_fail(e, 400, "stream_options", "'stream_options' must be an object");
     else if (so) get_bool(so, "include_usage", &job->include_usage, &ok, e);
     if (ok) ok = parse_sampling(srv, root, chat, job, e);
-    if (ok && job->echo && job->logprobs)
-        ok = oai_fail(e, 400, "echo", "echo with logprobs is not supported (prompt tokens have no logprobs here)");
+    if (ok && job->echo && job->logprobs) job->req->p.prompt_logprobs = true; /* the prompt's logprobs too */
     if (ok && sched_req_set_choices(job->req, job->n) != BRISK_OK) ok = oai_fail(e, 500, NULL, "out of memory");
     if (ok && !(job->ch = calloc((size_t)job->n, sizeof *job->ch))) ok = oai_fail(e, 500, NULL, "out of memory");
     if (ok) ok = parse_grammar(srv, root, job->req, e);
@@ -640,18 +640,24 @@ static cJSON *chat_logprobs(const oai_server *srv, const sched_token *toks, int 
     return lp;
 }
 
-/* Completions logprobs: {"tokens", "token_logprobs", "top_logprobs", "text_offset"} */
-static cJSON *text_logprobs(const oai_server *srv, const sched_token *toks, int n, size_t offset) {
-    cJSON *lp = cJSON_CreateObject(), *tk = cJSON_AddArrayToObject(lp, "tokens"),
-          *tl = cJSON_AddArrayToObject(lp, "token_logprobs"), *top = cJSON_AddArrayToObject(lp, "top_logprobs"),
-          *off = cJSON_AddArrayToObject(lp, "text_offset");
+/* Appends n tokens to completions logprobs lp (text_logprobs), the first at text offset *offset (moved on);
+ * first_none: the first has no logprob (a prompt's first token: nothing before it), null in both lists. */
+static void add_text_logprobs(const oai_server *srv, cJSON *lp, const sched_token *toks, int n, size_t *offset,
+                              bool first_none) {
+    cJSON *tk = cJSON_GetObjectItemCaseSensitive(lp, "tokens"), *tl = cJSON_GetObjectItemCaseSensitive(lp, "token_logprobs"),
+          *top = cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs"), *off = cJSON_GetObjectItemCaseSensitive(lp, "text_offset");
     char buf[512], txt[2100];
     for (int i = 0; i < n; i++) {
         size_t len = piece(srv, toks[i].id, buf, sizeof buf, txt);
         cJSON_AddItemToArray(tk, cJSON_CreateString(txt));
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)*offset));
+        *offset += len;
+        if (i == 0 && first_none) {
+            cJSON_AddItemToArray(tl, cJSON_CreateNull());
+            cJSON_AddItemToArray(top, cJSON_CreateNull());
+            continue;
+        }
         cJSON_AddItemToArray(tl, cJSON_CreateNumber(toks[i].logprob));
-        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)offset));
-        offset += len;
         cJSON *m = cJSON_CreateObject();
         for (int k = 0; k < toks[i].n_top; k++) {
             piece(srv, toks[i].top_id[k], buf, sizeof buf, txt);
@@ -659,6 +665,20 @@ static cJSON *text_logprobs(const oai_server *srv, const sched_token *toks, int 
         }
         cJSON_AddItemToArray(top, m);
     }
+}
+
+/* Completions logprobs: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}; with echo (the
+ * request's prompt_lp) the prompt's tokens first, from offset 0, as OpenAI's legacy completions give
+ * them, then toks. */
+static cJSON *text_logprobs(const oai_server *srv, const sched_req *r, const sched_token *toks, int n) {
+    cJSON *lp = cJSON_CreateObject();
+    cJSON_AddArrayToObject(lp, "tokens");
+    cJSON_AddArrayToObject(lp, "token_logprobs");
+    cJSON_AddArrayToObject(lp, "top_logprobs");
+    cJSON_AddArrayToObject(lp, "text_offset");
+    size_t offset = 0;
+    if (r && r->prompt_lp) add_text_logprobs(srv, lp, r->prompt_lp, r->n_prompt, &offset, true);
+    add_text_logprobs(srv, lp, toks, n, &offset, false);
     return lp;
 }
 
@@ -762,10 +782,11 @@ static void stream_choice(const oai_server *srv, oai_job *job, int i, const oai_
     bool fin = d->finish != SCHED_RUNNING;
     cJSON *lp = NULL;
     if (job->logprobs && d->n_toks)
-        lp = job->chat ? chat_logprobs(srv, d->toks, d->n_toks) : text_logprobs(srv, d->toks, d->n_toks, 0);
+        lp = job->chat ? chat_logprobs(srv, d->toks, d->n_toks) : text_logprobs(srv, NULL, d->toks, d->n_toks);
     if (!job->chat) {
-        if (job->echo_text && !c->head_sent) { /* echo: the prompt first */
-            sse(out, chunk(srv, job, i, cJSON_CreateString(job->echo_text), NULL, NULL));
+        if (job->echo_text && !c->head_sent) { /* echo: the prompt first (with logprobs, the prompt's) */
+            cJSON *plp = job->logprobs && job->req->prompt_lp ? text_logprobs(srv, job->req, NULL, 0) : NULL;
+            sse(out, chunk(srv, job, i, cJSON_CreateString(job->echo_text), NULL, plp));
             c->head_sent = true;
         }
         if (d->len || lp) sse(out, chunk(srv, job, i, cJSON_CreateString(d->text), NULL, lp));
@@ -847,7 +868,7 @@ static cJSON *choice_json(const oai_server *srv, const oai_job *job, int i, sche
     const sched_choice *sc = &job->req->ch[i]; /* finished: the scheduler no longer writes it */
     if (job->logprobs)
         cJSON_AddItemToObject(c, "logprobs", job->chat ? chat_logprobs(srv, sc->toks, sc->n_toks)
-                                                       : text_logprobs(srv, sc->toks, sc->n_toks, 0));
+                                                       : text_logprobs(srv, job->req, sc->toks, sc->n_toks));
     else cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddStringToObject(c, "finish_reason", finish_reason(job, ch, f));
     return c;

@@ -10,6 +10,7 @@
 #include "base/status.h"
 
 #define CKPT_END_MARGIN 4 /* prompt tokens a checkpoint stays before the end of a prompt */
+#define PROMPT_LP_CHUNK 64 /* prompt entries a step decodes with logits for prompt_logprobs: 64 rows of logits */
 
 typedef struct slot {
     int id;                /* KV sequence */
@@ -144,6 +145,7 @@ void sched_req_free(sched_req *r) {
     }
     free(r->ch);
     free(r->prompt);
+    free(r->prompt_lp);
     free(r->in_off);
     free(r->embd);
     pthread_cond_destroy(&r->cv);
@@ -348,7 +350,7 @@ static void slot_start(sched *s, sched_req *r) {
     for (int i = 0; i < s->p.n_parallel; i++) {
         slot *sl = &s->slots[i];
         /* the last prompt token gives the logits; a recurrent state restarts at a checkpoint */
-        int l = common_prefix(sl->cache, sl->n_cache, r->prompt, r->n_prompt - 1);
+        int l = r->p.prompt_logprobs ? 0 : common_prefix(sl->cache, sl->n_cache, r->prompt, r->n_prompt - 1);
         l = brisk_seq_keepable(s->ctx, sl->id, l);
         if (l > s_lcp) s_lcp = l, src = i;
         if (sl->req) continue;
@@ -382,7 +384,15 @@ static void slot_start(sched *s, sched_req *r) {
     r->n_cached = reuse;
     s->st.prompt_tokens += (uint64_t)r->n_prompt;
     s->st.cached_tokens += (uint64_t)reuse;
-    if (r->p.max_tokens == 0) { /* nothing to generate: no slot needed */
+    if (r->p.prompt_logprobs && !r->prompt_lp) {
+        if (!(r->prompt_lp = calloc((size_t)r->n_prompt, sizeof *r->prompt_lp))) {
+            req_finish(s, r, SCHED_FINISH_ERROR, "out of memory");
+            req_unref(r);
+            return;
+        }
+        for (int i = 0; i < r->n_prompt; i++) r->prompt_lp[i].id = r->prompt[i];
+    }
+    if (r->p.max_tokens == 0 && !r->p.prompt_logprobs) { /* nothing to generate: no slot needed */
         for (int ci = 0; ci < r->n_choices; ci++) choice_finish(s, r, ci, SCHED_FINISH_LENGTH, NULL);
         req_unref(r);
         return;
@@ -576,6 +586,7 @@ static int build_batch(sched *s) {
         }
         int take = r->n_prompt - sl->n_fed;
         if (take > budget) take = budget;
+        if (r->p.prompt_logprobs && take > PROMPT_LP_CHUNK) take = PROMPT_LP_CHUNK; /* each entry a logits row */
         if (sl->dr_tgt && !sl->dr_begun && !sl->dr_failed) { /* before the request's first batch */
             sl->dr_begun = true;
             if (drafter_begin_at(sl->dr, r->prompt, r->n_prompt, sl->n_fed, sl->n_seen) != BRISK_OK)
@@ -591,7 +602,7 @@ static int build_batch(sched *s) {
             int p = sl->n_fed + j;
             bool last = p == r->n_prompt - 1;
             if (last) sl->logit_idx = n;
-            s->batch[n++] = (brisk_batch_entry){r->prompt[p], p, sl->id, last};
+            s->batch[n++] = (brisk_batch_entry){r->prompt[p], p, sl->id, last || r->p.prompt_logprobs};
         }
         sl->n_chunk = take;
         budget -= take;
@@ -805,6 +816,21 @@ static void spec_process(sched *s) {
     }
 }
 
+/* The logprob of each prompt token after this step's chunk entries: entry j's logits give token
+ * n_fed + j + 1's (the request's p.prompt_logprobs). */
+static void prompt_logprobs(sched *s, const slot *sl) {
+    sched_req *r = sl->req;
+    for (int j = 0; j < sl->n_chunk; j++) {
+        int p = sl->n_fed + j + 1;
+        const float *lg = p < r->n_prompt ? brisk_get_logits(s->ctx, sl->chunk_idx + j) : NULL;
+        if (!lg) continue;
+        sched_token *rec = &r->prompt_lp[p];
+        rec->id = r->prompt[p];
+        rec->n_top = 0;
+        logprobs(lg, s->n_vocab, rec, r->p.top_logprobs);
+    }
+}
+
 static void step(sched *s, int n) {
     brisk_status st = brisk_decode(s->ctx, s->batch, n);
     if (st == BRISK_OK && s->p.spec.drafters) spec_process(s);
@@ -819,6 +845,7 @@ static void step(sched *s, int n) {
             continue;
         }
         if (sl->generating) sl->cache[sl->n_cache++] = sl->next;
+        if (sl->req->p.prompt_logprobs) prompt_logprobs(s, sl);
         for (int j = 0; j < sl->n_chunk; j++) sl->cache[sl->n_cache++] = sl->req->prompt[sl->n_fed + j];
         sl->n_fed += sl->n_chunk;
         /* a failed snapshot only costs a later prompt its reuse */
@@ -896,6 +923,10 @@ static void step(sched *s, int n) {
             s->st.draft_tokens += (uint64_t)sl->n_draft;
             s->st.draft_accepted += (uint64_t)(sl->n_rec - 1);
             s->st.draft_rounds++;
+        }
+        if (sl->max_gen == 0) { /* a prompt decoded for its logprobs only (max_tokens 0) */
+            slot_release(s, sl, SCHED_FINISH_LENGTH, NULL);
+            continue;
         }
         /* publish may end the choice (and free the slot) at any of them */
         for (int j = 0; j < sl->n_rec && sl->req; j++) publish(s, sl, &sl->rec[j]);

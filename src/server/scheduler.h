@@ -70,6 +70,11 @@ typedef struct sched_gen_params {
     int n_bias;
     int spec_n_max;       /* proposals per round (llama-server's speculative.n_max); -1: the server's; 0: none */
     int spec_n_min;       /* no round verifies fewer (speculative.n_min); -1: the server's */
+    /* Each prompt token's logprob given the tokens before it (and its top_logprobs) into the request's
+     * prompt_lp: /v1/completions' echo with logprobs, the loglikelihood of evaluation harnesses. Such a
+     * prompt is decoded whole (no cache reuse: the cached positions have no logits) in chunks of
+     * PROMPT_LP_CHUNK, and max_tokens 0 decodes it without generating. */
+    bool prompt_logprobs;
 } sched_gen_params;
 
 typedef struct sched_token {     /* one generated token, with logprobs when asked */
@@ -122,6 +127,8 @@ typedef struct sched_req {
     /* embeddings (sched_req_set_inputs): input i is prompt[in_off[i], in_off[i + 1]); n_inputs 0: generation.
      * When the request finishes with SCHED_FINISH_STOP, embd holds n_embd_rows rows of n_embd_out floats,
      * not normalised: input i's pooled vector in row i, or with pooling none one row per prompt token */
+    sched_token *prompt_lp; /* (n_prompt) with p.prompt_logprobs, owned: written before `started`; entry 0
+                               (no tokens before it) has none */
     int n_inputs;
     int *in_off;         /* (n_inputs + 1) owned */
     float *embd;         /* owned, written by the scheduler thread only before the request finishes */

@@ -3,7 +3,7 @@
 // no CORS header unless an allowed origin asks, other origins refused,
 // JSON-only bodies, unknown model names 404, a NUL in a string refused,
 // oversized prompts refused by their bytes before tokenizing, logit_bias,
-// echo and logprobs on /v1/completions, and errors that are always JSON.
+// echo and logprobs on /v1/completions (together: the prompt's logprobs), and errors that are always JSON.
 import { client, test, run, assert, eq, raw, greedy, BASE, MODEL } from './lib.mjs';
 
 const ALLOWED = 'https://ok.example';
@@ -115,7 +115,35 @@ test('echo puts the prompt before the completion, streaming or not', async () =>
   let text = '';
   for await (const ch of s) text += ch.choices[0]?.text ?? '';
   eq(text, 'Once upon a time' + plain);
-  isError(await raw('/v1/completions', { body: body({ prompt: 'x', echo: true, logprobs: 2 }) }), 400);
+});
+
+// The loglikelihood of evaluation harnesses (lm-evaluation-harness's local-completions: prompt [[ids]],
+// echo, logprobs 1, max_tokens 1, then token_logprobs[ctxlen:-1]): the prompt's tokens with their
+// logprobs, each equal to what a request ending just before that token says of it.
+test('echo with logprobs: the prompt\'s token logprobs, as the next-token logprobs of shorter prompts', async () => {
+  const ids = (await raw('/tokenize', { body: body({ content: 'Once upon a time there was a cat', add_special: true }) })).json.tokens;
+  const r = (await raw('/v1/completions', { body: body({ prompt: [ids], echo: true, logprobs: 3, max_tokens: 1, temperature: 0 }) })).json;
+  const lp = r.choices[0].logprobs;
+  eq(lp.tokens.length, ids.length + 1, 'the prompt\'s tokens, then the generated one');
+  eq([lp.token_logprobs[0], lp.top_logprobs[0]], [null, null], 'the first token has nothing before it');
+  eq(lp.tokens.join(''), r.choices[0].text);
+  for (let i = 1; i < ids.length; i++) {
+    const one = (await raw('/v1/completions', { body: body({ prompt: ids.slice(0, i), max_tokens: 1, temperature: 0, logprobs: 3 }) })).json;
+    const top = one.choices[0].logprobs.top_logprobs[0];
+    eq(Object.keys(lp.top_logprobs[i]), Object.keys(top), `position ${i}: the same top tokens`);
+    for (const k of Object.keys(top)) assert(Math.abs(lp.top_logprobs[i][k] - top[k]) < 1e-3, `position ${i} '${k}': ${lp.top_logprobs[i][k]} vs ${top[k]}`);
+    if (lp.tokens[i] in top) assert(Math.abs(lp.token_logprobs[i] - top[lp.tokens[i]]) < 1e-3, `position ${i}'s own logprob`);
+    assert(lp.token_logprobs[i] <= 0 && lp.token_logprobs[i] <= Math.max(...Object.values(top)) + 1e-3);
+  }
+  // max_tokens 0 scores the prompt alone; n > 1 shares it; a stream sends it with the echoed prompt
+  const z = (await raw('/v1/completions', { body: body({ prompt: [ids], echo: true, logprobs: 1, max_tokens: 0, n: 2 }) })).json;
+  eq(z.choices.map((c) => c.logprobs.token_logprobs), [lp.token_logprobs.slice(0, -1), lp.token_logprobs.slice(0, -1)]);
+  eq(z.usage.completion_tokens, 0);
+  const s = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 2, temperature: 0, echo: true, logprobs: 1, stream: true });
+  const chunks = [];
+  for await (const ch of s) if (ch.choices[0]?.logprobs) chunks.push(ch.choices[0].logprobs);
+  eq(chunks[0].token_logprobs[0], null);
+  eq(chunks[0].tokens.join('').trim(), 'Once upon a time');
 });
 
 test('completions logprobs: tokens, token_logprobs, top_logprobs, text_offset', async () => {
