@@ -321,12 +321,6 @@ static bool parse_root(const oai_server *srv, cJSON *root, oai_job *job, oai_err
     return ok;
 }
 
-bool nat_parse(const oai_server *srv, const char *body, size_t len, oai_job *job, oai_error *e) {
-    memset(job, 0, sizeof *job);
-    cJSON *root = oai_parse_body(body, len, e);
-    return root && parse_root(srv, root, job, e);
-}
-
 /* ---- /infill ------------------------------------------------------------- */
 
 /* Appends the tokens of x (a text, or ids and texts mixed) to ids; texts are code, not markup: their
@@ -450,15 +444,26 @@ static cJSON *infill_ids(const oai_server *srv, const cJSON *r, oai_error *e) {
     return out;
 }
 
-bool nat_parse_infill(const oai_server *srv, const char *body, size_t len, oai_job *job, oai_error *e) {
+/* A /completion body, or an /infill one whose prompt becomes infill_ids' tokens. */
+static bool parse_body(const oai_server *srv, const char *body, size_t len, bool infill, oai_job *job, oai_error *e) {
     memset(job, 0, sizeof *job);
     cJSON *root = oai_parse_body(body, len, e);
     if (!root) return false;
-    cJSON *ids = infill_ids(srv, root, e);
-    if (!ids) return cJSON_Delete(root), false;
-    cJSON_DeleteItemFromObjectCaseSensitive(root, "prompt");
-    cJSON_AddItemToObject(root, "prompt", ids);
+    if (infill) {
+        cJSON *ids = infill_ids(srv, root, e);
+        if (!ids) return cJSON_Delete(root), false;
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "prompt");
+        cJSON_AddItemToObject(root, "prompt", ids);
+    }
     return parse_root(srv, root, job, e);
+}
+
+bool nat_parse(const oai_server *srv, const char *body, size_t len, oai_job *job, oai_error *e) {
+    return parse_body(srv, body, len, false, job, e);
+}
+
+bool nat_parse_infill(const oai_server *srv, const char *body, size_t len, oai_job *job, oai_error *e) {
+    return parse_body(srv, body, len, true, job, e);
 }
 
 /* ---- results ----------------------------------------------------------- */
