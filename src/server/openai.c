@@ -668,17 +668,18 @@ static void add_text_logprobs(const oai_server *srv, cJSON *lp, const sched_toke
 }
 
 /* Completions logprobs: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}; with echo (the
- * request's prompt_lp) the prompt's tokens first, from offset 0, as OpenAI's legacy completions give
- * them, then toks. */
-static cJSON *text_logprobs(const oai_server *srv, const sched_req *r, const sched_token *toks, int n) {
+ * request's prompt_lp) the prompt's tokens first, as OpenAI's legacy completions give them, then toks;
+ * text offsets from *at (moved on: a stream's chunks continue the count), or from 0 when at is NULL. */
+static cJSON *text_logprobs(const oai_server *srv, const sched_req *r, const sched_token *toks, int n, size_t *at) {
     cJSON *lp = cJSON_CreateObject();
     cJSON_AddArrayToObject(lp, "tokens");
     cJSON_AddArrayToObject(lp, "token_logprobs");
     cJSON_AddArrayToObject(lp, "top_logprobs");
     cJSON_AddArrayToObject(lp, "text_offset");
-    size_t offset = 0;
+    size_t offset = at ? *at : 0;
     if (r && r->prompt_lp) add_text_logprobs(srv, lp, r->prompt_lp, r->n_prompt, &offset, true);
     add_text_logprobs(srv, lp, toks, n, &offset, false);
+    if (at) *at = offset;
     return lp;
 }
 
@@ -782,13 +783,15 @@ static void stream_choice(const oai_server *srv, oai_job *job, int i, const oai_
     bool fin = d->finish != SCHED_RUNNING;
     cJSON *lp = NULL;
     if (job->logprobs && d->n_toks)
-        lp = job->chat ? chat_logprobs(srv, d->toks, d->n_toks) : text_logprobs(srv, NULL, d->toks, d->n_toks);
+        lp = job->chat ? chat_logprobs(srv, d->toks, d->n_toks) : NULL; /* completions': after the echo */
     if (!job->chat) {
         if (job->echo_text && !c->head_sent) { /* echo: the prompt first (with logprobs, the prompt's) */
-            cJSON *plp = job->logprobs && job->req->prompt_lp ? text_logprobs(srv, job->req, NULL, 0) : NULL;
+            cJSON *plp = job->logprobs && job->req->prompt_lp
+                             ? text_logprobs(srv, job->req, NULL, 0, &c->lp_offset) : NULL;
             sse(out, chunk(srv, job, i, cJSON_CreateString(job->echo_text), NULL, plp));
             c->head_sent = true;
         }
+        if (job->logprobs && d->n_toks) lp = text_logprobs(srv, NULL, d->toks, d->n_toks, &c->lp_offset);
         if (d->len || lp) sse(out, chunk(srv, job, i, cJSON_CreateString(d->text), NULL, lp));
     } else {
         if (!c->head_sent) {
@@ -868,7 +871,7 @@ static cJSON *choice_json(const oai_server *srv, const oai_job *job, int i, sche
     const sched_choice *sc = &job->req->ch[i]; /* finished: the scheduler no longer writes it */
     if (job->logprobs)
         cJSON_AddItemToObject(c, "logprobs", job->chat ? chat_logprobs(srv, sc->toks, sc->n_toks)
-                                                       : text_logprobs(srv, job->req, sc->toks, sc->n_toks));
+                                                       : text_logprobs(srv, job->req, sc->toks, sc->n_toks, NULL));
     else cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddStringToObject(c, "finish_reason", finish_reason(job, ch, f));
     return c;

@@ -66,6 +66,7 @@ typedef struct oai_choice {  /* the output state of one of a job's n choices */
     bool done;               /* streaming: the finish chunk went out */
     int calls_sent;          /* streaming: tool calls sent */
     strbuf text;             /* completions: text so far (non-streaming) */
+    size_t lp_offset;        /* completions streaming with logprobs: the next token's text_offset */
 } oai_choice;
 
 typedef struct oai_job {     /* one completion request */

@@ -154,6 +154,11 @@ test('completions logprobs: tokens, token_logprobs, top_logprobs, text_offset', 
   eq(lp.top_logprobs.length, 6);
   eq(lp.tokens.join(''), r.choices[0].text);
   assert(lp.top_logprobs.every((m) => Object.keys(m).length >= 1 && Object.keys(m).length <= 3), JSON.stringify(lp.top_logprobs));
+  // streamed, the chunks' text offsets go on from one chunk to the next
+  const s = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 6, temperature: 0, logprobs: 3, ignore_eos: true, stream: true });
+  const offsets = [];
+  for await (const ch of s) offsets.push(...(ch.choices[0]?.logprobs?.text_offset ?? []));
+  eq(offsets, lp.text_offset);
 });
 
 test('errors are JSON everywhere: 404, 405, 401-less routes, 413, 415', async () => {
