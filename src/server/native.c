@@ -14,6 +14,7 @@ typedef struct nat_state {
     int n_probs;
     cJSON *fields;   /* response_fields: strings, or NULL */
     cJSON *settings; /* generation_settings */
+    char *prompt;    /* the prompt as its tokens spell it, once a result needs it */
 } nat_state;
 
 static void nat_free(void *p) {
@@ -21,6 +22,7 @@ static void nat_free(void *p) {
     if (!st) return;
     cJSON_Delete(st->fields);
     cJSON_Delete(st->settings);
+    free(st->prompt);
     free(st);
 }
 
@@ -323,23 +325,20 @@ static bool parse_root(const oai_server *srv, cJSON *root, oai_job *job, oai_err
 
 /* ---- /infill ------------------------------------------------------------- */
 
-/* Appends the tokens of x (a text, or ids and texts mixed) to ids; texts are code, not markup: their
- * special-token texts stay text (llama-server's parse_special false). */
+/* Appends the tokens of a text to ids; code, not markup: its special-token texts stay text (llama-server's
+ * parse_special false). */
+static bool add_text(const oai_server *srv, const char *text, cJSON *ids, oai_error *e) {
+    sched_req q = {0};
+    bool ok = oai_tokenize_text(srv, text, strlen(text), false, false, &q, e);
+    for (int i = 0; ok && i < q.n_prompt; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(q.prompt[i]));
+    free(q.prompt);
+    return ok;
+}
+
+/* add_text of x: a text, or ids and texts mixed. */
 static bool add_code(const oai_server *srv, const cJSON *x, const char *name, cJSON *ids, oai_error *e) {
     const cJSON *it;
-    if (cJSON_IsString(x)) {
-        int64_t n = 0;
-        size_t len = strlen(x->valuestring);
-        brisk_status s = brisk_tokenize(srv->model, x->valuestring, len, false, false, NULL, 0, &n);
-        if (s != BRISK_OK && s != BRISK_ERR_RANGE) return oai_fail(e, 400, name, "tokenize: %s", brisk_last_error());
-        brisk_token *t = malloc((size_t)(n > 0 ? n : 1) * sizeof *t);
-        if (!t) return oai_fail(e, 500, NULL, "out of memory");
-        if (brisk_tokenize(srv->model, x->valuestring, len, false, false, t, n, &n) != BRISK_OK)
-            return free(t), oai_fail(e, 400, name, "tokenize: %s", brisk_last_error());
-        for (int64_t i = 0; i < n; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(t[i]));
-        free(t);
-        return true;
-    }
+    if (cJSON_IsString(x)) return add_text(srv, x->valuestring, ids, e);
     if (!cJSON_IsArray(x)) return oai_fail(e, 400, name, "'%s' must be a string (or token ids and strings)", name);
     cJSON_ArrayForEach(it, x) {
         if (cJSON_IsNumber(it)) cJSON_AddItemToArray(ids, cJSON_CreateNumber(it->valuedouble));
@@ -394,9 +393,7 @@ static cJSON *infill_ids(const oai_server *srv, const cJSON *r, oai_error *e) {
     }
     if (ok && fim[BRISK_FIM_REP] >= 0) {
         add_id(tx, fim[BRISK_FIM_REP]);
-        cJSON *s = cJSON_CreateString("myproject\n");
-        ok = add_code(srv, s, "input_extra", tx, e);
-        cJSON_Delete(s);
+        ok = add_text(srv, "myproject\n", tx, e);
     }
     cJSON_ArrayForEach(ch, extra) {
         if (!ok) break;
@@ -406,15 +403,11 @@ static cJSON *infill_ids(const oai_server *srv, const cJSON *r, oai_error *e) {
             snprintf(name, sizeof name, "%s\n", f ? f->valuestring : "tmp");
         } else
             snprintf(name, sizeof name, "\n\n--- snippet ---\n\n");
-        cJSON *s = cJSON_CreateString(name);
-        ok = add_code(srv, s, "input_extra", tx, e) && add_code(srv, oai_get(ch, "text"), "input_extra", tx, e);
-        cJSON_Delete(s);
+        ok = add_text(srv, name, tx, e) && add_text(srv, oai_get(ch, "text")->valuestring, tx, e);
     }
     if (ok && fim[BRISK_FIM_SEP] >= 0) {
         add_id(tx, fim[BRISK_FIM_SEP]);
-        cJSON *s = cJSON_CreateString("filename\n");
-        ok = add_code(srv, s, "input_extra", tx, e);
-        cJSON_Delete(s);
+        ok = add_text(srv, "filename\n", tx, e);
     }
     if (ok) {
         double np = -1;
@@ -534,7 +527,7 @@ static cJSON *pick_fields(cJSON *res, const cJSON *fields) {
 
 /* The final result of choice i (streamed: its text and tokens went out in the partial events). */
 static cJSON *result_json(const oai_server *srv, oai_job *job, const oai_delta *d, int i) {
-    const nat_state *st = job->ext;
+    nat_state *st = job->ext;
     const sched_req *q = job->req;
     const sched_choice *sc = &q->ch[i]; /* finished: the scheduler no longer writes it */
     const oai_choice_delta *cd = &d->ch[i];
@@ -549,9 +542,8 @@ static cJSON *result_json(const oai_server *srv, oai_job *job, const oai_delta *
     cJSON_AddNumberToObject(o, "tokens_predicted", cd->n_gen);
     cJSON_AddNumberToObject(o, "tokens_evaluated", d->n_prompt);
     cJSON_AddItemToObject(o, "generation_settings", cJSON_Duplicate(st->settings, true));
-    char *pt = prompt_text(srv, q);
-    cJSON_AddStringToObject(o, "prompt", pt ? pt : "");
-    free(pt);
+    if (!st->prompt) st->prompt = prompt_text(srv, q); /* once for all of n_cmpl's results */
+    cJSON_AddStringToObject(o, "prompt", st->prompt ? st->prompt : "");
     cJSON_AddBoolToObject(o, "has_new_line", job->ch[i].text.p && strchr(job->ch[i].text.p, '\n'));
     bool limit = cd->finish == SCHED_FINISH_LENGTH;
     cJSON_AddBoolToObject(o, "truncated", limit && (q->p.max_tokens < 0 || cd->n_gen < q->p.max_tokens));

@@ -369,12 +369,17 @@ bool oai_tokenize_prompt(const oai_server *srv, const char *text, size_t len, bo
         e->n_ctx = srv->n_ctx_slot;
         return false;
     }
+    return oai_tokenize_text(srv, text, len, add_special, true, r, e);
+}
+
+bool oai_tokenize_text(const oai_server *srv, const char *text, size_t len, bool add_special, bool parse_special,
+                       sched_req *r, oai_error *e) {
     int64_t n = 0;
-    brisk_status s = brisk_tokenize(srv->model, text, len, add_special, true, NULL, 0, &n);
+    brisk_status s = brisk_tokenize(srv->model, text, len, add_special, parse_special, NULL, 0, &n);
     if (s != BRISK_OK && s != BRISK_ERR_RANGE) return oai_fail(e, 400, "prompt", "tokenize: %s", brisk_last_error());
     if (n > (1 << 24)) return oai_fail(e, 400, "prompt", "the prompt is too long (%lld tokens)", (long long)n);
     if (!(r->prompt = malloc((size_t)(n > 0 ? n : 1) * sizeof *r->prompt))) return oai_fail(e, 500, NULL, "out of memory");
-    if (brisk_tokenize(srv->model, text, len, add_special, true, r->prompt, n, &n) != BRISK_OK)
+    if (brisk_tokenize(srv->model, text, len, add_special, parse_special, r->prompt, n, &n) != BRISK_OK)
         return oai_fail(e, 400, "prompt", "tokenize: %s", brisk_last_error());
     r->n_prompt = (int)n;
     return true;
@@ -910,18 +915,9 @@ char *oai_tokenize(const oai_server *srv, const char *body, size_t len, oai_erro
     else if (get_bool(root, "add_special", &add, &ok, e), get_bool(root, "with_pieces", &pieces, &ok, e),
              get_bool(root, "parse_special", &special, &ok, e), ok) {
         sched_req r = {0};
-        bool got;
-        if (special) got = oai_tokenize_prompt(srv, c->valuestring, strlen(c->valuestring), add, &r, e);
-        else { /* special tokens' texts stay text (llama-server's parse_special: false) */
-            size_t cl = strlen(c->valuestring);
-            int64_t n = 0;
-            brisk_status s = brisk_tokenize(srv->model, c->valuestring, cl, add, false, NULL, 0, &n);
-            got = (s == BRISK_OK || s == BRISK_ERR_RANGE) && (r.prompt = malloc((size_t)(n > 0 ? n : 1) * sizeof *r.prompt)) &&
-                  brisk_tokenize(srv->model, c->valuestring, cl, add, false, r.prompt, n, &n) == BRISK_OK;
-            if (got) r.n_prompt = (int)n;
-            else oai_fail(e, 400, "content", "tokenize: %s", brisk_last_error());
-        }
-        if (got) {
+        size_t cl = strlen(c->valuestring); /* parse_special false: special tokens' texts stay text */
+        if (special ? oai_tokenize_prompt(srv, c->valuestring, cl, add, &r, e)
+                    : oai_tokenize_text(srv, c->valuestring, cl, add, false, &r, e)) {
             cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "tokens");
             char buf[512];
             for (int i = 0; i < r.n_prompt; i++) {

@@ -101,6 +101,9 @@ bool oai_parse_completion(const oai_server *srv, const cJSON *root, oai_job *job
  * is refused before tokenizing (context_length_exceeded). */
 bool oai_tokenize_prompt(const oai_server *srv, const char *text, size_t len, bool add_special, sched_req *r,
                          oai_error *e);
+/* The same without the length check; parse_special false: special tokens' texts stay text (code). */
+bool oai_tokenize_text(const oai_server *srv, const char *text, size_t len, bool add_special, bool parse_special,
+                       sched_req *r, oai_error *e);
 void oai_job_free(oai_job *job); /* not the request */
 
 /* New output of one choice since the last call, copied under the lock. */

@@ -824,8 +824,7 @@ static void prompt_logprobs(sched *s, const slot *sl) {
         int p = sl->n_fed + j + 1;
         const float *lg = p < r->n_prompt ? brisk_get_logits(s->ctx, sl->chunk_idx + j) : NULL;
         if (!lg) continue;
-        sched_token *rec = &r->prompt_lp[p];
-        rec->id = r->prompt[p];
+        sched_token *rec = &r->prompt_lp[p]; /* its id set with the array */
         rec->n_top = 0;
         logprobs(lg, s->n_vocab, rec, r->p.top_logprobs);
     }
