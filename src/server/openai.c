@@ -112,13 +112,17 @@ static size_t utf8_len(const unsigned char *s, size_t n) {
     return k;
 }
 
+static bool utf8_valid(const char *s, size_t n) {
+    bool valid = true;
+    for (size_t i = 0, k; i < n && valid; i += k) valid = (k = utf8_len((const unsigned char *)s + i, n - i)) > 0;
+    return valid;
+}
+
 void oai_token_text(const char *s, size_t n, char *out, size_t cap) {
     if (!cap) return;
     const unsigned char *u = (const unsigned char *)s;
-    bool valid = true;
-    for (size_t i = 0, k; i < n && valid; i += k) valid = (k = utf8_len(u + i, n - i)) > 0;
     size_t o = 0;
-    if (valid) {
+    if (utf8_valid(s, n)) {
         o = n < cap ? n : cap - 1;
         if (o) memcpy(out, s, o);
     } else {
@@ -929,9 +933,7 @@ char *oai_tokenize(const oai_server *srv, const char *body, size_t len, oai_erro
                 cJSON_AddNumberToObject(t, "id", r.prompt[i]);
                 size_t pl = 0; /* control tokens show their text here */
                 if (brisk_token_to_piece(srv->model, r.prompt[i], true, buf, sizeof buf - 1, &pl) != BRISK_OK) pl = 0;
-                bool valid = true; /* llama-server's piece: the text, or its bytes where it is not UTF-8 */
-                for (size_t k = 0, w; k < pl && valid; k += w) valid = (w = utf8_len((const unsigned char *)buf + k, pl - k)) > 0;
-                if (valid) {
+                if (utf8_valid(buf, pl)) { /* llama-server's piece: the text, or its bytes where it is not UTF-8 */
                     buf[pl] = 0;
                     cJSON_AddStringToObject(t, "piece", buf);
                 } else cJSON_AddItemToObject(t, "piece", bytes_array(buf, pl));
